@@ -1,0 +1,58 @@
+/* cli.h - the shared option parser and the command table's entries. */
+#ifndef KILN_CLI_H
+#define KILN_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+typedef enum {
+    CLI_STR,   /* const char * */
+    CLI_INT,   /* long */
+    CLI_U64,   /* uint64_t */
+    CLI_DBL,   /* double */
+    CLI_FLAG,  /* bool, takes no value */
+    CLI_MULTI  /* cli_list, repeatable (--set a=1 --set b=2) */
+} cli_kind;
+
+typedef struct cli_list {
+    const char **v;
+    int n;
+} cli_list; /* free(list.v) when done */
+
+typedef struct cli_opt {
+    const char *name; /* without the leading "--" */
+    cli_kind kind;
+    void *dst;
+    const char *metavar; /* NULL for flags */
+    const char *help;
+    bool required;
+} cli_opt;
+
+typedef struct cli_spec {
+    const char *usage;   /* "kiln data synth [options]" */
+    const char *summary; /* one line */
+    const cli_opt *opts; /* terminated by a zeroed entry */
+    int min_pos, max_pos;
+} cli_spec;
+
+#define CLI_HELP_SHOWN (-1)
+
+/* Parse argv[1..argc) (argv[0] is the command name). Unknown and repeated options,
+ * missing values and required options, and the wrong number of positional arguments
+ * are usage errors: printed to stderr, return 2. --help prints usage to stdout and
+ * returns CLI_HELP_SHOWN. Positional arguments are left in *pos (npos of them, point-
+ * ing into argv; free(*pos)). */
+int cli_parse(const cli_spec *spec, int argc, char **argv, char ***pos, int *npos);
+
+/* Print "kiln: error: <kiln_errmsg()>" and map the code to the exit status:
+ * 1 for a failed check (KILN_ERR_VERIFY), 2 for everything else. */
+int cli_fail(kiln_err rc);
+/* Print "kiln: error: ..." for a usage problem found after parsing; returns 2. */
+int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
+int cmd_version(int argc, char **argv);
+
+#endif

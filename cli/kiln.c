@@ -1,0 +1,60 @@
+/* kiln.c - the command table and dispatch; no logic of its own. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core.h"
+
+typedef struct {
+    const char *name; /* one or two words: "train", "data synth" */
+    int (*fn)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"version", cmd_version, "print the version"},
+};
+
+static void usage(FILE *f) {
+    fprintf(f, "usage: kiln <command> [options]   (kiln <command> --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(commands); i++)
+        fprintf(f, "  %-18s %s\n", commands[i].name, commands[i].summary);
+}
+
+int cmd_version(int argc, char **argv) {
+    static const cli_spec spec = {"kiln version", "Print the version of kiln and libkiln.", NULL, 0, 0};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    free(pos);
+    printf("kiln %s\n", kiln_version());
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *lvl = getenv("KILN_LOG");
+    if (lvl) {
+        if (!strcmp(lvl, "debug")) kiln_log_set_level(KILN_LOG_DEBUG);
+        else if (!strcmp(lvl, "warn")) kiln_log_set_level(KILN_LOG_WARN);
+        else if (!strcmp(lvl, "error")) kiln_log_set_level(KILN_LOG_ERROR);
+    }
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "--version")) return cmd_version(1, argv);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(commands); i++) {
+        const char *name = commands[i].name, *sp = strchr(name, ' ');
+        if (sp) {
+            size_t l = (size_t)(sp - name);
+            if (argc >= 3 && strlen(argv[1]) == l && !strncmp(argv[1], name, l) && !strcmp(argv[2], sp + 1))
+                return commands[i].fn(argc - 2, argv + 2);
+        } else if (!strcmp(argv[1], name)) {
+            return commands[i].fn(argc - 1, argv + 1);
+        }
+    }
+    fprintf(stderr, "kiln: error: unknown command '%s%s%s'\n", argv[1], argc >= 3 ? " " : "", argc >= 3 ? argv[2] : "");
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,232 @@
+/*
+ * core.h - shared plumbing for every module: errors, logging, JSON, hashing,
+ * files written atomically, safetensors, the counter-based generator.
+ * Nothing here prints to stdout or exits.
+ */
+#ifndef KILN_CORE_H
+#define KILN_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "kiln.h"
+#include "philox.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#define KILN_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* ---- errors ---------------------------------------------------------------- */
+
+/* Set this thread's message and return code. */
+kiln_err kiln_fail(kiln_err code, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* As kiln_fail, with ": <strerror(errno)>" appended (errno read on entry). */
+kiln_err kiln_fail_errno(kiln_err code, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* Prepend context to the current message ("'run/ckpt': " + msg); returns code. */
+kiln_err kiln_errprefix(kiln_err code, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* Clear this thread's message. */
+void kiln_errclear(void);
+
+#define KILN_TRY(expr)                                                                             \
+    do {                                                                                           \
+        kiln_err kiln_try_rc_ = (expr);                                                            \
+        if (kiln_try_rc_ != KILN_OK) return kiln_try_rc_;                                          \
+    } while (0)
+
+#define KILN_FAIL_IF(cond, code, ...)                                                              \
+    do {                                                                                           \
+        if (cond) return kiln_fail((code), __VA_ARGS__);                                           \
+    } while (0)
+
+/* For functions that clean up: set rc and jump to label on failure. */
+#define KILN_CHECK(rc, label, expr)                                                                \
+    do {                                                                                           \
+        (rc) = (expr);                                                                             \
+        if ((rc) != KILN_OK) goto label;                                                           \
+    } while (0)
+
+#define KILN_CHECK_IF(rc, label, cond, code, ...)                                                  \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            (rc) = kiln_fail((code), __VA_ARGS__);                                                 \
+            goto label;                                                                            \
+        }                                                                                          \
+    } while (0)
+
+/* ---- logging (stderr) ------------------------------------------------------ */
+
+typedef enum { KILN_LOG_DEBUG = 0, KILN_LOG_INFO = 1, KILN_LOG_WARN = 2, KILN_LOG_ERROR = 3 } kiln_log_level;
+
+/* Messages below the level are dropped; the default is INFO, or $KILN_LOG
+ * (debug|info|warn|error) read once by the CLI. */
+void kiln_log_set_level(kiln_log_level level);
+void kiln_log(kiln_log_level level, const char *fmt, ...) KILN_PRINTF(2, 3);
+#define kiln_debug(...) kiln_log(KILN_LOG_DEBUG, __VA_ARGS__)
+#define kiln_info(...) kiln_log(KILN_LOG_INFO, __VA_ARGS__)
+#define kiln_warn(...) kiln_log(KILN_LOG_WARN, __VA_ARGS__)
+
+/* ---- memory ------------------------------------------------------------------ */
+
+/* calloc/malloc that set KILN_ERR_NOMEM with a message on failure; free() the result.
+ * kiln_alloc_fail_after(n) makes the nth following allocation fail (tests; 0 = never). */
+void *kiln_calloc(size_t n, size_t size);
+void *kiln_malloc(size_t size);
+char *kiln_strdup(const char *s);
+void kiln_alloc_fail_after(long n);
+/* Overflow-checked a*b; false on overflow. */
+static inline bool kiln_mul_ok(size_t a, size_t b, size_t *out) {
+    return !__builtin_mul_overflow(a, b, out);
+}
+/* Formatted string into a new buffer; caller frees. NULL (and NOMEM set) on failure. */
+char *kiln_asprintf(const char *fmt, ...) KILN_PRINTF(1, 2);
+
+/* ---- hashing (libsodium) --------------------------------------------------- */
+
+#define KILN_SHA256_BYTES 32
+#define KILN_SHA256_HEX 65 /* 64 hex digits and NUL */
+
+void kiln_sha256(const void *data, size_t len, uint8_t out[KILN_SHA256_BYTES]);
+kiln_err kiln_sha256_file(const char *path, uint8_t out[KILN_SHA256_BYTES]);
+void kiln_blake2b(const void *data, size_t len, uint8_t *out, size_t outlen);
+/* Lowercase hex of len bytes into out (2*len+1 bytes). */
+void kiln_hex(const uint8_t *bytes, size_t len, char *out);
+/* Parse exactly 2*len hex digits; false on anything else. */
+bool kiln_unhex(const char *hex, uint8_t *bytes, size_t len);
+
+/* ---- files ------------------------------------------------------------------- */
+
+/* Read a whole file (at most limit bytes, else KILN_ERR_LIMIT). *buf is NUL-terminated
+ * past len; caller frees. */
+kiln_err kiln_read_file(const char *path, size_t limit, char **buf, size_t *len);
+
+/* An atomic write: data goes to a temp file in the target's directory, which is
+ * fsync'd and renamed over the target, then the directory is fsync'd. Until commit
+ * the target is untouched; abort (or a crash) leaves it as it was. */
+typedef struct kiln_atomic {
+    int fd;
+    char *tmp;
+    char *path;
+} kiln_atomic;
+kiln_err kiln_atomic_begin(kiln_atomic *a, const char *path);
+kiln_err kiln_atomic_write(kiln_atomic *a, const void *data, size_t len);
+kiln_err kiln_atomic_commit(kiln_atomic *a);
+void kiln_atomic_abort(kiln_atomic *a); /* safe after commit or on a zeroed struct */
+kiln_err kiln_write_file_atomic(const char *path, const void *data, size_t len);
+
+kiln_err kiln_fsync_dir(const char *dir);
+/* mkdir -p with mode 0755; existing directories are fine. */
+kiln_err kiln_mkdir_p(const char *path);
+bool kiln_path_exists(const char *path);
+/* Directory part of a path ("." if none); caller frees. */
+char *kiln_dirname(const char *path);
+/* Join with one '/'; caller frees. */
+char *kiln_path_join(const char *a, const char *b);
+
+/* ---- JSON (jansson) ---------------------------------------------------------- */
+
+/* Parse strictly: duplicate keys refused, one value, nothing after it. label names the
+ * source in messages. *out is a new reference. */
+kiln_err kiln_json_parse(const char *buf, size_t len, const char *label, json_t **out);
+kiln_err kiln_json_load_file(const char *path, json_t **out);
+/* Canonical text: sorted keys, no insignificant white space; caller frees. */
+char *kiln_json_canonical(const json_t *j);
+/* Pretty (2-space indent, sorted keys, trailing newline), written atomically. */
+kiln_err kiln_json_write_file(const char *path, const json_t *j);
+
+/* ---- time --------------------------------------------------------------------- */
+
+uint64_t kiln_now_ns(void);   /* monotonic */
+int64_t kiln_unix_time(void); /* wall clock, seconds */
+/* RFC 3339 UTC ("2026-11-29T21:03:00Z") into out[21]. */
+void kiln_format_time(int64_t unix_secs, char out[21]);
+
+/* ---- safetensors ------------------------------------------------------------- */
+
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F16,
+    KILN_BF16,
+    KILN_F64,
+    KILN_I8,
+    KILN_I16,
+    KILN_I32,
+    KILN_I64,
+    KILN_U8,
+    KILN_U16,
+    KILN_U32,
+    KILN_U64,
+    KILN_BOOL,
+    KILN_DTYPE_COUNT
+} kiln_dtype;
+
+const char *kiln_dtype_name(kiln_dtype dt); /* "F32" */
+size_t kiln_dtype_size(kiln_dtype dt);
+bool kiln_dtype_parse(const char *name, kiln_dtype *out);
+
+#define KILN_ST_MAX_DIMS 8
+#define KILN_ST_MAX_HEADER (100u * 1000u * 1000u)
+
+typedef struct kiln_tensor {
+    const char *name;
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_ST_MAX_DIMS];
+    size_t numel;
+    const void *data; /* into the mapping; may be unaligned for dtypes > 1 byte */
+    size_t nbytes;
+} kiln_tensor;
+
+typedef struct kiln_st kiln_st;
+
+/* Map and validate a whole file: header length, strict JSON, every tensor's dtype,
+ * shape and offsets (contiguous from 0, no gaps or overlaps, covering the data
+ * section), duplicate names refused. Nothing is trusted before all of it passes.
+ * Free with kiln_st_close. */
+kiln_err kiln_st_open(const char *path, kiln_st **out);
+/* The same over bytes in memory (copied); label names them in messages. */
+kiln_err kiln_st_parse(const void *buf, size_t len, const char *label, kiln_st **out);
+void kiln_st_close(kiln_st *st);
+
+size_t kiln_st_count(const kiln_st *st);
+const kiln_tensor *kiln_st_at(const kiln_st *st, size_t i); /* sorted by name */
+const kiln_tensor *kiln_st_find(const kiln_st *st, const char *name);
+/* A __metadata__ value, or NULL. */
+const char *kiln_st_meta(const kiln_st *st, const char *key);
+size_t kiln_st_meta_count(const kiln_st *st);
+void kiln_st_meta_at(const kiln_st *st, size_t i, const char **key, const char **value);
+const char *kiln_st_path(const kiln_st *st);
+/* Find a tensor and check its dtype and shape (ndim dims, -1 matches any); the
+ * message names the file and the tensor. */
+kiln_err kiln_st_expect(const kiln_st *st, const char *name, kiln_dtype dt, int ndim,
+                        const int64_t *shape, const kiln_tensor **out);
+/* Copy a tensor of F32, F64, BF16 or F16 into f32 (dst holds numel floats). */
+kiln_err kiln_tensor_to_f32(const kiln_tensor *t, float *dst);
+
+/* Writer: collects tensors (data not copied: it must live until write) and metadata,
+ * then writes the file atomically with tensors ordered by name and the header padded
+ * with spaces to a multiple of 8. */
+typedef struct kiln_st_writer kiln_st_writer;
+kiln_err kiln_st_writer_new(kiln_st_writer **out);
+void kiln_st_writer_free(kiln_st_writer *w);
+kiln_err kiln_st_writer_add(kiln_st_writer *w, const char *name, kiln_dtype dt, int ndim,
+                            const int64_t *shape, const void *data);
+kiln_err kiln_st_writer_meta(kiln_st_writer *w, const char *key, const char *value);
+kiln_err kiln_st_writer_write(kiln_st_writer *w, const char *path);
+
+/* bf16 <-> f32, round to nearest even; NaN stays NaN. */
+uint16_t kiln_f32_to_bf16(float f);
+float kiln_bf16_to_f32(uint16_t b);
+float kiln_f16_to_f32(uint16_t h);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_CORE_H */

@@ -1,0 +1,155 @@
+/* err.c - error codes and messages, logging, checked allocation. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core.h"
+
+#ifndef KILN_GIT_REV
+#define KILN_GIT_REV "unknown"
+#endif
+
+static _Thread_local char errbuf[1024];
+
+static const char *const err_names[] = {
+    [KILN_OK] = "ok",
+    [KILN_ERR_IO] = "i/o error",
+    [KILN_ERR_NOMEM] = "out of memory",
+    [KILN_ERR_FORMAT] = "bad format",
+    [KILN_ERR_CONFIG] = "bad config",
+    [KILN_ERR_USAGE] = "bad usage",
+    [KILN_ERR_VERIFY] = "verification failed",
+    [KILN_ERR_NUMERIC] = "numeric failure",
+    [KILN_ERR_NOTFOUND] = "not found",
+    [KILN_ERR_UNSUPPORTED] = "unsupported",
+    [KILN_ERR_CONFLICT] = "conflict",
+    [KILN_ERR_AUTH] = "not authorised",
+    [KILN_ERR_NETWORK] = "network error",
+    [KILN_ERR_DEVICE] = "device error",
+    [KILN_ERR_INTERNAL] = "internal error",
+    [KILN_ERR_LIMIT] = "limit exceeded",
+    [KILN_ERR_INTERRUPTED] = "interrupted",
+};
+
+KILN_API const char *kiln_strerror(kiln_err code) {
+    if ((unsigned)code < KILN_ARRAY_LEN(err_names) && err_names[code]) return err_names[code];
+    return "unknown error";
+}
+
+KILN_API const char *kiln_errmsg(void) { return errbuf; }
+
+KILN_API const char *kiln_version(void) { return KILN_VERSION " (" KILN_GIT_REV ")"; }
+
+void kiln_errclear(void) { errbuf[0] = 0; }
+
+kiln_err kiln_fail(kiln_err code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+kiln_err kiln_fail_errno(kiln_err code, const char *fmt, ...) {
+    int e = errno;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof errbuf)
+        snprintf(errbuf + n, sizeof errbuf - (size_t)n, ": %s", strerror(e));
+    return code;
+}
+
+kiln_err kiln_errprefix(kiln_err code, const char *fmt, ...) {
+    char old[sizeof errbuf];
+    memcpy(old, errbuf, sizeof old);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+    va_end(ap);
+    if (n >= 0 && (size_t)n < sizeof errbuf) snprintf(errbuf + n, sizeof errbuf - (size_t)n, "%s", old);
+    return code;
+}
+
+/* ---- logging ---- */
+
+static kiln_log_level log_level = KILN_LOG_INFO;
+
+void kiln_log_set_level(kiln_log_level level) { log_level = level; }
+
+void kiln_log(kiln_log_level level, const char *fmt, ...) {
+    static const char *const tag[] = {"debug", "info", "warning", "error"};
+    if (level < log_level) return;
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "kiln: %s: %s\n", tag[level], line);
+}
+
+/* ---- memory ---- */
+
+static long alloc_countdown;
+
+void kiln_alloc_fail_after(long n) { alloc_countdown = n; }
+
+static bool alloc_should_fail(void) {
+    if (alloc_countdown <= 0) return false;
+    return --alloc_countdown == 0;
+}
+
+void *kiln_calloc(size_t n, size_t size) {
+    void *p = alloc_should_fail() ? NULL : calloc(n ? n : 1, size ? size : 1);
+    if (!p) kiln_fail(KILN_ERR_NOMEM, "out of memory allocating %zu x %zu bytes", n, size);
+    return p;
+}
+
+void *kiln_malloc(size_t size) {
+    void *p = alloc_should_fail() ? NULL : malloc(size ? size : 1);
+    if (!p) kiln_fail(KILN_ERR_NOMEM, "out of memory allocating %zu bytes", size);
+    return p;
+}
+
+char *kiln_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = kiln_malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+char *kiln_asprintf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        kiln_fail(KILN_ERR_INTERNAL, "bad format string");
+        return NULL;
+    }
+    char *p = kiln_malloc((size_t)n + 1);
+    if (!p) return NULL;
+    va_start(ap, fmt);
+    vsnprintf(p, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return p;
+}
+
+/* ---- time ---- */
+
+uint64_t kiln_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int64_t kiln_unix_time(void) { return (int64_t)time(NULL); }
+
+void kiln_format_time(int64_t unix_secs, char out[21]) {
+    time_t t = (time_t)unix_secs;
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(out, 21, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}

@@ -1,0 +1,64 @@
+/* hash.c - SHA-256 and BLAKE2b through libsodium, hex helpers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sodium.h>
+#include <unistd.h>
+
+#include "core.h"
+
+void kiln_sha256(const void *data, size_t len, uint8_t out[KILN_SHA256_BYTES]) {
+    crypto_hash_sha256(out, data, len);
+}
+
+kiln_err kiln_sha256_file(const char *path, uint8_t out[KILN_SHA256_BYTES]) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    static _Thread_local unsigned char buf[1 << 16];
+    for (;;) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            kiln_err rc = kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", path);
+            close(fd);
+            return rc;
+        }
+        if (n == 0) break;
+        crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+    }
+    close(fd);
+    crypto_hash_sha256_final(&st, out);
+    return KILN_OK;
+}
+
+void kiln_blake2b(const void *data, size_t len, uint8_t *out, size_t outlen) {
+    crypto_generichash(out, outlen, data, len, NULL, 0);
+}
+
+void kiln_hex(const uint8_t *bytes, size_t len, char *out) {
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < len; i++) {
+        out[2 * i] = digits[bytes[i] >> 4];
+        out[2 * i + 1] = digits[bytes[i] & 15];
+    }
+    out[2 * len] = 0;
+}
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+bool kiln_unhex(const char *hex, uint8_t *bytes, size_t len) {
+    for (size_t i = 0; i < len; i++) {
+        int hi = hexval(hex[2 * i]);
+        if (hi < 0) return false;
+        int lo = hexval(hex[2 * i + 1]);
+        if (lo < 0) return false;
+        bytes[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return hex[2 * len] == 0;
+}

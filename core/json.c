@@ -1,0 +1,48 @@
+/* json.c - strict parsing and canonical output through jansson. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core.h"
+
+#define KILN_JSON_FILE_LIMIT (64u << 20)
+
+kiln_err kiln_json_parse(const char *buf, size_t len, const char *label, json_t **out) {
+    json_error_t je;
+    *out = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+    if (!*out)
+        return kiln_fail(KILN_ERR_FORMAT, "'%s': invalid JSON at line %d column %d: %s", label,
+                         je.line, je.column, je.text);
+    return KILN_OK;
+}
+
+kiln_err kiln_json_load_file(const char *path, json_t **out) {
+    char *buf;
+    size_t len;
+    *out = NULL;
+    KILN_TRY(kiln_read_file(path, KILN_JSON_FILE_LIMIT, &buf, &len));
+    kiln_err rc = kiln_json_parse(buf, len, path, out);
+    free(buf);
+    return rc;
+}
+
+char *kiln_json_canonical(const json_t *j) {
+    char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    if (!s) kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON");
+    return s;
+}
+
+kiln_err kiln_json_write_file(const char *path, const json_t *j) {
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", path);
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", path);
+    }
+    t[n] = '\n';
+    t[n + 1] = 0;
+    kiln_err rc = kiln_write_file_atomic(path, t, n + 1);
+    free(t);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/*
+ * kiln.h - the public face of libkiln, what a trading service links against.
+ *
+ * Every function returns a kiln_err; on failure the detail (which file, which
+ * tensor, which byte) is in kiln_errmsg(), a per-thread buffer valid until the
+ * next failing call on the same thread. This header never pulls in CUDA, MPI or
+ * CLI headers.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#define KILN_MUST_CHECK __attribute__((warn_unused_result))
+#else
+#define KILN_API
+#define KILN_MUST_CHECK
+#endif
+
+#define KILN_VERSION "0.1.0"
+
+/* Error codes: appended, never renumbered. */
+typedef enum kiln_err {
+    KILN_OK = 0,
+    KILN_ERR_IO = 1,          /* a file or socket operation failed */
+    KILN_ERR_NOMEM = 2,       /* allocation failed */
+    KILN_ERR_FORMAT = 3,      /* bytes that do not follow their documented format */
+    KILN_ERR_CONFIG = 4,      /* a config key, value or combination is invalid */
+    KILN_ERR_USAGE = 5,       /* a caller passed arguments that make no sense */
+    KILN_ERR_VERIFY = 6,      /* a check ran and failed: digest, signature, validation */
+    KILN_ERR_NUMERIC = 7,     /* NaN, infinity or divergence */
+    KILN_ERR_NOTFOUND = 8,    /* a named thing does not exist */
+    KILN_ERR_UNSUPPORTED = 9, /* valid, but not supported by this build */
+    KILN_ERR_CONFLICT = 10,   /* the thing exists already with other content */
+    KILN_ERR_AUTH = 11,       /* missing or insufficient credentials */
+    KILN_ERR_NETWORK = 12,    /* a connection or protocol failure */
+    KILN_ERR_DEVICE = 13,     /* CUDA, cuBLAS or NCCL failed */
+    KILN_ERR_INTERNAL = 14,   /* a bug in kiln */
+    KILN_ERR_LIMIT = 15,      /* a size, count or length limit was exceeded */
+    KILN_ERR_INTERRUPTED = 16 /* stopped by a signal or a caller's request */
+} kiln_err;
+
+/* A short static description of a code ("i/o error"). */
+KILN_API const char *kiln_strerror(kiln_err code);
+
+/* The message of the last failure on this thread; "" if none. */
+KILN_API const char *kiln_errmsg(void);
+
+/* The library's version string, KILN_VERSION at build time plus the git revision. */
+KILN_API const char *kiln_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_H */

@@ -1,0 +1,104 @@
+/* run.c - the test runner: tests/run [name...] runs all tests, or those named
+ * (a name matches by prefix). Prints "N passed, N failed" last; exits 1 on failure. */
+#include <dirent.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "test.h"
+
+#define T(n) void test_##n(void);
+#include "tests.inc"
+#undef T
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} tests[] = {
+#define T(n) {#n, test_##n},
+#include "tests.inc"
+#undef T
+};
+
+static int failures;
+static char root[2048], dir[4096];
+
+bool kiln_check(bool ok, const char *descr, const char *file, int line) {
+    if (!ok) {
+        failures++;
+        fprintf(stderr, "    FAIL %s:%d: %s", file, line, descr);
+        if (*kiln_errmsg()) fprintf(stderr, " [last error: %s]", kiln_errmsg());
+        fputc('\n', stderr);
+    }
+    return ok;
+}
+
+const char *kiln_test_dir(void) { return dir; }
+
+char *kiln_test_path(const char *name) { return kiln_path_join(dir, name); }
+
+char *kiln_test_vector(const char *name) {
+    const char *v = getenv("KILN_VECTORS");
+    return kiln_path_join(v && *v ? v : "../shared/vectors", name);
+}
+
+bool kiln_test_sanitized(void) {
+#if defined(__SANITIZE_ADDRESS__)
+    return true;
+#else
+    return false;
+#endif
+}
+
+char *kiln_test_write(const char *name, const void *data, size_t len) {
+    char *p = kiln_test_path(name);
+    FILE *f = fopen(p, "wb");
+    if (!f || fwrite(data, 1, len, f) != len) {
+        fprintf(stderr, "    cannot write test file %s\n", p);
+        failures++;
+    }
+    if (f) fclose(f);
+    return p;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int main(int argc, char **argv) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(root, sizeof root, "%s/kiln-tests-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(root)) {
+        perror("mkdtemp");
+        return 2;
+    }
+    int passed = 0, failed = 0;
+    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
+        bool want = argc < 2;
+        for (int a = 1; a < argc; a++)
+            if (strncmp(tests[i].name, argv[a], strlen(argv[a])) == 0) want = true;
+        if (!want) continue;
+        snprintf(dir, sizeof dir, "%s/%s", root, tests[i].name);
+        mkdir(dir, 0700);
+        failures = 0;
+        kiln_errclear();
+        uint64_t t0 = kiln_now_ns();
+        tests[i].fn();
+        double secs = (double)(kiln_now_ns() - t0) / 1e9;
+        if (failures) {
+            failed++;
+            fprintf(stderr, "FAIL %s (%.2fs; files kept in %s)\n", tests[i].name, secs, dir);
+        } else {
+            passed++;
+            fprintf(stderr, "ok   %s (%.2fs)\n", tests[i].name, secs);
+            nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+        }
+    }
+    if (!failed) nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,97 @@
+/* test_core.c - errors, hashing, the generator, JSON, atomic files. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "test.h"
+
+KILN_TEST(core_philox_known_answers) {
+    /* Random123's kat_vectors for philox4x32-10. */
+    static const struct {
+        uint32_t ctr[4], key[2], out[4];
+    } kat[] = {
+        {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
+        {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
+         {0xffffffff, 0xffffffff},
+         {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
+        {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
+         {0xa4093822, 0x299f31d0},
+         {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(kat); i++) {
+        uint32_t out[4];
+        kiln_philox4x32_10(kat[i].ctr, kat[i].key, out);
+        CHECK("philox4x32-10 matches Random123", memcmp(out, kat[i].out, sizeof out) == 0);
+    }
+    uint32_t a[4], b[4];
+    kiln_philox(42, 7, 1000, a);
+    kiln_philox(42, 7, 1000, b);
+    CHECK("pure function of (seed, stream, counter)", memcmp(a, b, sizeof a) == 0);
+    kiln_philox(42, 8, 1000, b);
+    CHECK("another stream gives other words", memcmp(a, b, sizeof a) != 0);
+    CHECK("unit interval is open", kiln_u32_to_unit(0) > 0 && kiln_u32_to_unit(0xffffffffu) < 1);
+}
+
+KILN_TEST(core_hashes) {
+    uint8_t d[32];
+    char hex[65];
+    kiln_sha256("abc", 3, d);
+    kiln_hex(d, 32, hex);
+    CHECK("sha256(abc)", strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+    uint8_t back[32];
+    CHECK("unhex round trip", kiln_unhex(hex, back, 32) && memcmp(back, d, 32) == 0);
+    CHECK("unhex refuses short", !kiln_unhex("abcd", back, 3));
+    CHECK("unhex refuses non-hex", !kiln_unhex("zz", back, 1));
+    char *p = kiln_test_write("abc", "abc", 3);
+    uint8_t f[32];
+    CHECK("sha256 of a file", kiln_sha256_file(p, f) == KILN_OK && memcmp(f, d, 32) == 0);
+    free(p);
+    uint8_t b2[64];
+    kiln_blake2b("abc", 3, b2, 64);
+    kiln_hex(b2, 4, hex);
+    CHECK("blake2b-512(abc) prefix", strcmp(hex, "ba80a53f") == 0);
+}
+
+KILN_TEST(core_json_strict) {
+    json_t *j = NULL;
+    CHECK("duplicate keys refused", kiln_json_parse("{\"a\":1,\"a\":2}", 13, "x.json", &j) == KILN_ERR_FORMAT);
+    CHECK("message names the source", strstr(kiln_errmsg(), "x.json") != NULL);
+    CHECK("trailing garbage refused", kiln_json_parse("{} x", 4, "y", &j) == KILN_ERR_FORMAT);
+    CHECK("valid parses", kiln_json_parse("{\"b\":1,\"a\":[true]}", 18, "z", &j) == KILN_OK);
+    char *c = kiln_json_canonical(j);
+    CHECK("canonical is sorted and compact", c && strcmp(c, "{\"a\":[true],\"b\":1}") == 0);
+    free(c);
+    json_decref(j);
+}
+
+KILN_TEST(core_atomic_write) {
+    char *p = kiln_test_path("f.txt");
+    CHECK("write", kiln_write_file_atomic(p, "one", 3) == KILN_OK);
+    kiln_atomic a;
+    CHECK("begin", kiln_atomic_begin(&a, p) == KILN_OK);
+    CHECK("write", kiln_atomic_write(&a, "two!", 4) == KILN_OK);
+    kiln_atomic_abort(&a);
+    char *buf;
+    size_t len;
+    CHECK("aborted write leaves the old file", kiln_read_file(p, 100, &buf, &len) == KILN_OK && len == 3 &&
+                                                   memcmp(buf, "one", 3) == 0);
+    free(buf);
+    CHECK("read limit enforced", kiln_read_file(p, 2, &buf, &len) == KILN_ERR_LIMIT);
+    char *d = kiln_test_path("x/y/z");
+    CHECK("mkdir -p", kiln_mkdir_p(d) == KILN_OK && kiln_mkdir_p(d) == KILN_OK);
+    char *bad = kiln_test_path("nodir/file");
+    CHECK("missing directory is an error", kiln_write_file_atomic(bad, "x", 1) == KILN_ERR_IO);
+    free(bad);
+    free(d);
+    free(p);
+}
+
+KILN_TEST(core_alloc_failure) {
+    kiln_alloc_fail_after(1);
+    void *p = kiln_malloc(10);
+    CHECK("injected failure", p == NULL);
+    CHECK("reported as out of memory", strstr(kiln_errmsg(), "out of memory") != NULL);
+    p = kiln_malloc(10);
+    CHECK("next allocation works", p != NULL);
+    free(p);
+}
