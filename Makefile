@@ -72,11 +72,13 @@ $(DEPS_STAMP):
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
+	@echo "  CC      $<"
+	@$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -MMD -MP -c $< -o $@
 
 $(BUILD)/obj/%.cu.o: %.cu | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_FLAGS) $(INCLUDES) -MMD -MP -c $< -o $@
+	@echo "  NVCC    $<"
+	@$(NVCC) $(NVCC_FLAGS) $(INCLUDES) -MMD -MP -c $< -o $@
 
 $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@rm -f $@

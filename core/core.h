@@ -226,6 +226,44 @@ uint16_t kiln_f32_to_bf16(float f);
 float kiln_bf16_to_f32(uint16_t b);
 float kiln_f16_to_f32(uint16_t h);
 
+/* ---- the model format (kiln-tsmoe/1): config and parameter table ---- */
+
+/* Parse the JSON config object (the value of __metadata__["kiln.config"]): every key of
+ * MODEL.md's table, "format" must be "kiln-tsmoe/1", norm_eps optional (1e-5), unknown
+ * keys refused. label names the source in messages. */
+kiln_err kiln_model_config_parse(const json_t *j, const char *label, kiln_model_config *cfg);
+/* Check the constraints of MODEL.md (positive sizes, D % H, 1 <= K <= E or K == 0 == E,
+ * 1 <= W <= S, and sizes small enough that every count fits in 32 bits). */
+kiln_err kiln_model_config_check(const kiln_model_config *cfg, const char *label);
+/* The config as a new JSON object with every key (sorted on output). */
+json_t *kiln_model_config_json(const kiln_model_config *cfg);
+/* Canonical text of the above, for kiln.config; caller frees. */
+char *kiln_model_config_text(const kiln_model_config *cfg);
+/* Read and check kiln.config from an open safetensors file. */
+kiln_err kiln_model_config_from_st(const kiln_st *st, kiln_model_config *cfg);
+
+enum {
+    KILN_PARAM_TRAINED = 1, /* gets gradients and optimizer updates (not norm.in_*) */
+    KILN_PARAM_DECAY = 2    /* weight decay applies: matrices (router, weights), not biases/gains */
+};
+
+typedef struct kiln_param {
+    char name[64];            /* MODEL.md name, e.g. "blocks.0.attn.qkv.weight" */
+    int ndim;
+    int64_t shape[3];
+    size_t numel;
+    size_t offset;            /* in floats, into one contiguous parameter block */
+    int flags;                /* KILN_PARAM_* */
+} kiln_param;
+
+/* Every parameter of the config in a fixed order: norm.in_mean, norm.in_std, embed.*,
+ * then per block attn_norm, attn.qkv, attn.out, ffn_norm, ffn.* or moe.*, then
+ * final_norm, head. *params is a new array (caller frees); *total is the block size
+ * in floats. */
+kiln_err kiln_param_table(const kiln_model_config *cfg, kiln_param **params, size_t *count, size_t *total);
+/* Index of a name in the table, or -1. */
+long kiln_param_find(const kiln_param *params, size_t count, const char *name);
+
 #ifdef __cplusplus
 }
 #endif

@@ -56,6 +56,24 @@ KILN_API const char *kiln_errmsg(void);
 /* The library's version string, KILN_VERSION at build time plus the git revision. */
 KILN_API const char *kiln_version(void);
 
+/* ---- the model (kiln-tsmoe/1, MODEL.md) ---- */
+
+#define KILN_MODEL_FORMAT "kiln-tsmoe/1"
+
+typedef struct kiln_model_config {
+    int n_features;  /* F */
+    int n_outputs;   /* O */
+    int d_model;     /* D */
+    int n_layers;    /* L */
+    int n_heads;     /* H, D % H == 0 */
+    int d_ff;        /* Fh */
+    int n_experts;   /* E, 0 = dense */
+    int top_k;       /* K, 0 when dense */
+    int seq_len;     /* S */
+    int attn_window; /* W, 1 <= W <= S */
+    float norm_eps;  /* 1e-5 unless set */
+} kiln_model_config;
+
 #ifdef __cplusplus
 }
 #endif

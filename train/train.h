@@ -1,0 +1,99 @@
+/*
+ * train.h - the trainer's face: datasets, the kiln-tsmoe/1 model (parameters, forward,
+ * backward, diagnostics) and the training loop with its checkpoints and metrics.
+ * Used by validate/ and cli/. Everything returns kiln_err; nothing prints or exits.
+ */
+#ifndef KILN_TRAIN_H
+#define KILN_TRAIN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+
+/* ==== datasets (train/dataset.c, train/synth.c) ==================================== */
+
+/* A dataset file (DESIGN.md): safetensors with `features` [N,F] f32 and `targets` [N,O]
+ * f32, rows in time order; __metadata__ may hold `kiln.columns`, a JSON object
+ * {"features": [names], "targets": [names]}. */
+typedef struct kiln_dataset {
+    size_t rows;
+    int n_features, n_outputs;
+    float *features; /* [rows, F], aligned copy */
+    float *targets;  /* [rows, O], aligned copy */
+    char sha256[KILN_SHA256_HEX]; /* digest of the file's bytes */
+    char *path;
+    json_t *columns; /* NULL or {"features": [...], "targets": [...]} */
+} kiln_dataset;
+
+/* Open and validate: both tensors present, F32, 2-D, same row count, at least one row,
+ * every value finite (a NaN or infinity is an error naming the tensor, row and column).
+ * Free with kiln_dataset_free. */
+kiln_err kiln_dataset_open(const char *path, kiln_dataset **out);
+void kiln_dataset_free(kiln_dataset *ds);
+/* Write a dataset atomically; columns may be NULL. */
+kiln_err kiln_dataset_write(const char *path, size_t rows, int n_features, int n_outputs,
+                            const float *features, const float *targets, const json_t *columns);
+
+/* Train and validation splits, contiguous in time: training rows [0, train_end), a purge
+ * gap of at least seq_len rows, then validation rows [val_begin, rows). With
+ * val_fraction 0 there is no validation split (val_begin == val_end == rows). */
+typedef struct kiln_split {
+    size_t train_end;
+    size_t val_begin, val_end;
+} kiln_split;
+kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len, kiln_split *out);
+
+/* ==== the model (train/model.c, kernels/) ========================================== */
+
+typedef struct kiln_loss_opts {
+    float aux_loss_coef;   /* MODEL.md, default 0.01 */
+    float z_loss_coef;     /* MODEL.md, default 0.001 */
+    float capacity_factor; /* 0 = dropless; else each expert takes at most
+                              ceil(capacity_factor * N * K / E) (token, slot) choices in token
+                              order, and the rest skip the expert (training only) */
+} kiln_loss_opts;
+
+typedef struct kiln_loss {
+    double loss, mse, load_balance, z; /* load_balance = sum_l lb_l, z = sum_l z_l */
+} kiln_loss;
+
+/* Diagnostics of the last forward: views into the model, valid until the next forward. */
+typedef struct kiln_model_stats {
+    int n_layers, n_experts;
+    const float *attn_entropy;   /* [L] mean attention entropy (nats) over tokens and heads */
+    const float *router_entropy; /* [L] mean entropy of p_t over tokens; 0 when dense */
+    const float *expert_load;    /* [L,E] f_i: share of the N*K choices that picked expert i */
+    const float *overflow;       /* [L] share of (token, slot) choices dropped by capacity */
+    const float *act_rms;        /* [L] RMS of the residual stream h after each block */
+    float max_abs_output;        /* max |y| */
+} kiln_model_stats;
+
+/* A model: one block of parameters, one of gradients (same layout, kiln_param_table
+ * order) and one of activations sized for up to max_batch sequences of seq_len. */
+typedef struct kiln_model kiln_model;
+
+kiln_err kiln_model_create(const kiln_model_config *cfg, int max_batch, kiln_model **out);
+void kiln_model_free(kiln_model *m);
+const kiln_model_config *kiln_model_config_of(const kiln_model *m);
+const kiln_param *kiln_model_param_table(const kiln_model *m, size_t *count);
+size_t kiln_model_numel(const kiln_model *m); /* floats in the parameter block */
+float *kiln_model_params(kiln_model *m);      /* [numel] */
+float *kiln_model_grads(kiln_model *m);       /* [numel], zero for untrained params */
+/* MODEL.md initialisation from the seed (Philox, KILN_STREAM_INIT, counter = the element's
+ * index in the block): Normal(0, 0.02), out and proj weights Normal(0, 0.02/sqrt(2L)),
+ * biases 0, gains 1, norm.in_mean 0 and norm.in_std 1 (the trainer sets them from data). */
+void kiln_model_init(kiln_model *m, uint64_t seed);
+/* Forward over x [B,S,F] raw inputs (B <= max_batch). With targets [B,S,O] the loss is
+ * computed into *loss and the activations kept for backward; targets may be NULL (then
+ * loss may be NULL too). */
+kiln_err kiln_model_forward(kiln_model *m, const float *x, const float *targets, int B,
+                            const kiln_loss_opts *opts, kiln_loss *loss);
+const float *kiln_model_outputs(const kiln_model *m); /* [B,S,O] of the last forward */
+const kiln_model_stats *kiln_model_stats_of(const kiln_model *m);
+void kiln_model_zero_grads(kiln_model *m);
+/* After a forward with targets: grads += scale * d loss / d params. */
+kiln_err kiln_model_backward(kiln_model *m, float scale);
+
+#endif
