@@ -45,7 +45,7 @@ typedef struct kiln_split {
 } kiln_split;
 kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len, kiln_split *out);
 
-/* ==== the model (train/model.c, kernels/) ========================================== */
+/* ==== the network (train/model.c, kernels/) ========================================== */
 
 typedef struct kiln_loss_opts {
     float aux_loss_coef;   /* MODEL.md, default 0.01 */
@@ -60,7 +60,7 @@ typedef struct kiln_loss {
 } kiln_loss;
 
 /* Diagnostics of the last forward: views into the model, valid until the next forward. */
-typedef struct kiln_model_stats {
+typedef struct kiln_tsmoe_stats {
     int n_layers, n_experts;
     const float *attn_entropy;   /* [L] mean attention entropy (nats) over tokens and heads */
     const float *router_entropy; /* [L] mean entropy of p_t over tokens; 0 when dense */
@@ -68,32 +68,33 @@ typedef struct kiln_model_stats {
     const float *overflow;       /* [L] share of (token, slot) choices dropped by capacity */
     const float *act_rms;        /* [L] RMS of the residual stream h after each block */
     float max_abs_output;        /* max |y| */
-} kiln_model_stats;
+} kiln_tsmoe_stats;
 
-/* A model: one block of parameters, one of gradients (same layout, kiln_param_table
- * order) and one of activations sized for up to max_batch sequences of seq_len. */
-typedef struct kiln_model kiln_model;
+/* The network being trained (the public kiln_model is the runtime's frozen model): one
+ * block of parameters, one of gradients (same layout, kiln_param_table order) and one of
+ * activations sized for up to max_batch sequences of seq_len. */
+typedef struct kiln_tsmoe kiln_tsmoe;
 
-kiln_err kiln_model_create(const kiln_model_config *cfg, int max_batch, kiln_model **out);
-void kiln_model_free(kiln_model *m);
-const kiln_model_config *kiln_model_config_of(const kiln_model *m);
-const kiln_param *kiln_model_param_table(const kiln_model *m, size_t *count);
-size_t kiln_model_numel(const kiln_model *m); /* floats in the parameter block */
-float *kiln_model_params(kiln_model *m);      /* [numel] */
-float *kiln_model_grads(kiln_model *m);       /* [numel], zero for untrained params */
+kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsmoe **out);
+void kiln_tsmoe_free(kiln_tsmoe *m);
+const kiln_model_config *kiln_tsmoe_config(const kiln_tsmoe *m);
+const kiln_param *kiln_tsmoe_param_table(const kiln_tsmoe *m, size_t *count);
+size_t kiln_tsmoe_numel(const kiln_tsmoe *m); /* floats in the parameter block */
+float *kiln_tsmoe_params(kiln_tsmoe *m);      /* [numel] */
+float *kiln_tsmoe_grads(kiln_tsmoe *m);       /* [numel], zero for untrained params */
 /* MODEL.md initialisation from the seed (Philox, KILN_STREAM_INIT, counter = the element's
  * index in the block): Normal(0, 0.02), out and proj weights Normal(0, 0.02/sqrt(2L)),
  * biases 0, gains 1, norm.in_mean 0 and norm.in_std 1 (the trainer sets them from data). */
-void kiln_model_init(kiln_model *m, uint64_t seed);
+void kiln_tsmoe_init(kiln_tsmoe *m, uint64_t seed);
 /* Forward over x [B,S,F] raw inputs (B <= max_batch). With targets [B,S,O] the loss is
  * computed into *loss and the activations kept for backward; targets may be NULL (then
  * loss may be NULL too). */
-kiln_err kiln_model_forward(kiln_model *m, const float *x, const float *targets, int B,
+kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets, int B,
                             const kiln_loss_opts *opts, kiln_loss *loss);
-const float *kiln_model_outputs(const kiln_model *m); /* [B,S,O] of the last forward */
-const kiln_model_stats *kiln_model_stats_of(const kiln_model *m);
-void kiln_model_zero_grads(kiln_model *m);
+const float *kiln_tsmoe_outputs(const kiln_tsmoe *m); /* [B,S,O] of the last forward */
+const kiln_tsmoe_stats *kiln_tsmoe_last_stats(const kiln_tsmoe *m);
+void kiln_tsmoe_zero_grads(kiln_tsmoe *m);
 /* After a forward with targets: grads += scale * d loss / d params. */
-kiln_err kiln_model_backward(kiln_model *m, float scale);
+kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale);
 
 #endif
