@@ -13,6 +13,9 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
+    {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
+    {"unpack", cmd_unpack, "unpack and check a .kiln archive"},
     {"version", cmd_version, "print the version"},
 };
 
