@@ -36,6 +36,8 @@ LIB_SRC := $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runt
                               validate/*.c sign/*.c registry/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
+# Fuzz entry points the C suite replays its seed corpora through.
+TEST_SRC += tests/fuzz/manifest.c
 CU_SRC := $(if $(NVCC),$(sort $(wildcard kernels/cuda/*.cu)))
 
 ifneq ($(CU_SRC),)

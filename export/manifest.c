@@ -412,7 +412,7 @@ kiln_err kiln_manifest_build(const char *model_dir, const char *name, const char
     text = kiln_json_canonical(mj);
     KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory");
     /* One code path fills the struct: what pack writes is what unpack accepts. */
-    if ((rc = kiln_manifest_parse(text, strlen(text), KILN_MANIFEST_NAME, out)))
+    if ((rc = kiln_manifest_parse(text, strlen(text), KILN_MANIFEST_NAME, out)) && rc != KILN_ERR_NOMEM)
         kiln_errprefix(rc, "'%s': ", model_dir);
 out:
     json_decref(mj);

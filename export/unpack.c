@@ -61,8 +61,14 @@ static kiln_err reader_open(const char *path, struct archive **out) {
         archive_read_free(a);
         return rc;
     }
+    struct stat sb;
+    if (stat(path, &sb) != 0) {
+        archive_read_free(a);
+        return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+    }
     if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
-        kiln_err rc = ar_err(a, KILN_ERR_IO, path, "cannot open");
+        /* The file is there: what libarchive refuses is its content. */
+        kiln_err rc = ar_err(a, KILN_ERR_FORMAT, path, "not a .kiln archive");
         archive_read_free(a);
         return rc;
     }
@@ -168,7 +174,7 @@ static kiln_err read_manifest_entry(struct archive *a, const char *apath, const 
     KILN_TRY(read_small(a, apath, KILN_MANIFEST_NAME, info.size, &text));
     kiln_err rc = kiln_manifest_parse(text, (size_t)info.size, KILN_MANIFEST_NAME, m);
     free(text);
-    if (rc) kiln_errprefix(rc, "'%s': entry ", apath);
+    if (rc && rc != KILN_ERR_NOMEM) kiln_errprefix(rc, "'%s': entry ", apath);
     return rc;
 }
 
