@@ -22,15 +22,16 @@
 typedef struct pack_out {
     kiln_atomic at;
     crypto_hash_sha256_state sha;
-    kiln_err rc; /* the first write failure, with its message */
+    kiln_err rc;  /* the first write failure, with its message */
+    bool abandon; /* the pack failed: refuse every further write */
 } pack_out;
 
 static la_ssize_t pack_write_cb(struct archive *a, void *ud, const void *buf, size_t len) {
     (void)a;
     pack_out *o = ud;
-    if (o->rc) return -1;
+    if (o->rc || o->abandon) return -1;
     o->rc = kiln_atomic_write(&o->at, buf, len);
-    if (o->rc) return -1;
+    if (o->rc || o->abandon) return -1;
     crypto_hash_sha256_update(&o->sha, buf, len);
     return (la_ssize_t)len;
 }
@@ -167,9 +168,10 @@ kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *
     }
 out:
     if (a) {
-        /* After a failure, free must not close cleanly (that would pad the unfinished
-         * entry to its declared size). */
-        if (rc) archive_write_fail(a);
+        /* After a failure free still closes, padding an unfinished entry to its declared
+         * size: refusing the first write ends that at once. (archive_write_fail would skip
+         * the close but leaks the writer's buffers in libarchive 3.6.) */
+        o.abandon = rc != KILN_OK;
         archive_write_free(a);
     }
     archive_entry_free(e);

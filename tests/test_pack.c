@@ -130,6 +130,17 @@ static void hw_model_files(struct archive *a, const char *dir, const char *skip)
     }
 }
 
+typedef struct fd_sink {
+    int fd;
+    bool closed;
+} fd_sink;
+
+static la_ssize_t fd_write(struct archive *a, void *ud, const void *buf, size_t len) {
+    (void)a;
+    fd_sink *s = ud;
+    return s->closed ? -1 : write(s->fd, buf, len);
+}
+
 static void hw_close(struct archive *a) {
     archive_write_close(a);
     archive_write_free(a);
@@ -520,14 +531,16 @@ KILN_TEST(pack_hostile_archives) {
     /* A header that claims 1 TB: written without blocking and abandoned after the header,
      * so the file holds the header and no data. */
     unlink(ar);
+    fd_sink sink = {open(ar, O_WRONLY | O_CREAT | O_EXCL, 0644), false};
     a = archive_write_new();
     archive_write_set_format_pax_restricted(a);
     archive_write_set_bytes_per_block(a, 0);
-    archive_write_open_filename(a, ar);
+    archive_write_open(a, &sink, NULL, fd_write, NULL);
     hw_file(a, "manifest.json", m->text, m->text_len);
     hw_entry(a, "model.safetensors", AE_IFREG, (int64_t)1 << 40, NULL, false);
-    archive_write_fail(a);
+    sink.closed = true; /* the padding free() would write is refused */
     archive_write_free(a);
+    close(sink.fd);
     refused(ar, KILN_ERR_LIMIT, "entry 'model.safetensors': 1099511627776 bytes", "1 TB entry");
 
     /* 100000 empty entries (directories that would be accepted): the count limit stops it. */
