@@ -3,7 +3,7 @@
  * inspect) and their manifest. docs/formats.md ("archive and manifest") describes the
  * bytes; this header is what the rest of kiln (sign, registry, cli) may call.
  *
- * A .kiln archive is a zstd-compressed ustar file whose first entry is manifest.json
+ * A .kiln archive is a zstd-compressed tar (pax-restricted: ustar headers) whose first entry is manifest.json
  * (canonical JSON: every file's path, size and sha256, the card's lineage and creation
  * time, the validation report's digest and verdict), followed by every file of the model
  * directory sorted by path. The manifest's bytes are what gets signed.
@@ -25,7 +25,7 @@ extern "C" {
 /* The manifest and the card are read into memory; nothing else is. */
 #define KILN_MANIFEST_MAX_BYTES (16u << 20)
 #define KILN_CARD_MAX_BYTES (16u << 20)
-/* Longest relative path packed (ustar holds 255 bytes split at a '/'). */
+/* Longest relative path packed or listed by pack. */
 #define KILN_ARCHIVE_PATH_MAX 255
 
 /* What unpack accepts; kiln_archive_limits_default fills the documented defaults. */

@@ -1,4 +1,4 @@
-/* pack.c - write a model directory as a reproducible .kiln archive: ustar entries sorted by
+/* pack.c - write a model directory as a reproducible .kiln archive: tar entries sorted by
  * path behind manifest.json, owner, permissions and times fixed, zstd through libarchive,
  * the output written atomically. Nothing in the bytes depends on the clock, the file
  * system's metadata or the process. */
@@ -17,7 +17,7 @@
 
 /* zstd level: set, not left to libarchive's default, so that the bytes do not change
  * when that default does. */
-#define PACK_ZSTD_LEVEL "9"
+#define PACK_ZSTD_LEVEL "3"
 
 typedef struct pack_out {
     kiln_atomic at;
@@ -143,7 +143,9 @@ kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *
     KILN_CHECK_IF(rc, out, !buf || !a || !e, KILN_ERR_NOMEM, "out of memory packing '%s'", model_dir);
     KILN_CHECK(rc, out, kiln_atomic_begin(&o.at, out_path));
     crypto_hash_sha256_init(&o.sha);
-    if (archive_write_set_format_ustar(a) != ARCHIVE_OK || archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
+    /* pax-restricted: plain ustar headers, plus a pax record only where ustar cannot say it
+     * (a file of 8 GiB or more, a path ustar cannot split); its fields come from the entry. */
+    if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK || archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
         archive_write_set_filter_option(a, "zstd", "compression-level", PACK_ZSTD_LEVEL) != ARCHIVE_OK ||
         archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
         archive_write_open2(a, &o, NULL, pack_write_cb, NULL, NULL) != ARCHIVE_OK) {
