@@ -3,9 +3,9 @@
  * inspect) and their manifest. docs/formats.md ("archive and manifest") describes the
  * bytes; this header is what the rest of kiln (sign, registry, cli) may call.
  *
- * A .kiln archive is a zstd-compressed tar (pax-restricted: ustar headers) whose first entry is manifest.json
- * (canonical JSON: every file's path, size and sha256, the card's lineage and creation
- * time, the validation report's digest and verdict), followed by every file of the model
+ * A .kiln archive is a zstd-compressed tar (pax-restricted: ustar headers) whose first entry is
+ * manifest.json (canonical JSON: every file's path, size and sha256, the card's lineage and
+ * creation time, the validation report's digest and verdict), followed by every file of the model
  * directory sorted by path. The manifest's bytes are what gets signed.
  */
 #ifndef KILN_EXPORT_H
@@ -46,15 +46,15 @@ typedef struct kiln_manifest_file {
 /* A parsed manifest. Read-only for callers; free with kiln_manifest_free. */
 typedef struct kiln_manifest {
     char *name, *version;
-    char *created;               /* RFC 3339, as written in the card */
-    int64_t created_unix;        /* the same in seconds since 1970 (UTC), the tar mtime */
-    json_t *lineage;             /* the card's "lineage" object (a reference owned here) */
-    bool validation_present;     /* validation.json was in the model directory */
-    bool validation_passed;      /* its "passed", meaningful only if present */
+    char *created;           /* RFC 3339, as written in the card */
+    int64_t created_unix;    /* the same in seconds since 1970 (UTC), the tar mtime */
+    json_t *lineage;         /* the card's "lineage" object (a reference owned here) */
+    bool validation_present; /* validation.json was in the model directory */
+    bool validation_passed;  /* its "passed", meaningful only if present */
     uint8_t validation_sha256[KILN_SHA256_BYTES];
     size_t nfiles;
-    kiln_manifest_file *files;   /* sorted by path (strcmp), unique */
-    char *text;                  /* the canonical bytes, as stored in the archive */
+    kiln_manifest_file *files; /* sorted by path (strcmp), unique */
+    char *text;                /* the canonical bytes, as stored in the archive */
     size_t text_len;
     uint8_t sha256[KILN_SHA256_BYTES]; /* sha256 of text: what a signer names */
 } kiln_manifest;

@@ -50,7 +50,8 @@ static kiln_err walk_dir(walk *w, int dfd, const char *prefix, int depth) {
         return kiln_fail(KILN_ERR_LIMIT, "'%s/%s': directories nested more than %d deep", w->dir,
                          prefix, WALK_MAX_DEPTH);
     int fd2 = dup(dfd);
-    if (fd2 < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s/%s'", w->dir, prefix);
+    if (fd2 < 0)
+        return kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s/%s'", w->dir, prefix);
     DIR *d = fdopendir(fd2);
     if (!d) {
         close(fd2);
@@ -61,7 +62,8 @@ static kiln_err walk_dir(walk *w, int dfd, const char *prefix, int depth) {
         errno = 0;
         struct dirent *de = readdir(d);
         if (!de) {
-            if (errno) rc = kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s/%s'", w->dir, prefix);
+            if (errno)
+                rc = kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s/%s'", w->dir, prefix);
             break;
         }
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
@@ -77,10 +79,11 @@ static kiln_err walk_dir(walk *w, int dfd, const char *prefix, int depth) {
             break;
         }
         if (!kiln_export_path_ok(rel, KILN_ARCHIVE_PATH_MAX)) {
-            rc = kiln_fail(KILN_ERR_FORMAT,
-                           "'%s/%s': name not allowed in an archive (components of [A-Za-z0-9._+-], "
-                           "at most %d bytes in all)",
-                           w->dir, rel, KILN_ARCHIVE_PATH_MAX);
+            rc =
+                kiln_fail(KILN_ERR_FORMAT,
+                          "'%s/%s': name not allowed in an archive (components of [A-Za-z0-9._+-], "
+                          "at most %d bytes in all)",
+                          w->dir, rel, KILN_ARCHIVE_PATH_MAX);
             free(rel);
             break;
         }
@@ -97,15 +100,17 @@ static kiln_err walk_dir(walk *w, int dfd, const char *prefix, int depth) {
             if (rc) break;
         } else if (S_ISREG(sb.st_mode)) {
             if (sb.st_nlink > 1) {
-                rc = kiln_fail(KILN_ERR_FORMAT, "'%s/%s': has %ju hard links; only files with one link are packed",
+                rc = kiln_fail(KILN_ERR_FORMAT,
+                               "'%s/%s': has %ju hard links; only files with one link are packed",
                                w->dir, rel, (uintmax_t)sb.st_nlink);
                 free(rel);
                 break;
             }
             if ((rc = walk_add(w, rel, (uint64_t)sb.st_size))) break;
         } else {
-            rc = kiln_fail(KILN_ERR_FORMAT, "'%s/%s': is %s; only regular files and directories are packed",
-                           w->dir, rel, type_name(sb.st_mode));
+            rc = kiln_fail(KILN_ERR_FORMAT,
+                           "'%s/%s': is %s; only regular files and directories are packed", w->dir,
+                           rel, type_name(sb.st_mode));
             free(rel);
             break;
         }
@@ -134,7 +139,8 @@ kiln_err kiln_export_walk(int rootfd, const char *dir, kiln_export_entry **list,
 }
 
 void kiln_export_entries_free(kiln_export_entry *list, size_t n) {
-    for (size_t i = 0; list && i < n; i++) free(list[i].path);
+    for (size_t i = 0; list && i < n; i++)
+        free(list[i].path);
     free(list);
 }
 
@@ -169,22 +175,24 @@ out:;
     return fd;
 }
 
-kiln_err kiln_export_open_regular(int rootfd, const char *rel, const char *label, uint64_t want_size,
-                                  int *fd_out) {
+kiln_err kiln_export_open_regular(int rootfd, const char *rel, const char *label,
+                                  uint64_t want_size, int *fd_out) {
     *fd_out = -1;
     /* O_NONBLOCK: a fifo swapped in after the walk must not hang the open. */
     int fd = kiln_export_openat(rootfd, rel, O_RDONLY | O_NONBLOCK, 0);
     if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", label);
     struct stat sb;
     kiln_err rc = KILN_OK;
-    if (fstat(fd, &sb) != 0) rc = kiln_fail_errno(KILN_ERR_IO, "cannot stat '%s'", label);
+    if (fstat(fd, &sb) != 0)
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot stat '%s'", label);
     else if (!S_ISREG(sb.st_mode))
         rc = kiln_fail(KILN_ERR_FORMAT, "'%s': is %s", label, type_name(sb.st_mode));
     else if (sb.st_nlink > 1)
         rc = kiln_fail(KILN_ERR_FORMAT, "'%s': has %ju hard links", label, (uintmax_t)sb.st_nlink);
     else if ((uint64_t)sb.st_size != want_size)
-        rc = kiln_fail(KILN_ERR_CONFLICT, "'%s': changed while being read (%jd bytes, expected %ju)",
-                       label, (intmax_t)sb.st_size, (uintmax_t)want_size);
+        rc =
+            kiln_fail(KILN_ERR_CONFLICT, "'%s': changed while being read (%jd bytes, expected %ju)",
+                      label, (intmax_t)sb.st_size, (uintmax_t)want_size);
     if (rc) {
         close(fd);
         return rc;
@@ -193,8 +201,8 @@ kiln_err kiln_export_open_regular(int rootfd, const char *rel, const char *label
     return KILN_OK;
 }
 
-kiln_err kiln_export_hash_fd(int fd, const char *label, unsigned char *buf, uint8_t out[KILN_SHA256_BYTES],
-                             uint64_t *len) {
+kiln_err kiln_export_hash_fd(int fd, const char *label, unsigned char *buf,
+                             uint8_t out[KILN_SHA256_BYTES], uint64_t *len) {
     crypto_hash_sha256_state st;
     crypto_hash_sha256_init(&st);
     uint64_t total = 0;
@@ -234,4 +242,6 @@ static void rm_at(int dfd, const char *name, int depth) {
     }
 }
 
-void kiln_export_rmtree(const char *path) { rm_at(AT_FDCWD, path, 0); }
+void kiln_export_rmtree(const char *path) {
+    rm_at(AT_FDCWD, path, 0);
+}

@@ -43,7 +43,8 @@ bool kiln_export_path_ok(const char *path, size_t max) {
         if (c == '/' || c == 0) {
             size_t cl = (size_t)(path + i - comp);
             if (cl == 0) return false; /* leading, trailing or doubled '/' */
-            if ((cl == 1 && comp[0] == '.') || (cl == 2 && comp[0] == '.' && comp[1] == '.')) return false;
+            if ((cl == 1 && comp[0] == '.') || (cl == 2 && comp[0] == '.' && comp[1] == '.'))
+                return false;
             comp = path + i + 1;
         } else if (!in_set(c, extra)) {
             return false;
@@ -89,7 +90,8 @@ kiln_err kiln_export_parse_time(const char *s, int64_t *out) {
     if (*p == '.') {
         p++;
         if (*p < '0' || *p > '9') return BAD();
-        while (*p >= '0' && *p <= '9') p++;
+        while (*p >= '0' && *p <= '9')
+            p++;
     }
     int64_t off = 0;
     if ((*p == 'Z' || *p == 'z') && p[1] == 0) {
@@ -114,7 +116,8 @@ void kiln_manifest_free(kiln_manifest *m) {
     free(m->version);
     free(m->created);
     json_decref(m->lineage);
-    for (size_t i = 0; m->files && i < m->nfiles; i++) free(m->files[i].path);
+    for (size_t i = 0; m->files && i < m->nfiles; i++)
+        free(m->files[i].path);
     free(m->files);
     free(m->text);
     free(m);
@@ -126,8 +129,10 @@ const kiln_manifest_file *kiln_manifest_find(const kiln_manifest *m, const char 
         size_t mid = lo + (hi - lo) / 2;
         int c = strcmp(m->files[mid].path, path);
         if (c == 0) return &m->files[mid];
-        if (c < 0) lo = mid + 1;
-        else hi = mid;
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return NULL;
 }
@@ -154,12 +159,14 @@ static kiln_err parse_files(kiln_manifest *m, const json_t *files, const char *l
     for (size_t i = 0; i < n; i++) {
         const json_t *f = json_array_get(files, i);
         KILN_FAIL_IF(!json_is_object(f) || json_object_size(f) != 3, KILN_ERR_FORMAT,
-                     "'%s': files[%zu] must be an object with exactly path, sha256 and size", label, i);
+                     "'%s': files[%zu] must be an object with exactly path, sha256 and size", label,
+                     i);
         const json_t *jp = json_object_get(f, "path"), *jh = json_object_get(f, "sha256"),
                      *js = json_object_get(f, "size");
-        KILN_FAIL_IF(!json_is_string(jp) || !json_is_string(jh) || !json_is_integer(js), KILN_ERR_FORMAT,
-                     "'%s': files[%zu] must have a string path, a string sha256 and an integer size",
-                     label, i);
+        KILN_FAIL_IF(
+            !json_is_string(jp) || !json_is_string(jh) || !json_is_integer(js), KILN_ERR_FORMAT,
+            "'%s': files[%zu] must have a string path, a string sha256 and an integer size", label,
+            i);
         const char *path = json_string_value(jp);
         KILN_FAIL_IF(strlen(path) != json_string_length(jp) || !kiln_export_path_ok(path, 4096),
                      KILN_ERR_FORMAT, "'%s': files[%zu]: path '%s' is not allowed", label, i, path);
@@ -171,9 +178,10 @@ static kiln_err parse_files(kiln_manifest *m, const json_t *files, const char *l
                      "'%s': files[%zu]: sha256 must be 64 lowercase hex digits", label, i);
         if (i > 0) {
             const char *prev = m->files[i - 1].path;
-            KILN_FAIL_IF(strcmp(prev, path) >= 0, KILN_ERR_FORMAT,
-                         "'%s': files[%zu]: '%s' is not after '%s' (paths must be sorted and unique)",
-                         label, i, path, prev);
+            KILN_FAIL_IF(
+                strcmp(prev, path) >= 0, KILN_ERR_FORMAT,
+                "'%s': files[%zu]: '%s' is not after '%s' (paths must be sorted and unique)", label,
+                i, path, prev);
         }
         m->files[i].path = kiln_strdup(path);
         if (!m->files[i].path) return KILN_ERR_NOMEM;
@@ -189,11 +197,13 @@ static kiln_err parse_files(kiln_manifest *m, const json_t *files, const char *l
             size_t l = (size_t)(s - p);
             memcpy(dir, p, l);
             dir[l] = 0;
-            KILN_FAIL_IF(kiln_manifest_find(m, dir) || !strcmp(dir, KILN_MANIFEST_NAME), KILN_ERR_FORMAT,
-                         "'%s': '%s' is listed as a file and as a directory of '%s'", label, dir, p);
+            KILN_FAIL_IF(
+                kiln_manifest_find(m, dir) || !strcmp(dir, KILN_MANIFEST_NAME), KILN_ERR_FORMAT,
+                "'%s': '%s' is listed as a file and as a directory of '%s'", label, dir, p);
         }
     }
-    KILN_FAIL_IF(!kiln_manifest_find(m, "card.json"), KILN_ERR_FORMAT, "'%s': lists no card.json", label);
+    KILN_FAIL_IF(!kiln_manifest_find(m, "card.json"), KILN_ERR_FORMAT, "'%s': lists no card.json",
+                 label);
     KILN_FAIL_IF(!kiln_manifest_find(m, "model.safetensors"), KILN_ERR_FORMAT,
                  "'%s': lists no model.safetensors", label);
     return KILN_OK;
@@ -205,41 +215,47 @@ static kiln_err parse_fields(kiln_manifest *m, const json_t *j, const char *labe
     json_t *val;
     json_object_foreach((json_t *)j, key, val) {
         bool known = false;
-        for (size_t i = 0; i < KILN_ARRAY_LEN(manifest_keys); i++) known |= !strcmp(key, manifest_keys[i]);
+        for (size_t i = 0; i < KILN_ARRAY_LEN(manifest_keys); i++)
+            known |= !strcmp(key, manifest_keys[i]);
         KILN_FAIL_IF(!known, KILN_ERR_FORMAT, "'%s': unknown key \"%s\"", label, key);
     }
     for (size_t i = 0; i < KILN_ARRAY_LEN(manifest_keys); i++)
-        KILN_FAIL_IF(!json_object_get(j, manifest_keys[i]), KILN_ERR_FORMAT, "'%s': missing key \"%s\"",
-                     label, manifest_keys[i]);
+        KILN_FAIL_IF(!json_object_get(j, manifest_keys[i]), KILN_ERR_FORMAT,
+                     "'%s': missing key \"%s\"", label, manifest_keys[i]);
     const json_t *fmt = json_object_get(j, "format");
     KILN_FAIL_IF(!json_is_string(fmt) || strcmp(json_string_value(fmt), KILN_MANIFEST_FORMAT),
-                 KILN_ERR_UNSUPPORTED, "'%s': \"format\" is not \"%s\"", label, KILN_MANIFEST_FORMAT);
+                 KILN_ERR_UNSUPPORTED, "'%s': \"format\" is not \"%s\"", label,
+                 KILN_MANIFEST_FORMAT);
     const json_t *name = json_object_get(j, "name"), *ver = json_object_get(j, "version"),
                  *created = json_object_get(j, "created");
-    KILN_FAIL_IF(!json_is_string(name) || !kiln_export_name_ok(json_string_value(name)), KILN_ERR_FORMAT,
-                 "'%s': \"name\" must match [a-z0-9][a-z0-9._-]{0,63}", label);
-    KILN_FAIL_IF(!json_is_string(ver) || !kiln_export_version_ok(json_string_value(ver)), KILN_ERR_FORMAT,
-                 "'%s': \"version\" must match [0-9A-Za-z][0-9A-Za-z.+_-]{0,63}", label);
-    KILN_FAIL_IF(!json_is_string(created) || strlen(json_string_value(created)) > 64, KILN_ERR_FORMAT,
-                 "'%s': \"created\" must be an RFC 3339 string", label);
+    KILN_FAIL_IF(!json_is_string(name) || !kiln_export_name_ok(json_string_value(name)),
+                 KILN_ERR_FORMAT, "'%s': \"name\" must match [a-z0-9][a-z0-9._-]{0,63}", label);
+    KILN_FAIL_IF(!json_is_string(ver) || !kiln_export_version_ok(json_string_value(ver)),
+                 KILN_ERR_FORMAT, "'%s': \"version\" must match [0-9A-Za-z][0-9A-Za-z.+_-]{0,63}",
+                 label);
+    KILN_FAIL_IF(!json_is_string(created) || strlen(json_string_value(created)) > 64,
+                 KILN_ERR_FORMAT, "'%s': \"created\" must be an RFC 3339 string", label);
     if (kiln_export_parse_time(json_string_value(created), &m->created_unix))
         return kiln_errprefix(KILN_ERR_FORMAT, "'%s': \"created\": ", label);
     const json_t *lin = json_object_get(j, "lineage");
-    KILN_FAIL_IF(!json_is_object(lin), KILN_ERR_FORMAT, "'%s': \"lineage\" must be an object", label);
+    KILN_FAIL_IF(!json_is_object(lin), KILN_ERR_FORMAT, "'%s': \"lineage\" must be an object",
+                 label);
     const json_t *val_ = json_object_get(j, "validation");
     KILN_FAIL_IF(!json_is_object(val_) || json_object_size(val_) != 2, KILN_ERR_FORMAT,
                  "'%s': \"validation\" must be an object with exactly passed and sha256", label);
     const json_t *vp = json_object_get(val_, "passed"), *vh = json_object_get(val_, "sha256");
-    KILN_FAIL_IF(!vp || !vh, KILN_ERR_FORMAT, "'%s': \"validation\" must have passed and sha256", label);
+    KILN_FAIL_IF(!vp || !vh, KILN_ERR_FORMAT, "'%s': \"validation\" must have passed and sha256",
+                 label);
     if (json_is_null(vp) && json_is_null(vh)) {
         m->validation_present = false;
     } else {
-        KILN_FAIL_IF(!json_is_boolean(vp) || !json_is_string(vh) ||
-                         !is_hex64(json_string_value(vh), m->validation_sha256),
-                     KILN_ERR_FORMAT,
-                     "'%s': \"validation\": passed must be true or false and sha256 64 lowercase hex "
-                     "digits, or both null",
-                     label);
+        KILN_FAIL_IF(
+            !json_is_boolean(vp) || !json_is_string(vh) ||
+                !is_hex64(json_string_value(vh), m->validation_sha256),
+            KILN_ERR_FORMAT,
+            "'%s': \"validation\": passed must be true or false and sha256 64 lowercase hex "
+            "digits, or both null",
+            label);
         m->validation_present = true;
         m->validation_passed = json_is_true(vp);
     }
@@ -254,8 +270,8 @@ static kiln_err parse_fields(kiln_manifest *m, const json_t *j, const char *labe
 
 kiln_err kiln_manifest_parse(const void *buf, size_t len, const char *label, kiln_manifest **out) {
     *out = NULL;
-    KILN_FAIL_IF(len > KILN_MANIFEST_MAX_BYTES, KILN_ERR_LIMIT, "'%s': %zu bytes, more than the limit of %u",
-                 label, len, KILN_MANIFEST_MAX_BYTES);
+    KILN_FAIL_IF(len > KILN_MANIFEST_MAX_BYTES, KILN_ERR_LIMIT,
+                 "'%s': %zu bytes, more than the limit of %u", label, len, KILN_MANIFEST_MAX_BYTES);
     json_t *j = NULL;
     KILN_TRY(kiln_json_parse(buf, len, label, &j));
     kiln_err rc = KILN_OK;
@@ -292,7 +308,8 @@ static kiln_err load_hashed_json(int rootfd, const char *dir, const kiln_export_
     char *buf = NULL;
     int fd = -1;
     KILN_CHECK_IF(rc, out, e->size > KILN_CARD_MAX_BYTES, KILN_ERR_LIMIT,
-                  "'%s': %ju bytes, more than the limit of %u", label, (uintmax_t)e->size, KILN_CARD_MAX_BYTES);
+                  "'%s': %ju bytes, more than the limit of %u", label, (uintmax_t)e->size,
+                  KILN_CARD_MAX_BYTES);
     KILN_CHECK(rc, out, kiln_export_open_regular(rootfd, e->path, label, e->size, &fd));
     buf = kiln_malloc((size_t)e->size + 1);
     KILN_CHECK_IF(rc, out, !buf, KILN_ERR_NOMEM, "out of memory reading '%s'", label);
@@ -331,7 +348,8 @@ kiln_err kiln_manifest_build(const char *model_dir, const char *name, const char
                  "version '%s' is not allowed: use [0-9A-Za-z][0-9A-Za-z.+_-]{0,63} without \"..\"",
                  version);
     int rootfd = open(model_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (rootfd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open model directory '%s'", model_dir);
+    if (rootfd < 0)
+        return kiln_fail_errno(KILN_ERR_IO, "cannot open model directory '%s'", model_dir);
     kiln_err rc = KILN_OK;
     kiln_export_entry *list = NULL;
     size_t n = 0;
@@ -348,28 +366,32 @@ kiln_err kiln_manifest_build(const char *model_dir, const char *name, const char
     KILN_CHECK_IF(rc, out, !find_entry(list, n, "model.safetensors"), KILN_ERR_NOTFOUND,
                   "'%s': no model.safetensors", model_dir);
     KILN_CHECK_IF(rc, out, find_entry(list, n, KILN_MANIFEST_NAME) != NULL, KILN_ERR_FORMAT,
-                  "'%s/%s': the name is reserved for the archive's manifest", model_dir, KILN_MANIFEST_NAME);
+                  "'%s/%s': the name is reserved for the archive's manifest", model_dir,
+                  KILN_MANIFEST_NAME);
 
     sha = kiln_calloc(n, sizeof *sha);
     buf = kiln_malloc(KILN_EXPORT_BUF);
     files = json_array();
-    KILN_CHECK_IF(rc, out, !sha || !buf || !files, KILN_ERR_NOMEM, "out of memory packing '%s'", model_dir);
+    KILN_CHECK_IF(rc, out, !sha || !buf || !files, KILN_ERR_NOMEM, "out of memory packing '%s'",
+                  model_dir);
     for (size_t i = 0; i < n; i++) {
         label = kiln_path_join(model_dir, list[i].path);
         KILN_CHECK_IF(rc, out, !label, KILN_ERR_NOMEM, "out of memory");
         int fd;
         uint64_t got;
-        KILN_CHECK(rc, out, kiln_export_open_regular(rootfd, list[i].path, label, list[i].size, &fd));
+        KILN_CHECK(rc, out,
+                   kiln_export_open_regular(rootfd, list[i].path, label, list[i].size, &fd));
         rc = kiln_export_hash_fd(fd, label, buf, sha[i], &got);
         close(fd);
         if (rc) goto out;
-        KILN_CHECK_IF(rc, out, got != list[i].size, KILN_ERR_CONFLICT, "'%s': changed while being packed",
-                      label);
+        KILN_CHECK_IF(rc, out, got != list[i].size, KILN_ERR_CONFLICT,
+                      "'%s': changed while being packed", label);
         char hex[KILN_SHA256_HEX];
         kiln_hex(sha[i], KILN_SHA256_BYTES, hex);
         json_t *f = json_pack("{s:s,s:s,s:I}", "path", list[i].path, "sha256", hex, "size",
                               (json_int_t)list[i].size);
-        KILN_CHECK_IF(rc, out, !f || json_array_append_new(files, f), KILN_ERR_NOMEM, "out of memory");
+        KILN_CHECK_IF(rc, out, !f || json_array_append_new(files, f), KILN_ERR_NOMEM,
+                      "out of memory");
         free(label);
         label = NULL;
     }
@@ -377,8 +399,10 @@ kiln_err kiln_manifest_build(const char *model_dir, const char *name, const char
     KILN_CHECK(rc, out, load_hashed_json(rootfd, model_dir, card_e, sha[card_e - list], &card));
     label = kiln_path_join(model_dir, "card.json");
     KILN_CHECK_IF(rc, out, !label, KILN_ERR_NOMEM, "out of memory");
-    const json_t *lineage = json_object_get(card, "lineage"), *created = json_object_get(card, "created");
-    KILN_CHECK_IF(rc, out, !json_is_object(card), KILN_ERR_FORMAT, "'%s': must be a JSON object", label);
+    const json_t *lineage = json_object_get(card, "lineage"),
+                 *created = json_object_get(card, "created");
+    KILN_CHECK_IF(rc, out, !json_is_object(card), KILN_ERR_FORMAT, "'%s': must be a JSON object",
+                  label);
     KILN_CHECK_IF(rc, out, !json_is_object(lineage), KILN_ERR_FORMAT,
                   "'%s': \"lineage\" is missing or not an object", label);
     KILN_CHECK_IF(rc, out, !json_is_string(created), KILN_ERR_FORMAT,
@@ -405,14 +429,16 @@ kiln_err kiln_manifest_build(const char *model_dir, const char *name, const char
         vj = json_pack("{s:n,s:n}", "passed", "sha256");
     }
     mj = json_pack("{s:O,s:o,s:s,s:O,s:s,s:o,s:s}", "created", created, "files", files, "format",
-                   KILN_MANIFEST_FORMAT, "lineage", lineage, "name", name, "validation", vj, "version",
-                   version);
+                   KILN_MANIFEST_FORMAT, "lineage", lineage, "name", name, "validation", vj,
+                   "version", version);
     files = NULL; /* "o" stole it, even on failure */
-    KILN_CHECK_IF(rc, out, !mj, KILN_ERR_NOMEM, "out of memory building the manifest of '%s'", model_dir);
+    KILN_CHECK_IF(rc, out, !mj, KILN_ERR_NOMEM, "out of memory building the manifest of '%s'",
+                  model_dir);
     text = kiln_json_canonical(mj);
     KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory");
     /* One code path fills the struct: what pack writes is what unpack accepts. */
-    if ((rc = kiln_manifest_parse(text, strlen(text), KILN_MANIFEST_NAME, out)) && rc != KILN_ERR_NOMEM)
+    if ((rc = kiln_manifest_parse(text, strlen(text), KILN_MANIFEST_NAME, out)) &&
+        rc != KILN_ERR_NOMEM)
         kiln_errprefix(rc, "'%s': ", model_dir);
 out:
     json_decref(mj);
@@ -459,16 +485,19 @@ kiln_err kiln_manifest_verify_dir(const kiln_manifest *m, const char *dir) {
         uint8_t d[KILN_SHA256_BYTES];
         bool is_manifest = !strcmp(list[i].path, KILN_MANIFEST_NAME);
         const kiln_manifest_file *f = is_manifest ? NULL : kiln_manifest_find(m, list[i].path);
-        KILN_CHECK_IF(rc, out, !is_manifest && !f, KILN_ERR_VERIFY, "'%s': not in the manifest", label);
+        KILN_CHECK_IF(rc, out, !is_manifest && !f, KILN_ERR_VERIFY, "'%s': not in the manifest",
+                      label);
         /* Files found in sorted order: a manifest entry skipped over is missing. */
         for (; f && j < m->nfiles && &m->files[j] != f; j++)
-            KILN_CHECK_IF(rc, out, true, KILN_ERR_VERIFY, "'%s/%s': missing (listed in the manifest)", dir,
-                          m->files[j].path);
+            KILN_CHECK_IF(rc, out, true, KILN_ERR_VERIFY,
+                          "'%s/%s': missing (listed in the manifest)", dir, m->files[j].path);
         if (f) j++;
         uint64_t want = is_manifest ? m->text_len : f->size;
         KILN_CHECK_IF(rc, out, list[i].size != want, KILN_ERR_VERIFY,
-                      "'%s': %ju bytes, the manifest says %ju", label, (uintmax_t)list[i].size, (uintmax_t)want);
-        KILN_CHECK(rc, out, as_verify(kiln_export_open_regular(rootfd, list[i].path, label, want, &fd)));
+                      "'%s': %ju bytes, the manifest says %ju", label, (uintmax_t)list[i].size,
+                      (uintmax_t)want);
+        KILN_CHECK(rc, out,
+                   as_verify(kiln_export_open_regular(rootfd, list[i].path, label, want, &fd)));
         rc = kiln_export_hash_fd(fd, label, buf, d, &got);
         close(fd);
         if (rc) goto out;
@@ -478,8 +507,8 @@ kiln_err kiln_manifest_verify_dir(const kiln_manifest *m, const char *dir) {
                                   : "'%s': sha256 differs from the manifest",
                       label);
     }
-    KILN_CHECK_IF(rc, out, j < m->nfiles, KILN_ERR_VERIFY, "'%s/%s': missing (listed in the manifest)", dir,
-                  m->files[j].path);
+    KILN_CHECK_IF(rc, out, j < m->nfiles, KILN_ERR_VERIFY,
+                  "'%s/%s': missing (listed in the manifest)", dir, m->files[j].path);
 out:
     free(label);
     free(buf);

@@ -36,7 +36,8 @@ static la_ssize_t pack_write_cb(struct archive *a, void *ud, const void *buf, si
     return (la_ssize_t)len;
 }
 
-static kiln_err ar_fail(struct archive *a, const pack_out *o, const char *out_path, const char *what) {
+static kiln_err ar_fail(struct archive *a, const pack_out *o, const char *out_path,
+                        const char *what) {
     if (o->rc) return o->rc;
     return kiln_fail(KILN_ERR_IO, "'%s': %s: %s", out_path, what,
                      archive_error_string(a) ? archive_error_string(a) : "libarchive failed");
@@ -62,8 +63,8 @@ static kiln_err write_header(struct archive *a, struct archive_entry *e, const p
     return KILN_OK;
 }
 
-static kiln_err write_data(struct archive *a, const pack_out *o, const char *out_path, const char *path,
-                           const void *buf, size_t len) {
+static kiln_err write_data(struct archive *a, const pack_out *o, const char *out_path,
+                           const char *path, const void *buf, size_t len) {
     if (len && archive_write_data(a, buf, len) != (la_ssize_t)len) {
         kiln_err rc = ar_fail(a, o, out_path, "cannot write data");
         return kiln_errprefix(rc, "entry '%s': ", path);
@@ -91,14 +92,15 @@ static kiln_err copy_file(struct archive *a, struct archive_entry *e, const pack
         KILN_CHECK_IF(rc, out, n < 0, KILN_ERR_IO, "cannot read '%s': %s", label, strerror(errno));
         if (n == 0) break;
         total += (uint64_t)n;
-        KILN_CHECK_IF(rc, out, total > f->size, KILN_ERR_CONFLICT, "'%s': changed while being packed", label);
+        KILN_CHECK_IF(rc, out, total > f->size, KILN_ERR_CONFLICT,
+                      "'%s': changed while being packed", label);
         crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
         KILN_CHECK(rc, out, write_data(a, o, out_path, f->path, buf, (size_t)n));
     }
     uint8_t d[KILN_SHA256_BYTES];
     crypto_hash_sha256_final(&st, d);
-    KILN_CHECK_IF(rc, out, total != f->size || memcmp(d, f->sha256, sizeof d) != 0, KILN_ERR_CONFLICT,
-                  "'%s': changed while being packed", label);
+    KILN_CHECK_IF(rc, out, total != f->size || memcmp(d, f->sha256, sizeof d) != 0,
+                  KILN_ERR_CONFLICT, "'%s': changed while being packed", label);
 out:
     if (fd >= 0) close(fd);
     free(label);
@@ -111,20 +113,23 @@ static kiln_err check_out_path(const char *model_dir, const char *out_path) {
     if (!odir) return KILN_ERR_NOMEM;
     char rm[PATH_MAX], ro[PATH_MAX];
     kiln_err rc = KILN_OK;
-    if (!realpath(model_dir, rm)) rc = kiln_fail_errno(KILN_ERR_IO, "cannot resolve '%s'", model_dir);
-    else if (!realpath(odir, ro)) rc = kiln_fail_errno(KILN_ERR_IO, "cannot resolve the directory of '%s'", out_path);
+    if (!realpath(model_dir, rm))
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot resolve '%s'", model_dir);
+    else if (!realpath(odir, ro))
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot resolve the directory of '%s'", out_path);
     else {
         size_t l = strlen(rm);
         if (!strncmp(ro, rm, l) && (ro[l] == 0 || ro[l] == '/' || !strcmp(rm, "/")))
-            rc = kiln_fail(KILN_ERR_USAGE, "'%s': the output is inside the model directory '%s'", out_path,
-                           model_dir);
+            rc = kiln_fail(KILN_ERR_USAGE, "'%s': the output is inside the model directory '%s'",
+                           out_path, model_dir);
     }
     free(odir);
     return rc;
 }
 
-kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *version, const char *out_path,
-                           uint8_t archive_sha256[KILN_SHA256_BYTES], kiln_manifest **manifest_out) {
+kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *version,
+                           const char *out_path, uint8_t archive_sha256[KILN_SHA256_BYTES],
+                           kiln_manifest **manifest_out) {
     if (manifest_out) *manifest_out = NULL;
     KILN_TRY(check_out_path(model_dir, out_path));
     kiln_manifest *m = NULL;
@@ -135,24 +140,28 @@ kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *
     struct archive_entry *e = NULL;
     unsigned char *buf = NULL;
     int rootfd = open(model_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    KILN_CHECK_IF(rc, out, rootfd < 0, KILN_ERR_IO, "cannot open model directory '%s': %s", model_dir,
-                  strerror(errno));
+    KILN_CHECK_IF(rc, out, rootfd < 0, KILN_ERR_IO, "cannot open model directory '%s': %s",
+                  model_dir, strerror(errno));
     buf = kiln_malloc(KILN_EXPORT_BUF);
     a = archive_write_new();
     e = archive_entry_new();
-    KILN_CHECK_IF(rc, out, !buf || !a || !e, KILN_ERR_NOMEM, "out of memory packing '%s'", model_dir);
+    KILN_CHECK_IF(rc, out, !buf || !a || !e, KILN_ERR_NOMEM, "out of memory packing '%s'",
+                  model_dir);
     KILN_CHECK(rc, out, kiln_atomic_begin(&o.at, out_path));
     crypto_hash_sha256_init(&o.sha);
     /* pax-restricted: plain ustar headers, plus a pax record only where ustar cannot say it
      * (a file of 8 GiB or more, a path ustar cannot split); its fields come from the entry. */
-    if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK || archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
-        archive_write_set_filter_option(a, "zstd", "compression-level", PACK_ZSTD_LEVEL) != ARCHIVE_OK ||
+    if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
+        archive_write_add_filter_zstd(a) != ARCHIVE_OK ||
+        archive_write_set_filter_option(a, "zstd", "compression-level", PACK_ZSTD_LEVEL) !=
+            ARCHIVE_OK ||
         archive_write_set_bytes_in_last_block(a, 1) != ARCHIVE_OK ||
         archive_write_open2(a, &o, NULL, pack_write_cb, NULL, NULL) != ARCHIVE_OK) {
         rc = ar_fail(a, &o, out_path, "cannot start a zstd-compressed tar");
         goto out;
     }
-    KILN_CHECK(rc, out, write_header(a, e, &o, out_path, KILN_MANIFEST_NAME, m->text_len, m->created_unix));
+    KILN_CHECK(rc, out,
+               write_header(a, e, &o, out_path, KILN_MANIFEST_NAME, m->text_len, m->created_unix));
     KILN_CHECK(rc, out, write_data(a, &o, out_path, KILN_MANIFEST_NAME, m->text, m->text_len));
     for (size_t i = 0; i < m->nfiles; i++)
         KILN_CHECK(rc, out, copy_file(a, e, &o, rootfd, model_dir, out_path, m, &m->files[i], buf));

@@ -19,8 +19,9 @@
 int kiln_fuzz_manifest(const uint8_t *data, size_t size); /* tests/fuzz/manifest.c */
 
 #define CARD_KAT                                                                                   \
-    "{\"created\":\"2026-01-02T03:04:05.250+01:00\",\"lineage\":{\"code_version\":\"0.1.0\","     \
-    "\"dataset_sha256\":\"00ff\",\"metrics\":{\"val_mse\":0.5},\"run_id\":\"run-7\",\"step\":1200},"     \
+    "{\"created\":\"2026-01-02T03:04:05.250+01:00\",\"lineage\":{\"code_version\":\"0.1.0\","      \
+    "\"dataset_sha256\":\"00ff\",\"metrics\":{\"val_mse\":0.5},\"run_id\":\"run-7\",\"step\":"     \
+    "1200},"                                                                                       \
     "\"name\":\"kat\"}"
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -72,7 +73,8 @@ static char *names(const char *dir) {
     int n = scandir(dir, &list, NULL, alphasort);
     if (n < 0) return kiln_strdup("?");
     size_t cap = 1;
-    for (int i = 0; i < n; i++) cap += strlen(list[i]->d_name) + 1;
+    for (int i = 0; i < n; i++)
+        cap += strlen(list[i]->d_name) + 1;
     char *s = calloc(cap, 1);
     for (int i = 0; i < n; i++) {
         if (s) strcat(strcat(s, list[i]->d_name), "\n");
@@ -97,15 +99,17 @@ static struct archive *hw_open(const char *path) {
     return a;
 }
 
-static void hw_entry(struct archive *a, const char *path, mode_t type, int64_t size, const char *link,
-                     bool hard) {
+static void hw_entry(struct archive *a, const char *path, mode_t type, int64_t size,
+                     const char *link, bool hard) {
     struct archive_entry *e = archive_entry_new();
     archive_entry_set_pathname(e, path);
     archive_entry_set_filetype(e, type);
     archive_entry_set_perm(e, type == AE_IFDIR ? 0755 : 0644);
     archive_entry_set_size(e, size);
-    if (link && hard) archive_entry_set_hardlink(e, link);
-    else if (link) archive_entry_set_symlink(e, link);
+    if (link && hard)
+        archive_entry_set_hardlink(e, link);
+    else if (link)
+        archive_entry_set_symlink(e, link);
     if (type == AE_IFCHR) archive_entry_set_rdev(e, makedev(1, 3));
     archive_write_header(a, e);
     archive_entry_free(e);
@@ -176,8 +180,10 @@ KILN_TEST(pack_names_and_times) {
     CHECK("name: no ..", !kiln_export_name_ok("a..b"));
     CHECK("name: no slash", !kiln_export_name_ok("a/b"));
     CHECK("name: not empty", !kiln_export_name_ok(""));
-    CHECK("name: 64 bytes", kiln_export_name_ok("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
-    CHECK("name: not 65", !kiln_export_name_ok("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
+    CHECK("name: 64 bytes",
+          kiln_export_name_ok("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
+    CHECK("name: not 65", !kiln_export_name_ok(
+                              "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"));
     CHECK("semver version", kiln_export_version_ok("2.0.0-rc.1+b7"));
     CHECK("version: no ..", !kiln_export_version_ok("1..2"));
     CHECK("version: no slash", !kiln_export_version_ok("1/2"));
@@ -191,13 +197,18 @@ KILN_TEST(pack_names_and_times) {
     CHECK("path: space", !kiln_export_path_ok("a b", 255));
     CHECK("path: too long", !kiln_export_path_ok("abcdef", 5));
     int64_t t = 0;
-    CHECK("rfc3339 Z", kiln_export_parse_time("2000-02-29T23:59:59Z", &t) == KILN_OK && t == 951868799);
+    CHECK("rfc3339 Z",
+          kiln_export_parse_time("2000-02-29T23:59:59Z", &t) == KILN_OK && t == 951868799);
     CHECK("rfc3339 offset and fraction",
-          kiln_export_parse_time("2026-01-02T03:04:05.250+01:00", &t) == KILN_OK && t == 1767319445);
-    CHECK("rfc3339: no 29 Feb 2001", kiln_export_parse_time("2001-02-29T00:00:00Z", &t) == KILN_ERR_FORMAT);
-    CHECK("rfc3339: zone required", kiln_export_parse_time("2001-02-01T00:00:00", &t) == KILN_ERR_FORMAT);
+          kiln_export_parse_time("2026-01-02T03:04:05.250+01:00", &t) == KILN_OK &&
+              t == 1767319445);
+    CHECK("rfc3339: no 29 Feb 2001",
+          kiln_export_parse_time("2001-02-29T00:00:00Z", &t) == KILN_ERR_FORMAT);
+    CHECK("rfc3339: zone required",
+          kiln_export_parse_time("2001-02-01T00:00:00", &t) == KILN_ERR_FORMAT);
     CHECK("rfc3339: message quotes the text", msg_has("'2001-02-01T00:00:00'", "RFC 3339"));
-    CHECK("rfc3339: junk after", kiln_export_parse_time("2001-02-01T00:00:00Zx", &t) == KILN_ERR_FORMAT);
+    CHECK("rfc3339: junk after",
+          kiln_export_parse_time("2001-02-01T00:00:00Zx", &t) == KILN_ERR_FORMAT);
 }
 
 /* ---- pack ------------------------------------------------------------------------ */
@@ -208,15 +219,22 @@ KILN_TEST(pack_manifest_known_answer) {
     if (!CHECK("builds", kiln_manifest_build(dir, "kat", "2.0.0-rc.1+b7", &m) == KILN_OK)) goto out;
     static const char want[] =
         "{\"created\":\"2026-01-02T03:04:05.250+01:00\",\"files\":["
-        "{\"path\":\"card.json\",\"sha256\":\"75c0e636e1c392b02d88e0ae698c99a98642d3466328fe1b7983c7ae7d72ac01\",\"size\":170},"
-        "{\"path\":\"golden/x.bin\",\"sha256\":\"5ac03da17d7d5241b49a9a94f86b08a431d7052c8585ca997b373f0bc7da0dcc\",\"size\":7},"
-        "{\"path\":\"model.safetensors\",\"sha256\":\"84c58b88943fcf6fad2514e8cd2e058ab370c1affc8f99b544b27d2646da6e97\",\"size\":22},"
-        "{\"path\":\"validation.json\",\"sha256\":\"f456fddc65a1f27bbc6ddedb24647e90e8c2dc8baea14e670b60e75d7d1e8a0d\",\"size\":16}],"
-        "\"format\":\"kiln-manifest/1\",\"lineage\":{\"code_version\":\"0.1.0\",\"dataset_sha256\":\"00ff\","
+        "{\"path\":\"card.json\",\"sha256\":"
+        "\"75c0e636e1c392b02d88e0ae698c99a98642d3466328fe1b7983c7ae7d72ac01\",\"size\":170},"
+        "{\"path\":\"golden/x.bin\",\"sha256\":"
+        "\"5ac03da17d7d5241b49a9a94f86b08a431d7052c8585ca997b373f0bc7da0dcc\",\"size\":7},"
+        "{\"path\":\"model.safetensors\",\"sha256\":"
+        "\"84c58b88943fcf6fad2514e8cd2e058ab370c1affc8f99b544b27d2646da6e97\",\"size\":22},"
+        "{\"path\":\"validation.json\",\"sha256\":"
+        "\"f456fddc65a1f27bbc6ddedb24647e90e8c2dc8baea14e670b60e75d7d1e8a0d\",\"size\":16}],"
+        "\"format\":\"kiln-manifest/1\","
+        "\"lineage\":{\"code_version\":\"0.1.0\",\"dataset_sha256\":\"00ff\","
         "\"metrics\":{\"val_mse\":0.5},\"run_id\":\"run-7\",\"step\":1200},\"name\":\"kat\","
-        "\"validation\":{\"passed\":false,\"sha256\":\"f456fddc65a1f27bbc6ddedb24647e90e8c2dc8baea14e670b60e75d7d1e8a0d\"},"
+        "\"validation\":{\"passed\":false,\"sha256\":"
+        "\"f456fddc65a1f27bbc6ddedb24647e90e8c2dc8baea14e670b60e75d7d1e8a0d\"},"
         "\"version\":\"2.0.0-rc.1+b7\"}";
-    CHECK("manifest text byte for byte", m->text_len == strlen(want) && !memcmp(m->text, want, m->text_len));
+    CHECK("manifest text byte for byte",
+          m->text_len == strlen(want) && !memcmp(m->text, want, m->text_len));
     uint8_t d[KILN_SHA256_BYTES];
     kiln_sha256(want, strlen(want), d);
     CHECK("manifest digest is sha256 of the text", !memcmp(d, m->sha256, sizeof d));
@@ -230,8 +248,9 @@ KILN_TEST(pack_manifest_known_answer) {
     unlink(p);
     free(p);
     CHECK("builds without validation", kiln_manifest_build(dir, "kat", "1", &m) == KILN_OK);
-    CHECK("validation absent", m && !m->validation_present &&
-                                   strstr(m->text, "\"validation\":{\"passed\":null,\"sha256\":null}"));
+    CHECK("validation absent",
+          m && !m->validation_present &&
+              strstr(m->text, "\"validation\":{\"passed\":null,\"sha256\":null}"));
 out:
     kiln_manifest_free(m);
     free(dir);
@@ -250,18 +269,21 @@ static void check_headers(const char *archive, int64_t mtime) {
     while (ok && archive_read_next_header(a, &e) == ARCHIVE_OK) {
         fields &= n < KILN_ARRAY_LEN(order) && !strcmp(archive_entry_pathname(e), order[n]);
         fields &= archive_entry_uid(e) == 0 && archive_entry_gid(e) == 0;
-        fields &= !strcmp(archive_entry_uname(e), "root") && !strcmp(archive_entry_gname(e), "root");
+        fields &=
+            !strcmp(archive_entry_uname(e), "root") && !strcmp(archive_entry_gname(e), "root");
         fields &= archive_entry_perm(e) == 0644 && archive_entry_filetype(e) == AE_IFREG;
         fields &= archive_entry_mtime(e) == mtime && archive_entry_mtime_nsec(e) == 0;
         n++;
     }
-    CHECK("archive readable by libarchive as zstd tar", ok && archive_filter_code(a, 0) == ARCHIVE_FILTER_ZSTD);
+    CHECK("archive readable by libarchive as zstd tar",
+          ok && archive_filter_code(a, 0) == ARCHIVE_FILTER_ZSTD);
     CHECK("entries in order with fixed owner, mode and time", fields && n == KILN_ARRAY_LEN(order));
     archive_read_free(a);
 }
 
 KILN_TEST(pack_reproducible) {
-    char *dir = model_dir("m", true), *a1 = kiln_test_path("a.kiln"), *a2 = kiln_test_path("b.kiln");
+    char *dir = model_dir("m", true), *a1 = kiln_test_path("a.kiln"),
+         *a2 = kiln_test_path("b.kiln");
     uint8_t d1[KILN_SHA256_BYTES], d2[KILN_SHA256_BYTES], df[KILN_SHA256_BYTES];
     CHECK("first pack", kiln_archive_pack(dir, "kat", "1.0", a1, d1, NULL) == KILN_OK);
     /* Other times, permissions and umask: none of it may reach the bytes. */
@@ -275,7 +297,8 @@ KILN_TEST(pack_reproducible) {
     umask(old);
     CHECK("same digest", !memcmp(d1, d2, sizeof d1));
     CHECK("same bytes", same_file(a1, a2));
-    CHECK("digest is the file's", kiln_sha256_file(a1, df) == KILN_OK && !memcmp(df, d1, sizeof df));
+    CHECK("digest is the file's",
+          kiln_sha256_file(a1, df) == KILN_OK && !memcmp(df, d1, sizeof df));
     check_headers(a1, 1767319445);
     free(dir);
     free(a1);
@@ -283,8 +306,8 @@ KILN_TEST(pack_reproducible) {
 }
 
 /* pack must fail with want, naming what, and leave an existing output as it was. */
-static void pack_refused(const char *dir, const char *name, const char *version, kiln_err want, const char *what,
-                         const char *what2, const char *descr) {
+static void pack_refused(const char *dir, const char *name, const char *version, kiln_err want,
+                         const char *what, const char *what2, const char *descr) {
     char *out = kiln_test_path("out.kiln");
     put(kiln_test_dir(), "out.kiln", "previous archive");
     char buf[256];
@@ -330,7 +353,8 @@ KILN_TEST(pack_refuses) {
     unlink(p);
     free(p);
     put(dir, "validation.json", "{\"passed\":\"yes\"}");
-    pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "validation.json", "passed", "verdict not a boolean");
+    pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "validation.json", "passed",
+                 "verdict not a boolean");
     p = kiln_path_join(dir, "validation.json");
     unlink(p);
     free(p);
@@ -349,7 +373,8 @@ KILN_TEST(pack_refuses) {
     put(dir, "model.safetensors", "w");
     char *inside = kiln_path_join(dir, "golden/out.kiln");
     CHECK("output inside the model directory refused",
-          kiln_archive_pack(dir, "x", "1", inside, NULL, NULL) == KILN_ERR_USAGE && msg_has("inside", NULL));
+          kiln_archive_pack(dir, "x", "1", inside, NULL, NULL) == KILN_ERR_USAGE &&
+              msg_has("inside", NULL));
     CHECK("and nothing written there", !kiln_path_exists(inside));
     free(inside);
     free(p);
@@ -364,11 +389,13 @@ KILN_TEST(pack_unpack_roundtrip_and_tamper) {
     kiln_manifest *pm = NULL, *um = NULL, *rm = NULL;
     if (!CHECK("packs", kiln_archive_pack(dir, "kat", "1.0", ar, NULL, &pm) == KILN_OK)) goto out;
     if (!CHECK("unpacks", kiln_archive_unpack(ar, out, NULL, &um) == KILN_OK)) goto out;
-    CHECK("same manifest", um->text_len == pm->text_len && !memcmp(um->text, pm->text, pm->text_len));
+    CHECK("same manifest",
+          um->text_len == pm->text_len && !memcmp(um->text, pm->text, pm->text_len));
     CHECK("reads the manifest alone", kiln_archive_read_manifest(ar, &rm) == KILN_OK && rm &&
                                           !memcmp(rm->sha256, pm->sha256, sizeof rm->sha256));
     CHECK("unpacked directory verifies", kiln_manifest_verify_dir(pm, out) == KILN_OK);
-    const char *rels[] = {"card.json", "golden/x.bin", "model.safetensors", "validation.json", "manifest.json"};
+    const char *rels[] = {"card.json", "golden/x.bin", "model.safetensors", "validation.json",
+                          "manifest.json"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(rels); i++) {
         char *src = kiln_path_join(dir, rels[i]), *dst = kiln_path_join(out, rels[i]);
         if (i < 4) CHECK("file content identical", same_file(src, dst));
@@ -400,8 +427,9 @@ KILN_TEST(pack_unpack_roundtrip_and_tamper) {
     CHECK("missing file fails", kiln_manifest_verify_dir(pm, out) == KILN_ERR_VERIFY &&
                                     msg_has("golden/x.bin", "missing"));
     symlink(moved, p);
-    CHECK("symlink in place of a file fails", kiln_manifest_verify_dir(pm, out) == KILN_ERR_VERIFY &&
-                                                  msg_has("golden/x.bin", "symlink"));
+    CHECK("symlink in place of a file fails",
+          kiln_manifest_verify_dir(pm, out) == KILN_ERR_VERIFY &&
+              msg_has("golden/x.bin", "symlink"));
     free(p);
     free(moved);
     CHECK("unpack onto an existing directory refused",
@@ -463,15 +491,19 @@ KILN_TEST(pack_hostile_archives) {
     } cases[] = {
         {"../x", AE_IFREG, 0, NULL, false, KILN_ERR_FORMAT, "entry '../x': path not allowed"},
         {"golden/../../x", AE_IFREG, 0, NULL, false, KILN_ERR_FORMAT, "path not allowed"},
-        {"/tmp/kiln-hostile-abs", AE_IFREG, 0, NULL, false, KILN_ERR_FORMAT, "'/tmp/kiln-hostile-abs': path not allowed"},
+        {"/tmp/kiln-hostile-abs", AE_IFREG, 0, NULL, false, KILN_ERR_FORMAT,
+         "'/tmp/kiln-hostile-abs': path not allowed"},
         {"etc", AE_IFLNK, 0, "/etc", false, KILN_ERR_FORMAT, "entry 'etc': is a symlink to '/etc'"},
         {"golden", AE_IFLNK, 0, "/etc", false, KILN_ERR_FORMAT, "symlink"},
         {"hard", AE_IFREG, 0, "card.json", true, KILN_ERR_FORMAT, "entry 'hard': is a hard link"},
         {"null", AE_IFCHR, 0, NULL, false, KILN_ERR_FORMAT, "character device"},
         {"fifo", AE_IFIFO, 0, NULL, false, KILN_ERR_FORMAT, "fifo"},
-        {"extra.bin", AE_IFREG, 3, NULL, false, KILN_ERR_VERIFY, "entry 'extra.bin': not in the manifest"},
-        {"golden/empty", AE_IFDIR, 0, NULL, false, KILN_ERR_VERIFY, "holds no file of the manifest"},
-        {"card.json", AE_IFREG, 170, NULL, false, KILN_ERR_FORMAT, "entry 'card.json': appears twice"},
+        {"extra.bin", AE_IFREG, 3, NULL, false, KILN_ERR_VERIFY,
+         "entry 'extra.bin': not in the manifest"},
+        {"golden/empty", AE_IFDIR, 0, NULL, false, KILN_ERR_VERIFY,
+         "holds no file of the manifest"},
+        {"card.json", AE_IFREG, 170, NULL, false, KILN_ERR_FORMAT,
+         "entry 'card.json': appears twice"},
         {"manifest.json", AE_IFREG, 3, NULL, false, KILN_ERR_FORMAT, "appears twice"},
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
@@ -493,7 +525,8 @@ KILN_TEST(pack_hostile_archives) {
     hw_file(a, "manifest.json", m->text, m->text_len);
     hw_model_files(a, dir, "golden/x.bin");
     hw_close(a);
-    refused(ar, KILN_ERR_VERIFY, "entry 'golden/x.bin': listed in the manifest but missing", "missing file");
+    refused(ar, KILN_ERR_VERIFY, "entry 'golden/x.bin': listed in the manifest but missing",
+            "missing file");
 
     /* Right size, other bytes; and a manifest whose digest for a file was changed. */
     unlink(ar);
@@ -510,7 +543,8 @@ KILN_TEST(pack_hostile_archives) {
     hw_file(a, "manifest.json", t, m->text_len);
     hw_model_files(a, dir, NULL);
     hw_close(a);
-    refused(ar, KILN_ERR_VERIFY, "entry 'model.safetensors': sha256 differs", "manifest digest changed");
+    refused(ar, KILN_ERR_VERIFY, "entry 'model.safetensors': sha256 differs",
+            "manifest digest changed");
     if (h) *h = ' ';
     unlink(ar);
     a = hw_open(ar);
@@ -547,7 +581,8 @@ KILN_TEST(pack_hostile_archives) {
     unlink(ar);
     a = hw_open(ar);
     hw_file(a, "manifest.json", m->text, m->text_len);
-    for (int i = 0; i < 100000; i++) hw_entry(a, "golden", AE_IFDIR, 0, NULL, false);
+    for (int i = 0; i < 100000; i++)
+        hw_entry(a, "golden", AE_IFDIR, 0, NULL, false);
     hw_model_files(a, dir, NULL);
     hw_close(a);
     refused(ar, KILN_ERR_LIMIT, "more than 10000 entries", "100000 entries");
@@ -570,8 +605,8 @@ KILN_TEST(pack_unpack_limits) {
     CHECK("packs", kiln_archive_pack(dir, "kat", "1.0", ar, NULL, NULL) == KILN_OK);
     kiln_archive_limits lim;
     kiln_archive_limits_default(&lim);
-    CHECK("documented defaults", lim.max_total_bytes == 64ull << 30 && lim.max_entries == 10000 &&
-                                     lim.max_path == 255);
+    CHECK("documented defaults",
+          lim.max_total_bytes == 64ull << 30 && lim.max_entries == 10000 && lim.max_path == 255);
     lim.max_entries = 4; /* manifest + 4 files = 5 */
     CHECK("entry limit", kiln_archive_unpack(ar, out, &lim, NULL) == KILN_ERR_LIMIT &&
                              msg_has("more than 4 entries", NULL));
@@ -644,12 +679,14 @@ KILN_TEST(pack_manifest_parse_strict) {
         {"\"version\":", "\"zzz\":1,\"version\":", "unknown key"},
         {"\"lineage\":{", "\"lineage\":[{", "JSON"},
         {"\"validation\":{\"passed\":null", "\"validation\":{\"passed\":true", "validation"},
-        {"\"created\":\"2026-01-02T03:04:05.250+01:00\"", "\"created\":\"2026-13-02T03:04:05Z\"", "RFC 3339"},
+        {"\"created\":\"2026-01-02T03:04:05.250+01:00\"", "\"created\":\"2026-13-02T03:04:05Z\"",
+         "RFC 3339"},
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(edits); i++) {
         const char *at = strstr(m->text, edits[i].from);
         if (!CHECK("edit applies", at)) continue;
-        char *t = kiln_asprintf("%.*s%s%s", (int)(at - m->text), m->text, edits[i].to, at + strlen(edits[i].from));
+        char *t = kiln_asprintf("%.*s%s%s", (int)(at - m->text), m->text, edits[i].to,
+                                at + strlen(edits[i].from));
         kiln_err rc = kiln_manifest_parse(t, strlen(t), "edited.json", &x);
         char buf[160];
         snprintf(buf, sizeof buf, "refused: %s", edits[i].to);

@@ -18,7 +18,8 @@ int kiln_fuzz_manifest(const uint8_t *data, size_t size) {
             if (kiln_manifest_find(m, m->files[i].path) != &m->files[i]) abort();
             if (!kiln_export_path_ok(m->files[i].path, 4096)) abort();
         }
-        if (!kiln_manifest_find(m, "card.json") || !kiln_manifest_find(m, "model.safetensors")) abort();
+        if (!kiln_manifest_find(m, "card.json") || !kiln_manifest_find(m, "model.safetensors"))
+            abort();
     }
     kiln_manifest_free(m);
     return 0;
