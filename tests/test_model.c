@@ -586,3 +586,20 @@ KILN_TEST(model_stats) {
     free(x), free(t);
     kiln_tsmoe_free(m);
 }
+
+KILN_TEST(model_alloc_failures) {
+    /* Each allocation of create may fail: an error, no crash, no leak (ASan checks). */
+    kiln_model_config c = CFG(3, 2, 8, 2, 2, 6, 4, 2, 6, 4);
+    int failures_seen = 0;
+    for (long n = 1; n < 50; n++) {
+        kiln_alloc_fail_after(n);
+        kiln_tsmoe *m = NULL;
+        kiln_err rc = kiln_tsmoe_create(&c, 2, &m);
+        kiln_alloc_fail_after(0);
+        kiln_tsmoe_free(m);
+        if (rc == KILN_OK) break;
+        failures_seen++;
+        if (!CHECK("failure is NOMEM and leaves no model", rc == KILN_ERR_NOMEM && m == NULL)) break;
+    }
+    CHECK("some allocations were failed", failures_seen > 0);
+}

@@ -381,7 +381,7 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
               K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
     const int N = B * S;
     const net_view *p = &m->p, *g = &m->g;
-    const size_t ND = (size_t)N * D, A = (size_t)B * H * S * W;
+    const size_t ND = (size_t)N * D;
 
     memset(m->dy, 0, (size_t)N * O * sizeof(float));
     kiln_mse_backward(m->dy, m->y, m->targets, scale, (size_t)N * O);
@@ -434,7 +434,6 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
         kiln_linear_backward(m->du, gw->qkv_w, gw->qkv_b, m->dqkv, a->u1, w->qkv_w, N, D, 3 * D);
         kiln_rmsnorm_backward(m->dres, gw->attn_norm, m->du, a->res, w->attn_norm, a->rstd1, N, D);
     }
-    (void)A;
     kiln_linear_backward(NULL, g->embed_w, g->embed_b, m->dres, m->xs, p->embed_w, N, F, D);
     return KILN_OK;
 }
