@@ -292,7 +292,6 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
     const kiln_model_config *k = &m->cfg;
     KILN_FAIL_IF(B < 1 || B > m->max_batch, KILN_ERR_USAGE, "'forward': batch %d is outside 1..%d", B,
                  m->max_batch);
-    KILN_FAIL_IF(targets && !loss, KILN_ERR_USAGE, "'forward': targets given without a loss to fill");
     const int S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window, E = k->n_experts,
               K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
     const int N = B * S;
@@ -362,15 +361,14 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
     kiln_rmsnorm_forward(m->uf, m->rstdf, m->hL, p->final_norm, k->norm_eps, N, D);
     kiln_linear_forward(m->y, m->uf, p->head_w, p->head_b, N, D, O);
     kiln_stats_maxabs(&m->stats.max_abs_output, m->y, (size_t)N * O);
-    if (loss) {
-        memset(loss, 0, sizeof *loss);
-        if (targets) {
-            kiln_mse_forward(&loss->mse, m->y, targets, (size_t)N * O);
-            loss->load_balance = lb_sum;
-            loss->z = z_sum;
-            loss->loss = loss->mse + (double)o.aux_loss_coef * lb_sum + (double)o.z_loss_coef * z_sum;
-        }
+    kiln_loss out = {0, 0, 0, 0};
+    if (targets) {
+        kiln_mse_forward(&out.mse, m->y, targets, (size_t)N * O);
+        out.load_balance = lb_sum;
+        out.z = z_sum;
+        out.loss = out.mse + (double)o.aux_loss_coef * lb_sum + (double)o.z_loss_coef * z_sum;
     }
+    if (loss) *loss = out;
     return KILN_OK;
 }
 
