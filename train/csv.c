@@ -32,9 +32,11 @@ static bool fvec_push(fvec *a, float x) {
 }
 
 static char *trim(char *s) {
-    while (*s == ' ' || *s == '\t') s++;
+    while (*s == ' ' || *s == '\t')
+        s++;
     size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t')) s[--n] = 0;
+    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
+        s[--n] = 0;
     return s;
 }
 
@@ -57,14 +59,15 @@ static int split(char *line, char **fields, int max) {
 static bool read_line(FILE *f, char **line, size_t *cap, ssize_t *len) {
     *len = getline(line, cap, f);
     if (*len < 0) return false;
-    while (*len && ((*line)[*len - 1] == '\n' || (*line)[*len - 1] == '\r')) (*line)[--*len] = 0;
+    while (*len && ((*line)[*len - 1] == '\n' || (*line)[*len - 1] == '\r'))
+        (*line)[--*len] = 0;
     return true;
 }
 
 kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, int n_features,
                                  const char *const *targets, int n_outputs, const char *out_path) {
-    KILN_FAIL_IF(n_features < 1 || n_outputs < 1, KILN_ERR_USAGE, "'%s': import needs at least one feature and one target",
-                 csv);
+    KILN_FAIL_IF(n_features < 1 || n_outputs < 1, KILN_ERR_USAGE,
+                 "'%s': import needs at least one feature and one target", csv);
     const int nsel = n_features + n_outputs;
     const char **names = kiln_calloc((size_t)nsel, sizeof *names);
     int *idx = kiln_calloc((size_t)nsel, sizeof *idx);
@@ -86,15 +89,17 @@ kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, i
 
     /* ---- header ---- */
     ssize_t len;
-    KILN_CHECK_IF(rc, out, !read_line(f, &line, &cap, &len), ferror(f) ? KILN_ERR_IO : KILN_ERR_FORMAT,
-                  "'%s': %s", csv, ferror(f) ? "read error" : "empty file (no header row)");
+    KILN_CHECK_IF(rc, out, !read_line(f, &line, &cap, &len),
+                  ferror(f) ? KILN_ERR_IO : KILN_ERR_FORMAT, "'%s': %s", csv,
+                  ferror(f) ? "read error" : "empty file (no header row)");
     lineno = 1;
     char *hdr = line;
     if (!strncmp(hdr, "\xEF\xBB\xBF", 3)) hdr += 3;
     KILN_CHECK_IF(rc, out, strchr(hdr, '"'), KILN_ERR_UNSUPPORTED,
                   "'%s' line 1: quoted fields are not supported", csv);
     int ncols = 1;
-    for (const char *p = hdr; *p; p++) ncols += *p == ',';
+    for (const char *p = hdr; *p; p++)
+        ncols += *p == ',';
     fields = kiln_calloc((size_t)ncols, sizeof *fields);
     KILN_CHECK_IF(rc, out, !fields, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
     split(hdr, fields, ncols);
@@ -102,18 +107,20 @@ kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, i
         idx[i] = -1;
         for (int c = 0; c < ncols; c++) {
             if (strcmp(fields[c], names[i])) continue;
-            KILN_CHECK_IF(rc, out, idx[i] >= 0, KILN_ERR_FORMAT,
-                          "'%s' line 1: column '%s' appears twice in the header (columns %d and %d)", csv,
-                          names[i], idx[i] + 1, c + 1);
+            KILN_CHECK_IF(
+                rc, out, idx[i] >= 0, KILN_ERR_FORMAT,
+                "'%s' line 1: column '%s' appears twice in the header (columns %d and %d)", csv,
+                names[i], idx[i] + 1, c + 1);
             idx[i] = c;
         }
-        KILN_CHECK_IF(rc, out, idx[i] < 0, KILN_ERR_NOTFOUND, "'%s' line 1: no column '%s' in the header", csv,
-                      names[i]);
+        KILN_CHECK_IF(rc, out, idx[i] < 0, KILN_ERR_NOTFOUND,
+                      "'%s' line 1: no column '%s' in the header", csv, names[i]);
     }
     cols = json_pack("{s:[],s:[]}", "features", "targets");
     KILN_CHECK_IF(rc, out, !cols, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
     for (int i = 0; i < nsel; i++)
-        json_array_append_new(json_object_get(cols, i < n_features ? "features" : "targets"), json_string(names[i]));
+        json_array_append_new(json_object_get(cols, i < n_features ? "features" : "targets"),
+                              json_string(names[i]));
 
     /* ---- rows ---- */
     size_t rows = 0;
@@ -122,30 +129,34 @@ kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, i
         if (len == 0) continue;
         KILN_CHECK_IF(rc, out, memchr(line, '"', (size_t)len), KILN_ERR_UNSUPPORTED,
                       "'%s' line %zu: quoted fields are not supported", csv, lineno);
-        KILN_CHECK_IF(rc, out, (size_t)len != strlen(line), KILN_ERR_FORMAT, "'%s' line %zu: a NUL byte", csv,
-                      lineno);
+        KILN_CHECK_IF(rc, out, (size_t)len != strlen(line), KILN_ERR_FORMAT,
+                      "'%s' line %zu: a NUL byte", csv, lineno);
         int n = split(line, fields, ncols);
-        KILN_CHECK_IF(rc, out, n != ncols, KILN_ERR_FORMAT, "'%s' line %zu: %d fields, but the header has %d", csv,
-                      lineno, n, ncols);
+        KILN_CHECK_IF(rc, out, n != ncols, KILN_ERR_FORMAT,
+                      "'%s' line %zu: %d fields, but the header has %d", csv, lineno, n, ncols);
         for (int i = 0; i < nsel; i++) {
             const char *s = fields[idx[i]];
-            KILN_CHECK_IF(rc, out, !*s, KILN_ERR_FORMAT, "'%s' line %zu, column '%s': empty value", csv, lineno,
-                          names[i]);
+            KILN_CHECK_IF(rc, out, !*s, KILN_ERR_FORMAT, "'%s' line %zu, column '%s': empty value",
+                          csv, lineno, names[i]);
             char *end;
             errno = 0;
             double d = strtod(s, &end);
-            KILN_CHECK_IF(rc, out, end == s || *end, KILN_ERR_FORMAT, "'%s' line %zu, column '%s': '%s' is not a number",
-                          csv, lineno, names[i], s);
-            KILN_CHECK_IF(rc, out, !isfinite(d), KILN_ERR_NUMERIC, "'%s' line %zu, column '%s': '%s' is not finite",
-                          csv, lineno, names[i], s);
+            KILN_CHECK_IF(rc, out, end == s || *end, KILN_ERR_FORMAT,
+                          "'%s' line %zu, column '%s': '%s' is not a number", csv, lineno, names[i],
+                          s);
+            KILN_CHECK_IF(rc, out, !isfinite(d), KILN_ERR_NUMERIC,
+                          "'%s' line %zu, column '%s': '%s' is not finite", csv, lineno, names[i],
+                          s);
             KILN_CHECK_IF(rc, out, fabs(d) > FLT_MAX, KILN_ERR_NUMERIC,
-                          "'%s' line %zu, column '%s': '%s' is out of range for f32", csv, lineno, names[i], s);
+                          "'%s' line %zu, column '%s': '%s' is out of range for f32", csv, lineno,
+                          names[i], s);
             KILN_CHECK_IF(rc, out, !fvec_push(i < n_features ? &fx : &ty, (float)d), KILN_ERR_NOMEM,
                           "out of memory importing '%s' (line %zu)", csv, lineno);
         }
         rows++;
     }
-    KILN_CHECK_IF(rc, out, ferror(f), KILN_ERR_IO, "cannot read '%s' (after line %zu)", csv, lineno);
+    KILN_CHECK_IF(rc, out, ferror(f), KILN_ERR_IO, "cannot read '%s' (after line %zu)", csv,
+                  lineno);
     KILN_CHECK_IF(rc, out, rows == 0, KILN_ERR_FORMAT, "'%s': no data rows after the header", csv);
     rc = kiln_dataset_write(out_path, rows, n_features, n_outputs, fx.v, ty.v, cols);
 out:

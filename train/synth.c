@@ -75,7 +75,8 @@ static void normals4(uint64_t seed, uint64_t step, unsigned block, double out[4]
     uint32_t w[4];
     kiln_philox(seed, KILN_STREAM_SYNTH, step << 12 | block, w);
     for (int k = 0; k < 2; k++) {
-        double rad = sqrt(-2.0 * log(kiln_u32_to_unit(w[2 * k]))), ang = 2.0 * M_PI * kiln_u32_to_unit(w[2 * k + 1]);
+        double rad = sqrt(-2.0 * log(kiln_u32_to_unit(w[2 * k]))),
+               ang = 2.0 * M_PI * kiln_u32_to_unit(w[2 * k + 1]);
         out[2 * k] = rad * cos(ang);
         out[2 * k + 1] = rad * sin(ang);
     }
@@ -87,14 +88,17 @@ static double uniform1(uint64_t seed, uint64_t step) {
     return kiln_u32_to_unit(w[0]);
 }
 
-static double sgn(double x) { return (x > 0) - (x < 0); }
+static double sgn(double x) {
+    return (x > 0) - (x < 0);
+}
 
 /* mu_t given the regime s at t; r points at r_t with MOM_LAGS returns before it. */
 static double mu(const double *r, double f, double z, int s) {
     double mom = 0;
-    for (int k = 1; k <= MOM_LAGS; k++) mom += r[-k];
-    return P.a_rev * r[0] + P.a_mom * mom / MOM_LAGS + P.sigma[s] * (P.b_flow * f + P.b_sign * P.rho[s] * sgn(f)) -
-           P.b_basis * z;
+    for (int k = 1; k <= MOM_LAGS; k++)
+        mom += r[-k];
+    return P.a_rev * r[0] + P.a_mom * mom / MOM_LAGS +
+           P.sigma[s] * (P.b_flow * f + P.b_sign * P.rho[s] * sgn(f)) - P.b_basis * z;
 }
 
 static double gauss_pdf(double x, double m, double sd) {
@@ -104,7 +108,8 @@ static double gauss_pdf(double x, double m, double sd) {
 
 static double r2_score(const double *y, const double *yhat, size_t n) {
     double mean = 0, sse = 0, sst = 0;
-    for (size_t i = 0; i < n; i++) mean += y[i];
+    for (size_t i = 0; i < n; i++)
+        mean += y[i];
     mean /= (double)n;
     for (size_t i = 0; i < n; i++) {
         sse += (y[i] - yhat[i]) * (y[i] - yhat[i]);
@@ -134,13 +139,15 @@ static bool solve(double *A, double *b, int n) {
         for (int r = c + 1; r < n; r++) {
             double m = A[r * n + c] / A[c * n + c];
             if (m == 0) continue;
-            for (int k = c; k < n; k++) A[r * n + k] -= m * A[c * n + k];
+            for (int k = c; k < n; k++)
+                A[r * n + k] -= m * A[c * n + k];
             b[r] -= m * b[c];
         }
     }
     for (int c = n - 1; c >= 0; c--) {
         double s = b[c];
-        for (int k = c + 1; k < n; k++) s -= A[c * n + k] * b[k];
+        for (int k = c + 1; k < n; k++)
+            s -= A[c * n + k] * b[k];
         b[c] = s / A[c * n + c];
     }
     return true;
@@ -148,31 +155,37 @@ static bool solve(double *A, double *b, int n) {
 
 /* R^2 on rows [val, n) of least squares fit on rows [0, fit_end) of y (stride O) on the
  * features X [n, F] and a constant; NaN when there are too few rows or too many columns. */
-static kiln_err linear_r2(const float *X, const float *Y, size_t n, int F, int O, int o, size_t fit_end,
-                          size_t val, double *out) {
+static kiln_err linear_r2(const float *X, const float *Y, size_t n, int F, int O, int o,
+                          size_t fit_end, size_t val, double *out) {
     *out = NAN;
     int p = F + 1;
     if (F > LINEAR_MAX_FEATURES || fit_end < 2 * (size_t)p) return KILN_OK;
-    double *A = kiln_calloc((size_t)p * (size_t)p, sizeof *A), *b = kiln_calloc((size_t)p, sizeof *b);
+    double *A = kiln_calloc((size_t)p * (size_t)p, sizeof *A),
+           *b = kiln_calloc((size_t)p, sizeof *b);
     double *x = kiln_malloc((size_t)p * sizeof *x), *y = kiln_malloc((n - val) * sizeof *y),
            *yh = kiln_malloc((n - val) * sizeof *yh);
     kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out, !A || !b || !x || !y || !yh, KILN_ERR_NOMEM, "out of memory measuring the linear fit");
+    KILN_CHECK_IF(rc, out, !A || !b || !x || !y || !yh, KILN_ERR_NOMEM,
+                  "out of memory measuring the linear fit");
     for (size_t r = 0; r < fit_end; r++) {
         x[0] = 1;
-        for (int k = 0; k < F; k++) x[k + 1] = X[r * (size_t)F + (size_t)k];
+        for (int k = 0; k < F; k++)
+            x[k + 1] = X[r * (size_t)F + (size_t)k];
         double t = Y[r * (size_t)O + (size_t)o];
         for (int i = 0; i < p; i++) {
-            for (int j = i; j < p; j++) A[i * p + j] += x[i] * x[j];
+            for (int j = i; j < p; j++)
+                A[i * p + j] += x[i] * x[j];
             b[i] += x[i] * t;
         }
     }
     for (int i = 0; i < p; i++)
-        for (int j = 0; j < i; j++) A[i * p + j] = A[j * p + i];
+        for (int j = 0; j < i; j++)
+            A[i * p + j] = A[j * p + i];
     if (!solve(A, b, p)) goto out;
     for (size_t r = val; r < n; r++) {
         double s = b[0];
-        for (int k = 0; k < F; k++) s += b[k + 1] * X[r * (size_t)F + (size_t)k];
+        for (int k = 0; k < F; k++)
+            s += b[k + 1] * X[r * (size_t)F + (size_t)k];
         yh[r - val] = s;
         y[r - val] = Y[r * (size_t)O + (size_t)o];
     }
@@ -186,7 +199,9 @@ out:
     return rc;
 }
 
-static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+static json_t *num_or_null(double v) {
+    return isfinite(v) ? json_real(v) : json_null();
+}
 
 static json_t *synth_meta(const kiln_synth_opts *o, const kiln_synth_r2 *r2) {
     json_t *h = json_array(), *ro = json_array(), *rf = json_array(), *rl = json_array();
@@ -198,16 +213,17 @@ static json_t *synth_meta(const kiln_synth_opts *o, const kiln_synth_r2 *r2) {
     }
     char seed[24];
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)o->seed);
-    return json_pack(
-        "{s:s, s:s, s:I, s:i, s:i, s:o, s:i,"
-        " s:{s:[f,f], s:[f,f], s:[f,f], s:f, s:f, s:f, s:f, s:f, s:i, s:f, s:f, s:f},"
-        " s:{s:s, s:o, s:o, s:o}}",
-        "format", "kiln-synth/1", "seed", seed, "rows", (json_int_t)o->rows, "n_features", o->n_features,
-        "n_outputs", o->n_outputs, "horizons", h, "burn_in", BURN_IN, "process", "p_stay", P.p_stay[0],
-        P.p_stay[1], "sigma", P.sigma[0], P.sigma[1], "rho", P.rho[0], P.rho[1], "phi_flow", P.phi_f,
-        "phi_basis", P.phi_z, "volume_noise", P.vol_noise, "a_reversal", P.a_rev, "a_momentum", P.a_mom,
-        "momentum_lags", MOM_LAGS, "b_flow", P.b_flow, "b_sign", P.b_sign, "b_basis", P.b_basis, "r2", "split",
-        "last 20% of rows", "oracle", ro, "filtered", rf, "linear", rl);
+    return json_pack("{s:s, s:s, s:I, s:i, s:i, s:o, s:i,"
+                     " s:{s:[f,f], s:[f,f], s:[f,f], s:f, s:f, s:f, s:f, s:f, s:i, s:f, s:f, s:f},"
+                     " s:{s:s, s:o, s:o, s:o}}",
+                     "format", "kiln-synth/1", "seed", seed, "rows", (json_int_t)o->rows,
+                     "n_features", o->n_features, "n_outputs", o->n_outputs, "horizons", h,
+                     "burn_in", BURN_IN, "process", "p_stay", P.p_stay[0], P.p_stay[1], "sigma",
+                     P.sigma[0], P.sigma[1], "rho", P.rho[0], P.rho[1], "phi_flow", P.phi_f,
+                     "phi_basis", P.phi_z, "volume_noise", P.vol_noise, "a_reversal", P.a_rev,
+                     "a_momentum", P.a_mom, "momentum_lags", MOM_LAGS, "b_flow", P.b_flow, "b_sign",
+                     P.b_sign, "b_basis", P.b_basis, "r2", "split", "last 20% of rows", "oracle",
+                     ro, "filtered", rf, "linear", rl);
 }
 
 static json_t *synth_columns(int F, int O) {
@@ -215,8 +231,10 @@ static json_t *synth_columns(int F, int O) {
     json_t *fs = json_array(), *ts = json_array();
     char name[32];
     for (int k = 0; k < F; k++) {
-        if (k < N_INFORMATIVE) snprintf(name, sizeof name, "%s", informative[k]);
-        else snprintf(name, sizeof name, "noise%d", k - N_INFORMATIVE);
+        if (k < N_INFORMATIVE)
+            snprintf(name, sizeof name, "%s", informative[k]);
+        else
+            snprintf(name, sizeof name, "noise%d", k - N_INFORMATIVE);
         json_array_append_new(fs, json_string(name));
     }
     for (int k = 0; k < O; k++) {
@@ -228,11 +246,13 @@ static json_t *synth_columns(int F, int O) {
 
 kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth_r2 *r2_out) {
     int F = o->n_features, O = o->n_outputs;
-    KILN_FAIL_IF(F < N_INFORMATIVE || F > KILN_SYNTH_MAX_FEATURES, KILN_ERR_USAGE,
-                 "synthetic data needs %d to %d features (ret, flow, volume, basis, then noise), not %d",
-                 N_INFORMATIVE, KILN_SYNTH_MAX_FEATURES, F);
+    KILN_FAIL_IF(
+        F < N_INFORMATIVE || F > KILN_SYNTH_MAX_FEATURES, KILN_ERR_USAGE,
+        "synthetic data needs %d to %d features (ret, flow, volume, basis, then noise), not %d",
+        N_INFORMATIVE, KILN_SYNTH_MAX_FEATURES, F);
     KILN_FAIL_IF(O < 1 || O > KILN_SYNTH_MAX_OUTPUTS, KILN_ERR_USAGE,
-                 "synthetic data has 1 to %d outputs (horizons 1, 2, 4, ...), not %d", KILN_SYNTH_MAX_OUTPUTS, O);
+                 "synthetic data has 1 to %d outputs (horizons 1, 2, 4, ...), not %d",
+                 KILN_SYNTH_MAX_OUTPUTS, O);
     KILN_FAIL_IF(o->rows < KILN_SYNTH_MIN_ROWS || o->rows > ((size_t)1 << 40), KILN_ERR_USAGE,
                  "synthetic data needs %d to 2^40 rows, not %zu", KILN_SYNTH_MIN_ROWS, o->rows);
     const size_t n = o->rows, hmax = (size_t)1 << (O - 1), T = BURN_IN + n + hmax;
@@ -241,7 +261,8 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
                  "synthetic data of %zu rows is too large", n);
 
     kiln_err rc = KILN_OK;
-    double *r = kiln_calloc(T, sizeof *r), *f = kiln_calloc(T, sizeof *f), *z = kiln_calloc(T, sizeof *z);
+    double *r = kiln_calloc(T, sizeof *r), *f = kiln_calloc(T, sizeof *f),
+           *z = kiln_calloc(T, sizeof *z);
     double *v = kiln_calloc(T, sizeof *v), *post = kiln_calloc(T, sizeof *post);
     unsigned char *s = kiln_calloc(T, 1);
     float *X = kiln_malloc(nf * sizeof *X), *Y = kiln_malloc(no * sizeof *Y);
@@ -253,7 +274,8 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
                   "out of memory generating %zu rows", n);
 
     /* ---- simulate ---- */
-    const double pv = (1 - P.p_stay[0]) / (2 - P.p_stay[0] - P.p_stay[1]); /* stationary P(volatile) */
+    const double pv =
+        (1 - P.p_stay[0]) / (2 - P.p_stay[0] - P.p_stay[1]); /* stationary P(volatile) */
     const double sf = sqrt(1 - P.phi_f * P.phi_f), sz = sqrt(1 - P.phi_z * P.phi_z);
     double prob[2] = {1 - pv, pv}; /* the filter's P(s_t | observables up to t) */
     for (size_t t = 0; t < T; t++) {
@@ -266,7 +288,8 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
         /* The first MOM_LAGS + 1 steps have no full history: plain noise, then the process. */
         double m[2] = {0, 0};
         if (t > MOM_LAGS)
-            for (int i = 0; i < 2; i++) m[i] = mu(&r[t - 1], f[t - 1], z[t - 1], i);
+            for (int i = 0; i < 2; i++)
+                m[i] = mu(&r[t - 1], f[t - 1], z[t - 1], i);
         r[t] = (t ? m[s[t - 1]] : 0) + P.sigma[s[t]] * e[2];
         v[t] = log(P.sigma[s[t]]) + P.vol_noise * e[3];
         /* Forward filter: the emission of r_t depends on s_{t-1} (through mu) and s_t. */
@@ -283,8 +306,10 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
             }
         }
         double sum = a[0] + a[1];
-        if (!(sum > 0) || !isfinite(sum)) prob[0] = 1 - pv, prob[1] = pv;
-        else prob[0] = a[0] / sum, prob[1] = a[1] / sum;
+        if (!(sum > 0) || !isfinite(sum))
+            prob[0] = 1 - pv, prob[1] = pv;
+        else
+            prob[0] = a[0] / sum, prob[1] = a[1] / sum;
         post[t] = prob[1];
     }
 
@@ -298,7 +323,8 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
         rc = kiln_fail(KILN_ERR_NOMEM, "out of memory generating %zu rows", n);
         goto out;
     }
-    for (int i = 0; i < 2; i++) gs[i] = P.sigma[i], gsr[i] = P.sigma[i] * P.rho[i];
+    for (int i = 0; i < 2; i++)
+        gs[i] = P.sigma[i], gsr[i] = P.sigma[i] * P.rho[i];
     for (size_t k = 1; k < K; k++)
         for (int i = 0; i < 2; i++) {
             double st = P.p_stay[i];
@@ -315,31 +341,37 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
         for (int k = N_INFORMATIVE; k < F; k += 4) {
             double e[4];
             normals4(o->seed, t, 2 + (unsigned)(k - N_INFORMATIVE) / 4, e);
-            for (int q = 0; q < 4 && k + q < F; q++) x[k + q] = (float)e[q];
+            for (int q = 0; q < 4 && k + q < F; q++)
+                x[k + q] = (float)e[q];
         }
         for (int kk = 0; kk < O; kk++) {
             size_t h = (size_t)1 << kk;
             double sum = 0;
-            for (size_t j = 1; j <= h; j++) sum += r[t + j];
+            for (size_t j = 1; j <= h; j++)
+                sum += r[t + j];
             Y[row * (size_t)O + (size_t)kk] = (float)sum; /* scaled below */
         }
         /* m_j = E[r_{t+j} | I_t, s_t = i]: known returns for j <= 0, then the recursion. */
         for (int i = 0; i < 2; i++) {
             double *m = mj + MOM_LAGS; /* m[j] for j = -MOM_LAGS .. hmax */
-            for (int j = -MOM_LAGS; j <= 0; j++) m[j] = r[t - (size_t)-j];
+            for (int j = -MOM_LAGS; j <= 0; j++)
+                m[j] = r[t - (size_t)-j];
             for (size_t j = 1; j <= hmax; j++) {
                 size_t k = j - 1; /* mu_{t+k} */
                 double mom = 0;
-                for (int l = 1; l <= MOM_LAGS; l++) mom += m[(long)k - l];
+                for (int l = 1; l <= MOM_LAGS; l++)
+                    mom += m[(long)k - l];
                 double fk = pow(P.phi_f, (double)k) * f[t];
-                double sk = k == 0 ? sgn(f[t]) : erf(fk / sqrt(2 * (1 - pow(P.phi_f, 2.0 * (double)k))));
+                double sk =
+                    k == 0 ? sgn(f[t]) : erf(fk / sqrt(2 * (1 - pow(P.phi_f, 2.0 * (double)k))));
                 m[j] = P.a_rev * m[k] + P.a_mom * mom / MOM_LAGS + P.b_flow * gs[k * 2 + i] * fk +
                        P.b_sign * gsr[k * 2 + i] * sk - P.b_basis * pow(P.phi_z, (double)k) * z[t];
             }
             double acc = 0;
             size_t next = 1;
             for (int kk = 0; kk < O; kk++) {
-                for (; next <= ((size_t)1 << kk); next++) acc += m[next];
+                for (; next <= ((size_t)1 << kk); next++)
+                    acc += m[next];
                 cond[(row * (size_t)O + (size_t)kk) * 2 + (size_t)i] = acc;
             }
         }
@@ -348,8 +380,10 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
 
     /* ---- scale targets to unit variance over the file; measure R^2 ---- */
     const size_t val = n - (size_t)floor(VAL_FRACTION * (double)n + 0.5), nv = n - val;
-    ys = kiln_malloc(nv * sizeof *ys), yo = kiln_malloc(nv * sizeof *yo), yf = kiln_malloc(nv * sizeof *yf);
-    KILN_CHECK_IF(rc, out, !ys || !yo || !yf, KILN_ERR_NOMEM, "out of memory generating %zu rows", n);
+    ys = kiln_malloc(nv * sizeof *ys), yo = kiln_malloc(nv * sizeof *yo),
+    yf = kiln_malloc(nv * sizeof *yf);
+    KILN_CHECK_IF(rc, out, !ys || !yo || !yf, KILN_ERR_NOMEM, "out of memory generating %zu rows",
+                  n);
     kiln_synth_r2 r2;
     memset(&r2, 0, sizeof r2);
     for (int kk = 0; kk < O; kk++) {
@@ -360,7 +394,8 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
             m2 += d * (y - mean);
         }
         double sd = sqrt(m2 / (double)n), scale = sd > 0 ? 1 / sd : 1;
-        for (size_t row = 0; row < n; row++) Y[row * (size_t)O + (size_t)kk] = (float)(Y[row * (size_t)O + (size_t)kk] * scale);
+        for (size_t row = 0; row < n; row++)
+            Y[row * (size_t)O + (size_t)kk] = (float)(Y[row * (size_t)O + (size_t)kk] * scale);
         for (size_t row = val; row < n; row++) {
             size_t t = BURN_IN + row;
             const double *c = &cond[(row * (size_t)O + (size_t)kk) * 2];
@@ -377,7 +412,8 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
 
     cols = synth_columns(F, O);
     meta = json_object();
-    KILN_CHECK_IF(rc, out, !cols || !meta || json_object_set_new(meta, "kiln.synth", synth_meta(o, &r2)),
+    KILN_CHECK_IF(rc, out,
+                  !cols || !meta || json_object_set_new(meta, "kiln.synth", synth_meta(o, &r2)),
                   KILN_ERR_NOMEM, "out of memory writing '%s'", path);
     KILN_CHECK(rc, out, kiln_dataset_write_meta(path, n, F, O, X, Y, cols, meta));
     if (r2_out) *r2_out = r2;
