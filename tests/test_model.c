@@ -9,7 +9,9 @@
 #include "test.h"
 #include "train.h"
 
-static double rel_err(double got, double want) { return fabs(got - want) / fmax(fabs(want), 1e-12); }
+static double rel_err(double got, double want) {
+    return fabs(got - want) / fmax(fabs(want), 1e-12);
+}
 
 /* Load a vector pair into a new model; *io stays open for the caller. */
 static kiln_tsmoe *load_vector(const char *stem, kiln_st **io) {
@@ -32,8 +34,9 @@ static kiln_tsmoe *load_vector(const char *stem, kiln_st **io) {
     const kiln_param *tab = kiln_tsmoe_param_table(m, &n);
     for (size_t i = 0; i < n; i++) {
         const kiln_tensor *t;
-        CHECK(tab[i].name, kiln_st_expect(st, tab[i].name, KILN_F32, tab[i].ndim, tab[i].shape, &t) == KILN_OK &&
-                               kiln_tensor_to_f32(t, kiln_tsmoe_params(m) + tab[i].offset) == KILN_OK);
+        CHECK(tab[i].name,
+              kiln_st_expect(st, tab[i].name, KILN_F32, tab[i].ndim, tab[i].shape, &t) == KILN_OK &&
+                  kiln_tensor_to_f32(t, kiln_tsmoe_params(m) + tab[i].offset) == KILN_OK);
     }
 out:
     kiln_st_close(st);
@@ -67,15 +70,18 @@ static void check_vector(const char *stem) {
         return;
     }
     size_t nx, ny, no;
-    float *x = tensor_copy(io, "inputs", &nx), *t = tensor_copy(io, "targets", &ny), *want = tensor_copy(io, "outputs", &no);
+    float *x = tensor_copy(io, "inputs", &nx), *t = tensor_copy(io, "targets", &ny),
+          *want = tensor_copy(io, "outputs", &no);
     if (!CHECK("io tensors", x && t && want && ny == no)) goto out;
-    kiln_loss_opts opts = {(float)meta_num(io, "aux_loss_coef"), (float)meta_num(io, "z_loss_coef"), 0.0f};
+    kiln_loss_opts opts = {(float)meta_num(io, "aux_loss_coef"), (float)meta_num(io, "z_loss_coef"),
+                           0.0f};
     int B = (int)kiln_st_find(io, "inputs")->shape[0];
     kiln_loss loss;
     if (!CHECK("forward", kiln_tsmoe_forward(m, x, t, B, &opts, &loss) == KILN_OK)) goto out;
     const float *y = kiln_tsmoe_outputs(m);
     double worst = 0;
-    for (size_t i = 0; i < no; i++) worst = fmax(worst, fabs(y[i] - want[i]) / fmax(fabs(want[i]), 1e-3));
+    for (size_t i = 0; i < no; i++)
+        worst = fmax(worst, fabs(y[i] - want[i]) / fmax(fabs(want[i]), 1e-3));
     CHECK("outputs within 1e-5 relative", worst < 1e-5);
     CHECK("loss", rel_err(loss.loss, meta_num(io, "loss")) < 1e-5);
     CHECK("mse", rel_err(loss.mse, meta_num(io, "mse")) < 1e-5);
@@ -92,7 +98,8 @@ static void check_vector(const char *stem) {
         snprintf(name, sizeof name, "grad.%s", tab[i].name);
         if (!(tab[i].flags & KILN_PARAM_TRAINED)) {
             bool zero = true;
-            for (size_t j = 0; j < tab[i].numel; j++) zero &= g[j] == 0.0f;
+            for (size_t j = 0; j < tab[i].numel; j++)
+                zero &= g[j] == 0.0f;
             CHECK("untrained parameter has zero gradient", zero && !kiln_st_find(io, name));
             continue;
         }
@@ -119,8 +126,12 @@ out:
     kiln_st_close(io);
 }
 
-KILN_TEST(model_vectors_moe) { check_vector("tsmoe-moe"); }
-KILN_TEST(model_vectors_dense) { check_vector("tsmoe-dense"); }
+KILN_TEST(model_vectors_moe) {
+    check_vector("tsmoe-moe");
+}
+KILN_TEST(model_vectors_dense) {
+    check_vector("tsmoe-dense");
+}
 
 /* ---- a float64 reference of MODEL.md, written plainly and separately from the kernels,
  * whose central differences are exact enough to judge the float32 backward ---- */
@@ -145,11 +156,13 @@ static const double *rp(const ref_ctx *r, const char *fmt, int l) {
     return i < 0 ? NULL : r->th + r->tab[i].offset;
 }
 
-static void ref_linear(double *out, const double *in, const double *w, const double *b, int n, int ic, int oc) {
+static void ref_linear(double *out, const double *in, const double *w, const double *b, int n,
+                       int ic, int oc) {
     for (int i = 0; i < n; i++)
         for (int o = 0; o < oc; o++) {
             double s = b ? b[o] : 0.0;
-            for (int k = 0; k < ic; k++) s += in[(size_t)i * ic + k] * w[(size_t)o * ic + k];
+            for (int k = 0; k < ic; k++)
+                s += in[(size_t)i * ic + k] * w[(size_t)o * ic + k];
             out[(size_t)i * oc + o] = s;
         }
 }
@@ -157,18 +170,23 @@ static void ref_linear(double *out, const double *in, const double *w, const dou
 static void ref_rmsnorm(double *out, const double *in, const double *g, double eps, int n, int d) {
     for (int i = 0; i < n; i++) {
         double ss = 0;
-        for (int k = 0; k < d; k++) ss += in[(size_t)i * d + k] * in[(size_t)i * d + k];
+        for (int k = 0; k < d; k++)
+            ss += in[(size_t)i * d + k] * in[(size_t)i * d + k];
         double r = 1.0 / sqrt(ss / d + eps);
-        for (int k = 0; k < d; k++) out[(size_t)i * d + k] = in[(size_t)i * d + k] * r * g[k];
+        for (int k = 0; k < d; k++)
+            out[(size_t)i * d + k] = in[(size_t)i * d + k] * r * g[k];
     }
 }
 
-static double ref_gelu(double u) { return 0.5 * u * (1 + tanh(sqrt(2 / M_PI) * (u + 0.044715 * u * u * u))); }
+static double ref_gelu(double u) {
+    return 0.5 * u * (1 + tanh(sqrt(2 / M_PI) * (u + 0.044715 * u * u * u)));
+}
 
 static double ref_loss(ref_ctx *r, kiln_loss *parts) {
     const kiln_model_config *c = r->c;
     const int S = c->seq_len, D = c->d_model, H = c->n_heads, W = c->attn_window, E = c->n_experts,
-              K = c->top_k, Fh = c->d_ff, F = c->n_features, O = c->n_outputs, N = r->B * S, Dh = D / H;
+              K = c->top_k, Fh = c->d_ff, F = c->n_features, O = c->n_outputs, N = r->B * S,
+              Dh = D / H;
     double *h = calloc((size_t)N * D, sizeof *h), *u = calloc((size_t)N * D, sizeof *u);
     double *qkv = calloc((size_t)N * 3 * D, sizeof *qkv), *o = calloc((size_t)N * D, sizeof *o);
     double *tmp = calloc((size_t)N * D, sizeof *tmp), *xs = calloc((size_t)N * F, sizeof *xs);
@@ -178,12 +196,14 @@ static double ref_loss(ref_ctx *r, kiln_loss *parts) {
     double lb = 0, z = 0, mse = 0;
     const double *mean = rp(r, "norm.in_mean", 0), *sd = rp(r, "norm.in_std", 0);
     for (int i = 0; i < N; i++)
-        for (int f = 0; f < F; f++) xs[(size_t)i * F + f] = (r->x[(size_t)i * F + f] - mean[f]) / sd[f];
+        for (int f = 0; f < F; f++)
+            xs[(size_t)i * F + f] = (r->x[(size_t)i * F + f] - mean[f]) / sd[f];
     ref_linear(h, xs, rp(r, "embed.weight", 0), rp(r, "embed.bias", 0), N, F, D);
     r->dropped = 0;
     for (int l = 0; l < c->n_layers; l++) {
         ref_rmsnorm(u, h, rp(r, "blocks.%d.attn_norm.weight", l), c->norm_eps, N, D);
-        ref_linear(qkv, u, rp(r, "blocks.%d.attn.qkv.weight", l), rp(r, "blocks.%d.attn.qkv.bias", l), N, D, 3 * D);
+        ref_linear(qkv, u, rp(r, "blocks.%d.attn.qkv.weight", l),
+                   rp(r, "blocks.%d.attn.qkv.bias", l), N, D, 3 * D);
         for (int b = 0; b < r->B; b++)
             for (int hh = 0; hh < H; hh++) {
                 double m = pow(2.0, -8.0 * (hh + 1) / H);
@@ -197,40 +217,53 @@ static double ref_loss(ref_ctx *r, kiln_loss *parts) {
                         sc[i - j] = s / sqrt((double)Dh) - m * (i - j);
                         mx = fmax(mx, sc[i - j]);
                     }
-                    for (int j = i; j > i - W && j >= 0; j--) sum += exp(sc[i - j] - mx);
+                    for (int j = i; j > i - W && j >= 0; j--)
+                        sum += exp(sc[i - j] - mx);
                     for (int d = 0; d < Dh; d++) {
                         double acc = 0;
                         for (int j = i; j > i - W && j >= 0; j--)
-                            acc += exp(sc[i - j] - mx) / sum * qkv[((size_t)b * S + j) * 3 * D + 2 * D + hh * Dh + d];
+                            acc += exp(sc[i - j] - mx) / sum *
+                                   qkv[((size_t)b * S + j) * 3 * D + 2 * D + hh * Dh + d];
                         o[((size_t)b * S + i) * D + hh * Dh + d] = acc;
                     }
                 }
             }
-        ref_linear(tmp, o, rp(r, "blocks.%d.attn.out.weight", l), rp(r, "blocks.%d.attn.out.bias", l), N, D, D);
-        for (size_t i = 0; i < (size_t)N * D; i++) h[i] += tmp[i];
+        ref_linear(tmp, o, rp(r, "blocks.%d.attn.out.weight", l),
+                   rp(r, "blocks.%d.attn.out.bias", l), N, D, D);
+        for (size_t i = 0; i < (size_t)N * D; i++)
+            h[i] += tmp[i];
         ref_rmsnorm(u, h, rp(r, "blocks.%d.ffn_norm.weight", l), c->norm_eps, N, D);
         if (!E) {
-            const double *fw = rp(r, "blocks.%d.ffn.fc.weight", l), *fb = rp(r, "blocks.%d.ffn.fc.bias", l);
-            const double *pw = rp(r, "blocks.%d.ffn.proj.weight", l), *pb = rp(r, "blocks.%d.ffn.proj.bias", l);
+            const double *fw = rp(r, "blocks.%d.ffn.fc.weight", l),
+                         *fb = rp(r, "blocks.%d.ffn.fc.bias", l);
+            const double *pw = rp(r, "blocks.%d.ffn.proj.weight", l),
+                         *pb = rp(r, "blocks.%d.ffn.proj.bias", l);
             for (int t = 0; t < N; t++) {
                 ref_linear(hid, u + (size_t)t * D, fw, fb, 1, D, Fh);
-                for (int j = 0; j < Fh; j++) hid[j] = ref_gelu(hid[j]);
+                for (int j = 0; j < Fh; j++)
+                    hid[j] = ref_gelu(hid[j]);
                 ref_linear(tmp, hid, pw, pb, 1, Fh, D);
-                for (int d = 0; d < D; d++) h[(size_t)t * D + d] += tmp[d];
+                for (int d = 0; d < D; d++)
+                    h[(size_t)t * D + d] += tmp[d];
             }
             continue;
         }
         const double *rw = rp(r, "blocks.%d.moe.router.weight", l);
-        const double *fw = rp(r, "blocks.%d.moe.fc.weight", l), *fb = rp(r, "blocks.%d.moe.fc.bias", l);
-        const double *pw = rp(r, "blocks.%d.moe.proj.weight", l), *pb = rp(r, "blocks.%d.moe.proj.bias", l);
-        int cap = r->o.capacity_factor > 0 ? (int)ceil((double)r->o.capacity_factor * N * K / E) : N * K;
+        const double *fw = rp(r, "blocks.%d.moe.fc.weight", l),
+                     *fb = rp(r, "blocks.%d.moe.fc.bias", l);
+        const double *pw = rp(r, "blocks.%d.moe.proj.weight", l),
+                     *pb = rp(r, "blocks.%d.moe.proj.bias", l);
+        int cap =
+            r->o.capacity_factor > 0 ? (int)ceil((double)r->o.capacity_factor * N * K / E) : N * K;
         double fsum[64] = {0}, psum[64] = {0};
         memset(count, 0, (size_t)E * sizeof *count);
         for (int t = 0; t < N; t++) {
             ref_linear(p, u + (size_t)t * D, rw, NULL, 1, D, E);
             double mx = -INFINITY, sum = 0;
-            for (int e = 0; e < E; e++) mx = fmax(mx, p[e]);
-            for (int e = 0; e < E; e++) sum += exp(p[e] - mx);
+            for (int e = 0; e < E; e++)
+                mx = fmax(mx, p[e]);
+            for (int e = 0; e < E; e++)
+                sum += exp(p[e] - mx);
             double lse = mx + log(sum);
             z += lse * lse / N;
             for (int e = 0; e < E; e++) {
@@ -243,7 +276,8 @@ static double ref_loss(ref_ctx *r, kiln_loss *parts) {
                 int best = -1;
                 for (int e = 0; e < E; e++) {
                     bool used = false;
-                    for (int k2 = 0; k2 < k; k2++) used |= chosen[k2] == e;
+                    for (int k2 = 0; k2 < k; k2++)
+                        used |= chosen[k2] == e;
                     if (!used && (best < 0 || p[e] > p[best])) best = e;
                 }
                 chosen[k] = best;
@@ -257,21 +291,27 @@ static double ref_loss(ref_ctx *r, kiln_loss *parts) {
                     r->dropped += 1.0 / ((double)N * K);
                     continue;
                 }
-                ref_linear(hid, u + (size_t)t * D, fw + (size_t)e * Fh * D, fb + (size_t)e * Fh, 1, D, Fh);
-                for (int j = 0; j < Fh; j++) hid[j] = ref_gelu(hid[j]);
+                ref_linear(hid, u + (size_t)t * D, fw + (size_t)e * Fh * D, fb + (size_t)e * Fh, 1,
+                           D, Fh);
+                for (int j = 0; j < Fh; j++)
+                    hid[j] = ref_gelu(hid[j]);
                 ref_linear(tmp, hid, pw + (size_t)e * D * Fh, pb + (size_t)e * D, 1, Fh, D);
-                for (int d = 0; d < D; d++) h[(size_t)t * D + d] += p[e] / gs * tmp[d];
+                for (int d = 0; d < D; d++)
+                    h[(size_t)t * D + d] += p[e] / gs * tmp[d];
             }
         }
-        for (int e = 0; e < E; e++) lb += E * fsum[e] * psum[e];
+        for (int e = 0; e < E; e++)
+            lb += E * fsum[e] * psum[e];
     }
     ref_rmsnorm(u, h, rp(r, "final_norm.weight", 0), c->norm_eps, N, D);
     ref_linear(y, u, rp(r, "head.weight", 0), rp(r, "head.bias", 0), N, D, O);
-    for (size_t i = 0; i < (size_t)N * O; i++) mse += (y[i] - r->t[i]) * (y[i] - r->t[i]) / ((double)N * O);
+    for (size_t i = 0; i < (size_t)N * O; i++)
+        mse += (y[i] - r->t[i]) * (y[i] - r->t[i]) / ((double)N * O);
     if (r->y) memcpy(r->y, y, (size_t)N * O * sizeof *y);
     double loss = mse + (double)r->o.aux_loss_coef * lb + (double)r->o.z_loss_coef * z;
     if (parts) *parts = (kiln_loss){loss, mse, lb, z};
-    free(h), free(u), free(qkv), free(o), free(tmp), free(xs), free(y), free(hid), free(sc), free(p), free(count);
+    free(h), free(u), free(qkv), free(o), free(tmp), free(xs), free(y), free(hid), free(sc),
+        free(p), free(count);
     return loss;
 }
 
@@ -315,9 +355,12 @@ static void check_fd(const fd_case *fc) {
     if (!CHECK(fc->name, kiln_tsmoe_create(c, fc->B, &m) == KILN_OK)) return;
     fill_params(m, 7);
     const int N = fc->B * c->seq_len;
-    float *x = malloc((size_t)N * c->n_features * sizeof *x), *t = malloc((size_t)N * c->n_outputs * sizeof *t);
-    for (int i = 0; i < N * c->n_features; i++) x[i] = (float)(1.0 + test_normal(11, (uint64_t)i));
-    for (int i = 0; i < N * c->n_outputs; i++) t[i] = (float)test_normal(13, (uint64_t)i);
+    float *x = malloc((size_t)N * c->n_features * sizeof *x),
+          *t = malloc((size_t)N * c->n_outputs * sizeof *t);
+    for (int i = 0; i < N * c->n_features; i++)
+        x[i] = (float)(1.0 + test_normal(11, (uint64_t)i));
+    for (int i = 0; i < N * c->n_outputs; i++)
+        t[i] = (float)test_normal(13, (uint64_t)i);
     kiln_loss_opts opts = {0.05f, 0.01f, fc->capacity_factor};
     kiln_loss got, want;
     CHECK("forward", kiln_tsmoe_forward(m, x, t, fc->B, &opts, &got) == KILN_OK);
@@ -329,7 +372,8 @@ static void check_fd(const fd_case *fc) {
     double *th = malloc(numel * sizeof *th), *y = malloc((size_t)N * c->n_outputs * sizeof *y);
     size_t route_n = (size_t)c->n_layers * N * (c->top_k ? c->top_k : 1);
     int32_t *route = calloc(route_n, sizeof *route), *route2 = calloc(route_n, sizeof *route2);
-    for (size_t i = 0; i < numel; i++) th[i] = kiln_tsmoe_params(m)[i];
+    for (size_t i = 0; i < numel; i++)
+        th[i] = kiln_tsmoe_params(m)[i];
     ref_ctx r = {c, tab, n, th, x, t, fc->B, opts, y, route, 0};
     ref_loss(&r, &want);
     char what[160];
@@ -345,7 +389,8 @@ static void check_fd(const fd_case *fc) {
     if (fc->capacity_factor > 0) {
         const kiln_tsmoe_stats *st = kiln_tsmoe_last_stats(m);
         double ov = 0;
-        for (int l = 0; l < c->n_layers; l++) ov += st->overflow[l];
+        for (int l = 0; l < c->n_layers; l++)
+            ov += st->overflow[l];
         snprintf(what, sizeof what, "%s: capacity drops choices, as the reference does", fc->name);
         CHECK(what, r.dropped > 0 && fabs(ov - r.dropped) < 1e-6);
     }
@@ -364,7 +409,10 @@ static void check_fd(const fd_case *fc) {
         size_t count = tab[i].numel < cap ? tab[i].numel : cap;
         double big = 0, err = 0;
         for (size_t s = 0; s < count; s++) {
-            size_t j = tab[i].numel <= cap ? s : (size_t)(kiln_u32_to_unit((uint32_t)(s * 2654435761u + i)) * tab[i].numel);
+            size_t j =
+                tab[i].numel <= cap
+                    ? s
+                    : (size_t)(kiln_u32_to_unit((uint32_t)(s * 2654435761u + i)) * tab[i].numel);
             double *v = &th[tab[i].offset + j], keep = *v;
             *v = keep + eps;
             double lp = ref_loss(&r, NULL);
@@ -377,7 +425,8 @@ static void check_fd(const fd_case *fc) {
             big = fmax(big, fabs(fd));
             err = fmax(err, fabs(fd - g[j]));
         }
-        snprintf(what, sizeof what, "%s: gradient of %s (max error %.2g, largest %.2g)", fc->name, tab[i].name, err, big);
+        snprintf(what, sizeof what, "%s: gradient of %s (max error %.2g, largest %.2g)", fc->name,
+                 tab[i].name, err, big);
         CHECK(what, err <= 2e-4 * big + 1e-7);
         if (getenv("KILN_TEST_VERBOSE")) fprintf(stderr, "    %s\n", what);
     }
@@ -387,7 +436,8 @@ static void check_fd(const fd_case *fc) {
     kiln_tsmoe_free(m);
 }
 
-#define CFG(F, O, D, L, H, FH, E, K, S, W) {F, O, D, L, H, FH, E, K, S, W, 1e-5f}
+#define CFG(F, O, D, L, H, FH, E, K, S, W)                                                         \
+    { F, O, D, L, H, FH, E, K, S, W, 1e-5f }
 
 KILN_TEST(model_fd_top1_one_layer) {
     fd_case c = {"top_k 1, one layer", CFG(3, 2, 8, 1, 2, 6, 4, 1, 6, 3), 2, 0};
@@ -418,8 +468,10 @@ static kiln_tsmoe *small_model(int B, float **x, float **t) {
     int N = B * c.seq_len;
     *x = malloc((size_t)N * c.n_features * sizeof **x);
     *t = malloc((size_t)N * c.n_outputs * sizeof **t);
-    for (int i = 0; i < N * c.n_features; i++) (*x)[i] = (float)test_normal(21, (uint64_t)i);
-    for (int i = 0; i < N * c.n_outputs; i++) (*t)[i] = (float)test_normal(23, (uint64_t)i);
+    for (int i = 0; i < N * c.n_features; i++)
+        (*x)[i] = (float)test_normal(21, (uint64_t)i);
+    for (int i = 0; i < N * c.n_outputs; i++)
+        (*t)[i] = (float)test_normal(23, (uint64_t)i);
     return m;
 }
 
@@ -439,7 +491,8 @@ KILN_TEST(model_deterministic) {
     CHECK("forward again", kiln_tsmoe_forward(m, x, t, 3, &opts, &l2) == KILN_OK);
     CHECK("backward again", kiln_tsmoe_backward(m, 1.0f) == KILN_OK);
     CHECK("same loss bits", memcmp(&l1, &l2, sizeof l1) == 0);
-    CHECK("bitwise identical gradients", memcmp(first, kiln_tsmoe_grads(m), numel * sizeof *first) == 0);
+    CHECK("bitwise identical gradients",
+          memcmp(first, kiln_tsmoe_grads(m), numel * sizeof *first) == 0);
     /* Backward adds: a second pass at scale 1 doubles what one pass gave. */
     CHECK("backward accumulates", kiln_tsmoe_backward(m, 1.0f) == KILN_OK);
     /* (Not bitwise: a GEMM may add into the gradient a block of its sum at a time.) */
@@ -456,12 +509,14 @@ KILN_TEST(model_deterministic) {
     memcpy(y3, kiln_tsmoe_outputs(m), 3 * per_seq * sizeof *y3);
     CHECK("forward of one sequence", kiln_tsmoe_forward(m, x, NULL, 1, &opts, NULL) == KILN_OK);
     double worst = 0;
-    for (int i = 0; i < per_seq; i++) worst = fmax(worst, fabs(kiln_tsmoe_outputs(m)[i] - y3[i]));
+    for (int i = 0; i < per_seq; i++)
+        worst = fmax(worst, fabs(kiln_tsmoe_outputs(m)[i] - y3[i]));
     CHECK("batch of one agrees with the first sequence of three", worst < 1e-5);
-    CHECK("no backward after a forward without targets", kiln_tsmoe_backward(m, 1.0f) == KILN_ERR_USAGE &&
-                                                            strstr(kiln_errmsg(), "targets"));
-    CHECK("batch over max_batch refused", kiln_tsmoe_forward(m, x, t, 4, &opts, &l1) == KILN_ERR_USAGE &&
-                                              strstr(kiln_errmsg(), "batch 4"));
+    CHECK("no backward after a forward without targets",
+          kiln_tsmoe_backward(m, 1.0f) == KILN_ERR_USAGE && strstr(kiln_errmsg(), "targets"));
+    CHECK("batch over max_batch refused",
+          kiln_tsmoe_forward(m, x, t, 4, &opts, &l1) == KILN_ERR_USAGE &&
+              strstr(kiln_errmsg(), "batch 4"));
     free(y3), free(first), free(x), free(t);
     kiln_tsmoe_free(m);
 }
@@ -478,16 +533,19 @@ KILN_TEST(model_init_from_seed) {
     kiln_tsmoe_init(a, 42);
     memset(kiln_tsmoe_params(b), 0xff, numel * sizeof(float));
     kiln_tsmoe_init(b, 42);
-    CHECK("same seed, same bits", memcmp(kiln_tsmoe_params(a), kiln_tsmoe_params(b), numel * sizeof(float)) == 0);
+    CHECK("same seed, same bits",
+          memcmp(kiln_tsmoe_params(a), kiln_tsmoe_params(b), numel * sizeof(float)) == 0);
     kiln_tsmoe_init(b, 43);
-    CHECK("another seed, other weights", memcmp(kiln_tsmoe_params(a), kiln_tsmoe_params(b), numel * sizeof(float)) != 0);
+    CHECK("another seed, other weights",
+          memcmp(kiln_tsmoe_params(a), kiln_tsmoe_params(b), numel * sizeof(float)) != 0);
     const kiln_param *tab = kiln_tsmoe_param_table(a, &n);
     const float *w = kiln_tsmoe_params(a);
     for (size_t i = 0; i < n; i++) {
         const kiln_param *p = &tab[i];
         const float *v = w + p->offset;
         double s = 0, ss = 0;
-        for (size_t j = 0; j < p->numel; j++) s += v[j], ss += (double)v[j] * v[j];
+        for (size_t j = 0; j < p->numel; j++)
+            s += v[j], ss += (double)v[j] * v[j];
         double mean = s / p->numel, sd = sqrt(ss / p->numel - mean * mean);
         char what[128];
         snprintf(what, sizeof what, "init of %s", p->name);
@@ -499,12 +557,14 @@ KILN_TEST(model_init_from_seed) {
             bool scaled = strstr(p->name, "attn.out.weight") || strstr(p->name, "proj.weight");
             double want = scaled ? 0.02 / sqrt(2.0 * c.n_layers) : 0.02;
             /* Large tensors only: the spread of a sample std is about want/sqrt(2n). */
-            if (p->numel >= 512) CHECK(what, fabs(sd - want) < 0.1 * want && fabs(mean) < 0.1 * want);
+            if (p->numel >= 512)
+                CHECK(what, fabs(sd - want) < 0.1 * want && fabs(mean) < 0.1 * want);
             /* Element j is Box-Muller of the Philox words at its index in the block. */
             uint32_t r[4];
             size_t j = p->numel / 2;
             kiln_philox(42, KILN_STREAM_INIT, p->offset + j, r);
-            double z = sqrt(-2 * log(kiln_u32_to_unit(r[0]))) * cos(2 * M_PI * kiln_u32_to_unit(r[1]));
+            double z =
+                sqrt(-2 * log(kiln_u32_to_unit(r[0]))) * cos(2 * M_PI * kiln_u32_to_unit(r[1]));
             CHECK(what, v[j] == (float)(want * z));
         }
     }
@@ -544,7 +604,8 @@ KILN_TEST(model_router_tie_break) {
     int32_t idx[12];
     kiln_router_forward(probs, lse, idx, gates, &logits[0][0], 4, 4, 3);
     CHECK("top-3 picks in order, ties to the lower index", memcmp(idx, want, sizeof idx) == 0);
-    CHECK("equal picks get equal gates", gates[0] == gates[1] && gates[1] == gates[2] && fabsf(gates[0] - 1.0f / 3) < 1e-6f);
+    CHECK("equal picks get equal gates",
+          gates[0] == gates[1] && gates[1] == gates[2] && fabsf(gates[0] - 1.0f / 3) < 1e-6f);
     CHECK("gates sum to 1", fabsf(gates[3] + gates[4] + gates[5] - 1.0f) < 1e-6f);
     kiln_router_forward(probs, lse, idx, gates, &logits[2][0], 1, 4, 1);
     CHECK("top-1 of three equal maxima is the first", idx[0] == 0 && gates[0] == 1.0f);
@@ -553,9 +614,11 @@ KILN_TEST(model_router_tie_break) {
     int32_t offsets[4], pos[6], rows[6];
     int dropped;
     kiln_moe_dispatch(offsets, pos, rows, &dropped, choice, 2, 3, 3, 2);
-    const int32_t want_off[4] = {0, 2, 4, 5}, want_pos[6] = {2, 0, 3, 4, -1, 1}, want_rows[5] = {0, 2, 0, 1, 1};
+    const int32_t want_off[4] = {0, 2, 4, 5}, want_pos[6] = {2, 0, 3, 4, -1, 1},
+                  want_rows[5] = {0, 2, 0, 1, 1};
     CHECK("dispatch offsets", memcmp(offsets, want_off, sizeof want_off) == 0);
-    CHECK("dispatch positions, the third choice of expert 1 dropped", memcmp(pos, want_pos, sizeof want_pos) == 0 && dropped == 1);
+    CHECK("dispatch positions, the third choice of expert 1 dropped",
+          memcmp(pos, want_pos, sizeof want_pos) == 0 && dropped == 1);
     CHECK("dispatch rows in token order", memcmp(rows, want_rows, sizeof want_rows) == 0);
 }
 
@@ -570,15 +633,19 @@ KILN_TEST(model_stats) {
     CHECK("shape", st->n_layers == 2 && st->n_experts == 4);
     for (int layer = 0; layer < 2; layer++) {
         double load = 0;
-        for (int e = 0; e < 4; e++) load += st->expert_load[layer * 4 + e];
+        for (int e = 0; e < 4; e++)
+            load += st->expert_load[layer * 4 + e];
         CHECK("expert load sums to 1", fabs(load - 1) < 1e-6);
-        CHECK("attention entropy within [0, log W]", st->attn_entropy[layer] > 0 && st->attn_entropy[layer] < logf(4) + 1e-5f);
-        CHECK("router entropy within [0, log E]", st->router_entropy[layer] > 0 && st->router_entropy[layer] < logf(4) + 1e-5f);
+        CHECK("attention entropy within [0, log W]",
+              st->attn_entropy[layer] > 0 && st->attn_entropy[layer] < logf(4) + 1e-5f);
+        CHECK("router entropy within [0, log E]",
+              st->router_entropy[layer] > 0 && st->router_entropy[layer] < logf(4) + 1e-5f);
         CHECK("capacity 0.5 of 2 choices drops at least half", st->overflow[layer] >= 0.5f - 1e-6f);
         CHECK("activation rms", st->act_rms[layer] > 0 && isfinite(st->act_rms[layer]));
     }
     float mx = 0;
-    for (int i = 0; i < 2 * 6 * 2; i++) mx = fmaxf(mx, fabsf(kiln_tsmoe_outputs(m)[i]));
+    for (int i = 0; i < 2 * 6 * 2; i++)
+        mx = fmaxf(mx, fabsf(kiln_tsmoe_outputs(m)[i]));
     CHECK("max |y|", st->max_abs_output == mx && mx > 0);
     /* Without targets (inference) nothing is dropped. */
     CHECK("inference forward", kiln_tsmoe_forward(m, x, NULL, 2, &opts, NULL) == KILN_OK);
@@ -599,7 +666,8 @@ KILN_TEST(model_alloc_failures) {
         kiln_tsmoe_free(m);
         if (rc == KILN_OK) break;
         failures_seen++;
-        if (!CHECK("failure is NOMEM and leaves no model", rc == KILN_ERR_NOMEM && m == NULL)) break;
+        if (!CHECK("failure is NOMEM and leaves no model", rc == KILN_ERR_NOMEM && m == NULL))
+            break;
     }
     CHECK("some allocations were failed", failures_seen > 0);
 }

@@ -25,19 +25,19 @@ typedef struct net_view {
 
 /* Saved activations of one block. */
 typedef struct layer_acts {
-    float *res;   /* [N,D] block input h */
-    float *u1;    /* [N,D] rmsnorm(h, attn_norm) */
-    float *rstd1; /* [N] */
-    float *qkv;   /* [N,3D] */
-    float *att;   /* [B,H,S,W] */
-    float *ao;    /* [N,D] heads concatenated */
-    float *mid;   /* [N,D] h after attention */
-    float *u2;    /* [N,D] rmsnorm(mid, ffn_norm) */
-    float *rstd2; /* [N] */
-    float *xg;    /* [N*K,D] tokens gathered per expert (mixture) */
-    float *hpre;  /* [R,Fh] fc output, R = N (dense) or N*K */
-    float *hact;  /* [R,Fh] gelu(hpre) */
-    float *yg;    /* [N*K,D] expert outputs, bias included (mixture) */
+    float *res;            /* [N,D] block input h */
+    float *u1;             /* [N,D] rmsnorm(h, attn_norm) */
+    float *rstd1;          /* [N] */
+    float *qkv;            /* [N,3D] */
+    float *att;            /* [B,H,S,W] */
+    float *ao;             /* [N,D] heads concatenated */
+    float *mid;            /* [N,D] h after attention */
+    float *u2;             /* [N,D] rmsnorm(mid, ffn_norm) */
+    float *rstd2;          /* [N] */
+    float *xg;             /* [N*K,D] tokens gathered per expert (mixture) */
+    float *hpre;           /* [R,Fh] fc output, R = N (dense) or N*K */
+    float *hact;           /* [R,Fh] gelu(hpre) */
+    float *yg;             /* [N*K,D] expert outputs, bias included (mixture) */
     float *logits, *probs; /* [N,E] */
     float *lse;            /* [N] */
     float *gates;          /* [N,K] */
@@ -54,15 +54,15 @@ struct kiln_tsmoe {
     float *params, *grads; /* [numel] each */
     net_view p, g;
     void *act_block;
-    layer_acts *acts;      /* [L] */
-    float *xs;             /* [N,F] standardised input */
-    float *hL;             /* [N,D] output of the last block */
-    float *uf, *rstdf;     /* [N,D], [N] */
-    float *y;              /* [N,O] */
-    const float *targets;  /* [N,O], the caller's, until backward */
+    layer_acts *acts;     /* [L] */
+    float *xs;            /* [N,F] standardised input */
+    float *hL;            /* [N,D] output of the last block */
+    float *uf, *rstdf;    /* [N,D], [N] */
+    float *y;             /* [N,O] */
+    const float *targets; /* [N,O], the caller's, until backward */
     /* backward scratch */
     float *dres, *du, *dao, *dqkv, *datt, *dh1, *dh2, *dxg, *dyg, *dgates, *dlogits, *dy, *duf;
-    float *tmp;            /* [N,D] projection output before the residual add */
+    float *tmp; /* [N,D] projection output before the residual add */
     /* last forward */
     int B;
     bool have_targets;
@@ -125,7 +125,8 @@ static void *carve(carver *c, size_t n, size_t elem) {
 
 static void carve_acts(kiln_tsmoe *m, carver *c) {
     const kiln_model_config *k = &m->cfg;
-    const size_t N = (size_t)m->max_batch * k->seq_len, D = k->d_model, E = k->n_experts, K = k->top_k;
+    const size_t N = (size_t)m->max_batch * k->seq_len, D = k->d_model, E = k->n_experts,
+                 K = k->top_k;
     const size_t Fh = k->d_ff, R = E ? N * K : N;
     const size_t A = (size_t)m->max_batch * k->n_heads * k->seq_len * k->attn_window;
     for (int l = 0; l < k->n_layers; l++) {
@@ -184,13 +185,14 @@ static void carve_acts(kiln_tsmoe *m, carver *c) {
 kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsmoe **out) {
     *out = NULL;
     KILN_TRY(kiln_model_config_check(cfg, "model config"));
-    KILN_FAIL_IF(max_batch < 1, KILN_ERR_CONFIG, "'model config': max_batch must be at least 1 (is %d)", max_batch);
+    KILN_FAIL_IF(max_batch < 1, KILN_ERR_CONFIG,
+                 "'model config': max_batch must be at least 1 (is %d)", max_batch);
     /* Every activation index must fit comfortably: tokens times the widest row. */
     double widest = (double)cfg->d_ff * (cfg->top_k ? cfg->top_k : 1) + 3.0 * cfg->d_model +
                     (double)cfg->n_heads * cfg->attn_window;
     KILN_FAIL_IF((double)max_batch * cfg->seq_len * widest > 2e9, KILN_ERR_CONFIG,
-                 "'model config': max_batch %d times seq_len %d is too large for this model", max_batch,
-                 cfg->seq_len);
+                 "'model config': max_batch %d times seq_len %d is too large for this model",
+                 max_batch, cfg->seq_len);
     kiln_tsmoe *m = kiln_calloc(1, sizeof *m);
     if (!m) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
@@ -202,14 +204,15 @@ kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsm
     m->p.layers = kiln_calloc((size_t)cfg->n_layers, sizeof(layer_view));
     m->g.layers = kiln_calloc((size_t)cfg->n_layers, sizeof(layer_view));
     m->acts = kiln_calloc((size_t)cfg->n_layers, sizeof(layer_acts));
-    KILN_CHECK_IF(rc, fail, !m->params || !m->grads || !m->p.layers || !m->g.layers || !m->acts, KILN_ERR_NOMEM,
-                  "out of memory for a model of %zu parameters", m->numel);
+    KILN_CHECK_IF(rc, fail, !m->params || !m->grads || !m->p.layers || !m->g.layers || !m->acts,
+                  KILN_ERR_NOMEM, "out of memory for a model of %zu parameters", m->numel);
     point_views(m, m->params, &m->p);
     point_views(m, m->grads, &m->g);
     carver c = {NULL, 0};
     carve_acts(m, &c);
     m->act_block = kiln_calloc(1, c.used + 64);
-    KILN_CHECK_IF(rc, fail, !m->act_block, KILN_ERR_NOMEM, "out of memory for %zu bytes of activations", c.used);
+    KILN_CHECK_IF(rc, fail, !m->act_block, KILN_ERR_NOMEM,
+                  "out of memory for %zu bytes of activations", c.used);
     c.base = (char *)(((uintptr_t)m->act_block + 63) & ~(uintptr_t)63);
     c.used = 0;
     carve_acts(m, &c);
@@ -242,19 +245,33 @@ void kiln_tsmoe_free(kiln_tsmoe *m) {
     free(m);
 }
 
-const kiln_model_config *kiln_tsmoe_config(const kiln_tsmoe *m) { return &m->cfg; }
+const kiln_model_config *kiln_tsmoe_config(const kiln_tsmoe *m) {
+    return &m->cfg;
+}
 
 const kiln_param *kiln_tsmoe_param_table(const kiln_tsmoe *m, size_t *count) {
     if (count) *count = m->n_params;
     return m->table;
 }
 
-size_t kiln_tsmoe_numel(const kiln_tsmoe *m) { return m->numel; }
-float *kiln_tsmoe_params(kiln_tsmoe *m) { return m->params; }
-float *kiln_tsmoe_grads(kiln_tsmoe *m) { return m->grads; }
-const float *kiln_tsmoe_outputs(const kiln_tsmoe *m) { return m->y; }
-const kiln_tsmoe_stats *kiln_tsmoe_last_stats(const kiln_tsmoe *m) { return &m->stats; }
-void kiln_tsmoe_zero_grads(kiln_tsmoe *m) { memset(m->grads, 0, m->numel * sizeof(float)); }
+size_t kiln_tsmoe_numel(const kiln_tsmoe *m) {
+    return m->numel;
+}
+float *kiln_tsmoe_params(kiln_tsmoe *m) {
+    return m->params;
+}
+float *kiln_tsmoe_grads(kiln_tsmoe *m) {
+    return m->grads;
+}
+const float *kiln_tsmoe_outputs(const kiln_tsmoe *m) {
+    return m->y;
+}
+const kiln_tsmoe_stats *kiln_tsmoe_last_stats(const kiln_tsmoe *m) {
+    return &m->stats;
+}
+void kiln_tsmoe_zero_grads(kiln_tsmoe *m) {
+    memset(m->grads, 0, m->numel * sizeof(float));
+}
 
 static bool ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
@@ -272,10 +289,12 @@ void kiln_tsmoe_init(kiln_tsmoe *m, uint64_t seed) {
             continue;
         }
         if (!strcmp(p->name, "norm.in_std") || ends_with(p->name, "norm.weight")) {
-            for (size_t j = 0; j < p->numel; j++) w[j] = 1.0f;
+            for (size_t j = 0; j < p->numel; j++)
+                w[j] = 1.0f;
             continue;
         }
-        if (ends_with(p->name, "attn.out.weight") || ends_with(p->name, "proj.weight")) std = scaled;
+        if (ends_with(p->name, "attn.out.weight") || ends_with(p->name, "proj.weight"))
+            std = scaled;
         for (size_t j = 0; j < p->numel; j++) {
             uint32_t r[4];
             kiln_philox(seed, KILN_STREAM_INIT, p->offset + j, r);
@@ -287,11 +306,11 @@ void kiln_tsmoe_init(kiln_tsmoe *m, uint64_t seed) {
     }
 }
 
-kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets, int B, const kiln_loss_opts *opts,
-                            kiln_loss *loss) {
+kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets, int B,
+                            const kiln_loss_opts *opts, kiln_loss *loss) {
     const kiln_model_config *k = &m->cfg;
-    KILN_FAIL_IF(B < 1 || B > m->max_batch, KILN_ERR_USAGE, "'forward': batch %d is outside 1..%d", B,
-                 m->max_batch);
+    KILN_FAIL_IF(B < 1 || B > m->max_batch, KILN_ERR_USAGE, "'forward': batch %d is outside 1..%d",
+                 B, m->max_batch);
     const int S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window, E = k->n_experts,
               K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
     const int N = B * S;
@@ -337,7 +356,8 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
             kiln_linear_forward(a->logits, a->u2, w->router, NULL, N, D, E);
             kiln_router_forward(a->probs, a->lse, a->idx, a->gates, a->logits, N, E, K);
             double aux[2];
-            kiln_router_loss_forward(&m->st_load[(size_t)l * E], aux, a->probs, a->lse, a->idx, N, E, K);
+            kiln_router_loss_forward(&m->st_load[(size_t)l * E], aux, a->probs, a->lse, a->idx, N,
+                                     E, K);
             lb_sum += aux[0];
             z_sum += aux[1];
             int dropped = 0;
@@ -349,8 +369,9 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
                 kiln_linear_forward(a->hpre + r0 * Fh, a->xg + r0 * D, w->fc_w + (size_t)e * Fh * D,
                                     w->fc_b + (size_t)e * Fh, n, D, Fh);
                 kiln_gelu_forward(a->hact + r0 * Fh, a->hpre + r0 * Fh, (size_t)n * Fh);
-                kiln_linear_forward(a->yg + r0 * D, a->hact + r0 * Fh, w->proj_w + (size_t)e * D * Fh,
-                                    w->proj_b + (size_t)e * D, n, Fh, D);
+                kiln_linear_forward(a->yg + r0 * D, a->hact + r0 * Fh,
+                                    w->proj_w + (size_t)e * D * Fh, w->proj_b + (size_t)e * D, n,
+                                    Fh, D);
             }
             kiln_moe_combine_forward(next, a->mid, a->yg, a->gates, a->pos, N, D, K);
             kiln_stats_entropy(&m->st_router[l], a->probs, (size_t)N, (size_t)E);
@@ -375,8 +396,9 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
 kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
     KILN_FAIL_IF(!m->have_targets, KILN_ERR_USAGE, "'backward': the last forward had no targets");
     const kiln_model_config *k = &m->cfg;
-    const int B = m->B, S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window, E = k->n_experts,
-              K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
+    const int B = m->B, S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window,
+              E = k->n_experts, K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs,
+              L = k->n_layers;
     const int N = B * S;
     const net_view *p = &m->p, *g = &m->g;
     const size_t ND = (size_t)N * D;
@@ -394,7 +416,8 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
         memset(m->du, 0, ND * sizeof(float));
         if (!E) {
             memset(m->dh2, 0, (size_t)N * Fh * sizeof(float));
-            kiln_linear_backward(m->dh2, gw->proj_w, gw->proj_b, m->dres, a->hact, w->proj_w, N, Fh, D);
+            kiln_linear_backward(m->dh2, gw->proj_w, gw->proj_b, m->dres, a->hact, w->proj_w, N, Fh,
+                                 D);
             memset(m->dh1, 0, (size_t)N * Fh * sizeof(float));
             kiln_gelu_backward(m->dh1, m->dh2, a->hpre, (size_t)N * Fh);
             kiln_linear_backward(m->du, gw->fc_w, gw->fc_b, m->dh1, a->u2, w->fc_w, N, D, Fh);
@@ -409,11 +432,14 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
             for (int e = 0; e < E; e++) {
                 size_t r0 = (size_t)a->offsets[e];
                 int n = a->offsets[e + 1] - a->offsets[e];
-                kiln_linear_backward(m->dh2 + r0 * Fh, gw->proj_w + (size_t)e * D * Fh, gw->proj_b + (size_t)e * D,
-                                     m->dyg + r0 * D, a->hact + r0 * Fh, w->proj_w + (size_t)e * D * Fh, n, Fh, D);
-                kiln_gelu_backward(m->dh1 + r0 * Fh, m->dh2 + r0 * Fh, a->hpre + r0 * Fh, (size_t)n * Fh);
-                kiln_linear_backward(m->dxg + r0 * D, gw->fc_w + (size_t)e * Fh * D, gw->fc_b + (size_t)e * Fh,
-                                     m->dh1 + r0 * Fh, a->xg + r0 * D, w->fc_w + (size_t)e * Fh * D, n, D, Fh);
+                kiln_linear_backward(m->dh2 + r0 * Fh, gw->proj_w + (size_t)e * D * Fh,
+                                     gw->proj_b + (size_t)e * D, m->dyg + r0 * D, a->hact + r0 * Fh,
+                                     w->proj_w + (size_t)e * D * Fh, n, Fh, D);
+                kiln_gelu_backward(m->dh1 + r0 * Fh, m->dh2 + r0 * Fh, a->hpre + r0 * Fh,
+                                   (size_t)n * Fh);
+                kiln_linear_backward(m->dxg + r0 * D, gw->fc_w + (size_t)e * Fh * D,
+                                     gw->fc_b + (size_t)e * Fh, m->dh1 + r0 * Fh, a->xg + r0 * D,
+                                     w->fc_w + (size_t)e * Fh * D, n, D, Fh);
             }
             kiln_moe_gather_backward(m->du, m->dxg, a->rows, M, D);
             memset(m->dlogits, 0, (size_t)N * E * sizeof(float));

@@ -4,7 +4,9 @@
 
 #include "kernels.h"
 
-static float alibi_slope(int h, int H) { return exp2f(-8.0f * (float)(h + 1) / (float)H); }
+static float alibi_slope(int h, int H) {
+    return exp2f(-8.0f * (float)(h + 1) / (float)H);
+}
 
 /* A dot product with eight partial sums, so that the compiler can keep them in one vector
  * register; the order is fixed, so the result is the same on every run. */
@@ -12,17 +14,21 @@ static inline float dot(const float *restrict a, const float *restrict b, int n)
     float acc[8] = {0};
     int d = 0;
     for (; d + 8 <= n; d += 8)
-        for (int r = 0; r < 8; r++) acc[r] += a[d + r] * b[d + r];
+        for (int r = 0; r < 8; r++)
+            acc[r] += a[d + r] * b[d + r];
     float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; d < n; d++) s += a[d] * b[d];
+    for (; d < n; d++)
+        s += a[d] * b[d];
     return s;
 }
 
 static inline void axpy(float *restrict y, float a, const float *restrict x, int n) {
-    for (int d = 0; d < n; d++) y[d] += a * x[d];
+    for (int d = 0; d < n; d++)
+        y[d] += a * x[d];
 }
 
-void kiln_attention_forward(float *out, float *att, const float *qkv, int B, int S, int D, int H, int W) {
+void kiln_attention_forward(float *out, float *att, const float *qkv, int B, int S, int D, int H,
+                            int W) {
     const int Dh = D / H;
     const size_t C = 3 * (size_t)D;
     const float scale = 1.0f / sqrtf((float)Dh);
@@ -46,20 +52,24 @@ void kiln_attention_forward(float *out, float *att, const float *qkv, int B, int
                     sum += a[w];
                 }
                 float inv = 1.0f / sum;
-                for (int w = 0; w < nw; w++) a[w] *= inv;
-                for (int w = nw; w < W; w++) a[w] = 0.0f;
-                float *o = out + ((size_t)b * S + i) * D + (size_t)h * Dh;
-                for (int d = 0; d < Dh; d++) o[d] = 0.0f;
                 for (int w = 0; w < nw; w++)
-                    axpy(o, a[w], qkv + ((size_t)b * S + (i - w)) * C + 2 * (size_t)D + (size_t)h * Dh, Dh);
+                    a[w] *= inv;
+                for (int w = nw; w < W; w++)
+                    a[w] = 0.0f;
+                float *o = out + ((size_t)b * S + i) * D + (size_t)h * Dh;
+                for (int d = 0; d < Dh; d++)
+                    o[d] = 0.0f;
+                for (int w = 0; w < nw; w++)
+                    axpy(o, a[w],
+                         qkv + ((size_t)b * S + (i - w)) * C + 2 * (size_t)D + (size_t)h * Dh, Dh);
             }
         }
 }
 
 /* With s = q.k scale - m w and a = softmax(s): dv_j += a_j dy, da_j = dy.v_j,
  * ds_j = a_j (da_j - sum_j' a_j' da_j'), dq += ds_j scale k_j, dk_j += ds_j scale q. */
-void kiln_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv, const float *att,
-                             int B, int S, int D, int H, int W) {
+void kiln_attention_backward(float *dqkv, float *scratch, const float *dout, const float *qkv,
+                             const float *att, int B, int S, int D, int H, int W) {
     const int Dh = D / H;
     const size_t C = 3 * (size_t)D;
     const float scale = 1.0f / sqrtf((float)Dh);

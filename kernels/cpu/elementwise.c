@@ -8,7 +8,9 @@
 /* tanh through one expf: glibc's tanhf (expm1f inside) was a fifth of a training step.
  * Saturates cleanly: exp overflow gives 1, underflow -1; near 0 the absolute error is an
  * ulp of 1, which GELU's 0.5 u (1 + t) turns into a relative error of the same size. */
-static inline float fast_tanh(float x) { return 1.0f - 2.0f / (1.0f + expf(2.0f * x)); }
+static inline float fast_tanh(float x) {
+    return 1.0f - 2.0f / (1.0f + expf(2.0f * x));
+}
 
 void kiln_gelu_forward(float *out, const float *inp, size_t n) {
     for (size_t i = 0; i < n; i++) {
@@ -27,12 +29,15 @@ void kiln_gelu_backward(float *dinp, const float *dout, const float *inp, size_t
 }
 
 void kiln_residual_forward(float *out, const float *a, const float *b, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+    for (size_t i = 0; i < n; i++)
+        out[i] = a[i] + b[i];
 }
 
 void kiln_residual_backward(float *da, float *db, const float *dout, size_t n) {
     if (da)
-        for (size_t i = 0; i < n; i++) da[i] += dout[i];
+        for (size_t i = 0; i < n; i++)
+            da[i] += dout[i];
     if (db)
-        for (size_t i = 0; i < n; i++) db[i] += dout[i];
+        for (size_t i = 0; i < n; i++)
+            db[i] += dout[i];
 }

@@ -14,12 +14,14 @@ void kiln_mse_forward(double *loss, const float *y, const float *targets, size_t
 
 void kiln_mse_backward(float *dy, const float *y, const float *targets, float scale, size_t n) {
     const float c = 2.0f * scale / (float)n;
-    for (size_t i = 0; i < n; i++) dy[i] += c * (y[i] - targets[i]);
+    for (size_t i = 0; i < n; i++)
+        dy[i] += c * (y[i] - targets[i]);
 }
 
 void kiln_stats_rms(float *out, const float *x, size_t n) {
     double s = 0.0;
-    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
     *out = n ? (float)sqrt(s / (double)n) : 0.0f;
 }
 
