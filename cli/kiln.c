@@ -16,6 +16,7 @@ static const command commands[] = {
     {"data import", cmd_data_import, "convert a CSV file into a dataset"},
     {"data inspect", cmd_data_inspect, "show a dataset's shape, column statistics and digest"},
     {"data synth", cmd_data_synth, "write a synthetic market dataset"},
+    {"export", cmd_export, "freeze a training checkpoint into a model directory"},
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"unpack", cmd_unpack, "unpack and check a .kiln archive"},

@@ -123,6 +123,43 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_archive_unpack(const char *archive_path, 
                                                       const kiln_archive_limits *limits,
                                                       kiln_manifest **manifest_out);
 
+/* ---- freezing a checkpoint into a model directory (export/freeze.c) ---- */
+
+#define KILN_CARD_FORMAT "kiln-card/1"
+
+typedef enum kiln_export_dtype { KILN_EXPORT_F32 = 0, KILN_EXPORT_BF16 = 1 } kiln_export_dtype;
+
+typedef struct kiln_export_opts {
+    const char *run_dir;     /* a run directory: run.json, metrics.db, ckpt/ */
+    long step;               /* 0: the newest checkpoint whose data digest verifies */
+    const char *out_dir;     /* the model directory to create */
+    kiln_export_dtype dtype; /* weight matrices, vectors and biases; norm.in_* stay F32 */
+    const char *name;        /* the card's name; NULL: "run-" and the run id's first 12 digits */
+    bool force;              /* replace an existing non-empty out_dir */
+} kiln_export_opts;
+
+/* What an export did; release with kiln_export_info_release. */
+typedef struct kiln_export_info {
+    long step;
+    char *ckpt_path;  /* the checkpoint frozen */
+    char **skipped;   /* newer checkpoints passed over (default step only): "path: reason" */
+    size_t n_skipped;
+} kiln_export_info;
+KILN_API void kiln_export_info_release(kiln_export_info *info);
+
+/* Freeze one checkpoint of a run into a model directory (DESIGN.md): model.safetensors
+ * with the trained parameters and norm.in_* (no optimizer state), config in kiln.config,
+ * and card.json (format, name, dtype, config, created, lineage: run id, step, checkpoint
+ * and its digests, run config, dataset digest, code version, the run's last validation
+ * metrics from metrics.db). `created` comes from the checkpoint (kiln.created in its
+ * metadata, else the time metrics.db logged for its step, else the file's modification
+ * time), never the clock, so the same checkpoint gives the same bytes. The directory is
+ * built beside out_dir and renamed into place: on any failure nothing is left. An existing
+ * non-empty out_dir is refused (KILN_ERR_CONFLICT) unless force. A checkpoint whose data
+ * digest does not verify is refused (KILN_ERR_VERIFY); without a step, older checkpoints
+ * are tried. info may be NULL. */
+KILN_API kiln_err kiln_export_model(const kiln_export_opts *opts, kiln_export_info *info);
+
 #ifdef __cplusplus
 }
 #endif
