@@ -13,6 +13,8 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
+    {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
     {"version", cmd_version, "print the version"},
 };
 
