@@ -57,5 +57,8 @@ int cmd_runs_diff(int argc, char **argv);
 int cmd_runs_show(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_data_import(int argc, char **argv);
+int cmd_data_inspect(int argc, char **argv);
+int cmd_data_synth(int argc, char **argv);
 
 #endif

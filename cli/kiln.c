@@ -13,6 +13,9 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"data import", cmd_data_import, "convert a CSV file into a dataset"},
+    {"data inspect", cmd_data_inspect, "show a dataset's shape, column statistics and digest"},
+    {"data synth", cmd_data_synth, "write a synthetic market dataset"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
     {"version", cmd_version, "print the version"},
