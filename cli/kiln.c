@@ -18,6 +18,7 @@ static const command commands[] = {
     {"data synth", cmd_data_synth, "write a synthetic market dataset"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
+    {"train", cmd_train, "train a model, or resume a run"},
     {"version", cmd_version, "print the version"},
 };
 

@@ -460,3 +460,159 @@ KILN_TEST(train_metrics_and_runs) {
     CHECK("not a run", kiln_run_info_load(none, 10, &ri) == KILN_ERR_NOTFOUND && has("run.json") && has(none));
     free(none), free(db), free(a), free(b), free(c);
 }
+
+/* ---- the loop, on a very small model and synthetic data ---- */
+
+static void small_config(kiln_train_config *c) {
+    kiln_train_config_default(c);
+    c->model = (kiln_model_config){.d_model = 8, .n_layers = 1, .n_heads = 2, .d_ff = 8, .n_experts = 2,
+                                   .top_k = 1, .seq_len = 8, .attn_window = 8, .norm_eps = 1e-5f};
+    c->batch_size = 4;
+    c->steps = 6;
+    c->warmup_steps = 2;
+    c->eval_every = 3;
+    c->ckpt_every = 2;
+    c->keep = 0;
+}
+
+static char *synth(const char *name, uint64_t seed) {
+    char *p = kiln_test_path(name);
+    kiln_synth_opts o = {.seed = seed, .rows = 400, .n_features = 4, .n_outputs = 1};
+    if (kiln_synth_write(&o, p, NULL) != KILN_OK) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+static bool file_bytes(const char *path, char **buf, size_t *len) {
+    return kiln_read_file(path, 1 << 26, buf, len) == KILN_OK;
+}
+
+static bool has_event(const char *dir, const char *kind) {
+    kiln_run_info ri;
+    if (kiln_run_info_load(dir, 100, &ri) != KILN_OK) return false;
+    bool found = false;
+    for (size_t i = 0; i < ri.n_events; i++) found |= !strcmp(ri.events[i].kind, kind);
+    kiln_run_info_release(&ri);
+    return found;
+}
+
+KILN_TEST(train_run_refusals) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *other = synth("e.safetensors", 2), *dir = kiln_test_path("run");
+    if (!CHECK("data", data && other)) goto out;
+    kiln_train_config c;
+    small_config(&c);
+    kiln_train_opts o = {.run_dir = dir, .data_path = data};
+    c.model.n_features = 5;
+    CHECK("feature count checked", kiln_train_start(&c, &o) == KILN_ERR_CONFIG && has("'n_features'") && has(data));
+    CHECK("nothing written", !kiln_path_exists(dir));
+    c.model.n_features = 0;
+    if (!CHECK("train", kiln_train_start(&c, &o) == KILN_OK)) goto out;
+    CHECK("second start refused", kiln_train_start(&c, &o) == KILN_ERR_CONFLICT && has("--resume"));
+    kiln_train_opts r = {.run_dir = dir, .data_path = other};
+    CHECK("other dataset refused", kiln_train_resume(&r) == KILN_ERR_CONFLICT && has("sha256") && has(other));
+    const char *sets[] = {"steps=8", "lr=0.01"};
+    kiln_train_opts r2 = {.run_dir = dir, .sets = sets, .n_sets = 2};
+    CHECK("changed lr refused", kiln_train_resume(&r2) == KILN_ERR_CONFIG && has("'lr'"));
+    kiln_train_opts r3 = {.run_dir = dir, .sets = sets, .n_sets = 1};
+    CHECK("longer run resumes", kiln_train_resume(&r3) == KILN_OK);
+    char *p8 = kiln_ckpt_path(dir, 8);
+    CHECK("reached step 8", kiln_path_exists(p8));
+    free(p8);
+    /* A dataset with NaN is refused before a run directory appears. */
+    float f[3 * 1] = {1, NAN, 2}, y[3] = {0, 0, 0};
+    kiln_st_writer *w;
+    char *bad = kiln_test_path("nan.safetensors"), *dir2 = kiln_test_path("run2");
+    if (kiln_st_writer_new(&w) == KILN_OK) {
+        kiln_st_writer_add(w, "features", KILN_F32, 2, (int64_t[]){3, 1}, f);
+        kiln_st_writer_add(w, "targets", KILN_F32, 2, (int64_t[]){3, 1}, y);
+        kiln_st_writer_write(w, bad);
+        kiln_st_writer_free(w);
+    }
+    kiln_train_opts o2 = {.run_dir = dir2, .data_path = bad};
+    small_config(&c);
+    CHECK("NaN data refused", kiln_train_start(&c, &o2) != KILN_OK && has("NaN") && !kiln_path_exists(dir2));
+    free(bad), free(dir2);
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data), free(other), free(dir);
+}
+
+KILN_TEST(train_run_corrupt_ckpt_skipped) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");
+    char *p4 = kiln_ckpt_path(dir, 4), *p6 = kiln_ckpt_path(dir, 6);
+    char *orig = NULL, *again = NULL;
+    size_t lo = 0, la = 0;
+    kiln_train_config c;
+    small_config(&c);
+    kiln_train_opts o = {.run_dir = dir, .data_path = data};
+    if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
+    if (!CHECK("read", file_bytes(p6, &orig, &lo))) goto out;
+    orig[lo - 1] ^= 0x40;
+    kiln_write_file_atomic(p6, orig, lo);
+    orig[lo - 1] ^= 0x40;
+    kiln_train_opts r = {.run_dir = dir};
+    CHECK("resume", kiln_train_resume(&r) == KILN_OK);
+    CHECK("skip recorded", has_event(dir, "ckpt_skipped") && has_event(dir, "resume"));
+    CHECK("step 4 kept", kiln_path_exists(p4));
+    CHECK("step 6 redone bit for bit", file_bytes(p6, &again, &la) && la == lo && !memcmp(orig, again, lo));
+    kiln_run_info ri;
+    if (CHECK("info", kiln_run_info_load(dir, 100, &ri) == KILN_OK)) {
+        CHECK("one row per step", ri.last_step == 6);
+        kiln_run_info_release(&ri);
+    }
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(orig), free(again), free(p4), free(p6), free(data), free(dir);
+}
+
+KILN_TEST(train_run_nonfinite_steps) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run"), *dir2 = kiln_test_path("run2");
+    kiln_train_config c;
+    small_config(&c);
+    c.max_bad_steps = 2;
+    long one[] = {3};
+    kiln_train_opts o = {.run_dir = dir, .data_path = data, .poison_steps = one, .n_poison = 1};
+    if (!CHECK("a lone bad step is survived", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
+    CHECK("logged as an event", has_event(dir, "nonfinite"));
+    kiln_ckpt ck;
+    char *p6 = kiln_ckpt_path(dir, 6);
+    CHECK("not applied", kiln_ckpt_open(p6, &ck) == KILN_OK && ck.state.updates == 5 && ck.state.bad_streak == 0 &&
+                             ck.state.loss_spike.n == 5);
+    kiln_ckpt_release(&ck);
+    free(p6);
+    long two[] = {3, 4};
+    kiln_train_opts o2 = {.run_dir = dir2, .data_path = data, .poison_steps = two, .n_poison = 2};
+    CHECK("max_bad_steps in a row stop the run", kiln_train_start(&c, &o2) == KILN_ERR_NUMERIC && has("step 4") &&
+                                                      has("max_bad_steps"));
+    char *p2 = kiln_ckpt_path(dir2, 2), *p4 = kiln_ckpt_path(dir2, 4);
+    CHECK("last good checkpoint intact", kiln_ckpt_open(p2, &ck) == KILN_OK && !kiln_path_exists(p4));
+    kiln_ckpt_release(&ck);
+    free(p2), free(p4);
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data), free(dir), free(dir2);
+}
+
+KILN_TEST(train_run_split_gap) {
+    char *data = synth("d.safetensors", 1);
+    kiln_dataset *ds;
+    if (!CHECK("open", data && kiln_dataset_open(data, &ds) == KILN_OK)) {
+        free(data);
+        return;
+    }
+    kiln_split sp;
+    CHECK("split", kiln_dataset_split(ds, 0.2, 8, &sp) == KILN_OK);
+    bool ok = true;
+    for (long i = 0; i < 500; i++) ok &= kiln_train_window(3, i, 4, (int)(i % 4), sp.train_end, 8) + 8 <= sp.train_end;
+    size_t starts[64];
+    size_t n = kiln_train_val_windows(&sp, 8, 64, starts);
+    CHECK("training windows end a purge gap before validation", ok && sp.val_begin >= sp.train_end + 8);
+    CHECK("validation windows after the gap", n > 0 && starts[0] >= sp.val_begin && starts[n - 1] + 8 <= sp.val_end);
+    kiln_dataset_free(ds);
+    free(data);
+}

@@ -185,8 +185,6 @@ kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
 kiln_err kiln_train_config_check(const kiln_train_config *c, const char *label) {
     KILN_FAIL_IF(c->min_lr > c->lr, KILN_ERR_CONFIG, "%s: config key 'min_lr' (%g) is larger than 'lr' (%g)", label,
                  c->min_lr, c->lr);
-    KILN_FAIL_IF(c->warmup_steps > c->steps, KILN_ERR_CONFIG,
-                 "%s: config key 'warmup_steps' (%ld) is larger than 'steps' (%ld)", label, c->warmup_steps, c->steps);
     kiln_model_config m = c->model;
     if (!m.n_features) m.n_features = 1; /* the dataset's, checked once known */
     if (!m.n_outputs) m.n_outputs = 1;
