@@ -19,8 +19,9 @@ int cmd_runs_show(int argc, char **argv) {
         {"events", CLI_INT, &max_events, "N", "show the newest N events (default 20)", false},
         {0},
     };
-    const cli_spec spec = {"kiln runs show [--events N] DIR",
-                           "Show a run: config, data digest, progress, last and best metrics, events.", opts, 1, 1};
+    const cli_spec spec = {
+        "kiln runs show [--events N] DIR",
+        "Show a run: config, data digest, progress, last and best metrics, events.", opts, 1, 1};
     char **pos;
     int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
     if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
@@ -38,7 +39,8 @@ int cmd_runs_show(int argc, char **argv) {
     printf("run         %s\n", dir);
     printf("run id      %s\n", jstr(ri.run, "run_id"));
     printf("created     %s by kiln %s\n", jstr(ri.run, "created"), jstr(ri.run, "kiln_version"));
-    printf("dataset     %s\n            sha256 %s\n", jstr(ri.run, "dataset_path"), jstr(ri.run, "dataset_sha256"));
+    printf("dataset     %s\n            sha256 %s\n", jstr(ri.run, "dataset_path"),
+           jstr(ri.run, "dataset_sha256"));
     if (json_object_get(ri.run, "init"))
         printf("init        %s\n", jstr(json_object_get(ri.run, "init"), "path"));
     printf("progress    step %ld of %ld (%.0f%%)%s\n", ri.last_step, steps,
@@ -46,14 +48,17 @@ int cmd_runs_show(int argc, char **argv) {
            ri.last_step >= steps ? ", finished" : "");
     printf("checkpoints");
     if (!ri.n_ckpts) printf(" none");
-    for (size_t i = 0; i < ri.n_ckpts; i++) printf(" %ld", ri.ckpts[i]);
+    for (size_t i = 0; i < ri.n_ckpts; i++)
+        printf(" %ld", ri.ckpts[i]);
     printf("\n");
     if (ri.last_step)
-        printf("last        step %ld: loss %.6g, lr %.3g, gradient norm %.4g\n", ri.last_step, ri.last_loss,
-               ri.last_lr, ri.last_grad_norm);
+        printf("last        step %ld: loss %.6g, lr %.3g, gradient norm %.4g\n", ri.last_step,
+               ri.last_loss, ri.last_lr, ri.last_grad_norm);
     if (ri.last_val_step) {
-        printf("validation  step %ld: loss %.6g, r2 %.4f\n", ri.last_val_step, ri.last_val_loss, ri.last_val_r2);
-        printf("best        step %ld: loss %.6g, r2 %.4f\n", ri.best_val_step, ri.best_val_loss, ri.best_val_r2);
+        printf("validation  step %ld: loss %.6g, r2 %.4f\n", ri.last_val_step, ri.last_val_loss,
+               ri.last_val_r2);
+        printf("best        step %ld: loss %.6g, r2 %.4f\n", ri.best_val_step, ri.best_val_loss,
+               ri.best_val_r2);
     }
     char *ctext = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
     printf("config      %s\n", ctext ? ctext : "?");
@@ -64,17 +69,19 @@ int cmd_runs_show(int argc, char **argv) {
     for (size_t i = 0; i < ri.n_events; i++) {
         char when[21];
         kiln_format_time((int64_t)ri.events[i].time, when);
-        printf("  step %-8ld %s  %-12s %s\n", ri.events[i].step, when, ri.events[i].kind, ri.events[i].message);
+        printf("  step %-8ld %s  %-12s %s\n", ri.events[i].step, when, ri.events[i].kind,
+               ri.events[i].message);
     }
     kiln_run_info_release(&ri);
     return 0;
 }
 
 int cmd_runs_diff(int argc, char **argv) {
-    const cli_spec spec = {"kiln runs diff A B",
-                           "Compare two runs: config differences and the first step whose losses differ bit for "
-                           "bit. Exits 0 when identical, 1 when they differ.",
-                           NULL, 2, 2};
+    const cli_spec spec = {
+        "kiln runs diff A B",
+        "Compare two runs: config differences and the first step whose losses differ bit for "
+        "bit. Exits 0 when identical, 1 when they differ.",
+        NULL, 2, 2};
     char **pos;
     int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
     if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
@@ -102,15 +109,18 @@ int cmd_runs_diff(int argc, char **argv) {
     }
     if (d.first_diff) {
         same = false;
-        printf("losses first differ at step %ld: %.17g (%s) vs %.17g (%s)\n", d.first_diff, d.a_loss, pos[0],
-               d.b_loss, pos[1]);
+        printf("losses first differ at step %ld: %.17g (%s) vs %.17g (%s)\n", d.first_diff,
+               d.a_loss, pos[0], d.b_loss, pos[1]);
     } else {
         printf("losses identical over %ld common steps", d.common_steps);
-        if (d.a_steps != d.b_steps) printf(" (%s has %ld, %s has %ld)", pos[0], d.a_steps, pos[1], d.b_steps);
+        if (d.a_steps != d.b_steps)
+            printf(" (%s has %ld, %s has %ld)", pos[0], d.a_steps, pos[1], d.b_steps);
         printf("\n");
     }
-    if (same && d.a_steps == d.b_steps) printf("identical\n");
-    else same = false;
+    if (same && d.a_steps == d.b_steps)
+        printf("identical\n");
+    else
+        same = false;
     kiln_run_diff_release(&d);
     free(pos);
     return same ? 0 : 1;

@@ -34,8 +34,9 @@ static json_t *state_json(const kiln_train_state *s) {
         json_decref(gs);
         return NULL;
     }
-    return json_pack("{s:I,s:I,s:i,s:o,s:o}", "step", (json_int_t)s->step, "updates", (json_int_t)s->updates,
-                     "bad_streak", s->bad_streak, "loss_spike", ls, "grad_norm_spike", gs);
+    return json_pack("{s:I,s:I,s:i,s:o,s:o}", "step", (json_int_t)s->step, "updates",
+                     (json_int_t)s->updates, "bad_streak", s->bad_streak, "loss_spike", ls,
+                     "grad_norm_spike", gs);
 }
 
 kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, const float *params,
@@ -65,7 +66,8 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
     crypto_hash_sha256_state hs;
     crypto_hash_sha256_init(&hs);
     for (size_t i = 0; i < n; i++)
-        crypto_hash_sha256_update(&hs, (const unsigned char *)e[i].data, e[i].p->numel * sizeof(float));
+        crypto_hash_sha256_update(&hs, (const unsigned char *)e[i].data,
+                                  e[i].p->numel * sizeof(float));
     uint8_t dig[KILN_SHA256_BYTES];
     char hex[KILN_SHA256_HEX], num[32];
     crypto_hash_sha256_final(&hs, dig);
@@ -73,12 +75,15 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
 
     KILN_CHECK(rc, out, kiln_st_writer_new(&w));
     for (size_t i = 0; i < n; i++)
-        KILN_CHECK(rc, out, kiln_st_writer_add(w, e[i].name, KILN_F32, e[i].p->ndim, e[i].p->shape, e[i].data));
+        KILN_CHECK(
+            rc, out,
+            kiln_st_writer_add(w, e[i].name, KILN_F32, e[i].p->ndim, e[i].p->shape, e[i].data));
     mtext = kiln_model_config_text(&meta->cfg->model);
     ttext = kiln_train_config_text(meta->cfg, false);
     sj = state_json(meta->state);
     stext = sj ? kiln_json_canonical(sj) : NULL;
-    KILN_CHECK_IF(rc, out, !mtext || !ttext || !stext, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
+    KILN_CHECK_IF(rc, out, !mtext || !ttext || !stext, KILN_ERR_NOMEM, "out of memory writing '%s'",
+                  path);
     snprintf(num, sizeof num, "%ld", meta->state->step);
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.config", mtext));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.train_config", ttext));
@@ -111,7 +116,8 @@ static kiln_err meta_long(const kiln_st *st, const char *key, long *out) {
     KILN_FAIL_IF(!s, KILN_ERR_FORMAT, "'%s': no %s in __metadata__", kiln_st_path(st), key);
     errno = 0;
     long x = strtol(s, &end, 10);
-    KILN_FAIL_IF(errno || end == s || *end || x < 0, KILN_ERR_FORMAT, "'%s': bad %s '%s'", kiln_st_path(st), key, s);
+    KILN_FAIL_IF(errno || end == s || *end || x < 0, KILN_ERR_FORMAT, "'%s': bad %s '%s'",
+                 kiln_st_path(st), key, s);
     *out = x;
     return KILN_OK;
 }
@@ -135,11 +141,14 @@ kiln_err kiln_ckpt_open(const char *path, kiln_ckpt *ck) {
     kiln_hex(dig, sizeof dig, hex);
     const char *want = kiln_st_meta(st, "kiln.data_sha256");
     KILN_FAIL_IF(!want, KILN_ERR_VERIFY, "'%s': no kiln.data_sha256 in __metadata__", path);
-    KILN_FAIL_IF(strcmp(want, hex), KILN_ERR_VERIFY, "'%s': tensor data digest mismatch (corrupted checkpoint)", path);
+    KILN_FAIL_IF(strcmp(want, hex), KILN_ERR_VERIFY,
+                 "'%s': tensor data digest mismatch (corrupted checkpoint)", path);
 
-    const char *tc = kiln_st_meta(st, "kiln.train_config"), *ds = kiln_st_meta(st, "kiln.dataset_sha256"),
+    const char *tc = kiln_st_meta(st, "kiln.train_config"),
+               *ds = kiln_st_meta(st, "kiln.dataset_sha256"),
                *rid = kiln_st_meta(st, "kiln.run_id"), *stt = kiln_st_meta(st, "kiln.state");
-    KILN_FAIL_IF(!tc || !ds || !rid || !stt, KILN_ERR_FORMAT, "'%s': checkpoint metadata incomplete", path);
+    KILN_FAIL_IF(!tc || !ds || !rid || !stt, KILN_ERR_FORMAT,
+                 "'%s': checkpoint metadata incomplete", path);
     KILN_FAIL_IF(strlen(ds) != 64 || strlen(rid) >= sizeof ck->run_id, KILN_ERR_FORMAT,
                  "'%s': bad checkpoint metadata", path);
     memcpy(ck->dataset_sha256, ds, 65);
@@ -157,20 +166,23 @@ kiln_err kiln_ckpt_open(const char *path, kiln_ckpt *ck) {
     KILN_TRY(kiln_json_parse(stt, strlen(stt), path, &j));
     json_t *up = json_object_get(j, "updates"), *bs = json_object_get(j, "bad_streak");
     rc = KILN_OK;
-    if (!json_is_integer(up) || !json_is_integer(bs) || json_integer_value(up) < 0 || json_integer_value(bs) < 0)
+    if (!json_is_integer(up) || !json_is_integer(bs) || json_integer_value(up) < 0 ||
+        json_integer_value(bs) < 0)
         rc = kiln_fail(KILN_ERR_FORMAT, "'%s': bad kiln.state", path);
     if (!rc) {
         ck->state.updates = (long)json_integer_value(up);
         ck->state.bad_streak = (int)json_integer_value(bs);
         rc = kiln_spike_from_json(json_object_get(j, "loss_spike"), path, &ck->state.loss_spike);
     }
-    if (!rc) rc = kiln_spike_from_json(json_object_get(j, "grad_norm_spike"), path, &ck->state.gnorm_spike);
+    if (!rc)
+        rc = kiln_spike_from_json(json_object_get(j, "grad_norm_spike"), path,
+                                  &ck->state.gnorm_spike);
     json_decref(j);
     return rc;
 }
 
-kiln_err kiln_ckpt_load(const kiln_ckpt *ck, const kiln_param *tab, size_t count, float *params, float *m,
-                        float *v) {
+kiln_err kiln_ckpt_load(const kiln_ckpt *ck, const kiln_param *tab, size_t count, float *params,
+                        float *m, float *v) {
     for (size_t i = 0; i < count; i++) {
         const kiln_tensor *t;
         KILN_TRY(kiln_st_expect(ck->st, tab[i].name, KILN_F32, tab[i].ndim, tab[i].shape, &t));
@@ -199,7 +211,9 @@ kiln_err kiln_ckpt_list(const char *run_dir, long **steps, size_t *n) {
     if (!dir) return KILN_ERR_NOMEM;
     DIR *d = opendir(dir);
     if (!d) {
-        kiln_err rc = errno == ENOENT ? KILN_OK : kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s'", dir);
+        kiln_err rc = errno == ENOENT
+                          ? KILN_OK
+                          : kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s'", dir);
         free(dir);
         return rc;
     }
@@ -210,7 +224,8 @@ kiln_err kiln_ckpt_list(const char *run_dir, long **steps, size_t *n) {
         long step;
         int len = 0;
         if (strlen(de->d_name) != strlen("step-00000000.safetensors") ||
-            sscanf(de->d_name, "step-%8ld.safetensors%n", &step, &len) != 1 || len != (int)strlen(de->d_name))
+            sscanf(de->d_name, "step-%8ld.safetensors%n", &step, &len) != 1 ||
+            len != (int)strlen(de->d_name))
             continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
@@ -243,8 +258,10 @@ kiln_err kiln_ckpt_prune(const char *run_dir, int keep) {
     kiln_err rc = KILN_OK;
     for (size_t i = 0; i + (size_t)keep < n && !rc; i++) {
         char *p = kiln_ckpt_path(run_dir, steps[i]);
-        if (!p) rc = KILN_ERR_NOMEM;
-        else if (unlink(p) != 0 && errno != ENOENT) rc = kiln_fail_errno(KILN_ERR_IO, "cannot delete '%s'", p);
+        if (!p)
+            rc = KILN_ERR_NOMEM;
+        else if (unlink(p) != 0 && errno != ENOENT)
+            rc = kiln_fail_errno(KILN_ERR_IO, "cannot delete '%s'", p);
         free(p);
     }
     free(steps);

@@ -14,10 +14,10 @@ typedef struct key {
     const char *name;
     ktype type;
     size_t off;
-    double lo, hi;   /* inclusive range for numbers */
-    bool lo_open;    /* lo itself not allowed (lr > 0) */
-    bool hi_open;    /* hi itself not allowed (beta < 1) */
-    bool resumable;  /* may change on --resume */
+    double lo, hi;  /* inclusive range for numbers */
+    bool lo_open;   /* lo itself not allowed (lr > 0) */
+    bool hi_open;   /* hi itself not allowed (beta < 1) */
+    bool resumable; /* may change on --resume */
 } key;
 
 #define OFF(f) offsetof(kiln_train_config, f)
@@ -68,9 +68,17 @@ static const key *find_key(const char *name) {
 
 void kiln_train_config_default(kiln_train_config *c) {
     memset(c, 0, sizeof *c);
-    c->model = (kiln_model_config){.n_features = 0, .n_outputs = 0, .d_model = 32, .n_layers = 2,
-                                   .n_heads = 4, .d_ff = 64, .n_experts = 4, .top_k = 2,
-                                   .seq_len = 32, .attn_window = 32, .norm_eps = 1e-5f};
+    c->model = (kiln_model_config){.n_features = 0,
+                                   .n_outputs = 0,
+                                   .d_model = 32,
+                                   .n_layers = 2,
+                                   .n_heads = 4,
+                                   .d_ff = 64,
+                                   .n_experts = 4,
+                                   .top_k = 2,
+                                   .seq_len = 32,
+                                   .attn_window = 32,
+                                   .norm_eps = 1e-5f};
     c->steps = 600;
     c->batch_size = 16;
     c->accum_steps = 1;
@@ -100,18 +108,24 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
     char *base = (char *)c + k->off;
     switch (k->type) {
     case K_FORMAT:
-        KILN_FAIL_IF(!json_is_string(v) || strcmp(json_string_value(v), KILN_MODEL_FORMAT), KILN_ERR_CONFIG,
-                     "%s: config key 'format' must be \"%s\"", label, KILN_MODEL_FORMAT);
+        KILN_FAIL_IF(!json_is_string(v) || strcmp(json_string_value(v), KILN_MODEL_FORMAT),
+                     KILN_ERR_CONFIG, "%s: config key 'format' must be \"%s\"", label,
+                     KILN_MODEL_FORMAT);
         return KILN_OK;
     case K_OPTIM: {
         const char *s = json_is_string(v) ? json_string_value(v) : "";
-        if (!strcmp(s, "adamw")) *(kiln_optim_kind *)base = KILN_OPTIM_ADAMW;
-        else if (!strcmp(s, "sgd")) *(kiln_optim_kind *)base = KILN_OPTIM_SGD;
-        else return kiln_fail(KILN_ERR_CONFIG, "%s: config key 'optimizer' must be \"adamw\" or \"sgd\"", label);
+        if (!strcmp(s, "adamw"))
+            *(kiln_optim_kind *)base = KILN_OPTIM_ADAMW;
+        else if (!strcmp(s, "sgd"))
+            *(kiln_optim_kind *)base = KILN_OPTIM_SGD;
+        else
+            return kiln_fail(KILN_ERR_CONFIG,
+                             "%s: config key 'optimizer' must be \"adamw\" or \"sgd\"", label);
         return KILN_OK;
     }
     case K_BOOL:
-        KILN_FAIL_IF(!json_is_boolean(v), KILN_ERR_CONFIG, "%s: config key '%s' must be true or false", label, k->name);
+        KILN_FAIL_IF(!json_is_boolean(v), KILN_ERR_CONFIG,
+                     "%s: config key '%s' must be true or false", label, k->name);
         *(bool *)base = json_is_true(v);
         return KILN_OK;
     case K_U64:
@@ -121,24 +135,32 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
         return KILN_OK;
     case K_INT:
     case K_LONG: {
-        KILN_FAIL_IF(!json_is_integer(v), KILN_ERR_CONFIG, "%s: config key '%s' must be an integer", label, k->name);
+        KILN_FAIL_IF(!json_is_integer(v), KILN_ERR_CONFIG, "%s: config key '%s' must be an integer",
+                     label, k->name);
         json_int_t x = json_integer_value(v);
         KILN_FAIL_IF((double)x < k->lo || (double)x > k->hi, KILN_ERR_CONFIG,
-                     "%s: config key '%s' must be between %.0f and %.0f (is %lld)", label, k->name, k->lo, k->hi,
-                     (long long)x);
-        if (k->type == K_INT) *(int *)base = (int)x;
-        else *(long *)base = (long)x;
+                     "%s: config key '%s' must be between %.0f and %.0f (is %lld)", label, k->name,
+                     k->lo, k->hi, (long long)x);
+        if (k->type == K_INT)
+            *(int *)base = (int)x;
+        else
+            *(long *)base = (long)x;
         return KILN_OK;
     }
     case K_DBL:
     case K_FLT: {
-        KILN_FAIL_IF(!json_is_number(v), KILN_ERR_CONFIG, "%s: config key '%s' must be a number", label, k->name);
+        KILN_FAIL_IF(!json_is_number(v), KILN_ERR_CONFIG, "%s: config key '%s' must be a number",
+                     label, k->name);
         double x = json_number_value(v);
-        bool ok = isfinite(x) && (k->lo_open ? x > k->lo : x >= k->lo) && (k->hi_open ? x < k->hi : x <= k->hi);
-        KILN_FAIL_IF(!ok, KILN_ERR_CONFIG, "%s: config key '%s' must be in %s%g, %g%s (is %g)", label, k->name,
-                     k->lo_open ? "(" : "[", k->lo, k->hi, k->hi_open ? ")" : "]", x);
-        if (k->type == K_FLT) *(float *)base = (float)x;
-        else *(double *)base = x;
+        bool ok = isfinite(x) && (k->lo_open ? x > k->lo : x >= k->lo) &&
+                  (k->hi_open ? x < k->hi : x <= k->hi);
+        KILN_FAIL_IF(!ok, KILN_ERR_CONFIG, "%s: config key '%s' must be in %s%g, %g%s (is %g)",
+                     label, k->name, k->lo_open ? "(" : "[", k->lo, k->hi, k->hi_open ? ")" : "]",
+                     x);
+        if (k->type == K_FLT)
+            *(float *)base = (float)x;
+        else
+            *(double *)base = x;
         return KILN_OK;
     }
     }
@@ -159,7 +181,8 @@ kiln_err kiln_train_config_apply(kiln_train_config *c, const json_t *j, const ch
 
 kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
     const char *eq = strchr(assignment, '=');
-    KILN_FAIL_IF(!eq || eq == assignment, KILN_ERR_USAGE, "--set '%s': expected key=value", assignment);
+    KILN_FAIL_IF(!eq || eq == assignment, KILN_ERR_USAGE, "--set '%s': expected key=value",
+                 assignment);
     char name[64];
     size_t n = (size_t)(eq - assignment);
     KILN_FAIL_IF(n >= sizeof name, KILN_ERR_CONFIG, "--set '%s': unknown config key", assignment);
@@ -183,8 +206,8 @@ kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
 }
 
 kiln_err kiln_train_config_check(const kiln_train_config *c, const char *label) {
-    KILN_FAIL_IF(c->min_lr > c->lr, KILN_ERR_CONFIG, "%s: config key 'min_lr' (%g) is larger than 'lr' (%g)", label,
-                 c->min_lr, c->lr);
+    KILN_FAIL_IF(c->min_lr > c->lr, KILN_ERR_CONFIG,
+                 "%s: config key 'min_lr' (%g) is larger than 'lr' (%g)", label, c->min_lr, c->lr);
     kiln_model_config m = c->model;
     if (!m.n_features) m.n_features = 1; /* the dataset's, checked once known */
     if (!m.n_outputs) m.n_outputs = 1;
@@ -205,16 +228,30 @@ json_t *kiln_train_config_json(const kiln_train_config *c) {
         const char *base = (const char *)c + k->off;
         json_t *v = NULL;
         switch (k->type) {
-        case K_FORMAT: v = json_string(KILN_MODEL_FORMAT); break;
-        case K_OPTIM: v = json_string(*(const kiln_optim_kind *)base == KILN_OPTIM_SGD ? "sgd" : "adamw"); break;
-        case K_BOOL: v = json_boolean(*(const bool *)base); break;
-        case K_U64: v = json_integer((json_int_t) * (const uint64_t *)base); break;
+        case K_FORMAT:
+            v = json_string(KILN_MODEL_FORMAT);
+            break;
+        case K_OPTIM:
+            v = json_string(*(const kiln_optim_kind *)base == KILN_OPTIM_SGD ? "sgd" : "adamw");
+            break;
+        case K_BOOL:
+            v = json_boolean(*(const bool *)base);
+            break;
+        case K_U64:
+            v = json_integer((json_int_t) * (const uint64_t *)base);
+            break;
         case K_INT:
-            if ((k->off == OFF(model.n_features) || k->off == OFF(model.n_outputs)) && !*(const int *)base) continue;
+            if ((k->off == OFF(model.n_features) || k->off == OFF(model.n_outputs)) &&
+                !*(const int *)base)
+                continue;
             v = json_integer(*(const int *)base);
             break;
-        case K_LONG: v = json_integer(*(const long *)base); break;
-        case K_DBL: v = json_real(*(const double *)base); break;
+        case K_LONG:
+            v = json_integer(*(const long *)base);
+            break;
+        case K_DBL:
+            v = json_real(*(const double *)base);
+            break;
         case K_FLT: {
             /* The shortest decimal that reads back as the same float. */
             char buf[32];
@@ -260,7 +297,8 @@ char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
         kiln_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
     }
-    size_t flags = JSON_SORT_KEYS | JSON_REAL_PRECISION(kiln_train_json_precision(j)) | (pretty ? JSON_INDENT(2) : JSON_COMPACT);
+    size_t flags = JSON_SORT_KEYS | JSON_REAL_PRECISION(kiln_train_json_precision(j)) |
+                   (pretty ? JSON_INDENT(2) : JSON_COMPACT);
     char *s = json_dumps(j, flags);
     json_decref(j);
     if (s && pretty) {

@@ -23,7 +23,8 @@ static const char schema[] =
     " val_loss REAL, val_r2 REAL);"
     "CREATE TABLE IF NOT EXISTS layers("
     " step INTEGER, layer INTEGER, attn_entropy REAL, router_entropy REAL, load_imbalance REAL,"
-    " dead_experts INTEGER, overflow REAL, act_rms REAL, expert_load TEXT, PRIMARY KEY(step, layer));"
+    " dead_experts INTEGER, overflow REAL, act_rms REAL, expert_load TEXT, PRIMARY KEY(step, "
+    "layer));"
     "CREATE TABLE IF NOT EXISTS tensors("
     " step INTEGER, name TEXT, grad_norm REAL, update_ratio REAL, PRIMARY KEY(step, name));"
     "CREATE TABLE IF NOT EXISTS events("
@@ -49,7 +50,9 @@ void kiln_metrics_close(kiln_metrics *mx) {
     free(mx);
 }
 
-void *kiln_metrics_db(kiln_metrics *mx) { return mx->db; }
+void *kiln_metrics_db(kiln_metrics *mx) {
+    return mx->db;
+}
 
 kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out) {
     *out = NULL;
@@ -71,14 +74,17 @@ kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out)
     }
     KILN_CHECK(rc, fail, exec(mx, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"));
     KILN_CHECK(rc, fail, exec(mx, schema));
-    if (sqlite3_prepare_v2(mx->db,
-                           "INSERT OR REPLACE INTO steps VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)", -1,
-                           &mx->ins_step, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO layers VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", -1,
+    if (sqlite3_prepare_v2(
+            mx->db,
+            "INSERT OR REPLACE INTO steps VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)", -1,
+            &mx->ins_step, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(mx->db,
+                           "INSERT OR REPLACE INTO layers VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9)", -1,
                            &mx->ins_layer, NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO tensors VALUES(?1,?2,?3,?4)", -1, &mx->ins_tensor,
-                           NULL) != SQLITE_OK ||
-        sqlite3_prepare_v2(mx->db, "INSERT INTO events(step, time, kind, message) VALUES(?1,?2,?3,?4)", -1,
+        sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO tensors VALUES(?1,?2,?3,?4)", -1,
+                           &mx->ins_tensor, NULL) != SQLITE_OK ||
+        sqlite3_prepare_v2(mx->db,
+                           "INSERT INTO events(step, time, kind, message) VALUES(?1,?2,?3,?4)", -1,
                            &mx->ins_event, NULL) != SQLITE_OK) {
         rc = db_fail(mx, "cannot prepare");
         goto fail;
@@ -120,8 +126,10 @@ kiln_err kiln_metrics_event(kiln_metrics *mx, long step, const char *kind, const
 
 /* NaN and infinities are stored as NULL (a skipped step has no loss to speak of). */
 static void bind_num(sqlite3_stmt *s, int i, double x) {
-    if (isfinite(x)) sqlite3_bind_double(s, i, x);
-    else sqlite3_bind_null(s, i);
+    if (isfinite(x))
+        sqlite3_bind_double(s, i, x);
+    else
+        sqlite3_bind_null(s, i);
 }
 
 static kiln_err insert_layers(kiln_metrics *mx, long step, const kiln_tsmoe_stats *st) {
@@ -137,7 +145,8 @@ static kiln_err insert_layers(kiln_metrics *mx, long step, const kiln_tsmoe_stat
             sum += f;
             if (f > mx_load) mx_load = f;
             if (f == 0) dead++;
-            if (o < sizeof loads - 32) o += (size_t)snprintf(loads + o, sizeof loads - o, "%s%.6g", e ? "," : "", f);
+            if (o < sizeof loads - 32)
+                o += (size_t)snprintf(loads + o, sizeof loads - o, "%s%.6g", e ? "," : "", f);
         }
         loads[o++] = ']';
         loads[o] = 0;
@@ -147,20 +156,24 @@ static kiln_err insert_layers(kiln_metrics *mx, long step, const kiln_tsmoe_stat
         sqlite3_bind_int(s, 2, l);
         bind_num(s, 3, st->attn_entropy[l]);
         bind_num(s, 4, st->router_entropy ? st->router_entropy[l] : 0);
-        if (E > 0 && sum > 0) bind_num(s, 5, mx_load / (sum / E));
-        else sqlite3_bind_null(s, 5);
+        if (E > 0 && sum > 0)
+            bind_num(s, 5, mx_load / (sum / E));
+        else
+            sqlite3_bind_null(s, 5);
         sqlite3_bind_int(s, 6, E > 0 ? dead : 0);
         bind_num(s, 7, st->overflow ? st->overflow[l] : 0);
         bind_num(s, 8, st->act_rms[l]);
-        if (E > 0) sqlite3_bind_text(s, 9, loads, -1, SQLITE_TRANSIENT);
-        else sqlite3_bind_null(s, 9);
+        if (E > 0)
+            sqlite3_bind_text(s, 9, loads, -1, SQLITE_TRANSIENT);
+        else
+            sqlite3_bind_null(s, 9);
         if (sqlite3_step(s) != SQLITE_DONE) return db_fail(mx, "cannot record layer diagnostics");
     }
     return KILN_OK;
 }
 
-kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p, const kiln_metrics_tensor *tensors,
-                           size_t n_tensors) {
+kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
+                           const kiln_metrics_tensor *tensors, size_t n_tensors) {
     KILN_TRY(exec(mx, "BEGIN"));
     kiln_err rc = KILN_OK;
     sqlite3_stmt *s = mx->ins_step;
@@ -183,8 +196,8 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p, const
         sqlite3_bind_null(s, 12);
         sqlite3_bind_null(s, 13);
     }
-    KILN_CHECK_IF(rc, fail, sqlite3_step(s) != SQLITE_DONE, KILN_ERR_IO, "'%s': cannot record step %ld: %s",
-                  mx->path, p->step, sqlite3_errmsg(mx->db));
+    KILN_CHECK_IF(rc, fail, sqlite3_step(s) != SQLITE_DONE, KILN_ERR_IO,
+                  "'%s': cannot record step %ld: %s", mx->path, p->step, sqlite3_errmsg(mx->db));
     if (p->stats) KILN_CHECK(rc, fail, insert_layers(mx, p->step, p->stats));
     for (size_t i = 0; i < n_tensors; i++) {
         s = mx->ins_tensor;
@@ -193,8 +206,9 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p, const
         sqlite3_bind_text(s, 2, tensors[i].name, -1, SQLITE_STATIC);
         bind_num(s, 3, tensors[i].grad_norm);
         bind_num(s, 4, tensors[i].update_ratio);
-        KILN_CHECK_IF(rc, fail, sqlite3_step(s) != SQLITE_DONE, KILN_ERR_IO, "'%s': cannot record step %ld: %s",
-                      mx->path, p->step, sqlite3_errmsg(mx->db));
+        KILN_CHECK_IF(rc, fail, sqlite3_step(s) != SQLITE_DONE, KILN_ERR_IO,
+                      "'%s': cannot record step %ld: %s", mx->path, p->step,
+                      sqlite3_errmsg(mx->db));
     }
     return exec(mx, "COMMIT");
 fail:

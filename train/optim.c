@@ -15,13 +15,15 @@ double kiln_train_lr(const kiln_train_config *c, long i) {
     return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * progress));
 }
 
-double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads, double *per_tensor) {
+double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
+                            double *per_tensor) {
     double total = 0;
     for (size_t i = 0; i < count; i++) {
         double s = 0;
         if (tab[i].flags & KILN_PARAM_TRAINED) {
             const float *g = grads + tab[i].offset;
-            for (size_t k = 0; k < tab[i].numel; k++) s += (double)g[k] * g[k];
+            for (size_t k = 0; k < tab[i].numel; k++)
+                s += (double)g[k] * g[k];
         }
         if (per_tensor) per_tensor[i] = sqrt(s);
         total += s;
@@ -33,13 +35,14 @@ void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, fl
     for (size_t i = 0; i < count; i++) {
         if (!(tab[i].flags & KILN_PARAM_TRAINED)) continue;
         float *g = grads + tab[i].offset;
-        for (size_t k = 0; k < tab[i].numel; k++) g[k] *= s;
+        for (size_t k = 0; k < tab[i].numel; k++)
+            g[k] *= s;
     }
 }
 
-void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count, float *params,
-                           const float *grads, float *m, float *v, long t, double lr, double *upd_norm,
-                           double *w_norm) {
+void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
+                           float *params, const float *grads, float *m, float *v, long t, double lr,
+                           double *upd_norm, double *w_norm) {
     const bool adam = c->optimizer == KILN_OPTIM_ADAMW;
     const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->adam_eps;
     const float omb1 = (float)(1.0 - c->beta1), omb2 = (float)(1.0 - c->beta2);
@@ -53,7 +56,8 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
         if (tab[i].flags & KILN_PARAM_TRAINED) {
             float *p = params + tab[i].offset;
             const float *g = grads + tab[i].offset;
-            const float decay = (tab[i].flags & KILN_PARAM_DECAY) ? (float)(lr * c->weight_decay) : 0.0f;
+            const float decay =
+                (tab[i].flags & KILN_PARAM_DECAY) ? (float)(lr * c->weight_decay) : 0.0f;
             if (adam) {
                 float *mm = m + tab[i].offset, *vv = v + tab[i].offset;
                 for (size_t k = 0; k < tab[i].numel; k++) {
@@ -89,9 +93,11 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
 double kiln_spike_z(const kiln_spike *s, double x) {
     if (s->n < KILN_SPIKE_MIN) return 0;
     double mean = 0, var = 0;
-    for (int i = 0; i < s->n; i++) mean += s->x[i];
+    for (int i = 0; i < s->n; i++)
+        mean += s->x[i];
     mean /= s->n;
-    for (int i = 0; i < s->n; i++) var += (s->x[i] - mean) * (s->x[i] - mean);
+    for (int i = 0; i < s->n; i++)
+        var += (s->x[i] - mean) * (s->x[i] - mean);
     var /= s->n - 1;
     double sd = sqrt(var);
     /* A floor on the spread: a flat window would make any wiggle a spike. */
@@ -119,8 +125,9 @@ json_t *kiln_spike_json(const kiln_spike *s) {
 kiln_err kiln_spike_from_json(const json_t *j, const char *label, kiln_spike *s) {
     memset(s, 0, sizeof *s);
     json_t *pos = json_object_get(j, "pos"), *x = json_object_get(j, "x");
-    KILN_FAIL_IF(!json_is_integer(pos) || !json_is_array(x) || json_array_size(x) > KILN_SPIKE_WINDOW ||
-                     json_integer_value(pos) < 0 || json_integer_value(pos) >= KILN_SPIKE_WINDOW,
+    KILN_FAIL_IF(!json_is_integer(pos) || !json_is_array(x) ||
+                     json_array_size(x) > KILN_SPIKE_WINDOW || json_integer_value(pos) < 0 ||
+                     json_integer_value(pos) >= KILN_SPIKE_WINDOW,
                  KILN_ERR_FORMAT, "'%s': bad spike detector state", label);
     s->n = (int)json_array_size(x);
     s->pos = (int)json_integer_value(pos);

@@ -12,8 +12,10 @@ static kiln_err load_run_json(const char *run_dir, json_t **out) {
     char *p = kiln_path_join(run_dir, "run.json");
     if (!p) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
-    if (!kiln_path_exists(p)) rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s': not a run directory (no run.json)", run_dir);
-    else rc = kiln_json_load_file(p, out);
+    if (!kiln_path_exists(p))
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s': not a run directory (no run.json)", run_dir);
+    else
+        rc = kiln_json_load_file(p, out);
     free(p);
     if (!rc && !json_is_object(json_object_get(*out, "config"))) {
         json_decref(*out);
@@ -59,8 +61,8 @@ static kiln_err read_metrics(sqlite3 *db, size_t max_events, kiln_run_info *o) {
     do {                                                                                           \
         sqlite3_finalize(s);                                                                       \
         s = NULL;                                                                                  \
-        KILN_CHECK_IF(rc, out, sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK, KILN_ERR_IO, \
-                      "metrics.db: %s", sqlite3_errmsg(db));                                       \
+        KILN_CHECK_IF(rc, out, sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK,             \
+                      KILN_ERR_IO, "metrics.db: %s", sqlite3_errmsg(db));                          \
     } while (0)
     PREP("SELECT step, loss, lr, grad_norm FROM steps ORDER BY step DESC LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
@@ -69,13 +71,15 @@ static kiln_err read_metrics(sqlite3 *db, size_t max_events, kiln_run_info *o) {
         o->last_lr = col_num(s, 2);
         o->last_grad_norm = col_num(s, 3);
     }
-    PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY val_loss, step LIMIT 1");
+    PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY val_loss, "
+         "step LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
         o->best_val_step = sqlite3_column_int64(s, 0);
         o->best_val_loss = col_num(s, 1);
         o->best_val_r2 = col_num(s, 2);
     }
-    PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY step DESC LIMIT 1");
+    PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY step DESC "
+         "LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
         o->last_val_step = sqlite3_column_int64(s, 0);
         o->last_val_loss = col_num(s, 1);
@@ -129,7 +133,8 @@ void kiln_run_diff_release(kiln_run_diff *d) {
 static kiln_err diff_key(json_t *diff, const char *key, json_t *a, json_t *b) {
     if (a && b && json_equal(a, b)) return KILN_OK;
     json_t *pair = json_pack("[OO]", a ? a : json_null(), b ? b : json_null());
-    if (!pair || json_object_set_new(diff, key, pair)) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!pair || json_object_set_new(diff, key, pair))
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     return KILN_OK;
 }
 
@@ -146,10 +151,13 @@ kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff 
     json_t *ca = json_object_get(ra, "config"), *cb = json_object_get(rb, "config");
     const char *k;
     json_t *v;
-    json_object_foreach(ca, k, v) KILN_CHECK(rc, out, diff_key(out->config, k, v, json_object_get(cb, k)));
-    json_object_foreach(cb, k, v) if (!json_object_get(ca, k)) KILN_CHECK(rc, out, diff_key(out->config, k, NULL, v));
-    KILN_CHECK(rc, out, diff_key(out->config, "dataset_sha256", json_object_get(ra, "dataset_sha256"),
-                                 json_object_get(rb, "dataset_sha256")));
+    json_object_foreach(ca, k, v)
+        KILN_CHECK(rc, out, diff_key(out->config, k, v, json_object_get(cb, k)));
+    json_object_foreach(cb, k, v) if (!json_object_get(ca, k))
+        KILN_CHECK(rc, out, diff_key(out->config, k, NULL, v));
+    KILN_CHECK(rc, out,
+               diff_key(out->config, "dataset_sha256", json_object_get(ra, "dataset_sha256"),
+                        json_object_get(rb, "dataset_sha256")));
     KILN_CHECK(rc, out, open_db(a_dir, &ma));
     KILN_CHECK(rc, out, open_db(b_dir, &mb));
     if (!ma || !mb) goto out;
@@ -162,7 +170,8 @@ kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff 
     /* Walk both in step order; a step only one run logged is not compared. */
     int ha = sqlite3_step(sa) == SQLITE_ROW, hb = sqlite3_step(sb) == SQLITE_ROW;
     while (ha || hb) {
-        long xa = ha ? (long)sqlite3_column_int64(sa, 0) : 0, xb = hb ? (long)sqlite3_column_int64(sb, 0) : 0;
+        long xa = ha ? (long)sqlite3_column_int64(sa, 0) : 0,
+             xb = hb ? (long)sqlite3_column_int64(sb, 0) : 0;
         if (ha && hb && xa == xb) {
             out->a_steps++;
             out->b_steps++;

@@ -164,20 +164,20 @@ typedef struct kiln_train_config {
     int batch_size;          /* windows per micro-batch */
     int accum_steps;         /* micro-batches per step */
     kiln_optim_kind optimizer;
-    double lr, min_lr;       /* peak and final learning rate */
-    long warmup_steps;       /* linear warm-up, then cosine decay to min_lr */
-    double weight_decay;     /* decoupled, matrices only (KILN_PARAM_DECAY) */
+    double lr, min_lr;   /* peak and final learning rate */
+    long warmup_steps;   /* linear warm-up, then cosine decay to min_lr */
+    double weight_decay; /* decoupled, matrices only (KILN_PARAM_DECAY) */
     double beta1, beta2, adam_eps;
-    double grad_clip;        /* global gradient-norm limit; 0 = off */
+    double grad_clip; /* global gradient-norm limit; 0 = off */
     uint64_t seed;
-    double val_fraction;     /* 0 = no validation split */
-    long eval_every;         /* steps between validations; 0 = only at the end */
-    long ckpt_every;         /* steps between checkpoints; 0 = only at the end */
-    int keep;                /* checkpoints kept; 0 = all */
+    double val_fraction; /* 0 = no validation split */
+    long eval_every;     /* steps between validations; 0 = only at the end */
+    long ckpt_every;     /* steps between checkpoints; 0 = only at the end */
+    int keep;            /* checkpoints kept; 0 = all */
     double aux_loss_coef, z_loss_coef, capacity_factor;
-    int max_bad_steps;       /* non-finite steps in a row that stop the run */
-    bool skip_spikes;        /* skip the update on a loss or gradient-norm spike */
-    int threads;             /* OpenBLAS threads */
+    int max_bad_steps; /* non-finite steps in a row that stop the run */
+    bool skip_spikes;  /* skip the update on a loss or gradient-norm spike */
+    int threads;       /* OpenBLAS threads */
 } kiln_train_config;
 
 void kiln_train_config_default(kiln_train_config *c);
@@ -203,26 +203,27 @@ bool kiln_train_config_resumable(const char *key);
 
 /* What the trainer reports after every step (to the progress callback). */
 typedef struct kiln_train_progress {
-    long step, steps;     /* step is 1-based: steps done so far */
-    long first_step;      /* the first step of this process (after a resume: ckpt + 1) */
+    long step, steps; /* step is 1-based: steps done so far */
+    long first_step;  /* the first step of this process (after a resume: ckpt + 1) */
     double loss, mse, load_balance, z, lr, grad_norm;
-    bool applied;         /* false: the update was skipped (non-finite or spike) */
+    bool applied; /* false: the update was skipped (non-finite or spike) */
     double tokens_per_s, elapsed_s, eta_s;
-    bool has_val;         /* validation ran after this step */
+    bool has_val; /* validation ran after this step */
     double val_loss, val_r2;
     const kiln_tsmoe_stats *stats;
 } kiln_train_progress;
 
 typedef struct kiln_train_opts {
     const char *run_dir;
-    const char *data_path;  /* fresh run: required; resume: NULL = the path in run.json */
-    const char *init_path;  /* fresh run: NULL, or a model file whose weights and norm.in_* are kept */
+    const char *data_path; /* fresh run: required; resume: NULL = the path in run.json */
+    const char
+        *init_path; /* fresh run: NULL, or a model file whose weights and norm.in_* are kept */
     const char *const *sets; /* resume: "key=value" changes to the checkpoint's config */
     int n_sets;
     void (*progress)(void *ctx, const kiln_train_progress *p); /* NULL = none */
     void *progress_ctx;
-    volatile int *stop;     /* NULL, or set non-zero (e.g. by a signal handler) to checkpoint
-                               and return KILN_ERR_INTERRUPTED */
+    volatile int *stop; /* NULL, or set non-zero (e.g. by a signal handler) to checkpoint
+                           and return KILN_ERR_INTERRUPTED */
     /* Tests only: at these 1-based steps the gradient is made NaN (a non-finite step). */
     const long *poison_steps;
     size_t n_poison;
@@ -245,14 +246,14 @@ typedef struct kiln_run_event {
 } kiln_run_event;
 
 typedef struct kiln_run_info {
-    json_t *run;           /* run.json */
-    long last_step;        /* newest metrics row; 0 = none */
+    json_t *run;    /* run.json */
+    long last_step; /* newest metrics row; 0 = none */
     double last_loss, last_lr, last_grad_norm;
-    long best_val_step;    /* 0 = no validation yet */
+    long best_val_step; /* 0 = no validation yet */
     double best_val_loss, best_val_r2;
     long last_val_step;
     double last_val_loss, last_val_r2;
-    long *ckpts;           /* checkpoint steps on disk, ascending */
+    long *ckpts; /* checkpoint steps on disk, ascending */
     size_t n_ckpts;
     kiln_run_event *events; /* newest max_events, oldest first */
     size_t n_events, total_events;
@@ -264,8 +265,8 @@ kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_inf
 void kiln_run_info_release(kiln_run_info *info);
 
 typedef struct kiln_run_diff {
-    json_t *config;        /* {"key": [a, b]} for every key whose values differ */
-    long common_steps;     /* steps both runs have logged */
+    json_t *config;    /* {"key": [a, b]} for every key whose values differ */
+    long common_steps; /* steps both runs have logged */
     long a_steps, b_steps;
     long first_diff;       /* first step whose losses differ bit for bit; 0 = none */
     double a_loss, b_loss; /* at first_diff */

@@ -19,7 +19,8 @@ double kiln_train_lr(const kiln_train_config *c, long i);
 
 /* Global L2 norm of the trained parameters' gradients, summed in double in table order;
  * per_tensor (NULL or [count]) gets each tensor's norm (0 for untrained ones). */
-double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads, double *per_tensor);
+double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
+                            double *per_tensor);
 /* grads *= s over the trained parameters. */
 void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, float s);
 
@@ -28,9 +29,9 @@ void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, fl
  *   p -= lr*wd*p (KILN_PARAM_DECAY only), then p -= lr * mhat / (sqrt(vhat) + eps).
  * SGD: p -= lr*wd*p (decay params), then p -= lr * g; m and v untouched (may be NULL).
  * upd_norm, w_norm: NULL or [count]: each tensor's update and (new) weight L2 norms. */
-void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count, float *params,
-                           const float *grads, float *m, float *v, long t, double lr, double *upd_norm,
-                           double *w_norm);
+void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
+                           float *params, const float *grads, float *m, float *v, long t, double lr,
+                           double *upd_norm, double *w_norm);
 
 /* ---- sampling (sampler.c) ---- */
 
@@ -42,17 +43,18 @@ size_t kiln_train_window(uint64_t seed, long i, int slots, int slot, size_t trai
  * [val_begin, val_end); starts [cap] filled. Returns the count (0 if none fits). */
 size_t kiln_train_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts);
 /* Copy windows starting at rows starts[0..n) into x [n,S,F] and y [n,S,O]. */
-void kiln_train_gather(const kiln_dataset *ds, const size_t *starts, size_t n, int seq_len, float *x, float *y);
+void kiln_train_gather(const kiln_dataset *ds, const size_t *starts, size_t n, int seq_len,
+                       float *x, float *y);
 
 /* ---- spike detector (optim.c) ---- */
 
 #define KILN_SPIKE_WINDOW 64
-#define KILN_SPIKE_MIN 16     /* samples before a spike can be called */
-#define KILN_SPIKE_Z 6.0      /* z-score above the window's mean that makes a spike */
+#define KILN_SPIKE_MIN 16 /* samples before a spike can be called */
+#define KILN_SPIKE_Z 6.0  /* z-score above the window's mean that makes a spike */
 
 typedef struct kiln_spike {
-    int n, pos;                      /* samples held (<= window), next slot */
-    double x[KILN_SPIKE_WINDOW];     /* ring buffer */
+    int n, pos;                  /* samples held (<= window), next slot */
+    double x[KILN_SPIKE_WINDOW]; /* ring buffer */
 } kiln_spike;
 
 /* z-score of x against the window; 0 while too few samples or no spread. */
@@ -65,9 +67,9 @@ kiln_err kiln_spike_from_json(const json_t *j, const char *label, kiln_spike *s)
 
 /* What a continuation needs besides the tensors. */
 typedef struct kiln_train_state {
-    long step;         /* steps done */
-    long updates;      /* updates applied (AdamW's t) */
-    int bad_streak;    /* non-finite steps in a row just before */
+    long step;      /* steps done */
+    long updates;   /* updates applied (AdamW's t) */
+    int bad_streak; /* non-finite steps in a row just before */
     kiln_spike loss_spike, gnorm_spike;
 } kiln_train_state;
 
@@ -98,8 +100,8 @@ typedef struct kiln_ckpt {
 kiln_err kiln_ckpt_open(const char *path, kiln_ckpt *ck) KILN_MUST_CHECK;
 /* Copy parameters (and moments when m is not NULL) into the blocks, checking every
  * name and shape against the table. */
-kiln_err kiln_ckpt_load(const kiln_ckpt *ck, const kiln_param *tab, size_t count, float *params, float *m,
-                        float *v);
+kiln_err kiln_ckpt_load(const kiln_ckpt *ck, const kiln_param *tab, size_t count, float *params,
+                        float *m, float *v);
 void kiln_ckpt_release(kiln_ckpt *ck);
 /* Steps of the checkpoints in RUN_DIR/ckpt, ascending (*steps NULL when none; caller
  * frees). A missing ckpt directory is no checkpoints. */
@@ -126,8 +128,8 @@ typedef struct kiln_metrics_tensor {
 
 /* One step's row in `steps`, plus `layers` rows from p->stats and `tensors` rows, in one
  * transaction. */
-kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p, const kiln_metrics_tensor *tensors,
-                           size_t n_tensors);
+kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
+                           const kiln_metrics_tensor *tensors, size_t n_tensors);
 /* The underlying handle for readers in train/ (sqlite3 *). */
 void *kiln_metrics_db(kiln_metrics *mx);
 

@@ -4,8 +4,8 @@
  * the same bytes as one that never stopped. */
 #include <dirent.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,12 +26,12 @@ typedef struct trainer {
     const kiln_param *tab;
     size_t np, numel;
     float *params, *grads;
-    float *mom;          /* [2*numel]: m then v; NULL for SGD */
-    float *x, *y;        /* [B,S,F], [B,S,O] */
-    size_t *starts;      /* [B] */
-    size_t *val_starts;  /* [VAL_WINDOWS_MAX] */
+    float *mom;         /* [2*numel]: m then v; NULL for SGD */
+    float *x, *y;       /* [B,S,F], [B,S,O] */
+    size_t *starts;     /* [B] */
+    size_t *val_starts; /* [VAL_WINDOWS_MAX] */
     size_t n_val;
-    double *gn, *un, *wn; /* [np] per-tensor gradient, update and weight norms */
+    double *gn, *un, *wn;    /* [np] per-tensor gradient, update and weight norms */
     kiln_metrics_tensor *mt; /* [np] */
     /* A copy of the last training forward's diagnostics (validation overwrites the model's). */
     kiln_tsmoe_stats stats;
@@ -63,22 +63,23 @@ static kiln_err resolve_shapes(kiln_train_config *c, const kiln_dataset *ds, con
     if (!c->model.n_features) c->model.n_features = ds->n_features;
     if (!c->model.n_outputs) c->model.n_outputs = ds->n_outputs;
     KILN_FAIL_IF(c->model.n_features != ds->n_features, KILN_ERR_CONFIG,
-                 "%s: config key 'n_features' is %d but dataset '%s' has %d features", label, c->model.n_features,
-                 ds->path, ds->n_features);
+                 "%s: config key 'n_features' is %d but dataset '%s' has %d features", label,
+                 c->model.n_features, ds->path, ds->n_features);
     KILN_FAIL_IF(c->model.n_outputs != ds->n_outputs, KILN_ERR_CONFIG,
-                 "%s: config key 'n_outputs' is %d but dataset '%s' has %d outputs", label, c->model.n_outputs,
-                 ds->path, ds->n_outputs);
+                 "%s: config key 'n_outputs' is %d but dataset '%s' has %d outputs", label,
+                 c->model.n_outputs, ds->path, ds->n_outputs);
     return kiln_model_config_check(&c->model, label);
 }
 
 /* Model, buffers, split and validation windows for t->cfg over t->ds. */
 static kiln_err setup(trainer *t) {
     const kiln_train_config *c = &t->cfg;
-    const int S = c->model.seq_len, B = c->batch_size, F = c->model.n_features, O = c->model.n_outputs;
+    const int S = c->model.seq_len, B = c->batch_size, F = c->model.n_features,
+              O = c->model.n_outputs;
     KILN_TRY(kiln_dataset_split(t->ds, c->val_fraction, S, &t->split));
     KILN_FAIL_IF(t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
-                 "dataset '%s': the training split has %zu rows, fewer than seq_len %d", t->ds->path,
-                 t->split.train_end, S);
+                 "dataset '%s': the training split has %zu rows, fewer than seq_len %d",
+                 t->ds->path, t->split.train_end, S);
     KILN_TRY(kiln_tsmoe_create(&c->model, B, &t->m));
     t->tab = kiln_tsmoe_param_table(t->m, &t->np);
     t->numel = kiln_tsmoe_numel(t->m);
@@ -96,7 +97,8 @@ static kiln_err setup(trainer *t) {
     t->wn = kiln_calloc(t->np, sizeof(double));
     t->mt = kiln_calloc(t->np, sizeof *t->mt);
     t->stats_buf = kiln_calloc(5 * L + L * (E ? E : 1), sizeof(float));
-    if (!t->x || !t->y || !t->starts || !t->val_starts || !t->gn || !t->un || !t->wn || !t->mt || !t->stats_buf)
+    if (!t->x || !t->y || !t->starts || !t->val_starts || !t->gn || !t->un || !t->wn || !t->mt ||
+        !t->stats_buf)
         return KILN_ERR_NOMEM;
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
     openblas_set_num_threads(c->threads);
@@ -109,7 +111,8 @@ static void set_input_norm(trainer *t) {
     float *mean = t->params + t->tab[0].offset, *std = t->params + t->tab[1].offset;
     for (size_t f = 0; f < F; f++) {
         double s = 0, ss = 0;
-        for (size_t r = 0; r < n; r++) s += t->ds->features[r * F + f];
+        for (size_t r = 0; r < n; r++)
+            s += t->ds->features[r * F + f];
         double mu = s / (double)n;
         for (size_t r = 0; r < n; r++) {
             double d = t->ds->features[r * F + f] - mu;
@@ -122,8 +125,9 @@ static void set_input_norm(trainer *t) {
 }
 
 #define MODEL_INTS(X)                                                                              \
-    X(n_features) X(n_outputs) X(d_model) X(n_layers) X(n_heads) X(d_ff) X(n_experts) X(top_k)     \
-        X(seq_len) X(attn_window)
+    X(n_features)                                                                                  \
+    X(n_outputs) X(d_model) X(n_layers) X(n_heads) X(d_ff) X(n_experts) X(top_k) X(seq_len)        \
+        X(attn_window)
 
 static kiln_err load_init(trainer *t, const char *path, char sha_hex[KILN_SHA256_HEX]) {
     kiln_st *st;
@@ -133,13 +137,17 @@ static kiln_err load_init(trainer *t, const char *path, char sha_hex[KILN_SHA256
     const kiln_model_config *want = &t->cfg.model;
 #define SAME(k)                                                                                    \
     if (!rc && mc.k != want->k)                                                                    \
-        rc = kiln_fail(KILN_ERR_CONFIG, "'%s': config key '" #k "' is %d in the model file but %d in the run's config", \
+        rc = kiln_fail(KILN_ERR_CONFIG,                                                            \
+                       "'%s': config key '" #k                                                     \
+                       "' is %d in the model file but %d in the run's config",                     \
                        path, mc.k, want->k);
     MODEL_INTS(SAME)
 #undef SAME
     if (!rc && mc.norm_eps != want->norm_eps)
-        rc = kiln_fail(KILN_ERR_CONFIG, "'%s': config key 'norm_eps' is %g in the model file but %g in the run's config",
-                       path, (double)mc.norm_eps, (double)want->norm_eps);
+        rc = kiln_fail(
+            KILN_ERR_CONFIG,
+            "'%s': config key 'norm_eps' is %g in the model file but %g in the run's config", path,
+            (double)mc.norm_eps, (double)want->norm_eps);
     for (size_t i = 0; !rc && i < t->np; i++) {
         const kiln_param *p = &t->tab[i];
         const kiln_tensor *x = kiln_st_find(st, p->name);
@@ -148,9 +156,12 @@ static kiln_err load_init(trainer *t, const char *path, char sha_hex[KILN_SHA256
             break;
         }
         bool shape_ok = x->ndim == p->ndim;
-        for (int d = 0; shape_ok && d < p->ndim; d++) shape_ok = x->shape[d] == p->shape[d];
-        if (!shape_ok) rc = kiln_fail(KILN_ERR_FORMAT, "'%s': tensor '%s' has the wrong shape", path, p->name);
-        else rc = kiln_tensor_to_f32(x, t->params + p->offset);
+        for (int d = 0; shape_ok && d < p->ndim; d++)
+            shape_ok = x->shape[d] == p->shape[d];
+        if (!shape_ok)
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s': tensor '%s' has the wrong shape", path, p->name);
+        else
+            rc = kiln_tensor_to_f32(x, t->params + p->offset);
     }
     kiln_st_close(st);
     if (!rc) {
@@ -171,8 +182,10 @@ static void copy_stats(trainer *t) {
     t->stats.n_experts = s->n_experts;
     t->stats.max_abs_output = s->max_abs_output;
 #define CP(field, n)                                                                               \
-    if (s->field) memcpy(b, s->field, (n) * sizeof(float));                                        \
-    else memset(b, 0, (n) * sizeof(float));                                                        \
+    if (s->field)                                                                                  \
+        memcpy(b, s->field, (n) * sizeof(float));                                                  \
+    else                                                                                           \
+        memset(b, 0, (n) * sizeof(float));                                                         \
     t->stats.field = b;                                                                            \
     b += (n);
     CP(attn_entropy, L)
@@ -190,7 +203,8 @@ static kiln_err validate(trainer *t, double *val_mse, double *val_r2) {
     double *q = O <= 64 ? NULL : kiln_calloc(3 * (size_t)O, sizeof(double));
     if (O > 64 && !q) return KILN_ERR_NOMEM;
     double *e = q ? q : sse, *su = q ? q + O : sum, *sq = q ? q + 2 * O : sumsq;
-    kiln_loss_opts lo = {(float)t->cfg.aux_loss_coef, (float)t->cfg.z_loss_coef, 0.0f}; /* dropless */
+    kiln_loss_opts lo = {(float)t->cfg.aux_loss_coef, (float)t->cfg.z_loss_coef,
+                         0.0f}; /* dropless */
     kiln_err rc = KILN_OK;
     for (size_t w = 0; w < t->n_val; w += (size_t)B) {
         size_t n = t->n_val - w < (size_t)B ? t->n_val - w : (size_t)B;
@@ -241,7 +255,8 @@ static kiln_err checkpoint(trainer *t, const char *run_dir) {
     char *path = kiln_ckpt_path(run_dir, t->st.step);
     if (!path) return KILN_ERR_NOMEM;
     kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st};
-    kiln_err rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom, t->mom ? t->mom + t->numel : NULL, &meta);
+    kiln_err rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom,
+                                  t->mom ? t->mom + t->numel : NULL, &meta);
     free(path);
     if (!rc) rc = kiln_ckpt_prune(run_dir, t->cfg.keep);
     return rc;
@@ -251,14 +266,16 @@ static kiln_err loop(trainer *t) {
     const kiln_train_config *c = &t->cfg;
     const kiln_train_opts *o = t->opts;
     const int B = c->batch_size, S = c->model.seq_len, A = c->accum_steps, slots = B * A;
-    const kiln_loss_opts lo = {(float)c->aux_loss_coef, (float)c->z_loss_coef, (float)c->capacity_factor};
+    const kiln_loss_opts lo = {(float)c->aux_loss_coef, (float)c->z_loss_coef,
+                               (float)c->capacity_factor};
     const long first = t->st.step + 1;
     const uint64_t t0 = kiln_now_ns();
     uint64_t prev = t0;
     for (long s = first; s <= c->steps; s++) {
         if (o->stop && *o->stop) {
             KILN_TRY(checkpoint(t, o->run_dir));
-            return kiln_fail(KILN_ERR_INTERRUPTED, "'%s': interrupted at step %ld (checkpoint written)", o->run_dir,
+            return kiln_fail(KILN_ERR_INTERRUPTED,
+                             "'%s': interrupted at step %ld (checkpoint written)", o->run_dir,
                              t->st.step);
         }
         const long i = s - 1;
@@ -267,7 +284,8 @@ static kiln_err loop(trainer *t) {
         kiln_tsmoe_zero_grads(t->m);
         for (int a = 0; a < A; a++) {
             for (int b = 0; b < B; b++)
-                t->starts[b] = kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
+                t->starts[b] =
+                    kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
             kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
             kiln_loss l;
             KILN_TRY(kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l));
@@ -290,23 +308,27 @@ static kiln_err loop(trainer *t) {
         memset(t->un, 0, t->np * sizeof *t->un);
         if (!isfinite(p.loss) || !isfinite(p.grad_norm)) {
             t->st.bad_streak++;
-            event(t, s, "nonfinite", "step %ld: loss %g, gradient norm %g: update skipped (%d in a row)", s, p.loss,
+            event(t, s, "nonfinite",
+                  "step %ld: loss %g, gradient norm %g: update skipped (%d in a row)", s, p.loss,
                   p.grad_norm, t->st.bad_streak);
         } else {
             t->st.bad_streak = 0;
-            double zl = kiln_spike_z(&t->st.loss_spike, p.loss), zg = kiln_spike_z(&t->st.gnorm_spike, p.grad_norm);
+            double zl = kiln_spike_z(&t->st.loss_spike, p.loss),
+                   zg = kiln_spike_z(&t->st.gnorm_spike, p.grad_norm);
             bool spike = zl > KILN_SPIKE_Z || zg > KILN_SPIKE_Z;
             if (spike)
-                event(t, s, "spike", "step %ld: loss %g (z %.1f), gradient norm %g (z %.1f)%s", s, p.loss, zl,
-                      p.grad_norm, zg, c->skip_spikes ? ": update skipped" : "");
+                event(t, s, "spike", "step %ld: loss %g (z %.1f), gradient norm %g (z %.1f)%s", s,
+                      p.loss, zl, p.grad_norm, zg, c->skip_spikes ? ": update skipped" : "");
             kiln_spike_push(&t->st.loss_spike, p.loss);
             kiln_spike_push(&t->st.gnorm_spike, p.grad_norm);
             if (!(spike && c->skip_spikes)) {
                 if (c->grad_clip > 0 && p.grad_norm > c->grad_clip)
-                    kiln_train_grad_scale(t->tab, t->np, t->grads, (float)(c->grad_clip / p.grad_norm));
+                    kiln_train_grad_scale(t->tab, t->np, t->grads,
+                                          (float)(c->grad_clip / p.grad_norm));
                 t->st.updates++;
                 kiln_train_optim_step(c, t->tab, t->np, t->params, t->grads, t->mom,
-                                      t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr, t->un, t->wn);
+                                      t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr, t->un,
+                                      t->wn);
                 p.applied = true;
             }
         }
@@ -335,11 +357,13 @@ static kiln_err loop(trainer *t) {
             if (kiln_ckpt_list(o->run_dir, &steps, &n) == KILN_OK && n) last = steps[n - 1];
             if (n) free(steps);
             return kiln_fail(KILN_ERR_NUMERIC,
-                             "step %ld: %d non-finite steps in a row (max_bad_steps %d); the run stopped, its last "
+                             "step %ld: %d non-finite steps in a row (max_bad_steps %d); the run "
+                             "stopped, its last "
                              "checkpoint is step %ld",
                              s, t->st.bad_streak, c->max_bad_steps, last);
         }
-        if (s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0)) KILN_TRY(checkpoint(t, o->run_dir));
+        if (s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0))
+            KILN_TRY(checkpoint(t, o->run_dir));
     }
     return KILN_OK;
 }
@@ -349,12 +373,15 @@ static kiln_err loop(trainer *t) {
 static kiln_err write_run_json(const char *run_dir, json_t *run) {
     char *p = kiln_path_join(run_dir, "run.json");
     if (!p) return KILN_ERR_NOMEM;
-    char *s = json_dumps(run, JSON_INDENT(2) | JSON_SORT_KEYS |
-                                  JSON_REAL_PRECISION(kiln_train_json_precision(json_object_get(run, "config"))));
+    char *s = json_dumps(
+        run, JSON_INDENT(2) | JSON_SORT_KEYS |
+                 JSON_REAL_PRECISION(kiln_train_json_precision(json_object_get(run, "config"))));
     kiln_err rc = KILN_OK;
     char *t = s ? kiln_asprintf("%s\n", s) : NULL;
-    if (!t) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory writing '%s'", p);
-    else rc = kiln_write_file_atomic(p, t, strlen(t));
+    if (!t)
+        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory writing '%s'", p);
+    else
+        rc = kiln_write_file_atomic(p, t, strlen(t));
     free(s);
     free(t);
     free(p);
@@ -363,7 +390,8 @@ static kiln_err write_run_json(const char *run_dir, json_t *run) {
 
 /* The run id names the experiment: the same config, data and starting weights give the
  * same id, as they give the same bytes (docs/train.md). */
-static void make_run_id(const char *cfg_text, const char *data_sha, const char *init_sha, char out[64]) {
+static void make_run_id(const char *cfg_text, const char *data_sha, const char *init_sha,
+                        char out[64]) {
     char *s = kiln_asprintf("kiln-run/1\n%s\n%s\n%s", cfg_text, data_sha, init_sha ? init_sha : "");
     uint8_t d[KILN_SHA256_BYTES];
     kiln_sha256(s ? s : "", s ? strlen(s) : 0, d);
@@ -396,14 +424,18 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     KILN_CHECK(rc, out, kiln_train_config_check(&t.cfg, "config"));
     KILN_CHECK_IF(rc, out, !opts->data_path, KILN_ERR_USAGE, "no dataset given");
     KILN_CHECK_IF(rc, out, run_exists(opts->run_dir), KILN_ERR_CONFLICT,
-                  "'%s' holds a run already (resume it with --resume, or choose another --run-dir)", opts->run_dir);
+                  "'%s' holds a run already (resume it with --resume, or choose another --run-dir)",
+                  opts->run_dir);
     KILN_CHECK(rc, out, kiln_dataset_open(opts->data_path, &t.ds));
     KILN_CHECK(rc, out, resolve_shapes(&t.cfg, t.ds, "config"));
     KILN_CHECK(rc, out, setup(&t));
     kiln_tsmoe_init(t.m, t.cfg.seed);
-    if (opts->init_path) KILN_CHECK(rc, out, load_init(&t, opts->init_path, init_sha));
-    else set_input_norm(&t);
-    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t.cfg, false)), KILN_ERR_NOMEM, "out of memory");
+    if (opts->init_path)
+        KILN_CHECK(rc, out, load_init(&t, opts->init_path, init_sha));
+    else
+        set_input_norm(&t);
+    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t.cfg, false)), KILN_ERR_NOMEM,
+                  "out of memory");
     make_run_id(text, t.ds->sha256, opts->init_path ? init_sha : NULL, t.run_id);
 
     /* Everything checked: now the run directory. */
@@ -417,12 +449,14 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     kiln_format_time(kiln_unix_time(), created);
     cj = kiln_train_config_json(&t.cfg);
     KILN_CHECK_IF(rc, out, !cj, KILN_ERR_NOMEM, "out of memory");
-    run = json_pack("{s:s,s:s,s:s,s:s,s:O,s:I,s:s,s:s}", "format", "kiln-run/1", "run_id", t.run_id, "created",
-                    created, "kiln_version", kiln_version(), "config", cj, "seed", (json_int_t)t.cfg.seed,
-                    "dataset_sha256", t.ds->sha256, "dataset_path", abs_data ? abs_data : opts->data_path);
+    run = json_pack("{s:s,s:s,s:s,s:s,s:O,s:I,s:s,s:s}", "format", "kiln-run/1", "run_id", t.run_id,
+                    "created", created, "kiln_version", kiln_version(), "config", cj, "seed",
+                    (json_int_t)t.cfg.seed, "dataset_sha256", t.ds->sha256, "dataset_path",
+                    abs_data ? abs_data : opts->data_path);
     KILN_CHECK_IF(rc, out, !run, KILN_ERR_NOMEM, "out of memory");
     if (opts->init_path)
-        json_object_set_new(run, "init", json_pack("{s:s,s:s}", "path", opts->init_path, "sha256", init_sha));
+        json_object_set_new(run, "init",
+                            json_pack("{s:s,s:s}", "path", opts->init_path, "sha256", init_sha));
     KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
     KILN_CHECK(rc, out, open_metrics(&t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t.mx, 0));
@@ -464,14 +498,14 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     bool have = false;
     char *rp = kiln_path_join(opts->run_dir, "run.json");
     KILN_CHECK_IF(rc, out, !rp, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(rc, out, !kiln_path_exists(rp), KILN_ERR_NOTFOUND, "'%s': not a run directory (no run.json)",
-                  opts->run_dir);
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(rp), KILN_ERR_NOTFOUND,
+                  "'%s': not a run directory (no run.json)", opts->run_dir);
     KILN_CHECK(rc, out, kiln_json_load_file(rp, &run));
     const char *run_sha = json_string_value(json_object_get(run, "dataset_sha256"));
     const char *run_data = json_string_value(json_object_get(run, "dataset_path"));
     const char *rid = json_string_value(json_object_get(run, "run_id"));
-    KILN_CHECK_IF(rc, out, !run_sha || !run_data || !rid || strlen(rid) >= sizeof t.run_id, KILN_ERR_FORMAT,
-                  "'%s': incomplete run.json", rp);
+    KILN_CHECK_IF(rc, out, !run_sha || !run_data || !rid || strlen(rid) >= sizeof t.run_id,
+                  KILN_ERR_FORMAT, "'%s': incomplete run.json", rp);
     snprintf(t.run_id, sizeof t.run_id, "%s", rid);
 
     /* The newest checkpoint that verifies. */
@@ -483,7 +517,8 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
         KILN_CHECK_IF(rc, out, !p, KILN_ERR_NOMEM, "out of memory");
         kiln_err e = kiln_ckpt_open(p, &ck);
         if (!e && ck.state.step != steps[k])
-            e = kiln_fail(KILN_ERR_VERIFY, "'%s': holds step %ld, not %ld", p, ck.state.step, steps[k]);
+            e = kiln_fail(KILN_ERR_VERIFY, "'%s': holds step %ld, not %ld", p, ck.state.step,
+                          steps[k]);
         free(p);
         if (!e) {
             have = true;
@@ -498,15 +533,18 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     if (have) {
         base = ck.cfg;
         t.st = ck.state;
-        KILN_CHECK_IF(rc, out, strcmp(ck.dataset_sha256, run_sha) || strcmp(ck.run_id, rid), KILN_ERR_VERIFY,
-                      "'%s': checkpoint step %ld belongs to another run or dataset", opts->run_dir, ck.state.step);
+        KILN_CHECK_IF(rc, out, strcmp(ck.dataset_sha256, run_sha) || strcmp(ck.run_id, rid),
+                      KILN_ERR_VERIFY,
+                      "'%s': checkpoint step %ld belongs to another run or dataset", opts->run_dir,
+                      ck.state.step);
     } else {
         kiln_train_config_default(&base);
         KILN_CHECK(rc, out, kiln_train_config_apply(&base, json_object_get(run, "config"), rp));
         kiln_warn("'%s': no checkpoint verifies; starting over from step 0", opts->run_dir);
     }
     t.cfg = base;
-    for (int k = 0; k < opts->n_sets; k++) KILN_CHECK(rc, out, kiln_train_config_set(&t.cfg, opts->sets[k]));
+    for (int k = 0; k < opts->n_sets; k++)
+        KILN_CHECK(rc, out, kiln_train_config_set(&t.cfg, opts->sets[k]));
     {
         json_t *a = kiln_train_config_json(&base), *b = kiln_train_config_json(&t.cfg);
         const char *key;
@@ -516,9 +554,12 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
             json_t *old = json_object_get(a, key);
             if (old && json_equal(old, v)) continue;
             if (!kiln_train_config_resumable(key)) {
-                char *ov = old ? json_dumps(old, JSON_ENCODE_ANY) : NULL, *nv = json_dumps(v, JSON_ENCODE_ANY);
-                rc = kiln_fail(KILN_ERR_CONFIG, "'%s': config key '%s' cannot change on resume (the run has %s, asked %s)",
-                               opts->run_dir, key, ov ? ov : "none", nv ? nv : "?");
+                char *ov = old ? json_dumps(old, JSON_ENCODE_ANY) : NULL,
+                     *nv = json_dumps(v, JSON_ENCODE_ANY);
+                rc = kiln_fail(
+                    KILN_ERR_CONFIG,
+                    "'%s': config key '%s' cannot change on resume (the run has %s, asked %s)",
+                    opts->run_dir, key, ov ? ov : "none", nv ? nv : "?");
                 free(ov);
                 free(nv);
                 break;
@@ -531,21 +572,25 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     }
     KILN_CHECK(rc, out, kiln_train_config_check(&t.cfg, "config"));
     KILN_CHECK_IF(rc, out, t.cfg.steps < t.st.step, KILN_ERR_CONFIG,
-                  "'%s': config key 'steps' (%ld) is below the checkpoint's step %ld", opts->run_dir, t.cfg.steps,
-                  t.st.step);
+                  "'%s': config key 'steps' (%ld) is below the checkpoint's step %ld",
+                  opts->run_dir, t.cfg.steps, t.st.step);
     const char *data = opts->data_path ? opts->data_path : run_data;
     KILN_CHECK(rc, out, kiln_dataset_open(data, &t.ds));
     KILN_CHECK_IF(rc, out, strcmp(t.ds->sha256, run_sha), KILN_ERR_CONFLICT,
-                  "dataset '%s' has sha256 %s, but run '%s' was trained on %s; resuming on other data is refused",
+                  "dataset '%s' has sha256 %s, but run '%s' was trained on %s; resuming on other "
+                  "data is refused",
                   data, t.ds->sha256, opts->run_dir, run_sha);
     KILN_CHECK(rc, out, resolve_shapes(&t.cfg, t.ds, "config"));
     KILN_CHECK(rc, out, setup(&t));
     if (have) {
-        KILN_CHECK(rc, out, kiln_ckpt_load(&ck, t.tab, t.np, t.params, t.mom, t.mom ? t.mom + t.numel : NULL));
+        KILN_CHECK(
+            rc, out,
+            kiln_ckpt_load(&ck, t.tab, t.np, t.params, t.mom, t.mom ? t.mom + t.numel : NULL));
     } else {
         /* From scratch, as the start did (an --init model cannot be replayed: refuse). */
         KILN_CHECK_IF(rc, out, json_object_get(run, "init"), KILN_ERR_NOTFOUND,
-                      "'%s': no checkpoint verifies and the run started from an --init model", opts->run_dir);
+                      "'%s': no checkpoint verifies and the run started from an --init model",
+                      opts->run_dir);
         kiln_tsmoe_init(t.m, t.cfg.seed);
         set_input_norm(&t);
     }
@@ -567,7 +612,8 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     rc = loop(&t);
 out:
     kiln_ckpt_release(&ck);
-    for (size_t k = 0; k < n_skipped; k++) free(skipped[k]);
+    for (size_t k = 0; k < n_skipped; k++)
+        free(skipped[k]);
     free(skipped);
     free(steps);
     free(rp);
