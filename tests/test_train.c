@@ -1,9 +1,11 @@
 /* test_train.c - the trainer's parts: config, schedule, optimizer, sampler, checkpoints,
  * metrics and reading runs back. */
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -598,6 +600,13 @@ KILN_TEST(train_run_refusals) {
     const char *sets[] = {"steps=8", "lr=0.01"};
     kiln_train_opts r2 = {.run_dir = dir, .sets = sets, .n_sets = 2};
     CHECK("changed lr refused", kiln_train_resume(&r2) == KILN_ERR_CONFIG && has("'lr'"));
+    char *lockp = kiln_path_join(dir, ".lock");
+    int lfd = open(lockp, O_RDWR);
+    CHECK("a run in use is refused", lfd >= 0 && flock(lfd, LOCK_EX) == 0 &&
+                                         kiln_train_resume(&r) == KILN_ERR_CONFLICT &&
+                                         has("another kiln process"));
+    if (lfd >= 0) close(lfd);
+    free(lockp);
     kiln_train_opts r3 = {.run_dir = dir, .sets = sets, .n_sets = 1};
     CHECK("longer run resumes", kiln_train_resume(&r3) == KILN_OK);
     char *p8 = kiln_ckpt_path(dir, 8);

@@ -4,11 +4,13 @@
  * the same bytes as one that never stopped. */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cblas.h>
@@ -39,9 +41,11 @@ typedef struct trainer {
     kiln_metrics *mx;
     kiln_train_state st;
     char run_id[64];
+    int lock_fd; /* flock on RUN_DIR/.lock: one process per run; -1 = none */
 } trainer;
 
 static void trainer_free(trainer *t) {
+    if (t->lock_fd >= 0) close(t->lock_fd);
     kiln_metrics_close(t->mx);
     kiln_tsmoe_free(t->m);
     kiln_dataset_free(t->ds);
@@ -126,8 +130,8 @@ static void set_input_norm(trainer *t) {
 
 #define MODEL_INTS(X)                                                                              \
     X(n_features)                                                                                  \
-    X(n_outputs) X(d_model) X(n_layers) X(n_heads) X(d_ff) X(n_experts) X(top_k) X(seq_len)        \
-        X(attn_window)
+    X(n_outputs)                                                                                   \
+    X(d_model) X(n_layers) X(n_heads) X(d_ff) X(n_experts) X(top_k) X(seq_len) X(attn_window)
 
 static kiln_err load_init(trainer *t, const char *path, char sha_hex[KILN_SHA256_HEX]) {
     kiln_st *st;
@@ -399,6 +403,24 @@ static void make_run_id(const char *cfg_text, const char *data_sha, const char *
     kiln_hex(d, 16, out);
 }
 
+/* One process per run directory: an exclusive flock on RUN_DIR/.lock, released by the
+ * kernel however the process ends (SIGKILL included), so a stale lock cannot block. */
+static kiln_err lock_run(const char *run_dir, int *fd) {
+    char *p = kiln_path_join(run_dir, ".lock");
+    if (!p) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    *fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
+    else if (flock(*fd, LOCK_EX | LOCK_NB) != 0)
+        rc = errno == EWOULDBLOCK
+                 ? kiln_fail(KILN_ERR_CONFLICT, "'%s': another kiln process is training this run",
+                             run_dir)
+                 : kiln_fail_errno(KILN_ERR_IO, "cannot lock '%s'", p);
+    free(p);
+    return rc;
+}
+
 static bool run_exists(const char *run_dir) {
     char *a = kiln_path_join(run_dir, "run.json"), *b = kiln_path_join(run_dir, "ckpt");
     bool r = (a && kiln_path_exists(a)) || (b && kiln_path_exists(b));
@@ -416,7 +438,7 @@ static kiln_err open_metrics(trainer *t, const char *run_dir) {
 }
 
 kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts) {
-    trainer t = {.cfg = *cfg, .opts = opts};
+    trainer t = {.cfg = *cfg, .opts = opts, .lock_fd = -1};
     kiln_err rc = KILN_OK;
     json_t *run = NULL, *cj = NULL;
     char *text = NULL, *abs_data = NULL;
@@ -444,6 +466,7 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     rc = kiln_mkdir_p(ck);
     free(ck);
     if (rc) goto out;
+    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t.lock_fd));
     abs_data = realpath(opts->data_path, NULL);
     char created[21];
     kiln_format_time(kiln_unix_time(), created);
@@ -487,7 +510,7 @@ static void sweep_temps(const char *run_dir) {
 }
 
 kiln_err kiln_train_resume(const kiln_train_opts *opts) {
-    trainer t = {.opts = opts};
+    trainer t = {.opts = opts, .lock_fd = -1};
     kiln_err rc = KILN_OK;
     json_t *run = NULL;
     kiln_ckpt ck = {0};
@@ -500,6 +523,7 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     KILN_CHECK_IF(rc, out, !rp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !kiln_path_exists(rp), KILN_ERR_NOTFOUND,
                   "'%s': not a run directory (no run.json)", opts->run_dir);
+    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t.lock_fd));
     KILN_CHECK(rc, out, kiln_json_load_file(rp, &run));
     const char *run_sha = json_string_value(json_object_get(run, "dataset_sha256"));
     const char *run_data = json_string_value(json_object_get(run, "dataset_path"));
