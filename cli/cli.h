@@ -59,6 +59,9 @@ int cmd_data_synth(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+int cmd_runs_diff(int argc, char **argv);
+int cmd_runs_show(int argc, char **argv);
+int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 

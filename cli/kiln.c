@@ -19,6 +19,9 @@ static const command commands[] = {
     {"export", cmd_export, "freeze a training checkpoint into a model directory"},
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
+    {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
+    {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
+    {"train", cmd_train, "train a model, or resume a run"},
     {"unpack", cmd_unpack, "unpack and check a .kiln archive"},
     {"version", cmd_version, "print the version"},
 };
