@@ -57,12 +57,14 @@ int cmd_data_import(int argc, char **argv);
 int cmd_data_inspect(int argc, char **argv);
 int cmd_data_synth(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_golden_make(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);
 int cmd_runs_show(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

@@ -17,12 +17,14 @@ static const command commands[] = {
     {"data inspect", cmd_data_inspect, "show a dataset's shape, column statistics and digest"},
     {"data synth", cmd_data_synth, "write a synthetic market dataset"},
     {"export", cmd_export, "freeze a training checkpoint into a model directory"},
+    {"golden make", cmd_golden_make, "store a model's outputs on held-out windows"},
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
     {"train", cmd_train, "train a model, or resume a run"},
     {"unpack", cmd_unpack, "unpack and check a .kiln archive"},
+    {"validate", cmd_validate, "run the golden and parity checks; write the validation report"},
     {"version", cmd_version, "print the version"},
 };
 

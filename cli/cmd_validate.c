@@ -1,0 +1,123 @@
+/* cmd_validate.c - kiln golden make, kiln validate: the validation gate (validate/). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core.h"
+#include "validate.h"
+
+int cmd_golden_make(int argc, char **argv) {
+    const char *model = NULL, *data = NULL, *out = NULL;
+    long windows = 0;
+    uint64_t seed = 1;
+    double vf = -1;
+    bool force = false;
+    const cli_opt opts[] = {
+        {"model", CLI_STR, &model, "M", "model directory", true},
+        {"data", CLI_STR, &data, "DATA", "dataset; windows come from its held-out split", true},
+        {"windows", CLI_INT, &windows, "N", "windows to store", true},
+        {"out", CLI_STR, &out, "DIR", "where to write (default M/golden)", false},
+        {"seed", CLI_U64, &seed, "S", "seed of the window choice (default 1)", false},
+        {"val-fraction", CLI_DBL, &vf, "F",
+         "held-out fraction (default: the card's run config, else 0.2)", false},
+        {"force", CLI_FLAG, &force, NULL, "replace an existing golden set", false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln golden make --model M --data DATA --windows N [--out M/golden] [--seed S]",
+        "Store a model's outputs on N held-out windows (golden.safetensors, golden.json) for "
+        "kiln validate to hold it to.",
+        opts, 0, 0};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    free(pos);
+    if (windows < 1 || windows > 1000000)
+        return cli_usage_error("--windows must be between 1 and 1000000");
+    if (vf != -1 && !(vf > 0 && vf < 1))
+        return cli_usage_error("--val-fraction must be in (0, 1)");
+    kiln_golden_opts o = {.model = model, .data = data, .out_dir = out, .windows = (int)windows,
+                          .seed = seed, .val_fraction = vf, .force = force};
+    kiln_err err = kiln_golden_make(&o);
+    if (err) return cli_fail(err);
+    printf("golden set of %ld windows written to '%s'\n", windows, out ? out : "MODEL/golden");
+    return 0;
+}
+
+static void print_keys(void) {
+    printf("\nthresholds (--set KEY=VALUE):\n");
+    double def;
+    const char *doc, *k;
+    for (size_t i = 0; (k = kiln_thresholds_key(i, &def, &doc)); i++)
+        printf("  %-24s %-8g %s\n", k, def, doc);
+}
+
+int cmd_validate(int argc, char **argv) {
+    const char *model = NULL, *data = NULL, *baseline = NULL, *report = NULL, *bf16 = NULL;
+    bool make_bf16 = false, help = false;
+    double vf = -1;
+    cli_list sets = {0};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--help")) help = true;
+    const cli_opt opts[] = {
+        {"model", CLI_STR, &model, "M", "candidate model directory (with golden/)", true},
+        {"data", CLI_STR, &data, "DATA", "dataset (its held-out split is used)", true},
+        {"baseline", CLI_STR, &baseline, "M0", "the model in production (with golden/)", false},
+        {"report", CLI_STR, &report, "FILE", "report to write (default M/validation.json)", false},
+        {"bf16", CLI_STR, &bf16, "M_BF16", "compare with this bf16 export of the model", false},
+        {"make-bf16", CLI_FLAG, &make_bf16, NULL, "compare with a bf16 rounding made in memory",
+         false},
+        {"val-fraction", CLI_DBL, &vf, "F",
+         "held-out fraction (default: the card's run config, else 0.2)", false},
+        {"set", CLI_MULTI, &sets, "KEY=VALUE", "override a threshold (repeatable)", false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln validate --model M --data DATA [--baseline M0] [--report FILE] [--bf16 M_BF16 | "
+        "--make-bf16] [--set KEY=VALUE ...]",
+        "Run the golden regression and inference parity checks and write one report; exit 0 "
+        "only if every check that ran passed.",
+        opts, 0, 0};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) {
+        if (rc == CLI_HELP_SHOWN || help) print_keys();
+        free(sets.v);
+        return rc == CLI_HELP_SHOWN ? 0 : rc;
+    }
+    free(pos);
+    kiln_thresholds th;
+    kiln_thresholds_default(&th);
+    for (int i = 0; i < sets.n; i++) {
+        kiln_err err = kiln_thresholds_set(&th, sets.v[i]);
+        if (err) {
+            free(sets.v);
+            return cli_fail(err);
+        }
+    }
+    free(sets.v);
+    if (bf16 && make_bf16) return cli_usage_error("--bf16 and --make-bf16 exclude each other");
+    if (vf != -1 && !(vf > 0 && vf < 1))
+        return cli_usage_error("--val-fraction must be in (0, 1)");
+    kiln_validate_opts o = {.model = model, .data = data, .baseline = baseline, .bf16 = bf16,
+                            .make_bf16 = make_bf16, .report = report, .thresholds = &th,
+                            .val_fraction = vf};
+    json_t *rep = NULL;
+    kiln_err err = kiln_validate_run(&o, &rep);
+    if (err && !rep) return cli_fail(err);
+    /* One line per check; a failed one prints its reason on stderr too. */
+    const char *name;
+    json_t *c;
+    json_object_foreach(json_object_get(rep, "checks"), name, c) {
+        const char *st = json_string_value(json_object_get(c, "status"));
+        const char *why = json_string_value(json_object_get(c, "reason"));
+        if (!strcmp(st, "failed")) fprintf(stderr, "kiln: failed: %s\n", why ? why : name);
+        printf("%-18s %s%s%s\n", name, st, why && strcmp(st, "failed") ? ": " : "",
+               why && strcmp(st, "failed") ? why : "");
+    }
+    printf("validation %s; report '%s'\n", err ? "FAILED" : "passed",
+           report ? report : "MODEL/validation.json");
+    json_decref(rep);
+    return err ? cli_fail(err) : 0;
+}

@@ -1,0 +1,570 @@
+/* test_validate.c - kiln export (freezing checkpoints), golden sets and the validation
+ * gate: a freshly trained and exported model passes; a perturbed weight, an altered golden
+ * output, a better baseline and a bf16 export off by more than its tolerance each fail
+ * with a reason naming the check. */
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "export.h"
+#include "test.h"
+#include "train.h"
+#include "validate.h"
+
+/* ---- fixtures -------------------------------------------------------------------- */
+
+static char *slurp(const char *path, size_t *len) {
+    char *buf = NULL;
+    size_t n = 0;
+    if (kiln_read_file(path, 1u << 30, &buf, &n) != KILN_OK) return NULL;
+    if (len) *len = n;
+    return buf;
+}
+
+static bool same_file(const char *a, const char *b) {
+    size_t la, lb;
+    char *x = slurp(a, &la), *y = slurp(b, &lb);
+    bool same = x && y && la == lb && !memcmp(x, y, la);
+    free(x);
+    free(y);
+    return same;
+}
+
+static char *join(const char *a, const char *b) {
+    return kiln_path_join(a, b);
+}
+
+/* A small synthetic dataset and a run trained on it for `steps` steps with checkpoints
+ * every `every` steps (a tiny MoE: a fraction of a second). */
+static bool make_run(const char *data, const char *run_dir, long steps, long every) {
+    kiln_synth_opts so = {.seed = 7, .rows = 2400, .n_features = 5, .n_outputs = 2};
+    if (!kiln_path_exists(data) && kiln_synth_write(&so, data, NULL)) return false;
+    kiln_train_config c;
+    kiln_train_config_default(&c);
+    c.model.d_model = 16;
+    c.model.d_ff = 24;
+    c.model.seq_len = 16;
+    c.model.attn_window = 8;
+    c.batch_size = 8;
+    c.steps = steps;
+    c.warmup_steps = 5;
+    c.eval_every = every;
+    c.ckpt_every = every;
+    c.keep = 0;
+    kiln_train_opts o = {.run_dir = run_dir, .data_path = data};
+    return kiln_train_start(&c, &o) == KILN_OK;
+}
+
+typedef struct fixture {
+    char *data, *run, *model;
+} fixture;
+
+static void fixture_free(fixture *f) {
+    free(f->data);
+    free(f->run);
+    free(f->model);
+}
+
+/* Train (checkpoints every `every` steps), export the newest checkpoint (f32), make its
+ * golden set. */
+static bool fixture_make(fixture *f, long steps, long every) {
+    f->data = kiln_test_path("data.safetensors");
+    f->run = kiln_test_path("run");
+    f->model = kiln_test_path("model");
+    if (!make_run(f->data, f->run, steps, every)) return false;
+    kiln_export_opts eo = {.run_dir = f->run, .out_dir = f->model};
+    if (kiln_export_model(&eo, NULL)) return false;
+    kiln_golden_opts go = {.model = f->model, .data = f->data, .windows = 6, .seed = 3,
+                           .val_fraction = -1};
+    return kiln_golden_make(&go) == KILN_OK;
+}
+
+static kiln_err validate(const char *model, const char *data, const char *baseline,
+                         const char *bf16, json_t **rep) {
+    kiln_validate_opts o = {.model = model, .data = data, .baseline = baseline, .bf16 = bf16,
+                            .val_fraction = -1};
+    return kiln_validate_run(&o, rep);
+}
+
+static const char *status(const json_t *rep, const char *check) {
+    const char *s =
+        json_string_value(json_object_get(json_object_get(json_object_get(rep, "checks"), check),
+                                          "status"));
+    return s ? s : "";
+}
+
+static const char *reason(const json_t *rep, const char *check) {
+    const char *s =
+        json_string_value(json_object_get(json_object_get(json_object_get(rep, "checks"), check),
+                                          "reason"));
+    return s ? s : "";
+}
+
+/* Copy a model directory's model.safetensors, card.json and golden set. */
+static bool copy_model(const char *from, const char *to) {
+    static const char *const files[] = {"model.safetensors", "card.json",
+                                        "golden/golden.safetensors", "golden/golden.json"};
+    char *g = join(to, "golden");
+    bool ok = g && kiln_mkdir_p(g) == KILN_OK;
+    free(g);
+    for (size_t i = 0; ok && i < KILN_ARRAY_LEN(files); i++) {
+        char *a = join(from, files[i]), *b = join(to, files[i]);
+        size_t n;
+        char *buf = a ? slurp(a, &n) : NULL;
+        ok = buf && b && kiln_write_file_atomic(b, buf, n) == KILN_OK;
+        free(buf);
+        free(a);
+        free(b);
+    }
+    return ok;
+}
+
+/* Rewrite a safetensors file with element `index` of tensor `name` (F32) changed by delta. */
+static bool edit_tensor(const char *path, const char *name, size_t index, float delta) {
+    kiln_st *st = NULL;
+    kiln_st_writer *w = NULL;
+    float **copies = NULL;
+    bool ok = kiln_st_open(path, &st) == KILN_OK && kiln_st_writer_new(&w) == KILN_OK;
+    size_t n = ok ? kiln_st_count(st) : 0;
+    copies = calloc(n ? n : 1, sizeof *copies);
+    ok = ok && copies;
+    bool found = false;
+    for (size_t i = 0; ok && i < n; i++) {
+        const kiln_tensor *t = kiln_st_at(st, i);
+        copies[i] = malloc(t->nbytes ? t->nbytes : 1);
+        ok = copies[i] != NULL;
+        if (!ok) break;
+        memcpy(copies[i], t->data, t->nbytes);
+        if (!strcmp(t->name, name) && t->dtype == KILN_F32 && index < t->numel) {
+            copies[i][index] += delta;
+            found = true;
+        }
+        ok = kiln_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, copies[i]) == KILN_OK;
+    }
+    for (size_t i = 0; ok && i < kiln_st_meta_count(st); i++) {
+        const char *k, *v;
+        kiln_st_meta_at(st, i, &k, &v);
+        ok = kiln_st_writer_meta(w, k, v) == KILN_OK;
+    }
+    ok = ok && found && kiln_st_writer_write(w, path) == KILN_OK;
+    for (size_t i = 0; copies && i < n; i++) free(copies[i]);
+    free(copies);
+    kiln_st_writer_free(w);
+    kiln_st_close(st);
+    return ok;
+}
+
+/* ---- export ---------------------------------------------------------------------- */
+
+KILN_TEST(validate_export_deterministic) {
+    char *data = kiln_test_path("d.safetensors"), *run = kiln_test_path("run");
+    if (!CHECK("trains a run", make_run(data, run, 8, 4))) goto out;
+    char *a = kiln_test_path("a"), *b = kiln_test_path("b"), *c = kiln_test_path("c");
+    kiln_export_opts o = {.run_dir = run, .out_dir = a};
+    kiln_export_info info;
+    CHECK("exports", kiln_export_model(&o, &info) == KILN_OK);
+    CHECK("the newest checkpoint", info.step == 8 && info.n_skipped == 0);
+    kiln_export_info_release(&info);
+    sleep(1); /* a clock in the output would show now */
+    o.out_dir = b;
+    CHECK("exports again", kiln_export_model(&o, NULL) == KILN_OK);
+    char *ma = join(a, "model.safetensors"), *mb = join(b, "model.safetensors");
+    char *ca = join(a, "card.json"), *cb = join(b, "card.json");
+    CHECK("same model bytes", same_file(ma, mb));
+    CHECK("same card bytes", same_file(ca, cb));
+
+    /* What the model file holds: the parameters and kiln.config, no optimizer state. */
+    kiln_st *st = NULL;
+    if (CHECK("model opens", kiln_st_open(ma, &st) == KILN_OK)) {
+        kiln_model_config cfg;
+        kiln_param *tab = NULL;
+        size_t np = 0, tot;
+        CHECK("has kiln.config", kiln_model_config_from_st(st, &cfg) == KILN_OK &&
+                                     kiln_param_table(&cfg, &tab, &np, &tot) == KILN_OK);
+        CHECK("exactly the parameters", kiln_st_count(st) == np && np > 0);
+        CHECK("no moments", !kiln_st_find(st, "m.embed.weight") && !kiln_st_find(st, "v.head.bias"));
+        CHECK("norm.in_std is there", kiln_st_find(st, "norm.in_std") != NULL);
+        free(tab);
+        kiln_st_close(st);
+    }
+    /* The card: lineage from the run, created from the checkpoint, and pack accepts it. */
+    json_t *card = NULL;
+    if (CHECK("card parses", kiln_json_load_file(ca, &card) == KILN_OK)) {
+        const json_t *lin = json_object_get(card, "lineage");
+        CHECK("lineage step", json_integer_value(json_object_get(lin, "step")) == 8);
+        CHECK("lineage run id", json_string_length(json_object_get(lin, "run_id")) == 32);
+        CHECK("lineage dataset digest",
+              json_string_length(json_object_get(lin, "dataset_sha256")) == 64);
+        CHECK("lineage val_loss", json_is_number(json_object_get(json_object_get(lin, "metrics"),
+                                                                 "val_loss")));
+        CHECK("run config", json_is_number(json_object_get(json_object_get(lin, "config"),
+                                                           "val_fraction")));
+        int64_t t;
+        CHECK("created is RFC 3339 near now",
+              kiln_export_parse_time(json_string_value(json_object_get(card, "created")), &t) ==
+                      KILN_OK &&
+                  llabs(t - kiln_unix_time()) < 3600);
+        json_decref(card);
+    }
+    kiln_manifest *m = NULL;
+    CHECK("pack's manifest accepts the directory",
+          kiln_manifest_build(a, "demo", "1.0.0", &m) == KILN_OK);
+    kiln_manifest_free(m);
+
+    /* bf16: trained tensors BF16 rounded to nearest even, norm.in_* F32. */
+    o.out_dir = c;
+    o.dtype = KILN_EXPORT_BF16;
+    o.step = 4;
+    CHECK("exports bf16 at step 4", kiln_export_model(&o, NULL) == KILN_OK);
+    char *mc = join(c, "model.safetensors");
+    kiln_st *s4 = NULL, *ck = NULL;
+    char *ckp = join(run, "ckpt/step-00000004.safetensors");
+    if (CHECK("bf16 model opens", kiln_st_open(mc, &s4) == KILN_OK && kiln_st_open(ckp, &ck) == KILN_OK)) {
+        const kiln_tensor *w = kiln_st_find(s4, "head.weight"), *f = kiln_st_find(ck, "head.weight");
+        bool ok = w && f && w->dtype == KILN_BF16 && w->numel == f->numel;
+        for (size_t i = 0; ok && i < w->numel; i++) {
+            uint16_t h;
+            float x;
+            memcpy(&h, (const char *)w->data + 2 * i, 2);
+            memcpy(&x, (const char *)f->data + 4 * i, 4);
+            ok = h == kiln_f32_to_bf16(x);
+        }
+        CHECK("bf16 weights are the rounded checkpoint", ok);
+        CHECK("norm.in_mean stays F32", kiln_st_find(s4, "norm.in_mean")->dtype == KILN_F32);
+    }
+    kiln_st_close(s4);
+    kiln_st_close(ck);
+    free(ckp);
+    free(mc);
+    free(ma);
+    free(mb);
+    free(ca);
+    free(cb);
+    free(a);
+    free(b);
+    free(c);
+out:
+    free(data);
+    free(run);
+}
+
+KILN_TEST(validate_export_refusals) {
+    char *data = kiln_test_path("d.safetensors"), *run = kiln_test_path("run");
+    if (!CHECK("trains a run", make_run(data, run, 8, 4))) goto out;
+    char *ck = join(run, "ckpt/step-00000008.safetensors"), *out = kiln_test_path("m");
+    /* Flip one byte of the newest checkpoint's tensor data (the file's last byte). */
+    size_t n = 0;
+    char *buf = slurp(ck, &n);
+    if (!CHECK("reads the checkpoint", buf && n > 16)) goto out2;
+    buf[n - 1] ^= 0x40;
+    CHECK("writes it back", kiln_write_file_atomic(ck, buf, n) == KILN_OK);
+    free(buf);
+
+    kiln_export_opts o = {.run_dir = run, .out_dir = out, .step = 8};
+    kiln_err rc = kiln_export_model(&o, NULL);
+    CHECK("the corrupt step is refused", rc == KILN_ERR_VERIFY);
+    CHECK("the message names the file and the problem",
+          strstr(kiln_errmsg(), "step-00000008.safetensors") &&
+              strstr(kiln_errmsg(), "digest mismatch"));
+    CHECK("nothing is left behind", !kiln_path_exists(out));
+
+    /* The default falls back to the newest checkpoint that verifies. */
+    o.step = 0;
+    kiln_export_info info;
+    CHECK("the default step exports", kiln_export_model(&o, &info) == KILN_OK);
+    CHECK("from step 4, the corrupt one skipped", info.step == 4 && info.n_skipped == 1 &&
+                                                      strstr(info.skipped[0], "digest mismatch"));
+    kiln_export_info_release(&info);
+
+    /* An existing non-empty directory is left alone unless forced. */
+    char *card = join(out, "card.json");
+    char *before = slurp(card, NULL);
+    o.step = 4;
+    o.name = "other";
+    rc = kiln_export_model(&o, NULL);
+    CHECK("a non-empty directory is refused", rc == KILN_ERR_CONFLICT &&
+                                                  strstr(kiln_errmsg(), "not empty") &&
+                                                  strstr(kiln_errmsg(), "'"));
+    char *after = slurp(card, NULL);
+    CHECK("and left as it was", before && after && !strcmp(before, after));
+    free(after);
+    o.force = true;
+    CHECK("--force replaces it", kiln_export_model(&o, NULL) == KILN_OK);
+    after = slurp(card, NULL);
+    CHECK("with the new card", after && strstr(after, "\"name\": \"other\""));
+    free(after);
+    free(before);
+    free(card);
+    o.step = 5;
+    CHECK("a step with no checkpoint", kiln_export_model(&o, NULL) == KILN_ERR_NOTFOUND &&
+                                           strstr(kiln_errmsg(), "no checkpoint of step 5"));
+    o.step = 0;
+    o.name = "Bad Name";
+    CHECK("a bad name", kiln_export_model(&o, NULL) == KILN_ERR_USAGE);
+out2:
+    free(ck);
+    free(out);
+out:
+    free(data);
+    free(run);
+}
+
+/* ---- thresholds and comparisons ---------------------------------------------------- */
+
+KILN_TEST(validate_thresholds) {
+    kiln_thresholds t;
+    kiln_thresholds_default(&t);
+    CHECK("defaults", t.golden.rtol == 1e-5 && t.parity.rtol > 0 && t.heldout_windows == 256);
+    CHECK("sets a key", kiln_thresholds_set(&t, "parity.rtol=3e-4") == KILN_OK &&
+                            t.parity.rtol == 3e-4);
+    kiln_thresholds before = t;
+    CHECK("unknown key refused", kiln_thresholds_set(&t, "parity.rtool=1") == KILN_ERR_USAGE &&
+                                     strstr(kiln_errmsg(), "unknown threshold 'parity.rtool'"));
+    CHECK("not a number", kiln_thresholds_set(&t, "golden.atol=abc") == KILN_ERR_USAGE &&
+                              strstr(kiln_errmsg(), "golden.atol"));
+    CHECK("out of range", kiln_thresholds_set(&t, "golden.rtol=-1") == KILN_ERR_USAGE);
+    CHECK("no '='", kiln_thresholds_set(&t, "golden.rtol") == KILN_ERR_USAGE);
+    CHECK("whole windows", kiln_thresholds_set(&t, "heldout.windows=2.5") == KILN_ERR_USAGE);
+    CHECK("unchanged by refusals", !memcmp(&before, &t, sizeof t));
+    json_t *j = kiln_thresholds_json(&t);
+    CHECK("every key in JSON", j && json_real_value(json_object_get(j, "parity.rtol")) == 3e-4 &&
+                                   json_object_get(j, "baseline.rel_margin"));
+    json_decref(j);
+
+    kiln_tolerance tol = {1e-3, 1e-4, 0};
+    const float ref[4] = {1.0f, -2.0f, 0.0f, 0.5f};
+    float got[4] = {1.0005f, -2.0f, 5e-5f, 0.5f};
+    kiln_compare c;
+    kiln_compare_f32(got, ref, 4, &tol, &c);
+    CHECK("inside: relative and absolute", c.passed && c.frac_outside == 0 && c.scale == 2.0);
+    got[3] = 0.502f;
+    kiln_compare_f32(got, ref, 4, &tol, &c);
+    CHECK("one outside", !c.passed && c.frac_outside == 0.25 && c.worst == 3 &&
+                             fabs(c.max_rel - 0.004) < 1e-6);
+    tol.max_outside = 0.25;
+    kiln_compare_f32(got, ref, 4, &tol, &c);
+    CHECK("allowed share", c.passed);
+    got[0] = NAN;
+    kiln_compare_f32(got, ref, 4, &tol, &c);
+    CHECK("NaN never passes", !c.passed && c.nonfinite);
+}
+
+/* ---- golden sets and the gate ------------------------------------------------------ */
+
+KILN_TEST(validate_golden_make) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 10, 5))) goto out;
+    char *gs = join(f.model, "golden/golden.safetensors"), *gj = join(f.model, "golden/golden.json");
+    char *o2 = kiln_test_path("g2"), *s2 = join(o2, "golden.safetensors");
+    kiln_golden_opts go = {.model = f.model, .data = f.data, .windows = 6, .seed = 3,
+                           .val_fraction = -1};
+    CHECK("an existing set is refused", kiln_golden_make(&go) == KILN_ERR_CONFLICT &&
+                                            strstr(kiln_errmsg(), "golden set already"));
+    go.out_dir = o2;
+    CHECK("made again elsewhere", kiln_golden_make(&go) == KILN_OK);
+    CHECK("same bytes", same_file(gs, s2));
+    json_t *j = NULL;
+    if (CHECK("golden.json", kiln_json_load_file(gj, &j) == KILN_OK)) {
+        const json_t *wc = json_object_get(j, "windows_chosen"), *sp = json_object_get(wc, "split");
+        const json_t *starts = json_object_get(wc, "starts");
+        json_int_t vb = json_integer_value(json_object_get(sp, "val_begin")),
+                   ve = json_integer_value(json_object_get(sp, "val_end"));
+        bool inside = json_array_size(starts) == 6, distinct = true;
+        for (size_t i = 0; i < json_array_size(starts); i++) {
+            json_int_t s = json_integer_value(json_array_get(starts, i));
+            inside = inside && s >= vb && s + 16 <= ve;
+            for (size_t k = 0; k < i; k++)
+                distinct = distinct && s != json_integer_value(json_array_get(starts, k));
+        }
+        CHECK("windows inside the held-out split", inside && vb > 0 && ve == 2400);
+        CHECK("distinct windows", distinct);
+        CHECK("the trainer's split (0.2 of 2400 rows)", vb == 2400 - 480);
+        CHECK("seed recorded", json_integer_value(json_object_get(wc, "seed")) == 3);
+        json_decref(j);
+    }
+    go.seed = 4;
+    go.force = true;
+    CHECK("another seed", kiln_golden_make(&go) == KILN_OK && !same_file(gs, s2));
+    go.windows = 0;
+    CHECK("zero windows refused", kiln_golden_make(&go) == KILN_ERR_USAGE);
+    free(gs);
+    free(gj);
+    free(o2);
+    free(s2);
+out:
+    fixture_free(&f);
+}
+
+KILN_TEST(validate_passes_fresh_model) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 20, 10))) goto out;
+    json_t *rep = NULL;
+    kiln_validate_opts o = {.model = f.model, .data = f.data, .make_bf16 = true,
+                            .val_fraction = -1};
+    kiln_err rc = kiln_validate_run(&o, &rep);
+    CHECK("passes", rc == KILN_OK);
+    CHECK("report passed", json_is_true(json_object_get(rep, "passed")));
+    CHECK("golden passed", !strcmp(status(rep, "golden"), "passed"));
+    CHECK("bf16 in memory passed", !strcmp(status(rep, "parity_f32_bf16"), "passed"));
+    CHECK("no baseline: not run", !strcmp(status(rep, "baseline_loss"), "not run"));
+    CHECK("cuda: not run with a reason", !strcmp(status(rep, "parity_cpu_cuda"), "not run") &&
+                                              *reason(rep, "parity_cpu_cuda"));
+    const json_t *h = json_object_get(rep, "heldout");
+    double loss = json_real_value(json_object_get(h, "loss")),
+           card = json_real_value(json_object_get(h, "card_val_loss"));
+    CHECK("held-out loss is the run's val_loss", card > 0 && fabs(loss - card) <= 1e-6 * card);
+    CHECK("data digest in the report",
+          json_string_length(json_object_get(json_object_get(rep, "data"), "sha256")) == 64);
+    CHECK("tool version", json_is_string(json_object_get(rep, "kiln_version")));
+    json_decref(rep);
+    char *vp = join(f.model, "validation.json");
+    json_t *file = NULL;
+    CHECK("validation.json written with passed",
+          kiln_json_load_file(vp, &file) == KILN_OK && json_is_true(json_object_get(file, "passed")));
+    json_decref(file);
+    free(vp);
+
+    /* The real bf16 export of the same checkpoint passes too; pack reads the verdict. */
+    char *mb = kiln_test_path("model-bf16");
+    kiln_export_opts eo = {.run_dir = f.run, .out_dir = mb, .dtype = KILN_EXPORT_BF16};
+    CHECK("bf16 export", kiln_export_model(&eo, NULL) == KILN_OK);
+    CHECK("--bf16 with the export passes",
+          validate(f.model, f.data, NULL, mb, &rep) == KILN_OK &&
+              !strcmp(status(rep, "parity_f32_bf16"), "passed"));
+    json_decref(rep);
+    kiln_manifest *m = NULL;
+    CHECK("pack sees the verdict", kiln_manifest_build(f.model, "demo", "1.0.0", &m) == KILN_OK &&
+                                       m->validation_present && m->validation_passed);
+    kiln_manifest_free(m);
+    free(mb);
+out:
+    fixture_free(&f);
+}
+
+KILN_TEST(validate_fails_perturbed_weight) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 10, 5))) goto out;
+    char *p = kiln_test_path("perturbed"), *mp = join(p, "model.safetensors");
+    CHECK("copies", copy_model(f.model, p));
+    /* One weight of an expert of the first block moved by 1e-3 (weights are ~0.02): outputs
+     * move by ~1e-3 relative, 100 times golden.rtol (docs/validation.md has the table). */
+    CHECK("perturbs", edit_tensor(mp, "blocks.0.moe.fc.weight", 769, 1e-3f));
+    json_t *rep = NULL;
+    kiln_err rc = validate(p, f.data, NULL, NULL, &rep);
+    CHECK("fails", rc == KILN_ERR_VERIFY);
+    CHECK("the message names the check", strstr(kiln_errmsg(), "1 check failed: golden"));
+    CHECK("golden failed", !strcmp(status(rep, "golden"), "failed"));
+    CHECK("reason gives the error", strstr(reason(rep, "golden"), "outside tolerance"));
+    CHECK("report says not passed", json_is_false(json_object_get(rep, "passed")));
+    json_decref(rep);
+    free(mp);
+    free(p);
+out:
+    fixture_free(&f);
+}
+
+KILN_TEST(validate_fails_altered_golden) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 10, 5))) goto out;
+    char *gs = join(f.model, "golden/golden.safetensors");
+    CHECK("alters one stored output", edit_tensor(gs, "outputs", 11, 1e-3f));
+    json_t *rep = NULL;
+    CHECK("fails", validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_VERIFY);
+    CHECK("golden failed at that output",
+          !strcmp(status(rep, "golden"), "failed") && strstr(reason(rep, "golden"), "step 5") &&
+              strstr(reason(rep, "golden"), "output 1"));
+    json_decref(rep);
+    /* Inputs that are not the data's rows are named as such. */
+    CHECK("restores", edit_tensor(gs, "outputs", 11, -1e-3f));
+    CHECK("alters one stored input", edit_tensor(gs, "inputs", 3, 0.5f));
+    CHECK("fails", validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_VERIFY);
+    CHECK("names the inputs", strstr(reason(rep, "golden"), "stored inputs or targets"));
+    json_decref(rep);
+    /* No golden set at all. */
+    char *gj = join(f.model, "golden/golden.json");
+    unlink(gj);
+    CHECK("fails without a golden set", validate(f.model, f.data, NULL, NULL, &rep) ==
+                                                KILN_ERR_VERIFY &&
+                                            strstr(reason(rep, "golden"), "no golden set"));
+    json_decref(rep);
+    free(gj);
+    free(gs);
+out:
+    fixture_free(&f);
+}
+
+KILN_TEST(validate_fails_better_baseline) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 40, 4))) goto out;
+    /* The candidate: an early checkpoint of the same run (step 4 of 40, still warming up). */
+    char *early = kiln_test_path("early");
+    kiln_export_opts eo = {.run_dir = f.run, .out_dir = early, .step = 4};
+    CHECK("exports step 4", kiln_export_model(&eo, NULL) == KILN_OK);
+    kiln_golden_opts go = {.model = early, .data = f.data, .windows = 4, .seed = 1,
+                           .val_fraction = -1};
+    CHECK("golden for it", kiln_golden_make(&go) == KILN_OK);
+    json_t *rep = NULL;
+    kiln_err rc = validate(early, f.data, f.model, NULL, &rep);
+    CHECK("fails", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "baseline_loss"));
+    CHECK("baseline_loss failed", !strcmp(status(rep, "baseline_loss"), "failed") &&
+                                      strstr(reason(rep, "baseline_loss"), "worse than the baseline"));
+    CHECK("the baseline's golden still reproduces",
+          !strcmp(status(rep, "baseline_golden"), "passed"));
+    json_decref(rep);
+    /* The other way round passes: the final model against the early one in production. */
+    rc = validate(f.model, f.data, early, NULL, &rep);
+    CHECK("a better candidate passes", rc == KILN_OK &&
+                                           !strcmp(status(rep, "baseline_loss"), "passed"));
+    json_decref(rep);
+    free(early);
+out:
+    fixture_free(&f);
+}
+
+KILN_TEST(validate_fails_bf16_off) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 10, 5))) goto out;
+    /* A bf16 export of another checkpoint of the run stands in for a broken conversion. */
+    char *mb = kiln_test_path("bf16");
+    kiln_export_opts eo = {.run_dir = f.run, .out_dir = mb, .dtype = KILN_EXPORT_BF16, .step = 5};
+    CHECK("exports", kiln_export_model(&eo, NULL) == KILN_OK);
+    json_t *rep = NULL;
+    CHECK("fails", validate(f.model, f.data, NULL, mb, &rep) == KILN_ERR_VERIFY);
+    CHECK("parity_f32_bf16 failed", !strcmp(status(rep, "parity_f32_bf16"), "failed") &&
+                                        strstr(reason(rep, "parity_f32_bf16"), "outside"));
+    CHECK("golden still passed", !strcmp(status(rep, "golden"), "passed"));
+    json_decref(rep);
+    /* An f32 model given as the bf16 export is refused by name. */
+    CHECK("an f32 'export' fails", validate(f.model, f.data, NULL, f.model, &rep) ==
+                                           KILN_ERR_VERIFY &&
+                                       strstr(reason(rep, "parity_f32_bf16"), "no bf16 weights"));
+    json_decref(rep);
+    free(mb);
+out:
+    fixture_free(&f);
+}
+
+KILN_TEST(validate_bad_inputs) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 4, 2))) goto out;
+    char *other = kiln_test_path("other.safetensors");
+    kiln_synth_opts so = {.seed = 1, .rows = 300, .n_features = 4, .n_outputs = 1};
+    CHECK("other data", kiln_synth_write(&so, other, NULL) == KILN_OK);
+    json_t *rep = NULL;
+    kiln_err rc = validate(f.model, other, NULL, NULL, &rep);
+    CHECK("data that does not fit is an error, not a failed check",
+          rc == KILN_ERR_CONFIG && !rep && strstr(kiln_errmsg(), "other.safetensors") &&
+              strstr(kiln_errmsg(), "features"));
+    rc = validate(f.data, f.data, NULL, NULL, &rep);
+    CHECK("a dataset as the model", rc != KILN_OK && rc != KILN_ERR_VERIFY && !rep);
+    char *vp = join(f.model, "validation.json");
+    CHECK("no report written", !kiln_path_exists(vp));
+    free(vp);
+    free(other);
+out:
+    fixture_free(&f);
+}

@@ -1,0 +1,145 @@
+/*
+ * golden.c - kiln golden make: a model's outputs on windows of held-out data, stored so
+ * that a later build, machine or export can be held to them. The windows come from the
+ * split the trainer validated on (kiln_dataset_split with the run's val_fraction and
+ * seq_len), chosen by Philox (KILN_STREAM_GOLDEN) so that the seed alone reproduces them.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "validate_int.h"
+
+/* Draw n window starts in [sp->val_begin, sp->val_end - S]: distinct while the split has
+ * enough of them, else with repeats. starts [n]. */
+static void draw_starts(const kiln_split *sp, int S, uint64_t seed, size_t n, size_t *starts) {
+    const uint64_t fit = sp->val_end - sp->val_begin - (uint64_t)S + 1;
+    const bool distinct = n <= fit;
+    uint64_t c = 0;
+    for (size_t w = 0; w < n;) {
+        uint32_t r[4];
+        kiln_philox(seed, KILN_STREAM_GOLDEN, c++, r);
+        uint64_t x = ((uint64_t)r[1] << 32 | r[0]) % fit;
+        size_t s = sp->val_begin + (size_t)x;
+        bool dup = false;
+        for (size_t k = 0; distinct && !dup && k < w; k++) dup = starts[k] == s;
+        if (!dup) starts[w++] = s;
+    }
+}
+
+/* 0: absent, 1: empty directory, 2: non-empty directory, 3: not a directory. */
+static int dir_state(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb)) return 0;
+    if (!S_ISDIR(sb.st_mode)) return 3;
+    DIR *d = opendir(path);
+    if (!d) return 3;
+    int st = 1;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) st = 2;
+    closedir(d);
+    return st;
+}
+
+kiln_err kiln_golden_make(const kiln_golden_opts *o) {
+    KILN_FAIL_IF(!o || !o->model || !o->data, KILN_ERR_USAGE, "golden make needs a model and data");
+    KILN_FAIL_IF(o->windows < 1, KILN_ERR_USAGE, "golden make: %d windows, at least 1 needed",
+                 o->windows);
+    vmodel m;
+    KILN_TRY(kiln_vmodel_open(o->model, &m));
+    kiln_err rc = KILN_OK;
+    kiln_dataset *ds = NULL;
+    kiln_st_writer *w = NULL;
+    float *x = NULL, *t = NULL, *y = NULL, *loss = NULL;
+    size_t *starts = NULL;
+    char *out = NULL, *stpath = NULL, *jpath = NULL;
+    json_t *gj = NULL, *js = NULL;
+
+    out = o->out_dir ? kiln_strdup(o->out_dir) : kiln_vmodel_path(&m, "golden");
+    KILN_CHECK_IF(rc, done, !out, KILN_ERR_NOMEM, "out of memory");
+    int st = dir_state(out);
+    KILN_CHECK_IF(rc, done, st == 3, KILN_ERR_CONFLICT, "'%s' exists and is not a directory", out);
+    KILN_CHECK_IF(rc, done, st == 2 && !o->force, KILN_ERR_CONFLICT,
+                  "'%s' holds a golden set already (--force replaces it)", out);
+
+    KILN_CHECK(rc, done, kiln_dataset_open(o->data, &ds));
+    KILN_CHECK(rc, done, kiln_vmodel_check_data(&m, ds));
+    const double vf = o->val_fraction >= 0 ? o->val_fraction : kiln_vmodel_val_fraction(&m);
+    KILN_CHECK_IF(rc, done, vf <= 0, KILN_ERR_USAGE,
+                  "validation fraction %g leaves no held-out rows for a golden set", vf);
+    kiln_split sp;
+    const int S = m.cfg.seq_len, F = m.cfg.n_features, O = m.cfg.n_outputs;
+    KILN_CHECK(rc, done, kiln_dataset_split(ds, vf, S, &sp));
+    const size_t N = (size_t)o->windows, nx = N * S * F, ny = N * S * O;
+    starts = kiln_calloc(N, sizeof *starts);
+    x = kiln_malloc(nx * sizeof *x);
+    t = kiln_malloc(ny * sizeof *t);
+    y = kiln_malloc(ny * sizeof *y);
+    loss = kiln_malloc(N * sizeof *loss);
+    KILN_CHECK_IF(rc, done, !starts || !x || !t || !y || !loss, KILN_ERR_NOMEM, "out of memory");
+    draw_starts(&sp, S, o->seed, N, starts);
+    kiln_vgather(ds, starts, N, S, x, t);
+    KILN_CHECK(rc, done, kiln_vmodel_trainer_forward(&m, x, N, y));
+    double mean = 0;
+    for (size_t k = 0; k < N; k++) {
+        double l = kiln_vmse(y + k * S * O, t + k * S * O, (size_t)S * O);
+        loss[k] = (float)l;
+        mean += l / (double)N;
+    }
+
+    KILN_CHECK(rc, done, kiln_mkdir_p(out));
+    stpath = kiln_path_join(out, "golden.safetensors");
+    jpath = kiln_path_join(out, "golden.json");
+    KILN_CHECK_IF(rc, done, !stpath || !jpath, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, done, kiln_st_writer_new(&w));
+    const int64_t sx[3] = {(int64_t)N, S, F}, sy[3] = {(int64_t)N, S, O}, sl[1] = {(int64_t)N};
+    KILN_CHECK(rc, done, kiln_st_writer_add(w, "inputs", KILN_F32, 3, sx, x));
+    KILN_CHECK(rc, done, kiln_st_writer_add(w, "targets", KILN_F32, 3, sy, t));
+    KILN_CHECK(rc, done, kiln_st_writer_add(w, "outputs", KILN_F32, 3, sy, y));
+    KILN_CHECK(rc, done, kiln_st_writer_add(w, "loss", KILN_F32, 1, sl, loss));
+    KILN_CHECK(rc, done, kiln_st_writer_meta(w, "kiln.format", KILN_GOLDEN_FORMAT));
+    KILN_CHECK(rc, done, kiln_st_writer_meta(w, "kiln.model_sha256", m.sha256));
+    KILN_CHECK(rc, done, kiln_st_writer_meta(w, "kiln.data_sha256", ds->sha256));
+    KILN_CHECK(rc, done, kiln_st_writer_write(w, stpath));
+    uint8_t d[KILN_SHA256_BYTES];
+    char gh[KILN_SHA256_HEX];
+    KILN_CHECK(rc, done, kiln_sha256_file(stpath, d));
+    kiln_hex(d, sizeof d, gh);
+
+    js = json_array();
+    for (size_t k = 0; js && k < N; k++)
+        if (json_array_append_new(js, json_integer((json_int_t)starts[k]))) {
+            json_decref(js);
+            js = NULL;
+        }
+    KILN_CHECK_IF(rc, done, !js, KILN_ERR_NOMEM, "out of memory");
+    gj = json_pack("{s:s,s:s,s:s,s:s,s:s,s:{s:I,s:s,s:f,s:i,s:{s:I,s:I,s:I},s:o},s:I,s:f,s:s}",
+                   "format", KILN_GOLDEN_FORMAT, "kiln_version", kiln_version(), "model_sha256",
+                   m.sha256, "data_sha256", ds->sha256, "golden_sha256", gh, "windows_chosen",
+                   "seed", (json_int_t)o->seed, "rng", "philox4x32-10, stream 4 (golden)",
+                   "val_fraction", vf, "seq_len", S, "split", "train_end",
+                   (json_int_t)sp.train_end, "val_begin", (json_int_t)sp.val_begin, "val_end",
+                   (json_int_t)sp.val_end, "starts", js, "windows", (json_int_t)N, "loss_mean",
+                   mean, "engine", "trainer forward (kiln_tsmoe, eval, dropless)");
+    js = NULL;
+    KILN_CHECK_IF(rc, done, !gj, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, done, kiln_json_write_file(jpath, gj));
+done:
+    json_decref(js);
+    json_decref(gj);
+    kiln_st_writer_free(w);
+    free(stpath);
+    free(jpath);
+    free(out);
+    free(starts);
+    free(x);
+    free(t);
+    free(y);
+    free(loss);
+    kiln_dataset_free(ds);
+    kiln_vmodel_close(&m);
+    return rc;
+}

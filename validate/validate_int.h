@@ -1,0 +1,40 @@
+/* validate_int.h - helpers shared by the files of the validate module only. */
+#ifndef KILN_VALIDATE_INT_H
+#define KILN_VALIDATE_INT_H
+
+#include "train.h"
+#include "validate.h"
+
+/* A model directory opened for validation: its file, card and a trainer network holding
+ * its weights (bf16 widened to f32 exactly). */
+typedef struct vmodel {
+    char *dir;  /* the directory (or the file's directory) */
+    char *file; /* its model.safetensors */
+    char sha256[KILN_SHA256_HEX];
+    kiln_model_config cfg;
+    bool bf16;        /* the trained weights are stored as bf16 */
+    json_t *card;     /* card.json, or NULL when the directory has none */
+    kiln_tsmoe *net;  /* the trainer's network, max_batch VBATCH */
+} vmodel;
+
+#define VBATCH 16
+
+/* Open path (a model directory or its model.safetensors). Release with vmodel_close. */
+kiln_err kiln_vmodel_open(const char *path, vmodel *m);
+void kiln_vmodel_close(vmodel *m);
+/* The trainer's forward (eval: no targets, so no capacity limit) over n windows of the
+ * model's seq_len: x [n,S,F] -> y [n,S,O]. */
+kiln_err kiln_vmodel_trainer_forward(vmodel *m, const float *x, size_t n, float *y);
+/* The validation fraction: the card's lineage.config.val_fraction, else the default. */
+double kiln_vmodel_val_fraction(const vmodel *m);
+/* A file of the model's directory ("golden/golden.json"); caller frees. */
+char *kiln_vmodel_path(const vmodel *m, const char *rel);
+
+/* Check that the dataset fits the model (feature and output counts). */
+kiln_err kiln_vmodel_check_data(const vmodel *m, const kiln_dataset *ds);
+/* Copy n windows of S rows starting at starts[] into x [n,S,F] and y [n,S,O]. */
+void kiln_vgather(const kiln_dataset *ds, const size_t *starts, size_t n, int S, float *x, float *y);
+/* MSE of one window of count values, in double. */
+double kiln_vmse(const float *y, const float *t, size_t count);
+
+#endif

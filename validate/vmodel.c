@@ -1,0 +1,129 @@
+/* vmodel.c - a model directory as validation sees it: the file, its card and its weights
+ * in the trainer's network (the reference the runtime is held to). */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "validate_int.h"
+
+void kiln_vmodel_close(vmodel *m) {
+    if (!m) return;
+    free(m->dir);
+    free(m->file);
+    json_decref(m->card);
+    kiln_tsmoe_free(m->net);
+    memset(m, 0, sizeof *m);
+}
+
+char *kiln_vmodel_path(const vmodel *m, const char *rel) {
+    return kiln_path_join(m->dir, rel);
+}
+
+static kiln_err load_weights(vmodel *m, const kiln_st *st) {
+    size_t np;
+    const kiln_param *tab = kiln_tsmoe_param_table(m->net, &np);
+    float *w = kiln_tsmoe_params(m->net);
+    size_t nbf = 0;
+    for (size_t i = 0; i < np; i++) {
+        const kiln_param *p = &tab[i];
+        const kiln_tensor *t = kiln_st_find(st, p->name);
+        KILN_FAIL_IF(!t, KILN_ERR_FORMAT, "'%s': no tensor '%s'", m->file, p->name);
+        bool ok = t->ndim == p->ndim;
+        for (int d = 0; ok && d < p->ndim; d++) ok = t->shape[d] == p->shape[d];
+        KILN_FAIL_IF(!ok, KILN_ERR_FORMAT, "'%s': tensor '%s' has the wrong shape", m->file,
+                     p->name);
+        KILN_FAIL_IF(t->dtype != KILN_F32 && t->dtype != KILN_BF16, KILN_ERR_FORMAT,
+                     "'%s': tensor '%s' is %s, not F32 or BF16", m->file, p->name,
+                     kiln_dtype_name(t->dtype));
+        if (t->dtype == KILN_BF16 && (p->flags & KILN_PARAM_TRAINED)) nbf++;
+        KILN_TRY(kiln_tensor_to_f32(t, w + p->offset));
+    }
+    KILN_FAIL_IF(kiln_st_count(st) != np, KILN_ERR_FORMAT,
+                 "'%s': %zu tensors, but the config has %zu parameters", m->file,
+                 kiln_st_count(st), np);
+    m->bf16 = nbf > 0;
+    return KILN_OK;
+}
+
+kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
+    memset(m, 0, sizeof *m);
+    struct stat sb;
+    if (stat(path, &sb)) return kiln_fail_errno(KILN_ERR_NOTFOUND, "'%s'", path);
+    kiln_err rc = KILN_OK;
+    kiln_st *st = NULL;
+    if (S_ISDIR(sb.st_mode)) {
+        m->dir = kiln_strdup(path);
+        m->file = kiln_path_join(path, "model.safetensors");
+    } else {
+        m->dir = kiln_dirname(path);
+        m->file = kiln_strdup(path);
+    }
+    KILN_CHECK_IF(rc, fail, !m->dir || !m->file, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, fail, kiln_st_open(m->file, &st));
+    KILN_CHECK(rc, fail, kiln_model_config_from_st(st, &m->cfg));
+    KILN_CHECK(rc, fail, kiln_tsmoe_create(&m->cfg, VBATCH, &m->net));
+    KILN_CHECK(rc, fail, load_weights(m, st));
+    uint8_t d[KILN_SHA256_BYTES];
+    KILN_CHECK(rc, fail, kiln_sha256_file(m->file, d));
+    kiln_hex(d, sizeof d, m->sha256);
+    char *card = kiln_path_join(m->dir, "card.json");
+    KILN_CHECK_IF(rc, fail, !card, KILN_ERR_NOMEM, "out of memory");
+    if (kiln_path_exists(card)) rc = kiln_json_load_file(card, &m->card);
+    free(card);
+    if (rc) goto fail;
+    kiln_st_close(st);
+    return KILN_OK;
+fail:
+    kiln_st_close(st);
+    kiln_vmodel_close(m);
+    return rc;
+}
+
+kiln_err kiln_vmodel_trainer_forward(vmodel *m, const float *x, size_t n, float *y) {
+    const size_t S = (size_t)m->cfg.seq_len, F = (size_t)m->cfg.n_features,
+                 O = (size_t)m->cfg.n_outputs;
+    const kiln_loss_opts eval = {0.0f, 0.0f, 0.0f}; /* capacity 0: dropless */
+    for (size_t w = 0; w < n; w += VBATCH) {
+        int b = (int)(n - w < VBATCH ? n - w : VBATCH);
+        KILN_TRY(kiln_tsmoe_forward(m->net, x + w * S * F, NULL, b, &eval, NULL));
+        memcpy(y + w * S * O, kiln_tsmoe_outputs(m->net), (size_t)b * S * O * sizeof *y);
+    }
+    return KILN_OK;
+}
+
+double kiln_vmodel_val_fraction(const vmodel *m) {
+    const json_t *c = json_object_get(json_object_get(m->card, "lineage"), "config");
+    const json_t *v = json_object_get(c, "val_fraction");
+    if (json_is_number(v)) {
+        double f = json_number_value(v);
+        if (f >= 0 && f < 1) return f;
+    }
+    return KILN_VALIDATE_DEFAULT_VAL_FRACTION;
+}
+
+kiln_err kiln_vmodel_check_data(const vmodel *m, const kiln_dataset *ds) {
+    KILN_FAIL_IF(ds->n_features != m->cfg.n_features || ds->n_outputs != m->cfg.n_outputs,
+                 KILN_ERR_CONFIG,
+                 "'%s' has %d features and %d targets, but model '%s' takes %d and predicts %d",
+                 ds->path, ds->n_features, ds->n_outputs, m->file, m->cfg.n_features,
+                 m->cfg.n_outputs);
+    return KILN_OK;
+}
+
+void kiln_vgather(const kiln_dataset *ds, const size_t *starts, size_t n, int S, float *x,
+                  float *y) {
+    const size_t F = (size_t)ds->n_features, O = (size_t)ds->n_outputs, s = (size_t)S;
+    for (size_t b = 0; b < n; b++) {
+        memcpy(x + b * s * F, ds->features + starts[b] * F, s * F * sizeof *x);
+        memcpy(y + b * s * O, ds->targets + starts[b] * O, s * O * sizeof *y);
+    }
+}
+
+double kiln_vmse(const float *y, const float *t, size_t count) {
+    double s = 0;
+    for (size_t i = 0; i < count; i++) {
+        double d = (double)y[i] - (double)t[i];
+        s += d * d;
+    }
+    return count ? s / (double)count : 0;
+}
