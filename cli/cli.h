@@ -53,6 +53,7 @@ int cli_fail(kiln_err rc);
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
+int cmd_infer(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 
 #endif

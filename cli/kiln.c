@@ -13,6 +13,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"infer", cmd_infer, "run a model over a dataset file (batch or stream)"},
     {"version", cmd_version, "print the version"},
 };
 
