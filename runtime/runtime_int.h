@@ -57,8 +57,11 @@ static inline const void *kiln_rt_wat(const kiln_model *m, const void *w, size_t
 
 /* ---- shared math (candidates for kernels/ once it has row helpers) ---- */
 
+/* MODEL.md's tanh GELU through 0.5*(1 + tanh(z)) = 1/(1 + exp(-2z)): the same function,
+ * with no cancellation for negative u, and expf is several times faster than tanhf. */
 static inline float kiln_rt_gelu(float u) {
-    return 0.5f * u * (1.0f + tanhf(0.7978845608028654f * (u + 0.044715f * u * u * u)));
+    float z = 0.7978845608028654f * (u + 0.044715f * u * u * u);
+    return u / (1.0f + expf(-2.0f * z));
 }
 
 /* out[n] = x / sqrt(mean(x*x) + eps) * g; out may be x. The sum runs in double so that
@@ -93,6 +96,18 @@ static inline void kiln_rt_route(float *p, int E, int K, int *idx, float *gate) 
     for (int k = 0; k < K; k++) gate[k] = p[idx[k]] / chosen;
 }
 
+/* q . k with eight partial sums, which the compiler turns into vector code without
+ * being allowed to reorder float additions itself. */
+static inline float kiln_rt_dot(const float *restrict a, const float *restrict b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int j = 0; j < 8; j++) acc[j] += a[d + j] * b[d + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; d < n; d++) s += a[d] * b[d];
+    return s;
+}
+
 /* Keys and values of one attention, oldest first, in up to three runs (a ring buffer's
  * two halves and the rows being computed); row r of a run is at k + r*stride. */
 typedef struct kiln_rt_kv {
@@ -117,8 +132,7 @@ static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, c
         for (int r = 0; r < nruns; r++)
             for (int i = 0; i < runs[r].n; i++, j++) {
                 const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
-                float dot = 0;
-                for (int d = 0; d < Dh; d++) dot += qh[d] * kh[d];
+                float dot = kiln_rt_dot(qh, kh, Dh);
                 float s = dot * m->attn_scale - slope * (float)(nk - 1 - j);
                 scores[j] = s;
                 mx = s > mx ? s : mx;
@@ -126,17 +140,22 @@ static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, c
         float sum = 0;
         for (j = 0; j < nk; j++) sum += (scores[j] = expf(scores[j] - mx));
         float inv = 1.0f / sum;
-        float *oh = o + h * Dh;
+        float *restrict oh = o + h * Dh;
         for (int d = 0; d < Dh; d++) oh[d] = 0;
         j = 0;
         for (int r = 0; r < nruns; r++)
             for (int i = 0; i < runs[r].n; i++, j++) {
-                const float *vh = runs[r].v + (size_t)i * runs[r].stride + h * Dh;
+                const float *restrict vh = runs[r].v + (size_t)i * runs[r].stride + h * Dh;
                 float a = scores[j] * inv;
                 for (int d = 0; d < Dh; d++) oh[d] += a * vh[d];
             }
     }
     return nk;
+}
+
+/* y[n] += a * x[n] (a = 1 for a residual add); restrict lets it vectorise. */
+static inline void kiln_rt_axpy(float *restrict y, float a, const float *restrict x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
 /* ---- per-tick kernels (matvec.c) ---- */

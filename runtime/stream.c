@@ -98,7 +98,7 @@ static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
         mv(s, s->ff, L->fc_w, L->fc_b, s->u, Fh, D);
         for (int i = 0; i < Fh; i++) s->ff[i] = kiln_rt_gelu(s->ff[i]);
         mv(s, s->tmp, L->proj_w, L->proj_b, s->ff, D, Fh);
-        for (int i = 0; i < D; i++) s->h[i] += s->tmp[i];
+        kiln_rt_axpy(s->h, 1.0f, s->tmp, D);
         return;
     }
     mv(s, s->probs, L->router_w, NULL, s->u, E, D);
@@ -109,9 +109,9 @@ static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
         mv(s, s->ff, kiln_rt_wat(m, L->fc_w, e * Fh * D), L->fc_b + e * Fh, s->u, Fh, D);
         for (int i = 0; i < Fh; i++) s->ff[i] = kiln_rt_gelu(s->ff[i]);
         mv(s, s->tmp, kiln_rt_wat(m, L->proj_w, e * D * Fh), L->proj_b + e * D, s->ff, D, Fh);
-        for (int i = 0; i < D; i++) s->acc[i] += s->gates[k] * s->tmp[i];
+        kiln_rt_axpy(s->acc, s->gates[k], s->tmp, D);
     }
-    for (int i = 0; i < D; i++) s->h[i] += s->acc[i];
+    kiln_rt_axpy(s->h, 1.0f, s->acc, D);
 }
 
 KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features, float *outputs) {
@@ -145,7 +145,7 @@ KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features, float 
             memcpy(vr + (size_t)s->ring_pos * D, s->qkv + 2 * D, (size_t)D * sizeof(float));
         }
         mv(s, s->tmp, L->out_w, L->out_b, s->att, D, D);
-        for (int i = 0; i < D; i++) s->h[i] += s->tmp[i];
+        kiln_rt_axpy(s->h, 1.0f, s->tmp, D);
         kiln_rt_rmsnorm(s->u, s->h, L->ffn_norm, D, c->norm_eps);
         ffn(s, L);
     }

@@ -54,6 +54,16 @@ for v in moe dense; do
         close "$T/$v.$mode.got" "$T/$v.want" || fail "$v $mode outputs differ from the vectors"
     done
     close "$T/$v.stream.got" "$T/$v.batch.got" || fail "$v: stream and batch differ"
+
+    # The example service, beside the kiln binary: CSV ticks in, CSV predictions out.
+    svc=$(dirname "$KILN")/stream_service
+    [ -x "$svc" ] || fail "no $svc (make builds it)"
+    set -- $(range "$io" inputs)
+    floats "$io" "$1" $((S * F)) | awk -v F="$F" '{ printf "%s%s", $1, NR % F ? "," : "\n" }' >"$T/$v.csv"
+    "$svc" "$T/$v" <"$T/$v.csv" >"$T/$v.pred" 2>"$T/$v.lat" || fail "stream_service $v: $(cat "$T/$v.lat")"
+    grep -q "ticks $S  push latency (us): p50 .* p99 .* max " "$T/$v.lat" || fail "latency line: $(cat "$T/$v.lat")"
+    tr ',' '\n' <"$T/$v.pred" >"$T/$v.pred.got"
+    close "$T/$v.pred.got" "$T/$v.want" || fail "stream_service $v predictions differ from the vectors"
 done
 
 # Failures: exit 2, a message naming what is wrong, the output file untouched.
