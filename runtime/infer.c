@@ -24,9 +24,13 @@ kiln_err kiln_runtime_infer_file(const char *model_path, const char *input_path,
     kiln_err rc;
     KILN_CHECK(rc, out, kiln_model_open(model_path, &m));
     KILN_CHECK(rc, out, kiln_st_open(input_path, &in));
-    const kiln_tensor *t;
-    const int64_t want[2] = {-1, m->cfg.n_features};
-    KILN_CHECK(rc, out, kiln_st_expect(in, "features", KILN_F32, 2, want, &t));
+    const kiln_tensor *t = kiln_st_find(in, "features");
+    KILN_CHECK_IF(rc, out, !t, KILN_ERR_FORMAT, "'%s': tensor 'features' is missing", input_path);
+    KILN_CHECK_IF(rc, out, t->dtype != KILN_F32, KILN_ERR_FORMAT, "'%s': tensor 'features' is %s, expected F32",
+                  input_path, kiln_dtype_name(t->dtype));
+    KILN_CHECK_IF(rc, out, t->ndim != 2 || t->shape[1] != m->cfg.n_features, KILN_ERR_FORMAT,
+                  "'%s': tensor 'features' must be [N,%d] (the model's n_features), not %d-D with %lld columns",
+                  input_path, m->cfg.n_features, t->ndim, t->ndim ? (long long)t->shape[t->ndim - 1] : 0LL);
     const size_t N = (size_t)t->shape[0], O = (size_t)m->cfg.n_outputs;
     KILN_CHECK_IF(rc, out, N == 0, KILN_ERR_FORMAT, "'%s': tensor 'features' has no rows", input_path);
     KILN_CHECK_IF(rc, out, N > (size_t)1 << 30, KILN_ERR_LIMIT, "'%s': %zu rows is more than one sequence may hold",
