@@ -10,14 +10,16 @@ int cmd_infer(int argc, char **argv) {
     bool stream = false;
     const cli_opt opts[] = {
         {"model", CLI_STR, &model, "M", "model directory, or its model.safetensors", true},
-        {"input", CLI_STR, &input, "DATA", "dataset file: `features` [N,F] f32, one sequence from row 0", true},
+        {"input", CLI_STR, &input, "DATA",
+         "dataset file: `features` [N,F] f32, one sequence from row 0", true},
         {"out", CLI_STR, &out, "OUT", "output file: `outputs` [N,O] f32 (safetensors)", true},
-        {"stream", CLI_FLAG, &stream, NULL, "push the rows one tick at a time through a stream", false},
+        {"stream", CLI_FLAG, &stream, NULL, "push the rows one tick at a time through a stream",
+         false},
         {0},
     };
-    const cli_spec spec = {"kiln infer --model M --input DATA.safetensors --out OUT.safetensors [--stream]",
-                           "Run a model over a dataset's features as one sequence and write its outputs.", opts, 0,
-                           0};
+    const cli_spec spec = {
+        "kiln infer --model M --input DATA.safetensors --out OUT.safetensors [--stream]",
+        "Run a model over a dataset's features as one sequence and write its outputs.", opts, 0, 0};
     char **pos;
     int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
     if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;

@@ -41,7 +41,8 @@ static int parse_tick(char *line, float *out, int n) {
         p = end;
         if (i < n - 1 && *p++ != ',') return -1;
     }
-    while (*p == ' ' || *p == '\r' || *p == '\n') p++;
+    while (*p == ' ' || *p == '\r' || *p == '\n')
+        p++;
     return *p ? -1 : 0;
 }
 
@@ -80,7 +81,8 @@ int main(int argc, char **argv) {
     while (getline(&line, &len, stdin) > 0) {
         lineno++;
         if (parse_tick(line, features, cfg->n_features)) {
-            fprintf(stderr, "line %ld: expected %d comma-separated numbers; skipped\n", lineno, cfg->n_features);
+            fprintf(stderr, "line %ld: expected %d comma-separated numbers; skipped\n", lineno,
+                    cfg->n_features);
             continue;
         }
         double t0 = now_us();
@@ -101,13 +103,14 @@ int main(int argc, char **argv) {
             cap *= 2;
         }
         lat[n++] = dt;
-        for (int o = 0; o < cfg->n_outputs; o++) printf(o ? ",%.9g" : "%.9g", outputs[o]);
+        for (int o = 0; o < cfg->n_outputs; o++)
+            printf(o ? ",%.9g" : "%.9g", outputs[o]);
         putchar('\n');
     }
     if (n) {
         qsort(lat, n, sizeof *lat, cmp_double);
-        fprintf(stderr, "ticks %zu  push latency (us): p50 %.2f  p99 %.2f  max %.2f\n", n, lat[n / 2],
-                lat[(size_t)(0.99 * (double)(n - 1))], lat[n - 1]);
+        fprintf(stderr, "ticks %zu  push latency (us): p50 %.2f  p99 %.2f  max %.2f\n", n,
+                lat[n / 2], lat[(size_t)(0.99 * (double)(n - 1))], lat[n - 1]);
     }
 done:
     free(line);

@@ -110,8 +110,8 @@ KILN_API int kiln_model_is_bf16(const kiln_model *m);
  * kiln_model_workspace_size(m, B, S) bytes, any alignment). GEMMs run in OpenBLAS,
  * which uses its own thread pool unless OPENBLAS_NUM_THREADS=1.
  * Thread-safe: concurrent calls on one model are fine (with distinct ws). */
-KILN_API kiln_err kiln_model_forward(const kiln_model *m, const float *x, int B, int S, float *y)
-    KILN_MUST_CHECK;
+KILN_API kiln_err kiln_model_forward(const kiln_model *m, const float *x, int B, int S,
+                                     float *y) KILN_MUST_CHECK;
 KILN_API size_t kiln_model_workspace_size(const kiln_model *m, int B, int S);
 KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int B, int S, float *y,
                                         void *ws, size_t ws_size) KILN_MUST_CHECK;
@@ -125,8 +125,8 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) KILN_
  * each push costs the same however long the stream has run (single-threaded, no
  * allocation, O(L*(W*D + D^2 + expert work))). A non-finite feature is refused
  * (KILN_ERR_NUMERIC) and leaves the stream as it was. Not thread-safe per stream. */
-KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features, float *outputs)
-    KILN_MUST_CHECK;
+KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features,
+                                   float *outputs) KILN_MUST_CHECK;
 /* Forget every tick: the next push is a sequence's first row again. No allocation. */
 KILN_API void kiln_stream_reset(kiln_stream *s);
 /* Ticks pushed since open or reset. */

@@ -18,10 +18,11 @@
 
 /* Where each buffer sits in the workspace, in floats (ints are float-sized). */
 typedef struct plan {
-    int nmax;      /* rows per block */
-    bool chunked;  /* S > BLOCK_ROWS: one sequence per block, with a carried cache */
-    size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, logits, gates, chosen, tok, gsel, kc, vc;
-    size_t total;  /* floats */
+    int nmax;     /* rows per block */
+    bool chunked; /* S > BLOCK_ROWS: one sequence per block, with a carried cache */
+    size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, logits, gates, chosen, tok, gsel, kc,
+        vc;
+    size_t total; /* floats */
 } plan;
 
 static size_t take(size_t *at, size_t n) {
@@ -37,7 +38,8 @@ static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
     memset(p, 0, sizeof *p);
     p->chunked = S > BLOCK_ROWS;
     p->nmax = (int)(N < BLOCK_ROWS ? N : BLOCK_ROWS);
-    const size_t n = (size_t)p->nmax, D = (size_t)c->d_model, E = (size_t)c->n_experts, K = (size_t)c->top_k;
+    const size_t n = (size_t)p->nmax, D = (size_t)c->d_model, E = (size_t)c->n_experts,
+                 K = (size_t)c->top_k;
     size_t at = 0;
     p->xn = take(&at, n * (size_t)c->n_features);
     p->h = take(&at, n * D);
@@ -72,18 +74,19 @@ KILN_API size_t kiln_model_workspace_size(const kiln_model *m, int B, int S) {
 }
 
 /* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL). */
-static void linear(const kiln_model *m, float *y, const float *x, int n, const void *W, const float *b, int rows,
-                   int cols, float *wbuf) {
+static void linear(const kiln_model *m, float *y, const float *x, int n, const void *W,
+                   const float *b, int rows, int cols, float *wbuf) {
     if (n == 0) return;
     if (b)
-        for (int i = 0; i < n; i++) memcpy(y + (size_t)i * rows, b, (size_t)rows * sizeof *y);
+        for (int i = 0; i < n; i++)
+            memcpy(y + (size_t)i * rows, b, (size_t)rows * sizeof *y);
     const float *Wf = W;
     if (m->bf16) {
         kiln_rt_widen(m, wbuf, W, (size_t)rows * cols);
         Wf = wbuf;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, Wf, cols, b ? 1.0f : 0.0f,
-                y, rows);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, Wf, cols,
+                b ? 1.0f : 0.0f, y, rows);
 }
 
 typedef struct block {
@@ -106,8 +109,8 @@ static void attention(const kiln_model *m, const plan *p, float *ws, const block
             int j0 = i - (W - 1) > 0 ? i - (W - 1) : 0;
             const float *r0 = qkv + ((size_t)sq * bk->T + (size_t)j0) * 3 * D;
             kiln_rt_kv runs[2] = {
-                {kc ? kc + (size_t)(nc - from_cache) * D : NULL, vc ? vc + (size_t)(nc - from_cache) * D : NULL,
-                 from_cache, (size_t)D},
+                {kc ? kc + (size_t)(nc - from_cache) * D : NULL,
+                 vc ? vc + (size_t)(nc - from_cache) * D : NULL, from_cache, (size_t)D},
                 {r0 + D, r0 + 2 * D, i - j0 + 1, 3 * (size_t)D},
             };
             kiln_rt_attend(m, ws + p->att + row * D, ws + p->scores, qkv + row * 3 * D, runs, 2);
@@ -129,15 +132,19 @@ static void attention(const kiln_model *m, const plan *p, float *ws, const block
 
 static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_layer *L, int n) {
     const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
-    float *h = ws + p->h, *u = ws + p->u, *ff = ws + p->ff, *out = ws + p->att, *wbuf = ws + p->wbuf;
+    float *h = ws + p->h, *u = ws + p->u, *ff = ws + p->ff, *out = ws + p->att,
+          *wbuf = ws + p->wbuf;
     if (E == 0) {
         linear(m, ff, u, n, L->fc_w, L->fc_b, Fh, D, wbuf);
-        for (size_t i = 0; i < (size_t)n * Fh; i++) ff[i] = kiln_rt_gelu(ff[i]);
+        for (size_t i = 0; i < (size_t)n * Fh; i++)
+            ff[i] = kiln_rt_gelu(ff[i]);
         linear(m, out, ff, n, L->proj_w, L->proj_b, D, Fh, wbuf);
-        for (size_t i = 0; i < (size_t)n * D; i++) h[i] += out[i];
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            h[i] += out[i];
         return;
     }
-    float *logits = ws + p->logits, *gates = ws + p->gates, *acc = ws + p->acc, *gath = ws + p->gath;
+    float *logits = ws + p->logits, *gates = ws + p->gates, *acc = ws + p->acc,
+          *gath = ws + p->gath;
     float *gsel = ws + p->gsel;
     int *chosen = (int *)(ws + p->chosen), *tok = (int *)(ws + p->tok);
     linear(m, logits, u, n, L->router_w, NULL, E, D, wbuf);
@@ -155,17 +162,22 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
                     gsel[ne++] = gates[(size_t)t * K + k];
                 }
         if (!ne) continue;
-        linear(m, ff, gath, ne, kiln_rt_wat(m, L->fc_w, (size_t)e * Fh * D), L->fc_b + (size_t)e * Fh, Fh, D, wbuf);
-        for (size_t i = 0; i < (size_t)ne * Fh; i++) ff[i] = kiln_rt_gelu(ff[i]);
-        linear(m, out, ff, ne, kiln_rt_wat(m, L->proj_w, (size_t)e * D * Fh), L->proj_b + (size_t)e * D, D, Fh,
-               wbuf);
+        linear(m, ff, gath, ne, kiln_rt_wat(m, L->fc_w, (size_t)e * Fh * D),
+               L->fc_b + (size_t)e * Fh, Fh, D, wbuf);
+        for (size_t i = 0; i < (size_t)ne * Fh; i++)
+            ff[i] = kiln_rt_gelu(ff[i]);
+        linear(m, out, ff, ne, kiln_rt_wat(m, L->proj_w, (size_t)e * D * Fh),
+               L->proj_b + (size_t)e * D, D, Fh, wbuf);
         for (int j = 0; j < ne; j++)
-            for (int i = 0; i < D; i++) acc[(size_t)tok[j] * D + i] += gsel[j] * out[(size_t)j * D + i];
+            for (int i = 0; i < D; i++)
+                acc[(size_t)tok[j] * D + i] += gsel[j] * out[(size_t)j * D + i];
     }
-    for (size_t i = 0; i < (size_t)n * D; i++) h[i] += acc[i];
+    for (size_t i = 0; i < (size_t)n * D; i++)
+        h[i] += acc[i];
 }
 
-static void run_block(const kiln_model *m, const plan *p, float *ws, const block *bk, const float *x, float *y) {
+static void run_block(const kiln_model *m, const plan *p, float *ws, const block *bk,
+                      const float *x, float *y) {
     const kiln_model_config *c = &m->cfg;
     const int F = c->n_features, D = c->d_model, n = bk->nseq * bk->T;
     float *xn = ws + p->xn, *h = ws + p->h, *u = ws + p->u, *wbuf = ws + p->wbuf;
@@ -180,27 +192,32 @@ static void run_block(const kiln_model *m, const plan *p, float *ws, const block
         linear(m, ws + p->qkv, u, n, L->qkv_w, L->qkv_b, 3 * D, D, wbuf);
         attention(m, p, ws, bk, l);
         linear(m, u, ws + p->att, n, L->out_w, L->out_b, D, D, wbuf);
-        for (size_t i = 0; i < (size_t)n * D; i++) h[i] += u[i];
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            h[i] += u[i];
         for (int t = 0; t < n; t++)
             kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, L->ffn_norm, D, c->norm_eps);
         ffn(m, p, ws, L, n);
     }
-    for (int t = 0; t < n; t++) kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, m->final_norm, D, c->norm_eps);
+    for (int t = 0; t < n; t++)
+        kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, m->final_norm, D, c->norm_eps);
     linear(m, y, u, n, m->head_w, m->head_b, c->n_outputs, D, wbuf);
 }
 
-KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int B, int S, float *y, void *ws,
-                                        size_t ws_size) {
+KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int B, int S, float *y,
+                                        void *ws, size_t ws_size) {
     plan p;
     KILN_FAIL_IF(!m || !x || !y, KILN_ERR_USAGE, "kiln_model_forward: null model, input or output");
-    KILN_FAIL_IF(!make_plan(m, B, S, &p), KILN_ERR_USAGE, "kiln_model_forward: bad batch shape [%d,%d]", B, S);
+    KILN_FAIL_IF(!make_plan(m, B, S, &p), KILN_ERR_USAGE,
+                 "kiln_model_forward: bad batch shape [%d,%d]", B, S);
     KILN_FAIL_IF(!ws || ws_size < kiln_model_workspace_size(m, B, S), KILN_ERR_USAGE,
-                 "kiln_model_forward: workspace of %zu bytes, %zu needed", ws_size, kiln_model_workspace_size(m, B, S));
+                 "kiln_model_forward: workspace of %zu bytes, %zu needed", ws_size,
+                 kiln_model_workspace_size(m, B, S));
     const int F = m->cfg.n_features, O = m->cfg.n_outputs;
     for (size_t i = 0; i < (size_t)B * S * F; i++)
         if (!isfinite(x[i])) {
             size_t f = i % (size_t)F, s = i / (size_t)F % (size_t)S, b = i / (size_t)F / (size_t)S;
-            return kiln_fail(KILN_ERR_NUMERIC, "input [%zu,%zu,%zu] is not finite (%g)", b, s, f, (double)x[i]);
+            return kiln_fail(KILN_ERR_NUMERIC, "input [%zu,%zu,%zu] is not finite (%g)", b, s, f,
+                             (double)x[i]);
         }
     float *w = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     if (p.chunked) {

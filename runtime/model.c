@@ -10,7 +10,9 @@
 
 #define ALIGN_ELEMS 32 /* every tensor starts on a 64-byte boundary (bf16: 32 * 2 bytes) */
 
-static size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
+static size_t round_up(size_t n, size_t a) {
+    return (n + a - 1) / a * a;
+}
 
 /* Biases, gains and the input standardisation are vectors, kept in f32; the rest are
  * matrices, kept as stored. */
@@ -19,7 +21,9 @@ static bool is_vector(const kiln_param *p) {
     return p->ndim == 1 || (n >= 4 && !strcmp(p->name + n - 4, "bias"));
 }
 
-static bool is_input_norm(const kiln_param *p) { return !strncmp(p->name, "norm.in_", 8); }
+static bool is_input_norm(const kiln_param *p) {
+    return !strncmp(p->name, "norm.in_", 8);
+}
 
 static void shape_text(char *buf, size_t len, int ndim, const int64_t *shape) {
     size_t o = 0;
@@ -40,17 +44,19 @@ static kiln_err check_tensors(const kiln_st *st, const kiln_param *tab, size_t n
         if (!t) {
             char s[128];
             shape_text(s, sizeof s, tab[i].ndim, tab[i].shape);
-            return kiln_fail(KILN_ERR_FORMAT, "'%s': missing tensor '%s' (expected %s [%s])", path, tab[i].name,
-                             kiln_dtype_name(want), s);
+            return kiln_fail(KILN_ERR_FORMAT, "'%s': missing tensor '%s' (expected %s [%s])", path,
+                             tab[i].name, kiln_dtype_name(want), s);
         }
         if (t->dtype != KILN_F32 && t->dtype != KILN_BF16)
-            return kiln_fail(KILN_ERR_FORMAT, "'%s': tensor '%s' has dtype %s, expected F32 or BF16", path,
+            return kiln_fail(KILN_ERR_FORMAT,
+                             "'%s': tensor '%s' has dtype %s, expected F32 or BF16", path,
                              tab[i].name, kiln_dtype_name(t->dtype));
         if (!is_input_norm(&tab[i]) && t->dtype != want)
-            return kiln_fail(KILN_ERR_FORMAT,
-                             "'%s': tensor '%s' has dtype %s, expected %s like embed.weight (weights are "
-                             "all F32 or all BF16)",
-                             path, tab[i].name, kiln_dtype_name(t->dtype), kiln_dtype_name(want));
+            return kiln_fail(
+                KILN_ERR_FORMAT,
+                "'%s': tensor '%s' has dtype %s, expected %s like embed.weight (weights are "
+                "all F32 or all BF16)",
+                path, tab[i].name, kiln_dtype_name(t->dtype), kiln_dtype_name(want));
         KILN_TRY(kiln_st_expect(st, tab[i].name, t->dtype, tab[i].ndim, tab[i].shape, NULL));
     }
     for (size_t i = 0; i < kiln_st_count(st); i++) {
@@ -58,7 +64,8 @@ static kiln_err check_tensors(const kiln_st *st, const kiln_param *tab, size_t n
         if (kiln_param_find(tab, n, t->name) < 0) {
             char s[128];
             shape_text(s, sizeof s, t->ndim, t->shape);
-            return kiln_fail(KILN_ERR_FORMAT, "'%s': extra tensor '%s' [%s] is not part of this kiln-tsmoe/1 config",
+            return kiln_fail(KILN_ERR_FORMAT,
+                             "'%s': extra tensor '%s' [%s] is not part of this kiln-tsmoe/1 config",
                              path, t->name, s);
         }
     }
@@ -66,13 +73,14 @@ static kiln_err check_tensors(const kiln_st *st, const kiln_param *tab, size_t n
 }
 
 /* Copy one tensor into the blocks, refusing non-finite values. */
-static kiln_err load_tensor(kiln_model *m, const kiln_st *st, const kiln_param *p, float *vdst, void *wdst) {
+static kiln_err load_tensor(kiln_model *m, const kiln_st *st, const kiln_param *p, float *vdst,
+                            void *wdst) {
     const kiln_tensor *t = kiln_st_find(st, p->name);
     if (vdst) {
         KILN_TRY(kiln_tensor_to_f32(t, vdst));
         for (size_t i = 0; i < p->numel; i++)
-            KILN_FAIL_IF(!isfinite(vdst[i]), KILN_ERR_NUMERIC, "'%s': tensor '%s' element %zu is not finite",
-                         m->path, p->name, i);
+            KILN_FAIL_IF(!isfinite(vdst[i]), KILN_ERR_NUMERIC,
+                         "'%s': tensor '%s' element %zu is not finite", m->path, p->name, i);
         return KILN_OK;
     }
     memcpy(wdst, t->data, t->nbytes);
@@ -84,8 +92,8 @@ static kiln_err load_tensor(kiln_model *m, const kiln_st *st, const kiln_param *
     } else {
         const float *w = wdst;
         for (size_t i = 0; i < p->numel; i++)
-            KILN_FAIL_IF(!isfinite(w[i]), KILN_ERR_NUMERIC, "'%s': tensor '%s' element %zu is not finite",
-                         m->path, p->name, i);
+            KILN_FAIL_IF(!isfinite(w[i]), KILN_ERR_NUMERIC,
+                         "'%s': tensor '%s' element %zu is not finite", m->path, p->name, i);
     }
     return KILN_OK;
 }
@@ -101,26 +109,44 @@ static void bind(kiln_model *m, const kiln_param *tab, size_t n, const size_t *a
         char field[64] = "";
         if (sscanf(p->name, "blocks.%d.%63s", &l, field) == 2) {
             kiln_rt_layer *L = &m->layers[l];
-            if (!strcmp(field, "attn_norm.weight")) L->attn_norm = ptr;
-            else if (!strcmp(field, "attn.qkv.weight")) L->qkv_w = ptr;
-            else if (!strcmp(field, "attn.qkv.bias")) L->qkv_b = ptr;
-            else if (!strcmp(field, "attn.out.weight")) L->out_w = ptr;
-            else if (!strcmp(field, "attn.out.bias")) L->out_b = ptr;
-            else if (!strcmp(field, "ffn_norm.weight")) L->ffn_norm = ptr;
-            else if (!strcmp(field, "moe.router.weight")) L->router_w = ptr;
-            else if (!strcmp(field, "ffn.fc.weight") || !strcmp(field, "moe.fc.weight")) L->fc_w = ptr;
-            else if (!strcmp(field, "ffn.fc.bias") || !strcmp(field, "moe.fc.bias")) L->fc_b = ptr;
-            else if (!strcmp(field, "ffn.proj.weight") || !strcmp(field, "moe.proj.weight")) L->proj_w = ptr;
-            else if (!strcmp(field, "ffn.proj.bias") || !strcmp(field, "moe.proj.bias")) L->proj_b = ptr;
+            if (!strcmp(field, "attn_norm.weight"))
+                L->attn_norm = ptr;
+            else if (!strcmp(field, "attn.qkv.weight"))
+                L->qkv_w = ptr;
+            else if (!strcmp(field, "attn.qkv.bias"))
+                L->qkv_b = ptr;
+            else if (!strcmp(field, "attn.out.weight"))
+                L->out_w = ptr;
+            else if (!strcmp(field, "attn.out.bias"))
+                L->out_b = ptr;
+            else if (!strcmp(field, "ffn_norm.weight"))
+                L->ffn_norm = ptr;
+            else if (!strcmp(field, "moe.router.weight"))
+                L->router_w = ptr;
+            else if (!strcmp(field, "ffn.fc.weight") || !strcmp(field, "moe.fc.weight"))
+                L->fc_w = ptr;
+            else if (!strcmp(field, "ffn.fc.bias") || !strcmp(field, "moe.fc.bias"))
+                L->fc_b = ptr;
+            else if (!strcmp(field, "ffn.proj.weight") || !strcmp(field, "moe.proj.weight"))
+                L->proj_w = ptr;
+            else if (!strcmp(field, "ffn.proj.bias") || !strcmp(field, "moe.proj.bias"))
+                L->proj_b = ptr;
             continue;
         }
-        if (!strcmp(p->name, "norm.in_mean")) m->in_mean = ptr;
-        else if (!strcmp(p->name, "norm.in_std")) m->in_std = ptr;
-        else if (!strcmp(p->name, "embed.weight")) m->embed_w = ptr;
-        else if (!strcmp(p->name, "embed.bias")) m->embed_b = ptr;
-        else if (!strcmp(p->name, "final_norm.weight")) m->final_norm = ptr;
-        else if (!strcmp(p->name, "head.weight")) m->head_w = ptr;
-        else if (!strcmp(p->name, "head.bias")) m->head_b = ptr;
+        if (!strcmp(p->name, "norm.in_mean"))
+            m->in_mean = ptr;
+        else if (!strcmp(p->name, "norm.in_std"))
+            m->in_std = ptr;
+        else if (!strcmp(p->name, "embed.weight"))
+            m->embed_w = ptr;
+        else if (!strcmp(p->name, "embed.bias"))
+            m->embed_b = ptr;
+        else if (!strcmp(p->name, "final_norm.weight"))
+            m->final_norm = ptr;
+        else if (!strcmp(p->name, "head.weight"))
+            m->head_w = ptr;
+        else if (!strcmp(p->name, "head.bias"))
+            m->head_b = ptr;
     }
 }
 
@@ -156,8 +182,9 @@ static kiln_err load(kiln_model *m, const kiln_st *st) {
                   "'%s': out of memory for %zu bytes of weights", m->path, wn * m->wsize);
     for (size_t i = 0; i < n; i++) {
         bool vec = is_vector(&tab[i]);
-        KILN_CHECK(rc, out, load_tensor(m, st, &tab[i], vec ? m->vblock + at[i] : NULL,
-                                         vec ? NULL : (char *)m->wblock + at[i] * m->wsize));
+        KILN_CHECK(rc, out,
+                   load_tensor(m, st, &tab[i], vec ? m->vblock + at[i] : NULL,
+                               vec ? NULL : (char *)m->wblock + at[i] * m->wsize));
     }
     bind(m, tab, n, at);
     for (int f = 0; f < c->n_features; f++)
@@ -165,7 +192,8 @@ static kiln_err load(kiln_model *m, const kiln_st *st) {
                       "'%s': tensor 'norm.in_std' element %d is %g, must be positive", m->path, f,
                       (double)m->in_std[f]);
     m->slopes = m->vblock + slopes_at;
-    for (int h = 0; h < c->n_heads; h++) m->slopes[h] = (float)exp2(-8.0 * (h + 1) / c->n_heads);
+    for (int h = 0; h < c->n_heads; h++)
+        m->slopes[h] = (float)exp2(-8.0 * (h + 1) / c->n_heads);
     m->attn_scale = (float)(1.0 / sqrt((double)(c->d_model / c->n_heads)));
 out:
     free(at);
@@ -206,6 +234,10 @@ KILN_API void kiln_model_free(kiln_model *m) {
     free(m);
 }
 
-KILN_API const kiln_model_config *kiln_model_config_get(const kiln_model *m) { return &m->cfg; }
+KILN_API const kiln_model_config *kiln_model_config_get(const kiln_model *m) {
+    return &m->cfg;
+}
 
-KILN_API int kiln_model_is_bf16(const kiln_model *m) { return m->bf16; }
+KILN_API int kiln_model_is_bf16(const kiln_model *m) {
+    return m->bf16;
+}

@@ -18,7 +18,8 @@ static float draw(const kiln_param *p, size_t i, uint64_t seed) {
     double z = kiln_rt_normal(seed, p->offset + i);
     size_t n = strlen(p->name);
     if (!strcmp(p->name, "norm.in_mean")) return (float)z;
-    if (!strcmp(p->name, "norm.in_std")) return (float)(0.5 + 0.75 * (1.0 + erf(z / M_SQRT2))); /* uniform */
+    if (!strcmp(p->name, "norm.in_std"))
+        return (float)(0.5 + 0.75 * (1.0 + erf(z / M_SQRT2))); /* uniform */
     if (n > 4 && !strcmp(p->name + n - 4, "bias")) return (float)(0.1 * z);
     if (p->ndim == 1) return (float)(1.0 + 0.1 * z); /* gains */
     int64_t fan_in = p->shape[p->ndim - 1];
@@ -26,7 +27,8 @@ static float draw(const kiln_param *p, size_t i, uint64_t seed) {
     return (float)(scale * z / sqrt((double)fan_in));
 }
 
-kiln_err kiln_rt_random_model(const char *path, const kiln_model_config *cfg, uint64_t seed, bool bf16) {
+kiln_err kiln_rt_random_model(const char *path, const kiln_model_config *cfg, uint64_t seed,
+                              bool bf16) {
     kiln_param *tab = NULL;
     size_t n, total;
     KILN_TRY(kiln_param_table(cfg, &tab, &n, &total));
@@ -43,9 +45,11 @@ kiln_err kiln_rt_random_model(const char *path, const kiln_model_config *cfg, ui
         }
     KILN_CHECK(rc, out, kiln_st_writer_new(&w));
     for (size_t i = 0; i < n; i++) {
-        const void *data = h ? (const void *)(h + tab[i].offset) : (const void *)(f + tab[i].offset);
-        KILN_CHECK(rc, out, kiln_st_writer_add(w, tab[i].name, h ? KILN_BF16 : KILN_F32, tab[i].ndim, tab[i].shape,
-                                               data));
+        const void *data =
+            h ? (const void *)(h + tab[i].offset) : (const void *)(f + tab[i].offset);
+        KILN_CHECK(rc, out,
+                   kiln_st_writer_add(w, tab[i].name, h ? KILN_BF16 : KILN_F32, tab[i].ndim,
+                                      tab[i].shape, data));
     }
     text = kiln_model_config_text(cfg);
     KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory");

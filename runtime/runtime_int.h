@@ -32,11 +32,11 @@ typedef struct kiln_rt_layer {
 
 struct kiln_model {
     kiln_model_config cfg;
-    char *path;          /* the model.safetensors it came from */
-    bool bf16;           /* matrices stored as bf16 */
-    size_t wsize;        /* bytes per matrix element: 4 or 2 */
-    size_t max_matrix;   /* elements in the largest single matrix (one expert's) */
-    size_t weight_bytes; /* bytes of all matrices */
+    char *path;                    /* the model.safetensors it came from */
+    bool bf16;                     /* matrices stored as bf16 */
+    size_t wsize;                  /* bytes per matrix element: 4 or 2 */
+    size_t max_matrix;             /* elements in the largest single matrix (one expert's) */
+    size_t weight_bytes;           /* bytes of all matrices */
     const float *in_mean, *in_std; /* [F] */
     const void *embed_w;           /* [D,F] */
     const float *embed_b;          /* [D] */
@@ -68,32 +68,39 @@ static inline float kiln_rt_gelu(float u) {
  * the batch and the stream (and D up to thousands) round alike. */
 static inline void kiln_rt_rmsnorm(float *out, const float *x, const float *g, int n, float eps) {
     double ss = 0;
-    for (int i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
     float r = (float)(1.0 / sqrt(ss / n + (double)eps));
-    for (int i = 0; i < n; i++) out[i] = x[i] * r * g[i];
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * g[i];
 }
 
 /* MoE routing for one token: p = softmax(logits[E]) in place, the K largest p with
  * ties to the lower index (idx[K], best first) and gates renormalised over them. */
 static inline void kiln_rt_route(float *p, int E, int K, int *idx, float *gate) {
     float mx = p[0];
-    for (int e = 1; e < E; e++) mx = p[e] > mx ? p[e] : mx;
+    for (int e = 1; e < E; e++)
+        mx = p[e] > mx ? p[e] : mx;
     float sum = 0;
-    for (int e = 0; e < E; e++) sum += (p[e] = expf(p[e] - mx));
-    for (int e = 0; e < E; e++) p[e] /= sum;
+    for (int e = 0; e < E; e++)
+        sum += (p[e] = expf(p[e] - mx));
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
     /* The order is (p descending, index ascending); each pick is the best one strictly
      * after the previous pick in that order, so no "taken" flags are needed. */
     float chosen = 0;
     for (int k = 0; k < K; k++) {
         int best = -1;
         for (int e = 0; e < E; e++) {
-            if (k > 0 && !(p[e] < p[idx[k - 1]] || (p[e] == p[idx[k - 1]] && e > idx[k - 1]))) continue;
+            if (k > 0 && !(p[e] < p[idx[k - 1]] || (p[e] == p[idx[k - 1]] && e > idx[k - 1])))
+                continue;
             if (best < 0 || p[e] > p[best]) best = e;
         }
         idx[k] = best;
         chosen += p[best];
     }
-    for (int k = 0; k < K; k++) gate[k] = p[idx[k]] / chosen;
+    for (int k = 0; k < K; k++)
+        gate[k] = p[idx[k]] / chosen;
 }
 
 /* q . k with eight partial sums, which the compiler turns into vector code without
@@ -102,9 +109,11 @@ static inline float kiln_rt_dot(const float *restrict a, const float *restrict b
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int d = 0;
     for (; d + 8 <= n; d += 8)
-        for (int j = 0; j < 8; j++) acc[j] += a[d + j] * b[d + j];
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[d + j] * b[d + j];
     float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; d < n; d++) s += a[d] * b[d];
+    for (; d < n; d++)
+        s += a[d] * b[d];
     return s;
 }
 
@@ -123,7 +132,8 @@ static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, c
                                  const kiln_rt_kv *runs, int nruns) {
     const int D = m->cfg.d_model, H = m->cfg.n_heads, Dh = D / H;
     int nk = 0;
-    for (int r = 0; r < nruns; r++) nk += runs[r].n;
+    for (int r = 0; r < nruns; r++)
+        nk += runs[r].n;
     for (int h = 0; h < H; h++) {
         const float *qh = q + h * Dh;
         const float slope = m->slopes[h];
@@ -138,16 +148,19 @@ static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, c
                 mx = s > mx ? s : mx;
             }
         float sum = 0;
-        for (j = 0; j < nk; j++) sum += (scores[j] = expf(scores[j] - mx));
+        for (j = 0; j < nk; j++)
+            sum += (scores[j] = expf(scores[j] - mx));
         float inv = 1.0f / sum;
         float *restrict oh = o + h * Dh;
-        for (int d = 0; d < Dh; d++) oh[d] = 0;
+        for (int d = 0; d < Dh; d++)
+            oh[d] = 0;
         j = 0;
         for (int r = 0; r < nruns; r++)
             for (int i = 0; i < runs[r].n; i++, j++) {
                 const float *restrict vh = runs[r].v + (size_t)i * runs[r].stride + h * Dh;
                 float a = scores[j] * inv;
-                for (int d = 0; d < Dh; d++) oh[d] += a * vh[d];
+                for (int d = 0; d < Dh; d++)
+                    oh[d] += a * vh[d];
             }
     }
     return nk;
@@ -155,17 +168,18 @@ static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, c
 
 /* y[n] += a * x[n] (a = 1 for a residual add); restrict lets it vectorise. */
 static inline void kiln_rt_axpy(float *restrict y, float a, const float *restrict x, int n) {
-    for (int i = 0; i < n; i++) y[i] += a * x[i];
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
 }
 
 /* ---- per-tick kernels (matvec.c) ---- */
 
 /* y[rows] = W[rows,cols] @ x[cols] + b (b may be NULL); W is f32 or bf16 per m. */
-void kiln_rt_matvec(const kiln_model *m, float *y, const void *W, const float *b, const float *x, int rows,
-                    int cols);
+void kiln_rt_matvec(const kiln_model *m, float *y, const void *W, const float *b, const float *x,
+                    int rows, int cols);
 /* The same, always on the portable path (the one that runs where AVX2 is missing). */
-void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const float *b, const float *x,
-                             int rows, int cols);
+void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const float *b,
+                             const float *x, int rows, int cols);
 /* W[n] (f32 or bf16 per m) widened into dst[n]. */
 void kiln_rt_widen(const kiln_model *m, float *dst, const void *W, size_t n);
 
@@ -182,7 +196,8 @@ kiln_rt_cost kiln_rt_stream_last_cost(const kiln_stream *s);
 /* Write a model.safetensors for cfg with Philox(seed) weights scaled so that activations
  * stay O(1) (matrices N(0, 1/fan_in), biases N(0, 0.1^2), gains 1 + N(0, 0.1^2),
  * norm.in_std in [0.5, 2)); bf16 stores every tensor as BF16. */
-kiln_err kiln_rt_random_model(const char *path, const kiln_model_config *cfg, uint64_t seed, bool bf16);
+kiln_err kiln_rt_random_model(const char *path, const kiln_model_config *cfg, uint64_t seed,
+                              bool bf16);
 /* A standard normal from Philox (seed, KILN_STREAM_TEST, counter). */
 double kiln_rt_normal(uint64_t seed, uint64_t counter);
 

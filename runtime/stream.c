@@ -15,37 +15,51 @@
 struct kiln_stream {
     const kiln_model *m;
     uint64_t ticks;
-    int ring_n;   /* valid entries in each ring, <= W-1 */
-    int ring_pos; /* where the next entry goes */
-    float *kring; /* [L, W-1, D] */
-    float *vring; /* [L, W-1, D] */
-    float *xn;    /* [F] standardised inputs */
-    float *h;     /* [D] residual */
-    float *u;     /* [D] normalised residual */
-    float *qkv;   /* [3D] */
-    float *att;   /* [D] */
-    float *tmp;   /* [D] */
-    float *acc;   /* [D] mixture sum */
-    float *ff;    /* [Fh] */
-    float *probs; /* [E] */
-    float *scores; /* [W] */
-    int *chosen;  /* [K] */
-    float *gates; /* [K] */
+    int ring_n;        /* valid entries in each ring, <= W-1 */
+    int ring_pos;      /* where the next entry goes */
+    float *kring;      /* [L, W-1, D] */
+    float *vring;      /* [L, W-1, D] */
+    float *xn;         /* [F] standardised inputs */
+    float *h;          /* [D] residual */
+    float *u;          /* [D] normalised residual */
+    float *qkv;        /* [3D] */
+    float *att;        /* [D] */
+    float *tmp;        /* [D] */
+    float *acc;        /* [D] mixture sum */
+    float *ff;         /* [Fh] */
+    float *probs;      /* [E] */
+    float *scores;     /* [W] */
+    int *chosen;       /* [K] */
+    float *gates;      /* [K] */
     kiln_rt_cost cost; /* of the last push */
-    void *block;  /* the one allocation behind every buffer above */
+    void *block;       /* the one allocation behind every buffer above */
 };
 
 KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
     *out = NULL;
     KILN_FAIL_IF(!m, KILN_ERR_USAGE, "kiln_stream_open: no model");
     const kiln_model_config *c = &m->cfg;
-    const size_t D = (size_t)c->d_model, ring = (size_t)c->n_layers * (size_t)(c->attn_window - 1) * D;
+    const size_t D = (size_t)c->d_model,
+                 ring = (size_t)c->n_layers * (size_t)(c->attn_window - 1) * D;
     const size_t E = (size_t)c->n_experts, K = (size_t)c->top_k;
     /* Floats of every buffer, each rounded to 16 so that every one starts 64-byte aligned. */
-    size_t sizes[] = {ring, ring, (size_t)c->n_features, D, D, 3 * D, D, D, D, (size_t)c->d_ff, E,
-                      (size_t)c->attn_window, K, K /* chosen, last */};
+    size_t sizes[] = {ring,
+                      ring,
+                      (size_t)c->n_features,
+                      D,
+                      D,
+                      3 * D,
+                      D,
+                      D,
+                      D,
+                      (size_t)c->d_ff,
+                      E,
+                      (size_t)c->attn_window,
+                      K,
+                      K /* chosen, last */};
     size_t total = 0;
-    for (size_t i = 0; i < KILN_ARRAY_LEN(sizes); i++) total += (sizes[i] + 15) / 16 * 16;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(sizes); i++)
+        total += (sizes[i] + 15) / 16 * 16;
     kiln_stream *s = kiln_calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->block = aligned_alloc(64, total * sizeof(float));
@@ -56,8 +70,8 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
     }
     memset(s->block, 0, total * sizeof(float));
     float *p = s->block;
-    float **bufs[] = {&s->kring, &s->vring, &s->xn, &s->h, &s->u, &s->qkv, &s->att, &s->tmp, &s->acc,
-                      &s->ff, &s->probs, &s->scores, &s->gates};
+    float **bufs[] = {&s->kring, &s->vring, &s->xn, &s->h,     &s->u,      &s->qkv,  &s->att,
+                      &s->tmp,   &s->acc,   &s->ff, &s->probs, &s->scores, &s->gates};
     for (size_t i = 0; i < KILN_ARRAY_LEN(bufs); i++) {
         *bufs[i] = p;
         p += (sizes[i] + 15) / 16 * 16;
@@ -81,12 +95,17 @@ KILN_API void kiln_stream_reset(kiln_stream *s) {
     s->cost = (kiln_rt_cost){0, 0};
 }
 
-KILN_API uint64_t kiln_stream_ticks(const kiln_stream *s) { return s->ticks; }
+KILN_API uint64_t kiln_stream_ticks(const kiln_stream *s) {
+    return s->ticks;
+}
 
-kiln_rt_cost kiln_rt_stream_last_cost(const kiln_stream *s) { return s->cost; }
+kiln_rt_cost kiln_rt_stream_last_cost(const kiln_stream *s) {
+    return s->cost;
+}
 
 /* s->tmp = y = W x + b, counting the work. */
-static void mv(kiln_stream *s, float *y, const void *W, const float *b, const float *x, int rows, int cols) {
+static void mv(kiln_stream *s, float *y, const void *W, const float *b, const float *x, int rows,
+               int cols) {
     kiln_rt_matvec(s->m, y, W, b, x, rows, cols);
     s->cost.madds += (uint64_t)rows * (uint64_t)cols;
 }
@@ -96,7 +115,8 @@ static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
     const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
     if (E == 0) {
         mv(s, s->ff, L->fc_w, L->fc_b, s->u, Fh, D);
-        for (int i = 0; i < Fh; i++) s->ff[i] = kiln_rt_gelu(s->ff[i]);
+        for (int i = 0; i < Fh; i++)
+            s->ff[i] = kiln_rt_gelu(s->ff[i]);
         mv(s, s->tmp, L->proj_w, L->proj_b, s->ff, D, Fh);
         kiln_rt_axpy(s->h, 1.0f, s->tmp, D);
         return;
@@ -107,7 +127,8 @@ static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
     for (int k = 0; k < K; k++) {
         size_t e = (size_t)s->chosen[k];
         mv(s, s->ff, kiln_rt_wat(m, L->fc_w, e * Fh * D), L->fc_b + e * Fh, s->u, Fh, D);
-        for (int i = 0; i < Fh; i++) s->ff[i] = kiln_rt_gelu(s->ff[i]);
+        for (int i = 0; i < Fh; i++)
+            s->ff[i] = kiln_rt_gelu(s->ff[i]);
         mv(s, s->tmp, kiln_rt_wat(m, L->proj_w, e * D * Fh), L->proj_b + e * D, s->ff, D, Fh);
         kiln_rt_axpy(s->acc, s->gates[k], s->tmp, D);
     }
@@ -123,7 +144,8 @@ KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features, float 
                      "stream tick %llu: feature %d is not finite (%g); the stream is unchanged",
                      (unsigned long long)s->ticks, f, (double)features[f]);
     s->cost = (kiln_rt_cost){0, 0};
-    for (int f = 0; f < F; f++) s->xn[f] = (features[f] - m->in_mean[f]) / m->in_std[f];
+    for (int f = 0; f < F; f++)
+        s->xn[f] = (features[f] - m->in_mean[f]) / m->in_std[f];
     mv(s, s->h, m->embed_w, m->embed_b, s->xn, D, F);
     for (int l = 0; l < c->n_layers; l++) {
         const kiln_rt_layer *L = &m->layers[l];

@@ -11,9 +11,18 @@
 
 /* ---- helpers ---- */
 
-static kiln_model_config config(int D, int L, int H, int Fh, int E, int K, int S, int W, int F, int O) {
-    kiln_model_config c = {.n_features = F, .n_outputs = O, .d_model = D, .n_layers = L, .n_heads = H,
-                           .d_ff = Fh, .n_experts = E, .top_k = K, .seq_len = S, .attn_window = W,
+static kiln_model_config config(int D, int L, int H, int Fh, int E, int K, int S, int W, int F,
+                                int O) {
+    kiln_model_config c = {.n_features = F,
+                           .n_outputs = O,
+                           .d_model = D,
+                           .n_layers = L,
+                           .n_heads = H,
+                           .d_ff = Fh,
+                           .n_experts = E,
+                           .top_k = K,
+                           .seq_len = S,
+                           .attn_window = W,
                            .norm_eps = 1e-5f};
     return c;
 }
@@ -22,7 +31,8 @@ static kiln_model_config config(int D, int L, int H, int Fh, int E, int K, int S
  * smaller than the tensor's RMS are judged against the RMS rather than against zero. */
 static double rel_err(const float *a, const float *b, size_t n) {
     double rms = 0, worst = 0;
-    for (size_t i = 0; i < n; i++) rms += (double)b[i] * b[i];
+    for (size_t i = 0; i < n; i++)
+        rms += (double)b[i] * b[i];
     rms = sqrt(rms / (double)n);
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]) / fmax(fabs(b[i]), rms);
@@ -32,7 +42,8 @@ static double rel_err(const float *a, const float *b, size_t n) {
 }
 
 /* A random model written to the test directory and opened. */
-static kiln_model *random_model(const char *name, const kiln_model_config *c, uint64_t seed, bool bf16) {
+static kiln_model *random_model(const char *name, const kiln_model_config *c, uint64_t seed,
+                                bool bf16) {
     char *p = kiln_test_path(name);
     kiln_model *m = NULL;
     if (CHECK("write random model", kiln_rt_random_model(p, c, seed, bf16) == KILN_OK))
@@ -44,7 +55,8 @@ static kiln_model *random_model(const char *name, const kiln_model_config *c, ui
 /* n values ~ N(0, 2^2), from Philox. */
 static float *random_inputs(size_t n, uint64_t seed) {
     float *x = kiln_malloc(n * sizeof *x);
-    for (size_t i = 0; x && i < n; i++) x[i] = (float)(2.0 * kiln_rt_normal(seed, i));
+    for (size_t i = 0; x && i < n; i++)
+        x[i] = (float)(2.0 * kiln_rt_normal(seed, i));
     return x;
 }
 
@@ -57,7 +69,8 @@ static bool stream_all(const kiln_model *m, const float *x, int B, int S, float 
     for (int b = 0; b < B && ok; b++) {
         kiln_stream_reset(s);
         for (int t = 0; t < S && ok; t++)
-            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) == KILN_OK;
+            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) ==
+                 KILN_OK;
     }
     kiln_stream_free(s);
     return ok;
@@ -84,18 +97,21 @@ KILN_TEST(runtime_vectors_batch_and_stream) {
                 int B = (int)xi->shape[0], S = (int)xi->shape[1];
                 float *x = kiln_malloc(xi->numel * 4), *want = kiln_malloc(yo->numel * 4);
                 float *y = kiln_calloc(yo->numel, 4), *ys = kiln_calloc(yo->numel, 4);
-                CHECK("read io", kiln_tensor_to_f32(xi, x) == KILN_OK && kiln_tensor_to_f32(yo, want) == KILN_OK);
+                CHECK("read io", kiln_tensor_to_f32(xi, x) == KILN_OK &&
+                                     kiln_tensor_to_f32(yo, want) == KILN_OK);
                 CHECK("batch forward", kiln_model_forward(m, x, B, S, y) == KILN_OK);
                 CHECK("batch matches vectors (1e-5)", rel_err(y, want, yo->numel) < 1e-5);
                 CHECK("stream forward", stream_all(m, x, B, S, ys));
                 CHECK("stream matches vectors (1e-5)", rel_err(ys, want, yo->numel) < 1e-5);
                 /* The same model from its directory. */
-                char *dir = kiln_test_path(names[v]), *dst = kiln_path_join(dir, "model.safetensors");
+                char *dir = kiln_test_path(names[v]),
+                     *dst = kiln_path_join(dir, "model.safetensors");
                 char *buf;
                 size_t len;
                 kiln_model *m2 = NULL;
-                if (CHECK("copy into a model dir", kiln_mkdir_p(dir) == KILN_OK &&
-                                                       kiln_read_file(mp, 1 << 24, &buf, &len) == KILN_OK)) {
+                if (CHECK("copy into a model dir",
+                          kiln_mkdir_p(dir) == KILN_OK &&
+                              kiln_read_file(mp, 1 << 24, &buf, &len) == KILN_OK)) {
                     CHECK("write", kiln_write_file_atomic(dst, buf, len) == KILN_OK);
                     free(buf);
                     CHECK("open by directory", kiln_model_open(dir, &m2) == KILN_OK &&
@@ -140,7 +156,8 @@ KILN_TEST(runtime_stream_equals_batch) {
                 fprintf(stderr, "    moe=%d W=%d: relative error %g\n", moe, W, e);
             /* Outputs are O(1), so the comparison is not between tiny numbers. */
             double rms = 0;
-            for (size_t i = 0; i < n; i++) rms += (double)yb[i] * yb[i];
+            for (size_t i = 0; i < n; i++)
+                rms += (double)yb[i] * yb[i];
             CHECK("outputs are not trivially small", sqrt(rms / (double)n) > 0.1);
             free(x);
             free(yb);
@@ -175,9 +192,11 @@ KILN_TEST(runtime_long_sequence_chunked) {
 
 static uint64_t expected_madds(const kiln_model_config *c, int keys_per_layer) {
     uint64_t D = (uint64_t)c->d_model, Fh = (uint64_t)c->d_ff, L = (uint64_t)c->n_layers;
-    uint64_t ffn = c->n_experts ? (uint64_t)c->n_experts * D + (uint64_t)c->top_k * 2 * Fh * D : 2 * Fh * D;
+    uint64_t ffn =
+        c->n_experts ? (uint64_t)c->n_experts * D + (uint64_t)c->top_k * 2 * Fh * D : 2 * Fh * D;
     return D * (uint64_t)c->n_features +
-           L * (3 * D * D + 2 * D * (uint64_t)keys_per_layer + D * D + ffn) + (uint64_t)c->n_outputs * D;
+           L * (3 * D * D + 2 * D * (uint64_t)keys_per_layer + D * D + ffn) +
+           (uint64_t)c->n_outputs * D;
 }
 
 KILN_TEST(runtime_stream_cost_constant) {
@@ -197,7 +216,8 @@ KILN_TEST(runtime_stream_cost_constant) {
             CHECK("push", kiln_stream_push(s, x, y) == KILN_OK);
             kiln_rt_cost k = kiln_rt_stream_last_cost(s);
             int keys = t < W ? t : W;
-            formula &= k.keys == (uint64_t)(keys * c.n_layers) && k.madds == expected_madds(&c, keys);
+            formula &=
+                k.keys == (uint64_t)(keys * c.n_layers) && k.madds == expected_madds(&c, keys);
             if (t == 1) first = k;
             if (t == W) at_w = k;
             if (t == 10 * W) {
@@ -230,7 +250,8 @@ KILN_TEST(runtime_stream_push_allocates_nothing) {
      * failure is still waiting afterwards. */
     kiln_alloc_fail_after(1);
     bool ok = true;
-    for (int t = 0; t < 100; t++) ok &= kiln_stream_push(s, x + t * 5, y) == KILN_OK;
+    for (int t = 0; t < 100; t++)
+        ok &= kiln_stream_push(s, x + t * 5, y) == KILN_OK;
     kiln_stream_reset(s);
     ok &= kiln_stream_push(s, x, y) == KILN_OK;
     void *probe = kiln_malloc(16);
@@ -268,7 +289,8 @@ KILN_TEST(runtime_stream_refuses_nonfinite) {
     kiln_model_config c = config(8, 2, 2, 16, 0, 0, 6, 3, 3, 2);
     kiln_model *m = random_model("nf.safetensors", &c, 11, false);
     kiln_stream *a, *b;
-    if (!m || !CHECK("streams", kiln_stream_open(m, &a) == KILN_OK && kiln_stream_open(m, &b) == KILN_OK)) {
+    if (!m || !CHECK("streams",
+                     kiln_stream_open(m, &a) == KILN_OK && kiln_stream_open(m, &b) == KILN_OK)) {
         kiln_model_free(m);
         return;
     }
@@ -276,20 +298,23 @@ KILN_TEST(runtime_stream_refuses_nonfinite) {
     bool same = true;
     for (int t = 0; t < 20; t++) {
         if (t == 7) {
-            CHECK("NaN refused", kiln_stream_push(b, bad, yb) == KILN_ERR_NUMERIC && strstr(kiln_errmsg(), "feature 1"));
+            CHECK("NaN refused", kiln_stream_push(b, bad, yb) == KILN_ERR_NUMERIC &&
+                                     strstr(kiln_errmsg(), "feature 1"));
             bad[1] = INFINITY;
             CHECK("inf refused", kiln_stream_push(b, bad, yb) == KILN_ERR_NUMERIC);
         }
-        same &= kiln_stream_push(a, x + t * 3, ya) == KILN_OK && kiln_stream_push(b, x + t * 3, yb) == KILN_OK &&
-                memcmp(ya, yb, sizeof ya) == 0;
+        same &= kiln_stream_push(a, x + t * 3, ya) == KILN_OK &&
+                kiln_stream_push(b, x + t * 3, yb) == KILN_OK && memcmp(ya, yb, sizeof ya) == 0;
     }
     CHECK("a refused tick leaves the stream as it was", same);
     float y6[12];
     x[4] = NAN;
     CHECK("batch refuses NaN naming the position",
-          kiln_model_forward(m, x, 2, 3, y6) == KILN_ERR_NUMERIC && strstr(kiln_errmsg(), "[0,1,1]"));
+          kiln_model_forward(m, x, 2, 3, y6) == KILN_ERR_NUMERIC &&
+              strstr(kiln_errmsg(), "[0,1,1]"));
     char small[16];
-    CHECK("small workspace refused", kiln_model_forward_ws(m, x + 6, 1, 2, y6, small, sizeof small) == KILN_ERR_USAGE);
+    CHECK("small workspace refused",
+          kiln_model_forward_ws(m, x + 6, 1, 2, y6, small, sizeof small) == KILN_ERR_USAGE);
     CHECK("bad shape refused", kiln_model_forward(m, x, 0, 3, y6) == KILN_ERR_USAGE);
     free(x);
     kiln_stream_free(a);
@@ -301,15 +326,15 @@ KILN_TEST(runtime_stream_refuses_nonfinite) {
  * replace the config. Tensors are converted through f32. */
 typedef struct edit {
     const char *drop;
-    const char *retype; /* to I32 */
+    const char *retype;  /* to I32 */
     const char *reshape; /* transposed / flattened */
     const char *add;
     const char *config;
-    const char *nan;       /* a NaN in this tensor */
-    const char *zero;      /* zeros in this tensor */
-    int bf16;              /* 1: all BF16; 2: all BF16 but norm.in_* F32; 3: F32 rounded through bf16 */
-    const char *keep_f32;  /* with bf16: this one tensor stays F32 */
-    bool no_config;        /* leave kiln.config out */
+    const char *nan;  /* a NaN in this tensor */
+    const char *zero; /* zeros in this tensor */
+    int bf16;         /* 1: all BF16; 2: all BF16 but norm.in_* F32; 3: F32 rounded through bf16 */
+    const char *keep_f32; /* with bf16: this one tensor stays F32 */
+    bool no_config;       /* leave kiln.config out */
 } edit;
 
 static char *rewrite(const char *src, const char *name, const edit *e) {
@@ -347,16 +372,19 @@ static char *rewrite(const char *src, const char *name, const edit *e) {
         kiln_dtype dt = KILN_F32;
         const void *data = f;
         bool in_norm = !strncmp(t->name, "norm.in_", 8);
-        bool to_bf16 = (e->bf16 == 1 || (e->bf16 == 2 && !in_norm)) && !(e->keep_f32 && !strcmp(t->name, e->keep_f32));
+        bool to_bf16 = (e->bf16 == 1 || (e->bf16 == 2 && !in_norm)) &&
+                       !(e->keep_f32 && !strcmp(t->name, e->keep_f32));
         if (to_bf16) {
             uint16_t *h = kiln_malloc(t->numel * 2 + 2);
-            for (size_t j = 0; j < t->numel; j++) h[j] = kiln_f32_to_bf16(f[j]);
+            for (size_t j = 0; j < t->numel; j++)
+                h[j] = kiln_f32_to_bf16(f[j]);
             free(f);
             bufs[i] = h;
             data = h;
             dt = KILN_BF16;
         } else if (e->bf16 == 3) {
-            for (size_t j = 0; j < t->numel; j++) f[j] = kiln_bf16_to_f32(kiln_f32_to_bf16(f[j]));
+            for (size_t j = 0; j < t->numel; j++)
+                f[j] = kiln_bf16_to_f32(kiln_f32_to_bf16(f[j]));
         }
         if (e->retype && !strcmp(t->name, e->retype)) dt = KILN_I32;
         ok = kiln_st_writer_add(w, t->name, dt, ndim, shape, data) == KILN_OK;
@@ -369,7 +397,8 @@ static char *rewrite(const char *src, const char *name, const edit *e) {
     if (ok && cfg && !e->no_config) ok = kiln_st_writer_meta(w, "kiln.config", cfg) == KILN_OK;
     if (ok) ok = kiln_st_writer_write(w, out) == KILN_OK;
     CHECK("rewrite model", ok);
-    for (size_t i = 0; bufs && i < n; i++) free(bufs[i]);
+    for (size_t i = 0; bufs && i < n; i++)
+        free(bufs[i]);
     free(bufs);
     kiln_st_writer_free(w);
     kiln_st_close(st);
@@ -377,16 +406,20 @@ static char *rewrite(const char *src, const char *name, const edit *e) {
 }
 
 /* Opening fails with the expected code and a message naming the file and every word. */
-static void expect_bad(const char *path, kiln_err code, const char *w1, const char *w2, const char *what) {
+static void expect_bad(const char *path, kiln_err code, const char *w1, const char *w2,
+                       const char *what) {
     uint8_t before[32], after[32];
     bool hashed = kiln_sha256_file(path, before) == KILN_OK;
     kiln_model *m = (kiln_model *)&before; /* must be reset to NULL */
     kiln_err rc = kiln_model_open(path, &m);
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", kiln_errmsg());
-    bool ok = rc == code && m == NULL && strstr(msg, path) && (!w1 || strstr(msg, w1)) && (!w2 || strstr(msg, w2));
+    bool ok = rc == code && m == NULL && strstr(msg, path) && (!w1 || strstr(msg, w1)) &&
+              (!w2 || strstr(msg, w2));
     if (!CHECK(what, ok)) fprintf(stderr, "    got %d: %s\n", rc, msg);
-    if (hashed) CHECK("model file left intact", kiln_sha256_file(path, after) == KILN_OK && !memcmp(before, after, 32));
+    if (hashed)
+        CHECK("model file left intact",
+              kiln_sha256_file(path, after) == KILN_OK && !memcmp(before, after, 32));
     if (rc == KILN_OK) kiln_model_free(m);
 }
 
@@ -397,38 +430,46 @@ KILN_TEST(runtime_bad_models) {
     expect_bad(p, KILN_ERR_FORMAT, "missing tensor", "'blocks.1.attn.out.bias'", "missing tensor");
     free(p);
     p = rewrite(src, "shape.safetensors", &(edit){.reshape = "head.weight"});
-    expect_bad(p, KILN_ERR_FORMAT, "'head.weight' has shape [8,1], expected [1,8]", NULL, "wrong shape");
+    expect_bad(p, KILN_ERR_FORMAT, "'head.weight' has shape [8,1], expected [1,8]", NULL,
+               "wrong shape");
     free(p);
     p = rewrite(src, "rank.safetensors", &(edit){.reshape = "final_norm.weight"});
-    expect_bad(p, KILN_ERR_FORMAT, "'final_norm.weight' has shape [8,1], expected [8]", NULL, "wrong rank");
+    expect_bad(p, KILN_ERR_FORMAT, "'final_norm.weight' has shape [8,1], expected [8]", NULL,
+               "wrong rank");
     free(p);
     p = rewrite(src, "dtype.safetensors", &(edit){.retype = "embed.bias"});
     expect_bad(p, KILN_ERR_FORMAT, "'embed.bias' has dtype I32", "F32 or BF16", "wrong dtype");
     free(p);
     p = rewrite(src, "mixed.safetensors", &(edit){.bf16 = 1, .keep_f32 = "blocks.0.ffn.fc.weight"});
-    expect_bad(p, KILN_ERR_FORMAT, "'blocks.0.ffn.fc.weight' has dtype F32", "expected BF16", "mixed dtypes");
+    expect_bad(p, KILN_ERR_FORMAT, "'blocks.0.ffn.fc.weight' has dtype F32", "expected BF16",
+               "mixed dtypes");
     free(p);
     p = rewrite(src, "extra.safetensors", &(edit){.add = "blocks.2.attn.out.bias"});
     expect_bad(p, KILN_ERR_FORMAT, "extra tensor 'blocks.2.attn.out.bias'", NULL, "extra tensor");
     free(p);
     p = rewrite(src, "moe-in-dense.safetensors", &(edit){.add = "blocks.0.moe.router.weight"});
-    expect_bad(p, KILN_ERR_FORMAT, "extra tensor 'blocks.0.moe.router.weight'", NULL, "tensor of another config");
+    expect_bad(p, KILN_ERR_FORMAT, "extra tensor 'blocks.0.moe.router.weight'", NULL,
+               "tensor of another config");
     free(p);
-    const char *heads = "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
-                        "\"n_features\":4,\"n_heads\":3,\"n_layers\":2,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0}";
+    const char *heads =
+        "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
+        "\"n_features\":4,\"n_heads\":3,\"n_layers\":2,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0}";
     p = rewrite(src, "config.safetensors", &(edit){.config = heads});
     expect_bad(p, KILN_ERR_CONFIG, "n_heads 3", NULL, "bad config value");
     free(p);
-    const char *unknown = "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
-                          "\"n_features\":4,\"n_heads\":2,\"n_layers\":2,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0,"
-                          "\"dropout\":0.1}";
+    const char *unknown =
+        "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
+        "\"n_features\":4,\"n_heads\":2,\"n_layers\":2,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0,"
+        "\"dropout\":0.1}";
     p = rewrite(src, "config2.safetensors", &(edit){.config = unknown});
     expect_bad(p, KILN_ERR_CONFIG, "'dropout'", NULL, "unknown config key");
     free(p);
-    const char *layers = "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
-                         "\"n_features\":4,\"n_heads\":2,\"n_layers\":3,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0}";
+    const char *layers =
+        "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
+        "\"n_features\":4,\"n_heads\":2,\"n_layers\":3,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0}";
     p = rewrite(src, "config3.safetensors", &(edit){.config = layers});
-    expect_bad(p, KILN_ERR_FORMAT, "missing tensor 'blocks.2.attn_norm.weight'", NULL, "config with more layers");
+    expect_bad(p, KILN_ERR_FORMAT, "missing tensor 'blocks.2.attn_norm.weight'", NULL,
+               "config with more layers");
     free(p);
     p = rewrite(src, "noconfig.safetensors", &(edit){.no_config = true});
     expect_bad(p, KILN_ERR_FORMAT, "kiln.config", NULL, "no config");
@@ -441,10 +482,11 @@ KILN_TEST(runtime_bad_models) {
     free(p);
     char *none = kiln_test_path("no-such-model");
     kiln_model *m = NULL;
-    CHECK("missing path fails naming it",
-          kiln_model_open(none, &m) != KILN_OK && m == NULL && strstr(kiln_errmsg(), "no-such-model"));
+    CHECK("missing path fails naming it", kiln_model_open(none, &m) != KILN_OK && m == NULL &&
+                                              strstr(kiln_errmsg(), "no-such-model"));
     CHECK("empty directory fails naming model.safetensors",
-          kiln_model_open(kiln_test_dir(), &m) != KILN_OK && strstr(kiln_errmsg(), "model.safetensors"));
+          kiln_model_open(kiln_test_dir(), &m) != KILN_OK &&
+              strstr(kiln_errmsg(), "model.safetensors"));
     free(none);
     free(src);
 }
@@ -465,7 +507,8 @@ KILN_TEST(runtime_bf16_weights) {
               CHECK("rounded f32 opens", kiln_model_open(p3, &r) == KILN_OK) &&
               CHECK("io", kiln_st_open(io_path, &io) == KILN_OK);
     if (ok) {
-        CHECK("bf16 kept as bf16", kiln_model_is_bf16(b1) && kiln_model_is_bf16(b2) && !kiln_model_is_bf16(r));
+        CHECK("bf16 kept as bf16",
+              kiln_model_is_bf16(b1) && kiln_model_is_bf16(b2) && !kiln_model_is_bf16(r));
         const kiln_tensor *xi = kiln_st_find(io, "inputs");
         int B = (int)xi->shape[0], S = (int)xi->shape[1];
         size_t n = (size_t)B * S * f->cfg.n_outputs;
@@ -475,10 +518,12 @@ KILN_TEST(runtime_bf16_weights) {
         CHECK("forwards", kiln_model_forward(f, x, B, S, yf) == KILN_OK &&
                               kiln_model_forward(b1, x, B, S, yb) == KILN_OK &&
                               kiln_model_forward(b2, x, B, S, yb2) == KILN_OK &&
-                              kiln_model_forward(r, x, B, S, yr) == KILN_OK && stream_all(b1, x, B, S, ybs));
+                              kiln_model_forward(r, x, B, S, yr) == KILN_OK &&
+                              stream_all(b1, x, B, S, ybs));
         /* bf16 has 8 bits of mantissa: each weight is off by up to 2^-9 relative. */
         double e = rel_err(yb, yf, n);
-        if (!CHECK("bf16 agrees with f32 within 2e-2", e < 2e-2)) fprintf(stderr, "    error %g\n", e);
+        if (!CHECK("bf16 agrees with f32 within 2e-2", e < 2e-2))
+            fprintf(stderr, "    error %g\n", e);
         CHECK("bf16 is not bitwise f32 (the test can tell)", memcmp(yb, yf, n * 4) != 0);
         /* The same rounded weights held as f32 must give the bf16 model's answer to float
          * rounding: the bf16 kernels widen exactly. */
@@ -496,8 +541,10 @@ KILN_TEST(runtime_bf16_weights) {
     kiln_model_config c = config(64, 2, 4, 96, 4, 2, 16, 8, 7, 3);
     kiln_model *rb = random_model("rand-bf16.safetensors", &c, 21, true);
     if (rb) {
-        float *x = random_inputs(40 * 7, 8), *yb = kiln_calloc(40 * 3, 4), *ys = kiln_calloc(40 * 3, 4);
-        CHECK("random bf16 model", kiln_model_is_bf16(rb) && kiln_model_forward(rb, x, 1, 40, yb) == KILN_OK &&
+        float *x = random_inputs(40 * 7, 8), *yb = kiln_calloc(40 * 3, 4),
+              *ys = kiln_calloc(40 * 3, 4);
+        CHECK("random bf16 model", kiln_model_is_bf16(rb) &&
+                                       kiln_model_forward(rb, x, 1, 40, yb) == KILN_OK &&
                                        stream_all(rb, x, 1, 40, ys) && rel_err(ys, yb, 120) < 1e-5);
         free(x);
         free(yb);
@@ -526,8 +573,10 @@ KILN_TEST(runtime_matvec_paths) {
         w[i] = (float)kiln_rt_normal(1, (uint64_t)i);
         wh[i] = kiln_f32_to_bf16(w[i]);
     }
-    for (int i = 0; i < cols; i++) x[i] = (float)kiln_rt_normal(2, (uint64_t)i);
-    for (int i = 0; i < rows; i++) b[i] = (float)kiln_rt_normal(3, (uint64_t)i);
+    for (int i = 0; i < cols; i++)
+        x[i] = (float)kiln_rt_normal(2, (uint64_t)i);
+    for (int i = 0; i < rows; i++)
+        b[i] = (float)kiln_rt_normal(3, (uint64_t)i);
     for (int bf = 0; bf < 2; bf++) {
         kiln_model m = {.bf16 = bf, .wsize = bf ? 2 : 4};
         const void *W = bf ? (const void *)wh : (const void *)w;
@@ -536,7 +585,8 @@ KILN_TEST(runtime_matvec_paths) {
         double worst = 0;
         for (int r = 0; r < rows; r++) {
             double s = b[r];
-            for (int c = 0; c < cols; c++) s += (double)(bf ? kiln_bf16_to_f32(wh[r * cols + c]) : w[r * cols + c]) * x[c];
+            for (int c = 0; c < cols; c++)
+                s += (double)(bf ? kiln_bf16_to_f32(wh[r * cols + c]) : w[r * cols + c]) * x[c];
             worst = fmax(worst, fmax(fabs(y1[r] - s), fabs(y2[r] - s)));
         }
         CHECK(bf ? "bf16 matvec" : "f32 matvec", worst < 1e-4);
@@ -556,7 +606,8 @@ typedef struct job {
 
 static void *run_job(void *arg) {
     job *j = arg;
-    j->ok = stream_all(j->m, j->x, 1, j->T, j->y) && kiln_model_forward(j->m, j->x, 1, j->T, j->yb) == KILN_OK;
+    j->ok = stream_all(j->m, j->x, 1, j->T, j->y) &&
+            kiln_model_forward(j->m, j->x, 1, j->T, j->yb) == KILN_OK;
     return NULL;
 }
 
@@ -570,20 +621,26 @@ KILN_TEST(runtime_threads_share_a_model) {
     pthread_t th[NT];
     for (int i = 0; i < NT; i++) {
         float *x = random_inputs((size_t)T * 6, 50 + (uint64_t)i);
-        jobs[i] = (job){m, x, T, kiln_calloc((size_t)T * 2, 4), kiln_calloc((size_t)T * 2, 4), false};
-        solo[i] = (job){m, x, T, kiln_calloc((size_t)T * 2, 4), kiln_calloc((size_t)T * 2, 4), false};
+        jobs[i] =
+            (job){m, x, T, kiln_calloc((size_t)T * 2, 4), kiln_calloc((size_t)T * 2, 4), false};
+        solo[i] =
+            (job){m, x, T, kiln_calloc((size_t)T * 2, 4), kiln_calloc((size_t)T * 2, 4), false};
         run_job(&solo[i]);
     }
     bool started = true;
-    for (int i = 0; i < NT; i++) started &= pthread_create(&th[i], NULL, run_job, &jobs[i]) == 0;
+    for (int i = 0; i < NT; i++)
+        started &= pthread_create(&th[i], NULL, run_job, &jobs[i]) == 0;
     CHECK("threads started", started);
-    for (int i = 0; i < NT && started; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NT && started; i++)
+        pthread_join(th[i], NULL);
     for (int i = 0; i < NT; i++) {
         CHECK("thread ran", jobs[i].ok && solo[i].ok);
         CHECK("a thread's stream gives one thread's answer, bit for bit",
               !memcmp(jobs[i].y, solo[i].y, (size_t)T * 2 * 4));
-        CHECK("a thread's batch forward agrees", rel_err(jobs[i].yb, solo[i].yb, (size_t)T * 2) < 1e-6);
-        CHECK("and sequences differ between threads", i == 0 || memcmp(jobs[i].y, jobs[0].y, (size_t)T * 8));
+        CHECK("a thread's batch forward agrees",
+              rel_err(jobs[i].yb, solo[i].yb, (size_t)T * 2) < 1e-6);
+        CHECK("and sequences differ between threads",
+              i == 0 || memcmp(jobs[i].y, jobs[0].y, (size_t)T * 8));
     }
     for (int i = 0; i < NT; i++) {
         free((void *)jobs[i].x);
