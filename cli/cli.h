@@ -58,6 +58,7 @@ int cmd_data_inspect(int argc, char **argv);
 int cmd_data_synth(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_golden_make(int argc, char **argv);
+int cmd_infer(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);

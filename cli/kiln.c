@@ -18,6 +18,7 @@ static const command commands[] = {
     {"data synth", cmd_data_synth, "write a synthetic market dataset"},
     {"export", cmd_export, "freeze a training checkpoint into a model directory"},
     {"golden make", cmd_golden_make, "store a model's outputs on held-out windows"},
+    {"infer", cmd_infer, "run a model over a dataset file (batch or stream)"},
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
