@@ -3,6 +3,8 @@
  * that a later build, machine or export can be held to them. The windows come from the
  * split the trainer validated on (kiln_dataset_split with the run's val_fraction and
  * seq_len), chosen by Philox (KILN_STREAM_GOLDEN) so that the seed alone reproduces them.
+ * The outputs are the runtime's (what a service computes); validate holds the trainer's
+ * forward and the stream to them separately (parity).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -82,7 +84,7 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     KILN_CHECK_IF(rc, done, !starts || !x || !t || !y || !loss, KILN_ERR_NOMEM, "out of memory");
     draw_starts(&sp, S, o->seed, N, starts);
     kiln_vgather(ds, starts, N, S, x, t);
-    KILN_CHECK(rc, done, kiln_vmodel_trainer_forward(&m, x, N, y));
+    KILN_CHECK(rc, done, kiln_vmodel_forward(&m, x, N, S, y));
     double mean = 0;
     for (size_t k = 0; k < N; k++) {
         double l = kiln_vmse(y + k * S * O, t + k * S * O, (size_t)S * O);
@@ -123,7 +125,7 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
                    "val_fraction", vf, "seq_len", S, "split", "train_end",
                    (json_int_t)sp.train_end, "val_begin", (json_int_t)sp.val_begin, "val_end",
                    (json_int_t)sp.val_end, "starts", js, "windows", (json_int_t)N, "loss_mean",
-                   mean, "engine", "trainer forward (kiln_tsmoe, eval, dropless)");
+                   mean, "engine", KILN_VMODEL_ENGINE);
     js = NULL;
     KILN_CHECK_IF(rc, done, !gj, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, kiln_json_write_file(jpath, gj));

@@ -132,7 +132,7 @@ static kiln_err check_golden(run *r, const char *name, vmodel *m, const kiln_dat
     KILN_CHECK(rc, out, kiln_tensor_to_f32(ti, x));
     KILN_CHECK(rc, out, kiln_tensor_to_f32(tt, t));
     KILN_CHECK(rc, out, kiln_tensor_to_f32(to, want));
-    KILN_CHECK(rc, out, kiln_vmodel_trainer_forward(m, x, (size_t)N, y));
+    KILN_CHECK(rc, out, kiln_vmodel_forward(m, x, (size_t)N, S, y));
 
     /* Where the golden set was drawn from this very data, its inputs must be those rows. */
     const char *gds = json_string_value(json_object_get(gj, "data_sha256"));
@@ -322,7 +322,7 @@ static kiln_err check_bf16(run *r, const kiln_validate_opts *o, vmodel *m, const
     }
     y = kiln_malloc(h->n * S * O * sizeof *y);
     KILN_CHECK_IF(rc, out, !y, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_vmodel_trainer_forward(&b, h->x, h->n, y));
+    KILN_CHECK(rc, out, kiln_vmodel_forward(&b, h->x, h->n, S, y));
     json_t *extra = json_pack("{s:s,s:f,s:f}", "bf16_model", made ? "rounded in memory" : b.file,
                               "loss", kiln_vmse(y, h->t, h->n * S * O), "f32_loss", h->loss);
     rc = add_compare(r, name, "parity_f32_bf16 (bf16 export vs f32 model)", y, h->y,
@@ -331,6 +331,29 @@ out:
     free(why);
     free(y);
     kiln_vmodel_close(&b);
+    return rc;
+}
+
+/* ---- runtime parity ------------------------------------------------------------- */
+
+/* The trainer's forward (the reference, MODEL.md) against the runtime's batch forward, and
+ * the runtime's batch forward against its streams, on the held-out windows. */
+static kiln_err check_parity(run *r, vmodel *m, const heldout *h, const kiln_thresholds *th) {
+    const int S = m->cfg.seq_len, O = m->cfg.n_outputs;
+    const size_t ny = h->n * S * O;
+    float *y = kiln_malloc(ny * sizeof *y);
+    if (!y) return KILN_ERR_NOMEM;
+    kiln_err rc = kiln_vmodel_trainer_forward(m, h->x, h->n, y);
+    if (!rc)
+        rc = add_compare(r, "parity_trainer_runtime",
+                         "parity_trainer_runtime (runtime batch vs trainer forward)", h->y, y, ny,
+                         S, O, &th->parity, json_pack("{s:I}", "windows", (json_int_t)h->n));
+    if (!rc) rc = kiln_vmodel_stream_forward(m, h->x, h->n, S, y);
+    if (!rc)
+        rc = add_compare(r, "parity_batch_stream",
+                         "parity_batch_stream (runtime stream vs runtime batch)", y, h->y, ny, S,
+                         O, &th->stream, json_pack("{s:I}", "windows", (json_int_t)h->n));
+    free(y);
     return rc;
 }
 
@@ -361,14 +384,12 @@ static kiln_err check_baseline(run *r, const kiln_validate_opts *o, const vmodel
     char *why = NULL;
     if (!rc) rc = check_golden(r, "baseline_golden", &b, ds, th);
     if (rc) goto out;
+    /* The candidate's windows: the runtime takes any length, so a baseline trained with
+     * another seq_len is measured on the same rows. */
     const int S = m->cfg.seq_len, O = m->cfg.n_outputs;
-    KILN_CHECK_IF(rc, out, b.cfg.seq_len != S, KILN_ERR_UNSUPPORTED,
-                  "baseline '%s' has seq_len %d, the candidate %d: the trainer's forward "
-                  "compares windows of one length only",
-                  b.file, b.cfg.seq_len, S);
     y = kiln_malloc(h->n * S * O * sizeof *y);
     KILN_CHECK_IF(rc, out, !y, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_vmodel_trainer_forward(&b, h->x, h->n, y));
+    KILN_CHECK(rc, out, kiln_vmodel_forward(&b, h->x, h->n, S, y));
     const double bl = kiln_vmse(y, h->t, h->n * S * O);
     const double limit = bl * (1 + th->baseline_rel) + th->baseline_abs;
     const bool ok = h->loss <= limit;
@@ -418,11 +439,12 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     kiln_split sp;
     KILN_CHECK(rc, out, kiln_dataset_split(ds, vf, S, &sp));
     KILN_CHECK(rc, out, heldout_make(ds, &sp, S, F, O, (size_t)th->heldout_windows, &h));
-    KILN_CHECK(rc, out, kiln_vmodel_trainer_forward(&m, h.x, h.n, h.y));
+    KILN_CHECK(rc, out, kiln_vmodel_forward(&m, h.x, h.n, S, h.y));
     h.loss = kiln_vmse(h.y, h.t, h.n * S * O);
 
     KILN_CHECK(rc, out, check_golden(&r, "golden", &m, ds, th));
     KILN_CHECK(rc, out, check_baseline(&r, o, &m, &h, ds, th));
+    KILN_CHECK(rc, out, check_parity(&r, &m, &h, th));
     KILN_CHECK(rc, out, check_bf16(&r, o, &m, &h, th));
     KILN_CHECK(rc, out, check_cuda(&r));
 

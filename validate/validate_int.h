@@ -5,8 +5,9 @@
 #include "train.h"
 #include "validate.h"
 
-/* A model directory opened for validation: its file, card and a trainer network holding
- * its weights (bf16 widened to f32 exactly). */
+/* A model directory opened for validation: its file, its card, the runtime's model (what
+ * services run) and a trainer network holding the same weights (bf16 widened to f32
+ * exactly), the reference the runtime is held to. */
 typedef struct vmodel {
     char *dir;  /* the directory (or the file's directory) */
     char *file; /* its model.safetensors */
@@ -15,6 +16,7 @@ typedef struct vmodel {
     bool bf16;        /* the trained weights are stored as bf16 */
     json_t *card;     /* card.json, or NULL when the directory has none */
     kiln_tsmoe *net;  /* the trainer's network, max_batch VBATCH */
+    kiln_model *rt;   /* the runtime's model */
 } vmodel;
 
 #define VBATCH 16
@@ -22,6 +24,13 @@ typedef struct vmodel {
 /* Open path (a model directory or its model.safetensors). Release with vmodel_close. */
 kiln_err kiln_vmodel_open(const char *path, vmodel *m);
 void kiln_vmodel_close(vmodel *m);
+/* The model's outputs, as a service computes them: the runtime's batch forward over n
+ * windows of S steps (any S >= 1): x [n,S,F] -> y [n,S,O]. */
+kiln_err kiln_vmodel_forward(vmodel *m, const float *x, size_t n, int S, float *y);
+/* The runtime's streaming forward, one fresh stream per window fed tick by tick. */
+kiln_err kiln_vmodel_stream_forward(vmodel *m, const float *x, size_t n, int S, float *y);
+/* What kiln_vmodel_forward is, for reports. */
+#define KILN_VMODEL_ENGINE "runtime batch forward (kiln_model_forward)"
 /* The trainer's forward (eval: no targets, so no capacity limit) over n windows of the
  * model's seq_len: x [n,S,F] -> y [n,S,O]. */
 kiln_err kiln_vmodel_trainer_forward(vmodel *m, const float *x, size_t n, float *y);

@@ -12,6 +12,7 @@ void kiln_vmodel_close(vmodel *m) {
     free(m->file);
     json_decref(m->card);
     kiln_tsmoe_free(m->net);
+    kiln_model_free(m->rt);
     memset(m, 0, sizeof *m);
 }
 
@@ -63,6 +64,9 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
     KILN_CHECK(rc, fail, kiln_model_config_from_st(st, &m->cfg));
     KILN_CHECK(rc, fail, kiln_tsmoe_create(&m->cfg, VBATCH, &m->net));
     KILN_CHECK(rc, fail, load_weights(m, st));
+    KILN_CHECK(rc, fail, kiln_model_open(m->file, &m->rt));
+    KILN_CHECK_IF(rc, fail, !!kiln_model_is_bf16(m->rt) != m->bf16, KILN_ERR_INTERNAL,
+                  "'%s': the runtime and the trainer disagree on whether it is bf16", m->file);
     uint8_t d[KILN_SHA256_BYTES];
     KILN_CHECK(rc, fail, kiln_sha256_file(m->file, d));
     kiln_hex(d, sizeof d, m->sha256);
@@ -89,6 +93,30 @@ kiln_err kiln_vmodel_trainer_forward(vmodel *m, const float *x, size_t n, float 
         memcpy(y + w * S * O, kiln_tsmoe_outputs(m->net), (size_t)b * S * O * sizeof *y);
     }
     return KILN_OK;
+}
+
+kiln_err kiln_vmodel_forward(vmodel *m, const float *x, size_t n, int S, float *y) {
+    const size_t F = (size_t)m->cfg.n_features, O = (size_t)m->cfg.n_outputs;
+    /* In slices, so that the runtime's workspace stays small for long validations. */
+    for (size_t w = 0; w < n; w += 64) {
+        int b = (int)(n - w < 64 ? n - w : 64);
+        KILN_TRY(kiln_model_forward(m->rt, x + w * S * F, b, S, y + w * S * O));
+    }
+    return KILN_OK;
+}
+
+kiln_err kiln_vmodel_stream_forward(vmodel *m, const float *x, size_t n, int S, float *y) {
+    const size_t F = (size_t)m->cfg.n_features, O = (size_t)m->cfg.n_outputs;
+    kiln_stream *s;
+    KILN_TRY(kiln_stream_open(m->rt, &s));
+    kiln_err rc = KILN_OK;
+    for (size_t w = 0; !rc && w < n; w++) {
+        kiln_stream_reset(s);
+        for (size_t t = 0; !rc && t < (size_t)S; t++)
+            rc = kiln_stream_push(s, x + (w * S + t) * F, y + (w * S + t) * O);
+    }
+    kiln_stream_free(s);
+    return rc;
 }
 
 double kiln_vmodel_val_fraction(const vmodel *m) {
