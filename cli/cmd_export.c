@@ -13,8 +13,8 @@ int cmd_export(int argc, char **argv) {
     bool force = false;
     const cli_opt opts[] = {
         {"out", CLI_STR, &out, "MODEL_DIR", "model directory to create", true},
-        {"step", CLI_INT, &step, "N",
-         "checkpoint step (default: the newest whose digest verifies)", false},
+        {"step", CLI_INT, &step, "N", "checkpoint step (default: the newest whose digest verifies)",
+         false},
         {"dtype", CLI_STR, &dtype, "f32|bf16", "weight dtype (default f32; norm.in_* stay f32)",
          false},
         {"name", CLI_STR, &name, "NAME", "the card's model name (default run-<run id>)", false},
@@ -30,8 +30,8 @@ int cmd_export(int argc, char **argv) {
     char **pos;
     int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
     if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    kiln_export_opts o = {.run_dir = pos[0], .step = step, .out_dir = out, .name = name,
-                          .force = force};
+    kiln_export_opts o = {
+        .run_dir = pos[0], .step = step, .out_dir = out, .name = name, .force = force};
     if (!strcmp(dtype, "bf16")) {
         o.dtype = KILN_EXPORT_BF16;
     } else if (strcmp(dtype, "f32")) {

@@ -35,13 +35,23 @@ int cmd_golden_make(int argc, char **argv) {
     free(pos);
     if (windows < 1 || windows > 1000000)
         return cli_usage_error("--windows must be between 1 and 1000000");
-    if (vf != -1 && !(vf > 0 && vf < 1))
-        return cli_usage_error("--val-fraction must be in (0, 1)");
-    kiln_golden_opts o = {.model = model, .data = data, .out_dir = out, .windows = (int)windows,
-                          .seed = seed, .val_fraction = vf, .force = force};
+    if (vf != -1 && !(vf > 0 && vf < 1)) return cli_usage_error("--val-fraction must be in (0, 1)");
+    kiln_golden_opts o = {.model = model,
+                          .data = data,
+                          .out_dir = out,
+                          .windows = (int)windows,
+                          .seed = seed,
+                          .val_fraction = vf,
+                          .force = force};
     kiln_err err = kiln_golden_make(&o);
     if (err) return cli_fail(err);
-    printf("golden set of %ld windows written to '%s'\n", windows, out ? out : "MODEL/golden");
+    size_t ml = strlen(model);
+    char *dir = ml > 12 && !strcmp(model + ml - 12, ".safetensors") ? kiln_dirname(model)
+                                                                    : kiln_strdup(model);
+    char *where = out ? kiln_strdup(out) : dir ? kiln_path_join(dir, "golden") : NULL;
+    printf("golden set of %ld windows written to '%s'\n", windows, where ? where : "?");
+    free(where);
+    free(dir);
     return 0;
 }
 
@@ -98,10 +108,14 @@ int cmd_validate(int argc, char **argv) {
     }
     free(sets.v);
     if (bf16 && make_bf16) return cli_usage_error("--bf16 and --make-bf16 exclude each other");
-    if (vf != -1 && !(vf > 0 && vf < 1))
-        return cli_usage_error("--val-fraction must be in (0, 1)");
-    kiln_validate_opts o = {.model = model, .data = data, .baseline = baseline, .bf16 = bf16,
-                            .make_bf16 = make_bf16, .report = report, .thresholds = &th,
+    if (vf != -1 && !(vf > 0 && vf < 1)) return cli_usage_error("--val-fraction must be in (0, 1)");
+    kiln_validate_opts o = {.model = model,
+                            .data = data,
+                            .baseline = baseline,
+                            .bf16 = bf16,
+                            .make_bf16 = make_bf16,
+                            .report = report,
+                            .thresholds = &th,
                             .val_fraction = vf};
     json_t *rep = NULL;
     kiln_err err = kiln_validate_run(&o, &rep);
@@ -113,11 +127,11 @@ int cmd_validate(int argc, char **argv) {
         const char *st = json_string_value(json_object_get(c, "status"));
         const char *why = json_string_value(json_object_get(c, "reason"));
         if (!strcmp(st, "failed")) fprintf(stderr, "kiln: failed: %s\n", why ? why : name);
-        printf("%-18s %s%s%s\n", name, st, why && strcmp(st, "failed") ? ": " : "",
+        printf("%-24s %s%s%s\n", name, st, why && strcmp(st, "failed") ? ": " : "",
                why && strcmp(st, "failed") ? why : "");
     }
-    printf("validation %s; report '%s'\n", err ? "FAILED" : "passed",
-           report ? report : "MODEL/validation.json");
+    const char *rp = json_string_value(json_object_get(rep, "report"));
+    printf("validation %s; report '%s'\n", err ? "FAILED" : "passed", rp ? rp : "(none)");
     json_decref(rep);
     return err ? cli_fail(err) : 0;
 }

@@ -24,7 +24,8 @@
 void kiln_export_info_release(kiln_export_info *info) {
     if (!info) return;
     free(info->ckpt_path);
-    for (size_t i = 0; i < info->n_skipped; i++) free(info->skipped[i]);
+    for (size_t i = 0; i < info->n_skipped; i++)
+        free(info->skipped[i]);
     free(info->skipped);
     memset(info, 0, sizeof *info);
 }
@@ -35,7 +36,8 @@ void kiln_export_info_release(kiln_export_info *info) {
 static long ckpt_step(const char *name) {
     if (strncmp(name, "step-", 5)) return -1;
     const char *p = name + 5, *q = p;
-    while (*q >= '0' && *q <= '9') q++;
+    while (*q >= '0' && *q <= '9')
+        q++;
     if (q - p < 8 || q - p > 18 || strcmp(q, ".safetensors")) return -1;
     return strtol(p, NULL, 10);
 }
@@ -186,8 +188,8 @@ static kiln_err pick_ckpt(const char *run_dir, long want, ckpt *c, char **path_o
         KILN_CHECK_IF(rc, out, !path, KILN_ERR_NOMEM, "out of memory");
         rc = ckpt_open(path, c);
         if (!rc && c->step != steps[i]) {
-            rc = kiln_fail(KILN_ERR_FORMAT, "'%s': kiln.step is %ld, not the file's step %ld",
-                           path, c->step, steps[i]);
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s': kiln.step is %ld, not the file's step %ld", path,
+                           c->step, steps[i]);
             ckpt_close(c);
         }
         if (!rc) {
@@ -263,9 +265,10 @@ static kiln_err read_metrics(const char *run_dir, long step, json_t **metrics, d
     if (r == SQLITE_ROW) {
         json_object_set_new(m, "val_step", json_integer(sqlite3_column_int64(q, 0)));
         json_object_set_new(m, "val_loss", json_real(sqlite3_column_double(q, 1)));
-        json_object_set_new(m, "val_r2", sqlite3_column_type(q, 2) == SQLITE_NULL
-                                             ? json_null()
-                                             : json_real(sqlite3_column_double(q, 2)));
+        json_object_set_new(m, "val_r2",
+                            sqlite3_column_type(q, 2) == SQLITE_NULL
+                                ? json_null()
+                                : json_real(sqlite3_column_double(q, 2)));
     }
     KILN_CHECK_IF(rc, out, r != SQLITE_ROW && r != SQLITE_DONE, KILN_ERR_IO, "'%s': %s", path,
                   sqlite3_errmsg(db));
@@ -349,11 +352,11 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
     snprintf(file, sizeof file, "ckpt/step-%08ld.safetensors", c->step);
     ck = json_pack("{s:s,s:s,s:s}", "file", file, "sha256", fhex, "data_sha256",
                    kiln_st_meta(c->st, "kiln.data_sha256"));
-    lin = json_pack("{s:s,s:I,s:o,s:o,s:o,s:o,s:o}", "run_id", rid, "step", (json_int_t)c->step,
-                    "checkpoint", ck, "config", tc ? tc : json_null(), "dataset_sha256",
-                    str_or_null(ds), "code_version",
-                    str_or_null(kiln_st_meta(c->st, "kiln.version")), "metrics",
-                    metrics ? metrics : json_null());
+    lin =
+        json_pack("{s:s,s:I,s:o,s:o,s:o,s:o,s:o}", "run_id", rid, "step", (json_int_t)c->step,
+                  "checkpoint", ck, "config", tc ? tc : json_null(), "dataset_sha256",
+                  str_or_null(ds), "code_version", str_or_null(kiln_st_meta(c->st, "kiln.version")),
+                  "metrics", metrics ? metrics : json_null());
     ck = tc = metrics = NULL; /* stolen by json_pack, even on failure */
     KILN_CHECK_IF(rc, out, !lin, KILN_ERR_NOMEM, "out of memory");
     card = json_pack("{s:s,s:s,s:s,s:o,s:s,s:O}", "format", KILN_CARD_FORMAT, "name", name,
@@ -379,7 +382,8 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
     char *ctext = NULL, num[32];
     kiln_err rc = KILN_OK;
     size_t nhalf = 0;
-    for (size_t i = 0; i < c->np; i++) nhalf += c->tab[i].numel;
+    for (size_t i = 0; i < c->np; i++)
+        nhalf += c->tab[i].numel;
     if (dtype == KILN_EXPORT_BF16) {
         half = kiln_malloc((nhalf ? nhalf : 1) * sizeof *half);
         if (!half) return KILN_ERR_NOMEM;
@@ -399,7 +403,8 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
             }
             KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_BF16, p->ndim, p->shape, h));
         } else {
-            KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, t->data));
+            KILN_CHECK(rc, out,
+                       kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, t->data));
         }
     }
     ctext = kiln_model_config_text(&c->cfg);

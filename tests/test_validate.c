@@ -78,29 +78,27 @@ static bool fixture_make(fixture *f, long steps, long every) {
     if (!make_run(f->data, f->run, steps, every)) return false;
     kiln_export_opts eo = {.run_dir = f->run, .out_dir = f->model};
     if (kiln_export_model(&eo, NULL)) return false;
-    kiln_golden_opts go = {.model = f->model, .data = f->data, .windows = 6, .seed = 3,
-                           .val_fraction = -1};
+    kiln_golden_opts go = {
+        .model = f->model, .data = f->data, .windows = 6, .seed = 3, .val_fraction = -1};
     return kiln_golden_make(&go) == KILN_OK;
 }
 
 static kiln_err validate(const char *model, const char *data, const char *baseline,
                          const char *bf16, json_t **rep) {
-    kiln_validate_opts o = {.model = model, .data = data, .baseline = baseline, .bf16 = bf16,
-                            .val_fraction = -1};
+    kiln_validate_opts o = {
+        .model = model, .data = data, .baseline = baseline, .bf16 = bf16, .val_fraction = -1};
     return kiln_validate_run(&o, rep);
 }
 
 static const char *status(const json_t *rep, const char *check) {
-    const char *s =
-        json_string_value(json_object_get(json_object_get(json_object_get(rep, "checks"), check),
-                                          "status"));
+    const char *s = json_string_value(
+        json_object_get(json_object_get(json_object_get(rep, "checks"), check), "status"));
     return s ? s : "";
 }
 
 static const char *reason(const json_t *rep, const char *check) {
-    const char *s =
-        json_string_value(json_object_get(json_object_get(json_object_get(rep, "checks"), check),
-                                          "reason"));
+    const char *s = json_string_value(
+        json_object_get(json_object_get(json_object_get(rep, "checks"), check), "reason"));
     return s ? s : "";
 }
 
@@ -151,7 +149,8 @@ static bool edit_tensor(const char *path, const char *name, size_t index, float 
         ok = kiln_st_writer_meta(w, k, v) == KILN_OK;
     }
     ok = ok && found && kiln_st_writer_write(w, path) == KILN_OK;
-    for (size_t i = 0; copies && i < n; i++) free(copies[i]);
+    for (size_t i = 0; copies && i < n; i++)
+        free(copies[i]);
     free(copies);
     kiln_st_writer_free(w);
     kiln_st_close(st);
@@ -186,7 +185,8 @@ KILN_TEST(validate_export_deterministic) {
         CHECK("has kiln.config", kiln_model_config_from_st(st, &cfg) == KILN_OK &&
                                      kiln_param_table(&cfg, &tab, &np, &tot) == KILN_OK);
         CHECK("exactly the parameters", kiln_st_count(st) == np && np > 0);
-        CHECK("no moments", !kiln_st_find(st, "m.embed.weight") && !kiln_st_find(st, "v.head.bias"));
+        CHECK("no moments",
+              !kiln_st_find(st, "m.embed.weight") && !kiln_st_find(st, "v.head.bias"));
         CHECK("norm.in_std is there", kiln_st_find(st, "norm.in_std") != NULL);
         free(tab);
         kiln_st_close(st);
@@ -199,10 +199,10 @@ KILN_TEST(validate_export_deterministic) {
         CHECK("lineage run id", json_string_length(json_object_get(lin, "run_id")) == 32);
         CHECK("lineage dataset digest",
               json_string_length(json_object_get(lin, "dataset_sha256")) == 64);
-        CHECK("lineage val_loss", json_is_number(json_object_get(json_object_get(lin, "metrics"),
-                                                                 "val_loss")));
-        CHECK("run config", json_is_number(json_object_get(json_object_get(lin, "config"),
-                                                           "val_fraction")));
+        CHECK("lineage val_loss",
+              json_is_number(json_object_get(json_object_get(lin, "metrics"), "val_loss")));
+        CHECK("run config",
+              json_is_number(json_object_get(json_object_get(lin, "config"), "val_fraction")));
         int64_t t;
         CHECK("created is RFC 3339 near now",
               kiln_export_parse_time(json_string_value(json_object_get(card, "created")), &t) ==
@@ -223,8 +223,10 @@ KILN_TEST(validate_export_deterministic) {
     char *mc = join(c, "model.safetensors");
     kiln_st *s4 = NULL, *ck = NULL;
     char *ckp = join(run, "ckpt/step-00000004.safetensors");
-    if (CHECK("bf16 model opens", kiln_st_open(mc, &s4) == KILN_OK && kiln_st_open(ckp, &ck) == KILN_OK)) {
-        const kiln_tensor *w = kiln_st_find(s4, "head.weight"), *f = kiln_st_find(ck, "head.weight");
+    if (CHECK("bf16 model opens",
+              kiln_st_open(mc, &s4) == KILN_OK && kiln_st_open(ckp, &ck) == KILN_OK)) {
+        const kiln_tensor *w = kiln_st_find(s4, "head.weight"),
+                          *f = kiln_st_find(ck, "head.weight");
         bool ok = w && f && w->dtype == KILN_BF16 && w->numel == f->numel;
         for (size_t i = 0; ok && i < w->numel; i++) {
             uint16_t h;
@@ -276,8 +278,8 @@ KILN_TEST(validate_export_refusals) {
     o.step = 0;
     kiln_export_info info;
     CHECK("the default step exports", kiln_export_model(&o, &info) == KILN_OK);
-    CHECK("from step 4, the corrupt one skipped", info.step == 4 && info.n_skipped == 1 &&
-                                                      strstr(info.skipped[0], "digest mismatch"));
+    CHECK("from step 4, the corrupt one skipped",
+          info.step == 4 && info.n_skipped == 1 && strstr(info.skipped[0], "digest mismatch"));
     kiln_export_info_release(&info);
 
     /* An existing non-empty directory is left alone unless forced. */
@@ -319,8 +321,8 @@ KILN_TEST(validate_thresholds) {
     kiln_thresholds t;
     kiln_thresholds_default(&t);
     CHECK("defaults", t.golden.rtol == 1e-5 && t.parity.rtol > 0 && t.heldout_windows == 256);
-    CHECK("sets a key", kiln_thresholds_set(&t, "parity.rtol=3e-4") == KILN_OK &&
-                            t.parity.rtol == 3e-4);
+    CHECK("sets a key",
+          kiln_thresholds_set(&t, "parity.rtol=3e-4") == KILN_OK && t.parity.rtol == 3e-4);
     kiln_thresholds before = t;
     CHECK("unknown key refused", kiln_thresholds_set(&t, "parity.rtool=1") == KILN_ERR_USAGE &&
                                      strstr(kiln_errmsg(), "unknown threshold 'parity.rtool'"));
@@ -343,8 +345,8 @@ KILN_TEST(validate_thresholds) {
     CHECK("inside: relative and absolute", c.passed && c.frac_outside == 0 && c.scale == 2.0);
     got[3] = 0.502f;
     kiln_compare_f32(got, ref, 4, &tol, &c);
-    CHECK("one outside", !c.passed && c.frac_outside == 0.25 && c.worst == 3 &&
-                             fabs(c.max_rel - 0.004) < 1e-6);
+    CHECK("one outside",
+          !c.passed && c.frac_outside == 0.25 && c.worst == 3 && fabs(c.max_rel - 0.004) < 1e-6);
     tol.max_outside = 0.25;
     kiln_compare_f32(got, ref, 4, &tol, &c);
     CHECK("allowed share", c.passed);
@@ -358,10 +360,11 @@ KILN_TEST(validate_thresholds) {
 KILN_TEST(validate_golden_make) {
     fixture f = {0};
     if (!CHECK("fixture", fixture_make(&f, 10, 5))) goto out;
-    char *gs = join(f.model, "golden/golden.safetensors"), *gj = join(f.model, "golden/golden.json");
+    char *gs = join(f.model, "golden/golden.safetensors"),
+         *gj = join(f.model, "golden/golden.json");
     char *o2 = kiln_test_path("g2"), *s2 = join(o2, "golden.safetensors");
-    kiln_golden_opts go = {.model = f.model, .data = f.data, .windows = 6, .seed = 3,
-                           .val_fraction = -1};
+    kiln_golden_opts go = {
+        .model = f.model, .data = f.data, .windows = 6, .seed = 3, .val_fraction = -1};
     CHECK("an existing set is refused", kiln_golden_make(&go) == KILN_ERR_CONFLICT &&
                                             strstr(kiln_errmsg(), "golden set already"));
     go.out_dir = o2;
@@ -403,16 +406,16 @@ KILN_TEST(validate_passes_fresh_model) {
     fixture f = {0};
     if (!CHECK("fixture", fixture_make(&f, 20, 10))) goto out;
     json_t *rep = NULL;
-    kiln_validate_opts o = {.model = f.model, .data = f.data, .make_bf16 = true,
-                            .val_fraction = -1};
+    kiln_validate_opts o = {
+        .model = f.model, .data = f.data, .make_bf16 = true, .val_fraction = -1};
     kiln_err rc = kiln_validate_run(&o, &rep);
     CHECK("passes", rc == KILN_OK);
     CHECK("report passed", json_is_true(json_object_get(rep, "passed")));
     CHECK("golden passed", !strcmp(status(rep, "golden"), "passed"));
     CHECK("bf16 in memory passed", !strcmp(status(rep, "parity_f32_bf16"), "passed"));
     CHECK("no baseline: not run", !strcmp(status(rep, "baseline_loss"), "not run"));
-    CHECK("cuda: not run with a reason", !strcmp(status(rep, "parity_cpu_cuda"), "not run") &&
-                                              *reason(rep, "parity_cpu_cuda"));
+    CHECK("cuda: not run with a reason",
+          !strcmp(status(rep, "parity_cpu_cuda"), "not run") && *reason(rep, "parity_cpu_cuda"));
     const json_t *h = json_object_get(rep, "heldout");
     double loss = json_real_value(json_object_get(h, "loss")),
            card = json_real_value(json_object_get(h, "card_val_loss"));
@@ -423,8 +426,8 @@ KILN_TEST(validate_passes_fresh_model) {
     json_decref(rep);
     char *vp = join(f.model, "validation.json");
     json_t *file = NULL;
-    CHECK("validation.json written with passed",
-          kiln_json_load_file(vp, &file) == KILN_OK && json_is_true(json_object_get(file, "passed")));
+    CHECK("validation.json written with passed", kiln_json_load_file(vp, &file) == KILN_OK &&
+                                                     json_is_true(json_object_get(file, "passed")));
     json_decref(file);
     free(vp);
 
@@ -432,9 +435,8 @@ KILN_TEST(validate_passes_fresh_model) {
     char *mb = kiln_test_path("model-bf16");
     kiln_export_opts eo = {.run_dir = f.run, .out_dir = mb, .dtype = KILN_EXPORT_BF16};
     CHECK("bf16 export", kiln_export_model(&eo, NULL) == KILN_OK);
-    CHECK("--bf16 with the export passes",
-          validate(f.model, f.data, NULL, mb, &rep) == KILN_OK &&
-              !strcmp(status(rep, "parity_f32_bf16"), "passed"));
+    CHECK("--bf16 with the export passes", validate(f.model, f.data, NULL, mb, &rep) == KILN_OK &&
+                                               !strcmp(status(rep, "parity_f32_bf16"), "passed"));
     json_decref(rep);
     kiln_manifest *m = NULL;
     CHECK("pack sees the verdict", kiln_manifest_build(f.model, "demo", "1.0.0", &m) == KILN_OK &&
@@ -474,9 +476,9 @@ KILN_TEST(validate_fails_altered_golden) {
     CHECK("alters one stored output", edit_tensor(gs, "outputs", 11, 1e-3f));
     json_t *rep = NULL;
     CHECK("fails", validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_VERIFY);
-    CHECK("golden failed at that output",
-          !strcmp(status(rep, "golden"), "failed") && strstr(reason(rep, "golden"), "step 5") &&
-              strstr(reason(rep, "golden"), "output 1"));
+    CHECK("golden failed at that output", !strcmp(status(rep, "golden"), "failed") &&
+                                              strstr(reason(rep, "golden"), "step 5") &&
+                                              strstr(reason(rep, "golden"), "output 1"));
     json_decref(rep);
     /* Inputs that are not the data's rows are named as such. */
     CHECK("restores", edit_tensor(gs, "outputs", 11, -1e-3f));
@@ -487,9 +489,9 @@ KILN_TEST(validate_fails_altered_golden) {
     /* No golden set at all. */
     char *gj = join(f.model, "golden/golden.json");
     unlink(gj);
-    CHECK("fails without a golden set", validate(f.model, f.data, NULL, NULL, &rep) ==
-                                                KILN_ERR_VERIFY &&
-                                            strstr(reason(rep, "golden"), "no golden set"));
+    CHECK("fails without a golden set",
+          validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_VERIFY &&
+              strstr(reason(rep, "golden"), "no golden set"));
     json_decref(rep);
     free(gj);
     free(gs);
@@ -504,21 +506,22 @@ KILN_TEST(validate_fails_better_baseline) {
     char *early = kiln_test_path("early");
     kiln_export_opts eo = {.run_dir = f.run, .out_dir = early, .step = 4};
     CHECK("exports step 4", kiln_export_model(&eo, NULL) == KILN_OK);
-    kiln_golden_opts go = {.model = early, .data = f.data, .windows = 4, .seed = 1,
-                           .val_fraction = -1};
+    kiln_golden_opts go = {
+        .model = early, .data = f.data, .windows = 4, .seed = 1, .val_fraction = -1};
     CHECK("golden for it", kiln_golden_make(&go) == KILN_OK);
     json_t *rep = NULL;
     kiln_err rc = validate(early, f.data, f.model, NULL, &rep);
     CHECK("fails", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "baseline_loss"));
-    CHECK("baseline_loss failed", !strcmp(status(rep, "baseline_loss"), "failed") &&
-                                      strstr(reason(rep, "baseline_loss"), "worse than the baseline"));
+    CHECK("baseline_loss failed",
+          !strcmp(status(rep, "baseline_loss"), "failed") &&
+              strstr(reason(rep, "baseline_loss"), "worse than the baseline"));
     CHECK("the baseline's golden still reproduces",
           !strcmp(status(rep, "baseline_golden"), "passed"));
     json_decref(rep);
     /* The other way round passes: the final model against the early one in production. */
     rc = validate(f.model, f.data, early, NULL, &rep);
-    CHECK("a better candidate passes", rc == KILN_OK &&
-                                           !strcmp(status(rep, "baseline_loss"), "passed"));
+    CHECK("a better candidate passes",
+          rc == KILN_OK && !strcmp(status(rep, "baseline_loss"), "passed"));
     json_decref(rep);
     free(early);
 out:
@@ -539,9 +542,9 @@ KILN_TEST(validate_fails_bf16_off) {
     CHECK("golden still passed", !strcmp(status(rep, "golden"), "passed"));
     json_decref(rep);
     /* An f32 model given as the bf16 export is refused by name. */
-    CHECK("an f32 'export' fails", validate(f.model, f.data, NULL, f.model, &rep) ==
-                                           KILN_ERR_VERIFY &&
-                                       strstr(reason(rep, "parity_f32_bf16"), "no bf16 weights"));
+    CHECK("an f32 'export' fails",
+          validate(f.model, f.data, NULL, f.model, &rep) == KILN_ERR_VERIFY &&
+              strstr(reason(rep, "parity_f32_bf16"), "no bf16 weights"));
     json_decref(rep);
     free(mb);
 out:

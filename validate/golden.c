@@ -26,7 +26,8 @@ static void draw_starts(const kiln_split *sp, int S, uint64_t seed, size_t n, si
         uint64_t x = ((uint64_t)r[1] << 32 | r[0]) % fit;
         size_t s = sp->val_begin + (size_t)x;
         bool dup = false;
-        for (size_t k = 0; distinct && !dup && k < w; k++) dup = starts[k] == s;
+        for (size_t k = 0; distinct && !dup && k < w; k++)
+            dup = starts[k] == s;
         if (!dup) starts[w++] = s;
     }
 }
@@ -122,10 +123,10 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
                    "format", KILN_GOLDEN_FORMAT, "kiln_version", kiln_version(), "model_sha256",
                    m.sha256, "data_sha256", ds->sha256, "golden_sha256", gh, "windows_chosen",
                    "seed", (json_int_t)o->seed, "rng", "philox4x32-10, stream 4 (golden)",
-                   "val_fraction", vf, "seq_len", S, "split", "train_end",
-                   (json_int_t)sp.train_end, "val_begin", (json_int_t)sp.val_begin, "val_end",
-                   (json_int_t)sp.val_end, "starts", js, "windows", (json_int_t)N, "loss_mean",
-                   mean, "engine", KILN_VMODEL_ENGINE);
+                   "val_fraction", vf, "seq_len", S, "split", "train_end", (json_int_t)sp.train_end,
+                   "val_begin", (json_int_t)sp.val_begin, "val_end", (json_int_t)sp.val_end,
+                   "starts", js, "windows", (json_int_t)N, "loss_mean", mean, "engine",
+                   KILN_VMODEL_ENGINE);
     js = NULL;
     KILN_CHECK_IF(rc, done, !gj, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, kiln_json_write_file(jpath, gj));

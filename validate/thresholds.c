@@ -71,7 +71,8 @@ static double *field(kiln_thresholds *t, const key *k) {
 
 void kiln_thresholds_default(kiln_thresholds *t) {
     memset(t, 0, sizeof *t);
-    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++) *field(t, &keys[i]) = keys[i].def;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+        *field(t, &keys[i]) = keys[i].def;
 }
 
 const char *kiln_thresholds_key(size_t i, double *def, const char **doc) {
@@ -121,8 +122,10 @@ void kiln_compare_f32(const float *a, const float *b, size_t n, const kiln_toler
     out->n = n;
     double M = 0;
     for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(b[i])) out->nonfinite = true;
-        else if (fabs((double)b[i]) > M) M = fabs((double)b[i]);
+        if (!isfinite(a[i]) || !isfinite(b[i]))
+            out->nonfinite = true;
+        else if (fabs((double)b[i]) > M)
+            M = fabs((double)b[i]);
     }
     out->scale = M;
     /* Below floor the absolute term decides: max(atol M, rtol |b|) == rtol max(|b|, floor). */

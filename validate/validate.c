@@ -30,9 +30,9 @@ static json_t *cmp_json(const kiln_compare *c, const float *a, const float *b, i
            out = i % (size_t)O;
     return json_pack("{s:I,s:f,s:f,s:f,s:f,s:b,s:{s:I,s:I,s:I,s:f,s:f}}", "compared",
                      (json_int_t)c->n, "max_abs_err", c->max_abs, "max_rel_err", c->max_rel,
-                     "frac_outside", c->frac_outside, "scale", c->scale, "nonfinite",
-                     c->nonfinite, "worst", "window", (json_int_t)win, "step", (json_int_t)step,
-                     "output", (json_int_t)out, "got", c->n ? (double)a[i] : 0.0, "want",
+                     "frac_outside", c->frac_outside, "scale", c->scale, "nonfinite", c->nonfinite,
+                     "worst", "window", (json_int_t)win, "step", (json_int_t)step, "output",
+                     (json_int_t)out, "got", c->n ? (double)a[i] : 0.0, "want",
                      c->n ? (double)b[i] : 0.0);
 }
 
@@ -58,9 +58,9 @@ typedef struct run {
 /* Add a check; figures and thr are stolen (may be NULL); reason NULL for a pass. */
 static kiln_err add_check(run *r, const char *name, const char *status, const char *reason,
                           json_t *figures, json_t *thr) {
-    json_t *c = json_pack("{s:s,s:o,s:o}", "status", status, "figures",
-                          figures ? figures : json_object(), "thresholds",
-                          thr ? thr : json_object());
+    json_t *c =
+        json_pack("{s:s,s:o,s:o}", "status", status, "figures", figures ? figures : json_object(),
+                  "thresholds", thr ? thr : json_object());
     if (c && reason) json_object_set_new(c, "reason", json_string(reason));
     if (!c || json_object_set_new(r->checks, name, c))
         return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -226,7 +226,8 @@ static kiln_err heldout_make(const kiln_dataset *ds, const kiln_split *sp, int S
         heldout_free(h);
         return KILN_ERR_NOMEM;
     }
-    for (size_t k = 0; k < h->n; k++) h->starts[k] = sp->val_begin + k * stride;
+    for (size_t k = 0; k < h->n; k++)
+        h->starts[k] = sp->val_begin + k * stride;
     kiln_vgather(ds, h->starts, h->n, S, h->x, h->t);
     return KILN_OK;
 }
@@ -242,7 +243,8 @@ static kiln_err write_bf16(vmodel *m, const char *path) {
     size_t total = kiln_tsmoe_numel(m->net);
     uint16_t *h = kiln_malloc((total ? total : 1) * sizeof *h);
     if (!h) return KILN_ERR_NOMEM;
-    for (size_t i = 0; i < total; i++) h[i] = kiln_f32_to_bf16(w[i]);
+    for (size_t i = 0; i < total; i++)
+        h[i] = kiln_f32_to_bf16(w[i]);
     kiln_st_writer *wr = NULL;
     char *ct = kiln_model_config_text(&m->cfg);
     kiln_err rc = KILN_OK;
@@ -279,8 +281,7 @@ static kiln_err check_bf16(run *r, const kiln_validate_opts *o, vmodel *m, const
     if (!o->bf16 && !o->make_bf16)
         return add_check(r, name, "not run", "no bf16 export asked for (--bf16 M or --make-bf16)",
                          NULL, NULL);
-    if (m->bf16)
-        return add_check(r, name, "not run", "the model is bf16 already", NULL, NULL);
+    if (m->bf16) return add_check(r, name, "not run", "the model is bf16 already", NULL, NULL);
     vmodel b;
     char *path = NULL;
     const char *src = o->bf16;
@@ -325,8 +326,8 @@ static kiln_err check_bf16(run *r, const kiln_validate_opts *o, vmodel *m, const
     KILN_CHECK(rc, out, kiln_vmodel_forward(&b, h->x, h->n, S, y));
     json_t *extra = json_pack("{s:s,s:f,s:f}", "bf16_model", made ? "rounded in memory" : b.file,
                               "loss", kiln_vmse(y, h->t, h->n * S * O), "f32_loss", h->loss);
-    rc = add_compare(r, name, "parity_f32_bf16 (bf16 export vs f32 model)", y, h->y,
-                     h->n * S * O, S, O, &th->bf16, extra);
+    rc = add_compare(r, name, "parity_f32_bf16 (bf16 export vs f32 model)", y, h->y, h->n * S * O,
+                     S, O, &th->bf16, extra);
 out:
     free(why);
     free(y);
@@ -351,8 +352,8 @@ static kiln_err check_parity(run *r, vmodel *m, const heldout *h, const kiln_thr
     if (!rc) rc = kiln_vmodel_stream_forward(m, h->x, h->n, S, y);
     if (!rc)
         rc = add_compare(r, "parity_batch_stream",
-                         "parity_batch_stream (runtime stream vs runtime batch)", y, h->y, ny, S,
-                         O, &th->stream, json_pack("{s:I}", "windows", (json_int_t)h->n));
+                         "parity_batch_stream (runtime stream vs runtime batch)", y, h->y, ny, S, O,
+                         &th->stream, json_pack("{s:I}", "windows", (json_int_t)h->n));
     free(y);
     return rc;
 }
@@ -395,8 +396,8 @@ static kiln_err check_baseline(run *r, const kiln_validate_opts *o, const vmodel
     const bool ok = h->loss <= limit;
     json_t *f = json_pack("{s:f,s:f,s:f,s:I,s:s}", "loss", h->loss, "baseline_loss", bl, "limit",
                           limit, "windows", (json_int_t)h->n, "baseline_sha256", b.sha256);
-    json_t *t = json_pack("{s:f,s:f}", "rel_margin", th->baseline_rel, "abs_margin",
-                          th->baseline_abs);
+    json_t *t =
+        json_pack("{s:f,s:f}", "rel_margin", th->baseline_rel, "abs_margin", th->baseline_abs);
     if (!ok)
         why = kiln_asprintf("baseline_loss: held-out loss %.6g is worse than the baseline's %.6g "
                             "by more than the margin (limit %.6g = baseline x (1 + %g) + %g)",
@@ -450,29 +451,30 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
 
     /* The run's own figure on the same windows, for a reader to compare (an f32 export of
      * the checkpoint it validated at gives the same number to rounding). */
-    json_t *card_val = json_object_get(
-        json_object_get(json_object_get(m.card, "lineage"), "metrics"), "val_loss");
+    json_t *card_val =
+        json_object_get(json_object_get(json_object_get(m.card, "lineage"), "metrics"), "val_loss");
     if (!json_is_number(card_val)) card_val = NULL;
     json_t *golden = json_object_get(r.checks, "golden");
     const bool passed = r.failed == 0 && golden &&
                         !strcmp(json_string_value(json_object_get(golden, "status")), "passed");
-    rep = json_pack("{s:s,s:s,s:{s:s,s:s,s:s,s:O},s:{s:s,s:s,s:I},s:{s:f,s:I,s:I,s:I},"
-                    "s:{s:I,s:f,s:O},s:o,s:O,s:b}",
-                    "format", KILN_VALIDATION_FORMAT, "kiln_version", kiln_version(), "model",
-                    "path", m.file, "sha256", m.sha256, "dtype", m.bf16 ? "bf16" : "f32",
-                    "config", json_object_get(m.card, "config") ? json_object_get(m.card, "config")
-                                                                : json_null(),
-                    "data", "path", ds->path, "sha256", ds->sha256, "rows", (json_int_t)ds->rows,
-                    "split", "val_fraction", vf, "train_end", (json_int_t)sp.train_end,
-                    "val_begin", (json_int_t)sp.val_begin, "val_end", (json_int_t)sp.val_end,
-                    "heldout", "windows", (json_int_t)h.n, "loss", h.loss, "card_val_loss",
-                    card_val ? card_val : json_null(), "thresholds",
-                    kiln_thresholds_json(th), "checks", r.checks, "passed", passed);
+    rep = json_pack(
+        "{s:s,s:s,s:{s:s,s:s,s:s,s:O},s:{s:s,s:s,s:I},s:{s:f,s:I,s:I,s:I},"
+        "s:{s:I,s:f,s:O},s:o,s:O,s:b}",
+        "format", KILN_VALIDATION_FORMAT, "kiln_version", kiln_version(), "model", "path", m.file,
+        "sha256", m.sha256, "dtype", m.bf16 ? "bf16" : "f32", "config",
+        json_object_get(m.card, "config") ? json_object_get(m.card, "config") : json_null(), "data",
+        "path", ds->path, "sha256", ds->sha256, "rows", (json_int_t)ds->rows, "split",
+        "val_fraction", vf, "train_end", (json_int_t)sp.train_end, "val_begin",
+        (json_int_t)sp.val_begin, "val_end", (json_int_t)sp.val_end, "heldout", "windows",
+        (json_int_t)h.n, "loss", h.loss, "card_val_loss", card_val ? card_val : json_null(),
+        "thresholds", kiln_thresholds_json(th), "checks", r.checks, "passed", passed);
     KILN_CHECK_IF(rc, out, !rep, KILN_ERR_NOMEM, "out of memory");
     if (!o->report || *o->report) {
         rpath = o->report ? kiln_strdup(o->report) : kiln_vmodel_path(&m, "validation.json");
         KILN_CHECK_IF(rc, out, !rpath, KILN_ERR_NOMEM, "out of memory");
         KILN_CHECK(rc, out, kiln_json_write_file(rpath, rep));
+        /* Where it went, for the caller only: the file itself does not name its path. */
+        if (report_out) json_object_set_new(rep, "report", json_string(rpath));
     }
     if (!passed) {
         if (r.failed)

@@ -73,13 +73,13 @@ void kiln_compare_f32(const float *a, const float *b, size_t n, const kiln_toler
 /* ---- golden sets (validate/golden.c) ---- */
 
 typedef struct kiln_golden_opts {
-    const char *model;     /* model directory (or its model.safetensors) */
-    const char *data;      /* dataset; the windows come from its held-out split */
-    const char *out_dir;   /* NULL: <model>/golden */
-    int windows;           /* N >= 1 */
-    uint64_t seed;         /* Philox key for the window choice (KILN_STREAM_GOLDEN) */
-    double val_fraction;   /* < 0: the card's lineage.config.val_fraction, else the default */
-    bool force;            /* replace an existing golden set */
+    const char *model;   /* model directory (or its model.safetensors) */
+    const char *data;    /* dataset; the windows come from its held-out split */
+    const char *out_dir; /* NULL: <model>/golden */
+    int windows;         /* N >= 1 */
+    uint64_t seed;       /* Philox key for the window choice (KILN_STREAM_GOLDEN) */
+    double val_fraction; /* < 0: the card's lineage.config.val_fraction, else the default */
+    bool force;          /* replace an existing golden set */
 } kiln_golden_opts;
 
 /* Draw N windows of seq_len rows from the held-out split of the data (the split the
@@ -95,14 +95,14 @@ kiln_err kiln_golden_make(const kiln_golden_opts *opts);
 /* ---- the validation run (validate/validate.c) ---- */
 
 typedef struct kiln_validate_opts {
-    const char *model;        /* candidate model directory (with golden/) */
-    const char *data;         /* dataset */
-    const char *baseline;     /* NULL, or the model in production (with golden/) */
-    const char *bf16;         /* NULL, or the candidate's bf16 export to compare against */
-    bool make_bf16;           /* compare against a bf16 rounding of the candidate made here */
-    const char *report;       /* NULL: <model>/validation.json; "" = write none */
+    const char *model;    /* candidate model directory (with golden/) */
+    const char *data;     /* dataset */
+    const char *baseline; /* NULL, or the model in production (with golden/) */
+    const char *bf16;     /* NULL, or the candidate's bf16 export to compare against */
+    bool make_bf16;       /* compare against a bf16 rounding of the candidate made here */
+    const char *report;   /* NULL: <model>/validation.json; "" = write none */
     const kiln_thresholds *thresholds; /* NULL: defaults */
-    double val_fraction;      /* < 0: from the card, else the default */
+    double val_fraction;               /* < 0: from the card, else the default */
 } kiln_validate_opts;
 
 /* Run every check (docs/validation.md) and write the report (JSON: each check's figures,

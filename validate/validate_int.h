@@ -13,10 +13,10 @@ typedef struct vmodel {
     char *file; /* its model.safetensors */
     char sha256[KILN_SHA256_HEX];
     kiln_model_config cfg;
-    bool bf16;        /* the trained weights are stored as bf16 */
-    json_t *card;     /* card.json, or NULL when the directory has none */
-    kiln_tsmoe *net;  /* the trainer's network, max_batch VBATCH */
-    kiln_model *rt;   /* the runtime's model */
+    bool bf16;       /* the trained weights are stored as bf16 */
+    json_t *card;    /* card.json, or NULL when the directory has none */
+    kiln_tsmoe *net; /* the trainer's network, max_batch VBATCH */
+    kiln_model *rt;  /* the runtime's model */
 } vmodel;
 
 #define VBATCH 16
@@ -42,7 +42,8 @@ char *kiln_vmodel_path(const vmodel *m, const char *rel);
 /* Check that the dataset fits the model (feature and output counts). */
 kiln_err kiln_vmodel_check_data(const vmodel *m, const kiln_dataset *ds);
 /* Copy n windows of S rows starting at starts[] into x [n,S,F] and y [n,S,O]. */
-void kiln_vgather(const kiln_dataset *ds, const size_t *starts, size_t n, int S, float *x, float *y);
+void kiln_vgather(const kiln_dataset *ds, const size_t *starts, size_t n, int S, float *x,
+                  float *y);
 /* MSE of one window of count values, in double. */
 double kiln_vmse(const float *y, const float *t, size_t count);
 

@@ -30,7 +30,8 @@ static kiln_err load_weights(vmodel *m, const kiln_st *st) {
         const kiln_tensor *t = kiln_st_find(st, p->name);
         KILN_FAIL_IF(!t, KILN_ERR_FORMAT, "'%s': no tensor '%s'", m->file, p->name);
         bool ok = t->ndim == p->ndim;
-        for (int d = 0; ok && d < p->ndim; d++) ok = t->shape[d] == p->shape[d];
+        for (int d = 0; ok && d < p->ndim; d++)
+            ok = t->shape[d] == p->shape[d];
         KILN_FAIL_IF(!ok, KILN_ERR_FORMAT, "'%s': tensor '%s' has the wrong shape", m->file,
                      p->name);
         KILN_FAIL_IF(t->dtype != KILN_F32 && t->dtype != KILN_BF16, KILN_ERR_FORMAT,
@@ -40,8 +41,8 @@ static kiln_err load_weights(vmodel *m, const kiln_st *st) {
         KILN_TRY(kiln_tensor_to_f32(t, w + p->offset));
     }
     KILN_FAIL_IF(kiln_st_count(st) != np, KILN_ERR_FORMAT,
-                 "'%s': %zu tensors, but the config has %zu parameters", m->file,
-                 kiln_st_count(st), np);
+                 "'%s': %zu tensors, but the config has %zu parameters", m->file, kiln_st_count(st),
+                 np);
     m->bf16 = nbf > 0;
     return KILN_OK;
 }
@@ -130,11 +131,10 @@ double kiln_vmodel_val_fraction(const vmodel *m) {
 }
 
 kiln_err kiln_vmodel_check_data(const vmodel *m, const kiln_dataset *ds) {
-    KILN_FAIL_IF(ds->n_features != m->cfg.n_features || ds->n_outputs != m->cfg.n_outputs,
-                 KILN_ERR_CONFIG,
-                 "'%s' has %d features and %d targets, but model '%s' takes %d and predicts %d",
-                 ds->path, ds->n_features, ds->n_outputs, m->file, m->cfg.n_features,
-                 m->cfg.n_outputs);
+    KILN_FAIL_IF(
+        ds->n_features != m->cfg.n_features || ds->n_outputs != m->cfg.n_outputs, KILN_ERR_CONFIG,
+        "'%s' has %d features and %d targets, but model '%s' takes %d and predicts %d", ds->path,
+        ds->n_features, ds->n_outputs, m->file, m->cfg.n_features, m->cfg.n_outputs);
     return KILN_OK;
 }
 
