@@ -54,5 +54,10 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
 int cmd_version(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
+int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
+int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
+int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
+int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
 
 #endif

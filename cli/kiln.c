@@ -13,6 +13,11 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"channel sign", cmd_channel_sign, "create or countersign a channel record"},
+    {"channel verify", cmd_channel_verify, "verify a channel record against a trust policy"},
+    {"keygen", cmd_keygen, "create a minisign-compatible key pair"},
+    {"sign", cmd_sign, "sign a file (minisign format)"},
+    {"verify", cmd_verify, "verify a file's minisign signature"},
     {"version", cmd_version, "print the version"},
 };
 
