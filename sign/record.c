@@ -222,7 +222,7 @@ out:
 }
 
 static const char *str_field(const json_t *o, const char *k) {
-    return json_string_value(json_object_get(o, k));
+    return sign_json_str(json_object_get(o, k));
 }
 
 kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, kiln_sign_record *r) {
@@ -254,8 +254,9 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, 
         const json_t *f = json_object_get(b, *a);
         bool isint = !strcmp(*a, "seq");
         KILN_CHECK_IF(rc, out, !f, KILN_ERR_FORMAT, "'%s': record: '%s' is missing", label, *a);
-        KILN_CHECK_IF(rc, out, isint ? !json_is_integer(f) : !json_is_string(f), KILN_ERR_FORMAT,
-                      "'%s': record: '%s' must be %s", label, *a, isint ? "an integer" : "a string");
+        KILN_CHECK_IF(rc, out, isint ? !json_is_integer(f) : !sign_json_str(f), KILN_ERR_FORMAT,
+                      "'%s': record: '%s' must be %s", label, *a,
+                      isint ? "an integer" : "a string (without NUL characters)");
     }
     const char *fmt = str_field(b, "format");
     KILN_CHECK_IF(rc, out, strcmp(fmt, RECORD_FORMAT) != 0, KILN_ERR_FORMAT,
@@ -293,8 +294,8 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, 
     for (size_t i = 0; i < n; i++) {
         const json_t *s = json_array_get(sigs, i);
         snprintf(what, sizeof what, "signature %zu", i + 1);
-        KILN_CHECK_IF(rc, out, !json_is_string(s), KILN_ERR_FORMAT, "'%s': %s is not a string",
-                      label, what);
+        KILN_CHECK_IF(rc, out, !sign_json_str(s), KILN_ERR_FORMAT,
+                      "'%s': %s is not a string (without NUL characters)", label, what);
         kiln_sign_sig parsed;
         kiln_sign_sig_init(&parsed);
         KILN_CHECK(rc, out, sign_sig_parse_in(json_string_value(s), json_string_length(s), label,

@@ -64,6 +64,11 @@ kiln_err sign_sig_parse_in(const char *buf, size_t len, const char *label, const
 kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
                             const uint8_t *msg, size_t len, const char *msg_label);
 
+/* The C string of a JSON string without NUL characters, or NULL. kiln_json_parse already
+ * refuses "\u0000"; this keeps a string C would cut short from being read shortened
+ * should a caller hand in JSON built otherwise. */
+const char *sign_json_str(const json_t *j);
+
 /* The key of the policy that made sig and holds role; KILN_ERR_VERIFY (naming the
  * signature and the key id) when the policy does not know it or it lacks the role. */
 kiln_err sign_trust_signer(const kiln_sign_trust *t, const kiln_sign_sig *sig, int role,

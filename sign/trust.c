@@ -31,6 +31,11 @@ static const struct {
     int bit;
 } roles[] = {{"release", KILN_SIGN_ROLE_RELEASE}, {"promote", KILN_SIGN_ROLE_PROMOTE}};
 
+const char *sign_json_str(const json_t *j) {
+    const char *s = json_string_value(j);
+    return s && strlen(s) == json_string_length(j) ? s : NULL;
+}
+
 bool kiln_sign_name_ok(const char *s) {
     size_t n = strlen(s);
     if (n == 0 || n > KILN_SIGN_NAME_MAX) return false;
@@ -71,8 +76,8 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
     snprintf(where, sizeof where, "keys[%zu]", i);
     KILN_FAIL_IF(!json_is_object(k), KILN_ERR_FORMAT, "'%s': %s is not an object", label, where);
     KILN_TRY(only_fields(k, fields, label, where));
-    const char *name = json_string_value(json_object_get(k, "name"));
-    const char *pub = json_string_value(json_object_get(k, "pubkey"));
+    const char *name = sign_json_str(json_object_get(k, "name"));
+    const char *pub = sign_json_str(json_object_get(k, "pubkey"));
     const json_t *rl = json_object_get(k, "roles");
     KILN_FAIL_IF(!name || !kiln_sign_name_ok(name), KILN_ERR_FORMAT,
                  "'%s': %s: 'name' must be a name of 1 to %d letters, digits and ._+-", label,
@@ -89,7 +94,7 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
                  where);
     key->roles = 0;
     for (size_t r = 0; r < json_array_size(rl); r++) {
-        const char *s = json_string_value(json_array_get(rl, r));
+        const char *s = sign_json_str(json_array_get(rl, r));
         int bit = 0;
         for (size_t j = 0; s && j < KILN_ARRAY_LEN(roles); j++)
             if (!strcmp(s, roles[j].name)) bit = roles[j].bit;
@@ -133,8 +138,7 @@ static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char 
     json_t *v;
     json_object_foreach((json_t *)ch, name, v) {
         char where[KILN_SIGN_NAME_MAX + 32];
-        KILN_FAIL_IF(!kiln_sign_name_ok(name), KILN_ERR_FORMAT,
-                     "'%s': channel name '%.64s' must be 1 to %d letters, digits and ._+-", label,
+        KILN_FAIL_IF(!kiln_sign_name_ok(name), KILN_ERR_FORMAT, "'%s': channel name '%.64s' must be 1 to %d letters, digits and ._+-", label,
                      name, KILN_SIGN_NAME_MAX);
         snprintf(where, sizeof where, "channel '%s'", name);
         KILN_FAIL_IF(!json_is_object(v), KILN_ERR_FORMAT, "'%s': %s is not an object", label, where);
@@ -168,7 +172,7 @@ kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label, k
     KILN_CHECK_IF(rc, out, !t->label, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !json_is_object(j), KILN_ERR_FORMAT, "'%s': not a JSON object", label);
     KILN_CHECK(rc, out, only_fields(j, fields, label, "top level"));
-    const char *fmt = json_string_value(json_object_get(j, "format"));
+    const char *fmt = sign_json_str(json_object_get(j, "format"));
     KILN_CHECK_IF(rc, out, !fmt || strcmp(fmt, TRUST_FORMAT) != 0, KILN_ERR_FORMAT,
                   "'%s': 'format' must be \"" TRUST_FORMAT "\"", label);
     const json_t *keys = json_object_get(j, "keys");

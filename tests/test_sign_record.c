@@ -45,8 +45,8 @@ static void fixture_release(fixture *f) {
 static const uint8_t digest[32] = {0xab, 0xcd, 1, 2, 3};
 #define T0 1800000000 /* 2027-01-15T08:00:00Z */
 
+/* r must be initialised; any previous content is released. */
 static bool make_record(kiln_sign_record *r, const char *channel, uint64_t seq) {
-    kiln_sign_record_init(r);
     return kiln_sign_record_set(r, "alpha-moe", channel, "1.4.0", digest, seq, T0 + 86400,
                                 "weekly retrain") == KILN_OK;
 }
@@ -144,6 +144,7 @@ out:
 /* The canonical body, byte for byte: sorted keys, no white space, the format inside. */
 KILN_TEST(sign_record_canonical_body) {
     kiln_sign_record r;
+    kiln_sign_record_init(&r);
     if (!CHECK("record", make_record(&r, "production", 7))) return;
     char *body = NULL;
     size_t len = 0;
