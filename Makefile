@@ -5,10 +5,11 @@
 BUILD ?= build
 SAN ?=
 CC ?= cc
-PKGS := libsodium jansson sqlite3 openblas
+PKGS := libsodium jansson sqlite3 openblas libarchive libzstd
 # Debian packages that provide the pkg-config names above, and the tools the tests use
 # (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
-DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 minisign
+DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
+            libarchive-dev libzstd-dev minisign
 TOOLS := sqlite3 minisign
 # `make fuzz` only: clang with libFuzzer. Each target runs FUZZ_SECONDS.
 FUZZ_DEB_PKGS := clang libclang-rt-14-dev
@@ -46,7 +47,8 @@ endif
 LIB_SRC := $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
                               validate/*.c sign/*.c registry/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
-# tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/.
+# tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
+# the C suite replays every corpus through them (tests/test_fuzz_replay.c).
 FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
 FUZZ_TARGETS := $(basename $(notdir $(FUZZ_SRC)))
 TEST_SRC := $(sort $(wildcard tests/*.c)) $(FUZZ_SRC)
@@ -110,6 +112,9 @@ $(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
 $(BUILD)/tests.inc: $(TEST_SRC)
 	@mkdir -p $(BUILD)
 	@grep -ho '^KILN_TEST([a-z0-9_]*)' $(TEST_SRC) | sed 's/KILN_TEST(\(.*\))/T(\1)/' > $@.tmp && mv $@.tmp $@
+
+# The CPU kernels are the trainer's inner loops: -O3 vectorises their fixed-order loops.
+$(BUILD)/obj/kernels/cpu/%.o: CFLAGS += -O3
 
 $(BUILD)/obj/tests/run.o: $(BUILD)/tests.inc
 
