@@ -131,7 +131,8 @@ int cmd_keygen(int argc, char **argv) {
     bool nopw = false;
     const cli_opt opts[] = {
         {"out", CLI_STR, &base, "BASE", "write BASE.key (secret) and BASE.pub (public)", true},
-        {"no-password", CLI_FLAG, &nopw, NULL, "leave the secret key unencrypted (as minisign -W)", false},
+        {"no-password", CLI_FLAG, &nopw, NULL, "leave the secret key unencrypted (as minisign -W)",
+         false},
         {0},
     };
     const cli_spec spec = {"kiln keygen --out BASE [--no-password]",
@@ -240,7 +241,8 @@ int cmd_verify(int argc, char **argv) {
     const char *pub = NULL, *trust = NULL, *sigp = NULL;
     const cli_opt opts[] = {
         {"pub", CLI_STR, &pub, "BASE.pub", "the public key that must have signed", false},
-        {"trust", CLI_STR, &trust, "trust.json", "accept any release key of this trust policy", false},
+        {"trust", CLI_STR, &trust, "trust.json", "accept any release key of this trust policy",
+         false},
         {"sig", CLI_STR, &sigp, "SIG", "signature file (default: FILE.minisig)", false},
         {0},
     };
@@ -297,8 +299,11 @@ static kiln_err parse_expiry(const char *s, int64_t now, int64_t *out) {
     errno = 0;
     long long n = strtoll(s, &end, 10);
     if (end != s && *s != '-' && *s != '+' && end[0] && !end[1] && !errno) {
-        int64_t unit = end[0] == 's' ? 1 : end[0] == 'm' ? 60 : end[0] == 'h' ? 3600
-                     : end[0] == 'd' ? 86400 : 0;
+        int64_t unit = end[0] == 's'   ? 1
+                       : end[0] == 'm' ? 60
+                       : end[0] == 'h' ? 3600
+                       : end[0] == 'd' ? 86400
+                                       : 0;
         KILN_FAIL_IF(unit && (n <= 0 || n > 100LL * 365 * 86400 / unit), KILN_ERR_USAGE,
                      "--expires: '%s' must be a positive duration of at most 100 years", s);
         if (unit) {
@@ -311,8 +316,9 @@ static kiln_err parse_expiry(const char *s, int64_t now, int64_t *out) {
 
 static kiln_err parse_digest(const char *s, uint8_t d[32]) {
     const char *hex = strncmp(s, "sha256:", 7) == 0 ? s + 7 : s;
-    KILN_FAIL_IF(strlen(hex) != 64 || !kiln_unhex(hex, d, 32), KILN_ERR_USAGE,
-                 "--digest: '%s' is not a sha256 digest (64 hex digits, optionally after 'sha256:')", s);
+    KILN_FAIL_IF(
+        strlen(hex) != 64 || !kiln_unhex(hex, d, 32), KILN_ERR_USAGE,
+        "--digest: '%s' is not a sha256 digest (64 hex digits, optionally after 'sha256:')", s);
     return KILN_OK;
 }
 
@@ -338,7 +344,8 @@ int cmd_channel_sign(int argc, char **argv) {
          false},
         {"reason", CLI_STR, &reason, "TEXT", "why (kept in the record)", false},
         {"key", CLI_STR, &key, "BASE.key", "a promote key", true},
-        {"out", CLI_STR, &outp, "REC.json", "where to write the record (with --add: in place)", false},
+        {"out", CLI_STR, &outp, "REC.json", "where to write the record (with --add: in place)",
+         false},
         {"add", CLI_STR, &add, "REC.json", "add this key's signature to an existing record", false},
         {0},
     };
@@ -376,7 +383,8 @@ int cmd_channel_sign(int argc, char **argv) {
         if (rc == KILN_OK) rc = parse_expiry(expires, kiln_unix_time(), &exp);
         if (rc == KILN_OK && exp <= kiln_unix_time())
             rc = kiln_fail(KILN_ERR_USAGE, "--expires: '%s' is in the past", expires);
-        if (rc == KILN_OK) rc = kiln_sign_record_set(&r, model, channel, version, d, seq, exp, reason);
+        if (rc == KILN_OK)
+            rc = kiln_sign_record_set(&r, model, channel, version, d, seq, exp, reason);
     }
     if (rc != KILN_OK) goto out;
     KILN_CHECK(rc, out, load_seckey(key, &sk));
@@ -399,21 +407,24 @@ int cmd_channel_verify(int argc, char **argv) {
     uint64_t min_seq = 0;
     const cli_opt opts[] = {
         {"trust", CLI_STR, &trust, "trust.json", "the trust policy", true},
-        {"now", CLI_STR, &now_s, "TIME", "check expiry at this RFC 3339 time (default: now)", false},
+        {"now", CLI_STR, &now_s, "TIME", "check expiry at this RFC 3339 time (default: now)",
+         false},
         {"min-seq", CLI_U64, &min_seq, "N", "refuse a seq lower than N (the last accepted)", false},
         {0},
     };
-    const cli_spec spec = {"kiln channel verify REC.json --trust trust.json [--now TIME] [--min-seq N]",
-                           "Verify a channel record: signatures by distinct promote keys up to the "
-                           "channel's threshold,\nexpiry and seq. Exits 1 when verification fails.",
-                           opts, 1, 1};
+    const cli_spec spec = {
+        "kiln channel verify REC.json --trust trust.json [--now TIME] [--min-seq N]",
+        "Verify a channel record: signatures by distinct promote keys up to the "
+        "channel's threshold,\nexpiry and seq. Exits 1 when verification fails.",
+        opts, 1, 1};
     char **pos;
     int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
     if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
     const char *path = pos[0];
     free(pos);
     int64_t now = kiln_unix_time();
-    if (now_s && kiln_sign_parse_time(now_s, "--now", &now) != KILN_OK) return cli_fail(KILN_ERR_USAGE);
+    if (now_s && kiln_sign_parse_time(now_s, "--now", &now) != KILN_OK)
+        return cli_fail(KILN_ERR_USAGE);
     kiln_sign_trust *t = NULL;
     kiln_sign_record r;
     kiln_sign_record_init(&r);

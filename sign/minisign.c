@@ -42,7 +42,9 @@ void kiln_sign_secret_free(void *p) {
     if (p) sodium_free(p);
 }
 
-void kiln_sign_wipe(void *p, size_t n) { sodium_memzero(p, n); }
+void kiln_sign_wipe(void *p, size_t n) {
+    sodium_memzero(p, n);
+}
 
 bool kiln_sign_secret_equal(const void *a, const void *b, size_t n) {
     return sodium_memcmp(a, b, n) == 0;
@@ -50,18 +52,22 @@ bool kiln_sign_secret_equal(const void *a, const void *b, size_t n) {
 
 static uint64_t le64_load(const uint8_t *p) {
     uint64_t x = 0;
-    for (int i = 7; i >= 0; i--) x = (x << 8) | p[i];
+    for (int i = 7; i >= 0; i--)
+        x = (x << 8) | p[i];
     return x;
 }
 
 static void le64_store(uint8_t *p, uint64_t x) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(x >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        p[i] = (uint8_t)(x >> (8 * i));
 }
 
-void kiln_sign_keyid_hex(const uint8_t keyid[KILN_SIGN_KEYID_BYTES], char out[KILN_SIGN_KEYID_HEX]) {
+void kiln_sign_keyid_hex(const uint8_t keyid[KILN_SIGN_KEYID_BYTES],
+                         char out[KILN_SIGN_KEYID_HEX]) {
     static const char digits[] = "0123456789ABCDEF";
     uint64_t v = le64_load(keyid);
-    for (int i = 15; i >= 0; i--, v >>= 4) out[i] = digits[v & 15];
+    for (int i = 15; i >= 0; i--, v >>= 4)
+        out[i] = digits[v & 15];
     out[16] = 0;
 }
 
@@ -138,7 +144,8 @@ kiln_err sign_write_new(const char *path, const void *data, size_t len, int mode
         KILN_CHECK_IF(rc, fail, w < 0, KILN_ERR_IO, "cannot write '%s': %s", path, strerror(errno));
         done += (size_t)w;
     }
-    KILN_CHECK_IF(rc, fail, fsync(fd) != 0, KILN_ERR_IO, "cannot sync '%s': %s", path, strerror(errno));
+    KILN_CHECK_IF(rc, fail, fsync(fd) != 0, KILN_ERR_IO, "cannot sync '%s': %s", path,
+                  strerror(errno));
     KILN_CHECK_IF(rc, fail, close(fd) != 0, KILN_ERR_IO, "cannot close '%s': %s", path,
                   strerror(errno));
     fd = -1;
@@ -188,11 +195,13 @@ static kiln_err pubkey_decode(const char *b64, size_t n, const char *label, cons
     return KILN_OK;
 }
 
-kiln_err kiln_sign_pubkey_parse(const char *buf, size_t len, const char *label, kiln_sign_pubkey *out) {
+kiln_err kiln_sign_pubkey_parse(const char *buf, size_t len, const char *label,
+                                kiln_sign_pubkey *out) {
     sign_line l[2];
     KILN_TRY(sign_init());
     KILN_TRY(sign_split_lines(buf, len, label, NULL, l, 2));
-    KILN_TRY(comment_line(&l[0], SIGN_UNTRUSTED_PREFIX, KILN_SIGN_UNTRUSTED_MAX, label, NULL, 1, NULL));
+    KILN_TRY(
+        comment_line(&l[0], SIGN_UNTRUSTED_PREFIX, KILN_SIGN_UNTRUSTED_MAX, label, NULL, 1, NULL));
     return pubkey_decode(l[1].p, l[1].len, label, NULL, 2, out);
 }
 
@@ -295,12 +304,14 @@ kiln_err kiln_sign_seckey_generate(kiln_sign_seckey **out) {
     return KILN_OK;
 }
 
-kiln_err kiln_sign_seckey_parse(const char *buf, size_t len, const char *label, kiln_sign_seckey **out) {
+kiln_err kiln_sign_seckey_parse(const char *buf, size_t len, const char *label,
+                                kiln_sign_seckey **out) {
     *out = NULL;
     sign_line l[2];
     KILN_TRY(sign_init());
     KILN_TRY(sign_split_lines(buf, len, label, NULL, l, 2));
-    KILN_TRY(comment_line(&l[0], SIGN_UNTRUSTED_PREFIX, KILN_SIGN_UNTRUSTED_MAX, label, NULL, 1, NULL));
+    KILN_TRY(
+        comment_line(&l[0], SIGN_UNTRUSTED_PREFIX, KILN_SIGN_UNTRUSTED_MAX, label, NULL, 1, NULL));
     kiln_sign_seckey *sk = seckey_alloc(label);
     if (!sk) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
@@ -314,12 +325,12 @@ kiln_err kiln_sign_seckey_parse(const char *buf, size_t len, const char *label, 
     if (memcmp(sk->raw + SIGN_OFF_KDF, "Sc", 2) == 0) {
         uint64_t ops = le64_load(sk->raw + SIGN_OFF_OPS), mem = le64_load(sk->raw + SIGN_OFF_MEM);
         /* Bounded so that a hostile file cannot make decryption take the machine. */
-        KILN_CHECK_IF(rc, fail,
-                      ops < crypto_pwhash_scryptsalsa208sha256_OPSLIMIT_MIN || ops > (1ull << 34) ||
-                          mem < crypto_pwhash_scryptsalsa208sha256_MEMLIMIT_MIN || mem > (4ull << 30),
-                      KILN_ERR_FORMAT,
-                      "'%s': scrypt parameters out of range (opslimit %llu, memlimit %llu)", label,
-                      (unsigned long long)ops, (unsigned long long)mem);
+        KILN_CHECK_IF(
+            rc, fail,
+            ops < crypto_pwhash_scryptsalsa208sha256_OPSLIMIT_MIN || ops > (1ull << 34) ||
+                mem < crypto_pwhash_scryptsalsa208sha256_MEMLIMIT_MIN || mem > (4ull << 30),
+            KILN_ERR_FORMAT, "'%s': scrypt parameters out of range (opslimit %llu, memlimit %llu)",
+            label, (unsigned long long)ops, (unsigned long long)mem);
         sk->encrypted = true;
     } else {
         static const uint8_t zero[SIGN_CHK_BYTES];
@@ -331,8 +342,8 @@ kiln_err kiln_sign_seckey_parse(const char *buf, size_t len, const char *label, 
             seckey_checksum(sk, chk);
             int bad = sodium_memcmp(chk, sk->raw + SIGN_OFF_CHK, SIGN_CHK_BYTES);
             sodium_memzero(chk, sizeof chk);
-            KILN_CHECK_IF(rc, fail, bad, KILN_ERR_FORMAT, "'%s': the secret key checksum does not match",
-                          label);
+            KILN_CHECK_IF(rc, fail, bad, KILN_ERR_FORMAT,
+                          "'%s': the secret key checksum does not match", label);
         }
         KILN_CHECK(rc, fail, seckey_check_pair(sk));
     }
@@ -354,26 +365,29 @@ kiln_err kiln_sign_seckey_load(const char *path, kiln_sign_seckey **out) {
     return rc;
 }
 
-bool kiln_sign_seckey_encrypted(const kiln_sign_seckey *sk) { return sk->encrypted; }
+bool kiln_sign_seckey_encrypted(const kiln_sign_seckey *sk) {
+    return sk->encrypted;
+}
 
 /* XOR keynum_sk with the scrypt stream for this salt and these limits. */
 static kiln_err seckey_xor_stream(kiln_sign_seckey *sk, const char *pw, size_t pwlen) {
     uint8_t *stream = sodium_malloc(SIGN_KEYNUM_SK_BYTES);
     if (!stream) return kiln_fail(KILN_ERR_NOMEM, "out of guarded memory");
-    if (crypto_pwhash_scryptsalsa208sha256(stream, SIGN_KEYNUM_SK_BYTES, pw, pwlen,
-                                           sk->raw + SIGN_OFF_SALT,
-                                           le64_load(sk->raw + SIGN_OFF_OPS),
-                                           (size_t)le64_load(sk->raw + SIGN_OFF_MEM)) != 0) {
+    if (crypto_pwhash_scryptsalsa208sha256(
+            stream, SIGN_KEYNUM_SK_BYTES, pw, pwlen, sk->raw + SIGN_OFF_SALT,
+            le64_load(sk->raw + SIGN_OFF_OPS), (size_t)le64_load(sk->raw + SIGN_OFF_MEM)) != 0) {
         sodium_free(stream);
         return kiln_fail(KILN_ERR_NOMEM, "'%s': scrypt could not run (out of memory?)", sk->label);
     }
-    for (size_t i = 0; i < SIGN_KEYNUM_SK_BYTES; i++) sk->raw[SIGN_OFF_KEYNUM + i] ^= stream[i];
+    for (size_t i = 0; i < SIGN_KEYNUM_SK_BYTES; i++)
+        sk->raw[SIGN_OFF_KEYNUM + i] ^= stream[i];
     sodium_free(stream);
     return KILN_OK;
 }
 
 kiln_err kiln_sign_seckey_decrypt(kiln_sign_seckey *sk, const char *password, size_t pwlen) {
-    KILN_FAIL_IF(!sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is not encrypted", sk->label);
+    KILN_FAIL_IF(!sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is not encrypted",
+                 sk->label);
     /* Decrypt a copy, so that a wrong password leaves the key as it was. */
     kiln_sign_seckey *tmp = seckey_alloc(sk->label);
     if (!tmp) return KILN_ERR_NOMEM;
@@ -384,7 +398,8 @@ kiln_err kiln_sign_seckey_decrypt(kiln_sign_seckey *sk, const char *password, si
         seckey_checksum(tmp, chk);
         int bad = sodium_memcmp(chk, tmp->raw + SIGN_OFF_CHK, SIGN_CHK_BYTES);
         sodium_memzero(chk, sizeof chk);
-        if (bad) rc = kiln_fail(KILN_ERR_AUTH, "'%s': wrong password for the secret key", sk->label);
+        if (bad)
+            rc = kiln_fail(KILN_ERR_AUTH, "'%s': wrong password for the secret key", sk->label);
     }
     if (rc == KILN_OK) rc = seckey_check_pair(tmp);
     if (rc == KILN_OK) {
@@ -396,7 +411,8 @@ kiln_err kiln_sign_seckey_decrypt(kiln_sign_seckey *sk, const char *password, si
 }
 
 kiln_err kiln_sign_seckey_pubkey(const kiln_sign_seckey *sk, kiln_sign_pubkey *out) {
-    KILN_FAIL_IF(sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is still encrypted", sk->label);
+    KILN_FAIL_IF(sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is still encrypted",
+                 sk->label);
     memcpy(out->keyid, sk->raw + SIGN_OFF_KEYNUM, KILN_SIGN_KEYID_BYTES);
     memcpy(out->pk, sk->raw + SIGN_OFF_SK + 32, KILN_SIGN_PK_BYTES);
     return KILN_OK;
@@ -405,7 +421,8 @@ kiln_err kiln_sign_seckey_pubkey(const kiln_sign_seckey *sk, kiln_sign_pubkey *o
 kiln_err kiln_sign_seckey_save(const kiln_sign_seckey *sk, const char *path, const char *password,
                                size_t pwlen) {
     KILN_TRY(sign_init());
-    KILN_FAIL_IF(sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is still encrypted", sk->label);
+    KILN_FAIL_IF(sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is still encrypted",
+                 sk->label);
     kiln_sign_seckey *out = seckey_alloc(sk->label);
     if (!out) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
@@ -442,7 +459,9 @@ out:
 
 /* ---- signatures ------------------------------------------------------------------ */
 
-void kiln_sign_sig_init(kiln_sign_sig *s) { memset(s, 0, sizeof *s); }
+void kiln_sign_sig_init(kiln_sign_sig *s) {
+    memset(s, 0, sizeof *s);
+}
 
 void kiln_sign_sig_release(kiln_sign_sig *s) {
     free(s->untrusted_comment);
@@ -459,8 +478,9 @@ kiln_err sign_sig_parse_in(const char *buf, size_t len, const char *label, const
     KILN_TRY(sign_init());
     KILN_TRY(sign_split_lines(buf, len, label, what, l, 4));
     kiln_err rc = KILN_OK;
-    KILN_CHECK(rc, fail, comment_line(&l[0], SIGN_UNTRUSTED_PREFIX, KILN_SIGN_UNTRUSTED_MAX, label,
-                                      what, 1, &out->untrusted_comment));
+    KILN_CHECK(rc, fail,
+               comment_line(&l[0], SIGN_UNTRUSTED_PREFIX, KILN_SIGN_UNTRUSTED_MAX, label, what, 1,
+                            &out->untrusted_comment));
     if (!sign_unbase64(l[1].p, l[1].len, raw, sizeof raw)) {
         rc = sign_line_fail(KILN_ERR_FORMAT, label, what, 2,
                             "not the base64 of a %d-byte minisign signature", SIGN_SIGSTRUCT_BYTES);
@@ -477,8 +497,9 @@ kiln_err sign_sig_parse_in(const char *buf, size_t len, const char *label, const
     }
     memcpy(out->keyid, raw + 2, KILN_SIGN_KEYID_BYTES);
     memcpy(out->sig, raw + 2 + KILN_SIGN_KEYID_BYTES, KILN_SIGN_SIG_BYTES);
-    KILN_CHECK(rc, fail, comment_line(&l[2], SIGN_TRUSTED_PREFIX, KILN_SIGN_TRUSTED_MAX, label, what,
-                                      3, &out->trusted_comment));
+    KILN_CHECK(rc, fail,
+               comment_line(&l[2], SIGN_TRUSTED_PREFIX, KILN_SIGN_TRUSTED_MAX, label, what, 3,
+                            &out->trusted_comment));
     if (!sign_unbase64(l[3].p, l[3].len, out->global_sig, KILN_SIGN_SIG_BYTES)) {
         rc = sign_line_fail(KILN_ERR_FORMAT, label, what, 4,
                             "not the base64 of a %d-byte global signature", KILN_SIGN_SIG_BYTES);
@@ -524,7 +545,8 @@ static kiln_err check_trusted_comment(const char *tc) {
 static kiln_err sign_digest(const kiln_sign_seckey *sk, const uint8_t *msg, size_t len,
                             kiln_sign_alg alg, const char *tc, char **text) {
     *text = NULL;
-    KILN_FAIL_IF(sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is still encrypted", sk->label);
+    KILN_FAIL_IF(sk->encrypted, KILN_ERR_USAGE, "'%s': the secret key is still encrypted",
+                 sk->label);
     KILN_TRY(check_trusted_comment(tc));
     uint8_t raw[SIGN_SIGSTRUCT_BYTES], global[KILN_SIGN_SIG_BYTES];
     memcpy(raw, alg == KILN_SIGN_LEGACY ? "Ed" : "ED", 2);
@@ -540,8 +562,10 @@ static kiln_err sign_digest(const kiln_sign_seckey *sk, const uint8_t *msg, size
     free(both);
     char *b1 = sign_base64(raw, sizeof raw, false), *b2 = sign_base64(global, sizeof global, false);
     if (b1 && b2)
-        *text = kiln_asprintf(SIGN_UNTRUSTED_PREFIX "signature from minisign secret key\n%s\n"
-                              SIGN_TRUSTED_PREFIX "%s\n%s\n", b1, tc, b2);
+        *text =
+            kiln_asprintf(SIGN_UNTRUSTED_PREFIX
+                          "signature from minisign secret key\n%s\n" SIGN_TRUSTED_PREFIX "%s\n%s\n",
+                          b1, tc, b2);
     free(b1);
     free(b2);
     return *text ? KILN_OK : KILN_ERR_NOMEM;
@@ -593,8 +617,8 @@ kiln_err kiln_sign_file(const kiln_sign_seckey *sk, const char *path, const char
     return sign_digest(sk, h, sizeof h, KILN_SIGN_PREHASHED, trusted_comment, text);
 }
 
-kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig, const uint8_t *msg,
-                            size_t len, const char *msg_label) {
+kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
+                            const uint8_t *msg, size_t len, const char *msg_label) {
     const char *sl = sig->label ? sig->label : "signature";
     char want[KILN_SIGN_KEYID_HEX], have[KILN_SIGN_KEYID_HEX];
     if (sodium_memcmp(sig->keyid, pk->keyid, KILN_SIGN_KEYID_BYTES) != 0) {
@@ -632,7 +656,8 @@ kiln_err kiln_sign_verify_buffer(const kiln_sign_pubkey *pk, const kiln_sign_sig
     return sign_verify_digest(pk, sig, h, sizeof h, msg_label);
 }
 
-kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig, const char *path) {
+kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
+                               const char *path) {
     KILN_TRY(sign_init());
     if (sig->alg == KILN_SIGN_PREHASHED) {
         uint8_t h[crypto_generichash_BYTES_MAX];

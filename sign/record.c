@@ -35,8 +35,12 @@ kiln_err kiln_sign_parse_time(const char *s, const char *what, int64_t *out) {
               s[19] == 'Z' && Y >= 1970 && M >= 1 && M <= 12 && D >= 1 && D <= 31 && h <= 23 &&
               m <= 59 && sec <= 59;
     if (ok) {
-        struct tm tm = {.tm_year = Y - 1900, .tm_mon = M - 1, .tm_mday = D, .tm_hour = h,
-                        .tm_min = m, .tm_sec = sec};
+        struct tm tm = {.tm_year = Y - 1900,
+                        .tm_mon = M - 1,
+                        .tm_mday = D,
+                        .tm_hour = h,
+                        .tm_min = m,
+                        .tm_sec = sec};
         int64_t t = (int64_t)timegm(&tm);
         char back[21];
         kiln_format_time(t, back);
@@ -64,24 +68,29 @@ char *kiln_sign_archive_comment(const kiln_sign_archive_info *info) {
                          info->version, hex);
 }
 
-kiln_err kiln_sign_archive_comment_parse(const char *tc, const char *label, kiln_sign_archive_info *out) {
+kiln_err kiln_sign_archive_comment_parse(const char *tc, const char *label,
+                                         kiln_sign_archive_info *out) {
     static const char *const keys[] = {"model:", "version:", "manifest:sha256:"};
     memset(out, 0, sizeof *out);
     size_t tl = strlen(ARCHIVE_TAG);
-    KILN_FAIL_IF(strncmp(tc, ARCHIVE_TAG "\t", tl + 1) != 0, KILN_ERR_FORMAT,
-                 "'%s': the trusted comment is not a kiln archive's (it should start with '"
-                 ARCHIVE_TAG "')", label);
+    KILN_FAIL_IF(
+        strncmp(tc, ARCHIVE_TAG "\t", tl + 1) != 0, KILN_ERR_FORMAT,
+        "'%s': the trusted comment is not a kiln archive's (it should start with '" ARCHIVE_TAG
+        "')",
+        label);
     const char *p = tc + tl + 1;
     for (int i = 0; i < 3; i++) {
         size_t kl = strlen(keys[i]);
         KILN_FAIL_IF(strncmp(p, keys[i], kl) != 0, KILN_ERR_FORMAT,
-                     "'%s': archive trusted comment: expected '%s' field %d", label, keys[i], i + 1);
+                     "'%s': archive trusted comment: expected '%s' field %d", label, keys[i],
+                     i + 1);
         p += kl;
         const char *end = strchr(p, '\t');
         size_t n = end ? (size_t)(end - p) : strlen(p);
-        KILN_FAIL_IF((i < 2) != (end != NULL), KILN_ERR_FORMAT,
-                     "'%s': archive trusted comment: want exactly the fields model, version, manifest",
-                     label);
+        KILN_FAIL_IF(
+            (i < 2) != (end != NULL), KILN_ERR_FORMAT,
+            "'%s': archive trusted comment: want exactly the fields model, version, manifest",
+            label);
         char val[KILN_SIGN_NAME_MAX + 1];
         if (i < 2) {
             KILN_FAIL_IF(n > KILN_SIGN_NAME_MAX, KILN_ERR_FORMAT,
@@ -107,10 +116,13 @@ kiln_err kiln_sign_archive_comment_parse(const char *tc, const char *label, kiln
 
 /* ---- records ------------------------------------------------------------------------- */
 
-void kiln_sign_record_init(kiln_sign_record *r) { memset(r, 0, sizeof *r); }
+void kiln_sign_record_init(kiln_sign_record *r) {
+    memset(r, 0, sizeof *r);
+}
 
 static void free_sigs(kiln_sign_record *r) {
-    for (size_t i = 0; i < r->nsigs; i++) free(r->sigs[i]);
+    for (size_t i = 0; i < r->nsigs; i++)
+        free(r->sigs[i]);
     free(r->sigs);
     r->sigs = NULL;
     r->nsigs = 0;
@@ -166,10 +178,10 @@ static json_t *body_json(const kiln_sign_record *r) {
     kiln_hex(r->digest, 32, hex);
     snprintf(digest, sizeof digest, "sha256:%s", hex);
     kiln_format_time(r->expires, exp);
-    json_t *b = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "format", RECORD_FORMAT,
-                          "model", r->model, "channel", r->channel, "version", r->version,
-                          "digest", digest, "expires", exp, "seq", (json_int_t)r->seq, "reason",
-                          r->reason ? r->reason : "");
+    json_t *b =
+        json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "format", RECORD_FORMAT, "model",
+                  r->model, "channel", r->channel, "version", r->version, "digest", digest,
+                  "expires", exp, "seq", (json_int_t)r->seq, "reason", r->reason ? r->reason : "");
     if (!b) kiln_fail(KILN_ERR_NOMEM, "out of memory building a channel record");
     return b;
 }
@@ -195,8 +207,8 @@ kiln_err kiln_sign_record_add_signature(kiln_sign_record *r, const kiln_sign_sec
     for (size_t i = 0; i < r->nsigs; i++) {
         kiln_sign_sig s;
         kiln_sign_sig_init(&s);
-        KILN_TRY(sign_sig_parse_in(r->sigs[i], strlen(r->sigs[i]), "channel record", "signature",
-                                   &s));
+        KILN_TRY(
+            sign_sig_parse_in(r->sigs[i], strlen(r->sigs[i]), "channel record", "signature", &s));
         bool same = !sodium_memcmp(s.keyid, pk.keyid, KILN_SIGN_KEYID_BYTES);
         kiln_sign_sig_release(&s);
         KILN_FAIL_IF(same, KILN_ERR_CONFLICT, "the record is already signed by key id %s", id);
@@ -225,7 +237,8 @@ static const char *str_field(const json_t *o, const char *k) {
     return sign_json_str(json_object_get(o, k));
 }
 
-kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, kiln_sign_record *r) {
+kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label,
+                                kiln_sign_record *r) {
     static const char *const top[] = {"record", "signatures", NULL};
     static const char *const body[] = {"channel", "digest", "expires", "format", "model",
                                        "reason",  "seq",    "version", NULL};
@@ -239,7 +252,8 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, 
     json_t *v;
     json_object_foreach(j, k, v) {
         bool ok = false;
-        for (const char *const *a = top; *a; a++) ok = ok || !strcmp(k, *a);
+        for (const char *const *a = top; *a; a++)
+            ok = ok || !strcmp(k, *a);
         KILN_CHECK_IF(rc, out, !ok, KILN_ERR_FORMAT, "'%s': unknown field '%s'", label, k);
     }
     const json_t *b = json_object_get(j, "record");
@@ -247,7 +261,8 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, 
                   label);
     json_object_foreach((json_t *)b, k, v) {
         bool ok = false;
-        for (const char *const *a = body; *a; a++) ok = ok || !strcmp(k, *a);
+        for (const char *const *a = body; *a; a++)
+            ok = ok || !strcmp(k, *a);
         KILN_CHECK_IF(rc, out, !ok, KILN_ERR_FORMAT, "'%s': record: unknown field '%s'", label, k);
     }
     for (const char *const *a = body; *a; a++) {
@@ -264,12 +279,13 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, 
     json_int_t seq = json_integer_value(json_object_get(b, "seq"));
     KILN_CHECK_IF(rc, out, seq < 1, KILN_ERR_FORMAT, "'%s': seq %lld must be at least 1", label,
                   (long long)seq);
-    KILN_CHECK(rc, out, check_fields(str_field(b, "model"), str_field(b, "channel"),
-                                     str_field(b, "version"), (uint64_t)seq, str_field(b, "reason"),
-                                     label));
+    KILN_CHECK(rc, out,
+               check_fields(str_field(b, "model"), str_field(b, "channel"), str_field(b, "version"),
+                            (uint64_t)seq, str_field(b, "reason"), label));
     const char *dg = str_field(b, "digest");
     bool dok = strlen(dg) == 71 && !strncmp(dg, "sha256:", 7) && kiln_unhex(dg + 7, r->digest, 32);
-    for (size_t i = 7; dok && i < 71; i++) dok = !(dg[i] >= 'A' && dg[i] <= 'F');
+    for (size_t i = 7; dok && i < 71; i++)
+        dok = !(dg[i] >= 'A' && dg[i] <= 'F');
     KILN_CHECK_IF(rc, out, !dok, KILN_ERR_FORMAT,
                   "'%s': record: 'digest' must be \"sha256:\" and 64 lowercase hex digits", label);
     char what[KILN_SIGN_NAME_MAX + 64];
@@ -298,8 +314,9 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label, 
                       "'%s': %s is not a string (without NUL characters)", label, what);
         kiln_sign_sig parsed;
         kiln_sign_sig_init(&parsed);
-        KILN_CHECK(rc, out, sign_sig_parse_in(json_string_value(s), json_string_length(s), label,
-                                              what, &parsed));
+        KILN_CHECK(
+            rc, out,
+            sign_sig_parse_in(json_string_value(s), json_string_length(s), label, what, &parsed));
         kiln_sign_sig_release(&parsed);
         r->sigs[i] = kiln_strdup(json_string_value(s));
         KILN_CHECK_IF(rc, out, !r->sigs[i], KILN_ERR_NOMEM, "out of memory");
@@ -340,7 +357,8 @@ out:
 }
 
 kiln_err kiln_sign_record_verify(const kiln_sign_record *r, const kiln_sign_trust *t, int64_t now,
-                                 uint64_t min_seq, const char *label, kiln_sign_record_result *res) {
+                                 uint64_t min_seq, const char *label,
+                                 kiln_sign_record_result *res) {
     kiln_sign_record_result local;
     if (!res) res = &local;
     memset(res, 0, sizeof *res);
@@ -369,9 +387,12 @@ kiln_err kiln_sign_record_verify(const kiln_sign_record *r, const kiln_sign_trus
         kiln_sign_sig_release(&s);
         if (rc != KILN_OK) goto out;
         bool seen = false;
-        for (size_t j = 0; j < res->nsigners; j++) seen = seen || res->signers[j] == k;
-        if (seen) repeats++;
-        else res->signers[res->nsigners++] = k;
+        for (size_t j = 0; j < res->nsigners; j++)
+            seen = seen || res->signers[j] == k;
+        if (seen)
+            repeats++;
+        else
+            res->signers[res->nsigners++] = k;
     }
     if (res->nsigners < (size_t)threshold) {
         rc = kiln_fail(KILN_ERR_VERIFY,

@@ -25,8 +25,8 @@ extern "C" {
 #define KILN_SIGN_KEYID_BYTES 8
 #define KILN_SIGN_PK_BYTES 32
 #define KILN_SIGN_SIG_BYTES 64
-#define KILN_SIGN_KEYID_HEX 17    /* 16 uppercase hex digits (as minisign prints) and NUL */
-#define KILN_SIGN_PUBKEY_B64 57   /* "RW..." base64 of the 42-byte key, and NUL */
+#define KILN_SIGN_KEYID_HEX 17  /* 16 uppercase hex digits (as minisign prints) and NUL */
+#define KILN_SIGN_PUBKEY_B64 57 /* "RW..." base64 of the 42-byte key, and NUL */
 /* Longest trusted comment minisign reads back (its 8192-byte line buffer, less the
  * "trusted comment: " prefix, the newline and the NUL). */
 #define KILN_SIGN_TRUSTED_MAX 8173
@@ -136,13 +136,11 @@ KILN_API kiln_err kiln_sign_file(const kiln_sign_seckey *sk, const char *path,
  * signature over the trusted comment; KILN_ERR_VERIFY with a message that says which
  * failed. msg_label names the signed bytes in messages. */
 KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_buffer(const kiln_sign_pubkey *pk,
-                                                          const kiln_sign_sig *sig,
-                                                          const void *msg, size_t len,
-                                                          const char *msg_label);
+                                                          const kiln_sign_sig *sig, const void *msg,
+                                                          size_t len, const char *msg_label);
 /* The same for a file (streamed when prehashed; legacy reads at most 1 GiB as minisign). */
 KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *pk,
-                                                        const kiln_sign_sig *sig,
-                                                        const char *path);
+                                                        const kiln_sign_sig *sig, const char *path);
 
 /* ---- the trust policy (trust.json, docs/formats.md) ----------------------------- */
 
@@ -165,8 +163,8 @@ KILN_API void kiln_sign_trust_free(kiln_sign_trust *t);
 KILN_API size_t kiln_sign_trust_key_count(const kiln_sign_trust *t);
 KILN_API const kiln_sign_trust_key *kiln_sign_trust_key_at(const kiln_sign_trust *t, size_t i);
 /* The key with this id, or NULL. */
-KILN_API const kiln_sign_trust_key *kiln_sign_trust_find(const kiln_sign_trust *t,
-                                                         const uint8_t keyid[KILN_SIGN_KEYID_BYTES]);
+KILN_API const kiln_sign_trust_key *
+kiln_sign_trust_find(const kiln_sign_trust *t, const uint8_t keyid[KILN_SIGN_KEYID_BYTES]);
 /* How many distinct promote keys must sign a record for the channel; KILN_ERR_NOTFOUND
  * when the policy does not name the channel. */
 KILN_API kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char *channel,
@@ -217,10 +215,9 @@ typedef struct kiln_sign_record {
 KILN_API void kiln_sign_record_init(kiln_sign_record *r);
 KILN_API void kiln_sign_record_release(kiln_sign_record *r);
 /* Set the body (copies reason; checks every field); clears any signatures. */
-KILN_API kiln_err kiln_sign_record_set(kiln_sign_record *r, const char *model,
-                                       const char *channel, const char *version,
-                                       const uint8_t digest[32], uint64_t seq, int64_t expires,
-                                       const char *reason);
+KILN_API kiln_err kiln_sign_record_set(kiln_sign_record *r, const char *model, const char *channel,
+                                       const char *version, const uint8_t digest[32], uint64_t seq,
+                                       int64_t expires, const char *reason);
 /* The canonical body (sorted keys, no white space) that every signature signs; caller
  * frees. */
 KILN_API kiln_err kiln_sign_record_body(const kiln_sign_record *r, char **out, size_t *len);
@@ -236,7 +233,7 @@ KILN_API kiln_err kiln_sign_record_load(const char *path, kiln_sign_record *r);
 KILN_API kiln_err kiln_sign_record_save(const kiln_sign_record *r, const char *path);
 
 typedef struct kiln_sign_record_result {
-    int threshold;  /* distinct promote keys the channel needs */
+    int threshold;   /* distinct promote keys the channel needs */
     size_t nsigners; /* distinct keys whose signatures verified */
     const kiln_sign_trust_key *signers[KILN_SIGN_RECORD_MAX_SIGS]; /* into the policy */
 } kiln_sign_record_result;

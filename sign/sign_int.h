@@ -8,14 +8,16 @@
 
 /* minisign's structures, byte for byte (no padding: every member is bytes). */
 #define SIGN_ALG_BYTES 2
-#define SIGN_PUBKEY_BYTES (SIGN_ALG_BYTES + KILN_SIGN_KEYID_BYTES + KILN_SIGN_PK_BYTES) /* 42 */
-#define SIGN_SIGSTRUCT_BYTES (SIGN_ALG_BYTES + KILN_SIGN_KEYID_BYTES + KILN_SIGN_SIG_BYTES) /* 74 */
+#define SIGN_PUBKEY_BYTES (SIGN_ALG_BYTES + KILN_SIGN_KEYID_BYTES + KILN_SIGN_PK_BYTES)     /* 42 */
+#define SIGN_SIGSTRUCT_BYTES (SIGN_ALG_BYTES + KILN_SIGN_KEYID_BYTES + KILN_SIGN_SIG_BYTES) /* 74  \
+                                                                                             */
 #define SIGN_SALT_BYTES 32
 #define SIGN_SK_BYTES 64
 #define SIGN_CHK_BYTES 32
 #define SIGN_KEYNUM_SK_BYTES (KILN_SIGN_KEYID_BYTES + SIGN_SK_BYTES + SIGN_CHK_BYTES) /* 104 */
 /* sig_alg, kdf_alg, chk_alg, salt, opslimit, memlimit, then keynum_sk */
-#define SIGN_SECKEY_BYTES (3 * SIGN_ALG_BYTES + SIGN_SALT_BYTES + 16 + SIGN_KEYNUM_SK_BYTES) /* 158 */
+#define SIGN_SECKEY_BYTES                                                                          \
+    (3 * SIGN_ALG_BYTES + SIGN_SALT_BYTES + 16 + SIGN_KEYNUM_SK_BYTES) /* 158 */
 #define SIGN_OFF_KDF 2
 #define SIGN_OFF_CHKALG 4
 #define SIGN_OFF_SALT 6

@@ -54,7 +54,8 @@ static kiln_err only_fields(const json_t *obj, const char *const *allowed, const
     json_t *v;
     json_object_foreach((json_t *)obj, k, v) {
         bool ok = false;
-        for (const char *const *a = allowed; *a; a++) ok = ok || !strcmp(k, *a);
+        for (const char *const *a = allowed; *a; a++)
+            ok = ok || !strcmp(k, *a);
         KILN_FAIL_IF(!ok, KILN_ERR_FORMAT, "'%s': %s: unknown field '%s'", label, where, k);
     }
     return KILN_OK;
@@ -62,8 +63,10 @@ static kiln_err only_fields(const json_t *obj, const char *const *allowed, const
 
 void kiln_sign_trust_free(kiln_sign_trust *t) {
     if (!t) return;
-    for (size_t i = 0; i < t->nkeys; i++) free((char *)t->keys[i].name);
-    for (size_t i = 0; i < t->nchans; i++) free(t->chans[i].name);
+    for (size_t i = 0; i < t->nkeys; i++)
+        free((char *)t->keys[i].name);
+    for (size_t i = 0; i < t->nchans; i++)
+        free(t->chans[i].name);
     free(t->keys);
     free(t->chans);
     free(t->label);
@@ -83,23 +86,24 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
                  "'%s': %s: 'name' must be a name of 1 to %d letters, digits and ._+-", label,
                  where, KILN_SIGN_NAME_MAX);
     snprintf(where, sizeof where, "key '%s'", name);
-    KILN_FAIL_IF(!pub, KILN_ERR_FORMAT, "'%s': %s: 'pubkey' (a minisign public key in base64) is missing",
-                 label, where);
+    KILN_FAIL_IF(!pub, KILN_ERR_FORMAT,
+                 "'%s': %s: 'pubkey' (a minisign public key in base64) is missing", label, where);
     kiln_sign_trust_key *key = &t->keys[t->nkeys];
     char sub[256];
     snprintf(sub, sizeof sub, "%s: %s: pubkey", label, where);
     KILN_TRY(kiln_sign_pubkey_from_base64(pub, sub, &key->pub));
     KILN_FAIL_IF(!json_is_array(rl) || json_array_size(rl) == 0, KILN_ERR_FORMAT,
-                 "'%s': %s: 'roles' must be a non-empty array of \"release\" and \"promote\"", label,
-                 where);
+                 "'%s': %s: 'roles' must be a non-empty array of \"release\" and \"promote\"",
+                 label, where);
     key->roles = 0;
     for (size_t r = 0; r < json_array_size(rl); r++) {
         const char *s = sign_json_str(json_array_get(rl, r));
         int bit = 0;
         for (size_t j = 0; s && j < KILN_ARRAY_LEN(roles); j++)
             if (!strcmp(s, roles[j].name)) bit = roles[j].bit;
-        KILN_FAIL_IF(!bit, KILN_ERR_FORMAT, "'%s': %s: unknown role %s%s%s (want \"release\" or \"promote\")",
-                     label, where, s ? "'" : "", s ? s : "(not a string)", s ? "'" : "");
+        KILN_FAIL_IF(!bit, KILN_ERR_FORMAT,
+                     "'%s': %s: unknown role %s%s%s (want \"release\" or \"promote\")", label,
+                     where, s ? "'" : "", s ? s : "(not a string)", s ? "'" : "");
         KILN_FAIL_IF(key->roles & bit, KILN_ERR_FORMAT, "'%s': %s: role '%s' listed twice", label,
                      where, s);
         key->roles |= bit;
@@ -138,14 +142,16 @@ static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char 
     json_t *v;
     json_object_foreach((json_t *)ch, name, v) {
         char where[KILN_SIGN_NAME_MAX + 32];
-        KILN_FAIL_IF(!kiln_sign_name_ok(name), KILN_ERR_FORMAT, "'%s': channel name '%.64s' must be 1 to %d letters, digits and ._+-", label,
+        KILN_FAIL_IF(!kiln_sign_name_ok(name), KILN_ERR_FORMAT,
+                     "'%s': channel name '%.64s' must be 1 to %d letters, digits and ._+-", label,
                      name, KILN_SIGN_NAME_MAX);
         snprintf(where, sizeof where, "channel '%s'", name);
-        KILN_FAIL_IF(!json_is_object(v), KILN_ERR_FORMAT, "'%s': %s is not an object", label, where);
+        KILN_FAIL_IF(!json_is_object(v), KILN_ERR_FORMAT, "'%s': %s is not an object", label,
+                     where);
         KILN_TRY(only_fields(v, fields, label, where));
         const json_t *th = json_object_get(v, "threshold");
-        KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT, "'%s': %s: 'threshold' must be an integer",
-                     label, where);
+        KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT,
+                     "'%s': %s: 'threshold' must be an integer", label, where);
         json_int_t x = json_integer_value(th);
         KILN_FAIL_IF(x < 1, KILN_ERR_FORMAT, "'%s': %s: threshold %lld must be at least 1", label,
                      where, (long long)x);
@@ -159,7 +165,8 @@ static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char 
     return KILN_OK;
 }
 
-kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label, kiln_sign_trust **out) {
+kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
+                               kiln_sign_trust **out) {
     static const char *const fields[] = {"format", "keys", "channels", NULL};
     *out = NULL;
     KILN_TRY(sign_init());
@@ -205,9 +212,13 @@ kiln_err kiln_sign_trust_load(const char *path, kiln_sign_trust **out) {
     return rc;
 }
 
-const char *sign_trust_label(const kiln_sign_trust *t) { return t->label; }
+const char *sign_trust_label(const kiln_sign_trust *t) {
+    return t->label;
+}
 
-size_t kiln_sign_trust_key_count(const kiln_sign_trust *t) { return t->nkeys; }
+size_t kiln_sign_trust_key_count(const kiln_sign_trust *t) {
+    return t->nkeys;
+}
 
 const kiln_sign_trust_key *kiln_sign_trust_key_at(const kiln_sign_trust *t, size_t i) {
     return i < t->nkeys ? &t->keys[i] : NULL;
@@ -236,7 +247,8 @@ kiln_err sign_trust_signer(const kiln_sign_trust *t, const kiln_sign_sig *sig, i
     char id[KILN_SIGN_KEYID_HEX];
     kiln_sign_keyid_hex(sig->keyid, id);
     const kiln_sign_trust_key *k = kiln_sign_trust_find(t, sig->keyid);
-    KILN_FAIL_IF(!k, KILN_ERR_VERIFY, "'%s': signed by key id %s, which is not in the trust policy '%s'",
+    KILN_FAIL_IF(!k, KILN_ERR_VERIFY,
+                 "'%s': signed by key id %s, which is not in the trust policy '%s'",
                  sig->label ? sig->label : "signature", id, t->label);
     const char *rn = role == KILN_SIGN_ROLE_RELEASE ? "release" : "promote";
     KILN_FAIL_IF(!(k->roles & role), KILN_ERR_VERIFY,
@@ -247,7 +259,8 @@ kiln_err sign_trust_signer(const kiln_sign_trust *t, const kiln_sign_sig *sig, i
 }
 
 kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t, const kiln_sign_sig *sig,
-                                     const char *path, int role, const kiln_sign_trust_key **signer) {
+                                     const char *path, int role,
+                                     const kiln_sign_trust_key **signer) {
     const kiln_sign_trust_key *k;
     if (signer) *signer = NULL;
     KILN_TRY(sign_trust_signer(t, sig, role, &k));

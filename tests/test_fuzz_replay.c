@@ -65,7 +65,8 @@ KILN_TEST(fuzz_replay_corpus) {
     while ((e = readdir(d))) {
         if (e->d_name[0] == '.') continue;
         bool known = false;
-        for (size_t i = 0; i < KILN_ARRAY_LEN(targets); i++) known = known || !strcmp(targets[i].name, e->d_name);
+        for (size_t i = 0; i < KILN_ARRAY_LEN(targets); i++)
+            known = known || !strcmp(targets[i].name, e->d_name);
         if (!CHECK("each corpus directory has an entry point tests/fuzz/NAME.c", known))
             fprintf(stderr, "    %s/%s\n", CORPUS, e->d_name);
     }

@@ -38,7 +38,8 @@ KILN_TEST(sign_minisign_vectors_verify) {
         {"minisign/msg.txt.default.minisig", "timestamp:1795982389\tfile:msg.txt\thashed",
          KILN_SIGN_PREHASHED},
     };
-    char *pubp = kiln_test_vector("minisign/test.pub"), *msgp = kiln_test_vector("minisign/msg.txt");
+    char *pubp = kiln_test_vector("minisign/test.pub"),
+         *msgp = kiln_test_vector("minisign/msg.txt");
     kiln_sign_pubkey pk;
     if (!CHECK("test.pub loads", kiln_sign_pubkey_load(pubp, &pk) == KILN_OK)) goto out;
     char id[KILN_SIGN_KEYID_HEX];
@@ -70,7 +71,8 @@ KILN_TEST(sign_minisign_vectors_reproduce) {
         {"minisign/msg.txt.legacy.minisig", KILN_SIGN_LEGACY},
         {"minisign/msg.txt.default.minisig", KILN_SIGN_PREHASHED},
     };
-    char *keyp = kiln_test_vector("minisign/test.key"), *msgp = kiln_test_vector("minisign/msg.txt");
+    char *keyp = kiln_test_vector("minisign/test.key"),
+         *msgp = kiln_test_vector("minisign/msg.txt");
     char *msg = slurp(msgp, NULL);
     size_t msglen = msg ? strlen(msg) : 0;
     kiln_sign_seckey *sk = NULL;
@@ -83,7 +85,8 @@ KILN_TEST(sign_minisign_vectors_reproduce) {
         char *want = slurp(sp, &want_len), *got = NULL;
         kiln_sign_sig s;
         kiln_sign_sig_init(&s);
-        if (CHECK("vector parses", want && kiln_sign_sig_parse(want, want_len, sp, &s) == KILN_OK)) {
+        if (CHECK("vector parses",
+                  want && kiln_sign_sig_parse(want, want_len, sp, &s) == KILN_OK)) {
             CHECK("signing bytes works",
                   kiln_sign_buffer(sk, msg, msglen, s.trusted_comment, v[i].alg, &got) == KILN_OK);
             CHECK("same bytes as minisign", got && strcmp(got, want) == 0);
@@ -109,7 +112,8 @@ out:
 
 /* Key files written by kiln are minisign's bytes: the vector's key pair round-trips. */
 KILN_TEST(sign_key_files_round_trip) {
-    char *keyp = kiln_test_vector("minisign/test.key"), *pubp = kiln_test_vector("minisign/test.pub");
+    char *keyp = kiln_test_vector("minisign/test.key"),
+         *pubp = kiln_test_vector("minisign/test.pub");
     char *kout = kiln_test_path("copy.key"), *pout = kiln_test_path("copy.pub");
     kiln_sign_seckey *sk = NULL;
     kiln_sign_pubkey pk, pk2;
@@ -119,7 +123,8 @@ KILN_TEST(sign_key_files_round_trip) {
     CHECK("secret key's public half is test.pub", memcmp(&pk, &pk2, sizeof pk) == 0);
     CHECK("unencrypted save", kiln_sign_seckey_save(sk, kout, NULL, 0) == KILN_OK);
     CHECK("pub save", kiln_sign_pubkey_save(&pk, pout) == KILN_OK);
-    char *a = slurp(keyp, NULL), *b = slurp(kout, NULL), *c = slurp(pubp, NULL), *d = slurp(pout, NULL);
+    char *a = slurp(keyp, NULL), *b = slurp(kout, NULL), *c = slurp(pubp, NULL),
+         *d = slurp(pout, NULL);
     CHECK("secret key file byte for byte as minisign -W", a && b && strcmp(a, b) == 0);
     CHECK("public key file byte for byte", c && d && strcmp(c, d) == 0);
     struct stat st;
@@ -127,14 +132,17 @@ KILN_TEST(sign_key_files_round_trip) {
     CHECK("refuses to overwrite a secret key",
           kiln_sign_seckey_save(sk, kout, NULL, 0) == KILN_ERR_CONFLICT &&
               strstr(kiln_errmsg(), "copy.key") && strstr(kiln_errmsg(), "exists"));
-    CHECK("refuses to overwrite a public key", kiln_sign_pubkey_save(&pk, pout) == KILN_ERR_CONFLICT);
+    CHECK("refuses to overwrite a public key",
+          kiln_sign_pubkey_save(&pk, pout) == KILN_ERR_CONFLICT);
     char *b2 = slurp(kout, NULL);
     CHECK("existing key left intact", b && b2 && strcmp(b, b2) == 0);
     char b64[KILN_SIGN_PUBKEY_B64];
     kiln_sign_pubkey_base64(&pk, b64);
-    CHECK("inline base64 form", strcmp(b64, "RWSZOapHYy2q7zXTxbL987oMDpT8r5AkK2m4nBviI9hT6h4CWkywdCKn") == 0);
-    CHECK("inline base64 parses back", kiln_sign_pubkey_from_base64(b64, "inline", &pk2) == KILN_OK &&
-                                           memcmp(&pk, &pk2, sizeof pk) == 0);
+    CHECK("inline base64 form",
+          strcmp(b64, "RWSZOapHYy2q7zXTxbL987oMDpT8r5AkK2m4nBviI9hT6h4CWkywdCKn") == 0);
+    CHECK("inline base64 parses back",
+          kiln_sign_pubkey_from_base64(b64, "inline", &pk2) == KILN_OK &&
+              memcmp(&pk, &pk2, sizeof pk) == 0);
     free(a), free(b), free(b2), free(c), free(d);
 out:
     kiln_sign_seckey_free(sk);
@@ -158,7 +166,8 @@ KILN_TEST(sign_minisign_encrypted_key) {
     CHECK("decrypted key matches enc.pub",
           kiln_sign_seckey_pubkey(sk, &pk) == KILN_OK && memcmp(&pk, &want, sizeof pk) == 0);
     CHECK("signs", kiln_sign_buffer(sk, "hello", 5, "t", KILN_SIGN_PREHASHED, &sig) == KILN_OK);
-    CHECK("enc.pub verifies it", sig && verify_text(&want, sig, strlen(sig), "hello", 5) == KILN_OK);
+    CHECK("enc.pub verifies it",
+          sig && verify_text(&want, sig, strlen(sig), "hello", 5) == KILN_OK);
 out:
     free(sig);
     kiln_sign_seckey_free(sk);
@@ -179,8 +188,9 @@ KILN_TEST(sign_encrypted_key_wrong_password) {
     uint8_t raw[158];
     const char *nl = text ? strchr(text, '\n') : NULL;
     size_t got = 0;
-    if (!CHECK("decode", nl && sodium_base642bin(raw, sizeof raw, nl + 1, strcspn(nl + 1, "\n"), NULL,
-                                                 &got, NULL, sodium_base64_VARIANT_ORIGINAL) == 0 &&
+    if (!CHECK("decode", nl &&
+                             sodium_base642bin(raw, sizeof raw, nl + 1, strcspn(nl + 1, "\n"), NULL,
+                                               &got, NULL, sodium_base64_VARIANT_ORIGINAL) == 0 &&
                              got == sizeof raw))
         goto out;
     /* Encrypt by minisign's recipe: checksum, then XOR keynum_sk with scrypt's stream. */
@@ -188,7 +198,8 @@ KILN_TEST(sign_encrypted_key_wrong_password) {
     randombytes_buf(raw + 6, 32);
     uint64_t ops = crypto_pwhash_scryptsalsa208sha256_OPSLIMIT_MIN;
     uint64_t mem = crypto_pwhash_scryptsalsa208sha256_MEMLIMIT_MIN;
-    for (int i = 0; i < 8; i++) raw[38 + i] = (uint8_t)(ops >> (8 * i)), raw[46 + i] = (uint8_t)(mem >> (8 * i));
+    for (int i = 0; i < 8; i++)
+        raw[38 + i] = (uint8_t)(ops >> (8 * i)), raw[46 + i] = (uint8_t)(mem >> (8 * i));
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, 32);
     crypto_generichash_update(&st, raw, 2);
@@ -197,7 +208,8 @@ KILN_TEST(sign_encrypted_key_wrong_password) {
     uint8_t stream[104];
     CHECK("scrypt", crypto_pwhash_scryptsalsa208sha256(stream, sizeof stream, "secret", 6, raw + 6,
                                                        ops, mem) == 0);
-    for (int i = 0; i < 104; i++) raw[54 + i] ^= stream[i];
+    for (int i = 0; i < 104; i++)
+        raw[54 + i] ^= stream[i];
     char b64[sizeof raw * 2];
     sodium_bin2base64(b64, sizeof b64, raw, sizeof raw, sodium_base64_VARIANT_ORIGINAL);
     char *file = kiln_asprintf("untrusted comment: minisign encrypted secret key\n%s\n", b64);
@@ -209,15 +221,19 @@ KILN_TEST(sign_encrypted_key_wrong_password) {
     CHECK("message names the file and the problem",
           strstr(kiln_errmsg(), "enc.key") && strstr(kiln_errmsg(), "wrong password"));
     CHECK("still encrypted after a wrong password", kiln_sign_seckey_encrypted(sk));
-    CHECK("right password works after a wrong one", kiln_sign_seckey_decrypt(sk, "secret", 6) == KILN_OK);
-    CHECK("same key", kiln_sign_seckey_pubkey(sk, &pk2) == KILN_OK && memcmp(&pk, &pk2, sizeof pk) == 0);
+    CHECK("right password works after a wrong one",
+          kiln_sign_seckey_decrypt(sk, "secret", 6) == KILN_OK);
+    CHECK("same key",
+          kiln_sign_seckey_pubkey(sk, &pk2) == KILN_OK && memcmp(&pk, &pk2, sizeof pk) == 0);
 out:
     kiln_sign_seckey_free(gen);
     kiln_sign_seckey_free(sk);
     free(plain), free(text), free(path);
 }
 
-static void flip(char *s, size_t i) { s[i] = s[i] == 'A' ? 'B' : 'A'; }
+static void flip(char *s, size_t i) {
+    s[i] = s[i] == 'A' ? 'B' : 'A';
+}
 
 /* One byte changed in the file, the signature, the trusted comment or the public key:
  * verification fails and the message says which part failed. */
@@ -239,13 +255,14 @@ KILN_TEST(sign_tamper_each_part) {
     m2[3] ^= 1;
     CHECK("changed file fails", verify_text(&pk, sig, n, m2, sizeof msg - 1) == KILN_ERR_VERIFY);
     CHECK("... naming the signature and the file",
-          strstr(kiln_errmsg(), "signature verification failed") && strstr(kiln_errmsg(), "t.txt") &&
-              strstr(kiln_errmsg(), "t.minisig"));
+          strstr(kiln_errmsg(), "signature verification failed") &&
+              strstr(kiln_errmsg(), "t.txt") && strstr(kiln_errmsg(), "t.minisig"));
 
     const char *l2 = strchr(sig, '\n') + 1, *l3 = strchr(l2, '\n') + 1, *l4 = strchr(l3, '\n') + 1;
     char *t = kiln_strdup(sig);
     flip(t, (size_t)(l2 - sig) + 40); /* inside the Ed25519 signature */
-    CHECK("changed signature fails", verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_VERIFY);
+    CHECK("changed signature fails",
+          verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_VERIFY);
     CHECK("... as a signature failure", strstr(kiln_errmsg(), "signature verification failed") &&
                                             !strstr(kiln_errmsg(), "global"));
     strcpy(t, sig);
@@ -254,20 +271,24 @@ KILN_TEST(sign_tamper_each_part) {
     CHECK("... as a key id mismatch", strstr(kiln_errmsg(), "key id mismatch"));
     strcpy(t, sig);
     t[(size_t)(l3 - sig) + strlen("trusted comment: ") + 3] ^= 1;
-    CHECK("changed trusted comment fails", verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_VERIFY);
+    CHECK("changed trusted comment fails",
+          verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_VERIFY);
     CHECK("... as the global signature / trusted comment",
           strstr(kiln_errmsg(), "global signature") && strstr(kiln_errmsg(), "trusted comment"));
     strcpy(t, sig);
     flip(t, (size_t)(l4 - sig) + 20);
-    CHECK("changed global signature fails", verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_VERIFY);
+    CHECK("changed global signature fails",
+          verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_VERIFY);
     CHECK("... as the global signature", strstr(kiln_errmsg(), "global signature"));
     strcpy(t, sig);
     t[22] = 'X'; /* the untrusted comment is not signed: minisign ignores it, so do we */
     CHECK("untrusted comment may change", verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_OK);
     strcpy(t, sig);
     t[(size_t)(l2 - sig) + 1] = 'V'; /* "RU" -> "RV": not an algorithm */
-    CHECK("changed algorithm is malformed", verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_FORMAT);
-    CHECK("... naming line 2", strstr(kiln_errmsg(), "line 2") && strstr(kiln_errmsg(), "algorithm"));
+    CHECK("changed algorithm is malformed",
+          verify_text(&pk, t, n, msg, sizeof msg - 1) == KILN_ERR_FORMAT);
+    CHECK("... naming line 2",
+          strstr(kiln_errmsg(), "line 2") && strstr(kiln_errmsg(), "algorithm"));
 
     /* The public key: its key id, then its Ed25519 key. */
     char *pt = kiln_sign_pubkey_format(&pk);
@@ -275,7 +296,8 @@ KILN_TEST(sign_tamper_each_part) {
     char *pl2 = strchr(pt, '\n') + 1;
     char orig = pl2[6];
     flip(pl2, 6);
-    CHECK("tampered key id parses", kiln_sign_pubkey_parse(pt, strlen(pt), "k.pub", &bad) == KILN_OK);
+    CHECK("tampered key id parses",
+          kiln_sign_pubkey_parse(pt, strlen(pt), "k.pub", &bad) == KILN_OK);
     kiln_sign_sig s;
     kiln_sign_sig_init(&s);
     CHECK("sig parses", kiln_sign_sig_parse(sig, n, "t.minisig", &s) == KILN_OK);
@@ -314,17 +336,21 @@ KILN_TEST(sign_malformed_files_name_the_line) {
         {"comment: x\nRWQ=\nx\nx\n", "line 1: should start with 'untrusted comment: '"},
         {"untrusted comment: x\nRUQAAA==\ntrusted comment: t\nAAAA\n", "line 2: not the base64"},
         {"untrusted comment: x\n"
-         "RUSZOapHYy2q7xVFyDrXqlTl7uuhrVxMGytUoP3Ykx7nGqEN7S9gulWAk5pNPYo2nexufxE6TGXGhAwDN13sjH/7JRIlBKgwLQU=\n"
+         "RUSZOapHYy2q7xVFyDrXqlTl7uuhrVxMGytUoP3Ykx7nGqEN7S9gulWAk5pNPYo2nexufxE6TGXGhAwDN13sjH/"
+         "7JRIlBKgwLQU=\n"
          "trusted: t\nAAAA\n",
          "line 3: should start with 'trusted comment: '"},
         {"untrusted comment: x\n"
-         "RUSZOapHYy2q7xVFyDrXqlTl7uuhrVxMGytUoP3Ykx7nGqEN7S9gulWAk5pNPYo2nexufxE6TGXGhAwDN13sjH/7JRIlBKgwLQU=\n"
+         "RUSZOapHYy2q7xVFyDrXqlTl7uuhrVxMGytUoP3Ykx7nGqEN7S9gulWAk5pNPYo2nexufxE6TGXGhAwDN13sjH/"
+         "7JRIlBKgwLQU=\n"
          "trusted comment: t\nAAAA\n",
          "line 4: not the base64"},
         {"untrusted comment: x\n"
-         "RUSZOapHYy2q7xVFyDrXqlTl7uuhrVxMGytUoP3Ykx7nGqEN7S9gulWAk5pNPYo2nexufxE6TGXGhAwDN13sjH/7JRIlBKgwLQU=\n"
+         "RUSZOapHYy2q7xVFyDrXqlTl7uuhrVxMGytUoP3Ykx7nGqEN7S9gulWAk5pNPYo2nexufxE6TGXGhAwDN13sjH/"
+         "7JRIlBKgwLQU=\n"
          "trusted comment: t\n"
-         "laOcwGg/9sL1EwzFVk19a2G7a1gIpTqQ10NfqNnunsvhXvh9SHdEynaDmPe9UhZuZ9ruTBs9lWQjji7E6BfJBg==\nmore\n",
+         "laOcwGg/"
+         "9sL1EwzFVk19a2G7a1gIpTqQ10NfqNnunsvhXvh9SHdEynaDmPe9UhZuZ9ruTBs9lWQjji7E6BfJBg==\nmore\n",
          "line 5: unexpected content"},
         {"untrusted comment: x\rx\nAAAA\n", "line 1: contains a carriage return"},
     };
@@ -334,7 +360,8 @@ KILN_TEST(sign_malformed_files_name_the_line) {
         kiln_err rc = kiln_sign_sig_parse(bad[i].text, strlen(bad[i].text), "bad.minisig", &s);
         CHECK("malformed signature refused", rc == KILN_ERR_FORMAT);
         CHECK("message names the file", strstr(kiln_errmsg(), "'bad.minisig'") != NULL);
-        if (!CHECK("message names the line and problem", strstr(kiln_errmsg(), bad[i].want) != NULL))
+        if (!CHECK("message names the line and problem",
+                   strstr(kiln_errmsg(), bad[i].want) != NULL))
             fprintf(stderr, "    case %zu: %s\n", i, kiln_errmsg());
         kiln_sign_sig_release(&s);
     }
@@ -353,7 +380,8 @@ KILN_TEST(sign_malformed_files_name_the_line) {
     free(p), free(t);
 
     kiln_sign_pubkey pk;
-    const char *pub = "untrusted comment: k\nRWSZOapHYy2q7zXTxbL987oMDpT8r5AkK2m4nBviI9hT6h4CWkywdCK=\n";
+    const char *pub =
+        "untrusted comment: k\nRWSZOapHYy2q7zXTxbL987oMDpT8r5AkK2m4nBviI9hT6h4CWkywdCK=\n";
     CHECK("bad public key base64 refused",
           kiln_sign_pubkey_parse(pub, strlen(pub), "k.pub", &pk) == KILN_ERR_FORMAT &&
               strstr(kiln_errmsg(), "'k.pub' line 2"));
@@ -373,7 +401,8 @@ KILN_TEST(sign_damaged_unencrypted_key_refused) {
     char *l2 = strchr(t, '\n') + 1;
     flip(l2, 90);
     kiln_sign_seckey *sk = NULL;
-    CHECK("damaged key refused", kiln_sign_seckey_parse(t, n, "test.key", &sk) == KILN_ERR_FORMAT && !sk);
+    CHECK("damaged key refused",
+          kiln_sign_seckey_parse(t, n, "test.key", &sk) == KILN_ERR_FORMAT && !sk);
     CHECK("... saying so", strstr(kiln_errmsg(), "'test.key'") && strstr(kiln_errmsg(), "damaged"));
 out:
     free(t);
@@ -384,13 +413,16 @@ KILN_TEST(sign_refuses_bad_trusted_comment) {
     kiln_sign_seckey *sk = NULL;
     char *sig = NULL;
     if (!CHECK("generate", kiln_sign_seckey_generate(&sk) == KILN_OK)) return;
-    CHECK("newline refused", kiln_sign_buffer(sk, "x", 1, "a\nb", KILN_SIGN_PREHASHED, &sig) == KILN_ERR_USAGE);
+    CHECK("newline refused",
+          kiln_sign_buffer(sk, "x", 1, "a\nb", KILN_SIGN_PREHASHED, &sig) == KILN_ERR_USAGE);
     char *big = kiln_malloc(KILN_SIGN_TRUSTED_MAX + 2);
     memset(big, 'a', KILN_SIGN_TRUSTED_MAX + 1);
     big[KILN_SIGN_TRUSTED_MAX + 1] = 0;
-    CHECK("over-long refused", kiln_sign_buffer(sk, "x", 1, big, KILN_SIGN_PREHASHED, &sig) == KILN_ERR_USAGE);
+    CHECK("over-long refused",
+          kiln_sign_buffer(sk, "x", 1, big, KILN_SIGN_PREHASHED, &sig) == KILN_ERR_USAGE);
     big[KILN_SIGN_TRUSTED_MAX] = 0;
-    CHECK("longest accepted", kiln_sign_buffer(sk, "x", 1, big, KILN_SIGN_PREHASHED, &sig) == KILN_OK);
+    CHECK("longest accepted",
+          kiln_sign_buffer(sk, "x", 1, big, KILN_SIGN_PREHASHED, &sig) == KILN_OK);
     kiln_sign_sig s;
     kiln_sign_sig_init(&s);
     CHECK("and parsed back", sig && kiln_sign_sig_parse(sig, strlen(sig), "s", &s) == KILN_OK &&
@@ -406,7 +438,8 @@ KILN_TEST(sign_secret_memory) {
     if (!CHECK("guarded allocation", p)) return;
     memcpy(p, "0123456789abcdef0123456789abcdef", 32);
     CHECK("constant-time equal", kiln_sign_secret_equal(p, "0123456789abcdef0123456789abcdef", 32));
-    CHECK("constant-time differs", !kiln_sign_secret_equal(p, "0123456789abcdef0123456789abcdeF", 32));
+    CHECK("constant-time differs",
+          !kiln_sign_secret_equal(p, "0123456789abcdef0123456789abcdeF", 32));
     kiln_sign_wipe(p, 32);
     static const char zero[32];
     CHECK("wiped", memcmp(p, zero, 32) == 0);
