@@ -64,5 +64,10 @@ int cmd_runs_show(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
+int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
+int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
+int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
+int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
 
 #endif
