@@ -67,5 +67,10 @@ int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
+int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
+int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
+int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
+int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
 
 #endif
