@@ -5,9 +5,9 @@
 BUILD ?= build
 SAN ?=
 CC ?= cc
-PKGS := libsodium jansson sqlite3 openblas
+PKGS := libsodium jansson sqlite3 openblas libmicrohttpd libcurl
 # Debian packages that provide the pkg-config names above, and the tools the tests use.
-DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3
+DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 libmicrohttpd-dev libcurl4-openssl-dev
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 ifneq ($(SAN),)

@@ -54,5 +54,11 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
 int cmd_version(int argc, char **argv);
+int cmd_publish(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_registry_fsck(int argc, char **argv);
+int cmd_registry_gc(int argc, char **argv);
+int cmd_registry_serve(int argc, char **argv);
+int cmd_registry_token(int argc, char **argv);
 
 #endif

@@ -13,6 +13,12 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"publish", cmd_publish, "upload a signed .kiln archive to a registry"},
+    {"pull", cmd_pull, "download and verify a model from a registry"},
+    {"registry fsck", cmd_registry_fsck, "check a registry's store"},
+    {"registry gc", cmd_registry_gc, "remove blobs no version references"},
+    {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
+    {"registry token", cmd_registry_token, "create a registry token (registry token create)"},
     {"version", cmd_version, "print the version"},
 };
 
