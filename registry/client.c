@@ -537,6 +537,9 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     bool by_channel = false, bad_archive = false;
     reg_record rec;
     memset(&rec, 0, sizeof rec);
+    reg_archive_meta meta;
+    memset(&meta, 0, sizeof meta);
+    char *staged = NULL;
 
     KILN_CHECK(rc, out, reg_trust_load(p->trust, &trust));
     state = p->state ? kiln_strdup(p->state) : default_state();
@@ -622,9 +625,13 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
                       "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model, res->version, got, digest);
     }
     bad_archive = true; /* from here on a failure discards the download */
-    /* 5: the archive's signature. */
-    KILN_CHECK(rc, out, reg_verify_archive_sig(trust, partial, sig, strlen(sig)));
-    /* 6-8: the manifest's signature, every file's digest, a secure unpack. */
+    /* 5, 6: the archive's signature, and the manifest's (its signed comment names it). */
+    char label[200];
+    snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
+    KILN_CHECK(rc, out, reg_verify_archive(trust, partial, label, sig, strlen(sig), &meta));
+    KILN_CHECK_IF(rc, out, strcmp(meta.name, res->model) || strcmp(meta.version, res->version), KILN_ERR_VERIFY,
+                  "%s: the signed manifest is %s@%s; refusing", label, meta.name, meta.version);
+    /* 7, 8: every file's digest while unpacking securely into a directory beside out. */
     parent = kiln_dirname(p->out);
     const char *base = strrchr(p->out, '/') ? strrchr(p->out, '/') + 1 : p->out;
     tmp = parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", parent, base) : NULL;
@@ -636,9 +643,11 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
         tmp = NULL;
         goto out;
     }
-    KILN_CHECK(rc, out, reg_archive_unpack_verified(trust, partial, tmp));
-    KILN_CHECK(rc, out, kiln_fsync_dir(tmp));
-    KILN_CHECK(rc, out, install_dir(tmp, p->out));
+    staged = kiln_path_join(tmp, "model");
+    KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, reg_archive_unpack_verified(partial, meta.manifest_sha256, staged));
+    KILN_CHECK(rc, out, install_dir(staged, p->out));
+    rmtree(tmp);
     free(tmp);
     tmp = NULL;
     KILN_CHECK(rc, out, kiln_fsync_dir(parent));
@@ -656,6 +665,8 @@ out:
     if (rc && tmp) rmtree(tmp);
     if (rc && bad_archive && partial) unlink(partial);
     reg_trust_free(trust);
+    reg_archive_meta_release(&meta);
+    free(staged);
     json_decref(ver);
     free(state);
     free(state_file);

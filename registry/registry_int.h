@@ -71,19 +71,23 @@ typedef struct reg_trust reg_trust;
 kiln_err reg_trust_load(const char *path, reg_trust **out);
 void reg_trust_free(reg_trust *t);
 
-/* The archive's minisign signature (text) verifies with a key the policy trusts. */
-kiln_err reg_verify_archive_sig(const reg_trust *t, const char *archive, const char *sig_text,
-                                size_t sig_len) KILN_MUST_CHECK;
-
-/* What the server reads from an archive: its manifest (name, version, files) and, when the
- * archive holds them, card.json and validation.json. New references (NULL when absent). */
+/* What is read from an archive: its manifest (name, version, files), card.json, and a
+ * summary of the validation report the manifest names. New references (NULL if absent). */
 typedef struct reg_archive_meta {
     json_t *manifest, *card, *validation;
     char name[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
+    uint8_t manifest_sha256[KILN_SHA256_BYTES];
+    char signer[129]; /* the release key's name in the policy */
 } reg_archive_meta;
 kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m);
 void reg_archive_meta_release(reg_archive_meta *m);
+
+/* The archive's signature (minisig text) verifies with a release key of the policy, and its
+ * signed comment names the archive's manifest (sha256, model, version): that is the
+ * manifest's signature. Fills m from the archive. label names the archive in messages. */
+kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label,
+                            const char *sig_text, size_t sig_len, reg_archive_meta *m) KILN_MUST_CHECK;
 
 /* A channel record's fields, once its signatures met the policy's threshold for it. */
 typedef struct reg_record {
@@ -98,11 +102,11 @@ typedef struct reg_record {
 kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, const char *label,
                            reg_record *out) KILN_MUST_CHECK;
 
-/* Check the archive (already matched to its digest) in the documented order after its own
- * signature: the manifest's signature, every file's digest; then unpack it securely into
- * dir (an empty directory). */
-kiln_err reg_archive_unpack_verified(const reg_trust *t, const char *archive, const char *dir)
-    KILN_MUST_CHECK;
+/* Unpack the archive securely into dir (which must not exist), checking every file against
+ * its manifest, which must be the one verified (manifest_sha256). Nothing is left at dir on
+ * failure. */
+kiln_err reg_archive_unpack_verified(const char *archive, const uint8_t manifest_sha256[KILN_SHA256_BYTES],
+                                     const char *dir) KILN_MUST_CHECK;
 
 /* ---- the client (client.c) ---- */
 

@@ -705,9 +705,9 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     char *path = reg_upload_path(&r->up);
     if (!path) return MHD_NO;
     reg_archive_meta m;
-    memset(&m, 0, sizeof m);
-    rc = reg_verify_archive_sig(s->trust, path, r->sig, r->sig_len);
-    if (!rc) rc = reg_archive_meta_read(path, &m);
+    char label[200];
+    snprintf(label, sizeof label, "upload of %s@%s", r->seg[0], r->seg[1]);
+    rc = reg_verify_archive(s->trust, path, label, r->sig, r->sig_len, &m);
     free(path);
     if (!rc && (strcmp(m.name, r->seg[0]) || strcmp(m.version, r->seg[1])))
         rc = kiln_fail(KILN_ERR_VERIFY, "the archive's manifest names '%s@%s', but it was uploaded as '%s@%s'", m.name,

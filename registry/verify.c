@@ -38,9 +38,11 @@ void reg_trust_free(reg_trust *t) {
     kiln_fail(KILN_ERR_UNSUPPORTED, "'%s': %s is not wired yet (needs sign/ and export/); refusing", \
               subject, what)
 
-kiln_err reg_verify_archive_sig(const reg_trust *t, const char *archive, const char *sig_text, size_t sig_len) {
-    (void)t, (void)sig_text, (void)sig_len;
-    return NOT_WIRED("archive signature verification", archive);
+kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label, const char *sig_text,
+                            size_t sig_len, reg_archive_meta *m) {
+    (void)t, (void)archive, (void)sig_text, (void)sig_len;
+    memset(m, 0, sizeof *m);
+    return NOT_WIRED("archive signature verification", label);
 }
 
 kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
@@ -61,7 +63,8 @@ kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, con
     return NOT_WIRED("channel record verification", label);
 }
 
-kiln_err reg_archive_unpack_verified(const reg_trust *t, const char *archive, const char *dir) {
-    (void)t, (void)dir;
+kiln_err reg_archive_unpack_verified(const char *archive, const uint8_t manifest_sha256[KILN_SHA256_BYTES],
+                                     const char *dir) {
+    (void)manifest_sha256, (void)dir;
     return NOT_WIRED("manifest verification and unpacking", archive);
 }
