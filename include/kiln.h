@@ -74,6 +74,33 @@ typedef struct kiln_model_config {
     float norm_eps;  /* 1e-5 unless set */
 } kiln_model_config;
 
+/* ---- pulling a model from a registry (registry/, docs/registry.md) ---- */
+
+typedef struct kiln_pull_opts {
+    const char *registry; /* "http://127.0.0.1:8080" */
+    const char *token;    /* bearer token, or NULL where reads are open */
+    const char *ref;      /* "NAME@CHANNEL" or "NAME@VERSION" */
+    const char *trust;    /* trust policy (trust.json) */
+    const char *out;      /* the model directory to create or replace */
+    const char *state;    /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+} kiln_pull_opts;
+
+typedef struct kiln_pull_result {
+    char model[65], version[65], channel[65]; /* channel "" when pulled by version */
+    char digest[72];                          /* "sha256:<hex>" of the archive */
+    uint64_t size;
+    int64_t seq; /* the channel record's; 0 when pulled by version */
+} kiln_pull_result;
+
+/* Download a model and verify it before anything lands at opts->out, in this order: the
+ * channel record's signatures meet the policy's threshold, its seq is not lower than the
+ * last this client accepted (kept in state), it has not expired, the archive's size and
+ * digest match, the archive's signature, the manifest's, every file's digest; then the
+ * model is unpacked into a temporary directory and renamed to opts->out. A failed check is
+ * KILN_ERR_VERIFY and leaves out as it was. A partial download is resumed on the next call.
+ * result may be NULL. Safe to call from several threads with different outs. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_pull(const kiln_pull_opts *opts, kiln_pull_result *result);
+
 #ifdef __cplusplus
 }
 #endif

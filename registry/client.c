@@ -679,3 +679,23 @@ out:
     free(tmp);
     return rc;
 }
+
+/* ---- the public API (include/kiln.h) ---- */
+
+kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
+    KILN_FAIL_IF(!o || !o->registry, KILN_ERR_USAGE, "kiln_pull needs options with a registry URL");
+    kiln_registry_client_opts c = {.url = o->registry, .token = o->token, .retries = -1};
+    kiln_registry_pull_opts p = {.ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
+    kiln_registry_pulled r;
+    kiln_err rc = kiln_registry_pull(&c, &p, &r);
+    if (rc == KILN_OK && result) {
+        memset(result, 0, sizeof *result);
+        snprintf(result->model, sizeof result->model, "%s", r.model);
+        snprintf(result->version, sizeof result->version, "%s", r.version);
+        snprintf(result->channel, sizeof result->channel, "%s", r.channel);
+        memcpy(result->digest, r.digest, sizeof result->digest);
+        result->size = r.size;
+        result->seq = r.seq;
+    }
+    return rc;
+}
