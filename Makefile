@@ -5,9 +5,10 @@
 BUILD ?= build
 SAN ?=
 CC ?= cc
-PKGS := libsodium jansson sqlite3 openblas libmicrohttpd libcurl
+PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl
 # Debian packages that provide the pkg-config names above, and the tools the tests use.
-DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 libmicrohttpd-dev libcurl4-openssl-dev
+DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
+            libarchive-dev libzstd-dev libmicrohttpd-dev libcurl4-openssl-dev
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 ifneq ($(SAN),)
@@ -35,6 +36,8 @@ LIB_SRC := $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runt
                               validate/*.c sign/*.c registry/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
+# Fuzz entry points the C suite replays its seed corpora through.
+TEST_SRC += tests/fuzz/manifest.c
 CU_SRC := $(if $(NVCC),$(sort $(wildcard kernels/cuda/*.cu)))
 
 ifneq ($(CU_SRC),)
@@ -94,6 +97,9 @@ $(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
 $(BUILD)/tests.inc: $(TEST_SRC)
 	@mkdir -p $(BUILD)
 	@grep -ho '^KILN_TEST([a-z0-9_]*)' $(TEST_SRC) | sed 's/KILN_TEST(\(.*\))/T(\1)/' > $@.tmp && mv $@.tmp $@
+
+# The CPU kernels are the trainer's inner loops: -O3 vectorises their fixed-order loops.
+$(BUILD)/obj/kernels/cpu/%.o: CFLAGS += -O3
 
 $(BUILD)/obj/tests/run.o: $(BUILD)/tests.inc
 $(BUILD)/obj/tests/%.o: INCLUDES += -I$(BUILD)

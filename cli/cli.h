@@ -53,6 +53,12 @@ int cli_fail(kiln_err rc);
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
+int cmd_data_import(int argc, char **argv);
+int cmd_data_inspect(int argc, char **argv);
+int cmd_data_synth(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_unpack(int argc, char **argv);
 int cmd_version(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
 int cmd_pull(int argc, char **argv);

@@ -13,12 +13,18 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"data import", cmd_data_import, "convert a CSV file into a dataset"},
+    {"data inspect", cmd_data_inspect, "show a dataset's shape, column statistics and digest"},
+    {"data synth", cmd_data_synth, "write a synthetic market dataset"},
+    {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
+    {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"publish", cmd_publish, "upload a signed .kiln archive to a registry"},
     {"pull", cmd_pull, "download and verify a model from a registry"},
     {"registry fsck", cmd_registry_fsck, "check a registry's store"},
     {"registry gc", cmd_registry_gc, "remove blobs no version references"},
     {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
     {"registry token", cmd_registry_token, "create a registry token (registry token create)"},
+    {"unpack", cmd_unpack, "unpack and check a .kiln archive"},
     {"version", cmd_version, "print the version"},
 };
 

@@ -16,12 +16,157 @@
 extern "C" {
 #endif
 
+/* ---- CPU reference (kernels/cpu) ----
+ * N is a count of rows (tokens, B*S), the other sizes are MODEL.md's letters. Every op is
+ * deterministic: fixed reduction order, no threads. No op allocates; scratch is passed in.
+ * Backward functions ADD into every gradient they are given (callers zero them first). */
+
+/* Input standardisation: out = (x - mean) / std. */
+void kiln_standardize_forward(float *out,        /* [N,F] */
+                              const float *x,    /* [N,F] */
+                              const float *mean, /* [F] */
+                              const float *std,  /* [F] */
+                              int N, int F);
+void kiln_standardize_backward(float *dx,         /* [N,F] */
+                               const float *dout, /* [N,F] */
+                               const float *std,  /* [F] */
+                               int N, int F);
+
+/* linear: out = inp @ weight^T + bias (bias may be NULL), one sgemm. */
+void kiln_linear_forward(float *out,          /* [N,OC] */
+                         const float *inp,    /* [N,IC] */
+                         const float *weight, /* [OC,IC] */
+                         const float *bias,   /* [OC] or NULL */
+                         int N, int IC, int OC);
+/* dinp (or NULL) += dout @ weight; dweight += dout^T @ inp; dbias (or NULL) += sum of rows. */
+void kiln_linear_backward(float *dinp,         /* [N,IC] or NULL */
+                          float *dweight,      /* [OC,IC] */
+                          float *dbias,        /* [OC] or NULL */
+                          const float *dout,   /* [N,OC] */
+                          const float *inp,    /* [N,IC] */
+                          const float *weight, /* [OC,IC] */
+                          int N, int IC, int OC);
+
+/* rmsnorm: out = inp / sqrt(mean(inp^2) + eps) * weight; rstd keeps 1/sqrt(...). */
+void kiln_rmsnorm_forward(float *out,          /* [N,D] */
+                          float *rstd,         /* [N] saved */
+                          const float *inp,    /* [N,D] */
+                          const float *weight, /* [D] */
+                          float eps, int N, int D);
+void kiln_rmsnorm_backward(float *dinp,         /* [N,D] */
+                           float *dweight,      /* [D] */
+                           const float *dout,   /* [N,D] */
+                           const float *inp,    /* [N,D] */
+                           const float *weight, /* [D] */
+                           const float *rstd,   /* [N] */
+                           int N, int D);
+
+/* gelu, tanh form (MODEL.md), elementwise. */
+void kiln_gelu_forward(float *out, const float *inp, size_t n); /* [n], [n] */
+void kiln_gelu_backward(float *dinp,                            /* [n] */
+                        const float *dout,                      /* [n] */
+                        const float *inp,                       /* [n] */
+                        size_t n);
+
+/* out = a + b; backward da += dout, db += dout (either may be NULL). */
+void kiln_residual_forward(float *out, const float *a, const float *b, size_t n); /* all [n] */
+void kiln_residual_backward(float *da, float *db, const float *dout, size_t n);   /* all [n] */
+
+/* Causal windowed multi-head attention with ALiBi (MODEL.md). qkv rows hold q, k, v of one
+ * token; head h owns columns h*Dh..(h+1)*Dh-1 of each. att[b,h,i,w] is the weight of key
+ * j = i - w (w < min(W, i+1); the rest are 0). Slope of head h: 2^(-8*(h+1)/H). */
+void kiln_attention_forward(float *out,       /* [B,S,D] heads concatenated */
+                            float *att,       /* [B,H,S,W] saved */
+                            const float *qkv, /* [B,S,3D] */
+                            int B, int S, int D, int H, int W);
+void kiln_attention_backward(float *dqkv,       /* [B,S,3D] */
+                             float *scratch,    /* [B,H,S,W] */
+                             const float *dout, /* [B,S,D] */
+                             const float *qkv,  /* [B,S,3D] */
+                             const float *att,  /* [B,H,S,W] */
+                             int B, int S, int D, int H, int W);
+
+/* Router: probs = softmax(logits), lse = logsumexp(logits); idx = the K largest probs,
+ * equal probs taken in ascending expert index; gates = those probs renormalised to sum 1. */
+void kiln_router_forward(float *probs,        /* [N,E] */
+                         float *lse,          /* [N] */
+                         int32_t *idx,        /* [N,K] */
+                         float *gates,        /* [N,K] */
+                         const float *logits, /* [N,E] */
+                         int N, int E, int K);
+/* Auxiliary terms of one mixture layer: load[i] = f_i (share of the N*K choices that picked
+ * expert i), losses[0] = lb = E * sum_i f_i * P_i, losses[1] = z = mean(lse^2). */
+void kiln_router_loss_forward(float *load,        /* [E] */
+                              double *losses,     /* [2] */
+                              const float *probs, /* [N,E] */
+                              const float *lse,   /* [N] */
+                              const int32_t *idx, /* [N,K] */
+                              int N, int E, int K);
+/* dlogits += d/dlogits of (gates, lb_coef * lb + z_coef * z) given dgates; f_i is a
+ * constant (no gradient through the counts). */
+void kiln_router_backward(float *dlogits,      /* [N,E] */
+                          const float *dgates, /* [N,K] */
+                          const float *probs,  /* [N,E] */
+                          const float *lse,    /* [N] */
+                          const int32_t *idx,  /* [N,K] */
+                          const float *gates,  /* [N,K] */
+                          const float *load,   /* [E] */
+                          float lb_coef, float z_coef, int N, int E, int K);
+
+/* Dispatch plan: the (token, slot) choices grouped by expert, token order within each
+ * (t ascending, then k). With capacity > 0 an expert keeps at most capacity choices and the
+ * rest get pos -1. offsets[e]..offsets[e+1]-1 are expert e's rows of the gathered buffers,
+ * rows[m] is the token of gathered row m, pos[t,k] the gathered row of a choice.
+ * *dropped = number of choices refused. */
+void kiln_moe_dispatch(int32_t *offsets,   /* [E+1] */
+                       int32_t *pos,       /* [N,K] */
+                       int32_t *rows,      /* [N*K], offsets[E] used */
+                       int *dropped,       /* [1] */
+                       const int32_t *idx, /* [N,K] */
+                       int capacity, int N, int E, int K);
+/* xg[m] = inp[rows[m]]; backward dinp[rows[m]] += dxg[m], m ascending. */
+void kiln_moe_gather_forward(float *xg,           /* [M,D] */
+                             const float *inp,    /* [N,D] */
+                             const int32_t *rows, /* [M] */
+                             int M, int D);
+void kiln_moe_gather_backward(float *dinp,         /* [N,D] */
+                              const float *dxg,    /* [M,D] */
+                              const int32_t *rows, /* [M] */
+                              int M, int D);
+/* out[t] = res[t] + sum over kept slots k of gates[t,k] * yg[pos[t,k]]. */
+void kiln_moe_combine_forward(float *out,         /* [N,D] */
+                              const float *res,   /* [N,D] */
+                              const float *yg,    /* [M,D] expert outputs */
+                              const float *gates, /* [N,K] */
+                              const int32_t *pos, /* [N,K] */
+                              int N, int D, int K);
+/* dyg += gate * dout, dgates += dout . yg (kept slots only); the residual's gradient is
+ * dout itself, left to the caller. */
+void kiln_moe_combine_backward(float *dyg,         /* [M,D] */
+                               float *dgates,      /* [N,K] */
+                               const float *dout,  /* [N,D] */
+                               const float *yg,    /* [M,D] */
+                               const float *gates, /* [N,K] */
+                               const int32_t *pos, /* [N,K] */
+                               int N, int D, int K);
+
+/* Mean squared error: *loss = mean((y - t)^2); backward dy += scale * 2 (y - t) / n. */
+void kiln_mse_forward(double *loss, const float *y, const float *targets, size_t n);
+void kiln_mse_backward(float *dy, const float *y, const float *targets, float scale, size_t n);
+
+/* Diagnostics (no backward): RMS of x; mean over rows of -sum p log p; max |x|. */
+void kiln_stats_rms(float *out, const float *x, size_t n); /* [1], [n] */
+void kiln_stats_entropy(float *out, const float *p, size_t rows,
+                        size_t cols);                         /* [1], [rows,cols] */
+void kiln_stats_maxabs(float *out, const float *x, size_t n); /* [1], [n] */
+
 /* ---- CUDA (kernels/cuda; present when built with KILN_HAVE_CUDA) ---- */
 #ifdef KILN_HAVE_CUDA
 /* Number of visible CUDA devices; 0 when there is no driver or GPU. */
 int kiln_cuda_device_count(void);
 /* n blocks of four Philox words for counters first..first+n-1, computed on the device. */
-kiln_err kiln_cuda_philox(uint32_t *host_out, uint64_t seed, uint64_t stream, uint64_t first, size_t n);
+kiln_err kiln_cuda_philox(uint32_t *host_out, uint64_t seed, uint64_t stream, uint64_t first,
+                          size_t n);
 #endif
 
 #ifdef __cplusplus

@@ -45,6 +45,60 @@ typedef struct kiln_split {
 } kiln_split;
 kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len, kiln_split *out);
 
+/* kiln_dataset_open with options: KILN_DATASET_ALLOW_NONFINITE keeps NaN and infinity
+ * (for inspection; a trainer must use kiln_dataset_open). Free with kiln_dataset_free. */
+enum { KILN_DATASET_ALLOW_NONFINITE = 1 };
+kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **out);
+/* As kiln_dataset_write, with more __metadata__ entries: meta is NULL or a JSON object
+ * whose values are stored as canonical JSON text under their keys ("kiln.synth"). Every
+ * value must be finite; columns must name F features and O targets, each once. */
+kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, int n_outputs,
+                                 const float *features, const float *targets,
+                                 const json_t *columns, const json_t *meta);
+/* The name of feature (target false) or target (target true) column i: from kiln.columns,
+ * else "feature[i]" / "target[i]" formatted into buf. Returns a pointer valid while ds
+ * and buf are. */
+const char *kiln_dataset_column(const kiln_dataset *ds, bool target, int i, char *buf, size_t len);
+
+/* One column's summary: moments over its finite values (population std), NaN when it
+ * has none; non-finite values are counted, not summed. */
+typedef struct kiln_column_stats {
+    double mean, std, min, max;
+    size_t n_nan, n_inf;
+} kiln_column_stats;
+/* stats[0..F) for the features, stats[F..F+O) for the targets. */
+void kiln_dataset_stats(const kiln_dataset *ds, kiln_column_stats *stats);
+
+/* Import a CSV file with a header row: the named columns become the features and the
+ * targets, in the order given, and kiln.columns records the names. Read line by line
+ * (memory holds the f32 values, not the text). Quoted fields are refused. Every value
+ * must be a finite number; an error names the file, the line and the column. out_path
+ * is written atomically: on any error an existing file there is left as it was. */
+kiln_err kiln_dataset_import_csv(const char *csv_path, const char *const *features, int n_features,
+                                 const char *const *targets, int n_outputs, const char *out_path);
+
+/* The synthetic market (train/synth.c, where the process is documented). */
+typedef struct kiln_synth_opts {
+    uint64_t seed;
+    size_t rows;
+    int n_features; /* >= KILN_SYNTH_MIN_FEATURES; the rest are noise */
+    int n_outputs;  /* target k is the forward return over 2^k steps */
+} kiln_synth_opts;
+#define KILN_SYNTH_MIN_FEATURES 4
+#define KILN_SYNTH_MAX_FEATURES 1024
+#define KILN_SYNTH_MAX_OUTPUTS 8
+#define KILN_SYNTH_MIN_ROWS 100
+/* R^2 over the validation split (the last 20% of rows), per target: */
+typedef struct kiln_synth_r2 {
+    double oracle[KILN_SYNTH_MAX_OUTPUTS];   /* E[target | past and present, true regime] */
+    double filtered[KILN_SYNTH_MAX_OUTPUTS]; /* E[target | past and present observables] */
+    double linear[KILN_SYNTH_MAX_OUTPUTS];   /* least squares on the current row, fit on the
+                                                first 80% */
+} kiln_synth_r2;
+/* Generate and write a dataset (with kiln.columns and kiln.synth) to path atomically;
+ * r2 may be NULL. The same options give the same bytes. */
+kiln_err kiln_synth_write(const kiln_synth_opts *opts, const char *path, kiln_synth_r2 *r2);
+
 /* ==== the network (train/model.c, kernels/) ========================================== */
 
 typedef struct kiln_loss_opts {

@@ -1,0 +1,129 @@
+/*
+ * export.h - the export module: reproducible .kiln archives (pack, secure unpack,
+ * inspect) and their manifest. docs/formats.md ("archive and manifest") describes the
+ * bytes; this header is what the rest of kiln (sign, registry, cli) may call.
+ *
+ * A .kiln archive is a zstd-compressed tar (pax-restricted: ustar headers) whose first entry is
+ * manifest.json (canonical JSON: every file's path, size and sha256, the card's lineage and
+ * creation time, the validation report's digest and verdict), followed by every file of the model
+ * directory sorted by path. The manifest's bytes are what gets signed.
+ */
+#ifndef KILN_EXPORT_H
+#define KILN_EXPORT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_MANIFEST_FORMAT "kiln-manifest/1"
+#define KILN_MANIFEST_NAME "manifest.json"
+/* The manifest and the card are read into memory; nothing else is. */
+#define KILN_MANIFEST_MAX_BYTES (16u << 20)
+#define KILN_CARD_MAX_BYTES (16u << 20)
+/* Longest relative path packed or listed by pack. */
+#define KILN_ARCHIVE_PATH_MAX 255
+
+/* What unpack accepts; kiln_archive_limits_default fills the documented defaults. */
+typedef struct kiln_archive_limits {
+    uint64_t max_total_bytes; /* sum of all entry sizes; default 64 GiB */
+    uint64_t max_entries;     /* entries of any type, the manifest included; default 10000 */
+    uint64_t max_path;        /* bytes of one entry's path; default 255 */
+} kiln_archive_limits;
+
+void kiln_archive_limits_default(kiln_archive_limits *l);
+
+typedef struct kiln_manifest_file {
+    char *path; /* relative, '/'-separated, validated (see kiln_export_path_ok) */
+    uint64_t size;
+    uint8_t sha256[KILN_SHA256_BYTES];
+} kiln_manifest_file;
+
+/* A parsed manifest. Read-only for callers; free with kiln_manifest_free. */
+typedef struct kiln_manifest {
+    char *name, *version;
+    char *created;           /* RFC 3339, as written in the card */
+    int64_t created_unix;    /* the same in seconds since 1970 (UTC), the tar mtime */
+    json_t *lineage;         /* the card's "lineage" object (a reference owned here) */
+    bool validation_present; /* validation.json was in the model directory */
+    bool validation_passed;  /* its "passed", meaningful only if present */
+    uint8_t validation_sha256[KILN_SHA256_BYTES];
+    size_t nfiles;
+    kiln_manifest_file *files; /* sorted by path (strcmp), unique */
+    char *text;                /* the canonical bytes, as stored in the archive */
+    size_t text_len;
+    uint8_t sha256[KILN_SHA256_BYTES]; /* sha256 of text: what a signer names */
+} kiln_manifest;
+
+KILN_API void kiln_manifest_free(kiln_manifest *m); /* NULL is fine */
+
+/* True if name matches [a-z0-9][a-z0-9._-]{0,63} and has no "..". */
+KILN_API bool kiln_export_name_ok(const char *name);
+/* True if version matches [0-9A-Za-z][0-9A-Za-z.+_-]{0,63} and has no "..". */
+KILN_API bool kiln_export_version_ok(const char *version);
+/* True if path is relative, at most max bytes, made of '/'-separated components of
+ * [A-Za-z0-9._+-] that are neither "." nor "..", with no empty component. */
+KILN_API bool kiln_export_path_ok(const char *path, size_t max);
+/* Parse an RFC 3339 date-time ("2026-11-29T21:03:00Z", fractions and offsets allowed)
+ * into whole seconds since 1970 UTC (the fraction is dropped). */
+KILN_API kiln_err kiln_export_parse_time(const char *s, int64_t *out);
+
+/* Build the manifest of a model directory (model.safetensors, card.json, optional golden/
+ * and validation.json): walks it, refuses symlinks, devices, fifos, sockets and files with
+ * more than one link, hashes every file. label-free: messages name the directory's files.
+ * *out is new (kiln_manifest_free). */
+KILN_API kiln_err kiln_manifest_build(const char *model_dir, const char *name, const char *version,
+                                      kiln_manifest **out);
+
+/* Parse manifest bytes strictly: canonical form only (sorted keys, compact, exactly as
+ * kiln_json_canonical writes it), every key required and no others, paths valid, sorted,
+ * unique, card.json and model.safetensors present. label names the source in messages.
+ * *out is new (kiln_manifest_free). This is the fuzzed parser. */
+KILN_API kiln_err kiln_manifest_parse(const void *buf, size_t len, const char *label,
+                                      kiln_manifest **out);
+
+/* Find a file by path in the sorted list; NULL if absent. */
+KILN_API const kiln_manifest_file *kiln_manifest_find(const kiln_manifest *m, const char *path);
+
+/* Check a directory against a trusted manifest: every file present with its size and
+ * sha256, no other file (a top-level manifest.json, if there, must equal m->text byte for
+ * byte), no symlinks or special files. KILN_ERR_VERIFY names the first file that differs. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_manifest_verify_dir(const kiln_manifest *m, const char *dir);
+
+/* Pack model_dir into out_path (written atomically; an existing file is left as it was on
+ * any failure). The same directory content gives the same bytes whatever the clock, file
+ * times, owners, permissions or umask. archive_sha256 (may be NULL) receives the digest of
+ * the archive written; manifest_out (may be NULL) the manifest (kiln_manifest_free). */
+KILN_API kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *version,
+                                    const char *out_path, uint8_t archive_sha256[KILN_SHA256_BYTES],
+                                    kiln_manifest **manifest_out);
+
+/* Read and parse the manifest (the first entry) of an archive without extracting
+ * anything. *out is new (kiln_manifest_free). */
+KILN_API kiln_err kiln_archive_read_manifest(const char *archive_path, kiln_manifest **out);
+
+/* The manifest and card.json of an archive, without extracting: the card is checked
+ * against the manifest's size and sha256. *manifest and *card are new (kiln_manifest_free,
+ * json_decref). */
+KILN_API kiln_err kiln_archive_inspect(const char *archive_path, kiln_manifest **manifest,
+                                       json_t **card);
+
+/* Unpack an archive into out_dir, which must not exist. Entries go into a private
+ * temporary directory beside out_dir; only regular files and directories are accepted
+ * (symlinks, hard links, devices and fifos are refused), paths must pass
+ * kiln_export_path_ok, limits (NULL: defaults) bound sizes, counts and path lengths, and
+ * every file must match the manifest (first entry): a file not in it, a missing file or
+ * one whose size or sha256 differs fails. Only then is the directory renamed into place;
+ * on failure nothing is left behind. manifest_out (may be NULL) receives the manifest. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_archive_unpack(const char *archive_path, const char *out_dir,
+                                                      const kiln_archive_limits *limits,
+                                                      kiln_manifest **manifest_out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_EXPORT_H */
