@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -539,7 +540,8 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     memset(&rec, 0, sizeof rec);
     reg_archive_meta meta;
     memset(&meta, 0, sizeof meta);
-    char *staged = NULL;
+    char *staged = NULL, *lock_path = NULL;
+    int lock_fd = -1;
 
     KILN_CHECK(rc, out, reg_trust_load(p->trust, &trust));
     state = p->state ? kiln_strdup(p->state) : default_state();
@@ -611,7 +613,13 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     KILN_CHECK_IF(rc, out, !dl_dir, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_mkdir_p(dl_dir));
     partial = kiln_asprintf("%s/%s.partial", dl_dir, hex);
-    KILN_CHECK_IF(rc, out, !partial, KILN_ERR_NOMEM, "out of memory");
+    lock_path = kiln_asprintf("%s/%s.lock", dl_dir, hex);
+    KILN_CHECK_IF(rc, out, !partial || !lock_path, KILN_ERR_NOMEM, "out of memory");
+    /* Pulls of one archive that share a state directory take turns with its partial file. */
+    lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    KILN_CHECK_IF(rc, out, lock_fd < 0, KILN_ERR_IO, "cannot open '%s'", lock_path);
+    while (flock(lock_fd, LOCK_EX) != 0)
+        KILN_CHECK_IF(rc, out, errno != EINTR, KILN_ERR_IO, "cannot lock '%s'", lock_path);
     for (int pass = 0;; pass++) {
         KILN_CHECK(rc, out, reg_download(c, hex, size, partial));
         uint8_t h[KILN_SHA256_BYTES];
@@ -666,6 +674,8 @@ out:
     if (rc && bad_archive && partial) unlink(partial);
     reg_trust_free(trust);
     reg_archive_meta_release(&meta);
+    if (lock_fd >= 0) close(lock_fd);
+    free(lock_path);
     free(staged);
     json_decref(ver);
     free(state);
