@@ -459,11 +459,21 @@ static kiln_err fsck_channels(sqlite3 *db, const reg_trust *trust, problems *p) 
                            -1, &st, NULL) != SQLITE_OK)
         return reg_db_fail(db, "reading channel records");
     int r;
+    char prev[2 * KILN_REGISTRY_NAME_MAX + 2] = "";
+    int64_t prev_seq = 0;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         const char *m = (const char *)sqlite3_column_text(st, 0), *c = (const char *)sqlite3_column_text(st, 1),
                    *v = (const char *)sqlite3_column_text(st, 3), *d = (const char *)sqlite3_column_text(st, 4),
                    *text = (const char *)sqlite3_column_text(st, 5), *vd = (const char *)sqlite3_column_text(st, 6);
         int64_t seq = sqlite3_column_int64(st, 2);
+        /* Records of a channel run 1, 2, 3...: a gap is a record lost or removed. */
+        char key[sizeof prev];
+        snprintf(key, sizeof key, "%.64s/%.64s", m, c);
+        if (strcmp(key, prev) != 0) prev_seq = 0;
+        if (seq != prev_seq + 1)
+            problem(p, "%s channel %s: seq %lld follows %lld", m, c, (long long)seq, (long long)prev_seq);
+        snprintf(prev, sizeof prev, "%s", key);
+        prev_seq = seq;
         if (!vd) problem(p, "%s channel %s seq %lld: points at version '%s', which the store lacks", m, c,
                          (long long)seq, v);
         else if (strcmp(vd, d) != 0)
