@@ -20,6 +20,7 @@ fi
 # Serve on a free port; the first line says where.
 $KILN registry serve --root "$R" --listen 127.0.0.1:0 >"$T/serve.out" 2>"$T/serve.err" &
 PID=$!
+trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
 i=0
 while ! grep -q 'http://' "$T/serve.out" 2>/dev/null; do
     i=$((i + 1)); [ $i -lt 100 ] || fail "server did not start: $(cat "$T/serve.err")"; sleep 0.05
