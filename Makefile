@@ -58,7 +58,7 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all deps test test-c test-e2e test-asan demo clean bench fuzz
-all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln $(BUILD)/run-tests
+all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln $(BUILD)/run-tests $(BUILD)/stream_service
 
 # Install what is missing, once per build directory. pkg-config answers for the
 # libraries; the tools are probed by name.
@@ -106,6 +106,19 @@ $(BUILD)/obj/tests/%.o: INCLUDES += -I$(BUILD)
 
 $(BUILD)/run-tests: $(TEST_OBJ) $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libkiln.a $(ALL_LIBS)
+
+# The example a service copies: built against the public header and the static library only.
+$(BUILD)/stream_service: examples/stream_service.c include/kiln.h $(BUILD)/libkiln.a
+	$(CC) $(CFLAGS) -Iinclude -o $@ examples/stream_service.c $(BUILD)/libkiln.a $(ALL_LIBS)
+
+# Streaming latency against an OpenBLAS sgemv baseline measured in the same run.
+$(BUILD)/bench_stream: $(BUILD)/obj/bench/bench_stream.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench: $(BUILD)/bench_stream
+	@mkdir -p $(BUILD)/bench
+	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
+	@cat $(BUILD)/bench/stream.txt
 
 test: all
 	@echo "== C suite"

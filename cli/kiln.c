@@ -16,6 +16,7 @@ static const command commands[] = {
     {"data import", cmd_data_import, "convert a CSV file into a dataset"},
     {"data inspect", cmd_data_inspect, "show a dataset's shape, column statistics and digest"},
     {"data synth", cmd_data_synth, "write a synthetic market dataset"},
+    {"infer", cmd_infer, "run a model over a dataset file (batch or stream)"},
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"publish", cmd_publish, "upload a signed .kiln archive to a registry"},
@@ -24,6 +25,9 @@ static const command commands[] = {
     {"registry gc", cmd_registry_gc, "remove blobs no version references"},
     {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
     {"registry token", cmd_registry_token, "create a registry token (registry token create)"},
+    {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
+    {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
+    {"train", cmd_train, "train a model, or resume a run"},
     {"unpack", cmd_unpack, "unpack and check a .kiln archive"},
     {"version", cmd_version, "print the version"},
 };

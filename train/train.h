@@ -151,4 +151,127 @@ void kiln_tsmoe_zero_grads(kiln_tsmoe *m);
 /* After a forward with targets: grads += scale * d loss / d params. */
 kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale);
 
+/* ==== the trainer (train/config.c, optim.c, sampler.c, ckpt.c, metrics.c, trainer.c) ==== */
+
+typedef enum kiln_optim_kind { KILN_OPTIM_ADAMW = 0, KILN_OPTIM_SGD = 1 } kiln_optim_kind;
+
+/* A run's settings: the model's keys (MODEL.md) and the trainer's, one JSON object in
+ * files (docs/train.md lists every key). kiln_train_config_default gives the tiny config
+ * the demo and tests use. */
+typedef struct kiln_train_config {
+    kiln_model_config model; /* n_features, n_outputs 0 = take the dataset's */
+    long steps;              /* optimizer updates in the run */
+    int batch_size;          /* windows per micro-batch */
+    int accum_steps;         /* micro-batches per step */
+    kiln_optim_kind optimizer;
+    double lr, min_lr;   /* peak and final learning rate */
+    long warmup_steps;   /* linear warm-up, then cosine decay to min_lr */
+    double weight_decay; /* decoupled, matrices only (KILN_PARAM_DECAY) */
+    double beta1, beta2, adam_eps;
+    double grad_clip; /* global gradient-norm limit; 0 = off */
+    uint64_t seed;
+    double val_fraction; /* 0 = no validation split */
+    long eval_every;     /* steps between validations; 0 = only at the end */
+    long ckpt_every;     /* steps between checkpoints; 0 = only at the end */
+    int keep;            /* checkpoints kept; 0 = all */
+    double aux_loss_coef, z_loss_coef, capacity_factor;
+    int max_bad_steps; /* non-finite steps in a row that stop the run */
+    bool skip_spikes;  /* skip the update on a loss or gradient-norm spike */
+    int threads;       /* OpenBLAS threads */
+} kiln_train_config;
+
+void kiln_train_config_default(kiln_train_config *c);
+/* Overlay the keys of a JSON object onto *c. An unknown key, a value of the wrong type or
+ * out of range is KILN_ERR_CONFIG with a message naming label and the key; *c may then
+ * be partly changed. */
+kiln_err kiln_train_config_apply(kiln_train_config *c, const json_t *j, const char *label);
+/* One "key=value" assignment (--set): the value is a JSON scalar, or else a bare word
+ * taken as a string ("optimizer=sgd"). */
+kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment);
+/* Cross-key checks (min_lr <= lr, the model's constraints once n_features and n_outputs
+ * are known, ...). */
+kiln_err kiln_train_config_check(const kiln_train_config *c, const char *label);
+/* Every key as a new JSON object (n_features/n_outputs left out while 0); NULL on
+ * allocation failure. */
+json_t *kiln_train_config_json(const kiln_train_config *c);
+/* Text of the config: sorted keys, every number exact and as short as reads back the same.
+ * pretty: 2-space indent and a trailing newline. Caller frees; NULL on failure. */
+char *kiln_train_config_text(const kiln_train_config *c, bool pretty);
+/* Whether a key may change when a run is resumed (steps, eval_every, ckpt_every, keep,
+ * max_bad_steps, skip_spikes, threads); false for unknown keys. */
+bool kiln_train_config_resumable(const char *key);
+
+/* What the trainer reports after every step (to the progress callback). */
+typedef struct kiln_train_progress {
+    long step, steps; /* step is 1-based: steps done so far */
+    long first_step;  /* the first step of this process (after a resume: ckpt + 1) */
+    double loss, mse, load_balance, z, lr, grad_norm;
+    bool applied; /* false: the update was skipped (non-finite or spike) */
+    double tokens_per_s, elapsed_s, eta_s;
+    bool has_val; /* validation ran after this step */
+    double val_loss, val_r2;
+    const kiln_tsmoe_stats *stats;
+} kiln_train_progress;
+
+typedef struct kiln_train_opts {
+    const char *run_dir;
+    const char *data_path; /* fresh run: required; resume: NULL = the path in run.json */
+    const char
+        *init_path; /* fresh run: NULL, or a model file whose weights and norm.in_* are kept */
+    const char *const *sets; /* resume: "key=value" changes to the checkpoint's config */
+    int n_sets;
+    void (*progress)(void *ctx, const kiln_train_progress *p); /* NULL = none */
+    void *progress_ctx;
+    volatile int *stop; /* NULL, or set non-zero (e.g. by a signal handler) to checkpoint
+                           and return KILN_ERR_INTERRUPTED */
+    /* Tests only: at these 1-based steps the gradient is made NaN (a non-finite step). */
+    const long *poison_steps;
+    size_t n_poison;
+} kiln_train_opts;
+
+/* Start a new run in opts->run_dir (created; refused if it holds a run already). The
+ * config is checked and the dataset opened before anything is written. */
+kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts);
+/* Continue the run in opts->run_dir from its newest checkpoint whose digest verifies;
+ * checkpoints skipped are reported as events and warnings. Another dataset, or a change
+ * of a key that is not resumable, is refused naming the key. */
+kiln_err kiln_train_resume(const kiln_train_opts *opts);
+
+/* ---- reading runs (kiln runs show / diff) ---- */
+
+typedef struct kiln_run_event {
+    long step;
+    char *kind, *message;
+    double time; /* unix seconds */
+} kiln_run_event;
+
+typedef struct kiln_run_info {
+    json_t *run;    /* run.json */
+    long last_step; /* newest metrics row; 0 = none */
+    double last_loss, last_lr, last_grad_norm;
+    long best_val_step; /* 0 = no validation yet */
+    double best_val_loss, best_val_r2;
+    long last_val_step;
+    double last_val_loss, last_val_r2;
+    long *ckpts; /* checkpoint steps on disk, ascending */
+    size_t n_ckpts;
+    kiln_run_event *events; /* newest max_events, oldest first */
+    size_t n_events, total_events;
+} kiln_run_info;
+
+/* Read a run directory's run.json, metrics.db and checkpoint list (read-only). Release
+ * with kiln_run_info_release. */
+kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out);
+void kiln_run_info_release(kiln_run_info *info);
+
+typedef struct kiln_run_diff {
+    json_t *config;    /* {"key": [a, b]} for every key whose values differ */
+    long common_steps; /* steps both runs have logged */
+    long a_steps, b_steps;
+    long first_diff;       /* first step whose losses differ bit for bit; 0 = none */
+    double a_loss, b_loss; /* at first_diff */
+} kiln_run_diff;
+kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff *out);
+void kiln_run_diff_release(kiln_run_diff *d);
+
 #endif

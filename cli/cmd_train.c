@@ -1,0 +1,196 @@
+/* cmd_train.c - kiln train: start or resume a run; progress on stderr. */
+#include <errno.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core.h"
+#include "train.h"
+
+static volatile int stop_flag;
+
+static void on_signal(int sig) {
+    (void)sig;
+    stop_flag = 1;
+}
+
+typedef struct {
+    bool tty;
+    long every; /* plain log line every this many steps */
+} progress_ctx;
+
+static void fmt_eta(double s, char *out, size_t n) {
+    long t = (long)(s + 0.5);
+    if (t >= 3600)
+        snprintf(out, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
+    else
+        snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void progress(void *vctx, const kiln_train_progress *p) {
+    progress_ctx *c = vctx;
+    char eta[32];
+    fmt_eta(p->eta_s, eta, sizeof eta);
+    if (c->tty) {
+        fprintf(stderr, "\r\033[Kstep %ld/%ld  loss %.5f  %.0f tok/s  ETA %s", p->step, p->steps,
+                p->loss, p->tokens_per_s, eta);
+        if (p->has_val) fprintf(stderr, "  val %.5f r2 %.4f", p->val_loss, p->val_r2);
+        if (p->step == p->steps) fputc('\n', stderr);
+        fflush(stderr);
+        return;
+    }
+    if (!c->every) c->every = p->steps / 20 > 0 ? p->steps / 20 : 1;
+    if (!(p->has_val || p->step == p->first_step || p->step == p->steps || p->step % c->every == 0))
+        return;
+    fprintf(
+        stderr,
+        "kiln: step %ld/%ld loss %.6g mse %.6g lb %.4g z %.4g lr %.3g gnorm %.4g %.0f tok/s ETA %s",
+        p->step, p->steps, p->loss, p->mse, p->load_balance, p->z, p->lr, p->grad_norm,
+        p->tokens_per_s, eta);
+    if (p->has_val) fprintf(stderr, " val_loss %.6g val_r2 %.4f", p->val_loss, p->val_r2);
+    fputc('\n', stderr);
+}
+
+/* KILN_TEST_POISON_STEPS=5,6,7: tests make those steps non-finite. */
+static int poison_from_env(long **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    const char *s = getenv("KILN_TEST_POISON_STEPS");
+    if (!s || !*s) return 0;
+    size_t cap = 1;
+    for (const char *q = s; *q; q++)
+        cap += *q == ',';
+    long *v = calloc(cap, sizeof *v);
+    if (!v) return cli_usage_error("out of memory");
+    while (*s) {
+        char *end;
+        errno = 0;
+        long x = strtol(s, &end, 10);
+        if (errno || end == s || (*end && *end != ',')) {
+            free(v);
+            return cli_usage_error("KILN_TEST_POISON_STEPS: '%s' is not a list of steps",
+                                   getenv("KILN_TEST_POISON_STEPS"));
+        }
+        v[(*n)++] = x;
+        s = *end ? end + 1 : end;
+    }
+    *out = v;
+    return 0;
+}
+
+int cmd_train(int argc, char **argv) {
+    const char *config = NULL, *data = NULL, *run_dir = NULL, *init = NULL, *resume = NULL;
+    bool print_config = false;
+    cli_list sets = {0};
+    const cli_opt opts[] = {
+        {"config", CLI_STR, &config, "FILE.json", "the run's config (defaults: --print-config)",
+         false},
+        {"set", CLI_MULTI, &sets, "KEY=VALUE",
+         "override a config key (repeatable; VALUE is a JSON scalar)", false},
+        {"data", CLI_STR, &data, "DATA", "dataset (safetensors); on --resume, the run's by default",
+         false},
+        {"run-dir", CLI_STR, &run_dir, "DIR", "new run directory", false},
+        {"init", CLI_STR, &init, "MODEL",
+         "start from this model file's weights and input normalisation", false},
+        {"resume", CLI_STR, &resume, "DIR",
+         "continue the run in DIR from its newest good checkpoint", false},
+        {"print-config", CLI_FLAG, &print_config, NULL,
+         "print the config (defaults, --config, --set) and exit", false},
+        {0},
+    };
+    static const cli_spec spec_base = {
+        "kiln train --config FILE.json [--set KEY=VALUE ...] --data DATA --run-dir DIR [--init "
+        "MODEL]\n"
+        "       kiln train --resume DIR [--data DATA] [--set KEY=VALUE ...]\n"
+        "       kiln train --print-config [--config FILE.json] [--set KEY=VALUE ...]",
+        "Train a kiln-tsmoe/1 model; checkpoints, run.json and metrics.db go into the run "
+        "directory.",
+        NULL, 0, 0};
+    cli_spec spec = spec_base;
+    spec.opts = opts;
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) {
+        free(sets.v);
+        return rc == CLI_HELP_SHOWN ? 0 : rc;
+    }
+    free(pos);
+    long *poison = NULL;
+    size_t n_poison = 0;
+    kiln_err err = KILN_OK;
+
+    if (resume) {
+        if (config || init || run_dir || print_config) {
+            rc = cli_usage_error("--resume takes only --data and --set");
+            goto out;
+        }
+    } else {
+        kiln_train_config cfg;
+        kiln_train_config_default(&cfg);
+        if (config) {
+            json_t *j;
+            if ((err = kiln_json_load_file(config, &j))) goto fail;
+            char label[1024];
+            snprintf(label, sizeof label, "'%s'", config);
+            err = kiln_train_config_apply(&cfg, j, label);
+            json_decref(j);
+            if (err) goto fail;
+        }
+        for (int i = 0; i < sets.n; i++)
+            if ((err = kiln_train_config_set(&cfg, sets.v[i]))) goto fail;
+        if ((err = kiln_train_config_check(&cfg, config ? config : "config"))) goto fail;
+        if (print_config) {
+            char *s = kiln_train_config_text(&cfg, true);
+            if (!s) goto fail;
+            fputs(s, stdout);
+            free(s);
+            goto out;
+        }
+        if (!data || !run_dir) {
+            rc = cli_usage_error("--data and --run-dir are required (see 'kiln train --help')");
+            goto out;
+        }
+        if ((rc = poison_from_env(&poison, &n_poison))) goto out;
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        progress_ctx pc = {isatty(2), 0};
+        kiln_train_opts o = {.run_dir = run_dir,
+                             .data_path = data,
+                             .init_path = init,
+                             .progress = progress,
+                             .progress_ctx = &pc,
+                             .stop = &stop_flag,
+                             .poison_steps = poison,
+                             .n_poison = n_poison};
+        if ((err = kiln_train_start(&cfg, &o))) goto fail;
+        printf("run '%s' finished: %ld steps\n", run_dir, cfg.steps);
+        goto out;
+    }
+    if ((rc = poison_from_env(&poison, &n_poison))) goto out;
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    progress_ctx pc = {isatty(2), 0};
+    kiln_train_opts o = {.run_dir = resume,
+                         .data_path = data,
+                         .sets = sets.v,
+                         .n_sets = sets.n,
+                         .progress = progress,
+                         .progress_ctx = &pc,
+                         .stop = &stop_flag,
+                         .poison_steps = poison,
+                         .n_poison = n_poison};
+    if ((err = kiln_train_resume(&o))) goto fail;
+    printf("run '%s' finished\n", resume);
+    goto out;
+fail:
+    if (isatty(2)) fputc('\n', stderr);
+    rc = cli_fail(err);
+out:
+    free(poison);
+    free(sets.v);
+    return rc;
+}

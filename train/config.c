@@ -1,0 +1,318 @@
+/* config.c - the run config: one table of keys drives defaults, parsing, --set, output
+ * and the resume rules, so a key cannot be known to one and missing from another. */
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+
+typedef enum { K_INT, K_LONG, K_U64, K_DBL, K_FLT, K_BOOL, K_OPTIM, K_FORMAT } ktype;
+
+typedef struct key {
+    const char *name;
+    ktype type;
+    size_t off;
+    double lo, hi;  /* inclusive range for numbers */
+    bool lo_open;   /* lo itself not allowed (lr > 0) */
+    bool hi_open;   /* hi itself not allowed (beta < 1) */
+    bool resumable; /* may change on --resume */
+} key;
+
+#define OFF(f) offsetof(kiln_train_config, f)
+#define BIG 1e15
+static const key keys[] = {
+    {"accum_steps", K_INT, OFF(accum_steps), 1, 1 << 16, false, false, false},
+    {"adam_eps", K_DBL, OFF(adam_eps), 0, 1, true, false, false},
+    {"attn_window", K_INT, OFF(model.attn_window), 1, 1 << 20, false, false, false},
+    {"aux_loss_coef", K_DBL, OFF(aux_loss_coef), 0, 1e6, false, false, false},
+    {"batch_size", K_INT, OFF(batch_size), 1, 1 << 20, false, false, false},
+    {"beta1", K_DBL, OFF(beta1), 0, 1, false, true, false},
+    {"beta2", K_DBL, OFF(beta2), 0, 1, false, true, false},
+    {"capacity_factor", K_DBL, OFF(capacity_factor), 0, 1e6, false, false, false},
+    {"ckpt_every", K_LONG, OFF(ckpt_every), 0, BIG, false, false, true},
+    {"d_ff", K_INT, OFF(model.d_ff), 1, 1 << 30, false, false, false},
+    {"d_model", K_INT, OFF(model.d_model), 1, 1 << 30, false, false, false},
+    {"eval_every", K_LONG, OFF(eval_every), 0, BIG, false, false, true},
+    {"format", K_FORMAT, 0, 0, 0, false, false, false},
+    {"grad_clip", K_DBL, OFF(grad_clip), 0, 1e30, false, false, false},
+    {"keep", K_INT, OFF(keep), 0, 1 << 30, false, false, true},
+    {"lr", K_DBL, OFF(lr), 0, 1e6, true, false, false},
+    {"max_bad_steps", K_INT, OFF(max_bad_steps), 1, 1 << 30, false, false, true},
+    {"min_lr", K_DBL, OFF(min_lr), 0, 1e6, false, false, false},
+    {"n_experts", K_INT, OFF(model.n_experts), 0, 4096, false, false, false},
+    {"n_features", K_INT, OFF(model.n_features), 1, 1 << 30, false, false, false},
+    {"n_heads", K_INT, OFF(model.n_heads), 1, 1 << 30, false, false, false},
+    {"n_layers", K_INT, OFF(model.n_layers), 1, 4096, false, false, false},
+    {"n_outputs", K_INT, OFF(model.n_outputs), 1, 1 << 30, false, false, false},
+    {"norm_eps", K_FLT, OFF(model.norm_eps), 0, 1, true, false, false},
+    {"optimizer", K_OPTIM, OFF(optimizer), 0, 0, false, false, false},
+    {"seed", K_U64, OFF(seed), 0, 0, false, false, false},
+    {"seq_len", K_INT, OFF(model.seq_len), 1, 1 << 20, false, false, false},
+    {"skip_spikes", K_BOOL, OFF(skip_spikes), 0, 0, false, false, true},
+    {"steps", K_LONG, OFF(steps), 1, BIG, false, false, true},
+    {"threads", K_INT, OFF(threads), 1, 1024, false, false, true},
+    {"top_k", K_INT, OFF(model.top_k), 0, 4096, false, false, false},
+    {"val_fraction", K_DBL, OFF(val_fraction), 0, 1, false, true, false},
+    {"warmup_steps", K_LONG, OFF(warmup_steps), 0, BIG, false, false, false},
+    {"weight_decay", K_DBL, OFF(weight_decay), 0, 1e6, false, false, false},
+    {"z_loss_coef", K_DBL, OFF(z_loss_coef), 0, 1e6, false, false, false},
+};
+
+static const key *find_key(const char *name) {
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+        if (!strcmp(keys[i].name, name)) return &keys[i];
+    return NULL;
+}
+
+void kiln_train_config_default(kiln_train_config *c) {
+    memset(c, 0, sizeof *c);
+    c->model = (kiln_model_config){.n_features = 0,
+                                   .n_outputs = 0,
+                                   .d_model = 32,
+                                   .n_layers = 2,
+                                   .n_heads = 4,
+                                   .d_ff = 64,
+                                   .n_experts = 4,
+                                   .top_k = 2,
+                                   .seq_len = 32,
+                                   .attn_window = 32,
+                                   .norm_eps = 1e-5f};
+    c->steps = 600;
+    c->batch_size = 16;
+    c->accum_steps = 1;
+    c->optimizer = KILN_OPTIM_ADAMW;
+    c->lr = 3e-3;
+    c->min_lr = 3e-4;
+    c->warmup_steps = 30;
+    c->weight_decay = 0.01;
+    c->beta1 = 0.9;
+    c->beta2 = 0.99;
+    c->adam_eps = 1e-8;
+    c->grad_clip = 1.0;
+    c->seed = 1;
+    c->val_fraction = 0.2;
+    c->eval_every = 100;
+    c->ckpt_every = 200;
+    c->keep = 3;
+    c->aux_loss_coef = 0.01;
+    c->z_loss_coef = 0.001;
+    c->capacity_factor = 0;
+    c->max_bad_steps = 5;
+    c->skip_spikes = false;
+    c->threads = 1;
+}
+
+static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, const char *label) {
+    char *base = (char *)c + k->off;
+    switch (k->type) {
+    case K_FORMAT:
+        KILN_FAIL_IF(!json_is_string(v) || strcmp(json_string_value(v), KILN_MODEL_FORMAT),
+                     KILN_ERR_CONFIG, "%s: config key 'format' must be \"%s\"", label,
+                     KILN_MODEL_FORMAT);
+        return KILN_OK;
+    case K_OPTIM: {
+        const char *s = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(s, "adamw"))
+            *(kiln_optim_kind *)base = KILN_OPTIM_ADAMW;
+        else if (!strcmp(s, "sgd"))
+            *(kiln_optim_kind *)base = KILN_OPTIM_SGD;
+        else
+            return kiln_fail(KILN_ERR_CONFIG,
+                             "%s: config key 'optimizer' must be \"adamw\" or \"sgd\"", label);
+        return KILN_OK;
+    }
+    case K_BOOL:
+        KILN_FAIL_IF(!json_is_boolean(v), KILN_ERR_CONFIG,
+                     "%s: config key '%s' must be true or false", label, k->name);
+        *(bool *)base = json_is_true(v);
+        return KILN_OK;
+    case K_U64:
+        KILN_FAIL_IF(!json_is_integer(v) || json_integer_value(v) < 0, KILN_ERR_CONFIG,
+                     "%s: config key '%s' must be a non-negative integer", label, k->name);
+        *(uint64_t *)base = (uint64_t)json_integer_value(v);
+        return KILN_OK;
+    case K_INT:
+    case K_LONG: {
+        KILN_FAIL_IF(!json_is_integer(v), KILN_ERR_CONFIG, "%s: config key '%s' must be an integer",
+                     label, k->name);
+        json_int_t x = json_integer_value(v);
+        KILN_FAIL_IF((double)x < k->lo || (double)x > k->hi, KILN_ERR_CONFIG,
+                     "%s: config key '%s' must be between %.0f and %.0f (is %lld)", label, k->name,
+                     k->lo, k->hi, (long long)x);
+        if (k->type == K_INT)
+            *(int *)base = (int)x;
+        else
+            *(long *)base = (long)x;
+        return KILN_OK;
+    }
+    case K_DBL:
+    case K_FLT: {
+        KILN_FAIL_IF(!json_is_number(v), KILN_ERR_CONFIG, "%s: config key '%s' must be a number",
+                     label, k->name);
+        double x = json_number_value(v);
+        bool ok = isfinite(x) && (k->lo_open ? x > k->lo : x >= k->lo) &&
+                  (k->hi_open ? x < k->hi : x <= k->hi);
+        KILN_FAIL_IF(!ok, KILN_ERR_CONFIG, "%s: config key '%s' must be in %s%g, %g%s (is %g)",
+                     label, k->name, k->lo_open ? "(" : "[", k->lo, k->hi, k->hi_open ? ")" : "]",
+                     x);
+        if (k->type == K_FLT)
+            *(float *)base = (float)x;
+        else
+            *(double *)base = x;
+        return KILN_OK;
+    }
+    }
+    return kiln_fail(KILN_ERR_INTERNAL, "bad key type");
+}
+
+kiln_err kiln_train_config_apply(kiln_train_config *c, const json_t *j, const char *label) {
+    KILN_FAIL_IF(!json_is_object(j), KILN_ERR_CONFIG, "%s: the config is not a JSON object", label);
+    const char *name;
+    json_t *v;
+    json_object_foreach((json_t *)j, name, v) {
+        const key *k = find_key(name);
+        KILN_FAIL_IF(!k, KILN_ERR_CONFIG, "%s: unknown config key '%s'", label, name);
+        KILN_TRY(set_key(c, k, v, label));
+    }
+    return KILN_OK;
+}
+
+kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
+    const char *eq = strchr(assignment, '=');
+    KILN_FAIL_IF(!eq || eq == assignment, KILN_ERR_USAGE, "--set '%s': expected key=value",
+                 assignment);
+    char name[64];
+    size_t n = (size_t)(eq - assignment);
+    KILN_FAIL_IF(n >= sizeof name, KILN_ERR_CONFIG, "--set '%s': unknown config key", assignment);
+    memcpy(name, assignment, n);
+    name[n] = 0;
+    const key *k = find_key(name);
+    KILN_FAIL_IF(!k, KILN_ERR_CONFIG, "--set '%s': unknown config key '%s'", assignment, name);
+    const char *text = eq + 1;
+    json_error_t je;
+    json_t *v = json_loads(text, JSON_DECODE_ANY, &je);
+    if (!v || json_is_object(v) || json_is_array(v)) {
+        json_decref(v);
+        v = json_string(text); /* a bare word: optimizer=sgd */
+        KILN_FAIL_IF(!v, KILN_ERR_CONFIG, "--set '%s': the value is not valid UTF-8", assignment);
+    }
+    char label[96];
+    snprintf(label, sizeof label, "--set %s", name);
+    kiln_err rc = set_key(c, k, v, label);
+    json_decref(v);
+    return rc;
+}
+
+kiln_err kiln_train_config_check(const kiln_train_config *c, const char *label) {
+    KILN_FAIL_IF(c->min_lr > c->lr, KILN_ERR_CONFIG,
+                 "%s: config key 'min_lr' (%g) is larger than 'lr' (%g)", label, c->min_lr, c->lr);
+    kiln_model_config m = c->model;
+    if (!m.n_features) m.n_features = 1; /* the dataset's, checked once known */
+    if (!m.n_outputs) m.n_outputs = 1;
+    KILN_TRY(kiln_model_config_check(&m, label));
+    return KILN_OK;
+}
+
+bool kiln_train_config_resumable(const char *name) {
+    const key *k = find_key(name);
+    return k && k->resumable;
+}
+
+json_t *kiln_train_config_json(const kiln_train_config *c) {
+    json_t *j = json_object();
+    if (!j) return NULL;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++) {
+        const key *k = &keys[i];
+        const char *base = (const char *)c + k->off;
+        json_t *v = NULL;
+        switch (k->type) {
+        case K_FORMAT:
+            v = json_string(KILN_MODEL_FORMAT);
+            break;
+        case K_OPTIM:
+            v = json_string(*(const kiln_optim_kind *)base == KILN_OPTIM_SGD ? "sgd" : "adamw");
+            break;
+        case K_BOOL:
+            v = json_boolean(*(const bool *)base);
+            break;
+        case K_U64:
+            v = json_integer((json_int_t) * (const uint64_t *)base);
+            break;
+        case K_INT:
+            if ((k->off == OFF(model.n_features) || k->off == OFF(model.n_outputs)) &&
+                !*(const int *)base)
+                continue;
+            v = json_integer(*(const int *)base);
+            break;
+        case K_LONG:
+            v = json_integer(*(const long *)base);
+            break;
+        case K_DBL:
+            v = json_real(*(const double *)base);
+            break;
+        case K_FLT: {
+            /* The shortest decimal that reads back as the same float. */
+            char buf[32];
+            float f = *(const float *)base;
+            for (int p = 6; p <= 9; p++) {
+                snprintf(buf, sizeof buf, "%.*g", p, (double)f);
+                if ((float)strtod(buf, NULL) == f) break;
+            }
+            v = json_real(strtod(buf, NULL));
+            break;
+        }
+        }
+        if (!v || json_object_set_new(j, k->name, v)) {
+            json_decref(j);
+            return NULL;
+        }
+    }
+    return j;
+}
+
+/* Digits that make every real in j read back exactly: the fewest that do for all. */
+int kiln_train_json_precision(const json_t *j) {
+    int need = 1;
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)j, k, v) {
+        if (!json_is_real(v)) continue;
+        double x = json_real_value(v);
+        int p = 1;
+        char buf[40];
+        for (; p < 17; p++) {
+            snprintf(buf, sizeof buf, "%.*g", p, x);
+            if (strtod(buf, NULL) == x) break;
+        }
+        if (p > need) need = p;
+    }
+    return need;
+}
+
+char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
+    json_t *j = kiln_train_config_json(c);
+    if (!j) {
+        kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    size_t flags = JSON_SORT_KEYS | JSON_REAL_PRECISION(kiln_train_json_precision(j)) |
+                   (pretty ? JSON_INDENT(2) : JSON_COMPACT);
+    char *s = json_dumps(j, flags);
+    json_decref(j);
+    if (s && pretty) {
+        size_t n = strlen(s);
+        char *t = realloc(s, n + 2);
+        if (!t) {
+            free(s);
+            s = NULL;
+        } else {
+            s = t;
+            s[n] = '\n';
+            s[n + 1] = 0;
+        }
+    }
+    if (!s) kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    return s;
+}

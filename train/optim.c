@@ -1,0 +1,140 @@
+/* optim.c - learning-rate schedule, gradient norm and clipping, AdamW and SGD, and the
+ * spike detector. Every sum runs in a fixed order in double so that a run repeats
+ * bit for bit. */
+#include <math.h>
+#include <string.h>
+
+#include "train_int.h"
+
+double kiln_train_lr(const kiln_train_config *c, long i) {
+    if (i < c->warmup_steps) return c->lr * (double)(i + 1) / (double)c->warmup_steps;
+    long span = c->steps - c->warmup_steps - 1;
+    double progress = span > 0 ? (double)(i - c->warmup_steps) / (double)span : 1.0;
+    if (progress > 1) progress = 1;
+    if (progress < 0) progress = 0;
+    return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * progress));
+}
+
+double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
+                            double *per_tensor) {
+    double total = 0;
+    for (size_t i = 0; i < count; i++) {
+        double s = 0;
+        if (tab[i].flags & KILN_PARAM_TRAINED) {
+            const float *g = grads + tab[i].offset;
+            for (size_t k = 0; k < tab[i].numel; k++)
+                s += (double)g[k] * g[k];
+        }
+        if (per_tensor) per_tensor[i] = sqrt(s);
+        total += s;
+    }
+    return sqrt(total);
+}
+
+void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, float s) {
+    for (size_t i = 0; i < count; i++) {
+        if (!(tab[i].flags & KILN_PARAM_TRAINED)) continue;
+        float *g = grads + tab[i].offset;
+        for (size_t k = 0; k < tab[i].numel; k++)
+            g[k] *= s;
+    }
+}
+
+void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
+                           float *params, const float *grads, float *m, float *v, long t, double lr,
+                           double *upd_norm, double *w_norm) {
+    const bool adam = c->optimizer == KILN_OPTIM_ADAMW;
+    const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->adam_eps;
+    const float omb1 = (float)(1.0 - c->beta1), omb2 = (float)(1.0 - c->beta2);
+    /* Bias corrections folded into the step size: lr_t = lr / (1 - b1^t), and
+     * sqrt(vhat) = sqrt(v) / sqrt(1 - b2^t). */
+    const double bc1 = adam ? 1.0 - pow(c->beta1, (double)t) : 1.0;
+    const double bc2 = adam ? 1.0 - pow(c->beta2, (double)t) : 1.0;
+    const float step = (float)(lr / bc1), rsq_bc2 = (float)(1.0 / sqrt(bc2));
+    for (size_t i = 0; i < count; i++) {
+        double un = 0, wn = 0;
+        if (tab[i].flags & KILN_PARAM_TRAINED) {
+            float *p = params + tab[i].offset;
+            const float *g = grads + tab[i].offset;
+            const float decay =
+                (tab[i].flags & KILN_PARAM_DECAY) ? (float)(lr * c->weight_decay) : 0.0f;
+            if (adam) {
+                float *mm = m + tab[i].offset, *vv = v + tab[i].offset;
+                for (size_t k = 0; k < tab[i].numel; k++) {
+                    mm[k] = b1 * mm[k] + omb1 * g[k];
+                    vv[k] = b2 * vv[k] + omb2 * g[k] * g[k];
+                    float old = p[k];
+                    float np = old - decay * old;
+                    np -= step * mm[k] / (sqrtf(vv[k]) * rsq_bc2 + eps);
+                    p[k] = np;
+                    double d = (double)np - old;
+                    un += d * d;
+                    wn += (double)np * np;
+                }
+            } else {
+                const float lrf = (float)lr;
+                for (size_t k = 0; k < tab[i].numel; k++) {
+                    float old = p[k];
+                    float np = old - decay * old - lrf * g[k];
+                    p[k] = np;
+                    double d = (double)np - old;
+                    un += d * d;
+                    wn += (double)np * np;
+                }
+            }
+        }
+        if (upd_norm) upd_norm[i] = sqrt(un);
+        if (w_norm) w_norm[i] = sqrt(wn);
+    }
+}
+
+/* ---- spikes ---- */
+
+double kiln_spike_z(const kiln_spike *s, double x) {
+    if (s->n < KILN_SPIKE_MIN) return 0;
+    double mean = 0, var = 0;
+    for (int i = 0; i < s->n; i++)
+        mean += s->x[i];
+    mean /= s->n;
+    for (int i = 0; i < s->n; i++)
+        var += (s->x[i] - mean) * (s->x[i] - mean);
+    var /= s->n - 1;
+    double sd = sqrt(var);
+    /* A floor on the spread: a flat window would make any wiggle a spike. */
+    double floor = 1e-3 * fabs(mean) + 1e-12;
+    return (x - mean) / (sd > floor ? sd : floor);
+}
+
+void kiln_spike_push(kiln_spike *s, double x) {
+    s->x[s->pos] = x;
+    s->pos = (s->pos + 1) % KILN_SPIKE_WINDOW;
+    if (s->n < KILN_SPIKE_WINDOW) s->n++;
+}
+
+json_t *kiln_spike_json(const kiln_spike *s) {
+    json_t *a = json_array();
+    for (int i = 0; a && i < s->n; i++)
+        if (json_array_append_new(a, json_real(s->x[i]))) {
+            json_decref(a);
+            return NULL;
+        }
+    json_t *j = a ? json_pack("{s:i,s:o}", "pos", s->pos, "x", a) : NULL;
+    return j;
+}
+
+kiln_err kiln_spike_from_json(const json_t *j, const char *label, kiln_spike *s) {
+    memset(s, 0, sizeof *s);
+    json_t *pos = json_object_get(j, "pos"), *x = json_object_get(j, "x");
+    KILN_FAIL_IF(!json_is_integer(pos) || !json_is_array(x) ||
+                     json_array_size(x) > KILN_SPIKE_WINDOW || json_integer_value(pos) < 0 ||
+                     json_integer_value(pos) >= KILN_SPIKE_WINDOW,
+                 KILN_ERR_FORMAT, "'%s': bad spike detector state", label);
+    s->n = (int)json_array_size(x);
+    s->pos = (int)json_integer_value(pos);
+    for (int i = 0; i < s->n; i++) {
+        json_t *v = json_array_get(x, (size_t)i);
+        KILN_FAIL_IF(!json_is_number(v), KILN_ERR_FORMAT, "'%s': bad spike detector state", label);
+        s->x[i] = json_number_value(v);
+    }
+    return KILN_OK;
+}

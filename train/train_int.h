@@ -1,0 +1,136 @@
+/* train_int.h - the trainer's parts, shared inside train/ and with its tests: schedule,
+ * optimizer, sampler, spike detector, checkpoints, metrics database. */
+#ifndef KILN_TRAIN_INT_H
+#define KILN_TRAIN_INT_H
+
+#include "train.h"
+
+/* ---- config (config.c) ---- */
+
+/* The fewest significant digits that print every real among an object's values so that
+ * it reads back exactly (for JSON_REAL_PRECISION). */
+int kiln_train_json_precision(const json_t *obj);
+
+/* ---- schedule and optimizer (optim.c) ---- */
+
+/* Learning rate of the 0-based step index i: linear warm-up lr*(i+1)/warmup_steps over
+ * the first warmup_steps, then cosine from lr down to min_lr at the last step. */
+double kiln_train_lr(const kiln_train_config *c, long i);
+
+/* Global L2 norm of the trained parameters' gradients, summed in double in table order;
+ * per_tensor (NULL or [count]) gets each tensor's norm (0 for untrained ones). */
+double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
+                            double *per_tensor);
+/* grads *= s over the trained parameters. */
+void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, float s);
+
+/* One update of every trained parameter (KILN_PARAM_TRAINED; norm.in_* never change).
+ * AdamW: m, v [numel] are the moments, t the 1-based count of updates (bias correction),
+ *   p -= lr*wd*p (KILN_PARAM_DECAY only), then p -= lr * mhat / (sqrt(vhat) + eps).
+ * SGD: p -= lr*wd*p (decay params), then p -= lr * g; m and v untouched (may be NULL).
+ * upd_norm, w_norm: NULL or [count]: each tensor's update and (new) weight L2 norms. */
+void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
+                           float *params, const float *grads, float *m, float *v, long t, double lr,
+                           double *upd_norm, double *w_norm);
+
+/* ---- sampling (sampler.c) ---- */
+
+/* First row of the training window for (seed, 0-based step i, slot) among slots windows a
+ * step: kiln_philox(seed, KILN_STREAM_BATCH, i*slots + slot), uniform over the starts
+ * 0 .. train_end - seq_len. train_end >= seq_len. */
+size_t kiln_train_window(uint64_t seed, long i, int slots, int slot, size_t train_end, int seq_len);
+/* The fixed validation windows: up to cap non-overlapping windows spread evenly over
+ * [val_begin, val_end); starts [cap] filled. Returns the count (0 if none fits). */
+size_t kiln_train_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts);
+/* Copy windows starting at rows starts[0..n) into x [n,S,F] and y [n,S,O]. */
+void kiln_train_gather(const kiln_dataset *ds, const size_t *starts, size_t n, int seq_len,
+                       float *x, float *y);
+
+/* ---- spike detector (optim.c) ---- */
+
+#define KILN_SPIKE_WINDOW 64
+#define KILN_SPIKE_MIN 16 /* samples before a spike can be called */
+#define KILN_SPIKE_Z 6.0  /* z-score above the window's mean that makes a spike */
+
+typedef struct kiln_spike {
+    int n, pos;                  /* samples held (<= window), next slot */
+    double x[KILN_SPIKE_WINDOW]; /* ring buffer */
+} kiln_spike;
+
+/* z-score of x against the window; 0 while too few samples or no spread. */
+double kiln_spike_z(const kiln_spike *s, double x);
+void kiln_spike_push(kiln_spike *s, double x);
+json_t *kiln_spike_json(const kiln_spike *s); /* new reference or NULL */
+kiln_err kiln_spike_from_json(const json_t *j, const char *label, kiln_spike *s);
+
+/* ---- checkpoints (ckpt.c) ---- */
+
+/* What a continuation needs besides the tensors. */
+typedef struct kiln_train_state {
+    long step;      /* steps done */
+    long updates;   /* updates applied (AdamW's t) */
+    int bad_streak; /* non-finite steps in a row just before */
+    kiln_spike loss_spike, gnorm_spike;
+} kiln_train_state;
+
+typedef struct kiln_ckpt_meta {
+    const kiln_train_config *cfg;
+    const char *dataset_sha256;
+    const char *run_id;
+    const kiln_train_state *state;
+} kiln_ckpt_meta;
+
+/* RUN_DIR/ckpt/step-NNNNNNNN.safetensors; caller frees. */
+char *kiln_ckpt_path(const char *run_dir, long step);
+/* Write a checkpoint atomically: every parameter under its MODEL.md name, "m.<name>" and
+ * "v.<name>" for the trained ones when m is not NULL, and __metadata__ (docs/train.md). */
+kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, const float *params,
+                         const float *m, const float *v, const kiln_ckpt_meta *meta);
+
+typedef struct kiln_ckpt {
+    kiln_st *st;
+    kiln_train_config cfg;
+    char dataset_sha256[KILN_SHA256_HEX];
+    char run_id[64];
+    kiln_train_state state;
+} kiln_ckpt;
+
+/* Open a checkpoint and verify it: the digest of the tensor data matches kiln.data_sha256,
+ * and the metadata parses. Release with kiln_ckpt_release (also after a failure). */
+kiln_err kiln_ckpt_open(const char *path, kiln_ckpt *ck) KILN_MUST_CHECK;
+/* Copy parameters (and moments when m is not NULL) into the blocks, checking every
+ * name and shape against the table. */
+kiln_err kiln_ckpt_load(const kiln_ckpt *ck, const kiln_param *tab, size_t count, float *params,
+                        float *m, float *v);
+void kiln_ckpt_release(kiln_ckpt *ck);
+/* Steps of the checkpoints in RUN_DIR/ckpt, ascending (*steps NULL when none; caller
+ * frees). A missing ckpt directory is no checkpoints. */
+kiln_err kiln_ckpt_list(const char *run_dir, long **steps, size_t *n);
+/* Delete all but the newest keep checkpoints (keep 0: none deleted). */
+kiln_err kiln_ckpt_prune(const char *run_dir, int keep);
+
+/* ---- metrics database (metrics.c) ---- */
+
+typedef struct kiln_metrics kiln_metrics;
+
+/* Open (creating the schema) RUN_DIR/metrics.db in WAL mode. read_only: no schema, no
+ * writes. Free with kiln_metrics_close. */
+kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out);
+void kiln_metrics_close(kiln_metrics *mx);
+/* Delete every row of a step after `step` (a resume replaces them). */
+kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step);
+kiln_err kiln_metrics_event(kiln_metrics *mx, long step, const char *kind, const char *message);
+
+typedef struct kiln_metrics_tensor {
+    const char *name;
+    double grad_norm, update_ratio; /* update_ratio: |update| / |weight| */
+} kiln_metrics_tensor;
+
+/* One step's row in `steps`, plus `layers` rows from p->stats and `tensors` rows, in one
+ * transaction. */
+kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
+                           const kiln_metrics_tensor *tensors, size_t n_tensors);
+/* The underlying handle for readers in train/ (sqlite3 *). */
+void *kiln_metrics_db(kiln_metrics *mx);
+
+#endif

@@ -1,0 +1,647 @@
+/* trainer.c - the training loop: start or resume a run, step, validate, checkpoint, and
+ * record diagnostics. A step's outcome depends only on the checkpointed state and the
+ * step number (the data position), so a run killed at any moment and resumed ends with
+ * the same bytes as one that never stopped. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cblas.h>
+
+#include "train_int.h"
+
+#define VAL_WINDOWS_MAX 256
+
+typedef struct trainer {
+    kiln_train_config cfg;
+    const kiln_train_opts *opts;
+    kiln_dataset *ds;
+    kiln_split split;
+    kiln_tsmoe *m;
+    const kiln_param *tab;
+    size_t np, numel;
+    float *params, *grads;
+    float *mom;         /* [2*numel]: m then v; NULL for SGD */
+    float *x, *y;       /* [B,S,F], [B,S,O] */
+    size_t *starts;     /* [B] */
+    size_t *val_starts; /* [VAL_WINDOWS_MAX] */
+    size_t n_val;
+    double *gn, *un, *wn;    /* [np] per-tensor gradient, update and weight norms */
+    kiln_metrics_tensor *mt; /* [np] */
+    /* A copy of the last training forward's diagnostics (validation overwrites the model's). */
+    kiln_tsmoe_stats stats;
+    float *stats_buf;
+    kiln_metrics *mx;
+    kiln_train_state st;
+    char run_id[64];
+    int lock_fd; /* flock on RUN_DIR/.lock: one process per run; -1 = none */
+} trainer;
+
+static void trainer_free(trainer *t) {
+    if (t->lock_fd >= 0) close(t->lock_fd);
+    kiln_metrics_close(t->mx);
+    kiln_tsmoe_free(t->m);
+    kiln_dataset_free(t->ds);
+    free(t->mom);
+    free(t->x);
+    free(t->y);
+    free(t->starts);
+    free(t->val_starts);
+    free(t->gn);
+    free(t->un);
+    free(t->wn);
+    free(t->mt);
+    free(t->stats_buf);
+}
+
+/* ---- setup ---- */
+
+static kiln_err resolve_shapes(kiln_train_config *c, const kiln_dataset *ds, const char *label) {
+    if (!c->model.n_features) c->model.n_features = ds->n_features;
+    if (!c->model.n_outputs) c->model.n_outputs = ds->n_outputs;
+    KILN_FAIL_IF(c->model.n_features != ds->n_features, KILN_ERR_CONFIG,
+                 "%s: config key 'n_features' is %d but dataset '%s' has %d features", label,
+                 c->model.n_features, ds->path, ds->n_features);
+    KILN_FAIL_IF(c->model.n_outputs != ds->n_outputs, KILN_ERR_CONFIG,
+                 "%s: config key 'n_outputs' is %d but dataset '%s' has %d outputs", label,
+                 c->model.n_outputs, ds->path, ds->n_outputs);
+    return kiln_model_config_check(&c->model, label);
+}
+
+/* Model, buffers, split and validation windows for t->cfg over t->ds. */
+static kiln_err setup(trainer *t) {
+    const kiln_train_config *c = &t->cfg;
+    const int S = c->model.seq_len, B = c->batch_size, F = c->model.n_features,
+              O = c->model.n_outputs;
+    KILN_TRY(kiln_dataset_split(t->ds, c->val_fraction, S, &t->split));
+    KILN_FAIL_IF(t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
+                 "dataset '%s': the training split has %zu rows, fewer than seq_len %d",
+                 t->ds->path, t->split.train_end, S);
+    KILN_TRY(kiln_tsmoe_create(&c->model, B, &t->m));
+    t->tab = kiln_tsmoe_param_table(t->m, &t->np);
+    t->numel = kiln_tsmoe_numel(t->m);
+    t->params = kiln_tsmoe_params(t->m);
+    t->grads = kiln_tsmoe_grads(t->m);
+    if (c->optimizer == KILN_OPTIM_ADAMW && !(t->mom = kiln_calloc(2 * t->numel, sizeof(float))))
+        return KILN_ERR_NOMEM;
+    size_t L = (size_t)c->model.n_layers, E = (size_t)c->model.n_experts;
+    t->x = kiln_malloc((size_t)B * S * F * sizeof(float));
+    t->y = kiln_malloc((size_t)B * S * O * sizeof(float));
+    t->starts = kiln_calloc((size_t)B, sizeof(size_t));
+    t->val_starts = kiln_calloc(VAL_WINDOWS_MAX, sizeof(size_t));
+    t->gn = kiln_calloc(t->np, sizeof(double));
+    t->un = kiln_calloc(t->np, sizeof(double));
+    t->wn = kiln_calloc(t->np, sizeof(double));
+    t->mt = kiln_calloc(t->np, sizeof *t->mt);
+    t->stats_buf = kiln_calloc(5 * L + L * (E ? E : 1), sizeof(float));
+    if (!t->x || !t->y || !t->starts || !t->val_starts || !t->gn || !t->un || !t->wn || !t->mt ||
+        !t->stats_buf)
+        return KILN_ERR_NOMEM;
+    t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
+    openblas_set_num_threads(c->threads);
+    return KILN_OK;
+}
+
+/* norm.in_mean / norm.in_std from the training split (population std, floored). */
+static void set_input_norm(trainer *t) {
+    const size_t F = (size_t)t->ds->n_features, n = t->split.train_end;
+    float *mean = t->params + t->tab[0].offset, *std = t->params + t->tab[1].offset;
+    for (size_t f = 0; f < F; f++) {
+        double s = 0, ss = 0;
+        for (size_t r = 0; r < n; r++)
+            s += t->ds->features[r * F + f];
+        double mu = s / (double)n;
+        for (size_t r = 0; r < n; r++) {
+            double d = t->ds->features[r * F + f] - mu;
+            ss += d * d;
+        }
+        double sd = sqrt(ss / (double)n);
+        mean[f] = (float)mu;
+        std[f] = (float)(sd > 1e-6 ? sd : 1e-6);
+    }
+}
+
+#define MODEL_INTS(X)                                                                              \
+    X(n_features)                                                                                  \
+    X(n_outputs)                                                                                   \
+    X(d_model) X(n_layers) X(n_heads) X(d_ff) X(n_experts) X(top_k) X(seq_len) X(attn_window)
+
+static kiln_err load_init(trainer *t, const char *path, char sha_hex[KILN_SHA256_HEX]) {
+    kiln_st *st;
+    KILN_TRY(kiln_st_open(path, &st));
+    kiln_model_config mc;
+    kiln_err rc = kiln_model_config_from_st(st, &mc);
+    const kiln_model_config *want = &t->cfg.model;
+#define SAME(k)                                                                                    \
+    if (!rc && mc.k != want->k)                                                                    \
+        rc = kiln_fail(KILN_ERR_CONFIG,                                                            \
+                       "'%s': config key '" #k                                                     \
+                       "' is %d in the model file but %d in the run's config",                     \
+                       path, mc.k, want->k);
+    MODEL_INTS(SAME)
+#undef SAME
+    if (!rc && mc.norm_eps != want->norm_eps)
+        rc = kiln_fail(
+            KILN_ERR_CONFIG,
+            "'%s': config key 'norm_eps' is %g in the model file but %g in the run's config", path,
+            (double)mc.norm_eps, (double)want->norm_eps);
+    for (size_t i = 0; !rc && i < t->np; i++) {
+        const kiln_param *p = &t->tab[i];
+        const kiln_tensor *x = kiln_st_find(st, p->name);
+        if (!x) {
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s': no tensor '%s'", path, p->name);
+            break;
+        }
+        bool shape_ok = x->ndim == p->ndim;
+        for (int d = 0; shape_ok && d < p->ndim; d++)
+            shape_ok = x->shape[d] == p->shape[d];
+        if (!shape_ok)
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s': tensor '%s' has the wrong shape", path, p->name);
+        else
+            rc = kiln_tensor_to_f32(x, t->params + p->offset);
+    }
+    kiln_st_close(st);
+    if (!rc) {
+        uint8_t d[KILN_SHA256_BYTES];
+        rc = kiln_sha256_file(path, d);
+        if (!rc) kiln_hex(d, sizeof d, sha_hex);
+    }
+    return rc;
+}
+
+/* ---- the step ---- */
+
+static void copy_stats(trainer *t) {
+    const kiln_tsmoe_stats *s = kiln_tsmoe_last_stats(t->m);
+    size_t L = (size_t)s->n_layers, E = (size_t)s->n_experts;
+    float *b = t->stats_buf;
+    t->stats.n_layers = s->n_layers;
+    t->stats.n_experts = s->n_experts;
+    t->stats.max_abs_output = s->max_abs_output;
+#define CP(field, n)                                                                               \
+    if (s->field)                                                                                  \
+        memcpy(b, s->field, (n) * sizeof(float));                                                  \
+    else                                                                                           \
+        memset(b, 0, (n) * sizeof(float));                                                         \
+    t->stats.field = b;                                                                            \
+    b += (n);
+    CP(attn_entropy, L)
+    CP(router_entropy, L)
+    CP(overflow, L)
+    CP(act_rms, L)
+    CP(expert_load, L * E)
+#undef CP
+}
+
+/* Validation MSE and R^2 (1 - SSE/SST per output, averaged) over the fixed windows. */
+static kiln_err validate(trainer *t, double *val_mse, double *val_r2) {
+    const int S = t->cfg.model.seq_len, B = t->cfg.batch_size, O = t->cfg.model.n_outputs;
+    double sse[64] = {0}, sum[64] = {0}, sumsq[64] = {0}, cnt = 0;
+    double *q = O <= 64 ? NULL : kiln_calloc(3 * (size_t)O, sizeof(double));
+    if (O > 64 && !q) return KILN_ERR_NOMEM;
+    double *e = q ? q : sse, *su = q ? q + O : sum, *sq = q ? q + 2 * O : sumsq;
+    kiln_loss_opts lo = {(float)t->cfg.aux_loss_coef, (float)t->cfg.z_loss_coef,
+                         0.0f}; /* dropless */
+    kiln_err rc = KILN_OK;
+    for (size_t w = 0; w < t->n_val; w += (size_t)B) {
+        size_t n = t->n_val - w < (size_t)B ? t->n_val - w : (size_t)B;
+        kiln_train_gather(t->ds, t->val_starts + w, n, S, t->x, t->y);
+        if ((rc = kiln_tsmoe_forward(t->m, t->x, NULL, (int)n, &lo, NULL))) break;
+        const float *out = kiln_tsmoe_outputs(t->m);
+        for (size_t k = 0; k < n * (size_t)S; k++)
+            for (int o = 0; o < O; o++) {
+                double yv = t->y[k * O + o], d = out[k * O + o] - yv;
+                e[o] += d * d;
+                su[o] += yv;
+                sq[o] += yv * yv;
+            }
+        cnt += (double)n * S;
+    }
+    if (!rc) {
+        double tot = 0, r2 = 0;
+        for (int o = 0; o < O; o++) {
+            tot += e[o];
+            double sst = sq[o] - su[o] * su[o] / cnt;
+            r2 += sst > 0 ? 1.0 - e[o] / sst : 0.0;
+        }
+        *val_mse = tot / (cnt * O);
+        *val_r2 = r2 / O;
+    }
+    free(q);
+    return rc;
+}
+
+static bool poisoned(const kiln_train_opts *o, long step) {
+    for (size_t i = 0; i < o->n_poison; i++)
+        if (o->poison_steps[i] == step) return true;
+    return false;
+}
+
+static void event(trainer *t, long step, const char *kind, const char *fmt, ...) KILN_PRINTF(4, 5);
+static void event(trainer *t, long step, const char *kind, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    kiln_warn("%s", msg);
+    if (t->mx && kiln_metrics_event(t->mx, step, kind, msg)) kiln_warn("%s", kiln_errmsg());
+}
+
+static kiln_err checkpoint(trainer *t, const char *run_dir) {
+    char *path = kiln_ckpt_path(run_dir, t->st.step);
+    if (!path) return KILN_ERR_NOMEM;
+    kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st};
+    kiln_err rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom,
+                                  t->mom ? t->mom + t->numel : NULL, &meta);
+    free(path);
+    if (!rc) rc = kiln_ckpt_prune(run_dir, t->cfg.keep);
+    return rc;
+}
+
+static kiln_err loop(trainer *t) {
+    const kiln_train_config *c = &t->cfg;
+    const kiln_train_opts *o = t->opts;
+    const int B = c->batch_size, S = c->model.seq_len, A = c->accum_steps, slots = B * A;
+    const kiln_loss_opts lo = {(float)c->aux_loss_coef, (float)c->z_loss_coef,
+                               (float)c->capacity_factor};
+    const long first = t->st.step + 1;
+    const uint64_t t0 = kiln_now_ns();
+    uint64_t prev = t0;
+    for (long s = first; s <= c->steps; s++) {
+        if (o->stop && *o->stop) {
+            KILN_TRY(checkpoint(t, o->run_dir));
+            return kiln_fail(KILN_ERR_INTERRUPTED,
+                             "'%s': interrupted at step %ld (checkpoint written)", o->run_dir,
+                             t->st.step);
+        }
+        const long i = s - 1;
+        kiln_train_progress p = {.step = s, .steps = c->steps, .first_step = first};
+        p.lr = kiln_train_lr(c, i);
+        kiln_tsmoe_zero_grads(t->m);
+        for (int a = 0; a < A; a++) {
+            for (int b = 0; b < B; b++)
+                t->starts[b] =
+                    kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
+            kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
+            kiln_loss l;
+            KILN_TRY(kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l));
+            KILN_TRY(kiln_tsmoe_backward(t->m, 1.0f / (float)A));
+            p.loss += l.loss / A;
+            p.mse += l.mse / A;
+            p.load_balance += l.load_balance / A;
+            p.z += l.z / A;
+        }
+        copy_stats(t);
+        p.stats = &t->stats;
+        if (poisoned(o, s)) {
+            for (size_t k = 0; k < t->np; k++)
+                if (t->tab[k].flags & KILN_PARAM_TRAINED) {
+                    t->grads[t->tab[k].offset] = NAN;
+                    break;
+                }
+        }
+        p.grad_norm = kiln_train_grad_norm(t->tab, t->np, t->grads, t->gn);
+        memset(t->un, 0, t->np * sizeof *t->un);
+        if (!isfinite(p.loss) || !isfinite(p.grad_norm)) {
+            t->st.bad_streak++;
+            event(t, s, "nonfinite",
+                  "step %ld: loss %g, gradient norm %g: update skipped (%d in a row)", s, p.loss,
+                  p.grad_norm, t->st.bad_streak);
+        } else {
+            t->st.bad_streak = 0;
+            double zl = kiln_spike_z(&t->st.loss_spike, p.loss),
+                   zg = kiln_spike_z(&t->st.gnorm_spike, p.grad_norm);
+            bool spike = zl > KILN_SPIKE_Z || zg > KILN_SPIKE_Z;
+            if (spike)
+                event(t, s, "spike", "step %ld: loss %g (z %.1f), gradient norm %g (z %.1f)%s", s,
+                      p.loss, zl, p.grad_norm, zg, c->skip_spikes ? ": update skipped" : "");
+            kiln_spike_push(&t->st.loss_spike, p.loss);
+            kiln_spike_push(&t->st.gnorm_spike, p.grad_norm);
+            if (!(spike && c->skip_spikes)) {
+                if (c->grad_clip > 0 && p.grad_norm > c->grad_clip)
+                    kiln_train_grad_scale(t->tab, t->np, t->grads,
+                                          (float)(c->grad_clip / p.grad_norm));
+                t->st.updates++;
+                kiln_train_optim_step(c, t->tab, t->np, t->params, t->grads, t->mom,
+                                      t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr, t->un,
+                                      t->wn);
+                p.applied = true;
+            }
+        }
+        t->st.step = s;
+        if (t->n_val && (s == c->steps || (c->eval_every > 0 && s % c->eval_every == 0))) {
+            KILN_TRY(validate(t, &p.val_loss, &p.val_r2));
+            p.has_val = true;
+        }
+        uint64_t now = kiln_now_ns();
+        p.elapsed_s = (double)(now - t0) * 1e-9;
+        double dt = (double)(now - prev) * 1e-9;
+        prev = now;
+        p.tokens_per_s = dt > 0 ? (double)slots * S / dt : 0;
+        p.eta_s = p.elapsed_s / (double)(s - first + 1) * (double)(c->steps - s);
+        for (size_t k = 0; k < t->np; k++) {
+            t->mt[k].name = t->tab[k].name;
+            t->mt[k].grad_norm = t->gn[k];
+            t->mt[k].update_ratio = t->wn[k] > 0 && p.applied ? t->un[k] / t->wn[k] : 0;
+        }
+        KILN_TRY(kiln_metrics_step(t->mx, &p, t->mt, t->np));
+        if (o->progress) o->progress(o->progress_ctx, &p);
+        if (t->st.bad_streak >= c->max_bad_steps) {
+            long last = 0;
+            long *steps;
+            size_t n;
+            if (kiln_ckpt_list(o->run_dir, &steps, &n) == KILN_OK && n) last = steps[n - 1];
+            if (n) free(steps);
+            return kiln_fail(KILN_ERR_NUMERIC,
+                             "step %ld: %d non-finite steps in a row (max_bad_steps %d); the run "
+                             "stopped, its last "
+                             "checkpoint is step %ld",
+                             s, t->st.bad_streak, c->max_bad_steps, last);
+        }
+        if (s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0))
+            KILN_TRY(checkpoint(t, o->run_dir));
+    }
+    return KILN_OK;
+}
+
+/* ---- run.json ---- */
+
+static kiln_err write_run_json(const char *run_dir, json_t *run) {
+    char *p = kiln_path_join(run_dir, "run.json");
+    if (!p) return KILN_ERR_NOMEM;
+    char *s = json_dumps(
+        run, JSON_INDENT(2) | JSON_SORT_KEYS |
+                 JSON_REAL_PRECISION(kiln_train_json_precision(json_object_get(run, "config"))));
+    kiln_err rc = KILN_OK;
+    char *t = s ? kiln_asprintf("%s\n", s) : NULL;
+    if (!t)
+        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory writing '%s'", p);
+    else
+        rc = kiln_write_file_atomic(p, t, strlen(t));
+    free(s);
+    free(t);
+    free(p);
+    return rc;
+}
+
+/* The run id names the experiment: the same config, data and starting weights give the
+ * same id, as they give the same bytes (docs/train.md). */
+static void make_run_id(const char *cfg_text, const char *data_sha, const char *init_sha,
+                        char out[64]) {
+    char *s = kiln_asprintf("kiln-run/1\n%s\n%s\n%s", cfg_text, data_sha, init_sha ? init_sha : "");
+    uint8_t d[KILN_SHA256_BYTES];
+    kiln_sha256(s ? s : "", s ? strlen(s) : 0, d);
+    free(s);
+    kiln_hex(d, 16, out);
+}
+
+/* One process per run directory: an exclusive flock on RUN_DIR/.lock, released by the
+ * kernel however the process ends (SIGKILL included), so a stale lock cannot block. */
+static kiln_err lock_run(const char *run_dir, int *fd) {
+    char *p = kiln_path_join(run_dir, ".lock");
+    if (!p) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    *fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+    if (*fd < 0)
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
+    else if (flock(*fd, LOCK_EX | LOCK_NB) != 0)
+        rc = errno == EWOULDBLOCK
+                 ? kiln_fail(KILN_ERR_CONFLICT, "'%s': another kiln process is training this run",
+                             run_dir)
+                 : kiln_fail_errno(KILN_ERR_IO, "cannot lock '%s'", p);
+    free(p);
+    return rc;
+}
+
+static bool run_exists(const char *run_dir) {
+    char *a = kiln_path_join(run_dir, "run.json"), *b = kiln_path_join(run_dir, "ckpt");
+    bool r = (a && kiln_path_exists(a)) || (b && kiln_path_exists(b));
+    free(a);
+    free(b);
+    return r;
+}
+
+static kiln_err open_metrics(trainer *t, const char *run_dir) {
+    char *p = kiln_path_join(run_dir, "metrics.db");
+    if (!p) return KILN_ERR_NOMEM;
+    kiln_err rc = kiln_metrics_open(p, false, &t->mx);
+    free(p);
+    return rc;
+}
+
+kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts) {
+    trainer t = {.cfg = *cfg, .opts = opts, .lock_fd = -1};
+    kiln_err rc = KILN_OK;
+    json_t *run = NULL, *cj = NULL;
+    char *text = NULL, *abs_data = NULL;
+    char init_sha[KILN_SHA256_HEX] = "";
+    KILN_CHECK(rc, out, kiln_train_config_check(&t.cfg, "config"));
+    KILN_CHECK_IF(rc, out, !opts->data_path, KILN_ERR_USAGE, "no dataset given");
+    KILN_CHECK_IF(rc, out, run_exists(opts->run_dir), KILN_ERR_CONFLICT,
+                  "'%s' holds a run already (resume it with --resume, or choose another --run-dir)",
+                  opts->run_dir);
+    KILN_CHECK(rc, out, kiln_dataset_open(opts->data_path, &t.ds));
+    KILN_CHECK(rc, out, resolve_shapes(&t.cfg, t.ds, "config"));
+    KILN_CHECK(rc, out, setup(&t));
+    kiln_tsmoe_init(t.m, t.cfg.seed);
+    if (opts->init_path)
+        KILN_CHECK(rc, out, load_init(&t, opts->init_path, init_sha));
+    else
+        set_input_norm(&t);
+    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t.cfg, false)), KILN_ERR_NOMEM,
+                  "out of memory");
+    make_run_id(text, t.ds->sha256, opts->init_path ? init_sha : NULL, t.run_id);
+
+    /* Everything checked: now the run directory. */
+    char *ck = kiln_path_join(opts->run_dir, "ckpt");
+    KILN_CHECK_IF(rc, out, !ck, KILN_ERR_NOMEM, "out of memory");
+    rc = kiln_mkdir_p(ck);
+    free(ck);
+    if (rc) goto out;
+    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t.lock_fd));
+    abs_data = realpath(opts->data_path, NULL);
+    char created[21];
+    kiln_format_time(kiln_unix_time(), created);
+    cj = kiln_train_config_json(&t.cfg);
+    KILN_CHECK_IF(rc, out, !cj, KILN_ERR_NOMEM, "out of memory");
+    run = json_pack("{s:s,s:s,s:s,s:s,s:O,s:I,s:s,s:s}", "format", "kiln-run/1", "run_id", t.run_id,
+                    "created", created, "kiln_version", kiln_version(), "config", cj, "seed",
+                    (json_int_t)t.cfg.seed, "dataset_sha256", t.ds->sha256, "dataset_path",
+                    abs_data ? abs_data : opts->data_path);
+    KILN_CHECK_IF(rc, out, !run, KILN_ERR_NOMEM, "out of memory");
+    if (opts->init_path)
+        json_object_set_new(run, "init",
+                            json_pack("{s:s,s:s}", "path", opts->init_path, "sha256", init_sha));
+    KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
+    KILN_CHECK(rc, out, open_metrics(&t, opts->run_dir));
+    KILN_CHECK(rc, out, kiln_metrics_truncate(t.mx, 0));
+    KILN_CHECK(rc, out, kiln_metrics_event(t.mx, 0, "start", "run started"));
+    rc = loop(&t);
+out:
+    json_decref(run);
+    json_decref(cj);
+    free(text);
+    free(abs_data);
+    trainer_free(&t);
+    return rc;
+}
+
+/* Remove temp files a killed checkpoint write left behind (".step-*.tmp-*"). */
+static void sweep_temps(const char *run_dir) {
+    char *dir = kiln_path_join(run_dir, "ckpt");
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, ".step-", 6) || !strstr(de->d_name, ".safetensors.tmp-")) continue;
+        char *p = kiln_path_join(dir, de->d_name);
+        if (p) unlink(p);
+        free(p);
+    }
+    if (d) closedir(d);
+    free(dir);
+}
+
+kiln_err kiln_train_resume(const kiln_train_opts *opts) {
+    trainer t = {.opts = opts, .lock_fd = -1};
+    kiln_err rc = KILN_OK;
+    json_t *run = NULL;
+    kiln_ckpt ck = {0};
+    long *steps = NULL;
+    size_t n = 0;
+    char **skipped = NULL;
+    size_t n_skipped = 0;
+    bool have = false;
+    char *rp = kiln_path_join(opts->run_dir, "run.json");
+    KILN_CHECK_IF(rc, out, !rp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(rp), KILN_ERR_NOTFOUND,
+                  "'%s': not a run directory (no run.json)", opts->run_dir);
+    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t.lock_fd));
+    KILN_CHECK(rc, out, kiln_json_load_file(rp, &run));
+    const char *run_sha = json_string_value(json_object_get(run, "dataset_sha256"));
+    const char *run_data = json_string_value(json_object_get(run, "dataset_path"));
+    const char *rid = json_string_value(json_object_get(run, "run_id"));
+    KILN_CHECK_IF(rc, out, !run_sha || !run_data || !rid || strlen(rid) >= sizeof t.run_id,
+                  KILN_ERR_FORMAT, "'%s': incomplete run.json", rp);
+    snprintf(t.run_id, sizeof t.run_id, "%s", rid);
+
+    /* The newest checkpoint that verifies. */
+    KILN_CHECK(rc, out, kiln_ckpt_list(opts->run_dir, &steps, &n));
+    skipped = kiln_calloc(n + 1, sizeof *skipped);
+    KILN_CHECK_IF(rc, out, !skipped, KILN_ERR_NOMEM, "out of memory");
+    for (size_t k = n; k-- > 0 && !have;) {
+        char *p = kiln_ckpt_path(opts->run_dir, steps[k]);
+        KILN_CHECK_IF(rc, out, !p, KILN_ERR_NOMEM, "out of memory");
+        kiln_err e = kiln_ckpt_open(p, &ck);
+        if (!e && ck.state.step != steps[k])
+            e = kiln_fail(KILN_ERR_VERIFY, "'%s': holds step %ld, not %ld", p, ck.state.step,
+                          steps[k]);
+        free(p);
+        if (!e) {
+            have = true;
+            break;
+        }
+        kiln_ckpt_release(&ck);
+        skipped[n_skipped] = kiln_strdup(kiln_errmsg());
+        if (!skipped[n_skipped]) KILN_CHECK_IF(rc, out, true, KILN_ERR_NOMEM, "out of memory");
+        kiln_warn("skipping checkpoint: %s", skipped[n_skipped++]);
+    }
+    kiln_train_config base;
+    if (have) {
+        base = ck.cfg;
+        t.st = ck.state;
+        KILN_CHECK_IF(rc, out, strcmp(ck.dataset_sha256, run_sha) || strcmp(ck.run_id, rid),
+                      KILN_ERR_VERIFY,
+                      "'%s': checkpoint step %ld belongs to another run or dataset", opts->run_dir,
+                      ck.state.step);
+    } else {
+        kiln_train_config_default(&base);
+        KILN_CHECK(rc, out, kiln_train_config_apply(&base, json_object_get(run, "config"), rp));
+        kiln_warn("'%s': no checkpoint verifies; starting over from step 0", opts->run_dir);
+    }
+    t.cfg = base;
+    for (int k = 0; k < opts->n_sets; k++)
+        KILN_CHECK(rc, out, kiln_train_config_set(&t.cfg, opts->sets[k]));
+    {
+        json_t *a = kiln_train_config_json(&base), *b = kiln_train_config_json(&t.cfg);
+        const char *key;
+        json_t *v;
+        KILN_CHECK_IF(rc, cmp_out, !a || !b, KILN_ERR_NOMEM, "out of memory");
+        json_object_foreach(b, key, v) {
+            json_t *old = json_object_get(a, key);
+            if (old && json_equal(old, v)) continue;
+            if (!kiln_train_config_resumable(key)) {
+                char *ov = old ? json_dumps(old, JSON_ENCODE_ANY) : NULL,
+                     *nv = json_dumps(v, JSON_ENCODE_ANY);
+                rc = kiln_fail(
+                    KILN_ERR_CONFIG,
+                    "'%s': config key '%s' cannot change on resume (the run has %s, asked %s)",
+                    opts->run_dir, key, ov ? ov : "none", nv ? nv : "?");
+                free(ov);
+                free(nv);
+                break;
+            }
+        }
+    cmp_out:
+        json_decref(a);
+        json_decref(b);
+        if (rc) goto out;
+    }
+    KILN_CHECK(rc, out, kiln_train_config_check(&t.cfg, "config"));
+    KILN_CHECK_IF(rc, out, t.cfg.steps < t.st.step, KILN_ERR_CONFIG,
+                  "'%s': config key 'steps' (%ld) is below the checkpoint's step %ld",
+                  opts->run_dir, t.cfg.steps, t.st.step);
+    const char *data = opts->data_path ? opts->data_path : run_data;
+    KILN_CHECK(rc, out, kiln_dataset_open(data, &t.ds));
+    KILN_CHECK_IF(rc, out, strcmp(t.ds->sha256, run_sha), KILN_ERR_CONFLICT,
+                  "dataset '%s' has sha256 %s, but run '%s' was trained on %s; resuming on other "
+                  "data is refused",
+                  data, t.ds->sha256, opts->run_dir, run_sha);
+    KILN_CHECK(rc, out, resolve_shapes(&t.cfg, t.ds, "config"));
+    KILN_CHECK(rc, out, setup(&t));
+    if (have) {
+        KILN_CHECK(
+            rc, out,
+            kiln_ckpt_load(&ck, t.tab, t.np, t.params, t.mom, t.mom ? t.mom + t.numel : NULL));
+    } else {
+        /* From scratch, as the start did (an --init model cannot be replayed: refuse). */
+        KILN_CHECK_IF(rc, out, json_object_get(run, "init"), KILN_ERR_NOTFOUND,
+                      "'%s': no checkpoint verifies and the run started from an --init model",
+                      opts->run_dir);
+        kiln_tsmoe_init(t.m, t.cfg.seed);
+        set_input_norm(&t);
+    }
+    kiln_ckpt_release(&ck);
+    sweep_temps(opts->run_dir);
+    KILN_CHECK(rc, out, open_metrics(&t, opts->run_dir));
+    KILN_CHECK(rc, out, kiln_metrics_truncate(t.mx, t.st.step));
+    for (size_t k = 0; k < n_skipped; k++)
+        KILN_CHECK(rc, out, kiln_metrics_event(t.mx, t.st.step, "ckpt_skipped", skipped[k]));
+    char msg[128];
+    snprintf(msg, sizeof msg, "resumed from step %ld", t.st.step);
+    KILN_CHECK(rc, out, kiln_metrics_event(t.mx, t.st.step, "resume", msg));
+    if (t.cfg.steps != base.steps || opts->n_sets) {
+        json_t *cj = kiln_train_config_json(&t.cfg);
+        KILN_CHECK_IF(rc, out, !cj, KILN_ERR_NOMEM, "out of memory");
+        json_object_set_new(run, "config", cj);
+        KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
+    }
+    rc = loop(&t);
+out:
+    kiln_ckpt_release(&ck);
+    for (size_t k = 0; k < n_skipped; k++)
+        free(skipped[k]);
+    free(skipped);
+    free(steps);
+    free(rp);
+    json_decref(run);
+    trainer_free(&t);
+    return rc;
+}
