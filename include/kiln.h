@@ -161,6 +161,36 @@ typedef struct kiln_pull_result {
  * result may be NULL. Safe to call from several threads with different outs. */
 KILN_API KILN_MUST_CHECK kiln_err kiln_pull(const kiln_pull_opts *opts, kiln_pull_result *result);
 
+/* ---- following a channel: pull, load and swap in new versions ---- */
+
+typedef struct kiln_watch kiln_watch; /* opaque */
+
+typedef struct kiln_watch_opts {
+    kiln_pull_opts pull;  /* ref is "NAME@CHANNEL"; out is a directory that holds one
+                             subdirectory per version loaded (gen-N) */
+    unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
+    /* Called from the watcher's thread after each attempted update: KILN_OK and the new
+     * version when one was swapped in, else the failure (the old model stays in service).
+     * May be NULL. */
+    void (*on_update)(void *ctx, kiln_err rc, const char *message, const kiln_pull_result *r);
+    void *ctx;
+} kiln_watch_opts;
+
+/* Pull and load the channel's current version (synchronously: an error if that fails),
+ * then poll the channel from a thread of its own. When a new record appears the new
+ * version is pulled and verified exactly as kiln_pull does, loaded with kiln_model_open,
+ * and only then made current; on any failure the old model stays in service. Free with
+ * kiln_watch_stop. */
+KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out) KILN_MUST_CHECK;
+/* The model in service, held until kiln_watch_release; *generation (may be NULL) counts the
+ * swaps from 1. A service keeps its streams on the model it acquired and, when the
+ * generation changes, opens new streams on the new model and releases the old one, which
+ * is freed once no one holds it. */
+KILN_API const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation);
+KILN_API void kiln_watch_release(kiln_watch *w, const kiln_model *m);
+/* Stop polling and free the watcher; every acquired model must have been released. NULL ok. */
+KILN_API void kiln_watch_stop(kiln_watch *w);
+
 #ifdef __cplusplus
 }
 #endif
