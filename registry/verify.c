@@ -4,7 +4,8 @@
  * export/ is wired (manifest, card, unpack with every file's digest). NOT YET WIRED: sign/
  * has not landed in main; until it does, the trust policy is only parsed as JSON and every
  * signature step refuses (KILN_ERR_UNSUPPORTED): the registry never accepts what it cannot
- * verify. */
+ * verify. The wiring, its tests and promote/rollback/channel put wait on the branch
+ * registry-sign (this branch with the sign branch merged). */
 #include <stdlib.h>
 #include <string.h>
 
