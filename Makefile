@@ -6,12 +6,18 @@ BUILD ?= build
 SAN ?=
 CC ?= cc
 PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl
-# Debian packages that provide the pkg-config names above, and the tools the tests use.
+# Debian packages that provide the pkg-config names above, and the tools the tests use
+# (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
-            libarchive-dev libzstd-dev libmicrohttpd-dev libcurl4-openssl-dev
+            libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev
+TOOLS := sqlite3 minisign
+# `make fuzz` only: clang with libFuzzer. Each target runs FUZZ_SECONDS.
+FUZZ_DEB_PKGS := clang libclang-rt-14-dev
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-ifneq ($(SAN),)
+ifneq ($(SAN)$(FUZZ),)
 NVCC :=
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -31,13 +37,21 @@ ifneq ($(SAN),)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
+# The libFuzzer build (make fuzz): instrumented for coverage and ASan+UBSan; clang's
+# warnings are not gcc's, so they do not stop it.
+ifneq ($(FUZZ),)
+CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -Wno-error
+LDFLAGS += -fsanitize=address,undefined
+endif
 
 LIB_SRC := $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
                               validate/*.c sign/*.c registry/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
-# Fuzz entry points the C suite replays its seed corpora through.
-TEST_SRC += tests/fuzz/manifest.c
+# tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
+# the C suite replays every corpus through them (tests/test_fuzz_replay.c).
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
+FUZZ_TARGETS := $(basename $(notdir $(FUZZ_SRC)))
+TEST_SRC := $(sort $(wildcard tests/*.c)) $(FUZZ_SRC)
 CU_SRC := $(if $(NVCC),$(sort $(wildcard kernels/cuda/*.cu)))
 
 ifneq ($(CU_SRC),)
@@ -65,7 +79,8 @@ all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln $(BUILD)/run-tests $(B
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
-	@if ! command -v pkg-config >/dev/null || ! pkg-config --exists $(PKGS) || ! command -v sqlite3 >/dev/null; then \
+	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -102,6 +117,12 @@ $(BUILD)/tests.inc: $(TEST_SRC)
 $(BUILD)/obj/kernels/cpu/%.o: CFLAGS += -O3
 
 $(BUILD)/obj/tests/run.o: $(BUILD)/tests.inc
+
+# The fuzz replay test calls every entry point through a table made from the file names.
+$(BUILD)/fuzz-targets.inc: $(FUZZ_SRC)
+	@mkdir -p $(BUILD)
+	@printf 'F(%s)\n' $(FUZZ_TARGETS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/tests/test_fuzz_replay.o: $(BUILD)/fuzz-targets.inc
 $(BUILD)/obj/tests/%.o: INCLUDES += -I$(BUILD)
 
 $(BUILD)/run-tests: $(TEST_OBJ) $(BUILD)/libkiln.a
@@ -129,6 +150,34 @@ test: all
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KILN_BUILD=$(BUILD)/asan KILN_SLOW=0 $(BUILD)/asan/run-tests
+
+# libFuzzer: each target in tests/fuzz/ runs FUZZ_SECONDS from its saved corpus; new
+# inputs go to $(BUILD)/fuzz/corpus/NAME, crashes to $(BUILD)/fuzz/crashes/.
+fuzz:
+	@if ! command -v $(FUZZ_CC) >/dev/null || ! dpkg -s $(FUZZ_DEB_PKGS) >/dev/null 2>&1; then \
+	  echo "kiln: installing fuzzing dependencies: $(FUZZ_DEB_PKGS)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: $(FUZZ_DEB_PKGS)" >&2; exit 2; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(FUZZ_DEB_PKGS) >/dev/null || exit 2; \
+	fi
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz CC=$(FUZZ_CC) FUZZ=1 \
+	  $(addprefix $(BUILD)/fuzz/fuzz-,$(FUZZ_TARGETS))
+	@rm -rf $(BUILD)/fuzz/crashes; fail=0; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus/$$t $(BUILD)/fuzz/crashes; \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS)s)"; \
+	  $(BUILD)/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/crashes/$$t- $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t \
+	    > $(BUILD)/fuzz/$$t.log 2>&1; \
+	  grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==ERROR|SUMMARY)' \
+	    $(BUILD)/fuzz/$$t.log; \
+	  if ls $(BUILD)/fuzz/crashes/$$t-* >/dev/null 2>&1; then \
+	    echo "FAIL fuzz $$t: see $(BUILD)/fuzz/crashes/ and $(BUILD)/fuzz/$$t.log"; fail=1; fi; \
+	done; exit $$fail
+
+$(BUILD)/fuzz-%: tests/fuzz/%.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a
+	@echo "  FUZZ    $*"
+	@$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -fsanitize=fuzzer -DKILN_FUZZ_ENTRY=kiln_fuzz_$* \
+	  -o $@ tests/fuzz/$*.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a $(ALL_LIBS)
 
 demo: all
 	KILN=$(abspath $(BUILD)/kiln) examples/demo.sh

@@ -70,5 +70,10 @@ int cmd_registry_fsck(int argc, char **argv);
 int cmd_registry_gc(int argc, char **argv);
 int cmd_registry_serve(int argc, char **argv);
 int cmd_registry_token(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
+int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
+int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
+int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
+int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
 
 #endif
