@@ -18,7 +18,9 @@
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
-static void curl_init(void) { curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init(void) {
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 static kiln_err client_init(const kiln_registry_client_opts *c) {
     pthread_once(&curl_once, curl_init);
@@ -53,7 +55,8 @@ static size_t buf_write(char *data, size_t size, size_t n, void *ctx) {
 
 static char *url_for(const kiln_registry_client_opts *c, const char *path) {
     size_t n = strlen(c->url);
-    while (n && c->url[n - 1] == '/') n--;
+    while (n && c->url[n - 1] == '/')
+        n--;
     return kiln_asprintf("%.*s%s", (int)n, c->url, path);
 }
 
@@ -69,7 +72,8 @@ static kiln_err auth_header(const kiln_registry_client_opts *c, struct curl_slis
     return KILN_OK;
 }
 
-static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal, curl_off_t ulnow) {
+static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                         curl_off_t ulnow) {
     const kiln_registry_client_opts *c = ctx;
     if (!c->progress) return 0;
     if (ultotal > 0) return c->progress(c->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal);
@@ -98,8 +102,10 @@ static void server_message(const buf *b, char *out, size_t cap) {
     if (!b->p || !b->len) return;
     json_t *j = json_loadb(b->p, b->len, 0, NULL);
     const char *e = j ? json_string_value(json_object_get(j, "error")) : NULL;
-    if (e) snprintf(out, cap, "%s", e);
-    else snprintf(out, cap, "%.*s", (int)strcspn(b->p, "\r\n"), b->p);
+    if (e)
+        snprintf(out, cap, "%s", e);
+    else
+        snprintf(out, cap, "%.*s", (int)strcspn(b->p, "\r\n"), b->p);
     json_decref(j);
 }
 
@@ -123,7 +129,9 @@ static bool transient_curl(CURLcode e) {
            e == CURLE_COULDNT_RESOLVE_HOST;
 }
 
-static bool transient_status(long status) { return status >= 500 && status != 501; }
+static bool transient_status(long status) {
+    return status >= 500 && status != 501;
+}
 
 static void backoff(const kiln_registry_client_opts *c, int attempt) {
     unsigned ms = (c->backoff_ms ? c->backoff_ms : 250) << (attempt < 6 ? attempt : 6);
@@ -131,11 +139,14 @@ static void backoff(const kiln_registry_client_opts *c, int attempt) {
     nanosleep(&ts, NULL);
 }
 
-static int max_retries(const kiln_registry_client_opts *c) { return c->retries < 0 ? 4 : c->retries; }
+static int max_retries(const kiln_registry_client_opts *c) {
+    return c->retries < 0 ? 4 : c->retries;
+}
 
 /* GET or PUT (small body) path, body into *out (limit bytes), with retries. *status set. */
-static kiln_err simple_request(const kiln_registry_client_opts *c, const char *method, const char *path,
-                               const char *body, size_t body_len, size_t limit, buf *out, long *status) {
+static kiln_err simple_request(const kiln_registry_client_opts *c, const char *method,
+                               const char *path, const char *body, size_t body_len, size_t limit,
+                               buf *out, long *status) {
     memset(out, 0, sizeof *out);
     *status = 0;
     KILN_TRY(client_init(c));
@@ -172,15 +183,18 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
         h = NULL;
         if (e == CURLE_OK && !transient_status(*status)) break;
         if (out->over) {
-            rc = kiln_fail(KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes", url, limit);
+            rc = kiln_fail(KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes", url,
+                           limit);
             goto out;
         }
         if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url, curl_easy_strerror(e))
-                               : http_error(url, *status, out);
+            rc = e != CURLE_OK
+                     ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url, curl_easy_strerror(e))
+                     : http_error(url, *status, out);
             goto out;
         }
-        kiln_debug("registry '%s': %s, retrying", url, e != CURLE_OK ? curl_easy_strerror(e) : "server error");
+        kiln_debug("registry '%s': %s, retrying", url,
+                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
         backoff(c, attempt);
     }
     if (*status < 200 || *status >= 300) rc = http_error(url, *status, out);
@@ -205,8 +219,8 @@ kiln_err kiln_registry_get_json(const kiln_registry_client_opts *c, const char *
     return rc;
 }
 
-kiln_err kiln_registry_get_channel(const kiln_registry_client_opts *c, const char *model, const char *channel,
-                                   char **record, size_t *len) {
+kiln_err kiln_registry_get_channel(const kiln_registry_client_opts *c, const char *model,
+                                   const char *channel, char **record, size_t *len) {
     *record = NULL;
     *len = 0;
     KILN_TRY(kiln_registry_check_name("model", model));
@@ -223,8 +237,8 @@ kiln_err kiln_registry_get_channel(const kiln_registry_client_opts *c, const cha
     return *record ? KILN_OK : KILN_ERR_NOMEM;
 }
 
-kiln_err kiln_registry_put_channel(const kiln_registry_client_opts *c, const char *model, const char *channel,
-                                   const char *record, size_t len) {
+kiln_err kiln_registry_put_channel(const kiln_registry_client_opts *c, const char *model,
+                                   const char *channel, const char *record, size_t len) {
     KILN_TRY(kiln_registry_check_name("model", model));
     KILN_TRY(kiln_registry_check_name("channel", channel));
     char *path = kiln_asprintf("/v1/models/%s/channels/%s", model, channel);
@@ -247,8 +261,8 @@ static size_t file_read(char *dst, size_t size, size_t n, void *ctx) {
     return r == 0 && ferror((FILE *)ctx) ? CURL_READFUNC_ABORT : r;
 }
 
-kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive, const char *sig_path,
-                               kiln_registry_published *out) {
+kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive,
+                               const char *sig_path, kiln_registry_published *out) {
     memset(out, 0, sizeof *out);
     KILN_TRY(client_init(c));
     kiln_err rc = KILN_OK;
@@ -276,7 +290,8 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
     size_t b64_len = sodium_base64_ENCODED_LEN(sig_len, sodium_base64_VARIANT_ORIGINAL);
     b64 = kiln_malloc(b64_len);
     KILN_CHECK_IF(rc, out, !b64, KILN_ERR_NOMEM, "out of memory");
-    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len, sodium_base64_VARIANT_ORIGINAL);
+    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len,
+                      sodium_base64_VARIANT_ORIGINAL);
     path = kiln_asprintf("/v1/models/%s/versions/%s", m.name, m.version);
     url = path ? url_for(c, path) : NULL;
     hd = kiln_asprintf("X-Kiln-Digest: sha256:%s", hex);
@@ -291,7 +306,8 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
     }
     long status = 0;
     for (int attempt = 0;; attempt++) {
-        KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'", archive);
+        KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'",
+                      archive);
         h = curl_easy_init();
         KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
         free(body.p);
@@ -313,12 +329,13 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         h = NULL;
         if (e == CURLE_OK && !transient_status(status)) break;
         if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive, url,
-                                           curl_easy_strerror(e))
+            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive,
+                                           url, curl_easy_strerror(e))
                                : http_error(url, status, &body);
             goto out;
         }
-        kiln_debug("publishing '%s': %s, retrying", archive, e != CURLE_OK ? curl_easy_strerror(e) : "server error");
+        kiln_debug("publishing '%s': %s, retrying", archive,
+                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
         backoff(c, attempt);
     }
     if (status != 200 && status != 201) {
@@ -330,7 +347,8 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
     char want[80];
     snprintf(want, sizeof want, "sha256:%s", hex);
     if (!d || strcmp(d, want) != 0) {
-        rc = kiln_fail(KILN_ERR_VERIFY, "registry '%s' stored '%s' as %s, not %s", url, archive, d ? d : "(none)", want);
+        rc = kiln_fail(KILN_ERR_VERIFY, "registry '%s' stored '%s' as %s, not %s", url, archive,
+                       d ? d : "(none)", want);
         json_decref(j);
         goto out;
     }
@@ -400,7 +418,8 @@ static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
     return len;
 }
 
-kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size, const char *partial) {
+kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                      const char *partial) {
     char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL;
     free(path);
     if (!url) return KILN_ERR_NOMEM;
@@ -416,11 +435,13 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         KILN_CHECK_IF(rc, out, fstat(d.fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", partial);
         d.have = (uint64_t)sb.st_size;
         if (d.have > size) {
-            KILN_CHECK_IF(rc, out, ftruncate(d.fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'", partial);
+            KILN_CHECK_IF(rc, out, ftruncate(d.fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'",
+                          partial);
             d.have = 0;
         }
         if (d.have == size) break;
-        KILN_CHECK_IF(rc, out, lseek(d.fd, (off_t)d.have, SEEK_SET) < 0, KILN_ERR_IO, "cannot seek '%s'", partial);
+        KILN_CHECK_IF(rc, out, lseek(d.fd, (off_t)d.have, SEEK_SET) < 0, KILN_ERR_IO,
+                      "cannot seek '%s'", partial);
         d.h = curl_easy_init();
         KILN_CHECK_IF(rc, out, !d.h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
         d.checked = false;
@@ -442,11 +463,13 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         curl_easy_cleanup(d.h);
         d.h = NULL;
         KILN_CHECK_IF(rc, out, d.too_much, KILN_ERR_VERIFY,
-                      "registry '%s' sent more than the declared %" PRIu64 " bytes; cut off", url, size);
+                      "registry '%s' sent more than the declared %" PRIu64 " bytes; cut off", url,
+                      size);
         KILN_CHECK_IF(rc, out, d.werr, KILN_ERR_IO, "cannot write '%s'", partial);
         if (e == CURLE_OK && (status == 200 || status == 206)) {
             KILN_CHECK_IF(rc, out, d.have != size, KILN_ERR_VERIFY,
-                          "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url, d.have, size);
+                          "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url,
+                          d.have, size);
             continue;
         }
         if (e == CURLE_OK && !transient_status(status)) {
@@ -454,7 +477,8 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
             goto out;
         }
         if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url, curl_easy_strerror(e))
+            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url,
+                                           curl_easy_strerror(e))
                                : http_error(url, status, &d.err);
             goto out;
         }
@@ -510,7 +534,8 @@ static kiln_err state_read(const char *path, int64_t *seq, bool *known) {
  * contents are then removed. */
 static kiln_err install_dir(const char *tmp, const char *out) {
     if (rename(tmp, out) == 0) return KILN_OK;
-    if (errno != EEXIST && errno != ENOTEMPTY) return kiln_fail_errno(KILN_ERR_IO, "cannot rename '%s' to '%s'", tmp, out);
+    if (errno != EEXIST && errno != ENOTEMPTY)
+        return kiln_fail_errno(KILN_ERR_IO, "cannot rename '%s' to '%s'", tmp, out);
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0)
         return kiln_fail_errno(KILN_ERR_IO, "cannot replace '%s'", out);
     rmtree(tmp); /* now the old contents */
@@ -520,9 +545,12 @@ static kiln_err install_dir(const char *tmp, const char *out) {
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *res) {
     memset(res, 0, sizeof *res);
-    KILN_FAIL_IF(!p->ref || !p->trust || !p->out, KILN_ERR_USAGE, "pull needs a NAME@CHANNEL or NAME@VERSION, a trust policy and an output directory");
+    KILN_FAIL_IF(
+        !p->ref || !p->trust || !p->out, KILN_ERR_USAGE,
+        "pull needs a NAME@CHANNEL or NAME@VERSION, a trust policy and an output directory");
     const char *at = strchr(p->ref, '@');
-    KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX || strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
+    KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
+                     strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
                  KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", p->ref);
     snprintf(res->model, sizeof res->model, "%.*s", (int)(at - p->ref), p->ref);
     const char *what = at + 1;
@@ -531,8 +559,8 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
 
     kiln_err rc = KILN_OK;
     reg_trust *trust = NULL;
-    char *state = NULL, *state_file = NULL, *state_dir = NULL, *record = NULL, *vpath = NULL, *dl_dir = NULL,
-         *partial = NULL, *parent = NULL, *tmp = NULL;
+    char *state = NULL, *state_file = NULL, *state_dir = NULL, *record = NULL, *vpath = NULL,
+         *dl_dir = NULL, *partial = NULL, *parent = NULL, *tmp = NULL;
     size_t record_len = 0;
     json_t *ver = NULL;
     bool by_channel = false, bad_archive = false;
@@ -557,8 +585,11 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
         KILN_CHECK(rc, out, state_read(state_file, &last, &known));
         rc = kiln_registry_get_channel(c, res->model, what, &record, &record_len);
         if (rc == KILN_ERR_NOTFOUND && known) {
-            rc = kiln_fail(KILN_ERR_VERIFY, "channel '%s' of '%s' was accepted at seq %lld before, but the registry no "
-                                            "longer has it; refusing", what, res->model, (long long)last);
+            rc = kiln_fail(
+                KILN_ERR_VERIFY,
+                "channel '%s' of '%s' was accepted at seq %lld before, but the registry no "
+                "longer has it; refusing",
+                what, res->model, (long long)last);
             goto out;
         }
         if (rc == KILN_OK) {
@@ -567,17 +598,19 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
             snprintf(label, sizeof label, "channel record %s@%s", res->model, what);
             /* 1: signatures meet the policy's threshold for the channel. */
             KILN_CHECK(rc, out, reg_record_verify(trust, record, record_len, label, &rec));
-            KILN_CHECK_IF(rc, out, strcmp(rec.model, res->model) || strcmp(rec.channel, what), KILN_ERR_VERIFY,
-                          "%s names %s@%s instead", label, rec.model, rec.channel);
+            KILN_CHECK_IF(rc, out, strcmp(rec.model, res->model) || strcmp(rec.channel, what),
+                          KILN_ERR_VERIFY, "%s names %s@%s instead", label, rec.model, rec.channel);
             /* 2: not older than what this client accepted. */
             KILN_CHECK_IF(rc, out, known && rec.seq < last, KILN_ERR_VERIFY,
-                          "%s has seq %lld, lower than %lld accepted before (a replayed or rolled-back record); "
-                          "refusing", label, (long long)rec.seq, (long long)last);
+                          "%s has seq %lld, lower than %lld accepted before (a replayed or "
+                          "rolled-back record); "
+                          "refusing",
+                          label, (long long)rec.seq, (long long)last);
             /* 3: not expired. */
             char when[21];
             kiln_format_time(rec.expires, when);
-            KILN_CHECK_IF(rc, out, rec.expires <= kiln_unix_time(), KILN_ERR_VERIFY, "%s expired at %s; refusing",
-                          label, when);
+            KILN_CHECK_IF(rc, out, rec.expires <= kiln_unix_time(), KILN_ERR_VERIFY,
+                          "%s expired at %s; refusing", label, when);
             snprintf(res->channel, sizeof res->channel, "%s", what);
             snprintf(res->version, sizeof res->version, "%s", rec.version);
             res->seq = rec.seq;
@@ -598,12 +631,14 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
                *sig = json_string_value(json_object_get(ver, "signature"));
     json_t *jsize = json_object_get(ver, "size");
     char hex[KILN_SHA256_HEX];
-    KILN_CHECK_IF(rc, out, !reg_digest_hex(digest, hex) || !sig || !json_is_integer(jsize) || json_integer_value(jsize) < 0,
-                  KILN_ERR_FORMAT, "registry's record of %s@%s lacks a digest, size or signature", res->model,
-                  res->version);
+    KILN_CHECK_IF(rc, out,
+                  !reg_digest_hex(digest, hex) || !sig || !json_is_integer(jsize) ||
+                      json_integer_value(jsize) < 0,
+                  KILN_ERR_FORMAT, "registry's record of %s@%s lacks a digest, size or signature",
+                  res->model, res->version);
     KILN_CHECK_IF(rc, out, by_channel && strcmp(digest, rec.digest) != 0, KILN_ERR_VERIFY,
-                  "registry holds %s@%s as %s, but the signed channel record says %s; refusing", res->model,
-                  res->version, digest, rec.digest);
+                  "registry holds %s@%s as %s, but the signed channel record says %s; refusing",
+                  res->model, res->version, digest, rec.digest);
     uint64_t size = (uint64_t)json_integer_value(jsize);
     snprintf(res->digest, sizeof res->digest, "%s", digest);
     res->size = size;
@@ -630,15 +665,17 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
         unlink(partial);
         /* A resumed download may have kept a bad prefix: once more from the start. */
         KILN_CHECK_IF(rc, out, pass > 0, KILN_ERR_VERIFY,
-                      "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model, res->version, got, digest);
+                      "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model,
+                      res->version, got, digest);
     }
     bad_archive = true; /* from here on a failure discards the download */
     /* 5, 6: the archive's signature, and the manifest's (its signed comment names it). */
     char label[200];
     snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
     KILN_CHECK(rc, out, reg_verify_archive(trust, partial, label, sig, strlen(sig), &meta));
-    KILN_CHECK_IF(rc, out, strcmp(meta.name, res->model) || strcmp(meta.version, res->version), KILN_ERR_VERIFY,
-                  "%s: the signed manifest is %s@%s; refusing", label, meta.name, meta.version);
+    KILN_CHECK_IF(rc, out, strcmp(meta.name, res->model) || strcmp(meta.version, res->version),
+                  KILN_ERR_VERIFY, "%s: the signed manifest is %s@%s; refusing", label, meta.name,
+                  meta.version);
     /* 7, 8: every file's digest while unpacking securely into a directory beside out. */
     parent = kiln_dirname(p->out);
     const char *base = strrchr(p->out, '/') ? strrchr(p->out, '/') + 1 : p->out;
@@ -646,7 +683,8 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     KILN_CHECK_IF(rc, out, !tmp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_mkdir_p(parent));
     if (!mkdtemp(tmp)) {
-        rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'", p->out);
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'",
+                             p->out);
         free(tmp);
         tmp = NULL;
         goto out;
@@ -660,8 +698,9 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     tmp = NULL;
     KILN_CHECK(rc, out, kiln_fsync_dir(parent));
     if (by_channel) {
-        json_t *st = json_pack("{s:I, s:s, s:s, s:I}", "seq", (json_int_t)rec.seq, "version", rec.version, "digest",
-                               rec.digest, "expires", (json_int_t)rec.expires);
+        json_t *st =
+            json_pack("{s:I, s:s, s:s, s:I}", "seq", (json_int_t)rec.seq, "version", rec.version,
+                      "digest", rec.digest, "expires", (json_int_t)rec.expires);
         KILN_CHECK_IF(rc, out, !st, KILN_ERR_NOMEM, "out of memory");
         rc = kiln_mkdir_p(state_dir);
         if (!rc) rc = kiln_json_write_file(state_file, st);
@@ -695,7 +734,8 @@ out:
 kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
     KILN_FAIL_IF(!o || !o->registry, KILN_ERR_USAGE, "kiln_pull needs options with a registry URL");
     kiln_registry_client_opts c = {.url = o->registry, .token = o->token, .retries = -1};
-    kiln_registry_pull_opts p = {.ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
+    kiln_registry_pull_opts p = {
+        .ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
     kiln_registry_pulled r;
     kiln_err rc = kiln_registry_pull(&c, &p, &r);
     if (rc == KILN_OK && result) {

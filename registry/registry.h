@@ -93,14 +93,14 @@ typedef struct kiln_registry_client_opts {
     const char *token; /* bearer token or NULL */
     kiln_registry_progress progress;
     void *progress_ctx;
-    int retries;       /* attempts after the first on connection errors and 5xx; <0: 4 */
+    int retries;         /* attempts after the first on connection errors and 5xx; <0: 4 */
     unsigned backoff_ms; /* first delay, doubled each time; 0: 250 */
 } kiln_registry_client_opts;
 
 typedef struct kiln_registry_published {
-    char digest[72];  /* "sha256:<hex>" */
+    char digest[72]; /* "sha256:<hex>" */
     uint64_t size;
-    bool existed;     /* the same bytes were there already (200, not 201) */
+    bool existed; /* the same bytes were there already (200, not 201) */
 } kiln_registry_published;
 
 /* Upload archive with its signature (archive + ".minisig" when sig_path is NULL) as
@@ -111,8 +111,7 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
 /* GET a path under the registry ("/v1/models") and parse the JSON body (new reference).
  * HTTP errors map to kiln_errs (404 NOTFOUND, 401/403 AUTH, 409 CONFLICT) with the
  * server's message. */
-kiln_err kiln_registry_get_json(const kiln_registry_client_opts *c, const char *path,
-                                json_t **out);
+kiln_err kiln_registry_get_json(const kiln_registry_client_opts *c, const char *path, json_t **out);
 
 /* PUT a channel record (the signed JSON text) for model/channel. */
 kiln_err kiln_registry_put_channel(const kiln_registry_client_opts *c, const char *model,
@@ -123,10 +122,10 @@ kiln_err kiln_registry_get_channel(const kiln_registry_client_opts *c, const cha
                                    const char *channel, char **record, size_t *len);
 
 typedef struct kiln_registry_pull_opts {
-    const char *ref;       /* "NAME@CHANNEL" or "NAME@VERSION" */
-    const char *trust;     /* trust policy path (required) */
-    const char *out;       /* destination directory */
-    const char *state;     /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+    const char *ref;   /* "NAME@CHANNEL" or "NAME@VERSION" */
+    const char *trust; /* trust policy path (required) */
+    const char *out;   /* destination directory */
+    const char *state; /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
 } kiln_registry_pull_opts;
 
 typedef struct kiln_registry_pulled {

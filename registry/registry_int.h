@@ -9,8 +9,8 @@
 #include "core.h"
 #include "registry.h"
 
-#define REG_RECORD_MAX (64u * 1024u)   /* a channel record's text */
-#define REG_SIG_MAX (4u * 1024u)       /* a .minisig file */
+#define REG_RECORD_MAX (64u * 1024u)       /* a channel record's text */
+#define REG_SIG_MAX (4u * 1024u)           /* a .minisig file */
 #define REG_JSON_MAX (16u * 1024u * 1024u) /* a JSON answer the client accepts */
 
 /* ---- SQLite (store.c) ---- */
@@ -41,7 +41,7 @@ char *reg_blob_path(const char *root, const char *hex);
  * them, so that a crash leaves nothing behind; a named one there otherwise. */
 typedef struct reg_upload {
     int fd;
-    char *tmp;   /* the named temporary, or NULL */
+    char *tmp; /* the named temporary, or NULL */
     char *root;
     crypto_hash_sha256_state sha;
     uint64_t size;
@@ -87,7 +87,8 @@ void reg_archive_meta_release(reg_archive_meta *m);
  * signed comment names the archive's manifest (sha256, model, version): that is the
  * manifest's signature. Fills m from the archive. label names the archive in messages. */
 kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label,
-                            const char *sig_text, size_t sig_len, reg_archive_meta *m) KILN_MUST_CHECK;
+                            const char *sig_text, size_t sig_len,
+                            reg_archive_meta *m) KILN_MUST_CHECK;
 
 /* A channel record's fields, once its signatures met the policy's threshold for it. */
 typedef struct reg_record {
@@ -105,7 +106,8 @@ kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, con
 /* Unpack the archive securely into dir (which must not exist), checking every file against
  * its manifest, which must be the one verified (manifest_sha256). Nothing is left at dir on
  * failure. */
-kiln_err reg_archive_unpack_verified(const char *archive, const uint8_t manifest_sha256[KILN_SHA256_BYTES],
+kiln_err reg_archive_unpack_verified(const char *archive,
+                                     const uint8_t manifest_sha256[KILN_SHA256_BYTES],
                                      const char *dir) KILN_MUST_CHECK;
 
 /* ---- the client (client.c) ---- */

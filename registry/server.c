@@ -103,8 +103,8 @@ typedef struct req {
 
 /* ---- responses ---- */
 
-static enum MHD_Result send_buf(struct MHD_Connection *c, req *r, unsigned status, char *buf, size_t len,
-                                const char *type) {
+static enum MHD_Result send_buf(struct MHD_Connection *c, req *r, unsigned status, char *buf,
+                                size_t len, const char *type) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         free(buf);
@@ -126,9 +126,10 @@ static enum MHD_Result send_json(struct MHD_Connection *c, req *r, unsigned stat
     return send_buf(c, r, status, s, strlen(s), "application/json");
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status, const char *fmt, ...)
-    KILN_PRINTF(4, 5);
-static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status, const char *fmt, ...) {
+static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
+                                  const char *fmt, ...) KILN_PRINTF(4, 5);
+static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
+                                  const char *fmt, ...) {
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -139,15 +140,23 @@ static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned sta
 
 static unsigned status_of(kiln_err e) {
     switch (e) {
-    case KILN_ERR_USAGE: return 400;
-    case KILN_ERR_AUTH: return 403;
-    case KILN_ERR_NOTFOUND: return 404;
-    case KILN_ERR_CONFLICT: return 409;
-    case KILN_ERR_LIMIT: return 413;
+    case KILN_ERR_USAGE:
+        return 400;
+    case KILN_ERR_AUTH:
+        return 403;
+    case KILN_ERR_NOTFOUND:
+        return 404;
+    case KILN_ERR_CONFLICT:
+        return 409;
+    case KILN_ERR_LIMIT:
+        return 413;
     case KILN_ERR_VERIFY:
-    case KILN_ERR_FORMAT: return 422;
-    case KILN_ERR_UNSUPPORTED: return 501;
-    default: return 500;
+    case KILN_ERR_FORMAT:
+        return 422;
+    case KILN_ERR_UNSUPPORTED:
+        return 501;
+    default:
+        return 500;
     }
 }
 
@@ -193,7 +202,8 @@ static int split_path(const char *url, char segs[MAX_SEGS][KILN_REGISTRY_NAME_MA
     size_t i = 1;
     while (i <= len) {
         size_t j = i;
-        while (j < len && url[j] != '/') j++;
+        while (j < len && url[j] != '/')
+            j++;
         if (n == MAX_SEGS) return -1;
         if (!decode_seg(url + i, j - i, segs[n], sizeof segs[n])) return -1;
         n++;
@@ -214,14 +224,21 @@ static int match_route(const char *url, req *r, bool *bad) {
     if (n == 1 && !strcmp(s[0], "metrics")) return R_METRICS;
     if (n < 2 || strcmp(s[0], "v1")) return R_NONE;
     int route = R_NONE;
-    if (n == 2 && !strcmp(s[1], "models")) route = R_MODELS;
-    else if (n == 2 && !strcmp(s[1], "audit")) route = R_AUDIT;
-    else if (n == 4 && !strcmp(s[1], "blobs") && !strcmp(s[2], "sha256")) route = R_BLOB;
+    if (n == 2 && !strcmp(s[1], "models"))
+        route = R_MODELS;
+    else if (n == 2 && !strcmp(s[1], "audit"))
+        route = R_AUDIT;
+    else if (n == 4 && !strcmp(s[1], "blobs") && !strcmp(s[2], "sha256"))
+        route = R_BLOB;
     else if (n >= 3 && !strcmp(s[1], "models")) {
-        if (n == 3) route = R_MODEL;
-        else if (n == 5 && !strcmp(s[3], "versions")) route = R_VERSION;
-        else if (n == 5 && !strcmp(s[3], "channels")) route = R_CHANNEL;
-        else if (n == 6 && !strcmp(s[3], "channels") && !strcmp(s[5], "history")) route = R_HISTORY;
+        if (n == 3)
+            route = R_MODEL;
+        else if (n == 5 && !strcmp(s[3], "versions"))
+            route = R_VERSION;
+        else if (n == 5 && !strcmp(s[3], "channels"))
+            route = R_CHANNEL;
+        else if (n == 6 && !strcmp(s[3], "channels") && !strcmp(s[5], "history"))
+            route = R_HISTORY;
     }
     if (route == R_NONE) return R_NONE;
     /* Names are checked where they are used; longer ones are malformed here. */
@@ -248,7 +265,8 @@ static void count_request(kiln_registry_server *s, req *r) {
     pthread_mutex_lock(&s->mu);
     counter_row *row = NULL;
     for (size_t i = 0; i < s->nrows; i++)
-        if (s->rows[i].route == r->route && s->rows[i].status == r->status && !strcmp(s->rows[i].method, r->method))
+        if (s->rows[i].route == r->route && s->rows[i].status == r->status &&
+            !strcmp(s->rows[i].method, r->method))
             row = &s->rows[i];
     if (!row && s->nrows == s->caprows) {
         size_t cap = s->caprows ? 2 * s->caprows : 32;
@@ -271,18 +289,21 @@ static void count_request(kiln_registry_server *s, req *r) {
         s->bytes_served += r->body_bytes;
         hist_add(&s->download, secs);
     }
-    if (r->route == R_VERSION && !strcmp(r->method, "PUT") && r->status / 100 == 2) hist_add(&s->upload, secs);
+    if (r->route == R_VERSION && !strcmp(r->method, "PUT") && r->status / 100 == 2)
+        hist_add(&s->upload, secs);
     pthread_mutex_unlock(&s->mu);
 }
 
 static void put_hist(FILE *f, const char *name, const histogram *h) {
     fprintf(f, "# TYPE %s histogram\n", name);
-    for (int i = 0; i < N_BUCKETS; i++) fprintf(f, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, bucket_le[i], h->bucket[i]);
-    fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.6f\n%s_count %" PRIu64 "\n", name, h->count, name, h->sum,
-            name, h->count);
+    for (int i = 0; i < N_BUCKETS; i++)
+        fprintf(f, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, bucket_le[i], h->bucket[i]);
+    fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.6f\n%s_count %" PRIu64 "\n", name,
+            h->count, name, h->sum, name, h->count);
 }
 
-static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  sqlite3 *db) {
     int64_t versions = -1;
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db, "SELECT count(*) FROM versions", -1, &st, NULL) == SQLITE_OK &&
@@ -294,22 +315,30 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
     FILE *f = open_memstream(&buf, &len);
     if (!f) return MHD_NO;
     pthread_mutex_lock(&s->mu);
-    fprintf(f, "# HELP kiln_registry_requests_total Requests answered, by route, method and status.\n"
-               "# TYPE kiln_registry_requests_total counter\n");
+    fprintf(f,
+            "# HELP kiln_registry_requests_total Requests answered, by route, method and status.\n"
+            "# TYPE kiln_registry_requests_total counter\n");
     for (size_t i = 0; i < s->nrows; i++)
-        fprintf(f, "kiln_registry_requests_total{route=\"%s\",method=\"%s\",status=\"%u\"} %" PRIu64 "\n",
+        fprintf(f,
+                "kiln_registry_requests_total{route=\"%s\",method=\"%s\",status=\"%u\"} %" PRIu64
+                "\n",
                 route_label[s->rows[i].route], s->rows[i].method, s->rows[i].status, s->rows[i].n);
-    fprintf(f, "# HELP kiln_registry_bytes_served_total Archive bytes sent by blob downloads.\n"
-               "# TYPE kiln_registry_bytes_served_total counter\nkiln_registry_bytes_served_total %" PRIu64 "\n",
-            s->bytes_served);
+    fprintf(
+        f,
+        "# HELP kiln_registry_bytes_served_total Archive bytes sent by blob downloads.\n"
+        "# TYPE kiln_registry_bytes_served_total counter\nkiln_registry_bytes_served_total %" PRIu64
+        "\n",
+        s->bytes_served);
     put_hist(f, "kiln_registry_upload_duration_seconds", &s->upload);
     put_hist(f, "kiln_registry_download_duration_seconds", &s->download);
     pthread_mutex_unlock(&s->mu);
-    fprintf(f, "# HELP kiln_registry_versions Versions stored.\n# TYPE kiln_registry_versions gauge\n"
-               "kiln_registry_versions %" PRId64 "\n",
+    fprintf(f,
+            "# HELP kiln_registry_versions Versions stored.\n# TYPE kiln_registry_versions gauge\n"
+            "kiln_registry_versions %" PRId64 "\n",
             versions);
-    fprintf(f, "# HELP kiln_registry_active_connections Open HTTP connections.\n"
-               "# TYPE kiln_registry_active_connections gauge\nkiln_registry_active_connections %d\n",
+    fprintf(f,
+            "# HELP kiln_registry_active_connections Open HTTP connections.\n"
+            "# TYPE kiln_registry_active_connections gauge\nkiln_registry_active_connections %d\n",
             atomic_load(&s->connections));
     if (fclose(f) != 0) {
         free(buf);
@@ -320,7 +349,9 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
 
 /* ---- reads ---- */
 
-static const char *col(sqlite3_stmt *st, int i) { return (const char *)sqlite3_column_text(st, i); }
+static const char *col(sqlite3_stmt *st, int i) {
+    return (const char *)sqlite3_column_text(st, i);
+}
 
 static json_t *col_json(sqlite3_stmt *st, int i) {
     const char *t = col(st, i);
@@ -337,9 +368,9 @@ static json_t *time_json(int64_t t) {
 
 static enum MHD_Result do_models(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT model, count(*), max(created) FROM versions GROUP BY model ORDER BY model", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db, "SELECT model, count(*), max(created) FROM versions GROUP BY model ORDER BY model",
+            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "listing models"));
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
@@ -352,30 +383,34 @@ static enum MHD_Result do_models(struct MHD_Connection *c, req *r, sqlite3 *db) 
 
 static enum MHD_Result do_model(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT version, digest, size, publisher, created FROM versions WHERE model = ?1"
-                           " ORDER BY created, version",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT version, digest, size, publisher, created FROM versions WHERE model = ?1"
+            " ORDER BY created, version",
+            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a model"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     json_t *versions = json_array(), *channels = json_object();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o}", "version", col(st, 0), "digest",
-                                                  col(st, 1), "size", (json_int_t)sqlite3_column_int64(st, 2),
+        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o}", "version",
+                                                  col(st, 0), "digest", col(st, 1), "size",
+                                                  (json_int_t)sqlite3_column_int64(st, 2),
                                                   "publisher", col(st, 3), "created",
                                                   time_json(sqlite3_column_int64(st, 4))));
     sqlite3_finalize(st);
     st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT channel, seq, version, digest, expires FROM channel_records c WHERE model = ?1"
-                           " AND seq = (SELECT max(seq) FROM channel_records d"
-                           "            WHERE d.model = c.model AND d.channel = c.channel) ORDER BY channel",
-                           -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT channel, seq, version, digest, expires FROM channel_records c WHERE model = ?1"
+            " AND seq = (SELECT max(seq) FROM channel_records d"
+            "            WHERE d.model = c.model AND d.channel = c.channel) ORDER BY channel",
+            -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
         while (sqlite3_step(st) == SQLITE_ROW)
             json_object_set_new(channels, col(st, 0),
-                                json_pack("{s:I, s:s, s:s, s:o}", "seq", (json_int_t)sqlite3_column_int64(st, 1),
-                                          "version", col(st, 2), "digest", col(st, 3), "expires",
+                                json_pack("{s:I, s:s, s:s, s:o}", "seq",
+                                          (json_int_t)sqlite3_column_int64(st, 1), "version",
+                                          col(st, 2), "digest", col(st, 3), "expires",
                                           time_json(sqlite3_column_int64(st, 4))));
     }
     sqlite3_finalize(st);
@@ -384,15 +419,18 @@ static enum MHD_Result do_model(struct MHD_Connection *c, req *r, sqlite3 *db) {
         json_decref(channels);
         return send_error(c, r, 404, "model '%s' not found", r->seg[0]);
     }
-    return send_json(c, r, 200, json_pack("{s:s, s:o, s:o}", "name", r->seg[0], "versions", versions, "channels", channels));
+    return send_json(c, r, 200,
+                     json_pack("{s:s, s:o, s:o}", "name", r->seg[0], "versions", versions,
+                               "channels", channels));
 }
 
 static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT digest, size, manifest, signature, card, validation, publisher, created"
-                           " FROM versions WHERE model = ?1 AND version = ?2",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT digest, size, manifest, signature, card, validation, publisher, created"
+            " FROM versions WHERE model = ?1 AND version = ?2",
+            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a version"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
@@ -400,10 +438,12 @@ static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db)
         sqlite3_finalize(st);
         return send_error(c, r, 404, "version '%s@%s' not found", r->seg[0], r->seg[1]);
     }
-    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:o, s:o, s:s, s:o}", "name", r->seg[0], "version",
-                          r->seg[1], "digest", col(st, 0), "size", (json_int_t)sqlite3_column_int64(st, 1), "manifest",
-                          col_json(st, 2), "signature", col(st, 3), "card", col_json(st, 4), "validation",
-                          col_json(st, 5), "publisher", col(st, 6), "created", time_json(sqlite3_column_int64(st, 7)));
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:o, s:o, s:s, s:o}", "name", r->seg[0],
+                  "version", r->seg[1], "digest", col(st, 0), "size",
+                  (json_int_t)sqlite3_column_int64(st, 1), "manifest", col_json(st, 2), "signature",
+                  col(st, 3), "card", col_json(st, 4), "validation", col_json(st, 5), "publisher",
+                  col(st, 6), "created", time_json(sqlite3_column_int64(st, 7)));
     sqlite3_finalize(st);
     return send_json(c, r, 200, j);
 }
@@ -411,7 +451,8 @@ static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db)
 static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
-                           "SELECT record FROM channel_records WHERE model = ?1 AND channel = ?2 ORDER BY seq DESC LIMIT 1",
+                           "SELECT record FROM channel_records WHERE model = ?1 AND channel = ?2 "
+                           "ORDER BY seq DESC LIMIT 1",
                            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
@@ -430,7 +471,8 @@ static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db)
 static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
-                           "SELECT record, publisher, created FROM channel_records WHERE model = ?1 AND channel = ?2"
+                           "SELECT record, publisher, created FROM channel_records WHERE model = "
+                           "?1 AND channel = ?2"
                            " ORDER BY seq",
                            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
@@ -438,14 +480,17 @@ static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db)
     sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(arr, json_pack("{s:o, s:s, s:o}", "record", col_json(st, 0), "publisher", col(st, 1),
-                                             "created", time_json(sqlite3_column_int64(st, 2))));
+        json_array_append_new(arr, json_pack("{s:o, s:s, s:o}", "record", col_json(st, 0),
+                                             "publisher", col(st, 1), "created",
+                                             time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
     if (!json_array_size(arr)) {
         json_decref(arr);
         return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
     }
-    return send_json(c, r, 200, json_pack("{s:s, s:s, s:o}", "model", r->seg[0], "channel", r->seg[1], "records", arr));
+    return send_json(
+        c, r, 200,
+        json_pack("{s:s, s:s, s:o}", "model", r->seg[0], "channel", r->seg[1], "records", arr));
 }
 
 static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
@@ -454,20 +499,24 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     long long a = after ? strtoll(after, NULL, 10) : 0, l = limit ? strtoll(limit, NULL, 10) : 1000;
     if (l <= 0 || l > 10000) l = 1000;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT id, time, token, action, model, version, channel, digest FROM audit"
-                           " WHERE id > ?1 ORDER BY id LIMIT ?2",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT id, time, token, action, model, version, channel, digest FROM audit"
+            " WHERE id > ?1 ORDER BY id LIMIT ?2",
+            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading the audit log"));
     sqlite3_bind_int64(st, 1, a);
     sqlite3_bind_int64(st, 2, l);
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW) {
-        json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0), "time",
-                              time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
-        static const char *const keys[] = {"token", NULL, NULL, "model", "version", "channel", "digest"};
+        json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
+                              "time", time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
+        static const char *const keys[] = {"token",   NULL,      NULL,    "model",
+                                           "version", "channel", "digest"};
         for (int k = 2; k < 8; k++)
-            if (k != 3) json_object_set_new(e, keys[k - 2], col(st, k) ? json_string(col(st, k)) : json_null());
+            if (k != 3)
+                json_object_set_new(e, keys[k - 2],
+                                    col(st, k) ? json_string(col(st, k)) : json_null());
         json_array_append_new(arr, e);
     }
     sqlite3_finalize(st);
@@ -506,7 +555,8 @@ static bool parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t 
 static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
     char digest[80], hex[KILN_SHA256_HEX];
     snprintf(digest, sizeof digest, "sha256:%s", r->seg[2]);
-    if (!reg_digest_hex(digest, hex)) return send_error(c, r, 400, "'%s' is not a sha256 digest", r->seg[2]);
+    if (!reg_digest_hex(digest, hex))
+        return send_error(c, r, 400, "'%s' is not a sha256 digest", r->seg[2]);
     char *path = reg_blob_path(s->root, hex);
     if (!path) return MHD_NO;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -523,9 +573,11 @@ static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c
     if (range) {
         if (!parse_range(range, size, &start, &end)) {
             close(fd);
-            char *b = kiln_asprintf("{\"error\":\"range not satisfiable for %" PRIu64 " bytes\"}", size);
+            char *b =
+                kiln_asprintf("{\"error\":\"range not satisfiable for %" PRIu64 " bytes\"}", size);
             if (!b) return MHD_NO;
-            struct MHD_Response *resp = MHD_create_response_from_buffer(strlen(b), b, MHD_RESPMEM_MUST_FREE);
+            struct MHD_Response *resp =
+                MHD_create_response_from_buffer(strlen(b), b, MHD_RESPMEM_MUST_FREE);
             if (!resp) {
                 free(b);
                 return MHD_NO;
@@ -570,8 +622,8 @@ static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c
 static char *stored_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc) {
     *rc = KILN_OK;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT digest FROM versions WHERE model = ?1 AND version = ?2", -1, &st, NULL) !=
-        SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "SELECT digest FROM versions WHERE model = ?1 AND version = ?2", -1,
+                           &st, NULL) != SQLITE_OK) {
         *rc = reg_db_fail(db, "reading a version");
         return NULL;
     }
@@ -589,16 +641,19 @@ static char *stored_digest(sqlite3 *db, const char *model, const char *version, 
     return d;
 }
 
-static enum MHD_Result send_published(struct MHD_Connection *c, req *r, unsigned status, const char *digest,
-                                      uint64_t size) {
-    return send_json(c, r, status, json_pack("{s:s, s:s, s:s, s:I}", "name", r->seg[0], "version", r->seg[1],
-                                             "digest", digest, "size", (json_int_t)size));
+static enum MHD_Result send_published(struct MHD_Connection *c, req *r, unsigned status,
+                                      const char *digest, uint64_t size) {
+    return send_json(c, r, status,
+                     json_pack("{s:s, s:s, s:s, s:I}", "name", r->seg[0], "version", r->seg[1],
+                               "digest", digest, "size", (json_int_t)size));
 }
 
 /* The first call of a PUT of an archive: everything that can be refused before the body. */
-static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db) {
     if (!s->trust)
-        return send_error(c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
+        return send_error(
+            c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (!cl) return send_error(c, r, 411, "an upload needs a Content-Length");
     char *e;
@@ -606,15 +661,18 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     unsigned long long n = strtoull(cl, &e, 10);
     if (errno || e == cl || *e) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
     if (n > s->max_upload)
-        return send_error(c, r, 413, "archive of %llu bytes is larger than this registry's limit of %" PRIu64, n,
-                          s->max_upload);
+        return send_error(c, r, 413,
+                          "archive of %llu bytes is larger than this registry's limit of %" PRIu64,
+                          n, s->max_upload);
     const char *digest = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Digest");
     if (!digest || !reg_digest_hex(digest, r->hex))
-        return send_error(c, r, 400, "an upload needs X-Kiln-Digest: sha256:<64 lowercase hex digits>");
+        return send_error(c, r, 400,
+                          "an upload needs X-Kiln-Digest: sha256:<64 lowercase hex digits>");
     const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
     size_t slen = sig ? strlen(sig) : 0;
     if (!slen || slen > REG_SIG_MAX * 2)
-        return send_error(c, r, 400, "an upload needs X-Kiln-Signature: the archive's .minisig, base64");
+        return send_error(c, r, 400,
+                          "an upload needs X-Kiln-Signature: the archive's .minisig, base64");
     r->sig = kiln_malloc(slen + 1);
     if (!r->sig) return MHD_NO;
     if (sodium_base642bin((unsigned char *)r->sig, slen, sig, slen, NULL, &r->sig_len, NULL,
@@ -630,7 +688,8 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
         bool same = strcmp(have + 7, r->hex) == 0;
         enum MHD_Result ok =
             same ? send_published(c, r, 200, have, n)
-                 : send_error(c, r, 409, "'%s@%s' exists already with other bytes (%s)", r->seg[0], r->seg[1], have);
+                 : send_error(c, r, 409, "'%s@%s' exists already with other bytes (%s)", r->seg[0],
+                              r->seg[1], have);
         free(have);
         return ok;
     }
@@ -646,7 +705,8 @@ static void body_fail(req *r, kiln_err rc) {
     r->body_msg = kiln_strdup(*kiln_errmsg() ? kiln_errmsg() : kiln_strerror(rc));
 }
 
-static kiln_err insert_version(sqlite3 *db, req *r, const reg_archive_meta *m, const char *digest, bool *existed) {
+static kiln_err insert_version(sqlite3 *db, req *r, const reg_archive_meta *m, const char *digest,
+                               bool *existed) {
     kiln_err rc = KILN_OK;
     char *manifest = NULL, *card = NULL, *validation = NULL, *have = NULL;
     sqlite3_stmt *st = NULL;
@@ -663,28 +723,36 @@ static kiln_err insert_version(sqlite3 *db, req *r, const reg_archive_meta *m, c
     manifest = kiln_json_canonical(m->manifest);
     card = m->card ? kiln_json_canonical(m->card) : NULL;
     validation = m->validation ? kiln_json_canonical(m->validation) : NULL;
-    KILN_CHECK_IF(rc, out, !manifest || (m->card && !card) || (m->validation && !validation), KILN_ERR_NOMEM,
-                  "out of memory");
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db,
-                                     "INSERT INTO versions(model, version, digest, size, manifest, signature, card,"
-                                     " validation, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                                     -1, &st, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    KILN_CHECK_IF(rc, out, !manifest || (m->card && !card) || (m->validation && !validation),
+                  KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "INSERT INTO versions(model, version, digest, size, manifest, signature, card,"
+            " validation, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, (sqlite3_int64)r->declared);
     sqlite3_bind_text(st, 5, manifest, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 6, r->sig, (int)r->sig_len, SQLITE_TRANSIENT);
-    if (card) sqlite3_bind_text(st, 7, card, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 7);
-    if (validation) sqlite3_bind_text(st, 8, validation, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, 8);
+    if (card)
+        sqlite3_bind_text(st, 7, card, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 7);
+    if (validation)
+        sqlite3_bind_text(st, 8, validation, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 8);
     sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 10, kiln_unix_time());
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    KILN_CHECK(rc, out, reg_audit(db, r->token_name, "publish", r->seg[0], r->seg[1], NULL, digest));
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    KILN_CHECK(rc, out,
+               reg_audit(db, r->token_name, "publish", r->seg[0], r->seg[1], NULL, digest));
 out:
     if (st) sqlite3_finalize(st);
     if (!rc) rc = reg_db_exec(db, "COMMIT");
@@ -696,12 +764,16 @@ out:
     return rc;
 }
 
-static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r, sqlite3 *db) {
-    if (r->body_failed) return send_error(c, r, status_of(r->body_rc), "%s", r->body_msg ? r->body_msg : "upload failed");
+static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                     sqlite3 *db) {
+    if (r->body_failed)
+        return send_error(c, r, status_of(r->body_rc), "%s",
+                          r->body_msg ? r->body_msg : "upload failed");
     kiln_err rc;
     char digest[80];
     snprintf(digest, sizeof digest, "sha256:%s", r->hex);
-    if ((rc = reg_upload_check(&r->up, r->hex, r->declared)) != KILN_OK) return send_kiln_error(c, r, rc);
+    if ((rc = reg_upload_check(&r->up, r->hex, r->declared)) != KILN_OK)
+        return send_kiln_error(c, r, rc);
     char *path = reg_upload_path(&r->up);
     if (!path) return MHD_NO;
     reg_archive_meta m;
@@ -710,8 +782,9 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     rc = reg_verify_archive(s->trust, path, label, r->sig, r->sig_len, &m);
     free(path);
     if (!rc && (strcmp(m.name, r->seg[0]) || strcmp(m.version, r->seg[1])))
-        rc = kiln_fail(KILN_ERR_VERIFY, "the archive's manifest names '%s@%s', but it was uploaded as '%s@%s'", m.name,
-                       m.version, r->seg[0], r->seg[1]);
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "the archive's manifest names '%s@%s', but it was uploaded as '%s@%s'",
+                       m.name, m.version, r->seg[0], r->seg[1]);
     if (!rc) rc = reg_upload_commit(&r->up, r->hex);
     bool existed = false;
     if (!rc) rc = insert_version(db, r, &m, digest, &existed);
@@ -722,11 +795,14 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
 
 static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
     if (!s->trust)
-        return send_error(c, r, 422, "this registry has no trust policy (serve --trust); it accepts no channel records");
+        return send_error(
+            c, r, 422,
+            "this registry has no trust policy (serve --trust); it accepts no channel records");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
     if (!cl) return send_error(c, r, 411, "a channel record needs a Content-Length");
-    if (n > REG_RECORD_MAX) return send_error(c, r, 413, "a channel record is at most %u bytes", REG_RECORD_MAX);
+    if (n > REG_RECORD_MAX)
+        return send_error(c, r, 413, "a channel record is at most %u bytes", REG_RECORD_MAX);
     r->rec = kiln_malloc(REG_RECORD_MAX + 1);
     if (!r->rec) return MHD_NO;
     r->body = BODY_RECORD;
@@ -738,32 +814,39 @@ static kiln_err insert_record(sqlite3 *db, req *r, const reg_record *rec, const 
     sqlite3_stmt *st = NULL;
     char *have = NULL;
     KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db, "SELECT coalesce(max(seq), 0) FROM channel_records WHERE model = ?1 AND channel = ?2",
-                                     -1, &st, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "SELECT coalesce(max(seq), 0) FROM channel_records WHERE model = ?1 AND channel = ?2",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
     sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
     int64_t cur = sqlite3_column_int64(st, 0);
     sqlite3_finalize(st);
     st = NULL;
     KILN_CHECK_IF(rc, out, rec->seq != cur + 1, KILN_ERR_CONFLICT,
-                  "channel record for %s/%s has seq %lld, but the next must be %lld", rec->model, rec->channel,
-                  (long long)rec->seq, (long long)cur + 1);
+                  "channel record for %s/%s has seq %lld, but the next must be %lld", rec->model,
+                  rec->channel, (long long)rec->seq, (long long)cur + 1);
     have = stored_digest(db, rec->model, rec->version, &rc);
     if (rc) goto out;
-    KILN_CHECK_IF(rc, out, !have, KILN_ERR_NOTFOUND, "channel record points at '%s@%s', which this registry does not hold",
-                  rec->model, rec->version);
+    KILN_CHECK_IF(rc, out, !have, KILN_ERR_NOTFOUND,
+                  "channel record points at '%s@%s', which this registry does not hold", rec->model,
+                  rec->version);
     KILN_CHECK_IF(rc, out, strcmp(have, rec->digest) != 0, KILN_ERR_VERIFY,
-                  "channel record gives '%s@%s' the digest %s, but the registry holds %s", rec->model, rec->version,
-                  rec->digest, have);
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db,
-                                     "INSERT INTO channel_records(model, channel, seq, version, digest, expires, reason,"
-                                     " record, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                                     -1, &st, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+                  "channel record gives '%s@%s' the digest %s, but the registry holds %s",
+                  rec->model, rec->version, rec->digest, have);
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "INSERT INTO channel_records(model, channel, seq, version, digest, expires, reason,"
+            " record, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
     sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 3, rec->seq);
@@ -774,9 +857,11 @@ static kiln_err insert_record(sqlite3 *db, req *r, const reg_record *rec, const 
     sqlite3_bind_text(st, 8, text, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 10, kiln_unix_time());
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
     KILN_CHECK(rc, out,
-               reg_audit(db, r->token_name, strcmp(rec->reason, "rollback") ? "promote" : "rollback", rec->model,
+               reg_audit(db, r->token_name,
+                         strcmp(rec->reason, "rollback") ? "promote" : "rollback", rec->model,
                          rec->version, rec->channel, rec->digest));
 out:
     if (st) sqlite3_finalize(st);
@@ -786,27 +871,34 @@ out:
     return rc;
 }
 
-static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r, sqlite3 *db) {
-    if (r->body_failed) return send_error(c, r, status_of(r->body_rc), "%s", r->body_msg ? r->body_msg : "bad record");
+static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                     sqlite3 *db) {
+    if (r->body_failed)
+        return send_error(c, r, status_of(r->body_rc), "%s",
+                          r->body_msg ? r->body_msg : "bad record");
     r->rec[r->rec_len] = 0;
-    if (memchr(r->rec, 0, r->rec_len)) return send_error(c, r, 400, "channel record holds a NUL byte");
+    if (memchr(r->rec, 0, r->rec_len))
+        return send_error(c, r, 400, "channel record holds a NUL byte");
     reg_record rec;
     char label[200];
     snprintf(label, sizeof label, "channel record for %s/%s", r->seg[0], r->seg[1]);
     kiln_err rc = reg_record_verify(s->trust, r->rec, r->rec_len, label, &rec);
     if (!rc && (strcmp(rec.model, r->seg[0]) || strcmp(rec.channel, r->seg[1])))
         rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
-    if (!rc && rec.expires <= kiln_unix_time()) rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
+    if (!rc && rec.expires <= kiln_unix_time())
+        rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
     if (!rc) rc = insert_record(db, r, &rec, r->rec);
     if (rc) return send_kiln_error(c, r, rc);
-    return send_json(c, r, 201, json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel", rec.channel,
-                                          "seq", (json_int_t)rec.seq, "version", rec.version, "digest", rec.digest));
+    return send_json(c, r, 201,
+                     json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel",
+                               rec.channel, "seq", (json_int_t)rec.seq, "version", rec.version,
+                               "digest", rec.digest));
 }
 
 /* ---- the handler ---- */
 
-static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection *c, req *r, sqlite3 *db,
-                                 unsigned need, bool *ok) {
+static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                 sqlite3 *db, unsigned need, bool *ok) {
     *ok = false;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (!h) {
@@ -816,60 +908,85 @@ static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection 
         }
         return send_error(c, r, 401, "this request needs a token (Authorization: Bearer)");
     }
-    if (strncmp(h, "Bearer ", 7) != 0) return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
+    if (strncmp(h, "Bearer ", 7) != 0)
+        return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
     kiln_err rc = reg_token_lookup(db, h + 7, &r->token_name, &r->scopes);
     if (rc == KILN_ERR_AUTH) return send_error(c, r, 401, "unknown token");
     if (rc) return send_kiln_error(c, r, rc);
     if (!(r->scopes & need)) {
-        static const char *const names[] = {"", "read", "publish", "", "promote", "", "", "", "admin"};
+        static const char *const names[] = {"", "read", "publish", "",     "promote",
+                                            "", "",     "",        "admin"};
         return send_error(c, r, 403, "token '%s' lacks the '%s' scope", r->token_name, names[need]);
     }
     *ok = true;
     return MHD_YES;
 }
 
-static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection *c, req *r, const char *url,
-                                  const char *method) {
+static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  const char *url, const char *method) {
     bool bad;
     r->route = match_route(url, r, &bad);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
     if (bad) return send_error(c, r, 400, "malformed path");
     if (r->route == R_NONE) return send_error(c, r, 404, "no such route");
-    if (r->route == R_HEALTH && get) return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
+    if (r->route == R_HEALTH && get)
+        return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
     bool writes = r->route == R_VERSION || r->route == R_CHANNEL;
-    if (!get && !(put && writes)) return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
+    if (!get && !(put && writes))
+        return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
     kiln_err rc = KILN_OK;
-    if (r->seg[0][0] && (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK) return send_kiln_error(c, r, rc);
+    if (r->seg[0][0] && (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
+        return send_kiln_error(c, r, rc);
     if (r->route == R_VERSION && (rc = kiln_registry_check_version(r->seg[1])) != KILN_OK)
         return send_kiln_error(c, r, rc);
-    if ((r->route == R_CHANNEL || r->route == R_HISTORY) && (rc = kiln_registry_check_name("channel", r->seg[1])))
+    if ((r->route == R_CHANNEL || r->route == R_HISTORY) &&
+        (rc = kiln_registry_check_name("channel", r->seg[1])))
         return send_kiln_error(c, r, rc);
     sqlite3 *db = NULL;
     if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
     unsigned need = put ? (r->route == R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
-                        : r->route == R_AUDIT ? KILN_SCOPE_ADMIN : KILN_SCOPE_READ;
+                    : r->route == R_AUDIT ? KILN_SCOPE_ADMIN
+                                          : KILN_SCOPE_READ;
     bool ok;
     enum MHD_Result res = authorize(s, c, r, db, need, &ok);
     if (ok) {
         switch (r->route) {
-        case R_METRICS: res = do_metrics(s, c, r, db); break;
-        case R_MODELS: res = do_models(c, r, db); break;
-        case R_MODEL: res = do_model(c, r, db); break;
-        case R_VERSION: res = put ? upload_start(s, c, r, db) : do_version(c, r, db); break;
-        case R_CHANNEL: res = put ? record_start(s, c, r) : do_channel(c, r, db); break;
-        case R_HISTORY: res = do_history(c, r, db); break;
-        case R_BLOB: res = do_blob(s, c, r); break;
-        case R_AUDIT: res = do_audit(c, r, db); break;
-        default: res = send_error(c, r, 404, "no such route"); break;
+        case R_METRICS:
+            res = do_metrics(s, c, r, db);
+            break;
+        case R_MODELS:
+            res = do_models(c, r, db);
+            break;
+        case R_MODEL:
+            res = do_model(c, r, db);
+            break;
+        case R_VERSION:
+            res = put ? upload_start(s, c, r, db) : do_version(c, r, db);
+            break;
+        case R_CHANNEL:
+            res = put ? record_start(s, c, r) : do_channel(c, r, db);
+            break;
+        case R_HISTORY:
+            res = do_history(c, r, db);
+            break;
+        case R_BLOB:
+            res = do_blob(s, c, r);
+            break;
+        case R_AUDIT:
+            res = do_audit(c, r, db);
+            break;
+        default:
+            res = send_error(c, r, 404, "no such route");
+            break;
         }
     }
     reg_db_close(db);
     return res;
 }
 
-static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                               const char *version, const char *upload_data, size_t *upload_data_size,
-                               void **con_cls) {
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *upload_data,
+                               size_t *upload_data_size, void **con_cls) {
     kiln_registry_server *s = cls;
     (void)version;
     req *r = *con_cls;
@@ -878,7 +995,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         if (!r) return MHD_NO;
         r->up.fd = -1;
         r->t0 = kiln_now_ns();
-        snprintf(r->method, sizeof r->method, "%s", strlen(method) < sizeof r->method ? method : "OTHER");
+        snprintf(r->method, sizeof r->method, "%s",
+                 strlen(method) < sizeof r->method ? method : "OTHER");
         *con_cls = r;
         atomic_fetch_add(&s->in_flight, 1);
         kiln_errclear();
@@ -889,12 +1007,14 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         *upload_data_size = 0;
         if (r->body_failed) return MHD_YES; /* drain: answered once the body is in */
         if (r->body == BODY_ARCHIVE) {
-            kiln_err rc = r->up.size + n > r->declared
-                              ? kiln_fail(KILN_ERR_VERIFY, "upload is longer than its Content-Length")
-                              : reg_upload_write(&r->up, upload_data, n);
+            kiln_err rc =
+                r->up.size + n > r->declared
+                    ? kiln_fail(KILN_ERR_VERIFY, "upload is longer than its Content-Length")
+                    : reg_upload_write(&r->up, upload_data, n);
             if (rc) body_fail(r, rc);
         } else if (r->body == BODY_RECORD) {
-            if (r->rec_len + n > REG_RECORD_MAX) body_fail(r, kiln_fail(KILN_ERR_LIMIT, "channel record is too long"));
+            if (r->rec_len + n > REG_RECORD_MAX)
+                body_fail(r, kiln_fail(KILN_ERR_LIMIT, "channel record is too long"));
             else {
                 memcpy(r->rec + r->rec_len, upload_data, n);
                 r->rec_len += n;
@@ -905,19 +1025,21 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     sqlite3 *db = NULL;
     kiln_err rc = reg_db_connect(s->root, &db);
     if (rc) return send_kiln_error(c, r, rc);
-    enum MHD_Result res = r->body == BODY_ARCHIVE ? upload_finish(s, c, r, db)
+    enum MHD_Result res = r->body == BODY_ARCHIVE  ? upload_finish(s, c, r, db)
                           : r->body == BODY_RECORD ? record_finish(s, c, r, db)
                                                    : send_error(c, r, 500, "no response");
     reg_db_close(db);
     return res;
 }
 
-static void completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
     kiln_registry_server *s = cls;
     (void)c;
     req *r = *con_cls;
     if (!r) return;
-    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->status) r->status = 499; /* client went away */
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->status)
+        r->status = 499; /* client went away */
     count_request(s, r);
     reg_upload_abort(&r->up);
     free(r->token_name);
@@ -948,7 +1070,8 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     char line[512];
     vsnprintf(line, sizeof line, fmt, ap);
     size_t n = strlen(line);
-    while (n && line[n - 1] == '\n') line[--n] = 0;
+    while (n && line[n - 1] == '\n')
+        line[--n] = 0;
     kiln_debug("registry: microhttpd: %s", line);
 }
 
@@ -959,8 +1082,8 @@ static kiln_err parse_listen(const char *listen, struct sockaddr_storage *ss, bo
     *v6 = false;
     if (listen[0] == '[') {
         const char *close = strchr(listen, ']');
-        KILN_FAIL_IF(!close || close[1] != ':' || (size_t)(close - listen - 1) >= sizeof host, KILN_ERR_USAGE,
-                     "listen address '%s' is not [HOST]:PORT", listen);
+        KILN_FAIL_IF(!close || close[1] != ':' || (size_t)(close - listen - 1) >= sizeof host,
+                     KILN_ERR_USAGE, "listen address '%s' is not [HOST]:PORT", listen);
         memcpy(host, listen + 1, (size_t)(close - listen - 1));
         host[close - listen - 1] = 0;
         colon = close + 1;
@@ -1010,9 +1133,11 @@ static void clear_tmp(const char *root) {
     free(cmd_dir);
 }
 
-kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o, kiln_registry_server **out) {
+kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
+                                    kiln_registry_server **out) {
     *out = NULL;
-    KILN_FAIL_IF(!o->root || !o->listen, KILN_ERR_USAGE, "the registry needs a root and a listen address");
+    KILN_FAIL_IF(!o->root || !o->listen, KILN_ERR_USAGE,
+                 "the registry needs a root and a listen address");
     KILN_FAIL_IF(sodium_init() < 0, KILN_ERR_INTERNAL, "libsodium failed to initialise");
     struct sockaddr_storage ss;
     bool v6;
@@ -1028,20 +1153,23 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o, kiln_reg
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
     KILN_CHECK(rc, fail, reg_lock(o->root, &s->lock_fd));
-    KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT, "'%s' is held by another running server", o->root);
+    KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
+                  "'%s' is held by another running server", o->root);
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
     reg_db_close(db);
     clear_tmp(o->root);
     if (o->trust) KILN_CHECK(rc, fail, reg_trust_load(o->trust, &s->trust));
     unsigned threads = o->threads ? o->threads : 4;
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                                (v6 ? MHD_USE_IPv6 : 0),
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                                MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
                             0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape,
-                            NULL, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                            MHD_OPTION_END);
-    KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK, "cannot listen on '%s' (address in use or not local?)", o->listen);
+                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED,
+                            completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER,
+                            mhd_log, NULL, MHD_OPTION_END);
+    KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK,
+                  "cannot listen on '%s' (address in use or not local?)", o->listen);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : 0;
     *out = s;
@@ -1051,7 +1179,9 @@ fail:
     return rc;
 }
 
-uint16_t kiln_registry_server_port(const kiln_registry_server *s) { return s->port; }
+uint16_t kiln_registry_server_port(const kiln_registry_server *s) {
+    return s->port;
+}
 
 void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
     if (!s) return;

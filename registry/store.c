@@ -19,27 +19,37 @@ static kiln_err check_chars(const char *what, const char *s, bool version) {
                               : "[a-z0-9._-], starting with a letter or digit";
     KILN_FAIL_IF(!s || !*s, KILN_ERR_USAGE, "%s name is empty", what);
     size_t n = strlen(s);
-    KILN_FAIL_IF(n > KILN_REGISTRY_NAME_MAX, KILN_ERR_USAGE, "%s name '%.64s...' is longer than %d characters",
-                 what, s, KILN_REGISTRY_NAME_MAX);
+    KILN_FAIL_IF(n > KILN_REGISTRY_NAME_MAX, KILN_ERR_USAGE,
+                 "%s name '%.64s...' is longer than %d characters", what, s,
+                 KILN_REGISTRY_NAME_MAX);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || (version && c >= 'A' && c <= 'Z') ||
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  (version && c >= 'A' && c <= 'Z') ||
                   (i > 0 && (c == '.' || c == '_' || c == '-' || (version && c == '+')));
-        KILN_FAIL_IF(!ok, KILN_ERR_USAGE, "%s name '%s' has a character outside %s at offset %zu", what, s, set, i);
+        KILN_FAIL_IF(!ok, KILN_ERR_USAGE, "%s name '%s' has a character outside %s at offset %zu",
+                     what, s, set, i);
     }
     KILN_FAIL_IF(strstr(s, ".."), KILN_ERR_USAGE, "%s name '%s' contains '..'", what, s);
     return KILN_OK;
 }
 
-kiln_err kiln_registry_check_name(const char *what, const char *s) { return check_chars(what, s, false); }
+kiln_err kiln_registry_check_name(const char *what, const char *s) {
+    return check_chars(what, s, false);
+}
 
-kiln_err kiln_registry_check_version(const char *s) { return check_chars("version", s, true); }
+kiln_err kiln_registry_check_version(const char *s) {
+    return check_chars("version", s, true);
+}
 
 bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out) {
     static const struct {
         const char *name;
         kiln_registry_scope scope;
-    } t[] = {{"read", KILN_SCOPE_READ}, {"publish", KILN_SCOPE_PUBLISH}, {"promote", KILN_SCOPE_PROMOTE}, {"admin", KILN_SCOPE_ADMIN}};
+    } t[] = {{"read", KILN_SCOPE_READ},
+             {"publish", KILN_SCOPE_PUBLISH},
+             {"promote", KILN_SCOPE_PROMOTE},
+             {"admin", KILN_SCOPE_ADMIN}};
     for (size_t i = 0; i < KILN_ARRAY_LEN(t); i++)
         if (s && !strcmp(s, t[i].name)) {
             *out = t[i].scope;
@@ -49,7 +59,8 @@ bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out) {
 }
 
 unsigned reg_scope_bits(kiln_registry_scope s) {
-    if (s == KILN_SCOPE_ADMIN) return KILN_SCOPE_READ | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE | KILN_SCOPE_ADMIN;
+    if (s == KILN_SCOPE_ADMIN)
+        return KILN_SCOPE_READ | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE | KILN_SCOPE_ADMIN;
     return KILN_SCOPE_READ | (unsigned)s;
 }
 
@@ -75,22 +86,26 @@ static const char *const schema =
     " digest TEXT NOT NULL, expires INTEGER NOT NULL, reason TEXT, record TEXT NOT NULL,"
     " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(model, channel, seq));"
     "CREATE TABLE IF NOT EXISTS tokens("
-    " name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL, created INTEGER NOT NULL);"
+    " name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL, created INTEGER NOT "
+    "NULL);"
     "CREATE TABLE IF NOT EXISTS audit("
-    " id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, token TEXT, action TEXT NOT NULL,"
+    " id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, token TEXT, action TEXT NOT "
+    "NULL,"
     " model TEXT, version TEXT, channel TEXT, digest TEXT);";
 
 kiln_err reg_db_fail(sqlite3 *db, const char *what) {
     int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
     if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
         return kiln_fail(KILN_ERR_IO, "registry database busy while %s", what);
-    return kiln_fail(KILN_ERR_IO, "registry database: %s while %s", db ? sqlite3_errmsg(db) : "cannot open", what);
+    return kiln_fail(KILN_ERR_IO, "registry database: %s while %s",
+                     db ? sqlite3_errmsg(db) : "cannot open", what);
 }
 
 kiln_err reg_db_exec(sqlite3 *db, const char *sql) {
     char *err = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
-        kiln_err rc = kiln_fail(KILN_ERR_IO, "registry database: %s (running '%.40s')", err ? err : "error", sql);
+        kiln_err rc = kiln_fail(KILN_ERR_IO, "registry database: %s (running '%.40s')",
+                                err ? err : "error", sql);
         sqlite3_free(err);
         return rc;
     }
@@ -106,9 +121,10 @@ kiln_err reg_db_open(const char *root, sqlite3 **out) {
     KILN_CHECK_IF(rc, out, !blobs || !tmp || !path, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_mkdir_p(blobs));
     KILN_CHECK(rc, out, kiln_mkdir_p(tmp));
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, NULL) !=
-        SQLITE_OK) {
-        rc = kiln_fail(KILN_ERR_IO, "cannot open '%s': %s", path, db ? sqlite3_errmsg(db) : "out of memory");
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
+        rc = kiln_fail(KILN_ERR_IO, "cannot open '%s': %s", path,
+                       db ? sqlite3_errmsg(db) : "out of memory");
         goto out;
     }
     sqlite3_busy_timeout(db, 10000);
@@ -133,8 +149,10 @@ kiln_err reg_db_connect(const char *root, sqlite3 **out) {
     if (!path) return KILN_ERR_NOMEM;
     sqlite3 *db = NULL;
     kiln_err rc = KILN_OK;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-        rc = kiln_fail(KILN_ERR_IO, "cannot open '%s': %s", path, db ? sqlite3_errmsg(db) : "out of memory");
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        rc = kiln_fail(KILN_ERR_IO, "cannot open '%s': %s", path,
+                       db ? sqlite3_errmsg(db) : "out of memory");
         if (db) sqlite3_close(db);
         db = NULL;
     } else {
@@ -150,8 +168,10 @@ void reg_db_close(sqlite3 *db) {
 }
 
 static void bind_text(sqlite3_stmt *st, int i, const char *s) {
-    if (s) sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
-    else sqlite3_bind_null(st, i);
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
 }
 
 kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
@@ -184,11 +204,14 @@ kiln_err kiln_registry_token_create(const char *root, const char *name, kiln_reg
                                     char **token) {
     *token = NULL;
     KILN_TRY(kiln_registry_check_name("token", name));
-    static const char *const names[] = {[KILN_SCOPE_READ] = "read", [KILN_SCOPE_PUBLISH] = "publish",
-                                        [KILN_SCOPE_PROMOTE] = "promote", [KILN_SCOPE_ADMIN] = "admin"};
-    KILN_FAIL_IF(scope != KILN_SCOPE_READ && scope != KILN_SCOPE_PUBLISH && scope != KILN_SCOPE_PROMOTE &&
-                     scope != KILN_SCOPE_ADMIN,
-                 KILN_ERR_USAGE, "token scope %d is not one of read, publish, promote, admin", (int)scope);
+    static const char *const names[] = {[KILN_SCOPE_READ] = "read",
+                                        [KILN_SCOPE_PUBLISH] = "publish",
+                                        [KILN_SCOPE_PROMOTE] = "promote",
+                                        [KILN_SCOPE_ADMIN] = "admin"};
+    KILN_FAIL_IF(scope != KILN_SCOPE_READ && scope != KILN_SCOPE_PUBLISH &&
+                     scope != KILN_SCOPE_PROMOTE && scope != KILN_SCOPE_ADMIN,
+                 KILN_ERR_USAGE, "token scope %d is not one of read, publish, promote, admin",
+                 (int)scope);
     KILN_FAIL_IF(sodium_init() < 0, KILN_ERR_INTERNAL, "libsodium failed to initialise");
     uint8_t raw[32];
     randombytes_buf(raw, sizeof raw);
@@ -208,17 +231,19 @@ kiln_err kiln_registry_token_create(const char *root, const char *name, kiln_reg
     KILN_CHECK(rc, out, reg_db_exec(db, "BEGIN IMMEDIATE"));
     in_tx = true;
     KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db, "INSERT INTO tokens(name, hash, scope, created) VALUES(?1, ?2, ?3, ?4)", -1,
-                                     &st, NULL) != SQLITE_OK,
+                  sqlite3_prepare_v2(
+                      db, "INSERT INTO tokens(name, hash, scope, created) VALUES(?1, ?2, ?3, ?4)",
+                      -1, &st, NULL) != SQLITE_OK,
                   KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
     bind_text(st, 1, name);
     bind_text(st, 2, hex);
     bind_text(st, 3, names[scope]);
     sqlite3_bind_int64(st, 4, kiln_unix_time());
     int r = sqlite3_step(st);
-    KILN_CHECK_IF(rc, out, r == SQLITE_CONSTRAINT, KILN_ERR_CONFLICT, "a token named '%s' exists already in '%s'",
-                  name, root);
-    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    KILN_CHECK_IF(rc, out, r == SQLITE_CONSTRAINT, KILN_ERR_CONFLICT,
+                  "a token named '%s' exists already in '%s'", name, root);
+    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
     KILN_CHECK(rc, out, reg_audit(db, name, "token.create", NULL, NULL, NULL, NULL));
     KILN_CHECK(rc, out, reg_db_exec(db, "COMMIT"));
     in_tx = false;
@@ -241,7 +266,8 @@ kiln_err reg_token_lookup(sqlite3 *db, const char *token, char **name, unsigned 
     char hex[KILN_SHA256_HEX];
     token_hash(token, hex);
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT name, scope FROM tokens WHERE hash = ?1", -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db, "SELECT name, scope FROM tokens WHERE hash = ?1", -1, &st, NULL) !=
+        SQLITE_OK)
         return reg_db_fail(db, "looking up a token");
     bind_text(st, 1, hex);
     kiln_err rc = KILN_OK;
@@ -305,7 +331,9 @@ kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len) {
     while (len) {
         ssize_t n = write(u->fd, p, len);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot write an upload's temporary file in '%s/tmp'", u->root);
+        if (n < 0)
+            return kiln_fail_errno(KILN_ERR_IO,
+                                   "cannot write an upload's temporary file in '%s/tmp'", u->root);
         p += n;
         len -= (size_t)n;
     }
@@ -319,8 +347,8 @@ kiln_err reg_upload_check(reg_upload *u, const char *hex, uint64_t size) {
     kiln_hex(h, sizeof h, got);
     KILN_FAIL_IF(u->size != size, KILN_ERR_VERIFY, "upload is %llu bytes, but %llu were declared",
                  (unsigned long long)u->size, (unsigned long long)size);
-    KILN_FAIL_IF(strcmp(got, hex) != 0, KILN_ERR_VERIFY, "upload hashes to sha256:%s, but sha256:%s was declared",
-                 got, hex);
+    KILN_FAIL_IF(strcmp(got, hex) != 0, KILN_ERR_VERIFY,
+                 "upload hashes to sha256:%s, but sha256:%s was declared", got, hex);
     return KILN_OK;
 }
 
@@ -332,7 +360,8 @@ kiln_err reg_upload_commit(reg_upload *u, const char *hex) {
     char *path = reg_blob_path(u->root, hex), *dir = path ? kiln_dirname(path) : NULL;
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !path || !dir, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(rc, out, fsync(u->fd) != 0, KILN_ERR_IO, "cannot fsync an upload in '%s/tmp'", u->root);
+    KILN_CHECK_IF(rc, out, fsync(u->fd) != 0, KILN_ERR_IO, "cannot fsync an upload in '%s/tmp'",
+                  u->root);
     KILN_CHECK(rc, out, kiln_mkdir_p(dir));
     int r;
     if (u->tmp) {
@@ -410,13 +439,15 @@ static void problem(problems *p, const char *fmt, ...) {
 
 static kiln_err fsck_versions(const char *root, sqlite3 *db, problems *p) {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT model, version, digest, size FROM versions ORDER BY model, version", -1, &st,
-                           NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db, "SELECT model, version, digest, size FROM versions ORDER BY model, version", -1,
+            &st, NULL) != SQLITE_OK)
         return reg_db_fail(db, "reading versions");
     kiln_err rc = KILN_OK;
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *m = (const char *)sqlite3_column_text(st, 0), *v = (const char *)sqlite3_column_text(st, 1),
+        const char *m = (const char *)sqlite3_column_text(st, 0),
+                   *v = (const char *)sqlite3_column_text(st, 1),
                    *d = (const char *)sqlite3_column_text(st, 2);
         int64_t size = sqlite3_column_int64(st, 3);
         char hex[KILN_SHA256_HEX];
@@ -435,13 +466,14 @@ static kiln_err fsck_versions(const char *root, sqlite3 *db, problems *p) {
         if (stat(path, &sb) != 0) {
             problem(p, "%s@%s: blob '%s' is missing", m, v, path);
         } else if (sb.st_size != size) {
-            problem(p, "%s@%s: blob '%s' is %lld bytes, the version says %lld", m, v, path, (long long)sb.st_size,
-                    (long long)size);
+            problem(p, "%s@%s: blob '%s' is %lld bytes, the version says %lld", m, v, path,
+                    (long long)sb.st_size, (long long)size);
         } else if (kiln_sha256_file(path, h) != KILN_OK) {
             problem(p, "%s@%s: %s", m, v, kiln_errmsg());
         } else {
             kiln_hex(h, sizeof h, got);
-            if (strcmp(got, hex) != 0) problem(p, "%s@%s: blob '%s' hashes to sha256:%s", m, v, path, got);
+            if (strcmp(got, hex) != 0)
+                problem(p, "%s@%s: blob '%s' hashes to sha256:%s", m, v, path, got);
         }
         free(path);
     }
@@ -452,35 +484,44 @@ static kiln_err fsck_versions(const char *root, sqlite3 *db, problems *p) {
 
 static kiln_err fsck_channels(sqlite3 *db, const reg_trust *trust, problems *p) {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT c.model, c.channel, c.seq, c.version, c.digest, c.record, v.digest"
-                           " FROM channel_records c LEFT JOIN versions v ON v.model = c.model AND v.version = c.version"
-                           " ORDER BY c.model, c.channel, c.seq",
-                           -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT c.model, c.channel, c.seq, c.version, c.digest, c.record, v.digest"
+            " FROM channel_records c LEFT JOIN versions v ON v.model = c.model AND v.version = "
+            "c.version"
+            " ORDER BY c.model, c.channel, c.seq",
+            -1, &st, NULL) != SQLITE_OK)
         return reg_db_fail(db, "reading channel records");
     int r;
     char prev[2 * KILN_REGISTRY_NAME_MAX + 2] = "";
     int64_t prev_seq = 0;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *m = (const char *)sqlite3_column_text(st, 0), *c = (const char *)sqlite3_column_text(st, 1),
-                   *v = (const char *)sqlite3_column_text(st, 3), *d = (const char *)sqlite3_column_text(st, 4),
-                   *text = (const char *)sqlite3_column_text(st, 5), *vd = (const char *)sqlite3_column_text(st, 6);
+        const char *m = (const char *)sqlite3_column_text(st, 0),
+                   *c = (const char *)sqlite3_column_text(st, 1),
+                   *v = (const char *)sqlite3_column_text(st, 3),
+                   *d = (const char *)sqlite3_column_text(st, 4),
+                   *text = (const char *)sqlite3_column_text(st, 5),
+                   *vd = (const char *)sqlite3_column_text(st, 6);
         int64_t seq = sqlite3_column_int64(st, 2);
         /* Records of a channel run 1, 2, 3...: a gap is a record lost or removed. */
         char key[sizeof prev];
         snprintf(key, sizeof key, "%.64s/%.64s", m, c);
         if (strcmp(key, prev) != 0) prev_seq = 0;
         if (seq != prev_seq + 1)
-            problem(p, "%s channel %s: seq %lld follows %lld", m, c, (long long)seq, (long long)prev_seq);
+            problem(p, "%s channel %s: seq %lld follows %lld", m, c, (long long)seq,
+                    (long long)prev_seq);
         snprintf(prev, sizeof prev, "%s", key);
         prev_seq = seq;
-        if (!vd) problem(p, "%s channel %s seq %lld: points at version '%s', which the store lacks", m, c,
-                         (long long)seq, v);
+        if (!vd)
+            problem(p, "%s channel %s seq %lld: points at version '%s', which the store lacks", m,
+                    c, (long long)seq, v);
         else if (strcmp(vd, d) != 0)
-            problem(p, "%s channel %s seq %lld: digest %s differs from version %s's %s", m, c, (long long)seq, d, v, vd);
+            problem(p, "%s channel %s seq %lld: digest %s differs from version %s's %s", m, c,
+                    (long long)seq, d, v, vd);
         if (!trust) {
-            problem(p, "%s channel %s seq %lld: no trust policy to verify the record with (--trust)", m, c,
-                    (long long)seq);
+            problem(p,
+                    "%s channel %s seq %lld: no trust policy to verify the record with (--trust)",
+                    m, c, (long long)seq);
             continue;
         }
         reg_record rec;
@@ -488,8 +529,8 @@ static kiln_err fsck_channels(sqlite3 *db, const reg_trust *trust, problems *p) 
         snprintf(label, sizeof label, "%s channel %s seq %lld", m, c, (long long)seq);
         if (reg_record_verify(trust, text, strlen(text), label, &rec) != KILN_OK)
             problem(p, "%s", kiln_errmsg());
-        else if (strcmp(rec.model, m) || strcmp(rec.channel, c) || rec.seq != seq || strcmp(rec.version, v) ||
-                 strcmp(rec.digest, d))
+        else if (strcmp(rec.model, m) || strcmp(rec.channel, c) || rec.seq != seq ||
+                 strcmp(rec.version, v) || strcmp(rec.digest, d))
             problem(p, "%s: the signed record's fields differ from the database's", label);
     }
     kiln_err rc = r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "reading channel records");
@@ -507,7 +548,8 @@ static kiln_err fsck_tmp(const char *root, problems *p) {
         struct dirent *e;
         while ((e = readdir(d)))
             if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-                problem(p, "orphaned temporary '%s/%s' (no server holds the store)", dir, e->d_name);
+                problem(p, "orphaned temporary '%s/%s' (no server holds the store)", dir,
+                        e->d_name);
         closedir(d);
     }
     free(dir);
@@ -516,7 +558,8 @@ static kiln_err fsck_tmp(const char *root, problems *p) {
 }
 
 kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
-                            void (*report)(void *ctx, const char *problem), void *ctx, size_t *count) {
+                            void (*report)(void *ctx, const char *problem), void *ctx,
+                            size_t *count) {
     problems p = {report, ctx, 0};
     *count = 0;
     char *db_path = kiln_path_join(root, "registry.db");
@@ -538,7 +581,9 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
     KILN_CHECK(rc, out, fsck_channels(db, trust, &p));
     KILN_CHECK(rc, out, fsck_tmp(root, &p));
     *count = p.n;
-    if (p.n) rc = kiln_fail(KILN_ERR_VERIFY, "'%s': %zu problem%s found", root, p.n, p.n == 1 ? "" : "s");
+    if (p.n)
+        rc =
+            kiln_fail(KILN_ERR_VERIFY, "'%s': %zu problem%s found", root, p.n, p.n == 1 ? "" : "s");
 out:
     free(def);
     reg_trust_free(trust);
@@ -560,7 +605,8 @@ kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes) {
     *bytes = 0;
     int lock;
     KILN_TRY(reg_lock(root, &lock));
-    KILN_FAIL_IF(lock < 0, KILN_ERR_CONFLICT, "'%s' is held by a running server; stop it before gc", root);
+    KILN_FAIL_IF(lock < 0, KILN_ERR_CONFLICT, "'%s' is held by a running server; stop it before gc",
+                 root);
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     char *top = NULL;
@@ -568,7 +614,8 @@ kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes) {
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out, reg_db_open(root, &db));
     KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db, "SELECT 1 FROM versions WHERE digest = ?1 LIMIT 1", -1, &st, NULL) != SQLITE_OK,
+                  sqlite3_prepare_v2(db, "SELECT 1 FROM versions WHERE digest = ?1 LIMIT 1", -1,
+                                     &st, NULL) != SQLITE_OK,
                   KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
     top = kiln_path_join(root, "blobs/sha256");
     KILN_CHECK_IF(rc, out, !top, KILN_ERR_NOMEM, "out of memory");

@@ -41,7 +41,9 @@ kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
     json_t *card = NULL;
     KILN_TRY(kiln_archive_inspect(archive, &man, &card));
     kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out, strlen(man->name) > KILN_REGISTRY_NAME_MAX || strlen(man->version) > KILN_REGISTRY_NAME_MAX,
+    KILN_CHECK_IF(rc, out,
+                  strlen(man->name) > KILN_REGISTRY_NAME_MAX ||
+                      strlen(man->version) > KILN_REGISTRY_NAME_MAX,
                   KILN_ERR_FORMAT, "'%s': manifest name or version is too long", archive);
     snprintf(m->name, sizeof m->name, "%s", man->name);
     snprintf(m->version, sizeof m->version, "%s", man->version);
@@ -69,8 +71,8 @@ void reg_archive_meta_release(reg_archive_meta *m) {
     m->manifest = m->card = m->validation = NULL;
 }
 
-kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label, const char *sig_text,
-                            size_t sig_len, reg_archive_meta *m) {
+kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label,
+                            const char *sig_text, size_t sig_len, reg_archive_meta *m) {
     memset(m, 0, sizeof *m);
     KILN_FAIL_IF(!t, KILN_ERR_VERIFY, "'%s': no trust policy to verify the archive with", label);
     kiln_sign_sig sig;
@@ -91,7 +93,8 @@ kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char 
     kiln_sign_archive_info info;
     rc = kiln_sign_archive_comment_parse(sig.trusted_comment, label, &info);
     if (rc) {
-        rc = kiln_errprefix(KILN_ERR_VERIFY, "'%s': the archive's signature does not sign a manifest: ", label);
+        rc = kiln_errprefix(KILN_ERR_VERIFY,
+                            "'%s': the archive's signature does not sign a manifest: ", label);
         goto out;
     }
     KILN_CHECK(rc, out, reg_archive_meta_read(archive, m));
@@ -99,10 +102,11 @@ kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char 
     kiln_hex(info.manifest_sha256, KILN_SHA256_BYTES, want);
     kiln_hex(m->manifest_sha256, KILN_SHA256_BYTES, got);
     KILN_CHECK_IF(rc, out, strcmp(want, got) != 0, KILN_ERR_VERIFY,
-                  "'%s': manifest hashes to sha256:%s, but the signature names sha256:%s", label, got, want);
-    KILN_CHECK_IF(rc, out, strcmp(info.model, m->name) || strcmp(info.version, m->version), KILN_ERR_VERIFY,
-                  "'%s': the signature names %s@%s, the manifest %s@%s", label, info.model, info.version, m->name,
-                  m->version);
+                  "'%s': manifest hashes to sha256:%s, but the signature names sha256:%s", label,
+                  got, want);
+    KILN_CHECK_IF(rc, out, strcmp(info.model, m->name) || strcmp(info.version, m->version),
+                  KILN_ERR_VERIFY, "'%s': the signature names %s@%s, the manifest %s@%s", label,
+                  info.model, info.version, m->name, m->version);
     snprintf(m->signer, sizeof m->signer, "%s", signer->name);
 out:
     if (rc) reg_archive_meta_release(m);
@@ -110,7 +114,8 @@ out:
     return rc;
 }
 
-kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, const char *label, reg_record *out) {
+kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, const char *label,
+                           reg_record *out) {
     memset(out, 0, sizeof *out);
     KILN_FAIL_IF(!t, KILN_ERR_VERIFY, "%s: no trust policy to verify the record with", label);
     kiln_sign_record r;
@@ -123,8 +128,10 @@ kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, con
     /* Signatures and the channel's threshold only: the caller checks seq and expiry in its
      * own order (now 0 and min_seq 0 pass both here). */
     rc = kiln_sign_record_verify(&r, t->t, 0, 0, label, NULL);
-    KILN_CHECK_IF(rc, done, strlen(r.model) > KILN_REGISTRY_NAME_MAX || strlen(r.channel) > KILN_REGISTRY_NAME_MAX ||
-                                strlen(r.version) > KILN_REGISTRY_NAME_MAX || r.seq > INT64_MAX,
+    KILN_CHECK_IF(rc, done,
+                  strlen(r.model) > KILN_REGISTRY_NAME_MAX ||
+                      strlen(r.channel) > KILN_REGISTRY_NAME_MAX ||
+                      strlen(r.version) > KILN_REGISTRY_NAME_MAX || r.seq > INT64_MAX,
                   KILN_ERR_VERIFY, "%s: a name or seq is out of the registry's range", label);
     if (rc) goto done;
     snprintf(out->model, sizeof out->model, "%s", r.model);
@@ -141,13 +148,15 @@ done:
     return rc;
 }
 
-kiln_err reg_archive_unpack_verified(const char *archive, const uint8_t manifest_sha256[KILN_SHA256_BYTES],
+kiln_err reg_archive_unpack_verified(const char *archive,
+                                     const uint8_t manifest_sha256[KILN_SHA256_BYTES],
                                      const char *dir) {
     kiln_manifest *m = NULL;
     KILN_TRY(kiln_archive_unpack(archive, dir, NULL, &m));
     kiln_err rc = KILN_OK;
     if (memcmp(m->sha256, manifest_sha256, KILN_SHA256_BYTES) != 0)
-        rc = kiln_fail(KILN_ERR_VERIFY, "'%s': the unpacked manifest is not the one verified", archive);
+        rc = kiln_fail(KILN_ERR_VERIFY, "'%s': the unpacked manifest is not the one verified",
+                       archive);
     kiln_manifest_free(m);
     return rc;
 }

@@ -154,7 +154,8 @@ static void *watch_main(void *arg) {
 
 kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     *out = NULL;
-    KILN_FAIL_IF(!o || !o->pull.registry || !o->pull.ref || !o->pull.trust || !o->pull.out, KILN_ERR_USAGE,
+    KILN_FAIL_IF(!o || !o->pull.registry || !o->pull.ref || !o->pull.trust || !o->pull.out,
+                 KILN_ERR_USAGE,
                  "kiln_watch needs a registry, a NAME@CHANNEL, a trust policy and a directory");
     const char *at = strchr(o->pull.ref, '@');
     KILN_FAIL_IF(!at, KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL", o->pull.ref);
@@ -239,7 +240,8 @@ void kiln_watch_stop(kiln_watch *w) {
     }
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
-    free(w->ref), free(w->trust), free(w->out), free(w->state), free(w->registry), free(w->model), free(w->channel);
+    free(w->ref), free(w->trust), free(w->out), free(w->state), free(w->registry), free(w->model),
+        free(w->channel);
     if (w->token) sodium_memzero(w->token, strlen(w->token));
     free(w->token);
     free(w->last_record);

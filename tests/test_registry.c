@@ -34,8 +34,8 @@ static size_t resp_write(char *d, size_t s, size_t n, void *ctx) {
 }
 
 /* One request to the test server; returns the status (0 on a connection failure). */
-static long http(uint16_t port, const char *method, const char *path, const char *token, const char *body,
-                 const char *const *headers, resp *out) {
+static long http(uint16_t port, const char *method, const char *path, const char *token,
+                 const char *body, const char *const *headers, resp *out) {
     resp local;
     if (!out) out = &local;
     memset(out, 0, sizeof *out);
@@ -48,7 +48,8 @@ static long http(uint16_t port, const char *method, const char *path, const char
         snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
         hdr = curl_slist_append(hdr, auth);
     }
-    for (int i = 0; headers && headers[i]; i++) hdr = curl_slist_append(hdr, headers[i]);
+    for (int i = 0; headers && headers[i]; i++)
+        hdr = curl_slist_append(hdr, headers[i]);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
@@ -59,15 +60,19 @@ static long http(uint16_t port, const char *method, const char *path, const char
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, resp_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
     curl_easy_cleanup(h);
     curl_slist_free_all(hdr);
     return out->status;
 }
 
 static kiln_registry_server *start(const char *root, const char *trust, bool read_required) {
-    kiln_registry_server_opts o = {.root = root, .listen = "127.0.0.1:0", .trust = trust,
-                                   .read_token_required = read_required, .threads = 4};
+    kiln_registry_server_opts o = {.root = root,
+                                   .listen = "127.0.0.1:0",
+                                   .trust = trust,
+                                   .read_token_required = read_required,
+                                   .threads = 4};
     kiln_registry_server *s = NULL;
     if (kiln_registry_server_start(&o, &s) != KILN_OK) return NULL;
     return s;
@@ -83,8 +88,8 @@ static bool put_blob(const char *root, const void *data, size_t len, char hex[KI
     reg_db_close(db);
     reg_upload u;
     if (reg_upload_begin(&u, root) != KILN_OK) return false;
-    bool ok = reg_upload_write(&u, data, len) == KILN_OK && reg_upload_check(&u, hex, len) == KILN_OK &&
-              reg_upload_commit(&u, hex) == KILN_OK;
+    bool ok = reg_upload_write(&u, data, len) == KILN_OK &&
+              reg_upload_check(&u, hex, len) == KILN_OK && reg_upload_commit(&u, hex) == KILN_OK;
     reg_upload_abort(&u);
     return ok;
 }
@@ -106,22 +111,31 @@ KILN_TEST(registry_names) {
     const char *good[] = {"m", "tsmoe-dense", "a.b_c-d", "0abc"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(good); i++)
         CHECK("a plain name is accepted", kiln_registry_check_name("model", good[i]) == KILN_OK);
-    const char *bad[] = {"", "../x", "a/b", "a..b", ".hidden", "-x", "Upper", "a'b", "a\"b", "x;DROP TABLE versions",
-                         "a b", "a%2fb", "a\\b",
-                         "a123456789012345678901234567890123456789012345678901234567890123456789"};
+    const char *bad[] = {
+        "",        "../x",
+        "a/b",     "a..b",
+        ".hidden", "-x",
+        "Upper",   "a'b",
+        "a\"b",    "x;DROP TABLE versions",
+        "a b",     "a%2fb",
+        "a\\b",    "a123456789012345678901234567890123456789012345678901234567890123456789"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
         kiln_err rc = kiln_registry_check_name("model", bad[i]);
         CHECK("a bad name is refused", rc == KILN_ERR_USAGE);
         CHECK("the message names the kind", strstr(kiln_errmsg(), "model name") != NULL);
     }
-    CHECK("versions allow upper case and +", kiln_registry_check_version("1.0.0+Build-7") == KILN_OK);
+    CHECK("versions allow upper case and +",
+          kiln_registry_check_version("1.0.0+Build-7") == KILN_OK);
     CHECK("versions refuse ..", kiln_registry_check_version("1..0") == KILN_ERR_USAGE);
     CHECK("versions refuse /", kiln_registry_check_version("1/0") == KILN_ERR_USAGE);
     CHECK("versions refuse a leading dot", kiln_registry_check_version(".1") == KILN_ERR_USAGE);
     char hex[KILN_SHA256_HEX];
-    CHECK("digest form", reg_digest_hex("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", hex));
+    CHECK("digest form",
+          reg_digest_hex("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                         hex));
     CHECK("digest upper case refused",
-          !reg_digest_hex("sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef", hex));
+          !reg_digest_hex("sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
+                          hex));
     CHECK("digest short refused", !reg_digest_hex("sha256:0123", hex));
 }
 
@@ -130,34 +144,40 @@ KILN_TEST(registry_names) {
 KILN_TEST(registry_tokens) {
     const char *root = kiln_test_dir();
     char *t1 = NULL, *t2 = NULL, *t3 = NULL;
-    CHECK("create publish token", kiln_registry_token_create(root, "ci", KILN_SCOPE_PUBLISH, &t1) == KILN_OK);
-    CHECK("create admin token", kiln_registry_token_create(root, "ops", KILN_SCOPE_ADMIN, &t2) == KILN_OK);
+    CHECK("create publish token",
+          kiln_registry_token_create(root, "ci", KILN_SCOPE_PUBLISH, &t1) == KILN_OK);
+    CHECK("create admin token",
+          kiln_registry_token_create(root, "ops", KILN_SCOPE_ADMIN, &t2) == KILN_OK);
     if (!t1 || !t2) return;
     CHECK("tokens differ", strcmp(t1, t2) != 0);
     CHECK("token has 32 random bytes", strlen(t1) == 5 + 64);
     kiln_err rc = kiln_registry_token_create(root, "ci", KILN_SCOPE_READ, &t3);
     CHECK("a name in use is a conflict", rc == KILN_ERR_CONFLICT && !t3);
     CHECK("the message names the token", strstr(kiln_errmsg(), "'ci'") != NULL);
-    CHECK("a bad token name is refused", kiln_registry_token_create(root, "../x", KILN_SCOPE_READ, &t3) == KILN_ERR_USAGE);
+    CHECK("a bad token name is refused",
+          kiln_registry_token_create(root, "../x", KILN_SCOPE_READ, &t3) == KILN_ERR_USAGE);
 
     sqlite3 *db;
     if (!CHECK("db opens", reg_db_open(root, &db) == KILN_OK)) return;
     char *name = NULL;
     unsigned scopes = 0;
-    CHECK("lookup finds the token", reg_token_lookup(db, t1, &name, &scopes) == KILN_OK && name && !strcmp(name, "ci"));
+    CHECK("lookup finds the token",
+          reg_token_lookup(db, t1, &name, &scopes) == KILN_OK && name && !strcmp(name, "ci"));
     CHECK("publish holds read and publish", scopes == (KILN_SCOPE_READ | KILN_SCOPE_PUBLISH));
     free(name);
     name = NULL;
     CHECK("admin holds every scope", reg_token_lookup(db, t2, &name, &scopes) == KILN_OK &&
-                                         scopes == (KILN_SCOPE_READ | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE |
-                                                    KILN_SCOPE_ADMIN));
+                                         scopes == (KILN_SCOPE_READ | KILN_SCOPE_PUBLISH |
+                                                    KILN_SCOPE_PROMOTE | KILN_SCOPE_ADMIN));
     free(name);
     name = NULL;
-    CHECK("an unknown token is refused", reg_token_lookup(db, "kiln_nope", &name, &scopes) == KILN_ERR_AUTH && !name);
+    CHECK("an unknown token is refused",
+          reg_token_lookup(db, "kiln_nope", &name, &scopes) == KILN_ERR_AUTH && !name);
     /* Only the hash is stored: the secret appears nowhere in the database. */
     sqlite3_stmt *st;
     int plain = -1, rows = -1;
-    if (sqlite3_prepare_v2(db, "SELECT count(*), sum(hash = ?1) FROM tokens", -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "SELECT count(*), sum(hash = ?1) FROM tokens", -1, &st, NULL) ==
+        SQLITE_OK) {
         sqlite3_bind_text(st, 1, t1, -1, SQLITE_TRANSIENT);
         if (sqlite3_step(st) == SQLITE_ROW) {
             rows = sqlite3_column_int(st, 0);
@@ -167,7 +187,8 @@ KILN_TEST(registry_tokens) {
     }
     CHECK("two tokens stored, neither in the clear", rows == 2 && plain == 0);
     int audits = -1;
-    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM audit WHERE action = 'token.create'", -1, &st, NULL) == SQLITE_OK) {
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM audit WHERE action = 'token.create'", -1, &st,
+                           NULL) == SQLITE_OK) {
         if (sqlite3_step(st) == SQLITE_ROW) audits = sqlite3_column_int(st, 0);
         sqlite3_finalize(st);
     }
@@ -213,23 +234,27 @@ KILN_TEST(registry_blob_store) {
 
     /* fsck: clean with an unreferenced blob; a version whose blob changed is a problem. */
     size_t problems = 99;
-    CHECK("fsck clean", kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK && problems == 0);
+    CHECK("fsck clean",
+          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK && problems == 0);
     sqlite3 *db;
     if (!CHECK("db", reg_db_open(root, &db) == KILN_OK)) return;
     char sql[512];
-    snprintf(sql, sizeof sql,
-             "INSERT INTO versions VALUES('m', '1', 'sha256:%s', %zu, '{}', 'sig', NULL, NULL, 't', 0)", hex,
-             sizeof data - 1);
+    snprintf(
+        sql, sizeof sql,
+        "INSERT INTO versions VALUES('m', '1', 'sha256:%s', %zu, '{}', 'sig', NULL, NULL, 't', 0)",
+        hex, sizeof data - 1);
     CHECK("version row", reg_db_exec(db, sql) == KILN_OK);
     reg_db_close(db);
-    CHECK("fsck clean with the version", kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK);
+    CHECK("fsck clean with the version",
+          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK);
     FILE *f = fopen(path, "r+b");
     if (f) {
         fputc('T', f); /* one byte changed on disk */
         fclose(f);
     }
     CHECK("fsck finds the changed blob",
-          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_ERR_VERIFY && problems == 1);
+          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
+              problems == 1);
 
     /* gc keeps referenced blobs and removes the rest. */
     char hex2[KILN_SHA256_HEX];
@@ -257,48 +282,68 @@ KILN_TEST(registry_server_auth) {
     uint16_t port = kiln_registry_server_port(s);
     CHECK("a port was chosen", port != 0);
     kiln_registry_server *s2 = start(root, NULL, false);
-    CHECK("a second server on the same store is refused", !s2 && strstr(kiln_errmsg(), "held by another"));
+    CHECK("a second server on the same store is refused",
+          !s2 && strstr(kiln_errmsg(), "held by another"));
     kiln_registry_server_stop(s2, 0);
     resp r;
     CHECK("healthz", http(port, "GET", "/healthz", NULL, NULL, NULL, &r) == 200);
-    CHECK("open reads", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200 && strstr(r.body, "\"models\""));
-    const char *hdrs[] = {"X-Kiln-Digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                          "X-Kiln-Signature: eA==", NULL};
-    CHECK("upload without a token: 401", http(port, "PUT", "/v1/models/m/versions/1", NULL, "x", hdrs, &r) == 401);
-    CHECK("upload with a bad token: 401", http(port, "PUT", "/v1/models/m/versions/1", "kiln_bad", "x", hdrs, &r) == 401);
-    CHECK("upload with a read token: 403", http(port, "PUT", "/v1/models/m/versions/1", rd, "x", hdrs, &r) == 403);
+    CHECK("open reads", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200 &&
+                            strstr(r.body, "\"models\""));
+    const char *hdrs[] = {
+        "X-Kiln-Digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "X-Kiln-Signature: eA==", NULL};
+    CHECK("upload without a token: 401",
+          http(port, "PUT", "/v1/models/m/versions/1", NULL, "x", hdrs, &r) == 401);
+    CHECK("upload with a bad token: 401",
+          http(port, "PUT", "/v1/models/m/versions/1", "kiln_bad", "x", hdrs, &r) == 401);
+    CHECK("upload with a read token: 403",
+          http(port, "PUT", "/v1/models/m/versions/1", rd, "x", hdrs, &r) == 403);
     CHECK("403 names the scope", strstr(r.body, "publish") != NULL);
     CHECK("channel put with a publish token: 403",
           http(port, "PUT", "/v1/models/m/channels/prod", pub, "{}", NULL, &r) == 403);
     CHECK("audit needs admin: 403", http(port, "GET", "/v1/audit", pub, NULL, NULL, &r) == 403);
-    CHECK("audit with admin", http(port, "GET", "/v1/audit", adm, NULL, NULL, &r) == 200 && strstr(r.body, "token.create"));
-    CHECK("no trust policy refuses uploads", http(port, "PUT", "/v1/models/m/versions/1", pub, "x", hdrs, &r) == 422);
-    const char *bad[] = {"/v1/models/..%2Fetc/versions/1", "/v1/models/a%2Fb/versions/1",
-                         "/v1/models/m/versions/..%2F..%2Fx", "/v1/models/m'%3B%20DROP%20TABLE%20versions%3B--/versions/1",
-                         "/v1/models/m%22x/versions/1", "/v1/models/m/versions/1%20OR%201%3D1", "/v1/models/%2e%2e/versions/1"};
+    CHECK("audit with admin", http(port, "GET", "/v1/audit", adm, NULL, NULL, &r) == 200 &&
+                                  strstr(r.body, "token.create"));
+    CHECK("no trust policy refuses uploads",
+          http(port, "PUT", "/v1/models/m/versions/1", pub, "x", hdrs, &r) == 422);
+    const char *bad[] = {"/v1/models/..%2Fetc/versions/1",
+                         "/v1/models/a%2Fb/versions/1",
+                         "/v1/models/m/versions/..%2F..%2Fx",
+                         "/v1/models/m'%3B%20DROP%20TABLE%20versions%3B--/versions/1",
+                         "/v1/models/m%22x/versions/1",
+                         "/v1/models/m/versions/1%20OR%201%3D1",
+                         "/v1/models/%2e%2e/versions/1"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++)
-        CHECK("a bad name in the path: 400", http(port, "PUT", bad[i], pub, "x", hdrs, &r) == 400 &&
-                                                 strstr(r.body, "name"));
-    const char *malformed[] = {"/v1/models/a%00b", "/v1/models/a%zz", "/v1/models/a%4", "/v1/a/b/c/d/e/f/g/h/i/j",
-                               "/v1/models/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+        CHECK("a bad name in the path: 400",
+              http(port, "PUT", bad[i], pub, "x", hdrs, &r) == 400 && strstr(r.body, "name"));
+    const char *malformed[] = {
+        "/v1/models/a%00b", "/v1/models/a%zz", "/v1/models/a%4", "/v1/a/b/c/d/e/f/g/h/i/j",
+        "/v1/models/"
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(malformed); i++)
-        CHECK("a malformed path: 400", http(port, "GET", malformed[i], NULL, NULL, NULL, &r) == 400);
+        CHECK("a malformed path: 400",
+              http(port, "GET", malformed[i], NULL, NULL, NULL, &r) == 400);
     CHECK("an encoded slash never changes the route",
           http(port, "GET", "/v1/models/m%2Fversions%2F1", NULL, NULL, NULL, &r) == 400);
     CHECK("versions table survives", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200);
     CHECK("unknown model: 404", http(port, "GET", "/v1/models/nope", NULL, NULL, NULL, &r) == 404);
     CHECK("unknown route: 404", http(port, "GET", "/v2/x", NULL, NULL, NULL, &r) == 404);
-    CHECK("DELETE: 405", http(port, "DELETE", "/v1/models/m/versions/1", adm, NULL, NULL, &r) == 405);
-    CHECK("metrics", http(port, "GET", "/metrics", NULL, NULL, NULL, &r) == 200 &&
-                         strstr(r.body, "kiln_registry_requests_total{route=\"/v1/models/{model}/versions/{version}\","
-                                        "method=\"PUT\",status=\"401\"} 2"));
+    CHECK("DELETE: 405",
+          http(port, "DELETE", "/v1/models/m/versions/1", adm, NULL, NULL, &r) == 405);
+    CHECK("metrics",
+          http(port, "GET", "/metrics", NULL, NULL, NULL, &r) == 200 &&
+              strstr(r.body,
+                     "kiln_registry_requests_total{route=\"/v1/models/{model}/versions/{version}\","
+                     "method=\"PUT\",status=\"401\"} 2"));
     kiln_registry_server_stop(s, 1000);
     s = start(root, NULL, true);
     if (!CHECK("server restarts with reads closed", s)) goto out;
     port = kiln_registry_server_port(s);
-    CHECK("closed reads: 401 without a token", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 401);
+    CHECK("closed reads: 401 without a token",
+          http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 401);
     CHECK("closed reads: a read token", http(port, "GET", "/v1/models", rd, NULL, NULL, &r) == 200);
-    CHECK("closed reads: any scope reads", http(port, "GET", "/v1/models", pub, NULL, NULL, &r) == 200);
+    CHECK("closed reads: any scope reads",
+          http(port, "GET", "/v1/models", pub, NULL, NULL, &r) == 200);
 out:
     kiln_registry_server_stop(s, 1000);
     free(pub);
@@ -311,7 +356,8 @@ KILN_TEST(registry_download_range) {
     size_t n = 300000;
     unsigned char *data = malloc(n);
     if (!data) return;
-    for (size_t i = 0; i < n; i++) data[i] = (unsigned char)(i * 131 + 7);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (unsigned char)(i * 131 + 7);
     char hex[KILN_SHA256_HEX];
     CHECK("blob", put_blob(root, data, n, hex));
     kiln_registry_server *s = start(root, NULL, false);
@@ -325,10 +371,12 @@ KILN_TEST(registry_download_range) {
     resp r;
     const char *range[] = {hdr, NULL};
     snprintf(hdr, sizeof hdr, "Range: bytes=10-19");
-    CHECK("range: 206", http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 10 && !memcmp(r.body, data + 10, 10));
+    CHECK("range: 206", http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 10 &&
+                            !memcmp(r.body, data + 10, 10));
     snprintf(hdr, sizeof hdr, "Range: bytes=%zu-", n);
     CHECK("range past the end: 416", http(port, "GET", path, NULL, NULL, range, &r) == 416);
-    const char *garbage[] = {"Range: bytes=", "Range: bytes=5-2", "Range: bytes=-0", "Range: items=1-2",
+    const char *garbage[] = {"Range: bytes=",        "Range: bytes=5-2",
+                             "Range: bytes=-0",      "Range: items=1-2",
                              "Range: bytes=1-2,4-5", "Range: bytes=99999999999999999999999-"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(garbage); i++) {
         const char *g[] = {garbage[i], NULL};
@@ -365,9 +413,11 @@ KILN_TEST(registry_download_range) {
     /* Declared smaller than the blob: the client stops reading there. */
     unlink(partial);
     kiln_err rc = reg_download(&c, hex, n / 2, partial);
-    CHECK("more than declared is cut off", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "more than the declared"));
+    CHECK("more than declared is cut off",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "more than the declared"));
     struct stat sb;
-    CHECK("no more than declared was written", stat(partial, &sb) == 0 && (size_t)sb.st_size <= n / 2);
+    CHECK("no more than declared was written",
+          stat(partial, &sb) == 0 && (size_t)sb.st_size <= n / 2);
     free(partial);
     kiln_registry_server_stop(s, 1000);
     free(data);
@@ -386,7 +436,9 @@ static void *fake_serve(void *arg) {
     char buf[4096];
     (void)!read(c, buf, sizeof buf);
     char head[128];
-    int hl = snprintf(head, sizeof head, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", f->send);
+    int hl =
+        snprintf(head, sizeof head,
+                 "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", f->send);
     (void)!write(c, head, (size_t)hl);
     memset(buf, 'z', sizeof buf);
     for (size_t sent = 0; sent < f->send;) {
@@ -405,8 +457,9 @@ KILN_TEST(registry_fake_server_cut_off) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t al = sizeof a;
-    if (!CHECK("fake server listens", f.fd >= 0 && bind(f.fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-                                          listen(f.fd, 4) == 0 && getsockname(f.fd, (struct sockaddr *)&a, &al) == 0))
+    if (!CHECK("fake server listens",
+               f.fd >= 0 && bind(f.fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                   listen(f.fd, 4) == 0 && getsockname(f.fd, (struct sockaddr *)&a, &al) == 0))
         return;
     pthread_t t;
     pthread_create(&t, NULL, fake_serve, &f);
@@ -418,7 +471,8 @@ KILN_TEST(registry_fake_server_cut_off) {
     char *partial = kiln_test_path("x.partial");
     kiln_err rc = reg_download(&c, hex, 1000, partial);
     CHECK("a server that sends more than declared is cut off", rc == KILN_ERR_VERIFY);
-    CHECK("the message says so", strstr(kiln_errmsg(), "sent more than the declared 1000 bytes") != NULL);
+    CHECK("the message says so",
+          strstr(kiln_errmsg(), "sent more than the declared 1000 bytes") != NULL);
     struct stat sb;
     CHECK("at most the declared size was kept", stat(partial, &sb) == 0 && sb.st_size <= 1000);
     pthread_join(t, NULL);
@@ -445,14 +499,16 @@ typedef struct fixture {
 
 static bool fx_key(kiln_sign_seckey **sk, char b64[KILN_SIGN_PUBKEY_B64]) {
     kiln_sign_pubkey pk;
-    if (kiln_sign_seckey_generate(sk) != KILN_OK || kiln_sign_seckey_pubkey(*sk, &pk) != KILN_OK) return false;
+    if (kiln_sign_seckey_generate(sk) != KILN_OK || kiln_sign_seckey_pubkey(*sk, &pk) != KILN_OK)
+        return false;
     kiln_sign_pubkey_base64(&pk, b64);
     return true;
 }
 
 static bool fx_start(fixture *f) {
     if (f->srv) kiln_registry_server_stop(f->srv, 1000);
-    kiln_registry_server_opts o = {.root = f->root, .listen = "127.0.0.1:0", .trust = f->trust, .threads = 4};
+    kiln_registry_server_opts o = {
+        .root = f->root, .listen = "127.0.0.1:0", .trust = f->trust, .threads = 4};
     f->srv = NULL;
     if (kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
     f->port = kiln_registry_server_port(f->srv);
@@ -465,17 +521,22 @@ static bool fx_init(fixture *f) {
     snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
     snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
     snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
-    char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64], s[KILN_SIGN_PUBKEY_B64];
-    if (!fx_key(&f->rel, r) || !fx_key(&f->p1, a) || !fx_key(&f->p2, b) || !fx_key(&f->stranger, s)) return false;
-    char *t = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"keys\":["
-                            "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
-                            "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
-                            "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
-                            "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}}}",
-                            r, a, b);
-    bool ok = t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
-              kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub_tok) == KILN_OK &&
-              kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom_tok) == KILN_OK && fx_start(f);
+    char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64],
+        s[KILN_SIGN_PUBKEY_B64];
+    if (!fx_key(&f->rel, r) || !fx_key(&f->p1, a) || !fx_key(&f->p2, b) || !fx_key(&f->stranger, s))
+        return false;
+    char *t = kiln_asprintf(
+        "{\"format\":\"kiln-trust/1\",\"keys\":["
+        "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+        "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
+        "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
+        "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}}}",
+        r, a, b);
+    bool ok =
+        t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
+        kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub_tok) == KILN_OK &&
+        kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom_tok) == KILN_OK &&
+        fx_start(f);
     free(t);
     return ok;
 }
@@ -497,13 +558,16 @@ static kiln_registry_client_opts fx_client(const fixture *f, const char *token) 
 
 /* Pack a model directory whose weights are `content` as demo@version and sign it with sk;
  * returns the archive's path (caller frees) and its digest in hex. */
-static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk, char hex[KILN_SHA256_HEX]) {
+static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk,
+                        char hex[KILN_SHA256_HEX]) {
     char name[64];
     snprintf(name, sizeof name, "model-%s-%s", version, content);
-    char *dir = kiln_test_path(name), *path = kiln_asprintf("%s.kiln", dir ? dir : ""), *w = kiln_path_join(dir ? dir : "", "model.safetensors"),
+    char *dir = kiln_test_path(name), *path = kiln_asprintf("%s.kiln", dir ? dir : ""),
+         *w = kiln_path_join(dir ? dir : "", "model.safetensors"),
          *card = kiln_path_join(dir ? dir : "", "card.json");
-    const char *card_text = "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
-                            "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
+    const char *card_text =
+        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
+        "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
     uint8_t digest[KILN_SHA256_BYTES];
     kiln_manifest *m = NULL;
     char *sig = NULL, *comment = NULL, *sigp = NULL;
@@ -538,16 +602,18 @@ static char *fx_archive(const char *content, const char *version, kiln_sign_seck
 }
 
 /* A channel record's text signed by the given keys (NULL-terminated). */
-static char *fx_record(const char *channel, const char *version, const char *hex, uint64_t seq, int64_t expires,
-                       const char *reason, kiln_sign_seckey *const *keys) {
+static char *fx_record(const char *channel, const char *version, const char *hex, uint64_t seq,
+                       int64_t expires, const char *reason, kiln_sign_seckey *const *keys) {
     kiln_sign_record r;
     kiln_sign_record_init(&r);
     uint8_t d[32];
     char *text = NULL, *path = kiln_test_path("record.json");
     size_t len;
-    bool ok = path && kiln_unhex(hex, d, 32) &&
-              kiln_sign_record_set(&r, "demo", channel, version, d, seq, expires, reason) == KILN_OK;
-    for (int i = 0; ok && keys[i]; i++) ok = kiln_sign_record_add_signature(&r, keys[i]) == KILN_OK;
+    bool ok =
+        path && kiln_unhex(hex, d, 32) &&
+        kiln_sign_record_set(&r, "demo", channel, version, d, seq, expires, reason) == KILN_OK;
+    for (int i = 0; ok && keys[i]; i++)
+        ok = kiln_sign_record_add_signature(&r, keys[i]) == KILN_OK;
     if (ok && kiln_sign_record_save(&r, path) == KILN_OK) {
         if (kiln_read_file(path, 1 << 20, &text, &len) != KILN_OK) text = NULL;
     }
@@ -563,13 +629,15 @@ static kiln_err fx_put(const fixture *f, const char *channel, const char *text) 
 }
 
 /* Store a record the way a compromised server would: straight into its database. */
-static bool fx_inject(const fixture *f, const char *channel, const char *version, const char *hex, int64_t seq,
-                      const char *text) {
+static bool fx_inject(const fixture *f, const char *channel, const char *version, const char *hex,
+                      int64_t seq, const char *text) {
     sqlite3 *db;
     if (reg_db_open(f->root, &db) != KILN_OK) return false;
     sqlite3_stmt *st;
-    bool ok = sqlite3_prepare_v2(db, "INSERT INTO channel_records VALUES('demo', ?1, ?2, ?3, ?4, 0, 'x', ?5, 'evil', 0)",
-                                 -1, &st, NULL) == SQLITE_OK;
+    bool ok =
+        sqlite3_prepare_v2(
+            db, "INSERT INTO channel_records VALUES('demo', ?1, ?2, ?3, ?4, 0, 'x', ?5, 'evil', 0)",
+            -1, &st, NULL) == SQLITE_OK;
     if (ok) {
         char d[80];
         snprintf(d, sizeof d, "sha256:%s", hex);
@@ -595,7 +663,8 @@ static kiln_err fx_pull(const fixture *f, const char *ref, const char *out) {
 static bool file_is(const char *dir, const char *name, const char *want) {
     char *p = kiln_path_join(dir, name), *got = NULL;
     size_t len = 0;
-    bool ok = p && kiln_read_file(p, 1 << 20, &got, &len) == KILN_OK && len == strlen(want) && !memcmp(got, want, len);
+    bool ok = p && kiln_read_file(p, 1 << 20, &got, &len) == KILN_OK && len == strlen(want) &&
+              !memcmp(got, want, len);
     free(p);
     free(got);
     return ok;
@@ -606,23 +675,30 @@ KILN_TEST(registry_publish_promote_pull) {
     if (!CHECK("fixture", fx_init(&f))) goto out;
     char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX], hs[KILN_SHA256_HEX];
     char *a1 = fx_archive("one", "1.0.0", f.rel, h1), *a2 = fx_archive("two", "1.1.0", f.rel, h2),
-         *a3 = fx_archive("other", "1.0.0", f.rel, h3), *as = fx_archive("evil", "6.6.6", f.stranger, hs);
+         *a3 = fx_archive("other", "1.0.0", f.rel, h3),
+         *as = fx_archive("evil", "6.6.6", f.stranger, hs);
     if (!CHECK("archives", a1 && a2 && a3 && as)) goto free_archives;
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok), none = fx_client(&f, NULL), rd = fx_client(&f, f.prom_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok), none = fx_client(&f, NULL),
+                              rd = fx_client(&f, f.prom_tok);
     kiln_registry_published pub;
-    CHECK("publish without a token: refused", kiln_registry_publish(&none, a1, NULL, &pub) == KILN_ERR_AUTH &&
-                                                  strstr(kiln_errmsg(), "HTTP 401"));
-    CHECK("publish with a promote token: refused", kiln_registry_publish(&rd, a1, NULL, &pub) == KILN_ERR_AUTH &&
-                                                       strstr(kiln_errmsg(), "HTTP 403"));
+    CHECK("publish without a token: refused",
+          kiln_registry_publish(&none, a1, NULL, &pub) == KILN_ERR_AUTH &&
+              strstr(kiln_errmsg(), "HTTP 401"));
+    CHECK("publish with a promote token: refused",
+          kiln_registry_publish(&rd, a1, NULL, &pub) == KILN_ERR_AUTH &&
+              strstr(kiln_errmsg(), "HTTP 403"));
     CHECK("publish", kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK && !pub.existed);
     char want[80];
     snprintf(want, sizeof want, "sha256:%s", h1);
     CHECK("the stored digest is the archive's", !strcmp(pub.digest, want));
-    CHECK("the same bytes again: 200", kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK && pub.existed);
-    CHECK("other bytes under the same version: 409", kiln_registry_publish(&c, a3, NULL, &pub) == KILN_ERR_CONFLICT &&
-                                                         strstr(kiln_errmsg(), "HTTP 409"));
-    CHECK("signed by a key the policy lacks: refused", kiln_registry_publish(&c, as, NULL, &pub) == KILN_ERR_VERIFY &&
-                                                           strstr(kiln_errmsg(), "not in the trust policy"));
+    CHECK("the same bytes again: 200",
+          kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK && pub.existed);
+    CHECK("other bytes under the same version: 409",
+          kiln_registry_publish(&c, a3, NULL, &pub) == KILN_ERR_CONFLICT &&
+              strstr(kiln_errmsg(), "HTTP 409"));
+    CHECK("signed by a key the policy lacks: refused",
+          kiln_registry_publish(&c, as, NULL, &pub) == KILN_ERR_VERIFY &&
+              strstr(kiln_errmsg(), "not in the trust policy"));
     CHECK("publish 1.1.0", kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK);
 
     kiln_sign_seckey *k1[] = {f.p1, NULL}, *k12[] = {f.p1, f.p2, NULL}, *ks[] = {f.stranger, NULL};
@@ -631,42 +707,53 @@ KILN_TEST(registry_publish_promote_pull) {
     CHECK("promote staging seq 1", r1 && fx_put(&f, "staging", r1) == KILN_OK);
     CHECK("the same record again: 409 (seq)", r1 && fx_put(&f, "staging", r1) == KILN_ERR_CONFLICT);
     char *out = kiln_test_path("model");
-    CHECK("pull staging", fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
+    CHECK("pull staging",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
     char *r2 = fx_record("staging", "1.1.0", h2, 2, later, "promote", k1);
     CHECK("promote staging seq 2", r2 && fx_put(&f, "staging", r2) == KILN_OK);
-    CHECK("pull replaces the model", fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "two"));
+    CHECK("pull replaces the model",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "two"));
     char *r3 = fx_record("staging", "1.0.0", h1, 3, later, "rollback", k1);
     CHECK("rollback seq 3", r3 && fx_put(&f, "staging", r3) == KILN_OK);
-    CHECK("pull after rollback", fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
+    CHECK("pull after rollback",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
     char *skip = fx_record("staging", "1.1.0", h2, 5, later, "promote", k1);
     CHECK("a seq that skips: refused", skip && fx_put(&f, "staging", skip) == KILN_ERR_CONFLICT);
     char *wrongd = fx_record("staging", "1.1.0", h1, 4, later, "promote", k1);
-    CHECK("a digest the version lacks: refused", wrongd && fx_put(&f, "staging", wrongd) == KILN_ERR_VERIFY);
+    CHECK("a digest the version lacks: refused",
+          wrongd && fx_put(&f, "staging", wrongd) == KILN_ERR_VERIFY);
     char *absent = fx_record("staging", "9.9.9", h1, 4, later, "promote", k1);
-    CHECK("a version the registry lacks: refused", absent && fx_put(&f, "staging", absent) == KILN_ERR_NOTFOUND);
+    CHECK("a version the registry lacks: refused",
+          absent && fx_put(&f, "staging", absent) == KILN_ERR_NOTFOUND);
     char *expired = fx_record("staging", "1.1.0", h2, 4, kiln_unix_time() - 10, "promote", k1);
-    CHECK("an expired record: refused by the server", expired && fx_put(&f, "staging", expired) == KILN_ERR_VERIFY);
+    CHECK("an expired record: refused by the server",
+          expired && fx_put(&f, "staging", expired) == KILN_ERR_VERIFY);
 
     /* Threshold 2: one signature, or one by a stranger, is refused by the server. */
     char *p_one = fx_record("production", "1.1.0", h2, 1, later, "promote", k1),
          *p_str = fx_record("production", "1.1.0", h2, 1, later, "promote", ks),
          *p_two = fx_record("production", "1.1.0", h2, 1, later, "promote", k12);
-    CHECK("fewer keys than the threshold: server refuses", p_one && fx_put(&f, "production", p_one) == KILN_ERR_VERIFY &&
-                                                               strstr(kiln_errmsg(), "needs 2"));
-    CHECK("an unknown key: server refuses", p_str && fx_put(&f, "production", p_str) == KILN_ERR_VERIFY);
+    CHECK("fewer keys than the threshold: server refuses",
+          p_one && fx_put(&f, "production", p_one) == KILN_ERR_VERIFY &&
+              strstr(kiln_errmsg(), "needs 2"));
+    CHECK("an unknown key: server refuses",
+          p_str && fx_put(&f, "production", p_str) == KILN_ERR_VERIFY);
     CHECK("two promote keys: accepted", p_two && fx_put(&f, "production", p_two) == KILN_OK);
     char *out2 = kiln_test_path("prod");
-    CHECK("pull production", fx_pull(&f, "demo@production", out2) == KILN_OK && file_is(out2, "model.safetensors", "two"));
+    CHECK("pull production", fx_pull(&f, "demo@production", out2) == KILN_OK &&
+                                 file_is(out2, "model.safetensors", "two"));
     char *out3 = kiln_test_path("byversion");
-    CHECK("pull by version", fx_pull(&f, "demo@1.1.0", out3) == KILN_OK && file_is(out3, "model.safetensors", "two"));
+    CHECK("pull by version",
+          fx_pull(&f, "demo@1.1.0", out3) == KILN_OK && file_is(out3, "model.safetensors", "two"));
 
     /* The audit log has one row per change. */
     sqlite3 *db;
     int n = -1;
     if (reg_db_open(f.root, &db) == KILN_OK) {
         sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM audit WHERE action IN ('publish','promote','rollback')", -1,
-                               &st, NULL) == SQLITE_OK &&
+        if (sqlite3_prepare_v2(
+                db, "SELECT count(*) FROM audit WHERE action IN ('publish','promote','rollback')",
+                -1, &st, NULL) == SQLITE_OK &&
             sqlite3_step(st) == SQLITE_ROW)
             n = sqlite3_column_int(st, 0);
         sqlite3_finalize(st);
@@ -676,7 +763,8 @@ KILN_TEST(registry_publish_promote_pull) {
     size_t problems = 9;
     kiln_registry_server_stop(f.srv, 1000);
     f.srv = NULL;
-    CHECK("fsck clean", kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+    CHECK("fsck clean",
+          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
     free(r1), free(r2), free(r3), free(skip), free(wrongd), free(absent), free(expired);
     free(p_one), free(p_str), free(p_two);
     free(out), free(out2), free(out3);
@@ -703,8 +791,10 @@ KILN_TEST(registry_pull_refuses_lies) {
     char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1),
          *r2 = fx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
     char *out = kiln_test_path("model");
-    CHECK("seq 1 and 2", r1 && r2 && fx_put(&f, "staging", r1) == KILN_OK && fx_put(&f, "staging", r2) == KILN_OK);
-    CHECK("pull at seq 2", fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "two"));
+    CHECK("seq 1 and 2",
+          r1 && r2 && fx_put(&f, "staging", r1) == KILN_OK && fx_put(&f, "staging", r2) == KILN_OK);
+    CHECK("pull at seq 2",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "two"));
 
     /* Replay: the server drops seq 2 and serves seq 1 again. */
     sqlite3 *db;
@@ -713,25 +803,29 @@ KILN_TEST(registry_pull_refuses_lies) {
         reg_db_close(db);
     }
     kiln_err rc = fx_pull(&f, "demo@staging", out);
-    CHECK("a replayed older record is refused", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "lower than 2"));
+    CHECK("a replayed older record is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "lower than 2"));
     CHECK("the model stays as it was", file_is(out, "model.safetensors", "two"));
 
     /* Expired: signed properly, but out of date. */
     char *ex = fx_record("staging", "2.0.0", h2, 3, kiln_unix_time() - 5, "promote", k1);
     CHECK("inject expired", ex && fx_inject(&f, "staging", "2.0.0", h2, 3, ex));
     rc = fx_pull(&f, "demo@staging", out);
-    CHECK("an expired record is refused", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "expired"));
+    CHECK("an expired record is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "expired"));
 
     /* Signed by a stranger; and fewer keys than the threshold. */
     char *st = fx_record("staging", "2.0.0", h2, 4, later, "promote", ks);
     CHECK("inject stranger's", st && fx_inject(&f, "staging", "2.0.0", h2, 4, st));
     rc = fx_pull(&f, "demo@staging", out);
-    CHECK("a record by an unknown key is refused", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "channel record"));
+    CHECK("a record by an unknown key is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "channel record"));
     char *one = fx_record("production", "2.0.0", h2, 1, later, "promote", k1);
     CHECK("inject under-signed", one && fx_inject(&f, "production", "2.0.0", h2, 1, one));
     char *out2 = kiln_test_path("prod");
     rc = fx_pull(&f, "demo@production", out2);
-    CHECK("fewer keys than the threshold is refused", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "needs 2"));
+    CHECK("fewer keys than the threshold is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "needs 2"));
     CHECK("nothing at the refused pull's directory", !kiln_path_exists(out2));
 
     /* Tampered: one byte of the blob changed on the server's disk. */
@@ -746,14 +840,17 @@ KILN_TEST(registry_pull_refuses_lies) {
     }
     char *out3 = kiln_test_path("v1");
     rc = fx_pull(&f, "demo@1.0.0", out3);
-    CHECK("a tampered blob is refused", rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "hashes to"));
+    CHECK("a tampered blob is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "hashes to"));
     CHECK("nothing at its directory", !kiln_path_exists(out3));
     size_t problems = 0;
     kiln_registry_server_stop(f.srv, 1000);
     f.srv = NULL;
     CHECK("fsck sees the tampered blob and the bad records",
-          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_ERR_VERIFY && problems == 4);
-    free(blob), free(r1), free(r2), free(ex), free(st), free(one), free(out), free(out2), free(out3);
+          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
+              problems == 4);
+    free(blob), free(r1), free(r2), free(ex), free(st), free(one), free(out), free(out2),
+        free(out3);
 free_archives:
     free(a1), free(a2);
 out:
@@ -773,12 +870,14 @@ KILN_TEST(registry_sigkill_mid_upload) {
     pid_t pid = fork();
     if (pid == 0) { /* the server, in a process of its own */
         close(ready[0]);
-        kiln_registry_server_opts o = {.root = f.root, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
+        kiln_registry_server_opts o = {
+            .root = f.root, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
         kiln_registry_server *s;
         uint16_t port = 0;
         if (kiln_registry_server_start(&o, &s) == KILN_OK) port = kiln_registry_server_port(s);
         (void)!write(ready[1], &port, sizeof port);
-        for (;;) pause();
+        for (;;)
+            pause();
     }
     close(ready[1]);
     uint16_t port = 0;
@@ -791,14 +890,18 @@ KILN_TEST(registry_sigkill_mid_upload) {
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     char *sig = NULL, *sigp = kiln_asprintf("%s.minisig", a), *body = NULL;
     size_t sig_len = 0, body_len = 0;
-    if (sigp && kiln_read_file(sigp, 1 << 16, &sig, &sig_len) == KILN_OK && kiln_read_file(a, 1 << 24, &body, &body_len) == KILN_OK &&
+    if (sigp && kiln_read_file(sigp, 1 << 16, &sig, &sig_len) == KILN_OK &&
+        kiln_read_file(a, 1 << 24, &body, &body_len) == KILN_OK &&
         connect(s, (struct sockaddr *)&sa, sizeof sa) == 0) {
         char b64[8192], head[10000];
-        sodium_bin2base64(b64, sizeof b64, (unsigned char *)sig, sig_len, sodium_base64_VARIANT_ORIGINAL);
-        int hl = snprintf(head, sizeof head,
-                          "PUT /v1/models/demo/versions/1.0.0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n"
-                          "Content-Length: %zu\r\nX-Kiln-Digest: sha256:%s\r\nX-Kiln-Signature: %s\r\n\r\n",
-                          f.pub_tok, body_len, hex, b64);
+        sodium_bin2base64(b64, sizeof b64, (unsigned char *)sig, sig_len,
+                          sodium_base64_VARIANT_ORIGINAL);
+        int hl = snprintf(
+            head, sizeof head,
+            "PUT /v1/models/demo/versions/1.0.0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
+            "Bearer %s\r\n"
+            "Content-Length: %zu\r\nX-Kiln-Digest: sha256:%s\r\nX-Kiln-Signature: %s\r\n\r\n",
+            f.pub_tok, body_len, hex, b64);
         (void)!write(s, head, (size_t)hl);
         (void)!write(s, body, body_len / 2);
         struct timespec ts = {0, 200 * 1000 * 1000};
@@ -812,14 +915,16 @@ KILN_TEST(registry_sigkill_mid_upload) {
     int n = -1;
     if (reg_db_open(f.root, &db) == KILN_OK) {
         sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM versions", -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM versions", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
             n = sqlite3_column_int(st, 0);
         sqlite3_finalize(st);
         reg_db_close(db);
     }
     CHECK("no version is visible", n == 0);
     size_t problems = 9;
-    CHECK("fsck is clean", kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+    CHECK("fsck is clean",
+          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
     char *tmp = kiln_path_join(f.root, "tmp");
     CHECK("no temporaries", tmp && count_entries(tmp) == 0);
     free(tmp);
@@ -827,7 +932,8 @@ KILN_TEST(registry_sigkill_mid_upload) {
     CHECK("restart", fx_start(&f));
     kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
     kiln_registry_published pub;
-    CHECK("the upload succeeds", kiln_registry_publish(&c, a, NULL, &pub) == KILN_OK && !pub.existed);
+    CHECK("the upload succeeds",
+          kiln_registry_publish(&c, a, NULL, &pub) == KILN_OK && !pub.existed);
     free(sig), free(sigp), free(body);
 free_a:
     free(a);
@@ -854,7 +960,8 @@ static void *do_publish(void *arg) {
 static void *do_pull(void *arg) {
     worker *w = arg;
     kiln_registry_client_opts c = fx_client(w->f, NULL);
-    kiln_registry_pull_opts p = {.ref = w->ref, .trust = w->f->trust, .out = w->out, .state = w->state};
+    kiln_registry_pull_opts p = {
+        .ref = w->ref, .trust = w->f->trust, .out = w->out, .state = w->state};
     kiln_registry_pulled res;
     w->rc = kiln_registry_pull(&c, &p, &res);
     return NULL;
@@ -868,7 +975,8 @@ KILN_TEST(registry_concurrent_pulls_and_publishes) {
     size_t n = kiln_test_sanitized() ? 256 * 1024 : 1024 * 1024;
     char *big = malloc(n + 1);
     if (!big) goto out;
-    for (size_t i = 0; i < n; i++) big[i] = (char)('a' + (i * 7919) % 26);
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)('a' + (i * 7919) % 26);
     big[n] = 0;
     char h[KILN_SHA256_HEX], hv[PUBS][KILN_SHA256_HEX];
     char *base = fx_archive(big, "1.0.0", f.rel, h), *pubs[PUBS] = {0};
@@ -876,8 +984,9 @@ KILN_TEST(registry_concurrent_pulls_and_publishes) {
     kiln_registry_published pub;
     kiln_sign_seckey *k1[] = {f.p1, NULL};
     char *rec = fx_record("staging", "1.0.0", h, 1, kiln_unix_time() + 3600, "promote", k1);
-    if (!CHECK("base published and promoted", base && rec && kiln_registry_publish(&c, base, NULL, &pub) == KILN_OK &&
-                                                  fx_put(&f, "staging", rec) == KILN_OK))
+    if (!CHECK("base published and promoted",
+               base && rec && kiln_registry_publish(&c, base, NULL, &pub) == KILN_OK &&
+                   fx_put(&f, "staging", rec) == KILN_OK))
         goto done;
     for (int i = 0; i < PUBS; i++) {
         char v[16], content[32];
@@ -921,7 +1030,8 @@ KILN_TEST(registry_concurrent_pulls_and_publishes) {
                                    json_array_size(json_object_get(m, "versions")) == 5);
     json_decref(m);
 done:
-    for (int i = 0; i < PUBS; i++) free(pubs[i]);
+    for (int i = 0; i < PUBS; i++)
+        free(pubs[i]);
     free(base);
     free(rec);
     free(big);
@@ -951,7 +1061,8 @@ static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_r
 }
 
 /* An archive of a real model (a vector file) as demo@version. */
-static char *fx_model_archive(const char *vector, const char *version, kiln_sign_seckey *sk, char hex[KILN_SHA256_HEX]) {
+static char *fx_model_archive(const char *vector, const char *version, kiln_sign_seckey *sk,
+                              char hex[KILN_SHA256_HEX]) {
     char *src = kiln_test_vector(vector), *data = NULL;
     size_t len = 0;
     char *a = NULL;
@@ -960,14 +1071,18 @@ static char *fx_model_archive(const char *vector, const char *version, kiln_sign
          * through a directory of their own. */
         char name[64];
         snprintf(name, sizeof name, "vec-%s", version);
-        char *dir = kiln_test_path(name), *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
-             *card = dir ? kiln_path_join(dir, "card.json") : NULL, *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL;
-        const char *card_text = "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
-                                "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
+        char *dir = kiln_test_path(name),
+             *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
+             *card = dir ? kiln_path_join(dir, "card.json") : NULL,
+             *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL;
+        const char *card_text =
+            "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
+            "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
         uint8_t digest[KILN_SHA256_BYTES];
         kiln_manifest *m = NULL;
         char *sig = NULL, *comment = NULL, *sigp = NULL;
-        if (dir && w && card && path && kiln_mkdir_p(dir) == KILN_OK && kiln_write_file_atomic(w, data, len) == KILN_OK &&
+        if (dir && w && card && path && kiln_mkdir_p(dir) == KILN_OK &&
+            kiln_write_file_atomic(w, data, len) == KILN_OK &&
             kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
             kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK) {
             kiln_sign_archive_info info;
@@ -1011,20 +1126,28 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     if (!CHECK("fixture", fx_init(&f))) goto out;
     char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX];
     char *a1 = fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f.rel, h1),
-         *a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2), *a3 = fx_archive("broken", "3.0.0", f.rel, h3);
+         *a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2),
+         *a3 = fx_archive("broken", "3.0.0", f.rel, h3);
     kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
     kiln_registry_published pub;
     kiln_sign_seckey *k1[] = {f.p1, NULL};
     int64_t later = kiln_unix_time() + 3600;
     char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
-    if (!CHECK("published and promoted", a1 && a2 && a3 && r1 && kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
+    if (!CHECK("published and promoted", a1 && a2 && a3 && r1 &&
+                                             kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
                                              kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
                                              kiln_registry_publish(&c, a3, NULL, &pub) == KILN_OK &&
                                              fx_put(&f, "staging", r1) == KILN_OK))
         goto done;
     char *dir = kiln_test_path("watch");
-    kiln_watch_opts o = {.pull = {.registry = f.url, .ref = "demo@staging", .trust = f.trust, .out = dir, .state = f.state},
-                         .interval_ms = 20, .on_update = on_update, .ctx = &u};
+    kiln_watch_opts o = {.pull = {.registry = f.url,
+                                  .ref = "demo@staging",
+                                  .trust = f.trust,
+                                  .out = dir,
+                                  .state = f.state},
+                         .interval_ms = 20,
+                         .on_update = on_update,
+                         .ctx = &u};
     if (!CHECK("watch starts with the current version", kiln_watch_start(&o, &w) == KILN_OK)) {
         free(dir);
         goto done;
@@ -1050,7 +1173,8 @@ KILN_TEST(registry_watch_swaps_verified_models) {
         nanosleep(&ts, NULL);
     }
     pthread_mutex_lock(&u.mu);
-    CHECK("the failed load is reported", u.failed >= 1 && u.ok == 1 && strstr(u.last_error, "model.safetensors"));
+    CHECK("the failed load is reported",
+          u.failed >= 1 && u.ok == 1 && strstr(u.last_error, "model.safetensors"));
     pthread_mutex_unlock(&u.mu);
     const kiln_model *m3 = kiln_watch_acquire(w, &g);
     CHECK("the old model stays in service", g == 2 && m3 == m2);
