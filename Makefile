@@ -5,11 +5,11 @@
 BUILD ?= build
 SAN ?=
 CC ?= cc
-PKGS := libsodium jansson sqlite3 openblas libarchive libzstd
+PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl
 # Debian packages that provide the pkg-config names above, and the tools the tests use
 # (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
-            libarchive-dev libzstd-dev minisign
+            libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev
 TOOLS := sqlite3 minisign
 # `make fuzz` only: clang with libFuzzer. Each target runs FUZZ_SECONDS.
 FUZZ_DEB_PKGS := clang libclang-rt-14-dev

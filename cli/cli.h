@@ -67,6 +67,15 @@ int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
 int cmd_validate(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_publish(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_promote(int argc, char **argv);
+int cmd_rollback(int argc, char **argv);
+int cmd_channel_put(int argc, char **argv);
+int cmd_registry_fsck(int argc, char **argv);
+int cmd_registry_gc(int argc, char **argv);
+int cmd_registry_serve(int argc, char **argv);
+int cmd_registry_token(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
 int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
 int cmd_verify(int argc, char **argv);         /* cmd_sign.c */

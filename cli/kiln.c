@@ -13,6 +13,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"channel put", cmd_channel_put, "put a signed channel record into a registry"},
     {"channel sign", cmd_channel_sign, "create or countersign a channel record"},
     {"channel verify", cmd_channel_verify, "verify a channel record against a trust policy"},
     {"data import", cmd_data_import, "convert a CSV file into a dataset"},
@@ -24,6 +25,14 @@ static const command commands[] = {
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
     {"keygen", cmd_keygen, "create a minisign-compatible key pair"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
+    {"promote", cmd_promote, "point a registry channel at a version (signed record)"},
+    {"publish", cmd_publish, "upload a signed .kiln archive to a registry"},
+    {"pull", cmd_pull, "download and verify a model from a registry"},
+    {"registry fsck", cmd_registry_fsck, "check a registry's store"},
+    {"registry gc", cmd_registry_gc, "remove blobs no version references"},
+    {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
+    {"registry token", cmd_registry_token, "create a registry token (registry token create)"},
+    {"rollback", cmd_rollback, "point a registry channel back at an older version"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
     {"sign", cmd_sign, "sign a file (minisign format)"},

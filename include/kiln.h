@@ -134,6 +134,63 @@ KILN_API uint64_t kiln_stream_ticks(const kiln_stream *s);
 /* Free a stream (NULL does nothing). */
 KILN_API void kiln_stream_free(kiln_stream *s);
 
+/* ---- pulling a model from a registry (registry/, docs/registry.md) ---- */
+
+typedef struct kiln_pull_opts {
+    const char *registry; /* "http://127.0.0.1:8080" */
+    const char *token;    /* bearer token, or NULL where reads are open */
+    const char *ref;      /* "NAME@CHANNEL" or "NAME@VERSION" */
+    const char *trust;    /* trust policy (trust.json) */
+    const char *out;      /* the model directory to create or replace */
+    const char *state;    /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+} kiln_pull_opts;
+
+typedef struct kiln_pull_result {
+    char model[65], version[65], channel[65]; /* channel "" when pulled by version */
+    char digest[72];                          /* "sha256:<hex>" of the archive */
+    uint64_t size;
+    int64_t seq; /* the channel record's; 0 when pulled by version */
+} kiln_pull_result;
+
+/* Download a model and verify it before anything lands at opts->out, in this order: the
+ * channel record's signatures meet the policy's threshold, its seq is not lower than the
+ * last this client accepted (kept in state), it has not expired, the archive's size and
+ * digest match, the archive's signature, the manifest's, every file's digest; then the
+ * model is unpacked into a temporary directory and renamed to opts->out. A failed check is
+ * KILN_ERR_VERIFY and leaves out as it was. A partial download is resumed on the next call.
+ * result may be NULL. Safe to call from several threads with different outs. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_pull(const kiln_pull_opts *opts, kiln_pull_result *result);
+
+/* ---- following a channel: pull, load and swap in new versions ---- */
+
+typedef struct kiln_watch kiln_watch; /* opaque */
+
+typedef struct kiln_watch_opts {
+    kiln_pull_opts pull;  /* ref is "NAME@CHANNEL"; out is a directory that holds one
+                             subdirectory per version loaded (gen-N) */
+    unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
+    /* Called from the watcher's thread after each attempted update: KILN_OK and the new
+     * version when one was swapped in, else the failure (the old model stays in service).
+     * May be NULL. */
+    void (*on_update)(void *ctx, kiln_err rc, const char *message, const kiln_pull_result *r);
+    void *ctx;
+} kiln_watch_opts;
+
+/* Pull and load the channel's current version (synchronously: an error if that fails),
+ * then poll the channel from a thread of its own. When a new record appears the new
+ * version is pulled and verified exactly as kiln_pull does, loaded with kiln_model_open,
+ * and only then made current; on any failure the old model stays in service. Free with
+ * kiln_watch_stop. */
+KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out) KILN_MUST_CHECK;
+/* The model in service, held until kiln_watch_release; *generation (may be NULL) counts the
+ * swaps from 1. A service keeps its streams on the model it acquired and, when the
+ * generation changes, opens new streams on the new model and releases the old one, which
+ * is freed once no one holds it. */
+KILN_API const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation);
+KILN_API void kiln_watch_release(kiln_watch *w, const kiln_model *m);
+/* Stop polling and free the watcher; every acquired model must have been released. NULL ok. */
+KILN_API void kiln_watch_stop(kiln_watch *w);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,371 @@
+/* cmd_publish.c - kiln publish | pull | promote | rollback | channel put: the registry's
+ * client side. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "core.h"
+#include "registry.h"
+#include "sign.h"
+
+typedef struct bar {
+    int last;
+    const char *what;
+} bar;
+
+/* A progress bar on stderr when it is a terminal. */
+static int draw_bar(void *ctx, uint64_t done, uint64_t total) {
+    bar *b = ctx;
+    if (!total) return 0;
+    int pct = (int)(done * 100 / total);
+    if (pct == b->last) return 0;
+    b->last = pct;
+    int fill = pct * 30 / 100;
+    fprintf(stderr, "\r%s [%.*s%*s] %3d%% %.1f/%.1f MiB", b->what, fill,
+            "##############################", 30 - fill, "", pct, (double)done / 1048576.0,
+            (double)total / 1048576.0);
+    if (pct == 100) fputc('\n', stderr);
+    return 0;
+}
+
+static void client_opts(kiln_registry_client_opts *c, const char *url, const char *token, bar *b) {
+    memset(c, 0, sizeof *c);
+    c->url = url;
+    c->token = token ? token : getenv("KILN_REGISTRY_TOKEN");
+    c->retries = -1;
+    if (isatty(2)) {
+        c->progress = draw_bar;
+        c->progress_ctx = b;
+    }
+}
+
+int cmd_publish(int argc, char **argv) {
+    const char *url = NULL, *token = NULL, *sig = NULL;
+    const cli_opt opts[] = {
+        {"registry", CLI_STR, &url, "URL", "the registry, e.g. http://127.0.0.1:8080", true},
+        {"token", CLI_STR, &token, "TOKEN", "a publish token (default $KILN_REGISTRY_TOKEN)",
+         false},
+        {"sig", CLI_STR, &sig, "FILE", "the archive's signature (default ARCHIVE.minisig)", false},
+        {0},
+    };
+    cli_spec spec = {"kiln publish ARCHIVE --registry URL [--token T]",
+                     "Upload a signed .kiln archive as the name@version its manifest gives.", opts,
+                     1, 1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *archive = pos[0];
+    free(pos);
+    bar b = {-1, "uploading"};
+    kiln_registry_client_opts c;
+    client_opts(&c, url, token, &b);
+    kiln_registry_published out;
+    kiln_err e = kiln_registry_publish(&c, archive, sig, &out);
+    if (e) return cli_fail(e);
+    printf("%s %s (%llu bytes)\n", out.existed ? "already stored:" : "published:", out.digest,
+           (unsigned long long)out.size);
+    return 0;
+}
+
+int cmd_pull(int argc, char **argv) {
+    const char *url = NULL, *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL;
+    const cli_opt opts[] = {
+        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        {"trust", CLI_STR, &trust, "FILE", "trust policy (trust.json) the model must meet", true},
+        {"out", CLI_STR, &out_dir, "DIR", "where the verified model directory goes", true},
+        {"state", CLI_STR, &state, "DIR", "anti-rollback state (default ~/.local/state/kiln)",
+         false},
+        {0},
+    };
+    cli_spec spec = {
+        "kiln pull NAME@CHANNEL|NAME@VERSION --registry URL --trust FILE --out DIR [--state DIR]",
+        "Download a model, verify everything (channel record, seq, expiry, digest, signatures, "
+        "every file) and only then put it at DIR.",
+        opts, 1, 1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *ref = pos[0];
+    free(pos);
+    bar b = {-1, "downloading"};
+    kiln_registry_client_opts c;
+    client_opts(&c, url, token, &b);
+    kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out_dir, .state = state};
+    kiln_registry_pulled res;
+    kiln_err e = kiln_registry_pull(&c, &p, &res);
+    if (e) return cli_fail(e);
+    if (res.channel[0])
+        printf("pulled %s@%s (channel %s, seq %lld) %s into '%s'\n", res.model, res.version,
+               res.channel, (long long)res.seq, res.digest, out_dir);
+    else
+        printf("pulled %s@%s %s into '%s'\n", res.model, res.version, res.digest, out_dir);
+    return 0;
+}
+
+/* ---- channels: promote, rollback, channel put ---- */
+
+/* "30d", "12h", "90m", "3600s" from now. */
+static bool parse_duration(const char *s, int64_t *secs) {
+    char *end;
+    long long n = strtoll(s, &end, 10);
+    int64_t unit = end == s || !end[0] || end[1] ? 0
+                   : end[0] == 's'               ? 1
+                   : end[0] == 'm'               ? 60
+                   : end[0] == 'h'               ? 3600
+                   : end[0] == 'd'               ? 86400
+                                                 : 0;
+    if (!unit || n <= 0 || n > 100LL * 365 * 86400 / unit) return false;
+    *secs = n * unit;
+    return true;
+}
+
+/* An encrypted key's password comes from $KILN_PASSWORD_FILE (its first line). */
+static kiln_err load_key(const char *path, kiln_sign_seckey **out) {
+    KILN_TRY(kiln_sign_seckey_load(path, out));
+    if (!kiln_sign_seckey_encrypted(*out)) return KILN_OK;
+    const char *file = getenv("KILN_PASSWORD_FILE");
+    kiln_err rc = KILN_OK;
+    char *buf = NULL;
+    size_t n = 0;
+    if (!file || !*file) {
+        rc = kiln_fail(
+            KILN_ERR_USAGE,
+            "'%s' is encrypted: set KILN_PASSWORD_FILE to a file that holds its password", path);
+    } else if ((rc = kiln_read_file(file, 64u << 10, &buf, &n)) == KILN_OK) {
+        size_t l = strcspn(buf, "\r\n");
+        rc = kiln_sign_seckey_decrypt(*out, buf, l);
+        kiln_sign_wipe(buf, n);
+    }
+    free(buf);
+    if (rc) {
+        kiln_sign_seckey_free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+/* The record's file text (what the registry stores and serves); caller frees. */
+static kiln_err record_text(const kiln_sign_record *r, char **text, size_t *len) {
+    char dir[] = "/tmp/kiln-record-XXXXXX";
+    if (!mkdtemp(dir)) return kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory");
+    char *path = kiln_path_join(dir, "record.json");
+    kiln_err rc = path ? kiln_sign_record_save(r, path) : KILN_ERR_NOMEM;
+    if (!rc) rc = kiln_read_file(path, 1u << 20, text, len);
+    if (path) unlink(path);
+    rmdir(dir);
+    free(path);
+    return rc;
+}
+
+typedef struct chan_args {
+    const char *url, *token, *channel, *key, *expires, *reason, *out, *digest;
+} chan_args;
+
+/* Fetch the channel's current seq and the version's digest, sign the next record, and put
+ * it (or write it to a.out for more signatures). */
+static int next_record(const chan_args *a, const char *model, const char *version,
+                       const char *reason) {
+    kiln_registry_client_opts c;
+    bar b = {-1, ""};
+    client_opts(&c, a->url, a->token, &b);
+    c.progress = NULL;
+    int64_t secs = 30 * 86400;
+    if (a->expires && !parse_duration(a->expires, &secs))
+        return cli_usage_error("--expires '%s' is not a duration like 30d, 12h, 90m or 3600s",
+                               a->expires);
+    if (kiln_registry_check_name("model", model) ||
+        kiln_registry_check_name("channel", a->channel) || kiln_registry_check_version(version))
+        return cli_fail(KILN_ERR_USAGE);
+    char *cur = NULL, *text = NULL, *vpath = NULL;
+    size_t cur_len = 0, text_len = 0;
+    json_t *ver = NULL;
+    kiln_sign_record r, old;
+    kiln_sign_record_init(&r);
+    kiln_sign_record_init(&old);
+    kiln_sign_seckey *sk = NULL;
+    uint64_t seq = 0;
+    kiln_err rc = kiln_registry_get_channel(&c, model, a->channel, &cur, &cur_len);
+    if (rc == KILN_OK) {
+        rc = kiln_sign_record_parse(cur, cur_len, "the channel's current record", &old);
+        seq = old.seq;
+    } else if (rc == KILN_ERR_NOTFOUND) {
+        rc = KILN_OK;
+    }
+    if (rc) goto out;
+    vpath = kiln_asprintf("/v1/models/%s/versions/%s", model, version);
+    KILN_CHECK_IF(rc, out, !vpath, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_registry_get_json(&c, vpath, &ver));
+    const char *d = json_string_value(json_object_get(ver, "digest"));
+    uint8_t digest[32];
+    KILN_CHECK_IF(
+        rc, out,
+        !d || strncmp(d, "sha256:", 7) || strlen(d) != 71 || !kiln_unhex(d + 7, digest, 32),
+        KILN_ERR_FORMAT, "the registry's record of %s@%s has no sha256 digest", model, version);
+    if (a->digest) {
+        const char *want = strncmp(a->digest, "sha256:", 7) ? a->digest : a->digest + 7;
+        KILN_CHECK_IF(rc, out, strcmp(want, d + 7) != 0, KILN_ERR_VERIFY,
+                      "the registry holds %s@%s as %s, not the --digest given; refusing", model,
+                      version, d);
+    }
+    KILN_CHECK(rc, out,
+               kiln_sign_record_set(&r, model, a->channel, version, digest, seq + 1,
+                                    kiln_unix_time() + secs, reason));
+    KILN_CHECK(rc, out, load_key(a->key, &sk));
+    KILN_CHECK(rc, out, kiln_sign_record_add_signature(&r, sk));
+    if (a->out) {
+        KILN_CHECK(rc, out, kiln_sign_record_save(&r, a->out));
+        printf("wrote %s: %s/%s -> %s (%s) seq %llu, 1 signature\n"
+               "add signatures with 'kiln channel sign --add %s --key KEY', then 'kiln channel put "
+               "%s --registry URL'\n",
+               a->out, model, a->channel, version, d, (unsigned long long)(seq + 1), a->out,
+               a->out);
+        goto out;
+    }
+    KILN_CHECK(rc, out, record_text(&r, &text, &text_len));
+    KILN_CHECK(rc, out, kiln_registry_put_channel(&c, model, a->channel, text, text_len));
+    printf("%s/%s -> %s (%s) seq %llu, reason '%s'\n", model, a->channel, version, d,
+           (unsigned long long)(seq + 1), reason);
+out:
+    kiln_sign_seckey_free(sk);
+    kiln_sign_record_release(&r);
+    kiln_sign_record_release(&old);
+    json_decref(ver);
+    free(cur);
+    free(text);
+    free(vpath);
+    return rc ? cli_fail(rc) : 0;
+}
+
+int cmd_promote(int argc, char **argv) {
+    chan_args a = {0};
+    const cli_opt opts[] = {
+        {"channel", CLI_STR, &a.channel, "C", "the channel (production, staging, ...)", true},
+        {"key", CLI_STR, &a.key, "KEY", "a promote key (minisign secret key)", true},
+        {"registry", CLI_STR, &a.url, "URL", "the registry", true},
+        {"token", CLI_STR, &a.token, "T", "a promote token (default $KILN_REGISTRY_TOKEN)", false},
+        {"expires", CLI_STR, &a.expires, "DUR",
+         "how long the record holds: 30d (default), 12h, 90m, 3600s", false},
+        {"reason", CLI_STR, &a.reason, "TEXT", "why (default 'promote')", false},
+        {"digest", CLI_STR, &a.digest, "SHA256",
+         "refuse unless the registry holds the version with this digest", false},
+        {"out", CLI_STR, &a.out, "REC.json",
+         "write the signed record here instead of putting it (to co-sign)", false},
+        {0},
+    };
+    cli_spec spec = {
+        "kiln promote NAME VERSION --channel C --key KEY --registry URL [--token T]",
+        "Point a channel at a version: fetch its record, sign the next one (seq+1) and put it.",
+        opts, 2, 2};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *model = pos[0], *version = pos[1];
+    rc = next_record(&a, model, version, a.reason ? a.reason : "promote");
+    free(pos);
+    return rc;
+}
+
+int cmd_rollback(int argc, char **argv) {
+    chan_args a = {0};
+    const char *to = NULL;
+    const cli_opt opts[] = {
+        {"channel", CLI_STR, &a.channel, "C", "the channel", true},
+        {"to", CLI_STR, &to, "VERSION", "the version to go back to (default: the one before)",
+         false},
+        {"key", CLI_STR, &a.key, "KEY", "a promote key", true},
+        {"registry", CLI_STR, &a.url, "URL", "the registry", true},
+        {"token", CLI_STR, &a.token, "T", "a promote token (default $KILN_REGISTRY_TOKEN)", false},
+        {"expires", CLI_STR, &a.expires, "DUR", "how long the record holds (default 30d)", false},
+        {"out", CLI_STR, &a.out, "REC.json", "write the signed record here instead of putting it",
+         false},
+        {0},
+    };
+    cli_spec spec = {
+        "kiln rollback NAME --channel C [--to VERSION] --key KEY --registry URL [--token T]",
+        "Point a channel back at an older version with a new record (seq+1, reason 'rollback').",
+        opts, 1, 1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    char model[KILN_REGISTRY_NAME_MAX + 1], target[KILN_REGISTRY_NAME_MAX + 1] = "";
+    snprintf(model, sizeof model, "%s", pos[0]);
+    free(pos);
+    if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", a.channel))
+        return cli_fail(KILN_ERR_USAGE);
+    if (to) {
+        snprintf(target, sizeof target, "%s", to);
+    } else {
+        kiln_registry_client_opts c;
+        bar b = {-1, ""};
+        client_opts(&c, a.url, a.token, &b);
+        c.progress = NULL;
+        char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, a.channel);
+        json_t *h = NULL;
+        kiln_err e = path ? kiln_registry_get_json(&c, path, &h) : KILN_ERR_NOMEM;
+        free(path);
+        if (e) return cli_fail(e);
+        json_t *recs = json_object_get(h, "records");
+        size_t n = json_array_size(recs);
+        const char *cur =
+            n ? json_string_value(json_object_get(
+                    json_object_get(json_object_get(json_array_get(recs, n - 1), "record"),
+                                    "record"),
+                    "version"))
+              : NULL;
+        for (size_t i = n; cur && i-- > 0;) {
+            const char *v = json_string_value(json_object_get(
+                json_object_get(json_object_get(json_array_get(recs, i), "record"), "record"),
+                "version"));
+            if (v && strcmp(v, cur) != 0) {
+                snprintf(target, sizeof target, "%s", v);
+                break;
+            }
+        }
+        json_decref(h);
+        if (!target[0]) {
+            kiln_fail(KILN_ERR_NOTFOUND,
+                      "channel '%s' of '%s' never pointed at another version; give --to", a.channel,
+                      model);
+            return cli_fail(KILN_ERR_NOTFOUND);
+        }
+    }
+    return next_record(&a, model, target, "rollback");
+}
+
+int cmd_channel_put(int argc, char **argv) {
+    const char *url = NULL, *token = NULL;
+    const cli_opt opts[] = {
+        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"token", CLI_STR, &token, "T", "a promote token (default $KILN_REGISTRY_TOKEN)", false},
+        {0},
+    };
+    cli_spec spec = {
+        "kiln channel put REC.json --registry URL [--token T]",
+        "Put a signed channel record (from 'kiln channel sign', co-signed with --add).", opts, 1,
+        1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *file = pos[0];
+    free(pos);
+    kiln_registry_client_opts c;
+    bar b = {-1, ""};
+    client_opts(&c, url, token, &b);
+    c.progress = NULL;
+    char *text = NULL;
+    size_t len = 0;
+    kiln_sign_record r;
+    kiln_sign_record_init(&r);
+    kiln_err e = kiln_read_file(file, 1u << 20, &text, &len);
+    if (!e) e = kiln_sign_record_parse(text, len, file, &r);
+    if (!e) e = kiln_registry_put_channel(&c, r.model, r.channel, text, len);
+    if (!e)
+        printf("%s/%s -> %s seq %llu (%zu signature%s)\n", r.model, r.channel, r.version,
+               (unsigned long long)r.seq, r.nsigs, r.nsigs == 1 ? "" : "s");
+    kiln_sign_record_release(&r);
+    free(text);
+    return e ? cli_fail(e) : 0;
+}

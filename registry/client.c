@@ -1,0 +1,751 @@
+/* client.c - the registry client (libcurl): JSON reads, channel records, publish with
+ * retries, downloads that resume with Range and stop at the declared size, and pull, which
+ * trusts nothing the server says until it has verified it. */
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry_int.h"
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+static void curl_init(void) {
+    curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static kiln_err client_init(const kiln_registry_client_opts *c) {
+    pthread_once(&curl_once, curl_init);
+    KILN_FAIL_IF(curl_init_rc != CURLE_OK, KILN_ERR_NETWORK, "libcurl failed to initialise");
+    KILN_FAIL_IF(!c || !c->url || strncmp(c->url, "http", 4) != 0, KILN_ERR_USAGE,
+                 "registry URL '%s' is not http:// or https://", c && c->url ? c->url : "");
+    return KILN_OK;
+}
+
+/* A growing buffer that refuses to grow past its limit. */
+typedef struct buf {
+    char *p;
+    size_t len, limit;
+    bool over;
+} buf;
+
+static size_t buf_write(char *data, size_t size, size_t n, void *ctx) {
+    buf *b = ctx;
+    size_t add = size * n;
+    if (b->len + add > b->limit) {
+        b->over = true;
+        return 0;
+    }
+    char *np = realloc(b->p, b->len + add + 1);
+    if (!np) return 0;
+    b->p = np;
+    memcpy(b->p + b->len, data, add);
+    b->len += add;
+    b->p[b->len] = 0;
+    return add;
+}
+
+static char *url_for(const kiln_registry_client_opts *c, const char *path) {
+    size_t n = strlen(c->url);
+    while (n && c->url[n - 1] == '/')
+        n--;
+    return kiln_asprintf("%.*s%s", (int)n, c->url, path);
+}
+
+static kiln_err auth_header(const kiln_registry_client_opts *c, struct curl_slist **h) {
+    if (!c->token) return KILN_OK;
+    char *a = kiln_asprintf("Authorization: Bearer %s", c->token);
+    if (!a) return KILN_ERR_NOMEM;
+    struct curl_slist *n = curl_slist_append(*h, a);
+    sodium_memzero(a, strlen(a));
+    free(a);
+    KILN_FAIL_IF(!n, KILN_ERR_NOMEM, "out of memory");
+    *h = n;
+    return KILN_OK;
+}
+
+static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
+                         curl_off_t ulnow) {
+    const kiln_registry_client_opts *c = ctx;
+    if (!c->progress) return 0;
+    if (ultotal > 0) return c->progress(c->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal);
+    return c->progress(c->progress_ctx, (uint64_t)dlnow, (uint64_t)(dltotal > 0 ? dltotal : 0));
+}
+
+static void common_opts(CURL *h, const kiln_registry_client_opts *c) {
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+    curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    /* Stall detection: under 1 byte/s for 60 s is a dead connection. */
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
+    if (c->progress) {
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c);
+    }
+}
+
+/* The server's {"error": "..."} or the body's first line. */
+static void server_message(const buf *b, char *out, size_t cap) {
+    out[0] = 0;
+    if (!b->p || !b->len) return;
+    json_t *j = json_loadb(b->p, b->len, 0, NULL);
+    const char *e = j ? json_string_value(json_object_get(j, "error")) : NULL;
+    if (e)
+        snprintf(out, cap, "%s", e);
+    else
+        snprintf(out, cap, "%.*s", (int)strcspn(b->p, "\r\n"), b->p);
+    json_decref(j);
+}
+
+static kiln_err http_error(const char *url, long status, const buf *body) {
+    char msg[512];
+    server_message(body, msg, sizeof msg);
+    kiln_err code = status == 401 || status == 403 ? KILN_ERR_AUTH
+                    : status == 404                ? KILN_ERR_NOTFOUND
+                    : status == 409                ? KILN_ERR_CONFLICT
+                    : status == 422                ? KILN_ERR_VERIFY
+                    : status == 413                ? KILN_ERR_LIMIT
+                    : status == 400                ? KILN_ERR_USAGE
+                    : status == 501                ? KILN_ERR_UNSUPPORTED
+                                                   : KILN_ERR_NETWORK;
+    return kiln_fail(code, "registry '%s': HTTP %ld%s%s", url, status, *msg ? ": " : "", msg);
+}
+
+static bool transient_curl(CURLcode e) {
+    return e == CURLE_COULDNT_CONNECT || e == CURLE_RECV_ERROR || e == CURLE_SEND_ERROR ||
+           e == CURLE_GOT_NOTHING || e == CURLE_PARTIAL_FILE || e == CURLE_OPERATION_TIMEDOUT ||
+           e == CURLE_COULDNT_RESOLVE_HOST;
+}
+
+static bool transient_status(long status) {
+    return status >= 500 && status != 501;
+}
+
+static void backoff(const kiln_registry_client_opts *c, int attempt) {
+    unsigned ms = (c->backoff_ms ? c->backoff_ms : 250) << (attempt < 6 ? attempt : 6);
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int max_retries(const kiln_registry_client_opts *c) {
+    return c->retries < 0 ? 4 : c->retries;
+}
+
+/* GET or PUT (small body) path, body into *out (limit bytes), with retries. *status set. */
+static kiln_err simple_request(const kiln_registry_client_opts *c, const char *method,
+                               const char *path, const char *body, size_t body_len, size_t limit,
+                               buf *out, long *status) {
+    memset(out, 0, sizeof *out);
+    *status = 0;
+    KILN_TRY(client_init(c));
+    char *url = url_for(c, path);
+    if (!url) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    struct curl_slist *hdr = NULL;
+    CURL *h = NULL;
+    KILN_CHECK(rc, out, auth_header(c, &hdr));
+    if (body) {
+        struct curl_slist *n = curl_slist_append(hdr, "Content-Type: application/json");
+        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
+        hdr = n;
+    }
+    for (int attempt = 0;; attempt++) {
+        h = curl_easy_init();
+        KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
+        free(out->p);
+        memset(out, 0, sizeof *out);
+        out->limit = limit;
+        common_opts(h, c);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+        if (body) {
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+        }
+        CURLcode e = curl_easy_perform(h);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+        curl_easy_cleanup(h);
+        h = NULL;
+        if (e == CURLE_OK && !transient_status(*status)) break;
+        if (out->over) {
+            rc = kiln_fail(KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes", url,
+                           limit);
+            goto out;
+        }
+        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
+            rc = e != CURLE_OK
+                     ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url, curl_easy_strerror(e))
+                     : http_error(url, *status, out);
+            goto out;
+        }
+        kiln_debug("registry '%s': %s, retrying", url,
+                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
+        backoff(c, attempt);
+    }
+    if (*status < 200 || *status >= 300) rc = http_error(url, *status, out);
+out:
+    if (h) curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    if (rc) {
+        free(out->p);
+        memset(out, 0, sizeof *out);
+    }
+    free(url);
+    return rc;
+}
+
+kiln_err kiln_registry_get_json(const kiln_registry_client_opts *c, const char *path, json_t **j) {
+    *j = NULL;
+    buf b;
+    long status;
+    KILN_TRY(simple_request(c, "GET", path, NULL, 0, REG_JSON_MAX, &b, &status));
+    kiln_err rc = kiln_json_parse(b.p ? b.p : "", b.len, path, j);
+    free(b.p);
+    return rc;
+}
+
+kiln_err kiln_registry_get_channel(const kiln_registry_client_opts *c, const char *model,
+                                   const char *channel, char **record, size_t *len) {
+    *record = NULL;
+    *len = 0;
+    KILN_TRY(kiln_registry_check_name("model", model));
+    KILN_TRY(kiln_registry_check_name("channel", channel));
+    char *path = kiln_asprintf("/v1/models/%s/channels/%s", model, channel);
+    if (!path) return KILN_ERR_NOMEM;
+    buf b;
+    long status;
+    kiln_err rc = simple_request(c, "GET", path, NULL, 0, REG_RECORD_MAX, &b, &status);
+    free(path);
+    if (rc) return rc;
+    *record = b.p ? b.p : kiln_strdup("");
+    *len = b.len;
+    return *record ? KILN_OK : KILN_ERR_NOMEM;
+}
+
+kiln_err kiln_registry_put_channel(const kiln_registry_client_opts *c, const char *model,
+                                   const char *channel, const char *record, size_t len) {
+    KILN_TRY(kiln_registry_check_name("model", model));
+    KILN_TRY(kiln_registry_check_name("channel", channel));
+    char *path = kiln_asprintf("/v1/models/%s/channels/%s", model, channel);
+    if (!path) return KILN_ERR_NOMEM;
+    buf b;
+    long status;
+    /* No retries: a record that landed before a lost answer would be refused as a replay. */
+    kiln_registry_client_opts once = *c;
+    once.retries = 0;
+    kiln_err rc = simple_request(&once, "PUT", path, record, len, REG_JSON_MAX, &b, &status);
+    free(path);
+    free(b.p);
+    return rc;
+}
+
+/* ---- publish ---- */
+
+static size_t file_read(char *dst, size_t size, size_t n, void *ctx) {
+    size_t r = fread(dst, 1, size * n, (FILE *)ctx);
+    return r == 0 && ferror((FILE *)ctx) ? CURL_READFUNC_ABORT : r;
+}
+
+kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive,
+                               const char *sig_path, kiln_registry_published *out) {
+    memset(out, 0, sizeof *out);
+    KILN_TRY(client_init(c));
+    kiln_err rc = KILN_OK;
+    char *sigp = NULL, *sig = NULL, *b64 = NULL, *path = NULL, *url = NULL, *hd = NULL, *hs = NULL;
+    size_t sig_len = 0;
+    FILE *f = NULL;
+    struct curl_slist *hdr = NULL;
+    CURL *h = NULL;
+    buf body = {0};
+    reg_archive_meta m;
+    memset(&m, 0, sizeof m);
+    uint8_t digest[KILN_SHA256_BYTES];
+    char hex[KILN_SHA256_HEX];
+
+    sigp = sig_path ? kiln_strdup(sig_path) : kiln_asprintf("%s.minisig", archive);
+    KILN_CHECK_IF(rc, out, !sigp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_read_file(sigp, REG_SIG_MAX, &sig, &sig_len));
+    KILN_CHECK(rc, out, reg_archive_meta_read(archive, &m));
+    KILN_CHECK(rc, out, kiln_sha256_file(archive, digest));
+    kiln_hex(digest, sizeof digest, hex);
+    f = fopen(archive, "rb");
+    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s'", archive);
+    struct stat sb;
+    KILN_CHECK_IF(rc, out, fstat(fileno(f), &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", archive);
+    size_t b64_len = sodium_base64_ENCODED_LEN(sig_len, sodium_base64_VARIANT_ORIGINAL);
+    b64 = kiln_malloc(b64_len);
+    KILN_CHECK_IF(rc, out, !b64, KILN_ERR_NOMEM, "out of memory");
+    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len,
+                      sodium_base64_VARIANT_ORIGINAL);
+    path = kiln_asprintf("/v1/models/%s/versions/%s", m.name, m.version);
+    url = path ? url_for(c, path) : NULL;
+    hd = kiln_asprintf("X-Kiln-Digest: sha256:%s", hex);
+    hs = kiln_asprintf("X-Kiln-Signature: %s", b64);
+    KILN_CHECK_IF(rc, out, !url || !hd || !hs, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, auth_header(c, &hdr));
+    const char *extra[] = {hd, hs, "Content-Type: application/octet-stream"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(extra); i++) {
+        struct curl_slist *n = curl_slist_append(hdr, extra[i]);
+        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
+        hdr = n;
+    }
+    long status = 0;
+    for (int attempt = 0;; attempt++) {
+        KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'",
+                      archive);
+        h = curl_easy_init();
+        KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
+        free(body.p);
+        memset(&body, 0, sizeof body);
+        body.limit = REG_JSON_MAX;
+        common_opts(h, c);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, file_read);
+        curl_easy_setopt(h, CURLOPT_READDATA, f);
+        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+        CURLcode e = curl_easy_perform(h);
+        status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(h);
+        h = NULL;
+        if (e == CURLE_OK && !transient_status(status)) break;
+        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
+            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive,
+                                           url, curl_easy_strerror(e))
+                               : http_error(url, status, &body);
+            goto out;
+        }
+        kiln_debug("publishing '%s': %s, retrying", archive,
+                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
+        backoff(c, attempt);
+    }
+    if (status != 200 && status != 201) {
+        rc = http_error(url, status, &body);
+        goto out;
+    }
+    json_t *j = json_loadb(body.p ? body.p : "", body.len, 0, NULL);
+    const char *d = json_string_value(json_object_get(j, "digest"));
+    char want[80];
+    snprintf(want, sizeof want, "sha256:%s", hex);
+    if (!d || strcmp(d, want) != 0) {
+        rc = kiln_fail(KILN_ERR_VERIFY, "registry '%s' stored '%s' as %s, not %s", url, archive,
+                       d ? d : "(none)", want);
+        json_decref(j);
+        goto out;
+    }
+    json_decref(j);
+    snprintf(out->digest, sizeof out->digest, "sha256:%s", hex);
+    out->size = (uint64_t)sb.st_size;
+    out->existed = status == 200;
+out:
+    if (h) curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    if (f) fclose(f);
+    reg_archive_meta_release(&m);
+    free(body.p);
+    free(sigp);
+    free(sig);
+    free(b64);
+    free(path);
+    free(url);
+    free(hd);
+    free(hs);
+    return rc;
+}
+
+/* ---- download ---- */
+
+typedef struct dl {
+    int fd;
+    uint64_t have, size;
+    long status;
+    bool checked, too_much, restarted;
+    CURL *h;
+    buf err;
+    kiln_err werr;
+} dl;
+
+static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
+    dl *d = ctx;
+    size_t len = size * n;
+    if (!d->checked) {
+        d->checked = true;
+        curl_easy_getinfo(d->h, CURLINFO_RESPONSE_CODE, &d->status);
+        if (d->status == 200 && d->have) { /* the server ignored the range: start over */
+            if (ftruncate(d->fd, 0) != 0 || lseek(d->fd, 0, SEEK_SET) != 0) return 0;
+            d->have = 0;
+            d->restarted = true;
+        }
+    }
+    if (d->status != 200 && d->status != 206) return buf_write(data, size, n, &d->err);
+    /* Never more than declared: a server that sends more is cut off here. */
+    if (d->have + len > d->size) {
+        d->too_much = true;
+        return 0;
+    }
+    const char *p = data;
+    size_t left = len;
+    while (left) {
+        ssize_t w = write(d->fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            d->werr = KILN_ERR_IO;
+            return 0;
+        }
+        p += w;
+        left -= (size_t)w;
+    }
+    d->have += len;
+    return len;
+}
+
+kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                      const char *partial) {
+    char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL;
+    free(path);
+    if (!url) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    struct curl_slist *hdr = NULL;
+    dl d = {.fd = -1, .size = size};
+    d.err.limit = 64 * 1024;
+    d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    KILN_CHECK_IF(rc, out, d.fd < 0, KILN_ERR_IO, "cannot open '%s'", partial);
+    KILN_CHECK(rc, out, auth_header(c, &hdr));
+    for (int attempt = 0;; attempt++) {
+        struct stat sb;
+        KILN_CHECK_IF(rc, out, fstat(d.fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", partial);
+        d.have = (uint64_t)sb.st_size;
+        if (d.have > size) {
+            KILN_CHECK_IF(rc, out, ftruncate(d.fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'",
+                          partial);
+            d.have = 0;
+        }
+        if (d.have == size) break;
+        KILN_CHECK_IF(rc, out, lseek(d.fd, (off_t)d.have, SEEK_SET) < 0, KILN_ERR_IO,
+                      "cannot seek '%s'", partial);
+        d.h = curl_easy_init();
+        KILN_CHECK_IF(rc, out, !d.h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
+        d.checked = false;
+        d.status = 0;
+        free(d.err.p);
+        d.err.p = NULL;
+        d.err.len = 0;
+        char range[64];
+        snprintf(range, sizeof range, "%" PRIu64 "-", d.have);
+        common_opts(d.h, c);
+        curl_easy_setopt(d.h, CURLOPT_URL, url);
+        curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hdr);
+        if (d.have) curl_easy_setopt(d.h, CURLOPT_RANGE, range);
+        curl_easy_setopt(d.h, CURLOPT_WRITEFUNCTION, dl_write);
+        curl_easy_setopt(d.h, CURLOPT_WRITEDATA, &d);
+        CURLcode e = curl_easy_perform(d.h);
+        long status = 0;
+        curl_easy_getinfo(d.h, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_cleanup(d.h);
+        d.h = NULL;
+        KILN_CHECK_IF(rc, out, d.too_much, KILN_ERR_VERIFY,
+                      "registry '%s' sent more than the declared %" PRIu64 " bytes; cut off", url,
+                      size);
+        KILN_CHECK_IF(rc, out, d.werr, KILN_ERR_IO, "cannot write '%s'", partial);
+        if (e == CURLE_OK && (status == 200 || status == 206)) {
+            KILN_CHECK_IF(rc, out, d.have != size, KILN_ERR_VERIFY,
+                          "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url,
+                          d.have, size);
+            continue;
+        }
+        if (e == CURLE_OK && !transient_status(status)) {
+            rc = http_error(url, status, &d.err);
+            goto out;
+        }
+        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
+            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url,
+                                           curl_easy_strerror(e))
+                               : http_error(url, status, &d.err);
+            goto out;
+        }
+        kiln_debug("downloading '%s': %s, resuming at %" PRIu64, url,
+                   e != CURLE_OK ? curl_easy_strerror(e) : "server error", d.have);
+        backoff(c, attempt);
+    }
+    KILN_CHECK_IF(rc, out, fsync(d.fd) != 0, KILN_ERR_IO, "cannot fsync '%s'", partial);
+out:
+    if (d.fd >= 0) close(d.fd);
+    curl_slist_free_all(hdr);
+    free(d.err.p);
+    free(url);
+    return rc;
+}
+
+/* ---- pull ---- */
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void rmtree(const char *path) {
+    if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static char *default_state(void) {
+    const char *home = getenv("HOME");
+    return kiln_asprintf("%s/.local/state/kiln", home && *home ? home : ".");
+}
+
+/* The last accepted seq of model/channel from the state directory; 0 and *known false if none. */
+static kiln_err state_read(const char *path, int64_t *seq, bool *known) {
+    *seq = 0;
+    *known = false;
+    if (!kiln_path_exists(path)) return KILN_OK;
+    json_t *j = NULL;
+    KILN_TRY(kiln_json_load_file(path, &j));
+    json_t *s = json_object_get(j, "seq");
+    kiln_err rc = KILN_OK;
+    if (!json_is_integer(s) || json_integer_value(s) < 0)
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s': 'seq' is not a non-negative integer", path);
+    else {
+        *seq = json_integer_value(s);
+        *known = true;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* Put dir at out: a plain rename, or an exchange with an existing directory whose old
+ * contents are then removed. */
+static kiln_err install_dir(const char *tmp, const char *out) {
+    if (rename(tmp, out) == 0) return KILN_OK;
+    if (errno != EEXIST && errno != ENOTEMPTY)
+        return kiln_fail_errno(KILN_ERR_IO, "cannot rename '%s' to '%s'", tmp, out);
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0)
+        return kiln_fail_errno(KILN_ERR_IO, "cannot replace '%s'", out);
+    rmtree(tmp); /* now the old contents */
+    return KILN_OK;
+}
+
+kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
+                            kiln_registry_pulled *res) {
+    memset(res, 0, sizeof *res);
+    KILN_FAIL_IF(
+        !p->ref || !p->trust || !p->out, KILN_ERR_USAGE,
+        "pull needs a NAME@CHANNEL or NAME@VERSION, a trust policy and an output directory");
+    const char *at = strchr(p->ref, '@');
+    KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
+                     strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
+                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", p->ref);
+    snprintf(res->model, sizeof res->model, "%.*s", (int)(at - p->ref), p->ref);
+    const char *what = at + 1;
+    KILN_TRY(kiln_registry_check_name("model", res->model));
+    KILN_TRY(client_init(c));
+
+    kiln_err rc = KILN_OK;
+    reg_trust *trust = NULL;
+    char *state = NULL, *state_file = NULL, *state_dir = NULL, *record = NULL, *vpath = NULL,
+         *dl_dir = NULL, *partial = NULL, *parent = NULL, *tmp = NULL;
+    size_t record_len = 0;
+    json_t *ver = NULL;
+    bool by_channel = false, bad_archive = false;
+    reg_record rec;
+    memset(&rec, 0, sizeof rec);
+    reg_archive_meta meta;
+    memset(&meta, 0, sizeof meta);
+    char *staged = NULL, *lock_path = NULL;
+    int lock_fd = -1;
+
+    KILN_CHECK(rc, out, reg_trust_load(p->trust, &trust));
+    state = p->state ? kiln_strdup(p->state) : default_state();
+    KILN_CHECK_IF(rc, out, !state, KILN_ERR_NOMEM, "out of memory");
+
+    /* A channel first; a version when the registry has no such channel. */
+    if (kiln_registry_check_name("channel", what) == KILN_OK) {
+        state_dir = kiln_asprintf("%s/channels/%s", state, res->model);
+        state_file = state_dir ? kiln_asprintf("%s/%s.json", state_dir, what) : NULL;
+        KILN_CHECK_IF(rc, out, !state_file, KILN_ERR_NOMEM, "out of memory");
+        int64_t last;
+        bool known;
+        KILN_CHECK(rc, out, state_read(state_file, &last, &known));
+        rc = kiln_registry_get_channel(c, res->model, what, &record, &record_len);
+        if (rc == KILN_ERR_NOTFOUND && known) {
+            rc = kiln_fail(
+                KILN_ERR_VERIFY,
+                "channel '%s' of '%s' was accepted at seq %lld before, but the registry no "
+                "longer has it; refusing",
+                what, res->model, (long long)last);
+            goto out;
+        }
+        if (rc == KILN_OK) {
+            by_channel = true;
+            char label[200];
+            snprintf(label, sizeof label, "channel record %s@%s", res->model, what);
+            /* 1: signatures meet the policy's threshold for the channel. */
+            KILN_CHECK(rc, out, reg_record_verify(trust, record, record_len, label, &rec));
+            KILN_CHECK_IF(rc, out, strcmp(rec.model, res->model) || strcmp(rec.channel, what),
+                          KILN_ERR_VERIFY, "%s names %s@%s instead", label, rec.model, rec.channel);
+            /* 2: not older than what this client accepted. */
+            KILN_CHECK_IF(rc, out, known && rec.seq < last, KILN_ERR_VERIFY,
+                          "%s has seq %lld, lower than %lld accepted before (a replayed or "
+                          "rolled-back record); "
+                          "refusing",
+                          label, (long long)rec.seq, (long long)last);
+            /* 3: not expired. */
+            char when[21];
+            kiln_format_time(rec.expires, when);
+            KILN_CHECK_IF(rc, out, rec.expires <= kiln_unix_time(), KILN_ERR_VERIFY,
+                          "%s expired at %s; refusing", label, when);
+            snprintf(res->channel, sizeof res->channel, "%s", what);
+            snprintf(res->version, sizeof res->version, "%s", rec.version);
+            res->seq = rec.seq;
+        } else if (rc != KILN_ERR_NOTFOUND) {
+            goto out;
+        }
+        rc = KILN_OK;
+    }
+    if (!by_channel) {
+        KILN_CHECK(rc, out, kiln_registry_check_version(what));
+        snprintf(res->version, sizeof res->version, "%s", what);
+    }
+    KILN_CHECK(rc, out, kiln_registry_check_version(res->version));
+    vpath = kiln_asprintf("/v1/models/%s/versions/%s", res->model, res->version);
+    KILN_CHECK_IF(rc, out, !vpath, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_registry_get_json(c, vpath, &ver));
+    const char *digest = json_string_value(json_object_get(ver, "digest")),
+               *sig = json_string_value(json_object_get(ver, "signature"));
+    json_t *jsize = json_object_get(ver, "size");
+    char hex[KILN_SHA256_HEX];
+    KILN_CHECK_IF(rc, out,
+                  !reg_digest_hex(digest, hex) || !sig || !json_is_integer(jsize) ||
+                      json_integer_value(jsize) < 0,
+                  KILN_ERR_FORMAT, "registry's record of %s@%s lacks a digest, size or signature",
+                  res->model, res->version);
+    KILN_CHECK_IF(rc, out, by_channel && strcmp(digest, rec.digest) != 0, KILN_ERR_VERIFY,
+                  "registry holds %s@%s as %s, but the signed channel record says %s; refusing",
+                  res->model, res->version, digest, rec.digest);
+    uint64_t size = (uint64_t)json_integer_value(jsize);
+    snprintf(res->digest, sizeof res->digest, "%s", digest);
+    res->size = size;
+
+    /* 4: the archive's size and digest, reading no more than declared. */
+    dl_dir = kiln_path_join(state, "downloads");
+    KILN_CHECK_IF(rc, out, !dl_dir, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_mkdir_p(dl_dir));
+    partial = kiln_asprintf("%s/%s.partial", dl_dir, hex);
+    lock_path = kiln_asprintf("%s/%s.lock", dl_dir, hex);
+    KILN_CHECK_IF(rc, out, !partial || !lock_path, KILN_ERR_NOMEM, "out of memory");
+    /* Pulls of one archive that share a state directory take turns with its partial file. */
+    lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    KILN_CHECK_IF(rc, out, lock_fd < 0, KILN_ERR_IO, "cannot open '%s'", lock_path);
+    while (flock(lock_fd, LOCK_EX) != 0)
+        KILN_CHECK_IF(rc, out, errno != EINTR, KILN_ERR_IO, "cannot lock '%s'", lock_path);
+    for (int pass = 0;; pass++) {
+        KILN_CHECK(rc, out, reg_download(c, hex, size, partial));
+        uint8_t h[KILN_SHA256_BYTES];
+        char got[KILN_SHA256_HEX];
+        KILN_CHECK(rc, out, kiln_sha256_file(partial, h));
+        kiln_hex(h, sizeof h, got);
+        if (!strcmp(got, hex)) break;
+        unlink(partial);
+        /* A resumed download may have kept a bad prefix: once more from the start. */
+        KILN_CHECK_IF(rc, out, pass > 0, KILN_ERR_VERIFY,
+                      "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model,
+                      res->version, got, digest);
+    }
+    bad_archive = true; /* from here on a failure discards the download */
+    /* 5, 6: the archive's signature, and the manifest's (its signed comment names it). */
+    char label[200];
+    snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
+    KILN_CHECK(rc, out, reg_verify_archive(trust, partial, label, sig, strlen(sig), &meta));
+    KILN_CHECK_IF(rc, out, strcmp(meta.name, res->model) || strcmp(meta.version, res->version),
+                  KILN_ERR_VERIFY, "%s: the signed manifest is %s@%s; refusing", label, meta.name,
+                  meta.version);
+    /* 7, 8: every file's digest while unpacking securely into a directory beside out. */
+    parent = kiln_dirname(p->out);
+    const char *base = strrchr(p->out, '/') ? strrchr(p->out, '/') + 1 : p->out;
+    tmp = parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", parent, base) : NULL;
+    KILN_CHECK_IF(rc, out, !tmp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_mkdir_p(parent));
+    if (!mkdtemp(tmp)) {
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'",
+                             p->out);
+        free(tmp);
+        tmp = NULL;
+        goto out;
+    }
+    staged = kiln_path_join(tmp, "model");
+    KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, reg_archive_unpack_verified(partial, meta.manifest_sha256, staged));
+    KILN_CHECK(rc, out, install_dir(staged, p->out));
+    rmtree(tmp);
+    free(tmp);
+    tmp = NULL;
+    KILN_CHECK(rc, out, kiln_fsync_dir(parent));
+    if (by_channel) {
+        json_t *st =
+            json_pack("{s:I, s:s, s:s, s:I}", "seq", (json_int_t)rec.seq, "version", rec.version,
+                      "digest", rec.digest, "expires", (json_int_t)rec.expires);
+        KILN_CHECK_IF(rc, out, !st, KILN_ERR_NOMEM, "out of memory");
+        rc = kiln_mkdir_p(state_dir);
+        if (!rc) rc = kiln_json_write_file(state_file, st);
+        json_decref(st);
+        if (rc) goto out;
+    }
+    unlink(partial);
+out:
+    if (rc && tmp) rmtree(tmp);
+    if (rc && bad_archive && partial) unlink(partial);
+    reg_trust_free(trust);
+    reg_archive_meta_release(&meta);
+    if (lock_fd >= 0) close(lock_fd);
+    free(lock_path);
+    free(staged);
+    json_decref(ver);
+    free(state);
+    free(state_file);
+    free(state_dir);
+    free(record);
+    free(vpath);
+    free(dl_dir);
+    free(partial);
+    free(parent);
+    free(tmp);
+    return rc;
+}
+
+/* ---- the public API (include/kiln.h) ---- */
+
+kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
+    KILN_FAIL_IF(!o || !o->registry, KILN_ERR_USAGE, "kiln_pull needs options with a registry URL");
+    kiln_registry_client_opts c = {.url = o->registry, .token = o->token, .retries = -1};
+    kiln_registry_pull_opts p = {
+        .ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
+    kiln_registry_pulled r;
+    kiln_err rc = kiln_registry_pull(&c, &p, &r);
+    if (rc == KILN_OK && result) {
+        memset(result, 0, sizeof *result);
+        snprintf(result->model, sizeof result->model, "%s", r.model);
+        snprintf(result->version, sizeof result->version, "%s", r.version);
+        snprintf(result->channel, sizeof result->channel, "%s", r.channel);
+        memcpy(result->digest, r.digest, sizeof result->digest);
+        result->size = r.size;
+        result->seq = r.seq;
+    }
+    return rc;
+}

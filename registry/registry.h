@@ -1,0 +1,148 @@
+/*
+ * registry.h - kiln's model registry: the HTTP server (libmicrohttpd, SQLite metadata,
+ * a content-addressed blob store), its maintenance (tokens, fsck, gc) and the client
+ * (libcurl: publish, pull-and-verify, channel records). docs/registry.md documents the
+ * routes, the store's layout and the order of the checks.
+ *
+ * Nothing here prints or exits; every function returns a kiln_err with the detail in
+ * kiln_errmsg().
+ */
+#ifndef KILN_REGISTRY_H
+#define KILN_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- names ---- */
+
+#define KILN_REGISTRY_NAME_MAX 64
+
+/* Model, channel and token names: 1..64 of [a-z0-9._-], beginning with [a-z0-9], no "..".
+ * Versions: 1..64 of [A-Za-z0-9._+-], beginning with [A-Za-z0-9], no "..".
+ * what ("model", "channel", "version", "token") names the value in the message. */
+kiln_err kiln_registry_check_name(const char *what, const char *s) KILN_MUST_CHECK;
+kiln_err kiln_registry_check_version(const char *s) KILN_MUST_CHECK;
+
+/* ---- the store (DIR: registry.db, blobs/sha256/ab/<hex>, tmp/) ---- */
+
+typedef enum {
+    KILN_SCOPE_READ = 1,
+    KILN_SCOPE_PUBLISH = 2,
+    KILN_SCOPE_PROMOTE = 4,
+    KILN_SCOPE_ADMIN = 8
+} kiln_registry_scope;
+
+/* "read" | "publish" | "promote" | "admin"; false for anything else. */
+bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out);
+
+/* Create (or open) the store at root and add a token named name with one scope. *token is
+ * the new secret (caller frees), shown once: only its sha256 is stored. A name in use is
+ * KILN_ERR_CONFLICT. Writes one audit row. */
+kiln_err kiln_registry_token_create(const char *root, const char *name, kiln_registry_scope scope,
+                                    char **token);
+
+/* fsck: every version's blob exists and hashes to its digest, no orphaned temporaries
+ * (when no server holds the store), every channel record verifies against trust (a trust
+ * policy path, NULL: the one the store was served with, DIR/trust.json, if any) and points
+ * at a version the store holds. Each problem is passed to report (may be NULL); *problems
+ * counts them. Returns KILN_ERR_VERIFY when there are problems. */
+kiln_err kiln_registry_fsck(const char *root, const char *trust,
+                            void (*report)(void *ctx, const char *problem), void *ctx,
+                            size_t *problems) KILN_MUST_CHECK;
+
+/* gc: remove blobs that no version references. Refused while a server holds the store. */
+kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes);
+
+/* ---- the server ---- */
+
+typedef struct kiln_registry_server_opts {
+    const char *root;         /* store directory, created if missing */
+    const char *listen;       /* "127.0.0.1:PORT" or "[::1]:PORT"; PORT 0 picks a free one */
+    const char *trust;        /* trust policy (trust.json); NULL refuses every upload and record */
+    bool read_token_required; /* reads need a token with any scope */
+    unsigned threads;         /* worker threads; 0 = 4 */
+    uint64_t max_upload;      /* largest archive accepted in bytes; 0 = 16 GiB */
+} kiln_registry_server_opts;
+
+typedef struct kiln_registry_server kiln_registry_server;
+
+/* Open the store, take its lock (one server per store) and start serving. */
+kiln_err kiln_registry_server_start(const kiln_registry_server_opts *opts,
+                                    kiln_registry_server **out);
+/* The port it listens on (the chosen one when asked for 0). */
+uint16_t kiln_registry_server_port(const kiln_registry_server *s);
+/* Stop accepting, let requests in flight finish (at most grace_ms), close, free. NULL ok. */
+void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms);
+
+/* ---- the client ---- */
+
+/* Called with bytes done and the total (0 when unknown); return nonzero to cancel. */
+typedef int (*kiln_registry_progress)(void *ctx, uint64_t done, uint64_t total);
+
+typedef struct kiln_registry_client_opts {
+    const char *url;   /* "http://127.0.0.1:8080" */
+    const char *token; /* bearer token or NULL */
+    kiln_registry_progress progress;
+    void *progress_ctx;
+    int retries;         /* attempts after the first on connection errors and 5xx; <0: 4 */
+    unsigned backoff_ms; /* first delay, doubled each time; 0: 250 */
+} kiln_registry_client_opts;
+
+typedef struct kiln_registry_published {
+    char digest[72]; /* "sha256:<hex>" */
+    uint64_t size;
+    bool existed; /* the same bytes were there already (200, not 201) */
+} kiln_registry_published;
+
+/* Upload archive with its signature (archive + ".minisig" when sig_path is NULL) as
+ * name@version, read from the archive's manifest. Streams from the file. */
+kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive,
+                               const char *sig_path, kiln_registry_published *out);
+
+/* GET a path under the registry ("/v1/models") and parse the JSON body (new reference).
+ * HTTP errors map to kiln_errs (404 NOTFOUND, 401/403 AUTH, 409 CONFLICT) with the
+ * server's message. */
+kiln_err kiln_registry_get_json(const kiln_registry_client_opts *c, const char *path, json_t **out);
+
+/* PUT a channel record (the signed JSON text) for model/channel. */
+kiln_err kiln_registry_put_channel(const kiln_registry_client_opts *c, const char *model,
+                                   const char *channel, const char *record, size_t len);
+
+/* Fetch the current channel record's text (caller frees); KILN_ERR_NOTFOUND if none. */
+kiln_err kiln_registry_get_channel(const kiln_registry_client_opts *c, const char *model,
+                                   const char *channel, char **record, size_t *len);
+
+typedef struct kiln_registry_pull_opts {
+    const char *ref;   /* "NAME@CHANNEL" or "NAME@VERSION" */
+    const char *trust; /* trust policy path (required) */
+    const char *out;   /* destination directory */
+    const char *state; /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+} kiln_registry_pull_opts;
+
+typedef struct kiln_registry_pulled {
+    char model[KILN_REGISTRY_NAME_MAX + 1];
+    char version[KILN_REGISTRY_NAME_MAX + 1];
+    char channel[KILN_REGISTRY_NAME_MAX + 1]; /* "" when pulled by version */
+    char digest[72];
+    uint64_t size;
+    int64_t seq; /* the channel record's, 0 when pulled by version */
+} kiln_registry_pulled;
+
+/* Download, verify in the documented order, unpack into a temporary directory and rename
+ * it to opts->out. A failed check is KILN_ERR_VERIFY and leaves nothing at out. */
+kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
+                            kiln_registry_pulled *out) KILN_MUST_CHECK;
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_REGISTRY_H */

@@ -1,0 +1,126 @@
+/* registry_int.h - helpers shared inside registry/: the SQLite store, the blob store,
+ * the store lock, and the verification steps that sign/ and export/ carry out. */
+#ifndef KILN_REGISTRY_INT_H
+#define KILN_REGISTRY_INT_H
+
+#include <sodium.h>
+#include <sqlite3.h>
+
+#include "core.h"
+#include "registry.h"
+
+#define REG_RECORD_MAX (64u * 1024u)       /* a channel record's text */
+#define REG_SIG_MAX (4u * 1024u)           /* a .minisig file */
+#define REG_JSON_MAX (16u * 1024u * 1024u) /* a JSON answer the client accepts */
+
+/* ---- SQLite (store.c) ---- */
+
+/* Open DIR/registry.db (creating DIR, blobs/, tmp/ and the schema), WAL, busy timeout. */
+kiln_err reg_db_open(const char *root, sqlite3 **db);
+/* Open an existing store's database (the server, per request): busy timeout only. */
+kiln_err reg_db_connect(const char *root, sqlite3 **db);
+void reg_db_close(sqlite3 *db);
+/* Run a statement without results (BEGIN IMMEDIATE, COMMIT, ROLLBACK). */
+kiln_err reg_db_exec(sqlite3 *db, const char *sql);
+/* sqlite failure as a kiln_err naming what was being done. */
+kiln_err reg_db_fail(sqlite3 *db, const char *what);
+/* One audit row, inside the caller's transaction. NULL fields are stored as NULL. */
+kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
+                   const char *version, const char *channel, const char *digest);
+/* Look a bearer token up by its hash; *name (caller frees) and *scopes. NOTFOUND if unknown. */
+kiln_err reg_token_lookup(sqlite3 *db, const char *token, char **name, unsigned *scopes);
+/* The scopes a token of scope s holds: admin holds all, the others also hold read. */
+unsigned reg_scope_bits(kiln_registry_scope s);
+
+/* ---- the blob store (store.c) ---- */
+
+/* DIR/blobs/sha256/<hex[0:2]>/<hex>; caller frees. */
+char *reg_blob_path(const char *root, const char *hex);
+
+/* An upload in progress: an unnamed file (O_TMPFILE) in DIR/tmp where the file system has
+ * them, so that a crash leaves nothing behind; a named one there otherwise. */
+typedef struct reg_upload {
+    int fd;
+    char *tmp; /* the named temporary, or NULL */
+    char *root;
+    crypto_hash_sha256_state sha;
+    uint64_t size;
+} reg_upload;
+
+kiln_err reg_upload_begin(reg_upload *u, const char *root);
+kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len);
+/* Finish hashing and compare with the declared hex digest and size (KILN_ERR_VERIFY). */
+kiln_err reg_upload_check(reg_upload *u, const char *hex, uint64_t size) KILN_MUST_CHECK;
+/* A path by which the bytes written can be read before commit; caller frees. */
+char *reg_upload_path(const reg_upload *u);
+/* fsync, give the file its blob name (an existing blob of that digest is kept), fsync the
+ * directory. */
+kiln_err reg_upload_commit(reg_upload *u, const char *hex);
+void reg_upload_abort(reg_upload *u); /* safe on a zeroed struct, and after commit */
+
+/* The store lock (DIR/lock, flock): a server holds it exclusively; gc needs it; fsck
+ * checks it to know whether temporaries can be in use. *fd is -1 when busy. */
+kiln_err reg_lock(const char *root, int *fd);
+void reg_unlock(int fd);
+
+/* ---- verification (verify.c): carried out by sign/ and export/ ---- */
+
+typedef struct reg_trust reg_trust;
+
+/* Load a trust policy (trust.json). Caller frees with reg_trust_free. */
+kiln_err reg_trust_load(const char *path, reg_trust **out);
+void reg_trust_free(reg_trust *t);
+
+/* What is read from an archive: its manifest (name, version, files), card.json, and a
+ * summary of the validation report the manifest names. New references (NULL if absent). */
+typedef struct reg_archive_meta {
+    json_t *manifest, *card, *validation;
+    char name[KILN_REGISTRY_NAME_MAX + 1];
+    char version[KILN_REGISTRY_NAME_MAX + 1];
+    uint8_t manifest_sha256[KILN_SHA256_BYTES];
+    char signer[129]; /* the release key's name in the policy */
+} reg_archive_meta;
+kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m);
+void reg_archive_meta_release(reg_archive_meta *m);
+
+/* The archive's signature (minisig text) verifies with a release key of the policy, and its
+ * signed comment names the archive's manifest (sha256, model, version): that is the
+ * manifest's signature. Fills m from the archive. label names the archive in messages. */
+kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label,
+                            const char *sig_text, size_t sig_len,
+                            reg_archive_meta *m) KILN_MUST_CHECK;
+
+/* A channel record's fields, once its signatures met the policy's threshold for it. */
+typedef struct reg_record {
+    char model[KILN_REGISTRY_NAME_MAX + 1];
+    char channel[KILN_REGISTRY_NAME_MAX + 1];
+    char version[KILN_REGISTRY_NAME_MAX + 1];
+    char digest[72]; /* "sha256:<hex>" */
+    int64_t seq;
+    int64_t expires; /* unix seconds */
+    char reason[256];
+} reg_record;
+kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, const char *label,
+                           reg_record *out) KILN_MUST_CHECK;
+
+/* Unpack the archive securely into dir (which must not exist), checking every file against
+ * its manifest, which must be the one verified (manifest_sha256). Nothing is left at dir on
+ * failure. */
+kiln_err reg_archive_unpack_verified(const char *archive,
+                                     const uint8_t manifest_sha256[KILN_SHA256_BYTES],
+                                     const char *dir) KILN_MUST_CHECK;
+
+/* ---- the client (client.c) ---- */
+
+/* Fetch blob hex, size bytes declared, into partial, resuming what is there with Range;
+ * a server that sends more than size is cut off (KILN_ERR_VERIFY). The digest is the
+ * caller's to check. */
+kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                      const char *partial);
+
+/* ---- small shared pieces (store.c) ---- */
+
+/* "sha256:<64 hex>" -> hex (65 bytes); false if not of that form. */
+bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]);
+
+#endif

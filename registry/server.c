@@ -1,0 +1,1204 @@
+/* server.c - the registry's HTTP server: libmicrohttpd with its own thread pool on epoll,
+ * a route table under /v1/, bearer tokens, streamed uploads into the blob store, file-backed
+ * downloads with Range, Prometheus metrics, and a graceful stop. */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry_int.h"
+
+enum route {
+    R_NONE,
+    R_HEALTH,
+    R_METRICS,
+    R_MODELS,
+    R_MODEL,
+    R_VERSION,
+    R_CHANNEL,
+    R_HISTORY,
+    R_BLOB,
+    R_AUDIT,
+    R_COUNT
+};
+
+static const char *const route_label[R_COUNT] = {
+    [R_NONE] = "other",
+    [R_HEALTH] = "/healthz",
+    [R_METRICS] = "/metrics",
+    [R_MODELS] = "/v1/models",
+    [R_MODEL] = "/v1/models/{model}",
+    [R_VERSION] = "/v1/models/{model}/versions/{version}",
+    [R_CHANNEL] = "/v1/models/{model}/channels/{channel}",
+    [R_HISTORY] = "/v1/models/{model}/channels/{channel}/history",
+    [R_BLOB] = "/v1/blobs/sha256/{digest}",
+    [R_AUDIT] = "/v1/audit",
+};
+
+#define N_BUCKETS 8
+static const double bucket_le[N_BUCKETS] = {0.01, 0.05, 0.25, 1, 5, 30, 120, 600};
+
+typedef struct histogram {
+    uint64_t count, bucket[N_BUCKETS];
+    double sum;
+} histogram;
+
+typedef struct counter_row {
+    int route;
+    char method[8];
+    unsigned status;
+    uint64_t n;
+} counter_row;
+
+struct kiln_registry_server {
+    struct MHD_Daemon *d;
+    char *root;
+    reg_trust *trust;
+    bool read_required;
+    uint64_t max_upload;
+    int lock_fd;
+    uint16_t port;
+    atomic_int in_flight, connections;
+    pthread_mutex_t mu; /* guards the metrics below */
+    counter_row *rows;
+    size_t nrows, caprows;
+    uint64_t bytes_served;
+    histogram upload, download;
+};
+
+typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD } body_kind;
+
+/* One request, from its headers to its completion. */
+typedef struct req {
+    int route;
+    char method[8];
+    unsigned status;
+    uint64_t t0, body_bytes;
+    char *token_name;
+    unsigned scopes;
+    char seg[3][KILN_REGISTRY_NAME_MAX + 1]; /* model, version or channel, digest */
+    /* a body being received */
+    body_kind body;
+    bool body_failed;
+    kiln_err body_rc;
+    char *body_msg;
+    reg_upload up;
+    char hex[KILN_SHA256_HEX];
+    uint64_t declared;
+    char *sig;
+    size_t sig_len;
+    char *rec;
+    size_t rec_len;
+} req;
+
+/* ---- responses ---- */
+
+static enum MHD_Result send_buf(struct MHD_Connection *c, req *r, unsigned status, char *buf,
+                                size_t len, const char *type) {
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(buf);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", type);
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"kiln\"");
+    r->status = status;
+    enum MHD_Result ok = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+/* Sends j (stolen) as the body. */
+static enum MHD_Result send_json(struct MHD_Connection *c, req *r, unsigned status, json_t *j) {
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    if (!s) return MHD_NO;
+    return send_buf(c, r, status, s, strlen(s), "application/json");
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
+                                  const char *fmt, ...) KILN_PRINTF(4, 5);
+static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
+                                  const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return send_json(c, r, status, json_pack("{s:s}", "error", msg));
+}
+
+static unsigned status_of(kiln_err e) {
+    switch (e) {
+    case KILN_ERR_USAGE:
+        return 400;
+    case KILN_ERR_AUTH:
+        return 403;
+    case KILN_ERR_NOTFOUND:
+        return 404;
+    case KILN_ERR_CONFLICT:
+        return 409;
+    case KILN_ERR_LIMIT:
+        return 413;
+    case KILN_ERR_VERIFY:
+    case KILN_ERR_FORMAT:
+        return 422;
+    case KILN_ERR_UNSUPPORTED:
+        return 501;
+    default:
+        return 500;
+    }
+}
+
+static enum MHD_Result send_kiln_error(struct MHD_Connection *c, req *r, kiln_err e) {
+    return send_error(c, r, status_of(e), "%s", *kiln_errmsg() ? kiln_errmsg() : kiln_strerror(e));
+}
+
+/* ---- routing ---- */
+
+static int hexval(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode one path segment into out; false on a bad escape, a NUL, or overflow. */
+static bool decode_seg(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int ch = (unsigned char)s[i];
+        if (ch == '%') {
+            if (i + 2 >= n) return false;
+            int hi = hexval(s[i + 1]), lo = hexval(s[i + 2]);
+            if (hi < 0 || lo < 0) return false;
+            ch = hi * 16 + lo;
+            i += 2;
+        }
+        if (ch == 0 || k + 1 >= cap) return false;
+        out[k++] = (char)ch;
+    }
+    out[k] = 0;
+    return true;
+}
+
+#define MAX_SEGS 8
+/* Splits the raw (undecoded) path into decoded segments; -1 on a malformed one. */
+static int split_path(const char *url, char segs[MAX_SEGS][KILN_REGISTRY_NAME_MAX * 3 + 1]) {
+    const char *q = strchr(url, '?');
+    size_t len = q ? (size_t)(q - url) : strlen(url);
+    if (!len || url[0] != '/') return -1;
+    int n = 0;
+    size_t i = 1;
+    while (i <= len) {
+        size_t j = i;
+        while (j < len && url[j] != '/')
+            j++;
+        if (n == MAX_SEGS) return -1;
+        if (!decode_seg(url + i, j - i, segs[n], sizeof segs[n])) return -1;
+        n++;
+        i = j + 1;
+    }
+    return n;
+}
+
+static int match_route(const char *url, req *r, bool *bad) {
+    char s[MAX_SEGS][KILN_REGISTRY_NAME_MAX * 3 + 1];
+    *bad = false;
+    int n = split_path(url, s);
+    if (n < 0) {
+        *bad = true;
+        return R_NONE;
+    }
+    if (n == 1 && !strcmp(s[0], "healthz")) return R_HEALTH;
+    if (n == 1 && !strcmp(s[0], "metrics")) return R_METRICS;
+    if (n < 2 || strcmp(s[0], "v1")) return R_NONE;
+    int route = R_NONE;
+    if (n == 2 && !strcmp(s[1], "models"))
+        route = R_MODELS;
+    else if (n == 2 && !strcmp(s[1], "audit"))
+        route = R_AUDIT;
+    else if (n == 4 && !strcmp(s[1], "blobs") && !strcmp(s[2], "sha256"))
+        route = R_BLOB;
+    else if (n >= 3 && !strcmp(s[1], "models")) {
+        if (n == 3)
+            route = R_MODEL;
+        else if (n == 5 && !strcmp(s[3], "versions"))
+            route = R_VERSION;
+        else if (n == 5 && !strcmp(s[3], "channels"))
+            route = R_CHANNEL;
+        else if (n == 6 && !strcmp(s[3], "channels") && !strcmp(s[5], "history"))
+            route = R_HISTORY;
+    }
+    if (route == R_NONE) return R_NONE;
+    /* Names are checked where they are used; longer ones are malformed here. */
+    const char *a = route == R_BLOB ? s[3] : n >= 3 ? s[2] : "", *b = n >= 5 ? s[4] : "";
+    if (strlen(a) > KILN_REGISTRY_NAME_MAX || strlen(b) > KILN_REGISTRY_NAME_MAX) {
+        *bad = true;
+        return R_NONE;
+    }
+    snprintf(r->seg[route == R_BLOB ? 2 : 0], sizeof r->seg[0], "%.64s", a);
+    snprintf(r->seg[1], sizeof r->seg[1], "%.64s", b);
+    return route;
+}
+
+/* ---- metrics ---- */
+
+static void hist_add(histogram *h, double secs) {
+    h->count++;
+    h->sum += secs;
+    for (int i = 0; i < N_BUCKETS; i++)
+        if (secs <= bucket_le[i]) h->bucket[i]++;
+}
+
+static void count_request(kiln_registry_server *s, req *r) {
+    pthread_mutex_lock(&s->mu);
+    counter_row *row = NULL;
+    for (size_t i = 0; i < s->nrows; i++)
+        if (s->rows[i].route == r->route && s->rows[i].status == r->status &&
+            !strcmp(s->rows[i].method, r->method))
+            row = &s->rows[i];
+    if (!row && s->nrows == s->caprows) {
+        size_t cap = s->caprows ? 2 * s->caprows : 32;
+        counter_row *nr = realloc(s->rows, cap * sizeof *nr);
+        if (nr) {
+            s->rows = nr;
+            s->caprows = cap;
+        }
+    }
+    if (!row && s->nrows < s->caprows) {
+        row = &s->rows[s->nrows++];
+        memset(row, 0, sizeof *row);
+        row->route = r->route;
+        row->status = r->status;
+        snprintf(row->method, sizeof row->method, "%s", r->method);
+    }
+    if (row) row->n++;
+    double secs = (double)(kiln_now_ns() - r->t0) / 1e9;
+    if (r->route == R_BLOB && r->status / 100 == 2) {
+        s->bytes_served += r->body_bytes;
+        hist_add(&s->download, secs);
+    }
+    if (r->route == R_VERSION && !strcmp(r->method, "PUT") && r->status / 100 == 2)
+        hist_add(&s->upload, secs);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void put_hist(FILE *f, const char *name, const histogram *h) {
+    fprintf(f, "# TYPE %s histogram\n", name);
+    for (int i = 0; i < N_BUCKETS; i++)
+        fprintf(f, "%s_bucket{le=\"%g\"} %" PRIu64 "\n", name, bucket_le[i], h->bucket[i]);
+    fprintf(f, "%s_bucket{le=\"+Inf\"} %" PRIu64 "\n%s_sum %.6f\n%s_count %" PRIu64 "\n", name,
+            h->count, name, h->sum, name, h->count);
+}
+
+static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  sqlite3 *db) {
+    int64_t versions = -1;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM versions", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        versions = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return MHD_NO;
+    pthread_mutex_lock(&s->mu);
+    fprintf(f,
+            "# HELP kiln_registry_requests_total Requests answered, by route, method and status.\n"
+            "# TYPE kiln_registry_requests_total counter\n");
+    for (size_t i = 0; i < s->nrows; i++)
+        fprintf(f,
+                "kiln_registry_requests_total{route=\"%s\",method=\"%s\",status=\"%u\"} %" PRIu64
+                "\n",
+                route_label[s->rows[i].route], s->rows[i].method, s->rows[i].status, s->rows[i].n);
+    fprintf(
+        f,
+        "# HELP kiln_registry_bytes_served_total Archive bytes sent by blob downloads.\n"
+        "# TYPE kiln_registry_bytes_served_total counter\nkiln_registry_bytes_served_total %" PRIu64
+        "\n",
+        s->bytes_served);
+    put_hist(f, "kiln_registry_upload_duration_seconds", &s->upload);
+    put_hist(f, "kiln_registry_download_duration_seconds", &s->download);
+    pthread_mutex_unlock(&s->mu);
+    fprintf(f,
+            "# HELP kiln_registry_versions Versions stored.\n# TYPE kiln_registry_versions gauge\n"
+            "kiln_registry_versions %" PRId64 "\n",
+            versions);
+    fprintf(f,
+            "# HELP kiln_registry_active_connections Open HTTP connections.\n"
+            "# TYPE kiln_registry_active_connections gauge\nkiln_registry_active_connections %d\n",
+            atomic_load(&s->connections));
+    if (fclose(f) != 0) {
+        free(buf);
+        return MHD_NO;
+    }
+    return send_buf(c, r, 200, buf, len, "text/plain; version=0.0.4");
+}
+
+/* ---- reads ---- */
+
+static const char *col(sqlite3_stmt *st, int i) {
+    return (const char *)sqlite3_column_text(st, i);
+}
+
+static json_t *col_json(sqlite3_stmt *st, int i) {
+    const char *t = col(st, i);
+    if (!t) return json_null();
+    json_t *j = json_loads(t, JSON_REJECT_DUPLICATES, NULL);
+    return j ? j : json_null();
+}
+
+static json_t *time_json(int64_t t) {
+    char s[21];
+    kiln_format_time(t, s);
+    return json_string(s);
+}
+
+static enum MHD_Result do_models(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            db, "SELECT model, count(*), max(created) FROM versions GROUP BY model ORDER BY model",
+            -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "listing models"));
+    json_t *arr = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:o}", "name", col(st, 0), "versions",
+                                             (json_int_t)sqlite3_column_int64(st, 1), "updated",
+                                             time_json(sqlite3_column_int64(st, 2))));
+    sqlite3_finalize(st);
+    return send_json(c, r, 200, json_pack("{s:o}", "models", arr));
+}
+
+static enum MHD_Result do_model(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT version, digest, size, publisher, created FROM versions WHERE model = ?1"
+            " ORDER BY created, version",
+            -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a model"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    json_t *versions = json_array(), *channels = json_object();
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o}", "version",
+                                                  col(st, 0), "digest", col(st, 1), "size",
+                                                  (json_int_t)sqlite3_column_int64(st, 2),
+                                                  "publisher", col(st, 3), "created",
+                                                  time_json(sqlite3_column_int64(st, 4))));
+    sqlite3_finalize(st);
+    st = NULL;
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT channel, seq, version, digest, expires FROM channel_records c WHERE model = ?1"
+            " AND seq = (SELECT max(seq) FROM channel_records d"
+            "            WHERE d.model = c.model AND d.channel = c.channel) ORDER BY channel",
+            -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+        while (sqlite3_step(st) == SQLITE_ROW)
+            json_object_set_new(channels, col(st, 0),
+                                json_pack("{s:I, s:s, s:s, s:o}", "seq",
+                                          (json_int_t)sqlite3_column_int64(st, 1), "version",
+                                          col(st, 2), "digest", col(st, 3), "expires",
+                                          time_json(sqlite3_column_int64(st, 4))));
+    }
+    sqlite3_finalize(st);
+    if (!json_array_size(versions) && !json_object_size(channels)) {
+        json_decref(versions);
+        json_decref(channels);
+        return send_error(c, r, 404, "model '%s' not found", r->seg[0]);
+    }
+    return send_json(c, r, 200,
+                     json_pack("{s:s, s:o, s:o}", "name", r->seg[0], "versions", versions,
+                               "channels", channels));
+}
+
+static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT digest, size, manifest, signature, card, validation, publisher, created"
+            " FROM versions WHERE model = ?1 AND version = ?2",
+            -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a version"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return send_error(c, r, 404, "version '%s@%s' not found", r->seg[0], r->seg[1]);
+    }
+    json_t *j =
+        json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:o, s:o, s:s, s:o}", "name", r->seg[0],
+                  "version", r->seg[1], "digest", col(st, 0), "size",
+                  (json_int_t)sqlite3_column_int64(st, 1), "manifest", col_json(st, 2), "signature",
+                  col(st, 3), "card", col_json(st, 4), "validation", col_json(st, 5), "publisher",
+                  col(st, 6), "created", time_json(sqlite3_column_int64(st, 7)));
+    sqlite3_finalize(st);
+    return send_json(c, r, 200, j);
+}
+
+static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT record FROM channel_records WHERE model = ?1 AND channel = ?2 "
+                           "ORDER BY seq DESC LIMIT 1",
+                           -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
+    }
+    /* The record goes out byte for byte as it was signed and stored. */
+    char *text = kiln_strdup(col(st, 0));
+    sqlite3_finalize(st);
+    if (!text) return MHD_NO;
+    return send_buf(c, r, 200, text, strlen(text), "application/json");
+}
+
+static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT record, publisher, created FROM channel_records WHERE model = "
+                           "?1 AND channel = ?2"
+                           " ORDER BY seq",
+                           -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+    json_t *arr = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(arr, json_pack("{s:o, s:s, s:o}", "record", col_json(st, 0),
+                                             "publisher", col(st, 1), "created",
+                                             time_json(sqlite3_column_int64(st, 2))));
+    sqlite3_finalize(st);
+    if (!json_array_size(arr)) {
+        json_decref(arr);
+        return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
+    }
+    return send_json(
+        c, r, 200,
+        json_pack("{s:s, s:s, s:o}", "model", r->seg[0], "channel", r->seg[1], "records", arr));
+}
+
+static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    const char *limit = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
+    long long a = after ? strtoll(after, NULL, 10) : 0, l = limit ? strtoll(limit, NULL, 10) : 1000;
+    if (l <= 0 || l > 10000) l = 1000;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT id, time, token, action, model, version, channel, digest FROM audit"
+            " WHERE id > ?1 ORDER BY id LIMIT ?2",
+            -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading the audit log"));
+    sqlite3_bind_int64(st, 1, a);
+    sqlite3_bind_int64(st, 2, l);
+    json_t *arr = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
+                              "time", time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
+        static const char *const keys[] = {"token",   NULL,      NULL,    "model",
+                                           "version", "channel", "digest"};
+        for (int k = 2; k < 8; k++)
+            if (k != 3)
+                json_object_set_new(e, keys[k - 2],
+                                    col(st, k) ? json_string(col(st, k)) : json_null());
+        json_array_append_new(arr, e);
+    }
+    sqlite3_finalize(st);
+    return send_json(c, r, 200, json_pack("{s:o}", "entries", arr));
+}
+
+/* "bytes=START-" or "bytes=START-END" (one range); false when unsatisfiable or malformed. */
+static bool parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end) {
+    if (strncmp(h, "bytes=", 6) != 0) return false;
+    const char *p = h + 6;
+    char *e;
+    if (*p == '-') { /* the last N bytes */
+        errno = 0;
+        unsigned long long n = strtoull(p + 1, &e, 10);
+        if (errno || e == p + 1 || *e || n == 0 || size == 0) return false;
+        *start = n >= size ? 0 : size - n;
+        *end = size - 1;
+        return true;
+    }
+    errno = 0;
+    unsigned long long a = strtoull(p, &e, 10);
+    if (errno || e == p || *e != '-') return false;
+    p = e + 1;
+    unsigned long long b = size ? size - 1 : 0;
+    if (*p) {
+        b = strtoull(p, &e, 10);
+        if (errno || *e) return false;
+        if (b >= size) b = size - 1;
+    }
+    if (a >= size || a > b) return false;
+    *start = a;
+    *end = b;
+    return true;
+}
+
+static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
+    char digest[80], hex[KILN_SHA256_HEX];
+    snprintf(digest, sizeof digest, "sha256:%s", r->seg[2]);
+    if (!reg_digest_hex(digest, hex))
+        return send_error(c, r, 400, "'%s' is not a sha256 digest", r->seg[2]);
+    char *path = reg_blob_path(s->root, hex);
+    if (!path) return MHD_NO;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    free(path);
+    if (fd < 0) return send_error(c, r, 404, "blob sha256:%s not found", hex);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        close(fd);
+        return send_error(c, r, 500, "cannot stat blob sha256:%s", hex);
+    }
+    uint64_t size = (uint64_t)sb.st_size, start = 0, end = size ? size - 1 : 0;
+    unsigned status = 200;
+    const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
+    if (range) {
+        if (!parse_range(range, size, &start, &end)) {
+            close(fd);
+            char *b =
+                kiln_asprintf("{\"error\":\"range not satisfiable for %" PRIu64 " bytes\"}", size);
+            if (!b) return MHD_NO;
+            struct MHD_Response *resp =
+                MHD_create_response_from_buffer(strlen(b), b, MHD_RESPMEM_MUST_FREE);
+            if (!resp) {
+                free(b);
+                return MHD_NO;
+            }
+            char cr[64];
+            snprintf(cr, sizeof cr, "bytes */%" PRIu64, size);
+            MHD_add_response_header(resp, "Content-Range", cr);
+            MHD_add_response_header(resp, "Content-Type", "application/json");
+            r->status = 416;
+            enum MHD_Result ok = MHD_queue_response(c, 416, resp);
+            MHD_destroy_response(resp);
+            return ok;
+        }
+        status = 206;
+    }
+    uint64_t len = size ? end - start + 1 : 0;
+    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
+    if (!resp) {
+        close(fd);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, "Content-Type", "application/octet-stream");
+    MHD_add_response_header(resp, "Accept-Ranges", "bytes");
+    char etag[80];
+    snprintf(etag, sizeof etag, "\"sha256:%s\"", hex);
+    MHD_add_response_header(resp, "ETag", etag);
+    if (status == 206) {
+        char cr[96];
+        snprintf(cr, sizeof cr, "bytes %" PRIu64 "-%" PRIu64 "/%" PRIu64, start, end, size);
+        MHD_add_response_header(resp, "Content-Range", cr);
+    }
+    r->status = status;
+    r->body_bytes = len;
+    enum MHD_Result ok = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+/* ---- writes ---- */
+
+/* The stored version's digest, or NULL (caller frees); *rc set on a database failure. */
+static char *stored_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc) {
+    *rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT digest FROM versions WHERE model = ?1 AND version = ?2", -1,
+                           &st, NULL) != SQLITE_OK) {
+        *rc = reg_db_fail(db, "reading a version");
+        return NULL;
+    }
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+    char *d = NULL;
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        d = kiln_strdup(col(st, 0));
+        if (!d) *rc = KILN_ERR_NOMEM;
+    } else if (x != SQLITE_DONE) {
+        *rc = reg_db_fail(db, "reading a version");
+    }
+    sqlite3_finalize(st);
+    return d;
+}
+
+static enum MHD_Result send_published(struct MHD_Connection *c, req *r, unsigned status,
+                                      const char *digest, uint64_t size) {
+    return send_json(c, r, status,
+                     json_pack("{s:s, s:s, s:s, s:I}", "name", r->seg[0], "version", r->seg[1],
+                               "digest", digest, "size", (json_int_t)size));
+}
+
+/* The first call of a PUT of an archive: everything that can be refused before the body. */
+static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db) {
+    if (!s->trust)
+        return send_error(
+            c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!cl) return send_error(c, r, 411, "an upload needs a Content-Length");
+    char *e;
+    errno = 0;
+    unsigned long long n = strtoull(cl, &e, 10);
+    if (errno || e == cl || *e) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
+    if (n > s->max_upload)
+        return send_error(c, r, 413,
+                          "archive of %llu bytes is larger than this registry's limit of %" PRIu64,
+                          n, s->max_upload);
+    const char *digest = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Digest");
+    if (!digest || !reg_digest_hex(digest, r->hex))
+        return send_error(c, r, 400,
+                          "an upload needs X-Kiln-Digest: sha256:<64 lowercase hex digits>");
+    const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
+    size_t slen = sig ? strlen(sig) : 0;
+    if (!slen || slen > REG_SIG_MAX * 2)
+        return send_error(c, r, 400,
+                          "an upload needs X-Kiln-Signature: the archive's .minisig, base64");
+    r->sig = kiln_malloc(slen + 1);
+    if (!r->sig) return MHD_NO;
+    if (sodium_base642bin((unsigned char *)r->sig, slen, sig, slen, NULL, &r->sig_len, NULL,
+                          sodium_base64_VARIANT_ORIGINAL) != 0 ||
+        memchr(r->sig, 0, r->sig_len))
+        return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
+    r->sig[r->sig_len] = 0;
+    r->declared = n;
+    kiln_err rc;
+    char *have = stored_digest(db, r->seg[0], r->seg[1], &rc);
+    if (rc) return send_kiln_error(c, r, rc);
+    if (have) {
+        bool same = strcmp(have + 7, r->hex) == 0;
+        enum MHD_Result ok =
+            same ? send_published(c, r, 200, have, n)
+                 : send_error(c, r, 409, "'%s@%s' exists already with other bytes (%s)", r->seg[0],
+                              r->seg[1], have);
+        free(have);
+        return ok;
+    }
+    if ((rc = reg_upload_begin(&r->up, s->root)) != KILN_OK) return send_kiln_error(c, r, rc);
+    r->body = BODY_ARCHIVE;
+    return MHD_YES;
+}
+
+static void body_fail(req *r, kiln_err rc) {
+    if (r->body_failed) return;
+    r->body_failed = true;
+    r->body_rc = rc;
+    r->body_msg = kiln_strdup(*kiln_errmsg() ? kiln_errmsg() : kiln_strerror(rc));
+}
+
+static kiln_err insert_version(sqlite3 *db, req *r, const reg_archive_meta *m, const char *digest,
+                               bool *existed) {
+    kiln_err rc = KILN_OK;
+    char *manifest = NULL, *card = NULL, *validation = NULL, *have = NULL;
+    sqlite3_stmt *st = NULL;
+    *existed = false;
+    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
+    have = stored_digest(db, r->seg[0], r->seg[1], &rc);
+    if (rc) goto out;
+    if (have) {
+        *existed = true;
+        KILN_CHECK_IF(rc, out, strcmp(have, digest) != 0, KILN_ERR_CONFLICT,
+                      "'%s@%s' exists already with other bytes (%s)", r->seg[0], r->seg[1], have);
+        goto out;
+    }
+    manifest = kiln_json_canonical(m->manifest);
+    card = m->card ? kiln_json_canonical(m->card) : NULL;
+    validation = m->validation ? kiln_json_canonical(m->validation) : NULL;
+    KILN_CHECK_IF(rc, out, !manifest || (m->card && !card) || (m->validation && !validation),
+                  KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "INSERT INTO versions(model, version, digest, size, manifest, signature, card,"
+            " validation, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->declared);
+    sqlite3_bind_text(st, 5, manifest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 6, r->sig, (int)r->sig_len, SQLITE_TRANSIENT);
+    if (card)
+        sqlite3_bind_text(st, 7, card, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 7);
+    if (validation)
+        sqlite3_bind_text(st, 8, validation, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 8);
+    sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 10, kiln_unix_time());
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    KILN_CHECK(rc, out,
+               reg_audit(db, r->token_name, "publish", r->seg[0], r->seg[1], NULL, digest));
+out:
+    if (st) sqlite3_finalize(st);
+    if (!rc) rc = reg_db_exec(db, "COMMIT");
+    if (rc) (void)reg_db_exec(db, "ROLLBACK");
+    free(manifest);
+    free(card);
+    free(validation);
+    free(have);
+    return rc;
+}
+
+static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                     sqlite3 *db) {
+    if (r->body_failed)
+        return send_error(c, r, status_of(r->body_rc), "%s",
+                          r->body_msg ? r->body_msg : "upload failed");
+    kiln_err rc;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
+    if ((rc = reg_upload_check(&r->up, r->hex, r->declared)) != KILN_OK)
+        return send_kiln_error(c, r, rc);
+    char *path = reg_upload_path(&r->up);
+    if (!path) return MHD_NO;
+    reg_archive_meta m;
+    char label[200];
+    snprintf(label, sizeof label, "upload of %s@%s", r->seg[0], r->seg[1]);
+    rc = reg_verify_archive(s->trust, path, label, r->sig, r->sig_len, &m);
+    free(path);
+    if (!rc && (strcmp(m.name, r->seg[0]) || strcmp(m.version, r->seg[1])))
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "the archive's manifest names '%s@%s', but it was uploaded as '%s@%s'",
+                       m.name, m.version, r->seg[0], r->seg[1]);
+    if (!rc) rc = reg_upload_commit(&r->up, r->hex);
+    bool existed = false;
+    if (!rc) rc = insert_version(db, r, &m, digest, &existed);
+    reg_archive_meta_release(&m);
+    if (rc) return send_kiln_error(c, r, rc);
+    return send_published(c, r, existed ? 200 : 201, digest, r->declared);
+}
+
+static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
+    if (!s->trust)
+        return send_error(
+            c, r, 422,
+            "this registry has no trust policy (serve --trust); it accepts no channel records");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    if (!cl) return send_error(c, r, 411, "a channel record needs a Content-Length");
+    if (n > REG_RECORD_MAX)
+        return send_error(c, r, 413, "a channel record is at most %u bytes", REG_RECORD_MAX);
+    r->rec = kiln_malloc(REG_RECORD_MAX + 1);
+    if (!r->rec) return MHD_NO;
+    r->body = BODY_RECORD;
+    return MHD_YES;
+}
+
+static kiln_err insert_record(sqlite3 *db, req *r, const reg_record *rec, const char *text) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    char *have = NULL;
+    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "SELECT coalesce(max(seq), 0) FROM channel_records WHERE model = ?1 AND channel = ?2",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    int64_t cur = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    KILN_CHECK_IF(rc, out, rec->seq != cur + 1, KILN_ERR_CONFLICT,
+                  "channel record for %s/%s has seq %lld, but the next must be %lld", rec->model,
+                  rec->channel, (long long)rec->seq, (long long)cur + 1);
+    have = stored_digest(db, rec->model, rec->version, &rc);
+    if (rc) goto out;
+    KILN_CHECK_IF(rc, out, !have, KILN_ERR_NOTFOUND,
+                  "channel record points at '%s@%s', which this registry does not hold", rec->model,
+                  rec->version);
+    KILN_CHECK_IF(rc, out, strcmp(have, rec->digest) != 0, KILN_ERR_VERIFY,
+                  "channel record gives '%s@%s' the digest %s, but the registry holds %s",
+                  rec->model, rec->version, rec->digest, have);
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "INSERT INTO channel_records(model, channel, seq, version, digest, expires, reason,"
+            " record, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, rec->seq);
+    sqlite3_bind_text(st, 4, rec->version, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, rec->digest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 6, rec->expires);
+    sqlite3_bind_text(st, 7, rec->reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 8, text, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 10, kiln_unix_time());
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    KILN_CHECK(rc, out,
+               reg_audit(db, r->token_name,
+                         strcmp(rec->reason, "rollback") ? "promote" : "rollback", rec->model,
+                         rec->version, rec->channel, rec->digest));
+out:
+    if (st) sqlite3_finalize(st);
+    if (!rc) rc = reg_db_exec(db, "COMMIT");
+    if (rc) (void)reg_db_exec(db, "ROLLBACK");
+    free(have);
+    return rc;
+}
+
+static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                     sqlite3 *db) {
+    if (r->body_failed)
+        return send_error(c, r, status_of(r->body_rc), "%s",
+                          r->body_msg ? r->body_msg : "bad record");
+    r->rec[r->rec_len] = 0;
+    if (memchr(r->rec, 0, r->rec_len))
+        return send_error(c, r, 400, "channel record holds a NUL byte");
+    reg_record rec;
+    char label[200];
+    snprintf(label, sizeof label, "channel record for %s/%s", r->seg[0], r->seg[1]);
+    kiln_err rc = reg_record_verify(s->trust, r->rec, r->rec_len, label, &rec);
+    if (!rc && (strcmp(rec.model, r->seg[0]) || strcmp(rec.channel, r->seg[1])))
+        rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
+    if (!rc && rec.expires <= kiln_unix_time())
+        rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
+    if (!rc) rc = insert_record(db, r, &rec, r->rec);
+    if (rc) return send_kiln_error(c, r, rc);
+    return send_json(c, r, 201,
+                     json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel",
+                               rec.channel, "seq", (json_int_t)rec.seq, "version", rec.version,
+                               "digest", rec.digest));
+}
+
+/* ---- the handler ---- */
+
+static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                 sqlite3 *db, unsigned need, bool *ok) {
+    *ok = false;
+    const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+    if (!h) {
+        if (need == KILN_SCOPE_READ && !s->read_required) {
+            *ok = true;
+            return MHD_YES;
+        }
+        return send_error(c, r, 401, "this request needs a token (Authorization: Bearer)");
+    }
+    if (strncmp(h, "Bearer ", 7) != 0)
+        return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
+    kiln_err rc = reg_token_lookup(db, h + 7, &r->token_name, &r->scopes);
+    if (rc == KILN_ERR_AUTH) return send_error(c, r, 401, "unknown token");
+    if (rc) return send_kiln_error(c, r, rc);
+    if (!(r->scopes & need)) {
+        static const char *const names[] = {"", "read", "publish", "",     "promote",
+                                            "", "",     "",        "admin"};
+        return send_error(c, r, 403, "token '%s' lacks the '%s' scope", r->token_name, names[need]);
+    }
+    *ok = true;
+    return MHD_YES;
+}
+
+static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  const char *url, const char *method) {
+    bool bad;
+    r->route = match_route(url, r, &bad);
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
+    if (bad) return send_error(c, r, 400, "malformed path");
+    if (r->route == R_NONE) return send_error(c, r, 404, "no such route");
+    if (r->route == R_HEALTH && get)
+        return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
+    bool writes = r->route == R_VERSION || r->route == R_CHANNEL;
+    if (!get && !(put && writes))
+        return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
+    kiln_err rc = KILN_OK;
+    if (r->seg[0][0] && (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
+        return send_kiln_error(c, r, rc);
+    if (r->route == R_VERSION && (rc = kiln_registry_check_version(r->seg[1])) != KILN_OK)
+        return send_kiln_error(c, r, rc);
+    if ((r->route == R_CHANNEL || r->route == R_HISTORY) &&
+        (rc = kiln_registry_check_name("channel", r->seg[1])))
+        return send_kiln_error(c, r, rc);
+    sqlite3 *db = NULL;
+    if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
+    unsigned need = put ? (r->route == R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
+                    : r->route == R_AUDIT ? KILN_SCOPE_ADMIN
+                                          : KILN_SCOPE_READ;
+    bool ok;
+    enum MHD_Result res = authorize(s, c, r, db, need, &ok);
+    if (ok) {
+        switch (r->route) {
+        case R_METRICS:
+            res = do_metrics(s, c, r, db);
+            break;
+        case R_MODELS:
+            res = do_models(c, r, db);
+            break;
+        case R_MODEL:
+            res = do_model(c, r, db);
+            break;
+        case R_VERSION:
+            res = put ? upload_start(s, c, r, db) : do_version(c, r, db);
+            break;
+        case R_CHANNEL:
+            res = put ? record_start(s, c, r) : do_channel(c, r, db);
+            break;
+        case R_HISTORY:
+            res = do_history(c, r, db);
+            break;
+        case R_BLOB:
+            res = do_blob(s, c, r);
+            break;
+        case R_AUDIT:
+            res = do_audit(c, r, db);
+            break;
+        default:
+            res = send_error(c, r, 404, "no such route");
+            break;
+        }
+    }
+    reg_db_close(db);
+    return res;
+}
+
+static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *url,
+                               const char *method, const char *version, const char *upload_data,
+                               size_t *upload_data_size, void **con_cls) {
+    kiln_registry_server *s = cls;
+    (void)version;
+    req *r = *con_cls;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return MHD_NO;
+        r->up.fd = -1;
+        r->t0 = kiln_now_ns();
+        snprintf(r->method, sizeof r->method, "%s",
+                 strlen(method) < sizeof r->method ? method : "OTHER");
+        *con_cls = r;
+        atomic_fetch_add(&s->in_flight, 1);
+        kiln_errclear();
+        return first_call(s, c, r, url, method);
+    }
+    if (*upload_data_size) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (r->body_failed) return MHD_YES; /* drain: answered once the body is in */
+        if (r->body == BODY_ARCHIVE) {
+            kiln_err rc =
+                r->up.size + n > r->declared
+                    ? kiln_fail(KILN_ERR_VERIFY, "upload is longer than its Content-Length")
+                    : reg_upload_write(&r->up, upload_data, n);
+            if (rc) body_fail(r, rc);
+        } else if (r->body == BODY_RECORD) {
+            if (r->rec_len + n > REG_RECORD_MAX)
+                body_fail(r, kiln_fail(KILN_ERR_LIMIT, "channel record is too long"));
+            else {
+                memcpy(r->rec + r->rec_len, upload_data, n);
+                r->rec_len += n;
+            }
+        }
+        return MHD_YES;
+    }
+    sqlite3 *db = NULL;
+    kiln_err rc = reg_db_connect(s->root, &db);
+    if (rc) return send_kiln_error(c, r, rc);
+    enum MHD_Result res = r->body == BODY_ARCHIVE  ? upload_finish(s, c, r, db)
+                          : r->body == BODY_RECORD ? record_finish(s, c, r, db)
+                                                   : send_error(c, r, 500, "no response");
+    reg_db_close(db);
+    return res;
+}
+
+static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                      enum MHD_RequestTerminationCode toe) {
+    kiln_registry_server *s = cls;
+    (void)c;
+    req *r = *con_cls;
+    if (!r) return;
+    if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && !r->status)
+        r->status = 499; /* client went away */
+    count_request(s, r);
+    reg_upload_abort(&r->up);
+    free(r->token_name);
+    free(r->body_msg);
+    free(r->sig);
+    free(r->rec);
+    free(r);
+    *con_cls = NULL;
+    atomic_fetch_sub(&s->in_flight, 1);
+}
+
+static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
+                        enum MHD_ConnectionNotificationCode toe) {
+    kiln_registry_server *s = cls;
+    (void)c, (void)socket_context;
+    atomic_fetch_add(&s->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+}
+
+/* Paths stay as sent: the router decodes each segment itself, so an encoded '/' or ".."
+ * lands inside a name, where validation refuses it, and never changes the route. */
+static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls, (void)c;
+    return strlen(s);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    (void)cls;
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    size_t n = strlen(line);
+    while (n && line[n - 1] == '\n')
+        line[--n] = 0;
+    kiln_debug("registry: microhttpd: %s", line);
+}
+
+static kiln_err parse_listen(const char *listen, struct sockaddr_storage *ss, bool *v6) {
+    memset(ss, 0, sizeof *ss);
+    char host[128];
+    const char *colon;
+    *v6 = false;
+    if (listen[0] == '[') {
+        const char *close = strchr(listen, ']');
+        KILN_FAIL_IF(!close || close[1] != ':' || (size_t)(close - listen - 1) >= sizeof host,
+                     KILN_ERR_USAGE, "listen address '%s' is not [HOST]:PORT", listen);
+        memcpy(host, listen + 1, (size_t)(close - listen - 1));
+        host[close - listen - 1] = 0;
+        colon = close + 1;
+        *v6 = true;
+    } else {
+        colon = strrchr(listen, ':');
+        KILN_FAIL_IF(!colon || (size_t)(colon - listen) >= sizeof host, KILN_ERR_USAGE,
+                     "listen address '%s' is not HOST:PORT", listen);
+        memcpy(host, listen, (size_t)(colon - listen));
+        host[colon - listen] = 0;
+    }
+    char *e;
+    errno = 0;
+    long port = strtol(colon + 1, &e, 10);
+    KILN_FAIL_IF(errno || e == colon + 1 || *e || port < 0 || port > 65535, KILN_ERR_USAGE,
+                 "listen address '%s' has a bad port", listen);
+    if (*v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        KILN_FAIL_IF(inet_pton(AF_INET6, host, &a->sin6_addr) != 1, KILN_ERR_USAGE,
+                     "listen address '%s': '%s' is not an IPv6 address", listen, host);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        KILN_FAIL_IF(inet_pton(AF_INET, host, &a->sin_addr) != 1, KILN_ERR_USAGE,
+                     "listen address '%s': '%s' is not an IPv4 address", listen, host);
+    }
+    return KILN_OK;
+}
+
+/* Named temporaries left by a server that crashed (where O_TMPFILE is missing). */
+static void clear_tmp(const char *root) {
+    char *cmd_dir = kiln_path_join(root, "tmp");
+    DIR *d = cmd_dir ? opendir(cmd_dir) : NULL;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (!strncmp(e->d_name, "upload-", 7)) {
+                char *p = kiln_path_join(cmd_dir, e->d_name);
+                if (p) unlink(p);
+                free(p);
+            }
+        closedir(d);
+    }
+    free(cmd_dir);
+}
+
+kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
+                                    kiln_registry_server **out) {
+    *out = NULL;
+    KILN_FAIL_IF(!o->root || !o->listen, KILN_ERR_USAGE,
+                 "the registry needs a root and a listen address");
+    KILN_FAIL_IF(sodium_init() < 0, KILN_ERR_INTERNAL, "libsodium failed to initialise");
+    struct sockaddr_storage ss;
+    bool v6;
+    KILN_TRY(parse_listen(o->listen, &ss, &v6));
+    kiln_registry_server *s = kiln_calloc(1, sizeof *s);
+    if (!s) return KILN_ERR_NOMEM;
+    s->lock_fd = -1;
+    pthread_mutex_init(&s->mu, NULL);
+    kiln_err rc = KILN_OK;
+    sqlite3 *db = NULL;
+    s->root = kiln_strdup(o->root);
+    KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
+    s->read_required = o->read_token_required;
+    s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
+    KILN_CHECK(rc, fail, reg_lock(o->root, &s->lock_fd));
+    KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
+                  "'%s' is held by another running server", o->root);
+    KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
+    reg_db_close(db);
+    clear_tmp(o->root);
+    if (o->trust) KILN_CHECK(rc, fail, reg_trust_load(o->trust, &s->trust));
+    unsigned threads = o->threads ? o->threads : 4;
+    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+                                MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+                            0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED,
+                            completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
+                            MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
+                            MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER,
+                            mhd_log, NULL, MHD_OPTION_END);
+    KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK,
+                  "cannot listen on '%s' (address in use or not local?)", o->listen);
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
+    s->port = info ? info->port : 0;
+    *out = s;
+    return KILN_OK;
+fail:
+    kiln_registry_server_stop(s, 0);
+    return rc;
+}
+
+uint16_t kiln_registry_server_port(const kiln_registry_server *s) {
+    return s->port;
+}
+
+void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
+    if (!s) return;
+    if (s->d) {
+        MHD_socket ls = MHD_quiesce_daemon(s->d);
+        uint64_t deadline = kiln_now_ns() + (uint64_t)grace_ms * 1000000ull;
+        while (atomic_load(&s->in_flight) > 0 && kiln_now_ns() < deadline) {
+            struct timespec ts = {0, 10 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        MHD_stop_daemon(s->d);
+        if (ls != MHD_INVALID_SOCKET) close(ls);
+    }
+    reg_trust_free(s->trust);
+    reg_unlock(s->lock_fd);
+    pthread_mutex_destroy(&s->mu);
+    free(s->rows);
+    free(s->root);
+    free(s);
+}

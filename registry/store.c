@@ -1,0 +1,664 @@
+/* store.c - the registry's store: names, SQLite metadata (schema, tokens, audit), the
+ * content-addressed blob store and its lock, fsck and gc. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "registry_int.h"
+
+/* ---- names ---- */
+
+static kiln_err check_chars(const char *what, const char *s, bool version) {
+    const char *set = version ? "[A-Za-z0-9._+-], starting with a letter or digit"
+                              : "[a-z0-9._-], starting with a letter or digit";
+    KILN_FAIL_IF(!s || !*s, KILN_ERR_USAGE, "%s name is empty", what);
+    size_t n = strlen(s);
+    KILN_FAIL_IF(n > KILN_REGISTRY_NAME_MAX, KILN_ERR_USAGE,
+                 "%s name '%.64s...' is longer than %d characters", what, s,
+                 KILN_REGISTRY_NAME_MAX);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                  (version && c >= 'A' && c <= 'Z') ||
+                  (i > 0 && (c == '.' || c == '_' || c == '-' || (version && c == '+')));
+        KILN_FAIL_IF(!ok, KILN_ERR_USAGE, "%s name '%s' has a character outside %s at offset %zu",
+                     what, s, set, i);
+    }
+    KILN_FAIL_IF(strstr(s, ".."), KILN_ERR_USAGE, "%s name '%s' contains '..'", what, s);
+    return KILN_OK;
+}
+
+kiln_err kiln_registry_check_name(const char *what, const char *s) {
+    return check_chars(what, s, false);
+}
+
+kiln_err kiln_registry_check_version(const char *s) {
+    return check_chars("version", s, true);
+}
+
+bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out) {
+    static const struct {
+        const char *name;
+        kiln_registry_scope scope;
+    } t[] = {{"read", KILN_SCOPE_READ},
+             {"publish", KILN_SCOPE_PUBLISH},
+             {"promote", KILN_SCOPE_PROMOTE},
+             {"admin", KILN_SCOPE_ADMIN}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(t); i++)
+        if (s && !strcmp(s, t[i].name)) {
+            *out = t[i].scope;
+            return true;
+        }
+    return false;
+}
+
+unsigned reg_scope_bits(kiln_registry_scope s) {
+    if (s == KILN_SCOPE_ADMIN)
+        return KILN_SCOPE_READ | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE | KILN_SCOPE_ADMIN;
+    return KILN_SCOPE_READ | (unsigned)s;
+}
+
+bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]) {
+    if (!digest || strncmp(digest, "sha256:", 7) != 0 || strlen(digest) != 7 + 64) return false;
+    for (int i = 0; i < 64; i++) {
+        char c = digest[7 + i];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+    }
+    memcpy(hex, digest + 7, 65);
+    return true;
+}
+
+/* ---- SQLite ---- */
+
+static const char *const schema =
+    "CREATE TABLE IF NOT EXISTS versions("
+    " model TEXT NOT NULL, version TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL,"
+    " manifest TEXT NOT NULL, signature TEXT NOT NULL, card TEXT, validation TEXT,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(model, version));"
+    "CREATE TABLE IF NOT EXISTS channel_records("
+    " model TEXT NOT NULL, channel TEXT NOT NULL, seq INTEGER NOT NULL, version TEXT NOT NULL,"
+    " digest TEXT NOT NULL, expires INTEGER NOT NULL, reason TEXT, record TEXT NOT NULL,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(model, channel, seq));"
+    "CREATE TABLE IF NOT EXISTS tokens("
+    " name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL, created INTEGER NOT "
+    "NULL);"
+    "CREATE TABLE IF NOT EXISTS audit("
+    " id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, token TEXT, action TEXT NOT "
+    "NULL,"
+    " model TEXT, version TEXT, channel TEXT, digest TEXT);";
+
+kiln_err reg_db_fail(sqlite3 *db, const char *what) {
+    int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
+    if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
+        return kiln_fail(KILN_ERR_IO, "registry database busy while %s", what);
+    return kiln_fail(KILN_ERR_IO, "registry database: %s while %s",
+                     db ? sqlite3_errmsg(db) : "cannot open", what);
+}
+
+kiln_err reg_db_exec(sqlite3 *db, const char *sql) {
+    char *err = NULL;
+    if (sqlite3_exec(db, sql, NULL, NULL, &err) != SQLITE_OK) {
+        kiln_err rc = kiln_fail(KILN_ERR_IO, "registry database: %s (running '%.40s')",
+                                err ? err : "error", sql);
+        sqlite3_free(err);
+        return rc;
+    }
+    return KILN_OK;
+}
+
+kiln_err reg_db_open(const char *root, sqlite3 **out) {
+    *out = NULL;
+    char *blobs = kiln_path_join(root, "blobs/sha256"), *tmp = kiln_path_join(root, "tmp"),
+         *path = kiln_path_join(root, "registry.db");
+    kiln_err rc = KILN_OK;
+    sqlite3 *db = NULL;
+    KILN_CHECK_IF(rc, out, !blobs || !tmp || !path, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_mkdir_p(blobs));
+    KILN_CHECK(rc, out, kiln_mkdir_p(tmp));
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                        NULL) != SQLITE_OK) {
+        rc = kiln_fail(KILN_ERR_IO, "cannot open '%s': %s", path,
+                       db ? sqlite3_errmsg(db) : "out of memory");
+        goto out;
+    }
+    sqlite3_busy_timeout(db, 10000);
+    KILN_CHECK(rc, out, reg_db_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"));
+    KILN_CHECK(rc, out, reg_db_exec(db, schema));
+out:
+    if (rc) {
+        if (db) sqlite3_close(db);
+        db = NULL;
+        kiln_errprefix(rc, "'%s': ", root);
+    }
+    *out = db;
+    free(blobs);
+    free(tmp);
+    free(path);
+    return rc;
+}
+
+kiln_err reg_db_connect(const char *root, sqlite3 **out) {
+    *out = NULL;
+    char *path = kiln_path_join(root, "registry.db");
+    if (!path) return KILN_ERR_NOMEM;
+    sqlite3 *db = NULL;
+    kiln_err rc = KILN_OK;
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) !=
+        SQLITE_OK) {
+        rc = kiln_fail(KILN_ERR_IO, "cannot open '%s': %s", path,
+                       db ? sqlite3_errmsg(db) : "out of memory");
+        if (db) sqlite3_close(db);
+        db = NULL;
+    } else {
+        sqlite3_busy_timeout(db, 10000);
+    }
+    free(path);
+    *out = db;
+    return rc;
+}
+
+void reg_db_close(sqlite3 *db) {
+    if (db) sqlite3_close(db);
+}
+
+static void bind_text(sqlite3_stmt *st, int i, const char *s) {
+    if (s)
+        sqlite3_bind_text(st, i, s, -1, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
+                   const char *version, const char *channel, const char *digest) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "INSERT INTO audit(time, token, action, model, version, channel, digest)"
+                           " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                           -1, &st, NULL) != SQLITE_OK)
+        return reg_db_fail(db, "writing the audit log");
+    sqlite3_bind_int64(st, 1, kiln_unix_time());
+    bind_text(st, 2, token);
+    bind_text(st, 3, action);
+    bind_text(st, 4, model);
+    bind_text(st, 5, version);
+    bind_text(st, 6, channel);
+    bind_text(st, 7, digest);
+    int r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "writing the audit log");
+}
+
+static void token_hash(const char *token, char hex[KILN_SHA256_HEX]) {
+    uint8_t h[KILN_SHA256_BYTES];
+    kiln_sha256(token, strlen(token), h);
+    kiln_hex(h, sizeof h, hex);
+}
+
+kiln_err kiln_registry_token_create(const char *root, const char *name, kiln_registry_scope scope,
+                                    char **token) {
+    *token = NULL;
+    KILN_TRY(kiln_registry_check_name("token", name));
+    static const char *const names[] = {[KILN_SCOPE_READ] = "read",
+                                        [KILN_SCOPE_PUBLISH] = "publish",
+                                        [KILN_SCOPE_PROMOTE] = "promote",
+                                        [KILN_SCOPE_ADMIN] = "admin"};
+    KILN_FAIL_IF(scope != KILN_SCOPE_READ && scope != KILN_SCOPE_PUBLISH &&
+                     scope != KILN_SCOPE_PROMOTE && scope != KILN_SCOPE_ADMIN,
+                 KILN_ERR_USAGE, "token scope %d is not one of read, publish, promote, admin",
+                 (int)scope);
+    KILN_FAIL_IF(sodium_init() < 0, KILN_ERR_INTERNAL, "libsodium failed to initialise");
+    uint8_t raw[32];
+    randombytes_buf(raw, sizeof raw);
+    char *t = kiln_malloc(6 + 64 + 1);
+    if (!t) return KILN_ERR_NOMEM;
+    memcpy(t, "kiln_", 5);
+    kiln_hex(raw, sizeof raw, t + 5);
+    sodium_memzero(raw, sizeof raw);
+    char hex[KILN_SHA256_HEX];
+    token_hash(t, hex);
+
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    kiln_err rc = KILN_OK;
+    bool in_tx = false;
+    KILN_CHECK(rc, out, reg_db_open(root, &db));
+    KILN_CHECK(rc, out, reg_db_exec(db, "BEGIN IMMEDIATE"));
+    in_tx = true;
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(
+                      db, "INSERT INTO tokens(name, hash, scope, created) VALUES(?1, ?2, ?3, ?4)",
+                      -1, &st, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    bind_text(st, 1, name);
+    bind_text(st, 2, hex);
+    bind_text(st, 3, names[scope]);
+    sqlite3_bind_int64(st, 4, kiln_unix_time());
+    int r = sqlite3_step(st);
+    KILN_CHECK_IF(rc, out, r == SQLITE_CONSTRAINT, KILN_ERR_CONFLICT,
+                  "a token named '%s' exists already in '%s'", name, root);
+    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    KILN_CHECK(rc, out, reg_audit(db, name, "token.create", NULL, NULL, NULL, NULL));
+    KILN_CHECK(rc, out, reg_db_exec(db, "COMMIT"));
+    in_tx = false;
+    *token = t;
+    t = NULL;
+out:
+    if (st) sqlite3_finalize(st);
+    if (in_tx) (void)reg_db_exec(db, "ROLLBACK");
+    reg_db_close(db);
+    if (t) {
+        sodium_memzero(t, strlen(t));
+        free(t);
+    }
+    return rc;
+}
+
+kiln_err reg_token_lookup(sqlite3 *db, const char *token, char **name, unsigned *scopes) {
+    *name = NULL;
+    *scopes = 0;
+    char hex[KILN_SHA256_HEX];
+    token_hash(token, hex);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT name, scope FROM tokens WHERE hash = ?1", -1, &st, NULL) !=
+        SQLITE_OK)
+        return reg_db_fail(db, "looking up a token");
+    bind_text(st, 1, hex);
+    kiln_err rc = KILN_OK;
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) {
+        kiln_registry_scope s;
+        if (!kiln_registry_scope_parse((const char *)sqlite3_column_text(st, 1), &s)) {
+            rc = kiln_fail(KILN_ERR_FORMAT, "token has an unknown scope in the registry database");
+        } else {
+            *scopes = reg_scope_bits(s);
+            *name = kiln_strdup((const char *)sqlite3_column_text(st, 0));
+            if (!*name) rc = KILN_ERR_NOMEM;
+        }
+    } else if (r == SQLITE_DONE) {
+        rc = kiln_fail(KILN_ERR_AUTH, "unknown token");
+    } else {
+        rc = reg_db_fail(db, "looking up a token");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- blobs ---- */
+
+char *reg_blob_path(const char *root, const char *hex) {
+    return kiln_asprintf("%s/blobs/sha256/%.2s/%s", root, hex, hex);
+}
+
+kiln_err reg_upload_begin(reg_upload *u, const char *root) {
+    memset(u, 0, sizeof *u);
+    u->fd = -1;
+    u->root = kiln_strdup(root);
+    char *tmpdir = kiln_path_join(root, "tmp");
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !u->root || !tmpdir, KILN_ERR_NOMEM, "out of memory");
+    u->fd = open(tmpdir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0644);
+    if (u->fd < 0) {
+        /* No unnamed files here: a named one, which fsck and the next server start clean up
+         * after a crash. */
+        u->tmp = kiln_asprintf("%s/upload-XXXXXX", tmpdir);
+        KILN_CHECK_IF(rc, out, !u->tmp, KILN_ERR_NOMEM, "out of memory");
+        u->fd = mkostemp(u->tmp, O_CLOEXEC);
+        if (u->fd < 0) {
+            rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary file in '%s'", tmpdir);
+            free(u->tmp);
+            u->tmp = NULL;
+            goto out;
+        }
+    }
+    crypto_hash_sha256_init(&u->sha);
+out:
+    free(tmpdir);
+    if (rc) reg_upload_abort(u);
+    return rc;
+}
+
+kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len) {
+    crypto_hash_sha256_update(&u->sha, data, len);
+    u->size += len;
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(u->fd, p, len);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            return kiln_fail_errno(KILN_ERR_IO,
+                                   "cannot write an upload's temporary file in '%s/tmp'", u->root);
+        p += n;
+        len -= (size_t)n;
+    }
+    return KILN_OK;
+}
+
+kiln_err reg_upload_check(reg_upload *u, const char *hex, uint64_t size) {
+    uint8_t h[KILN_SHA256_BYTES];
+    char got[KILN_SHA256_HEX];
+    crypto_hash_sha256_final(&u->sha, h);
+    kiln_hex(h, sizeof h, got);
+    KILN_FAIL_IF(u->size != size, KILN_ERR_VERIFY, "upload is %llu bytes, but %llu were declared",
+                 (unsigned long long)u->size, (unsigned long long)size);
+    KILN_FAIL_IF(strcmp(got, hex) != 0, KILN_ERR_VERIFY,
+                 "upload hashes to sha256:%s, but sha256:%s was declared", got, hex);
+    return KILN_OK;
+}
+
+char *reg_upload_path(const reg_upload *u) {
+    return u->tmp ? kiln_strdup(u->tmp) : kiln_asprintf("/proc/self/fd/%d", u->fd);
+}
+
+kiln_err reg_upload_commit(reg_upload *u, const char *hex) {
+    char *path = reg_blob_path(u->root, hex), *dir = path ? kiln_dirname(path) : NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !path || !dir, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, fsync(u->fd) != 0, KILN_ERR_IO, "cannot fsync an upload in '%s/tmp'",
+                  u->root);
+    KILN_CHECK(rc, out, kiln_mkdir_p(dir));
+    int r;
+    if (u->tmp) {
+        r = link(u->tmp, path);
+    } else {
+        char proc[64];
+        snprintf(proc, sizeof proc, "/proc/self/fd/%d", u->fd);
+        r = linkat(AT_FDCWD, proc, AT_FDCWD, path, AT_SYMLINK_FOLLOW);
+    }
+    /* The same digest stored already is the same bytes: keep the one there. */
+    if (r != 0 && errno != EEXIST) {
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot move an upload to '%s'", path);
+        goto out;
+    }
+    KILN_CHECK(rc, out, kiln_fsync_dir(dir));
+out:
+    free(path);
+    free(dir);
+    if (!rc) reg_upload_abort(u);
+    return rc;
+}
+
+void reg_upload_abort(reg_upload *u) {
+    if (u->fd >= 0) close(u->fd);
+    u->fd = -1;
+    if (u->tmp) unlink(u->tmp);
+    free(u->tmp);
+    free(u->root);
+    u->tmp = NULL;
+    u->root = NULL;
+}
+
+kiln_err reg_lock(const char *root, int *out) {
+    *out = -1;
+    KILN_TRY(kiln_mkdir_p(root));
+    char *path = kiln_path_join(root, "lock");
+    if (!path) return KILN_ERR_NOMEM;
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        kiln_err rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+        free(path);
+        return rc;
+    }
+    free(path);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        close(fd);
+        return KILN_OK; /* busy: *out stays -1 */
+    }
+    *out = fd;
+    return KILN_OK;
+}
+
+void reg_unlock(int fd) {
+    if (fd >= 0) close(fd);
+}
+
+/* ---- fsck and gc ---- */
+
+typedef struct {
+    void (*report)(void *, const char *);
+    void *ctx;
+    size_t n;
+} problems;
+
+static void problem(problems *p, const char *fmt, ...) KILN_PRINTF(2, 3);
+static void problem(problems *p, const char *fmt, ...) {
+    char line[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    p->n++;
+    if (p->report) p->report(p->ctx, line);
+}
+
+static kiln_err fsck_versions(const char *root, sqlite3 *db, problems *p) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            db, "SELECT model, version, digest, size FROM versions ORDER BY model, version", -1,
+            &st, NULL) != SQLITE_OK)
+        return reg_db_fail(db, "reading versions");
+    kiln_err rc = KILN_OK;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(st, 0),
+                   *v = (const char *)sqlite3_column_text(st, 1),
+                   *d = (const char *)sqlite3_column_text(st, 2);
+        int64_t size = sqlite3_column_int64(st, 3);
+        char hex[KILN_SHA256_HEX];
+        if (!reg_digest_hex(d, hex)) {
+            problem(p, "%s@%s: digest '%s' is not sha256:<64 hex digits>", m, v, d ? d : "");
+            continue;
+        }
+        char *path = reg_blob_path(root, hex);
+        if (!path) {
+            rc = KILN_ERR_NOMEM;
+            break;
+        }
+        struct stat sb;
+        uint8_t h[KILN_SHA256_BYTES];
+        char got[KILN_SHA256_HEX];
+        if (stat(path, &sb) != 0) {
+            problem(p, "%s@%s: blob '%s' is missing", m, v, path);
+        } else if (sb.st_size != size) {
+            problem(p, "%s@%s: blob '%s' is %lld bytes, the version says %lld", m, v, path,
+                    (long long)sb.st_size, (long long)size);
+        } else if (kiln_sha256_file(path, h) != KILN_OK) {
+            problem(p, "%s@%s: %s", m, v, kiln_errmsg());
+        } else {
+            kiln_hex(h, sizeof h, got);
+            if (strcmp(got, hex) != 0)
+                problem(p, "%s@%s: blob '%s' hashes to sha256:%s", m, v, path, got);
+        }
+        free(path);
+    }
+    if (!rc && r != SQLITE_DONE) rc = reg_db_fail(db, "reading versions");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static kiln_err fsck_channels(sqlite3 *db, const reg_trust *trust, problems *p) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(
+            db,
+            "SELECT c.model, c.channel, c.seq, c.version, c.digest, c.record, v.digest"
+            " FROM channel_records c LEFT JOIN versions v ON v.model = c.model AND v.version = "
+            "c.version"
+            " ORDER BY c.model, c.channel, c.seq",
+            -1, &st, NULL) != SQLITE_OK)
+        return reg_db_fail(db, "reading channel records");
+    int r;
+    char prev[2 * KILN_REGISTRY_NAME_MAX + 2] = "";
+    int64_t prev_seq = 0;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(st, 0),
+                   *c = (const char *)sqlite3_column_text(st, 1),
+                   *v = (const char *)sqlite3_column_text(st, 3),
+                   *d = (const char *)sqlite3_column_text(st, 4),
+                   *text = (const char *)sqlite3_column_text(st, 5),
+                   *vd = (const char *)sqlite3_column_text(st, 6);
+        int64_t seq = sqlite3_column_int64(st, 2);
+        /* Records of a channel run 1, 2, 3...: a gap is a record lost or removed. */
+        char key[sizeof prev];
+        snprintf(key, sizeof key, "%.64s/%.64s", m, c);
+        if (strcmp(key, prev) != 0) prev_seq = 0;
+        if (seq != prev_seq + 1)
+            problem(p, "%s channel %s: seq %lld follows %lld", m, c, (long long)seq,
+                    (long long)prev_seq);
+        snprintf(prev, sizeof prev, "%s", key);
+        prev_seq = seq;
+        if (!vd)
+            problem(p, "%s channel %s seq %lld: points at version '%s', which the store lacks", m,
+                    c, (long long)seq, v);
+        else if (strcmp(vd, d) != 0)
+            problem(p, "%s channel %s seq %lld: digest %s differs from version %s's %s", m, c,
+                    (long long)seq, d, v, vd);
+        if (!trust) {
+            problem(p,
+                    "%s channel %s seq %lld: no trust policy to verify the record with (--trust)",
+                    m, c, (long long)seq);
+            continue;
+        }
+        reg_record rec;
+        char label[200];
+        snprintf(label, sizeof label, "%s channel %s seq %lld", m, c, (long long)seq);
+        if (reg_record_verify(trust, text, strlen(text), label, &rec) != KILN_OK)
+            problem(p, "%s", kiln_errmsg());
+        else if (strcmp(rec.model, m) || strcmp(rec.channel, c) || rec.seq != seq ||
+                 strcmp(rec.version, v) || strcmp(rec.digest, d))
+            problem(p, "%s: the signed record's fields differ from the database's", label);
+    }
+    kiln_err rc = r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "reading channel records");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static kiln_err fsck_tmp(const char *root, problems *p) {
+    int lock;
+    KILN_TRY(reg_lock(root, &lock));
+    if (lock < 0) return KILN_OK; /* a server runs: its temporaries are uploads in flight */
+    char *dir = kiln_path_join(root, "tmp");
+    DIR *d = dir ? opendir(dir) : NULL;
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d)))
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+                problem(p, "orphaned temporary '%s/%s' (no server holds the store)", dir,
+                        e->d_name);
+        closedir(d);
+    }
+    free(dir);
+    reg_unlock(lock);
+    return KILN_OK;
+}
+
+kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
+                            void (*report)(void *ctx, const char *problem), void *ctx,
+                            size_t *count) {
+    problems p = {report, ctx, 0};
+    *count = 0;
+    char *db_path = kiln_path_join(root, "registry.db");
+    if (!db_path) return KILN_ERR_NOMEM;
+    bool exists = kiln_path_exists(db_path);
+    free(db_path);
+    KILN_FAIL_IF(!exists, KILN_ERR_NOTFOUND, "'%s' holds no registry (no registry.db)", root);
+    sqlite3 *db = NULL;
+    reg_trust *trust = NULL;
+    kiln_err rc = KILN_OK;
+    char *def = NULL;
+    KILN_CHECK(rc, out, reg_db_open(root, &db));
+    if (!trust_path) {
+        def = kiln_path_join(root, "trust.json");
+        if (def && kiln_path_exists(def)) trust_path = def;
+    }
+    if (trust_path) KILN_CHECK(rc, out, reg_trust_load(trust_path, &trust));
+    KILN_CHECK(rc, out, fsck_versions(root, db, &p));
+    KILN_CHECK(rc, out, fsck_channels(db, trust, &p));
+    KILN_CHECK(rc, out, fsck_tmp(root, &p));
+    *count = p.n;
+    if (p.n)
+        rc =
+            kiln_fail(KILN_ERR_VERIFY, "'%s': %zu problem%s found", root, p.n, p.n == 1 ? "" : "s");
+out:
+    free(def);
+    reg_trust_free(trust);
+    reg_db_close(db);
+    return rc;
+}
+
+static bool referenced(sqlite3_stmt *st, const char *hex) {
+    char digest[72];
+    snprintf(digest, sizeof digest, "sha256:%s", hex);
+    sqlite3_reset(st);
+    sqlite3_bind_text(st, 1, digest, -1, SQLITE_TRANSIENT);
+    /* Anything but a clean "no row" keeps the blob: gc must never delete on doubt. */
+    return sqlite3_step(st) != SQLITE_DONE;
+}
+
+kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes) {
+    *removed = 0;
+    *bytes = 0;
+    int lock;
+    KILN_TRY(reg_lock(root, &lock));
+    KILN_FAIL_IF(lock < 0, KILN_ERR_CONFLICT, "'%s' is held by a running server; stop it before gc",
+                 root);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    char *top = NULL;
+    DIR *d1 = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK(rc, out, reg_db_open(root, &db));
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db, "SELECT 1 FROM versions WHERE digest = ?1 LIMIT 1", -1,
+                                     &st, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    top = kiln_path_join(root, "blobs/sha256");
+    KILN_CHECK_IF(rc, out, !top, KILN_ERR_NOMEM, "out of memory");
+    d1 = opendir(top);
+    KILN_CHECK_IF(rc, out, !d1, KILN_ERR_IO, "cannot open '%s'", top);
+    struct dirent *e1;
+    while ((e1 = readdir(d1))) {
+        if (e1->d_name[0] == '.') continue;
+        char *sub = kiln_path_join(top, e1->d_name);
+        DIR *d2 = sub ? opendir(sub) : NULL;
+        if (!d2) {
+            free(sub);
+            continue;
+        }
+        struct dirent *e2;
+        while ((e2 = readdir(d2))) {
+            if (e2->d_name[0] == '.' || strlen(e2->d_name) != 64) continue;
+            char hex[KILN_SHA256_HEX], digest[80];
+            snprintf(digest, sizeof digest, "sha256:%.64s", e2->d_name);
+            if (!reg_digest_hex(digest, hex) || referenced(st, hex)) continue;
+            char *path = kiln_path_join(sub, e2->d_name);
+            struct stat sb;
+            if (path && stat(path, &sb) == 0 && unlink(path) == 0) {
+                (*removed)++;
+                *bytes += (uint64_t)sb.st_size;
+            }
+            free(path);
+        }
+        closedir(d2);
+        free(sub);
+    }
+    if (*removed) {
+        sqlite3_finalize(st);
+        st = NULL;
+        KILN_CHECK(rc, out, reg_db_exec(db, "BEGIN IMMEDIATE"));
+        rc = reg_audit(db, NULL, "gc", NULL, NULL, NULL, NULL);
+        KILN_CHECK(rc, out, rc ? (reg_db_exec(db, "ROLLBACK"), rc) : reg_db_exec(db, "COMMIT"));
+    }
+out:
+    if (d1) closedir(d1);
+    free(top);
+    if (st) sqlite3_finalize(st);
+    reg_db_close(db);
+    reg_unlock(lock);
+    return rc;
+}

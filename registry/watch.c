@@ -1,0 +1,249 @@
+/* watch.c - kiln_watch: follow a channel, pull and verify each new version, load it with
+ * the runtime, and swap it in for the service only once all of that worked. Models are
+ * reference counted so that streams on the old one finish on it. */
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "registry_int.h"
+
+typedef struct slot {
+    kiln_model *m;
+    uint64_t gen;
+    int refs;
+    char *dir;
+    struct slot *next; /* retired slots still held */
+} slot;
+
+struct kiln_watch {
+    kiln_watch_opts o;
+    char *ref, *trust, *out, *state, *registry, *token, *model, *channel;
+    kiln_registry_client_opts c;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool stop, thread_started;
+    pthread_t thread;
+    slot *cur, *retired;
+    uint64_t gen;
+    char *last_record; /* the text of the record in service */
+};
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void slot_free(slot *s) {
+    if (!s) return;
+    kiln_model_free(s->m);
+    if (s->dir) nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    free(s->dir);
+    free(s);
+}
+
+/* Pull the channel into out/gen-N and load it; *s is the new slot (refs 1: the watcher's). */
+static kiln_err load_next(kiln_watch *w, kiln_pull_result *res, slot **s) {
+    *s = NULL;
+    uint64_t gen = w->gen + 1;
+    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)gen);
+    if (!dir) return KILN_ERR_NOMEM;
+    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* left by an earlier failed attempt */
+    kiln_registry_pull_opts p = {.ref = w->ref, .trust = w->trust, .out = dir, .state = w->state};
+    kiln_registry_pulled r;
+    kiln_model *m = NULL;
+    kiln_err rc = kiln_registry_pull(&w->c, &p, &r);
+    if (!rc) rc = kiln_model_open(dir, &m);
+    if (!rc) {
+        *s = kiln_calloc(1, sizeof **s);
+        if (!*s) rc = KILN_ERR_NOMEM;
+    }
+    if (rc) {
+        kiln_model_free(m);
+        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        free(dir);
+        return rc;
+    }
+    (*s)->m = m;
+    (*s)->gen = gen;
+    (*s)->refs = 1;
+    (*s)->dir = dir;
+    memset(res, 0, sizeof *res);
+    snprintf(res->model, sizeof res->model, "%s", r.model);
+    snprintf(res->version, sizeof res->version, "%s", r.version);
+    snprintf(res->channel, sizeof res->channel, "%s", r.channel);
+    memcpy(res->digest, r.digest, sizeof res->digest);
+    res->size = r.size;
+    res->seq = r.seq;
+    return KILN_OK;
+}
+
+/* Drop one reference; a retired slot nobody holds is freed. Called with mu held. */
+static void unref(kiln_watch *w, slot *s) {
+    if (--s->refs > 0 || s == w->cur) return;
+    for (slot **p = &w->retired; *p; p = &(*p)->next)
+        if (*p == s) {
+            *p = s->next;
+            break;
+        }
+    slot_free(s);
+}
+
+static void poll_once(kiln_watch *w) {
+    char *text = NULL;
+    size_t len = 0;
+    kiln_err rc = kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len);
+    if (!rc && w->last_record && !strcmp(text, w->last_record)) {
+        free(text);
+        return; /* nothing new */
+    }
+    kiln_pull_result res;
+    memset(&res, 0, sizeof res);
+    slot *s = NULL;
+    if (!rc) rc = load_next(w, &res, &s);
+    if (!rc) {
+        pthread_mutex_lock(&w->mu);
+        slot *old = w->cur;
+        w->cur = s;
+        w->gen = s->gen;
+        old->next = w->retired;
+        w->retired = old;
+        unref(w, old); /* the watcher's own reference */
+        pthread_mutex_unlock(&w->mu);
+        free(w->last_record);
+        w->last_record = text;
+        text = NULL;
+    } else {
+        /* A record refused or a model that fails to load is not tried again on every poll
+         * (a newer record is); a network or disk failure is. */
+        if (text && rc != KILN_ERR_NETWORK && rc != KILN_ERR_IO && rc != KILN_ERR_NOMEM) {
+            free(w->last_record);
+            w->last_record = text;
+            text = NULL;
+        }
+    }
+    if (w->o.on_update) w->o.on_update(w->o.ctx, rc, rc ? kiln_errmsg() : "", rc ? NULL : &res);
+    free(text);
+}
+
+static void *watch_main(void *arg) {
+    kiln_watch *w = arg;
+    unsigned ms = w->o.interval_ms ? w->o.interval_ms : 30000;
+    pthread_mutex_lock(&w->mu);
+    while (!w->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += ms / 1000;
+        ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        while (!w->stop && pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {
+        }
+        if (w->stop) break;
+        pthread_mutex_unlock(&w->mu);
+        poll_once(w);
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
+    *out = NULL;
+    KILN_FAIL_IF(!o || !o->pull.registry || !o->pull.ref || !o->pull.trust || !o->pull.out,
+                 KILN_ERR_USAGE,
+                 "kiln_watch needs a registry, a NAME@CHANNEL, a trust policy and a directory");
+    const char *at = strchr(o->pull.ref, '@');
+    KILN_FAIL_IF(!at, KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL", o->pull.ref);
+    kiln_watch *w = kiln_calloc(1, sizeof *w);
+    if (!w) return KILN_ERR_NOMEM;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    w->o = *o;
+    w->ref = kiln_strdup(o->pull.ref);
+    w->trust = kiln_strdup(o->pull.trust);
+    w->out = kiln_strdup(o->pull.out);
+    w->registry = kiln_strdup(o->pull.registry);
+    w->token = o->pull.token ? kiln_strdup(o->pull.token) : NULL;
+    w->state = o->pull.state ? kiln_strdup(o->pull.state) : NULL;
+    w->model = kiln_asprintf("%.*s", (int)(at - o->pull.ref), o->pull.ref);
+    w->channel = kiln_strdup(at + 1);
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, fail,
+                  !w->ref || !w->trust || !w->out || !w->registry || (o->pull.token && !w->token) ||
+                      (o->pull.state && !w->state) || !w->model || !w->channel,
+                  KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, fail, kiln_registry_check_name("model", w->model));
+    KILN_CHECK(rc, fail, kiln_registry_check_name("channel", w->channel));
+    w->c.url = w->registry;
+    w->c.token = w->token;
+    w->c.retries = -1;
+    KILN_CHECK(rc, fail, kiln_mkdir_p(w->out));
+    size_t len;
+    char *text = NULL;
+    KILN_CHECK(rc, fail, kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len));
+    kiln_pull_result res;
+    rc = load_next(w, &res, &w->cur);
+    if (rc) {
+        free(text);
+        goto fail;
+    }
+    w->gen = w->cur->gen;
+    w->last_record = text;
+    KILN_CHECK_IF(rc, fail, pthread_create(&w->thread, NULL, watch_main, w) != 0, KILN_ERR_INTERNAL,
+                  "cannot start the watcher's thread");
+    w->thread_started = true;
+    *out = w;
+    return KILN_OK;
+fail:
+    kiln_watch_stop(w);
+    return rc;
+}
+
+const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation) {
+    pthread_mutex_lock(&w->mu);
+    slot *s = w->cur;
+    s->refs++;
+    if (generation) *generation = s->gen;
+    pthread_mutex_unlock(&w->mu);
+    return s->m;
+}
+
+void kiln_watch_release(kiln_watch *w, const kiln_model *m) {
+    if (!m) return;
+    pthread_mutex_lock(&w->mu);
+    slot *s = w->cur && w->cur->m == m ? w->cur : NULL;
+    for (slot *r = w->retired; !s && r; r = r->next)
+        if (r->m == m) s = r;
+    if (s) unref(w, s);
+    pthread_mutex_unlock(&w->mu);
+}
+
+void kiln_watch_stop(kiln_watch *w) {
+    if (!w) return;
+    if (w->thread_started) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = true;
+        pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->thread, NULL);
+    }
+    slot_free(w->cur);
+    while (w->retired) {
+        slot *n = w->retired->next;
+        slot_free(w->retired);
+        w->retired = n;
+    }
+    pthread_mutex_destroy(&w->mu);
+    pthread_cond_destroy(&w->cv);
+    free(w->ref), free(w->trust), free(w->out), free(w->state), free(w->registry), free(w->model),
+        free(w->channel);
+    if (w->token) sodium_memzero(w->token, strlen(w->token));
+    free(w->token);
+    free(w->last_record);
+    free(w);
+}

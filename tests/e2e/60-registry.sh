@@ -1,0 +1,122 @@
+#!/bin/sh
+# The registry as its operator and users drive it: tokens, a real server on a loopback port
+# chosen at runtime, publish, promote, pull, rollback and co-signing with keys from kiln
+# keygen and archives from kiln pack signed with kiln sign; refusals; fsck, gc, SIGTERM.
+. "$(dirname "$0")/lib.sh"
+R=$T/reg
+for k in rel p1 p2 stranger; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
+pk() { sed -n 2p "$T/$1.pub"; }
+cat >"$T/trust.json" <<JSON
+{"format":"kiln-trust/1","keys":[
+ {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
+ {"name":"p1","pubkey":"$(pk p1)","roles":["promote"]},
+ {"name":"p2","pubkey":"$(pk p2)","roles":["promote"]}],
+ "channels":{"staging":{"threshold":1},"production":{"threshold":2}}}
+JSON
+# archive CONTENT VERSION OUT [KEY]: pack a model and sign it, binding the manifest.
+archive() {
+    mkdir -p "$T/m-$2-$1"
+    printf 'weights %s' "$1" >"$T/m-$2-$1/model.safetensors"
+    printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$2-$1/card.json"
+    mh=$($KILN pack "$T/m-$2-$1" --name demo --version "$2" --out "$3" | sed -n 's/^manifest sha256 //p')
+    $KILN sign "$3" --key "$T/${4:-rel}.key" \
+        --trusted-comment "$(printf 'kiln-archive/1\tmodel:demo\tversion:%s\tmanifest:sha256:%s' "$2" "$mh")" >/dev/null
+}
+archive one 1.0.0 "$T/a1.kiln"
+archive two 1.1.0 "$T/a2.kiln"
+archive other 1.0.0 "$T/a3.kiln"
+archive evil 6.6.6 "$T/a4.kiln" stranger
+
+PUB=$($KILN registry token create --root "$R" --name ci --scope publish)
+PROM=$($KILN registry token create --root "$R" --name release-manager --scope promote)
+echo "$PUB" | grep -q '^kiln_[0-9a-f]\{64\}$' || fail "token format: $PUB"
+expect_fail 2 $KILN registry token create --root "$R" --name ci --scope read
+grep -q "exists already" "$T/err" || fail "duplicate token message: $(cat "$T/err")"
+expect_fail 2 $KILN registry token create --root "$R" --name x --scope root
+expect_fail 2 $KILN registry token create --root "$R" --name ../x --scope read
+if command -v sqlite3 >/dev/null; then
+    [ "$(sqlite3 "$R/registry.db" "SELECT count(*) FROM tokens WHERE hash = '$PUB'")" = 0 ] ||
+        fail "a token is stored in the clear"
+fi
+$KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
+PID=$!
+i=0
+while ! grep -q 'http://' "$T/serve.out" 2>/dev/null; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "server did not start: $(cat "$T/serve.err")"; sleep 0.05
+done
+URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve.out")
+trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
+# One server per store; gc waits for it to stop.
+expect_fail 2 $KILN registry serve --root "$R" --listen 127.0.0.1:0
+grep -q "held by another running server" "$T/err" || fail "second server: $(cat "$T/err")"
+expect_fail 2 $KILN registry gc --root "$R"
+
+expect_fail 2 $KILN publish "$T/a1.kiln" --registry "$URL"
+grep -q 'HTTP 401' "$T/err" || fail "publish without a token: $(cat "$T/err")"
+expect_fail 2 $KILN publish "$T/a1.kiln" --registry "$URL" --token "$PROM"
+grep -q 'HTTP 403' "$T/err" || fail "publish with a promote token: $(cat "$T/err")"
+$KILN publish "$T/a1.kiln" --registry "$URL" --token "$PUB" | grep -q "^published: sha256:$(sha256sum "$T/a1.kiln" | cut -d' ' -f1) " ||
+    fail "publish did not report the archive's digest"
+$KILN publish "$T/a1.kiln" --registry "$URL" --token "$PUB" | grep -q '^already stored' || fail "idempotent publish"
+expect_fail 2 $KILN publish "$T/a3.kiln" --registry "$URL" --token "$PUB"
+grep -q 'HTTP 409' "$T/err" || fail "overwrite: $(cat "$T/err")"
+expect_fail 1 $KILN publish "$T/a4.kiln" --registry "$URL" --token "$PUB"
+grep -q 'not in the trust policy' "$T/err" || fail "stranger's archive: $(cat "$T/err")"
+KILN_REGISTRY_TOKEN=$PUB $KILN publish "$T/a2.kiln" --registry "$URL" >/dev/null
+
+# staging: promote, pull, promote, pull, rollback, pull.
+S="--registry $URL --trust $T/trust.json --state $T/state"
+$KILN promote demo 1.0.0 --channel staging --key "$T/p1.key" --registry "$URL" --token "$PROM" | grep -q 'seq 1' || fail "promote"
+$KILN pull demo@staging $S --out "$T/svc" | grep -q 'seq 1' || fail "pull"
+[ "$(cat "$T/svc/model.safetensors")" = "weights one" ] || fail "pulled bytes"
+$KILN promote demo 1.1.0 --channel staging --key "$T/p1.key" --registry "$URL" --token "$PROM" >/dev/null
+$KILN pull demo@staging $S --out "$T/svc" >/dev/null
+[ "$(cat "$T/svc/model.safetensors")" = "weights two" ] || fail "pull after promote"
+$KILN rollback demo --channel staging --key "$T/p1.key" --registry "$URL" --token "$PROM" | grep -q "1.0.0 .* seq 3, reason 'rollback'" ||
+    fail "rollback"
+$KILN pull demo@staging $S --out "$T/svc" >/dev/null
+[ "$(cat "$T/svc/model.safetensors")" = "weights one" ] || fail "pull after rollback"
+grep -q '"seq": 3' "$T/state/channels/demo/staging.json" || fail "state not kept"
+ls -a "$T" | grep -q '\.svc\.pull-' && fail "a temporary directory was left beside --out"
+
+# production needs two promote keys: one is refused, the co-signed record goes in.
+expect_fail 1 $KILN promote demo 1.1.0 --channel production --key "$T/p1.key" --registry "$URL" --token "$PROM"
+grep -q 'needs 2 distinct promote keys' "$T/err" || fail "threshold: $(cat "$T/err")"
+$KILN promote demo 1.1.0 --channel production --key "$T/p1.key" --registry "$URL" --token "$PROM" --out "$T/rec.json" >/dev/null
+$KILN channel sign --add "$T/rec.json" --key "$T/p2.key" >/dev/null
+$KILN channel put "$T/rec.json" --registry "$URL" --token "$PROM" | grep -q '2 signatures' || fail "co-signed put"
+expect_fail 2 $KILN channel put "$T/rec.json" --registry "$URL" --token "$PROM"
+grep -q 'HTTP 409' "$T/err" || fail "replayed put: $(cat "$T/err")"
+$KILN pull demo@production $S --out "$T/prod" >/dev/null
+[ "$(cat "$T/prod/model.safetensors")" = "weights two" ] || fail "pull production"
+$KILN pull demo@1.0.0 $S --out "$T/byver" | grep -q '^pulled demo@1.0.0 sha256:' || fail "pull by version"
+
+# Audit and metrics over plain HTTP are the client's JSON reads; the log names the tokens.
+if command -v sqlite3 >/dev/null; then
+    [ "$(sqlite3 "$R/registry.db" "SELECT count(*) FROM audit WHERE token = 'release-manager' AND action IN ('promote', 'rollback')")" = 4 ] ||
+        fail "audit rows for the promote token"
+fi
+
+kill -TERM $PID
+wait $PID || fail "server exit status after SIGTERM"
+grep -q 'stopped' "$T/serve.err" || fail "no clean stop: $(cat "$T/serve.err")"
+$KILN registry fsck --root "$R" --trust "$T/trust.json" >"$T/fsck.out" || fail "fsck: $(cat "$T/fsck.out")"
+$KILN registry gc --root "$R" | grep -q '^removed 0 unreferenced blobs' || fail "gc"
+
+# A byte changed on the server's disk: fsck finds it, pull refuses it.
+blob=$(find "$R/blobs" -type f | head -1)
+printf 'X' | dd of="$blob" bs=1 seek=40 conv=notrunc 2>/dev/null
+expect_fail 1 $KILN registry fsck --root "$R" --trust "$T/trust.json"
+grep -q 'problem: .*hashes to' "$T/out" || fail "fsck output: $(cat "$T/out")"
+$KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve2.out" 2>/dev/null &
+PID=$!
+i=0
+while ! grep -q 'http://' "$T/serve2.out" 2>/dev/null; do i=$((i + 1)); [ $i -lt 100 ] || fail "restart"; sleep 0.05; done
+URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve2.out")
+v=$(sqlite3 "$R/registry.db" "SELECT version FROM versions WHERE digest = 'sha256:$(basename "$blob")'" 2>/dev/null || echo 1.0.0)
+expect_fail 1 $KILN pull "demo@$v" --registry "$URL" --trust "$T/trust.json" --state "$T/state" --out "$T/tampered"
+grep -q 'hashes to' "$T/err" || fail "tampered pull: $(cat "$T/err")"
+[ ! -e "$T/tampered" ] || fail "a refused pull left its directory"
+kill -TERM $PID
+wait $PID
+expect_fail 2 $KILN registry fsck --root "$T/none"

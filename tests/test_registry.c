@@ -1,0 +1,1189 @@
+/* test_registry.c - the registry: names, tokens, the blob store, fsck and gc, and a real
+ * server on loopback (ports chosen at runtime) driven over real HTTP. */
+#include <arpa/inet.h>
+#include <curl/curl.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "registry_int.h"
+#include "test.h"
+
+/* ---- helpers ---- */
+
+typedef struct resp {
+    long status;
+    char body[8192];
+    size_t len;
+} resp;
+
+static size_t resp_write(char *d, size_t s, size_t n, void *ctx) {
+    resp *r = ctx;
+    size_t k = s * n, room = sizeof r->body - 1 - r->len;
+    memcpy(r->body + r->len, d, k < room ? k : room);
+    r->len += k < room ? k : room;
+    r->body[r->len] = 0;
+    return k;
+}
+
+/* One request to the test server; returns the status (0 on a connection failure). */
+static long http(uint16_t port, const char *method, const char *path, const char *token,
+                 const char *body, const char *const *headers, resp *out) {
+    resp local;
+    if (!out) out = &local;
+    memset(out, 0, sizeof *out);
+    CURL *h = curl_easy_init();
+    if (!h) return 0;
+    char url[1024], auth[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u%s", (unsigned)port, path);
+    struct curl_slist *hdr = NULL;
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    for (int i = 0; headers && headers[i]; i++)
+        hdr = curl_slist_append(hdr, headers[i]);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, resp_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    return out->status;
+}
+
+static kiln_registry_server *start(const char *root, const char *trust, bool read_required) {
+    kiln_registry_server_opts o = {.root = root,
+                                   .listen = "127.0.0.1:0",
+                                   .trust = trust,
+                                   .read_token_required = read_required,
+                                   .threads = 4};
+    kiln_registry_server *s = NULL;
+    if (kiln_registry_server_start(&o, &s) != KILN_OK) return NULL;
+    return s;
+}
+
+/* Put bytes into the store as a blob (no version); hex receives the digest. */
+static bool put_blob(const char *root, const void *data, size_t len, char hex[KILN_SHA256_HEX]) {
+    uint8_t h[KILN_SHA256_BYTES];
+    kiln_sha256(data, len, h);
+    kiln_hex(h, sizeof h, hex);
+    sqlite3 *db;
+    if (reg_db_open(root, &db) != KILN_OK) return false;
+    reg_db_close(db);
+    reg_upload u;
+    if (reg_upload_begin(&u, root) != KILN_OK) return false;
+    bool ok = reg_upload_write(&u, data, len) == KILN_OK &&
+              reg_upload_check(&u, hex, len) == KILN_OK && reg_upload_commit(&u, hex) == KILN_OK;
+    reg_upload_abort(&u);
+    return ok;
+}
+
+static size_t count_entries(const char *dir) {
+    size_t n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+/* ---- names ---- */
+
+KILN_TEST(registry_names) {
+    const char *good[] = {"m", "tsmoe-dense", "a.b_c-d", "0abc"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(good); i++)
+        CHECK("a plain name is accepted", kiln_registry_check_name("model", good[i]) == KILN_OK);
+    const char *bad[] = {
+        "",        "../x",
+        "a/b",     "a..b",
+        ".hidden", "-x",
+        "Upper",   "a'b",
+        "a\"b",    "x;DROP TABLE versions",
+        "a b",     "a%2fb",
+        "a\\b",    "a123456789012345678901234567890123456789012345678901234567890123456789"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        kiln_err rc = kiln_registry_check_name("model", bad[i]);
+        CHECK("a bad name is refused", rc == KILN_ERR_USAGE);
+        CHECK("the message names the kind", strstr(kiln_errmsg(), "model name") != NULL);
+    }
+    CHECK("versions allow upper case and +",
+          kiln_registry_check_version("1.0.0+Build-7") == KILN_OK);
+    CHECK("versions refuse ..", kiln_registry_check_version("1..0") == KILN_ERR_USAGE);
+    CHECK("versions refuse /", kiln_registry_check_version("1/0") == KILN_ERR_USAGE);
+    CHECK("versions refuse a leading dot", kiln_registry_check_version(".1") == KILN_ERR_USAGE);
+    char hex[KILN_SHA256_HEX];
+    CHECK("digest form",
+          reg_digest_hex("sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                         hex));
+    CHECK("digest upper case refused",
+          !reg_digest_hex("sha256:0123456789ABCDEF0123456789abcdef0123456789abcdef0123456789abcdef",
+                          hex));
+    CHECK("digest short refused", !reg_digest_hex("sha256:0123", hex));
+}
+
+/* ---- tokens ---- */
+
+KILN_TEST(registry_tokens) {
+    const char *root = kiln_test_dir();
+    char *t1 = NULL, *t2 = NULL, *t3 = NULL;
+    CHECK("create publish token",
+          kiln_registry_token_create(root, "ci", KILN_SCOPE_PUBLISH, &t1) == KILN_OK);
+    CHECK("create admin token",
+          kiln_registry_token_create(root, "ops", KILN_SCOPE_ADMIN, &t2) == KILN_OK);
+    if (!t1 || !t2) return;
+    CHECK("tokens differ", strcmp(t1, t2) != 0);
+    CHECK("token has 32 random bytes", strlen(t1) == 5 + 64);
+    kiln_err rc = kiln_registry_token_create(root, "ci", KILN_SCOPE_READ, &t3);
+    CHECK("a name in use is a conflict", rc == KILN_ERR_CONFLICT && !t3);
+    CHECK("the message names the token", strstr(kiln_errmsg(), "'ci'") != NULL);
+    CHECK("a bad token name is refused",
+          kiln_registry_token_create(root, "../x", KILN_SCOPE_READ, &t3) == KILN_ERR_USAGE);
+
+    sqlite3 *db;
+    if (!CHECK("db opens", reg_db_open(root, &db) == KILN_OK)) return;
+    char *name = NULL;
+    unsigned scopes = 0;
+    CHECK("lookup finds the token",
+          reg_token_lookup(db, t1, &name, &scopes) == KILN_OK && name && !strcmp(name, "ci"));
+    CHECK("publish holds read and publish", scopes == (KILN_SCOPE_READ | KILN_SCOPE_PUBLISH));
+    free(name);
+    name = NULL;
+    CHECK("admin holds every scope", reg_token_lookup(db, t2, &name, &scopes) == KILN_OK &&
+                                         scopes == (KILN_SCOPE_READ | KILN_SCOPE_PUBLISH |
+                                                    KILN_SCOPE_PROMOTE | KILN_SCOPE_ADMIN));
+    free(name);
+    name = NULL;
+    CHECK("an unknown token is refused",
+          reg_token_lookup(db, "kiln_nope", &name, &scopes) == KILN_ERR_AUTH && !name);
+    /* Only the hash is stored: the secret appears nowhere in the database. */
+    sqlite3_stmt *st;
+    int plain = -1, rows = -1;
+    if (sqlite3_prepare_v2(db, "SELECT count(*), sum(hash = ?1) FROM tokens", -1, &st, NULL) ==
+        SQLITE_OK) {
+        sqlite3_bind_text(st, 1, t1, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) {
+            rows = sqlite3_column_int(st, 0);
+            plain = sqlite3_column_int(st, 1);
+        }
+        sqlite3_finalize(st);
+    }
+    CHECK("two tokens stored, neither in the clear", rows == 2 && plain == 0);
+    int audits = -1;
+    if (sqlite3_prepare_v2(db, "SELECT count(*) FROM audit WHERE action = 'token.create'", -1, &st,
+                           NULL) == SQLITE_OK) {
+        if (sqlite3_step(st) == SQLITE_ROW) audits = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    CHECK("each creation wrote one audit row", audits == 2);
+    reg_db_close(db);
+    free(t1);
+    free(t2);
+}
+
+/* ---- blobs, fsck, gc ---- */
+
+KILN_TEST(registry_blob_store) {
+    const char *root = kiln_test_dir();
+    const char data[] = "the archive's bytes";
+    char hex[KILN_SHA256_HEX];
+    CHECK("blob stored", put_blob(root, data, sizeof data - 1, hex));
+    char *path = reg_blob_path(root, hex);
+    char *got = NULL;
+    size_t len = 0;
+    CHECK("blob at blobs/sha256/ab/<hex>", path && strstr(path, "/blobs/sha256/") &&
+                                               kiln_read_file(path, 1024, &got, &len) == KILN_OK &&
+                                               len == sizeof data - 1 && !memcmp(got, data, len));
+    free(got);
+    CHECK("storing the same bytes again is fine", put_blob(root, data, sizeof data - 1, hex));
+
+    /* A declared digest or size that differs is refused, and nothing lands. */
+    reg_upload u;
+    char wrong[KILN_SHA256_HEX];
+    memset(wrong, 'a', 64);
+    wrong[64] = 0;
+    CHECK("upload begins", reg_upload_begin(&u, root) == KILN_OK);
+    CHECK("upload writes", reg_upload_write(&u, "xyz", 3) == KILN_OK);
+    CHECK("wrong digest refused", reg_upload_check(&u, wrong, 3) == KILN_ERR_VERIFY);
+    CHECK("message names both digests", strstr(kiln_errmsg(), "declared") != NULL);
+    reg_upload_abort(&u);
+    CHECK("upload begins", reg_upload_begin(&u, root) == KILN_OK);
+    CHECK("upload writes", reg_upload_write(&u, "xyz", 3) == KILN_OK);
+    CHECK("wrong size refused", reg_upload_check(&u, hex, 4) == KILN_ERR_VERIFY);
+    reg_upload_abort(&u);
+    char *tmp = kiln_path_join(root, "tmp");
+    CHECK("no temporaries left", tmp && count_entries(tmp) == 0);
+    free(tmp);
+
+    /* fsck: clean with an unreferenced blob; a version whose blob changed is a problem. */
+    size_t problems = 99;
+    CHECK("fsck clean",
+          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK && problems == 0);
+    sqlite3 *db;
+    if (!CHECK("db", reg_db_open(root, &db) == KILN_OK)) return;
+    char sql[512];
+    snprintf(
+        sql, sizeof sql,
+        "INSERT INTO versions VALUES('m', '1', 'sha256:%s', %zu, '{}', 'sig', NULL, NULL, 't', 0)",
+        hex, sizeof data - 1);
+    CHECK("version row", reg_db_exec(db, sql) == KILN_OK);
+    reg_db_close(db);
+    CHECK("fsck clean with the version",
+          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK);
+    FILE *f = fopen(path, "r+b");
+    if (f) {
+        fputc('T', f); /* one byte changed on disk */
+        fclose(f);
+    }
+    CHECK("fsck finds the changed blob",
+          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
+              problems == 1);
+
+    /* gc keeps referenced blobs and removes the rest. */
+    char hex2[KILN_SHA256_HEX];
+    CHECK("second blob", put_blob(root, "orphan", 6, hex2));
+    size_t removed = 0;
+    uint64_t bytes = 0;
+    CHECK("gc runs", kiln_registry_gc(root, &removed, &bytes) == KILN_OK);
+    CHECK("gc removed only the orphan", removed == 1 && bytes == 6 && kiln_path_exists(path));
+    char *p2 = reg_blob_path(root, hex2);
+    CHECK("the orphan is gone", p2 && !kiln_path_exists(p2));
+    free(p2);
+    free(path);
+}
+
+/* ---- the server ---- */
+
+KILN_TEST(registry_server_auth) {
+    const char *root = kiln_test_dir();
+    char *pub = NULL, *rd = NULL, *adm = NULL;
+    CHECK("tokens", kiln_registry_token_create(root, "pub", KILN_SCOPE_PUBLISH, &pub) == KILN_OK &&
+                        kiln_registry_token_create(root, "rd", KILN_SCOPE_READ, &rd) == KILN_OK &&
+                        kiln_registry_token_create(root, "adm", KILN_SCOPE_ADMIN, &adm) == KILN_OK);
+    kiln_registry_server *s = start(root, NULL, false);
+    if (!CHECK("server starts", s) || !pub || !rd || !adm) goto out;
+    uint16_t port = kiln_registry_server_port(s);
+    CHECK("a port was chosen", port != 0);
+    kiln_registry_server *s2 = start(root, NULL, false);
+    CHECK("a second server on the same store is refused",
+          !s2 && strstr(kiln_errmsg(), "held by another"));
+    kiln_registry_server_stop(s2, 0);
+    resp r;
+    CHECK("healthz", http(port, "GET", "/healthz", NULL, NULL, NULL, &r) == 200);
+    CHECK("open reads", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200 &&
+                            strstr(r.body, "\"models\""));
+    const char *hdrs[] = {
+        "X-Kiln-Digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        "X-Kiln-Signature: eA==", NULL};
+    CHECK("upload without a token: 401",
+          http(port, "PUT", "/v1/models/m/versions/1", NULL, "x", hdrs, &r) == 401);
+    CHECK("upload with a bad token: 401",
+          http(port, "PUT", "/v1/models/m/versions/1", "kiln_bad", "x", hdrs, &r) == 401);
+    CHECK("upload with a read token: 403",
+          http(port, "PUT", "/v1/models/m/versions/1", rd, "x", hdrs, &r) == 403);
+    CHECK("403 names the scope", strstr(r.body, "publish") != NULL);
+    CHECK("channel put with a publish token: 403",
+          http(port, "PUT", "/v1/models/m/channels/prod", pub, "{}", NULL, &r) == 403);
+    CHECK("audit needs admin: 403", http(port, "GET", "/v1/audit", pub, NULL, NULL, &r) == 403);
+    CHECK("audit with admin", http(port, "GET", "/v1/audit", adm, NULL, NULL, &r) == 200 &&
+                                  strstr(r.body, "token.create"));
+    CHECK("no trust policy refuses uploads",
+          http(port, "PUT", "/v1/models/m/versions/1", pub, "x", hdrs, &r) == 422);
+    const char *bad[] = {"/v1/models/..%2Fetc/versions/1",
+                         "/v1/models/a%2Fb/versions/1",
+                         "/v1/models/m/versions/..%2F..%2Fx",
+                         "/v1/models/m'%3B%20DROP%20TABLE%20versions%3B--/versions/1",
+                         "/v1/models/m%22x/versions/1",
+                         "/v1/models/m/versions/1%20OR%201%3D1",
+                         "/v1/models/%2e%2e/versions/1"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++)
+        CHECK("a bad name in the path: 400",
+              http(port, "PUT", bad[i], pub, "x", hdrs, &r) == 400 && strstr(r.body, "name"));
+    const char *malformed[] = {
+        "/v1/models/a%00b", "/v1/models/a%zz", "/v1/models/a%4", "/v1/a/b/c/d/e/f/g/h/i/j",
+        "/v1/models/"
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(malformed); i++)
+        CHECK("a malformed path: 400",
+              http(port, "GET", malformed[i], NULL, NULL, NULL, &r) == 400);
+    CHECK("an encoded slash never changes the route",
+          http(port, "GET", "/v1/models/m%2Fversions%2F1", NULL, NULL, NULL, &r) == 400);
+    CHECK("versions table survives", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200);
+    CHECK("unknown model: 404", http(port, "GET", "/v1/models/nope", NULL, NULL, NULL, &r) == 404);
+    CHECK("unknown route: 404", http(port, "GET", "/v2/x", NULL, NULL, NULL, &r) == 404);
+    CHECK("DELETE: 405",
+          http(port, "DELETE", "/v1/models/m/versions/1", adm, NULL, NULL, &r) == 405);
+    CHECK("metrics",
+          http(port, "GET", "/metrics", NULL, NULL, NULL, &r) == 200 &&
+              strstr(r.body,
+                     "kiln_registry_requests_total{route=\"/v1/models/{model}/versions/{version}\","
+                     "method=\"PUT\",status=\"401\"} 2"));
+    kiln_registry_server_stop(s, 1000);
+    s = start(root, NULL, true);
+    if (!CHECK("server restarts with reads closed", s)) goto out;
+    port = kiln_registry_server_port(s);
+    CHECK("closed reads: 401 without a token",
+          http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 401);
+    CHECK("closed reads: a read token", http(port, "GET", "/v1/models", rd, NULL, NULL, &r) == 200);
+    CHECK("closed reads: any scope reads",
+          http(port, "GET", "/v1/models", pub, NULL, NULL, &r) == 200);
+out:
+    kiln_registry_server_stop(s, 1000);
+    free(pub);
+    free(rd);
+    free(adm);
+}
+
+KILN_TEST(registry_download_range) {
+    const char *root = kiln_test_dir();
+    size_t n = 300000;
+    unsigned char *data = malloc(n);
+    if (!data) return;
+    for (size_t i = 0; i < n; i++)
+        data[i] = (unsigned char)(i * 131 + 7);
+    char hex[KILN_SHA256_HEX];
+    CHECK("blob", put_blob(root, data, n, hex));
+    kiln_registry_server *s = start(root, NULL, false);
+    if (!CHECK("server", s)) {
+        free(data);
+        return;
+    }
+    uint16_t port = kiln_registry_server_port(s);
+    char path[128], hdr[64];
+    snprintf(path, sizeof path, "/v1/blobs/sha256/%s", hex);
+    resp r;
+    const char *range[] = {hdr, NULL};
+    snprintf(hdr, sizeof hdr, "Range: bytes=10-19");
+    CHECK("range: 206", http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 10 &&
+                            !memcmp(r.body, data + 10, 10));
+    snprintf(hdr, sizeof hdr, "Range: bytes=%zu-", n);
+    CHECK("range past the end: 416", http(port, "GET", path, NULL, NULL, range, &r) == 416);
+    const char *garbage[] = {"Range: bytes=",        "Range: bytes=5-2",
+                             "Range: bytes=-0",      "Range: items=1-2",
+                             "Range: bytes=1-2,4-5", "Range: bytes=99999999999999999999999-"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(garbage); i++) {
+        const char *g[] = {garbage[i], NULL};
+        CHECK("a malformed range: 416", http(port, "GET", path, NULL, NULL, g, &r) == 416);
+    }
+    snprintf(hdr, sizeof hdr, "Range: bytes=-5");
+    CHECK("the last 5 bytes", http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 5 &&
+                                  !memcmp(r.body, data + n - 5, 5));
+    snprintf(path, sizeof path, "/v1/blobs/sha256/%.60s", hex);
+    CHECK("short digest: 400", http(port, "GET", path, NULL, NULL, NULL, &r) == 400);
+
+    /* A partial download resumes from where it stopped. */
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)port);
+    kiln_registry_client_opts c = {.url = url, .retries = 0};
+    char *partial = kiln_test_write("blob.partial", data, 1000);
+    CHECK("resumed download", reg_download(&c, hex, n, partial) == KILN_OK);
+    uint8_t h[KILN_SHA256_BYTES];
+    char got[KILN_SHA256_HEX];
+    CHECK("hash", kiln_sha256_file(partial, h) == KILN_OK);
+    kiln_hex(h, sizeof h, got);
+    CHECK("resumed bytes are right", !strcmp(got, hex));
+    resp m;
+    char want[96];
+    snprintf(want, sizeof want, "kiln_registry_bytes_served_total %zu", 10 + 5 + (n - 1000));
+    /* The server counts a response when it completes, which may trail the client a little. */
+    for (int i = 0; i < 100; i++) {
+        http(port, "GET", "/metrics", NULL, NULL, NULL, &m);
+        if (strstr(m.body, want)) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK("bytes served counted", strstr(m.body, want) != NULL);
+    /* Declared smaller than the blob: the client stops reading there. */
+    unlink(partial);
+    kiln_err rc = reg_download(&c, hex, n / 2, partial);
+    CHECK("more than declared is cut off",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "more than the declared"));
+    struct stat sb;
+    CHECK("no more than declared was written",
+          stat(partial, &sb) == 0 && (size_t)sb.st_size <= n / 2);
+    free(partial);
+    kiln_registry_server_stop(s, 1000);
+    free(data);
+}
+
+/* A tiny fake server: answers one request with a Content-Length it then exceeds. */
+typedef struct fake {
+    int fd;
+    size_t send;
+} fake;
+
+static void *fake_serve(void *arg) {
+    fake *f = arg;
+    int c = accept(f->fd, NULL, NULL);
+    if (c < 0) return NULL;
+    char buf[4096];
+    (void)!read(c, buf, sizeof buf);
+    char head[128];
+    int hl =
+        snprintf(head, sizeof head,
+                 "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", f->send);
+    (void)!write(c, head, (size_t)hl);
+    memset(buf, 'z', sizeof buf);
+    for (size_t sent = 0; sent < f->send;) {
+        size_t k = f->send - sent < sizeof buf ? f->send - sent : sizeof buf;
+        ssize_t w = write(c, buf, k);
+        if (w <= 0) break;
+        sent += (size_t)w;
+    }
+    close(c);
+    return NULL;
+}
+
+KILN_TEST(registry_fake_server_cut_off) {
+    signal(SIGPIPE, SIG_IGN);
+    fake f = {.fd = socket(AF_INET, SOCK_STREAM, 0), .send = 1 << 20};
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t al = sizeof a;
+    if (!CHECK("fake server listens",
+               f.fd >= 0 && bind(f.fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                   listen(f.fd, 4) == 0 && getsockname(f.fd, (struct sockaddr *)&a, &al) == 0))
+        return;
+    pthread_t t;
+    pthread_create(&t, NULL, fake_serve, &f);
+    char url[64], hex[KILN_SHA256_HEX];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    memset(hex, 'a', 64);
+    hex[64] = 0;
+    kiln_registry_client_opts c = {.url = url, .retries = 0};
+    char *partial = kiln_test_path("x.partial");
+    kiln_err rc = reg_download(&c, hex, 1000, partial);
+    CHECK("a server that sends more than declared is cut off", rc == KILN_ERR_VERIFY);
+    CHECK("the message says so",
+          strstr(kiln_errmsg(), "sent more than the declared 1000 bytes") != NULL);
+    struct stat sb;
+    CHECK("at most the declared size was kept", stat(partial, &sb) == 0 && sb.st_size <= 1000);
+    pthread_join(t, NULL);
+    close(f.fd);
+    free(partial);
+}
+
+/* ---- signed archives and channel records (sign/, export/) ---- */
+
+#include <sys/wait.h>
+
+#include "export.h"
+#include "sign.h"
+
+/* A registry with a trust policy: a release key, two promote keys, staging (threshold 1)
+ * and production (threshold 2); a stranger's key that the policy does not know. */
+typedef struct fixture {
+    char root[1024], trust[1024], url[64], state[1024];
+    kiln_sign_seckey *rel, *p1, *p2, *stranger;
+    char *pub_tok, *prom_tok;
+    kiln_registry_server *srv;
+    uint16_t port;
+} fixture;
+
+static bool fx_key(kiln_sign_seckey **sk, char b64[KILN_SIGN_PUBKEY_B64]) {
+    kiln_sign_pubkey pk;
+    if (kiln_sign_seckey_generate(sk) != KILN_OK || kiln_sign_seckey_pubkey(*sk, &pk) != KILN_OK)
+        return false;
+    kiln_sign_pubkey_base64(&pk, b64);
+    return true;
+}
+
+static bool fx_start(fixture *f) {
+    if (f->srv) kiln_registry_server_stop(f->srv, 1000);
+    kiln_registry_server_opts o = {
+        .root = f->root, .listen = "127.0.0.1:0", .trust = f->trust, .threads = 4};
+    f->srv = NULL;
+    if (kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
+    f->port = kiln_registry_server_port(f->srv);
+    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u", (unsigned)f->port);
+    return true;
+}
+
+static bool fx_init(fixture *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
+    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
+    snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
+    char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64],
+        s[KILN_SIGN_PUBKEY_B64];
+    if (!fx_key(&f->rel, r) || !fx_key(&f->p1, a) || !fx_key(&f->p2, b) || !fx_key(&f->stranger, s))
+        return false;
+    char *t = kiln_asprintf(
+        "{\"format\":\"kiln-trust/1\",\"keys\":["
+        "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+        "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
+        "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
+        "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}}}",
+        r, a, b);
+    bool ok =
+        t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
+        kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub_tok) == KILN_OK &&
+        kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom_tok) == KILN_OK &&
+        fx_start(f);
+    free(t);
+    return ok;
+}
+
+static void fx_free(fixture *f) {
+    kiln_registry_server_stop(f->srv, 1000);
+    kiln_sign_seckey_free(f->rel);
+    kiln_sign_seckey_free(f->p1);
+    kiln_sign_seckey_free(f->p2);
+    kiln_sign_seckey_free(f->stranger);
+    free(f->pub_tok);
+    free(f->prom_tok);
+}
+
+static kiln_registry_client_opts fx_client(const fixture *f, const char *token) {
+    kiln_registry_client_opts c = {.url = f->url, .token = token, .retries = 2, .backoff_ms = 20};
+    return c;
+}
+
+/* Pack a model directory whose weights are `content` as demo@version and sign it with sk;
+ * returns the archive's path (caller frees) and its digest in hex. */
+static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk,
+                        char hex[KILN_SHA256_HEX]) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%s-%s", version, content);
+    char *dir = kiln_test_path(name), *path = kiln_asprintf("%s.kiln", dir ? dir : ""),
+         *w = kiln_path_join(dir ? dir : "", "model.safetensors"),
+         *card = kiln_path_join(dir ? dir : "", "card.json");
+    const char *card_text =
+        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
+        "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
+    uint8_t digest[KILN_SHA256_BYTES];
+    kiln_manifest *m = NULL;
+    char *sig = NULL, *comment = NULL, *sigp = NULL;
+    bool ok = dir && path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
+              kiln_write_file_atomic(w, content, strlen(content)) == KILN_OK &&
+              kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
+              kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK;
+    if (ok) {
+        kiln_sign_archive_info info;
+        memset(&info, 0, sizeof info);
+        snprintf(info.model, sizeof info.model, "demo");
+        snprintf(info.version, sizeof info.version, "%s", version);
+        memcpy(info.manifest_sha256, m->sha256, 32);
+        comment = kiln_sign_archive_comment(&info);
+        sigp = kiln_asprintf("%s.minisig", path);
+        ok = comment && sigp && kiln_sign_file(sk, path, comment, &sig) == KILN_OK &&
+             kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK;
+        kiln_hex(digest, sizeof digest, hex);
+    }
+    kiln_manifest_free(m);
+    free(dir);
+    free(w);
+    free(card);
+    free(sig);
+    free(comment);
+    free(sigp);
+    if (!ok) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+/* A channel record's text signed by the given keys (NULL-terminated). */
+static char *fx_record(const char *channel, const char *version, const char *hex, uint64_t seq,
+                       int64_t expires, const char *reason, kiln_sign_seckey *const *keys) {
+    kiln_sign_record r;
+    kiln_sign_record_init(&r);
+    uint8_t d[32];
+    char *text = NULL, *path = kiln_test_path("record.json");
+    size_t len;
+    bool ok =
+        path && kiln_unhex(hex, d, 32) &&
+        kiln_sign_record_set(&r, "demo", channel, version, d, seq, expires, reason) == KILN_OK;
+    for (int i = 0; ok && keys[i]; i++)
+        ok = kiln_sign_record_add_signature(&r, keys[i]) == KILN_OK;
+    if (ok && kiln_sign_record_save(&r, path) == KILN_OK) {
+        if (kiln_read_file(path, 1 << 20, &text, &len) != KILN_OK) text = NULL;
+    }
+    if (path) unlink(path);
+    free(path);
+    kiln_sign_record_release(&r);
+    return text;
+}
+
+static kiln_err fx_put(const fixture *f, const char *channel, const char *text) {
+    kiln_registry_client_opts c = fx_client(f, f->prom_tok);
+    return kiln_registry_put_channel(&c, "demo", channel, text, strlen(text));
+}
+
+/* Store a record the way a compromised server would: straight into its database. */
+static bool fx_inject(const fixture *f, const char *channel, const char *version, const char *hex,
+                      int64_t seq, const char *text) {
+    sqlite3 *db;
+    if (reg_db_open(f->root, &db) != KILN_OK) return false;
+    sqlite3_stmt *st;
+    bool ok =
+        sqlite3_prepare_v2(
+            db, "INSERT INTO channel_records VALUES('demo', ?1, ?2, ?3, ?4, 0, 'x', ?5, 'evil', 0)",
+            -1, &st, NULL) == SQLITE_OK;
+    if (ok) {
+        char d[80];
+        snprintf(d, sizeof d, "sha256:%s", hex);
+        sqlite3_bind_text(st, 1, channel, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(st, 2, seq);
+        sqlite3_bind_text(st, 3, version, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 4, d, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
+        ok = sqlite3_step(st) == SQLITE_DONE;
+        sqlite3_finalize(st);
+    }
+    reg_db_close(db);
+    return ok;
+}
+
+static kiln_err fx_pull(const fixture *f, const char *ref, const char *out) {
+    kiln_registry_client_opts c = fx_client(f, NULL);
+    kiln_registry_pull_opts p = {.ref = ref, .trust = f->trust, .out = out, .state = f->state};
+    kiln_registry_pulled res;
+    return kiln_registry_pull(&c, &p, &res);
+}
+
+static bool file_is(const char *dir, const char *name, const char *want) {
+    char *p = kiln_path_join(dir, name), *got = NULL;
+    size_t len = 0;
+    bool ok = p && kiln_read_file(p, 1 << 20, &got, &len) == KILN_OK && len == strlen(want) &&
+              !memcmp(got, want, len);
+    free(p);
+    free(got);
+    return ok;
+}
+
+KILN_TEST(registry_publish_promote_pull) {
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX], hs[KILN_SHA256_HEX];
+    char *a1 = fx_archive("one", "1.0.0", f.rel, h1), *a2 = fx_archive("two", "1.1.0", f.rel, h2),
+         *a3 = fx_archive("other", "1.0.0", f.rel, h3),
+         *as = fx_archive("evil", "6.6.6", f.stranger, hs);
+    if (!CHECK("archives", a1 && a2 && a3 && as)) goto free_archives;
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok), none = fx_client(&f, NULL),
+                              rd = fx_client(&f, f.prom_tok);
+    kiln_registry_published pub;
+    CHECK("publish without a token: refused",
+          kiln_registry_publish(&none, a1, NULL, &pub) == KILN_ERR_AUTH &&
+              strstr(kiln_errmsg(), "HTTP 401"));
+    CHECK("publish with a promote token: refused",
+          kiln_registry_publish(&rd, a1, NULL, &pub) == KILN_ERR_AUTH &&
+              strstr(kiln_errmsg(), "HTTP 403"));
+    CHECK("publish", kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK && !pub.existed);
+    char want[80];
+    snprintf(want, sizeof want, "sha256:%s", h1);
+    CHECK("the stored digest is the archive's", !strcmp(pub.digest, want));
+    CHECK("the same bytes again: 200",
+          kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK && pub.existed);
+    CHECK("other bytes under the same version: 409",
+          kiln_registry_publish(&c, a3, NULL, &pub) == KILN_ERR_CONFLICT &&
+              strstr(kiln_errmsg(), "HTTP 409"));
+    CHECK("signed by a key the policy lacks: refused",
+          kiln_registry_publish(&c, as, NULL, &pub) == KILN_ERR_VERIFY &&
+              strstr(kiln_errmsg(), "not in the trust policy"));
+    CHECK("publish 1.1.0", kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK);
+
+    kiln_sign_seckey *k1[] = {f.p1, NULL}, *k12[] = {f.p1, f.p2, NULL}, *ks[] = {f.stranger, NULL};
+    int64_t later = kiln_unix_time() + 3600;
+    char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
+    CHECK("promote staging seq 1", r1 && fx_put(&f, "staging", r1) == KILN_OK);
+    CHECK("the same record again: 409 (seq)", r1 && fx_put(&f, "staging", r1) == KILN_ERR_CONFLICT);
+    char *out = kiln_test_path("model");
+    CHECK("pull staging",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
+    char *r2 = fx_record("staging", "1.1.0", h2, 2, later, "promote", k1);
+    CHECK("promote staging seq 2", r2 && fx_put(&f, "staging", r2) == KILN_OK);
+    CHECK("pull replaces the model",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "two"));
+    char *r3 = fx_record("staging", "1.0.0", h1, 3, later, "rollback", k1);
+    CHECK("rollback seq 3", r3 && fx_put(&f, "staging", r3) == KILN_OK);
+    CHECK("pull after rollback",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
+    char *skip = fx_record("staging", "1.1.0", h2, 5, later, "promote", k1);
+    CHECK("a seq that skips: refused", skip && fx_put(&f, "staging", skip) == KILN_ERR_CONFLICT);
+    char *wrongd = fx_record("staging", "1.1.0", h1, 4, later, "promote", k1);
+    CHECK("a digest the version lacks: refused",
+          wrongd && fx_put(&f, "staging", wrongd) == KILN_ERR_VERIFY);
+    char *absent = fx_record("staging", "9.9.9", h1, 4, later, "promote", k1);
+    CHECK("a version the registry lacks: refused",
+          absent && fx_put(&f, "staging", absent) == KILN_ERR_NOTFOUND);
+    char *expired = fx_record("staging", "1.1.0", h2, 4, kiln_unix_time() - 10, "promote", k1);
+    CHECK("an expired record: refused by the server",
+          expired && fx_put(&f, "staging", expired) == KILN_ERR_VERIFY);
+
+    /* Threshold 2: one signature, or one by a stranger, is refused by the server. */
+    char *p_one = fx_record("production", "1.1.0", h2, 1, later, "promote", k1),
+         *p_str = fx_record("production", "1.1.0", h2, 1, later, "promote", ks),
+         *p_two = fx_record("production", "1.1.0", h2, 1, later, "promote", k12);
+    CHECK("fewer keys than the threshold: server refuses",
+          p_one && fx_put(&f, "production", p_one) == KILN_ERR_VERIFY &&
+              strstr(kiln_errmsg(), "needs 2"));
+    CHECK("an unknown key: server refuses",
+          p_str && fx_put(&f, "production", p_str) == KILN_ERR_VERIFY);
+    CHECK("two promote keys: accepted", p_two && fx_put(&f, "production", p_two) == KILN_OK);
+    char *out2 = kiln_test_path("prod");
+    CHECK("pull production", fx_pull(&f, "demo@production", out2) == KILN_OK &&
+                                 file_is(out2, "model.safetensors", "two"));
+    char *out3 = kiln_test_path("byversion");
+    CHECK("pull by version",
+          fx_pull(&f, "demo@1.1.0", out3) == KILN_OK && file_is(out3, "model.safetensors", "two"));
+
+    /* The audit log has one row per change. */
+    sqlite3 *db;
+    int n = -1;
+    if (reg_db_open(f.root, &db) == KILN_OK) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(
+                db, "SELECT count(*) FROM audit WHERE action IN ('publish','promote','rollback')",
+                -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+        reg_db_close(db);
+    }
+    CHECK("audit: 2 publishes, 3 staging records, 1 production", n == 6);
+    size_t problems = 9;
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    CHECK("fsck clean",
+          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+    free(r1), free(r2), free(r3), free(skip), free(wrongd), free(absent), free(expired);
+    free(p_one), free(p_str), free(p_two);
+    free(out), free(out2), free(out3);
+free_archives:
+    free(a1), free(a2), free(a3), free(as);
+out:
+    fx_free(&f);
+}
+
+/* A server that lies: it serves records and bytes it should not. Pull refuses each, and
+ * leaves the model directory as it was. */
+KILN_TEST(registry_pull_refuses_lies) {
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX];
+    char *a1 = fx_archive("one", "1.0.0", f.rel, h1), *a2 = fx_archive("two", "2.0.0", f.rel, h2);
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_published pub;
+    if (!CHECK("publish", a1 && a2 && kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
+                              kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK))
+        goto free_archives;
+    kiln_sign_seckey *k1[] = {f.p1, NULL}, *ks[] = {f.stranger, NULL};
+    int64_t later = kiln_unix_time() + 3600;
+    char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1),
+         *r2 = fx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
+    char *out = kiln_test_path("model");
+    CHECK("seq 1 and 2",
+          r1 && r2 && fx_put(&f, "staging", r1) == KILN_OK && fx_put(&f, "staging", r2) == KILN_OK);
+    CHECK("pull at seq 2",
+          fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "two"));
+
+    /* Replay: the server drops seq 2 and serves seq 1 again. */
+    sqlite3 *db;
+    if (reg_db_open(f.root, &db) == KILN_OK) {
+        (void)reg_db_exec(db, "DELETE FROM channel_records WHERE seq = 2");
+        reg_db_close(db);
+    }
+    kiln_err rc = fx_pull(&f, "demo@staging", out);
+    CHECK("a replayed older record is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "lower than 2"));
+    CHECK("the model stays as it was", file_is(out, "model.safetensors", "two"));
+
+    /* Expired: signed properly, but out of date. */
+    char *ex = fx_record("staging", "2.0.0", h2, 3, kiln_unix_time() - 5, "promote", k1);
+    CHECK("inject expired", ex && fx_inject(&f, "staging", "2.0.0", h2, 3, ex));
+    rc = fx_pull(&f, "demo@staging", out);
+    CHECK("an expired record is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "expired"));
+
+    /* Signed by a stranger; and fewer keys than the threshold. */
+    char *st = fx_record("staging", "2.0.0", h2, 4, later, "promote", ks);
+    CHECK("inject stranger's", st && fx_inject(&f, "staging", "2.0.0", h2, 4, st));
+    rc = fx_pull(&f, "demo@staging", out);
+    CHECK("a record by an unknown key is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "channel record"));
+    char *one = fx_record("production", "2.0.0", h2, 1, later, "promote", k1);
+    CHECK("inject under-signed", one && fx_inject(&f, "production", "2.0.0", h2, 1, one));
+    char *out2 = kiln_test_path("prod");
+    rc = fx_pull(&f, "demo@production", out2);
+    CHECK("fewer keys than the threshold is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "needs 2"));
+    CHECK("nothing at the refused pull's directory", !kiln_path_exists(out2));
+
+    /* Tampered: one byte of the blob changed on the server's disk. */
+    char *blob = reg_blob_path(f.root, h1);
+    FILE *fp = blob ? fopen(blob, "r+b") : NULL;
+    if (fp) {
+        fseek(fp, 100, SEEK_SET);
+        int ch = fgetc(fp);
+        fseek(fp, 100, SEEK_SET);
+        fputc(ch ^ 1, fp);
+        fclose(fp);
+    }
+    char *out3 = kiln_test_path("v1");
+    rc = fx_pull(&f, "demo@1.0.0", out3);
+    CHECK("a tampered blob is refused",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "hashes to"));
+    CHECK("nothing at its directory", !kiln_path_exists(out3));
+    size_t problems = 0;
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    CHECK("fsck sees the tampered blob and the bad records",
+          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
+              problems == 4);
+    free(blob), free(r1), free(r2), free(ex), free(st), free(one), free(out), free(out2),
+        free(out3);
+free_archives:
+    free(a1), free(a2);
+out:
+    fx_free(&f);
+}
+
+KILN_TEST(registry_sigkill_mid_upload) {
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char hex[KILN_SHA256_HEX];
+    char *a = fx_archive("killed", "1.0.0", f.rel, hex);
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    if (!CHECK("archive", a)) goto out;
+    int ready[2];
+    if (!CHECK("pipe", pipe(ready) == 0)) goto free_a;
+    pid_t pid = fork();
+    if (pid == 0) { /* the server, in a process of its own */
+        close(ready[0]);
+        kiln_registry_server_opts o = {
+            .root = f.root, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
+        kiln_registry_server *s;
+        uint16_t port = 0;
+        if (kiln_registry_server_start(&o, &s) == KILN_OK) port = kiln_registry_server_port(s);
+        (void)!write(ready[1], &port, sizeof port);
+        for (;;)
+            pause();
+    }
+    close(ready[1]);
+    uint16_t port = 0;
+    (void)!read(ready[0], &port, sizeof port);
+    close(ready[0]);
+    CHECK("the child serves", port != 0);
+    /* Half an upload, by hand: headers, then half the body, then the server dies. */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port)};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    char *sig = NULL, *sigp = kiln_asprintf("%s.minisig", a), *body = NULL;
+    size_t sig_len = 0, body_len = 0;
+    if (sigp && kiln_read_file(sigp, 1 << 16, &sig, &sig_len) == KILN_OK &&
+        kiln_read_file(a, 1 << 24, &body, &body_len) == KILN_OK &&
+        connect(s, (struct sockaddr *)&sa, sizeof sa) == 0) {
+        char b64[8192], head[10000];
+        sodium_bin2base64(b64, sizeof b64, (unsigned char *)sig, sig_len,
+                          sodium_base64_VARIANT_ORIGINAL);
+        int hl = snprintf(
+            head, sizeof head,
+            "PUT /v1/models/demo/versions/1.0.0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
+            "Bearer %s\r\n"
+            "Content-Length: %zu\r\nX-Kiln-Digest: sha256:%s\r\nX-Kiln-Signature: %s\r\n\r\n",
+            f.pub_tok, body_len, hex, b64);
+        (void)!write(s, head, (size_t)hl);
+        (void)!write(s, body, body_len / 2);
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(s);
+    /* Nothing visible, nothing left over. */
+    sqlite3 *db;
+    int n = -1;
+    if (reg_db_open(f.root, &db) == KILN_OK) {
+        sqlite3_stmt *st;
+        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM versions", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            n = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+        reg_db_close(db);
+    }
+    CHECK("no version is visible", n == 0);
+    size_t problems = 9;
+    CHECK("fsck is clean",
+          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+    char *tmp = kiln_path_join(f.root, "tmp");
+    CHECK("no temporaries", tmp && count_entries(tmp) == 0);
+    free(tmp);
+    /* And the upload then succeeds. */
+    CHECK("restart", fx_start(&f));
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_published pub;
+    CHECK("the upload succeeds",
+          kiln_registry_publish(&c, a, NULL, &pub) == KILN_OK && !pub.existed);
+    free(sig), free(sigp), free(body);
+free_a:
+    free(a);
+out:
+    fx_free(&f);
+}
+
+typedef struct worker {
+    const fixture *f;
+    const char *archive;
+    char ref[32];
+    char out[1024], state[1024];
+    kiln_err rc;
+} worker;
+
+static void *do_publish(void *arg) {
+    worker *w = arg;
+    kiln_registry_client_opts c = fx_client(w->f, w->f->pub_tok);
+    kiln_registry_published pub;
+    w->rc = kiln_registry_publish(&c, w->archive, NULL, &pub);
+    return NULL;
+}
+
+static void *do_pull(void *arg) {
+    worker *w = arg;
+    kiln_registry_client_opts c = fx_client(w->f, NULL);
+    kiln_registry_pull_opts p = {
+        .ref = w->ref, .trust = w->f->trust, .out = w->out, .state = w->state};
+    kiln_registry_pulled res;
+    w->rc = kiln_registry_pull(&c, &p, &res);
+    return NULL;
+}
+
+KILN_TEST(registry_concurrent_pulls_and_publishes) {
+    enum { PULLS = 32, PUBS = 4 };
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    /* Weights of about 1 MiB so that transfers overlap. */
+    size_t n = kiln_test_sanitized() ? 256 * 1024 : 1024 * 1024;
+    char *big = malloc(n + 1);
+    if (!big) goto out;
+    for (size_t i = 0; i < n; i++)
+        big[i] = (char)('a' + (i * 7919) % 26);
+    big[n] = 0;
+    char h[KILN_SHA256_HEX], hv[PUBS][KILN_SHA256_HEX];
+    char *base = fx_archive(big, "1.0.0", f.rel, h), *pubs[PUBS] = {0};
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_published pub;
+    kiln_sign_seckey *k1[] = {f.p1, NULL};
+    char *rec = fx_record("staging", "1.0.0", h, 1, kiln_unix_time() + 3600, "promote", k1);
+    if (!CHECK("base published and promoted",
+               base && rec && kiln_registry_publish(&c, base, NULL, &pub) == KILN_OK &&
+                   fx_put(&f, "staging", rec) == KILN_OK))
+        goto done;
+    for (int i = 0; i < PUBS; i++) {
+        char v[16], content[32];
+        snprintf(v, sizeof v, "2.0.%d", i);
+        snprintf(content, sizeof content, "publish-%d", i);
+        pubs[i] = fx_archive(content, v, f.rel, hv[i]);
+    }
+    static worker w[PULLS + PUBS];
+    pthread_t t[PULLS + PUBS];
+    for (int i = 0; i < PULLS + PUBS; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].f = &f;
+        w[i].rc = KILN_ERR_INTERNAL;
+        if (i < PULLS) {
+            snprintf(w[i].ref, sizeof w[i].ref, "%s", i % 2 ? "demo@staging" : "demo@1.0.0");
+            snprintf(w[i].out, sizeof w[i].out, "%s/pull-%d", kiln_test_dir(), i);
+            snprintf(w[i].state, sizeof w[i].state, "%s/state-%d", kiln_test_dir(), i % 8);
+            pthread_create(&t[i], NULL, do_pull, &w[i]);
+        } else {
+            w[i].archive = pubs[i - PULLS];
+            pthread_create(&t[i], NULL, do_publish, &w[i]);
+        }
+    }
+    int ok_pulls = 0, ok_pubs = 0, right = 0;
+    for (int i = 0; i < PULLS + PUBS; i++) {
+        pthread_join(t[i], NULL);
+        if (w[i].rc != KILN_OK) continue;
+        if (i < PULLS) {
+            ok_pulls++;
+            right += file_is(w[i].out, "model.safetensors", big);
+        } else {
+            ok_pubs++;
+        }
+    }
+    CHECK("32 concurrent pulls succeed", ok_pulls == PULLS);
+    CHECK("with the right bytes", right == PULLS);
+    CHECK("4 concurrent publishes succeed", ok_pubs == PUBS);
+    json_t *m = NULL;
+    kiln_registry_client_opts rc = fx_client(&f, NULL);
+    CHECK("5 versions listed", kiln_registry_get_json(&rc, "/v1/models/demo", &m) == KILN_OK &&
+                                   json_array_size(json_object_get(m, "versions")) == 5);
+    json_decref(m);
+done:
+    for (int i = 0; i < PUBS; i++)
+        free(pubs[i]);
+    free(base);
+    free(rec);
+    free(big);
+out:
+    fx_free(&f);
+}
+
+/* ---- kiln_watch ---- */
+
+typedef struct updates {
+    pthread_mutex_t mu;
+    int ok, failed;
+    char last_error[512];
+} updates;
+
+static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_result *r) {
+    updates *u = ctx;
+    (void)r;
+    pthread_mutex_lock(&u->mu);
+    if (rc) {
+        u->failed++;
+        snprintf(u->last_error, sizeof u->last_error, "%s", msg);
+    } else {
+        u->ok++;
+    }
+    pthread_mutex_unlock(&u->mu);
+}
+
+/* An archive of a real model (a vector file) as demo@version. */
+static char *fx_model_archive(const char *vector, const char *version, kiln_sign_seckey *sk,
+                              char hex[KILN_SHA256_HEX]) {
+    char *src = kiln_test_vector(vector), *data = NULL;
+    size_t len = 0;
+    char *a = NULL;
+    if (src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK) {
+        /* fx_archive takes a string: the vector files hold no NUL-free text, so write them
+         * through a directory of their own. */
+        char name[64];
+        snprintf(name, sizeof name, "vec-%s", version);
+        char *dir = kiln_test_path(name),
+             *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
+             *card = dir ? kiln_path_join(dir, "card.json") : NULL,
+             *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL;
+        const char *card_text =
+            "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
+            "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
+        uint8_t digest[KILN_SHA256_BYTES];
+        kiln_manifest *m = NULL;
+        char *sig = NULL, *comment = NULL, *sigp = NULL;
+        if (dir && w && card && path && kiln_mkdir_p(dir) == KILN_OK &&
+            kiln_write_file_atomic(w, data, len) == KILN_OK &&
+            kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
+            kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK) {
+            kiln_sign_archive_info info;
+            memset(&info, 0, sizeof info);
+            snprintf(info.model, sizeof info.model, "demo");
+            snprintf(info.version, sizeof info.version, "%s", version);
+            memcpy(info.manifest_sha256, m->sha256, 32);
+            comment = kiln_sign_archive_comment(&info);
+            sigp = kiln_asprintf("%s.minisig", path);
+            if (comment && sigp && kiln_sign_file(sk, path, comment, &sig) == KILN_OK &&
+                kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK) {
+                kiln_hex(digest, sizeof digest, hex);
+                a = path;
+                path = NULL;
+            }
+        }
+        kiln_manifest_free(m);
+        free(dir), free(w), free(card), free(path), free(sig), free(comment), free(sigp);
+    }
+    free(src);
+    free(data);
+    return a;
+}
+
+static uint64_t wait_gen(kiln_watch *w, uint64_t want) {
+    uint64_t g = 0;
+    for (int i = 0; i < 500; i++) {
+        const kiln_model *m = kiln_watch_acquire(w, &g);
+        kiln_watch_release(w, m);
+        if (g >= want) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return g;
+}
+
+KILN_TEST(registry_watch_swaps_verified_models) {
+    fixture f;
+    updates u = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    kiln_watch *w = NULL;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX];
+    char *a1 = fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f.rel, h1),
+         *a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2),
+         *a3 = fx_archive("broken", "3.0.0", f.rel, h3);
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_published pub;
+    kiln_sign_seckey *k1[] = {f.p1, NULL};
+    int64_t later = kiln_unix_time() + 3600;
+    char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
+    if (!CHECK("published and promoted", a1 && a2 && a3 && r1 &&
+                                             kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
+                                             kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
+                                             kiln_registry_publish(&c, a3, NULL, &pub) == KILN_OK &&
+                                             fx_put(&f, "staging", r1) == KILN_OK))
+        goto done;
+    char *dir = kiln_test_path("watch");
+    kiln_watch_opts o = {.pull = {.registry = f.url,
+                                  .ref = "demo@staging",
+                                  .trust = f.trust,
+                                  .out = dir,
+                                  .state = f.state},
+                         .interval_ms = 20,
+                         .on_update = on_update,
+                         .ctx = &u};
+    if (!CHECK("watch starts with the current version", kiln_watch_start(&o, &w) == KILN_OK)) {
+        free(dir);
+        goto done;
+    }
+    uint64_t g = 0;
+    const kiln_model *m1 = kiln_watch_acquire(w, &g);
+    CHECK("generation 1 is the dense model", g == 1 && kiln_model_config_get(m1)->n_experts == 0);
+    char *r2 = fx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
+    CHECK("promote 2.0.0", r2 && fx_put(&f, "staging", r2) == KILN_OK);
+    CHECK("the new version is swapped in", wait_gen(w, 2) == 2);
+    const kiln_model *m2 = kiln_watch_acquire(w, &g);
+    CHECK("generation 2 is the MoE model", g == 2 && kiln_model_config_get(m2)->n_experts > 0);
+    CHECK("the old model stays usable while held", kiln_model_config_get(m1)->n_experts == 0);
+    kiln_watch_release(w, m1);
+    char *r3 = fx_record("staging", "3.0.0", h3, 3, later, "promote", k1);
+    CHECK("promote a model that cannot load", r3 && fx_put(&f, "staging", r3) == KILN_OK);
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&u.mu);
+        int failed = u.failed;
+        pthread_mutex_unlock(&u.mu);
+        if (failed) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&u.mu);
+    CHECK("the failed load is reported",
+          u.failed >= 1 && u.ok == 1 && strstr(u.last_error, "model.safetensors"));
+    pthread_mutex_unlock(&u.mu);
+    const kiln_model *m3 = kiln_watch_acquire(w, &g);
+    CHECK("the old model stays in service", g == 2 && m3 == m2);
+    kiln_watch_release(w, m3);
+    kiln_watch_release(w, m2);
+    kiln_watch_stop(w);
+    free(r2), free(r3), free(dir);
+done:
+    free(a1), free(a2), free(a3), free(r1);
+out:
+    fx_free(&f);
+}
