@@ -54,6 +54,7 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
 int cmd_data_import(int argc, char **argv);
+int cmd_data_export(int argc, char **argv);
 int cmd_data_inspect(int argc, char **argv);
 int cmd_data_synth(int argc, char **argv);
 int cmd_export(int argc, char **argv);

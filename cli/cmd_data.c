@@ -186,3 +186,54 @@ int cmd_data_inspect(int argc, char **argv) {
     kiln_dataset_free(ds);
     return rc;
 }
+
+int cmd_data_export(int argc, char **argv) {
+    long from = 0, rows = -1;
+    bool features_only = false;
+    const cli_opt opts[] = {
+        {"from", CLI_INT, &from, "R", "first row (0-based; default 0)", false},
+        {"rows", CLI_INT, &rows, "N", "rows to write (default: to the end)", false},
+        {"features-only", CLI_FLAG, &features_only, NULL,
+         "write only the feature columns (ticks for stream_service)", false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln data export FILE [--from R] [--rows N] [--features-only]",
+        "Write a dataset's rows as CSV on stdout, with a header row; the reverse of\n"
+        "'kiln data import' (%.9g keeps every f32 exact).",
+        opts, 1, 1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *path = pos[0];
+    free(pos);
+    if (from < 0) return cli_usage_error("--from must not be negative");
+    kiln_dataset *ds;
+    kiln_err err = kiln_dataset_open(path, &ds);
+    if (err) return cli_fail(err);
+    size_t end = ds->rows;
+    if ((size_t)from > ds->rows) {
+        kiln_dataset_free(ds);
+        return cli_usage_error("--from %ld is past the %zu rows of '%s'", from, ds->rows, path);
+    }
+    if (rows >= 0 && (size_t)from + (size_t)rows < end) end = (size_t)from + (size_t)rows;
+    char name[128];
+    int nt = features_only ? 0 : ds->n_outputs;
+    for (int c = 0; c < ds->n_features + nt; c++) {
+        bool t = c >= ds->n_features;
+        printf("%s%s", c ? "," : "", kiln_dataset_column(ds, t, t ? c - ds->n_features : c, name, sizeof name));
+    }
+    putchar('\n');
+    for (size_t r = (size_t)from; r < end; r++) {
+        for (int c = 0; c < ds->n_features; c++)
+            printf("%s%.9g", c ? "," : "", (double)ds->features[r * (size_t)ds->n_features + (size_t)c]);
+        for (int c = 0; c < nt; c++) printf(",%.9g", (double)ds->targets[r * (size_t)ds->n_outputs + (size_t)c]);
+        putchar('\n');
+    }
+    kiln_dataset_free(ds);
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "kiln: error: cannot write to standard output\n");
+        return 2;
+    }
+    return 0;
+}

@@ -17,6 +17,7 @@ static const command commands[] = {
     {"channel sign", cmd_channel_sign, "create or countersign a channel record"},
     {"channel verify", cmd_channel_verify, "verify a channel record against a trust policy"},
     {"data import", cmd_data_import, "convert a CSV file into a dataset"},
+    {"data export", cmd_data_export, "write a dataset's rows as CSV (the reverse of import)"},
     {"data inspect", cmd_data_inspect, "show a dataset's shape, column statistics and digest"},
     {"data synth", cmd_data_synth, "write a synthetic market dataset"},
     {"export", cmd_export, "freeze a training checkpoint into a model directory"},

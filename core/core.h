@@ -96,6 +96,8 @@ char *kiln_asprintf(const char *fmt, ...) KILN_PRINTF(1, 2);
 void kiln_sha256(const void *data, size_t len, uint8_t out[KILN_SHA256_BYTES]);
 kiln_err kiln_sha256_file(const char *path, uint8_t out[KILN_SHA256_BYTES]);
 void kiln_blake2b(const void *data, size_t len, uint8_t *out, size_t outlen);
+/* BLAKE2b of a file's bytes, outlen 16..64, streamed. */
+kiln_err kiln_blake2b_file(const char *path, uint8_t *out, size_t outlen);
 /* Lowercase hex of len bytes into out (2*len+1 bytes). */
 void kiln_hex(const uint8_t *bytes, size_t len, char *out);
 /* Parse exactly 2*len hex digits; false on anything else. */

@@ -10,12 +10,11 @@ void kiln_sha256(const void *data, size_t len, uint8_t out[KILN_SHA256_BYTES]) {
     crypto_hash_sha256(out, data, len);
 }
 
-kiln_err kiln_sha256_file(const char *path, uint8_t out[KILN_SHA256_BYTES]) {
+/* Feed a file through update() in 64 KiB reads. */
+static kiln_err hash_file(const char *path, void (*update)(void *st, const uint8_t *p, size_t n), void *st) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
-    crypto_hash_sha256_state st;
-    crypto_hash_sha256_init(&st);
-    static _Thread_local unsigned char buf[1 << 16];
+    static _Thread_local uint8_t buf[1 << 16];
     for (;;) {
         ssize_t n = read(fd, buf, sizeof buf);
         if (n < 0) {
@@ -25,10 +24,33 @@ kiln_err kiln_sha256_file(const char *path, uint8_t out[KILN_SHA256_BYTES]) {
             return rc;
         }
         if (n == 0) break;
-        crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+        update(st, buf, (size_t)n);
     }
     close(fd);
+    return KILN_OK;
+}
+
+static void sha256_update(void *st, const uint8_t *p, size_t n) {
+    crypto_hash_sha256_update(st, p, (unsigned long long)n);
+}
+
+static void blake2b_update(void *st, const uint8_t *p, size_t n) {
+    crypto_generichash_update(st, p, (unsigned long long)n);
+}
+
+kiln_err kiln_sha256_file(const char *path, uint8_t out[KILN_SHA256_BYTES]) {
+    crypto_hash_sha256_state st;
+    crypto_hash_sha256_init(&st);
+    KILN_TRY(hash_file(path, sha256_update, &st));
     crypto_hash_sha256_final(&st, out);
+    return KILN_OK;
+}
+
+kiln_err kiln_blake2b_file(const char *path, uint8_t *out, size_t outlen) {
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, NULL, 0, outlen);
+    KILN_TRY(hash_file(path, blake2b_update, &st));
+    crypto_generichash_final(&st, out, outlen);
     return KILN_OK;
 }
 

@@ -580,40 +580,13 @@ kiln_err kiln_sign_buffer(const kiln_sign_seckey *sk, const void *msg, size_t le
     return sign_digest(sk, h, sizeof h, alg, trusted_comment, text);
 }
 
-static kiln_err blake2b_file(const char *path, uint8_t h[crypto_generichash_BYTES_MAX]) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
-    crypto_generichash_state st;
-    crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES_MAX);
-    uint8_t *buf = kiln_malloc(1 << 16);
-    if (!buf) {
-        close(fd);
-        return KILN_ERR_NOMEM;
-    }
-    for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            kiln_err rc = kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", path);
-            free(buf);
-            close(fd);
-            return rc;
-        }
-        if (n == 0) break;
-        crypto_generichash_update(&st, buf, (size_t)n);
-    }
-    free(buf);
-    close(fd);
-    crypto_generichash_final(&st, h, crypto_generichash_BYTES_MAX);
-    return KILN_OK;
-}
 
 kiln_err kiln_sign_file(const kiln_sign_seckey *sk, const char *path, const char *trusted_comment,
                         char **text) {
     *text = NULL;
     KILN_TRY(sign_init());
     uint8_t h[crypto_generichash_BYTES_MAX];
-    KILN_TRY(blake2b_file(path, h));
+    KILN_TRY(kiln_blake2b_file(path, h, sizeof h));
     return sign_digest(sk, h, sizeof h, KILN_SIGN_PREHASHED, trusted_comment, text);
 }
 
@@ -661,7 +634,7 @@ kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *pk, const kiln_sign_sig *
     KILN_TRY(sign_init());
     if (sig->alg == KILN_SIGN_PREHASHED) {
         uint8_t h[crypto_generichash_BYTES_MAX];
-        KILN_TRY(blake2b_file(path, h));
+        KILN_TRY(kiln_blake2b_file(path, h, sizeof h));
         return sign_verify_digest(pk, sig, h, sizeof h, path);
     }
     char *buf;
