@@ -8,13 +8,17 @@ CC ?= cc
 PKGS := libsodium jansson sqlite3 openblas libarchive libzstd
 # Debian packages that provide the pkg-config names above, and the tools the tests use.
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
-            libarchive-dev libzstd-dev
+            libarchive-dev libzstd-dev libopenmpi-dev openmpi-bin
+# Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
+# libkiln.so (what services link) never depends on libmpi.
+MPI_PKG := ompi-c
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 ifneq ($(SAN),)
 NVCC :=
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 MODULES := core kernels kernels/cpu train runtime export validate sign registry
@@ -22,6 +26,8 @@ INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
+MPI_LIBS = $(shell pkg-config --libs $(MPI_PKG) 2>/dev/null)
 
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread -DKILN_GIT_REV='"$(GIT_REV)"'
@@ -32,8 +38,11 @@ CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-rec
 LDFLAGS += -fsanitize=address,undefined
 endif
 
-LIB_SRC := $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c))
+# Data parallelism's transports (MPI; NCCL where nvcc and nccl.h are): libkiln_dist.a.
+DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c)
+LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c, \
+             $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
+                              validate/*.c sign/*.c registry/*.c)))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 # Fuzz entry points the C suite replays its seed corpora through.
@@ -51,6 +60,10 @@ NVCC_FLAGS := -O2 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -DKILN_HAVE_CUDA 
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
+DIST_LIBS = $(MPI_LIBS) $(if $(NCCL_H),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lnccl -lcudart)
+comma := ,
+$(DIST_OBJ): PKG_CFLAGS += $(MPI_CFLAGS) $(if $(NCCL_H),-DKILN_HAVE_NCCL -isystem $(CUDA_HOME)/include)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
@@ -58,14 +71,15 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all deps test test-c test-e2e test-asan demo clean bench fuzz
-all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln $(BUILD)/run-tests
+all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests
 
 # Install what is missing, once per build directory. pkg-config answers for the
 # libraries; the tools are probed by name.
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
-	@if ! command -v pkg-config >/dev/null || ! pkg-config --exists $(PKGS) || ! command -v sqlite3 >/dev/null; then \
+	@if ! command -v pkg-config >/dev/null || ! pkg-config --exists $(PKGS) $(MPI_PKG) || ! command -v sqlite3 >/dev/null || \
+	    ! command -v mpirun >/dev/null; then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -90,8 +104,12 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 $(BUILD)/libkiln.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(ALL_LIBS)
 
-$(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln.a $(ALL_LIBS)
+$(BUILD)/libkiln_dist.a: $(DIST_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a $(ALL_LIBS) $(DIST_LIBS)
 
 # The test table is generated from the KILN_TEST(name) definitions in tests/*.c.
 $(BUILD)/tests.inc: $(TEST_SRC)
@@ -123,4 +141,4 @@ demo: all
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(DIST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
