@@ -6,15 +6,21 @@ BUILD ?= build
 SAN ?=
 CC ?= cc
 PKGS := libsodium jansson sqlite3 openblas libarchive libzstd
-# Debian packages that provide the pkg-config names above, and the tools the tests use.
+# Debian packages that provide the pkg-config names above, and the tools the tests use
+# (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
-            libarchive-dev libzstd-dev libopenmpi-dev openmpi-bin
+            libarchive-dev libzstd-dev minisign libopenmpi-dev openmpi-bin
+TOOLS := sqlite3 minisign mpirun
 # Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
 # libkiln.so (what services link) never depends on libmpi.
 MPI_PKG := ompi-c
+# `make fuzz` only: clang with libFuzzer. Each target runs FUZZ_SECONDS.
+FUZZ_DEB_PKGS := clang libclang-rt-14-dev
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
 
 NVCC ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-ifneq ($(SAN),)
+ifneq ($(SAN)$(FUZZ),)
 NVCC :=
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
@@ -37,6 +43,12 @@ ifneq ($(SAN),)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
+# The libFuzzer build (make fuzz): instrumented for coverage and ASan+UBSan; clang's
+# warnings are not gcc's, so they do not stop it.
+ifneq ($(FUZZ),)
+CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -Wno-error
+LDFLAGS += -fsanitize=address,undefined
+endif
 
 # Data parallelism's transports (MPI; NCCL where nvcc and nccl.h are): libkiln_dist.a.
 DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c)
@@ -44,9 +56,11 @@ LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
                               validate/*.c sign/*.c registry/*.c)))
 CLI_SRC := $(sort $(wildcard cli/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
-# Fuzz entry points the C suite replays its seed corpora through.
-TEST_SRC += tests/fuzz/manifest.c
+# tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
+# the C suite replays every corpus through them (tests/test_fuzz_replay.c).
+FUZZ_SRC := $(sort $(wildcard tests/fuzz/*.c))
+FUZZ_TARGETS := $(basename $(notdir $(FUZZ_SRC)))
+TEST_SRC := $(sort $(wildcard tests/*.c)) $(FUZZ_SRC)
 CU_SRC := $(if $(NVCC),$(sort $(wildcard kernels/cuda/*.cu)))
 
 ifneq ($(CU_SRC),)
@@ -61,8 +75,8 @@ endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
-DIST_LIBS = $(MPI_LIBS) $(if $(NCCL_H),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lnccl -lcudart)
 comma := ,
+DIST_LIBS = $(MPI_LIBS) $(if $(NCCL_H),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lnccl -lcudart)
 $(DIST_OBJ): PKG_CFLAGS += $(MPI_CFLAGS) $(if $(NCCL_H),-DKILN_HAVE_NCCL -isystem $(CUDA_HOME)/include)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
@@ -71,15 +85,16 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all deps test test-c test-e2e test-asan demo clean bench fuzz
-all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests
+all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
+     $(BUILD)/stream_service
 
 # Install what is missing, once per build directory. pkg-config answers for the
 # libraries; the tools are probed by name.
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
-	@if ! command -v pkg-config >/dev/null || ! pkg-config --exists $(PKGS) $(MPI_PKG) || ! command -v sqlite3 >/dev/null || \
-	    ! command -v mpirun >/dev/null; then \
+	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -120,10 +135,29 @@ $(BUILD)/tests.inc: $(TEST_SRC)
 $(BUILD)/obj/kernels/cpu/%.o: CFLAGS += -O3
 
 $(BUILD)/obj/tests/run.o: $(BUILD)/tests.inc
+
+# The fuzz replay test calls every entry point through a table made from the file names.
+$(BUILD)/fuzz-targets.inc: $(FUZZ_SRC)
+	@mkdir -p $(BUILD)
+	@printf 'F(%s)\n' $(FUZZ_TARGETS) > $@.tmp && mv $@.tmp $@
+$(BUILD)/obj/tests/test_fuzz_replay.o: $(BUILD)/fuzz-targets.inc
 $(BUILD)/obj/tests/%.o: INCLUDES += -I$(BUILD)
 
 $(BUILD)/run-tests: $(TEST_OBJ) $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJ) $(BUILD)/libkiln.a $(ALL_LIBS)
+
+# The example a service copies: built against the public header and the static library only.
+$(BUILD)/stream_service: examples/stream_service.c include/kiln.h $(BUILD)/libkiln.a
+	$(CC) $(CFLAGS) -Iinclude -o $@ examples/stream_service.c $(BUILD)/libkiln.a $(ALL_LIBS)
+
+# Streaming latency against an OpenBLAS sgemv baseline measured in the same run.
+$(BUILD)/bench_stream: $(BUILD)/obj/bench/bench_stream.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench: $(BUILD)/bench_stream
+	@mkdir -p $(BUILD)/bench
+	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
+	@cat $(BUILD)/bench/stream.txt
 
 test: all
 	@echo "== C suite"
@@ -134,6 +168,34 @@ test: all
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KILN_BUILD=$(BUILD)/asan KILN_SLOW=0 $(BUILD)/asan/run-tests
+
+# libFuzzer: each target in tests/fuzz/ runs FUZZ_SECONDS from its saved corpus; new
+# inputs go to $(BUILD)/fuzz/corpus/NAME, crashes to $(BUILD)/fuzz/crashes/.
+fuzz:
+	@if ! command -v $(FUZZ_CC) >/dev/null || ! dpkg -s $(FUZZ_DEB_PKGS) >/dev/null 2>&1; then \
+	  echo "kiln: installing fuzzing dependencies: $(FUZZ_DEB_PKGS)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: $(FUZZ_DEB_PKGS)" >&2; exit 2; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(FUZZ_DEB_PKGS) >/dev/null || exit 2; \
+	fi
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz CC=$(FUZZ_CC) FUZZ=1 \
+	  $(addprefix $(BUILD)/fuzz/fuzz-,$(FUZZ_TARGETS))
+	@rm -rf $(BUILD)/fuzz/crashes; fail=0; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz/corpus/$$t $(BUILD)/fuzz/crashes; \
+	  echo "== fuzz $$t ($(FUZZ_SECONDS)s)"; \
+	  $(BUILD)/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	    -artifact_prefix=$(BUILD)/fuzz/crashes/$$t- $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t \
+	    > $(BUILD)/fuzz/$$t.log 2>&1; \
+	  grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==ERROR|SUMMARY)' \
+	    $(BUILD)/fuzz/$$t.log; \
+	  if ls $(BUILD)/fuzz/crashes/$$t-* >/dev/null 2>&1; then \
+	    echo "FAIL fuzz $$t: see $(BUILD)/fuzz/crashes/ and $(BUILD)/fuzz/$$t.log"; fail=1; fi; \
+	done; exit $$fail
+
+$(BUILD)/fuzz-%: tests/fuzz/%.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a
+	@echo "  FUZZ    $*"
+	@$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -fsanitize=fuzzer -DKILN_FUZZ_ENTRY=kiln_fuzz_$* \
+	  -o $@ tests/fuzz/$*.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a $(ALL_LIBS)
 
 demo: all
 	KILN=$(abspath $(BUILD)/kiln) examples/demo.sh

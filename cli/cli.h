@@ -56,6 +56,7 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int cmd_data_import(int argc, char **argv);
 int cmd_data_inspect(int argc, char **argv);
 int cmd_data_synth(int argc, char **argv);
+int cmd_infer(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);
@@ -63,5 +64,10 @@ int cmd_runs_show(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
 int cmd_version(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
+int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
+int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
+int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
+int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
 
 #endif

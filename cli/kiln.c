@@ -13,15 +13,21 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"channel sign", cmd_channel_sign, "create or countersign a channel record"},
+    {"channel verify", cmd_channel_verify, "verify a channel record against a trust policy"},
     {"data import", cmd_data_import, "convert a CSV file into a dataset"},
     {"data inspect", cmd_data_inspect, "show a dataset's shape, column statistics and digest"},
     {"data synth", cmd_data_synth, "write a synthetic market dataset"},
+    {"infer", cmd_infer, "run a model over a dataset file (batch or stream)"},
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
+    {"keygen", cmd_keygen, "create a minisign-compatible key pair"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
+    {"sign", cmd_sign, "sign a file (minisign format)"},
     {"train", cmd_train, "train a model, or resume a run"},
     {"unpack", cmd_unpack, "unpack and check a .kiln archive"},
+    {"verify", cmd_verify, "verify a file's minisign signature"},
     {"version", cmd_version, "print the version"},
 };
 

@@ -74,6 +74,66 @@ typedef struct kiln_model_config {
     float norm_eps;  /* 1e-5 unless set */
 } kiln_model_config;
 
+/* ---- the runtime: a frozen model, batch forward, streams (runtime/) ----
+ *
+ * Threads: a kiln_model is read-only once kiln_model_open returns, so any number of
+ * threads may call kiln_model_forward and kiln_stream_open/push on one model at the
+ * same time, as long as each kiln_stream is used by one thread at a time (one stream
+ * per instrument, per thread). Nothing in the runtime keeps global state. */
+
+typedef struct kiln_model kiln_model;   /* opaque: the loaded, validated weights */
+typedef struct kiln_stream kiln_stream; /* opaque: one sequence fed tick by tick */
+
+/* Load a model: path is a model directory holding model.safetensors, or the
+ * model.safetensors file itself. Checks the config (kiln.config in __metadata__) and
+ * every tensor against MODEL.md: a missing tensor, an extra tensor, a wrong shape, a
+ * wrong dtype, non-finite weights or a non-positive norm.in_std fail with a message
+ * naming the file and the tensor. Weights are F32, or BF16 throughout (norm.in_* may
+ * be F32 or BF16); bf16 weights stay bf16 in memory and are widened to f32 for
+ * arithmetic. The weights are copied out of the file, which is closed on return.
+ * Free *out with kiln_model_free. */
+KILN_API kiln_err kiln_model_open(const char *path, kiln_model **out) KILN_MUST_CHECK;
+/* Free a model (NULL does nothing). Every stream opened on it must be freed first. */
+KILN_API void kiln_model_free(kiln_model *m);
+/* The model's config; owned by the model, valid until kiln_model_free. */
+KILN_API const kiln_model_config *kiln_model_config_get(const kiln_model *m);
+/* True when the weight matrices are stored as bf16. */
+KILN_API int kiln_model_is_bf16(const kiln_model *m);
+
+/* Batch forward over B sequences of S steps: x [B,S,F] raw inputs, y [B,S,O] outputs.
+ * S may be any length >= 1 (not only seq_len): every position attends to itself and
+ * the attn_window-1 positions before it within its own sequence. Each sequence starts
+ * from its first row, exactly as a fresh stream fed the same rows would. Non-finite
+ * inputs are refused (KILN_ERR_NUMERIC, naming the position).
+ * Workspace: allocated for the call and freed before it returns (kiln_model_forward),
+ * or passed by the caller (kiln_model_forward_ws, ws of at least
+ * kiln_model_workspace_size(m, B, S) bytes, any alignment). GEMMs run in OpenBLAS,
+ * which uses its own thread pool unless OPENBLAS_NUM_THREADS=1.
+ * Thread-safe: concurrent calls on one model are fine (with distinct ws). */
+KILN_API kiln_err kiln_model_forward(const kiln_model *m, const float *x, int B, int S,
+                                     float *y) KILN_MUST_CHECK;
+KILN_API size_t kiln_model_workspace_size(const kiln_model *m, int B, int S);
+KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int B, int S, float *y,
+                                        void *ws, size_t ws_size) KILN_MUST_CHECK;
+
+/* Open a stream on a model: per-layer key/value ring buffers of attn_window-1 entries
+ * and every per-tick buffer are allocated here, once; pushes never allocate. The model
+ * must outlive the stream. Free *out with kiln_stream_free. */
+KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) KILN_MUST_CHECK;
+/* Feed one tick: features [F] raw inputs in, outputs [O] out. The outputs equal row t of
+ * the batch forward over every tick pushed since open (or reset), to float rounding;
+ * each push costs the same however long the stream has run (single-threaded, no
+ * allocation, O(L*(W*D + D^2 + expert work))). A non-finite feature is refused
+ * (KILN_ERR_NUMERIC) and leaves the stream as it was. Not thread-safe per stream. */
+KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features,
+                                   float *outputs) KILN_MUST_CHECK;
+/* Forget every tick: the next push is a sequence's first row again. No allocation. */
+KILN_API void kiln_stream_reset(kiln_stream *s);
+/* Ticks pushed since open or reset. */
+KILN_API uint64_t kiln_stream_ticks(const kiln_stream *s);
+/* Free a stream (NULL does nothing). */
+KILN_API void kiln_stream_free(kiln_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,250 @@
+/* forward.c - the batch forward over [B,S,F] raw inputs.
+ *
+ * Rows go through the model in blocks of at most BLOCK_ROWS so that the workspace stays
+ * bounded whatever B and S are: short sequences are grouped whole into a block; a
+ * sequence longer than a block is cut into chunks in time order, and each layer carries
+ * the keys and values of the previous chunk's last W-1 rows into the next, which is
+ * exact (attention sees at most W-1 rows back) and recomputes nothing. Matrix products
+ * are OpenBLAS sgemm calls; bf16 matrices are widened into a scratch buffer first. The
+ * per-row math (norms, attention, routing) is runtime_int.h's, shared with the stream. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime_int.h"
+
+#define BLOCK_ROWS 1024
+
+/* Where each buffer sits in the workspace, in floats (ints are float-sized). */
+typedef struct plan {
+    int nmax;     /* rows per block */
+    bool chunked; /* S > BLOCK_ROWS: one sequence per block, with a carried cache */
+    size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, logits, gates, chosen, tok, gsel, kc,
+        vc;
+    size_t total; /* floats */
+} plan;
+
+static size_t take(size_t *at, size_t n) {
+    size_t o = *at;
+    *at += (n + 15) / 16 * 16;
+    return o;
+}
+
+static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
+    const kiln_model_config *c = &m->cfg;
+    size_t N;
+    if (B < 1 || S < 1 || !kiln_mul_ok((size_t)B, (size_t)S, &N)) return false;
+    memset(p, 0, sizeof *p);
+    p->chunked = S > BLOCK_ROWS;
+    p->nmax = (int)(N < BLOCK_ROWS ? N : BLOCK_ROWS);
+    const size_t n = (size_t)p->nmax, D = (size_t)c->d_model, E = (size_t)c->n_experts,
+                 K = (size_t)c->top_k;
+    size_t at = 0;
+    p->xn = take(&at, n * (size_t)c->n_features);
+    p->h = take(&at, n * D);
+    p->u = take(&at, n * D);
+    p->qkv = take(&at, n * 3 * D);
+    p->att = take(&at, n * D);
+    p->ff = take(&at, n * (size_t)c->d_ff);
+    p->scores = take(&at, (size_t)c->attn_window);
+    p->wbuf = take(&at, m->bf16 ? m->max_matrix : 0);
+    if (E) {
+        p->acc = take(&at, n * D);
+        p->gath = take(&at, n * D);
+        p->logits = take(&at, n * E);
+        p->gates = take(&at, n * K);
+        p->chosen = take(&at, n * K);
+        p->tok = take(&at, n);
+        p->gsel = take(&at, n);
+    }
+    if (p->chunked) {
+        size_t cache = (size_t)c->n_layers * (size_t)(c->attn_window - 1) * D;
+        p->kc = take(&at, cache);
+        p->vc = take(&at, cache);
+    }
+    p->total = at;
+    return true;
+}
+
+KILN_API size_t kiln_model_workspace_size(const kiln_model *m, int B, int S) {
+    plan p;
+    if (!make_plan(m, B, S, &p)) return 0;
+    return p.total * sizeof(float) + 64; /* + room to align the caller's pointer */
+}
+
+/* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL). */
+static void linear(const kiln_model *m, float *y, const float *x, int n, const void *W,
+                   const float *b, int rows, int cols, float *wbuf) {
+    if (n == 0) return;
+    if (b)
+        for (int i = 0; i < n; i++)
+            memcpy(y + (size_t)i * rows, b, (size_t)rows * sizeof *y);
+    const float *Wf = W;
+    if (m->bf16) {
+        kiln_rt_widen(m, wbuf, W, (size_t)rows * cols);
+        Wf = wbuf;
+    }
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, Wf, cols,
+                b ? 1.0f : 0.0f, y, rows);
+}
+
+typedef struct block {
+    int nseq, T; /* nseq sequences of T rows each */
+    int t0;      /* time of the first row (chunked mode; 0 otherwise) */
+} block;
+
+/* Attention of layer l for every row of the block, then (chunked) the cache update. */
+static void attention(const kiln_model *m, const plan *p, float *ws, const block *bk, int l) {
+    const int D = m->cfg.d_model, W = m->cfg.attn_window;
+    const float *qkv = ws + p->qkv;
+    float *kc = p->chunked ? ws + p->kc + (size_t)l * (W - 1) * D : NULL;
+    float *vc = p->chunked ? ws + p->vc + (size_t)l * (W - 1) * D : NULL;
+    const int nc = p->chunked ? (bk->t0 < W - 1 ? bk->t0 : W - 1) : 0; /* cached rows before t0 */
+    for (int sq = 0; sq < bk->nseq; sq++)
+        for (int i = 0; i < bk->T; i++) {
+            size_t row = (size_t)sq * bk->T + (size_t)i;
+            int from_cache = W - 1 - i < nc ? W - 1 - i : nc;
+            if (from_cache < 0) from_cache = 0;
+            int j0 = i - (W - 1) > 0 ? i - (W - 1) : 0;
+            const float *r0 = qkv + ((size_t)sq * bk->T + (size_t)j0) * 3 * D;
+            kiln_rt_kv runs[2] = {
+                {kc ? kc + (size_t)(nc - from_cache) * D : NULL,
+                 vc ? vc + (size_t)(nc - from_cache) * D : NULL, from_cache, (size_t)D},
+                {r0 + D, r0 + 2 * D, i - j0 + 1, 3 * (size_t)D},
+            };
+            kiln_rt_attend(m, ws + p->att + row * D, ws + p->scores, qkv + row * 3 * D, runs, 2);
+        }
+    if (!p->chunked || W == 1) return;
+    /* Keep the last W-1 rows of (cache, this chunk) for the next chunk. */
+    const int keep_total = W - 1, T = bk->T;
+    int keep_old = keep_total - T < nc ? keep_total - T : nc;
+    if (keep_old < 0) keep_old = 0;
+    memmove(kc, kc + (size_t)(nc - keep_old) * D, (size_t)keep_old * D * sizeof *kc);
+    memmove(vc, vc + (size_t)(nc - keep_old) * D, (size_t)keep_old * D * sizeof *vc);
+    int take_new = T < keep_total ? T : keep_total;
+    for (int i = 0; i < take_new; i++) {
+        const float *r = qkv + (size_t)(T - take_new + i) * 3 * D;
+        memcpy(kc + (size_t)(keep_old + i) * D, r + D, (size_t)D * sizeof *kc);
+        memcpy(vc + (size_t)(keep_old + i) * D, r + 2 * D, (size_t)D * sizeof *vc);
+    }
+}
+
+static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_layer *L, int n) {
+    const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
+    float *h = ws + p->h, *u = ws + p->u, *ff = ws + p->ff, *out = ws + p->att,
+          *wbuf = ws + p->wbuf;
+    if (E == 0) {
+        linear(m, ff, u, n, L->fc_w, L->fc_b, Fh, D, wbuf);
+        for (size_t i = 0; i < (size_t)n * Fh; i++)
+            ff[i] = kiln_rt_gelu(ff[i]);
+        linear(m, out, ff, n, L->proj_w, L->proj_b, D, Fh, wbuf);
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            h[i] += out[i];
+        return;
+    }
+    float *logits = ws + p->logits, *gates = ws + p->gates, *acc = ws + p->acc,
+          *gath = ws + p->gath;
+    float *gsel = ws + p->gsel;
+    int *chosen = (int *)(ws + p->chosen), *tok = (int *)(ws + p->tok);
+    linear(m, logits, u, n, L->router_w, NULL, E, D, wbuf);
+    for (int t = 0; t < n; t++)
+        kiln_rt_route(logits + (size_t)t * E, E, K, chosen + (size_t)t * K, gates + (size_t)t * K);
+    memset(acc, 0, (size_t)n * D * sizeof *acc);
+    /* Each expert runs once over the tokens that chose it (never dropping any). */
+    for (int e = 0; e < E; e++) {
+        int ne = 0;
+        for (int t = 0; t < n; t++)
+            for (int k = 0; k < K; k++)
+                if (chosen[(size_t)t * K + k] == e) {
+                    memcpy(gath + (size_t)ne * D, u + (size_t)t * D, (size_t)D * sizeof *gath);
+                    tok[ne] = t;
+                    gsel[ne++] = gates[(size_t)t * K + k];
+                }
+        if (!ne) continue;
+        linear(m, ff, gath, ne, kiln_rt_wat(m, L->fc_w, (size_t)e * Fh * D),
+               L->fc_b + (size_t)e * Fh, Fh, D, wbuf);
+        for (size_t i = 0; i < (size_t)ne * Fh; i++)
+            ff[i] = kiln_rt_gelu(ff[i]);
+        linear(m, out, ff, ne, kiln_rt_wat(m, L->proj_w, (size_t)e * D * Fh),
+               L->proj_b + (size_t)e * D, D, Fh, wbuf);
+        for (int j = 0; j < ne; j++)
+            for (int i = 0; i < D; i++)
+                acc[(size_t)tok[j] * D + i] += gsel[j] * out[(size_t)j * D + i];
+    }
+    for (size_t i = 0; i < (size_t)n * D; i++)
+        h[i] += acc[i];
+}
+
+static void run_block(const kiln_model *m, const plan *p, float *ws, const block *bk,
+                      const float *x, float *y) {
+    const kiln_model_config *c = &m->cfg;
+    const int F = c->n_features, D = c->d_model, n = bk->nseq * bk->T;
+    float *xn = ws + p->xn, *h = ws + p->h, *u = ws + p->u, *wbuf = ws + p->wbuf;
+    for (int t = 0; t < n; t++)
+        for (int f = 0; f < F; f++)
+            xn[(size_t)t * F + f] = (x[(size_t)t * F + f] - m->in_mean[f]) / m->in_std[f];
+    linear(m, h, xn, n, m->embed_w, m->embed_b, D, F, wbuf);
+    for (int l = 0; l < c->n_layers; l++) {
+        const kiln_rt_layer *L = &m->layers[l];
+        for (int t = 0; t < n; t++)
+            kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, L->attn_norm, D, c->norm_eps);
+        linear(m, ws + p->qkv, u, n, L->qkv_w, L->qkv_b, 3 * D, D, wbuf);
+        attention(m, p, ws, bk, l);
+        linear(m, u, ws + p->att, n, L->out_w, L->out_b, D, D, wbuf);
+        for (size_t i = 0; i < (size_t)n * D; i++)
+            h[i] += u[i];
+        for (int t = 0; t < n; t++)
+            kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, L->ffn_norm, D, c->norm_eps);
+        ffn(m, p, ws, L, n);
+    }
+    for (int t = 0; t < n; t++)
+        kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, m->final_norm, D, c->norm_eps);
+    linear(m, y, u, n, m->head_w, m->head_b, c->n_outputs, D, wbuf);
+}
+
+KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int B, int S, float *y,
+                                        void *ws, size_t ws_size) {
+    plan p;
+    KILN_FAIL_IF(!m || !x || !y, KILN_ERR_USAGE, "kiln_model_forward: null model, input or output");
+    KILN_FAIL_IF(!make_plan(m, B, S, &p), KILN_ERR_USAGE,
+                 "kiln_model_forward: bad batch shape [%d,%d]", B, S);
+    KILN_FAIL_IF(!ws || ws_size < kiln_model_workspace_size(m, B, S), KILN_ERR_USAGE,
+                 "kiln_model_forward: workspace of %zu bytes, %zu needed", ws_size,
+                 kiln_model_workspace_size(m, B, S));
+    const int F = m->cfg.n_features, O = m->cfg.n_outputs;
+    for (size_t i = 0; i < (size_t)B * S * F; i++)
+        if (!isfinite(x[i])) {
+            size_t f = i % (size_t)F, s = i / (size_t)F % (size_t)S, b = i / (size_t)F / (size_t)S;
+            return kiln_fail(KILN_ERR_NUMERIC, "input [%zu,%zu,%zu] is not finite (%g)", b, s, f,
+                             (double)x[i]);
+        }
+    float *w = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
+    if (p.chunked) {
+        for (int b = 0; b < B; b++)
+            for (int t0 = 0; t0 < S; t0 += BLOCK_ROWS) {
+                block bk = {1, S - t0 < BLOCK_ROWS ? S - t0 : BLOCK_ROWS, t0};
+                size_t row = (size_t)b * S + (size_t)t0;
+                run_block(m, &p, w, &bk, x + row * F, y + row * O);
+            }
+        return KILN_OK;
+    }
+    const int per = p.nmax / S; /* whole sequences per block */
+    for (int b = 0; b < B; b += per) {
+        block bk = {B - b < per ? B - b : per, S, 0};
+        size_t row = (size_t)b * S;
+        run_block(m, &p, w, &bk, x + row * F, y + row * O);
+    }
+    return KILN_OK;
+}
+
+KILN_API kiln_err kiln_model_forward(const kiln_model *m, const float *x, int B, int S, float *y) {
+    KILN_FAIL_IF(!m, KILN_ERR_USAGE, "kiln_model_forward: null model");
+    size_t need = kiln_model_workspace_size(m, B, S);
+    KILN_FAIL_IF(!need, KILN_ERR_USAGE, "kiln_model_forward: bad batch shape [%d,%d]", B, S);
+    void *ws = kiln_malloc(need);
+    if (!ws) return KILN_ERR_NOMEM;
+    kiln_err rc = kiln_model_forward_ws(m, x, B, S, y, ws, need);
+    free(ws);
+    return rc;
+}

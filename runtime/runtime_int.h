@@ -1,0 +1,204 @@
+/*
+ * runtime_int.h - the runtime's private parts: the loaded model's layout, the math that
+ * the batch and the streaming forward share (so that both compute MODEL.md the same
+ * way), the per-tick kernels, and hooks for tests and benchmarks.
+ */
+#ifndef KILN_RUNTIME_INT_H
+#define KILN_RUNTIME_INT_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "kiln.h"
+
+/* One block's weights. Matrices (void *) are f32 or bf16 (kiln_model.bf16); vectors
+ * (biases, gains) are always f32. */
+typedef struct kiln_rt_layer {
+    const float *attn_norm; /* [D] */
+    const void *qkv_w;      /* [3D,D] */
+    const float *qkv_b;     /* [3D] */
+    const void *out_w;      /* [D,D] */
+    const float *out_b;     /* [D] */
+    const float *ffn_norm;  /* [D] */
+    const void *router_w;   /* [E,D]; NULL when dense */
+    const void *fc_w;       /* [Fh,D] dense, [E,Fh,D] mixture */
+    const float *fc_b;      /* [Fh] or [E,Fh] */
+    const void *proj_w;     /* [D,Fh] or [E,D,Fh] */
+    const float *proj_b;    /* [D] or [E,D] */
+} kiln_rt_layer;
+
+struct kiln_model {
+    kiln_model_config cfg;
+    char *path;                    /* the model.safetensors it came from */
+    bool bf16;                     /* matrices stored as bf16 */
+    size_t wsize;                  /* bytes per matrix element: 4 or 2 */
+    size_t max_matrix;             /* elements in the largest single matrix (one expert's) */
+    size_t weight_bytes;           /* bytes of all matrices */
+    const float *in_mean, *in_std; /* [F] */
+    const void *embed_w;           /* [D,F] */
+    const float *embed_b;          /* [D] */
+    const float *final_norm;       /* [D] */
+    const void *head_w;            /* [O,D] */
+    const float *head_b;           /* [O] */
+    float *slopes;                 /* [H] ALiBi m for each head */
+    float attn_scale;              /* 1/sqrt(Dh) */
+    kiln_rt_layer *layers;         /* [L] */
+    void *wblock;                  /* every matrix, 64-byte aligned each */
+    float *vblock;                 /* every vector, and slopes */
+};
+
+/* Element i of a matrix block (f32 or bf16), as a pointer. */
+static inline const void *kiln_rt_wat(const kiln_model *m, const void *w, size_t i) {
+    return (const char *)w + i * m->wsize;
+}
+
+/* ---- shared math (candidates for kernels/ once it has row helpers) ---- */
+
+/* MODEL.md's tanh GELU through 0.5*(1 + tanh(z)) = 1/(1 + exp(-2z)): the same function,
+ * with no cancellation for negative u, and expf is several times faster than tanhf. */
+static inline float kiln_rt_gelu(float u) {
+    float z = 0.7978845608028654f * (u + 0.044715f * u * u * u);
+    return u / (1.0f + expf(-2.0f * z));
+}
+
+/* out[n] = x / sqrt(mean(x*x) + eps) * g; out may be x. The sum runs in double so that
+ * the batch and the stream (and D up to thousands) round alike. */
+static inline void kiln_rt_rmsnorm(float *out, const float *x, const float *g, int n, float eps) {
+    double ss = 0;
+    for (int i = 0; i < n; i++)
+        ss += (double)x[i] * x[i];
+    float r = (float)(1.0 / sqrt(ss / n + (double)eps));
+    for (int i = 0; i < n; i++)
+        out[i] = x[i] * r * g[i];
+}
+
+/* MoE routing for one token: p = softmax(logits[E]) in place, the K largest p with
+ * ties to the lower index (idx[K], best first) and gates renormalised over them. */
+static inline void kiln_rt_route(float *p, int E, int K, int *idx, float *gate) {
+    float mx = p[0];
+    for (int e = 1; e < E; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    float sum = 0;
+    for (int e = 0; e < E; e++)
+        sum += (p[e] = expf(p[e] - mx));
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
+    /* The order is (p descending, index ascending); each pick is the best one strictly
+     * after the previous pick in that order, so no "taken" flags are needed. */
+    float chosen = 0;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            if (k > 0 && !(p[e] < p[idx[k - 1]] || (p[e] == p[idx[k - 1]] && e > idx[k - 1])))
+                continue;
+            if (best < 0 || p[e] > p[best]) best = e;
+        }
+        idx[k] = best;
+        chosen += p[best];
+    }
+    for (int k = 0; k < K; k++)
+        gate[k] = p[idx[k]] / chosen;
+}
+
+/* q . k with eight partial sums, which the compiler turns into vector code without
+ * being allowed to reorder float additions itself. */
+static inline float kiln_rt_dot(const float *restrict a, const float *restrict b, int n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int d = 0;
+    for (; d + 8 <= n; d += 8)
+        for (int j = 0; j < 8; j++)
+            acc[j] += a[d + j] * b[d + j];
+    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; d < n; d++)
+        s += a[d] * b[d];
+    return s;
+}
+
+/* Keys and values of one attention, oldest first, in up to three runs (a ring buffer's
+ * two halves and the rows being computed); row r of a run is at k + r*stride. */
+typedef struct kiln_rt_kv {
+    const float *k, *v;
+    int n;
+    size_t stride;
+} kiln_rt_kv;
+
+/* o[D] = windowed ALiBi attention of one query row q[D] over the runs' keys (the last
+ * key is the query's own position, at distance 0). scores holds W floats. Returns the
+ * number of keys attended. */
+static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, const float *q,
+                                 const kiln_rt_kv *runs, int nruns) {
+    const int D = m->cfg.d_model, H = m->cfg.n_heads, Dh = D / H;
+    int nk = 0;
+    for (int r = 0; r < nruns; r++)
+        nk += runs[r].n;
+    for (int h = 0; h < H; h++) {
+        const float *qh = q + h * Dh;
+        const float slope = m->slopes[h];
+        float mx = -INFINITY;
+        int j = 0;
+        for (int r = 0; r < nruns; r++)
+            for (int i = 0; i < runs[r].n; i++, j++) {
+                const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
+                float dot = kiln_rt_dot(qh, kh, Dh);
+                float s = dot * m->attn_scale - slope * (float)(nk - 1 - j);
+                scores[j] = s;
+                mx = s > mx ? s : mx;
+            }
+        float sum = 0;
+        for (j = 0; j < nk; j++)
+            sum += (scores[j] = expf(scores[j] - mx));
+        float inv = 1.0f / sum;
+        float *restrict oh = o + h * Dh;
+        for (int d = 0; d < Dh; d++)
+            oh[d] = 0;
+        j = 0;
+        for (int r = 0; r < nruns; r++)
+            for (int i = 0; i < runs[r].n; i++, j++) {
+                const float *restrict vh = runs[r].v + (size_t)i * runs[r].stride + h * Dh;
+                float a = scores[j] * inv;
+                for (int d = 0; d < Dh; d++)
+                    oh[d] += a * vh[d];
+            }
+    }
+    return nk;
+}
+
+/* y[n] += a * x[n] (a = 1 for a residual add); restrict lets it vectorise. */
+static inline void kiln_rt_axpy(float *restrict y, float a, const float *restrict x, int n) {
+    for (int i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* ---- per-tick kernels (matvec.c) ---- */
+
+/* y[rows] = W[rows,cols] @ x[cols] + b (b may be NULL); W is f32 or bf16 per m. */
+void kiln_rt_matvec(const kiln_model *m, float *y, const void *W, const float *b, const float *x,
+                    int rows, int cols);
+/* The same, always on the portable path (the one that runs where AVX2 is missing). */
+void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const float *b,
+                             const float *x, int rows, int cols);
+/* W[n] (f32 or bf16 per m) widened into dst[n]. */
+void kiln_rt_widen(const kiln_model *m, float *dst, const void *W, size_t n);
+
+/* ---- stream accounting, for tests: the work of the last push ---- */
+
+typedef struct kiln_rt_cost {
+    uint64_t madds; /* multiply-adds in matrix-vector products and attention */
+    uint64_t keys;  /* keys attended, summed over layers */
+} kiln_rt_cost;
+kiln_rt_cost kiln_rt_stream_last_cost(const kiln_stream *s);
+
+/* ---- random models, for tests and benchmarks ---- */
+
+/* Write a model.safetensors for cfg with Philox(seed) weights scaled so that activations
+ * stay O(1) (matrices N(0, 1/fan_in), biases N(0, 0.1^2), gains 1 + N(0, 0.1^2),
+ * norm.in_std in [0.5, 2)); bf16 stores every tensor as BF16. */
+kiln_err kiln_rt_random_model(const char *path, const kiln_model_config *cfg, uint64_t seed,
+                              bool bf16);
+/* A standard normal from Philox (seed, KILN_STREAM_TEST, counter). */
+double kiln_rt_normal(uint64_t seed, uint64_t counter);
+
+#endif

@@ -1,0 +1,271 @@
+/*
+ * sign.h - minisign-compatible keys and signatures, the trust policy, signed channel
+ * records (docs/formats.md). What the CLI, export/ and registry/ call.
+ *
+ * Keys and signature files are byte-compatible with minisign: `minisign -V` accepts
+ * what kiln_sign_* writes and kiln_sign_verify_* accepts what minisign writes. Secret
+ * keys live in sodium_malloc memory (guard pages, mlock'd, wiped on free).
+ *
+ * Every parser here takes untrusted bytes and has a fuzz entry point (tests/fuzz/).
+ * Nothing here prints or exits; failures fill kiln_errmsg().
+ */
+#ifndef KILN_SIGN_H
+#define KILN_SIGN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_SIGN_KEYID_BYTES 8
+#define KILN_SIGN_PK_BYTES 32
+#define KILN_SIGN_SIG_BYTES 64
+#define KILN_SIGN_KEYID_HEX 17  /* 16 uppercase hex digits (as minisign prints) and NUL */
+#define KILN_SIGN_PUBKEY_B64 57 /* "RW..." base64 of the 42-byte key, and NUL */
+/* Longest trusted comment minisign reads back (its 8192-byte line buffer, less the
+ * "trusted comment: " prefix, the newline and the NUL). */
+#define KILN_SIGN_TRUSTED_MAX 8173
+/* Longest untrusted comment line minisign reads (a 1024-byte buffer). */
+#define KILN_SIGN_UNTRUSTED_MAX 1003
+/* Key and signature files are small; anything bigger is refused unread. */
+#define KILN_SIGN_FILE_LIMIT (64u << 10)
+/* A password, as minisign bounds it (bytes, without the terminating NUL). */
+#define KILN_SIGN_PASSWORD_MAX 1023
+/* minisign's scrypt parameters (crypto_pwhash_scryptsalsa208sha256 *_SENSITIVE). */
+#define KILN_SIGN_SCRYPT_OPSLIMIT 33554432ull
+#define KILN_SIGN_SCRYPT_MEMLIMIT 1073741824ull
+
+/* 16 uppercase hex digits of the key id read as a little-endian integer, as minisign
+ * shows it ("EFAA2D6347AA3999"). */
+KILN_API void kiln_sign_keyid_hex(const uint8_t keyid[KILN_SIGN_KEYID_BYTES],
+                                  char out[KILN_SIGN_KEYID_HEX]);
+
+/* ---- public keys ---------------------------------------------------------------- */
+
+typedef struct kiln_sign_pubkey {
+    uint8_t keyid[KILN_SIGN_KEYID_BYTES];
+    uint8_t pk[KILN_SIGN_PK_BYTES]; /* Ed25519 */
+} kiln_sign_pubkey;
+
+/* A public key file: "untrusted comment: ..." then the base64 of "Ed" + key id + key.
+ * label names the source in messages. */
+KILN_API kiln_err kiln_sign_pubkey_parse(const char *buf, size_t len, const char *label,
+                                         kiln_sign_pubkey *out);
+KILN_API kiln_err kiln_sign_pubkey_load(const char *path, kiln_sign_pubkey *out);
+/* The base64 line alone ("RWSZOapHYy2q7zXT..."), as minisign -P takes it. */
+KILN_API kiln_err kiln_sign_pubkey_from_base64(const char *b64, const char *label,
+                                               kiln_sign_pubkey *out);
+KILN_API void kiln_sign_pubkey_base64(const kiln_sign_pubkey *pk, char out[KILN_SIGN_PUBKEY_B64]);
+/* The file text minisign writes; caller frees. NULL (NOMEM set) on failure. */
+KILN_API char *kiln_sign_pubkey_format(const kiln_sign_pubkey *pk);
+/* Write the file (mode 0644); an existing file is refused (KILN_ERR_CONFLICT). */
+KILN_API kiln_err kiln_sign_pubkey_save(const kiln_sign_pubkey *pk, const char *path);
+
+/* ---- secret keys ---------------------------------------------------------------- */
+
+/* Opaque; lives in sodium_malloc memory. Free with kiln_sign_seckey_free. */
+typedef struct kiln_sign_seckey kiln_sign_seckey;
+
+/* A new random key pair (minisign -G): a random key id, an Ed25519 key. */
+KILN_API kiln_err kiln_sign_seckey_generate(kiln_sign_seckey **out);
+/* A secret key file, encrypted ("Sc": scrypt, then XOR) or not (KDF bytes zero). An
+ * encrypted key stays encrypted until kiln_sign_seckey_decrypt; an unencrypted one is
+ * checked (its Ed25519 seed must give its public half; a non-zero checksum must match).
+ * The scrypt parameters are bounded so that a hostile file cannot ask for more than
+ * 4 GiB. */
+KILN_API kiln_err kiln_sign_seckey_parse(const char *buf, size_t len, const char *label,
+                                         kiln_sign_seckey **out);
+KILN_API kiln_err kiln_sign_seckey_load(const char *path, kiln_sign_seckey **out);
+KILN_API bool kiln_sign_seckey_encrypted(const kiln_sign_seckey *sk);
+/* Derive the stream with scrypt (slow: about 1 GiB and seconds) and decrypt; a wrong
+ * password is KILN_ERR_AUTH and leaves the key encrypted. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_seckey_decrypt(kiln_sign_seckey *sk,
+                                                           const char *password, size_t pwlen);
+/* The public half (fails while the key is encrypted). */
+KILN_API kiln_err kiln_sign_seckey_pubkey(const kiln_sign_seckey *sk, kiln_sign_pubkey *out);
+/* Write the key file (mode 0600), encrypted with minisign's scrypt parameters when
+ * password is not NULL, else unencrypted as minisign -W writes it (KDF bytes and
+ * checksum zero). An existing file is refused (KILN_ERR_CONFLICT). The encoded key
+ * never leaves guarded memory and is wiped. */
+KILN_API kiln_err kiln_sign_seckey_save(const kiln_sign_seckey *sk, const char *path,
+                                        const char *password, size_t pwlen);
+KILN_API void kiln_sign_seckey_free(kiln_sign_seckey *sk);
+
+/* ---- signatures ----------------------------------------------------------------- */
+
+typedef enum kiln_sign_alg {
+    KILN_SIGN_PREHASHED = 0, /* "ED": Ed25519 over BLAKE2b-512 of the message */
+    KILN_SIGN_LEGACY = 1     /* "Ed": Ed25519 over the message itself */
+} kiln_sign_alg;
+
+/* A parsed signature file. _init before use, _release after. */
+typedef struct kiln_sign_sig {
+    kiln_sign_alg alg;
+    uint8_t keyid[KILN_SIGN_KEYID_BYTES];
+    uint8_t sig[KILN_SIGN_SIG_BYTES];
+    uint8_t global_sig[KILN_SIGN_SIG_BYTES]; /* over sig || trusted comment */
+    char *untrusted_comment;                 /* text after "untrusted comment: " */
+    char *trusted_comment;                   /* text after "trusted comment: " */
+    char *label;                             /* where it came from, for messages */
+} kiln_sign_sig;
+
+KILN_API void kiln_sign_sig_init(kiln_sign_sig *s);
+KILN_API void kiln_sign_sig_release(kiln_sign_sig *s);
+/* The four lines of a .minisig file; a malformed file's message names the line. */
+KILN_API kiln_err kiln_sign_sig_parse(const char *buf, size_t len, const char *label,
+                                      kiln_sign_sig *out);
+KILN_API kiln_err kiln_sign_sig_load(const char *path, kiln_sign_sig *out);
+
+/* minisign's default trusted comment: "timestamp:<now>\tfile:<basename>\thashed";
+ * caller frees. */
+KILN_API char *kiln_sign_default_comment(const char *path, int64_t now);
+/* Sign bytes; *text is the whole .minisig file (caller frees). The trusted comment is
+ * one line of valid text (no CR or LF, at most KILN_SIGN_TRUSTED_MAX bytes). */
+KILN_API kiln_err kiln_sign_buffer(const kiln_sign_seckey *sk, const void *msg, size_t len,
+                                   const char *trusted_comment, kiln_sign_alg alg, char **text);
+/* Sign a file, prehashed and streamed (any size); *text as above. */
+KILN_API kiln_err kiln_sign_file(const kiln_sign_seckey *sk, const char *path,
+                                 const char *trusted_comment, char **text);
+
+/* Check, in minisign's order, the key id, the signature over the message and the global
+ * signature over the trusted comment; KILN_ERR_VERIFY with a message that says which
+ * failed. msg_label names the signed bytes in messages. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_buffer(const kiln_sign_pubkey *pk,
+                                                          const kiln_sign_sig *sig, const void *msg,
+                                                          size_t len, const char *msg_label);
+/* The same for a file (streamed when prehashed; legacy reads at most 1 GiB as minisign). */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *pk,
+                                                        const kiln_sign_sig *sig, const char *path);
+
+/* ---- the trust policy (trust.json, docs/formats.md) ----------------------------- */
+
+enum { KILN_SIGN_ROLE_RELEASE = 1, KILN_SIGN_ROLE_PROMOTE = 2 };
+
+typedef struct kiln_sign_trust_key {
+    const char *name;
+    kiln_sign_pubkey pub;
+    int roles; /* KILN_SIGN_ROLE_* */
+} kiln_sign_trust_key;
+
+typedef struct kiln_sign_trust kiln_sign_trust;
+
+/* Strict: unknown keys refused, key names, key ids and public keys unique, every
+ * threshold between 1 and the number of promote keys. Free with kiln_sign_trust_free. */
+KILN_API kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
+                                        kiln_sign_trust **out);
+KILN_API kiln_err kiln_sign_trust_load(const char *path, kiln_sign_trust **out);
+KILN_API void kiln_sign_trust_free(kiln_sign_trust *t);
+KILN_API size_t kiln_sign_trust_key_count(const kiln_sign_trust *t);
+KILN_API const kiln_sign_trust_key *kiln_sign_trust_key_at(const kiln_sign_trust *t, size_t i);
+/* The key with this id, or NULL. */
+KILN_API const kiln_sign_trust_key *
+kiln_sign_trust_find(const kiln_sign_trust *t, const uint8_t keyid[KILN_SIGN_KEYID_BYTES]);
+/* How many distinct promote keys must sign a record for the channel; KILN_ERR_NOTFOUND
+ * when the policy does not name the channel. */
+KILN_API kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char *channel,
+                                            int *out);
+/* Verify a file's signature by a key of the policy that holds role (a release key for
+ * archives); *signer (may be NULL) gets the key. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t,
+                                                              const kiln_sign_sig *sig,
+                                                              const char *path, int role,
+                                                              const kiln_sign_trust_key **signer);
+
+/* ---- the archive's trusted comment (the hook for export/'s .kiln archives) ------- */
+
+#define KILN_SIGN_NAME_MAX 128
+
+typedef struct kiln_sign_archive_info {
+    char model[KILN_SIGN_NAME_MAX + 1];
+    char version[KILN_SIGN_NAME_MAX + 1];
+    uint8_t manifest_sha256[32];
+} kiln_sign_archive_info;
+
+/* "kiln-archive/1\tmodel:M\tversion:V\tmanifest:sha256:<hex>"; model and version must be
+ * names (docs/formats.md). Caller frees; NULL with the message set on failure. */
+KILN_API char *kiln_sign_archive_comment(const kiln_sign_archive_info *info);
+/* Parse such a comment strictly; label names its source. */
+KILN_API kiln_err kiln_sign_archive_comment_parse(const char *tc, const char *label,
+                                                  kiln_sign_archive_info *out);
+
+/* ---- channel records (docs/formats.md) ------------------------------------------ */
+
+#define KILN_SIGN_RECORD_MAX_SIGS 32
+#define KILN_SIGN_REASON_MAX 1024
+
+/* A record: the body's fields and the signatures (minisig texts over the canonical
+ * body). _init before use, _release after. */
+typedef struct kiln_sign_record {
+    char model[KILN_SIGN_NAME_MAX + 1];
+    char channel[KILN_SIGN_NAME_MAX + 1];
+    char version[KILN_SIGN_NAME_MAX + 1];
+    uint8_t digest[32]; /* sha256 of the .kiln archive */
+    uint64_t seq;       /* >= 1, strictly increasing per channel */
+    int64_t expires;    /* unix seconds, UTC */
+    char *reason;       /* owned, non-empty */
+    size_t nsigs;
+    char **sigs; /* owned minisig texts */
+} kiln_sign_record;
+
+KILN_API void kiln_sign_record_init(kiln_sign_record *r);
+KILN_API void kiln_sign_record_release(kiln_sign_record *r);
+/* Set the body (copies reason; checks every field); clears any signatures. */
+KILN_API kiln_err kiln_sign_record_set(kiln_sign_record *r, const char *model, const char *channel,
+                                       const char *version, const uint8_t digest[32], uint64_t seq,
+                                       int64_t expires, const char *reason);
+/* The canonical body (sorted keys, no white space) that every signature signs; caller
+ * frees. */
+KILN_API kiln_err kiln_sign_record_body(const kiln_sign_record *r, char **out, size_t *len);
+/* Sign the body and append the signature; a second signature by the same key id is
+ * refused (KILN_ERR_CONFLICT). */
+KILN_API kiln_err kiln_sign_record_add_signature(kiln_sign_record *r, const kiln_sign_seckey *sk);
+/* Strict parse of the file: every field and every signature's syntax (not their validity:
+ * that needs a trust policy). */
+KILN_API kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label,
+                                         kiln_sign_record *r);
+KILN_API kiln_err kiln_sign_record_load(const char *path, kiln_sign_record *r);
+/* The file (pretty, sorted keys), written atomically. */
+KILN_API kiln_err kiln_sign_record_save(const kiln_sign_record *r, const char *path);
+
+typedef struct kiln_sign_record_result {
+    int threshold;   /* distinct promote keys the channel needs */
+    size_t nsigners; /* distinct keys whose signatures verified */
+    const kiln_sign_trust_key *signers[KILN_SIGN_RECORD_MAX_SIGS]; /* into the policy */
+} kiln_sign_record_result;
+
+/* Verify a record against a policy at time now (unix seconds): the channel is in the
+ * policy, every signature verifies over the canonical body and is by a promote key of
+ * the policy (a key id counts once however often it signs), the distinct signers reach
+ * the channel's threshold, now is before expires, and seq >= min_seq (the last seq this
+ * client accepted for the channel; 0 for none). res may be NULL. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_record_verify(const kiln_sign_record *r,
+                                                          const kiln_sign_trust *t, int64_t now,
+                                                          uint64_t min_seq, const char *label,
+                                                          kiln_sign_record_result *res);
+
+/* ---- helpers the CLI shares -------------------------------------------------------- */
+
+/* Guarded memory for secrets such as passwords (sodium_malloc: guard pages, mlock'd);
+ * NULL with KILN_ERR_NOMEM set on failure. kiln_sign_secret_free wipes and frees (NULL
+ * is fine). */
+KILN_API void *kiln_sign_secret_alloc(size_t n);
+KILN_API void kiln_sign_secret_free(void *p);
+/* Wipe memory the compiler may not optimise away. */
+KILN_API void kiln_sign_wipe(void *p, size_t n);
+/* Constant-time equality of two n-byte buffers. */
+KILN_API bool kiln_sign_secret_equal(const void *a, const void *b, size_t n);
+
+/* RFC 3339 UTC, exactly "YYYY-MM-DDTHH:MM:SSZ" (what kiln_format_time writes). */
+KILN_API kiln_err kiln_sign_parse_time(const char *s, const char *what, int64_t *out);
+/* A name: 1..128 of [A-Za-z0-9._+-], starting with a letter or digit. */
+KILN_API bool kiln_sign_name_ok(const char *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_SIGN_H */

@@ -1,0 +1,270 @@
+/* trust.c - the trust policy (trust.json): named public keys with roles, and per channel
+ * how many distinct promote keys must sign its records. Parsed strictly: a policy that is
+ * ambiguous (a key listed twice under two names) would let one key count as two. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <sodium.h>
+
+#include "sign_int.h"
+
+#define TRUST_FORMAT "kiln-trust/1"
+#define TRUST_MAX_KEYS 256
+#define TRUST_MAX_CHANNELS 1024
+
+typedef struct trust_channel {
+    char *name;
+    int threshold;
+} trust_channel;
+
+struct kiln_sign_trust {
+    char *label;
+    kiln_sign_trust_key *keys;
+    size_t nkeys;
+    trust_channel *chans;
+    size_t nchans;
+    int npromote;
+};
+
+static const struct {
+    const char *name;
+    int bit;
+} roles[] = {{"release", KILN_SIGN_ROLE_RELEASE}, {"promote", KILN_SIGN_ROLE_PROMOTE}};
+
+const char *sign_json_str(const json_t *j) {
+    const char *s = json_string_value(j);
+    return s && strlen(s) == json_string_length(j) ? s : NULL;
+}
+
+bool kiln_sign_name_ok(const char *s) {
+    size_t n = strlen(s);
+    if (n == 0 || n > KILN_SIGN_NAME_MAX) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+        if (!alnum && (i == 0 || !strchr("._+-", c))) return false;
+    }
+    return true;
+}
+
+/* Every member of obj must be one of allowed; where names the object in messages. */
+static kiln_err only_fields(const json_t *obj, const char *const *allowed, const char *label,
+                            const char *where) {
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)obj, k, v) {
+        bool ok = false;
+        for (const char *const *a = allowed; *a; a++)
+            ok = ok || !strcmp(k, *a);
+        KILN_FAIL_IF(!ok, KILN_ERR_FORMAT, "'%s': %s: unknown field '%s'", label, where, k);
+    }
+    return KILN_OK;
+}
+
+void kiln_sign_trust_free(kiln_sign_trust *t) {
+    if (!t) return;
+    for (size_t i = 0; i < t->nkeys; i++)
+        free((char *)t->keys[i].name);
+    for (size_t i = 0; i < t->nchans; i++)
+        free(t->chans[i].name);
+    free(t->keys);
+    free(t->chans);
+    free(t->label);
+    free(t);
+}
+
+static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const char *label) {
+    static const char *const fields[] = {"name", "pubkey", "roles", NULL};
+    char where[64];
+    snprintf(where, sizeof where, "keys[%zu]", i);
+    KILN_FAIL_IF(!json_is_object(k), KILN_ERR_FORMAT, "'%s': %s is not an object", label, where);
+    KILN_TRY(only_fields(k, fields, label, where));
+    const char *name = sign_json_str(json_object_get(k, "name"));
+    const char *pub = sign_json_str(json_object_get(k, "pubkey"));
+    const json_t *rl = json_object_get(k, "roles");
+    KILN_FAIL_IF(!name || !kiln_sign_name_ok(name), KILN_ERR_FORMAT,
+                 "'%s': %s: 'name' must be a name of 1 to %d letters, digits and ._+-", label,
+                 where, KILN_SIGN_NAME_MAX);
+    snprintf(where, sizeof where, "key '%s'", name);
+    KILN_FAIL_IF(!pub, KILN_ERR_FORMAT,
+                 "'%s': %s: 'pubkey' (a minisign public key in base64) is missing", label, where);
+    kiln_sign_trust_key *key = &t->keys[t->nkeys];
+    char sub[256];
+    snprintf(sub, sizeof sub, "%s: %s: pubkey", label, where);
+    KILN_TRY(kiln_sign_pubkey_from_base64(pub, sub, &key->pub));
+    KILN_FAIL_IF(!json_is_array(rl) || json_array_size(rl) == 0, KILN_ERR_FORMAT,
+                 "'%s': %s: 'roles' must be a non-empty array of \"release\" and \"promote\"",
+                 label, where);
+    key->roles = 0;
+    for (size_t r = 0; r < json_array_size(rl); r++) {
+        const char *s = sign_json_str(json_array_get(rl, r));
+        int bit = 0;
+        for (size_t j = 0; s && j < KILN_ARRAY_LEN(roles); j++)
+            if (!strcmp(s, roles[j].name)) bit = roles[j].bit;
+        KILN_FAIL_IF(!bit, KILN_ERR_FORMAT,
+                     "'%s': %s: unknown role %s%s%s (want \"release\" or \"promote\")", label,
+                     where, s ? "'" : "", s ? s : "(not a string)", s ? "'" : "");
+        KILN_FAIL_IF(key->roles & bit, KILN_ERR_FORMAT, "'%s': %s: role '%s' listed twice", label,
+                     where, s);
+        key->roles |= bit;
+    }
+    char id[KILN_SIGN_KEYID_HEX];
+    kiln_sign_keyid_hex(key->pub.keyid, id);
+    for (size_t j = 0; j < t->nkeys; j++) {
+        KILN_FAIL_IF(!strcmp(t->keys[j].name, name), KILN_ERR_FORMAT,
+                     "'%s': key name '%s' appears twice", label, name);
+        KILN_FAIL_IF(!sodium_memcmp(t->keys[j].pub.keyid, key->pub.keyid, KILN_SIGN_KEYID_BYTES),
+                     KILN_ERR_FORMAT, "'%s': keys '%s' and '%s' have the same key id %s", label,
+                     t->keys[j].name, name, id);
+        /* The key id is not covered by the signature: the same Ed25519 key under two ids
+         * would let one holder count twice toward a threshold. */
+        KILN_FAIL_IF(!sodium_memcmp(t->keys[j].pub.pk, key->pub.pk, KILN_SIGN_PK_BYTES),
+                     KILN_ERR_FORMAT, "'%s': keys '%s' and '%s' are the same public key", label,
+                     t->keys[j].name, name);
+    }
+    key->name = kiln_strdup(name);
+    if (!key->name) return KILN_ERR_NOMEM;
+    t->nkeys++;
+    if (key->roles & KILN_SIGN_ROLE_PROMOTE) t->npromote++;
+    return KILN_OK;
+}
+
+static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char *label) {
+    static const char *const fields[] = {"threshold", NULL};
+    KILN_FAIL_IF(!json_is_object(ch), KILN_ERR_FORMAT,
+                 "'%s': 'channels' must be an object of channel name to {\"threshold\": N}", label);
+    size_t n = json_object_size(ch);
+    KILN_FAIL_IF(n > TRUST_MAX_CHANNELS, KILN_ERR_LIMIT, "'%s': more than %d channels", label,
+                 TRUST_MAX_CHANNELS);
+    t->chans = kiln_calloc(n ? n : 1, sizeof *t->chans);
+    if (!t->chans) return KILN_ERR_NOMEM;
+    const char *name;
+    json_t *v;
+    json_object_foreach((json_t *)ch, name, v) {
+        char where[KILN_SIGN_NAME_MAX + 32];
+        KILN_FAIL_IF(!kiln_sign_name_ok(name), KILN_ERR_FORMAT,
+                     "'%s': channel name '%.64s' must be 1 to %d letters, digits and ._+-", label,
+                     name, KILN_SIGN_NAME_MAX);
+        snprintf(where, sizeof where, "channel '%s'", name);
+        KILN_FAIL_IF(!json_is_object(v), KILN_ERR_FORMAT, "'%s': %s is not an object", label,
+                     where);
+        KILN_TRY(only_fields(v, fields, label, where));
+        const json_t *th = json_object_get(v, "threshold");
+        KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT,
+                     "'%s': %s: 'threshold' must be an integer", label, where);
+        json_int_t x = json_integer_value(th);
+        KILN_FAIL_IF(x < 1, KILN_ERR_FORMAT, "'%s': %s: threshold %lld must be at least 1", label,
+                     where, (long long)x);
+        KILN_FAIL_IF(x > t->npromote, KILN_ERR_FORMAT,
+                     "'%s': %s: threshold %lld can never be met: the policy has %d promote key%s",
+                     label, where, (long long)x, t->npromote, t->npromote == 1 ? "" : "s");
+        t->chans[t->nchans].name = kiln_strdup(name);
+        if (!t->chans[t->nchans].name) return KILN_ERR_NOMEM;
+        t->chans[t->nchans++].threshold = (int)x;
+    }
+    return KILN_OK;
+}
+
+kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
+                               kiln_sign_trust **out) {
+    static const char *const fields[] = {"format", "keys", "channels", NULL};
+    *out = NULL;
+    KILN_TRY(sign_init());
+    json_t *j = NULL;
+    KILN_TRY(kiln_json_parse(buf, len, label, &j));
+    kiln_err rc = KILN_OK;
+    kiln_sign_trust *t = kiln_calloc(1, sizeof *t);
+    KILN_CHECK_IF(rc, out, !t, KILN_ERR_NOMEM, "out of memory");
+    t->label = kiln_strdup(label);
+    KILN_CHECK_IF(rc, out, !t->label, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, !json_is_object(j), KILN_ERR_FORMAT, "'%s': not a JSON object", label);
+    KILN_CHECK(rc, out, only_fields(j, fields, label, "top level"));
+    const char *fmt = sign_json_str(json_object_get(j, "format"));
+    KILN_CHECK_IF(rc, out, !fmt || strcmp(fmt, TRUST_FORMAT) != 0, KILN_ERR_FORMAT,
+                  "'%s': 'format' must be \"" TRUST_FORMAT "\"", label);
+    const json_t *keys = json_object_get(j, "keys");
+    KILN_CHECK_IF(rc, out, !json_is_array(keys) || json_array_size(keys) == 0, KILN_ERR_FORMAT,
+                  "'%s': 'keys' must be a non-empty array", label);
+    KILN_CHECK_IF(rc, out, json_array_size(keys) > TRUST_MAX_KEYS, KILN_ERR_LIMIT,
+                  "'%s': more than %d keys", label, TRUST_MAX_KEYS);
+    t->keys = kiln_calloc(json_array_size(keys), sizeof *t->keys);
+    KILN_CHECK_IF(rc, out, !t->keys, KILN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < json_array_size(keys); i++)
+        KILN_CHECK(rc, out, parse_key(t, json_array_get(keys, i), i, label));
+    const json_t *ch = json_object_get(j, "channels");
+    KILN_CHECK_IF(rc, out, !ch, KILN_ERR_FORMAT, "'%s': 'channels' is missing", label);
+    KILN_CHECK(rc, out, parse_channels(t, ch, label));
+    *out = t;
+    t = NULL;
+out:
+    kiln_sign_trust_free(t);
+    json_decref(j);
+    return rc;
+}
+
+kiln_err kiln_sign_trust_load(const char *path, kiln_sign_trust **out) {
+    char *buf;
+    size_t len;
+    *out = NULL;
+    KILN_TRY(kiln_read_file(path, 4u << 20, &buf, &len));
+    kiln_err rc = kiln_sign_trust_parse(buf, len, path, out);
+    free(buf);
+    return rc;
+}
+
+const char *sign_trust_label(const kiln_sign_trust *t) {
+    return t->label;
+}
+
+size_t kiln_sign_trust_key_count(const kiln_sign_trust *t) {
+    return t->nkeys;
+}
+
+const kiln_sign_trust_key *kiln_sign_trust_key_at(const kiln_sign_trust *t, size_t i) {
+    return i < t->nkeys ? &t->keys[i] : NULL;
+}
+
+const kiln_sign_trust_key *kiln_sign_trust_find(const kiln_sign_trust *t,
+                                                const uint8_t keyid[KILN_SIGN_KEYID_BYTES]) {
+    for (size_t i = 0; i < t->nkeys; i++)
+        if (!sodium_memcmp(t->keys[i].pub.keyid, keyid, KILN_SIGN_KEYID_BYTES)) return &t->keys[i];
+    return NULL;
+}
+
+kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char *channel, int *out) {
+    for (size_t i = 0; i < t->nchans; i++)
+        if (!strcmp(t->chans[i].name, channel)) {
+            *out = t->chans[i].threshold;
+            return KILN_OK;
+        }
+    return kiln_fail(KILN_ERR_NOTFOUND, "'%s': channel '%s' is not in the trust policy", t->label,
+                     channel);
+}
+
+/* The key of the policy that made sig, holding role; KILN_ERR_VERIFY otherwise. */
+kiln_err sign_trust_signer(const kiln_sign_trust *t, const kiln_sign_sig *sig, int role,
+                           const kiln_sign_trust_key **out) {
+    char id[KILN_SIGN_KEYID_HEX];
+    kiln_sign_keyid_hex(sig->keyid, id);
+    const kiln_sign_trust_key *k = kiln_sign_trust_find(t, sig->keyid);
+    KILN_FAIL_IF(!k, KILN_ERR_VERIFY,
+                 "'%s': signed by key id %s, which is not in the trust policy '%s'",
+                 sig->label ? sig->label : "signature", id, t->label);
+    const char *rn = role == KILN_SIGN_ROLE_RELEASE ? "release" : "promote";
+    KILN_FAIL_IF(!(k->roles & role), KILN_ERR_VERIFY,
+                 "'%s': signed by key '%s' (%s), which does not hold the '%s' role in '%s'",
+                 sig->label ? sig->label : "signature", k->name, id, rn, t->label);
+    *out = k;
+    return KILN_OK;
+}
+
+kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t, const kiln_sign_sig *sig,
+                                     const char *path, int role,
+                                     const kiln_sign_trust_key **signer) {
+    const kiln_sign_trust_key *k;
+    if (signer) *signer = NULL;
+    KILN_TRY(sign_trust_signer(t, sig, role, &k));
+    KILN_TRY(kiln_sign_verify_file(&k->pub, sig, path));
+    if (signer) *signer = k;
+    return KILN_OK;
+}

@@ -1,0 +1,653 @@
+/* test_runtime.c - the inference runtime: batch and streaming forward against the vectors
+ * and against each other, constant per-tick work, bf16 weights, bad models, threads, and
+ * no allocation per tick. */
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime_int.h"
+#include "test.h"
+
+/* ---- helpers ---- */
+
+static kiln_model_config config(int D, int L, int H, int Fh, int E, int K, int S, int W, int F,
+                                int O) {
+    kiln_model_config c = {.n_features = F,
+                           .n_outputs = O,
+                           .d_model = D,
+                           .n_layers = L,
+                           .n_heads = H,
+                           .d_ff = Fh,
+                           .n_experts = E,
+                           .top_k = K,
+                           .seq_len = S,
+                           .attn_window = W,
+                           .norm_eps = 1e-5f};
+    return c;
+}
+
+/* Largest |a-b| relative to max(|b|, rms(b)): "1e-5 relative" per element, where values
+ * smaller than the tensor's RMS are judged against the RMS rather than against zero. */
+static double rel_err(const float *a, const float *b, size_t n) {
+    double rms = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        rms += (double)b[i] * b[i];
+    rms = sqrt(rms / (double)n);
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs(b[i]), rms);
+        if (!(d <= worst)) worst = d; /* NaN wins */
+    }
+    return worst;
+}
+
+/* A random model written to the test directory and opened. */
+static kiln_model *random_model(const char *name, const kiln_model_config *c, uint64_t seed,
+                                bool bf16) {
+    char *p = kiln_test_path(name);
+    kiln_model *m = NULL;
+    if (CHECK("write random model", kiln_rt_random_model(p, c, seed, bf16) == KILN_OK))
+        CHECK("open random model", kiln_model_open(p, &m) == KILN_OK);
+    free(p);
+    return m;
+}
+
+/* n values ~ N(0, 2^2), from Philox. */
+static float *random_inputs(size_t n, uint64_t seed) {
+    float *x = kiln_malloc(n * sizeof *x);
+    for (size_t i = 0; x && i < n; i++)
+        x[i] = (float)(2.0 * kiln_rt_normal(seed, i));
+    return x;
+}
+
+/* Push B sequences of S rows through fresh streams into y [B,S,O]. */
+static bool stream_all(const kiln_model *m, const float *x, int B, int S, float *y) {
+    const int F = m->cfg.n_features, O = m->cfg.n_outputs;
+    kiln_stream *s;
+    if (kiln_stream_open(m, &s) != KILN_OK) return false;
+    bool ok = true;
+    for (int b = 0; b < B && ok; b++) {
+        kiln_stream_reset(s);
+        for (int t = 0; t < S && ok; t++)
+            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) ==
+                 KILN_OK;
+    }
+    kiln_stream_free(s);
+    return ok;
+}
+
+/* ---- against the float64 vectors ---- */
+
+KILN_TEST(runtime_vectors_batch_and_stream) {
+    const char *names[] = {"tsmoe-moe", "tsmoe-dense"};
+    for (size_t v = 0; v < 2; v++) {
+        char file[64];
+        snprintf(file, sizeof file, "%s.model.safetensors", names[v]);
+        char *mp = kiln_test_vector(file);
+        snprintf(file, sizeof file, "%s.io.safetensors", names[v]);
+        char *iop = kiln_test_vector(file);
+        kiln_model *m = NULL;
+        kiln_st *io = NULL;
+        if (CHECK("open model", kiln_model_open(mp, &m) == KILN_OK) &&
+            CHECK("open io", kiln_st_open(iop, &io) == KILN_OK)) {
+            const kiln_model_config *c = kiln_model_config_get(m);
+            const kiln_tensor *xi = kiln_st_find(io, "inputs"), *yo = kiln_st_find(io, "outputs");
+            CHECK("model not bf16", !kiln_model_is_bf16(m));
+            if (CHECK("io tensors", xi && yo && xi->ndim == 3 && xi->shape[2] == c->n_features)) {
+                int B = (int)xi->shape[0], S = (int)xi->shape[1];
+                float *x = kiln_malloc(xi->numel * 4), *want = kiln_malloc(yo->numel * 4);
+                float *y = kiln_calloc(yo->numel, 4), *ys = kiln_calloc(yo->numel, 4);
+                CHECK("read io", kiln_tensor_to_f32(xi, x) == KILN_OK &&
+                                     kiln_tensor_to_f32(yo, want) == KILN_OK);
+                CHECK("batch forward", kiln_model_forward(m, x, B, S, y) == KILN_OK);
+                CHECK("batch matches vectors (1e-5)", rel_err(y, want, yo->numel) < 1e-5);
+                CHECK("stream forward", stream_all(m, x, B, S, ys));
+                CHECK("stream matches vectors (1e-5)", rel_err(ys, want, yo->numel) < 1e-5);
+                /* The same model from its directory. */
+                char *dir = kiln_test_path(names[v]),
+                     *dst = kiln_path_join(dir, "model.safetensors");
+                char *buf;
+                size_t len;
+                kiln_model *m2 = NULL;
+                if (CHECK("copy into a model dir",
+                          kiln_mkdir_p(dir) == KILN_OK &&
+                              kiln_read_file(mp, 1 << 24, &buf, &len) == KILN_OK)) {
+                    CHECK("write", kiln_write_file_atomic(dst, buf, len) == KILN_OK);
+                    free(buf);
+                    CHECK("open by directory", kiln_model_open(dir, &m2) == KILN_OK &&
+                                                   kiln_model_forward(m2, x, B, S, ys) == KILN_OK &&
+                                                   memcmp(ys, y, yo->numel * 4) == 0);
+                }
+                kiln_model_free(m2);
+                free(dir);
+                free(dst);
+                free(x);
+                free(want);
+                free(y);
+                free(ys);
+            }
+        }
+        kiln_st_close(io);
+        kiln_model_free(m);
+        free(mp);
+        free(iop);
+    }
+}
+
+/* ---- streaming equals batch ---- */
+
+KILN_TEST(runtime_stream_equals_batch) {
+    const int S = kiln_test_sanitized() ? 5 : 8;
+    for (int moe = 0; moe < 2; moe++)
+        for (int W = 1; W <= S; W++) {
+            kiln_model_config c = config(16, 2, 4, 24, moe ? 4 : 0, moe ? 2 : 0, S, W, 5, 3);
+            char name[32];
+            snprintf(name, sizeof name, "m%d-%d.safetensors", moe, W);
+            kiln_model *m = random_model(name, &c, 100 + (uint64_t)W, false);
+            if (!m) return;
+            const int T = 10 * W, B = 2;
+            const size_t n = (size_t)B * T * c.n_outputs;
+            float *x = random_inputs((size_t)B * T * c.n_features, (uint64_t)W);
+            float *yb = kiln_calloc(n, 4), *ys = kiln_calloc(n, 4);
+            CHECK("batch", kiln_model_forward(m, x, B, T, yb) == KILN_OK);
+            CHECK("stream", stream_all(m, x, B, T, ys));
+            double e = rel_err(ys, yb, n);
+            if (!CHECK("stream == batch over 10*W ticks (1e-5)", e < 1e-5))
+                fprintf(stderr, "    moe=%d W=%d: relative error %g\n", moe, W, e);
+            /* Outputs are O(1), so the comparison is not between tiny numbers. */
+            double rms = 0;
+            for (size_t i = 0; i < n; i++)
+                rms += (double)yb[i] * yb[i];
+            CHECK("outputs are not trivially small", sqrt(rms / (double)n) > 0.1);
+            free(x);
+            free(yb);
+            free(ys);
+            kiln_model_free(m);
+        }
+}
+
+/* A sequence longer than the batch forward's block goes through in chunks that carry the
+ * window's keys and values; it must still be the stream's answer. */
+KILN_TEST(runtime_long_sequence_chunked) {
+    const int T = kiln_test_sanitized() ? 1300 : 2600;
+    const int windows[] = {3, 1100};
+    for (size_t w = 0; w < 2; w++) {
+        kiln_model_config c = config(8, 2, 2, 16, 3, 2, 2048, windows[w], 3, 2);
+        kiln_model *m = random_model("long.safetensors", &c, 7, false);
+        if (!m) return;
+        const size_t n = (size_t)T * c.n_outputs;
+        float *x = random_inputs((size_t)T * c.n_features, 99);
+        float *yb = kiln_calloc(n, 4), *ys = kiln_calloc(n, 4);
+        CHECK("batch", kiln_model_forward(m, x, 1, T, yb) == KILN_OK);
+        CHECK("stream", stream_all(m, x, 1, T, ys));
+        CHECK("chunked batch == stream (1e-5)", rel_err(ys, yb, n) < 1e-5);
+        free(x);
+        free(yb);
+        free(ys);
+        kiln_model_free(m);
+    }
+}
+
+/* ---- the work of a tick does not grow with the stream ---- */
+
+static uint64_t expected_madds(const kiln_model_config *c, int keys_per_layer) {
+    uint64_t D = (uint64_t)c->d_model, Fh = (uint64_t)c->d_ff, L = (uint64_t)c->n_layers;
+    uint64_t ffn =
+        c->n_experts ? (uint64_t)c->n_experts * D + (uint64_t)c->top_k * 2 * Fh * D : 2 * Fh * D;
+    return D * (uint64_t)c->n_features +
+           L * (3 * D * D + 2 * D * (uint64_t)keys_per_layer + D * D + ffn) +
+           (uint64_t)c->n_outputs * D;
+}
+
+KILN_TEST(runtime_stream_cost_constant) {
+    for (int moe = 0; moe < 2; moe++) {
+        const int W = 6;
+        kiln_model_config c = config(16, 3, 4, 24, moe ? 5 : 0, moe ? 2 : 0, 8, W, 4, 2);
+        kiln_model *m = random_model("cost.safetensors", &c, 5, false);
+        kiln_stream *s;
+        if (!m || !CHECK("open stream", kiln_stream_open(m, &s) == KILN_OK)) {
+            kiln_model_free(m);
+            return;
+        }
+        float x[4] = {0.5f, -1, 2, 0}, y[2];
+        kiln_rt_cost at_w = {0, 0}, first = {0, 0};
+        bool formula = true;
+        for (int t = 1; t <= 10 * W; t++) {
+            CHECK("push", kiln_stream_push(s, x, y) == KILN_OK);
+            kiln_rt_cost k = kiln_rt_stream_last_cost(s);
+            int keys = t < W ? t : W;
+            formula &=
+                k.keys == (uint64_t)(keys * c.n_layers) && k.madds == expected_madds(&c, keys);
+            if (t == 1) first = k;
+            if (t == W) at_w = k;
+            if (t == 10 * W) {
+                CHECK("tick 10W attends as many keys as tick W", k.keys == at_w.keys);
+                CHECK("tick 10W costs the same multiply-adds as tick W", k.madds == at_w.madds);
+            }
+        }
+        CHECK("every tick's count matches the closed form", formula);
+        CHECK("the counter sees the window fill (tick 1 < tick W)", first.madds < at_w.madds);
+        CHECK("ticks counted", kiln_stream_ticks(s) == (uint64_t)(10 * W));
+        kiln_stream_reset(s);
+        CHECK("reset", kiln_stream_ticks(s) == 0);
+        kiln_stream_free(s);
+        kiln_model_free(m);
+    }
+}
+
+/* ---- no allocation per tick ---- */
+
+KILN_TEST(runtime_stream_push_allocates_nothing) {
+    kiln_model_config c = config(16, 2, 4, 24, 4, 2, 8, 4, 5, 3);
+    kiln_model *m = random_model("alloc.safetensors", &c, 3, false);
+    kiln_stream *s;
+    if (!m || !CHECK("open stream", kiln_stream_open(m, &s) == KILN_OK)) {
+        kiln_model_free(m);
+        return;
+    }
+    float *x = random_inputs(100 * 5, 1), y[3];
+    /* Arm the allocator to fail its very next allocation; if no push allocates, the armed
+     * failure is still waiting afterwards. */
+    kiln_alloc_fail_after(1);
+    bool ok = true;
+    for (int t = 0; t < 100; t++)
+        ok &= kiln_stream_push(s, x + t * 5, y) == KILN_OK;
+    kiln_stream_reset(s);
+    ok &= kiln_stream_push(s, x, y) == KILN_OK;
+    void *probe = kiln_malloc(16);
+    kiln_alloc_fail_after(0);
+    CHECK("every push succeeded with allocation armed to fail", ok);
+    CHECK("no push consumed an allocation", probe == NULL);
+    free(probe);
+    free(x);
+    kiln_stream_free(s);
+    kiln_model_free(m);
+}
+
+KILN_TEST(runtime_open_survives_allocation_failures) {
+    char *p = kiln_test_vector("tsmoe-moe.model.safetensors");
+    bool opened = false;
+    for (long n = 1; n < 200 && !opened; n++) {
+        kiln_model *m = NULL;
+        kiln_stream *s = NULL;
+        kiln_alloc_fail_after(n);
+        kiln_err rc = kiln_model_open(p, &m);
+        if (rc == KILN_OK) rc = kiln_stream_open(m, &s);
+        kiln_alloc_fail_after(0);
+        if (rc != KILN_OK) CHECK("an allocation failure fails with NOMEM", rc == KILN_ERR_NOMEM);
+        opened = rc == KILN_OK;
+        kiln_stream_free(s);
+        kiln_model_free(m);
+    }
+    CHECK("eventually opens", opened);
+    free(p);
+}
+
+/* ---- refusing bad input without damage ---- */
+
+KILN_TEST(runtime_stream_refuses_nonfinite) {
+    kiln_model_config c = config(8, 2, 2, 16, 0, 0, 6, 3, 3, 2);
+    kiln_model *m = random_model("nf.safetensors", &c, 11, false);
+    kiln_stream *a, *b;
+    if (!m || !CHECK("streams",
+                     kiln_stream_open(m, &a) == KILN_OK && kiln_stream_open(m, &b) == KILN_OK)) {
+        kiln_model_free(m);
+        return;
+    }
+    float *x = random_inputs(20 * 3, 4), ya[2], yb[2], bad[3] = {1, NAN, 0};
+    bool same = true;
+    for (int t = 0; t < 20; t++) {
+        if (t == 7) {
+            CHECK("NaN refused", kiln_stream_push(b, bad, yb) == KILN_ERR_NUMERIC &&
+                                     strstr(kiln_errmsg(), "feature 1"));
+            bad[1] = INFINITY;
+            CHECK("inf refused", kiln_stream_push(b, bad, yb) == KILN_ERR_NUMERIC);
+        }
+        same &= kiln_stream_push(a, x + t * 3, ya) == KILN_OK &&
+                kiln_stream_push(b, x + t * 3, yb) == KILN_OK && memcmp(ya, yb, sizeof ya) == 0;
+    }
+    CHECK("a refused tick leaves the stream as it was", same);
+    float y6[12];
+    x[4] = NAN;
+    CHECK("batch refuses NaN naming the position",
+          kiln_model_forward(m, x, 2, 3, y6) == KILN_ERR_NUMERIC &&
+              strstr(kiln_errmsg(), "[0,1,1]"));
+    char small[16];
+    CHECK("small workspace refused",
+          kiln_model_forward_ws(m, x + 6, 1, 2, y6, small, sizeof small) == KILN_ERR_USAGE);
+    CHECK("bad shape refused", kiln_model_forward(m, x, 0, 3, y6) == KILN_ERR_USAGE);
+    free(x);
+    kiln_stream_free(a);
+    kiln_stream_free(b);
+    kiln_model_free(m);
+}
+
+/* Rewrite a model file with changes: drop a tensor, change one's dtype or shape, add one,
+ * replace the config. Tensors are converted through f32. */
+typedef struct edit {
+    const char *drop;
+    const char *retype;  /* to I32 */
+    const char *reshape; /* transposed / flattened */
+    const char *add;
+    const char *config;
+    const char *nan;  /* a NaN in this tensor */
+    const char *zero; /* zeros in this tensor */
+    int bf16;         /* 1: all BF16; 2: all BF16 but norm.in_* F32; 3: F32 rounded through bf16 */
+    const char *keep_f32; /* with bf16: this one tensor stays F32 */
+    bool no_config;       /* leave kiln.config out */
+} edit;
+
+static char *rewrite(const char *src, const char *name, const edit *e) {
+    kiln_st *st = NULL;
+    kiln_st_writer *w = NULL;
+    char *out = kiln_test_path(name);
+    size_t n = 0;
+    void **bufs = NULL;
+    bool ok = kiln_st_open(src, &st) == KILN_OK && kiln_st_writer_new(&w) == KILN_OK;
+    if (ok) {
+        n = kiln_st_count(st);
+        bufs = kiln_calloc(n + 1, sizeof *bufs);
+    }
+    for (size_t i = 0; ok && i < n; i++) {
+        const kiln_tensor *t = kiln_st_at(st, i);
+        if (e->drop && !strcmp(t->name, e->drop)) continue;
+        float *f = kiln_malloc(t->numel * 4 + 4);
+        bufs[i] = f;
+        ok = kiln_tensor_to_f32(t, f) == KILN_OK;
+        if (e->nan && !strcmp(t->name, e->nan)) f[t->numel - 1] = NAN;
+        if (e->zero && !strcmp(t->name, e->zero)) memset(f, 0, t->numel * 4);
+        int64_t shape[KILN_ST_MAX_DIMS];
+        memcpy(shape, t->shape, sizeof shape);
+        int ndim = t->ndim;
+        if (e->reshape && !strcmp(t->name, e->reshape)) {
+            if (ndim == 2) {
+                int64_t s0 = shape[0];
+                shape[0] = shape[1];
+                shape[1] = s0;
+            } else {
+                ndim = 2;
+                shape[1] = 1;
+            }
+        }
+        kiln_dtype dt = KILN_F32;
+        const void *data = f;
+        bool in_norm = !strncmp(t->name, "norm.in_", 8);
+        bool to_bf16 = (e->bf16 == 1 || (e->bf16 == 2 && !in_norm)) &&
+                       !(e->keep_f32 && !strcmp(t->name, e->keep_f32));
+        if (to_bf16) {
+            uint16_t *h = kiln_malloc(t->numel * 2 + 2);
+            for (size_t j = 0; j < t->numel; j++)
+                h[j] = kiln_f32_to_bf16(f[j]);
+            free(f);
+            bufs[i] = h;
+            data = h;
+            dt = KILN_BF16;
+        } else if (e->bf16 == 3) {
+            for (size_t j = 0; j < t->numel; j++)
+                f[j] = kiln_bf16_to_f32(kiln_f32_to_bf16(f[j]));
+        }
+        if (e->retype && !strcmp(t->name, e->retype)) dt = KILN_I32;
+        ok = kiln_st_writer_add(w, t->name, dt, ndim, shape, data) == KILN_OK;
+    }
+    if (ok && e->add) {
+        static const float extra[4] = {1, 2, 3, 4};
+        ok = kiln_st_writer_add(w, e->add, KILN_F32, 1, (int64_t[]){4}, extra) == KILN_OK;
+    }
+    const char *cfg = e->config ? e->config : (st ? kiln_st_meta(st, "kiln.config") : NULL);
+    if (ok && cfg && !e->no_config) ok = kiln_st_writer_meta(w, "kiln.config", cfg) == KILN_OK;
+    if (ok) ok = kiln_st_writer_write(w, out) == KILN_OK;
+    CHECK("rewrite model", ok);
+    for (size_t i = 0; bufs && i < n; i++)
+        free(bufs[i]);
+    free(bufs);
+    kiln_st_writer_free(w);
+    kiln_st_close(st);
+    return out;
+}
+
+/* Opening fails with the expected code and a message naming the file and every word. */
+static void expect_bad(const char *path, kiln_err code, const char *w1, const char *w2,
+                       const char *what) {
+    uint8_t before[32], after[32];
+    bool hashed = kiln_sha256_file(path, before) == KILN_OK;
+    kiln_model *m = (kiln_model *)&before; /* must be reset to NULL */
+    kiln_err rc = kiln_model_open(path, &m);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kiln_errmsg());
+    bool ok = rc == code && m == NULL && strstr(msg, path) && (!w1 || strstr(msg, w1)) &&
+              (!w2 || strstr(msg, w2));
+    if (!CHECK(what, ok)) fprintf(stderr, "    got %d: %s\n", rc, msg);
+    if (hashed)
+        CHECK("model file left intact",
+              kiln_sha256_file(path, after) == KILN_OK && !memcmp(before, after, 32));
+    if (rc == KILN_OK) kiln_model_free(m);
+}
+
+KILN_TEST(runtime_bad_models) {
+    char *src = kiln_test_vector("tsmoe-dense.model.safetensors");
+    char *p;
+    p = rewrite(src, "missing.safetensors", &(edit){.drop = "blocks.1.attn.out.bias"});
+    expect_bad(p, KILN_ERR_FORMAT, "missing tensor", "'blocks.1.attn.out.bias'", "missing tensor");
+    free(p);
+    p = rewrite(src, "shape.safetensors", &(edit){.reshape = "head.weight"});
+    expect_bad(p, KILN_ERR_FORMAT, "'head.weight' has shape [8,1], expected [1,8]", NULL,
+               "wrong shape");
+    free(p);
+    p = rewrite(src, "rank.safetensors", &(edit){.reshape = "final_norm.weight"});
+    expect_bad(p, KILN_ERR_FORMAT, "'final_norm.weight' has shape [8,1], expected [8]", NULL,
+               "wrong rank");
+    free(p);
+    p = rewrite(src, "dtype.safetensors", &(edit){.retype = "embed.bias"});
+    expect_bad(p, KILN_ERR_FORMAT, "'embed.bias' has dtype I32", "F32 or BF16", "wrong dtype");
+    free(p);
+    p = rewrite(src, "mixed.safetensors", &(edit){.bf16 = 1, .keep_f32 = "blocks.0.ffn.fc.weight"});
+    expect_bad(p, KILN_ERR_FORMAT, "'blocks.0.ffn.fc.weight' has dtype F32", "expected BF16",
+               "mixed dtypes");
+    free(p);
+    p = rewrite(src, "extra.safetensors", &(edit){.add = "blocks.2.attn.out.bias"});
+    expect_bad(p, KILN_ERR_FORMAT, "extra tensor 'blocks.2.attn.out.bias'", NULL, "extra tensor");
+    free(p);
+    p = rewrite(src, "moe-in-dense.safetensors", &(edit){.add = "blocks.0.moe.router.weight"});
+    expect_bad(p, KILN_ERR_FORMAT, "extra tensor 'blocks.0.moe.router.weight'", NULL,
+               "tensor of another config");
+    free(p);
+    const char *heads =
+        "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
+        "\"n_features\":4,\"n_heads\":3,\"n_layers\":2,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0}";
+    p = rewrite(src, "config.safetensors", &(edit){.config = heads});
+    expect_bad(p, KILN_ERR_CONFIG, "n_heads 3", NULL, "bad config value");
+    free(p);
+    const char *unknown =
+        "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
+        "\"n_features\":4,\"n_heads\":2,\"n_layers\":2,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0,"
+        "\"dropout\":0.1}";
+    p = rewrite(src, "config2.safetensors", &(edit){.config = unknown});
+    expect_bad(p, KILN_ERR_CONFIG, "'dropout'", NULL, "unknown config key");
+    free(p);
+    const char *layers =
+        "{\"attn_window\":5,\"d_ff\":16,\"d_model\":8,\"format\":\"kiln-tsmoe/1\",\"n_experts\":0,"
+        "\"n_features\":4,\"n_heads\":2,\"n_layers\":3,\"n_outputs\":1,\"seq_len\":5,\"top_k\":0}";
+    p = rewrite(src, "config3.safetensors", &(edit){.config = layers});
+    expect_bad(p, KILN_ERR_FORMAT, "missing tensor 'blocks.2.attn_norm.weight'", NULL,
+               "config with more layers");
+    free(p);
+    p = rewrite(src, "noconfig.safetensors", &(edit){.no_config = true});
+    expect_bad(p, KILN_ERR_FORMAT, "kiln.config", NULL, "no config");
+    free(p);
+    p = rewrite(src, "nan.safetensors", &(edit){.nan = "blocks.0.attn.qkv.weight"});
+    expect_bad(p, KILN_ERR_NUMERIC, "'blocks.0.attn.qkv.weight'", "not finite", "NaN weight");
+    free(p);
+    p = rewrite(src, "std.safetensors", &(edit){.zero = "norm.in_std"});
+    expect_bad(p, KILN_ERR_FORMAT, "'norm.in_std'", "must be positive", "zero norm.in_std");
+    free(p);
+    char *none = kiln_test_path("no-such-model");
+    kiln_model *m = NULL;
+    CHECK("missing path fails naming it", kiln_model_open(none, &m) != KILN_OK && m == NULL &&
+                                              strstr(kiln_errmsg(), "no-such-model"));
+    CHECK("empty directory fails naming model.safetensors",
+          kiln_model_open(kiln_test_dir(), &m) != KILN_OK &&
+              strstr(kiln_errmsg(), "model.safetensors"));
+    free(none);
+    free(src);
+}
+
+/* ---- bf16 ---- */
+
+KILN_TEST(runtime_bf16_weights) {
+    char *src = kiln_test_vector("tsmoe-moe.model.safetensors");
+    char *io_path = kiln_test_vector("tsmoe-moe.io.safetensors");
+    char *p1 = rewrite(src, "bf16.safetensors", &(edit){.bf16 = 1});
+    char *p2 = rewrite(src, "bf16-f32norm.safetensors", &(edit){.bf16 = 2});
+    char *p3 = rewrite(src, "rounded.safetensors", &(edit){.bf16 = 3});
+    kiln_model *f = NULL, *b1 = NULL, *b2 = NULL, *r = NULL;
+    kiln_st *io = NULL;
+    bool ok = CHECK("f32 opens", kiln_model_open(src, &f) == KILN_OK) &&
+              CHECK("bf16 opens", kiln_model_open(p1, &b1) == KILN_OK) &&
+              CHECK("bf16 with f32 norm.in_* opens", kiln_model_open(p2, &b2) == KILN_OK) &&
+              CHECK("rounded f32 opens", kiln_model_open(p3, &r) == KILN_OK) &&
+              CHECK("io", kiln_st_open(io_path, &io) == KILN_OK);
+    if (ok) {
+        CHECK("bf16 kept as bf16",
+              kiln_model_is_bf16(b1) && kiln_model_is_bf16(b2) && !kiln_model_is_bf16(r));
+        const kiln_tensor *xi = kiln_st_find(io, "inputs");
+        int B = (int)xi->shape[0], S = (int)xi->shape[1];
+        size_t n = (size_t)B * S * f->cfg.n_outputs;
+        float *x = kiln_malloc(xi->numel * 4), *yf = kiln_calloc(n, 4), *yb = kiln_calloc(n, 4);
+        float *ybs = kiln_calloc(n, 4), *yr = kiln_calloc(n, 4), *yb2 = kiln_calloc(n, 4);
+        CHECK("inputs", kiln_tensor_to_f32(xi, x) == KILN_OK);
+        CHECK("forwards", kiln_model_forward(f, x, B, S, yf) == KILN_OK &&
+                              kiln_model_forward(b1, x, B, S, yb) == KILN_OK &&
+                              kiln_model_forward(b2, x, B, S, yb2) == KILN_OK &&
+                              kiln_model_forward(r, x, B, S, yr) == KILN_OK &&
+                              stream_all(b1, x, B, S, ybs));
+        /* bf16 has 8 bits of mantissa: each weight is off by up to 2^-9 relative. */
+        double e = rel_err(yb, yf, n);
+        if (!CHECK("bf16 agrees with f32 within 2e-2", e < 2e-2))
+            fprintf(stderr, "    error %g\n", e);
+        CHECK("bf16 is not bitwise f32 (the test can tell)", memcmp(yb, yf, n * 4) != 0);
+        /* The same rounded weights held as f32 must give the bf16 model's answer to float
+         * rounding: the bf16 kernels widen exactly. */
+        CHECK("bf16 batch == f32 of the same rounded weights (1e-5)", rel_err(yb, yr, n) < 1e-5);
+        CHECK("bf16 stream == f32 of the same rounded weights (1e-5)", rel_err(ybs, yr, n) < 1e-5);
+        CHECK("f32 norm.in_* changes little", rel_err(yb2, yr, n) < 1e-2);
+        free(x);
+        free(yf);
+        free(yb);
+        free(ybs);
+        free(yr);
+        free(yb2);
+    }
+    /* A random model written as bf16 from the start, D a multiple of the vector width. */
+    kiln_model_config c = config(64, 2, 4, 96, 4, 2, 16, 8, 7, 3);
+    kiln_model *rb = random_model("rand-bf16.safetensors", &c, 21, true);
+    if (rb) {
+        float *x = random_inputs(40 * 7, 8), *yb = kiln_calloc(40 * 3, 4),
+              *ys = kiln_calloc(40 * 3, 4);
+        CHECK("random bf16 model", kiln_model_is_bf16(rb) &&
+                                       kiln_model_forward(rb, x, 1, 40, yb) == KILN_OK &&
+                                       stream_all(rb, x, 1, 40, ys) && rel_err(ys, yb, 120) < 1e-5);
+        free(x);
+        free(yb);
+        free(ys);
+    }
+    kiln_model_free(rb);
+    kiln_st_close(io);
+    kiln_model_free(f);
+    kiln_model_free(b1);
+    kiln_model_free(b2);
+    kiln_model_free(r);
+    free(p1);
+    free(p2);
+    free(p3);
+    free(src);
+    free(io_path);
+}
+
+/* The vectorised per-tick kernel against double sums, on sizes with ragged tails, on
+ * this machine's path and the portable one. */
+KILN_TEST(runtime_matvec_paths) {
+    const int rows = 11, cols = 37;
+    float w[11 * 37], x[37], b[11], y1[11], y2[11];
+    uint16_t wh[11 * 37];
+    for (int i = 0; i < rows * cols; i++) {
+        w[i] = (float)kiln_rt_normal(1, (uint64_t)i);
+        wh[i] = kiln_f32_to_bf16(w[i]);
+    }
+    for (int i = 0; i < cols; i++)
+        x[i] = (float)kiln_rt_normal(2, (uint64_t)i);
+    for (int i = 0; i < rows; i++)
+        b[i] = (float)kiln_rt_normal(3, (uint64_t)i);
+    for (int bf = 0; bf < 2; bf++) {
+        kiln_model m = {.bf16 = bf, .wsize = bf ? 2 : 4};
+        const void *W = bf ? (const void *)wh : (const void *)w;
+        kiln_rt_matvec(&m, y1, W, b, x, rows, cols);
+        kiln_rt_matvec_portable(&m, y2, W, b, x, rows, cols);
+        double worst = 0;
+        for (int r = 0; r < rows; r++) {
+            double s = b[r];
+            for (int c = 0; c < cols; c++)
+                s += (double)(bf ? kiln_bf16_to_f32(wh[r * cols + c]) : w[r * cols + c]) * x[c];
+            worst = fmax(worst, fmax(fabs(y1[r] - s), fabs(y2[r] - s)));
+        }
+        CHECK(bf ? "bf16 matvec" : "f32 matvec", worst < 1e-4);
+    }
+}
+
+/* ---- threads: one model, a stream per thread ---- */
+
+typedef struct job {
+    const kiln_model *m;
+    const float *x;
+    int T;
+    float *y;  /* [T,O] */
+    float *yb; /* [T,O] batch */
+    bool ok;
+} job;
+
+static void *run_job(void *arg) {
+    job *j = arg;
+    j->ok = stream_all(j->m, j->x, 1, j->T, j->y) &&
+            kiln_model_forward(j->m, j->x, 1, j->T, j->yb) == KILN_OK;
+    return NULL;
+}
+
+KILN_TEST(runtime_threads_share_a_model) {
+    kiln_model_config c = config(32, 2, 4, 48, 4, 2, 16, 8, 6, 2);
+    kiln_model *m = random_model("threads.safetensors", &c, 17, false);
+    if (!m) return;
+    enum { NT = 4 };
+    const int T = kiln_test_sanitized() ? 60 : 300;
+    job jobs[NT], solo[NT];
+    pthread_t th[NT];
+    for (int i = 0; i < NT; i++) {
+        float *x = random_inputs((size_t)T * 6, 50 + (uint64_t)i);
+        jobs[i] =
+            (job){m, x, T, kiln_calloc((size_t)T * 2, 4), kiln_calloc((size_t)T * 2, 4), false};
+        solo[i] =
+            (job){m, x, T, kiln_calloc((size_t)T * 2, 4), kiln_calloc((size_t)T * 2, 4), false};
+        run_job(&solo[i]);
+    }
+    bool started = true;
+    for (int i = 0; i < NT; i++)
+        started &= pthread_create(&th[i], NULL, run_job, &jobs[i]) == 0;
+    CHECK("threads started", started);
+    for (int i = 0; i < NT && started; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < NT; i++) {
+        CHECK("thread ran", jobs[i].ok && solo[i].ok);
+        CHECK("a thread's stream gives one thread's answer, bit for bit",
+              !memcmp(jobs[i].y, solo[i].y, (size_t)T * 2 * 4));
+        CHECK("a thread's batch forward agrees",
+              rel_err(jobs[i].yb, solo[i].yb, (size_t)T * 2) < 1e-6);
+        CHECK("and sequences differ between threads",
+              i == 0 || memcmp(jobs[i].y, jobs[0].y, (size_t)T * 8));
+    }
+    for (int i = 0; i < NT; i++) {
+        free((void *)jobs[i].x);
+        free(jobs[i].y);
+        free(jobs[i].yb);
+        free(solo[i].y);
+        free(solo[i].yb);
+    }
+    kiln_model_free(m);
+}
