@@ -9,8 +9,12 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # Debian packages that provide the pkg-config names above, and the tools the tests use
 # (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
-            libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev
-TOOLS := sqlite3 minisign
+            libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
+            libopenmpi-dev openmpi-bin
+TOOLS := sqlite3 minisign mpirun
+# Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
+# libkiln.so (what services link) never depends on libmpi.
+MPI_PKG := ompi-c
 # `make fuzz` only: clang with libFuzzer. Each target runs FUZZ_SECONDS.
 FUZZ_DEB_PKGS := clang libclang-rt-14-dev
 FUZZ_CC ?= clang
@@ -21,6 +25,7 @@ ifneq ($(SAN)$(FUZZ),)
 NVCC :=
 endif
 CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 MODULES := core kernels kernels/cpu train runtime export validate sign registry
@@ -28,6 +33,8 @@ INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
+MPI_LIBS = $(shell pkg-config --libs $(MPI_PKG) 2>/dev/null)
 
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread -DKILN_GIT_REV='"$(GIT_REV)"'
@@ -44,8 +51,11 @@ CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -W
 LDFLAGS += -fsanitize=address,undefined
 endif
 
-LIB_SRC := $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c))
+# Data parallelism's transports (MPI; NCCL where nvcc and nccl.h are): libkiln_dist.a.
+DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c)
+LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c, \
+             $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
+                              validate/*.c sign/*.c registry/*.c)))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
 # the C suite replays every corpus through them (tests/test_fuzz_replay.c).
@@ -65,6 +75,10 @@ NVCC_FLAGS := -O2 -std=c++17 $(NVCC_ARCH) -Werror all-warnings -DKILN_HAVE_CUDA 
 endif
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
+DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
+comma := ,
+DIST_LIBS = $(MPI_LIBS) $(if $(NCCL_H),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lnccl -lcudart)
+$(DIST_OBJ): PKG_CFLAGS += $(MPI_CFLAGS) $(if $(NCCL_H),-DKILN_HAVE_NCCL -isystem $(CUDA_HOME)/include)
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
 ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
@@ -72,7 +86,8 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: all deps test test-c test-e2e test-asan demo clean bench fuzz
-all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/kiln $(BUILD)/run-tests $(BUILD)/stream_service
+all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
+     $(BUILD)/stream_service
 
 # Install what is missing, once per build directory. pkg-config answers for the
 # libraries; the tools are probed by name.
@@ -80,7 +95,7 @@ deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
-	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS); then \
+	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -105,8 +120,12 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 $(BUILD)/libkiln.so: $(LIB_OBJ)
 	$(CC) -shared $(LDFLAGS) -o $@ $^ $(ALL_LIBS)
 
-$(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln.a $(ALL_LIBS)
+$(BUILD)/libkiln_dist.a: $(DIST_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a $(ALL_LIBS) $(DIST_LIBS)
 
 # The test table is generated from the KILN_TEST(name) definitions in tests/*.c.
 $(BUILD)/tests.inc: $(TEST_SRC)
@@ -185,4 +204,4 @@ demo: all
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(DIST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)

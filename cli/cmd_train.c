@@ -82,6 +82,16 @@ static int poison_from_env(long **out, size_t *n) {
     return 0;
 }
 
+/* Under mpirun every rank runs this command; rank 0 speaks for the run. Other ranks print
+ * only errors that may be theirs alone (transport, memory); the rest every rank agrees on
+ * (kiln_dist_agree) and rank 0 prints. */
+static int finish(const kiln_comm *comm, kiln_err err) {
+    if (comm->rank == 0) return cli_fail(err);
+    if (err == KILN_ERR_NETWORK || err == KILN_ERR_NOMEM || err == KILN_ERR_DEVICE)
+        fprintf(stderr, "kiln: error: rank %d: %s\n", comm->rank, kiln_errmsg());
+    return err == KILN_ERR_VERIFY ? 1 : 2;
+}
+
 int cmd_train(int argc, char **argv) {
     const char *config = NULL, *data = NULL, *run_dir = NULL, *init = NULL, *resume = NULL;
     bool print_config = false;
@@ -122,6 +132,7 @@ int cmd_train(int argc, char **argv) {
     long *poison = NULL;
     size_t n_poison = 0;
     kiln_err err = KILN_OK;
+    kiln_comm *comm = kiln_comm_single();
 
     if (resume) {
         if (config || init || run_dir || print_config) {
@@ -155,10 +166,12 @@ int cmd_train(int argc, char **argv) {
             goto out;
         }
         if ((rc = poison_from_env(&poison, &n_poison))) goto out;
+        if (kiln_comm_mpi_launched() && (err = kiln_comm_mpi_create(NULL, NULL, &comm))) goto fail;
         signal(SIGINT, on_signal);
         signal(SIGTERM, on_signal);
         progress_ctx pc = {isatty(2), 0};
-        kiln_train_opts o = {.run_dir = run_dir,
+        kiln_train_opts o = {.comm = comm,
+                             .run_dir = run_dir,
                              .data_path = data,
                              .init_path = init,
                              .progress = progress,
@@ -167,14 +180,16 @@ int cmd_train(int argc, char **argv) {
                              .poison_steps = poison,
                              .n_poison = n_poison};
         if ((err = kiln_train_start(&cfg, &o))) goto fail;
-        printf("run '%s' finished: %ld steps\n", run_dir, cfg.steps);
+        if (comm->rank == 0) printf("run '%s' finished: %ld steps\n", run_dir, cfg.steps);
         goto out;
     }
     if ((rc = poison_from_env(&poison, &n_poison))) goto out;
+    if (kiln_comm_mpi_launched() && (err = kiln_comm_mpi_create(NULL, NULL, &comm))) goto fail;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     progress_ctx pc = {isatty(2), 0};
-    kiln_train_opts o = {.run_dir = resume,
+    kiln_train_opts o = {.comm = comm,
+                         .run_dir = resume,
                          .data_path = data,
                          .sets = sets.v,
                          .n_sets = sets.n,
@@ -184,12 +199,13 @@ int cmd_train(int argc, char **argv) {
                          .poison_steps = poison,
                          .n_poison = n_poison};
     if ((err = kiln_train_resume(&o))) goto fail;
-    printf("run '%s' finished\n", resume);
+    if (comm->rank == 0) printf("run '%s' finished\n", resume);
     goto out;
 fail:
-    if (isatty(2)) fputc('\n', stderr);
-    rc = cli_fail(err);
+    if (isatty(2) && comm->rank == 0) fputc('\n', stderr);
+    rc = finish(comm, err);
 out:
+    kiln_comm_free(comm);
     free(poison);
     free(sets.v);
     return rc;

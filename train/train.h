@@ -20,8 +20,8 @@
 typedef struct kiln_dataset {
     size_t rows;
     int n_features, n_outputs;
-    float *features; /* [rows, F], aligned copy */
-    float *targets;  /* [rows, O], aligned copy */
+    float *features;              /* [rows, F], aligned copy */
+    float *targets;               /* [rows, O], aligned copy */
     char sha256[KILN_SHA256_HEX]; /* digest of the file's bytes */
     char *path;
     json_t *columns; /* NULL or {"features": [...], "targets": [...]} */
@@ -43,7 +43,8 @@ typedef struct kiln_split {
     size_t train_end;
     size_t val_begin, val_end;
 } kiln_split;
-kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len, kiln_split *out);
+kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
+                            kiln_split *out);
 
 /* kiln_dataset_open with options: KILN_DATASET_ALLOW_NONFINITE keeps NaN and infinity
  * (for inspection; a trainer must use kiln_dataset_open). Free with kiln_dataset_free. */
@@ -53,8 +54,8 @@ kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **o
  * whose values are stored as canonical JSON text under their keys ("kiln.synth"). Every
  * value must be finite; columns must name F features and O targets, each once. */
 kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, int n_outputs,
-                                 const float *features, const float *targets,
-                                 const json_t *columns, const json_t *meta);
+                                 const float *features, const float *targets, const json_t *columns,
+                                 const json_t *meta);
 /* The name of feature (target false) or target (target true) column i: from kiln.columns,
  * else "feature[i]" / "target[i]" formatted into buf. Returns a pointer valid while ds
  * and buf are. */
@@ -151,6 +152,84 @@ void kiln_tsmoe_zero_grads(kiln_tsmoe *m);
 /* After a forward with targets: grads += scale * d loss / d params. */
 kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale);
 
+/* ==== data parallelism (train/comm.c; MPI and NCCL in build/libkiln_dist.a) ========== */
+
+/* A communicator: rank and size, and collectives that only move bytes. Every call is
+ * collective: all ranks make the same calls in the same order with the same sizes.
+ * Buffers are host memory ("single", "mpi") or device memory ("nccl"). The trainer's
+ * sums are done by kiln_dist_sum_shards on top of alltoall and allgather, in an order
+ * fixed by the shard numbers, so N ranks and one process compute the same bits. */
+typedef struct kiln_comm kiln_comm;
+struct kiln_comm {
+    int rank, size;
+    const char *name; /* "single", "mpi", "nccl" */
+    /* buf [bytes] on every rank = root's. */
+    kiln_err (*bcast)(kiln_comm *c, void *buf, size_t bytes, int root);
+    /* recv [size*bytes]: block r = rank r's send [bytes]. */
+    kiln_err (*allgather)(kiln_comm *c, const void *send, void *recv, size_t bytes);
+    /* send, recv [size*bytes]: rank r's send block q lands in rank q's recv block r. */
+    kiln_err (*alltoall)(kiln_comm *c, const void *send, void *recv, size_t bytes);
+    /* buf [n] = the sum over ranks in an order the implementation picks (MPI_Allreduce,
+     * ncclAllReduce): fast, not bit-reproducible across rank counts; the CPU trainer
+     * does not use it. */
+    kiln_err (*allreduce_sum)(kiln_comm *c, float *buf, size_t n);
+    void (*destroy)(kiln_comm *c); /* NULL for the static single-process communicator */
+    void *impl;
+};
+
+/* The one-process communicator (rank 0 of 1; every collective is a copy). Static: never
+ * freed. */
+kiln_comm *kiln_comm_single(void);
+/* Release a communicator (MPI_Finalize for "mpi"); NULL and the single one do nothing. */
+void kiln_comm_free(kiln_comm *c);
+
+/* Floats in a shard buffer for kiln_dist_sum_shards: n rounded up to a multiple of size
+ * (0 on overflow). */
+size_t kiln_dist_padded(int size, size_t n);
+/* Floats of work space kiln_dist_sum_shards needs (0 on overflow). */
+size_t kiln_dist_work_floats(int size, int k, size_t n);
+/* The sum of size*k gradient shards on every rank, bit for bit the same for any size:
+ * rank r holds shards r*k .. r*k+k-1 in shards[0..k), each kiln_dist_padded(size, n)
+ * floats with zeros past n. out [n] = ((s_0 + s_1) + s_2) + ... in float, element by
+ * element (the element's owner, rank e / ceil(n/size), adds them after an alltoall,
+ * then an allgather spreads the sums). out may be shards[0]. With size 1 nothing moves. */
+kiln_err kiln_dist_sum_shards(kiln_comm *c, float *const *shards, int k, size_t n, float *out,
+                              float *work);
+/* Agreement: every rank passes its rc and n doubles (mine [1+n]; mine[0] is set to rc
+ * here); all [size*(1+n)] gets every rank's record (rank r's payload at all[r*(1+n)+1]).
+ * When any rank's rc is not KILN_OK, the lowest such rank's code and message become
+ * every rank's ("rank R: <message>" on the others) and that code is returned. */
+kiln_err kiln_dist_agree(kiln_comm *c, kiln_err rc, double *mine, size_t n, double *all);
+
+/* Gradient buckets for overlapping the reduction with the backward pass (NCCL): ranges
+ * of the gradient block in backward order (the parameter table reversed), each made of
+ * whole tensors and at least bucket_bytes unless it is the last. Bucket b covers floats
+ * [offset, offset + numel) and tensors first_param down to last_param (table indices,
+ * first_param >= last_param). */
+typedef struct kiln_dist_bucket {
+    size_t offset, numel;
+    size_t first_param, last_param;
+} kiln_dist_bucket;
+/* Fill out[0..cap) and return the bucket count (which may exceed cap: call with cap 0
+ * to size the array). */
+size_t kiln_dist_buckets(const kiln_param *tab, size_t count, size_t bucket_bytes,
+                         kiln_dist_bucket *out, size_t cap);
+
+/* ---- in build/libkiln_dist.a only (the kiln binary; libkiln never links MPI) ---- */
+
+/* Whether this process was started by mpirun (OMPI_COMM_WORLD_SIZE) or srun with PMIx
+ * (PMIX_RANK): only then is MPI initialised, so a plain `kiln train` never starts Open
+ * MPI's singleton machinery. */
+bool kiln_comm_mpi_launched(void);
+/* MPI_Init and a communicator over a duplicate of MPI_COMM_WORLD; free with
+ * kiln_comm_free (which finalises MPI). */
+kiln_err kiln_comm_mpi_create(int *argc, char ***argv, kiln_comm **out);
+/* NCCL over one GPU per rank (cudaSetDevice(device)), bootstrapped through boot (rank 0
+ * makes the unique id and broadcasts it); buffers are device memory. Built only where
+ * nvcc and nccl.h are found; elsewhere KILN_ERR_UNSUPPORTED. Free with kiln_comm_free
+ * before boot. */
+kiln_err kiln_comm_nccl_create(kiln_comm *boot, int device, kiln_comm **out);
+
 /* ==== the trainer (train/config.c, optim.c, sampler.c, ckpt.c, metrics.c, trainer.c) ==== */
 
 typedef enum kiln_optim_kind { KILN_OPTIM_ADAMW = 0, KILN_OPTIM_SGD = 1 } kiln_optim_kind;
@@ -227,6 +306,11 @@ typedef struct kiln_train_opts {
     /* Tests only: at these 1-based steps the gradient is made NaN (a non-finite step). */
     const long *poison_steps;
     size_t n_poison;
+    /* NULL = one process. With N ranks every rank calls kiln_train_start or _resume with
+     * the same arguments; rank 0 reads and writes the run directory and reports progress,
+     * the others receive the run's state from it and write nothing. accum_steps must be a
+     * multiple of N: rank r computes micro-batches r*k .. r*k+k-1 (k = accum_steps / N). */
+    kiln_comm *comm;
 } kiln_train_opts;
 
 /* Start a new run in opts->run_dir (created; refused if it holds a run already). The

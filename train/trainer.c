@@ -42,6 +42,21 @@ typedef struct trainer {
     kiln_train_state st;
     char run_id[64];
     int lock_fd; /* flock on RUN_DIR/.lock: one process per run; -1 = none */
+    /* Data parallelism (docs/train.md): this rank computes micro-batches rank*k .. rank*k+k-1
+     * of the step's accum_steps, each into its own shard, and the shards are summed in
+     * micro-batch order, so the bits do not depend on the rank count. */
+    kiln_comm *comm;
+    int k;                   /* micro-batches per rank */
+    bool direct;             /* one process, one micro-batch: the model's gradient is the step's */
+    float *shard_block;      /* [k, padded] */
+    float **shards;          /* [k] views into shard_block */
+    float *red_work;         /* kiln_dist_work_floats */
+    size_t n_stats;          /* floats in stats_buf, max_abs_output last */
+    double *info, *info_all; /* per step [1+4k] (loss, mse, lb, z per micro-batch), [size*(1+4k)] */
+    size_t n_vchunks;        /* validation batches of batch_size windows, rank c % size does c */
+    double *vpart, *vall, *vtot; /* [1+n_vchunks*(3O+1)], [size*(1+...)], [3O] */
+    double *end, *end_all;       /* end of step [1+5]: stop, parameter digest; [size*6] */
+    bool stop_agreed;            /* a rank was asked to stop */
 } trainer;
 
 static void trainer_free(trainer *t) {
@@ -59,6 +74,16 @@ static void trainer_free(trainer *t) {
     free(t->wn);
     free(t->mt);
     free(t->stats_buf);
+    free(t->shard_block);
+    free(t->shards);
+    free(t->red_work);
+    free(t->info);
+    free(t->info_all);
+    free(t->vpart);
+    free(t->vall);
+    free(t->vtot);
+    free(t->end);
+    free(t->end_all);
 }
 
 /* ---- setup ---- */
@@ -73,6 +98,45 @@ static kiln_err resolve_shapes(kiln_train_config *c, const kiln_dataset *ds, con
                  "%s: config key 'n_outputs' is %d but dataset '%s' has %d outputs", label,
                  c->model.n_outputs, ds->path, ds->n_outputs);
     return kiln_model_config_check(&c->model, label);
+}
+
+/* The buffers data parallelism needs (also with one process: the same shards, summed the
+ * same way, are what make one process and N ranks agree bit for bit). */
+static kiln_err setup_dist(trainer *t) {
+    const kiln_comm *cm = t->comm;
+    const int A = t->cfg.accum_steps, size = cm->size;
+    const size_t O = (size_t)t->cfg.model.n_outputs, B = (size_t)t->cfg.batch_size;
+    KILN_FAIL_IF(A % size, KILN_ERR_CONFIG,
+                 "config key 'accum_steps' (%d) is not a multiple of the %d ranks (each rank "
+                 "computes accum_steps / ranks micro-batches of batch_size windows)",
+                 A, size);
+    t->k = A / size;
+    t->direct = size == 1 && t->k == 1;
+    if (!t->direct) {
+        size_t padded = kiln_dist_padded(size, t->numel), total,
+               work = kiln_dist_work_floats(size, t->k, t->numel);
+        KILN_FAIL_IF(!padded || !kiln_mul_ok(padded, (size_t)t->k, &total) || (size > 1 && !work),
+                     KILN_ERR_LIMIT, "gradient shards of %zu floats overflow", t->numel);
+        t->shard_block = kiln_calloc(total, sizeof(float));
+        t->shards = kiln_calloc((size_t)t->k, sizeof *t->shards);
+        if (!t->shard_block || !t->shards) return KILN_ERR_NOMEM;
+        for (int j = 0; j < t->k; j++)
+            t->shards[j] = t->shard_block + (size_t)j * padded;
+        if (work && !(t->red_work = kiln_malloc(work * sizeof(float)))) return KILN_ERR_NOMEM;
+    }
+    const size_t rec = 1 + 4 * (size_t)t->k;
+    t->n_vchunks = (t->n_val + B - 1) / B;
+    const size_t vrec = 1 + t->n_vchunks * (3 * O + 1);
+    t->info = kiln_calloc(rec, sizeof(double));
+    t->info_all = kiln_calloc((size_t)size * rec, sizeof(double));
+    t->vpart = kiln_calloc(vrec, sizeof(double));
+    t->vall = kiln_calloc((size_t)size * vrec, sizeof(double));
+    t->vtot = kiln_calloc(3 * O, sizeof(double));
+    t->end = kiln_calloc(6, sizeof(double));
+    t->end_all = kiln_calloc((size_t)size * 6, sizeof(double));
+    if (!t->info || !t->info_all || !t->vpart || !t->vall || !t->vtot || !t->end || !t->end_all)
+        return KILN_ERR_NOMEM;
+    return KILN_OK;
 }
 
 /* Model, buffers, split and validation windows for t->cfg over t->ds. */
@@ -100,11 +164,13 @@ static kiln_err setup(trainer *t) {
     t->un = kiln_calloc(t->np, sizeof(double));
     t->wn = kiln_calloc(t->np, sizeof(double));
     t->mt = kiln_calloc(t->np, sizeof *t->mt);
-    t->stats_buf = kiln_calloc(5 * L + L * (E ? E : 1), sizeof(float));
+    t->n_stats = 5 * L + L * (E ? E : 1) + 1;
+    t->stats_buf = kiln_calloc(t->n_stats, sizeof(float));
     if (!t->x || !t->y || !t->starts || !t->val_starts || !t->gn || !t->un || !t->wn || !t->mt ||
         !t->stats_buf)
         return KILN_ERR_NOMEM;
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
+    KILN_TRY(setup_dist(t));
     openblas_set_num_threads(c->threads);
     return KILN_OK;
 }
@@ -198,23 +264,26 @@ static void copy_stats(trainer *t) {
     CP(act_rms, L)
     CP(expert_load, L * E)
 #undef CP
+    t->stats_buf[t->n_stats - 1] = s->max_abs_output;
 }
 
-/* Validation MSE and R^2 (1 - SSE/SST per output, averaged) over the fixed windows. */
+/* Validation MSE and R^2 (1 - SSE/SST per output, averaged) over the fixed windows, in
+ * batches of batch_size windows: rank r computes batches r, r + size, ..., and every batch's
+ * sums are added in batch order, so any rank count gives the same bits. */
 static kiln_err validate(trainer *t, double *val_mse, double *val_r2) {
     const int S = t->cfg.model.seq_len, B = t->cfg.batch_size, O = t->cfg.model.n_outputs;
-    double sse[64] = {0}, sum[64] = {0}, sumsq[64] = {0}, cnt = 0;
-    double *q = O <= 64 ? NULL : kiln_calloc(3 * (size_t)O, sizeof(double));
-    if (O > 64 && !q) return KILN_ERR_NOMEM;
-    double *e = q ? q : sse, *su = q ? q + O : sum, *sq = q ? q + 2 * O : sumsq;
+    const size_t rec = 3 * (size_t)O + 1, vrec = 1 + t->n_vchunks * rec;
+    kiln_comm *cm = t->comm;
     kiln_loss_opts lo = {(float)t->cfg.aux_loss_coef, (float)t->cfg.z_loss_coef,
                          0.0f}; /* dropless */
     kiln_err rc = KILN_OK;
-    for (size_t w = 0; w < t->n_val; w += (size_t)B) {
-        size_t n = t->n_val - w < (size_t)B ? t->n_val - w : (size_t)B;
+    memset(t->vpart, 0, vrec * sizeof *t->vpart);
+    for (size_t ch = (size_t)cm->rank; ch < t->n_vchunks; ch += (size_t)cm->size) {
+        size_t w = ch * (size_t)B, n = t->n_val - w < (size_t)B ? t->n_val - w : (size_t)B;
         kiln_train_gather(t->ds, t->val_starts + w, n, S, t->x, t->y);
         if ((rc = kiln_tsmoe_forward(t->m, t->x, NULL, (int)n, &lo, NULL))) break;
         const float *out = kiln_tsmoe_outputs(t->m);
+        double *e = t->vpart + 1 + ch * rec, *su = e + O, *sq = e + 2 * O;
         for (size_t k = 0; k < n * (size_t)S; k++)
             for (int o = 0; o < O; o++) {
                 double yv = t->y[k * O + o], d = out[k * O + o] - yv;
@@ -222,20 +291,26 @@ static kiln_err validate(trainer *t, double *val_mse, double *val_r2) {
                 su[o] += yv;
                 sq[o] += yv * yv;
             }
-        cnt += (double)n * S;
+        e[3 * O] = (double)n * S;
     }
-    if (!rc) {
-        double tot = 0, r2 = 0;
-        for (int o = 0; o < O; o++) {
-            tot += e[o];
-            double sst = sq[o] - su[o] * su[o] / cnt;
-            r2 += sst > 0 ? 1.0 - e[o] / sst : 0.0;
-        }
-        *val_mse = tot / (cnt * O);
-        *val_r2 = r2 / O;
+    KILN_TRY(kiln_dist_agree(cm, rc, t->vpart, vrec - 1, t->vall));
+    double *e = t->vtot, *su = e + O, *sq = e + 2 * O, cnt = 0;
+    memset(t->vtot, 0, 3 * (size_t)O * sizeof *t->vtot);
+    for (size_t ch = 0; ch < t->n_vchunks; ch++) {
+        const double *q = t->vall + (ch % (size_t)cm->size) * vrec + 1 + ch * rec;
+        for (size_t x = 0; x < 3 * (size_t)O; x++)
+            e[x] += q[x];
+        cnt += q[3 * O];
     }
-    free(q);
-    return rc;
+    double tot = 0, r2 = 0;
+    for (int o = 0; o < O; o++) {
+        tot += e[o];
+        double sst = sq[o] - su[o] * su[o] / cnt;
+        r2 += sst > 0 ? 1.0 - e[o] / sst : 0.0;
+    }
+    *val_mse = tot / (cnt * O);
+    *val_r2 = r2 / O;
+    return KILN_OK;
 }
 
 static bool poisoned(const kiln_train_opts *o, long step) {
@@ -251,6 +326,7 @@ static void event(trainer *t, long step, const char *kind, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (t->comm->rank != 0) return; /* every rank saw it; rank 0 reports it */
     kiln_warn("%s", msg);
     if (t->mx && kiln_metrics_event(t->mx, step, kind, msg)) kiln_warn("%s", kiln_errmsg());
 }
@@ -266,18 +342,34 @@ static kiln_err checkpoint(trainer *t, const char *run_dir) {
     return rc;
 }
 
+/* Digest of the parameters and moments into d[0..4) (32 bytes), to check that the ranks
+ * still hold the same state. */
+static void state_digest(const trainer *t, double *d) {
+    uint8_t h[32];
+    kiln_blake2b(t->params, t->numel * sizeof(float), h, 16);
+    if (t->mom)
+        kiln_blake2b(t->mom, 2 * t->numel * sizeof(float), h + 16, 16);
+    else
+        memset(h + 16, 0, 16);
+    memcpy(d, h, sizeof h);
+}
+
 static kiln_err loop(trainer *t) {
     const kiln_train_config *c = &t->cfg;
     const kiln_train_opts *o = t->opts;
-    const int B = c->batch_size, S = c->model.seq_len, A = c->accum_steps, slots = B * A;
+    kiln_comm *cm = t->comm;
+    const bool root = cm->rank == 0;
+    const int B = c->batch_size, S = c->model.seq_len, A = c->accum_steps, slots = B * A, k = t->k;
+    const size_t rec = 1 + 4 * (size_t)k;
     const kiln_loss_opts lo = {(float)c->aux_loss_coef, (float)c->z_loss_coef,
                                (float)c->capacity_factor};
     const long first = t->st.step + 1;
     const uint64_t t0 = kiln_now_ns();
     uint64_t prev = t0;
     for (long s = first; s <= c->steps; s++) {
-        if (o->stop && *o->stop) {
-            KILN_TRY(checkpoint(t, o->run_dir));
+        if (t->stop_agreed || (cm->size == 1 && o->stop && *o->stop)) {
+            KILN_TRY(kiln_dist_agree(cm, root ? checkpoint(t, o->run_dir) : KILN_OK, t->end, 5,
+                                     t->end_all));
             return kiln_fail(KILN_ERR_INTERRUPTED,
                              "'%s': interrupted at step %ld (checkpoint written)", o->run_dir,
                              t->st.step);
@@ -285,26 +377,44 @@ static kiln_err loop(trainer *t) {
         const long i = s - 1;
         kiln_train_progress p = {.step = s, .steps = c->steps, .first_step = first};
         p.lr = kiln_train_lr(c, i);
-        kiln_tsmoe_zero_grads(t->m);
-        for (int a = 0; a < A; a++) {
+        /* This rank's micro-batches, each gradient into its own shard. */
+        kiln_err rc = KILN_OK;
+        for (int j = 0; j < k && !rc; j++) {
+            const int a = cm->rank * k + j;
+            kiln_tsmoe_zero_grads(t->m);
             for (int b = 0; b < B; b++)
                 t->starts[b] =
                     kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
             kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
             kiln_loss l;
-            KILN_TRY(kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l));
-            KILN_TRY(kiln_tsmoe_backward(t->m, 1.0f / (float)A));
-            p.loss += l.loss / A;
-            p.mse += l.mse / A;
-            p.load_balance += l.load_balance / A;
-            p.z += l.z / A;
+            rc = kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l);
+            if (!rc) rc = kiln_tsmoe_backward(t->m, 1.0f / (float)A);
+            if (rc) break;
+            double *q = t->info + 1 + 4 * j;
+            q[0] = l.loss, q[1] = l.mse, q[2] = l.load_balance, q[3] = l.z;
+            if (!t->direct) memcpy(t->shards[j], t->grads, t->numel * sizeof(float));
         }
+        KILN_TRY(kiln_dist_agree(cm, rc, t->info, rec - 1, t->info_all));
+        for (int a = 0; a < A; a++) {
+            const double *q = t->info_all + (size_t)(a / k) * rec + 1 + 4 * (a % k);
+            p.loss += q[0] / A;
+            p.mse += q[1] / A;
+            p.load_balance += q[2] / A;
+            p.z += q[3] / A;
+        }
+        if (!t->direct)
+            KILN_TRY(kiln_dist_sum_shards(cm, t->shards, k, t->numel, t->grads, t->red_work));
+        /* The diagnostics are the last micro-batch's: the last rank's. */
         copy_stats(t);
+        if (cm->size > 1) {
+            KILN_TRY(cm->bcast(cm, t->stats_buf, t->n_stats * sizeof(float), cm->size - 1));
+            t->stats.max_abs_output = t->stats_buf[t->n_stats - 1];
+        }
         p.stats = &t->stats;
         if (poisoned(o, s)) {
-            for (size_t k = 0; k < t->np; k++)
-                if (t->tab[k].flags & KILN_PARAM_TRAINED) {
-                    t->grads[t->tab[k].offset] = NAN;
+            for (size_t q = 0; q < t->np; q++)
+                if (t->tab[q].flags & KILN_PARAM_TRAINED) {
+                    t->grads[t->tab[q].offset] = NAN;
                     break;
                 }
         }
@@ -347,27 +457,45 @@ static kiln_err loop(trainer *t) {
         prev = now;
         p.tokens_per_s = dt > 0 ? (double)slots * S / dt : 0;
         p.eta_s = p.elapsed_s / (double)(s - first + 1) * (double)(c->steps - s);
-        for (size_t k = 0; k < t->np; k++) {
-            t->mt[k].name = t->tab[k].name;
-            t->mt[k].grad_norm = t->gn[k];
-            t->mt[k].update_ratio = t->wn[k] > 0 && p.applied ? t->un[k] / t->wn[k] : 0;
+        for (size_t q = 0; q < t->np; q++) {
+            t->mt[q].name = t->tab[q].name;
+            t->mt[q].grad_norm = t->gn[q];
+            t->mt[q].update_ratio = t->wn[q] > 0 && p.applied ? t->un[q] / t->wn[q] : 0;
         }
-        KILN_TRY(kiln_metrics_step(t->mx, &p, t->mt, t->np));
-        if (o->progress) o->progress(o->progress_ctx, &p);
-        if (t->st.bad_streak >= c->max_bad_steps) {
+        /* Rank 0 writes; every rank learns of its failure (and of a stop request) below. */
+        if (root) {
+            rc = kiln_metrics_step(t->mx, &p, t->mt, t->np);
+            if (!rc && o->progress) o->progress(o->progress_ctx, &p);
+        }
+        const bool ckpt_due = s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0);
+        memset(t->end + 1, 0, 5 * sizeof *t->end);
+        if (!rc && t->st.bad_streak >= c->max_bad_steps) {
             long last = 0;
             long *steps;
-            size_t n;
-            if (kiln_ckpt_list(o->run_dir, &steps, &n) == KILN_OK && n) last = steps[n - 1];
-            if (n) free(steps);
-            return kiln_fail(KILN_ERR_NUMERIC,
-                             "step %ld: %d non-finite steps in a row (max_bad_steps %d); the run "
-                             "stopped, its last "
-                             "checkpoint is step %ld",
-                             s, t->st.bad_streak, c->max_bad_steps, last);
+            size_t n = 0;
+            if (root && kiln_ckpt_list(o->run_dir, &steps, &n) == KILN_OK && n) {
+                last = steps[n - 1];
+                free(steps);
+            }
+            rc = kiln_fail(KILN_ERR_NUMERIC,
+                           "step %ld: %d non-finite steps in a row (max_bad_steps %d); the run "
+                           "stopped, its last checkpoint is step %ld",
+                           s, t->st.bad_streak, c->max_bad_steps, last);
+        } else if (!rc && ckpt_due) {
+            if (root) rc = checkpoint(t, o->run_dir);
+            if (cm->size > 1) state_digest(t, t->end + 2);
         }
-        if (s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0))
-            KILN_TRY(checkpoint(t, o->run_dir));
+        t->end[1] = o->stop && *o->stop;
+        KILN_TRY(kiln_dist_agree(cm, rc, t->end, 5, t->end_all));
+        for (int r = 0; r < cm->size; r++) {
+            const double *e = t->end_all + (size_t)r * 6;
+            if (e[1] != 0) t->stop_agreed = true;
+            KILN_FAIL_IF(ckpt_due && memcmp(e + 2, t->end_all + 2, 4 * sizeof *e),
+                         KILN_ERR_INTERNAL,
+                         "step %ld: rank %d's parameters differ from rank 0's (the ranks "
+                         "diverged; the checkpoint holds rank 0's)",
+                         s, r);
+        }
     }
     return KILN_OK;
 }
@@ -437,28 +565,30 @@ static kiln_err open_metrics(trainer *t, const char *run_dir) {
     return rc;
 }
 
-kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts) {
-    trainer t = {.cfg = *cfg, .opts = opts, .lock_fd = -1};
+/* Rank 0's part of a start: everything up to the first step. */
+static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
+    const kiln_train_opts *opts = t->opts;
+    t->cfg = *cfg;
     kiln_err rc = KILN_OK;
     json_t *run = NULL, *cj = NULL;
     char *text = NULL, *abs_data = NULL;
     char init_sha[KILN_SHA256_HEX] = "";
-    KILN_CHECK(rc, out, kiln_train_config_check(&t.cfg, "config"));
+    KILN_CHECK(rc, out, kiln_train_config_check(&t->cfg, "config"));
     KILN_CHECK_IF(rc, out, !opts->data_path, KILN_ERR_USAGE, "no dataset given");
     KILN_CHECK_IF(rc, out, run_exists(opts->run_dir), KILN_ERR_CONFLICT,
                   "'%s' holds a run already (resume it with --resume, or choose another --run-dir)",
                   opts->run_dir);
-    KILN_CHECK(rc, out, kiln_dataset_open(opts->data_path, &t.ds));
-    KILN_CHECK(rc, out, resolve_shapes(&t.cfg, t.ds, "config"));
-    KILN_CHECK(rc, out, setup(&t));
-    kiln_tsmoe_init(t.m, t.cfg.seed);
+    KILN_CHECK(rc, out, kiln_dataset_open(opts->data_path, &t->ds));
+    KILN_CHECK(rc, out, resolve_shapes(&t->cfg, t->ds, "config"));
+    KILN_CHECK(rc, out, setup(t));
+    kiln_tsmoe_init(t->m, t->cfg.seed);
     if (opts->init_path)
-        KILN_CHECK(rc, out, load_init(&t, opts->init_path, init_sha));
+        KILN_CHECK(rc, out, load_init(t, opts->init_path, init_sha));
     else
-        set_input_norm(&t);
-    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t.cfg, false)), KILN_ERR_NOMEM,
+        set_input_norm(t);
+    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t->cfg, false)), KILN_ERR_NOMEM,
                   "out of memory");
-    make_run_id(text, t.ds->sha256, opts->init_path ? init_sha : NULL, t.run_id);
+    make_run_id(text, t->ds->sha256, opts->init_path ? init_sha : NULL, t->run_id);
 
     /* Everything checked: now the run directory. */
     char *ck = kiln_path_join(opts->run_dir, "ckpt");
@@ -466,31 +596,31 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     rc = kiln_mkdir_p(ck);
     free(ck);
     if (rc) goto out;
-    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t.lock_fd));
+    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
     abs_data = realpath(opts->data_path, NULL);
     char created[21];
     kiln_format_time(kiln_unix_time(), created);
-    cj = kiln_train_config_json(&t.cfg);
+    cj = kiln_train_config_json(&t->cfg);
     KILN_CHECK_IF(rc, out, !cj, KILN_ERR_NOMEM, "out of memory");
-    run = json_pack("{s:s,s:s,s:s,s:s,s:O,s:I,s:s,s:s}", "format", "kiln-run/1", "run_id", t.run_id,
-                    "created", created, "kiln_version", kiln_version(), "config", cj, "seed",
-                    (json_int_t)t.cfg.seed, "dataset_sha256", t.ds->sha256, "dataset_path",
-                    abs_data ? abs_data : opts->data_path);
+    run = json_pack("{s:s,s:s,s:s,s:s,s:O,s:I,s:s,s:s}", "format", "kiln-run/1", "run_id",
+                    t->run_id, "created", created, "kiln_version", kiln_version(), "config", cj,
+                    "seed", (json_int_t)t->cfg.seed, "dataset_sha256", t->ds->sha256,
+                    "dataset_path", abs_data ? abs_data : opts->data_path);
     KILN_CHECK_IF(rc, out, !run, KILN_ERR_NOMEM, "out of memory");
     if (opts->init_path)
         json_object_set_new(run, "init",
                             json_pack("{s:s,s:s}", "path", opts->init_path, "sha256", init_sha));
     KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
-    KILN_CHECK(rc, out, open_metrics(&t, opts->run_dir));
-    KILN_CHECK(rc, out, kiln_metrics_truncate(t.mx, 0));
-    KILN_CHECK(rc, out, kiln_metrics_event(t.mx, 0, "start", "run started"));
-    rc = loop(&t);
+    KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
+    KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, 0));
+    char msg[64] = "run started";
+    if (t->comm->size > 1) snprintf(msg, sizeof msg, "run started on %d ranks", t->comm->size);
+    KILN_CHECK(rc, out, kiln_metrics_event(t->mx, 0, "start", msg));
 out:
     json_decref(run);
     json_decref(cj);
     free(text);
     free(abs_data);
-    trainer_free(&t);
     return rc;
 }
 
@@ -509,8 +639,9 @@ static void sweep_temps(const char *run_dir) {
     free(dir);
 }
 
-kiln_err kiln_train_resume(const kiln_train_opts *opts) {
-    trainer t = {.opts = opts, .lock_fd = -1};
+/* Rank 0's part of a resume: everything up to the first step. */
+static kiln_err prepare_resume(trainer *t) {
+    const kiln_train_opts *opts = t->opts;
     kiln_err rc = KILN_OK;
     json_t *run = NULL;
     kiln_ckpt ck = {0};
@@ -523,14 +654,14 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     KILN_CHECK_IF(rc, out, !rp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !kiln_path_exists(rp), KILN_ERR_NOTFOUND,
                   "'%s': not a run directory (no run.json)", opts->run_dir);
-    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t.lock_fd));
+    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
     KILN_CHECK(rc, out, kiln_json_load_file(rp, &run));
     const char *run_sha = json_string_value(json_object_get(run, "dataset_sha256"));
     const char *run_data = json_string_value(json_object_get(run, "dataset_path"));
     const char *rid = json_string_value(json_object_get(run, "run_id"));
-    KILN_CHECK_IF(rc, out, !run_sha || !run_data || !rid || strlen(rid) >= sizeof t.run_id,
+    KILN_CHECK_IF(rc, out, !run_sha || !run_data || !rid || strlen(rid) >= sizeof t->run_id,
                   KILN_ERR_FORMAT, "'%s': incomplete run.json", rp);
-    snprintf(t.run_id, sizeof t.run_id, "%s", rid);
+    snprintf(t->run_id, sizeof t->run_id, "%s", rid);
 
     /* The newest checkpoint that verifies. */
     KILN_CHECK(rc, out, kiln_ckpt_list(opts->run_dir, &steps, &n));
@@ -556,7 +687,7 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     kiln_train_config base;
     if (have) {
         base = ck.cfg;
-        t.st = ck.state;
+        t->st = ck.state;
         KILN_CHECK_IF(rc, out, strcmp(ck.dataset_sha256, run_sha) || strcmp(ck.run_id, rid),
                       KILN_ERR_VERIFY,
                       "'%s': checkpoint step %ld belongs to another run or dataset", opts->run_dir,
@@ -566,11 +697,11 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
         KILN_CHECK(rc, out, kiln_train_config_apply(&base, json_object_get(run, "config"), rp));
         kiln_warn("'%s': no checkpoint verifies; starting over from step 0", opts->run_dir);
     }
-    t.cfg = base;
+    t->cfg = base;
     for (int k = 0; k < opts->n_sets; k++)
-        KILN_CHECK(rc, out, kiln_train_config_set(&t.cfg, opts->sets[k]));
+        KILN_CHECK(rc, out, kiln_train_config_set(&t->cfg, opts->sets[k]));
     {
-        json_t *a = kiln_train_config_json(&base), *b = kiln_train_config_json(&t.cfg);
+        json_t *a = kiln_train_config_json(&base), *b = kiln_train_config_json(&t->cfg);
         const char *key;
         json_t *v;
         KILN_CHECK_IF(rc, cmp_out, !a || !b, KILN_ERR_NOMEM, "out of memory");
@@ -594,46 +725,47 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
         json_decref(b);
         if (rc) goto out;
     }
-    KILN_CHECK(rc, out, kiln_train_config_check(&t.cfg, "config"));
-    KILN_CHECK_IF(rc, out, t.cfg.steps < t.st.step, KILN_ERR_CONFIG,
+    KILN_CHECK(rc, out, kiln_train_config_check(&t->cfg, "config"));
+    KILN_CHECK_IF(rc, out, t->cfg.steps < t->st.step, KILN_ERR_CONFIG,
                   "'%s': config key 'steps' (%ld) is below the checkpoint's step %ld",
-                  opts->run_dir, t.cfg.steps, t.st.step);
+                  opts->run_dir, t->cfg.steps, t->st.step);
     const char *data = opts->data_path ? opts->data_path : run_data;
-    KILN_CHECK(rc, out, kiln_dataset_open(data, &t.ds));
-    KILN_CHECK_IF(rc, out, strcmp(t.ds->sha256, run_sha), KILN_ERR_CONFLICT,
+    KILN_CHECK(rc, out, kiln_dataset_open(data, &t->ds));
+    KILN_CHECK_IF(rc, out, strcmp(t->ds->sha256, run_sha), KILN_ERR_CONFLICT,
                   "dataset '%s' has sha256 %s, but run '%s' was trained on %s; resuming on other "
                   "data is refused",
-                  data, t.ds->sha256, opts->run_dir, run_sha);
-    KILN_CHECK(rc, out, resolve_shapes(&t.cfg, t.ds, "config"));
-    KILN_CHECK(rc, out, setup(&t));
+                  data, t->ds->sha256, opts->run_dir, run_sha);
+    KILN_CHECK(rc, out, resolve_shapes(&t->cfg, t->ds, "config"));
+    KILN_CHECK(rc, out, setup(t));
     if (have) {
-        KILN_CHECK(
-            rc, out,
-            kiln_ckpt_load(&ck, t.tab, t.np, t.params, t.mom, t.mom ? t.mom + t.numel : NULL));
+        KILN_CHECK(rc, out,
+                   kiln_ckpt_load(&ck, t->tab, t->np, t->params, t->mom,
+                                  t->mom ? t->mom + t->numel : NULL));
     } else {
         /* From scratch, as the start did (an --init model cannot be replayed: refuse). */
         KILN_CHECK_IF(rc, out, json_object_get(run, "init"), KILN_ERR_NOTFOUND,
                       "'%s': no checkpoint verifies and the run started from an --init model",
                       opts->run_dir);
-        kiln_tsmoe_init(t.m, t.cfg.seed);
-        set_input_norm(&t);
+        kiln_tsmoe_init(t->m, t->cfg.seed);
+        set_input_norm(t);
     }
     kiln_ckpt_release(&ck);
     sweep_temps(opts->run_dir);
-    KILN_CHECK(rc, out, open_metrics(&t, opts->run_dir));
-    KILN_CHECK(rc, out, kiln_metrics_truncate(t.mx, t.st.step));
+    KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
+    KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, t->st.step));
     for (size_t k = 0; k < n_skipped; k++)
-        KILN_CHECK(rc, out, kiln_metrics_event(t.mx, t.st.step, "ckpt_skipped", skipped[k]));
+        KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "ckpt_skipped", skipped[k]));
     char msg[128];
-    snprintf(msg, sizeof msg, "resumed from step %ld", t.st.step);
-    KILN_CHECK(rc, out, kiln_metrics_event(t.mx, t.st.step, "resume", msg));
-    if (t.cfg.steps != base.steps || opts->n_sets) {
-        json_t *cj = kiln_train_config_json(&t.cfg);
+    snprintf(msg, sizeof msg, "resumed from step %ld", t->st.step);
+    if (t->comm->size > 1)
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " on %d ranks", t->comm->size);
+    KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "resume", msg));
+    if (t->cfg.steps != base.steps || opts->n_sets) {
+        json_t *cj = kiln_train_config_json(&t->cfg);
         KILN_CHECK_IF(rc, out, !cj, KILN_ERR_NOMEM, "out of memory");
         json_object_set_new(run, "config", cj);
         KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
     }
-    rc = loop(&t);
 out:
     kiln_ckpt_release(&ck);
     for (size_t k = 0; k < n_skipped; k++)
@@ -642,6 +774,80 @@ out:
     free(steps);
     free(rp);
     json_decref(run);
+    return rc;
+}
+
+/* ---- ranks ---- */
+
+typedef struct run_header {
+    kiln_train_config cfg; /* resolved: n_features and n_outputs set */
+    kiln_train_state st;
+    char sha256[KILN_SHA256_HEX];
+    char run_id[64];
+    char data_path[4096];
+} run_header;
+
+/* After rank 0 prepared the run (rc is its outcome): the others receive its config, state,
+ * run id and dataset path, open the same dataset (checked by digest), set up, and receive
+ * the parameters and moments. */
+static kiln_err share_run(trainer *t, kiln_err rc) {
+    kiln_comm *c = t->comm;
+    if (c->size == 1) return rc;
+    const bool root = c->rank == 0;
+    double mine[1], *all = kiln_calloc((size_t)c->size, sizeof *all);
+    run_header *h = kiln_calloc(1, sizeof *h);
+    if (!all || !h) {
+        free(all);
+        free(h);
+        return KILN_ERR_NOMEM;
+    }
+    if (!rc && root && strlen(t->ds->path) >= sizeof h->data_path)
+        rc = kiln_fail(KILN_ERR_LIMIT, "dataset path '%s' is too long for the other ranks",
+                       t->ds->path);
+    KILN_CHECK(rc, out, kiln_dist_agree(c, rc, mine, 0, all));
+    if (root) {
+        h->cfg = t->cfg;
+        h->st = t->st;
+        memcpy(h->sha256, t->ds->sha256, sizeof h->sha256);
+        memcpy(h->run_id, t->run_id, sizeof h->run_id);
+        snprintf(h->data_path, sizeof h->data_path, "%s", t->ds->path);
+    }
+    KILN_CHECK(rc, out, c->bcast(c, h, sizeof *h, 0));
+    if (!root) {
+        t->cfg = h->cfg;
+        t->st = h->st;
+        memcpy(t->run_id, h->run_id, sizeof t->run_id);
+        h->sha256[KILN_SHA256_HEX - 1] = 0;
+        h->data_path[sizeof h->data_path - 1] = 0;
+        rc = kiln_dataset_open(h->data_path, &t->ds);
+        if (!rc && strcmp(t->ds->sha256, h->sha256))
+            rc = kiln_fail(KILN_ERR_CONFLICT, "dataset '%s' has sha256 %s here, %s on rank 0",
+                           h->data_path, t->ds->sha256, h->sha256);
+        if (!rc) rc = setup(t);
+    }
+    KILN_CHECK(rc, out, kiln_dist_agree(c, rc, mine, 0, all));
+    KILN_CHECK(rc, out, c->bcast(c, t->params, t->numel * sizeof(float), 0));
+    if (t->mom) rc = c->bcast(c, t->mom, 2 * t->numel * sizeof(float), 0);
+out:
+    free(all);
+    free(h);
+    return rc;
+}
+
+kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts) {
+    trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
+    kiln_err rc = t.comm->rank == 0 ? prepare_start(&t, cfg) : KILN_OK;
+    rc = share_run(&t, rc);
+    if (!rc) rc = loop(&t);
+    trainer_free(&t);
+    return rc;
+}
+
+kiln_err kiln_train_resume(const kiln_train_opts *opts) {
+    trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
+    kiln_err rc = t.comm->rank == 0 ? prepare_resume(&t) : KILN_OK;
+    rc = share_run(&t, rc);
+    if (!rc) rc = loop(&t);
     trainer_free(&t);
     return rc;
 }
