@@ -580,18 +580,20 @@ kiln_err kiln_sign_buffer(const kiln_sign_seckey *sk, const void *msg, size_t le
     return sign_digest(sk, h, sizeof h, alg, trusted_comment, text);
 }
 
-static kiln_err blake2b_file(const char *path, uint8_t h[crypto_generichash_BYTES_MAX]) {
+#define BLAKE2B_FILE_BUF (1u << 20)
+
+kiln_err sign_blake2b_file(const char *path, uint8_t h[crypto_generichash_BYTES_MAX]) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
     crypto_generichash_state st;
     crypto_generichash_init(&st, NULL, 0, crypto_generichash_BYTES_MAX);
-    uint8_t *buf = kiln_malloc(1 << 16);
+    uint8_t *buf = kiln_malloc(BLAKE2B_FILE_BUF);
     if (!buf) {
         close(fd);
         return KILN_ERR_NOMEM;
     }
     for (;;) {
-        ssize_t n = read(fd, buf, sizeof buf);
+        ssize_t n = read(fd, buf, BLAKE2B_FILE_BUF);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
             kiln_err rc = kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", path);
@@ -613,7 +615,7 @@ kiln_err kiln_sign_file(const kiln_sign_seckey *sk, const char *path, const char
     *text = NULL;
     KILN_TRY(sign_init());
     uint8_t h[crypto_generichash_BYTES_MAX];
-    KILN_TRY(blake2b_file(path, h));
+    KILN_TRY(sign_blake2b_file(path, h));
     return sign_digest(sk, h, sizeof h, KILN_SIGN_PREHASHED, trusted_comment, text);
 }
 
@@ -661,7 +663,7 @@ kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *pk, const kiln_sign_sig *
     KILN_TRY(sign_init());
     if (sig->alg == KILN_SIGN_PREHASHED) {
         uint8_t h[crypto_generichash_BYTES_MAX];
-        KILN_TRY(blake2b_file(path, h));
+        KILN_TRY(sign_blake2b_file(path, h));
         return sign_verify_digest(pk, sig, h, sizeof h, path);
     }
     char *buf;

@@ -62,6 +62,9 @@ kiln_err sign_write_new(const char *path, const void *data, size_t len, int mode
 kiln_err sign_sig_parse_in(const char *buf, size_t len, const char *label, const char *what,
                            kiln_sign_sig *out);
 
+/* BLAKE2b-512 of a file, streamed (what algorithm ED signs). */
+kiln_err sign_blake2b_file(const char *path, uint8_t h[64]);
+
 /* Verify a signature over bytes already prehashed or not, given the pubkey. */
 kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
                             const uint8_t *msg, size_t len, const char *msg_label);
