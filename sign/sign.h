@@ -247,10 +247,12 @@ KILN_API kiln_err kiln_sign_archive_sigs_add(const char *file, size_t len, const
 
 /* What kiln_sign_verify_archive found; filled as far as it got, also on failure. */
 typedef struct kiln_sign_archive_report {
-    kiln_sign_archive_info info; /* the archive's manifest: name, version, sha256, verdict */
-    int threshold;               /* distinct release keys the policy asks for */
-    size_t nsigs;                /* signature blocks read */
-    size_t nsigners;             /* distinct release keys whose signatures verified */
+    /* The archive's manifest: name, version, sha256, verdict (allow_unvalidated: the verdict
+     * is not passed and the signatures carry the flag). */
+    kiln_sign_archive_info info;
+    int threshold;   /* distinct release keys the policy asks for */
+    size_t nsigs;    /* signature blocks read */
+    size_t nsigners; /* distinct release keys whose signatures verified */
     const kiln_sign_trust_key *signers[KILN_SIGN_ARCHIVE_MAX_SIGS]; /* into the policy */
     bool threshold_met;
     bool files_checked; /* the archive was unpacked and every file matched its manifest */
