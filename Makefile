@@ -39,7 +39,8 @@ CU_SRC := $(if $(NVCC),$(sort $(wildcard kernels/cuda/*.cu)))
 
 ifneq ($(CU_SRC),)
 CFLAGS += -DKILN_HAVE_CUDA
-CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart
+# nvcc's host code (kernel launch stubs) needs the C++ runtime.
+CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 # Hopper natively, PTX for newer chips, Ampere as the generic target.
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
              -gencode arch=compute_90,code=compute_90

@@ -225,6 +225,15 @@ kiln_err kiln_cuda_linear_forward(float *out, const float *inp, const float *wei
                                   const float *bias, int N, int IC, int OC);
 kiln_err kiln_cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                                    const float *inp, const float *weight, int N, int IC, int OC);
+/* bf16 twins of the linear op: weight is a bf16 copy (kiln_cuda_to_bf16) of the f32 weight;
+ * inp and dout are rounded to bf16 into the context's scratch; cuBLAS multiplies the bf16
+ * operands with f32 accumulation into f32 outputs (dinp, dweight, out); bias and dbias f32. */
+kiln_err kiln_cuda_to_bf16(uint16_t *dst, const float *src, size_t n); /* round to nearest even */
+kiln_err kiln_cuda_linear_forward_bf16(float *out, const float *inp, const uint16_t *weight,
+                                       const float *bias, int N, int IC, int OC);
+kiln_err kiln_cuda_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp,
+                                        const uint16_t *weight, int N, int IC, int OC);
 kiln_err kiln_cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                                    float eps, int N, int D);
 kiln_err kiln_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout,

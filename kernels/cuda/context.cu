@@ -173,7 +173,9 @@ extern "C" kiln_err kiln_cuda_reserve(size_t bytes) {
 extern "C" size_t kiln_cuda_scratch_bytes(size_t N, size_t C) {
     size_t col = (N + KILN_COL_CHUNK - 1) / KILN_COL_CHUNK * C * sizeof(float);
     size_t tot = KILN_TOT_PARTS * sizeof(double);
-    return col > tot ? col : tot;
+    size_t bf16 = 2 * ((N * C * 2 + 255) & ~(size_t)255); // the bf16 linear's two operands
+    size_t most = col > tot ? col : tot;
+    return most > bf16 ? most : bf16;
 }
 
 __global__ void colsum_finish(float *out, const float *part, int C, int nchunks) {
