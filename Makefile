@@ -122,3 +122,15 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+
+# The CUDA path checked on a GPU (tests/gpu/run.sh runs it); built only where nvcc is.
+.PHONY: gpu-check
+ifneq ($(CU_SRC),)
+gpu-check: $(BUILD)/gpu-check
+$(BUILD)/gpu-check: $(BUILD)/obj/tests/gpu/check.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+-include $(BUILD)/obj/tests/gpu/check.d
+else
+gpu-check:
+	@echo "gpu-check: nvcc was not found, so this build has no CUDA" >&2; exit 2
+endif
