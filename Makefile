@@ -134,3 +134,10 @@ else
 gpu-check:
 	@echo "gpu-check: nvcc was not found, so this build has no CUDA" >&2; exit 2
 endif
+
+# The CUDA sources run on the CPU through an emulator (a fiber per CUDA thread, cuBLAS over
+# OpenBLAS): gpu-check and the C suite's cuda tests without a GPU, about two minutes; with
+# EMU_SAN=1 under AddressSanitizer. Needs g++ and python3; not part of `make test`.
+.PHONY: gpu-emu
+gpu-emu: $(BUILD)/tests.inc
+	tests/gpu/emu/emu.sh

@@ -28,7 +28,7 @@ int main(void) {
 #else
 
 #define TOL_F32 1e-5     /* ops and network outputs in f32 */
-#define TOL_F32_GRAD 5e-5 /* network gradients in f32, after L blocks of rounding */
+#define TOL_F32_GRAD 1e-5 /* network gradients in f32 (the emulator measures ~6e-7) */
 #define TOL_BF16 1e-2
 #define H200_BF16_PEAK 989e12 /* dense bf16 FLOP/s of one H200 (SXM), no sparsity */
 
@@ -111,6 +111,18 @@ static double cmp(const float *g, const float *c, size_t n) {
     return big > 0 ? err / big : err;
 }
 
+/* Normwise: ||g - c|| / ||c||, the measure for bf16, where the elementwise one is dominated by
+ * a few elements of cancelling sums. */
+static double cmp_norm(const float *g, const float *c, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i])) return INFINITY;
+        num += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
+        den += (double)c[i] * c[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 static double rel(double got, double want) {
     if (!isfinite(got) || !isfinite(want)) return INFINITY;
     return want == 0 ? fabs(got) : fabs(got - want) / fabs(want);
@@ -118,7 +130,7 @@ static double rel(double got, double want) {
 
 /* ---- memory: per-check arenas, freed by release_all() ---- */
 
-static void *dev_list[256], *host_list[256];
+static void *dev_list[4096], *host_list[4096];
 static int n_dev, n_host;
 
 static void fatal(const char *what) {
@@ -378,12 +390,32 @@ static void check_moe(int N, int E, int K, int D, bool coarse, float capacity_fa
     snprintf(name, sizeof name, "router forward %s", tag);
     TRY(name, kiln_cuda_router_forward(dprobs, dlse, didx, dgates, dput(logits, NE), N, E, K));
     record(name, fmax(cmp(dget(dprobs, NE), probs, NE), cmp(dget(dlse, N), lse, N)), TOL_F32);
+    /* On the coarse grid equal logits give bitwise equal probabilities on either side and
+     * unequal ones differ by 25%: the choices must be the CPU's exactly (the tie-break).
+     * On fine logits expf may differ by an ulp between glibc and CUDA, so a token whose
+     * choices differ only between experts the CPU itself scores within 1e-6 is a near-tie,
+     * counted, not a failure; any other difference fails. */
     int32_t *gidx = dget_i(didx, NK);
-    size_t diff = 0;
-    for (size_t i = 0; i < NK; i++)
-        diff += gidx[i] != idx[i];
+    size_t diff = 0, near = 0;
+    for (int t = 0; t < N; t++) {
+        bool same = true, close = true;
+        for (int k = 0; k < K; k++) {
+            size_t c = (size_t)t * K + k;
+            same &= gidx[c] == idx[c];
+            if (gidx[c] < 0 || gidx[c] >= E) {
+                close = false;
+                continue;
+            }
+            close &= rel(probs[(size_t)t * E + gidx[c]], probs[(size_t)t * E + idx[c]]) < 1e-6;
+        }
+        if (same) continue;
+        if (!coarse && close)
+            near++;
+        else
+            diff++;
+    }
     char note[128];
-    snprintf(note, sizeof note, "%zu of %zu choices differ", diff, NK);
+    snprintf(note, sizeof note, "%zu of %d tokens differ, %zu near-ties", diff, N, near);
     snprintf(name, sizeof name, "router choices (top-k, tie-break) %s", tag);
     record_exact(name, diff == 0, note);
     snprintf(name, sizeof name, "router gates %s", tag);
@@ -525,16 +557,20 @@ static void check_ops(void) {
         check_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4]);
         release_all();
     }
-    /* N, E, K, D */
-    check_moe(1, 1, 1, 3, false, 0);
-    check_moe(100, 4, 2, 16, true, 0);
-    check_moe(2000, 8, 2, 64, true, 0);
-    check_moe(2000, 8, 2, 64, false, 0);
-    check_moe(2000, 8, 2, 64, true, 0.5f);
-    check_moe(3001, 16, 4, 40, false, 1.0f);
-    check_moe(1500, 5, 5, 33, true, 0);
-    check_moe(5000, 64, 3, 32, false, 1.25f);
-    release_all();
+    /* N, E, K, D, ties, capacity factor */
+    const struct {
+        int N, E, K, D;
+        bool ties;
+        float cap;
+    } moe[] = {{1, 1, 1, 3, false, 0},        {100, 4, 2, 16, true, 0},
+               {2000, 8, 2, 64, true, 0},     {2000, 8, 2, 64, false, 0},
+               {2000, 8, 2, 64, true, 0.5f},  {3001, 16, 4, 40, false, 1.0f},
+               {1500, 5, 5, 33, true, 0},     {5000, 64, 3, 32, false, 1.25f},
+               {4096, 8, 1, 48, true, 0.25f}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(moe); i++) {
+        check_moe(moe[i].N, moe[i].E, moe[i].K, moe[i].D, moe[i].ties, moe[i].cap);
+        release_all();
+    }
     check_loss_stats(1, 1);
     check_loss_stats(1000000, 8);
     check_loss_stats(4096 * 33, 33);
@@ -619,11 +655,26 @@ static void compare_net(const char *label, kiln_tsmoe *cpu, const float *x, cons
     }
     size_t np;
     const kiln_param *tab = kiln_tsmoe_param_table(cpu, &np);
-    double worst = 0, worst_vec = 0;
+    /* f32: the elementwise error of every tensor must pass. bf16: the normwise error of the
+     * whole gradient (every parameter at once, what a step sees) must pass; the worst single
+     * tensor, normwise and elementwise, is reported beside it (a small tensor whose sum over
+     * tokens cancels, such as a norm gain of a tiny model, can be worse in bf16). */
+    const bool bf16 = prec == KILN_PRECISION_BF16;
+    double worst = 0, worst_vec = 0, worst_elem = 0, all_num = 0, all_den = 0;
     const char *worst_name = "", *worst_vec_name = "";
     for (size_t i = 0; i < np; i++) {
-        double e = cmp(g + tab[i].offset, kiln_tsmoe_grads(cpu) + tab[i].offset, tab[i].numel);
-        if (out) fprintf(out, "     %s: grad %-40s err %.3g\n", label, tab[i].name, e);
+        const float *ref = kiln_tsmoe_grads(cpu) + tab[i].offset;
+        for (size_t j = 0; j < tab[i].numel; j++) {
+            double d = (double)g[tab[i].offset + j] - ref[j];
+            all_num += isfinite(d) ? d * d : INFINITY;
+            all_den += (double)ref[j] * ref[j];
+        }
+        double ee = cmp(g + tab[i].offset, ref, tab[i].numel);
+        double e = bf16 ? cmp_norm(g + tab[i].offset, ref, tab[i].numel) : ee;
+        if (out)
+            fprintf(out, "     %s: grad %-40s err %.3g (elementwise %.3g)\n", label, tab[i].name,
+                    e, ee);
+        worst_elem = fmax(worst_elem, ee);
         if (!(e <= worst)) {
             worst = e;
             worst_name = tab[i].name;
@@ -643,9 +694,17 @@ static void compare_net(const char *label, kiln_tsmoe *cpu, const float *x, cons
         }
     }
     char note[128];
-    snprintf(note, sizeof note, "worst %s", worst_name);
-    snprintf(name, sizeof name, "%s: gradients (worst tensor)", label);
-    add(name, worst, gtol, worst <= gtol ? PASS : FAIL, note);
+    if (bf16) {
+        double all = all_den > 0 ? sqrt(all_num / all_den) : sqrt(all_num);
+        snprintf(note, sizeof note, "worst tensor %s: %.3g normwise, %.3g elementwise",
+                 worst_name, worst, worst_elem);
+        snprintf(name, sizeof name, "%s: gradients (all, normwise)", label);
+        add(name, all, gtol, all <= gtol ? PASS : FAIL, note);
+    } else {
+        snprintf(note, sizeof note, "worst %s", worst_name);
+        snprintf(name, sizeof name, "%s: gradients (worst tensor)", label);
+        add(name, worst, gtol, worst <= gtol ? PASS : FAIL, note);
+    }
     if (io) {
         snprintf(note, sizeof note, "worst %s", worst_vec_name);
         snprintf(name, sizeof name, "%s: gradients against the float64 vector", label);
