@@ -232,19 +232,19 @@ kiln_err kiln_cuda_to_bf16(uint16_t *dst, const float *src, size_t n); /* round 
 kiln_err kiln_cuda_linear_forward_bf16(float *out, const float *inp, const uint16_t *weight,
                                        const float *bias, int N, int IC, int OC);
 kiln_err kiln_cuda_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
-                                        const float *dout, const float *inp,
-                                        const uint16_t *weight, int N, int IC, int OC);
+                                        const float *dout, const float *inp, const uint16_t *weight,
+                                        int N, int IC, int OC);
 kiln_err kiln_cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                                    float eps, int N, int D);
 kiln_err kiln_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
-                                    const float *inp, const float *weight, const float *rstd,
-                                    int N, int D);
+                                    const float *inp, const float *weight, const float *rstd, int N,
+                                    int D);
 kiln_err kiln_cuda_gelu_forward(float *out, const float *inp, size_t n);
 kiln_err kiln_cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
 kiln_err kiln_cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
 kiln_err kiln_cuda_residual_backward(float *da, float *db, const float *dout, size_t n);
-kiln_err kiln_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int S,
-                                     int D, int H, int W);
+kiln_err kiln_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int S, int D,
+                                     int H, int W);
 /* scratch [B,H,S,W] holds d score (not d att, as on the CPU) between the two passes. */
 kiln_err kiln_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
                                       const float *qkv, const float *att, int B, int S, int D,
@@ -265,13 +265,12 @@ kiln_err kiln_cuda_moe_gather_forward(float *xg, const float *inp, const int32_t
 /* dinp[t] += dxg[pos[t,k]] over the kept slots (pos >= 0), in ascending pos: the same sums
  * in the same order as the CPU's loop over rows, without atomics (a token's slots are found
  * through pos, which the CPU signature does not carry). */
-kiln_err kiln_cuda_moe_gather_backward(float *dinp,         /* [N,D] */
-                                       const float *dxg,    /* [M,D] */
-                                       const int32_t *pos,  /* [N,K] */
+kiln_err kiln_cuda_moe_gather_backward(float *dinp,        /* [N,D] */
+                                       const float *dxg,   /* [M,D] */
+                                       const int32_t *pos, /* [N,K] */
                                        int N, int D, int K);
 kiln_err kiln_cuda_moe_combine_forward(float *out, const float *res, const float *yg,
-                                       const float *gates, const int32_t *pos, int N, int D,
-                                       int K);
+                                       const float *gates, const int32_t *pos, int N, int D, int K);
 kiln_err kiln_cuda_moe_combine_backward(float *dyg, float *dgates, const float *dout,
                                         const float *yg, const float *gates, const int32_t *pos,
                                         int N, int D, int K);

@@ -11,9 +11,17 @@
 #include "train.h"
 
 static kiln_model_config small_config(void) {
-    kiln_model_config c = {.n_features = 3, .n_outputs = 2, .d_model = 16, .n_layers = 2,
-                           .n_heads = 2, .d_ff = 24, .n_experts = 4, .top_k = 2, .seq_len = 8,
-                           .attn_window = 4, .norm_eps = 1e-5f};
+    kiln_model_config c = {.n_features = 3,
+                           .n_outputs = 2,
+                           .d_model = 16,
+                           .n_layers = 2,
+                           .n_heads = 2,
+                           .d_ff = 24,
+                           .n_experts = 4,
+                           .top_k = 2,
+                           .seq_len = 8,
+                           .attn_window = 4,
+                           .norm_eps = 1e-5f};
     return c;
 }
 
@@ -101,8 +109,8 @@ KILN_TEST(cuda_degrades_cleanly) {
     CHECK("release without init does nothing", (kiln_cuda_release(), true));
 #else
     kiln_err rc = kiln_tsmoe_cuda_create(&c, 2, NULL, &m);
-    CHECK("a build without CUDA says so", rc == KILN_ERR_UNSUPPORTED &&
-                                              strstr(kiln_errmsg(), "has no CUDA") != NULL);
+    CHECK("a build without CUDA says so",
+          rc == KILN_ERR_UNSUPPORTED && strstr(kiln_errmsg(), "has no CUDA") != NULL);
     CHECK("nothing returned", m == NULL);
 #endif
 }

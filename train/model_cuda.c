@@ -52,10 +52,10 @@ struct kiln_tsmoe_cuda {
     float *x, *targets, *xs, *hL, *uf, *rstdf, *y, *tmp;
     float *dres, *du, *dao, *dqkv, *datt, *dh1, *dh2, *dxg, *dyg, *dgates, *dlogits, *dy, *duf;
     /* device results of a forward */
-    double *r_losses;  /* [2L+1]: lb_l, z_l per layer, then mse */
-    float *r_stats;    /* [3L+1]: attn entropy [L], router entropy [L], rms [L], max |y| */
-    float *r_load;     /* [L,E] */
-    int *r_dropped;    /* [L] */
+    double *r_losses; /* [2L+1]: lb_l, z_l per layer, then mse */
+    float *r_stats;   /* [3L+1]: attn entropy [L], router entropy [L], rms [L], max |y| */
+    float *r_load;    /* [L,E] */
+    int *r_dropped;   /* [L] */
     /* host */
     int32_t *offsets_h; /* [L,E+1] */
     double *h_losses;
@@ -245,8 +245,8 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
     /* The ops' scratch at its largest now, so that no step allocates: rows times the widest
      * row any op sums over or rounds to bf16. */
     size_t N = (size_t)max_batch * cfg->seq_len, R = E ? N * cfg->top_k : N;
-    size_t need = kiln_cuda_scratch_bytes(
-        N, 3 * (size_t)cfg->d_model + (size_t)cfg->n_features + (size_t)cfg->n_outputs);
+    size_t need = kiln_cuda_scratch_bytes(N, 3 * (size_t)cfg->d_model + (size_t)cfg->n_features +
+                                                 (size_t)cfg->n_outputs);
     size_t need2 = kiln_cuda_scratch_bytes(R, (size_t)cfg->d_ff + cfg->d_model);
     KILN_CHECK(rc, fail, kiln_cuda_reserve(need > need2 ? need : need2));
     KILN_CHECK(rc, fail, kiln_cuda_sync());
@@ -326,8 +326,7 @@ kiln_err kiln_tsmoe_cuda_sync(kiln_tsmoe_cuda *m) {
  * parameter block); in bf16 its twin in params16 is multiplied instead. */
 static kiln_err lin_fwd(const kiln_tsmoe_cuda *m, float *out, const float *inp, const float *w,
                         const float *b, int N, int IC, int OC) {
-    if (m->params16)
-        return kiln_cuda_linear_forward_bf16(out, inp, as16(m, w), b, N, IC, OC);
+    if (m->params16) return kiln_cuda_linear_forward_bf16(out, inp, as16(m, w), b, N, IC, OC);
     return kiln_cuda_linear_forward(out, inp, w, b, N, IC, OC);
 }
 
@@ -378,14 +377,14 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
         float *next = l + 1 < L ? m->acts[l + 1].res : m->hL;
         float *st_attn = m->r_stats + l, *st_router = m->r_stats + L + l,
               *st_rms = m->r_stats + 2 * L + l;
-        KILN_TRY(kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm, k->norm_eps, N,
-                                           D));
+        KILN_TRY(
+            kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm, k->norm_eps, N, D));
         KILN_TRY(lin_fwd(m, a->qkv, a->u1, w->qkv_w, w->qkv_b, N, D, 3 * D));
         KILN_TRY(kiln_cuda_attention_forward(a->ao, a->att, a->qkv, B, S, D, H, W));
         KILN_TRY(lin_fwd(m, m->tmp, a->ao, w->out_w, w->out_b, N, D, D));
         KILN_TRY(kiln_cuda_residual_forward(a->mid, a->res, m->tmp, (size_t)N * D));
-        KILN_TRY(kiln_cuda_rmsnorm_forward(a->u2, a->rstd2, a->mid, w->ffn_norm, k->norm_eps, N,
-                                           D));
+        KILN_TRY(
+            kiln_cuda_rmsnorm_forward(a->u2, a->rstd2, a->mid, w->ffn_norm, k->norm_eps, N, D));
         KILN_TRY(kiln_cuda_stats_entropy(st_attn, a->att, (size_t)B * H * S, (size_t)W));
         if (!E) {
             KILN_TRY(lin_fwd(m, a->hpre, a->u2, w->fc_w, w->fc_b, N, D, Fh));
@@ -395,11 +394,10 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
         } else {
             /* The router stays in f32 in every precision: its choices are discrete. */
             KILN_TRY(kiln_cuda_linear_forward(a->logits, a->u2, w->router, NULL, N, D, E));
-            KILN_TRY(kiln_cuda_router_forward(a->probs, a->lse, a->idx, a->gates, a->logits, N, E,
-                                              K));
-            KILN_TRY(kiln_cuda_router_loss_forward(m->r_load + (size_t)l * E,
-                                                   m->r_losses + 2 * l, a->probs, a->lse, a->idx,
-                                                   N, E, K));
+            KILN_TRY(
+                kiln_cuda_router_forward(a->probs, a->lse, a->idx, a->gates, a->logits, N, E, K));
+            KILN_TRY(kiln_cuda_router_loss_forward(m->r_load + (size_t)l * E, m->r_losses + 2 * l,
+                                                   a->probs, a->lse, a->idx, N, E, K));
             KILN_TRY(kiln_cuda_moe_dispatch(a->offsets, a->pos, a->rows, m->r_dropped + l, a->idx,
                                             capacity, N, E, K));
             int32_t *off = m->offsets_h + (size_t)l * (E + 1);
@@ -412,8 +410,8 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
                 int n = off[e + 1] - off[e];
                 KILN_TRY(lin_fwd(m, a->hpre + r0 * Fh, a->xg + r0 * D, w->fc_w + (size_t)e * Fh * D,
                                  w->fc_b + (size_t)e * Fh, n, D, Fh));
-                KILN_TRY(kiln_cuda_gelu_forward(a->hact + r0 * Fh, a->hpre + r0 * Fh,
-                                                (size_t)n * Fh));
+                KILN_TRY(
+                    kiln_cuda_gelu_forward(a->hact + r0 * Fh, a->hpre + r0 * Fh, (size_t)n * Fh));
                 KILN_TRY(lin_fwd(m, a->yg + r0 * D, a->hact + r0 * Fh,
                                  w->proj_w + (size_t)e * D * Fh, w->proj_b + (size_t)e * D, n, Fh,
                                  D));
@@ -476,8 +474,8 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
         ZERO(m->du, ND);
         if (!E) {
             ZERO(m->dh2, (size_t)N * Fh);
-            KILN_TRY(lin_bwd(m, m->dh2, gw->proj_w, gw->proj_b, m->dres, a->hact, w->proj_w, N, Fh,
-                             D));
+            KILN_TRY(
+                lin_bwd(m, m->dh2, gw->proj_w, gw->proj_b, m->dres, a->hact, w->proj_w, N, Fh, D));
             ZERO(m->dh1, (size_t)N * Fh);
             KILN_TRY(kiln_cuda_gelu_backward(m->dh1, m->dh2, a->hpre, (size_t)N * Fh));
             KILN_TRY(lin_bwd(m, m->du, gw->fc_w, gw->fc_b, m->dh1, a->u2, w->fc_w, N, D, Fh));
@@ -517,8 +515,8 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
         ZERO(m->dao, ND);
         KILN_TRY(lin_bwd(m, m->dao, gw->out_w, gw->out_b, m->dres, a->ao, w->out_w, N, D, D));
         ZERO(m->dqkv, ND * 3);
-        KILN_TRY(kiln_cuda_attention_backward(m->dqkv, m->datt, m->dao, a->qkv, a->att, B, S, D, H,
-                                              W));
+        KILN_TRY(
+            kiln_cuda_attention_backward(m->dqkv, m->datt, m->dao, a->qkv, a->att, B, S, D, H, W));
         ZERO(m->du, ND);
         KILN_TRY(lin_bwd(m, m->du, gw->qkv_w, gw->qkv_b, m->dqkv, a->u1, w->qkv_w, N, D, 3 * D));
         KILN_TRY(kiln_cuda_rmsnorm_backward(m->dres, gw->attn_norm, m->du, a->res, w->attn_norm,
@@ -531,7 +529,7 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
 #else /* no CUDA in this build: the API exists and says so */
 
 #define NO_CUDA                                                                                    \
-    kiln_fail(KILN_ERR_UNSUPPORTED, "'cuda network': this build of kiln has no CUDA (nvcc was "   \
+    kiln_fail(KILN_ERR_UNSUPPORTED, "'cuda network': this build of kiln has no CUDA (nvcc was "    \
                                     "not found when it was built)")
 
 kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,

@@ -58,9 +58,9 @@ __global__ static void attn_fwd(float *out, float *att, const float *qkv, int B,
 
 // Per query: da_w = dy . v_{i-w}, ds_w = a_w (da_w - sum a da) scale into scratch,
 // dq += sum_w ds_w k_{i-w}.
-__global__ static void attn_bwd_query(float *dqkv, float *ds, const float *dout,
-                                      const float *qkv, const float *att, int B, int S, int D,
-                                      int H, int W, float scale) {
+__global__ static void attn_bwd_query(float *dqkv, float *ds, const float *dout, const float *qkv,
+                                      const float *att, int B, int S, int D, int H, int W,
+                                      float scale) {
     const int lane = threadIdx.x & 31;
     const size_t row = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
     if (row >= (size_t)B * H * S) return;
@@ -92,8 +92,8 @@ __global__ static void attn_bwd_query(float *dqkv, float *ds, const float *dout,
 
 // Per key j: dk_j += sum_i ds[i, i-j] q_i, dv_j += sum_i a[i, i-j] dy_i over j <= i < j+W.
 __global__ static void attn_bwd_key(float *dqkv, const float *ds, const float *dout,
-                                    const float *qkv, const float *att, int B, int S, int D,
-                                    int H, int W) {
+                                    const float *qkv, const float *att, int B, int S, int D, int H,
+                                    int W) {
     const int lane = threadIdx.x & 31;
     const size_t row = (size_t)blockIdx.x * WARPS + (threadIdx.x >> 5); // (b, h, j)
     if (row >= (size_t)B * H * S) return;
@@ -131,13 +131,13 @@ extern "C" kiln_err kiln_cuda_attention_forward(float *out, float *att, const fl
 }
 
 extern "C" kiln_err kiln_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
-                                                 const float *qkv, const float *att, int B,
-                                                 int S, int D, int H, int W) {
+                                                 const float *qkv, const float *att, int B, int S,
+                                                 int D, int H, int W) {
     const size_t rows = (size_t)B * H * S;
     if (!rows) return KILN_OK;
     const float scale = 1.0f / sqrtf((float)(D / H));
-    attn_bwd_query<<<warp_blocks(rows), WARPS * 32>>>(dqkv, scratch, dout, qkv, att, B, S, D, H,
-                                                      W, scale);
+    attn_bwd_query<<<warp_blocks(rows), WARPS * 32>>>(dqkv, scratch, dout, qkv, att, B, S, D, H, W,
+                                                      scale);
     CU_LAUNCHED("attention_backward", "attn_bwd_query");
     attn_bwd_key<<<warp_blocks(rows), WARPS * 32>>>(dqkv, scratch, dout, qkv, att, B, S, D, H, W);
     CU_LAUNCHED("attention_backward", "attn_bwd_key");

@@ -32,7 +32,8 @@ kiln_err kiln_cublas_fail(cublasStatus_t s, const char *op, const char *call) {
 
 cublasHandle_t kiln_cuda_blas(const char *op) {
     if (!ctx.refs) {
-        kiln_fail(KILN_ERR_USAGE, "cuda: '%s': no CUDA context on this thread (kiln_cuda_init)", op);
+        kiln_fail(KILN_ERR_USAGE, "cuda: '%s': no CUDA context on this thread (kiln_cuda_init)",
+                  op);
         return NULL;
     }
     return ctx.blas;
@@ -101,8 +102,7 @@ extern "C" kiln_err kiln_cuda_init(int device) {
     if ((s = cublasSetStream(ctx.blas, 0)) != CUBLAS_STATUS_SUCCESS ||
         (s = cublasSetWorkspace(ctx.blas, ctx.workspace, KILN_CUBLAS_WORKSPACE)) !=
             CUBLAS_STATUS_SUCCESS ||
-        (s = cublasSetAtomicsMode(ctx.blas, CUBLAS_ATOMICS_NOT_ALLOWED)) !=
-            CUBLAS_STATUS_SUCCESS ||
+        (s = cublasSetAtomicsMode(ctx.blas, CUBLAS_ATOMICS_NOT_ALLOWED)) != CUBLAS_STATUS_SUCCESS ||
         (s = cublasSetMathMode(ctx.blas, CUBLAS_DEFAULT_MATH)) != CUBLAS_STATUS_SUCCESS ||
         (s = cublasSetPointerMode(ctx.blas, CUBLAS_POINTER_MODE_HOST)) != CUBLAS_STATUS_SUCCESS) {
         rc = kiln_cublas_fail(s, op, "cublas setup");

@@ -70,8 +70,7 @@ __device__ __forceinline__ float warp_max(float v) {
 #define KILN_COL_CHUNK 256
 #define KILN_COL_LANES 8
 
-template <class F>
-__global__ void colsum_chunks(float *part, F f, int N, int C, int nchunks) {
+template <class F> __global__ void colsum_chunks(float *part, F f, int N, int C, int nchunks) {
     __shared__ float sh[KILN_COL_LANES][KILN_WARP + 1];
     const int c = blockIdx.x * KILN_WARP + threadIdx.x;
     for (int ch = blockIdx.y; ch < nchunks; ch += gridDim.y) {

@@ -95,8 +95,7 @@ extern "C" kiln_err kiln_cuda_residual_forward(float *out, const float *a, const
     return KILN_OK;
 }
 
-extern "C" kiln_err kiln_cuda_residual_backward(float *da, float *db, const float *dout,
-                                                size_t n) {
+extern "C" kiln_err kiln_cuda_residual_backward(float *da, float *db, const float *dout, size_t n) {
     if (!n) return KILN_OK;
     if (da) {
         accumulate<<<kiln_blocks(n, 256), 256>>>(da, dout, n);

@@ -32,8 +32,8 @@ extern "C" kiln_err kiln_cuda_linear_forward(float *out, const float *inp, const
         CU_LAUNCHED(op, "fill_rows");
         beta = 1.0f;
     }
-    CUBLAS_CALL(op, cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, weight, IC, inp,
-                                IC, &beta, out, OC));
+    CUBLAS_CALL(op, cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, &alpha, weight, IC, inp, IC,
+                                &beta, out, OC));
     return KILN_OK;
 }
 
@@ -82,17 +82,17 @@ static size_t bf16_bytes(size_t n) {
     return (n * sizeof(__nv_bfloat16) + 255) & ~(size_t)255;
 }
 
-static cublasStatus_t gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb,
-                                int m, int n, int k, const void *A, int lda, const void *B,
-                                int ldb, float beta, float *C, int ldc) {
+static cublasStatus_t gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m,
+                                int n, int k, const void *A, int lda, const void *B, int ldb,
+                                float beta, float *C, int ldc) {
     const float alpha = 1.0f;
-    return cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb,
-                        &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    return cublasGemmEx(h, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta,
+                        C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
 }
 
 extern "C" kiln_err kiln_cuda_linear_forward_bf16(float *out, const float *inp,
-                                                  const uint16_t *weight, const float *bias,
-                                                  int N, int IC, int OC) {
+                                                  const uint16_t *weight, const float *bias, int N,
+                                                  int IC, int OC) {
     const char *op = "linear_forward_bf16";
     if (N <= 0) return KILN_OK;
     cublasHandle_t h = kiln_cuda_blas(op);
@@ -108,15 +108,14 @@ extern "C" kiln_err kiln_cuda_linear_forward_bf16(float *out, const float *inp,
         CU_LAUNCHED(op, "fill_rows");
         beta = 1.0f;
     }
-    CUBLAS_CALL(op, gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, x, IC, beta,
-                              out, OC));
+    CUBLAS_CALL(
+        op, gemm_bf16(h, CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, weight, IC, x, IC, beta, out, OC));
     return KILN_OK;
 }
 
 extern "C" kiln_err kiln_cuda_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
                                                    const float *dout, const float *inp,
-                                                   const uint16_t *weight, int N, int IC,
-                                                   int OC) {
+                                                   const uint16_t *weight, int N, int IC, int OC) {
     const char *op = "linear_backward_bf16";
     if (N <= 0) return KILN_OK;
     cublasHandle_t h = kiln_cuda_blas(op);
@@ -135,7 +134,7 @@ extern "C" kiln_err kiln_cuda_linear_backward_bf16(float *dinp, float *dweight, 
     if (dinp)
         CUBLAS_CALL(op, gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, weight, IC, dy, OC, 1.0f,
                                   dinp, IC));
-    CUBLAS_CALL(op,
-                gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, dy, OC, 1.0f, dweight, IC));
+    CUBLAS_CALL(
+        op, gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, x, IC, dy, OC, 1.0f, dweight, IC));
     return KILN_OK;
 }

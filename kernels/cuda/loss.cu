@@ -63,8 +63,7 @@ extern "C" kiln_err kiln_cuda_stats_rms(float *out, const float *x, size_t n) {
     return kiln_total(out, f, n, (double)n, TOTAL_FLOAT_SQRT, "stats_rms");
 }
 
-extern "C" kiln_err kiln_cuda_stats_entropy(float *out, const float *p, size_t rows,
-                                            size_t cols) {
+extern "C" kiln_err kiln_cuda_stats_entropy(float *out, const float *p, size_t rows, size_t cols) {
     neg_plogp f = {p};
     return kiln_total(out, f, rows * cols, (double)rows, TOTAL_FLOAT, "stats_entropy");
 }

@@ -183,8 +183,7 @@ __global__ static void gather_bwd(float *dinp, const float *dxg, const int32_t *
 }
 
 __global__ static void combine_fwd(float *out, const float *res, const float *yg,
-                                   const float *gates, const int32_t *pos, size_t n, int D,
-                                   int K) {
+                                   const float *gates, const int32_t *pos, size_t n, int D, int K) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
         const size_t t = i / D;
@@ -220,18 +219,17 @@ __global__ static void combine_bwd(float *dyg, float *dgates, const float *dout,
     if (lane == 0) dgates[c] += s;
 }
 
-extern "C" kiln_err kiln_cuda_router_forward(float *probs, float *lse, int32_t *idx,
-                                             float *gates, const float *logits, int N, int E,
-                                             int K) {
+extern "C" kiln_err kiln_cuda_router_forward(float *probs, float *lse, int32_t *idx, float *gates,
+                                             const float *logits, int N, int E, int K) {
     if (N <= 0) return KILN_OK;
     router_fwd<<<(unsigned)((N + 127) / 128), 128>>>(probs, lse, idx, gates, logits, N, E, K);
     CU_LAUNCHED("router_forward", "router_fwd");
     return KILN_OK;
 }
 
-extern "C" kiln_err kiln_cuda_router_loss_forward(float *load, double *losses,
-                                                  const float *probs, const float *lse,
-                                                  const int32_t *idx, int N, int E, int K) {
+extern "C" kiln_err kiln_cuda_router_loss_forward(float *load, double *losses, const float *probs,
+                                                  const float *lse, const int32_t *idx, int N,
+                                                  int E, int K) {
     if (N <= 0) return KILN_OK;
     router_loss<<<1, KILN_TOT_THREADS>>>(load, losses, probs, lse, idx, N, E, K);
     CU_LAUNCHED("router_loss_forward", "router_loss");
@@ -241,13 +239,13 @@ extern "C" kiln_err kiln_cuda_router_loss_forward(float *load, double *losses,
 extern "C" kiln_err kiln_cuda_router_backward(float *dlogits, const float *dgates,
                                               const float *probs, const float *lse,
                                               const int32_t *idx, const float *gates,
-                                              const float *load, float lb_coef, float z_coef,
-                                              int N, int E, int K) {
+                                              const float *load, float lb_coef, float z_coef, int N,
+                                              int E, int K) {
     if (N <= 0) return KILN_OK;
     // The CPU's scales, computed the CPU's way.
     const float lb_scale = lb_coef * (float)E / (float)N, z_scale = z_coef * 2.0f / (float)N;
-    router_bwd<<<(unsigned)((N + 127) / 128), 128>>>(dlogits, dgates, probs, lse, idx, gates,
-                                                     load, lb_scale, z_scale, N, E, K);
+    router_bwd<<<(unsigned)((N + 127) / 128), 128>>>(dlogits, dgates, probs, lse, idx, gates, load,
+                                                     lb_scale, z_scale, N, E, K);
     CU_LAUNCHED("router_backward", "router_bwd");
     return KILN_OK;
 }
@@ -278,8 +276,8 @@ extern "C" kiln_err kiln_cuda_moe_gather_forward(float *xg, const float *inp, co
     return KILN_OK;
 }
 
-extern "C" kiln_err kiln_cuda_moe_gather_backward(float *dinp, const float *dxg,
-                                                  const int32_t *pos, int N, int D, int K) {
+extern "C" kiln_err kiln_cuda_moe_gather_backward(float *dinp, const float *dxg, const int32_t *pos,
+                                                  int N, int D, int K) {
     const size_t n = (size_t)(N > 0 ? N : 0) * D;
     if (!n) return KILN_OK;
     gather_bwd<<<kiln_blocks(n, 256), 256>>>(dinp, dxg, pos, n, D, K);

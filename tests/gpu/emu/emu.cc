@@ -61,8 +61,8 @@ void run_block(int n) {
         makecontext(&f.ctx, (void (*)())trampoline, 1, i);
         f.state = RUN;
         f.st.linear = i;
-        f.st.tid = dim3(i % block_dim.x, (i / block_dim.x) % block_dim.y,
-                        i / (block_dim.x * block_dim.y));
+        f.st.tid =
+            dim3(i % block_dim.x, (i / block_dim.x) % block_dim.y, i / (block_dim.x * block_dim.y));
     }
     for (;;) {
         for (int i = 0; i < n; i++)
@@ -97,8 +97,8 @@ void run_block(int n) {
             }
         }
         if (!released) {
-            fprintf(stderr, "emu: barrier deadlock in block (%u,%u,%u)\n", block_idx.x,
-                    block_idx.y, block_idx.z);
+            fprintf(stderr, "emu: barrier deadlock in block (%u,%u,%u)\n", block_idx.x, block_idx.y,
+                    block_idx.z);
             abort();
         }
     }
@@ -119,7 +119,8 @@ unsigned warp_live_mask() {
     int w = current / 32;
     for (int l = 0; l < 32; l++) {
         size_t i = (size_t)w * 32 + l;
-        if (i < fibers.size() && fibers[i].state != DONE && (int)i < (int)(block_dim.x * block_dim.y * block_dim.z))
+        if (i < fibers.size() && fibers[i].state != DONE &&
+            (int)i < (int)(block_dim.x * block_dim.y * block_dim.z))
             m |= 1u << l;
     }
     return m;
@@ -224,9 +225,9 @@ static bool bad_dims(cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
            ldb < (brows > 1 ? brows : 1) || ldc < (m > 1 ? m : 1);
 }
 
-cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m,
-                           int n, int k, const float *alpha, const float *A, int lda,
-                           const float *B, int ldb, const float *beta, float *C, int ldc) {
+cublasStatus_t cublasSgemm(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                           int k, const float *alpha, const float *A, int lda, const float *B,
+                           int ldb, const float *beta, float *C, int ldc) {
     if (bad_dims(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
     cblas_sgemm(CblasColMajor, ta == CUBLAS_OP_N ? CblasNoTrans : CblasTrans,
@@ -251,8 +252,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
                             void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t) {
-    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F ||
-        compute != CUBLAS_COMPUTE_32F)
+    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bad_dims(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;

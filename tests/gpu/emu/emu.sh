@@ -43,4 +43,4 @@ g++ $SAN -o "$E/run-tests" $tobjs $objs $LIBS
 echo "== C suite's cuda tests on the emulator"
 KILN_BUILD=$E "$E/run-tests" cuda
 echo "== gpu-check on the emulator"
-"$E/gpu-check" --out "$E/results.txt" --no-bench "$@"
+"$E/gpu-check" --out "$E/results.txt" --tiny-bench "$@"
