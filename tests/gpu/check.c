@@ -733,8 +733,9 @@ static void compare_net(const char *label, kiln_tsmoe *cpu, const float *x, cons
 }
 
 static const char *vectors_dir(const char *given) {
+    /* tests/gpu/vectors: an untracked copy there travels with the tree to a GPU machine. */
     static const char *const candidates[] = {"../shared/vectors", "shared/vectors",
-                                             "/work/shared/vectors"};
+                                             "tests/gpu/vectors", "/work/shared/vectors"};
     if (given) return given;
     const char *env = getenv("KILN_VECTORS");
     if (env && *env) return env;
