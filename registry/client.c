@@ -502,7 +502,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
     return remove(path);
 }
 
-static void rmtree(const char *path) {
+void reg_rmtree(const char *path) {
     if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
@@ -538,7 +538,7 @@ static kiln_err install_dir(const char *tmp, const char *out) {
         return kiln_fail_errno(KILN_ERR_IO, "cannot rename '%s' to '%s'", tmp, out);
     if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) != 0)
         return kiln_fail_errno(KILN_ERR_IO, "cannot replace '%s'", out);
-    rmtree(tmp); /* now the old contents */
+    reg_rmtree(tmp); /* now the old contents */
     return KILN_OK;
 }
 
@@ -558,7 +558,7 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     KILN_TRY(client_init(c));
 
     kiln_err rc = KILN_OK;
-    reg_trust *trust = NULL;
+    kiln_sign_trust *trust = NULL;
     char *state = NULL, *state_file = NULL, *state_dir = NULL, *record = NULL, *vpath = NULL,
          *dl_dir = NULL, *partial = NULL, *parent = NULL, *tmp = NULL;
     size_t record_len = 0;
@@ -566,12 +566,10 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     bool by_channel = false, bad_archive = false;
     reg_record rec;
     memset(&rec, 0, sizeof rec);
-    reg_archive_meta meta;
-    memset(&meta, 0, sizeof meta);
     char *staged = NULL, *lock_path = NULL;
     int lock_fd = -1;
 
-    KILN_CHECK(rc, out, reg_trust_load(p->trust, &trust));
+    KILN_CHECK(rc, out, kiln_sign_trust_load(p->trust, &trust));
     state = p->state ? kiln_strdup(p->state) : default_state();
     KILN_CHECK_IF(rc, out, !state, KILN_ERR_NOMEM, "out of memory");
 
@@ -620,6 +618,8 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
         rc = KILN_OK;
     }
     if (!by_channel) {
+        KILN_CHECK_IF(rc, out, p->channel_only, KILN_ERR_NOTFOUND,
+                      "'%s' has no channel '%s' in the registry", res->model, what);
         KILN_CHECK(rc, out, kiln_registry_check_version(what));
         snprintf(res->version, sizeof res->version, "%s", what);
     }
@@ -669,14 +669,14 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
                       res->version, got, digest);
     }
     bad_archive = true; /* from here on a failure discards the download */
-    /* 5, 6: the archive's signature, and the manifest's (its signed comment names it). */
+    /* 5-8, by sign/ (kiln_sign_verify_archive, the same function as `kiln verify`): every
+     * signature block over the archive's bytes by a release key of this client's policy,
+     * each trusted comment naming the archive's own manifest (the manifest's signature) and
+     * its validation verdict, the policy's release_threshold and accept_unvalidated; then
+     * a secure unpack checking every file against that manifest, into a directory beside
+     * out, renamed to staged. */
     char label[200];
     snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
-    KILN_CHECK(rc, out, reg_verify_archive(trust, partial, label, sig, strlen(sig), &meta));
-    KILN_CHECK_IF(rc, out, strcmp(meta.name, res->model) || strcmp(meta.version, res->version),
-                  KILN_ERR_VERIFY, "%s: the signed manifest is %s@%s; refusing", label, meta.name,
-                  meta.version);
-    /* 7, 8: every file's digest while unpacking securely into a directory beside out. */
     parent = kiln_dirname(p->out);
     const char *base = strrchr(p->out, '/') ? strrchr(p->out, '/') + 1 : p->out;
     tmp = parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", parent, base) : NULL;
@@ -691,9 +691,23 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     }
     staged = kiln_path_join(tmp, "model");
     KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, reg_archive_unpack_verified(partial, meta.manifest_sha256, staged));
+    char sig_label[240];
+    snprintf(sig_label, sizeof sig_label, "signature of %s@%s", res->model, res->version);
+    kiln_sign_archive_report rep;
+    rc = kiln_sign_verify_archive(partial, sig, strlen(sig), sig_label, trust, staged, &rep);
+    if (rc == KILN_ERR_FORMAT) rc = KILN_ERR_VERIFY;
+    if (rc) {
+        rc = kiln_errprefix(rc, "%s: ", label);
+        goto out;
+    }
+    /* The signed manifest must be the one asked for, not another version's. */
+    KILN_CHECK_IF(rc, out,
+                  strcmp(rep.info.model, res->model) || strcmp(rep.info.version, res->version),
+                  KILN_ERR_VERIFY, "%s: the signed manifest is %s@%s; refusing", label,
+                  rep.info.model, rep.info.version);
+    reg_signers_text(&rep, res->signed_by, sizeof res->signed_by);
     KILN_CHECK(rc, out, install_dir(staged, p->out));
-    rmtree(tmp);
+    reg_rmtree(tmp);
     free(tmp);
     tmp = NULL;
     KILN_CHECK(rc, out, kiln_fsync_dir(parent));
@@ -709,10 +723,9 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     }
     unlink(partial);
 out:
-    if (rc && tmp) rmtree(tmp);
+    if (rc && tmp) reg_rmtree(tmp);
     if (rc && bad_archive && partial) unlink(partial);
-    reg_trust_free(trust);
-    reg_archive_meta_release(&meta);
+    kiln_sign_trust_free(trust);
     if (lock_fd >= 0) close(lock_fd);
     free(lock_path);
     free(staged);

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "kiln.h"
+#include "sign.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,6 +127,9 @@ typedef struct kiln_registry_pull_opts {
     const char *trust; /* trust policy path (required) */
     const char *out;   /* destination directory */
     const char *state; /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+    /* The part after '@' is a channel only: a registry without it is KILN_ERR_NOTFOUND (after
+     * the anti-rollback check: a channel accepted before and now missing is refused). */
+    bool channel_only;
 } kiln_registry_pull_opts;
 
 typedef struct kiln_registry_pulled {
@@ -135,12 +139,49 @@ typedef struct kiln_registry_pulled {
     char digest[72];
     uint64_t size;
     int64_t seq; /* the channel record's, 0 when pulled by version */
+    /* The release keys whose signatures verified, the threshold and the validation verdict:
+     * "rel (1 of 1 release key; validation passed)". */
+    char signed_by[256];
 } kiln_registry_pulled;
 
-/* Download, verify in the documented order, unpack into a temporary directory and rename
- * it to opts->out. A failed check is KILN_ERR_VERIFY and leaves nothing at out. */
+/* Download, verify in the documented order (docs/registry.md: the channel record's
+ * signatures, seq, expiry, the archive's size and digest, then sign/'s
+ * kiln_sign_verify_archive with the policy at p->trust: every archive signature, the
+ * manifest they name, the release threshold and the unvalidated rule, every file while
+ * unpacking securely), and rename the verified directory to opts->out. A failed check is
+ * KILN_ERR_VERIFY and leaves nothing at out. */
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *out) KILN_MUST_CHECK;
+
+/* ---- channels (channel.c) ---- */
+
+typedef struct kiln_registry_promote_opts {
+    const char *model, *channel, *version;
+    const kiln_sign_seckey *const *keys; /* promote keys: each signs the record */
+    size_t nkeys;
+    int64_t expires_in;  /* seconds the record holds; 0: 30 days */
+    const char *reason;  /* NULL: "promote" ("rollback" for a rollback) */
+    const char *digest;  /* NULL, or "[sha256:]<hex>": refuse unless the registry holds it */
+    const char *save_to; /* NULL: put the record; else write it there (to co-sign), put nothing */
+} kiln_registry_promote_opts;
+
+typedef struct kiln_registry_promoted {
+    char digest[72]; /* the version's, as the registry holds it */
+    uint64_t seq;    /* the new record's */
+    size_t nsigs;
+    bool put; /* the registry accepted it (false with save_to) */
+} kiln_registry_promoted;
+
+/* Point a channel at a version: fetch the channel's current record (none: seq 0) and the
+ * version's digest, sign the record with seq+1 by every key, and put it (the server checks
+ * the channel's threshold) or save it. */
+kiln_err kiln_registry_promote(const kiln_registry_client_opts *c,
+                               const kiln_registry_promote_opts *o, kiln_registry_promoted *out);
+
+/* The version the channel pointed at before its current one, from its history (what
+ * kiln rollback goes back to); KILN_ERR_NOTFOUND if it never pointed at another. */
+kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, const char *model,
+                                        const char *channel, char out[KILN_REGISTRY_NAME_MAX + 1]);
 
 #ifdef __cplusplus
 }
