@@ -123,31 +123,6 @@ static bool parse_duration(const char *s, int64_t *secs) {
     return true;
 }
 
-/* An encrypted key's password comes from $KILN_PASSWORD_FILE (its first line). */
-static kiln_err load_key(const char *path, kiln_sign_seckey **out) {
-    KILN_TRY(kiln_sign_seckey_load(path, out));
-    if (!kiln_sign_seckey_encrypted(*out)) return KILN_OK;
-    const char *file = getenv("KILN_PASSWORD_FILE");
-    kiln_err rc = KILN_OK;
-    char *buf = NULL;
-    size_t n = 0;
-    if (!file || !*file) {
-        rc = kiln_fail(
-            KILN_ERR_USAGE,
-            "'%s' is encrypted: set KILN_PASSWORD_FILE to a file that holds its password", path);
-    } else if ((rc = kiln_read_file(file, 64u << 10, &buf, &n)) == KILN_OK) {
-        size_t l = strcspn(buf, "\r\n");
-        rc = kiln_sign_seckey_decrypt(*out, buf, l);
-        kiln_sign_wipe(buf, n);
-    }
-    free(buf);
-    if (rc) {
-        kiln_sign_seckey_free(*out);
-        *out = NULL;
-    }
-    return rc;
-}
-
 typedef struct chan_args {
     const char *url, *token, *channel, *key, *expires, *reason, *out, *digest;
 } chan_args;
@@ -165,7 +140,7 @@ static int next_record(const chan_args *a, const char *model, const char *versio
         return cli_usage_error("--expires '%s' is not a duration like 30d, 12h, 90m or 3600s",
                                a->expires);
     kiln_sign_seckey *sk = NULL;
-    kiln_err rc = load_key(a->key, &sk);
+    kiln_err rc = cli_load_seckey(a->key, &sk);
     if (rc) return cli_fail(rc);
     const kiln_sign_seckey *keys[] = {sk};
     kiln_registry_promote_opts o = {.model = model,

@@ -33,6 +33,7 @@ static const command commands[] = {
     {"registry gc", cmd_registry_gc, "remove blobs no version references"},
     {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
     {"registry token", cmd_registry_token, "create a registry token (registry token create)"},
+    {"release", cmd_release, "export, validate, pack, sign, publish and promote a run in one go"},
     {"rollback", cmd_rollback, "point a registry channel back at an older version"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},

@@ -1353,3 +1353,57 @@ out:
     free(a), free(u), free(client3), free(strict), free(out);
     fx_free(&f);
 }
+
+/* kiln_registry_release stops at the first failing stage, says which, and leaves what was
+ * there before as it was (the full pipeline runs in tests/e2e/65-release.sh). */
+KILN_TEST(registry_release_refusals) {
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char *outd = kiln_test_path("rel-out"), *keep = kiln_path_join(outd, "keep"),
+         *data = kiln_test_write("d.st", "x", 1), *run = kiln_test_path("no-such-run"),
+         *fresh = kiln_test_path("rel-fresh");
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    const kiln_sign_seckey *keys[] = {f.rel};
+    kiln_registry_release_opts o = {.run_dir = run,
+                                    .name = "demo",
+                                    .version = "1.0.0",
+                                    .data = data,
+                                    .out_dir = outd,
+                                    .trust = f.trust,
+                                    .state = f.state,
+                                    .release_keys = keys,
+                                    .n_release_keys = 1,
+                                    .client = &c};
+    kiln_registry_release_result res;
+    CHECK("setup", keep && kiln_mkdir_p(outd) == KILN_OK &&
+                       kiln_write_file_atomic(keep, "mine", 4) == KILN_OK);
+    kiln_err rc = kiln_registry_release(&o, &res);
+    CHECK("a used output directory: refused at check",
+          rc == KILN_ERR_CONFLICT && res.stage == KILN_RELEASE_CHECK &&
+              strstr(kiln_errmsg(), "release stopped at stage 'check'") &&
+              strstr(kiln_errmsg(), outd) && strstr(kiln_errmsg(), "not empty"));
+    CHECK("its file is left as it was", file_is(outd, "keep", "mine"));
+    o.out_dir = fresh;
+    o.promote = "staging";
+    o.n_promote_keys = 0;
+    rc = kiln_registry_release(&o, &res);
+    CHECK("promote without a promote key: usage, at check",
+          rc == KILN_ERR_USAGE && res.stage == KILN_RELEASE_CHECK &&
+              strstr(kiln_errmsg(), "needs a promote key"));
+    o.promote = NULL;
+    rc = kiln_registry_release(&o, &res);
+    CHECK("a run that does not exist: stopped at export, naming it",
+          rc != KILN_OK && res.stage == KILN_RELEASE_EXPORT &&
+              strstr(kiln_errmsg(), "release stopped at stage 'export'") &&
+              strstr(kiln_errmsg(), "no-such-run"));
+    json_t *m = NULL;
+    kiln_registry_client_opts rd = fx_client(&f, NULL);
+    CHECK("nothing reached the registry",
+          kiln_registry_get_json(&rd, "/v1/models/demo/versions/1.0.0", &m) == KILN_ERR_NOTFOUND);
+    json_decref(m);
+    CHECK("stage names", !strcmp(kiln_release_stage_name(KILN_RELEASE_VALIDATE), "validate") &&
+                             !strcmp(kiln_release_stage_name(KILN_RELEASE_DONE), "done"));
+    free(outd), free(keep), free(data), free(run), free(fresh);
+out:
+    fx_free(&f);
+}
