@@ -77,6 +77,7 @@ int cmd_publish(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_promote(int argc, char **argv);
 int cmd_rollback(int argc, char **argv);
+int cmd_channel_history(int argc, char **argv);
 int cmd_channel_put(int argc, char **argv);
 int cmd_registry_fsck(int argc, char **argv);
 int cmd_registry_gc(int argc, char **argv);

@@ -271,3 +271,53 @@ int cmd_channel_put(int argc, char **argv) {
     free(text);
     return e ? cli_fail(e) : 0;
 }
+
+static const char *str_or(const json_t *o, const char *key) {
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
+int cmd_channel_history(int argc, char **argv) {
+    const char *url = NULL, *token = NULL, *channel = NULL;
+    const cli_opt opts[] = {
+        {"channel", CLI_STR, &channel, "C", "the channel", true},
+        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"token", CLI_STR, &token, "T", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        {0},
+    };
+    cli_spec spec = {"kiln channel history NAME --channel C --registry URL [--token T]",
+                     "List a channel's records by seq as the registry reports them (promotions "
+                     "and rollbacks; kiln pull verifies the current one).",
+                     opts, 1, 1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    char model[KILN_REGISTRY_NAME_MAX + 1];
+    snprintf(model, sizeof model, "%s", pos[0]);
+    free(pos);
+    if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", channel))
+        return cli_fail(KILN_ERR_USAGE);
+    kiln_registry_client_opts c;
+    bar b = {-1, ""};
+    client_opts(&c, url, token, &b);
+    c.progress = NULL;
+    char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, channel);
+    json_t *h = NULL;
+    kiln_err e = path ? kiln_registry_get_json(&c, path, &h) : KILN_ERR_NOMEM;
+    free(path);
+    if (e) return cli_fail(e);
+    printf("%-4s %-10s %-20s %-10s %-5s %-16s %s\n", "seq", "version", "digest", "reason", "sigs",
+           "put by", "at");
+    json_t *recs = json_object_get(h, "records"), *x;
+    size_t i;
+    json_array_foreach(recs, i, x) {
+        const json_t *file = json_object_get(x, "record"), *body = json_object_get(file, "record");
+        printf("%-4lld %-10s %-20.19s %-10s %-5zu %-16s %s\n",
+               (long long)json_integer_value(json_object_get(body, "seq")), str_or(body, "version"),
+               str_or(body, "digest"), str_or(body, "reason"),
+               json_array_size(json_object_get(file, "signatures")), str_or(x, "publisher"),
+               str_or(x, "created"));
+    }
+    json_decref(h);
+    return 0;
+}

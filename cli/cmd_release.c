@@ -41,8 +41,8 @@ static kiln_err load_keys(const cli_list *paths, kiln_sign_seckey ***out) {
 
 int cmd_release(int argc, char **argv) {
     const char *name = NULL, *version = NULL, *url = NULL, *token = NULL, *ptoken = NULL,
-               *data = NULL, *baseline = "production", *promote = NULL, *out = NULL,
-               *trust = NULL, *state = NULL;
+               *data = NULL, *baseline = "production", *promote = NULL, *out = NULL, *trust = NULL,
+               *state = NULL;
     cli_list keys = {0}, pkeys = {0}, sets = {0};
     long step = 0, windows = 64;
     bool no_bf16 = false;
@@ -66,14 +66,13 @@ int cmd_release(int argc, char **argv) {
         {"promote-token", CLI_STR, &ptoken, "T", "a promote token (default: --token)", false},
         {"out-dir", CLI_STR, &out, "DIR",
          "where the model directory and archive go (default release-N-V)", false},
-        {"step", CLI_INT, &step, "N", "checkpoint step (default: the newest that verifies)",
-         false},
+        {"step", CLI_INT, &step, "N", "checkpoint step (default: the newest that verifies)", false},
         {"windows", CLI_INT, &windows, "N", "golden windows (default 64)", false},
         {"no-bf16", CLI_FLAG, &no_bf16, NULL, "skip the f32-vs-bf16 parity check", false},
         {"set", CLI_MULTI, &sets, "KEY=VALUE", "override a validation threshold (repeatable)",
          false},
-        {"state", CLI_STR, &state, "DIR", "pull state for the baseline (default ~/.local/state/kiln)",
-         false},
+        {"state", CLI_STR, &state, "DIR",
+         "pull state for the baseline (default ~/.local/state/kiln)", false},
         {0},
     };
     const cli_spec spec = {

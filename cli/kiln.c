@@ -13,6 +13,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"channel history", cmd_channel_history, "list a channel's records (promotions, rollbacks)"},
     {"channel put", cmd_channel_put, "put a signed channel record into a registry"},
     {"channel sign", cmd_channel_sign, "create or countersign a channel record"},
     {"channel verify", cmd_channel_verify, "verify a channel record against a trust policy"},

@@ -37,14 +37,13 @@ kiln_err kiln_registry_promote(const kiln_registry_client_opts *c,
     const char *d = json_string_value(json_object_get(ver, "digest"));
     char hex[KILN_SHA256_HEX];
     uint8_t digest[32];
-    KILN_CHECK_IF(rc, out, !reg_digest_hex(d, hex) || !kiln_unhex(hex, digest, 32),
-                  KILN_ERR_FORMAT, "the registry's record of %s@%s has no sha256 digest",
-                  o->model, o->version);
+    KILN_CHECK_IF(rc, out, !reg_digest_hex(d, hex) || !kiln_unhex(hex, digest, 32), KILN_ERR_FORMAT,
+                  "the registry's record of %s@%s has no sha256 digest", o->model, o->version);
     if (o->digest) {
         const char *want = strncmp(o->digest, "sha256:", 7) ? o->digest : o->digest + 7;
         KILN_CHECK_IF(rc, out, strcmp(want, hex) != 0, KILN_ERR_VERIFY,
-                      "the registry holds %s@%s as %s, not %s%s; refusing", o->model, o->version,
-                      d, strncmp(o->digest, "sha256:", 7) ? "sha256:" : "", o->digest);
+                      "the registry holds %s@%s as %s, not %s%s; refusing", o->model, o->version, d,
+                      strncmp(o->digest, "sha256:", 7) ? "sha256:" : "", o->digest);
     }
     int64_t life = o->expires_in ? o->expires_in : 30 * 86400;
     KILN_CHECK(rc, out,
@@ -73,8 +72,7 @@ out:
 }
 
 kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, const char *model,
-                                        const char *channel,
-                                        char out[KILN_REGISTRY_NAME_MAX + 1]) {
+                                        const char *channel, char out[KILN_REGISTRY_NAME_MAX + 1]) {
     out[0] = 0;
     KILN_TRY(kiln_registry_check_name("model", model));
     KILN_TRY(kiln_registry_check_name("channel", channel));

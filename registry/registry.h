@@ -219,10 +219,10 @@ typedef struct kiln_registry_release_opts {
     size_t n_release_keys;
     const kiln_sign_seckey *const *promote_keys; /* each signs the channel record */
     size_t n_promote_keys;
-    const kiln_registry_client_opts *client; /* the registry, with a publish (or admin) token */
-    const char *promote_token;               /* NULL: the client's token */
-    int windows;                             /* golden windows; 0: 64 */
-    uint64_t seed;                           /* golden window seed; 0: 1 */
+    const kiln_registry_client_opts *client;  /* the registry, with a publish (or admin) token */
+    const char *promote_token;                /* NULL: the client's token */
+    int windows;                              /* golden windows; 0: 64 */
+    uint64_t seed;                            /* golden window seed; 0: 1 */
     const struct kiln_thresholds *thresholds; /* NULL: defaults */
     bool no_bf16;                             /* skip the f32-vs-bf16 check */
     /* Called after each stage with one line saying what it did (may be NULL). */
@@ -231,8 +231,8 @@ typedef struct kiln_registry_release_opts {
 } kiln_registry_release_opts;
 
 typedef struct kiln_registry_release_result {
-    kiln_release_stage stage; /* the stage that failed, or KILN_RELEASE_DONE */
-    long step;                /* the checkpoint exported */
+    kiln_release_stage stage;                  /* the stage that failed, or KILN_RELEASE_DONE */
+    long step;                                 /* the checkpoint exported */
     char baseline[KILN_REGISTRY_NAME_MAX + 1]; /* the baseline's version; "" for none */
     int64_t baseline_seq;
     char digest[72]; /* the published archive's "sha256:<hex>" */

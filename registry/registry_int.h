@@ -10,8 +10,8 @@
 #include "registry.h"
 #include "sign.h"
 
-#define REG_RECORD_MAX (64u * 1024u)       /* a channel record's text */
-#define REG_SIG_MAX (32u * 1024u) /* an archive's signature file (several signers' blocks) */
+#define REG_RECORD_MAX (64u * 1024u) /* a channel record's text */
+#define REG_SIG_MAX (32u * 1024u)    /* an archive's signature file (several signers' blocks) */
 #define REG_JSON_MAX (16u * 1024u * 1024u) /* a JSON answer the client accepts */
 
 /* ---- SQLite (store.c) ---- */

@@ -70,8 +70,8 @@ static kiln_err stage_check(rel *r) {
     KILN_FAIL_IF(!o->n_release_keys, KILN_ERR_USAGE, "a release needs a release key to sign with");
     if (o->promote) {
         KILN_TRY(kiln_registry_check_name("channel", o->promote));
-        KILN_FAIL_IF(!o->n_promote_keys, KILN_ERR_USAGE,
-                     "promoting to '%s' needs a promote key", o->promote);
+        KILN_FAIL_IF(!o->n_promote_keys, KILN_ERR_USAGE, "promoting to '%s' needs a promote key",
+                     o->promote);
     }
     if (o->baseline_channel && *o->baseline_channel)
         KILN_TRY(kiln_registry_check_name("channel", o->baseline_channel));
@@ -95,8 +95,7 @@ static kiln_err stage_check(rel *r) {
     KILN_FAIL_IF(!kiln_path_exists(r->data), KILN_ERR_NOTFOUND,
                  "dataset '%s' does not exist; give --data", r->data);
     KILN_FAIL_IF(kiln_path_exists(o->out_dir) && !dir_empty(o->out_dir), KILN_ERR_CONFLICT,
-                 "'%s' exists and is not empty; a release writes into a new directory",
-                 o->out_dir);
+                 "'%s' exists and is not empty; a release writes into a new directory", o->out_dir);
     KILN_TRY(kiln_mkdir_p(o->out_dir));
     r->model = kiln_path_join(o->out_dir, "model");
     r->archive = kiln_asprintf("%s/%s-%s.kiln", o->out_dir, o->name, o->version);
@@ -125,8 +124,8 @@ static kiln_err stage_export(rel *r) {
     kiln_export_info info;
     KILN_TRY(kiln_export_model(&eo, &info));
     r->res->step = info.step;
-    snprintf(r->line, sizeof r->line, "step %ld of '%s' frozen into '%s'", info.step,
-             r->o->run_dir, r->model);
+    snprintf(r->line, sizeof r->line, "step %ld of '%s' frozen into '%s'", info.step, r->o->run_dir,
+             r->model);
     kiln_export_info_release(&info);
     return KILN_OK;
 }
@@ -155,8 +154,8 @@ static kiln_err stage_baseline(rel *r) {
     r->baseline_tmp = kiln_asprintf("%s/.baseline-XXXXXX", o->out_dir);
     KILN_FAIL_IF(!r->baseline_tmp, KILN_ERR_NOMEM, "out of memory");
     if (!mkdtemp(r->baseline_tmp)) {
-        kiln_err rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory in '%s'",
-                                      o->out_dir);
+        kiln_err rc =
+            kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory in '%s'", o->out_dir);
         free(r->baseline_tmp);
         r->baseline_tmp = NULL;
         return rc;
@@ -165,11 +164,8 @@ static kiln_err stage_baseline(rel *r) {
     KILN_FAIL_IF(!r->baseline, KILN_ERR_NOMEM, "out of memory");
     char ref[2 * KILN_REGISTRY_NAME_MAX + 2];
     snprintf(ref, sizeof ref, "%s@%s", o->name, o->baseline_channel);
-    kiln_registry_pull_opts p = {.ref = ref,
-                                 .trust = o->trust,
-                                 .out = r->baseline,
-                                 .state = o->state,
-                                 .channel_only = true};
+    kiln_registry_pull_opts p = {
+        .ref = ref, .trust = o->trust, .out = r->baseline, .state = o->state, .channel_only = true};
     kiln_registry_pulled got;
     kiln_err rc = kiln_registry_pull(o->client, &p, &got);
     if (rc == KILN_ERR_NOTFOUND) {
@@ -222,8 +218,7 @@ static kiln_err stage_validate(rel *r) {
             const char *st = json_string_value(json_object_get(c, "status")),
                        *re = json_string_value(json_object_get(c, "reason"));
             if (st && !strcmp(st, "failed") && n < sizeof why)
-                n += (size_t)snprintf(why + n, sizeof why - n, "%s%s", n ? "; " : "",
-                                      re ? re : k);
+                n += (size_t)snprintf(why + n, sizeof why - n, "%s%s", n ? "; " : "", re ? re : k);
         }
         rc = kiln_fail(KILN_ERR_VERIFY, "validation failed: %s (report '%s')", why,
                        path ? path : r->model);
@@ -266,7 +261,8 @@ static kiln_err stage_sign(rel *r) {
     size_t len = 0;
     kiln_err rc = KILN_OK;
     for (size_t i = 0; i < r->o->n_release_keys; i++) {
-        KILN_CHECK(rc, out, kiln_sign_archive(r->o->release_keys[i], r->archive, false, &sig, NULL));
+        KILN_CHECK(rc, out,
+                   kiln_sign_archive(r->o->release_keys[i], r->archive, false, &sig, NULL));
         KILN_CHECK(rc, out, kiln_sign_archive_sigs_add(file, len, r->sigpath, sig, &next));
         free(file);
         free(sig);
@@ -319,9 +315,8 @@ static kiln_err stage_promote(rel *r) {
     kiln_registry_promoted got;
     KILN_TRY(kiln_registry_promote(&c, &po, &got));
     r->res->promoted_seq = got.seq;
-    snprintf(r->line, sizeof r->line, "%s/%s -> %s seq %llu (%zu signature%s)", o->name,
-             o->promote, o->version, (unsigned long long)got.seq, got.nsigs,
-             got.nsigs == 1 ? "" : "s");
+    snprintf(r->line, sizeof r->line, "%s/%s -> %s seq %llu (%zu signature%s)", o->name, o->promote,
+             o->version, (unsigned long long)got.seq, got.nsigs, got.nsigs == 1 ? "" : "s");
     return KILN_OK;
 }
 
@@ -341,8 +336,8 @@ kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
         r.line[0] = 0;
         rc = stages[res->stage](&r);
         if (rc) {
-            rc = kiln_errprefix(rc, "release stopped at stage '%s': ",
-                                kiln_release_stage_name(res->stage));
+            rc = kiln_errprefix(
+                rc, "release stopped at stage '%s': ", kiln_release_stage_name(res->stage));
             break;
         }
         done(&r, res->stage);

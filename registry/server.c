@@ -784,8 +784,8 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     kiln_sign_archive_report rep;
     reg_archive_meta m;
     memset(&m, 0, sizeof m);
-    rc = kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", s->trust,
-                                       &rep);
+    rc =
+        kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", s->trust, &rep);
     if (rc == KILN_ERR_FORMAT) rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
     if (!rc) rc = reg_archive_meta_read(path, &m);
     if (rc) rc = kiln_errprefix(rc, "%s: ", label);
@@ -1182,8 +1182,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                             MHD_OPTION_CONNECTION_TIMEOUT, 120u,
                             /* room for X-Kiln-Signature: several signers' blocks, base64 */
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX),
-                            MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, NULL, MHD_OPTION_END);
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK,
                   "cannot listen on '%s' (address in use or not local?)", o->listen);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);

@@ -481,9 +481,9 @@ static kiln_err fsck_versions(const char *root, sqlite3 *db, const kiln_sign_tru
             snprintf(label, sizeof label, "%s@%s's signature", m, v);
             if (strcmp(got, hex) != 0)
                 problem(p, "%s@%s: blob '%s' hashes to sha256:%s", m, v, path, got);
-            else if (trust && kiln_sign_verify_archive_sigs(path, sig ? sig : "",
-                                                             sig ? strlen(sig) : 0, label, trust,
-                                                             NULL) != KILN_OK)
+            else if (trust &&
+                     kiln_sign_verify_archive_sigs(path, sig ? sig : "", sig ? strlen(sig) : 0,
+                                                   label, trust, NULL) != KILN_OK)
                 problem(p, "%s@%s: %s", m, v, kiln_errmsg());
         }
         free(path);

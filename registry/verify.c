@@ -56,8 +56,8 @@ void reg_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len
     for (size_t i = 0; i < rep->nsigners && n < len; i++)
         n += (size_t)snprintf(out + n, len - n, "%s%s", i ? ", " : "", rep->signers[i]->name);
     if (n < len)
-        snprintf(out + n, len - n, " (%d of %d release key%s; validation %s%s)",
-                 (int)rep->nsigners, rep->threshold, rep->threshold == 1 ? "" : "s",
+        snprintf(out + n, len - n, " (%d of %d release key%s; validation %s%s)", (int)rep->nsigners,
+                 rep->threshold, rep->threshold == 1 ? "" : "s",
                  kiln_sign_validation_name(rep->info.validation),
                  rep->info.allow_unvalidated ? ", signed with allow-unvalidated" : "");
 }
@@ -80,8 +80,8 @@ kiln_err reg_relabel(kiln_err rc, const char *path, const char *label) {
     return kiln_fail(rc, "%s", buf);
 }
 
-kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len, const char *label,
-                           reg_record *out) {
+kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
+                           const char *label, reg_record *out) {
     memset(out, 0, sizeof *out);
     KILN_FAIL_IF(!t, KILN_ERR_VERIFY, "%s: no trust policy to verify the record with", label);
     kiln_sign_record r;

@@ -1214,7 +1214,8 @@ static char *fx_real_archive(const char *version, bool validated) {
         ok = kiln_train_start(&c, &o) == KILN_OK;
     }
     kiln_export_opts eo = {.run_dir = run, .out_dir = model, .name = "demo"};
-    kiln_golden_opts go = {.model = model, .data = data, .windows = 4, .seed = 3, .val_fraction = -1};
+    kiln_golden_opts go = {
+        .model = model, .data = data, .windows = 4, .seed = 3, .val_fraction = -1};
     kiln_validate_opts vo = {.model = model, .data = data, .val_fraction = -1};
     ok = ok && kiln_export_model(&eo, NULL) == KILN_OK && kiln_golden_make(&go) == KILN_OK;
     if (ok && validated) ok = kiln_validate_run(&vo, NULL) == KILN_OK;
@@ -1229,14 +1230,13 @@ static char *fx_real_archive(const char *version, bool validated) {
 
 static bool fx_policy(const char *path, const char *rel, const char *rel2, const char *rel3,
                       const char *p1, const char *extra) {
-    char *t = kiln_asprintf(
-        "{\"format\":\"kiln-trust/1\",\"keys\":["
-        "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
-        "{\"name\":\"rel2\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
-        "{\"name\":\"rel3\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
-        "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
-        "\"channels\":{\"staging\":{\"threshold\":1}}%s}",
-        rel, rel2, rel3, p1, extra);
+    char *t = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"keys\":["
+                            "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+                            "{\"name\":\"rel2\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+                            "{\"name\":\"rel3\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+                            "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
+                            "\"channels\":{\"staging\":{\"threshold\":1}}%s}",
+                            rel, rel2, rel3, p1, extra);
     bool ok = t && kiln_write_file_atomic(path, t, strlen(t)) == KILN_OK;
     free(t);
     return ok;
@@ -1268,7 +1268,8 @@ KILN_TEST(registry_archive_policy) {
     keys = keys && fx_key(&rel2, k_rel2) && fx_key(&rel3, k_rel3);
     /* The server: two distinct release keys, no unvalidated archives. */
     if (!CHECK("policies",
-               keys && fx_policy(f.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
+               keys &&
+                   fx_policy(f.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
                    fx_policy(strict, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
                    fx_policy(client3, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":3") &&
                    fx_start(&f)))
@@ -1313,7 +1314,8 @@ KILN_TEST(registry_archive_policy) {
     CHECK("the strict client pulls the validated model", rc == KILN_OK);
     CHECK("and says who signed it",
           strstr(res.signed_by, "rel, rel2 (2 of 2 release keys; validation passed)") != NULL);
-    char *vj = kiln_path_join(out, "validation.json"), *ws = kiln_path_join(out, "model.safetensors");
+    char *vj = kiln_path_join(out, "validation.json"),
+         *ws = kiln_path_join(out, "model.safetensors");
     json_t *rep = NULL;
     CHECK("the pulled model carries its passing validation report",
           vj && kiln_json_load_file(vj, &rep) == KILN_OK &&
@@ -1333,13 +1335,14 @@ KILN_TEST(registry_archive_policy) {
           kiln_registry_publish(&c, u, NULL, &pub) == KILN_OK);
     char *out2 = kiln_test_path("unvalidated");
     rc = fx_pull_with(&f, strict, "demo@1.1.0", out2, &res);
-    CHECK("the strict client refuses it",
-          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "allow-unvalidated") &&
-              strstr(kiln_errmsg(), "accept_unvalidated"));
+    CHECK("the strict client refuses it", rc == KILN_ERR_VERIFY &&
+                                              strstr(kiln_errmsg(), "allow-unvalidated") &&
+                                              strstr(kiln_errmsg(), "accept_unvalidated"));
     CHECK("nothing there", !kiln_path_exists(out2));
     rc = fx_pull_with(&f, f.trust, "demo@1.1.0", out2, &res);
     CHECK("a client whose policy accepts it pulls it, and is told",
-          rc == KILN_OK && strstr(res.signed_by, "validation absent, signed with allow-unvalidated"));
+          rc == KILN_OK &&
+              strstr(res.signed_by, "validation absent, signed with allow-unvalidated"));
     size_t problems = 0;
     kiln_registry_server_stop(f.srv, 1000);
     f.srv = NULL;
