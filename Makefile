@@ -66,6 +66,7 @@ CU_SRC := $(if $(NVCC),$(sort $(wildcard kernels/cuda/*.cu)))
 
 ifneq ($(CU_SRC),)
 CFLAGS += -DKILN_HAVE_CUDA
+# nvcc's host code (kernel launch stubs) needs the C++ runtime.
 CU_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++
 # Hopper natively, PTX for newer chips, Ampere as the generic target.
 NVCC_ARCH ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
@@ -210,3 +211,22 @@ clean:
 
 -include $(LIB_OBJ:.o=.d) $(DIST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
 FORCE:
+
+# The CUDA path checked on a GPU (tests/gpu/run.sh runs it); built only where nvcc is.
+.PHONY: gpu-check
+ifneq ($(CU_SRC),)
+gpu-check: $(BUILD)/gpu-check
+$(BUILD)/gpu-check: $(BUILD)/obj/tests/gpu/check.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+-include $(BUILD)/obj/tests/gpu/check.d
+else
+gpu-check:
+	@echo "gpu-check: nvcc was not found, so this build has no CUDA" >&2; exit 2
+endif
+
+# The CUDA sources run on the CPU through an emulator (a fiber per CUDA thread, cuBLAS over
+# OpenBLAS): gpu-check and the C suite's cuda tests without a GPU, about two minutes; with
+# EMU_SAN=1 under AddressSanitizer. Needs g++ and python3; not part of `make test`.
+.PHONY: gpu-emu
+gpu-emu: $(BUILD)/tests.inc
+	tests/gpu/emu/emu.sh

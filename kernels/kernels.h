@@ -160,13 +160,126 @@ void kiln_stats_entropy(float *out, const float *p, size_t rows,
                         size_t cols);                         /* [1], [rows,cols] */
 void kiln_stats_maxabs(float *out, const float *x, size_t n); /* [1], [n] */
 
-/* ---- CUDA (kernels/cuda; present when built with KILN_HAVE_CUDA) ---- */
+/* ---- CUDA (kernels/cuda; present when built with KILN_HAVE_CUDA) ----
+ *
+ * Context. Every CUDA call of a thread goes through that thread's context: its device, one
+ * cuBLAS handle (a fixed 32 MiB workspace set with cublasSetWorkspace, atomics not allowed,
+ * default math, so no TF32) and a grow-only scratch block the ops use for partial sums.
+ * kiln_cuda_init(device) is counted: each success is paired with kiln_cuda_release() on the
+ * same thread; the last release frees the handle and the scratch. One thread per GPU (the
+ * NCCL layout) gives each GPU its own context. All work runs on the legacy default stream, in
+ * call order, so no op needs a stream argument and an op's result is ready for the next op
+ * without a synchronisation.
+ *
+ * Ops. kiln_cuda_<op> has the argument list of the CPU op of the same name above, every
+ * pointer a device pointer (including the scalars the CPU op writes: *loss, losses[2],
+ * *dropped, the stats), and the same semantics: backward functions ADD into gradients. They
+ * return KILN_ERR_DEVICE naming the op and the failing call (a launch error, a cuBLAS
+ * status); an error of a kernel's execution shows at the next synchronising call
+ * (kiln_cuda_sync, a download). An op with nothing to do (N == 0) launches nothing.
+ *
+ * Determinism: no floating-point atomics anywhere. Row reductions (norms, softmax, dot
+ * products) use one warp with a fixed lane order and a butterfly tree; column reductions
+ * (bias, norm-gain gradients) sum fixed chunks of 256 rows, then the chunk sums in order;
+ * whole-tensor sums (losses, stats) sum in double over a partition that depends only on the
+ * element count. The attention backward is split by owner (a query's dq, then a key's dk and
+ * dv), the MoE dispatch ranks choices by an integer block scan, and the gather backward adds
+ * a token's slots in ascending gathered-row order, as the CPU does. Two runs give the same
+ * bits; the CPU and CUDA results differ by float rounding only (FMA contraction, expf, the
+ * order of partial sums), except the router's choices, which are the CPU's exactly given
+ * the same probabilities.
+ *
+ * One argument list differs from the CPU op: kiln_cuda_moe_gather_backward takes the plan's
+ * pos [N,K] instead of rows [M] (see there). */
 #ifdef KILN_HAVE_CUDA
 /* Number of visible CUDA devices; 0 when there is no driver or GPU. */
 int kiln_cuda_device_count(void);
 /* n blocks of four Philox words for counters first..first+n-1, computed on the device. */
 kiln_err kiln_cuda_philox(uint32_t *host_out, uint64_t seed, uint64_t stream, uint64_t first,
                           size_t n);
+
+/* Open (or count another use of) this thread's context on a device; KILN_ERR_DEVICE with the
+ * reason when there is no such device or the driver cannot start. */
+kiln_err kiln_cuda_init(int device);
+void kiln_cuda_release(void);
+/* Wait for all queued work; reports a failed kernel's error. */
+kiln_err kiln_cuda_sync(void);
+/* Device memory; free with kiln_cuda_free (NULL does nothing). */
+kiln_err kiln_cuda_malloc(void **ptr, size_t bytes);
+void kiln_cuda_free(void *ptr);
+/* Copies between host and device (they wait for queued work) and a byte fill (queued). */
+kiln_err kiln_cuda_upload(void *dst_dev, const void *src_host, size_t bytes);
+kiln_err kiln_cuda_download(void *dst_host, const void *src_dev, size_t bytes);
+kiln_err kiln_cuda_copy(void *dst_dev, const void *src_dev, size_t bytes);
+kiln_err kiln_cuda_memset(void *dst_dev, int byte, size_t bytes);
+/* Grow the context's scratch to at least bytes now, so that no op allocates later. */
+kiln_err kiln_cuda_reserve(size_t bytes);
+/* Scratch bytes the ops need for these sizes (rows N, widest row C): the networks reserve it. */
+size_t kiln_cuda_scratch_bytes(size_t N, size_t C);
+
+kiln_err kiln_cuda_standardize_forward(float *out, const float *x, const float *mean,
+                                       const float *std, int N, int F);
+kiln_err kiln_cuda_standardize_backward(float *dx, const float *dout, const float *std, int N,
+                                        int F);
+kiln_err kiln_cuda_linear_forward(float *out, const float *inp, const float *weight,
+                                  const float *bias, int N, int IC, int OC);
+kiln_err kiln_cuda_linear_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                                   const float *inp, const float *weight, int N, int IC, int OC);
+/* bf16 twins of the linear op: weight is a bf16 copy (kiln_cuda_to_bf16) of the f32 weight;
+ * inp and dout are rounded to bf16 into the context's scratch; cuBLAS multiplies the bf16
+ * operands with f32 accumulation into f32 outputs (dinp, dweight, out); bias and dbias f32. */
+kiln_err kiln_cuda_to_bf16(uint16_t *dst, const float *src, size_t n); /* round to nearest even */
+kiln_err kiln_cuda_linear_forward_bf16(float *out, const float *inp, const uint16_t *weight,
+                                       const float *bias, int N, int IC, int OC);
+kiln_err kiln_cuda_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
+                                        const float *dout, const float *inp, const uint16_t *weight,
+                                        int N, int IC, int OC);
+kiln_err kiln_cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
+                                   float eps, int N, int D);
+kiln_err kiln_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
+                                    const float *inp, const float *weight, const float *rstd, int N,
+                                    int D);
+kiln_err kiln_cuda_gelu_forward(float *out, const float *inp, size_t n);
+kiln_err kiln_cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
+kiln_err kiln_cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
+kiln_err kiln_cuda_residual_backward(float *da, float *db, const float *dout, size_t n);
+kiln_err kiln_cuda_attention_forward(float *out, float *att, const float *qkv, int B, int S, int D,
+                                     int H, int W);
+/* scratch [B,H,S,W] holds d score (not d att, as on the CPU) between the two passes. */
+kiln_err kiln_cuda_attention_backward(float *dqkv, float *scratch, const float *dout,
+                                      const float *qkv, const float *att, int B, int S, int D,
+                                      int H, int W);
+kiln_err kiln_cuda_router_forward(float *probs, float *lse, int32_t *idx, float *gates,
+                                  const float *logits, int N, int E, int K);
+kiln_err kiln_cuda_router_loss_forward(float *load, double *losses, const float *probs,
+                                       const float *lse, const int32_t *idx, int N, int E, int K);
+kiln_err kiln_cuda_router_backward(float *dlogits, const float *dgates, const float *probs,
+                                   const float *lse, const int32_t *idx, const float *gates,
+                                   const float *load, float lb_coef, float z_coef, int N, int E,
+                                   int K);
+kiln_err kiln_cuda_moe_dispatch(int32_t *offsets, int32_t *pos, int32_t *rows, int *dropped,
+                                const int32_t *idx, int capacity, int N, int E, int K);
+/* M is offsets[E] of the plan, which the caller reads back to size the expert GEMMs. */
+kiln_err kiln_cuda_moe_gather_forward(float *xg, const float *inp, const int32_t *rows, int M,
+                                      int D);
+/* dinp[t] += dxg[pos[t,k]] over the kept slots (pos >= 0), in ascending pos: the same sums
+ * in the same order as the CPU's loop over rows, without atomics (a token's slots are found
+ * through pos, which the CPU signature does not carry). */
+kiln_err kiln_cuda_moe_gather_backward(float *dinp,        /* [N,D] */
+                                       const float *dxg,   /* [M,D] */
+                                       const int32_t *pos, /* [N,K] */
+                                       int N, int D, int K);
+kiln_err kiln_cuda_moe_combine_forward(float *out, const float *res, const float *yg,
+                                       const float *gates, const int32_t *pos, int N, int D, int K);
+kiln_err kiln_cuda_moe_combine_backward(float *dyg, float *dgates, const float *dout,
+                                        const float *yg, const float *gates, const int32_t *pos,
+                                        int N, int D, int K);
+kiln_err kiln_cuda_mse_forward(double *loss, const float *y, const float *targets, size_t n);
+kiln_err kiln_cuda_mse_backward(float *dy, const float *y, const float *targets, float scale,
+                                size_t n);
+kiln_err kiln_cuda_stats_rms(float *out, const float *x, size_t n);
+kiln_err kiln_cuda_stats_entropy(float *out, const float *p, size_t rows, size_t cols);
+kiln_err kiln_cuda_stats_maxabs(float *out, const float *x, size_t n);
 #endif
 
 #ifdef __cplusplus

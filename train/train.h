@@ -358,4 +358,54 @@ typedef struct kiln_run_diff {
 kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff *out);
 void kiln_run_diff_release(kiln_run_diff *d);
 
+/* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
+ * The same function as kiln_tsmoe (MODEL.md), with parameters, gradients and activations
+ * each in one block of device memory, built from the kiln_cuda_* ops of kernels.h. It
+ * agrees with the CPU network to float rounding (the router's choices exactly, given the
+ * same probabilities), and two runs give the same bits. The device is driven by the thread
+ * that created the network (kernels.h, "Context"): call every function on that thread.
+ * In a build without CUDA, create fails with KILN_ERR_UNSUPPORTED; on a machine without a
+ * usable GPU, with KILN_ERR_DEVICE and the driver's reason. */
+typedef struct kiln_tsmoe_cuda kiln_tsmoe_cuda;
+
+typedef enum kiln_precision {
+    KILN_PRECISION_F32 = 0, /* every GEMM in f32 (no TF32) */
+    KILN_PRECISION_BF16 = 1 /* GEMM operands rounded to bf16, f32 accumulation and outputs;
+                               f32 master weights, router, norms, softmax and losses */
+} kiln_precision;
+
+typedef struct kiln_cuda_opts {
+    int device;               /* CUDA device index, default 0 */
+    kiln_precision precision; /* default f32 */
+} kiln_cuda_opts;
+
+/* opts NULL: device 0, f32. Parameters and gradients start at zero. Free with
+ * kiln_tsmoe_cuda_free. */
+kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
+                                const kiln_cuda_opts *opts, kiln_tsmoe_cuda **out);
+void kiln_tsmoe_cuda_free(kiln_tsmoe_cuda *m);
+/* The parameter layout: kiln_param_table order, the same as kiln_tsmoe's. */
+const kiln_param *kiln_tsmoe_cuda_param_table(const kiln_tsmoe_cuda *m, size_t *count);
+size_t kiln_tsmoe_cuda_numel(const kiln_tsmoe_cuda *m);
+/* Host blocks of numel floats in and out (e.g. kiln_tsmoe_params of a CPU network). */
+kiln_err kiln_tsmoe_cuda_upload_params(kiln_tsmoe_cuda *m, const float *params);
+kiln_err kiln_tsmoe_cuda_download_params(const kiln_tsmoe_cuda *m, float *params);
+kiln_err kiln_tsmoe_cuda_download_grads(const kiln_tsmoe_cuda *m, float *grads);
+/* The device blocks themselves [numel], for an optimizer that runs on the device. */
+float *kiln_tsmoe_cuda_device_params(kiln_tsmoe_cuda *m);
+float *kiln_tsmoe_cuda_device_grads(kiln_tsmoe_cuda *m);
+kiln_err kiln_tsmoe_cuda_zero_grads(kiln_tsmoe_cuda *m);
+/* As kiln_tsmoe_forward: x [B,S,F] and targets [B,S,O] (or NULL) are host memory, copied
+ * to the device. Returns when the loss and the stats are on the host. */
+kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float *targets, int B,
+                                 const kiln_loss_opts *opts, kiln_loss *loss);
+/* y [B,S,O] of the last forward, copied to the host. */
+kiln_err kiln_tsmoe_cuda_outputs(const kiln_tsmoe_cuda *m, float *y);
+/* Host copies, valid until the next forward. */
+const kiln_tsmoe_stats *kiln_tsmoe_cuda_last_stats(const kiln_tsmoe_cuda *m);
+/* After a forward with targets: grads += scale * d loss / d params (queued on the device;
+ * a download or kiln_tsmoe_cuda_sync waits for it and reports its errors). */
+kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale);
+kiln_err kiln_tsmoe_cuda_sync(kiln_tsmoe_cuda *m);
+
 #endif

@@ -1,0 +1,1055 @@
+/* check.c - the CUDA path checked on a GPU: every kiln_cuda op against its CPU op on fresh
+ * Philox inputs (device outputs poisoned with NaN first, so an element the op forgot to
+ * write fails), the device network against the CPU network (on the kiln-tsmoe vectors and
+ * on random configs), two runs bitwise identical, then throughput and MFU. Prints a table
+ * last and writes every figure to the results file.
+ *
+ *   gpu-check [--out FILE] [--vectors DIR] [--no-bench] [--tiny-bench]
+ *
+ * Error of a tensor: max |gpu - cpu| over max |cpu| (absolute when the reference is all
+ * zero); a NaN or infinity on either side is an infinite error. Exit 0 when every check
+ * passed, 1 when one failed, 77 when there is no GPU (skipped), 2 on a setup error. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cblas.h>
+
+#include "kernels.h"
+#include "train.h"
+
+#ifndef KILN_HAVE_CUDA
+int main(void) {
+    printf("gpu-check: this build has no CUDA (nvcc was not found): skipped\n");
+    return 77;
+}
+#else
+
+#define TOL_F32 1e-5      /* ops and network outputs in f32 */
+#define TOL_F32_GRAD 1e-5 /* network gradients in f32 (the emulator measures ~6e-7) */
+#define TOL_BF16 1e-2
+#define H200_BF16_PEAK 989e12 /* dense bf16 FLOP/s of one H200 (SXM), no sparsity */
+
+/* ---- results ---- */
+
+enum { PASS, FAIL, SKIP, INFO };
+typedef struct result {
+    char name[160];
+    double err, tol;
+    int status;
+    char note[128];
+} result;
+
+static result table[1024];
+static int n_table, n_fail;
+static FILE *out;
+
+static void say(const char *fmt, ...) KILN_PRINTF(1, 2);
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (out) {
+        va_start(ap, fmt);
+        vfprintf(out, fmt, ap);
+        va_end(ap);
+        fflush(out);
+    }
+}
+
+static const char *status_name(int s) {
+    return s == PASS ? "pass" : s == FAIL ? "FAIL" : s == SKIP ? "skip" : "info";
+}
+
+static void add(const char *name, double err, double tol, int status, const char *note) {
+    if (status == FAIL) n_fail++;
+    if (n_table < (int)KILN_ARRAY_LEN(table)) {
+        result *r = &table[n_table++];
+        snprintf(r->name, sizeof r->name, "%s", name);
+        r->err = err;
+        r->tol = tol;
+        r->status = status;
+        snprintf(r->note, sizeof r->note, "%s", note ? note : "");
+    }
+    say("%-4s %-64s err %-10.3g tol %-8.2g %s\n", status_name(status), name, err, tol,
+        note ? note : "");
+}
+
+/* err <= tol passes; NaN fails (the comparison is false). */
+static void record(const char *name, double err, double tol) {
+    add(name, err, tol, err <= tol ? PASS : FAIL, NULL);
+}
+static void record_exact(const char *name, bool equal, const char *note) {
+    add(name, equal ? 0.0 : 1.0, 0.0, equal ? PASS : FAIL, note);
+}
+static void record_call_failed(const char *what, int line) {
+    char note[128];
+    snprintf(note, sizeof note, "line %d: %s", line, kiln_errmsg());
+    add(what, INFINITY, 0, FAIL, note);
+}
+
+/* A failing call records a failed row and leaves the current check. */
+#define TRY(name, expr)                                                                            \
+    do {                                                                                           \
+        if ((expr) != KILN_OK) {                                                                   \
+            record_call_failed((name), __LINE__);                                                  \
+            return;                                                                                \
+        }                                                                                          \
+    } while (0)
+
+static double cmp(const float *g, const float *c, size_t n) {
+    double big = 0, err = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i])) return INFINITY;
+        big = fmax(big, fabs(c[i]));
+        err = fmax(err, fabs((double)g[i] - c[i]));
+    }
+    return big > 0 ? err / big : err;
+}
+
+/* Normwise: ||g - c|| / ||c||, the measure for bf16, where the elementwise one is dominated by
+ * a few elements of cancelling sums. */
+static double cmp_norm(const float *g, const float *c, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(g[i]) || !isfinite(c[i])) return INFINITY;
+        num += ((double)g[i] - c[i]) * ((double)g[i] - c[i]);
+        den += (double)c[i] * c[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static double rel(double got, double want) {
+    if (!isfinite(got) || !isfinite(want)) return INFINITY;
+    return want == 0 ? fabs(got) : fabs(got - want) / fabs(want);
+}
+
+/* ---- memory: per-check arenas, freed by release_all() ---- */
+
+static void *dev_list[4096], *host_list[4096];
+static int n_dev, n_host;
+
+static void fatal(const char *what) {
+    say("gpu-check: %s: %s\n", what, kiln_errmsg());
+    exit(2);
+}
+
+static void *hnew(size_t bytes) {
+    void *p = calloc(1, bytes ? bytes : 1);
+    if (!p || n_host == (int)KILN_ARRAY_LEN(host_list)) fatal("host allocation");
+    host_list[n_host++] = p;
+    return p;
+}
+
+static void *dnew(size_t bytes) {
+    void *p = NULL;
+    if (kiln_cuda_malloc(&p, bytes) != KILN_OK || n_dev == (int)KILN_ARRAY_LEN(dev_list))
+        fatal("device allocation");
+    dev_list[n_dev++] = p;
+    return p;
+}
+
+static void release_all(void) {
+    while (n_dev)
+        kiln_cuda_free(dev_list[--n_dev]);
+    while (n_host)
+        free(host_list[--n_host]);
+}
+
+static float *dput(const float *h, size_t n) {
+    float *d = dnew(n * sizeof *d);
+    if (kiln_cuda_upload(d, h, n * sizeof *d) != KILN_OK) fatal("upload");
+    return d;
+}
+static int32_t *dput_i(const int32_t *h, size_t n) {
+    int32_t *d = dnew(n * sizeof *d);
+    if (kiln_cuda_upload(d, h, n * sizeof *d) != KILN_OK) fatal("upload");
+    return d;
+}
+/* Poison: 0xff bytes are a NaN as float; 0x80 bytes are -2139062144 as int32. */
+static void *dpoison(size_t bytes, int byte) {
+    void *d = dnew(bytes);
+    if (kiln_cuda_memset(d, byte, bytes) != KILN_OK) fatal("memset");
+    return d;
+}
+#define DPOISON_F(n) ((float *)dpoison((n) * sizeof(float), 0xff))
+#define DPOISON_I(n) ((int32_t *)dpoison((n) * sizeof(int32_t), 0x80))
+static float *dget(const float *d, size_t n) {
+    float *h = hnew(n * sizeof *h);
+    if (kiln_cuda_download(h, d, n * sizeof *h) != KILN_OK) fatal("download");
+    return h;
+}
+static int32_t *dget_i(const int32_t *d, size_t n) {
+    int32_t *h = hnew(n * sizeof *h);
+    if (kiln_cuda_download(h, d, n * sizeof *h) != KILN_OK) fatal("download");
+    return h;
+}
+
+/* ---- fresh random inputs: Philox, the test stream, a counter that never repeats ---- */
+
+static uint64_t seed = 20261129, counter;
+
+static float *hrnd(size_t n, float lo, float hi) {
+    float *v = hnew(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t w[4];
+        kiln_philox(seed, KILN_STREAM_TEST, counter++, w);
+        v[i] = lo + (hi - lo) * (float)kiln_u32_to_unit(w[0]);
+    }
+    return v;
+}
+
+static int irnd(int n) {
+    uint32_t w[4];
+    kiln_philox(seed, KILN_STREAM_TEST, counter++, w);
+    return (int)(w[0] % (uint32_t)n);
+}
+
+/* ---- ops ---- */
+
+static void check_standardize(int N, int F) {
+    char name[160];
+    snprintf(name, sizeof name, "standardize N=%d F=%d", N, F);
+    size_t n = (size_t)N * F;
+    float *x = hrnd(n, -3, 3), *mean = hrnd(F, -1, 1), *sd = hrnd(F, 0.2f, 2), *y = hnew(n * 4);
+    kiln_standardize_forward(y, x, mean, sd, N, F);
+    float *dy = DPOISON_F(n);
+    TRY(name, kiln_cuda_standardize_forward(dy, dput(x, n), dput(mean, F), dput(sd, F), N, F));
+    record(name, cmp(dget(dy, n), y, n), TOL_F32);
+    float *go = hrnd(n, -1, 1), *gx = hrnd(n, -1, 1);
+    float *dgx = dput(gx, n);
+    kiln_standardize_backward(gx, go, sd, N, F);
+    TRY(name, kiln_cuda_standardize_backward(dgx, dput(go, n), dput(sd, F), N, F));
+    snprintf(name, sizeof name, "standardize backward N=%d F=%d", N, F);
+    record(name, cmp(dget(dgx, n), gx, n), TOL_F32);
+}
+
+static void check_linear(int N, int IC, int OC, bool bias, bool with_dinp) {
+    char name[160], tag[64];
+    snprintf(tag, sizeof tag, "N=%d IC=%d OC=%d%s%s", N, IC, OC, bias ? "" : " nobias",
+             with_dinp ? "" : " nodinp");
+    size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *x = hrnd(nx, -1, 1), *w = hrnd(nw, -1, 1), *b = bias ? hrnd(OC, -1, 1) : NULL;
+    float *y = hnew(ny * 4);
+    kiln_linear_forward(y, x, w, b, N, IC, OC);
+    float *dx = dput(x, nx), *dw = dput(w, nw), *db = b ? dput(b, OC) : NULL, *dy = DPOISON_F(ny);
+    snprintf(name, sizeof name, "linear forward %s", tag);
+    TRY(name, kiln_cuda_linear_forward(dy, dx, dw, db, N, IC, OC));
+    record(name, cmp(dget(dy, ny), y, ny), TOL_F32);
+
+    /* Backward adds: the gradients start random, on both sides. */
+    float *go = hrnd(ny, -1, 1), *gi = hrnd(nx, -1, 1), *gw = hrnd(nw, -1, 1),
+          *gb = hrnd(OC, -1, 1);
+    float *dgo = dput(go, ny);
+    float *dgi[2], *dgw[2], *dgb[2];
+    for (int r = 0; r < 2; r++) {
+        dgi[r] = dput(gi, nx);
+        dgw[r] = dput(gw, nw);
+        dgb[r] = dput(gb, OC);
+    }
+    kiln_linear_backward(with_dinp ? gi : NULL, gw, bias ? gb : NULL, go, x, w, N, IC, OC);
+    snprintf(name, sizeof name, "linear backward %s", tag);
+    for (int r = 0; r < 2; r++)
+        TRY(name, kiln_cuda_linear_backward(with_dinp ? dgi[r] : NULL, dgw[r], bias ? dgb[r] : NULL,
+                                            dgo, dx, dw, N, IC, OC));
+    float *hi = dget(dgi[0], nx), *hw = dget(dgw[0], nw), *hb = dget(dgb[0], OC);
+    snprintf(name, sizeof name, "linear dinp %s", tag);
+    record(name, cmp(hi, gi, nx), TOL_F32);
+    snprintf(name, sizeof name, "linear dweight %s", tag);
+    record(name, cmp(hw, gw, nw), TOL_F32);
+    snprintf(name, sizeof name, "linear dbias %s", tag);
+    record(name, cmp(hb, gb, OC), TOL_F32);
+    snprintf(name, sizeof name, "linear backward twice, same bits %s", tag);
+    record_exact(name,
+                 !memcmp(hi, dget(dgi[1], nx), nx * 4) && !memcmp(hw, dget(dgw[1], nw), nw * 4) &&
+                     !memcmp(hb, dget(dgb[1], OC), OC * 4),
+                 NULL);
+}
+
+static void check_linear_bf16(int N, int IC, int OC) {
+    char name[160], tag[64];
+    snprintf(tag, sizeof tag, "N=%d IC=%d OC=%d", N, IC, OC);
+    size_t nx = (size_t)N * IC, ny = (size_t)N * OC, nw = (size_t)OC * IC;
+    float *x = hrnd(nx, -1, 1), *w = hrnd(nw, -1, 1), *b = hrnd(OC, -1, 1), *y = hnew(ny * 4);
+    kiln_linear_forward(y, x, w, b, N, IC, OC);
+    float *dx = dput(x, nx), *dw = dput(w, nw), *dy = DPOISON_F(ny);
+    uint16_t *dw16 = dnew(nw * 2);
+    snprintf(name, sizeof name, "bf16 linear forward %s", tag);
+    TRY(name, kiln_cuda_to_bf16(dw16, dw, nw));
+    TRY(name, kiln_cuda_linear_forward_bf16(dy, dx, dw16, dput(b, OC), N, IC, OC));
+    record(name, cmp(dget(dy, ny), y, ny), TOL_BF16);
+    float *go = hrnd(ny, -1, 1), *gi = hrnd(nx, -1, 1), *gw = hrnd(nw, -1, 1),
+          *gb = hrnd(OC, -1, 1);
+    float *dgi = dput(gi, nx), *dgw = dput(gw, nw), *dgb = dput(gb, OC);
+    kiln_linear_backward(gi, gw, gb, go, x, w, N, IC, OC);
+    snprintf(name, sizeof name, "bf16 linear backward %s", tag);
+    TRY(name, kiln_cuda_linear_backward_bf16(dgi, dgw, dgb, dput(go, ny), dx, dw16, N, IC, OC));
+    snprintf(name, sizeof name, "bf16 linear dinp %s", tag);
+    record(name, cmp(dget(dgi, nx), gi, nx), TOL_BF16);
+    snprintf(name, sizeof name, "bf16 linear dweight %s", tag);
+    record(name, cmp(dget(dgw, nw), gw, nw), TOL_BF16);
+    snprintf(name, sizeof name, "bf16 linear dbias %s", tag);
+    record(name, cmp(dget(dgb, OC), gb, OC), TOL_F32); /* the bias sum stays f32 */
+}
+
+static void check_rmsnorm(int N, int D) {
+    char name[160];
+    size_t n = (size_t)N * D;
+    float *x = hrnd(n, -2, 2), *g = hrnd(D, 0.5f, 1.5f), *y = hnew(n * 4), *r = hnew(N * 4);
+    kiln_rmsnorm_forward(y, r, x, g, 1e-5f, N, D);
+    float *dx = dput(x, n), *dg = dput(g, D), *dy = DPOISON_F(n), *dr = DPOISON_F(N);
+    snprintf(name, sizeof name, "rmsnorm forward N=%d D=%d", N, D);
+    TRY(name, kiln_cuda_rmsnorm_forward(dy, dr, dx, dg, 1e-5f, N, D));
+    record(name, cmp(dget(dy, n), y, n), TOL_F32);
+    snprintf(name, sizeof name, "rmsnorm rstd N=%d D=%d", N, D);
+    record(name, cmp(dget(dr, N), r, N), TOL_F32);
+    float *go = hrnd(n, -1, 1), *gx = hrnd(n, -1, 1), *gg = hrnd(D, -1, 1);
+    float *dgx = dput(gx, n), *dgg = dput(gg, D);
+    kiln_rmsnorm_backward(gx, gg, go, x, g, r, N, D);
+    snprintf(name, sizeof name, "rmsnorm backward N=%d D=%d", N, D);
+    TRY(name, kiln_cuda_rmsnorm_backward(dgx, dgg, dput(go, n), dx, dg, dput(r, N), N, D));
+    snprintf(name, sizeof name, "rmsnorm dinp N=%d D=%d", N, D);
+    record(name, cmp(dget(dgx, n), gx, n), TOL_F32);
+    snprintf(name, sizeof name, "rmsnorm dweight N=%d D=%d", N, D);
+    record(name, cmp(dget(dgg, D), gg, D), TOL_F32);
+}
+
+static void check_elementwise(size_t n) {
+    char name[160];
+    float *x = hrnd(n, -6, 6), *b = hrnd(n, -1, 1), *y = hnew(n * 4);
+    kiln_gelu_forward(y, x, n);
+    float *dx = dput(x, n), *dy = DPOISON_F(n);
+    snprintf(name, sizeof name, "gelu forward n=%zu", n);
+    TRY(name, kiln_cuda_gelu_forward(dy, dx, n));
+    record(name, cmp(dget(dy, n), y, n), TOL_F32);
+    float *go = hrnd(n, -1, 1), *gx = hrnd(n, -1, 1), *dgx = dput(gx, n);
+    kiln_gelu_backward(gx, go, x, n);
+    snprintf(name, sizeof name, "gelu backward n=%zu", n);
+    TRY(name, kiln_cuda_gelu_backward(dgx, dput(go, n), dx, n));
+    record(name, cmp(dget(dgx, n), gx, n), TOL_F32);
+
+    kiln_residual_forward(y, x, b, n);
+    dy = DPOISON_F(n);
+    snprintf(name, sizeof name, "residual forward n=%zu", n);
+    TRY(name, kiln_cuda_residual_forward(dy, dx, dput(b, n), n));
+    record(name, cmp(dget(dy, n), y, n), TOL_F32);
+    float *ga = hrnd(n, -1, 1), *gb = hrnd(n, -1, 1), *dga = dput(ga, n), *dgb = dput(gb, n);
+    kiln_residual_backward(ga, gb, go, n);
+    snprintf(name, sizeof name, "residual backward n=%zu", n);
+    TRY(name, kiln_cuda_residual_backward(dga, dgb, dput(go, n), n));
+    record(name, fmax(cmp(dget(dga, n), ga, n), cmp(dget(dgb, n), gb, n)), TOL_F32);
+}
+
+static void check_attention(int B, int S, int D, int H, int W) {
+    char name[160], tag[64];
+    snprintf(tag, sizeof tag, "B=%d S=%d D=%d H=%d W=%d", B, S, D, H, W);
+    size_t nq = (size_t)B * S * 3 * D, no = (size_t)B * S * D, na = (size_t)B * H * S * W;
+    float *qkv = hrnd(nq, -1.5f, 1.5f), *o = hnew(no * 4), *att = hnew(na * 4);
+    kiln_attention_forward(o, att, qkv, B, S, D, H, W);
+    float *dq = dput(qkv, nq), *dout = DPOISON_F(no), *datt = DPOISON_F(na);
+    snprintf(name, sizeof name, "attention forward %s", tag);
+    TRY(name, kiln_cuda_attention_forward(dout, datt, dq, B, S, D, H, W));
+    record(name, cmp(dget(dout, no), o, no), TOL_F32);
+    snprintf(name, sizeof name, "attention weights %s", tag);
+    record(name, cmp(dget(datt, na), att, na), TOL_F32);
+    float *go = hrnd(no, -1, 1), *g = hrnd(nq, -1, 1), *scratch = hnew(na * 4);
+    float *dgo = dput(go, no), *datt_ref = dput(att, na);
+    float *dg[2] = {dput(g, nq), dput(g, nq)};
+    kiln_attention_backward(g, scratch, go, qkv, att, B, S, D, H, W);
+    snprintf(name, sizeof name, "attention backward %s", tag);
+    for (int r = 0; r < 2; r++)
+        TRY(name,
+            kiln_cuda_attention_backward(dg[r], DPOISON_F(na), dgo, dq, datt_ref, B, S, D, H, W));
+    float *h0 = dget(dg[0], nq);
+    record(name, cmp(h0, g, nq), TOL_F32);
+    snprintf(name, sizeof name, "attention backward twice, same bits %s", tag);
+    record_exact(name, !memcmp(h0, dget(dg[1], nq), nq * 4), NULL);
+}
+
+/* Router, its losses and backward, the dispatch plan, gather and combine, on one set of
+ * logits. coarse: logits on a grid of 0.25 so that equal probabilities (ties) are common
+ * and the tie-break decides. capacity_factor > 0 drops choices. */
+static void check_moe(int N, int E, int K, int D, bool coarse, float capacity_factor) {
+    char name[200], tag[80];
+    snprintf(tag, sizeof tag, "N=%d E=%d K=%d D=%d%s cap=%.2g", N, E, K, D, coarse ? " ties" : "",
+             (double)capacity_factor);
+    const size_t NE = (size_t)N * E, NK = (size_t)N * K, ND = (size_t)N * D;
+    float *logits = hrnd(NE, -3, 3);
+    if (coarse)
+        for (size_t i = 0; i < NE; i++)
+            logits[i] = roundf(logits[i] * 2.0f) * 0.25f;
+    float *probs = hnew(NE * 4), *lse = hnew(N * 4), *gates = hnew(NK * 4);
+    int32_t *idx = hnew(NK * 4);
+    kiln_router_forward(probs, lse, idx, gates, logits, N, E, K);
+    float *dprobs = DPOISON_F(NE), *dlse = DPOISON_F(N), *dgates = DPOISON_F(NK);
+    int32_t *didx = DPOISON_I(NK);
+    snprintf(name, sizeof name, "router forward %s", tag);
+    TRY(name, kiln_cuda_router_forward(dprobs, dlse, didx, dgates, dput(logits, NE), N, E, K));
+    record(name, fmax(cmp(dget(dprobs, NE), probs, NE), cmp(dget(dlse, N), lse, N)), TOL_F32);
+    /* On the coarse grid equal logits give bitwise equal probabilities on either side and
+     * unequal ones differ by 25%: the choices must be the CPU's exactly (the tie-break).
+     * On fine logits expf may differ by an ulp between glibc and CUDA, so a token whose
+     * choices differ only between experts the CPU itself scores within 1e-6 is a near-tie,
+     * counted, not a failure; any other difference fails. */
+    int32_t *gidx = dget_i(didx, NK);
+    size_t diff = 0, near = 0;
+    for (int t = 0; t < N; t++) {
+        bool same = true, close = true;
+        for (int k = 0; k < K; k++) {
+            size_t c = (size_t)t * K + k;
+            same &= gidx[c] == idx[c];
+            if (gidx[c] < 0 || gidx[c] >= E) {
+                close = false;
+                continue;
+            }
+            close &= rel(probs[(size_t)t * E + gidx[c]], probs[(size_t)t * E + idx[c]]) < 1e-6;
+        }
+        if (same) continue;
+        if (!coarse && close)
+            near++;
+        else
+            diff++;
+    }
+    char note[128];
+    snprintf(note, sizeof note, "%zu of %d tokens differ, %zu near-ties", diff, N, near);
+    snprintf(name, sizeof name, "router choices (top-k, tie-break) %s", tag);
+    record_exact(name, diff == 0, note);
+    snprintf(name, sizeof name, "router gates %s", tag);
+    record(name, cmp(dget(dgates, NK), gates, NK), TOL_F32);
+    /* From here on the device gets the CPU's plan inputs, so that each op is judged alone. */
+    float *d_probs = dput(probs, NE), *d_lse = dput(lse, N), *d_gates = dput(gates, NK);
+    int32_t *d_idx = dput_i(idx, NK);
+
+    float *load = hnew(E * 4);
+    double losses[2], glosses[2];
+    kiln_router_loss_forward(load, losses, probs, lse, idx, N, E, K);
+    float *dload = DPOISON_F(E);
+    double *dlosses = dpoison(2 * sizeof(double), 0xff);
+    snprintf(name, sizeof name, "router losses %s", tag);
+    TRY(name, kiln_cuda_router_loss_forward(dload, dlosses, d_probs, d_lse, d_idx, N, E, K));
+    if (kiln_cuda_download(glosses, dlosses, sizeof glosses) != KILN_OK) fatal("download");
+    record(name, fmax(rel(glosses[0], losses[0]), rel(glosses[1], losses[1])), 1e-6);
+    snprintf(name, sizeof name, "router load (exact) %s", tag);
+    record_exact(name, !memcmp(dget(dload, E), load, E * 4), NULL);
+
+    float *dg = hrnd(NK, -1, 1), *dl = hrnd(NE, -1, 1), *d_dl = dput(dl, NE);
+    kiln_router_backward(dl, dg, probs, lse, idx, gates, load, 0.01f, 0.001f, N, E, K);
+    snprintf(name, sizeof name, "router backward %s", tag);
+    TRY(name, kiln_cuda_router_backward(d_dl, dput(dg, NK), d_probs, d_lse, d_idx, d_gates,
+                                        dput(load, E), 0.01f, 0.001f, N, E, K));
+    record(name, cmp(dget(d_dl, NE), dl, NE), TOL_F32);
+
+    int capacity = 0;
+    if (capacity_factor > 0) capacity = (int)ceil((double)capacity_factor * N * K / E);
+    int32_t *offsets = hnew((E + 1) * 4), *pos = hnew(NK * 4), *rows = hnew(NK * 4);
+    int dropped = -1, gdropped = -2;
+    kiln_moe_dispatch(offsets, pos, rows, &dropped, idx, capacity, N, E, K);
+    int32_t *doff = DPOISON_I(E + 1), *dpos = DPOISON_I(NK), *drows = DPOISON_I(NK);
+    int *ddrop = dpoison(sizeof(int), 0x80);
+    snprintf(name, sizeof name, "moe dispatch %s", tag);
+    TRY(name, kiln_cuda_moe_dispatch(doff, dpos, drows, ddrop, d_idx, capacity, N, E, K));
+    if (kiln_cuda_download(&gdropped, ddrop, sizeof gdropped) != KILN_OK) fatal("download");
+    const int M = offsets[E];
+    snprintf(note, sizeof note, "%d rows, %d dropped", M, dropped);
+    record_exact(name,
+                 !memcmp(dget_i(doff, E + 1), offsets, (E + 1) * 4) &&
+                     !memcmp(dget_i(dpos, NK), pos, NK * 4) &&
+                     !memcmp(dget_i(drows, NK), rows, (size_t)M * 4) && gdropped == dropped,
+                 note);
+    int32_t *d_pos = dput_i(pos, NK), *d_rows = dput_i(rows, NK);
+
+    float *u = hrnd(ND, -1, 1), *xg = hnew((size_t)M * D * 4 + 4);
+    kiln_moe_gather_forward(xg, u, rows, M, D);
+    float *dxg = DPOISON_F((size_t)M * D + 1);
+    snprintf(name, sizeof name, "moe gather forward %s", tag);
+    TRY(name, kiln_cuda_moe_gather_forward(dxg, dput(u, ND), d_rows, M, D));
+    record(name, cmp(dget(dxg, (size_t)M * D), xg, (size_t)M * D), 0.0);
+    float *gxg = hrnd((size_t)M * D + 1, -1, 1), *gu = hrnd(ND, -1, 1), *d_gu = dput(gu, ND);
+    kiln_moe_gather_backward(gu, gxg, rows, M, D);
+    snprintf(name, sizeof name, "moe gather backward (same sums, same order) %s", tag);
+    TRY(name, kiln_cuda_moe_gather_backward(d_gu, dput(gxg, (size_t)M * D + 1), d_pos, N, D, K));
+    record(name, cmp(dget(d_gu, ND), gu, ND), 0.0);
+
+    float *res = hrnd(ND, -1, 1), *yg = hrnd((size_t)M * D + 1, -1, 1), *o = hnew(ND * 4);
+    kiln_moe_combine_forward(o, res, yg, gates, pos, N, D, K);
+    float *d_yg = dput(yg, (size_t)M * D + 1), *dout = DPOISON_F(ND);
+    snprintf(name, sizeof name, "moe combine forward %s", tag);
+    TRY(name, kiln_cuda_moe_combine_forward(dout, dput(res, ND), d_yg, d_gates, d_pos, N, D, K));
+    record(name, cmp(dget(dout, ND), o, ND), TOL_F32);
+    float *go = hrnd(ND, -1, 1), *gyg = hrnd((size_t)M * D + 1, -1, 1), *gg = hrnd(NK, -1, 1);
+    float *d_gyg = dput(gyg, (size_t)M * D + 1), *d_gg = dput(gg, NK);
+    kiln_moe_combine_backward(gyg, gg, go, yg, gates, pos, N, D, K);
+    snprintf(name, sizeof name, "moe combine backward %s", tag);
+    TRY(name,
+        kiln_cuda_moe_combine_backward(d_gyg, d_gg, dput(go, ND), d_yg, d_gates, d_pos, N, D, K));
+    record(name,
+           fmax(cmp(dget(d_gyg, (size_t)M * D), gyg, (size_t)M * D), cmp(dget(d_gg, NK), gg, NK)),
+           TOL_F32);
+}
+
+static void check_loss_stats(size_t n, size_t cols) {
+    char name[160];
+    float *y = hrnd(n, -2, 2), *t = hrnd(n, -2, 2);
+    double loss, gloss;
+    kiln_mse_forward(&loss, y, t, n);
+    float *dyv = dput(y, n), *dt = dput(t, n);
+    double *dl = dpoison(sizeof(double), 0xff);
+    snprintf(name, sizeof name, "mse forward n=%zu", n);
+    TRY(name, kiln_cuda_mse_forward(dl, dyv, dt, n));
+    if (kiln_cuda_download(&gloss, dl, sizeof gloss) != KILN_OK) fatal("download");
+    record(name, rel(gloss, loss), 1e-9);
+    float *g = hrnd(n, -1, 1), *dg = dput(g, n);
+    kiln_mse_backward(g, y, t, 0.5f, n);
+    snprintf(name, sizeof name, "mse backward n=%zu", n);
+    TRY(name, kiln_cuda_mse_backward(dg, dyv, dt, 0.5f, n));
+    record(name, cmp(dget(dg, n), g, n), TOL_F32);
+
+    float s[3], *ds = DPOISON_F(3);
+    /* probabilities for the entropy: rows of a softmax-like positive vector, some zeros */
+    float *p = hrnd(n, -0.2f, 1);
+    for (size_t i = 0; i < n; i++)
+        p[i] = p[i] < 0 ? 0 : p[i] / (float)cols;
+    kiln_stats_rms(&s[0], y, n);
+    kiln_stats_entropy(&s[1], p, n / cols, cols);
+    kiln_stats_maxabs(&s[2], y, n);
+    snprintf(name, sizeof name, "stats rms, entropy, max|x| n=%zu", n);
+    TRY(name, kiln_cuda_stats_rms(ds, dyv, n));
+    TRY(name, kiln_cuda_stats_entropy(ds + 1, dput(p, n), n / cols, cols));
+    TRY(name, kiln_cuda_stats_maxabs(ds + 2, dyv, n));
+    float *gs = dget(ds, 3);
+    record(name, fmax(fmax(rel(gs[0], s[0]), rel(gs[1], s[1])), rel(gs[2], s[2])), 1e-6);
+}
+
+static void check_ops(void) {
+    say("== ops against the CPU (f32 tolerance %.0e, bf16 %.0e)\n", TOL_F32, TOL_BF16);
+    check_standardize(777, 5);
+    check_standardize(1, 1);
+    const int lin[][3] = {{1, 1, 1}, {37, 19, 45}, {512, 64, 192}, {4096, 256, 768}, {300, 513, 7}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(lin); i++) {
+        check_linear(lin[i][0], lin[i][1], lin[i][2], true, true);
+        release_all();
+    }
+    check_linear(129, 33, 65, false, false);
+    check_linear(129, 33, 65, true, false);
+    release_all();
+    check_linear_bf16(512, 64, 192);
+    check_linear_bf16(4096, 256, 768);
+    check_linear_bf16(33, 17, 9);
+    release_all();
+    const int norm[][2] = {{1, 1}, {33, 7}, {1000, 64}, {2053, 384}, {64, 1100}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(norm); i++) {
+        check_rmsnorm(norm[i][0], norm[i][1]);
+        release_all();
+    }
+    check_elementwise(1);
+    check_elementwise(1000003);
+    release_all();
+    /* B, S, D, H, W: window 1, window = S, Dh not a multiple of 32, Dh 64, more keys than
+     * lanes, one head. */
+    const int att[][5] = {{1, 1, 4, 1, 1},    {2, 9, 12, 3, 1},     {2, 17, 24, 2, 17},
+                          {3, 70, 40, 4, 33}, {2, 128, 256, 4, 64}, {1, 300, 96, 1, 300},
+                          {4, 64, 128, 2, 16}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(att); i++) {
+        check_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4]);
+        release_all();
+    }
+    /* N, E, K, D, ties, capacity factor */
+    const struct {
+        int N, E, K, D;
+        bool ties;
+        float cap;
+    } moe[] = {
+        {1, 1, 1, 3, false, 0},     {100, 4, 2, 16, true, 0},        {2000, 8, 2, 64, true, 0},
+        {2000, 8, 2, 64, false, 0}, {2000, 8, 2, 64, true, 0.5f},    {3001, 16, 4, 40, false, 1.0f},
+        {1500, 5, 5, 33, true, 0},  {5000, 64, 3, 32, false, 1.25f}, {4096, 8, 1, 48, true, 0.25f}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(moe); i++) {
+        check_moe(moe[i].N, moe[i].E, moe[i].K, moe[i].D, moe[i].ties, moe[i].cap);
+        release_all();
+    }
+    check_loss_stats(1, 1);
+    check_loss_stats(1000000, 8);
+    check_loss_stats(4096 * 33, 33);
+    release_all();
+}
+
+/* ---- the network ---- */
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+typedef struct net_case {
+    const char *name;
+    kiln_model_config cfg;
+    int B;
+    kiln_loss_opts opts;
+    kiln_precision precision;
+} net_case;
+
+/* Compare one forward and backward of the device network with the CPU network, whose
+ * parameters are already set. want_y: outputs of an independent reference (or NULL). */
+static bool info_only; /* compare_net records INFO rows instead of pass/fail */
+
+static void judge(const char *name, double err, double tol, const char *note) {
+    add(name, err, tol, info_only ? INFO : err <= tol ? PASS : FAIL, note);
+}
+
+static void compare_net(const char *label, kiln_tsmoe *cpu, const float *x, const float *t, int B,
+                        const kiln_loss_opts *opts, kiln_precision prec, const float *want_y,
+                        double vector_grad_tol, const kiln_st *io) {
+    const kiln_model_config *cfg = kiln_tsmoe_config(cpu);
+    const double tol = prec == KILN_PRECISION_BF16 ? TOL_BF16 : TOL_F32;
+    const double gtol = prec == KILN_PRECISION_BF16 ? TOL_BF16 : TOL_F32_GRAD;
+    char name[128];
+    kiln_tsmoe_cuda *gpu = NULL;
+    kiln_cuda_opts co = {0, prec};
+    snprintf(name, sizeof name, "%s: create", label);
+    TRY(name, kiln_tsmoe_cuda_create(cfg, B, &co, &gpu));
+    const size_t numel = kiln_tsmoe_numel(cpu), ny = (size_t)B * cfg->seq_len * cfg->n_outputs;
+    float *y = hnew(ny * 4), *y2 = hnew(ny * 4), *g = hnew(numel * 4), *g2 = hnew(numel * 4);
+    kiln_loss lc, lg, lg2;
+    kiln_err rc = kiln_tsmoe_cuda_upload_params(gpu, kiln_tsmoe_params(cpu));
+    if (!rc) rc = kiln_tsmoe_forward(cpu, x, t, B, opts, &lc);
+    if (!rc) rc = kiln_tsmoe_cuda_forward(gpu, x, t, B, opts, &lg);
+    if (!rc) rc = kiln_tsmoe_cuda_outputs(gpu, y);
+    kiln_tsmoe_zero_grads(cpu);
+    if (!rc) rc = kiln_tsmoe_backward(cpu, 1.0f);
+    if (!rc) rc = kiln_tsmoe_cuda_zero_grads(gpu);
+    if (!rc) rc = kiln_tsmoe_cuda_backward(gpu, 1.0f);
+    if (!rc) rc = kiln_tsmoe_cuda_download_grads(gpu, g);
+    if (rc) {
+        snprintf(name, sizeof name, "%s: forward and backward", label);
+        record_call_failed(name, __LINE__);
+        kiln_tsmoe_cuda_free(gpu);
+        return;
+    }
+    snprintf(name, sizeof name, "%s: outputs", label);
+    judge(name, cmp(y, kiln_tsmoe_outputs(cpu), ny), tol, NULL);
+    if (want_y) {
+        snprintf(name, sizeof name, "%s: outputs against the float64 vector", label);
+        record(name, cmp(y, want_y, ny), prec == KILN_PRECISION_BF16 ? TOL_BF16 : 1e-5);
+    }
+    snprintf(name, sizeof name, "%s: loss, mse, load balance, z", label);
+    judge(name,
+          fmax(fmax(rel(lg.loss, lc.loss), rel(lg.mse, lc.mse)),
+               fmax(rel(lg.load_balance, lc.load_balance), rel(lg.z, lc.z))),
+          tol, NULL);
+    /* Stats: entropies and RMS to rounding; the expert loads and overflow are counts. */
+    const kiln_tsmoe_stats *sc = kiln_tsmoe_last_stats(cpu), *sg = kiln_tsmoe_cuda_last_stats(gpu);
+    double serr = rel(sg->max_abs_output, sc->max_abs_output);
+    bool counts_equal = true;
+    for (int l = 0; l < cfg->n_layers; l++) {
+        serr = fmax(serr, rel(sg->attn_entropy[l], sc->attn_entropy[l]));
+        serr = fmax(serr, rel(sg->router_entropy[l], sc->router_entropy[l]));
+        serr = fmax(serr, rel(sg->act_rms[l], sc->act_rms[l]));
+        counts_equal &= sg->overflow[l] == sc->overflow[l];
+        for (int e = 0; e < cfg->n_experts; e++)
+            counts_equal &=
+                sg->expert_load[l * cfg->n_experts + e] == sc->expert_load[l * cfg->n_experts + e];
+    }
+    snprintf(name, sizeof name, "%s: stats (entropies, rms, max|y|)", label);
+    judge(name, serr, tol, NULL);
+    if (prec == KILN_PRECISION_F32) {
+        snprintf(name, sizeof name, "%s: expert loads and overflow (same choices)", label);
+        record_exact(name, counts_equal, NULL);
+    }
+    size_t np;
+    const kiln_param *tab = kiln_tsmoe_param_table(cpu, &np);
+    /* f32: the elementwise error of every tensor must pass. bf16: the normwise error of the
+     * whole gradient (every parameter at once, what a step sees) must pass; the worst single
+     * tensor, normwise and elementwise, is reported beside it (a small tensor whose sum over
+     * tokens cancels, such as a norm gain of a tiny model, can be worse in bf16). */
+    const bool bf16 = prec == KILN_PRECISION_BF16;
+    double worst = 0, worst_vec = 0, worst_elem = 0, all_num = 0, all_den = 0;
+    const char *worst_name = "", *worst_vec_name = "";
+    for (size_t i = 0; i < np; i++) {
+        const float *ref = kiln_tsmoe_grads(cpu) + tab[i].offset;
+        for (size_t j = 0; j < tab[i].numel; j++) {
+            double d = (double)g[tab[i].offset + j] - ref[j];
+            all_num += isfinite(d) ? d * d : INFINITY;
+            all_den += (double)ref[j] * ref[j];
+        }
+        double ee = cmp(g + tab[i].offset, ref, tab[i].numel);
+        double e = bf16 ? cmp_norm(g + tab[i].offset, ref, tab[i].numel) : ee;
+        if (out)
+            fprintf(out, "     %s: grad %-40s err %.3g (elementwise %.3g)\n", label, tab[i].name, e,
+                    ee);
+        worst_elem = fmax(worst_elem, ee);
+        if (!(e <= worst)) {
+            worst = e;
+            worst_name = tab[i].name;
+        }
+        if (io && (tab[i].flags & KILN_PARAM_TRAINED)) {
+            char gname[96];
+            snprintf(gname, sizeof gname, "grad.%s", tab[i].name);
+            const kiln_tensor *rt = kiln_st_find(io, gname);
+            float *ref = rt ? hnew(rt->numel * 4) : NULL;
+            double ev = INFINITY;
+            if (rt && rt->numel == tab[i].numel && kiln_tensor_to_f32(rt, ref) == KILN_OK)
+                ev = cmp(g + tab[i].offset, ref, rt->numel);
+            if (!(ev <= worst_vec)) {
+                worst_vec = ev;
+                worst_vec_name = tab[i].name;
+            }
+        }
+    }
+    char note[128];
+    if (bf16) {
+        double all = all_den > 0 ? sqrt(all_num / all_den) : sqrt(all_num);
+        snprintf(note, sizeof note, "worst tensor %s: %.3g normwise, %.3g elementwise", worst_name,
+                 worst, worst_elem);
+        snprintf(name, sizeof name, "%s: gradients (all, normwise)", label);
+        judge(name, all, gtol, note);
+    } else {
+        snprintf(note, sizeof note, "worst %s", worst_name);
+        snprintf(name, sizeof name, "%s: gradients (worst tensor)", label);
+        add(name, worst, gtol, worst <= gtol ? PASS : FAIL, note);
+    }
+    if (io) {
+        snprintf(note, sizeof note, "worst %s", worst_vec_name);
+        snprintf(name, sizeof name, "%s: gradients against the float64 vector", label);
+        add(name, worst_vec, vector_grad_tol, worst_vec <= vector_grad_tol ? PASS : FAIL, note);
+    }
+    /* The same step again: the same bits. */
+    rc = kiln_tsmoe_cuda_zero_grads(gpu);
+    if (!rc) rc = kiln_tsmoe_cuda_forward(gpu, x, t, B, opts, &lg2);
+    if (!rc) rc = kiln_tsmoe_cuda_outputs(gpu, y2);
+    if (!rc) rc = kiln_tsmoe_cuda_backward(gpu, 1.0f);
+    if (!rc) rc = kiln_tsmoe_cuda_download_grads(gpu, g2);
+    snprintf(name, sizeof name, "%s: second run, same bits", label);
+    if (rc)
+        record_call_failed(name, __LINE__);
+    else
+        record_exact(name,
+                     !memcmp(&lg, &lg2, sizeof lg) && !memcmp(y, y2, ny * 4) &&
+                         !memcmp(g, g2, numel * 4),
+                     NULL);
+    kiln_tsmoe_cuda_free(gpu);
+}
+
+static const char *vectors_dir(const char *given) {
+    /* tests/gpu/vectors: an untracked copy there travels with the tree to a GPU machine. */
+    static const char *const candidates[] = {"../shared/vectors", "shared/vectors",
+                                             "tests/gpu/vectors", "/work/shared/vectors"};
+    if (given) return given;
+    const char *env = getenv("KILN_VECTORS");
+    if (env && *env) return env;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(candidates); i++) {
+        char *p = kiln_path_join(candidates[i], "tsmoe-moe.io.safetensors");
+        bool ok = p && kiln_path_exists(p);
+        free(p);
+        if (ok) return candidates[i];
+    }
+    return NULL;
+}
+
+static void check_vector(const char *dir, const char *stem) {
+    char name[128], *mp = NULL, *ip = NULL;
+    kiln_st *st = NULL, *io = NULL;
+    kiln_tsmoe *cpu = NULL;
+    kiln_model_config cfg;
+    snprintf(name, sizeof name, "vector %s", stem);
+    char file[128];
+    snprintf(file, sizeof file, "%s.model.safetensors", stem);
+    mp = kiln_path_join(dir, file);
+    snprintf(file, sizeof file, "%s.io.safetensors", stem);
+    ip = kiln_path_join(dir, file);
+    if (kiln_st_open(mp, &st) || kiln_model_config_from_st(st, &cfg) || kiln_st_open(ip, &io)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    const kiln_tensor *in = kiln_st_find(io, "inputs"), *tg = kiln_st_find(io, "targets"),
+                      *want = kiln_st_find(io, "outputs");
+    if (!in || !tg || !want || in->ndim != 3) {
+        add(name, INFINITY, 0, FAIL, "inputs, targets or outputs missing");
+        goto out;
+    }
+    int B = (int)in->shape[0];
+    if (kiln_tsmoe_create(&cfg, B, &cpu)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    size_t n;
+    const kiln_param *tab = kiln_tsmoe_param_table(cpu, &n);
+    for (size_t i = 0; i < n; i++) {
+        const kiln_tensor *t;
+        if (kiln_st_expect(st, tab[i].name, KILN_F32, tab[i].ndim, tab[i].shape, &t) ||
+            kiln_tensor_to_f32(t, kiln_tsmoe_params(cpu) + tab[i].offset)) {
+            record_call_failed(name, __LINE__);
+            goto out;
+        }
+    }
+    float *x = hnew(in->numel * 4), *t = hnew(tg->numel * 4), *wy = hnew(want->numel * 4);
+    if (kiln_tensor_to_f32(in, x) || kiln_tensor_to_f32(tg, t) || kiln_tensor_to_f32(want, wy)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    const char *a = kiln_st_meta(io, "aux_loss_coef"), *z = kiln_st_meta(io, "z_loss_coef");
+    kiln_loss_opts opts = {a ? strtof(a, NULL) : 0.01f, z ? strtof(z, NULL) : 0.001f, 0.0f};
+    compare_net(name, cpu, x, t, B, &opts, KILN_PRECISION_F32, wy, 1e-3, io);
+    /* bf16 against f32 only where no discrete choice can differ (see check_network). */
+    if (cfg.n_experts == 0 || cfg.top_k == cfg.n_experts) {
+        snprintf(name, sizeof name, "vector %s bf16", stem);
+        compare_net(name, cpu, x, t, B, &opts, KILN_PRECISION_BF16, NULL, 0, NULL);
+    }
+out:
+    kiln_tsmoe_free(cpu);
+    kiln_st_close(st);
+    kiln_st_close(io);
+    free(mp);
+    free(ip);
+}
+
+static void check_random_net(const net_case *c) {
+    char name[128];
+    kiln_tsmoe *cpu = NULL;
+    snprintf(name, sizeof name, "net %s", c->name);
+    if (kiln_tsmoe_create(&c->cfg, c->B, &cpu)) {
+        record_call_failed(name, __LINE__);
+        return;
+    }
+    kiln_tsmoe_init(cpu, seed + (uint64_t)irnd(1000));
+    /* A non-trivial input standardisation, so that its parameters are used. */
+    size_t np;
+    const kiln_param *tab = kiln_tsmoe_param_table(cpu, &np);
+    const int F = c->cfg.n_features;
+    float *mean = hrnd(F, -1, 1), *sd = hrnd(F, 0.5f, 2);
+    for (size_t i = 0; i < np; i++) {
+        if (!strcmp(tab[i].name, "norm.in_mean"))
+            memcpy(kiln_tsmoe_params(cpu) + tab[i].offset, mean, F * 4);
+        if (!strcmp(tab[i].name, "norm.in_std"))
+            memcpy(kiln_tsmoe_params(cpu) + tab[i].offset, sd, F * 4);
+    }
+    size_t N = (size_t)c->B * c->cfg.seq_len;
+    float *x = hrnd(N * F, -2, 2), *t = hrnd(N * c->cfg.n_outputs, -1, 1);
+    compare_net(name, cpu, x, t, c->B, &c->opts, c->precision, NULL, 0, NULL);
+    kiln_tsmoe_free(cpu);
+}
+
+static void check_network(const char *vec) {
+    say("== the device network against the CPU network\n");
+    const char *dir = vectors_dir(vec);
+    if (!dir) {
+        add("vectors tsmoe-moe, tsmoe-dense", NAN, 0, SKIP,
+            "not found (--vectors DIR or $KILN_VECTORS)");
+    } else {
+        check_vector(dir, "tsmoe-moe");
+        release_all();
+        check_vector(dir, "tsmoe-dense");
+        release_all();
+    }
+    /* F, O, D, L, H, Fh, E, K, S, W, eps */
+    const net_case cases[] = {
+        {"moe small", {5, 3, 32, 2, 4, 48, 4, 2, 16, 8, 1e-5f}, 3, {0.01f, 0.001f, 0}, 0},
+        {"moe capacity 0.6 (drops)",
+         {4, 2, 48, 2, 2, 64, 8, 2, 32, 12, 1e-5f},
+         4,
+         {0.02f, 0.002f, 0.6f},
+         0},
+        {"moe K=E, W=1", {3, 1, 24, 1, 3, 40, 3, 3, 20, 1, 1e-5f}, 2, {0.01f, 0.001f, 0}, 0},
+        {"dense W=S", {6, 2, 64, 3, 4, 96, 0, 0, 24, 24, 1e-5f}, 3, {0.01f, 0.001f, 0}, 0},
+        {"moe wide", {16, 4, 128, 2, 8, 256, 8, 2, 64, 32, 1e-5f}, 4, {0.01f, 0.001f, 0}, 0},
+        /* bf16 against the f32 CPU network: the activations differ by ~2e-3, so a token
+         * whose top-k is that close to a tie may pick another expert, a real and expected
+         * difference. The bf16 checks that must pass have no such choice (dense, or K = E,
+         * which still runs the router, dispatch, gather, bf16 experts and combine); a K < E
+         * case is reported for information only. */
+        {"moe bf16 K=E",
+         {8, 2, 64, 2, 4, 128, 4, 4, 32, 16, 1e-5f},
+         4,
+         {0.01f, 0.001f, 0},
+         KILN_PRECISION_BF16},
+        {"moe bf16 K<E (info: routing may differ)",
+         {8, 2, 64, 2, 4, 128, 4, 2, 32, 16, 1e-5f},
+         4,
+         {0.01f, 0.001f, 0},
+         KILN_PRECISION_BF16},
+        {"dense bf16",
+         {8, 2, 64, 2, 4, 128, 0, 0, 32, 16, 1e-5f},
+         4,
+         {0.01f, 0.001f, 0},
+         KILN_PRECISION_BF16},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        info_only = strstr(cases[i].name, "(info") != NULL;
+        check_random_net(&cases[i]);
+        info_only = false;
+        release_all();
+    }
+}
+
+/* ---- throughput ---- */
+
+/* Matrix weights a token passes through (experts counted K of E), forward + backward = 6
+ * FLOPs per weight, plus attention: QK^T and AV cost 4*D*w per layer forward for w keys,
+ * 12*D*w forward + backward, w the mean window. */
+static double flops_per_token(const kiln_model_config *c, double *active) {
+    const double D = c->d_model, F = c->n_features, O = c->n_outputs, Fh = c->d_ff,
+                 E = c->n_experts, K = c->top_k, L = c->n_layers, S = c->seq_len,
+                 W = c->attn_window;
+    double ffn = E ? K * 2 * D * Fh + E * D : 2 * D * Fh;
+    *active = F * D + L * (4 * D * D + ffn) + D * O;
+    double w = 0; /* mean over positions of min(i+1, W) */
+    for (int i = 0; i < c->seq_len; i++)
+        w += i + 1 < W ? i + 1 : W;
+    w /= S;
+    return 6 * *active + 12 * L * D * w;
+}
+
+static void bench(const char *label, const kiln_model_config *c, int B, kiln_precision prec,
+                  int steps) {
+    char name[128];
+    snprintf(name, sizeof name, "bench %s", label);
+    kiln_tsmoe_cuda *gpu = NULL;
+    kiln_cuda_opts co = {0, prec};
+    TRY(name, kiln_tsmoe_cuda_create(c, B, &co, &gpu));
+    /* Weights like the initialisation's scale (uniform, std 0.02), gains 1, biases 0:
+     * timing does not need the Gaussian, and a host Box-Muller of 10^8 values is slow. */
+    size_t np, numel = kiln_tsmoe_cuda_numel(gpu);
+    const kiln_param *tab = kiln_tsmoe_cuda_param_table(gpu, &np);
+    float *p = malloc(numel * sizeof *p);
+    if (!p) fatal("benchmark parameters");
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    for (size_t i = 0; i < np; i++)
+        for (size_t j = 0; j < tab[i].numel; j++) {
+            float *v = p + tab[i].offset + j;
+            if (ends_with(tab[i].name, "norm.weight") || !strcmp(tab[i].name, "norm.in_std"))
+                *v = 1.0f;
+            else if (ends_with(tab[i].name, ".bias") || !strcmp(tab[i].name, "norm.in_mean"))
+                *v = 0.0f;
+            else {
+                s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+                *v = 0.0346f * (float)((double)(s >> 11) / 4503599627370496.0 - 1.0);
+            }
+        }
+    kiln_err rc = kiln_tsmoe_cuda_upload_params(gpu, p);
+    free(p);
+    size_t N = (size_t)B * c->seq_len;
+    float *x = hrnd(N * c->n_features, -2, 2), *t = hrnd(N * c->n_outputs, -1, 1);
+    kiln_loss loss;
+    double best = INFINITY, total = 0;
+    for (int i = 0; i <= steps && !rc; i++) {
+        uint64_t t0 = kiln_now_ns();
+        rc = kiln_tsmoe_cuda_zero_grads(gpu);
+        if (!rc) rc = kiln_tsmoe_cuda_forward(gpu, x, t, B, NULL, &loss);
+        if (!rc) rc = kiln_tsmoe_cuda_backward(gpu, 1.0f);
+        if (!rc) rc = kiln_tsmoe_cuda_sync(gpu);
+        double secs = (double)(kiln_now_ns() - t0) / 1e9;
+        if (i == 0) continue; /* the first step warms cuBLAS up */
+        total += secs;
+        if (secs < best) best = secs;
+    }
+    if (rc) {
+        record_call_failed(name, __LINE__);
+        kiln_tsmoe_cuda_free(gpu);
+        return;
+    }
+    double active, fpt = flops_per_token(c, &active);
+    double mean = total / steps, tps = (double)N / mean, mfu = tps * fpt / H200_BF16_PEAK;
+    say("bench %s: D=%d L=%d H=%d Fh=%d E=%d K=%d S=%d W=%d B=%d (%zu tokens/step), %.3g "
+        "parameters, %.3g active per token\n",
+        label, c->d_model, c->n_layers, c->n_heads, c->d_ff, c->n_experts, c->top_k, c->seq_len,
+        c->attn_window, B, N, (double)numel, active);
+    say("bench %s: %d steps, mean %.4f s, best %.4f s, %.0f tokens/s, %.3g FLOP/token, "
+        "%.1f TFLOP/s, MFU %.2f%% of %.0f TFLOP/s, loss %.4g\n",
+        label, steps, mean, best, tps, fpt, tps * fpt / 1e12, 100 * mfu, H200_BF16_PEAK / 1e12,
+        loss.loss);
+    char note[128];
+    snprintf(note, sizeof note, "%.0f tokens/s, %.1f TFLOP/s, MFU %.2f%%", tps, tps * fpt / 1e12,
+             100 * mfu);
+    add(name, NAN, NAN, isfinite(loss.loss) ? INFO : FAIL, note);
+    kiln_tsmoe_cuda_free(gpu);
+}
+
+static void run_bench(bool tiny) {
+    say("== throughput: forward + backward on one GPU\n");
+    say("MFU = tokens/s * (6 * active matrix weights + 12 * L * D * mean window) / %.0f "
+        "TFLOP/s (H200 dense bf16 peak); active weights count K of E experts\n",
+        H200_BF16_PEAK / 1e12);
+    /* F, O, D, L, H, Fh, E, K, S, W, eps: about 3e8 parameters, 1e8 active, 32768 tokens. */
+    const kiln_model_config moe = {16, 4, 1024, 8, 16, 2048, 8, 2, 512, 128, 1e-5f};
+    const kiln_model_config dense = {16, 4, 1024, 8, 16, 4096, 0, 0, 512, 128, 1e-5f};
+    /* --tiny-bench: the same code on small configs (for the emulator). */
+    const kiln_model_config tmoe = {4, 2, 32, 2, 2, 48, 4, 2, 16, 8, 1e-5f};
+    const kiln_model_config tdense = {4, 2, 32, 2, 2, 64, 0, 0, 16, 8, 1e-5f};
+    const int B = tiny ? 2 : 64;
+    bench("moe bf16", tiny ? &tmoe : &moe, B, KILN_PRECISION_BF16, tiny ? 1 : 5);
+    release_all();
+    bench("moe f32", tiny ? &tmoe : &moe, B, KILN_PRECISION_F32, tiny ? 1 : 3);
+    release_all();
+    bench("dense bf16", tiny ? &tdense : &dense, B, KILN_PRECISION_BF16, tiny ? 1 : 5);
+    release_all();
+}
+
+static void print_table(void) {
+    say("\n%-4s  %-66s %-10s %-8s %s\n", "", "check", "error", "tol", "note");
+    int pass = 0, skip = 0;
+    for (int i = 0; i < n_table; i++) {
+        const result *r = &table[i];
+        pass += r->status == PASS;
+        skip += r->status == SKIP;
+        char err[32] = "-", tol[32] = "-";
+        if (!isnan(r->err)) snprintf(err, sizeof err, "%.3g", r->err);
+        if (!isnan(r->tol)) snprintf(tol, sizeof tol, "%.2g", r->tol);
+        say("%-4s  %-66s %-10s %-8s %s\n", status_name(r->status), r->name, err, tol, r->note);
+    }
+    say("gpu-check: %d passed, %d failed, %d skipped\n", pass, n_fail, skip);
+}
+
+int main(int argc, char **argv) {
+    const char *out_path = "build/gpu/results.txt", *vec = NULL;
+    bool do_bench = true, tiny = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            out_path = argv[++i];
+        else if (!strcmp(argv[i], "--vectors") && i + 1 < argc)
+            vec = argv[++i];
+        else if (!strcmp(argv[i], "--no-bench"))
+            do_bench = false;
+        else if (!strcmp(argv[i], "--tiny-bench"))
+            tiny = true;
+        else {
+            fprintf(stderr,
+                    "usage: gpu-check [--out FILE] [--vectors DIR] [--no-bench] [--tiny-bench]\n");
+            return 2;
+        }
+    }
+    int n = kiln_cuda_device_count();
+    if (n == 0) {
+        printf("gpu-check: no CUDA device is visible: skipped (nothing was checked)\n");
+        return 77;
+    }
+    char *dir = kiln_dirname(out_path);
+    if (!dir || kiln_mkdir_p(dir) != KILN_OK || !(out = fopen(out_path, "w"))) {
+        fprintf(stderr, "gpu-check: cannot write '%s'\n", out_path);
+        free(dir);
+        return 2;
+    }
+    free(dir);
+    openblas_set_num_threads(1);
+    if (kiln_cuda_init(0) != KILN_OK) {
+        say("gpu-check: %s\n", kiln_errmsg());
+        fclose(out);
+        return 2;
+    }
+    say("gpu-check: %d device(s); results in %s; %s\n", n, out_path, kiln_version());
+    uint64_t t0 = kiln_now_ns();
+    check_ops();
+    say("ops took %.1f s\n", (double)(kiln_now_ns() - t0) / 1e9);
+    uint64_t t1 = kiln_now_ns();
+    check_network(vec);
+    say("network checks took %.1f s\n", (double)(kiln_now_ns() - t1) / 1e9);
+    if (do_bench) run_bench(tiny);
+    release_all();
+    kiln_cuda_release();
+    print_table();
+    say("total %.1f s\n", (double)(kiln_now_ns() - t0) / 1e9);
+    fclose(out);
+    return n_fail ? 1 : 0;
+}
+#endif

@@ -1,0 +1,46 @@
+#!/bin/sh
+# emu.sh - build the CUDA sources against the CPU emulator (tests/gpu/emu/include) and run
+# gpu-check and the C suite's cuda tests with them: the kernels' indexing, scans, barriers
+# and reductions, the device network and the check program itself, without a GPU. Numbers
+# and timings mean nothing here; only pass/fail does.
+#   tests/gpu/emu/emu.sh [gpu-check arguments]      (from the repository root)
+set -eu
+cd "$(dirname "$0")/../../.."
+E=build/emu${EMU_SAN:+-asan}
+# EMU_SAN=1: AddressSanitizer on everything, so that a kernel reading or writing outside its
+# device buffers (plain heap blocks here) is caught.
+SAN=${EMU_SAN:+-fsanitize=address -fno-omit-frame-pointer}
+mkdir -p "$E/src" "$E/obj"
+INC="-Iinclude -Icore -Ikernels -Ikernels/cpu -Itrain -Ibuild"
+CFLAGS="$SAN -std=c11 -D_GNU_SOURCE -O1 -g -DKILN_HAVE_CUDA -DKILN_GIT_REV=\"emu\" -Wall -Wextra -Werror -Wno-unused-parameter $(pkg-config --cflags jansson libsodium openblas)"
+CXXFLAGS="$SAN -std=c++17 -O1 -g -DKILN_HAVE_CUDA -Itests/gpu/emu/include -Wall -Wextra -Werror -Wno-unused-parameter $(pkg-config --cflags openblas)"
+objs=""
+python3 tests/gpu/emu/launch.py <kernels/cuda/cuda_int.h >"$E/src/cuda_int.h"
+for f in kernels/cuda/*.cu; do
+    b=$(basename "$f" .cu)
+    python3 tests/gpu/emu/launch.py <"$f" >"$E/src/$b.cc"
+    g++ $CXXFLAGS -I$E/src $INC -c "$E/src/$b.cc" -o "$E/obj/cu_$b.o"
+    objs="$objs $E/obj/cu_$b.o"
+done
+g++ $CXXFLAGS -Wno-clobbered -c tests/gpu/emu/emu.cc -o "$E/obj/emu.o"
+objs="$objs $E/obj/emu.o"
+for f in core/*.c kernels/cpu/*.c train/*.c; do
+    o=$E/obj/$(echo "$f" | tr / _).o
+    gcc $CFLAGS $INC -c "$f" -o "$o"
+    objs="$objs $o"
+done
+LIBS="$(pkg-config --libs jansson libsodium openblas sqlite3) -lm -lpthread"
+gcc $CFLAGS $INC -c tests/gpu/check.c -o "$E/obj/check.o"
+g++ $SAN -o "$E/gpu-check" "$E/obj/check.o" $objs $LIBS
+make -s build/tests.inc >/dev/null
+tobjs=""
+for f in tests/*.c; do
+    o=$E/obj/$(echo "$f" | tr / _).o
+    gcc $CFLAGS $INC -c "$f" -o "$o"
+    tobjs="$tobjs $o"
+done
+g++ $SAN -o "$E/run-tests" $tobjs $objs $LIBS
+echo "== C suite's cuda tests on the emulator"
+KILN_BUILD=$E "$E/run-tests" cuda
+echo "== gpu-check on the emulator"
+"$E/gpu-check" --out "$E/results.txt" --tiny-bench "$@"

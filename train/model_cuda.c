@@ -1,0 +1,598 @@
+/* model_cuda.c - the kiln-tsmoe/1 network on a CUDA device: model.c's forward and backward,
+ * step for step, through the kiln_cuda_* ops of kernels.h. Parameters, gradients and
+ * activations each live in one device allocation (tensors are views into them); nothing is
+ * allocated after create. The host waits on the device once per mixture layer in the
+ * forward (the dispatch plan's offsets size the expert GEMMs) and once at its end (the loss
+ * and the stats); the backward is queued without waiting. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels.h"
+#include "train.h"
+
+#ifdef KILN_HAVE_CUDA
+
+typedef struct layer_view {
+    float *attn_norm, *qkv_w, *qkv_b, *out_w, *out_b, *ffn_norm;
+    float *fc_w, *fc_b, *proj_w, *proj_b;
+    float *router; /* NULL when dense */
+} layer_view;
+
+typedef struct net_view {
+    float *in_mean, *in_std, *embed_w, *embed_b, *final_norm, *head_w, *head_b;
+    layer_view *layers; /* [L] */
+} net_view;
+
+/* bf16 copies of the GEMM weights (same offsets as the parameter block). */
+typedef struct layer_view16 {
+    uint16_t *qkv_w, *out_w, *fc_w, *proj_w;
+} layer_view16;
+
+typedef struct layer_acts {
+    float *res, *u1, *rstd1, *qkv, *att, *ao, *mid, *u2, *rstd2;
+    float *xg, *hpre, *hact, *yg, *logits, *probs, *lse, *gates;
+    int32_t *idx, *pos, *rows, *offsets;
+} layer_acts;
+
+struct kiln_tsmoe_cuda {
+    kiln_model_config cfg;
+    int max_batch;
+    kiln_precision precision;
+    bool have_context;
+    kiln_param *table;
+    size_t n_params, numel;
+    float *params, *grads; /* device [numel] each */
+    uint16_t *params16;    /* device [numel], bf16 only */
+    net_view p, g;
+    uint16_t *embed_w16, *head_w16;
+    layer_view16 *w16; /* [L] */
+    void *act_block;   /* device */
+    layer_acts *acts;  /* [L] device views */
+    float *x, *targets, *xs, *hL, *uf, *rstdf, *y, *tmp;
+    float *dres, *du, *dao, *dqkv, *datt, *dh1, *dh2, *dxg, *dyg, *dgates, *dlogits, *dy, *duf;
+    /* device results of a forward */
+    double *r_losses; /* [2L+1]: lb_l, z_l per layer, then mse */
+    float *r_stats;   /* [3L+1]: attn entropy [L], router entropy [L], rms [L], max |y| */
+    float *r_load;    /* [L,E] */
+    int *r_dropped;   /* [L] */
+    /* host */
+    int32_t *offsets_h; /* [L,E+1] */
+    double *h_losses;
+    float *h_stats, *h_load, *h_overflow;
+    int *h_dropped;
+    int B;
+    bool have_targets;
+    kiln_loss_opts opts;
+    kiln_tsmoe_stats stats;
+};
+
+static float *find(const kiln_tsmoe_cuda *m, float *base, const char *fmt, int l) {
+    char name[64];
+    snprintf(name, sizeof name, fmt, l);
+    long i = kiln_param_find(m->table, m->n_params, name);
+    return i < 0 ? NULL : base + m->table[i].offset;
+}
+
+static void point_views(const kiln_tsmoe_cuda *m, float *base, net_view *v) {
+    v->in_mean = find(m, base, "norm.in_mean", 0);
+    v->in_std = find(m, base, "norm.in_std", 0);
+    v->embed_w = find(m, base, "embed.weight", 0);
+    v->embed_b = find(m, base, "embed.bias", 0);
+    v->final_norm = find(m, base, "final_norm.weight", 0);
+    v->head_w = find(m, base, "head.weight", 0);
+    v->head_b = find(m, base, "head.bias", 0);
+    const char *ffn = m->cfg.n_experts ? "moe" : "ffn";
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        layer_view *lv = &v->layers[l];
+        char fmt[64];
+        lv->attn_norm = find(m, base, "blocks.%d.attn_norm.weight", l);
+        lv->qkv_w = find(m, base, "blocks.%d.attn.qkv.weight", l);
+        lv->qkv_b = find(m, base, "blocks.%d.attn.qkv.bias", l);
+        lv->out_w = find(m, base, "blocks.%d.attn.out.weight", l);
+        lv->out_b = find(m, base, "blocks.%d.attn.out.bias", l);
+        lv->ffn_norm = find(m, base, "blocks.%d.ffn_norm.weight", l);
+        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.fc.weight", ffn);
+        lv->fc_w = find(m, base, fmt, l);
+        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.fc.bias", ffn);
+        lv->fc_b = find(m, base, fmt, l);
+        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.proj.weight", ffn);
+        lv->proj_w = find(m, base, fmt, l);
+        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.proj.bias", ffn);
+        lv->proj_b = find(m, base, fmt, l);
+        lv->router = m->cfg.n_experts ? find(m, base, "blocks.%d.moe.router.weight", l) : NULL;
+    }
+}
+
+/* The bf16 twin of a parameter pointer: the same offset in params16. */
+static uint16_t *as16(const kiln_tsmoe_cuda *m, const float *w) {
+    return m->params16 ? m->params16 + (w - m->params) : NULL;
+}
+
+typedef struct carver {
+    char *base;
+    size_t used;
+} carver;
+
+static void *carve(carver *c, size_t n, size_t elem) {
+    size_t at = (c->used + 255) & ~(size_t)255;
+    c->used = at + n * elem;
+    return c->base ? c->base + at : NULL;
+}
+#define CARVE_F(c, n) ((float *)carve((c), (n), sizeof(float)))
+#define CARVE_I(c, n) ((int32_t *)carve((c), (n), sizeof(int32_t)))
+
+static void carve_acts(kiln_tsmoe_cuda *m, carver *c) {
+    const kiln_model_config *k = &m->cfg;
+    const size_t N = (size_t)m->max_batch * k->seq_len, D = k->d_model, E = k->n_experts,
+                 K = k->top_k, L = k->n_layers;
+    const size_t Fh = k->d_ff, R = E ? N * K : N;
+    const size_t A = (size_t)m->max_batch * k->n_heads * k->seq_len * k->attn_window;
+    for (size_t l = 0; l < L; l++) {
+        layer_acts *a = &m->acts[l];
+        a->res = CARVE_F(c, N * D);
+        a->u1 = CARVE_F(c, N * D);
+        a->rstd1 = CARVE_F(c, N);
+        a->qkv = CARVE_F(c, N * 3 * D);
+        a->att = CARVE_F(c, A);
+        a->ao = CARVE_F(c, N * D);
+        a->mid = CARVE_F(c, N * D);
+        a->u2 = CARVE_F(c, N * D);
+        a->rstd2 = CARVE_F(c, N);
+        a->hpre = CARVE_F(c, R * Fh);
+        a->hact = CARVE_F(c, R * Fh);
+        if (E) {
+            a->xg = CARVE_F(c, N * K * D);
+            a->yg = CARVE_F(c, N * K * D);
+            a->logits = CARVE_F(c, N * E);
+            a->probs = CARVE_F(c, N * E);
+            a->lse = CARVE_F(c, N);
+            a->gates = CARVE_F(c, N * K);
+            a->idx = CARVE_I(c, N * K);
+            a->pos = CARVE_I(c, N * K);
+            a->rows = CARVE_I(c, N * K);
+            a->offsets = CARVE_I(c, E + 1);
+        }
+    }
+    m->x = CARVE_F(c, N * k->n_features);
+    m->targets = CARVE_F(c, N * k->n_outputs);
+    m->xs = CARVE_F(c, N * k->n_features);
+    m->hL = CARVE_F(c, N * D);
+    m->uf = CARVE_F(c, N * D);
+    m->rstdf = CARVE_F(c, N);
+    m->y = CARVE_F(c, N * k->n_outputs);
+    m->tmp = CARVE_F(c, N * D);
+    m->dres = CARVE_F(c, N * D);
+    m->du = CARVE_F(c, N * D);
+    m->dao = CARVE_F(c, N * D);
+    m->dqkv = CARVE_F(c, N * 3 * D);
+    m->datt = CARVE_F(c, A);
+    m->dh1 = CARVE_F(c, R * Fh);
+    m->dh2 = CARVE_F(c, R * Fh);
+    m->dxg = E ? CARVE_F(c, N * K * D) : NULL;
+    m->dyg = E ? CARVE_F(c, N * K * D) : NULL;
+    m->dgates = E ? CARVE_F(c, N * K) : NULL;
+    m->dlogits = E ? CARVE_F(c, N * E) : NULL;
+    m->dy = CARVE_F(c, N * k->n_outputs);
+    m->duf = CARVE_F(c, N * D);
+    m->r_losses = (double *)carve(c, 2 * L + 1, sizeof(double));
+    m->r_stats = CARVE_F(c, 3 * L + 1);
+    m->r_load = CARVE_F(c, L * (E ? E : 1));
+    m->r_dropped = (int *)carve(c, L, sizeof(int));
+}
+
+kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
+                                const kiln_cuda_opts *opts, kiln_tsmoe_cuda **out) {
+    *out = NULL;
+    kiln_cuda_opts o = {0, KILN_PRECISION_F32};
+    if (opts) o = *opts;
+    KILN_TRY(kiln_model_config_check(cfg, "model config"));
+    KILN_FAIL_IF(max_batch < 1, KILN_ERR_CONFIG,
+                 "'model config': max_batch must be at least 1 (is %d)", max_batch);
+    double widest = (double)cfg->d_ff * (cfg->top_k ? cfg->top_k : 1) + 3.0 * cfg->d_model +
+                    (double)cfg->n_heads * cfg->attn_window;
+    KILN_FAIL_IF((double)max_batch * cfg->seq_len * widest > 2e9, KILN_ERR_CONFIG,
+                 "'model config': max_batch %d times seq_len %d is too large for this model",
+                 max_batch, cfg->seq_len);
+    KILN_FAIL_IF(o.precision != KILN_PRECISION_F32 && o.precision != KILN_PRECISION_BF16,
+                 KILN_ERR_USAGE, "'cuda network': unknown precision %d", (int)o.precision);
+    kiln_tsmoe_cuda *m = kiln_calloc(1, sizeof *m);
+    if (!m) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    m->cfg = *cfg;
+    m->max_batch = max_batch;
+    m->precision = o.precision;
+    KILN_CHECK(rc, fail, kiln_cuda_init(o.device));
+    m->have_context = true;
+    const size_t L = (size_t)cfg->n_layers, E = (size_t)cfg->n_experts;
+    KILN_CHECK(rc, fail, kiln_param_table(cfg, &m->table, &m->n_params, &m->numel));
+    m->p.layers = kiln_calloc(L, sizeof(layer_view));
+    m->g.layers = kiln_calloc(L, sizeof(layer_view));
+    m->w16 = kiln_calloc(L, sizeof(layer_view16));
+    m->acts = kiln_calloc(L, sizeof(layer_acts));
+    m->offsets_h = kiln_calloc(L * (E + 1), sizeof(int32_t));
+    m->h_losses = kiln_calloc(2 * L + 1, sizeof(double));
+    m->h_stats = kiln_calloc(3 * L + 1, sizeof(float));
+    m->h_load = kiln_calloc(L * (E ? E : 1), sizeof(float));
+    m->h_overflow = kiln_calloc(L, sizeof(float));
+    m->h_dropped = kiln_calloc(L, sizeof(int));
+    KILN_CHECK_IF(rc, fail,
+                  !m->p.layers || !m->g.layers || !m->w16 || !m->acts || !m->offsets_h ||
+                      !m->h_losses || !m->h_stats || !m->h_load || !m->h_overflow || !m->h_dropped,
+                  KILN_ERR_NOMEM, "out of memory for a cuda network");
+    KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->params, m->numel * sizeof(float)));
+    KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->grads, m->numel * sizeof(float)));
+    KILN_CHECK(rc, fail, kiln_cuda_memset(m->params, 0, m->numel * sizeof(float)));
+    KILN_CHECK(rc, fail, kiln_cuda_memset(m->grads, 0, m->numel * sizeof(float)));
+    if (m->precision == KILN_PRECISION_BF16)
+        KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->params16, m->numel * sizeof(uint16_t)));
+    point_views(m, m->params, &m->p);
+    point_views(m, m->grads, &m->g);
+    m->embed_w16 = as16(m, m->p.embed_w);
+    m->head_w16 = as16(m, m->p.head_w);
+    for (size_t l = 0; l < L; l++) {
+        m->w16[l].qkv_w = as16(m, m->p.layers[l].qkv_w);
+        m->w16[l].out_w = as16(m, m->p.layers[l].out_w);
+        m->w16[l].fc_w = as16(m, m->p.layers[l].fc_w);
+        m->w16[l].proj_w = as16(m, m->p.layers[l].proj_w);
+    }
+    carver c = {NULL, 0};
+    carve_acts(m, &c);
+    KILN_CHECK(rc, fail, kiln_cuda_malloc(&m->act_block, c.used));
+    c.base = m->act_block;
+    c.used = 0;
+    carve_acts(m, &c);
+    /* The ops' scratch at its largest now, so that no step allocates: rows times the widest
+     * row any op sums over or rounds to bf16. */
+    size_t N = (size_t)max_batch * cfg->seq_len, R = E ? N * cfg->top_k : N;
+    size_t need = kiln_cuda_scratch_bytes(N, 3 * (size_t)cfg->d_model + (size_t)cfg->n_features +
+                                                 (size_t)cfg->n_outputs);
+    size_t need2 = kiln_cuda_scratch_bytes(R, (size_t)cfg->d_ff + cfg->d_model);
+    KILN_CHECK(rc, fail, kiln_cuda_reserve(need > need2 ? need : need2));
+    KILN_CHECK(rc, fail, kiln_cuda_sync());
+    m->stats.n_layers = cfg->n_layers;
+    m->stats.n_experts = cfg->n_experts;
+    m->stats.attn_entropy = m->h_stats;
+    m->stats.router_entropy = m->h_stats + L;
+    m->stats.act_rms = m->h_stats + 2 * L;
+    m->stats.expert_load = m->h_load;
+    m->stats.overflow = m->h_overflow;
+    *out = m;
+    return KILN_OK;
+fail:
+    kiln_tsmoe_cuda_free(m);
+    return kiln_errprefix(rc, "'cuda network': ");
+}
+
+void kiln_tsmoe_cuda_free(kiln_tsmoe_cuda *m) {
+    if (!m) return;
+    kiln_cuda_free(m->params);
+    kiln_cuda_free(m->grads);
+    kiln_cuda_free(m->params16);
+    kiln_cuda_free(m->act_block);
+    if (m->have_context) kiln_cuda_release();
+    free(m->table);
+    free(m->p.layers);
+    free(m->g.layers);
+    free(m->w16);
+    free(m->acts);
+    free(m->offsets_h);
+    free(m->h_losses);
+    free(m->h_stats);
+    free(m->h_load);
+    free(m->h_overflow);
+    free(m->h_dropped);
+    free(m);
+}
+
+const kiln_param *kiln_tsmoe_cuda_param_table(const kiln_tsmoe_cuda *m, size_t *count) {
+    if (count) *count = m->n_params;
+    return m->table;
+}
+size_t kiln_tsmoe_cuda_numel(const kiln_tsmoe_cuda *m) {
+    return m->numel;
+}
+float *kiln_tsmoe_cuda_device_params(kiln_tsmoe_cuda *m) {
+    return m->params;
+}
+float *kiln_tsmoe_cuda_device_grads(kiln_tsmoe_cuda *m) {
+    return m->grads;
+}
+kiln_err kiln_tsmoe_cuda_upload_params(kiln_tsmoe_cuda *m, const float *params) {
+    return kiln_cuda_upload(m->params, params, m->numel * sizeof(float));
+}
+kiln_err kiln_tsmoe_cuda_download_params(const kiln_tsmoe_cuda *m, float *params) {
+    return kiln_cuda_download(params, m->params, m->numel * sizeof(float));
+}
+kiln_err kiln_tsmoe_cuda_download_grads(const kiln_tsmoe_cuda *m, float *grads) {
+    return kiln_cuda_download(grads, m->grads, m->numel * sizeof(float));
+}
+kiln_err kiln_tsmoe_cuda_zero_grads(kiln_tsmoe_cuda *m) {
+    return kiln_cuda_memset(m->grads, 0, m->numel * sizeof(float));
+}
+kiln_err kiln_tsmoe_cuda_outputs(const kiln_tsmoe_cuda *m, float *y) {
+    return kiln_cuda_download(y, m->y,
+                              (size_t)m->B * m->cfg.seq_len * m->cfg.n_outputs * sizeof(float));
+}
+const kiln_tsmoe_stats *kiln_tsmoe_cuda_last_stats(const kiln_tsmoe_cuda *m) {
+    return &m->stats;
+}
+kiln_err kiln_tsmoe_cuda_sync(kiln_tsmoe_cuda *m) {
+    (void)m;
+    return kiln_cuda_sync();
+}
+
+/* The GEMM of one layer in the network's precision. w is the f32 weight (a view into the
+ * parameter block); in bf16 its twin in params16 is multiplied instead. */
+static kiln_err lin_fwd(const kiln_tsmoe_cuda *m, float *out, const float *inp, const float *w,
+                        const float *b, int N, int IC, int OC) {
+    if (m->params16) return kiln_cuda_linear_forward_bf16(out, inp, as16(m, w), b, N, IC, OC);
+    return kiln_cuda_linear_forward(out, inp, w, b, N, IC, OC);
+}
+
+static kiln_err lin_bwd(const kiln_tsmoe_cuda *m, float *dinp, float *dw, float *db,
+                        const float *dout, const float *inp, const float *w, int N, int IC,
+                        int OC) {
+    if (m->params16)
+        return kiln_cuda_linear_backward_bf16(dinp, dw, db, dout, inp, as16(m, w), N, IC, OC);
+    return kiln_cuda_linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
+}
+
+#define ZERO(ptr, n) KILN_TRY(kiln_cuda_memset((ptr), 0, (size_t)(n) * sizeof *(ptr)))
+
+kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float *targets, int B,
+                                 const kiln_loss_opts *opts, kiln_loss *loss) {
+    const kiln_model_config *k = &m->cfg;
+    KILN_FAIL_IF(B < 1 || B > m->max_batch, KILN_ERR_USAGE, "'forward': batch %d is outside 1..%d",
+                 B, m->max_batch);
+    const int S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window, E = k->n_experts,
+              K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
+    const int N = B * S;
+    kiln_loss_opts o = {0.01f, 0.001f, 0.0f};
+    if (opts) o = *opts;
+    m->B = B;
+    m->opts = o;
+    m->have_targets = false;
+    int capacity = 0;
+    if (targets && E && o.capacity_factor > 0) {
+        double cap = ceil((double)o.capacity_factor * N * K / E);
+        capacity = cap > (double)N * K ? N * K : (int)cap;
+        if (capacity < 1) capacity = 1;
+    }
+    const net_view *p = &m->p;
+    KILN_TRY(kiln_cuda_upload(m->x, x, (size_t)N * F * sizeof(float)));
+    if (targets) KILN_TRY(kiln_cuda_upload(m->targets, targets, (size_t)N * O * sizeof(float)));
+    if (m->params16) KILN_TRY(kiln_cuda_to_bf16(m->params16, m->params, m->numel));
+    ZERO(m->r_losses, 2 * L + 1);
+    ZERO(m->r_stats, 3 * L + 1);
+    ZERO(m->r_load, (size_t)L * (E ? E : 1));
+    ZERO(m->r_dropped, L);
+
+    KILN_TRY(kiln_cuda_standardize_forward(m->xs, m->x, p->in_mean, p->in_std, N, F));
+    float *h = L ? m->acts[0].res : m->hL;
+    KILN_TRY(lin_fwd(m, h, m->xs, p->embed_w, p->embed_b, N, F, D));
+    for (int l = 0; l < L; l++) {
+        layer_acts *a = &m->acts[l];
+        const layer_view *w = &p->layers[l];
+        float *next = l + 1 < L ? m->acts[l + 1].res : m->hL;
+        float *st_attn = m->r_stats + l, *st_router = m->r_stats + L + l,
+              *st_rms = m->r_stats + 2 * L + l;
+        KILN_TRY(
+            kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm, k->norm_eps, N, D));
+        KILN_TRY(lin_fwd(m, a->qkv, a->u1, w->qkv_w, w->qkv_b, N, D, 3 * D));
+        KILN_TRY(kiln_cuda_attention_forward(a->ao, a->att, a->qkv, B, S, D, H, W));
+        KILN_TRY(lin_fwd(m, m->tmp, a->ao, w->out_w, w->out_b, N, D, D));
+        KILN_TRY(kiln_cuda_residual_forward(a->mid, a->res, m->tmp, (size_t)N * D));
+        KILN_TRY(
+            kiln_cuda_rmsnorm_forward(a->u2, a->rstd2, a->mid, w->ffn_norm, k->norm_eps, N, D));
+        KILN_TRY(kiln_cuda_stats_entropy(st_attn, a->att, (size_t)B * H * S, (size_t)W));
+        if (!E) {
+            KILN_TRY(lin_fwd(m, a->hpre, a->u2, w->fc_w, w->fc_b, N, D, Fh));
+            KILN_TRY(kiln_cuda_gelu_forward(a->hact, a->hpre, (size_t)N * Fh));
+            KILN_TRY(lin_fwd(m, m->tmp, a->hact, w->proj_w, w->proj_b, N, Fh, D));
+            KILN_TRY(kiln_cuda_residual_forward(next, a->mid, m->tmp, (size_t)N * D));
+        } else {
+            /* The router stays in f32 in every precision: its choices are discrete. */
+            KILN_TRY(kiln_cuda_linear_forward(a->logits, a->u2, w->router, NULL, N, D, E));
+            KILN_TRY(
+                kiln_cuda_router_forward(a->probs, a->lse, a->idx, a->gates, a->logits, N, E, K));
+            KILN_TRY(kiln_cuda_router_loss_forward(m->r_load + (size_t)l * E, m->r_losses + 2 * l,
+                                                   a->probs, a->lse, a->idx, N, E, K));
+            KILN_TRY(kiln_cuda_moe_dispatch(a->offsets, a->pos, a->rows, m->r_dropped + l, a->idx,
+                                            capacity, N, E, K));
+            int32_t *off = m->offsets_h + (size_t)l * (E + 1);
+            KILN_TRY(kiln_cuda_download(off, a->offsets, (size_t)(E + 1) * sizeof(int32_t)));
+            KILN_FAIL_IF(off[0] != 0 || off[E] < 0 || off[E] > N * K, KILN_ERR_INTERNAL,
+                         "'forward': layer %d: dispatch plan out of range (%d rows)", l, off[E]);
+            KILN_TRY(kiln_cuda_moe_gather_forward(a->xg, a->u2, a->rows, off[E], D));
+            for (int e = 0; e < E; e++) {
+                size_t r0 = (size_t)off[e];
+                int n = off[e + 1] - off[e];
+                KILN_TRY(lin_fwd(m, a->hpre + r0 * Fh, a->xg + r0 * D, w->fc_w + (size_t)e * Fh * D,
+                                 w->fc_b + (size_t)e * Fh, n, D, Fh));
+                KILN_TRY(
+                    kiln_cuda_gelu_forward(a->hact + r0 * Fh, a->hpre + r0 * Fh, (size_t)n * Fh));
+                KILN_TRY(lin_fwd(m, a->yg + r0 * D, a->hact + r0 * Fh,
+                                 w->proj_w + (size_t)e * D * Fh, w->proj_b + (size_t)e * D, n, Fh,
+                                 D));
+            }
+            KILN_TRY(kiln_cuda_moe_combine_forward(next, a->mid, a->yg, a->gates, a->pos, N, D, K));
+            KILN_TRY(kiln_cuda_stats_entropy(st_router, a->probs, (size_t)N, (size_t)E));
+        }
+        KILN_TRY(kiln_cuda_stats_rms(st_rms, next, (size_t)N * D));
+    }
+    KILN_TRY(kiln_cuda_rmsnorm_forward(m->uf, m->rstdf, m->hL, p->final_norm, k->norm_eps, N, D));
+    KILN_TRY(lin_fwd(m, m->y, m->uf, p->head_w, p->head_b, N, D, O));
+    KILN_TRY(kiln_cuda_stats_maxabs(m->r_stats + 3 * L, m->y, (size_t)N * O));
+    if (targets)
+        KILN_TRY(kiln_cuda_mse_forward(m->r_losses + 2 * L, m->y, m->targets, (size_t)N * O));
+
+    KILN_TRY(kiln_cuda_download(m->h_losses, m->r_losses, (2 * (size_t)L + 1) * sizeof(double)));
+    KILN_TRY(kiln_cuda_download(m->h_stats, m->r_stats, (3 * (size_t)L + 1) * sizeof(float)));
+    KILN_TRY(kiln_cuda_download(m->h_load, m->r_load, (size_t)L * (E ? E : 1) * sizeof(float)));
+    KILN_TRY(kiln_cuda_download(m->h_dropped, m->r_dropped, (size_t)L * sizeof(int)));
+    KILN_TRY(kiln_cuda_sync());
+    m->stats.max_abs_output = m->h_stats[3 * L];
+    double lb_sum = 0.0, z_sum = 0.0;
+    for (int l = 0; l < L; l++) {
+        lb_sum += m->h_losses[2 * l];
+        z_sum += m->h_losses[2 * l + 1];
+        m->h_overflow[l] = E ? (float)m->h_dropped[l] / (float)((size_t)N * K) : 0.0f;
+    }
+    kiln_loss out = {0, 0, 0, 0};
+    if (targets) {
+        out.mse = m->h_losses[2 * L];
+        out.load_balance = lb_sum;
+        out.z = z_sum;
+        out.loss = out.mse + (double)o.aux_loss_coef * lb_sum + (double)o.z_loss_coef * z_sum;
+        m->have_targets = true;
+    }
+    if (loss) *loss = out;
+    return KILN_OK;
+}
+
+kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
+    KILN_FAIL_IF(!m->have_targets, KILN_ERR_USAGE, "'backward': the last forward had no targets");
+    const kiln_model_config *k = &m->cfg;
+    const int B = m->B, S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window,
+              E = k->n_experts, K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs,
+              L = k->n_layers;
+    const int N = B * S;
+    const net_view *p = &m->p, *g = &m->g;
+    const size_t ND = (size_t)N * D;
+
+    ZERO(m->dy, (size_t)N * O);
+    KILN_TRY(kiln_cuda_mse_backward(m->dy, m->y, m->targets, scale, (size_t)N * O));
+    ZERO(m->duf, ND);
+    KILN_TRY(lin_bwd(m, m->duf, g->head_w, g->head_b, m->dy, m->uf, p->head_w, N, D, O));
+    ZERO(m->dres, ND);
+    KILN_TRY(kiln_cuda_rmsnorm_backward(m->dres, g->final_norm, m->duf, m->hL, p->final_norm,
+                                        m->rstdf, N, D));
+    for (int l = L - 1; l >= 0; l--) {
+        layer_acts *a = &m->acts[l];
+        const layer_view *w = &p->layers[l], *gw = &g->layers[l];
+        ZERO(m->du, ND);
+        if (!E) {
+            ZERO(m->dh2, (size_t)N * Fh);
+            KILN_TRY(
+                lin_bwd(m, m->dh2, gw->proj_w, gw->proj_b, m->dres, a->hact, w->proj_w, N, Fh, D));
+            ZERO(m->dh1, (size_t)N * Fh);
+            KILN_TRY(kiln_cuda_gelu_backward(m->dh1, m->dh2, a->hpre, (size_t)N * Fh));
+            KILN_TRY(lin_bwd(m, m->du, gw->fc_w, gw->fc_b, m->dh1, a->u2, w->fc_w, N, D, Fh));
+        } else {
+            const int32_t *off = m->offsets_h + (size_t)l * (E + 1);
+            const int M = off[E];
+            ZERO(m->dyg, (size_t)M * D);
+            ZERO(m->dgates, (size_t)N * K);
+            KILN_TRY(kiln_cuda_moe_combine_backward(m->dyg, m->dgates, m->dres, a->yg, a->gates,
+                                                    a->pos, N, D, K));
+            ZERO(m->dh1, (size_t)M * Fh);
+            ZERO(m->dh2, (size_t)M * Fh);
+            ZERO(m->dxg, (size_t)M * D);
+            for (int e = 0; e < E; e++) {
+                size_t r0 = (size_t)off[e];
+                int n = off[e + 1] - off[e];
+                KILN_TRY(lin_bwd(m, m->dh2 + r0 * Fh, gw->proj_w + (size_t)e * D * Fh,
+                                 gw->proj_b + (size_t)e * D, m->dyg + r0 * D, a->hact + r0 * Fh,
+                                 w->proj_w + (size_t)e * D * Fh, n, Fh, D));
+                KILN_TRY(kiln_cuda_gelu_backward(m->dh1 + r0 * Fh, m->dh2 + r0 * Fh,
+                                                 a->hpre + r0 * Fh, (size_t)n * Fh));
+                KILN_TRY(lin_bwd(m, m->dxg + r0 * D, gw->fc_w + (size_t)e * Fh * D,
+                                 gw->fc_b + (size_t)e * Fh, m->dh1 + r0 * Fh, a->xg + r0 * D,
+                                 w->fc_w + (size_t)e * Fh * D, n, D, Fh));
+            }
+            KILN_TRY(kiln_cuda_moe_gather_backward(m->du, m->dxg, a->pos, N, D, K));
+            ZERO(m->dlogits, (size_t)N * E);
+            KILN_TRY(kiln_cuda_router_backward(m->dlogits, m->dgates, a->probs, a->lse, a->idx,
+                                               a->gates, m->r_load + (size_t)l * E,
+                                               scale * m->opts.aux_loss_coef,
+                                               scale * m->opts.z_loss_coef, N, E, K));
+            KILN_TRY(kiln_cuda_linear_backward(m->du, gw->router, NULL, m->dlogits, a->u2,
+                                               w->router, N, D, E));
+        }
+        KILN_TRY(kiln_cuda_rmsnorm_backward(m->dres, gw->ffn_norm, m->du, a->mid, w->ffn_norm,
+                                            a->rstd2, N, D));
+        ZERO(m->dao, ND);
+        KILN_TRY(lin_bwd(m, m->dao, gw->out_w, gw->out_b, m->dres, a->ao, w->out_w, N, D, D));
+        ZERO(m->dqkv, ND * 3);
+        KILN_TRY(
+            kiln_cuda_attention_backward(m->dqkv, m->datt, m->dao, a->qkv, a->att, B, S, D, H, W));
+        ZERO(m->du, ND);
+        KILN_TRY(lin_bwd(m, m->du, gw->qkv_w, gw->qkv_b, m->dqkv, a->u1, w->qkv_w, N, D, 3 * D));
+        KILN_TRY(kiln_cuda_rmsnorm_backward(m->dres, gw->attn_norm, m->du, a->res, w->attn_norm,
+                                            a->rstd1, N, D));
+    }
+    KILN_TRY(lin_bwd(m, NULL, g->embed_w, g->embed_b, m->dres, m->xs, p->embed_w, N, F, D));
+    return KILN_OK;
+}
+
+#else /* no CUDA in this build: the API exists and says so */
+
+#define NO_CUDA                                                                                    \
+    kiln_fail(KILN_ERR_UNSUPPORTED, "'cuda network': this build of kiln has no CUDA (nvcc was "    \
+                                    "not found when it was built)")
+
+kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
+                                const kiln_cuda_opts *opts, kiln_tsmoe_cuda **out) {
+    (void)cfg, (void)max_batch, (void)opts;
+    *out = NULL;
+    return NO_CUDA;
+}
+void kiln_tsmoe_cuda_free(kiln_tsmoe_cuda *m) {
+    (void)m;
+}
+const kiln_param *kiln_tsmoe_cuda_param_table(const kiln_tsmoe_cuda *m, size_t *count) {
+    (void)m;
+    if (count) *count = 0;
+    return NULL;
+}
+size_t kiln_tsmoe_cuda_numel(const kiln_tsmoe_cuda *m) {
+    (void)m;
+    return 0;
+}
+kiln_err kiln_tsmoe_cuda_upload_params(kiln_tsmoe_cuda *m, const float *params) {
+    (void)m, (void)params;
+    return NO_CUDA;
+}
+kiln_err kiln_tsmoe_cuda_download_params(const kiln_tsmoe_cuda *m, float *params) {
+    (void)m, (void)params;
+    return NO_CUDA;
+}
+kiln_err kiln_tsmoe_cuda_download_grads(const kiln_tsmoe_cuda *m, float *grads) {
+    (void)m, (void)grads;
+    return NO_CUDA;
+}
+float *kiln_tsmoe_cuda_device_params(kiln_tsmoe_cuda *m) {
+    (void)m;
+    return NULL;
+}
+float *kiln_tsmoe_cuda_device_grads(kiln_tsmoe_cuda *m) {
+    (void)m;
+    return NULL;
+}
+kiln_err kiln_tsmoe_cuda_zero_grads(kiln_tsmoe_cuda *m) {
+    (void)m;
+    return NO_CUDA;
+}
+kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float *targets, int B,
+                                 const kiln_loss_opts *opts, kiln_loss *loss) {
+    (void)m, (void)x, (void)targets, (void)B, (void)opts, (void)loss;
+    return NO_CUDA;
+}
+kiln_err kiln_tsmoe_cuda_outputs(const kiln_tsmoe_cuda *m, float *y) {
+    (void)m, (void)y;
+    return NO_CUDA;
+}
+const kiln_tsmoe_stats *kiln_tsmoe_cuda_last_stats(const kiln_tsmoe_cuda *m) {
+    (void)m;
+    return NULL;
+}
+kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
+    (void)m, (void)scale;
+    return NO_CUDA;
+}
+kiln_err kiln_tsmoe_cuda_sync(kiln_tsmoe_cuda *m) {
+    (void)m;
+    return NO_CUDA;
+}
+#endif
