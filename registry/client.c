@@ -486,7 +486,9 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
                    e != CURLE_OK ? curl_easy_strerror(e) : "server error", d.have);
         backoff(c, attempt);
     }
+    uint64_t t = kiln_now_ns();
     KILN_CHECK_IF(rc, out, fsync(d.fd) != 0, KILN_ERR_IO, "cannot fsync '%s'", partial);
+    kiln_debug("pull phase: download fsync: %.6f s", (double)(kiln_now_ns() - t) / 1e9);
 out:
     if (d.fd >= 0) close(d.fd);
     curl_slist_free_all(hdr);
@@ -540,6 +542,16 @@ static kiln_err install_dir(const char *tmp, const char *out) {
         return kiln_fail_errno(KILN_ERR_IO, "cannot replace '%s'", out);
     rmtree(tmp); /* now the old contents */
     return KILN_OK;
+}
+
+/* Where a pull's time goes, at debug level (KILN_LOG=debug): bench/bench_registry.sh reads
+ * these lines. */
+static void pull_phase(const char *what, uint64_t from_ns, uint64_t to_ns, uint64_t bytes) {
+    double s = (double)(to_ns - from_ns) / 1e9;
+    if (bytes && s > 0)
+        kiln_debug("pull phase: %s: %.6f s (%.1f MB/s)", what, s, (double)bytes / 1e6 / s);
+    else
+        kiln_debug("pull phase: %s: %.6f s", what, s);
 }
 
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
@@ -656,10 +668,14 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     while (flock(lock_fd, LOCK_EX) != 0)
         KILN_CHECK_IF(rc, out, errno != EINTR, KILN_ERR_IO, "cannot lock '%s'", lock_path);
     for (int pass = 0;; pass++) {
+        uint64_t t0 = kiln_now_ns();
         KILN_CHECK(rc, out, reg_download(c, hex, size, partial));
+        uint64_t t1 = kiln_now_ns();
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
         KILN_CHECK(rc, out, kiln_sha256_file(partial, h));
+        pull_phase("download", t0, t1, size);
+        pull_phase("archive sha256", t1, kiln_now_ns(), size);
         kiln_hex(h, sizeof h, got);
         if (!strcmp(got, hex)) break;
         unlink(partial);
@@ -672,7 +688,9 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     /* 5, 6: the archive's signature, and the manifest's (its signed comment names it). */
     char label[200];
     snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
+    uint64_t t = kiln_now_ns();
     KILN_CHECK(rc, out, reg_verify_archive(trust, partial, label, sig, strlen(sig), &meta));
+    pull_phase("signature and manifest", t, kiln_now_ns(), size);
     KILN_CHECK_IF(rc, out, strcmp(meta.name, res->model) || strcmp(meta.version, res->version),
                   KILN_ERR_VERIFY, "%s: the signed manifest is %s@%s; refusing", label, meta.name,
                   meta.version);
@@ -691,12 +709,16 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     }
     staged = kiln_path_join(tmp, "model");
     KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
+    t = kiln_now_ns();
     KILN_CHECK(rc, out, reg_archive_unpack_verified(partial, meta.manifest_sha256, staged));
+    pull_phase("unpack and file digests", t, kiln_now_ns(), size);
+    t = kiln_now_ns();
     KILN_CHECK(rc, out, install_dir(staged, p->out));
     rmtree(tmp);
     free(tmp);
     tmp = NULL;
     KILN_CHECK(rc, out, kiln_fsync_dir(parent));
+    pull_phase("install", t, kiln_now_ns(), 0);
     if (by_channel) {
         json_t *st =
             json_pack("{s:I, s:s, s:s, s:I}", "seq", (json_int_t)rec.seq, "version", rec.version,
