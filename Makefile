@@ -5,12 +5,12 @@
 BUILD ?= build
 SAN ?=
 CC ?= cc
-PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl
+PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl libcrypto
 # Debian packages that provide the pkg-config names above, and the tools the tests use
 # (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin
+            libopenmpi-dev openmpi-bin libssl-dev
 TOOLS := sqlite3 minisign mpirun
 # Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
 # libkiln.so (what services link) never depends on libmpi.

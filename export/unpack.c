@@ -281,8 +281,8 @@ static kiln_err extract_file(struct archive *a, const char *apath, int tmpfd,
     if (fd < 0)
         return kiln_fail_errno(KILN_ERR_IO, "'%s': entry '%s': cannot create", apath, info->path);
     kiln_err rc = KILN_OK;
-    crypto_hash_sha256_state st;
-    crypto_hash_sha256_init(&st);
+    kiln_sha256_state st;
+    kiln_sha256_init(&st);
     uint64_t got = 0;
     for (;;) {
         la_ssize_t n = archive_read_data(a, buf, KILN_EXPORT_BUF);
@@ -295,11 +295,11 @@ static kiln_err extract_file(struct archive *a, const char *apath, int tmpfd,
         got += (uint64_t)n;
         KILN_CHECK_IF(rc, out, got > f->size, KILN_ERR_VERIFY,
                       "'%s': entry '%s': more data than the manifest says", apath, info->path);
-        crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+        kiln_sha256_update(&st, buf, (size_t)n);
         KILN_CHECK(rc, out, write_all(fd, buf, (size_t)n, apath, info->path));
     }
     uint8_t d[KILN_SHA256_BYTES];
-    crypto_hash_sha256_final(&st, d);
+    kiln_sha256_final(&st, d);
     KILN_CHECK_IF(rc, out, got != f->size, KILN_ERR_FORMAT, "'%s': entry '%s': truncated", apath,
                   info->path);
     KILN_CHECK_IF(rc, out, memcmp(d, f->sha256, sizeof d) != 0, KILN_ERR_VERIFY,
