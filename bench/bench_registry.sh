@@ -144,7 +144,7 @@ say "nginx-light on $NGINX_URL"
 # sync between runs, outside the timed part, so one run's writeback does not land in the next.
 declare -A RUNS
 add() { RUNS[$1]="${RUNS[$1]:-} $2"; }
-PHASES=("download" "download fsync" "archive sha256" "signature and manifest"
+PHASES=("download" "archive sha256" "signature and manifest"
     "unpack and file digests" "install")
 VERIFY_WHAT="signature only (BLAKE2b-512 of the file, Ed25519)"
 for r in $(seq "$REPS"); do
@@ -210,7 +210,7 @@ D=$(med "phase:download")
     for ph in "${PHASES[@]}"; do
         v=$(med "phase:$ph")
         [ "$v" = nan ] && continue
-        if [ "$ph" = install ] || [ "$ph" = "download fsync" ]; then
+        if [ "$ph" = install ]; then
             printf '%-44s %10.3f %9s\n' "  $ph" "$v" ""
         else
             row "  $ph" "$v" "$(mbs "$v")"

@@ -455,6 +455,8 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         curl_easy_setopt(d.h, CURLOPT_URL, url);
         curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hdr);
         if (d.have) curl_easy_setopt(d.h, CURLOPT_RANGE, range);
+        /* 512 KiB a callback (libcurl's default is 16 KiB): fewer write() calls. */
+        curl_easy_setopt(d.h, CURLOPT_BUFFERSIZE, 512L * 1024);
         curl_easy_setopt(d.h, CURLOPT_WRITEFUNCTION, dl_write);
         curl_easy_setopt(d.h, CURLOPT_WRITEDATA, &d);
         CURLcode e = curl_easy_perform(d.h);
@@ -486,9 +488,9 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
                    e != CURLE_OK ? curl_easy_strerror(e) : "server error", d.have);
         backoff(c, attempt);
     }
-    uint64_t t = kiln_now_ns();
-    KILN_CHECK_IF(rc, out, fsync(d.fd) != 0, KILN_ERR_IO, "cannot fsync '%s'", partial);
-    kiln_debug("pull phase: download fsync: %.6f s", (double)(kiln_now_ns() - t) / 1e9);
+    /* No fsync: the partial file is hashed in full before anything uses it, and a prefix torn
+     * by a crash fails that check and is fetched again from the start; the unpacked files
+     * are what pull makes durable. (Its fsync was 0.45 s of a 1 GiB pull.) */
 out:
     if (d.fd >= 0) close(d.fd);
     curl_slist_free_all(hdr);
