@@ -87,7 +87,7 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: all deps test test-c test-e2e test-asan demo clean bench bench-registry fuzz
+.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry fuzz
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
      $(BUILD)/stream_service
 
@@ -130,9 +130,12 @@ $(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a $(ALL_LIBS) $(DIST_LIBS)
 
 # The test table is generated from the KILN_TEST(name) definitions in tests/*.c.
-$(BUILD)/tests.inc: $(TEST_SRC)
+# Generated tables are remade on every run but only replaced when their text changes, so
+# a removed file drops out of them and an unchanged tree rebuilds nothing.
+$(BUILD)/tests.inc: FORCE
 	@mkdir -p $(BUILD)
-	@grep -ho '^KILN_TEST([a-z0-9_]*)' $(TEST_SRC) | sed 's/KILN_TEST(\(.*\))/T(\1)/' > $@.tmp && mv $@.tmp $@
+	@grep -ho '^KILN_TEST([a-z0-9_]*)' $(TEST_SRC) | sed 's/KILN_TEST(\(.*\))/T(\1)/' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 
 # The CPU kernels are the trainer's inner loops: -O3 vectorises their fixed-order loops.
 $(BUILD)/obj/kernels/cpu/%.o: CFLAGS += -O3
@@ -140,9 +143,10 @@ $(BUILD)/obj/kernels/cpu/%.o: CFLAGS += -O3
 $(BUILD)/obj/tests/run.o: $(BUILD)/tests.inc
 
 # The fuzz replay test calls every entry point through a table made from the file names.
-$(BUILD)/fuzz-targets.inc: $(FUZZ_SRC)
+$(BUILD)/fuzz-targets.inc: FORCE
 	@mkdir -p $(BUILD)
-	@printf 'F(%s)\n' $(FUZZ_TARGETS) > $@.tmp && mv $@.tmp $@
+	@printf 'F(%s)\n' $(FUZZ_TARGETS) > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 $(BUILD)/obj/tests/test_fuzz_replay.o: $(BUILD)/fuzz-targets.inc
 $(BUILD)/obj/tests/%.o: INCLUDES += -I$(BUILD)
 
@@ -221,3 +225,4 @@ clean:
 	rm -rf $(BUILD)
 
 -include $(LIB_OBJ:.o=.d) $(DIST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+FORCE:

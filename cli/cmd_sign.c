@@ -183,30 +183,93 @@ out:
 
 /* ---- sign / verify --------------------------------------------------------------- */
 
+/* A .kiln archive (by its name) is signed and verified as a signed archive
+ * (docs/formats.md, "signed archive"); any other file as a plain minisign signature. */
+static bool is_archive(const char *path) {
+    size_t n = strlen(path);
+    return n > 5 && !strcmp(path + n - 5, ".kiln");
+}
+
+/* Sign an archive and add the signature to its signature file (a new file for the first
+ * signer, appended for the next). */
+static int sign_archive(const char *file, const char *key, const char *sigpath,
+                        bool allow_unvalidated) {
+    kiln_sign_seckey *sk = NULL;
+    char *text = NULL, *old = NULL, *all = NULL;
+    size_t oldlen = 0;
+    kiln_sign_archive_info info;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(file), KILN_ERR_IO, "cannot open '%s': no such file",
+                  file);
+    KILN_CHECK(rc, out, load_seckey(key, &sk));
+    KILN_CHECK(rc, out, kiln_sign_archive(sk, file, allow_unvalidated, &text, &info));
+    if (kiln_path_exists(sigpath))
+        KILN_CHECK(rc, out, kiln_read_file(sigpath, KILN_SIGN_ARCHIVE_SIGS_LIMIT, &old, &oldlen));
+    KILN_CHECK(rc, out, kiln_sign_archive_sigs_add(old, oldlen, sigpath, text, &all));
+    KILN_CHECK(rc, out, kiln_write_file_atomic(sigpath, all, strlen(all)));
+    kiln_sign_pubkey pk;
+    char id[KILN_SIGN_KEYID_HEX], hex[KILN_SHA256_HEX];
+    KILN_CHECK(rc, out, kiln_sign_seckey_pubkey(sk, &pk));
+    kiln_sign_keyid_hex(pk.keyid, id);
+    kiln_hex(info.manifest_sha256, 32, hex);
+    printf("wrote %s (key id %s, %s signature)\n", sigpath, id, old ? "another" : "first");
+    printf("archive %s %s, manifest sha256:%s, validation %s%s\n", info.model, info.version, hex,
+           kiln_sign_validation_name(info.validation),
+           info.allow_unvalidated ? " (signed with --allow-unvalidated)" : "");
+out:
+    kiln_sign_seckey_free(sk);
+    free(text);
+    free(old);
+    free(all);
+    return rc == KILN_OK ? 0 : cli_fail(rc);
+}
+
 int cmd_sign(int argc, char **argv) {
     const char *key = NULL, *tc = NULL, *outp = NULL;
-    bool legacy = false;
+    bool legacy = false, unvalidated = false;
     const cli_opt opts[] = {
         {"key", CLI_STR, &key, "BASE.key", "the secret key", true},
         {"trusted-comment", CLI_STR, &tc, "TEXT",
-         "one line signed with the file (default: timestamp and file name)", false},
-        {"out", CLI_STR, &outp, "SIG", "signature file (default: FILE.minisig)", false},
+         "one line signed with the file (default: timestamp and file name; not for archives)",
+         false},
+        {"out", CLI_STR, &outp, "SIG",
+         "signature file (default: FILE.minisig; an archive's is appended to)", false},
         {"legacy", CLI_FLAG, &legacy, NULL, "sign the file itself ('Ed'), not its BLAKE2b-512 hash",
+         false},
+        {"allow-unvalidated", CLI_FLAG, &unvalidated, NULL,
+         "sign an archive without a passing validation report (said in the trusted comment)",
          false},
         {0},
     };
-    const cli_spec spec = {"kiln sign FILE --key BASE.key [--trusted-comment TEXT] [--out SIG]",
-                           "Sign a file; writes FILE.minisig in minisign's format.", opts, 1, 1};
+    const cli_spec spec = {"kiln sign FILE --key BASE.key [--trusted-comment TEXT] [--out SIG]\n"
+                           "       kiln sign FILE.kiln --key BASE.key [--allow-unvalidated] "
+                           "[--out SIG]",
+                           "Sign a file; writes FILE.minisig in minisign's format. A .kiln "
+                           "archive is signed with a\ntrusted comment naming its model, version, "
+                           "manifest and validation verdict; each further\nsigner's signature is "
+                           "appended to the same file.",
+                           opts, 1, 1};
     char **pos;
     int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
     if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
     const char *file = pos[0];
     free(pos);
+    if (is_archive(file) && (tc || legacy))
+        return cli_usage_error("'%s': an archive's trusted comment is kiln's and its algorithm "
+                               "'ED': --trusted-comment and --legacy do not apply",
+                               file);
+    if (!is_archive(file) && unvalidated)
+        return cli_usage_error("--allow-unvalidated applies to .kiln archives only");
     kiln_sign_seckey *sk = NULL;
     char *sigpath = outp ? kiln_strdup(outp) : kiln_asprintf("%s.minisig", file);
+    if (!sigpath) return cli_fail(KILN_ERR_NOMEM);
+    if (is_archive(file)) {
+        int st = sign_archive(file, key, sigpath, unvalidated);
+        free(sigpath);
+        return st;
+    }
     char *deftc = NULL, *text = NULL, *buf = NULL;
     kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out, !sigpath, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !kiln_path_exists(file), KILN_ERR_IO, "cannot open '%s': no such file",
                   file);
     if (!tc) {
@@ -237,27 +300,87 @@ out:
     return rc == KILN_OK ? 0 : cli_fail(rc);
 }
 
+/* Verify a signed archive against a policy, unpack it (to --out, or a temporary directory
+ * that is removed) and report the signers. */
+static int verify_archive(const char *file, const char *trust, const char *sigpath,
+                          const char *outdir) {
+    kiln_sign_trust *t = NULL;
+    char *sigs = NULL;
+    size_t len = 0;
+    kiln_sign_archive_report rep;
+    int status = 0;
+    kiln_err rc = kiln_sign_trust_load(trust, &t);
+    if (rc != KILN_OK) {
+        status = cli_fail(rc); /* the policy is configuration: 2 */
+        goto out;
+    }
+    rc = kiln_read_file(sigpath, KILN_SIGN_ARCHIVE_SIGS_LIMIT, &sigs, &len);
+    if (rc == KILN_OK) rc = kiln_sign_verify_archive(file, sigs, len, sigpath, t, outdir, &rep);
+    if (rc != KILN_OK) {
+        status = check_fail(rc);
+        goto out;
+    }
+    char hex[KILN_SHA256_HEX];
+    kiln_hex(rep.info.manifest_sha256, 32, hex);
+    printf("archive verified: %s\nmodel %s\nversion %s\nmanifest sha256:%s\nvalidation %s%s\n",
+           file, rep.info.model, rep.info.version, hex,
+           kiln_sign_validation_name(rep.info.validation),
+           rep.info.validation != KILN_SIGN_VALIDATION_PASSED
+               ? " (signed with allow-unvalidated; the policy accepts it)"
+               : "");
+    printf("signed by");
+    for (size_t i = 0; i < rep.nsigners; i++) {
+        char id[KILN_SIGN_KEYID_HEX];
+        kiln_sign_keyid_hex(rep.signers[i]->pub.keyid, id);
+        printf("%s %s (%s)", i ? "," : "", rep.signers[i]->name, id);
+    }
+    printf(": %zu of %d required release keys\n", rep.nsigners, rep.threshold);
+    if (outdir)
+        printf("every file matches the manifest; unpacked to %s\n", outdir);
+    else
+        printf("every file matches the manifest (checked in a temporary directory, removed)\n");
+out:
+    kiln_sign_trust_free(t);
+    free(sigs);
+    return status;
+}
+
 int cmd_verify(int argc, char **argv) {
-    const char *pub = NULL, *trust = NULL, *sigp = NULL;
+    const char *pub = NULL, *trust = NULL, *sigp = NULL, *outdir = NULL;
     const cli_opt opts[] = {
         {"pub", CLI_STR, &pub, "BASE.pub", "the public key that must have signed", false},
         {"trust", CLI_STR, &trust, "trust.json", "accept any release key of this trust policy",
          false},
         {"sig", CLI_STR, &sigp, "SIG", "signature file (default: FILE.minisig)", false},
+        {"out", CLI_STR, &outdir, "DIR", "archives: unpack the verified archive to DIR", false},
         {0},
     };
-    const cli_spec spec = {"kiln verify FILE (--pub BASE.pub | --trust trust.json) [--sig SIG]",
-                           "Verify a minisign signature (key id, signature, trusted comment) and "
-                           "print the trusted comment.\nExits 1 when verification fails.",
-                           opts, 1, 1};
+    const cli_spec spec = {
+        "kiln verify FILE (--pub BASE.pub | --trust trust.json) [--sig SIG]\n"
+        "       kiln verify FILE.kiln --trust trust.json [--sig SIG] [--out DIR]",
+        "Verify a minisign signature (key id, signature, trusted comment) and "
+        "print the trusted comment.\nA .kiln archive is checked against the "
+        "trust policy: every signature by a release key,\nenough distinct "
+        "signers, the comment naming the archive's manifest, every file.\nExits "
+        "1 when verification fails.",
+        opts, 1, 1};
     char **pos;
     int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
     if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
     const char *file = pos[0];
     free(pos);
+    if (is_archive(file) && !trust)
+        return cli_usage_error("'%s': an archive is verified against a trust policy: give --trust",
+                               file);
+    if (!is_archive(file) && outdir) return cli_usage_error("--out applies to .kiln archives only");
     if (!pub == !trust) return cli_usage_error("give exactly one of --pub and --trust");
     char *sigpath = sigp ? kiln_strdup(sigp) : kiln_asprintf("%s.minisig", file);
     if (!sigpath) return cli_fail(KILN_ERR_NOMEM);
+    if (is_archive(file)) {
+        int st = verify_archive(file, trust, sigpath, outdir);
+        free(sigpath);
+        return st;
+    }
     kiln_sign_sig sig;
     kiln_sign_sig_init(&sig);
     kiln_sign_trust *t = NULL;

@@ -152,7 +152,8 @@ kiln_err kiln_json_parse(const char *buf, size_t len, const char *label, json_t 
 kiln_err kiln_json_load_file(const char *path, json_t **out);
 /* Canonical text: sorted keys, no insignificant white space; caller frees. */
 char *kiln_json_canonical(const json_t *j);
-/* Pretty (2-space indent, sorted keys, trailing newline), written atomically. */
+/* Pretty (2-space indent, sorted keys, 15 significant digits for reals, trailing newline),
+ * written atomically: for documents people read (cards, reports). */
 kiln_err kiln_json_write_file(const char *path, const json_t *j);
 
 /* ---- time --------------------------------------------------------------------- */

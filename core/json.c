@@ -32,7 +32,10 @@ char *kiln_json_canonical(const json_t *j) {
 }
 
 kiln_err kiln_json_write_file(const char *path, const json_t *j) {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY);
+    /* Documents for people: 15 significant digits print 0.003 as 0.003, not
+     * 0.0030000000000000001. Values that must survive exactly live in safetensors
+     * metadata or canonical JSON, which keep 17. */
+    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", path);
     size_t n = strlen(s);
     char *t = realloc(s, n + 2);

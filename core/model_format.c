@@ -76,9 +76,12 @@ json_t *kiln_model_config_json(const kiln_model_config *c) {
 #define EMIT(k) json_object_set_new(j, #k, json_integer(c->k));
     CFG_INTS(EMIT)
 #undef EMIT
-    /* The shortest decimal that reads back as the same float. */
+    /* The shortest decimal that reads back as the same float (1e-05, not 9.99999975e-06). */
     char buf[32];
-    snprintf(buf, sizeof buf, "%.9g", (double)c->norm_eps);
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)c->norm_eps);
+        if ((float)strtod(buf, NULL) == c->norm_eps) break;
+    }
     json_object_set_new(j, "norm_eps", json_real(strtod(buf, NULL)));
     return j;
 }

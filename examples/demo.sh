@@ -39,5 +39,28 @@ say "a second run without the interruption is bitwise the same"
 "$KILN" train --data market.safetensors --run-dir run1b 2>/dev/null
 run "$KILN" runs diff run1 run1b
 
+say "freeze the run into a model directory (weights, card with lineage)"
+run "$KILN" export run1 --out v1 --name market-alpha
+run cat v1/card.json
+
+say "golden data: the model's outputs on 64 held-out windows, to hold every later build to"
+run "$KILN" golden make --model v1 --data market.safetensors --windows 64
+
+say "validate v1: golden regression, trainer vs runtime, batch vs stream, f32 vs bf16"
+run "$KILN" validate --model v1 --data market.safetensors --make-bf16
+
+say "a second, longer run, validated against v1 as the production baseline"
+"$KILN" train --data market.safetensors --run-dir run2 --set steps=900 --set lr=0.002 2>&1 | tail -1
+run "$KILN" export run2 --out v2 --name market-alpha
+"$KILN" golden make --model v2 --data market.safetensors --windows 64 >/dev/null
+run "$KILN" validate --model v2 --data market.safetensors --baseline v1
+
+say "the example service: 500 ticks of features in, one prediction per tick out"
+"$KILN" data export market.safetensors --from 16000 --rows 500 --features-only | tail -n +2 > ticks.csv
+printf '$ stream_service v1 < ticks.csv > predictions.csv\n'
+"$BUILD/stream_service" v1 < ticks.csv > predictions.csv
+echo "$(wc -l < predictions.csv) predictions; the last three:"
+tail -3 predictions.csv
+
 echo
 echo "demo finished in $W"

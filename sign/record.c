@@ -55,6 +55,13 @@ kiln_err kiln_sign_parse_time(const char *s, const char *what, int64_t *out) {
 /* ---- the archive's trusted comment --------------------------------------------------- */
 
 #define ARCHIVE_TAG "kiln-archive/1"
+#define ARCHIVE_ALLOW "allow-unvalidated"
+
+static const char *const verdicts[] = {"unset", "passed", "failed", "absent"};
+
+const char *kiln_sign_validation_name(kiln_sign_validation v) {
+    return (unsigned)v < KILN_ARRAY_LEN(verdicts) ? verdicts[v] : verdicts[0];
+}
 
 char *kiln_sign_archive_comment(const kiln_sign_archive_info *info) {
     if (!kiln_sign_name_ok(info->model) || !kiln_sign_name_ok(info->version)) {
@@ -62,15 +69,40 @@ char *kiln_sign_archive_comment(const kiln_sign_archive_info *info) {
                   info->version);
         return NULL;
     }
+    kiln_sign_validation v = info->validation;
+    if (v != KILN_SIGN_VALIDATION_PASSED && v != KILN_SIGN_VALIDATION_FAILED &&
+        v != KILN_SIGN_VALIDATION_ABSENT) {
+        kiln_fail(KILN_ERR_USAGE, "archive trusted comment: the validation verdict is not set");
+        return NULL;
+    }
+    if (info->allow_unvalidated != (v != KILN_SIGN_VALIDATION_PASSED)) {
+        kiln_fail(KILN_ERR_USAGE, "archive trusted comment: allow-unvalidated goes with a "
+                                  "verdict other than passed, and only with one");
+        return NULL;
+    }
     char hex[KILN_SHA256_HEX];
     kiln_hex(info->manifest_sha256, 32, hex);
-    return kiln_asprintf(ARCHIVE_TAG "\tmodel:%s\tversion:%s\tmanifest:sha256:%s", info->model,
-                         info->version, hex);
+    return kiln_asprintf(ARCHIVE_TAG "\tmodel:%s\tversion:%s\tmanifest:sha256:%s\tvalidation:%s%s",
+                         info->model, info->version, hex, kiln_sign_validation_name(v),
+                         info->allow_unvalidated ? "\t" ARCHIVE_ALLOW : "");
+}
+
+/* One "key:value" field of the comment at *p, ending at a tab or the end: *val and *n get the
+ * value, *p moves past it and its tab. KILN_ERR_FORMAT when the key is not there. */
+static kiln_err comment_field(const char **p, const char *key, int index, const char *label,
+                              const char **val, size_t *n) {
+    size_t kl = strlen(key);
+    KILN_FAIL_IF(strncmp(*p, key, kl) != 0, KILN_ERR_FORMAT,
+                 "'%s': archive trusted comment: expected '%s' as field %d", label, key, index);
+    *val = *p + kl;
+    const char *end = strchr(*val, '\t');
+    *n = end ? (size_t)(end - *val) : strlen(*val);
+    *p = *val + *n + (end ? 1 : 0);
+    return KILN_OK;
 }
 
 kiln_err kiln_sign_archive_comment_parse(const char *tc, const char *label,
                                          kiln_sign_archive_info *out) {
-    static const char *const keys[] = {"model:", "version:", "manifest:sha256:"};
     memset(out, 0, sizeof *out);
     size_t tl = strlen(ARCHIVE_TAG);
     KILN_FAIL_IF(
@@ -78,39 +110,49 @@ kiln_err kiln_sign_archive_comment_parse(const char *tc, const char *label,
         "'%s': the trusted comment is not a kiln archive's (it should start with '" ARCHIVE_TAG
         "')",
         label);
-    const char *p = tc + tl + 1;
-    for (int i = 0; i < 3; i++) {
-        size_t kl = strlen(keys[i]);
-        KILN_FAIL_IF(strncmp(p, keys[i], kl) != 0, KILN_ERR_FORMAT,
-                     "'%s': archive trusted comment: expected '%s' field %d", label, keys[i],
-                     i + 1);
-        p += kl;
-        const char *end = strchr(p, '\t');
-        size_t n = end ? (size_t)(end - p) : strlen(p);
-        KILN_FAIL_IF(
-            (i < 2) != (end != NULL), KILN_ERR_FORMAT,
-            "'%s': archive trusted comment: want exactly the fields model, version, manifest",
-            label);
-        char val[KILN_SIGN_NAME_MAX + 1];
-        if (i < 2) {
-            KILN_FAIL_IF(n > KILN_SIGN_NAME_MAX, KILN_ERR_FORMAT,
-                         "'%s': archive trusted comment: '%s' is too long", label, keys[i]);
-            memcpy(val, p, n);
-            val[n] = 0;
-            KILN_FAIL_IF(!kiln_sign_name_ok(val), KILN_ERR_FORMAT,
-                         "'%s': archive trusted comment: '%s' is not a name", label, keys[i]);
-            strcpy(i == 0 ? out->model : out->version, val);
-        } else {
-            KILN_FAIL_IF(n != 64 || !kiln_unhex(p, out->manifest_sha256, 32), KILN_ERR_FORMAT,
-                         "'%s': archive trusted comment: the manifest digest is not 64 hex digits",
-                         label);
-            for (size_t k = 0; k < 64; k++)
-                KILN_FAIL_IF(p[k] >= 'A' && p[k] <= 'F', KILN_ERR_FORMAT,
-                             "'%s': archive trusted comment: the manifest digest must be lowercase",
-                             label);
-        }
-        p += n + (end ? 1 : 0);
+    const char *p = tc + tl + 1, *v;
+    size_t n;
+    static const char *const names[] = {"model:", "version:"};
+    for (int i = 0; i < 2; i++) {
+        KILN_TRY(comment_field(&p, names[i], i + 2, label, &v, &n));
+        KILN_FAIL_IF(n > KILN_SIGN_NAME_MAX, KILN_ERR_FORMAT,
+                     "'%s': archive trusted comment: '%s' is too long", label, names[i]);
+        char *dst = i == 0 ? out->model : out->version;
+        memcpy(dst, v, n);
+        dst[n] = 0;
+        KILN_FAIL_IF(!kiln_sign_name_ok(dst), KILN_ERR_FORMAT,
+                     "'%s': archive trusted comment: '%s' is not a name", label, names[i]);
     }
+    KILN_TRY(comment_field(&p, "manifest:sha256:", 4, label, &v, &n));
+    char hex[65] = "";
+    if (n == 64) memcpy(hex, v, 64);
+    KILN_FAIL_IF(n != 64 || !kiln_unhex(hex, out->manifest_sha256, 32), KILN_ERR_FORMAT,
+                 "'%s': archive trusted comment: the manifest digest is not 64 hex digits", label);
+    for (size_t k = 0; k < 64; k++)
+        KILN_FAIL_IF(v[k] >= 'A' && v[k] <= 'F', KILN_ERR_FORMAT,
+                     "'%s': archive trusted comment: the manifest digest must be lowercase", label);
+    KILN_FAIL_IF(!*p && v[n] != '\t', KILN_ERR_FORMAT,
+                 "'%s': archive trusted comment: the 'validation:' field is missing", label);
+    KILN_TRY(comment_field(&p, "validation:", 5, label, &v, &n));
+    for (int i = KILN_SIGN_VALIDATION_PASSED; i <= KILN_SIGN_VALIDATION_ABSENT; i++)
+        if (strlen(verdicts[i]) == n && !strncmp(v, verdicts[i], n))
+            out->validation = (kiln_sign_validation)i;
+    KILN_FAIL_IF(!out->validation, KILN_ERR_FORMAT,
+                 "'%s': archive trusted comment: validation must be passed, failed or absent",
+                 label);
+    bool more = v[n] == '\t';
+    bool passed = out->validation == KILN_SIGN_VALIDATION_PASSED;
+    if (passed) {
+        KILN_FAIL_IF(more, KILN_ERR_FORMAT,
+                     "'%s': archive trusted comment: unexpected field after 'validation:passed'",
+                     label);
+        return KILN_OK;
+    }
+    KILN_FAIL_IF(!more || strcmp(p, ARCHIVE_ALLOW) != 0, KILN_ERR_FORMAT,
+                 "'%s': archive trusted comment: validation:%s must be followed by exactly '"
+                 "\\t" ARCHIVE_ALLOW "'",
+                 label, verdicts[out->validation]);
+    out->allow_unvalidated = true;
     return KILN_OK;
 }
 

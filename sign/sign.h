@@ -155,7 +155,8 @@ typedef struct kiln_sign_trust_key {
 typedef struct kiln_sign_trust kiln_sign_trust;
 
 /* Strict: unknown keys refused, key names, key ids and public keys unique, every
- * threshold between 1 and the number of promote keys. Free with kiln_sign_trust_free. */
+ * threshold between 1 and the number of promote keys (release_threshold: release keys).
+ * Free with kiln_sign_trust_free. */
 KILN_API kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
                                         kiln_sign_trust **out);
 KILN_API kiln_err kiln_sign_trust_load(const char *path, kiln_sign_trust **out);
@@ -169,6 +170,11 @@ kiln_sign_trust_find(const kiln_sign_trust *t, const uint8_t keyid[KILN_SIGN_KEY
  * when the policy does not name the channel. */
 KILN_API kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char *channel,
                                             int *out);
+/* Archives: how many distinct release keys must sign one ("release_threshold", default 1),
+ * and whether one signed with allow-unvalidated may verify ("accept_unvalidated", default
+ * false). */
+KILN_API int kiln_sign_trust_release_threshold(const kiln_sign_trust *t);
+KILN_API bool kiln_sign_trust_accepts_unvalidated(const kiln_sign_trust *t);
 /* Verify a file's signature by a key of the policy that holds role (a release key for
  * archives); *signer (may be NULL) gets the key. */
 KILN_API KILN_MUST_CHECK kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t,
@@ -180,18 +186,104 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_trust_verify_file(const kiln_sign_tr
 
 #define KILN_SIGN_NAME_MAX 128
 
+/* The verdict of the validation report an archive's manifest names. */
+typedef enum kiln_sign_validation {
+    KILN_SIGN_VALIDATION_UNSET = 0, /* refused by kiln_sign_archive_comment */
+    KILN_SIGN_VALIDATION_PASSED = 1,
+    KILN_SIGN_VALIDATION_FAILED = 2,
+    KILN_SIGN_VALIDATION_ABSENT = 3 /* no validation.json in the model directory */
+} kiln_sign_validation;
+
+/* "passed", "failed", "absent" ("unset" for anything else). */
+KILN_API const char *kiln_sign_validation_name(kiln_sign_validation v);
+
 typedef struct kiln_sign_archive_info {
     char model[KILN_SIGN_NAME_MAX + 1];
     char version[KILN_SIGN_NAME_MAX + 1];
     uint8_t manifest_sha256[32];
+    kiln_sign_validation validation;
+    /* The signer signed although validation is not PASSED; true exactly when it is not. */
+    bool allow_unvalidated;
 } kiln_sign_archive_info;
 
-/* "kiln-archive/1\tmodel:M\tversion:V\tmanifest:sha256:<hex>"; model and version must be
- * names (docs/formats.md). Caller frees; NULL with the message set on failure. */
+/* "kiln-archive/1\tmodel:M\tversion:V\tmanifest:sha256:<hex>\tvalidation:passed", or with
+ * "validation:failed" / "validation:absent" followed by "\tallow-unvalidated"; model and
+ * version must be names (docs/formats.md). Caller frees; NULL with the message set on failure
+ * (an unset verdict, or allow_unvalidated that does not match the verdict). */
 KILN_API char *kiln_sign_archive_comment(const kiln_sign_archive_info *info);
-/* Parse such a comment strictly; label names its source. */
+/* Parse such a comment strictly (every field, in order, nothing else; allow-unvalidated
+ * present exactly when the verdict is not passed); label names its source. */
 KILN_API kiln_err kiln_sign_archive_comment_parse(const char *tc, const char *label,
                                                   kiln_sign_archive_info *out);
+
+/* ---- signed archives (sign/archive.c: joins sign/ and export/) -------------------- */
+
+/* An archive's signature file (FILE.kiln.minisig) holds 1 to this many minisign signature
+ * blocks, one per release signer, concatenated (docs/formats.md, "signed archive"). */
+#define KILN_SIGN_ARCHIVE_MAX_SIGS 32
+/* The signature file is refused unread beyond this size. */
+#define KILN_SIGN_ARCHIVE_SIGS_LIMIT (1u << 20)
+
+/* Sign a .kiln archive with one key: reads its manifest (export/), refuses (KILN_ERR_VERIFY)
+ * an archive whose manifest carries no passing validation report unless allow_unvalidated,
+ * and signs the archive's bytes (algorithm ED) with the comment of kiln_sign_archive_comment.
+ * *text is one signature block (caller frees); info (may be NULL) gets the comment's fields. */
+KILN_API kiln_err kiln_sign_archive(const kiln_sign_seckey *sk, const char *archive_path,
+                                    bool allow_unvalidated, char **text,
+                                    kiln_sign_archive_info *info);
+
+/* Split a signature file into its blocks and parse each (syntax only). *sigs is new:
+ * kiln_sign_archive_sigs_free(*sigs, *n). Messages name label and the block ("signature 2,
+ * line 3") when there are several. */
+KILN_API kiln_err kiln_sign_archive_sigs_parse(const char *buf, size_t len, const char *label,
+                                               kiln_sign_sig **sigs, size_t *n);
+KILN_API void kiln_sign_archive_sigs_free(kiln_sign_sig *sigs, size_t n);
+
+/* Append one signature block (sig) to an archive's signature file text (file, len: may be
+ * empty). The file must parse, each of its comments must name the same manifest as sig's,
+ * and no block may be by sig's key id (KILN_ERR_CONFLICT). *out is new (caller frees). */
+KILN_API kiln_err kiln_sign_archive_sigs_add(const char *file, size_t len, const char *label,
+                                             const char *sig, char **out);
+
+/* What kiln_sign_verify_archive found; filled as far as it got, also on failure. */
+typedef struct kiln_sign_archive_report {
+    /* The archive's manifest: name, version, sha256, verdict (allow_unvalidated: the verdict
+     * is not passed and the signatures carry the flag). */
+    kiln_sign_archive_info info;
+    int threshold;   /* distinct release keys the policy asks for */
+    size_t nsigs;    /* signature blocks read */
+    size_t nsigners; /* distinct release keys whose signatures verified */
+    const kiln_sign_trust_key *signers[KILN_SIGN_ARCHIVE_MAX_SIGS]; /* into the policy */
+    bool threshold_met;
+    bool files_checked; /* the archive was unpacked and every file matched its manifest */
+} kiln_sign_archive_report;
+
+/* Verify a signed archive against a trust policy. sigs/sigs_len is the signature file's text
+ * (one or more blocks), sigs_label names it in messages. Checks, failing on the first
+ * problem (KILN_ERR_VERIFY, or KILN_ERR_FORMAT for malformed input, with a message naming
+ * the signature, key or file):
+ *   1. every block is by a key of t holding the release role, is algorithm ED, and verifies
+ *      over the archive's bytes (key id, signature, global signature over the comment);
+ *   2. every comment parses and names the archive's own manifest: model, version, manifest
+ *      sha256 and validation verdict; one made with allow-unvalidated is refused unless the
+ *      policy has accept_unvalidated;
+ *   3. the distinct key ids that signed reach the policy's release_threshold (a key that
+ *      signs twice counts once);
+ *   4. the archive unpacks (kiln_archive_unpack: secure, every file's size and sha256) into a
+ *      temporary directory beside out_dir (or beside the archive when out_dir is NULL), and
+ *      the unpacked manifest is the signed one.
+ * With out_dir (which must not exist) the verified directory is renamed there; otherwise it
+ * is removed. Nothing is left behind on failure. report may be NULL. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive(
+    const char *archive_path, const char *sigs, size_t sigs_len, const char *sigs_label,
+    const kiln_sign_trust *t, const char *out_dir, kiln_sign_archive_report *report);
+/* Steps 1 to 3 only (signatures, comments, threshold), without unpacking: for a caller that
+ * unpacks later itself and then compares the manifest's sha256 with report->info. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_sigs(const char *archive_path,
+                                                                const char *sigs, size_t sigs_len,
+                                                                const char *sigs_label,
+                                                                const kiln_sign_trust *t,
+                                                                kiln_sign_archive_report *report);
 
 /* ---- channel records (docs/formats.md) ------------------------------------------ */
 

@@ -24,6 +24,9 @@ struct kiln_sign_trust {
     trust_channel *chans;
     size_t nchans;
     int npromote;
+    int nrelease;
+    int release_threshold;   /* distinct release keys an archive needs (default 1) */
+    bool accept_unvalidated; /* archives signed with allow-unvalidated verify (default no) */
 };
 
 static const struct {
@@ -126,6 +129,7 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
     if (!key->name) return KILN_ERR_NOMEM;
     t->nkeys++;
     if (key->roles & KILN_SIGN_ROLE_PROMOTE) t->npromote++;
+    if (key->roles & KILN_SIGN_ROLE_RELEASE) t->nrelease++;
     return KILN_OK;
 }
 
@@ -165,9 +169,34 @@ static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char 
     return KILN_OK;
 }
 
+/* The archive rules: release_threshold (optional, default 1; at most the number of release
+ * keys when given) and accept_unvalidated (optional boolean, default false). */
+static kiln_err parse_archive_rules(kiln_sign_trust *t, const json_t *j, const char *label) {
+    t->release_threshold = 1;
+    const json_t *th = json_object_get(j, "release_threshold");
+    if (th) {
+        KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT,
+                     "'%s': 'release_threshold' must be an integer", label);
+        json_int_t x = json_integer_value(th);
+        KILN_FAIL_IF(x < 1, KILN_ERR_FORMAT, "'%s': release_threshold %lld must be at least 1",
+                     label, (long long)x);
+        KILN_FAIL_IF(x > t->nrelease, KILN_ERR_FORMAT,
+                     "'%s': release_threshold %lld can never be met: the policy has %d release "
+                     "key%s",
+                     label, (long long)x, t->nrelease, t->nrelease == 1 ? "" : "s");
+        t->release_threshold = (int)x;
+    }
+    const json_t *au = json_object_get(j, "accept_unvalidated");
+    KILN_FAIL_IF(au && !json_is_boolean(au), KILN_ERR_FORMAT,
+                 "'%s': 'accept_unvalidated' must be true or false", label);
+    t->accept_unvalidated = au && json_is_true(au);
+    return KILN_OK;
+}
+
 kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
                                kiln_sign_trust **out) {
-    static const char *const fields[] = {"format", "keys", "channels", NULL};
+    static const char *const fields[] = {
+        "format", "keys", "channels", "release_threshold", "accept_unvalidated", NULL};
     *out = NULL;
     KILN_TRY(sign_init());
     json_t *j = NULL;
@@ -194,6 +223,7 @@ kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
     const json_t *ch = json_object_get(j, "channels");
     KILN_CHECK_IF(rc, out, !ch, KILN_ERR_FORMAT, "'%s': 'channels' is missing", label);
     KILN_CHECK(rc, out, parse_channels(t, ch, label));
+    KILN_CHECK(rc, out, parse_archive_rules(t, j, label));
     *out = t;
     t = NULL;
 out:
@@ -239,6 +269,14 @@ kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char *channel
         }
     return kiln_fail(KILN_ERR_NOTFOUND, "'%s': channel '%s' is not in the trust policy", t->label,
                      channel);
+}
+
+int kiln_sign_trust_release_threshold(const kiln_sign_trust *t) {
+    return t->release_threshold;
+}
+
+bool kiln_sign_trust_accepts_unvalidated(const kiln_sign_trust *t) {
+    return t->accept_unvalidated;
 }
 
 /* The key of the policy that made sig, holding role; KILN_ERR_VERIFY otherwise. */

@@ -341,26 +341,43 @@ out:
 }
 
 KILN_TEST(sign_archive_comment) {
-    kiln_sign_archive_info in = {.model = "alpha-moe", .version = "1.4.0"}, out;
+    kiln_sign_archive_info in = {.model = "alpha-moe",
+                                 .version = "1.4.0",
+                                 .validation = KILN_SIGN_VALIDATION_PASSED},
+                           out;
     for (int i = 0; i < 32; i++)
         in.manifest_sha256[i] = (uint8_t)(i * 7);
     char *tc = kiln_sign_archive_comment(&in);
     if (!CHECK("made", tc)) return;
     CHECK("shape",
           !strncmp(tc, "kiln-archive/1\tmodel:alpha-moe\tversion:1.4.0\tmanifest:sha256:00070e15",
-                   68));
+                   68) &&
+              strlen(tc) > 18 && !strcmp(tc + strlen(tc) - 18, "\tvalidation:passed"));
     CHECK("parses back", kiln_sign_archive_comment_parse(tc, "a.kiln", &out) == KILN_OK &&
                              !strcmp(out.model, in.model) && !strcmp(out.version, in.version) &&
-                             !memcmp(out.manifest_sha256, in.manifest_sha256, 32));
+                             !memcmp(out.manifest_sha256, in.manifest_sha256, 32) &&
+                             out.validation == KILN_SIGN_VALIDATION_PASSED &&
+                             !out.allow_unvalidated);
     CHECK("other comments refused", kiln_sign_archive_comment_parse("timestamp:1\tfile:x", "a.kiln",
                                                                     &out) == KILN_ERR_FORMAT &&
                                         strstr(kiln_errmsg(), "a.kiln"));
-    tc[strlen(tc) - 1] = 'X';
-    CHECK("bad digest refused",
-          kiln_sign_archive_comment_parse(tc, "a.kiln", &out) == KILN_ERR_FORMAT);
     free(tc);
     kiln_sign_archive_info bad = {.model = "a b", .version = "1"};
     CHECK("bad names refused", kiln_sign_archive_comment(&bad) == NULL);
+    in.validation = KILN_SIGN_VALIDATION_UNSET;
+    CHECK("an unset verdict refused",
+          kiln_sign_archive_comment(&in) == NULL && strstr(kiln_errmsg(), "verdict"));
+    in.validation = KILN_SIGN_VALIDATION_ABSENT;
+    CHECK("absent without allow-unvalidated refused", kiln_sign_archive_comment(&in) == NULL);
+    in.allow_unvalidated = true;
+    tc = kiln_sign_archive_comment(&in);
+    CHECK("absent with allow-unvalidated says so",
+          tc && strstr(tc, "\tvalidation:absent\tallow-unvalidated") &&
+              kiln_sign_archive_comment_parse(tc, "a.kiln", &out) == KILN_OK &&
+              out.validation == KILN_SIGN_VALIDATION_ABSENT && out.allow_unvalidated);
+    free(tc);
+    in.validation = KILN_SIGN_VALIDATION_PASSED;
+    CHECK("passed with allow-unvalidated refused", kiln_sign_archive_comment(&in) == NULL);
 }
 
 KILN_TEST(sign_time_parse) {

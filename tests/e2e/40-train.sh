@@ -65,6 +65,22 @@ expect_fail 2 $KILN train --resume "$T/a" --set lr=0.1
 grep -q "'lr'" "$T/err" || fail "incompatible resume not named"
 [ "$(ls -lR --time-style=full-iso "$T/a" | sha256sum)" = "$before" ] || fail "refusals changed the run dir"
 
+# Shapes that do not fit: heads that do not divide d_model, a window longer than the
+# sequence, features that disagree with the dataset; each named, no run dir made.
+expect_fail 2 $KILN train --data "$T/d.st" --run-dir "$T/shape" --set n_heads=3
+grep -q 'n_heads' "$T/err" || fail "n_heads not named"
+expect_fail 2 $KILN train --data "$T/d.st" --run-dir "$T/shape" --set attn_window=64
+grep -q 'attn_window' "$T/err" || fail "attn_window not named"
+expect_fail 2 $KILN train --data "$T/d.st" --run-dir "$T/shape" --set n_features=3
+grep -q 'n_features' "$T/err" || fail "n_features not named"
+[ ! -e "$T/shape" ] || fail "a config that does not fit created a run dir"
+
+# A truncated dataset file is refused with its name.
+head -c 100 "$T/d.st" >"$T/trunc.st"
+expect_fail 2 $KILN train --data "$T/trunc.st" --run-dir "$T/trunc"
+grep -q 'trunc.st' "$T/err" || fail "truncated dataset not named"
+[ ! -e "$T/trunc" ] || fail "a truncated dataset created a run dir"
+
 # A dataset with NaN is refused before a run dir appears (4 rows, 1 feature, 1 target).
 h='{"features":{"dtype":"F32","shape":[4,1],"data_offsets":[0,16]},"targets":{"dtype":"F32","shape":[4,1],"data_offsets":[16,32]}}'
 pad=$(( (8 - ${#h} % 8) % 8 )); while [ $pad -gt 0 ]; do h="$h "; pad=$((pad - 1)); done
