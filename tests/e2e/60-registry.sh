@@ -18,9 +18,10 @@ archive() {
     mkdir -p "$T/m-$2-$1"
     printf 'weights %s' "$1" >"$T/m-$2-$1/model.safetensors"
     printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$2-$1/card.json"
-    mh=$($KILN pack "$T/m-$2-$1" --name demo --version "$2" --out "$3" | sed -n 's/^manifest sha256 //p')
-    $KILN sign "$3" --key "$T/${4:-rel}.key" \
-        --trusted-comment "$(printf 'kiln-archive/1\tmodel:demo\tversion:%s\tmanifest:sha256:%s' "$2" "$mh")" >/dev/null
+    $KILN pack "$T/m-$2-$1" --name demo --version "$2" --out "$3" >/dev/null
+    # kiln sign writes an archive's trusted comment itself (it names the manifest); these
+    # models carry no validation report.
+    $KILN sign "$3" --key "$T/${4:-rel}.key" --allow-unvalidated >/dev/null
 }
 archive one 1.0.0 "$T/a1.kiln"
 archive two 1.1.0 "$T/a2.kiln"
