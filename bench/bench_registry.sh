@@ -199,7 +199,7 @@ D=$(med "phase:download")
     echo "archive: $ABYTES bytes (kiln pack, zstd -3: random bytes do not shrink)"
     echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r)"
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-    echo "versions: $("$KILN" version), nginx-light $(dpkg-query -W -f '${Version}' nginx-light 2>/dev/null || "$NGINX" -v 2>&1),"
+    echo "versions: $("$KILN" version) at commit $(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null || echo unknown), nginx-light $(dpkg-query -W -f '${Version}' nginx-light 2>/dev/null || "$NGINX" -v 2>&1),"
     echo "  $(curl --version | head -1 | cut -d' ' -f1-2), libcurl $(dpkg-query -W -f '${Version}' libcurl4 2>/dev/null), libmicrohttpd $(dpkg-query -W -f '${Version}' libmicrohttpd12 2>/dev/null), libsodium $(dpkg-query -W -f '${Version}' libsodium23 2>/dev/null), coreutils $(dpkg-query -W -f '${Version}' coreutils 2>/dev/null)"
     echo "setup (once): pack $PACK_S s, publish $PUBLISH_S s"
     echo
