@@ -337,7 +337,7 @@ static int verify_archive(const char *file, const char *trust, const char *sigpa
     if (outdir)
         printf("every file matches the manifest; unpacked to %s\n", outdir);
     else
-        printf("every file matches the manifest (checked in a temporary directory, removed)\n");
+        printf("every file matches the manifest (checked without unpacking)\n");
 out:
     kiln_sign_trust_free(t);
     free(sigs);

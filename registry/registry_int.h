@@ -44,7 +44,7 @@ typedef struct reg_upload {
     int fd;
     char *tmp; /* the named temporary, or NULL */
     char *root;
-    crypto_hash_sha256_state sha;
+    kiln_sha256_state sha;
     uint64_t size;
 } reg_upload;
 

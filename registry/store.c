@@ -317,7 +317,7 @@ kiln_err reg_upload_begin(reg_upload *u, const char *root) {
             goto out;
         }
     }
-    crypto_hash_sha256_init(&u->sha);
+    kiln_sha256_init(&u->sha);
 out:
     free(tmpdir);
     if (rc) reg_upload_abort(u);
@@ -325,7 +325,7 @@ out:
 }
 
 kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len) {
-    crypto_hash_sha256_update(&u->sha, data, len);
+    kiln_sha256_update(&u->sha, data, len);
     u->size += len;
     const char *p = data;
     while (len) {
@@ -343,7 +343,7 @@ kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len) {
 kiln_err reg_upload_check(reg_upload *u, const char *hex, uint64_t size) {
     uint8_t h[KILN_SHA256_BYTES];
     char got[KILN_SHA256_HEX];
-    crypto_hash_sha256_final(&u->sha, h);
+    kiln_sha256_final(&u->sha, h);
     kiln_hex(h, sizeof h, got);
     KILN_FAIL_IF(u->size != size, KILN_ERR_VERIFY, "upload is %llu bytes, but %llu were declared",
                  (unsigned long long)u->size, (unsigned long long)size);
