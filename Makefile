@@ -5,18 +5,20 @@
 BUILD ?= build
 SAN ?=
 CC ?= cc
-PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl
+PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl libcrypto
 # Debian packages that provide the pkg-config names above, and the tools the tests use
 # (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin
+            libopenmpi-dev openmpi-bin libssl-dev
 TOOLS := sqlite3 minisign mpirun
 # Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
 # libkiln.so (what services link) never depends on libmpi.
 MPI_PKG := ompi-c
 # `make fuzz` only: clang with libFuzzer. Each target runs FUZZ_SECONDS.
 FUZZ_DEB_PKGS := clang libclang-rt-14-dev
+# `make bench-registry` only: the baselines its figures are measured against.
+BENCH_DEB_PKGS := nginx-light curl
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 
@@ -86,7 +88,7 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench fuzz
+.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry fuzz
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
      $(BUILD)/stream_service
 
@@ -164,6 +166,20 @@ bench: $(BUILD)/bench_stream
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
 	@cat $(BUILD)/bench/stream.txt
+	@$(MAKE) --no-print-directory bench-registry
+
+# Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
+# b2sum/sha256sum in the same run (bench/bench_registry.sh; about 5 GiB of /tmp while it runs).
+bench-registry: $(BUILD)/kiln
+	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] || ! command -v curl >/dev/null; then \
+	  echo "kiln: installing benchmark dependencies: $(BENCH_DEB_PKGS)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: $(BENCH_DEB_PKGS)" >&2; exit 2; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(BENCH_DEB_PKGS) >/dev/null || exit 2; \
+	fi
+	@mkdir -p $(BUILD)/bench
+	bench/bench_registry.sh $(BUILD) $(BUILD)/bench/registry.txt.tmp && mv $(BUILD)/bench/registry.txt.tmp $(BUILD)/bench/registry.txt
+	@cat $(BUILD)/bench/registry.txt
 
 test: all
 	@echo "== C suite"

@@ -52,6 +52,11 @@ int cli_fail(kiln_err rc);
 /* Print "kiln: error: ..." for a usage problem found after parsing; returns 2. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Load a secret key, asking for its password when it is encrypted ($KILN_PASSWORD_FILE's
+ * first line, else the terminal). Free with kiln_sign_seckey_free. (cmd_sign.c) */
+struct kiln_sign_seckey;
+kiln_err cli_load_seckey(const char *path, struct kiln_sign_seckey **out);
+
 /* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
 int cmd_data_import(int argc, char **argv);
 int cmd_data_export(int argc, char **argv);
@@ -72,11 +77,13 @@ int cmd_publish(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_promote(int argc, char **argv);
 int cmd_rollback(int argc, char **argv);
+int cmd_channel_history(int argc, char **argv);
 int cmd_channel_put(int argc, char **argv);
 int cmd_registry_fsck(int argc, char **argv);
 int cmd_registry_gc(int argc, char **argv);
 int cmd_registry_serve(int argc, char **argv);
 int cmd_registry_token(int argc, char **argv);
+int cmd_release(int argc, char **argv);
 int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
 int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
 int cmd_verify(int argc, char **argv);         /* cmd_sign.c */

@@ -102,6 +102,7 @@ int cmd_pull(int argc, char **argv) {
                res.channel, (long long)res.seq, res.digest, out_dir);
     else
         printf("pulled %s@%s %s into '%s'\n", res.model, res.version, res.digest, out_dir);
+    printf("signed by %s\n", res.signed_by);
     return 0;
 }
 
@@ -122,50 +123,12 @@ static bool parse_duration(const char *s, int64_t *secs) {
     return true;
 }
 
-/* An encrypted key's password comes from $KILN_PASSWORD_FILE (its first line). */
-static kiln_err load_key(const char *path, kiln_sign_seckey **out) {
-    KILN_TRY(kiln_sign_seckey_load(path, out));
-    if (!kiln_sign_seckey_encrypted(*out)) return KILN_OK;
-    const char *file = getenv("KILN_PASSWORD_FILE");
-    kiln_err rc = KILN_OK;
-    char *buf = NULL;
-    size_t n = 0;
-    if (!file || !*file) {
-        rc = kiln_fail(
-            KILN_ERR_USAGE,
-            "'%s' is encrypted: set KILN_PASSWORD_FILE to a file that holds its password", path);
-    } else if ((rc = kiln_read_file(file, 64u << 10, &buf, &n)) == KILN_OK) {
-        size_t l = strcspn(buf, "\r\n");
-        rc = kiln_sign_seckey_decrypt(*out, buf, l);
-        kiln_sign_wipe(buf, n);
-    }
-    free(buf);
-    if (rc) {
-        kiln_sign_seckey_free(*out);
-        *out = NULL;
-    }
-    return rc;
-}
-
-/* The record's file text (what the registry stores and serves); caller frees. */
-static kiln_err record_text(const kiln_sign_record *r, char **text, size_t *len) {
-    char dir[] = "/tmp/kiln-record-XXXXXX";
-    if (!mkdtemp(dir)) return kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory");
-    char *path = kiln_path_join(dir, "record.json");
-    kiln_err rc = path ? kiln_sign_record_save(r, path) : KILN_ERR_NOMEM;
-    if (!rc) rc = kiln_read_file(path, 1u << 20, text, len);
-    if (path) unlink(path);
-    rmdir(dir);
-    free(path);
-    return rc;
-}
-
 typedef struct chan_args {
     const char *url, *token, *channel, *key, *expires, *reason, *out, *digest;
 } chan_args;
 
-/* Fetch the channel's current seq and the version's digest, sign the next record, and put
- * it (or write it to a.out for more signatures). */
+/* Sign the next record for version (registry/channel.c) and put it, or write it to a->out
+ * for more signatures. */
 static int next_record(const chan_args *a, const char *model, const char *version,
                        const char *reason) {
     kiln_registry_client_opts c;
@@ -176,67 +139,33 @@ static int next_record(const chan_args *a, const char *model, const char *versio
     if (a->expires && !parse_duration(a->expires, &secs))
         return cli_usage_error("--expires '%s' is not a duration like 30d, 12h, 90m or 3600s",
                                a->expires);
-    if (kiln_registry_check_name("model", model) ||
-        kiln_registry_check_name("channel", a->channel) || kiln_registry_check_version(version))
-        return cli_fail(KILN_ERR_USAGE);
-    char *cur = NULL, *text = NULL, *vpath = NULL;
-    size_t cur_len = 0, text_len = 0;
-    json_t *ver = NULL;
-    kiln_sign_record r, old;
-    kiln_sign_record_init(&r);
-    kiln_sign_record_init(&old);
     kiln_sign_seckey *sk = NULL;
-    uint64_t seq = 0;
-    kiln_err rc = kiln_registry_get_channel(&c, model, a->channel, &cur, &cur_len);
-    if (rc == KILN_OK) {
-        rc = kiln_sign_record_parse(cur, cur_len, "the channel's current record", &old);
-        seq = old.seq;
-    } else if (rc == KILN_ERR_NOTFOUND) {
-        rc = KILN_OK;
-    }
-    if (rc) goto out;
-    vpath = kiln_asprintf("/v1/models/%s/versions/%s", model, version);
-    KILN_CHECK_IF(rc, out, !vpath, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_registry_get_json(&c, vpath, &ver));
-    const char *d = json_string_value(json_object_get(ver, "digest"));
-    uint8_t digest[32];
-    KILN_CHECK_IF(
-        rc, out,
-        !d || strncmp(d, "sha256:", 7) || strlen(d) != 71 || !kiln_unhex(d + 7, digest, 32),
-        KILN_ERR_FORMAT, "the registry's record of %s@%s has no sha256 digest", model, version);
-    if (a->digest) {
-        const char *want = strncmp(a->digest, "sha256:", 7) ? a->digest : a->digest + 7;
-        KILN_CHECK_IF(rc, out, strcmp(want, d + 7) != 0, KILN_ERR_VERIFY,
-                      "the registry holds %s@%s as %s, not the --digest given; refusing", model,
-                      version, d);
-    }
-    KILN_CHECK(rc, out,
-               kiln_sign_record_set(&r, model, a->channel, version, digest, seq + 1,
-                                    kiln_unix_time() + secs, reason));
-    KILN_CHECK(rc, out, load_key(a->key, &sk));
-    KILN_CHECK(rc, out, kiln_sign_record_add_signature(&r, sk));
-    if (a->out) {
-        KILN_CHECK(rc, out, kiln_sign_record_save(&r, a->out));
+    kiln_err rc = cli_load_seckey(a->key, &sk);
+    if (rc) return cli_fail(rc);
+    const kiln_sign_seckey *keys[] = {sk};
+    kiln_registry_promote_opts o = {.model = model,
+                                    .channel = a->channel,
+                                    .version = version,
+                                    .keys = keys,
+                                    .nkeys = 1,
+                                    .expires_in = secs,
+                                    .reason = reason,
+                                    .digest = a->digest,
+                                    .save_to = a->out};
+    kiln_registry_promoted res;
+    rc = kiln_registry_promote(&c, &o, &res);
+    kiln_sign_seckey_free(sk);
+    if (rc) return cli_fail(rc);
+    if (a->out)
         printf("wrote %s: %s/%s -> %s (%s) seq %llu, 1 signature\n"
                "add signatures with 'kiln channel sign --add %s --key KEY', then 'kiln channel put "
                "%s --registry URL'\n",
-               a->out, model, a->channel, version, d, (unsigned long long)(seq + 1), a->out,
+               a->out, model, a->channel, version, res.digest, (unsigned long long)res.seq, a->out,
                a->out);
-        goto out;
-    }
-    KILN_CHECK(rc, out, record_text(&r, &text, &text_len));
-    KILN_CHECK(rc, out, kiln_registry_put_channel(&c, model, a->channel, text, text_len));
-    printf("%s/%s -> %s (%s) seq %llu, reason '%s'\n", model, a->channel, version, d,
-           (unsigned long long)(seq + 1), reason);
-out:
-    kiln_sign_seckey_free(sk);
-    kiln_sign_record_release(&r);
-    kiln_sign_record_release(&old);
-    json_decref(ver);
-    free(cur);
-    free(text);
-    free(vpath);
-    return rc ? cli_fail(rc) : 0;
+    else
+        printf("%s/%s -> %s (%s) seq %llu, reason '%s'\n", model, a->channel, version, res.digest,
+               (unsigned long long)res.seq, reason);
+    return 0;
 }
 
 int cmd_promote(int argc, char **argv) {
@@ -302,35 +231,8 @@ int cmd_rollback(int argc, char **argv) {
         bar b = {-1, ""};
         client_opts(&c, a.url, a.token, &b);
         c.progress = NULL;
-        char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, a.channel);
-        json_t *h = NULL;
-        kiln_err e = path ? kiln_registry_get_json(&c, path, &h) : KILN_ERR_NOMEM;
-        free(path);
+        kiln_err e = kiln_registry_previous_version(&c, model, a.channel, target);
         if (e) return cli_fail(e);
-        json_t *recs = json_object_get(h, "records");
-        size_t n = json_array_size(recs);
-        const char *cur =
-            n ? json_string_value(json_object_get(
-                    json_object_get(json_object_get(json_array_get(recs, n - 1), "record"),
-                                    "record"),
-                    "version"))
-              : NULL;
-        for (size_t i = n; cur && i-- > 0;) {
-            const char *v = json_string_value(json_object_get(
-                json_object_get(json_object_get(json_array_get(recs, i), "record"), "record"),
-                "version"));
-            if (v && strcmp(v, cur) != 0) {
-                snprintf(target, sizeof target, "%s", v);
-                break;
-            }
-        }
-        json_decref(h);
-        if (!target[0]) {
-            kiln_fail(KILN_ERR_NOTFOUND,
-                      "channel '%s' of '%s' never pointed at another version; give --to", a.channel,
-                      model);
-            return cli_fail(KILN_ERR_NOTFOUND);
-        }
     }
     return next_record(&a, model, target, "rollback");
 }
@@ -368,4 +270,54 @@ int cmd_channel_put(int argc, char **argv) {
     kiln_sign_record_release(&r);
     free(text);
     return e ? cli_fail(e) : 0;
+}
+
+static const char *str_or(const json_t *o, const char *key) {
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
+int cmd_channel_history(int argc, char **argv) {
+    const char *url = NULL, *token = NULL, *channel = NULL;
+    const cli_opt opts[] = {
+        {"channel", CLI_STR, &channel, "C", "the channel", true},
+        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"token", CLI_STR, &token, "T", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        {0},
+    };
+    cli_spec spec = {"kiln channel history NAME --channel C --registry URL [--token T]",
+                     "List a channel's records by seq as the registry reports them (promotions "
+                     "and rollbacks; kiln pull verifies the current one).",
+                     opts, 1, 1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    char model[KILN_REGISTRY_NAME_MAX + 1];
+    snprintf(model, sizeof model, "%s", pos[0]);
+    free(pos);
+    if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", channel))
+        return cli_fail(KILN_ERR_USAGE);
+    kiln_registry_client_opts c;
+    bar b = {-1, ""};
+    client_opts(&c, url, token, &b);
+    c.progress = NULL;
+    char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, channel);
+    json_t *h = NULL;
+    kiln_err e = path ? kiln_registry_get_json(&c, path, &h) : KILN_ERR_NOMEM;
+    free(path);
+    if (e) return cli_fail(e);
+    printf("%-4s %-10s %-20s %-10s %-5s %-16s %s\n", "seq", "version", "digest", "reason", "sigs",
+           "put by", "at");
+    json_t *recs = json_object_get(h, "records"), *x;
+    size_t i;
+    json_array_foreach(recs, i, x) {
+        const json_t *file = json_object_get(x, "record"), *body = json_object_get(file, "record");
+        printf("%-4lld %-10s %-20.19s %-10s %-5zu %-16s %s\n",
+               (long long)json_integer_value(json_object_get(body, "seq")), str_or(body, "version"),
+               str_or(body, "digest"), str_or(body, "reason"),
+               json_array_size(json_object_get(file, "signatures")), str_or(x, "publisher"),
+               str_or(x, "created"));
+    }
+    json_decref(h);
+    return 0;
 }

@@ -105,8 +105,7 @@ fail:
     return rc;
 }
 
-/* Load a secret key, asking for its password when it is encrypted. */
-static kiln_err load_seckey(const char *path, kiln_sign_seckey **out) {
+kiln_err cli_load_seckey(const char *path, kiln_sign_seckey **out) {
     KILN_TRY(kiln_sign_seckey_load(path, out));
     if (!kiln_sign_seckey_encrypted(*out)) return KILN_OK;
     char *pw, prompt[512];
@@ -201,7 +200,7 @@ static int sign_archive(const char *file, const char *key, const char *sigpath,
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !kiln_path_exists(file), KILN_ERR_IO, "cannot open '%s': no such file",
                   file);
-    KILN_CHECK(rc, out, load_seckey(key, &sk));
+    KILN_CHECK(rc, out, cli_load_seckey(key, &sk));
     KILN_CHECK(rc, out, kiln_sign_archive(sk, file, allow_unvalidated, &text, &info));
     if (kiln_path_exists(sigpath))
         KILN_CHECK(rc, out, kiln_read_file(sigpath, KILN_SIGN_ARCHIVE_SIGS_LIMIT, &old, &oldlen));
@@ -277,7 +276,7 @@ int cmd_sign(int argc, char **argv) {
         KILN_CHECK_IF(rc, out, !deftc, KILN_ERR_NOMEM, "out of memory");
         tc = deftc;
     }
-    KILN_CHECK(rc, out, load_seckey(key, &sk));
+    KILN_CHECK(rc, out, cli_load_seckey(key, &sk));
     if (legacy) {
         size_t len;
         KILN_CHECK(rc, out, kiln_read_file(file, (size_t)1 << 30, &buf, &len));
@@ -338,7 +337,7 @@ static int verify_archive(const char *file, const char *trust, const char *sigpa
     if (outdir)
         printf("every file matches the manifest; unpacked to %s\n", outdir);
     else
-        printf("every file matches the manifest (checked in a temporary directory, removed)\n");
+        printf("every file matches the manifest (checked without unpacking)\n");
 out:
     kiln_sign_trust_free(t);
     free(sigs);
@@ -510,7 +509,7 @@ int cmd_channel_sign(int argc, char **argv) {
             rc = kiln_sign_record_set(&r, model, channel, version, d, seq, exp, reason);
     }
     if (rc != KILN_OK) goto out;
-    KILN_CHECK(rc, out, load_seckey(key, &sk));
+    KILN_CHECK(rc, out, cli_load_seckey(key, &sk));
     rc = kiln_sign_record_add_signature(&r, sk);
     if (rc != KILN_OK) {
         kiln_errprefix(rc, "'%s': ", add ? add : outp);

@@ -13,6 +13,7 @@ typedef struct {
 } command;
 
 static const command commands[] = {
+    {"channel history", cmd_channel_history, "list a channel's records (promotions, rollbacks)"},
     {"channel put", cmd_channel_put, "put a signed channel record into a registry"},
     {"channel sign", cmd_channel_sign, "create or countersign a channel record"},
     {"channel verify", cmd_channel_verify, "verify a channel record against a trust policy"},
@@ -33,6 +34,7 @@ static const command commands[] = {
     {"registry gc", cmd_registry_gc, "remove blobs no version references"},
     {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
     {"registry token", cmd_registry_token, "create a registry token (registry token create)"},
+    {"release", cmd_release, "export, validate, pack, sign, publish and promote a run in one go"},
     {"rollback", cmd_rollback, "point a registry channel back at an older version"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},

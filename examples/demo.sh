@@ -1,25 +1,57 @@
 #!/bin/sh
-# make demo: the whole kiln pipeline on an embedded default, in a fresh temporary
-# directory — synthetic data, train, interrupt, resume, inspect the run, run the
-# example service. Each step prints what it runs; a failure stops the demo.
+# make demo: the whole kiln pipeline in a fresh temporary directory, end to end —
+# synthetic data, train, SIGKILL, resume, inspect the run; keys, a trust policy and a
+# registry on loopback; release v1 (export, golden, validate, pack, sign, publish), promote
+# it to production with two signatures, pull it and run the example service on it; release
+# v2 validated against v1, promote, roll back to v1, pull again; a summary at the end.
+# Each step prints what it runs; any failure stops the demo with a non-zero status.
 set -eu
 KILN=${KILN:-build/kiln}
 BUILD=$(cd "$(dirname "$KILN")" && pwd)
 KILN=$BUILD/kiln
+SERVICE=$BUILD/stream_service
 W=${KILN_DEMO_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/kiln-demo-XXXXXX")}
 mkdir -p "$W"
 cd "$W"
-step=0
-say() { step=$((step + 1)); printf '\n\033[1m== %d. %s\033[0m\n' "$step" "$*"; }
-run() { printf '$ %s\n' "$*"; "$@"; }
 export KILN_DEMO=1
+# The client's anti-rollback state lives here, not in ~/.local/state.
+STATE=$W/client-state
+MODEL=market-alpha
+step=0
+SERVER=
+URL=http://registry.invalid PUB=kiln_publish PROM=kiln_promote
+say() { step=$((step + 1)); printf '\n\033[1m== %d. %s\033[0m\n' "$step" "$*"; }
+# Shorter paths and the URL as $URL in what is shown.
+tidy() { sed "s|$BUILD/||g; s|$W/||g; s|$URL|\$URL|g; s|$PUB|\$PUB|g; s|$PROM|\$PROM|g"; }
+# run CMD...: show the command, run it, show its output (stdout and stderr); its status is
+# the command's, so a failure stops the demo.
+run() {
+    printf '$ %s\n' "$*" | tidy
+    if "$@" >"$W/.run.out" 2>&1; then tidy <"$W/.run.out"; else
+        rc=$?; tidy <"$W/.run.out"; return $rc
+    fi
+}
+# runq CMD...: the same, showing only the command.
+runq() { printf '$ %s\n' "$*" | tidy; "$@" >"$W/.run.out" 2>&1 || { rc=$?; tidy <"$W/.run.out"; return $rc; }; }
+# Stop the registry whatever happens; say where the demo stopped if it did not finish.
+finish() {
+    rc=$?
+    if [ -n "$SERVER" ]; then kill -TERM "$SERVER" 2>/dev/null && wait "$SERVER" 2>/dev/null || true; fi
+    if [ "$rc" -ne 0 ]; then
+        printf '\n\033[1mdemo FAILED at step %d (exit %d); files in %s\033[0m\n' "$step" "$rc" "$W" >&2
+    fi
+    exit "$rc"
+}
+trap finish EXIT
+trap 'exit 130' INT TERM
 
 say "synthesise a market: 20000 rows, 8 features, 2 forward-return targets"
 run "$KILN" data synth --seed 1 --rows 20000 --features 8 --outputs 2 --out market.safetensors
 run "$KILN" data inspect market.safetensors
 
 say "train the tiny default config, killed with SIGKILL part way"
-"$KILN" train --print-config | head -5; echo "  ..."
+"$KILN" train --print-config >config.json
+head -5 config.json; echo "  ..."
 printf '$ %s &\n' "kiln train --data market.safetensors --run-dir run1"
 "$KILN" train --data market.safetensors --run-dir run1 2>train1.log &
 pid=$!
@@ -27,40 +59,150 @@ while [ ! -e run1/ckpt/step-00000200.safetensors ] && kill -0 $pid 2>/dev/null; 
 sleep 0.3
 kill -9 $pid 2>/dev/null || true
 wait $pid 2>/dev/null || true
+[ -e run1/ckpt/step-00000200.safetensors ] || { echo "no checkpoint before the kill" >&2; exit 1; }
 echo "killed; checkpoints on disk: $(ls run1/ckpt | tr '\n' ' ')"
 
 say "resume: continues from the newest checkpoint that verifies"
-run "$KILN" train --resume run1 2>&1 | tail -3
+run "$KILN" train --resume run1 >resume.log 2>&1
+tail -3 resume.log
 
 say "the run: config, progress, metrics, events"
-run "$KILN" runs show run1 --events 5 | grep -v '^  "' | head -30
+printf '$ kiln runs show run1 --events 5\n'
+"$KILN" runs show run1 --events 5 >show.txt
+grep -v '^  "' show.txt | head -30 | tidy
 
 say "a second run without the interruption is bitwise the same"
 "$KILN" train --data market.safetensors --run-dir run1b 2>/dev/null
 run "$KILN" runs diff run1 run1b
 
-say "freeze the run into a model directory (weights, card with lineage)"
-run "$KILN" export run1 --out v1 --name market-alpha
-run cat v1/card.json
+say "keys and a trust policy: one release key, two promote keys; production needs both"
+for k in release alice bob; do run "$KILN" keygen --out "$k" --no-password >/dev/null; done
+pub() { tail -1 "$1.pub"; }
+cat >trust.json <<JSON
+{
+  "format": "kiln-trust/1",
+  "keys": [
+    {"name": "release", "pubkey": "$(pub release)", "roles": ["release"]},
+    {"name": "alice", "pubkey": "$(pub alice)", "roles": ["promote"]},
+    {"name": "bob", "pubkey": "$(pub bob)", "roles": ["promote"]}
+  ],
+  "channels": {"staging": {"threshold": 1}, "production": {"threshold": 2}}
+}
+JSON
+run cat trust.json
 
-say "golden data: the model's outputs on 64 held-out windows, to hold every later build to"
-run "$KILN" golden make --model v1 --data market.safetensors --windows 64
+say "a registry on loopback: a fresh root, tokens, kiln registry serve on a free port"
+printf '$ kiln registry token create --root registry --name ci --scope publish\n'
+PUB=$("$KILN" registry token create --root registry --name ci --scope publish)
+printf '$ kiln registry token create --root registry --name release-manager --scope promote\n'
+PROM=$("$KILN" registry token create --root registry --name release-manager --scope promote)
+echo "publish token ${PUB%"${PUB#kiln_????????}"}…, promote token ${PROM%"${PROM#kiln_????????}"}… (shown once, stored hashed)"
+printf '$ kiln registry serve --root registry --listen 127.0.0.1:0 --trust trust.json &\n'
+"$KILN" registry serve --root registry --listen 127.0.0.1:0 --trust trust.json >serve.out 2>serve.err &
+SERVER=$!
+i=0
+while ! grep -q 'http://' serve.out 2>/dev/null; do
+    i=$((i + 1))
+    if [ $i -ge 200 ] || ! kill -0 "$SERVER" 2>/dev/null; then
+        cat serve.err >&2; echo "the registry did not start" >&2; exit 1
+    fi
+    sleep 0.05
+done
+URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' serve.out)
+tidy <serve.out
+R="--name $MODEL --registry $URL --key release.key --trust trust.json --token $PUB --state $STATE"
 
-say "validate v1: golden regression, trainer vs runtime, batch vs stream, f32 vs bf16"
-run "$KILN" validate --model v1 --data market.safetensors --make-bf16
+say "release v1: export, golden data, validate (no baseline yet), pack, sign, publish, promote to staging"
+run "$KILN" release run1 --version 1.0.0 $R --promote staging --promote-key alice.key \
+    --promote-token "$PROM" --out-dir release-v1
+cp "$W/.run.out" release-v1.txt
+printf '$ kiln inspect release-v1/%s-1.0.0.kiln\n' "$MODEL"
+"$KILN" inspect release-v1/$MODEL-1.0.0.kiln >inspect.txt
+sed '/^$/q' inspect.txt
 
-say "a second, longer run, validated against v1 as the production baseline"
-"$KILN" train --data market.safetensors --run-dir run2 --set steps=900 --set lr=0.002 2>&1 | tail -1
-run "$KILN" export run2 --out v2 --name market-alpha
-"$KILN" golden make --model v2 --data market.safetensors --windows 64 >/dev/null
-run "$KILN" validate --model v2 --data market.safetensors --baseline v1
+say "promote v1 to production: one signature is refused, alice and bob co-sign"
+printf '$ kiln promote %s 1.0.0 --channel production --key alice.key ...\n' "$MODEL"
+if "$KILN" promote $MODEL 1.0.0 --channel production --key alice.key --registry "$URL" --token "$PROM" 2>refused.txt; then
+    echo "production took a record with one signature" >&2; exit 1
+fi
+tidy <refused.txt
+run "$KILN" promote $MODEL 1.0.0 --channel production --key alice.key --registry "$URL" --out prod-v1.json
+run "$KILN" channel sign --add prod-v1.json --key bob.key
+run "$KILN" channel put prod-v1.json --registry "$URL" --token "$PROM"
 
-say "the example service: 500 ticks of features in, one prediction per tick out"
-"$KILN" data export market.safetensors --from 16000 --rows 500 --features-only | tail -n +2 > ticks.csv
-printf '$ stream_service v1 < ticks.csv > predictions.csv\n'
-"$BUILD/stream_service" v1 < ticks.csv > predictions.csv
-echo "$(wc -l < predictions.csv) predictions; the last three:"
-tail -3 predictions.csv
+say "pull production and run the example service on the pulled model"
+run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
+"$KILN" data export market.safetensors --from 16000 --rows 500 --features-only >ticks-all.csv
+tail -n +2 ticks-all.csv >ticks.csv
+printf '$ stream_service service-model < ticks.csv > predictions-v1.csv\n'
+"$SERVICE" service-model <ticks.csv >predictions-v1.csv
+echo "$(wc -l <predictions-v1.csv) predictions; the last three:"
+tail -3 predictions-v1.csv
+
+say "a second run with more weight decay; release v2, validated against v1 pulled from production"
+printf '$ kiln train --data market.safetensors --run-dir run2 --set weight_decay=0.1\n'
+"$KILN" train --data market.safetensors --run-dir run2 --set weight_decay=0.1 >train2.log 2>&1
+tail -1 train2.log
+run "$KILN" release run2 --version 2.0.0 $R --promote staging --promote-key alice.key \
+    --promote-token "$PROM" --out-dir release-v2
+cp "$W/.run.out" release-v2.txt
+
+say "promote v2 to production (co-signed), pull, serve"
+runq "$KILN" promote $MODEL 2.0.0 --channel production --key alice.key --registry "$URL" --out prod-v2.json
+runq "$KILN" channel sign --add prod-v2.json --key bob.key
+run "$KILN" channel put prod-v2.json --registry "$URL" --token "$PROM"
+run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
+"$SERVICE" service-model <ticks.csv >predictions-v2.csv 2>/dev/null
+echo "the last three predictions of v2:"
+tail -3 predictions-v2.csv
+
+say "the gate: an early checkpoint (run1, step 200) released as v3 fails validation against v2"
+printf '$ kiln release run1 --step 200 --version 3.0.0 ... --out-dir release-v3\n'
+if "$KILN" release run1 --step 200 --version 3.0.0 $R --out-dir release-v3 >release-v3.txt 2>&1; then
+    echo "a worse model passed validation" >&2; exit 1
+fi
+tidy <release-v3.txt
+[ ! -e release-v3/$MODEL-3.0.0.kiln ] || { echo "the failed release was packed" >&2; exit 1; }
+
+say "roll production back to v1: a new record (seq 3) pointing at the older version"
+run "$KILN" rollback $MODEL --channel production --key alice.key --registry "$URL" --out rollback.json
+run "$KILN" channel sign --add rollback.json --key bob.key
+run "$KILN" channel put rollback.json --registry "$URL" --token "$PROM"
+run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
+"$SERVICE" service-model <ticks.csv >predictions-rollback.csv 2>/dev/null
+if cmp -s predictions-v1.csv predictions-rollback.csv; then
+    echo "after the rollback the service predicts exactly what v1 did (all 500 ticks, byte for byte)"
+else
+    echo "the rolled-back model predicts differently from v1" >&2; exit 1
+fi
+
+say "summary"
+d1=$(sha256sum release-v1/$MODEL-1.0.0.kiln | cut -d' ' -f1)
+d2=$(sha256sum release-v2/$MODEL-2.0.0.kiln | cut -d' ' -f1)
+loss() { sed -n 's/.*held-out loss \([0-9.e-]*\).*/\1/p' "$1.txt"; }
+printf '%-8s %-18s %-9s %-14s %s\n' version digest bytes "held-out loss" run
+printf '%-8s %-18s %-9s %-14s %s\n' 1.0.0 "sha256:${d1%"${d1#??????????}"}…" \
+    "$(wc -c <release-v1/$MODEL-1.0.0.kiln)" "$(loss release-v1)" "run1 (600 steps, killed and resumed)"
+printf '%-8s %-18s %-9s %-14s %s\n' 2.0.0 "sha256:${d2%"${d2#??????????}"}…" \
+    "$(wc -c <release-v2/$MODEL-2.0.0.kiln)" "$(loss release-v2)" "run2 (600 steps, weight decay 0.1), validated against 1.0.0"
+printf '%-8s %-18s %-9s %-14s %s\n' 3.0.0 "(not published)" - "$(sed -n 's/.*held-out loss \([0-9.e-]*\) is worse.*/\1/p' release-v3.txt)" \
+    "run1 step 200: refused at validate against 2.0.0"
+echo
+echo "channel production, as the registry reports it:"
+run "$KILN" channel history $MODEL --channel production --registry "$URL"
+echo
+echo "channel staging:"
+"$KILN" channel history $MODEL --channel staging --registry "$URL"
+echo
+echo "what the pulled model predicted on the last three ticks (fwd_ret_1, fwd_ret_2):"
+printf '%-6s %-28s %-28s %s\n' tick "v1 (production seq 1)" "v2 (production seq 2)" "after rollback (seq 3)"
+n=$(wc -l <ticks.csv)
+for k in 3 2 1; do
+    t=$((n - k + 1))
+    printf '%-6s %-28s %-28s %s\n' "$t" "$(sed -n "${t}p" predictions-v1.csv)" \
+        "$(sed -n "${t}p" predictions-v2.csv)" "$(sed -n "${t}p" predictions-rollback.csv)"
+done
+run "$KILN" registry fsck --root registry --trust trust.json
 
 echo
 echo "demo finished in $W"

@@ -123,6 +123,14 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_archive_unpack(const char *archive_path, 
                                                       const kiln_archive_limits *limits,
                                                       kiln_manifest **manifest_out);
 
+/* Every check kiln_archive_unpack makes (entries, limits, every file's size and sha256
+ * against the manifest, nothing missing or extra), with the data hashed and dropped
+ * instead of written: for verifying an archive without unpacking it. manifest_out (may be
+ * NULL) receives the manifest. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_archive_check(const char *archive_path,
+                                                     const kiln_archive_limits *limits,
+                                                     kiln_manifest **manifest_out);
+
 /* ---- freezing a checkpoint into a model directory (export/freeze.c) ---- */
 
 #define KILN_CARD_FORMAT "kiln-card/1"

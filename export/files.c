@@ -203,18 +203,18 @@ kiln_err kiln_export_open_regular(int rootfd, const char *rel, const char *label
 
 kiln_err kiln_export_hash_fd(int fd, const char *label, unsigned char *buf,
                              uint8_t out[KILN_SHA256_BYTES], uint64_t *len) {
-    crypto_hash_sha256_state st;
-    crypto_hash_sha256_init(&st);
+    kiln_sha256_state st;
+    kiln_sha256_init(&st);
     uint64_t total = 0;
     for (;;) {
         ssize_t n = read(fd, buf, KILN_EXPORT_BUF);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", label);
         if (n == 0) break;
-        crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+        kiln_sha256_update(&st, buf, (size_t)n);
         total += (uint64_t)n;
     }
-    crypto_hash_sha256_final(&st, out);
+    kiln_sha256_final(&st, out);
     *len = total;
     return KILN_OK;
 }

@@ -21,7 +21,7 @@
 
 typedef struct pack_out {
     kiln_atomic at;
-    crypto_hash_sha256_state sha;
+    kiln_sha256_state sha;
     kiln_err rc;  /* the first write failure, with its message */
     bool abandon; /* the pack failed: refuse every further write */
 } pack_out;
@@ -32,7 +32,7 @@ static la_ssize_t pack_write_cb(struct archive *a, void *ud, const void *buf, si
     if (o->rc || o->abandon) return -1;
     o->rc = kiln_atomic_write(&o->at, buf, len);
     if (o->rc || o->abandon) return -1;
-    crypto_hash_sha256_update(&o->sha, buf, len);
+    kiln_sha256_update(&o->sha, buf, len);
     return (la_ssize_t)len;
 }
 
@@ -83,8 +83,8 @@ static kiln_err copy_file(struct archive *a, struct archive_entry *e, const pack
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out, kiln_export_open_regular(rootfd, f->path, label, f->size, &fd));
     KILN_CHECK(rc, out, write_header(a, e, o, out_path, f->path, f->size, m->created_unix));
-    crypto_hash_sha256_state st;
-    crypto_hash_sha256_init(&st);
+    kiln_sha256_state st;
+    kiln_sha256_init(&st);
     uint64_t total = 0;
     for (;;) {
         ssize_t n = read(fd, buf, KILN_EXPORT_BUF);
@@ -94,11 +94,11 @@ static kiln_err copy_file(struct archive *a, struct archive_entry *e, const pack
         total += (uint64_t)n;
         KILN_CHECK_IF(rc, out, total > f->size, KILN_ERR_CONFLICT,
                       "'%s': changed while being packed", label);
-        crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
+        kiln_sha256_update(&st, buf, (size_t)n);
         KILN_CHECK(rc, out, write_data(a, o, out_path, f->path, buf, (size_t)n));
     }
     uint8_t d[KILN_SHA256_BYTES];
-    crypto_hash_sha256_final(&st, d);
+    kiln_sha256_final(&st, d);
     KILN_CHECK_IF(rc, out, total != f->size || memcmp(d, f->sha256, sizeof d) != 0,
                   KILN_ERR_CONFLICT, "'%s': changed while being packed", label);
 out:
@@ -148,7 +148,7 @@ kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *
     KILN_CHECK_IF(rc, out, !buf || !a || !e, KILN_ERR_NOMEM, "out of memory packing '%s'",
                   model_dir);
     KILN_CHECK(rc, out, kiln_atomic_begin(&o.at, out_path));
-    crypto_hash_sha256_init(&o.sha);
+    kiln_sha256_init(&o.sha);
     /* pax-restricted: plain ustar headers, plus a pax record only where ustar cannot say it
      * (a file of 8 GiB or more, a path ustar cannot split); its fields come from the entry. */
     if (archive_write_set_format_pax_restricted(a) != ARCHIVE_OK ||
@@ -171,7 +171,7 @@ kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *
     }
     KILN_CHECK(rc, out, kiln_atomic_commit(&o.at));
     uint8_t d[KILN_SHA256_BYTES];
-    crypto_hash_sha256_final(&o.sha, d);
+    kiln_sha256_final(&o.sha, d);
     if (archive_sha256) memcpy(archive_sha256, d, sizeof d);
     if (manifest_out) {
         *manifest_out = m;

@@ -270,19 +270,20 @@ static kiln_err write_all(int fd, const void *buf, size_t len, const char *apath
     return KILN_OK;
 }
 
-/* Stream the current entry into a new file beneath tmpfd, hashing as it goes. */
+/* Stream the current entry into a new file beneath tmpfd, hashing as it goes; tmpfd < 0
+ * (kiln_archive_check) hashes and checks the same way without writing anything. */
 static kiln_err extract_file(struct archive *a, const char *apath, int tmpfd,
                              const entry_info *info, const kiln_manifest_file *f,
                              unsigned char *buf) {
     KILN_FAIL_IF(info->size != f->size, KILN_ERR_VERIFY,
                  "'%s': entry '%s': %ju bytes, the manifest says %ju", apath, info->path,
                  (uintmax_t)info->size, (uintmax_t)f->size);
-    int fd = kiln_export_openat(tmpfd, info->path, O_WRONLY | O_CREAT, 0644);
-    if (fd < 0)
+    int fd = -1;
+    if (tmpfd >= 0 && (fd = kiln_export_openat(tmpfd, info->path, O_WRONLY | O_CREAT, 0644)) < 0)
         return kiln_fail_errno(KILN_ERR_IO, "'%s': entry '%s': cannot create", apath, info->path);
     kiln_err rc = KILN_OK;
-    crypto_hash_sha256_state st;
-    crypto_hash_sha256_init(&st);
+    kiln_sha256_state st;
+    kiln_sha256_init(&st);
     uint64_t got = 0;
     for (;;) {
         la_ssize_t n = archive_read_data(a, buf, KILN_EXPORT_BUF);
@@ -295,19 +296,19 @@ static kiln_err extract_file(struct archive *a, const char *apath, int tmpfd,
         got += (uint64_t)n;
         KILN_CHECK_IF(rc, out, got > f->size, KILN_ERR_VERIFY,
                       "'%s': entry '%s': more data than the manifest says", apath, info->path);
-        crypto_hash_sha256_update(&st, buf, (unsigned long long)n);
-        KILN_CHECK(rc, out, write_all(fd, buf, (size_t)n, apath, info->path));
+        kiln_sha256_update(&st, buf, (size_t)n);
+        if (fd >= 0) KILN_CHECK(rc, out, write_all(fd, buf, (size_t)n, apath, info->path));
     }
     uint8_t d[KILN_SHA256_BYTES];
-    crypto_hash_sha256_final(&st, d);
+    kiln_sha256_final(&st, d);
     KILN_CHECK_IF(rc, out, got != f->size, KILN_ERR_FORMAT, "'%s': entry '%s': truncated", apath,
                   info->path);
     KILN_CHECK_IF(rc, out, memcmp(d, f->sha256, sizeof d) != 0, KILN_ERR_VERIFY,
                   "'%s': entry '%s': sha256 differs from the manifest", apath, info->path);
-    KILN_CHECK_IF(rc, out, fsync(fd) != 0, KILN_ERR_IO, "'%s': entry '%s': cannot fsync: %s", apath,
-                  info->path, strerror(errno));
+    KILN_CHECK_IF(rc, out, fd >= 0 && fsync(fd) != 0, KILN_ERR_IO,
+                  "'%s': entry '%s': cannot fsync: %s", apath, info->path, strerror(errno));
 out:
-    close(fd);
+    if (fd >= 0) close(fd);
     return rc;
 }
 
@@ -333,12 +334,14 @@ static kiln_err unpack_into(struct archive *a, const char *apath, int tmpfd,
     unsigned char *buf = NULL;
     kiln_err rc;
     KILN_CHECK(rc, out, read_manifest_entry(a, apath, lim, &count, &total, &m));
-    int fd = kiln_export_openat(tmpfd, KILN_MANIFEST_NAME, O_WRONLY | O_CREAT, 0644);
-    KILN_CHECK_IF(rc, out, fd < 0, KILN_ERR_IO, "'%s': entry '%s': cannot create: %s", apath,
-                  KILN_MANIFEST_NAME, strerror(errno));
-    rc = write_all(fd, m->text, m->text_len, apath, KILN_MANIFEST_NAME);
-    close(fd);
-    if (rc) goto out;
+    if (tmpfd >= 0) {
+        int fd = kiln_export_openat(tmpfd, KILN_MANIFEST_NAME, O_WRONLY | O_CREAT, 0644);
+        KILN_CHECK_IF(rc, out, fd < 0, KILN_ERR_IO, "'%s': entry '%s': cannot create: %s", apath,
+                      KILN_MANIFEST_NAME, strerror(errno));
+        rc = write_all(fd, m->text, m->text_len, apath, KILN_MANIFEST_NAME);
+        close(fd);
+        if (rc) goto out;
+    }
     seen = kiln_calloc(m->nfiles, sizeof *seen);
     buf = kiln_malloc(KILN_EXPORT_BUF);
     KILN_CHECK_IF(rc, out, !seen || !buf, KILN_ERR_NOMEM, "out of memory unpacking '%s'", apath);
@@ -379,6 +382,21 @@ out:
     free(buf);
     free(seen);
     kiln_manifest_free(m);
+    return rc;
+}
+
+kiln_err kiln_archive_check(const char *archive_path, const kiln_archive_limits *limits,
+                            kiln_manifest **manifest_out) {
+    if (manifest_out) *manifest_out = NULL;
+    kiln_archive_limits lim;
+    if (limits)
+        lim = *limits;
+    else
+        kiln_archive_limits_default(&lim);
+    struct archive *a;
+    KILN_TRY(reader_open(archive_path, &a));
+    kiln_err rc = unpack_into(a, archive_path, -1, &lim, manifest_out);
+    archive_read_free(a);
     return rc;
 }
 

@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "kiln.h"
+#include "sign.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -126,6 +127,9 @@ typedef struct kiln_registry_pull_opts {
     const char *trust; /* trust policy path (required) */
     const char *out;   /* destination directory */
     const char *state; /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+    /* The part after '@' is a channel only: a registry without it is KILN_ERR_NOTFOUND (after
+     * the anti-rollback check: a channel accepted before and now missing is refused). */
+    bool channel_only;
 } kiln_registry_pull_opts;
 
 typedef struct kiln_registry_pulled {
@@ -135,12 +139,113 @@ typedef struct kiln_registry_pulled {
     char digest[72];
     uint64_t size;
     int64_t seq; /* the channel record's, 0 when pulled by version */
+    /* The release keys whose signatures verified, the threshold and the validation verdict:
+     * "rel (1 of 1 release key; validation passed)". */
+    char signed_by[256];
 } kiln_registry_pulled;
 
-/* Download, verify in the documented order, unpack into a temporary directory and rename
- * it to opts->out. A failed check is KILN_ERR_VERIFY and leaves nothing at out. */
+/* Download, verify in the documented order (docs/registry.md: the channel record's
+ * signatures, seq, expiry, the archive's size and digest, then sign/'s
+ * kiln_sign_verify_archive with the policy at p->trust: every archive signature, the
+ * manifest they name, the release threshold and the unvalidated rule, every file while
+ * unpacking securely), and rename the verified directory to opts->out. A failed check is
+ * KILN_ERR_VERIFY and leaves nothing at out. */
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *out) KILN_MUST_CHECK;
+
+/* ---- channels (channel.c) ---- */
+
+typedef struct kiln_registry_promote_opts {
+    const char *model, *channel, *version;
+    const kiln_sign_seckey *const *keys; /* promote keys: each signs the record */
+    size_t nkeys;
+    int64_t expires_in;  /* seconds the record holds; 0: 30 days */
+    const char *reason;  /* NULL: "promote" ("rollback" for a rollback) */
+    const char *digest;  /* NULL, or "[sha256:]<hex>": refuse unless the registry holds it */
+    const char *save_to; /* NULL: put the record; else write it there (to co-sign), put nothing */
+} kiln_registry_promote_opts;
+
+typedef struct kiln_registry_promoted {
+    char digest[72]; /* the version's, as the registry holds it */
+    uint64_t seq;    /* the new record's */
+    size_t nsigs;
+    bool put; /* the registry accepted it (false with save_to) */
+} kiln_registry_promoted;
+
+/* Point a channel at a version: fetch the channel's current record (none: seq 0) and the
+ * version's digest, sign the record with seq+1 by every key, and put it (the server checks
+ * the channel's threshold) or save it. */
+kiln_err kiln_registry_promote(const kiln_registry_client_opts *c,
+                               const kiln_registry_promote_opts *o, kiln_registry_promoted *out);
+
+/* The version the channel pointed at before its current one, from its history (what
+ * kiln rollback goes back to); KILN_ERR_NOTFOUND if it never pointed at another. */
+kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, const char *model,
+                                        const char *channel, char out[KILN_REGISTRY_NAME_MAX + 1]);
+
+/* ---- releases (release.c): export, golden, baseline, validate, pack, sign, publish,
+ * promote in one call. Uses export/ and validate/ besides sign/ (docs/architecture.md). ---- */
+
+typedef enum kiln_release_stage {
+    KILN_RELEASE_CHECK = 0, /* options, keys, policy, dataset, output directory, version free */
+    KILN_RELEASE_EXPORT,    /* the run's checkpoint frozen into OUT/model */
+    KILN_RELEASE_GOLDEN,    /* OUT/model/golden */
+    KILN_RELEASE_BASELINE,  /* the baseline channel's model pulled and verified (if any) */
+    KILN_RELEASE_VALIDATE,  /* OUT/model/validation.json, every check passed */
+    KILN_RELEASE_PACK,      /* OUT/NAME-VERSION.kiln */
+    KILN_RELEASE_SIGN,      /* OUT/NAME-VERSION.kiln.minisig, verified under the policy */
+    KILN_RELEASE_PUBLISH,
+    KILN_RELEASE_PROMOTE, /* if asked */
+    KILN_RELEASE_DONE
+} kiln_release_stage;
+
+/* "check", "export", ..., "done". */
+const char *kiln_release_stage_name(kiln_release_stage s);
+
+struct kiln_thresholds; /* validate.h */
+
+typedef struct kiln_registry_release_opts {
+    const char *run_dir;
+    long step; /* 0: the newest checkpoint that verifies */
+    const char *name, *version;
+    const char *data;    /* NULL: the run's dataset (run.json's dataset_path) */
+    const char *out_dir; /* new or empty: model/, NAME-VERSION.kiln and its .minisig go here */
+    const char *trust;   /* the policy services pull with: the baseline is pulled under it, and
+                            the signed archive must verify under it before it is published */
+    const char *state;   /* pull state (anti-rollback) for the baseline; NULL: the default */
+    const char *baseline_channel; /* NULL or "": validate without a baseline */
+    const char *promote;          /* NULL, or the channel to point at the new version */
+    const kiln_sign_seckey *const *release_keys; /* each signs the archive */
+    size_t n_release_keys;
+    const kiln_sign_seckey *const *promote_keys; /* each signs the channel record */
+    size_t n_promote_keys;
+    const kiln_registry_client_opts *client;  /* the registry, with a publish (or admin) token */
+    const char *promote_token;                /* NULL: the client's token */
+    int windows;                              /* golden windows; 0: 64 */
+    uint64_t seed;                            /* golden window seed; 0: 1 */
+    const struct kiln_thresholds *thresholds; /* NULL: defaults */
+    bool no_bf16;                             /* skip the f32-vs-bf16 check */
+    /* Called after each stage with one line saying what it did (may be NULL). */
+    void (*on_stage)(void *ctx, kiln_release_stage stage, const char *line);
+    void *ctx;
+} kiln_registry_release_opts;
+
+typedef struct kiln_registry_release_result {
+    kiln_release_stage stage;                  /* the stage that failed, or KILN_RELEASE_DONE */
+    long step;                                 /* the checkpoint exported */
+    char baseline[KILN_REGISTRY_NAME_MAX + 1]; /* the baseline's version; "" for none */
+    int64_t baseline_seq;
+    char digest[72]; /* the published archive's "sha256:<hex>" */
+    uint64_t size;
+    bool existed;
+    uint64_t promoted_seq; /* 0 when not promoted */
+} kiln_registry_release_result;
+
+/* Run the stages in order and stop at the first failure: the error's message begins
+ * "release stopped at stage 'S': " and res->stage says which. A failed validation is
+ * KILN_ERR_VERIFY and publishes nothing (OUT/model/validation.json says why). */
+kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
+                               kiln_registry_release_result *res);
 
 #ifdef __cplusplus
 }

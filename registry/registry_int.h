@@ -8,9 +8,10 @@
 
 #include "core.h"
 #include "registry.h"
+#include "sign.h"
 
-#define REG_RECORD_MAX (64u * 1024u)       /* a channel record's text */
-#define REG_SIG_MAX (4u * 1024u)           /* a .minisig file */
+#define REG_RECORD_MAX (64u * 1024u) /* a channel record's text */
+#define REG_SIG_MAX (32u * 1024u)    /* an archive's signature file (several signers' blocks) */
 #define REG_JSON_MAX (16u * 1024u * 1024u) /* a JSON answer the client accepts */
 
 /* ---- SQLite (store.c) ---- */
@@ -43,7 +44,7 @@ typedef struct reg_upload {
     int fd;
     char *tmp; /* the named temporary, or NULL */
     char *root;
-    crypto_hash_sha256_state sha;
+    kiln_sha256_state sha;
     uint64_t size;
 } reg_upload;
 
@@ -63,32 +64,32 @@ void reg_upload_abort(reg_upload *u); /* safe on a zeroed struct, and after comm
 kiln_err reg_lock(const char *root, int *fd);
 void reg_unlock(int fd);
 
-/* ---- verification (verify.c): carried out by sign/ and export/ ---- */
+/* ---- verification (verify.c) ----
+ *
+ * Archives are verified by sign/ (kiln_sign_verify_archive_sigs on upload,
+ * kiln_sign_verify_archive on pull: signatures, comments naming the manifest, the policy's
+ * release threshold and unvalidated rule, then a secure unpack checking every file) and
+ * channel records by sign/ too; what is here is only what the registry adds around them. */
 
-typedef struct reg_trust reg_trust;
-
-/* Load a trust policy (trust.json). Caller frees with reg_trust_free. */
-kiln_err reg_trust_load(const char *path, reg_trust **out);
-void reg_trust_free(reg_trust *t);
-
-/* What is read from an archive: its manifest (name, version, files), card.json, and a
- * summary of the validation report the manifest names. New references (NULL if absent). */
+/* What the registry stores about an archive: its manifest (name, version, files),
+ * card.json, and a summary of the validation report the manifest names. New references
+ * (NULL if absent). */
 typedef struct reg_archive_meta {
     json_t *manifest, *card, *validation;
     char name[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
     uint8_t manifest_sha256[KILN_SHA256_BYTES];
-    char signer[129]; /* the release key's name in the policy */
 } reg_archive_meta;
 kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m);
 void reg_archive_meta_release(reg_archive_meta *m);
 
-/* The archive's signature (minisig text) verifies with a release key of the policy, and its
- * signed comment names the archive's manifest (sha256, model, version): that is the
- * manifest's signature. Fills m from the archive. label names the archive in messages. */
-kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label,
-                            const char *sig_text, size_t sig_len,
-                            reg_archive_meta *m) KILN_MUST_CHECK;
+/* Who signed an archive, as "name, name (validation passed)" for messages and answers. */
+void reg_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len);
+
+/* Rewrite the current error message with every occurrence of path replaced by label (the
+ * server verifies an unnamed upload through /proc/self/fd/N, which means nothing to the
+ * client reading the message). Returns rc. */
+kiln_err reg_relabel(kiln_err rc, const char *path, const char *label);
 
 /* A channel record's fields, once its signatures met the policy's threshold for it. */
 typedef struct reg_record {
@@ -100,15 +101,10 @@ typedef struct reg_record {
     int64_t expires; /* unix seconds */
     char reason[256];
 } reg_record;
-kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, const char *label,
-                           reg_record *out) KILN_MUST_CHECK;
-
-/* Unpack the archive securely into dir (which must not exist), checking every file against
- * its manifest, which must be the one verified (manifest_sha256). Nothing is left at dir on
- * failure. */
-kiln_err reg_archive_unpack_verified(const char *archive,
-                                     const uint8_t manifest_sha256[KILN_SHA256_BYTES],
-                                     const char *dir) KILN_MUST_CHECK;
+/* The record's signatures reach t's threshold for its channel (sign/); seq and expiry are
+ * the caller's to check, in its own order. */
+kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
+                           const char *label, reg_record *out) KILN_MUST_CHECK;
 
 /* ---- the client (client.c) ---- */
 
@@ -117,6 +113,9 @@ kiln_err reg_archive_unpack_verified(const char *archive,
  * caller's to check. */
 kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                       const char *partial);
+
+/* Remove a tree without following symlinks (best effort: cleanup paths). NULL is fine. */
+void reg_rmtree(const char *path);
 
 /* ---- small shared pieces (store.c) ---- */
 

@@ -63,7 +63,7 @@ typedef struct counter_row {
 struct kiln_registry_server {
     struct MHD_Daemon *d;
     char *root;
-    reg_trust *trust;
+    kiln_sign_trust *trust;
     bool read_required;
     uint64_t max_upload;
     int lock_fd;
@@ -776,11 +776,24 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
         return send_kiln_error(c, r, rc);
     char *path = reg_upload_path(&r->up);
     if (!path) return MHD_NO;
-    reg_archive_meta m;
     char label[200];
     snprintf(label, sizeof label, "upload of %s@%s", r->seg[0], r->seg[1]);
-    rc = reg_verify_archive(s->trust, path, label, r->sig, r->sig_len, &m);
+    /* sign/ checks every signature block against this server's policy (release keys, the
+     * release threshold, the unvalidated rule, comments naming the manifest); the files are
+     * the client's to check on pull (this server never unpacks). */
+    kiln_sign_archive_report rep;
+    reg_archive_meta m;
+    memset(&m, 0, sizeof m);
+    rc =
+        kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", s->trust, &rep);
+    if (rc == KILN_ERR_FORMAT) rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
+    if (!rc) rc = reg_archive_meta_read(path, &m);
+    if (rc) rc = kiln_errprefix(rc, "%s: ", label);
+    rc = reg_relabel(rc, path, "the uploaded archive");
     free(path);
+    if (!rc && memcmp(m.manifest_sha256, rep.info.manifest_sha256, KILN_SHA256_BYTES) != 0)
+        rc = kiln_fail(KILN_ERR_VERIFY, "%s: the manifest read is not the one the signatures name",
+                       label);
     if (!rc && (strcmp(m.name, r->seg[0]) || strcmp(m.version, r->seg[1])))
         rc = kiln_fail(KILN_ERR_VERIFY,
                        "the archive's manifest names '%s@%s', but it was uploaded as '%s@%s'",
@@ -1158,7 +1171,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
     reg_db_close(db);
     clear_tmp(o->root);
-    if (o->trust) KILN_CHECK(rc, fail, reg_trust_load(o->trust, &s->trust));
+    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
     unsigned threads = o->threads ? o->threads : 4;
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                                 MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
@@ -1166,8 +1179,10 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                             MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED,
                             completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
                             MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_EXTERNAL_LOGGER,
-                            mhd_log, NULL, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                            /* room for X-Kiln-Signature: several signers' blocks, base64 */
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX),
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
     KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK,
                   "cannot listen on '%s' (address in use or not local?)", o->listen);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -1195,7 +1210,7 @@ void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
         MHD_stop_daemon(s->d);
         if (ls != MHD_INVALID_SOCKET) close(ls);
     }
-    reg_trust_free(s->trust);
+    kiln_sign_trust_free(s->trust);
     reg_unlock(s->lock_fd);
     pthread_mutex_destroy(&s->mu);
     free(s->rows);

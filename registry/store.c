@@ -317,7 +317,7 @@ kiln_err reg_upload_begin(reg_upload *u, const char *root) {
             goto out;
         }
     }
-    crypto_hash_sha256_init(&u->sha);
+    kiln_sha256_init(&u->sha);
 out:
     free(tmpdir);
     if (rc) reg_upload_abort(u);
@@ -325,7 +325,7 @@ out:
 }
 
 kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len) {
-    crypto_hash_sha256_update(&u->sha, data, len);
+    kiln_sha256_update(&u->sha, data, len);
     u->size += len;
     const char *p = data;
     while (len) {
@@ -343,7 +343,7 @@ kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len) {
 kiln_err reg_upload_check(reg_upload *u, const char *hex, uint64_t size) {
     uint8_t h[KILN_SHA256_BYTES];
     char got[KILN_SHA256_HEX];
-    crypto_hash_sha256_final(&u->sha, h);
+    kiln_sha256_final(&u->sha, h);
     kiln_hex(h, sizeof h, got);
     KILN_FAIL_IF(u->size != size, KILN_ERR_VERIFY, "upload is %llu bytes, but %llu were declared",
                  (unsigned long long)u->size, (unsigned long long)size);
@@ -437,11 +437,15 @@ static void problem(problems *p, const char *fmt, ...) {
     if (p->report) p->report(p->ctx, line);
 }
 
-static kiln_err fsck_versions(const char *root, sqlite3 *db, problems *p) {
+/* Every version's blob: present, its size, its digest, and (with a policy) its signatures as
+ * sign/ verifies them on upload. */
+static kiln_err fsck_versions(const char *root, sqlite3 *db, const kiln_sign_trust *trust,
+                              problems *p) {
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(
-            db, "SELECT model, version, digest, size FROM versions ORDER BY model, version", -1,
-            &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT model, version, digest, size, signature FROM versions"
+                           " ORDER BY model, version",
+                           -1, &st, NULL) != SQLITE_OK)
         return reg_db_fail(db, "reading versions");
     kiln_err rc = KILN_OK;
     int r;
@@ -472,8 +476,15 @@ static kiln_err fsck_versions(const char *root, sqlite3 *db, problems *p) {
             problem(p, "%s@%s: %s", m, v, kiln_errmsg());
         } else {
             kiln_hex(h, sizeof h, got);
+            const char *sig = (const char *)sqlite3_column_text(st, 4);
+            char label[200];
+            snprintf(label, sizeof label, "%s@%s's signature", m, v);
             if (strcmp(got, hex) != 0)
                 problem(p, "%s@%s: blob '%s' hashes to sha256:%s", m, v, path, got);
+            else if (trust &&
+                     kiln_sign_verify_archive_sigs(path, sig ? sig : "", sig ? strlen(sig) : 0,
+                                                   label, trust, NULL) != KILN_OK)
+                problem(p, "%s@%s: %s", m, v, kiln_errmsg());
         }
         free(path);
     }
@@ -482,7 +493,7 @@ static kiln_err fsck_versions(const char *root, sqlite3 *db, problems *p) {
     return rc;
 }
 
-static kiln_err fsck_channels(sqlite3 *db, const reg_trust *trust, problems *p) {
+static kiln_err fsck_channels(sqlite3 *db, const kiln_sign_trust *trust, problems *p) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
@@ -568,7 +579,7 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
     free(db_path);
     KILN_FAIL_IF(!exists, KILN_ERR_NOTFOUND, "'%s' holds no registry (no registry.db)", root);
     sqlite3 *db = NULL;
-    reg_trust *trust = NULL;
+    kiln_sign_trust *trust = NULL;
     kiln_err rc = KILN_OK;
     char *def = NULL;
     KILN_CHECK(rc, out, reg_db_open(root, &db));
@@ -576,8 +587,8 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
         def = kiln_path_join(root, "trust.json");
         if (def && kiln_path_exists(def)) trust_path = def;
     }
-    if (trust_path) KILN_CHECK(rc, out, reg_trust_load(trust_path, &trust));
-    KILN_CHECK(rc, out, fsck_versions(root, db, &p));
+    if (trust_path) KILN_CHECK(rc, out, kiln_sign_trust_load(trust_path, &trust));
+    KILN_CHECK(rc, out, fsck_versions(root, db, trust, &p));
     KILN_CHECK(rc, out, fsck_channels(db, trust, &p));
     KILN_CHECK(rc, out, fsck_tmp(root, &p));
     *count = p.n;
@@ -586,7 +597,7 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
             kiln_fail(KILN_ERR_VERIFY, "'%s': %zu problem%s found", root, p.n, p.n == 1 ? "" : "s");
 out:
     free(def);
-    reg_trust_free(trust);
+    kiln_sign_trust_free(trust);
     reg_db_close(db);
     return rc;
 }

@@ -1,39 +1,18 @@
-/* verify.c - the registry's verification steps, done by sign/ (signatures, the trust
- * policy, channel records) and export/ (the manifest, every file's digest, secure unpack).
+/* verify.c - what the registry adds around sign/'s verification: the archive's metadata
+ * it stores (manifest, card, validation summary), the signers named for messages, messages
+ * relabelled for the client, and a channel record's fields in the registry's ranges.
  *
- * An archive is bound to its manifest by its signature: the trusted comment, which the
- * signature's global part covers, is "kiln-archive/1\tmodel:M\tversion:V\tmanifest:sha256:H"
- * (sign.h), so checking H against the archive's manifest is checking the manifest's
- * signature. */
+ * The checks themselves are sign/'s: kiln_sign_verify_archive_sigs (server, on upload) and
+ * kiln_sign_verify_archive (client, on pull) verify every signature block over the archive's
+ * bytes by a release key of the policy, that each trusted comment names the archive's own
+ * manifest and validation verdict, the policy's release_threshold and accept_unvalidated,
+ * and (pull) every file while unpacking securely; kiln_sign_record_verify the records. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "export.h"
 #include "registry_int.h"
 #include "sign.h"
-
-struct reg_trust {
-    kiln_sign_trust *t;
-};
-
-kiln_err reg_trust_load(const char *path, reg_trust **out) {
-    *out = NULL;
-    reg_trust *t = kiln_calloc(1, sizeof *t);
-    if (!t) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_sign_trust_load(path, &t->t);
-    if (rc) {
-        free(t);
-        return rc;
-    }
-    *out = t;
-    return KILN_OK;
-}
-
-void reg_trust_free(reg_trust *t) {
-    if (!t) return;
-    kiln_sign_trust_free(t->t);
-    free(t);
-}
 
 kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
     memset(m, 0, sizeof *m);
@@ -71,51 +50,38 @@ void reg_archive_meta_release(reg_archive_meta *m) {
     m->manifest = m->card = m->validation = NULL;
 }
 
-kiln_err reg_verify_archive(const reg_trust *t, const char *archive, const char *label,
-                            const char *sig_text, size_t sig_len, reg_archive_meta *m) {
-    memset(m, 0, sizeof *m);
-    KILN_FAIL_IF(!t, KILN_ERR_VERIFY, "'%s': no trust policy to verify the archive with", label);
-    kiln_sign_sig sig;
-    kiln_sign_sig_init(&sig);
-    kiln_err rc = kiln_sign_sig_parse(sig_text, sig_len, label, &sig);
-    if (rc) {
-        kiln_sign_sig_release(&sig);
-        return rc == KILN_ERR_FORMAT ? kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ") : rc;
-    }
-    /* The archive's signature, by a release key of the policy. */
-    const kiln_sign_trust_key *signer = NULL;
-    rc = kiln_sign_trust_verify_file(t->t, &sig, archive, KILN_SIGN_ROLE_RELEASE, &signer);
-    if (rc) {
-        kiln_errprefix(rc, "archive signature: ");
-        goto out;
-    }
-    /* The manifest's: the signed comment names it. */
-    kiln_sign_archive_info info;
-    rc = kiln_sign_archive_comment_parse(sig.trusted_comment, label, &info);
-    if (rc) {
-        rc = kiln_errprefix(KILN_ERR_VERIFY,
-                            "'%s': the archive's signature does not sign a manifest: ", label);
-        goto out;
-    }
-    KILN_CHECK(rc, out, reg_archive_meta_read(archive, m));
-    char want[KILN_SHA256_HEX], got[KILN_SHA256_HEX];
-    kiln_hex(info.manifest_sha256, KILN_SHA256_BYTES, want);
-    kiln_hex(m->manifest_sha256, KILN_SHA256_BYTES, got);
-    KILN_CHECK_IF(rc, out, strcmp(want, got) != 0, KILN_ERR_VERIFY,
-                  "'%s': manifest hashes to sha256:%s, but the signature names sha256:%s", label,
-                  got, want);
-    KILN_CHECK_IF(rc, out, strcmp(info.model, m->name) || strcmp(info.version, m->version),
-                  KILN_ERR_VERIFY, "'%s': the signature names %s@%s, the manifest %s@%s", label,
-                  info.model, info.version, m->name, m->version);
-    snprintf(m->signer, sizeof m->signer, "%s", signer->name);
-out:
-    if (rc) reg_archive_meta_release(m);
-    kiln_sign_sig_release(&sig);
-    return rc;
+void reg_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len) {
+    size_t n = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < rep->nsigners && n < len; i++)
+        n += (size_t)snprintf(out + n, len - n, "%s%s", i ? ", " : "", rep->signers[i]->name);
+    if (n < len)
+        snprintf(out + n, len - n, " (%d of %d release key%s; validation %s%s)", (int)rep->nsigners,
+                 rep->threshold, rep->threshold == 1 ? "" : "s",
+                 kiln_sign_validation_name(rep->info.validation),
+                 rep->info.allow_unvalidated ? ", signed with allow-unvalidated" : "");
 }
 
-kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, const char *label,
-                           reg_record *out) {
+kiln_err reg_relabel(kiln_err rc, const char *path, const char *label) {
+    const char *msg = kiln_errmsg();
+    size_t pl = strlen(path), ll = strlen(label), n = 0;
+    if (!pl || !strstr(msg, path)) return rc;
+    char buf[2048];
+    for (const char *p = msg; *p && n + 1 < sizeof buf;) {
+        if (!strncmp(p, path, pl) && n + ll + 1 < sizeof buf) {
+            memcpy(buf + n, label, ll);
+            n += ll;
+            p += pl;
+        } else {
+            buf[n++] = *p++;
+        }
+    }
+    buf[n] = 0;
+    return kiln_fail(rc, "%s", buf);
+}
+
+kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
+                           const char *label, reg_record *out) {
     memset(out, 0, sizeof *out);
     KILN_FAIL_IF(!t, KILN_ERR_VERIFY, "%s: no trust policy to verify the record with", label);
     kiln_sign_record r;
@@ -127,7 +93,7 @@ kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, con
     }
     /* Signatures and the channel's threshold only: the caller checks seq and expiry in its
      * own order (now 0 and min_seq 0 pass both here). */
-    rc = kiln_sign_record_verify(&r, t->t, 0, 0, label, NULL);
+    rc = kiln_sign_record_verify(&r, t, 0, 0, label, NULL);
     KILN_CHECK_IF(rc, done,
                   strlen(r.model) > KILN_REGISTRY_NAME_MAX ||
                       strlen(r.channel) > KILN_REGISTRY_NAME_MAX ||
@@ -145,18 +111,5 @@ kiln_err reg_record_verify(const reg_trust *t, const char *text, size_t len, con
     snprintf(out->reason, sizeof out->reason, "%s", r.reason ? r.reason : "");
 done:
     kiln_sign_record_release(&r);
-    return rc;
-}
-
-kiln_err reg_archive_unpack_verified(const char *archive,
-                                     const uint8_t manifest_sha256[KILN_SHA256_BYTES],
-                                     const char *dir) {
-    kiln_manifest *m = NULL;
-    KILN_TRY(kiln_archive_unpack(archive, dir, NULL, &m));
-    kiln_err rc = KILN_OK;
-    if (memcmp(m->sha256, manifest_sha256, KILN_SHA256_BYTES) != 0)
-        rc = kiln_fail(KILN_ERR_VERIFY, "'%s': the unpacked manifest is not the one verified",
-                       archive);
-    kiln_manifest_free(m);
     return rc;
 }

@@ -380,8 +380,10 @@ kiln_err kiln_sign_record_load(const char *path, kiln_sign_record *r) {
     return rc;
 }
 
-kiln_err kiln_sign_record_save(const kiln_sign_record *r, const char *path) {
-    KILN_FAIL_IF(r->nsigs == 0, KILN_ERR_USAGE, "'%s': a channel record needs a signature", path);
+/* The file's JSON: {"record": body, "signatures": [...]}; new reference. */
+static kiln_err record_file_json(const kiln_sign_record *r, const char *label, json_t **out) {
+    *out = NULL;
+    KILN_FAIL_IF(r->nsigs == 0, KILN_ERR_USAGE, "'%s': a channel record needs a signature", label);
     json_t *b = body_json(r), *sigs = json_array(), *top = NULL;
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !b || !sigs, KILN_ERR_NOMEM, "out of memory");
@@ -390,12 +392,42 @@ kiln_err kiln_sign_record_save(const kiln_sign_record *r, const char *path) {
                       KILN_ERR_NOMEM, "out of memory");
     top = json_pack("{s:O, s:O}", "record", b, "signatures", sigs);
     KILN_CHECK_IF(rc, out, !top, KILN_ERR_NOMEM, "out of memory");
-    rc = kiln_json_write_file(path, top);
+    *out = top;
 out:
-    json_decref(top);
     json_decref(b);
     json_decref(sigs);
     return rc;
+}
+
+kiln_err kiln_sign_record_save(const kiln_sign_record *r, const char *path) {
+    json_t *top;
+    KILN_TRY(record_file_json(r, path, &top));
+    kiln_err rc = kiln_json_write_file(path, top);
+    json_decref(top);
+    return rc;
+}
+
+kiln_err kiln_sign_record_text(const kiln_sign_record *r, char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    json_t *top;
+    KILN_TRY(record_file_json(r, "channel record", &top));
+    /* What kiln_json_write_file writes, so that a saved file and this text are the same bytes. */
+    char *s = json_dumps(top, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY |
+                                  JSON_REAL_PRECISION(15));
+    json_decref(top);
+    KILN_FAIL_IF(!s, KILN_ERR_NOMEM, "out of memory encoding a channel record");
+    size_t n = strlen(s);
+    char *t = realloc(s, n + 2);
+    if (!t) {
+        free(s);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding a channel record");
+    }
+    t[n] = '\n';
+    t[n + 1] = 0;
+    *text = t;
+    *len = n + 1;
+    return KILN_OK;
 }
 
 kiln_err kiln_sign_record_verify(const kiln_sign_record *r, const kiln_sign_trust *t, int64_t now,

@@ -323,6 +323,9 @@ KILN_API kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char
 KILN_API kiln_err kiln_sign_record_load(const char *path, kiln_sign_record *r);
 /* The file (pretty, sorted keys), written atomically. */
 KILN_API kiln_err kiln_sign_record_save(const kiln_sign_record *r, const char *path);
+/* The same bytes in memory (what a registry stores and serves); *text is new (caller
+ * frees), *len its length. */
+KILN_API kiln_err kiln_sign_record_text(const kiln_sign_record *r, char **text, size_t *len);
 
 typedef struct kiln_sign_record_result {
     int threshold;   /* distinct promote keys the channel needs */

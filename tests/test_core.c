@@ -3,6 +3,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include <sodium.h>
+
 #include "test.h"
 
 KILN_TEST(core_philox_known_answers) {
@@ -50,6 +52,47 @@ KILN_TEST(core_hashes) {
     kiln_blake2b("abc", 3, b2, 64);
     kiln_hex(b2, 4, hex);
     CHECK("blake2b-512(abc) prefix", strcmp(hex, "ba80a53f") == 0);
+}
+
+/* SHA-256 is libcrypto's now: the two-block FIPS 180-2 vector, the streamed form against
+ * the one-shot, and both against libsodium's (the digests archives were signed with). */
+KILN_TEST(core_sha256_streamed) {
+    static const char two[] = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    uint8_t d[32];
+    char hex[65];
+    kiln_sha256(two, strlen(two), d);
+    kiln_hex(d, 32, hex);
+    CHECK("sha256 of the two-block vector",
+          strcmp(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1") == 0);
+    size_t n = (1u << 20) + 12345;
+    uint8_t *buf = malloc(n);
+    CHECK("buffer", buf != NULL);
+    if (!buf) return;
+    for (size_t i = 0; i < n; i += 16) {
+        uint32_t w[4];
+        kiln_philox(7, 1, i / 16, w);
+        memcpy(buf + i, w, n - i < 16 ? n - i : 16);
+    }
+    uint8_t one[32], streamed[32], sodium[32];
+    kiln_sha256(buf, n, one);
+    kiln_sha256_state st;
+    kiln_sha256_init(&st);
+    size_t step = 1, off = 0;
+    while (off < n) { /* pieces of 1, 3, 7, ... bytes: every offset within a block */
+        size_t k = step < n - off ? step : n - off;
+        kiln_sha256_update(&st, buf + off, k);
+        off += k;
+        step = step * 2 + 1;
+        if (step > 100000) step = 5;
+    }
+    kiln_sha256_final(&st, streamed);
+    crypto_hash_sha256(sodium, buf, n);
+    CHECK("streamed equals one-shot", memcmp(one, streamed, 32) == 0);
+    CHECK("equals libsodium's", memcmp(one, sodium, 32) == 0);
+    buf[n / 2] ^= 1;
+    kiln_sha256(buf, n, streamed);
+    CHECK("a flipped bit changes it", memcmp(one, streamed, 32) != 0);
+    free(buf);
 }
 
 KILN_TEST(core_json_strict) {

@@ -166,6 +166,14 @@ static void refused(const char *archive, kiln_err want, const char *what, const 
     snprintf(buf, sizeof buf, "%s: nothing left behind", descr);
     CHECK(buf, before && after && !strcmp(before, after) && !kiln_path_exists(out));
     CHECK("no manifest returned on failure", m == NULL);
+    /* kiln_archive_check (verify without unpacking) refuses it the same way, writing nothing. */
+    rc = kiln_archive_check(archive, NULL, &m);
+    char *after_check = names(kiln_test_dir());
+    snprintf(buf, sizeof buf, "%s: check refuses it as unpack does", descr);
+    CHECK(buf, rc == want && msg_has(archive, what) && m == NULL);
+    snprintf(buf, sizeof buf, "%s: check writes nothing", descr);
+    CHECK(buf, before && after_check && !strcmp(before, after_check));
+    free(after_check);
     free(before);
     free(after);
     free(out);
@@ -388,6 +396,11 @@ KILN_TEST(pack_unpack_roundtrip_and_tamper) {
     char *dir = model_dir("m", true), *ar = kiln_test_path("a.kiln"), *out = kiln_test_path("u");
     kiln_manifest *pm = NULL, *um = NULL, *rm = NULL;
     if (!CHECK("packs", kiln_archive_pack(dir, "kat", "1.0", ar, NULL, &pm) == KILN_OK)) goto out;
+    kiln_manifest *cm = NULL;
+    CHECK("checks without unpacking", kiln_archive_check(ar, NULL, &cm) == KILN_OK && cm &&
+                                          !memcmp(cm->sha256, pm->sha256, 32) &&
+                                          cm->nfiles == pm->nfiles && !kiln_path_exists(out));
+    kiln_manifest_free(cm);
     if (!CHECK("unpacks", kiln_archive_unpack(ar, out, NULL, &um) == KILN_OK)) goto out;
     CHECK("same manifest",
           um->text_len == pm->text_len && !memcmp(um->text, pm->text, pm->text_len));

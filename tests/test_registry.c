@@ -488,7 +488,10 @@ KILN_TEST(registry_fake_server_cut_off) {
 #include "sign.h"
 
 /* A registry with a trust policy: a release key, two promote keys, staging (threshold 1)
- * and production (threshold 2); a stranger's key that the policy does not know. */
+ * and production (threshold 2); a stranger's key that the policy does not know. The tests
+ * on it are about the registry's mechanics, not validation, so their archives are signed
+ * as `kiln sign --allow-unvalidated` signs them and the policy accepts that
+ * (accept_unvalidated); registry_archive_policy holds validated archives to a strict one. */
 typedef struct fixture {
     char root[1024], trust[1024], url[64], state[1024];
     kiln_sign_seckey *rel, *p1, *p2, *stranger;
@@ -530,7 +533,8 @@ static bool fx_init(fixture *f) {
         "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
         "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
         "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
-        "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}}}",
+        "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}},"
+        "\"accept_unvalidated\":true}",
         r, a, b);
     bool ok =
         t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
@@ -556,6 +560,20 @@ static kiln_registry_client_opts fx_client(const fixture *f, const char *token) 
     return c;
 }
 
+/* Sign an archive as `kiln sign [--allow-unvalidated]` does, adding a block to
+ * ARCHIVE.minisig (a second key co-signs). */
+static bool fx_sign(kiln_sign_seckey *sk, const char *archive, bool allow_unvalidated) {
+    char *sig = NULL, *sigp = kiln_asprintf("%s.minisig", archive), *have = NULL, *all = NULL;
+    size_t have_len = 0;
+    bool ok = sigp && kiln_sign_archive(sk, archive, allow_unvalidated, &sig, NULL) == KILN_OK;
+    if (ok && kiln_path_exists(sigp))
+        ok = kiln_read_file(sigp, 1 << 20, &have, &have_len) == KILN_OK;
+    ok = ok && kiln_sign_archive_sigs_add(have, have_len, sigp, sig, &all) == KILN_OK &&
+         kiln_write_file_atomic(sigp, all, strlen(all)) == KILN_OK;
+    free(sig), free(sigp), free(have), free(all);
+    return ok;
+}
+
 /* Pack a model directory whose weights are `content` as demo@version and sign it with sk;
  * returns the archive's path (caller frees) and its digest in hex. */
 static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk,
@@ -570,30 +588,18 @@ static char *fx_archive(const char *content, const char *version, kiln_sign_seck
         "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
     uint8_t digest[KILN_SHA256_BYTES];
     kiln_manifest *m = NULL;
-    char *sig = NULL, *comment = NULL, *sigp = NULL;
     bool ok = dir && path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
               kiln_write_file_atomic(w, content, strlen(content)) == KILN_OK &&
               kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
               kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK;
     if (ok) {
-        kiln_sign_archive_info info;
-        memset(&info, 0, sizeof info);
-        snprintf(info.model, sizeof info.model, "demo");
-        snprintf(info.version, sizeof info.version, "%s", version);
-        memcpy(info.manifest_sha256, m->sha256, 32);
-        comment = kiln_sign_archive_comment(&info);
-        sigp = kiln_asprintf("%s.minisig", path);
-        ok = comment && sigp && kiln_sign_file(sk, path, comment, &sig) == KILN_OK &&
-             kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK;
+        ok = fx_sign(sk, path, true);
         kiln_hex(digest, sizeof digest, hex);
     }
     kiln_manifest_free(m);
     free(dir);
     free(w);
     free(card);
-    free(sig);
-    free(comment);
-    free(sigp);
     if (!ok) {
         free(path);
         return NULL;
@@ -1080,27 +1086,17 @@ static char *fx_model_archive(const char *vector, const char *version, kiln_sign
             "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
         uint8_t digest[KILN_SHA256_BYTES];
         kiln_manifest *m = NULL;
-        char *sig = NULL, *comment = NULL, *sigp = NULL;
         if (dir && w && card && path && kiln_mkdir_p(dir) == KILN_OK &&
             kiln_write_file_atomic(w, data, len) == KILN_OK &&
             kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
-            kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK) {
-            kiln_sign_archive_info info;
-            memset(&info, 0, sizeof info);
-            snprintf(info.model, sizeof info.model, "demo");
-            snprintf(info.version, sizeof info.version, "%s", version);
-            memcpy(info.manifest_sha256, m->sha256, 32);
-            comment = kiln_sign_archive_comment(&info);
-            sigp = kiln_asprintf("%s.minisig", path);
-            if (comment && sigp && kiln_sign_file(sk, path, comment, &sig) == KILN_OK &&
-                kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK) {
-                kiln_hex(digest, sizeof digest, hex);
-                a = path;
-                path = NULL;
-            }
+            kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK &&
+            fx_sign(sk, path, true)) {
+            kiln_hex(digest, sizeof digest, hex);
+            a = path;
+            path = NULL;
         }
         kiln_manifest_free(m);
-        free(dir), free(w), free(card), free(path), free(sig), free(comment), free(sigp);
+        free(dir), free(w), free(card), free(path);
     }
     free(src);
     free(data);
@@ -1184,6 +1180,233 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     free(r2), free(r3), free(dir);
 done:
     free(a1), free(a2), free(a3), free(r1);
+out:
+    fx_free(&f);
+}
+
+/* ---- signed archives under the policy: validated models, thresholds, unvalidated ---- */
+
+#include "train.h"
+#include "validate.h"
+
+/* A model as users make one: a tiny run trained, exported, its golden set made and (when
+ * validated) `kiln validate` run on it, which writes validation.json; then packed as
+ * demo@version. Returns the archive's path (caller frees). */
+static char *fx_real_archive(const char *version, bool validated) {
+    char *data = kiln_test_path("data.safetensors"), *run = kiln_test_path("run"), name[64];
+    snprintf(name, sizeof name, "real-%s", version);
+    char *model = kiln_test_path(name), *path = model ? kiln_asprintf("%s.kiln", model) : NULL;
+    bool ok = data && run && path;
+    kiln_synth_opts so = {.seed = 7, .rows = 2400, .n_features = 5, .n_outputs = 2};
+    if (ok && !kiln_path_exists(data)) ok = kiln_synth_write(&so, data, NULL) == KILN_OK;
+    if (ok && !kiln_path_exists(run)) {
+        kiln_train_config c;
+        kiln_train_config_default(&c);
+        c.model.d_model = 16;
+        c.model.d_ff = 24;
+        c.model.seq_len = 16;
+        c.model.attn_window = 8;
+        c.batch_size = 8;
+        c.steps = 20;
+        c.warmup_steps = 5;
+        c.eval_every = c.ckpt_every = 10;
+        kiln_train_opts o = {.run_dir = run, .data_path = data};
+        ok = kiln_train_start(&c, &o) == KILN_OK;
+    }
+    kiln_export_opts eo = {.run_dir = run, .out_dir = model, .name = "demo"};
+    kiln_golden_opts go = {
+        .model = model, .data = data, .windows = 4, .seed = 3, .val_fraction = -1};
+    kiln_validate_opts vo = {.model = model, .data = data, .val_fraction = -1};
+    ok = ok && kiln_export_model(&eo, NULL) == KILN_OK && kiln_golden_make(&go) == KILN_OK;
+    if (ok && validated) ok = kiln_validate_run(&vo, NULL) == KILN_OK;
+    ok = ok && kiln_archive_pack(model, "demo", version, path, NULL, NULL) == KILN_OK;
+    free(data), free(run), free(model);
+    if (!ok) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+static bool fx_policy(const char *path, const char *rel, const char *rel2, const char *rel3,
+                      const char *p1, const char *extra) {
+    char *t = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"keys\":["
+                            "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+                            "{\"name\":\"rel2\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+                            "{\"name\":\"rel3\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+                            "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
+                            "\"channels\":{\"staging\":{\"threshold\":1}}%s}",
+                            rel, rel2, rel3, p1, extra);
+    bool ok = t && kiln_write_file_atomic(path, t, strlen(t)) == KILN_OK;
+    free(t);
+    return ok;
+}
+
+static kiln_err fx_pull_with(const fixture *f, const char *trust, const char *ref, const char *out,
+                             kiln_registry_pulled *res) {
+    kiln_registry_client_opts c = fx_client(f, NULL);
+    kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out, .state = f->state};
+    return kiln_registry_pull(&c, &p, res);
+}
+
+/* The server and the client each hold archives to their own policy through sign/: the
+ * release threshold (distinct release keys), the unvalidated rule, and a client stricter
+ * than its server refuses what the server took. */
+KILN_TEST(registry_archive_policy) {
+    fixture f;
+    kiln_sign_seckey *rel2 = NULL, *rel3 = NULL;
+    char *a = NULL, *u = NULL, *client3 = kiln_test_path("client3.json"),
+         *strict = kiln_test_path("strict.json"), *out = kiln_test_path("pulled");
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char k_rel[KILN_SIGN_PUBKEY_B64], k_rel2[KILN_SIGN_PUBKEY_B64], k_rel3[KILN_SIGN_PUBKEY_B64],
+        k_p1[KILN_SIGN_PUBKEY_B64];
+    kiln_sign_pubkey pk;
+    bool keys = kiln_sign_seckey_pubkey(f.rel, &pk) == KILN_OK;
+    kiln_sign_pubkey_base64(&pk, k_rel);
+    keys = keys && kiln_sign_seckey_pubkey(f.p1, &pk) == KILN_OK;
+    kiln_sign_pubkey_base64(&pk, k_p1);
+    keys = keys && fx_key(&rel2, k_rel2) && fx_key(&rel3, k_rel3);
+    /* The server: two distinct release keys, no unvalidated archives. */
+    if (!CHECK("policies",
+               keys &&
+                   fx_policy(f.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
+                   fx_policy(strict, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
+                   fx_policy(client3, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":3") &&
+                   fx_start(&f)))
+        goto out;
+    a = fx_real_archive("1.0.0", true);
+    u = fx_real_archive("1.1.0", false);
+    if (!CHECK("a validated and an unvalidated model packed", a && u)) goto out;
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_published pub;
+
+    CHECK("signed by one release key", fx_sign(f.rel, a, false));
+    kiln_err rc = kiln_registry_publish(&c, a, NULL, &pub);
+    CHECK("one of two release keys: the server refuses",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "HTTP 422") &&
+              strstr(kiln_errmsg(), "needs 2 distinct release keys, the archive is signed by 1"));
+    CHECK("the message names the upload, not the server's file descriptor",
+          strstr(kiln_errmsg(), "upload of demo@1.0.0") && !strstr(kiln_errmsg(), "/proc/"));
+    CHECK("co-signed by a second release key", fx_sign(rel2, a, false));
+    CHECK("two of two: stored", kiln_registry_publish(&c, a, NULL, &pub) == KILN_OK);
+
+    CHECK("the unvalidated model signed with allow-unvalidated by both",
+          fx_sign(f.rel, u, true) && fx_sign(rel2, u, true));
+    rc = kiln_registry_publish(&c, u, NULL, &pub);
+    CHECK("unvalidated: the server refuses, naming the policy's rule",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "accept_unvalidated"));
+
+    kiln_sign_seckey *k1[] = {f.p1, NULL};
+    char hex[KILN_SHA256_HEX];
+    uint8_t d[KILN_SHA256_BYTES];
+    CHECK("digest", kiln_sha256_file(a, d) == KILN_OK);
+    kiln_hex(d, sizeof d, hex);
+    char *rec = fx_record("staging", "1.0.0", hex, 1, kiln_unix_time() + 3600, "promote", k1);
+    CHECK("promoted", rec && fx_put(&f, "staging", rec) == KILN_OK);
+    free(rec);
+    kiln_registry_pulled res;
+    rc = fx_pull_with(&f, client3, "demo@staging", out, &res);
+    CHECK("a client that needs 3 release keys refuses what the server took",
+          rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "needs 3 distinct release keys") &&
+              strstr(kiln_errmsg(), "demo@1.0.0"));
+    CHECK("nothing at the refused pull's directory", !kiln_path_exists(out));
+    rc = fx_pull_with(&f, strict, "demo@staging", out, &res);
+    CHECK("the strict client pulls the validated model", rc == KILN_OK);
+    CHECK("and says who signed it",
+          strstr(res.signed_by, "rel, rel2 (2 of 2 release keys; validation passed)") != NULL);
+    char *vj = kiln_path_join(out, "validation.json"),
+         *ws = kiln_path_join(out, "model.safetensors");
+    json_t *rep = NULL;
+    CHECK("the pulled model carries its passing validation report",
+          vj && kiln_json_load_file(vj, &rep) == KILN_OK &&
+              json_is_true(json_object_get(rep, "passed")));
+    json_decref(rep);
+    kiln_model *m = NULL;
+    CHECK("and loads in the runtime", ws && kiln_model_open(ws, &m) == KILN_OK);
+    kiln_model_free(m);
+    free(vj), free(ws);
+
+    /* A server that accepts unvalidated archives; a client that does not still refuses. */
+    CHECK("lax server",
+          fx_policy(f.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"accept_unvalidated\":true") &&
+              fx_start(&f));
+    c = fx_client(&f, f.pub_tok);
+    CHECK("the lax server stores the unvalidated model",
+          kiln_registry_publish(&c, u, NULL, &pub) == KILN_OK);
+    char *out2 = kiln_test_path("unvalidated");
+    rc = fx_pull_with(&f, strict, "demo@1.1.0", out2, &res);
+    CHECK("the strict client refuses it", rc == KILN_ERR_VERIFY &&
+                                              strstr(kiln_errmsg(), "allow-unvalidated") &&
+                                              strstr(kiln_errmsg(), "accept_unvalidated"));
+    CHECK("nothing there", !kiln_path_exists(out2));
+    rc = fx_pull_with(&f, f.trust, "demo@1.1.0", out2, &res);
+    CHECK("a client whose policy accepts it pulls it, and is told",
+          rc == KILN_OK &&
+              strstr(res.signed_by, "validation absent, signed with allow-unvalidated"));
+    size_t problems = 0;
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    CHECK("fsck with the strict policy finds the unvalidated version's signatures",
+          kiln_registry_fsck(f.root, strict, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
+              problems == 1);
+    free(out2);
+out:
+    kiln_sign_seckey_free(rel2);
+    kiln_sign_seckey_free(rel3);
+    free(a), free(u), free(client3), free(strict), free(out);
+    fx_free(&f);
+}
+
+/* kiln_registry_release stops at the first failing stage, says which, and leaves what was
+ * there before as it was (the full pipeline runs in tests/e2e/65-release.sh). */
+KILN_TEST(registry_release_refusals) {
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char *outd = kiln_test_path("rel-out"), *keep = kiln_path_join(outd, "keep"),
+         *data = kiln_test_write("d.st", "x", 1), *run = kiln_test_path("no-such-run"),
+         *fresh = kiln_test_path("rel-fresh");
+    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    const kiln_sign_seckey *keys[] = {f.rel};
+    kiln_registry_release_opts o = {.run_dir = run,
+                                    .name = "demo",
+                                    .version = "1.0.0",
+                                    .data = data,
+                                    .out_dir = outd,
+                                    .trust = f.trust,
+                                    .state = f.state,
+                                    .release_keys = keys,
+                                    .n_release_keys = 1,
+                                    .client = &c};
+    kiln_registry_release_result res;
+    CHECK("setup", keep && kiln_mkdir_p(outd) == KILN_OK &&
+                       kiln_write_file_atomic(keep, "mine", 4) == KILN_OK);
+    kiln_err rc = kiln_registry_release(&o, &res);
+    CHECK("a used output directory: refused at check",
+          rc == KILN_ERR_CONFLICT && res.stage == KILN_RELEASE_CHECK &&
+              strstr(kiln_errmsg(), "release stopped at stage 'check'") &&
+              strstr(kiln_errmsg(), outd) && strstr(kiln_errmsg(), "not empty"));
+    CHECK("its file is left as it was", file_is(outd, "keep", "mine"));
+    o.out_dir = fresh;
+    o.promote = "staging";
+    o.n_promote_keys = 0;
+    rc = kiln_registry_release(&o, &res);
+    CHECK("promote without a promote key: usage, at check",
+          rc == KILN_ERR_USAGE && res.stage == KILN_RELEASE_CHECK &&
+              strstr(kiln_errmsg(), "needs a promote key"));
+    o.promote = NULL;
+    rc = kiln_registry_release(&o, &res);
+    CHECK("a run that does not exist: stopped at export, naming it",
+          rc != KILN_OK && res.stage == KILN_RELEASE_EXPORT &&
+              strstr(kiln_errmsg(), "release stopped at stage 'export'") &&
+              strstr(kiln_errmsg(), "no-such-run"));
+    json_t *m = NULL;
+    kiln_registry_client_opts rd = fx_client(&f, NULL);
+    CHECK("nothing reached the registry",
+          kiln_registry_get_json(&rd, "/v1/models/demo/versions/1.0.0", &m) == KILN_ERR_NOTFOUND);
+    json_decref(m);
+    CHECK("stage names", !strcmp(kiln_release_stage_name(KILN_RELEASE_VALIDATE), "validate") &&
+                             !strcmp(kiln_release_stage_name(KILN_RELEASE_DONE), "done"));
+    free(outd), free(keep), free(data), free(run), free(fresh);
 out:
     fx_free(&f);
 }

@@ -55,7 +55,7 @@ grep -q 'another signature' out || fail "second signer output"
 $KILN verify a.kiln --trust trust.json >out || fail "verify: $(cat out)"
 grep -q '^archive verified: a.kiln$' out || fail "verify output"
 grep -q '^signed by alice ([0-9A-F]\{16\}), bob ([0-9A-F]\{16\}): 2 of 2 required release keys$' out || fail "signers: $(cat out)"
-grep -q 'checked in a temporary directory, removed' out || fail "no-out message"
+grep -q 'checked without unpacking' out || fail "no-out message"
 ls -a | grep -q '\.verify-' && fail "temporary directory left behind"
 
 # --out: the verified directory in place; an existing one refused.

@@ -2,25 +2,33 @@
 # The registry as its operator and users drive it: tokens, a real server on a loopback port
 # chosen at runtime, publish, promote, pull, rollback and co-signing with keys from kiln
 # keygen and archives from kiln pack signed with kiln sign; refusals; fsck, gc, SIGTERM.
+# The models here are a few bytes, not validated: this script is about the registry, so they
+# are signed with --allow-unvalidated and the policy accepts that; a client whose policy does
+# not refuses them. Validated models go through the registry in 65-release.sh.
 . "$(dirname "$0")/lib.sh"
 R=$T/reg
 for k in rel p1 p2 stranger; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
 pk() { sed -n 2p "$T/$1.pub"; }
-cat >"$T/trust.json" <<JSON
+# policy FILE EXTRA: the registry's keys and channels; EXTRA adds top-level fields.
+policy() {
+    cat >"$1" <<JSON
 {"format":"kiln-trust/1","keys":[
  {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
  {"name":"p1","pubkey":"$(pk p1)","roles":["promote"]},
  {"name":"p2","pubkey":"$(pk p2)","roles":["promote"]}],
- "channels":{"staging":{"threshold":1},"production":{"threshold":2}}}
+ "channels":{"staging":{"threshold":1},"production":{"threshold":2}}$2}
 JSON
-# archive CONTENT VERSION OUT [KEY]: pack a model and sign it, binding the manifest.
+}
+policy "$T/trust.json" ', "accept_unvalidated": true'
+policy "$T/strict.json" '' # the same keys, validated archives only (the default)
+# archive CONTENT VERSION OUT [KEY]: pack a model and sign it (the trusted comment binds the
+# manifest and says the model is unvalidated).
 archive() {
     mkdir -p "$T/m-$2-$1"
     printf 'weights %s' "$1" >"$T/m-$2-$1/model.safetensors"
     printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$2-$1/card.json"
-    mh=$($KILN pack "$T/m-$2-$1" --name demo --version "$2" --out "$3" | sed -n 's/^manifest sha256 //p')
-    $KILN sign "$3" --key "$T/${4:-rel}.key" \
-        --trusted-comment "$(printf 'kiln-archive/1\tmodel:demo\tversion:%s\tmanifest:sha256:%s' "$2" "$mh")" >/dev/null
+    $KILN pack "$T/m-$2-$1" --name demo --version "$2" --out "$3" >/dev/null
+    $KILN sign "$3" --key "$T/${4:-rel}.key" --allow-unvalidated >/dev/null
 }
 archive one 1.0.0 "$T/a1.kiln"
 archive two 1.1.0 "$T/a2.kiln"
@@ -77,6 +85,9 @@ $KILN rollback demo --channel staging --key "$T/p1.key" --registry "$URL" --toke
 $KILN pull demo@staging $S --out "$T/svc" >/dev/null
 [ "$(cat "$T/svc/model.safetensors")" = "weights one" ] || fail "pull after rollback"
 grep -q '"seq": 3' "$T/state/channels/demo/staging.json" || fail "state not kept"
+$KILN channel history demo --channel staging --registry "$URL" >"$T/hist"
+[ "$(grep -c 'release-manager' "$T/hist")" = 3 ] || fail "history: $(cat "$T/hist")"
+grep -q '^3 *1\.0\.0 *sha256:[0-9a-f]\{12\} *rollback *1 ' "$T/hist" || fail "history rollback row: $(cat "$T/hist")"
 ls -a "$T" | grep -q '\.svc\.pull-' && fail "a temporary directory was left beside --out"
 
 # production needs two promote keys: one is refused, the co-signed record goes in.
@@ -89,7 +100,14 @@ expect_fail 2 $KILN channel put "$T/rec.json" --registry "$URL" --token "$PROM"
 grep -q 'HTTP 409' "$T/err" || fail "replayed put: $(cat "$T/err")"
 $KILN pull demo@production $S --out "$T/prod" >/dev/null
 [ "$(cat "$T/prod/model.safetensors")" = "weights two" ] || fail "pull production"
-$KILN pull demo@1.0.0 $S --out "$T/byver" | grep -q '^pulled demo@1.0.0 sha256:' || fail "pull by version"
+$KILN pull demo@1.0.0 $S --out "$T/byver" >"$T/pull.out"
+grep -q '^pulled demo@1.0.0 sha256:' "$T/pull.out" || fail "pull by version: $(cat "$T/pull.out")"
+grep -q '^signed by rel (1 of 1 release key; validation absent, signed with allow-unvalidated)$' "$T/pull.out" ||
+    fail "pull does not say who signed: $(cat "$T/pull.out")"
+# A client whose policy takes validated models only refuses them, whatever the server took.
+expect_fail 1 $KILN pull demo@1.0.0 --registry "$URL" --trust "$T/strict.json" --state "$T/state" --out "$T/strict"
+grep -q "allow-unvalidated.*does not accept unvalidated archives (accept_unvalidated)" "$T/err" || fail "strict client: $(cat "$T/err")"
+[ ! -e "$T/strict" ] || fail "a refused pull left its directory"
 
 # Audit and metrics over plain HTTP are the client's JSON reads; the log names the tokens.
 if command -v sqlite3 >/dev/null; then

@@ -1,0 +1,229 @@
+#!/bin/bash
+# bench_registry.sh BUILD_DIR OUT_FILE - the registry's pull and verify throughput on a
+# ~1 GiB archive over loopback, against baselines measured in the same run:
+#   kiln pull NAME@CHANNEL        vs  curl -o of the same archive from nginx-light (sendfile)
+#   kiln verify ARCHIVE --trust   vs  b2sum ARCHIVE and sha256sum ARCHIVE
+# Every figure is the median of KILN_BENCH_REPS runs (default 5). The archive is a real
+# `kiln pack` of a model directory whose model.safetensors holds KILN_BENCH_MB MiB (default
+# 1024) of random f32 weights, signed with a fresh key, published to `kiln registry serve`
+# and promoted to a channel. Loopback only; every server started here is stopped and the
+# temporary directory (several GiB) removed on exit, failure included.
+# `make bench-registry` runs it (and installs nginx-light and curl when missing).
+set -euo pipefail
+
+BUILD=${1:?usage: bench_registry.sh BUILD_DIR OUT_FILE}
+OUT=${2:?usage: bench_registry.sh BUILD_DIR OUT_FILE}
+KILN=$(realpath "$BUILD/kiln")
+REPS=${KILN_BENCH_REPS:-5}
+MB=${KILN_BENCH_MB:-1024}
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+for t in "$NGINX" curl b2sum sha256sum lscpu; do
+    command -v "$t" >/dev/null || { echo "bench_registry: '$t' is missing" >&2; exit 2; }
+done
+
+T=$(mktemp -d /tmp/kiln-bench-registry.XXXXXX)
+REG_PID=
+NGINX_PID=
+cleanup() {
+    local rc=$?
+    if [ -n "$REG_PID" ]; then kill -TERM "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null || true; fi
+    if [ -n "$NGINX_PID" ]; then
+        kill -QUIT "$NGINX_PID" 2>/dev/null || true
+        for _ in $(seq 50); do kill -0 "$NGINX_PID" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$NGINX_PID" 2>/dev/null || true
+    fi
+    rm -rf "$T"
+    exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+say() { echo "bench_registry: $*" >&2; }
+
+# Seconds taken by a command (its output discarded unless redirected by the caller).
+now_ns() { date +%s%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (b - a) / 1e9 }'; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END {
+    if (NR == 0) { print "nan"; exit }
+    if (NR % 2) printf "%.6f", v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+# ---- the model directory and the archive ----
+say "writing a ${MB} MiB model.safetensors of random weights in $T"
+M=$T/model
+mkdir -p "$M"
+bytes=$((MB * 1024 * 1024))
+hdr="{\"weights\":{\"dtype\":\"F32\",\"shape\":[$((bytes / 4))],\"data_offsets\":[0,$bytes]}}"
+while [ $(((${#hdr} + 8) % 8)) -ne 0 ]; do hdr="$hdr "; done # data 8-byte aligned
+n=${#hdr}
+{
+    printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' $((n & 255)) $(((n >> 8) & 255)) \
+        $(((n >> 16) & 255)) $(((n >> 24) & 255)))"
+    printf '%s' "$hdr"
+    head -c "$bytes" /dev/urandom
+} >"$M/model.safetensors"
+printf '%s' '{"name":"bench","created":"2026-01-01T00:00:00Z","lineage":{"run_id":"bench","step":1,"dataset_sha256":"0000","code_version":"0.1.0","metrics":{}}}' >"$M/card.json"
+printf '%s' '{"passed":true}' >"$M/validation.json"
+
+A=$T/www/bench-1.0.0.kiln
+mkdir -p "$T/www"
+say "packing"
+t0=$(now_ns)
+mh=$("$KILN" pack "$M" --name bench --version 1.0.0 --out "$A" | sed -n 's/^manifest sha256 //p')
+PACK_S=$(secs "$t0" "$(now_ns)")
+rm -rf "$M" # 1 GiB less on the disk
+ABYTES=$(stat -c %s "$A")
+ADIGEST=$(sha256sum "$A" | cut -d' ' -f1)
+
+for k in rel prom; do "$KILN" keygen --out "$T/$k" --no-password >/dev/null; done
+pk() { sed -n 2p "$T/$1.pub"; }
+cat >"$T/trust.json" <<JSON
+{"format":"kiln-trust/1","keys":[
+ {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
+ {"name":"prom","pubkey":"$(pk prom)","roles":["promote"]}],
+ "channels":{"production":{"threshold":1}}}
+JSON
+say "signing"
+if "$KILN" sign --help 2>&1 | grep -q -- --allow-unvalidated; then
+    # Signed-archive support: kiln writes the archive's trusted comment itself.
+    "$KILN" sign "$A" --key "$T/rel.key" >/dev/null
+else
+    "$KILN" sign "$A" --key "$T/rel.key" \
+        --trusted-comment "$(printf 'kiln-archive/1\tmodel:bench\tversion:1.0.0\tmanifest:sha256:%s' "$mh")" >/dev/null
+fi
+
+# ---- the registry ----
+R=$T/reg
+PUB=$("$KILN" registry token create --root "$R" --name ci --scope publish)
+PROM=$("$KILN" registry token create --root "$R" --name rm --scope promote)
+"$KILN" registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" \
+    >"$T/serve.out" 2>"$T/serve.err" &
+REG_PID=$!
+for i in $(seq 200); do grep -q 'http://' "$T/serve.out" 2>/dev/null && break; sleep 0.05; done
+URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve.out")
+[ -n "$URL" ] || { say "registry did not start: $(cat "$T/serve.err")"; exit 2; }
+say "publishing to $URL"
+t0=$(now_ns)
+"$KILN" publish "$A" --registry "$URL" --token "$PUB" >/dev/null
+PUBLISH_S=$(secs "$t0" "$(now_ns)")
+"$KILN" promote bench 1.0.0 --channel production --key "$T/prom.key" --registry "$URL" \
+    --token "$PROM" >/dev/null
+
+# ---- nginx-light on another loopback port, serving the archive's directory ----
+mkdir -p "$T/nginx"
+NGINX_URL=
+for try in $(seq 20); do
+    port=$((20000 + RANDOM % 40000))
+    cat >"$T/nginx/nginx.conf" <<CONF
+daemon on;
+master_process on;
+worker_processes 1;
+user root;
+pid $T/nginx/nginx.pid;
+error_log $T/nginx/error.log;
+events { worker_connections 64; }
+http {
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    default_type application/octet-stream;
+    client_body_temp_path $T/nginx/body;
+    proxy_temp_path $T/nginx/proxy;
+    server { listen 127.0.0.1:$port; root $T/www; }
+}
+CONF
+    if "$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" 2>"$T/nginx/start.err"; then
+        NGINX_PID=$(cat "$T/nginx/nginx.pid")
+        NGINX_URL=http://127.0.0.1:$port
+        break
+    fi
+done
+[ -n "$NGINX_URL" ] || { say "nginx did not start: $(cat "$T/nginx/start.err")"; exit 2; }
+say "nginx-light on $NGINX_URL"
+
+# ---- the measurements ----
+# Every file read is in the page cache (just written, RAM permitting); writes go to $T's disk.
+# sync between runs, outside the timed part, so one run's writeback does not land in the next.
+declare -A RUNS
+add() { RUNS[$1]="${RUNS[$1]:-} $2"; }
+PHASES=("download" "archive sha256" "signatures, manifest and file digests" "install")
+VERIFY_WHAT="signature only (BLAKE2b-512 of the file, Ed25519)"
+for r in $(seq "$REPS"); do
+    say "run $r of $REPS"
+    rm -rf "$T/dl" "$T/pulled" "$T/state"
+    sync
+    t0=$(now_ns)
+    curl -sS -f -o "$T/dl" "$NGINX_URL/$(basename "$A")"
+    add curl_nginx "$(secs "$t0" "$(now_ns)")"
+    [ "$(stat -c %s "$T/dl")" = "$ABYTES" ] || { say "curl from nginx got a different size"; exit 2; }
+    rm -f "$T/dl"
+    sync
+    t0=$(now_ns)
+    curl -sS -f -o "$T/dl" "$URL/v1/blobs/sha256/$ADIGEST"
+    add curl_registry "$(secs "$t0" "$(now_ns)")"
+    [ "$(stat -c %s "$T/dl")" = "$ABYTES" ] || { say "curl from the registry got a different size"; exit 2; }
+    rm -f "$T/dl"
+    sync
+    t0=$(now_ns)
+    KILN_LOG=debug "$KILN" pull bench@production --registry "$URL" --trust "$T/trust.json" \
+        --state "$T/state" --out "$T/pulled" >/dev/null 2>"$T/pull.err"
+    add pull "$(secs "$t0" "$(now_ns)")"
+    [ -s "$T/pulled/model.safetensors" ] || { say "pull left no model"; exit 2; }
+    for ph in "${PHASES[@]}"; do
+        v=$(sed -n "s/^kiln: debug: pull phase: $ph: \([0-9.]*\) s.*/\1/p" "$T/pull.err" | tail -1)
+        [ -n "$v" ] && add "phase:$ph" "$v"
+    done
+    rm -rf "$T/pulled" "$T/state"
+    sync
+    t0=$(now_ns)
+    "$KILN" verify "$A" --trust "$T/trust.json" >"$T/verify.out"
+    add verify "$(secs "$t0" "$(now_ns)")"
+    grep -q 'every file matches the manifest' "$T/verify.out" &&
+        VERIFY_WHAT="signatures, manifest and every file's sha256"
+    t0=$(now_ns)
+    b2sum "$A" >/dev/null
+    add b2sum "$(secs "$t0" "$(now_ns)")"
+    t0=$(now_ns)
+    sha256sum "$A" >/dev/null
+    add sha256sum "$(secs "$t0" "$(now_ns)")"
+done
+
+med() { echo "${RUNS[$1]:-}" | median; }
+mbs() { awk -v s="$1" -v b="$ABYTES" 'BEGIN { if (s > 0) printf "%.0f", b / 1e6 / s; else print "-" }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+row() { printf '%-44s %10.3f %9s\n' "$1" "$2" "$3"; }
+
+C=$(med curl_nginx) CR=$(med curl_registry) P=$(med pull) V=$(med verify) B=$(med b2sum) S=$(med sha256sum)
+D=$(med "phase:download")
+{
+    echo "registry pull and verify, ${MB} MiB of random weights (median of $REPS runs)"
+    echo "archive: $ABYTES bytes (kiln pack, zstd -3: random bytes do not shrink)"
+    echo "machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), kernel $(uname -r)"
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "versions: $("$KILN" version) at commit $(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null || echo unknown), nginx-light $(dpkg-query -W -f '${Version}' nginx-light 2>/dev/null || "$NGINX" -v 2>&1),"
+    echo "  $(curl --version | head -1 | cut -d' ' -f1-2), libcurl $(dpkg-query -W -f '${Version}' libcurl4 2>/dev/null), libmicrohttpd $(dpkg-query -W -f '${Version}' libmicrohttpd12 2>/dev/null), libsodium $(dpkg-query -W -f '${Version}' libsodium23 2>/dev/null), coreutils $(dpkg-query -W -f '${Version}' coreutils 2>/dev/null)"
+    echo "setup (once): pack $PACK_S s, publish $PUBLISH_S s"
+    echo
+    printf '%-44s %10s %9s\n' "what" "seconds" "MB/s"
+    row "curl -o from nginx-light (baseline)" "$C" "$(mbs "$C")"
+    row "curl -o from kiln registry serve" "$CR" "$(mbs "$CR")"
+    row "kiln pull NAME@CHANNEL (everything)" "$P" "$(mbs "$P")"
+    for ph in "${PHASES[@]}"; do
+        v=$(med "phase:$ph")
+        [ "$v" = nan ] && continue
+        if [ "$ph" = install ]; then
+            printf '%-44s %10.3f %9s\n' "  $ph" "$v" ""
+        else
+            row "  $ph" "$v" "$(mbs "$v")"
+        fi
+    done
+    row "kiln verify ARCHIVE --trust" "$V" "$(mbs "$V")"
+    row "b2sum ARCHIVE (baseline)" "$B" "$(mbs "$B")"
+    row "sha256sum ARCHIVE" "$S" "$(mbs "$S")"
+    echo
+    echo "kiln pull / curl from nginx:            $(ratio "$P" "$C")"
+    [ "$D" != nan ] && echo "kiln pull's download / curl from nginx:  $(ratio "$D" "$C")"
+    echo "curl from registry / curl from nginx:   $(ratio "$CR" "$C")"
+    echo "kiln verify / b2sum:                    $(ratio "$V" "$B")"
+    echo "kiln verify / sha256sum:                $(ratio "$V" "$S")"
+    echo "kiln verify checks: $VERIFY_WHAT"
+    echo "pull phases: from the client's own log (KILN_LOG=debug, 'pull phase:' lines)"
+} >"$OUT"

@@ -1,0 +1,155 @@
+/* cmd_release.c - kiln release: a run to a published, optionally promoted version in one
+ * command (registry/release.c does the work; this prints each stage). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core.h"
+#include "registry.h"
+#include "sign.h"
+#include "validate.h"
+
+static void on_stage(void *ctx, kiln_release_stage stage, const char *line) {
+    (void)ctx;
+    printf("[%d/%d] %-9s %s\n", (int)stage + 1, (int)KILN_RELEASE_DONE,
+           kiln_release_stage_name(stage), line);
+    fflush(stdout);
+}
+
+static void free_keys(kiln_sign_seckey **k, int n) {
+    for (int i = 0; k && i < n; i++)
+        kiln_sign_seckey_free(k[i]);
+    free(k);
+}
+
+static kiln_err load_keys(const cli_list *paths, kiln_sign_seckey ***out) {
+    *out = NULL;
+    if (!paths->n) return KILN_OK;
+    kiln_sign_seckey **k = calloc((size_t)paths->n, sizeof *k);
+    if (!k) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < paths->n; i++) {
+        kiln_err rc = cli_load_seckey(paths->v[i], &k[i]);
+        if (rc) {
+            free_keys(k, i);
+            return rc;
+        }
+    }
+    *out = k;
+    return KILN_OK;
+}
+
+int cmd_release(int argc, char **argv) {
+    const char *name = NULL, *version = NULL, *url = NULL, *token = NULL, *ptoken = NULL,
+               *data = NULL, *baseline = "production", *promote = NULL, *out = NULL, *trust = NULL,
+               *state = NULL;
+    cli_list keys = {0}, pkeys = {0}, sets = {0};
+    long step = 0, windows = 64;
+    bool no_bf16 = false;
+    const cli_opt opts[] = {
+        {"name", CLI_STR, &name, "N", "the model's name in the registry", true},
+        {"version", CLI_STR, &version, "V", "the new version (versions are immutable)", true},
+        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"key", CLI_MULTI, &keys, "KEY", "a release key (repeat for several signers)", true},
+        {"trust", CLI_STR, &trust, "FILE",
+         "the trust policy services pull with: the baseline is verified with it and the signed "
+         "archive must meet it",
+         true},
+        {"token", CLI_STR, &token, "T", "a publish token (default $KILN_REGISTRY_TOKEN)", false},
+        {"data", CLI_STR, &data, "DATA", "dataset (default: the one the run was trained on)",
+         false},
+        {"baseline-channel", CLI_STR, &baseline, "C",
+         "validate against the model in this channel (default production; '' for none)", false},
+        {"promote", CLI_STR, &promote, "C", "point this channel at the new version", false},
+        {"promote-key", CLI_MULTI, &pkeys, "KEY", "a promote key (repeatable; default: --key)",
+         false},
+        {"promote-token", CLI_STR, &ptoken, "T", "a promote token (default: --token)", false},
+        {"out-dir", CLI_STR, &out, "DIR",
+         "where the model directory and archive go (default release-N-V)", false},
+        {"step", CLI_INT, &step, "N", "checkpoint step (default: the newest that verifies)", false},
+        {"windows", CLI_INT, &windows, "N", "golden windows (default 64)", false},
+        {"no-bf16", CLI_FLAG, &no_bf16, NULL, "skip the f32-vs-bf16 parity check", false},
+        {"set", CLI_MULTI, &sets, "KEY=VALUE", "override a validation threshold (repeatable)",
+         false},
+        {"state", CLI_STR, &state, "DIR",
+         "pull state for the baseline (default ~/.local/state/kiln)", false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln release RUN_DIR --name N --version V --registry URL --key KEY --trust trust.json "
+        "[--token T] [--data DATA] [--baseline-channel production] [--promote staging] "
+        "[--out-dir DIR]",
+        "Export a run, make its golden data, validate it against the model in the baseline "
+        "channel, pack, sign, publish and optionally promote it; stop at the first stage that "
+        "fails.",
+        opts, 1, 1};
+    char **pos;
+    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
+    if (rc) {
+        free(keys.v), free(pkeys.v), free(sets.v);
+        return rc == CLI_HELP_SHOWN ? 0 : rc;
+    }
+    const char *run_dir = pos[0];
+    kiln_thresholds th;
+    kiln_thresholds_default(&th);
+    kiln_sign_seckey **rk = NULL, **pk = NULL;
+    char *out_dir = NULL;
+    kiln_err e = KILN_OK;
+    int status = 0;
+    if (step < 0 || windows < 1 || windows > 1000000) {
+        status = cli_usage_error("--step must be positive and --windows between 1 and 1000000");
+        goto done;
+    }
+    for (int i = 0; i < sets.n && !e; i++)
+        e = kiln_thresholds_set(&th, sets.v[i]);
+    if (!e) e = load_keys(&keys, &rk);
+    if (!e && pkeys.n) e = load_keys(&pkeys, &pk); /* else the release keys promote too */
+    out_dir = out ? kiln_strdup(out) : kiln_asprintf("release-%s-%s", name, version);
+    if (!e && !out_dir) e = KILN_ERR_NOMEM;
+    if (e) {
+        status = cli_fail(e);
+        goto done;
+    }
+    kiln_registry_client_opts c = {
+        .url = url, .token = token ? token : getenv("KILN_REGISTRY_TOKEN"), .retries = -1};
+    kiln_registry_release_opts o = {
+        .run_dir = run_dir,
+        .step = step,
+        .name = name,
+        .version = version,
+        .data = data,
+        .out_dir = out_dir,
+        .trust = trust,
+        .state = state,
+        .baseline_channel = baseline,
+        .promote = promote,
+        .release_keys = (const kiln_sign_seckey *const *)rk,
+        .n_release_keys = (size_t)keys.n,
+        .promote_keys = (const kiln_sign_seckey *const *)(pk ? pk : rk),
+        .n_promote_keys = (size_t)(pkeys.n ? pkeys.n : keys.n),
+        .client = &c,
+        .promote_token = ptoken,
+        .windows = (int)windows,
+        .thresholds = &th,
+        .no_bf16 = no_bf16,
+        .on_stage = on_stage,
+    };
+    printf("releasing %s@%s from '%s' to %s\n", name, version, run_dir, url);
+    kiln_registry_release_result res;
+    e = kiln_registry_release(&o, &res);
+    if (e) {
+        status = cli_fail(e);
+        if (res.stage > KILN_RELEASE_CHECK && res.stage < KILN_RELEASE_PUBLISH)
+            fprintf(stderr, "kiln: nothing was published; what was made is in '%s'\n", out_dir);
+        goto done;
+    }
+    printf("released %s@%s %s%s%s\n", name, version, res.digest,
+           res.baseline[0] ? ", validated against " : "", res.baseline[0] ? res.baseline : "");
+done:
+    free_keys(rk, keys.n);
+    free_keys(pk, pkeys.n);
+    free(out_dir);
+    free(keys.v), free(pkeys.v), free(sets.v);
+    free(pos);
+    return status;
+}

@@ -1,0 +1,105 @@
+/* channel.c - the client's side of channels: sign the next record for a version and put it
+ * (promote, rollback), and find the version a channel pointed at before. kiln promote,
+ * kiln rollback and kiln_registry_release share it. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry_int.h"
+#include "sign.h"
+
+kiln_err kiln_registry_promote(const kiln_registry_client_opts *c,
+                               const kiln_registry_promote_opts *o, kiln_registry_promoted *out) {
+    memset(out, 0, sizeof *out);
+    KILN_FAIL_IF(!o->nkeys, KILN_ERR_USAGE, "promoting %s to '%s' needs a promote key",
+                 o->version ? o->version : "?", o->channel ? o->channel : "?");
+    KILN_TRY(kiln_registry_check_name("model", o->model));
+    KILN_TRY(kiln_registry_check_name("channel", o->channel));
+    KILN_TRY(kiln_registry_check_version(o->version));
+    KILN_FAIL_IF(o->expires_in < 0, KILN_ERR_USAGE, "a record's lifetime must be positive");
+    char *cur = NULL, *text = NULL, *vpath = NULL;
+    size_t cur_len = 0, text_len = 0;
+    json_t *ver = NULL;
+    kiln_sign_record r, old;
+    kiln_sign_record_init(&r);
+    kiln_sign_record_init(&old);
+    uint64_t seq = 0;
+    kiln_err rc = kiln_registry_get_channel(c, o->model, o->channel, &cur, &cur_len);
+    if (rc == KILN_OK) {
+        rc = kiln_sign_record_parse(cur, cur_len, "the channel's current record", &old);
+        seq = old.seq;
+    } else if (rc == KILN_ERR_NOTFOUND) {
+        rc = KILN_OK;
+    }
+    if (rc) goto out;
+    vpath = kiln_asprintf("/v1/models/%s/versions/%s", o->model, o->version);
+    KILN_CHECK_IF(rc, out, !vpath, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_registry_get_json(c, vpath, &ver));
+    const char *d = json_string_value(json_object_get(ver, "digest"));
+    char hex[KILN_SHA256_HEX];
+    uint8_t digest[32];
+    KILN_CHECK_IF(rc, out, !reg_digest_hex(d, hex) || !kiln_unhex(hex, digest, 32), KILN_ERR_FORMAT,
+                  "the registry's record of %s@%s has no sha256 digest", o->model, o->version);
+    if (o->digest) {
+        const char *want = strncmp(o->digest, "sha256:", 7) ? o->digest : o->digest + 7;
+        KILN_CHECK_IF(rc, out, strcmp(want, hex) != 0, KILN_ERR_VERIFY,
+                      "the registry holds %s@%s as %s, not %s%s; refusing", o->model, o->version, d,
+                      strncmp(o->digest, "sha256:", 7) ? "sha256:" : "", o->digest);
+    }
+    int64_t life = o->expires_in ? o->expires_in : 30 * 86400;
+    KILN_CHECK(rc, out,
+               kiln_sign_record_set(&r, o->model, o->channel, o->version, digest, seq + 1,
+                                    kiln_unix_time() + life, o->reason ? o->reason : "promote"));
+    for (size_t i = 0; i < o->nkeys; i++)
+        KILN_CHECK(rc, out, kiln_sign_record_add_signature(&r, o->keys[i]));
+    snprintf(out->digest, sizeof out->digest, "%s", d);
+    out->seq = seq + 1;
+    out->nsigs = r.nsigs;
+    if (o->save_to) {
+        rc = kiln_sign_record_save(&r, o->save_to);
+        goto out;
+    }
+    KILN_CHECK(rc, out, kiln_sign_record_text(&r, &text, &text_len));
+    KILN_CHECK(rc, out, kiln_registry_put_channel(c, o->model, o->channel, text, text_len));
+    out->put = true;
+out:
+    kiln_sign_record_release(&r);
+    kiln_sign_record_release(&old);
+    json_decref(ver);
+    free(cur);
+    free(text);
+    free(vpath);
+    return rc;
+}
+
+kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, const char *model,
+                                        const char *channel, char out[KILN_REGISTRY_NAME_MAX + 1]) {
+    out[0] = 0;
+    KILN_TRY(kiln_registry_check_name("model", model));
+    KILN_TRY(kiln_registry_check_name("channel", channel));
+    char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, channel);
+    if (!path) return KILN_ERR_NOMEM;
+    json_t *h = NULL;
+    kiln_err rc = kiln_registry_get_json(c, path, &h);
+    free(path);
+    if (rc) return rc;
+    json_t *recs = json_object_get(h, "records");
+    size_t n = json_array_size(recs);
+#define VERSION_AT(i)                                                                              \
+    json_string_value(json_object_get(                                                             \
+        json_object_get(json_object_get(json_array_get(recs, (i)), "record"), "record"),           \
+        "version"))
+    const char *cur = n ? VERSION_AT(n - 1) : NULL;
+    for (size_t i = n; cur && i-- > 0;) {
+        const char *v = VERSION_AT(i);
+        if (v && strcmp(v, cur) != 0 && strlen(v) <= KILN_REGISTRY_NAME_MAX) {
+            snprintf(out, KILN_REGISTRY_NAME_MAX + 1, "%s", v);
+            break;
+        }
+    }
+#undef VERSION_AT
+    json_decref(h);
+    KILN_FAIL_IF(!out[0], KILN_ERR_NOTFOUND,
+                 "channel '%s' of '%s' never pointed at another version; give --to", channel,
+                 model);
+    return KILN_OK;
+}

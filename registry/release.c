@@ -1,0 +1,356 @@
+/* release.c - kiln release: one run directory to a published (and optionally promoted)
+ * version, stage by stage, stopping at the first failure with the stage named.
+ *
+ *   check -> export -> golden -> baseline -> validate -> pack -> sign -> publish -> promote
+ *
+ * Every stage is a library call that the CLI also offers on its own (kiln export, golden
+ * make, pull, validate, pack, sign, publish, promote); this file only sequences them and
+ * passes files along. It is why registry/ may use export/ and validate/ as well as sign/
+ * (docs/architecture.md). Nothing is published unless validation passed and the signed
+ * archive verifies under the same trust policy the pulling services use. */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "export.h"
+#include "registry_int.h"
+#include "sign.h"
+#include "validate.h"
+
+static const char *const stage_names[] = {
+    [KILN_RELEASE_CHECK] = "check",       [KILN_RELEASE_EXPORT] = "export",
+    [KILN_RELEASE_GOLDEN] = "golden",     [KILN_RELEASE_BASELINE] = "baseline",
+    [KILN_RELEASE_VALIDATE] = "validate", [KILN_RELEASE_PACK] = "pack",
+    [KILN_RELEASE_SIGN] = "sign",         [KILN_RELEASE_PUBLISH] = "publish",
+    [KILN_RELEASE_PROMOTE] = "promote",   [KILN_RELEASE_DONE] = "done",
+};
+
+const char *kiln_release_stage_name(kiln_release_stage s) {
+    return (unsigned)s < KILN_ARRAY_LEN(stage_names) ? stage_names[s] : "?";
+}
+
+typedef struct rel {
+    const kiln_registry_release_opts *o;
+    kiln_registry_release_result *res;
+    char *data, *model, *archive, *sigpath, *baseline_tmp, *baseline;
+    kiln_sign_trust *trust;
+    char line[1024];
+} rel;
+
+/* Tell the caller a stage is done (its one line is in r->line). */
+static void done(rel *r, kiln_release_stage s) {
+    if (r->o->on_stage) r->o->on_stage(r->o->ctx, s, r->line);
+    r->line[0] = 0;
+}
+
+static bool dir_empty(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return false;
+    struct dirent *e;
+    bool empty = true;
+    while (empty && (e = readdir(d)))
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
+/* Options, keys, the policy, the dataset, the output directory, and that the registry
+ * answers and does not hold name@version yet (versions are immutable). */
+static kiln_err stage_check(rel *r) {
+    const kiln_registry_release_opts *o = r->o;
+    KILN_FAIL_IF(!o->run_dir || !o->name || !o->version || !o->out_dir || !o->trust || !o->client ||
+                     !o->client->url,
+                 KILN_ERR_USAGE,
+                 "a release needs a run directory, a name, a version, a registry, a trust policy "
+                 "and an output directory");
+    KILN_TRY(kiln_registry_check_name("model", o->name));
+    KILN_TRY(kiln_registry_check_version(o->version));
+    KILN_FAIL_IF(!o->n_release_keys, KILN_ERR_USAGE, "a release needs a release key to sign with");
+    if (o->promote) {
+        KILN_TRY(kiln_registry_check_name("channel", o->promote));
+        KILN_FAIL_IF(!o->n_promote_keys, KILN_ERR_USAGE, "promoting to '%s' needs a promote key",
+                     o->promote);
+    }
+    if (o->baseline_channel && *o->baseline_channel)
+        KILN_TRY(kiln_registry_check_name("channel", o->baseline_channel));
+    KILN_TRY(kiln_sign_trust_load(o->trust, &r->trust));
+    if (o->data) {
+        r->data = kiln_strdup(o->data);
+    } else {
+        /* The dataset the run was trained on, as run.json records it. */
+        char *rj = kiln_path_join(o->run_dir, "run.json");
+        json_t *j = NULL;
+        kiln_err rc = rj ? kiln_json_load_file(rj, &j) : KILN_ERR_NOMEM;
+        const char *dp = json_string_value(json_object_get(j, "dataset_path"));
+        if (!rc && !dp)
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s' names no dataset_path; give --data", rj);
+        if (!rc) r->data = kiln_strdup(dp);
+        json_decref(j);
+        free(rj);
+        KILN_TRY(rc);
+    }
+    KILN_FAIL_IF(!r->data, KILN_ERR_NOMEM, "out of memory");
+    KILN_FAIL_IF(!kiln_path_exists(r->data), KILN_ERR_NOTFOUND,
+                 "dataset '%s' does not exist; give --data", r->data);
+    KILN_FAIL_IF(kiln_path_exists(o->out_dir) && !dir_empty(o->out_dir), KILN_ERR_CONFLICT,
+                 "'%s' exists and is not empty; a release writes into a new directory", o->out_dir);
+    KILN_TRY(kiln_mkdir_p(o->out_dir));
+    r->model = kiln_path_join(o->out_dir, "model");
+    r->archive = kiln_asprintf("%s/%s-%s.kiln", o->out_dir, o->name, o->version);
+    r->sigpath = r->archive ? kiln_asprintf("%s.minisig", r->archive) : NULL;
+    KILN_FAIL_IF(!r->model || !r->sigpath, KILN_ERR_NOMEM, "out of memory");
+    char *vpath = kiln_asprintf("/v1/models/%s/versions/%s", o->name, o->version);
+    KILN_FAIL_IF(!vpath, KILN_ERR_NOMEM, "out of memory");
+    json_t *ver = NULL;
+    kiln_err rc = kiln_registry_get_json(o->client, vpath, &ver);
+    free(vpath);
+    json_decref(ver);
+    if (rc == KILN_OK)
+        return kiln_fail(KILN_ERR_CONFLICT,
+                         "the registry holds %s@%s already and versions are immutable; release "
+                         "under another --version",
+                         o->name, o->version);
+    if (rc != KILN_ERR_NOTFOUND) return rc;
+    snprintf(r->line, sizeof r->line, "%s@%s is free at %s; dataset '%s'", o->name, o->version,
+             o->client->url, r->data);
+    return KILN_OK;
+}
+
+static kiln_err stage_export(rel *r) {
+    kiln_export_opts eo = {
+        .run_dir = r->o->run_dir, .step = r->o->step, .out_dir = r->model, .name = r->o->name};
+    kiln_export_info info;
+    KILN_TRY(kiln_export_model(&eo, &info));
+    r->res->step = info.step;
+    snprintf(r->line, sizeof r->line, "step %ld of '%s' frozen into '%s'", info.step, r->o->run_dir,
+             r->model);
+    kiln_export_info_release(&info);
+    return KILN_OK;
+}
+
+static kiln_err stage_golden(rel *r) {
+    int windows = r->o->windows > 0 ? r->o->windows : 64;
+    kiln_golden_opts go = {.model = r->model,
+                           .data = r->data,
+                           .windows = windows,
+                           .seed = r->o->seed ? r->o->seed : 1,
+                           .val_fraction = -1};
+    KILN_TRY(kiln_golden_make(&go));
+    snprintf(r->line, sizeof r->line, "outputs on %d held-out windows in '%s/golden'", windows,
+             r->model);
+    return KILN_OK;
+}
+
+/* The model now in the baseline channel, pulled and verified with the client's policy
+ * into a temporary directory; none when the channel is empty. */
+static kiln_err stage_baseline(rel *r) {
+    const kiln_registry_release_opts *o = r->o;
+    if (!o->baseline_channel || !*o->baseline_channel) {
+        snprintf(r->line, sizeof r->line, "none asked for");
+        return KILN_OK;
+    }
+    r->baseline_tmp = kiln_asprintf("%s/.baseline-XXXXXX", o->out_dir);
+    KILN_FAIL_IF(!r->baseline_tmp, KILN_ERR_NOMEM, "out of memory");
+    if (!mkdtemp(r->baseline_tmp)) {
+        kiln_err rc =
+            kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory in '%s'", o->out_dir);
+        free(r->baseline_tmp);
+        r->baseline_tmp = NULL;
+        return rc;
+    }
+    r->baseline = kiln_path_join(r->baseline_tmp, "model");
+    KILN_FAIL_IF(!r->baseline, KILN_ERR_NOMEM, "out of memory");
+    char ref[2 * KILN_REGISTRY_NAME_MAX + 2];
+    snprintf(ref, sizeof ref, "%s@%s", o->name, o->baseline_channel);
+    kiln_registry_pull_opts p = {
+        .ref = ref, .trust = o->trust, .out = r->baseline, .state = o->state, .channel_only = true};
+    kiln_registry_pulled got;
+    kiln_err rc = kiln_registry_pull(o->client, &p, &got);
+    if (rc == KILN_ERR_NOTFOUND) {
+        free(r->baseline);
+        r->baseline = NULL;
+        snprintf(r->line, sizeof r->line, "channel '%s' of '%s' is empty: no baseline",
+                 o->baseline_channel, o->name);
+        return KILN_OK;
+    }
+    KILN_TRY(rc);
+    snprintf(r->res->baseline, sizeof r->res->baseline, "%s", got.version);
+    r->res->baseline_seq = got.seq;
+    snprintf(r->line, sizeof r->line, "%s@%s (channel %s, seq %lld) %s, signed by %s", got.model,
+             got.version, got.channel, (long long)got.seq, got.digest, got.signed_by);
+    return KILN_OK;
+}
+
+/* "name, name" of the checks with this status, into buf. */
+static void checks_with(const json_t *rep, const char *status, char *buf, size_t len) {
+    size_t n = 0;
+    const char *k;
+    json_t *c;
+    buf[0] = 0;
+    json_object_foreach(json_object_get(rep, "checks"), k, c) {
+        const char *st = json_string_value(json_object_get(c, "status"));
+        if (st && !strcmp(st, status) && n < len)
+            n += (size_t)snprintf(buf + n, len - n, "%s%s", n ? ", " : "", k);
+    }
+}
+
+static kiln_err stage_validate(rel *r) {
+    kiln_validate_opts vo = {.model = r->model,
+                             .data = r->data,
+                             .baseline = r->baseline,
+                             .make_bf16 = !r->o->no_bf16,
+                             .thresholds = r->o->thresholds,
+                             .val_fraction = -1};
+    json_t *rep = NULL;
+    kiln_err rc = kiln_validate_run(&vo, &rep);
+    const json_t *checks = json_object_get(rep, "checks");
+    const char *path = json_string_value(json_object_get(rep, "report"));
+    if (rc == KILN_ERR_VERIFY && rep) {
+        /* The reason of each failed check, which the report keeps. */
+        char why[900];
+        size_t n = 0;
+        const char *k;
+        json_t *c;
+        why[0] = 0;
+        json_object_foreach((json_t *)checks, k, c) {
+            const char *st = json_string_value(json_object_get(c, "status")),
+                       *re = json_string_value(json_object_get(c, "reason"));
+            if (st && !strcmp(st, "failed") && n < sizeof why)
+                n += (size_t)snprintf(why + n, sizeof why - n, "%s%s", n ? "; " : "", re ? re : k);
+        }
+        rc = kiln_fail(KILN_ERR_VERIFY, "validation failed: %s (report '%s')", why,
+                       path ? path : r->model);
+    } else if (rc == KILN_OK) {
+        char passed[400], not_run[200];
+        checks_with(rep, "passed", passed, sizeof passed);
+        checks_with(rep, "not run", not_run, sizeof not_run);
+        double loss = json_real_value(json_object_get(json_object_get(rep, "heldout"), "loss"));
+        snprintf(r->line, sizeof r->line, "passed: %s%s%s; held-out loss %.6g", passed,
+                 not_run[0] ? "; not run: " : "", not_run, loss);
+        if (r->baseline) {
+            const json_t *f =
+                json_object_get(json_object_get((json_t *)checks, "baseline_loss"), "figures");
+            size_t l = strlen(r->line);
+            snprintf(r->line + l, sizeof r->line - l, ", baseline %s's %.6g", r->res->baseline,
+                     json_real_value(json_object_get(f, "baseline_loss")));
+        }
+    }
+    json_decref(rep);
+    return rc;
+}
+
+static kiln_err stage_pack(rel *r) {
+    uint8_t digest[KILN_SHA256_BYTES];
+    kiln_manifest *m = NULL;
+    KILN_TRY(kiln_archive_pack(r->model, r->o->name, r->o->version, r->archive, digest, &m));
+    char dh[KILN_SHA256_HEX], mh[KILN_SHA256_HEX];
+    kiln_hex(digest, sizeof digest, dh);
+    kiln_hex(m->sha256, sizeof m->sha256, mh);
+    snprintf(r->line, sizeof r->line, "'%s' sha256:%s (%zu files, manifest sha256:%s)", r->archive,
+             dh, m->nfiles, mh);
+    kiln_manifest_free(m);
+    return KILN_OK;
+}
+
+/* Every release key signs; the signature file must then verify under the policy the
+ * services pull with (its release threshold), or nothing is published. */
+static kiln_err stage_sign(rel *r) {
+    char *file = NULL, *sig = NULL, *next = NULL;
+    size_t len = 0;
+    kiln_err rc = KILN_OK;
+    for (size_t i = 0; i < r->o->n_release_keys; i++) {
+        KILN_CHECK(rc, out,
+                   kiln_sign_archive(r->o->release_keys[i], r->archive, false, &sig, NULL));
+        KILN_CHECK(rc, out, kiln_sign_archive_sigs_add(file, len, r->sigpath, sig, &next));
+        free(file);
+        free(sig);
+        sig = NULL;
+        file = next;
+        next = NULL;
+        len = strlen(file);
+    }
+    KILN_CHECK(rc, out, kiln_write_file_atomic(r->sigpath, file, len));
+    kiln_sign_archive_report rep;
+    KILN_CHECK(rc, out,
+               kiln_sign_verify_archive_sigs(r->archive, file, len, r->sigpath, r->trust, &rep));
+    char who[256];
+    reg_signers_text(&rep, who, sizeof who);
+    snprintf(r->line, sizeof r->line, "'%s': %s", r->sigpath, who);
+out:
+    free(file);
+    free(sig);
+    free(next);
+    return rc;
+}
+
+static kiln_err stage_publish(rel *r) {
+    kiln_registry_published pub;
+    KILN_TRY(kiln_registry_publish(r->o->client, r->archive, r->sigpath, &pub));
+    snprintf(r->res->digest, sizeof r->res->digest, "%s", pub.digest);
+    r->res->size = pub.size;
+    r->res->existed = pub.existed;
+    snprintf(r->line, sizeof r->line, "%s@%s %s (%llu bytes)%s", r->o->name, r->o->version,
+             pub.digest, (unsigned long long)pub.size, pub.existed ? ", already stored" : "");
+    return KILN_OK;
+}
+
+static kiln_err stage_promote(rel *r) {
+    const kiln_registry_release_opts *o = r->o;
+    if (!o->promote) {
+        snprintf(r->line, sizeof r->line, "not asked for");
+        return KILN_OK;
+    }
+    kiln_registry_client_opts c = *o->client;
+    if (o->promote_token) c.token = o->promote_token;
+    c.progress = NULL;
+    kiln_registry_promote_opts po = {.model = o->name,
+                                     .channel = o->promote,
+                                     .version = o->version,
+                                     .keys = o->promote_keys,
+                                     .nkeys = o->n_promote_keys,
+                                     .reason = "release",
+                                     .digest = r->res->digest};
+    kiln_registry_promoted got;
+    KILN_TRY(kiln_registry_promote(&c, &po, &got));
+    r->res->promoted_seq = got.seq;
+    snprintf(r->line, sizeof r->line, "%s/%s -> %s seq %llu (%zu signature%s)", o->name, o->promote,
+             o->version, (unsigned long long)got.seq, got.nsigs, got.nsigs == 1 ? "" : "s");
+    return KILN_OK;
+}
+
+kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
+                               kiln_registry_release_result *res) {
+    memset(res, 0, sizeof *res);
+    rel r = {.o = o, .res = res};
+    static kiln_err (*const stages[])(rel *) = {
+        [KILN_RELEASE_CHECK] = stage_check,       [KILN_RELEASE_EXPORT] = stage_export,
+        [KILN_RELEASE_GOLDEN] = stage_golden,     [KILN_RELEASE_BASELINE] = stage_baseline,
+        [KILN_RELEASE_VALIDATE] = stage_validate, [KILN_RELEASE_PACK] = stage_pack,
+        [KILN_RELEASE_SIGN] = stage_sign,         [KILN_RELEASE_PUBLISH] = stage_publish,
+        [KILN_RELEASE_PROMOTE] = stage_promote,
+    };
+    kiln_err rc = KILN_OK;
+    for (res->stage = KILN_RELEASE_CHECK; res->stage < KILN_RELEASE_DONE; res->stage++) {
+        r.line[0] = 0;
+        rc = stages[res->stage](&r);
+        if (rc) {
+            rc = kiln_errprefix(
+                rc, "release stopped at stage '%s': ", kiln_release_stage_name(res->stage));
+            break;
+        }
+        done(&r, res->stage);
+        /* The baseline is only needed to validate against. */
+        if (res->stage == KILN_RELEASE_VALIDATE && r.baseline_tmp) {
+            reg_rmtree(r.baseline_tmp);
+            free(r.baseline_tmp);
+            r.baseline_tmp = NULL;
+        }
+    }
+    if (r.baseline_tmp) reg_rmtree(r.baseline_tmp);
+    kiln_sign_trust_free(r.trust);
+    free(r.data), free(r.model), free(r.archive), free(r.sigpath), free(r.baseline_tmp),
+        free(r.baseline);
+    return rc;
+}

@@ -1,0 +1,85 @@
+#!/bin/sh
+# kiln release as a release engineer runs it: a real registry on a loopback port, a tiny
+# trained run, release v1 (no baseline: production is empty) and promote it, release v2
+# validated against v1 pulled from production, then releases that must stop before
+# publishing: a worse model (validation fails against the baseline), a key the policy does
+# not trust (sign), a version the registry holds (check). Each names its stage.
+. "$(dirname "$0")/lib.sh"
+cd "$T"
+for k in rel prom stranger; do $KILN keygen --out $k --no-password >/dev/null; done
+cat >trust.json <<JSON
+{"format":"kiln-trust/1","keys":[
+ {"name":"rel","pubkey":"$(tail -1 rel.pub)","roles":["release"]},
+ {"name":"prom","pubkey":"$(tail -1 prom.pub)","roles":["promote"]}],
+ "channels":{"staging":{"threshold":1},"production":{"threshold":1}}}
+JSON
+$KILN data synth --seed 3 --rows 3000 --features 6 --outputs 2 --out d.st >/dev/null 2>&1 || fail "synth"
+$KILN train --data d.st --run-dir run --set steps=40 --set ckpt_every=4 --set eval_every=4 \
+    --set keep=0 --set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=8 >/dev/null 2>train.log ||
+    { cat train.log >&2; fail "train"; }
+
+PUB=$($KILN registry token create --root reg --name ci --scope publish)
+PROM=$($KILN registry token create --root reg --name rm --scope promote)
+$KILN registry serve --root reg --listen 127.0.0.1:0 --trust trust.json >serve.out 2>serve.err &
+PID=$!
+trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
+i=0
+while ! grep -q 'http://' serve.out 2>/dev/null; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "server did not start: $(cat serve.err)"; sleep 0.05
+done
+URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' serve.out)
+R="--name market --registry $URL --key rel.key --trust trust.json --token $PUB --state st --windows 8"
+P="--promote production --promote-key prom.key --promote-token $PROM"
+
+# v1: production is empty, so no baseline; published and promoted.
+$KILN release run --step 20 --version 1.0.0 $R $P --out-dir r1 >out1 || fail "release v1: $(cat out1)"
+for s in check export golden baseline validate pack sign publish promote; do
+    grep -q "^\[[0-9]/9\] $s " out1 || fail "stage $s not printed: $(cat out1)"
+done
+grep -q "channel 'production' of 'market' is empty: no baseline" out1 || fail "baseline v1: $(cat out1)"
+grep -q "^\[9/9\] promote .*market/production -> 1.0.0 seq 1" out1 || fail "promote v1: $(cat out1)"
+d1=$(sha256sum r1/market-1.0.0.kiln | cut -d' ' -f1)
+grep -q "^released market@1.0.0 sha256:$d1\$" out1 || fail "final digest: $(cat out1)"
+grep -q '"passed": true' r1/model/validation.json || fail "v1 validation report"
+$KILN verify r1/market-1.0.0.kiln --trust trust.json >/dev/null || fail "v1 archive does not verify"
+$KILN pull market@production --registry "$URL" --trust trust.json --state st --out prod >pull.out || fail "pull v1"
+grep -q "pulled market@1.0.0 (channel production, seq 1) sha256:$d1" pull.out || fail "pulled: $(cat pull.out)"
+grep -q "validation passed" pull.out || fail "pulled verdict: $(cat pull.out)"
+
+# v2: validated against v1, pulled from production and verified first.
+$KILN release run --step 40 --version 2.0.0 $R $P --out-dir r2 >out2 || fail "release v2: $(cat out2)"
+grep -q "^\[4/9\] baseline  market@1.0.0 (channel production, seq 1) sha256:$d1" out2 || fail "baseline v2: $(cat out2)"
+grep -q "^released market@2.0.0 sha256:[0-9a-f]\{64\}, validated against 1.0.0\$" out2 || fail "v2: $(cat out2)"
+grep -q '"status": "passed"' r2/model/validation.json || fail "v2 report"
+ls -a r2 | grep -q '^\.baseline' && fail "the baseline's temporary directory was left in r2"
+$KILN pull market@production --registry "$URL" --trust trust.json --state st --out prod | grep -q 'market@2.0.0 (channel production, seq 2)' ||
+    fail "production is not v2"
+
+# A worse model (step 4) against v2: validation fails, nothing is packed or published.
+expect_fail 1 $KILN release run --step 4 --version 3.0.0 $R $P --out-dir r3
+grep -q "release stopped at stage 'validate'" err || fail "validate failure: $(cat err)"
+grep -q "baseline" err || fail "the failure does not name the baseline check: $(cat err)"
+grep -q "nothing was published" err || fail "no word on publishing: $(cat err)"
+grep -q "^\[4/9\] baseline  market@2.0.0" out || fail "bad release's baseline: $(cat out)"
+grep -q "pack\|publish" out && fail "stages after validate ran: $(cat out)"
+[ ! -e r3/market-3.0.0.kiln ] || fail "a failed release packed an archive"
+grep -q '"passed": false' r3/model/validation.json || fail "the failed report is not kept"
+expect_fail 2 $KILN pull market@3.0.0 --registry "$URL" --trust trust.json --state st --out x3
+grep -q 'HTTP 404' err || fail "3.0.0 reached the registry: $(cat err)"
+
+# A key the policy does not trust: stops at sign, before publishing.
+expect_fail 1 $KILN release run --step 40 --version 4.0.0 --name market --registry "$URL" --key stranger.key \
+    --trust trust.json --token "$PUB" --state st --windows 8 --baseline-channel '' --out-dir r4
+grep -q "release stopped at stage 'sign'.*not in the trust policy" err || fail "stranger: $(cat err)"
+expect_fail 2 $KILN pull market@4.0.0 --registry "$URL" --trust trust.json --state st --out x4
+
+# The registry holds 1.0.0: refused before any work.
+expect_fail 2 $KILN release run --version 1.0.0 $R --out-dir r5
+grep -q "release stopped at stage 'check'.*immutable" err || fail "existing version: $(cat err)"
+[ ! -e r5/model ] || fail "work done for an existing version"
+expect_fail 2 $KILN release run --version 5.0.0 $R --out-dir r1
+grep -q "not empty" err || fail "used output directory: $(cat err)"
+
+kill -TERM $PID
+wait $PID || fail "server exit status"
+$KILN registry fsck --root reg --trust trust.json >/dev/null || fail "fsck after releases"
