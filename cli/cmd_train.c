@@ -93,7 +93,8 @@ static int finish(const kiln_comm *comm, kiln_err err) {
 }
 
 int cmd_train(int argc, char **argv) {
-    const char *config = NULL, *data = NULL, *run_dir = NULL, *init = NULL, *resume = NULL;
+    const char *config = NULL, *data = NULL, *run_dir = NULL, *init = NULL, *resume = NULL,
+               *device = NULL;
     bool print_config = false;
     cli_list sets = {0};
     const cli_opt opts[] = {
@@ -106,6 +107,8 @@ int cmd_train(int argc, char **argv) {
         {"run-dir", CLI_STR, &run_dir, "DIR", "new run directory", false},
         {"init", CLI_STR, &init, "MODEL",
          "start from this model file's weights and input normalisation", false},
+        {"device", CLI_STR, &device, "cpu|cuda",
+         "where the steps run (config key 'device'; the same as --set device=...)", false},
         {"resume", CLI_STR, &resume, "DIR",
          "continue the run in DIR from its newest good checkpoint", false},
         {"print-config", CLI_FLAG, &print_config, NULL,
@@ -113,9 +116,9 @@ int cmd_train(int argc, char **argv) {
         {0},
     };
     static const cli_spec spec_base = {
-        "kiln train --config FILE.json [--set KEY=VALUE ...] --data DATA --run-dir DIR [--init "
-        "MODEL]\n"
-        "       kiln train --resume DIR [--data DATA] [--set KEY=VALUE ...]\n"
+        "kiln train --config FILE.json [--set KEY=VALUE ...] [--device cpu|cuda] --data DATA "
+        "--run-dir DIR [--init MODEL]\n"
+        "       kiln train --resume DIR [--data DATA] [--set KEY=VALUE ...] [--device cpu|cuda]\n"
         "       kiln train --print-config [--config FILE.json] [--set KEY=VALUE ...]",
         "Train a kiln-tsmoe/1 model; checkpoints, run.json and metrics.db go into the run "
         "directory.",
@@ -129,6 +132,18 @@ int cmd_train(int argc, char **argv) {
         return rc == CLI_HELP_SHOWN ? 0 : rc;
     }
     free(pos);
+    /* --device is one more --set, applied last. */
+    char device_set[64];
+    if (device) {
+        snprintf(device_set, sizeof device_set, "device=%.40s", device);
+        const char **v = realloc(sets.v, (size_t)(sets.n + 1) * sizeof *v);
+        if (!v) {
+            free(sets.v);
+            return cli_usage_error("out of memory");
+        }
+        sets.v = v;
+        sets.v[sets.n++] = device_set;
+    }
     long *poison = NULL;
     size_t n_poison = 0;
     kiln_err err = KILN_OK;
@@ -136,7 +151,7 @@ int cmd_train(int argc, char **argv) {
 
     if (resume) {
         if (config || init || run_dir || print_config) {
-            rc = cli_usage_error("--resume takes only --data and --set");
+            rc = cli_usage_error("--resume takes only --data, --set and --device");
             goto out;
         }
     } else {

@@ -280,6 +280,23 @@ kiln_err kiln_cuda_mse_backward(float *dy, const float *y, const float *targets,
 kiln_err kiln_cuda_stats_rms(float *out, const float *x, size_t n);
 kiln_err kiln_cuda_stats_entropy(float *out, const float *p, size_t rows, size_t cols);
 kiln_err kiln_cuda_stats_maxabs(float *out, const float *x, size_t n);
+
+/* The optimizer step of one tensor (train/optim.c's kiln_train_optim_step, element for
+ * element): g *= gscale (clipping; 1 = none), then AdamW (m, v the moments) or SGD (m, v
+ * unused, may be NULL), with decay = lr * weight_decay on decayed tensors and 0 elsewhere.
+ * Afterwards g holds each element's update p_new - p_old (for the update norm). Every float
+ * operation rounds to nearest in the CPU loop's order with no contraction, so the same
+ * inputs give the CPU's bits. */
+typedef struct kiln_cuda_optim {
+    int adam;                      /* 1 AdamW, 0 SGD */
+    float b1, b2, omb1, omb2, eps; /* beta1, beta2, 1 - beta1, 1 - beta2, adam_eps */
+    float step, rsq_bc2;           /* lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t) */
+    float lr, decay, gscale;       /* SGD's step, lr * weight_decay (or 0), gradient scale */
+} kiln_cuda_optim;
+kiln_err kiln_cuda_optim_update(float *p, float *g, float *m, float *v, size_t n,
+                                const kiln_cuda_optim *o); /* all [n] */
+/* *out (device) = sum of x[i]^2 in double, over a partition that depends only on n. */
+kiln_err kiln_cuda_sumsq(double *out, const float *x, size_t n);
 #endif
 
 #ifdef __cplusplus

@@ -8,7 +8,18 @@
 
 #include "train.h"
 
-typedef enum { K_INT, K_LONG, K_U64, K_DBL, K_FLT, K_BOOL, K_OPTIM, K_FORMAT } ktype;
+typedef enum {
+    K_INT,
+    K_LONG,
+    K_U64,
+    K_DBL,
+    K_FLT,
+    K_BOOL,
+    K_OPTIM,
+    K_FORMAT,
+    K_DEVICE,
+    K_PREC
+} ktype;
 
 typedef struct key {
     const char *name;
@@ -34,6 +45,7 @@ static const key keys[] = {
     {"ckpt_every", K_LONG, OFF(ckpt_every), 0, BIG, false, false, true},
     {"d_ff", K_INT, OFF(model.d_ff), 1, 1 << 30, false, false, false},
     {"d_model", K_INT, OFF(model.d_model), 1, 1 << 30, false, false, false},
+    {"device", K_DEVICE, OFF(device), 0, 0, false, false, true},
     {"eval_every", K_LONG, OFF(eval_every), 0, BIG, false, false, true},
     {"format", K_FORMAT, 0, 0, 0, false, false, false},
     {"grad_clip", K_DBL, OFF(grad_clip), 0, 1e30, false, false, false},
@@ -48,6 +60,7 @@ static const key keys[] = {
     {"n_outputs", K_INT, OFF(model.n_outputs), 1, 1 << 30, false, false, false},
     {"norm_eps", K_FLT, OFF(model.norm_eps), 0, 1, true, false, false},
     {"optimizer", K_OPTIM, OFF(optimizer), 0, 0, false, false, false},
+    {"precision", K_PREC, OFF(precision), 0, 0, false, false, true},
     {"seed", K_U64, OFF(seed), 0, 0, false, false, false},
     {"seq_len", K_INT, OFF(model.seq_len), 1, 1 << 20, false, false, false},
     {"skip_spikes", K_BOOL, OFF(skip_spikes), 0, 0, false, false, true},
@@ -102,6 +115,8 @@ void kiln_train_config_default(kiln_train_config *c) {
     c->max_bad_steps = 5;
     c->skip_spikes = false;
     c->threads = 1;
+    c->device = KILN_TRAIN_CPU;
+    c->precision = KILN_PRECISION_F32;
 }
 
 static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, const char *label) {
@@ -121,6 +136,28 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
         else
             return kiln_fail(KILN_ERR_CONFIG,
                              "%s: config key 'optimizer' must be \"adamw\" or \"sgd\"", label);
+        return KILN_OK;
+    }
+    case K_DEVICE: {
+        const char *s = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(s, "cpu"))
+            *(kiln_train_device *)base = KILN_TRAIN_CPU;
+        else if (!strcmp(s, "cuda"))
+            *(kiln_train_device *)base = KILN_TRAIN_CUDA;
+        else
+            return kiln_fail(KILN_ERR_CONFIG, "%s: config key 'device' must be \"cpu\" or \"cuda\"",
+                             label);
+        return KILN_OK;
+    }
+    case K_PREC: {
+        const char *s = json_is_string(v) ? json_string_value(v) : "";
+        if (!strcmp(s, "f32"))
+            *(kiln_precision *)base = KILN_PRECISION_F32;
+        else if (!strcmp(s, "bf16"))
+            *(kiln_precision *)base = KILN_PRECISION_BF16;
+        else
+            return kiln_fail(KILN_ERR_CONFIG,
+                             "%s: config key 'precision' must be \"f32\" or \"bf16\"", label);
         return KILN_OK;
     }
     case K_BOOL:
@@ -208,11 +245,20 @@ kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
 kiln_err kiln_train_config_check(const kiln_train_config *c, const char *label) {
     KILN_FAIL_IF(c->min_lr > c->lr, KILN_ERR_CONFIG,
                  "%s: config key 'min_lr' (%g) is larger than 'lr' (%g)", label, c->min_lr, c->lr);
+    KILN_FAIL_IF(c->precision == KILN_PRECISION_BF16 && c->device != KILN_TRAIN_CUDA,
+                 KILN_ERR_CONFIG,
+                 "%s: config key 'precision' is \"bf16\", which only device \"cuda\" has (the "
+                 "CPU trains in f32)",
+                 label);
     kiln_model_config m = c->model;
     if (!m.n_features) m.n_features = 1; /* the dataset's, checked once known */
     if (!m.n_outputs) m.n_outputs = 1;
     KILN_TRY(kiln_model_config_check(&m, label));
     return KILN_OK;
+}
+
+const char *kiln_train_device_name(kiln_train_device d) {
+    return d == KILN_TRAIN_CUDA ? "cuda" : "cpu";
 }
 
 bool kiln_train_config_resumable(const char *name) {
@@ -233,6 +279,12 @@ json_t *kiln_train_config_json(const kiln_train_config *c) {
             break;
         case K_OPTIM:
             v = json_string(*(const kiln_optim_kind *)base == KILN_OPTIM_SGD ? "sgd" : "adamw");
+            break;
+        case K_DEVICE:
+            v = json_string(kiln_train_device_name(*(const kiln_train_device *)base));
+            break;
+        case K_PREC:
+            v = json_string(*(const kiln_precision *)base == KILN_PRECISION_BF16 ? "bf16" : "f32");
             break;
         case K_BOOL:
             v = json_boolean(*(const bool *)base);

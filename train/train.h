@@ -234,6 +234,15 @@ kiln_err kiln_comm_nccl_create(kiln_comm *boot, int device, kiln_comm **out);
 
 typedef enum kiln_optim_kind { KILN_OPTIM_ADAMW = 0, KILN_OPTIM_SGD = 1 } kiln_optim_kind;
 
+/* Where a run's steps run: the CPU network (kiln_tsmoe) or the CUDA one (kiln_tsmoe_cuda). */
+typedef enum kiln_train_device { KILN_TRAIN_CPU = 0, KILN_TRAIN_CUDA = 1 } kiln_train_device;
+
+typedef enum kiln_precision {
+    KILN_PRECISION_F32 = 0, /* every GEMM in f32 (no TF32) */
+    KILN_PRECISION_BF16 = 1 /* GEMM operands rounded to bf16, f32 accumulation and outputs;
+                               f32 master weights, router, norms, softmax and losses */
+} kiln_precision;
+
 /* A run's settings: the model's keys (MODEL.md) and the trainer's, one JSON object in
  * files (docs/train.md lists every key). kiln_train_config_default gives the tiny config
  * the demo and tests use. */
@@ -254,9 +263,11 @@ typedef struct kiln_train_config {
     long ckpt_every;     /* steps between checkpoints; 0 = only at the end */
     int keep;            /* checkpoints kept; 0 = all */
     double aux_loss_coef, z_loss_coef, capacity_factor;
-    int max_bad_steps; /* non-finite steps in a row that stop the run */
-    bool skip_spikes;  /* skip the update on a loss or gradient-norm spike */
-    int threads;       /* OpenBLAS threads */
+    int max_bad_steps;        /* non-finite steps in a row that stop the run */
+    bool skip_spikes;         /* skip the update on a loss or gradient-norm spike */
+    int threads;              /* OpenBLAS threads */
+    kiln_train_device device; /* "cpu" or "cuda" (CUDA device 0) */
+    kiln_precision precision; /* "f32", or "bf16" (cuda only) */
 } kiln_train_config;
 
 void kiln_train_config_default(kiln_train_config *c);
@@ -277,8 +288,10 @@ json_t *kiln_train_config_json(const kiln_train_config *c);
  * pretty: 2-space indent and a trailing newline. Caller frees; NULL on failure. */
 char *kiln_train_config_text(const kiln_train_config *c, bool pretty);
 /* Whether a key may change when a run is resumed (steps, eval_every, ckpt_every, keep,
- * max_bad_steps, skip_spikes, threads); false for unknown keys. */
+ * max_bad_steps, skip_spikes, threads, device, precision); false for unknown keys. */
 bool kiln_train_config_resumable(const char *key);
+/* "cpu" or "cuda". */
+const char *kiln_train_device_name(kiln_train_device d);
 
 /* What the trainer reports after every step (to the progress callback). */
 typedef struct kiln_train_progress {
@@ -367,12 +380,6 @@ void kiln_run_diff_release(kiln_run_diff *d);
  * In a build without CUDA, create fails with KILN_ERR_UNSUPPORTED; on a machine without a
  * usable GPU, with KILN_ERR_DEVICE and the driver's reason. */
 typedef struct kiln_tsmoe_cuda kiln_tsmoe_cuda;
-
-typedef enum kiln_precision {
-    KILN_PRECISION_F32 = 0, /* every GEMM in f32 (no TF32) */
-    KILN_PRECISION_BF16 = 1 /* GEMM operands rounded to bf16, f32 accumulation and outputs;
-                               f32 master weights, router, norms, softmax and losses */
-} kiln_precision;
 
 typedef struct kiln_cuda_opts {
     int device;               /* CUDA device index, default 0 */

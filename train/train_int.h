@@ -33,6 +33,31 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
                            float *params, const float *grads, float *m, float *v, long t, double lr,
                            double *upd_norm, double *w_norm);
 
+/* ---- the step on a CUDA device (trainer_cuda.c) ---- */
+
+/* The device side of a run with device "cuda": the network (max_batch batch_size, the
+ * config's precision, CUDA device 0), the AdamW moments and the sums behind the norms, all in
+ * device memory. Create fails with KILN_ERR_UNSUPPORTED in a build without CUDA and with
+ * KILN_ERR_DEVICE without a usable GPU. Every call on the creating thread. */
+typedef struct kiln_dev_train kiln_dev_train;
+kiln_err kiln_dev_train_create(const kiln_train_config *c, kiln_dev_train **out);
+void kiln_dev_train_free(kiln_dev_train *d);
+kiln_tsmoe_cuda *kiln_dev_train_net(kiln_dev_train *d);
+/* Host blocks in and out: params [numel], mom [2*numel] (m then v; ignored for SGD). */
+kiln_err kiln_dev_train_upload(kiln_dev_train *d, const float *params, const float *mom);
+kiln_err kiln_dev_train_download(kiln_dev_train *d, float *params, float *mom);
+/* Make the gradient element at offset NaN (the poison_steps test hook). */
+kiln_err kiln_dev_train_poison(kiln_dev_train *d, size_t offset);
+/* kiln_train_grad_norm of the device gradients: per-tensor sums of squares in double on the
+ * device (a fixed partition), then per_tensor [count] and the total in table order here. */
+kiln_err kiln_dev_train_grad_norm(kiln_dev_train *d, const kiln_param *tab, double *per_tensor,
+                                  double *norm);
+/* kiln_train_optim_step on the device, gradients scaled by gscale first (clipping; 1 =
+ * none): the same update, element for element (kiln_cuda_optim_update). upd_norm and
+ * w_norm [count] get each tensor's update and weight norms. The gradients are spent. */
+kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, const kiln_param *tab,
+                             long t, double lr, float gscale, double *upd_norm, double *w_norm);
+
 /* ---- sampling (sampler.c) ---- */
 
 /* First row of the training window for (seed, 0-based step i, slot) among slots windows a

@@ -57,11 +57,19 @@ typedef struct trainer {
     double *vpart, *vall, *vtot; /* [1+n_vchunks*(3O+1)], [size*(1+...)], [3O] */
     double *end, *end_all;       /* end of step [1+5]: stop, parameter digest; [size*6] */
     bool stop_agreed;            /* a rank was asked to stop */
+    /* Device "cuda": the step runs on the GPU (trainer_cuda.c); m is then a host network
+     * of batch 1 that only holds the parameters (init, checkpoints), and params and mom are
+     * host mirrors refreshed before each checkpoint. */
+    kiln_dev_train *dev;
+    kiln_tsmoe_cuda *gnet; /* the device network (owned by dev) */
+    float *yval;           /* [B,S,O] validation outputs brought back from the device */
 } trainer;
 
 static void trainer_free(trainer *t) {
     if (t->lock_fd >= 0) close(t->lock_fd);
     kiln_metrics_close(t->mx);
+    kiln_dev_train_free(t->dev);
+    free(t->yval);
     kiln_tsmoe_free(t->m);
     kiln_dataset_free(t->ds);
     free(t->mom);
@@ -111,7 +119,9 @@ static kiln_err setup_dist(trainer *t) {
                  "computes accum_steps / ranks micro-batches of batch_size windows)",
                  A, size);
     t->k = A / size;
-    t->direct = size == 1 && t->k == 1;
+    /* On a GPU the micro-batches' gradients add up in place (the backward adds), so there
+     * are no shards to fold. */
+    t->direct = size == 1 && (t->k == 1 || t->dev);
     if (!t->direct) {
         size_t padded = kiln_dist_padded(size, t->numel), total,
                work = kiln_dist_work_floats(size, t->k, t->numel);
@@ -148,7 +158,17 @@ static kiln_err setup(trainer *t) {
     KILN_FAIL_IF(t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
                  "dataset '%s': the training split has %zu rows, fewer than seq_len %d",
                  t->ds->path, t->split.train_end, S);
-    KILN_TRY(kiln_tsmoe_create(&c->model, B, &t->m));
+    if (c->device == KILN_TRAIN_CUDA) {
+        KILN_FAIL_IF(t->comm->size > 1, KILN_ERR_UNSUPPORTED,
+                     "config key 'device' is \"cuda\": training one run on %d ranks of GPUs is "
+                     "not supported yet (train it in one process)",
+                     t->comm->size);
+        kiln_err rc = kiln_dev_train_create(c, &t->dev);
+        if (rc) return kiln_errprefix(rc, "cannot train on device \"cuda\": ");
+        t->gnet = kiln_dev_train_net(t->dev);
+        if (!(t->yval = kiln_malloc((size_t)B * S * O * sizeof(float)))) return KILN_ERR_NOMEM;
+    }
+    KILN_TRY(kiln_tsmoe_create(&c->model, t->dev ? 1 : B, &t->m));
     t->tab = kiln_tsmoe_param_table(t->m, &t->np);
     t->numel = kiln_tsmoe_numel(t->m);
     t->params = kiln_tsmoe_params(t->m);
@@ -245,7 +265,8 @@ static kiln_err load_init(trainer *t, const char *path, char sha_hex[KILN_SHA256
 /* ---- the step ---- */
 
 static void copy_stats(trainer *t) {
-    const kiln_tsmoe_stats *s = kiln_tsmoe_last_stats(t->m);
+    const kiln_tsmoe_stats *s =
+        t->dev ? kiln_tsmoe_cuda_last_stats(t->gnet) : kiln_tsmoe_last_stats(t->m);
     size_t L = (size_t)s->n_layers, E = (size_t)s->n_experts;
     float *b = t->stats_buf;
     t->stats.n_layers = s->n_layers;
@@ -281,8 +302,16 @@ static kiln_err validate(trainer *t, double *val_mse, double *val_r2) {
     for (size_t ch = (size_t)cm->rank; ch < t->n_vchunks; ch += (size_t)cm->size) {
         size_t w = ch * (size_t)B, n = t->n_val - w < (size_t)B ? t->n_val - w : (size_t)B;
         kiln_train_gather(t->ds, t->val_starts + w, n, S, t->x, t->y);
-        if ((rc = kiln_tsmoe_forward(t->m, t->x, NULL, (int)n, &lo, NULL))) break;
-        const float *out = kiln_tsmoe_outputs(t->m);
+        const float *out;
+        if (t->dev) {
+            if ((rc = kiln_tsmoe_cuda_forward(t->gnet, t->x, NULL, (int)n, &lo, NULL)) ||
+                (rc = kiln_tsmoe_cuda_outputs(t->gnet, t->yval)))
+                break;
+            out = t->yval;
+        } else {
+            if ((rc = kiln_tsmoe_forward(t->m, t->x, NULL, (int)n, &lo, NULL))) break;
+            out = kiln_tsmoe_outputs(t->m);
+        }
         double *e = t->vpart + 1 + ch * rec, *su = e + O, *sq = e + 2 * O;
         for (size_t k = 0; k < n * (size_t)S; k++)
             for (int o = 0; o < O; o++) {
@@ -335,8 +364,10 @@ static kiln_err checkpoint(trainer *t, const char *run_dir) {
     char *path = kiln_ckpt_path(run_dir, t->st.step);
     if (!path) return KILN_ERR_NOMEM;
     kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st};
-    kiln_err rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom,
-                                  t->mom ? t->mom + t->numel : NULL, &meta);
+    kiln_err rc = t->dev ? kiln_dev_train_download(t->dev, t->params, t->mom) : KILN_OK;
+    if (!rc)
+        rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom,
+                             t->mom ? t->mom + t->numel : NULL, &meta);
     free(path);
     if (!rc) rc = kiln_ckpt_prune(run_dir, t->cfg.keep);
     return rc;
@@ -364,6 +395,7 @@ static kiln_err loop(trainer *t) {
     const kiln_loss_opts lo = {(float)c->aux_loss_coef, (float)c->z_loss_coef,
                                (float)c->capacity_factor};
     const long first = t->st.step + 1;
+    if (t->dev) KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
     const uint64_t t0 = kiln_now_ns();
     uint64_t prev = t0;
     for (long s = first; s <= c->steps; s++) {
@@ -381,14 +413,22 @@ static kiln_err loop(trainer *t) {
         kiln_err rc = KILN_OK;
         for (int j = 0; j < k && !rc; j++) {
             const int a = cm->rank * k + j;
-            kiln_tsmoe_zero_grads(t->m);
+            if (!t->dev)
+                kiln_tsmoe_zero_grads(t->m);
+            else if (j == 0)
+                rc = kiln_tsmoe_cuda_zero_grads(t->gnet);
             for (int b = 0; b < B; b++)
                 t->starts[b] =
                     kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
             kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
             kiln_loss l;
-            rc = kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l);
-            if (!rc) rc = kiln_tsmoe_backward(t->m, 1.0f / (float)A);
+            if (t->dev) {
+                if (!rc) rc = kiln_tsmoe_cuda_forward(t->gnet, t->x, t->y, B, &lo, &l);
+                if (!rc) rc = kiln_tsmoe_cuda_backward(t->gnet, 1.0f / (float)A);
+            } else {
+                rc = kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l);
+                if (!rc) rc = kiln_tsmoe_backward(t->m, 1.0f / (float)A);
+            }
             if (rc) break;
             double *q = t->info + 1 + 4 * j;
             q[0] = l.loss, q[1] = l.mse, q[2] = l.load_balance, q[3] = l.z;
@@ -414,11 +454,17 @@ static kiln_err loop(trainer *t) {
         if (poisoned(o, s)) {
             for (size_t q = 0; q < t->np; q++)
                 if (t->tab[q].flags & KILN_PARAM_TRAINED) {
-                    t->grads[t->tab[q].offset] = NAN;
+                    if (t->dev)
+                        KILN_TRY(kiln_dev_train_poison(t->dev, t->tab[q].offset));
+                    else
+                        t->grads[t->tab[q].offset] = NAN;
                     break;
                 }
         }
-        p.grad_norm = kiln_train_grad_norm(t->tab, t->np, t->grads, t->gn);
+        if (t->dev)
+            KILN_TRY(kiln_dev_train_grad_norm(t->dev, t->tab, t->gn, &p.grad_norm));
+        else
+            p.grad_norm = kiln_train_grad_norm(t->tab, t->np, t->grads, t->gn);
         memset(t->un, 0, t->np * sizeof *t->un);
         if (!isfinite(p.loss) || !isfinite(p.grad_norm)) {
             t->st.bad_streak++;
@@ -436,13 +482,18 @@ static kiln_err loop(trainer *t) {
             kiln_spike_push(&t->st.loss_spike, p.loss);
             kiln_spike_push(&t->st.gnorm_spike, p.grad_norm);
             if (!(spike && c->skip_spikes)) {
-                if (c->grad_clip > 0 && p.grad_norm > c->grad_clip)
-                    kiln_train_grad_scale(t->tab, t->np, t->grads,
-                                          (float)(c->grad_clip / p.grad_norm));
+                const bool clip = c->grad_clip > 0 && p.grad_norm > c->grad_clip;
+                const float scale = clip ? (float)(c->grad_clip / p.grad_norm) : 1.0f;
                 t->st.updates++;
-                kiln_train_optim_step(c, t->tab, t->np, t->params, t->grads, t->mom,
-                                      t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr, t->un,
-                                      t->wn);
+                if (t->dev) {
+                    KILN_TRY(kiln_dev_train_step(t->dev, c, t->tab, t->st.updates, p.lr, scale,
+                                                 t->un, t->wn));
+                } else {
+                    if (clip) kiln_train_grad_scale(t->tab, t->np, t->grads, scale);
+                    kiln_train_optim_step(c, t->tab, t->np, t->params, t->grads, t->mom,
+                                          t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr,
+                                          t->un, t->wn);
+                }
                 p.applied = true;
             }
         }
@@ -565,6 +616,13 @@ static kiln_err open_metrics(trainer *t, const char *run_dir) {
     return rc;
 }
 
+/* "cpu", "cuda" or "cuda (bf16)": where a config's steps run. */
+static const char *device_label(const kiln_train_config *c, char out[32]) {
+    snprintf(out, 32, "%s%s", kiln_train_device_name(c->device),
+             c->device == KILN_TRAIN_CUDA && c->precision == KILN_PRECISION_BF16 ? " (bf16)" : "");
+    return out;
+}
+
 /* Rank 0's part of a start: everything up to the first step. */
 static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     const kiln_train_opts *opts = t->opts;
@@ -613,8 +671,9 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, 0));
-    char msg[64] = "run started";
+    char msg[64] = "run started", where[32];
     if (t->comm->size > 1) snprintf(msg, sizeof msg, "run started on %d ranks", t->comm->size);
+    if (t->dev) snprintf(msg, sizeof msg, "run started on %s", device_label(&t->cfg, where));
     KILN_CHECK(rc, out, kiln_metrics_event(t->mx, 0, "start", msg));
 out:
     json_decref(run);
@@ -760,6 +819,15 @@ static kiln_err prepare_resume(trainer *t) {
     if (t->comm->size > 1)
         snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " on %d ranks", t->comm->size);
     KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "resume", msg));
+    {
+        char was[32], now[32];
+        device_label(&base, was);
+        device_label(&t->cfg, now);
+        if (have && strcmp(was, now)) {
+            snprintf(msg, sizeof msg, "resumed on %s from a checkpoint written on %s", now, was);
+            KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "device_change", msg));
+        }
+    }
     if (t->cfg.steps != base.steps || opts->n_sets) {
         json_t *cj = kiln_train_config_json(&t->cfg);
         KILN_CHECK_IF(rc, out, !cj, KILN_ERR_NOMEM, "out of memory");

@@ -109,6 +109,22 @@ inline unsigned __ballot_sync(unsigned mask, int pred) {
     emu::warp_barrier();
     return r;
 }
+// IEEE round-to-nearest arithmetic: the host's own (built without FMA contraction).
+inline float __fadd_rn(float a, float b) {
+    return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+    return a - b;
+}
+inline float __fmul_rn(float a, float b) {
+    return a * b;
+}
+inline float __fdiv_rn(float a, float b) {
+    return a / b;
+}
+inline float __fsqrt_rn(float a) {
+    return sqrtf(a);
+}
 inline int __popc(unsigned x) {
     return __builtin_popcount(x);
 }
