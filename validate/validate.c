@@ -360,14 +360,39 @@ static kiln_err check_parity(run *r, vmodel *m, const heldout *h, const kiln_thr
 
 /* ---- the run ---------------------------------------------------------------------- */
 
-static kiln_err check_cuda(run *r) {
+/* The CUDA network (f32, kiln_tsmoe_cuda) on the held-out windows against the runtime's batch
+ * forward (what services run), with the cuda.* tolerance. Without a GPU: "not run". */
+static kiln_err check_cuda(run *r, vmodel *m, const heldout *h, const kiln_thresholds *th) {
+    const char *name = "parity_cpu_cuda";
 #ifdef KILN_HAVE_CUDA
-    if (kiln_cuda_device_count() > 0)
-        return add_check(r, "parity_cpu_cuda", "not run",
-                         "this build has no CUDA forward of a whole model yet", NULL, NULL);
-    return add_check(r, "parity_cpu_cuda", "not run", "no GPU", NULL, NULL);
+    int ndev = kiln_cuda_device_count();
+    if (ndev == 0) return add_check(r, name, "not run", "no GPU", NULL, NULL);
+    const int S = m->cfg.seq_len, F = m->cfg.n_features, O = m->cfg.n_outputs;
+    const size_t ny = h->n * S * O;
+    kiln_tsmoe_cuda *g = NULL;
+    kiln_cuda_opts co = {0, KILN_PRECISION_F32};
+    float *y = kiln_malloc(ny * sizeof *y);
+    kiln_err rc = y ? KILN_OK : KILN_ERR_NOMEM;
+    if (!rc) rc = kiln_tsmoe_cuda_create(&m->cfg, VBATCH, &co, &g);
+    if (!rc) rc = kiln_tsmoe_cuda_upload_params(g, kiln_tsmoe_params(m->net));
+    for (size_t w = 0; !rc && w < h->n; w += VBATCH) {
+        int n = (int)(h->n - w < VBATCH ? h->n - w : VBATCH);
+        rc = kiln_tsmoe_cuda_forward(g, h->x + w * S * F, NULL, n, NULL, NULL);
+        if (!rc) rc = kiln_tsmoe_cuda_outputs(g, y + w * S * O);
+    }
+    kiln_tsmoe_cuda_free(g);
+    if (!rc)
+        rc = add_compare(r, name, "parity_cpu_cuda (CUDA network f32 vs runtime batch)", y, h->y,
+                         ny, S, O, &th->cuda,
+                         json_pack("{s:I,s:s,s:i}", "windows", (json_int_t)h->n, "engine",
+                                   "kiln_tsmoe_cuda f32, device 0", "devices", ndev));
+    else
+        kiln_errprefix(rc, "%s: ", name);
+    free(y);
+    return rc;
 #else
-    return add_check(r, "parity_cpu_cuda", "not run", "no GPU (built without CUDA)", NULL, NULL);
+    (void)m, (void)h, (void)th;
+    return add_check(r, name, "not run", "no GPU (built without CUDA)", NULL, NULL);
 #endif
 }
 
@@ -447,7 +472,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     KILN_CHECK(rc, out, check_baseline(&r, o, &m, &h, ds, th));
     KILN_CHECK(rc, out, check_parity(&r, &m, &h, th));
     KILN_CHECK(rc, out, check_bf16(&r, o, &m, &h, th));
-    KILN_CHECK(rc, out, check_cuda(&r));
+    KILN_CHECK(rc, out, check_cuda(&r, &m, &h, th));
 
     /* The run's own figure on the same windows, for a reader to compare (an f32 export of
      * the checkpoint it validated at gives the same number to rounding). */
