@@ -93,6 +93,23 @@ typedef struct kiln_stream kiln_stream; /* opaque: one sequence fed tick by tick
  * arithmetic. The weights are copied out of the file, which is closed on return.
  * Free *out with kiln_model_free. */
 KILN_API kiln_err kiln_model_open(const char *path, kiln_model **out) KILN_MUST_CHECK;
+/* Where a model runs. KILN_DEVICE_CPU, or the index of a CUDA device (0 = the first). */
+#define KILN_DEVICE_CPU (-1)
+typedef struct kiln_model_opts {
+    int device; /* KILN_DEVICE_CPU (what kiln_model_open does) or a CUDA device index */
+} kiln_model_opts;
+/* kiln_model_open with options (opts NULL: the CPU). On a CUDA device the weights are also
+ * copied to that GPU (bf16 widened to f32) and kiln_model_forward and every stream opened on
+ * the model run there, with the same results as the CPU to f32 rounding: a batch forward
+ * serialises on the model and opens the calling thread's CUDA context for the call (cuBLAS);
+ * a stream captures one tick as a CUDA graph at open, so that each push is one graph launch
+ * plus the copies of its features and outputs. A build without CUDA fails with
+ * KILN_ERR_UNSUPPORTED, a machine without that GPU with KILN_ERR_DEVICE, before anything is
+ * returned. Free with kiln_model_free. */
+KILN_API kiln_err kiln_model_open_opts(const char *path, const kiln_model_opts *opts,
+                                       kiln_model **out) KILN_MUST_CHECK;
+/* The device a model runs on: KILN_DEVICE_CPU or a CUDA device index. */
+KILN_API int kiln_model_device(const kiln_model *m);
 /* Free a model (NULL does nothing). Every stream opened on it must be freed first. */
 KILN_API void kiln_model_free(kiln_model *m);
 /* The model's config; owned by the model, valid until kiln_model_free. */

@@ -297,6 +297,51 @@ kiln_err kiln_cuda_optim_update(float *p, float *g, float *m, float *v, size_t n
                                 const kiln_cuda_optim *o); /* all [n] */
 /* *out (device) = sum of x[i]^2 in double, over a partition that depends only on n. */
 kiln_err kiln_cuda_sumsq(double *out, const float *x, size_t n);
+
+/* ---- per-tick ops of a streaming forward (kernels/cuda/tick.cu) ----
+ * One token, each launch on the given stream (a cudaStream_t as void *), none using cuBLAS or
+ * the context's scratch (no context needed), so a tick can be captured into a CUDA graph.
+ * Values that change from tick to tick are read from device memory: the ring state
+ * ring[2] = {entries held (<= R), next position} and the router's choices. */
+enum { KILN_TICK_STORE = 0, KILN_TICK_GELU = 1, KILN_TICK_ADD = 2, KILN_TICK_GATED_ADD = 3 };
+kiln_err kiln_cuda_tick_standardize(void *stream, float *xn, const float *x, const float *mean,
+                                    const float *std, int F); /* all [F] */
+/* v = W x + b (b may be NULL), W [rows,cols]; with sel, W and b are those of expert sel[k]
+ * (W + sel[k]*w_stride, b + sel[k]*b_stride). mode: y = v, y = gelu(v), y += v, or
+ * y += gates[k] * v. One warp per row. */
+kiln_err kiln_cuda_tick_matvec(void *stream, float *y, const float *W, const float *b,
+                               const float *x, int rows, int cols, int mode, const int32_t *sel,
+                               int k, size_t w_stride, size_t b_stride, const float *gates);
+/* out [D] = x / sqrt(mean(x^2) + eps) * g, the sum in double. */
+kiln_err kiln_cuda_tick_rmsnorm(void *stream, float *out, const float *x, const float *g, int D,
+                                float eps);
+/* o [D] = the tick's windowed ALiBi attention over the ring's keys (oldest first) and its own
+ * (qkv [3D]); then its key and value are stored at the ring's position. kring, vring [R,D];
+ * scores [H,R+1] work space; slopes [H]; scale 1/sqrt(D/H). */
+kiln_err kiln_cuda_tick_attend(void *stream, float *o, float *scores, float *kring, float *vring,
+                               const float *qkv, const int32_t *ring, int D, int H, int R,
+                               const float *slopes, float scale);
+/* probs [E] holds the router logits in, the softmax out; chosen, gates [K] (kiln_rt_route). */
+kiln_err kiln_cuda_tick_route(void *stream, int32_t *chosen, float *gates, float *probs, int E,
+                              int K);
+kiln_err kiln_cuda_tick_add(void *stream, float *y, const float *x, int n); /* y += x */
+/* The ring moves on: position + 1 mod R, one more entry held up to R. */
+kiln_err kiln_cuda_tick_advance(void *stream, int32_t *ring, int R);
+/* Streams (non-blocking), pinned host memory, asynchronous copies (any direction), and graph
+ * capture: capture_begin, the ops, then capture_end(stream, rc of the ops, &exec) ends the
+ * capture in any case and instantiates the graph when rc is KILN_OK; graph_run launches it
+ * (one launch) and waits for it. */
+kiln_err kiln_cuda_stream_create(int device, void **stream); /* on that device */
+void kiln_cuda_stream_destroy(void *stream);
+kiln_err kiln_cuda_stream_sync(void *stream);
+kiln_err kiln_cuda_host_alloc(void **ptr, size_t bytes); /* kiln_cuda_host_free */
+void kiln_cuda_host_free(void *ptr);
+kiln_err kiln_cuda_copy_async(void *stream, void *dst, const void *src, size_t bytes);
+kiln_err kiln_cuda_memset_async(void *stream, void *dst, int byte, size_t bytes);
+kiln_err kiln_cuda_capture_begin(void *stream);
+kiln_err kiln_cuda_capture_end(void *stream, kiln_err rc, void **graph_exec);
+kiln_err kiln_cuda_graph_run(void *graph_exec, void *stream, int device);
+void kiln_cuda_graph_destroy(void *graph_exec);
 #endif
 
 #ifdef __cplusplus

@@ -219,6 +219,7 @@ KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int
             return kiln_fail(KILN_ERR_NUMERIC, "input [%zu,%zu,%zu] is not finite (%g)", b, s, f,
                              (double)x[i]);
         }
+    if (m->dev) return kiln_rt_dev_forward(m, x, B, S, y);
     float *w = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     if (p.chunked) {
         for (int b = 0; b < B; b++)

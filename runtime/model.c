@@ -175,6 +175,8 @@ static kiln_err load(kiln_model *m, const kiln_st *st) {
     }
     size_t slopes_at = vn;
     vn += (size_t)c->n_heads;
+    m->wcount = wn;
+    m->vcount = vn;
     m->wblock = aligned_alloc(64, round_up(wn * m->wsize, 64));
     m->vblock = aligned_alloc(64, round_up(vn * sizeof(float), 64));
     m->layers = kiln_calloc((size_t)c->n_layers, sizeof *m->layers);
@@ -202,7 +204,15 @@ out:
 }
 
 KILN_API kiln_err kiln_model_open(const char *path, kiln_model **out) {
+    return kiln_model_open_opts(path, NULL, out);
+}
+
+KILN_API kiln_err kiln_model_open_opts(const char *path, const kiln_model_opts *opts,
+                                       kiln_model **out) {
     *out = NULL;
+    const int device = opts ? opts->device : KILN_DEVICE_CPU;
+    KILN_FAIL_IF(device < KILN_DEVICE_CPU, KILN_ERR_USAGE, "kiln_model_open: bad device %d",
+                 device);
     KILN_FAIL_IF(!path || !*path, KILN_ERR_USAGE, "no model path given");
     struct stat sb;
     bool dir = stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -217,6 +227,11 @@ KILN_API kiln_err kiln_model_open(const char *path, kiln_model **out) {
     kiln_err rc = kiln_st_open(m->path, &st);
     if (rc == KILN_OK) rc = load(m, st);
     kiln_st_close(st);
+    m->device = KILN_DEVICE_CPU;
+    if (rc == KILN_OK && device != KILN_DEVICE_CPU) {
+        rc = kiln_rt_dev_open(m, device);
+        if (rc) kiln_errprefix(rc, "'%s': ", m->path);
+    }
     if (rc != KILN_OK) {
         kiln_model_free(m);
         return rc;
@@ -225,8 +240,13 @@ KILN_API kiln_err kiln_model_open(const char *path, kiln_model **out) {
     return KILN_OK;
 }
 
+KILN_API int kiln_model_device(const kiln_model *m) {
+    return m->device;
+}
+
 KILN_API void kiln_model_free(kiln_model *m) {
     if (!m) return;
+    kiln_rt_dev_free(m->dev);
     free(m->wblock);
     free(m->vblock);
     free(m->layers);

@@ -48,6 +48,9 @@ struct kiln_model {
     kiln_rt_layer *layers;         /* [L] */
     void *wblock;                  /* every matrix, 64-byte aligned each */
     float *vblock;                 /* every vector, and slopes */
+    size_t wcount, vcount;         /* elements in wblock and vblock */
+    int device;                    /* KILN_DEVICE_CPU or a CUDA device */
+    struct kiln_rt_dev *dev;       /* the copy on that device (cuda.c); NULL on the CPU */
 };
 
 /* Element i of a matrix block (f32 or bf16), as a pointer. */
@@ -182,6 +185,24 @@ void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const
                              const float *x, int rows, int cols);
 /* W[n] (f32 or bf16 per m) widened into dst[n]. */
 void kiln_rt_widen(const kiln_model *m, float *dst, const void *W, size_t n);
+
+/* ---- the model on a CUDA device (cuda.c; without CUDA every call fails cleanly) ---- */
+
+typedef struct kiln_rt_dev kiln_rt_dev;
+typedef struct kiln_rt_dstream kiln_rt_dstream;
+/* Copy m's weights to a CUDA device (m->dev, m->device); its batch workspace too. */
+kiln_err kiln_rt_dev_open(kiln_model *m, int device);
+void kiln_rt_dev_free(kiln_rt_dev *d);
+/* Tests: make the batch chunks smaller (rows >= 2*L*(W-1)+1, at most what open sized), so
+ * that short sequences take the path of long ones. */
+kiln_err kiln_rt_dev_set_chunk(kiln_model *m, int rows);
+/* kiln_model_forward on the device (inputs already checked). */
+kiln_err kiln_rt_dev_forward(const kiln_model *m, const float *x, int B, int S, float *y);
+/* A stream on the device: rings and buffers there, one tick captured as a CUDA graph. */
+kiln_err kiln_rt_dstream_open(const kiln_model *m, kiln_rt_dstream **out);
+kiln_err kiln_rt_dstream_push(kiln_rt_dstream *s, const float *features, float *outputs);
+kiln_err kiln_rt_dstream_reset(kiln_rt_dstream *s);
+void kiln_rt_dstream_free(kiln_rt_dstream *s);
 
 /* ---- stream accounting, for tests: the work of the last push ---- */
 

@@ -15,24 +15,25 @@
 struct kiln_stream {
     const kiln_model *m;
     uint64_t ticks;
-    int ring_n;        /* valid entries in each ring, <= W-1 */
-    int ring_pos;      /* where the next entry goes */
-    float *kring;      /* [L, W-1, D] */
-    float *vring;      /* [L, W-1, D] */
-    float *xn;         /* [F] standardised inputs */
-    float *h;          /* [D] residual */
-    float *u;          /* [D] normalised residual */
-    float *qkv;        /* [3D] */
-    float *att;        /* [D] */
-    float *tmp;        /* [D] */
-    float *acc;        /* [D] mixture sum */
-    float *ff;         /* [Fh] */
-    float *probs;      /* [E] */
-    float *scores;     /* [W] */
-    int *chosen;       /* [K] */
-    float *gates;      /* [K] */
-    kiln_rt_cost cost; /* of the last push */
-    void *block;       /* the one allocation behind every buffer above */
+    int ring_n;           /* valid entries in each ring, <= W-1 */
+    int ring_pos;         /* where the next entry goes */
+    float *kring;         /* [L, W-1, D] */
+    float *vring;         /* [L, W-1, D] */
+    float *xn;            /* [F] standardised inputs */
+    float *h;             /* [D] residual */
+    float *u;             /* [D] normalised residual */
+    float *qkv;           /* [3D] */
+    float *att;           /* [D] */
+    float *tmp;           /* [D] */
+    float *acc;           /* [D] mixture sum */
+    float *ff;            /* [Fh] */
+    float *probs;         /* [E] */
+    float *scores;        /* [W] */
+    int *chosen;          /* [K] */
+    float *gates;         /* [K] */
+    kiln_rt_cost cost;    /* of the last push */
+    void *block;          /* the one allocation behind every buffer above */
+    kiln_rt_dstream *dev; /* the stream on the model's GPU; NULL on the CPU */
 };
 
 KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
@@ -78,17 +79,27 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
     }
     s->chosen = (int *)p; /* the last slot; int and float are both 4 bytes */
     s->m = m;
+    if (m->dev) {
+        kiln_err rc = kiln_rt_dstream_open(m, &s->dev);
+        if (rc) {
+            kiln_stream_free(s);
+            return kiln_errprefix(rc, "'%s': ", m->path);
+        }
+    }
     *out = s;
     return KILN_OK;
 }
 
 KILN_API void kiln_stream_free(kiln_stream *s) {
     if (!s) return;
+    kiln_rt_dstream_free(s->dev);
     free(s->block);
     free(s);
 }
 
 KILN_API void kiln_stream_reset(kiln_stream *s) {
+    /* A device stream that fails to reset reports it at its next push. */
+    if (s->dev) (void)kiln_rt_dstream_reset(s->dev);
     s->ticks = 0;
     s->ring_n = 0;
     s->ring_pos = 0;
@@ -144,6 +155,11 @@ KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features, float 
                      "stream tick %llu: feature %d is not finite (%g); the stream is unchanged",
                      (unsigned long long)s->ticks, f, (double)features[f]);
     s->cost = (kiln_rt_cost){0, 0};
+    if (s->dev) {
+        KILN_TRY(kiln_rt_dstream_push(s->dev, features, outputs));
+        s->ticks++;
+        return KILN_OK;
+    }
     for (int f = 0; f < F; f++)
         s->xn[f] = (features[f] - m->in_mean[f]) / m->in_std[f];
     mv(s, s->h, m->embed_w, m->embed_b, s->xn, D, F);

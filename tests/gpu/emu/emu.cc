@@ -126,7 +126,42 @@ unsigned warp_live_mask() {
     return m;
 }
 
+} // namespace emu
+
+// A stream: capturing or not; a graph: the recorded work, in order.
+struct emu_graph {
+    std::vector<std::function<void()>> steps;
+};
+struct emu_stream {
+    emu_graph *capture; // non-NULL while capturing
+};
+
+namespace emu {
+unsigned long graph_launches;
+namespace {
+int capturing; // streams capturing on this (the only) thread
+void run_launch(dim3 grid, dim3 block, const std::function<void()> &b);
+} // namespace
+
 void launch(dim3 grid, dim3 block, const std::function<void()> &b) {
+    // The legacy stream while a capture is on: CUDA refuses (cudaErrorStreamCaptureImplicit).
+    if (capturing) {
+        last_error = cudaErrorStreamCaptureImplicit;
+        return;
+    }
+    run_launch(grid, block, b);
+}
+
+void launch(dim3 grid, dim3 block, size_t, cudaStream_t s, const std::function<void()> &b) {
+    if (s && s->capture) {
+        s->capture->steps.push_back([grid, block, b]() { run_launch(grid, block, b); });
+        return;
+    }
+    run_launch(grid, block, b);
+}
+
+namespace {
+void run_launch(dim3 grid, dim3 block, const std::function<void()> &b) {
     size_t n = (size_t)block.x * block.y * block.z;
     if (!n || n > 1024 || !grid.x || !grid.y || !grid.z || grid.y > 65535 || grid.z > 65535 ||
         grid.x > 2147483647u) {
@@ -143,7 +178,60 @@ void launch(dim3 grid, dim3 block, const std::function<void()> &b) {
                 run_block((int)n);
             }
 }
+} // namespace
 } // namespace emu
+
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) {
+    *s = new emu_stream{nullptr};
+    return cudaSuccess;
+}
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    if (s) delete s->capture;
+    delete s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    return s && s->capture ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
+    if (!s || s->capture) return cudaErrorInvalidValue;
+    s->capture = new emu_graph();
+    emu::capturing++;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+    if (!s || !s->capture) return cudaErrorInvalidValue;
+    *g = s->capture;
+    s->capture = nullptr;
+    emu::capturing--;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long) {
+    *x = new emu_graph(*g);
+    return cudaSuccess;
+}
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t) {
+    emu::graph_launches++;
+    for (auto &step : x->steps)
+        step();
+    return cudaSuccess;
+}
+cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+    delete g;
+    return cudaSuccess;
+}
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) {
+    delete x;
+    return cudaSuccess;
+}
+cudaError_t cudaMallocHost(void **p, size_t bytes) {
+    *p = malloc(bytes ? bytes : 1);
+    return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+cudaError_t cudaFreeHost(void *p) {
+    free(p);
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int *n) {
     const char *e = getenv("EMU_DEVICES");
@@ -166,10 +254,20 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind)
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind k,
-                            cudaStream_t) {
+                            cudaStream_t s) {
+    if (s && s->capture) {
+        s->capture->steps.push_back([=]() { memcpy(dst, src, bytes); });
+        return cudaSuccess;
+    }
+    if (!s && emu::capturing) return cudaErrorStreamCaptureImplicit;
     return cudaMemcpy(dst, src, bytes, k);
 }
-cudaError_t cudaMemsetAsync(void *dst, int byte, size_t bytes, cudaStream_t) {
+cudaError_t cudaMemsetAsync(void *dst, int byte, size_t bytes, cudaStream_t s) {
+    if (s && s->capture) {
+        s->capture->steps.push_back([=]() { memset(dst, byte, bytes); });
+        return cudaSuccess;
+    }
+    if (!s && emu::capturing) return cudaErrorStreamCaptureImplicit;
     memset(dst, byte, bytes);
     return cudaSuccess;
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""launch.py - rewrite kernel<<<grid, block>>>(args) as emu::launch(grid, block, [&] { kernel(args); })
+"""launch.py - rewrite kernel<<<grid, block[, shared, stream]>>>(args) as
+emu::launch(grid, block[, shared, stream], [=] { kernel(args); })
 so that a .cu file compiles as C++ against the emulator (stdin to stdout)."""
 import re, sys
 
@@ -28,6 +29,7 @@ while True:
                 break
         k += 1
     args = src[j + 1:k]
-    out.append('emu::launch(%s, [&]() { %s(%s); })' % (cfg, m.group(1), args))
+    # By value: a captured launch runs later, after the caller's locals are gone.
+    out.append('emu::launch(%s, [=]() { %s(%s); })' % (cfg, m.group(1), args))
     i = k + 1
 sys.stdout.write(''.join(out))

@@ -29,15 +29,36 @@ typedef enum cudaError {
     cudaErrorInvalidValue = 1,
     cudaErrorMemoryAllocation = 2,
     cudaErrorInvalidConfiguration = 9,
-    cudaErrorNoDevice = 100
+    cudaErrorNoDevice = 100,
+    cudaErrorStreamCaptureUnsupported = 900,
+    cudaErrorStreamCaptureImplicit = 906
 } cudaError_t;
 typedef enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0,
     cudaMemcpyHostToDevice = 1,
     cudaMemcpyDeviceToHost = 2,
-    cudaMemcpyDeviceToDevice = 3
+    cudaMemcpyDeviceToDevice = 3,
+    cudaMemcpyDefault = 4
 } cudaMemcpyKind;
+// Streams run their work at once, in order, as the legacy stream does; a stream that is
+// capturing records it instead (kernels with their arguments copied, copies and fills),
+// and a graph replays the record.
 typedef struct emu_stream *cudaStream_t;
+typedef struct emu_graph *cudaGraph_t;
+typedef struct emu_graph *cudaGraphExec_t;
+#define cudaStreamNonBlocking 0x01
+typedef enum { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1 } cudaStreamCaptureMode;
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
+cudaError_t cudaStreamDestroy(cudaStream_t s);
+cudaError_t cudaStreamSynchronize(cudaStream_t s);
+cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s);
+cudaError_t cudaGraphDestroy(cudaGraph_t g);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x);
+cudaError_t cudaMallocHost(void **p, size_t bytes);
+cudaError_t cudaFreeHost(void *p);
 
 cudaError_t cudaGetDeviceCount(int *n);
 cudaError_t cudaSetDevice(int d);
@@ -64,6 +85,9 @@ struct fiber_state {
 extern fiber_state *cur;
 extern dim3 block_idx, block_dim, grid_dim;
 void launch(dim3 grid, dim3 block, const std::function<void()> &body);
+void launch(dim3 grid, dim3 block, size_t shared, cudaStream_t s, const std::function<void()> &body);
+// Graph launches since the start (a streaming tick should be exactly one).
+extern unsigned long graph_launches;
 void warp_barrier();
 void block_barrier();
 uint64_t *warp_slots(); // [32] exchange slots of the current warp
