@@ -1,8 +1,11 @@
 /* check.c - the CUDA path checked on a GPU: every kiln_cuda op against its CPU op on fresh
  * Philox inputs (device outputs poisoned with NaN first, so an element the op forgot to
  * write fails), the device network against the CPU network (on the kiln-tsmoe vectors and
- * on random configs), two runs bitwise identical, then throughput and MFU. Prints a table
- * last and writes every figure to the results file.
+ * on random configs), two runs bitwise identical, the trainer on the GPU against the CPU
+ * trainer (losses of the first 50 steps, two runs and an interrupted one with the same
+ * checkpoint bytes), the runtime on the GPU against the CPU runtime (batch, chunked, streams)
+ * with streaming latency percentiles, then throughput and MFU. Prints a table last and
+ * writes every figure to the results file.
  *
  *   gpu-check [--out FILE] [--vectors DIR] [--no-bench] [--tiny-bench]
  *
@@ -18,6 +21,7 @@
 #include <cblas.h>
 
 #include "kernels.h"
+#include "runtime_int.h"
 #include "train.h"
 
 #ifndef KILN_HAVE_CUDA
@@ -986,6 +990,268 @@ static void run_bench(bool tiny) {
     release_all();
 }
 
+/* ---- the trainer on the GPU ---- */
+
+/* Relative tolerance of a step's loss, GPU trainer (f32) against the CPU trainer over the
+ * first 50 steps. Both start from the same weights and draw the same windows; they differ
+ * only by float rounding (cuBLAS's summation order, expf), ~1e-6 relative per op. Adam
+ * divides each update by sqrt(v), so a relative difference in a gradient becomes one of the
+ * same size in the update: after 50 steps of lr 3e-3 the parameters differ by ~1e-6 x 50 x
+ * lr-scale, which moves the loss by well under 1e-4; a token whose top-k sits on a near-tie
+ * may route differently, which moves the loss of a step by ~1/N. 1e-3 is ten times the
+ * sum of those, and a wrong gradient or optimizer (one element, one decay flag) leaves it
+ * after a few steps. Step 1 (identical weights) is held to 1e-5. */
+#define TRAIN_LOSS_RTOL 1e-3
+#define TRAIN_STEPS 50
+
+typedef struct losses {
+    double v[TRAIN_STEPS + 1];
+    volatile int stop;
+    long stop_at;
+} losses;
+
+static void on_step(void *ctx, const kiln_train_progress *p) {
+    losses *l = ctx;
+    if (p->step <= TRAIN_STEPS) l->v[p->step] = p->loss;
+    if (p->step == l->stop_at) l->stop = 1;
+}
+
+static bool read_all(const char *path, char **buf, size_t *n) {
+    *buf = NULL;
+    return kiln_read_file(path, (size_t)1 << 31, buf, n) == KILN_OK;
+}
+
+static void check_trainer(const char *dir, bool tiny) {
+    say("== the trainer on the GPU against the CPU trainer\n");
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = kiln_path_join(dir, "train.safetensors");
+    char *runs[5];
+    static const char *const names[5] = {"cpu", "gpu-a", "gpu-b", "gpu-stop", "gpu-bf16"};
+    for (int i = 0; i < 5; i++) {
+        char n[64];
+        snprintf(n, sizeof n, "run-%s", names[i]);
+        runs[i] = kiln_path_join(dir, n);
+        char cmd[4200];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", runs[i]);
+        if (system(cmd) != 0) fatal("clearing an old run");
+    }
+    /* The emulator runs every kernel of a validation too: fewer rows, fewer windows. */
+    kiln_synth_opts so = {.seed = 11, .rows = tiny ? 600 : 6000, .n_features = 8, .n_outputs = 2};
+    if (kiln_synth_write(&so, data, NULL)) {
+        record_call_failed("trainer: synthetic data", __LINE__);
+        goto out;
+    }
+    kiln_train_config c;
+    kiln_train_config_default(&c);
+    c.model.d_model = tiny ? 16 : 64;
+    c.model.d_ff = tiny ? 16 : 128;
+    c.model.n_experts = 4;
+    c.model.top_k = 2;
+    c.model.seq_len = tiny ? 8 : 32;
+    c.model.attn_window = tiny ? 4 : 16;
+    c.batch_size = tiny ? 2 : 16;
+    c.steps = tiny ? 6 : TRAIN_STEPS;
+    c.warmup_steps = tiny ? 2 : 10;
+    c.eval_every = c.steps / 2;
+    c.ckpt_every = c.steps / 2;
+    c.keep = 0;
+    const long n = c.steps;
+    losses lc = {{0}, 0, 0}, la = {{0}, 0, 0}, lb = {{0}, 0, 0}, ls = {{0}, 0, n / 2 - 1},
+           l16 = {{0}, 0, 0};
+    losses *ls_all[5] = {&lc, &la, &lb, &ls, &l16};
+    uint64_t t0 = kiln_now_ns();
+    for (int i = 0; i < 5; i++) {
+        kiln_train_config ci = c;
+        ci.device = i == 0 ? KILN_TRAIN_CPU : KILN_TRAIN_CUDA;
+        ci.precision = i == 4 ? KILN_PRECISION_BF16 : KILN_PRECISION_F32;
+        kiln_train_opts o = {.run_dir = runs[i],
+                             .data_path = data,
+                             .progress = on_step,
+                             .progress_ctx = ls_all[i],
+                             .stop = i == 3 ? &ls.stop : NULL};
+        uint64_t t1 = kiln_now_ns();
+        kiln_err rc = kiln_train_start(&ci, &o);
+        if (i == 3) {
+            if (rc != KILN_ERR_INTERRUPTED) {
+                record_call_failed("trainer: the interrupted gpu run", __LINE__);
+                goto out;
+            }
+            kiln_train_opts r = {.run_dir = runs[i]};
+            rc = kiln_train_resume(&r);
+        }
+        if (rc) {
+            char what[96];
+            snprintf(what, sizeof what, "trainer: run %s", names[i]);
+            record_call_failed(what, __LINE__);
+            goto out;
+        }
+        say("trainer: run %s: %ld steps in %.2f s\n", names[i], n,
+            (double)(kiln_now_ns() - t1) / 1e9);
+    }
+    double worst = 0, worst16 = 0;
+    long at = 0;
+    for (long s = 1; s <= n; s++) {
+        double e = rel(la.v[s], lc.v[s]);
+        if (!(e <= worst)) worst = e, at = s;
+        worst16 = fmax(worst16, rel(l16.v[s], lc.v[s]));
+    }
+    char name[128], note[128];
+    snprintf(name, sizeof name, "trainer f32: step 1 loss against the cpu trainer");
+    record(name, rel(la.v[1], lc.v[1]), 1e-5);
+    snprintf(name, sizeof name, "trainer f32: losses of steps 1..%ld against the cpu trainer", n);
+    snprintf(note, sizeof note, "worst at step %ld: %.9g vs %.9g", at, la.v[at], lc.v[at]);
+    add(name, worst, TRAIN_LOSS_RTOL, worst <= TRAIN_LOSS_RTOL ? PASS : FAIL, note);
+    snprintf(name, sizeof name, "trainer bf16: losses of steps 1..%ld against the cpu trainer", n);
+    add(name, worst16, NAN, isfinite(worst16) ? INFO : FAIL, "information: bf16 GEMMs");
+    char last[64];
+    snprintf(last, sizeof last, "ckpt/step-%08ld.safetensors", n);
+    char *pa = kiln_path_join(runs[1], last), *pb = kiln_path_join(runs[2], last),
+         *ps = kiln_path_join(runs[3], last);
+    char *a = NULL, *b = NULL, *st = NULL;
+    size_t na = 0, nb = 0, ns = 0;
+    bool ok = read_all(pa, &a, &na) && read_all(pb, &b, &nb) && read_all(ps, &st, &ns);
+    record_exact("trainer: two gpu runs, the same checkpoint bytes",
+                 ok && na == nb && !memcmp(a, b, na), NULL);
+    snprintf(note, sizeof note, "stopped after step %ld, resumed", n / 2 - 1);
+    record_exact("trainer: interrupted and resumed gpu run, the same checkpoint bytes",
+                 ok && na == ns && !memcmp(a, st, na), note);
+    free(a), free(b), free(st), free(pa), free(pb), free(ps);
+    say("trainer checks took %.1f s\n", (double)(kiln_now_ns() - t0) / 1e9);
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    for (int i = 0; i < 5; i++)
+        free(runs[i]);
+    free(data);
+}
+
+/* ---- the runtime on the GPU ---- */
+
+/* |a-b| over max(|b|, rms(b)), the runtime's own stream-vs-batch measure. */
+static double rt_err(const float *a, const float *b, size_t n) {
+    double rms = 0, worst = 0;
+    for (size_t i = 0; i < n; i++)
+        rms += (double)b[i] * b[i];
+    rms = sqrt(rms / (double)n);
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs(b[i]), rms);
+        if (!(d <= worst)) worst = d;
+    }
+    return worst;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Push ticks [0, n) of x through a fresh stream into y, timing the pushes after warm. */
+static kiln_err stream_run(const kiln_model *m, const float *x, int n, int warm, float *y,
+                           double *us) {
+    kiln_stream *s;
+    KILN_TRY(kiln_stream_open(m, &s));
+    kiln_err rc = KILN_OK;
+    const int F = m->cfg.n_features, O = m->cfg.n_outputs;
+    for (int t = 0; t < n && !rc; t++) {
+        uint64_t t0 = kiln_now_ns();
+        rc = kiln_stream_push(s, x + (size_t)t * F, y + (size_t)t * O);
+        if (t >= warm && us) us[t - warm] = (double)(kiln_now_ns() - t0) / 1e3;
+    }
+    kiln_stream_free(s);
+    return rc;
+}
+
+#define RT_TOL 1e-4 /* GPU runtime against CPU runtime, f32 arithmetic on both sides */
+
+static void check_runtime_model(const char *dir, const char *label, const kiln_model_config *c,
+                                bool bf16, int B, int S, int T, int ticks, int warm) {
+    char name[160], note[160], file[96];
+    snprintf(file, sizeof file, "rt-%s.safetensors", label);
+    for (char *q = file; *q; q++)
+        if (*q == ' ') *q = '-';
+    char *path = kiln_path_join(dir, file);
+    kiln_model *cpu = NULL, *gpu = NULL;
+    kiln_model_opts o = {.device = 0};
+    const int F = c->n_features, O = c->n_outputs;
+    const size_t nb = (size_t)B * S, nt = (size_t)(T > ticks ? T : ticks);
+    float *x = hnew((nb + nt) * F * 4), *yc = hnew((nb + nt) * O * 4),
+          *yg = hnew((nb + nt) * O * 4), *ys = hnew(nt * O * 4);
+    double *us_g = hnew((size_t)ticks * sizeof(double)), *us_c = hnew((size_t)ticks * 8);
+    snprintf(name, sizeof name, "runtime %s", label);
+    if (kiln_rt_random_model(path, c, 77, bf16) || kiln_model_open(path, &cpu) ||
+        kiln_model_open_opts(path, &o, &gpu)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    for (size_t i = 0; i < (nb + nt) * F; i++)
+        x[i] = (float)(2.0 * kiln_rt_normal(5, i));
+    /* Batch, whole sequences. */
+    if (kiln_model_forward(cpu, x, B, S, yc) || kiln_model_forward(gpu, x, B, S, yg)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    snprintf(name, sizeof name, "runtime %s: batch [%d,%d] against the cpu", label, B, S);
+    record(name, rt_err(yg, yc, nb * O), RT_TOL);
+    /* One long sequence (chunked on the GPU when T exceeds its chunk). */
+    const float *xl = x + nb * F;
+    if (kiln_model_forward(cpu, xl, 1, T, yc + nb * O) ||
+        kiln_model_forward(gpu, xl, 1, T, yg + nb * O)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    snprintf(name, sizeof name, "runtime %s: one sequence of %d rows against the cpu", label, T);
+    record(name, rt_err(yg + nb * O, yc + nb * O, (size_t)T * O), RT_TOL);
+    /* Streams: the GPU's (one graph launch a tick) against the CPU batch of the same rows. */
+    float *yb = hnew((size_t)ticks * O * 4);
+    if (kiln_model_forward(cpu, xl, 1, ticks, yb) || stream_run(gpu, xl, ticks, warm, ys, us_g) ||
+        stream_run(cpu, xl, ticks, warm, yc, us_c)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    snprintf(name, sizeof name, "runtime %s: gpu stream of %d ticks against the cpu batch", label,
+             ticks);
+    record(name, rt_err(ys, yb, (size_t)ticks * O), RT_TOL);
+    snprintf(name, sizeof name, "runtime %s: gpu stream against the cpu stream", label);
+    record(name, rt_err(ys, yc, (size_t)ticks * O), RT_TOL);
+    const int m = ticks - warm;
+    qsort(us_g, (size_t)m, sizeof *us_g, cmp_double);
+    qsort(us_c, (size_t)m, sizeof *us_c, cmp_double);
+    const double p50 = us_g[m / 2], p99 = us_g[(size_t)(m * 0.99)], mx = us_g[m - 1];
+    say("runtime %s: stream push latency over %d ticks (after %d warm-up): gpu p50 %.1f us, p99 "
+        "%.1f us, max %.1f us; cpu p50 %.1f us, p99 %.1f us\n",
+        label, m, warm, p50, p99, mx, us_c[m / 2], us_c[(size_t)(m * 0.99)]);
+    snprintf(name, sizeof name, "runtime %s: stream latency", label);
+    snprintf(note, sizeof note, "gpu p50 %.1f us p99 %.1f us max %.1f; cpu p50 %.1f us p99 %.1f us",
+             p50, p99, mx, us_c[m / 2], us_c[(size_t)(m * 0.99)]);
+    add(name, NAN, NAN, INFO, note);
+out:
+    kiln_model_free(cpu);
+    kiln_model_free(gpu);
+    free(path);
+}
+
+static void check_runtime(const char *dir, bool tiny) {
+    say("== the runtime on the GPU against the CPU runtime\n");
+    uint64_t t0 = kiln_now_ns();
+    /* F, O, D, L, H, Fh, E, K, S, W, eps: PERFORMANCE.md's d256 model, and a dense one. */
+    const kiln_model_config d256 = {8, 2, 256, 4, 8, 1024, 8, 2, 128, 128, 1e-5f};
+    const kiln_model_config dense = {8, 2, 256, 4, 8, 1024, 0, 0, 128, 64, 1e-5f};
+    const kiln_model_config tmoe = {5, 2, 16, 2, 2, 24, 4, 2, 8, 4, 1e-5f};
+    if (tiny) {
+        check_runtime_model(dir, "tiny moe", &tmoe, false, 2, 10, 30, 24, 4);
+        release_all();
+        check_runtime_model(dir, "tiny moe bf16", &tmoe, true, 2, 10, 30, 24, 4);
+    } else {
+        /* T = 5000 rows: past the GPU's chunk of 2048, so the long path runs. */
+        check_runtime_model(dir, "d256 moe f32", &d256, false, 8, 256, 5000, 3000, 300);
+        release_all();
+        check_runtime_model(dir, "d256 moe bf16", &d256, true, 8, 256, 5000, 3000, 300);
+        release_all();
+        check_runtime_model(dir, "d256 dense f32", &dense, false, 8, 256, 5000, 3000, 300);
+    }
+    release_all();
+    say("runtime checks took %.1f s\n", (double)(kiln_now_ns() - t0) / 1e9);
+}
+
 static void print_table(void) {
     say("\n%-4s  %-66s %-10s %-8s %s\n", "", "check", "error", "tol", "note");
     int pass = 0, skip = 0;
@@ -1044,6 +1310,13 @@ int main(int argc, char **argv) {
     uint64_t t1 = kiln_now_ns();
     check_network(vec);
     say("network checks took %.1f s\n", (double)(kiln_now_ns() - t1) / 1e9);
+    {
+        char *dir = kiln_dirname(out_path);
+        check_trainer(dir ? dir : ".", tiny);
+        release_all();
+        check_runtime(dir ? dir : ".", tiny);
+        free(dir);
+    }
     if (do_bench) run_bench(tiny);
     release_all();
     kiln_cuda_release();
