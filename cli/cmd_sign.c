@@ -139,10 +139,8 @@ int cmd_keygen(int argc, char **argv) {
                            "encrypted with scrypt;\nthe password comes from the terminal or "
                            "from the file named by $KILN_PASSWORD_FILE.",
                            opts, 0, 0};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    free(pos);
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &st)) return st;
     char *kpath = kiln_asprintf("%s.key", base), *ppath = kiln_asprintf("%s.pub", base);
     char *pw = NULL;
     size_t pwlen = 0;
@@ -248,11 +246,9 @@ int cmd_sign(int argc, char **argv) {
                            "manifest and validation verdict; each further\nsigner's signature is "
                            "appended to the same file.",
                            opts, 1, 1};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    const char *file = pos[0];
-    free(pos);
+    const char *file;
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, &file, &st)) return st;
     if (is_archive(file) && (tc || legacy))
         return cli_usage_error("'%s': an archive's trusted comment is kiln's and its algorithm "
                                "'ED': --trusted-comment and --legacy do not apply",
@@ -363,11 +359,9 @@ int cmd_verify(int argc, char **argv) {
         "signers, the comment naming the archive's manifest, every file.\nExits "
         "1 when verification fails.",
         opts, 1, 1};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    const char *file = pos[0];
-    free(pos);
+    const char *file;
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, &file, &st)) return st;
     if (is_archive(file) && !trust)
         return cli_usage_error("'%s': an archive is verified against a trust policy: give --trust",
                                file);
@@ -476,10 +470,8 @@ int cmd_channel_sign(int argc, char **argv) {
         "DUR|TIME --reason TEXT --key K.key --out REC.json\n"
         "       kiln channel sign --add REC.json --key K.key [--out REC2.json]",
         "Create and sign a channel record, or add a signature to one.", opts, 0, 0};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    free(pos);
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &st)) return st;
     bool body = model || channel || version || digest || seq || expires || reason;
     if (add && body)
         return cli_usage_error("--add takes the record as it is: give only --key and --out");
@@ -539,11 +531,9 @@ int cmd_channel_verify(int argc, char **argv) {
         "Verify a channel record: signatures by distinct promote keys up to the "
         "channel's threshold,\nexpiry and seq. Exits 1 when verification fails.",
         opts, 1, 1};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    const char *path = pos[0];
-    free(pos);
+    const char *path;
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, &path, &st)) return st;
     int64_t now = kiln_unix_time();
     if (now_s && kiln_sign_parse_time(now_s, "--now", &now) != KILN_OK)
         return cli_fail(KILN_ERR_USAGE);
