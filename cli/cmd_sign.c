@@ -295,6 +295,18 @@ out:
     return rc == KILN_OK ? 0 : cli_fail(rc);
 }
 
+/* "signed by NAME (KEYID), ...: N of T required<what>" for the keys of a policy that signed. */
+static void print_signers(const kiln_sign_trust_key *const *signers, size_t n, int threshold,
+                          const char *what) {
+    printf("signed by");
+    for (size_t i = 0; i < n; i++) {
+        char id[KILN_SIGN_KEYID_HEX];
+        kiln_sign_keyid_hex(signers[i]->pub.keyid, id);
+        printf("%s %s (%s)", i ? "," : "", signers[i]->name, id);
+    }
+    printf(": %zu of %d required%s\n", n, threshold, what);
+}
+
 /* Verify a signed archive against a policy, unpack it (to --out, or a temporary directory
  * that is removed) and report the signers. */
 static int verify_archive(const char *file, const char *trust, const char *sigpath,
@@ -323,13 +335,7 @@ static int verify_archive(const char *file, const char *trust, const char *sigpa
            rep.info.validation != KILN_SIGN_VALIDATION_PASSED
                ? " (signed with allow-unvalidated; the policy accepts it)"
                : "");
-    printf("signed by");
-    for (size_t i = 0; i < rep.nsigners; i++) {
-        char id[KILN_SIGN_KEYID_HEX];
-        kiln_sign_keyid_hex(rep.signers[i]->pub.keyid, id);
-        printf("%s %s (%s)", i ? "," : "", rep.signers[i]->name, id);
-    }
-    printf(": %zu of %d required release keys\n", rep.nsigners, rep.threshold);
+    print_signers(rep.signers, rep.nsigners, rep.threshold, " release keys");
     if (outdir)
         printf("every file matches the manifest; unpacked to %s\n", outdir);
     else
@@ -555,13 +561,7 @@ int cmd_channel_verify(int argc, char **argv) {
     }
     printf("channel record verified: %s\n", path);
     print_record(&r);
-    printf("signed by");
-    for (size_t i = 0; i < res.nsigners; i++) {
-        char id[KILN_SIGN_KEYID_HEX];
-        kiln_sign_keyid_hex(res.signers[i]->pub.keyid, id);
-        printf("%s %s (%s)", i ? "," : "", res.signers[i]->name, id);
-    }
-    printf(": %zu of %d required\n", res.nsigners, res.threshold);
+    print_signers(res.signers, res.nsigners, res.threshold, "");
 out:
     kiln_sign_trust_free(t);
     kiln_sign_record_release(&r);
