@@ -15,6 +15,7 @@
 
 #include "registry_int.h"
 #include "test.h"
+#include "testutil.h"
 
 /* ---- helpers ---- */
 
@@ -500,14 +501,6 @@ typedef struct fixture {
     uint16_t port;
 } fixture;
 
-static bool fx_key(kiln_sign_seckey **sk, char b64[KILN_SIGN_PUBKEY_B64]) {
-    kiln_sign_pubkey pk;
-    if (kiln_sign_seckey_generate(sk) != KILN_OK || kiln_sign_seckey_pubkey(*sk, &pk) != KILN_OK)
-        return false;
-    kiln_sign_pubkey_base64(&pk, b64);
-    return true;
-}
-
 static bool fx_start(fixture *f) {
     if (f->srv) kiln_registry_server_stop(f->srv, 1000);
     kiln_registry_server_opts o = {
@@ -526,7 +519,8 @@ static bool fx_init(fixture *f) {
     snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
     char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64],
         s[KILN_SIGN_PUBKEY_B64];
-    if (!fx_key(&f->rel, r) || !fx_key(&f->p1, a) || !fx_key(&f->p2, b) || !fx_key(&f->stranger, s))
+    if (!kiln_test_keypair(&f->rel, r) || !kiln_test_keypair(&f->p1, a) ||
+        !kiln_test_keypair(&f->p2, b) || !kiln_test_keypair(&f->stranger, s))
         return false;
     char *t = kiln_asprintf(
         "{\"format\":\"kiln-trust/1\",\"keys\":["
@@ -1265,7 +1259,7 @@ KILN_TEST(registry_archive_policy) {
     kiln_sign_pubkey_base64(&pk, k_rel);
     keys = keys && kiln_sign_seckey_pubkey(f.p1, &pk) == KILN_OK;
     kiln_sign_pubkey_base64(&pk, k_p1);
-    keys = keys && fx_key(&rel2, k_rel2) && fx_key(&rel3, k_rel3);
+    keys = keys && kiln_test_keypair(&rel2, k_rel2) && kiln_test_keypair(&rel3, k_rel3);
     /* The server: two distinct release keys, no unvalidated archives. */
     if (!CHECK("policies",
                keys &&
