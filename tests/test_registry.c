@@ -568,22 +568,19 @@ static bool fx_sign(kiln_sign_seckey *sk, const char *archive, bool allow_unvali
     return ok;
 }
 
-/* Pack a model directory whose weights are `content` as demo@version and sign it with sk;
- * returns the archive's path (caller frees) and its digest in hex. */
-static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk,
-                        char hex[KILN_SHA256_HEX]) {
-    char name[64];
-    snprintf(name, sizeof name, "model-%s-%s", version, content);
+/* Make the model directory `name` in the test directory (weights and card_text), pack it
+ * as demo@version into name.kiln and sign that with sk; returns the archive's path (caller
+ * frees) and its digest in hex. */
+static char *fx_pack_signed(const char *name, const void *weights, size_t len,
+                            const char *card_text, const char *version, kiln_sign_seckey *sk,
+                            char hex[KILN_SHA256_HEX]) {
     char *dir = kiln_test_path(name), *path = kiln_asprintf("%s.kiln", dir ? dir : ""),
          *w = kiln_path_join(dir ? dir : "", "model.safetensors"),
          *card = kiln_path_join(dir ? dir : "", "card.json");
-    const char *card_text =
-        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
-        "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
     uint8_t digest[KILN_SHA256_BYTES];
     kiln_manifest *m = NULL;
     bool ok = dir && path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
-              kiln_write_file_atomic(w, content, strlen(content)) == KILN_OK &&
+              kiln_write_file_atomic(w, weights, len) == KILN_OK &&
               kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
               kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK;
     if (ok) {
@@ -599,6 +596,18 @@ static char *fx_archive(const char *content, const char *version, kiln_sign_seck
         return NULL;
     }
     return path;
+}
+
+/* An archive whose weights are the text `content` (a model directory named after it). */
+static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk,
+                        char hex[KILN_SHA256_HEX]) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%s-%s", version, content);
+    return fx_pack_signed(
+        name, content, strlen(content),
+        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
+        "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}",
+        version, sk, hex);
 }
 
 /* A channel record's text signed by the given keys (NULL-terminated). */
@@ -1067,30 +1076,13 @@ static char *fx_model_archive(const char *vector, const char *version, kiln_sign
     size_t len = 0;
     char *a = NULL;
     if (src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK) {
-        /* fx_archive takes a string: the vector files hold no NUL-free text, so write them
-         * through a directory of their own. */
         char name[64];
         snprintf(name, sizeof name, "vec-%s", version);
-        char *dir = kiln_test_path(name),
-             *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
-             *card = dir ? kiln_path_join(dir, "card.json") : NULL,
-             *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL;
-        const char *card_text =
+        a = fx_pack_signed(
+            name, data, len,
             "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
-            "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
-        uint8_t digest[KILN_SHA256_BYTES];
-        kiln_manifest *m = NULL;
-        if (dir && w && card && path && kiln_mkdir_p(dir) == KILN_OK &&
-            kiln_write_file_atomic(w, data, len) == KILN_OK &&
-            kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
-            kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK &&
-            fx_sign(sk, path, true)) {
-            kiln_hex(digest, sizeof digest, hex);
-            a = path;
-            path = NULL;
-        }
-        kiln_manifest_free(m);
-        free(dir), free(w), free(card), free(path);
+            "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}",
+            version, sk, hex);
     }
     free(src);
     free(data);
