@@ -662,6 +662,19 @@ static bool fx_inject(const fixture *f, const char *channel, const char *version
     return ok;
 }
 
+/* The count(*) a query over the registry's database returns; -1 when it cannot run. */
+static int fx_count(const fixture *f, const char *sql) {
+    sqlite3 *db;
+    int n = -1;
+    if (reg_db_open(f->root, &db) != KILN_OK) return n;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    reg_db_close(db);
+    return n;
+}
+
 static kiln_err fx_pull(const fixture *f, const char *ref, const char *out) {
     kiln_registry_client_opts c = fx_client(f, NULL);
     kiln_registry_pull_opts p = {.ref = ref, .trust = f->trust, .out = out, .state = f->state};
@@ -756,19 +769,9 @@ KILN_TEST(registry_publish_promote_pull) {
           fx_pull(&f, "demo@1.1.0", out3) == KILN_OK && file_is(out3, "model.safetensors", "two"));
 
     /* The audit log has one row per change. */
-    sqlite3 *db;
-    int n = -1;
-    if (reg_db_open(f.root, &db) == KILN_OK) {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(
-                db, "SELECT count(*) FROM audit WHERE action IN ('publish','promote','rollback')",
-                -1, &st, NULL) == SQLITE_OK &&
-            sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int(st, 0);
-        sqlite3_finalize(st);
-        reg_db_close(db);
-    }
-    CHECK("audit: 2 publishes, 3 staging records, 1 production", n == 6);
+    CHECK("audit: 2 publishes, 3 staging records, 1 production",
+          fx_count(&f, "SELECT count(*) FROM audit WHERE action IN "
+                       "('publish','promote','rollback')") == 6);
     size_t problems = 9;
     kiln_registry_server_stop(f.srv, 1000);
     f.srv = NULL;
@@ -920,17 +923,7 @@ KILN_TEST(registry_sigkill_mid_upload) {
     waitpid(pid, NULL, 0);
     close(s);
     /* Nothing visible, nothing left over. */
-    sqlite3 *db;
-    int n = -1;
-    if (reg_db_open(f.root, &db) == KILN_OK) {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM versions", -1, &st, NULL) == SQLITE_OK &&
-            sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int(st, 0);
-        sqlite3_finalize(st);
-        reg_db_close(db);
-    }
-    CHECK("no version is visible", n == 0);
+    CHECK("no version is visible", fx_count(&f, "SELECT count(*) FROM versions") == 0);
     size_t problems = 9;
     CHECK("fsck is clean",
           kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
