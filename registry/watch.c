@@ -64,13 +64,7 @@ static kiln_err load_next(kiln_watch *w, kiln_pull_result *res, slot **s) {
     (*s)->gen = gen;
     (*s)->refs = 1;
     (*s)->dir = dir;
-    memset(res, 0, sizeof *res);
-    snprintf(res->model, sizeof res->model, "%s", r.model);
-    snprintf(res->version, sizeof res->version, "%s", r.version);
-    snprintf(res->channel, sizeof res->channel, "%s", r.channel);
-    memcpy(res->digest, r.digest, sizeof res->digest);
-    res->size = r.size;
-    res->seq = r.seq;
+    reg_pull_result(&r, res);
     return KILN_OK;
 }
 
