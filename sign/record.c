@@ -290,23 +290,11 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label,
     KILN_TRY(kiln_json_parse(buf, len, label, &j));
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !json_is_object(j), KILN_ERR_FORMAT, "'%s': not a JSON object", label);
-    const char *k;
-    json_t *v;
-    json_object_foreach(j, k, v) {
-        bool ok = false;
-        for (const char *const *a = top; *a; a++)
-            ok = ok || !strcmp(k, *a);
-        KILN_CHECK_IF(rc, out, !ok, KILN_ERR_FORMAT, "'%s': unknown field '%s'", label, k);
-    }
+    KILN_CHECK(rc, out, sign_only_fields(j, top, label, NULL));
     const json_t *b = json_object_get(j, "record");
     KILN_CHECK_IF(rc, out, !json_is_object(b), KILN_ERR_FORMAT, "'%s': 'record' must be an object",
                   label);
-    json_object_foreach((json_t *)b, k, v) {
-        bool ok = false;
-        for (const char *const *a = body; *a; a++)
-            ok = ok || !strcmp(k, *a);
-        KILN_CHECK_IF(rc, out, !ok, KILN_ERR_FORMAT, "'%s': record: unknown field '%s'", label, k);
-    }
+    KILN_CHECK(rc, out, sign_only_fields(b, body, label, "record"));
     for (const char *const *a = body; *a; a++) {
         const json_t *f = json_object_get(b, *a);
         bool isint = !strcmp(*a, "seq");
