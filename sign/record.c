@@ -401,20 +401,9 @@ kiln_err kiln_sign_record_text(const kiln_sign_record *r, char **text, size_t *l
     json_t *top;
     KILN_TRY(record_file_json(r, "channel record", &top));
     /* What kiln_json_write_file writes, so that a saved file and this text are the same bytes. */
-    char *s = json_dumps(top, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY |
-                                  JSON_REAL_PRECISION(15));
+    *text = kiln_json_document(top, len);
     json_decref(top);
-    KILN_FAIL_IF(!s, KILN_ERR_NOMEM, "out of memory encoding a channel record");
-    size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding a channel record");
-    }
-    t[n] = '\n';
-    t[n + 1] = 0;
-    *text = t;
-    *len = n + 1;
+    KILN_FAIL_IF(!*text, KILN_ERR_NOMEM, "out of memory encoding a channel record");
     return KILN_OK;
 }
 
