@@ -46,6 +46,13 @@ typedef struct cli_spec {
  * ing into argv; free(*pos)). */
 int cli_parse(const cli_spec *spec, int argc, char **argv, char ***pos, int *npos);
 
+/* cli_parse for a command with a fixed number of positional arguments (spec->max_pos >= 0):
+ * they are copied into args[0..spec->max_pos) (NULL where not given; they point into argv;
+ * args may be NULL when max_pos is 0). Returns true when the command goes on, with *status
+ * 0; false when it is done, with *status its exit status: 0 after --help, 2 after a usage
+ * error (already printed). */
+bool cli_parse_args(const cli_spec *spec, int argc, char **argv, const char **args, int *status);
+
 /* Print "kiln: error: <kiln_errmsg()>" and map the code to the exit status:
  * 1 for a failed check (KILN_ERR_VERIFY), 2 for everything else. */
 int cli_fail(kiln_err rc);

@@ -26,10 +26,8 @@ int cmd_data_synth(int argc, char **argv) {
         "Write a deterministic synthetic market (regime-switching volatility, order flow,\n"
         "momentum, mean reversion) and print the best achievable R^2 per target.",
         opts, 0, 0};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     if (rows < 1) return cli_usage_error("--rows must be positive, not %ld", rows);
     if (features < 1 || features > KILN_SYNTH_MAX_FEATURES)
         return cli_usage_error("--features must be %d to %d, not %ld", KILN_SYNTH_MIN_FEATURES,
@@ -91,10 +89,8 @@ int cmd_data_import(int argc, char **argv) {
     };
     const cli_spec spec = {"kiln data import --csv FILE --features a,b,c --targets x,y --out FILE",
                            "Convert a CSV file (rows in time order) into a dataset.", opts, 0, 0};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     const char **fn = NULL, **tn = NULL;
     char *fb = NULL, *tb = NULL;
     int nf = 0, nt = 0;
@@ -129,11 +125,9 @@ int cmd_data_inspect(int argc, char **argv) {
         "Show a dataset's shape, column statistics and sha256. NaN and infinity are\n"
         "counted, not refused; statistics are over the finite values.",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    const char *path = pos[0];
-    free(pos);
+    const char *path;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &path, &rc)) return rc;
     kiln_dataset *ds;
     kiln_err err = kiln_dataset_open_ex(path, KILN_DATASET_ALLOW_NONFINITE, &ds);
     if (err) return cli_fail(err);
@@ -202,11 +196,9 @@ int cmd_data_export(int argc, char **argv) {
         "Write a dataset's rows as CSV on stdout, with a header row; the reverse of\n"
         "'kiln data import' (%.9g keeps every f32 exact).",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    const char *path = pos[0];
-    free(pos);
+    const char *path;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &path, &rc)) return rc;
     if (from < 0) return cli_usage_error("--from must not be negative");
     kiln_dataset *ds;
     kiln_err err = kiln_dataset_open(path, &ds);

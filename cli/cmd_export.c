@@ -27,24 +27,19 @@ int cmd_export(int argc, char **argv) {
         "Freeze a training checkpoint into a model directory (model.safetensors, card.json); "
         "the same checkpoint gives the same bytes.",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *run_dir;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &run_dir, &rc)) return rc;
     kiln_export_opts o = {
-        .run_dir = pos[0], .step = step, .out_dir = out, .name = name, .force = force};
+        .run_dir = run_dir, .step = step, .out_dir = out, .name = name, .force = force};
     if (!strcmp(dtype, "bf16")) {
         o.dtype = KILN_EXPORT_BF16;
     } else if (strcmp(dtype, "f32")) {
-        free(pos);
         return cli_usage_error("--dtype must be f32 or bf16, not '%s'", dtype);
     }
-    if (step < 0) {
-        free(pos);
-        return cli_usage_error("--step must be a positive step number");
-    }
+    if (step < 0) return cli_usage_error("--step must be a positive step number");
     kiln_export_info info;
     kiln_err err = kiln_export_model(&o, &info);
-    free(pos);
     if (err) return cli_fail(err);
     printf("exported '%s' (step %ld, %s) into '%s'\n", info.ckpt_path, info.step, dtype, out);
     kiln_export_info_release(&info);

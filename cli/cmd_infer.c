@@ -20,10 +20,8 @@ int cmd_infer(int argc, char **argv) {
     const cli_spec spec = {
         "kiln infer --model M --input DATA.safetensors --out OUT.safetensors [--stream]",
         "Run a model over a dataset's features as one sequence and write its outputs.", opts, 0, 0};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     size_t rows;
     kiln_err err = kiln_runtime_infer_file(model, input, out, stream, &rows);
     if (err != KILN_OK) return cli_fail(err);

@@ -21,13 +21,12 @@ int cmd_pack(int argc, char **argv) {
         "Pack a model directory into a reproducible .kiln archive: the same files give "
         "the same bytes.",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *dir;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
     uint8_t digest[KILN_SHA256_BYTES];
     kiln_manifest *m = NULL;
-    kiln_err err = kiln_archive_pack(pos[0], name, version, out, digest, &m);
-    free(pos);
+    kiln_err err = kiln_archive_pack(dir, name, version, out, digest, &m);
     if (err) return cli_fail(err);
     char ah[KILN_SHA256_HEX], mh[KILN_SHA256_HEX];
     kiln_hex(digest, KILN_SHA256_BYTES, ah);
@@ -62,24 +61,20 @@ int cmd_unpack(int argc, char **argv) {
         "Unpack and check a .kiln archive: every file must match the manifest; DIR "
         "appears only if all of it does.",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *file;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &file, &rc)) return rc;
     lim.max_total_bytes = max_bytes;
     lim.max_entries = max_entries;
     lim.max_path = max_path;
     kiln_manifest *m = NULL;
-    kiln_err err = kiln_archive_unpack(pos[0], out, &lim, &m);
-    if (err) {
-        free(pos);
-        return cli_fail(err);
-    }
+    kiln_err err = kiln_archive_unpack(file, out, &lim, &m);
+    if (err) return cli_fail(err);
     char mh[KILN_SHA256_HEX];
     kiln_hex(m->sha256, KILN_SHA256_BYTES, mh);
-    printf("unpacked '%s' into '%s': %s %s, %zu files checked against the manifest\n", pos[0], out,
+    printf("unpacked '%s' into '%s': %s %s, %zu files checked against the manifest\n", file, out,
            m->name, m->version, m->nfiles);
     printf("manifest sha256 %s\n", mh);
-    free(pos);
     kiln_manifest_free(m);
     return 0;
 }
@@ -102,16 +97,13 @@ int cmd_inspect(int argc, char **argv) {
     const cli_spec spec = {"kiln inspect FILE.kiln [--json]",
                            "Print an archive's manifest and card without extracting it.", opts, 1,
                            1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *file;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &file, &rc)) return rc;
     kiln_manifest *m = NULL;
     json_t *card = NULL, *mj = NULL, *all = NULL;
-    kiln_err err = kiln_archive_inspect(pos[0], &m, &card);
-    if (err) {
-        free(pos);
-        return cli_fail(err);
-    }
+    kiln_err err = kiln_archive_inspect(file, &m, &card);
+    if (err) return cli_fail(err);
     char mh[KILN_SHA256_HEX];
     kiln_hex(m->sha256, KILN_SHA256_BYTES, mh);
     mj = json_loadb(m->text, m->text_len, JSON_REJECT_DUPLICATES, NULL);
@@ -123,7 +115,7 @@ int cmd_inspect(int argc, char **argv) {
     } else {
         printf(
             "archive:         %s\nname:            %s\nversion:         %s\ncreated:         %s\n",
-            pos[0], m->name, m->version, m->created);
+            file, m->name, m->version, m->created);
         if (m->validation_present) {
             char vh[KILN_SHA256_HEX];
             kiln_hex(m->validation_sha256, KILN_SHA256_BYTES, vh);
@@ -143,6 +135,5 @@ int cmd_inspect(int argc, char **argv) {
     json_decref(mj);
     json_decref(card);
     kiln_manifest_free(m);
-    free(pos);
     return rc;
 }

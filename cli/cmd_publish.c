@@ -53,11 +53,9 @@ int cmd_publish(int argc, char **argv) {
     cli_spec spec = {"kiln publish ARCHIVE --registry URL [--token T]",
                      "Upload a signed .kiln archive as the name@version its manifest gives.", opts,
                      1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    const char *archive = pos[0];
-    free(pos);
+    const char *archive;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &archive, &rc)) return rc;
     bar b = {-1, "uploading"};
     kiln_registry_client_opts c;
     client_opts(&c, url, token, &b);
@@ -85,11 +83,9 @@ int cmd_pull(int argc, char **argv) {
         "Download a model, verify everything (channel record, seq, expiry, digest, signatures, "
         "every file) and only then put it at DIR.",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    const char *ref = pos[0];
-    free(pos);
+    const char *ref;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) return rc;
     bar b = {-1, "downloading"};
     kiln_registry_client_opts c;
     client_opts(&c, url, token, &b);
@@ -188,13 +184,10 @@ int cmd_promote(int argc, char **argv) {
         "kiln promote NAME VERSION --channel C --key KEY --registry URL [--token T]",
         "Point a channel at a version: fetch its record, sign the next one (seq+1) and put it.",
         opts, 2, 2};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    const char *model = pos[0], *version = pos[1];
-    rc = next_record(&a, model, version, a.reason ? a.reason : "promote");
-    free(pos);
-    return rc;
+    const char *pos[2];
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, pos, &rc)) return rc;
+    return next_record(&a, pos[0], pos[1], a.reason ? a.reason : "promote");
 }
 
 int cmd_rollback(int argc, char **argv) {
@@ -216,12 +209,11 @@ int cmd_rollback(int argc, char **argv) {
         "kiln rollback NAME --channel C [--to VERSION] --key KEY --registry URL [--token T]",
         "Point a channel back at an older version with a new record (seq+1, reason 'rollback').",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *name;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &name, &rc)) return rc;
     char model[KILN_REGISTRY_NAME_MAX + 1], target[KILN_REGISTRY_NAME_MAX + 1] = "";
-    snprintf(model, sizeof model, "%s", pos[0]);
-    free(pos);
+    snprintf(model, sizeof model, "%s", name);
     if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", a.channel))
         return cli_fail(KILN_ERR_USAGE);
     if (to) {
@@ -248,11 +240,9 @@ int cmd_channel_put(int argc, char **argv) {
         "kiln channel put REC.json --registry URL [--token T]",
         "Put a signed channel record (from 'kiln channel sign', co-signed with --add).", opts, 1,
         1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    const char *file = pos[0];
-    free(pos);
+    const char *file;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &file, &rc)) return rc;
     kiln_registry_client_opts c;
     bar b = {-1, ""};
     client_opts(&c, url, token, &b);
@@ -289,12 +279,11 @@ int cmd_channel_history(int argc, char **argv) {
                      "List a channel's records by seq as the registry reports them (promotions "
                      "and rollbacks; kiln pull verifies the current one).",
                      opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *name;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &name, &rc)) return rc;
     char model[KILN_REGISTRY_NAME_MAX + 1];
-    snprintf(model, sizeof model, "%s", pos[0]);
-    free(pos);
+    snprintf(model, sizeof model, "%s", name);
     if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", channel))
         return cli_fail(KILN_ERR_USAGE);
     kiln_registry_client_opts c;

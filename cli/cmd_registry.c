@@ -21,15 +21,10 @@ int cmd_registry_serve(int argc, char **argv) {
         {"threads", CLI_INT, &threads, "N", "worker threads (default 4)", false},
         {0},
     };
-    static const cli_spec spec = {"kiln registry serve --root DIR --listen HOST:PORT [options]",
-                                  "Serve a model registry over HTTP until SIGTERM or SIGINT.", NULL,
-                                  0, 0};
-    cli_spec s = spec;
-    s.opts = opts;
-    char **pos;
-    int npos, rc = cli_parse(&s, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+    const cli_spec spec = {"kiln registry serve --root DIR --listen HOST:PORT [options]",
+                           "Serve a model registry over HTTP until SIGTERM or SIGINT.", opts, 0, 0};
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     if (threads < 1 || threads > 256) return cli_usage_error("--threads must be between 1 and 256");
     /* Block the stop signals before any thread starts, so that only sigwait sees them. */
     sigset_t set;
@@ -68,17 +63,14 @@ int cmd_registry_token(int argc, char **argv) {
         {"scope", CLI_STR, &scope, "SCOPE", "read, publish, promote or admin", true},
         {0},
     };
-    static const cli_spec spec = {
+    const cli_spec spec = {
         "kiln registry token create --root DIR --name NAME --scope read|publish|promote|admin",
-        "Create a token and print it once; the registry keeps only its sha256.", NULL, 1, 1};
-    cli_spec s = spec;
-    s.opts = opts;
-    char **pos;
-    int npos, rc = cli_parse(&s, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    bool create = !strcmp(pos[0], "create");
-    free(pos);
-    if (!create) return cli_usage_error("unknown 'registry token' action (only 'create')");
+        "Create a token and print it once; the registry keeps only its sha256.", opts, 1, 1};
+    const char *action;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &action, &rc)) return rc;
+    if (strcmp(action, "create"))
+        return cli_usage_error("unknown 'registry token' action (only 'create')");
     kiln_registry_scope sc;
     if (!kiln_registry_scope_parse(scope, &sc))
         return cli_usage_error("--scope '%s' is not one of read, publish, promote, admin", scope);
@@ -103,17 +95,13 @@ int cmd_registry_fsck(int argc, char **argv) {
          "trust policy for channel records (default DIR/trust.json)", false},
         {0},
     };
-    static const cli_spec spec = {
+    const cli_spec spec = {
         "kiln registry fsck --root DIR [--trust FILE]",
         "Check that every version's blob exists and hashes to its digest, that no "
         "temporaries are orphaned, and that channel records verify.",
-        NULL, 0, 0};
-    cli_spec s = spec;
-    s.opts = opts;
-    char **pos;
-    int npos, rc = cli_parse(&s, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+        opts, 0, 0};
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     size_t problems = 0;
     kiln_err e = kiln_registry_fsck(root, trust, print_problem, NULL, &problems);
     if (e) return cli_fail(e);
@@ -124,15 +112,11 @@ int cmd_registry_fsck(int argc, char **argv) {
 int cmd_registry_gc(int argc, char **argv) {
     const char *root = NULL;
     const cli_opt opts[] = {{"root", CLI_STR, &root, "DIR", "the registry's store", true}, {0}};
-    static const cli_spec spec = {
-        "kiln registry gc --root DIR",
-        "Remove blobs that no version references (the server must be stopped).", NULL, 0, 0};
-    cli_spec s = spec;
-    s.opts = opts;
-    char **pos;
-    int npos, rc = cli_parse(&s, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+    const cli_spec spec = {"kiln registry gc --root DIR",
+                           "Remove blobs that no version references (the server must be stopped).",
+                           opts, 0, 0};
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     size_t removed;
     uint64_t bytes;
     kiln_err e = kiln_registry_gc(root, &removed, &bytes);

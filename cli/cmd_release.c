@@ -83,19 +83,17 @@ int cmd_release(int argc, char **argv) {
         "channel, pack, sign, publish and optionally promote it; stop at the first stage that "
         "fails.",
         opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) {
+    const char *run_dir;
+    int status;
+    if (!cli_parse_args(&spec, argc, argv, &run_dir, &status)) {
         free(keys.v), free(pkeys.v), free(sets.v);
-        return rc == CLI_HELP_SHOWN ? 0 : rc;
+        return status;
     }
-    const char *run_dir = pos[0];
     kiln_thresholds th;
     kiln_thresholds_default(&th);
     kiln_sign_seckey **rk = NULL, **pk = NULL;
     char *out_dir = NULL;
     kiln_err e = KILN_OK;
-    int status = 0;
     if (step < 0 || windows < 1 || windows > 1000000) {
         status = cli_usage_error("--step must be positive and --windows between 1 and 1000000");
         goto done;
@@ -150,6 +148,5 @@ done:
     free_keys(pk, pkeys.n);
     free(out_dir);
     free(keys.v), free(pkeys.v), free(sets.v);
-    free(pos);
     return status;
 }

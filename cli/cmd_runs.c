@@ -22,17 +22,12 @@ int cmd_runs_show(int argc, char **argv) {
     const cli_spec spec = {
         "kiln runs show [--events N] DIR",
         "Show a run: config, data digest, progress, last and best metrics, events.", opts, 1, 1};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    if (max_events < 0) {
-        free(pos);
-        return cli_usage_error("--events must not be negative");
-    }
-    const char *dir = pos[0];
+    const char *dir;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
+    if (max_events < 0) return cli_usage_error("--events must not be negative");
     kiln_run_info ri;
     kiln_err err = kiln_run_info_load(dir, (size_t)max_events, &ri);
-    free(pos);
     if (err) return cli_fail(err);
     const json_t *cfg = json_object_get(ri.run, "config");
     long steps = (long)json_integer_value(json_object_get(cfg, "steps"));
@@ -82,15 +77,12 @@ int cmd_runs_diff(int argc, char **argv) {
         "Compare two runs: config differences and the first step whose losses differ bit for "
         "bit. Exits 0 when identical, 1 when they differ.",
         NULL, 2, 2};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
+    const char *pos[2];
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, pos, &rc)) return rc;
     kiln_run_diff d;
     kiln_err err = kiln_run_diff_load(pos[0], pos[1], &d);
-    if (err) {
-        free(pos);
-        return cli_fail(err);
-    }
+    if (err) return cli_fail(err);
     bool same = true;
     if (json_object_size(d.config)) {
         same = false;
@@ -122,6 +114,5 @@ int cmd_runs_diff(int argc, char **argv) {
     else
         same = false;
     kiln_run_diff_release(&d);
-    free(pos);
     return same ? 0 : 1;
 }

@@ -139,10 +139,8 @@ int cmd_keygen(int argc, char **argv) {
                            "encrypted with scrypt;\nthe password comes from the terminal or "
                            "from the file named by $KILN_PASSWORD_FILE.",
                            opts, 0, 0};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    free(pos);
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &st)) return st;
     char *kpath = kiln_asprintf("%s.key", base), *ppath = kiln_asprintf("%s.pub", base);
     char *pw = NULL;
     size_t pwlen = 0;
@@ -248,11 +246,9 @@ int cmd_sign(int argc, char **argv) {
                            "manifest and validation verdict; each further\nsigner's signature is "
                            "appended to the same file.",
                            opts, 1, 1};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    const char *file = pos[0];
-    free(pos);
+    const char *file;
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, &file, &st)) return st;
     if (is_archive(file) && (tc || legacy))
         return cli_usage_error("'%s': an archive's trusted comment is kiln's and its algorithm "
                                "'ED': --trusted-comment and --legacy do not apply",
@@ -299,6 +295,18 @@ out:
     return rc == KILN_OK ? 0 : cli_fail(rc);
 }
 
+/* "signed by NAME (KEYID), ...: N of T required<what>" for the keys of a policy that signed. */
+static void print_signers(const kiln_sign_trust_key *const *signers, size_t n, int threshold,
+                          const char *what) {
+    printf("signed by");
+    for (size_t i = 0; i < n; i++) {
+        char id[KILN_SIGN_KEYID_HEX];
+        kiln_sign_keyid_hex(signers[i]->pub.keyid, id);
+        printf("%s %s (%s)", i ? "," : "", signers[i]->name, id);
+    }
+    printf(": %zu of %d required%s\n", n, threshold, what);
+}
+
 /* Verify a signed archive against a policy, unpack it (to --out, or a temporary directory
  * that is removed) and report the signers. */
 static int verify_archive(const char *file, const char *trust, const char *sigpath,
@@ -327,13 +335,7 @@ static int verify_archive(const char *file, const char *trust, const char *sigpa
            rep.info.validation != KILN_SIGN_VALIDATION_PASSED
                ? " (signed with allow-unvalidated; the policy accepts it)"
                : "");
-    printf("signed by");
-    for (size_t i = 0; i < rep.nsigners; i++) {
-        char id[KILN_SIGN_KEYID_HEX];
-        kiln_sign_keyid_hex(rep.signers[i]->pub.keyid, id);
-        printf("%s %s (%s)", i ? "," : "", rep.signers[i]->name, id);
-    }
-    printf(": %zu of %d required release keys\n", rep.nsigners, rep.threshold);
+    print_signers(rep.signers, rep.nsigners, rep.threshold, " release keys");
     if (outdir)
         printf("every file matches the manifest; unpacked to %s\n", outdir);
     else
@@ -363,11 +365,9 @@ int cmd_verify(int argc, char **argv) {
         "signers, the comment naming the archive's manifest, every file.\nExits "
         "1 when verification fails.",
         opts, 1, 1};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    const char *file = pos[0];
-    free(pos);
+    const char *file;
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, &file, &st)) return st;
     if (is_archive(file) && !trust)
         return cli_usage_error("'%s': an archive is verified against a trust policy: give --trust",
                                file);
@@ -476,10 +476,8 @@ int cmd_channel_sign(int argc, char **argv) {
         "DUR|TIME --reason TEXT --key K.key --out REC.json\n"
         "       kiln channel sign --add REC.json --key K.key [--out REC2.json]",
         "Create and sign a channel record, or add a signature to one.", opts, 0, 0};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    free(pos);
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &st)) return st;
     bool body = model || channel || version || digest || seq || expires || reason;
     if (add && body)
         return cli_usage_error("--add takes the record as it is: give only --key and --out");
@@ -539,11 +537,9 @@ int cmd_channel_verify(int argc, char **argv) {
         "Verify a channel record: signatures by distinct promote keys up to the "
         "channel's threshold,\nexpiry and seq. Exits 1 when verification fails.",
         opts, 1, 1};
-    char **pos;
-    int npos, prc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (prc) return prc == CLI_HELP_SHOWN ? 0 : prc;
-    const char *path = pos[0];
-    free(pos);
+    const char *path;
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, &path, &st)) return st;
     int64_t now = kiln_unix_time();
     if (now_s && kiln_sign_parse_time(now_s, "--now", &now) != KILN_OK)
         return cli_fail(KILN_ERR_USAGE);
@@ -565,13 +561,7 @@ int cmd_channel_verify(int argc, char **argv) {
     }
     printf("channel record verified: %s\n", path);
     print_record(&r);
-    printf("signed by");
-    for (size_t i = 0; i < res.nsigners; i++) {
-        char id[KILN_SIGN_KEYID_HEX];
-        kiln_sign_keyid_hex(res.signers[i]->pub.keyid, id);
-        printf("%s %s (%s)", i ? "," : "", res.signers[i]->name, id);
-    }
-    printf(": %zu of %d required\n", res.nsigners, res.threshold);
+    print_signers(res.signers, res.nsigners, res.threshold, "");
 out:
     kiln_sign_trust_free(t);
     kiln_sign_record_release(&r);

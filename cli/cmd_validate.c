@@ -29,10 +29,8 @@ int cmd_golden_make(int argc, char **argv) {
         "Store a model's outputs on N held-out windows (golden.safetensors, golden.json) for "
         "kiln validate to hold it to.",
         opts, 0, 0};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     if (windows < 1 || windows > 1000000)
         return cli_usage_error("--windows must be between 1 and 1000000");
     if (vf != -1 && !(vf > 0 && vf < 1)) return cli_usage_error("--val-fraction must be in (0, 1)");
@@ -89,14 +87,12 @@ int cmd_validate(int argc, char **argv) {
         "Run the golden regression and inference parity checks and write one report; exit 0 "
         "only if every check that ran passed.",
         opts, 0, 0};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) {
-        if (rc == CLI_HELP_SHOWN || help) print_keys();
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) {
+        if (help) print_keys(); /* --help given, even beside a usage error */
         free(sets.v);
-        return rc == CLI_HELP_SHOWN ? 0 : rc;
+        return rc;
     }
-    free(pos);
     kiln_thresholds th;
     kiln_thresholds_default(&th);
     for (int i = 0; i < sets.n; i++) {

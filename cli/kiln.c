@@ -54,10 +54,8 @@ static void usage(FILE *f) {
 
 int cmd_version(int argc, char **argv) {
     static const cli_spec spec = {"kiln version", "Print the version of kiln and libkiln.", NULL, 0, 0};
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) return rc == CLI_HELP_SHOWN ? 0 : rc;
-    free(pos);
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     printf("kiln %s\n", kiln_version());
     return 0;
 }

@@ -155,3 +155,14 @@ out:
     *npos = n;
     return rc;
 }
+
+bool cli_parse_args(const cli_spec *spec, int argc, char **argv, const char **args, int *status) {
+    char **pos;
+    int npos, rc = cli_parse(spec, argc, argv, &pos, &npos);
+    *status = rc == CLI_HELP_SHOWN ? 0 : rc;
+    if (rc) return false;
+    for (int i = 0; i < spec->max_pos; i++)
+        args[i] = i < npos ? pos[i] : NULL;
+    free(pos);
+    return true;
+}

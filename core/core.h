@@ -155,6 +155,9 @@ char *kiln_json_canonical(const json_t *j);
 /* Pretty (2-space indent, sorted keys, 15 significant digits for reals, trailing newline),
  * written atomically: for documents people read (cards, reports). */
 kiln_err kiln_json_write_file(const char *path, const json_t *j);
+/* The bytes kiln_json_write_file writes, *len of them; caller frees. NULL when out of
+ * memory, with no message set: the caller names what it was encoding. */
+char *kiln_json_document(const json_t *j, size_t *len);
 
 /* ---- time --------------------------------------------------------------------- */
 

@@ -31,21 +31,29 @@ char *kiln_json_canonical(const json_t *j) {
     return s;
 }
 
-kiln_err kiln_json_write_file(const char *path, const json_t *j) {
+char *kiln_json_document(const json_t *j, size_t *len) {
     /* Documents for people: 15 significant digits print 0.003 as 0.003, not
      * 0.0030000000000000001. Values that must survive exactly live in safetensors
      * metadata or canonical JSON, which keep 17. */
     char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
-    if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", path);
+    if (!s) return NULL;
     size_t n = strlen(s);
     char *t = realloc(s, n + 2);
     if (!t) {
         free(s);
-        return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", path);
+        return NULL;
     }
     t[n] = '\n';
     t[n + 1] = 0;
-    kiln_err rc = kiln_write_file_atomic(path, t, n + 1);
+    *len = n + 1;
+    return t;
+}
+
+kiln_err kiln_json_write_file(const char *path, const json_t *j) {
+    size_t n;
+    char *t = kiln_json_document(j, &n);
+    if (!t) return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", path);
+    kiln_err rc = kiln_write_file_atomic(path, t, n);
     free(t);
     return rc;
 }

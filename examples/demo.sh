@@ -69,7 +69,7 @@ tail -3 resume.log
 say "the run: config, progress, metrics, events"
 printf '$ kiln runs show run1 --events 5\n'
 "$KILN" runs show run1 --events 5 >show.txt
-grep -v '^  "' show.txt | head -30 | tidy
+sed '/^config/,/^}/c\config      { ... the full training config (JSON), trimmed here ... }' show.txt | head -30 | tidy
 
 say "a second run without the interruption is bitwise the same"
 "$KILN" train --data market.safetensors --run-dir run1b 2>/dev/null

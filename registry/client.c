@@ -766,6 +766,16 @@ out:
 
 /* ---- the public API (include/kiln.h) ---- */
 
+void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->model, sizeof out->model, "%s", r->model);
+    snprintf(out->version, sizeof out->version, "%s", r->version);
+    snprintf(out->channel, sizeof out->channel, "%s", r->channel);
+    memcpy(out->digest, r->digest, sizeof out->digest);
+    out->size = r->size;
+    out->seq = r->seq;
+}
+
 kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
     KILN_FAIL_IF(!o || !o->registry, KILN_ERR_USAGE, "kiln_pull needs options with a registry URL");
     kiln_registry_client_opts c = {.url = o->registry, .token = o->token, .retries = -1};
@@ -773,14 +783,6 @@ kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
         .ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
     kiln_registry_pulled r;
     kiln_err rc = kiln_registry_pull(&c, &p, &r);
-    if (rc == KILN_OK && result) {
-        memset(result, 0, sizeof *result);
-        snprintf(result->model, sizeof result->model, "%s", r.model);
-        snprintf(result->version, sizeof result->version, "%s", r.version);
-        snprintf(result->channel, sizeof result->channel, "%s", r.channel);
-        memcpy(result->digest, r.digest, sizeof result->digest);
-        result->size = r.size;
-        result->seq = r.seq;
-    }
+    if (rc == KILN_OK && result) reg_pull_result(&r, result);
     return rc;
 }

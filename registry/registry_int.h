@@ -117,6 +117,9 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
 /* Remove a tree without following symlinks (best effort: cleanup paths). NULL is fine. */
 void reg_rmtree(const char *path);
 
+/* The public kiln_pull_result (include/kiln.h) of a pull: kiln_pull's and kiln_watch's. */
+void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out);
+
 /* ---- small shared pieces (store.c) ---- */
 
 /* "sha256:<64 hex>" -> hex (65 bytes); false if not of that form. */

@@ -2,7 +2,6 @@
  * the runtime, and swap it in for the service only once all of that worked. Models are
  * reference counted so that streams on the old one finish on it. */
 #include <errno.h>
-#include <ftw.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,15 +30,10 @@ struct kiln_watch {
     char *last_record; /* the text of the record in service */
 };
 
-static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 static void slot_free(slot *s) {
     if (!s) return;
     kiln_model_free(s->m);
-    if (s->dir) nftw(s->dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    reg_rmtree(s->dir);
     free(s->dir);
     free(s);
 }
@@ -50,7 +44,7 @@ static kiln_err load_next(kiln_watch *w, kiln_pull_result *res, slot **s) {
     uint64_t gen = w->gen + 1;
     char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)gen);
     if (!dir) return KILN_ERR_NOMEM;
-    nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); /* left by an earlier failed attempt */
+    reg_rmtree(dir); /* left by an earlier failed attempt */
     kiln_registry_pull_opts p = {.ref = w->ref, .trust = w->trust, .out = dir, .state = w->state};
     kiln_registry_pulled r;
     kiln_model *m = NULL;
@@ -62,7 +56,7 @@ static kiln_err load_next(kiln_watch *w, kiln_pull_result *res, slot **s) {
     }
     if (rc) {
         kiln_model_free(m);
-        nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        reg_rmtree(dir);
         free(dir);
         return rc;
     }
@@ -70,13 +64,7 @@ static kiln_err load_next(kiln_watch *w, kiln_pull_result *res, slot **s) {
     (*s)->gen = gen;
     (*s)->refs = 1;
     (*s)->dir = dir;
-    memset(res, 0, sizeof *res);
-    snprintf(res->model, sizeof res->model, "%s", r.model);
-    snprintf(res->version, sizeof res->version, "%s", r.version);
-    snprintf(res->channel, sizeof res->channel, "%s", r.channel);
-    memcpy(res->digest, r.digest, sizeof res->digest);
-    res->size = r.size;
-    res->seq = r.seq;
+    reg_pull_result(&r, res);
     return KILN_OK;
 }
 

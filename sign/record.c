@@ -290,23 +290,11 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label,
     KILN_TRY(kiln_json_parse(buf, len, label, &j));
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !json_is_object(j), KILN_ERR_FORMAT, "'%s': not a JSON object", label);
-    const char *k;
-    json_t *v;
-    json_object_foreach(j, k, v) {
-        bool ok = false;
-        for (const char *const *a = top; *a; a++)
-            ok = ok || !strcmp(k, *a);
-        KILN_CHECK_IF(rc, out, !ok, KILN_ERR_FORMAT, "'%s': unknown field '%s'", label, k);
-    }
+    KILN_CHECK(rc, out, sign_only_fields(j, top, label, NULL));
     const json_t *b = json_object_get(j, "record");
     KILN_CHECK_IF(rc, out, !json_is_object(b), KILN_ERR_FORMAT, "'%s': 'record' must be an object",
                   label);
-    json_object_foreach((json_t *)b, k, v) {
-        bool ok = false;
-        for (const char *const *a = body; *a; a++)
-            ok = ok || !strcmp(k, *a);
-        KILN_CHECK_IF(rc, out, !ok, KILN_ERR_FORMAT, "'%s': record: unknown field '%s'", label, k);
-    }
+    KILN_CHECK(rc, out, sign_only_fields(b, body, label, "record"));
     for (const char *const *a = body; *a; a++) {
         const json_t *f = json_object_get(b, *a);
         bool isint = !strcmp(*a, "seq");
@@ -413,20 +401,9 @@ kiln_err kiln_sign_record_text(const kiln_sign_record *r, char **text, size_t *l
     json_t *top;
     KILN_TRY(record_file_json(r, "channel record", &top));
     /* What kiln_json_write_file writes, so that a saved file and this text are the same bytes. */
-    char *s = json_dumps(top, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_ENCODE_ANY |
-                                  JSON_REAL_PRECISION(15));
+    *text = kiln_json_document(top, len);
     json_decref(top);
-    KILN_FAIL_IF(!s, KILN_ERR_NOMEM, "out of memory encoding a channel record");
-    size_t n = strlen(s);
-    char *t = realloc(s, n + 2);
-    if (!t) {
-        free(s);
-        return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding a channel record");
-    }
-    t[n] = '\n';
-    t[n + 1] = 0;
-    *text = t;
-    *len = n + 1;
+    KILN_FAIL_IF(!*text, KILN_ERR_NOMEM, "out of memory encoding a channel record");
     return KILN_OK;
 }
 

@@ -71,6 +71,12 @@ kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig
  * should a caller hand in JSON built otherwise. */
 const char *sign_json_str(const json_t *j);
 
+/* Every member of obj must be one of allowed (NULL-terminated): KILN_ERR_FORMAT
+ * "'label': where: unknown field 'k'" otherwise, or "'label': unknown field 'k'" when
+ * where is NULL. */
+kiln_err sign_only_fields(const json_t *obj, const char *const *allowed, const char *label,
+                          const char *where);
+
 /* The key of the policy that made sig and holds role; KILN_ERR_VERIFY (naming the
  * signature and the key id) when the policy does not know it or it lacks the role. */
 kiln_err sign_trust_signer(const kiln_sign_trust *t, const kiln_sign_sig *sig, int role,

@@ -50,16 +50,17 @@ bool kiln_sign_name_ok(const char *s) {
     return true;
 }
 
-/* Every member of obj must be one of allowed; where names the object in messages. */
-static kiln_err only_fields(const json_t *obj, const char *const *allowed, const char *label,
-                            const char *where) {
+kiln_err sign_only_fields(const json_t *obj, const char *const *allowed, const char *label,
+                          const char *where) {
     const char *k;
     json_t *v;
     json_object_foreach((json_t *)obj, k, v) {
         bool ok = false;
         for (const char *const *a = allowed; *a; a++)
             ok = ok || !strcmp(k, *a);
-        KILN_FAIL_IF(!ok, KILN_ERR_FORMAT, "'%s': %s: unknown field '%s'", label, where, k);
+        KILN_FAIL_IF(!ok && where, KILN_ERR_FORMAT, "'%s': %s: unknown field '%s'", label, where,
+                     k);
+        KILN_FAIL_IF(!ok, KILN_ERR_FORMAT, "'%s': unknown field '%s'", label, k);
     }
     return KILN_OK;
 }
@@ -81,7 +82,7 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
     char where[64];
     snprintf(where, sizeof where, "keys[%zu]", i);
     KILN_FAIL_IF(!json_is_object(k), KILN_ERR_FORMAT, "'%s': %s is not an object", label, where);
-    KILN_TRY(only_fields(k, fields, label, where));
+    KILN_TRY(sign_only_fields(k, fields, label, where));
     const char *name = sign_json_str(json_object_get(k, "name"));
     const char *pub = sign_json_str(json_object_get(k, "pubkey"));
     const json_t *rl = json_object_get(k, "roles");
@@ -152,7 +153,7 @@ static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char 
         snprintf(where, sizeof where, "channel '%s'", name);
         KILN_FAIL_IF(!json_is_object(v), KILN_ERR_FORMAT, "'%s': %s is not an object", label,
                      where);
-        KILN_TRY(only_fields(v, fields, label, where));
+        KILN_TRY(sign_only_fields(v, fields, label, where));
         const json_t *th = json_object_get(v, "threshold");
         KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT,
                      "'%s': %s: 'threshold' must be an integer", label, where);
@@ -207,7 +208,7 @@ kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
     t->label = kiln_strdup(label);
     KILN_CHECK_IF(rc, out, !t->label, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !json_is_object(j), KILN_ERR_FORMAT, "'%s': not a JSON object", label);
-    KILN_CHECK(rc, out, only_fields(j, fields, label, "top level"));
+    KILN_CHECK(rc, out, sign_only_fields(j, fields, label, "top level"));
     const char *fmt = sign_json_str(json_object_get(j, "format"));
     KILN_CHECK_IF(rc, out, !fmt || strcmp(fmt, TRUST_FORMAT) != 0, KILN_ERR_FORMAT,
                   "'%s': 'format' must be \"" TRUST_FORMAT "\"", label);

@@ -4,7 +4,6 @@
  * signature, a trusted comment or a public key, each named in the message. */
 #include <archive.h>
 #include <archive_entry.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include "export.h"
 #include "sign.h"
 #include "test.h"
+#include "testutil.h"
 
 /* ---- fixture: keys, a policy, model directories, archives --------------------------- */
 
@@ -24,13 +24,8 @@ typedef struct fx {
 
 static bool fx_init(fx *f) {
     memset(f, 0, sizeof *f);
-    for (int i = 0; i < NKEYS; i++) {
-        kiln_sign_pubkey pk;
-        if (kiln_sign_seckey_generate(&f->sk[i]) != KILN_OK ||
-            kiln_sign_seckey_pubkey(f->sk[i], &pk) != KILN_OK)
-            return false;
-        kiln_sign_pubkey_base64(&pk, f->b64[i]);
-    }
+    for (int i = 0; i < NKEYS; i++)
+        if (!kiln_test_keypair(&f->sk[i], f->b64[i])) return false;
     return true;
 }
 
@@ -55,31 +50,22 @@ static kiln_sign_trust *policy(const fx *f, const char *extra, const char *alice
     return t;
 }
 
-static void put(const char *dir, const char *rel, const char *text) {
-    char *p = kiln_path_join(dir, rel), *d = kiln_dirname(p);
-    kiln_mkdir_p(d);
-    FILE *fp = fopen(p, "wb");
-    if (fp) {
-        fputs(text, fp);
-        fclose(fp);
-    }
-    free(d);
-    free(p);
-}
-
 enum { VAL_NONE, VAL_PASSED, VAL_FAILED };
 
 /* A small model directory; caller frees the path. */
 static char *model_dir(const char *name, int validation) {
     char *dir = kiln_test_path(name);
     kiln_mkdir_p(dir);
-    put(dir, "model.safetensors", "weights, any bytes will do");
-    put(dir, "card.json",
+    kiln_test_put(dir, "model.safetensors", "weights, any bytes will do");
+    kiln_test_put(
+        dir, "card.json",
         "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
         "\"step\":40}}");
-    put(dir, "golden/set-0.bin", "golden rows\n");
-    if (validation == VAL_PASSED) put(dir, "validation.json", "{\"passed\":true,\"cases\":3}");
-    if (validation == VAL_FAILED) put(dir, "validation.json", "{\"passed\":false,\"cases\":3}");
+    kiln_test_put(dir, "golden/set-0.bin", "golden rows\n");
+    if (validation == VAL_PASSED)
+        kiln_test_put(dir, "validation.json", "{\"passed\":true,\"cases\":3}");
+    if (validation == VAL_FAILED)
+        kiln_test_put(dir, "validation.json", "{\"passed\":false,\"cases\":3}");
     return dir;
 }
 
@@ -112,41 +98,21 @@ static char *sign_by(const fx *f, const char *archive, const int *keys, bool all
     return all;
 }
 
-static bool msg_has(const char *a, const char *b) {
-    return strstr(kiln_errmsg(), a) != NULL && (!b || strstr(kiln_errmsg(), b) != NULL);
-}
-
-/* The sorted names in the test directory, joined (caller frees). */
-static char *listing(void) {
-    struct dirent **list;
-    int n = scandir(kiln_test_dir(), &list, NULL, alphasort);
-    if (n < 0) return kiln_strdup("?");
-    size_t cap = 1;
-    for (int i = 0; i < n; i++)
-        cap += strlen(list[i]->d_name) + 1;
-    char *s = calloc(cap, 1);
-    for (int i = 0; i < n; i++) {
-        if (s) strcat(strcat(s, list[i]->d_name), "\n");
-        free(list[i]);
-    }
-    free(list);
-    return s;
-}
-
 /* Verification must fail with want, the message holding what (and the subject, if any),
  * and leave nothing behind: no output directory, no temporary directory. */
 static void refused(const char *archive, const char *sigs, const kiln_sign_trust *t, kiln_err want,
                     const char *what, const char *subject, const char *descr) {
-    char *out = kiln_test_path("verified"), *before = listing();
+    char *out = kiln_test_path("verified"), *before = kiln_test_listing(kiln_test_dir());
     kiln_sign_archive_report rep;
     kiln_err rc = kiln_sign_verify_archive(archive, sigs, sigs ? strlen(sigs) : 0, "a.kiln.minisig",
                                            t, out, &rep);
-    char *after = listing();
+    char *after = kiln_test_listing(kiln_test_dir());
     char buf[256];
     snprintf(buf, sizeof buf, "%s: refused", descr);
     if (!CHECK(buf, rc == want)) fprintf(stderr, "    rc %d: %s\n", rc, kiln_errmsg());
     snprintf(buf, sizeof buf, "%s: message names '%s'", descr, what);
-    if (!CHECK(buf, msg_has(what, subject))) fprintf(stderr, "    message: %s\n", kiln_errmsg());
+    if (!CHECK(buf, kiln_test_msg_has(what, subject)))
+        fprintf(stderr, "    message: %s\n", kiln_errmsg());
     snprintf(buf, sizeof buf, "%s: nothing left behind", descr);
     CHECK(buf, before && after && !strcmp(before, after) && !kiln_path_exists(out));
     CHECK("no files claimed checked", !rep.files_checked);
@@ -245,7 +211,8 @@ KILN_TEST(archive_sign_trust_release_threshold) {
         kiln_errclear();
         t = policy(&f, bad[i].extra, NULL);
         CHECK("refused", t == NULL);
-        if (!CHECK("message names the file and the problem", msg_has("trust.json", bad[i].want)))
+        if (!CHECK("message names the file and the problem",
+                   kiln_test_msg_has("trust.json", bad[i].want)))
             fprintf(stderr, "    case %zu: %s\n", i, kiln_errmsg());
         kiln_sign_trust_free(t);
     }
@@ -276,7 +243,8 @@ KILN_TEST(archive_sign_comment_strict) {
         kiln_sign_archive_info info;
         kiln_err rc = tc ? kiln_sign_archive_comment_parse(tc, "x.minisig", &info) : KILN_ERR_NOMEM;
         CHECK("refused", rc == KILN_ERR_FORMAT);
-        if (!CHECK("message names the source and the problem", msg_has("x.minisig", bad[i].want)))
+        if (!CHECK("message names the source and the problem",
+                   kiln_test_msg_has("x.minisig", bad[i].want)))
             fprintf(stderr, "    case %zu: %s\n", i, kiln_errmsg());
         free(tc);
     }
@@ -308,7 +276,7 @@ KILN_TEST(archive_sign_unvalidated) {
         kiln_err rc = kiln_sign_archive(f.sk[ALICE], ar, false, &text, NULL);
         CHECK("refused without allow-unvalidated", rc == KILN_ERR_VERIFY && text == NULL);
         CHECK("message names the archive and why",
-              msg_has(ar, why[i]) && msg_has("--allow-unvalidated", NULL));
+              kiln_test_msg_has(ar, why[i]) && kiln_test_msg_has("--allow-unvalidated", NULL));
         CHECK("no signature file written", !kiln_path_exists(sigpath));
         kiln_sign_archive_info info;
         rc = kiln_sign_archive(f.sk[ALICE], ar, true, &text, &info);
@@ -384,7 +352,8 @@ KILN_TEST(archive_sign_signers_and_threshold) {
     CHECK("appending a second signature by the same key is refused",
           kiln_sign_archive_sigs_add(one, strlen(one), "m.kiln.minisig", one, &again) ==
                   KILN_ERR_CONFLICT &&
-              again == NULL && msg_has("m.kiln.minisig", "has signed this archive already"));
+              again == NULL &&
+              kiln_test_msg_has("m.kiln.minisig", "has signed this archive already"));
 
     /* Keys outside the release role or the policy. */
     char *eve = sign_by(&f, ar, (const int[]){EVE, -1}, false);
@@ -418,7 +387,8 @@ KILN_TEST(archive_sign_signers_and_threshold) {
 
     /* An existing output directory is refused and left alone. */
     rc = kiln_sign_verify_archive(ar, one, strlen(one), "sig", t1, out, &rep);
-    CHECK("existing --out refused", rc == KILN_ERR_CONFLICT && msg_has(out, "exists already") &&
+    CHECK("existing --out refused", rc == KILN_ERR_CONFLICT &&
+                                        kiln_test_msg_has(out, "exists already") &&
                                         kiln_manifest_verify_dir(m, out) == KILN_OK);
 out:
     kiln_manifest_free(m);
@@ -444,17 +414,17 @@ KILN_TEST(archive_sign_sigs_file_strict) {
     size_t n = 9;
     CHECK("empty file refused",
           kiln_sign_archive_sigs_parse("", 0, "s.minisig", &s, &n) == KILN_ERR_FORMAT &&
-              msg_has("s.minisig", "empty") && s == NULL && n == 0);
+              kiln_test_msg_has("s.minisig", "empty") && s == NULL && n == 0);
     char *five = kiln_asprintf("%suntrusted comment: x\n", one);
     CHECK("a truncated second block names it",
           kiln_sign_archive_sigs_parse(five, strlen(five), "s.minisig", &s, &n) ==
                   KILN_ERR_FORMAT &&
-              msg_has("'s.minisig': signature 2, line 2", "missing"));
+              kiln_test_msg_has("'s.minisig': signature 2, line 2", "missing"));
     char *blank = kiln_asprintf("%s\n%s", one, one);
     CHECK("a blank line between blocks is refused",
           kiln_sign_archive_sigs_parse(blank, strlen(blank), "s.minisig", &s, &n) ==
                   KILN_ERR_FORMAT &&
-              msg_has("signature 2, line 1", NULL));
+              kiln_test_msg_has("signature 2, line 1", NULL));
     size_t len = strlen(one), many = KILN_SIGN_ARCHIVE_MAX_SIGS + 1;
     char *big = malloc(len * many + 1);
     for (size_t i = 0; big && i < many; i++)
@@ -463,7 +433,7 @@ KILN_TEST(archive_sign_sigs_file_strict) {
           big &&
               kiln_sign_archive_sigs_parse(big, len * many, "s.minisig", &s, &n) ==
                   KILN_ERR_LIMIT &&
-              msg_has("s.minisig", "more than 32 signatures"));
+              kiln_test_msg_has("s.minisig", "more than 32 signatures"));
     CHECK("the limit itself parses",
           big &&
               kiln_sign_archive_sigs_parse(big, len * (many - 1), "s.minisig", &s, &n) == KILN_OK &&
@@ -471,14 +441,14 @@ KILN_TEST(archive_sign_sigs_file_strict) {
     kiln_sign_archive_sigs_free(s, n);
     /* A signature of another archive cannot be appended to this one's file. */
     char *dir2 = model_dir("m2", VAL_PASSED);
-    put(dir2, "golden/set-0.bin", "other rows\n");
+    kiln_test_put(dir2, "golden/set-0.bin", "other rows\n");
     char *ar2 = pack(dir2, "m2.kiln", NULL);
     char *other = ar2 ? sign_by(&f, ar2, (const int[]){BOB, -1}, false) : NULL, *joined = NULL;
     CHECK("another archive's signature refused",
           other &&
               kiln_sign_archive_sigs_add(one, strlen(one), "m.kiln.minisig", other, &joined) ==
                   KILN_ERR_CONFLICT &&
-              joined == NULL && msg_has("m.kiln.minisig", "signs another archive"));
+              joined == NULL && kiln_test_msg_has("m.kiln.minisig", "signs another archive"));
     free(five);
     free(blank);
     free(big);
@@ -522,12 +492,13 @@ KILN_TEST(archive_sign_tamper) {
      *    release keys: the signatures and comments pass; unpacking names the file. */
     char *dir2 = kiln_test_path("m-tampered");
     kiln_mkdir_p(dir2);
-    put(dir2, "model.safetensors", "weights, any bytes will do");
-    put(dir2, "card.json",
+    kiln_test_put(dir2, "model.safetensors", "weights, any bytes will do");
+    kiln_test_put(
+        dir2, "card.json",
         "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
         "\"step\":40}}");
-    put(dir2, "golden/set-0.bin", "golden rowz\n"); /* one byte */
-    put(dir2, "validation.json", "{\"passed\":true,\"cases\":3}");
+    kiln_test_put(dir2, "golden/set-0.bin", "golden rowz\n"); /* one byte */
+    kiln_test_put(dir2, "validation.json", "{\"passed\":true,\"cases\":3}");
     char *bad = kiln_test_path("bad.kiln"), *bad_sig = NULL;
     if (CHECK("repacked with the original manifest",
               write_archive(bad, m->text, m->text_len, m, dir2))) {

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "test.h"
+#include "testutil.h"
 #include "train.h"
 
 static bool has(const char *needle) {
@@ -26,16 +27,6 @@ static char *raw_dataset(const char *file, kiln_dtype fdt, int fndim, const int6
     if (!rc) rc = kiln_st_writer_write(w, p);
     kiln_st_writer_free(w);
     return p;
-}
-
-static bool same_file(const char *a, const char *b) {
-    char *x = NULL, *y = NULL;
-    size_t lx, ly;
-    bool ok = !kiln_read_file(a, 1u << 30, &x, &lx) && !kiln_read_file(b, 1u << 30, &y, &ly) &&
-              lx == ly && !memcmp(x, y, lx);
-    free(x);
-    free(y);
-    return ok;
 }
 
 KILN_TEST(data_round_trip) {
@@ -195,7 +186,7 @@ KILN_TEST(data_write_refuses_bad_input_and_keeps_the_old_file) {
                                  has(p) && has("lists 1 names"));
     CHECK("zero rows refused",
           kiln_dataset_write(p, 0, 2, 1, f, t, NULL) == KILN_ERR_USAGE && has(p));
-    CHECK("old file intact", same_file(p, copy));
+    CHECK("old file intact", kiln_test_same_file(p, copy));
     json_decref(cols);
     free(p);
     free(copy);
@@ -275,8 +266,8 @@ KILN_TEST(data_synth_is_deterministic) {
     CHECK("first", synth(7, 3000, 6, 3, "a.safetensors", NULL, &a) == KILN_OK);
     CHECK("second", synth(7, 3000, 6, 3, "b.safetensors", NULL, &b) == KILN_OK);
     CHECK("other seed", synth(8, 3000, 6, 3, "c.safetensors", NULL, &c) == KILN_OK);
-    CHECK("same seed, same bytes", same_file(a, b));
-    CHECK("other seed, other bytes", !same_file(a, c));
+    CHECK("same seed, same bytes", kiln_test_same_file(a, b));
+    CHECK("other seed, other bytes", !kiln_test_same_file(a, c));
     kiln_dataset *da = NULL, *dc = NULL;
     if (CHECK("opens",
               kiln_dataset_open(a, &da) == KILN_OK && kiln_dataset_open(c, &dc) == KILN_OK)) {
@@ -458,7 +449,7 @@ KILN_TEST(data_import_csv) {
         if (!CHECK(bad[i].want[0][0] ? bad[i].want[1][0] ? bad[i].want[1] : bad[i].want[0] : "?",
                    ok))
             fprintf(stderr, "    case %zu: rc %d: %s\n", i, rc, kiln_errmsg());
-        CHECK("existing output left intact", same_file(keep, p));
+        CHECK("existing output left intact", kiln_test_same_file(keep, p));
     }
     char *nofile = kiln_test_path("absent.csv"), *o = kiln_test_path("x.safetensors");
     const char *f[1] = {"a"}, *t[1] = {"b"};

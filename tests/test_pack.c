@@ -15,6 +15,7 @@
 
 #include "export.h"
 #include "test.h"
+#include "testutil.h"
 
 int kiln_fuzz_manifest(const uint8_t *data, size_t size); /* tests/fuzz/manifest.c */
 
@@ -26,27 +27,14 @@ int kiln_fuzz_manifest(const uint8_t *data, size_t size); /* tests/fuzz/manifest
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static void put(const char *dir, const char *rel, const char *text) {
-    char *p = kiln_path_join(dir, rel);
-    char *d = kiln_dirname(p);
-    kiln_mkdir_p(d);
-    FILE *f = fopen(p, "wb");
-    if (f) {
-        fputs(text, f);
-        fclose(f);
-    }
-    free(d);
-    free(p);
-}
-
 /* A small model directory; the caller frees the path. */
 static char *model_dir(const char *name, bool validation) {
     char *dir = kiln_test_path(name);
     kiln_mkdir_p(dir);
-    put(dir, "model.safetensors", "not really safetensors");
-    put(dir, "card.json", CARD_KAT);
-    put(dir, "golden/x.bin", "golden\n");
-    if (validation) put(dir, "validation.json", "{\"passed\":false}");
+    kiln_test_put(dir, "model.safetensors", "not really safetensors");
+    kiln_test_put(dir, "card.json", CARD_KAT);
+    kiln_test_put(dir, "golden/x.bin", "golden\n");
+    if (validation) kiln_test_put(dir, "validation.json", "{\"passed\":false}");
     return dir;
 }
 
@@ -56,36 +44,6 @@ static char *slurp(const char *path, size_t *len) {
     if (kiln_read_file(path, 1u << 30, &buf, &n) != KILN_OK) return NULL;
     if (len) *len = n;
     return buf;
-}
-
-static bool same_file(const char *a, const char *b) {
-    size_t la, lb;
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
-    bool same = x && y && la == lb && memcmp(x, y, la) == 0;
-    free(x);
-    free(y);
-    return same;
-}
-
-/* The sorted names in a directory, joined by '\n' (caller frees). */
-static char *names(const char *dir) {
-    struct dirent **list;
-    int n = scandir(dir, &list, NULL, alphasort);
-    if (n < 0) return kiln_strdup("?");
-    size_t cap = 1;
-    for (int i = 0; i < n; i++)
-        cap += strlen(list[i]->d_name) + 1;
-    char *s = calloc(cap, 1);
-    for (int i = 0; i < n; i++) {
-        if (s) strcat(strcat(s, list[i]->d_name), "\n");
-        free(list[i]);
-    }
-    free(list);
-    return s;
-}
-
-static bool msg_has(const char *a, const char *b) {
-    return strstr(kiln_errmsg(), a) != NULL && (!b || strstr(kiln_errmsg(), b) != NULL);
 }
 
 /* ---- hostile archives, written with libarchive --------------------------------- */
@@ -154,23 +112,23 @@ static void hw_close(struct archive *a) {
  * nothing in the test directory. */
 static void refused(const char *archive, kiln_err want, const char *what, const char *descr) {
     char *out = kiln_test_path("out");
-    char *before = names(kiln_test_dir());
+    char *before = kiln_test_listing(kiln_test_dir());
     kiln_manifest *m = NULL;
     kiln_err rc = kiln_archive_unpack(archive, out, NULL, &m);
-    char *after = names(kiln_test_dir());
+    char *after = kiln_test_listing(kiln_test_dir());
     char buf[256];
     snprintf(buf, sizeof buf, "%s: refused", descr);
     CHECK(buf, rc == want);
     snprintf(buf, sizeof buf, "%s: message names the archive and '%s'", descr, what);
-    CHECK(buf, msg_has(archive, what));
+    CHECK(buf, kiln_test_msg_has(archive, what));
     snprintf(buf, sizeof buf, "%s: nothing left behind", descr);
     CHECK(buf, before && after && !strcmp(before, after) && !kiln_path_exists(out));
     CHECK("no manifest returned on failure", m == NULL);
     /* kiln_archive_check (verify without unpacking) refuses it the same way, writing nothing. */
     rc = kiln_archive_check(archive, NULL, &m);
-    char *after_check = names(kiln_test_dir());
+    char *after_check = kiln_test_listing(kiln_test_dir());
     snprintf(buf, sizeof buf, "%s: check refuses it as unpack does", descr);
-    CHECK(buf, rc == want && msg_has(archive, what) && m == NULL);
+    CHECK(buf, rc == want && kiln_test_msg_has(archive, what) && m == NULL);
     snprintf(buf, sizeof buf, "%s: check writes nothing", descr);
     CHECK(buf, before && after_check && !strcmp(before, after_check));
     free(after_check);
@@ -214,7 +172,8 @@ KILN_TEST(pack_names_and_times) {
           kiln_export_parse_time("2001-02-29T00:00:00Z", &t) == KILN_ERR_FORMAT);
     CHECK("rfc3339: zone required",
           kiln_export_parse_time("2001-02-01T00:00:00", &t) == KILN_ERR_FORMAT);
-    CHECK("rfc3339: message quotes the text", msg_has("'2001-02-01T00:00:00'", "RFC 3339"));
+    CHECK("rfc3339: message quotes the text",
+          kiln_test_msg_has("'2001-02-01T00:00:00'", "RFC 3339"));
     CHECK("rfc3339: junk after",
           kiln_export_parse_time("2001-02-01T00:00:00Zx", &t) == KILN_ERR_FORMAT);
 }
@@ -304,7 +263,7 @@ KILN_TEST(pack_reproducible) {
     CHECK("second pack", kiln_archive_pack(dir, "kat", "1.0", a2, d2, NULL) == KILN_OK);
     umask(old);
     CHECK("same digest", !memcmp(d1, d2, sizeof d1));
-    CHECK("same bytes", same_file(a1, a2));
+    CHECK("same bytes", kiln_test_same_file(a1, a2));
     CHECK("digest is the file's",
           kiln_sha256_file(a1, df) == KILN_OK && !memcmp(df, d1, sizeof df));
     check_headers(a1, 1767319445);
@@ -317,18 +276,18 @@ KILN_TEST(pack_reproducible) {
 static void pack_refused(const char *dir, const char *name, const char *version, kiln_err want,
                          const char *what, const char *what2, const char *descr) {
     char *out = kiln_test_path("out.kiln");
-    put(kiln_test_dir(), "out.kiln", "previous archive");
+    kiln_test_put(kiln_test_dir(), "out.kiln", "previous archive");
     char buf[256];
     snprintf(buf, sizeof buf, "%s: refused", descr);
     CHECK(buf, kiln_archive_pack(dir, name, version, out, NULL, NULL) == want);
     snprintf(buf, sizeof buf, "%s: message names '%s'", descr, what);
-    CHECK(buf, msg_has(what, what2));
+    CHECK(buf, kiln_test_msg_has(what, what2));
     size_t n = 0;
     char *b = slurp(out, &n);
     snprintf(buf, sizeof buf, "%s: existing output intact", descr);
     CHECK(buf, b && n == 16 && !memcmp(b, "previous archive", 16));
     free(b);
-    char *listing = names(kiln_test_dir());
+    char *listing = kiln_test_listing(kiln_test_dir());
     CHECK("no temporary file left", listing && !strstr(listing, ".tmp"));
     free(listing);
     free(out);
@@ -349,40 +308,40 @@ KILN_TEST(pack_refuses) {
     unlink(p);
     free(p);
     p = kiln_path_join(dir, "golden/bad name");
-    put(dir, "golden/bad name", "x");
+    kiln_test_put(dir, "golden/bad name", "x");
     pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "golden/bad name", "not allowed", "odd file name");
     unlink(p);
     free(p);
     pack_refused(dir, "Bad", "1", KILN_ERR_USAGE, "name 'Bad'", NULL, "bad name");
     pack_refused(dir, "x", "../1", KILN_ERR_USAGE, "version '../1'", NULL, "bad version");
-    put(dir, "manifest.json", "{}");
+    kiln_test_put(dir, "manifest.json", "{}");
     pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "manifest.json", "reserved", "reserved name");
     p = kiln_path_join(dir, "manifest.json");
     unlink(p);
     free(p);
-    put(dir, "validation.json", "{\"passed\":\"yes\"}");
+    kiln_test_put(dir, "validation.json", "{\"passed\":\"yes\"}");
     pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "validation.json", "passed",
                  "verdict not a boolean");
     p = kiln_path_join(dir, "validation.json");
     unlink(p);
     free(p);
-    put(dir, "card.json", "{\"lineage\":{}}");
+    kiln_test_put(dir, "card.json", "{\"lineage\":{}}");
     pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "card.json", "created", "card without created");
-    put(dir, "card.json", "{\"created\":\"yesterday\",\"lineage\":{}}");
+    kiln_test_put(dir, "card.json", "{\"created\":\"yesterday\",\"lineage\":{}}");
     pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "card.json", "RFC 3339", "card with a bad time");
-    put(dir, "card.json", "{\"created\":\"2026-01-01T00:00:00Z\"}");
+    kiln_test_put(dir, "card.json", "{\"created\":\"2026-01-01T00:00:00Z\"}");
     pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "card.json", "lineage", "card without lineage");
     p = kiln_path_join(dir, "card.json");
     unlink(p);
     pack_refused(dir, "x", "1", KILN_ERR_NOTFOUND, "no card.json", NULL, "missing card");
-    put(dir, "card.json", CARD_KAT);
+    kiln_test_put(dir, "card.json", CARD_KAT);
     unlink(q);
     pack_refused(dir, "x", "1", KILN_ERR_NOTFOUND, "no model.safetensors", NULL, "missing weights");
-    put(dir, "model.safetensors", "w");
+    kiln_test_put(dir, "model.safetensors", "w");
     char *inside = kiln_path_join(dir, "golden/out.kiln");
     CHECK("output inside the model directory refused",
           kiln_archive_pack(dir, "x", "1", inside, NULL, NULL) == KILN_ERR_USAGE &&
-              msg_has("inside", NULL));
+              kiln_test_msg_has("inside", NULL));
     CHECK("and nothing written there", !kiln_path_exists(inside));
     free(inside);
     free(p);
@@ -411,7 +370,7 @@ KILN_TEST(pack_unpack_roundtrip_and_tamper) {
                           "manifest.json"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(rels); i++) {
         char *src = kiln_path_join(dir, rels[i]), *dst = kiln_path_join(out, rels[i]);
-        if (i < 4) CHECK("file content identical", same_file(src, dst));
+        if (i < 4) CHECK("file content identical", kiln_test_same_file(src, dst));
         /* Flip one byte in place: the check must fail and name this file. */
         int fd = open(dst, O_RDWR);
         char c = 0;
@@ -420,7 +379,7 @@ KILN_TEST(pack_unpack_roundtrip_and_tamper) {
         CHECK("tamper", pwrite(fd, &c, 1, 0) == 1);
         kiln_err rc = kiln_manifest_verify_dir(pm, out);
         CHECK("tampered file fails the check", rc == KILN_ERR_VERIFY);
-        CHECK("message names the file", msg_has(rels[i], "differs"));
+        CHECK("message names the file", kiln_test_msg_has(rels[i], "differs"));
         c ^= 1;
         CHECK("restore", pwrite(fd, &c, 1, 0) == 1);
         close(fd);
@@ -428,9 +387,9 @@ KILN_TEST(pack_unpack_roundtrip_and_tamper) {
         free(src);
         free(dst);
     }
-    put(out, "golden/extra.bin", "x");
+    kiln_test_put(out, "golden/extra.bin", "x");
     CHECK("extra file fails", kiln_manifest_verify_dir(pm, out) == KILN_ERR_VERIFY &&
-                                  msg_has("golden/extra.bin", "not in the manifest"));
+                                  kiln_test_msg_has("golden/extra.bin", "not in the manifest"));
     char *p = kiln_path_join(out, "golden/extra.bin");
     unlink(p);
     free(p);
@@ -438,15 +397,16 @@ KILN_TEST(pack_unpack_roundtrip_and_tamper) {
     char *moved = kiln_test_path("x.bin");
     rename(p, moved);
     CHECK("missing file fails", kiln_manifest_verify_dir(pm, out) == KILN_ERR_VERIFY &&
-                                    msg_has("golden/x.bin", "missing"));
+                                    kiln_test_msg_has("golden/x.bin", "missing"));
     symlink(moved, p);
     CHECK("symlink in place of a file fails",
           kiln_manifest_verify_dir(pm, out) == KILN_ERR_VERIFY &&
-              msg_has("golden/x.bin", "symlink"));
+              kiln_test_msg_has("golden/x.bin", "symlink"));
     free(p);
     free(moved);
     CHECK("unpack onto an existing directory refused",
-          kiln_archive_unpack(ar, out, NULL, NULL) == KILN_ERR_CONFLICT && msg_has(out, "exists"));
+          kiln_archive_unpack(ar, out, NULL, NULL) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has(out, "exists"));
     CHECK("the existing directory is untouched", kiln_path_exists(out));
 out:
     kiln_manifest_free(pm);
@@ -480,7 +440,7 @@ KILN_TEST(pack_inspect) {
     m = NULL;
     card = NULL;
     CHECK("changed card refused", kiln_archive_inspect(bad, &m, &card) == KILN_ERR_VERIFY &&
-                                      msg_has("entry 'card.json'", "sha256 differs"));
+                                      kiln_test_msg_has("entry 'card.json'", "sha256 differs"));
     CHECK("nothing returned", !m && !card);
     CHECK("not an archive refused", kiln_archive_read_manifest(dir, &m) != KILN_OK && !m);
     kiln_manifest_free(good);
@@ -601,10 +561,11 @@ KILN_TEST(pack_hostile_archives) {
     refused(ar, KILN_ERR_LIMIT, "more than 10000 entries", "100000 entries");
 
     /* Garbage, and an empty file. */
-    put(kiln_test_dir(), "g.kiln", "this is not an archive at all, not even close to one.");
+    kiln_test_put(kiln_test_dir(), "g.kiln",
+                  "this is not an archive at all, not even close to one.");
     char *g = kiln_test_path("g.kiln");
     refused(g, KILN_ERR_FORMAT, "g.kiln", "garbage");
-    put(kiln_test_dir(), "g.kiln", "");
+    kiln_test_put(kiln_test_dir(), "g.kiln", "");
     refused(g, KILN_ERR_FORMAT, "g.kiln", "empty file");
     free(g);
 out:
@@ -622,17 +583,17 @@ KILN_TEST(pack_unpack_limits) {
           lim.max_total_bytes == 64ull << 30 && lim.max_entries == 10000 && lim.max_path == 255);
     lim.max_entries = 4; /* manifest + 4 files = 5 */
     CHECK("entry limit", kiln_archive_unpack(ar, out, &lim, NULL) == KILN_ERR_LIMIT &&
-                             msg_has("more than 4 entries", NULL));
+                             kiln_test_msg_has("more than 4 entries", NULL));
     kiln_archive_limits_default(&lim);
     lim.max_path = 16; /* manifest.json 13, golden/x.bin 12, model.safetensors 17 */
     CHECK("path limit", kiln_archive_unpack(ar, out, &lim, NULL) == KILN_ERR_LIMIT &&
-                            msg_has("entry 'model.safetensors': path of 17 bytes", NULL));
+                            kiln_test_msg_has("entry 'model.safetensors': path of 17 bytes", NULL));
     kiln_archive_limits_default(&lim);
     lim.max_total_bytes = 200; /* manifest alone is longer */
     CHECK("size limit", kiln_archive_unpack(ar, out, &lim, NULL) == KILN_ERR_LIMIT &&
-                            msg_has("past the limit of 200", NULL));
+                            kiln_test_msg_has("past the limit of 200", NULL));
     CHECK("nothing left behind", !kiln_path_exists(out));
-    char *listing = names(kiln_test_dir());
+    char *listing = kiln_test_listing(kiln_test_dir());
     CHECK("no temporary directory left", listing && !strstr(listing, ".unpack-"));
     free(listing);
     lim.max_total_bytes = 2000;
@@ -703,7 +664,7 @@ KILN_TEST(pack_manifest_parse_strict) {
         kiln_err rc = kiln_manifest_parse(t, strlen(t), "edited.json", &x);
         char buf[160];
         snprintf(buf, sizeof buf, "refused: %s", edits[i].to);
-        CHECK(buf, rc != KILN_OK && !x && msg_has("edited.json", edits[i].what));
+        CHECK(buf, rc != KILN_OK && !x && kiln_test_msg_has("edited.json", edits[i].what));
         kiln_manifest_free(x);
         x = NULL;
         free(t);

@@ -15,6 +15,7 @@
 
 #include "registry_int.h"
 #include "test.h"
+#include "testutil.h"
 
 /* ---- helpers ---- */
 
@@ -500,14 +501,6 @@ typedef struct fixture {
     uint16_t port;
 } fixture;
 
-static bool fx_key(kiln_sign_seckey **sk, char b64[KILN_SIGN_PUBKEY_B64]) {
-    kiln_sign_pubkey pk;
-    if (kiln_sign_seckey_generate(sk) != KILN_OK || kiln_sign_seckey_pubkey(*sk, &pk) != KILN_OK)
-        return false;
-    kiln_sign_pubkey_base64(&pk, b64);
-    return true;
-}
-
 static bool fx_start(fixture *f) {
     if (f->srv) kiln_registry_server_stop(f->srv, 1000);
     kiln_registry_server_opts o = {
@@ -526,7 +519,8 @@ static bool fx_init(fixture *f) {
     snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
     char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64],
         s[KILN_SIGN_PUBKEY_B64];
-    if (!fx_key(&f->rel, r) || !fx_key(&f->p1, a) || !fx_key(&f->p2, b) || !fx_key(&f->stranger, s))
+    if (!kiln_test_keypair(&f->rel, r) || !kiln_test_keypair(&f->p1, a) ||
+        !kiln_test_keypair(&f->p2, b) || !kiln_test_keypair(&f->stranger, s))
         return false;
     char *t = kiln_asprintf(
         "{\"format\":\"kiln-trust/1\",\"keys\":["
@@ -574,22 +568,19 @@ static bool fx_sign(kiln_sign_seckey *sk, const char *archive, bool allow_unvali
     return ok;
 }
 
-/* Pack a model directory whose weights are `content` as demo@version and sign it with sk;
- * returns the archive's path (caller frees) and its digest in hex. */
-static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk,
-                        char hex[KILN_SHA256_HEX]) {
-    char name[64];
-    snprintf(name, sizeof name, "model-%s-%s", version, content);
+/* Make the model directory `name` in the test directory (weights and card_text), pack it
+ * as demo@version into name.kiln and sign that with sk; returns the archive's path (caller
+ * frees) and its digest in hex. */
+static char *fx_pack_signed(const char *name, const void *weights, size_t len,
+                            const char *card_text, const char *version, kiln_sign_seckey *sk,
+                            char hex[KILN_SHA256_HEX]) {
     char *dir = kiln_test_path(name), *path = kiln_asprintf("%s.kiln", dir ? dir : ""),
          *w = kiln_path_join(dir ? dir : "", "model.safetensors"),
          *card = kiln_path_join(dir ? dir : "", "card.json");
-    const char *card_text =
-        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
-        "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
     uint8_t digest[KILN_SHA256_BYTES];
     kiln_manifest *m = NULL;
     bool ok = dir && path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
-              kiln_write_file_atomic(w, content, strlen(content)) == KILN_OK &&
+              kiln_write_file_atomic(w, weights, len) == KILN_OK &&
               kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
               kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK;
     if (ok) {
@@ -605,6 +596,18 @@ static char *fx_archive(const char *content, const char *version, kiln_sign_seck
         return NULL;
     }
     return path;
+}
+
+/* An archive whose weights are the text `content` (a model directory named after it). */
+static char *fx_archive(const char *content, const char *version, kiln_sign_seckey *sk,
+                        char hex[KILN_SHA256_HEX]) {
+    char name[64];
+    snprintf(name, sizeof name, "model-%s-%s", version, content);
+    return fx_pack_signed(
+        name, content, strlen(content),
+        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
+        "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}",
+        version, sk, hex);
 }
 
 /* A channel record's text signed by the given keys (NULL-terminated). */
@@ -657,6 +660,19 @@ static bool fx_inject(const fixture *f, const char *channel, const char *version
     }
     reg_db_close(db);
     return ok;
+}
+
+/* The count(*) a query over the registry's database returns; -1 when it cannot run. */
+static int fx_count(const fixture *f, const char *sql) {
+    sqlite3 *db;
+    int n = -1;
+    if (reg_db_open(f->root, &db) != KILN_OK) return n;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    reg_db_close(db);
+    return n;
 }
 
 static kiln_err fx_pull(const fixture *f, const char *ref, const char *out) {
@@ -753,19 +769,9 @@ KILN_TEST(registry_publish_promote_pull) {
           fx_pull(&f, "demo@1.1.0", out3) == KILN_OK && file_is(out3, "model.safetensors", "two"));
 
     /* The audit log has one row per change. */
-    sqlite3 *db;
-    int n = -1;
-    if (reg_db_open(f.root, &db) == KILN_OK) {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(
-                db, "SELECT count(*) FROM audit WHERE action IN ('publish','promote','rollback')",
-                -1, &st, NULL) == SQLITE_OK &&
-            sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int(st, 0);
-        sqlite3_finalize(st);
-        reg_db_close(db);
-    }
-    CHECK("audit: 2 publishes, 3 staging records, 1 production", n == 6);
+    CHECK("audit: 2 publishes, 3 staging records, 1 production",
+          fx_count(&f, "SELECT count(*) FROM audit WHERE action IN "
+                       "('publish','promote','rollback')") == 6);
     size_t problems = 9;
     kiln_registry_server_stop(f.srv, 1000);
     f.srv = NULL;
@@ -917,17 +923,7 @@ KILN_TEST(registry_sigkill_mid_upload) {
     waitpid(pid, NULL, 0);
     close(s);
     /* Nothing visible, nothing left over. */
-    sqlite3 *db;
-    int n = -1;
-    if (reg_db_open(f.root, &db) == KILN_OK) {
-        sqlite3_stmt *st;
-        if (sqlite3_prepare_v2(db, "SELECT count(*) FROM versions", -1, &st, NULL) == SQLITE_OK &&
-            sqlite3_step(st) == SQLITE_ROW)
-            n = sqlite3_column_int(st, 0);
-        sqlite3_finalize(st);
-        reg_db_close(db);
-    }
-    CHECK("no version is visible", n == 0);
+    CHECK("no version is visible", fx_count(&f, "SELECT count(*) FROM versions") == 0);
     size_t problems = 9;
     CHECK("fsck is clean",
           kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
@@ -1073,30 +1069,13 @@ static char *fx_model_archive(const char *vector, const char *version, kiln_sign
     size_t len = 0;
     char *a = NULL;
     if (src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK) {
-        /* fx_archive takes a string: the vector files hold no NUL-free text, so write them
-         * through a directory of their own. */
         char name[64];
         snprintf(name, sizeof name, "vec-%s", version);
-        char *dir = kiln_test_path(name),
-             *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
-             *card = dir ? kiln_path_join(dir, "card.json") : NULL,
-             *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL;
-        const char *card_text =
+        a = fx_pack_signed(
+            name, data, len,
             "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
-            "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
-        uint8_t digest[KILN_SHA256_BYTES];
-        kiln_manifest *m = NULL;
-        if (dir && w && card && path && kiln_mkdir_p(dir) == KILN_OK &&
-            kiln_write_file_atomic(w, data, len) == KILN_OK &&
-            kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
-            kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK &&
-            fx_sign(sk, path, true)) {
-            kiln_hex(digest, sizeof digest, hex);
-            a = path;
-            path = NULL;
-        }
-        kiln_manifest_free(m);
-        free(dir), free(w), free(card), free(path);
+            "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}",
+            version, sk, hex);
     }
     free(src);
     free(data);
@@ -1265,7 +1244,7 @@ KILN_TEST(registry_archive_policy) {
     kiln_sign_pubkey_base64(&pk, k_rel);
     keys = keys && kiln_sign_seckey_pubkey(f.p1, &pk) == KILN_OK;
     kiln_sign_pubkey_base64(&pk, k_p1);
-    keys = keys && fx_key(&rel2, k_rel2) && fx_key(&rel3, k_rel3);
+    keys = keys && kiln_test_keypair(&rel2, k_rel2) && kiln_test_keypair(&rel3, k_rel3);
     /* The server: two distinct release keys, no unvalidated archives. */
     if (!CHECK("policies",
                keys &&

@@ -5,6 +5,7 @@
 
 #include "sign.h"
 #include "test.h"
+#include "testutil.h"
 
 #define NKEYS 4 /* 0: release+promote, 1 and 2: promote, 3: release only */
 
@@ -16,13 +17,8 @@ typedef struct fixture {
 
 static bool fixture_init(fixture *f) {
     memset(f, 0, sizeof *f);
-    for (int i = 0; i < NKEYS; i++) {
-        kiln_sign_pubkey pk;
-        if (kiln_sign_seckey_generate(&f->sk[i]) != KILN_OK ||
-            kiln_sign_seckey_pubkey(f->sk[i], &pk) != KILN_OK)
-            return false;
-        kiln_sign_pubkey_base64(&pk, f->b64[i]);
-    }
+    for (int i = 0; i < NKEYS; i++)
+        if (!kiln_test_keypair(&f->sk[i], f->b64[i])) return false;
     char *json = kiln_asprintf(
         "{\"format\": \"kiln-trust/1\", \"keys\": ["
         "{\"name\": \"alice\", \"pubkey\": \"%s\", \"roles\": [\"release\", \"promote\"]},"
