@@ -49,7 +49,8 @@ endif
 # The libFuzzer build (make fuzz): instrumented for coverage and ASan+UBSan; clang's
 # warnings are not gcc's, so they do not stop it.
 ifneq ($(FUZZ),)
-CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -Wno-error
+CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+          -Wno-error
 LDFLAGS += -fsanitize=address,undefined
 endif
 
