@@ -156,7 +156,8 @@ const char *reg_bearer_token(const char *h);
 /* X-Kiln-Signature: base64 (original alphabet) of a .minisig text with no NUL byte. *out
  * is the decoded text, NUL-terminated, *len its length (caller frees *out). */
 kiln_err reg_sig_decode(const char *b64, char **out, size_t *len);
-/* The body of an error answer, {"error":"msg"} (caller frees); NULL if it cannot be made. */
+/* The body of an error answer, {"error":"msg"} (caller frees), bytes of msg that are not
+ * UTF-8 shown as '?'; NULL only when out of memory. */
 char *reg_error_body(const char *msg);
 /* GET /v1/audit's query: after (an id, default 0) and limit (1 to 10000, default 1000);
  * either may be NULL. */

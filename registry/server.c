@@ -114,6 +114,16 @@ static enum MHD_Result send_json(struct MHD_Connection *c, req *r, unsigned stat
 
 char *reg_error_body(const char *msg) {
     json_t *j = json_pack("{s:s}", "error", msg);
+    if (!j) {
+        /* Request bytes quoted in the message that are not UTF-8 (a name, a header): JSON
+         * cannot carry them, so they go out as '?' rather than the answer being dropped. */
+        char *clean = kiln_strdup(msg);
+        if (!clean) return NULL;
+        for (char *p = clean; *p; p++)
+            if ((unsigned char)*p >= 0x80) *p = '?';
+        j = json_pack("{s:s}", "error", clean);
+        free(clean);
+    }
     char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
     json_decref(j);
     return s;

@@ -325,6 +325,9 @@ KILN_TEST(registry_server_auth) {
               http(port, "GET", malformed[i], NULL, NULL, NULL, &r) == 400);
     CHECK("an encoded slash never changes the route",
           http(port, "GET", "/v1/models/m%2Fversions%2F1", NULL, NULL, NULL, &r) == 400);
+    CHECK("a name that is not UTF-8: 400 with a JSON message",
+          http(port, "GET", "/v1/models/a%FFb", NULL, NULL, NULL, &r) == 400 &&
+              strstr(r.body, "{\"error\":\"model name 'a?b'"));
     CHECK("versions table survives", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200);
     CHECK("unknown model: 404", http(port, "GET", "/v1/models/nope", NULL, NULL, NULL, &r) == 404);
     CHECK("unknown route: 404", http(port, "GET", "/v2/x", NULL, NULL, NULL, &r) == 404);
