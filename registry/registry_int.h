@@ -146,8 +146,9 @@ enum reg_route {
  * KILN_REGISTRY_NAME_MAX). Names are not validated here. */
 int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bool *bad);
 /* A Range header against a blob of size bytes: "bytes=START-", "bytes=START-END" or
- * "bytes=-SUFFIX" (one range); false when unsatisfiable or malformed. On success
- * start <= end < size. */
+ * "bytes=-SUFFIX", one range of decimal digits (RFC 9110; no sign, space or list); an END
+ * or SUFFIX past the end means "to the end". False when unsatisfiable or malformed. On
+ * success start <= end < size. */
 bool reg_range_parse(const char *h, uint64_t size, uint64_t *start, uint64_t *end);
 /* A Content-Length value; false if malformed. */
 bool reg_length_parse(const char *s, uint64_t *out);

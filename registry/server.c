@@ -528,29 +528,40 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     return send_json(c, r, 200, json_pack("{s:o}", "entries", arr));
 }
 
+/* 1*DIGIT at s; *v saturates at UINT64_MAX, which lies past the end of any blob. */
+static bool digits_u64(const char *s, const char **after, uint64_t *v) {
+    const char *p = s;
+    uint64_t x = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        x = x > (UINT64_MAX - d) / 10 ? UINT64_MAX : x * 10 + d;
+    }
+    *after = p;
+    *v = x;
+    return p != s;
+}
+
+/* RFC 9110 14.1.2, one range of digits only: a first position past the end is
+ * unsatisfiable; a last position or a suffix past the end (of any length) means "to the end". */
 bool reg_range_parse(const char *h, uint64_t size, uint64_t *start, uint64_t *end) {
-    if (strncmp(h, "bytes=", 6) != 0) return false;
+    if (strncmp(h, "bytes=", 6) != 0 || size == 0) return false;
     const char *p = h + 6;
-    char *e;
+    uint64_t a, b;
     if (*p == '-') { /* the last N bytes */
-        errno = 0;
-        unsigned long long n = strtoull(p + 1, &e, 10);
-        if (errno || e == p + 1 || *e || n == 0 || size == 0) return false;
-        *start = n >= size ? 0 : size - n;
+        if (!digits_u64(p + 1, &p, &b) || *p || b == 0) return false;
+        *start = b >= size ? 0 : size - b;
         *end = size - 1;
         return true;
     }
-    errno = 0;
-    unsigned long long a = strtoull(p, &e, 10);
-    if (errno || e == p || *e != '-') return false;
-    p = e + 1;
-    unsigned long long b = size ? size - 1 : 0;
+    if (!digits_u64(p, &p, &a) || *p != '-' || a >= size) return false;
+    p++;
+    b = size - 1;
     if (*p) {
-        b = strtoull(p, &e, 10);
-        if (errno || *e) return false;
-        if (b >= size) b = size - 1;
+        uint64_t last;
+        if (!digits_u64(p, &p, &last) || *p) return false;
+        if (last < b) b = last;
     }
-    if (a >= size || a > b) return false;
+    if (a > b) return false;
     *start = a;
     *end = b;
     return true;
