@@ -150,7 +150,7 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
  * or SUFFIX past the end means "to the end". False when unsatisfiable or malformed. On
  * success start <= end < size. */
 bool reg_range_parse(const char *h, uint64_t size, uint64_t *start, uint64_t *end);
-/* A Content-Length value; false if malformed. */
+/* A Content-Length value: decimal digits only, below 2^64 - 1; false otherwise. */
 bool reg_length_parse(const char *s, uint64_t *out);
 /* The token of an Authorization header "Bearer <token>", or NULL. */
 const char *reg_bearer_token(const char *h);

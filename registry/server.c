@@ -568,10 +568,11 @@ bool reg_range_parse(const char *h, uint64_t size, uint64_t *start, uint64_t *en
 }
 
 bool reg_length_parse(const char *s, uint64_t *out) {
-    char *e;
-    errno = 0;
-    unsigned long long n = strtoull(s, &e, 10);
-    if (errno || e == s || *e) return false;
+    const char *e;
+    uint64_t n;
+    /* 1*DIGIT (RFC 9110 8.6): strtoull would take a sign or leading space; a saturated
+     * value did not fit. */
+    if (!digits_u64(s, &e, &n) || *e || n == UINT64_MAX) return false;
     *out = n;
     return true;
 }
@@ -860,8 +861,9 @@ static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connecti
             c, r, 422,
             "this registry has no trust policy (serve --trust); it accepts no channel records");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    uint64_t n;
     if (!cl) return send_error(c, r, 411, "a channel record needs a Content-Length");
+    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
     if (n > REG_RECORD_MAX)
         return send_error(c, r, 413, "a channel record is at most %u bytes", REG_RECORD_MAX);
     r->rec = kiln_malloc(REG_RECORD_MAX + 1);
