@@ -30,7 +30,7 @@ static void answerable(void) {
 
 static void encode(char *out, size_t cap, const char *s) {
     size_t k = 0;
-    for (; *s && k + 4 < cap; s++) {
+    for (; *s && k + 3 < cap; s++) {
         unsigned char c = (unsigned char)*s;
         if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
             c == '.' || c == '_' || c == '-' || c == '~') {
