@@ -49,7 +49,8 @@ endif
 # The libFuzzer build (make fuzz): instrumented for coverage and ASan+UBSan; clang's
 # warnings are not gcc's, so they do not stop it.
 ifneq ($(FUZZ),)
-CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer -Wno-error
+CFLAGS += -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
+          -Wno-error
 LDFLAGS += -fsanitize=address,undefined
 endif
 
@@ -208,7 +209,7 @@ fuzz:
 	  $(BUILD)/fuzz/fuzz-$$t -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	    -artifact_prefix=$(BUILD)/fuzz/crashes/$$t- $(BUILD)/fuzz/corpus/$$t tests/fuzz/corpus/$$t \
 	    > $(BUILD)/fuzz/$$t.log 2>&1; \
-	  grep -E '^(#[0-9]+ +DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==ERROR|SUMMARY)' \
+	  grep -E '^(#[0-9]+[[:space:]]+DONE|stat::number_of_executed_units|stat::peak_rss_mb|==[0-9]+==ERROR|SUMMARY)' \
 	    $(BUILD)/fuzz/$$t.log; \
 	  if ls $(BUILD)/fuzz/crashes/$$t-* >/dev/null 2>&1; then \
 	    echo "FAIL fuzz $$t: see $(BUILD)/fuzz/crashes/ and $(BUILD)/fuzz/$$t.log"; fail=1; fi; \

@@ -125,4 +125,46 @@ void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out);
 /* "sha256:<64 hex>" -> hex (65 bytes); false if not of that form. */
 bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]);
 
+/* ---- request parsing (server.c): every piece that reads request bytes, exposed for
+ * tests/fuzz/http.c ---- */
+
+enum reg_route {
+    REG_R_NONE,
+    REG_R_HEALTH,
+    REG_R_METRICS,
+    REG_R_MODELS,
+    REG_R_MODEL,
+    REG_R_VERSION,
+    REG_R_CHANNEL,
+    REG_R_HISTORY,
+    REG_R_BLOB,
+    REG_R_AUDIT,
+    REG_R_COUNT
+};
+
+/* Route a raw (still percent-encoded) request path; the query is ignored. Each segment is
+ * decoded on its own, so an encoded '/' stays inside a name. seg receives the model (seg[0]),
+ * the version or channel (seg[1]) and a blob's digest (seg[2]). REG_R_NONE with *bad set
+ * when the path is malformed (bad escape, NUL, too many segments, a name over
+ * KILN_REGISTRY_NAME_MAX). Names are not validated here. */
+int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bool *bad);
+/* A Range header against a blob of size bytes: "bytes=START-", "bytes=START-END" or
+ * "bytes=-SUFFIX", one range of decimal digits (RFC 9110; no sign, space or list); an END
+ * or SUFFIX past the end means "to the end". False when unsatisfiable or malformed. On
+ * success start <= end < size. */
+bool reg_range_parse(const char *h, uint64_t size, uint64_t *start, uint64_t *end);
+/* A Content-Length value: decimal digits only, below 2^64 - 1; false otherwise. */
+bool reg_length_parse(const char *s, uint64_t *out);
+/* The token of an Authorization header "Bearer <token>", or NULL. */
+const char *reg_bearer_token(const char *h);
+/* X-Kiln-Signature: base64 (original alphabet) of a .minisig text with no NUL byte. *out
+ * is the decoded text, NUL-terminated, *len its length (caller frees *out). */
+kiln_err reg_sig_decode(const char *b64, char **out, size_t *len);
+/* The body of an error answer, {"error":"msg"} (caller frees), bytes of msg that are not
+ * UTF-8 shown as '?'; NULL only when out of memory. */
+char *reg_error_body(const char *msg);
+/* GET /v1/audit's query: after (an id, default 0) and limit (1 to 10000, default 1000);
+ * either may be NULL. */
+void reg_audit_args(const char *after, const char *limit, int64_t *a, int64_t *l);
+
 #endif

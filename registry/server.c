@@ -18,31 +18,17 @@
 
 #include "registry_int.h"
 
-enum route {
-    R_NONE,
-    R_HEALTH,
-    R_METRICS,
-    R_MODELS,
-    R_MODEL,
-    R_VERSION,
-    R_CHANNEL,
-    R_HISTORY,
-    R_BLOB,
-    R_AUDIT,
-    R_COUNT
-};
-
-static const char *const route_label[R_COUNT] = {
-    [R_NONE] = "other",
-    [R_HEALTH] = "/healthz",
-    [R_METRICS] = "/metrics",
-    [R_MODELS] = "/v1/models",
-    [R_MODEL] = "/v1/models/{model}",
-    [R_VERSION] = "/v1/models/{model}/versions/{version}",
-    [R_CHANNEL] = "/v1/models/{model}/channels/{channel}",
-    [R_HISTORY] = "/v1/models/{model}/channels/{channel}/history",
-    [R_BLOB] = "/v1/blobs/sha256/{digest}",
-    [R_AUDIT] = "/v1/audit",
+static const char *const route_label[REG_R_COUNT] = {
+    [REG_R_NONE] = "other",
+    [REG_R_HEALTH] = "/healthz",
+    [REG_R_METRICS] = "/metrics",
+    [REG_R_MODELS] = "/v1/models",
+    [REG_R_MODEL] = "/v1/models/{model}",
+    [REG_R_VERSION] = "/v1/models/{model}/versions/{version}",
+    [REG_R_CHANNEL] = "/v1/models/{model}/channels/{channel}",
+    [REG_R_HISTORY] = "/v1/models/{model}/channels/{channel}/history",
+    [REG_R_BLOB] = "/v1/blobs/sha256/{digest}",
+    [REG_R_AUDIT] = "/v1/audit",
 };
 
 #define N_BUCKETS 8
@@ -126,6 +112,23 @@ static enum MHD_Result send_json(struct MHD_Connection *c, req *r, unsigned stat
     return send_buf(c, r, status, s, strlen(s), "application/json");
 }
 
+char *reg_error_body(const char *msg) {
+    json_t *j = json_pack("{s:s}", "error", msg);
+    if (!j) {
+        /* Request bytes quoted in the message that are not UTF-8 (a name, a header): JSON
+         * cannot carry them, so they go out as '?' rather than the answer being dropped. */
+        char *clean = kiln_strdup(msg);
+        if (!clean) return NULL;
+        for (char *p = clean; *p; p++)
+            if ((unsigned char)*p >= 0x80) *p = '?';
+        j = json_pack("{s:s}", "error", clean);
+        free(clean);
+    }
+    char *s = j ? json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return s;
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
                                   const char *fmt, ...) KILN_PRINTF(4, 5);
 static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
@@ -135,7 +138,9 @@ static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned sta
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return send_json(c, r, status, json_pack("{s:s}", "error", msg));
+    char *body = reg_error_body(msg);
+    if (!body) return MHD_NO;
+    return send_buf(c, r, status, body, strlen(body), "application/json");
 }
 
 static unsigned status_of(kiln_err e) {
@@ -212,43 +217,43 @@ static int split_path(const char *url, char segs[MAX_SEGS][KILN_REGISTRY_NAME_MA
     return n;
 }
 
-static int match_route(const char *url, req *r, bool *bad) {
+int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bool *bad) {
     char s[MAX_SEGS][KILN_REGISTRY_NAME_MAX * 3 + 1];
     *bad = false;
     int n = split_path(url, s);
     if (n < 0) {
         *bad = true;
-        return R_NONE;
+        return REG_R_NONE;
     }
-    if (n == 1 && !strcmp(s[0], "healthz")) return R_HEALTH;
-    if (n == 1 && !strcmp(s[0], "metrics")) return R_METRICS;
-    if (n < 2 || strcmp(s[0], "v1")) return R_NONE;
-    int route = R_NONE;
+    if (n == 1 && !strcmp(s[0], "healthz")) return REG_R_HEALTH;
+    if (n == 1 && !strcmp(s[0], "metrics")) return REG_R_METRICS;
+    if (n < 2 || strcmp(s[0], "v1")) return REG_R_NONE;
+    int route = REG_R_NONE;
     if (n == 2 && !strcmp(s[1], "models"))
-        route = R_MODELS;
+        route = REG_R_MODELS;
     else if (n == 2 && !strcmp(s[1], "audit"))
-        route = R_AUDIT;
+        route = REG_R_AUDIT;
     else if (n == 4 && !strcmp(s[1], "blobs") && !strcmp(s[2], "sha256"))
-        route = R_BLOB;
+        route = REG_R_BLOB;
     else if (n >= 3 && !strcmp(s[1], "models")) {
         if (n == 3)
-            route = R_MODEL;
+            route = REG_R_MODEL;
         else if (n == 5 && !strcmp(s[3], "versions"))
-            route = R_VERSION;
+            route = REG_R_VERSION;
         else if (n == 5 && !strcmp(s[3], "channels"))
-            route = R_CHANNEL;
+            route = REG_R_CHANNEL;
         else if (n == 6 && !strcmp(s[3], "channels") && !strcmp(s[5], "history"))
-            route = R_HISTORY;
+            route = REG_R_HISTORY;
     }
-    if (route == R_NONE) return R_NONE;
+    if (route == REG_R_NONE) return REG_R_NONE;
     /* Names are checked where they are used; longer ones are malformed here. */
-    const char *a = route == R_BLOB ? s[3] : n >= 3 ? s[2] : "", *b = n >= 5 ? s[4] : "";
+    const char *a = route == REG_R_BLOB ? s[3] : n >= 3 ? s[2] : "", *b = n >= 5 ? s[4] : "";
     if (strlen(a) > KILN_REGISTRY_NAME_MAX || strlen(b) > KILN_REGISTRY_NAME_MAX) {
         *bad = true;
-        return R_NONE;
+        return REG_R_NONE;
     }
-    snprintf(r->seg[route == R_BLOB ? 2 : 0], sizeof r->seg[0], "%.64s", a);
-    snprintf(r->seg[1], sizeof r->seg[1], "%.64s", b);
+    snprintf(seg[route == REG_R_BLOB ? 2 : 0], sizeof seg[0], "%.64s", a);
+    snprintf(seg[1], sizeof seg[1], "%.64s", b);
     return route;
 }
 
@@ -285,11 +290,11 @@ static void count_request(kiln_registry_server *s, req *r) {
     }
     if (row) row->n++;
     double secs = (double)(kiln_now_ns() - r->t0) / 1e9;
-    if (r->route == R_BLOB && r->status / 100 == 2) {
+    if (r->route == REG_R_BLOB && r->status / 100 == 2) {
         s->bytes_served += r->body_bytes;
         hist_add(&s->download, secs);
     }
-    if (r->route == R_VERSION && !strcmp(r->method, "PUT") && r->status / 100 == 2)
+    if (r->route == REG_R_VERSION && !strcmp(r->method, "PUT") && r->status / 100 == 2)
         hist_add(&s->upload, secs);
     pthread_mutex_unlock(&s->mu);
 }
@@ -496,8 +501,8 @@ static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db)
 static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     const char *limit = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-    long long a = after ? strtoll(after, NULL, 10) : 0, l = limit ? strtoll(limit, NULL, 10) : 1000;
-    if (l <= 0 || l > 10000) l = 1000;
+    int64_t a, l;
+    reg_audit_args(after, limit, &a, &l);
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
@@ -523,33 +528,82 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     return send_json(c, r, 200, json_pack("{s:o}", "entries", arr));
 }
 
-/* "bytes=START-" or "bytes=START-END" (one range); false when unsatisfiable or malformed. */
-static bool parse_range(const char *h, uint64_t size, uint64_t *start, uint64_t *end) {
-    if (strncmp(h, "bytes=", 6) != 0) return false;
+/* 1*DIGIT at s; *v saturates at UINT64_MAX, which lies past the end of any blob. */
+static bool digits_u64(const char *s, const char **after, uint64_t *v) {
+    const char *p = s;
+    uint64_t x = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        unsigned d = (unsigned)(*p - '0');
+        x = x > (UINT64_MAX - d) / 10 ? UINT64_MAX : x * 10 + d;
+    }
+    *after = p;
+    *v = x;
+    return p != s;
+}
+
+/* RFC 9110 14.1.2, one range of digits only: a first position past the end is
+ * unsatisfiable; a last position or a suffix past the end (of any length) means "to the end". */
+bool reg_range_parse(const char *h, uint64_t size, uint64_t *start, uint64_t *end) {
+    if (strncmp(h, "bytes=", 6) != 0 || size == 0) return false;
     const char *p = h + 6;
-    char *e;
+    uint64_t a, b;
     if (*p == '-') { /* the last N bytes */
-        errno = 0;
-        unsigned long long n = strtoull(p + 1, &e, 10);
-        if (errno || e == p + 1 || *e || n == 0 || size == 0) return false;
-        *start = n >= size ? 0 : size - n;
+        if (!digits_u64(p + 1, &p, &b) || *p || b == 0) return false;
+        *start = b >= size ? 0 : size - b;
         *end = size - 1;
         return true;
     }
-    errno = 0;
-    unsigned long long a = strtoull(p, &e, 10);
-    if (errno || e == p || *e != '-') return false;
-    p = e + 1;
-    unsigned long long b = size ? size - 1 : 0;
+    if (!digits_u64(p, &p, &a) || *p != '-' || a >= size) return false;
+    p++;
+    b = size - 1;
     if (*p) {
-        b = strtoull(p, &e, 10);
-        if (errno || *e) return false;
-        if (b >= size) b = size - 1;
+        uint64_t last;
+        if (!digits_u64(p, &p, &last) || *p) return false;
+        if (last < b) b = last;
     }
-    if (a >= size || a > b) return false;
+    if (a > b) return false;
     *start = a;
     *end = b;
     return true;
+}
+
+bool reg_length_parse(const char *s, uint64_t *out) {
+    const char *e;
+    uint64_t n;
+    /* 1*DIGIT (RFC 9110 8.6): strtoull would take a sign or leading space; a saturated
+     * value did not fit. */
+    if (!digits_u64(s, &e, &n) || *e || n == UINT64_MAX) return false;
+    *out = n;
+    return true;
+}
+
+const char *reg_bearer_token(const char *h) {
+    return strncmp(h, "Bearer ", 7) == 0 ? h + 7 : NULL;
+}
+
+kiln_err reg_sig_decode(const char *b64, char **out, size_t *len) {
+    *out = NULL;
+    *len = 0;
+    size_t slen = strlen(b64);
+    char *buf = kiln_malloc(slen + 1);
+    if (!buf) return KILN_ERR_NOMEM;
+    size_t n = 0;
+    if (sodium_base642bin((unsigned char *)buf, slen, b64, slen, NULL, &n, NULL,
+                          sodium_base64_VARIANT_ORIGINAL) != 0 ||
+        memchr(buf, 0, n)) {
+        free(buf);
+        return kiln_fail(KILN_ERR_FORMAT, "X-Kiln-Signature is not base64 of a .minisig text");
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return KILN_OK;
+}
+
+void reg_audit_args(const char *after, const char *limit, int64_t *a, int64_t *l) {
+    *a = after ? strtoll(after, NULL, 10) : 0;
+    *l = limit ? strtoll(limit, NULL, 10) : 1000;
+    if (*l <= 0 || *l > 10000) *l = 1000;
 }
 
 static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
@@ -571,7 +625,7 @@ static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c
     unsigned status = 200;
     const char *range = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Range");
     if (range) {
-        if (!parse_range(range, size, &start, &end)) {
+        if (!reg_range_parse(range, size, &start, &end)) {
             close(fd);
             char *b =
                 kiln_asprintf("{\"error\":\"range not satisfiable for %" PRIu64 " bytes\"}", size);
@@ -656,13 +710,12 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
             c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     if (!cl) return send_error(c, r, 411, "an upload needs a Content-Length");
-    char *e;
-    errno = 0;
-    unsigned long long n = strtoull(cl, &e, 10);
-    if (errno || e == cl || *e) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
+    uint64_t n;
+    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
     if (n > s->max_upload)
         return send_error(c, r, 413,
-                          "archive of %llu bytes is larger than this registry's limit of %" PRIu64,
+                          "archive of %" PRIu64
+                          " bytes is larger than this registry's limit of %" PRIu64,
                           n, s->max_upload);
     const char *digest = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Digest");
     if (!digest || !reg_digest_hex(digest, r->hex))
@@ -673,13 +726,9 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     if (!slen || slen > REG_SIG_MAX * 2)
         return send_error(c, r, 400,
                           "an upload needs X-Kiln-Signature: the archive's .minisig, base64");
-    r->sig = kiln_malloc(slen + 1);
-    if (!r->sig) return MHD_NO;
-    if (sodium_base642bin((unsigned char *)r->sig, slen, sig, slen, NULL, &r->sig_len, NULL,
-                          sodium_base64_VARIANT_ORIGINAL) != 0 ||
-        memchr(r->sig, 0, r->sig_len))
-        return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
-    r->sig[r->sig_len] = 0;
+    kiln_err drc = reg_sig_decode(sig, &r->sig, &r->sig_len);
+    if (drc == KILN_ERR_NOMEM) return MHD_NO;
+    if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
     r->declared = n;
     kiln_err rc;
     char *have = stored_digest(db, r->seg[0], r->seg[1], &rc);
@@ -812,8 +861,9 @@ static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connecti
             c, r, 422,
             "this registry has no trust policy (serve --trust); it accepts no channel records");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    unsigned long long n = cl ? strtoull(cl, NULL, 10) : 0;
+    uint64_t n;
     if (!cl) return send_error(c, r, 411, "a channel record needs a Content-Length");
+    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
     if (n > REG_RECORD_MAX)
         return send_error(c, r, 413, "a channel record is at most %u bytes", REG_RECORD_MAX);
     r->rec = kiln_malloc(REG_RECORD_MAX + 1);
@@ -921,9 +971,9 @@ static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection 
         }
         return send_error(c, r, 401, "this request needs a token (Authorization: Bearer)");
     }
-    if (strncmp(h, "Bearer ", 7) != 0)
-        return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
-    kiln_err rc = reg_token_lookup(db, h + 7, &r->token_name, &r->scopes);
+    const char *token = reg_bearer_token(h);
+    if (!token) return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
+    kiln_err rc = reg_token_lookup(db, token, &r->token_name, &r->scopes);
     if (rc == KILN_ERR_AUTH) return send_error(c, r, 401, "unknown token");
     if (rc) return send_kiln_error(c, r, rc);
     if (!(r->scopes & need)) {
@@ -938,54 +988,54 @@ static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection 
 static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                   const char *url, const char *method) {
     bool bad;
-    r->route = match_route(url, r, &bad);
+    r->route = reg_route_match(url, r->seg, &bad);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
     if (bad) return send_error(c, r, 400, "malformed path");
-    if (r->route == R_NONE) return send_error(c, r, 404, "no such route");
-    if (r->route == R_HEALTH && get)
+    if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
+    if (r->route == REG_R_HEALTH && get)
         return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
-    bool writes = r->route == R_VERSION || r->route == R_CHANNEL;
+    bool writes = r->route == REG_R_VERSION || r->route == REG_R_CHANNEL;
     if (!get && !(put && writes))
         return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
     kiln_err rc = KILN_OK;
     if (r->seg[0][0] && (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
         return send_kiln_error(c, r, rc);
-    if (r->route == R_VERSION && (rc = kiln_registry_check_version(r->seg[1])) != KILN_OK)
+    if (r->route == REG_R_VERSION && (rc = kiln_registry_check_version(r->seg[1])) != KILN_OK)
         return send_kiln_error(c, r, rc);
-    if ((r->route == R_CHANNEL || r->route == R_HISTORY) &&
+    if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY) &&
         (rc = kiln_registry_check_name("channel", r->seg[1])))
         return send_kiln_error(c, r, rc);
     sqlite3 *db = NULL;
     if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
-    unsigned need = put ? (r->route == R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
-                    : r->route == R_AUDIT ? KILN_SCOPE_ADMIN
+    unsigned need = put ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
+                    : r->route == REG_R_AUDIT ? KILN_SCOPE_ADMIN
                                           : KILN_SCOPE_READ;
     bool ok;
     enum MHD_Result res = authorize(s, c, r, db, need, &ok);
     if (ok) {
         switch (r->route) {
-        case R_METRICS:
+        case REG_R_METRICS:
             res = do_metrics(s, c, r, db);
             break;
-        case R_MODELS:
+        case REG_R_MODELS:
             res = do_models(c, r, db);
             break;
-        case R_MODEL:
+        case REG_R_MODEL:
             res = do_model(c, r, db);
             break;
-        case R_VERSION:
+        case REG_R_VERSION:
             res = put ? upload_start(s, c, r, db) : do_version(c, r, db);
             break;
-        case R_CHANNEL:
+        case REG_R_CHANNEL:
             res = put ? record_start(s, c, r) : do_channel(c, r, db);
             break;
-        case R_HISTORY:
+        case REG_R_HISTORY:
             res = do_history(c, r, db);
             break;
-        case R_BLOB:
+        case REG_R_BLOB:
             res = do_blob(s, c, r);
             break;
-        case R_AUDIT:
+        case REG_R_AUDIT:
             res = do_audit(c, r, db);
             break;
         default:

@@ -326,6 +326,9 @@ KILN_TEST(registry_server_auth) {
               http(port, "GET", malformed[i], NULL, NULL, NULL, &r) == 400);
     CHECK("an encoded slash never changes the route",
           http(port, "GET", "/v1/models/m%2Fversions%2F1", NULL, NULL, NULL, &r) == 400);
+    CHECK("a name that is not UTF-8: 400 with a JSON message",
+          http(port, "GET", "/v1/models/a%FFb", NULL, NULL, NULL, &r) == 400 &&
+              strstr(r.body, "{\"error\":\"model name 'a?b'"));
     CHECK("versions table survives", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200);
     CHECK("unknown model: 404", http(port, "GET", "/v1/models/nope", NULL, NULL, NULL, &r) == 404);
     CHECK("unknown route: 404", http(port, "GET", "/v2/x", NULL, NULL, NULL, &r) == 404);
@@ -378,11 +381,21 @@ KILN_TEST(registry_download_range) {
     CHECK("range past the end: 416", http(port, "GET", path, NULL, NULL, range, &r) == 416);
     const char *garbage[] = {"Range: bytes=",        "Range: bytes=5-2",
                              "Range: bytes=-0",      "Range: items=1-2",
-                             "Range: bytes=1-2,4-5", "Range: bytes=99999999999999999999999-"};
+                             "Range: bytes=1-2,4-5", "Range: bytes=99999999999999999999999-",
+                             "Range: bytes=+1-2",    "Range: bytes=1--2",
+                             "Range: bytes=- 5"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(garbage); i++) {
         const char *g[] = {garbage[i], NULL};
         CHECK("a malformed range: 416", http(port, "GET", path, NULL, NULL, g, &r) == 416);
     }
+    snprintf(hdr, sizeof hdr, "Range: bytes=10-99999999999999999999999");
+    CHECK("an end past any size: to the end",
+          http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len > 100 &&
+              !memcmp(r.body, data + 10, 100));
+    snprintf(hdr, sizeof hdr, "Range: bytes=-99999999999999999999999");
+    CHECK("a suffix past any size: the whole blob",
+          http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len > 100 &&
+              !memcmp(r.body, data, 100));
     snprintf(hdr, sizeof hdr, "Range: bytes=-5");
     CHECK("the last 5 bytes", http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 5 &&
                                   !memcmp(r.body, data + n - 5, 5));
@@ -402,7 +415,8 @@ KILN_TEST(registry_download_range) {
     CHECK("resumed bytes are right", !strcmp(got, hex));
     resp m;
     char want[96];
-    snprintf(want, sizeof want, "kiln_registry_bytes_served_total %zu", 10 + 5 + (n - 1000));
+    snprintf(want, sizeof want, "kiln_registry_bytes_served_total %zu",
+             10 + (n - 10) + n + 5 + (n - 1000));
     /* The server counts a response when it completes, which may trail the client a little. */
     for (int i = 0; i < 100; i++) {
         http(port, "GET", "/metrics", NULL, NULL, NULL, &m);

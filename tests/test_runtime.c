@@ -651,3 +651,22 @@ KILN_TEST(runtime_threads_share_a_model) {
     }
     kiln_model_free(m);
 }
+
+/* Router logits that overflowed (a NaN or an infinity makes every softmax probability NaN)
+ * still give K distinct experts in range: the first K, in index order. Finite logits keep
+ * (p descending, index ascending). */
+KILN_TEST(runtime_route_nan) {
+    float p[4] = {1.0f, NAN, 3.0f, 2.0f};
+    int idx[3] = {-7, -7, -7};
+    float gate[3];
+    kiln_rt_route(p, 4, 3, idx, gate);
+    CHECK("a NaN logit: the first K experts", idx[0] == 0 && idx[1] == 1 && idx[2] == 2);
+    float q[4] = {1.0f, INFINITY, INFINITY, 2.0f};
+    idx[0] = idx[1] = idx[2] = -7;
+    kiln_rt_route(q, 4, 3, idx, gate);
+    CHECK("infinite logits: the first K experts", idx[0] == 0 && idx[1] == 1 && idx[2] == 2);
+    float r[4] = {0.5f, 2.0f, 2.0f, -1.0f};
+    kiln_rt_route(r, 4, 3, idx, gate);
+    CHECK("finite: p descending, ties to the lower index",
+          idx[0] == 1 && idx[1] == 2 && idx[2] == 0 && fabsf(gate[0] - gate[1]) < 1e-6f);
+}

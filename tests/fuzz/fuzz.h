@@ -7,6 +7,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "core.h"
 
@@ -14,5 +17,37 @@
 #define KILN_FUZZ_PUBKEY "RWSZOapHYy2q7zXTxbL987oMDpT8r5AkK2m4nBviI9hT6h4CWkywdCKn"
 /* What the seed signatures sign (shared/vectors/minisign/msg.txt). */
 #define KILN_FUZZ_MESSAGE "hello model\n"
+
+/* For readers that take a path: write the bytes to a new file $TMPDIR/kiln-fuzz-TAG-XXXXXX
+ * (unique per call) and return its path, or NULL if that failed. The caller unlinks it
+ * (kiln_fuzz_tmp_done) on every path. */
+static inline char *kiln_fuzz_tmp_write(const char *tag, const uint8_t *data, size_t size) {
+    const char *dir = getenv("TMPDIR");
+    char *path = kiln_asprintf("%s/kiln-fuzz-%s-XXXXXX", dir && *dir ? dir : "/tmp", tag);
+    if (!path) return NULL;
+    int fd = mkstemp(path);
+    if (fd < 0) {
+        free(path);
+        return NULL;
+    }
+    size_t off = 0;
+    while (off < size) {
+        ssize_t n = write(fd, data + off, size - off);
+        if (n <= 0) break;
+        off += (size_t)n;
+    }
+    close(fd);
+    if (off != size) {
+        unlink(path);
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+static inline void kiln_fuzz_tmp_done(char *path) {
+    if (path) unlink(path);
+    free(path);
+}
 
 #endif
