@@ -2,9 +2,12 @@
  * (KILN_HD, as core/philox.h), so that the same logits give the same experts, gates and
  * gradients, bit for bit, on either.
  *
- * The trainer's router (kernels/cpu/router.c, and one CUDA thread per token in
- * kernels/cuda/router.cu).
- */
+ * Two routers: the trainer's (kiln_route_train_*: kernels/cpu/router.c, and one CUDA thread
+ * per token in kernels/cuda/router.cu) and the runtime's (kiln_route_stream: runtime/forward.c
+ * and runtime/stream.c, and the device stream's tick in kernels/cuda/tick.cu). They choose
+ * alike but round differently (the runtime divides by the softmax's sum; the trainer
+ * multiplies by its inverse and keeps the log-sum-exp), and the outputs of each are pinned
+ * bit for bit by their tests, so the two stay two. */
 #ifndef KILN_ROUTE_H
 #define KILN_ROUTE_H
 
@@ -72,6 +75,35 @@ KILN_HD void kiln_route_train_backward(float *dr, const float *dg, const float *
                 dr[e] += p[e] * (dp - pdp) + z_scale * lse * p[e];
         }
     }
+}
+
+/* The runtime's router for one token: p[E] holds the logits in and softmax(logits) out; the
+ * K largest p, ties to the lower index, into idx[K] (best first) and their p renormalised
+ * into gate[K]. */
+KILN_HD void kiln_route_stream(float *p, int E, int K, int32_t *idx, float *gate) {
+    float mx = p[0];
+    for (int e = 1; e < E; e++)
+        mx = p[e] > mx ? p[e] : mx;
+    float sum = 0;
+    for (int e = 0; e < E; e++)
+        sum += (p[e] = expf(p[e] - mx));
+    for (int e = 0; e < E; e++)
+        p[e] /= sum;
+    /* The order is (p descending, index ascending); each pick is the best one strictly
+     * after the previous pick in that order, so no "taken" flags are needed. */
+    float chosen = 0;
+    for (int k = 0; k < K; k++) {
+        int best = -1;
+        for (int e = 0; e < E; e++) {
+            if (k > 0 && !(p[e] < p[idx[k - 1]] || (p[e] == p[idx[k - 1]] && e > idx[k - 1])))
+                continue;
+            if (best < 0 || p[e] > p[best]) best = e;
+        }
+        idx[k] = best;
+        chosen += p[best];
+    }
+    for (int k = 0; k < K; k++)
+        gate[k] = p[idx[k]] / chosen;
 }
 
 #endif
