@@ -115,23 +115,19 @@ int cmd_train(int argc, char **argv) {
          "print the config (defaults, --config, --set) and exit", false},
         {0},
     };
-    static const cli_spec spec_base = {
+    const cli_spec spec = {
         "kiln train --config FILE.json [--set KEY=VALUE ...] [--device cpu|cuda] --data DATA "
         "--run-dir DIR [--init MODEL]\n"
         "       kiln train --resume DIR [--data DATA] [--set KEY=VALUE ...] [--device cpu|cuda]\n"
         "       kiln train --print-config [--config FILE.json] [--set KEY=VALUE ...]",
         "Train a kiln-tsmoe/1 model; checkpoints, run.json and metrics.db go into the run "
         "directory.",
-        NULL, 0, 0};
-    cli_spec spec = spec_base;
-    spec.opts = opts;
-    char **pos;
-    int npos, rc = cli_parse(&spec, argc, argv, &pos, &npos);
-    if (rc) {
+        opts, 0, 0};
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) {
         free(sets.v);
-        return rc == CLI_HELP_SHOWN ? 0 : rc;
+        return rc;
     }
-    free(pos);
     /* --device is one more --set, applied last. */
     char device_set[64];
     if (device) {
@@ -149,13 +145,13 @@ int cmd_train(int argc, char **argv) {
     kiln_err err = KILN_OK;
     kiln_comm *comm = kiln_comm_single();
 
+    kiln_train_config cfg;
     if (resume) {
         if (config || init || run_dir || print_config) {
             rc = cli_usage_error("--resume takes only --data, --set and --device");
             goto out;
         }
     } else {
-        kiln_train_config cfg;
         kiln_train_config_default(&cfg);
         if (config) {
             json_t *j;
@@ -180,41 +176,32 @@ int cmd_train(int argc, char **argv) {
             rc = cli_usage_error("--data and --run-dir are required (see 'kiln train --help')");
             goto out;
         }
-        if ((rc = poison_from_env(&poison, &n_poison))) goto out;
-        if (kiln_comm_mpi_launched() && (err = kiln_comm_mpi_create(NULL, NULL, &comm))) goto fail;
-        signal(SIGINT, on_signal);
-        signal(SIGTERM, on_signal);
-        progress_ctx pc = {isatty(2), 0};
-        kiln_train_opts o = {.comm = comm,
-                             .run_dir = run_dir,
-                             .data_path = data,
-                             .init_path = init,
-                             .progress = progress,
-                             .progress_ctx = &pc,
-                             .stop = &stop_flag,
-                             .poison_steps = poison,
-                             .n_poison = n_poison};
-        if ((err = kiln_train_start(&cfg, &o))) goto fail;
-        if (comm->rank == 0) printf("run '%s' finished: %ld steps\n", run_dir, cfg.steps);
-        goto out;
     }
+    /* A new run and a resumed one run alike from here. */
     if ((rc = poison_from_env(&poison, &n_poison))) goto out;
     if (kiln_comm_mpi_launched() && (err = kiln_comm_mpi_create(NULL, NULL, &comm))) goto fail;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     progress_ctx pc = {isatty(2), 0};
     kiln_train_opts o = {.comm = comm,
-                         .run_dir = resume,
+                         .run_dir = resume ? resume : run_dir,
                          .data_path = data,
-                         .sets = sets.v,
-                         .n_sets = sets.n,
+                         .init_path = init,
                          .progress = progress,
                          .progress_ctx = &pc,
                          .stop = &stop_flag,
                          .poison_steps = poison,
                          .n_poison = n_poison};
-    if ((err = kiln_train_resume(&o))) goto fail;
-    if (comm->rank == 0) printf("run '%s' finished\n", resume);
+    if (resume) {
+        /* A resume applies the --set overrides to the run's own config. */
+        o.sets = sets.v;
+        o.n_sets = sets.n;
+        if ((err = kiln_train_resume(&o))) goto fail;
+        if (comm->rank == 0) printf("run '%s' finished\n", resume);
+    } else {
+        if ((err = kiln_train_start(&cfg, &o))) goto fail;
+        if (comm->rank == 0) printf("run '%s' finished: %ld steps\n", run_dir, cfg.steps);
+    }
     goto out;
 fail:
     if (isatty(2) && comm->rank == 0) fputc('\n', stderr);

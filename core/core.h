@@ -85,6 +85,24 @@ void kiln_alloc_fail_after(long n);
 static inline bool kiln_mul_ok(size_t a, size_t b, size_t *out) {
     return !__builtin_mul_overflow(a, b, out);
 }
+/* One allocation carved into many arrays, in two passes over the same calls: the first
+ * (base NULL) only sums the bytes into used; the second, over a block of at least that many
+ * bytes, hands out the arrays. Each starts at a multiple of align (a power of two) past base. */
+typedef struct kiln_carver {
+    char *base;
+    size_t used, align;
+} kiln_carver;
+static inline void *kiln_carve(kiln_carver *c, size_t n, size_t elem) {
+    size_t at = (c->used + c->align - 1) & ~(c->align - 1);
+    c->used = at + n * elem;
+    return c->base ? c->base + at : NULL;
+}
+static inline float *kiln_carve_f32(kiln_carver *c, size_t n) {
+    return (float *)kiln_carve(c, n, sizeof(float));
+}
+static inline int32_t *kiln_carve_i32(kiln_carver *c, size_t n) {
+    return (int32_t *)kiln_carve(c, n, sizeof(int32_t));
+}
 /* Formatted string into a new buffer; caller frees. NULL (and NOMEM set) on failure. */
 char *kiln_asprintf(const char *fmt, ...) KILN_PRINTF(1, 2);
 

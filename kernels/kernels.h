@@ -321,7 +321,7 @@ kiln_err kiln_cuda_tick_rmsnorm(void *stream, float *out, const float *x, const 
 kiln_err kiln_cuda_tick_attend(void *stream, float *o, float *scores, float *kring, float *vring,
                                const float *qkv, const int32_t *ring, int D, int H, int R,
                                const float *slopes, float scale);
-/* probs [E] holds the router logits in, the softmax out; chosen, gates [K] (kiln_rt_route). */
+/* probs [E] holds the router logits in, the softmax out; chosen, gates [K] (kiln_route_stream). */
 kiln_err kiln_cuda_tick_route(void *stream, int32_t *chosen, float *gates, float *probs, int E,
                               int K);
 kiln_err kiln_cuda_tick_add(void *stream, float *y, const float *x, int n); /* y += x */

@@ -42,19 +42,6 @@ static const float *dv(const kiln_model *m, const float *host) {
     return m->dev->v + (host - m->vblock);
 }
 
-typedef struct carver {
-    char *base;
-    size_t used;
-} carver;
-
-static void *carve(carver *c, size_t n, size_t elem) {
-    size_t at = (c->used + 255) & ~(size_t)255;
-    c->used = at + n * elem;
-    return c->base ? c->base + at : NULL;
-}
-#define CF(c, n) ((float *)carve((c), (n), sizeof(float)))
-#define CI(c, n) ((int32_t *)carve((c), (n), sizeof(int32_t)))
-
 /* The batch workspace of n rows. */
 typedef struct bws {
     float *x, *xs, *h, *h2, *u, *rstd, *qkv, *att, *ao, *tmp, *ff, *y;
@@ -63,34 +50,34 @@ typedef struct bws {
     int *dropped;
 } bws;
 
-static void carve_bws(const kiln_model *m, int n, carver *c, bws *b) {
+static void carve_bws(const kiln_model *m, int n, kiln_carver *c, bws *b) {
     const kiln_model_config *k = &m->cfg;
     const size_t N = (size_t)n, D = k->d_model, E = k->n_experts, K = k->top_k;
     const size_t R = E ? N * K : N;
-    b->x = CF(c, N * k->n_features);
-    b->xs = CF(c, N * k->n_features);
-    b->h = CF(c, N * D);
-    b->h2 = CF(c, N * D);
-    b->u = CF(c, N * D);
-    b->rstd = CF(c, N);
-    b->qkv = CF(c, N * 3 * D);
-    b->att = CF(c, N * k->n_heads * (size_t)k->attn_window);
-    b->ao = CF(c, N * D);
-    b->tmp = CF(c, N * D);
-    b->ff = CF(c, R * k->d_ff);
-    b->y = CF(c, N * k->n_outputs);
+    b->x = kiln_carve_f32(c, N * k->n_features);
+    b->xs = kiln_carve_f32(c, N * k->n_features);
+    b->h = kiln_carve_f32(c, N * D);
+    b->h2 = kiln_carve_f32(c, N * D);
+    b->u = kiln_carve_f32(c, N * D);
+    b->rstd = kiln_carve_f32(c, N);
+    b->qkv = kiln_carve_f32(c, N * 3 * D);
+    b->att = kiln_carve_f32(c, N * k->n_heads * (size_t)k->attn_window);
+    b->ao = kiln_carve_f32(c, N * D);
+    b->tmp = kiln_carve_f32(c, N * D);
+    b->ff = kiln_carve_f32(c, R * k->d_ff);
+    b->y = kiln_carve_f32(c, N * k->n_outputs);
     if (E) {
-        b->logits = CF(c, N * E);
-        b->probs = CF(c, N * E);
-        b->lse = CF(c, N);
-        b->gates = CF(c, N * K);
-        b->xg = CF(c, N * K * D);
-        b->yg = CF(c, N * K * D);
-        b->idx = CI(c, N * K);
-        b->pos = CI(c, N * K);
-        b->rows = CI(c, N * K);
-        b->offsets = CI(c, E + 1);
-        b->dropped = (int *)carve(c, 1, sizeof(int));
+        b->logits = kiln_carve_f32(c, N * E);
+        b->probs = kiln_carve_f32(c, N * E);
+        b->lse = kiln_carve_f32(c, N);
+        b->gates = kiln_carve_f32(c, N * K);
+        b->xg = kiln_carve_f32(c, N * K * D);
+        b->yg = kiln_carve_f32(c, N * K * D);
+        b->idx = kiln_carve_i32(c, N * K);
+        b->pos = kiln_carve_i32(c, N * K);
+        b->rows = kiln_carve_i32(c, N * K);
+        b->offsets = kiln_carve_i32(c, E + 1);
+        b->dropped = (int *)kiln_carve(c, 1, sizeof(int));
     }
 }
 
@@ -134,7 +121,7 @@ kiln_err kiln_rt_dev_open(kiln_model *m, int device) {
     KILN_CHECK_IF(rc, out, ch > (1u << 24), KILN_ERR_LIMIT,
                   "a batch chunk of %zu rows (n_layers x attn_window) is too large for a GPU", ch);
     d->CH = (int)ch;
-    carver cv = {NULL, 0};
+    kiln_carver cv = {NULL, 0, 256};
     bws b;
     carve_bws(m, d->CH, &cv, &b);
     d->ws_bytes = cv.used;
@@ -235,7 +222,7 @@ static kiln_err dev_forward(const kiln_model *m, const float *x, int B, int S, f
     size_t need = kiln_cuda_scratch_bytes((size_t)CH, 3 * D + (size_t)F + (size_t)O),
            need2 = kiln_cuda_scratch_bytes((size_t)CH * K, (size_t)c->d_ff + D);
     KILN_TRY(kiln_cuda_reserve(need > need2 ? need : need2));
-    carver cv = {d->ws, 0};
+    kiln_carver cv = {d->ws, 0, 256};
     bws b;
     carve_bws(m, CH, &cv, &b);
     if (S <= CH) {
@@ -281,25 +268,25 @@ struct kiln_rt_dstream {
     kiln_err sticky; /* a failed reset, reported by the next push */
 };
 
-static void carve_stream(const kiln_model *m, carver *c, kiln_rt_dstream *s) {
+static void carve_stream(const kiln_model *m, kiln_carver *c, kiln_rt_dstream *s) {
     const kiln_model_config *k = &m->cfg;
     const size_t D = k->d_model, R = (size_t)k->attn_window - 1, L = k->n_layers;
-    s->kring = CF(c, L * R * D);
-    s->vring = CF(c, L * R * D);
-    s->x = CF(c, k->n_features);
-    s->xn = CF(c, k->n_features);
-    s->h = CF(c, D);
-    s->u = CF(c, D);
-    s->qkv = CF(c, 3 * D);
-    s->att = CF(c, D);
-    s->acc = CF(c, D);
-    s->ff = CF(c, k->d_ff);
-    s->probs = CF(c, k->n_experts ? k->n_experts : 1);
-    s->scores = CF(c, (size_t)k->n_heads * (R + 1));
-    s->gates = CF(c, k->top_k ? k->top_k : 1);
-    s->y = CF(c, k->n_outputs);
-    s->ring = CI(c, 2);
-    s->chosen = CI(c, k->top_k ? k->top_k : 1);
+    s->kring = kiln_carve_f32(c, L * R * D);
+    s->vring = kiln_carve_f32(c, L * R * D);
+    s->x = kiln_carve_f32(c, k->n_features);
+    s->xn = kiln_carve_f32(c, k->n_features);
+    s->h = kiln_carve_f32(c, D);
+    s->u = kiln_carve_f32(c, D);
+    s->qkv = kiln_carve_f32(c, 3 * D);
+    s->att = kiln_carve_f32(c, D);
+    s->acc = kiln_carve_f32(c, D);
+    s->ff = kiln_carve_f32(c, k->d_ff);
+    s->probs = kiln_carve_f32(c, k->n_experts ? k->n_experts : 1);
+    s->scores = kiln_carve_f32(c, (size_t)k->n_heads * (R + 1));
+    s->gates = kiln_carve_f32(c, k->top_k ? k->top_k : 1);
+    s->y = kiln_carve_f32(c, k->n_outputs);
+    s->ring = kiln_carve_i32(c, 2);
+    s->chosen = kiln_carve_i32(c, k->top_k ? k->top_k : 1);
 }
 
 /* The kernels of one tick, on s->stream (captured). */
@@ -371,7 +358,7 @@ kiln_err kiln_rt_dstream_open(const kiln_model *m, kiln_rt_dstream **out) {
     s->device = m->dev->device;
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, fail, kiln_cuda_stream_create(s->device, &s->stream));
-    carver c = {NULL, 0};
+    kiln_carver c = {NULL, 0, 256};
     carve_stream(m, &c, s);
     KILN_CHECK(rc, fail, kiln_cuda_malloc(&s->block, c.used));
     c.base = s->block;

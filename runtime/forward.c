@@ -149,7 +149,8 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
     int *chosen = (int *)(ws + p->chosen), *tok = (int *)(ws + p->tok);
     linear(m, logits, u, n, L->router_w, NULL, E, D, wbuf);
     for (int t = 0; t < n; t++)
-        kiln_rt_route(logits + (size_t)t * E, E, K, chosen + (size_t)t * K, gates + (size_t)t * K);
+        kiln_route_stream(logits + (size_t)t * E, E, K, chosen + (size_t)t * K,
+                          gates + (size_t)t * K);
     memset(acc, 0, (size_t)n * D * sizeof *acc);
     /* Each expert runs once over the tokens that chose it (never dropping any). */
     for (int e = 0; e < E; e++) {

@@ -13,6 +13,7 @@
 
 #include "core.h"
 #include "kiln.h"
+#include "route.h" /* kiln_route_stream: MoE routing for one token */
 
 /* One block's weights. Matrices (void *) are f32 or bf16 (kiln_model.bf16); vectors
  * (biases, gains) are always f32. */
@@ -76,43 +77,6 @@ static inline void kiln_rt_rmsnorm(float *out, const float *x, const float *g, i
     float r = (float)(1.0 / sqrt(ss / n + (double)eps));
     for (int i = 0; i < n; i++)
         out[i] = x[i] * r * g[i];
-}
-
-/* Expert a comes before expert b in the routing order of probabilities p. */
-static inline bool kiln_rt_route_before(const float *p, int a, int b) {
-    bool na = isnan(p[a]), nb = isnan(p[b]);
-    if (na != nb) return nb;
-    if (!na && p[a] != p[b]) return p[a] > p[b];
-    return a < b;
-}
-
-/* MoE routing for one token: p = softmax(logits[E]) in place, the K largest p with
- * ties to the lower index (idx[K], best first) and gates renormalised over them. */
-static inline void kiln_rt_route(float *p, int E, int K, int *idx, float *gate) {
-    float mx = p[0];
-    for (int e = 1; e < E; e++)
-        mx = p[e] > mx ? p[e] : mx;
-    float sum = 0;
-    for (int e = 0; e < E; e++)
-        sum += (p[e] = expf(p[e] - mx));
-    for (int e = 0; e < E; e++)
-        p[e] /= sum;
-    /* The order is (p descending, index ascending); each pick is the best one strictly
-     * after the previous pick in that order, so no "taken" flags are needed. The order is
-     * total (a NaN, from activations that overflowed, comes after every number), so every
-     * pick finds an expert: K <= E. */
-    float chosen = 0;
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            if (k > 0 && !kiln_rt_route_before(p, idx[k - 1], e)) continue;
-            if (best < 0 || kiln_rt_route_before(p, e, best)) best = e;
-        }
-        idx[k] = best;
-        chosen += p[best];
-    }
-    for (int k = 0; k < K; k++)
-        gate[k] = p[idx[k]] / chosen;
 }
 
 /* q . k with eight partial sums, which the compiler turns into vector code without

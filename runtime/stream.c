@@ -133,7 +133,7 @@ static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
         return;
     }
     mv(s, s->probs, L->router_w, NULL, s->u, E, D);
-    kiln_rt_route(s->probs, E, K, s->chosen, s->gates);
+    kiln_route_stream(s->probs, E, K, s->chosen, s->gates);
     memset(s->acc, 0, (size_t)D * sizeof *s->acc);
     for (int k = 0; k < K; k++) {
         size_t e = (size_t)s->chosen[k];

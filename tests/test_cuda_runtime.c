@@ -11,45 +11,10 @@
 
 #include "runtime_int.h"
 #include "test.h"
+#include "testutil.h"
 #ifdef KILN_HAVE_CUDA
 #include "kernels.h"
 #endif
-
-static bool gpu_present(void) {
-#ifdef KILN_HAVE_CUDA
-    return kiln_cuda_device_count() > 0;
-#else
-    return false;
-#endif
-}
-
-/* Largest |a-b| relative to max(|b|, rms(b)), as test_runtime.c judges stream vs batch. */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double rms = 0, worst = 0;
-    for (size_t i = 0; i < n; i++)
-        rms += (double)b[i] * b[i];
-    rms = sqrt(rms / (double)n);
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]) / fmax(fabs(b[i]), rms);
-        if (!(d <= worst)) worst = d;
-    }
-    return worst;
-}
-
-static bool stream_all(const kiln_model *m, const float *x, int B, int S, float *y) {
-    const int F = m->cfg.n_features, O = m->cfg.n_outputs;
-    kiln_stream *s;
-    if (kiln_stream_open(m, &s) != KILN_OK) return false;
-    bool ok = true;
-    for (int b = 0; b < B && ok; b++) {
-        kiln_stream_reset(s);
-        for (int t = 0; t < S && ok; t++)
-            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) ==
-                 KILN_OK;
-    }
-    kiln_stream_free(s);
-    return ok;
-}
 
 typedef struct rcase {
     const char *name;
@@ -90,7 +55,7 @@ static void one_case(const rcase *rc, int idx) {
     /* Batch, whole sequences. */
     CHECK("cpu batch", kiln_model_forward(cpu, x, B, S, yc) == KILN_OK);
     CHECK("gpu batch", kiln_model_forward(gpu, x, B, S, yg) == KILN_OK);
-    double e = rel_err(yg, yc, ny);
+    double e = kiln_test_rel_err(yg, yc, ny);
     snprintf(what, sizeof what, "%s: gpu batch = cpu batch (1e-5; %.2g)", rc->name, e);
     CHECK(what, e <= 1e-5);
     /* A long sequence in small chunks: each piece recomputes the L*(W-1) rows before it. */
@@ -98,15 +63,15 @@ static void one_case(const rcase *rc, int idx) {
     CHECK("small chunks", kiln_rt_dev_set_chunk(gpu, 2 * ctx + 1 + 3) == KILN_OK);
     CHECK("cpu long", kiln_model_forward(cpu, x + nx, 1, T, yc + ny) == KILN_OK);
     CHECK("gpu long", kiln_model_forward(gpu, x + nx, 1, T, yg + ny) == KILN_OK);
-    e = rel_err(yg + ny, yc + ny, nly);
+    e = kiln_test_rel_err(yg + ny, yc + ny, nly);
     snprintf(what, sizeof what, "%s: gpu chunked = cpu (1e-5; %.2g)", rc->name, e);
     CHECK(what, e <= 1e-5);
     /* Streams: one graph launch a tick, a reset between sequences. */
-    CHECK("gpu streams", stream_all(gpu, x, B, S, ys));
-    e = rel_err(ys, yc, ny);
+    CHECK("gpu streams", kiln_test_stream_all(gpu, x, B, S, ys));
+    e = kiln_test_rel_err(ys, yc, ny);
     snprintf(what, sizeof what, "%s: gpu stream = cpu batch (1e-5; %.2g)", rc->name, e);
     CHECK(what, e <= 1e-5);
-    e = rel_err(ys, yg, ny);
+    e = kiln_test_rel_err(ys, yg, ny);
     snprintf(what, sizeof what, "%s: gpu stream = gpu batch (1e-5; %.2g)", rc->name, e);
     CHECK(what, e <= 1e-5);
     kiln_stream *s = NULL;
@@ -116,7 +81,7 @@ static void one_case(const rcase *rc, int idx) {
               kiln_stream_push(s, bad, out3) == KILN_ERR_NUMERIC);
         CHECK("and not counted", kiln_stream_ticks(s) == 0);
         CHECK("the first tick after it is a first tick",
-              kiln_stream_push(s, x, out3) == KILN_OK && rel_err(out3, yc, 3) <= 1e-5);
+              kiln_stream_push(s, x, out3) == KILN_OK && kiln_test_rel_err(out3, yc, 3) <= 1e-5);
     }
     kiln_stream_free(s);
 out:
@@ -126,7 +91,7 @@ out:
 }
 
 KILN_TEST(cuda_runtime_device) {
-    if (!gpu_present()) {
+    if (!kiln_test_gpu_present()) {
         kiln_model_config c = {5, 3, 16, 1, 2, 24, 4, 2, 8, 4, 1e-5f};
         char *p = kiln_test_path("m.safetensors");
         kiln_model *m = (kiln_model *)p; /* must come back NULL */

@@ -12,6 +12,7 @@
 #include "export.h"
 #include "kernels.h"
 #include "test.h"
+#include "testutil.h"
 #include "train_int.h"
 #include "validate.h"
 
@@ -20,40 +21,16 @@ static bool has(const char *s) {
 }
 
 static void tiny_run(kiln_train_config *c) {
-    kiln_train_config_default(c);
-    c->model = (kiln_model_config){.d_model = 8,
-                                   .n_layers = 1,
-                                   .n_heads = 2,
-                                   .d_ff = 8,
-                                   .n_experts = 2,
-                                   .top_k = 1,
-                                   .seq_len = 8,
-                                   .attn_window = 4,
-                                   .norm_eps = 1e-5f};
+    kiln_test_tiny_run(c, 4);
     c->batch_size = 2;
-    c->steps = 6;
-    c->warmup_steps = 2;
-    c->eval_every = 3;
     c->ckpt_every = 3;
-    c->keep = 0;
     c->device = KILN_TRAIN_CUDA;
-}
-
-static char *synth(const char *name) {
-    char *p = kiln_test_path(name);
-    kiln_synth_opts o = {.seed = 5, .rows = 300, .n_features = 4, .n_outputs = 1};
-    if (p && kiln_synth_write(&o, p, NULL) != KILN_OK) {
-        free(p);
-        return NULL;
-    }
-    return p;
 }
 
 static bool bytes(const char *path, char **buf, size_t *len) {
     *buf = NULL;
     return kiln_read_file(path, 1 << 26, buf, len) == KILN_OK;
 }
-
 
 static bool event_says(const char *dir, const char *kind, const char *text) {
     kiln_run_info ri;
@@ -63,14 +40,6 @@ static bool event_says(const char *dir, const char *kind, const char *text) {
         found |= !strcmp(ri.events[i].kind, kind) && strstr(ri.events[i].message, text);
     kiln_run_info_release(&ri);
     return found;
-}
-
-static bool gpu_present(void) {
-#ifdef KILN_HAVE_CUDA
-    return kiln_cuda_device_count() > 0;
-#else
-    return false;
-#endif
 }
 
 /* Without a GPU: refused at the start, nothing written; a resume on cuda leaves the run. */
@@ -110,15 +79,6 @@ out:
 }
 
 #ifdef KILN_HAVE_CUDA
-static bool same_file(const char *a, const char *b) {
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    bool same = bytes(a, &x, &nx) && bytes(b, &y, &ny) && nx == ny && !memcmp(x, y, nx);
-    free(x);
-    free(y);
-    return same;
-}
-
 /* The device optimizer against kiln_train_optim_step: the same bits. */
 static void optimizer_bits(void) {
     kiln_param *tab = NULL;
@@ -220,7 +180,7 @@ static void on_device(const char *data) {
     kiln_ckpt_release(&ck);
     kiln_train_opts ob = {.run_dir = b, .data_path = data};
     CHECK("a second run", kiln_train_start(&c, &ob) == KILN_OK);
-    CHECK("two runs: the same checkpoint bytes", same_file(a6, b6));
+    CHECK("two runs: the same checkpoint bytes", kiln_test_same_file(a6, b6));
     /* Interrupted after step 3 (the stop flag is read before step 4), then resumed. */
     kiln_train_opts or = {.run_dir = r,
                           .data_path = data,
@@ -230,7 +190,7 @@ static void on_device(const char *data) {
     CHECK("interrupted", kiln_train_start(&c, & or) == KILN_ERR_INTERRUPTED);
     kiln_train_opts rr = {.run_dir = r};
     CHECK("resumed", kiln_train_resume(&rr) == KILN_OK);
-    CHECK("interrupted and resumed: the uninterrupted run's bytes", same_file(a6, r6));
+    CHECK("interrupted and resumed: the uninterrupted run's bytes", kiln_test_same_file(a6, r6));
     /* The CPU trainer from the same start: the same losses to float rounding. */
     c.device = KILN_TRAIN_CPU;
     kiln_train_opts oc = {
@@ -283,9 +243,9 @@ out:
 
 KILN_TEST(cuda_train_device) {
     kiln_log_set_level(KILN_LOG_ERROR);
-    char *data = synth("d.safetensors");
+    char *data = kiln_test_synth("d.safetensors", 5, 300);
     if (!CHECK("data", data)) return;
-    if (!gpu_present()) {
+    if (!kiln_test_gpu_present()) {
         refused(data);
     } else {
 #ifdef KILN_HAVE_CUDA
@@ -301,7 +261,7 @@ KILN_TEST(cuda_train_device) {
  * held-out windows), "not run" with its reason without one; never counted as passed then. */
 KILN_TEST(cuda_validate_parity) {
     kiln_log_set_level(KILN_LOG_ERROR);
-    char *data = synth("d.safetensors"), *run = kiln_test_path("run"),
+    char *data = kiln_test_synth("d.safetensors", 5, 300), *run = kiln_test_path("run"),
          *model = kiln_test_path("model");
     json_t *rep = NULL;
     kiln_train_config c;
@@ -322,7 +282,7 @@ KILN_TEST(cuda_validate_parity) {
     kiln_err rc = kiln_validate_run(&vo, &rep);
     const json_t *ck = json_object_get(json_object_get(rep, "checks"), "parity_cpu_cuda");
     const char *st = json_string_value(json_object_get(ck, "status"));
-    if (gpu_present()) {
+    if (kiln_test_gpu_present()) {
         CHECK("validate passes", rc == KILN_OK);
         CHECK("parity_cpu_cuda passed", st && !strcmp(st, "passed"));
         const json_t *f = json_object_get(ck, "figures");

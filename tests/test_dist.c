@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "testutil.h"
 #include "train_int.h"
 
 #define MAX_RANKS 4
@@ -280,23 +281,11 @@ KILN_TEST(dist_train_ranks_match_one_process) {
          *bad = kiln_test_path("bad"), msg[1024];
     kiln_synth_opts so = {.seed = 3, .rows = 400, .n_features = 4, .n_outputs = 2};
     kiln_train_config c;
-    kiln_train_config_default(&c);
-    c.model = (kiln_model_config){.d_model = 8,
-                                  .n_layers = 1,
-                                  .n_heads = 2,
-                                  .d_ff = 8,
-                                  .n_experts = 2,
-                                  .top_k = 1,
-                                  .seq_len = 8,
-                                  .attn_window = 8,
-                                  .norm_eps = 1e-5f};
+    kiln_test_tiny_run(&c, 8);
     c.batch_size = 3;
     c.accum_steps = 4;
     c.steps = kiln_test_sanitized() ? 6 : 12;
-    c.warmup_steps = 2;
-    c.eval_every = 3;
     c.ckpt_every = 2;
-    c.keep = 0;
     if (!CHECK("data", kiln_synth_write(&so, data, NULL) == KILN_OK)) goto out;
     CHECK("one process", train_on(1, &c, data, one, false, msg) == KILN_OK);
     CHECK("two ranks", train_on(2, &c, data, two, false, msg) == KILN_OK);

@@ -6,8 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "route.h"
 #include "runtime_int.h"
 #include "test.h"
+#include "testutil.h"
 
 /* ---- helpers ---- */
 
@@ -27,20 +29,6 @@ static kiln_model_config config(int D, int L, int H, int Fh, int E, int K, int S
     return c;
 }
 
-/* Largest |a-b| relative to max(|b|, rms(b)): "1e-5 relative" per element, where values
- * smaller than the tensor's RMS are judged against the RMS rather than against zero. */
-static double rel_err(const float *a, const float *b, size_t n) {
-    double rms = 0, worst = 0;
-    for (size_t i = 0; i < n; i++)
-        rms += (double)b[i] * b[i];
-    rms = sqrt(rms / (double)n);
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]) / fmax(fabs(b[i]), rms);
-        if (!(d <= worst)) worst = d; /* NaN wins */
-    }
-    return worst;
-}
-
 /* A random model written to the test directory and opened. */
 static kiln_model *random_model(const char *name, const kiln_model_config *c, uint64_t seed,
                                 bool bf16) {
@@ -58,22 +46,6 @@ static float *random_inputs(size_t n, uint64_t seed) {
     for (size_t i = 0; x && i < n; i++)
         x[i] = (float)(2.0 * kiln_rt_normal(seed, i));
     return x;
-}
-
-/* Push B sequences of S rows through fresh streams into y [B,S,O]. */
-static bool stream_all(const kiln_model *m, const float *x, int B, int S, float *y) {
-    const int F = m->cfg.n_features, O = m->cfg.n_outputs;
-    kiln_stream *s;
-    if (kiln_stream_open(m, &s) != KILN_OK) return false;
-    bool ok = true;
-    for (int b = 0; b < B && ok; b++) {
-        kiln_stream_reset(s);
-        for (int t = 0; t < S && ok; t++)
-            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) ==
-                 KILN_OK;
-    }
-    kiln_stream_free(s);
-    return ok;
 }
 
 /* ---- against the float64 vectors ---- */
@@ -100,9 +72,10 @@ KILN_TEST(runtime_vectors_batch_and_stream) {
                 CHECK("read io", kiln_tensor_to_f32(xi, x) == KILN_OK &&
                                      kiln_tensor_to_f32(yo, want) == KILN_OK);
                 CHECK("batch forward", kiln_model_forward(m, x, B, S, y) == KILN_OK);
-                CHECK("batch matches vectors (1e-5)", rel_err(y, want, yo->numel) < 1e-5);
-                CHECK("stream forward", stream_all(m, x, B, S, ys));
-                CHECK("stream matches vectors (1e-5)", rel_err(ys, want, yo->numel) < 1e-5);
+                CHECK("batch matches vectors (1e-5)", kiln_test_rel_err(y, want, yo->numel) < 1e-5);
+                CHECK("stream forward", kiln_test_stream_all(m, x, B, S, ys));
+                CHECK("stream matches vectors (1e-5)",
+                      kiln_test_rel_err(ys, want, yo->numel) < 1e-5);
                 /* The same model from its directory. */
                 char *dir = kiln_test_path(names[v]),
                      *dst = kiln_path_join(dir, "model.safetensors");
@@ -150,8 +123,8 @@ KILN_TEST(runtime_stream_equals_batch) {
             float *x = random_inputs((size_t)B * T * c.n_features, (uint64_t)W);
             float *yb = kiln_calloc(n, 4), *ys = kiln_calloc(n, 4);
             CHECK("batch", kiln_model_forward(m, x, B, T, yb) == KILN_OK);
-            CHECK("stream", stream_all(m, x, B, T, ys));
-            double e = rel_err(ys, yb, n);
+            CHECK("stream", kiln_test_stream_all(m, x, B, T, ys));
+            double e = kiln_test_rel_err(ys, yb, n);
             if (!CHECK("stream == batch over 10*W ticks (1e-5)", e < 1e-5))
                 fprintf(stderr, "    moe=%d W=%d: relative error %g\n", moe, W, e);
             /* Outputs are O(1), so the comparison is not between tiny numbers. */
@@ -179,8 +152,8 @@ KILN_TEST(runtime_long_sequence_chunked) {
         float *x = random_inputs((size_t)T * c.n_features, 99);
         float *yb = kiln_calloc(n, 4), *ys = kiln_calloc(n, 4);
         CHECK("batch", kiln_model_forward(m, x, 1, T, yb) == KILN_OK);
-        CHECK("stream", stream_all(m, x, 1, T, ys));
-        CHECK("chunked batch == stream (1e-5)", rel_err(ys, yb, n) < 1e-5);
+        CHECK("stream", kiln_test_stream_all(m, x, 1, T, ys));
+        CHECK("chunked batch == stream (1e-5)", kiln_test_rel_err(ys, yb, n) < 1e-5);
         free(x);
         free(yb);
         free(ys);
@@ -519,17 +492,19 @@ KILN_TEST(runtime_bf16_weights) {
                               kiln_model_forward(b1, x, B, S, yb) == KILN_OK &&
                               kiln_model_forward(b2, x, B, S, yb2) == KILN_OK &&
                               kiln_model_forward(r, x, B, S, yr) == KILN_OK &&
-                              stream_all(b1, x, B, S, ybs));
+                              kiln_test_stream_all(b1, x, B, S, ybs));
         /* bf16 has 8 bits of mantissa: each weight is off by up to 2^-9 relative. */
-        double e = rel_err(yb, yf, n);
+        double e = kiln_test_rel_err(yb, yf, n);
         if (!CHECK("bf16 agrees with f32 within 2e-2", e < 2e-2))
             fprintf(stderr, "    error %g\n", e);
         CHECK("bf16 is not bitwise f32 (the test can tell)", memcmp(yb, yf, n * 4) != 0);
         /* The same rounded weights held as f32 must give the bf16 model's answer to float
          * rounding: the bf16 kernels widen exactly. */
-        CHECK("bf16 batch == f32 of the same rounded weights (1e-5)", rel_err(yb, yr, n) < 1e-5);
-        CHECK("bf16 stream == f32 of the same rounded weights (1e-5)", rel_err(ybs, yr, n) < 1e-5);
-        CHECK("f32 norm.in_* changes little", rel_err(yb2, yr, n) < 1e-2);
+        CHECK("bf16 batch == f32 of the same rounded weights (1e-5)",
+              kiln_test_rel_err(yb, yr, n) < 1e-5);
+        CHECK("bf16 stream == f32 of the same rounded weights (1e-5)",
+              kiln_test_rel_err(ybs, yr, n) < 1e-5);
+        CHECK("f32 norm.in_* changes little", kiln_test_rel_err(yb2, yr, n) < 1e-2);
         free(x);
         free(yf);
         free(yb);
@@ -543,9 +518,9 @@ KILN_TEST(runtime_bf16_weights) {
     if (rb) {
         float *x = random_inputs(40 * 7, 8), *yb = kiln_calloc(40 * 3, 4),
               *ys = kiln_calloc(40 * 3, 4);
-        CHECK("random bf16 model", kiln_model_is_bf16(rb) &&
-                                       kiln_model_forward(rb, x, 1, 40, yb) == KILN_OK &&
-                                       stream_all(rb, x, 1, 40, ys) && rel_err(ys, yb, 120) < 1e-5);
+        CHECK("random bf16 model",
+              kiln_model_is_bf16(rb) && kiln_model_forward(rb, x, 1, 40, yb) == KILN_OK &&
+                  kiln_test_stream_all(rb, x, 1, 40, ys) && kiln_test_rel_err(ys, yb, 120) < 1e-5);
         free(x);
         free(yb);
         free(ys);
@@ -606,7 +581,7 @@ typedef struct job {
 
 static void *run_job(void *arg) {
     job *j = arg;
-    j->ok = stream_all(j->m, j->x, 1, j->T, j->y) &&
+    j->ok = kiln_test_stream_all(j->m, j->x, 1, j->T, j->y) &&
             kiln_model_forward(j->m, j->x, 1, j->T, j->yb) == KILN_OK;
     return NULL;
 }
@@ -638,7 +613,7 @@ KILN_TEST(runtime_threads_share_a_model) {
         CHECK("a thread's stream gives one thread's answer, bit for bit",
               !memcmp(jobs[i].y, solo[i].y, (size_t)T * 2 * 4));
         CHECK("a thread's batch forward agrees",
-              rel_err(jobs[i].yb, solo[i].yb, (size_t)T * 2) < 1e-6);
+              kiln_test_rel_err(jobs[i].yb, solo[i].yb, (size_t)T * 2) < 1e-6);
         CHECK("and sequences differ between threads",
               i == 0 || memcmp(jobs[i].y, jobs[0].y, (size_t)T * 8));
     }
@@ -657,16 +632,16 @@ KILN_TEST(runtime_threads_share_a_model) {
  * (p descending, index ascending). */
 KILN_TEST(runtime_route_nan) {
     float p[4] = {1.0f, NAN, 3.0f, 2.0f};
-    int idx[3] = {-7, -7, -7};
+    int32_t idx[3] = {-7, -7, -7};
     float gate[3];
-    kiln_rt_route(p, 4, 3, idx, gate);
+    kiln_route_stream(p, 4, 3, idx, gate);
     CHECK("a NaN logit: the first K experts", idx[0] == 0 && idx[1] == 1 && idx[2] == 2);
     float q[4] = {1.0f, INFINITY, INFINITY, 2.0f};
     idx[0] = idx[1] = idx[2] = -7;
-    kiln_rt_route(q, 4, 3, idx, gate);
+    kiln_route_stream(q, 4, 3, idx, gate);
     CHECK("infinite logits: the first K experts", idx[0] == 0 && idx[1] == 1 && idx[2] == 2);
     float r[4] = {0.5f, 2.0f, 2.0f, -1.0f};
-    kiln_rt_route(r, 4, 3, idx, gate);
+    kiln_route_stream(r, 4, 3, idx, gate);
     CHECK("finite: p descending, ties to the lower index",
           idx[0] == 1 && idx[1] == 2 && idx[2] == 0 && fabsf(gate[0] - gate[1]) < 1e-6f);
 }

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "test.h"
+#include "testutil.h"
 #include "train_int.h"
 
 static const kiln_model_config tiny = {.n_features = 2,
@@ -537,32 +538,13 @@ KILN_TEST(train_metrics_and_runs) {
 /* ---- the loop, on a very small model and synthetic data ---- */
 
 static void small_config(kiln_train_config *c) {
-    kiln_train_config_default(c);
-    c->model = (kiln_model_config){.d_model = 8,
-                                   .n_layers = 1,
-                                   .n_heads = 2,
-                                   .d_ff = 8,
-                                   .n_experts = 2,
-                                   .top_k = 1,
-                                   .seq_len = 8,
-                                   .attn_window = 8,
-                                   .norm_eps = 1e-5f};
+    kiln_test_tiny_run(c, 8);
     c->batch_size = 4;
-    c->steps = 6;
-    c->warmup_steps = 2;
-    c->eval_every = 3;
     c->ckpt_every = 2;
-    c->keep = 0;
 }
 
 static char *synth(const char *name, uint64_t seed) {
-    char *p = kiln_test_path(name);
-    kiln_synth_opts o = {.seed = seed, .rows = 400, .n_features = 4, .n_outputs = 1};
-    if (kiln_synth_write(&o, p, NULL) != KILN_OK) {
-        free(p);
-        return NULL;
-    }
-    return p;
+    return kiln_test_synth(name, seed, 400);
 }
 
 static bool file_bytes(const char *path, char **buf, size_t *len) {

@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "test.h"
 #include "testutil.h"
+#ifdef KILN_HAVE_CUDA
+#include "kernels.h"
+#endif
 
 void kiln_test_put(const char *dir, const char *rel, const char *text) {
     char *p = kiln_path_join(dir, rel), *d = kiln_dirname(p);
@@ -54,4 +58,55 @@ bool kiln_test_keypair(kiln_sign_seckey **sk, char b64[KILN_SIGN_PUBKEY_B64]) {
         return false;
     kiln_sign_pubkey_base64(&pk, b64);
     return true;
+}
+
+void kiln_test_tiny_run(kiln_train_config *c, int attn_window) {
+    kiln_train_config_default(c);
+    c->model = (kiln_model_config){.d_model = 8,
+                                   .n_layers = 1,
+                                   .n_heads = 2,
+                                   .d_ff = 8,
+                                   .n_experts = 2,
+                                   .top_k = 1,
+                                   .seq_len = 8,
+                                   .attn_window = attn_window,
+                                   .norm_eps = 1e-5f};
+    c->steps = 6;
+    c->warmup_steps = 2;
+    c->eval_every = 3;
+    c->keep = 0;
+}
+
+char *kiln_test_synth(const char *name, uint64_t seed, size_t rows) {
+    char *p = kiln_test_path(name);
+    kiln_synth_opts o = {.seed = seed, .rows = rows, .n_features = 4, .n_outputs = 1};
+    if (p && kiln_synth_write(&o, p, NULL) != KILN_OK) {
+        free(p);
+        return NULL;
+    }
+    return p;
+}
+
+bool kiln_test_gpu_present(void) {
+#ifdef KILN_HAVE_CUDA
+    return kiln_cuda_device_count() > 0;
+#else
+    return false;
+#endif
+}
+
+bool kiln_test_stream_all(const kiln_model *m, const float *x, int B, int S, float *y) {
+    const kiln_model_config *c = kiln_model_config_get(m);
+    const int F = c->n_features, O = c->n_outputs;
+    kiln_stream *s;
+    if (kiln_stream_open(m, &s) != KILN_OK) return false;
+    bool ok = true;
+    for (int b = 0; b < B && ok; b++) {
+        kiln_stream_reset(s);
+        for (int t = 0; t < S && ok; t++)
+            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) ==
+                 KILN_OK;
+    }
+    kiln_stream_free(s);
+    return ok;
 }

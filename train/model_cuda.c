@@ -9,31 +9,14 @@
 #include <string.h>
 
 #include "kernels.h"
-#include "train.h"
+#include "train_int.h"
 
 #ifdef KILN_HAVE_CUDA
-
-typedef struct layer_view {
-    float *attn_norm, *qkv_w, *qkv_b, *out_w, *out_b, *ffn_norm;
-    float *fc_w, *fc_b, *proj_w, *proj_b;
-    float *router; /* NULL when dense */
-} layer_view;
-
-typedef struct net_view {
-    float *in_mean, *in_std, *embed_w, *embed_b, *final_norm, *head_w, *head_b;
-    layer_view *layers; /* [L] */
-} net_view;
 
 /* bf16 copies of the GEMM weights (same offsets as the parameter block). */
 typedef struct layer_view16 {
     uint16_t *qkv_w, *out_w, *fc_w, *proj_w;
 } layer_view16;
-
-typedef struct layer_acts {
-    float *res, *u1, *rstd1, *qkv, *att, *ao, *mid, *u2, *rstd2;
-    float *xg, *hpre, *hact, *yg, *logits, *probs, *lse, *gates;
-    int32_t *idx, *pos, *rows, *offsets;
-} layer_acts;
 
 struct kiln_tsmoe_cuda {
     kiln_model_config cfg;
@@ -44,13 +27,12 @@ struct kiln_tsmoe_cuda {
     size_t n_params, numel;
     float *params, *grads; /* device [numel] each */
     uint16_t *params16;    /* device [numel], bf16 only */
-    net_view p, g;
+    kiln_tsmoe_view p, g;
     uint16_t *embed_w16, *head_w16;
-    layer_view16 *w16; /* [L] */
-    void *act_block;   /* device */
-    layer_acts *acts;  /* [L] device views */
-    float *x, *targets, *xs, *hL, *uf, *rstdf, *y, *tmp;
-    float *dres, *du, *dao, *dqkv, *datt, *dh1, *dh2, *dxg, *dyg, *dgates, *dlogits, *dy, *duf;
+    layer_view16 *w16;   /* [L] */
+    void *act_block;     /* device */
+    kiln_tsmoe_acts act; /* device views (layers [L] on the host) */
+    float *x, *targets;  /* [N,F], [N,O] device copies of the caller's */
     /* device results of a forward */
     double *r_losses; /* [2L+1]: lb_l, z_l per layer, then mse */
     float *r_stats;   /* [3L+1]: attn entropy [L], router entropy [L], rms [L], max |y| */
@@ -67,118 +49,23 @@ struct kiln_tsmoe_cuda {
     kiln_tsmoe_stats stats;
 };
 
-static float *find(const kiln_tsmoe_cuda *m, float *base, const char *fmt, int l) {
-    char name[64];
-    snprintf(name, sizeof name, fmt, l);
-    long i = kiln_param_find(m->table, m->n_params, name);
-    return i < 0 ? NULL : base + m->table[i].offset;
-}
-
-static void point_views(const kiln_tsmoe_cuda *m, float *base, net_view *v) {
-    v->in_mean = find(m, base, "norm.in_mean", 0);
-    v->in_std = find(m, base, "norm.in_std", 0);
-    v->embed_w = find(m, base, "embed.weight", 0);
-    v->embed_b = find(m, base, "embed.bias", 0);
-    v->final_norm = find(m, base, "final_norm.weight", 0);
-    v->head_w = find(m, base, "head.weight", 0);
-    v->head_b = find(m, base, "head.bias", 0);
-    const char *ffn = m->cfg.n_experts ? "moe" : "ffn";
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        layer_view *lv = &v->layers[l];
-        char fmt[64];
-        lv->attn_norm = find(m, base, "blocks.%d.attn_norm.weight", l);
-        lv->qkv_w = find(m, base, "blocks.%d.attn.qkv.weight", l);
-        lv->qkv_b = find(m, base, "blocks.%d.attn.qkv.bias", l);
-        lv->out_w = find(m, base, "blocks.%d.attn.out.weight", l);
-        lv->out_b = find(m, base, "blocks.%d.attn.out.bias", l);
-        lv->ffn_norm = find(m, base, "blocks.%d.ffn_norm.weight", l);
-        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.fc.weight", ffn);
-        lv->fc_w = find(m, base, fmt, l);
-        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.fc.bias", ffn);
-        lv->fc_b = find(m, base, fmt, l);
-        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.proj.weight", ffn);
-        lv->proj_w = find(m, base, fmt, l);
-        snprintf(fmt, sizeof fmt, "blocks.%%d.%s.proj.bias", ffn);
-        lv->proj_b = find(m, base, fmt, l);
-        lv->router = m->cfg.n_experts ? find(m, base, "blocks.%d.moe.router.weight", l) : NULL;
-    }
-}
-
 /* The bf16 twin of a parameter pointer: the same offset in params16. */
 static uint16_t *as16(const kiln_tsmoe_cuda *m, const float *w) {
     return m->params16 ? m->params16 + (w - m->params) : NULL;
 }
 
-typedef struct carver {
-    char *base;
-    size_t used;
-} carver;
-
-static void *carve(carver *c, size_t n, size_t elem) {
-    size_t at = (c->used + 255) & ~(size_t)255;
-    c->used = at + n * elem;
-    return c->base ? c->base + at : NULL;
-}
-#define CARVE_F(c, n) ((float *)carve((c), (n), sizeof(float)))
-#define CARVE_I(c, n) ((int32_t *)carve((c), (n), sizeof(int32_t)))
-
-static void carve_acts(kiln_tsmoe_cuda *m, carver *c) {
+/* The activation block holds the plan's buffers (layout.c), the caller's inputs, then the
+ * forward's device results. */
+static void carve_acts(kiln_tsmoe_cuda *m, kiln_carver *c) {
     const kiln_model_config *k = &m->cfg;
-    const size_t N = (size_t)m->max_batch * k->seq_len, D = k->d_model, E = k->n_experts,
-                 K = k->top_k, L = k->n_layers;
-    const size_t Fh = k->d_ff, R = E ? N * K : N;
-    const size_t A = (size_t)m->max_batch * k->n_heads * k->seq_len * k->attn_window;
-    for (size_t l = 0; l < L; l++) {
-        layer_acts *a = &m->acts[l];
-        a->res = CARVE_F(c, N * D);
-        a->u1 = CARVE_F(c, N * D);
-        a->rstd1 = CARVE_F(c, N);
-        a->qkv = CARVE_F(c, N * 3 * D);
-        a->att = CARVE_F(c, A);
-        a->ao = CARVE_F(c, N * D);
-        a->mid = CARVE_F(c, N * D);
-        a->u2 = CARVE_F(c, N * D);
-        a->rstd2 = CARVE_F(c, N);
-        a->hpre = CARVE_F(c, R * Fh);
-        a->hact = CARVE_F(c, R * Fh);
-        if (E) {
-            a->xg = CARVE_F(c, N * K * D);
-            a->yg = CARVE_F(c, N * K * D);
-            a->logits = CARVE_F(c, N * E);
-            a->probs = CARVE_F(c, N * E);
-            a->lse = CARVE_F(c, N);
-            a->gates = CARVE_F(c, N * K);
-            a->idx = CARVE_I(c, N * K);
-            a->pos = CARVE_I(c, N * K);
-            a->rows = CARVE_I(c, N * K);
-            a->offsets = CARVE_I(c, E + 1);
-        }
-    }
-    m->x = CARVE_F(c, N * k->n_features);
-    m->targets = CARVE_F(c, N * k->n_outputs);
-    m->xs = CARVE_F(c, N * k->n_features);
-    m->hL = CARVE_F(c, N * D);
-    m->uf = CARVE_F(c, N * D);
-    m->rstdf = CARVE_F(c, N);
-    m->y = CARVE_F(c, N * k->n_outputs);
-    m->tmp = CARVE_F(c, N * D);
-    m->dres = CARVE_F(c, N * D);
-    m->du = CARVE_F(c, N * D);
-    m->dao = CARVE_F(c, N * D);
-    m->dqkv = CARVE_F(c, N * 3 * D);
-    m->datt = CARVE_F(c, A);
-    m->dh1 = CARVE_F(c, R * Fh);
-    m->dh2 = CARVE_F(c, R * Fh);
-    m->dxg = E ? CARVE_F(c, N * K * D) : NULL;
-    m->dyg = E ? CARVE_F(c, N * K * D) : NULL;
-    m->dgates = E ? CARVE_F(c, N * K) : NULL;
-    m->dlogits = E ? CARVE_F(c, N * E) : NULL;
-    m->dy = CARVE_F(c, N * k->n_outputs);
-    m->duf = CARVE_F(c, N * D);
-    m->r_losses = (double *)carve(c, 2 * L + 1, sizeof(double));
-    m->r_stats = CARVE_F(c, 3 * L + 1);
-    m->r_load = CARVE_F(c, L * (E ? E : 1));
-    m->r_dropped = (int *)carve(c, L, sizeof(int));
+    const size_t N = (size_t)m->max_batch * k->seq_len, E = k->n_experts, L = k->n_layers;
+    kiln_tsmoe_carve_acts(k, m->max_batch, c, &m->act);
+    m->x = kiln_carve_f32(c, N * k->n_features);
+    m->targets = kiln_carve_f32(c, N * k->n_outputs);
+    m->r_losses = (double *)kiln_carve(c, 2 * L + 1, sizeof(double));
+    m->r_stats = kiln_carve_f32(c, 3 * L + 1);
+    m->r_load = kiln_carve_f32(c, L * (E ? E : 1));
+    m->r_dropped = (int *)kiln_carve(c, L, sizeof(int));
 }
 
 kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
@@ -186,14 +73,7 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
     *out = NULL;
     kiln_cuda_opts o = {0, KILN_PRECISION_F32};
     if (opts) o = *opts;
-    KILN_TRY(kiln_model_config_check(cfg, "model config"));
-    KILN_FAIL_IF(max_batch < 1, KILN_ERR_CONFIG,
-                 "'model config': max_batch must be at least 1 (is %d)", max_batch);
-    double widest = (double)cfg->d_ff * (cfg->top_k ? cfg->top_k : 1) + 3.0 * cfg->d_model +
-                    (double)cfg->n_heads * cfg->attn_window;
-    KILN_FAIL_IF((double)max_batch * cfg->seq_len * widest > 2e9, KILN_ERR_CONFIG,
-                 "'model config': max_batch %d times seq_len %d is too large for this model",
-                 max_batch, cfg->seq_len);
+    KILN_TRY(kiln_tsmoe_check_batch(cfg, max_batch));
     KILN_FAIL_IF(o.precision != KILN_PRECISION_F32 && o.precision != KILN_PRECISION_BF16,
                  KILN_ERR_USAGE, "'cuda network': unknown precision %d", (int)o.precision);
     kiln_tsmoe_cuda *m = kiln_calloc(1, sizeof *m);
@@ -206,10 +86,10 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
     m->have_context = true;
     const size_t L = (size_t)cfg->n_layers, E = (size_t)cfg->n_experts;
     KILN_CHECK(rc, fail, kiln_param_table(cfg, &m->table, &m->n_params, &m->numel));
-    m->p.layers = kiln_calloc(L, sizeof(layer_view));
-    m->g.layers = kiln_calloc(L, sizeof(layer_view));
+    m->p.layers = kiln_calloc(L, sizeof(kiln_tsmoe_layer_view));
+    m->g.layers = kiln_calloc(L, sizeof(kiln_tsmoe_layer_view));
     m->w16 = kiln_calloc(L, sizeof(layer_view16));
-    m->acts = kiln_calloc(L, sizeof(layer_acts));
+    m->act.layers = kiln_calloc(L, sizeof(kiln_tsmoe_layer_acts));
     m->offsets_h = kiln_calloc(L * (E + 1), sizeof(int32_t));
     m->h_losses = kiln_calloc(2 * L + 1, sizeof(double));
     m->h_stats = kiln_calloc(3 * L + 1, sizeof(float));
@@ -217,7 +97,7 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
     m->h_overflow = kiln_calloc(L, sizeof(float));
     m->h_dropped = kiln_calloc(L, sizeof(int));
     KILN_CHECK_IF(rc, fail,
-                  !m->p.layers || !m->g.layers || !m->w16 || !m->acts || !m->offsets_h ||
+                  !m->p.layers || !m->g.layers || !m->w16 || !m->act.layers || !m->offsets_h ||
                       !m->h_losses || !m->h_stats || !m->h_load || !m->h_overflow || !m->h_dropped,
                   KILN_ERR_NOMEM, "out of memory for a cuda network");
     KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->params, m->numel * sizeof(float)));
@@ -226,8 +106,8 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
     KILN_CHECK(rc, fail, kiln_cuda_memset(m->grads, 0, m->numel * sizeof(float)));
     if (m->precision == KILN_PRECISION_BF16)
         KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->params16, m->numel * sizeof(uint16_t)));
-    point_views(m, m->params, &m->p);
-    point_views(m, m->grads, &m->g);
+    kiln_tsmoe_view_point(cfg, m->table, m->n_params, m->params, &m->p);
+    kiln_tsmoe_view_point(cfg, m->table, m->n_params, m->grads, &m->g);
     m->embed_w16 = as16(m, m->p.embed_w);
     m->head_w16 = as16(m, m->p.head_w);
     for (size_t l = 0; l < L; l++) {
@@ -236,7 +116,7 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
         m->w16[l].fc_w = as16(m, m->p.layers[l].fc_w);
         m->w16[l].proj_w = as16(m, m->p.layers[l].proj_w);
     }
-    carver c = {NULL, 0};
+    kiln_carver c = {NULL, 0, 256};
     carve_acts(m, &c);
     KILN_CHECK(rc, fail, kiln_cuda_malloc(&m->act_block, c.used));
     c.base = m->act_block;
@@ -275,7 +155,7 @@ void kiln_tsmoe_cuda_free(kiln_tsmoe_cuda *m) {
     free(m->p.layers);
     free(m->g.layers);
     free(m->w16);
-    free(m->acts);
+    free(m->act.layers);
     free(m->offsets_h);
     free(m->h_losses);
     free(m->h_stats);
@@ -311,7 +191,7 @@ kiln_err kiln_tsmoe_cuda_zero_grads(kiln_tsmoe_cuda *m) {
     return kiln_cuda_memset(m->grads, 0, m->numel * sizeof(float));
 }
 kiln_err kiln_tsmoe_cuda_outputs(const kiln_tsmoe_cuda *m, float *y) {
-    return kiln_cuda_download(y, m->y,
+    return kiln_cuda_download(y, m->act.y,
                               (size_t)m->B * m->cfg.seq_len * m->cfg.n_outputs * sizeof(float));
 }
 const kiln_tsmoe_stats *kiln_tsmoe_cuda_last_stats(const kiln_tsmoe_cuda *m) {
@@ -348,18 +228,13 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
     const int S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window, E = k->n_experts,
               K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
     const int N = B * S;
-    kiln_loss_opts o = {0.01f, 0.001f, 0.0f};
-    if (opts) o = *opts;
+    const kiln_loss_opts o = kiln_tsmoe_loss_opts(opts);
     m->B = B;
     m->opts = o;
     m->have_targets = false;
-    int capacity = 0;
-    if (targets && E && o.capacity_factor > 0) {
-        double cap = ceil((double)o.capacity_factor * N * K / E);
-        capacity = cap > (double)N * K ? N * K : (int)cap;
-        if (capacity < 1) capacity = 1;
-    }
-    const net_view *p = &m->p;
+    const int capacity = targets ? kiln_tsmoe_capacity(k, N, o.capacity_factor) : 0;
+    const kiln_tsmoe_view *p = &m->p;
+    kiln_tsmoe_acts *ac = &m->act;
     KILN_TRY(kiln_cuda_upload(m->x, x, (size_t)N * F * sizeof(float)));
     if (targets) KILN_TRY(kiln_cuda_upload(m->targets, targets, (size_t)N * O * sizeof(float)));
     if (m->params16) KILN_TRY(kiln_cuda_to_bf16(m->params16, m->params, m->numel));
@@ -368,29 +243,29 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
     ZERO(m->r_load, (size_t)L * (E ? E : 1));
     ZERO(m->r_dropped, L);
 
-    KILN_TRY(kiln_cuda_standardize_forward(m->xs, m->x, p->in_mean, p->in_std, N, F));
-    float *h = L ? m->acts[0].res : m->hL;
-    KILN_TRY(lin_fwd(m, h, m->xs, p->embed_w, p->embed_b, N, F, D));
+    KILN_TRY(kiln_cuda_standardize_forward(ac->xs, m->x, p->in_mean, p->in_std, N, F));
+    float *h = L ? ac->layers[0].res : ac->hL;
+    KILN_TRY(lin_fwd(m, h, ac->xs, p->embed_w, p->embed_b, N, F, D));
     for (int l = 0; l < L; l++) {
-        layer_acts *a = &m->acts[l];
-        const layer_view *w = &p->layers[l];
-        float *next = l + 1 < L ? m->acts[l + 1].res : m->hL;
+        kiln_tsmoe_layer_acts *a = &ac->layers[l];
+        const kiln_tsmoe_layer_view *w = &p->layers[l];
+        float *next = l + 1 < L ? ac->layers[l + 1].res : ac->hL;
         float *st_attn = m->r_stats + l, *st_router = m->r_stats + L + l,
               *st_rms = m->r_stats + 2 * L + l;
         KILN_TRY(
             kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm, k->norm_eps, N, D));
         KILN_TRY(lin_fwd(m, a->qkv, a->u1, w->qkv_w, w->qkv_b, N, D, 3 * D));
         KILN_TRY(kiln_cuda_attention_forward(a->ao, a->att, a->qkv, B, S, D, H, W));
-        KILN_TRY(lin_fwd(m, m->tmp, a->ao, w->out_w, w->out_b, N, D, D));
-        KILN_TRY(kiln_cuda_residual_forward(a->mid, a->res, m->tmp, (size_t)N * D));
+        KILN_TRY(lin_fwd(m, ac->tmp, a->ao, w->out_w, w->out_b, N, D, D));
+        KILN_TRY(kiln_cuda_residual_forward(a->mid, a->res, ac->tmp, (size_t)N * D));
         KILN_TRY(
             kiln_cuda_rmsnorm_forward(a->u2, a->rstd2, a->mid, w->ffn_norm, k->norm_eps, N, D));
         KILN_TRY(kiln_cuda_stats_entropy(st_attn, a->att, (size_t)B * H * S, (size_t)W));
         if (!E) {
             KILN_TRY(lin_fwd(m, a->hpre, a->u2, w->fc_w, w->fc_b, N, D, Fh));
             KILN_TRY(kiln_cuda_gelu_forward(a->hact, a->hpre, (size_t)N * Fh));
-            KILN_TRY(lin_fwd(m, m->tmp, a->hact, w->proj_w, w->proj_b, N, Fh, D));
-            KILN_TRY(kiln_cuda_residual_forward(next, a->mid, m->tmp, (size_t)N * D));
+            KILN_TRY(lin_fwd(m, ac->tmp, a->hact, w->proj_w, w->proj_b, N, Fh, D));
+            KILN_TRY(kiln_cuda_residual_forward(next, a->mid, ac->tmp, (size_t)N * D));
         } else {
             /* The router stays in f32 in every precision: its choices are discrete. */
             KILN_TRY(kiln_cuda_linear_forward(a->logits, a->u2, w->router, NULL, N, D, E));
@@ -421,11 +296,12 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
         }
         KILN_TRY(kiln_cuda_stats_rms(st_rms, next, (size_t)N * D));
     }
-    KILN_TRY(kiln_cuda_rmsnorm_forward(m->uf, m->rstdf, m->hL, p->final_norm, k->norm_eps, N, D));
-    KILN_TRY(lin_fwd(m, m->y, m->uf, p->head_w, p->head_b, N, D, O));
-    KILN_TRY(kiln_cuda_stats_maxabs(m->r_stats + 3 * L, m->y, (size_t)N * O));
+    KILN_TRY(
+        kiln_cuda_rmsnorm_forward(ac->uf, ac->rstdf, ac->hL, p->final_norm, k->norm_eps, N, D));
+    KILN_TRY(lin_fwd(m, ac->y, ac->uf, p->head_w, p->head_b, N, D, O));
+    KILN_TRY(kiln_cuda_stats_maxabs(m->r_stats + 3 * L, ac->y, (size_t)N * O));
     if (targets)
-        KILN_TRY(kiln_cuda_mse_forward(m->r_losses + 2 * L, m->y, m->targets, (size_t)N * O));
+        KILN_TRY(kiln_cuda_mse_forward(m->r_losses + 2 * L, ac->y, m->targets, (size_t)N * O));
 
     KILN_TRY(kiln_cuda_download(m->h_losses, m->r_losses, (2 * (size_t)L + 1) * sizeof(double)));
     KILN_TRY(kiln_cuda_download(m->h_stats, m->r_stats, (3 * (size_t)L + 1) * sizeof(float)));
@@ -441,10 +317,7 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
     }
     kiln_loss out = {0, 0, 0, 0};
     if (targets) {
-        out.mse = m->h_losses[2 * L];
-        out.load_balance = lb_sum;
-        out.z = z_sum;
-        out.loss = out.mse + (double)o.aux_loss_coef * lb_sum + (double)o.z_loss_coef * z_sum;
+        out = kiln_tsmoe_loss_total(m->h_losses[2 * L], lb_sum, z_sum, &o);
         m->have_targets = true;
     }
     if (loss) *loss = out;
@@ -458,71 +331,72 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
               E = k->n_experts, K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs,
               L = k->n_layers;
     const int N = B * S;
-    const net_view *p = &m->p, *g = &m->g;
+    const kiln_tsmoe_view *p = &m->p, *g = &m->g;
+    kiln_tsmoe_acts *ac = &m->act;
     const size_t ND = (size_t)N * D;
 
-    ZERO(m->dy, (size_t)N * O);
-    KILN_TRY(kiln_cuda_mse_backward(m->dy, m->y, m->targets, scale, (size_t)N * O));
-    ZERO(m->duf, ND);
-    KILN_TRY(lin_bwd(m, m->duf, g->head_w, g->head_b, m->dy, m->uf, p->head_w, N, D, O));
-    ZERO(m->dres, ND);
-    KILN_TRY(kiln_cuda_rmsnorm_backward(m->dres, g->final_norm, m->duf, m->hL, p->final_norm,
-                                        m->rstdf, N, D));
+    ZERO(ac->dy, (size_t)N * O);
+    KILN_TRY(kiln_cuda_mse_backward(ac->dy, ac->y, m->targets, scale, (size_t)N * O));
+    ZERO(ac->duf, ND);
+    KILN_TRY(lin_bwd(m, ac->duf, g->head_w, g->head_b, ac->dy, ac->uf, p->head_w, N, D, O));
+    ZERO(ac->dres, ND);
+    KILN_TRY(kiln_cuda_rmsnorm_backward(ac->dres, g->final_norm, ac->duf, ac->hL, p->final_norm,
+                                        ac->rstdf, N, D));
     for (int l = L - 1; l >= 0; l--) {
-        layer_acts *a = &m->acts[l];
-        const layer_view *w = &p->layers[l], *gw = &g->layers[l];
-        ZERO(m->du, ND);
+        kiln_tsmoe_layer_acts *a = &ac->layers[l];
+        const kiln_tsmoe_layer_view *w = &p->layers[l], *gw = &g->layers[l];
+        ZERO(ac->du, ND);
         if (!E) {
-            ZERO(m->dh2, (size_t)N * Fh);
-            KILN_TRY(
-                lin_bwd(m, m->dh2, gw->proj_w, gw->proj_b, m->dres, a->hact, w->proj_w, N, Fh, D));
-            ZERO(m->dh1, (size_t)N * Fh);
-            KILN_TRY(kiln_cuda_gelu_backward(m->dh1, m->dh2, a->hpre, (size_t)N * Fh));
-            KILN_TRY(lin_bwd(m, m->du, gw->fc_w, gw->fc_b, m->dh1, a->u2, w->fc_w, N, D, Fh));
+            ZERO(ac->dh2, (size_t)N * Fh);
+            KILN_TRY(lin_bwd(m, ac->dh2, gw->proj_w, gw->proj_b, ac->dres, a->hact, w->proj_w, N,
+                             Fh, D));
+            ZERO(ac->dh1, (size_t)N * Fh);
+            KILN_TRY(kiln_cuda_gelu_backward(ac->dh1, ac->dh2, a->hpre, (size_t)N * Fh));
+            KILN_TRY(lin_bwd(m, ac->du, gw->fc_w, gw->fc_b, ac->dh1, a->u2, w->fc_w, N, D, Fh));
         } else {
             const int32_t *off = m->offsets_h + (size_t)l * (E + 1);
             const int M = off[E];
-            ZERO(m->dyg, (size_t)M * D);
-            ZERO(m->dgates, (size_t)N * K);
-            KILN_TRY(kiln_cuda_moe_combine_backward(m->dyg, m->dgates, m->dres, a->yg, a->gates,
+            ZERO(ac->dyg, (size_t)M * D);
+            ZERO(ac->dgates, (size_t)N * K);
+            KILN_TRY(kiln_cuda_moe_combine_backward(ac->dyg, ac->dgates, ac->dres, a->yg, a->gates,
                                                     a->pos, N, D, K));
-            ZERO(m->dh1, (size_t)M * Fh);
-            ZERO(m->dh2, (size_t)M * Fh);
-            ZERO(m->dxg, (size_t)M * D);
+            ZERO(ac->dh1, (size_t)M * Fh);
+            ZERO(ac->dh2, (size_t)M * Fh);
+            ZERO(ac->dxg, (size_t)M * D);
             for (int e = 0; e < E; e++) {
                 size_t r0 = (size_t)off[e];
                 int n = off[e + 1] - off[e];
-                KILN_TRY(lin_bwd(m, m->dh2 + r0 * Fh, gw->proj_w + (size_t)e * D * Fh,
-                                 gw->proj_b + (size_t)e * D, m->dyg + r0 * D, a->hact + r0 * Fh,
+                KILN_TRY(lin_bwd(m, ac->dh2 + r0 * Fh, gw->proj_w + (size_t)e * D * Fh,
+                                 gw->proj_b + (size_t)e * D, ac->dyg + r0 * D, a->hact + r0 * Fh,
                                  w->proj_w + (size_t)e * D * Fh, n, Fh, D));
-                KILN_TRY(kiln_cuda_gelu_backward(m->dh1 + r0 * Fh, m->dh2 + r0 * Fh,
+                KILN_TRY(kiln_cuda_gelu_backward(ac->dh1 + r0 * Fh, ac->dh2 + r0 * Fh,
                                                  a->hpre + r0 * Fh, (size_t)n * Fh));
-                KILN_TRY(lin_bwd(m, m->dxg + r0 * D, gw->fc_w + (size_t)e * Fh * D,
-                                 gw->fc_b + (size_t)e * Fh, m->dh1 + r0 * Fh, a->xg + r0 * D,
+                KILN_TRY(lin_bwd(m, ac->dxg + r0 * D, gw->fc_w + (size_t)e * Fh * D,
+                                 gw->fc_b + (size_t)e * Fh, ac->dh1 + r0 * Fh, a->xg + r0 * D,
                                  w->fc_w + (size_t)e * Fh * D, n, D, Fh));
             }
-            KILN_TRY(kiln_cuda_moe_gather_backward(m->du, m->dxg, a->pos, N, D, K));
-            ZERO(m->dlogits, (size_t)N * E);
-            KILN_TRY(kiln_cuda_router_backward(m->dlogits, m->dgates, a->probs, a->lse, a->idx,
+            KILN_TRY(kiln_cuda_moe_gather_backward(ac->du, ac->dxg, a->pos, N, D, K));
+            ZERO(ac->dlogits, (size_t)N * E);
+            KILN_TRY(kiln_cuda_router_backward(ac->dlogits, ac->dgates, a->probs, a->lse, a->idx,
                                                a->gates, m->r_load + (size_t)l * E,
                                                scale * m->opts.aux_loss_coef,
                                                scale * m->opts.z_loss_coef, N, E, K));
-            KILN_TRY(kiln_cuda_linear_backward(m->du, gw->router, NULL, m->dlogits, a->u2,
+            KILN_TRY(kiln_cuda_linear_backward(ac->du, gw->router, NULL, ac->dlogits, a->u2,
                                                w->router, N, D, E));
         }
-        KILN_TRY(kiln_cuda_rmsnorm_backward(m->dres, gw->ffn_norm, m->du, a->mid, w->ffn_norm,
+        KILN_TRY(kiln_cuda_rmsnorm_backward(ac->dres, gw->ffn_norm, ac->du, a->mid, w->ffn_norm,
                                             a->rstd2, N, D));
-        ZERO(m->dao, ND);
-        KILN_TRY(lin_bwd(m, m->dao, gw->out_w, gw->out_b, m->dres, a->ao, w->out_w, N, D, D));
-        ZERO(m->dqkv, ND * 3);
-        KILN_TRY(
-            kiln_cuda_attention_backward(m->dqkv, m->datt, m->dao, a->qkv, a->att, B, S, D, H, W));
-        ZERO(m->du, ND);
-        KILN_TRY(lin_bwd(m, m->du, gw->qkv_w, gw->qkv_b, m->dqkv, a->u1, w->qkv_w, N, D, 3 * D));
-        KILN_TRY(kiln_cuda_rmsnorm_backward(m->dres, gw->attn_norm, m->du, a->res, w->attn_norm,
+        ZERO(ac->dao, ND);
+        KILN_TRY(lin_bwd(m, ac->dao, gw->out_w, gw->out_b, ac->dres, a->ao, w->out_w, N, D, D));
+        ZERO(ac->dqkv, ND * 3);
+        KILN_TRY(kiln_cuda_attention_backward(ac->dqkv, ac->datt, ac->dao, a->qkv, a->att, B, S, D,
+                                              H, W));
+        ZERO(ac->du, ND);
+        KILN_TRY(lin_bwd(m, ac->du, gw->qkv_w, gw->qkv_b, ac->dqkv, a->u1, w->qkv_w, N, D, 3 * D));
+        KILN_TRY(kiln_cuda_rmsnorm_backward(ac->dres, gw->attn_norm, ac->du, a->res, w->attn_norm,
                                             a->rstd1, N, D));
     }
-    KILN_TRY(lin_bwd(m, NULL, g->embed_w, g->embed_b, m->dres, m->xs, p->embed_w, N, F, D));
+    KILN_TRY(lin_bwd(m, NULL, g->embed_w, g->embed_b, ac->dres, ac->xs, p->embed_w, N, F, D));
     return KILN_OK;
 }
 

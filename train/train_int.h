@@ -11,6 +11,75 @@
  * it reads back exactly (for JSON_REAL_PRECISION). */
 int kiln_train_json_precision(const json_t *obj);
 
+/* ---- the network's plan (layout.c): what model.c and model_cuda.c both build on ---- */
+
+/* Views of one block's tensors, in the parameter block or the gradient block. */
+typedef struct kiln_tsmoe_layer_view {
+    float *attn_norm, *qkv_w, *qkv_b, *out_w, *out_b, *ffn_norm;
+    float *fc_w, *fc_b, *proj_w, *proj_b; /* ffn.* or moe.* */
+    float *router;                        /* NULL when dense */
+} kiln_tsmoe_layer_view;
+
+typedef struct kiln_tsmoe_view {
+    float *in_mean, *in_std, *embed_w, *embed_b, *final_norm, *head_w, *head_b;
+    kiln_tsmoe_layer_view *layers; /* [L], the caller's */
+} kiln_tsmoe_view;
+
+/* Point v at the tensors of a block (host or device) laid out as the parameter table. */
+void kiln_tsmoe_view_point(const kiln_model_config *cfg, const kiln_param *table, size_t n_params,
+                           float *base, kiln_tsmoe_view *v);
+
+/* Saved activations of one block (N = max_batch * seq_len tokens). */
+typedef struct kiln_tsmoe_layer_acts {
+    float *res;            /* [N,D] block input h */
+    float *u1;             /* [N,D] rmsnorm(h, attn_norm) */
+    float *rstd1;          /* [N] */
+    float *qkv;            /* [N,3D] */
+    float *att;            /* [B,H,S,W] */
+    float *ao;             /* [N,D] heads concatenated */
+    float *mid;            /* [N,D] h after attention */
+    float *u2;             /* [N,D] rmsnorm(mid, ffn_norm) */
+    float *rstd2;          /* [N] */
+    float *xg;             /* [N*K,D] tokens gathered per expert (mixture) */
+    float *hpre;           /* [R,Fh] fc output, R = N (dense) or N*K */
+    float *hact;           /* [R,Fh] gelu(hpre) */
+    float *yg;             /* [N*K,D] expert outputs, bias included (mixture) */
+    float *logits, *probs; /* [N,E] */
+    float *lse;            /* [N] */
+    float *gates;          /* [N,K] */
+    int32_t *idx, *pos;    /* [N,K] */
+    int32_t *rows;         /* [N*K] */
+    int32_t *offsets;      /* [E+1] */
+} kiln_tsmoe_layer_acts;
+
+/* Every activation and backward buffer of the network. */
+typedef struct kiln_tsmoe_acts {
+    kiln_tsmoe_layer_acts *layers; /* [L], the caller's */
+    float *xs;                     /* [N,F] standardised input */
+    float *hL;                     /* [N,D] output of the last block */
+    float *uf, *rstdf;             /* [N,D], [N] */
+    float *y;                      /* [N,O] */
+    float *tmp;                    /* [N,D] projection output before the residual add */
+    /* backward scratch (the mixture's four NULL when dense) */
+    float *dres, *du, *dao, *dqkv, *datt, *dh1, *dh2, *dxg, *dyg, *dgates, *dlogits, *dy, *duf;
+} kiln_tsmoe_acts;
+
+/* Carve a's buffers for max_batch sequences (a->layers [L] given). */
+void kiln_tsmoe_carve_acts(const kiln_model_config *cfg, int max_batch, kiln_carver *c,
+                           kiln_tsmoe_acts *a);
+
+/* The checks both networks' create makes: the config, and max_batch small enough that every
+ * activation index fits comfortably. */
+kiln_err kiln_tsmoe_check_batch(const kiln_model_config *cfg, int max_batch);
+
+/* The loss options a forward uses: opts, or MODEL.md's defaults when NULL. */
+kiln_loss_opts kiln_tsmoe_loss_opts(const kiln_loss_opts *opts);
+/* Each expert's capacity in a training forward of N tokens: 0 (none) when dense or
+ * dropless, else ceil(capacity_factor * N * K / E) within 1 .. N*K. */
+int kiln_tsmoe_capacity(const kiln_model_config *cfg, int N, float capacity_factor);
+/* The loss of a forward with targets from its parts (sums over the layers). */
+kiln_loss kiln_tsmoe_loss_total(double mse, double lb_sum, double z_sum, const kiln_loss_opts *o);
+
 /* ---- schedule and optimizer (optim.c) ---- */
 
 /* Learning rate of the 0-based step index i: linear warm-up lr*(i+1)/warmup_steps over

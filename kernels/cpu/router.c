@@ -3,44 +3,13 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "route.h"
 
 void kiln_router_forward(float *probs, float *lse, int32_t *idx, float *gates, const float *logits,
                          int N, int E, int K) {
-    for (int t = 0; t < N; t++) {
-        const float *r = logits + (size_t)t * E;
-        float *p = probs + (size_t)t * E;
-        float mx = -INFINITY;
-        for (int e = 0; e < E; e++)
-            if (r[e] > mx) mx = r[e];
-        float sum = 0.0f;
-        for (int e = 0; e < E; e++) {
-            p[e] = expf(r[e] - mx);
-            sum += p[e];
-        }
-        float inv = 1.0f / sum;
-        for (int e = 0; e < E; e++)
-            p[e] *= inv;
-        lse[t] = mx + logf(sum);
-        /* K passes of an arg-max that only a strictly larger probability displaces, so of
-         * equal probabilities the lower expert index is taken first. */
-        int32_t *ix = idx + (size_t)t * K;
-        float *g = gates + (size_t)t * K;
-        float gsum = 0.0f;
-        for (int k = 0; k < K; k++) {
-            int best = -1;
-            for (int e = 0; e < E; e++) {
-                int taken = 0;
-                for (int k2 = 0; k2 < k; k2++)
-                    taken |= ix[k2] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
-            }
-            ix[k] = best;
-            g[k] = p[best];
-            gsum += p[best];
-        }
-        for (int k = 0; k < K; k++)
-            g[k] /= gsum;
-    }
+    for (int t = 0; t < N; t++)
+        kiln_route_train_forward(probs + (size_t)t * E, &lse[t], idx + (size_t)t * K,
+                                 gates + (size_t)t * K, logits + (size_t)t * E, E, K);
 }
 
 void kiln_router_loss_forward(float *load, double *losses, const float *probs, const float *lse,
@@ -67,31 +36,10 @@ void kiln_router_backward(float *dlogits, const float *dgates, const float *prob
                           const int32_t *idx, const float *gates, const float *load, float lb_coef,
                           float z_coef, int N, int E, int K) {
     const float lb_scale = lb_coef * (float)E / (float)N, z_scale = z_coef * 2.0f / (float)N;
-    for (int t = 0; t < N; t++) {
-        const float *p = probs + (size_t)t * E, *dg = dgates + (size_t)t * K,
-                    *g = gates + (size_t)t * K;
-        const int32_t *ix = idx + (size_t)t * K;
-        float *dr = dlogits + (size_t)t * E;
-        /* g_k = p_k / s with s the sum of the chosen p: dp_k = (dg_k - sum_k' dg_k' g_k') / s. */
-        float psum = 0.0f, gdot = 0.0f;
-        for (int k = 0; k < K; k++) {
-            psum += p[ix[k]];
-            gdot += dg[k] * g[k];
-        }
-        /* dp_e for every expert, then the softmax's Jacobian: dr = p (dp - sum p dp). */
-        float pdp = 0.0f;
-        for (int pass = 0; pass < 2; pass++) {
-            for (int e = 0; e < E; e++) {
-                float dp = lb_scale * load[e];
-                for (int k = 0; k < K; k++)
-                    if (ix[k] == e) dp += (dg[k] - gdot) / psum;
-                if (pass == 0)
-                    pdp += p[e] * dp;
-                else
-                    dr[e] += p[e] * (dp - pdp) + z_scale * lse[t] * p[e];
-            }
-        }
-    }
+    for (int t = 0; t < N; t++)
+        kiln_route_train_backward(dlogits + (size_t)t * E, dgates + (size_t)t * K,
+                                  probs + (size_t)t * E, lse[t], idx + (size_t)t * K,
+                                  gates + (size_t)t * K, load, lb_scale, z_scale, E, K);
 }
 
 void kiln_moe_dispatch(int32_t *offsets, int32_t *pos, int32_t *rows, int *dropped,

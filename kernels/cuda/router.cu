@@ -1,46 +1,16 @@
-// router.cu - the mixture's router (one thread per token, the CPU's loops, so the same
-// probabilities give the same choices), its auxiliary losses (one block, double sums in a
+// router.cu - the mixture's router (one thread per token running the CPU's code, route.h, so
+// the same logits give the same choices), its auxiliary losses (one block, double sums in a
 // fixed tree), the dispatch plan (an integer block scan per expert: ranks are exact), and
 // gather/combine without atomics (each output element has one owner).
 #include "cuda_int.h"
+#include "route.h"
 
 __global__ static void router_fwd(float *probs, float *lse, int32_t *idx, float *gates,
                                   const float *logits, int N, int E, int K) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= N) return;
-    const float *r = logits + (size_t)t * E;
-    float *p = probs + (size_t)t * E;
-    float mx = -INFINITY;
-    for (int e = 0; e < E; e++)
-        if (r[e] > mx) mx = r[e];
-    float sum = 0.0f;
-    for (int e = 0; e < E; e++) {
-        p[e] = expf(r[e] - mx);
-        sum += p[e];
-    }
-    const float inv = 1.0f / sum;
-    for (int e = 0; e < E; e++)
-        p[e] *= inv;
-    lse[t] = mx + logf(sum);
-    // K passes of an arg-max that only a strictly larger probability displaces: of equal
-    // probabilities the lower expert index comes first (the CPU's rule).
-    int32_t *ix = idx + (size_t)t * K;
-    float *g = gates + (size_t)t * K;
-    float gsum = 0.0f;
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int k2 = 0; k2 < k; k2++)
-                taken |= ix[k2] == e;
-            if (!taken && (best < 0 || p[e] > p[best])) best = e;
-        }
-        ix[k] = best;
-        g[k] = p[best];
-        gsum += p[best];
-    }
-    for (int k = 0; k < K; k++)
-        g[k] /= gsum;
+    kiln_route_train_forward(probs + (size_t)t * E, &lse[t], idx + (size_t)t * K,
+                             gates + (size_t)t * K, logits + (size_t)t * E, E, K);
 }
 
 // One block: per expert the count of choices and the sum of its probabilities (double,
@@ -78,27 +48,9 @@ __global__ static void router_bwd(float *dlogits, const float *dgates, const flo
                                   int K) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= N) return;
-    const float *p = probs + (size_t)t * E, *dg = dgates + (size_t)t * K,
-                *g = gates + (size_t)t * K;
-    const int32_t *ix = idx + (size_t)t * K;
-    float *dr = dlogits + (size_t)t * E;
-    float psum = 0.0f, gdot = 0.0f;
-    for (int k = 0; k < K; k++) {
-        psum += p[ix[k]];
-        gdot += dg[k] * g[k];
-    }
-    float pdp = 0.0f;
-    for (int pass = 0; pass < 2; pass++) {
-        for (int e = 0; e < E; e++) {
-            float dp = lb_scale * load[e];
-            for (int k = 0; k < K; k++)
-                if (ix[k] == e) dp += (dg[k] - gdot) / psum;
-            if (pass == 0)
-                pdp += p[e] * dp;
-            else
-                dr[e] += p[e] * (dp - pdp) + z_scale * lse[t] * p[e];
-        }
-    }
+    kiln_route_train_backward(dlogits + (size_t)t * E, dgates + (size_t)t * K,
+                              probs + (size_t)t * E, lse[t], idx + (size_t)t * K,
+                              gates + (size_t)t * K, load, lb_scale, z_scale, E, K);
 }
 
 // Block e ranks the choices of expert e in (t, k) order: a ballot scan per warp, the warps

@@ -4,6 +4,7 @@
 // (the ring's fill and position, the experts the router chose) is read from device memory,
 // never passed as an argument, because a graph keeps the arguments of its capture.
 #include "cuda_int.h"
+#include "route.h"
 
 #define TICK_ROWS 8 // rows (warps) per block of a matrix-vector product
 
@@ -119,31 +120,9 @@ __global__ static void tick_attend_k(float *o, float *scores, float *kring, floa
         }
 }
 
-// The runtime's routing for one token (kiln_rt_route): softmax in place, the K largest with
-// ties to the lower index, gates renormalised over them. One thread: E is small.
+// The runtime's routing for one token (route.h, as on the host). One thread: E is small.
 __global__ static void tick_route_k(int32_t *chosen, float *gates, float *p, int E, int K) {
-    float mx = p[0];
-    for (int e = 1; e < E; e++)
-        mx = p[e] > mx ? p[e] : mx;
-    float sum = 0.0f;
-    for (int e = 0; e < E; e++)
-        sum += (p[e] = expf(p[e] - mx));
-    for (int e = 0; e < E; e++)
-        p[e] /= sum;
-    float picked = 0.0f;
-    for (int k = 0; k < K; k++) {
-        int best = -1;
-        for (int e = 0; e < E; e++) {
-            if (k > 0 &&
-                !(p[e] < p[chosen[k - 1]] || (p[e] == p[chosen[k - 1]] && e > chosen[k - 1])))
-                continue;
-            if (best < 0 || p[e] > p[best]) best = e;
-        }
-        chosen[k] = best;
-        picked += p[best];
-    }
-    for (int k = 0; k < K; k++)
-        gates[k] = p[chosen[k]] / picked;
+    kiln_route_stream(p, E, K, chosen, gates);
 }
 
 __global__ static void tick_add_k(float *y, const float *x, int n) {

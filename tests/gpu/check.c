@@ -24,6 +24,8 @@
 #include "runtime_int.h"
 #include "train.h"
 
+#include "../testutil.h"
+
 #ifndef KILN_HAVE_CUDA
 int main(void) {
     printf("gpu-check: this build has no CUDA (nvcc was not found): skipped\n");
@@ -1126,19 +1128,6 @@ out:
 
 /* ---- the runtime on the GPU ---- */
 
-/* |a-b| over max(|b|, rms(b)), the runtime's own stream-vs-batch measure. */
-static double rt_err(const float *a, const float *b, size_t n) {
-    double rms = 0, worst = 0;
-    for (size_t i = 0; i < n; i++)
-        rms += (double)b[i] * b[i];
-    rms = sqrt(rms / (double)n);
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]) / fmax(fabs(b[i]), rms);
-        if (!(d <= worst)) worst = d;
-    }
-    return worst;
-}
-
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
@@ -1190,7 +1179,7 @@ static void check_runtime_model(const char *dir, const char *label, const kiln_m
         goto out;
     }
     snprintf(name, sizeof name, "runtime %s: batch [%d,%d] against the cpu", label, B, S);
-    record(name, rt_err(yg, yc, nb * O), RT_TOL);
+    record(name, kiln_test_rel_err(yg, yc, nb * O), RT_TOL);
     /* One long sequence (chunked on the GPU when T exceeds its chunk). */
     const float *xl = x + nb * F;
     if (kiln_model_forward(cpu, xl, 1, T, yc + nb * O) ||
@@ -1199,7 +1188,7 @@ static void check_runtime_model(const char *dir, const char *label, const kiln_m
         goto out;
     }
     snprintf(name, sizeof name, "runtime %s: one sequence of %d rows against the cpu", label, T);
-    record(name, rt_err(yg + nb * O, yc + nb * O, (size_t)T * O), RT_TOL);
+    record(name, kiln_test_rel_err(yg + nb * O, yc + nb * O, (size_t)T * O), RT_TOL);
     /* Streams: the GPU's (one graph launch a tick) against the CPU batch of the same rows. */
     float *yb = hnew((size_t)ticks * O * 4);
     if (kiln_model_forward(cpu, xl, 1, ticks, yb) || stream_run(gpu, xl, ticks, warm, ys, us_g) ||
@@ -1209,9 +1198,9 @@ static void check_runtime_model(const char *dir, const char *label, const kiln_m
     }
     snprintf(name, sizeof name, "runtime %s: gpu stream of %d ticks against the cpu batch", label,
              ticks);
-    record(name, rt_err(ys, yb, (size_t)ticks * O), RT_TOL);
+    record(name, kiln_test_rel_err(ys, yb, (size_t)ticks * O), RT_TOL);
     snprintf(name, sizeof name, "runtime %s: gpu stream against the cpu stream", label);
-    record(name, rt_err(ys, yc, (size_t)ticks * O), RT_TOL);
+    record(name, kiln_test_rel_err(ys, yc, (size_t)ticks * O), RT_TOL);
     const int m = ticks - warm;
     qsort(us_g, (size_t)m, sizeof *us_g, cmp_double);
     qsort(us_c, (size_t)m, sizeof *us_c, cmp_double);
