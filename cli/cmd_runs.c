@@ -55,6 +55,28 @@ int cmd_runs_show(int argc, char **argv) {
         printf("best        step %ld: loss %.6g, r2 %.4f\n", ri.best_val_step, ri.best_val_loss,
                ri.best_val_r2);
     }
+    if (json_array_size(ri.layers)) {
+        /* What a research engineer looks at first when a mixture misbehaves. */
+        printf("layers      at step %ld\n", ri.last_step);
+        printf("  layer  attn_H  router_H  imbalance  dead  overflow  act_rms  expert load\n");
+        size_t i;
+        json_t *row;
+        json_array_foreach(ri.layers, i, row) {
+            printf("  %-5lld  %6.3f  %8.3f  %9.3f  %4lld  %8.4f  %7.4f ",
+                   (long long)json_integer_value(json_object_get(row, "layer")),
+                   json_real_value(json_object_get(row, "attn_entropy")),
+                   json_real_value(json_object_get(row, "router_entropy")),
+                   json_real_value(json_object_get(row, "load_imbalance")),
+                   (long long)json_integer_value(json_object_get(row, "dead_experts")),
+                   json_real_value(json_object_get(row, "overflow")),
+                   json_real_value(json_object_get(row, "act_rms")));
+            size_t e;
+            json_t *f;
+            json_array_foreach(json_object_get(row, "expert_load"), e, f)
+                printf(" %.3f", json_number_value(f));
+            printf("\n");
+        }
+    }
     char *ctext = json_dumps(cfg, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(15));
     printf("config      %s\n", ctext ? ctext : "?");
     free(ctext);

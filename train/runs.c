@@ -45,6 +45,7 @@ static char *col_dup(sqlite3_stmt *s, int i) {
 
 void kiln_run_info_release(kiln_run_info *info) {
     json_decref(info->run);
+    json_decref(info->layers);
     free(info->ckpts);
     for (size_t i = 0; i < info->n_events; i++) {
         free(info->events[i].kind);
@@ -84,6 +85,23 @@ static kiln_err read_metrics(sqlite3 *db, size_t max_events, kiln_run_info *o) {
         o->last_val_step = sqlite3_column_int64(s, 0);
         o->last_val_loss = col_num(s, 1);
         o->last_val_r2 = col_num(s, 2);
+    }
+    o->layers = json_array();
+    KILN_CHECK_IF(rc, out, !o->layers, KILN_ERR_NOMEM, "out of memory");
+    PREP("SELECT layer, attn_entropy, router_entropy, load_imbalance, dead_experts, overflow, "
+         "act_rms, expert_load FROM layers WHERE step = ?1 ORDER BY layer");
+    sqlite3_bind_int64(s, 1, (sqlite3_int64)o->last_step);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+        const char *load = (const char *)sqlite3_column_text(s, 7);
+        json_t *lj = load ? json_loads(load, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        json_t *row = json_pack("{s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:o}", "layer",
+                                (json_int_t)sqlite3_column_int64(s, 0), "attn_entropy", col_num(s, 1),
+                                "router_entropy", col_num(s, 2), "load_imbalance", col_num(s, 3),
+                                "dead_experts", (json_int_t)sqlite3_column_int64(s, 4), "overflow",
+                                col_num(s, 5), "act_rms", col_num(s, 6), "expert_load",
+                                lj ? lj : json_array());
+        KILN_CHECK_IF(rc, out, !row || json_array_append_new(o->layers, row), KILN_ERR_NOMEM,
+                      "out of memory");
     }
     PREP("SELECT count(*) FROM events");
     if (sqlite3_step(s) == SQLITE_ROW) o->total_events = (size_t)sqlite3_column_int64(s, 0);

@@ -354,6 +354,10 @@ typedef struct kiln_run_info {
     size_t n_ckpts;
     kiln_run_event *events; /* newest max_events, oldest first */
     size_t n_events, total_events;
+    /* The router and attention diagnostics of every layer at last_step: an array of rows
+     * {layer, attn_entropy, router_entropy, load_imbalance, dead_experts, overflow,
+     * act_rms, expert_load: [E]}; empty when none were logged. */
+    json_t *layers;
 } kiln_run_info;
 
 /* Read a run directory's run.json, metrics.db and checkpoint list (read-only). Release
