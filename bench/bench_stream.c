@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "runtime_int.h"
+#include "train.h"
 
 typedef struct {
     const char *name;
@@ -119,17 +120,13 @@ int main(int argc, char **argv) {
         return 2;
     }
     openblas_set_num_threads(1); /* the baseline runs on one thread, like a stream */
-    const kiln_model_config tiny = {.n_features = 8,
-                                    .n_outputs = 2,
-                                    .d_model = 32,
-                                    .n_layers = 2,
-                                    .n_heads = 4,
-                                    .d_ff = 64,
-                                    .n_experts = 4,
-                                    .top_k = 2,
-                                    .seq_len = 32,
-                                    .attn_window = 32,
-                                    .norm_eps = 1e-5f};
+    /* The tiny model is the trainer's default config (what the demo trains), with the
+     * demo dataset's 8 features and 2 targets. */
+    kiln_train_config defaults;
+    kiln_train_config_default(&defaults);
+    kiln_model_config tiny = defaults.model;
+    tiny.n_features = 8;
+    tiny.n_outputs = 2;
     const kiln_model_config big = {.n_features = 8,
                                    .n_outputs = 2,
                                    .d_model = 256,
