@@ -17,13 +17,14 @@ static kiln_err run_stream(const kiln_model *m, const float *x, size_t N, float 
 }
 
 kiln_err kiln_runtime_infer_file(const char *model_path, const char *input_path,
-                                 const char *out_path, bool stream, size_t *rows) {
+                                 const char *out_path, bool stream, int device, size_t *rows) {
     kiln_model *m = NULL;
     kiln_st *in = NULL;
     kiln_st_writer *w = NULL;
     float *x = NULL, *y = NULL;
     kiln_err rc;
-    KILN_CHECK(rc, out, kiln_model_open(model_path, &m));
+    const kiln_model_opts mo = {device};
+    KILN_CHECK(rc, out, kiln_model_open_opts(model_path, &mo, &m));
     KILN_CHECK(rc, out, kiln_st_open(input_path, &in));
     const kiln_tensor *t = kiln_st_find(in, "features");
     KILN_CHECK_IF(rc, out, !t, KILN_ERR_FORMAT, "'%s': tensor 'features' is missing", input_path);

@@ -14,8 +14,10 @@
  * anything else are ignored) as ONE sequence from its first row, and write `outputs`
  * [N,O] F32 to out_path atomically (an existing file is replaced only on success). With
  * stream, rows go tick by tick through a kiln_stream; otherwise through the batch
- * forward; both give the same numbers to float rounding. *rows (may be NULL) gets N. */
+ * forward; both give the same numbers to float rounding. device: KILN_DEVICE_CPU or a
+ * CUDA device index (kiln_model_open_opts). *rows (may be NULL) gets N. */
 kiln_err kiln_runtime_infer_file(const char *model_path, const char *input_path,
-                                 const char *out_path, bool stream, size_t *rows) KILN_MUST_CHECK;
+                                 const char *out_path, bool stream, int device,
+                                 size_t *rows) KILN_MUST_CHECK;
 
 #endif

@@ -44,7 +44,7 @@ for v in moe dense; do
     floats "$io" "$1" $((S * O)) >"$T/$v.want"
 
     $KILN infer --model "$T/$v" --input "$T/$v.data" --out "$T/$v.batch" >"$T/out" || fail "infer $v"
-    grep -q "$S rows (batch)" "$T/out" || fail "infer $v summary: $(cat "$T/out")"
+    grep -q "$S rows (batch, cpu)" "$T/out" || fail "infer $v summary: $(cat "$T/out")"
     $KILN infer --model "$T/$v/model.safetensors" --input "$T/$v.data" --out "$T/$v.stream" --stream >/dev/null ||
         fail "infer --stream $v"
     for mode in batch stream; do
@@ -54,6 +54,22 @@ for v in moe dense; do
         close "$T/$v.$mode.got" "$T/$v.want" || fail "$v $mode outputs differ from the vectors"
     done
     close "$T/$v.stream.got" "$T/$v.batch.got" || fail "$v: stream and batch differ"
+
+    # --device: a name that is no device is refused; cuda without a GPU (or without CUDA in
+    # the build) fails before anything is written, and an existing output stays as it was.
+    cp "$T/$v.batch" "$T/$v.keep"
+    expect_fail 2 $KILN infer --model "$T/$v" --input "$T/$v.data" --out "$T/$v.batch" --device gpu
+    grep -q 'device must be cpu, cuda or cuda:N, not "gpu"' "$T/err" || fail "bad --device not named"
+    set +e
+    $KILN infer --model "$T/$v" --input "$T/$v.data" --out "$T/$v.batch" --device cuda:7 >"$T/out" 2>"$T/err"
+    rc=$?
+    set -e
+    if [ $rc -eq 0 ]; then
+        echo "a GPU 7 is present: --device cuda:7 ran" >&2
+    else
+        grep -Eq 'kiln: error: .*(CUDA|cuda|GPU)' "$T/err" || fail "--device cuda:7: unclear error: $(cat "$T/err")"
+        cmp -s "$T/$v.keep" "$T/$v.batch" || fail "a failed --device cuda:7 changed the output file"
+    fi
 
     # The example service, beside the kiln binary: CSV ticks in, CSV predictions out.
     svc=$(dirname "$KILN")/stream_service
