@@ -1,5 +1,7 @@
 /* cmd_train.c - kiln train: start or resume a run; progress on stderr. */
 #include <errno.h>
+#include <limits.h>
+#include <stdint.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -79,6 +81,20 @@ static int poison_from_env(long **out, size_t *n) {
         s = *end ? end + 1 : end;
     }
     *out = v;
+    return 0;
+}
+
+/* A non-negative integer from the environment, or def when unset ("" too). */
+static int env_size(const char *name, size_t def, size_t *out) {
+    const char *s = getenv(name);
+    *out = def;
+    if (!s || !*s) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v > SIZE_MAX / 2)
+        return cli_usage_error("%s: '%s' is not a size", name, s);
+    *out = (size_t)v;
     return 0;
 }
 
@@ -179,6 +195,12 @@ int cmd_train(int argc, char **argv) {
     }
     /* A new run and a resumed one run alike from here. */
     if ((rc = poison_from_env(&poison, &n_poison))) goto out;
+    /* Under mpirun: the rank's index on its machine picks its GPU; KILN_TEST_BUCKET_BYTES
+     * makes small gradient buckets so that a tiny model has several (tests). */
+    size_t local_rank = 0, bucket_bytes = 0;
+    if ((rc = env_size("OMPI_COMM_WORLD_LOCAL_RANK", 0, &local_rank)) ||
+        (rc = env_size("KILN_TEST_BUCKET_BYTES", 0, &bucket_bytes)))
+        goto out;
     if (kiln_comm_mpi_launched() && (err = kiln_comm_mpi_create(NULL, NULL, &comm))) goto fail;
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
@@ -190,6 +212,9 @@ int cmd_train(int argc, char **argv) {
                          .progress = progress,
                          .progress_ctx = &pc,
                          .stop = &stop_flag,
+                         .device_comm = kiln_comm_mpi_launched() ? kiln_comm_nccl_create : NULL,
+                         .local_rank = local_rank < INT_MAX ? (int)local_rank : 0,
+                         .bucket_bytes = bucket_bytes,
                          .poison_steps = poison,
                          .n_poison = n_poison};
     if (resume) {

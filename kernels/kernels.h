@@ -342,6 +342,18 @@ kiln_err kiln_cuda_capture_begin(void *stream);
 kiln_err kiln_cuda_capture_end(void *stream, kiln_err rc, void **graph_exec);
 kiln_err kiln_cuda_graph_run(void *graph_exec, void *stream, int device);
 void kiln_cuda_graph_destroy(void *graph_exec);
+/* Data parallelism (kernels/cuda/dist.cu). Events order one stream after a point of
+ * another (stream NULL: the legacy stream the ops run on): record, then stream_wait makes
+ * the waiting stream's later work start after everything queued before the record.
+ * fold_shards, on stream: out[e] = ((s_0 + s_1) + s_2) + ... for e < n over the k*P shards,
+ * shard g = q*k + j at in + (j*P + q)*chunk (the layout kiln_dist_sum_shards receives),
+ * one float add at a time in that order, so it gives kiln_dist_sum_shards's bits. */
+kiln_err kiln_cuda_event_create(void **event); /* kiln_cuda_event_destroy */
+void kiln_cuda_event_destroy(void *event);
+kiln_err kiln_cuda_event_record(void *event, void *stream);
+kiln_err kiln_cuda_stream_wait(void *stream, void *event);
+kiln_err kiln_cuda_fold_shards(void *stream, float *out, const float *in, int k, int P,
+                               size_t chunk, size_t n);
 #endif
 
 #ifdef __cplusplus

@@ -2,11 +2,12 @@
  * bootstrapped through another communicator (MPI: rank 0 makes the unique id and
  * broadcasts it). Built into build/libkiln_dist.a only where nvcc and nccl.h are found.
  *
- * Status: compiled in CI, never run (no GPU in CI, and the CUDA trainer that would call
- * it is not written yet); docs/train.md "Data parallelism" has the plan for it. Every call
- * is synchronous on the communicator's own stream; the trainer's bucketed reduction,
- * overlapped with the backward pass, will enqueue allreduce_sum per bucket
- * (kiln_dist_buckets) on that stream after an event recorded on the compute stream. */
+ * The collectives of the kiln_comm interface are synchronous on the communicator's own
+ * stream; exchange (a group of sends and receives) only queues, and is what the CUDA
+ * trainer's gradient buckets use: trainer_cuda.c orders each bucket's exchange after an
+ * event recorded on the compute stream, folds the shards on this stream, and makes the
+ * compute stream wait for the last bucket (docs/train.md "Data parallelism"). Run so far on
+ * the CPU emulator only (tests/gpu/emu: nccl.h over MPI). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -76,6 +77,22 @@ static kiln_err nccl_allreduce(kiln_comm *c, float *buf, size_t n) {
     return finish(m, "allreduce");
 }
 
+static kiln_err nccl_exchange(kiln_comm *c, const kiln_comm_xfer *x, size_t n) {
+    nccl_comm *m = c->impl;
+    NCCL_TRY(ncclGroupStart(), "group start");
+    ncclResult_t e = ncclSuccess;
+    for (size_t i = 0; i < n && e == ncclSuccess; i++) {
+        if (x[i].send_bytes)
+            e = ncclSend(x[i].send, x[i].send_bytes, ncclUint8, x[i].peer, m->comm, m->stream);
+        if (e == ncclSuccess && x[i].recv_bytes)
+            e = ncclRecv(x[i].recv, x[i].recv_bytes, ncclUint8, x[i].peer, m->comm, m->stream);
+    }
+    ncclResult_t g = ncclGroupEnd();
+    if (e != ncclSuccess) return nccl_fail(e, "exchange");
+    NCCL_TRY(g, "group end");
+    return KILN_OK;
+}
+
 static void nccl_destroy(kiln_comm *c) {
     nccl_comm *m = c->impl;
     ncclCommDestroy(m->comm);
@@ -88,9 +105,10 @@ kiln_err kiln_comm_nccl_create(kiln_comm *boot, int device, kiln_comm **out) {
     ncclUniqueId id;
     memset(&id, 0, sizeof id);
     double mine[1], *all = kiln_calloc((size_t)boot->size, sizeof *all);
-    if (!all) return KILN_ERR_NOMEM;
+    nccl_comm *m = kiln_calloc(1, sizeof *m);
     kiln_err rc = KILN_OK;
-    cudaError_t ce = cudaSetDevice(device);
+    if (!all || !m) rc = kiln_fail(KILN_ERR_NOMEM, "NCCL: out of memory");
+    cudaError_t ce = rc ? cudaSuccess : cudaSetDevice(device);
     if (ce != cudaSuccess) rc = cuda_fail(ce, "set device");
     if (!rc && boot->rank == 0) {
         ncclResult_t e = ncclGetUniqueId(&id);
@@ -98,22 +116,31 @@ kiln_err kiln_comm_nccl_create(kiln_comm *boot, int device, kiln_comm **out) {
     }
     /* Every rank learns whether rank 0 has an id (and every rank its device) before
      * anyone waits for the id. */
-    rc = kiln_dist_agree(boot, rc, mine, 0, all);
-    free(all);
-    KILN_TRY(rc);
-    KILN_TRY(boot->bcast(boot, &id, sizeof id, 0));
-    nccl_comm *m = kiln_calloc(1, sizeof *m);
-    if (!m) return KILN_ERR_NOMEM;
-    ce = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
-    if (ce != cudaSuccess) {
-        free(m);
-        return cuda_fail(ce, "stream");
+    rc = all ? kiln_dist_agree(boot, rc, mine, 0, all) : rc;
+    if (!rc) rc = boot->bcast(boot, &id, sizeof id, 0);
+    bool have_stream = false, have_comm = false;
+    if (!rc) {
+        ce = cudaStreamCreateWithFlags(&m->stream, cudaStreamNonBlocking);
+        if (ce != cudaSuccess)
+            rc = cuda_fail(ce, "stream");
+        else
+            have_stream = true;
     }
-    ncclResult_t e = ncclCommInitRank(&m->comm, boot->size, id, boot->rank);
-    if (e != ncclSuccess) {
-        cudaStreamDestroy(m->stream);
+    if (!rc) {
+        ncclResult_t e = ncclCommInitRank(&m->comm, boot->size, id, boot->rank);
+        if (e != ncclSuccess)
+            rc = nccl_fail(e, "init rank");
+        else
+            have_comm = true;
+    }
+    /* ... and whether every rank has its communicator, so that all of them stop together. */
+    if (all) rc = kiln_dist_agree(boot, rc, mine, 0, all);
+    free(all);
+    if (rc) {
+        if (have_comm) ncclCommDestroy(m->comm);
+        if (have_stream) cudaStreamDestroy(m->stream);
         free(m);
-        return nccl_fail(e, "init rank");
+        return rc;
     }
     m->base.rank = boot->rank;
     m->base.size = boot->size;
@@ -122,6 +149,8 @@ kiln_err kiln_comm_nccl_create(kiln_comm *boot, int device, kiln_comm **out) {
     m->base.allgather = nccl_allgather;
     m->base.alltoall = nccl_alltoall;
     m->base.allreduce_sum = nccl_allreduce;
+    m->base.exchange = nccl_exchange;
+    m->base.stream = m->stream;
     m->base.destroy = nccl_destroy;
     m->base.impl = m;
     *out = &m->base;

@@ -47,6 +47,10 @@ struct kiln_tsmoe_cuda {
     bool have_targets;
     kiln_loss_opts opts;
     kiln_tsmoe_stats stats;
+    /* the backward's gradient hook, and the table index of each block's first tensor */
+    kiln_tsmoe_cuda_grad_hook hook;
+    void *hook_ctx;
+    size_t *layer_first; /* [L] */
 };
 
 /* The bf16 twin of a parameter pointer: the same offset in params16. */
@@ -96,9 +100,11 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
     m->h_load = kiln_calloc(L * (E ? E : 1), sizeof(float));
     m->h_overflow = kiln_calloc(L, sizeof(float));
     m->h_dropped = kiln_calloc(L, sizeof(int));
+    m->layer_first = kiln_calloc(L ? L : 1, sizeof(size_t));
     KILN_CHECK_IF(rc, fail,
                   !m->p.layers || !m->g.layers || !m->w16 || !m->act.layers || !m->offsets_h ||
-                      !m->h_losses || !m->h_stats || !m->h_load || !m->h_overflow || !m->h_dropped,
+                      !m->h_losses || !m->h_stats || !m->h_load || !m->h_overflow || !m->h_dropped ||
+                      !m->layer_first,
                   KILN_ERR_NOMEM, "out of memory for a cuda network");
     KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->params, m->numel * sizeof(float)));
     KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->grads, m->numel * sizeof(float)));
@@ -108,6 +114,12 @@ kiln_err kiln_tsmoe_cuda_create(const kiln_model_config *cfg, int max_batch,
         KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&m->params16, m->numel * sizeof(uint16_t)));
     kiln_tsmoe_view_point(cfg, m->table, m->n_params, m->params, &m->p);
     kiln_tsmoe_view_point(cfg, m->table, m->n_params, m->grads, &m->g);
+    for (size_t l = 0, i = 0; l < L; l++) {
+        const size_t off = (size_t)(m->p.layers[l].attn_norm - m->params);
+        while (m->table[i].offset != off)
+            i++;
+        m->layer_first[l] = i;
+    }
     m->embed_w16 = as16(m, m->p.embed_w);
     m->head_w16 = as16(m, m->p.head_w);
     for (size_t l = 0; l < L; l++) {
@@ -162,6 +174,7 @@ void kiln_tsmoe_cuda_free(kiln_tsmoe_cuda *m) {
     free(m->h_load);
     free(m->h_overflow);
     free(m->h_dropped);
+    free(m->layer_first);
     free(m);
 }
 
@@ -201,6 +214,16 @@ kiln_err kiln_tsmoe_cuda_sync(kiln_tsmoe_cuda *m) {
     (void)m;
     return kiln_cuda_sync();
 }
+void kiln_tsmoe_cuda_set_grad_hook(kiln_tsmoe_cuda *m, kiln_tsmoe_cuda_grad_hook fn, void *ctx) {
+    m->hook = fn;
+    m->hook_ctx = ctx;
+}
+
+/* The gradients of tensors first.. are complete once the work queued so far has run. */
+#define GRADS_DONE(first)                                                                          \
+    do {                                                                                           \
+        if (m->hook) KILN_TRY(m->hook(m->hook_ctx, (first)));                                      \
+    } while (0)
 
 /* The GEMM of one layer in the network's precision. w is the f32 weight (a view into the
  * parameter block); in bf16 its twin in params16 is multiplied instead. */
@@ -342,6 +365,7 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
     ZERO(ac->dres, ND);
     KILN_TRY(kiln_cuda_rmsnorm_backward(ac->dres, g->final_norm, ac->duf, ac->hL, p->final_norm,
                                         ac->rstdf, N, D));
+    GRADS_DONE(m->n_params - 3); /* final_norm, head.weight, head.bias */
     for (int l = L - 1; l >= 0; l--) {
         kiln_tsmoe_layer_acts *a = &ac->layers[l];
         const kiln_tsmoe_layer_view *w = &p->layers[l], *gw = &g->layers[l];
@@ -395,8 +419,10 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
         KILN_TRY(lin_bwd(m, ac->du, gw->qkv_w, gw->qkv_b, ac->dqkv, a->u1, w->qkv_w, N, D, 3 * D));
         KILN_TRY(kiln_cuda_rmsnorm_backward(ac->dres, gw->attn_norm, ac->du, a->res, w->attn_norm,
                                             a->rstd1, N, D));
+        GRADS_DONE(m->layer_first[l]);
     }
     KILN_TRY(lin_bwd(m, NULL, g->embed_w, g->embed_b, ac->dres, ac->xs, p->embed_w, N, F, D));
+    GRADS_DONE(0);
     return KILN_OK;
 }
 
@@ -468,5 +494,8 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
 kiln_err kiln_tsmoe_cuda_sync(kiln_tsmoe_cuda *m) {
     (void)m;
     return NO_CUDA;
+}
+void kiln_tsmoe_cuda_set_grad_hook(kiln_tsmoe_cuda *m, kiln_tsmoe_cuda_grad_hook fn, void *ctx) {
+    (void)m, (void)fn, (void)ctx;
 }
 #endif

@@ -154,6 +154,14 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale);
 
 /* ==== data parallelism (train/comm.c; MPI and NCCL in build/libkiln_dist.a) ========== */
 
+/* One point-to-point transfer of a group (kiln_comm.exchange). */
+typedef struct kiln_comm_xfer {
+    int peer;
+    const void *send;
+    size_t send_bytes;
+    void *recv;
+    size_t recv_bytes;
+} kiln_comm_xfer;
 /* A communicator: rank and size, and collectives that only move bytes. Every call is
  * collective: all ranks make the same calls in the same order with the same sizes.
  * Buffers are host memory ("single", "mpi") or device memory ("nccl"). The trainer's
@@ -173,6 +181,12 @@ struct kiln_comm {
      * ncclAllReduce): fast, not bit-reproducible across rank counts; the CPU trainer
      * does not use it. */
     kiln_err (*allreduce_sum)(kiln_comm *c, float *buf, size_t n);
+    /* Device communicators only ("nccl"; NULL elsewhere): one group of point-to-point
+     * transfers queued on `stream` without waiting for them (x[i]: send send_bytes to peer,
+     * receive recv_bytes from peer; a 0 size moves nothing; transfers between two ranks
+     * pair up in list order). The data-parallel CUDA trainer's buckets go through it. */
+    kiln_err (*exchange)(kiln_comm *c, const kiln_comm_xfer *x, size_t n);
+    void *stream; /* the device stream (cudaStream_t) the collectives run on, or NULL */
     void (*destroy)(kiln_comm *c); /* NULL for the static single-process communicator */
     void *impl;
 };
@@ -324,6 +338,15 @@ typedef struct kiln_train_opts {
      * the others receive the run's state from it and write nothing. accum_steps must be a
      * multiple of N: rank r computes micro-batches r*k .. r*k+k-1 (k = accum_steps / N). */
     kiln_comm *comm;
+    /* Device "cuda" on several ranks (and on one, when set): NULL, or the function that
+     * makes the device communicator the gradients are reduced through
+     * (kiln_comm_nccl_create, which libkiln does not link); several ranks without it are
+     * refused. Each rank trains on GPU local_rank modulo the visible count (local_rank: the
+     * rank's index among the ranks of its machine, OMPI_COMM_WORLD_LOCAL_RANK).
+     * bucket_bytes: the gradient buckets' size (kiln_dist_buckets; 0 = 25 MiB). */
+    kiln_err (*device_comm)(kiln_comm *boot, int device, kiln_comm **out);
+    int local_rank;
+    size_t bucket_bytes;
 } kiln_train_opts;
 
 /* Start a new run in opts->run_dir (created; refused if it holds a run already). The
@@ -417,6 +440,13 @@ const kiln_tsmoe_stats *kiln_tsmoe_cuda_last_stats(const kiln_tsmoe_cuda *m);
 /* After a forward with targets: grads += scale * d loss / d params (queued on the device;
  * a download or kiln_tsmoe_cuda_sync waits for it and reports its errors). */
 kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale);
+/* Called by the backward each time the gradients of more tensors are complete on the
+ * device: after the head and final norm, after each block (last to first), after the
+ * embedding. Tensors from table index `first` on then have their final gradients for work
+ * queued after this point of the legacy stream (record an event there). An error stops the
+ * backward and is returned by it. fn NULL: no hook. */
+typedef kiln_err (*kiln_tsmoe_cuda_grad_hook)(void *ctx, size_t first);
+void kiln_tsmoe_cuda_set_grad_hook(kiln_tsmoe_cuda *m, kiln_tsmoe_cuda_grad_hook fn, void *ctx);
 kiln_err kiln_tsmoe_cuda_sync(kiln_tsmoe_cuda *m);
 
 #endif

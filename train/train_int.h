@@ -109,12 +109,30 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
  * device memory. Create fails with KILN_ERR_UNSUPPORTED in a build without CUDA and with
  * KILN_ERR_DEVICE without a usable GPU. Every call on the creating thread. */
 typedef struct kiln_dev_train kiln_dev_train;
-kiln_err kiln_dev_train_create(const kiln_train_config *c, kiln_dev_train **out);
+/* The GPU of a rank: *device = local_rank modulo the visible devices, *visible their count.
+ * KILN_ERR_DEVICE when none is visible, KILN_ERR_UNSUPPORTED in a build without CUDA. */
+kiln_err kiln_dev_train_pick(int local_rank, int *device, int *visible);
+kiln_err kiln_dev_train_create(const kiln_train_config *c, int device, kiln_dev_train **out);
 void kiln_dev_train_free(kiln_dev_train *d);
 kiln_tsmoe_cuda *kiln_dev_train_net(kiln_dev_train *d);
 /* Host blocks in and out: params [numel], mom [2*numel] (m then v; ignored for SGD). */
 kiln_err kiln_dev_train_upload(kiln_dev_train *d, const float *params, const float *mom);
 kiln_err kiln_dev_train_download(kiln_dev_train *d, float *params, float *mom);
+/* How a step's k micro-batches on this rank become its gradient. Without this call (or with
+ * dc NULL and k 1) the backward adds them up in place. Otherwise each micro-batch's gradient
+ * is computed alone (a shard) and the shards are folded in global shard order, ((s_0 + s_1)
+ * + s_2) + ..., which is kiln_dist_sum_shards's sum: one process with accum_steps A and P
+ * ranks with A/P each give the same bits. dc NULL: one process, the fold on the compute
+ * stream (one extra gradient block). dc a device communicator ("nccl", P ranks, rank r
+ * holding shards r*k .. r*k+k-1): the gradient block is cut into buckets of bucket_bytes
+ * (kiln_dist_buckets; 0 = 25 MiB); during the last micro-batch's backward each bucket is
+ * queued on dc's stream as soon as the backward has produced it (an event on the compute
+ * stream; alltoall of slices, the fold, allgather, all through dc->exchange), and the
+ * compute stream waits for the last bucket before the norm and the update. Call
+ * micro_begin before micro-batch j's forward and micro_end after its backward. */
+kiln_err kiln_dev_train_dist(kiln_dev_train *d, kiln_comm *dc, int k, size_t bucket_bytes);
+kiln_err kiln_dev_train_micro_begin(kiln_dev_train *d, int j);
+kiln_err kiln_dev_train_micro_end(kiln_dev_train *d, int j);
 /* Make the gradient element at offset NaN (the poison_steps test hook). */
 kiln_err kiln_dev_train_poison(kiln_dev_train *d, size_t offset);
 /* kiln_train_grad_norm of the device gradients: per-tensor sums of squares in double on the

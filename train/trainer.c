@@ -63,11 +63,17 @@ typedef struct trainer {
     kiln_dev_train *dev;
     kiln_tsmoe_cuda *gnet; /* the device network (owned by dev) */
     float *yval;           /* [B,S,O] validation outputs brought back from the device */
+    /* Device "cuda" with a device communicator (opts->device_comm; NCCL): the gradients are
+     * reduced on the GPUs through dcomm (trainer_cuda.c), host values through comm. */
+    int gpu, gpus;        /* this rank's GPU (local rank modulo the visible count), count */
+    kiln_comm *dcomm;     /* owned */
+    char gpu_note[256];   /* rank 0: where the ranks run, for the events */
 } trainer;
 
 static void trainer_free(trainer *t) {
     if (t->lock_fd >= 0) close(t->lock_fd);
     kiln_metrics_close(t->mx);
+    kiln_comm_free(t->dcomm); /* before the device's context goes */
     kiln_dev_train_free(t->dev);
     free(t->yval);
     kiln_tsmoe_free(t->m);
@@ -119,9 +125,8 @@ static kiln_err setup_dist(trainer *t) {
                  "computes accum_steps / ranks micro-batches of batch_size windows)",
                  A, size);
     t->k = A / size;
-    /* On a GPU the micro-batches' gradients add up in place (the backward adds), so there
-     * are no shards to fold. */
-    t->direct = size == 1 && (t->k == 1 || t->dev);
+    /* On a GPU the shards live on the device (kiln_dev_train_dist), none here. */
+    t->direct = t->dev || (size == 1 && t->k == 1);
     if (!t->direct) {
         size_t padded = kiln_dist_padded(size, t->numel), total,
                work = kiln_dist_work_floats(size, t->k, t->numel);
@@ -159,11 +164,12 @@ static kiln_err setup(trainer *t) {
                  "dataset '%s': the training split has %zu rows, fewer than seq_len %d",
                  t->ds->path, t->split.train_end, S);
     if (c->device == KILN_TRAIN_CUDA) {
-        KILN_FAIL_IF(t->comm->size > 1, KILN_ERR_UNSUPPORTED,
-                     "config key 'device' is \"cuda\": training one run on %d ranks of GPUs is "
-                     "not supported yet (train it in one process)",
+        KILN_FAIL_IF(t->comm->size > 1 && !t->opts->device_comm, KILN_ERR_UNSUPPORTED,
+                     "config key 'device' is \"cuda\": training one run on %d ranks of GPUs "
+                     "needs a device communicator (NCCL), and none was given",
                      t->comm->size);
-        kiln_err rc = kiln_dev_train_create(c, &t->dev);
+        (void)kiln_dev_train_pick(t->opts->local_rank, &t->gpu, &t->gpus); /* create says */
+        kiln_err rc = kiln_dev_train_create(c, t->gpu, &t->dev);
         if (rc) return kiln_errprefix(rc, "cannot train on device \"cuda\": ");
         t->gnet = kiln_dev_train_net(t->dev);
         if (!(t->yval = kiln_malloc((size_t)B * S * O * sizeof(float)))) return KILN_ERR_NOMEM;
@@ -395,7 +401,14 @@ static kiln_err loop(trainer *t) {
     const kiln_loss_opts lo = {(float)c->aux_loss_coef, (float)c->z_loss_coef,
                                (float)c->capacity_factor};
     const long first = t->st.step + 1;
-    if (t->dev) KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
+    if (t->dev) {
+        KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
+        if (t->dcomm || k > 1)
+            KILN_TRY(kiln_dev_train_dist(t->dev, t->dcomm, k, o->bucket_bytes));
+        if (t->gpu_note[0] && t->mx && kiln_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
+            kiln_warn("%s", kiln_errmsg());
+        if (strstr(t->gpu_note, "GPUs are shared")) kiln_warn("%s", t->gpu_note);
+    }
     const uint64_t t0 = kiln_now_ns();
     uint64_t prev = t0;
     for (long s = first; s <= c->steps; s++) {
@@ -415,8 +428,8 @@ static kiln_err loop(trainer *t) {
             const int a = cm->rank * k + j;
             if (!t->dev)
                 kiln_tsmoe_zero_grads(t->m);
-            else if (j == 0)
-                rc = kiln_tsmoe_cuda_zero_grads(t->gnet);
+            else
+                rc = kiln_dev_train_micro_begin(t->dev, j);
             for (int b = 0; b < B; b++)
                 t->starts[b] =
                     kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
@@ -425,6 +438,7 @@ static kiln_err loop(trainer *t) {
             if (t->dev) {
                 if (!rc) rc = kiln_tsmoe_cuda_forward(t->gnet, t->x, t->y, B, &lo, &l);
                 if (!rc) rc = kiln_tsmoe_cuda_backward(t->gnet, 1.0f / (float)A);
+                if (!rc) rc = kiln_dev_train_micro_end(t->dev, j);
             } else {
                 rc = kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l);
                 if (!rc) rc = kiln_tsmoe_backward(t->m, 1.0f / (float)A);
@@ -534,6 +548,8 @@ static kiln_err loop(trainer *t) {
                            s, t->st.bad_streak, c->max_bad_steps, last);
         } else if (!rc && ckpt_due) {
             if (root) rc = checkpoint(t, o->run_dir);
+            /* The other ranks' host mirrors of a GPU run are brought up to date to compare. */
+            if (!rc && !root && t->dev) rc = kiln_dev_train_download(t->dev, t->params, t->mom);
             if (cm->size > 1) state_digest(t, t->end + 2);
         }
         t->end[1] = o->stop && *o->stop;
@@ -674,6 +690,9 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     char msg[64] = "run started", where[32];
     if (t->comm->size > 1) snprintf(msg, sizeof msg, "run started on %d ranks", t->comm->size);
     if (t->dev) snprintf(msg, sizeof msg, "run started on %s", device_label(&t->cfg, where));
+    if (t->dev && t->comm->size > 1)
+        snprintf(msg, sizeof msg, "run started on %d ranks of %s", t->comm->size,
+                 device_label(&t->cfg, where));
     KILN_CHECK(rc, out, kiln_metrics_event(t->mx, 0, "start", msg));
 out:
     json_decref(run);
@@ -814,10 +833,11 @@ static kiln_err prepare_resume(trainer *t) {
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, t->st.step));
     for (size_t k = 0; k < n_skipped; k++)
         KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "ckpt_skipped", skipped[k]));
-    char msg[128];
+    char msg[128], where[32];
     snprintf(msg, sizeof msg, "resumed from step %ld", t->st.step);
     if (t->comm->size > 1)
-        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " on %d ranks", t->comm->size);
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " on %d ranks%s%s", t->comm->size,
+                 t->dev ? " of " : "", t->dev ? device_label(&t->cfg, where) : "");
     KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "resume", msg));
     {
         char was[32], now[32];
@@ -902,9 +922,47 @@ out:
     return rc;
 }
 
+/* Device "cuda" with opts->device_comm, on every rank: each rank's GPU, then the device
+ * communicator over them (collective; every rank learns of any rank's failure). */
+static kiln_err open_dcomm(trainer *t, bool cuda) {
+    kiln_comm *c = t->comm;
+    if (!cuda || !t->opts->device_comm) return KILN_OK;
+    const size_t P = (size_t)c->size;
+    double rec[4], *all = kiln_calloc(P * 4, sizeof *all);
+    if (!all) return KILN_ERR_NOMEM;
+    kiln_err rc = kiln_dev_train_pick(t->opts->local_rank, &t->gpu, &t->gpus);
+    rec[1] = t->gpu, rec[2] = t->gpus, rec[3] = t->opts->local_rank;
+    rc = kiln_dist_agree(c, rc, rec, 3, all);
+    if (!rc && c->rank == 0) {
+        /* "2 ranks over NCCL: GPU 0, GPU 1", and whether local ranks share a GPU. */
+        char *n = t->gpu_note;
+        const size_t cap = sizeof t->gpu_note;
+        int shared = 0, at = snprintf(n, cap, "%zu rank%s over NCCL:", P, P > 1 ? "s" : "");
+        for (size_t r = 0; r < P; r++) {
+            const double *e = all + r * 4 + 1;
+            shared += e[2] >= e[1];
+            if (r < 8 && at > 0 && (size_t)at < cap)
+                at += snprintf(n + at, cap - (size_t)at, "%s GPU %d", r ? "," : "", (int)e[0]);
+        }
+        if (P > 8 && at > 0 && (size_t)at < cap) at += snprintf(n + at, cap - (size_t)at, ", ...");
+        if (shared && at > 0 && (size_t)at < cap)
+            snprintf(n + at, cap - (size_t)at,
+                     "; GPUs are shared: more local ranks than visible GPUs on %d rank%s", shared,
+                     shared > 1 ? "s" : "");
+    }
+    free(all);
+    if (!rc) rc = t->opts->device_comm(c, t->gpu, &t->dcomm);
+    return rc ? kiln_errprefix(rc, "cannot train on device \"cuda\" on %zu rank%s: ", P,
+                               P > 1 ? "s" : "")
+              : KILN_OK;
+}
+
 kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts) {
     trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
-    kiln_err rc = t.comm->rank == 0 ? prepare_start(&t, cfg) : KILN_OK;
+    /* The device communicator first: a failure leaves no run directory behind. */
+    kiln_err rc = open_dcomm(&t, cfg->device == KILN_TRAIN_CUDA);
+    if (rc) return rc;
+    rc = t.comm->rank == 0 ? prepare_start(&t, cfg) : KILN_OK;
     rc = share_run(&t, rc);
     if (!rc) rc = loop(&t);
     trainer_free(&t);
@@ -915,6 +973,7 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
     kiln_err rc = t.comm->rank == 0 ? prepare_resume(&t) : KILN_OK;
     rc = share_run(&t, rc);
+    if (!rc) rc = open_dcomm(&t, t.cfg.device == KILN_TRAIN_CUDA);
     if (!rc) rc = loop(&t);
     trainer_free(&t);
     return rc;

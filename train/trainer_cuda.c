@@ -21,13 +21,33 @@ struct kiln_dev_train {
     double *hsum;  /* host [2*np] */
     float *params; /* device, the network's block */
     float *grads;  /* device, the network's block */
+    /* The step's micro-batches (kiln_dev_train_dist): k of them here; fold: each gradient
+     * computed alone and the k (or k*P) of them added in shard order. */
+    int k;
+    bool fold;
+    kiln_comm *dc;                /* NULL: one process, the fold on the legacy stream */
+    float *acc;                   /* device [numel]: the running fold (dc NULL, k > 1) */
+    float *shards;                /* device [(k-1)*numel]: micro-batches 0..k-2 (dc) */
+    float *recv;                  /* device [k*P*chunk_max]: a bucket's slices (dc) */
+    kiln_dist_bucket *bk;         /* [nb] */
+    size_t nb, next;              /* buckets, the first not yet queued this step */
+    kiln_comm_xfer *xf;           /* [k*P] */
+    void *ev_ready, *ev_done;     /* compute stream -> comm stream, and back */
 };
 
-kiln_err kiln_dev_train_create(const kiln_train_config *c, kiln_dev_train **out) {
+kiln_err kiln_dev_train_pick(int local_rank, int *device, int *visible) {
+    *visible = kiln_cuda_device_count();
+    *device = *visible > 0 && local_rank > 0 ? local_rank % *visible : 0;
+    KILN_FAIL_IF(*visible == 0, KILN_ERR_DEVICE, "cuda: no usable CUDA device: none is visible");
+    return KILN_OK;
+}
+
+kiln_err kiln_dev_train_create(const kiln_train_config *c, int device, kiln_dev_train **out) {
     *out = NULL;
     kiln_dev_train *d = kiln_calloc(1, sizeof *d);
     if (!d) return KILN_ERR_NOMEM;
-    kiln_cuda_opts o = {0, c->precision};
+    d->k = 1;
+    kiln_cuda_opts o = {device, c->precision};
     kiln_err rc = kiln_tsmoe_cuda_create(&c->model, c->batch_size, &o, &d->net);
     if (rc) {
         free(d);
@@ -53,6 +73,13 @@ fail:
 
 void kiln_dev_train_free(kiln_dev_train *d) {
     if (!d) return;
+    kiln_cuda_free(d->acc);
+    kiln_cuda_free(d->shards);
+    kiln_cuda_free(d->recv);
+    kiln_cuda_event_destroy(d->ev_ready);
+    kiln_cuda_event_destroy(d->ev_done);
+    free(d->bk);
+    free(d->xf);
     kiln_cuda_free(d->mom);
     kiln_cuda_free(d->dsum);
     free(d->hsum);
@@ -79,6 +106,117 @@ kiln_err kiln_dev_train_download(kiln_dev_train *d, float *params, float *mom) {
 kiln_err kiln_dev_train_poison(kiln_dev_train *d, size_t offset) {
     const float nan = NAN;
     return kiln_cuda_upload(d->grads + offset, &nan, sizeof nan);
+}
+
+/* ---- data parallelism ---- */
+
+kiln_err kiln_dev_train_dist(kiln_dev_train *d, kiln_comm *dc, int k, size_t bucket_bytes) {
+    KILN_FAIL_IF(k < 1 || (dc && !dc->exchange), KILN_ERR_USAGE,
+                 "'dist': %d micro-batches, communicator '%s'", k, dc ? dc->name : "none");
+    d->k = k;
+    d->dc = dc;
+    d->fold = dc || k > 1;
+    if (!dc) {
+        if (k > 1) KILN_TRY(kiln_cuda_malloc((void **)&d->acc, d->numel * sizeof(float)));
+        return KILN_OK;
+    }
+    const size_t P = (size_t)dc->size;
+    size_t np = 0;
+    const kiln_param *tab = kiln_tsmoe_cuda_param_table(d->net, &np);
+    d->nb = kiln_dist_buckets(tab, np, bucket_bytes ? bucket_bytes : (size_t)25 << 20, NULL, 0);
+    d->bk = kiln_calloc(d->nb, sizeof *d->bk);
+    d->xf = kiln_calloc((size_t)k * P, sizeof *d->xf);
+    if (!d->bk || !d->xf) return KILN_ERR_NOMEM;
+    kiln_dist_buckets(tab, np, bucket_bytes ? bucket_bytes : (size_t)25 << 20, d->bk, d->nb);
+    size_t chunk = 0, n;
+    for (size_t b = 0; b < d->nb; b++) {
+        size_t c = (d->bk[b].numel + P - 1) / P;
+        if (c > chunk) chunk = c;
+    }
+    KILN_FAIL_IF(!kiln_mul_ok(chunk, (size_t)k * P * sizeof(float), &n) ||
+                     !kiln_mul_ok(d->numel, (size_t)(k - 1) * sizeof(float), &n),
+                 KILN_ERR_LIMIT, "gradient shards of %zu floats overflow", d->numel);
+    KILN_TRY(kiln_cuda_malloc((void **)&d->recv, chunk * (size_t)k * P * sizeof(float)));
+    if (k > 1)
+        KILN_TRY(kiln_cuda_malloc((void **)&d->shards, d->numel * (size_t)(k - 1) * sizeof(float)));
+    KILN_TRY(kiln_cuda_event_create(&d->ev_ready));
+    KILN_TRY(kiln_cuda_event_create(&d->ev_done));
+    return KILN_OK;
+}
+
+static const float *shard(const kiln_dev_train *d, int j) {
+    return j == d->k - 1 ? d->grads : d->shards + (size_t)j * d->numel;
+}
+
+/* Queue bucket b's reduction on the communicator's stream, after the compute stream's work
+ * so far: alltoall of slices (slice q of every shard to rank q), the fold of this rank's
+ * slice in shard order on the communicator's stream, written over its place in the
+ * gradients, then every slice to every rank (an allgather into place). */
+static kiln_err queue_bucket(kiln_dev_train *d, const kiln_dist_bucket *b) {
+    kiln_comm *dc = d->dc;
+    const int P = dc->size, r = dc->rank, k = d->k;
+    const size_t chunk = (b->numel + (size_t)P - 1) / (size_t)P;
+#define SLICE_LEN(q)                                                                               \
+    ((size_t)(q) * chunk >= b->numel ? 0                                                           \
+     : b->numel - (size_t)(q) * chunk < chunk ? b->numel - (size_t)(q) * chunk                     \
+                                                : chunk)
+    const size_t mine = SLICE_LEN(r);
+    float *dst = d->grads + b->offset + (size_t)r * chunk;
+    KILN_TRY(kiln_cuda_event_record(d->ev_ready, NULL));
+    KILN_TRY(kiln_cuda_stream_wait(dc->stream, d->ev_ready));
+    size_t n = 0;
+    for (int q = 0; q < P; q++)
+        for (int j = 0; j < k; j++)
+            d->xf[n++] = (kiln_comm_xfer){q,
+                                          shard(d, j) + b->offset + (size_t)q * chunk,
+                                          SLICE_LEN(q) * sizeof(float),
+                                          d->recv + ((size_t)j * P + (size_t)q) * chunk,
+                                          mine * sizeof(float)};
+    KILN_TRY(dc->exchange(dc, d->xf, n));
+    KILN_TRY(kiln_cuda_fold_shards(dc->stream, dst, d->recv, k, P, chunk, mine));
+    n = 0;
+    for (int q = 0; q < P; q++)
+        if (q != r)
+            d->xf[n++] = (kiln_comm_xfer){q, dst, mine * sizeof(float),
+                                          d->grads + b->offset + (size_t)q * chunk,
+                                          SLICE_LEN(q) * sizeof(float)};
+#undef SLICE_LEN
+    return n ? dc->exchange(dc, d->xf, n) : KILN_OK;
+}
+
+/* The backward's hook: queue every bucket whose tensors are all done. Buckets run from the
+ * end of the table, so they complete in order. */
+static kiln_err grads_done(void *ctx, size_t first) {
+    kiln_dev_train *d = ctx;
+    while (d->next < d->nb && d->bk[d->next].last_param >= first)
+        KILN_TRY(queue_bucket(d, &d->bk[d->next++]));
+    return KILN_OK;
+}
+
+kiln_err kiln_dev_train_micro_begin(kiln_dev_train *d, int j) {
+    if (j == 0 || d->fold) KILN_TRY(kiln_tsmoe_cuda_zero_grads(d->net));
+    if (d->dc && j == d->k - 1) {
+        d->next = 0;
+        kiln_tsmoe_cuda_set_grad_hook(d->net, grads_done, d);
+    }
+    return KILN_OK;
+}
+
+kiln_err kiln_dev_train_micro_end(kiln_dev_train *d, int j) {
+    const size_t bytes = d->numel * sizeof(float);
+    if (!d->fold) return KILN_OK;
+    if (!d->dc) {
+        /* One process: acc = s_0, acc += s_1, ..., grads = acc + s_(k-1). */
+        if (j == 0) return kiln_cuda_copy(d->acc, d->grads, bytes);
+        float *to = j == d->k - 1 ? d->grads : d->acc;
+        return kiln_cuda_residual_forward(to, d->acc, d->grads, d->numel);
+    }
+    if (j < d->k - 1) return kiln_cuda_copy(d->shards + (size_t)j * d->numel, d->grads, bytes);
+    kiln_tsmoe_cuda_set_grad_hook(d->net, NULL, NULL);
+    KILN_TRY(grads_done(d, 0)); /* the backward queued them all unless it failed */
+    /* The compute stream's next work (the norm, the update) waits for the last bucket. */
+    KILN_TRY(kiln_cuda_event_record(d->ev_done, d->dc->stream));
+    return kiln_cuda_stream_wait(NULL, d->ev_done);
 }
 
 /* sums[i] = sum of x[tensor i]^2 over the trained tensors (0 for the others), summed on the
@@ -144,9 +282,26 @@ kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, cons
     kiln_fail(KILN_ERR_UNSUPPORTED,                                                                \
               "this build of kiln has no CUDA (nvcc was not found when it was built)")
 
-kiln_err kiln_dev_train_create(const kiln_train_config *c, kiln_dev_train **out) {
-    (void)c;
+kiln_err kiln_dev_train_pick(int local_rank, int *device, int *visible) {
+    (void)local_rank;
+    *device = *visible = 0;
+    return NO_CUDA;
+}
+kiln_err kiln_dev_train_create(const kiln_train_config *c, int device, kiln_dev_train **out) {
+    (void)c, (void)device;
     *out = NULL;
+    return NO_CUDA;
+}
+kiln_err kiln_dev_train_dist(kiln_dev_train *d, kiln_comm *dc, int k, size_t bucket_bytes) {
+    (void)d, (void)dc, (void)k, (void)bucket_bytes;
+    return NO_CUDA;
+}
+kiln_err kiln_dev_train_micro_begin(kiln_dev_train *d, int j) {
+    (void)d, (void)j;
+    return NO_CUDA;
+}
+kiln_err kiln_dev_train_micro_end(kiln_dev_train *d, int j) {
+    (void)d, (void)j;
     return NO_CUDA;
 }
 void kiln_dev_train_free(kiln_dev_train *d) {

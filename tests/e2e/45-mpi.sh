@@ -74,3 +74,14 @@ set +e; $MPIRUN -np 2 $KILN train --data "$T/d.st" --run-dir "$T/bad" --set step
 [ "$(grep -c "kiln: error: config key 'accum_steps' (1) is not a multiple of the 2 ranks" "$T/err")" = 1 ] ||
     { cat "$T/err" >&2; fail "refusal not reported once"; }
 [ ! -e "$T/bad" ] || fail "refused run created its directory"
+
+# --device cuda on 2 ranks (NCCL, one GPU per rank) where there is no GPU or no CUDA (CI):
+# every rank stops with the reason, before anything is written. The run itself is checked
+# on the emulator (make gpu-emu) and on a GPU (gpu-check).
+set +e; $MPIRUN -np 2 $KILN train --data "$T/d.st" --run-dir "$T/gpu" --device cuda $S >/dev/null 2>"$T/err"; rc=$?; set -e
+if [ $rc -ne 0 ]; then
+    [ $rc -eq 2 ] || { cat "$T/err" >&2; fail "cuda on 2 ranks without a GPU exited $rc, expected 2"; }
+    grep -q 'kiln: error: cannot train on device "cuda" on 2 ranks: ' "$T/err" ||
+        { cat "$T/err" >&2; fail "cuda on 2 ranks: unclear message"; }
+    [ ! -e "$T/gpu" ] || fail "cuda on 2 ranks without a GPU created its directory"
+fi

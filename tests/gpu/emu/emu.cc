@@ -224,6 +224,23 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) {
     delete x;
     return cudaSuccess;
 }
+struct emu_event {
+    int unused;
+};
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) {
+    *e = new emu_event();
+    return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    delete e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    return e && !(s && s->capture) ? cudaSuccess : cudaErrorInvalidValue;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    return e && !(s && s->capture) ? cudaSuccess : cudaErrorInvalidValue;
+}
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
     *p = malloc(bytes ? bytes : 1);
     return *p ? cudaSuccess : cudaErrorMemoryAllocation;

@@ -34,8 +34,25 @@ for f in $(for m in $MODS; do ls $m/*.c; done | grep -v -e comm_mpi -e comm_nccl
     objs="$objs $o"
 done
 LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
-gcc $CFLAGS $INC -c tests/gpu/check.c -o "$E/obj/check.o"
-g++ $SAN -o "$E/gpu-check" "$E/obj/check.o" $objs $LIBS
+# The transports: MPI, and NCCL through the emulator's nccl.h (tests/gpu/emu/nccl.cc: over MPI
+# on host memory, which is what emulated device memory is).
+MPI_CFLAGS=$(pkg-config --cflags ompi-c)
+MPI_LIBS=$(pkg-config --libs ompi-c)
+gcc $CFLAGS $MPI_CFLAGS $INC -c train/comm_mpi.c -DKILN_HAVE_NCCL -o "$E/obj/comm_mpi.o"
+gcc $CFLAGS $MPI_CFLAGS $INC -Itests/gpu/emu/include -DKILN_HAVE_NCCL -c train/comm_nccl.c \
+    -o "$E/obj/comm_nccl.o"
+g++ $CXXFLAGS $MPI_CFLAGS -DOMPI_SKIP_MPICXX -c tests/gpu/emu/nccl.cc -o "$E/obj/nccl.o"
+dist="$E/obj/comm_mpi.o $E/obj/comm_nccl.o $E/obj/nccl.o"
+gcc $CFLAGS $INC -DKILN_HAVE_NCCL -c tests/gpu/check.c -o "$E/obj/check.o"
+g++ $SAN -o "$E/gpu-check" "$E/obj/check.o" $objs $dist $LIBS $MPI_LIBS
+# The kiln command itself, for the data-parallel run below.
+cobjs=""
+for f in cli/*.c; do
+    o=$E/obj/$(echo "$f" | tr / _).o
+    gcc $CFLAGS $INC -c "$f" -o "$o"
+    cobjs="$cobjs $o"
+done
+g++ $SAN -o "$E/kiln" $cobjs $dist $objs $LIBS $MPI_LIBS
 make -s build/tests.inc build/fuzz-targets.inc >/dev/null
 tobjs=""
 for f in tests/*.c tests/fuzz/*.c; do
@@ -46,5 +63,7 @@ done
 g++ $SAN -o "$E/run-tests" $tobjs $objs $LIBS
 echo "== C suite's cuda tests on the emulator"
 KILN_BUILD=$E "$E/run-tests" cuda
+echo "== data parallelism on the emulator: kiln train --device cuda, 1 process and 2 ranks"
+tests/gpu/emu/dist.sh "$E"
 echo "== gpu-check on the emulator"
 [ -n "${EMU_NO_CHECK:-}" ] || "$E/gpu-check" --out "$E/results.txt" --tiny-bench "$@"

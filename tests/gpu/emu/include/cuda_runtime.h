@@ -24,57 +24,11 @@ struct dim3 {
     dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
 };
 
-typedef enum cudaError {
-    cudaSuccess = 0,
-    cudaErrorInvalidValue = 1,
-    cudaErrorMemoryAllocation = 2,
-    cudaErrorInvalidConfiguration = 9,
-    cudaErrorNoDevice = 100,
-    cudaErrorStreamCaptureUnsupported = 900,
-    cudaErrorStreamCaptureImplicit = 906
-} cudaError_t;
-typedef enum cudaMemcpyKind {
-    cudaMemcpyHostToHost = 0,
-    cudaMemcpyHostToDevice = 1,
-    cudaMemcpyDeviceToHost = 2,
-    cudaMemcpyDeviceToDevice = 3,
-    cudaMemcpyDefault = 4
-} cudaMemcpyKind;
-// Streams run their work at once, in order, as the legacy stream does; a stream that is
-// capturing records it instead (kernels with their arguments copied, copies and fills),
-// and a graph replays the record.
-typedef struct emu_stream *cudaStream_t;
-typedef struct emu_graph *cudaGraph_t;
-typedef struct emu_graph *cudaGraphExec_t;
-#define cudaStreamNonBlocking 0x01
-typedef enum { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1 } cudaStreamCaptureMode;
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags);
-cudaError_t cudaStreamDestroy(cudaStream_t s);
-cudaError_t cudaStreamSynchronize(cudaStream_t s);
-cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode mode);
-cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g);
-cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags);
-cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s);
-cudaError_t cudaGraphDestroy(cudaGraph_t g);
-cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x);
-cudaError_t cudaMallocHost(void **p, size_t bytes);
-cudaError_t cudaFreeHost(void *p);
+#include "cuda_runtime_api.h"
 
-cudaError_t cudaGetDeviceCount(int *n);
-cudaError_t cudaSetDevice(int d);
-cudaError_t cudaMalloc(void **p, size_t bytes);
 template <class T> cudaError_t cudaMalloc(T **p, size_t bytes) {
     return cudaMalloc((void **)p, bytes);
 }
-cudaError_t cudaFree(void *p);
-cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind);
-cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind,
-                            cudaStream_t s);
-cudaError_t cudaMemsetAsync(void *dst, int byte, size_t bytes, cudaStream_t s);
-cudaError_t cudaDeviceSynchronize(void);
-cudaError_t cudaGetLastError(void);
-const char *cudaGetErrorString(cudaError_t e);
-const char *cudaGetErrorName(cudaError_t e);
 
 // ---- the fiber scheduler ----
 namespace emu {
