@@ -233,8 +233,12 @@ FORCE:
 .PHONY: gpu-check
 ifneq ($(CU_SRC),)
 gpu-check: $(BUILD)/gpu-check
-$(BUILD)/gpu-check: $(BUILD)/obj/tests/gpu/check.o $(BUILD)/libkiln.a
-	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+# With NCCL it checks the trainer through an NCCL communicator of one rank: it links
+# comm_nccl.o from libkiln_dist.a (not comm_mpi.o, so no libmpi) and libnccl.
+$(BUILD)/obj/tests/gpu/check.o: CFLAGS += $(if $(NCCL_H),-DKILN_HAVE_NCCL)
+$(BUILD)/gpu-check: $(BUILD)/obj/tests/gpu/check.o $(BUILD)/libkiln.a $(BUILD)/libkiln_dist.a
+	$(CC) $(LDFLAGS) -o $@ $< $(if $(NCCL_H),$(BUILD)/libkiln_dist.a) $(BUILD)/libkiln.a $(ALL_LIBS) \
+	  $(if $(NCCL_H),-L$(CUDA_HOME)/lib64 -Wl$(comma)-rpath$(comma)$(CUDA_HOME)/lib64 -lnccl)
 -include $(BUILD)/obj/tests/gpu/check.d
 else
 gpu-check:

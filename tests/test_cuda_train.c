@@ -257,6 +257,89 @@ KILN_TEST(cuda_train_device) {
     free(data);
 }
 
+/* ---- the device communicator (data parallelism; NCCL in the kiln binary) ---- */
+
+static kiln_err failing_comm(kiln_comm *boot, int device, kiln_comm **out) {
+    (void)boot, (void)device;
+    *out = NULL;
+    return kiln_fail(KILN_ERR_DEVICE, "NCCL init rank: unhandled system error (test)");
+}
+
+#ifdef KILN_HAVE_CUDA
+/* A device communicator of one rank without NCCL: each transfer is a device copy to itself
+ * (a rank's sends and receives pair up in list order), on the legacy stream. */
+static kiln_err loop_exchange(kiln_comm *c, const kiln_comm_xfer *x, size_t n) {
+    (void)c;
+    for (size_t i = 0; i < n; i++) {
+        KILN_FAIL_IF(x[i].peer != 0 || x[i].send_bytes != x[i].recv_bytes, KILN_ERR_USAGE,
+                     "loopback: transfer %zu does not pair up", i);
+        KILN_TRY(kiln_cuda_copy(x[i].recv, x[i].send, x[i].send_bytes));
+    }
+    return KILN_OK;
+}
+static int loop_made;
+static kiln_err loop_comm(kiln_comm *boot, int device, kiln_comm **out) {
+    static kiln_comm c;
+    (void)device;
+    c = *boot;
+    c.name = "loopback";
+    c.exchange = loop_exchange;
+    c.stream = NULL;
+    c.destroy = NULL;
+    loop_made++;
+    *out = &c;
+    return KILN_OK;
+}
+
+/* The bucketed path (every bucket queued from the backward hook, folded, put back) gives the
+ * bytes of the plain one: accum_steps 1 (the backward's gradient) and 2 (folded in place). */
+static void through_buckets(const char *data) {
+    for (int accum = 1; accum <= 2; accum++) {
+        char na[16], nb[16];
+        snprintf(na, sizeof na, "plain%d", accum);
+        snprintf(nb, sizeof nb, "buckets%d", accum);
+        char *a = kiln_test_path(na), *b = kiln_test_path(nb);
+        char *a6 = kiln_ckpt_path(a, 6), *b6 = kiln_ckpt_path(b, 6);
+        kiln_train_config c;
+        tiny_run(&c);
+        c.accum_steps = accum;
+        kiln_train_opts oa = {.run_dir = a, .data_path = data};
+        kiln_train_opts ob = {
+            .run_dir = b, .data_path = data, .device_comm = loop_comm, .bucket_bytes = 256};
+        loop_made = 0;
+        CHECK("plain run", kiln_train_start(&c, &oa) == KILN_OK);
+        CHECK("bucketed run", kiln_train_start(&c, &ob) == KILN_OK);
+        CHECK("the device communicator was used", loop_made == 1);
+        CHECK("buckets: the plain run's checkpoint bytes", kiln_test_same_file(a6, b6));
+        CHECK("the devices event", event_says(b, "devices", "1 rank over NCCL: GPU 0"));
+        free(a), free(b), free(a6), free(b6);
+    }
+}
+#endif
+
+KILN_TEST(cuda_train_device_comm) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = kiln_test_synth("d.safetensors", 6, 300), *dir = kiln_test_path("run");
+    if (!CHECK("data", data && dir)) goto out;
+    kiln_train_config c;
+    tiny_run(&c);
+    /* A device communicator that does not start: an error naming it, nothing written. */
+    kiln_train_opts o = {.run_dir = dir, .data_path = data, .device_comm = failing_comm};
+    kiln_err rc = kiln_train_start(&c, &o);
+    CHECK("refused", rc != KILN_OK);
+    CHECK("the message names the device and the rank count",
+          has("cannot train on device \"cuda\" on 1 rank: "));
+    if (kiln_test_gpu_present()) CHECK("the message names NCCL", has("NCCL init rank: "));
+    CHECK("nothing written", !kiln_path_exists(dir));
+#ifdef KILN_HAVE_CUDA
+    if (kiln_test_gpu_present()) through_buckets(data);
+#endif
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data);
+    free(dir);
+}
+
 /* validate's parity_cpu_cuda: passed on a GPU (the CUDA network against the runtime on the
  * held-out windows), "not run" with its reason without one; never counted as passed then. */
 KILN_TEST(cuda_validate_parity) {

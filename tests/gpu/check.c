@@ -1126,6 +1126,91 @@ out:
     free(data);
 }
 
+/* The trainer through a device communicator of one rank (NCCL over kiln_comm_single()):
+ * the gradients go the data-parallel way (shards folded per bucket on NCCL's stream, each
+ * bucket queued from the backward pass, small buckets so that there are many) and must give
+ * the checkpoint bytes of the trainer without NCCL: accum_steps 1 (the backward's gradient
+ * as it is) and accum_steps 2 (the micro-batches folded on the compute stream). */
+static void check_trainer_nccl(const char *dir, bool tiny) {
+    say("== the trainer through NCCL (one rank) against the trainer without it\n");
+#ifndef KILN_HAVE_NCCL
+    (void)dir, (void)tiny;
+    add("trainer through nccl: the same checkpoint bytes", NAN, 0, SKIP,
+        "this build has no NCCL (nccl.h was not found)");
+#else
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = kiln_path_join(dir, "train-nccl.safetensors");
+    kiln_synth_opts so = {.seed = 12, .rows = tiny ? 400 : 4000, .n_features = 8, .n_outputs = 2};
+    if (!data || kiln_synth_write(&so, data, NULL)) {
+        record_call_failed("trainer through nccl: synthetic data", __LINE__);
+        goto out;
+    }
+    kiln_train_config c;
+    kiln_train_config_default(&c);
+    c.device = KILN_TRAIN_CUDA;
+    c.model.d_model = tiny ? 16 : 64;
+    c.model.d_ff = tiny ? 16 : 128;
+    c.model.seq_len = tiny ? 8 : 32;
+    c.model.attn_window = tiny ? 4 : 16;
+    c.batch_size = tiny ? 2 : 16;
+    c.steps = tiny ? 4 : 20;
+    c.warmup_steps = 2;
+    c.eval_every = c.steps / 2;
+    c.ckpt_every = c.steps;
+    c.keep = 0;
+    for (int accum = 1; accum <= 2; accum++) {
+        char *run[2] = {NULL, NULL}, *buf[2] = {NULL, NULL};
+        size_t len[2] = {0, 0};
+        bool ok = true;
+        double secs[2] = {0, 0};
+        for (int v = 0; v < 2 && ok; v++) {
+            char n[64], last[64];
+            snprintf(n, sizeof n, "run-nccl-a%d-%s", accum, v ? "nccl" : "plain");
+            run[v] = kiln_path_join(dir, n);
+            char cmd[4200];
+            snprintf(cmd, sizeof cmd, "rm -rf '%s'", run[v]);
+            if (!run[v] || system(cmd) != 0) fatal("clearing an old run");
+            kiln_train_config ci = c;
+            ci.accum_steps = accum;
+            kiln_train_opts o = {.run_dir = run[v],
+                                 .data_path = data,
+                                 .comm = kiln_comm_single(),
+                                 .device_comm = v ? kiln_comm_nccl_create : NULL,
+                                 .bucket_bytes = 4096};
+            uint64_t t1 = kiln_now_ns();
+            if (kiln_train_start(&ci, &o)) {
+                snprintf(n, sizeof n, "trainer through nccl: accum_steps %d, %s run", accum,
+                         v ? "nccl" : "plain");
+                record_call_failed(n, __LINE__);
+                ok = false;
+                break;
+            }
+            secs[v] = (double)(kiln_now_ns() - t1) / 1e9;
+            snprintf(last, sizeof last, "ckpt/step-%08ld.safetensors", c.steps);
+            char *p = kiln_path_join(run[v], last);
+            ok = p && read_all(p, &buf[v], &len[v]);
+            free(p);
+        }
+        if (ok) {
+            char name[128], note[128];
+            snprintf(name, sizeof name,
+                     "trainer through nccl (1 rank, 4 KiB buckets), accum_steps %d: the same "
+                     "checkpoint bytes",
+                     accum);
+            snprintf(note, sizeof note, "%ld steps: %.2f s plain, %.2f s through nccl", c.steps,
+                     secs[0], secs[1]);
+            record_exact(name, len[0] == len[1] && !memcmp(buf[0], buf[1], len[0]), note);
+        }
+        for (int v = 0; v < 2; v++)
+            free(run[v]), free(buf[v]);
+        if (!ok) break;
+    }
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data);
+#endif
+}
+
 /* ---- the runtime on the GPU ---- */
 
 static int cmp_double(const void *a, const void *b) {
@@ -1303,6 +1388,7 @@ int main(int argc, char **argv) {
         char *dir = kiln_dirname(out_path);
         check_trainer(dir ? dir : ".", tiny);
         release_all();
+        check_trainer_nccl(dir ? dir : ".", tiny);
         check_runtime(dir ? dir : ".", tiny);
         free(dir);
     }
