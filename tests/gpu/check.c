@@ -3,8 +3,10 @@
  * write fails), the device network against the CPU network (on the kiln-tsmoe vectors and
  * on random configs), two runs bitwise identical, the trainer on the GPU against the CPU
  * trainer (losses of the first 50 steps, two runs and an interrupted one with the same
- * checkpoint bytes), the runtime on the GPU against the CPU runtime (batch, chunked, streams)
- * with streaming latency percentiles, then throughput and MFU. Prints a table last and
+ * checkpoint bytes), the trainer through an NCCL communicator of one rank against the trainer
+ * without it (the same checkpoint bytes; skipped without NCCL), the runtime on the GPU against
+ * the CPU runtime (batch, chunked, streams) with streaming latency percentiles, then
+ * throughput and MFU. Prints a table last and
  * writes every figure to the results file.
  *
  *   gpu-check [--out FILE] [--vectors DIR] [--no-bench] [--tiny-bench]

@@ -1,7 +1,8 @@
 #!/bin/sh
 # emu.sh - build the CUDA sources against the CPU emulator (tests/gpu/emu/include) and run
 # gpu-check and the C suite's cuda tests with them: the kernels' indexing, scans, barriers
-# and reductions, the device network and the check program itself, without a GPU. Numbers
+# and reductions, the device network and the check program itself, without a GPU; and kiln
+# train --device cuda on 2 ranks under mpirun with nccl.h over MPI (dist.sh). Numbers
 # and timings mean nothing here; only pass/fail does.
 #   tests/gpu/emu/emu.sh [gpu-check arguments]      (from the repository root)
 set -eu
