@@ -1,17 +1,24 @@
-// attention.cu - causal windowed multi-head attention with ALiBi. One warp per (b, h, i):
-// lanes take keys for the scores and softmax (warp max and sum), then feature columns for
-// the weighted values. The backward is split by owner so that nothing is added twice to the
-// same place at once: pass 1, per query, the score gradients (kept in scratch) and dq; pass
-// 2, per key, dk and dv over the queries that saw it, in ascending query order.
+// attention.cu - causal windowed multi-head attention with ALiBi. One warp per (b, h, i).
+// Scores: the lanes split the head's features (coalesced loads of each key row), one warp sum
+// per key, the keys in ascending order; lane w % 32 keeps score w, so the softmax (lanes over
+// keys, warp max and sum) reads only what it wrote. The weighted values: lanes over feature
+// columns. The backward is split by owner so that nothing is added twice to the same place at
+// once: pass 1, per query, the score gradients (kept in scratch) and dq; pass 2, per key, dk
+// and dv over the queries that saw it, in ascending query order.
+//
+// (The first version gave each lane a key and walked its features: 32 rows per load, 32 L1
+// wavefronts per instruction. On the H200 that made attention most of a training step.)
 #include "cuda_int.h"
 
 #define WARPS 4
 
-__device__ __forceinline__ float dot_seq(const float *a, const float *b, int n) {
+// a . b over n features, the lanes taking features lane, lane + 32, ...; every lane gets the
+// same sum (the xor butterfly adds the same pairs on every lane).
+__device__ __forceinline__ float dot_warp(const float *a, const float *b, int n, int lane) {
     float s = 0.0f;
-    for (int d = 0; d < n; d++)
+    for (int d = lane; d < n; d += KILN_WARP)
         s += a[d] * b[d];
-    return s;
+    return warp_sum(s);
 }
 
 __global__ static void attn_fwd(float *out, float *att, const float *qkv, int B, int S, int D,
@@ -27,13 +34,12 @@ __global__ static void attn_fwd(float *out, float *att, const float *qkv, int B,
     float *a = att + row * W;
     const int nw = i + 1 < W ? i + 1 : W;
     float mx = -INFINITY;
-    for (int w = lane; w < nw; w += KILN_WARP) {
+    for (int w = 0; w < nw; w++) {
         const float *k = qkv + (tok + i - w) * C + D + (size_t)h * Dh;
-        float s = dot_seq(q, k, Dh) * scale - m * (float)w;
-        a[w] = s;
+        float s = dot_warp(q, k, Dh, lane) * scale - m * (float)w;
+        if ((w & (KILN_WARP - 1)) == lane) a[w] = s;
         mx = fmaxf(mx, s);
     }
-    mx = warp_max(mx);
     float sum = 0.0f;
     for (int w = lane; w < nw; w += KILN_WARP) {
         float e = expf(a[w] - mx);
@@ -72,10 +78,12 @@ __global__ static void attn_bwd_query(float *dqkv, float *ds, const float *dout,
     float *g = ds + row * W;
     const int nw = i + 1 < W ? i + 1 : W;
     float sum = 0.0f;
-    for (int w = lane; w < nw; w += KILN_WARP) {
-        float da = dot_seq(dy, qkv + (tok + i - w) * C + 2 * (size_t)D + (size_t)h * Dh, Dh);
-        g[w] = da;
-        sum += a[w] * da;
+    for (int w = 0; w < nw; w++) {
+        float da = dot_warp(dy, qkv + (tok + i - w) * C + 2 * (size_t)D + (size_t)h * Dh, Dh, lane);
+        if ((w & (KILN_WARP - 1)) == lane) {
+            g[w] = da;
+            sum += a[w] * da;
+        }
     }
     sum = warp_sum(sum);
     for (int w = lane; w < nw; w += KILN_WARP)

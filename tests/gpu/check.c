@@ -73,7 +73,8 @@ static const char *status_name(int s) {
     return s == PASS ? "pass" : s == FAIL ? "FAIL" : s == SKIP ? "skip" : "info";
 }
 
-static void add(const char *name, double err, double tol, int status, const char *note) {
+/* A row of the final table, not printed now. */
+static void add_row(const char *name, double err, double tol, int status, const char *note) {
     if (status == FAIL) n_fail++;
     if (n_table < (int)KILN_ARRAY_LEN(table)) {
         result *r = &table[n_table++];
@@ -83,6 +84,10 @@ static void add(const char *name, double err, double tol, int status, const char
         r->status = status;
         snprintf(r->note, sizeof r->note, "%s", note ? note : "");
     }
+}
+
+static void add(const char *name, double err, double tol, int status, const char *note) {
+    add_row(name, err, tol, status, note);
     say("%-4s %-64s err %-10.3g tol %-8.2g %s\n", status_name(status), name, err, tol,
         note ? note : "");
 }
@@ -974,6 +979,204 @@ static void bench(const char *label, const kiln_model_config *c, int B, kiln_pre
     kiln_tsmoe_cuda_free(gpu);
 }
 
+/* ---- op timings at the benchmark's shapes ---- */
+
+/* Each op alone at the dense benchmark's shapes (bench() below), timed over repeated calls
+ * between device synchronisations, with what one training step of that benchmark calls it
+ * (per layer times L, plus the head and embedding, which are small and left out): where the
+ * step's time goes. Baselines measured in the same run: a device-to-device copy (the memory
+ * ceiling, in bytes read plus written) and the bf16 linear op on a large square GEMM (the
+ * matrix ceiling this build reaches through cuBLAS). */
+typedef struct op_time {
+    char name[64];
+    double calls, secs, flops, bytes;
+} op_time;
+static op_time op_times[48];
+static int n_op_times;
+
+#define TIME_OP(label, calls_per_step, flop, byte, expr)                                          \
+    do {                                                                                           \
+        kiln_err rc_ = (expr);                                                                     \
+        if (!rc_) rc_ = kiln_cuda_sync();                                                          \
+        uint64_t t0_ = kiln_now_ns();                                                              \
+        int reps_ = 0;                                                                             \
+        while (!rc_ && (reps_ < 2 || (kiln_now_ns() - t0_ < 30000000u && reps_ < 50))) {           \
+            rc_ = (expr);                                                                          \
+            if (!rc_) rc_ = kiln_cuda_sync();                                                      \
+            reps_++;                                                                               \
+        }                                                                                          \
+        if (rc_) {                                                                                 \
+            record_call_failed((label), __LINE__);                                    \
+            return;                                                                                \
+        }                                                                                          \
+        if (n_op_times < (int)KILN_ARRAY_LEN(op_times)) {                                          \
+            op_time *o_ = &op_times[n_op_times++];                                                 \
+            snprintf(o_->name, sizeof o_->name, "%s", label);                                      \
+            o_->calls = (calls_per_step);                                                          \
+            o_->secs = (double)(kiln_now_ns() - t0_) / 1e9 / reps_;                                \
+            o_->flops = (flop);                                                                    \
+            o_->bytes = (byte);                                                                    \
+        }                                                                                          \
+    } while (0)
+
+static float *dfill(size_t n, int byte) {
+    return (float *)dpoison(n * sizeof(float), byte);
+}
+
+static void time_linear(const char *tag, bool bf16, int N, int IC, int OC, double calls) {
+    char f[64], b[64];
+    snprintf(f, sizeof f, "linear %s fwd %dx%dx%d", tag, N, IC, OC);
+    snprintf(b, sizeof b, "linear %s bwd %dx%dx%d", tag, N, IC, OC);
+    float *inp = dfill((size_t)N * IC, 0x3c), *w = dfill((size_t)IC * OC, 0x3c),
+          *bias = dfill((size_t)OC, 0), *out = dfill((size_t)N * OC, 0),
+          *dinp = dfill((size_t)N * IC, 0), *dw = dfill((size_t)IC * OC, 0),
+          *db = dfill((size_t)OC, 0);
+    const double fl = 2.0 * N * IC * OC;
+    if (bf16) {
+        uint16_t *w16 = (uint16_t *)dnew((size_t)IC * OC * sizeof(uint16_t));
+        TIME_OP(f, calls, fl, 0, kiln_cuda_linear_forward_bf16(out, inp, w16, bias, N, IC, OC));
+        TIME_OP(b, calls, 2 * fl, 0,
+                kiln_cuda_linear_backward_bf16(dinp, dw, db, out, inp, w16, N, IC, OC));
+    } else {
+        TIME_OP(f, calls, fl, 0, kiln_cuda_linear_forward(out, inp, w, bias, N, IC, OC));
+        TIME_OP(b, calls, 2 * fl, 0,
+                kiln_cuda_linear_backward(dinp, dw, db, out, inp, w, N, IC, OC));
+    }
+}
+
+static void time_ops(bool tiny) {
+    /* The dense bf16 benchmark: D=1024 L=8 H=16 Fh=4096 S=512 W=128 B=64; MoE E=8 K=2. */
+    const int B = tiny ? 2 : 64, S = tiny ? 16 : 512, D = tiny ? 32 : 1024, H = tiny ? 2 : 16,
+              W = tiny ? 8 : 128, Fh = tiny ? 64 : 4096, L = tiny ? 2 : 8, E = 8, K = 2;
+    const int N = B * S;
+    const size_t ND = (size_t)N * D, NF = (size_t)N * Fh, BHSW = (size_t)B * H * S * W;
+    double wmean = 0; /* mean keys per query */
+    for (int i = 0; i < S; i++)
+        wmean += i + 1 < W ? i + 1 : W;
+    wmean /= S;
+    say("== op timings at the benchmark's shapes (N=%d tokens, D=%d, Fh=%d, H=%d, W=%d, L=%d)\n",
+        N, D, Fh, H, W, L);
+    n_op_times = 0;
+
+    /* Baselines. */
+    {
+        size_t n = tiny ? (size_t)1 << 16 : (size_t)1 << 28; /* 1 GiB of floats */
+        float *a = dfill(n, 0x3c), *b = dfill(n, 0);
+        TIME_OP("baseline: device copy", 0, 0, 2.0 * n * sizeof(float),
+                kiln_cuda_copy(b, a, n * sizeof(float)));
+        release_all();
+        int M = tiny ? 64 : 8192;
+        float *x = dfill((size_t)M * M, 0x3c), *y = dfill((size_t)M * M, 0);
+        uint16_t *w16 = (uint16_t *)dnew((size_t)M * M * sizeof(uint16_t));
+        if (kiln_cuda_memset(w16, 0x3c, (size_t)M * M * 2) != KILN_OK) fatal("memset");
+        TIME_OP("baseline: bf16 linear 8192^3", 0, 2.0 * M * M * M, 0,
+                kiln_cuda_linear_forward_bf16(y, x, w16, NULL, M, M, M));
+        release_all();
+    }
+    /* The dense step's GEMMs per layer: qkv, out, fc, proj. */
+    for (int bf = 1; bf >= 0; bf--) {
+        const char *tag = bf ? "bf16" : "f32";
+        time_linear(tag, bf, N, D, 3 * D, bf ? L : 0);
+        release_all();
+        time_linear(tag, bf, N, D, D, bf ? L : 0);
+        release_all();
+        time_linear(tag, bf, N, D, Fh, bf ? L : 0);
+        release_all();
+        time_linear(tag, bf, N, Fh, D, bf ? L : 0);
+        release_all();
+    }
+    {
+        float *qkv = dfill(3 * ND, 0x3c), *o = dfill(ND, 0), *att = dfill(BHSW, 0),
+              *dq = dfill(3 * ND, 0), *sc = dfill(BHSW, 0);
+        const double af = 4.0 * N * D * wmean, ab = (3.0 + 1) * ND * 4;
+        TIME_OP("attention fwd", L, af, ab, kiln_cuda_attention_forward(o, att, qkv, B, S, D, H, W));
+        TIME_OP("attention bwd", L, 2 * af, 2 * ab,
+                kiln_cuda_attention_backward(dq, sc, o, qkv, att, B, S, D, H, W));
+        TIME_OP("stats entropy (attention)", L, 0, BHSW * 4.0,
+                kiln_cuda_stats_entropy(o, att, (size_t)B * H * S, (size_t)W));
+        release_all();
+    }
+    {
+        float *x = dfill(ND, 0x3c), *g = dfill(D, 0x3c), *y = dfill(ND, 0), *r = dfill(N, 0),
+              *dx = dfill(ND, 0), *dg = dfill(D, 0), *z = dfill(ND, 0);
+        TIME_OP("rmsnorm fwd", 2 * L, 0, 2.0 * ND * 4,
+                kiln_cuda_rmsnorm_forward(y, r, x, g, 1e-5f, N, D));
+        TIME_OP("rmsnorm bwd", 2 * L, 0, 3.0 * ND * 4,
+                kiln_cuda_rmsnorm_backward(dx, dg, y, x, g, r, N, D));
+        TIME_OP("residual fwd", 2 * L, 0, 3.0 * ND * 4, kiln_cuda_residual_forward(z, x, y, ND));
+        TIME_OP("residual bwd", 2 * L, 0, 3.0 * ND * 4, kiln_cuda_residual_backward(z, dx, y, ND));
+        TIME_OP("stats rms", L, 0, ND * 4.0, kiln_cuda_stats_rms(r, x, ND));
+        release_all();
+    }
+    {
+        float *x = dfill(NF, 0x3c), *y = dfill(NF, 0), *dx = dfill(NF, 0);
+        TIME_OP("gelu fwd", L, 0, 2.0 * NF * 4, kiln_cuda_gelu_forward(y, x, NF));
+        TIME_OP("gelu bwd", L, 0, 3.0 * NF * 4, kiln_cuda_gelu_backward(dx, y, x, NF));
+        release_all();
+    }
+    {
+        /* About the dense model's parameters: each bf16 step rounds the block once. */
+        size_t n = (size_t)L * (4 * (size_t)D * D + 2 * (size_t)D * Fh);
+        float *p = dfill(n, 0x3c);
+        uint16_t *p16 = (uint16_t *)dnew(n * sizeof(uint16_t));
+        TIME_OP("to_bf16 (parameter block)", 1, 0, 6.0 * n, kiln_cuda_to_bf16(p16, p, n));
+        release_all();
+    }
+    {
+        /* The MoE-only ops (not in the dense step: 0 calls), E=8 K=2. */
+        float *logits = dput(hrnd((size_t)N * E, -2, 2), (size_t)N * E);
+        float *probs = dfill((size_t)N * E, 0), *lse = dfill(N, 0), *gates = dfill((size_t)N * K, 0);
+        int32_t *idx = (int32_t *)dnew((size_t)N * K * 4), *off = (int32_t *)dnew((E + 1) * 4),
+                *pos = (int32_t *)dnew((size_t)N * K * 4), *rows = (int32_t *)dnew((size_t)N * K * 4);
+        int *dropped = (int *)dnew(sizeof(int));
+        TIME_OP("moe router fwd", 0, 0, 0,
+                kiln_cuda_router_forward(probs, lse, idx, gates, logits, N, E, K));
+        TIME_OP("moe dispatch", 0, 0, 0,
+                kiln_cuda_moe_dispatch(off, pos, rows, dropped, idx, 0, N, E, K));
+        int M = 0;
+        int32_t hoff[9];
+        if (kiln_cuda_download(hoff, off, sizeof hoff) != KILN_OK) fatal("download");
+        M = hoff[E];
+        float *x = dfill(ND, 0x3c), *xg = dfill((size_t)M * D, 0), *dx = dfill(ND, 0),
+              *out = dfill(ND, 0), *dg = dfill((size_t)N * K, 0);
+        TIME_OP("moe gather fwd", 0, 0, 2.0 * M * D * 4,
+                kiln_cuda_moe_gather_forward(xg, x, rows, M, D));
+        TIME_OP("moe gather bwd", 0, 0, 2.0 * M * D * 4,
+                kiln_cuda_moe_gather_backward(dx, xg, pos, N, D, K));
+        TIME_OP("moe combine fwd", 0, 0, (2.0 * ND + (double)M * D) * 4,
+                kiln_cuda_moe_combine_forward(out, x, xg, gates, pos, N, D, K));
+        TIME_OP("moe combine bwd", 0, 0, (2.0 * ND + 2.0 * M * D) * 4,
+                kiln_cuda_moe_combine_backward(xg, dg, out, xg, gates, pos, N, D, K));
+        release_all();
+    }
+
+    /* The table: per call, rates, and the share of the dense bf16 step's op time. */
+    double step = 0;
+    for (int i = 0; i < n_op_times; i++)
+        step += op_times[i].calls * op_times[i].secs;
+    double copy_bw = op_times[0].bytes / op_times[0].secs,
+           gemm = op_times[1].flops / op_times[1].secs;
+    say("%-38s %10s %9s %9s %8s %8s\n", "op", "ms/call", "TFLOP/s", "GB/s", "x ceil", "step %");
+    for (int i = 0; i < n_op_times; i++) {
+        const op_time *o = &op_times[i];
+        double tf = o->flops / o->secs / 1e12, gb = o->bytes / o->secs / 1e9;
+        double ratio = o->flops ? o->flops / o->secs / gemm : o->bytes / o->secs / copy_bw;
+        char share[16] = "-";
+        if (o->calls) snprintf(share, sizeof share, "%.1f", 100 * o->calls * o->secs / step);
+        say("%-38s %10.3f %9.2f %9.1f %8.3f %8s\n", o->name, o->secs * 1e3, tf, gb,
+            o->bytes || o->flops ? ratio : NAN, share);
+        char note[512];
+        snprintf(note, sizeof note, "%.3g ms, %.3g TFLOP/s, %.4g GB/s, %.3g x ceiling, %s%% of step",
+                 o->secs * 1e3, tf, gb, o->bytes || o->flops ? ratio : NAN, share);
+        char name[160];
+        snprintf(name, sizeof name, "op time %.63s", o->name);
+        add_row(name, NAN, NAN, INFO, note);
+    }
+    say("dense bf16 step, sum of its ops' times: %.4f s (x ceil: against the copy's %.0f GB/s "
+        "or the square GEMM's %.1f TFLOP/s)\n",
+        step, copy_bw / 1e9, gemm / 1e12);
+}
+
 static void run_bench(bool tiny) {
     say("== throughput: forward + backward on one GPU\n");
     say("MFU = tokens/s * (6 * active matrix weights + 12 * L * D * mean window) / %.0f "
@@ -1394,7 +1597,11 @@ int main(int argc, char **argv) {
         check_runtime(dir ? dir : ".", tiny);
         free(dir);
     }
-    if (do_bench) run_bench(tiny);
+    if (do_bench) {
+        time_ops(tiny);
+        release_all();
+        run_bench(tiny);
+    }
     release_all();
     kiln_cuda_release();
     print_table();

@@ -69,7 +69,7 @@ esac
 
 # The latency and throughput figures, for the summary.
 grep -E '^info +(runtime .*: stream latency|bench ).* err ' "$OUT/results.txt" 2>/dev/null |
-    sed 's/^info  *//' | while IFS= read -r l; do printf '           %s\n' "$l"; done >"$OUT/figures"
+    sed -e 's/^info  *//' -e 's/ *err nan  *tol nan  */  /' | while IFS= read -r l; do printf '           %s\n' "$l"; done >"$OUT/figures"
 
 say ""
 say "== summary"
