@@ -93,9 +93,19 @@ static kiln_err nccl_exchange(kiln_comm *c, const kiln_comm_xfer *x, size_t n) {
     return KILN_OK;
 }
 
+/* A rank that fails in the middle of a step may leave transfers queued that wait for peers
+ * which will never send (they are stopped by mpirun once this rank exits non-zero):
+ * ncclCommDestroy would wait for them, so a communicator with work still queued, or with an
+ * asynchronous error, is aborted instead. */
 static void nccl_destroy(kiln_comm *c) {
     nccl_comm *m = c->impl;
-    ncclCommDestroy(m->comm);
+    ncclResult_t async = ncclSuccess;
+    const bool idle = cudaStreamQuery(m->stream) == cudaSuccess &&
+                      ncclCommGetAsyncError(m->comm, &async) == ncclSuccess && async == ncclSuccess;
+    if (idle)
+        ncclCommDestroy(m->comm);
+    else
+        ncclCommAbort(m->comm);
     cudaStreamDestroy(m->stream);
     free(m);
 }

@@ -9,7 +9,10 @@ B=$(pwd)/.gpu-bundle
 O=${OUT:-/tmp/kiln-gpu-out}
 mkdir -p "$O" /tmp/kiln-lib
 tar -C /tmp/kiln-lib -xzf "$B/lib.tgz" || exit 2
-export LD_LIBRARY_PATH=/tmp/kiln-lib/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# NCCL (kiln and gpu-check link it when the build had it): CUDA's folder, else the copy
+# that python3's packages carry (nvidia/nccl/lib on the lent machines).
+nccl=$(find /usr/local/cuda/lib64 /usr/lib /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+export LD_LIBRARY_PATH=/tmp/kiln-lib/lib:/usr/local/cuda/lib64${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$O/gpu.txt"
 date -u | tee -a "$O/gpu.txt"
 missing=$(ldd "$B"/bin/* | grep 'not found' | sort -u)

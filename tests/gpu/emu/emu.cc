@@ -193,6 +193,9 @@ cudaError_t cudaStreamDestroy(cudaStream_t s) {
 cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     return s && s->capture ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
 }
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    return s && s->capture ? cudaErrorStreamCaptureUnsupported : cudaSuccess;
+}
 cudaError_t cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
     if (!s || s->capture) return cudaErrorInvalidValue;
     s->capture = new emu_graph();

@@ -37,6 +37,9 @@ ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
 // makes rank R's init fail (ncclSystemError), as a broken fabric would.
 ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
 ncclResult_t ncclCommDestroy(ncclComm_t comm);
+// Work runs at once here, so nothing is ever left queued: abort is destroy, no async errors.
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async);
 ncclResult_t ncclGroupStart(void);
 ncclResult_t ncclGroupEnd(void);
 ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
