@@ -246,7 +246,7 @@ gpu-check:
 endif
 
 # The CUDA sources run on the CPU through an emulator (a fiber per CUDA thread, cuBLAS over
-# OpenBLAS): gpu-check and the C suite's cuda tests without a GPU, about two minutes; with
+# OpenBLAS): gpu-check and the C suite's cuda tests without a GPU, about five minutes; with
 # EMU_SAN=1 under AddressSanitizer. Needs g++ and python3; not part of `make test`.
 .PHONY: gpu-emu
 gpu-emu: $(BUILD)/tests.inc

@@ -1177,6 +1177,166 @@ static void time_ops(bool tiny) {
         step, copy_bw / 1e9, gemm / 1e12);
 }
 
+/* ---- per-kernel cost inside a tick's graph ---- */
+
+/* Each per-tick kernel of a streaming forward, at the d256 MoE model's sizes, launched 100
+ * times inside one captured graph (as a tick runs them), so that a launch's cost is what one
+ * kernel adds to a tick: its work plus the graph's launch-to-launch latency. The baseline is
+ * the smallest kernel there is (tick_add of one float). With each kernel's count per tick, the
+ * table says where a tick's time goes. */
+static int tick_reps = 100;
+static double tick_p50_us = NAN; /* the d256 MoE f32 stream's p50, from the runtime section */
+
+static void time_tick_op(const char *label, double per_tick, void *st, kiln_err (*launch)(void *,
+                                                                                         void *),
+                         void *ctx) {
+    kiln_err rc = kiln_cuda_capture_begin(st);
+    for (int i = 0; i < tick_reps && !rc; i++)
+        rc = launch(st, ctx);
+    void *exec = NULL;
+    rc = kiln_cuda_capture_end(st, rc, &exec);
+    if (!rc) rc = kiln_cuda_graph_run(exec, st, 0); /* warm-up */
+    uint64_t t0 = kiln_now_ns();
+    int runs = 0;
+    while (!rc && (runs < 3 || (kiln_now_ns() - t0 < 20000000u && runs < 200))) {
+        rc = kiln_cuda_graph_run(exec, st, 0);
+        runs++;
+    }
+    double secs = rc ? NAN : (double)(kiln_now_ns() - t0) / 1e9 / runs / tick_reps;
+    kiln_cuda_graph_destroy(exec);
+    if (rc) {
+        record_call_failed(label, __LINE__);
+        return;
+    }
+    if (n_op_times < (int)KILN_ARRAY_LEN(op_times)) {
+        op_time *o = &op_times[n_op_times++];
+        snprintf(o->name, sizeof o->name, "%s", label);
+        o->calls = per_tick;
+        o->secs = secs;
+        o->flops = o->bytes = 0;
+    }
+}
+
+typedef struct tick_bufs {
+    float *y, *W, *b, *x, *gates, *kring, *vring, *scores, *slopes, *qkv, *mean, *std;
+    int32_t *sel, *ring;
+    int D, H, R, F, Fh, E, K, rows, cols, mode;
+    bool expert;
+} tick_bufs;
+
+static kiln_err tk_add1(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_add(st, t->y, t->x, 1);
+}
+static kiln_err tk_add(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_add(st, t->y, t->x, t->D);
+}
+static kiln_err tk_std(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_standardize(st, t->y, t->x, t->mean, t->std, t->F);
+}
+static kiln_err tk_norm(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_rmsnorm(st, t->y, t->x, t->b, t->D, 1e-5f);
+}
+static kiln_err tk_matvec(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_matvec(st, t->y, t->W, t->b, t->x, t->rows, t->cols, t->mode,
+                                 t->expert ? t->sel : NULL, 0,
+                                 t->expert ? (size_t)t->rows * t->cols : 0,
+                                 t->expert ? (size_t)t->rows : 0, t->gates);
+}
+static kiln_err tk_attend(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_attend(st, t->y, t->scores, t->kring, t->vring, t->qkv, t->ring, t->D,
+                                 t->H, t->R, t->slopes, 1.0f / sqrtf((float)(t->D / t->H)));
+}
+static kiln_err tk_route(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_route(st, t->sel, t->gates, t->y, t->E, t->K);
+}
+static kiln_err tk_advance(void *st, void *c) {
+    tick_bufs *t = c;
+    return kiln_cuda_tick_advance(st, t->ring, t->R);
+}
+
+static void time_tick_ops(bool tiny) {
+    /* The d256 MoE of the runtime section: D=256 L=4 H=8 Fh=1024 E=8 K=2 W=128, F=8, O=2
+     * (--tiny-bench: D=32 H=2 Fh=64 W=8, for the emulator). */
+    const int D = tiny ? 32 : 256, L = 4, H = tiny ? 2 : 8, Fh = tiny ? 64 : 1024, E = 8, K = 2,
+              W = tiny ? 8 : 128, F = 8, O = 2;
+    tick_reps = tiny ? 5 : 100;
+    void *st = NULL;
+    if (kiln_cuda_stream_create(0, &st) != KILN_OK) {
+        record_call_failed("tick timings: stream", __LINE__);
+        return;
+    }
+    n_op_times = 0;
+    tick_bufs t = {.D = D, .H = H, .R = W - 1, .F = F, .Fh = Fh, .E = E, .K = K};
+    const size_t big = (size_t)E * Fh * D;
+    t.W = dfill(big, 0x3c);
+    t.b = dfill((size_t)E * Fh, 0x3c);
+    t.x = dfill(Fh, 0x3c);
+    t.y = dfill(3 * (size_t)Fh, 0);
+    t.mean = dfill(F, 0);
+    t.std = dfill(F, 0x3f);
+    t.gates = dfill(K, 0x3c);
+    t.qkv = dfill(3 * (size_t)D, 0x3c);
+    t.kring = dfill((size_t)W * D, 0x3c);
+    t.vring = dfill((size_t)W * D, 0x3c);
+    t.scores = dfill((size_t)H * W, 0);
+    t.slopes = dfill(H, 0x3c);
+    const int32_t sel[2] = {1, 5}, ring[2] = {W - 1, 3};
+    t.sel = dput_i(sel, 2);
+    t.ring = dput_i(ring, 2);
+    say("== tick kernels inside a graph (MoE: D=%d L=%d H=%d Fh=%d E=%d K=%d W=%d), "
+        "%d launches per graph\n",
+        D, L, H, Fh, E, K, W, tick_reps);
+    time_tick_op("baseline: tick_add of 1 float", 0, st, tk_add1, &t);
+    time_tick_op("standardize [8]", 1, st, tk_std, &t);
+    time_tick_op("rmsnorm [D]", 2 * L + 1, st, tk_norm, &t);
+    t.rows = 3 * D, t.cols = D, t.mode = KILN_TICK_STORE;
+    time_tick_op("matvec qkv 3D x D", L, st, tk_matvec, &t);
+    t.rows = D, t.cols = D, t.mode = KILN_TICK_ADD;
+    time_tick_op("matvec out D x D (add)", L, st, tk_matvec, &t);
+    t.rows = E, t.cols = D, t.mode = KILN_TICK_STORE;
+    time_tick_op("matvec router E x D", L, st, tk_matvec, &t);
+    t.rows = Fh, t.cols = D, t.mode = KILN_TICK_GELU, t.expert = true;
+    time_tick_op("matvec expert fc Fh x D (gelu)", (double)K * L, st, tk_matvec, &t);
+    t.rows = D, t.cols = Fh, t.mode = KILN_TICK_GATED_ADD;
+    time_tick_op("matvec expert proj D x Fh (gated)", (double)K * L, st, tk_matvec, &t);
+    t.expert = false, t.rows = D, t.cols = F, t.mode = KILN_TICK_STORE;
+    time_tick_op("matvec embed D x F", 1, st, tk_matvec, &t);
+    t.rows = O, t.cols = D;
+    time_tick_op("matvec head O x D", 1, st, tk_matvec, &t);
+    time_tick_op("attend (W-1 keys + self)", L, st, tk_attend, &t);
+    time_tick_op("route (E=8, K=2)", L, st, tk_route, &t);
+    time_tick_op("add [D]", L, st, tk_add, &t);
+    time_tick_op("advance", 1, st, tk_advance, &t);
+    kiln_cuda_stream_destroy(st);
+
+    double tick = 0, floor = n_op_times ? op_times[0].secs : NAN;
+    for (int i = 0; i < n_op_times; i++)
+        tick += op_times[i].calls * op_times[i].secs;
+    say("%-40s %10s %10s %10s %8s\n", "kernel", "us/launch", "x floor", "per tick", "tick %");
+    for (int i = 0; i < n_op_times; i++) {
+        const op_time *o = &op_times[i];
+        char share[16] = "-";
+        if (o->calls) snprintf(share, sizeof share, "%.1f", 100 * o->calls * o->secs / tick);
+        say("%-40s %10.2f %10.2f %10.0f %8s\n", o->name, o->secs * 1e6, o->secs / floor, o->calls,
+            share);
+        char note[256], name[160];
+        snprintf(note, sizeof note, "%.3g us per launch in a graph, %.3g x the floor, %g per tick, %s%% of tick",
+                 o->secs * 1e6, o->secs / floor, o->calls, share);
+        snprintf(name, sizeof name, "tick kernel %.63s", o->name);
+        add_row(name, NAN, NAN, INFO, note);
+    }
+    say("MoE tick, sum of its kernels: %.1f us (the d256 MoE f32 stream's measured p50: %.1f us, "
+        "which adds the feature and output copies)\n",
+        tick * 1e6, tick_p50_us);
+}
+
 static void run_bench(bool tiny) {
     say("== throughput: forward + backward on one GPU\n");
     say("MFU = tokens/s * (6 * active matrix weights + 12 * L * D * mean window) / %.0f "
@@ -1498,6 +1658,7 @@ static void check_runtime_model(const char *dir, const char *label, const kiln_m
     say("runtime %s: stream push latency over %d ticks (after %d warm-up): gpu p50 %.1f us, p99 "
         "%.1f us, max %.1f us; cpu p50 %.1f us, p99 %.1f us\n",
         label, m, warm, p50, p99, mx, us_c[m / 2], us_c[(size_t)(m * 0.99)]);
+    if (!strcmp(label, "d256 moe f32")) tick_p50_us = p50;
     snprintf(name, sizeof name, "runtime %s: stream latency", label);
     snprintf(note, sizeof note, "gpu p50 %.1f us p99 %.1f us max %.1f; cpu p50 %.1f us p99 %.1f us",
              p50, p99, mx, us_c[m / 2], us_c[(size_t)(m * 0.99)]);
@@ -1599,6 +1760,8 @@ int main(int argc, char **argv) {
     }
     if (do_bench) {
         time_ops(tiny);
+        release_all();
+        time_tick_ops(tiny);
         release_all();
         run_bench(tiny);
     }
