@@ -163,10 +163,16 @@ $(BUILD)/stream_service: examples/stream_service.c include/kiln.h $(BUILD)/libki
 $(BUILD)/bench_stream: $(BUILD)/obj/bench/bench_stream.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 
-bench: $(BUILD)/bench_stream
+# CPU training throughput against an OpenBLAS sgemm baseline measured in the same run.
+$(BUILD)/bench_train: $(BUILD)/obj/bench/bench_train.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench: $(BUILD)/bench_stream $(BUILD)/bench_train
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
 	@cat $(BUILD)/bench/stream.txt
+	$(BUILD)/bench_train > $(BUILD)/bench/train.txt.tmp && mv $(BUILD)/bench/train.txt.tmp $(BUILD)/bench/train.txt
+	@cat $(BUILD)/bench/train.txt
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and

@@ -310,3 +310,17 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
     kiln_linear_backward(NULL, g->embed_w, g->embed_b, ac->dres, ac->xs, p->embed_w, N, F, D);
     return KILN_OK;
 }
+
+double kiln_tsmoe_flops_per_token(const kiln_model_config *c, double *active) {
+    const double D = c->d_model, F = c->n_features, O = c->n_outputs, Fh = c->d_ff,
+                 E = c->n_experts, K = c->top_k, L = c->n_layers, S = c->seq_len,
+                 W = c->attn_window;
+    const double ffn = E ? K * 2 * D * Fh + E * D : 2 * D * Fh;
+    const double act = F * D + L * (4 * D * D + ffn) + D * O;
+    double w = 0; /* mean over positions of min(i+1, W) */
+    for (int i = 0; i < c->seq_len; i++)
+        w += i + 1 < W ? i + 1 : W;
+    w /= S;
+    if (active) *active = act;
+    return 6 * act + 12 * L * D * w;
+}

@@ -151,6 +151,11 @@ const kiln_tsmoe_stats *kiln_tsmoe_last_stats(const kiln_tsmoe *m);
 void kiln_tsmoe_zero_grads(kiln_tsmoe *m);
 /* After a forward with targets: grads += scale * d loss / d params. */
 kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale);
+/* Training FLOPs per token of a config (forward + backward): 6 x the matrix weights a token
+ * uses (top_k of n_experts experts' fc and proj, plus the router) + 12 x L x D x the mean
+ * number of keys a query attends to. *active (may be NULL) gets those weights. The figure
+ * behind MFU (gpu-check) and the CPU training benchmark. */
+double kiln_tsmoe_flops_per_token(const kiln_model_config *c, double *active);
 
 /* ==== data parallelism (train/comm.c; MPI and NCCL in build/libkiln_dist.a) ========== */
 

@@ -901,19 +901,6 @@ static void check_network(const char *vec) {
 /* Matrix weights a token passes through (experts counted K of E), forward + backward = 6
  * FLOPs per weight, plus attention: QK^T and AV cost 4*D*w per layer forward for w keys,
  * 12*D*w forward + backward, w the mean window. */
-static double flops_per_token(const kiln_model_config *c, double *active) {
-    const double D = c->d_model, F = c->n_features, O = c->n_outputs, Fh = c->d_ff,
-                 E = c->n_experts, K = c->top_k, L = c->n_layers, S = c->seq_len,
-                 W = c->attn_window;
-    double ffn = E ? K * 2 * D * Fh + E * D : 2 * D * Fh;
-    *active = F * D + L * (4 * D * D + ffn) + D * O;
-    double w = 0; /* mean over positions of min(i+1, W) */
-    for (int i = 0; i < c->seq_len; i++)
-        w += i + 1 < W ? i + 1 : W;
-    w /= S;
-    return 6 * *active + 12 * L * D * w;
-}
-
 static void bench(const char *label, const kiln_model_config *c, int B, kiln_precision prec,
                   int steps) {
     char name[128];
@@ -962,7 +949,7 @@ static void bench(const char *label, const kiln_model_config *c, int B, kiln_pre
         kiln_tsmoe_cuda_free(gpu);
         return;
     }
-    double active, fpt = flops_per_token(c, &active);
+    double active, fpt = kiln_tsmoe_flops_per_token(c, &active);
     double mean = total / steps, tps = (double)N / mean, mfu = tps * fpt / H200_BF16_PEAK;
     say("bench %s: D=%d L=%d H=%d Fh=%d E=%d K=%d S=%d W=%d B=%d (%zu tokens/step), %.3g "
         "parameters, %.3g active per token\n",

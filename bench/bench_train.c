@@ -1,0 +1,139 @@
+/*
+ * bench_train.c - CPU training throughput, one thread, against a baseline measured in the
+ * same run: one OpenBLAS sgemm (one thread) at the step's largest GEMM shape (the tokens of a
+ * step times d_model times d_ff, the FFN's first layer). A step is what the trainer does for
+ * one batch: zero the gradients, forward with the loss, backward, AdamW over every trained
+ * tensor. GFLOP/s counts kiln_tsmoe_flops_per_token (the figure behind the GPU's MFU) per
+ * token; the ratio to the sgemm's GFLOP/s says how close a step comes to doing nothing but
+ * GEMMs at the BLAS's speed. Usage: bench_train; results on stdout.
+ */
+#include <cblas.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "train.h"
+#include "train_int.h"
+
+typedef struct {
+    const char *name;
+    kiln_model_config cfg;
+    int batch, steps;
+} bench_case;
+
+static double now_s(void) {
+    return (double)kiln_now_ns() / 1e9;
+}
+
+/* Uniform [-1, 1) from a xorshift: inputs only need to be O(1) and fixed. */
+static void fill(float *x, size_t n, uint64_t *s) {
+    for (size_t i = 0; i < n; i++) {
+        *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+        x[i] = (float)((double)(*s >> 11) / 4503599627370496.0 - 1.0);
+    }
+}
+
+/* GFLOP/s of one-thread sgemm C[M,N] = A[M,K] B[K,N]: the best of several timed calls. */
+static double sgemm_gflops(int M, int N, int K) {
+    float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b),
+          *c = malloc((size_t)M * N * sizeof *c);
+    double best = INFINITY;
+    if (a && b && c) {
+        uint64_t s = 7;
+        fill(a, (size_t)M * K, &s);
+        fill(b, (size_t)K * N, &s);
+        for (int r = 0; r < 12; r++) {
+            double t0 = now_s();
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f,
+                        c, N);
+            double t = now_s() - t0;
+            if (r > 1 && t < best) best = t;
+        }
+    }
+    free(a), free(b), free(c);
+    return isfinite(best) ? 2.0 * M * N * K / best / 1e9 : NAN;
+}
+
+static int run(const bench_case *bc) {
+    const kiln_model_config *m = &bc->cfg;
+    const int B = bc->batch, N = B * m->seq_len;
+    kiln_tsmoe *net = NULL;
+    kiln_train_config tc;
+    kiln_train_config_default(&tc);
+    tc.model = *m;
+    tc.batch_size = B;
+    if (kiln_tsmoe_create(m, B, &net) != KILN_OK) {
+        fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
+        return 1;
+    }
+    kiln_tsmoe_init(net, 1);
+    size_t np, numel = kiln_tsmoe_numel(net);
+    const kiln_param *tab = kiln_tsmoe_param_table(net, &np);
+    float *x = malloc((size_t)N * m->n_features * sizeof *x),
+          *t = malloc((size_t)N * m->n_outputs * sizeof *t), *mom = calloc(2 * numel, sizeof *mom);
+    int rc = 1;
+    if (!x || !t || !mom) goto out;
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    fill(x, (size_t)N * m->n_features, &s);
+    fill(t, (size_t)N * m->n_outputs, &s);
+    const kiln_loss_opts lo = {0.01f, 0.001f, 0.0f};
+    kiln_loss loss = {0};
+    double t0 = 0, best = INFINITY;
+    for (int i = -2; i < bc->steps; i++) { /* two warm-up steps */
+        double ts = now_s();
+        if (i == 0) t0 = ts;
+        kiln_tsmoe_zero_grads(net);
+        if (kiln_tsmoe_forward(net, x, t, B, &lo, &loss) != KILN_OK ||
+            kiln_tsmoe_backward(net, 1.0f) != KILN_OK) {
+            fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
+            goto out;
+        }
+        kiln_train_optim_step(&tc, tab, np, kiln_tsmoe_params(net), kiln_tsmoe_grads(net), mom,
+                              mom + numel, i + 3, 1e-3, NULL, NULL);
+        if (i >= 0 && now_s() - ts < best) best = now_s() - ts;
+    }
+    const double mean = (now_s() - t0) / bc->steps;
+    double active, fpt = kiln_tsmoe_flops_per_token(m, &active);
+    const double tps = N / mean, gf = tps * fpt / 1e9;
+    const double base = sgemm_gflops(N, m->d_ff, m->d_model);
+    printf("%-11s %8.3g %8.3g %6d %6d %9.2f %9.2f %10.0f %8.2f %8.2f %7.3f  %.4g\n", bc->name,
+           (double)numel, active, N, bc->steps, mean * 1e3, best * 1e3, tps, gf, base, gf / base,
+           loss.loss);
+    rc = isfinite(loss.loss) ? 0 : 1;
+out:
+    free(x), free(t), free(mom);
+    kiln_tsmoe_free(net);
+    return rc;
+}
+
+int main(void) {
+    openblas_set_num_threads(1);
+    /* F, O, D, L, H, Fh, E, K, S, W, eps */
+    const bench_case cases[] = {
+        /* The trainer's defaults (kiln train with no --set): the model of make demo. */
+        {"tiny", {0}, 16, 300},
+        {"d128 moe", {8, 2, 128, 4, 4, 512, 8, 2, 64, 64, 1e-5f}, 16, 20},
+        {"d128 dense", {8, 2, 128, 4, 4, 512, 0, 0, 64, 64, 1e-5f}, 16, 20},
+    };
+    bench_case c0 = cases[0];
+    kiln_train_config def;
+    kiln_train_config_default(&def);
+    c0.cfg = def.model;
+    c0.batch = def.batch_size;
+    /* The dataset sets these in a run; the demo's market data has 8 features, 2 targets. */
+    c0.cfg.n_features = 8;
+    c0.cfg.n_outputs = 2;
+    printf("# kiln CPU training step (zero grads, forward + loss, backward, AdamW), one thread,\n"
+           "# against one-thread OpenBLAS sgemm at [tokens x d_model] x [d_model x d_ff] in "
+           "the same run.\n"
+           "# GFLOP/s = tokens/s x kiln_tsmoe_flops_per_token (6 x active weights + 12 L D "
+           "mean window).\n");
+    printf("%-11s %8s %8s %6s %6s %9s %9s %10s %8s %8s %7s  %s\n", "model", "params", "active",
+           "tokens", "steps", "mean_ms", "best_ms", "tokens/s", "GFLOP/s", "sgemm", "ratio",
+           "loss");
+    int rc = run(&c0);
+    for (size_t i = 1; i < sizeof cases / sizeof *cases; i++)
+        rc |= run(&cases[i]);
+    return rc;
+}
