@@ -1,29 +1,115 @@
 /* elementwise.c - GELU (tanh form) and the residual add. */
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #include "kernels.h"
 
 #define GELU_C 0.7978845608028654f /* sqrt(2/pi) */
 
-/* tanh through one expf: glibc's tanhf (expm1f inside) was a fifth of a training step.
- * Saturates cleanly: exp overflow gives 1, underflow -1; near 0 the absolute error is an
- * ulp of 1, which GELU's 0.5 u (1 + t) turns into a relative error of the same size. */
-static inline float fast_tanh(float x) {
-    return 1.0f - 2.0f / (1.0f + expf(2.0f * x));
+/* e^x in plain float arithmetic, four at a time through GCC's vector extensions (a call to
+ * glibc's expf per element kept GELU scalar: a fifth of a CPU training step). x = n ln2 + r
+ * with |r| <= ln2/2 (n rounded by the 1.5 * 2^23 trick and read back from the float's low
+ * bits, so no float-to-int conversion), e^r by its Taylor polynomial to r^7 (truncation below
+ * 2e-8 relative; 9.5e-8 worst measured over [-87, 88] against exp in double), 2^n through the
+ * exponent bits. x is clamped to [-87, 88], where 2^n stays a normal float (GELU's tanh has
+ * saturated long before); a NaN stays a NaN. The scalar twin does the same operations in the
+ * same order (no contraction in C11 mode), so an element's value does not depend on whether
+ * it fell in a block of four or in the tail. */
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
+#define SPLAT(x) {(x), (x), (x), (x)}
+#define EXP_BIG 12582912.0f /* 1.5 * 2^23 */
+#define EXP_LOG2E 1.44269504088896341f
+#define EXP_LN2_HI 0.693145751953125f
+#define EXP_LN2_LO 1.428606765330187e-06f
+
+static inline float exp_poly(float r) {
+    float p = 1.0f / 5040.0f;
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    return p * r + 1.0f;
+}
+
+static inline float exp1(float x) {
+    const float big = EXP_BIG;
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    const float t = x * EXP_LOG2E + big, n = t - big;
+    uint32_t tb, bigb; /* unsigned: a NaN's bits wrap instead of overflowing */
+    memcpy(&tb, &t, sizeof tb);
+    memcpy(&bigb, &big, sizeof bigb);
+    const float p = exp_poly((x - n * EXP_LN2_HI) - n * EXP_LN2_LO);
+    const uint32_t sb = (tb - bigb + 127u) << 23;
+    float s;
+    memcpy(&s, &sb, sizeof s);
+    return p * s;
+}
+
+static inline v4f exp4(v4f x) {
+    const v4f lo = SPLAT(-87.0f), hi = SPLAT(88.0f), big = SPLAT(EXP_BIG);
+    v4u m = (v4u)(x < lo); /* all ones where true; false for a NaN, which is kept */
+    x = (v4f)(((v4u)x & ~m) | ((v4u)lo & m));
+    m = (v4u)(x > hi);
+    x = (v4f)(((v4u)x & ~m) | ((v4u)hi & m));
+    const v4f t = x * EXP_LOG2E + big, n = t - big;
+    const v4f r = (x - n * EXP_LN2_HI) - n * EXP_LN2_LO;
+    v4f p = SPLAT(1.0f / 5040.0f);
+    p = p * r + 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    const v4u sb = ((v4u)t - (v4u)big + 127u) << 23;
+    return p * (v4f)sb;
+}
+
+/* tanh through one exp: saturates cleanly (exp of large x gives 1, of very negative -1); near
+ * 0 the absolute error is an ulp of 1, which GELU's 0.5 u (1 + t) turns into a relative error
+ * of the same size. The GELU's inner argument: sqrt(2/pi) (u + 0.044715 u^3). */
+static inline float gelu_t1(float u) {
+    return 1.0f - 2.0f / (1.0f + exp1(2.0f * (GELU_C * (u + 0.044715f * u * u * u))));
+}
+static inline v4f gelu_t4(v4f u) {
+    return 1.0f - 2.0f / (1.0f + exp4(2.0f * (GELU_C * (u + 0.044715f * u * u * u))));
+}
+
+static inline v4f load4(const float *p) {
+    v4f v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+static inline void store4(float *p, v4f v) {
+    memcpy(p, &v, sizeof v);
 }
 
 void kiln_gelu_forward(float *out, const float *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float u = inp[i];
-        out[i] = 0.5f * u * (1.0f + fast_tanh(GELU_C * (u + 0.044715f * u * u * u)));
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const v4f u = load4(inp + i);
+        store4(out + i, 0.5f * u * (1.0f + gelu_t4(u)));
     }
+    for (; i < n; i++)
+        out[i] = 0.5f * inp[i] * (1.0f + gelu_t1(inp[i]));
 }
 
 void kiln_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        float u = inp[i];
-        float t = fast_tanh(GELU_C * (u + 0.044715f * u * u * u));
-        float dt = GELU_C * (1.0f + 3.0f * 0.044715f * u * u) * (1.0f - t * t);
+    size_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const v4f u = load4(inp + i), t = gelu_t4(u);
+        const v4f dt = GELU_C * (1.0f + 3.0f * 0.044715f * u * u) * (1.0f - t * t);
+        store4(dinp + i, load4(dinp + i) + load4(dout + i) * (0.5f * (1.0f + t) + 0.5f * u * dt));
+    }
+    for (; i < n; i++) {
+        const float u = inp[i], t = gelu_t1(u);
+        const float dt = GELU_C * (1.0f + 3.0f * 0.044715f * u * u) * (1.0f - t * t);
         dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * u * dt);
     }
 }
