@@ -25,16 +25,17 @@ typedef uint32_t v4u __attribute__((vector_size(16)));
 #define EXP_LN2_HI 0.693145751953125f
 #define EXP_LN2_LO 1.428606765330187e-06f
 
-static inline float exp_poly(float r) {
-    float p = 1.0f / 5040.0f;
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    return p * r + 1.0f;
-}
+/* e^r's Taylor polynomial by Horner, for a float or a v4f r: one expression for both, so the
+ * scalar and the vector code do the same operations in the same order. */
+#define HORNER(p, r, c) ((p) * (r) + (c))
+#define EXP_POLY(r)                                                                                \
+    HORNER(HORNER(HORNER(HORNER(HORNER(HORNER(HORNER(1.0f / 5040.0f, r, 1.0f / 720.0f), r,        \
+                                              1.0f / 120.0f),                                      \
+                                       r, 1.0f / 24.0f),                                           \
+                                r, 1.0f / 6.0f),                                                   \
+                         r, 0.5f),                                                                 \
+                  r, 1.0f),                                                                        \
+           r, 1.0f)
 
 static inline float exp1(float x) {
     const float big = EXP_BIG;
@@ -44,7 +45,7 @@ static inline float exp1(float x) {
     uint32_t tb, bigb; /* unsigned: a NaN's bits wrap instead of overflowing */
     memcpy(&tb, &t, sizeof tb);
     memcpy(&bigb, &big, sizeof bigb);
-    const float p = exp_poly((x - n * EXP_LN2_HI) - n * EXP_LN2_LO);
+    const float r = (x - n * EXP_LN2_HI) - n * EXP_LN2_LO, p = EXP_POLY(r);
     const uint32_t sb = (tb - bigb + 127u) << 23;
     float s;
     memcpy(&s, &sb, sizeof s);
@@ -58,15 +59,7 @@ static inline v4f exp4(v4f x) {
     m = (v4u)(x > hi);
     x = (v4f)(((v4u)x & ~m) | ((v4u)hi & m));
     const v4f t = x * EXP_LOG2E + big, n = t - big;
-    const v4f r = (x - n * EXP_LN2_HI) - n * EXP_LN2_LO;
-    v4f p = SPLAT(1.0f / 5040.0f);
-    p = p * r + 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
+    const v4f r = (x - n * EXP_LN2_HI) - n * EXP_LN2_LO, p = EXP_POLY(r);
     const v4u sb = ((v4u)t - (v4u)big + 127u) << 23;
     return p * (v4f)sb;
 }
