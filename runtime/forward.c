@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "runtime_int.h"
 
 #define BLOCK_ROWS 1024
@@ -136,8 +137,7 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
           *wbuf = ws + p->wbuf;
     if (E == 0) {
         linear(m, ff, u, n, L->fc_w, L->fc_b, Fh, D, wbuf);
-        for (size_t i = 0; i < (size_t)n * Fh; i++)
-            ff[i] = kiln_rt_gelu(ff[i]);
+        kiln_gelu_forward(ff, ff, (size_t)n * Fh);
         linear(m, out, ff, n, L->proj_w, L->proj_b, D, Fh, wbuf);
         for (size_t i = 0; i < (size_t)n * D; i++)
             h[i] += out[i];
@@ -165,8 +165,7 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
         if (!ne) continue;
         linear(m, ff, gath, ne, kiln_rt_wat(m, L->fc_w, (size_t)e * Fh * D),
                L->fc_b + (size_t)e * Fh, Fh, D, wbuf);
-        for (size_t i = 0; i < (size_t)ne * Fh; i++)
-            ff[i] = kiln_rt_gelu(ff[i]);
+        kiln_gelu_forward(ff, ff, (size_t)ne * Fh);
         linear(m, out, ff, ne, kiln_rt_wat(m, L->proj_w, (size_t)e * D * Fh),
                L->proj_b + (size_t)e * D, D, Fh, wbuf);
         for (int j = 0; j < ne; j++)

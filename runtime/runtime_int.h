@@ -61,13 +61,6 @@ static inline const void *kiln_rt_wat(const kiln_model *m, const void *w, size_t
 
 /* ---- shared math (candidates for kernels/ once it has row helpers) ---- */
 
-/* MODEL.md's tanh GELU through 0.5*(1 + tanh(z)) = 1/(1 + exp(-2z)): the same function,
- * with no cancellation for negative u, and expf is several times faster than tanhf. */
-static inline float kiln_rt_gelu(float u) {
-    float z = 0.7978845608028654f * (u + 0.044715f * u * u * u);
-    return u / (1.0f + expf(-2.0f * z));
-}
-
 /* out[n] = x / sqrt(mean(x*x) + eps) * g; out may be x. The sum runs in double so that
  * the batch and the stream (and D up to thousands) round alike. */
 static inline void kiln_rt_rmsnorm(float *out, const float *x, const float *g, int n, float eps) {

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "runtime_int.h"
 
 struct kiln_stream {
@@ -126,8 +127,7 @@ static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
     const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
     if (E == 0) {
         mv(s, s->ff, L->fc_w, L->fc_b, s->u, Fh, D);
-        for (int i = 0; i < Fh; i++)
-            s->ff[i] = kiln_rt_gelu(s->ff[i]);
+        kiln_gelu_forward(s->ff, s->ff, (size_t)Fh);
         mv(s, s->tmp, L->proj_w, L->proj_b, s->ff, D, Fh);
         kiln_rt_axpy(s->h, 1.0f, s->tmp, D);
         return;
@@ -138,8 +138,7 @@ static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
     for (int k = 0; k < K; k++) {
         size_t e = (size_t)s->chosen[k];
         mv(s, s->ff, kiln_rt_wat(m, L->fc_w, e * Fh * D), L->fc_b + e * Fh, s->u, Fh, D);
-        for (int i = 0; i < Fh; i++)
-            s->ff[i] = kiln_rt_gelu(s->ff[i]);
+        kiln_gelu_forward(s->ff, s->ff, (size_t)Fh);
         mv(s, s->tmp, kiln_rt_wat(m, L->proj_w, e * D * Fh), L->proj_b + e * D, s->ff, D, Fh);
         kiln_rt_axpy(s->acc, s->gates[k], s->tmp, D);
     }

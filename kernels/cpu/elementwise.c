@@ -1,4 +1,4 @@
-/* elementwise.c - GELU (tanh form) and the residual add. */
+/* elementwise.c - GELU (tanh form, for the trainer and the runtime) and the residual add. */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -64,15 +64,14 @@ static inline v4f exp4(v4f x) {
     return p * (v4f)sb;
 }
 
-/* tanh through one exp: saturates cleanly (exp of large x gives 1, of very negative -1); near
- * 0 the absolute error is an ulp of 1, which GELU's 0.5 u (1 + t) turns into a relative error
- * of the same size. The GELU's inner argument: sqrt(2/pi) (u + 0.044715 u^3). */
-static inline float gelu_t1(float u) {
-    return 1.0f - 2.0f / (1.0f + exp1(2.0f * (GELU_C * (u + 0.044715f * u * u * u))));
-}
-static inline v4f gelu_t4(v4f u) {
-    return 1.0f - 2.0f / (1.0f + exp4(2.0f * (GELU_C * (u + 0.044715f * u * u * u))));
-}
+/* GELU (MODEL.md's tanh form) as u * s with s = (1 + tanh z) / 2 = 1 / (1 + e^-2z), z =
+ * sqrt(2/pi) (u + 0.044715 u^3): no 1 + tanh to cancel where u << 0, so the output keeps its
+ * relative accuracy down to where it underflows. The derivative, s + u s (1 - s) 2 dz/du, takes
+ * 1 - s as e^-2z s, which does not cancel where u >> 0. The runtime calls the same function
+ * (runtime/forward.c, runtime/stream.c), so a trained network and its frozen twin apply the
+ * same GELU. */
+#define GELU_Z(u) (GELU_C * ((u) + 0.044715f * (u) * (u) * (u)))
+#define GELU_DZ(u) (GELU_C * (1.0f + 3.0f * 0.044715f * (u) * (u)))
 
 static inline v4f load4(const float *p) {
     v4f v;
@@ -86,24 +85,26 @@ static inline void store4(float *p, v4f v) {
 void kiln_gelu_forward(float *out, const float *inp, size_t n) {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        const v4f u = load4(inp + i);
-        store4(out + i, 0.5f * u * (1.0f + gelu_t4(u)));
+        const v4f u = load4(inp + i), e = exp4(-2.0f * GELU_Z(u));
+        store4(out + i, u * (1.0f / (1.0f + e)));
     }
-    for (; i < n; i++)
-        out[i] = 0.5f * inp[i] * (1.0f + gelu_t1(inp[i]));
+    for (; i < n; i++) {
+        const float u = inp[i], e = exp1(-2.0f * GELU_Z(u));
+        out[i] = u * (1.0f / (1.0f + e));
+    }
 }
 
 void kiln_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n) {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) {
-        const v4f u = load4(inp + i), t = gelu_t4(u);
-        const v4f dt = GELU_C * (1.0f + 3.0f * 0.044715f * u * u) * (1.0f - t * t);
-        store4(dinp + i, load4(dinp + i) + load4(dout + i) * (0.5f * (1.0f + t) + 0.5f * u * dt));
+        const v4f u = load4(inp + i), e = exp4(-2.0f * GELU_Z(u)), s = 1.0f / (1.0f + e);
+        const v4f g = s + 2.0f * u * GELU_DZ(u) * (e * s) * s;
+        store4(dinp + i, load4(dinp + i) + load4(dout + i) * g);
     }
     for (; i < n; i++) {
-        const float u = inp[i], t = gelu_t1(u);
-        const float dt = GELU_C * (1.0f + 3.0f * 0.044715f * u * u) * (1.0f - t * t);
-        dinp[i] += dout[i] * (0.5f * (1.0f + t) + 0.5f * u * dt);
+        const float u = inp[i], e = exp1(-2.0f * GELU_Z(u)), s = 1.0f / (1.0f + e);
+        const float g = s + 2.0f * u * GELU_DZ(u) * (e * s) * s;
+        dinp[i] += dout[i] * g;
     }
 }
 
