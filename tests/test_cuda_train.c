@@ -312,6 +312,11 @@ static void through_buckets(const char *data) {
         CHECK("the device communicator was used", loop_made == 1);
         CHECK("buckets: the plain run's checkpoint bytes", kiln_test_same_file(a6, b6));
         CHECK("the devices event", event_says(b, "devices", "1 rank over NCCL: GPU 0"));
+        /* Every bucket is queued by the backward pass itself (its last hook comes after the
+         * embedding), none after it: the reduction can overlap the backward. */
+        CHECK("the buckets event: all queued during the backward pass",
+              event_says(b, "buckets", "queued during the backward pass, 0 after it") &&
+                  !event_says(b, "buckets", "; 0 queued"));
         free(a), free(b), free(a6), free(b6);
     }
 }

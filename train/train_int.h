@@ -133,6 +133,10 @@ kiln_err kiln_dev_train_download(kiln_dev_train *d, float *params, float *mom);
 kiln_err kiln_dev_train_dist(kiln_dev_train *d, kiln_comm *dc, int k, size_t bucket_bytes);
 kiln_err kiln_dev_train_micro_begin(kiln_dev_train *d, int j);
 kiln_err kiln_dev_train_micro_end(kiln_dev_train *d, int j);
+/* With a device communicator: the buckets, how many of the last step's the backward pass
+ * queued itself (the rest were queued after it: the first bucket to complete last, or all of
+ * them if the backward's hook never fired), and their size limit in bytes. */
+void kiln_dev_train_buckets(const kiln_dev_train *d, size_t *count, size_t *early, size_t *bytes);
 /* Make the gradient element at offset NaN (the poison_steps test hook). */
 kiln_err kiln_dev_train_poison(kiln_dev_train *d, size_t offset);
 /* kiln_train_grad_norm of the device gradients: per-tensor sums of squares in double on the

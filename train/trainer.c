@@ -458,6 +458,17 @@ static kiln_err loop(trainer *t) {
         }
         if (!t->direct)
             KILN_TRY(kiln_dist_sum_shards(cm, t->shards, k, t->numel, t->grads, t->red_work));
+        if (s == first && t->dcomm && root && t->mx) {
+            /* Where the reduction overlaps the backward pass, once per run (or resume). */
+            size_t nb, early, bytes;
+            kiln_dev_train_buckets(t->dev, &nb, &early, &bytes);
+            char msg[192];
+            snprintf(msg, sizeof msg,
+                     "%zu gradient bucket%s of at most %zu bytes; %zu queued during the backward "
+                     "pass, %zu after it",
+                     nb, nb == 1 ? "" : "s", bytes, early, nb - early);
+            if (kiln_metrics_event(t->mx, s, "buckets", msg)) kiln_warn("%s", kiln_errmsg());
+        }
         /* The diagnostics are the last micro-batch's: the last rank's. */
         copy_stats(t);
         if (cm->size > 1) {

@@ -31,6 +31,8 @@ struct kiln_dev_train {
     float *recv;                  /* device [k*P*chunk_max]: a bucket's slices (dc) */
     kiln_dist_bucket *bk;         /* [nb] */
     size_t nb, next;              /* buckets, the first not yet queued this step */
+    size_t early;                 /* of the last step's buckets, those the backward queued */
+    size_t bucket_bytes;
     kiln_comm_xfer *xf;           /* [k*P] */
     void *ev_ready, *ev_done;     /* compute stream -> comm stream, and back */
 };
@@ -123,11 +125,12 @@ kiln_err kiln_dev_train_dist(kiln_dev_train *d, kiln_comm *dc, int k, size_t buc
     const size_t P = (size_t)dc->size;
     size_t np = 0;
     const kiln_param *tab = kiln_tsmoe_cuda_param_table(d->net, &np);
-    d->nb = kiln_dist_buckets(tab, np, bucket_bytes ? bucket_bytes : (size_t)25 << 20, NULL, 0);
+    d->bucket_bytes = bucket_bytes ? bucket_bytes : (size_t)25 << 20;
+    d->nb = kiln_dist_buckets(tab, np, d->bucket_bytes, NULL, 0);
     d->bk = kiln_calloc(d->nb, sizeof *d->bk);
     d->xf = kiln_calloc((size_t)k * P, sizeof *d->xf);
     if (!d->bk || !d->xf) return KILN_ERR_NOMEM;
-    kiln_dist_buckets(tab, np, bucket_bytes ? bucket_bytes : (size_t)25 << 20, d->bk, d->nb);
+    kiln_dist_buckets(tab, np, d->bucket_bytes, d->bk, d->nb);
     size_t chunk = 0, n;
     for (size_t b = 0; b < d->nb; b++) {
         size_t c = (d->bk[b].numel + P - 1) / P;
@@ -213,10 +216,17 @@ kiln_err kiln_dev_train_micro_end(kiln_dev_train *d, int j) {
     }
     if (j < d->k - 1) return kiln_cuda_copy(d->shards + (size_t)j * d->numel, d->grads, bytes);
     kiln_tsmoe_cuda_set_grad_hook(d->net, NULL, NULL);
+    d->early = d->next;
     KILN_TRY(grads_done(d, 0)); /* the backward queued them all unless it failed */
     /* The compute stream's next work (the norm, the update) waits for the last bucket. */
     KILN_TRY(kiln_cuda_event_record(d->ev_done, d->dc->stream));
     return kiln_cuda_stream_wait(NULL, d->ev_done);
+}
+
+void kiln_dev_train_buckets(const kiln_dev_train *d, size_t *count, size_t *early, size_t *bytes) {
+    *count = d->nb;
+    *early = d->early;
+    *bytes = d->bucket_bytes;
 }
 
 /* sums[i] = sum of x[tensor i]^2 over the trained tensors (0 for the others), summed on the
@@ -303,6 +313,10 @@ kiln_err kiln_dev_train_micro_begin(kiln_dev_train *d, int j) {
 kiln_err kiln_dev_train_micro_end(kiln_dev_train *d, int j) {
     (void)d, (void)j;
     return NO_CUDA;
+}
+void kiln_dev_train_buckets(const kiln_dev_train *d, size_t *count, size_t *early, size_t *bytes) {
+    (void)d;
+    *count = *early = *bytes = 0;
 }
 void kiln_dev_train_free(kiln_dev_train *d) {
     (void)d;

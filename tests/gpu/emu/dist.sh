@@ -52,6 +52,8 @@ done
 ev() { sqlite3 "$1/metrics.db" "SELECT message FROM events WHERE kind = '$2'"; }
 [ "$(ev "$T/two" start)" = "run started on 2 ranks of cuda" ] || fail "start event: $(ev "$T/two" start)"
 ev "$T/two" devices | grep -q '^2 ranks over NCCL: GPU 0, GPU 1$' || fail "devices event: $(ev "$T/two" devices)"
+ev "$T/two" buckets | grep -Eq '^[0-9]+ gradient buckets of at most 512 bytes; [1-9][0-9]* queued during the backward pass, 0 after it$' ||
+    fail "buckets event: $(ev "$T/two" buckets)"
 echo "dist: 1 process, 2 ranks and 1 rank through NCCL: the same checkpoints and metrics"
 
 # 2 ranks resumed in one process, and one process resumed on 2 ranks.
