@@ -11,20 +11,27 @@ mkdir -p "$O" /tmp/kiln-lib
 tar -C /tmp/kiln-lib -xzf "$B/lib.tgz" || exit 2
 # NCCL (kiln and gpu-check link it when the build had it): CUDA's folder, else the copy
 # that python3's packages carry (nvidia/nccl/lib on the lent machines).
-nccl=$(find /usr/local/cuda/lib64 /usr/lib /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null | head -n 1)
+# Without one, the binaries built without NCCL (bundle.sh's bin-nonccl) run instead.
+found=$(find /usr/local/cuda/lib64 /usr/lib /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null)
+nccl=$(printf '%s\n' "$found" | grep -m 1 'nvidia/nccl/lib' || printf '%s\n' "$found" | head -n 1)
+BIN=$B/bin
+if [ -z "$nccl" ]; then
+    echo "no libnccl.so.2 on this machine: running the binaries built without NCCL" | tee "$O/nccl.txt"
+    BIN=$B/bin-nonccl
+fi
 export LD_LIBRARY_PATH=/tmp/kiln-lib/lib:/usr/local/cuda/lib64${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$O/gpu.txt"
 date -u | tee -a "$O/gpu.txt"
-missing=$(ldd "$B"/bin/* | grep 'not found' | sort -u)
+missing=$(ldd "$BIN"/* | grep 'not found' | sort -u)
 [ -z "$missing" ] || { echo "missing libraries: $missing"; exit 2; }
 
 W=/tmp/kiln-gpu-build
-rm -rf "$W" && mkdir -p "$W" && cp "$B/bin/gpu-check" "$W/"
+rm -rf "$W" && mkdir -p "$W" && cp "$BIN/gpu-check" "$W/"
 KILN_VECTORS=$B/vectors KILN_GPU_PREBUILT=1 BUILD=$W timeout 330 sh tests/gpu/run.sh
 rc_check=$?
 cp "$W/gpu/run.log" "$W/gpu/results.txt" "$O/" 2>/dev/null
 
-K=$B/bin/kiln
+K=$BIN/kiln
 T=/tmp/kiln-cli
 rm -rf "$T" && mkdir -p "$T"
 cli() {
