@@ -12,7 +12,7 @@ tar -C /tmp/kiln-lib -xzf "$B/lib.tgz" || exit 2
 # NCCL (kiln and gpu-check link it when the build had it): CUDA's folder, else the copy
 # that python3's packages carry (nvidia/nccl/lib on the lent machines).
 # Without one, the binaries built without NCCL (bundle.sh's bin-nonccl) run instead.
-found=$(find /usr/local/cuda/lib64 /usr/lib /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null)
+found=$(find -H /usr/local/cuda/lib64 /usr/lib /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null)
 nccl=$(printf '%s\n' "$found" | grep -m 1 'nvidia/nccl/lib' || printf '%s\n' "$found" | head -n 1)
 BIN=$B/bin
 if [ -z "$nccl" ]; then
