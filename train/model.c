@@ -311,16 +311,18 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
     return KILN_OK;
 }
 
+double kiln_tsmoe_mean_window(int seq_len, int attn_window) {
+    double w = 0;
+    for (int i = 0; i < seq_len; i++)
+        w += i + 1 < attn_window ? i + 1 : attn_window;
+    return seq_len > 0 ? w / seq_len : 0;
+}
+
 double kiln_tsmoe_flops_per_token(const kiln_model_config *c, double *active) {
     const double D = c->d_model, F = c->n_features, O = c->n_outputs, Fh = c->d_ff,
-                 E = c->n_experts, K = c->top_k, L = c->n_layers, S = c->seq_len,
-                 W = c->attn_window;
+                 E = c->n_experts, K = c->top_k, L = c->n_layers;
     const double ffn = E ? K * 2 * D * Fh + E * D : 2 * D * Fh;
     const double act = F * D + L * (4 * D * D + ffn) + D * O;
-    double w = 0; /* mean over positions of min(i+1, W) */
-    for (int i = 0; i < c->seq_len; i++)
-        w += i + 1 < W ? i + 1 : W;
-    w /= S;
     if (active) *active = act;
-    return 6 * act + 12 * L * D * w;
+    return 6 * act + 12 * L * D * kiln_tsmoe_mean_window(c->seq_len, c->attn_window);
 }

@@ -156,6 +156,8 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale);
  * number of keys a query attends to. *active (may be NULL) gets those weights. The figure
  * behind MFU (gpu-check) and the CPU training benchmark. */
 double kiln_tsmoe_flops_per_token(const kiln_model_config *c, double *active);
+/* The mean number of keys a query attends to: min(i + 1, W) over positions i < S. */
+double kiln_tsmoe_mean_window(int seq_len, int attn_window);
 
 /* ==== data parallelism (train/comm.c; MPI and NCCL in build/libkiln_dist.a) ========== */
 

@@ -981,7 +981,18 @@ typedef struct op_time {
 static op_time op_times[48];
 static int n_op_times;
 
-#define TIME_OP(label, calls_per_step, flop, byte, expr)                                          \
+static void note_time(const char *name, double calls, double secs, double flops, double bytes) {
+    if (n_op_times < (int)KILN_ARRAY_LEN(op_times)) {
+        op_time *o = &op_times[n_op_times++];
+        snprintf(o->name, sizeof o->name, "%s", name);
+        o->calls = calls;
+        o->secs = secs;
+        o->flops = flops;
+        o->bytes = bytes;
+    }
+}
+
+#define TIME_OP(label, calls_per_step, flop, byte, expr)                                           \
     do {                                                                                           \
         kiln_err rc_ = (expr);                                                                     \
         if (!rc_) rc_ = kiln_cuda_sync();                                                          \
@@ -993,17 +1004,11 @@ static int n_op_times;
             reps_++;                                                                               \
         }                                                                                          \
         if (rc_) {                                                                                 \
-            record_call_failed((label), __LINE__);                                    \
+            record_call_failed((label), __LINE__);                                                 \
             return;                                                                                \
         }                                                                                          \
-        if (n_op_times < (int)KILN_ARRAY_LEN(op_times)) {                                          \
-            op_time *o_ = &op_times[n_op_times++];                                                 \
-            snprintf(o_->name, sizeof o_->name, "%s", label);                                      \
-            o_->calls = (calls_per_step);                                                          \
-            o_->secs = (double)(kiln_now_ns() - t0_) / 1e9 / reps_;                                \
-            o_->flops = (flop);                                                                    \
-            o_->bytes = (byte);                                                                    \
-        }                                                                                          \
+        note_time((label), (calls_per_step), (double)(kiln_now_ns() - t0_) / 1e9 / reps_, (flop),  \
+                  (byte));                                                                         \
     } while (0)
 
 static float *dfill(size_t n, int byte) {
@@ -1037,12 +1042,9 @@ static void time_ops(bool tiny) {
               W = tiny ? 8 : 128, Fh = tiny ? 64 : 4096, L = tiny ? 2 : 8, E = 8, K = 2;
     const int N = B * S;
     const size_t ND = (size_t)N * D, NF = (size_t)N * Fh, BHSW = (size_t)B * H * S * W;
-    double wmean = 0; /* mean keys per query */
-    for (int i = 0; i < S; i++)
-        wmean += i + 1 < W ? i + 1 : W;
-    wmean /= S;
-    say("== op timings at the benchmark's shapes (N=%d tokens, D=%d, Fh=%d, H=%d, W=%d, L=%d)\n",
-        N, D, Fh, H, W, L);
+    const double wmean = kiln_tsmoe_mean_window(S, W); /* keys per query */
+    say("== op timings at the benchmark's shapes (N=%d tokens, D=%d, Fh=%d, H=%d, W=%d, L=%d)\n", N,
+        D, Fh, H, W, L);
     n_op_times = 0;
 
     /* Baselines. */
@@ -1076,7 +1078,8 @@ static void time_ops(bool tiny) {
         float *qkv = dfill(3 * ND, 0x3c), *o = dfill(ND, 0), *att = dfill(BHSW, 0),
               *dq = dfill(3 * ND, 0), *sc = dfill(BHSW, 0);
         const double af = 4.0 * N * D * wmean, ab = (3.0 + 1) * ND * 4;
-        TIME_OP("attention fwd", L, af, ab, kiln_cuda_attention_forward(o, att, qkv, B, S, D, H, W));
+        TIME_OP("attention fwd", L, af, ab,
+                kiln_cuda_attention_forward(o, att, qkv, B, S, D, H, W));
         TIME_OP("attention bwd", L, 2 * af, 2 * ab,
                 kiln_cuda_attention_backward(dq, sc, o, qkv, att, B, S, D, H, W));
         TIME_OP("stats entropy (attention)", L, 0, BHSW * 4.0,
@@ -1112,9 +1115,11 @@ static void time_ops(bool tiny) {
     {
         /* The MoE-only ops (not in the dense step: 0 calls), E=8 K=2. */
         float *logits = dput(hrnd((size_t)N * E, -2, 2), (size_t)N * E);
-        float *probs = dfill((size_t)N * E, 0), *lse = dfill(N, 0), *gates = dfill((size_t)N * K, 0);
+        float *probs = dfill((size_t)N * E, 0), *lse = dfill(N, 0),
+              *gates = dfill((size_t)N * K, 0);
         int32_t *idx = (int32_t *)dnew((size_t)N * K * 4), *off = (int32_t *)dnew((E + 1) * 4),
-                *pos = (int32_t *)dnew((size_t)N * K * 4), *rows = (int32_t *)dnew((size_t)N * K * 4);
+                *pos = (int32_t *)dnew((size_t)N * K * 4),
+                *rows = (int32_t *)dnew((size_t)N * K * 4);
         int *dropped = (int *)dnew(sizeof(int));
         TIME_OP("moe router fwd", 0, 0, 0,
                 kiln_cuda_router_forward(probs, lse, idx, gates, logits, N, E, K));
@@ -1153,8 +1158,9 @@ static void time_ops(bool tiny) {
         say("%-38s %10.3f %9.2f %9.1f %8.3f %8s\n", o->name, o->secs * 1e3, tf, gb,
             o->bytes || o->flops ? ratio : NAN, share);
         char note[512];
-        snprintf(note, sizeof note, "%.3g ms, %.3g TFLOP/s, %.4g GB/s, %.3g x ceiling, %s%% of step",
-                 o->secs * 1e3, tf, gb, o->bytes || o->flops ? ratio : NAN, share);
+        snprintf(note, sizeof note,
+                 "%.3g ms, %.3g TFLOP/s, %.4g GB/s, %.3g x ceiling, %s%% of step", o->secs * 1e3,
+                 tf, gb, o->bytes || o->flops ? ratio : NAN, share);
         char name[160];
         snprintf(name, sizeof name, "op time %.63s", o->name);
         add_row(name, NAN, NAN, INFO, note);
@@ -1174,9 +1180,8 @@ static void time_ops(bool tiny) {
 static int tick_reps = 100;
 static double tick_p50_us = NAN; /* the d256 MoE f32 stream's p50, from the runtime section */
 
-static void time_tick_op(const char *label, double per_tick, void *st, kiln_err (*launch)(void *,
-                                                                                         void *),
-                         void *ctx) {
+static void time_tick_op(const char *label, double per_tick, void *st,
+                         kiln_err (*launch)(void *, void *), void *ctx) {
     kiln_err rc = kiln_cuda_capture_begin(st);
     for (int i = 0; i < tick_reps && !rc; i++)
         rc = launch(st, ctx);
@@ -1195,13 +1200,7 @@ static void time_tick_op(const char *label, double per_tick, void *st, kiln_err 
         record_call_failed(label, __LINE__);
         return;
     }
-    if (n_op_times < (int)KILN_ARRAY_LEN(op_times)) {
-        op_time *o = &op_times[n_op_times++];
-        snprintf(o->name, sizeof o->name, "%s", label);
-        o->calls = per_tick;
-        o->secs = secs;
-        o->flops = o->bytes = 0;
-    }
+    note_time(label, per_tick, secs, 0, 0);
 }
 
 typedef struct tick_bufs {
@@ -1229,10 +1228,9 @@ static kiln_err tk_norm(void *st, void *c) {
 }
 static kiln_err tk_matvec(void *st, void *c) {
     tick_bufs *t = c;
-    return kiln_cuda_tick_matvec(st, t->y, t->W, t->b, t->x, t->rows, t->cols, t->mode,
-                                 t->expert ? t->sel : NULL, 0,
-                                 t->expert ? (size_t)t->rows * t->cols : 0,
-                                 t->expert ? (size_t)t->rows : 0, t->gates);
+    return kiln_cuda_tick_matvec(
+        st, t->y, t->W, t->b, t->x, t->rows, t->cols, t->mode, t->expert ? t->sel : NULL, 0,
+        t->expert ? (size_t)t->rows * t->cols : 0, t->expert ? (size_t)t->rows : 0, t->gates);
 }
 static kiln_err tk_attend(void *st, void *c) {
     tick_bufs *t = c;
@@ -1314,7 +1312,8 @@ static void time_tick_ops(bool tiny) {
         say("%-40s %10.2f %10.2f %10.0f %8s\n", o->name, o->secs * 1e6, o->secs / floor, o->calls,
             share);
         char note[256], name[160];
-        snprintf(note, sizeof note, "%.3g us per launch in a graph, %.3g x the floor, %g per tick, %s%% of tick",
+        snprintf(note, sizeof note,
+                 "%.3g us per launch in a graph, %.3g x the floor, %g per tick, %s%% of tick",
                  o->secs * 1e6, o->secs / floor, o->calls, share);
         snprintf(name, sizeof name, "tick kernel %.63s", o->name);
         add_row(name, NAN, NAN, INFO, note);
