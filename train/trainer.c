@@ -65,9 +65,9 @@ typedef struct trainer {
     float *yval;           /* [B,S,O] validation outputs brought back from the device */
     /* Device "cuda" with a device communicator (opts->device_comm; NCCL): the gradients are
      * reduced on the GPUs through dcomm (trainer_cuda.c), host values through comm. */
-    int gpu, gpus;        /* this rank's GPU (local rank modulo the visible count), count */
-    kiln_comm *dcomm;     /* owned */
-    char gpu_note[256];   /* rank 0: where the ranks run, for the events */
+    int gpu, gpus;      /* this rank's GPU (local rank modulo the visible count), count */
+    kiln_comm *dcomm;   /* owned */
+    char gpu_note[256]; /* rank 0: where the ranks run, for the events */
 } trainer;
 
 static void trainer_free(trainer *t) {
@@ -403,9 +403,9 @@ static kiln_err loop(trainer *t) {
     const long first = t->st.step + 1;
     if (t->dev) {
         KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
-        if (t->dcomm || k > 1)
-            KILN_TRY(kiln_dev_train_dist(t->dev, t->dcomm, k, o->bucket_bytes));
-        if (t->gpu_note[0] && t->mx && kiln_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
+        if (t->dcomm || k > 1) KILN_TRY(kiln_dev_train_dist(t->dev, t->dcomm, k, o->bucket_bytes));
+        if (t->gpu_note[0] && t->mx &&
+            kiln_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
             kiln_warn("%s", kiln_errmsg());
         if (strstr(t->gpu_note, "GPUs are shared")) kiln_warn("%s", t->gpu_note);
     }

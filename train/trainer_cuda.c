@@ -25,16 +25,16 @@ struct kiln_dev_train {
      * computed alone and the k (or k*P) of them added in shard order. */
     int k;
     bool fold;
-    kiln_comm *dc;                /* NULL: one process, the fold on the legacy stream */
-    float *acc;                   /* device [numel]: the running fold (dc NULL, k > 1) */
-    float *shards;                /* device [(k-1)*numel]: micro-batches 0..k-2 (dc) */
-    float *recv;                  /* device [k*P*chunk_max]: a bucket's slices (dc) */
-    kiln_dist_bucket *bk;         /* [nb] */
-    size_t nb, next;              /* buckets, the first not yet queued this step */
-    size_t early;                 /* of the last step's buckets, those the backward queued */
+    kiln_comm *dc;        /* NULL: one process, the fold on the legacy stream */
+    float *acc;           /* device [numel]: the running fold (dc NULL, k > 1) */
+    float *shards;        /* device [(k-1)*numel]: micro-batches 0..k-2 (dc) */
+    float *recv;          /* device [k*P*chunk_max]: a bucket's slices (dc) */
+    kiln_dist_bucket *bk; /* [nb] */
+    size_t nb, next;      /* buckets, the first not yet queued this step */
+    size_t early;         /* of the last step's buckets, those the backward queued */
     size_t bucket_bytes;
-    kiln_comm_xfer *xf;           /* [k*P] */
-    void *ev_ready, *ev_done;     /* compute stream -> comm stream, and back */
+    kiln_comm_xfer *xf;       /* [k*P] */
+    void *ev_ready, *ev_done; /* compute stream -> comm stream, and back */
 };
 
 kiln_err kiln_dev_train_pick(int local_rank, int *device, int *visible) {
@@ -151,6 +151,13 @@ static const float *shard(const kiln_dev_train *d, int j) {
     return j == d->k - 1 ? d->grads : d->shards + (size_t)j * d->numel;
 }
 
+/* The length of slice q of a bucket cut into slices of chunk elements (the last is shorter,
+ * and with more ranks than elements some are empty). */
+static size_t slice_len(const kiln_dist_bucket *b, size_t chunk, int q) {
+    const size_t at = (size_t)q * chunk;
+    return at >= b->numel ? 0 : b->numel - at < chunk ? b->numel - at : chunk;
+}
+
 /* Queue bucket b's reduction on the communicator's stream, after the compute stream's work
  * so far: alltoall of slices (slice q of every shard to rank q), the fold of this rank's
  * slice in shard order on the communicator's stream, written over its place in the
@@ -159,20 +166,15 @@ static kiln_err queue_bucket(kiln_dev_train *d, const kiln_dist_bucket *b) {
     kiln_comm *dc = d->dc;
     const int P = dc->size, r = dc->rank, k = d->k;
     const size_t chunk = (b->numel + (size_t)P - 1) / (size_t)P;
-#define SLICE_LEN(q)                                                                               \
-    ((size_t)(q) * chunk >= b->numel ? 0                                                           \
-     : b->numel - (size_t)(q) * chunk < chunk ? b->numel - (size_t)(q) * chunk                     \
-                                                : chunk)
-    const size_t mine = SLICE_LEN(r);
+    const size_t mine = slice_len(b, chunk, r);
     float *dst = d->grads + b->offset + (size_t)r * chunk;
     KILN_TRY(kiln_cuda_event_record(d->ev_ready, NULL));
     KILN_TRY(kiln_cuda_stream_wait(dc->stream, d->ev_ready));
     size_t n = 0;
     for (int q = 0; q < P; q++)
         for (int j = 0; j < k; j++)
-            d->xf[n++] = (kiln_comm_xfer){q,
-                                          shard(d, j) + b->offset + (size_t)q * chunk,
-                                          SLICE_LEN(q) * sizeof(float),
+            d->xf[n++] = (kiln_comm_xfer){q, shard(d, j) + b->offset + (size_t)q * chunk,
+                                          slice_len(b, chunk, q) * sizeof(float),
                                           d->recv + ((size_t)j * P + (size_t)q) * chunk,
                                           mine * sizeof(float)};
     KILN_TRY(dc->exchange(dc, d->xf, n));
@@ -182,8 +184,7 @@ static kiln_err queue_bucket(kiln_dev_train *d, const kiln_dist_bucket *b) {
         if (q != r)
             d->xf[n++] = (kiln_comm_xfer){q, dst, mine * sizeof(float),
                                           d->grads + b->offset + (size_t)q * chunk,
-                                          SLICE_LEN(q) * sizeof(float)};
-#undef SLICE_LEN
+                                          slice_len(b, chunk, q) * sizeof(float)};
     return n ? dc->exchange(dc, d->xf, n) : KILN_OK;
 }
 
