@@ -7,11 +7,12 @@ SAN ?=
 CC ?= cc
 PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl libcrypto
 # Debian packages that provide the pkg-config names above, and the tools the tests use
-# (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
+# (TOOLS: probed by name; minisign checks interoperability of kiln's signatures, curl fetches
+# the registry's web page in tests/e2e/62-web.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev
-TOOLS := sqlite3 minisign mpirun
+            libopenmpi-dev openmpi-bin libssl-dev curl
+TOOLS := sqlite3 minisign mpirun curl
 # Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
 # libkiln.so (what services link) never depends on libmpi.
 MPI_PKG := ompi-c
