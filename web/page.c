@@ -28,7 +28,8 @@ static bool reserve(kiln_web_buf *b, size_t more) {
         b->nomem = true;
         return false;
     }
-    if (b->len) memcpy(p, b->data, b->len + 1);
+    if (b->len) memcpy(p, b->data, b->len);
+    p[b->len] = 0;
     free(b->data);
     b->data = p;
     b->cap = cap;
