@@ -180,8 +180,10 @@ void reg_audit_args(const char *after, const char *limit, int64_t *a, int64_t *l
 kiln_err reg_ui_home(sqlite3 *db, int64_t now, kiln_web_buf *b);
 kiln_err reg_ui_model(sqlite3 *db, const kiln_sign_trust *t, const char *model, int64_t now,
                       kiln_web_buf *b);
+/* A page of a channel's history: the records before seq before (0: the newest), newest
+ * first. */
 kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model,
-                        const char *channel, int64_t now, kiln_web_buf *b);
+                        const char *channel, int64_t before, int64_t now, kiln_web_buf *b);
 /* A page of the audit log: the entries after the id after, oldest first. */
 kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b);
 

@@ -585,9 +585,12 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
     case REG_R_UI_MODEL:
         rc = reg_ui_model(db, s->trust, r->seg[0], now, &b);
         break;
-    case REG_R_UI_CHANNEL:
-        rc = reg_ui_channel(db, s->trust, r->seg[0], r->seg[1], now, &b);
+    case REG_R_UI_CHANNEL: {
+        const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
+        rc = reg_ui_channel(db, s->trust, r->seg[0], r->seg[1],
+                            before ? strtoll(before, NULL, 10) : 0, now, &b);
         break;
+    }
     default: {
         int64_t after, limit;
         reg_audit_args(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), NULL, &after,

@@ -12,6 +12,7 @@
 #include "web.h"
 
 #define UI_AUDIT_PAGE 100
+#define UI_HISTORY_PAGE 200
 
 static const char *col(sqlite3_stmt *st, int i) {
     return (const char *)sqlite3_column_text(st, i);
@@ -255,31 +256,48 @@ kiln_err reg_ui_model(sqlite3 *db, const kiln_sign_trust *t, const char *model, 
     return rc;
 }
 
-/* ---- "/ui/models/{model}/channels/{channel}" ---- */
+/* ---- "/ui/models/{model}/channels/{channel}?before=SEQ" ---- */
 
 kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model,
-                        const char *channel, int64_t now, kiln_web_buf *b) {
+                        const char *channel, int64_t before, int64_t now, kiln_web_buf *b) {
     sqlite3_stmt *st = NULL;
-    /* The versions' rowids are the order they were published in: a record whose version
-     * came before the previous record's is a rollback. */
-    KILN_TRY(prepare(db,
-                     "SELECT c.seq, c.version, c.digest, c.expires, c.reason, c.record,"
-                     " c.publisher, c.created, lag(c.version) OVER w,"
-                     " v.rowid < lag(v.rowid) OVER w"
-                     " FROM channel_records c"
-                     " LEFT JOIN versions v ON v.model = c.model AND v.version = c.version"
-                     " WHERE c.model = ?1 AND c.channel = ?2"
-                     " WINDOW w AS (ORDER BY c.seq) ORDER BY c.seq DESC",
-                     &st, "reading a channel"));
+    kiln_err rc = KILN_OK;
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT count(*), max(seq) FROM channel_records"
+                       " WHERE model = ?1 AND channel = ?2",
+                       &st, "reading a channel"));
     sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, channel, -1, SQLITE_TRANSIENT);
-    kiln_err rc = KILN_OK;
-    int r = sqlite3_step(st);
-    KILN_CHECK_IF(rc, out, r == SQLITE_DONE, KILN_ERR_NOTFOUND,
-                  "channel '%s' of model '%s' not found", channel, model);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO,
+                  "registry database: %s while reading a channel", sqlite3_errmsg(db));
+    int64_t total = sqlite3_column_int64(st, 0), current = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    st = NULL;
+    KILN_CHECK_IF(rc, out, total == 0, KILN_ERR_NOTFOUND, "channel '%s' of model '%s' not found",
+                  channel, model);
+    /* Window functions run before ORDER BY and LIMIT, so the oldest record on a page still
+     * knows the one before it. The versions' rowids are the order they were published in: a
+     * record whose version came before the previous record's is a rollback. */
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT c.seq, c.version, c.digest, c.expires, c.reason, c.record,"
+                       " c.publisher, c.created, lag(c.version) OVER w,"
+                       " v.rowid < lag(v.rowid) OVER w"
+                       " FROM channel_records c"
+                       " LEFT JOIN versions v ON v.model = c.model AND v.version = c.version"
+                       " WHERE c.model = ?1 AND c.channel = ?2 AND c.seq < ?3"
+                       " WINDOW w AS (ORDER BY c.seq) ORDER BY c.seq DESC LIMIT ?4",
+                       &st, "reading a channel"));
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, channel, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, before > 0 ? before : INT64_MAX);
+    sqlite3_bind_int(st, 4, UI_HISTORY_PAGE + 1);
     kiln_web_begin(b, KILN_WEB_CHANNEL, model, channel, NULL);
-    kiln_web_history_begin(b);
-    for (; r == SQLITE_ROW; r = sqlite3_step(st)) {
+    kiln_web_history_begin(b, total, before);
+    int r, n = 0;
+    int64_t last = 0;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW && n < UI_HISTORY_PAGE) {
         kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
         kiln_web_record rec = {.channel = channel,
                                .seq = sqlite3_column_int64(st, 0),
@@ -292,11 +310,15 @@ kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model
                                .previous = col(st, 8),
                                .older = sqlite3_column_int(st, 9) != 0,
                                .signers = signers};
+        rec.current = rec.seq == current;
         rec.nsigners = record_signers(t, col(st, 5), signers);
         kiln_web_history_row(b, model, &rec, now);
+        last = rec.seq;
+        n++;
     }
-    KILN_CHECK(rc, out, step_done(db, r, "reading a channel"));
-    kiln_web_table_end(b, NULL);
+    bool more = r == SQLITE_ROW;
+    KILN_CHECK(rc, out, more ? KILN_OK : step_done(db, r, "reading a channel"));
+    kiln_web_history_end(b, model, channel, last, more);
     kiln_web_end(b, KILN_WEB_CHANNEL, model, channel, now);
 out:
     sqlite3_finalize(st);

@@ -586,3 +586,71 @@ out:
     page_free(&p);
     wfx_free(&f);
 }
+
+KILN_TEST(web_history_pages) {
+    wfx f;
+    page p = {0};
+    if (!CHECK("a registry", wfx_init(&f, false))) goto out;
+    char h[2][KILN_SHA256_HEX];
+    CHECK("two versions",
+          publish(&f, "1.0.0", CARD("a"), h[0]) && publish(&f, "1.1.0", CARD("b"), h[1]));
+    /* 205 records, odd seqs on 1.0.0 and even ones on 1.1.0: every other one a rollback. */
+    sqlite3 *db;
+    sqlite3_stmt *st = NULL;
+    bool ok = reg_db_open(f.root, &db) == KILN_OK && reg_db_exec(db, "BEGIN") == KILN_OK &&
+              sqlite3_prepare_v2(db,
+                                 "INSERT INTO channel_records VALUES('demo', 'staging', ?1, ?2, "
+                                 "?3, ?4, 'r', ?5, 'rm', ?4)",
+                                 -1, &st, NULL) == SQLITE_OK;
+    int64_t exp = kiln_unix_time() + 30 * 86400;
+    for (int s = 1; ok && s <= 205; s++) {
+        const char *v = s % 2 ? "1.0.0" : "1.1.0";
+        char *text = record(&f, "staging", v, h[s % 2 ? 0 : 1], (uint64_t)s, exp, "r"),
+             *d = kiln_asprintf("sha256:%s", h[s % 2 ? 0 : 1]);
+        ok = text && d;
+        if (ok) {
+            sqlite3_bind_int(st, 1, s);
+            sqlite3_bind_text(st, 2, v, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 3, d, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 4, exp);
+            sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
+            ok = sqlite3_step(st) == SQLITE_DONE && sqlite3_reset(st) == SQLITE_OK;
+        }
+        free(text), free(d);
+    }
+    sqlite3_finalize(st);
+    ok = ok && reg_db_exec(db, "COMMIT") == KILN_OK;
+    reg_db_close(db);
+    CHECK("205 records in the store", ok);
+    CHECK("the newest page",
+          fetch(f.port, "GET", "/ui/models/demo/channels/staging", NULL, &p) == 200 &&
+              has(&p, "205 records, newest first.") &&
+              count(p.body, "<tr><td class=\"n\">") == 200);
+    CHECK("starts at the current record",
+          has(&p, "<tr><td class=\"n\">205 <span class=\"tag ok\">current</span>") &&
+              count(p.body, ">current<") == 1);
+    const char *s6 = strstr(p.body, "<tr><td class=\"n\">6</td>");
+    CHECK("ends at seq 6, a promotion",
+          between(s6, "promote</span> from 1.0.0", strstr(s6, "</tr>")) &&
+              !strstr(p.body, "<tr><td class=\"n\">5</td>"));
+    CHECK("links to the older records",
+          has(&p, "<a href=\"/ui/models/demo/channels/staging?before=6\">older records</a>"));
+    CHECK("the older page",
+          fetch(f.port, "GET", "/ui/models/demo/channels/staging?before=6", NULL, &p) == 200 &&
+              has(&p, "205 records; those before seq 6, newest first.") &&
+              count(p.body, "<tr><td class=\"n\">") == 5 && !strstr(p.body, ">current<") &&
+              !strstr(p.body, "older records"));
+    const char *s5 = strstr(p.body, "<tr><td class=\"n\">5</td>");
+    CHECK("its first row knows the record before it",
+          between(s5, "<span class=\"tag warn\">rollback</span> from 1.1.0", strstr(s5, "</tr>")));
+    CHECK("and its last is the first",
+          has(&p, "<tr><td class=\"n\">1</td><td><span class=\"tag\">first</span>"));
+    CHECK("before the first",
+          fetch(f.port, "GET", "/ui/models/demo/channels/staging?before=1", NULL, &p) == 200 &&
+              has(&p, "No records here."));
+    CHECK("an unknown channel with a page is still unknown",
+          fetch(f.port, "GET", "/ui/models/demo/channels/nope?before=3", NULL, &p) == 404);
+out:
+    page_free(&p);
+    wfx_free(&f);
+}

@@ -722,21 +722,37 @@ void kiln_web_versions_row(kiln_web_buf *b, const char *model, const kiln_web_ve
 
 /* ---- a channel ---- */
 
-void kiln_web_history_begin(kiln_web_buf *b) {
-    lit(b, "<h2>History</h2>\n<p>Every record the channel has had, newest first. A rollback "
-           "is a record that points at a version published before the one it replaces.</p>\n");
+void kiln_web_history_begin(kiln_web_buf *b, int64_t total, int64_t before) {
+    num(b, "<h2>History</h2>\n<p>%" PRId64 " record%s", total, total == 1 ? "" : "s");
+    if (before > 0) num(b, "; those before seq %" PRId64, before);
+    lit(b, ", newest first. A rollback is a record that points at a version published before "
+           "the one it replaces.</p>\n");
     thead(b, "Seq|Change|Version|Expires|Reason|Signed by|Put by|At");
+}
+
+void kiln_web_history_end(kiln_web_buf *b, const char *model, const char *channel, int64_t last,
+                          bool more) {
+    kiln_web_table_end(b, "No records here.");
+    lit(b, "<p><a href=\"");
+    href_channel(b, model, channel);
+    lit(b, "\">newest records</a>");
+    if (more) {
+        lit(b, " \xC2\xB7 <a href=\"");
+        href_channel(b, model, channel);
+        num(b, "?before=%" PRId64 "\">older records</a>", last);
+    }
+    lit(b, "</p>\n");
 }
 
 void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_record *r,
                           int64_t now) {
-    bool current = b->rows++ == 0;
+    b->rows++;
     num(b, "<tr><td class=\"n\">%" PRId64, r->seq);
-    if (current) lit(b, " <span class=\"tag ok\">current</span>");
+    if (r->current) lit(b, " <span class=\"tag ok\">current</span>");
     lit(b, "</td><td>");
     if (!r->previous) {
         lit(b, "<span class=\"tag\">first</span>");
-    } else if (!strcmp(r->previous, r->version)) {
+    } else if (r->version && !strcmp(r->previous, r->version)) {
         lit(b, "<span class=\"tag\">renew</span>");
     } else {
         if (r->older)
@@ -752,7 +768,7 @@ void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_rec
     put_digest(b, r->digest);
     lit(b, "</td><td>");
     /* Only the current record's expiry matters to a service; older ones are history. */
-    if (current)
+    if (r->current)
         put_expiry(b, r->expires, now);
     else
         put_time(b, r->expires);

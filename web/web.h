@@ -102,10 +102,11 @@ typedef struct kiln_web_record {
     const kiln_web_signer *signers;
     size_t nsigners;
     size_t records; /* the channel's records in all (the model page) */
-    /* The history: the version the record before pointed at (NULL for the first), and
-     * whether this record's version was published before that one (a rollback). */
+    /* The history: the version the record before pointed at (NULL for the first), whether
+     * this record's version was published before that one (a rollback), and whether it is
+     * the channel's current record. */
     const char *previous;
-    bool older;
+    bool older, current;
 } kiln_web_record;
 
 /* A model on the front page. */
@@ -150,10 +151,14 @@ void kiln_web_channels_row(kiln_web_buf *b, const char *model, const kiln_web_re
 void kiln_web_versions_begin(kiln_web_buf *b);
 void kiln_web_versions_row(kiln_web_buf *b, const char *model, const kiln_web_version *v);
 
-/* A channel's page: its records, newest first; the first row given is the current one. */
-void kiln_web_history_begin(kiln_web_buf *b);
+/* A channel's page: a page of its records, newest first (those before seq before, 0 for the
+ * newest); total counts them all. End with kiln_web_history_end: links to the newest page
+ * and, when more is true, to the records before last, the oldest seq shown. */
+void kiln_web_history_begin(kiln_web_buf *b, int64_t total, int64_t before);
 void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_record *r,
                           int64_t now);
+void kiln_web_history_end(kiln_web_buf *b, const char *model, const char *channel, int64_t last,
+                          bool more);
 
 /* The audit log, a page of rows after an id; end with kiln_web_audit_end instead of
  * kiln_web_table_end: links to the first page, the next (when more is true, after the last
