@@ -90,7 +90,7 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry fuzz
+.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry bench-web fuzz
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
      $(BUILD)/stream_service
 
@@ -168,12 +168,23 @@ $(BUILD)/bench_stream: $(BUILD)/obj/bench/bench_stream.o $(BUILD)/libkiln.a
 $(BUILD)/bench_train: $(BUILD)/obj/bench/bench_train.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 
-bench: $(BUILD)/bench_stream $(BUILD)/bench_train
+# The registry's web page (200 versions, 1000 channel records) against the JSON API's answers
+# with the same rows, in the same run.
+$(BUILD)/bench_web: $(BUILD)/obj/bench/bench_web.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench-web: $(BUILD)/bench_web
+	@mkdir -p $(BUILD)/bench
+	$(BUILD)/bench_web $(BUILD)/bench > $(BUILD)/bench/web.txt.tmp && mv $(BUILD)/bench/web.txt.tmp $(BUILD)/bench/web.txt
+	@cat $(BUILD)/bench/web.txt
+
+bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
 	@cat $(BUILD)/bench/stream.txt
 	$(BUILD)/bench_train > $(BUILD)/bench/train.txt.tmp && mv $(BUILD)/bench/train.txt.tmp $(BUILD)/bench/train.txt
 	@cat $(BUILD)/bench/train.txt
+	@$(MAKE) --no-print-directory bench-web
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
