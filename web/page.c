@@ -567,7 +567,7 @@ void kiln_web_models_channel(kiln_web_buf *b, const char *model, const kiln_web_
         lit(b, " <span class=\"tag bad\">expired</span>");
     else if (r->expires - now < KILN_WEB_SOON_SECS)
         lit(b, " <span class=\"tag warn\">expires soon</span>");
-    lit(b, "</span>");
+    lit(b, "</span> "); /* apart without the stylesheet too */
 }
 
 void kiln_web_models_row_end(kiln_web_buf *b) {
