@@ -7,11 +7,12 @@ SAN ?=
 CC ?= cc
 PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl libcrypto
 # Debian packages that provide the pkg-config names above, and the tools the tests use
-# (TOOLS: probed by name; minisign checks interoperability of kiln's signatures).
+# (TOOLS: probed by name; minisign checks interoperability of kiln's signatures, curl fetches
+# the registry's web page in tests/e2e/62-web.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev
-TOOLS := sqlite3 minisign mpirun
+            libopenmpi-dev openmpi-bin libssl-dev curl
+TOOLS := sqlite3 minisign mpirun curl
 # Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
 # libkiln.so (what services link) never depends on libmpi.
 MPI_PKG := ompi-c
@@ -30,7 +31,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-MODULES := core kernels kernels/cpu train runtime export validate sign registry
+MODULES := core kernels kernels/cpu train runtime export validate sign registry web
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -58,7 +59,7 @@ endif
 DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c)
 LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c)))
+                              validate/*.c sign/*.c registry/*.c web/*.c)))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
 # the C suite replays every corpus through them (tests/test_fuzz_replay.c).
@@ -89,7 +90,7 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry fuzz
+.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry bench-web fuzz
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
      $(BUILD)/stream_service
 
@@ -167,12 +168,23 @@ $(BUILD)/bench_stream: $(BUILD)/obj/bench/bench_stream.o $(BUILD)/libkiln.a
 $(BUILD)/bench_train: $(BUILD)/obj/bench/bench_train.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 
-bench: $(BUILD)/bench_stream $(BUILD)/bench_train
+# The registry's web page (200 versions, 1000 channel records) against the JSON API's answers
+# with the same rows, in the same run.
+$(BUILD)/bench_web: $(BUILD)/obj/bench/bench_web.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench-web: $(BUILD)/bench_web
+	@mkdir -p $(BUILD)/bench
+	$(BUILD)/bench_web $(BUILD)/bench > $(BUILD)/bench/web.txt.tmp && mv $(BUILD)/bench/web.txt.tmp $(BUILD)/bench/web.txt
+	@cat $(BUILD)/bench/web.txt
+
+bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
 	@cat $(BUILD)/bench/stream.txt
 	$(BUILD)/bench_train > $(BUILD)/bench/train.txt.tmp && mv $(BUILD)/bench/train.txt.tmp $(BUILD)/bench/train.txt
 	@cat $(BUILD)/bench/train.txt
+	@$(MAKE) --no-print-directory bench-web
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
