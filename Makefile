@@ -40,7 +40,7 @@ MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
 MPI_LIBS = $(shell pkg-config --libs $(MPI_PKG) 2>/dev/null)
 
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
-          -fPIC -fvisibility=hidden -pthread -DKILN_GIT_REV='"$(GIT_REV)"'
+          -fPIC -fvisibility=hidden -pthread
 LDLIBS := -lm -pthread
 
 ifneq ($(SAN),)
@@ -139,6 +139,16 @@ $(BUILD)/tests.inc: FORCE
 	@mkdir -p $(BUILD)
 	@grep -ho '^KILN_TEST([a-z0-9_]*)' $(TEST_SRC) | sed 's/KILN_TEST(\(.*\))/T(\1)/' > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+
+# The revision kiln_version() reports, as a generated header only core/err.c includes: remade
+# on every run, replaced only when HEAD moved, so err.o (and what links it) is rebuilt then and
+# only then. (A -D flag on every object went stale: make does not see a flag change.)
+$(BUILD)/kiln_rev.h: FORCE
+	@mkdir -p $(BUILD)
+	@printf '#define KILN_GIT_REV "%s"\n' '$(GIT_REV)' > $@.tmp
+	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
+$(BUILD)/obj/core/err.o: $(BUILD)/kiln_rev.h
+$(BUILD)/obj/core/err.o: INCLUDES += -I$(BUILD)
 
 # The CPU kernels are the trainer's inner loops: -O3 vectorises their fixed-order loops.
 $(BUILD)/obj/kernels/cpu/%.o: CFLAGS += -O3
