@@ -49,13 +49,6 @@
 // memory of the 228.
 #define AT_MIN_BLOCKS 3
 
-// nvcc's unroll pragmas (the emulator's g++ does not know them).
-#ifdef __CUDACC__
-#define AT_PRAGMA(x) _Pragma(#x)
-#else
-#define AT_PRAGMA(x)
-#endif
-
 // The 16 lanes of a half-warp share one query row (one ty): butterflies over xor 8..1.
 __device__ __forceinline__ float row_sum16(float v) {
     for (int o = 8; o > 0; o >>= 1)
@@ -72,7 +65,8 @@ __device__ __forceinline__ float row_max16(float v) {
 // global rows. A warp takes 8 columns of 4 rows, so its global loads are four full 32-byte
 // sectors and its shared stores hit 32 different banks (4a + b mod 32).
 template <class F> __device__ __forceinline__ void stage_t(float *dst, F f) {
-    AT_PRAGMA(unroll 2) // two loads in flight: more would cost registers (occupancy)
+    // Two loads in flight per thread: more would cost registers, hence occupancy.
+#pragma unroll 2
     for (int e = threadIdx.x; e < 64 * 64; e += AT_THREADS) {
         const int a = (e & 7) | ((e >> 2) & 56), b = ((e >> 3) & 3) | ((e >> 6) & 60);
         dst[a * AT_LD + b] = f(b, a);
@@ -81,7 +75,8 @@ template <class F> __device__ __forceinline__ void stage_t(float *dst, F f) {
 // dst[b * AT_LD + a] = f(b, a) for `rows` rows b and 64 columns a (consecutive lanes,
 // consecutive columns).
 template <class F> __device__ __forceinline__ void stage_n(float *dst, int rows, F f) {
-    AT_PRAGMA(unroll 2) // two loads in flight: more would cost registers (occupancy)
+    // Two loads in flight per thread: more would cost registers, hence occupancy.
+#pragma unroll 2
     for (int e = threadIdx.x; e < rows * 64; e += AT_THREADS) {
         const int a = e & 63, b = e >> 6;
         dst[b * AT_LD + a] = f(b, a);
@@ -91,23 +86,23 @@ template <class F> __device__ __forceinline__ void stage_n(float *dst, int rows,
 // acc[r][c] += sum over t < n of A[t][4ty + r] * B[t][4tx + c], t ascending.
 __device__ __forceinline__ void tile_mma(float acc[4][4], const float *A, const float *B, int n,
                                          int ty, int tx) {
-AT_PRAGMA(unroll 4)
+#pragma unroll 4
     for (int t = 0; t < n; t++) {
         const float4 a = *reinterpret_cast<const float4 *>(A + t * AT_LD + 4 * ty);
         const float4 b = *reinterpret_cast<const float4 *>(B + t * AT_LD + 4 * tx);
         const float av[4] = {a.x, a.y, a.z, a.w}, bv[4] = {b.x, b.y, b.z, b.w};
-AT_PRAGMA(unroll)
+#pragma unroll
         for (int r = 0; r < 4; r++)
-AT_PRAGMA(unroll)
+#pragma unroll
             for (int c = 0; c < 4; c++)
                 acc[r][c] += av[r] * bv[c];
     }
 }
 
 __device__ __forceinline__ void tile_zero(float acc[4][4]) {
-AT_PRAGMA(unroll)
+#pragma unroll
     for (int r = 0; r < 4; r++)
-AT_PRAGMA(unroll)
+#pragma unroll
         for (int c = 0; c < 4; c++)
             acc[r][c] = 0.0f;
 }
