@@ -29,14 +29,16 @@
 // fixed butterflies), so two runs give the same bits; there are no atomics.
 //
 // Expected traffic at the training benchmark (B=64 S=512 D=1024 H=16 W=128, per layer):
-// 8192 blocks; each reads 64 query rows and 191 key and value rows of 256 B (64 features),
-// about 0.8 GB of L2 reads in all (the old kernel: about 17 GB), of which the qkv tensor's
-// 0.4 GB comes from DRAM once (a tile's key rows are its neighbour's, resident in L2); att
-// (0.27 GB) is written raw, read back and rewritten by the same block within microseconds
-// (L2), so DRAM sees it written about once. The products do 64 x 192 scores per 64 x 128 in the
-// window (the triangles at the band's ends are masked), about 26 GFLOP of f32 FMA per layer
-// forward and twice that backward: compute-bound at tens of TFLOP/s, well under a millisecond
-// per layer forward. Not yet measured on a GPU: gpu-check's "attention fwd/bwd" op timings.
+// 8192 blocks; each reads 64 query rows and up to 191 (167 on average) key and value rows of
+// 256 B (64 features): 0.13 + 0.70 GB of L1/L2 reads in all, where the old kernel read about
+// 30 GB (each query its ~112 key and value rows). The qkv tensor's 0.4 GB comes from DRAM
+// about once (a tile's key rows are its neighbour's, still in L2); att (0.27 GB) is written
+// raw, read back and rewritten by the same block within its lifetime (L2), so DRAM sees it
+// written about once. The products issue 64 x 64 pairs per key chunk where the window holds
+// about two thirds of them (the band's end triangles are masked): 22.5 GFLOP of f32 FMA
+// forward for 15 inside the window, 45 backward; compute-bound at tens of TFLOP/s, so well
+// under a millisecond per layer forward. Not yet measured on a GPU: gpu-check's op timings,
+// rows "attention fwd" and "attention bwd".
 #include "cuda_int.h"
 
 #define AT_THREADS 256
@@ -44,6 +46,7 @@
 #define AT_TK 64 // keys per chunk (forward, dq) and per tile (dk, dv)
 #define AT_DC 64 // features per chunk
 #define AT_QC 32 // queries per chunk of the key-side backward
+static_assert(AT_TQ == AT_TK, "the key-side backward runs on the query tiles' grid");
 #define AT_LD 68 // row stride of the shared tiles (float4-aligned, 4 spare columns)
 // 3 blocks of 8 warps per SM: at most 80 registers a thread (65536 / 768), 105 KB of shared
 // memory of the 228.
