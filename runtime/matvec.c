@@ -4,7 +4,10 @@
  * Four rows share each load of x, and each row keeps its own accumulators, so the loop
  * is bound by reading W, which is the whole cost of a tick. On x86-64 with AVX2 and FMA
  * (checked once per process by the CPU's own report) the loop uses them; elsewhere a
- * portable version built on GCC/Clang vector types runs. */
+ * portable version built on GCC/Clang vector types runs.
+ *
+ * kiln_rt_matvec_many runs the same kernel for several vectors against one matrix, a block
+ * of rows at a time, so that a set of streams reads each weight once (stream.c). */
 #include <string.h>
 
 #include "runtime_int.h"
@@ -169,13 +172,51 @@ static bool use_avx2(void) {
 #endif
 }
 
+/* The kernel for m on this machine: AVX2 where the CPU has it, unless a test asked for the
+ * portable one. */
+static mv_fn *kernel(const kiln_model *m) {
+#ifdef HAVE_AVX2_PATH
+    if (!m->portable && use_avx2()) return m->bf16 ? mv_bf16_avx2 : mv_f32_avx2;
+#endif
+    return m->bf16 ? mv_bf16_portable : mv_f32_portable;
+}
+
 void kiln_rt_matvec(const kiln_model *m, float *y, const void *W, const float *b, const float *x,
                     int rows, int cols) {
-    mv_fn *fn = m->bf16 ? mv_bf16_portable : mv_f32_portable;
-#ifdef HAVE_AVX2_PATH
-    if (use_avx2()) fn = m->bf16 ? mv_bf16_avx2 : mv_f32_avx2;
-#endif
-    fn(y, W, b, x, rows, cols);
+    kernel(m)(y, W, b, x, rows, cols);
+}
+
+/* Bytes of weights in a block of kiln_rt_matvec_many: with L1's 32-48 KiB, a block and the
+ * vector streaming past it both stay there. */
+#define MANY_BLOCK_BYTES (16 * 1024)
+
+size_t kiln_rt_matvec_many(const kiln_model *m, size_t n, kiln_rt_vec_fn *vec, void *ctx,
+                           const void *W, const float *b, int rows, int cols) {
+    mv_fn *fn = kernel(m);
+    /* Blocks start at multiples of 4 rows and only the last one holds the tail, so that the
+     * kernel takes every row in the same 4-row group (or the same tail loop) as it does in
+     * one call over all rows: the same instructions on the same numbers. One vector needs
+     * no blocks. */
+    int block = rows;
+    if (n > 1) {
+        size_t fit = MANY_BLOCK_BYTES / ((size_t)cols * m->wsize) / 4 * 4;
+        block = fit < 4 ? 4 : fit < (size_t)rows ? (int)fit : rows;
+    }
+    size_t read = 0;
+    for (int r0 = 0; r0 < rows; r0 += block) {
+        const int nb = rows - r0 < block ? rows - r0 : block;
+        const void *Wb = kiln_rt_wat(m, W, (size_t)r0 * (size_t)cols);
+        bool used = false;
+        for (size_t i = 0; i < n; i++) {
+            float *y;
+            const float *x;
+            if (!vec(ctx, i, &y, &x)) continue;
+            fn(y + r0, Wb, b ? b + r0 : NULL, x, nb, cols);
+            used = true;
+        }
+        read += used ? (size_t)nb : 0;
+    }
+    return read;
 }
 
 void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const float *b,

@@ -52,6 +52,7 @@ struct kiln_model {
     size_t wcount, vcount;         /* elements in wblock and vblock */
     int device;                    /* KILN_DEVICE_CPU or a CUDA device */
     struct kiln_rt_dev *dev;       /* the copy on that device (cuda.c); NULL on the CPU */
+    bool portable;                 /* tests: the portable kernels even where AVX2 runs */
 };
 
 /* Element i of a matrix block (f32 or bf16), as a pointer. */
@@ -149,6 +150,16 @@ void kiln_rt_matvec(const kiln_model *m, float *y, const void *W, const float *b
 /* The same, always on the portable path (the one that runs where AVX2 is missing). */
 void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const float *b,
                              const float *x, int rows, int cols);
+/* The vectors of kiln_rt_matvec_many: vector i's y [rows] and x [cols], or false when vector
+ * i takes no part in this product. Called once per block of rows, so it must be cheap. */
+typedef bool kiln_rt_vec_fn(void *ctx, size_t i, float **y, const float **x);
+/* y_i = W x_i + b for each of n vectors, reading W from memory once: W's rows go in blocks
+ * of about 16 KiB (a multiple of 4 rows), each block against every vector while it is in
+ * cache. Every row is summed by the kernel kiln_rt_matvec picks, in the same 4-row group or
+ * tail as in one kiln_rt_matvec over all rows, so each y_i is bitwise kiln_rt_matvec's.
+ * Returns the rows of W read (rows, or 0 when every vector declined). */
+size_t kiln_rt_matvec_many(const kiln_model *m, size_t n, kiln_rt_vec_fn *vec, void *ctx,
+                           const void *W, const float *b, int rows, int cols);
 /* W[n] (f32 or bf16 per m) widened into dst[n]. */
 void kiln_rt_widen(const kiln_model *m, float *dst, const void *W, size_t n);
 
@@ -175,6 +186,8 @@ void kiln_rt_dstream_free(kiln_rt_dstream *s);
 typedef struct kiln_rt_cost {
     uint64_t madds; /* multiply-adds in matrix-vector products and attention */
     uint64_t keys;  /* keys attended, summed over layers */
+    uint64_t wrows; /* weight-matrix rows read; kiln_stream_push_many charges the rows the
+                       whole call read to its first stream and 0 to the others */
 } kiln_rt_cost;
 kiln_rt_cost kiln_rt_stream_last_cost(const kiln_stream *s);
 
