@@ -96,43 +96,51 @@ typedef struct kiln_rt_kv {
 } kiln_rt_kv;
 
 /* o[D] = windowed ALiBi attention of one query row q[D] over the runs' keys (the last
- * key is the query's own position, at distance 0). scores holds W floats. Returns the
- * number of keys attended. */
+ * key is the query's own position, at distance 0). scores holds H*W + 2*H floats. Returns
+ * the number of keys attended.
+ * Keys are visited in order, each row (every head's part of it) once per pass, so that a
+ * ring in memory is read as rows rather than as a column per head; each head's sums still
+ * run over its keys in key order, so every head computes what a head-by-head loop does. */
 static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, const float *q,
                                  const kiln_rt_kv *runs, int nruns) {
     const int D = m->cfg.d_model, H = m->cfg.n_heads, Dh = D / H;
     int nk = 0;
     for (int r = 0; r < nruns; r++)
         nk += runs[r].n;
-    for (int h = 0; h < H; h++) {
-        const float *qh = q + h * Dh;
-        const float slope = m->slopes[h];
-        float mx = -INFINITY;
-        int j = 0;
-        for (int r = 0; r < nruns; r++)
-            for (int i = 0; i < runs[r].n; i++, j++) {
-                const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
-                float dot = kiln_rt_dot(qh, kh, Dh);
-                float s = dot * m->attn_scale - slope * (float)(nk - 1 - j);
-                scores[j] = s;
-                mx = s > mx ? s : mx;
+    float *mx = scores + (size_t)H * nk, *inv = mx + H; /* [H] each */
+    for (int h = 0; h < H; h++)
+        mx[h] = -INFINITY;
+    int j = 0;
+    for (int r = 0; r < nruns; r++)
+        for (int i = 0; i < runs[r].n; i++, j++) {
+            const float *k = runs[r].k + (size_t)i * runs[r].stride;
+            for (int h = 0; h < H; h++) {
+                float dot = kiln_rt_dot(q + h * Dh, k + h * Dh, Dh);
+                float s = dot * m->attn_scale - m->slopes[h] * (float)(nk - 1 - j);
+                scores[(size_t)h * nk + j] = s;
+                mx[h] = s > mx[h] ? s : mx[h];
             }
-        float sum = 0;
+        }
+    for (int h = 0; h < H; h++) {
+        float *sh = scores + (size_t)h * nk, sum = 0;
         for (j = 0; j < nk; j++)
-            sum += (scores[j] = expf(scores[j] - mx));
-        float inv = 1.0f / sum;
-        float *restrict oh = o + h * Dh;
-        for (int d = 0; d < Dh; d++)
-            oh[d] = 0;
-        j = 0;
-        for (int r = 0; r < nruns; r++)
-            for (int i = 0; i < runs[r].n; i++, j++) {
-                const float *restrict vh = runs[r].v + (size_t)i * runs[r].stride + h * Dh;
-                float a = scores[j] * inv;
+            sum += (sh[j] = expf(sh[j] - mx[h]));
+        inv[h] = 1.0f / sum;
+    }
+    for (int d = 0; d < D; d++)
+        o[d] = 0;
+    j = 0;
+    for (int r = 0; r < nruns; r++)
+        for (int i = 0; i < runs[r].n; i++, j++) {
+            const float *v = runs[r].v + (size_t)i * runs[r].stride;
+            for (int h = 0; h < H; h++) {
+                float a = scores[(size_t)h * nk + j] * inv[h];
+                float *restrict oh = o + h * Dh;
+                const float *restrict vh = v + h * Dh;
                 for (int d = 0; d < Dh; d++)
                     oh[d] += a * vh[d];
             }
-    }
+        }
     return nk;
 }
 

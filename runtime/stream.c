@@ -39,7 +39,7 @@ struct kiln_stream {
     float *slot_ff;       /* [K, ffs] each chosen expert's hidden, ffs = Fh rounded to 16 */
     float *slot_out;      /* [K, outs] each chosen expert's output, outs = D rounded to 16 */
     float *probs;         /* [E] */
-    float *scores;        /* [W] */
+    float *scores;        /* [H*W + 2H] */
     int *chosen;          /* [K] */
     float *gates;         /* [K] */
     kiln_rt_cost cost;    /* of the last push */
@@ -73,7 +73,7 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
                       K * round16((size_t)c->d_ff),
                       K * round16(D),
                       E,
-                      (size_t)c->attn_window,
+                      (size_t)c->n_heads * ((size_t)c->attn_window + 2),
                       K,
                       K /* chosen, last */};
     size_t total = 0;

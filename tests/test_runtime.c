@@ -568,6 +568,68 @@ KILN_TEST(runtime_matvec_paths) {
     }
 }
 
+/* The head-by-head attention loop (each head over every key), as MODEL.md reads. */
+static void attend_by_head(const kiln_model *m, float *o, float *scores, const float *q,
+                           const kiln_rt_kv *runs, int nruns) {
+    const int D = m->cfg.d_model, H = m->cfg.n_heads, Dh = D / H;
+    int nk = 0;
+    for (int r = 0; r < nruns; r++)
+        nk += runs[r].n;
+    for (int h = 0; h < H; h++) {
+        float mx = -INFINITY;
+        for (int r = 0, j = 0; r < nruns; r++)
+            for (int i = 0; i < runs[r].n; i++, j++) {
+                const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
+                float s = kiln_rt_dot(q + h * Dh, kh, Dh) * m->attn_scale -
+                          m->slopes[h] * (float)(nk - 1 - j);
+                scores[j] = s;
+                mx = s > mx ? s : mx;
+            }
+        float sum = 0;
+        for (int j = 0; j < nk; j++)
+            sum += (scores[j] = expf(scores[j] - mx));
+        float inv = 1.0f / sum;
+        for (int d = 0; d < Dh; d++)
+            o[h * Dh + d] = 0;
+        for (int r = 0, j = 0; r < nruns; r++)
+            for (int i = 0; i < runs[r].n; i++, j++)
+                for (int d = 0; d < Dh; d++)
+                    o[h * Dh + d] += scores[j] * inv *
+                                     runs[r].v[(size_t)i * runs[r].stride + (size_t)(h * Dh + d)];
+    }
+}
+
+/* kiln_rt_attend walks the keys row by row (a ring is read once, not a column per head);
+ * every head must still get the head-by-head loop's numbers, bit for bit: runs of a ring's
+ * two halves and the new row, Dh = 13 (a tail for kiln_rt_dot), 1 to W keys. */
+KILN_TEST(runtime_attend_rows_equal_heads) {
+    enum { H = 3, Dh = 13, D = H * Dh, W = 9 };
+    float slopes[H], kv[2][W][D], q[D], o1[D], o2[D], scores[H * W + 2 * H];
+    for (int h = 0; h < H; h++)
+        slopes[h] = exp2f(-8.0f * (float)(h + 1) / H);
+    kiln_model m = {.cfg = {.d_model = D, .n_heads = H},
+                    .slopes = slopes,
+                    .attn_scale = 1.0f / sqrtf((float)Dh)};
+    uint64_t c = 0;
+    for (int i = 0; i < D; i++)
+        q[i] = (float)(3.0 * kiln_rt_normal(8, c++));
+    for (int i = 0; i < 2 * W * D; i++)
+        (&kv[0][0][0])[i] = (float)(3.0 * kiln_rt_normal(8, c++));
+    bool same = true;
+    for (int nk = 1; nk <= W; nk++) {
+        int older = (nk - 1) / 2, newer = nk - 1 - older; /* the ring's two halves */
+        kiln_rt_kv runs[3] = {
+            {kv[0][0], kv[1][0], older, D},
+            {kv[0][older], kv[1][older], newer, D},
+            {kv[0][W - 1], kv[1][W - 1], 1, 0},
+        };
+        memset(o1, 0, sizeof o1);
+        attend_by_head(&m, o1, scores, q, runs, 3);
+        same &= kiln_rt_attend(&m, o2, scores, q, runs, 3) == nk && !memcmp(o1, o2, sizeof o1);
+    }
+    CHECK("row-by-row attention == head-by-head attention, bit for bit", same);
+}
+
 /* ---- threads: one model, a stream per thread ---- */
 
 typedef struct job {
