@@ -163,8 +163,9 @@ void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const
 typedef bool kiln_rt_vec_fn(void *ctx, size_t i, float **y, const float **x);
 /* y_i = W x_i + b for each of n vectors, reading W from memory once: W's rows go in blocks
  * of about 16 KiB (a multiple of 4 rows), each block against every vector while it is in
- * cache. Every row is summed by the kernel kiln_rt_matvec picks, in the same 4-row group or
- * tail as in one kiln_rt_matvec over all rows, so each y_i is bitwise kiln_rt_matvec's.
+ * cache, the vectors two at a time (each load of W serves both, and twice the sums are in
+ * flight). For every (row, vector) the kernels do exactly the operations kiln_rt_matvec's
+ * kernel does for that row, in the same order, so each y_i is bitwise kiln_rt_matvec's.
  * Returns the rows of W read (rows, or 0 when every vector declined). */
 size_t kiln_rt_matvec_many(const kiln_model *m, size_t n, kiln_rt_vec_fn *vec, void *ctx,
                            const void *W, const float *b, int rows, int cols);
