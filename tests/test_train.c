@@ -629,7 +629,8 @@ KILN_TEST(train_run_killed_start_restarts) {
     size_t la = 0, lb = 0;
     kiln_train_config c;
     small_config(&c);
-    kiln_train_opts o = {.run_dir = dir, .data_path = data}, oc = {.run_dir = clean, .data_path = data};
+    kiln_train_opts o = {.run_dir = dir, .data_path = data},
+                    oc = {.run_dir = clean, .data_path = data};
     if (!CHECK("set up", data && ck && tmp && lock && rj && kiln_mkdir_p(ck) == KILN_OK &&
                              kiln_write_file_atomic(tmp, "{\"form", 6) == KILN_OK &&
                              kiln_write_file_atomic(lock, "", 0) == KILN_OK))
@@ -644,9 +645,9 @@ KILN_TEST(train_run_killed_start_restarts) {
     CHECK("same bytes as a clean start",
           kiln_train_start(&c, &oc) == KILN_OK && file_bytes(last, &a, &la) &&
               file_bytes(last_clean, &b, &lb) && la == lb && !memcmp(a, b, la));
-    CHECK("checkpoints without run.json are a run", unlink(rj) == 0 &&
-                                                       kiln_train_start(&c, &o) == KILN_ERR_CONFLICT &&
-                                                       has("holds a run already"));
+    CHECK("checkpoints without run.json are a run",
+          unlink(rj) == 0 && kiln_train_start(&c, &o) == KILN_ERR_CONFLICT &&
+              has("holds a run already"));
 out:
     kiln_log_set_level(KILN_LOG_INFO);
     free(data), free(dir), free(clean), free(ck), free(tmp), free(lock), free(rj), free(last),
