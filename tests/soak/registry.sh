@@ -175,7 +175,7 @@ while :; do
         echo "registry t=$(((now - t0) / 1000))s $phase v=1.0.$it pulls=$dpulls swaps=$dswaps server rss=${SRSS}kB ($((SRSS - SWARM))) fds=$SFD client rss=${drss}kB ($((drss - DWARM))) fds=$dfd$([ $warm = 1 ] && echo ' warm-up') $verdict"
         next_print=$((now + 5000))
     fi
-    [ "$verdict" = ok ] || fail "$verdict"
+    [ "$verdict" = ok ] || fail "${verdict#FAIL }"
     [ $now -lt $deadline ] || break
     if [ $phase = grow ] && [ $now -ge $steady_at ]; then
         GROW_SUMMARY="grow: server warm-up max $SWARM, max after $SMAX (growth $((SMAX - SWARM)), slack $slack); client $DWARM, $DMAX (growth $((DMAX - DWARM)))"
