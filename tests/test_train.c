@@ -654,6 +654,37 @@ out:
         free(last_clean), free(a), free(b);
 }
 
+/* A run SIGKILLed after its last checkpoint's rename but before the prune that follows it
+ * (found by the trainer soak) kept a checkpoint past `keep`, and the resume, with no step
+ * left to run, never pruned it. The resume prunes now when it resumes from the newest. */
+KILN_TEST(train_run_resume_prunes) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");
+    char *last = NULL, *prev = NULL, *extra = NULL, *a = NULL, *b = NULL, *p = NULL;
+    size_t la = 0, lb = 0, lp = 0;
+    kiln_train_config c;
+    small_config(&c);
+    c.keep = 2;
+    kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
+    if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
+    last = kiln_ckpt_path(dir, c.steps);
+    prev = kiln_ckpt_path(dir, c.steps - c.ckpt_every);
+    extra = kiln_ckpt_path(dir, c.steps - 2 * c.ckpt_every);
+    CHECK("keep 2", last && prev && extra && kiln_path_exists(last) && kiln_path_exists(prev) &&
+                        !kiln_path_exists(extra));
+    /* The state a kill before the last prune leaves: one checkpoint more. */
+    if (!CHECK("copy", file_bytes(prev, &p, &lp) &&
+                           kiln_write_file_atomic(extra, p, lp) == KILN_OK &&
+                           file_bytes(last, &a, &la)))
+        goto out;
+    CHECK("resume", kiln_train_resume(&r) == KILN_OK);
+    CHECK("the extra checkpoint is pruned", !kiln_path_exists(extra) && kiln_path_exists(prev));
+    CHECK("the last is untouched", file_bytes(last, &b, &lb) && la == lb && !memcmp(a, b, la));
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data), free(dir), free(last), free(prev), free(extra), free(a), free(b), free(p);
+}
+
 KILN_TEST(train_run_corrupt_ckpt_skipped) {
     kiln_log_set_level(KILN_LOG_ERROR);
     char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");

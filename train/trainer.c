@@ -861,6 +861,12 @@ static kiln_err prepare_resume(trainer *t) {
     }
     kiln_ckpt_release(&ck);
     sweep_temps(opts->run_dir);
+    /* A run killed between a checkpoint's rename and the prune after it keeps one checkpoint
+     * too many, and if that was the last step no later checkpoint prunes again (found by the
+     * trainer soak): prune when the checkpoint resumed from is the newest. Not otherwise:
+     * with a newer one skipped as corrupt, pruning by step could delete the one resumed from. */
+    if (have && steps[n - 1] == t->st.step)
+        KILN_CHECK(rc, out, kiln_ckpt_prune(opts->run_dir, t->cfg.keep));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, t->st.step));
     for (size_t k = 0; k < n_skipped; k++)
