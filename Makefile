@@ -19,6 +19,8 @@ MPI_PKG := ompi-c
 FUZZ_DEB_PKGS := clang libclang-rt-14-dev
 # `make bench-registry` only: the baselines its figures are measured against.
 BENCH_DEB_PKGS := nginx-light curl
+# `make soak` only: curl sends the registry soak's bad requests.
+SOAK_DEB_PKGS := curl
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 
@@ -231,7 +233,8 @@ $(BUILD)/fuzz-%: tests/fuzz/%.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a
 # and resumed over and over; resident memory and fds sampled throughout. SOAK_SECONDS in all
 # (split between the parts); figures in $(BUILD)/soak/report.txt, exit non-zero on any
 # failure. SOAK_SAN=1: the drivers and kiln built with ASan+UBSan (in $(BUILD)/asan; leaks
-# are LeakSanitizer's at each exit, RSS is reported only), a shorter default, report-asan.txt.
+# are LeakSanitizer's at each exit, RSS is reported only), a shorter default (180 s), the
+# report in $(BUILD)/soak/asan/report.txt.
 SOAK_SAN ?=
 SOAK_SECONDS ?= $(if $(SOAK_SAN),180,600)
 SOAK_SRC := $(sort $(wildcard tests/soak/*.c))
@@ -242,6 +245,12 @@ $(SOAK_DRIVERS): $(BUILD)/soak/soak_%: $(BUILD)/obj/tests/soak/%.o $(BUILD)/libk
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 
 soak: $(if $(SOAK_SAN),,all)
+	@if ! command -v curl >/dev/null; then \
+	  echo "kiln: installing soak dependencies: $(SOAK_DEB_PKGS)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: $(SOAK_DEB_PKGS)" >&2; exit 2; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SOAK_DEB_PKGS) >/dev/null || exit 2; \
+	fi
 	$(if $(SOAK_SAN),$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/kiln \
 	  $(SOAK_SRC:tests/soak/%.c=$(BUILD)/asan/soak/soak_%),\
 	  $(MAKE) --no-print-directory $(SOAK_DRIVERS))
