@@ -32,7 +32,7 @@ report=$OUT/report.txt
 
 status=0
 # part NAME SECONDS CMD...: run it, its output to OUT/NAME.log and the terminal, its summary
-# (the lines after "== summary") to the report.
+# (the indented lines after "== summary") and its first failures to the report.
 part() {
     name=$1 secs=$2; shift 2
     echo "== soak: $name ($secs s, load $(load))"
@@ -43,7 +43,7 @@ part() {
     {
         echo
         echo "## $name: $([ "$rc" = 0 ] && echo PASS || echo "FAIL (exit $rc)"), $(($(date +%s) - t0)) s, load average $l0 at the start, $(load) at the end"
-        sed -n '/^== summary/,$p' "$OUT/$name.log" | grep -v '^== summary\|^exit '
+        sed -n '/^== summary/,$p' "$OUT/$name.log" | grep '^  '
         grep '^FAIL' "$OUT/$name.log" | head -5
     } >>"$report.tmp"
     [ "$rc" = 0 ] || status=1
