@@ -39,11 +39,11 @@
 #include "validate.h"
 
 /* Allowed resident growth after warm-up. Nothing in a stream's or a model's life should keep
- * memory, but glibc's heap is not a bump allocator: the batch forward's workspace (~100 kB)
- * and a model's blocks come and go through malloc, whose top-of-heap trimming and mmap
- * threshold move the resident size by a few hundred kB between samples without any leak.
- * 1 MiB is ten times a leaked workspace per sample interval would need to hide; a per-tick or
- * per-open leak of even a few bytes crosses it within seconds at these rates. */
+ * memory, and in the runs so far none did (flat to the kB, docs/soak.md); the slack is room
+ * for glibc, whose trimming and mmap threshold decide whether the batch forward's workspace
+ * (~100 kB) and a model's blocks (~150 kB) come back to the kernel when freed. At the soak's
+ * rates a leak of 8 bytes per push crosses it in about a second, one of 100 bytes per stream
+ * cycle or model open within 10 to 25 s. */
 #define RSS_SLACK_KB 1024L
 #define TABLE_ROWS 65536 /* input rows, a power of two (streams walk it with odd steps) */
 #define LAT_NS 10        /* latency histogram bucket width */

@@ -25,7 +25,7 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 report=$OUT/report.txt
 {
     echo "# kiln soak: $(date -u +%Y-%m-%dT%H:%M:%SZ), $SECS s, seed $SEED$([ -n "$SOAK_SAN" ] && echo ', ASan+UBSan build')"
-    echo "# $($KILN --version 2>/dev/null | head -1)"
+    echo "# $($KILN --version 2>/dev/null | head -1); tree $(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$here" diff --quiet HEAD -- "$(git -C "$here" rev-parse --show-toplevel)" 2>/dev/null || echo ' with uncommitted changes')"
     echo "# machine: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(uname -sr)"
     echo "# load average at the start: $(load)"
 } >"$report.tmp"
