@@ -157,7 +157,8 @@ while :; do
     samples=$((samples + 1))
     [ -n "$FD0" ] || { FD0=$SFD DFD0=$dfd SFIRST=$SRSS DFIRST=$drss; }
     warm=0
-    [ $now -lt $warm_until ] && warm=1
+    # A phase's warm-up is its first fifth, and at least its first sample.
+    { [ $now -lt $warm_until ] || [ $SWARM = 0 ]; } && warm=1
     if [ $warm = 1 ]; then
         [ $SRSS -gt $SWARM ] && SWARM=$SRSS
         [ $drss -gt $DWARM ] && DWARM=$drss
