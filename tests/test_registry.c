@@ -270,6 +270,60 @@ KILN_TEST(registry_blob_store) {
     free(path);
 }
 
+/* fsck and gc only look at a store: a path that is not one (a typo, an empty directory, a
+ * database that is not the registry's) is refused by name and left exactly as it was. */
+KILN_TEST(registry_fsck_gc_refuse_what_is_not_a_store) {
+    char *none = kiln_test_path("no-store"), *empty = kiln_test_path("empty-store"),
+         *file = kiln_test_write("a-file", "x", 1), *junk = kiln_test_path("junk-store"),
+         *junk_db = kiln_path_join(junk, "registry.db"), *blank = kiln_test_path("blank-store"),
+         *blank_db = kiln_path_join(blank, "registry.db");
+    if (!CHECK("setup", none && empty && file && junk_db && blank_db &&
+                            kiln_mkdir_p(empty) == KILN_OK && kiln_mkdir_p(junk) == KILN_OK &&
+                            kiln_write_file_atomic(junk_db, "not sqlite at all, not at all", 29) ==
+                                KILN_OK &&
+                            kiln_mkdir_p(blank) == KILN_OK &&
+                            kiln_write_file_atomic(blank_db, "", 0) == KILN_OK))
+        goto out;
+    struct {
+        const char *root, *what, *says;
+        int entries; /* what the directory holds, before and after; -1 none, -2 a file */
+    } cases[] = {
+        {none, "a missing directory", "no registry store there", -1},
+        {file, "a file", "is not a directory", -2},
+        {empty, "an empty directory", "holds no registry (no registry.db)", 0},
+        {junk, "a registry.db that is not SQLite", "not a registry database", 1},
+        {blank, "an empty registry.db", "lacks the registry's tables", 1},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        size_t problems = 0, removed = 0;
+        uint64_t bytes = 0;
+        char label[128];
+        kiln_err rc = kiln_registry_fsck(cases[i].root, NULL, NULL, NULL, &problems);
+        snprintf(label, sizeof label, "fsck refuses %s, naming it", cases[i].what);
+        CHECK(label, rc != KILN_OK && rc != KILN_ERR_VERIFY &&
+                         strstr(kiln_errmsg(), cases[i].root) &&
+                         strstr(kiln_errmsg(), cases[i].says));
+        rc = kiln_registry_gc(cases[i].root, &removed, &bytes);
+        snprintf(label, sizeof label, "gc refuses %s, naming it", cases[i].what);
+        CHECK(label, rc != KILN_OK && strstr(kiln_errmsg(), cases[i].root) &&
+                         strstr(kiln_errmsg(), cases[i].says) && removed == 0);
+        snprintf(label, sizeof label, "%s is left as it was", cases[i].what);
+        struct stat sb;
+        bool there = stat(cases[i].root, &sb) == 0;
+        CHECK(label, cases[i].entries == -1   ? !there
+                     : cases[i].entries == -2 ? there && S_ISREG(sb.st_mode) && sb.st_size == 1
+                                              : there && count_entries(cases[i].root) ==
+                                                             (size_t)cases[i].entries);
+    }
+    char *blob = NULL;
+    size_t len = 0;
+    CHECK("the empty registry.db is still empty",
+          kiln_read_file(blank_db, 1 << 10, &blob, &len) == KILN_OK && len == 0);
+    free(blob);
+out:
+    free(none), free(empty), free(file), free(junk), free(junk_db), free(blank), free(blank_db);
+}
+
 /* ---- the server ---- */
 
 KILN_TEST(registry_server_auth) {
