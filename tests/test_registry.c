@@ -1410,8 +1410,8 @@ KILN_TEST(registry_release_refusals) {
     fixture f;
     if (!CHECK("fixture", fx_init(&f))) goto out;
     char *outd = kiln_test_path("rel-out"), *keep = kiln_path_join(outd, "keep"),
-         *data = kiln_test_write("d.st", "x", 1), *run = kiln_test_path("no-such-run"),
-         *fresh = kiln_test_path("rel-fresh");
+         *data = kiln_test_synth("d.st", 3, 200), *bad = kiln_test_write("bad.st", "x", 1),
+         *run = kiln_test_path("no-such-run"), *fresh = kiln_test_path("rel-fresh");
     kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
     const kiln_sign_seckey *keys[] = {f.rel};
     kiln_registry_release_opts o = {.run_dir = run,
@@ -1425,7 +1425,7 @@ KILN_TEST(registry_release_refusals) {
                                     .n_release_keys = 1,
                                     .client = &c};
     kiln_registry_release_result res;
-    CHECK("setup", keep && kiln_mkdir_p(outd) == KILN_OK &&
+    CHECK("setup", keep && data && bad && kiln_mkdir_p(outd) == KILN_OK &&
                        kiln_write_file_atomic(keep, "mine", 4) == KILN_OK);
     kiln_err rc = kiln_registry_release(&o, &res);
     CHECK("a used output directory: refused at check",
@@ -1441,11 +1441,20 @@ KILN_TEST(registry_release_refusals) {
           rc == KILN_ERR_USAGE && res.stage == KILN_RELEASE_CHECK &&
               strstr(kiln_errmsg(), "needs a promote key"));
     o.promote = NULL;
+    o.data = bad;
+    rc = kiln_registry_release(&o, &res);
+    CHECK("a dataset that is not one: refused at check, naming it, before any work",
+          rc != KILN_OK && res.stage == KILN_RELEASE_CHECK &&
+              strstr(kiln_errmsg(), "release stopped at stage 'check'") &&
+              strstr(kiln_errmsg(), "bad.st") && strstr(kiln_errmsg(), "too short"));
+    CHECK("no output directory made", !kiln_path_exists(fresh));
+    o.data = data;
     rc = kiln_registry_release(&o, &res);
     CHECK("a run that does not exist: stopped at export, naming it",
           rc != KILN_OK && res.stage == KILN_RELEASE_EXPORT &&
               strstr(kiln_errmsg(), "release stopped at stage 'export'") &&
               strstr(kiln_errmsg(), "no-such-run"));
+    CHECK("the empty output directory it made is gone again", !kiln_path_exists(fresh));
     json_t *m = NULL;
     kiln_registry_client_opts rd = fx_client(&f, NULL);
     CHECK("nothing reached the registry",
@@ -1453,7 +1462,7 @@ KILN_TEST(registry_release_refusals) {
     json_decref(m);
     CHECK("stage names", !strcmp(kiln_release_stage_name(KILN_RELEASE_VALIDATE), "validate") &&
                              !strcmp(kiln_release_stage_name(KILN_RELEASE_DONE), "done"));
-    free(outd), free(keep), free(data), free(run), free(fresh);
+    free(outd), free(keep), free(data), free(bad), free(run), free(fresh);
 out:
     fx_free(&f);
 }
