@@ -273,9 +273,11 @@ row 2 trust 'missing,dir,invalid,wrongtype' - 'registry serve --root $O/srv --li
 row 2 root '*' - 'registry gc --root $S'
 row 2 key "$Q" - "release \$F/run $REL --key \$S --trust \$F/trust.json"
 row 2 trust 'missing,invalid,wrongtype' - "release \$F/run $REL --trust \$S --key \$F/rel.key"
-# outputs that cannot be written (train makes a missing --run-dir and its parents, and takes
-# an existing directory that holds no run)
+# outputs that cannot be written (train and golden make make a missing directory and its
+# parents, and train takes an existing directory that holds no run)
 row 2 outfile '*' - 'data synth --seed 1 --rows 100 --features 4 --outputs 1 --out $S'
+row 2 outfile '*' - 'validate --model $F/m --data $F/d.st --report $S'
+row 2 outdir '*,!noparent' - 'golden make --model $F/m --data $F/d.st --windows 2 --out $S'
 row 2 outfile '*' - 'pack $F/m --name demo --version 1.0.0 --out $S'
 row 2 outfile '*' - 'infer --model $F/m --input $F/d.st --out $S'
 row 2 outfile '*' - 'sign $F/file.bin --key $F/rel.key --out $S'
