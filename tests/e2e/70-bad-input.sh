@@ -206,7 +206,8 @@ STORED='missing,file,empty,kind-*'
 # Checkpoints: a run skips those that do not verify (a warning each); none verifying is exit 1
 # for export (docs/validation.md) and a start over from step 0 for a resume (docs/train.md).
 # metrics.db and run.json are optional to export (the card's metrics are null without them);
-# metrics.db to runs show and diff (a run that has logged nothing yet).
+# metrics.db to runs show and diff (a run that has logged nothing yet), and a resume makes a
+# missing or empty one anew (it is the run's log; the checkpoint holds the state).
 CKPT='kiln: warning: skipping checkpoint: *'
 # datasets
 row 2 dataset '*' - 'data inspect $S'
