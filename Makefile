@@ -216,9 +216,12 @@ test: all
 	@echo "== end-to-end"
 	KILN=$(abspath $(BUILD)/kiln) tests/e2e/run-all
 	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer"
-	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KILN_BUILD=$(BUILD)/asan KILN_SLOW=0 $(BUILD)/asan/run-tests
+	@echo "== bad-input sweep under AddressSanitizer and UndefinedBehaviorSanitizer (error paths)"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  KILN=$(abspath $(BUILD)/asan/kiln) sh tests/e2e/70-bad-input.sh
 
 # libFuzzer: each target in tests/fuzz/ runs FUZZ_SECONDS from its saved corpus; new
 # inputs go to $(BUILD)/fuzz/corpus/NAME, crashes to $(BUILD)/fuzz/crashes/.

@@ -532,6 +532,19 @@ KILN_TEST(train_metrics_and_runs) {
     char *none = kiln_test_path("none");
     CHECK("not a run",
           kiln_run_info_load(none, 10, &ri) == KILN_ERR_NOTFOUND && has("run.json") && has(none));
+    /* A field of another type is a damaged run.json, not a "?" to show (and a differing one
+     * to diff): refused by name, the run left as it was. */
+    char *rj = kiln_path_join(c, "run.json"), *text = NULL;
+    size_t len = 0;
+    const char *bad = "{\"run_id\":[true],\"dataset_sha256\":\"ab\",\"config\":{\"steps\":10}}";
+    if (CHECK("damage run.json", rj && kiln_write_file_atomic(rj, bad, strlen(bad)) == KILN_OK)) {
+        CHECK("runs show refuses a run_id of the wrong type",
+              kiln_run_info_load(c, 10, &ri) == KILN_ERR_FORMAT && has(rj) && has("run_id"));
+        CHECK("runs diff too", kiln_run_diff_load(a, c, &d) == KILN_ERR_FORMAT && has(rj));
+        CHECK("run.json unchanged", kiln_read_file(rj, 1 << 10, &text, &len) == KILN_OK &&
+                                        len == strlen(bad) && !memcmp(text, bad, len));
+    }
+    free(text), free(rj);
     free(none), free(db), free(a), free(b), free(c);
 }
 
