@@ -1,8 +1,11 @@
-/* cmd_runs.c - kiln runs show DIR, kiln runs diff A B: read run directories back. */
+/* cmd_runs.c - kiln runs show DIR, kiln runs diff A B, kiln runs plot DIR...: read run
+ * directories back. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "core.h"
@@ -137,4 +140,215 @@ int cmd_runs_diff(int argc, char **argv) {
         same = false;
     kiln_run_diff_release(&d);
     return same ? 0 : 1;
+}
+
+/* ---- kiln runs plot ---- */
+
+#define PLOT_MAX_RUNS 8
+
+static const char glyphs[] = "*o+x@%&=~$";
+
+/* Events worth a mark under a curve: what a research engineer lines a jump up against. */
+static char event_glyph(const char *kind) {
+    if (!strcmp(kind, "spike")) return '^';
+    if (!strcmp(kind, "resume")) return 'R';
+    if (!strcmp(kind, "device_change")) return 'D';
+    if (!strcmp(kind, "ckpt_skipped")) return 'S';
+    return 0;
+}
+
+/* The plot's width: --width, else the terminal's less the axis, else 64. */
+static int plot_width(long asked) {
+    if (asked) return (int)asked;
+    struct winsize ws;
+    if (isatty(1) && !ioctl(1, TIOCGWINSZ, &ws) && ws.ws_col >= 40)
+        return ws.ws_col - 16 > 200 ? 200 : ws.ws_col - 16;
+    return 64;
+}
+
+/* --csv: one row per step any series has, a column per series, empty where one has none. */
+static void print_csv(kiln_run_series *const *s, const char *const *label, size_t n) {
+    printf("step");
+    for (size_t k = 0; k < n; k++)
+        printf(",%s", label[k]);
+    printf("\n");
+    size_t *at = calloc(n, sizeof *at);
+    if (!at) return;
+    for (;;) {
+        double step = INFINITY;
+        for (size_t k = 0; k < n; k++)
+            if (at[k] < s[k]->n && s[k]->step[at[k]] < step) step = s[k]->step[at[k]];
+        if (step == INFINITY) break;
+        printf("%.0f", step);
+        for (size_t k = 0; k < n; k++) {
+            putchar(',');
+            if (at[k] < s[k]->n && s[k]->step[at[k]] == step) {
+                double v = s[k]->value[at[k]++];
+                if (isfinite(v))
+                    printf("%.9g", v);
+                else
+                    printf("nan");
+            }
+        }
+        printf("\n");
+    }
+    free(at);
+}
+
+typedef struct plot_run {
+    kiln_run_series *s; /* per metric */
+    size_t n;
+} plot_run;
+
+int cmd_runs_plot(int argc, char **argv) {
+    cli_list metrics = {0};
+    long from = 0, to = 0, width = 0, height = 12;
+    bool log_y = false, csv = false, list = false, any_marks = false;
+    const cli_opt opts[] = {
+        {"metric", CLI_MULTI, &metrics, "NAME",
+         "what to draw, one chart each (repeatable; default loss and grad_norm; --list)", false},
+        {"from", CLI_INT, &from, "STEP", "first step drawn (default the first)", false},
+        {"to", CLI_INT, &to, "STEP", "last step drawn (default the last)", false},
+        {"width", CLI_INT, &width, "N", "plot columns, 10 to 1000 (default: the terminal)", false},
+        {"height", CLI_INT, &height, "N", "plot rows, 3 to 200 (default 12)", false},
+        {"log", CLI_FLAG, &log_y, NULL, "log10 y axis", false},
+        {"csv", CLI_FLAG, &csv, NULL, "print the values as CSV instead (step, one column each)",
+         false},
+        {"list", CLI_FLAG, &list, NULL, "list the metrics each run logged", false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln runs plot [--metric NAME]... [--from STEP] [--to STEP] [--log] [--csv] DIR...",
+        "Draw a run's metrics over its steps (several runs overlaid): losses, gradient norm, "
+        "router and attention statistics per layer, per-tensor gradient norms; spikes, resumes "
+        "and non-finite steps marked under the curve.",
+        opts, 1, PLOT_MAX_RUNS};
+    char **dirs = NULL;
+    int ndirs = 0, rc = cli_parse(&spec, argc, argv, &dirs, &ndirs);
+    if (rc) {
+        free(metrics.v);
+        return rc == CLI_HELP_SHOWN ? 0 : rc;
+    }
+    static const char *const defaults[] = {"loss", "grad_norm"};
+    const char *const *names = metrics.n ? metrics.v : defaults;
+    size_t n_names = metrics.n ? (size_t)metrics.n : 2;
+    plot_run *runs = calloc((size_t)ndirs, sizeof *runs);
+    kiln_run_series **flat = NULL;
+    const char **labels = NULL;
+    kiln_run_info *info = calloc((size_t)ndirs, sizeof *info);
+    kiln_err err = KILN_OK;
+    rc = 0;
+    if (!runs || !info) {
+        rc = cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+        goto out;
+    }
+    if (from < 0 || (to && to < from)) {
+        rc = cli_usage_error("--from and --to: need 0 <= from <= to");
+        goto out;
+    }
+    if (list) {
+        for (int d = 0; d < ndirs && !rc; d++) {
+            char *text = NULL;
+            if ((err = kiln_run_metrics_list(dirs[d], &text))) {
+                rc = cli_fail(err);
+                break;
+            }
+            printf("%s%s\n%s", d ? "\n" : "", dirs[d], text);
+            free(text);
+        }
+        goto out;
+    }
+    for (int d = 0; d < ndirs; d++) {
+        runs[d].s = NULL;
+        if ((err = kiln_run_info_load(dirs[d], (size_t)-1, &info[d]))) {
+            rc = cli_fail(err);
+            goto out;
+        }
+    }
+    const long last = to ? to : (long)(((unsigned long)-1) >> 1);
+    for (size_t m = 0; m < n_names && !rc; m++) {
+        /* Every run's series of this metric (one each, or one per expert). */
+        size_t total = 0;
+        for (int d = 0; d < ndirs; d++) {
+            kiln_run_series_free(runs[d].s, runs[d].n);
+            runs[d].s = NULL;
+            runs[d].n = 0;
+            if ((err =
+                     kiln_run_series_load(dirs[d], names[m], from, last, &runs[d].s, &runs[d].n))) {
+                rc = cli_fail(err);
+                goto out;
+            }
+            total += runs[d].n;
+        }
+        free(flat);
+        free(labels);
+        flat = calloc(total, sizeof *flat);
+        labels = calloc(total, sizeof *labels);
+        kiln_chart_series *cs = calloc(total, sizeof *cs);
+        char **owned = calloc(total, sizeof *owned);
+        if (!flat || !labels || !cs || !owned) {
+            free(cs);
+            free(owned);
+            rc = cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+            goto out;
+        }
+        size_t k = 0;
+        for (int d = 0; d < ndirs; d++)
+            for (size_t j = 0; j < runs[d].n; j++, k++) {
+                kiln_run_series *s = &runs[d].s[j];
+                flat[k] = s;
+                owned[k] =
+                    ndirs > 1 && runs[d].n > 1 ? kiln_asprintf("%s %s", dirs[d], s->name) : NULL;
+                labels[k] = owned[k] ? owned[k] : ndirs > 1 ? dirs[d] : s->name;
+                cs[k] = (kiln_chart_series){labels[k], s->step, s->value, s->n,
+                                            glyphs[k % (sizeof glyphs - 1)]};
+            }
+        if (csv) {
+            if (m) printf("\n");
+            print_csv(flat, labels, total);
+        } else {
+            size_t n_marks = 0;
+            for (int d = 0; d < ndirs; d++)
+                n_marks += info[d].n_events;
+            kiln_chart_mark *marks = calloc(n_marks ? n_marks : 1, sizeof *marks);
+            n_marks = 0;
+            for (int d = 0; d < ndirs && marks; d++)
+                for (size_t e = 0; e < info[d].n_events; e++) {
+                    char g = event_glyph(info[d].events[e].kind);
+                    if (g) marks[n_marks++] = (kiln_chart_mark){(double)info[d].events[e].step, g};
+                }
+            kiln_chart ch = {names[m],          cs,          total, marks, n_marks, "step",
+                             plot_width(width), (int)height, log_y};
+            char *text = NULL;
+            err =
+                marks ? kiln_chart_render(&ch, &text) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+            if (err) {
+                rc = cli_fail(err);
+            } else {
+                printf("%s%s", m ? "\n" : "", text);
+                any_marks |= strstr(text, "      marks  ") != NULL;
+            }
+            free(text);
+            free(marks);
+        }
+        for (size_t j = 0; j < total; j++)
+            free(owned[j]);
+        free(owned);
+        free(cs);
+    }
+    if (!rc && any_marks)
+        printf("marks: ^ loss or gradient spike, R resumed, D device changed, S checkpoint "
+               "skipped, ! non-finite value\n");
+out:
+    for (int d = 0; d < ndirs && runs && info; d++) {
+        kiln_run_series_free(runs[d].s, runs[d].n);
+        kiln_run_info_release(&info[d]);
+    }
+    free(runs);
+    free(info);
+    free(flat);
+    free(labels);
+    free(dirs);
+    free(metrics.v);
+    return rc;
 }

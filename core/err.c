@@ -6,8 +6,12 @@
 
 #include "core.h"
 
-#ifndef KILN_GIT_REV
+#ifndef KILN_GIT_REV /* the emulator build (tests/gpu/emu) passes it with -D */
+#if __has_include("kiln_rev.h")
+#include "kiln_rev.h" /* $(BUILD)/kiln_rev.h, remade by the Makefile when HEAD moves */
+#else
 #define KILN_GIT_REV "unknown"
+#endif
 #endif
 
 static _Thread_local char errbuf[1024];

@@ -3,7 +3,8 @@
 # synthetic data, train, SIGKILL, resume, inspect the run; keys, a trust policy and a
 # registry on loopback; release v1 (export, golden, validate, pack, sign, publish), promote
 # it to production with two signatures, pull it and run the example service on it; release
-# v2 validated against v1, promote, roll back to v1, pull again; a summary at the end.
+# v2 validated against v1, promote, roll back to v1, pull again; a summary at the end, with
+# the address of the registry's web page and what it shows.
 # Each step prints what it runs; any failure stops the demo with a non-zero status.
 set -eu
 KILN=${KILN:-build/kiln}
@@ -203,6 +204,18 @@ for k in 3 2 1; do
         "$(sed -n "${t}p" predictions-v2.csv)" "$(sed -n "${t}p" predictions-rollback.csv)"
 done
 run "$KILN" registry fsck --root registry --trust trust.json
+
+# The registry's web page, as a browser gets it: its front page says what is there.
+if command -v curl >/dev/null && curl -fsS "$URL/" >web-home.html 2>/dev/null; then
+    versions=$(sed -n 's|.*<td class="n">\([0-9]*\)</td>.*|\1|p' web-home.html | head -1)
+    glance=$(grep -o 'class="ch"><a [^>]*>[^<]*</a> → [^ ]* <small>seq [0-9]*' web-home.html |
+        sed 's|.*>\([^<]*\)</a> → \([^ ]*\) <small>seq \([0-9]*\)|\1 → \2 (seq \3)|' |
+        paste -sd ';' - | sed 's/;/, /g')
+    echo
+    echo "web page: $URL/ (served until the demo ends; kiln registry serve --root $W/registry"
+    echo "  --listen 127.0.0.1:8080 --trust $W/trust.json serves it again)"
+    echo "  $MODEL: $versions versions with signers and lineage; $glance; history per channel; /ui/audit for admins"
+fi
 
 echo
 echo "demo finished in $W"

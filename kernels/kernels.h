@@ -182,12 +182,12 @@ void kiln_stats_maxabs(float *out, const float *x, size_t n); /* [1], [n] */
  * products) use one warp with a fixed lane order and a butterfly tree; column reductions
  * (bias, norm-gain gradients) sum fixed chunks of 256 rows, then the chunk sums in order;
  * whole-tensor sums (losses, stats) sum in double over a partition that depends only on the
- * element count. The attention backward is split by owner (a query's dq, then a key's dk and
- * dv), the MoE dispatch ranks choices by an integer block scan, and the gather backward adds
- * a token's slots in ascending gathered-row order, as the CPU does. Two runs give the same
- * bits; the CPU and CUDA results differ by float rounding only (FMA contraction, expf, the
- * order of partial sums), except the router's choices, which are the CPU's exactly given
- * the same probabilities.
+ * element count. The attention backward is split by owner (a query tile's dq, then a key
+ * tile's dk and dv), the MoE dispatch ranks choices by an integer block scan, and the gather
+ * backward adds a token's slots in ascending gathered-row order, as the CPU does. Two runs
+ * give the same bits; the CPU and CUDA results differ by float rounding only (FMA
+ * contraction, expf, the order of partial sums), except the router's choices, which are the
+ * CPU's exactly given the same probabilities.
  *
  * One argument list differs from the CPU op: kiln_cuda_moe_gather_backward takes the plan's
  * pos [N,K] instead of rows [M] (see there). */

@@ -9,6 +9,7 @@
 #include "core.h"
 #include "registry.h"
 #include "sign.h"
+#include "web.h"
 
 #define REG_RECORD_MAX (64u * 1024u) /* a channel record's text */
 #define REG_SIG_MAX (32u * 1024u)    /* an archive's signature file (several signers' blocks) */
@@ -20,6 +21,9 @@
 kiln_err reg_db_open(const char *root, sqlite3 **db);
 /* Open an existing store's database (the server, per request): busy timeout only. */
 kiln_err reg_db_connect(const char *root, sqlite3 **db);
+/* That root is an existing store (a directory whose registry.db holds the registry's tables),
+ * checked without creating or changing anything: what fsck and gc ask before they touch it. */
+kiln_err reg_store_check(const char *root);
 void reg_db_close(sqlite3 *db);
 /* Run a statement without results (BEGIN IMMEDIATE, COMMIT, ROLLBACK). */
 kiln_err reg_db_exec(sqlite3 *db, const char *sql);
@@ -139,6 +143,10 @@ enum reg_route {
     REG_R_HISTORY,
     REG_R_BLOB,
     REG_R_AUDIT,
+    REG_R_UI_HOME,    /* "/" */
+    REG_R_UI_MODEL,   /* "/ui/models/{model}" */
+    REG_R_UI_CHANNEL, /* "/ui/models/{model}/channels/{channel}" */
+    REG_R_UI_AUDIT,   /* "/ui/audit" */
     REG_R_COUNT
 };
 
@@ -166,5 +174,20 @@ char *reg_error_body(const char *msg);
 /* GET /v1/audit's query: after (an id, default 0) and limit (1 to 10000, default 1000);
  * either may be NULL. */
 void reg_audit_args(const char *after, const char *limit, int64_t *a, int64_t *l);
+
+/* ---- the web page (ui.c): each renders a whole page into b from db (web/ writes the
+ * HTML); a failure leaves b to be released and sets the message. The model and channel
+ * names were checked by the caller; an unknown one is KILN_ERR_NOTFOUND. t (may be NULL)
+ * names the keys that signed. ---- */
+
+kiln_err reg_ui_home(sqlite3 *db, int64_t now, kiln_web_buf *b);
+kiln_err reg_ui_model(sqlite3 *db, const kiln_sign_trust *t, const char *model, int64_t now,
+                      kiln_web_buf *b);
+/* A page of a channel's history: the records before seq before (0: the newest), newest
+ * first. */
+kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model,
+                        const char *channel, int64_t before, int64_t now, kiln_web_buf *b);
+/* A page of the audit log: the entries after the id after, oldest first. */
+kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b);
 
 #endif

@@ -29,6 +29,10 @@ static const char *const route_label[REG_R_COUNT] = {
     [REG_R_HISTORY] = "/v1/models/{model}/channels/{channel}/history",
     [REG_R_BLOB] = "/v1/blobs/sha256/{digest}",
     [REG_R_AUDIT] = "/v1/audit",
+    [REG_R_UI_HOME] = "/",
+    [REG_R_UI_MODEL] = "/ui/models/{model}",
+    [REG_R_UI_CHANNEL] = "/ui/models/{model}/channels/{channel}",
+    [REG_R_UI_AUDIT] = "/ui/audit",
 };
 
 #define N_BUCKETS 8
@@ -67,6 +71,7 @@ typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD } body_kind;
 /* One request, from its headers to its completion. */
 typedef struct req {
     int route;
+    bool html; /* a page: errors are answered as pages too */
     char method[8];
     unsigned status;
     uint64_t t0, body_bytes;
@@ -129,6 +134,35 @@ char *reg_error_body(const char *msg) {
     return s;
 }
 
+/* A page (taken from b) with the headers web/ asks for. */
+static enum MHD_Result send_page(struct MHD_Connection *c, req *r, unsigned status,
+                                 kiln_web_buf *b) {
+    size_t len, n;
+    char *html = kiln_web_buf_take(b, &len);
+    if (!html) return MHD_NO;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, html, MHD_RESPMEM_MUST_FREE);
+    if (!resp) {
+        free(html);
+        return MHD_NO;
+    }
+    const kiln_web_header *h = kiln_web_headers(&n);
+    for (size_t i = 0; i < n; i++)
+        MHD_add_response_header(resp, h[i].name, h[i].value);
+    if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"kiln\"");
+    if (status == 405) MHD_add_response_header(resp, "Allow", "GET, HEAD");
+    r->status = status;
+    enum MHD_Result ok = MHD_queue_response(c, status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
+static enum MHD_Result send_page_error(struct MHD_Connection *c, req *r, unsigned status,
+                                       const char *msg) {
+    kiln_web_buf b = {0};
+    kiln_web_error(&b, status, msg, kiln_unix_time());
+    return send_page(c, r, status, &b);
+}
+
 static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
                                   const char *fmt, ...) KILN_PRINTF(4, 5);
 static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned status,
@@ -138,6 +172,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, req *r, unsigned sta
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (r->html) return send_page_error(c, r, status, msg);
     char *body = reg_error_body(msg);
     if (!body) return MHD_NO;
     return send_buf(c, r, status, body, strlen(body), "application/json");
@@ -227,9 +262,18 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
     }
     if (n == 1 && !strcmp(s[0], "healthz")) return REG_R_HEALTH;
     if (n == 1 && !strcmp(s[0], "metrics")) return REG_R_METRICS;
-    if (n < 2 || strcmp(s[0], "v1")) return REG_R_NONE;
+    if (n == 1 && !s[0][0]) return REG_R_UI_HOME;
+    bool ui = n >= 2 && !strcmp(s[0], "ui");
+    if (n < 2 || (strcmp(s[0], "v1") && !ui)) return REG_R_NONE;
     int route = REG_R_NONE;
-    if (n == 2 && !strcmp(s[1], "models"))
+    if (ui) {
+        if (n == 2 && !strcmp(s[1], "audit"))
+            route = REG_R_UI_AUDIT;
+        else if (n == 3 && !strcmp(s[1], "models"))
+            route = REG_R_UI_MODEL;
+        else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "channels"))
+            route = REG_R_UI_CHANNEL;
+    } else if (n == 2 && !strcmp(s[1], "models"))
         route = REG_R_MODELS;
     else if (n == 2 && !strcmp(s[1], "audit"))
         route = REG_R_AUDIT;
@@ -526,6 +570,40 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     }
     sqlite3_finalize(st);
     return send_json(c, r, 200, json_pack("{s:o}", "entries", arr));
+}
+
+/* A page of the web UI (ui.c reads the store, web/ writes the HTML). */
+static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                               sqlite3 *db) {
+    kiln_web_buf b = {0};
+    int64_t now = kiln_unix_time();
+    kiln_err rc;
+    switch (r->route) {
+    case REG_R_UI_HOME:
+        rc = reg_ui_home(db, now, &b);
+        break;
+    case REG_R_UI_MODEL:
+        rc = reg_ui_model(db, s->trust, r->seg[0], now, &b);
+        break;
+    case REG_R_UI_CHANNEL: {
+        const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
+        rc = reg_ui_channel(db, s->trust, r->seg[0], r->seg[1],
+                            before ? strtoll(before, NULL, 10) : 0, now, &b);
+        break;
+    }
+    default: {
+        int64_t after, limit;
+        reg_audit_args(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), NULL, &after,
+                       &limit);
+        rc = reg_ui_audit(db, after, now, &b);
+        break;
+    }
+    }
+    if (rc) {
+        kiln_web_buf_release(&b);
+        return send_kiln_error(c, r, rc);
+    }
+    return send_page(c, r, 200, &b);
 }
 
 /* 1*DIGIT at s; *v saturates at UINT64_MAX, which lies past the end of any blob. */
@@ -990,6 +1068,9 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     bool bad;
     r->route = reg_route_match(url, r->seg, &bad);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
+    bool ui = r->route == REG_R_UI_HOME || r->route == REG_R_UI_MODEL ||
+              r->route == REG_R_UI_CHANNEL || r->route == REG_R_UI_AUDIT;
+    r->html = ui || !strncmp(url, "/ui/", 4);
     if (bad) return send_error(c, r, 400, "malformed path");
     if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
     if (r->route == REG_R_HEALTH && get)
@@ -998,18 +1079,22 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     if (!get && !(put && writes))
         return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
     kiln_err rc = KILN_OK;
-    if (r->seg[0][0] && (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
+    /* A page's names are checked as the API's are; an empty one is a bad name there too. */
+    bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL;
+    if ((r->seg[0][0] || model_named) &&
+        (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
         return send_kiln_error(c, r, rc);
     if (r->route == REG_R_VERSION && (rc = kiln_registry_check_version(r->seg[1])) != KILN_OK)
         return send_kiln_error(c, r, rc);
-    if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY) &&
+    if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY || r->route == REG_R_UI_CHANNEL) &&
         (rc = kiln_registry_check_name("channel", r->seg[1])))
         return send_kiln_error(c, r, rc);
     sqlite3 *db = NULL;
     if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
-    unsigned need = put ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
-                    : r->route == REG_R_AUDIT ? KILN_SCOPE_ADMIN
-                                          : KILN_SCOPE_READ;
+    bool admin = r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT;
+    unsigned need = put     ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
+                    : admin ? KILN_SCOPE_ADMIN
+                            : KILN_SCOPE_READ;
     bool ok;
     enum MHD_Result res = authorize(s, c, r, db, need, &ok);
     if (ok) {
@@ -1037,6 +1122,12 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
             break;
         case REG_R_AUDIT:
             res = do_audit(c, r, db);
+            break;
+        case REG_R_UI_HOME:
+        case REG_R_UI_MODEL:
+        case REG_R_UI_CHANNEL:
+        case REG_R_UI_AUDIT:
+            res = do_page(s, c, r, db);
             break;
         default:
             res = send_error(c, r, 404, "no such route");
@@ -1215,13 +1306,14 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
+    /* The policy before the store: a bad --trust must not leave a new store behind. */
+    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
     KILN_CHECK(rc, fail, reg_lock(o->root, &s->lock_fd));
     KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
                   "'%s' is held by another running server", o->root);
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
     reg_db_close(db);
     clear_tmp(o->root);
-    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
     unsigned threads = o->threads ? o->threads : 4;
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                                 MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),

@@ -1,6 +1,7 @@
-/* runs.c - reading run directories back: what `kiln runs show` and `kiln runs diff`
- * print. Read-only: a run may be training while it is read. */
+/* runs.c - reading run directories back: what `kiln runs show`, `kiln runs diff` and
+ * `kiln runs plot` print. Read-only: a run may be training while it is read. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,6 +10,7 @@
 #include "train_int.h"
 
 static kiln_err load_run_json(const char *run_dir, json_t **out) {
+    *out = NULL;
     char *p = kiln_path_join(run_dir, "run.json");
     if (!p) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
@@ -17,10 +19,25 @@ static kiln_err load_run_json(const char *run_dir, json_t **out) {
     else
         rc = kiln_json_load_file(p, out);
     free(p);
-    if (!rc && !json_is_object(json_object_get(*out, "config"))) {
+    if (!rc && !json_is_object(json_object_get(*out, "config")))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': no \"config\" object", run_dir);
+    /* The fields shown and compared are strings where present: one of another type is a
+     * damaged file, not a "?" to print. */
+    static const char *const strs[] = {"format",       "run_id",         "created",
+                                       "kiln_version", "dataset_sha256", "dataset_path"};
+    for (size_t k = 0; !rc && k < KILN_ARRAY_LEN(strs); k++) {
+        const json_t *v = json_object_get(*out, strs[k]);
+        if (v && !json_is_string(v))
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': \"%s\" is not a string", run_dir,
+                           strs[k]);
+    }
+    const char *fmt = rc ? NULL : json_string_value(json_object_get(*out, "format"));
+    if (fmt && strcmp(fmt, "kiln-run/1"))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': format '%s' is not kiln-run/1", run_dir,
+                       fmt);
+    if (rc) {
         json_decref(*out);
         *out = NULL;
-        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': no \"config\" object", run_dir);
     }
     return rc;
 }
@@ -219,5 +236,269 @@ out:
     json_decref(ra);
     json_decref(rb);
     if (rc) kiln_run_diff_release(out);
+    return rc;
+}
+
+/* ---- series (kiln runs plot) ---- */
+
+static const char *const step_metrics[] = {
+    "loss",           "mse",      "load_balance", "z", "lr", "grad_norm", "tokens_per_s",
+    "max_abs_output", "val_loss", "val_r2",       NULL};
+static const char *const layer_metrics[] = {
+    "attn_entropy", "router_entropy", "load_imbalance", "dead_experts",
+    "overflow",     "act_rms",        "expert_load",    NULL};
+static const char *const tensor_metrics[] = {"grad_norm", "update_ratio", NULL};
+
+static bool in_list(const char *const *list, const char *name, size_t len) {
+    for (; *list; list++)
+        if (strlen(*list) == len && !strncmp(*list, name, len)) return true;
+    return false;
+}
+
+void kiln_run_series_free(kiln_run_series *s, size_t n) {
+    if (!s) return;
+    for (size_t i = 0; i < n; i++) {
+        free(s[i].name);
+        free(s[i].step);
+        free(s[i].value);
+    }
+    free(s);
+}
+
+static kiln_err series_push(kiln_run_series *s, size_t *cap, double step, double value) {
+    if (s->n == *cap) {
+        size_t c = *cap ? *cap * 2 : 256;
+        double *a = realloc(s->step, c * sizeof *a);
+        if (a) s->step = a;
+        double *b = a ? realloc(s->value, c * sizeof *b) : NULL;
+        if (b) s->value = b;
+        if (!a || !b) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        *cap = c;
+    }
+    s->step[s->n] = step;
+    s->value[s->n] = value;
+    s->n++;
+    return KILN_OK;
+}
+
+/* The rows of one query (step, value) into series s. */
+static kiln_err series_rows(sqlite3_stmt *st, kiln_run_series *s) {
+    size_t cap = 0;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW)
+        KILN_TRY(series_push(s, &cap, (double)sqlite3_column_int64(st, 0), col_num(st, 1)));
+    return r == SQLITE_DONE ? KILN_OK : KILN_ERR_IO;
+}
+
+/* expert_load@LAYER: one series per expert from the JSON arrays of the layer's rows. */
+static kiln_err expert_rows(sqlite3_stmt *st, const char *run_dir, const char *metric,
+                            kiln_run_series **out, size_t *n_out) {
+    kiln_run_series *s = NULL;
+    size_t E = 0, *cap = NULL;
+    kiln_err rc = KILN_OK;
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *t = (const char *)sqlite3_column_text(st, 1);
+        json_t *a = t ? json_loads(t, JSON_REJECT_DUPLICATES, NULL) : NULL;
+        size_t n = json_array_size(a);
+        if (!s && n) {
+            E = n;
+            s = kiln_calloc(E, sizeof *s);
+            cap = kiln_calloc(E, sizeof *cap);
+            for (size_t e = 0; s && cap && e < E; e++)
+                if (!(s[e].name = kiln_asprintf("%s/%zu", metric, e))) break;
+            if (!s || !cap || !s[E - 1].name) rc = KILN_ERR_NOMEM;
+        }
+        for (size_t e = 0; !rc && s && e < E; e++) {
+            json_t *v = json_array_get(a, e);
+            rc = series_push(&s[e], &cap[e], (double)sqlite3_column_int64(st, 0),
+                             n == E && json_is_number(v) ? json_number_value(v) : NAN);
+        }
+        json_decref(a);
+        if (rc) break;
+    }
+    if (!rc && r != SQLITE_DONE) rc = KILN_ERR_IO;
+    if (!rc && !s)
+        rc = kiln_fail(KILN_ERR_NOTFOUND,
+                       "'%s': metric '%s': the run logged no expert loads "
+                       "(a dense model?)",
+                       run_dir, metric);
+    free(cap);
+    if (rc) {
+        kiln_run_series_free(s, s ? E : 0);
+        return rc;
+    }
+    *out = s;
+    *n_out = E;
+    return KILN_OK;
+}
+
+static kiln_err unknown_metric(const char *run_dir, const char *metric) {
+    return kiln_fail(KILN_ERR_USAGE,
+                     "'%s': unknown metric '%s': one of loss, mse, load_balance, z, lr, "
+                     "grad_norm, tokens_per_s, max_abs_output, val_loss, val_r2; "
+                     "NAME@LAYER for attn_entropy, router_entropy, load_imbalance, "
+                     "dead_experts, overflow, act_rms, expert_load; NAME@TENSOR for grad_norm, "
+                     "update_ratio (kiln runs plot --list shows this run's)",
+                     run_dir, metric);
+}
+
+kiln_err kiln_run_series_load(const char *run_dir, const char *metric, long from, long to,
+                              kiln_run_series **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    const char *at = strchr(metric, '@');
+    size_t nlen = at ? (size_t)(at - metric) : strlen(metric);
+    bool layer = at && in_list(layer_metrics, metric, nlen);
+    bool tensor = at && !layer && in_list(tensor_metrics, metric, nlen);
+    if (at ? !layer && !tensor : !in_list(step_metrics, metric, nlen))
+        return unknown_metric(run_dir, metric);
+    long lay = 0;
+    if (layer) {
+        char *end;
+        lay = strtol(at + 1, &end, 10);
+        if (!at[1] || *end || lay < 0 || lay > 100000)
+            return kiln_fail(KILN_ERR_USAGE, "'%s': metric '%s': a layer is a number from 0",
+                             run_dir, metric);
+    }
+    if (tensor && !at[1])
+        return kiln_fail(KILN_ERR_USAGE, "'%s': metric '%s': no tensor name after '@'", run_dir,
+                         metric);
+    json_t *run = NULL;
+    KILN_TRY(load_run_json(run_dir, &run));
+    json_decref(run);
+    kiln_metrics *mx = NULL;
+    KILN_TRY(open_db(run_dir, &mx));
+    if (!mx)
+        return kiln_fail(KILN_ERR_NOTFOUND,
+                         "'%s': no metrics.db: the run has logged no "
+                         "step yet",
+                         run_dir);
+    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3_stmt *st = NULL;
+    kiln_run_series *s = NULL;
+    kiln_err rc = KILN_OK;
+    char sql[256];
+    /* Does the layer or tensor exist at all? (Else an empty chart would look like a bug.) */
+    if (layer || tensor) {
+        snprintf(sql, sizeof sql, "SELECT count(*) FROM %s WHERE %s = ?1",
+                 layer ? "layers" : "tensors", layer ? "layer" : "name");
+        KILN_CHECK_IF(rc, out, sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK, KILN_ERR_IO,
+                      "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+        if (layer)
+            sqlite3_bind_int64(st, 1, lay);
+        else
+            sqlite3_bind_text(st, 1, at + 1, -1, SQLITE_STATIC);
+        KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO, "'%s/metrics.db': %s",
+                      run_dir, sqlite3_errmsg(db));
+        KILN_CHECK_IF(rc, out, !sqlite3_column_int64(st, 0), KILN_ERR_NOTFOUND,
+                      "'%s': metric '%s': the run logged no %s '%s' (kiln runs plot --list "
+                      "shows what it did)",
+                      run_dir, metric, layer ? "layer" : "tensor", at + 1);
+        sqlite3_finalize(st);
+        st = NULL;
+    }
+    /* Column and table names come from the lists above, never from the caller. */
+    if (layer)
+        snprintf(sql, sizeof sql,
+                 "SELECT step, %.*s FROM layers WHERE step BETWEEN ?1 AND ?2 "
+                 "AND layer = ?3 ORDER BY step",
+                 (int)nlen, metric);
+    else if (tensor)
+        snprintf(sql, sizeof sql,
+                 "SELECT step, %.*s FROM tensors WHERE step BETWEEN ?1 AND ?2 "
+                 "AND name = ?3 ORDER BY step",
+                 (int)nlen, metric);
+    else
+        snprintf(sql, sizeof sql,
+                 "SELECT step, %s FROM steps WHERE step BETWEEN ?1 AND ?2%s "
+                 "ORDER BY step",
+                 metric,
+                 !strncmp(metric, "val_", 4) ? " AND val_loss IS NOT "
+                                               "NULL"
+                                             : "");
+    KILN_CHECK_IF(rc, out, sqlite3_prepare_v2(db, sql, -1, &st, NULL) != SQLITE_OK, KILN_ERR_IO,
+                  "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    sqlite3_bind_int64(st, 1, from);
+    sqlite3_bind_int64(st, 2, to);
+    if (layer) sqlite3_bind_int64(st, 3, lay);
+    if (tensor) sqlite3_bind_text(st, 3, at + 1, -1, SQLITE_STATIC);
+    if (layer && !strncmp(metric, "expert_load@", 12)) {
+        rc = expert_rows(st, run_dir, metric, out, n_out);
+        if (rc == KILN_ERR_IO)
+            rc = kiln_fail(rc, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+        goto out;
+    }
+    s = kiln_calloc(1, sizeof *s);
+    KILN_CHECK_IF(rc, out, !s || !(s->name = kiln_strdup(metric)), KILN_ERR_NOMEM, "out of memory");
+    rc = series_rows(st, s);
+    if (rc == KILN_ERR_IO) rc = kiln_fail(rc, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    if (!rc) {
+        *out = s;
+        *n_out = 1;
+        s = NULL;
+    }
+out:
+    kiln_run_series_free(s, 1);
+    sqlite3_finalize(st);
+    kiln_metrics_close(mx);
+    return rc;
+}
+
+kiln_err kiln_run_metrics_list(const char *run_dir, char **out) {
+    *out = NULL;
+    json_t *run = NULL;
+    KILN_TRY(load_run_json(run_dir, &run));
+    json_decref(run);
+    kiln_metrics *mx = NULL;
+    KILN_TRY(open_db(run_dir, &mx));
+    if (!mx)
+        return kiln_fail(KILN_ERR_NOTFOUND,
+                         "'%s': no metrics.db: the run has logged no "
+                         "step yet",
+                         run_dir);
+    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3_stmt *st = NULL;
+    char *buf = NULL;
+    size_t len = 0;
+    kiln_err rc = KILN_OK;
+    FILE *f = open_memstream(&buf, &len);
+    KILN_CHECK_IF(rc, out, !f, KILN_ERR_NOMEM, "out of memory");
+    fprintf(f, "steps:");
+    for (const char *const *m = step_metrics; *m; m++)
+        fprintf(f, " %s", *m);
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db, "SELECT min(layer), max(layer) FROM layers", -1, &st,
+                                     NULL) != SQLITE_OK ||
+                      sqlite3_step(st) != SQLITE_ROW,
+                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    if (sqlite3_column_type(st, 0) != SQLITE_NULL) {
+        fprintf(f, "\nlayers %lld to %lld: NAME@LAYER for", (long long)sqlite3_column_int64(st, 0),
+                (long long)sqlite3_column_int64(st, 1));
+        for (const char *const *m = layer_metrics; *m; m++)
+            fprintf(f, " %s", *m);
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db, "SELECT DISTINCT name FROM tensors ORDER BY name", -1, &st,
+                                     NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    bool first = true;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (first) fprintf(f, "\ntensors: NAME@TENSOR for grad_norm update_ratio; TENSOR one of");
+        first = false;
+        fprintf(f, "\n  %s", (const char *)sqlite3_column_text(st, 0));
+    }
+    fputc('\n', f);
+    KILN_CHECK_IF(rc, out, ferror(f), KILN_ERR_NOMEM, "out of memory");
+out:
+    if (f && fclose(f) && !rc) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc)
+        *out = buf;
+    else
+        free(buf);
+    sqlite3_finalize(st);
+    kiln_metrics_close(mx);
     return rc;
 }

@@ -405,6 +405,30 @@ typedef struct kiln_run_diff {
 kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff *out);
 void kiln_run_diff_release(kiln_run_diff *d);
 
+/* One metric of a run over its steps (kiln runs plot). A metric is a column of the steps
+ * table (loss, mse, load_balance, z, lr, grad_norm, tokens_per_s, max_abs_output, val_loss,
+ * val_r2), a layer's diagnostic NAME@LAYER (attn_entropy, router_entropy, load_imbalance,
+ * dead_experts, overflow, act_rms; expert_load@LAYER gives one series per expert), or a
+ * tensor's NAME@TENSOR (grad_norm, update_ratio). A step whose value was not finite (SQLite
+ * keeps NaN as NULL) is a NAN point; val_loss and val_r2 only have the steps that were
+ * evaluated. */
+typedef struct kiln_run_series {
+    char *name; /* "loss", "router_entropy@1", "expert_load@0/3", "grad_norm@head.w" */
+    size_t n;
+    double *step, *value;
+} kiln_run_series;
+
+/* The series of metric over steps from..to (inclusive) of a run directory: *n_out of them
+ * (one, or one per expert), each with at least the steps the run logged there (maybe none).
+ * An unknown metric, a layer or tensor the run never logged, or a run without metrics.db
+ * fails naming the run directory and the metric. Free with kiln_run_series_free. */
+kiln_err kiln_run_series_load(const char *run_dir, const char *metric, long from, long to,
+                              kiln_run_series **out, size_t *n_out);
+void kiln_run_series_free(kiln_run_series *s, size_t n);
+/* What metrics a run logged, in the names kiln_run_series_load takes (the step columns, the
+ * layers' diagnostics and their layers, the tensors), as text for people (caller frees). */
+kiln_err kiln_run_metrics_list(const char *run_dir, char **out);
+
 /* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
  * The same function as kiln_tsmoe (MODEL.md), with parameters, gradients and activations
  * each in one block of device memory, built from the kiln_cuda_* ops of kernels.h. It

@@ -2,6 +2,9 @@
 # The command table and the option parser, through the real binary.
 . "$(dirname "$0")/lib.sh"
 $KILN version | grep -q '^kiln ' || fail "version"
+# The revision is the checkout's HEAD, not the one the objects were first built at.
+rev=$(git -C "$(dirname "$0")" rev-parse --short=12 HEAD 2>/dev/null || true)
+[ -z "$rev" ] || $KILN version | grep -q "($rev)" || fail "version: not HEAD's revision $rev: $($KILN version)"
 $KILN --help | grep -q 'commands:' || fail "help"
 expect_fail 2 $KILN no-such-command
 expect_fail 2 $KILN version --bogus

@@ -52,6 +52,21 @@ cmp -s "$T/a/$last" "$T/b/$last" || fail "resumed checkpoint's metadata differs"
 $KILN runs diff "$T/a" "$T/b" >"$T/diff" || { cat "$T/diff" >&2; fail "runs diff exit"; }
 grep -q '^identical$' "$T/diff" || fail "runs diff does not say identical"
 
+# runs plot: the resumed run drawn over the uninterrupted one (identical curves: every mean
+# cell '#'), its resume marked; the CSV has a row per step and the same losses as metrics.db.
+$KILN runs plot "$T/a" "$T/b" --metric loss --width 40 --height 8 >"$T/plot" || fail "runs plot"
+grep -q '^  \* .*/a: 100 points' "$T/plot" && grep -q '^  o .*/b: 100 points' "$T/plot" || fail "runs plot legend"
+grep -q '^      marks .*R' "$T/plot" || fail "runs plot: the resume is not marked"
+plotted=$(sed -n '2,9p' "$T/plot" | cut -c14- | tr -cd '*o#' | wc -c)
+overlap=$(sed -n '2,9p' "$T/plot" | cut -c14- | tr -cd '#' | wc -c)
+[ "$plotted" -eq 40 ] && [ "$overlap" -eq 40 ] || fail "runs plot: identical runs should overlap in all 40 columns ($overlap of $plotted)"
+$KILN runs plot "$T/a" --metric loss --metric router_entropy@1 --csv >"$T/plot.csv" || fail "runs plot --csv"
+[ "$(grep -c '^[0-9]' "$T/plot.csv")" -eq 200 ] || fail "runs plot --csv: expected 100 rows per metric"
+[ "$(sed -n 2p "$T/plot.csv" | cut -d, -f2)" = "$(sqlite3 "$T/a/metrics.db" "SELECT printf('%.9g', loss) FROM steps WHERE step = 1")" ] ||
+    fail "runs plot --csv: step 1's loss is not metrics.db's"
+expect_fail 2 $KILN runs plot "$T/a" --metric act_rms@9
+grep -q "no layer '9'" "$T/err" || fail "runs plot: a layer the run does not have is not named"
+
 # Another seed: runs diff names the config key and the first differing step, exits 1.
 $KILN train --data "$T/d.st" --run-dir "$T/c" --set steps=5 --set seed=2 2>/dev/null || fail "train seed 2"
 set +e; $KILN runs diff "$T/a" "$T/c" >"$T/diff2"; rc=$?; set -e

@@ -2,8 +2,8 @@
  * any client): the first byte picks the parser, the rest is its input (as a C string, cut
  * at the first NUL, as microhttpd hands over paths and header values).
  *
- *   0 the path: routing and per-segment percent-decoding, then the name checks first_call
- *     makes; an accepted name holds no '/' or "..", a route survives re-encoding its
+ *   0 the path (the JSON API's and the web page's): routing and per-segment
+ *     percent-decoding, then the name checks first_call makes; an accepted name holds no '/' or "..", a route survives re-encoding its
  *     segments, and every error message can be sent as a JSON answer
  *   1 Range against a blob size picked by the second byte, compared with a reference
  *     reading of RFC 9110's byte ranges (one range, digits only)
@@ -56,9 +56,10 @@ static void fuzz_path(const char *url) {
         if (strnlen(seg[i], sizeof seg[i]) > KILN_REGISTRY_NAME_MAX) abort();
     if (route == REG_R_NONE) return;
     /* The checks first_call makes before anything reads the names. */
-    bool two = route == REG_R_VERSION || route == REG_R_CHANNEL || route == REG_R_HISTORY;
-    bool named = route == REG_R_MODEL || two;
-    if (named && seg[0][0]) {
+    bool two = route == REG_R_VERSION || route == REG_R_CHANNEL || route == REG_R_HISTORY ||
+               route == REG_R_UI_CHANNEL;
+    bool named = route == REG_R_MODEL || route == REG_R_UI_MODEL || two;
+    if (named && (seg[0][0] || route == REG_R_UI_MODEL || route == REG_R_UI_CHANNEL)) {
         if (kiln_registry_check_name("model", seg[0]) == KILN_OK) {
             if (!name_safe(seg[0])) abort();
         } else {
@@ -90,6 +91,10 @@ static void fuzz_path(const char *url) {
         [REG_R_CHANNEL] = "/v1/models/%s/channels/%s",
         [REG_R_HISTORY] = "/v1/models/%s/channels/%s/history",
         [REG_R_BLOB] = "/v1/blobs/sha256/%s",
+        [REG_R_UI_HOME] = "/",
+        [REG_R_UI_MODEL] = "/ui/models/%s",
+        [REG_R_UI_CHANNEL] = "/ui/models/%s/channels/%s",
+        [REG_R_UI_AUDIT] = "/ui/audit",
     };
     snprintf(again, sizeof again, fmt[route], a, b);
     char seg2[3][KILN_REGISTRY_NAME_MAX + 1];

@@ -562,10 +562,14 @@ static void check_ops(void) {
     check_elementwise(1000003);
     release_all();
     /* B, S, D, H, W: window 1, window = S, Dh not a multiple of 32, Dh 64, more keys than
-     * lanes, one head. */
-    const int att[][5] = {{1, 1, 4, 1, 1},    {2, 9, 12, 3, 1},     {2, 17, 24, 2, 17},
-                          {3, 70, 40, 4, 33}, {2, 128, 256, 4, 64}, {1, 300, 96, 1, 300},
-                          {4, 64, 128, 2, 16}};
+     * lanes, one head. The kernel's tiles (64 queries or keys, chunks of 64 keys and 64
+     * features) and their edges: S not a multiple of 64, W not a multiple of 64, W > S with
+     * S under one tile, Dh 130 (three feature chunks, the last of 2), S exactly three tiles,
+     * 256 heads of one tile, window 1 with Dh over a chunk. */
+    const int att[][5] = {{1, 1, 4, 1, 1},      {2, 9, 12, 3, 1},     {2, 17, 24, 2, 17},
+                          {3, 70, 40, 4, 33},   {2, 128, 256, 4, 64}, {1, 300, 96, 1, 300},
+                          {4, 64, 128, 2, 16},  {2, 50, 40, 2, 80},   {1, 100, 260, 2, 70},
+                          {2, 192, 64, 1, 100}, {16, 20, 64, 16, 8},  {1, 129, 130, 1, 1}};
     for (size_t i = 0; i < KILN_ARRAY_LEN(att); i++) {
         check_attention(att[i][0], att[i][1], att[i][2], att[i][3], att[i][4]);
         release_all();

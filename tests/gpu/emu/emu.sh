@@ -17,7 +17,8 @@ INC="-Iinclude -Ikernels $(for m in $MODS; do printf -- '-I%s ' $m; done)-Ibuild
 # The libraries libkiln links, as the Makefile names them.
 PKGS=$(sed -n "s/^PKGS := //p" Makefile)
 CFLAGS="$SAN -std=c11 -D_GNU_SOURCE -O1 -g -DKILN_HAVE_CUDA -DKILN_GIT_REV=\"emu\" -Wall -Wextra -Werror -Wno-unused-parameter -Wno-format-truncation $(pkg-config --cflags $PKGS)"
-CXXFLAGS="$SAN -std=c++17 -O1 -g -DKILN_HAVE_CUDA -Itests/gpu/emu/include -Wall -Wextra -Werror -Wno-unused-parameter $(pkg-config --cflags openblas)"
+# -Wno-unknown-pragmas: nvcc's #pragma unroll means nothing to g++.
+CXXFLAGS="$SAN -std=c++17 -O1 -g -DKILN_HAVE_CUDA -Itests/gpu/emu/include -Wall -Wextra -Werror -Wno-unused-parameter -Wno-unknown-pragmas $(pkg-config --cflags openblas)"
 objs=""
 python3 tests/gpu/emu/launch.py <kernels/cuda/cuda_int.h >"$E/src/cuda_int.h"
 for f in kernels/cuda/*.cu; do

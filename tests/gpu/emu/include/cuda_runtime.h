@@ -18,6 +18,12 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...)
+
+struct float4 {
+    float x, y, z, w;
+};
 
 struct dim3 {
     unsigned x, y, z;

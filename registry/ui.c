@@ -1,0 +1,377 @@
+/* ui.c - what the registry's web page shows: each page's rows read from the store and
+ * handed to web/ one at a time, with the signers of archives and channel records read
+ * from their stored signatures (key ids, named by the server's trust policy) and the
+ * history's rollbacks worked out from the order versions were published in.
+ *
+ * Display only, as `kiln channel history` is: nothing here verifies a signature (the server
+ * did on upload, and kiln pull does again); it reads what they say. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "registry_int.h"
+#include "web.h"
+
+#define UI_AUDIT_PAGE 100
+#define UI_HISTORY_PAGE 200
+
+static const char *col(sqlite3_stmt *st, int i) {
+    return (const char *)sqlite3_column_text(st, i);
+}
+
+static kiln_err prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, const char *what) {
+    *st = NULL;
+    if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK) return reg_db_fail(db, what);
+    return KILN_OK;
+}
+
+static kiln_err step_done(sqlite3 *db, int r, const char *what) {
+    return r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, what);
+}
+
+static void signer_of(const kiln_sign_trust *t, const uint8_t keyid[KILN_SIGN_KEYID_BYTES],
+                      kiln_web_signer *out) {
+    const kiln_sign_trust_key *k = t ? kiln_sign_trust_find(t, keyid) : NULL;
+    out->name = k ? k->name : NULL;
+    kiln_sign_keyid_hex(keyid, out->keyid);
+    out->note = NULL;
+}
+
+/* The blocks of an archive's signature file: *sigs (kiln_sign_archive_sigs_free) holds what
+ * out[] points into; a block whose trusted comment carries allow-unvalidated says so. */
+static size_t archive_signers(const kiln_sign_trust *t, const char *text, kiln_sign_sig **sigs,
+                              size_t *nsigs, kiln_web_signer out[KILN_SIGN_ARCHIVE_MAX_SIGS]) {
+    *sigs = NULL;
+    *nsigs = 0;
+    if (!text || kiln_sign_archive_sigs_parse(text, strlen(text), "signature", sigs, nsigs))
+        return 0;
+    size_t n = *nsigs < KILN_SIGN_ARCHIVE_MAX_SIGS ? *nsigs : KILN_SIGN_ARCHIVE_MAX_SIGS;
+    for (size_t i = 0; i < n; i++) {
+        signer_of(t, (*sigs)[i].keyid, &out[i]);
+        kiln_sign_archive_info info;
+        if (kiln_sign_archive_comment_parse((*sigs)[i].trusted_comment, "comment", &info))
+            out[i].note = "comment unreadable";
+        else if (info.allow_unvalidated)
+            out[i].note = "allow-unvalidated";
+    }
+    return n;
+}
+
+/* The keys that signed a stored channel record. */
+static size_t record_signers(const kiln_sign_trust *t, const char *text,
+                             kiln_web_signer out[KILN_SIGN_RECORD_MAX_SIGS]) {
+    kiln_sign_record rec;
+    kiln_sign_record_init(&rec);
+    size_t n = 0;
+    if (text && kiln_sign_record_parse(text, strlen(text), "record", &rec) == KILN_OK) {
+        for (size_t i = 0; i < rec.nsigs && n < KILN_SIGN_RECORD_MAX_SIGS; i++) {
+            kiln_sign_sig sig;
+            kiln_sign_sig_init(&sig);
+            if (kiln_sign_sig_parse(rec.sigs[i], strlen(rec.sigs[i]), "record signature", &sig) ==
+                KILN_OK)
+                signer_of(t, sig.keyid, &out[n++]);
+            kiln_sign_sig_release(&sig);
+        }
+    }
+    kiln_sign_record_release(&rec);
+    return n;
+}
+
+/* The current record of each of a model's channels: ?1 is the model. */
+#define CURRENT_RECORDS                                                                            \
+    " FROM (SELECT channel, max(seq) AS seq, count(*) AS n FROM channel_records"                   \
+    "       WHERE model = ?1 GROUP BY channel) m"                                                  \
+    " JOIN channel_records c ON c.model = ?1 AND c.channel = m.channel AND c.seq = m.seq"          \
+    " ORDER BY c.channel"
+
+/* ---- "/" ---- */
+
+kiln_err reg_ui_home(sqlite3 *db, int64_t now, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL, *ch = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT model, count(*), max(created),"
+                       " (SELECT version FROM versions w WHERE w.model = v.model"
+                       "  ORDER BY created DESC, rowid DESC LIMIT 1),"
+                       " (SELECT max(created) FROM channel_records c WHERE c.model = v.model)"
+                       " FROM versions v GROUP BY model ORDER BY model",
+                       &st, "listing models"));
+    KILN_CHECK(rc, out,
+               prepare(db, "SELECT c.channel, c.seq, c.version, c.expires" CURRENT_RECORDS, &ch,
+                       "listing channels"));
+    kiln_web_begin(b, KILN_WEB_HOME, NULL, NULL, NULL);
+    kiln_web_models_begin(b);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t updated = sqlite3_column_int64(st, 2);
+        if (sqlite3_column_type(st, 4) != SQLITE_NULL && sqlite3_column_int64(st, 4) > updated)
+            updated = sqlite3_column_int64(st, 4);
+        kiln_web_model m = {.name = col(st, 0),
+                            .versions = sqlite3_column_int64(st, 1),
+                            .latest = col(st, 3),
+                            .updated = updated};
+        kiln_web_models_row(b, &m);
+        sqlite3_reset(ch);
+        sqlite3_bind_text(ch, 1, m.name, -1, SQLITE_TRANSIENT);
+        int q;
+        while ((q = sqlite3_step(ch)) == SQLITE_ROW) {
+            kiln_web_record rec = {.channel = col(ch, 0),
+                                   .seq = sqlite3_column_int64(ch, 1),
+                                   .version = col(ch, 2),
+                                   .expires = sqlite3_column_int64(ch, 3)};
+            kiln_web_models_channel(b, m.name, &rec, now);
+        }
+        KILN_CHECK(rc, out, step_done(db, q, "listing channels"));
+        kiln_web_models_row_end(b);
+    }
+    KILN_CHECK(rc, out, step_done(db, r, "listing models"));
+    kiln_web_table_end(b, "Nothing has been published yet.");
+    kiln_web_end(b, KILN_WEB_HOME, NULL, NULL, now);
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(ch);
+    return rc;
+}
+
+/* ---- "/ui/models/{model}" ---- */
+
+typedef struct current {
+    char channel[KILN_REGISTRY_NAME_MAX + 1], version[KILN_REGISTRY_NAME_MAX + 1];
+} current;
+
+static kiln_err model_channels(sqlite3 *db, const kiln_sign_trust *t, const char *model,
+                               int64_t now, kiln_web_buf *b, current **cur, size_t *ncur) {
+    sqlite3_stmt *st = NULL;
+    KILN_TRY(prepare(db,
+                     "SELECT c.channel, c.seq, c.version, c.digest, c.expires, c.reason, c.record,"
+                     " c.publisher, c.created, m.n" CURRENT_RECORDS,
+                     &st, "reading channels"));
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    kiln_err rc = KILN_OK;
+    kiln_web_channels_begin(b);
+    int r;
+    size_t cap = 0;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
+        kiln_web_record rec = {.channel = col(st, 0),
+                               .seq = sqlite3_column_int64(st, 1),
+                               .version = col(st, 2),
+                               .digest = col(st, 3),
+                               .expires = sqlite3_column_int64(st, 4),
+                               .reason = col(st, 5),
+                               .publisher = col(st, 7),
+                               .created = sqlite3_column_int64(st, 8),
+                               .records = (size_t)sqlite3_column_int64(st, 9),
+                               .signers = signers};
+        rec.nsigners = record_signers(t, col(st, 6), signers);
+        kiln_web_channels_row(b, model, &rec, now);
+        /* Remembered to tag the versions the channels point at. */
+        if (*ncur == cap) {
+            cap = cap ? 2 * cap : 8;
+            current *nc = realloc(*cur, cap * sizeof *nc);
+            KILN_CHECK_IF(rc, out, !nc, KILN_ERR_NOMEM, "out of memory");
+            *cur = nc;
+        }
+        snprintf((*cur)[*ncur].channel, sizeof(*cur)->channel, "%s",
+                 rec.channel ? rec.channel : "");
+        snprintf((*cur)[*ncur].version, sizeof(*cur)->version, "%s",
+                 rec.version ? rec.version : "");
+        (*ncur)++;
+    }
+    KILN_CHECK(rc, out, step_done(db, r, "reading channels"));
+    kiln_web_table_end(b, "No channel points at any version of this model yet.");
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static kiln_err model_versions(sqlite3 *db, const kiln_sign_trust *t, const char *model,
+                               kiln_web_buf *b, const current *cur, size_t ncur) {
+    sqlite3_stmt *st = NULL;
+    KILN_TRY(prepare(db,
+                     "SELECT version, digest, size, signature, card, validation, publisher, created"
+                     " FROM versions WHERE model = ?1 ORDER BY created DESC, rowid DESC",
+                     &st, "reading versions"));
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    kiln_err rc = KILN_OK;
+    const char **chans = ncur ? malloc(ncur * sizeof *chans) : NULL;
+    KILN_CHECK_IF(rc, out, ncur && !chans, KILN_ERR_NOMEM, "out of memory");
+    kiln_web_versions_begin(b);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        kiln_web_signer signers[KILN_SIGN_ARCHIVE_MAX_SIGS];
+        kiln_sign_sig *sigs;
+        size_t nsigs;
+        kiln_web_version v = {.version = col(st, 0),
+                              .digest = col(st, 1),
+                              .size = (uint64_t)sqlite3_column_int64(st, 2),
+                              .publisher = col(st, 6),
+                              .created = sqlite3_column_int64(st, 7),
+                              .signers = signers,
+                              .channels = chans};
+        v.nsigners = archive_signers(t, col(st, 3), &sigs, &nsigs, signers);
+        /* Stored canonical by the server; whatever does not parse is shown as no lineage. */
+        json_t *card = col(st, 4) ? json_loads(col(st, 4), JSON_REJECT_DUPLICATES, NULL) : NULL;
+        json_t *val = col(st, 5) ? json_loads(col(st, 5), JSON_REJECT_DUPLICATES, NULL) : NULL;
+        json_t *passed = json_object_get(val, "passed");
+        v.validation =
+            json_is_boolean(passed) ? (json_is_true(passed) ? "passed" : "failed") : "absent";
+        v.card = card;
+        for (size_t i = 0; i < ncur; i++)
+            if (v.version && !strcmp(cur[i].version, v.version))
+                chans[v.nchannels++] = cur[i].channel;
+        kiln_web_versions_row(b, model, &v);
+        json_decref(card);
+        json_decref(val);
+        kiln_sign_archive_sigs_free(sigs, nsigs);
+    }
+    KILN_CHECK(rc, out, step_done(db, r, "reading versions"));
+    kiln_web_table_end(b, "No versions.");
+out:
+    free(chans);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+kiln_err reg_ui_model(sqlite3 *db, const kiln_sign_trust *t, const char *model, int64_t now,
+                      kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL;
+    KILN_TRY(prepare(db,
+                     "SELECT EXISTS(SELECT 1 FROM versions WHERE model = ?1)"
+                     " OR EXISTS(SELECT 1 FROM channel_records WHERE model = ?1)",
+                     &st, "reading a model"));
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    int r = sqlite3_step(st);
+    bool found = r == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (r != SQLITE_ROW) return reg_db_fail(db, "reading a model");
+    KILN_FAIL_IF(!found, KILN_ERR_NOTFOUND, "model '%s' not found", model);
+    current *cur = NULL;
+    size_t ncur = 0;
+    kiln_web_begin(b, KILN_WEB_MODEL, model, NULL, NULL);
+    kiln_err rc = model_channels(db, t, model, now, b, &cur, &ncur);
+    if (!rc) rc = model_versions(db, t, model, b, cur, ncur);
+    if (!rc) kiln_web_end(b, KILN_WEB_MODEL, model, NULL, now);
+    free(cur);
+    return rc;
+}
+
+/* ---- "/ui/models/{model}/channels/{channel}?before=SEQ" ---- */
+
+kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model,
+                        const char *channel, int64_t before, int64_t now, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT count(*), max(seq) FROM channel_records"
+                       " WHERE model = ?1 AND channel = ?2",
+                       &st, "reading a channel"));
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, channel, -1, SQLITE_TRANSIENT);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO,
+                  "registry database: %s while reading a channel", sqlite3_errmsg(db));
+    int64_t total = sqlite3_column_int64(st, 0), current = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    st = NULL;
+    KILN_CHECK_IF(rc, out, total == 0, KILN_ERR_NOTFOUND, "channel '%s' of model '%s' not found",
+                  channel, model);
+    /* Window functions run before ORDER BY and LIMIT, so the oldest record on a page still
+     * knows the one before it. The versions' rowids are the order they were published in: a
+     * record whose version came before the previous record's is a rollback. */
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT c.seq, c.version, c.digest, c.expires, c.reason, c.record,"
+                       " c.publisher, c.created, lag(c.version) OVER w,"
+                       " v.rowid < lag(v.rowid) OVER w"
+                       " FROM channel_records c"
+                       " LEFT JOIN versions v ON v.model = c.model AND v.version = c.version"
+                       " WHERE c.model = ?1 AND c.channel = ?2 AND c.seq < ?3"
+                       " WINDOW w AS (ORDER BY c.seq) ORDER BY c.seq DESC LIMIT ?4",
+                       &st, "reading a channel"));
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, channel, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, before > 0 ? before : INT64_MAX);
+    sqlite3_bind_int(st, 4, UI_HISTORY_PAGE + 1);
+    kiln_web_begin(b, KILN_WEB_CHANNEL, model, channel, NULL);
+    kiln_web_history_begin(b, total, before);
+    int r, n = 0;
+    int64_t last = 0;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW && n < UI_HISTORY_PAGE) {
+        kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
+        kiln_web_record rec = {.channel = channel,
+                               .seq = sqlite3_column_int64(st, 0),
+                               .version = col(st, 1),
+                               .digest = col(st, 2),
+                               .expires = sqlite3_column_int64(st, 3),
+                               .reason = col(st, 4),
+                               .publisher = col(st, 6),
+                               .created = sqlite3_column_int64(st, 7),
+                               .previous = col(st, 8),
+                               .older = sqlite3_column_int(st, 9) != 0,
+                               .signers = signers};
+        rec.current = rec.seq == current;
+        rec.nsigners = record_signers(t, col(st, 5), signers);
+        kiln_web_history_row(b, model, &rec, now);
+        last = rec.seq;
+        n++;
+    }
+    bool more = r == SQLITE_ROW;
+    KILN_CHECK(rc, out, more ? KILN_OK : step_done(db, r, "reading a channel"));
+    kiln_web_history_end(b, model, channel, last, more);
+    kiln_web_end(b, KILN_WEB_CHANNEL, model, channel, now);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- "/ui/audit?after=ID" ---- */
+
+kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL;
+    kiln_err rc = KILN_OK;
+    int64_t total = 0, newest = 0;
+    if (after < 0) after = 0;
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT count(*), coalesce((SELECT id FROM audit ORDER BY id DESC"
+                       " LIMIT 1 OFFSET ?1), 0) FROM audit",
+                       &st, "reading the audit log"));
+    sqlite3_bind_int(st, 1, UI_AUDIT_PAGE);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO,
+                  "registry database: %s while reading the audit log", sqlite3_errmsg(db));
+    total = sqlite3_column_int64(st, 0);
+    newest = sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT id, time, token, action, model, version, channel, digest FROM audit"
+                       " WHERE id > ?1 ORDER BY id LIMIT ?2",
+                       &st, "reading the audit log"));
+    sqlite3_bind_int64(st, 1, after);
+    sqlite3_bind_int(st, 2, UI_AUDIT_PAGE + 1);
+    kiln_web_begin(b, KILN_WEB_AUDIT, NULL, NULL, NULL);
+    kiln_web_audit_begin(b, after, total);
+    int r, n = 0;
+    int64_t last = after;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW && n < UI_AUDIT_PAGE) {
+        kiln_web_audit e = {.id = sqlite3_column_int64(st, 0),
+                            .time = sqlite3_column_int64(st, 1),
+                            .token = col(st, 2),
+                            .action = col(st, 3),
+                            .model = col(st, 4),
+                            .version = col(st, 5),
+                            .channel = col(st, 6),
+                            .digest = col(st, 7)};
+        kiln_web_audit_row(b, &e);
+        last = e.id;
+        n++;
+    }
+    bool more = r == SQLITE_ROW;
+    KILN_CHECK(rc, out, more ? KILN_OK : step_done(db, r, "reading the audit log"));
+    kiln_web_audit_end(b, last, more, newest);
+    kiln_web_end(b, KILN_WEB_AUDIT, NULL, NULL, now);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}

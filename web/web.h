@@ -1,0 +1,173 @@
+/*
+ * web.h - the registry's web page: server-side rendered HTML5 for people with a browser
+ * (every model, its versions and channels, a channel's history, the audit log). One
+ * embedded stylesheet, no JavaScript, nothing fetched from anywhere.
+ *
+ * web/ never touches the store: registry/ reads its database and hands the rows here one
+ * at a time (each table is _begin, _row per row, kiln_web_table_end), so a page of
+ * thousands of rows is rendered without collecting them first. Every string in a row is
+ * data that came from a client or from the store (names, reasons, token names, card
+ * fields) and goes out through kiln_web_text, the one escaping function. Uses core only.
+ *
+ * Appends never fail visibly: an allocation failure marks the buffer, later appends do
+ * nothing, and kiln_web_buf_take reports it. Nothing here prints or exits.
+ */
+#ifndef KILN_WEB_H
+#define KILN_WEB_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A channel whose record expires within this many seconds is flagged as expiring soon. */
+#define KILN_WEB_SOON_SECS (7 * 86400)
+
+/* A page being written. Zero it (or = {0}) before use; kiln_web_buf_release after. */
+typedef struct kiln_web_buf {
+    char *data;
+    size_t len, cap;
+    size_t rows; /* rows of the table being written */
+    bool nomem;  /* an append failed: the page is incomplete */
+} kiln_web_buf;
+
+void kiln_web_buf_release(kiln_web_buf *b);
+/* The page's bytes, NUL-terminated (caller frees), *len their length; the buffer is left
+ * empty. NULL when an append failed (KILN_ERR_NOMEM set), the buffer released. */
+char *kiln_web_buf_take(kiln_web_buf *b, size_t *len);
+
+/* Append s as HTML text, safe inside elements and quoted attribute values alike: & < > " '
+ * become character references, and bytes that are not well-formed UTF-8 (overlong forms,
+ * surrogates, past U+10FFFF, cut short) as well as control characters other than tab and
+ * newline become U+FFFD. NULL appends nothing. */
+void kiln_web_text(kiln_web_buf *b, const char *s);
+
+/* The headers every page goes out with (error pages too), *n of them: Content-Type
+ * text/html; charset=utf-8, a Content-Security-Policy that allows nothing but the page's
+ * own stylesheet (by its sha256), X-Content-Type-Options nosniff, Referrer-Policy
+ * no-referrer, Cache-Control no-store. Static; safe from any thread. */
+typedef struct kiln_web_header {
+    const char *name, *value;
+} kiln_web_header;
+const kiln_web_header *kiln_web_headers(size_t *n);
+
+/* The embedded stylesheet (what the policy's hash is of). */
+const char *kiln_web_stylesheet(void);
+
+/* ---- the page around the tables ---- */
+
+typedef enum kiln_web_kind {
+    KILN_WEB_HOME,    /* "/": every model */
+    KILN_WEB_MODEL,   /* a model's channels and versions */
+    KILN_WEB_CHANNEL, /* a channel's history */
+    KILN_WEB_AUDIT,   /* the audit log */
+    KILN_WEB_ERROR
+} kiln_web_kind;
+
+/* The document's head, the navigation (registry / model / channel) and the heading. model
+ * and channel name the page (NULL where the kind has none); title is the error page's. */
+void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, const char *channel,
+                    const char *title);
+/* The footer (when the page was rendered, by which kiln, the JSON route with the same data)
+ * and the end of the document. */
+void kiln_web_end(kiln_web_buf *b, kiln_web_kind kind, const char *model, const char *channel,
+                  int64_t now);
+/* A whole error page: the status and the message (escaped). */
+void kiln_web_error(kiln_web_buf *b, unsigned status, const char *msg, int64_t now);
+
+/* Close the table opened by a _begin; a table without rows becomes the sentence empty. */
+void kiln_web_table_end(kiln_web_buf *b, const char *empty);
+
+/* ---- rows ---- */
+
+/* Who signed an archive or a channel record: a key id and, when the server's trust policy
+ * holds that key, its name there. note (may be NULL) qualifies the signature
+ * ("allow-unvalidated"). */
+typedef struct kiln_web_signer {
+    const char *name; /* NULL: the key is not in the server's policy */
+    char keyid[17];   /* 16 hex digits, as minisign shows it */
+    const char *note;
+} kiln_web_signer;
+
+/* A channel record as stored. */
+typedef struct kiln_web_record {
+    const char *channel, *version, *digest, *reason;
+    const char *publisher; /* the token that put it */
+    int64_t seq, expires, created;
+    const kiln_web_signer *signers;
+    size_t nsigners;
+    size_t records; /* the channel's records in all (the model page) */
+    /* The history: the version the record before pointed at (NULL for the first), whether
+     * this record's version was published before that one (a rollback), and whether it is
+     * the channel's current record. */
+    const char *previous;
+    bool older, current;
+} kiln_web_record;
+
+/* A model on the front page. */
+typedef struct kiln_web_model {
+    const char *name;
+    int64_t versions;
+    const char *latest; /* the version published last */
+    int64_t updated;    /* the last publish or channel record */
+} kiln_web_model;
+
+/* A version on its model's page. */
+typedef struct kiln_web_version {
+    const char *version, *digest, *publisher;
+    uint64_t size;
+    int64_t created;
+    const char *validation; /* "passed", "failed" or "absent" */
+    const kiln_web_signer *signers;
+    size_t nsigners;
+    const json_t *card;          /* card.json (NULL if absent): its lineage is shown */
+    const char *const *channels; /* the channels whose current record points here */
+    size_t nchannels;
+} kiln_web_version;
+
+/* An audit row; NULL fields are shown empty. */
+typedef struct kiln_web_audit {
+    int64_t id, time;
+    const char *token, *action, *model, *version, *channel, *digest;
+} kiln_web_audit;
+
+/* The front page: a row per model, each followed by its channels' current records (the
+ * records' channel, version, seq and expiry are shown; now flags expiry). */
+void kiln_web_models_begin(kiln_web_buf *b);
+void kiln_web_models_row(kiln_web_buf *b, const kiln_web_model *m);
+void kiln_web_models_channel(kiln_web_buf *b, const char *model, const kiln_web_record *r,
+                             int64_t now);
+void kiln_web_models_row_end(kiln_web_buf *b);
+
+/* A model's page: its channels (the current record of each), then its versions. */
+void kiln_web_channels_begin(kiln_web_buf *b);
+void kiln_web_channels_row(kiln_web_buf *b, const char *model, const kiln_web_record *r,
+                           int64_t now);
+void kiln_web_versions_begin(kiln_web_buf *b);
+void kiln_web_versions_row(kiln_web_buf *b, const char *model, const kiln_web_version *v);
+
+/* A channel's page: a page of its records, newest first (those before seq before, 0 for the
+ * newest); total counts them all. End with kiln_web_history_end: links to the newest page
+ * and, when more is true, to the records before last, the oldest seq shown. */
+void kiln_web_history_begin(kiln_web_buf *b, int64_t total, int64_t before);
+void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_record *r,
+                          int64_t now);
+void kiln_web_history_end(kiln_web_buf *b, const char *model, const char *channel, int64_t last,
+                          bool more);
+
+/* The audit log, a page of rows after an id; end with kiln_web_audit_end instead of
+ * kiln_web_table_end: links to the first page, the next (when more is true, after the last
+ * id shown) and the newest (after newest_after). */
+void kiln_web_audit_begin(kiln_web_buf *b, int64_t after, int64_t total);
+void kiln_web_audit_row(kiln_web_buf *b, const kiln_web_audit *e);
+void kiln_web_audit_end(kiln_web_buf *b, int64_t last, bool more, int64_t newest_after);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_WEB_H */
