@@ -20,6 +20,8 @@ MPI_PKG := ompi-c
 FUZZ_DEB_PKGS := clang libclang-rt-14-dev
 # `make bench-registry` only: the baselines its figures are measured against.
 BENCH_DEB_PKGS := nginx-light curl
+# `make soak` only: curl sends the registry soak's bad requests.
+SOAK_DEB_PKGS := curl
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 
@@ -90,7 +92,7 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry bench-web fuzz
+.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry bench-web fuzz soak
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
      $(BUILD)/stream_service
 
@@ -216,9 +218,12 @@ test: all
 	@echo "== end-to-end"
 	KILN=$(abspath $(BUILD)/kiln) tests/e2e/run-all
 	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer"
-	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests
+	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KILN_BUILD=$(BUILD)/asan KILN_SLOW=0 $(BUILD)/asan/run-tests
+	@echo "== bad-input sweep under AddressSanitizer and UndefinedBehaviorSanitizer (error paths)"
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
+	  KILN=$(abspath $(BUILD)/asan/kiln) sh tests/e2e/70-bad-input.sh
 
 # libFuzzer: each target in tests/fuzz/ runs FUZZ_SECONDS from its saved corpus; new
 # inputs go to $(BUILD)/fuzz/corpus/NAME, crashes to $(BUILD)/fuzz/crashes/.
@@ -248,13 +253,43 @@ $(BUILD)/fuzz-%: tests/fuzz/%.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a
 	@$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -fsanitize=fuzzer -DKILN_FUZZ_ENTRY=kiln_fuzz_$* \
 	  -o $@ tests/fuzz/$*.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a $(ALL_LIBS)
 
+# Long-running checks (tests/soak/, docs/soak.md), not part of `make test`: the runtime's
+# streams for millions of ticks, a registry under publish/promote/pull load, a trainer killed
+# and resumed over and over; resident memory and fds sampled throughout. SOAK_SECONDS in all
+# (split between the parts); figures in $(BUILD)/soak/report.txt, exit non-zero on any
+# failure. SOAK_SAN=1: the drivers and kiln built with ASan+UBSan (in $(BUILD)/asan; leaks
+# are LeakSanitizer's at each exit, RSS is reported only), a shorter default (180 s), the
+# report in $(BUILD)/soak/asan/report.txt.
+SOAK_SAN ?=
+SOAK_SECONDS ?= $(if $(SOAK_SAN),180,600)
+SOAK_SRC := $(sort $(wildcard tests/soak/*.c))
+SOAK_DRIVERS := $(SOAK_SRC:tests/soak/%.c=$(BUILD)/soak/soak_%)
+SOAK_BIN := $(BUILD)$(if $(SOAK_SAN),/asan)
+$(SOAK_DRIVERS): $(BUILD)/soak/soak_%: $(BUILD)/obj/tests/soak/%.o $(BUILD)/libkiln.a
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+soak: $(if $(SOAK_SAN),,all)
+	@if ! command -v curl >/dev/null; then \
+	  echo "kiln: installing soak dependencies: $(SOAK_DEB_PKGS)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: $(SOAK_DEB_PKGS)" >&2; exit 2; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(SOAK_DEB_PKGS) >/dev/null || exit 2; \
+	fi
+	$(if $(SOAK_SAN),$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/kiln \
+	  $(SOAK_SRC:tests/soak/%.c=$(BUILD)/asan/soak/soak_%),\
+	  $(MAKE) --no-print-directory $(SOAK_DRIVERS))
+	KILN=$(abspath $(SOAK_BIN)/kiln) SOAK_BIN=$(abspath $(SOAK_BIN)/soak) SOAK_SAN=$(SOAK_SAN) \
+	  tests/soak/soak.sh $(SOAK_SECONDS) $(BUILD)/soak$(if $(SOAK_SAN),/asan)
+
 demo: all
 	KILN=$(abspath $(BUILD)/kiln) examples/demo.sh
 
 clean:
 	rm -rf $(BUILD)
 
--include $(LIB_OBJ:.o=.d) $(DIST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d)
+-include $(LIB_OBJ:.o=.d) $(DIST_OBJ:.o=.d) $(CLI_OBJ:.o=.d) $(TEST_OBJ:.o=.d) \
+         $(SOAK_SRC:%.c=$(BUILD)/obj/%.d)
 FORCE:
 
 # The CUDA path checked on a GPU (tests/gpu/run.sh runs it); built only where nvcc is.

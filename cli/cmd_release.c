@@ -137,7 +137,8 @@ int cmd_release(int argc, char **argv) {
     e = kiln_registry_release(&o, &res);
     if (e) {
         status = cli_fail(e);
-        if (res.stage > KILN_RELEASE_CHECK && res.stage < KILN_RELEASE_PUBLISH)
+        if (res.stage > KILN_RELEASE_CHECK && res.stage < KILN_RELEASE_PUBLISH &&
+            kiln_path_exists(out_dir))
             fprintf(stderr, "kiln: nothing was published; what was made is in '%s'\n", out_dir);
         goto done;
     }

@@ -386,8 +386,15 @@ int cmd_verify(int argc, char **argv) {
     kiln_sign_pubkey pk;
     const kiln_sign_trust_key *signer = NULL;
     int status = 0;
-    kiln_err rc = kiln_sign_sig_load(sigpath, &sig);
-    if (rc == KILN_OK) rc = pub ? kiln_sign_pubkey_load(pub, &pk) : kiln_sign_trust_load(trust, &t);
+    /* The policy is configuration (2, as for archives and channel records); the signature
+     * and the key are what is checked (1). */
+    kiln_err rc = trust ? kiln_sign_trust_load(trust, &t) : KILN_OK;
+    if (rc != KILN_OK) {
+        status = cli_fail(rc);
+        goto out;
+    }
+    rc = kiln_sign_sig_load(sigpath, &sig);
+    if (rc == KILN_OK && pub) rc = kiln_sign_pubkey_load(pub, &pk);
     if (rc != KILN_OK) {
         status = check_fail(rc);
         goto out;

@@ -309,6 +309,9 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
 
     const char *rid = kiln_st_meta(c->st, "kiln.run_id");
     const char *run_rid = run ? json_string_value(json_object_get(run, "run_id")) : NULL;
+    /* A run id of another type would quietly skip the check that the checkpoint is the run's. */
+    KILN_CHECK_IF(rc, out, run && json_object_get(run, "run_id") && !run_rid, KILN_ERR_FORMAT,
+                  "'%s': \"run_id\" is not a string", run_path);
     KILN_CHECK_IF(rc, out, rid && run_rid && strcmp(rid, run_rid), KILN_ERR_VERIFY,
                   "'%s' belongs to run %s, but '%s' is run %s", ckpt_path, rid, run_path, run_rid);
     if (!rid) rid = run_rid;

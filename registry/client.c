@@ -280,6 +280,14 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
     sigp = sig_path ? kiln_strdup(sig_path) : kiln_asprintf("%s.minisig", archive);
     KILN_CHECK_IF(rc, out, !sigp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_read_file(sigp, REG_SIG_MAX, &sig, &sig_len));
+    /* The server would refuse a malformed signature file too, but only naming its header:
+     * parse it here first, so that the message names the file and nothing is uploaded. */
+    {
+        kiln_sign_sig *sigs = NULL;
+        size_t nsigs = 0;
+        KILN_CHECK(rc, out, kiln_sign_archive_sigs_parse(sig, sig_len, sigp, &sigs, &nsigs));
+        kiln_sign_archive_sigs_free(sigs, nsigs);
+    }
     KILN_CHECK(rc, out, reg_archive_meta_read(archive, &m));
     KILN_CHECK(rc, out, kiln_sha256_file(archive, digest));
     kiln_hex(digest, sizeof digest, hex);

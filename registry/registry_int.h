@@ -21,6 +21,9 @@
 kiln_err reg_db_open(const char *root, sqlite3 **db);
 /* Open an existing store's database (the server, per request): busy timeout only. */
 kiln_err reg_db_connect(const char *root, sqlite3 **db);
+/* That root is an existing store (a directory whose registry.db holds the registry's tables),
+ * checked without creating or changing anything: what fsck and gc ask before they touch it. */
+kiln_err reg_store_check(const char *root);
 void reg_db_close(sqlite3 *db);
 /* Run a statement without results (BEGIN IMMEDIATE, COMMIT, ROLLBACK). */
 kiln_err reg_db_exec(sqlite3 *db, const char *sql);

@@ -17,6 +17,7 @@
 #include "export.h"
 #include "registry_int.h"
 #include "sign.h"
+#include "train.h"
 #include "validate.h"
 
 static const char *const stage_names[] = {
@@ -36,6 +37,7 @@ typedef struct rel {
     kiln_registry_release_result *res;
     char *data, *model, *archive, *sigpath, *baseline_tmp, *baseline;
     kiln_sign_trust *trust;
+    bool made_out; /* the check stage created o->out_dir */
     char line[1024];
 } rel;
 
@@ -94,9 +96,13 @@ static kiln_err stage_check(rel *r) {
     KILN_FAIL_IF(!r->data, KILN_ERR_NOMEM, "out of memory");
     KILN_FAIL_IF(!kiln_path_exists(r->data), KILN_ERR_NOTFOUND,
                  "dataset '%s' does not exist; give --data", r->data);
+    /* Opened (every check of a dataset, its digest) before any work: a bad file stops the
+     * release here, not at the golden stage after the export. */
+    kiln_dataset *ds = NULL;
+    KILN_TRY(kiln_dataset_open(r->data, &ds));
+    kiln_dataset_free(ds);
     KILN_FAIL_IF(kiln_path_exists(o->out_dir) && !dir_empty(o->out_dir), KILN_ERR_CONFLICT,
                  "'%s' exists and is not empty; a release writes into a new directory", o->out_dir);
-    KILN_TRY(kiln_mkdir_p(o->out_dir));
     r->model = kiln_path_join(o->out_dir, "model");
     r->archive = kiln_asprintf("%s/%s-%s.kiln", o->out_dir, o->name, o->version);
     r->sigpath = r->archive ? kiln_asprintf("%s.minisig", r->archive) : NULL;
@@ -113,6 +119,9 @@ static kiln_err stage_check(rel *r) {
                          "under another --version",
                          o->name, o->version);
     if (rc != KILN_ERR_NOTFOUND) return rc;
+    /* The output directory last, so that a refusal above leaves no trace. */
+    r->made_out = !kiln_path_exists(o->out_dir);
+    KILN_TRY(kiln_mkdir_p(o->out_dir));
     snprintf(r->line, sizeof r->line, "%s@%s is free at %s; dataset '%s'", o->name, o->version,
              o->client->url, r->data);
     return KILN_OK;
@@ -349,6 +358,9 @@ kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
         }
     }
     if (r.baseline_tmp) reg_rmtree(r.baseline_tmp);
+    /* A release that stopped before making anything (the export is atomic) leaves no empty
+     * output directory behind; one that made something keeps it to be looked at. */
+    if (rc && r.made_out && dir_empty(o->out_dir)) rmdir(o->out_dir);
     kiln_sign_trust_free(r.trust);
     free(r.data), free(r.model), free(r.archive), free(r.sigpath), free(r.baseline_tmp),
         free(r.baseline);

@@ -1306,13 +1306,14 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
+    /* The policy before the store: a bad --trust must not leave a new store behind. */
+    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
     KILN_CHECK(rc, fail, reg_lock(o->root, &s->lock_fd));
     KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
                   "'%s' is held by another running server", o->root);
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
     reg_db_close(db);
     clear_tmp(o->root);
-    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
     unsigned threads = o->threads ? o->threads : 4;
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                                 MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),

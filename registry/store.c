@@ -163,6 +163,41 @@ kiln_err reg_db_connect(const char *root, sqlite3 **out) {
     return rc;
 }
 
+kiln_err reg_store_check(const char *root) {
+    struct stat sb;
+    KILN_FAIL_IF(stat(root, &sb) != 0, errno == ENOENT ? KILN_ERR_NOTFOUND : KILN_ERR_IO,
+                 "'%s': %s (no registry store there)", root, strerror(errno));
+    KILN_FAIL_IF(!S_ISDIR(sb.st_mode), KILN_ERR_USAGE,
+                 "'%s' is not a directory (a registry store is one)", root);
+    char *path = kiln_path_join(root, "registry.db");
+    if (!path) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(path), KILN_ERR_NOTFOUND,
+                  "'%s' holds no registry (no registry.db)", root);
+    /* Read-write without create, as the server connects: a reader of a WAL database may need
+     * to make its -shm file. A query on sqlite_master reads the header and writes nothing. */
+    int r = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    if (r == SQLITE_OK) {
+        sqlite3_busy_timeout(db, 10000);
+        r = sqlite3_prepare_v2(db,
+                               "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name "
+                               "IN ('versions', 'channel_records', 'tokens', 'audit')",
+                               -1, &st, NULL);
+    }
+    if (r == SQLITE_OK) r = sqlite3_step(st);
+    KILN_CHECK_IF(rc, out, r != SQLITE_ROW, KILN_ERR_FORMAT, "'%s': not a registry database: %s",
+                  path, db ? sqlite3_errmsg(db) : "out of memory");
+    KILN_CHECK_IF(rc, out, sqlite3_column_int(st, 0) != 4, KILN_ERR_FORMAT,
+                  "'%s': not a registry database (it lacks the registry's tables)", path);
+out:
+    sqlite3_finalize(st);
+    if (db) sqlite3_close(db);
+    free(path);
+    return rc;
+}
+
 void reg_db_close(sqlite3 *db) {
     if (db) sqlite3_close(db);
 }
@@ -573,11 +608,7 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
                             size_t *count) {
     problems p = {report, ctx, 0};
     *count = 0;
-    char *db_path = kiln_path_join(root, "registry.db");
-    if (!db_path) return KILN_ERR_NOMEM;
-    bool exists = kiln_path_exists(db_path);
-    free(db_path);
-    KILN_FAIL_IF(!exists, KILN_ERR_NOTFOUND, "'%s' holds no registry (no registry.db)", root);
+    KILN_TRY(reg_store_check(root));
     sqlite3 *db = NULL;
     kiln_sign_trust *trust = NULL;
     kiln_err rc = KILN_OK;
@@ -614,6 +645,7 @@ static bool referenced(sqlite3_stmt *st, const char *hex) {
 kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes) {
     *removed = 0;
     *bytes = 0;
+    KILN_TRY(reg_store_check(root)); /* gc never makes a store: a mistyped --root is refused */
     int lock;
     KILN_TRY(reg_lock(root, &lock));
     KILN_FAIL_IF(lock < 0, KILN_ERR_CONFLICT, "'%s' is held by a running server; stop it before gc",

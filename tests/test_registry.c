@@ -270,6 +270,60 @@ KILN_TEST(registry_blob_store) {
     free(path);
 }
 
+/* fsck and gc only look at a store: a path that is not one (a typo, an empty directory, a
+ * database that is not the registry's) is refused by name and left exactly as it was. */
+KILN_TEST(registry_fsck_gc_refuse_what_is_not_a_store) {
+    char *none = kiln_test_path("no-store"), *empty = kiln_test_path("empty-store"),
+         *file = kiln_test_write("a-file", "x", 1), *junk = kiln_test_path("junk-store"),
+         *junk_db = kiln_path_join(junk, "registry.db"), *blank = kiln_test_path("blank-store"),
+         *blank_db = kiln_path_join(blank, "registry.db");
+    if (!CHECK("setup", none && empty && file && junk_db && blank_db &&
+                            kiln_mkdir_p(empty) == KILN_OK && kiln_mkdir_p(junk) == KILN_OK &&
+                            kiln_write_file_atomic(junk_db, "not sqlite at all, not at all", 29) ==
+                                KILN_OK &&
+                            kiln_mkdir_p(blank) == KILN_OK &&
+                            kiln_write_file_atomic(blank_db, "", 0) == KILN_OK))
+        goto out;
+    struct {
+        const char *root, *what, *says;
+        int entries; /* what the directory holds, before and after; -1 none, -2 a file */
+    } cases[] = {
+        {none, "a missing directory", "no registry store there", -1},
+        {file, "a file", "is not a directory", -2},
+        {empty, "an empty directory", "holds no registry (no registry.db)", 0},
+        {junk, "a registry.db that is not SQLite", "not a registry database", 1},
+        {blank, "an empty registry.db", "lacks the registry's tables", 1},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        size_t problems = 0, removed = 0;
+        uint64_t bytes = 0;
+        char label[128];
+        kiln_err rc = kiln_registry_fsck(cases[i].root, NULL, NULL, NULL, &problems);
+        snprintf(label, sizeof label, "fsck refuses %s, naming it", cases[i].what);
+        CHECK(label, rc != KILN_OK && rc != KILN_ERR_VERIFY &&
+                         strstr(kiln_errmsg(), cases[i].root) &&
+                         strstr(kiln_errmsg(), cases[i].says));
+        rc = kiln_registry_gc(cases[i].root, &removed, &bytes);
+        snprintf(label, sizeof label, "gc refuses %s, naming it", cases[i].what);
+        CHECK(label, rc != KILN_OK && strstr(kiln_errmsg(), cases[i].root) &&
+                         strstr(kiln_errmsg(), cases[i].says) && removed == 0);
+        snprintf(label, sizeof label, "%s is left as it was", cases[i].what);
+        struct stat sb;
+        bool there = stat(cases[i].root, &sb) == 0;
+        CHECK(label, cases[i].entries == -1   ? !there
+                     : cases[i].entries == -2 ? there && S_ISREG(sb.st_mode) && sb.st_size == 1
+                                              : there && count_entries(cases[i].root) ==
+                                                             (size_t)cases[i].entries);
+    }
+    char *blob = NULL;
+    size_t len = 0;
+    CHECK("the empty registry.db is still empty",
+          kiln_read_file(blank_db, 1 << 10, &blob, &len) == KILN_OK && len == 0);
+    free(blob);
+out:
+    free(none), free(empty), free(file), free(junk), free(junk_db), free(blank), free(blank_db);
+}
+
 /* ---- the server ---- */
 
 KILN_TEST(registry_server_auth) {
@@ -1356,8 +1410,8 @@ KILN_TEST(registry_release_refusals) {
     fixture f;
     if (!CHECK("fixture", fx_init(&f))) goto out;
     char *outd = kiln_test_path("rel-out"), *keep = kiln_path_join(outd, "keep"),
-         *data = kiln_test_write("d.st", "x", 1), *run = kiln_test_path("no-such-run"),
-         *fresh = kiln_test_path("rel-fresh");
+         *data = kiln_test_synth("d.st", 3, 200), *bad = kiln_test_write("bad.st", "x", 1),
+         *run = kiln_test_path("no-such-run"), *fresh = kiln_test_path("rel-fresh");
     kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
     const kiln_sign_seckey *keys[] = {f.rel};
     kiln_registry_release_opts o = {.run_dir = run,
@@ -1371,7 +1425,7 @@ KILN_TEST(registry_release_refusals) {
                                     .n_release_keys = 1,
                                     .client = &c};
     kiln_registry_release_result res;
-    CHECK("setup", keep && kiln_mkdir_p(outd) == KILN_OK &&
+    CHECK("setup", keep && data && bad && kiln_mkdir_p(outd) == KILN_OK &&
                        kiln_write_file_atomic(keep, "mine", 4) == KILN_OK);
     kiln_err rc = kiln_registry_release(&o, &res);
     CHECK("a used output directory: refused at check",
@@ -1387,11 +1441,20 @@ KILN_TEST(registry_release_refusals) {
           rc == KILN_ERR_USAGE && res.stage == KILN_RELEASE_CHECK &&
               strstr(kiln_errmsg(), "needs a promote key"));
     o.promote = NULL;
+    o.data = bad;
+    rc = kiln_registry_release(&o, &res);
+    CHECK("a dataset that is not one: refused at check, naming it, before any work",
+          rc != KILN_OK && res.stage == KILN_RELEASE_CHECK &&
+              strstr(kiln_errmsg(), "release stopped at stage 'check'") &&
+              strstr(kiln_errmsg(), "bad.st") && strstr(kiln_errmsg(), "too short"));
+    CHECK("no output directory made", !kiln_path_exists(fresh));
+    o.data = data;
     rc = kiln_registry_release(&o, &res);
     CHECK("a run that does not exist: stopped at export, naming it",
           rc != KILN_OK && res.stage == KILN_RELEASE_EXPORT &&
               strstr(kiln_errmsg(), "release stopped at stage 'export'") &&
               strstr(kiln_errmsg(), "no-such-run"));
+    CHECK("the empty output directory it made is gone again", !kiln_path_exists(fresh));
     json_t *m = NULL;
     kiln_registry_client_opts rd = fx_client(&f, NULL);
     CHECK("nothing reached the registry",
@@ -1399,7 +1462,7 @@ KILN_TEST(registry_release_refusals) {
     json_decref(m);
     CHECK("stage names", !strcmp(kiln_release_stage_name(KILN_RELEASE_VALIDATE), "validate") &&
                              !strcmp(kiln_release_stage_name(KILN_RELEASE_DONE), "done"));
-    free(outd), free(keep), free(data), free(run), free(fresh);
+    free(outd), free(keep), free(data), free(bad), free(run), free(fresh);
 out:
     fx_free(&f);
 }

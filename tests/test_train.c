@@ -532,6 +532,19 @@ KILN_TEST(train_metrics_and_runs) {
     char *none = kiln_test_path("none");
     CHECK("not a run",
           kiln_run_info_load(none, 10, &ri) == KILN_ERR_NOTFOUND && has("run.json") && has(none));
+    /* A field of another type is a damaged run.json, not a "?" to show (and a differing one
+     * to diff): refused by name, the run left as it was. */
+    char *rj = kiln_path_join(c, "run.json"), *text = NULL;
+    size_t len = 0;
+    const char *bad = "{\"run_id\":[true],\"dataset_sha256\":\"ab\",\"config\":{\"steps\":10}}";
+    if (CHECK("damage run.json", rj && kiln_write_file_atomic(rj, bad, strlen(bad)) == KILN_OK)) {
+        CHECK("runs show refuses a run_id of the wrong type",
+              kiln_run_info_load(c, 10, &ri) == KILN_ERR_FORMAT && has(rj) && has("run_id"));
+        CHECK("runs diff too", kiln_run_diff_load(a, c, &d) == KILN_ERR_FORMAT && has(rj));
+        CHECK("run.json unchanged", kiln_read_file(rj, 1 << 10, &text, &len) == KILN_OK &&
+                                        len == strlen(bad) && !memcmp(text, bad, len));
+    }
+    free(text), free(rj);
     free(none), free(db), free(a), free(b), free(c);
 }
 
@@ -673,6 +686,77 @@ KILN_TEST(train_run_refusals) {
 out:
     kiln_log_set_level(KILN_LOG_INFO);
     free(data), free(other), free(dir);
+}
+
+/* A start SIGKILLed after creating ckpt/ but before its run.json was renamed into place
+ * (found by the trainer soak, tests/soak/trainer.sh) left a directory that neither --resume
+ * (no run.json) nor a new start (it saw ckpt/) would take. A new start takes it now, sweeps
+ * the temporary and ends with the bytes of a clean start; checkpoints without a run.json are
+ * still refused. */
+KILN_TEST(train_run_killed_start_restarts) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run"),
+         *clean = kiln_test_path("clean");
+    char *ck = kiln_path_join(dir, "ckpt"), *tmp = kiln_path_join(dir, ".run.json.tmp-Ab12Cd"),
+         *lock = kiln_path_join(dir, ".lock"), *rj = kiln_path_join(dir, "run.json");
+    char *last = NULL, *last_clean = NULL, *a = NULL, *b = NULL;
+    size_t la = 0, lb = 0;
+    kiln_train_config c;
+    small_config(&c);
+    kiln_train_opts o = {.run_dir = dir, .data_path = data},
+                    oc = {.run_dir = clean, .data_path = data};
+    if (!CHECK("set up", data && ck && tmp && lock && rj && kiln_mkdir_p(ck) == KILN_OK &&
+                             kiln_write_file_atomic(tmp, "{\"form", 6) == KILN_OK &&
+                             kiln_write_file_atomic(lock, "", 0) == KILN_OK))
+        goto out;
+    kiln_train_opts r = {.run_dir = dir};
+    CHECK("resume refused: no run.json",
+          kiln_train_resume(&r) == KILN_ERR_NOTFOUND && has("no run.json") && has(dir));
+    CHECK("a new start takes the directory", kiln_train_start(&c, &o) == KILN_OK);
+    CHECK("run.json's temporary is swept", !kiln_path_exists(tmp) && kiln_path_exists(rj));
+    last = kiln_ckpt_path(dir, c.steps);
+    last_clean = kiln_ckpt_path(clean, c.steps);
+    CHECK("same bytes as a clean start",
+          kiln_train_start(&c, &oc) == KILN_OK && file_bytes(last, &a, &la) &&
+              file_bytes(last_clean, &b, &lb) && la == lb && !memcmp(a, b, la));
+    CHECK("checkpoints without run.json are a run",
+          unlink(rj) == 0 && kiln_train_start(&c, &o) == KILN_ERR_CONFLICT &&
+              has("holds a run already"));
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data), free(dir), free(clean), free(ck), free(tmp), free(lock), free(rj), free(last),
+        free(last_clean), free(a), free(b);
+}
+
+/* A run SIGKILLed after its last checkpoint's rename but before the prune that follows it
+ * (found by the trainer soak) kept a checkpoint past `keep`, and the resume, with no step
+ * left to run, never pruned it. The resume prunes now when it resumes from the newest. */
+KILN_TEST(train_run_resume_prunes) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");
+    char *last = NULL, *prev = NULL, *extra = NULL, *a = NULL, *b = NULL, *p = NULL;
+    size_t la = 0, lb = 0, lp = 0;
+    kiln_train_config c;
+    small_config(&c);
+    c.keep = 2;
+    kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
+    if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
+    last = kiln_ckpt_path(dir, c.steps);
+    prev = kiln_ckpt_path(dir, c.steps - c.ckpt_every);
+    extra = kiln_ckpt_path(dir, c.steps - 2 * c.ckpt_every);
+    CHECK("keep 2", last && prev && extra && kiln_path_exists(last) && kiln_path_exists(prev) &&
+                        !kiln_path_exists(extra));
+    /* The state a kill before the last prune leaves: one checkpoint more. */
+    if (!CHECK("copy", file_bytes(prev, &p, &lp) &&
+                           kiln_write_file_atomic(extra, p, lp) == KILN_OK &&
+                           file_bytes(last, &a, &la)))
+        goto out;
+    CHECK("resume", kiln_train_resume(&r) == KILN_OK);
+    CHECK("the extra checkpoint is pruned", !kiln_path_exists(extra) && kiln_path_exists(prev));
+    CHECK("the last is untouched", file_bytes(last, &b, &lb) && la == lb && !memcmp(a, b, la));
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data), free(dir), free(last), free(prev), free(extra), free(a), free(b), free(p);
 }
 
 KILN_TEST(train_run_corrupt_ckpt_skipped) {

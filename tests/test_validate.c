@@ -366,7 +366,8 @@ KILN_TEST(validate_golden_make) {
     kiln_golden_opts go = {
         .model = f.model, .data = f.data, .windows = 6, .seed = 3, .val_fraction = -1};
     CHECK("an existing set is refused", kiln_golden_make(&go) == KILN_ERR_CONFLICT &&
-                                            strstr(kiln_errmsg(), "golden set already"));
+                                            strstr(kiln_errmsg(), "exists and is not empty") &&
+                                            strstr(kiln_errmsg(), "--force"));
     go.out_dir = o2;
     CHECK("made again elsewhere", kiln_golden_make(&go) == KILN_OK);
     CHECK("same bytes", same_file(gs, s2));

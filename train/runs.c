@@ -10,6 +10,7 @@
 #include "train_int.h"
 
 static kiln_err load_run_json(const char *run_dir, json_t **out) {
+    *out = NULL;
     char *p = kiln_path_join(run_dir, "run.json");
     if (!p) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
@@ -18,10 +19,25 @@ static kiln_err load_run_json(const char *run_dir, json_t **out) {
     else
         rc = kiln_json_load_file(p, out);
     free(p);
-    if (!rc && !json_is_object(json_object_get(*out, "config"))) {
+    if (!rc && !json_is_object(json_object_get(*out, "config")))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': no \"config\" object", run_dir);
+    /* The fields shown and compared are strings where present: one of another type is a
+     * damaged file, not a "?" to print. */
+    static const char *const strs[] = {"format",       "run_id",         "created",
+                                       "kiln_version", "dataset_sha256", "dataset_path"};
+    for (size_t k = 0; !rc && k < KILN_ARRAY_LEN(strs); k++) {
+        const json_t *v = json_object_get(*out, strs[k]);
+        if (v && !json_is_string(v))
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': \"%s\" is not a string", run_dir,
+                           strs[k]);
+    }
+    const char *fmt = rc ? NULL : json_string_value(json_object_get(*out, "format"));
+    if (fmt && strcmp(fmt, "kiln-run/1"))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': format '%s' is not kiln-run/1", run_dir,
+                       fmt);
+    if (rc) {
         json_decref(*out);
         *out = NULL;
-        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': no \"config\" object", run_dir);
     }
     return rc;
 }

@@ -627,12 +627,23 @@ static kiln_err lock_run(const char *run_dir, int *fd) {
     return rc;
 }
 
-static bool run_exists(const char *run_dir) {
-    char *a = kiln_path_join(run_dir, "run.json"), *b = kiln_path_join(run_dir, "ckpt");
-    bool r = (a && kiln_path_exists(a)) || (b && kiln_path_exists(b));
-    free(a);
-    free(b);
-    return r;
+/* A directory holds a run once its run.json is there (a start writes it before any
+ * checkpoint) or once it holds a checkpoint. A start killed before its run.json landed
+ * leaves ckpt/, .lock and perhaps a temporary: no run, so starting again must work (the
+ * resume needs the run.json it never got). */
+static kiln_err run_exists(const char *run_dir, bool *exists) {
+    *exists = false;
+    char *p = kiln_path_join(run_dir, "run.json");
+    if (!p) return KILN_ERR_NOMEM;
+    *exists = kiln_path_exists(p);
+    free(p);
+    if (*exists) return KILN_OK;
+    long *steps;
+    size_t n;
+    KILN_TRY(kiln_ckpt_list(run_dir, &steps, &n));
+    free(steps);
+    *exists = n > 0;
+    return KILN_OK;
 }
 
 static kiln_err open_metrics(trainer *t, const char *run_dir) {
@@ -650,6 +661,28 @@ static const char *device_label(const kiln_train_config *c, char out[32]) {
     return out;
 }
 
+/* Remove the files in dir whose names start with prefix and hold infix. */
+static void sweep_dir(const char *dir, const char *prefix, const char *infix) {
+    DIR *d = dir ? opendir(dir) : NULL;
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        if (strncmp(de->d_name, prefix, strlen(prefix)) || !strstr(de->d_name, infix)) continue;
+        char *p = kiln_path_join(dir, de->d_name);
+        if (p) unlink(p);
+        free(p);
+    }
+    if (d) closedir(d);
+}
+
+/* Remove temp files a killed write left behind (kiln_write_file_atomic's ".NAME.tmp-*"):
+ * a checkpoint's in ckpt/, run.json's in the run directory. Called holding the run's lock. */
+static void sweep_temps(const char *run_dir) {
+    sweep_dir(run_dir, ".run.json.tmp-", "");
+    char *dir = kiln_path_join(run_dir, "ckpt");
+    sweep_dir(dir, ".step-", ".safetensors.tmp-");
+    free(dir);
+}
+
 /* Rank 0's part of a start: everything up to the first step. */
 static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     const kiln_train_opts *opts = t->opts;
@@ -660,7 +693,9 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     char init_sha[KILN_SHA256_HEX] = "";
     KILN_CHECK(rc, out, kiln_train_config_check(&t->cfg, "config"));
     KILN_CHECK_IF(rc, out, !opts->data_path, KILN_ERR_USAGE, "no dataset given");
-    KILN_CHECK_IF(rc, out, run_exists(opts->run_dir), KILN_ERR_CONFLICT,
+    bool exists;
+    KILN_CHECK(rc, out, run_exists(opts->run_dir, &exists));
+    KILN_CHECK_IF(rc, out, exists, KILN_ERR_CONFLICT,
                   "'%s' holds a run already (resume it with --resume, or choose another --run-dir)",
                   opts->run_dir);
     KILN_CHECK(rc, out, kiln_dataset_open(opts->data_path, &t->ds));
@@ -682,6 +717,7 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     free(ck);
     if (rc) goto out;
     KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
+    sweep_temps(opts->run_dir); /* a start killed while writing run.json */
     abs_data = realpath(opts->data_path, NULL);
     char created[21];
     kiln_format_time(kiln_unix_time(), created);
@@ -711,21 +747,6 @@ out:
     free(text);
     free(abs_data);
     return rc;
-}
-
-/* Remove temp files a killed checkpoint write left behind (".step-*.tmp-*"). */
-static void sweep_temps(const char *run_dir) {
-    char *dir = kiln_path_join(run_dir, "ckpt");
-    DIR *d = dir ? opendir(dir) : NULL;
-    struct dirent *de;
-    while (d && (de = readdir(d))) {
-        if (strncmp(de->d_name, ".step-", 6) || !strstr(de->d_name, ".safetensors.tmp-")) continue;
-        char *p = kiln_path_join(dir, de->d_name);
-        if (p) unlink(p);
-        free(p);
-    }
-    if (d) closedir(d);
-    free(dir);
 }
 
 /* Rank 0's part of a resume: everything up to the first step. */
@@ -840,6 +861,12 @@ static kiln_err prepare_resume(trainer *t) {
     }
     kiln_ckpt_release(&ck);
     sweep_temps(opts->run_dir);
+    /* A run killed between a checkpoint's rename and the prune after it keeps one checkpoint
+     * too many, and if that was the last step no later checkpoint prunes again (found by the
+     * trainer soak): prune when the checkpoint resumed from is the newest. Not otherwise:
+     * with a newer one skipped as corrupt, pruning by step could delete the one resumed from. */
+    if (have && steps[n - 1] == t->st.step)
+        KILN_CHECK(rc, out, kiln_ckpt_prune(opts->run_dir, t->cfg.keep));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, t->st.step));
     for (size_t k = 0; k < n_skipped; k++)

@@ -66,7 +66,7 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     int st = dir_state(out);
     KILN_CHECK_IF(rc, done, st == 3, KILN_ERR_CONFLICT, "'%s' exists and is not a directory", out);
     KILN_CHECK_IF(rc, done, st == 2 && !o->force, KILN_ERR_CONFLICT,
-                  "'%s' holds a golden set already (--force replaces it)", out);
+                  "'%s' exists and is not empty (--force writes the golden set into it)", out);
 
     KILN_CHECK(rc, done, kiln_dataset_open(o->data, &ds));
     KILN_CHECK(rc, done, kiln_vmodel_check_data(&m, ds));

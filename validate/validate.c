@@ -113,6 +113,18 @@ static kiln_err check_golden(run *r, const char *name, vmodel *m, const kiln_dat
     }
     KILN_CHECK(rc, out, kiln_st_open(sp, &st));
     KILN_CHECK(rc, out, kiln_json_load_file(jp, &gj));
+    /* What golden make writes, typed: a field of the wrong type must not quietly turn a
+     * check below off (a non-string data_sha256 would skip the inputs-are-the-data check). */
+    const char *gfmt = json_string_value(json_object_get(gj, "format"));
+    KILN_CHECK_IF(rc, out, !json_is_object(gj) || !gfmt || strcmp(gfmt, KILN_GOLDEN_FORMAT),
+                  KILN_ERR_FORMAT, "'%s': \"format\" must be \"%s\"", jp, KILN_GOLDEN_FORMAT);
+    static const char *const digests[] = {"data_sha256", "model_sha256"};
+    for (size_t k = 0; k < KILN_ARRAY_LEN(digests); k++)
+        KILN_CHECK_IF(rc, out, !json_is_string(json_object_get(gj, digests[k])), KILN_ERR_FORMAT,
+                      "'%s': \"%s\" is missing or not a string", jp, digests[k]);
+    KILN_CHECK_IF(
+        rc, out, !json_is_array(json_object_get(json_object_get(gj, "windows_chosen"), "starts")),
+        KILN_ERR_FORMAT, "'%s': \"windows_chosen\".\"starts\" is missing or not an array", jp);
     const int S = m->cfg.seq_len, F = m->cfg.n_features, O = m->cfg.n_outputs;
     const kiln_tensor *ti, *tt, *to;
     const int64_t sx[3] = {-1, S, F}, sy[3] = {-1, S, O};

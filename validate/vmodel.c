@@ -74,6 +74,17 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
     char *card = kiln_path_join(m->dir, "card.json");
     KILN_CHECK_IF(rc, fail, !card, KILN_ERR_NOMEM, "out of memory");
     if (kiln_path_exists(card)) rc = kiln_json_load_file(card, &m->card);
+    if (!rc && m->card) {
+        /* The card's val_fraction places the held-out split: one that is there but not a
+         * fraction is refused, never replaced by the default. */
+        const json_t *lc = json_object_get(json_object_get(m->card, "lineage"), "config");
+        const json_t *v = json_object_get(lc, "val_fraction");
+        if (!json_is_object(m->card))
+            rc = kiln_fail(KILN_ERR_FORMAT, "'%s': must be a JSON object", card);
+        else if (v && !(json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) < 1))
+            rc = kiln_fail(KILN_ERR_FORMAT,
+                           "'%s': lineage.config.val_fraction must be a number in [0, 1)", card);
+    }
     free(card);
     if (rc) goto fail;
     kiln_st_close(st);
