@@ -154,9 +154,9 @@ KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features,
  * chose them), so n instruments ticking together cost far less than n pushes once the
  * weights do not fit in cache. Attention, norms and routing stay per stream.
  * Refused before any stream changes (every input is checked first, so a bad row leaves
- * every stream as it was): a null stream, streams of different models, the same stream
- * twice (KILN_ERR_USAGE), a non-finite feature (KILN_ERR_NUMERIC, naming streams[i] and
- * the feature). n == 0 does nothing and succeeds.
+ * every stream as it was): a null array or stream, streams of different models, the same
+ * stream twice (KILN_ERR_USAGE), a non-finite feature (KILN_ERR_NUMERIC, naming streams[i]
+ * and the feature). n == 0 does nothing and succeeds (the pointers are not read).
  * Memory: none per call. The only extra buffers, top_k * (d_ff + d_model) floats per
  * stream for the experts' per-slot results, are part of each stream (kiln_stream_open),
  * and the call keeps no state outside its streams; so threads may push disjoint sets of
