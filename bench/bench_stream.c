@@ -3,7 +3,12 @@
  * measured in the same run: one OpenBLAS sgemv (one thread) over as many f32 weights as
  * a tick reads (every non-expert matrix plus top_k experts per layer). The ratio says how
  * close a tick comes to streaming its weights once; the absolute figures say what the
- * machine does. Usage: bench_stream DIR (models are written there); results on stdout.
+ * machine does.
+ *
+ * Then kiln_stream_push_many against kiln_stream_push on the same streams: one tick for n
+ * streams in one call, or n calls, in interleaved rounds of the same run.
+ *
+ * Usage: bench_stream DIR (models are written there); results on stdout.
  */
 #include <cblas.h>
 #include <stdio.h>
@@ -114,6 +119,93 @@ static int run_case(const char *dir, const bench_case *bc) {
     return failed;
 }
 
+/* Read a buffer twice the size of the last-level cache, so that what comes next finds none
+ * of the model's weights or rings in cache. */
+enum { SCRUB_BYTES = 64 << 20 };
+static float scrub_sink;
+static void scrub(const float *buf) {
+    float acc = 0;
+    for (size_t i = 0; i < SCRUB_BYTES / sizeof *buf; i += 16) /* a float per cache line */
+        acc += buf[i];
+    scrub_sink += acc;
+}
+
+/* push_many against single pushes for n = 1, 8, 64, 256 streams of one model. One set of
+ * 256 streams, filled past the window first (so every tick attends W keys, as in a running
+ * service); each case uses the first n. A round times one push_many over the n streams and
+ * then n kiln_stream_push calls, one per stream, with the next tick's features; each of the
+ * two starts with the caches scrubbed, so that neither finds what the other just read, and
+ * the rounds interleave them so that the machine's load falls on both alike. Medians over
+ * rounds. */
+static int run_many_case(const char *dir, const bench_case *bc) {
+    enum { NMAX = 256 };
+    static const size_t ns[] = {1, 8, 64, NMAX};
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s-many-%s.safetensors", dir, bc->name,
+             bc->bf16 ? "bf16" : "f32");
+    const kiln_model_config *c = &bc->cfg;
+    const int F = c->n_features, O = c->n_outputs;
+    kiln_model *m = NULL;
+    kiln_stream **s = kiln_calloc(NMAX, sizeof *s);
+    float *x = kiln_malloc((size_t)NMAX * F * sizeof *x);
+    float *y = kiln_malloc((size_t)NMAX * O * sizeof *y);
+    uint64_t *many = kiln_malloc(1000 * sizeof *many), *single = kiln_malloc(1000 * sizeof *single);
+    float *junk = kiln_malloc(SCRUB_BYTES);
+    int failed = !s || !x || !y || !many || !single || !junk;
+    if (junk)
+        for (size_t i = 0; i < SCRUB_BYTES / sizeof *junk; i++)
+            junk[i] = (float)(i & 7);
+    if (!failed && (kiln_rt_random_model(path, c, 1, bc->bf16) != KILN_OK ||
+                    kiln_model_open(path, &m) != KILN_OK))
+        failed = 1;
+    for (size_t i = 0; !failed && i < NMAX; i++)
+        failed = kiln_stream_open(m, &s[i]) != KILN_OK;
+    if (failed) {
+        fprintf(stderr, "bench_stream: %s\n", kiln_errmsg());
+        goto out;
+    }
+    uint64_t tick = 0;
+    for (; tick < (uint64_t)c->attn_window; tick++) {
+        for (size_t i = 0; i < (size_t)NMAX * F; i++)
+            x[i] = (float)kiln_rt_normal(11, tick * NMAX * F + i);
+        failed |= kiln_stream_push_many(s, NMAX, x, y) != KILN_OK;
+    }
+    for (size_t k = 0; k < KILN_ARRAY_LEN(ns); k++) {
+        const size_t n = ns[k];
+        /* About the same time per case: ~400 stream-ticks each way, at least 7 rounds. */
+        int rounds = (int)(400 / n) < 7 ? 7 : (int)(400 / n);
+        for (int r = 0; r < rounds; r++, tick++) {
+            for (size_t i = 0; i < n * F; i++)
+                x[i] = (float)kiln_rt_normal(12, tick * NMAX * F + i);
+            scrub(junk);
+            uint64_t t0 = kiln_now_ns();
+            failed |= kiln_stream_push_many(s, n, x, y) != KILN_OK;
+            many[r] = kiln_now_ns() - t0;
+            scrub(junk);
+            t0 = kiln_now_ns();
+            for (size_t i = 0; i < n; i++)
+                failed |= kiln_stream_push(s[i], x + i * F, y + i * O) != KILN_OK;
+            single[r] = kiln_now_ns() - t0;
+        }
+        stats sm = summarise(many, rounds), ss = summarise(single, rounds);
+        /* summarise gives microseconds per round: a round is one call, or n calls. */
+        printf("%-10s %-4s %4zu  %6d  %12.3f  %12.2f  %14.2f  %6.2f\n", bc->name,
+               bc->bf16 ? "bf16" : "f32", n, rounds, sm.p50 / 1e3, sm.p50 / (double)n,
+               ss.p50 / (double)n, ss.p50 / sm.p50);
+    }
+out:
+    for (size_t i = 0; s && i < NMAX; i++)
+        kiln_stream_free(s[i]);
+    free(s);
+    free(x);
+    free(y);
+    free(many);
+    free(single);
+    free(junk);
+    kiln_model_free(m);
+    return failed;
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: bench_stream DIR\n");
@@ -155,5 +247,13 @@ int main(int argc, char **argv) {
     int failed = 0;
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++)
         failed |= run_case(argv[1], &cases[i]);
+    printf("\n# kiln_stream_push_many: one tick for n streams of one model in one call, against n "
+           "kiln_stream_push calls on the same streams, in interleaved rounds, each from "
+           "scrubbed caches (medians); us/tick = per stream-tick; ratio = single us/tick / many "
+           "us/tick\n");
+    printf("%-10s %-4s %4s  %6s  %12s  %12s  %14s  %6s\n", "model", "wts", "n", "rounds",
+           "many_ms/call", "many_us/tick", "single_us/tick", "ratio");
+    for (size_t i = 1; i < KILN_ARRAY_LEN(cases); i++) /* the d256 cases */
+        failed |= run_many_case(argv[1], &cases[i]);
     return failed;
 }

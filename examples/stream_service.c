@@ -1,15 +1,19 @@
 /*
  * stream_service.c - the smallest useful streaming service on libkiln.
  *
- *   stream_service MODEL < ticks.csv > predictions.csv
+ *   stream_service MODEL [INSTRUMENTS] < ticks.csv > predictions.csv
  *
  * Loads a model (a model directory or its model.safetensors), reads one tick per line
  * on stdin (n_features comma-separated numbers), and writes that tick's prediction
  * (n_outputs comma-separated numbers) on stdout. At exit it prints the latency of the
- * kiln_stream_push call (p50, p99, max, in microseconds) on stderr.
+ * push (p50, p99, max, in microseconds) on stderr.
  *
  * A real service opens one kiln_stream per instrument on one shared kiln_model; each
- * stream belongs to one thread at a time. Only include/kiln.h is used.
+ * stream belongs to one thread at a time. With INSTRUMENTS = k (default 1) this one opens
+ * k streams, a line holds the k instruments' features one after the other (k * n_features
+ * numbers) and its prediction the k instruments' outputs; the k ticks go through one
+ * kiln_stream_push_many call, which reads the weights once for all k and gives each
+ * instrument exactly what kiln_stream_push would. Only include/kiln.h is used.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -47,24 +51,30 @@ static int parse_tick(char *line, float *out, int n) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s MODEL < ticks.csv > predictions.csv\n", argv[0]);
+    int k = argc == 3 ? atoi(argv[2]) : 1; /* instruments */
+    if (argc < 2 || argc > 3 || k < 1 || k > 4096) {
+        fprintf(stderr, "usage: %s MODEL [INSTRUMENTS] < ticks.csv > predictions.csv\n", argv[0]);
         return 2;
     }
     kiln_model *model;
-    kiln_stream *stream;
     if (kiln_model_open(argv[1], &model) != KILN_OK) {
         fprintf(stderr, "error: %s\n", kiln_errmsg());
         return 2;
     }
-    if (kiln_stream_open(model, &stream) != KILN_OK) {
-        fprintf(stderr, "error: %s\n", kiln_errmsg());
-        kiln_model_free(model);
-        return 2;
-    }
+    kiln_stream **streams = calloc((size_t)k, sizeof *streams); /* one per instrument */
+    for (int i = 0; i < k; i++)
+        if (!streams || kiln_stream_open(model, &streams[i]) != KILN_OK) {
+            fprintf(stderr, "error: %s\n", streams ? kiln_errmsg() : "out of memory");
+            for (int j = 0; streams && j < i; j++)
+                kiln_stream_free(streams[j]);
+            free(streams);
+            kiln_model_free(model);
+            return 2;
+        }
     const kiln_model_config *cfg = kiln_model_config_get(model);
-    float *features = calloc((size_t)cfg->n_features, sizeof *features);
-    float *outputs = calloc((size_t)cfg->n_outputs, sizeof *outputs);
+    const int nf = k * cfg->n_features, no = k * cfg->n_outputs; /* numbers in, out per line */
+    float *features = calloc((size_t)nf, sizeof *features);
+    float *outputs = calloc((size_t)no, sizeof *outputs);
     size_t n = 0, cap = 4096;
     double *lat = malloc(cap * sizeof *lat); /* per-tick push latency, microseconds */
     char *line = NULL;
@@ -80,15 +90,14 @@ int main(int argc, char **argv) {
 
     while (getline(&line, &len, stdin) > 0) {
         lineno++;
-        if (parse_tick(line, features, cfg->n_features)) {
-            fprintf(stderr, "line %ld: expected %d comma-separated numbers; skipped\n", lineno,
-                    cfg->n_features);
+        if (parse_tick(line, features, nf)) {
+            fprintf(stderr, "line %ld: expected %d comma-separated numbers; skipped\n", lineno, nf);
             continue;
         }
         double t0 = now_us();
-        kiln_err err = kiln_stream_push(stream, features, outputs);
+        kiln_err err = kiln_stream_push_many(streams, (size_t)k, features, outputs);
         double dt = now_us() - t0;
-        if (err != KILN_OK) { /* a refused tick leaves the stream as it was */
+        if (err != KILN_OK) { /* a refused tick leaves every stream as it was */
             fprintf(stderr, "line %ld: %s; skipped\n", lineno, kiln_errmsg());
             continue;
         }
@@ -103,7 +112,7 @@ int main(int argc, char **argv) {
             cap *= 2;
         }
         lat[n++] = dt;
-        for (int o = 0; o < cfg->n_outputs; o++)
+        for (int o = 0; o < no; o++)
             printf(o ? ",%.9g" : "%.9g", outputs[o]);
         putchar('\n');
     }
@@ -117,7 +126,9 @@ done:
     free(lat);
     free(features);
     free(outputs);
-    kiln_stream_free(stream);
+    for (int i = 0; i < k; i++)
+        kiln_stream_free(streams[i]);
+    free(streams);
     kiln_model_free(model);
     return rc;
 }

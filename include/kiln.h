@@ -144,6 +144,28 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) KILN_
  * (KILN_ERR_NUMERIC) and leaves the stream as it was. Not thread-safe per stream. */
 KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features,
                                    float *outputs) KILN_MUST_CHECK;
+/* One tick for each of n streams of one model: streams[i] takes features + i*F and writes
+ * outputs + i*O (features [n,F], outputs [n,O]). Each stream's outputs, rings, tick count
+ * and state afterwards are bit for bit what kiln_stream_push on each stream in turn gives:
+ * the same kernels on each stream's own vectors, summed in the same order. What it saves
+ * is memory traffic: on the CPU each weight matrix is read from memory once per call
+ * instead of once per stream (rows in cache-sized blocks, each block against every
+ * stream; the experts the streams' routers chose run once each, over the streams that
+ * chose them), so n instruments ticking together cost far less than n pushes once the
+ * weights do not fit in cache. Attention, norms and routing stay per stream.
+ * Refused before any stream changes (every input is checked first, so a bad row leaves
+ * every stream as it was): a null array or stream, streams of different models, the same
+ * stream twice (KILN_ERR_USAGE), a non-finite feature (KILN_ERR_NUMERIC, naming streams[i]
+ * and the feature). n == 0 does nothing and succeeds (the pointers are not read).
+ * Memory: none per call. The only extra buffers, top_k * (d_ff + d_model) floats per
+ * stream for the experts' per-slot results, are part of each stream (kiln_stream_open),
+ * and the call keeps no state outside its streams; so threads may push disjoint sets of
+ * streams on one shared model at once (each stream used by one thread at a time).
+ * On a CUDA model (kiln_model_open_opts) the streams are pushed in turn, with the same
+ * results as kiln_stream_push; the weight sharing is CPU-only for now. A device error
+ * there is returned naming streams[i], and streams before i have taken their tick. */
+KILN_API kiln_err kiln_stream_push_many(kiln_stream *const *streams, size_t n,
+                                        const float *features, float *outputs) KILN_MUST_CHECK;
 /* Forget every tick: the next push is a sequence's first row again. No allocation. */
 KILN_API void kiln_stream_reset(kiln_stream *s);
 /* Ticks pushed since open or reset. */

@@ -48,7 +48,7 @@ static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
     p->qkv = take(&at, n * 3 * D);
     p->att = take(&at, n * D);
     p->ff = take(&at, n * (size_t)c->d_ff);
-    p->scores = take(&at, (size_t)c->attn_window);
+    p->scores = take(&at, (size_t)c->n_heads * ((size_t)c->attn_window + 2));
     p->wbuf = take(&at, m->bf16 ? m->max_matrix : 0);
     if (E) {
         p->acc = take(&at, n * D);

@@ -52,6 +52,7 @@ struct kiln_model {
     size_t wcount, vcount;         /* elements in wblock and vblock */
     int device;                    /* KILN_DEVICE_CPU or a CUDA device */
     struct kiln_rt_dev *dev;       /* the copy on that device (cuda.c); NULL on the CPU */
+    bool portable;                 /* tests: the portable kernels even where AVX2 runs */
 };
 
 /* Element i of a matrix block (f32 or bf16), as a pointer. */
@@ -95,43 +96,51 @@ typedef struct kiln_rt_kv {
 } kiln_rt_kv;
 
 /* o[D] = windowed ALiBi attention of one query row q[D] over the runs' keys (the last
- * key is the query's own position, at distance 0). scores holds W floats. Returns the
- * number of keys attended. */
+ * key is the query's own position, at distance 0). scores holds H*W + 2*H floats. Returns
+ * the number of keys attended.
+ * Keys are visited in order, each row (every head's part of it) once per pass, so that a
+ * ring in memory is read as rows rather than as a column per head; each head's sums still
+ * run over its keys in key order, so every head computes what a head-by-head loop does. */
 static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, const float *q,
                                  const kiln_rt_kv *runs, int nruns) {
     const int D = m->cfg.d_model, H = m->cfg.n_heads, Dh = D / H;
     int nk = 0;
     for (int r = 0; r < nruns; r++)
         nk += runs[r].n;
-    for (int h = 0; h < H; h++) {
-        const float *qh = q + h * Dh;
-        const float slope = m->slopes[h];
-        float mx = -INFINITY;
-        int j = 0;
-        for (int r = 0; r < nruns; r++)
-            for (int i = 0; i < runs[r].n; i++, j++) {
-                const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
-                float dot = kiln_rt_dot(qh, kh, Dh);
-                float s = dot * m->attn_scale - slope * (float)(nk - 1 - j);
-                scores[j] = s;
-                mx = s > mx ? s : mx;
+    float *mx = scores + (size_t)H * nk, *inv = mx + H; /* [H] each */
+    for (int h = 0; h < H; h++)
+        mx[h] = -INFINITY;
+    int j = 0;
+    for (int r = 0; r < nruns; r++)
+        for (int i = 0; i < runs[r].n; i++, j++) {
+            const float *k = runs[r].k + (size_t)i * runs[r].stride;
+            for (int h = 0; h < H; h++) {
+                float dot = kiln_rt_dot(q + h * Dh, k + h * Dh, Dh);
+                float s = dot * m->attn_scale - m->slopes[h] * (float)(nk - 1 - j);
+                scores[(size_t)h * nk + j] = s;
+                mx[h] = s > mx[h] ? s : mx[h];
             }
-        float sum = 0;
+        }
+    for (int h = 0; h < H; h++) {
+        float *sh = scores + (size_t)h * nk, sum = 0;
         for (j = 0; j < nk; j++)
-            sum += (scores[j] = expf(scores[j] - mx));
-        float inv = 1.0f / sum;
-        float *restrict oh = o + h * Dh;
-        for (int d = 0; d < Dh; d++)
-            oh[d] = 0;
-        j = 0;
-        for (int r = 0; r < nruns; r++)
-            for (int i = 0; i < runs[r].n; i++, j++) {
-                const float *restrict vh = runs[r].v + (size_t)i * runs[r].stride + h * Dh;
-                float a = scores[j] * inv;
+            sum += (sh[j] = expf(sh[j] - mx[h]));
+        inv[h] = 1.0f / sum;
+    }
+    for (int d = 0; d < D; d++)
+        o[d] = 0;
+    j = 0;
+    for (int r = 0; r < nruns; r++)
+        for (int i = 0; i < runs[r].n; i++, j++) {
+            const float *v = runs[r].v + (size_t)i * runs[r].stride;
+            for (int h = 0; h < H; h++) {
+                float a = scores[(size_t)h * nk + j] * inv[h];
+                float *restrict oh = o + h * Dh;
+                const float *restrict vh = v + h * Dh;
                 for (int d = 0; d < Dh; d++)
                     oh[d] += a * vh[d];
             }
-    }
+        }
     return nk;
 }
 
@@ -149,6 +158,17 @@ void kiln_rt_matvec(const kiln_model *m, float *y, const void *W, const float *b
 /* The same, always on the portable path (the one that runs where AVX2 is missing). */
 void kiln_rt_matvec_portable(const kiln_model *m, float *y, const void *W, const float *b,
                              const float *x, int rows, int cols);
+/* The vectors of kiln_rt_matvec_many: vector i's y [rows] and x [cols], or false when vector
+ * i takes no part in this product. Called once per block of rows, so it must be cheap. */
+typedef bool kiln_rt_vec_fn(void *ctx, size_t i, float **y, const float **x);
+/* y_i = W x_i + b for each of n vectors, reading W from memory once: W's rows go in blocks
+ * of about 16 KiB (a multiple of 4 rows), each block against every vector while it is in
+ * cache, the vectors two at a time (each load of W serves both, and twice the sums are in
+ * flight). For every (row, vector) the kernels do exactly the operations kiln_rt_matvec's
+ * kernel does for that row, in the same order, so each y_i is bitwise kiln_rt_matvec's.
+ * Returns the rows of W read (rows, or 0 when every vector declined). */
+size_t kiln_rt_matvec_many(const kiln_model *m, size_t n, kiln_rt_vec_fn *vec, void *ctx,
+                           const void *W, const float *b, int rows, int cols);
 /* W[n] (f32 or bf16 per m) widened into dst[n]. */
 void kiln_rt_widen(const kiln_model *m, float *dst, const void *W, size_t n);
 
@@ -175,6 +195,8 @@ void kiln_rt_dstream_free(kiln_rt_dstream *s);
 typedef struct kiln_rt_cost {
     uint64_t madds; /* multiply-adds in matrix-vector products and attention */
     uint64_t keys;  /* keys attended, summed over layers */
+    uint64_t wrows; /* weight-matrix rows read; kiln_stream_push_many charges the rows the
+                       whole call read to its first stream and 0 to the others */
 } kiln_rt_cost;
 kiln_rt_cost kiln_rt_stream_last_cost(const kiln_stream *s);
 

@@ -5,7 +5,15 @@
  * ring's oldest entry. Because ALiBi depends only on distance (MODEL.md), this is the
  * batch forward's row t for a sequence that began at the stream's first tick. Every
  * buffer is allocated by kiln_stream_open; a push allocates nothing and its work does
- * not depend on how long the stream has run. */
+ * not depend on how long the stream has run.
+ *
+ * A tick runs over a set of streams of one model (kiln_stream_push is the set of one):
+ * each matrix-vector product goes through kiln_rt_matvec_many, which reads the matrix once
+ * for the whole set, and everything else (norms, attention over each stream's own rings,
+ * routing, the mixture's gated sum) runs per stream, in the order a single push runs it.
+ * The experts that the streams' routers chose are run expert by expert, each over the
+ * (stream, slot) pairs that chose it, into per-slot buffers that each stream then sums in
+ * slot order; so a stream's numbers do not depend on which set it was pushed in. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,15 +35,22 @@ struct kiln_stream {
     float *att;           /* [D] */
     float *tmp;           /* [D] */
     float *acc;           /* [D] mixture sum */
-    float *ff;            /* [Fh] */
+    float *ff;            /* [Fh] dense hidden */
+    float *slot_ff;       /* [K, ffs] each chosen expert's hidden, ffs = Fh rounded to 16 */
+    float *slot_out;      /* [K, outs] each chosen expert's output, outs = D rounded to 16 */
     float *probs;         /* [E] */
-    float *scores;        /* [W] */
+    float *scores;        /* [H*W + 2H] */
     int *chosen;          /* [K] */
     float *gates;         /* [K] */
     kiln_rt_cost cost;    /* of the last push */
+    bool marked;          /* kiln_stream_push_many's duplicate check, false between calls */
     void *block;          /* the one allocation behind every buffer above */
     kiln_rt_dstream *dev; /* the stream on the model's GPU; NULL on the CPU */
 };
+
+static size_t round16(size_t n) {
+    return (n + 15) / 16 * 16;
+}
 
 KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
     *out = NULL;
@@ -55,13 +70,15 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
                       D,
                       D,
                       (size_t)c->d_ff,
+                      K * round16((size_t)c->d_ff),
+                      K * round16(D),
                       E,
-                      (size_t)c->attn_window,
+                      (size_t)c->n_heads * ((size_t)c->attn_window + 2),
                       K,
                       K /* chosen, last */};
     size_t total = 0;
     for (size_t i = 0; i < KILN_ARRAY_LEN(sizes); i++)
-        total += (sizes[i] + 15) / 16 * 16;
+        total += round16(sizes[i]);
     kiln_stream *s = kiln_calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->block = aligned_alloc(64, total * sizeof(float));
@@ -72,11 +89,12 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
     }
     memset(s->block, 0, total * sizeof(float));
     float *p = s->block;
-    float **bufs[] = {&s->kring, &s->vring, &s->xn, &s->h,     &s->u,      &s->qkv,  &s->att,
-                      &s->tmp,   &s->acc,   &s->ff, &s->probs, &s->scores, &s->gates};
+    float **bufs[] = {&s->kring,   &s->vring,    &s->xn,    &s->h,      &s->u,
+                      &s->qkv,     &s->att,      &s->tmp,   &s->acc,    &s->ff,
+                      &s->slot_ff, &s->slot_out, &s->probs, &s->scores, &s->gates};
     for (size_t i = 0; i < KILN_ARRAY_LEN(bufs); i++) {
         *bufs[i] = p;
-        p += (sizes[i] + 15) / 16 * 16;
+        p += round16(sizes[i]);
     }
     s->chosen = (int *)p; /* the last slot; int and float are both 4 bytes */
     s->m = m;
@@ -104,7 +122,7 @@ KILN_API void kiln_stream_reset(kiln_stream *s) {
     s->ticks = 0;
     s->ring_n = 0;
     s->ring_pos = 0;
-    s->cost = (kiln_rt_cost){0, 0};
+    s->cost = (kiln_rt_cost){0, 0, 0};
 }
 
 KILN_API uint64_t kiln_stream_ticks(const kiln_stream *s) {
@@ -115,83 +133,269 @@ kiln_rt_cost kiln_rt_stream_last_cost(const kiln_stream *s) {
     return s->cost;
 }
 
-/* s->tmp = y = W x + b, counting the work. */
-static void mv(kiln_stream *s, float *y, const void *W, const float *b, const float *x, int rows,
-               int cols) {
-    kiln_rt_matvec(s->m, y, W, b, x, rows, cols);
-    s->cost.madds += (uint64_t)rows * (uint64_t)cols;
+/* ---- one tick over a set of streams ---- */
+
+/* The per-stream buffers a product reads or writes; OUTPUTS is the caller's row of the
+ * stream's outputs. */
+typedef enum buf { XN, H, U, QKV, ATT, TMP, FF, PROBS, OUTPUTS } buf;
+
+static float *bufp(kiln_stream *s, buf b) {
+    switch (b) {
+    case XN:
+        return s->xn;
+    case H:
+        return s->h;
+    case U:
+        return s->u;
+    case QKV:
+        return s->qkv;
+    case ATT:
+        return s->att;
+    case TMP:
+        return s->tmp;
+    case FF:
+        return s->ff;
+    case PROBS:
+        return s->probs;
+    case OUTPUTS:
+        break;
+    }
+    return NULL;
 }
 
-static void ffn(kiln_stream *s, const kiln_rt_layer *L) {
+static float *slot_ff(const kiln_stream *s, int k) {
+    return s->slot_ff + (size_t)k * round16((size_t)s->m->cfg.d_ff);
+}
+
+static float *slot_out(const kiln_stream *s, int k) {
+    return s->slot_out + (size_t)k * round16((size_t)s->m->cfg.d_model);
+}
+
+/* The slot in which s's router chose expert e this tick, or -1. */
+static int slot_of(const kiln_stream *s, int e) {
+    for (int k = 0; k < s->m->cfg.top_k; k++)
+        if (s->chosen[k] == e) return k;
+    return -1;
+}
+
+/* One product over the set: which vectors of each stream (or, for the head, the caller's
+ * outputs), or which expert. */
+typedef struct prod {
+    kiln_stream *const *ss;
+    buf y, x;
+    float *out; /* y == OUTPUTS: stream i's y is out + i*O */
+    int e;      /* experts: the expert, and fc (x = u, y = its slot's hidden) or proj */
+    bool proj;
+} prod;
+
+static bool vec_bufs(void *ctx, size_t i, float **y, const float **x) {
+    const prod *p = ctx;
+    kiln_stream *s = p->ss[i];
+    *y = p->y == OUTPUTS ? p->out + i * (size_t)s->m->cfg.n_outputs : bufp(s, p->y);
+    *x = bufp(s, p->x);
+    return true;
+}
+
+static bool vec_expert(void *ctx, size_t i, float **y, const float **x) {
+    const prod *p = ctx;
+    const kiln_stream *s = p->ss[i];
+    int k = slot_of(s, p->e);
+    if (k < 0) return false;
+    *y = p->proj ? slot_out(s, k) : slot_ff(s, k);
+    *x = p->proj ? slot_ff(s, k) : s->u;
+    return true;
+}
+
+/* y = W x + b for every stream of the set, counting the work. */
+static void mv(kiln_stream *const *ss, size_t n, buf y, float *out, buf x, const void *W,
+               const float *b, int rows, int cols) {
+    prod p = {.ss = ss, .y = y, .x = x, .out = out};
+    ss[0]->cost.wrows += kiln_rt_matvec_many(ss[0]->m, n, vec_bufs, &p, W, b, rows, cols);
+    for (size_t i = 0; i < n; i++)
+        ss[i]->cost.madds += (uint64_t)rows * (uint64_t)cols;
+}
+
+/* Attention of layer l for one stream over its ring and this tick; this tick's key and
+ * value then take the ring's oldest entry (the ring position moves after the last layer). */
+static void attend(kiln_stream *s, int l) {
     const kiln_model *m = s->m;
+    const int D = m->cfg.d_model, R = m->cfg.attn_window - 1;
+    /* Keys oldest first: the ring from ring_pos on, then from 0, then this tick. */
+    float *kr = s->kring + (size_t)l * R * D, *vr = s->vring + (size_t)l * R * D;
+    int older = s->ring_n == R ? R - s->ring_pos : 0;
+    kiln_rt_kv runs[3] = {
+        {kr + (size_t)s->ring_pos * D, vr + (size_t)s->ring_pos * D, older, (size_t)D},
+        {kr, vr, s->ring_n - older, (size_t)D},
+        {s->qkv + D, s->qkv + 2 * D, 1, 0},
+    };
+    int nk = kiln_rt_attend(m, s->att, s->scores, s->qkv, runs, 3);
+    s->cost.keys += (uint64_t)nk;
+    s->cost.madds += 2 * (uint64_t)nk * (uint64_t)D;
+    if (R > 0) {
+        memcpy(kr + (size_t)s->ring_pos * D, s->qkv + D, (size_t)D * sizeof(float));
+        memcpy(vr + (size_t)s->ring_pos * D, s->qkv + 2 * D, (size_t)D * sizeof(float));
+    }
+}
+
+static void ffn(kiln_stream *const *ss, size_t n, const kiln_rt_layer *L) {
+    const kiln_model *m = ss[0]->m;
     const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
     if (E == 0) {
-        mv(s, s->ff, L->fc_w, L->fc_b, s->u, Fh, D);
-        kiln_gelu_forward(s->ff, s->ff, (size_t)Fh);
-        mv(s, s->tmp, L->proj_w, L->proj_b, s->ff, D, Fh);
-        kiln_rt_axpy(s->h, 1.0f, s->tmp, D);
+        mv(ss, n, FF, NULL, U, L->fc_w, L->fc_b, Fh, D);
+        for (size_t i = 0; i < n; i++)
+            kiln_gelu_forward(ss[i]->ff, ss[i]->ff, (size_t)Fh);
+        mv(ss, n, TMP, NULL, FF, L->proj_w, L->proj_b, D, Fh);
+        for (size_t i = 0; i < n; i++)
+            kiln_rt_axpy(ss[i]->h, 1.0f, ss[i]->tmp, D);
         return;
     }
-    mv(s, s->probs, L->router_w, NULL, s->u, E, D);
-    kiln_route_stream(s->probs, E, K, s->chosen, s->gates);
-    memset(s->acc, 0, (size_t)D * sizeof *s->acc);
-    for (int k = 0; k < K; k++) {
-        size_t e = (size_t)s->chosen[k];
-        mv(s, s->ff, kiln_rt_wat(m, L->fc_w, e * Fh * D), L->fc_b + e * Fh, s->u, Fh, D);
-        kiln_gelu_forward(s->ff, s->ff, (size_t)Fh);
-        mv(s, s->tmp, kiln_rt_wat(m, L->proj_w, e * D * Fh), L->proj_b + e * D, s->ff, D, Fh);
-        kiln_rt_axpy(s->acc, s->gates[k], s->tmp, D);
+    mv(ss, n, PROBS, NULL, U, L->router_w, NULL, E, D);
+    for (size_t i = 0; i < n; i++)
+        kiln_route_stream(ss[i]->probs, E, K, ss[i]->chosen, ss[i]->gates);
+    /* Each expert once, over the (stream, slot) pairs that chose it. */
+    for (int e = 0; e < E; e++) {
+        prod p = {.ss = ss, .e = e};
+        size_t rows =
+            kiln_rt_matvec_many(m, n, vec_expert, &p, kiln_rt_wat(m, L->fc_w, (size_t)e * Fh * D),
+                                L->fc_b + (size_t)e * Fh, Fh, D);
+        if (!rows) continue; /* no stream chose it */
+        ss[0]->cost.wrows += rows;
+        for (size_t i = 0; i < n; i++) {
+            int k = slot_of(ss[i], e);
+            if (k < 0) continue;
+            kiln_gelu_forward(slot_ff(ss[i], k), slot_ff(ss[i], k), (size_t)Fh);
+            ss[i]->cost.madds += 2 * (uint64_t)Fh * (uint64_t)D;
+        }
+        p.proj = true;
+        ss[0]->cost.wrows +=
+            kiln_rt_matvec_many(m, n, vec_expert, &p, kiln_rt_wat(m, L->proj_w, (size_t)e * D * Fh),
+                                L->proj_b + (size_t)e * D, D, Fh);
     }
-    kiln_rt_axpy(s->h, 1.0f, s->acc, D);
+    /* Each stream sums its slots in slot order, as MODEL.md writes the sum. */
+    for (size_t i = 0; i < n; i++) {
+        kiln_stream *s = ss[i];
+        memset(s->acc, 0, (size_t)D * sizeof *s->acc);
+        for (int k = 0; k < K; k++)
+            kiln_rt_axpy(s->acc, s->gates[k], slot_out(s, k), D);
+        kiln_rt_axpy(s->h, 1.0f, s->acc, D);
+    }
+}
+
+/* One tick for each of n streams of one CPU model, inputs already checked: features [n,F]
+ * in, outputs [n,O] out. */
+static void tick(kiln_stream *const *ss, size_t n, const float *features, float *outputs) {
+    const kiln_model *m = ss[0]->m;
+    const kiln_model_config *c = &m->cfg;
+    const int F = c->n_features, D = c->d_model, R = c->attn_window - 1;
+    for (size_t i = 0; i < n; i++) {
+        kiln_stream *s = ss[i];
+        const float *x = features + i * (size_t)F;
+        s->cost = (kiln_rt_cost){0, 0, 0};
+        for (int f = 0; f < F; f++)
+            s->xn[f] = (x[f] - m->in_mean[f]) / m->in_std[f];
+    }
+    mv(ss, n, H, NULL, XN, m->embed_w, m->embed_b, D, F);
+    for (int l = 0; l < c->n_layers; l++) {
+        const kiln_rt_layer *L = &m->layers[l];
+        for (size_t i = 0; i < n; i++)
+            kiln_rt_rmsnorm(ss[i]->u, ss[i]->h, L->attn_norm, D, c->norm_eps);
+        mv(ss, n, QKV, NULL, U, L->qkv_w, L->qkv_b, 3 * D, D);
+        for (size_t i = 0; i < n; i++)
+            attend(ss[i], l);
+        mv(ss, n, TMP, NULL, ATT, L->out_w, L->out_b, D, D);
+        for (size_t i = 0; i < n; i++) {
+            kiln_rt_axpy(ss[i]->h, 1.0f, ss[i]->tmp, D);
+            kiln_rt_rmsnorm(ss[i]->u, ss[i]->h, L->ffn_norm, D, c->norm_eps);
+        }
+        ffn(ss, n, L);
+    }
+    for (size_t i = 0; i < n; i++) {
+        kiln_stream *s = ss[i];
+        if (R > 0) {
+            s->ring_pos = (s->ring_pos + 1) % R;
+            if (s->ring_n < R) s->ring_n++;
+        }
+        kiln_rt_rmsnorm(s->u, s->h, m->final_norm, D, c->norm_eps);
+    }
+    mv(ss, n, OUTPUTS, outputs, U, m->head_w, m->head_b, c->n_outputs, D);
+    for (size_t i = 0; i < n; i++)
+        ss[i]->ticks++;
 }
 
 KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features, float *outputs) {
     const kiln_model *m = s->m;
-    const kiln_model_config *c = &m->cfg;
-    const int F = c->n_features, D = c->d_model, R = c->attn_window - 1;
+    const int F = m->cfg.n_features;
     for (int f = 0; f < F; f++)
         KILN_FAIL_IF(!isfinite(features[f]), KILN_ERR_NUMERIC,
                      "stream tick %llu: feature %d is not finite (%g); the stream is unchanged",
                      (unsigned long long)s->ticks, f, (double)features[f]);
-    s->cost = (kiln_rt_cost){0, 0};
     if (s->dev) {
+        s->cost = (kiln_rt_cost){0, 0, 0};
         KILN_TRY(kiln_rt_dstream_push(s->dev, features, outputs));
         s->ticks++;
         return KILN_OK;
     }
-    for (int f = 0; f < F; f++)
-        s->xn[f] = (features[f] - m->in_mean[f]) / m->in_std[f];
-    mv(s, s->h, m->embed_w, m->embed_b, s->xn, D, F);
-    for (int l = 0; l < c->n_layers; l++) {
-        const kiln_rt_layer *L = &m->layers[l];
-        kiln_rt_rmsnorm(s->u, s->h, L->attn_norm, D, c->norm_eps);
-        mv(s, s->qkv, L->qkv_w, L->qkv_b, s->u, 3 * D, D);
-        /* Keys oldest first: the ring from ring_pos on, then from 0, then this tick. */
-        float *kr = s->kring + (size_t)l * R * D, *vr = s->vring + (size_t)l * R * D;
-        int older = s->ring_n == R ? R - s->ring_pos : 0;
-        kiln_rt_kv runs[3] = {
-            {kr + (size_t)s->ring_pos * D, vr + (size_t)s->ring_pos * D, older, (size_t)D},
-            {kr, vr, s->ring_n - older, (size_t)D},
-            {s->qkv + D, s->qkv + 2 * D, 1, 0},
-        };
-        int nk = kiln_rt_attend(m, s->att, s->scores, s->qkv, runs, 3);
-        s->cost.keys += (uint64_t)nk;
-        s->cost.madds += 2 * (uint64_t)nk * (uint64_t)D;
-        if (R > 0) {
-            memcpy(kr + (size_t)s->ring_pos * D, s->qkv + D, (size_t)D * sizeof(float));
-            memcpy(vr + (size_t)s->ring_pos * D, s->qkv + 2 * D, (size_t)D * sizeof(float));
+    tick(&s, 1, features, outputs);
+    return KILN_OK;
+}
+
+KILN_API kiln_err kiln_stream_push_many(kiln_stream *const *streams, size_t n,
+                                        const float *features, float *outputs) {
+    if (n == 0) return KILN_OK;
+    KILN_FAIL_IF(!streams || !features || !outputs, KILN_ERR_USAGE,
+                 "kiln_stream_push_many: null %s",
+                 !streams    ? "streams"
+                 : !features ? "features"
+                             : "outputs");
+    /* Every check before any stream changes, so that a refusal leaves them all as they were. */
+    for (size_t i = 0; i < n; i++) {
+        KILN_FAIL_IF(!streams[i], KILN_ERR_USAGE,
+                     "kiln_stream_push_many: streams[%zu] is null; no stream was changed", i);
+        KILN_FAIL_IF(streams[i]->m != streams[0]->m, KILN_ERR_USAGE,
+                     "kiln_stream_push_many: streams[%zu] is on model '%s', streams[0] on another "
+                     "('%s'); no stream was changed",
+                     i, streams[i]->m->path, streams[0]->m->path);
+    }
+    const kiln_model *m = streams[0]->m;
+    const size_t F = (size_t)m->cfg.n_features, O = (size_t)m->cfg.n_outputs;
+    for (size_t i = 0; i < n; i++)
+        for (size_t f = 0; f < F; f++)
+            KILN_FAIL_IF(!isfinite(features[i * F + f]), KILN_ERR_NUMERIC,
+                         "kiln_stream_push_many: streams[%zu] (tick %llu): feature %zu is not "
+                         "finite (%g); no stream was changed",
+                         i, (unsigned long long)streams[i]->ticks, f, (double)features[i * F + f]);
+    /* A stream twice would take two ticks in one call. A mark per stream finds it in one
+     * pass; every mark is cleared again before anything else happens. */
+    size_t dup = n;
+    for (size_t i = 0; i < n && dup == n; i++) {
+        if (streams[i]->marked)
+            dup = i;
+        else
+            streams[i]->marked = true;
+    }
+    for (size_t i = 0; i < dup; i++)
+        streams[i]->marked = false;
+    if (dup < n) {
+        size_t first = 0;
+        while (streams[first] != streams[dup])
+            first++;
+        return kiln_fail(KILN_ERR_USAGE,
+                         "kiln_stream_push_many: streams[%zu] is streams[%zu] again (one tick per "
+                         "stream per call); no stream was changed",
+                         dup, first);
+    }
+    if (m->dev) {
+        /* On a GPU each stream is its own CUDA graph: push them in turn. */
+        for (size_t i = 0; i < n; i++) {
+            kiln_err rc = kiln_stream_push(streams[i], features + i * F, outputs + i * O);
+            if (rc)
+                return kiln_errprefix(rc,
+                                      "kiln_stream_push_many: streams[%zu] (streams before it "
+                                      "took their tick): ",
+                                      i);
         }
-        mv(s, s->tmp, L->out_w, L->out_b, s->att, D, D);
-        kiln_rt_axpy(s->h, 1.0f, s->tmp, D);
-        kiln_rt_rmsnorm(s->u, s->h, L->ffn_norm, D, c->norm_eps);
-        ffn(s, L);
+        return KILN_OK;
     }
-    if (R > 0) {
-        s->ring_pos = (s->ring_pos + 1) % R;
-        if (s->ring_n < R) s->ring_n++;
-    }
-    kiln_rt_rmsnorm(s->u, s->h, m->final_norm, D, c->norm_eps);
-    mv(s, outputs, m->head_w, m->head_b, s->u, c->n_outputs, D);
-    s->ticks++;
+    tick(streams, n, features, outputs);
     return KILN_OK;
 }

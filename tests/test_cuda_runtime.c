@@ -3,7 +3,8 @@
  * named and nothing returned. With a GPU (the emulator: `make gpu-emu`): the batch forward
  * (whole sequences, and long ones in chunks) and the streams (one CUDA graph per tick) equal
  * the CPU runtime to f32 rounding, for mixture and dense models, f32 and bf16 weights,
- * W = 1 and W = S, and a stream equals the batch forward, after a reset too. */
+ * W = 1 and W = S, and a stream equals the batch forward, after a reset too; push_many on
+ * device streams equals single pushes. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,6 +85,34 @@ static void one_case(const rcase *rc, int idx) {
               kiln_stream_push(s, x, out3) == KILN_OK && kiln_test_rel_err(out3, yc, 3) <= 1e-5);
     }
     kiln_stream_free(s);
+    /* push_many on device streams pushes each in turn: what single pushes give, bit for bit. */
+    kiln_stream *ab[2] = {NULL, NULL}, *cd[2] = {NULL, NULL};
+    if (CHECK("streams for push_many", kiln_stream_open(gpu, &ab[0]) == KILN_OK &&
+                                           kiln_stream_open(gpu, &ab[1]) == KILN_OK &&
+                                           kiln_stream_open(gpu, &cd[0]) == KILN_OK &&
+                                           kiln_stream_open(gpu, &cd[1]) == KILN_OK)) {
+        bool same = true;
+        float ym[6], y1[6];
+        for (int t = 0; t < S; t++) {
+            const float *xt = x + (size_t)t * 5, *xu = x + ((size_t)S + t) * 5;
+            float two[10];
+            memcpy(two, xt, 5 * sizeof *two);
+            memcpy(two + 5, xu, 5 * sizeof *two);
+            same &= kiln_stream_push_many(ab, 2, two, ym) == KILN_OK &&
+                    kiln_stream_push(cd[0], xt, y1) == KILN_OK &&
+                    kiln_stream_push(cd[1], xu, y1 + 3) == KILN_OK && !memcmp(ym, y1, sizeof ym);
+        }
+        snprintf(what, sizeof what, "%s: push_many on the gpu == single pushes, bit for bit",
+                 rc->name);
+        CHECK(what, same && kiln_stream_ticks(ab[1]) == (uint64_t)S);
+        float bad[10] = {0};
+        bad[7] = NAN;
+        CHECK("push_many on the gpu refuses a non-finite feature",
+              kiln_stream_push_many(ab, 2, bad, ym) == KILN_ERR_NUMERIC &&
+                  kiln_stream_ticks(ab[0]) == (uint64_t)S);
+    }
+    for (int i = 0; i < 2; i++)
+        kiln_stream_free(ab[i]), kiln_stream_free(cd[i]);
 out:
     kiln_model_free(cpu);
     kiln_model_free(gpu);

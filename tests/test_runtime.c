@@ -183,7 +183,7 @@ KILN_TEST(runtime_stream_cost_constant) {
             return;
         }
         float x[4] = {0.5f, -1, 2, 0}, y[2];
-        kiln_rt_cost at_w = {0, 0}, first = {0, 0};
+        kiln_rt_cost at_w = {0, 0, 0}, first = {0, 0, 0};
         bool formula = true;
         for (int t = 1; t <= 10 * W; t++) {
             CHECK("push", kiln_stream_push(s, x, y) == KILN_OK);
@@ -568,6 +568,68 @@ KILN_TEST(runtime_matvec_paths) {
     }
 }
 
+/* The head-by-head attention loop (each head over every key), as MODEL.md reads. */
+static void attend_by_head(const kiln_model *m, float *o, float *scores, const float *q,
+                           const kiln_rt_kv *runs, int nruns) {
+    const int D = m->cfg.d_model, H = m->cfg.n_heads, Dh = D / H;
+    int nk = 0;
+    for (int r = 0; r < nruns; r++)
+        nk += runs[r].n;
+    for (int h = 0; h < H; h++) {
+        float mx = -INFINITY;
+        for (int r = 0, j = 0; r < nruns; r++)
+            for (int i = 0; i < runs[r].n; i++, j++) {
+                const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
+                float s = kiln_rt_dot(q + h * Dh, kh, Dh) * m->attn_scale -
+                          m->slopes[h] * (float)(nk - 1 - j);
+                scores[j] = s;
+                mx = s > mx ? s : mx;
+            }
+        float sum = 0;
+        for (int j = 0; j < nk; j++)
+            sum += (scores[j] = expf(scores[j] - mx));
+        float inv = 1.0f / sum;
+        for (int d = 0; d < Dh; d++)
+            o[h * Dh + d] = 0;
+        for (int r = 0, j = 0; r < nruns; r++)
+            for (int i = 0; i < runs[r].n; i++, j++)
+                for (int d = 0; d < Dh; d++)
+                    o[h * Dh + d] += scores[j] * inv *
+                                     runs[r].v[(size_t)i * runs[r].stride + (size_t)(h * Dh + d)];
+    }
+}
+
+/* kiln_rt_attend walks the keys row by row (a ring is read once, not a column per head);
+ * every head must still get the head-by-head loop's numbers, bit for bit: runs of a ring's
+ * two halves and the new row, Dh = 13 (a tail for kiln_rt_dot), 1 to W keys. */
+KILN_TEST(runtime_attend_rows_equal_heads) {
+    enum { H = 3, Dh = 13, D = H * Dh, W = 9 };
+    float slopes[H], kv[2][W][D], q[D], o1[D], o2[D], scores[H * W + 2 * H];
+    for (int h = 0; h < H; h++)
+        slopes[h] = exp2f(-8.0f * (float)(h + 1) / H);
+    kiln_model m = {.cfg = {.d_model = D, .n_heads = H},
+                    .slopes = slopes,
+                    .attn_scale = 1.0f / sqrtf((float)Dh)};
+    uint64_t c = 0;
+    for (int i = 0; i < D; i++)
+        q[i] = (float)(3.0 * kiln_rt_normal(8, c++));
+    for (int i = 0; i < 2 * W * D; i++)
+        (&kv[0][0][0])[i] = (float)(3.0 * kiln_rt_normal(8, c++));
+    bool same = true;
+    for (int nk = 1; nk <= W; nk++) {
+        int older = (nk - 1) / 2, newer = nk - 1 - older; /* the ring's two halves */
+        kiln_rt_kv runs[3] = {
+            {kv[0][0], kv[1][0], older, D},
+            {kv[0][older], kv[1][older], newer, D},
+            {kv[0][W - 1], kv[1][W - 1], 1, 0},
+        };
+        memset(o1, 0, sizeof o1);
+        attend_by_head(&m, o1, scores, q, runs, 3);
+        same &= kiln_rt_attend(&m, o2, scores, q, runs, 3) == nk && !memcmp(o1, o2, sizeof o1);
+    }
+    CHECK("row-by-row attention == head-by-head attention, bit for bit", same);
+}
+
 /* ---- threads: one model, a stream per thread ---- */
 
 typedef struct job {
@@ -644,4 +706,391 @@ KILN_TEST(runtime_route_nan) {
     kiln_route_stream(r, 4, 3, idx, gate);
     CHECK("finite: p descending, ties to the lower index",
           idx[0] == 1 && idx[1] == 2 && idx[2] == 0 && fabsf(gate[0] - gate[1]) < 1e-6f);
+}
+
+/* ---- many streams in one call (kiln_stream_push_many) ---- */
+
+enum { MAXN = 17 };
+
+/* Stream i's raw inputs at tick t: its own Philox sequence. */
+static void tick_input(float *x, int F, size_t i, uint64_t t) {
+    for (int f = 0; f < F; f++)
+        x[f] = (float)(2.0 * kiln_rt_normal(1000 + i, t * (uint64_t)F + (uint64_t)f));
+}
+
+/* Give stream i a history that depends on i: fresh, half a window, rings wrapped (past W),
+ * or wrapped and then reset with a tick or two since. */
+static bool give_history(kiln_stream *s, const kiln_model_config *c, size_t i) {
+    const int W = c->attn_window;
+    float x[16], y[16];
+    int ticks[4] = {0, W / 2 + 1, 3 * W + (int)i, 2 * W};
+    bool ok = true;
+    for (int t = 0; t < ticks[i % 4]; t++) {
+        tick_input(x, c->n_features, i, (uint64_t)t + 500);
+        ok &= kiln_stream_push(s, x, y) == KILN_OK;
+    }
+    if (i % 4 == 3) {
+        kiln_stream_reset(s);
+        for (int t = 0; t < (int)(i % 3); t++) {
+            tick_input(x, c->n_features, i, (uint64_t)t + 900);
+            ok &= kiln_stream_push(s, x, y) == KILN_OK;
+        }
+    }
+    return ok;
+}
+
+/* Two twin sets of n streams with the same histories. */
+static bool open_twins(const kiln_model *m, size_t n, kiln_stream **a, kiln_stream **b) {
+    bool ok = true;
+    for (size_t i = 0; i < n; i++) {
+        a[i] = b[i] = NULL;
+        ok &= kiln_stream_open(m, &a[i]) == KILN_OK && kiln_stream_open(m, &b[i]) == KILN_OK;
+        ok &= ok && give_history(a[i], &m->cfg, i) && give_history(b[i], &m->cfg, i);
+    }
+    return ok;
+}
+
+static void free_streams(kiln_stream **s, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        kiln_stream_free(s[i]);
+}
+
+/* One tick for the set a through push_many and for its twins b one push at a time: true
+ * when the call succeeds and every output, tick count and cost (multiply-adds, keys) is
+ * the same, bit for bit. */
+static bool tick_twins(kiln_stream **a, kiln_stream **b, size_t n, const kiln_model_config *c,
+                       uint64_t t) {
+    const int F = c->n_features, O = c->n_outputs;
+    float x[MAXN * 16] = {0}, ya[MAXN * 16], yb[MAXN * 16];
+    for (size_t i = 0; i < n; i++)
+        tick_input(x + i * F, F, i, t);
+    memset(ya, 0xa5, sizeof ya);
+    memset(yb, 0x5a, sizeof yb);
+    bool ok = kiln_stream_push_many(a, n, x, ya) == KILN_OK;
+    for (size_t i = 0; i < n; i++) {
+        ok &= kiln_stream_push(b[i], x + i * F, yb + i * O) == KILN_OK;
+        kiln_rt_cost ka = kiln_rt_stream_last_cost(a[i]), kb = kiln_rt_stream_last_cost(b[i]);
+        ok &= ka.madds == kb.madds && ka.keys == kb.keys;
+        ok &= kiln_stream_ticks(a[i]) == kiln_stream_ticks(b[i]);
+    }
+    return ok && memcmp(ya, yb, n * (size_t)O * sizeof *ya) == 0;
+}
+
+/* Dense and mixture, f32 and bf16 weights, this machine's kernels and the portable ones, 1, 3
+ * and 17 streams at different fills: push_many gives what single pushes give, bit for bit,
+ * tick after tick, and after some streams are reset midway. D = 68 leaves a column tail for
+ * both kernels' vector widths, d_ff = 101 and E = 5 a row tail, and the qkv, out, fc and
+ * proj matrices span several of push_many's row blocks. */
+KILN_TEST(runtime_push_many_bitwise) {
+    const size_t ns[] = {1, 3, MAXN};
+    const int T = kiln_test_sanitized() ? 8 : 20;
+    for (int moe = 0; moe < 2; moe++)
+        for (int bf = 0; bf < 2; bf++) {
+            kiln_model_config c = config(68, 2, 4, 101, moe ? 5 : 0, moe ? 3 : 0, 8, 5, 6, 3);
+            char name[48];
+            snprintf(name, sizeof name, "many%d%d.safetensors", moe, bf);
+            kiln_model *m = random_model(name, &c, 60 + (uint64_t)(2 * moe + bf), bf);
+            if (!m) return;
+            for (int portable = 0; portable < 2; portable++) {
+                m->portable = portable;
+                for (size_t k = 0; k < KILN_ARRAY_LEN(ns); k++) {
+                    const size_t n = ns[k];
+                    kiln_stream *a[MAXN], *b[MAXN];
+                    bool ok = open_twins(m, n, a, b);
+                    for (int t = 0; ok && t < T; t++) {
+                        if (t == T / 2)
+                            for (size_t i = 1; i < n; i += 5) {
+                                kiln_stream_reset(a[i]);
+                                kiln_stream_reset(b[i]);
+                            }
+                        ok = tick_twins(a, b, n, &c, (uint64_t)t);
+                    }
+                    char what[160];
+                    snprintf(what, sizeof what,
+                             "%s %s %s, %zu streams: push_many == single pushes, bit for bit",
+                             moe ? "moe" : "dense", bf ? "bf16" : "f32",
+                             portable ? "portable" : "native", n);
+                    CHECK(what, ok);
+                    free_streams(a, n);
+                    free_streams(b, n);
+                }
+            }
+            kiln_model_free(m);
+        }
+}
+
+enum { MV_R = 203, MV_C = 77, MV_N = 4 };
+
+typedef struct mv_vecs {
+    float (*y)[MV_R];
+    float (*x)[MV_C];
+} mv_vecs;
+
+/* Vector 1 declines (it takes no part), as a stream that did not choose an expert. */
+static bool vec_of(void *ctx, size_t i, float **y, const float **x) {
+    mv_vecs *v = ctx;
+    *y = v->y[i];
+    *x = v->x[i];
+    return i != 1;
+}
+
+static bool vec_none(void *ctx, size_t i, float **y, const float **x) {
+    return false;
+}
+
+/* The kernel entry point itself: several vectors against one matrix in row blocks, two at a
+ * time, equal one kiln_rt_matvec per vector, on both paths, with row and column tails (203
+ * rows are several 16 KiB blocks plus a tail of 3, 77 columns a tail for 4- and 8-wide
+ * vectors). */
+KILN_TEST(runtime_matvec_many_equals_matvec) {
+    enum { R = MV_R, C = MV_C, N = MV_N };
+    float *w = kiln_malloc(R * C * 4), b[R], x[N][C], y1[N][R], y2[N][R];
+    uint16_t *wh = kiln_malloc(R * C * 2);
+    if (!CHECK("buffers", w && wh)) {
+        free(w), free(wh);
+        return;
+    }
+    for (int i = 0; i < R * C; i++)
+        wh[i] = kiln_f32_to_bf16(w[i] = (float)kiln_rt_normal(4, (uint64_t)i));
+    for (int i = 0; i < R; i++)
+        b[i] = (float)kiln_rt_normal(5, (uint64_t)i);
+    for (int v = 0; v < N; v++)
+        for (int i = 0; i < C; i++)
+            x[v][i] = (float)kiln_rt_normal(6 + (uint64_t)v, (uint64_t)i);
+    mv_vecs vs = {y2, x};
+    for (int bf = 0; bf < 2; bf++)
+        for (int portable = 0; portable < 2; portable++) {
+            kiln_model m = {.bf16 = bf, .wsize = bf ? 2 : 4, .portable = portable};
+            const void *W = bf ? (const void *)wh : (const void *)w;
+            for (int v = 0; v < N; v++)
+                kiln_rt_matvec(&m, y1[v], W, b, x[v], R, C);
+            memset(y2, 0, sizeof y2);
+            size_t rows = kiln_rt_matvec_many(&m, N, vec_of, &vs, W, b, R, C);
+            /* Vectors 0 and 2 go through the two-vector kernel, 3 through the one-vector. */
+            CHECK("matvec_many == matvec per vector, bit for bit",
+                  rows == R && !memcmp(y1[0], y2[0], sizeof y1[0]) &&
+                      !memcmp(y1[2], y2[2], sizeof y1[2]) && !memcmp(y1[3], y2[3], sizeof y1[3]));
+            bool untouched = true;
+            for (int r = 0; r < R; r++)
+                untouched &= y2[1][r] == 0;
+            CHECK("a vector that declines is left alone", untouched);
+            CHECK("every vector declines: no row read",
+                  kiln_rt_matvec_many(&m, N, vec_none, NULL, W, b, R, C) == 0);
+        }
+    free(w);
+    free(wh);
+}
+
+/* Every refusal names its cause and leaves every stream as it was: after it, the set still
+ * ticks exactly as its twins that never saw the bad call. */
+KILN_TEST(runtime_push_many_refusals) {
+    kiln_model_config c = config(16, 2, 4, 24, 4, 2, 8, 4, 5, 3);
+    kiln_model *m = random_model("refuse.safetensors", &c, 71, false);
+    kiln_model *other = random_model("other.safetensors", &c, 72, false);
+    enum { N = 5 };
+    kiln_stream *a[N] = {0}, *b[N] = {0}, *alien = NULL;
+    if (!m || !other || !CHECK("streams", open_twins(m, N, a, b)) ||
+        !CHECK("a stream on another model", kiln_stream_open(other, &alien) == KILN_OK))
+        goto out;
+    float x[N * 5], y[N * 3];
+    for (size_t i = 0; i < N; i++)
+        tick_input(x + i * 5, 5, i, 40);
+    CHECK("n = 0 is a no-op", kiln_stream_push_many(NULL, 0, NULL, NULL) == KILN_OK &&
+                                  kiln_stream_push_many(a, 0, x, y) == KILN_OK);
+    CHECK("null arrays refused", kiln_stream_push_many(NULL, 2, x, y) == KILN_ERR_USAGE &&
+                                     kiln_test_msg_has("null streams", NULL) &&
+                                     kiln_stream_push_many(a, 2, NULL, y) == KILN_ERR_USAGE &&
+                                     kiln_test_msg_has("null features", NULL) &&
+                                     kiln_stream_push_many(a, 2, x, NULL) == KILN_ERR_USAGE &&
+                                     kiln_test_msg_has("null outputs", NULL));
+    kiln_stream *with_null[N] = {a[0], a[1], NULL, a[3], a[4]};
+    CHECK("a null stream refused, naming it",
+          kiln_stream_push_many(with_null, N, x, y) == KILN_ERR_USAGE &&
+              kiln_test_msg_has("streams[2] is null", "no stream was changed"));
+    kiln_stream *mixed[N] = {a[0], a[1], a[2], alien, a[4]};
+    char *op = kiln_test_path("other.safetensors");
+    CHECK("streams of another model refused, naming it and both files",
+          kiln_stream_push_many(mixed, N, x, y) == KILN_ERR_USAGE &&
+              kiln_test_msg_has("streams[3] is on model", op) &&
+              kiln_test_msg_has("refuse.safetensors", NULL));
+    free(op);
+    kiln_stream *twice[N] = {a[0], a[1], a[2], a[3], a[1]};
+    CHECK("the same stream twice refused, naming both places",
+          kiln_stream_push_many(twice, N, x, y) == KILN_ERR_USAGE &&
+              kiln_test_msg_has("streams[4] is streams[1] again", "no stream was changed"));
+    kiln_stream *same[2] = {a[0], a[0]};
+    CHECK("one stream in both places refused",
+          kiln_stream_push_many(same, 2, x, y) == KILN_ERR_USAGE &&
+              kiln_test_msg_has("streams[1] is streams[0] again", NULL));
+    /* A bad value in the last row: nothing may have been touched for the rows before it. */
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (size_t v = 0; v < 3; v++) {
+        float xb[N * 5];
+        memcpy(xb, x, sizeof xb);
+        xb[4 * 5 + 1] = bad[v];
+        CHECK("a non-finite feature refused, naming the stream and the feature",
+              kiln_stream_push_many(a, N, xb, y) == KILN_ERR_NUMERIC &&
+                  kiln_test_msg_has("streams[4]", "feature 1 is not finite") &&
+                  kiln_test_msg_has("no stream was changed", NULL));
+    }
+    bool ticks_same = true;
+    for (size_t i = 0; i < N; i++)
+        ticks_same &= kiln_stream_ticks(a[i]) == kiln_stream_ticks(b[i]);
+    CHECK("no refused call counted a tick", ticks_same);
+    bool same_after = true;
+    for (int t = 0; t < 3 * c.attn_window; t++)
+        same_after &= tick_twins(a, b, N, &c, 100 + (uint64_t)t);
+    CHECK("after every refusal, each stream ticks as its twin that never saw one, bit for bit",
+          same_after);
+out:
+    kiln_stream_free(alien);
+    free_streams(a, N);
+    free_streams(b, N);
+    kiln_model_free(m);
+    kiln_model_free(other);
+}
+
+KILN_TEST(runtime_push_many_allocates_nothing) {
+    kiln_model_config c = config(16, 2, 4, 24, 4, 2, 8, 4, 5, 3);
+    kiln_model *m = random_model("many-alloc.safetensors", &c, 73, false);
+    enum { N = 6 };
+    kiln_stream *a[N], *b[N];
+    if (!m || !CHECK("streams", open_twins(m, N, a, b))) {
+        kiln_model_free(m);
+        return;
+    }
+    kiln_stream *twice[2] = {a[0], a[0]};
+    float x[N * 5] = {0}, y[N * 3];
+    /* The first call, then the armed allocator: no later call may take an allocation. */
+    bool ok = kiln_stream_push_many(a, N, x, y) == KILN_OK;
+    kiln_alloc_fail_after(1);
+    for (int t = 0; t < 50; t++) {
+        tick_input(x + (size_t)(t % N) * 5, 5, (size_t)t, 7);
+        ok &= kiln_stream_push_many(a, N, x, y) == KILN_OK;
+    }
+    ok &= kiln_stream_push_many(twice, 2, x, y) == KILN_ERR_USAGE; /* a refusal allocates neither */
+    void *probe = kiln_malloc(16);
+    kiln_alloc_fail_after(0);
+    CHECK("every call succeeded with allocation armed to fail", ok);
+    CHECK("no call consumed an allocation", probe == NULL);
+    free(probe);
+    free_streams(a, N);
+    free_streams(b, N);
+    kiln_model_free(m);
+}
+
+/* The rows of weight matrices a call reads (kiln_rt_cost.wrows, summed over its streams):
+ * every shared matrix once, each expert that any stream chose once (at most E per layer),
+ * where n single pushes read everything n times. */
+KILN_TEST(runtime_push_many_reads_weights_once) {
+    enum { N = 12 };
+    for (int moe = 0; moe < 2; moe++) {
+        kiln_model_config c = config(32, 3, 4, 40, moe ? 6 : 0, moe ? 2 : 0, 8, 4, 5, 3);
+        kiln_model *m = random_model("rows.safetensors", &c, 74 + (uint64_t)moe, false);
+        kiln_stream *a[N], *b[N];
+        if (!m || !CHECK("streams", open_twins(m, N, a, b))) {
+            kiln_model_free(m);
+            return;
+        }
+        const uint64_t D = 32, Fh = 40, L = 3, E = (uint64_t)c.n_experts, K = (uint64_t)c.top_k;
+        /* Rows of the matrices every tick reads: embed, qkv, out, router or dense ffn, head. */
+        const uint64_t shared = D + L * (3 * D + D + (moe ? E : Fh + D)) + (uint64_t)c.n_outputs;
+        const uint64_t expert = Fh + D; /* one expert's fc and proj */
+        bool many_ok = true, single_ok = true, leader = true, varied = false;
+        for (int t = 0; t < 10; t++) {
+            CHECK("tick", tick_twins(a, b, N, &c, 300 + (uint64_t)t));
+            uint64_t many = 0, single = 0;
+            for (size_t i = 0; i < N; i++) {
+                many += kiln_rt_stream_last_cost(a[i]).wrows;
+                single += kiln_rt_stream_last_cost(b[i]).wrows;
+                leader &= i == 0 || kiln_rt_stream_last_cost(a[i]).wrows == 0;
+            }
+            if (moe) {
+                /* Between every expert chosen (K distinct per layer at least) and all E. */
+                many_ok &= many >= shared + L * K * expert && many <= shared + L * E * expert;
+                varied |= many > shared + L * K * expert;
+            } else {
+                many_ok &= many == shared;
+            }
+            single_ok &= single == N * (shared + (moe ? L * K * expert : 0));
+        }
+        CHECK(moe ? "moe: push_many reads each matrix and each chosen expert once"
+                  : "dense: push_many reads each matrix once",
+              many_ok);
+        CHECK("single pushes read them once per stream", single_ok);
+        CHECK("the call's rows are charged to its first stream", leader);
+        if (moe) CHECK("the streams chose more than one set of experts", varied);
+        free_streams(a, N);
+        free_streams(b, N);
+        kiln_model_free(m);
+    }
+}
+
+/* Two threads push disjoint sets of streams on one model at once, each through push_many:
+ * the same bits as one thread pushing each stream alone. */
+typedef struct many_job {
+    kiln_stream **s;
+    size_t n, first; /* streams[first..first+n) of the whole fleet */
+    const kiln_model_config *c;
+    int T;
+    float *y; /* [T, n, O] */
+    bool ok;
+} many_job;
+
+static void *run_many(void *arg) {
+    many_job *j = arg;
+    const int F = j->c->n_features, O = j->c->n_outputs;
+    float x[MAXN * 16];
+    j->ok = true;
+    for (int t = 0; t < j->T; t++) {
+        for (size_t i = 0; i < j->n; i++)
+            tick_input(x + i * F, F, j->first + i, (uint64_t)t);
+        j->ok &= kiln_stream_push_many(j->s, j->n, x, j->y + (size_t)t * j->n * O) == KILN_OK;
+    }
+    return NULL;
+}
+
+KILN_TEST(runtime_push_many_threads) {
+    kiln_model_config c = config(32, 2, 4, 48, 4, 2, 16, 6, 6, 2);
+    kiln_model *m = random_model("many-threads.safetensors", &c, 75, false);
+    enum { N = 8 };
+    const int T = kiln_test_sanitized() ? 20 : 60;
+    kiln_stream *a[N], *b[N];
+    if (!m || !CHECK("streams", open_twins(m, N, a, b))) {
+        kiln_model_free(m);
+        return;
+    }
+    float *ya = kiln_calloc((size_t)T * N * 2, 4), *yb = kiln_calloc((size_t)T * N * 2, 4);
+    many_job jobs[2] = {{a, 3, 0, &c, T, ya, false},
+                        {a + 3, N - 3, 3, &c, T, ya + (size_t)T * 3 * 2, false}};
+    pthread_t th[2];
+    bool started = pthread_create(&th[0], NULL, run_many, &jobs[0]) == 0;
+    if (started && pthread_create(&th[1], NULL, run_many, &jobs[1]) != 0) {
+        pthread_join(th[0], NULL);
+        started = false;
+    }
+    if (CHECK("threads started", started)) {
+        pthread_join(th[0], NULL);
+        pthread_join(th[1], NULL);
+    }
+    /* The same ticks, one stream at a time, laid out as the jobs laid theirs. */
+    bool ok = true;
+    float x[16];
+    for (int j = 0; j < 2; j++)
+        for (int t = 0; t < T; t++)
+            for (size_t i = 0; i < jobs[j].n; i++) {
+                size_t s = jobs[j].first + i;
+                tick_input(x, 6, s, (uint64_t)t);
+                ok &= kiln_stream_push(b[s], x,
+                                       yb + (jobs[j].y - ya) + ((size_t)t * jobs[j].n + i) * 2) ==
+                      KILN_OK;
+            }
+    CHECK("both threads' calls succeeded", started && jobs[0].ok && jobs[1].ok && ok);
+    CHECK("each thread's streams give one thread's single pushes, bit for bit",
+          !memcmp(ya, yb, (size_t)T * N * 2 * 4));
+    free(ya);
+    free(yb);
+    free_streams(a, N);
+    free_streams(b, N);
+    kiln_model_free(m);
 }

@@ -80,6 +80,13 @@ for v in moe dense; do
     grep -q "ticks $S  push latency (us): p50 .* p99 .* max " "$T/$v.lat" || fail "latency line: $(cat "$T/$v.lat")"
     tr ',' '\n' <"$T/$v.pred" >"$T/$v.pred.got"
     close "$T/$v.pred.got" "$T/$v.want" || fail "stream_service $v predictions differ from the vectors"
+    # Two instruments in one push_many a line: each gets what it gets alone, to the digit.
+    tac "$T/$v.csv" >"$T/$v.rev.csv"
+    "$svc" "$T/$v" <"$T/$v.rev.csv" >"$T/$v.rev.pred" 2>/dev/null || fail "stream_service $v (reversed)"
+    paste -d, "$T/$v.csv" "$T/$v.rev.csv" >"$T/$v.two.csv"
+    "$svc" "$T/$v" 2 <"$T/$v.two.csv" >"$T/$v.two.pred" 2>"$T/$v.lat" || fail "stream_service $v 2: $(cat "$T/$v.lat")"
+    paste -d, "$T/$v.pred" "$T/$v.rev.pred" | cmp -s - "$T/$v.two.pred" ||
+        fail "stream_service $v with 2 instruments differs from one at a time"
 done
 
 # Failures: exit 2, a message naming what is wrong, the output file untouched.
