@@ -213,6 +213,29 @@ typedef struct kiln_chart {
  * value gets '!'), and a legend line per series (points, last value, minimum and where). */
 kiln_err kiln_chart_render(const kiln_chart *chart, char **out);
 
+/* ---- libraries loaded on first use (core/dl.c) ------------------------------------ */
+
+/* A shared library and the symbols kiln calls in it, opened the first time a caller needs
+ * it (dlopen, RTLD_NOW | RTLD_LOCAL) rather than by the dynamic linker at start-up. The CUDA
+ * backends' vendor libraries are such: cuBLAS alone costs a process 80-100 ms and 200 MB of
+ * memory to map, which every `kiln` command and every service paid though most never touch
+ * a GPU; loaded on use, kiln also starts on machines that do not have them. */
+typedef struct kiln_dl_lib {
+    const char *soname;       /* "libcublas.so.13": searched as dlopen searches */
+    const char *what;         /* "cuBLAS", for messages */
+    const char *const *names; /* n symbols */
+    size_t n;
+    void **fns; /* n entries, filled by kiln_dl_load */
+    int state;  /* 0 not tried, 1 loaded, -1 failed; read and written by kiln_dl_load only */
+    char why[384];
+} kiln_dl_lib;
+
+/* Open lib and resolve every name, once however many threads call at once; later calls
+ * return at once with the same answer. KILN_ERR_DEVICE naming the library and what dlopen
+ * or the first missing symbol said, when it cannot be loaded (then, and only then, every
+ * later call fails the same way). */
+kiln_err kiln_dl_load(kiln_dl_lib *lib);
+
 /* ---- time --------------------------------------------------------------------- */
 
 uint64_t kiln_now_ns(void);   /* monotonic */

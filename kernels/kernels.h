@@ -192,6 +192,10 @@ void kiln_stats_maxabs(float *out, const float *x, size_t n); /* [1], [n] */
  * One argument list differs from the CPU op: kiln_cuda_moe_gather_backward takes the plan's
  * pos [N,K] instead of rows [M] (see there). */
 #ifdef KILN_HAVE_CUDA
+/* Open cuBLAS (once per process; kiln_cuda_init does it before its first handle): the
+ * library is loaded on use, not linked (kernels/cuda/blas_dl.c). KILN_ERR_DEVICE naming the
+ * library when it cannot be found or lacks a call kiln makes. */
+kiln_err kiln_cuda_blas_load(void);
 /* Number of visible CUDA devices; 0 when there is no driver or GPU. */
 int kiln_cuda_device_count(void);
 /* n blocks of four Philox words for counters first..first+n-1, computed on the device. */

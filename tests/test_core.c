@@ -1,5 +1,6 @@
 /* test_core.c - errors, hashing, the generator, JSON, atomic files. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -259,4 +260,45 @@ KILN_TEST(core_chart_refusals) {
         }
         CHECK("allocation failures are reported", rc == KILN_ERR_NOMEM && !text);
     }
+}
+
+/* ---- libraries opened on first use ---- */
+
+static kiln_dl_lib *dl_race_lib;
+static kiln_err dl_race_rc[4];
+
+static void *dl_race(void *arg) {
+    dl_race_rc[(size_t)arg] = kiln_dl_load(dl_race_lib);
+    return NULL;
+}
+
+KILN_TEST(core_dl_load) {
+    /* A library that is there (libm), from four threads at once: one load, one answer. */
+    static const char *const names[] = {"cos", "sqrt"};
+    void *fns[2] = {0};
+    kiln_dl_lib m = {"libm.so.6", "libm", names, 2, fns, 0, {0}};
+    dl_race_lib = &m;
+    pthread_t t[4];
+    int started = 0;
+    for (size_t i = 0; i < 4; i++)
+        started += !pthread_create(&t[i], NULL, dl_race, (void *)i);
+    for (int i = 0; i < started; i++)
+        pthread_join(t[i], NULL);
+    CHECK("every thread loaded it", started == 4 && !dl_race_rc[0] && !dl_race_rc[1] &&
+                                        !dl_race_rc[2] && !dl_race_rc[3]);
+    if (CHECK("resolved", fns[0] && fns[1])) {
+        double (*c)(double) = (double (*)(double))fns[1];
+        CHECK("and callable", c(16.0) == 4.0);
+    }
+    CHECK("a second call answers at once", kiln_dl_load(&m) == KILN_OK && m.state == 1);
+    /* A library that is not there, and one without a symbol asked for: the library, what
+     * went wrong, and the same answer again later. */
+    kiln_dl_lib none = {"libkiln-none.so.7", "NoSuchLib", names, 2, fns, 0, {0}};
+    CHECK("missing library", kiln_dl_load(&none) == KILN_ERR_DEVICE && has("NoSuchLib") &&
+                                 has("libkiln-none.so.7") && has("LD_LIBRARY_PATH"));
+    CHECK("missing again", kiln_dl_load(&none) == KILN_ERR_DEVICE && has("NoSuchLib"));
+    static const char *const bad[] = {"cos", "kiln_no_such_symbol"};
+    kiln_dl_lib sym = {"libm.so.6", "libm", bad, 2, fns, 0, {0}};
+    CHECK("missing symbol", kiln_dl_load(&sym) == KILN_ERR_DEVICE &&
+                                has("no symbol 'kiln_no_such_symbol'"));
 }

@@ -3,6 +3,7 @@
  * the ops refuse to run without a context. With a GPU, a small network on the device matches
  * the CPU network (tests/gpu/check.c does the full comparison). */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,5 +113,30 @@ KILN_TEST(cuda_degrades_cleanly) {
     CHECK("a build without CUDA says so",
           rc == KILN_ERR_UNSUPPORTED && strstr(kiln_errmsg(), "has no CUDA") != NULL);
     CHECK("nothing returned", m == NULL);
+#endif
+}
+
+#if defined(KILN_HAVE_CUDA) && defined(KILN_HAVE_NCCL)
+kiln_err kiln_nccl_load(void); /* train/nccl_dl.c (train_int.h) */
+#endif
+
+/* cuBLAS and NCCL are opened on first use (kernels/cuda/blas_dl.c, train/nccl_dl.c), not
+ * linked: the toolkit this was built with has them, so every call kiln makes must resolve
+ * in them, with or without a GPU. */
+KILN_TEST(cuda_vendor_libraries_open_on_use) {
+#ifdef KILN_HAVE_CUDA
+    kiln_err rc = kiln_cuda_blas_load();
+    CHECK("libcublas opens and has every call kiln makes", rc == KILN_OK);
+    if (rc) fprintf(stderr, "    %s\n", kiln_errmsg());
+#ifdef KILN_HAVE_NCCL
+    rc = kiln_nccl_load();
+    CHECK("libnccl opens and has every call kiln makes", rc == KILN_OK);
+    if (rc) fprintf(stderr, "    %s\n", kiln_errmsg());
+#endif
+#else
+    kiln_model_config c = small_config();
+    kiln_tsmoe_cuda *m = NULL;
+    CHECK("a build without CUDA opens nothing and says so",
+          kiln_tsmoe_cuda_create(&c, 2, NULL, &m) == KILN_ERR_UNSUPPORTED && !m);
 #endif
 }

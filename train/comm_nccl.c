@@ -118,6 +118,7 @@ kiln_err kiln_comm_nccl_create(kiln_comm *boot, int device, kiln_comm **out) {
     nccl_comm *m = kiln_calloc(1, sizeof *m);
     kiln_err rc = KILN_OK;
     if (!all || !m) rc = kiln_fail(KILN_ERR_NOMEM, "NCCL: out of memory");
+    if (!rc) rc = kiln_nccl_load(); /* opened on first use (nccl_dl.c) */
     cudaError_t ce = rc ? cudaSuccess : cudaSetDevice(device);
     if (ce != cudaSuccess) rc = cuda_fail(ce, "set device");
     if (!rc && boot->rank == 0) {

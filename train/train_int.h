@@ -249,4 +249,10 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
 /* The underlying handle for readers in train/ (sqlite3 *). */
 void *kiln_metrics_db(kiln_metrics *mx);
 
+/* Open NCCL (once per process; kiln_comm_nccl_create does it first): the library is loaded
+ * on use, not linked (train/nccl_dl.c), so kiln runs where it is absent until data
+ * parallelism on GPUs is asked for. KILN_ERR_DEVICE naming the library otherwise. Where
+ * nccl.h is found only. */
+kiln_err kiln_nccl_load(void);
+
 #endif

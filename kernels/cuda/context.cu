@@ -84,7 +84,12 @@ extern "C" kiln_err kiln_cuda_init(int device) {
                  "cuda: device %d does not exist (%d visible)", device, n);
     CU_CALL(op, cudaSetDevice(device));
     ctx.device = device;
-    kiln_err rc = KILN_OK;
+    // cuBLAS is opened here, by the first context of the process (kernels/cuda/blas_dl.c).
+    kiln_err rc = kiln_cuda_blas_load();
+    if (rc) {
+        context_close();
+        return rc;
+    }
     cublasStatus_t s = cublasCreate(&ctx.blas);
     if (s != CUBLAS_STATUS_SUCCESS) {
         ctx.blas = NULL;

@@ -1486,6 +1486,9 @@ out:
  * bucket queued from the backward pass, small buckets so that there are many) and must give
  * the checkpoint bytes of the trainer without NCCL: accum_steps 1 (the backward's gradient
  * as it is) and accum_steps 2 (the micro-batches folded on the compute stream). */
+#ifdef KILN_HAVE_NCCL
+kiln_err kiln_nccl_load(void); /* train/nccl_dl.c (train_int.h) */
+#endif
 static void check_trainer_nccl(const char *dir, bool tiny) {
     say("== the trainer through NCCL (one rank) against the trainer without it\n");
 #ifndef KILN_HAVE_NCCL
@@ -1493,6 +1496,12 @@ static void check_trainer_nccl(const char *dir, bool tiny) {
     add("trainer through nccl: the same checkpoint bytes", NAN, 0, SKIP,
         "this build has no NCCL (nccl.h was not found)");
 #else
+    if (kiln_nccl_load()) { /* opened on first use (train/nccl_dl.c): a machine without it */
+        char why[300];
+        snprintf(why, sizeof why, "%s", kiln_errmsg());
+        add("trainer through nccl: the same checkpoint bytes", NAN, 0, SKIP, why);
+        return;
+    }
     kiln_log_set_level(KILN_LOG_ERROR);
     char *data = kiln_path_join(dir, "train-nccl.safetensors");
     kiln_synth_opts so = {.seed = 12, .rows = tiny ? 400 : 4000, .n_features = 8, .n_outputs = 2};

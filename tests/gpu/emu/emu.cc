@@ -306,6 +306,12 @@ const char *cudaGetErrorName(cudaError_t e) {
     return e == cudaSuccess ? "cudaSuccess" : "cudaErrorEmulated";
 }
 
+// cuBLAS is part of the emulator, so there is nothing to open (a real build opens
+// libcublas on first use: kernels/cuda/blas_dl.c, which the emulator does not compile).
+extern "C" int kiln_cuda_blas_load(void) { // kiln_err, KILN_OK
+    return 0;
+}
+
 struct emu_blas {
     int unused;
 };

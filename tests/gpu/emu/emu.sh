@@ -12,7 +12,7 @@ E=build/emu${EMU_SAN:+-asan}
 # device buffers (plain heap blocks here) is caught.
 SAN=${EMU_SAN:+-fsanitize=address -fno-omit-frame-pointer}
 mkdir -p "$E/src" "$E/obj"
-MODS="core kernels/cpu train runtime export validate sign registry"
+MODS="core kernels/cpu train runtime export validate sign registry web"
 INC="-Iinclude -Ikernels $(for m in $MODS; do printf -- '-I%s ' $m; done)-Ibuild"
 # The libraries libkiln links, as the Makefile names them.
 PKGS=$(sed -n "s/^PKGS := //p" Makefile)
@@ -30,7 +30,7 @@ done
 g++ $CXXFLAGS -Wno-clobbered -c tests/gpu/emu/emu.cc -o "$E/obj/emu.o"
 objs="$objs $E/obj/emu.o"
 # Everything libkiln holds but the transports of data parallelism (MPI, NCCL).
-for f in $(for m in $MODS; do ls $m/*.c; done | grep -v -e comm_mpi -e comm_nccl); do
+for f in $(for m in $MODS; do ls $m/*.c; done | grep -v -e comm_mpi -e comm_nccl -e nccl_dl); do
     o=$E/obj/$(echo "$f" | tr / _).o
     gcc $CFLAGS $INC -c "$f" -o "$o"
     objs="$objs $o"
