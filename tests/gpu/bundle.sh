@@ -13,14 +13,13 @@ cd "$(dirname "$0")/../.."
 BUILD=${BUILD:-build}
 B=.gpu-bundle
 make -s -j"$(nproc)" BUILD="$BUILD" all gpu-check >/dev/null
-# The same without NCCL, for a GPU machine where no libnccl.so.2 can be found (kiln and
-# gpu-check link it, so they would not start there; gpu-check then skips its NCCL rows).
-make -s -j"$(nproc)" BUILD="$BUILD-nonccl" NCCL_H= all gpu-check >/dev/null
+# One set of binaries: the CUDA runtime is linked in and cuBLAS and NCCL are opened on first
+# use, so they start on any machine; without an NCCL there, gpu-check skips its NCCL rows
+# and says why.
 rm -rf "$B"
-mkdir -p "$B/bin" "$B/bin-nonccl" "$B/lib"
+mkdir -p "$B/bin" "$B/lib"
 for f in kiln gpu-check stream_service; do
     cp "$BUILD/$f" "$B/bin/"
-    cp "$BUILD-nonccl/$f" "$B/bin-nonccl/"
 done
 for f in "$B"/bin/*; do ldd "$f"; done | awk '/=> \//{print $1, $3}' | sort -u |
     grep -Ev '^(libc|libm|libpthread|libdl|librt|libutil|ld-linux[^ ]*|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' |

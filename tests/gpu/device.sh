@@ -9,16 +9,13 @@ B=$(pwd)/.gpu-bundle
 O=${OUT:-/tmp/kiln-gpu-out}
 mkdir -p "$O" /tmp/kiln-lib
 tar -C /tmp/kiln-lib -xzf "$B/lib.tgz" || exit 2
-# NCCL (kiln and gpu-check link it when the build had it): CUDA's folder, else the copy
-# that python3's packages carry (nvidia/nccl/lib on the lent machines).
-# Without one, the binaries built without NCCL (bundle.sh's bin-nonccl) run instead.
+# cuBLAS and NCCL are opened on first use, from LD_LIBRARY_PATH: CUDA's folder, and for NCCL
+# the copy python3's packages carry (nvidia/nccl/lib on the lent machines) else any other.
+# Without one, gpu-check skips its NCCL rows and says why.
 found=$(find -H /usr/local/cuda/lib64 /usr/lib /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null)
 nccl=$(printf '%s\n' "$found" | grep -m 1 'nvidia/nccl/lib' || printf '%s\n' "$found" | head -n 1)
 BIN=$B/bin
-if [ -z "$nccl" ]; then
-    echo "no libnccl.so.2 on this machine: running the binaries built without NCCL" | tee "$O/nccl.txt"
-    BIN=$B/bin-nonccl
-fi
+[ -n "$nccl" ] || echo "no libnccl.so.2 on this machine: the NCCL rows will be skipped" | tee "$O/nccl.txt"
 export LD_LIBRARY_PATH=/tmp/kiln-lib/lib:/usr/local/cuda/lib64${nccl:+:$(dirname "$nccl")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv | tee "$O/gpu.txt"
 date -u | tee -a "$O/gpu.txt"
