@@ -76,6 +76,22 @@ static size_t record_signers(const kiln_sign_trust *t, const char *text,
     return n;
 }
 
+/* A stored channel record as the page shows it, from the row's columns at + 0 .. at + 7:
+ * seq, version, digest, expires, reason, record (the signed JSON, whose signers go into
+ * signers[]), publisher, created. The rest of *rec is zero for the caller to fill. */
+static void record_row(const kiln_sign_trust *t, sqlite3_stmt *st, int at,
+                       kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS], kiln_web_record *rec) {
+    *rec = (kiln_web_record){.seq = sqlite3_column_int64(st, at),
+                             .version = col(st, at + 1),
+                             .digest = col(st, at + 2),
+                             .expires = sqlite3_column_int64(st, at + 3),
+                             .reason = col(st, at + 4),
+                             .publisher = col(st, at + 6),
+                             .created = sqlite3_column_int64(st, at + 7),
+                             .signers = signers};
+    rec->nsigners = record_signers(t, col(st, at + 5), signers);
+}
+
 /* The current record of each of a model's channels: ?1 is the model. */
 #define CURRENT_RECORDS                                                                            \
     " FROM (SELECT channel, max(seq) AS seq, count(*) AS n FROM channel_records"                   \
@@ -153,17 +169,10 @@ static kiln_err model_channels(sqlite3 *db, const kiln_sign_trust *t, const char
     size_t cap = 0;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
-        kiln_web_record rec = {.channel = col(st, 0),
-                               .seq = sqlite3_column_int64(st, 1),
-                               .version = col(st, 2),
-                               .digest = col(st, 3),
-                               .expires = sqlite3_column_int64(st, 4),
-                               .reason = col(st, 5),
-                               .publisher = col(st, 7),
-                               .created = sqlite3_column_int64(st, 8),
-                               .records = (size_t)sqlite3_column_int64(st, 9),
-                               .signers = signers};
-        rec.nsigners = record_signers(t, col(st, 6), signers);
+        kiln_web_record rec;
+        record_row(t, st, 1, signers, &rec);
+        rec.channel = col(st, 0);
+        rec.records = (size_t)sqlite3_column_int64(st, 9);
         kiln_web_channels_row(b, model, &rec, now);
         /* Remembered to tag the versions the channels point at. */
         if (*ncur == cap) {
@@ -299,19 +308,12 @@ kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model
     int64_t last = 0;
     while ((r = sqlite3_step(st)) == SQLITE_ROW && n < UI_HISTORY_PAGE) {
         kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
-        kiln_web_record rec = {.channel = channel,
-                               .seq = sqlite3_column_int64(st, 0),
-                               .version = col(st, 1),
-                               .digest = col(st, 2),
-                               .expires = sqlite3_column_int64(st, 3),
-                               .reason = col(st, 4),
-                               .publisher = col(st, 6),
-                               .created = sqlite3_column_int64(st, 7),
-                               .previous = col(st, 8),
-                               .older = sqlite3_column_int(st, 9) != 0,
-                               .signers = signers};
+        kiln_web_record rec;
+        record_row(t, st, 0, signers, &rec);
+        rec.channel = channel;
+        rec.previous = col(st, 8);
+        rec.older = sqlite3_column_int(st, 9) != 0;
         rec.current = rec.seq == current;
-        rec.nsigners = record_signers(t, col(st, 5), signers);
         kiln_web_history_row(b, model, &rec, now);
         last = rec.seq;
         n++;

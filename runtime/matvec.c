@@ -56,6 +56,70 @@ static inline float hsum4(v4f v) {
     return (v[0] + v[2]) + (v[1] + v[3]);
 }
 
+/* What every kernel below does once its vector loop is done, shared by the portable and
+ * AVX2 versions: the scalar tail of the columns (c .. cols-1), one multiply-add per
+ * (column, row, vector) into the row's own sum in column order, then y = sum + bias. They
+ * are macros, not functions, so that each expands inside its kernel as written there: the
+ * same operations in the same order under the kernel's own target (so the same floats,
+ * bitwise, as before they were shared). They use the kernel's names: W, b, cols, r, c, the
+ * row offsets o0..o3 (o for one row), the sums s0..s3 and t0..t3 (s, t), x or x0/x1, y or
+ * y0/y1. */
+#define MV_STORE4(Y, S0, S1, S2, S3)                                                               \
+    do {                                                                                           \
+        Y[r] = S0 + (b ? b[r] : 0.0f);                                                             \
+        Y[r + 1] = S1 + (b ? b[r + 1] : 0.0f);                                                     \
+        Y[r + 2] = S2 + (b ? b[r + 2] : 0.0f);                                                     \
+        Y[r + 3] = S3 + (b ? b[r + 3] : 0.0f);                                                     \
+    } while (0)
+
+/* Four rows, one vector. */
+#define MV_TAIL4(ONE)                                                                              \
+    do {                                                                                           \
+        for (; c < cols; c++) {                                                                    \
+            s0 += ONE(W, o0 + c) * x[c];                                                           \
+            s1 += ONE(W, o1 + c) * x[c];                                                           \
+            s2 += ONE(W, o2 + c) * x[c];                                                           \
+            s3 += ONE(W, o3 + c) * x[c];                                                           \
+        }                                                                                          \
+        MV_STORE4(y, s0, s1, s2, s3);                                                              \
+    } while (0)
+
+/* One row, one vector. */
+#define MV_TAIL1(ONE)                                                                              \
+    do {                                                                                           \
+        for (; c < cols; c++)                                                                      \
+            s += ONE(W, o + c) * x[c];                                                             \
+        y[r] = s + (b ? b[r] : 0.0f);                                                              \
+    } while (0)
+
+/* Four rows, two vectors (each W element read once for both). */
+#define MV2_TAIL4(ONE)                                                                             \
+    do {                                                                                           \
+        for (; c < cols; c++) {                                                                    \
+            s0 += ONE(W, o0 + c) * x0[c];                                                          \
+            s1 += ONE(W, o1 + c) * x0[c];                                                          \
+            s2 += ONE(W, o2 + c) * x0[c];                                                          \
+            s3 += ONE(W, o3 + c) * x0[c];                                                          \
+            t0 += ONE(W, o0 + c) * x1[c];                                                          \
+            t1 += ONE(W, o1 + c) * x1[c];                                                          \
+            t2 += ONE(W, o2 + c) * x1[c];                                                          \
+            t3 += ONE(W, o3 + c) * x1[c];                                                          \
+        }                                                                                          \
+        MV_STORE4(y0, s0, s1, s2, s3);                                                             \
+        MV_STORE4(y1, t0, t1, t2, t3);                                                             \
+    } while (0)
+
+/* One row, two vectors. */
+#define MV2_TAIL1(ONE)                                                                             \
+    do {                                                                                           \
+        for (; c < cols; c++) {                                                                    \
+            s += ONE(W, o + c) * x0[c];                                                            \
+            t += ONE(W, o + c) * x1[c];                                                            \
+        }                                                                                          \
+        y0[r] = s + (b ? b[r] : 0.0f);                                                             \
+        y1[r] = t + (b ? b[r] : 0.0f);                                                             \
+    } while (0)
+
 #define MV_PORTABLE(NAME, LOAD, ONE)                                                               \
     static void NAME(float *y, const void *W, const float *b, const float *x, int rows,            \
                      int cols) {                                                                   \
@@ -73,16 +137,7 @@ static inline float hsum4(v4f v) {
                 a3 += LOAD(W, o3 + c) * xv;                                                        \
             }                                                                                      \
             float s0 = hsum4(a0), s1 = hsum4(a1), s2 = hsum4(a2), s3 = hsum4(a3);                  \
-            for (; c < cols; c++) {                                                                \
-                s0 += ONE(W, o0 + c) * x[c];                                                       \
-                s1 += ONE(W, o1 + c) * x[c];                                                       \
-                s2 += ONE(W, o2 + c) * x[c];                                                       \
-                s3 += ONE(W, o3 + c) * x[c];                                                       \
-            }                                                                                      \
-            y[r] = s0 + (b ? b[r] : 0.0f);                                                         \
-            y[r + 1] = s1 + (b ? b[r + 1] : 0.0f);                                                 \
-            y[r + 2] = s2 + (b ? b[r + 2] : 0.0f);                                                 \
-            y[r + 3] = s3 + (b ? b[r + 3] : 0.0f);                                                 \
+            MV_TAIL4(ONE);                                                                         \
         }                                                                                          \
         for (; r < rows; r++) {                                                                    \
             size_t o = (size_t)r * cols;                                                           \
@@ -94,9 +149,7 @@ static inline float hsum4(v4f v) {
                 a += LOAD(W, o + c) * xv;                                                          \
             }                                                                                      \
             float s = hsum4(a);                                                                    \
-            for (; c < cols; c++)                                                                  \
-                s += ONE(W, o + c) * x[c];                                                         \
-            y[r] = s + (b ? b[r] : 0.0f);                                                          \
+            MV_TAIL1(ONE);                                                                         \
         }                                                                                          \
     }
 
@@ -134,24 +187,7 @@ MV_PORTABLE(mv_bf16_portable, load_bf16, one_bf16)
             }                                                                                      \
             float s0 = hsum4(a0), s1 = hsum4(a1), s2 = hsum4(a2), s3 = hsum4(a3);                  \
             float t0 = hsum4(e0), t1 = hsum4(e1), t2 = hsum4(e2), t3 = hsum4(e3);                  \
-            for (; c < cols; c++) {                                                                \
-                s0 += ONE(W, o0 + c) * x0[c];                                                      \
-                s1 += ONE(W, o1 + c) * x0[c];                                                      \
-                s2 += ONE(W, o2 + c) * x0[c];                                                      \
-                s3 += ONE(W, o3 + c) * x0[c];                                                      \
-                t0 += ONE(W, o0 + c) * x1[c];                                                      \
-                t1 += ONE(W, o1 + c) * x1[c];                                                      \
-                t2 += ONE(W, o2 + c) * x1[c];                                                      \
-                t3 += ONE(W, o3 + c) * x1[c];                                                      \
-            }                                                                                      \
-            y0[r] = s0 + (b ? b[r] : 0.0f);                                                        \
-            y0[r + 1] = s1 + (b ? b[r + 1] : 0.0f);                                                \
-            y0[r + 2] = s2 + (b ? b[r + 2] : 0.0f);                                                \
-            y0[r + 3] = s3 + (b ? b[r + 3] : 0.0f);                                                \
-            y1[r] = t0 + (b ? b[r] : 0.0f);                                                        \
-            y1[r + 1] = t1 + (b ? b[r + 1] : 0.0f);                                                \
-            y1[r + 2] = t2 + (b ? b[r + 2] : 0.0f);                                                \
-            y1[r + 3] = t3 + (b ? b[r + 3] : 0.0f);                                                \
+            MV2_TAIL4(ONE);                                                                        \
         }                                                                                          \
         for (; r < rows; r++) {                                                                    \
             size_t o = (size_t)r * cols;                                                           \
@@ -165,12 +201,7 @@ MV_PORTABLE(mv_bf16_portable, load_bf16, one_bf16)
                 e += w * v;                                                                        \
             }                                                                                      \
             float s = hsum4(a), t = hsum4(e);                                                      \
-            for (; c < cols; c++) {                                                                \
-                s += ONE(W, o + c) * x0[c];                                                        \
-                t += ONE(W, o + c) * x1[c];                                                        \
-            }                                                                                      \
-            y0[r] = s + (b ? b[r] : 0.0f);                                                         \
-            y1[r] = t + (b ? b[r] : 0.0f);                                                         \
+            MV2_TAIL1(ONE);                                                                        \
         }                                                                                          \
     }
 
@@ -214,16 +245,7 @@ AVX2 static inline float avx_hsum(__m256 v) {
                 a3 = _mm256_fmadd_ps(LOAD(W, o3 + c), xv, a3);                                     \
             }                                                                                      \
             float s0 = avx_hsum(a0), s1 = avx_hsum(a1), s2 = avx_hsum(a2), s3 = avx_hsum(a3);      \
-            for (; c < cols; c++) {                                                                \
-                s0 += ONE(W, o0 + c) * x[c];                                                       \
-                s1 += ONE(W, o1 + c) * x[c];                                                       \
-                s2 += ONE(W, o2 + c) * x[c];                                                       \
-                s3 += ONE(W, o3 + c) * x[c];                                                       \
-            }                                                                                      \
-            y[r] = s0 + (b ? b[r] : 0.0f);                                                         \
-            y[r + 1] = s1 + (b ? b[r + 1] : 0.0f);                                                 \
-            y[r + 2] = s2 + (b ? b[r + 2] : 0.0f);                                                 \
-            y[r + 3] = s3 + (b ? b[r + 3] : 0.0f);                                                 \
+            MV_TAIL4(ONE);                                                                         \
         }                                                                                          \
         for (; r < rows; r++) {                                                                    \
             size_t o = (size_t)r * cols;                                                           \
@@ -232,9 +254,7 @@ AVX2 static inline float avx_hsum(__m256 v) {
             for (; c + 8 <= cols; c += 8)                                                          \
                 a = _mm256_fmadd_ps(LOAD(W, o + c), _mm256_loadu_ps(x + c), a);                    \
             float s = avx_hsum(a);                                                                 \
-            for (; c < cols; c++)                                                                  \
-                s += ONE(W, o + c) * x[c];                                                         \
-            y[r] = s + (b ? b[r] : 0.0f);                                                          \
+            MV_TAIL1(ONE);                                                                         \
         }                                                                                          \
     }
 
@@ -269,24 +289,7 @@ MV_AVX2(mv_bf16_avx2, avx_bf16, one_bf16)
             }                                                                                      \
             float s0 = avx_hsum(a0), s1 = avx_hsum(a1), s2 = avx_hsum(a2), s3 = avx_hsum(a3);      \
             float t0 = avx_hsum(e0), t1 = avx_hsum(e1), t2 = avx_hsum(e2), t3 = avx_hsum(e3);      \
-            for (; c < cols; c++) {                                                                \
-                s0 += ONE(W, o0 + c) * x0[c];                                                      \
-                s1 += ONE(W, o1 + c) * x0[c];                                                      \
-                s2 += ONE(W, o2 + c) * x0[c];                                                      \
-                s3 += ONE(W, o3 + c) * x0[c];                                                      \
-                t0 += ONE(W, o0 + c) * x1[c];                                                      \
-                t1 += ONE(W, o1 + c) * x1[c];                                                      \
-                t2 += ONE(W, o2 + c) * x1[c];                                                      \
-                t3 += ONE(W, o3 + c) * x1[c];                                                      \
-            }                                                                                      \
-            y0[r] = s0 + (b ? b[r] : 0.0f);                                                        \
-            y0[r + 1] = s1 + (b ? b[r + 1] : 0.0f);                                                \
-            y0[r + 2] = s2 + (b ? b[r + 2] : 0.0f);                                                \
-            y0[r + 3] = s3 + (b ? b[r + 3] : 0.0f);                                                \
-            y1[r] = t0 + (b ? b[r] : 0.0f);                                                        \
-            y1[r + 1] = t1 + (b ? b[r + 1] : 0.0f);                                                \
-            y1[r + 2] = t2 + (b ? b[r + 2] : 0.0f);                                                \
-            y1[r + 3] = t3 + (b ? b[r + 3] : 0.0f);                                                \
+            MV2_TAIL4(ONE);                                                                        \
         }                                                                                          \
         for (; r < rows; r++) {                                                                    \
             size_t o = (size_t)r * cols;                                                           \
@@ -298,12 +301,7 @@ MV_AVX2(mv_bf16_avx2, avx_bf16, one_bf16)
                 e = _mm256_fmadd_ps(w, _mm256_loadu_ps(x1 + c), e);                                \
             }                                                                                      \
             float s = avx_hsum(a), t = avx_hsum(e);                                                \
-            for (; c < cols; c++) {                                                                \
-                s += ONE(W, o + c) * x0[c];                                                        \
-                t += ONE(W, o + c) * x1[c];                                                        \
-            }                                                                                      \
-            y0[r] = s + (b ? b[r] : 0.0f);                                                         \
-            y1[r] = t + (b ? b[r] : 0.0f);                                                         \
+            MV2_TAIL1(ONE);                                                                        \
         }                                                                                          \
     }
 

@@ -51,6 +51,20 @@ static kiln_err open_db(const char *run_dir, kiln_metrics **mx) {
     return rc;
 }
 
+/* A run's metrics for plotting: run_dir must hold a readable run.json (so that a directory
+ * that is no run says so) and a metrics.db; *mx (kiln_metrics_close) is set on success. */
+static kiln_err open_metrics(const char *run_dir, kiln_metrics **mx) {
+    *mx = NULL;
+    json_t *run = NULL;
+    KILN_TRY(load_run_json(run_dir, &run));
+    json_decref(run);
+    KILN_TRY(open_db(run_dir, mx));
+    if (!*mx)
+        return kiln_fail(KILN_ERR_NOTFOUND, "'%s': no metrics.db: the run has logged no step yet",
+                         run_dir);
+    return KILN_OK;
+}
+
 static double col_num(sqlite3_stmt *s, int i) {
     return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
 }
@@ -364,16 +378,8 @@ kiln_err kiln_run_series_load(const char *run_dir, const char *metric, long from
     if (tensor && !at[1])
         return kiln_fail(KILN_ERR_USAGE, "'%s': metric '%s': no tensor name after '@'", run_dir,
                          metric);
-    json_t *run = NULL;
-    KILN_TRY(load_run_json(run_dir, &run));
-    json_decref(run);
     kiln_metrics *mx = NULL;
-    KILN_TRY(open_db(run_dir, &mx));
-    if (!mx)
-        return kiln_fail(KILN_ERR_NOTFOUND,
-                         "'%s': no metrics.db: the run has logged no "
-                         "step yet",
-                         run_dir);
+    KILN_TRY(open_metrics(run_dir, &mx));
     sqlite3 *db = kiln_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     kiln_run_series *s = NULL;
@@ -447,16 +453,8 @@ out:
 
 kiln_err kiln_run_metrics_list(const char *run_dir, char **out) {
     *out = NULL;
-    json_t *run = NULL;
-    KILN_TRY(load_run_json(run_dir, &run));
-    json_decref(run);
     kiln_metrics *mx = NULL;
-    KILN_TRY(open_db(run_dir, &mx));
-    if (!mx)
-        return kiln_fail(KILN_ERR_NOTFOUND,
-                         "'%s': no metrics.db: the run has logged no "
-                         "step yet",
-                         run_dir);
+    KILN_TRY(open_metrics(run_dir, &mx));
     sqlite3 *db = kiln_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     char *buf = NULL;

@@ -556,6 +556,26 @@ void kiln_web_models_row(kiln_web_buf *b, const kiln_web_model *m) {
     lit(b, "</td><td>");
 }
 
+/* A channel record's version cell's content: the version, linked, over its digest. */
+static void record_version(kiln_web_buf *b, const char *model, const kiln_web_record *r) {
+    link_version(b, model, r->version);
+    lit(b, "<br>");
+    put_digest(b, r->digest);
+}
+
+/* Closes the open cell, then a channel record's cells from its reason to its time (Reason,
+ * Signed by, Put by, At), the last left open. */
+static void record_cells(kiln_web_buf *b, const kiln_web_record *r) {
+    td_end(b);
+    td_text(b, r->reason);
+    td(b);
+    put_signers(b, r->signers, r->nsigners);
+    td_end(b);
+    td_text(b, r->publisher);
+    td(b);
+    put_time(b, r->created);
+}
+
 void kiln_web_models_channel(kiln_web_buf *b, const char *model, const kiln_web_record *r,
                              int64_t now) {
     lit(b, "<span class=\"ch\">");
@@ -587,19 +607,10 @@ void kiln_web_channels_row(kiln_web_buf *b, const char *model, const kiln_web_re
     lit(b, "<tr><td>");
     link_channel(b, model, r->channel);
     lit(b, "</td><td>");
-    link_version(b, model, r->version);
-    lit(b, "<br>");
-    put_digest(b, r->digest);
+    record_version(b, model, r);
     num(b, "</td><td class=\"n\">%" PRId64 "</td><td>", r->seq);
     put_expiry(b, r->expires, now);
-    td_end(b);
-    td_text(b, r->reason);
-    td(b);
-    put_signers(b, r->signers, r->nsigners);
-    td_end(b);
-    td_text(b, r->publisher);
-    td(b);
-    put_time(b, r->created);
+    record_cells(b, r);
     lit(b, "</td><td><a href=\"");
     href_channel(b, model, r->channel);
     num(b, "\">%zu record%s</a></td></tr>\n", r->records, r->records == 1 ? "" : "s");
@@ -763,23 +774,14 @@ void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_rec
         kiln_web_text(b, r->previous);
     }
     lit(b, "</td><td>");
-    link_version(b, model, r->version);
-    lit(b, "<br>");
-    put_digest(b, r->digest);
+    record_version(b, model, r);
     lit(b, "</td><td>");
     /* Only the current record's expiry matters to a service; older ones are history. */
     if (r->current)
         put_expiry(b, r->expires, now);
     else
         put_time(b, r->expires);
-    td_end(b);
-    td_text(b, r->reason);
-    td(b);
-    put_signers(b, r->signers, r->nsigners);
-    td_end(b);
-    td_text(b, r->publisher);
-    td(b);
-    put_time(b, r->created);
+    record_cells(b, r);
     lit(b, "</td></tr>\n");
 }
 

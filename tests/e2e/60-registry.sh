@@ -48,11 +48,7 @@ if command -v sqlite3 >/dev/null; then
 fi
 $KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
 PID=$!
-i=0
-while ! grep -q 'http://' "$T/serve.out" 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "server did not start: $(cat "$T/serve.err")"; sleep 0.05
-done
-URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve.out")
+serve_url "$T/serve.out" "$T/serve.err"
 trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
 # One server per store; gc waits for it to stop.
 expect_fail 2 $KILN registry serve --root "$R" --listen 127.0.0.1:0

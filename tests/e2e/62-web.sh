@@ -30,11 +30,7 @@ ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
 $KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
 PID=$!
 trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-i=0
-while ! grep -q 'http://' "$T/serve.out" 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "server did not start: $(cat "$T/serve.err")"; sleep 0.05
-done
-URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve.out")
+serve_url "$T/serve.out" "$T/serve.err"
 $KILN publish "$T/1.0.0.kiln" --registry "$URL" --token "$PUB" >/dev/null
 $KILN publish "$T/1.1.0.kiln" --registry "$URL" --token "$PUB" >/dev/null
 P="--channel staging --key $T/p1.key --registry $URL --token $PROM"

@@ -23,11 +23,7 @@ PROM=$($KILN registry token create --root reg --name rm --scope promote)
 $KILN registry serve --root reg --listen 127.0.0.1:0 --trust trust.json >serve.out 2>serve.err &
 PID=$!
 trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-i=0
-while ! grep -q 'http://' serve.out 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "server did not start: $(cat serve.err)"; sleep 0.05
-done
-URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' serve.out)
+serve_url serve.out serve.err
 R="--name market --registry $URL --key rel.key --trust trust.json --token $PUB --state st --windows 8"
 P="--promote production --promote-key prom.key --promote-token $PROM"
 

@@ -59,11 +59,7 @@ $KILN registry serve --root "$T/srv" --listen 127.0.0.1:0 --trust "$F/trust.json
     >"$T/serve.out" 2>"$T/serve.err" &
 PID=$!
 trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-i=0
-while ! grep -q 'http://' "$T/serve.out" 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 100 ] || fail "server did not start: $(cat "$T/serve.err")"; sleep 0.05
-done
-URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve.out")
+serve_url "$T/serve.out" "$T/serve.err"
 q $KILN publish "$F/m.kiln" --registry "$URL" --token "$PUB"
 
 # ---- corrupted variants --------------------------------------------------------------------

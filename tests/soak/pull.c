@@ -34,6 +34,7 @@
 
 #include "core.h"
 #include "kiln.h"
+#include "soak_util.h"
 
 #define MAX_THREADS 64
 #define LAT_MAX (1u << 20) /* pull latencies kept, in microseconds */
@@ -59,34 +60,6 @@ static void fail(const char *fmt, ...) {
     pthread_mutex_unlock(&err_mu);
     va_end(ap);
     atomic_fetch_add(&failures, 1);
-}
-
-static uint64_t next_rng(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static long rss_kb(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long size = 0, res = -1;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &size, &res) != 2) res = -1;
-        fclose(f);
-    }
-    return res < 0 ? -1 : res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static int fd_count(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n - 1;
 }
 
 /* m's predictions on the fixed input: a new [2*IN_ROWS*O] array, or NULL (with the failure
@@ -138,7 +111,7 @@ static void pick_version(uint64_t *rng, char out[128]) {
     long n = 0;
     struct dirent *e;
     while ((e = readdir(d)))
-        if (e->d_name[0] != '.' && next_rng(rng) % (uint64_t)++n == 0) /* reservoir of one */
+        if (e->d_name[0] != '.' && soak_rng(rng) % (uint64_t)++n == 0) /* reservoir of one */
             snprintf(out, 128, "%.127s", e->d_name);
     closedir(d);
 }
@@ -151,7 +124,7 @@ typedef struct {
 
 static void one_pull(puller *p) {
     char ref[160], version[128] = "";
-    if (next_rng(&p->rng) % 4 == 0) pick_version(&p->rng, version);
+    if (soak_rng(&p->rng) % 4 == 0) pick_version(&p->rng, version);
     snprintf(ref, sizeof ref, "soak@%s", version[0] ? version : "staging");
     kiln_pull_opts o = {
         .registry = url, .ref = ref, .trust = trust, .out = p->out, .state = p->state};
@@ -294,11 +267,11 @@ int main(int argc, char **argv) {
             rounds++;
             int fds = 1 << 30;
             for (int i = 0; i < 10; i++) {
-                int f = fd_count();
+                int f = soak_fd_count();
                 if (f < fds) fds = f;
                 usleep(5000);
             }
-            printf("ok %ld %ld %ld %d %ld\n", atomic_load(&pulls), atomic_load(&failures), rss_kb(),
+            printf("ok %ld %ld %ld %d %ld\n", atomic_load(&pulls), atomic_load(&failures), soak_rss_kb(),
                    fds, atomic_load(&swaps));
         } else if (!strncmp(line, "quit", 4)) {
             break;

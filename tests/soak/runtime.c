@@ -26,7 +26,6 @@
  * ticks and checks at the same ticks.
  */
 #include <cblas.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +36,7 @@
 #include "runtime_int.h"
 #include "train.h"
 #include "validate.h"
+#include "soak_util.h"
 
 /* Allowed resident growth after warm-up. Nothing in a stream's or a model's life should keep
  * memory, and in the runs so far none did (flat to the kB, docs/soak.md); the slack is room
@@ -63,36 +63,12 @@ static int failures;
 /* ---- small helpers ---- */
 
 static uint64_t rng_state;
-static uint64_t rng(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+static uint64_t rng(void) {
+    return soak_rng(&rng_state);
 }
 
 static double secs(uint64_t ns) {
     return (double)ns / 1e9;
-}
-
-static long rss_kb(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    long size = 0, res = -1;
-    if (f) {
-        if (fscanf(f, "%ld %ld", &size, &res) != 2) res = -1;
-        fclose(f);
-    }
-    return res < 0 ? -1 : res * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static int fd_count(void) {
-    DIR *d = opendir("/proc/self/fd");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.') n++;
-    closedir(d);
-    return n - 1; /* the directory's own */
 }
 
 typedef struct {
@@ -152,14 +128,14 @@ static void mon_start(monitor *m, const char *phase, uint64_t now, double dur, b
     m->every = (uint64_t)(every * 1e9);
     m->next = now + m->every;
     m->check_rss = check_rss;
-    m->fd_base = fd_count();
-    m->rss_start = m->rss_warm_max = m->rss_max = m->rss_last = rss_kb();
+    m->fd_base = soak_fd_count();
+    m->rss_start = m->rss_warm_max = m->rss_max = m->rss_last = soak_rss_kb();
 }
 
 /* One sample: prints "phase t=... rss=... fds=... <extra>" and checks it. */
 static void mon_sample(monitor *m, uint64_t now, const char *extra) {
-    long rss = rss_kb();
-    int fds = fd_count();
+    long rss = soak_rss_kb();
+    int fds = soak_fd_count();
     bool warm = now < m->warm_until;
     m->samples++;
     m->rss_last = rss;
