@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1270,6 +1271,46 @@ static kiln_err parse_listen(const char *listen, struct sockaddr_storage *ss, bo
     return KILN_OK;
 }
 
+/* Bind the listen address once and let it go, before the store is touched: an address in
+ * use or not local is refused with nothing made on disk. (The daemon binds it again a moment
+ * later, with SO_REUSEADDR as here; losing that race is still reported, only later.) */
+static kiln_err probe_listen(const struct sockaddr_storage *ss, bool v6, const char *listen) {
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return kiln_fail_errno(KILN_ERR_NETWORK, "cannot listen on '%s'", listen);
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t len = v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    kiln_err rc = KILN_OK;
+    if (bind(fd, (const struct sockaddr *)ss, len) != 0)
+        rc = kiln_fail_errno(KILN_ERR_NETWORK, "cannot listen on '%s'", listen);
+    close(fd);
+    return rc;
+}
+
+/* A root is a store once it holds registry.db; a new or empty directory becomes one. Any
+ * other directory is refused, so that a mistyped --root never scatters a store into it. */
+static kiln_err check_root(const char *root) {
+    struct stat st;
+    if (stat(root, &st) != 0) return KILN_OK; /* made below */
+    KILN_FAIL_IF(!S_ISDIR(st.st_mode), KILN_ERR_USAGE, "'%s' is not a directory", root);
+    char *db = kiln_path_join(root, "registry.db");
+    if (!db) return KILN_ERR_NOMEM;
+    bool store = kiln_path_exists(db);
+    free(db);
+    if (store) return KILN_OK;
+    DIR *d = opendir(root);
+    if (!d) return kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", root);
+    bool empty = true;
+    for (struct dirent *e; empty && (e = readdir(d));)
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    KILN_FAIL_IF(!empty, KILN_ERR_USAGE,
+                 "'%s' is not a registry store (no registry.db) and is not empty: give the "
+                 "store's directory, or a new or empty one for a new store",
+                 root);
+    return KILN_OK;
+}
+
 /* Named temporaries left by a server that crashed (where O_TMPFILE is missing). */
 static void clear_tmp(const char *root) {
     char *cmd_dir = kiln_path_join(root, "tmp");
@@ -1308,6 +1349,9 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
     /* The policy before the store: a bad --trust must not leave a new store behind. */
     if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
+    /* Likewise the root and the address: a refusal leaves nothing behind. */
+    KILN_CHECK(rc, fail, check_root(o->root));
+    KILN_CHECK(rc, fail, probe_listen(&ss, v6, o->listen));
     KILN_CHECK(rc, fail, reg_lock(o->root, &s->lock_fd));
     KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
                   "'%s' is held by another running server", o->root);

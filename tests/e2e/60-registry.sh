@@ -54,6 +54,14 @@ trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
 expect_fail 2 $KILN registry serve --root "$R" --listen 127.0.0.1:0
 grep -q "held by another running server" "$T/err" || fail "second server: $(cat "$T/err")"
 expect_fail 2 $KILN registry gc --root "$R"
+# An address in use, or a directory that is not a store: refused before anything is made.
+expect_fail 2 $KILN registry serve --root "$T/new-store" --listen "${URL#http://}"
+grep -q "cannot listen on '${URL#http://}': Address already in use" "$T/err" || fail "address in use: $(cat "$T/err")"
+[ ! -e "$T/new-store" ] || fail "a refused listen address left a store behind"
+mkdir "$T/not-a-store" && echo keep >"$T/not-a-store/notes.txt"
+expect_fail 2 $KILN registry serve --root "$T/not-a-store" --listen 127.0.0.1:0
+grep -q "'$T/not-a-store' is not a registry store (no registry.db) and is not empty" "$T/err" || fail "non-store root: $(cat "$T/err")"
+[ "$(ls "$T/not-a-store")" = notes.txt ] || fail "a refused root was written into"
 
 expect_fail 2 $KILN publish "$T/a1.kiln" --registry "$URL"
 grep -q 'HTTP 401' "$T/err" || fail "publish without a token: $(cat "$T/err")"
