@@ -1343,6 +1343,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     pthread_mutex_init(&s->mu, NULL);
     kiln_err rc = KILN_OK;
     sqlite3 *db = NULL;
+    char *lock_path = NULL;
+    bool made_lock = false;
     s->root = kiln_strdup(o->root);
     KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
     s->read_required = o->read_token_required;
@@ -1352,7 +1354,13 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     /* Likewise the root and the address: a refusal leaves nothing behind. */
     KILN_CHECK(rc, fail, check_root(o->root));
     KILN_CHECK(rc, fail, probe_listen(&ss, v6, o->listen));
+    /* A lock file this start makes goes again if the start fails (a corrupt registry.db):
+     * a refusal leaves the directory as it found it. */
+    lock_path = kiln_path_join(o->root, "lock");
+    KILN_CHECK_IF(rc, fail, !lock_path, KILN_ERR_NOMEM, "out of memory");
+    bool had_lock = kiln_path_exists(lock_path);
     KILN_CHECK(rc, fail, reg_lock(o->root, &s->lock_fd));
+    made_lock = !had_lock && s->lock_fd >= 0;
     KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
                   "'%s' is held by another running server", o->root);
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
@@ -1373,9 +1381,12 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                   "cannot listen on '%s' (address in use or not local?)", o->listen);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = info ? info->port : 0;
+    free(lock_path);
     *out = s;
     return KILN_OK;
 fail:
+    if (made_lock) unlink(lock_path);
+    free(lock_path);
     kiln_registry_server_stop(s, 0);
     return rc;
 }
