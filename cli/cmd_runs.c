@@ -167,23 +167,23 @@ static int plot_width(long asked) {
 }
 
 /* --csv: one row per step any series has, a column per series, empty where one has none. */
-static void print_csv(kiln_run_series *const *s, const char *const *label, size_t n) {
+static void print_csv(const kiln_chart_series *s, size_t n) {
     printf("step");
     for (size_t k = 0; k < n; k++)
-        printf(",%s", label[k]);
+        printf(",%s", s[k].label);
     printf("\n");
     size_t *at = calloc(n, sizeof *at);
     if (!at) return;
     for (;;) {
         double step = INFINITY;
         for (size_t k = 0; k < n; k++)
-            if (at[k] < s[k]->n && s[k]->step[at[k]] < step) step = s[k]->step[at[k]];
+            if (at[k] < s[k].n && s[k].x[at[k]] < step) step = s[k].x[at[k]];
         if (step == INFINITY) break;
         printf("%.0f", step);
         for (size_t k = 0; k < n; k++) {
             putchar(',');
-            if (at[k] < s[k]->n && s[k]->step[at[k]] == step) {
-                double v = s[k]->value[at[k]++];
+            if (at[k] < s[k].n && s[k].x[at[k]] == step) {
+                double v = s[k].y[at[k]++];
                 if (isfinite(v))
                     printf("%.9g", v);
                 else
@@ -233,9 +233,9 @@ int cmd_runs_plot(int argc, char **argv) {
     const char *const *names = metrics.n ? metrics.v : defaults;
     size_t n_names = metrics.n ? (size_t)metrics.n : 2;
     plot_run *runs = calloc((size_t)ndirs, sizeof *runs);
-    kiln_run_series **flat = NULL;
-    const char **labels = NULL;
     kiln_run_info *info = calloc((size_t)ndirs, sizeof *info);
+    kiln_chart_mark *marks = NULL;
+    size_t n_marks = 0;
     kiln_err err = KILN_OK;
     rc = 0;
     if (!runs || !info) {
@@ -259,12 +259,24 @@ int cmd_runs_plot(int argc, char **argv) {
         goto out;
     }
     for (int d = 0; d < ndirs; d++) {
-        runs[d].s = NULL;
         if ((err = kiln_run_info_load(dirs[d], (size_t)-1, &info[d]))) {
             rc = cli_fail(err);
             goto out;
         }
+        n_marks += info[d].n_events;
     }
+    /* The runs' events, the same under every chart. */
+    marks = calloc(n_marks ? n_marks : 1, sizeof *marks);
+    if (!marks) {
+        rc = cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+        goto out;
+    }
+    n_marks = 0;
+    for (int d = 0; d < ndirs; d++)
+        for (size_t e = 0; e < info[d].n_events; e++) {
+            char g = event_glyph(info[d].events[e].kind);
+            if (g) marks[n_marks++] = (kiln_chart_mark){(double)info[d].events[e].step, g};
+        }
     const long last = to ? to : (long)(((unsigned long)-1) >> 1);
     for (size_t m = 0; m < n_names && !rc; m++) {
         /* Every run's series of this metric (one each, or one per expert). */
@@ -280,13 +292,9 @@ int cmd_runs_plot(int argc, char **argv) {
             }
             total += runs[d].n;
         }
-        free(flat);
-        free(labels);
-        flat = calloc(total, sizeof *flat);
-        labels = calloc(total, sizeof *labels);
         kiln_chart_series *cs = calloc(total, sizeof *cs);
         char **owned = calloc(total, sizeof *owned);
-        if (!flat || !labels || !cs || !owned) {
+        if (!cs || !owned) {
             free(cs);
             free(owned);
             rc = cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
@@ -296,40 +304,28 @@ int cmd_runs_plot(int argc, char **argv) {
         for (int d = 0; d < ndirs; d++)
             for (size_t j = 0; j < runs[d].n; j++, k++) {
                 kiln_run_series *s = &runs[d].s[j];
-                flat[k] = s;
                 owned[k] =
                     ndirs > 1 && runs[d].n > 1 ? kiln_asprintf("%s %s", dirs[d], s->name) : NULL;
-                labels[k] = owned[k] ? owned[k] : ndirs > 1 ? dirs[d] : s->name;
-                cs[k] = (kiln_chart_series){labels[k], s->step, s->value, s->n,
-                                            glyphs[k % (sizeof glyphs - 1)]};
+                cs[k] =
+                    (kiln_chart_series){owned[k]    ? owned[k]
+                                        : ndirs > 1 ? dirs[d]
+                                                    : s->name,
+                                        s->step, s->value, s->n, glyphs[k % (sizeof glyphs - 1)]};
             }
         if (csv) {
             if (m) printf("\n");
-            print_csv(flat, labels, total);
+            print_csv(cs, total);
         } else {
-            size_t n_marks = 0;
-            for (int d = 0; d < ndirs; d++)
-                n_marks += info[d].n_events;
-            kiln_chart_mark *marks = calloc(n_marks ? n_marks : 1, sizeof *marks);
-            n_marks = 0;
-            for (int d = 0; d < ndirs && marks; d++)
-                for (size_t e = 0; e < info[d].n_events; e++) {
-                    char g = event_glyph(info[d].events[e].kind);
-                    if (g) marks[n_marks++] = (kiln_chart_mark){(double)info[d].events[e].step, g};
-                }
             kiln_chart ch = {names[m],          cs,          total, marks, n_marks, "step",
                              plot_width(width), (int)height, log_y};
             char *text = NULL;
-            err =
-                marks ? kiln_chart_render(&ch, &text) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
-            if (err) {
+            if ((err = kiln_chart_render(&ch, &text))) {
                 rc = cli_fail(err);
             } else {
                 printf("%s%s", m ? "\n" : "", text);
                 any_marks |= strstr(text, "      marks  ") != NULL;
             }
             free(text);
-            free(marks);
         }
         for (size_t j = 0; j < total; j++)
             free(owned[j]);
@@ -346,8 +342,7 @@ out:
     }
     free(runs);
     free(info);
-    free(flat);
-    free(labels);
+    free(marks);
     free(dirs);
     free(metrics.v);
     return rc;
