@@ -157,6 +157,11 @@ kiln_err kiln_fsync_dir(const char *dir);
 /* mkdir -p with mode 0755; existing directories are fine. */
 kiln_err kiln_mkdir_p(const char *path);
 bool kiln_path_exists(const char *path);
+/* What is at a path a command was told to write into (following links): nothing (or it
+ * cannot be looked at), an empty directory, a directory with entries, or something else (a
+ * file, or a directory that cannot be read). */
+typedef enum { KILN_DIR_ABSENT, KILN_DIR_EMPTY, KILN_DIR_FULL, KILN_DIR_OTHER } kiln_dir_state;
+kiln_dir_state kiln_path_dir_state(const char *path);
 /* Directory part of a path ("." if none); caller frees. */
 char *kiln_dirname(const char *path);
 /* Join with one '/'; caller frees. */

@@ -1,4 +1,5 @@
 /* file.c - whole-file reads, atomic writes, directories. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -66,6 +67,19 @@ char *kiln_path_join(const char *a, const char *b) {
 bool kiln_path_exists(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0;
+}
+
+kiln_dir_state kiln_path_dir_state(const char *path) {
+    struct stat sb;
+    if (stat(path, &sb)) return KILN_DIR_ABSENT;
+    if (!S_ISDIR(sb.st_mode)) return KILN_DIR_OTHER;
+    DIR *d = opendir(path);
+    if (!d) return KILN_DIR_OTHER;
+    kiln_dir_state st = KILN_DIR_EMPTY;
+    for (struct dirent *e; st == KILN_DIR_EMPTY && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) st = KILN_DIR_FULL;
+    closedir(d);
+    return st;
 }
 
 kiln_err kiln_fsync_dir(const char *dir) {

@@ -8,7 +8,6 @@
  * passes files along. It is why registry/ may use export/ and validate/ as well as sign/
  * (docs/architecture.md). Nothing is published unless validation passed and the signed
  * archive verifies under the same trust policy the pulling services use. */
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,17 +44,6 @@ typedef struct rel {
 static void done(rel *r, kiln_release_stage s) {
     if (r->o->on_stage) r->o->on_stage(r->o->ctx, s, r->line);
     r->line[0] = 0;
-}
-
-static bool dir_empty(const char *path) {
-    DIR *d = opendir(path);
-    if (!d) return false;
-    struct dirent *e;
-    bool empty = true;
-    while (empty && (e = readdir(d)))
-        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-    closedir(d);
-    return empty;
 }
 
 /* Options, keys, the policy, the dataset, the output directory, and that the registry
@@ -101,7 +89,8 @@ static kiln_err stage_check(rel *r) {
     kiln_dataset *ds = NULL;
     KILN_TRY(kiln_dataset_open(r->data, &ds));
     kiln_dataset_free(ds);
-    KILN_FAIL_IF(kiln_path_exists(o->out_dir) && !dir_empty(o->out_dir), KILN_ERR_CONFLICT,
+    KILN_FAIL_IF(kiln_path_exists(o->out_dir) && kiln_path_dir_state(o->out_dir) != KILN_DIR_EMPTY,
+                 KILN_ERR_CONFLICT,
                  "'%s' exists and is not empty; a release writes into a new directory", o->out_dir);
     r->model = kiln_path_join(o->out_dir, "model");
     r->archive = kiln_asprintf("%s/%s-%s.kiln", o->out_dir, o->name, o->version);
@@ -360,7 +349,7 @@ kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
     if (r.baseline_tmp) reg_rmtree(r.baseline_tmp);
     /* A release that stopped before making anything (the export is atomic) leaves no empty
      * output directory behind; one that made something keeps it to be looked at. */
-    if (rc && r.made_out && dir_empty(o->out_dir)) rmdir(o->out_dir);
+    if (rc && r.made_out && kiln_path_dir_state(o->out_dir) == KILN_DIR_EMPTY) rmdir(o->out_dir);
     kiln_sign_trust_free(r.trust);
     free(r.data), free(r.model), free(r.archive), free(r.sigpath), free(r.baseline_tmp),
         free(r.baseline);

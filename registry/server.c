@@ -1290,21 +1290,14 @@ static kiln_err probe_listen(const struct sockaddr_storage *ss, bool v6, const c
 /* A root is a store once it holds registry.db; a new or empty directory becomes one. Any
  * other directory is refused, so that a mistyped --root never scatters a store into it. */
 static kiln_err check_root(const char *root) {
-    struct stat st;
-    if (stat(root, &st) != 0) return KILN_OK; /* made below */
-    KILN_FAIL_IF(!S_ISDIR(st.st_mode), KILN_ERR_USAGE, "'%s' is not a directory", root);
+    kiln_dir_state st = kiln_path_dir_state(root);
+    if (st == KILN_DIR_ABSENT || st == KILN_DIR_EMPTY) return KILN_OK; /* made below */
+    KILN_FAIL_IF(st == KILN_DIR_OTHER, KILN_ERR_USAGE, "'%s' is not a directory it can read", root);
     char *db = kiln_path_join(root, "registry.db");
     if (!db) return KILN_ERR_NOMEM;
     bool store = kiln_path_exists(db);
     free(db);
-    if (store) return KILN_OK;
-    DIR *d = opendir(root);
-    if (!d) return kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", root);
-    bool empty = true;
-    for (struct dirent *e; empty && (e = readdir(d));)
-        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
-    closedir(d);
-    KILN_FAIL_IF(!empty, KILN_ERR_USAGE,
+    KILN_FAIL_IF(!store, KILN_ERR_USAGE,
                  "'%s' is not a registry store (no registry.db) and is not empty: give the "
                  "store's directory, or a new or empty one for a new store",
                  root);

@@ -302,3 +302,14 @@ KILN_TEST(core_dl_load) {
     CHECK("missing symbol", kiln_dl_load(&sym) == KILN_ERR_DEVICE &&
                                 has("no symbol 'kiln_no_such_symbol'"));
 }
+
+KILN_TEST(core_path_dir_state) {
+    char *d = kiln_test_path("d"), *f = kiln_test_path("d/f"), *none = kiln_test_path("none");
+    CHECK("absent", kiln_path_dir_state(none) == KILN_DIR_ABSENT);
+    CHECK("mkdir", kiln_mkdir_p(d) == KILN_OK);
+    CHECK("empty", kiln_path_dir_state(d) == KILN_DIR_EMPTY);
+    CHECK("write", kiln_write_file_atomic(f, "x", 1) == KILN_OK);
+    CHECK("full", kiln_path_dir_state(d) == KILN_DIR_FULL);
+    CHECK("a file is other", kiln_path_dir_state(f) == KILN_DIR_OTHER);
+    free(d), free(f), free(none);
+}

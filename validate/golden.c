@@ -6,7 +6,6 @@
  * The outputs are the runtime's (what a service computes); validate holds the trainer's
  * forward and the stream to them separately (parity).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,21 +31,6 @@ static void draw_starts(const kiln_split *sp, int S, uint64_t seed, size_t n, si
     }
 }
 
-/* 0: absent, 1: empty directory, 2: non-empty directory, 3: not a directory. */
-static int dir_state(const char *path) {
-    struct stat sb;
-    if (stat(path, &sb)) return 0;
-    if (!S_ISDIR(sb.st_mode)) return 3;
-    DIR *d = opendir(path);
-    if (!d) return 3;
-    int st = 1;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) st = 2;
-    closedir(d);
-    return st;
-}
-
 kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     KILN_FAIL_IF(!o || !o->model || !o->data, KILN_ERR_USAGE, "golden make needs a model and data");
     KILN_FAIL_IF(o->windows < 1, KILN_ERR_USAGE, "golden make: %d windows, at least 1 needed",
@@ -63,9 +47,10 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
 
     out = o->out_dir ? kiln_strdup(o->out_dir) : kiln_vmodel_path(&m, "golden");
     KILN_CHECK_IF(rc, done, !out, KILN_ERR_NOMEM, "out of memory");
-    int st = dir_state(out);
-    KILN_CHECK_IF(rc, done, st == 3, KILN_ERR_CONFLICT, "'%s' exists and is not a directory", out);
-    KILN_CHECK_IF(rc, done, st == 2 && !o->force, KILN_ERR_CONFLICT,
+    kiln_dir_state st = kiln_path_dir_state(out);
+    KILN_CHECK_IF(rc, done, st == KILN_DIR_OTHER, KILN_ERR_CONFLICT,
+                  "'%s' exists and is not a directory", out);
+    KILN_CHECK_IF(rc, done, st == KILN_DIR_FULL && !o->force, KILN_ERR_CONFLICT,
                   "'%s' exists and is not empty (--force writes the golden set into it)", out);
 
     KILN_CHECK(rc, done, kiln_dataset_open(o->data, &ds));
