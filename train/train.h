@@ -388,12 +388,23 @@ typedef struct kiln_run_info {
      * {layer, attn_entropy, router_entropy, load_imbalance, dead_experts, overflow,
      * act_rms, expert_load: [E]}; empty when none were logged. */
     json_t *layers;
+    double tokens_per_s; /* over the newest 100 steps (their tokens over their time); NAN: none */
+    double updated;      /* unix seconds of the newest step row or event; NAN: none */
+    size_t n_nonfinite, n_spikes; /* events of those kinds */
+    /* How the last start or resume ended when the trainer recorded it: "diverged"
+     * (max_bad_steps non-finite steps in a row) or "failed" (any other error), with its
+     * message; NULL when the newest start or resume has no such event after it. */
+    char *stop_kind, *stop_message;
 } kiln_run_info;
 
-/* Read a run directory's run.json, metrics.db and checkpoint list (read-only). Release
- * with kiln_run_info_release. */
+/* Read a run directory's run.json, metrics.db and checkpoint list (read-only; the metrics
+ * in one read transaction, so a trainer writing meanwhile cannot mix two moments).
+ * Release with kiln_run_info_release. */
 kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out);
 void kiln_run_info_release(kiln_run_info *info);
+/* Whether a trainer holds the run directory now (its OFD lock on RUN_DIR/.lock, tested
+ * without taking anything: a reader never makes a trainer wait or fail). No .lock: false. */
+kiln_err kiln_run_live(const char *run_dir, bool *live);
 
 typedef struct kiln_run_diff {
     json_t *config;    /* {"key": [a, b]} for every key whose values differ */
