@@ -561,11 +561,12 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
                               "time", time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
-        static const char *const keys[] = {"token",   NULL,      NULL,    "model",
-                                           "version", "channel", "digest"};
-        for (int k = 2; k < 8; k++)
-            if (k != 3)
-                json_object_set_new(e, keys[k - 2],
+        /* By column: id, time and action are set above. */
+        static const char *const keys[] = {NULL,      NULL,     "token",  NULL,
+                                           "model",   "version", "channel", "digest"};
+        for (int k = 0; k < (int)KILN_ARRAY_LEN(keys); k++)
+            if (keys[k])
+                json_object_set_new(e, keys[k],
                                     col(st, k) ? json_string(col(st, k)) : json_null());
         json_array_append_new(arr, e);
     }
