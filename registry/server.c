@@ -65,6 +65,7 @@ struct kiln_registry_server {
     size_t nrows, caprows;
     uint64_t bytes_served;
     histogram upload, download;
+    uint64_t auth_refused[REG_AUTH_NREASONS];
 };
 
 typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD } body_kind;
@@ -381,6 +382,15 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
         s->bytes_served);
     put_hist(f, "kiln_registry_upload_duration_seconds", &s->upload);
     put_hist(f, "kiln_registry_download_duration_seconds", &s->download);
+    static const char *const why[REG_AUTH_NREASONS] = {
+        [REG_AUTH_MISSING] = "missing", [REG_AUTH_MALFORMED] = "malformed",
+        [REG_AUTH_UNKNOWN] = "unknown", [REG_AUTH_EXPIRED] = "expired",
+        [REG_AUTH_REVOKED] = "revoked", [REG_AUTH_SCOPE] = "scope"};
+    fprintf(f, "# HELP kiln_registry_auth_refused_total Requests refused for their token, by "
+               "reason.\n# TYPE kiln_registry_auth_refused_total counter\n");
+    for (int i = 0; i < REG_AUTH_NREASONS; i++)
+        fprintf(f, "kiln_registry_auth_refused_total{reason=\"%s\"} %" PRIu64 "\n", why[i],
+                s->auth_refused[i]);
     pthread_mutex_unlock(&s->mu);
     fprintf(f,
             "# HELP kiln_registry_versions Versions stored.\n# TYPE kiln_registry_versions gauge\n"
@@ -551,7 +561,7 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT id, time, token, action, model, version, channel, digest FROM audit"
+            "SELECT id, time, token, action, model, version, channel, digest, reason FROM audit"
             " WHERE id > ?1 ORDER BY id LIMIT ?2",
             -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading the audit log"));
@@ -562,8 +572,8 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
         json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
                               "time", time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
         /* By column: id, time and action are set above. */
-        static const char *const keys[] = {NULL,      NULL,     "token",  NULL,
-                                           "model",   "version", "channel", "digest"};
+        static const char *const keys[] = {NULL,    NULL,      "token",  NULL,    "model",
+                                           "version", "channel", "digest", "reason"};
         for (int k = 0; k < (int)KILN_ARRAY_LEN(keys); k++)
             if (keys[k])
                 json_object_set_new(e, keys[k],
@@ -1040,6 +1050,13 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
 
 /* ---- the handler ---- */
 
+/* A refused token counts in /metrics by why; nothing is written to the store for it. */
+static void count_refusal(kiln_registry_server *s, reg_auth_refusal why) {
+    pthread_mutex_lock(&s->mu);
+    s->auth_refused[why]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                  sqlite3 *db, unsigned need, bool *ok) {
     *ok = false;
@@ -1049,16 +1066,28 @@ static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection 
             *ok = true;
             return MHD_YES;
         }
+        count_refusal(s, REG_AUTH_MISSING);
         return send_error(c, r, 401, "this request needs a token (Authorization: Bearer)");
     }
     const char *token = reg_bearer_token(h);
-    if (!token) return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
-    kiln_err rc = reg_token_lookup(db, token, &r->token_name, &r->scopes);
-    if (rc == KILN_ERR_AUTH) return send_error(c, r, 401, "unknown token");
+    if (!token) {
+        count_refusal(s, REG_AUTH_MALFORMED);
+        return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
+    }
+    /* No cache: the token's row is read on every request, so a revocation or an expiry
+     * holds from the next request on. */
+    reg_auth_refusal why;
+    kiln_err rc =
+        reg_token_lookup(db, token, kiln_unix_time(), &r->token_name, &r->scopes, &why);
+    if (rc == KILN_ERR_AUTH) {
+        count_refusal(s, why);
+        return send_error(c, r, 401, "%s", kiln_errmsg());
+    }
     if (rc) return send_kiln_error(c, r, rc);
     if (!(r->scopes & need)) {
         static const char *const names[] = {"", "read", "publish", "",     "promote",
                                             "", "",     "",        "admin"};
+        count_refusal(s, REG_AUTH_SCOPE);
         return send_error(c, r, 403, "token '%s' lacks the '%s' scope", r->token_name, names[need]);
     }
     *ok = true;
