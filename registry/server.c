@@ -30,6 +30,7 @@ static const char *const route_label[REG_R_COUNT] = {
     [REG_R_HISTORY] = "/v1/models/{model}/channels/{channel}/history",
     [REG_R_BLOB] = "/v1/blobs/sha256/{digest}",
     [REG_R_AUDIT] = "/v1/audit",
+    [REG_R_TOKENS] = "/v1/tokens",
     [REG_R_UI_HOME] = "/",
     [REG_R_UI_MODEL] = "/ui/models/{model}",
     [REG_R_UI_CHANNEL] = "/ui/models/{model}/channels/{channel}",
@@ -279,6 +280,8 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
         route = REG_R_MODELS;
     else if (n == 2 && !strcmp(s[1], "audit"))
         route = REG_R_AUDIT;
+    else if (n == 2 && !strcmp(s[1], "tokens"))
+        route = REG_R_TOKENS;
     else if (n == 4 && !strcmp(s[1], "blobs") && !strcmp(s[2], "sha256"))
         route = REG_R_BLOB;
     else if (n >= 3 && !strcmp(s[1], "models")) {
@@ -582,6 +585,17 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     }
     sqlite3_finalize(st);
     return send_json(c, r, 200, json_pack("{s:o}", "entries", arr));
+}
+
+/* The tokens as `kiln registry token list --json` shows them: never a secret or a hash. */
+static enum MHD_Result do_tokens(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    kiln_registry_token_info *t;
+    size_t n;
+    kiln_err rc = reg_token_list_db(db, &t, &n);
+    if (rc) return send_kiln_error(c, r, rc);
+    json_t *j = kiln_registry_token_json(t, n, kiln_unix_time());
+    free(t);
+    return j ? send_json(c, r, 200, j) : MHD_NO;
 }
 
 /* A page of the web UI (ui.c reads the store, web/ writes the HTML). */
@@ -1122,7 +1136,8 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
         return send_kiln_error(c, r, rc);
     sqlite3 *db = NULL;
     if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
-    bool admin = r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT;
+    bool admin =
+        r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT || r->route == REG_R_TOKENS;
     unsigned need = put     ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
                     : admin ? KILN_SCOPE_ADMIN
                             : KILN_SCOPE_READ;
@@ -1153,6 +1168,9 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
             break;
         case REG_R_AUDIT:
             res = do_audit(c, r, db);
+            break;
+        case REG_R_TOKENS:
+            res = do_tokens(c, r, db);
             break;
         case REG_R_UI_HOME:
         case REG_R_UI_MODEL:

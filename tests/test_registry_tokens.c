@@ -142,6 +142,12 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
               strstr(b.text, "\"action\":\"token.revoke\"") &&
               strstr(b.text, "\"reason\":\"leaked in a CI log\""));
     CHECK("another token still works", get(port, "/v1/models", ops, &b) == 200);
+    CHECK("GET /v1/tokens lists them for admin",
+          get(port, "/v1/tokens", ops, &b) == 200 &&
+              strstr(b.text, "\"name\":\"ci\",\"reason\":\"leaked in a CI log\",") &&
+              strstr(b.text, "\"scope\":\"publish\",\"state\":\"revoked\"") &&
+              strstr(b.text, "\"name\":\"ops\"") && !strstr(b.text, ci + 5) &&
+              !strstr(b.text, "hash"));
 
     /* Twice, unknown, bad names and reasons: clear errors that change nothing. */
     int64_t audit_after = query(root, "SELECT count(*) FROM audit");
@@ -211,6 +217,7 @@ KILN_TEST(registry_tokens_expiry) {
     CHECK("an expired token: 401 saying when",
           get(port, "/v1/models", old, &b) == 401 && !strcmp(b.text, want));
     CHECK("a token before its expiry works", get(port, "/v1/models", later, &b) == 200);
+    CHECK("GET /v1/tokens needs admin: 403", get(port, "/v1/tokens", later, &b) == 403);
     CHECK("the refusal wrote nothing",
           query(root, "SELECT count(*) FROM audit") == audit_rows &&
               query(root, "SELECT count(*) FROM tokens WHERE name = 'old' AND last_used IS NULL") ==
