@@ -179,6 +179,15 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
     CHECK("a revoked name is not reused",
           kiln_registry_token_create(root, "ci", KILN_SCOPE_READ, &again) == KILN_ERR_CONFLICT &&
               !again && kiln_test_msg_has("revoked at", "choose another name"));
+    char *tag = NULL;
+    CHECK("a reason with markup",
+          kiln_registry_token_create(root, "tag", KILN_SCOPE_READ, &tag) == KILN_OK &&
+              kiln_registry_token_revoke(root, "tag", "<script>x</script>", NULL) == KILN_OK);
+    free(tag);
+    CHECK("the web page's audit view shows revocations and their reasons, as text",
+          get(port, "/ui/audit", ops, &b) == 200 && strstr(b.text, "<td>token.revoke</td>") &&
+              strstr(b.text, "<td>leaked in a CI log</td>") &&
+              strstr(b.text, "&lt;script&gt;x&lt;/script&gt;") && !strstr(b.text, "<script>x"));
     CHECK("metrics count the refusal by reason",
           get(port, "/metrics", ops, &b) == 200 &&
               strstr(b.text, "kiln_registry_auth_refused_total{reason=\"revoked\"} 1\n") &&
