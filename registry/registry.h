@@ -58,8 +58,7 @@ kiln_err kiln_registry_token_create(const char *root, const char *name, kiln_reg
  * with 401 "token 'NAME' expired at TIME". 0: never. A time already past is accepted (the
  * CLI refuses one). */
 kiln_err kiln_registry_token_create_until(const char *root, const char *name,
-                                          kiln_registry_scope scope, int64_t expires,
-                                          char **token);
+                                          kiln_registry_scope scope, int64_t expires, char **token);
 
 #define KILN_REGISTRY_REASON_MAX 200
 
@@ -73,7 +72,11 @@ typedef struct kiln_registry_token_info {
     char reason[KILN_REGISTRY_REASON_MAX + 1]; /* the revocation's reason, "" if none */
 } kiln_registry_token_info;
 
-typedef enum { KILN_TOKEN_ACTIVE, KILN_TOKEN_EXPIRED, KILN_TOKEN_REVOKED } kiln_registry_token_state;
+typedef enum {
+    KILN_TOKEN_ACTIVE,
+    KILN_TOKEN_EXPIRED,
+    KILN_TOKEN_REVOKED
+} kiln_registry_token_state;
 
 /* Every token of the store at root, by name (*out: caller frees). root must be a store
  * already: nothing is created (an old store is migrated, as every open does). */

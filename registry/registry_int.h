@@ -172,7 +172,7 @@ enum reg_route {
     REG_R_HISTORY,
     REG_R_BLOB,
     REG_R_AUDIT,
-    REG_R_TOKENS, /* "/v1/tokens" */
+    REG_R_TOKENS,     /* "/v1/tokens" */
     REG_R_UI_HOME,    /* "/" */
     REG_R_UI_MODEL,   /* "/ui/models/{model}" */
     REG_R_UI_CHANNEL, /* "/ui/models/{model}/channels/{channel}" */

@@ -575,12 +575,11 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
         json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
                               "time", time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
         /* By column: id, time and action are set above. */
-        static const char *const keys[] = {NULL,    NULL,      "token",  NULL,    "model",
+        static const char *const keys[] = {NULL,      NULL,      "token",  NULL,    "model",
                                            "version", "channel", "digest", "reason"};
         for (int k = 0; k < (int)KILN_ARRAY_LEN(keys); k++)
             if (keys[k])
-                json_object_set_new(e, keys[k],
-                                    col(st, k) ? json_string(col(st, k)) : json_null());
+                json_object_set_new(e, keys[k], col(st, k) ? json_string(col(st, k)) : json_null());
         json_array_append_new(arr, e);
     }
     sqlite3_finalize(st);
@@ -1091,8 +1090,7 @@ static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection 
     /* No cache: the token's row is read on every request, so a revocation or an expiry
      * holds from the next request on. */
     reg_auth_refusal why;
-    kiln_err rc =
-        reg_token_lookup(db, token, kiln_unix_time(), &r->token_name, &r->scopes, &why);
+    kiln_err rc = reg_token_lookup(db, token, kiln_unix_time(), &r->token_name, &r->scopes, &why);
     if (rc == KILN_ERR_AUTH) {
         count_refusal(s, why);
         return send_error(c, r, 401, "%s", kiln_errmsg());
@@ -1136,8 +1134,7 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
         return send_kiln_error(c, r, rc);
     sqlite3 *db = NULL;
     if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
-    bool admin =
-        r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT || r->route == REG_R_TOKENS;
+    bool admin = r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT || r->route == REG_R_TOKENS;
     unsigned need = put     ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
                     : admin ? KILN_SCOPE_ADMIN
                             : KILN_SCOPE_READ;

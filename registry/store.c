@@ -150,7 +150,8 @@ static kiln_err migrate(sqlite3 *db) {
         (void)reg_db_exec(db, "ROLLBACK");
         return kiln_errprefix(rc, "migrating registry.db to schema version %d: ", want);
     }
-    if (v < want) kiln_debug("registry: migrated registry.db from schema version %d to %d", v, want);
+    if (v < want)
+        kiln_debug("registry: migrated registry.db from schema version %d to %d", v, want);
     return KILN_OK;
 }
 
@@ -298,8 +299,7 @@ kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const cha
     return audit_row(db, token, action, model, version, channel, digest, NULL);
 }
 
-kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action,
-                          const char *reason) {
+kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action, const char *reason) {
     return audit_row(db, token, action, NULL, NULL, NULL, NULL, reason);
 }
 

@@ -289,10 +289,10 @@ json_t *kiln_registry_token_json(const kiln_registry_token_info *t, size_t n, in
         json_t *reason = t[i].reason[0] ? json_string(t[i].reason) : NULL;
         json_t *row = json_pack(
             "{s:s, s:s, s:o, s:o, s:s, s:o, s:o, s:o}", "name", t[i].name, "scope", t[i].scope,
-            "created", time_or_null(t[i].created), "expires", time_or_null(t[i].expires),
-            "state", kiln_registry_token_state_name(kiln_registry_token_state_at(&t[i], now)),
-            "revoked", time_or_null(t[i].revoked), "reason", reason ? reason : json_null(),
-            "last_used", time_or_null(t[i].last_used));
+            "created", time_or_null(t[i].created), "expires", time_or_null(t[i].expires), "state",
+            kiln_registry_token_state_name(kiln_registry_token_state_at(&t[i], now)), "revoked",
+            time_or_null(t[i].revoked), "reason", reason ? reason : json_null(), "last_used",
+            time_or_null(t[i].last_used));
         if (!row || json_array_append_new(arr, row) != 0) {
             json_decref(arr);
             return NULL;
@@ -306,8 +306,7 @@ static kiln_err check_reason(const char *reason) {
     size_t n = strlen(reason);
     KILN_FAIL_IF(!n, KILN_ERR_USAGE, "the revocation's reason is empty");
     KILN_FAIL_IF(n > KILN_REGISTRY_REASON_MAX, KILN_ERR_USAGE,
-                 "the revocation's reason is %zu bytes, more than %d", n,
-                 KILN_REGISTRY_REASON_MAX);
+                 "the revocation's reason is %zu bytes, more than %d", n, KILN_REGISTRY_REASON_MAX);
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)reason[i];
         KILN_FAIL_IF(c < 0x20 || c == 0x7f, KILN_ERR_USAGE,
@@ -354,9 +353,8 @@ kiln_err kiln_registry_token_revoke(const char *root, const char *name, const ch
     else
         sqlite3_bind_null(st, 2);
     sqlite3_bind_text(st, 3, name, -1, SQLITE_TRANSIENT);
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE || sqlite3_changes(db) != 1,
-                  KILN_ERR_IO, "registry database: %s while revoking token '%s'",
-                  sqlite3_errmsg(db), name);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE || sqlite3_changes(db) != 1, KILN_ERR_IO,
+                  "registry database: %s while revoking token '%s'", sqlite3_errmsg(db), name);
     KILN_CHECK(rc, out, reg_audit_reason(db, name, "token.revoke", reason));
     KILN_CHECK(rc, out, reg_db_exec(db, "COMMIT"));
     in_tx = false;

@@ -44,7 +44,8 @@ static long get(uint16_t port, const char *path, const char *token, body *out) {
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
     curl_easy_cleanup(h);
     curl_slist_free_all(hdr);
     return out->status;
@@ -76,9 +77,10 @@ static int64_t query(const char *root, const char *sql) {
 static bool exec_sql(const char *root, const char *sql) {
     char *path = kiln_path_join(root, "registry.db");
     sqlite3 *db = NULL;
-    bool ok = path && sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                                      NULL) == SQLITE_OK &&
-              sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
+    bool ok =
+        path &&
+        sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) == SQLITE_OK &&
+        sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK;
     sqlite3_close(db);
     free(path);
     return ok;
@@ -97,11 +99,9 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
     char *root = kiln_test_path("reg");
     char *ci = NULL, *ops = NULL, *again = NULL;
     kiln_registry_server *s = NULL;
-    if (!CHECK("tokens", root &&
-                             kiln_registry_token_create(root, "ci", KILN_SCOPE_PUBLISH, &ci) ==
-                                 KILN_OK &&
-                             kiln_registry_token_create(root, "ops", KILN_SCOPE_ADMIN, &ops) ==
-                                 KILN_OK))
+    if (!CHECK("tokens",
+               root && kiln_registry_token_create(root, "ci", KILN_SCOPE_PUBLISH, &ci) == KILN_OK &&
+                   kiln_registry_token_create(root, "ops", KILN_SCOPE_ADMIN, &ops) == KILN_OK))
         goto out;
     sqlite3 *db = NULL;
     CHECK("an audit row with every field",
@@ -122,8 +122,8 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
               strstr(b.text, "\"token\":\"ci\",\"version\":\"1.0.0\"}"));
 
     int64_t at = 0;
-    CHECK("revoke", kiln_registry_token_revoke(root, "ci", "leaked in a CI log", &at) == KILN_OK &&
-                        at > 0);
+    CHECK("revoke",
+          kiln_registry_token_revoke(root, "ci", "leaked in a CI log", &at) == KILN_OK && at > 0);
     int64_t audit_rows = query(root, "SELECT count(*) FROM audit");
     char when[21], want[128];
     kiln_format_time(at, when);
@@ -135,11 +135,11 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
           query(root, "SELECT count(*) FROM audit WHERE action = 'token.revoke' AND token = 'ci'"
                       " AND reason = 'leaked in a CI log'") == 1);
     CHECK("the row is kept, revoked",
-          query(root, "SELECT count(*) FROM tokens WHERE name = 'ci' AND revoked = " "(SELECT "
+          query(root, "SELECT count(*) FROM tokens WHERE name = 'ci' AND revoked = "
+                      "(SELECT "
                       "time FROM audit WHERE action = 'token.revoke')") == 1);
     CHECK("the audit API shows the reason",
-          get(port, "/v1/audit", ops, &b) == 200 &&
-              strstr(b.text, "\"action\":\"token.revoke\"") &&
+          get(port, "/v1/audit", ops, &b) == 200 && strstr(b.text, "\"action\":\"token.revoke\"") &&
               strstr(b.text, "\"reason\":\"leaked in a CI log\""));
     CHECK("another token still works", get(port, "/v1/models", ops, &b) == 200);
     CHECK("GET /v1/tokens lists them for admin",
@@ -247,8 +247,8 @@ KILN_TEST(registry_tokens_expiry) {
     free(name);
     name = NULL;
     CHECK("at the expiry: refused as expired",
-          reg_token_lookup(db, later, now + 3600, &name, &scopes, &why) == KILN_ERR_AUTH &&
-              !name && why == REG_AUTH_EXPIRED && kiln_test_msg_has("token 'later' expired at", NULL));
+          reg_token_lookup(db, later, now + 3600, &name, &scopes, &why) == KILN_ERR_AUTH && !name &&
+              why == REG_AUTH_EXPIRED && kiln_test_msg_has("token 'later' expired at", NULL));
     CHECK("an unknown token says so",
           reg_token_lookup(db, "kiln_nope", now, &name, &scopes, &why) == KILN_ERR_AUTH &&
               why == REG_AUTH_UNKNOWN);
@@ -274,8 +274,8 @@ KILN_TEST(registry_tokens_last_used_at_most_once_a_minute) {
     char *root = kiln_test_path("reg");
     char *tok = NULL;
     sqlite3 *db = NULL, *other = NULL;
-    if (!CHECK("token", root && kiln_registry_token_create(root, "ci", KILN_SCOPE_PUBLISH, &tok) ==
-                                    KILN_OK))
+    if (!CHECK("token",
+               root && kiln_registry_token_create(root, "ci", KILN_SCOPE_PUBLISH, &tok) == KILN_OK))
         goto out;
     if (!CHECK("db", reg_db_connect(root, &db) == KILN_OK)) goto out;
     const int64_t t0 = 2000000000;
@@ -335,8 +335,8 @@ KILN_TEST(registry_tokens_list_fields) {
     kiln_registry_token_info *t = NULL;
     size_t n = 0;
     if (!CHECK("list", kiln_registry_token_list(root, &t, &n) == KILN_OK && n == 3)) goto out;
-    CHECK("by name", !strcmp(t[0].name, "alpha") && !strcmp(t[1].name, "mid") &&
-                         !strcmp(t[2].name, "zeta"));
+    CHECK("by name",
+          !strcmp(t[0].name, "alpha") && !strcmp(t[1].name, "mid") && !strcmp(t[2].name, "zeta"));
     CHECK("scopes", !strcmp(t[0].scope, "promote") && !strcmp(t[1].scope, "admin") &&
                         !strcmp(t[2].scope, "read"));
     CHECK("created", t[0].created >= now && t[2].created <= kiln_unix_time());
@@ -386,9 +386,8 @@ KILN_TEST(registry_tokens_refuse_what_is_not_a_store) {
     for (int i = 0; i < 3; i++) {
         kiln_registry_token_info *t = (void *)1;
         size_t n = 7;
-        CHECK("list refuses it, naming it",
-              kiln_registry_token_list(roots[i], &t, &n) != KILN_OK && !t && !n &&
-                  kiln_test_msg_has(roots[i], says[i]));
+        CHECK("list refuses it, naming it", kiln_registry_token_list(roots[i], &t, &n) != KILN_OK &&
+                                                !t && !n && kiln_test_msg_has(roots[i], says[i]));
         CHECK("revoke refuses it, naming it",
               kiln_registry_token_revoke(roots[i], "ci", NULL, NULL) != KILN_OK &&
                   kiln_test_msg_has(roots[i], says[i]));
@@ -454,16 +453,14 @@ KILN_TEST(registry_tokens_migrate_an_old_store) {
     CHECK("it is at version 0, without the new columns",
           query(root, "PRAGMA user_version") == 0 && !has_column(root, "tokens", "revoked"));
     CHECK("it opens (list)", kiln_registry_token_list(root, &t, &n) == KILN_OK && n == 1);
-    CHECK("its token, as it was", n == 1 && !strcmp(t[0].name, "legacy") &&
-                                      !strcmp(t[0].scope, "publish") &&
-                                      t[0].created == 1700000000 && !t[0].expires &&
-                                      !t[0].revoked && !t[0].last_used &&
-                                      kiln_registry_token_state_at(&t[0], kiln_unix_time()) ==
-                                          KILN_TOKEN_ACTIVE);
+    CHECK("its token, as it was",
+          n == 1 && !strcmp(t[0].name, "legacy") && !strcmp(t[0].scope, "publish") &&
+              t[0].created == 1700000000 && !t[0].expires && !t[0].revoked && !t[0].last_used &&
+              kiln_registry_token_state_at(&t[0], kiln_unix_time()) == KILN_TOKEN_ACTIVE);
     free(t);
     t = NULL;
-    CHECK("migrated: the version", query(root, "PRAGMA user_version") == reg_schema_version() &&
-                                       reg_schema_version() == 1);
+    CHECK("migrated: the version",
+          query(root, "PRAGMA user_version") == reg_schema_version() && reg_schema_version() == 1);
     CHECK("migrated: the columns",
           has_column(root, "tokens", "expires") && has_column(root, "tokens", "revoked") &&
               has_column(root, "tokens", "revoke_reason") &&
@@ -496,8 +493,8 @@ KILN_TEST(registry_tokens_migrate_an_old_store) {
     CHECK("is refused, saying why",
           kiln_registry_token_list(newer, &t, &n) == KILN_ERR_UNSUPPORTED && !t &&
               kiln_test_msg_has("schema version 7", "newer than this kiln's 1"));
-    CHECK("and left as it was", query(newer, "PRAGMA user_version") == 7 &&
-                                    !has_column(newer, "tokens", "revoked"));
+    CHECK("and left as it was",
+          query(newer, "PRAGMA user_version") == 7 && !has_column(newer, "tokens", "revoked"));
 
     /* A migration that fails part way changes nothing: one transaction. (The audit table
      * already has a 'reason' column, so the last ALTER fails after the tokens ones ran.) */
@@ -517,12 +514,12 @@ out:
 /* fsck looks at tokens too: a scope the server does not know, a hash create never writes. */
 KILN_TEST(registry_tokens_fsck) {
     char *root = kiln_test_path("reg"), *tok = NULL;
-    if (!CHECK("token", root && kiln_registry_token_create(root, "ci", KILN_SCOPE_READ, &tok) ==
-                                    KILN_OK))
+    if (!CHECK("token",
+               root && kiln_registry_token_create(root, "ci", KILN_SCOPE_READ, &tok) == KILN_OK))
         goto out;
     size_t problems = 9;
-    CHECK("fsck clean", kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK &&
-                            problems == 0);
+    CHECK("fsck clean",
+          kiln_registry_fsck(root, NULL, NULL, NULL, &problems) == KILN_OK && problems == 0);
     CHECK("damage", exec_sql(root, "INSERT INTO tokens(name, hash, scope, created)"
                                    " VALUES('bad', 'XYZ', 'root', 1)"));
     CHECK("fsck finds both problems",
