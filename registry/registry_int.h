@@ -17,6 +17,9 @@
 
 /* ---- SQLite (store.c) ---- */
 
+/* Refuse a root that is neither a store (it holds registry.db) nor a new or empty directory,
+ * so that a mistyped --root never scatters a store into an unrelated directory. */
+kiln_err reg_root_check(const char *root);
 /* Open DIR/registry.db (creating DIR, blobs/, tmp/ and the schema), WAL, busy timeout. */
 kiln_err reg_db_open(const char *root, sqlite3 **db);
 /* Open an existing store's database (the server, per request): busy timeout only. */

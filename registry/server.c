@@ -1332,23 +1332,6 @@ static kiln_err probe_listen(const struct sockaddr_storage *ss, bool v6, const c
     return rc;
 }
 
-/* A root is a store once it holds registry.db; a new or empty directory becomes one. Any
- * other directory is refused, so that a mistyped --root never scatters a store into it. */
-static kiln_err check_root(const char *root) {
-    kiln_dir_state st = kiln_path_dir_state(root);
-    if (st == KILN_DIR_ABSENT || st == KILN_DIR_EMPTY) return KILN_OK; /* made below */
-    KILN_FAIL_IF(st == KILN_DIR_OTHER, KILN_ERR_USAGE, "'%s' is not a directory it can read", root);
-    char *db = kiln_path_join(root, "registry.db");
-    if (!db) return KILN_ERR_NOMEM;
-    bool store = kiln_path_exists(db);
-    free(db);
-    KILN_FAIL_IF(!store, KILN_ERR_USAGE,
-                 "'%s' is not a registry store (no registry.db) and is not empty: give the "
-                 "store's directory, or a new or empty one for a new store",
-                 root);
-    return KILN_OK;
-}
-
 /* Named temporaries left by a server that crashed (where O_TMPFILE is missing). */
 static void clear_tmp(const char *root) {
     char *cmd_dir = kiln_path_join(root, "tmp");
@@ -1390,7 +1373,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     /* The policy before the store: a bad --trust must not leave a new store behind. */
     if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
     /* Likewise the root and the address: a refusal leaves nothing behind. */
-    KILN_CHECK(rc, fail, check_root(o->root));
+    KILN_CHECK(rc, fail, reg_root_check(o->root));
     KILN_CHECK(rc, fail, probe_listen(&ss, v6, o->listen));
     /* A lock file this start makes goes again if the start fails (a corrupt registry.db):
      * a refusal leaves the directory as it found it. */

@@ -174,6 +174,23 @@ kiln_err reg_db_exec(sqlite3 *db, const char *sql) {
     return KILN_OK;
 }
 
+/* A root is a store once it holds registry.db; a new or empty directory becomes one. Any
+ * other directory is refused, so that a mistyped --root never scatters a store into it. */
+kiln_err reg_root_check(const char *root) {
+    kiln_dir_state st = kiln_path_dir_state(root);
+    if (st == KILN_DIR_ABSENT || st == KILN_DIR_EMPTY) return KILN_OK; /* made below */
+    KILN_FAIL_IF(st == KILN_DIR_OTHER, KILN_ERR_USAGE, "'%s' is not a directory it can read", root);
+    char *db = kiln_path_join(root, "registry.db");
+    if (!db) return KILN_ERR_NOMEM;
+    bool store = kiln_path_exists(db);
+    free(db);
+    KILN_FAIL_IF(!store, KILN_ERR_USAGE,
+                 "'%s' is not a registry store (no registry.db) and is not empty: give the "
+                 "store's directory, or a new or empty one for a new store",
+                 root);
+    return KILN_OK;
+}
+
 kiln_err reg_db_open(const char *root, sqlite3 **out) {
     *out = NULL;
     char *blobs = kiln_path_join(root, "blobs/sha256"), *tmp = kiln_path_join(root, "tmp"),

@@ -66,6 +66,7 @@ kiln_err kiln_registry_token_create_until(const char *root, const char *name,
                  "token scope %d is not one of read, publish, promote, admin", (int)scope);
     KILN_FAIL_IF(expires < 0, KILN_ERR_USAGE, "token expiry %lld is before 1970",
                  (long long)expires);
+    KILN_TRY(reg_root_check(root));
     KILN_FAIL_IF(sodium_init() < 0, KILN_ERR_INTERNAL, "libsodium failed to initialise");
     uint8_t raw[32];
     randombytes_buf(raw, sizeof raw);
