@@ -80,6 +80,7 @@ int cmd_infer(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);
+int cmd_runs_list(int argc, char **argv);
 int cmd_runs_plot(int argc, char **argv);
 int cmd_runs_show(int argc, char **argv);
 int cmd_train(int argc, char **argv);

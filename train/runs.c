@@ -75,6 +75,8 @@ static char *col_dup(sqlite3_stmt *s, int i) {
 }
 
 void kiln_run_info_release(kiln_run_info *info) {
+    free(info->stop_kind);
+    free(info->stop_message);
     json_decref(info->run);
     json_decref(info->layers);
     free(info->ckpts);
@@ -86,7 +88,8 @@ void kiln_run_info_release(kiln_run_info *info) {
     memset(info, 0, sizeof *info);
 }
 
-static kiln_err read_metrics(sqlite3 *db, size_t max_events, kiln_run_info *o) {
+static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events,
+                             kiln_run_info *o) {
     sqlite3_stmt *s = NULL;
     kiln_err rc = KILN_OK;
 #define PREP(sql)                                                                                  \
@@ -94,14 +97,44 @@ static kiln_err read_metrics(sqlite3 *db, size_t max_events, kiln_run_info *o) {
         sqlite3_finalize(s);                                                                       \
         s = NULL;                                                                                  \
         KILN_CHECK_IF(rc, out, sqlite3_prepare_v2(db, sql, -1, &s, NULL) != SQLITE_OK,             \
-                      KILN_ERR_IO, "metrics.db: %s", sqlite3_errmsg(db));                          \
+                      KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));            \
     } while (0)
-    PREP("SELECT step, loss, lr, grad_norm FROM steps ORDER BY step DESC LIMIT 1");
+    /* One read transaction: a trainer committing steps meanwhile cannot make the last step,
+     * the best validation and the events below come from two moments. */
+    KILN_CHECK_IF(rc, out, sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK, KILN_ERR_IO,
+                  "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    PREP("SELECT step, loss, lr, grad_norm, time FROM steps ORDER BY step DESC LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
         o->last_step = sqlite3_column_int64(s, 0);
         o->last_loss = col_num(s, 1);
         o->last_lr = col_num(s, 2);
         o->last_grad_norm = col_num(s, 3);
+        o->updated = col_num(s, 4);
+    }
+    /* Tokens over time, not a mean of rates: a slow step (a checkpoint) weighs its time. */
+    PREP("SELECT count(*) / sum(1.0 / tokens_per_s) FROM (SELECT tokens_per_s FROM steps "
+         "WHERE tokens_per_s > 0 ORDER BY step DESC LIMIT 100)");
+    if (sqlite3_step(s) == SQLITE_ROW) o->tokens_per_s = col_num(s, 0);
+    PREP("SELECT time FROM events ORDER BY id DESC LIMIT 1");
+    if (sqlite3_step(s) == SQLITE_ROW && !(col_num(s, 0) <= o->updated)) o->updated = col_num(s, 0);
+    PREP("SELECT count(*) FILTER (WHERE kind = 'nonfinite'), count(*) FILTER (WHERE kind = "
+         "'spike') FROM events");
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        o->n_nonfinite = (size_t)sqlite3_column_int64(s, 0);
+        o->n_spikes = (size_t)sqlite3_column_int64(s, 1);
+    }
+    /* A resume truncates the events after its checkpoint, and a stop recorded at the
+     * checkpoint's step itself is superseded by the resume event that follows it. */
+    PREP("SELECT kind, message FROM events WHERE kind IN ('start', 'resume', 'diverged', "
+         "'failed') ORDER BY id DESC LIMIT 1");
+    if (sqlite3_step(s) == SQLITE_ROW) {
+        const char *kind = (const char *)sqlite3_column_text(s, 0);
+        if (kind && (!strcmp(kind, "diverged") || !strcmp(kind, "failed"))) {
+            o->stop_kind = col_dup(s, 0);
+            o->stop_message = col_dup(s, 1);
+            KILN_CHECK_IF(rc, out, !o->stop_kind || !o->stop_message, KILN_ERR_NOMEM,
+                          "out of memory");
+        }
     }
     PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY val_loss, "
          "step LIMIT 1");
@@ -159,15 +192,17 @@ static kiln_err read_metrics(sqlite3 *db, size_t max_events, kiln_run_info *o) {
 #undef PREP
 out:
     sqlite3_finalize(s);
+    if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     return rc;
 }
 
 kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out) {
     memset(out, 0, sizeof *out);
+    out->tokens_per_s = out->updated = NAN;
     KILN_TRY(load_run_json(run_dir, &out->run));
     kiln_metrics *mx = NULL;
     kiln_err rc = open_db(run_dir, &mx);
-    if (!rc && mx) rc = read_metrics(kiln_metrics_db(mx), max_events, out);
+    if (!rc && mx) rc = read_metrics(kiln_metrics_db(mx), run_dir, max_events, out);
     kiln_metrics_close(mx);
     if (!rc) rc = kiln_ckpt_list(run_dir, &out->ckpts, &out->n_ckpts);
     if (rc) kiln_run_info_release(out);

@@ -388,12 +388,23 @@ typedef struct kiln_run_info {
      * {layer, attn_entropy, router_entropy, load_imbalance, dead_experts, overflow,
      * act_rms, expert_load: [E]}; empty when none were logged. */
     json_t *layers;
+    double tokens_per_s; /* over the newest 100 steps (their tokens over their time); NAN: none */
+    double updated;      /* unix seconds of the newest step row or event; NAN: none */
+    size_t n_nonfinite, n_spikes; /* events of those kinds */
+    /* How the last start or resume ended when the trainer recorded it: "diverged"
+     * (max_bad_steps non-finite steps in a row) or "failed" (any other error), with its
+     * message; NULL when the newest start or resume has no such event after it. */
+    char *stop_kind, *stop_message;
 } kiln_run_info;
 
-/* Read a run directory's run.json, metrics.db and checkpoint list (read-only). Release
- * with kiln_run_info_release. */
+/* Read a run directory's run.json, metrics.db and checkpoint list (read-only; the metrics
+ * in one read transaction, so a trainer writing meanwhile cannot mix two moments).
+ * Release with kiln_run_info_release. */
 kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out);
 void kiln_run_info_release(kiln_run_info *info);
+/* Whether a trainer holds the run directory now (its OFD lock on RUN_DIR/.lock, tested
+ * without taking anything: a reader never makes a trainer wait or fail). No .lock: false. */
+kiln_err kiln_run_live(const char *run_dir, bool *live);
 
 typedef struct kiln_run_diff {
     json_t *config;    /* {"key": [a, b]} for every key whose values differ */
@@ -404,6 +415,92 @@ typedef struct kiln_run_diff {
 } kiln_run_diff;
 kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff *out);
 void kiln_run_diff_release(kiln_run_diff *d);
+
+/* ---- comparing runs (kiln runs list) ---- */
+
+typedef enum kiln_run_state {
+    KILN_RUN_FINISHED = 0,    /* logged its last step */
+    KILN_RUN_RUNNING = 1,     /* a trainer holds it now (kiln_run_live) */
+    KILN_RUN_INTERRUPTED = 2, /* not finished, nobody training it: resume it */
+    KILN_RUN_DIVERGED = 3,    /* the trainer stopped it: max_bad_steps non-finite steps */
+    KILN_RUN_FAILED = 4,      /* the trainer stopped on another error it recorded */
+    KILN_RUN_ERROR = 5        /* the run directory could not be read */
+} kiln_run_state;
+/* "finished", "running", "interrupted", "diverged", "failed", "error". */
+const char *kiln_run_state_name(kiln_run_state s);
+
+/* One run of a list. Numbers a run has not logged are NAN (reals) or 0 (steps). */
+typedef struct kiln_run_row {
+    char *name; /* relative to the PATH it was found under, or the PATH itself */
+    char *dir;  /* the run directory's path */
+    kiln_run_state state;
+    char *message;           /* ERROR: why it could not be read; DIVERGED, FAILED: the trainer's
+                                message; NULL otherwise */
+    long step, steps;        /* newest logged step, the config's steps */
+    double loss;             /* at step */
+    long val_step;           /* the best validation's step; 0 = none */
+    double val_loss, val_r2; /* at val_step */
+    double tokens_per_s;     /* kiln_run_info's */
+    double updated;          /* unix seconds */
+    long nonfinite, spikes;  /* events */
+    /* The keys compared between runs: run.json's config, nested objects flattened to
+     * "outer.inner", and dataset_sha256. Sorted by key; NULL for ERROR rows. */
+    json_t *config;
+} kiln_run_row;
+
+typedef struct kiln_run_list {
+    kiln_run_row *rows; /* sorted, filtered, cut to top */
+    size_t n;
+    size_t found;          /* runs found under the paths (rows before the filters and top) */
+    size_t matched;        /* rows the filters kept (before top) */
+    size_t errors;         /* ERROR rows among those found */
+    char **error_messages; /* [errors]: theirs, in the order found (the filters may hide
+                              their rows; a caller still reports them) */
+    /* Over the readable rows the filters kept: the keys every one of them has with one
+     * value ({"key": value}), and the others, sorted (["key", ...]). */
+    json_t *same, *varied;
+    size_t compared; /* how many rows same and varied describe */
+} kiln_run_list;
+
+typedef struct kiln_run_list_opts {
+    /* "KEY=VALUE" filters on a column (name state step steps loss val_loss val_step val_r2
+     * tokens_per_s updated nonfinite spikes) or a config key: rows whose
+     * value equals VALUE (a JSON scalar or else a bare word; numbers compare by value, so
+     * lr=1e-3 finds 0.001). Different keys must all match; one key given several times
+     * matches any of its values. A row that could not be read passes config filters (it
+     * cannot be judged, and a list must not hide a broken run); state=... judges it. */
+    const char *const *where;
+    size_t n_where;
+    /* A column or config key, "-KEY" for descending; NULL: val_loss. Rows without a value
+     * sort last either way; ties by name (numbers in names by value: lr-2 before lr-10). */
+    const char *sort;
+    size_t top; /* keep the first top rows; 0 = all */
+} kiln_run_list_opts;
+
+/* Find and read the runs under paths: each a run directory (run.json, metrics.db or ckpt/
+ * in it) or a directory whose direct children include run directories (other children are
+ * skipped). A run that cannot be read is a row in state ERROR, not a failure. Fails with
+ * KILN_ERR_USAGE for a path that is neither (naming it), a bad filter or sort key; with
+ * KILN_ERR_NOMEM. opts may be NULL. Release with kiln_run_list_release. */
+kiln_err kiln_run_list_load(const char *const *paths, size_t n_paths,
+                            const kiln_run_list_opts *opts, kiln_run_list *out);
+void kiln_run_list_release(kiln_run_list *l);
+
+/* The list as a table for a terminal of width columns (0 = no limit), "now" the unix time
+ * ages are measured from: a line of the keys every run shares (cut to width, or to 120
+ * columns without a limit: --json has them all), then a row per run with the columns that
+ * hold a value and a column per varied key; an ERROR row's message runs on from its state
+ * column. Columns are sized to their content; when the table is wider than width, names and
+ * long values are shortened in the middle with '…' and the columns least needed to compare
+ * runs dropped (updated, tok/s, spikes and nonfin when all 0, val_r2, loss). Caller frees
+ * *out. */
+kiln_err kiln_run_list_table(const kiln_run_list *l, int width, double now, char **out);
+/* Every field of every row as a new JSON document (format "kiln-runs-list/1"; keys in a
+ * fixed order, docs/train.md). NULL when out of memory. */
+json_t *kiln_run_list_json(const kiln_run_list *l);
+/* CSV: a header, then a row per run: the columns, message, then the varied keys; numbers
+ * exact. Caller frees *out. */
+kiln_err kiln_run_list_csv(const kiln_run_list *l, char **out);
 
 /* One metric of a run over its steps (kiln runs plot). A metric is a column of the steps
  * table (loss, mse, load_balance, z, lr, grad_norm, tokens_per_s, max_abs_output, val_loss,

@@ -610,7 +610,12 @@ static void make_run_id(const char *cfg_text, const char *data_sha, const char *
 }
 
 /* One process per run directory: an exclusive flock on RUN_DIR/.lock, released by the
- * kernel however the process ends (SIGKILL included), so a stale lock cannot block. */
+ * kernel however the process ends (SIGKILL included), so a stale lock cannot block.
+ * The same open file also carries an OFD write lock over the whole file, the sign that the
+ * run is live for readers (kiln_run_live): F_OFD_GETLK tests it without taking anything,
+ * where a reader probing the flock would hold it for a moment and could make a trainer
+ * starting then fail with "another kiln process". On Linux the two kinds of lock do not
+ * interact. */
 static kiln_err lock_run(const char *run_dir, int *fd) {
     char *p = kiln_path_join(run_dir, ".lock");
     if (!p) return KILN_ERR_NOMEM;
@@ -623,8 +628,43 @@ static kiln_err lock_run(const char *run_dir, int *fd) {
                  ? kiln_fail(KILN_ERR_CONFLICT, "'%s': another kiln process is training this run",
                              run_dir)
                  : kiln_fail_errno(KILN_ERR_IO, "cannot lock '%s'", p);
+    struct flock live = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+    if (!rc && fcntl(*fd, F_OFD_SETLK, &live) != 0)
+        kiln_warn("cannot mark '%s' live (%s): kiln runs list will show the run as interrupted", p,
+                  strerror(errno));
     free(p);
     return rc;
+}
+
+kiln_err kiln_run_live(const char *run_dir, bool *live) {
+    *live = false;
+    char *p = kiln_path_join(run_dir, ".lock");
+    if (!p) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno != ENOENT) rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
+    } else {
+        struct flock q = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
+        if (fcntl(fd, F_OFD_GETLK, &q) != 0)
+            rc = kiln_fail_errno(KILN_ERR_IO, "cannot test the lock on '%s'", p);
+        else
+            *live = q.l_type != F_UNLCK;
+        close(fd);
+    }
+    free(p);
+    return rc;
+}
+
+/* How a run's last attempt ended, when the loop failed: an event readers show (kiln runs
+ * list's diverged or failed). The caller's message is kept whatever happens here. */
+static void record_stop(trainer *t, kiln_err rc) {
+    if (rc == KILN_OK || rc == KILN_ERR_INTERRUPTED || t->comm->rank != 0 || !t->mx) return;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", kiln_errmsg());
+    if (kiln_metrics_event(t->mx, t->st.step, rc == KILN_ERR_NUMERIC ? "diverged" : "failed", msg))
+        kiln_warn("%s", kiln_errmsg());
+    kiln_fail(rc, "%s", msg);
 }
 
 /* A directory holds a run once its run.json is there (a start writes it before any
@@ -1002,7 +1042,10 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     if (rc) return rc;
     rc = t.comm->rank == 0 ? prepare_start(&t, cfg) : KILN_OK;
     rc = share_run(&t, rc);
-    if (!rc) rc = loop(&t);
+    if (!rc) {
+        rc = loop(&t);
+        record_stop(&t, rc);
+    }
     trainer_free(&t);
     return rc;
 }
@@ -1012,7 +1055,10 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     kiln_err rc = t.comm->rank == 0 ? prepare_resume(&t) : KILN_OK;
     rc = share_run(&t, rc);
     if (!rc) rc = open_dcomm(&t, t.cfg.device == KILN_TRAIN_CUDA);
-    if (!rc) rc = loop(&t);
+    if (!rc) {
+        rc = loop(&t);
+        record_stop(&t, rc);
+    }
     trainer_free(&t);
     return rc;
 }

@@ -202,8 +202,8 @@ STORED='missing,file,empty,kind-*'
 # Checkpoints: a run skips those that do not verify (a warning each); none verifying is exit 1
 # for export (docs/validation.md) and a start over from step 0 for a resume (docs/train.md).
 # metrics.db and run.json are optional to export (the card's metrics are null without them);
-# metrics.db to runs show and diff (a run that has logged nothing yet), and a resume makes a
-# missing or empty one anew (it is the run's log; the checkpoint holds the state).
+# metrics.db to runs show, diff and list (a run that has logged nothing yet), and a resume
+# makes a missing or empty one anew (it is the run's log; the checkpoint holds the state).
 CKPT='kiln: warning: skipping checkpoint: *'
 # datasets
 row 2 dataset '*' - 'data inspect $S'
@@ -225,6 +225,10 @@ row 2 run '*,!ckpt/*,!metrics.db/gone' - 'runs show $S'
 row 2 run "$STORED,run.json/*,metrics.db/random" - 'runs diff $S $F/run'
 row 2 run "$STORED,run.json/invalid,run.json/wrongtype-*,metrics.db/cuthalf" - 'runs diff $F/run $S'
 row 2 run 'missing,file,metrics.db/*' - 'runs plot $S'
+# runs list: a path that is no run and holds none exits 2; a broken run is a row of its own
+# with its error line on stderr, and exit 1 (docs/train.md).
+row 2 run "$STORED" - 'runs list $S'
+row 1 run 'run.json/*,metrics.db/empty,metrics.db/random,metrics.db/cuthalf' - 'runs list $S'
 row 12 run "$STORED,run.json/invalid,run.json/wrongtype-*,ckpt/*" "$CKPT" 'export $S --out $O/m'
 row 12 run "$STORED,run.json/wrongtype-*,ckpt/random" "$CKPT" "release \$S --key \$F/rel.key --trust \$F/trust.json $REL"
 # model directories and files: a model without card.json holds out 0.2 of the data
