@@ -29,9 +29,12 @@ int cmd_runs_show(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
     if (max_events < 0) return cli_usage_error("--events must not be negative");
+    bool live = false;
     kiln_run_info ri;
-    kiln_err err = kiln_run_info_load(dir, (size_t)max_events, &ri);
+    kiln_err err = kiln_run_live(dir, &live);
+    if (!err) err = kiln_run_info_load(dir, (size_t)max_events, &ri);
     if (err) return cli_fail(err);
+    kiln_run_state state = kiln_run_state_of(&ri, live);
     const json_t *cfg = json_object_get(ri.run, "config");
     long steps = (long)json_integer_value(json_object_get(cfg, "steps"));
     printf("run         %s\n", dir);
@@ -41,9 +44,14 @@ int cmd_runs_show(int argc, char **argv) {
            jstr(ri.run, "dataset_sha256"));
     if (json_object_get(ri.run, "init"))
         printf("init        %s\n", jstr(json_object_get(ri.run, "init"), "path"));
-    printf("progress    step %ld of %ld (%.0f%%)%s\n", ri.last_step, steps,
+    printf("progress    step %ld of %ld (%.0f%%), %s", ri.last_step, steps,
            steps > 0 ? 100.0 * (double)ri.last_step / (double)steps : 0.0,
-           ri.last_step >= steps ? ", finished" : "");
+           kiln_run_state_name(state));
+    if (state == KILN_RUN_DIVERGED || state == KILN_RUN_FAILED)
+        printf(": %s", ri.stop_message);
+    if (state == KILN_RUN_INTERRUPTED || state == KILN_RUN_DIVERGED || state == KILN_RUN_FAILED)
+        printf(" (kiln train --resume %s continues it)", dir);
+    printf("\n");
     printf("checkpoints");
     if (!ri.n_ckpts) printf(" none");
     for (size_t i = 0; i < ri.n_ckpts; i++)

@@ -15,6 +15,15 @@
 static const char *const state_names[] = {"finished", "running", "interrupted",
                                           "diverged", "failed",  "error"};
 
+kiln_run_state kiln_run_state_of(const kiln_run_info *ri, bool live) {
+    if (live) return KILN_RUN_RUNNING;
+    if (ri->stop_kind)
+        return !strcmp(ri->stop_kind, "diverged") ? KILN_RUN_DIVERGED : KILN_RUN_FAILED;
+    json_t *steps = json_object_get(json_object_get(ri->run, "config"), "steps");
+    long n = json_is_integer(steps) ? (long)json_integer_value(steps) : 0;
+    return n > 0 && ri->last_step >= n ? KILN_RUN_FINISHED : KILN_RUN_INTERRUPTED;
+}
+
 const char *kiln_run_state_name(kiln_run_state s) {
     return (unsigned)s < KILN_ARRAY_LEN(state_names) ? state_names[s] : "?";
 }
@@ -240,14 +249,7 @@ static kiln_err load_row(kiln_run_row *r) {
     r->updated = ri.updated;
     r->nonfinite = (long)ri.n_nonfinite;
     r->spikes = (long)ri.n_spikes;
-    if (live)
-        r->state = KILN_RUN_RUNNING;
-    else if (ri.stop_kind)
-        r->state = !strcmp(ri.stop_kind, "diverged") ? KILN_RUN_DIVERGED : KILN_RUN_FAILED;
-    else if (r->steps > 0 && r->step >= r->steps)
-        r->state = KILN_RUN_FINISHED;
-    else
-        r->state = KILN_RUN_INTERRUPTED;
+    r->state = kiln_run_state_of(&ri, live);
     if (ri.stop_kind && !live && !(r->message = kiln_strdup(ri.stop_message))) rc = KILN_ERR_NOMEM;
     kiln_run_info_release(&ri);
     return rc;

@@ -428,6 +428,8 @@ typedef enum kiln_run_state {
 } kiln_run_state;
 /* "finished", "running", "interrupted", "diverged", "failed", "error". */
 const char *kiln_run_state_name(kiln_run_state s);
+/* A readable run's state from what kiln_run_info_load read and kiln_run_live said. */
+kiln_run_state kiln_run_state_of(const kiln_run_info *ri, bool live);
 
 /* One run of a list. Numbers a run has not logged are NAN (reals) or 0 (steps). */
 typedef struct kiln_run_row {

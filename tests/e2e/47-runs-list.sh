@@ -81,6 +81,9 @@ grep -q '^live  *running  ' "$T/live" || fail "a run being trained is not shown 
 sed -n 2p "$T/live" | grep -q ' steps$' || fail "steps now differs and has no column"
 $KILN runs list "$T/sweep/live" >"$T/killed" || fail "runs list after the kill"
 grep -q 'live  *interrupted  ' "$T/killed" || fail "a killed run is not shown as interrupted: $(cat "$T/killed")"
+$KILN runs show "$T/sweep/live" >"$T/show" || fail "runs show after the kill"
+grep -q "^progress .*, interrupted (kiln train --resume $T/sweep/live continues it)\$" "$T/show" ||
+    fail "runs show does not say the killed run is interrupted: $(grep progress "$T/show")"
 
 # A corrupt run.json: its row says why, the exit status is 1, the others still show.
 cp -R "$T/sweep/lr0.003-e2" "$T/sweep/broken"
