@@ -1542,12 +1542,18 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
         /* The policy in force: --trust's, walked forward through the stored versions above
          * it, each verified as the successor of the one before. */
         reg_trust_chain chain;
+        uint64_t from = kiln_sign_trust_version(trust);
         rc = reg_trust_chain_load(db, o->root, trust, NULL, NULL, &chain);
         trust = NULL; /* the chain's now */
         if (!rc) {
             kiln_sign_trust *newest = reg_trust_chain_take_newest(&chain);
+            uint64_t to = kiln_sign_trust_version(newest);
             reg_trust_chain_release(&chain);
             rc = trust_swap(s, newest);
+            if (!rc && to != from)
+                kiln_info("registry: trust policy version %llu in force ('%s' is version %llu; "
+                          "the store holds the versions after it)",
+                          (unsigned long long)to, o->trust, (unsigned long long)from);
         }
         if (rc) {
             reg_db_close(db);
