@@ -59,6 +59,11 @@ int cli_fail(kiln_err rc);
 /* Print "kiln: error: ..." for a usage problem found after parsing; returns 2. */
 int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* --expires: "30d", "12h", "90m", "3600s" after now (at most 100 years), or an RFC 3339 UTC
+ * time ("2026-12-31T00:00:00Z"); KILN_ERR_USAGE otherwise. Whether a time in the past is
+ * allowed is the caller's to say. (channel sign, registry token create) */
+kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out);
+
 /* Load a secret key, asking for its password when it is encrypted ($KILN_PASSWORD_FILE's
  * first line, else the terminal). Free with kiln_sign_seckey_free. (cmd_sign.c) */
 struct kiln_sign_seckey;

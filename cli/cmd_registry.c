@@ -1,10 +1,11 @@
-/* cmd_registry.c - kiln registry serve | token create | fsck | gc. */
+/* cmd_registry.c - kiln registry serve | token create, list, revoke | fsck | gc. */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "core.h"
 #include "registry.h"
 
 int cmd_registry_serve(int argc, char **argv) {
@@ -55,31 +56,143 @@ int cmd_registry_serve(int argc, char **argv) {
     return 0;
 }
 
-int cmd_registry_token(int argc, char **argv) {
-    const char *root = NULL, *name = NULL, *scope = NULL;
+static int token_create(int argc, char **argv) {
+    const char *root = NULL, *name = NULL, *scope = NULL, *expires = NULL;
     const cli_opt opts[] = {
-        {"root", CLI_STR, &root, "DIR", "the registry's store", true},
+        {"root", CLI_STR, &root, "DIR", "the registry's store (created if missing)", true},
         {"name", CLI_STR, &name, "NAME", "the token's name, recorded in the audit log", true},
         {"scope", CLI_STR, &scope, "SCOPE", "read, publish, promote or admin", true},
+        {"expires", CLI_STR, &expires, "DUR|TIME",
+         "90d, 12h, 90m, 3600s or 2026-12-31T00:00:00Z (default: never)", false},
         {0},
     };
-    const cli_spec spec = {
-        "kiln registry token create --root DIR --name NAME --scope read|publish|promote|admin",
-        "Create a token and print it once; the registry keeps only its sha256.", opts, 1, 1};
-    const char *action;
+    const cli_spec spec = {"kiln registry token create --root DIR --name NAME --scope "
+                           "read|publish|promote|admin [--expires DUR|TIME]",
+                           "Create a token and print it once; the registry keeps only its sha256.",
+                           opts, 0, 0};
     int rc;
-    if (!cli_parse_args(&spec, argc, argv, &action, &rc)) return rc;
-    if (strcmp(action, "create"))
-        return cli_usage_error("unknown 'registry token' action (only 'create')");
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     kiln_registry_scope sc;
     if (!kiln_registry_scope_parse(scope, &sc))
         return cli_usage_error("--scope '%s' is not one of read, publish, promote, admin", scope);
+    int64_t until = 0, now = kiln_unix_time();
+    if (expires) {
+        kiln_err e = cli_parse_expiry(expires, now, &until);
+        if (e) return cli_fail(e);
+        if (until <= now) return cli_usage_error("--expires: '%s' is in the past", expires);
+    }
     char *token;
-    kiln_err e = kiln_registry_token_create(root, name, sc, &token);
+    kiln_err e = kiln_registry_token_create_until(root, name, sc, until, &token);
     if (e) return cli_fail(e);
     printf("%s\n", token);
     free(token);
     return 0;
+}
+
+/* A time, or "never" for 0. */
+static const char *when(int64_t t, char buf[21]) {
+    if (!t) return "never";
+    kiln_format_time(t, buf);
+    return buf;
+}
+
+static int token_list(int argc, char **argv) {
+    const char *root = NULL;
+    bool as_json = false;
+    const cli_opt opts[] = {
+        {"root", CLI_STR, &root, "DIR", "the registry's store", true},
+        {"json", CLI_FLAG, &as_json, NULL, "print JSON instead of a table", false},
+        {0},
+    };
+    const cli_spec spec = {"kiln registry token list --root DIR [--json]",
+                           "List the store's tokens: scope, created, expires, state (active, "
+                           "expired, revoked) and last use. Never prints a token or its hash.",
+                           opts, 0, 0};
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
+    kiln_registry_token_info *t;
+    size_t n;
+    kiln_err e = kiln_registry_token_list(root, &t, &n);
+    if (e) return cli_fail(e);
+    int64_t now = kiln_unix_time();
+    if (as_json) {
+        json_t *j = kiln_registry_token_json(t, n, now);
+        char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+        json_decref(j);
+        free(t);
+        if (!text) return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+        printf("%s\n", text);
+        free(text);
+        return 0;
+    }
+    int w = 4;
+    for (size_t i = 0; i < n; i++)
+        if ((int)strlen(t[i].name) > w) w = (int)strlen(t[i].name);
+    printf("%-*s  %-7s  %-20s  %-20s  %-20s  %s\n", w, "name", "scope", "created", "expires",
+           "last used", "state");
+    for (size_t i = 0; i < n; i++) {
+        char c[21], x[21], u[21], r[21];
+        kiln_registry_token_state st = kiln_registry_token_state_at(&t[i], now);
+        printf("%-*s  %-7s  %-20s  %-20s  %-20s  %s", w, t[i].name, t[i].scope,
+               when(t[i].created, c), when(t[i].expires, x), when(t[i].last_used, u),
+               kiln_registry_token_state_name(st));
+        if (st == KILN_TOKEN_REVOKED) printf(" %s", when(t[i].revoked, r));
+        if (st == KILN_TOKEN_REVOKED && t[i].reason[0]) {
+            /* The reason as text on one line, whatever the database holds. */
+            for (char *p = t[i].reason; *p; p++)
+                if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
+            printf(": %s", t[i].reason);
+        }
+        putchar('\n');
+    }
+    free(t);
+    return 0;
+}
+
+static int token_revoke(int argc, char **argv) {
+    const char *root = NULL, *name = NULL, *reason = NULL;
+    const cli_opt opts[] = {
+        {"root", CLI_STR, &root, "DIR", "the registry's store", true},
+        {"name", CLI_STR, &name, "NAME", "the token to revoke", true},
+        {"reason", CLI_STR, &reason, "TEXT", "why (kept with the token and in the audit log)",
+         false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln registry token revoke --root DIR --name NAME [--reason TEXT]",
+        "Revoke a token: a running server refuses it from the next request on (401). The "
+        "token's row stays, so its name is not reused.",
+        opts, 0, 0};
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
+    int64_t at;
+    kiln_err e = kiln_registry_token_revoke(root, name, reason, &at);
+    if (e) return cli_fail(e);
+    char t[21];
+    kiln_format_time(at, t);
+    printf("revoked token '%s' at %s\n", name, t);
+    return 0;
+}
+
+int cmd_registry_token(int argc, char **argv) {
+    static const char *const usage =
+        "usage: kiln registry token create --root DIR --name NAME --scope "
+        "read|publish|promote|admin [--expires DUR|TIME]\n"
+        "       kiln registry token list --root DIR [--json]\n"
+        "       kiln registry token revoke --root DIR --name NAME [--reason TEXT]\n"
+        "\nCreate, list or revoke the registry's bearer tokens (kiln registry token ACTION "
+        "--help for each).\n";
+    const char *action = argc >= 2 ? argv[1] : NULL;
+    if (action && (!strcmp(action, "--help") || !strcmp(action, "-h"))) {
+        fputs(usage, stdout);
+        return 0;
+    }
+    if (action && !strcmp(action, "create")) return token_create(argc - 1, argv + 1);
+    if (action && !strcmp(action, "list")) return token_list(argc - 1, argv + 1);
+    if (action && !strcmp(action, "revoke")) return token_revoke(argc - 1, argv + 1);
+    fputs(usage, stderr);
+    if (!action) return cli_usage_error("'registry token' needs an action: create, list or revoke");
+    return cli_usage_error("unknown 'registry token' action '%s' (create, list or revoke)", action);
 }
 
 static void print_problem(void *ctx, const char *problem) {

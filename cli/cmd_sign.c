@@ -422,27 +422,6 @@ out:
 
 /* ---- channel records --------------------------------------------------------------- */
 
-/* "30d", "12h", "90m", "3600s" after now, or an RFC 3339 UTC time. */
-static kiln_err parse_expiry(const char *s, int64_t now, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long n = strtoll(s, &end, 10);
-    if (end != s && *s != '-' && *s != '+' && end[0] && !end[1] && !errno) {
-        int64_t unit = end[0] == 's'   ? 1
-                       : end[0] == 'm' ? 60
-                       : end[0] == 'h' ? 3600
-                       : end[0] == 'd' ? 86400
-                                       : 0;
-        KILN_FAIL_IF(unit && (n <= 0 || n > 100LL * 365 * 86400 / unit), KILN_ERR_USAGE,
-                     "--expires: '%s' must be a positive duration of at most 100 years", s);
-        if (unit) {
-            *out = now + n * unit;
-            return KILN_OK;
-        }
-    }
-    return kiln_sign_parse_time(s, "--expires (a duration like 30d, 12h, 90m or a time)", out);
-}
-
 static kiln_err parse_digest(const char *s, uint8_t d[32]) {
     const char *hex = strncmp(s, "sha256:", 7) == 0 ? s + 7 : s;
     KILN_FAIL_IF(
@@ -507,7 +486,7 @@ int cmd_channel_sign(int argc, char **argv) {
             goto out;
         }
         rc = parse_digest(digest, d);
-        if (rc == KILN_OK) rc = parse_expiry(expires, kiln_unix_time(), &exp);
+        if (rc == KILN_OK) rc = cli_parse_expiry(expires, kiln_unix_time(), &exp);
         if (rc == KILN_OK && exp <= kiln_unix_time())
             rc = kiln_fail(KILN_ERR_USAGE, "--expires: '%s' is in the past", expires);
         if (rc == KILN_OK)

@@ -33,7 +33,7 @@ static const command commands[] = {
     {"registry fsck", cmd_registry_fsck, "check a registry's store"},
     {"registry gc", cmd_registry_gc, "remove blobs no version references"},
     {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
-    {"registry token", cmd_registry_token, "create a registry token (registry token create)"},
+    {"registry token", cmd_registry_token, "create, list or revoke registry tokens"},
     {"release", cmd_release, "export, validate, pack, sign, publish and promote a run in one go"},
     {"rollback", cmd_rollback, "point a registry channel back at an older version"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},

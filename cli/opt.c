@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core.h"
+#include "sign.h"
 
 static void print_usage(const cli_spec *spec, FILE *f) {
     fprintf(f, "usage: %s\n", spec->usage);
@@ -165,4 +167,24 @@ bool cli_parse_args(const cli_spec *spec, int argc, char **argv, const char **ar
         args[i] = i < npos ? pos[i] : NULL;
     free(pos);
     return true;
+}
+
+kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long n = strtoll(s, &end, 10);
+    if (end != s && *s != '-' && *s != '+' && end[0] && !end[1] && !errno) {
+        int64_t unit = end[0] == 's'   ? 1
+                       : end[0] == 'm' ? 60
+                       : end[0] == 'h' ? 3600
+                       : end[0] == 'd' ? 86400
+                                       : 0;
+        KILN_FAIL_IF(unit && (n <= 0 || n > 100LL * 365 * 86400 / unit), KILN_ERR_USAGE,
+                     "--expires: '%s' must be a positive duration of at most 100 years", s);
+        if (unit) {
+            *out = now + n * unit;
+            return KILN_OK;
+        }
+    }
+    return kiln_sign_parse_time(s, "--expires (a duration like 30d, 12h, 90m or a time)", out);
 }

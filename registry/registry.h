@@ -45,13 +45,64 @@ typedef enum {
 /* "read" | "publish" | "promote" | "admin"; false for anything else. */
 bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out);
 
+/* The scope's name ("read", ...); NULL for a value that is not one scope. */
+const char *kiln_registry_scope_name(kiln_registry_scope s);
+
 /* Create (or open) the store at root and add a token named name with one scope. *token is
- * the new secret (caller frees), shown once: only its sha256 is stored. A name in use is
- * KILN_ERR_CONFLICT. Writes one audit row. */
+ * the new secret (caller frees), shown once: only its sha256 is stored. A name in use, also
+ * a revoked token's (names are never reused), is KILN_ERR_CONFLICT. Writes one audit row.
+ * The token never expires. */
 kiln_err kiln_registry_token_create(const char *root, const char *name, kiln_registry_scope scope,
                                     char **token);
+/* The same, with an expiry: from expires (unix seconds) on, the server refuses the token
+ * with 401 "token 'NAME' expired at TIME". 0: never. A time already past is accepted (the
+ * CLI refuses one). */
+kiln_err kiln_registry_token_create_until(const char *root, const char *name,
+                                          kiln_registry_scope scope, int64_t expires, char **token);
 
-/* fsck: every version's blob exists and hashes to its digest, no orphaned temporaries
+#define KILN_REGISTRY_REASON_MAX 200
+
+/* A token as `kiln registry token list` shows it: never the secret or its hash. Times are
+ * unix seconds; 0 means never (expires), not revoked (revoked), not used since the store
+ * began recording it (last_used). */
+typedef struct kiln_registry_token_info {
+    char name[KILN_REGISTRY_NAME_MAX + 1];
+    char scope[16];
+    int64_t created, expires, revoked, last_used;
+    char reason[KILN_REGISTRY_REASON_MAX + 1]; /* the revocation's reason, "" if none */
+} kiln_registry_token_info;
+
+typedef enum {
+    KILN_TOKEN_ACTIVE,
+    KILN_TOKEN_EXPIRED,
+    KILN_TOKEN_REVOKED
+} kiln_registry_token_state;
+
+/* Every token of the store at root, by name (*out: caller frees). root must be a store
+ * already: nothing is created (an old store is migrated, as every open does). */
+kiln_err kiln_registry_token_list(const char *root, kiln_registry_token_info **out, size_t *n);
+/* A token's state at now: revoked, else expired (now at or past expires), else active. */
+kiln_registry_token_state kiln_registry_token_state_at(const kiln_registry_token_info *t,
+                                                       int64_t now);
+/* "active", "expired", "revoked". */
+const char *kiln_registry_token_state_name(kiln_registry_token_state s);
+/* {"tokens": [{"name", "scope", "created", "expires", "state", "revoked", "reason",
+ * "last_used"}]}: times RFC 3339 UTC, null where absent; the states at now. New reference,
+ * NULL when out of memory. */
+json_t *kiln_registry_token_json(const kiln_registry_token_info *t, size_t n, int64_t now);
+
+/* Revoke the token named name: from the next request on, a running server answers it with
+ * 401 "token 'NAME' was revoked at TIME". The row stays (revoked), so the audit log's names
+ * keep their meaning and the name cannot be reused. reason (NULL: none; else 1 to
+ * KILN_REGISTRY_REASON_MAX bytes of UTF-8 without control characters) is kept with it and
+ * in the one audit row (token.revoke). An unknown name is KILN_ERR_NOTFOUND, a revoked one
+ * KILN_ERR_CONFLICT; both change nothing. root must be a store already. *at (may be NULL):
+ * the revocation's time. */
+kiln_err kiln_registry_token_revoke(const char *root, const char *name, const char *reason,
+                                    int64_t *at);
+
+/* fsck: every version's blob exists and hashes to its digest, every token has a known scope
+ * and a well-formed hash, no orphaned temporaries
  * (when no server holds the store), every channel record verifies against trust (a trust
  * policy path, NULL: the one the store was served with, DIR/trust.json, if any) and points
  * at a version the store holds. Each problem is passed to report (may be NULL); *problems

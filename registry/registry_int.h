@@ -18,6 +18,9 @@
 
 /* ---- SQLite (store.c) ---- */
 
+/* Refuse a root that is neither a store (it holds registry.db) nor a new or empty directory,
+ * so that a mistyped --root never scatters a store into an unrelated directory. */
+kiln_err reg_root_check(const char *root);
 /* Open DIR/registry.db (creating DIR, blobs/, tmp/ and the schema), WAL, busy timeout. */
 kiln_err reg_db_open(const char *root, sqlite3 **db);
 /* Open an existing store's database (the server, per request): busy timeout only. */
@@ -33,8 +36,37 @@ kiln_err reg_db_fail(sqlite3 *db, const char *what);
 /* One audit row, inside the caller's transaction. NULL fields are stored as NULL. */
 kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
                    const char *version, const char *channel, const char *digest);
-/* Look a bearer token up by its hash; *name (caller frees) and *scopes. NOTFOUND if unknown. */
-kiln_err reg_token_lookup(sqlite3 *db, const char *token, char **name, unsigned *scopes);
+/* An audit row about a token (token.revoke) with its reason (may be NULL). */
+kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action, const char *reason);
+/* The schema version this kiln makes and migrates stores to (PRAGMA user_version). */
+int reg_schema_version(void);
+
+/* ---- tokens (token.c) ---- */
+
+/* Why a request's token was refused: /metrics counts each. */
+typedef enum {
+    REG_AUTH_MISSING,   /* no Authorization header where one is needed */
+    REG_AUTH_MALFORMED, /* not "Bearer <token>" */
+    REG_AUTH_UNKNOWN,
+    REG_AUTH_EXPIRED,
+    REG_AUTH_REVOKED,
+    REG_AUTH_SCOPE, /* a valid token without the scope (403) */
+    REG_AUTH_NREASONS
+} reg_auth_refusal;
+
+/* A token's last use is written when the stored time is at least this old (seconds). */
+#define REG_LAST_USED_EVERY 60
+
+/* Look a bearer token up by its hash, as of now (the server's clock); *name (caller frees)
+ * and *scopes. Read from the database on every call, so a revocation or expiry holds from
+ * the next request on. Unknown, revoked and expired tokens are KILN_ERR_AUTH with the
+ * message the client gets ("token 'ci' was revoked at ...") and *why (may be NULL) saying
+ * which; they write nothing. An accepted token's last_used is updated when it is
+ * REG_LAST_USED_EVERY old or more (never waiting for a busy database). */
+kiln_err reg_token_lookup(sqlite3 *db, const char *token, int64_t now, char **name,
+                          unsigned *scopes, reg_auth_refusal *why);
+/* Every token in db, by name (*out: caller frees). */
+kiln_err reg_token_list_db(sqlite3 *db, kiln_registry_token_info **out, size_t *n);
 /* The scopes a token of scope s holds: admin holds all, the others also hold read. */
 unsigned reg_scope_bits(kiln_registry_scope s);
 
@@ -191,6 +223,7 @@ enum reg_route {
     REG_R_HISTORY,
     REG_R_BLOB,
     REG_R_AUDIT,
+    REG_R_TOKENS,     /* "/v1/tokens" */
     REG_R_UI_HOME,    /* "/" */
     REG_R_UI_MODEL,   /* "/ui/models/{model}" */
     REG_R_UI_CHANNEL, /* "/ui/models/{model}/channels/{channel}" */

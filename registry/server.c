@@ -30,6 +30,7 @@ static const char *const route_label[REG_R_COUNT] = {
     [REG_R_HISTORY] = "/v1/models/{model}/channels/{channel}/history",
     [REG_R_BLOB] = "/v1/blobs/sha256/{digest}",
     [REG_R_AUDIT] = "/v1/audit",
+    [REG_R_TOKENS] = "/v1/tokens",
     [REG_R_UI_HOME] = "/",
     [REG_R_UI_MODEL] = "/ui/models/{model}",
     [REG_R_UI_CHANNEL] = "/ui/models/{model}/channels/{channel}",
@@ -77,6 +78,7 @@ struct kiln_registry_server {
     size_t nrows, caprows;
     uint64_t bytes_served;
     histogram upload, download;
+    uint64_t auth_refused[REG_AUTH_NREASONS];
 };
 
 typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST } body_kind;
@@ -346,6 +348,8 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
     }
     else if (n == 2 && !strcmp(s[1], "audit"))
         route = REG_R_AUDIT;
+    else if (n == 2 && !strcmp(s[1], "tokens"))
+        route = REG_R_TOKENS;
     else if (n == 4 && !strcmp(s[1], "blobs") && !strcmp(s[2], "sha256"))
         route = REG_R_BLOB;
     else if (n >= 3 && !strcmp(s[1], "models")) {
@@ -449,6 +453,15 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
         s->bytes_served);
     put_hist(f, "kiln_registry_upload_duration_seconds", &s->upload);
     put_hist(f, "kiln_registry_download_duration_seconds", &s->download);
+    static const char *const why[REG_AUTH_NREASONS] = {
+        [REG_AUTH_MISSING] = "missing", [REG_AUTH_MALFORMED] = "malformed",
+        [REG_AUTH_UNKNOWN] = "unknown", [REG_AUTH_EXPIRED] = "expired",
+        [REG_AUTH_REVOKED] = "revoked", [REG_AUTH_SCOPE] = "scope"};
+    fprintf(f, "# HELP kiln_registry_auth_refused_total Requests refused for their token, by "
+               "reason.\n# TYPE kiln_registry_auth_refused_total counter\n");
+    for (int i = 0; i < REG_AUTH_NREASONS; i++)
+        fprintf(f, "kiln_registry_auth_refused_total{reason=\"%s\"} %" PRIu64 "\n", why[i],
+                s->auth_refused[i]);
     pthread_mutex_unlock(&s->mu);
     fprintf(f,
             "# HELP kiln_registry_versions Versions stored.\n# TYPE kiln_registry_versions gauge\n"
@@ -619,7 +632,7 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT id, time, token, action, model, version, channel, digest FROM audit"
+            "SELECT id, time, token, action, model, version, channel, digest, reason FROM audit"
             " WHERE id > ?1 ORDER BY id LIMIT ?2",
             -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading the audit log"));
@@ -629,16 +642,27 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
                               "time", time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
-        static const char *const keys[] = {"token",   NULL,      NULL,    "model",
-                                           "version", "channel", "digest"};
-        for (int k = 2; k < 8; k++)
-            if (k != 3)
-                json_object_set_new(e, keys[k - 2],
-                                    col(st, k) ? json_string(col(st, k)) : json_null());
+        /* By column: id, time and action are set above. */
+        static const char *const keys[] = {NULL,      NULL,      "token",  NULL,    "model",
+                                           "version", "channel", "digest", "reason"};
+        for (int k = 0; k < (int)KILN_ARRAY_LEN(keys); k++)
+            if (keys[k])
+                json_object_set_new(e, keys[k], col(st, k) ? json_string(col(st, k)) : json_null());
         json_array_append_new(arr, e);
     }
     sqlite3_finalize(st);
     return send_json(c, r, 200, json_pack("{s:o}", "entries", arr));
+}
+
+/* The tokens as `kiln registry token list --json` shows them: never a secret or a hash. */
+static enum MHD_Result do_tokens(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    kiln_registry_token_info *t;
+    size_t n;
+    kiln_err rc = reg_token_list_db(db, &t, &n);
+    if (rc) return send_kiln_error(c, r, rc);
+    json_t *j = kiln_registry_token_json(t, n, kiln_unix_time());
+    free(t);
+    return j ? send_json(c, r, 200, j) : MHD_NO;
 }
 
 /* A page of the web UI (ui.c reads the store, web/ writes the HTML). */
@@ -1201,6 +1225,13 @@ static enum MHD_Result trust_finish(kiln_registry_server *s, struct MHD_Connecti
 
 /* ---- the handler ---- */
 
+/* A refused token counts in /metrics by why; nothing is written to the store for it. */
+static void count_refusal(kiln_registry_server *s, reg_auth_refusal why) {
+    pthread_mutex_lock(&s->mu);
+    s->auth_refused[why]++;
+    pthread_mutex_unlock(&s->mu);
+}
+
 static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                  sqlite3 *db, unsigned need, bool *ok) {
     *ok = false;
@@ -1210,16 +1241,27 @@ static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection 
             *ok = true;
             return MHD_YES;
         }
+        count_refusal(s, REG_AUTH_MISSING);
         return send_error(c, r, 401, "this request needs a token (Authorization: Bearer)");
     }
     const char *token = reg_bearer_token(h);
-    if (!token) return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
-    kiln_err rc = reg_token_lookup(db, token, &r->token_name, &r->scopes);
-    if (rc == KILN_ERR_AUTH) return send_error(c, r, 401, "unknown token");
+    if (!token) {
+        count_refusal(s, REG_AUTH_MALFORMED);
+        return send_error(c, r, 401, "Authorization must be 'Bearer <token>'");
+    }
+    /* No cache: the token's row is read on every request, so a revocation or an expiry
+     * holds from the next request on. */
+    reg_auth_refusal why;
+    kiln_err rc = reg_token_lookup(db, token, kiln_unix_time(), &r->token_name, &r->scopes, &why);
+    if (rc == KILN_ERR_AUTH) {
+        count_refusal(s, why);
+        return send_error(c, r, 401, "%s", kiln_errmsg());
+    }
     if (rc) return send_kiln_error(c, r, rc);
     if (!(r->scopes & need)) {
         static const char *const names[] = {"", "read", "publish", "",     "promote",
                                             "", "",     "",        "admin"};
+        count_refusal(s, REG_AUTH_SCOPE);
         return send_error(c, r, 403, "token '%s' lacks the '%s' scope", r->token_name, names[need]);
     }
     *ok = true;
@@ -1260,7 +1302,7 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     sqlite3 *db = NULL;
     if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
     bool admin = r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT ||
-                 (put && r->route == REG_R_TRUST_VERSION);
+                 r->route == REG_R_TOKENS || (put && r->route == REG_R_TRUST_VERSION);
     unsigned need = admin   ? KILN_SCOPE_ADMIN
                     : put   ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
                     : admin ? KILN_SCOPE_ADMIN
@@ -1298,6 +1340,9 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
             break;
         case REG_R_TRUST_VERSION:
             res = put ? trust_start(s, c, r) : do_trust(c, r, db, tv);
+            break;
+        case REG_R_TOKENS:
+            res = do_tokens(c, r, db);
             break;
         case REG_R_UI_HOME:
         case REG_R_UI_MODEL:
@@ -1465,23 +1510,6 @@ static kiln_err probe_listen(const struct sockaddr_storage *ss, bool v6, const c
     return rc;
 }
 
-/* A root is a store once it holds registry.db; a new or empty directory becomes one. Any
- * other directory is refused, so that a mistyped --root never scatters a store into it. */
-static kiln_err check_root(const char *root) {
-    kiln_dir_state st = kiln_path_dir_state(root);
-    if (st == KILN_DIR_ABSENT || st == KILN_DIR_EMPTY) return KILN_OK; /* made below */
-    KILN_FAIL_IF(st == KILN_DIR_OTHER, KILN_ERR_USAGE, "'%s' is not a directory it can read", root);
-    char *db = kiln_path_join(root, "registry.db");
-    if (!db) return KILN_ERR_NOMEM;
-    bool store = kiln_path_exists(db);
-    free(db);
-    KILN_FAIL_IF(!store, KILN_ERR_USAGE,
-                 "'%s' is not a registry store (no registry.db) and is not empty: give the "
-                 "store's directory, or a new or empty one for a new store",
-                 root);
-    return KILN_OK;
-}
-
 /* Named temporaries left by a server that crashed (where O_TMPFILE is missing). */
 static void clear_tmp(const char *root) {
     char *cmd_dir = kiln_path_join(root, "tmp");
@@ -1526,7 +1554,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     /* The policy before the store: a bad --trust must not leave a new store behind. */
     if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &trust));
     /* Likewise the root and the address: a refusal leaves nothing behind. */
-    KILN_CHECK(rc, fail, check_root(o->root));
+    KILN_CHECK(rc, fail, reg_root_check(o->root));
     KILN_CHECK(rc, fail, probe_listen(&ss, v6, o->listen));
     /* A lock file this start makes goes again if the start fails (a corrupt registry.db):
      * a refusal leaves the directory as it found it. */

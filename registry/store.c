@@ -98,6 +98,68 @@ static const char *const schema =
     " version INTEGER PRIMARY KEY, document TEXT NOT NULL, publisher TEXT NOT NULL,"
     " created INTEGER NOT NULL);";
 
+/* Schema versions, kept in PRAGMA user_version. 0 is the store as the first kiln made it
+ * (the tables above, no version recorded); step N brings a store from version N-1 to N. A
+ * new store is made at version 0 and runs every step, so the steps an old store takes are
+ * the ones every store takes. New tables go in the schema above (CREATE IF NOT EXISTS runs
+ * on every open); new columns go in a new step here. */
+static const char *const migrations[] = {
+    NULL,
+    /* 1: tokens expire, are revoked (kept, with why) and say when they were last used; an
+     * audit row can say why (a revocation's reason). */
+    "ALTER TABLE tokens ADD COLUMN expires INTEGER;"
+    "ALTER TABLE tokens ADD COLUMN revoked INTEGER;"
+    "ALTER TABLE tokens ADD COLUMN revoke_reason TEXT;"
+    "ALTER TABLE tokens ADD COLUMN last_used INTEGER;"
+    "ALTER TABLE audit ADD COLUMN reason TEXT;",
+};
+
+int reg_schema_version(void) {
+    return (int)KILN_ARRAY_LEN(migrations) - 1;
+}
+
+static kiln_err read_user_version(sqlite3 *db, int *v) {
+    sqlite3_stmt *st = NULL;
+    *v = -1;
+    if (sqlite3_prepare_v2(db, "PRAGMA user_version", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        *v = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    return *v >= 0 ? KILN_OK : reg_db_fail(db, "reading the schema version");
+}
+
+/* Bring the store up to this kiln's schema in one transaction: every step's ALTERs and the
+ * new version commit together or not at all. A store from a newer kiln is refused. */
+static kiln_err migrate(sqlite3 *db) {
+    const int want = reg_schema_version();
+    int v;
+    KILN_TRY(read_user_version(db, &v));
+    if (v == want) return KILN_OK; /* nothing to write: the common case takes no lock */
+    KILN_FAIL_IF(v > want, KILN_ERR_UNSUPPORTED,
+                 "registry.db has schema version %d, newer than this kiln's %d: use a newer kiln",
+                 v, want);
+    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
+    kiln_err rc = read_user_version(db, &v); /* another process may have migrated meanwhile */
+    if (!rc && v > want)
+        rc = kiln_fail(KILN_ERR_UNSUPPORTED,
+                       "registry.db has schema version %d, newer than this kiln's %d", v, want);
+    for (int step = v + 1; !rc && step <= want; step++)
+        rc = reg_db_exec(db, migrations[step]);
+    if (!rc && v < want) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version = %d", want);
+        rc = reg_db_exec(db, sql);
+    }
+    if (!rc) rc = reg_db_exec(db, "COMMIT");
+    if (rc) {
+        (void)reg_db_exec(db, "ROLLBACK");
+        return kiln_errprefix(rc, "migrating registry.db to schema version %d: ", want);
+    }
+    if (v < want)
+        kiln_debug("registry: migrated registry.db from schema version %d to %d", v, want);
+    return KILN_OK;
+}
+
 kiln_err reg_db_fail(sqlite3 *db, const char *what) {
     int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
     if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
@@ -114,6 +176,23 @@ kiln_err reg_db_exec(sqlite3 *db, const char *sql) {
         sqlite3_free(err);
         return rc;
     }
+    return KILN_OK;
+}
+
+/* A root is a store once it holds registry.db; a new or empty directory becomes one. Any
+ * other directory is refused, so that a mistyped --root never scatters a store into it. */
+kiln_err reg_root_check(const char *root) {
+    kiln_dir_state st = kiln_path_dir_state(root);
+    if (st == KILN_DIR_ABSENT || st == KILN_DIR_EMPTY) return KILN_OK; /* made below */
+    KILN_FAIL_IF(st == KILN_DIR_OTHER, KILN_ERR_USAGE, "'%s' is not a directory it can read", root);
+    char *db = kiln_path_join(root, "registry.db");
+    if (!db) return KILN_ERR_NOMEM;
+    bool store = kiln_path_exists(db);
+    free(db);
+    KILN_FAIL_IF(!store, KILN_ERR_USAGE,
+                 "'%s' is not a registry store (no registry.db) and is not empty: give the "
+                 "store's directory, or a new or empty one for a new store",
+                 root);
     return KILN_OK;
 }
 
@@ -135,6 +214,7 @@ kiln_err reg_db_open(const char *root, sqlite3 **out) {
     sqlite3_busy_timeout(db, 10000);
     KILN_CHECK(rc, out, reg_db_exec(db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;"));
     KILN_CHECK(rc, out, reg_db_exec(db, schema));
+    KILN_CHECK(rc, out, migrate(db));
 out:
     if (rc) {
         if (db) sqlite3_close(db);
@@ -216,12 +296,13 @@ static void bind_text(sqlite3_stmt *st, int i, const char *s) {
         sqlite3_bind_null(st, i);
 }
 
-kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
-                   const char *version, const char *channel, const char *digest) {
+static kiln_err audit_row(sqlite3 *db, const char *token, const char *action, const char *model,
+                          const char *version, const char *channel, const char *digest,
+                          const char *reason) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
-                           "INSERT INTO audit(time, token, action, model, version, channel, digest)"
-                           " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                           "INSERT INTO audit(time, token, action, model, version, channel, digest,"
+                           " reason) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
                            -1, &st, NULL) != SQLITE_OK)
         return reg_db_fail(db, "writing the audit log");
     sqlite3_bind_int64(st, 1, kiln_unix_time());
@@ -231,105 +312,19 @@ kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const cha
     bind_text(st, 5, version);
     bind_text(st, 6, channel);
     bind_text(st, 7, digest);
+    bind_text(st, 8, reason);
     int r = sqlite3_step(st);
     sqlite3_finalize(st);
     return r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "writing the audit log");
 }
 
-static void token_hash(const char *token, char hex[KILN_SHA256_HEX]) {
-    uint8_t h[KILN_SHA256_BYTES];
-    kiln_sha256(token, strlen(token), h);
-    kiln_hex(h, sizeof h, hex);
+kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
+                   const char *version, const char *channel, const char *digest) {
+    return audit_row(db, token, action, model, version, channel, digest, NULL);
 }
 
-kiln_err kiln_registry_token_create(const char *root, const char *name, kiln_registry_scope scope,
-                                    char **token) {
-    *token = NULL;
-    KILN_TRY(kiln_registry_check_name("token", name));
-    static const char *const names[] = {[KILN_SCOPE_READ] = "read",
-                                        [KILN_SCOPE_PUBLISH] = "publish",
-                                        [KILN_SCOPE_PROMOTE] = "promote",
-                                        [KILN_SCOPE_ADMIN] = "admin"};
-    KILN_FAIL_IF(scope != KILN_SCOPE_READ && scope != KILN_SCOPE_PUBLISH &&
-                     scope != KILN_SCOPE_PROMOTE && scope != KILN_SCOPE_ADMIN,
-                 KILN_ERR_USAGE, "token scope %d is not one of read, publish, promote, admin",
-                 (int)scope);
-    KILN_FAIL_IF(sodium_init() < 0, KILN_ERR_INTERNAL, "libsodium failed to initialise");
-    uint8_t raw[32];
-    randombytes_buf(raw, sizeof raw);
-    char *t = kiln_malloc(6 + 64 + 1);
-    if (!t) return KILN_ERR_NOMEM;
-    memcpy(t, "kiln_", 5);
-    kiln_hex(raw, sizeof raw, t + 5);
-    sodium_memzero(raw, sizeof raw);
-    char hex[KILN_SHA256_HEX];
-    token_hash(t, hex);
-
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    kiln_err rc = KILN_OK;
-    bool in_tx = false;
-    KILN_CHECK(rc, out, reg_db_open(root, &db));
-    KILN_CHECK(rc, out, reg_db_exec(db, "BEGIN IMMEDIATE"));
-    in_tx = true;
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(
-                      db, "INSERT INTO tokens(name, hash, scope, created) VALUES(?1, ?2, ?3, ?4)",
-                      -1, &st, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    bind_text(st, 1, name);
-    bind_text(st, 2, hex);
-    bind_text(st, 3, names[scope]);
-    sqlite3_bind_int64(st, 4, kiln_unix_time());
-    int r = sqlite3_step(st);
-    KILN_CHECK_IF(rc, out, r == SQLITE_CONSTRAINT, KILN_ERR_CONFLICT,
-                  "a token named '%s' exists already in '%s'", name, root);
-    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
-                  sqlite3_errmsg(db));
-    KILN_CHECK(rc, out, reg_audit(db, name, "token.create", NULL, NULL, NULL, NULL));
-    KILN_CHECK(rc, out, reg_db_exec(db, "COMMIT"));
-    in_tx = false;
-    *token = t;
-    t = NULL;
-out:
-    if (st) sqlite3_finalize(st);
-    if (in_tx) (void)reg_db_exec(db, "ROLLBACK");
-    reg_db_close(db);
-    if (t) {
-        sodium_memzero(t, strlen(t));
-        free(t);
-    }
-    return rc;
-}
-
-kiln_err reg_token_lookup(sqlite3 *db, const char *token, char **name, unsigned *scopes) {
-    *name = NULL;
-    *scopes = 0;
-    char hex[KILN_SHA256_HEX];
-    token_hash(token, hex);
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT name, scope FROM tokens WHERE hash = ?1", -1, &st, NULL) !=
-        SQLITE_OK)
-        return reg_db_fail(db, "looking up a token");
-    bind_text(st, 1, hex);
-    kiln_err rc = KILN_OK;
-    int r = sqlite3_step(st);
-    if (r == SQLITE_ROW) {
-        kiln_registry_scope s;
-        if (!kiln_registry_scope_parse((const char *)sqlite3_column_text(st, 1), &s)) {
-            rc = kiln_fail(KILN_ERR_FORMAT, "token has an unknown scope in the registry database");
-        } else {
-            *scopes = reg_scope_bits(s);
-            *name = kiln_strdup((const char *)sqlite3_column_text(st, 0));
-            if (!*name) rc = KILN_ERR_NOMEM;
-        }
-    } else if (r == SQLITE_DONE) {
-        rc = kiln_fail(KILN_ERR_AUTH, "unknown token");
-    } else {
-        rc = reg_db_fail(db, "looking up a token");
-    }
-    sqlite3_finalize(st);
-    return rc;
+kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action, const char *reason) {
+    return audit_row(db, token, action, NULL, NULL, NULL, NULL, reason);
 }
 
 /* ---- blobs ---- */
@@ -616,6 +611,32 @@ static void fsck_report(void *ctx, const char *line) {
     problem(ctx, "%s", line);
 }
 
+/* Tokens: a scope the server knows (another makes every request with the token fail) and a
+ * hash of the form create writes. */
+static kiln_err fsck_tokens(sqlite3 *db, problems *p) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT name, scope, hash FROM tokens ORDER BY name", -1, &st,
+                           NULL) != SQLITE_OK)
+        return reg_db_fail(db, "reading tokens");
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        const char *n = (const char *)sqlite3_column_text(st, 0),
+                   *scope = (const char *)sqlite3_column_text(st, 1),
+                   *hash = (const char *)sqlite3_column_text(st, 2);
+        kiln_registry_scope s;
+        char digest[80], hex[KILN_SHA256_HEX];
+        snprintf(digest, sizeof digest, "sha256:%.70s", hash ? hash : "");
+        if (!kiln_registry_scope_parse(scope, &s))
+            problem(p, "token '%s': scope '%s' is not one of read, publish, promote, admin",
+                    n ? n : "", scope ? scope : "");
+        if (!reg_digest_hex(digest, hex))
+            problem(p, "token '%s': its hash is not 64 lowercase hex digits", n ? n : "");
+    }
+    kiln_err rc = r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "reading tokens");
+    sqlite3_finalize(st);
+    return rc;
+}
+
 static kiln_err fsck_tmp(const char *root, problems *p) {
     int lock;
     KILN_TRY(reg_lock(root, &lock));
@@ -661,6 +682,7 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
     }
     KILN_CHECK(rc, out, fsck_versions(root, db, &chain, &p));
     KILN_CHECK(rc, out, fsck_channels(db, &chain, &p));
+    KILN_CHECK(rc, out, fsck_tokens(db, &p));
     KILN_CHECK(rc, out, fsck_tmp(root, &p));
     *count = p.n;
     if (p.n)

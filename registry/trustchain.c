@@ -265,9 +265,9 @@ static kiln_err walk_state(const walk *w, const char *dir, kiln_sign_trust **cur
     }
 }
 
-/* After the registry answered 404 for version v: a registry serving a higher version than
- * v - 1 has a gap in its chain, which no client can walk. */
-static kiln_err check_gap(const kiln_registry_client_opts *c, uint64_t v) {
+/* The newest version the registry serves (GET /v1/trust), 0 when it has none. */
+static kiln_err newest_version(const kiln_registry_client_opts *c, uint64_t *v) {
+    *v = 0;
     char *doc = NULL;
     size_t len = 0;
     kiln_err rc = reg_get_text(c, "/v1/trust", REG_TRUST_MAX, &doc, &len);
@@ -283,13 +283,30 @@ static kiln_err check_gap(const kiln_registry_client_opts *c, uint64_t v) {
     free(doc);
     /* The message names the label, which names the registry. */
     if (rc) return rc == KILN_ERR_NOMEM ? rc : KILN_ERR_VERIFY;
-    uint64_t newest = kiln_sign_trust_version(t);
+    *v = kiln_sign_trust_version(t);
     kiln_sign_trust_free(t);
-    KILN_FAIL_IF(newest >= v, KILN_ERR_VERIFY,
+    return KILN_OK;
+}
+
+/* GET /v1/trust/{v} into *doc; *doc NULL when the registry has no version v and none above it.
+ * A registry that serves a higher version but not v has a gap no client can walk (asked for v
+ * once more first: it may have been stored between the two requests). */
+static kiln_err fetch_version(const kiln_registry_client_opts *c, uint64_t v, char **doc,
+                              size_t *len) {
+    char path[64];
+    snprintf(path, sizeof path, "/v1/trust/%llu", (unsigned long long)v);
+    kiln_err rc = reg_get_text(c, path, REG_TRUST_MAX, doc, len);
+    if (rc != KILN_ERR_NOTFOUND) return rc;
+    kiln_errclear();
+    uint64_t newest;
+    KILN_TRY(newest_version(c, &newest));
+    if (newest < v) return KILN_OK;
+    rc = reg_get_text(c, path, REG_TRUST_MAX, doc, len);
+    KILN_FAIL_IF(rc == KILN_ERR_NOTFOUND, KILN_ERR_VERIFY,
                  "registry '%s' serves trust version %llu but not version %llu: its chain of "
                  "trust versions has a gap that no client can walk; refusing",
                  c->url, (unsigned long long)newest, (unsigned long long)v);
-    return KILN_OK;
+    return rc;
 }
 
 /* The versions the registry has above *cur, each saved to dir before it is used. */
@@ -297,15 +314,11 @@ static kiln_err walk_registry(const walk *w, const kiln_registry_client_opts *c,
                               kiln_sign_trust **cur) {
     for (;;) {
         uint64_t v = kiln_sign_trust_version(*cur) + 1;
-        char path[64], label[512], *doc = NULL;
+        char label[512], *doc = NULL;
         size_t len = 0;
-        snprintf(path, sizeof path, "/v1/trust/%llu", (unsigned long long)v);
-        kiln_err rc = reg_get_text(c, path, REG_TRUST_MAX, &doc, &len);
-        if (rc == KILN_ERR_NOTFOUND) {
-            kiln_errclear();
-            return check_gap(c, v);
-        }
-        KILN_TRY(rc);
+        KILN_TRY(fetch_version(c, v, &doc, &len));
+        if (!doc) return KILN_OK; /* the newest the registry has */
+        kiln_err rc;
         snprintf(label, sizeof label, "trust v%llu from %s", (unsigned long long)v, c->url);
         char *file = kiln_asprintf("%s/%llu.json", dir, (unsigned long long)v), src[600];
         snprintf(src, sizeof src, "%s/v1/trust/%llu", c->url, (unsigned long long)v);

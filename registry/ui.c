@@ -347,8 +347,8 @@ kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b) 
     sqlite3_finalize(st);
     KILN_CHECK(rc, out,
                prepare(db,
-                       "SELECT id, time, token, action, model, version, channel, digest FROM audit"
-                       " WHERE id > ?1 ORDER BY id LIMIT ?2",
+                       "SELECT id, time, token, action, model, version, channel, digest, reason"
+                       " FROM audit WHERE id > ?1 ORDER BY id LIMIT ?2",
                        &st, "reading the audit log"));
     sqlite3_bind_int64(st, 1, after);
     sqlite3_bind_int(st, 2, UI_AUDIT_PAGE + 1);
@@ -364,7 +364,8 @@ kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b) 
                             .model = col(st, 4),
                             .version = col(st, 5),
                             .channel = col(st, 6),
-                            .digest = col(st, 7)};
+                            .digest = col(st, 7),
+                            .reason = col(st, 8)};
         kiln_web_audit_row(b, &e);
         last = e.id;
         n++;

@@ -163,17 +163,17 @@ KILN_TEST(registry_tokens) {
     char *name = NULL;
     unsigned scopes = 0;
     CHECK("lookup finds the token",
-          reg_token_lookup(db, t1, &name, &scopes) == KILN_OK && name && !strcmp(name, "ci"));
+          reg_token_lookup(db, t1, kiln_unix_time(), &name, &scopes, NULL) == KILN_OK && name && !strcmp(name, "ci"));
     CHECK("publish holds read and publish", scopes == (KILN_SCOPE_READ | KILN_SCOPE_PUBLISH));
     free(name);
     name = NULL;
-    CHECK("admin holds every scope", reg_token_lookup(db, t2, &name, &scopes) == KILN_OK &&
+    CHECK("admin holds every scope", reg_token_lookup(db, t2, kiln_unix_time(), &name, &scopes, NULL) == KILN_OK &&
                                          scopes == (KILN_SCOPE_READ | KILN_SCOPE_PUBLISH |
                                                     KILN_SCOPE_PROMOTE | KILN_SCOPE_ADMIN));
     free(name);
     name = NULL;
     CHECK("an unknown token is refused",
-          reg_token_lookup(db, "kiln_nope", &name, &scopes) == KILN_ERR_AUTH && !name);
+          reg_token_lookup(db, "kiln_nope", kiln_unix_time(), &name, &scopes, NULL) == KILN_ERR_AUTH && !name);
     /* Only the hash is stored: the secret appears nowhere in the database. */
     sqlite3_stmt *st;
     int plain = -1, rows = -1;

@@ -791,7 +791,7 @@ void kiln_web_audit_begin(kiln_web_buf *b, int64_t after, int64_t total) {
     num(b, "<p>%" PRId64 " entr%s in all", total, total == 1 ? "y" : "ies");
     if (after > 0) num(b, "; those after #%" PRId64, after);
     lit(b, ", oldest first.</p>\n");
-    thead(b, "#|Time|Token|Action|Model|Version|Channel|Digest");
+    thead(b, "#|Time|Token|Action|Model|Version|Channel|Digest|Reason");
 }
 
 void kiln_web_audit_row(kiln_web_buf *b, const kiln_web_audit *e) {
@@ -813,7 +813,9 @@ void kiln_web_audit_row(kiln_web_buf *b, const kiln_web_audit *e) {
     td_end(b);
     td(b);
     if (e->digest) put_digest(b, e->digest);
-    lit(b, "</td></tr>\n");
+    td_end(b);
+    td_text(b, e->reason);
+    lit(b, "</tr>\n");
 }
 
 void kiln_web_audit_end(kiln_web_buf *b, int64_t last, bool more, int64_t newest_after) {

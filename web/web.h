@@ -134,6 +134,7 @@ typedef struct kiln_web_version {
 typedef struct kiln_web_audit {
     int64_t id, time;
     const char *token, *action, *model, *version, *channel, *digest;
+    const char *reason; /* why (a token revocation's reason) */
 } kiln_web_audit;
 
 /* The front page: a row per model, each followed by its channels' current records (the

@@ -291,6 +291,9 @@ row 2 trust 'missing,dir,invalid,wrongtype' - 'registry serve --root $O/srv --li
 # A missing or empty root becomes a new store, so those are not bad input for serve.
 row 2 root 'file,kind-*,registry.db/gone,registry.db/random,registry.db/cuthalf' - 'registry serve --root $S --listen 127.0.0.1:0'
 row 2 root '*' - 'registry gc --root $S'
+row 2 root 'file,kind-*,registry.db/gone,registry.db/random,registry.db/cuthalf' - 'registry token create --root $S --name sweep2 --scope read'
+row 2 root '*' - 'registry token list --root $S'
+row 2 root '*' - 'registry token revoke --root $S --name sweep --reason sweep'
 row 2 key "$Q" - "release \$F/run $REL --key \$S --trust \$F/trust.json"
 row 2 trust 'missing,invalid,wrongtype' - "release \$F/run $REL --trust \$S --key \$F/rel.key"
 # outputs that cannot be written (train and golden make make a missing directory and its

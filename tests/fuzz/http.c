@@ -92,6 +92,7 @@ static void fuzz_path(const char *url) {
         [REG_R_METRICS] = "/metrics",
         [REG_R_MODELS] = "/v1/models",
         [REG_R_AUDIT] = "/v1/audit",
+        [REG_R_TOKENS] = "/v1/tokens",
         [REG_R_MODEL] = "/v1/models/%s",
         [REG_R_VERSION] = "/v1/models/%s/versions/%s",
         [REG_R_CHANNEL] = "/v1/models/%s/channels/%s",
