@@ -103,5 +103,9 @@ int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
 int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
 int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
 int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
+int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
+int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
+int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */
+int cmd_trust_verify(int argc, char **argv);   /* cmd_trust.c */
 
 #endif

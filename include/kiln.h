@@ -192,6 +192,9 @@ typedef struct kiln_pull_result {
 } kiln_pull_result;
 
 /* Download a model and verify it before anything lands at opts->out, in this order: the
+ * trust policy is walked forward from opts->trust through the signed versions this client
+ * accepted before (opts->state/trust/N.json) and those the registry has since, each verified
+ * against the one before (docs/registry.md); then, under the newest, the
  * channel record's signatures meet the policy's threshold, its seq is not lower than the
  * last this client accepted (kept in state), it has not expired, the archive's size and
  * digest match, the archive's signature, the manifest's, every file's digest; then the
@@ -210,7 +213,11 @@ typedef struct kiln_watch_opts {
     unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
     /* Called from the watcher's thread after each attempted update: KILN_OK and the new
      * version when one was swapped in, else the failure (the old model stays in service).
-     * May be NULL. */
+     * Also what the watch hears of the trust policy (each poll walks it forward first,
+     * docs/registry.md): KILN_OK with r NULL when a new version of the policy was accepted
+     * (message: which, and what changed), and a failure with r NULL when the policy did not
+     * walk (nothing is pulled that poll) or the record in service no longer verifies under
+     * the new policy (the model stays in service). May be NULL. */
     void (*on_update)(void *ctx, kiln_err rc, const char *message, const kiln_pull_result *r);
     void *ctx;
 } kiln_watch_opts;

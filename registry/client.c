@@ -254,6 +254,33 @@ kiln_err kiln_registry_put_channel(const kiln_registry_client_opts *c, const cha
     return rc;
 }
 
+kiln_err reg_get_text(const kiln_registry_client_opts *c, const char *path, size_t limit,
+                      char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    buf b;
+    long status;
+    KILN_TRY(simple_request(c, "GET", path, NULL, 0, limit, &b, &status));
+    *text = b.p ? b.p : kiln_strdup("");
+    *len = b.len;
+    return *text ? KILN_OK : KILN_ERR_NOMEM;
+}
+
+kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, const char *body,
+                      size_t len, json_t **answer) {
+    if (answer) *answer = NULL;
+    buf b;
+    long status;
+    /* No retries: a document that landed before a lost answer would be refused as a replay. */
+    kiln_registry_client_opts once = *c;
+    once.retries = 0;
+    KILN_TRY(simple_request(&once, "PUT", path, body, len, REG_JSON_MAX, &b, &status));
+    kiln_err rc = KILN_OK;
+    if (answer) rc = kiln_json_parse(b.p ? b.p : "", b.len, path, answer);
+    free(b.p);
+    return rc;
+}
+
 /* ---- publish ---- */
 
 static size_t file_read(char *dst, size_t size, size_t n, void *ctx) {
@@ -518,7 +545,7 @@ void reg_rmtree(const char *path) {
     if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-static char *default_state(void) {
+char *reg_default_state(void) {
     const char *home = getenv("HOME");
     return kiln_asprintf("%s/.local/state/kiln", home && *home ? home : ".");
 }
@@ -564,9 +591,8 @@ static void pull_phase(const char *what, uint64_t from_ns, uint64_t to_ns, uint6
         kiln_debug("pull phase: %s: %.6f s", what, s);
 }
 
-kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
-                            kiln_registry_pulled *res) {
-    memset(res, 0, sizeof *res);
+/* The arguments of a pull: a NAME@X reference, a policy, an output. */
+static kiln_err pull_args(const kiln_registry_pull_opts *p) {
     KILN_FAIL_IF(
         !p->ref || !p->trust || !p->out, KILN_ERR_USAGE,
         "pull needs a NAME@CHANNEL or NAME@VERSION, a trust policy and an output directory");
@@ -574,13 +600,35 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
                      strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
                  KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", p->ref);
+    char model[KILN_REGISTRY_NAME_MAX + 1];
+    snprintf(model, sizeof model, "%.*s", (int)(at - p->ref), p->ref);
+    return kiln_registry_check_name("model", model);
+}
+
+kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
+                            kiln_registry_pulled *res) {
+    memset(res, 0, sizeof *res);
+    KILN_TRY(pull_args(p));
+    KILN_TRY(client_init(c));
+    /* Step 0: the trust policy, walked from p->trust through the versions this client
+     * accepted before and those the registry has since (registry/trustchain.c). */
+    kiln_sign_trust *trust = NULL;
+    KILN_TRY(kiln_registry_trust_walk(c, p->trust, p->state, NULL, NULL, &trust));
+    kiln_err rc = reg_pull_with_trust(c, p, trust, res);
+    kiln_sign_trust_free(trust);
+    return rc;
+}
+
+kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
+                             const kiln_sign_trust *trust, kiln_registry_pulled *res) {
+    memset(res, 0, sizeof *res);
+    KILN_TRY(pull_args(p));
+    const char *at = strchr(p->ref, '@');
     snprintf(res->model, sizeof res->model, "%.*s", (int)(at - p->ref), p->ref);
     const char *what = at + 1;
-    KILN_TRY(kiln_registry_check_name("model", res->model));
     KILN_TRY(client_init(c));
 
     kiln_err rc = KILN_OK;
-    kiln_sign_trust *trust = NULL;
     char *state = NULL, *state_file = NULL, *state_dir = NULL, *record = NULL, *vpath = NULL,
          *dl_dir = NULL, *partial = NULL, *parent = NULL, *tmp = NULL;
     size_t record_len = 0;
@@ -591,8 +639,7 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     char *staged = NULL, *lock_path = NULL;
     int lock_fd = -1;
 
-    KILN_CHECK(rc, out, kiln_sign_trust_load(p->trust, &trust));
-    state = p->state ? kiln_strdup(p->state) : default_state();
+    state = p->state ? kiln_strdup(p->state) : reg_default_state();
     KILN_CHECK_IF(rc, out, !state, KILN_ERR_NOMEM, "out of memory");
 
     /* A channel first; a version when the registry has no such channel. */
@@ -755,7 +802,6 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
 out:
     if (rc && tmp) reg_rmtree(tmp);
     if (rc && bad_archive && partial) unlink(partial);
-    kiln_sign_trust_free(trust);
     if (lock_fd >= 0) close(lock_fd);
     free(lock_path);
     free(staged);

@@ -204,6 +204,38 @@ typedef struct kiln_registry_pulled {
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *out) KILN_MUST_CHECK;
 
+/* ---- versions of the trust policy (trustchain.c, docs/registry.md "Trust policy versions") ---- */
+
+/* One version a walk accepted. */
+typedef struct kiln_registry_trust_step {
+    uint64_t version;
+    bool from_state;     /* accepted before: read back from STATE/trust/N.json and verified again */
+    const char *source;  /* that file, or the registry's URL for the version */
+    const char *changes; /* kiln_sign_trust_diff from the version before ("" for none) */
+    const kiln_sign_trust_update_result *res; /* who signed, toward which quorum */
+} kiln_registry_trust_step;
+
+/* The trust policy a client works under: the policy at trust (plain or signed: the client's
+ * root of trust), then the versions it accepted before (STATE/trust/N.json for N = its
+ * version + 1, + 2, ... while they exist), then those the registry has (GET /v1/trust/N until
+ * 404), each accepted only as the successor of the one before (kiln_sign_trust_update) and
+ * saved atomically to STATE/trust/N.json before it is used. State can never replace the
+ * configured root: every file there is verified again on each walk. A version that does not
+ * verify (in state or from the registry) is KILN_ERR_VERIFY naming it, and saves nothing
+ * more; a registry that lacks version N while serving a higher one (GET /v1/trust) is
+ * KILN_ERR_VERIFY too; one that serves only older versions changes nothing. c NULL: state
+ * only. state NULL: $HOME/.local/state/kiln. on_step (may be NULL) hears each version
+ * accepted. *out is the newest policy (caller frees). */
+kiln_err kiln_registry_trust_walk(const kiln_registry_client_opts *c, const char *trust,
+                                  const char *state,
+                                  void (*on_step)(void *ctx, const kiln_registry_trust_step *s),
+                                  void *ctx, kiln_sign_trust **out) KILN_MUST_CHECK;
+
+/* PUT a signed policy (doc, len; label names it) as the registry's next trust version (an
+ * admin token). *version (may be NULL) gets the version the registry stored. */
+kiln_err kiln_registry_trust_put(const kiln_registry_client_opts *c, const char *doc, size_t len,
+                                 const char *label, uint64_t *version);
+
 /* ---- channels (channel.c) ---- */
 
 typedef struct kiln_registry_promote_opts {

@@ -14,6 +14,7 @@
 #define REG_RECORD_MAX (64u * 1024u) /* a channel record's text */
 #define REG_SIG_MAX (32u * 1024u)    /* an archive's signature file (several signers' blocks) */
 #define REG_JSON_MAX (16u * 1024u * 1024u) /* a JSON answer the client accepts */
+#define REG_TRUST_MAX (1u << 20)           /* a signed trust policy's text */
 
 /* ---- SQLite (store.c) ---- */
 
@@ -156,6 +157,53 @@ void reg_rmtree(const char *path);
 /* The public kiln_pull_result (include/kiln.h) of a pull: kiln_pull's and kiln_watch's. */
 void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out);
 
+/* The state directory when none is given: $HOME/.local/state/kiln; caller frees. */
+char *reg_default_state(void);
+/* GET path's body as text (at most limit bytes; caller frees *text), with retries; HTTP
+ * errors as kiln_registry_get_json maps them. */
+kiln_err reg_get_text(const kiln_registry_client_opts *c, const char *path, size_t limit,
+                      char **text, size_t *len);
+/* PUT body (JSON) at path, once; *answer (may be NULL) is the parsed answer. */
+kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, const char *body,
+                      size_t len, json_t **answer);
+/* kiln_registry_pull under a policy the caller walked already (kiln_watch walks it once per
+ * poll). */
+kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
+                             const kiln_sign_trust *trust, kiln_registry_pulled *res)
+    KILN_MUST_CHECK;
+
+/* ---- trust versions in the store (trustchain.c) ---- */
+
+/* A version in a URL or a file name: 1 to 16 decimal digits without a leading zero, 1 to
+ * 2^53-1. */
+bool reg_trust_version_parse(const char *s, uint64_t *v);
+/* The stored document of version v (0: the newest), byte for byte; caller frees.
+ * KILN_ERR_NOTFOUND when there is none. */
+kiln_err reg_trust_get(sqlite3 *db, uint64_t v, char **doc, size_t *len);
+/* Store version v's document with one audit row ("trust.put"), in one BEGIN IMMEDIATE
+ * transaction; a version stored already is KILN_ERR_CONFLICT. */
+kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
+                          const char *token);
+
+/* The policies from a start policy through the stored versions above it, oldest first. */
+typedef struct reg_trust_chain {
+    kiln_sign_trust **v;
+    size_t n;
+} reg_trust_chain;
+/* Take start (owned by the chain from here on, also on failure) and walk the stored versions
+ * above its version, each verified as the successor of the one before. A stored version
+ * that is missing below a higher one, or that does not verify, is an error naming it
+ * (KILN_ERR_VERIFY) or, with report, a problem reported that ends the chain there
+ * (fsck: the rest of the store is still checked). Stored versions at or below start's are
+ * not walked; with report, every stored row is also checked to parse as the version its row
+ * says. */
+kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *start,
+                              void (*report)(void *ctx, const char *problem), void *ctx,
+                              reg_trust_chain *out);
+void reg_trust_chain_release(reg_trust_chain *c);
+/* The newest policy of the chain, taken out of it (the chain keeps the rest). */
+kiln_sign_trust *reg_trust_chain_take_newest(reg_trust_chain *c);
+
 /* ---- small shared pieces (store.c) ---- */
 
 /* "sha256:<64 hex>" -> hex (65 bytes); false if not of that form. */
@@ -180,6 +228,8 @@ enum reg_route {
     REG_R_UI_MODEL,   /* "/ui/models/{model}" */
     REG_R_UI_CHANNEL, /* "/ui/models/{model}/channels/{channel}" */
     REG_R_UI_AUDIT,   /* "/ui/audit" */
+    REG_R_TRUST,         /* "/v1/trust": the newest stored trust version */
+    REG_R_TRUST_VERSION, /* "/v1/trust/{N}": N in seg[1] */
     REG_R_COUNT
 };
 

@@ -35,6 +35,8 @@ static const char *const route_label[REG_R_COUNT] = {
     [REG_R_UI_MODEL] = "/ui/models/{model}",
     [REG_R_UI_CHANNEL] = "/ui/models/{model}/channels/{channel}",
     [REG_R_UI_AUDIT] = "/ui/audit",
+    [REG_R_TRUST] = "/v1/trust",
+    [REG_R_TRUST_VERSION] = "/v1/trust/{version}",
 };
 
 #define N_BUCKETS 8
@@ -52,10 +54,20 @@ typedef struct counter_row {
     uint64_t n;
 } counter_row;
 
+/* The policy in force, shared by the requests that use it: a PUT of the next trust version
+ * swaps in a new one while others still verify under the old, which goes when the last of
+ * them lets go. */
+typedef struct trust_ref {
+    kiln_sign_trust *t;
+    int refs; /* under the server's trust_mu */
+} trust_ref;
+
 struct kiln_registry_server {
     struct MHD_Daemon *d;
     char *root;
-    kiln_sign_trust *trust;
+    pthread_mutex_t trust_mu;     /* guards trust and each trust_ref's refs */
+    pthread_mutex_t trust_put_mu; /* one trust PUT at a time: verify, store, swap */
+    trust_ref *trust;             /* NULL: no policy (serve without --trust) */
     bool read_required;
     uint64_t max_upload;
     int lock_fd;
@@ -69,7 +81,7 @@ struct kiln_registry_server {
     uint64_t auth_refused[REG_AUTH_NREASONS];
 };
 
-typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD } body_kind;
+typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST } body_kind;
 
 /* One request, from its headers to its completion. */
 typedef struct req {
@@ -91,9 +103,53 @@ typedef struct req {
     uint64_t declared;
     char *sig;
     size_t sig_len;
-    char *rec;
-    size_t rec_len;
+    char *rec; /* a channel record's or a trust version's text */
+    size_t rec_len, rec_cap;
 } req;
+
+/* ---- the policy in force ---- */
+
+static trust_ref *trust_acquire(kiln_registry_server *s) {
+    pthread_mutex_lock(&s->trust_mu);
+    trust_ref *t = s->trust;
+    if (t) t->refs++;
+    pthread_mutex_unlock(&s->trust_mu);
+    return t;
+}
+
+static void trust_release(kiln_registry_server *s, trust_ref *t) {
+    if (!t) return;
+    pthread_mutex_lock(&s->trust_mu);
+    bool last = --t->refs == 0;
+    pthread_mutex_unlock(&s->trust_mu);
+    if (last) {
+        kiln_sign_trust_free(t->t);
+        free(t);
+    }
+}
+
+/* Make t (owned from here on) the policy in force. */
+static kiln_err trust_swap(kiln_registry_server *s, kiln_sign_trust *t) {
+    trust_ref *n = kiln_calloc(1, sizeof *n);
+    if (!n) {
+        kiln_sign_trust_free(t);
+        return KILN_ERR_NOMEM;
+    }
+    n->t = t;
+    n->refs = 1; /* the server's own */
+    pthread_mutex_lock(&s->trust_mu);
+    trust_ref *old = s->trust;
+    s->trust = n;
+    pthread_mutex_unlock(&s->trust_mu);
+    trust_release(s, old);
+    return KILN_OK;
+}
+
+static bool has_trust(kiln_registry_server *s) {
+    trust_ref *t = trust_acquire(s);
+    trust_release(s, t);
+    return t != NULL;
+}
 
 /* ---- responses ---- */
 
@@ -278,6 +334,18 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
             route = REG_R_UI_CHANNEL;
     } else if (n == 2 && !strcmp(s[1], "models"))
         route = REG_R_MODELS;
+    else if (n == 2 && !strcmp(s[1], "trust"))
+        route = REG_R_TRUST;
+    else if (n == 3 && !strcmp(s[1], "trust")) {
+        /* The version goes in seg[1] (seg[0] is a model name, checked as one). */
+        if (strlen(s[2]) > KILN_REGISTRY_NAME_MAX) {
+            *bad = true;
+            return REG_R_NONE;
+        }
+        seg[0][0] = 0;
+        snprintf(seg[1], sizeof seg[1], "%.64s", s[2]);
+        return REG_R_TRUST_VERSION;
+    }
     else if (n == 2 && !strcmp(s[1], "audit"))
         route = REG_R_AUDIT;
     else if (n == 2 && !strcmp(s[1], "tokens"))
@@ -603,16 +671,18 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
     kiln_web_buf b = {0};
     int64_t now = kiln_unix_time();
     kiln_err rc;
+    trust_ref *tr = trust_acquire(s);
+    const kiln_sign_trust *t = tr ? tr->t : NULL;
     switch (r->route) {
     case REG_R_UI_HOME:
         rc = reg_ui_home(db, now, &b);
         break;
     case REG_R_UI_MODEL:
-        rc = reg_ui_model(db, s->trust, r->seg[0], now, &b);
+        rc = reg_ui_model(db, t, r->seg[0], now, &b);
         break;
     case REG_R_UI_CHANNEL: {
         const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
-        rc = reg_ui_channel(db, s->trust, r->seg[0], r->seg[1],
+        rc = reg_ui_channel(db, t, r->seg[0], r->seg[1],
                             before ? strtoll(before, NULL, 10) : 0, now, &b);
         break;
     }
@@ -624,6 +694,7 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
         break;
     }
     }
+    trust_release(s, tr);
     if (rc) {
         kiln_web_buf_release(&b);
         return send_kiln_error(c, r, rc);
@@ -808,7 +879,7 @@ static enum MHD_Result send_published(struct MHD_Connection *c, req *r, unsigned
 /* The first call of a PUT of an archive: everything that can be refused before the body. */
 static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                     sqlite3 *db) {
-    if (!s->trust)
+    if (!has_trust(s))
         return send_error(
             c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -936,8 +1007,11 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     kiln_sign_archive_report rep;
     reg_archive_meta m;
     memset(&m, 0, sizeof m);
-    rc =
-        kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", s->trust, &rep);
+    trust_ref *tr = trust_acquire(s);
+    rc = tr ? kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", tr->t,
+                                            &rep)
+            : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
+    trust_release(s, tr);
     if (rc == KILN_ERR_FORMAT) rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
     if (!rc) rc = reg_archive_meta_read(path, &m);
     if (rc) rc = kiln_errprefix(rc, "%s: ", label);
@@ -959,7 +1033,7 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
 }
 
 static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
-    if (!s->trust)
+    if (!has_trust(s))
         return send_error(
             c, r, 422,
             "this registry has no trust policy (serve --trust); it accepts no channel records");
@@ -971,6 +1045,7 @@ static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connecti
         return send_error(c, r, 413, "a channel record is at most %u bytes", REG_RECORD_MAX);
     r->rec = kiln_malloc(REG_RECORD_MAX + 1);
     if (!r->rec) return MHD_NO;
+    r->rec_cap = REG_RECORD_MAX;
     r->body = BODY_RECORD;
     return MHD_YES;
 }
@@ -1048,7 +1123,9 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
     reg_record rec;
     char label[200];
     snprintf(label, sizeof label, "channel record for %s/%s", r->seg[0], r->seg[1]);
-    kiln_err rc = reg_record_verify(s->trust, r->rec, r->rec_len, label, &rec);
+    trust_ref *tr = trust_acquire(s);
+    kiln_err rc = reg_record_verify(tr ? tr->t : NULL, r->rec, r->rec_len, label, &rec);
+    trust_release(s, tr);
     if (!rc && (strcmp(rec.model, r->seg[0]) || strcmp(rec.channel, r->seg[1])))
         rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
     if (!rc && rec.expires <= kiln_unix_time())
@@ -1059,6 +1136,91 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
                      json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel",
                                rec.channel, "seq", (json_int_t)rec.seq, "version", rec.version,
                                "digest", rec.digest));
+}
+
+/* ---- trust versions ---- */
+
+/* GET /v1/trust (v 0: the newest) and /v1/trust/{v}: the signed document as stored. */
+static enum MHD_Result do_trust(struct MHD_Connection *c, req *r, sqlite3 *db, uint64_t v) {
+    char *doc;
+    size_t len;
+    kiln_err rc = reg_trust_get(db, v, &doc, &len);
+    if (rc) return send_kiln_error(c, r, rc);
+    return send_buf(c, r, 200, doc, len, "application/json");
+}
+
+static enum MHD_Result trust_start(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
+    if (!has_trust(s))
+        return send_error(
+            c, r, 422,
+            "this registry has no trust policy (serve --trust); it accepts no trust versions");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    uint64_t n;
+    if (!cl) return send_error(c, r, 411, "a trust version needs a Content-Length");
+    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
+    if (n > REG_TRUST_MAX)
+        return send_error(c, r, 413, "a trust version is at most %u bytes", REG_TRUST_MAX);
+    r->rec = kiln_malloc((size_t)n + 1);
+    if (!r->rec) return MHD_NO;
+    r->rec_cap = (size_t)n;
+    r->body = BODY_TRUST;
+    return MHD_YES;
+}
+
+/* PUT /v1/trust/{v}: the body must be the signed policy of version v, the successor of the
+ * policy in force; it is stored (one transaction, one audit row) and then used for every
+ * check. One at a time, so that two PUTs of the same version cannot both pass. */
+static enum MHD_Result trust_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db) {
+    if (r->body_failed)
+        return send_error(c, r, status_of(r->body_rc), "%s",
+                          r->body_msg ? r->body_msg : "bad trust version");
+    r->rec[r->rec_len] = 0;
+    if (memchr(r->rec, 0, r->rec_len))
+        return send_error(c, r, 400, "the trust version holds a NUL byte");
+    uint64_t v = 0;
+    (void)reg_trust_version_parse(r->seg[1], &v); /* checked in first_call */
+    char label[96];
+    snprintf(label, sizeof label, "trust version %llu", (unsigned long long)v);
+    kiln_sign_trust *t = NULL, *next = NULL;
+    kiln_err rc = kiln_sign_trust_parse(r->rec, r->rec_len, label, &t);
+    if (rc) return send_error(c, r, rc == KILN_ERR_NOMEM ? 500 : 400, "%s", kiln_errmsg());
+    uint64_t doc_v = kiln_sign_trust_version(t);
+    bool is_signed = kiln_sign_trust_signatures(t) > 0;
+    kiln_sign_trust_free(t);
+    if (!is_signed)
+        return send_error(c, r, 400, "'%s' is a plain policy: a trust version must be signed",
+                          label);
+    if (doc_v != v)
+        return send_error(c, r, 400, "'%s' holds version %llu, not the version of its URL", label,
+                          (unsigned long long)doc_v);
+    unsigned status = 201;
+    pthread_mutex_lock(&s->trust_put_mu);
+    trust_ref *cur = trust_acquire(s);
+    uint64_t cv = cur ? kiln_sign_trust_version(cur->t) : 0;
+    if (!cur)
+        rc = kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
+    else if (v != cv + 1)
+        rc = kiln_fail(KILN_ERR_CONFLICT,
+                       "'%s': the registry's trust policy is at version %llu, so the next is %llu",
+                       label, (unsigned long long)cv, (unsigned long long)cv + 1);
+    else
+        rc = kiln_sign_trust_update(cur->t, r->rec, r->rec_len, label, &next, NULL);
+    trust_release(s, cur);
+    if (rc == KILN_ERR_FORMAT) status = 400;
+    if (!rc) rc = reg_trust_insert(db, v, r->rec, r->rec_len, r->token_name);
+    if (!rc) {
+        rc = trust_swap(s, next);
+        next = NULL;
+        if (!rc) kiln_info("registry: trust policy version %llu in force", (unsigned long long)v);
+    }
+    pthread_mutex_unlock(&s->trust_put_mu);
+    kiln_sign_trust_free(next);
+    if (rc) {
+        if (status == 400) return send_error(c, r, 400, "%s", kiln_errmsg());
+        return send_kiln_error(c, r, rc);
+    }
+    return send_json(c, r, status, json_pack("{s:I}", "version", (json_int_t)v));
 }
 
 /* ---- the handler ---- */
@@ -1118,7 +1280,8 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
     if (r->route == REG_R_HEALTH && get)
         return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
-    bool writes = r->route == REG_R_VERSION || r->route == REG_R_CHANNEL;
+    bool writes =
+        r->route == REG_R_VERSION || r->route == REG_R_CHANNEL || r->route == REG_R_TRUST_VERSION;
     if (!get && !(put && writes))
         return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
     kiln_err rc = KILN_OK;
@@ -1132,10 +1295,16 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY || r->route == REG_R_UI_CHANNEL) &&
         (rc = kiln_registry_check_name("channel", r->seg[1])))
         return send_kiln_error(c, r, rc);
+    uint64_t tv = 0;
+    if (r->route == REG_R_TRUST_VERSION && !reg_trust_version_parse(r->seg[1], &tv))
+        return send_error(c, r, 400, "'%s' is not a trust version (an integer from 1 to 2^53-1)",
+                          r->seg[1]);
     sqlite3 *db = NULL;
     if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
-    bool admin = r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT || r->route == REG_R_TOKENS;
-    unsigned need = put     ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
+    bool admin = r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT ||
+                 r->route == REG_R_TOKENS || (put && r->route == REG_R_TRUST_VERSION);
+    unsigned need = admin   ? KILN_SCOPE_ADMIN
+                    : put   ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
                     : admin ? KILN_SCOPE_ADMIN
                             : KILN_SCOPE_READ;
     bool ok;
@@ -1165,6 +1334,12 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
             break;
         case REG_R_AUDIT:
             res = do_audit(c, r, db);
+            break;
+        case REG_R_TRUST:
+            res = do_trust(c, r, db, 0);
+            break;
+        case REG_R_TRUST_VERSION:
+            res = put ? trust_start(s, c, r) : do_trust(c, r, db, tv);
             break;
         case REG_R_TOKENS:
             res = do_tokens(c, r, db);
@@ -1212,9 +1387,11 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                     ? kiln_fail(KILN_ERR_VERIFY, "upload is longer than its Content-Length")
                     : reg_upload_write(&r->up, upload_data, n);
             if (rc) body_fail(r, rc);
-        } else if (r->body == BODY_RECORD) {
-            if (r->rec_len + n > REG_RECORD_MAX)
-                body_fail(r, kiln_fail(KILN_ERR_LIMIT, "channel record is too long"));
+        } else if (r->body == BODY_RECORD || r->body == BODY_TRUST) {
+            if (r->rec_len + n > r->rec_cap)
+                body_fail(r, kiln_fail(KILN_ERR_LIMIT, "%s is longer than %s",
+                                       r->body == BODY_RECORD ? "channel record" : "trust version",
+                                       r->body == BODY_RECORD ? "its limit" : "its Content-Length"));
             else {
                 memcpy(r->rec + r->rec_len, upload_data, n);
                 r->rec_len += n;
@@ -1227,6 +1404,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     if (rc) return send_kiln_error(c, r, rc);
     enum MHD_Result res = r->body == BODY_ARCHIVE  ? upload_finish(s, c, r, db)
                           : r->body == BODY_RECORD ? record_finish(s, c, r, db)
+                          : r->body == BODY_TRUST  ? trust_finish(s, c, r, db)
                                                    : send_error(c, r, 500, "no response");
     reg_db_close(db);
     return res;
@@ -1362,6 +1540,9 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     if (!s) return KILN_ERR_NOMEM;
     s->lock_fd = -1;
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->trust_mu, NULL);
+    pthread_mutex_init(&s->trust_put_mu, NULL);
+    kiln_sign_trust *trust = NULL;
     kiln_err rc = KILN_OK;
     sqlite3 *db = NULL;
     char *lock_path = NULL;
@@ -1371,7 +1552,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
     /* The policy before the store: a bad --trust must not leave a new store behind. */
-    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &s->trust));
+    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &trust));
     /* Likewise the root and the address: a refusal leaves nothing behind. */
     KILN_CHECK(rc, fail, reg_root_check(o->root));
     KILN_CHECK(rc, fail, probe_listen(&ss, v6, o->listen));
@@ -1385,6 +1566,30 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
                   "'%s' is held by another running server", o->root);
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
+    if (trust) {
+        /* The policy in force: --trust's, walked forward through the stored versions above
+         * it, each verified as the successor of the one before. */
+        reg_trust_chain chain;
+        uint64_t from = kiln_sign_trust_version(trust);
+        rc = reg_trust_chain_load(db, o->root, trust, NULL, NULL, &chain);
+        trust = NULL; /* the chain's now */
+        if (!rc) {
+            kiln_sign_trust *newest = reg_trust_chain_take_newest(&chain);
+            uint64_t to = kiln_sign_trust_version(newest);
+            reg_trust_chain_release(&chain);
+            rc = trust_swap(s, newest);
+            if (!rc && to != from)
+                kiln_info("registry: trust policy version %llu in force ('%s' is version %llu; "
+                          "the store holds the versions after it)",
+                          (unsigned long long)to, o->trust, (unsigned long long)from);
+        }
+        if (rc) {
+            reg_db_close(db);
+            db = NULL;
+            kiln_errprefix(rc, "cannot serve: ");
+            goto fail;
+        }
+    }
     reg_db_close(db);
     clear_tmp(o->root);
     unsigned threads = o->threads ? o->threads : 4;
@@ -1408,6 +1613,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
 fail:
     if (made_lock) unlink(lock_path);
     free(lock_path);
+    kiln_sign_trust_free(trust);
     kiln_registry_server_stop(s, 0);
     return rc;
 }
@@ -1428,9 +1634,11 @@ void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
         MHD_stop_daemon(s->d);
         if (ls != MHD_INVALID_SOCKET) close(ls);
     }
-    kiln_sign_trust_free(s->trust);
+    trust_release(s, s->trust);
     reg_unlock(s->lock_fd);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->trust_mu);
+    pthread_mutex_destroy(&s->trust_put_mu);
     free(s->rows);
     free(s->root);
     free(s);

@@ -91,7 +91,12 @@ static const char *const schema =
     "CREATE TABLE IF NOT EXISTS audit("
     " id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, token TEXT, action TEXT NOT "
     "NULL,"
-    " model TEXT, version TEXT, channel TEXT, digest TEXT);";
+    " model TEXT, version TEXT, channel TEXT, digest TEXT);"
+    /* Signed versions of the trust policy (trustchain.c); stores made before it get it at
+     * their next open. */
+    "CREATE TABLE IF NOT EXISTS trust_versions("
+    " version INTEGER PRIMARY KEY, document TEXT NOT NULL, publisher TEXT NOT NULL,"
+    " created INTEGER NOT NULL);";
 
 /* Schema versions, kept in PRAGMA user_version. 0 is the store as the first kiln made it
  * (the tables above, no version recorded); step N brings a store from version N-1 to N. A
@@ -261,6 +266,8 @@ kiln_err reg_store_check(const char *root) {
     int r = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
     if (r == SQLITE_OK) {
         sqlite3_busy_timeout(db, 10000);
+        /* The tables every store has; trust_versions came later and is made at open, so a
+         * store without it is a store. */
         r = sqlite3_prepare_v2(db,
                                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name "
                                "IN ('versions', 'channel_records', 'tokens', 'audit')",
@@ -468,8 +475,9 @@ static void problem(problems *p, const char *fmt, ...) {
 }
 
 /* Every version's blob: present, its size, its digest, and (with a policy) its signatures as
- * sign/ verifies them on upload. */
-static kiln_err fsck_versions(const char *root, sqlite3 *db, const kiln_sign_trust *trust,
+ * sign/ verifies them on upload, under some version of the trust chain (the one the server
+ * held when it took the upload may since have been followed by another). */
+static kiln_err fsck_versions(const char *root, sqlite3 *db, const reg_trust_chain *chain,
                               problems *p) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
@@ -511,10 +519,17 @@ static kiln_err fsck_versions(const char *root, sqlite3 *db, const kiln_sign_tru
             snprintf(label, sizeof label, "%s@%s's signature", m, v);
             if (strcmp(got, hex) != 0)
                 problem(p, "%s@%s: blob '%s' hashes to sha256:%s", m, v, path, got);
-            else if (trust &&
-                     kiln_sign_verify_archive_sigs(path, sig ? sig : "", sig ? strlen(sig) : 0,
-                                                   label, trust, NULL) != KILN_OK)
-                problem(p, "%s@%s: %s", m, v, kiln_errmsg());
+            else if (chain->n) {
+                /* Newest first: the message, when none verifies, is the newest policy's. */
+                bool ok = false;
+                char msg[1024] = "";
+                for (size_t i = chain->n; i-- > 0 && !ok;) {
+                    ok = kiln_sign_verify_archive_sigs(path, sig ? sig : "", sig ? strlen(sig) : 0,
+                                                       label, chain->v[i], NULL) == KILN_OK;
+                    if (!ok && !msg[0]) snprintf(msg, sizeof msg, "%s", kiln_errmsg());
+                }
+                if (!ok) problem(p, "%s@%s: %s", m, v, msg);
+            }
         }
         free(path);
     }
@@ -523,11 +538,16 @@ static kiln_err fsck_versions(const char *root, sqlite3 *db, const kiln_sign_tru
     return rc;
 }
 
-static kiln_err fsck_channels(sqlite3 *db, const kiln_sign_trust *trust, problems *p) {
+/* Every channel record: its seq follows the one before, its version is stored with its
+ * digest, and it verifies: a channel's current record under the newest trust version (what
+ * clients pull under), an older one under some version of the chain. */
+static kiln_err fsck_channels(sqlite3 *db, const reg_trust_chain *chain, problems *p) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT c.model, c.channel, c.seq, c.version, c.digest, c.record, v.digest"
+            "SELECT c.model, c.channel, c.seq, c.version, c.digest, c.record, v.digest,"
+            " c.seq = (SELECT max(seq) FROM channel_records d"
+            "          WHERE d.model = c.model AND d.channel = c.channel)"
             " FROM channel_records c LEFT JOIN versions v ON v.model = c.model AND v.version = "
             "c.version"
             " ORDER BY c.model, c.channel, c.seq",
@@ -559,17 +579,25 @@ static kiln_err fsck_channels(sqlite3 *db, const kiln_sign_trust *trust, problem
         else if (strcmp(vd, d) != 0)
             problem(p, "%s channel %s seq %lld: digest %s differs from version %s's %s", m, c,
                     (long long)seq, d, v, vd);
-        if (!trust) {
+        if (!chain->n) {
             problem(p,
                     "%s channel %s seq %lld: no trust policy to verify the record with (--trust)",
                     m, c, (long long)seq);
             continue;
         }
         reg_record rec;
-        char label[200];
+        char label[200], msg[1024] = "";
         snprintf(label, sizeof label, "%s channel %s seq %lld", m, c, (long long)seq);
-        if (reg_record_verify(trust, text, strlen(text), label, &rec) != KILN_OK)
-            problem(p, "%s", kiln_errmsg());
+        bool current = sqlite3_column_int(st, 7) != 0, ok = false;
+        for (size_t i = chain->n; i-- > 0 && !ok && (!current || i == chain->n - 1);) {
+            ok = reg_record_verify(chain->v[i], text, strlen(text), label, &rec) == KILN_OK;
+            if (!ok && !msg[0]) snprintf(msg, sizeof msg, "%s", kiln_errmsg());
+        }
+        if (!ok && current && chain->n > 1)
+            problem(p, "%s (the channel's current record, under trust version %llu)", msg,
+                    (unsigned long long)kiln_sign_trust_version(chain->v[chain->n - 1]));
+        else if (!ok)
+            problem(p, "%s", msg);
         else if (strcmp(rec.model, m) || strcmp(rec.channel, c) || rec.seq != seq ||
                  strcmp(rec.version, v) || strcmp(rec.digest, d))
             problem(p, "%s: the signed record's fields differ from the database's", label);
@@ -577,6 +605,10 @@ static kiln_err fsck_channels(sqlite3 *db, const kiln_sign_trust *trust, problem
     kiln_err rc = r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "reading channel records");
     sqlite3_finalize(st);
     return rc;
+}
+
+static void fsck_report(void *ctx, const char *line) {
+    problem(ctx, "%s", line);
 }
 
 /* Tokens: a scope the server knows (another makes every request with the token fail) and a
@@ -628,6 +660,7 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
                             void (*report)(void *ctx, const char *problem), void *ctx,
                             size_t *count) {
     problems p = {report, ctx, 0};
+    reg_trust_chain chain = {0};
     *count = 0;
     KILN_TRY(reg_store_check(root));
     sqlite3 *db = NULL;
@@ -639,9 +672,16 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
         def = kiln_path_join(root, "trust.json");
         if (def && kiln_path_exists(def)) trust_path = def;
     }
-    if (trust_path) KILN_CHECK(rc, out, kiln_sign_trust_load(trust_path, &trust));
-    KILN_CHECK(rc, out, fsck_versions(root, db, trust, &p));
-    KILN_CHECK(rc, out, fsck_channels(db, trust, &p));
+    if (trust_path) {
+        KILN_CHECK(rc, out, kiln_sign_trust_load(trust_path, &trust));
+        /* The stored versions of the policy above the given one, each verified as the
+         * successor of the one before; a problem ends the chain there. */
+        kiln_sign_trust *start = trust;
+        trust = NULL;
+        KILN_CHECK(rc, out, reg_trust_chain_load(db, root, start, fsck_report, &p, &chain));
+    }
+    KILN_CHECK(rc, out, fsck_versions(root, db, &chain, &p));
+    KILN_CHECK(rc, out, fsck_channels(db, &chain, &p));
     KILN_CHECK(rc, out, fsck_tokens(db, &p));
     KILN_CHECK(rc, out, fsck_tmp(root, &p));
     *count = p.n;
@@ -651,6 +691,7 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
 out:
     free(def);
     kiln_sign_trust_free(trust);
+    reg_trust_chain_release(&chain);
     reg_db_close(db);
     return rc;
 }

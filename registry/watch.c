@@ -1,6 +1,8 @@
 /* watch.c - kiln_watch: follow a channel, pull and verify each new version, load it with
  * the runtime, and swap it in for the service only once all of that worked. Models are
- * reference counted so that streams on the old one finish on it. */
+ * reference counted so that streams on the old one finish on it. Each poll walks the trust
+ * policy forward first (registry/trustchain.c), so a key revoked by a new signed version is
+ * refused from the next poll on, without a restart. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -27,7 +29,8 @@ struct kiln_watch {
     pthread_t thread;
     slot *cur, *retired;
     uint64_t gen;
-    char *last_record; /* the text of the record in service */
+    char *last_record;      /* the text of the record in service */
+    uint64_t trust_version; /* of the policy the last poll walked to */
 };
 
 static void slot_free(slot *s) {
@@ -38,8 +41,10 @@ static void slot_free(slot *s) {
     free(s);
 }
 
-/* Pull the channel into out/gen-N and load it; *s is the new slot (refs 1: the watcher's). */
-static kiln_err load_next(kiln_watch *w, kiln_pull_result *res, slot **s) {
+/* Pull the channel into out/gen-N under t and load it; *s is the new slot (refs 1: the
+ * watcher's). */
+static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, kiln_pull_result *res,
+                          slot **s) {
     *s = NULL;
     uint64_t gen = w->gen + 1;
     char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)gen);
@@ -48,7 +53,7 @@ static kiln_err load_next(kiln_watch *w, kiln_pull_result *res, slot **s) {
     kiln_registry_pull_opts p = {.ref = w->ref, .trust = w->trust, .out = dir, .state = w->state};
     kiln_registry_pulled r;
     kiln_model *m = NULL;
-    kiln_err rc = kiln_registry_pull(&w->c, &p, &r);
+    kiln_err rc = reg_pull_with_trust(&w->c, &p, t, &r);
     if (!rc) rc = kiln_model_open(dir, &m);
     if (!rc) {
         *s = kiln_calloc(1, sizeof **s);
@@ -79,18 +84,58 @@ static void unref(kiln_watch *w, slot *s) {
     slot_free(s);
 }
 
+/* Each version of the trust policy the registry gave: an event (rc KILN_OK, no result). */
+static void heard_trust(void *ctx, const kiln_registry_trust_step *st) {
+    kiln_watch *w = ctx;
+    if (st->from_state || !w->o.on_update) return;
+    char *msg = kiln_asprintf("trust policy version %llu accepted from %s%s%s",
+                              (unsigned long long)st->version, st->source,
+                              *st->changes ? "; changes:\n" : " (no changes besides the version)",
+                              st->changes);
+    w->o.on_update(w->o.ctx, KILN_OK, msg ? msg : "trust policy updated", NULL);
+    free(msg);
+}
+
+/* After the policy moved: does the record in service still verify under it? A service is
+ * told when it does not (the model stays in service: replacing it is the release manager's
+ * call, by a new record). */
+static void recheck_in_service(kiln_watch *w, const kiln_sign_trust *t) {
+    if (!w->last_record || !w->o.on_update) return;
+    char label[256];
+    snprintf(label, sizeof label, "the channel record in service (%s@%s)", w->model, w->channel);
+    reg_record rec;
+    kiln_err rc = reg_record_verify(t, w->last_record, strlen(w->last_record), label, &rec);
+    if (rc) {
+        kiln_errprefix(rc, "under trust policy version %llu: ",
+                       (unsigned long long)kiln_sign_trust_version(t));
+        w->o.on_update(w->o.ctx, rc, kiln_errmsg(), NULL);
+    }
+}
+
 static void poll_once(kiln_watch *w) {
     char *text = NULL;
     size_t len = 0;
-    kiln_err rc = kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len);
+    kiln_sign_trust *t = NULL;
+    kiln_err rc = kiln_registry_trust_walk(&w->c, w->trust, w->state, heard_trust, w, &t);
+    if (rc) {
+        /* Fail closed: nothing is pulled under a policy that did not walk. */
+        if (w->o.on_update) w->o.on_update(w->o.ctx, rc, kiln_errmsg(), NULL);
+        return;
+    }
+    if (kiln_sign_trust_version(t) != w->trust_version) {
+        w->trust_version = kiln_sign_trust_version(t);
+        recheck_in_service(w, t);
+    }
+    rc = kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len);
     if (!rc && w->last_record && !strcmp(text, w->last_record)) {
         free(text);
+        kiln_sign_trust_free(t);
         return; /* nothing new */
     }
     kiln_pull_result res;
     memset(&res, 0, sizeof res);
     slot *s = NULL;
-    if (!rc) rc = load_next(w, &res, &s);
+    if (!rc) rc = load_next(w, t, &res, &s);
     if (!rc) {
         pthread_mutex_lock(&w->mu);
         slot *old = w->cur;
@@ -114,6 +159,7 @@ static void poll_once(kiln_watch *w) {
     }
     if (w->o.on_update) w->o.on_update(w->o.ctx, rc, rc ? kiln_errmsg() : "", rc ? NULL : &res);
     free(text);
+    kiln_sign_trust_free(t);
 }
 
 static void *watch_main(void *arg) {
@@ -173,9 +219,13 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     KILN_CHECK(rc, fail, kiln_mkdir_p(w->out));
     size_t len;
     char *text = NULL;
-    KILN_CHECK(rc, fail, kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len));
+    kiln_sign_trust *t = NULL;
+    KILN_CHECK(rc, fail, kiln_registry_trust_walk(&w->c, w->trust, w->state, NULL, NULL, &t));
+    w->trust_version = kiln_sign_trust_version(t);
+    rc = kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len);
     kiln_pull_result res;
-    rc = load_next(w, &res, &w->cur);
+    if (!rc) rc = load_next(w, t, &res, &w->cur);
+    kiln_sign_trust_free(t);
     if (rc) {
         free(text);
         goto fail;

@@ -255,21 +255,21 @@ kiln_err kiln_sign_record_add_signature(kiln_sign_record *r, const kiln_sign_sec
         kiln_sign_sig_release(&s);
         KILN_FAIL_IF(same, KILN_ERR_CONFLICT, "the record is already signed by key id %s", id);
     }
-    char *body = NULL, *text = NULL, *tc = NULL;
-    size_t blen;
+    char *text = NULL, *tc = NULL;
+    json_t *body = body_json(r);
     kiln_err rc = KILN_OK;
-    KILN_CHECK(rc, out, kiln_sign_record_body(r, &body, &blen));
+    KILN_CHECK_IF(rc, out, !body, KILN_ERR_NOMEM, "out of memory");
     tc = kiln_asprintf(RECORD_FORMAT "\tmodel:%s\tchannel:%s\tversion:%s\tseq:%llu", r->model,
                        r->channel, r->version, (unsigned long long)r->seq);
     KILN_CHECK_IF(rc, out, !tc, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_sign_buffer(sk, body, blen, tc, KILN_SIGN_PREHASHED, &text));
+    KILN_CHECK(rc, out, sign_canonical_sign(body, sk, tc, &text));
     char **nv = realloc(r->sigs, (r->nsigs + 1) * sizeof *nv);
     KILN_CHECK_IF(rc, out, !nv, KILN_ERR_NOMEM, "out of memory");
     r->sigs = nv;
     r->sigs[r->nsigs++] = text;
     text = NULL;
 out:
-    free(body);
+    json_decref(body);
     free(text);
     free(tc);
     return rc;
@@ -329,26 +329,12 @@ kiln_err kiln_sign_record_parse(const char *buf, size_t len, const char *label,
     KILN_CHECK_IF(rc, out, !r->reason, KILN_ERR_NOMEM, "out of memory");
 
     const json_t *sigs = json_object_get(j, "signatures");
-    KILN_CHECK_IF(rc, out, !json_is_array(sigs) || json_array_size(sigs) == 0, KILN_ERR_FORMAT,
-                  "'%s': 'signatures' must be a non-empty array of minisign signatures", label);
+    KILN_CHECK(rc, out, sign_sigs_check(sigs, KILN_SIGN_RECORD_MAX_SIGS, label, "a record"));
     size_t n = json_array_size(sigs);
-    KILN_CHECK_IF(rc, out, n > KILN_SIGN_RECORD_MAX_SIGS, KILN_ERR_LIMIT,
-                  "'%s': %zu signatures, more than the %d a record may hold", label, n,
-                  KILN_SIGN_RECORD_MAX_SIGS);
     r->sigs = kiln_calloc(n, sizeof *r->sigs);
     KILN_CHECK_IF(rc, out, !r->sigs, KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++) {
-        const json_t *s = json_array_get(sigs, i);
-        snprintf(what, sizeof what, "signature %zu", i + 1);
-        KILN_CHECK_IF(rc, out, !sign_json_str(s), KILN_ERR_FORMAT,
-                      "'%s': %s is not a string (without NUL characters)", label, what);
-        kiln_sign_sig parsed;
-        kiln_sign_sig_init(&parsed);
-        KILN_CHECK(
-            rc, out,
-            sign_sig_parse_in(json_string_value(s), json_string_length(s), label, what, &parsed));
-        kiln_sign_sig_release(&parsed);
-        r->sigs[i] = kiln_strdup(json_string_value(s));
+        r->sigs[i] = kiln_strdup(json_string_value(json_array_get(sigs, i)));
         KILN_CHECK_IF(rc, out, !r->sigs[i], KILN_ERR_NOMEM, "out of memory");
         r->nsigs++;
     }

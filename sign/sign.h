@@ -144,7 +144,16 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *
 
 /* ---- the trust policy (trust.json, docs/formats.md) ----------------------------- */
 
-enum { KILN_SIGN_ROLE_RELEASE = 1, KILN_SIGN_ROLE_PROMOTE = 2 };
+enum { KILN_SIGN_ROLE_RELEASE = 1, KILN_SIGN_ROLE_PROMOTE = 2, KILN_SIGN_ROLE_ROOT = 4 };
+
+/* The longest name (keys, models, versions, channels): kiln_sign_name_ok. */
+#define KILN_SIGN_NAME_MAX 128
+/* A policy file is refused unread beyond this size. */
+#define KILN_SIGN_TRUST_FILE_LIMIT (4u << 20)
+/* A signed policy holds 1 to this many signatures. */
+#define KILN_SIGN_TRUST_MAX_SIGS 32
+/* The highest version a policy may have (exact in every JSON reader). */
+#define KILN_SIGN_TRUST_VERSION_MAX ((1ull << 53) - 1)
 
 typedef struct kiln_sign_trust_key {
     const char *name;
@@ -155,8 +164,12 @@ typedef struct kiln_sign_trust_key {
 typedef struct kiln_sign_trust kiln_sign_trust;
 
 /* Strict: unknown keys refused, key names, key ids and public keys unique, every
- * threshold between 1 and the number of promote keys (release_threshold: release keys).
- * Free with kiln_sign_trust_free. */
+ * threshold between 1 and the number of promote keys (release_threshold: release keys;
+ * root_threshold: root keys, and only with root keys), version 1 to 2^53-1 (default 1).
+ * The bytes may also be a signed policy ({"policy": <policy>, "signatures": [...]}): the
+ * policy inside is read, and the signatures' syntax checked but not their validity (the file
+ * a client is configured with is its root of trust; kiln_sign_trust_update checks a signed
+ * version against the version before it). Free with kiln_sign_trust_free. */
 KILN_API kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
                                         kiln_sign_trust **out);
 KILN_API kiln_err kiln_sign_trust_load(const char *path, kiln_sign_trust **out);
@@ -175,6 +188,14 @@ KILN_API kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char
  * false). */
 KILN_API int kiln_sign_trust_release_threshold(const kiln_sign_trust *t);
 KILN_API bool kiln_sign_trust_accepts_unvalidated(const kiln_sign_trust *t);
+/* The policy's version ("version", default 1). */
+KILN_API uint64_t kiln_sign_trust_version(const kiln_sign_trust *t);
+/* How many distinct root keys must sign the next version ("root_threshold", default 1). */
+KILN_API int kiln_sign_trust_root_threshold(const kiln_sign_trust *t);
+/* How many keys hold role (one KILN_SIGN_ROLE_* bit). */
+KILN_API int kiln_sign_trust_role_count(const kiln_sign_trust *t, int role);
+/* The signatures of the signed policy it was read from; 0 for a plain policy. */
+KILN_API size_t kiln_sign_trust_signatures(const kiln_sign_trust *t);
 /* Verify a file's signature by a key of the policy that holds role (a release key for
  * archives); *signer (may be NULL) gets the key. */
 KILN_API KILN_MUST_CHECK kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t,
@@ -182,9 +203,57 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_trust_verify_file(const kiln_sign_tr
                                                               const char *path, int role,
                                                               const kiln_sign_trust_key **signer);
 
-/* ---- the archive's trusted comment (the hook for export/'s .kiln archives) ------- */
+/* ---- signed policies: versions of the trust policy (sign/rotate.c, docs/formats.md) ----
+ *
+ * A signed policy is {"policy": <a kiln-trust/1 policy>, "signatures": [...]}: 1 to 32
+ * minisign signatures (algorithm ED) over the canonical JSON of "policy", each with the
+ * trusted comment "kiln-trust/1\tversion:N". A client walks versions forward, accepting each
+ * only as the successor of the version it already trusts (kiln_sign_trust_update). */
 
-#define KILN_SIGN_NAME_MAX 128
+/* Sign a plain policy (policy, len: the file's bytes) with one key: *text is the signed
+ * document (caller frees), *text_len its length. A file that is signed already, or a policy
+ * with no root keys (no version could follow it), is refused. */
+KILN_API kiln_err kiln_sign_trust_sign(const char *policy, size_t len, const char *label,
+                                       const kiln_sign_seckey *sk, char **text, size_t *text_len);
+/* Add one key's signature to a signed policy (doc, len); a plain policy is refused, and a
+ * second signature by the same key id (KILN_ERR_CONFLICT). *text as above. */
+KILN_API kiln_err kiln_sign_trust_add_signature(const char *doc, size_t len, const char *label,
+                                                const kiln_sign_seckey *sk, char **text,
+                                                size_t *text_len);
+
+/* What kiln_sign_trust_update found, filled as far as it got (also on failure). */
+typedef struct kiln_sign_trust_update_result {
+    uint64_t from, to;                 /* the versions */
+    int old_threshold, new_threshold;  /* root_threshold of each */
+    size_t nold, nnew;                 /* distinct root keys of each whose signatures verified */
+    size_t nsigs;                      /* signatures read */
+    struct {
+        char name[KILN_SIGN_NAME_MAX + 1];  /* the key's name (the old version's if in both) */
+        char keyid[KILN_SIGN_KEYID_HEX];
+        bool old_root, new_root;            /* counted toward the old / the new quorum */
+    } sigs[KILN_SIGN_TRUST_MAX_SIGS];
+} kiln_sign_trust_update_result;
+
+/* Accept the signed policy in buf as the version after cur. *next (caller frees; NULL on
+ * failure) is its policy when: cur has root keys; its version is cur's + 1; every signature
+ * parses, is ED, is by a root key of cur or of the new policy, and verifies with that
+ * policy's public key for its key id (counting toward that policy's quorum only); each
+ * trusted comment is "kiln-trust/1\tversion:N" with N the new version; the new policy has
+ * root keys; and the distinct root keys of cur that signed reach cur's root_threshold AND
+ * the distinct root keys of the new policy reach its own. Anything else is KILN_ERR_VERIFY
+ * (KILN_ERR_FORMAT for bytes that are not a signed policy) with a message that names label
+ * and what failed. res may be NULL. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_trust_update(const kiln_sign_trust *cur,
+                                                         const char *buf, size_t len,
+                                                         const char *label, kiln_sign_trust **next,
+                                                         kiln_sign_trust_update_result *res);
+
+/* What changed from one policy to another, for reviewers: one line per change ("key 'alice'
+ * (ID) removed (promote)", "channel 'production': threshold 2 -> 3", ...), each ending in a
+ * newline; "" when nothing but the version changed. Caller frees; NULL when out of memory. */
+KILN_API char *kiln_sign_trust_diff(const kiln_sign_trust *from, const kiln_sign_trust *to);
+
+/* ---- the archive's trusted comment (the hook for export/'s .kiln archives) ------- */
 
 /* The verdict of the validation report an archive's manifest names. */
 typedef enum kiln_sign_validation {

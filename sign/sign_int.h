@@ -84,4 +84,26 @@ kiln_err sign_trust_signer(const kiln_sign_trust *t, const kiln_sign_sig *sig, i
 /* The label the policy was parsed under. */
 const char *sign_trust_label(const kiln_sign_trust *t);
 
+/* A signed document's "signatures" (a channel record's, a signed policy's): a non-empty array
+ * of at most max strings, each a minisign signature (syntax only; messages name
+ * "signature N"). holder says what holds them in the message ("a record"). */
+kiln_err sign_sigs_check(const json_t *sigs, size_t max, const char *label, const char *holder);
+/* Sign the canonical text of body (core's kiln_json_canonical), algorithm ED, with the
+ * trusted comment tc: what every signature of a signed JSON document is. *sig is the
+ * .minisig text (caller frees). */
+kiln_err sign_canonical_sign(const json_t *body, const kiln_sign_seckey *sk, const char *tc,
+                             char **sig);
+
+/* A trust policy file, plain or signed ({"policy": ..., "signatures": [...]}, the signatures'
+ * syntax checked, not their validity). *doc (new reference; NULL: not wanted) is the whole
+ * document, *policy (may be NULL) the policy object inside it (the document itself when
+ * plain), *sigs (may be NULL) the signatures array (NULL when plain). */
+kiln_err sign_trust_read(const char *buf, size_t len, const char *label, json_t **doc,
+                         const json_t **policy, const json_t **sigs, kiln_sign_trust **out);
+/* "release, promote, root": the names of the role bits in roles, into buf. */
+const char *sign_trust_role_names(int roles, char *buf, size_t cap);
+/* The policy's channels by index (NULL past the end), with their thresholds. */
+size_t sign_trust_channel_count(const kiln_sign_trust *t);
+const char *sign_trust_channel_at(const kiln_sign_trust *t, size_t i, int *threshold);
+
 #endif

@@ -1,6 +1,10 @@
 /* trust.c - the trust policy (trust.json): named public keys with roles, and per channel
- * how many distinct promote keys must sign its records. Parsed strictly: a policy that is
- * ambiguous (a key listed twice under two names) would let one key count as two. */
+ * how many distinct promote keys must sign its records; its version and the root keys that
+ * sign the next version (sign/rotate.c). Parsed strictly: a policy that is ambiguous (a key
+ * listed twice under two names) would let one key count as two. A file may hold the policy
+ * itself or a signed policy ({"policy": ..., "signatures": [...]}); the policy a client is
+ * configured with is its root of trust, so a signed one's signatures are parsed but not
+ * checked here (kiln_sign_trust_update checks them against the version before). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -27,12 +31,27 @@ struct kiln_sign_trust {
     int nrelease;
     int release_threshold;   /* distinct release keys an archive needs (default 1) */
     bool accept_unvalidated; /* archives signed with allow-unvalidated verify (default no) */
+    uint64_t version;        /* 1.. (default 1) */
+    int nroot;               /* keys holding the root role */
+    int root_threshold;      /* distinct root keys a next version needs (default 1) */
+    size_t nsigs;            /* signatures of the signed document it came from; 0: plain */
 };
 
 static const struct {
     const char *name;
     int bit;
-} roles[] = {{"release", KILN_SIGN_ROLE_RELEASE}, {"promote", KILN_SIGN_ROLE_PROMOTE}};
+} ROLES_TABLE[] = {{"release", KILN_SIGN_ROLE_RELEASE},
+             {"promote", KILN_SIGN_ROLE_PROMOTE},
+             {"root", KILN_SIGN_ROLE_ROOT}};
+
+const char *sign_trust_role_names(int roles, char *buf, size_t cap) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (size_t j = 0; j < KILN_ARRAY_LEN(ROLES_TABLE); j++)
+        if ((roles & ROLES_TABLE[j].bit) && n < cap)
+            n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", ROLES_TABLE[j].name);
+    return buf;
+}
 
 const char *sign_json_str(const json_t *j) {
     const char *s = json_string_value(j);
@@ -63,6 +82,38 @@ kiln_err sign_only_fields(const json_t *obj, const char *const *allowed, const c
         KILN_FAIL_IF(!ok, KILN_ERR_FORMAT, "'%s': unknown field '%s'", label, k);
     }
     return KILN_OK;
+}
+
+kiln_err sign_sigs_check(const json_t *sigs, size_t max, const char *label, const char *holder) {
+    KILN_FAIL_IF(!json_is_array(sigs) || json_array_size(sigs) == 0, KILN_ERR_FORMAT,
+                 "'%s': 'signatures' must be a non-empty array of minisign signatures", label);
+    size_t n = json_array_size(sigs);
+    KILN_FAIL_IF(n > max, KILN_ERR_LIMIT, "'%s': %zu signatures, more than the %zu %s may hold",
+                 label, n, max, holder);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *s = json_array_get(sigs, i);
+        char what[64];
+        snprintf(what, sizeof what, "signature %zu", i + 1);
+        KILN_FAIL_IF(!sign_json_str(s), KILN_ERR_FORMAT,
+                     "'%s': %s is not a string (without NUL characters)", label, what);
+        kiln_sign_sig parsed;
+        kiln_sign_sig_init(&parsed);
+        kiln_err rc =
+            sign_sig_parse_in(json_string_value(s), json_string_length(s), label, what, &parsed);
+        kiln_sign_sig_release(&parsed);
+        KILN_TRY(rc);
+    }
+    return KILN_OK;
+}
+
+kiln_err sign_canonical_sign(const json_t *body, const kiln_sign_seckey *sk, const char *tc,
+                             char **sig) {
+    *sig = NULL;
+    char *text = kiln_json_canonical(body);
+    KILN_FAIL_IF(!text, KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = kiln_sign_buffer(sk, text, strlen(text), tc, KILN_SIGN_PREHASHED, sig);
+    free(text);
+    return rc;
 }
 
 void kiln_sign_trust_free(kiln_sign_trust *t) {
@@ -97,17 +148,17 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
     snprintf(sub, sizeof sub, "%s: %s: pubkey", label, where);
     KILN_TRY(kiln_sign_pubkey_from_base64(pub, sub, &key->pub));
     KILN_FAIL_IF(!json_is_array(rl) || json_array_size(rl) == 0, KILN_ERR_FORMAT,
-                 "'%s': %s: 'roles' must be a non-empty array of \"release\" and \"promote\"",
+                 "'%s': %s: 'roles' must be a non-empty array of \"release\", \"promote\" and \"root\"",
                  label, where);
     key->roles = 0;
     for (size_t r = 0; r < json_array_size(rl); r++) {
         const char *s = sign_json_str(json_array_get(rl, r));
         int bit = 0;
-        for (size_t j = 0; s && j < KILN_ARRAY_LEN(roles); j++)
-            if (!strcmp(s, roles[j].name)) bit = roles[j].bit;
+        for (size_t j = 0; s && j < KILN_ARRAY_LEN(ROLES_TABLE); j++)
+            if (!strcmp(s, ROLES_TABLE[j].name)) bit = ROLES_TABLE[j].bit;
         KILN_FAIL_IF(!bit, KILN_ERR_FORMAT,
-                     "'%s': %s: unknown role %s%s%s (want \"release\" or \"promote\")", label,
-                     where, s ? "'" : "", s ? s : "(not a string)", s ? "'" : "");
+                     "'%s': %s: unknown role %s%s%s (want \"release\", \"promote\" or \"root\")",
+                     label, where, s ? "'" : "", s ? s : "(not a string)", s ? "'" : "");
         KILN_FAIL_IF(key->roles & bit, KILN_ERR_FORMAT, "'%s': %s: role '%s' listed twice", label,
                      where, s);
         key->roles |= bit;
@@ -131,6 +182,7 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
     t->nkeys++;
     if (key->roles & KILN_SIGN_ROLE_PROMOTE) t->npromote++;
     if (key->roles & KILN_SIGN_ROLE_RELEASE) t->nrelease++;
+    if (key->roles & KILN_SIGN_ROLE_ROOT) t->nroot++;
     return KILN_OK;
 }
 
@@ -194,21 +246,51 @@ static kiln_err parse_archive_rules(kiln_sign_trust *t, const json_t *j, const c
     return KILN_OK;
 }
 
-kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
-                               kiln_sign_trust **out) {
-    static const char *const fields[] = {
-        "format", "keys", "channels", "release_threshold", "accept_unvalidated", NULL};
+/* The root rules: version (optional, default 1) and root_threshold (optional, default 1; at
+ * most the number of root keys, and only with root keys). */
+static kiln_err parse_root_rules(kiln_sign_trust *t, const json_t *j, const char *label) {
+    t->version = 1;
+    const json_t *v = json_object_get(j, "version");
+    if (v) {
+        KILN_FAIL_IF(!json_is_integer(v), KILN_ERR_FORMAT, "'%s': 'version' must be an integer",
+                     label);
+        json_int_t x = json_integer_value(v);
+        KILN_FAIL_IF(x < 1 || (uint64_t)x > KILN_SIGN_TRUST_VERSION_MAX, KILN_ERR_FORMAT,
+                     "'%s': version %lld must be between 1 and 2^53-1", label, (long long)x);
+        t->version = (uint64_t)x;
+    }
+    t->root_threshold = 1;
+    const json_t *th = json_object_get(j, "root_threshold");
+    if (th) {
+        KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT,
+                     "'%s': 'root_threshold' must be an integer", label);
+        json_int_t x = json_integer_value(th);
+        KILN_FAIL_IF(t->nroot == 0, KILN_ERR_FORMAT,
+                     "'%s': root_threshold is given, but no key holds the \"root\" role", label);
+        KILN_FAIL_IF(x < 1, KILN_ERR_FORMAT, "'%s': root_threshold %lld must be at least 1", label,
+                     (long long)x);
+        KILN_FAIL_IF(x > t->nroot, KILN_ERR_FORMAT,
+                     "'%s': root_threshold %lld can never be met: the policy has %d root key%s",
+                     label, (long long)x, t->nroot, t->nroot == 1 ? "" : "s");
+        t->root_threshold = (int)x;
+    }
+    return KILN_OK;
+}
+
+/* A policy object (the whole file, or a signed document's "policy"); where names it for a
+ * field that does not belong ("top level", "policy"). */
+static kiln_err policy_from_json(const json_t *j, const char *label, const char *where,
+                                 kiln_sign_trust **out) {
+    static const char *const fields[] = {"format",   "keys",    "channels",       "release_threshold",
+                                         "accept_unvalidated", "version", "root_threshold", NULL};
     *out = NULL;
-    KILN_TRY(sign_init());
-    json_t *j = NULL;
-    KILN_TRY(kiln_json_parse(buf, len, label, &j));
     kiln_err rc = KILN_OK;
     kiln_sign_trust *t = kiln_calloc(1, sizeof *t);
     KILN_CHECK_IF(rc, out, !t, KILN_ERR_NOMEM, "out of memory");
     t->label = kiln_strdup(label);
     KILN_CHECK_IF(rc, out, !t->label, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !json_is_object(j), KILN_ERR_FORMAT, "'%s': not a JSON object", label);
-    KILN_CHECK(rc, out, sign_only_fields(j, fields, label, "top level"));
+    KILN_CHECK(rc, out, sign_only_fields(j, fields, label, where));
     const char *fmt = sign_json_str(json_object_get(j, "format"));
     KILN_CHECK_IF(rc, out, !fmt || strcmp(fmt, TRUST_FORMAT) != 0, KILN_ERR_FORMAT,
                   "'%s': 'format' must be \"" TRUST_FORMAT "\"", label);
@@ -225,22 +307,94 @@ kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
     KILN_CHECK_IF(rc, out, !ch, KILN_ERR_FORMAT, "'%s': 'channels' is missing", label);
     KILN_CHECK(rc, out, parse_channels(t, ch, label));
     KILN_CHECK(rc, out, parse_archive_rules(t, j, label));
+    KILN_CHECK(rc, out, parse_root_rules(t, j, label));
     *out = t;
     t = NULL;
 out:
     kiln_sign_trust_free(t);
+    return rc;
+}
+
+kiln_err sign_trust_read(const char *buf, size_t len, const char *label, json_t **doc,
+                         const json_t **policy, const json_t **sigs, kiln_sign_trust **out) {
+    static const char *const fields[] = {"policy", "signatures", NULL};
+    *out = NULL;
+    if (doc) *doc = NULL;
+    if (policy) *policy = NULL;
+    if (sigs) *sigs = NULL;
+    KILN_TRY(sign_init());
+    json_t *j = NULL;
+    KILN_TRY(kiln_json_parse(buf, len, label, &j));
+    kiln_err rc = KILN_OK;
+    const json_t *pol = j, *sg = NULL;
+    /* A signed document has no "format" of its own: one that has is a plain policy, read (and
+     * refused) exactly as before signed documents existed. */
+    bool is_signed = json_is_object(j) && !json_object_get(j, "format") &&
+                     (json_object_get(j, "policy") || json_object_get(j, "signatures"));
+    if (is_signed) {
+        KILN_CHECK(rc, out, sign_only_fields(j, fields, label, NULL));
+        pol = json_object_get(j, "policy");
+        KILN_CHECK_IF(rc, out, !json_is_object(pol), KILN_ERR_FORMAT,
+                      "'%s': 'policy' must be a kiln-trust/1 policy (an object)", label);
+        sg = json_object_get(j, "signatures");
+        KILN_CHECK(rc, out,
+                   sign_sigs_check(sg, KILN_SIGN_TRUST_MAX_SIGS, label, "a signed policy"));
+    }
+    KILN_CHECK(rc, out, policy_from_json(pol, label, is_signed ? "policy" : "top level", out));
+    (*out)->nsigs = sg ? json_array_size(sg) : 0;
+    if (policy) *policy = pol;
+    if (sigs) *sigs = sg;
+    if (doc) {
+        *doc = j;
+        j = NULL;
+    }
+out:
     json_decref(j);
     return rc;
+}
+
+kiln_err kiln_sign_trust_parse(const char *buf, size_t len, const char *label,
+                               kiln_sign_trust **out) {
+    return sign_trust_read(buf, len, label, NULL, NULL, NULL, out);
 }
 
 kiln_err kiln_sign_trust_load(const char *path, kiln_sign_trust **out) {
     char *buf;
     size_t len;
     *out = NULL;
-    KILN_TRY(kiln_read_file(path, 4u << 20, &buf, &len));
+    KILN_TRY(kiln_read_file(path, KILN_SIGN_TRUST_FILE_LIMIT, &buf, &len));
     kiln_err rc = kiln_sign_trust_parse(buf, len, path, out);
     free(buf);
     return rc;
+}
+
+uint64_t kiln_sign_trust_version(const kiln_sign_trust *t) {
+    return t->version;
+}
+
+int kiln_sign_trust_root_threshold(const kiln_sign_trust *t) {
+    return t->root_threshold;
+}
+
+int kiln_sign_trust_role_count(const kiln_sign_trust *t, int role) {
+    return role == KILN_SIGN_ROLE_ROOT      ? t->nroot
+           : role == KILN_SIGN_ROLE_PROMOTE ? t->npromote
+           : role == KILN_SIGN_ROLE_RELEASE ? t->nrelease
+                                            : 0;
+}
+
+size_t kiln_sign_trust_signatures(const kiln_sign_trust *t) {
+    return t->nsigs;
+}
+
+size_t sign_trust_channel_count(const kiln_sign_trust *t) {
+    return t->nchans;
+}
+
+const char *sign_trust_channel_at(const kiln_sign_trust *t, size_t i, int *threshold) {
+    if (i >= t->nchans) return NULL;
+    *threshold = t->chans[i].threshold;
+    return t->chans[i].name;
 }
 
 const char *sign_trust_label(const kiln_sign_trust *t) {

@@ -34,7 +34,7 @@ q $KILN validate --model "$F/m" --data "$F/d.st" --make-bf16
 q $KILN export "$F/run" --dtype bf16 --out "$F/m16"
 q $KILN pack "$F/m" --name demo --version 1.0.0 --out "$F/m.kiln"
 q $KILN pack "$F/m" --name demo --version 1.0.1 --out "$F/m2.kiln"
-for k in rel prom; do q $KILN keygen --out "$F/$k" --no-password; done
+for k in rel prom root; do q $KILN keygen --out "$F/$k" --no-password; done
 KILN_PASSWORD_FILE="$T/good-pw" q $KILN keygen --out "$F/enc"
 cat >"$F/trust.json" <<JSON
 {"format": "kiln-trust/1", "keys": [
@@ -42,6 +42,15 @@ cat >"$F/trust.json" <<JSON
  {"name": "prom", "pubkey": "$(tail -1 "$F/prom.pub")", "roles": ["promote"]}],
  "channels": {"staging": {"threshold": 1}, "production": {"threshold": 1}}}
 JSON
+# A policy with a root key, and its version 2 signed by that key (kiln trust).
+cat >"$F/trustr.json" <<JSON
+{"format": "kiln-trust/1", "keys": [
+ {"name": "root", "pubkey": "$(tail -1 "$F/root.pub")", "roles": ["root"]},
+ {"name": "prom", "pubkey": "$(tail -1 "$F/prom.pub")", "roles": ["promote"]}],
+ "channels": {"staging": {"threshold": 1}}}
+JSON
+sed 's/"format": "kiln-trust\/1",/"format": "kiln-trust\/1", "version": 2,/' "$F/trustr.json" >"$F/v2.json"
+q $KILN trust sign "$F/v2.json" --key "$F/root.key" --out "$F/v2.signed.json"
 q $KILN sign "$F/m.kiln" --key "$F/rel.key"
 q $KILN sign "$F/m2.kiln" --key "$F/rel.key"
 printf 'any bytes at all\n' >"$F/file.bin"
@@ -55,6 +64,7 @@ q $KILN registry token create --root "$F/reg" --name sweep --scope read
 # A registry the network rows talk to (outside the lanes: its store changes as it serves).
 PUB=$($KILN registry token create --root "$T/srv" --name ci --scope publish)
 PROM=$($KILN registry token create --root "$T/srv" --name rm --scope promote)
+ADM=$($KILN registry token create --root "$T/srv" --name ops --scope admin)
 $KILN registry serve --root "$T/srv" --listen 127.0.0.1:0 --trust "$F/trust.json" \
     >"$T/serve.out" 2>"$T/serve.err" &
 PID=$!
@@ -77,6 +87,7 @@ fixture_of() { # KIND: the valid fixture of that kind
     asig) echo "$F/m.kiln.minisig" ;; key) echo "$F/rel.key" ;; pub) echo "$F/rel.pub" ;;
     sig) echo "$F/file.bin.minisig" ;; blob) echo "$F/file.bin" ;; trust) echo "$F/trust.json" ;;
     record) echo "$F/rec.json" ;; run) echo "$F/run" ;; model) echo "$F/m" ;; m16) echo "$F/m16" ;;
+    signedtrust) echo "$F/v2.signed.json" ;;
     root) echo "$F/reg" ;;
     *) fail "no fixture of kind $1" ;;
     esac
@@ -160,6 +171,7 @@ file_kind sig - pub dataset
 file_kind blob - dataset
 file_kind trust format record config
 file_kind record seq trust asig
+file_kind signedtrust format trust record
 dir_kind run model run.json=run.json:run_id ckpt=ckpt/step-00000004.safetensors metrics.db=metrics.db
 dir_kind model run model=model.safetensors card=card.json:val_fraction:created \
     golden=golden/golden.safetensors golden.json=golden/golden.json:format:data_sha256 \
@@ -262,6 +274,15 @@ row 2 trust 'missing,cuthalf,dupkey' - 'channel verify $F/rec.json --trust $S'
 row 2 record 'missing,random,invalid,dupkey,wrongtype' - 'channel sign --add $S --key $F/prom.key'
 row 2 key "$Q" - 'channel sign --add $F/recadd.json --key $S'
 row 2 key "$Q" - "channel sign --model demo --channel staging --version 1.0.0 --digest $D --seq 2 --expires 30d --reason r --key \$S --out \$O/r.json"
+# trust policy versions (a signed policy is a trust file too: the sweep's trust rows read it)
+row 12 signedtrust '*' - 'trust verify $S --trust $F/trustr.json'
+row 2 trust "$Q,invalid,dupkey" - 'trust verify $F/v2.signed.json --trust $S'
+row 2 trust "$Q,invalid,wrongtype" - 'trust sign $S --key $F/root.key --out $O/s.json'
+row 2 key "$Q" - 'trust sign $F/trustr.json --key $S --out $O/s.json'
+row 2 outfile '*' - 'trust sign $F/trustr.json --key $F/root.key --out $S'
+row 2 signedtrust "$Q,invalid,dupkey,wrongtype" - 'trust sign --add $S --key $F/root.key'
+row 2 signedtrust "$Q,invalid,wrongtype" - 'trust put $S --registry $URL --token $ADM'
+row 2 signedtrust 'missing,random,dupkey' - 'channel verify $F/rec.json --trust $S'
 # the registry
 row 2 record 'missing,empty,invalid,wrongtype' - 'channel put $S --registry $URL --token $PROM'
 row 2 archive "$Q" - 'publish $S --sig $F/m2.kiln.minisig --registry $URL --token $PUB'

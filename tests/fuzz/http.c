@@ -77,6 +77,12 @@ static void fuzz_path(const char *url) {
         snprintf(digest, sizeof digest, "sha256:%s", seg[2]);
         if (reg_digest_hex(digest, hex) && strcmp(hex, seg[2])) abort();
     }
+    /* A trust version is digits only, in range, when the server takes it. */
+    uint64_t tv;
+    if (route == REG_R_TRUST_VERSION && reg_trust_version_parse(seg[1], &tv) &&
+        (strspn(seg[1], "0123456789") != strlen(seg[1]) || tv < 1 ||
+         tv > KILN_SIGN_TRUST_VERSION_MAX))
+        abort();
     /* Re-encoding the decoded segments routes the same way to the same names. */
     char a[3 * KILN_REGISTRY_NAME_MAX + 1], b[3 * KILN_REGISTRY_NAME_MAX + 1], again[512];
     encode(a, sizeof a, route == REG_R_BLOB ? seg[2] : seg[0]);
@@ -96,13 +102,16 @@ static void fuzz_path(const char *url) {
         [REG_R_UI_MODEL] = "/ui/models/%s",
         [REG_R_UI_CHANNEL] = "/ui/models/%s/channels/%s",
         [REG_R_UI_AUDIT] = "/ui/audit",
+        [REG_R_TRUST] = "/v1/trust",
+        [REG_R_TRUST_VERSION] = "/v1/trust%.0s/%s",
     };
     snprintf(again, sizeof again, fmt[route], a, b);
     char seg2[3][KILN_REGISTRY_NAME_MAX + 1];
     memset(seg2, 0, sizeof seg2);
     if (reg_route_match(again, seg2, &bad) != route || bad) abort();
     if (route == REG_R_BLOB ? strcmp(seg[2], seg2[2])
-                            : named && (strcmp(seg[0], seg2[0]) || (two && strcmp(seg[1], seg2[1]))))
+                            : (named && (strcmp(seg[0], seg2[0]) || (two && strcmp(seg[1], seg2[1])))) ||
+                                  (route == REG_R_TRUST_VERSION && strcmp(seg[1], seg2[1])))
         abort();
 }
 

@@ -175,6 +175,7 @@ static void on_update(void *ctx, kiln_err rc, const char *message, const kiln_pu
         fail("watch: update failed: %s", message);
         return;
     }
+    if (!r) return; /* a new version of the trust policy: not a swap */
     atomic_fetch_add(&swaps, 1);
     if (!*w) return; /* the first load, inside kiln_watch_start */
     const kiln_model *m = kiln_watch_acquire(*w, NULL);

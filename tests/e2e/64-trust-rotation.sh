@@ -1,0 +1,114 @@
+#!/bin/sh
+# A promote key is stolen: the platform engineer's story. A registry serves trust version 1
+# (root keys r1 r2, root_threshold 2; promote keys alice bob carol, production threshold 2);
+# alice and bob promote, a service pulls. Version 2 removes alice, signed by r1 and r2, and
+# goes to the registry with kiln trust put: from the service's next pull a record alice
+# co-signed no longer verifies, one by bob and carol does. A version 3 signed by one root key
+# is refused by the server and by a client; a hand-made file in a client's state refuses its
+# pull; a new service configured with the signed version 2 works. docs/registry.md, "A key
+# was stolen".
+. "$(dirname "$0")/lib.sh"
+R=$T/reg
+for k in r1 r2 alice bob carol rel; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
+pk() { sed -n 2p "$T/$1.pub"; }
+key() { printf '{"name":"%s","pubkey":"%s","roles":["%s"]}' "$1" "$(pk "$1")" "$2"; }
+# policy FILE VERSION PROMOTE-KEYS...
+policy() {
+    f=$1 v=$2; shift 2
+    keys="$(key r1 root),$(key r2 root),$(key rel release)"
+    for p; do keys="$keys,$(key "$p" promote)"; done
+    printf '{"format":"kiln-trust/1","version":%s,"root_threshold":2,"keys":[%s],"channels":{"production":{"threshold":2}},"accept_unvalidated":true}\n' \
+        "$v" "$keys" >"$f"
+}
+policy "$T/trust.json" 1 alice bob carol
+mkdir -p "$T/m"
+printf 'weights' >"$T/m/model.safetensors"
+printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m/card.json"
+$KILN pack "$T/m" --name demo --version 1.0.0 --out "$T/a.kiln" >/dev/null
+$KILN sign "$T/a.kiln" --key "$T/rel.key" --allow-unvalidated >/dev/null
+
+ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
+PUB=$($KILN registry token create --root "$R" --name ci --scope publish)
+PROM=$($KILN registry token create --root "$R" --name rm --scope promote)
+$KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
+PID=$!
+trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
+serve_url "$T/serve.out" "$T/serve.err"
+$KILN publish "$T/a.kiln" --registry "$URL" --token "$PUB" >/dev/null
+# promote REC SEQ-NOTE KEY1 KEY2: a production record signed by two keys, put.
+promote() {
+    $KILN promote demo 1.0.0 --channel production --key "$T/$2.key" --registry "$URL" --token "$PROM" --out "$T/$1" >/dev/null
+    $KILN channel sign --add "$T/$1" --key "$T/$3.key" >/dev/null
+}
+promote rec1.json alice bob
+$KILN channel put "$T/rec1.json" --registry "$URL" --token "$PROM" >/dev/null
+S="--registry $URL --trust $T/trust.json --state $T/svc-state"
+$KILN pull demo@production $S --out "$T/svc" >/dev/null || fail "first pull"
+
+# alice's key is stolen: version 2 without her, signed by both root keys.
+sed -e 's/"version":1/"version":2/' -e 's/,{"name":"alice"[^}]*}//' "$T/trust.json" >"$T/v2.json"
+! grep -q alice "$T/v2.json" || fail "v2 still names alice"
+$KILN trust sign "$T/v2.json" --key "$T/r1.key" --out "$T/v2.signed.json" | grep -q '^signed trust policy .* (1 signature' ||
+    fail "trust sign"
+expect_fail 1 $KILN trust verify "$T/v2.signed.json" --trust "$T/trust.json"
+grep -q "needs 2 distinct root keys of version 1, signed by 1 ('r1')" "$T/err" || fail "one root: $(cat "$T/err")"
+expect_fail 1 $KILN trust put "$T/v2.signed.json" --registry "$URL" --token "$ADM"
+grep -q 'HTTP 422' "$T/err" || fail "server took one root: $(cat "$T/err")"
+$KILN trust sign --add "$T/v2.signed.json" --key "$T/r2.key" >/dev/null
+expect_fail 2 $KILN trust sign --add "$T/v2.signed.json" --key "$T/r2.key"
+grep -q 'is already signed by key id' "$T/err" || fail "second signature by r2: $(cat "$T/err")"
+$KILN trust verify "$T/v2.signed.json" --trust "$T/trust.json" >"$T/verify.out" || fail "verify v2"
+grep -q "^  key 'alice' ([0-9A-F]*) removed (promote)$" "$T/verify.out" || fail "changes: $(cat "$T/verify.out")"
+grep -q "^root quorum of version 1: 2 of 2 required$" "$T/verify.out" || fail "quorum: $(cat "$T/verify.out")"
+expect_fail 2 $KILN trust put "$T/v2.signed.json" --registry "$URL" --token "$PROM"
+grep -q 'HTTP 403' "$T/err" || fail "put with a promote token: $(cat "$T/err")"
+$KILN trust put "$T/v2.signed.json" --registry "$URL" --token "$ADM" | grep -q '^trust policy version 2 stored' ||
+    fail "trust put"
+
+# The attacker signs a record with alice's key and bob's: the registry refuses it, and the
+# record alice co-signed before no longer verifies at the service's next pull.
+promote rec2.json alice bob
+expect_fail 1 $KILN channel put "$T/rec2.json" --registry "$URL" --token "$PROM"
+grep -q "HTTP 422.*not in the trust policy" "$T/err" || fail "alice's record put: $(cat "$T/err")"
+expect_fail 1 $KILN pull demo@production $S --out "$T/svc"
+grep -q "not in the trust policy" "$T/err" || fail "pull of alice's record: $(cat "$T/err")"
+[ -f "$T/svc-state/trust/2.json" ] || fail "version 2 not kept in state"
+cmp -s "$T/svc-state/trust/2.json" "$T/v2.signed.json" || fail "state holds other bytes"
+expect_fail 1 $KILN channel verify "$T/rec2.json" --trust "$T/svc-state/trust/2.json"
+$KILN trust update $S >"$T/update.out" || fail "trust update"
+grep -q '^trust version 2: accepted before' "$T/update.out" || fail "update: $(cat "$T/update.out")"
+# bob and carol promote: that record goes in and the service pulls it.
+promote rec3.json bob carol
+$KILN channel put "$T/rec3.json" --registry "$URL" --token "$PROM" >/dev/null || fail "bob+carol put"
+$KILN pull demo@production $S --out "$T/svc" >/dev/null || fail "pull of bob+carol's record"
+
+# A version 3 (alice back) signed by one root key: refused by the server and by a client
+# (served by a compromised registry, here by writing its database).
+sed 's/"version":1/"version":3/' "$T/trust.json" >"$T/v3.json"
+$KILN trust sign "$T/v3.json" --key "$T/r1.key" --out "$T/v3.signed.json" >/dev/null
+expect_fail 1 $KILN trust put "$T/v3.signed.json" --registry "$URL" --token "$ADM"
+grep -q "HTTP 422.*needs 2 distinct root keys of version 2, signed by 1 ('r1')" "$T/err" || fail "v3 put: $(cat "$T/err")"
+if command -v sqlite3 >/dev/null; then
+    sqlite3 "$R/registry.db" "INSERT INTO trust_versions VALUES(3, readfile('$T/v3.signed.json'), 'evil', 0)"
+    expect_fail 1 $KILN pull demo@production $S --out "$T/svc"
+    grep -q "'trust v3 from $URL': needs 2 distinct root keys of version 2" "$T/err" || fail "client took v3: $(cat "$T/err")"
+    [ ! -e "$T/svc-state/trust/3.json" ] || fail "a refused version was saved"
+    sqlite3 "$R/registry.db" "DELETE FROM trust_versions WHERE version = 3"
+fi
+# A file put in the state by hand is checked again: the pull is refused, naming it.
+cp "$T/v3.signed.json" "$T/svc-state/trust/3.json"
+ls -lR "$T/svc-state" "$T/svc" >"$T/before"
+expect_fail 1 $KILN pull demo@production $S --out "$T/svc"
+grep -q "$T/svc-state/trust/3.json" "$T/err" || fail "tampered state: $(cat "$T/err")"
+ls -lR "$T/svc-state" "$T/svc" >"$T/after"
+cmp -s "$T/before" "$T/after" || fail "a refused pull changed the state or the model"
+rm "$T/svc-state/trust/3.json"
+# A new service is given the signed version 2 as its trust.json.
+$KILN pull demo@production --registry "$URL" --trust "$T/v2.signed.json" --state "$T/new-state" --out "$T/new" >/dev/null ||
+    fail "a service configured with the signed version 2"
+
+kill -TERM $PID
+wait $PID
+# fsck checks the stored chain from version 1, and each record under it.
+$KILN registry fsck --root "$R" --trust "$T/trust.json" >"$T/fsck.out" || fail "fsck: $(cat "$T/fsck.out")"
+grep -q 'trust policy version 2 in force' "$T/serve.err" || fail "serve log: $(cat "$T/serve.err")"

@@ -1,0 +1,786 @@
+/* test_registry_trust.c - versions of the trust policy through a real registry on loopback:
+ * the routes and their refusals, the store (old stores without the table, the chain a server
+ * walks at start and fsck checks), the swap of the policy under concurrent requests, and the
+ * client's walk (pull, state, a compromised registry, a gap, kiln_watch). */
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "export.h"
+#include "registry_int.h"
+#include "test.h"
+#include "testutil.h"
+
+/* r1 r2 r3: root keys; rel: release; p1 p2 p3 (alice, bob, carol): promote. */
+enum { R1, R2, R3, REL, P1, P2, P3, NK };
+static const char *const kname[NK] = {"r1", "r2", "r3", "rel", "alice", "bob", "carol"};
+
+typedef struct tfx {
+    kiln_sign_seckey *sk[NK];
+    char b64[NK][KILN_SIGN_PUBKEY_B64];
+    char root[1024], trust[1024], state[1024], url[64];
+    char *admin, *pub, *prom;
+    kiln_registry_server *srv;
+} tfx;
+
+/* The policy of version v: roots r1 r2 (threshold 2) and the promote keys in mask (bit per
+ * key), staging threshold 1, production 2. Caller frees. */
+static char *tpolicy(const tfx *f, int v, unsigned promote, int root3) {
+    char keys[4096];
+    int n = snprintf(keys, sizeof keys,
+                     "{\"name\":\"r1\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+                     "{\"name\":\"r2\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+                     "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]}",
+                     f->b64[R1], f->b64[R2], f->b64[REL]);
+    if (root3)
+        n += snprintf(keys + n, sizeof keys - (size_t)n,
+                      ",{\"name\":\"r3\",\"pubkey\":\"%s\",\"roles\":[\"root\"]}", f->b64[R3]);
+    for (int k = P1; k <= P3; k++)
+        if (promote & (1u << k))
+            n += snprintf(keys + n, sizeof keys - (size_t)n,
+                          ",{\"name\":\"%s\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}", kname[k],
+                          f->b64[k]);
+    return kiln_asprintf("{\"format\":\"kiln-trust/1\",\"version\":%d,\"root_threshold\":2,"
+                         "\"keys\":[%s],\"channels\":{\"staging\":{\"threshold\":1},"
+                         "\"production\":{\"threshold\":2}},\"accept_unvalidated\":true}",
+                         v, keys);
+}
+#define ALL_PROMOTE ((1u << P1) | (1u << P2) | (1u << P3))
+#define NO_ALICE ((1u << P2) | (1u << P3))
+
+/* Signed by each key in signers (-1 ends). Caller frees. */
+static char *tsign(const tfx *f, const char *text, const int *signers) {
+    char *doc = NULL;
+    size_t len = 0;
+    for (int i = 0; text && signers[i] >= 0; i++) {
+        char *next = NULL;
+        kiln_err rc = i ? kiln_sign_trust_add_signature(doc, len, "p", f->sk[signers[i]], &next,
+                                                        &len)
+                        : kiln_sign_trust_sign(text, strlen(text), "p", f->sk[signers[i]], &next,
+                                               &len);
+        free(doc);
+        doc = rc ? NULL : next;
+    }
+    return doc;
+}
+
+static bool tstart(tfx *f, const char *trust) {
+    kiln_registry_server_stop(f->srv, 1000);
+    f->srv = NULL;
+    kiln_registry_server_opts o = {
+        .root = f->root, .listen = "127.0.0.1:0", .trust = trust, .threads = 4};
+    if (kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
+    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u",
+             (unsigned)kiln_registry_server_port(f->srv));
+    return true;
+}
+
+static bool tinit(tfx *f) {
+    memset(f, 0, sizeof *f);
+    snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
+    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
+    snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
+    for (int i = 0; i < NK; i++)
+        if (!kiln_test_keypair(&f->sk[i], f->b64[i])) return false;
+    char *v1 = tpolicy(f, 1, ALL_PROMOTE, 0);
+    bool ok = v1 && kiln_write_file_atomic(f->trust, v1, strlen(v1)) == KILN_OK &&
+              kiln_registry_token_create(f->root, "ops", KILN_SCOPE_ADMIN, &f->admin) == KILN_OK &&
+              kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub) == KILN_OK &&
+              kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom) == KILN_OK &&
+              tstart(f, f->trust);
+    free(v1);
+    return ok;
+}
+
+static void tfree(tfx *f) {
+    kiln_registry_server_stop(f->srv, 1000);
+    for (int i = 0; i < NK; i++)
+        kiln_sign_seckey_free(f->sk[i]);
+    free(f->admin), free(f->pub), free(f->prom);
+}
+
+static kiln_registry_client_opts tclient(const tfx *f, const char *token) {
+    kiln_registry_client_opts c = {.url = f->url, .token = token, .retries = 1, .backoff_ms = 10};
+    return c;
+}
+
+typedef struct tresp {
+    long status;
+    char body[2048];
+    size_t len;
+} tresp;
+
+static size_t tresp_write(char *d, size_t s, size_t n, void *ctx) {
+    tresp *r = ctx;
+    size_t k = s * n, room = sizeof r->body - 1 - r->len;
+    memcpy(r->body + r->len, d, k < room ? k : room);
+    r->len += k < room ? k : room;
+    r->body[r->len] = 0;
+    return k;
+}
+
+/* One request; the status (0: no answer), the body in out. */
+static long thttp(const tfx *f, const char *method, const char *path, const char *token,
+                  const char *body, tresp *out) {
+    memset(out, 0, sizeof *out);
+    CURL *h = curl_easy_init();
+    if (!h) return 0;
+    char url[256], auth[256];
+    snprintf(url, sizeof url, "%s%s", f->url, path);
+    struct curl_slist *hdr = NULL;
+    if (token) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    if (body) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    }
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tresp_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    return out->status;
+}
+
+/* A tiny model packed as demo@version and signed by rel; the archive's path (caller frees)
+ * and its digest's hex. */
+static char *tarchive(const tfx *f, const char *version, const void *weights, size_t wlen,
+                      char hex[KILN_SHA256_HEX]) {
+    char name[64];
+    snprintf(name, sizeof name, "m-%s", version);
+    char *dir = kiln_test_path(name), *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL,
+         *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
+         *card = dir ? kiln_path_join(dir, "card.json") : NULL, *sig = NULL, *sigp = NULL;
+    static const char card_text[] =
+        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
+        "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
+    uint8_t d[KILN_SHA256_BYTES];
+    kiln_manifest *m = NULL;
+    bool ok = path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
+              kiln_write_file_atomic(w, weights, wlen) == KILN_OK &&
+              kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
+              kiln_archive_pack(dir, "demo", version, path, d, &m) == KILN_OK &&
+              kiln_sign_archive(f->sk[REL], path, true, &sig, NULL) == KILN_OK &&
+              (sigp = kiln_asprintf("%s.minisig", path)) &&
+              kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK;
+    if (ok) kiln_hex(d, sizeof d, hex);
+    kiln_manifest_free(m);
+    free(dir), free(w), free(card), free(sig), free(sigp);
+    if (!ok) {
+        free(path);
+        return NULL;
+    }
+    return path;
+}
+
+/* A channel record's text for demo signed by the keys (-1 ends). Caller frees. */
+static char *trecord(const tfx *f, const char *channel, const char *version, const char *hex,
+                     uint64_t seq, const int *keys) {
+    kiln_sign_record r;
+    kiln_sign_record_init(&r);
+    uint8_t d[32];
+    char *text = NULL;
+    size_t len;
+    bool ok = kiln_unhex(hex, d, 32) &&
+              kiln_sign_record_set(&r, "demo", channel, version, d, seq,
+                                   kiln_unix_time() + 3600, "promote") == KILN_OK;
+    for (int i = 0; ok && keys[i] >= 0; i++)
+        ok = kiln_sign_record_add_signature(&r, f->sk[keys[i]]) == KILN_OK;
+    if (ok && kiln_sign_record_text(&r, &text, &len) != KILN_OK) text = NULL;
+    kiln_sign_record_release(&r);
+    return text;
+}
+
+static kiln_err tput_record(const tfx *f, const char *channel, const char *text) {
+    kiln_registry_client_opts c = tclient(f, f->prom);
+    return text ? kiln_registry_put_channel(&c, "demo", channel, text, strlen(text))
+                : KILN_ERR_INTERNAL;
+}
+
+static kiln_err tput_trust(const tfx *f, const char *doc) {
+    kiln_registry_client_opts c = tclient(f, f->admin);
+    uint64_t v;
+    return doc ? kiln_registry_trust_put(&c, doc, strlen(doc), "v.json", &v) : KILN_ERR_INTERNAL;
+}
+
+static kiln_err tpull(const tfx *f, const char *trust, const char *state, const char *ref,
+                      const char *out) {
+    kiln_registry_client_opts c = tclient(f, NULL);
+    kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out, .state = state};
+    kiln_registry_pulled res;
+    return kiln_registry_pull(&c, &p, &res);
+}
+
+/* Run SQL on the store (a compromised server, or an operator by hand); false on failure. */
+static bool tsql(const tfx *f, const char *sql, const char *text) {
+    sqlite3 *db;
+    if (reg_db_open(f->root, &db) != KILN_OK) return false;
+    sqlite3_stmt *st;
+    bool ok = sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK;
+    if (ok && text) sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
+    ok = ok && sqlite3_step(st) == SQLITE_DONE;
+    sqlite3_finalize(st);
+    reg_db_close(db);
+    return ok;
+}
+
+static int tcount(const tfx *f, const char *sql) {
+    sqlite3 *db;
+    int n = -1;
+    if (reg_db_open(f->root, &db) != KILN_OK) return n;
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    reg_db_close(db);
+    return n;
+}
+
+static void count_problem(void *ctx, const char *line) {
+    char *last = ctx;
+    snprintf(last, 1024, "%s", line);
+}
+
+KILN_TEST(registry_trust_put_get_and_serve) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1}),
+         *v2one = tsign(&f, p2, (int[]){R1, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
+         *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
+    char hex[KILN_SHA256_HEX];
+    char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    if (!CHECK("documents and an archive", v2 && v2one && v3 && a1 &&
+                                               kiln_registry_publish(&pubc, a1, NULL, &pub) ==
+                                                   KILN_OK))
+        goto done;
+    tresp r;
+    CHECK("no versions yet: GET /v1/trust is 404", thttp(&f, "GET", "/v1/trust", NULL, NULL, &r) ==
+                                                       404);
+    CHECK("PUT without a token: 401", thttp(&f, "PUT", "/v1/trust/2", NULL, v2, &r) == 401);
+    CHECK("PUT with a promote token: 403 (admin only)",
+          thttp(&f, "PUT", "/v1/trust/2", f.prom, v2, &r) == 403 && strstr(r.body, "'admin'"));
+    CHECK("a version that is not a number: 400",
+          thttp(&f, "PUT", "/v1/trust/two", f.admin, v2, &r) == 400);
+    CHECK("a body that is not JSON: 400", thttp(&f, "PUT", "/v1/trust/2", f.admin, "{", &r) == 400);
+    CHECK("a plain policy: 400", thttp(&f, "PUT", "/v1/trust/2", f.admin, p2, &r) == 400 &&
+                                     strstr(r.body, "plain policy"));
+    CHECK("the body's version is not the URL's: 400",
+          thttp(&f, "PUT", "/v1/trust/3", f.admin, v2, &r) == 400 &&
+              strstr(r.body, "holds version 2"));
+    CHECK("version 3 before version 2: 409",
+          thttp(&f, "PUT", "/v1/trust/3", f.admin, v3, &r) == 409 &&
+              strstr(r.body, "at version 1, so the next is 2"));
+    CHECK("one root of two: 422, naming who signed",
+          thttp(&f, "PUT", "/v1/trust/2", f.admin, v2one, &r) == 422 &&
+              strstr(r.body, "needs 2 distinct root keys of version 1, signed by 1 ('r1')"));
+    CHECK("nothing refused was stored or audited",
+          tcount(&f, "SELECT count(*) FROM trust_versions") == 0 &&
+              tcount(&f, "SELECT count(*) FROM audit WHERE action = 'trust.put'") == 0);
+
+    /* Under version 1 alice and bob promote production. */
+    int ab[] = {P1, P2, -1}, bc[] = {P2, P3, -1};
+    char *rec1 = trecord(&f, "production", "1.0.0", hex, 1, ab);
+    CHECK("alice+bob under version 1: accepted", tput_record(&f, "production", rec1) == KILN_OK);
+    CHECK("version 2 (alice removed): accepted", tput_trust(&f, v2) == KILN_OK);
+    CHECK("GET /v1/trust: the document byte for byte",
+          thttp(&f, "GET", "/v1/trust", NULL, NULL, &r) == 200 && r.len == strlen(v2) &&
+              !memcmp(r.body, v2, r.len));
+    CHECK("GET /v1/trust/2 likewise", thttp(&f, "GET", "/v1/trust/2", NULL, NULL, &r) == 200 &&
+                                          r.len == strlen(v2) && !memcmp(r.body, v2, r.len));
+    CHECK("GET /v1/trust/1: 404 (version 1 is the operator's file, not stored)",
+          thttp(&f, "GET", "/v1/trust/1", NULL, NULL, &r) == 404);
+    CHECK("the same version again: 409", tput_trust(&f, v2) == KILN_ERR_CONFLICT);
+    CHECK("one audit row, by the admin token",
+          tcount(&f, "SELECT count(*) FROM audit WHERE action = 'trust.put' AND token = 'ops' AND "
+                     "version = '2' AND digest LIKE 'sha256:%'") == 1);
+    /* From now on the server checks under version 2. */
+    char *rec2 = trecord(&f, "production", "1.0.0", hex, 2, ab),
+         *rec2b = trecord(&f, "production", "1.0.0", hex, 2, bc);
+    CHECK("alice+bob under version 2: refused",
+          tput_record(&f, "production", rec2) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("HTTP 422", "not in the trust policy"));
+    CHECK("bob+carol: accepted", tput_record(&f, "production", rec2b) == KILN_OK);
+
+    /* A restart from the same --trust (version 1) walks to version 2. */
+    char *rec3 = trecord(&f, "production", "1.0.0", hex, 3, ab);
+    CHECK("restart", tstart(&f, f.trust));
+    CHECK("after a restart alice is still out",
+          tput_record(&f, "production", rec3) == KILN_ERR_VERIFY);
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    size_t problems = 9;
+    char last[1024] = "";
+    CHECK("fsck: the chain and the records (seq 1 under version 1) are consistent",
+          kiln_registry_fsck(f.root, f.trust, count_problem, last, &problems) == KILN_OK &&
+              problems == 0);
+    /* Tampered in the store: the start and fsck name the version. */
+    CHECK("tamper", tsql(&f, "UPDATE trust_versions SET document = replace(document, "
+                             "'\"threshold\": 2', '\"threshold\": 1')",
+                         NULL));
+    CHECK("a stored version that does not verify stops the start",
+          !tstart(&f, f.trust) &&
+              kiln_test_msg_has("cannot serve: ", "registry.db: trust version 2: signature 1'") &&
+              kiln_test_msg_has("as the successor of version 1", NULL));
+    CHECK("fsck reports it",
+          kiln_registry_fsck(f.root, f.trust, count_problem, last, &problems) == KILN_ERR_VERIFY &&
+              problems >= 1);
+    CHECK("restore", tsql(&f, "UPDATE trust_versions SET document = ?1", v2));
+    /* A --trust newer than every stored version is used as it is. */
+    char *p4 = tpolicy(&f, 4, NO_ALICE, 0), *v4 = tsign(&f, p4, (int[]){R1, -1});
+    char *v4path = kiln_test_write("v4.json", v4 ? v4 : "", v4 ? strlen(v4) : 0);
+    CHECK("a --trust above the store: served as it is", tstart(&f, v4path));
+    CHECK("whose next is 5", thttp(&f, "PUT", "/v1/trust/3", f.admin, v3, &r) == 409 &&
+                                 strstr(r.body, "at version 4, so the next is 5"));
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    /* A gap in the store: version 4 without version 3. */
+    CHECK("gap", tsql(&f, "INSERT INTO trust_versions VALUES(4, ?1, 'x', 0)", v4));
+    CHECK("a gap in the stored chain stops the start",
+          !tstart(&f, f.trust) && kiln_test_msg_has("holds trust version 4 but not version 3",
+                                                    "gap"));
+    free(rec1), free(rec2), free(rec2b), free(rec3), free(p4), free(v4), free(v4path);
+done:
+    free(p2), free(v2), free(v2one), free(p3), free(v3), free(a1);
+out:
+    tfree(&f);
+}
+
+/* A store made before trust versions existed (no trust_versions table) is still a store. */
+KILN_TEST(registry_trust_old_store_keeps_working) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    CHECK("drop the table as an old store lacks it", tsql(&f, "DROP TABLE trust_versions", NULL));
+    CHECK("it is a store", reg_store_check(f.root) == KILN_OK);
+    size_t problems = 9;
+    CHECK("fsck passes",
+          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+    CHECK("drop again", tsql(&f, "DROP TABLE trust_versions", NULL));
+    tresp r;
+    CHECK("the server starts on it", tstart(&f, f.trust));
+    CHECK("and answers GET /v1/trust (none yet)",
+          thttp(&f, "GET", "/v1/trust", NULL, NULL, &r) == 404);
+    char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
+    CHECK("and takes a version", tput_trust(&f, v2) == KILN_OK);
+    free(p2), free(v2);
+out:
+    tfree(&f);
+}
+
+/* ---- the swap under load ---- */
+
+typedef struct load {
+    tfx *f;
+    char **archives; /* publish these, then read pages until stop */
+    size_t n;
+    char **records; /* staging records seq 1.. signed by bob, in order */
+    size_t nrec;
+    atomic_int *stop, *done; /* done: requests answered so far */
+    int failures;
+    char msg[512];
+} load;
+
+static void *publisher(void *arg) {
+    load *l = arg;
+    kiln_registry_client_opts c = tclient(l->f, l->f->pub);
+    tresp r;
+    for (size_t i = 0; !atomic_load(l->stop); i++) {
+        kiln_registry_published pub;
+        if (i < l->n) {
+            if (kiln_registry_publish(&c, l->archives[i], NULL, &pub) != KILN_OK) {
+                l->failures++;
+                snprintf(l->msg, sizeof l->msg, "%s", kiln_errmsg());
+            }
+        } else if (thttp(l->f, "GET", "/ui/models/demo/channels/staging", NULL, NULL, &r) != 200) {
+            l->failures++; /* the page names signers from the policy in force */
+        }
+        atomic_fetch_add(l->done, 1);
+    }
+    return NULL;
+}
+
+static void *recorder(void *arg) {
+    load *l = arg;
+    tresp r;
+    for (size_t i = 0; i < l->nrec && !atomic_load(l->stop); i++) {
+        if (tput_record(l->f, "staging", l->records[i]) != KILN_OK) {
+            l->failures++;
+            snprintf(l->msg, sizeof l->msg, "%s", kiln_errmsg());
+        }
+        if (thttp(l->f, "GET", "/ui/models/demo", NULL, NULL, &r) != 200) l->failures++;
+        atomic_fetch_add(l->done, 1);
+    }
+    return NULL;
+}
+
+/* Wait until the workers answered at least n requests (5 s at most). */
+static void wait_done(atomic_int *done, int n) {
+    for (int i = 0; i < 500 && atomic_load(done) < n; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* PUTs of new versions while other threads upload, put records and read pages that verify
+ * under the policy in force (make test runs this under ASan: an old policy freed while a
+ * request still used it would be a use after free). Each PUT waits for the workers to make
+ * progress, so that the swaps fall between their requests. */
+KILN_TEST(registry_trust_swap_under_load) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    enum { NA = 6, NV = 12, NREC = 64 };
+    char *archives[NA] = {0}, *records[NREC] = {0}, *docs[NV + 2] = {0}, hex[NA][KILN_SHA256_HEX];
+    bool ok = true;
+    for (int i = 0; i < NA; i++) {
+        char v[16], w[16];
+        snprintf(v, sizeof v, "2.%d.0", i);
+        snprintf(w, sizeof w, "w%d", i);
+        ok = ok && (archives[i] = tarchive(&f, v, w, strlen(w), hex[i]));
+    }
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    ok = ok && kiln_registry_publish(&pubc, archives[0], NULL, &pub) == KILN_OK;
+    for (size_t i = 0; ok && i < NREC; i++)
+        ok = (records[i] = trecord(&f, "staging", "2.0.0", hex[0], i + 1, (int[]){P2, -1}));
+    /* Versions 2..NV+1, alternately with and without alice; bob and rel stay throughout. */
+    for (int v = 2; ok && v <= NV + 1; v++) {
+        char *p = tpolicy(&f, v, v % 2 ? ALL_PROMOTE : NO_ALICE, 0);
+        ok = (docs[v] = tsign(&f, p, (int[]){R1, R2, -1}));
+        free(p);
+    }
+    if (!CHECK("archives, records, versions", ok)) goto done;
+    atomic_int stop = 0, done = 0;
+    load l = {.f = &f,
+              .archives = archives + 1,
+              .n = NA - 1,
+              .records = records,
+              .nrec = NREC,
+              .stop = &stop,
+              .done = &done};
+    load l2 = l;
+    pthread_t t1, t2;
+    bool started = pthread_create(&t1, NULL, publisher, &l) == 0;
+    bool started2 = pthread_create(&t2, NULL, recorder, &l2) == 0;
+    int put_failures = 0;
+    for (int v = 2; v <= NV + 1; v++) {
+        wait_done(&done, 2 * (v - 1));
+        if (tput_trust(&f, docs[v]) != KILN_OK) put_failures++;
+    }
+    wait_done(&done, 2 * (NV + 1));
+    atomic_store(&stop, 1);
+    if (started) pthread_join(t1, NULL);
+    if (started2) pthread_join(t2, NULL);
+    CHECK("threads ran", started && started2 && atomic_load(&done) >= 2 * (NV + 1));
+    CHECK("every version went in while requests were served", put_failures == 0);
+    if (!CHECK("every upload, record and page passed under whichever version was in force",
+               l.failures == 0 && l2.failures == 0))
+        fprintf(stderr, "    %s %s\n", l.msg, l2.msg);
+    tresp r;
+    char want[32];
+    snprintf(want, sizeof want, "\"version\": %d", NV + 1);
+    CHECK("the newest is in force",
+          thttp(&f, "GET", "/v1/trust", NULL, NULL, &r) == 200 && strstr(r.body, want));
+    CHECK("the stored chain", tcount(&f, "SELECT count(*) FROM trust_versions") == NV);
+done:
+    for (int i = 0; i < NA; i++)
+        free(archives[i]);
+    for (size_t i = 0; i < NREC; i++)
+        free(records[i]);
+    for (int i = 0; i < NV + 2; i++)
+        free(docs[i]);
+out:
+    tfree(&f);
+}
+
+/* ---- the client's walk ---- */
+
+static bool state_has(const tfx *f, const char *state, int v) {
+    char *p = kiln_asprintf("%s/trust/%d.json", state, v);
+    bool ok = p && kiln_path_exists(p);
+    free(p);
+    (void)f;
+    return ok;
+}
+
+KILN_TEST(registry_trust_pull_walks_the_chain) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
+    char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1}),
+         *p3 = tpolicy(&f, 3, NO_ALICE, 0), *v3one = tsign(&f, p3, (int[]){R1, -1}),
+         *v3 = tsign(&f, p3, (int[]){R1, R2, -1}), *p4 = tpolicy(&f, 4, NO_ALICE, 0),
+         *v4 = tsign(&f, p4, (int[]){R1, R2, -1});
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    int ab[] = {P1, P2, -1}, bc[] = {P2, P3, -1};
+    char *rec1 = trecord(&f, "production", "1.0.0", hex, 1, ab);
+    char *out = kiln_test_path("svc"), *out2 = kiln_test_path("svc2");
+    if (!CHECK("setup", a1 && v2 && v3one && v3 && v4 && rec1 && out && out2 &&
+                            kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
+                            tput_record(&f, "production", rec1) == KILN_OK))
+        goto done;
+    CHECK("a service pulls under version 1",
+          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_OK);
+    CHECK("alice's key is stolen: version 2 without her", tput_trust(&f, v2) == KILN_OK);
+    CHECK("the next pull walks to version 2 and refuses the record alice co-signed",
+          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("not in the trust policy", NULL) && state_has(&f, f.state, 2));
+    char *rec2 = trecord(&f, "production", "1.0.0", hex, 2, bc);
+    CHECK("bob+carol promote again", tput_record(&f, "production", rec2) == KILN_OK);
+    CHECK("and the service pulls it",
+          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_OK);
+    /* State is checked again on every walk: a hand-made version 3 refuses the pull. */
+    char *bad = kiln_asprintf("%s/trust/3.json", f.state);
+    char *before = kiln_test_listing(f.state);
+    CHECK("write a version 3 signed by one root into state",
+          bad && kiln_write_file_atomic(bad, v3one, strlen(v3one)) == KILN_OK);
+    CHECK("the pull is refused, naming the file",
+          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has(bad, "needs 2 distinct root keys of version 2, signed by 1"));
+    char *after = kiln_test_listing(f.state);
+    CHECK("and the state is as it was", before && after && !strcmp(before, after));
+    if (bad) unlink(bad);
+    /* A compromised registry serves a version 3 that one root key signed. */
+    CHECK("inject", tsql(&f, "INSERT INTO trust_versions VALUES(3, ?1, 'evil', 0)", v3one));
+    CHECK("the client refuses it (fail closed)",
+          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("'trust v3 from http://127.0.0.1:",
+                                "needs 2 distinct root keys of version 2, signed by 1 ('r1')") &&
+              !state_has(&f, f.state, 3));
+    /* A gap: version 4 without version 3. */
+    CHECK("gap", tsql(&f, "DELETE FROM trust_versions WHERE version = 3", NULL) &&
+                     tsql(&f, "INSERT INTO trust_versions VALUES(4, ?1, 'evil', 0)", v4));
+    CHECK("a registry with a gap is refused",
+          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("serves trust version 4 but not version 3", "gap"));
+    CHECK("fill the gap", tsql(&f, "INSERT INTO trust_versions VALUES(3, ?1, 'ops', 0)", v3));
+    kiln_registry_client_opts rc = tclient(&f, NULL);
+    kiln_sign_trust *t = NULL;
+    CHECK("kiln_registry_trust_walk reaches version 4",
+          kiln_registry_trust_walk(&rc, f.trust, f.state, NULL, NULL, &t) == KILN_OK && t &&
+              kiln_sign_trust_version(t) == 4 && state_has(&f, f.state, 4));
+    kiln_sign_trust_free(t);
+    /* A new service configured with the signed version 2 walks from there. */
+    char *v2path = kiln_test_write("v2.json", v2, strlen(v2)), *st2 = kiln_test_path("state2");
+    CHECK("a new service with --trust the signed version 2",
+          tpull(&f, v2path, st2, "demo@production", out2) == KILN_OK && !state_has(&f, st2, 2) &&
+              state_has(&f, st2, 3) && state_has(&f, st2, 4));
+    /* A registry that serves only older versions changes nothing. */
+    char *v4path = kiln_test_write("v4.json", v4, strlen(v4)), *st3 = kiln_test_path("state3");
+    CHECK("a client ahead of the registry",
+          tsql(&f, "DELETE FROM trust_versions WHERE version = 4", NULL) &&
+              tpull(&f, v4path, st3, "demo@production", out2) == KILN_OK);
+    free(rec2), free(bad), free(before), free(after), free(v2path), free(st2), free(v4path),
+        free(st3);
+done:
+    free(a1), free(p2), free(v2), free(p3), free(v3one), free(v3), free(p4), free(v4), free(rec1);
+    free(out), free(out2);
+out:
+    tfree(&f);
+}
+
+/* ---- kiln_watch hears a new version ---- */
+
+typedef struct heard {
+    pthread_mutex_t mu;
+    int trust_events, failures, swaps;
+    char last_trust[1024], last_failure[1024];
+} heard;
+
+static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_result *r) {
+    heard *h = ctx;
+    pthread_mutex_lock(&h->mu);
+    if (rc) {
+        h->failures++;
+        snprintf(h->last_failure, sizeof h->last_failure, "%s", msg);
+    } else if (!r) {
+        h->trust_events++;
+        snprintf(h->last_trust, sizeof h->last_trust, "%s", msg);
+    } else {
+        h->swaps++;
+    }
+    pthread_mutex_unlock(&h->mu);
+}
+
+KILN_TEST(registry_trust_watch_hears_a_new_version) {
+    tfx f;
+    heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    kiln_watch *w = NULL;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char *src = kiln_test_vector("tsmoe-dense.model.safetensors"), *weights = NULL;
+    size_t wlen = 0;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = src && kiln_read_file(src, 1 << 26, &weights, &wlen) == KILN_OK
+                   ? tarchive(&f, "1.0.0", weights, wlen, hex)
+                   : NULL;
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P1, -1}) : NULL;
+    char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
+    char *dir = kiln_test_path("watch");
+    if (!CHECK("setup", a1 && rec && v2 && kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
+                            tput_record(&f, "staging", rec) == KILN_OK))
+        goto done;
+    kiln_watch_opts o = {
+        .pull = {.registry = f.url, .ref = "demo@staging", .trust = f.trust, .out = dir,
+                 .state = f.state},
+        .interval_ms = 20,
+        .on_update = on_update,
+        .ctx = &h};
+    if (!CHECK("watch starts", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
+    CHECK("version 2 goes in", tput_trust(&f, v2) == KILN_OK);
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&h.mu);
+        bool both = h.trust_events && h.failures;
+        pthread_mutex_unlock(&h.mu);
+        if (both) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    pthread_mutex_lock(&h.mu);
+    CHECK("the watch heard version 2 and what changed",
+          h.trust_events == 1 && strstr(h.last_trust, "trust policy version 2 accepted from") &&
+              strstr(h.last_trust, "key 'alice' ("));
+    if (!CHECK("and that the record in service no longer verifies under it",
+               h.failures >= 1 && strstr(h.last_failure, "under trust policy version 2") &&
+                   strstr(h.last_failure, "not in the trust policy")))
+        fprintf(stderr, "    heard %d failures, the last: %s\n", h.failures, h.last_failure);
+    CHECK("nothing was swapped", h.swaps == 0);
+    pthread_mutex_unlock(&h.mu);
+    uint64_t g = 0;
+    const kiln_model *m = kiln_watch_acquire(w, &g);
+    CHECK("the model stays in service", m && g == 1);
+    kiln_watch_release(w, m);
+    CHECK("the watch saved version 2 to state", state_has(&f, f.state, 2));
+    kiln_watch_stop(w);
+done:
+    free(src), free(weights), free(a1), free(rec), free(p2), free(v2), free(dir);
+out:
+    tfree(&f);
+}
+
+/* ---- a registry that stores a version between two requests ---- */
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+typedef struct stub {
+    int fd;
+    const char *newest; /* GET /v1/trust */
+    const char *v2;     /* GET /v1/trust/2 from the second time on (NULL: never) */
+    int asked_v2, served;
+} stub;
+
+static void stub_answer(int c, int status, const char *body) {
+    char head[256];
+    size_t n = body ? strlen(body) : 0;
+    snprintf(head, sizeof head,
+             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "Connection: close\r\n\r\n",
+             status, n);
+    if (write(c, head, strlen(head)) < 0 || (n && write(c, body, n) < 0)) {
+    }
+}
+
+static void *stub_main(void *arg) {
+    stub *s = arg;
+    for (;;) {
+        int c = accept(s->fd, NULL, NULL);
+        if (c < 0) return NULL;
+        char req[4096];
+        size_t n = 0;
+        ssize_t r;
+        while (n < sizeof req - 1 && (r = read(c, req + n, sizeof req - 1 - n)) > 0) {
+            n += (size_t)r;
+            req[n] = 0;
+            if (strstr(req, "\r\n\r\n")) break;
+        }
+        req[n] = 0;
+        s->served++;
+        if (!strncmp(req, "GET /v1/trust/2 ", 16)) {
+            /* 404 the first time; stored by the time it is asked again. */
+            if (s->asked_v2++ && s->v2)
+                stub_answer(c, 200, s->v2);
+            else
+                stub_answer(c, 404, "{\"error\":\"trust version 2 not found\"}");
+        } else if (!strncmp(req, "GET /v1/trust ", 14)) {
+            stub_answer(c, 200, s->newest);
+        } else {
+            stub_answer(c, 404, "{\"error\":\"no\"}");
+        }
+        close(c);
+    }
+}
+
+static bool stub_start(stub *s, pthread_t *t, char url[64]) {
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->fd, 8) != 0 ||
+        getsockname(s->fd, (struct sockaddr *)&a, &al) != 0)
+        return false;
+    snprintf(url, 64, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    return pthread_create(t, NULL, stub_main, s) == 0;
+}
+
+static void stub_stop(stub *s, pthread_t t) {
+    shutdown(s->fd, SHUT_RDWR);
+    close(s->fd);
+    pthread_join(t, NULL);
+}
+
+/* A 404 for version N and then a newest version >= N is either a version stored in between
+ * (asked again: walked) or a gap (refused). */
+KILN_TEST(registry_trust_walk_a_version_stored_meanwhile_is_no_gap) {
+    tfx f;
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < NK; i++)
+        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
+         *v2 = tsign(&f, p2, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
+         *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
+    char *trust = v1 ? kiln_test_write("trust.json", v1, strlen(v1)) : NULL,
+         *state = kiln_test_path("state"), url[64];
+    stub s = {.newest = v2, .v2 = v2};
+    pthread_t t;
+    if (!CHECK("stub registry", trust && v2 && v3 && state && stub_start(&s, &t, url))) goto done;
+    kiln_registry_client_opts c = {.url = url, .retries = 0};
+    kiln_sign_trust *got = NULL;
+    CHECK("version 2 stored between the 404 and GET /v1/trust: walked, not a gap",
+          kiln_registry_trust_walk(&c, trust, state, NULL, NULL, &got) == KILN_OK && got &&
+              kiln_sign_trust_version(got) == 2 && s.asked_v2 == 2);
+    kiln_sign_trust_free(got);
+    got = NULL;
+    stub_stop(&s, t);
+    char *state2 = kiln_test_path("state2");
+    stub g = {.newest = v3, .v2 = NULL};
+    if (CHECK("stub registry with a gap", state2 && stub_start(&g, &t, url))) {
+        c.url = url;
+        CHECK("version 3 served, version 2 never: a gap",
+              kiln_registry_trust_walk(&c, trust, state2, NULL, NULL, &got) == KILN_ERR_VERIFY &&
+                  !got && g.asked_v2 == 2 &&
+                  kiln_test_msg_has("serves trust version 3 but not version 2", "gap"));
+        stub_stop(&g, t);
+    }
+    free(state2);
+done:
+    free(v1), free(p2), free(v2), free(p3), free(v3), free(trust), free(state);
+out:
+    for (int i = 0; i < NK; i++)
+        kiln_sign_seckey_free(f.sk[i]);
+}
