@@ -65,7 +65,9 @@ static kiln_err stage_check(rel *r) {
     }
     if (o->baseline_channel && *o->baseline_channel)
         KILN_TRY(kiln_registry_check_name("channel", o->baseline_channel));
-    KILN_TRY(kiln_sign_trust_load(o->trust, &r->trust));
+    /* The policy the services will pull under: --trust walked to the registry's newest
+     * version, so a release key revoked there cannot release. */
+    KILN_TRY(kiln_registry_trust_walk(o->client, o->trust, o->state, NULL, NULL, &r->trust));
     if (o->data) {
         r->data = kiln_strdup(o->data);
     } else {

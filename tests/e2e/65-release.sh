@@ -6,9 +6,10 @@
 # not trust (sign), a version the registry holds (check). Each names its stage.
 . "$(dirname "$0")/lib.sh"
 cd "$T"
-for k in rel prom stranger; do $KILN keygen --out $k --no-password >/dev/null; done
+for k in root rel rel2 prom stranger; do $KILN keygen --out $k --no-password >/dev/null; done
 cat >trust.json <<JSON
 {"format":"kiln-trust/1","keys":[
+ {"name":"root","pubkey":"$(tail -1 root.pub)","roles":["root"]},
  {"name":"rel","pubkey":"$(tail -1 rel.pub)","roles":["release"]},
  {"name":"prom","pubkey":"$(tail -1 prom.pub)","roles":["promote"]}],
  "channels":{"staging":{"threshold":1},"production":{"threshold":1}}}
@@ -20,6 +21,7 @@ $KILN train --data d.st --run-dir run --set steps=40 --set ckpt_every=4 --set ev
 
 PUB=$($KILN registry token create --root reg --name ci --scope publish)
 PROM=$($KILN registry token create --root reg --name rm --scope promote)
+ADM=$($KILN registry token create --root reg --name ops --scope admin)
 $KILN registry serve --root reg --listen 127.0.0.1:0 --trust trust.json >serve.out 2>serve.err &
 PID=$!
 trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
@@ -68,6 +70,20 @@ expect_fail 1 $KILN release run --step 40 --version 4.0.0 --name market --regist
     --trust trust.json --token "$PUB" --state st --windows 8 --baseline-channel '' --out-dir r4
 grep -q "release stopped at stage 'sign'.*not in the trust policy" err || fail "stranger: $(cat err)"
 expect_fail 2 $KILN pull market@4.0.0 --registry "$URL" --trust trust.json --state st --out x4
+
+# The release key is retired in trust version 2 (rel2 takes its place): a release walks
+# --trust to the registry's newest version first, so rel stops at sign; rel2 releases.
+sed -e 's/"keys":\[/"version":2,"keys":[/' -e "s|\"name\":\"rel\",\"pubkey\":\"[^\"]*\"|\"name\":\"rel2\",\"pubkey\":\"$(tail -1 rel2.pub)\"|" \
+    trust.json >v2.json
+grep -q '"rel2"' v2.json && ! grep -q '"rel"' v2.json || fail "v2 policy: $(cat v2.json)"
+$KILN trust sign v2.json --key root.key --out v2.signed.json >/dev/null || fail "trust sign v2"
+$KILN trust put v2.signed.json --registry "$URL" --token "$ADM" >/dev/null || fail "trust put v2"
+expect_fail 1 $KILN release run --step 40 --version 4.0.1 $R --baseline-channel '' --out-dir r6
+grep -q "release stopped at stage 'sign'.*not in the trust policy 'trust v2 from " err ||
+    fail "a key retired in trust v2 released: $(cat err)"
+$KILN release run --step 40 --version 4.0.2 --name market --registry "$URL" --key rel2.key \
+    --trust trust.json --token "$PUB" --state st --windows 8 --baseline-channel '' --out-dir r7 >out7 ||
+    fail "release with rel2: $(cat out7)"
 
 # The registry holds 1.0.0: refused before any work.
 expect_fail 2 $KILN release run --version 1.0.0 $R --out-dir r5
