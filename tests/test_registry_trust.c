@@ -784,3 +784,76 @@ out:
     for (int i = 0; i < NK; i++)
         kiln_sign_seckey_free(f.sk[i]);
 }
+
+/* Wait (5 s at most) until the watch has heard n swaps and f failures. */
+static void heard_wait(heard *h, int swaps, int failures) {
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&h->mu);
+        bool done = h->swaps >= swaps && h->failures >= failures;
+        pthread_mutex_unlock(&h->mu);
+        if (done) return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* A record the watch refused under its policy is tried again once the policy moves: here
+ * the server (started from the signed version 2 before the store held it) took a record by
+ * alice, whom the service's version 1 does not trust; once version 2 is stored, the service
+ * walks to it and must pull that record, not keep treating it as refused. */
+KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
+    tfx f;
+    heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    kiln_watch *w = NULL;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char *src = kiln_test_vector("tsmoe-dense.model.safetensors"), *weights = NULL;
+    size_t wlen = 0;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = src && kiln_read_file(src, 1 << 26, &weights, &wlen) == KILN_OK
+                   ? tarchive(&f, "1.0.0", weights, wlen, hex)
+                   : NULL;
+    char *p1 = tpolicy(&f, 1, NO_ALICE, 0), *p2 = tpolicy(&f, 2, ALL_PROMOTE, 0),
+         *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
+    char *wtrust = p1 ? kiln_test_write("watch-trust.json", p1, strlen(p1)) : NULL,
+         *v2path = v2 ? kiln_test_write("v2.json", v2, strlen(v2)) : NULL;
+    char *bob = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P2, -1}) : NULL,
+         *alice = a1 ? trecord(&f, "staging", "1.0.0", hex, 2, (int[]){P1, -1}) : NULL;
+    char *dir = kiln_test_path("watch");
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    if (!CHECK("setup", a1 && wtrust && v2path && bob && alice && tstart(&f, v2path) &&
+                            kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
+                            tput_record(&f, "staging", bob) == KILN_OK))
+        goto done;
+    kiln_watch_opts o = {
+        .pull = {.registry = f.url, .ref = "demo@staging", .trust = wtrust, .out = dir,
+                 .state = f.state},
+        .interval_ms = 20,
+        .on_update = on_update,
+        .ctx = &h};
+    if (!CHECK("watch starts under version 1", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
+    CHECK("the server (version 2) takes alice's record", tput_record(&f, "staging", alice) ==
+                                                             KILN_OK);
+    heard_wait(&h, 0, 1);
+    pthread_mutex_lock(&h.mu);
+    CHECK("the service refuses it under version 1",
+          h.failures >= 1 && h.swaps == 0 && strstr(h.last_failure, "not in the trust policy"));
+    pthread_mutex_unlock(&h.mu);
+    CHECK("version 2 is stored", tsql(&f, "INSERT INTO trust_versions VALUES(2, ?1, 'ops', 0)", v2));
+    heard_wait(&h, 1, 0);
+    uint64_t g = 0;
+    const kiln_model *m = kiln_watch_acquire(w, &g);
+    pthread_mutex_lock(&h.mu);
+    if (!CHECK("under version 2 the same record is pulled and swapped in",
+               h.trust_events == 1 && h.swaps == 1 && g == 2))
+        fprintf(stderr, "    trust events %d, swaps %d, generation %llu, last failure: %s\n",
+                h.trust_events, h.swaps, (unsigned long long)g, h.last_failure);
+    pthread_mutex_unlock(&h.mu);
+    kiln_watch_release(w, m);
+    kiln_watch_stop(w);
+done:
+    free(src), free(weights), free(a1), free(p1), free(p2), free(v2), free(wtrust), free(v2path);
+    free(bob), free(alice), free(dir);
+out:
+    tfree(&f);
+}
