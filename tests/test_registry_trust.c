@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "export.h"
@@ -856,4 +858,112 @@ done:
     free(bob), free(alice), free(dir);
 out:
     tfree(&f);
+}
+
+/* ---- what a state directory can hold ---- */
+
+typedef struct walker {
+    const char *trust, *state;
+    kiln_err rc;
+    uint64_t version;
+    char msg[1024];
+    atomic_int done;
+} walker;
+
+static void *walker_main(void *arg) {
+    walker *k = arg;
+    kiln_sign_trust *t = NULL;
+    k->rc = kiln_registry_trust_walk(NULL, k->trust, k->state, NULL, NULL, &t);
+    k->version = t ? kiln_sign_trust_version(t) : 0;
+    snprintf(k->msg, sizeof k->msg, "%s", k->rc ? kiln_errmsg() : "");
+    kiln_sign_trust_free(t);
+    atomic_store(&k->done, 1);
+    return NULL;
+}
+
+/* The walk through STATE/trust without a registry, in a thread: a walk that blocks (a FIFO
+ * opened for reading waits for a writer) is reported and then unblocked. */
+static kiln_err twalk_state(const char *trust, const char *state, const char *fifo,
+                            uint64_t *version, char msg[1024]) {
+    walker k = {.trust = trust, .state = state};
+    pthread_t t;
+    if (pthread_create(&t, NULL, walker_main, &k) != 0) return KILN_ERR_INTERNAL;
+    for (int i = 0; i < 200 && !atomic_load(&k.done); i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    bool blocked = !atomic_load(&k.done);
+    if (blocked && fifo) {
+        int fd = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) close(fd);
+    }
+    pthread_join(t, NULL);
+    *version = k.version;
+    snprintf(msg, 1024, "%s", k.msg);
+    return blocked ? KILN_ERR_INTERNAL : k.rc;
+}
+
+/* Whatever sits in STATE/trust/N.json is read as a file of a bounded size or refused,
+ * naming it: a symlink is followed (what counts is that its content verifies), a directory,
+ * a FIFO (which must not hang the pull) or a huge file are refused, a version other than its
+ * name is refused, a gap ends the walk, and a temporary left by a write that was killed is
+ * ignored. */
+KILN_TEST(registry_trust_state_hostile_entries) {
+    tfx f;
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < NK; i++)
+        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
+         *v2 = tsign(&f, p2, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
+         *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
+    char *trust = v1 ? kiln_test_write("trust.json", v1, strlen(v1)) : NULL,
+         *elsewhere = v2 ? kiln_test_write("elsewhere.json", v2, strlen(v2)) : NULL,
+         *state = kiln_test_path("state"), *dir = state ? kiln_path_join(state, "trust") : NULL,
+         *n2 = dir ? kiln_path_join(dir, "2.json") : NULL,
+         *n3 = dir ? kiln_path_join(dir, "3.json") : NULL, msg[1024];
+    uint64_t v = 0;
+    if (!CHECK("setup", trust && elsewhere && v3 && n2 && n3 && kiln_mkdir_p(dir) == KILN_OK))
+        goto done;
+    CHECK("a symlink to a version that verifies: followed",
+          symlink(elsewhere, n2) == 0 && twalk_state(trust, state, NULL, &v, msg) == KILN_OK &&
+              v == 2);
+    unlink(n2);
+    CHECK("a directory: refused, naming it",
+          mkdir(n2, 0755) == 0 && twalk_state(trust, state, NULL, &v, msg) == KILN_ERR_IO &&
+              strstr(msg, n2) && strstr(msg, "not a regular file"));
+    rmdir(n2);
+    kiln_err rc = mkfifo(n2, 0644) == 0 ? twalk_state(trust, state, n2, &v, msg)
+                                        : KILN_ERR_INTERNAL;
+    if (!CHECK("a FIFO: refused at once, naming it (not waited on)",
+               rc == KILN_ERR_IO && strstr(msg, n2) && strstr(msg, "not a regular file")))
+        fprintf(stderr, "    rc %d: %s\n", (int)rc, msg);
+    unlink(n2);
+    int fd = open(n2, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool big = fd >= 0 && ftruncate(fd, (off_t)KILN_SIGN_TRUST_FILE_LIMIT + 1) == 0;
+    if (fd >= 0) close(fd);
+    CHECK("a huge file: refused by its size, naming it",
+          big && twalk_state(trust, state, NULL, &v, msg) == KILN_ERR_LIMIT && strstr(msg, n2) &&
+              strstr(msg, "more than the limit"));
+    CHECK("version 3 in 2.json: refused, naming it",
+          kiln_write_file_atomic(n2, v3, strlen(v3)) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_ERR_VERIFY && strstr(msg, n2) &&
+              strstr(msg, "is version 3, but only version 2 can follow version 1"));
+    unlink(n2);
+    CHECK("3.json without 2.json: the walk ends at the gap",
+          kiln_write_file_atomic(n3, v3, strlen(v3)) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_OK && v == 1);
+    char *tmp = kiln_asprintf("%s/.2.json.tmp-AbC123", dir);
+    CHECK("a temporary cut short by a kill: ignored",
+          tmp && kiln_write_file_atomic(tmp, v2, strlen(v2) / 2) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_OK && v == 1);
+    CHECK("and once 2.json is there the walk goes on to 3",
+          kiln_write_file_atomic(n2, v2, strlen(v2)) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_OK && v == 3);
+    free(tmp);
+done:
+    free(v1), free(p2), free(v2), free(p3), free(v3), free(trust), free(elsewhere), free(state);
+    free(dir), free(n2), free(n3);
+out:
+    for (int i = 0; i < NK; i++)
+        kiln_sign_seckey_free(f.sk[i]);
 }
