@@ -72,8 +72,12 @@ kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
     sqlite3_bind_text(st, 3, token ? token : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, kiln_unix_time());
     int r = sqlite3_step(st);
-    KILN_CHECK_IF(rc, out, r == SQLITE_CONSTRAINT, KILN_ERR_CONFLICT,
-                  "trust version %llu is stored already", (unsigned long long)v);
+    /* Only the key's constraint means the version is there: any other (a trigger's RAISE, a
+     * CHECK) is the store refusing, said in its own words. */
+    KILN_CHECK_IF(rc, out,
+                  r == SQLITE_CONSTRAINT &&
+                      sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_PRIMARYKEY,
+                  KILN_ERR_CONFLICT, "trust version %llu is stored already", (unsigned long long)v);
     KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
                   sqlite3_errmsg(db));
     uint8_t h[KILN_SHA256_BYTES];

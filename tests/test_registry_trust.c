@@ -967,3 +967,147 @@ out:
     for (int i = 0; i < NK; i++)
         kiln_sign_seckey_free(f.sk[i]);
 }
+
+/* ---- the server's PUT: races, a store that fails, route numbers ---- */
+
+typedef struct racer {
+    tfx *f;
+    const char *path, *doc;
+    pthread_barrier_t *go;
+    tresp r;
+} racer;
+
+static void *racer_main(void *arg) {
+    racer *k = arg;
+    pthread_barrier_wait(k->go);
+    thttp(k->f, "PUT", k->path, k->f->admin, k->doc, &k->r);
+    return NULL;
+}
+
+/* Is alice trusted by the policy in force? A staging record by her alone, seq n, goes in. */
+static bool alice_in_force(const tfx *f, const char *hex, uint64_t n) {
+    char *rec = trecord(f, "staging", "1.0.0", hex, n, (int[]){P1, -1});
+    bool in = tput_record(f, "staging", rec) == KILN_OK;
+    free(rec);
+    return in;
+}
+
+/* Two admins PUT different signed documents of the same version at once (a fork: the root
+ * quorum signed both): one is stored and in force, the other gets 409, never both. A PUT that
+ * verifies but cannot be stored changes nothing in force. Version numbers in the URL are
+ * digits without leading zeros, 1 to 2^53-1. */
+KILN_TEST(registry_trust_put_races_and_failures) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    enum { ROUNDS = 4 };
+    char *docs[ROUNDS + 3][2] = {{0}};
+    bool ok = a1 && kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK;
+    for (int v = 2; ok && v < ROUNDS + 3; v++)
+        for (int b = 0; ok && b < 2; b++) {
+            char *p = tpolicy(&f, v, b ? ALL_PROMOTE : NO_ALICE, 0);
+            ok = (docs[v][b] = tsign(&f, p, (int[]){R1, R2, -1}));
+            free(p);
+        }
+    if (!CHECK("setup", ok)) goto done;
+    uint64_t seq = 1;
+    int v = 2;
+    for (; v < ROUNDS + 2; v++) {
+        char path[32];
+        snprintf(path, sizeof path, "/v1/trust/%d", v);
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, 2);
+        racer k[2] = {{&f, path, docs[v][0], &go, {0}}, {&f, path, docs[v][1], &go, {0}}};
+        pthread_t t[2];
+        bool started = pthread_create(&t[0], NULL, racer_main, &k[0]) == 0 &&
+                       pthread_create(&t[1], NULL, racer_main, &k[1]) == 0;
+        if (started) pthread_join(t[0], NULL), pthread_join(t[1], NULL);
+        pthread_barrier_destroy(&go);
+        int won = k[0].r.status == 201 ? 0 : 1;
+        if (!CHECK("one 201 and one 409",
+                   started && k[won].r.status == 201 && k[!won].r.status == 409 &&
+                       strstr(k[!won].r.body, "so the next is")))
+            fprintf(stderr, "    version %d: %ld %s / %ld %s\n", v, k[0].r.status, k[0].r.body,
+                    k[1].r.status, k[1].r.body);
+        tresp r;
+        CHECK("the winner's bytes are stored",
+              thttp(&f, "GET", path, NULL, NULL, &r) == 200 && r.len == strlen(docs[v][won]) &&
+                  !memcmp(r.body, docs[v][won], r.len));
+        char q[96];
+        snprintf(q, sizeof q, "SELECT count(*) FROM trust_versions WHERE version = %d", v);
+        CHECK("one row", tcount(&f, q) == 1);
+        bool in = alice_in_force(&f, hex, seq);
+        seq += in;
+        CHECK("and the winner's policy is in force", in == (won == 1));
+    }
+    CHECK("one audit row per version",
+          tcount(&f, "SELECT count(*) FROM audit WHERE action = 'trust.put'") == ROUNDS);
+
+    /* The store refuses the insert: nothing changes. */
+    bool alice_before = alice_in_force(&f, hex, seq);
+    seq += alice_before;
+    const char *next = docs[v][alice_before ? 0 : 1]; /* the policy that flips alice */
+    char path[32];
+    snprintf(path, sizeof path, "/v1/trust/%d", v);
+    tresp r;
+    CHECK("a store that fails the insert",
+          tsql(&f, "CREATE TRIGGER nospace BEFORE INSERT ON trust_versions BEGIN SELECT "
+                   "RAISE(ABORT, 'database or disk is full'); END",
+                   NULL));
+    long st = thttp(&f, "PUT", path, f.admin, next, &r);
+    if (!CHECK("PUT: 500, saying so (not 'stored already')",
+               st == 500 && strstr(r.body, "disk is full") && !strstr(r.body, "stored already")))
+        fprintf(stderr, "    %ld %s\n", st, r.body);
+    CHECK("the policy in force is unchanged", alice_in_force(&f, hex, seq) == alice_before);
+    seq += alice_before;
+    CHECK("nothing stored or audited",
+          thttp(&f, "GET", path, NULL, NULL, &r) == 404 &&
+              tcount(&f, "SELECT count(*) FROM audit WHERE action = 'trust.put'") == ROUNDS);
+    CHECK("a restart too", tstart(&f, f.trust) && alice_in_force(&f, hex, seq) == alice_before);
+    seq += alice_before;
+    char *row = kiln_asprintf("INSERT INTO trust_versions VALUES(%d, 'x', 'x', 0)", v);
+    CHECK("a row put in the store by hand: the PUT is 409, stored already",
+          row && tsql(&f, "DROP TRIGGER nospace", NULL) && tsql(&f, row, NULL) &&
+              thttp(&f, "PUT", path, f.admin, next, &r) == 409 &&
+              strstr(r.body, "is stored already"));
+    free(row);
+    CHECK("the store mended, the same PUT goes in",
+          tsql(&f, "DELETE FROM trust_versions WHERE document = 'x'", NULL) &&
+              tput_trust(&f, next) == KILN_OK && alice_in_force(&f, hex, seq) == !alice_before);
+
+    /* Version numbers in the URL. */
+    static const struct {
+        const char *path;
+        long status;
+    } routes[] = {
+        {"/v1/trust/0", 400},
+        {"/v1/trust/02", 400},
+        {"/v1/trust/-1", 400},
+        {"/v1/trust/+2", 400},
+        {"/v1/trust/2.0", 400},
+        {"/v1/trust/1e3", 400},
+        {"/v1/trust/%32", 200}, /* percent-decoded first: version 2 */
+        {"/v1/trust/9007199254740991", 404},
+        {"/v1/trust/9007199254740992", 400},
+        {"/v1/trust/99999999999999999999", 400},
+        {"/v1/trust/184467440737095516170", 400},
+        {"/v1/trust/00000000000000000000000000000002", 400},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(routes); i++) {
+        long got = thttp(&f, "GET", routes[i].path, NULL, NULL, &r);
+        if (!CHECK("route status", got == routes[i].status))
+            fprintf(stderr, "    %s: %ld %s\n", routes[i].path, got, r.body);
+    }
+    CHECK("a PUT to a number out of range: 400 before the body is read",
+          thttp(&f, "PUT", "/v1/trust/99999999999999999999", f.admin, docs[2][0], &r) == 400 &&
+              strstr(r.body, "is not a trust version"));
+done:
+    for (int i = 0; i < ROUNDS + 3; i++)
+        free(docs[i][0]), free(docs[i][1]);
+    free(a1);
+out:
+    tfree(&f);
+}
