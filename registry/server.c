@@ -1571,7 +1571,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
          * it, each verified as the successor of the one before. */
         reg_trust_chain chain;
         uint64_t from = kiln_sign_trust_version(trust);
-        rc = reg_trust_chain_load(db, o->root, trust, NULL, NULL, &chain);
+        rc = reg_trust_chain_load(db, o->root, trust, o->trust, NULL, NULL, &chain);
         trust = NULL; /* the chain's now */
         if (!rc) {
             kiln_sign_trust *newest = reg_trust_chain_take_newest(&chain);

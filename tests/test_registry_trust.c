@@ -1111,3 +1111,74 @@ done:
 out:
     tfree(&f);
 }
+
+/* ---- a fork: two different signed documents of one version ---- */
+
+/* The root quorum signed two versions 2 (or the registry's copy was swapped): a client that
+ * holds one and sees the registry serve the other as its newest refuses; a server started
+ * from one over a store holding the other refuses to start, and fsck says so. A version 3
+ * that the client's own version 2's root quorum signed moves the client on. */
+KILN_TEST(registry_trust_fork_is_refused) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
+    char *p2a = tpolicy(&f, 2, NO_ALICE, 0), *v2a = tsign(&f, p2a, (int[]){R1, R2, -1}),
+         *p2b = tpolicy(&f, 2, (1u << P1) | (1u << P2), 0),
+         *v2b = tsign(&f, p2b, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
+         *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
+    char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P2, -1}) : NULL;
+    char *out = kiln_test_path("svc"), *out2 = kiln_test_path("svc2"),
+         *st2 = kiln_test_path("st2"), *st3 = kiln_test_path("st3");
+    char *v2a_path = v2a ? kiln_test_write("v2a.json", v2a, strlen(v2a)) : NULL;
+    char *s2 = kiln_asprintf("%s/trust/2.json", f.state);
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    if (!CHECK("setup", v2a && v2b && v3 && rec && out && out2 && st2 && st3 && v2a_path && s2 &&
+                            kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
+                            tput_record(&f, "staging", rec) == KILN_OK &&
+                            tput_trust(&f, v2a) == KILN_OK))
+        goto done;
+    CHECK("a service walks to version 2 (a)",
+          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_OK && state_has(&f, f.state, 2));
+    CHECK("the store's version 2 becomes b", tsql(&f, "UPDATE trust_versions SET document = ?1 "
+                                                   "WHERE version = 2",
+                                               v2b));
+    char *before = kiln_test_listing(f.state);
+    CHECK("the service refuses: the registry's newest is another version 2",
+          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("refusing: the newest trust version of registry 'http://",
+                                "is trust version 2, and so is") &&
+              kiln_test_msg_has(s2, "a fork") && kiln_test_msg_has("key 'carol' (", NULL));
+    char *after = kiln_test_listing(f.state);
+    CHECK("and its state is as it was", before && after && !strcmp(before, after));
+    CHECK("so does a new service configured with version 2 (a)",
+          tpull(&f, v2a_path, st2, "demo@staging", out2) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has(v2a_path, "a fork"));
+    CHECK("one configured with version 1 walks to b", tpull(&f, f.trust, st3, "demo@staging", out2) ==
+                                                            KILN_OK);
+    CHECK("a server started from version 2 (a) over the store's b refuses",
+          !tstart(&f, v2a_path) && kiln_test_msg_has("cannot serve: ", "a fork") &&
+              kiln_test_msg_has(v2a_path, "registry.db: trust version 2'"));
+    size_t problems = 0;
+    char last[1024] = "";
+    CHECK("fsck from it reports the fork",
+          kiln_registry_fsck(f.root, v2a_path, count_problem, last, &problems) == KILN_ERR_VERIFY &&
+              problems >= 1 && strstr(last, "a fork"));
+    CHECK("the same file as the store's copy starts",
+          tsql(&f, "UPDATE trust_versions SET document = ?1 WHERE version = 2", v2a) &&
+              tstart(&f, v2a_path));
+    /* The store goes back to b and then holds a version 3, signed by r1 and r2: the root
+     * quorum of the service's version 2 (a), so the service moves on to it. */
+    CHECK("store b and a version 3",
+          tsql(&f, "UPDATE trust_versions SET document = ?1 WHERE version = 2", v2b) &&
+              tsql(&f, "INSERT INTO trust_versions VALUES(3, ?1, 'ops', 0)", v3));
+    CHECK("the service walks on from a to 3",
+          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_OK && state_has(&f, f.state, 3));
+    free(before), free(after);
+done:
+    free(a1), free(p2a), free(v2a), free(p2b), free(v2b), free(p3), free(v3), free(rec);
+    free(out), free(out2), free(st2), free(st3), free(v2a_path), free(s2);
+out:
+    tfree(&f);
+}
