@@ -729,15 +729,20 @@ static void *stub_main(void *arg) {
     }
 }
 
-static bool stub_start(stub *s, pthread_t *t, char url[64]) {
+/* A listening socket on a free loopback port, and its URL. */
+static bool loopback_listen(int *fd, char url[64]) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
-    s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->fd, 8) != 0 ||
-        getsockname(s->fd, (struct sockaddr *)&a, &al) != 0)
+    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (*fd < 0 || bind(*fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(*fd, 8) != 0 ||
+        getsockname(*fd, (struct sockaddr *)&a, &al) != 0)
         return false;
     snprintf(url, 64, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
-    return pthread_create(t, NULL, stub_main, s) == 0;
+    return true;
+}
+
+static bool stub_start(stub *s, pthread_t *t, char url[64]) {
+    return loopback_listen(&s->fd, url) && pthread_create(t, NULL, stub_main, s) == 0;
 }
 
 static void stub_stop(stub *s, pthread_t t) {
@@ -1181,4 +1186,115 @@ done:
     free(out), free(out2), free(st2), free(st3), free(v2a_path), free(s2);
 out:
     tfree(&f);
+}
+
+/* ---- a hostile registry ---- */
+
+enum { HOSTILE_HUGE, HOSTILE_TRICKLE, HOSTILE_FAKE };
+
+typedef struct hostile {
+    int fd, mode;
+    const char *fake; /* HOSTILE_FAKE: served for every version */
+    atomic_int asked;
+} hostile;
+
+static void *hostile_main(void *arg) {
+    hostile *s = arg;
+    for (;;) {
+        int c = accept(s->fd, NULL, NULL);
+        if (c < 0) return NULL;
+        char req[4096];
+        size_t n = 0;
+        ssize_t r;
+        while (n < sizeof req - 1 && (r = read(c, req + n, sizeof req - 1 - n)) > 0) {
+            n += (size_t)r;
+            req[n] = 0;
+            if (strstr(req, "\r\n\r\n")) break;
+        }
+        req[n] = 0;
+        if (strncmp(req, "GET /v1/trust/", 14) != 0) {
+            stub_answer(c, 404, "{\"error\":\"no\"}");
+            close(c);
+            continue;
+        }
+        atomic_fetch_add(&s->asked, 1);
+        if (s->mode == HOSTILE_FAKE) {
+            stub_answer(c, 200, s->fake);
+        } else {
+            /* 100 MB announced; sent until the client hangs up (a byte each 50 ms when
+             * trickling, for 4 s at most: a client without a deadline fails the test's
+             * timing instead of hanging it). */
+            const char *head = "HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n";
+            static char chunk[65536];
+            memset(chunk, ' ', sizeof chunk);
+            bool ok = send(c, head, strlen(head), MSG_NOSIGNAL) > 0;
+            size_t most = s->mode == HOSTILE_TRICKLE ? 80 : 100000000u;
+            for (size_t sent = 0; ok && sent < most;) {
+                size_t k = s->mode == HOSTILE_TRICKLE ? 1 : sizeof chunk;
+                ok = send(c, chunk, k, MSG_NOSIGNAL) > 0;
+                sent += k;
+                if (s->mode == HOSTILE_TRICKLE) {
+                    struct timespec ts = {0, 50 * 1000 * 1000};
+                    nanosleep(&ts, NULL);
+                }
+            }
+        }
+        close(c);
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A registry that answers 100 MB, trickles a byte at a time, or serves a made-up version for
+ * every number: each walk fails closed, quickly, and saves nothing. */
+KILN_TEST(registry_trust_walk_hostile_registry) {
+    tfx f;
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < NK; i++)
+        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
+         *fake = tsign(&f, p2, (int[]){R1, -1});
+    char *trust = v1 ? kiln_test_write("trust.json", v1, strlen(v1)) : NULL,
+         *state = kiln_test_path("state");
+    if (!CHECK("setup", trust && fake && state)) goto done;
+    const struct {
+        int mode;
+        kiln_err want;
+        const char *msg;
+    } cases[] = {
+        {HOSTILE_HUGE, KILN_ERR_LIMIT, "answer larger than 1048576 bytes"},
+        {HOSTILE_TRICKLE, KILN_ERR_NETWORK, "imeout"},
+        {HOSTILE_FAKE, KILN_ERR_VERIFY, "needs 2 distinct root keys of version 1, signed by 1"},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        hostile h = {.mode = cases[i].mode, .fake = fake};
+        pthread_t t;
+        char url[64];
+        if (!CHECK("hostile registry", loopback_listen(&h.fd, url) &&
+                                           pthread_create(&t, NULL, hostile_main, &h) == 0))
+            break;
+        kiln_registry_client_opts c = {.url = url, .retries = 0, .timeout_ms = 500};
+        kiln_sign_trust *got = NULL;
+        double t0 = now_s();
+        kiln_err rc = kiln_registry_trust_walk(&c, trust, state, NULL, NULL, &got);
+        double dt = now_s() - t0;
+        if (!CHECK("refused, saying why", rc == cases[i].want && !got &&
+                                               kiln_test_msg_has(cases[i].msg, NULL)))
+            fprintf(stderr, "    case %zu: rc %d: %s\n", i, (int)rc, kiln_errmsg());
+        CHECK("at once (one request, under 3 s)", atomic_load(&h.asked) == 1 && dt < 3.0);
+        CHECK("nothing saved", !state_has(&f, state, 2));
+        kiln_sign_trust_free(got);
+        shutdown(h.fd, SHUT_RDWR);
+        close(h.fd);
+        pthread_join(t, NULL);
+    }
+done:
+    free(v1), free(p2), free(fake), free(trust), free(state);
+out:
+    for (int i = 0; i < NK; i++)
+        kiln_sign_seckey_free(f.sk[i]);
 }
