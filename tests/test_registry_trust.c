@@ -618,6 +618,18 @@ static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_r
     pthread_mutex_unlock(&h->mu);
 }
 
+/* Wait (5 s at most) until the watch has heard n swaps and f failures. */
+static void heard_wait(heard *h, int swaps, int failures) {
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&h->mu);
+        bool done = h->swaps >= swaps && h->failures >= failures;
+        pthread_mutex_unlock(&h->mu);
+        if (done) return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 KILN_TEST(registry_trust_watch_hears_a_new_version) {
     tfx f;
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -668,6 +680,16 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     CHECK("the model stays in service", m && g == 1);
     kiln_watch_release(w, m);
     CHECK("the watch saved version 2 to state", state_has(&f, f.state, 2));
+    /* bob re-promotes: the record the new policy accepts is picked up. */
+    char *again = trecord(&f, "staging", "1.0.0", hex, 2, (int[]){P2, -1});
+    CHECK("bob's record goes in", tput_record(&f, "staging", again) == KILN_OK);
+    heard_wait(&h, 1, 0);
+    m = kiln_watch_acquire(w, &g);
+    pthread_mutex_lock(&h.mu);
+    CHECK("and is swapped in", h.swaps == 1 && g == 2);
+    pthread_mutex_unlock(&h.mu);
+    kiln_watch_release(w, m);
+    free(again);
     kiln_watch_stop(w);
 done:
     free(src), free(weights), free(a1), free(rec), free(p2), free(v2), free(dir);
@@ -792,17 +814,6 @@ out:
         kiln_sign_seckey_free(f.sk[i]);
 }
 
-/* Wait (5 s at most) until the watch has heard n swaps and f failures. */
-static void heard_wait(heard *h, int swaps, int failures) {
-    for (int i = 0; i < 500; i++) {
-        pthread_mutex_lock(&h->mu);
-        bool done = h->swaps >= swaps && h->failures >= failures;
-        pthread_mutex_unlock(&h->mu);
-        if (done) return;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-}
 
 /* A record the watch refused under its policy is tried again once the policy moves: here
  * the server (started from the signed version 2 before the store held it) took a record by
