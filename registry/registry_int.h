@@ -196,8 +196,10 @@ typedef struct reg_trust_chain {
  * (KILN_ERR_VERIFY) or, with report, a problem reported that ends the chain there
  * (fsck: the rest of the store is still checked). Stored versions at or below start's are
  * not walked; with report, every stored row is also checked to parse as the version its row
- * says. */
+ * says. A stored copy of start's own version must be the same policy (start_label, the file
+ * it came from, names it otherwise): two versions of one number are a fork. */
 kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *start,
+                              const char *start_label,
                               void (*report)(void *ctx, const char *problem), void *ctx,
                               reg_trust_chain *out);
 void reg_trust_chain_release(reg_trust_chain *c);

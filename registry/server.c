@@ -1571,7 +1571,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
          * it, each verified as the successor of the one before. */
         reg_trust_chain chain;
         uint64_t from = kiln_sign_trust_version(trust);
-        rc = reg_trust_chain_load(db, o->root, trust, NULL, NULL, &chain);
+        rc = reg_trust_chain_load(db, o->root, trust, o->trust, NULL, NULL, &chain);
         trust = NULL; /* the chain's now */
         if (!rc) {
             kiln_sign_trust *newest = reg_trust_chain_take_newest(&chain);
@@ -1582,6 +1582,19 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                 kiln_info("registry: trust policy version %llu in force ('%s' is version %llu; "
                           "the store holds the versions after it)",
                           (unsigned long long)to, o->trust, (unsigned long long)from);
+            /* A --trust of a version the store lacks is enforced here but reaches no client
+             * that starts below it: clients walk stored versions only. */
+            char *doc = NULL;
+            size_t dlen;
+            if (!rc && to == from && from > 1) {
+                if (reg_trust_get(db, from, &doc, &dlen) == KILN_ERR_NOTFOUND)
+                    kiln_warn("registry: '%s' is trust version %llu, which the store does not "
+                              "hold: clients that trust an older version cannot walk to it "
+                              "(serve from the version before it, then kiln trust put this one)",
+                              o->trust, (unsigned long long)from);
+                free(doc);
+                kiln_errclear();
+            }
         }
         if (rc) {
             reg_db_close(db);
