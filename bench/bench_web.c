@@ -111,8 +111,7 @@ static double fetch_ms(uint16_t port, const char *path, const char *token, size_
 
 typedef kiln_err (*render_fn)(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b);
 static kiln_err r_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
-    (void)t;
-    return reg_ui_home(db, now, b);
+    return reg_ui_home(db, t, now, b);
 }
 static kiln_err r_model(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
     return reg_ui_model(db, t, "bench", now, b);
