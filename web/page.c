@@ -896,12 +896,12 @@ void kiln_web_trust_policy_show(kiln_web_buf *b, const kiln_web_trust_policy *p,
     else
         lit(b, "accept_unvalidated <span class=\"tag ok\">false</span>");
     lit(b, "</p>\n");
-    if (start_version && start_version != p->version)
-        num(b,
-            "<p><small>The server's <code>--trust</code> file is version %" PRIu64 "; the "
-            "versions after it were walked from the store, each checked against the one "
-            "before.</small></p>\n",
+    if (start_version && start_version != p->version) {
+        num(b, "<p><small>The server's <code>--trust</code> file is version %" PRIu64 "; ",
             start_version);
+        lit(b, "the versions after it were walked from the store, each checked against the one "
+               "before.</small></p>\n");
+    }
     thead(b, "Key|Key id|Roles");
     for (size_t i = 0; i < p->nkeys; i++) {
         b->rows++;
