@@ -570,7 +570,8 @@ kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_s
     trust_walk w = {.start = start,
                     .sv = start ? kiln_sign_trust_version(start) : 0,
                     .in_force = in_force ? kiln_sign_trust_version(in_force) : 0};
-    int64_t below = before > 0 && before <= (uint64_t)INT64_MAX ? (int64_t)before : INT64_MAX;
+    if (before > (uint64_t)INT64_MAX) before = 0; /* no version; read as the newest page */
+    int64_t below = before > 0 ? (int64_t)before : INT64_MAX;
     KILN_CHECK(rc, out,
                prepare(db,
                        "SELECT (SELECT count(*) FROM trust_versions WHERE version >= 1), low,"

@@ -518,6 +518,9 @@ KILN_TEST(web_trust_page_pages) {
           get(&f, "/ui/trust?before=2", f.rd, &p) == 200 && has(p.body, "No versions here"));
     CHECK("garbage reads as the newest", get(&f, "/ui/trust?before=x%3C", f.rd, &p) == 200 &&
                                              count(p.body, "<tr><td class=\"n\">") == 50);
+    CHECK("so does a number past any version", get(&f, "/ui/trust?before=-5", f.rd, &p) == 200 &&
+                                                   count(p.body, "<tr><td class=\"n\">") == 50 &&
+                                                   !strstr(p.body, "those below"));
 out:
     free(r);
     free(p.body);
