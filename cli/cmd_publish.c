@@ -295,17 +295,28 @@ int cmd_channel_history(int argc, char **argv) {
     kiln_err e = path ? kiln_registry_get_json(&c, path, &h) : KILN_ERR_NOMEM;
     free(path);
     if (e) return cli_fail(e);
-    printf("%-4s %-10s %-20s %-10s %-5s %-16s %s\n", "seq", "version", "digest", "reason", "sigs",
-           "put by", "at");
+    /* Columns sized to what they hold; the reason, free text, goes last. */
     json_t *recs = json_object_get(h, "records"), *x;
     size_t i;
+    int wv = 7, wp = 6, ws = 3, n;
+    json_array_foreach(recs, i, x) {
+        const json_t *body = json_object_get(json_object_get(x, "record"), "record");
+        char seq[24];
+        n = snprintf(seq, sizeof seq, "%lld",
+                     (long long)json_integer_value(json_object_get(body, "seq")));
+        if (n > ws) ws = n;
+        if ((n = (int)strlen(str_or(body, "version"))) > wv) wv = n;
+        if ((n = (int)strlen(str_or(x, "publisher"))) > wp) wp = n;
+    }
+    printf("%-*s  %-*s  %-19s  %-4s  %-*s  %-20s  %s\n", ws, "seq", wv, "version", "digest", "sigs",
+           wp, "put by", "at", "reason");
     json_array_foreach(recs, i, x) {
         const json_t *file = json_object_get(x, "record"), *body = json_object_get(file, "record");
-        printf("%-4lld %-10s %-20.19s %-10s %-5zu %-16s %s\n",
-               (long long)json_integer_value(json_object_get(body, "seq")), str_or(body, "version"),
-               str_or(body, "digest"), str_or(body, "reason"),
-               json_array_size(json_object_get(file, "signatures")), str_or(x, "publisher"),
-               str_or(x, "created"));
+        printf("%-*lld  %-*s  %-19.19s  %-4zu  %-*s  %-20s  %s\n", ws,
+               (long long)json_integer_value(json_object_get(body, "seq")), wv,
+               str_or(body, "version"), str_or(body, "digest"),
+               json_array_size(json_object_get(file, "signatures")), wp, str_or(x, "publisher"),
+               str_or(x, "created"), str_or(body, "reason"));
     }
     json_decref(h);
     return 0;

@@ -3,7 +3,8 @@
 # synthetic data, train, SIGKILL, resume, inspect the run; keys, a trust policy and a
 # registry on loopback; release v1 (export, golden, validate, pack, sign, publish), promote
 # it to production with two signatures, pull it and run the example service on it; release
-# v2 validated against v1, promote, roll back to v1, pull again; a summary at the end, with
+# v2 validated against v1, promote, roll back to v1, pull again; revoke a stolen promote key
+# with a signed trust version and re-sign production; a summary at the end, with
 # the address of the registry's web page and what it shows.
 # Each step prints what it runs; any failure stops the demo with a non-zero status.
 set -eu
@@ -20,10 +21,10 @@ STATE=$W/client-state
 MODEL=market-alpha
 step=0
 SERVER=
-URL=http://registry.invalid PUB=kiln_publish PROM=kiln_promote
+URL=http://registry.invalid PUB=kiln_publish PROM=kiln_promote ADMIN=kiln_admin
 say() { step=$((step + 1)); printf '\n\033[1m== %d. %s\033[0m\n' "$step" "$*"; }
 # Shorter paths and the URL as $URL in what is shown.
-tidy() { sed "s|$BUILD/||g; s|$W/||g; s|$URL|\$URL|g; s|$PUB|\$PUB|g; s|$PROM|\$PROM|g"; }
+tidy() { sed "s|$BUILD/||g; s|$W/||g; s|$URL|\$URL|g; s|$PUB|\$PUB|g; s|$PROM|\$PROM|g; s|$ADMIN|\$ADMIN|g"; }
 # run CMD...: show the command, run it, show its output (stdout and stderr); its status is
 # the command's, so a failure stops the demo.
 run() {
@@ -76,13 +77,17 @@ say "a second run without the interruption is bitwise the same"
 "$KILN" train --data market.safetensors --run-dir run1b 2>/dev/null
 run "$KILN" runs diff run1 run1b
 
-say "keys and a trust policy: one release key, two promote keys; production needs both"
-for k in release alice bob; do run "$KILN" keygen --out "$k" --no-password >/dev/null; done
+say "keys and a trust policy: two root keys (sign the policy's next versions), one release key, two promote keys; production needs both"
+for k in root-a root-b release alice bob; do run "$KILN" keygen --out "$k" --no-password >/dev/null; done
 pub() { tail -1 "$1.pub"; }
 cat >trust.json <<JSON
 {
   "format": "kiln-trust/1",
+  "version": 1,
+  "root_threshold": 2,
   "keys": [
+    {"name": "root-a", "pubkey": "$(pub root-a)", "roles": ["root"]},
+    {"name": "root-b", "pubkey": "$(pub root-b)", "roles": ["root"]},
     {"name": "release", "pubkey": "$(pub release)", "roles": ["release"]},
     {"name": "alice", "pubkey": "$(pub alice)", "roles": ["promote"]},
     {"name": "bob", "pubkey": "$(pub bob)", "roles": ["promote"]}
@@ -97,6 +102,7 @@ printf '$ kiln registry token create --root registry --name ci --scope publish\n
 PUB=$("$KILN" registry token create --root registry --name ci --scope publish)
 printf '$ kiln registry token create --root registry --name release-manager --scope promote\n'
 PROM=$("$KILN" registry token create --root registry --name release-manager --scope promote)
+ADMIN=$("$KILN" registry token create --root registry --name ops --scope admin)
 echo "publish token ${PUB%"${PUB#kiln_????????}"}…, promote token ${PROM%"${PROM#kiln_????????}"}… (shown once, stored hashed)"
 printf '$ kiln registry serve --root registry --listen 127.0.0.1:0 --trust trust.json &\n'
 "$KILN" registry serve --root registry --listen 127.0.0.1:0 --trust trust.json >serve.out 2>serve.err &
@@ -176,6 +182,26 @@ if cmp -s predictions-v1.csv predictions-rollback.csv; then
 else
     echo "the rolled-back model predicts differently from v1" >&2; exit 1
 fi
+
+say "alice's key is stolen: trust version 2 drops it (carol takes her place), signed by both root keys"
+run "$KILN" keygen --out carol --no-password >/dev/null
+sed -e 's/"version": 1/"version": 2/' -e "s|\"name\": \"alice\", \"pubkey\": \"[^\"]*\"|\"name\": \"carol\", \"pubkey\": \"$(pub carol)\"|" \
+    trust.json >trust-v2.json
+run "$KILN" trust sign trust-v2.json --key root-a.key --out trust-v2.signed.json
+run "$KILN" trust sign --add trust-v2.signed.json --key root-b.key
+run "$KILN" trust verify trust-v2.signed.json --trust trust.json
+run "$KILN" trust put trust-v2.signed.json --registry "$URL" --token "$ADMIN"
+echo "the service's next pull walks to version 2 first: the record alice co-signed no longer counts"
+if run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model; then
+    echo "a record signed by a revoked key was accepted" >&2; exit 1
+fi
+echo "bob and carol sign a new record for the same version, and the service pulls again;"
+echo "staging, whose current record alice signed alone, gets one from bob"
+run "$KILN" promote $MODEL 1.0.0 --channel production --key bob.key --registry "$URL" --reason "re-signed: alice revoked" --out resign.json
+run "$KILN" channel sign --add resign.json --key carol.key
+run "$KILN" channel put resign.json --registry "$URL" --token "$PROM"
+run "$KILN" promote $MODEL 2.0.0 --channel staging --key bob.key --registry "$URL" --token "$PROM" --reason "re-signed: alice revoked"
+run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
 
 say "summary"
 d1=$(sha256sum release-v1/$MODEL-1.0.0.kiln | cut -d' ' -f1)

@@ -91,7 +91,7 @@ $KILN pull demo@staging $S --out "$T/svc" >/dev/null
 grep -q '"seq": 3' "$T/state/channels/demo/staging.json" || fail "state not kept"
 $KILN channel history demo --channel staging --registry "$URL" >"$T/hist"
 [ "$(grep -c 'release-manager' "$T/hist")" = 3 ] || fail "history: $(cat "$T/hist")"
-grep -q '^3 *1\.0\.0 *sha256:[0-9a-f]\{12\} *rollback *1 ' "$T/hist" || fail "history rollback row: $(cat "$T/hist")"
+grep -q '^3 *1\.0\.0 *sha256:[0-9a-f]\{12\} *1 *release-manager *[0-9T:Z-]\{20\} *rollback$' "$T/hist" || fail "history rollback row: $(cat "$T/hist")"
 ls -a "$T" | grep -q '\.svc\.pull-' && fail "a temporary directory was left beside --out"
 
 # production needs two promote keys: one is refused, the co-signed record goes in.

@@ -206,8 +206,8 @@ while :; do
         $KILN publish a.kiln --registry "$URL" --token "$PUB" | grep -q '^already stored' || fail "republish of 1.0.$j"
         republished=$((republished + 1))
         $KILN channel history soak --channel staging --registry "$URL" >hist.out || fail "channel history"
-        [ "$(grep -c ' promote \| rollback ' hist.out)" = $((promotes + rollbacks)) ] ||
-            fail "channel history lists $(grep -c ' promote \| rollback ' hist.out) records, $((promotes + rollbacks)) were put"
+        [ "$(grep -c ' promote$\| rollback$' hist.out)" = $((promotes + rollbacks)) ] ||
+            fail "channel history lists $(grep -c ' promote$\| rollback$' hist.out) records, $((promotes + rollbacks)) were put"
         history_reads=$((history_reads + 1))
     fi
     # What the odd bad client sends.
