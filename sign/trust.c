@@ -466,3 +466,13 @@ kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t, const kiln_sign_s
     if (signer) *signer = k;
     return KILN_OK;
 }
+
+/* The public face of sign_trust_channel_*: the registry's web page lists a policy's
+ * channels. */
+size_t kiln_sign_trust_channel_count(const kiln_sign_trust *t) {
+    return sign_trust_channel_count(t);
+}
+
+const char *kiln_sign_trust_channel_at(const kiln_sign_trust *t, size_t i, int *threshold) {
+    return sign_trust_channel_at(t, i, threshold);
+}
