@@ -721,20 +721,28 @@ static void stub_answer(int c, int status, const char *body) {
     }
 }
 
+/* Accept one connection on fd and read its request head into req (NUL-terminated); the
+ * connection, or -1 when the listener is closed. */
+static int stub_accept(int fd, char *req, size_t size) {
+    int c = accept(fd, NULL, NULL);
+    if (c < 0) return -1;
+    size_t n = 0;
+    ssize_t r;
+    req[0] = 0;
+    while (n < size - 1 && (r = read(c, req + n, size - 1 - n)) > 0) {
+        n += (size_t)r;
+        req[n] = 0;
+        if (strstr(req, "\r\n\r\n")) break;
+    }
+    return c;
+}
+
 static void *stub_main(void *arg) {
     stub *s = arg;
     for (;;) {
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0) return NULL;
         char req[4096];
-        size_t n = 0;
-        ssize_t r;
-        while (n < sizeof req - 1 && (r = read(c, req + n, sizeof req - 1 - n)) > 0) {
-            n += (size_t)r;
-            req[n] = 0;
-            if (strstr(req, "\r\n\r\n")) break;
-        }
-        req[n] = 0;
+        int c = stub_accept(s->fd, req, sizeof req);
+        if (c < 0) return NULL;
         s->served++;
         if (!strncmp(req, "GET /v1/trust/2 ", 16)) {
             /* 404 the first time; stored by the time it is asked again. */
@@ -1212,17 +1220,9 @@ typedef struct hostile {
 static void *hostile_main(void *arg) {
     hostile *s = arg;
     for (;;) {
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0) return NULL;
         char req[4096];
-        size_t n = 0;
-        ssize_t r;
-        while (n < sizeof req - 1 && (r = read(c, req + n, sizeof req - 1 - n)) > 0) {
-            n += (size_t)r;
-            req[n] = 0;
-            if (strstr(req, "\r\n\r\n")) break;
-        }
-        req[n] = 0;
+        int c = stub_accept(s->fd, req, sizeof req);
+        if (c < 0) return NULL;
         if (strncmp(req, "GET /v1/trust/", 14) != 0) {
             stub_answer(c, 404, "{\"error\":\"no\"}");
             close(c);
