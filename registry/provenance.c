@@ -401,8 +401,9 @@ static kiln_err history(prov *p, json_t *cj) {
                       bad == 1 ? "es" : ""));
         else if (known && good >= (size_t)threshold)
             set(p, e, "check",
-                check(p, "verified", seq, "%zu of %d promote keys of trust policy v%llu", good,
-                      threshold, (unsigned long long)kiln_sign_trust_version(p->t)));
+                check(p, "verified", seq, "%zu of %d promote key%s of trust policy v%llu", good,
+                      threshold, threshold == 1 ? "" : "s",
+                      (unsigned long long)kiln_sign_trust_version(p->t)));
         else
             set(p, e, "check",
                 check(p, "not checked", seq,
