@@ -174,10 +174,9 @@ static kiln_err trust_section(prov *p) {
     size_t steps = json_array_size(p->walk);
     if (!chk)
         chk = steps ? check(p, "verified", "trust",
-                            "walked from '%s' (version %llu): %zu version%s after it, each "
-                            "signed by the root quorum of the one before and its own",
-                            p->o->trust, (unsigned long long)file_version, steps,
-                            steps == 1 ? "" : "s")
+                            "%zu version%s after it, each signed by the root quorum of the one "
+                            "before and its own",
+                            steps, steps == 1 ? "" : "s")
                     : check(p, "verified", "trust", "the registry has no newer version");
     set(p, tj, "version", json_integer((json_int_t)v));
     set(p, tj, "file", json_string(p->o->trust));

@@ -13,7 +13,7 @@
 
 typedef struct pfx {
     char root[1024], trust[1024], url[64], state[1024];
-    kiln_sign_seckey *rel, *p1, *p2;
+    kiln_sign_seckey *rel, *p1, *p2, *rootk;
     char *pub_tok, *prom_tok;
     kiln_registry_server *srv;
     char d1[KILN_SHA256_HEX], d2[KILN_SHA256_HEX]; /* the archives' digests */
@@ -112,17 +112,19 @@ static bool pfx_init(pfx *f) {
     snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
     snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
     snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
-    char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64];
+    char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64],
+        rk[KILN_SIGN_PUBKEY_B64];
     if (!kiln_test_keypair(&f->rel, r) || !kiln_test_keypair(&f->p1, a) ||
-        !kiln_test_keypair(&f->p2, b))
+        !kiln_test_keypair(&f->p2, b) || !kiln_test_keypair(&f->rootk, rk))
         return false;
     char *t = kiln_asprintf(
         "{\"format\":\"kiln-trust/1\",\"keys\":["
+        "{\"name\":\"root\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
         "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
         "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
         "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
         "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}}}",
-        r, a, b);
+        rk, r, a, b);
     bool ok =
         t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
         kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub_tok) == KILN_OK &&
@@ -145,6 +147,7 @@ static void pfx_free(pfx *f) {
     kiln_sign_seckey_free(f->rel);
     kiln_sign_seckey_free(f->p1);
     kiln_sign_seckey_free(f->p2);
+    kiln_sign_seckey_free(f->rootk);
     free(f->pub_tok);
     free(f->prom_tok);
 }
@@ -413,6 +416,28 @@ KILN_TEST(registry_provenance_tampered_store) {
               problem_has(j, "channel history seq 1", "altered"));
     json_decref(j);
     j = NULL;
+
+    /* A trust version 2 that no root key signed, served by the registry: the walk stops,
+     * and the rest is checked under what this client held. */
+    sqlite3 *db = NULL;
+    bool put = reg_db_open(f.root, &db) == KILN_OK &&
+               reg_db_exec(db, "INSERT INTO trust_versions VALUES(2, '{\"policy\":{},"
+                               "\"signatures\":[]}', 'evil', 0)") == KILN_OK;
+    reg_db_close(db);
+    CHECK("a forged trust version in the store", put);
+    rc = prov(&f, "demo@production", false, &j);
+    CHECK("trust: flagged, the rest checked under version 1",
+          rc == KILN_ERR_VERIFY && is(j, "trust.check.status", "failed") &&
+              json_integer_value(at(j, "trust.version")) == 1 &&
+              strstr(s_at(j, "trust.check.how"), "trust v2") &&
+              is(j, "channel.check.status", "verified") &&
+              is(j, "archive.signature_check.status", "verified") && problem_has(j, "trust", NULL));
+    json_decref(j);
+    j = NULL;
+    put = reg_db_open(f.root, &db) == KILN_OK &&
+          reg_db_exec(db, "DELETE FROM trust_versions") == KILN_OK;
+    reg_db_close(db);
+    CHECK("forget it", put);
 
     /* The blob: one byte flipped on disk. Only the download sees it. */
     char *blob = reg_blob_path(f.root, f.d2);
