@@ -116,7 +116,7 @@ static void print_channel(const json_t *c) {
            json_is_true(json_object_get(c, "expired")) ? " (EXPIRED)" : "");
     line_end(json_object_get(c, "expiry_check"));
     printf("              reason '%s'\n", str(c, "reason"));
-    if (json_object_get(c, "put_by")) {
+    if (json_is_string(json_object_get(c, "put_by"))) {
         printf("              put by %s at %s", str(c, "put_by"), str(c, "put_at"));
         line_end(json_object_get(c, "put_check"));
     }
@@ -220,8 +220,11 @@ static void print_validation(const json_t *v) {
     }
     const json_t *rep = json_object_get(v, "report");
     if (json_is_object(rep)) {
-        printf("              by kiln %s on %s (sha256:%.12s…), held-out loss ",
-               str(rep, "kiln_version"), str(rep, "data_path"), str(rep, "data_sha256"));
+        printf("              by kiln %s on %s (sha256:%.12s…, %s), held-out loss ",
+               str(rep, "kiln_version"), str(rep, "data_path"), str(rep, "data_sha256"),
+               json_is_true(json_object_get(rep, "data_is_training_dataset"))
+                   ? "the training dataset"
+                   : "not the training dataset");
         value(json_object_get(rep, "heldout_loss"));
         printf(" over %lld windows\n", num(rep, "heldout_windows"));
     }

@@ -462,6 +462,9 @@ static kiln_err channel_section(prov *p, const char *text, size_t len) {
     set(p, cj, "expires", time_json(r.expires));
     set(p, cj, "expired", json_boolean(r.expires <= p->now));
     set(p, cj, "reason", json_string(p->rec.reason));
+    /* Filled from the history below; here so that the keys keep one order. */
+    set(p, cj, "change", json_null());
+    set(p, cj, "from", json_null());
     size_t good, bad;
     set(p, cj, "signatures", record_sigs(p->t, &r, &good, &bad));
     /* The verdict: sign/'s (now 0 and min_seq 0: expiry and seq are checked below, each on
@@ -525,6 +528,9 @@ static kiln_err channel_section(prov *p, const char *text, size_t len) {
                   when, rel));
     else
         set(p, cj, "expiry_check", check(p, "verified", "channel record", "in %s", rel));
+    set(p, cj, "put_by", json_null());
+    set(p, cj, "put_at", json_null());
+    set(p, cj, "put_check", json_null());
     rc = history(p, cj);
 out:
     kiln_sign_record_release(&r);
@@ -926,11 +932,17 @@ static void validation_section(prov *p, const json_t *archive) {
         return;
     }
     const json_t *data = json_object_get(rep, "data"), *held = json_object_get(rep, "heldout");
+    /* The card records the training dataset's digest, not its path; the report names the
+     * file it validated on: the same digest ties the path to the training data. */
+    const char *ds = json_string_value(json_object_get(data, "sha256")),
+               *ts = json_string_value(
+                   json_object_get(json_object_get(p->manifest, "lineage"), "dataset_sha256"));
     set(p, vj, "report",
-        json_pack("{s:O?,s:O?,s:O?,s:O?,s:O?,s:O?}", "kiln_version",
+        json_pack("{s:O?,s:O?,s:O?,s:O?,s:b,s:O?,s:O?}", "kiln_version",
                   json_object_get(rep, "kiln_version"), "passed", json_object_get(rep, "passed"),
                   "data_path", json_object_get(data, "path"), "data_sha256",
-                  json_object_get(data, "sha256"), "heldout_loss", json_object_get(held, "loss"),
+                  json_object_get(data, "sha256"), "data_is_training_dataset",
+                  ds && ts && !strcmp(ds, ts), "heldout_loss", json_object_get(held, "loss"),
                   "heldout_windows", json_object_get(held, "windows")));
     json_t *rows = json_array();
     const char *name;
