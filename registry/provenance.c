@@ -43,11 +43,14 @@ typedef struct prov {
 
 /* ---- building the answer ---- */
 
+/* Add v (stolen, also on failure) to obj or arr; a failure is remembered as out of memory. */
 static void set(prov *p, json_t *obj, const char *key, json_t *v) {
+    if (!obj) json_decref(v);
     if (!v || !obj || json_object_set_new(obj, key, v)) p->oom = true;
 }
 
 static void push(prov *p, json_t *arr, json_t *v) {
+    if (!arr) json_decref(v);
     if (!v || !arr || json_array_append_new(arr, v)) p->oom = true;
 }
 
@@ -918,7 +921,12 @@ static void validation_section(prov *p, const json_t *archive) {
         set(p, vj, "report", json_null());
         set(p, vj, "checks", json_null());
         set(p, vj, "baseline", json_null());
-        if (p->o->download)
+        const char *dl = json_string_value(json_object_get(
+            json_object_get(json_object_get(archive, "download"), "check"), "status"));
+        if (p->o->download && (!dl || strcmp(dl, "verified")))
+            set(p, vj, "check",
+                check(p, "not checked", "validation report", "the download did not verify"));
+        else if (p->o->download)
             set(p, vj, "check",
                 json_is_string(json_object_get(mv, "sha256"))
                     ? check(p, "failed", "validation report", "not read from the archive")
@@ -1052,8 +1060,11 @@ kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
             goto done;
         }
         KILN_CHECK(rc, done, arc);
-        lineage_section(&p);
-        validation_section(&p, json_object_get(p.root, "archive"));
+        /* Nothing to read them from when the registry lacks the version the record names. */
+        if (p.manifest_status) {
+            lineage_section(&p);
+            validation_section(&p, json_object_get(p.root, "archive"));
+        }
     }
     size_t nprob = json_array_size(p.problems);
     set(&p, p.root, "verified", json_boolean(nprob == 0));
