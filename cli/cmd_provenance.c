@@ -146,7 +146,7 @@ static void print_channel(const json_t *c) {
 
 static void print_archive(const json_t *a) {
     if (!json_object_get(a, "digest")) {
-        printf("archive    ");
+        printf("archive     ");
         line_end(json_object_get(a, "check"));
         return;
     }

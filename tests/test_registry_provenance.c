@@ -463,6 +463,18 @@ KILN_TEST(registry_provenance_tampered_store) {
     CHECK("the failed download is removed",
           listing && !strstr(listing, "provenance") && !strstr(listing, ".partial"));
     free(dl), free(listing), free(blob);
+    json_decref(j);
+    j = NULL;
+
+    /* The version the record names, gone from the registry: said, nothing read from it. */
+    put = reg_db_open(f.root, &db) == KILN_OK &&
+          reg_db_exec(db, "DELETE FROM versions" V1SET) == KILN_OK;
+    reg_db_close(db);
+    rc = put ? prov(&f, "demo@production", false, &j) : KILN_ERR_IO;
+    CHECK("a version the record names is gone: flagged, no lineage",
+          rc == KILN_ERR_VERIFY && is(j, "archive.check.status", "failed") && !at(j, "lineage") &&
+              is(j, "channel.check.status", "verified") &&
+              problem_has(j, "archive", "does not hold demo@1.0.0"));
 #undef V1
 #undef V1SET
 out:
