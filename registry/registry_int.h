@@ -40,6 +40,47 @@ kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const cha
 kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action, const char *reason);
 /* The schema version this kiln makes and migrates stores to (PRAGMA user_version). */
 int reg_schema_version(void);
+/* An audit row with every column (mirror.sync: what was copied, and from where). */
+kiln_err reg_audit_full(sqlite3 *db, const char *token, const char *action, const char *model,
+                        const char *version, const char *channel, const char *digest,
+                        const char *reason);
+
+/* ---- versions and channel records (store.c): the server's writes and a mirror's ---- */
+
+struct reg_archive_meta;
+struct reg_record;
+
+/* The stored digest of model@version, or NULL when absent (caller frees); *rc is set on a
+ * database failure. */
+char *reg_version_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc);
+
+/* A version as it is stored: what the archive says (meta: manifest, card, validation, read
+ * with reg_archive_meta_read) and who published it when. */
+typedef struct reg_version_row {
+    const char *model, *version, *digest; /* "sha256:<hex>" */
+    uint64_t size;
+    const struct reg_archive_meta *meta;
+    const char *sig; /* the archive's signature file */
+    size_t sig_len;
+    const char *publisher; /* the token that published it (a mirror: the primary's) */
+    int64_t created;
+} reg_version_row;
+
+/* Insert a version and one audit row (action, audit_token and reason; NULLs stored as NULL)
+ * in one BEGIN IMMEDIATE transaction. The version held already with the same digest sets
+ * *existed and writes nothing; with another digest it is KILN_ERR_CONFLICT. The blob must be
+ * in place (reg_upload_commit) before. */
+kiln_err reg_version_insert(sqlite3 *db, const reg_version_row *v, const char *audit_token,
+                            const char *action, const char *reason, bool *existed);
+
+/* Insert a channel record whose signatures were verified (text: its bytes, stored and served
+ * unchanged) and one audit row, in one BEGIN IMMEDIATE transaction: its seq must be the
+ * channel's next (KILN_ERR_CONFLICT), its version held with its digest (KILN_ERR_NOTFOUND,
+ * KILN_ERR_VERIFY). action NULL: "promote", or "rollback" for a record whose reason is
+ * rollback. */
+kiln_err reg_record_insert(sqlite3 *db, const struct reg_record *rec, const char *text,
+                           const char *publisher, int64_t created, const char *audit_token,
+                           const char *action, const char *reason);
 
 /* ---- tokens (token.c) ---- */
 
@@ -94,12 +135,21 @@ char *reg_upload_path(const reg_upload *u);
 /* fsync, give the file its blob name (an existing blob of that digest is kept), fsync the
  * directory. */
 kiln_err reg_upload_commit(reg_upload *u, const char *hex);
+/* Take the named file at path (in DIR/tmp: a mirror's finished download) as an upload to
+ * commit: reg_upload_commit then fsyncs it, links it to its blob name, fsyncs the directory
+ * and removes path. */
+kiln_err reg_upload_adopt(reg_upload *u, const char *root, const char *path);
 void reg_upload_abort(reg_upload *u); /* safe on a zeroed struct, and after commit */
 
 /* The store lock (DIR/lock, flock): a server holds it exclusively; gc needs it; fsck
  * checks it to know whether temporaries can be in use. *fd is -1 when busy. */
 kiln_err reg_lock(const char *root, int *fd);
+/* The same on DIR/name. */
+kiln_err reg_lock_named(const char *root, const char *name, int *fd);
 void reg_unlock(int fd);
+/* Held by kiln registry mirror while it syncs (gc needs it free too; the server never
+ * takes it). */
+#define REG_MIRROR_LOCK "mirror.lock"
 
 /* ---- verification (verify.c) ----
  *

@@ -846,29 +846,6 @@ static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c
 
 /* ---- writes ---- */
 
-/* The stored version's digest, or NULL (caller frees); *rc set on a database failure. */
-static char *stored_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc) {
-    *rc = KILN_OK;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT digest FROM versions WHERE model = ?1 AND version = ?2", -1,
-                           &st, NULL) != SQLITE_OK) {
-        *rc = reg_db_fail(db, "reading a version");
-        return NULL;
-    }
-    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
-    char *d = NULL;
-    int x = sqlite3_step(st);
-    if (x == SQLITE_ROW) {
-        d = kiln_strdup(col(st, 0));
-        if (!d) *rc = KILN_ERR_NOMEM;
-    } else if (x != SQLITE_DONE) {
-        *rc = reg_db_fail(db, "reading a version");
-    }
-    sqlite3_finalize(st);
-    return d;
-}
-
 static enum MHD_Result send_published(struct MHD_Connection *c, req *r, unsigned status,
                                       const char *digest, uint64_t size) {
     return send_json(c, r, status,
@@ -905,7 +882,7 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
     r->declared = n;
     kiln_err rc;
-    char *have = stored_digest(db, r->seg[0], r->seg[1], &rc);
+    char *have = reg_version_digest(db, r->seg[0], r->seg[1], &rc);
     if (rc) return send_kiln_error(c, r, rc);
     if (have) {
         bool same = strcmp(have + 7, r->hex) == 0;
@@ -926,65 +903,6 @@ static void body_fail(req *r, kiln_err rc) {
     r->body_failed = true;
     r->body_rc = rc;
     r->body_msg = kiln_strdup(*kiln_errmsg() ? kiln_errmsg() : kiln_strerror(rc));
-}
-
-static kiln_err insert_version(sqlite3 *db, req *r, const reg_archive_meta *m, const char *digest,
-                               bool *existed) {
-    kiln_err rc = KILN_OK;
-    char *manifest = NULL, *card = NULL, *validation = NULL, *have = NULL;
-    sqlite3_stmt *st = NULL;
-    *existed = false;
-    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
-    have = stored_digest(db, r->seg[0], r->seg[1], &rc);
-    if (rc) goto out;
-    if (have) {
-        *existed = true;
-        KILN_CHECK_IF(rc, out, strcmp(have, digest) != 0, KILN_ERR_CONFLICT,
-                      "'%s@%s' exists already with other bytes (%s)", r->seg[0], r->seg[1], have);
-        goto out;
-    }
-    manifest = kiln_json_canonical(m->manifest);
-    card = m->card ? kiln_json_canonical(m->card) : NULL;
-    validation = m->validation ? kiln_json_canonical(m->validation) : NULL;
-    KILN_CHECK_IF(rc, out, !manifest || (m->card && !card) || (m->validation && !validation),
-                  KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(
-        rc, out,
-        sqlite3_prepare_v2(
-            db,
-            "INSERT INTO versions(model, version, digest, size, manifest, signature, card,"
-            " validation, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            -1, &st, NULL) != SQLITE_OK,
-        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->declared);
-    sqlite3_bind_text(st, 5, manifest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 6, r->sig, (int)r->sig_len, SQLITE_TRANSIENT);
-    if (card)
-        sqlite3_bind_text(st, 7, card, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(st, 7);
-    if (validation)
-        sqlite3_bind_text(st, 8, validation, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(st, 8);
-    sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 10, kiln_unix_time());
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
-                  sqlite3_errmsg(db));
-    KILN_CHECK(rc, out,
-               reg_audit(db, r->token_name, "publish", r->seg[0], r->seg[1], NULL, digest));
-out:
-    if (st) sqlite3_finalize(st);
-    if (!rc) rc = reg_db_exec(db, "COMMIT");
-    if (rc) (void)reg_db_exec(db, "ROLLBACK");
-    free(manifest);
-    free(card);
-    free(validation);
-    free(have);
-    return rc;
 }
 
 static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
@@ -1026,7 +944,18 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
                        m.name, m.version, r->seg[0], r->seg[1]);
     if (!rc) rc = reg_upload_commit(&r->up, r->hex);
     bool existed = false;
-    if (!rc) rc = insert_version(db, r, &m, digest, &existed);
+    if (!rc) {
+        reg_version_row row = {.model = r->seg[0],
+                               .version = r->seg[1],
+                               .digest = digest,
+                               .size = r->declared,
+                               .meta = &m,
+                               .sig = r->sig,
+                               .sig_len = r->sig_len,
+                               .publisher = r->token_name,
+                               .created = kiln_unix_time()};
+        rc = reg_version_insert(db, &row, r->token_name, "publish", NULL, &existed);
+    }
     reg_archive_meta_release(&m);
     if (rc) return send_kiln_error(c, r, rc);
     return send_published(c, r, existed ? 200 : 201, digest, r->declared);
@@ -1050,68 +979,6 @@ static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connecti
     return MHD_YES;
 }
 
-static kiln_err insert_record(sqlite3 *db, req *r, const reg_record *rec, const char *text) {
-    kiln_err rc = KILN_OK;
-    sqlite3_stmt *st = NULL;
-    char *have = NULL;
-    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
-    KILN_CHECK_IF(
-        rc, out,
-        sqlite3_prepare_v2(
-            db,
-            "SELECT coalesce(max(seq), 0) FROM channel_records WHERE model = ?1 AND channel = ?2",
-            -1, &st, NULL) != SQLITE_OK,
-        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO, "registry database: %s",
-                  sqlite3_errmsg(db));
-    int64_t cur = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    st = NULL;
-    KILN_CHECK_IF(rc, out, rec->seq != cur + 1, KILN_ERR_CONFLICT,
-                  "channel record for %s/%s has seq %lld, but the next must be %lld", rec->model,
-                  rec->channel, (long long)rec->seq, (long long)cur + 1);
-    have = stored_digest(db, rec->model, rec->version, &rc);
-    if (rc) goto out;
-    KILN_CHECK_IF(rc, out, !have, KILN_ERR_NOTFOUND,
-                  "channel record points at '%s@%s', which this registry does not hold", rec->model,
-                  rec->version);
-    KILN_CHECK_IF(rc, out, strcmp(have, rec->digest) != 0, KILN_ERR_VERIFY,
-                  "channel record gives '%s@%s' the digest %s, but the registry holds %s",
-                  rec->model, rec->version, rec->digest, have);
-    KILN_CHECK_IF(
-        rc, out,
-        sqlite3_prepare_v2(
-            db,
-            "INSERT INTO channel_records(model, channel, seq, version, digest, expires, reason,"
-            " record, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            -1, &st, NULL) != SQLITE_OK,
-        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, rec->seq);
-    sqlite3_bind_text(st, 4, rec->version, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 5, rec->digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 6, rec->expires);
-    sqlite3_bind_text(st, 7, rec->reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 8, text, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 10, kiln_unix_time());
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
-                  sqlite3_errmsg(db));
-    KILN_CHECK(rc, out,
-               reg_audit(db, r->token_name,
-                         strcmp(rec->reason, "rollback") ? "promote" : "rollback", rec->model,
-                         rec->version, rec->channel, rec->digest));
-out:
-    if (st) sqlite3_finalize(st);
-    if (!rc) rc = reg_db_exec(db, "COMMIT");
-    if (rc) (void)reg_db_exec(db, "ROLLBACK");
-    free(have);
-    return rc;
-}
-
 static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                      sqlite3 *db) {
     if (r->body_failed)
@@ -1130,7 +997,9 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
         rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
     if (!rc && rec.expires <= kiln_unix_time())
         rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
-    if (!rc) rc = insert_record(db, r, &rec, r->rec);
+    if (!rc)
+        rc = reg_record_insert(db, &rec, r->rec, r->token_name, kiln_unix_time(), r->token_name,
+                               NULL, NULL);
     if (rc) return send_kiln_error(c, r, rc);
     return send_json(c, r, 201,
                      json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel",
