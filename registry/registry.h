@@ -236,6 +236,45 @@ kiln_err kiln_registry_trust_walk(const kiln_registry_client_opts *c, const char
 kiln_err kiln_registry_trust_put(const kiln_registry_client_opts *c, const char *doc, size_t len,
                                  const char *label, uint64_t *version);
 
+/* ---- mirrors (mirror.c, docs/registry.md "Mirrors") ---- */
+
+typedef struct kiln_registry_mirror_opts {
+    /* The mirror's store: a new or empty directory (it becomes one), a store with nothing
+     * published in it that no server runs on, or a mirror of from->url. Anything else (a
+     * primary's store, a mirror of another URL, a file, another directory) is refused before
+     * anything is written. */
+    const char *root;
+    const kiln_registry_client_opts *from; /* the primary (url, a read token, progress) */
+    const char *trust; /* the policy the copy is verified under, walked through the primary's
+                          trust versions: the oldest policy the services use */
+    void (*on_copied)(void *ctx, const char *line);  /* each item copied (may be NULL) */
+    void (*on_problem)(void *ctx, const char *line); /* each item not copied, and why */
+    void *ctx;
+} kiln_registry_mirror_opts;
+
+typedef struct kiln_registry_mirror_result {
+    size_t trust_versions, versions, records; /* copied by this sync */
+    size_t problems;                          /* items not copied: they did not verify */
+    uint64_t bytes;                           /* archive bytes downloaded */
+    size_t requests;                          /* HTTP requests made to the primary */
+} kiln_registry_mirror_result;
+
+/* Copy what the primary has and the mirror lacks: trust versions (each verified as the
+ * successor of the one before, from o->trust), every model's versions (the archive downloaded,
+ * resuming with Range, its size and sha256 checked, its signatures verified under the walked
+ * policy as the server does on upload, then written as an upload is: temporary file, fsync,
+ * link, fsync of the directory, then the row) and every channel's records in seq order (the
+ * bytes the primary stored, each verified as the server verifies a record put to it; an old
+ * one may have expired). Each item copied writes one audit row, action "mirror.sync". An
+ * item that does not verify is passed to on_problem, not copied, and the rest is copied:
+ * the result is then KILN_ERR_VERIFY. A version the mirror holds with another digest than
+ * the primary now lists is such a problem, never overwritten. Safe beside a running
+ * `kiln registry serve` of the same store (it needs no server lock: SQLite transactions);
+ * one sync per store at a time (DIR/mirror.lock, which gc waits for). Interrupted at any
+ * point, the next sync resumes: a partial download from where it stopped. */
+kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
+                                   kiln_registry_mirror_result *res) KILN_MUST_CHECK;
+
 /* ---- channels (channel.c) ---- */
 
 typedef struct kiln_registry_promote_opts {

@@ -234,6 +234,9 @@ kiln_err reg_trust_get(sqlite3 *db, uint64_t v, char **doc, size_t *len);
  * transaction; a version stored already is KILN_ERR_CONFLICT. */
 kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
                           const char *token);
+/* The same with the audit row's action and reason (a mirror's sync: "mirror.sync"). */
+kiln_err reg_trust_store(sqlite3 *db, uint64_t v, const char *doc, size_t len, const char *token,
+                         const char *action, const char *reason);
 
 /* The policies from a start policy through the stored versions above it, oldest first. */
 typedef struct reg_trust_chain {
@@ -253,6 +256,18 @@ kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *st
 void reg_trust_chain_release(reg_trust_chain *c);
 /* The newest policy of the chain, taken out of it (the chain keeps the rest). */
 kiln_sign_trust *reg_trust_chain_take_newest(reg_trust_chain *c);
+
+/* ---- mirrors (mirror.c) ---- */
+
+/* A store's mirror marks (the meta table); of is NULL for a primary. */
+typedef struct reg_mirror_status {
+    char *of;             /* the primary's URL (caller frees: reg_mirror_status_release) */
+    int64_t last_sync;    /* unix time the last sync completed; 0: never */
+    int64_t last_attempt; /* unix time the last sync began */
+    int64_t problems;     /* items the last completed sync did not copy */
+} reg_mirror_status;
+kiln_err reg_mirror_status_read(sqlite3 *db, reg_mirror_status *out);
+void reg_mirror_status_release(reg_mirror_status *s);
 
 /* ---- small shared pieces (store.c) ---- */
 

@@ -69,6 +69,7 @@ struct kiln_registry_server {
     pthread_mutex_t trust_put_mu; /* one trust PUT at a time: verify, store, swap */
     trust_ref *trust;             /* NULL: no policy (serve without --trust) */
     bool read_required;
+    char *mirror_of; /* a mirror store's primary (mirror.c): every write is refused */
     uint64_t max_upload;
     int lock_fd;
     uint16_t port;
@@ -424,6 +425,52 @@ static void put_hist(FILE *f, const char *name, const histogram *h) {
             h->count, name, h->sum, name, h->count);
 }
 
+/* A mirror's sync state (mirror.c keeps it in the store's meta table). */
+static void put_mirror_metrics(FILE *f, const char *of, sqlite3 *db) {
+    reg_mirror_status ms;
+    if (reg_mirror_status_read(db, &ms) != KILN_OK) return;
+    int64_t now = kiln_unix_time();
+    fprintf(f, "# HELP kiln_registry_mirror_info This registry is a read-only mirror of 'of'.\n"
+               "# TYPE kiln_registry_mirror_info gauge\nkiln_registry_mirror_info{of=\"");
+    for (const char *p = of; *p; p++) { /* a label value: \ " and newlines escaped */
+        if (*p == '\\' || *p == '"' || *p == '\n') fputc('\\', f);
+        fputc(*p == '\n' ? 'n' : *p, f);
+    }
+    fprintf(f,
+            "\"} 1\n"
+            "# HELP kiln_registry_mirror_last_sync_seconds When the last sync completed (unix "
+            "time; 0: never).\n# TYPE kiln_registry_mirror_last_sync_seconds gauge\n"
+            "kiln_registry_mirror_last_sync_seconds %" PRId64 "\n"
+            "# HELP kiln_registry_mirror_lag_seconds Seconds since the last sync completed (-1: "
+            "never synced).\n# TYPE kiln_registry_mirror_lag_seconds gauge\n"
+            "kiln_registry_mirror_lag_seconds %" PRId64 "\n"
+            "# HELP kiln_registry_mirror_sync_problems Items the last sync did not copy (they did "
+            "not verify).\n# TYPE kiln_registry_mirror_sync_problems gauge\n"
+            "kiln_registry_mirror_sync_problems %" PRId64 "\n",
+            ms.last_sync, ms.last_sync ? now - ms.last_sync : -1, ms.problems);
+    reg_mirror_status_release(&ms);
+}
+
+/* GET /healthz on a mirror: "ok", then what it mirrors and how fresh it is. */
+static enum MHD_Result do_health_mirror(kiln_registry_server *s, struct MHD_Connection *c,
+                                        req *r) {
+    sqlite3 *db = NULL;
+    reg_mirror_status ms = {0};
+    kiln_err rc = reg_db_connect(s->root, &db);
+    if (!rc) rc = reg_mirror_status_read(db, &ms);
+    reg_db_close(db);
+    if (rc) return send_kiln_error(c, r, rc);
+    char when[21];
+    kiln_format_time(ms.last_sync, when);
+    char *text = ms.last_sync ? kiln_asprintf("ok\nmirror of %s, last synced %s (%lld s ago)\n",
+                                              s->mirror_of, when,
+                                              (long long)(kiln_unix_time() - ms.last_sync))
+                              : kiln_asprintf("ok\nmirror of %s, never synced\n", s->mirror_of);
+    reg_mirror_status_release(&ms);
+    if (!text) return MHD_NO;
+    return send_buf(c, r, 200, text, strlen(text), "text/plain");
+}
+
 static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                   sqlite3 *db) {
     int64_t versions = -1;
@@ -471,6 +518,7 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
             "# HELP kiln_registry_active_connections Open HTTP connections.\n"
             "# TYPE kiln_registry_active_connections gauge\nkiln_registry_active_connections %d\n",
             atomic_load(&s->connections));
+    if (s->mirror_of) put_mirror_metrics(f, s->mirror_of, db);
     if (fclose(f) != 0) {
         free(buf);
         return MHD_NO;
@@ -599,23 +647,29 @@ static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db)
     return send_buf(c, r, 200, text, strlen(text), "application/json");
 }
 
+/* ?after=SEQ: only the records after it (a mirror's sync asks for what it lacks). Each
+ * record's stored bytes go out as "text" beside the parsed "record", so that a copy of them
+ * is byte for byte what was signed and stored. */
 static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    const char *after_arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    int64_t after = after_arg ? strtoll(after_arg, NULL, 10) : 0;
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
                            "SELECT record, publisher, created FROM channel_records WHERE model = "
-                           "?1 AND channel = ?2"
+                           "?1 AND channel = ?2 AND seq > ?3"
                            " ORDER BY seq",
                            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, after > 0 ? after : 0);
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(arr, json_pack("{s:o, s:s, s:o}", "record", col_json(st, 0),
-                                             "publisher", col(st, 1), "created",
-                                             time_json(sqlite3_column_int64(st, 2))));
+        json_array_append_new(arr, json_pack("{s:o, s:s, s:s, s:o}", "record", col_json(st, 0),
+                                             "text", col(st, 0), "publisher", col(st, 1),
+                                             "created", time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
-    if (!json_array_size(arr)) {
+    if (!json_array_size(arr) && after <= 0) {
         json_decref(arr);
         return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
     }
@@ -1147,12 +1201,16 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     r->html = ui || !strncmp(url, "/ui/", 4);
     if (bad) return send_error(c, r, 400, "malformed path");
     if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
+    if (r->route == REG_R_HEALTH && get && s->mirror_of) return do_health_mirror(s, c, r);
     if (r->route == REG_R_HEALTH && get)
         return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
     bool writes =
         r->route == REG_R_VERSION || r->route == REG_R_CHANNEL || r->route == REG_R_TRUST_VERSION;
     if (!get && !(put && writes))
         return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
+    if (put && writes && s->mirror_of) /* a mirror is read-only: it copies its primary */
+        return send_error(c, r, 405, "this registry is a mirror of %s: publish there",
+                          s->mirror_of);
     kiln_err rc = KILN_OK;
     /* A page's names are checked as the API's are; an empty one is a bad name there too. */
     bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL;
@@ -1435,6 +1493,17 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
                   "'%s' is held by another running server", o->root);
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
+    {
+        reg_mirror_status ms;
+        rc = reg_mirror_status_read(db, &ms);
+        s->mirror_of = ms.of; /* NULL: a primary */
+        ms.of = NULL;
+        reg_mirror_status_release(&ms);
+        if (rc) {
+            reg_db_close(db);
+            goto fail;
+        }
+    }
     if (trust) {
         /* The policy in force: --trust's, walked forward through the stored versions above
          * it, each verified as the successor of the one before. */
@@ -1510,5 +1579,6 @@ void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
     pthread_mutex_destroy(&s->trust_put_mu);
     free(s->rows);
     free(s->root);
+    free(s->mirror_of);
     free(s);
 }
