@@ -181,6 +181,12 @@ typedef struct kiln_registry_pull_opts {
     /* The part after '@' is a channel only: a registry without it is KILN_ERR_NOTFOUND (after
      * the anti-rollback check: a channel accepted before and now missing is refused). */
     bool channel_only;
+    /* The channel record to pull (its text as a registry served it), checked as one fetched
+     * is, instead of asking this registry for the channel's: a pull over several registries
+     * takes the newest record any of them has, then the archive from one that holds it.
+     * NULL: ask. */
+    const char *record;
+    size_t record_len;
 } kiln_registry_pull_opts;
 
 typedef struct kiln_registry_pulled {
@@ -193,6 +199,9 @@ typedef struct kiln_registry_pulled {
     /* The release keys whose signatures verified, the threshold and the validation verdict:
      * "rel (1 of 1 release key; validation passed)". */
     char signed_by[256];
+    /* Which registry served the archive, and the channel record when that was another
+     * (kiln_registry_pull_any); record_from is "" when it is the same. */
+    char registry[512], record_from[512];
 } kiln_registry_pulled;
 
 /* Download, verify in the documented order (docs/registry.md: the channel record's
@@ -235,6 +244,39 @@ kiln_err kiln_registry_trust_walk(const kiln_registry_client_opts *c, const char
  * admin token). *version (may be NULL) gets the version the registry stored. */
 kiln_err kiln_registry_trust_put(const kiln_registry_client_opts *c, const char *doc, size_t len,
                                  const char *label, uint64_t *version);
+
+/* ---- several registries: a primary and its mirrors (failover.c, docs/registry.md
+ * "Mirrors") ---- */
+
+/* What a pull over several registries says as it moves from one to the next, one line
+ * without "kiln: " ("registry URL1: connection refused; trying URL2"). NULL: each is logged as
+ * a warning. */
+typedef void (*kiln_registry_note)(void *ctx, const char *line);
+
+/* kiln_registry_pull over the registries cs[0..n), in that order. The trust policy is walked
+ * through each that answers. A channel's current record is asked of every registry that
+ * answers and the one with the highest seq that verifies is taken (a stale mirror never
+ * makes a service run an older model: a rollback is a higher seq too); then the archive is
+ * pulled from the first registry that holds it and verifies. A registry that cannot be
+ * reached, answers 5xx, serves a record older than this client accepted, or serves something
+ * that does not verify is passed over, and note hears why; when none gives a model that
+ * verifies, the error names each registry's reason (KILN_ERR_VERIFY when any served
+ * something that did not verify). With more than one registry each request is tried once
+ * per registry (the next registry is the retry); with one, this is kiln_registry_pull. */
+kiln_err kiln_registry_pull_any(const kiln_registry_client_opts *cs, size_t n,
+                                const kiln_registry_pull_opts *p, kiln_registry_note note,
+                                void *note_ctx, kiln_registry_pulled *out) KILN_MUST_CHECK;
+
+/* kiln_registry_trust_walk through each of cs[0..n) that answers, in order: *out is the newest
+ * policy any of them leads to (a registry that serves fewer versions changes nothing). A
+ * registry that cannot be reached or serves a version that does not verify is passed over
+ * (note hears why); when none can be walked, the error names each one's reason. on_step hears
+ * each version once. */
+kiln_err kiln_registry_trust_walk_any(const kiln_registry_client_opts *cs, size_t n,
+                                      const char *trust, const char *state,
+                                      void (*on_step)(void *ctx, const kiln_registry_trust_step *s),
+                                      void *ctx, kiln_registry_note note, void *note_ctx,
+                                      kiln_sign_trust **out) KILN_MUST_CHECK;
 
 /* ---- mirrors (mirror.c, docs/registry.md "Mirrors") ---- */
 

@@ -216,11 +216,57 @@ kiln_err reg_get_text(const kiln_registry_client_opts *c, const char *path, size
 /* PUT body (JSON) at path, once; *answer (may be NULL) is the parsed answer. */
 kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, const char *body,
                       size_t len, json_t **answer);
+/* The last seq this client accepted for model/channel (STATE/channels/MODEL/CHANNEL.json;
+ * state NULL: the default); 0 and *known false when none. */
+kiln_err reg_channel_state(const char *state, const char *model, const char *channel,
+                           int64_t *seq, bool *known);
+/* A pull's checks 1-3 of a channel record: its signatures reach trust's threshold for the
+ * channel, it names model and channel, its seq is not below last (when known; *stale, may be
+ * NULL, says that was the failure), it has not expired. KILN_ERR_VERIFY naming the failure. */
+kiln_err reg_record_accept(const kiln_sign_trust *trust, const char *record, size_t len,
+                           const char *model, const char *channel, int64_t last, bool known,
+                           reg_record *rec, bool *stale) KILN_MUST_CHECK;
 /* kiln_registry_pull under a policy the caller walked already (kiln_watch walks it once per
  * poll). */
 kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                              const kiln_sign_trust *trust, kiln_registry_pulled *res)
     KILN_MUST_CHECK;
+
+/* ---- several registries (failover.c) ---- */
+
+/* The registries of one pull or watch poll, in order. */
+typedef struct reg_registries {
+    kiln_registry_client_opts *c; /* each with retries 0 when there are several */
+    size_t n;
+    bool *down; /* did not answer during this pull: not asked again by it */
+    kiln_registry_note note;
+    void *ctx;
+} reg_registries;
+/* Copy cs[0..n) (the URLs and tokens stay the caller's); release with reg_registries_release. */
+kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts *cs, size_t n,
+                             kiln_registry_note note, void *ctx);
+void reg_registries_release(reg_registries *r);
+/* The registries of kiln_pull_opts (registry, then registries[]) as client options with
+ * token; *cs: caller frees (the strings stay o's). */
+kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opts **cs,
+                               size_t *n);
+/* Forget which registries did not answer (each watch poll starts afresh). */
+void reg_registries_reset(reg_registries *r);
+kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *state,
+                             void (*on_step)(void *ctx, const kiln_registry_trust_step *s),
+                             void *ctx, kiln_sign_trust **out) KILN_MUST_CHECK;
+/* The current record of model/channel with the highest seq that passes reg_record_accept,
+ * among the registries that have it: *text (caller frees), *len and *from (its registry's
+ * index). KILN_ERR_NOTFOUND when every registry that answered has no such channel (and
+ * none failed otherwise); another failure names each registry's reason. */
+kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, const char *state,
+                           const char *model, const char *channel, char **text, size_t *len,
+                           size_t *from) KILN_MUST_CHECK;
+/* reg_pull_with_trust over the registries: the newest record (reg_newest_record), then the
+ * archive from the first registry that holds it and verifies (p->record, when given, is used
+ * as the record). */
+kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
+                       const kiln_sign_trust *trust, kiln_registry_pulled *res) KILN_MUST_CHECK;
 
 /* ---- trust versions in the store (trustchain.c) ---- */
 
