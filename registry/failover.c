@@ -67,6 +67,10 @@ void reg_registries_release(reg_registries *r) {
 
 void reg_registries_reset(reg_registries *r) {
     if (r->down) memset(r->down, 0, r->n * sizeof *r->down);
+    r->why[0] = 0;
+    r->why_len = 0;
+    r->why_verify = false;
+    r->why_last = KILN_OK;
 }
 
 static void say(const reg_registries *r, const char *fmt, ...) KILN_PRINTF(2, 3);
@@ -82,27 +86,22 @@ static void say(const reg_registries *r, const char *fmt, ...) {
         kiln_warn("%s", line);
 }
 
-/* Each registry's reason, for the error when none served: "URL1: why; URL2: why". */
-typedef struct reasons {
-    char text[4096];
-    size_t len;
-    bool verify; /* one served something that did not verify */
-    kiln_err last;
-} reasons;
-
-static void reason_add(reasons *w, const char *url, kiln_err rc, const char *msg) {
+/* Registry url's reason, for the error when none served. */
+static void reason_add(reg_registries *r, const char *url, kiln_err rc, const char *msg) {
     bool named = strstr(msg, url) != NULL; /* the client's messages name the registry */
-    if (w->len < sizeof w->text)
-        w->len += (size_t)snprintf(w->text + w->len, sizeof w->text - w->len, "%s%s%s%s",
-                                   w->len ? "; " : "", named ? "" : url, named ? "" : ": ", msg);
-    if (w->len >= sizeof w->text) w->len = sizeof w->text - 1;
-    if (rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT) w->verify = true;
-    w->last = rc;
+    size_t cap = sizeof r->why;
+    if (r->why_len < cap)
+        r->why_len += (size_t)snprintf(r->why + r->why_len, cap - r->why_len, "%s%s%s%s",
+                                       r->why_len ? "; " : "", named ? "" : url,
+                                       named ? "" : ": ", msg);
+    if (r->why_len >= cap) r->why_len = cap - 1;
+    if (rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT) r->why_verify = true;
+    r->why_last = rc;
 }
 
-static kiln_err reasons_fail(const reasons *w, const char *what) {
-    return kiln_fail(w->verify ? KILN_ERR_VERIFY : w->last ? w->last : KILN_ERR_NETWORK,
-                     "%s: %s", what, w->len ? w->text : "no registry answered");
+static kiln_err reasons_fail(const reg_registries *r, const char *what) {
+    return kiln_fail(r->why_verify ? KILN_ERR_VERIFY : r->why_last ? r->why_last : KILN_ERR_NETWORK,
+                     "%s: %s", what, r->why_len ? r->why : "no registry answered");
 }
 
 /* The next registry after i still in the running, or NULL. */
@@ -115,7 +114,7 @@ static const char *next_url(const reg_registries *r, size_t i) {
 /* Registry i is passed over for rc (the message is the current error's): the note says why
  * and what comes next, loudly when what it served did not verify; one that did not answer at
  * all (or answered 5xx) is not asked again during this pull. */
-static void pass_over(reg_registries *r, size_t i, kiln_err rc, reasons *w) {
+static void pass_over(reg_registries *r, size_t i, kiln_err rc) {
     char msg[1536];
     snprintf(msg, sizeof msg, "%s", *kiln_errmsg() ? kiln_errmsg() : kiln_strerror(rc));
     if (rc == KILN_ERR_NETWORK) r->down[i] = true;
@@ -130,7 +129,7 @@ static void pass_over(reg_registries *r, size_t i, kiln_err rc, reasons *w) {
         say(r, "%s%s%s", msg, sep, nx);
     else
         say(r, "registry %s: %s%s%s", url, msg, sep, nx);
-    reason_add(w, url, rc, msg);
+    reason_add(r, url, rc, msg);
 }
 
 /* ---- the trust policy ---- */
@@ -158,7 +157,6 @@ kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *s
      * registry's fault and fails the walk as it is. */
     kiln_sign_trust *best = NULL;
     KILN_TRY(kiln_registry_trust_walk(NULL, trust, state, filter_step, &f, &best));
-    reasons w = {0};
     bool any = false;
     for (size_t i = 0; i < r->n; i++) {
         if (r->down[i]) continue;
@@ -169,7 +167,7 @@ kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *s
             return rc;
         }
         if (rc) {
-            pass_over(r, i, rc, &w);
+            pass_over(r, i, rc);
             continue;
         }
         /* Each walk starts from state, which holds what the walks before saved: the last
@@ -180,7 +178,7 @@ kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *s
     }
     if (!any) {
         kiln_sign_trust_free(best);
-        return reasons_fail(&w, "the trust policy could not be walked at any registry");
+        return reasons_fail(r, "the trust policy could not be walked at any registry");
     }
     *out = best;
     return KILN_OK;
@@ -214,7 +212,6 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
     KILN_TRY(reg_channel_state(state, model, channel, &last, &known));
     int64_t *seqs = kiln_calloc(r->n, sizeof *seqs); /* each registry's verified seq, or 0 */
     if (!seqs) return KILN_ERR_NOMEM;
-    reasons w = {0};
     bool served = false, missing = false;
     kiln_err rc = KILN_OK;
     for (size_t i = 0; i < r->n; i++) {
@@ -224,14 +221,14 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
         rc = kiln_registry_get_channel(&r->c[i], model, channel, &t, &tl);
         if (rc == KILN_ERR_NOTFOUND) {
             missing = true;
-            reason_add(&w, r->c[i].url, rc, kiln_errmsg());
+            reason_add(r, r->c[i].url, rc, kiln_errmsg());
             kiln_errclear();
             rc = KILN_OK;
             continue;
         }
         if (rc == KILN_ERR_NOMEM) break;
         if (rc) {
-            pass_over(r, i, rc, &w);
+            pass_over(r, i, rc);
             rc = KILN_OK;
             continue;
         }
@@ -250,9 +247,9 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
                    "stale mirror)%s%s",
                 r->c[i].url, model, channel, (long long)rec.seq, (long long)last,
                 next ? "; trying " : "", next ? next : "");
-            reason_add(&w, r->c[i].url, KILN_ERR_VERIFY, kiln_errmsg());
+            reason_add(r, r->c[i].url, KILN_ERR_VERIFY, kiln_errmsg());
         } else if (rc) {
-            pass_over(r, i, rc, &w);
+            pass_over(r, i, rc);
         } else if (!*text || rec.seq > seqs[*from]) {
             free(*text);
             *text = t;
@@ -282,7 +279,7 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
     char what[200];
     snprintf(what, sizeof what, "no registry serves a record of %s@%s that this client accepts",
              model, channel);
-    return reasons_fail(&w, what);
+    return reasons_fail(r, what);
 }
 
 /* ---- the pull ---- */
@@ -323,14 +320,13 @@ kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
             have_from = true;
         }
     }
-    reasons w = {0};
     bool done = false;
     for (size_t i = 0; i < r->n && !done; i++) {
         if (r->down[i]) continue;
         rc = reg_pull_with_trust(&r->c[i], &pinned, trust, res);
         if (rc == KILN_ERR_NOMEM) break;
         if (rc) {
-            pass_over(r, i, rc, &w);
+            pass_over(r, i, rc);
             continue;
         }
         done = true;
@@ -343,7 +339,7 @@ kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
     if (rc == KILN_ERR_NOMEM) return rc;
     char what[200];
     snprintf(what, sizeof what, "no registry gave %s that verifies", p->ref);
-    return reasons_fail(&w, what);
+    return reasons_fail(r, what);
 }
 
 kiln_err kiln_registry_pull_any(const kiln_registry_client_opts *cs, size_t n,

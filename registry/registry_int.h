@@ -241,6 +241,12 @@ typedef struct reg_registries {
     bool *down; /* did not answer during this pull: not asked again by it */
     kiln_registry_note note;
     void *ctx;
+    /* Why each registry was passed over during this pull ("URL1: why; URL2: why"), for the
+     * error when none served. */
+    char why[4096];
+    size_t why_len;
+    bool why_verify; /* one served something that did not verify */
+    kiln_err why_last;
 } reg_registries;
 /* Copy cs[0..n) (the URLs and tokens stay the caller's); release with reg_registries_release. */
 kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts *cs, size_t n,
@@ -250,7 +256,7 @@ void reg_registries_release(reg_registries *r);
  * token; *cs: caller frees (the strings stay o's). */
 kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opts **cs,
                                size_t *n);
-/* Forget which registries did not answer (each watch poll starts afresh). */
+/* Forget which registries did not answer and why (each watch poll starts afresh). */
 void reg_registries_reset(reg_registries *r);
 kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *state,
                              void (*on_step)(void *ctx, const kiln_registry_trust_step *s),
