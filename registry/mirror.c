@@ -670,7 +670,11 @@ kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
                        url, res->problems, res->problems == 1 ? "" : "s",
                        res->problems == 1 ? "was" : "were");
 out:
-    if (rc && rc != KILN_ERR_VERIFY) kiln_errprefix(rc, "mirror of %s into '%s': ", url, o->root);
+    /* The primary or the disk failed mid-sync: say which sync (the directory's own refusals
+     * name it already). */
+    if (rc == KILN_ERR_NETWORK || rc == KILN_ERR_AUTH || rc == KILN_ERR_IO ||
+        rc == KILN_ERR_CONFLICT)
+        kiln_errprefix(rc, "mirror of %s into '%s': ", url, o->root);
     json_decref(models);
     kiln_sign_trust_free(start);
     reg_trust_chain_release(&m.chain);
