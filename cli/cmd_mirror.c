@@ -127,8 +127,7 @@ int cmd_registry_mirror(int argc, char **argv) {
                        "downloaded), %zu channel record%s; %zu problem%s (%zu requests, %.2f s)\n",
                        from, res.trust_versions, plural(res.trust_versions), res.versions,
                        plural(res.versions), (unsigned long long)res.bytes, res.records,
-                       plural(res.records), res.problems, plural(res.problems), res.requests,
-                       secs);
+                       plural(res.records), res.problems, plural(res.problems), res.requests, secs);
             fflush(stdout);
         }
         if (once) return e ? cli_fail(e) : 0;
@@ -144,8 +143,9 @@ int cmd_registry_mirror(int argc, char **argv) {
         }
         if (stop_signal) break;
     }
-    fprintf(stderr, "kiln registry mirror: %s received, stopped (a download cut short resumes at "
-                    "the next sync)\n",
+    fprintf(stderr,
+            "kiln registry mirror: %s received, stopped (a download cut short resumes at "
+            "the next sync)\n",
             stop_signal == SIGINT ? "SIGINT" : "SIGTERM");
     return 0;
 }

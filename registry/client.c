@@ -569,8 +569,8 @@ static kiln_err state_read(const char *path, int64_t *seq, bool *known) {
     return rc;
 }
 
-kiln_err reg_channel_state(const char *state, const char *model, const char *channel,
-                           int64_t *seq, bool *known) {
+kiln_err reg_channel_state(const char *state, const char *model, const char *channel, int64_t *seq,
+                           bool *known) {
     char *st = state ? kiln_strdup(state) : reg_default_state(),
          *file = st ? kiln_asprintf("%s/channels/%s/%s.json", st, model, channel) : NULL;
     kiln_err rc = file ? state_read(file, seq, known) : kiln_fail(KILN_ERR_NOMEM, "out of memory");

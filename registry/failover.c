@@ -34,8 +34,7 @@ kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts 
     return KILN_OK;
 }
 
-kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opts **cs,
-                               size_t *n) {
+kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opts **cs, size_t *n) {
     *cs = NULL;
     *n = 0;
     size_t k = (o->registry ? 1 : 0) + (o->registries ? o->nregistries : 0);
@@ -91,16 +90,18 @@ static void reason_add(reg_registries *r, const char *url, kiln_err rc, const ch
     bool named = strstr(msg, url) != NULL; /* the client's messages name the registry */
     size_t cap = sizeof r->why;
     if (r->why_len < cap)
-        r->why_len += (size_t)snprintf(r->why + r->why_len, cap - r->why_len, "%s%s%s%s",
-                                       r->why_len ? "; " : "", named ? "" : url,
-                                       named ? "" : ": ", msg);
+        r->why_len +=
+            (size_t)snprintf(r->why + r->why_len, cap - r->why_len, "%s%s%s%s",
+                             r->why_len ? "; " : "", named ? "" : url, named ? "" : ": ", msg);
     if (r->why_len >= cap) r->why_len = cap - 1;
     if (rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT) r->why_verify = true;
     r->why_last = rc;
 }
 
 static kiln_err reasons_fail(const reg_registries *r, const char *what) {
-    return kiln_fail(r->why_verify ? KILN_ERR_VERIFY : r->why_last ? r->why_last : KILN_ERR_NETWORK,
+    return kiln_fail(r->why_verify ? KILN_ERR_VERIFY
+                     : r->why_last ? r->why_last
+                                   : KILN_ERR_NETWORK,
                      "%s: %s", what, r->why_len ? r->why : "no registry answered");
 }
 
@@ -243,8 +244,9 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
         if (rc && stale) {
             /* A stale mirror: not an error while another registry has a newer record. */
             const char *next = next_url(r, i);
-            say(r, "registry %s has %s@%s at seq %lld, below seq %lld this client accepted (a "
-                   "stale mirror)%s%s",
+            say(r,
+                "registry %s has %s@%s at seq %lld, below seq %lld this client accepted (a "
+                "stale mirror)%s%s",
                 r->c[i].url, model, channel, (long long)rec.seq, (long long)last,
                 next ? "; trying " : "", next ? next : "");
             reason_add(r, r->c[i].url, KILN_ERR_VERIFY, kiln_errmsg());
@@ -264,8 +266,9 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
     if (!rc && *text)
         for (size_t i = 0; i < r->n; i++)
             if (seqs[i] && seqs[i] < seqs[*from])
-                say(r, "registry %s has %s@%s at seq %lld, %s has seq %lld: using the newer", r->c[i].url,
-                    model, channel, (long long)seqs[i], r->c[*from].url, (long long)seqs[*from]);
+                say(r, "registry %s has %s@%s at seq %lld, %s has seq %lld: using the newer",
+                    r->c[i].url, model, channel, (long long)seqs[i], r->c[*from].url,
+                    (long long)seqs[*from]);
     free(seqs);
     if (rc) {
         free(*text);
@@ -274,8 +277,7 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
     }
     if (*text) return KILN_OK;
     if (missing && !served)
-        return kiln_fail(KILN_ERR_NOTFOUND, "no registry has channel '%s' of '%s'", channel,
-                         model);
+        return kiln_fail(KILN_ERR_NOTFOUND, "no registry has channel '%s' of '%s'", channel, model);
     char what[200];
     snprintf(what, sizeof what, "no registry serves a record of %s@%s that this client accepts",
              model, channel);
@@ -295,8 +297,7 @@ kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
     const char *at = p->ref ? strchr(p->ref, '@') : NULL;
     KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
                      strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
-                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION",
-                 p->ref ? p->ref : "");
+                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", p->ref ? p->ref : "");
     char model[KILN_REGISTRY_NAME_MAX + 1];
     snprintf(model, sizeof model, "%.*s", (int)(at - p->ref), p->ref);
     KILN_TRY(kiln_registry_check_name("model", model));

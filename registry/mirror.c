@@ -115,9 +115,8 @@ static int64_t count_rows(sqlite3 *db, const char *table) {
 static int64_t published_rows(sqlite3 *db, char *what, size_t len) {
     int64_t v = count_rows(db, "versions"), c = count_rows(db, "channel_records"),
             t = count_rows(db, "trust_versions");
-    snprintf(what, len, "%lld version%s, %lld channel record%s, %lld trust version%s",
-             (long long)v, v == 1 ? "" : "s", (long long)c, c == 1 ? "" : "s", (long long)t,
-             t == 1 ? "" : "s");
+    snprintf(what, len, "%lld version%s, %lld channel record%s, %lld trust version%s", (long long)v,
+             v == 1 ? "" : "s", (long long)c, c == 1 ? "" : "s", (long long)t, t == 1 ? "" : "s");
     return v + c + t;
 }
 
@@ -398,10 +397,9 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
         rc = kiln_errprefix(rc == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : rc, "%s: ", label);
         goto out;
     }
-    KILN_CHECK_IF(rc, out,
-                  memcmp(meta.manifest_sha256, rep.info.manifest_sha256, KILN_SHA256_BYTES) != 0,
-                  KILN_ERR_VERIFY, "%s: the manifest read is not the one the signatures name",
-                  label);
+    KILN_CHECK_IF(
+        rc, out, memcmp(meta.manifest_sha256, rep.info.manifest_sha256, KILN_SHA256_BYTES) != 0,
+        KILN_ERR_VERIFY, "%s: the manifest read is not the one the signatures name", label);
     KILN_CHECK_IF(rc, out, strcmp(meta.name, model) || strcmp(meta.version, version),
                   KILN_ERR_VERIFY, "%s: the archive's manifest names '%s@%s'", label, meta.name,
                   meta.version);
@@ -519,8 +517,9 @@ static kiln_err sync_channel(mirror_run *m, const char *model, const char *chann
         reg_record rec;
         rc = KILN_OK;
         if (!text || strlen(text) != len || len > REG_RECORD_MAX)
-            rc = kiln_fail(KILN_ERR_VERIFY, "%s: the primary's record text is missing, too long "
-                                            "or holds a NUL byte",
+            rc = kiln_fail(KILN_ERR_VERIFY,
+                           "%s: the primary's record text is missing, too long "
+                           "or holds a NUL byte",
                            label);
         if (!rc) {
             /* Newest first, the current record under the newest only; the message kept when

@@ -218,8 +218,8 @@ kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, cons
                       size_t len, json_t **answer);
 /* The last seq this client accepted for model/channel (STATE/channels/MODEL/CHANNEL.json;
  * state NULL: the default); 0 and *known false when none. */
-kiln_err reg_channel_state(const char *state, const char *model, const char *channel,
-                           int64_t *seq, bool *known);
+kiln_err reg_channel_state(const char *state, const char *model, const char *channel, int64_t *seq,
+                           bool *known);
 /* A pull's checks 1-3 of a channel record: its signatures reach trust's threshold for the
  * channel, it names model and channel, its seq is not below last (when known; *stale, may be
  * NULL, says that was the failure), it has not expired. KILN_ERR_VERIFY naming the failure. */
@@ -254,8 +254,7 @@ kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts 
 void reg_registries_release(reg_registries *r);
 /* The registries of kiln_pull_opts (registry, then registries[]) as client options with
  * token; *cs: caller frees (the strings stay o's). */
-kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opts **cs,
-                               size_t *n);
+kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opts **cs, size_t *n);
 /* Forget which registries did not answer and why (each watch poll starts afresh). */
 void reg_registries_reset(reg_registries *r);
 kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *state,

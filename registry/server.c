@@ -452,8 +452,7 @@ static void put_mirror_metrics(FILE *f, const char *of, sqlite3 *db) {
 }
 
 /* GET /healthz on a mirror: "ok", then what it mirrors and how fresh it is. */
-static enum MHD_Result do_health_mirror(kiln_registry_server *s, struct MHD_Connection *c,
-                                        req *r) {
+static enum MHD_Result do_health_mirror(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
     sqlite3 *db = NULL;
     reg_mirror_status ms = {0};
     kiln_err rc = reg_db_connect(s->root, &db);
@@ -666,8 +665,8 @@ static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db)
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
         json_array_append_new(arr, json_pack("{s:o, s:s, s:s, s:o}", "record", col_json(st, 0),
-                                             "text", col(st, 0), "publisher", col(st, 1),
-                                             "created", time_json(sqlite3_column_int64(st, 2))));
+                                             "text", col(st, 0), "publisher", col(st, 1), "created",
+                                             time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
     if (!json_array_size(arr) && after <= 0) {
         json_decref(arr);

@@ -890,7 +890,8 @@ kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes) {
         reg_unlock(lock);
         KILN_TRY(mrc);
         return kiln_fail(KILN_ERR_CONFLICT,
-                         "'%s' is being synced by kiln registry mirror; run gc after the sync", root);
+                         "'%s' is being synced by kiln registry mirror; run gc after the sync",
+                         root);
     }
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;

@@ -60,14 +60,12 @@ static bool minit(mfx *f) {
     for (int i = 0; i < NK; i++)
         if (!kiln_test_keypair(&f->sk[i], f->b64[i])) return false;
     char *v1 = mpolicy(f, 1);
-    bool ok = v1 && kiln_write_file_atomic(f->trust, v1, strlen(v1)) == KILN_OK &&
-              kiln_registry_token_create(f->primary, "ops", KILN_SCOPE_ADMIN, &f->admin) ==
-                  KILN_OK &&
-              kiln_registry_token_create(f->primary, "ci", KILN_SCOPE_PUBLISH, &f->pub) ==
-                  KILN_OK &&
-              kiln_registry_token_create(f->primary, "rm", KILN_SCOPE_PROMOTE, &f->prom) ==
-                  KILN_OK &&
-              mserve(f->primary, f->trust, &f->psrv, f->purl);
+    bool ok =
+        v1 && kiln_write_file_atomic(f->trust, v1, strlen(v1)) == KILN_OK &&
+        kiln_registry_token_create(f->primary, "ops", KILN_SCOPE_ADMIN, &f->admin) == KILN_OK &&
+        kiln_registry_token_create(f->primary, "ci", KILN_SCOPE_PUBLISH, &f->pub) == KILN_OK &&
+        kiln_registry_token_create(f->primary, "rm", KILN_SCOPE_PROMOTE, &f->prom) == KILN_OK &&
+        mserve(f->primary, f->trust, &f->psrv, f->purl);
     free(v1);
     return ok;
 }
@@ -127,7 +125,8 @@ static bool mtrust2(mfx *f) {
     size_t len = 0;
     kiln_registry_client_opts c = mclient(f->purl, f->admin);
     uint64_t v = 0;
-    bool ok = p2 && kiln_sign_trust_sign(p2, strlen(p2), "v2", f->sk[ROOT], &doc, &len) == KILN_OK &&
+    bool ok = p2 &&
+              kiln_sign_trust_sign(p2, strlen(p2), "v2", f->sk[ROOT], &doc, &len) == KILN_OK &&
               kiln_registry_trust_put(&c, doc, len, "v2", &v) == KILN_OK && v == 2;
     free(p2);
     free(doc);
@@ -227,7 +226,8 @@ static long mhttp(const char *url, const char *method, const char *path, const c
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mresp_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
+    if (curl_easy_perform(h) == CURLE_OK)
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
     curl_easy_cleanup(h);
     curl_slist_free_all(hdr);
     return out->status;
@@ -259,8 +259,9 @@ KILN_TEST(registry_mirror_sync_copies_everything_once) {
     CHECK("channel records: the primary's bytes, in seq order, with who put them and when",
           mboth(&f, "SELECT group_concat(hex(record) || publisher || created || seq, '|') FROM "
                     "(SELECT * FROM channel_records ORDER BY model, channel, seq)"));
-    char *audit = mquery(f.mirror, "SELECT count(*) || ':' || min(reason) FROM audit WHERE action = "
-                                   "'mirror.sync'");
+    char *audit =
+        mquery(f.mirror, "SELECT count(*) || ':' || min(reason) FROM audit WHERE action = "
+                         "'mirror.sync'");
     char want[128];
     snprintf(want, sizeof want, "6:from %s", f.purl);
     CHECK("one mirror.sync audit row per item copied, saying from where",
@@ -275,12 +276,13 @@ KILN_TEST(registry_mirror_sync_copies_everything_once) {
               res.records == 0 && res.bytes == 0);
     CHECK("... in fewer requests (the listing and the trust probe only)",
           res.requests < first_requests && res.requests <= 3);
-    CHECK("a new version and record on the primary", mpublish(&f, "3.0.0", "three", 5) &&
-                                                         mpromote(&f, "production", "3.0.0"));
-    CHECK("the third sync copies just those",
-          msync(&f, &res) == KILN_OK && res.versions == 1 && res.records == 1 &&
-              res.trust_versions == 0 && res.bytes > 0 && res.bytes < first_bytes);
-    char *seq = mquery(f.mirror, "SELECT max(seq) FROM channel_records WHERE channel = 'production'");
+    CHECK("a new version and record on the primary",
+          mpublish(&f, "3.0.0", "three", 5) && mpromote(&f, "production", "3.0.0"));
+    CHECK("the third sync copies just those", msync(&f, &res) == KILN_OK && res.versions == 1 &&
+                                                  res.records == 1 && res.trust_versions == 0 &&
+                                                  res.bytes > 0 && res.bytes < first_bytes);
+    char *seq =
+        mquery(f.mirror, "SELECT max(seq) FROM channel_records WHERE channel = 'production'");
     CHECK("production is at seq 3 in the mirror", seq && !strcmp(seq, "3"));
     free(seq);
 out:
@@ -297,7 +299,8 @@ KILN_TEST(registry_mirror_reports_what_does_not_verify) {
         goto out;
     /* A compromised or broken primary: 2.0.0's signature file is another version's, 3.0.0's
      * blob has other bytes of the same size, staging's record was edited after signing. */
-    char *digest3 = mquery(f.primary, "SELECT substr(digest, 8) FROM versions WHERE version = '3.0.0'");
+    char *digest3 =
+        mquery(f.primary, "SELECT substr(digest, 8) FROM versions WHERE version = '3.0.0'");
     char *blob3 = digest3 ? reg_blob_path(f.primary, digest3) : NULL;
     struct stat sb;
     bool tampered =
@@ -417,20 +420,20 @@ KILN_TEST(registry_mirror_serves_read_only) {
     mfx f;
     if (!CHECK("fixture", minit(&f))) goto out;
     kiln_registry_mirror_result res;
-    if (!CHECK("a primary and its mirror",
-               mtrust2(&f) && mpublish(&f, "1.0.0", "one", 3) &&
-                   mpromote(&f, "production", "1.0.0") && msync(&f, &res) == KILN_OK &&
-                   mserve(f.mirror, f.trust, &f.msrv, f.murl)))
+    if (!CHECK("a primary and its mirror", mtrust2(&f) && mpublish(&f, "1.0.0", "one", 3) &&
+                                               mpromote(&f, "production", "1.0.0") &&
+                                               msync(&f, &res) == KILN_OK &&
+                                               mserve(f.mirror, f.trust, &f.msrv, f.murl)))
         goto out;
     mresp a, b;
     CHECK("the current record, byte for byte as the primary serves it",
           mhttp(f.purl, "GET", "/v1/models/demo/channels/production", NULL, NULL, &a) == 200 &&
               mhttp(f.murl, "GET", "/v1/models/demo/channels/production", NULL, NULL, &b) == 200 &&
               a.len == b.len && !memcmp(a.body, b.body, a.len));
-    CHECK("trust version 2 likewise", mhttp(f.purl, "GET", "/v1/trust/2", NULL, NULL, &a) == 200 &&
-                                          mhttp(f.murl, "GET", "/v1/trust/2", NULL, NULL, &b) ==
-                                              200 &&
-                                          a.len == b.len && !memcmp(a.body, b.body, a.len));
+    CHECK("trust version 2 likewise",
+          mhttp(f.purl, "GET", "/v1/trust/2", NULL, NULL, &a) == 200 &&
+              mhttp(f.murl, "GET", "/v1/trust/2", NULL, NULL, &b) == 200 && a.len == b.len &&
+              !memcmp(a.body, b.body, a.len));
     char msg[256];
     snprintf(msg, sizeof msg, "this registry is a mirror of %s: publish there", f.purl);
     char *tok = NULL;
@@ -510,8 +513,8 @@ KILN_TEST(registry_mirror_resumes_a_cut_download) {
     CHECK("cut mid-blob: the sync stops with the error, nothing stored",
           k.fired && rc == KILN_ERR_NETWORK && !mquery(f.mirror, "SELECT 1 FROM versions") &&
               !mquery(f.mirror, "SELECT 1 FROM channel_records"));
-    CHECK("the partial download is kept", partial && stat(partial, &sb) == 0 &&
-                                              sb.st_size > 0 && (uint64_t)sb.st_size <= total);
+    CHECK("the partial download is kept",
+          partial && stat(partial, &sb) == 0 && sb.st_size > 0 && (uint64_t)sb.st_size <= total);
     /* Loopback is fast: the cut may come after the last byte. Cut the file to a third, as a
      * kill in the middle of the blob leaves it. */
     uint64_t had = total / 3;
@@ -581,8 +584,8 @@ KILN_TEST(registry_mirror_pull_fails_over) {
     CHECK("the primary down: pulled from the mirror, and said so",
           mpull(&f, pm, 2, "demo@production", &heard, &r) == KILN_OK && r.seq == 1 &&
               strstr(heard.text, f.purl) && strstr(heard.text, "trying"));
-    CHECK("by version too", mpull(&f, pm, 2, "demo@1.0.0", &heard, &r) == KILN_OK &&
-                                !strcmp(r.version, "1.0.0"));
+    CHECK("by version too",
+          mpull(&f, pm, 2, "demo@1.0.0", &heard, &r) == KILN_OK && !strcmp(r.version, "1.0.0"));
     const char *dead[] = {f.purl, "http://127.0.0.1:9"};
     CHECK("no registry answers: the error names each",
           mpull(&f, dead, 2, "demo@production", &heard, &r) == KILN_ERR_NETWORK &&
@@ -661,7 +664,6 @@ out:
     mfree(&f);
 }
 
-
 typedef struct heard_updates {
     pthread_mutex_t mu;
     int ok, failed;
@@ -714,18 +716,19 @@ KILN_TEST(registry_mirror_watch_follows_through_the_mirror) {
     const char *mirrors[] = {f.murl};
     /* The service's primary is down (a dead address: the test still promotes on the real
      * one, which the watch never reaches); the list's mirror serves it. */
-    kiln_watch_opts o = {.pull = {.registry = "http://127.0.0.1:9", /* the single URL, then the list */
-                                  .registries = mirrors,
-                                  .nregistries = 1,
-                                  .ref = "demo@production",
-                                  .trust = f.trust,
-                                  .out = dir,
-                                  .state = f.state,
-                                  .on_registry = watch_note,
-                                  .registry_ctx = &u},
-                         .interval_ms = 20,
-                         .on_update = watch_update,
-                         .ctx = &u};
+    kiln_watch_opts o = {
+        .pull = {.registry = "http://127.0.0.1:9", /* the single URL, then the list */
+                 .registries = mirrors,
+                 .nregistries = 1,
+                 .ref = "demo@production",
+                 .trust = f.trust,
+                 .out = dir,
+                 .state = f.state,
+                 .on_registry = watch_note,
+                 .registry_ctx = &u},
+        .interval_ms = 20,
+        .on_update = watch_update,
+        .ctx = &u};
     if (!CHECK("the watch starts on the dense model, through the mirror",
                kiln_watch_start(&o, &w) == KILN_OK))
         goto out;
