@@ -78,6 +78,23 @@ void reg_mirror_status_release(reg_mirror_status *s) {
     s->of = NULL;
 }
 
+void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b) {
+    reg_mirror_status ms;
+    if (reg_mirror_status_read(db, &ms) != KILN_OK || !ms.of) {
+        kiln_errclear();
+        reg_mirror_status_release(&ms);
+        return;
+    }
+    char line[700];
+    if (ms.last_sync)
+        snprintf(line, sizeof line, "mirror of %s, synced %lld s ago (read-only: publish there)",
+                 ms.of, (long long)(now - ms.last_sync));
+    else
+        snprintf(line, sizeof line, "mirror of %s, never synced (read-only: publish there)", ms.of);
+    kiln_web_text(b, line); /* the URL is text like any other */
+    reg_mirror_status_release(&ms);
+}
+
 /* The primary's URL as a mirror records it: without trailing slashes. Caller frees. */
 static char *url_key(const char *url) {
     size_t n = strlen(url);

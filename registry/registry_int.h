@@ -319,6 +319,9 @@ typedef struct reg_mirror_status {
 } reg_mirror_status;
 kiln_err reg_mirror_status_read(sqlite3 *db, reg_mirror_status *out);
 void reg_mirror_status_release(reg_mirror_status *s);
+/* On a mirror's home page, one line of text: "mirror of URL, synced N s ago"; nothing on a
+ * primary's. */
+void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b);
 
 /* ---- small shared pieces (store.c) ---- */
 

@@ -116,6 +116,7 @@ kiln_err reg_ui_home(sqlite3 *db, int64_t now, kiln_web_buf *b) {
                prepare(db, "SELECT c.channel, c.seq, c.version, c.expires" CURRENT_RECORDS, &ch,
                        "listing channels"));
     kiln_web_begin(b, KILN_WEB_HOME, NULL, NULL, NULL);
+    reg_ui_mirror_line(db, now, b); /* mirror.c: a mirror says of what, and how fresh */
     kiln_web_models_begin(b);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {

@@ -452,6 +452,10 @@ KILN_TEST(registry_mirror_serves_read_only) {
     CHECK("/healthz: ok, of what, when",
           mhttp(f.murl, "GET", "/healthz", NULL, NULL, &a) == 200 && !strncmp(a.body, "ok\n", 3) &&
               strstr(a.body, f.purl) && strstr(a.body, "last synced"));
+    char synced[128];
+    snprintf(synced, sizeof synced, "mirror of %s, synced ", f.purl);
+    CHECK("the web page says so", mhttp(f.murl, "GET", "/", NULL, NULL, &a) == 200 &&
+                                      strstr(a.body, synced));
     CHECK("/healthz of the primary: ok, nothing more",
           mhttp(f.purl, "GET", "/healthz", NULL, NULL, &a) == 200 && !strcmp(a.body, "ok\n"));
     CHECK("/metrics: the last sync, the lag and the problems",
