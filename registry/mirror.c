@@ -408,7 +408,11 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     kiln_sign_archive_report rep;
     char sig_label[260];
     snprintf(sig_label, sizeof sig_label, "signature of %s", label);
-    KILN_CHECK(rc, out, verify_sigs(m, file, sig, sig_label, &rep));
+    rc = verify_sigs(m, file, sig, sig_label, &rep);
+    if (rc) { /* name the archive, not the temporary file it is in */
+        rc = reg_relabel(rc, file, "the primary's archive");
+        goto out;
+    }
     rc = reg_archive_meta_read(file, &meta);
     if (rc) {
         rc = kiln_errprefix(rc == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : rc, "%s: ", label);
@@ -447,8 +451,9 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
             (unsigned long long)size);
     }
 out:
-    /* A download that did not verify goes: the next sync fetches it again. */
-    if (rc && partial && item_failure(rc)) unlink(partial);
+    /* A download whose bytes hash right stays even when its signature or manifest does not
+     * verify (the next sync checks it again without fetching it); bytes that hash wrong were
+     * removed by fetch_blob. */
     if (rc && item_failure(rc)) {
         say(m, true, "%s", kiln_errmsg());
         rc = KILN_OK;
