@@ -400,6 +400,7 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
         kiln_hex(h, sizeof h, got);
         KILN_CHECK_IF(rc, out, strcmp(got, hex), KILN_ERR_VERIFY,
                       "%s: the blob held here '%s' hashes to sha256:%s", label, blob, got);
+        unlink(partial); /* a sync stopped between the link and the partial's removal */
     } else {
         KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label));
     }
