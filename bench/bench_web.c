@@ -5,8 +5,10 @@
  * the render alone (registry/ui.c reading SQLite and web/ writing HTML, in this process) and
  * the page served by `kiln registry serve`'s code over loopback (libcurl, a new connection
  * per request), then the JSON route's time and size (the history's JSON holds all 600
- * records, the page the newest 200). Every signature, card and record in the store is real
- * (signed here with fresh keys). Medians of REPS runs.
+ * records, the page the newest 200). The trust page walks 50 stored versions of the policy
+ * (each signed by two root keys, each rotating one promote key) against GET /v1/trust, the
+ * newest version's document. Every signature, card, record and trust version in the store is
+ * real (signed here with fresh keys). Medians of REPS runs.
  * Usage: bench_web DIR (the store is made there); results on stdout.
  */
 #include <curl/curl.h>
@@ -18,6 +20,7 @@
 #include "web.h"
 
 #define VERSIONS 200
+#define TRUST_VERSIONS 50 /* stored, above the --trust file's version 1 */
 #define REPS 30
 
 static const struct {
@@ -111,8 +114,7 @@ static double fetch_ms(uint16_t port, const char *path, const char *token, size_
 
 typedef kiln_err (*render_fn)(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b);
 static kiln_err r_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
-    (void)t;
-    return reg_ui_home(db, now, b);
+    return reg_ui_home(db, t, now, b);
 }
 static kiln_err r_model(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
     return reg_ui_model(db, t, "bench", now, b);
@@ -123,6 +125,32 @@ static kiln_err r_channel(sqlite3 *db, const kiln_sign_trust *t, int64_t now, ki
 static kiln_err r_audit(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
     (void)t;
     return reg_ui_audit(db, 0, now, b);
+}
+/* The trust page walks from the --trust policy to the one in force, as the server does. */
+static const kiln_sign_trust *trust_in_force;
+static kiln_err r_trust(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
+    return reg_ui_trust(db, trust_in_force, t, 0, now, b);
+}
+
+/* The policy of version v: root keys r1 r2 (both must sign the next version), the release
+ * key, alice and bob, and from version 2 on a promote key kN that the next version replaces
+ * (a key rotated each time). Caller frees. */
+static char *policy_v(int v, const char *const b64[], int nrot) {
+    char extra[256] = "";
+    if (v >= 2)
+        snprintf(extra, sizeof extra,
+                 ",{\"name\":\"k%d\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}", v,
+                 b64[5 + (v - 2) % nrot]);
+    return kiln_asprintf(
+        "{\"format\":\"kiln-trust/1\",\"version\":%d,\"root_threshold\":2,\"keys\":["
+        "{\"name\":\"r1\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+        "{\"name\":\"r2\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+        "{\"name\":\"release\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+        "{\"name\":\"alice\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
+        "{\"name\":\"bob\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}%s],"
+        "\"channels\":{\"production\":{\"threshold\":2},\"staging\":{\"threshold\":1},"
+        "\"canary\":{\"threshold\":1}}}",
+        v, b64[3], b64[4], b64[0], b64[1], b64[2], extra);
 }
 
 /* Median milliseconds of a render into memory. */
@@ -148,24 +176,19 @@ int main(int argc, char **argv) {
     if (kiln_path_exists(root)) {
         reg_rmtree(root);
     }
-    kiln_sign_seckey *rel, *p1, *p2;
-    kiln_sign_pubkey pr, pa, pb;
-    if (kiln_sign_seckey_generate(&rel) || kiln_sign_seckey_generate(&p1) ||
-        kiln_sign_seckey_generate(&p2) || kiln_sign_seckey_pubkey(rel, &pr) ||
-        kiln_sign_seckey_pubkey(p1, &pa) || kiln_sign_seckey_pubkey(p2, &pb))
-        die("keys");
-    char br[KILN_SIGN_PUBKEY_B64], ba[KILN_SIGN_PUBKEY_B64], bb[KILN_SIGN_PUBKEY_B64];
-    kiln_sign_pubkey_base64(&pr, br);
-    kiln_sign_pubkey_base64(&pa, ba);
-    kiln_sign_pubkey_base64(&pb, bb);
-    char *policy = kiln_asprintf(
-        "{\"format\":\"kiln-trust/1\",\"keys\":["
-        "{\"name\":\"release\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
-        "{\"name\":\"alice\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
-        "{\"name\":\"bob\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
-        "\"channels\":{\"production\":{\"threshold\":2},\"staging\":{\"threshold\":1},"
-        "\"canary\":{\"threshold\":1}}}",
-        br, ba, bb);
+    /* rel, alice, bob, r1, r2, then the promote keys the trust versions rotate through. */
+    enum { NROT = 8, NKEYS = 5 + NROT };
+    kiln_sign_seckey *sk[NKEYS];
+    static char b64[NKEYS][KILN_SIGN_PUBKEY_B64];
+    const char *b64p[NKEYS];
+    for (int i = 0; i < NKEYS; i++) {
+        kiln_sign_pubkey pk;
+        if (kiln_sign_seckey_generate(&sk[i]) || kiln_sign_seckey_pubkey(sk[i], &pk)) die("keys");
+        kiln_sign_pubkey_base64(&pk, b64[i]);
+        b64p[i] = b64[i];
+    }
+    kiln_sign_seckey *rel = sk[0], *p1 = sk[1], *p2 = sk[2];
+    char *policy = policy_v(1, b64p, NROT);
     trust_path = kiln_path_join(argv[1], "web-trust.json");
     kiln_sign_trust *trust = NULL;
     if (!policy || !trust_path ||
@@ -247,6 +270,24 @@ int main(int argc, char **argv) {
             total++;
         }
     }
+    /* The trust versions 2..51, each signed by r1 and r2 as kiln trust sign does. */
+    sqlite3_stmt *it;
+    sql(db, &it,
+        "INSERT INTO trust_versions(version, document, publisher, created) "
+        "VALUES(?1, ?2, 'ops', ?3)");
+    for (int v = 2; v <= TRUST_VERSIONS + 1; v++) {
+        char *text = policy_v(v, b64p, NROT), *one = NULL, *two = NULL;
+        size_t len = 0;
+        if (!text || kiln_sign_trust_sign(text, strlen(text), "bench trust", sk[3], &one, &len) ||
+            kiln_sign_trust_add_signature(one, len, "bench trust", sk[4], &two, &len))
+            die("trust version");
+        sqlite3_bind_int(it, 1, v);
+        sqlite3_bind_text(it, 2, two, (int)len, SQLITE_TRANSIENT);
+        sqlite3_bind_int64(it, 3, t0 + v * 7 * 86400);
+        step(db, it);
+        free(text), free(one), free(two);
+    }
+    sqlite3_finalize(it);
     sqlite3_finalize(iv);
     sqlite3_finalize(ir);
     if (reg_db_exec(db, "COMMIT") != KILN_OK) die("commit");
@@ -258,6 +299,16 @@ int main(int argc, char **argv) {
     if (kiln_registry_server_start(&o, &srv) != KILN_OK) die("server");
     uint16_t port = kiln_registry_server_port(srv);
     if (reg_db_connect(root, &db) != KILN_OK) die("store");
+    /* The policy in force, walked from the --trust file as the server walked it. */
+    kiln_sign_trust *start = NULL, *newest = NULL;
+    reg_trust_chain chain;
+    if (kiln_sign_trust_load(trust_path, &start) ||
+        reg_trust_chain_load(db, root, start, NULL, NULL, &chain))
+        die("trust chain");
+    newest = reg_trust_chain_take_newest(&chain);
+    reg_trust_chain_release(&chain);
+    if (kiln_sign_trust_version(newest) != TRUST_VERSIONS + 1) die("trust chain");
+    trust_in_force = newest;
 
     static const struct {
         const char *page, *rows, *json;
@@ -268,10 +319,12 @@ int main(int argc, char **argv) {
         {"/ui/models/bench/channels/production", "200 newest of 600 records",
          "/v1/models/bench/channels/production/history", r_channel},
         {"/ui/audit", "100 of 1201 rows", "/v1/audit?limit=100", r_audit},
+        {"/ui/trust", "50 versions, 6 keys", "/v1/trust", r_trust},
     };
     printf("store: %d versions, %zu channel records (production 600 with 2 signatures each,"
-           " staging 300, canary 100), 1201 audit rows; medians of %d\n\n",
-           VERSIONS, total, REPS);
+           " staging 300, canary 100), 1201 audit rows, %d trust versions (2 root signatures"
+           " each); medians of %d\n\n",
+           VERSIONS, total, TRUST_VERSIONS, REPS);
     printf("%-38s %-26s %9s %9s %9s | %-45s %9s %9s %6s\n", "page", "rows", "bytes", "render",
            "served", "JSON route (baseline)", "bytes", "served", "ratio");
     for (size_t i = 0; i < KILN_ARRAY_LEN(pages); i++) {
@@ -282,14 +335,30 @@ int main(int argc, char **argv) {
         printf("%-38s %-26s %9zu %7.2fms %7.2fms | %-45s %9zu %7.2fms %6.2f\n", pages[i].page,
                pages[i].rows, pb, render, served, pages[i].json, jb, json, served / json);
     }
-    printf("\nrender: registry/ui.c + web/ into memory, in process; served: GET over loopback "
+    /* Where the trust page's time goes: the same walk without the page (every version's
+     * signatures verified as the successor of the one before, as the server's start does). */
+    uint64_t wns[REPS];
+    for (int r = 0; r < REPS; r++) {
+        kiln_sign_trust *t1 = NULL;
+        reg_trust_chain c;
+        uint64_t w0 = kiln_now_ns();
+        if (kiln_sign_trust_load(trust_path, &t1) ||
+            reg_trust_chain_load(db, root, t1, NULL, NULL, &c))
+            die("trust chain");
+        wns[r] = kiln_now_ns() - w0;
+        reg_trust_chain_release(&c);
+    }
+    printf("\nthe walk alone (reg_trust_chain_load from --trust through the %d stored versions, as "
+           "the server's start): %.2fms\n",
+           TRUST_VERSIONS, median_ms(wns, REPS));
+    printf("render: registry/ui.c + web/ into memory, in process; served: GET over loopback "
            "(libcurl, new connection each), the server's 2 threads; ratio: page / JSON served\n");
     reg_db_close(db);
     kiln_registry_server_stop(srv, 1000);
     kiln_sign_trust_free(trust);
-    kiln_sign_seckey_free(rel);
-    kiln_sign_seckey_free(p1);
-    kiln_sign_seckey_free(p2);
+    kiln_sign_trust_free(newest);
+    for (int i = 0; i < NKEYS; i++)
+        kiln_sign_seckey_free(sk[i]);
     reg_rmtree(root);
     free(root), free(trust_path), free(policy), free(token);
     return 0;

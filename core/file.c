@@ -12,7 +12,10 @@
 kiln_err kiln_read_file(const char *path, size_t limit, char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in the path's place (a state or config directory others can write)
+     * would block open until a writer came; it is refused below as not a regular file, and
+     * the flag does nothing to a regular file's reads. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
     kiln_err rc = KILN_OK;
     char *p = NULL;

@@ -241,6 +241,8 @@ if command -v curl >/dev/null && curl -fsS "$URL/" >web-home.html 2>/dev/null; t
     echo "web page: $URL/ (served until the demo ends; kiln registry serve --root $W/registry"
     echo "  --listen 127.0.0.1:8080 --trust $W/trust.json serves it again)"
     echo "  $MODEL: $versions versions with signers and lineage; $glance; history per channel; /ui/audit for admins"
+    trust=$(grep -o 'Trust policy version [0-9]* in force: [^.]*' web-home.html)
+    echo "  $trust; /ui/trust: every key, and each version with its signers and changes"
 fi
 
 echo

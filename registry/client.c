@@ -168,6 +168,11 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
         memset(out, 0, sizeof *out);
         out->limit = limit;
         common_opts(h, c);
+        /* The stall detection alone lets a registry that sends a byte a second hold a pull
+         * (or a kiln_watch poll) for days: a small answer has a deadline. */
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                         c->timeout_ms ? (long)c->timeout_ms
+                                       : (long)(60000 + (limit / 16384) * 1000));
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);

@@ -672,7 +672,7 @@ kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
     record_attempt(&m, "mirror_last_attempt", kiln_unix_time());
     /* The policy: the mirror's, walked through the trust versions it holds, then the
      * primary's after them. */
-    KILN_CHECK(rc, out, reg_trust_chain_load(m.db, o->root, start, NULL, NULL, &m.chain));
+    KILN_CHECK(rc, out, reg_trust_chain_load(m.db, o->root, start, o->trust, NULL, NULL, &m.chain));
     start = NULL; /* the chain's */
     KILN_CHECK(rc, out, sync_trust(&m));
     json_t *list = json_object_get(models, "models");

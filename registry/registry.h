@@ -147,6 +147,10 @@ typedef struct kiln_registry_client_opts {
     void *progress_ctx;
     int retries;         /* attempts after the first on connection errors and 5xx; <0: 4 */
     unsigned backoff_ms; /* first delay, doubled each time; 0: 250 */
+    /* The most one small request (a trust version, a channel record, a JSON answer; not an
+     * archive's transfer) may take in all, in milliseconds; 0: 60 s plus 1 s per 16 KiB the
+     * answer may hold. A registry that trickles an answer is cut off there. */
+    unsigned timeout_ms;
 } kiln_registry_client_opts;
 
 typedef struct kiln_registry_published {

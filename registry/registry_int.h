@@ -300,8 +300,10 @@ typedef struct reg_trust_chain {
  * (KILN_ERR_VERIFY) or, with report, a problem reported that ends the chain there
  * (fsck: the rest of the store is still checked). Stored versions at or below start's are
  * not walked; with report, every stored row is also checked to parse as the version its row
- * says. */
+ * says. A stored copy of start's own version must be the same policy (start_label, the file
+ * it came from, names it otherwise): two versions of one number are a fork. */
 kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *start,
+                              const char *start_label,
                               void (*report)(void *ctx, const char *problem), void *ctx,
                               reg_trust_chain *out);
 void reg_trust_chain_release(reg_trust_chain *c);
@@ -349,6 +351,7 @@ enum reg_route {
     REG_R_UI_AUDIT,   /* "/ui/audit" */
     REG_R_TRUST,         /* "/v1/trust": the newest stored trust version */
     REG_R_TRUST_VERSION, /* "/v1/trust/{N}": N in seg[1] */
+    REG_R_UI_TRUST,      /* "/ui/trust" */
     REG_R_COUNT
 };
 
@@ -382,7 +385,8 @@ void reg_audit_args(const char *after, const char *limit, int64_t *a, int64_t *l
  * names were checked by the caller; an unknown one is KILN_ERR_NOTFOUND. t (may be NULL)
  * names the keys that signed. ---- */
 
-kiln_err reg_ui_home(sqlite3 *db, int64_t now, kiln_web_buf *b);
+/* "/": the models, and a line on the trust policy in force (t, NULL: none). */
+kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b);
 kiln_err reg_ui_model(sqlite3 *db, const kiln_sign_trust *t, const char *model, int64_t now,
                       kiln_web_buf *b);
 /* A page of a channel's history: the records before seq before (0: the newest), newest
@@ -391,5 +395,11 @@ kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model
                         const char *channel, int64_t before, int64_t now, kiln_web_buf *b);
 /* A page of the audit log: the entries after the id after, oldest first. */
 kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b);
+/* The trust policy: in_force (NULL: the server has none), then a page of the stored versions
+ * below version before (0: the newest), newest first, each checked as a client walks them
+ * from start (the server's --trust policy; NULL: none), with who signed it toward which root
+ * quorum and what it changed. A stored version that does not verify is shown as such. */
+kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_sign_trust *start,
+                      uint64_t before, int64_t now, kiln_web_buf *b);
 
 #endif

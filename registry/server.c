@@ -37,6 +37,7 @@ static const char *const route_label[REG_R_COUNT] = {
     [REG_R_UI_AUDIT] = "/ui/audit",
     [REG_R_TRUST] = "/v1/trust",
     [REG_R_TRUST_VERSION] = "/v1/trust/{version}",
+    [REG_R_UI_TRUST] = "/ui/trust",
 };
 
 #define N_BUCKETS 8
@@ -68,6 +69,7 @@ struct kiln_registry_server {
     pthread_mutex_t trust_mu;     /* guards trust and each trust_ref's refs */
     pthread_mutex_t trust_put_mu; /* one trust PUT at a time: verify, store, swap */
     trust_ref *trust;             /* NULL: no policy (serve without --trust) */
+    kiln_sign_trust *trust_start; /* --trust as read at start (the web page walks from it) */
     bool read_required;
     char *mirror_of; /* a mirror store's primary (mirror.c): every write is refused */
     uint64_t max_upload;
@@ -329,6 +331,8 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
     if (ui) {
         if (n == 2 && !strcmp(s[1], "audit"))
             route = REG_R_UI_AUDIT;
+        else if (n == 2 && !strcmp(s[1], "trust"))
+            route = REG_R_UI_TRUST;
         else if (n == 3 && !strcmp(s[1], "models"))
             route = REG_R_UI_MODEL;
         else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "channels"))
@@ -728,7 +732,7 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
     const kiln_sign_trust *t = tr ? tr->t : NULL;
     switch (r->route) {
     case REG_R_UI_HOME:
-        rc = reg_ui_home(db, now, &b);
+        rc = reg_ui_home(db, t, now, &b);
         break;
     case REG_R_UI_MODEL:
         rc = reg_ui_model(db, t, r->seg[0], now, &b);
@@ -737,6 +741,11 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
         const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
         rc = reg_ui_channel(db, t, r->seg[0], r->seg[1],
                             before ? strtoll(before, NULL, 10) : 0, now, &b);
+        break;
+    }
+    case REG_R_UI_TRUST: {
+        const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
+        rc = reg_ui_trust(db, t, s->trust_start, before ? strtoull(before, NULL, 10) : 0, now, &b);
         break;
     }
     default: {
@@ -1196,7 +1205,8 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     r->route = reg_route_match(url, r->seg, &bad);
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
     bool ui = r->route == REG_R_UI_HOME || r->route == REG_R_UI_MODEL ||
-              r->route == REG_R_UI_CHANNEL || r->route == REG_R_UI_AUDIT;
+              r->route == REG_R_UI_CHANNEL || r->route == REG_R_UI_AUDIT ||
+              r->route == REG_R_UI_TRUST;
     r->html = ui || !strncmp(url, "/ui/", 4);
     if (bad) return send_error(c, r, 400, "malformed path");
     if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
@@ -1274,6 +1284,7 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
         case REG_R_UI_MODEL:
         case REG_R_UI_CHANNEL:
         case REG_R_UI_AUDIT:
+        case REG_R_UI_TRUST:
             res = do_page(s, c, r, db);
             break;
         default:
@@ -1478,7 +1489,17 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
     /* The policy before the store: a bad --trust must not leave a new store behind. */
-    if (o->trust) KILN_CHECK(rc, fail, kiln_sign_trust_load(o->trust, &trust));
+    if (o->trust) {
+        /* Read once, parsed twice: the policy walked to the one in force, and the one the
+         * web page walks the stored versions from, the same bytes. */
+        char *text = NULL;
+        size_t len = 0;
+        KILN_CHECK(rc, fail, kiln_read_file(o->trust, KILN_SIGN_TRUST_FILE_LIMIT, &text, &len));
+        rc = kiln_sign_trust_parse(text, len, o->trust, &trust);
+        if (!rc) rc = kiln_sign_trust_parse(text, len, o->trust, &s->trust_start);
+        free(text);
+        if (rc) goto fail;
+    }
     /* Likewise the root and the address: a refusal leaves nothing behind. */
     KILN_CHECK(rc, fail, reg_root_check(o->root));
     KILN_CHECK(rc, fail, probe_listen(&ss, v6, o->listen));
@@ -1508,7 +1529,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
          * it, each verified as the successor of the one before. */
         reg_trust_chain chain;
         uint64_t from = kiln_sign_trust_version(trust);
-        rc = reg_trust_chain_load(db, o->root, trust, NULL, NULL, &chain);
+        rc = reg_trust_chain_load(db, o->root, trust, o->trust, NULL, NULL, &chain);
         trust = NULL; /* the chain's now */
         if (!rc) {
             kiln_sign_trust *newest = reg_trust_chain_take_newest(&chain);
@@ -1519,6 +1540,19 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                 kiln_info("registry: trust policy version %llu in force ('%s' is version %llu; "
                           "the store holds the versions after it)",
                           (unsigned long long)to, o->trust, (unsigned long long)from);
+            /* A --trust of a version the store lacks is enforced here but reaches no client
+             * that starts below it: clients walk stored versions only. */
+            char *doc = NULL;
+            size_t dlen;
+            if (!rc && to == from && from > 1) {
+                if (reg_trust_get(db, from, &doc, &dlen) == KILN_ERR_NOTFOUND)
+                    kiln_warn("registry: '%s' is trust version %llu, which the store does not "
+                              "hold: clients that trust an older version cannot walk to it "
+                              "(serve from the version before it, then kiln trust put this one)",
+                              o->trust, (unsigned long long)from);
+                free(doc);
+                kiln_errclear();
+            }
         }
         if (rc) {
             reg_db_close(db);
@@ -1572,6 +1606,7 @@ void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
         if (ls != MHD_INVALID_SOCKET) close(ls);
     }
     trust_release(s, s->trust);
+    kiln_sign_trust_free(s->trust_start);
     reg_unlock(s->lock_fd);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->trust_mu);

@@ -848,7 +848,7 @@ kiln_err kiln_registry_fsck(const char *root, const char *trust_path,
          * successor of the one before; a problem ends the chain there. */
         kiln_sign_trust *start = trust;
         trust = NULL;
-        KILN_CHECK(rc, out, reg_trust_chain_load(db, root, start, fsck_report, &p, &chain));
+        KILN_CHECK(rc, out, reg_trust_chain_load(db, root, start, trust_path, fsck_report, &p, &chain));
     }
     KILN_CHECK(rc, out, fsck_versions(root, db, &chain, &p));
     KILN_CHECK(rc, out, fsck_channels(db, &chain, &p));

@@ -77,8 +77,12 @@ kiln_err reg_trust_store(sqlite3 *db, uint64_t v, const char *doc, size_t len, c
     sqlite3_bind_text(st, 3, token ? token : "", -1, SQLITE_TRANSIENT);
     sqlite3_bind_int64(st, 4, kiln_unix_time());
     int r = sqlite3_step(st);
-    KILN_CHECK_IF(rc, out, r == SQLITE_CONSTRAINT, KILN_ERR_CONFLICT,
-                  "trust version %llu is stored already", (unsigned long long)v);
+    /* Only the key's constraint means the version is there: any other (a trigger's RAISE, a
+     * CHECK) is the store refusing, said in its own words. */
+    KILN_CHECK_IF(rc, out,
+                  r == SQLITE_CONSTRAINT &&
+                      sqlite3_extended_errcode(db) == SQLITE_CONSTRAINT_PRIMARYKEY,
+                  KILN_ERR_CONFLICT, "trust version %llu is stored already", (unsigned long long)v);
     KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
                   sqlite3_errmsg(db));
     uint8_t h[KILN_SHA256_BYTES];
@@ -137,10 +141,32 @@ static kiln_err chain_problem(void (*report)(void *, const char *), void *ctx, k
     return kiln_fail(rc, "%s", msg);
 }
 
+/* A policy that claims the version of one this side trusts: the same policy (its meaning:
+ * layout and signatures may differ), or two versions of one number exist, a fork. Returns
+ * VERIFY with the message naming both and the first difference. */
+static kiln_err same_version(const kiln_sign_trust *have, const char *have_label,
+                             const kiln_sign_trust *other, const char *other_label) {
+    char *diff = kiln_sign_trust_diff(have, other);
+    if (!diff) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    if (*diff)
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "%s is trust version %llu, and so is %s, but they are different policies "
+                       "(%.*s): two versions %llu were signed (or one was altered), a fork that "
+                       "the root key holders must resolve",
+                       other_label, (unsigned long long)kiln_sign_trust_version(other), have_label,
+                       (int)strcspn(diff, "\n"), diff,
+                       (unsigned long long)kiln_sign_trust_version(other));
+    free(diff);
+    return rc;
+}
+
 kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *start,
+                              const char *start_label,
                               void (*report)(void *ctx, const char *problem), void *ctx,
                               reg_trust_chain *out) {
     memset(out, 0, sizeof *out);
+    uint64_t sv = kiln_sign_trust_version(start);
     KILN_TRY(chain_push(out, start));
     sqlite3_stmt *st = NULL;
     kiln_err rc = KILN_OK;
@@ -159,6 +185,29 @@ kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *st
         snprintf(label, sizeof label, "%s/registry.db: trust version %lld", root, (long long)v);
         const kiln_sign_trust *cur = out->v[out->n - 1];
         uint64_t cv = kiln_sign_trust_version(cur);
+        if (v > 0 && (uint64_t)v == sv) {
+            /* The stored copy of the start's own version is what clients below it walk to:
+             * it must be the same policy. */
+            kiln_sign_trust *t = NULL;
+            char sl[1200];
+            snprintf(sl, sizeof sl, "'%s'", start_label);
+            kiln_err prc = kiln_sign_trust_parse(doc ? doc : "", len, label, &t);
+            if (prc == KILN_OK && kiln_sign_trust_version(t) != sv)
+                prc = kiln_fail(KILN_ERR_VERIFY, "'%s' holds version %llu", label,
+                                (unsigned long long)kiln_sign_trust_version(t));
+            if (prc == KILN_OK) {
+                char ol[160];
+                snprintf(ol, sizeof ol, "'%s'", label);
+                prc = same_version(start, sl, t, ol);
+            }
+            kiln_sign_trust_free(t);
+            if (prc == KILN_ERR_NOMEM) {
+                rc = prc;
+                goto out;
+            }
+            if (prc) KILN_CHECK(rc, out, chain_problem(report, ctx, prc, "%s", kiln_errmsg()));
+            continue;
+        }
         if (v <= 0 || (uint64_t)v <= cv || !walking) {
             if (!report) continue;
             /* fsck reads every row: it must parse as the version its row says. */
@@ -203,12 +252,13 @@ out:
 typedef struct walk {
     void (*on_step)(void *ctx, const kiln_registry_trust_step *s);
     void *ctx;
+    char from[640]; /* where the policy walked to so far came from, quoted */
 } walk;
 
 /* Accept doc as the successor of *cur (replaced by it on success), save it to save (when not
  * NULL: verified, then saved, then used, so that state only ever holds versions that
  * verified) and tell on_step. */
-static kiln_err walk_step(const walk *w, kiln_sign_trust **cur, const char *doc, size_t len,
+static kiln_err walk_step(walk *w, kiln_sign_trust **cur, const char *doc, size_t len,
                           const char *label, const char *source, const char *save) {
     kiln_sign_trust *next = NULL;
     kiln_sign_trust_update_result res;
@@ -241,12 +291,13 @@ static kiln_err walk_step(const walk *w, kiln_sign_trust **cur, const char *doc,
     }
     kiln_sign_trust_free(*cur);
     *cur = next;
+    snprintf(w->from, sizeof w->from, "'%s'", source);
     return KILN_OK;
 }
 
 /* The versions above *cur this client accepted before, from dir/N.json, each verified
  * again. */
-static kiln_err walk_state(const walk *w, const char *dir, kiln_sign_trust **cur) {
+static kiln_err walk_state(walk *w, const char *dir, kiln_sign_trust **cur) {
     for (;;) {
         uint64_t v = kiln_sign_trust_version(*cur) + 1;
         char *path = kiln_asprintf("%s/%llu.json", dir, (unsigned long long)v), *doc = NULL;
@@ -270,9 +321,12 @@ static kiln_err walk_state(const walk *w, const char *dir, kiln_sign_trust **cur
     }
 }
 
-/* The newest version the registry serves (GET /v1/trust), 0 when it has none. */
-static kiln_err newest_version(const kiln_registry_client_opts *c, uint64_t *v) {
+/* The newest version the registry serves (GET /v1/trust), 0 when it has none; *t (when not
+ * NULL) its policy, as parsed (its signatures unchecked). */
+static kiln_err newest_version(const kiln_registry_client_opts *c, uint64_t *v,
+                               kiln_sign_trust **newest) {
     *v = 0;
+    if (newest) *newest = NULL;
     char *doc = NULL;
     size_t len = 0;
     kiln_err rc = reg_get_text(c, "/v1/trust", REG_TRUST_MAX, &doc, &len);
@@ -289,22 +343,37 @@ static kiln_err newest_version(const kiln_registry_client_opts *c, uint64_t *v) 
     /* The message names the label, which names the registry. */
     if (rc) return rc == KILN_ERR_NOMEM ? rc : KILN_ERR_VERIFY;
     *v = kiln_sign_trust_version(t);
-    kiln_sign_trust_free(t);
+    if (newest)
+        *newest = t;
+    else
+        kiln_sign_trust_free(t);
     return KILN_OK;
 }
 
-/* GET /v1/trust/{v} into *doc; *doc NULL when the registry has no version v and none above it.
- * A registry that serves a higher version but not v has a gap no client can walk (asked for v
- * once more first: it may have been stored between the two requests). */
-static kiln_err fetch_version(const kiln_registry_client_opts *c, uint64_t v, char **doc,
-                              size_t *len) {
+/* GET /v1/trust/{v} (v: cur's version + 1) into *doc; *doc NULL when the registry has no
+ * version v and none above it. A registry that serves a higher version but not v has a gap no
+ * client can walk (asked for v once more first: it may have been stored between the two
+ * requests). One whose newest is cur's own version must serve the policy the client holds:
+ * another policy of that number is a fork (free to see: that answer is fetched anyway). */
+static kiln_err fetch_version(const walk *w, const kiln_registry_client_opts *c,
+                              const kiln_sign_trust *cur, uint64_t v, char **doc, size_t *len) {
     char path[64];
     snprintf(path, sizeof path, "/v1/trust/%llu", (unsigned long long)v);
     kiln_err rc = reg_get_text(c, path, REG_TRUST_MAX, doc, len);
     if (rc != KILN_ERR_NOTFOUND) return rc;
     kiln_errclear();
     uint64_t newest;
-    KILN_TRY(newest_version(c, &newest));
+    kiln_sign_trust *nt = NULL;
+    KILN_TRY(newest_version(c, &newest, &nt));
+    rc = KILN_OK;
+    if (nt && newest == v - 1) {
+        char label[600];
+        snprintf(label, sizeof label, "the newest trust version of registry '%s'", c->url);
+        rc = same_version(cur, w->from, nt, label);
+        if (rc == KILN_ERR_VERIFY) rc = kiln_errprefix(rc, "refusing: ");
+    }
+    kiln_sign_trust_free(nt);
+    KILN_TRY(rc);
     if (newest < v) return KILN_OK;
     rc = reg_get_text(c, path, REG_TRUST_MAX, doc, len);
     KILN_FAIL_IF(rc == KILN_ERR_NOTFOUND, KILN_ERR_VERIFY,
@@ -315,13 +384,13 @@ static kiln_err fetch_version(const kiln_registry_client_opts *c, uint64_t v, ch
 }
 
 /* The versions the registry has above *cur, each saved to dir before it is used. */
-static kiln_err walk_registry(const walk *w, const kiln_registry_client_opts *c, const char *dir,
+static kiln_err walk_registry(walk *w, const kiln_registry_client_opts *c, const char *dir,
                               kiln_sign_trust **cur) {
     for (;;) {
         uint64_t v = kiln_sign_trust_version(*cur) + 1;
         char label[512], *doc = NULL;
         size_t len = 0;
-        KILN_TRY(fetch_version(c, v, &doc, &len));
+        KILN_TRY(fetch_version(w, c, *cur, v, &doc, &len));
         if (!doc) return KILN_OK; /* the newest the registry has */
         kiln_err rc;
         snprintf(label, sizeof label, "trust v%llu from %s", (unsigned long long)v, c->url);
@@ -358,7 +427,8 @@ kiln_err kiln_registry_trust_walk(const kiln_registry_client_opts *c, const char
                                   void *ctx, kiln_sign_trust **out) {
     *out = NULL;
     KILN_FAIL_IF(!trust, KILN_ERR_USAGE, "a trust walk needs the client's trust policy");
-    walk w = {on_step, ctx};
+    walk w = {on_step, ctx, ""};
+    snprintf(w.from, sizeof w.from, "'%s'", trust);
     kiln_sign_trust *cur = NULL;
     char *st = state ? kiln_strdup(state) : reg_default_state(),
          *dir = st ? kiln_path_join(st, "trust") : NULL;

@@ -13,6 +13,7 @@
 
 #define UI_AUDIT_PAGE 100
 #define UI_HISTORY_PAGE 200
+#define UI_TRUST_PAGE 50
 
 static const char *col(sqlite3_stmt *st, int i) {
     return (const char *)sqlite3_column_text(st, i);
@@ -101,7 +102,52 @@ static void record_row(const kiln_sign_trust *t, sqlite3_stmt *st, int at,
 
 /* ---- "/" ---- */
 
-kiln_err reg_ui_home(sqlite3 *db, int64_t now, kiln_web_buf *b) {
+/* ---- a policy as the page shows it ---- */
+
+typedef struct ui_policy {
+    kiln_web_trust_policy p;
+    kiln_web_trust_key *keys;
+    kiln_web_trust_channel *chans;
+} ui_policy;
+
+static void ui_policy_release(ui_policy *u) {
+    free(u->keys);
+    free(u->chans);
+    memset(u, 0, sizeof *u);
+}
+
+/* u points into t, which must outlive it. */
+static kiln_err ui_policy_of(const kiln_sign_trust *t, ui_policy *u) {
+    memset(u, 0, sizeof *u);
+    size_t nk = kiln_sign_trust_key_count(t), nc = kiln_sign_trust_channel_count(t);
+    u->keys = kiln_calloc(nk ? nk : 1, sizeof *u->keys);
+    u->chans = kiln_calloc(nc ? nc : 1, sizeof *u->chans);
+    if (!u->keys || !u->chans) {
+        ui_policy_release(u);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < nk; i++) {
+        const kiln_sign_trust_key *k = kiln_sign_trust_key_at(t, i);
+        u->keys[i] = (kiln_web_trust_key){.name = k->name,
+                                          .root = k->roles & KILN_SIGN_ROLE_ROOT,
+                                          .release = k->roles & KILN_SIGN_ROLE_RELEASE,
+                                          .promote = k->roles & KILN_SIGN_ROLE_PROMOTE};
+        kiln_sign_keyid_hex(k->pub.keyid, u->keys[i].keyid);
+    }
+    for (size_t i = 0; i < nc; i++)
+        u->chans[i].name = kiln_sign_trust_channel_at(t, i, &u->chans[i].threshold);
+    u->p = (kiln_web_trust_policy){.version = kiln_sign_trust_version(t),
+                                   .keys = u->keys,
+                                   .nkeys = nk,
+                                   .root_threshold = kiln_sign_trust_root_threshold(t),
+                                   .release_threshold = kiln_sign_trust_release_threshold(t),
+                                   .accept_unvalidated = kiln_sign_trust_accepts_unvalidated(t),
+                                   .channels = u->chans,
+                                   .nchannels = nc};
+    return KILN_OK;
+}
+
+kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
     sqlite3_stmt *st = NULL, *ch = NULL;
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out,
@@ -117,6 +163,14 @@ kiln_err reg_ui_home(sqlite3 *db, int64_t now, kiln_web_buf *b) {
                        "listing channels"));
     kiln_web_begin(b, KILN_WEB_HOME, NULL, NULL, NULL);
     reg_ui_mirror_line(db, now, b); /* mirror.c: a mirror says of what, and how fresh */
+    if (t) {
+        ui_policy u;
+        KILN_CHECK(rc, out, ui_policy_of(t, &u));
+        kiln_web_trust_summary(b, &u.p);
+        ui_policy_release(&u);
+    } else {
+        kiln_web_trust_summary(b, NULL);
+    }
     kiln_web_models_begin(b);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
@@ -377,5 +431,219 @@ kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b) 
     kiln_web_end(b, KILN_WEB_AUDIT, NULL, NULL, now);
 out:
     sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- "/ui/trust?before=N" ---- */
+
+/* A stored version on the page, worked out on the walk up from the server's --trust. */
+typedef struct trust_row {
+    uint64_t version;
+    int64_t created;
+    char *publisher, *changes, *problem, *note;
+    bool checked, in_force;
+    kiln_sign_trust_update_result res;
+} trust_row;
+
+static void trust_row_release(trust_row *r) {
+    free(r->publisher);
+    free(r->changes);
+    free(r->problem);
+    free(r->note);
+}
+
+/* The walk: each stored version checked as the successor of the one below it, as a client
+ * walks them; the first above the server's --trust against that policy. */
+typedef struct trust_walk {
+    const kiln_sign_trust *start; /* NULL: the server has no policy */
+    uint64_t sv;                  /* start's version */
+    uint64_t in_force;            /* the version the server uses */
+    kiln_sign_trust *prev;        /* the row below's policy (verified or only parsed) */
+    uint64_t prev_v;              /* its version; 0: none yet */
+    bool prev_ok;                 /* it verified, and so did every version down to start */
+} trust_walk;
+
+static char *dup_or_null(const char *s) {
+    return s && s[0] ? kiln_strdup(s) : NULL;
+}
+
+/* One stored version: checked against the version below it where there is one (start, or
+ * the row below), else only parsed. out (NULL for a row below the page) gets what the page
+ * shows. Only running out of memory fails: whatever is wrong with the row is its problem. */
+static kiln_err walk_row(trust_walk *w, uint64_t v, const char *doc, size_t len, trust_row *out) {
+    char label[64], problem[1536] = "", note[256] = "";
+    snprintf(label, sizeof label, "trust version %llu", (unsigned long long)v);
+    const kiln_sign_trust *base = NULL;
+    bool base_ok = false, below = w->start && v <= w->sv;
+    if (w->start && v == w->sv + 1) {
+        base = w->start;
+        base_ok = true;
+    } else if (w->prev && w->prev_v + 1 == v) {
+        base = w->prev;
+        base_ok = w->prev_ok;
+    }
+    kiln_sign_trust_update_result local, *res = out ? &out->res : &local;
+    memset(res, 0, sizeof *res);
+    kiln_sign_trust *next = NULL;
+    kiln_err rc;
+    if (base) {
+        rc = kiln_sign_trust_update(base, doc, len, label, &next, res);
+        if (rc == KILN_ERR_NOMEM) return rc;
+        if (rc) {
+            snprintf(problem, sizeof problem, "%s", kiln_errmsg());
+            /* Read anyway, so that what it would change is still shown. */
+            if (kiln_sign_trust_parse(doc, len, label, &next) == KILN_ERR_NOMEM)
+                return KILN_ERR_NOMEM;
+        } else if (!base_ok && !below) {
+            snprintf(problem, sizeof problem,
+                     "it follows version %llu, but version %llu does not verify: no client "
+                     "walks past it",
+                     (unsigned long long)(v - 1), (unsigned long long)(v - 1));
+        }
+    } else {
+        rc = kiln_sign_trust_parse(doc, len, label, &next);
+        if (rc == KILN_ERR_NOMEM) return rc;
+        if (rc)
+            snprintf(problem, sizeof problem, "%s", kiln_errmsg());
+        else if (kiln_sign_trust_version(next) != v)
+            snprintf(problem, sizeof problem, "'%s' holds version %llu", label,
+                     (unsigned long long)kiln_sign_trust_version(next));
+        else if (!w->start)
+            snprintf(problem, sizeof problem,
+                     "this registry has no trust policy (serve --trust) to check it against");
+        else if (!below && w->prev_v + 1 == v)
+            snprintf(problem, sizeof problem,
+                     "version %llu below it does not parse, so no client can walk to this one",
+                     (unsigned long long)(v - 1));
+        else if (!below)
+            snprintf(problem, sizeof problem,
+                     "version %llu is not stored: the chain of versions has a gap here that no "
+                     "client can walk",
+                     (unsigned long long)(v - 1));
+    }
+    kiln_errclear();
+    if (below && !problem[0])
+        snprintf(note, sizeof note,
+                 "at or below the server's --trust (version %llu), where its walk starts",
+                 (unsigned long long)w->sv);
+    bool ok = base && base_ok && !below && !problem[0];
+    kiln_err err = KILN_OK;
+    if (out) {
+        out->version = v;
+        out->checked = base != NULL;
+        out->in_force = ok && v == w->in_force;
+        out->problem = dup_or_null(problem);
+        out->note = dup_or_null(note);
+        if ((problem[0] && !out->problem) || (note[0] && !out->note)) err = KILN_ERR_NOMEM;
+        if (base && next && !err) {
+            out->changes = kiln_sign_trust_diff(base, next);
+            if (!out->changes) err = KILN_ERR_NOMEM;
+        }
+    }
+    kiln_sign_trust_free(w->prev);
+    w->prev = next;
+    w->prev_v = v;
+    w->prev_ok = ok;
+    return err ? kiln_fail(err, "out of memory") : KILN_OK;
+}
+
+/* The signers of a row as web/ takes them, into s[] (KILN_SIGN_TRUST_MAX_SIGS). */
+static size_t row_signers(const trust_row *r, kiln_web_trust_signer *s) {
+    size_t n = 0;
+    for (size_t i = 0; i < r->res.nsigs && i < KILN_SIGN_TRUST_MAX_SIGS; i++) {
+        if (!r->res.sigs[i].keyid[0]) continue; /* the check stopped before it */
+        s[n] = (kiln_web_trust_signer){.name = r->res.sigs[i].name,
+                                       .old_root = r->res.sigs[i].old_root,
+                                       .new_root = r->res.sigs[i].new_root};
+        snprintf(s[n].keyid, sizeof s[n].keyid, "%s", r->res.sigs[i].keyid);
+        n++;
+    }
+    return n;
+}
+
+kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_sign_trust *start,
+                      uint64_t before, int64_t now, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL;
+    kiln_err rc = KILN_OK;
+    trust_row *rows = NULL;
+    size_t n = 0;
+    ui_policy u = {0};
+    trust_walk w = {.start = start,
+                    .sv = start ? kiln_sign_trust_version(start) : 0,
+                    .in_force = in_force ? kiln_sign_trust_version(in_force) : 0};
+    if (before > (uint64_t)INT64_MAX) before = 0; /* no version; read as the newest page */
+    int64_t below = before > 0 ? (int64_t)before : INT64_MAX;
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT (SELECT count(*) FROM trust_versions WHERE version >= 1), low,"
+                       " EXISTS(SELECT 1 FROM trust_versions WHERE version >= 1 AND version < low)"
+                       " FROM (SELECT (SELECT version FROM trust_versions WHERE version >= 1"
+                       "  AND version < ?1 ORDER BY version DESC LIMIT 1 OFFSET ?2) AS low)",
+                       &st, "reading trust versions"));
+    sqlite3_bind_int64(st, 1, below);
+    sqlite3_bind_int(st, 2, UI_TRUST_PAGE - 1);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO,
+                  "registry database: %s while reading trust versions", sqlite3_errmsg(db));
+    int64_t total = sqlite3_column_int64(st, 0);
+    /* The page's oldest version; with fewer than a page below before, every one is on it. */
+    bool full = sqlite3_column_type(st, 1) != SQLITE_NULL;
+    int64_t lowest = full ? sqlite3_column_int64(st, 1) : 1;
+    bool more = sqlite3_column_int(st, 2) != 0;
+    sqlite3_finalize(st);
+    st = NULL;
+    rows = kiln_calloc(UI_TRUST_PAGE, sizeof *rows);
+    KILN_CHECK_IF(rc, out, !rows, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT version, document, publisher, created FROM trust_versions"
+                       " WHERE version >= 1 AND version < ?1 ORDER BY version",
+                       &st, "reading trust versions"));
+    sqlite3_bind_int64(st, 1, below);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        int64_t v = sqlite3_column_int64(st, 0);
+        const char *doc = (const char *)sqlite3_column_blob(st, 1);
+        size_t len = (size_t)sqlite3_column_bytes(st, 1);
+        trust_row *row = v >= lowest && n < UI_TRUST_PAGE ? &rows[n++] : NULL;
+        KILN_CHECK(rc, out, walk_row(&w, (uint64_t)v, doc ? doc : "", len, row));
+        if (row) {
+            row->created = sqlite3_column_int64(st, 3);
+            row->publisher = col(st, 2) ? kiln_strdup(col(st, 2)) : NULL;
+            KILN_CHECK_IF(rc, out, col(st, 2) && !row->publisher, KILN_ERR_NOMEM, "out of memory");
+        }
+    }
+    KILN_CHECK(rc, out, step_done(db, r, "reading trust versions"));
+    if (in_force) KILN_CHECK(rc, out, ui_policy_of(in_force, &u));
+    kiln_web_begin(b, KILN_WEB_TRUST, NULL, NULL, NULL);
+    kiln_web_trust_policy_show(b, in_force ? &u.p : NULL, w.sv);
+    kiln_web_trust_history_begin(b, total, before);
+    for (size_t i = n; i-- > 0;) {
+        kiln_web_trust_signer signers[KILN_SIGN_TRUST_MAX_SIGS];
+        const trust_row *t = &rows[i];
+        kiln_web_trust_version v = {.version = t->version,
+                                    .created = t->created,
+                                    .publisher = t->publisher,
+                                    .checked = t->checked,
+                                    .signers = signers,
+                                    .nsigners = row_signers(t, signers),
+                                    .nold = t->res.nold,
+                                    .nnew = t->res.nnew,
+                                    .old_threshold = t->res.old_threshold,
+                                    .new_threshold = t->res.new_threshold,
+                                    .changes = t->changes,
+                                    .problem = t->problem,
+                                    .note = t->note,
+                                    .in_force = t->in_force};
+        kiln_web_trust_history_row(b, &v);
+    }
+    kiln_web_trust_history_end(b, n ? rows[0].version : 0, more);
+    kiln_web_end(b, KILN_WEB_TRUST, NULL, NULL, now);
+out:
+    sqlite3_finalize(st);
+    for (size_t i = 0; rows && i < n; i++)
+        trust_row_release(&rows[i]);
+    free(rows);
+    kiln_sign_trust_free(w.prev);
+    ui_policy_release(&u);
     return rc;
 }

@@ -31,7 +31,8 @@ struct kiln_watch {
     pthread_t thread;
     slot *cur, *retired;
     uint64_t gen;
-    char *last_record;      /* the text of the record in service */
+    char *served;           /* the text of the record in service */
+    char *last_record;      /* the text of the record last tried (served, or refused) */
     uint64_t trust_version; /* of the policy the last poll walked to */
 };
 
@@ -105,13 +106,21 @@ static void heard_trust(void *ctx, const kiln_registry_trust_step *st) {
 
 /* After the policy moved: does the record in service still verify under it? A service is
  * told when it does not (the model stays in service: replacing it is the release manager's
- * call, by a new record). */
+ * call, by a new record). A record refused under the old policy is forgotten, so that the
+ * next poll tries it under the new one (a new version may trust the key that signed it). */
 static void recheck_in_service(kiln_watch *w, const kiln_sign_trust *t) {
-    if (!w->last_record || !w->o.on_update) return;
+    if (w->last_record && strcmp(w->last_record, w->served) != 0) {
+        char *s = kiln_strdup(w->served);
+        if (s) {
+            free(w->last_record);
+            w->last_record = s;
+        }
+    }
+    if (!w->o.on_update) return;
     char label[256];
     snprintf(label, sizeof label, "the channel record in service (%s@%s)", w->model, w->channel);
     reg_record rec;
-    kiln_err rc = reg_record_verify(t, w->last_record, strlen(w->last_record), label, &rec);
+    kiln_err rc = reg_record_verify(t, w->served, strlen(w->served), label, &rec);
     if (rc) {
         kiln_errprefix(rc, "under trust policy version %llu: ",
                        (unsigned long long)kiln_sign_trust_version(t));
@@ -154,6 +163,11 @@ static void poll_once(kiln_watch *w) {
         w->retired = old;
         unref(w, old); /* the watcher's own reference */
         pthread_mutex_unlock(&w->mu);
+        char *served = kiln_strdup(text);
+        if (served) {
+            free(w->served);
+            w->served = served;
+        }
         free(w->last_record);
         w->last_record = text;
         text = NULL;
@@ -256,6 +270,8 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     }
     w->gen = w->cur->gen;
     w->last_record = text;
+    w->served = kiln_strdup(text);
+    KILN_CHECK_IF(rc, fail, !w->served, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, fail, pthread_create(&w->thread, NULL, watch_main, w) != 0, KILN_ERR_INTERNAL,
                   "cannot start the watcher's thread");
     w->thread_started = true;
@@ -310,5 +326,6 @@ void kiln_watch_stop(kiln_watch *w) {
     if (w->token) sodium_memzero(w->token, strlen(w->token));
     free(w->token);
     free(w->last_record);
+    free(w->served);
     free(w);
 }

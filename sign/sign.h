@@ -196,6 +196,10 @@ KILN_API int kiln_sign_trust_root_threshold(const kiln_sign_trust *t);
 KILN_API int kiln_sign_trust_role_count(const kiln_sign_trust *t, int role);
 /* The signatures of the signed policy it was read from; 0 for a plain policy. */
 KILN_API size_t kiln_sign_trust_signatures(const kiln_sign_trust *t);
+/* The policy's channels in the order the file lists them: how many, and the name of the i-th
+ * (NULL past the end) with its promote threshold in *threshold. */
+KILN_API size_t kiln_sign_trust_channel_count(const kiln_sign_trust *t);
+KILN_API const char *kiln_sign_trust_channel_at(const kiln_sign_trust *t, size_t i, int *threshold);
 /* Verify a file's signature by a key of the policy that holds role (a release key for
  * archives); *signer (may be NULL) gets the key. */
 KILN_API KILN_MUST_CHECK kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t,

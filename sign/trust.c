@@ -246,8 +246,9 @@ static kiln_err parse_archive_rules(kiln_sign_trust *t, const json_t *j, const c
     return KILN_OK;
 }
 
-/* The root rules: version (optional, default 1) and root_threshold (optional, default 1; at
- * most the number of root keys, and only with root keys). */
+/* The root rules: version (optional, default 1) and root_threshold (at most the number of
+ * root keys, and only with root keys; optional with one root key, where it can only be 1, and
+ * required with more: a default of 1 would let any one of them, stolen, rotate every key). */
 static kiln_err parse_root_rules(kiln_sign_trust *t, const json_t *j, const char *label) {
     t->version = 1;
     const json_t *v = json_object_get(j, "version");
@@ -261,6 +262,10 @@ static kiln_err parse_root_rules(kiln_sign_trust *t, const json_t *j, const char
     }
     t->root_threshold = 1;
     const json_t *th = json_object_get(j, "root_threshold");
+    KILN_FAIL_IF(!th && t->nroot > 1, KILN_ERR_FORMAT,
+                 "'%s': %d keys hold the \"root\" role but 'root_threshold' is missing: say how "
+                 "many of them must sign the next version",
+                 label, t->nroot);
     if (th) {
         KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT,
                      "'%s': 'root_threshold' must be an integer", label);
@@ -460,4 +465,14 @@ kiln_err kiln_sign_trust_verify_file(const kiln_sign_trust *t, const kiln_sign_s
     KILN_TRY(kiln_sign_verify_file(&k->pub, sig, path));
     if (signer) *signer = k;
     return KILN_OK;
+}
+
+/* The public face of sign_trust_channel_*: the registry's web page lists a policy's
+ * channels. */
+size_t kiln_sign_trust_channel_count(const kiln_sign_trust *t) {
+    return sign_trust_channel_count(t);
+}
+
+const char *kiln_sign_trust_channel_at(const kiln_sign_trust *t, size_t i, int *threshold) {
+    return sign_trust_channel_at(t, i, threshold);
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "export.h"
@@ -616,6 +618,18 @@ static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_r
     pthread_mutex_unlock(&h->mu);
 }
 
+/* Wait (5 s at most) until the watch has heard n swaps and f failures. */
+static void heard_wait(heard *h, int swaps, int failures) {
+    for (int i = 0; i < 500; i++) {
+        pthread_mutex_lock(&h->mu);
+        bool done = h->swaps >= swaps && h->failures >= failures;
+        pthread_mutex_unlock(&h->mu);
+        if (done) return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 KILN_TEST(registry_trust_watch_hears_a_new_version) {
     tfx f;
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
@@ -666,6 +680,16 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     CHECK("the model stays in service", m && g == 1);
     kiln_watch_release(w, m);
     CHECK("the watch saved version 2 to state", state_has(&f, f.state, 2));
+    /* bob re-promotes: the record the new policy accepts is picked up. */
+    char *again = trecord(&f, "staging", "1.0.0", hex, 2, (int[]){P2, -1});
+    CHECK("bob's record goes in", tput_record(&f, "staging", again) == KILN_OK);
+    heard_wait(&h, 1, 0);
+    m = kiln_watch_acquire(w, &g);
+    pthread_mutex_lock(&h.mu);
+    CHECK("and is swapped in", h.swaps == 1 && g == 2);
+    pthread_mutex_unlock(&h.mu);
+    kiln_watch_release(w, m);
+    free(again);
     kiln_watch_stop(w);
 done:
     free(src), free(weights), free(a1), free(rec), free(p2), free(v2), free(dir);
@@ -697,20 +721,28 @@ static void stub_answer(int c, int status, const char *body) {
     }
 }
 
+/* Accept one connection on fd and read its request head into req (NUL-terminated); the
+ * connection, or -1 when the listener is closed. */
+static int stub_accept(int fd, char *req, size_t size) {
+    int c = accept(fd, NULL, NULL);
+    if (c < 0) return -1;
+    size_t n = 0;
+    ssize_t r;
+    req[0] = 0;
+    while (n < size - 1 && (r = read(c, req + n, size - 1 - n)) > 0) {
+        n += (size_t)r;
+        req[n] = 0;
+        if (strstr(req, "\r\n\r\n")) break;
+    }
+    return c;
+}
+
 static void *stub_main(void *arg) {
     stub *s = arg;
     for (;;) {
-        int c = accept(s->fd, NULL, NULL);
-        if (c < 0) return NULL;
         char req[4096];
-        size_t n = 0;
-        ssize_t r;
-        while (n < sizeof req - 1 && (r = read(c, req + n, sizeof req - 1 - n)) > 0) {
-            n += (size_t)r;
-            req[n] = 0;
-            if (strstr(req, "\r\n\r\n")) break;
-        }
-        req[n] = 0;
+        int c = stub_accept(s->fd, req, sizeof req);
+        if (c < 0) return NULL;
         s->served++;
         if (!strncmp(req, "GET /v1/trust/2 ", 16)) {
             /* 404 the first time; stored by the time it is asked again. */
@@ -727,15 +759,20 @@ static void *stub_main(void *arg) {
     }
 }
 
-static bool stub_start(stub *s, pthread_t *t, char url[64]) {
+/* A listening socket on a free loopback port, and its URL. */
+static bool loopback_listen(int *fd, char url[64]) {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
-    s->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->fd < 0 || bind(s->fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(s->fd, 8) != 0 ||
-        getsockname(s->fd, (struct sockaddr *)&a, &al) != 0)
+    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (*fd < 0 || bind(*fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(*fd, 8) != 0 ||
+        getsockname(*fd, (struct sockaddr *)&a, &al) != 0)
         return false;
     snprintf(url, 64, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
-    return pthread_create(t, NULL, stub_main, s) == 0;
+    return true;
+}
+
+static bool stub_start(stub *s, pthread_t *t, char url[64]) {
+    return loopback_listen(&s->fd, url) && pthread_create(t, NULL, stub_main, s) == 0;
 }
 
 static void stub_stop(stub *s, pthread_t t) {
@@ -780,6 +817,494 @@ KILN_TEST(registry_trust_walk_a_version_stored_meanwhile_is_no_gap) {
     free(state2);
 done:
     free(v1), free(p2), free(v2), free(p3), free(v3), free(trust), free(state);
+out:
+    for (int i = 0; i < NK; i++)
+        kiln_sign_seckey_free(f.sk[i]);
+}
+
+
+/* A record the watch refused under its policy is tried again once the policy moves: here
+ * the server (started from the signed version 2 before the store held it) took a record by
+ * alice, whom the service's version 1 does not trust; once version 2 is stored, the service
+ * walks to it and must pull that record, not keep treating it as refused. */
+KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
+    tfx f;
+    heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    kiln_watch *w = NULL;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char *src = kiln_test_vector("tsmoe-dense.model.safetensors"), *weights = NULL;
+    size_t wlen = 0;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = src && kiln_read_file(src, 1 << 26, &weights, &wlen) == KILN_OK
+                   ? tarchive(&f, "1.0.0", weights, wlen, hex)
+                   : NULL;
+    char *p1 = tpolicy(&f, 1, NO_ALICE, 0), *p2 = tpolicy(&f, 2, ALL_PROMOTE, 0),
+         *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
+    char *wtrust = p1 ? kiln_test_write("watch-trust.json", p1, strlen(p1)) : NULL,
+         *v2path = v2 ? kiln_test_write("v2.json", v2, strlen(v2)) : NULL;
+    char *bob = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P2, -1}) : NULL,
+         *alice = a1 ? trecord(&f, "staging", "1.0.0", hex, 2, (int[]){P1, -1}) : NULL;
+    char *dir = kiln_test_path("watch");
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    if (!CHECK("setup", a1 && wtrust && v2path && bob && alice && tstart(&f, v2path) &&
+                            kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
+                            tput_record(&f, "staging", bob) == KILN_OK))
+        goto done;
+    kiln_watch_opts o = {
+        .pull = {.registry = f.url, .ref = "demo@staging", .trust = wtrust, .out = dir,
+                 .state = f.state},
+        .interval_ms = 20,
+        .on_update = on_update,
+        .ctx = &h};
+    if (!CHECK("watch starts under version 1", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
+    CHECK("the server (version 2) takes alice's record", tput_record(&f, "staging", alice) ==
+                                                             KILN_OK);
+    heard_wait(&h, 0, 1);
+    pthread_mutex_lock(&h.mu);
+    CHECK("the service refuses it under version 1",
+          h.failures >= 1 && h.swaps == 0 && strstr(h.last_failure, "not in the trust policy"));
+    pthread_mutex_unlock(&h.mu);
+    CHECK("version 2 is stored", tsql(&f, "INSERT INTO trust_versions VALUES(2, ?1, 'ops', 0)", v2));
+    heard_wait(&h, 1, 0);
+    uint64_t g = 0;
+    const kiln_model *m = kiln_watch_acquire(w, &g);
+    pthread_mutex_lock(&h.mu);
+    if (!CHECK("under version 2 the same record is pulled and swapped in",
+               h.trust_events == 1 && h.swaps == 1 && g == 2))
+        fprintf(stderr, "    trust events %d, swaps %d, generation %llu, last failure: %s\n",
+                h.trust_events, h.swaps, (unsigned long long)g, h.last_failure);
+    pthread_mutex_unlock(&h.mu);
+    kiln_watch_release(w, m);
+    kiln_watch_stop(w);
+done:
+    free(src), free(weights), free(a1), free(p1), free(p2), free(v2), free(wtrust), free(v2path);
+    free(bob), free(alice), free(dir);
+out:
+    tfree(&f);
+}
+
+/* ---- what a state directory can hold ---- */
+
+typedef struct walker {
+    const char *trust, *state;
+    kiln_err rc;
+    uint64_t version;
+    char msg[1024];
+    atomic_int done;
+} walker;
+
+static void *walker_main(void *arg) {
+    walker *k = arg;
+    kiln_sign_trust *t = NULL;
+    k->rc = kiln_registry_trust_walk(NULL, k->trust, k->state, NULL, NULL, &t);
+    k->version = t ? kiln_sign_trust_version(t) : 0;
+    snprintf(k->msg, sizeof k->msg, "%s", k->rc ? kiln_errmsg() : "");
+    kiln_sign_trust_free(t);
+    atomic_store(&k->done, 1);
+    return NULL;
+}
+
+/* The walk through STATE/trust without a registry, in a thread: a walk that blocks (a FIFO
+ * opened for reading waits for a writer) is reported and then unblocked. */
+static kiln_err twalk_state(const char *trust, const char *state, const char *fifo,
+                            uint64_t *version, char msg[1024]) {
+    walker k = {.trust = trust, .state = state};
+    pthread_t t;
+    if (pthread_create(&t, NULL, walker_main, &k) != 0) return KILN_ERR_INTERNAL;
+    for (int i = 0; i < 200 && !atomic_load(&k.done); i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    bool blocked = !atomic_load(&k.done);
+    if (blocked && fifo) {
+        int fd = open(fifo, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (fd >= 0) close(fd);
+    }
+    pthread_join(t, NULL);
+    *version = k.version;
+    snprintf(msg, 1024, "%s", k.msg);
+    return blocked ? KILN_ERR_INTERNAL : k.rc;
+}
+
+/* Whatever sits in STATE/trust/N.json is read as a file of a bounded size or refused,
+ * naming it: a symlink is followed (what counts is that its content verifies), a directory,
+ * a FIFO (which must not hang the pull) or a huge file are refused, a version other than its
+ * name is refused, a gap ends the walk, and a temporary left by a write that was killed is
+ * ignored. */
+KILN_TEST(registry_trust_state_hostile_entries) {
+    tfx f;
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < NK; i++)
+        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
+         *v2 = tsign(&f, p2, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
+         *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
+    char *trust = v1 ? kiln_test_write("trust.json", v1, strlen(v1)) : NULL,
+         *elsewhere = v2 ? kiln_test_write("elsewhere.json", v2, strlen(v2)) : NULL,
+         *state = kiln_test_path("state"), *dir = state ? kiln_path_join(state, "trust") : NULL,
+         *n2 = dir ? kiln_path_join(dir, "2.json") : NULL,
+         *n3 = dir ? kiln_path_join(dir, "3.json") : NULL, msg[1024];
+    uint64_t v = 0;
+    if (!CHECK("setup", trust && elsewhere && v3 && n2 && n3 && kiln_mkdir_p(dir) == KILN_OK))
+        goto done;
+    CHECK("a symlink to a version that verifies: followed",
+          symlink(elsewhere, n2) == 0 && twalk_state(trust, state, NULL, &v, msg) == KILN_OK &&
+              v == 2);
+    unlink(n2);
+    CHECK("a directory: refused, naming it",
+          mkdir(n2, 0755) == 0 && twalk_state(trust, state, NULL, &v, msg) == KILN_ERR_IO &&
+              strstr(msg, n2) && strstr(msg, "not a regular file"));
+    rmdir(n2);
+    kiln_err rc = mkfifo(n2, 0644) == 0 ? twalk_state(trust, state, n2, &v, msg)
+                                        : KILN_ERR_INTERNAL;
+    if (!CHECK("a FIFO: refused at once, naming it (not waited on)",
+               rc == KILN_ERR_IO && strstr(msg, n2) && strstr(msg, "not a regular file")))
+        fprintf(stderr, "    rc %d: %s\n", (int)rc, msg);
+    unlink(n2);
+    int fd = open(n2, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    bool big = fd >= 0 && ftruncate(fd, (off_t)KILN_SIGN_TRUST_FILE_LIMIT + 1) == 0;
+    if (fd >= 0) close(fd);
+    CHECK("a huge file: refused by its size, naming it",
+          big && twalk_state(trust, state, NULL, &v, msg) == KILN_ERR_LIMIT && strstr(msg, n2) &&
+              strstr(msg, "more than the limit"));
+    CHECK("version 3 in 2.json: refused, naming it",
+          kiln_write_file_atomic(n2, v3, strlen(v3)) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_ERR_VERIFY && strstr(msg, n2) &&
+              strstr(msg, "is version 3, but only version 2 can follow version 1"));
+    unlink(n2);
+    CHECK("3.json without 2.json: the walk ends at the gap",
+          kiln_write_file_atomic(n3, v3, strlen(v3)) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_OK && v == 1);
+    char *tmp = kiln_asprintf("%s/.2.json.tmp-AbC123", dir);
+    CHECK("a temporary cut short by a kill: ignored",
+          tmp && kiln_write_file_atomic(tmp, v2, strlen(v2) / 2) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_OK && v == 1);
+    CHECK("and once 2.json is there the walk goes on to 3",
+          kiln_write_file_atomic(n2, v2, strlen(v2)) == KILN_OK &&
+              twalk_state(trust, state, NULL, &v, msg) == KILN_OK && v == 3);
+    free(tmp);
+done:
+    free(v1), free(p2), free(v2), free(p3), free(v3), free(trust), free(elsewhere), free(state);
+    free(dir), free(n2), free(n3);
+out:
+    for (int i = 0; i < NK; i++)
+        kiln_sign_seckey_free(f.sk[i]);
+}
+
+/* ---- the server's PUT: races, a store that fails, route numbers ---- */
+
+typedef struct racer {
+    tfx *f;
+    const char *path, *doc;
+    pthread_barrier_t *go;
+    tresp r;
+} racer;
+
+static void *racer_main(void *arg) {
+    racer *k = arg;
+    pthread_barrier_wait(k->go);
+    thttp(k->f, "PUT", k->path, k->f->admin, k->doc, &k->r);
+    return NULL;
+}
+
+/* Is alice trusted by the policy in force? A staging record by her alone, seq n, goes in. */
+static bool alice_in_force(const tfx *f, const char *hex, uint64_t n) {
+    char *rec = trecord(f, "staging", "1.0.0", hex, n, (int[]){P1, -1});
+    bool in = tput_record(f, "staging", rec) == KILN_OK;
+    free(rec);
+    return in;
+}
+
+/* Two admins PUT different signed documents of the same version at once (a fork: the root
+ * quorum signed both): one is stored and in force, the other gets 409, never both. A PUT that
+ * verifies but cannot be stored changes nothing in force. Version numbers in the URL are
+ * digits without leading zeros, 1 to 2^53-1. */
+KILN_TEST(registry_trust_put_races_and_failures) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    enum { ROUNDS = 4 };
+    char *docs[ROUNDS + 3][2] = {{0}};
+    bool ok = a1 && kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK;
+    for (int v = 2; ok && v < ROUNDS + 3; v++)
+        for (int b = 0; ok && b < 2; b++) {
+            char *p = tpolicy(&f, v, b ? ALL_PROMOTE : NO_ALICE, 0);
+            ok = (docs[v][b] = tsign(&f, p, (int[]){R1, R2, -1}));
+            free(p);
+        }
+    if (!CHECK("setup", ok)) goto done;
+    uint64_t seq = 1;
+    int v = 2;
+    for (; v < ROUNDS + 2; v++) {
+        char path[32];
+        snprintf(path, sizeof path, "/v1/trust/%d", v);
+        pthread_barrier_t go;
+        pthread_barrier_init(&go, NULL, 2);
+        racer k[2] = {{&f, path, docs[v][0], &go, {0}}, {&f, path, docs[v][1], &go, {0}}};
+        pthread_t t[2];
+        bool started = pthread_create(&t[0], NULL, racer_main, &k[0]) == 0 &&
+                       pthread_create(&t[1], NULL, racer_main, &k[1]) == 0;
+        if (started) pthread_join(t[0], NULL), pthread_join(t[1], NULL);
+        pthread_barrier_destroy(&go);
+        int won = k[0].r.status == 201 ? 0 : 1;
+        if (!CHECK("one 201 and one 409",
+                   started && k[won].r.status == 201 && k[!won].r.status == 409 &&
+                       strstr(k[!won].r.body, "so the next is")))
+            fprintf(stderr, "    version %d: %ld %s / %ld %s\n", v, k[0].r.status, k[0].r.body,
+                    k[1].r.status, k[1].r.body);
+        tresp r;
+        CHECK("the winner's bytes are stored",
+              thttp(&f, "GET", path, NULL, NULL, &r) == 200 && r.len == strlen(docs[v][won]) &&
+                  !memcmp(r.body, docs[v][won], r.len));
+        char q[96];
+        snprintf(q, sizeof q, "SELECT count(*) FROM trust_versions WHERE version = %d", v);
+        CHECK("one row", tcount(&f, q) == 1);
+        bool in = alice_in_force(&f, hex, seq);
+        seq += in;
+        CHECK("and the winner's policy is in force", in == (won == 1));
+    }
+    CHECK("one audit row per version",
+          tcount(&f, "SELECT count(*) FROM audit WHERE action = 'trust.put'") == ROUNDS);
+
+    /* The store refuses the insert: nothing changes. */
+    bool alice_before = alice_in_force(&f, hex, seq);
+    seq += alice_before;
+    const char *next = docs[v][alice_before ? 0 : 1]; /* the policy that flips alice */
+    char path[32];
+    snprintf(path, sizeof path, "/v1/trust/%d", v);
+    tresp r;
+    CHECK("a store that fails the insert",
+          tsql(&f, "CREATE TRIGGER nospace BEFORE INSERT ON trust_versions BEGIN SELECT "
+                   "RAISE(ABORT, 'database or disk is full'); END",
+                   NULL));
+    long st = thttp(&f, "PUT", path, f.admin, next, &r);
+    if (!CHECK("PUT: 500, saying so (not 'stored already')",
+               st == 500 && strstr(r.body, "disk is full") && !strstr(r.body, "stored already")))
+        fprintf(stderr, "    %ld %s\n", st, r.body);
+    CHECK("the policy in force is unchanged", alice_in_force(&f, hex, seq) == alice_before);
+    seq += alice_before;
+    CHECK("nothing stored or audited",
+          thttp(&f, "GET", path, NULL, NULL, &r) == 404 &&
+              tcount(&f, "SELECT count(*) FROM audit WHERE action = 'trust.put'") == ROUNDS);
+    CHECK("a restart too", tstart(&f, f.trust) && alice_in_force(&f, hex, seq) == alice_before);
+    seq += alice_before;
+    char *row = kiln_asprintf("INSERT INTO trust_versions VALUES(%d, 'x', 'x', 0)", v);
+    CHECK("a row put in the store by hand: the PUT is 409, stored already",
+          row && tsql(&f, "DROP TRIGGER nospace", NULL) && tsql(&f, row, NULL) &&
+              thttp(&f, "PUT", path, f.admin, next, &r) == 409 &&
+              strstr(r.body, "is stored already"));
+    free(row);
+    CHECK("the store mended, the same PUT goes in",
+          tsql(&f, "DELETE FROM trust_versions WHERE document = 'x'", NULL) &&
+              tput_trust(&f, next) == KILN_OK && alice_in_force(&f, hex, seq) == !alice_before);
+
+    /* Version numbers in the URL. */
+    static const struct {
+        const char *path;
+        long status;
+    } routes[] = {
+        {"/v1/trust/0", 400},
+        {"/v1/trust/02", 400},
+        {"/v1/trust/-1", 400},
+        {"/v1/trust/+2", 400},
+        {"/v1/trust/2.0", 400},
+        {"/v1/trust/1e3", 400},
+        {"/v1/trust/%32", 200}, /* percent-decoded first: version 2 */
+        {"/v1/trust/9007199254740991", 404},
+        {"/v1/trust/9007199254740992", 400},
+        {"/v1/trust/99999999999999999999", 400},
+        {"/v1/trust/184467440737095516170", 400},
+        {"/v1/trust/00000000000000000000000000000002", 400},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(routes); i++) {
+        long got = thttp(&f, "GET", routes[i].path, NULL, NULL, &r);
+        if (!CHECK("route status", got == routes[i].status))
+            fprintf(stderr, "    %s: %ld %s\n", routes[i].path, got, r.body);
+    }
+    CHECK("a PUT to a number out of range: 400 before the body is read",
+          thttp(&f, "PUT", "/v1/trust/99999999999999999999", f.admin, docs[2][0], &r) == 400 &&
+              strstr(r.body, "is not a trust version"));
+done:
+    for (int i = 0; i < ROUNDS + 3; i++)
+        free(docs[i][0]), free(docs[i][1]);
+    free(a1);
+out:
+    tfree(&f);
+}
+
+/* ---- a fork: two different signed documents of one version ---- */
+
+/* The root quorum signed two versions 2 (or the registry's copy was swapped): a client that
+ * holds one and sees the registry serve the other as its newest refuses; a server started
+ * from one over a store holding the other refuses to start, and fsck says so. A version 3
+ * that the client's own version 2's root quorum signed moves the client on. */
+KILN_TEST(registry_trust_fork_is_refused) {
+    tfx f;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char hex[KILN_SHA256_HEX];
+    char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
+    char *p2a = tpolicy(&f, 2, NO_ALICE, 0), *v2a = tsign(&f, p2a, (int[]){R1, R2, -1}),
+         *p2b = tpolicy(&f, 2, (1u << P1) | (1u << P2), 0),
+         *v2b = tsign(&f, p2b, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
+         *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
+    char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P2, -1}) : NULL;
+    char *out = kiln_test_path("svc"), *out2 = kiln_test_path("svc2"),
+         *st2 = kiln_test_path("st2"), *st3 = kiln_test_path("st3");
+    char *v2a_path = v2a ? kiln_test_write("v2a.json", v2a, strlen(v2a)) : NULL;
+    char *s2 = kiln_asprintf("%s/trust/2.json", f.state);
+    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_published pub;
+    if (!CHECK("setup", v2a && v2b && v3 && rec && out && out2 && st2 && st3 && v2a_path && s2 &&
+                            kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
+                            tput_record(&f, "staging", rec) == KILN_OK &&
+                            tput_trust(&f, v2a) == KILN_OK))
+        goto done;
+    CHECK("a service walks to version 2 (a)",
+          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_OK && state_has(&f, f.state, 2));
+    CHECK("the store's version 2 becomes b", tsql(&f, "UPDATE trust_versions SET document = ?1 "
+                                                   "WHERE version = 2",
+                                               v2b));
+    char *before = kiln_test_listing(f.state);
+    CHECK("the service refuses: the registry's newest is another version 2",
+          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("refusing: the newest trust version of registry 'http://",
+                                "is trust version 2, and so is") &&
+              kiln_test_msg_has(s2, "a fork") && kiln_test_msg_has("key 'carol' (", NULL));
+    char *after = kiln_test_listing(f.state);
+    CHECK("and its state is as it was", before && after && !strcmp(before, after));
+    CHECK("so does a new service configured with version 2 (a)",
+          tpull(&f, v2a_path, st2, "demo@staging", out2) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has(v2a_path, "a fork"));
+    CHECK("one configured with version 1 walks to b", tpull(&f, f.trust, st3, "demo@staging", out2) ==
+                                                            KILN_OK);
+    CHECK("a server started from version 2 (a) over the store's b refuses",
+          !tstart(&f, v2a_path) && kiln_test_msg_has("cannot serve: ", "a fork") &&
+              kiln_test_msg_has(v2a_path, "registry.db: trust version 2'"));
+    size_t problems = 0;
+    char last[1024] = "";
+    CHECK("fsck from it reports the fork",
+          kiln_registry_fsck(f.root, v2a_path, count_problem, last, &problems) == KILN_ERR_VERIFY &&
+              problems >= 1 && strstr(last, "a fork"));
+    CHECK("the same file as the store's copy starts",
+          tsql(&f, "UPDATE trust_versions SET document = ?1 WHERE version = 2", v2a) &&
+              tstart(&f, v2a_path));
+    /* The store goes back to b and then holds a version 3, signed by r1 and r2: the root
+     * quorum of the service's version 2 (a), so the service moves on to it. */
+    CHECK("store b and a version 3",
+          tsql(&f, "UPDATE trust_versions SET document = ?1 WHERE version = 2", v2b) &&
+              tsql(&f, "INSERT INTO trust_versions VALUES(3, ?1, 'ops', 0)", v3));
+    CHECK("the service walks on from a to 3",
+          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_OK && state_has(&f, f.state, 3));
+    free(before), free(after);
+done:
+    free(a1), free(p2a), free(v2a), free(p2b), free(v2b), free(p3), free(v3), free(rec);
+    free(out), free(out2), free(st2), free(st3), free(v2a_path), free(s2);
+out:
+    tfree(&f);
+}
+
+/* ---- a hostile registry ---- */
+
+enum { HOSTILE_HUGE, HOSTILE_TRICKLE, HOSTILE_FAKE };
+
+typedef struct hostile {
+    int fd, mode;
+    const char *fake; /* HOSTILE_FAKE: served for every version */
+    atomic_int asked;
+} hostile;
+
+static void *hostile_main(void *arg) {
+    hostile *s = arg;
+    for (;;) {
+        char req[4096];
+        int c = stub_accept(s->fd, req, sizeof req);
+        if (c < 0) return NULL;
+        if (strncmp(req, "GET /v1/trust/", 14) != 0) {
+            stub_answer(c, 404, "{\"error\":\"no\"}");
+            close(c);
+            continue;
+        }
+        atomic_fetch_add(&s->asked, 1);
+        if (s->mode == HOSTILE_FAKE) {
+            stub_answer(c, 200, s->fake);
+        } else {
+            /* 100 MB announced; sent until the client hangs up (a byte each 50 ms when
+             * trickling, for 4 s at most: a client without a deadline fails the test's
+             * timing instead of hanging it). */
+            const char *head = "HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n";
+            static char chunk[65536];
+            memset(chunk, ' ', sizeof chunk);
+            bool ok = send(c, head, strlen(head), MSG_NOSIGNAL) > 0;
+            size_t most = s->mode == HOSTILE_TRICKLE ? 80 : 100000000u;
+            for (size_t sent = 0; ok && sent < most;) {
+                size_t k = s->mode == HOSTILE_TRICKLE ? 1 : sizeof chunk;
+                ok = send(c, chunk, k, MSG_NOSIGNAL) > 0;
+                sent += k;
+                if (s->mode == HOSTILE_TRICKLE) {
+                    struct timespec ts = {0, 50 * 1000 * 1000};
+                    nanosleep(&ts, NULL);
+                }
+            }
+        }
+        close(c);
+    }
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A registry that answers 100 MB, trickles a byte at a time, or serves a made-up version for
+ * every number: each walk fails closed, quickly, and saves nothing. */
+KILN_TEST(registry_trust_walk_hostile_registry) {
+    tfx f;
+    memset(&f, 0, sizeof f);
+    for (int i = 0; i < NK; i++)
+        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
+         *fake = tsign(&f, p2, (int[]){R1, -1});
+    char *trust = v1 ? kiln_test_write("trust.json", v1, strlen(v1)) : NULL,
+         *state = kiln_test_path("state");
+    if (!CHECK("setup", trust && fake && state)) goto done;
+    const struct {
+        int mode;
+        kiln_err want;
+        const char *msg;
+    } cases[] = {
+        {HOSTILE_HUGE, KILN_ERR_LIMIT, "answer larger than 1048576 bytes"},
+        {HOSTILE_TRICKLE, KILN_ERR_NETWORK, "imeout"},
+        {HOSTILE_FAKE, KILN_ERR_VERIFY, "needs 2 distinct root keys of version 1, signed by 1"},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        hostile h = {.mode = cases[i].mode, .fake = fake};
+        pthread_t t;
+        char url[64];
+        if (!CHECK("hostile registry", loopback_listen(&h.fd, url) &&
+                                           pthread_create(&t, NULL, hostile_main, &h) == 0))
+            break;
+        kiln_registry_client_opts c = {.url = url, .retries = 0, .timeout_ms = 500};
+        kiln_sign_trust *got = NULL;
+        double t0 = now_s();
+        kiln_err rc = kiln_registry_trust_walk(&c, trust, state, NULL, NULL, &got);
+        double dt = now_s() - t0;
+        if (!CHECK("refused, saying why", rc == cases[i].want && !got &&
+                                               kiln_test_msg_has(cases[i].msg, NULL)))
+            fprintf(stderr, "    case %zu: rc %d: %s\n", i, (int)rc, kiln_errmsg());
+        CHECK("at once (one request, under 3 s)", atomic_load(&h.asked) == 1 && dt < 3.0);
+        CHECK("nothing saved", !state_has(&f, state, 2));
+        kiln_sign_trust_free(got);
+        shutdown(h.fd, SHUT_RDWR);
+        close(h.fd);
+        pthread_join(t, NULL);
+    }
+done:
+    free(v1), free(p2), free(fake), free(trust), free(state);
 out:
     for (int i = 0; i < NK; i++)
         kiln_sign_seckey_free(f.sk[i]);

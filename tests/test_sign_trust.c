@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include <jansson.h>
+#include <sodium.h>
 
 #include "sign.h"
 #include "test.h"
@@ -574,5 +575,252 @@ KILN_TEST(sign_trust_diff_names_each_change) {
     free(d), free(same), free(pa), free(pb);
     kiln_sign_trust_free(a), kiln_sign_trust_free(b);
 out:
+    fx_free(&f);
+}
+
+/* ---- an attacker's signatures ---- */
+
+/* sig with the key id of pk in its signature line. Caller frees. */
+static char *relabel_id(const char *sig, const kiln_sign_pubkey *pk) {
+    const char *l2 = strchr(sig, '\n'), *e2 = l2 ? strchr(l2 + 1, '\n') : NULL;
+    uint8_t bin[2 + KILN_SIGN_KEYID_BYTES + 64];
+    size_t n = 0;
+    if (!e2 || sodium_base642bin(bin, sizeof bin, l2 + 1, (size_t)(e2 - l2 - 1), NULL, &n, NULL,
+                                 sodium_base64_VARIANT_ORIGINAL) != 0 ||
+        n != sizeof bin)
+        return NULL;
+    memcpy(bin + 2, pk->keyid, KILN_SIGN_KEYID_BYTES);
+    char b[sodium_base64_ENCODED_LEN(sizeof bin, sodium_base64_VARIANT_ORIGINAL)];
+    sodium_bin2base64(b, sizeof b, bin, sizeof bin, sodium_base64_VARIANT_ORIGINAL);
+    return kiln_asprintf("%.*s%s%s", (int)(l2 - sig + 1), sig, b, e2);
+}
+
+/* sig (a minisign signature's text, freed here) with its key id replaced by that of the
+ * public key b64: the key id is not covered by the signature, so anyone can relabel one.
+ * Caller frees. */
+static char *relabel(char *sig, const char *b64) {
+    char *out = NULL;
+    kiln_sign_pubkey pk;
+    if (sig && kiln_sign_pubkey_from_base64(b64, "k", &pk) == KILN_OK) out = relabel_id(sig, &pk);
+    free(sig);
+    return out;
+}
+
+/* Signature i of a signed document. Caller frees. */
+static char *sig_at(const char *doc, size_t i) {
+    json_t *j = doc ? json_loads(doc, 0, NULL) : NULL;
+    const char *s = json_string_value(json_array_get(json_object_get(j, "signatures"), i));
+    char *out = s ? kiln_strdup(s) : NULL;
+    json_decref(j);
+    return out;
+}
+
+/* doc with sig appended to its signatures (n times). Caller frees. */
+static char *with_sig(const char *doc, const char *sig, int n) {
+    json_t *j = doc && sig ? json_loads(doc, 0, NULL) : NULL;
+    for (int i = 0; j && i < n; i++)
+        json_array_append_new(json_object_get(j, "signatures"), json_string(sig));
+    char *out = j ? json_dumps(j, JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return out;
+}
+
+/* b64 with the key id of other: the same Ed25519 key under another id. */
+static void with_id(const char *b64, const char *other, char out[KILN_SIGN_PUBKEY_B64]) {
+    kiln_sign_pubkey pk, o;
+    out[0] = 0;
+    if (kiln_sign_pubkey_from_base64(b64, "k", &pk) != KILN_OK ||
+        kiln_sign_pubkey_from_base64(other, "o", &o) != KILN_OK)
+        return;
+    memcpy(pk.keyid, o.keyid, KILN_SIGN_KEYID_BYTES);
+    kiln_sign_pubkey_base64(&pk, out);
+}
+
+/* A signature counts toward a quorum only by a key that holds the root role in that version
+ * and whose own public key verifies it; a key counts once per quorum, whatever ids its
+ * signatures carry. */
+KILN_TEST(sign_trust_update_counts_each_key_once_per_quorum) {
+    fx f;
+    kiln_sign_trust *v1 = NULL;
+    kiln_sign_trust_update_result res;
+    if (!CHECK("keys", fx_init(&f)) || !CHECK("v1", (v1 = v1_policy(&f)))) goto out;
+    const char *tc = "kiln-trust/1\tversion:2";
+
+    /* r2 root in version 1, only promote in version 2 */
+    char *p = policy(&f, 2, 2, "r1:root r3:root r2:promote b:promote");
+    char *d = sign_raw(&f, p, (int[]){R1, R2, -1}, tc), *d3 = sign_raw(&f, p, (int[]){R1, R2, R3, -1}, tc);
+    CHECK("r2 demoted to promote counts for the old quorum, not the new",
+          update(v1, d, &res) == KILN_ERR_VERIFY && res.nold == 2 && res.nnew == 1 &&
+              kiln_test_msg_has("needs 2 distinct root keys of version 2, signed by 1 ('r1')",
+                                NULL));
+    CHECK("with r3: both quorums", update(v1, d3, &res) == KILN_OK && res.sigs[1].old_root &&
+                                       !res.sigs[1].new_root);
+    free(p), free(d), free(d3);
+
+    /* a promote in version 1, root in version 2: it counts for the new quorum only */
+    p = policy(&f, 2, 2, "r1:root a:root,promote b:promote");
+    d = sign_raw(&f, p, (int[]){R1, PA, -1}, tc);
+    CHECK("a promoted to root does not count for version 1's quorum",
+          update(v1, d, &res) == KILN_ERR_VERIFY && res.nold == 1 && res.nnew == 2 &&
+              kiln_test_msg_has("needs 2 distinct root keys of version 1, signed by 1 ('r1')",
+                                NULL));
+    free(p), free(d);
+
+    /* version 2 binds r1's key id to r3's public key: r3's signature relabelled with r1's id
+     * verifies under version 2's key only */
+    char r3_as_r1[KILN_SIGN_PUBKEY_B64];
+    with_id(f.b64[R3], f.b64[R1], r3_as_r1);
+    p = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"version\":2,\"root_threshold\":2,\"keys\":["
+                      "{\"name\":\"r1\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+                      "{\"name\":\"r2\",\"pubkey\":\"%s\",\"roles\":[\"root\"]}],\"channels\":{}}",
+                      r3_as_r1, f.b64[R2]);
+    char *by3 = sign_raw(&f, p, (int[]){R3, -1}, tc), *s3 = relabel(sig_at(by3, 0), f.b64[R1]);
+    char *only = sign_raw(&f, p, (int[]){R2, -1}, tc), *all = sign_raw(&f, p, (int[]){R1, R2, -1}, tc);
+    char *d2 = with_sig(only, s3, 1), *d4 = with_sig(all, s3, 1);
+    CHECK("r3's key under r1's id: counts for version 2 only (r2 + it: version 1 short)",
+          update(v1, d2, &res) == KILN_ERR_VERIFY && res.nold == 1 && res.nnew == 2 &&
+              !res.sigs[1].old_root && res.sigs[1].new_root &&
+              kiln_test_msg_has("needs 2 distinct root keys of version 1, signed by 1 ('r2')",
+                                NULL));
+    CHECK("r1's own signature beside it does not count for version 2 (another key there)",
+          update(v1, all, &res) == KILN_ERR_VERIFY && res.nold == 2 && res.nnew == 1 &&
+              res.sigs[0].old_root && !res.sigs[0].new_root);
+    CHECK("r1, r2 and r3-as-r1: both quorums, each holder once per quorum",
+          update(v1, d4, &res) == KILN_OK && res.nsigs == 3 && res.nold == 2 && res.nnew == 2);
+    free(p), free(by3), free(s3), free(only), free(d2), free(d4), free(all);
+
+    /* version 2 gives r2's public key a new id: r2's signature under its old id counts for
+     * version 1, relabelled with the new id for version 2; one holder, once in each */
+    char r2_new[KILN_SIGN_PUBKEY_B64];
+    with_id(f.b64[R2], f.b64[X], r2_new);
+    p = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"version\":2,\"root_threshold\":2,\"keys\":["
+                      "{\"name\":\"r1\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+                      "{\"name\":\"r2b\",\"pubkey\":\"%s\",\"roles\":[\"root\"]}],\"channels\":{}}",
+                      f.b64[R1], r2_new);
+    d = sign_raw(&f, p, (int[]){R1, R2, -1}, tc);
+    char *s2 = relabel(sig_at(d, 1), f.b64[X]), *d5 = with_sig(d, s2, 1), *d6 = with_sig(d, s2, 2);
+    CHECK("r2 under its old id: version 2's quorum short",
+          update(v1, d, &res) == KILN_ERR_VERIFY && res.nold == 2 && res.nnew == 1);
+    CHECK("with the copy under the new id: accepted, r2 once in each quorum",
+          update(v1, d5, &res) == KILN_OK && res.nold == 2 && res.nnew == 2);
+    CHECK("the copy twice still counts once",
+          update(v1, d6, &res) == KILN_OK && res.nsigs == 4 && res.nnew == 2);
+    free(p), free(d), free(s2), free(d5), free(d6);
+
+    /* one key under two names and ids in one version: refused as it is read */
+    char r1_x[KILN_SIGN_PUBKEY_B64];
+    with_id(f.b64[R1], f.b64[X], r1_x);
+    p = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"version\":2,\"root_threshold\":2,\"keys\":["
+                      "{\"name\":\"r1\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+                      "{\"name\":\"r1b\",\"pubkey\":\"%s\",\"roles\":[\"root\"]}],\"channels\":{}}",
+                      f.b64[R1], r1_x);
+    d = sign_raw(&f, p, (int[]){R1, -1}, tc);
+    char *s1 = relabel(sig_at(d, 0), f.b64[X]), *d7 = with_sig(d, s1, 1);
+    CHECK("one public key as two root keys of version 2: refused",
+          update(v1, d7, &res) == KILN_ERR_FORMAT &&
+              kiln_test_msg_has("keys 'r1' and 'r1b' are the same public key", NULL));
+    free(p), free(d), free(s1), free(d7);
+out:
+    kiln_sign_trust_free(v1);
+    fx_free(&f);
+}
+
+/* Numbers read strictly (integers only, in range) and the signature covering the policy's
+ * meaning: its canonical form is made from what was parsed, so the same policy written with
+ * escapes, in another key order or layout verifies, a key written twice (even once escaped)
+ * is refused, and the canonical text reads back as the same policy. */
+KILN_TEST(sign_trust_numbers_and_canonical_form) {
+    fx f;
+    kiln_sign_trust *v1 = NULL;
+    if (!CHECK("keys", fx_init(&f)) || !CHECK("v1", (v1 = v1_policy(&f)))) goto out;
+    struct {
+        const char *version, *root_threshold, *want;
+    } bad[] = {
+        {"0", "2", "version 0 must be between 1 and 2^53-1"},
+        {"-0", "2", "version 0 must be between 1 and 2^53-1"},
+        {"2.0", "2", "'version' must be an integer"},
+        {"2e0", "2", "'version' must be an integer"},
+        {"9007199254740992", "2", "must be between 1 and 2^53-1"},
+        {"18446744073709551617", "2", "too big"},
+        {"2", "0", "root_threshold 0 must be at least 1"},
+        {"2", "2.0", "'root_threshold' must be an integer"},
+        {"2", "3", "root_threshold 3 can never be met: the policy has 2 root keys"},
+        {"2", NULL, "2 keys hold the \"root\" role but 'root_threshold' is missing"},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        char th[64] = "";
+        if (bad[i].root_threshold)
+            snprintf(th, sizeof th, ",\"root_threshold\":%s", bad[i].root_threshold);
+        char *p = kiln_asprintf(
+            "{\"format\":\"kiln-trust/1\",\"version\":%s%s,\"keys\":["
+            "{\"name\":\"r1\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+            "{\"name\":\"r2\",\"pubkey\":\"%s\",\"roles\":[\"root\"]}],\"channels\":{}}",
+            bad[i].version, th, f.b64[R1], f.b64[R2]);
+        kiln_sign_trust *t = NULL;
+        kiln_err rc = p ? kiln_sign_trust_parse(p, strlen(p), "n.json", &t) : KILN_OK;
+        CHECK("refused", rc == KILN_ERR_FORMAT && !t);
+        if (!CHECK("the message names the file and the problem",
+                   kiln_test_msg_has("n.json", bad[i].want)))
+            fprintf(stderr, "    case %zu: %s\n", i, kiln_errmsg());
+        kiln_sign_trust_free(t);
+        free(p);
+    }
+    char *p = policy(&f, 2, 2, "r1:root r2:root b:promote"),
+         *doc = sign_by(&f, p, (int[]){R1, R2, -1});
+    json_t *j = doc ? json_loads(doc, 0, NULL) : NULL;
+    const char *s1 = json_string_value(json_array_get(json_object_get(j, "signatures"), 0)),
+               *s2 = json_string_value(json_array_get(json_object_get(j, "signatures"), 1));
+    /* The same policy, by hand: other key order, layout, every name and pubkey character
+     * escaped where JSON allows it. */
+    char esc[3][KILN_SIGN_PUBKEY_B64 * 6];
+    const int which[3] = {R1, R2, PB};
+    for (int k = 0; k < 3; k++) {
+        size_t n = 0;
+        for (const char *c = f.b64[which[k]]; *c; c++)
+            n += (size_t)snprintf(esc[k] + n, sizeof esc[k] - n, "\\u%04x", (unsigned)*c);
+    }
+    char *sigs = s1 && s2 ? json_dumps(json_object_get(j, "signatures"), 0) : NULL;
+    char *same = sigs ? kiln_asprintf(
+                            "{ \"signatures\" : %s ,\n \"policy\" : {\n"
+                            "  \"channels\": {\"\\u0070roduction\": {\"threshold\": 1}},\n"
+                            "  \"keys\": [{\"roles\": [\"root\"], \"pubkey\": \"%s\", \"name\": "
+                            "\"\\u0072\\u0031\"},\n"
+                            "   {\"pubkey\": \"%s\", \"name\": \"r2\", \"roles\": [\"r\\u006fot\"]},\n"
+                            "   {\"name\": \"b\", \"roles\": [\"promote\"], \"pubkey\": \"%s\"}],\n"
+                            "  \"root_threshold\": 2, \"version\": 2, \"format\": "
+                            "\"kiln-trust\\/1\"}}",
+                            sigs, esc[0], esc[1], esc[2])
+                      : NULL;
+    kiln_sign_trust *next = NULL;
+    CHECK("the same policy written otherwise verifies (its meaning is what is signed)",
+          same && kiln_sign_trust_update(v1, same, strlen(same), "same.json", &next, NULL) ==
+                      KILN_OK);
+    /* Its canonical text reads back as the same policy. */
+    json_t *sj = same ? json_loads(same, 0, NULL) : NULL;
+    char *canon = sj ? kiln_json_canonical(json_object_get(sj, "policy")) : NULL;
+    kiln_sign_trust *back = canon ? parse(canon, "canonical") : NULL;
+    char *diff = back && next ? kiln_sign_trust_diff(next, back) : NULL;
+    CHECK("the canonical text is the same policy",
+          diff && !strcmp(diff, "") && kiln_sign_trust_version(back) == 2);
+    /* A channel given twice, once escaped: refused before any signature is looked at. */
+    char *twice = sigs ? kiln_asprintf("{\"signatures\":%s,\"policy\":{\"format\":\"kiln-trust/1\","
+                                       "\"version\":2,\"root_threshold\":2,\"keys\":["
+                                       "{\"name\":\"r1\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+                                       "{\"name\":\"r2\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
+                                       "{\"name\":\"b\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}"
+                                       "],\"channels\":{\"production\":{\"threshold\":1},"
+                                       "\"\\u0070roduction\":{\"threshold\":2}}}}",
+                                       sigs, f.b64[R1], f.b64[R2], f.b64[PB])
+                       : NULL;
+    kiln_sign_trust *t2 = NULL;
+    CHECK("a key given twice, once escaped: refused",
+          twice && kiln_sign_trust_update(v1, twice, strlen(twice), "twice.json", &t2, NULL) ==
+                       KILN_ERR_FORMAT &&
+              !t2 && kiln_test_msg_has("twice.json", "duplicate"));
+    kiln_sign_trust_free(next), kiln_sign_trust_free(back), kiln_sign_trust_free(t2);
+    json_decref(j), json_decref(sj);
+    free(p), free(doc), free(sigs), free(same), free(canon), free(diff), free(twice);
+out:
+    kiln_sign_trust_free(v1);
     fx_free(&f);
 }

@@ -422,6 +422,9 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
     case KILN_WEB_AUDIT:
         lit(b, "Audit log");
         break;
+    case KILN_WEB_TRUST:
+        lit(b, "Trust policy");
+        break;
     case KILN_WEB_ERROR:
         kiln_web_text(b, title);
         break;
@@ -438,6 +441,7 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
         kiln_web_text(b, channel);
     }
     if (kind == KILN_WEB_AUDIT) lit(b, " / audit log");
+    if (kind == KILN_WEB_TRUST) lit(b, " / trust policy");
     lit(b, "</nav></header>\n<main>\n<h1>");
     switch (kind) {
     case KILN_WEB_HOME:
@@ -455,6 +459,9 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
         break;
     case KILN_WEB_AUDIT:
         lit(b, "Audit log");
+        break;
+    case KILN_WEB_TRUST:
+        lit(b, "Trust policy");
         break;
     case KILN_WEB_ERROR:
         kiln_web_text(b, title);
@@ -480,6 +487,9 @@ static void json_route(kiln_web_buf *b, kiln_web_kind kind, const char *model,
         break;
     case KILN_WEB_AUDIT:
         lit(b, "/v1/audit");
+        break;
+    case KILN_WEB_TRUST:
+        lit(b, "/v1/trust");
         break;
     default:
         lit(b, "/v1/models");
@@ -823,4 +833,201 @@ void kiln_web_audit_end(kiln_web_buf *b, int64_t last, bool more, int64_t newest
     lit(b, "<p><a href=\"/ui/audit?after=0\">first page</a>");
     if (more) num(b, " \xC2\xB7 <a href=\"/ui/audit?after=%" PRId64 "\">next page</a>", last);
     num(b, " \xC2\xB7 <a href=\"/ui/audit?after=%" PRId64 "\">newest</a></p>\n", newest_after);
+}
+
+/* ---- the trust policy ---- */
+
+static int role_count(const kiln_web_trust_policy *p, int which) {
+    int n = 0;
+    for (size_t i = 0; i < p->nkeys; i++)
+        n += which == 0 ? p->keys[i].root : which == 1 ? p->keys[i].release : p->keys[i].promote;
+    return n;
+}
+
+void kiln_web_trust_summary(kiln_web_buf *b, const kiln_web_trust_policy *p) {
+    if (!p) {
+        lit(b, "<p><span class=\"tag bad\">no trust policy</span> This registry was started "
+               "without <code>--trust</code>: it takes no uploads, records or trust versions. "
+               "<a href=\"/ui/trust\">trust policy</a></p>\n");
+        return;
+    }
+    int root = role_count(p, 0), rel = role_count(p, 1), prom = role_count(p, 2);
+    num(b, "<p>Trust policy version %" PRIu64 " in force: ", p->version);
+    num(b, "%d root, %d release, %d promote key%s. ", root, rel, prom, prom == 1 ? "" : "s");
+    lit(b, "<a href=\"/ui/trust\">Keys and versions</a></p>\n");
+}
+
+static void put_roles(kiln_web_buf *b, const kiln_web_trust_key *k) {
+    bool any = false;
+    if (k->root) {
+        lit(b, "<span class=\"tag warn\">root</span>");
+        any = true;
+    }
+    if (k->release) {
+        if (any) lit(b, " ");
+        lit(b, "<span class=\"tag\">release</span>");
+        any = true;
+    }
+    if (k->promote) {
+        if (any) lit(b, " ");
+        lit(b, "<span class=\"tag\">promote</span>");
+    }
+}
+
+void kiln_web_trust_policy_show(kiln_web_buf *b, const kiln_web_trust_policy *p,
+                                uint64_t start_version) {
+    if (!p) {
+        lit(b, "<h2>In force</h2>\n<p><span class=\"tag bad\">no trust policy</span> This "
+               "registry was started without <code>--trust</code>, so it checks nothing and "
+               "takes no uploads, records or trust versions.</p>\n");
+        return;
+    }
+    int root = role_count(p, 0), rel = role_count(p, 1);
+    num(b, "<h2>In force: version %" PRIu64 "</h2>\n<p>", p->version);
+    num(b,
+        "Root threshold <b>%d</b> of %d root key%s (the next version needs that many of them) "
+        "\xC2\xB7 ",
+        p->root_threshold, root, root == 1 ? "" : "s");
+    num(b, "release threshold <b>%d</b> of %d release key%s (each archive) \xC2\xB7 ",
+        p->release_threshold, rel, rel == 1 ? "" : "s");
+    if (p->accept_unvalidated)
+        lit(b, "accept_unvalidated <span class=\"tag warn\">true</span> (archives signed "
+               "without a passing validation verify)");
+    else
+        lit(b, "accept_unvalidated <span class=\"tag ok\">false</span>");
+    lit(b, "</p>\n");
+    if (start_version && start_version != p->version) {
+        num(b, "<p><small>The server's <code>--trust</code> file is version %" PRIu64 "; ",
+            start_version);
+        lit(b, "the versions after it were walked from the store, each checked against the one "
+               "before.</small></p>\n");
+    }
+    thead(b, "Key|Key id|Roles");
+    for (size_t i = 0; i < p->nkeys; i++) {
+        b->rows++;
+        lit(b, "<tr>");
+        td_text(b, p->keys[i].name);
+        lit(b, "<td><code>");
+        kiln_web_text(b, p->keys[i].keyid);
+        lit(b, "</code></td><td>");
+        put_roles(b, &p->keys[i]);
+        lit(b, "</td></tr>\n");
+    }
+    kiln_web_table_end(b, "The policy has no keys.");
+    thead(b, "Channel|Promote threshold");
+    for (size_t i = 0; i < p->nchannels; i++) {
+        b->rows++;
+        lit(b, "<tr><td>");
+        kiln_web_text(b, p->channels[i].name);
+        num(b, "</td><td class=\"n\">%d</td></tr>\n", p->channels[i].threshold);
+    }
+    kiln_web_table_end(b, "The policy names no channels, so no channel record verifies.");
+}
+
+void kiln_web_trust_history_begin(kiln_web_buf *b, int64_t total, uint64_t before) {
+    num(b, "<h2>History</h2>\n<p>%" PRId64 " stored version%s", total, total == 1 ? "" : "s");
+    if (before > 0) num(b, "; those below version %" PRIu64, before);
+    lit(b, ", newest first. Each is checked as a client checks it: signed by the root quorum of "
+           "the version before it and by its own, every signature verified.</p>\n");
+    thead(b, "Version|Stored|By|Signed by (root quorum counted toward)|Changes from the version "
+             "before|Check");
+}
+
+/* A line of kiln_sign_trust_diff, tagged with what it does (names hold no spaces, so neither
+ * phrase can come from a name). */
+static void put_change(kiln_web_buf *b, const char *line, size_t n) {
+    char *l = kiln_malloc(n + 1);
+    if (!l) {
+        b->nomem = true;
+        return;
+    }
+    memcpy(l, line, n);
+    l[n] = 0;
+    if (strstr(l, " removed ("))
+        lit(b, "<span class=\"tag bad\">removed</span> ");
+    else if (strstr(l, " added ("))
+        lit(b, "<span class=\"tag ok\">added</span> ");
+    else
+        lit(b, "<span class=\"tag warn\">changed</span> ");
+    kiln_web_text(b, l);
+    free(l);
+}
+
+static void put_trust_signers(kiln_web_buf *b, const kiln_web_trust_version *v) {
+    size_t shown = 0;
+    for (size_t i = 0; i < v->nsigners; i++) {
+        const kiln_web_trust_signer *s = &v->signers[i];
+        if (shown++) lit(b, "<br>");
+        if (s->name && s->name[0])
+            kiln_web_text(b, s->name);
+        else
+            lit(b, "<span class=\"tag bad\">unknown key</span>");
+        lit(b, " <small><code>");
+        kiln_web_text(b, s->keyid);
+        lit(b, "</code></small>");
+        if (s->old_root) num(b, " <span class=\"tag\">v%" PRIu64 "</span>", v->version - 1);
+        if (s->new_root) num(b, " <span class=\"tag\">v%" PRIu64 "</span>", v->version);
+        if (!s->old_root && !s->new_root) lit(b, " <span class=\"tag bad\">not counted</span>");
+    }
+    if (!shown) lit(b, "<span class=\"tag bad\">no signature verified</span>");
+    num(b,
+        "<br><small>root quorum of v%" PRIu64 ": %zu of %d \xC2\xB7 of v%" PRIu64 ": %zu of "
+        "%d</small>",
+        v->version - 1, v->nold, v->old_threshold, v->version, v->nnew, v->new_threshold);
+}
+
+void kiln_web_trust_history_row(kiln_web_buf *b, const kiln_web_trust_version *v) {
+    b->rows++;
+    if (v->problem)
+        lit(b, "<tr class=\"bad\">");
+    else
+        lit(b, "<tr>");
+    num(b, "<td class=\"n\">%" PRIu64, v->version);
+    if (v->in_force) lit(b, " <span class=\"tag ok\">in force</span>");
+    lit(b, "</td><td>");
+    put_time(b, v->created);
+    td_end(b);
+    td_text(b, v->publisher);
+    td(b);
+    if (v->checked)
+        put_trust_signers(b, v);
+    else
+        num(b, "<small>not checked: no version %" PRIu64 " to check it against</small>",
+            v->version - 1);
+    lit(b, "</td><td>");
+    if (v->changes && v->changes[0]) {
+        size_t k = 0;
+        for (const char *p = v->changes; *p;) {
+            const char *e = strchr(p, '\n');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            if (n) {
+                if (k++) lit(b, "<br>");
+                put_change(b, p, n);
+            }
+            p += n + (e ? 1 : 0);
+        }
+    } else if (v->changes) {
+        lit(b, "<small>nothing but the version</small>");
+    } else {
+        lit(b, "<small>unknown</small>");
+    }
+    lit(b, "</td><td>");
+    if (v->problem) {
+        lit(b, "<span class=\"tag bad\">does not verify</span> ");
+        kiln_web_text(b, v->problem);
+    } else if (v->note) {
+        lit(b, "<span class=\"tag\">not walked</span> <small>");
+        kiln_web_text(b, v->note);
+        lit(b, "</small>");
+    } else {
+        lit(b, "<span class=\"tag ok\">verified</span>");
+    }
+    lit(b, "</td></tr>\n");
+}
+
+void kiln_web_trust_history_end(kiln_web_buf *b, uint64_t last, bool more) {
+    kiln_web_table_end(b, "No versions here: the policy in force is the server's --trust file.");
+    lit(b, "<p><a href=\"/ui/trust\">newest versions</a>");
+    if (more) num(b, " \xC2\xB7 <a href=\"/ui/trust?before=%" PRIu64 "\">older versions</a>", last);
+    lit(b, "</p>\n");
 }

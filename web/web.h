@@ -66,7 +66,8 @@ typedef enum kiln_web_kind {
     KILN_WEB_MODEL,   /* a model's channels and versions */
     KILN_WEB_CHANNEL, /* a channel's history */
     KILN_WEB_AUDIT,   /* the audit log */
-    KILN_WEB_ERROR
+    KILN_WEB_ERROR,
+    KILN_WEB_TRUST /* the trust policy in force and its stored versions */
 } kiln_web_kind;
 
 /* The document's head, the navigation (registry / model / channel) and the heading. model
@@ -167,6 +168,71 @@ void kiln_web_history_end(kiln_web_buf *b, const char *model, const char *channe
 void kiln_web_audit_begin(kiln_web_buf *b, int64_t after, int64_t total);
 void kiln_web_audit_row(kiln_web_buf *b, const kiln_web_audit *e);
 void kiln_web_audit_end(kiln_web_buf *b, int64_t last, bool more, int64_t newest_after);
+
+/* ---- the trust policy ---- */
+
+/* A key of a trust policy: its name, its key id and the roles it holds. */
+typedef struct kiln_web_trust_key {
+    const char *name;
+    char keyid[17]; /* 16 hex digits, as minisign shows it */
+    bool root, release, promote;
+} kiln_web_trust_key;
+
+typedef struct kiln_web_trust_channel {
+    const char *name;
+    int threshold; /* distinct promote keys a record needs */
+} kiln_web_trust_channel;
+
+/* A trust policy as the page shows it. */
+typedef struct kiln_web_trust_policy {
+    uint64_t version;
+    const kiln_web_trust_key *keys;
+    size_t nkeys;
+    int root_threshold, release_threshold;
+    bool accept_unvalidated;
+    const kiln_web_trust_channel *channels;
+    size_t nchannels;
+} kiln_web_trust_policy;
+
+/* The front page's line: the version in force and its keys by role, linked to /ui/trust;
+ * p NULL: the registry has no policy. */
+void kiln_web_trust_summary(kiln_web_buf *b, const kiln_web_trust_policy *p);
+/* The policy in force: the thresholds, then a table of its keys and one of its channels; p
+ * NULL says there is none. start_version is the version of the server's --trust file. */
+void kiln_web_trust_policy_show(kiln_web_buf *b, const kiln_web_trust_policy *p,
+                                uint64_t start_version);
+
+/* A signature of a stored version as kiln_sign_trust_update counted it. */
+typedef struct kiln_web_trust_signer {
+    const char *name; /* NULL or "": not known (the check stopped before naming the key) */
+    char keyid[17];
+    bool old_root, new_root; /* counted toward version N-1's quorum, toward N's */
+} kiln_web_trust_signer;
+
+/* A stored version of the policy. */
+typedef struct kiln_web_trust_version {
+    uint64_t version;
+    int64_t created;
+    const char *publisher; /* the token that stored it */
+    /* Its signatures, and the quorums (checked is false when there was no version N-1 to
+     * check it against, and nothing below is known but problem or note). */
+    bool checked;
+    const kiln_web_trust_signer *signers;
+    size_t nsigners;
+    size_t nold, nnew;
+    int old_threshold, new_threshold;
+    const char *changes; /* kiln_sign_trust_diff's lines from N-1 (NULL: unknown) */
+    const char *problem; /* NULL: it verifies as the successor of a verified N-1 */
+    const char *note;    /* shown without alarm (a version below the server's --trust) */
+    bool in_force;
+} kiln_web_trust_version;
+
+/* The history: a page of the stored versions, newest first (those below version before, 0
+ * for the newest); total counts them all. End with kiln_web_trust_history_end: links to the
+ * newest versions and, when more is true, to those below last, the oldest shown. */
+void kiln_web_trust_history_begin(kiln_web_buf *b, int64_t total, uint64_t before);
+void kiln_web_trust_history_row(kiln_web_buf *b, const kiln_web_trust_version *v);
+void kiln_web_trust_history_end(kiln_web_buf *b, uint64_t last, bool more);
 
 #ifdef __cplusplus
 }

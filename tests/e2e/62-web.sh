@@ -2,15 +2,18 @@
 # The registry's web page as a platform engineer opens it: a registry populated with kiln
 # publish, promote and rollback (one reason hostile HTML), then the pages fetched with curl:
 # the models, a model's versions (signers, lineage) and channels, a channel's history, the
-# audit log for admins only; the security headers; refusals as HTML pages; metrics.
+# audit log for admins only; the security headers; refusals as HTML pages; metrics; the trust
+# policy's page before and after a rotation that revokes a promote key.
 . "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null || fail "curl is missing (the Makefile installs it)"
 R=$T/reg
-for k in rel p1; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
+for k in rel p1 p2 r1; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
 pk() { sed -n 2p "$T/$1.pub"; }
 cat >"$T/trust.json" <<JSON
-{"format":"kiln-trust/1","keys":[
+{"format":"kiln-trust/1","version":1,"keys":[
+ {"name":"r1","pubkey":"$(pk r1)","roles":["root"]},
  {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
+ {"name":"p2","pubkey":"$(pk p2)","roles":["promote"]},
  {"name":"p1","pubkey":"$(pk p1)","roles":["promote"]}],
  "channels":{"staging":{"threshold":1}},"accept_unvalidated":true}
 JSON
@@ -87,5 +90,28 @@ has '<td>rollback</td>' "audit rows"
 has "model &#39;nope&#39; not found" "404 page"
 [ "$(get /ui/models/..%2Fetc)" = 400 ] || fail "a bad name"
 curl -sS "$URL/metrics" | grep -q 'route="/ui/models/{model}",method="GET",status="200"} 1' || fail "metrics"
+
+# The trust policy: version 1 (the --trust file) in force, then p2's key is revoked by a version
+# 2 that r1 signs, and the page shows who signed it and that p2 went.
+keyid() { sed -n 's/^untrusted comment: minisign public key \([0-9A-F]\{16\}\)$/\1/p' "$T/$1.pub"; }
+[ "$(get /)" = 200 ] || fail "/ before the rotation"
+has 'Trust policy version 1 in force: 1 root, 1 release, 2 promote keys.' "the policy's line"
+[ "$(get /ui/trust)" = 200 ] || fail "trust page: $(cat "$T/page")"
+has '<h2>In force: version 1</h2>' "version 1 in force"
+has "<tr><td>p2</td><td><code>$(keyid p2)</code></td>" "p2 in force"
+has '0 stored versions' "nothing stored yet"
+sed -e 's/"version":1/"version":2/' -e '/"name":"p2"/d' "$T/trust.json" >"$T/v2.json"
+$KILN trust sign "$T/v2.json" --key "$T/r1.key" --out "$T/v2.signed.json" >/dev/null
+$KILN trust put "$T/v2.signed.json" --registry "$URL" --token "$ADM" >/dev/null
+[ "$(get /)" = 200 ] || fail "/ after the rotation"
+has 'Trust policy version 2 in force: 1 root, 1 release, 1 promote key.' "the policy's line after"
+[ "$(get /ui/trust)" = 200 ] || fail "trust page after the rotation: $(cat "$T/page")"
+has '<h2>In force: version 2</h2>' "version 2 in force"
+grep -q '<tr><td>p2</td>' "$T/page" && fail "p2 still in force: $(cat "$T/page")"
+v2=$(grep '^<tr><td class="n">2 <span class="tag ok">in force</span>' "$T/page") || fail "no row for version 2: $(cat "$T/page")"
+for want in '<td>ops</td>' "r1 <small><code>$(keyid r1)</code></small> <span class=\"tag\">v1</span> <span class=\"tag\">v2</span>" \
+    "<span class=\"tag bad\">removed</span> key &#39;p2&#39; ($(keyid p2)) removed (promote)" '<span class="tag ok">verified</span>'; do
+    case $v2 in *"$want"*) ;; *) fail "version 2's row lacks '$want': $v2" ;; esac
+done
 kill -TERM $PID
 wait $PID

@@ -106,9 +106,36 @@ rm "$T/svc-state/trust/3.json"
 # A new service is given the signed version 2 as its trust.json.
 $KILN pull demo@production --registry "$URL" --trust "$T/v2.signed.json" --state "$T/new-state" --out "$T/new" >/dev/null ||
     fail "a service configured with the signed version 2"
+# A fork: r1 and r2 also signed another version 2 (carol out instead of alice) and the
+# registry's copy is swapped for it; the service, holding the first, refuses and says so.
+if command -v sqlite3 >/dev/null; then
+    sed -e 's/"version":1/"version":2/' -e 's/,{"name":"carol"[^}]*}//' "$T/trust.json" >"$T/v2b.json"
+    $KILN trust sign "$T/v2b.json" --key "$T/r1.key" --out "$T/v2b.signed.json" >/dev/null
+    $KILN trust sign --add "$T/v2b.signed.json" --key "$T/r2.key" >/dev/null
+    sqlite3 "$R/registry.db" "UPDATE trust_versions SET document = readfile('$T/v2b.signed.json') WHERE version = 2"
+    expect_fail 1 $KILN pull demo@production $S --out "$T/svc"
+    grep -q "is trust version 2, and so is '$T/svc-state/trust/2.json', but they are different policies (key 'carol'" "$T/err" ||
+        fail "fork: $(cat "$T/err")"
+    sqlite3 "$R/registry.db" "UPDATE trust_versions SET document = readfile('$T/v2.signed.json') WHERE version = 2"
+    $KILN pull demo@production $S --out "$T/svc" >/dev/null || fail "pull once the fork is undone"
+fi
+# Two root keys and no root_threshold: refused, since one key alone would do.
+sed 's/"root_threshold":2,//' "$T/v2.json" >"$T/nothreshold.json"
+expect_fail 2 $KILN trust sign "$T/nothreshold.json" --key "$T/r1.key" --out "$T/x.json"
+grep -q "2 keys hold the \"root\" role but 'root_threshold' is missing" "$T/err" || fail "no threshold: $(cat "$T/err")"
+[ ! -e "$T/x.json" ] || fail "a refused sign wrote its output"
 
 kill -TERM $PID
 wait $PID
+# A registry started from version 2 over a store without it warns: clients below cannot walk
+# to it.
+$KILN registry serve --root "$T/reg2" --listen 127.0.0.1:0 --trust "$T/v2.signed.json" >"$T/serve2.out" 2>"$T/serve2.err" &
+PID=$!
+serve_url "$T/serve2.out" "$T/serve2.err"
+kill -TERM $PID
+wait $PID || true
+grep -q "is trust version 2, which the store does not hold: clients that trust an older version cannot walk to it" "$T/serve2.err" ||
+    fail "no warning: $(cat "$T/serve2.err")"
 # fsck checks the stored chain from version 1, and each record under it.
 $KILN registry fsck --root "$R" --trust "$T/trust.json" >"$T/fsck.out" || fail "fsck: $(cat "$T/fsck.out")"
 grep -q 'trust policy version 2 in force' "$T/serve.err" || fail "serve log: $(cat "$T/serve.err")"

@@ -104,6 +104,7 @@ static void fuzz_path(const char *url) {
         [REG_R_UI_AUDIT] = "/ui/audit",
         [REG_R_TRUST] = "/v1/trust",
         [REG_R_TRUST_VERSION] = "/v1/trust%.0s/%s",
+        [REG_R_UI_TRUST] = "/ui/trust",
     };
     snprintf(again, sizeof again, fmt[route], a, b);
     char seg2[3][KILN_REGISTRY_NAME_MAX + 1];

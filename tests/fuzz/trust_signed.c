@@ -1,8 +1,11 @@
 /* trust_signed.c - fuzz entry point for signed trust policies: parse (as a --trust file is
  * read), then check as the successor of a fixed version 1 whose one root key (the vector
- * key) signed the seed documents, and describe the change. */
+ * key) signed the seed documents, describe the change, and read an accepted document's
+ * canonical policy back as the same policy. */
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "fuzz.h"
 #include "sign.h"
@@ -39,6 +42,20 @@ int kiln_fuzz_trust_signed(const uint8_t *data, size_t size) {
         char *d = kiln_sign_trust_diff(cur, next);
         if (!d) __builtin_trap();
         free(d);
+        /* What was signed (the canonical text of the parsed policy) means what was accepted:
+         * read back alone, it is the same policy. */
+        json_t *j = json_loadb((const char *)data, size, 0, NULL);
+        char *canon = j ? kiln_json_canonical(json_object_get(j, "policy")) : NULL;
+        kiln_sign_trust *back = NULL;
+        if (!canon || kiln_sign_trust_parse(canon, strlen(canon), "canonical", &back) != KILN_OK ||
+            kiln_sign_trust_version(back) != kiln_sign_trust_version(next))
+            __builtin_trap();
+        d = kiln_sign_trust_diff(next, back);
+        if (!d || *d) __builtin_trap();
+        free(d);
+        free(canon);
+        json_decref(j);
+        kiln_sign_trust_free(back);
     } else if (next) {
         __builtin_trap();
     }
