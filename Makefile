@@ -234,7 +234,10 @@ bench-registry: $(BUILD)/kiln
 	bench/bench_registry.sh $(BUILD) $(BUILD)/bench/registry.txt.tmp && mv $(BUILD)/bench/registry.txt.tmp $(BUILD)/bench/registry.txt
 	@cat $(BUILD)/bench/registry.txt
 
-test: all
+# The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
+BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens)
+
+test: all $(BENCH_BINS)
 	@echo "== C suite"
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"

@@ -23,10 +23,14 @@ done
 
 T=$(mktemp -d /tmp/kiln-bench-registry.XXXXXX)
 REG_PID=
+PRIM2_PID=
+MIR_PID=
 NGINX_PID=
 cleanup() {
     local rc=$?
     if [ -n "$REG_PID" ]; then kill -TERM "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null || true; fi
+    if [ -n "$PRIM2_PID" ]; then kill -TERM "$PRIM2_PID" 2>/dev/null && wait "$PRIM2_PID" 2>/dev/null || true; fi
+    if [ -n "$MIR_PID" ]; then kill -TERM "$MIR_PID" 2>/dev/null && wait "$MIR_PID" 2>/dev/null || true; fi
     if [ -n "$NGINX_PID" ]; then
         kill -QUIT "$NGINX_PID" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$NGINX_PID" 2>/dev/null || break; sleep 0.1; done
@@ -47,21 +51,26 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END {
     if (NR % 2) printf "%.6f", v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
 # ---- the model directory and the archive ----
+# model_dir DIR BYTES: a valid safetensors file of BYTES random f32 weights, a card and a
+# passing validation report.
+model_dir() {
+    mkdir -p "$1"
+    local bytes=$2 hdr n
+    hdr="{\"weights\":{\"dtype\":\"F32\",\"shape\":[$((bytes / 4))],\"data_offsets\":[0,$bytes]}}"
+    while [ $(((${#hdr} + 8) % 8)) -ne 0 ]; do hdr="$hdr "; done # data 8-byte aligned
+    n=${#hdr}
+    {
+        printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' $((n & 255)) $(((n >> 8) & 255)) \
+            $(((n >> 16) & 255)) $(((n >> 24) & 255)))"
+        printf '%s' "$hdr"
+        head -c "$bytes" /dev/urandom
+    } >"$1/model.safetensors"
+    printf '%s' '{"name":"bench","created":"2026-01-01T00:00:00Z","lineage":{"run_id":"bench","step":1,"dataset_sha256":"0000","code_version":"0.1.0","metrics":{}}}' >"$1/card.json"
+    printf '%s' '{"passed":true}' >"$1/validation.json"
+}
 say "writing a ${MB} MiB model.safetensors of random weights in $T"
 M=$T/model
-mkdir -p "$M"
-bytes=$((MB * 1024 * 1024))
-hdr="{\"weights\":{\"dtype\":\"F32\",\"shape\":[$((bytes / 4))],\"data_offsets\":[0,$bytes]}}"
-while [ $(((${#hdr} + 8) % 8)) -ne 0 ]; do hdr="$hdr "; done # data 8-byte aligned
-n=${#hdr}
-{
-    printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x\\x00\\x00\\x00\\x00' $((n & 255)) $(((n >> 8) & 255)) \
-        $(((n >> 16) & 255)) $(((n >> 24) & 255)))"
-    printf '%s' "$hdr"
-    head -c "$bytes" /dev/urandom
-} >"$M/model.safetensors"
-printf '%s' '{"name":"bench","created":"2026-01-01T00:00:00Z","lineage":{"run_id":"bench","step":1,"dataset_sha256":"0000","code_version":"0.1.0","metrics":{}}}' >"$M/card.json"
-printf '%s' '{"passed":true}' >"$M/validation.json"
+model_dir "$M" $((MB * 1024 * 1024))
 
 A=$T/www/bench-1.0.0.kiln
 mkdir -p "$T/www"
@@ -227,3 +236,100 @@ D=$(med "phase:download")
     echo "kiln verify checks: $VERIFY_WHAT"
     echo "pull phases: from the client's own log (KILN_LOG=debug, 'pull phase:' lines)"
 } >"$OUT"
+
+# ---- mirrors: a sync of many versions, and pulls through a mirror ----
+# KILN_BENCH_MIRROR_N archives of KILN_BENCH_MIRROR_MB MiB each (default 20 of 4), published
+# to a second registry (it holds only those) and the newest promoted; nginx serves the same
+# files. Each run: curl
+# fetches the N files from nginx in one process (one kept-alive connection), then
+# `kiln registry mirror --once` copies them (and verifies every one) into a new mirror, then
+# again with nothing new; then `kiln pull` of the promoted one from the primary, from a
+# served mirror, and with the primary down (--registry DOWN --registry MIRROR; port 1 refuses
+# at once).
+MN=${KILN_BENCH_MIRROR_N:-20}
+MMB=${KILN_BENCH_MIRROR_MB:-4}
+say "mirror: $MN archives of $MMB MiB"
+mkdir -p "$T/www/mirror"
+PUB2=$("$KILN" registry token create --root "$T/reg2" --name ci --scope publish)
+PROM2=$("$KILN" registry token create --root "$T/reg2" --name rm --scope promote)
+"$KILN" registry serve --root "$T/reg2" --listen 127.0.0.1:0 --trust "$T/trust.json" \
+    >"$T/serve2.out" 2>"$T/serve2.err" &
+PRIM2_PID=$!
+for i in $(seq 200); do grep -q 'http://' "$T/serve2.out" 2>/dev/null && break; sleep 0.05; done
+URL2=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve2.out")
+[ -n "$URL2" ] || { say "the second registry did not start: $(cat "$T/serve2.err")"; exit 2; }
+for i in $(seq "$MN"); do
+    rm -rf "$T/mm"
+    model_dir "$T/mm" $((MMB * 1024 * 1024))
+    "$KILN" pack "$T/mm" --name mirrored --version "1.0.$i" --out "$T/www/mirror/m-$i.kiln" >/dev/null
+    "$KILN" sign "$T/www/mirror/m-$i.kiln" --key "$T/rel.key" >/dev/null
+    "$KILN" publish "$T/www/mirror/m-$i.kiln" --registry "$URL2" --token "$PUB2" >/dev/null
+done
+rm -rf "$T/mm"
+"$KILN" promote mirrored "1.0.$MN" --channel production --key "$T/prom.key" --registry "$URL2" \
+    --token "$PROM2" >/dev/null
+MBYTES=$(cat "$T"/www/mirror/*.kiln | wc -c)
+ONE=$(stat -c %s "$T/www/mirror/m-$MN.kiln")
+"$KILN" registry mirror --root "$T/served-mirror" --from "$URL2" --trust "$T/trust.json" --once >/dev/null
+"$KILN" registry serve --root "$T/served-mirror" --listen 127.0.0.1:0 --trust "$T/trust.json" \
+    >"$T/mserve.out" 2>"$T/mserve.err" &
+MIR_PID=$!
+for i in $(seq 200); do grep -q 'http://' "$T/mserve.out" 2>/dev/null && break; sleep 0.05; done
+MURL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/mserve.out")
+[ -n "$MURL" ] || { say "the mirror did not start: $(cat "$T/mserve.err")"; exit 2; }
+CURL_ARGS=()
+for i in $(seq "$MN"); do CURL_ARGS+=(-o "$T/dl/m-$i" "$NGINX_URL/mirror/m-$i.kiln"); done
+for r in $(seq "$REPS"); do
+    say "mirror run $r of $REPS"
+    rm -rf "$T/dl" "$T/mir"; mkdir -p "$T/dl"
+    sync
+    t0=$(now_ns)
+    curl -sS -f "${CURL_ARGS[@]}"
+    add m_curl "$(secs "$t0" "$(now_ns)")"
+    [ "$(cat "$T"/dl/* | wc -c)" = "$MBYTES" ] || { say "curl got other sizes"; exit 2; }
+    rm -rf "$T/dl"
+    sync
+    t0=$(now_ns)
+    "$KILN" registry mirror --root "$T/mir" --from "$URL2" --trust "$T/trust.json" --once >"$T/mir.out"
+    add m_sync "$(secs "$t0" "$(now_ns)")"
+    grep -q "copied 0 trust versions, $MN versions" "$T/mir.out" || { say "sync: $(cat "$T/mir.out")"; exit 2; }
+    t0=$(now_ns)
+    "$KILN" registry mirror --root "$T/mir" --from "$URL2" --trust "$T/trust.json" --once >"$T/mir.out"
+    add m_sync0 "$(secs "$t0" "$(now_ns)")"
+    grep -q "0 versions (0 bytes downloaded)" "$T/mir.out" || { say "second sync: $(cat "$T/mir.out")"; exit 2; }
+    rm -rf "$T/mir"
+    for how in primary mirror failover; do
+        case $how in
+        primary) regs=(--registry "$URL2") ;;
+        mirror) regs=(--registry "$MURL") ;;
+        failover) regs=(--registry http://127.0.0.1:1 --registry "$MURL") ;;
+        esac
+        rm -rf "$T/pulled" "$T/state"
+        sync
+        t0=$(now_ns)
+        "$KILN" pull mirrored@production "${regs[@]}" --trust "$T/trust.json" --state "$T/state" \
+            --out "$T/pulled" >/dev/null 2>"$T/pull.err"
+        add "m_pull_$how" "$(secs "$t0" "$(now_ns)")"
+        [ -s "$T/pulled/model.safetensors" ] || { say "pull ($how) left no model: $(cat "$T/pull.err")"; exit 2; }
+    done
+done
+rm -rf "$T/pulled" "$T/state"
+mmbs() { awk -v s="$1" -v b="$2" 'BEGIN { if (s > 0) printf "%.0f", b / 1e6 / s; else print "-" }'; }
+MC=$(med m_curl) MS=$(med m_sync) M0=$(med m_sync0)
+PP=$(med m_pull_primary) PM=$(med m_pull_mirror) PF=$(med m_pull_failover)
+{
+    echo
+    echo "mirrors: $MN archives of $MMB MiB of random weights, $MBYTES bytes in all (median of $REPS runs)"
+    echo
+    printf '%-52s %10s %9s\n' "what" "seconds" "MB/s"
+    printf '%-52s %10.3f %9s\n' "curl -o of the $MN archives from nginx-light (baseline)" "$MC" "$(mmbs "$MC" "$MBYTES")"
+    printf '%-52s %10.3f %9s\n' "kiln registry mirror --once (new mirror)" "$MS" "$(mmbs "$MS" "$MBYTES")"
+    printf '%-52s %10.3f %9s\n' "kiln registry mirror --once (nothing new)" "$M0" ""
+    printf '%-52s %10.3f %9s\n' "kiln pull of one ($ONE bytes) from the primary" "$PP" "$(mmbs "$PP" "$ONE")"
+    printf '%-52s %10.3f %9s\n' "  from a mirror" "$PM" "$(mmbs "$PM" "$ONE")"
+    printf '%-52s %10.3f %9s\n' "  primary down: --registry DOWN --registry MIRROR" "$PF" "$(mmbs "$PF" "$ONE")"
+    echo
+    echo "kiln registry mirror (new) / curl:        $(ratio "$MS" "$MC")"
+    echo "pull from a mirror / from the primary:    $(ratio "$PM" "$PP")"
+    echo "pull with the primary down / from it:     $(ratio "$PF" "$PP")"
+} >>"$OUT"

@@ -303,7 +303,7 @@ int main(int argc, char **argv) {
     kiln_sign_trust *start = NULL, *newest = NULL;
     reg_trust_chain chain;
     if (kiln_sign_trust_load(trust_path, &start) ||
-        reg_trust_chain_load(db, root, start, NULL, NULL, &chain))
+        reg_trust_chain_load(db, root, start, "bench", NULL, NULL, &chain))
         die("trust chain");
     newest = reg_trust_chain_take_newest(&chain);
     reg_trust_chain_release(&chain);
@@ -343,7 +343,7 @@ int main(int argc, char **argv) {
         reg_trust_chain c;
         uint64_t w0 = kiln_now_ns();
         if (kiln_sign_trust_load(trust_path, &t1) ||
-            reg_trust_chain_load(db, root, t1, NULL, NULL, &c))
+            reg_trust_chain_load(db, root, t1, "bench", NULL, NULL, &c))
             die("trust chain");
         wns[r] = kiln_now_ns() - w0;
         reg_trust_chain_release(&c);

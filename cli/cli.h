@@ -96,6 +96,7 @@ int cmd_channel_history(int argc, char **argv);
 int cmd_channel_put(int argc, char **argv);
 int cmd_registry_fsck(int argc, char **argv);
 int cmd_registry_gc(int argc, char **argv);
+int cmd_registry_mirror(int argc, char **argv); /* cmd_mirror.c */
 int cmd_registry_serve(int argc, char **argv);
 int cmd_registry_token(int argc, char **argv);
 int cmd_release(int argc, char **argv);

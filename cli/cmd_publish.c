@@ -67,10 +67,19 @@ int cmd_publish(int argc, char **argv) {
     return 0;
 }
 
+/* "kiln: registry URL1: ...; trying URL2": a pull over several registries passing one over. */
+static void print_note(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "kiln: %s\n", line);
+}
+
 int cmd_pull(int argc, char **argv) {
-    const char *url = NULL, *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL;
+    const char *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL;
+    cli_list urls = {0};
     const cli_opt opts[] = {
-        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"registry", CLI_MULTI, &urls, "URL",
+         "the registry; repeat it for mirrors, tried in order (the newest channel record wins)",
+         true},
         {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
         {"trust", CLI_STR, &trust, "FILE", "trust policy (trust.json) the model must meet", true},
         {"out", CLI_STR, &out_dir, "DIR", "where the verified model directory goes", true},
@@ -79,25 +88,44 @@ int cmd_pull(int argc, char **argv) {
         {0},
     };
     cli_spec spec = {
-        "kiln pull NAME@CHANNEL|NAME@VERSION --registry URL --trust FILE --out DIR [--state DIR]",
+        "kiln pull NAME@CHANNEL|NAME@VERSION --registry URL [--registry MIRROR]... --trust FILE "
+        "--out DIR [--state DIR]",
         "Download a model, verify everything (channel record, seq, expiry, digest, signatures, "
         "every file) and only then put it at DIR.",
         opts, 1, 1};
     const char *ref;
     int rc;
-    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) return rc;
+    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) {
+        free(urls.v);
+        return rc;
+    }
     bar b = {-1, "downloading"};
-    kiln_registry_client_opts c;
-    client_opts(&c, url, token, &b);
+    kiln_registry_client_opts *cs = calloc((size_t)urls.n, sizeof *cs);
+    if (!cs) {
+        free(urls.v);
+        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+    }
+    for (int i = 0; i < urls.n; i++)
+        client_opts(&cs[i], urls.v[i], token, &b);
     kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out_dir, .state = state};
     kiln_registry_pulled res;
-    kiln_err e = kiln_registry_pull(&c, &p, &res);
+    kiln_err e = kiln_registry_pull_any(cs, (size_t)urls.n, &p, print_note, NULL, &res);
+    bool several = urls.n > 1;
+    free(cs);
+    free(urls.v);
     if (e) return cli_fail(e);
+    /* With several registries the line says which served it (and the record, when that was
+     * another). */
+    char from[1100] = "";
+    if (several && res.record_from[0])
+        snprintf(from, sizeof from, " from %s (record from %s)", res.registry, res.record_from);
+    else if (several)
+        snprintf(from, sizeof from, " from %s", res.registry);
     if (res.channel[0])
-        printf("pulled %s@%s (channel %s, seq %lld) %s into '%s'\n", res.model, res.version,
-               res.channel, (long long)res.seq, res.digest, out_dir);
+        printf("pulled %s@%s (channel %s, seq %lld) %s into '%s'%s\n", res.model, res.version,
+               res.channel, (long long)res.seq, res.digest, out_dir, from);
     else
-        printf("pulled %s@%s %s into '%s'\n", res.model, res.version, res.digest, out_dir);
+        printf("pulled %s@%s %s into '%s'%s\n", res.model, res.version, res.digest, out_dir, from);
     printf("signed by %s\n", res.signed_by);
     return 0;
 }

@@ -219,10 +219,17 @@ static void print_step(void *ctx, const kiln_registry_trust_step *s) {
     print_changes(s->changes);
 }
 
+static void print_note(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "kiln: %s\n", line);
+}
+
 int cmd_trust_update(int argc, char **argv) {
-    const char *url = NULL, *token = NULL, *trust = NULL, *state = NULL;
+    const char *token = NULL, *trust = NULL, *state = NULL;
+    cli_list urls = {0};
     const cli_opt opts[] = {
-        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"registry", CLI_MULTI, &urls, "URL",
+         "the registry; repeat it for mirrors (each that answers is walked)", true},
         {"trust", CLI_STR, &trust, "FILE", "the client's trust policy (its root of trust)", true},
         {"state", CLI_STR, &state, "DIR",
          "where accepted versions are kept (default ~/.local/state/kiln)", false},
@@ -230,19 +237,33 @@ int cmd_trust_update(int argc, char **argv) {
         {0},
     };
     const cli_spec spec = {
-        "kiln trust update --registry URL --trust FILE [--state DIR] [--token T]",
+        "kiln trust update --registry URL [--registry MIRROR]... --trust FILE [--state DIR] "
+        "[--token T]",
         "Walk the trust policy forward: from FILE through the versions accepted before (in "
         "DIR/trust)\nand those the registry has since, each checked against the one before and "
         "saved to DIR/trust.\nkiln pull does the same first. Exits 1 when a version does not "
         "verify.",
         opts, 0, 0};
     int st;
-    if (!cli_parse_args(&spec, argc, argv, NULL, &st)) return st;
-    kiln_registry_client_opts c = {
-        .url = url, .token = token ? token : getenv("KILN_REGISTRY_TOKEN"), .retries = -1};
+    if (!cli_parse_args(&spec, argc, argv, NULL, &st)) {
+        free(urls.v);
+        return st;
+    }
+    kiln_registry_client_opts *cs = calloc((size_t)urls.n, sizeof *cs);
+    if (!cs) {
+        free(urls.v);
+        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+    }
+    for (int i = 0; i < urls.n; i++)
+        cs[i] = (kiln_registry_client_opts){.url = urls.v[i],
+                                            .token = token ? token : getenv("KILN_REGISTRY_TOKEN"),
+                                            .retries = -1};
     walked w = {0};
     kiln_sign_trust *t = NULL;
-    kiln_err rc = kiln_registry_trust_walk(&c, trust, state, print_step, &w, &t);
+    kiln_err rc = kiln_registry_trust_walk_any(cs, (size_t)urls.n, trust, state, print_step, &w,
+                                               print_note, NULL, &t);
+    free(cs);
+    free(urls.v);
     if (rc) return cli_fail(rc);
     if (kiln_sign_trust_role_count(t, KILN_SIGN_ROLE_ROOT) == 0) {
         kiln_sign_trust_free(t);

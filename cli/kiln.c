@@ -33,6 +33,7 @@ static const command commands[] = {
     {"pull", cmd_pull, "download and verify a model from a registry"},
     {"registry fsck", cmd_registry_fsck, "check a registry's store"},
     {"registry gc", cmd_registry_gc, "remove blobs no version references"},
+    {"registry mirror", cmd_registry_mirror, "copy a registry into a verified, read-only mirror"},
     {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
     {"registry token", cmd_registry_token, "create, list or revoke registry tokens"},
     {"release", cmd_release, "export, validate, pack, sign, publish and promote a run in one go"},

@@ -182,6 +182,16 @@ typedef struct kiln_pull_opts {
     const char *trust;    /* trust policy (trust.json) */
     const char *out;      /* the model directory to create or replace */
     const char *state;    /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+    /* Mirrors (docs/registry.md, "Mirrors"): more registries, tried after registry (which may
+     * then be NULL), in this order. A pull takes the newest channel record that verifies from
+     * any of them, and the archive from the first that holds one that verifies; a registry
+     * that is down, answers 5xx, is stale or serves what does not verify is passed over. */
+    const char *const *registries;
+    size_t nregistries;
+    /* Hears each registry passed over and why, one line ("registry URL1: ...; trying URL2");
+     * NULL: logged as a warning on stderr. */
+    void (*on_registry)(void *ctx, const char *line);
+    void *registry_ctx;
 } kiln_pull_opts;
 
 typedef struct kiln_pull_result {

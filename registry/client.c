@@ -574,6 +574,40 @@ static kiln_err state_read(const char *path, int64_t *seq, bool *known) {
     return rc;
 }
 
+kiln_err reg_channel_state(const char *state, const char *model, const char *channel, int64_t *seq,
+                           bool *known) {
+    char *st = state ? kiln_strdup(state) : reg_default_state(),
+         *file = st ? kiln_asprintf("%s/channels/%s/%s.json", st, model, channel) : NULL;
+    kiln_err rc = file ? state_read(file, seq, known) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    free(st);
+    free(file);
+    return rc;
+}
+
+kiln_err reg_record_accept(const kiln_sign_trust *trust, const char *record, size_t len,
+                           const char *model, const char *channel, int64_t last, bool known,
+                           reg_record *rec, bool *stale) {
+    if (stale) *stale = false;
+    char label[200];
+    snprintf(label, sizeof label, "channel record %s@%s", model, channel);
+    /* 1: signatures meet the policy's threshold for the channel. */
+    KILN_TRY(reg_record_verify(trust, record, len, label, rec));
+    KILN_FAIL_IF(strcmp(rec->model, model) || strcmp(rec->channel, channel), KILN_ERR_VERIFY,
+                 "%s names %s@%s instead", label, rec->model, rec->channel);
+    /* 2: not older than what this client accepted. */
+    if (known && rec->seq < last && stale) *stale = true;
+    KILN_FAIL_IF(known && rec->seq < last, KILN_ERR_VERIFY,
+                 "%s has seq %lld, lower than %lld accepted before (a replayed or rolled-back "
+                 "record); refusing",
+                 label, (long long)rec->seq, (long long)last);
+    /* 3: not expired. */
+    char when[21];
+    kiln_format_time(rec->expires, when);
+    KILN_FAIL_IF(rec->expires <= kiln_unix_time(), KILN_ERR_VERIFY, "%s expired at %s; refusing",
+                 label, when);
+    return KILN_OK;
+}
+
 /* Put dir at out: a plain rename, or an exchange with an existing directory whose old
  * contents are then removed. */
 static kiln_err install_dir(const char *tmp, const char *out) {
@@ -655,7 +689,17 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
         int64_t last;
         bool known;
         KILN_CHECK(rc, out, state_read(state_file, &last, &known));
-        rc = kiln_registry_get_channel(c, res->model, what, &record, &record_len);
+        if (p->record) { /* pinned: the newest record of several registries (failover.c) */
+            record = kiln_malloc(p->record_len + 1);
+            if (record) {
+                memcpy(record, p->record, p->record_len);
+                record[p->record_len] = 0;
+            }
+            record_len = p->record_len;
+            rc = record ? KILN_OK : KILN_ERR_NOMEM;
+        } else {
+            rc = kiln_registry_get_channel(c, res->model, what, &record, &record_len);
+        }
         if (rc == KILN_ERR_NOTFOUND && known) {
             rc = kiln_fail(
                 KILN_ERR_VERIFY,
@@ -666,23 +710,10 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
         }
         if (rc == KILN_OK) {
             by_channel = true;
-            char label[200];
-            snprintf(label, sizeof label, "channel record %s@%s", res->model, what);
-            /* 1: signatures meet the policy's threshold for the channel. */
-            KILN_CHECK(rc, out, reg_record_verify(trust, record, record_len, label, &rec));
-            KILN_CHECK_IF(rc, out, strcmp(rec.model, res->model) || strcmp(rec.channel, what),
-                          KILN_ERR_VERIFY, "%s names %s@%s instead", label, rec.model, rec.channel);
-            /* 2: not older than what this client accepted. */
-            KILN_CHECK_IF(rc, out, known && rec.seq < last, KILN_ERR_VERIFY,
-                          "%s has seq %lld, lower than %lld accepted before (a replayed or "
-                          "rolled-back record); "
-                          "refusing",
-                          label, (long long)rec.seq, (long long)last);
-            /* 3: not expired. */
-            char when[21];
-            kiln_format_time(rec.expires, when);
-            KILN_CHECK_IF(rc, out, rec.expires <= kiln_unix_time(), KILN_ERR_VERIFY,
-                          "%s expired at %s; refusing", label, when);
+            /* 1-3: signatures, seq, expiry. */
+            KILN_CHECK(rc, out,
+                       reg_record_accept(trust, record, record_len, res->model, what, last, known,
+                                         &rec, NULL));
             snprintf(res->channel, sizeof res->channel, "%s", what);
             snprintf(res->version, sizeof res->version, "%s", rec.version);
             res->seq = rec.seq;
@@ -836,12 +867,16 @@ void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out) {
 }
 
 kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
-    KILN_FAIL_IF(!o || !o->registry, KILN_ERR_USAGE, "kiln_pull needs options with a registry URL");
-    kiln_registry_client_opts c = {.url = o->registry, .token = o->token, .retries = -1};
+    KILN_FAIL_IF(!o || (!o->registry && !o->nregistries), KILN_ERR_USAGE,
+                 "kiln_pull needs options with a registry URL");
+    kiln_registry_client_opts *cs;
+    size_t n;
+    KILN_TRY(reg_pull_opts_clients(o, &cs, &n));
     kiln_registry_pull_opts p = {
         .ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
     kiln_registry_pulled r;
-    kiln_err rc = kiln_registry_pull(&c, &p, &r);
+    kiln_err rc = kiln_registry_pull_any(cs, n, &p, o->on_registry, o->registry_ctx, &r);
+    free(cs);
     if (rc == KILN_OK && result) reg_pull_result(&r, result);
     return rc;
 }

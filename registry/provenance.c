@@ -258,30 +258,6 @@ static json_t *record_sigs(const kiln_sign_trust *t, const kiln_sign_record *r, 
     return a;
 }
 
-/* The last seq this client accepted for the channel (STATE/channels/MODEL/CHANNEL.json, what
- * kiln pull writes); *known false when none. */
-static kiln_err state_seq(const prov *p, int64_t *seq, bool *known) {
-    *seq = 0;
-    *known = false;
-    char *path = kiln_asprintf("%s/channels/%s/%s.json", p->state, p->model, p->what);
-    if (!path) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
-    json_t *j = NULL;
-    if (kiln_path_exists(path)) {
-        rc = kiln_json_load_file(path, &j);
-        json_t *s = json_object_get(j, "seq");
-        if (!rc && (!json_is_integer(s) || json_integer_value(s) < 0))
-            rc = kiln_fail(KILN_ERR_FORMAT, "'%s': 'seq' is not a non-negative integer", path);
-        if (!rc) {
-            *seq = json_integer_value(s);
-            *known = true;
-        }
-    }
-    json_decref(j);
-    free(path);
-    return rc;
-}
-
 static void ago(int64_t secs, char *out, size_t n) {
     int64_t a = secs < 0 ? -secs : secs;
     if (a >= 2 * 86400)
@@ -499,7 +475,7 @@ static kiln_err channel_section(prov *p, const char *text, size_t len) {
     int64_t last;
     bool known;
     char err[1024];
-    kiln_err src = state_seq(p, &last, &known);
+    kiln_err src = reg_channel_state(p->state, p->model, p->what, &last, &known);
     if (src == KILN_ERR_NOMEM) {
         rc = src;
         goto out;
@@ -1029,7 +1005,7 @@ kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
         } else if (rc == KILN_ERR_NOTFOUND) {
             int64_t last;
             bool known;
-            KILN_CHECK(rc, done, state_seq(&p, &last, &known));
+            KILN_CHECK(rc, done, reg_channel_state(p.state, p.model, p.what, &last, &known));
             KILN_CHECK_IF(rc, done, known, KILN_ERR_VERIFY,
                           "channel '%s' of '%s' was accepted at seq %lld before, but the registry "
                           "no longer has it",

@@ -185,6 +185,12 @@ typedef struct kiln_registry_pull_opts {
     /* The part after '@' is a channel only: a registry without it is KILN_ERR_NOTFOUND (after
      * the anti-rollback check: a channel accepted before and now missing is refused). */
     bool channel_only;
+    /* The channel record to pull (its text as a registry served it), checked as one fetched
+     * is, instead of asking this registry for the channel's: a pull over several registries
+     * takes the newest record any of them has, then the archive from one that holds it.
+     * NULL: ask. */
+    const char *record;
+    size_t record_len;
 } kiln_registry_pull_opts;
 
 typedef struct kiln_registry_pulled {
@@ -197,6 +203,9 @@ typedef struct kiln_registry_pulled {
     /* The release keys whose signatures verified, the threshold and the validation verdict:
      * "rel (1 of 1 release key; validation passed)". */
     char signed_by[256];
+    /* Which registry served the archive, and the channel record when that was another
+     * (kiln_registry_pull_any); record_from is "" when it is the same. */
+    char registry[512], record_from[512];
 } kiln_registry_pulled;
 
 /* Download, verify in the documented order (docs/registry.md: the channel record's
@@ -266,6 +275,78 @@ kiln_err kiln_registry_trust_walk(const kiln_registry_client_opts *c, const char
  * admin token). *version (may be NULL) gets the version the registry stored. */
 kiln_err kiln_registry_trust_put(const kiln_registry_client_opts *c, const char *doc, size_t len,
                                  const char *label, uint64_t *version);
+
+/* ---- several registries: a primary and its mirrors (failover.c, docs/registry.md
+ * "Mirrors") ---- */
+
+/* What a pull over several registries says as it moves from one to the next, one line
+ * without "kiln: " ("registry URL1: connection refused; trying URL2"). NULL: each is logged as
+ * a warning. */
+typedef void (*kiln_registry_note)(void *ctx, const char *line);
+
+/* kiln_registry_pull over the registries cs[0..n), in that order. The trust policy is walked
+ * through each that answers. A channel's current record is asked of every registry that
+ * answers and the one with the highest seq that verifies is taken (a stale mirror never
+ * makes a service run an older model: a rollback is a higher seq too); then the archive is
+ * pulled from the first registry that holds it and verifies. A registry that cannot be
+ * reached, answers 5xx, serves a record older than this client accepted, or serves something
+ * that does not verify is passed over, and note hears why; when none gives a model that
+ * verifies, the error names each registry's reason (KILN_ERR_VERIFY when any served
+ * something that did not verify). With more than one registry each request is tried once
+ * per registry (the next registry is the retry); with one, this is kiln_registry_pull. */
+kiln_err kiln_registry_pull_any(const kiln_registry_client_opts *cs, size_t n,
+                                const kiln_registry_pull_opts *p, kiln_registry_note note,
+                                void *note_ctx, kiln_registry_pulled *out) KILN_MUST_CHECK;
+
+/* kiln_registry_trust_walk through each of cs[0..n) that answers, in order: *out is the newest
+ * policy any of them leads to (a registry that serves fewer versions changes nothing). A
+ * registry that cannot be reached or serves a version that does not verify is passed over
+ * (note hears why); when none can be walked, the error names each one's reason. on_step hears
+ * each version once. */
+kiln_err kiln_registry_trust_walk_any(const kiln_registry_client_opts *cs, size_t n,
+                                      const char *trust, const char *state,
+                                      void (*on_step)(void *ctx, const kiln_registry_trust_step *s),
+                                      void *ctx, kiln_registry_note note, void *note_ctx,
+                                      kiln_sign_trust **out) KILN_MUST_CHECK;
+
+/* ---- mirrors (mirror.c, docs/registry.md "Mirrors") ---- */
+
+typedef struct kiln_registry_mirror_opts {
+    /* The mirror's store: a new or empty directory (it becomes one), a store with nothing
+     * published in it that no server runs on, or a mirror of from->url. Anything else (a
+     * primary's store, a mirror of another URL, a file, another directory) is refused before
+     * anything is written. */
+    const char *root;
+    const kiln_registry_client_opts *from; /* the primary (url, a read token, progress) */
+    const char *trust; /* the policy the copy is verified under, walked through the primary's
+                          trust versions: the oldest policy the services use */
+    void (*on_copied)(void *ctx, const char *line);  /* each item copied (may be NULL) */
+    void (*on_problem)(void *ctx, const char *line); /* each item not copied, and why */
+    void *ctx;
+} kiln_registry_mirror_opts;
+
+typedef struct kiln_registry_mirror_result {
+    size_t trust_versions, versions, records; /* copied by this sync */
+    size_t problems;                          /* items not copied: they did not verify */
+    uint64_t bytes;                           /* archive bytes downloaded */
+    size_t requests;                          /* HTTP requests made to the primary */
+} kiln_registry_mirror_result;
+
+/* Copy what the primary has and the mirror lacks: trust versions (each verified as the
+ * successor of the one before, from o->trust), every model's versions (the archive downloaded,
+ * resuming with Range, its size and sha256 checked, its signatures verified under the walked
+ * policy as the server does on upload, then written as an upload is: temporary file, fsync,
+ * link, fsync of the directory, then the row) and every channel's records in seq order (the
+ * bytes the primary stored, each verified as the server verifies a record put to it; an old
+ * one may have expired). Each item copied writes one audit row, action "mirror.sync". An
+ * item that does not verify is passed to on_problem, not copied, and the rest is copied:
+ * the result is then KILN_ERR_VERIFY. A version the mirror holds with another digest than
+ * the primary now lists is such a problem, never overwritten. Safe beside a running
+ * `kiln registry serve` of the same store (it needs no server lock: SQLite transactions);
+ * one sync per store at a time (DIR/mirror.lock, which gc waits for). Interrupted at any
+ * point, the next sync resumes: a partial download from where it stopped. */
+kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
+                                   kiln_registry_mirror_result *res) KILN_MUST_CHECK;
 
 /* ---- channels (channel.c) ---- */
 

@@ -40,6 +40,47 @@ kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const cha
 kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action, const char *reason);
 /* The schema version this kiln makes and migrates stores to (PRAGMA user_version). */
 int reg_schema_version(void);
+/* An audit row with every column (mirror.sync: what was copied, and from where). */
+kiln_err reg_audit_full(sqlite3 *db, const char *token, const char *action, const char *model,
+                        const char *version, const char *channel, const char *digest,
+                        const char *reason);
+
+/* ---- versions and channel records (store.c): the server's writes and a mirror's ---- */
+
+struct reg_archive_meta;
+struct reg_record;
+
+/* The stored digest of model@version, or NULL when absent (caller frees); *rc is set on a
+ * database failure. */
+char *reg_version_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc);
+
+/* A version as it is stored: what the archive says (meta: manifest, card, validation, read
+ * with reg_archive_meta_read) and who published it when. */
+typedef struct reg_version_row {
+    const char *model, *version, *digest; /* "sha256:<hex>" */
+    uint64_t size;
+    const struct reg_archive_meta *meta;
+    const char *sig; /* the archive's signature file */
+    size_t sig_len;
+    const char *publisher; /* the token that published it (a mirror: the primary's) */
+    int64_t created;
+} reg_version_row;
+
+/* Insert a version and one audit row (action, audit_token and reason; NULLs stored as NULL)
+ * in one BEGIN IMMEDIATE transaction. The version held already with the same digest sets
+ * *existed and writes nothing; with another digest it is KILN_ERR_CONFLICT. The blob must be
+ * in place (reg_upload_commit) before. */
+kiln_err reg_version_insert(sqlite3 *db, const reg_version_row *v, const char *audit_token,
+                            const char *action, const char *reason, bool *existed);
+
+/* Insert a channel record whose signatures were verified (text: its bytes, stored and served
+ * unchanged) and one audit row, in one BEGIN IMMEDIATE transaction: its seq must be the
+ * channel's next (KILN_ERR_CONFLICT), its version held with its digest (KILN_ERR_NOTFOUND,
+ * KILN_ERR_VERIFY). action NULL: "promote", or "rollback" for a record whose reason is
+ * rollback. */
+kiln_err reg_record_insert(sqlite3 *db, const struct reg_record *rec, const char *text,
+                           const char *publisher, int64_t created, const char *audit_token,
+                           const char *action, const char *reason);
 
 /* ---- tokens (token.c) ---- */
 
@@ -94,12 +135,21 @@ char *reg_upload_path(const reg_upload *u);
 /* fsync, give the file its blob name (an existing blob of that digest is kept), fsync the
  * directory. */
 kiln_err reg_upload_commit(reg_upload *u, const char *hex);
+/* Take the named file at path (in DIR/tmp: a mirror's finished download) as an upload to
+ * commit: reg_upload_commit then fsyncs it, links it to its blob name, fsyncs the directory
+ * and removes path. */
+kiln_err reg_upload_adopt(reg_upload *u, const char *root, const char *path);
 void reg_upload_abort(reg_upload *u); /* safe on a zeroed struct, and after commit */
 
 /* The store lock (DIR/lock, flock): a server holds it exclusively; gc needs it; fsck
  * checks it to know whether temporaries can be in use. *fd is -1 when busy. */
 kiln_err reg_lock(const char *root, int *fd);
+/* The same on DIR/name. */
+kiln_err reg_lock_named(const char *root, const char *name, int *fd);
 void reg_unlock(int fd);
+/* Held by kiln registry mirror while it syncs (gc needs it free too; the server never
+ * takes it). */
+#define REG_MIRROR_LOCK "mirror.lock"
 
 /* ---- verification (verify.c) ----
  *
@@ -166,11 +216,62 @@ kiln_err reg_get_text(const kiln_registry_client_opts *c, const char *path, size
 /* PUT body (JSON) at path, once; *answer (may be NULL) is the parsed answer. */
 kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, const char *body,
                       size_t len, json_t **answer);
+/* The last seq this client accepted for model/channel (STATE/channels/MODEL/CHANNEL.json;
+ * state NULL: the default); 0 and *known false when none. */
+kiln_err reg_channel_state(const char *state, const char *model, const char *channel, int64_t *seq,
+                           bool *known);
+/* A pull's checks 1-3 of a channel record: its signatures reach trust's threshold for the
+ * channel, it names model and channel, its seq is not below last (when known; *stale, may be
+ * NULL, says that was the failure), it has not expired. KILN_ERR_VERIFY naming the failure. */
+kiln_err reg_record_accept(const kiln_sign_trust *trust, const char *record, size_t len,
+                           const char *model, const char *channel, int64_t last, bool known,
+                           reg_record *rec, bool *stale) KILN_MUST_CHECK;
 /* kiln_registry_pull under a policy the caller walked already (kiln_watch walks it once per
  * poll). */
 kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                              const kiln_sign_trust *trust, kiln_registry_pulled *res)
     KILN_MUST_CHECK;
+
+/* ---- several registries (failover.c) ---- */
+
+/* The registries of one pull or watch poll, in order. */
+typedef struct reg_registries {
+    kiln_registry_client_opts *c; /* each with retries 0 when there are several */
+    size_t n;
+    bool *down; /* did not answer during this pull: not asked again by it */
+    kiln_registry_note note;
+    void *ctx;
+    /* Why each registry was passed over during this pull ("URL1: why; URL2: why"), for the
+     * error when none served. */
+    char why[4096];
+    size_t why_len;
+    bool why_verify; /* one served something that did not verify */
+    kiln_err why_last;
+} reg_registries;
+/* Copy cs[0..n) (the URLs and tokens stay the caller's); release with reg_registries_release. */
+kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts *cs, size_t n,
+                             kiln_registry_note note, void *ctx);
+void reg_registries_release(reg_registries *r);
+/* The registries of kiln_pull_opts (registry, then registries[]) as client options with
+ * token; *cs: caller frees (the strings stay o's). */
+kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opts **cs, size_t *n);
+/* Forget which registries did not answer and why (each watch poll starts afresh). */
+void reg_registries_reset(reg_registries *r);
+kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *state,
+                             void (*on_step)(void *ctx, const kiln_registry_trust_step *s),
+                             void *ctx, kiln_sign_trust **out) KILN_MUST_CHECK;
+/* The current record of model/channel with the highest seq that passes reg_record_accept,
+ * among the registries that have it: *text (caller frees), *len and *from (its registry's
+ * index). KILN_ERR_NOTFOUND when every registry that answered has no such channel (and
+ * none failed otherwise); another failure names each registry's reason. */
+kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, const char *state,
+                           const char *model, const char *channel, char **text, size_t *len,
+                           size_t *from) KILN_MUST_CHECK;
+/* reg_pull_with_trust over the registries: the newest record (reg_newest_record), then the
+ * archive from the first registry that holds it and verifies (p->record, when given, is used
+ * as the record). */
+kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
+                       const kiln_sign_trust *trust, kiln_registry_pulled *res) KILN_MUST_CHECK;
 
 /* ---- trust versions in the store (trustchain.c) ---- */
 
@@ -184,6 +285,9 @@ kiln_err reg_trust_get(sqlite3 *db, uint64_t v, char **doc, size_t *len);
  * transaction; a version stored already is KILN_ERR_CONFLICT. */
 kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
                           const char *token);
+/* The same with the audit row's action and reason (a mirror's sync: "mirror.sync"). */
+kiln_err reg_trust_store(sqlite3 *db, uint64_t v, const char *doc, size_t len, const char *token,
+                         const char *action, const char *reason);
 
 /* The policies from a start policy through the stored versions above it, oldest first. */
 typedef struct reg_trust_chain {
@@ -205,6 +309,21 @@ kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *st
 void reg_trust_chain_release(reg_trust_chain *c);
 /* The newest policy of the chain, taken out of it (the chain keeps the rest). */
 kiln_sign_trust *reg_trust_chain_take_newest(reg_trust_chain *c);
+
+/* ---- mirrors (mirror.c) ---- */
+
+/* A store's mirror marks (the meta table); of is NULL for a primary. */
+typedef struct reg_mirror_status {
+    char *of;             /* the primary's URL (caller frees: reg_mirror_status_release) */
+    int64_t last_sync;    /* unix time the last sync completed; 0: never */
+    int64_t last_attempt; /* unix time the last sync began */
+    int64_t problems;     /* items the last completed sync did not copy */
+} reg_mirror_status;
+kiln_err reg_mirror_status_read(sqlite3 *db, reg_mirror_status *out);
+void reg_mirror_status_release(reg_mirror_status *s);
+/* On a mirror's home page, one line of text: "mirror of URL, synced N s ago"; nothing on a
+ * primary's. */
+void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b);
 
 /* ---- small shared pieces (store.c) ---- */
 

@@ -71,6 +71,7 @@ struct kiln_registry_server {
     trust_ref *trust;             /* NULL: no policy (serve without --trust) */
     kiln_sign_trust *trust_start; /* --trust as read at start (the web page walks from it) */
     bool read_required;
+    char *mirror_of; /* a mirror store's primary (mirror.c): every write is refused */
     uint64_t max_upload;
     int lock_fd;
     uint16_t port;
@@ -428,6 +429,51 @@ static void put_hist(FILE *f, const char *name, const histogram *h) {
             h->count, name, h->sum, name, h->count);
 }
 
+/* A mirror's sync state (mirror.c keeps it in the store's meta table). */
+static void put_mirror_metrics(FILE *f, const char *of, sqlite3 *db) {
+    reg_mirror_status ms;
+    if (reg_mirror_status_read(db, &ms) != KILN_OK) return;
+    int64_t now = kiln_unix_time();
+    fprintf(f, "# HELP kiln_registry_mirror_info This registry is a read-only mirror of 'of'.\n"
+               "# TYPE kiln_registry_mirror_info gauge\nkiln_registry_mirror_info{of=\"");
+    for (const char *p = of; *p; p++) { /* a label value: \ " and newlines escaped */
+        if (*p == '\\' || *p == '"' || *p == '\n') fputc('\\', f);
+        fputc(*p == '\n' ? 'n' : *p, f);
+    }
+    fprintf(f,
+            "\"} 1\n"
+            "# HELP kiln_registry_mirror_last_sync_seconds When the last sync completed (unix "
+            "time; 0: never).\n# TYPE kiln_registry_mirror_last_sync_seconds gauge\n"
+            "kiln_registry_mirror_last_sync_seconds %" PRId64 "\n"
+            "# HELP kiln_registry_mirror_lag_seconds Seconds since the last sync completed (-1: "
+            "never synced).\n# TYPE kiln_registry_mirror_lag_seconds gauge\n"
+            "kiln_registry_mirror_lag_seconds %" PRId64 "\n"
+            "# HELP kiln_registry_mirror_sync_problems Items the last sync did not copy (they did "
+            "not verify).\n# TYPE kiln_registry_mirror_sync_problems gauge\n"
+            "kiln_registry_mirror_sync_problems %" PRId64 "\n",
+            ms.last_sync, ms.last_sync ? now - ms.last_sync : -1, ms.problems);
+    reg_mirror_status_release(&ms);
+}
+
+/* GET /healthz on a mirror: "ok", then what it mirrors and how fresh it is. */
+static enum MHD_Result do_health_mirror(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
+    sqlite3 *db = NULL;
+    reg_mirror_status ms = {0};
+    kiln_err rc = reg_db_connect(s->root, &db);
+    if (!rc) rc = reg_mirror_status_read(db, &ms);
+    reg_db_close(db);
+    if (rc) return send_kiln_error(c, r, rc);
+    char when[21];
+    kiln_format_time(ms.last_sync, when);
+    char *text = ms.last_sync ? kiln_asprintf("ok\nmirror of %s, last synced %s (%lld s ago)\n",
+                                              s->mirror_of, when,
+                                              (long long)(kiln_unix_time() - ms.last_sync))
+                              : kiln_asprintf("ok\nmirror of %s, never synced\n", s->mirror_of);
+    reg_mirror_status_release(&ms);
+    if (!text) return MHD_NO;
+    return send_buf(c, r, 200, text, strlen(text), "text/plain");
+}
+
 static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                   sqlite3 *db) {
     int64_t versions = -1;
@@ -475,6 +521,7 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
             "# HELP kiln_registry_active_connections Open HTTP connections.\n"
             "# TYPE kiln_registry_active_connections gauge\nkiln_registry_active_connections %d\n",
             atomic_load(&s->connections));
+    if (s->mirror_of) put_mirror_metrics(f, s->mirror_of, db);
     if (fclose(f) != 0) {
         free(buf);
         return MHD_NO;
@@ -603,23 +650,29 @@ static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db)
     return send_buf(c, r, 200, text, strlen(text), "application/json");
 }
 
+/* ?after=SEQ: only the records after it (a mirror's sync asks for what it lacks). Each
+ * record's stored bytes go out as "text" beside the parsed "record", so that a copy of them
+ * is byte for byte what was signed and stored. */
 static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db) {
+    const char *after_arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
+    int64_t after = after_arg ? strtoll(after_arg, NULL, 10) : 0;
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
                            "SELECT record, publisher, created FROM channel_records WHERE model = "
-                           "?1 AND channel = ?2"
+                           "?1 AND channel = ?2 AND seq > ?3"
                            " ORDER BY seq",
                            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, after > 0 ? after : 0);
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(arr, json_pack("{s:o, s:s, s:o}", "record", col_json(st, 0),
-                                             "publisher", col(st, 1), "created",
+        json_array_append_new(arr, json_pack("{s:o, s:s, s:s, s:o}", "record", col_json(st, 0),
+                                             "text", col(st, 0), "publisher", col(st, 1), "created",
                                              time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
-    if (!json_array_size(arr)) {
+    if (!json_array_size(arr) && after <= 0) {
         json_decref(arr);
         return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
     }
@@ -855,29 +908,6 @@ static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c
 
 /* ---- writes ---- */
 
-/* The stored version's digest, or NULL (caller frees); *rc set on a database failure. */
-static char *stored_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc) {
-    *rc = KILN_OK;
-    sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT digest FROM versions WHERE model = ?1 AND version = ?2", -1,
-                           &st, NULL) != SQLITE_OK) {
-        *rc = reg_db_fail(db, "reading a version");
-        return NULL;
-    }
-    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
-    char *d = NULL;
-    int x = sqlite3_step(st);
-    if (x == SQLITE_ROW) {
-        d = kiln_strdup(col(st, 0));
-        if (!d) *rc = KILN_ERR_NOMEM;
-    } else if (x != SQLITE_DONE) {
-        *rc = reg_db_fail(db, "reading a version");
-    }
-    sqlite3_finalize(st);
-    return d;
-}
-
 static enum MHD_Result send_published(struct MHD_Connection *c, req *r, unsigned status,
                                       const char *digest, uint64_t size) {
     return send_json(c, r, status,
@@ -914,7 +944,7 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
     r->declared = n;
     kiln_err rc;
-    char *have = stored_digest(db, r->seg[0], r->seg[1], &rc);
+    char *have = reg_version_digest(db, r->seg[0], r->seg[1], &rc);
     if (rc) return send_kiln_error(c, r, rc);
     if (have) {
         bool same = strcmp(have + 7, r->hex) == 0;
@@ -935,65 +965,6 @@ static void body_fail(req *r, kiln_err rc) {
     r->body_failed = true;
     r->body_rc = rc;
     r->body_msg = kiln_strdup(*kiln_errmsg() ? kiln_errmsg() : kiln_strerror(rc));
-}
-
-static kiln_err insert_version(sqlite3 *db, req *r, const reg_archive_meta *m, const char *digest,
-                               bool *existed) {
-    kiln_err rc = KILN_OK;
-    char *manifest = NULL, *card = NULL, *validation = NULL, *have = NULL;
-    sqlite3_stmt *st = NULL;
-    *existed = false;
-    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
-    have = stored_digest(db, r->seg[0], r->seg[1], &rc);
-    if (rc) goto out;
-    if (have) {
-        *existed = true;
-        KILN_CHECK_IF(rc, out, strcmp(have, digest) != 0, KILN_ERR_CONFLICT,
-                      "'%s@%s' exists already with other bytes (%s)", r->seg[0], r->seg[1], have);
-        goto out;
-    }
-    manifest = kiln_json_canonical(m->manifest);
-    card = m->card ? kiln_json_canonical(m->card) : NULL;
-    validation = m->validation ? kiln_json_canonical(m->validation) : NULL;
-    KILN_CHECK_IF(rc, out, !manifest || (m->card && !card) || (m->validation && !validation),
-                  KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(
-        rc, out,
-        sqlite3_prepare_v2(
-            db,
-            "INSERT INTO versions(model, version, digest, size, manifest, signature, card,"
-            " validation, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            -1, &st, NULL) != SQLITE_OK,
-        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 4, (sqlite3_int64)r->declared);
-    sqlite3_bind_text(st, 5, manifest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 6, r->sig, (int)r->sig_len, SQLITE_TRANSIENT);
-    if (card)
-        sqlite3_bind_text(st, 7, card, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(st, 7);
-    if (validation)
-        sqlite3_bind_text(st, 8, validation, -1, SQLITE_TRANSIENT);
-    else
-        sqlite3_bind_null(st, 8);
-    sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 10, kiln_unix_time());
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
-                  sqlite3_errmsg(db));
-    KILN_CHECK(rc, out,
-               reg_audit(db, r->token_name, "publish", r->seg[0], r->seg[1], NULL, digest));
-out:
-    if (st) sqlite3_finalize(st);
-    if (!rc) rc = reg_db_exec(db, "COMMIT");
-    if (rc) (void)reg_db_exec(db, "ROLLBACK");
-    free(manifest);
-    free(card);
-    free(validation);
-    free(have);
-    return rc;
 }
 
 static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
@@ -1035,7 +1006,18 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
                        m.name, m.version, r->seg[0], r->seg[1]);
     if (!rc) rc = reg_upload_commit(&r->up, r->hex);
     bool existed = false;
-    if (!rc) rc = insert_version(db, r, &m, digest, &existed);
+    if (!rc) {
+        reg_version_row row = {.model = r->seg[0],
+                               .version = r->seg[1],
+                               .digest = digest,
+                               .size = r->declared,
+                               .meta = &m,
+                               .sig = r->sig,
+                               .sig_len = r->sig_len,
+                               .publisher = r->token_name,
+                               .created = kiln_unix_time()};
+        rc = reg_version_insert(db, &row, r->token_name, "publish", NULL, &existed);
+    }
     reg_archive_meta_release(&m);
     if (rc) return send_kiln_error(c, r, rc);
     return send_published(c, r, existed ? 200 : 201, digest, r->declared);
@@ -1059,68 +1041,6 @@ static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connecti
     return MHD_YES;
 }
 
-static kiln_err insert_record(sqlite3 *db, req *r, const reg_record *rec, const char *text) {
-    kiln_err rc = KILN_OK;
-    sqlite3_stmt *st = NULL;
-    char *have = NULL;
-    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
-    KILN_CHECK_IF(
-        rc, out,
-        sqlite3_prepare_v2(
-            db,
-            "SELECT coalesce(max(seq), 0) FROM channel_records WHERE model = ?1 AND channel = ?2",
-            -1, &st, NULL) != SQLITE_OK,
-        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO, "registry database: %s",
-                  sqlite3_errmsg(db));
-    int64_t cur = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    st = NULL;
-    KILN_CHECK_IF(rc, out, rec->seq != cur + 1, KILN_ERR_CONFLICT,
-                  "channel record for %s/%s has seq %lld, but the next must be %lld", rec->model,
-                  rec->channel, (long long)rec->seq, (long long)cur + 1);
-    have = stored_digest(db, rec->model, rec->version, &rc);
-    if (rc) goto out;
-    KILN_CHECK_IF(rc, out, !have, KILN_ERR_NOTFOUND,
-                  "channel record points at '%s@%s', which this registry does not hold", rec->model,
-                  rec->version);
-    KILN_CHECK_IF(rc, out, strcmp(have, rec->digest) != 0, KILN_ERR_VERIFY,
-                  "channel record gives '%s@%s' the digest %s, but the registry holds %s",
-                  rec->model, rec->version, rec->digest, have);
-    KILN_CHECK_IF(
-        rc, out,
-        sqlite3_prepare_v2(
-            db,
-            "INSERT INTO channel_records(model, channel, seq, version, digest, expires, reason,"
-            " record, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-            -1, &st, NULL) != SQLITE_OK,
-        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
-    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, rec->seq);
-    sqlite3_bind_text(st, 4, rec->version, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 5, rec->digest, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 6, rec->expires);
-    sqlite3_bind_text(st, 7, rec->reason, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 8, text, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_text(st, 9, r->token_name, -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 10, kiln_unix_time());
-    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
-                  sqlite3_errmsg(db));
-    KILN_CHECK(rc, out,
-               reg_audit(db, r->token_name,
-                         strcmp(rec->reason, "rollback") ? "promote" : "rollback", rec->model,
-                         rec->version, rec->channel, rec->digest));
-out:
-    if (st) sqlite3_finalize(st);
-    if (!rc) rc = reg_db_exec(db, "COMMIT");
-    if (rc) (void)reg_db_exec(db, "ROLLBACK");
-    free(have);
-    return rc;
-}
-
 static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                      sqlite3 *db) {
     if (r->body_failed)
@@ -1139,7 +1059,9 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
         rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
     if (!rc && rec.expires <= kiln_unix_time())
         rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
-    if (!rc) rc = insert_record(db, r, &rec, r->rec);
+    if (!rc)
+        rc = reg_record_insert(db, &rec, r->rec, r->token_name, kiln_unix_time(), r->token_name,
+                               NULL, NULL);
     if (rc) return send_kiln_error(c, r, rc);
     return send_json(c, r, 201,
                      json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel",
@@ -1288,12 +1210,16 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     r->html = ui || !strncmp(url, "/ui/", 4);
     if (bad) return send_error(c, r, 400, "malformed path");
     if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
+    if (r->route == REG_R_HEALTH && get && s->mirror_of) return do_health_mirror(s, c, r);
     if (r->route == REG_R_HEALTH && get)
         return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
     bool writes =
         r->route == REG_R_VERSION || r->route == REG_R_CHANNEL || r->route == REG_R_TRUST_VERSION;
     if (!get && !(put && writes))
         return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
+    if (put && writes && s->mirror_of) /* a mirror is read-only: it copies its primary */
+        return send_error(c, r, 405, "this registry is a mirror of %s: publish there",
+                          s->mirror_of);
     kiln_err rc = KILN_OK;
     /* A page's names are checked as the API's are; an empty one is a bad name there too. */
     bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL;
@@ -1587,6 +1513,17 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, s->lock_fd < 0, KILN_ERR_CONFLICT,
                   "'%s' is held by another running server", o->root);
     KILN_CHECK(rc, fail, reg_db_open(o->root, &db));
+    {
+        reg_mirror_status ms;
+        rc = reg_mirror_status_read(db, &ms);
+        s->mirror_of = ms.of; /* NULL: a primary */
+        ms.of = NULL;
+        reg_mirror_status_release(&ms);
+        if (rc) {
+            reg_db_close(db);
+            goto fail;
+        }
+    }
     if (trust) {
         /* The policy in force: --trust's, walked forward through the stored versions above
          * it, each verified as the successor of the one before. */
@@ -1676,5 +1613,6 @@ void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
     pthread_mutex_destroy(&s->trust_put_mu);
     free(s->rows);
     free(s->root);
+    free(s->mirror_of);
     free(s);
 }

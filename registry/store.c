@@ -96,7 +96,10 @@ static const char *const schema =
      * their next open. */
     "CREATE TABLE IF NOT EXISTS trust_versions("
     " version INTEGER PRIMARY KEY, document TEXT NOT NULL, publisher TEXT NOT NULL,"
-    " created INTEGER NOT NULL);";
+    " created INTEGER NOT NULL);"
+    /* The store's own facts (mirror.c): a mirror's mirror_of (the primary's URL) and how its
+     * syncs went. A primary has no rows. */
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);";
 
 /* Schema versions, kept in PRAGMA user_version. 0 is the store as the first kiln made it
  * (the tables above, no version recorded); step N brings a store from version N-1 to N. A
@@ -327,6 +330,154 @@ kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action, co
     return audit_row(db, token, action, NULL, NULL, NULL, NULL, reason);
 }
 
+kiln_err reg_audit_full(sqlite3 *db, const char *token, const char *action, const char *model,
+                        const char *version, const char *channel, const char *digest,
+                        const char *reason) {
+    return audit_row(db, token, action, model, version, channel, digest, reason);
+}
+
+/* ---- versions and channel records: the server's upload and record PUT, a mirror's sync ---- */
+
+char *reg_version_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc) {
+    *rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT digest FROM versions WHERE model = ?1 AND version = ?2", -1,
+                           &st, NULL) != SQLITE_OK) {
+        *rc = reg_db_fail(db, "reading a version");
+        return NULL;
+    }
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+    char *d = NULL;
+    int x = sqlite3_step(st);
+    if (x == SQLITE_ROW) {
+        d = kiln_strdup((const char *)sqlite3_column_text(st, 0));
+        if (!d) *rc = KILN_ERR_NOMEM;
+    } else if (x != SQLITE_DONE) {
+        *rc = reg_db_fail(db, "reading a version");
+    }
+    sqlite3_finalize(st);
+    return d;
+}
+
+kiln_err reg_version_insert(sqlite3 *db, const reg_version_row *v, const char *audit_token,
+                            const char *action, const char *reason, bool *existed) {
+    kiln_err rc = KILN_OK;
+    char *manifest = NULL, *card = NULL, *validation = NULL, *have = NULL;
+    sqlite3_stmt *st = NULL;
+    const reg_archive_meta *m = v->meta;
+    *existed = false;
+    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
+    have = reg_version_digest(db, v->model, v->version, &rc);
+    if (rc) goto out;
+    if (have) {
+        *existed = true;
+        KILN_CHECK_IF(rc, out, strcmp(have, v->digest) != 0, KILN_ERR_CONFLICT,
+                      "'%s@%s' exists already with other bytes (%s)", v->model, v->version, have);
+        goto out;
+    }
+    manifest = kiln_json_canonical(m->manifest);
+    card = m->card ? kiln_json_canonical(m->card) : NULL;
+    validation = m->validation ? kiln_json_canonical(m->validation) : NULL;
+    KILN_CHECK_IF(rc, out, !manifest || (m->card && !card) || (m->validation && !validation),
+                  KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "INSERT INTO versions(model, version, digest, size, manifest, signature, card,"
+            " validation, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, v->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, v->version, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 3, v->digest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 4, (sqlite3_int64)v->size);
+    sqlite3_bind_text(st, 5, manifest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 6, v->sig, (int)v->sig_len, SQLITE_TRANSIENT);
+    bind_text(st, 7, card);
+    bind_text(st, 8, validation);
+    bind_text(st, 9, v->publisher);
+    sqlite3_bind_int64(st, 10, v->created);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    KILN_CHECK(rc, out,
+               audit_row(db, audit_token, action, v->model, v->version, NULL, v->digest, reason));
+out:
+    if (st) sqlite3_finalize(st);
+    if (!rc) rc = reg_db_exec(db, "COMMIT");
+    if (rc) (void)reg_db_exec(db, "ROLLBACK");
+    free(manifest);
+    free(card);
+    free(validation);
+    free(have);
+    return rc;
+}
+
+kiln_err reg_record_insert(sqlite3 *db, const reg_record *rec, const char *text,
+                           const char *publisher, int64_t created, const char *audit_token,
+                           const char *action, const char *reason) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    char *have = NULL;
+    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "SELECT coalesce(max(seq), 0) FROM channel_records WHERE model = ?1 AND channel = ?2",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_ROW, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    int64_t cur = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    KILN_CHECK_IF(rc, out, rec->seq != cur + 1, KILN_ERR_CONFLICT,
+                  "channel record for %s/%s has seq %lld, but the next must be %lld", rec->model,
+                  rec->channel, (long long)rec->seq, (long long)cur + 1);
+    have = reg_version_digest(db, rec->model, rec->version, &rc);
+    if (rc) goto out;
+    KILN_CHECK_IF(rc, out, !have, KILN_ERR_NOTFOUND,
+                  "channel record points at '%s@%s', which this registry does not hold", rec->model,
+                  rec->version);
+    KILN_CHECK_IF(rc, out, strcmp(have, rec->digest) != 0, KILN_ERR_VERIFY,
+                  "channel record gives '%s@%s' the digest %s, but the registry holds %s",
+                  rec->model, rec->version, rec->digest, have);
+    KILN_CHECK_IF(
+        rc, out,
+        sqlite3_prepare_v2(
+            db,
+            "INSERT INTO channel_records(model, channel, seq, version, digest, expires, reason,"
+            " record, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            -1, &st, NULL) != SQLITE_OK,
+        KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, rec->model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, rec->channel, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, rec->seq);
+    sqlite3_bind_text(st, 4, rec->version, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, rec->digest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 6, rec->expires);
+    sqlite3_bind_text(st, 7, rec->reason, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 8, text, -1, SQLITE_TRANSIENT);
+    bind_text(st, 9, publisher);
+    sqlite3_bind_int64(st, 10, created);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    if (!action) action = strcmp(rec->reason, "rollback") ? "promote" : "rollback";
+    KILN_CHECK(rc, out,
+               audit_row(db, audit_token, action, rec->model, rec->version, rec->channel,
+                         rec->digest, reason));
+out:
+    if (st) sqlite3_finalize(st);
+    if (!rc) rc = reg_db_exec(db, "COMMIT");
+    if (rc) (void)reg_db_exec(db, "ROLLBACK");
+    free(have);
+    return rc;
+}
+
 /* ---- blobs ---- */
 
 char *reg_blob_path(const char *root, const char *hex) {
@@ -421,6 +572,21 @@ out:
     return rc;
 }
 
+kiln_err reg_upload_adopt(reg_upload *u, const char *root, const char *path) {
+    memset(u, 0, sizeof *u);
+    u->root = kiln_strdup(root);
+    u->tmp = kiln_strdup(path);
+    u->fd = u->root && u->tmp ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    if (u->fd >= 0) return KILN_OK;
+    kiln_err rc = !u->root || !u->tmp ? kiln_fail(KILN_ERR_NOMEM, "out of memory")
+                                      : kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+    free(u->root);
+    free(u->tmp);
+    memset(u, 0, sizeof *u);
+    u->fd = -1;
+    return rc;
+}
+
 void reg_upload_abort(reg_upload *u) {
     if (u->fd >= 0) close(u->fd);
     u->fd = -1;
@@ -432,9 +598,13 @@ void reg_upload_abort(reg_upload *u) {
 }
 
 kiln_err reg_lock(const char *root, int *out) {
+    return reg_lock_named(root, "lock", out);
+}
+
+kiln_err reg_lock_named(const char *root, const char *name, int *out) {
     *out = -1;
     KILN_TRY(kiln_mkdir_p(root));
-    char *path = kiln_path_join(root, "lock");
+    char *path = kiln_path_join(root, name);
     if (!path) return KILN_ERR_NOMEM;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -713,6 +883,16 @@ kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes) {
     KILN_TRY(reg_lock(root, &lock));
     KILN_FAIL_IF(lock < 0, KILN_ERR_CONFLICT, "'%s' is held by a running server; stop it before gc",
                  root);
+    /* A mirror's sync links a blob before it inserts the version that references it. */
+    int mlock;
+    kiln_err mrc = reg_lock_named(root, REG_MIRROR_LOCK, &mlock);
+    if (mrc || mlock < 0) {
+        reg_unlock(lock);
+        KILN_TRY(mrc);
+        return kiln_fail(KILN_ERR_CONFLICT,
+                         "'%s' is being synced by kiln registry mirror; run gc after the sync",
+                         root);
+    }
     sqlite3 *db = NULL;
     sqlite3_stmt *st = NULL;
     char *top = NULL;
@@ -765,6 +945,7 @@ out:
     free(top);
     if (st) sqlite3_finalize(st);
     reg_db_close(db);
+    reg_unlock(mlock);
     reg_unlock(lock);
     return rc;
 }

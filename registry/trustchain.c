@@ -58,6 +58,11 @@ kiln_err reg_trust_get(sqlite3 *db, uint64_t v, char **doc, size_t *len) {
 
 kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
                           const char *token) {
+    return reg_trust_store(db, v, doc, len, token, "trust.put", NULL);
+}
+
+kiln_err reg_trust_store(sqlite3 *db, uint64_t v, const char *doc, size_t len, const char *token,
+                         const char *action, const char *reason) {
     sqlite3_stmt *st = NULL;
     KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
     kiln_err rc = KILN_OK;
@@ -86,7 +91,7 @@ kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
     kiln_hex(h, sizeof h, hex);
     snprintf(digest, sizeof digest, "sha256:%s", hex);
     snprintf(ver, sizeof ver, "%llu", (unsigned long long)v);
-    KILN_CHECK(rc, out, reg_audit(db, token, "trust.put", NULL, ver, NULL, digest));
+    KILN_CHECK(rc, out, reg_audit_full(db, token, action, NULL, ver, NULL, digest, reason));
 out:
     if (st) sqlite3_finalize(st);
     if (!rc) rc = reg_db_exec(db, "COMMIT");

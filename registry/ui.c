@@ -162,6 +162,7 @@ kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_we
                prepare(db, "SELECT c.channel, c.seq, c.version, c.expires" CURRENT_RECORDS, &ch,
                        "listing channels"));
     kiln_web_begin(b, KILN_WEB_HOME, NULL, NULL, NULL);
+    reg_ui_mirror_line(db, now, b); /* mirror.c: a mirror says of what, and how fresh */
     if (t) {
         ui_policy u;
         KILN_CHECK(rc, out, ui_policy_of(t, &u));

@@ -21,8 +21,10 @@ typedef struct slot {
 
 struct kiln_watch {
     kiln_watch_opts o;
-    char *ref, *trust, *out, *state, *registry, *token, *model, *channel;
-    kiln_registry_client_opts c;
+    char *ref, *trust, *out, *state, *token, *model, *channel;
+    char **urls; /* the registries, in order (a primary and its mirrors) */
+    size_t nurls;
+    reg_registries regs;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop, thread_started;
@@ -42,19 +44,24 @@ static void slot_free(slot *s) {
     free(s);
 }
 
-/* Pull the channel into out/gen-N under t and load it; *s is the new slot (refs 1: the
- * watcher's). */
-static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, kiln_pull_result *res,
-                          slot **s) {
+/* Pull the channel (record: its current record's text, from the registry that had the
+ * newest) into out/gen-N under t and load it; *s is the new slot (refs 1: the watcher's). */
+static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *record,
+                          kiln_pull_result *res, slot **s) {
     *s = NULL;
     uint64_t gen = w->gen + 1;
     char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)gen);
     if (!dir) return KILN_ERR_NOMEM;
     reg_rmtree(dir); /* left by an earlier failed attempt */
-    kiln_registry_pull_opts p = {.ref = w->ref, .trust = w->trust, .out = dir, .state = w->state};
+    kiln_registry_pull_opts p = {.ref = w->ref,
+                                 .trust = w->trust,
+                                 .out = dir,
+                                 .state = w->state,
+                                 .record = record,
+                                 .record_len = record ? strlen(record) : 0};
     kiln_registry_pulled r;
     kiln_model *m = NULL;
-    kiln_err rc = reg_pull_with_trust(&w->c, &p, t, &r);
+    kiln_err rc = reg_pull_regs(&w->regs, &p, t, &r);
     if (!rc) rc = kiln_model_open(dir, &m);
     if (!rc) {
         *s = kiln_calloc(1, sizeof **s);
@@ -125,7 +132,8 @@ static void poll_once(kiln_watch *w) {
     char *text = NULL;
     size_t len = 0;
     kiln_sign_trust *t = NULL;
-    kiln_err rc = kiln_registry_trust_walk(&w->c, w->trust, w->state, heard_trust, w, &t);
+    reg_registries_reset(&w->regs); /* a registry down at the last poll is asked again */
+    kiln_err rc = reg_trust_walk_regs(&w->regs, w->trust, w->state, heard_trust, w, &t);
     if (rc) {
         /* Fail closed: nothing is pulled under a policy that did not walk. */
         if (w->o.on_update) w->o.on_update(w->o.ctx, rc, kiln_errmsg(), NULL);
@@ -135,7 +143,8 @@ static void poll_once(kiln_watch *w) {
         w->trust_version = kiln_sign_trust_version(t);
         recheck_in_service(w, t);
     }
-    rc = kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len);
+    size_t from;
+    rc = reg_newest_record(&w->regs, t, w->state, w->model, w->channel, &text, &len, &from);
     if (!rc && w->last_record && !strcmp(text, w->last_record)) {
         free(text);
         kiln_sign_trust_free(t);
@@ -144,7 +153,7 @@ static void poll_once(kiln_watch *w) {
     kiln_pull_result res;
     memset(&res, 0, sizeof res);
     slot *s = NULL;
-    if (!rc) rc = load_next(w, t, &res, &s);
+    if (!rc) rc = load_next(w, t, text, &res, &s);
     if (!rc) {
         pthread_mutex_lock(&w->mu);
         slot *old = w->cur;
@@ -202,7 +211,8 @@ static void *watch_main(void *arg) {
 
 kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     *out = NULL;
-    KILN_FAIL_IF(!o || !o->pull.registry || !o->pull.ref || !o->pull.trust || !o->pull.out,
+    KILN_FAIL_IF(!o || (!o->pull.registry && !o->pull.nregistries) || !o->pull.ref ||
+                     !o->pull.trust || !o->pull.out,
                  KILN_ERR_USAGE,
                  "kiln_watch needs a registry, a NAME@CHANNEL, a trust policy and a directory");
     const char *at = strchr(o->pull.ref, '@');
@@ -215,30 +225,44 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     w->ref = kiln_strdup(o->pull.ref);
     w->trust = kiln_strdup(o->pull.trust);
     w->out = kiln_strdup(o->pull.out);
-    w->registry = kiln_strdup(o->pull.registry);
     w->token = o->pull.token ? kiln_strdup(o->pull.token) : NULL;
     w->state = o->pull.state ? kiln_strdup(o->pull.state) : NULL;
     w->model = kiln_asprintf("%.*s", (int)(at - o->pull.ref), o->pull.ref);
     w->channel = kiln_strdup(at + 1);
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, fail,
-                  !w->ref || !w->trust || !w->out || !w->registry || (o->pull.token && !w->token) ||
+                  !w->ref || !w->trust || !w->out || (o->pull.token && !w->token) ||
                       (o->pull.state && !w->state) || !w->model || !w->channel,
                   KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, fail, kiln_registry_check_name("model", w->model));
     KILN_CHECK(rc, fail, kiln_registry_check_name("channel", w->channel));
-    w->c.url = w->registry;
-    w->c.token = w->token;
-    w->c.retries = -1;
+    /* The registries: the caller's strings copied, since the watch outlives its options. */
+    {
+        kiln_registry_client_opts *cs;
+        KILN_CHECK(rc, fail, reg_pull_opts_clients(&o->pull, &cs, &w->nurls));
+        w->urls = kiln_calloc(w->nurls, sizeof *w->urls);
+        for (size_t i = 0; w->urls && i < w->nurls; i++) {
+            w->urls[i] = kiln_strdup(cs[i].url);
+            cs[i].url = w->urls[i];
+            cs[i].token = w->token;
+            if (!w->urls[i]) rc = KILN_ERR_NOMEM;
+        }
+        if (!w->urls) rc = KILN_ERR_NOMEM;
+        if (!rc)
+            rc = reg_registries_init(&w->regs, cs, w->nurls, o->pull.on_registry,
+                                     o->pull.registry_ctx);
+        free(cs);
+        if (rc) goto fail;
+    }
     KILN_CHECK(rc, fail, kiln_mkdir_p(w->out));
-    size_t len;
+    size_t len, from;
     char *text = NULL;
     kiln_sign_trust *t = NULL;
-    KILN_CHECK(rc, fail, kiln_registry_trust_walk(&w->c, w->trust, w->state, NULL, NULL, &t));
+    KILN_CHECK(rc, fail, reg_trust_walk_regs(&w->regs, w->trust, w->state, NULL, NULL, &t));
     w->trust_version = kiln_sign_trust_version(t);
-    rc = kiln_registry_get_channel(&w->c, w->model, w->channel, &text, &len);
+    rc = reg_newest_record(&w->regs, t, w->state, w->model, w->channel, &text, &len, &from);
     kiln_pull_result res;
-    if (!rc) rc = load_next(w, t, &res, &w->cur);
+    if (!rc) rc = load_next(w, t, text, &res, &w->cur);
     kiln_sign_trust_free(t);
     if (rc) {
         free(text);
@@ -294,8 +318,11 @@ void kiln_watch_stop(kiln_watch *w) {
     }
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
-    free(w->ref), free(w->trust), free(w->out), free(w->state), free(w->registry), free(w->model),
-        free(w->channel);
+    free(w->ref), free(w->trust), free(w->out), free(w->state), free(w->model), free(w->channel);
+    for (size_t i = 0; w->urls && i < w->nurls; i++)
+        free(w->urls[i]);
+    free(w->urls);
+    reg_registries_release(&w->regs);
     if (w->token) sodium_memzero(w->token, strlen(w->token));
     free(w->token);
     free(w->last_record);

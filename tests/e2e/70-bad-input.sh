@@ -71,6 +71,10 @@ PID=$!
 trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
 serve_url "$T/serve.out" "$T/serve.err"
 q $KILN publish "$F/m.kiln" --registry "$URL" --token "$PUB"
+# A primary's store with a version in it (kiln registry mirror refuses it): the served one's
+# database, copied consistently.
+mkdir -p "$F/prim/blobs/sha256" "$F/prim/tmp"
+sqlite3 "$T/srv/registry.db" ".backup '$F/prim/registry.db'" || fail "fixture: a primary's store"
 
 # ---- corrupted variants --------------------------------------------------------------------
 # Each kind gets $B/KIND.list: "LABEL PATH NEEDLE" per variant; NEEDLE is what the error must
@@ -188,6 +192,7 @@ add noparent "$d/no-such-dir/x" no-such-dir
 add parentfile "$d/a-file/x" a-file
 cp "$F/file.bin" "$d/file-x"; add isfile "$d/file-x"
 mkdir "$d/full-x"; cp "$F/file.bin" "$d/full-x/"; add nonempty "$d/full-x"
+list=$B/primary.list; : >"$list"; add primary "$F/prim"
 list=$B/keybase.list; : >"$list"
 cp "$F/rel.key" "$d/haskey.key"; add keyexists "$d/haskey" haskey.key
 cp "$F/rel.pub" "$d/haspub.pub"; add pubexists "$d/haspub" haspub.pub
@@ -301,6 +306,11 @@ row 2 root '*' - 'registry gc --root $S'
 row 2 root 'file,kind-*,registry.db/gone,registry.db/random,registry.db/cuthalf' - 'registry token create --root $S --name sweep2 --scope read'
 row 2 root '*' - 'registry token list --root $S'
 row 2 root '*' - 'registry token revoke --root $S --name sweep --reason sweep'
+# A missing or empty root becomes a new mirror; a store with nothing published in it (the
+# fixture's, tokens only) may become one too.
+row 2 root 'file,kind-*,registry.db/gone,registry.db/random,registry.db/cuthalf' - 'registry mirror --root $S --from $URL --trust $F/trust.json --once'
+row 2 primary '*' - 'registry mirror --root $S --from $URL --trust $F/trust.json --once'
+row 2 trust 'missing,dir,invalid,wrongtype' - 'registry mirror --root $O/mir --from $URL --trust $S --once'
 row 2 key "$Q" - "release \$F/run $REL --key \$S --trust \$F/trust.json"
 row 2 trust 'missing,invalid,wrongtype' - "release \$F/run $REL --trust \$S --key \$F/rel.key"
 # outputs that cannot be written (train and golden make make a missing directory and its

@@ -1,0 +1,707 @@
+/* mirror.c - kiln registry mirror: copy a primary registry into a store of its own, checking
+ * everything as the server checks what it is given and as clients check what they pull, so
+ * that the copy can be served read-only and clients can fail over to it (docs/registry.md,
+ * "Mirrors"). The primary is trusted for nothing: trust versions are walked from the
+ * mirror's own policy, archives are hashed and their signatures verified, channel records
+ * verified; what does not verify is reported and not copied. What is copied goes in with
+ * the server's own functions (reg_version_insert, reg_record_insert, reg_trust_store), the
+ * blob first, as an upload's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "registry_int.h"
+
+/* ---- the store's marks (the meta table) ---- */
+
+/* *value: the row's value (caller frees) or NULL when there is none (or no meta table: a
+ * store from before it, opened without being brought up to date). */
+static kiln_err meta_get(sqlite3 *db, const char *key, char **value) {
+    *value = NULL;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT value FROM meta WHERE key = ?1", -1, &st, NULL) !=
+        SQLITE_OK) {
+        bool no_table = strstr(sqlite3_errmsg(db), "no such table") != NULL;
+        return no_table ? KILN_OK : reg_db_fail(db, "reading the store's meta table");
+    }
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+    kiln_err rc = KILN_OK;
+    int r = sqlite3_step(st);
+    if (r == SQLITE_ROW) {
+        *value = kiln_strdup((const char *)sqlite3_column_text(st, 0));
+        if (!*value) rc = KILN_ERR_NOMEM;
+    } else if (r != SQLITE_DONE) {
+        rc = reg_db_fail(db, "reading the store's meta table");
+    }
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static kiln_err meta_set(sqlite3 *db, const char *key, const char *value) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "INSERT OR REPLACE INTO meta(key, value) VALUES(?1, ?2)", -1, &st,
+                           NULL) != SQLITE_OK)
+        return reg_db_fail(db, "writing the store's meta table");
+    sqlite3_bind_text(st, 1, key, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, value, -1, SQLITE_TRANSIENT);
+    int r = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "writing the store's meta table");
+}
+
+static int64_t meta_int(sqlite3 *db, const char *key) {
+    char *v = NULL;
+    int64_t n = 0;
+    if (meta_get(db, key, &v) == KILN_OK && v) n = strtoll(v, NULL, 10);
+    free(v);
+    return n;
+}
+
+kiln_err reg_mirror_status_read(sqlite3 *db, reg_mirror_status *out) {
+    memset(out, 0, sizeof *out);
+    KILN_TRY(meta_get(db, "mirror_of", &out->of));
+    if (!out->of) return KILN_OK;
+    out->last_sync = meta_int(db, "mirror_last_sync");
+    out->last_attempt = meta_int(db, "mirror_last_attempt");
+    out->problems = meta_int(db, "mirror_last_problems");
+    return KILN_OK;
+}
+
+void reg_mirror_status_release(reg_mirror_status *s) {
+    free(s->of);
+    s->of = NULL;
+}
+
+void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b) {
+    reg_mirror_status ms;
+    if (reg_mirror_status_read(db, &ms) != KILN_OK || !ms.of) {
+        kiln_errclear();
+        reg_mirror_status_release(&ms);
+        return;
+    }
+    char line[700];
+    if (ms.last_sync)
+        snprintf(line, sizeof line, "mirror of %s, synced %lld s ago (read-only: publish there)",
+                 ms.of, (long long)(now - ms.last_sync));
+    else
+        snprintf(line, sizeof line, "mirror of %s, never synced (read-only: publish there)", ms.of);
+    kiln_web_text(b, line); /* the URL is text like any other */
+    reg_mirror_status_release(&ms);
+}
+
+/* The primary's URL as a mirror records it: without trailing slashes. Caller frees. */
+static char *url_key(const char *url) {
+    size_t n = strlen(url);
+    while (n && url[n - 1] == '/')
+        n--;
+    return kiln_asprintf("%.*s", (int)n, url);
+}
+
+/* ---- which directories may become a mirror ---- */
+
+/* A running `kiln registry serve` holds DIR/lock; looked at without making the file. */
+static bool held_by_server(const char *root) {
+    char *path = kiln_path_join(root, "lock");
+    int fd = path ? open(path, O_RDWR | O_CLOEXEC) : -1;
+    free(path);
+    if (fd < 0) return false;
+    bool held = flock(fd, LOCK_EX | LOCK_NB) != 0;
+    close(fd);
+    return held;
+}
+
+static int64_t count_rows(sqlite3 *db, const char *table) {
+    char sql[96];
+    snprintf(sql, sizeof sql, "SELECT count(*) FROM %s", table);
+    sqlite3_stmt *st = NULL;
+    int64_t n = 0; /* a table the store does not have yet holds nothing */
+    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    return n;
+}
+
+/* What a store holds that only a primary can have put there; 0 for a store with nothing
+ * published in it (made by `token create`, say), which may become a mirror. */
+static int64_t published_rows(sqlite3 *db, char *what, size_t len) {
+    int64_t v = count_rows(db, "versions"), c = count_rows(db, "channel_records"),
+            t = count_rows(db, "trust_versions");
+    snprintf(what, len, "%lld version%s, %lld channel record%s, %lld trust version%s", (long long)v,
+             v == 1 ? "" : "s", (long long)c, c == 1 ? "" : "s", (long long)t, t == 1 ? "" : "s");
+    return v + c + t;
+}
+
+/* The directory a sync may write into, checked before anything is written: new or empty,
+ * a mirror of url, or a store with nothing published that no server serves. *fresh: it
+ * is not marked as a mirror yet. */
+static kiln_err check_root(const char *root, const char *url, bool *fresh) {
+    *fresh = true;
+    kiln_dir_state ds = kiln_path_dir_state(root);
+    if (ds == KILN_DIR_ABSENT || ds == KILN_DIR_EMPTY) return KILN_OK;
+    KILN_FAIL_IF(ds == KILN_DIR_OTHER, KILN_ERR_USAGE,
+                 "'%s' is not a directory (a mirror's store is one; give a new or empty "
+                 "directory for a new mirror)",
+                 root);
+    char *dbpath = kiln_path_join(root, "registry.db");
+    if (!dbpath) return KILN_ERR_NOMEM;
+    bool store = kiln_path_exists(dbpath);
+    free(dbpath);
+    KILN_FAIL_IF(!store, KILN_ERR_USAGE,
+                 "'%s' is not a registry store (no registry.db) and is not empty: give a "
+                 "mirror's store, or a new or empty directory for a new mirror",
+                 root);
+    KILN_TRY(reg_store_check(root));
+    sqlite3 *db = NULL;
+    char *of = NULL, what[160];
+    kiln_err rc = reg_db_connect(root, &db);
+    if (!rc) rc = meta_get(db, "mirror_of", &of);
+    int64_t published = rc ? 0 : published_rows(db, what, sizeof what);
+    reg_db_close(db);
+    KILN_TRY(rc);
+    if (of) {
+        *fresh = false;
+        if (strcmp(of, url) != 0)
+            rc = kiln_fail(KILN_ERR_USAGE,
+                           "'%s' is a mirror of %s, not of %s: give that registry as --from, or "
+                           "another directory for a mirror of %s",
+                           root, of, url, url);
+        free(of);
+        return rc;
+    }
+    KILN_FAIL_IF(published > 0, KILN_ERR_USAGE,
+                 "'%s' is a registry store that is not a mirror (a primary: it holds %s): a "
+                 "mirror is made in a new or empty directory",
+                 root, what);
+    KILN_FAIL_IF(held_by_server(root), KILN_ERR_USAGE,
+                 "'%s' is served by a running kiln registry serve as a primary: a mirror is made "
+                 "in a new or empty directory, or in a store no server runs on",
+                 root);
+    return KILN_OK;
+}
+
+/* Mark the open store as a mirror of url: in one transaction with the check that it still
+ * holds nothing published (a primary's store never becomes a mirror). */
+static kiln_err mark(sqlite3 *db, const char *root, const char *url) {
+    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
+    char *of = NULL, what[160];
+    kiln_err rc = meta_get(db, "mirror_of", &of);
+    if (!rc && of && strcmp(of, url) != 0)
+        rc = kiln_fail(KILN_ERR_USAGE, "'%s' became a mirror of %s meanwhile", root, of);
+    else if (!rc && !of && published_rows(db, what, sizeof what) > 0)
+        rc = kiln_fail(KILN_ERR_USAGE, "'%s' holds %s meanwhile: not a new mirror", root, what);
+    else if (!rc && !of)
+        rc = meta_set(db, "mirror_of", url);
+    free(of);
+    if (!rc) rc = reg_db_exec(db, "COMMIT");
+    if (rc) (void)reg_db_exec(db, "ROLLBACK");
+    return rc;
+}
+
+/* ---- a sync ---- */
+
+typedef struct mirror_run {
+    const kiln_registry_mirror_opts *o;
+    kiln_registry_client_opts c; /* the primary, its URL without trailing slashes */
+    const char *root;
+    sqlite3 *db;
+    reg_trust_chain chain; /* the mirror's policy walked through the trust versions copied */
+    kiln_registry_mirror_result *res;
+    char reason[600]; /* the audit rows' "from URL" */
+} mirror_run;
+
+static void say(mirror_run *m, bool problem, const char *fmt, ...) KILN_PRINTF(3, 4);
+static void say(mirror_run *m, bool problem, const char *fmt, ...) {
+    char line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (problem) m->res->problems++;
+    void (*cb)(void *, const char *) = problem ? m->o->on_problem : m->o->on_copied;
+    if (cb) cb(m->o->ctx, line);
+}
+
+/* A failure that concerns one item (it did not verify, the primary refused or lacks it):
+ * reported, and the sync goes on. Anything else (the primary unreachable, a disk or database
+ * failure) stops the sync. */
+static bool item_failure(kiln_err rc) {
+    return rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT || rc == KILN_ERR_CONFLICT ||
+           rc == KILN_ERR_NOTFOUND || rc == KILN_ERR_USAGE || rc == KILN_ERR_LIMIT;
+}
+
+static kiln_err get_json(mirror_run *m, const char *path, json_t **out) {
+    m->res->requests++;
+    return kiln_registry_get_json(&m->c, path, out);
+}
+
+/* Trust versions: the primary's above the newest the mirror holds, each accepted only as the
+ * successor of the one before (as servers and clients walk them), stored with its audit
+ * row. One that does not verify stops the walk there: the versions after it cannot be
+ * checked. */
+static kiln_err sync_trust(mirror_run *m) {
+    for (;;) {
+        const kiln_sign_trust *cur = m->chain.v[m->chain.n - 1];
+        uint64_t v = kiln_sign_trust_version(cur) + 1;
+        char path[64], label[700], *doc = NULL;
+        size_t len = 0;
+        snprintf(path, sizeof path, "/v1/trust/%llu", (unsigned long long)v);
+        m->res->requests++;
+        kiln_err rc = reg_get_text(&m->c, path, REG_TRUST_MAX, &doc, &len);
+        if (rc == KILN_ERR_NOTFOUND) {
+            kiln_errclear();
+            return KILN_OK; /* the newest the primary has */
+        }
+        if (rc && !item_failure(rc)) return rc;
+        if (rc) {
+            say(m, true, "trust version %llu: %s", (unsigned long long)v, kiln_errmsg());
+            return KILN_OK;
+        }
+        snprintf(label, sizeof label, "trust version %llu from %s", (unsigned long long)v,
+                 m->c.url);
+        kiln_sign_trust *next = NULL;
+        rc = kiln_sign_trust_update(cur, doc, len, label, &next, NULL);
+        if (rc == KILN_ERR_NOMEM) {
+            free(doc);
+            return rc;
+        }
+        if (rc) {
+            say(m, true, "%s (not copied, nor any version after it)", kiln_errmsg());
+            free(doc);
+            return KILN_OK;
+        }
+        kiln_sign_trust **nv = realloc(m->chain.v, (m->chain.n + 1) * sizeof *nv);
+        if (!nv) {
+            kiln_sign_trust_free(next);
+            free(doc);
+            return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        }
+        m->chain.v = nv;
+        rc = reg_trust_store(m->db, v, doc, len, NULL, "mirror.sync", m->reason);
+        free(doc);
+        if (rc) {
+            kiln_sign_trust_free(next);
+            return rc;
+        }
+        m->chain.v[m->chain.n++] = next;
+        m->res->trust_versions++;
+        say(m, false, "copied trust version %llu", (unsigned long long)v);
+    }
+}
+
+/* The archive's signatures under some version of the chain (the policy of the day the
+ * primary took it may since have been followed by another), newest first; *rep from the one
+ * that verified. The message, when none does, is the newest's. */
+static kiln_err verify_sigs(mirror_run *m, const char *file, const char *sig, const char *label,
+                            kiln_sign_archive_report *rep) {
+    char msg[1024] = "";
+    kiln_err first = KILN_OK;
+    for (size_t i = m->chain.n; i-- > 0;) {
+        kiln_err rc =
+            kiln_sign_verify_archive_sigs(file, sig, strlen(sig), label, m->chain.v[i], rep);
+        if (!rc) return KILN_OK;
+        if (rc == KILN_ERR_NOMEM || rc == KILN_ERR_IO) return rc;
+        if (!first) {
+            first = rc == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : rc;
+            snprintf(msg, sizeof msg, "%s", kiln_errmsg());
+        }
+    }
+    return kiln_fail(first, "%s", msg);
+}
+
+/* Download blob hex into partial (resuming what is there) and check its digest; a resumed
+ * file that does not hash right is fetched once more from the start, as kiln pull does. */
+static kiln_err fetch_blob(mirror_run *m, const char *hex, uint64_t size, const char *partial,
+                           const char *label) {
+    for (int pass = 0;; pass++) {
+        struct stat sb;
+        uint64_t have = stat(partial, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        m->res->requests++;
+        KILN_TRY(reg_download(&m->c, hex, size, partial));
+        m->res->bytes += have <= size ? size - have : size;
+        uint8_t h[KILN_SHA256_BYTES];
+        char got[KILN_SHA256_HEX];
+        KILN_TRY(kiln_sha256_file(partial, h));
+        kiln_hex(h, sizeof h, got);
+        if (!strcmp(got, hex)) return KILN_OK;
+        unlink(partial);
+        KILN_FAIL_IF(pass > 0, KILN_ERR_VERIFY, "%s: the archive hashes to sha256:%s", label, got);
+    }
+}
+
+/* One version the primary lists: nothing to do when the mirror holds it with the same digest;
+ * a loud problem with another (versions are immutable: the primary changed history, and the
+ * mirror keeps what it verified); otherwise its archive is downloaded, hashed, its
+ * signatures verified and the archive read as the server does on upload, the blob committed
+ * and the row inserted. */
+static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
+    const char *version = json_string_value(json_object_get(entry, "version")),
+               *digest = json_string_value(json_object_get(entry, "digest"));
+    json_t *jsize = json_object_get(entry, "size");
+    char hex[KILN_SHA256_HEX];
+    if (!version || kiln_registry_check_version(version) || !reg_digest_hex(digest, hex) ||
+        !json_is_integer(jsize) || json_integer_value(jsize) < 0) {
+        say(m, true, "%s@%s: the primary lists it without a valid version, digest or size", model,
+            version && strlen(version) <= KILN_REGISTRY_NAME_MAX ? version : "?");
+        return KILN_OK;
+    }
+    uint64_t size = (uint64_t)json_integer_value(jsize);
+    kiln_err rc;
+    char *have = reg_version_digest(m->db, model, version, &rc);
+    KILN_TRY(rc);
+    if (have) {
+        if (strcmp(have, digest) != 0)
+            say(m, true,
+                "%s@%s: the primary now gives it %s, but it was published as %s (held here): "
+                "a published version changed on the primary; not overwritten",
+                model, version, digest, have);
+        free(have);
+        return KILN_OK;
+    }
+    char label[200], path[300];
+    snprintf(label, sizeof label, "%s@%s (%s)", model, version, digest);
+    snprintf(path, sizeof path, "/v1/models/%s/versions/%s", model, version);
+    json_t *ver = NULL;
+    char *blob = NULL, *partial = NULL;
+    reg_archive_meta meta;
+    memset(&meta, 0, sizeof meta);
+    rc = get_json(m, path, &ver);
+    if (rc) goto out;
+    const char *sig = json_string_value(json_object_get(ver, "signature")),
+               *vd = json_string_value(json_object_get(ver, "digest")),
+               *publisher = json_string_value(json_object_get(ver, "publisher")),
+               *created = json_string_value(json_object_get(ver, "created"));
+    json_t *vs = json_object_get(ver, "size");
+    KILN_CHECK_IF(rc, out,
+                  !sig || !vd || strcmp(vd, digest) || !json_is_integer(vs) ||
+                      (uint64_t)json_integer_value(vs) != size,
+                  KILN_ERR_VERIFY,
+                  "%s: the primary's record of the version lacks a signature or gives another "
+                  "digest or size than its listing",
+                  label);
+    KILN_CHECK_IF(rc, out, strlen(sig) > REG_SIG_MAX, KILN_ERR_LIMIT,
+                  "%s: its signature file is larger than %u bytes", label, REG_SIG_MAX);
+    blob = reg_blob_path(m->root, hex);
+    partial = kiln_asprintf("%s/tmp/mirror-%s.partial", m->root, hex);
+    KILN_CHECK_IF(rc, out, !blob || !partial, KILN_ERR_NOMEM, "out of memory");
+    /* A blob the store has (another version's, or one linked by a sync that stopped before
+     * its row) is checked as a download is. */
+    bool have_blob = kiln_path_exists(blob);
+    const char *file = have_blob ? blob : partial;
+    if (have_blob) {
+        uint8_t h[KILN_SHA256_BYTES];
+        char got[KILN_SHA256_HEX];
+        KILN_CHECK(rc, out, kiln_sha256_file(blob, h));
+        kiln_hex(h, sizeof h, got);
+        KILN_CHECK_IF(rc, out, strcmp(got, hex), KILN_ERR_VERIFY,
+                      "%s: the blob held here '%s' hashes to sha256:%s", label, blob, got);
+        unlink(partial); /* a sync stopped between the link and the partial's removal */
+    } else {
+        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label));
+    }
+    /* As the server on upload: every signature block under the policy, then the archive's
+     * manifest (the one the signatures name) and its name and version. */
+    kiln_sign_archive_report rep;
+    char sig_label[260];
+    snprintf(sig_label, sizeof sig_label, "signature of %s", label);
+    rc = verify_sigs(m, file, sig, sig_label, &rep);
+    if (rc) { /* name the archive, not the temporary file it is in */
+        rc = reg_relabel(rc, file, "the primary's archive");
+        goto out;
+    }
+    rc = reg_archive_meta_read(file, &meta);
+    if (rc) {
+        rc = kiln_errprefix(rc == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : rc, "%s: ", label);
+        goto out;
+    }
+    KILN_CHECK_IF(
+        rc, out, memcmp(meta.manifest_sha256, rep.info.manifest_sha256, KILN_SHA256_BYTES) != 0,
+        KILN_ERR_VERIFY, "%s: the manifest read is not the one the signatures name", label);
+    KILN_CHECK_IF(rc, out, strcmp(meta.name, model) || strcmp(meta.version, version),
+                  KILN_ERR_VERIFY, "%s: the archive's manifest names '%s@%s'", label, meta.name,
+                  meta.version);
+    if (!have_blob) {
+        reg_upload u;
+        KILN_CHECK(rc, out, reg_upload_adopt(&u, m->root, partial));
+        rc = reg_upload_commit(&u, hex);
+        reg_upload_abort(&u);
+        if (rc) goto out;
+    }
+    int64_t when = 0;
+    if (!created || kiln_sign_parse_time(created, "created", &when) != KILN_OK) when = 0;
+    kiln_errclear();
+    reg_version_row row = {.model = model,
+                           .version = version,
+                           .digest = digest,
+                           .size = size,
+                           .meta = &meta,
+                           .sig = sig,
+                           .sig_len = strlen(sig),
+                           .publisher = publisher ? publisher : "",
+                           .created = when ? when : kiln_unix_time()};
+    bool existed;
+    KILN_CHECK(rc, out, reg_version_insert(m->db, &row, NULL, "mirror.sync", m->reason, &existed));
+    if (!existed) {
+        m->res->versions++;
+        say(m, false, "copied %s@%s %s (%llu bytes)", model, version, digest,
+            (unsigned long long)size);
+    }
+out:
+    /* A download whose bytes hash right stays even when its signature or manifest does not
+     * verify (the next sync checks it again without fetching it); bytes that hash wrong were
+     * removed by fetch_blob. */
+    if (rc && item_failure(rc)) {
+        say(m, true, "%s", kiln_errmsg());
+        rc = KILN_OK;
+    }
+    reg_archive_meta_release(&meta);
+    json_decref(ver);
+    free(blob);
+    free(partial);
+    return rc;
+}
+
+static int64_t held_seq(mirror_run *m, const char *model, const char *channel, kiln_err *rc) {
+    sqlite3_stmt *st = NULL;
+    int64_t n = -1;
+    *rc = KILN_OK;
+    if (sqlite3_prepare_v2(m->db,
+                           "SELECT coalesce(max(seq), 0) FROM channel_records WHERE model = ?1 AND "
+                           "channel = ?2",
+                           -1, &st, NULL) == SQLITE_OK) {
+        sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+        sqlite3_bind_text(st, 2, channel, -1, SQLITE_TRANSIENT);
+        if (sqlite3_step(st) == SQLITE_ROW) n = sqlite3_column_int64(st, 0);
+    }
+    sqlite3_finalize(st);
+    if (n < 0) *rc = reg_db_fail(m->db, "reading channel records");
+    return n;
+}
+
+/* One channel: the records after the newest the mirror holds, up to the seq the primary
+ * listed (what it published meanwhile waits for the next sync), in seq order, each the bytes
+ * the primary stored. Each is verified as the server verifies a record put to it: the
+ * current one under the newest policy and unexpired, an older one under some version of
+ * the chain (it was accepted under the policy of its day; it may have expired since). The
+ * first that fails stops the channel: the records after it cannot follow it. */
+static kiln_err sync_channel(mirror_run *m, const char *model, const char *channel,
+                             int64_t listed) {
+    kiln_err rc;
+    int64_t held = held_seq(m, model, channel, &rc);
+    KILN_TRY(rc);
+    if (listed == held) return KILN_OK;
+    if (listed < held) {
+        say(m, true,
+            "%s/%s: the primary's channel is at seq %lld, but seq %lld was copied from it: "
+            "records went missing on the primary; the mirror keeps its own",
+            model, channel, (long long)listed, (long long)held);
+        return KILN_OK;
+    }
+    char path[300];
+    snprintf(path, sizeof path, "/v1/models/%s/channels/%s/history?after=%lld", model, channel,
+             (long long)held);
+    json_t *h = NULL;
+    rc = get_json(m, path, &h);
+    if (rc) {
+        if (!item_failure(rc)) return rc;
+        say(m, true, "%s/%s: %s", model, channel, kiln_errmsg());
+        return KILN_OK;
+    }
+    json_t *recs = json_object_get(h, "records");
+    for (size_t i = 0; i < json_array_size(recs); i++) {
+        json_t *e = json_array_get(recs, i), *jt = json_object_get(e, "text");
+        char *owned = NULL;
+        const char *text = json_string_value(jt);
+        size_t len = text ? json_string_length(jt) : 0;
+        if (!text) { /* a primary from before "text": the record as it parsed (signatures are
+                      * over the canonical form, so they still verify) */
+            owned = json_dumps(json_object_get(e, "record"), JSON_COMPACT | JSON_SORT_KEYS);
+            text = owned;
+            len = owned ? strlen(owned) : 0;
+        }
+        int64_t seq = json_integer_value(
+            json_object_get(json_object_get(json_object_get(e, "record"), "record"), "seq"));
+        if (seq <= held) { /* a primary that ignored ?after */
+            free(owned);
+            continue;
+        }
+        if (seq > listed) {
+            free(owned);
+            break;
+        }
+        char label[200];
+        snprintf(label, sizeof label, "%s/%s seq %lld", model, channel, (long long)seq);
+        bool current = seq == listed;
+        reg_record rec;
+        rc = KILN_OK;
+        if (!text || strlen(text) != len || len > REG_RECORD_MAX)
+            rc = kiln_fail(KILN_ERR_VERIFY,
+                           "%s: the primary's record text is missing, too long "
+                           "or holds a NUL byte",
+                           label);
+        if (!rc) {
+            /* Newest first, the current record under the newest only; the message kept when
+             * none verifies is the newest policy's. */
+            char first[1024] = "";
+            bool ok = false;
+            for (size_t k = m->chain.n; k-- > 0 && !ok && !rc;) {
+                if (current && k != m->chain.n - 1) break;
+                kiln_err r = reg_record_verify(m->chain.v[k], text, len, label, &rec);
+                if (!r)
+                    ok = true;
+                else if (r != KILN_ERR_VERIFY && r != KILN_ERR_FORMAT)
+                    rc = r;
+                else if (!first[0])
+                    snprintf(first, sizeof first, "%s", kiln_errmsg());
+            }
+            if (!rc && !ok) rc = kiln_fail(KILN_ERR_VERIFY, "%s", first);
+        }
+        if (!rc && (strcmp(rec.model, model) || strcmp(rec.channel, channel) || rec.seq != seq))
+            rc = kiln_fail(KILN_ERR_VERIFY, "%s: the signed record names %s/%s seq %lld", label,
+                           rec.model, rec.channel, (long long)rec.seq);
+        if (!rc && current && rec.expires <= kiln_unix_time()) {
+            char when[21];
+            kiln_format_time(rec.expires, when);
+            rc = kiln_fail(KILN_ERR_VERIFY,
+                           "%s: the channel's current record expired at %s (the server would "
+                           "refuse it)",
+                           label, when);
+        }
+        int64_t created = 0;
+        const char *cs = json_string_value(json_object_get(e, "created")),
+                   *publisher = json_string_value(json_object_get(e, "publisher"));
+        if (!cs || kiln_sign_parse_time(cs, "created", &created) != KILN_OK) created = 0;
+        if (!rc) kiln_errclear();
+        if (!rc)
+            rc = reg_record_insert(m->db, &rec, text, publisher ? publisher : "",
+                                   created ? created : kiln_unix_time(), NULL, "mirror.sync",
+                                   m->reason);
+        free(owned);
+        if (rc) {
+            if (!item_failure(rc)) {
+                json_decref(h);
+                return rc;
+            }
+            say(m, true, "%s (not copied, nor any record after it)", kiln_errmsg());
+            break;
+        }
+        m->res->records++;
+        say(m, false, "copied %s/%s seq %lld -> %s", model, channel, (long long)seq, rec.version);
+    }
+    json_decref(h);
+    return KILN_OK;
+}
+
+/* One model: its versions (in the primary's order, so that publication order is kept), then
+ * its channels. */
+static kiln_err sync_model(mirror_run *m, const char *model) {
+    char path[128];
+    snprintf(path, sizeof path, "/v1/models/%s", model);
+    json_t *j = NULL;
+    kiln_err rc = get_json(m, path, &j);
+    if (rc) {
+        if (!item_failure(rc)) return rc;
+        say(m, true, "%s: %s", model, kiln_errmsg());
+        return KILN_OK;
+    }
+    json_t *versions = json_object_get(j, "versions"), *channels = json_object_get(j, "channels");
+    for (size_t i = 0; !rc && i < json_array_size(versions); i++)
+        rc = sync_version(m, model, json_array_get(versions, i));
+    const char *name;
+    json_t *c;
+    json_object_foreach(channels, name, c) {
+        if (rc) break;
+        json_t *seq = json_object_get(c, "seq");
+        if (kiln_registry_check_name("channel", name) || !json_is_integer(seq) ||
+            json_integer_value(seq) < 1) {
+            say(m, true, "%s: the primary lists a channel without a valid name or seq", model);
+            continue;
+        }
+        rc = sync_channel(m, model, name, json_integer_value(seq));
+    }
+    json_decref(j);
+    return rc;
+}
+
+static void record_attempt(mirror_run *m, const char *key, int64_t value) {
+    char v[24];
+    snprintf(v, sizeof v, "%lld", (long long)value);
+    if (meta_set(m->db, key, v) != KILN_OK) kiln_errclear(); /* advice: a sync is not undone */
+}
+
+kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
+                                   kiln_registry_mirror_result *res) {
+    memset(res, 0, sizeof *res);
+    KILN_FAIL_IF(!o || !o->root || !o->from || !o->from->url || !o->trust, KILN_ERR_USAGE,
+                 "a mirror needs a store directory, the primary's URL and a trust policy");
+    KILN_FAIL_IF(strncmp(o->from->url, "http://", 7) && strncmp(o->from->url, "https://", 8),
+                 KILN_ERR_USAGE, "registry URL '%s' is not http:// or https://", o->from->url);
+    mirror_run m = {.o = o, .root = o->root, .res = res, .c = *o->from};
+    char *url = url_key(o->from->url);
+    if (!url) return KILN_ERR_NOMEM;
+    m.c.url = url;
+    snprintf(m.reason, sizeof m.reason, "from %s", url);
+    kiln_sign_trust *start = NULL;
+    json_t *models = NULL;
+    int lock = -1;
+    bool fresh;
+    kiln_err rc = KILN_OK;
+    /* Everything that can be refused is, before anything is written: the policy, the
+     * directory, then the primary itself (a new mirror of a registry that does not answer is
+     * not made). */
+    KILN_CHECK(rc, out, kiln_sign_trust_load(o->trust, &start));
+    KILN_CHECK(rc, out, check_root(o->root, url, &fresh));
+    if (!fresh) {
+        KILN_CHECK(rc, out, reg_lock_named(o->root, REG_MIRROR_LOCK, &lock));
+        KILN_CHECK_IF(rc, out, lock < 0, KILN_ERR_CONFLICT,
+                      "another kiln registry mirror is syncing '%s'", o->root);
+    }
+    KILN_CHECK(rc, out, get_json(&m, "/v1/models", &models));
+    KILN_CHECK(rc, out, reg_db_open(o->root, &m.db));
+    if (fresh) {
+        KILN_CHECK(rc, out, mark(m.db, o->root, url));
+        KILN_CHECK(rc, out, reg_lock_named(o->root, REG_MIRROR_LOCK, &lock));
+        KILN_CHECK_IF(rc, out, lock < 0, KILN_ERR_CONFLICT,
+                      "another kiln registry mirror is syncing '%s'", o->root);
+    }
+    record_attempt(&m, "mirror_last_attempt", kiln_unix_time());
+    /* The policy: the mirror's, walked through the trust versions it holds, then the
+     * primary's after them. */
+    KILN_CHECK(rc, out, reg_trust_chain_load(m.db, o->root, start, o->trust, NULL, NULL, &m.chain));
+    start = NULL; /* the chain's */
+    KILN_CHECK(rc, out, sync_trust(&m));
+    json_t *list = json_object_get(models, "models");
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(list, i), "name"));
+        if (!name || kiln_registry_check_name("model", name)) {
+            kiln_errclear();
+            say(&m, true, "the primary lists a model without a valid name");
+            continue;
+        }
+        KILN_CHECK(rc, out, sync_model(&m, name));
+    }
+    record_attempt(&m, "mirror_last_sync", kiln_unix_time());
+    record_attempt(&m, "mirror_last_problems", (int64_t)res->problems);
+    if (res->problems)
+        rc = kiln_fail(KILN_ERR_VERIFY, "mirror of %s: %zu item%s did not verify and %s not copied",
+                       url, res->problems, res->problems == 1 ? "" : "s",
+                       res->problems == 1 ? "was" : "were");
+out:
+    /* The primary or the disk failed mid-sync: say which sync (the directory's own refusals
+     * name it already). */
+    if (rc == KILN_ERR_NETWORK || rc == KILN_ERR_AUTH || rc == KILN_ERR_IO ||
+        rc == KILN_ERR_CONFLICT)
+        kiln_errprefix(rc, "mirror of %s into '%s': ", url, o->root);
+    json_decref(models);
+    kiln_sign_trust_free(start);
+    reg_trust_chain_release(&m.chain);
+    reg_db_close(m.db);
+    reg_unlock(lock);
+    free(url);
+    return rc;
+}
