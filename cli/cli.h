@@ -90,6 +90,7 @@ int cmd_version(int argc, char **argv);
 int cmd_publish(int argc, char **argv);
 int cmd_pull(int argc, char **argv);
 int cmd_promote(int argc, char **argv);
+int cmd_provenance(int argc, char **argv);
 int cmd_rollback(int argc, char **argv);
 int cmd_channel_history(int argc, char **argv);
 int cmd_channel_put(int argc, char **argv);

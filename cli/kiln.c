@@ -28,6 +28,7 @@ static const command commands[] = {
     {"keygen", cmd_keygen, "create a minisign-compatible key pair"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"promote", cmd_promote, "point a registry channel at a version (signed record)"},
+    {"provenance", cmd_provenance, "who put a model in a channel, from what, checked how (verified)"},
     {"publish", cmd_publish, "upload a signed .kiln archive to a registry"},
     {"pull", cmd_pull, "download and verify a model from a registry"},
     {"registry fsck", cmd_registry_fsck, "check a registry's store"},

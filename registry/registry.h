@@ -217,6 +217,33 @@ typedef struct kiln_registry_pulled {
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *out) KILN_MUST_CHECK;
 
+/* ---- provenance (provenance.c, docs/registry.md "Provenance") ---- */
+
+typedef struct kiln_registry_provenance_opts {
+    const char *ref;   /* "NAME@CHANNEL" or "NAME@VERSION" */
+    const char *trust; /* the client's trust policy, walked forward as kiln pull walks it */
+    const char *state; /* pull state: trust versions, accepted seqs; NULL: the default */
+    bool download;     /* also download the archive and verify it in full, as kiln pull does */
+} kiln_registry_provenance_opts;
+
+/* What ref resolves to and where it came from, each fact checked under the client's own
+ * policy: the channel's current record (signatures and threshold, seq against the state's,
+ * expiry) and the records before it, the trust policy walked, the archive (the signature
+ * file's trusted comments against the registry's manifest; with download, the archive's bytes
+ * and every file, by the pull's own code, in a temporary directory under STATE/downloads that
+ * is removed after), the lineage (the signed manifest), the model config (card.json, when the
+ * registry's copy reproduces the signed bytes), the validation verdict and, with download, the
+ * report's checks and baseline. *out is a new JSON object (format kiln-provenance/1,
+ * docs/registry.md), each fact with a check {"status": "verified" | "failed" | "registry" |
+ * "not checked", "how"}; "problems" names every failed one. KILN_OK when none failed;
+ * KILN_ERR_VERIFY when one did (*out holds everything, also what failed); another code (bad
+ * arguments, an unreadable --trust, a state path that is not a directory, a registry that does
+ * not answer or holds no such channel or version) with *out NULL. Writes nothing but what the
+ * trust walk accepts (STATE/trust/N.json) and the download's temporary files. */
+kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
+                                  const kiln_registry_provenance_opts *o,
+                                  json_t **out) KILN_MUST_CHECK;
+
 /* ---- versions of the trust policy (trustchain.c, docs/registry.md "Trust policy versions") ---- */
 
 /* One version a walk accepted. */
@@ -403,6 +430,7 @@ typedef struct kiln_registry_release_result {
     long step;                                 /* the checkpoint exported */
     char baseline[KILN_REGISTRY_NAME_MAX + 1]; /* the baseline's version; "" for none */
     int64_t baseline_seq;
+    char baseline_digest[72]; /* its archive's "sha256:<hex>" (also in validation.json) */
     char digest[72]; /* the published archive's "sha256:<hex>" */
     uint64_t size;
     bool existed;

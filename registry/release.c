@@ -178,6 +178,7 @@ static kiln_err stage_baseline(rel *r) {
     KILN_TRY(rc);
     snprintf(r->res->baseline, sizeof r->res->baseline, "%s", got.version);
     r->res->baseline_seq = got.seq;
+    snprintf(r->res->baseline_digest, sizeof r->res->baseline_digest, "%s", got.digest);
     snprintf(r->line, sizeof r->line, "%s@%s (channel %s, seq %lld) %s, signed by %s", got.model,
              got.version, got.channel, (long long)got.seq, got.digest, got.signed_by);
     return KILN_OK;
@@ -197,9 +198,17 @@ static void checks_with(const json_t *rep, const char *status, char *buf, size_t
 }
 
 static kiln_err stage_validate(rel *r) {
+    /* The report names the baseline as it was pulled and verified: name@version, the
+     * archive's digest and the channel record it came through (kiln provenance shows it). */
+    const kiln_validate_baseline_ref ref = {.name = r->o->name,
+                                            .version = r->res->baseline,
+                                            .digest = r->res->baseline_digest,
+                                            .channel = r->o->baseline_channel,
+                                            .seq = r->res->baseline_seq};
     kiln_validate_opts vo = {.model = r->model,
                              .data = r->data,
                              .baseline = r->baseline,
+                             .baseline_ref = r->baseline ? &ref : NULL,
                              .make_bf16 = !r->o->no_bf16,
                              .thresholds = r->o->thresholds,
                              .val_fraction = -1};

@@ -169,11 +169,11 @@ static void report_init(kiln_sign_archive_report *r, const kiln_sign_trust *t) {
     r->threshold = kiln_sign_trust_release_threshold(t);
 }
 
-/* One signature over the archive's bytes: by a key of the policy with the release role,
- * algorithm ED, and it verifies (key id, signature over the archive's BLAKE2b-512, global
- * signature over the comment). */
+/* One signature block: by a key of the policy with the release role, algorithm ED, and it
+ * verifies: over the archive's BLAKE2b-512 h (key id, signature, global signature over the
+ * comment), or, with h NULL (no archive), the key id and the global signature only. */
 static kiln_err check_signature(const kiln_sign_trust *t, const kiln_sign_sig *sig,
-                                const uint8_t h[64], const char *archive,
+                                const uint8_t *h, const char *archive,
                                 const kiln_sign_trust_key **signer) {
     const kiln_sign_trust_key *k;
     KILN_TRY(sign_trust_signer(t, sig, KILN_SIGN_ROLE_RELEASE, &k));
@@ -181,15 +181,16 @@ static kiln_err check_signature(const kiln_sign_trust *t, const kiln_sign_sig *s
                  "'%s': a legacy ('Ed') signature; archives are signed with algorithm 'ED' "
                  "(prehashed)",
                  sig->label);
-    KILN_TRY(sign_verify_digest(&k->pub, sig, h, 64, archive));
+    KILN_TRY(h ? sign_verify_digest(&k->pub, sig, h, 64, archive)
+               : sign_verify_comment(&k->pub, sig));
     *signer = k;
     return KILN_OK;
 }
 
-/* A verified signature's comment names the archive's own manifest, and the policy allows
- * what it says about validation. */
+/* A verified signature's comment names the manifest (of the archive, or the one given: where
+ * names it), and the policy allows what it says about validation. */
 static kiln_err check_comment(const kiln_sign_trust *t, const kiln_sign_sig *sig,
-                              const kiln_sign_trust_key *k, const char *archive,
+                              const kiln_sign_trust_key *k, const char *where,
                               const kiln_sign_archive_info *want) {
     kiln_sign_archive_info got;
     KILN_TRY(kiln_sign_archive_comment_parse(sig->trusted_comment, sig->label, &got));
@@ -199,16 +200,16 @@ static kiln_err check_comment(const kiln_sign_trust *t, const kiln_sign_sig *sig
     KILN_FAIL_IF(strcmp(gh, wh) != 0, KILN_ERR_VERIFY,
                  "'%s': the trusted comment names manifest sha256:%s, the manifest in '%s' is "
                  "sha256:%s",
-                 sig->label, gh, archive, wh);
+                 sig->label, gh, where, wh);
     KILN_FAIL_IF(strcmp(got.model, want->model) != 0, KILN_ERR_VERIFY,
                  "'%s': the trusted comment names model '%s', the manifest in '%s' names '%s'",
-                 sig->label, got.model, archive, want->model);
+                 sig->label, got.model, where, want->model);
     KILN_FAIL_IF(strcmp(got.version, want->version) != 0, KILN_ERR_VERIFY,
                  "'%s': the trusted comment names version '%s', the manifest in '%s' names '%s'",
-                 sig->label, got.version, archive, want->version);
+                 sig->label, got.version, where, want->version);
     KILN_FAIL_IF(got.validation != want->validation, KILN_ERR_VERIFY,
                  "'%s': the trusted comment says validation:%s, the manifest in '%s' says %s",
-                 sig->label, kiln_sign_validation_name(got.validation), archive,
+                 sig->label, kiln_sign_validation_name(got.validation), where,
                  kiln_sign_validation_name(want->validation));
     KILN_FAIL_IF(got.allow_unvalidated && !kiln_sign_trust_accepts_unvalidated(t), KILN_ERR_VERIFY,
                  "'%s': key '%s' signed an unvalidated archive (validation:%s, "
@@ -219,9 +220,11 @@ static kiln_err check_comment(const kiln_sign_trust *t, const kiln_sign_sig *sig
     return KILN_OK;
 }
 
-kiln_err kiln_sign_verify_archive_sigs(const char *archive_path, const char *sigs, size_t sigs_len,
-                                       const char *sigs_label, const kiln_sign_trust *t,
-                                       kiln_sign_archive_report *report) {
+/* Steps 1 to 3 of kiln_sign_verify_archive: over the archive at archive_path, or, with
+ * archive_path NULL, over the comments only against the manifest man (where names it). */
+static kiln_err verify_sigs(const char *archive_path, const kiln_manifest *man, const char *where,
+                            const char *sigs, size_t sigs_len, const char *sigs_label,
+                            const kiln_sign_trust *t, kiln_sign_archive_report *report) {
     kiln_sign_archive_report local;
     kiln_sign_archive_report *r = report ? report : &local;
     report_init(r, t);
@@ -234,12 +237,16 @@ kiln_err kiln_sign_verify_archive_sigs(const char *archive_path, const char *sig
     KILN_CHECK(rc, out, kiln_sign_archive_sigs_parse(sigs, sigs_len, sigs_label, &s, &n));
     r->nsigs = n;
     /* The bytes are authenticated before anything inside the archive is parsed. */
-    KILN_CHECK(rc, out, kiln_blake2b_file(archive_path, h, sizeof h));
+    if (archive_path) KILN_CHECK(rc, out, kiln_blake2b_file(archive_path, h, sizeof h));
     for (size_t i = 0; i < n; i++)
-        KILN_CHECK(rc, out, check_signature(t, &s[i], h, archive_path, &by[i]));
-    KILN_CHECK(rc, out, archive_info(archive_path, &r->info));
+        KILN_CHECK(rc, out,
+                   check_signature(t, &s[i], archive_path ? h : NULL, archive_path, &by[i]));
+    if (archive_path)
+        KILN_CHECK(rc, out, archive_info(archive_path, &r->info));
+    else
+        info_from_manifest(man, &r->info);
     for (size_t i = 0; i < n; i++) {
-        KILN_CHECK(rc, out, check_comment(t, &s[i], by[i], archive_path, &r->info));
+        KILN_CHECK(rc, out, check_comment(t, &s[i], by[i], where, &r->info));
         bool seen = false;
         for (size_t j = 0; j < r->nsigners; j++)
             seen = seen || r->signers[j] == by[i];
@@ -257,11 +264,32 @@ kiln_err kiln_sign_verify_archive_sigs(const char *archive_path, const char *sig
         rc = kiln_fail(KILN_ERR_VERIFY,
                        "'%s': the trust policy '%s' needs %d distinct release keys, the archive "
                        "is signed by %zu (%s%s)",
-                       archive_path, sign_trust_label(t), r->threshold, r->nsigners, names,
+                       where, sign_trust_label(t), r->threshold, r->nsigners, names,
                        n > r->nsigners ? "; a key that signs twice counts once" : "");
     }
 out:
     kiln_sign_archive_sigs_free(s, n);
+    return rc;
+}
+
+kiln_err kiln_sign_verify_archive_sigs(const char *archive_path, const char *sigs, size_t sigs_len,
+                                       const char *sigs_label, const kiln_sign_trust *t,
+                                       kiln_sign_archive_report *report) {
+    return verify_sigs(archive_path, NULL, archive_path, sigs, sigs_len, sigs_label, t, report);
+}
+
+kiln_err kiln_sign_verify_manifest_sigs(const char *manifest, size_t manifest_len,
+                                        const char *manifest_label, const char *sigs,
+                                        size_t sigs_len, const char *sigs_label,
+                                        const kiln_sign_trust *t,
+                                        kiln_sign_archive_report *report) {
+    kiln_sign_archive_report local;
+    kiln_sign_archive_report *r = report ? report : &local;
+    report_init(r, t);
+    kiln_manifest *m = NULL;
+    KILN_TRY(kiln_manifest_parse(manifest, manifest_len, manifest_label, &m));
+    kiln_err rc = verify_sigs(NULL, m, manifest_label, sigs, sigs_len, sigs_label, t, r);
+    kiln_manifest_free(m);
     return rc;
 }
 

@@ -590,22 +590,19 @@ kiln_err kiln_sign_file(const kiln_sign_seckey *sk, const char *path, const char
     return sign_digest(sk, h, sizeof h, KILN_SIGN_PREHASHED, trusted_comment, text);
 }
 
-kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
-                            const uint8_t *msg, size_t len, const char *msg_label) {
-    const char *sl = sig->label ? sig->label : "signature";
+static kiln_err verify_keyid(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig, const char *sl) {
     char want[KILN_SIGN_KEYID_HEX], have[KILN_SIGN_KEYID_HEX];
-    if (sodium_memcmp(sig->keyid, pk->keyid, KILN_SIGN_KEYID_BYTES) != 0) {
-        kiln_sign_keyid_hex(sig->keyid, have);
-        kiln_sign_keyid_hex(pk->keyid, want);
-        return kiln_fail(KILN_ERR_VERIFY,
-                         "'%s': key id mismatch: signed by key id %s, the public key has key id %s",
-                         sl, have, want);
-    }
+    if (sodium_memcmp(sig->keyid, pk->keyid, KILN_SIGN_KEYID_BYTES) == 0) return KILN_OK;
+    kiln_sign_keyid_hex(sig->keyid, have);
     kiln_sign_keyid_hex(pk->keyid, want);
-    KILN_FAIL_IF(crypto_sign_verify_detached(sig->sig, msg, len, pk->pk) != 0, KILN_ERR_VERIFY,
-                 "'%s': signature verification failed: '%s' is not what key id %s signed "
-                 "(the file, the signature or the key was altered)",
-                 sl, msg_label, want);
+    return kiln_fail(KILN_ERR_VERIFY,
+                     "'%s': key id mismatch: signed by key id %s, the public key has key id %s", sl,
+                     have, want);
+}
+
+/* The global signature: over the signature and the trusted comment. */
+static kiln_err verify_global(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
+                              const char *sl) {
     size_t tcl = strlen(sig->trusted_comment ? sig->trusted_comment : "");
     uint8_t *both = kiln_malloc(KILN_SIGN_SIG_BYTES + tcl);
     if (!both) return KILN_ERR_NOMEM;
@@ -618,6 +615,26 @@ kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig
                  "signature was altered",
                  sl);
     return KILN_OK;
+}
+
+kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
+                            const uint8_t *msg, size_t len, const char *msg_label) {
+    const char *sl = sig->label ? sig->label : "signature";
+    KILN_TRY(verify_keyid(pk, sig, sl));
+    char want[KILN_SIGN_KEYID_HEX];
+    kiln_sign_keyid_hex(pk->keyid, want);
+    KILN_FAIL_IF(crypto_sign_verify_detached(sig->sig, msg, len, pk->pk) != 0, KILN_ERR_VERIFY,
+                 "'%s': signature verification failed: '%s' is not what key id %s signed "
+                 "(the file, the signature or the key was altered)",
+                 sl, msg_label, want);
+    return verify_global(pk, sig, sl);
+}
+
+kiln_err sign_verify_comment(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig) {
+    const char *sl = sig->label ? sig->label : "signature";
+    KILN_TRY(sign_init());
+    KILN_TRY(verify_keyid(pk, sig, sl));
+    return verify_global(pk, sig, sl);
 }
 
 kiln_err kiln_sign_verify_buffer(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,

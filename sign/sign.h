@@ -358,6 +358,22 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_sigs(const char *arch
                                                                 const kiln_sign_trust *t,
                                                                 kiln_sign_archive_report *report);
 
+/* Steps 1 to 3 without the archive, for a caller that holds a manifest's text but not the
+ * archive's bytes (kiln provenance without --download): the manifest must parse (export/'s
+ * strict parser: canonical form only), then every block is by a key of t holding the release
+ * role and is algorithm ED, its key id and global signature (over the signature and the
+ * trusted comment) verify, each comment names this manifest (its sha256, model, version and
+ * verdict) within the unvalidated rule, and the distinct signers reach the release threshold.
+ * The signature over the archive's BLAKE2b-512 is NOT checked: there is no archive. What it
+ * proves is that the release keys signed comments naming this manifest, not that any archive's
+ * bytes are the ones they signed (kiln_sign_verify_archive proves that).
+ * report->files_checked stays false. Messages name manifest_label where the others name the
+ * archive. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_manifest_sigs(
+    const char *manifest, size_t manifest_len, const char *manifest_label, const char *sigs,
+    size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
+    kiln_sign_archive_report *report);
+
 /* ---- channel records (docs/formats.md) ------------------------------------------ */
 
 #define KILN_SIGN_RECORD_MAX_SIGS 32

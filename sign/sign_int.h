@@ -65,6 +65,11 @@ kiln_err sign_sig_parse_in(const char *buf, size_t len, const char *label, const
 /* Verify a signature over bytes already prehashed or not, given the pubkey. */
 kiln_err sign_verify_digest(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig,
                             const uint8_t *msg, size_t len, const char *msg_label);
+/* The key id and the global signature (over the signature and the trusted comment) only,
+ * not the signature over the message: what can be checked of a signature without the bytes
+ * it signed. It proves the key's holder signed that comment (with that signature value),
+ * nothing about any message. */
+kiln_err sign_verify_comment(const kiln_sign_pubkey *pk, const kiln_sign_sig *sig);
 
 /* The C string of a JSON string without NUL characters, or NULL. kiln_json_parse already
  * refuses "\u0000"; this keeps a string C would cut short from being read shortened

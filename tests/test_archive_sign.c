@@ -619,3 +619,108 @@ out:
     free(copy);
     fx_release(&f);
 }
+
+/* Without the archive: the comments checked against a manifest's text (kiln provenance). What
+ * the signers named is proved; the archive's bytes are not, so a signature over other bytes
+ * still passes here (and only here) while a changed comment, manifest or key does not. */
+KILN_TEST(archive_sign_manifest_only) {
+    fx f;
+    kiln_sign_trust *t1 = NULL, *t2 = NULL;
+    char *dir = model_dir("m", VAL_PASSED), *dir2 = NULL, *ar = NULL, *ar2 = NULL, *one = NULL,
+         *both = NULL, *other = NULL, *bad = NULL;
+    kiln_manifest *m = NULL, *m2 = NULL;
+    if (!CHECK("keys", fx_init(&f))) goto out;
+    t1 = policy(&f, NULL, NULL);
+    t2 = policy(&f, ", \"release_threshold\": 2", NULL);
+    ar = pack(dir, "m.kiln", &m);
+    if (!CHECK("fixture", t1 && t2 && ar)) goto out;
+    one = sign_by(&f, ar, (const int[]){ALICE, -1}, false);
+    both = sign_by(&f, ar, (const int[]){ALICE, BOB, -1}, false);
+    if (!CHECK("signed", one && both)) goto out;
+    kiln_sign_archive_report rep;
+    kiln_err rc = kiln_sign_verify_manifest_sigs(m->text, m->text_len, "manifest", one, strlen(one),
+                                                 "sig", t1, &rep);
+    CHECK("the comment names this manifest: verified without the archive",
+          rc == KILN_OK && rep.nsigners == 1 && rep.threshold_met && !rep.files_checked &&
+              !strcmp(rep.signers[0]->name, "alice") &&
+              rep.info.validation == KILN_SIGN_VALIDATION_PASSED &&
+              !memcmp(rep.info.manifest_sha256, m->sha256, 32));
+    rc = kiln_sign_verify_manifest_sigs(m->text, m->text_len, "manifest", one, strlen(one), "sig",
+                                        t2, &rep);
+    CHECK("the release threshold holds",
+          rc == KILN_ERR_VERIFY && kiln_test_msg_has("needs 2 distinct release keys", "manifest") &&
+              !rep.threshold_met);
+    rc = kiln_sign_verify_manifest_sigs(m->text, m->text_len, "manifest", both, strlen(both), "sig",
+                                        t2, &rep);
+    CHECK("two signers meet 2", rc == KILN_OK && rep.nsigners == 2);
+
+    /* Another manifest (another model directory's): the comment does not name it. */
+    dir2 = model_dir("m2", VAL_NONE);
+    ar2 = pack(dir2, "m2.kiln", &m2);
+    rc = ar2 ? kiln_sign_verify_manifest_sigs(m2->text, m2->text_len, "the registry's manifest",
+                                              one, strlen(one), "sig", t1, &rep)
+             : KILN_ERR_IO;
+    CHECK("another manifest is refused, named",
+          rc == KILN_ERR_VERIFY && kiln_test_msg_has("names manifest sha256:",
+                                                     "the manifest in 'the registry's manifest'"));
+    /* A manifest that is not canonical (re-serialised with spaces) does not parse. */
+    char *spaced = kiln_asprintf(" %s", m->text);
+    rc = spaced ? kiln_sign_verify_manifest_sigs(spaced, strlen(spaced), "manifest", one,
+                                                 strlen(one), "sig", t1, &rep)
+                : KILN_ERR_NOMEM;
+    CHECK("a manifest not in canonical form is refused", rc == KILN_ERR_FORMAT);
+    free(spaced);
+
+    /* The signature over the archive is not checked: a block alice made over other bytes with
+     * this manifest's comment passes here, and fails the full check over the archive. */
+    const char *start = strstr(one, "kiln-archive/1");
+    const char *end = start ? strchr(start, '\n') : NULL;
+    char *tc = end ? kiln_asprintf("%.*s", (int)(end - start), start) : NULL;
+    if (tc && kiln_sign_buffer(f.sk[ALICE], "other bytes", 11, tc, KILN_SIGN_PREHASHED, &other) ==
+                  KILN_OK) {
+        rc = kiln_sign_verify_manifest_sigs(m->text, m->text_len, "manifest", other, strlen(other),
+                                            "sig", t1, &rep);
+        CHECK("a signature over other bytes naming this manifest passes without the archive",
+              rc == KILN_OK);
+        rc = kiln_sign_verify_archive_sigs(ar, other, strlen(other), "sig", t1, &rep);
+        CHECK("and fails over the archive",
+              rc == KILN_ERR_VERIFY && kiln_test_msg_has("signature verification failed", NULL));
+        /* Its signature line under alice's real comment and global signature: refused. */
+        char *tc_one = strstr(one, "\ntrusted comment: "),
+             *tc_other = strstr(other, "\ntrusted comment: ");
+        bad = tc_one && tc_other ? kiln_asprintf("%.*s%s", (int)(tc_other - other), other, tc_one)
+                                 : NULL;
+        rc = bad ? kiln_sign_verify_manifest_sigs(m->text, m->text_len, "manifest", bad,
+                                                  strlen(bad), "sig", t1, &rep)
+                 : KILN_ERR_NOMEM;
+        CHECK("a comment moved onto another signature: the global signature fails",
+              rc == KILN_ERR_VERIFY && kiln_test_msg_has("global signature", NULL));
+    } else {
+        CHECK("signed other bytes", false);
+    }
+    free(tc);
+    /* A changed comment (validation verdict) fails the global signature. */
+    char *flip = one ? kiln_asprintf("%s", one) : NULL;
+    char *v = flip ? strstr(flip, "validation:passed") : NULL;
+    if (v) memcpy(v + strlen("validation:"), "failed", 6);
+    rc = v ? kiln_sign_verify_manifest_sigs(m->text, m->text_len, "manifest", flip, strlen(flip),
+                                            "sig", t1, &rep)
+           : KILN_ERR_NOMEM;
+    CHECK("an edited comment is refused", rc == KILN_ERR_VERIFY);
+    free(flip);
+    /* A key not in the policy. */
+    char *eve = sign_by(&f, ar, (const int[]){EVE, -1}, false);
+    rc = eve ? kiln_sign_verify_manifest_sigs(m->text, m->text_len, "manifest", eve, strlen(eve),
+                                              "sig", t1, &rep)
+             : KILN_ERR_NOMEM;
+    CHECK("an unknown key is refused",
+          rc == KILN_ERR_VERIFY && kiln_test_msg_has("not in the trust policy", NULL));
+    free(eve);
+out:
+    kiln_manifest_free(m);
+    kiln_manifest_free(m2);
+    kiln_sign_trust_free(t1);
+    kiln_sign_trust_free(t2);
+    free(dir), free(dir2), free(ar), free(ar2), free(one), free(both), free(other), free(bad);
+    fx_release(&f);
+}

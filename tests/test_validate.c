@@ -12,6 +12,7 @@
 
 #include "export.h"
 #include "test.h"
+#include "testutil.h"
 #include "train.h"
 #include "validate.h"
 
@@ -520,12 +521,66 @@ KILN_TEST(validate_fails_better_baseline) {
               strstr(reason(rep, "baseline_loss"), "worse than the baseline"));
     CHECK("the baseline's golden still reproduces",
           !strcmp(status(rep, "baseline_golden"), "passed"));
+    /* The report names the baseline: here a directory made by hand, known by its weights
+     * only. */
+    const json_t *bl = json_object_get(rep, "baseline");
+    uint8_t d[KILN_SHA256_BYTES];
+    char mhex[KILN_SHA256_HEX], ehex[KILN_SHA256_HEX];
+    char *mw = join(f.model, "model.safetensors"), *ew = join(early, "model.safetensors");
+    CHECK("hash the weights", mw && ew && kiln_sha256_file(mw, d) == KILN_OK);
+    kiln_hex(d, sizeof d, mhex);
+    CHECK("hash the early weights", ew && kiln_sha256_file(ew, d) == KILN_OK);
+    kiln_hex(d, sizeof d, ehex);
+    CHECK("baseline: its model_sha256, nothing else known",
+          json_is_object(bl) &&
+              !strcmp(json_string_value(json_object_get(bl, "model_sha256")), mhex) &&
+              json_is_null(json_object_get(bl, "name")) &&
+              json_is_null(json_object_get(bl, "digest")) &&
+              json_is_null(json_object_get(bl, "manifest_sha256")));
     json_decref(rep);
-    /* The other way round passes: the final model against the early one in production. */
+    /* The other way round passes: the final model against the early one in production, which
+     * carries a manifest.json as a pulled model does (one naming other weights is ignored). */
+    char *man = kiln_asprintf("{\"files\":[{\"path\":\"model.safetensors\",\"sha256\":\"%s\"}],"
+                              "\"name\":\"market\",\"version\":\"0.9.0\"}",
+                              ehex);
+    kiln_test_put(early, "manifest.json", man ? man : "");
     rc = validate(f.model, f.data, early, NULL, &rep);
     CHECK("a better candidate passes",
           rc == KILN_OK && !strcmp(status(rep, "baseline_loss"), "passed"));
+    bl = json_object_get(rep, "baseline");
+    kiln_sha256(man ? man : "", man ? strlen(man) : 0, d);
+    kiln_hex(d, sizeof d, mhex);
+    CHECK("baseline named by its manifest",
+          !strcmp(json_string_value(json_object_get(bl, "name")), "market") &&
+              !strcmp(json_string_value(json_object_get(bl, "version")), "0.9.0") &&
+              !strcmp(json_string_value(json_object_get(bl, "manifest_sha256")), mhex) &&
+              !strcmp(json_string_value(json_object_get(bl, "model_sha256")), ehex) &&
+              json_is_null(json_object_get(bl, "channel")));
     json_decref(rep);
+    /* kiln release says which archive and channel record it pulled. */
+    const kiln_validate_baseline_ref ref = {.name = "market",
+                                            .version = "0.9.0",
+                                            .digest = "sha256:ab",
+                                            .channel = "production",
+                                            .seq = 7};
+    kiln_validate_opts o = {.model = f.model,
+                            .data = f.data,
+                            .baseline = early,
+                            .baseline_ref = &ref,
+                            .report = "",
+                            .val_fraction = -1};
+    rc = kiln_validate_run(&o, &rep);
+    bl = json_object_get(rep, "baseline");
+    CHECK("baseline from the caller: digest, channel and seq",
+          rc == KILN_OK && !strcmp(json_string_value(json_object_get(bl, "digest")), "sha256:ab") &&
+              !strcmp(json_string_value(json_object_get(bl, "channel")), "production") &&
+              json_integer_value(json_object_get(bl, "seq")) == 7 &&
+              !strcmp(json_string_value(json_object_get(bl, "manifest_sha256")), mhex));
+    json_decref(rep);
+    rc = validate(f.model, f.data, NULL, NULL, &rep);
+    CHECK("no baseline: null", rc == KILN_OK && json_is_null(json_object_get(rep, "baseline")));
+    json_decref(rep);
+    free(man), free(mw), free(ew);
     free(early);
 out:
     fixture_free(&f);

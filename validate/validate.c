@@ -51,6 +51,7 @@ static char *cmp_reason(const char *what, const kiln_compare *c, const kiln_tole
 
 typedef struct run {
     json_t *checks;
+    json_t *baseline; /* the report's "baseline": which model was validated against */
     int failed, ran;
     char fails[1024]; /* names of failed checks, for the error message */
 } run;
@@ -408,6 +409,70 @@ static kiln_err check_cuda(run *r, vmodel *m, const heldout *h, const kiln_thres
 #endif
 }
 
+static json_t *str_or_null(const char *s) {
+    return s ? json_string(s) : json_null();
+}
+
+/* What a baseline's directory says of itself: its manifest.json (a pulled or unpacked model
+ * has one), when that lists the model.safetensors measured (b->sha256). The name, version and
+ * the manifest's sha256 go into *name, *version (caller frees) and hex; false when there is
+ * no such manifest, which is no error: a baseline made by hand has none. */
+static bool baseline_manifest(const vmodel *b, char **name, char **version,
+                              char hex[KILN_SHA256_HEX]) {
+    *name = *version = NULL;
+    char *path = kiln_vmodel_path(b, "manifest.json"), *text = NULL;
+    size_t len = 0;
+    json_t *j = NULL;
+    bool ok = path && kiln_path_exists(path) &&
+              kiln_read_file(path, 16u << 20, &text, &len) == KILN_OK &&
+              kiln_json_parse(text, len, path, &j) == KILN_OK;
+    const char *n = json_string_value(json_object_get(j, "name")),
+               *v = json_string_value(json_object_get(j, "version"));
+    bool lists = false;
+    size_t i;
+    json_t *f;
+    json_array_foreach(json_object_get(j, "files"), i, f) {
+        const char *p = json_string_value(json_object_get(f, "path")),
+                   *h = json_string_value(json_object_get(f, "sha256"));
+        if (p && h && !strcmp(p, "model.safetensors") && !strcmp(h, b->sha256)) lists = true;
+    }
+    ok = ok && n && v && lists;
+    if (ok) {
+        uint8_t d[KILN_SHA256_BYTES];
+        kiln_sha256(text, len, d);
+        kiln_hex(d, sizeof d, hex);
+        *name = kiln_strdup(n);
+        *version = kiln_strdup(v);
+        ok = *name && *version;
+    }
+    if (!ok) {
+        free(*name), free(*version);
+        *name = *version = NULL;
+    }
+    kiln_errclear();
+    json_decref(j);
+    free(text);
+    free(path);
+    return ok;
+}
+
+/* The report's "baseline": {name, version, digest, channel, seq, manifest_sha256,
+ * model_sha256}, null where unknown (docs/validation.md). */
+static json_t *baseline_json(const kiln_validate_opts *o, const vmodel *b) {
+    const kiln_validate_baseline_ref *ref = o->baseline_ref;
+    char *name = NULL, *version = NULL, hex[KILN_SHA256_HEX];
+    bool man = baseline_manifest(b, &name, &version, hex);
+    json_t *j = json_pack(
+        "{s:o,s:o,s:o,s:o,s:o,s:o,s:s}", "name", str_or_null(ref && ref->name ? ref->name : name),
+        "version", str_or_null(ref && ref->version ? ref->version : version), "digest",
+        str_or_null(ref ? ref->digest : NULL), "channel", str_or_null(ref ? ref->channel : NULL),
+        "seq", ref && ref->seq > 0 ? json_integer(ref->seq) : json_null(), "manifest_sha256",
+        str_or_null(man ? hex : NULL), "model_sha256", b->sha256);
+    free(name);
+    free(version);
+    return j;
+}
+
 static kiln_err check_baseline(run *r, const kiln_validate_opts *o, const vmodel *m,
                                const heldout *h, const kiln_dataset *ds,
                                const kiln_thresholds *th) {
@@ -417,7 +482,9 @@ static kiln_err check_baseline(run *r, const kiln_validate_opts *o, const vmodel
     }
     vmodel b;
     KILN_TRY(kiln_vmodel_open(o->baseline, &b));
-    kiln_err rc = kiln_vmodel_check_data(&b, ds);
+    kiln_err rc = KILN_OK;
+    if (!(r->baseline = baseline_json(o, &b))) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc) rc = kiln_vmodel_check_data(&b, ds);
     float *y = NULL;
     char *why = NULL;
     if (!rc) rc = check_golden(r, "baseline_golden", &b, ds, th);
@@ -496,7 +563,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
                         !strcmp(json_string_value(json_object_get(golden, "status")), "passed");
     rep = json_pack(
         "{s:s,s:s,s:{s:s,s:s,s:s,s:O},s:{s:s,s:s,s:I},s:{s:f,s:I,s:I,s:I},"
-        "s:{s:I,s:f,s:O},s:o,s:O,s:b}",
+        "s:{s:I,s:f,s:O},s:o,s:O,s:O,s:b}",
         "format", KILN_VALIDATION_FORMAT, "kiln_version", kiln_version(), "model", "path", m.file,
         "sha256", m.sha256, "dtype", m.bf16 ? "bf16" : "f32", "config",
         json_object_get(m.card, "config") ? json_object_get(m.card, "config") : json_null(), "data",
@@ -504,7 +571,8 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
         "val_fraction", vf, "train_end", (json_int_t)sp.train_end, "val_begin",
         (json_int_t)sp.val_begin, "val_end", (json_int_t)sp.val_end, "heldout", "windows",
         (json_int_t)h.n, "loss", h.loss, "card_val_loss", card_val ? card_val : json_null(),
-        "thresholds", kiln_thresholds_json(th), "checks", r.checks, "passed", passed);
+        "thresholds", kiln_thresholds_json(th), "checks", r.checks, "baseline",
+        r.baseline ? r.baseline : json_null(), "passed", passed);
     KILN_CHECK_IF(rc, out, !rep, KILN_ERR_NOMEM, "out of memory");
     if (!o->report || *o->report) {
         rpath = o->report ? kiln_strdup(o->report) : kiln_vmodel_path(&m, "validation.json");
@@ -527,6 +595,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
 out:
     json_decref(rep);
     json_decref(r.checks);
+    json_decref(r.baseline);
     free(rpath);
     heldout_free(&h);
     kiln_dataset_free(ds);

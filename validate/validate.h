@@ -94,20 +94,34 @@ kiln_err kiln_golden_make(const kiln_golden_opts *opts);
 
 /* ---- the validation run (validate/validate.c) ---- */
 
+/* Which released model a baseline is, for the report's "baseline" (docs/validation.md): what
+ * kiln release knows of the model it pulled and verified from the baseline channel. */
+typedef struct kiln_validate_baseline_ref {
+    const char *name, *version; /* the model and version */
+    const char *digest;         /* its archive's "sha256:<hex>", NULL when unknown */
+    const char *channel;        /* the channel it was pulled from, NULL when none */
+    int64_t seq;                /* that channel's record seq, 0 when none */
+} kiln_validate_baseline_ref;
+
 typedef struct kiln_validate_opts {
     const char *model;    /* candidate model directory (with golden/) */
     const char *data;     /* dataset */
     const char *baseline; /* NULL, or the model in production (with golden/) */
-    const char *bf16;     /* NULL, or the candidate's bf16 export to compare against */
-    bool make_bf16;       /* compare against a bf16 rounding of the candidate made here */
-    const char *report;   /* NULL: <model>/validation.json; "" = write none */
+    /* NULL: the report names the baseline by what its directory's manifest.json says (a
+     * pulled or unpacked model has one), when that manifest lists the very model.safetensors
+     * measured. Only read with baseline. */
+    const kiln_validate_baseline_ref *baseline_ref;
+    const char *bf16;   /* NULL, or the candidate's bf16 export to compare against */
+    bool make_bf16;     /* compare against a bf16 rounding of the candidate made here */
+    const char *report; /* NULL: <model>/validation.json; "" = write none */
     const kiln_thresholds *thresholds; /* NULL: defaults */
     double val_fraction;               /* < 0: from the card, else the default */
 } kiln_validate_opts;
 
 /* Run every check (docs/validation.md) and write the report (JSON: each check's figures,
  * thresholds and status "passed" | "failed" | "not run" with a reason, the tool version,
- * the data digest and a top-level "passed"). *report (may be NULL) receives it (a new
+ * the data digest, the baseline validated against (null for none) and a top-level
+ * "passed"). *report (may be NULL) receives it (a new
  * reference), also when checks failed. Returns KILN_OK when every check that ran passed,
  * KILN_ERR_VERIFY when one failed (the message lists the failed checks; each check's own
  * one-line reason is its "reason" in the report), another code when the checks could not

@@ -1,0 +1,350 @@
+/* cmd_provenance.c - kiln provenance: registry/provenance.c's answer as text (a line per
+ * fact, each with where it came from and whether it verified) or as the JSON itself. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "core.h"
+#include "registry.h"
+
+static const char *str(const json_t *o, const char *key) {
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
+static long long num(const json_t *o, const char *key) {
+    return (long long)json_integer_value(json_object_get(o, key));
+}
+
+/* "[verified: how]", "[FAILED: how]", "[registry's word: how]", "[not checked: how]". */
+static void tag(const json_t *chk) {
+    const char *st = json_string_value(json_object_get(chk, "status"));
+    const char *how = json_string_value(json_object_get(chk, "how"));
+    if (!st) return;
+    const char *word = !strcmp(st, "verified")   ? "verified"
+                       : !strcmp(st, "failed")   ? "FAILED"
+                       : !strcmp(st, "registry") ? "registry's word"
+                                                 : st;
+    printf("  [%s%s%s]", word, how && *how ? ": " : "", how ? how : "");
+}
+
+static void line_end(const json_t *chk) {
+    tag(chk);
+    putchar('\n');
+}
+
+/* "name KEYID, name KEYID" of [{"name", "keyid"}] (a name null: "KEYID (why)"). */
+static void keys(const json_t *arr, const char *why_key) {
+    size_t i;
+    json_t *k;
+    json_array_foreach(arr, i, k) {
+        const char *name = json_string_value(json_object_get(k, "name"));
+        const char *why = why_key ? json_string_value(json_object_get(k, why_key)) : NULL;
+        printf("%s%s%s%s", i ? ", " : "", name ? name : "", name ? " " : "", str(k, "keyid"));
+        if (why && strcmp(why, "verified")) printf(" (%s)", why);
+    }
+    if (!json_array_size(arr)) printf("nobody");
+}
+
+/* A number as the report or card has it (reals to 6 significant digits). */
+static void value(const json_t *v) {
+    if (json_is_integer(v))
+        printf("%lld", (long long)json_integer_value(v));
+    else if (json_is_real(v))
+        printf("%.6g", json_real_value(v));
+    else if (json_is_string(v))
+        printf("%s", json_string_value(v));
+    else if (json_is_boolean(v))
+        printf("%s", json_is_true(v) ? "true" : "false");
+    else
+        printf("null");
+}
+
+static void print_trust(const json_t *t) {
+    printf("trust       policy version %lld, walked from '%s' (version %lld)", num(t, "version"),
+           str(t, "file"), num(t, "file_version"));
+    line_end(json_object_get(t, "check"));
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(t, "walk"), i, s) {
+        printf("              v%lld from %s %s, signed by ", num(s, "version"), str(s, "from"),
+               str(s, "source"));
+        size_t j;
+        json_t *k;
+        json_array_foreach(json_object_get(s, "signed_by"), j, k) printf(
+            "%s%s %s (%s)", j ? ", " : "", str(k, "name"), str(k, "keyid"), str(k, "quorum"));
+        putchar('\n');
+        json_array_foreach(json_object_get(s, "changes"), j, k)
+            printf("                %s\n", json_string_value(k));
+    }
+    const json_t *rt = json_object_get(t, "root_threshold");
+    if (json_is_integer(rt)) {
+        printf("              root quorum %lld of %zu: ", (long long)json_integer_value(rt),
+               json_array_size(json_object_get(t, "root_keys")));
+        keys(json_object_get(t, "root_keys"), NULL);
+        putchar('\n');
+    } else {
+        printf("              no root keys: the policy has no versions after it\n");
+    }
+    printf("              release threshold %lld of %zu: ", num(t, "release_threshold"),
+           json_array_size(json_object_get(t, "release_keys")));
+    keys(json_object_get(t, "release_keys"), NULL);
+    printf("%s\n", json_is_true(json_object_get(t, "accept_unvalidated"))
+                       ? "; accepts unvalidated archives"
+                       : "");
+}
+
+static void print_channel(const json_t *c) {
+    if (!json_object_get(c, "seq")) {
+        printf("channel     %s", str(c, "name"));
+        line_end(json_object_get(c, "check"));
+        return;
+    }
+    const char *from = json_string_value(json_object_get(c, "from"));
+    printf("channel     %s seq %lld -> %s %s (%s%s%s)\n", str(c, "name"), num(c, "seq"),
+           str(c, "version"), str(c, "digest"), str(c, "change"), from ? " from " : "",
+           from ? from : "");
+    printf("              signed by ");
+    keys(json_object_get(c, "signatures"), "status");
+    const json_t *th = json_object_get(c, "threshold");
+    if (json_is_integer(th)) printf("; the channel needs %lld", (long long)json_integer_value(th));
+    line_end(json_object_get(c, "check"));
+    printf("              seq %lld", num(c, "seq"));
+    line_end(json_object_get(c, "seq_check"));
+    printf("              expires %s%s", str(c, "expires"),
+           json_is_true(json_object_get(c, "expired")) ? " (EXPIRED)" : "");
+    line_end(json_object_get(c, "expiry_check"));
+    printf("              reason '%s'\n", str(c, "reason"));
+    if (json_is_string(json_object_get(c, "put_by"))) {
+        printf("              put by %s at %s", str(c, "put_by"), str(c, "put_at"));
+        line_end(json_object_get(c, "put_check"));
+    }
+    const json_t *h = json_object_get(c, "history");
+    size_t n = json_array_size(h);
+    if (!n) {
+        printf("  history   none before it\n");
+        return;
+    }
+    /* Newest first, as an incident review reads it; a rollback says so. */
+    for (size_t i = n; i-- > 0;) {
+        const json_t *r = json_array_get(h, i);
+        printf("%s", i == n - 1 ? "  history   " : "            ");
+        if (!json_is_integer(json_object_get(r, "seq"))) {
+            printf("a record");
+            line_end(json_object_get(r, "check"));
+            continue;
+        }
+        const char *from = json_string_value(json_object_get(r, "from"));
+        printf("seq %lld -> %s (%s%s%s) '%s', signed by ", num(r, "seq"), str(r, "version"),
+               str(r, "change"), from ? " from " : "", from ? from : "", str(r, "reason"));
+        keys(json_object_get(r, "signatures"), "status");
+        printf(", put by %s at %s", str(r, "put_by"), str(r, "put_at"));
+        line_end(json_object_get(r, "check"));
+    }
+}
+
+static void print_archive(const json_t *a) {
+    if (!json_object_get(a, "digest")) {
+        printf("archive     ");
+        line_end(json_object_get(a, "check"));
+        return;
+    }
+    printf("archive     %s, %lld bytes", str(a, "digest"), num(a, "size"));
+    line_end(json_object_get(a, "digest_check"));
+    printf("              published by %s at %s", str(a, "published_by"), str(a, "published_at"));
+    line_end(json_object_get(a, "publish_check"));
+    printf("              manifest sha256:%s", str(a, "manifest_sha256"));
+    line_end(json_object_get(a, "manifest_check"));
+    printf("              release signatures: ");
+    keys(json_object_get(a, "signatures"), NULL);
+    const json_t *v = json_object_get(a, "verdict");
+    if (json_is_string(v)) printf("; trusted comment validation:%s", json_string_value(v));
+    line_end(json_object_get(a, "signature_check"));
+    const json_t *d = json_object_get(a, "download");
+    if (d) {
+        printf("              download");
+        line_end(json_object_get(d, "check"));
+        if (json_object_get(d, "card_check")) {
+            printf("              card.json served beside it");
+            line_end(json_object_get(d, "card_check"));
+        }
+    }
+}
+
+static void print_lineage(const json_t *l) {
+    printf("lineage     run %s, step ", str(l, "run_id"));
+    value(json_object_get(l, "step"));
+    printf(", created %s, code %s", str(l, "created"), str(l, "code_version"));
+    line_end(json_object_get(l, "check"));
+    const json_t *ds = json_object_get(l, "dataset_path");
+    printf("              dataset sha256:%s%s%s\n", str(l, "dataset_sha256"),
+           json_is_string(ds) ? ", " : " (its path is not recorded in the card)",
+           json_is_string(ds) ? json_string_value(ds) : "");
+    const json_t *ck = json_object_get(l, "checkpoint");
+    if (json_is_object(ck))
+        printf("              checkpoint %s sha256:%s\n", str(ck, "file"), str(ck, "sha256"));
+    printf("              metrics ");
+    const json_t *m = json_object_get(l, "metrics");
+    const char *k;
+    json_t *x;
+    int i = 0;
+    json_object_foreach((json_t *)m, k, x) {
+        printf("%s%s ", i++ ? ", " : "", k);
+        value(x);
+    }
+    printf("%s\n", i ? "" : "none recorded");
+    const json_t *cfg = json_object_get(l, "config");
+    printf("              config ");
+    if (json_is_object(cfg)) {
+        static const char *const keys_shown[] = {"d_model", "n_layers", "n_heads",    "n_experts",
+                                                 "top_k",   "seq_len",  "n_features", "n_outputs"};
+        for (size_t j = 0; j < KILN_ARRAY_LEN(keys_shown); j++) {
+            printf("%s%s ", j ? ", " : "", keys_shown[j]);
+            value(json_object_get(cfg, keys_shown[j]));
+        }
+        printf(" (%s)", str(l, "dtype"));
+    } else {
+        printf("none");
+    }
+    line_end(json_object_get(l, "config_check"));
+}
+
+static void print_validation(const json_t *v) {
+    printf("validation  %s", str(v, "verdict"));
+    line_end(json_object_get(v, "verdict_check"));
+    const json_t *rs = json_object_get(v, "report_sha256");
+    if (json_is_string(rs)) {
+        printf("              report validation.json sha256:%s", json_string_value(rs));
+        line_end(json_object_get(v, "report_sha256_check"));
+    }
+    const json_t *rep = json_object_get(v, "report");
+    if (json_is_object(rep)) {
+        printf("              by kiln %s on %s (sha256:%.12s…, %s), held-out loss ",
+               str(rep, "kiln_version"), str(rep, "data_path"), str(rep, "data_sha256"),
+               json_is_true(json_object_get(rep, "data_is_training_dataset"))
+                   ? "the training dataset"
+                   : "not the training dataset");
+        value(json_object_get(rep, "heldout_loss"));
+        printf(" over %lld windows\n", num(rep, "heldout_windows"));
+    }
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(v, "checks"), i, c) {
+        printf("              %-24s %-8s", str(c, "name"), str(c, "status"));
+        const json_t *rel = json_object_get(c, "max_rel_err");
+        if (json_is_number(rel)) {
+            printf(" share outside ");
+            value(json_object_get(c, "value"));
+            printf(" (max ");
+            value(json_object_get(c, "threshold"));
+            printf("), max relative error ");
+            value(rel);
+            printf(" (rtol ");
+            value(json_object_get(c, "rtol"));
+            printf(")");
+        } else if (json_is_string(json_object_get(c, "measure"))) {
+            printf(" held-out loss ");
+            value(json_object_get(c, "value"));
+            printf(" (limit ");
+            value(json_object_get(c, "threshold"));
+            printf(")");
+        }
+        const json_t *why = json_object_get(c, "reason");
+        if (json_is_string(why)) printf(" %s", json_string_value(why));
+        putchar('\n');
+    }
+    const json_t *b = json_object_get(v, "baseline");
+    if (json_is_true(json_object_get(b, "recorded"))) {
+        const json_t *ref = json_object_get(b, "ref");
+        if (json_is_object(ref)) {
+            printf("              baseline %s@%s %s", str(ref, "name"), str(ref, "version"),
+                   json_is_string(json_object_get(ref, "digest"))
+                       ? str(ref, "digest")
+                       : "(archive digest not recorded)");
+            if (json_is_string(json_object_get(ref, "channel")))
+                printf(", from channel %s seq %lld", str(ref, "channel"), num(ref, "seq"));
+            printf(", weights sha256:%.12s…\n", str(ref, "model_sha256"));
+        } else {
+            printf("              baseline none: validated without one\n");
+        }
+    } else if (json_is_object(b)) {
+        const json_t *ms = json_object_get(b, "model_sha256");
+        printf("              baseline not recorded by this report (written before kiln "
+               "recorded it)%s%s%s\n",
+               json_is_string(ms) ? "; it measured weights sha256:" : "",
+               json_is_string(ms) ? json_string_value(ms) : "", json_is_string(ms) ? "" : "");
+    }
+    printf("              checks");
+    line_end(json_object_get(v, "check"));
+}
+
+static void print_text(const json_t *j) {
+    const json_t *ver = json_object_get(j, "version");
+    printf("%s -> %s@%s, checked %s against %s\n", str(j, "ref"), str(j, "model"),
+           json_is_string(ver) ? json_string_value(ver) : "(unresolved)", str(j, "checked_at"),
+           str(j, "registry"));
+    print_trust(json_object_get(j, "trust"));
+    const json_t *c = json_object_get(j, "channel");
+    if (json_is_object(c)) print_channel(c);
+    if (json_object_get(j, "archive")) print_archive(json_object_get(j, "archive"));
+    if (json_object_get(j, "lineage")) print_lineage(json_object_get(j, "lineage"));
+    if (json_object_get(j, "validation")) print_validation(json_object_get(j, "validation"));
+    const json_t *probs = json_object_get(j, "problems");
+    if (!json_array_size(probs)) {
+        printf("result      verified: every check passed (lines marked registry's word or not "
+               "checked are not claims of the signers)\n");
+        return;
+    }
+    printf("result      FAILED: %zu check%s did not pass\n", json_array_size(probs),
+           json_array_size(probs) == 1 ? "" : "s");
+    size_t i;
+    json_t *p;
+    json_array_foreach(probs, i, p) printf("              - %s\n", json_string_value(p));
+}
+
+int cmd_provenance(int argc, char **argv) {
+    const char *url = NULL, *token = NULL, *trust = NULL, *state = NULL;
+    bool as_json = false, download = false;
+    const cli_opt opts[] = {
+        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"trust", CLI_STR, &trust, "FILE", "the trust policy to check everything under", true},
+        {"state", CLI_STR, &state, "DIR",
+         "pull state: trust versions accepted, last seqs (default ~/.local/state/kiln)", false},
+        {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        {"json", CLI_FLAG, &as_json, NULL, "print one JSON object (kiln-provenance/1)", false},
+        {"download", CLI_FLAG, &download, NULL,
+         "download the archive and verify its bytes and every file (and read the validation "
+         "report's checks)",
+         false},
+        {0},
+    };
+    cli_spec spec = {
+        "kiln provenance NAME@CHANNEL|NAME@VERSION --registry URL --trust FILE [--state DIR] "
+        "[--token T] [--json] [--download]",
+        "Say what a channel or version is, who signed and put it there, what it was trained "
+        "from and validated against, each fact checked under the trust policy (exit 1 if one "
+        "does not verify).",
+        opts, 1, 1};
+    const char *ref;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) return rc;
+    kiln_registry_client_opts c = {
+        .url = url, .token = token ? token : getenv("KILN_REGISTRY_TOKEN"), .retries = -1};
+    kiln_registry_provenance_opts o = {
+        .ref = ref, .trust = trust, .state = state, .download = download};
+    json_t *out = NULL;
+    kiln_err e = kiln_registry_provenance(&c, &o, &out);
+    if (out) {
+        if (as_json) {
+            char *s = json_dumps(out, JSON_INDENT(2) | JSON_ENCODE_ANY);
+            if (s) printf("%s\n", s);
+            free(s);
+        } else {
+            print_text(out);
+        }
+        fflush(stdout);
+        json_decref(out);
+    }
+    return e ? cli_fail(e) : 0;
+}
