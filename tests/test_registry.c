@@ -1,7 +1,6 @@
 /* test_registry.c - the registry: names, tokens, the blob store, fsck and gc, and a real
  * server on loopback (ports chosen at runtime) driven over real HTTP. */
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
