@@ -10,7 +10,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "export.h"
 #include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"

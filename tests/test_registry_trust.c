@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "export.h"
 #include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
