@@ -239,6 +239,17 @@ char *rfx_archive(const char *name, const void *weights, size_t len, const char 
     return path;
 }
 
+char *rfx_vector_archive(const char *name, const char *vector, const char *version,
+                         kiln_sign_seckey *sk, char hex[KILN_SHA256_HEX]) {
+    char *src = kiln_test_vector(vector), *data = NULL, *a = NULL;
+    size_t len = 0;
+    if (src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK)
+        a = rfx_archive(name, data, len, RFX_CARD, version, sk, hex);
+    free(src);
+    free(data);
+    return a;
+}
+
 char *rfx_record(const char *channel, const char *version, const char *hex, uint64_t seq,
                  int64_t expires, const char *reason, kiln_sign_seckey *const *keys) {
     kiln_sign_record r;

@@ -100,6 +100,10 @@ bool rfx_sign(kiln_sign_seckey *sk, const char *archive, bool allow_unvalidated)
  * (caller frees) and its digest's hex; NULL on failure. */
 char *rfx_archive(const char *name, const void *weights, size_t len, const char *card,
                   const char *version, kiln_sign_seckey *sk, char hex[KILN_SHA256_HEX]);
+/* rfx_archive of a real model: the shared vector file `vector` as the weights (kiln_watch
+ * loads them) and RFX_CARD. */
+char *rfx_vector_archive(const char *name, const char *vector, const char *version,
+                         kiln_sign_seckey *sk, char hex[KILN_SHA256_HEX]);
 /* A channel record's text for demo signed by each of keys (NULL-terminated); caller frees,
  * NULL on failure. */
 char *rfx_record(const char *channel, const char *version, const char *hex, uint64_t seq,

@@ -968,17 +968,9 @@ static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_r
 /* An archive of a real model (a vector file) as demo@version. */
 static char *fx_model_archive(const char *vector, const char *version, kiln_sign_seckey *sk,
                               char hex[KILN_SHA256_HEX]) {
-    char *src = kiln_test_vector(vector), *data = NULL;
-    size_t len = 0;
-    char *a = NULL;
-    if (src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK) {
-        char name[64];
-        snprintf(name, sizeof name, "vec-%s", version);
-        a = rfx_archive(name, data, len, RFX_CARD, version, sk, hex);
-    }
-    free(src);
-    free(data);
-    return a;
+    char name[64];
+    snprintf(name, sizeof name, "vec-%s", version);
+    return rfx_vector_archive(name, vector, version, sk, hex);
 }
 
 static uint64_t wait_gen(kiln_watch *w, uint64_t want) {

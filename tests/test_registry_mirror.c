@@ -66,16 +66,21 @@ static kiln_registry_client_opts mclient(const char *url, const char *token) {
     return c;
 }
 
-/* demo@version packed from wlen bytes of weights, signed by rel, published to the primary. */
-static bool mpublish(mfx *f, const char *version, const void *weights, size_t wlen) {
-    char name[64], hex[KILN_SHA256_HEX];
-    snprintf(name, sizeof name, "m-%s", version);
-    char *path = rfx_archive(name, weights, wlen, RFX_CARD, version, f->sk[REL], hex);
+/* Publish the archive at path (NULL: none was made) to the primary; frees path. */
+static bool mpublish_archive(mfx *f, char *path) {
     kiln_registry_client_opts c = mclient(f->primary.url, f->primary.pub);
     kiln_registry_published pub;
     bool ok = path && kiln_registry_publish(&c, path, NULL, &pub) == KILN_OK;
     free(path);
     return ok;
+}
+
+/* demo@version packed from wlen bytes of weights, signed by rel, published to the primary. */
+static bool mpublish(mfx *f, const char *version, const void *weights, size_t wlen) {
+    char name[64], hex[KILN_SHA256_HEX];
+    snprintf(name, sizeof name, "m-%s", version);
+    return mpublish_archive(f,
+                            rfx_archive(name, weights, wlen, RFX_CARD, version, f->sk[REL], hex));
 }
 
 static bool mpromote(mfx *f, const char *channel, const char *version) {
@@ -623,13 +628,9 @@ static void watch_update(void *ctx, kiln_err rc, const char *msg, const kiln_pul
 
 /* demo@version whose weights are a real model from the shared vectors (kiln_watch loads it). */
 static bool mpublish_model(mfx *f, const char *version, const char *vector) {
-    char *src = kiln_test_vector(vector), *data = NULL;
-    size_t len = 0;
-    bool ok = src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK &&
-              mpublish(f, version, data, len);
-    free(src);
-    free(data);
-    return ok;
+    char name[64], hex[KILN_SHA256_HEX];
+    snprintf(name, sizeof name, "m-%s", version);
+    return mpublish_archive(f, rfx_vector_archive(name, vector, version, f->sk[REL], hex));
 }
 
 KILN_TEST(registry_mirror_watch_follows_through_the_mirror) {

@@ -522,12 +522,9 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
     kiln_watch *w = NULL;
     if (!CHECK("fixture", tinit(&f))) goto out;
-    char *src = kiln_test_vector("tsmoe-dense.model.safetensors"), *weights = NULL;
-    size_t wlen = 0;
     char hex[KILN_SHA256_HEX];
-    char *a1 = src && kiln_read_file(src, 1 << 26, &weights, &wlen) == KILN_OK
-                   ? tarchive(&f, "1.0.0", weights, wlen, hex)
-                   : NULL;
+    char *a1 =
+        rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f.sk[REL], hex);
     kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
     char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P1, -1}) : NULL;
@@ -581,7 +578,7 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     free(again);
     kiln_watch_stop(w);
 done:
-    free(src), free(weights), free(a1), free(rec), free(p2), free(v2), free(dir);
+    free(a1), free(rec), free(p2), free(v2), free(dir);
 out:
     tfree(&f);
 }
@@ -691,12 +688,9 @@ KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
     kiln_watch *w = NULL;
     if (!CHECK("fixture", tinit(&f))) goto out;
-    char *src = kiln_test_vector("tsmoe-dense.model.safetensors"), *weights = NULL;
-    size_t wlen = 0;
     char hex[KILN_SHA256_HEX];
-    char *a1 = src && kiln_read_file(src, 1 << 26, &weights, &wlen) == KILN_OK
-                   ? tarchive(&f, "1.0.0", weights, wlen, hex)
-                   : NULL;
+    char *a1 =
+        rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f.sk[REL], hex);
     char *p1 = tpolicy(&f, 1, NO_ALICE, 0), *p2 = tpolicy(&f, 2, ALL_PROMOTE, 0),
          *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
     char *wtrust = p1 ? kiln_test_write("watch-trust.json", p1, strlen(p1)) : NULL,
@@ -739,7 +733,7 @@ KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
     kiln_watch_release(w, m);
     kiln_watch_stop(w);
 done:
-    free(src), free(weights), free(a1), free(p1), free(p2), free(v2), free(wtrust), free(v2path);
+    free(a1), free(p1), free(p2), free(v2), free(wtrust), free(v2path);
     free(bob), free(alice), free(dir);
 out:
     tfree(&f);
