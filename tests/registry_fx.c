@@ -69,6 +69,21 @@ void rfx_free(rfx *r) {
     r->admin = r->pub = r->prom = r->rd = NULL;
 }
 
+kiln_watch_opts rfx_watch_opts(const rfx *r, const char *trust, const char *dir,
+                               void (*on_update)(void *ctx, kiln_err rc, const char *message,
+                                                 const kiln_pull_result *res),
+                               void *ctx) {
+    kiln_watch_opts o = {.pull = {.registry = r->url,
+                                  .ref = "demo@staging",
+                                  .trust = trust,
+                                  .out = dir,
+                                  .state = r->state},
+                         .interval_ms = 20,
+                         .on_update = on_update,
+                         .ctx = ctx};
+    return o;
+}
+
 /* ---- HTTP ---- */
 
 static size_t body_cb(char *d, size_t s, size_t n, void *ctx) {

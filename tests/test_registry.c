@@ -1006,14 +1006,7 @@ KILN_TEST(registry_watch_swaps_verified_models) {
                                              fx_put(&f, "staging", r1) == KILN_OK))
         goto done;
     char *dir = kiln_test_path("watch");
-    kiln_watch_opts o = {.pull = {.registry = f.reg.url,
-                                  .ref = "demo@staging",
-                                  .trust = f.reg.trust,
-                                  .out = dir,
-                                  .state = f.reg.state},
-                         .interval_ms = 20,
-                         .on_update = on_update,
-                         .ctx = &u};
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &u);
     if (!CHECK("watch starts with the current version", kiln_watch_start(&o, &w) == KILN_OK)) {
         free(dir);
         goto done;

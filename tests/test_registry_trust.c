@@ -533,14 +533,7 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     if (!CHECK("setup", a1 && rec && v2 && kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
                             tput_record(&f, "staging", rec) == KILN_OK))
         goto done;
-    kiln_watch_opts o = {.pull = {.registry = f.reg.url,
-                                  .ref = "demo@staging",
-                                  .trust = f.reg.trust,
-                                  .out = dir,
-                                  .state = f.reg.state},
-                         .interval_ms = 20,
-                         .on_update = on_update,
-                         .ctx = &h};
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &h);
     if (!CHECK("watch starts", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
     CHECK("version 2 goes in", tput_trust(&f, v2) == KILN_OK);
     for (int i = 0; i < 500; i++) {
@@ -704,14 +697,7 @@ KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
                             kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
                             tput_record(&f, "staging", bob) == KILN_OK))
         goto done;
-    kiln_watch_opts o = {.pull = {.registry = f.reg.url,
-                                  .ref = "demo@staging",
-                                  .trust = wtrust,
-                                  .out = dir,
-                                  .state = f.reg.state},
-                         .interval_ms = 20,
-                         .on_update = on_update,
-                         .ctx = &h};
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, wtrust, dir, on_update, &h);
     if (!CHECK("watch starts under version 1", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
     CHECK("the server (version 2) takes alice's record", tput_record(&f, "staging", alice) ==
                                                              KILN_OK);
