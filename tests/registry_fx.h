@@ -35,12 +35,6 @@ typedef struct rfx {
  * frees what was made either way. */
 bool rfx_init(rfx *r, const char *store, const char *policy, unsigned tokens, int threads,
               bool read_required);
-/* What a service watching demo@staging on r's server passes kiln_watch_start: the policy at
- * trust, r's state, pulls into dir every 20 ms, each outcome to on_update(ctx). */
-kiln_watch_opts rfx_watch_opts(const rfx *r, const char *trust, const char *dir,
-                               void (*on_update)(void *ctx, kiln_err rc, const char *message,
-                                                 const kiln_pull_result *res),
-                               void *ctx);
 /* (Re)start the server on r->root with the trust policy at trust (NULL: none): port and url
  * are its new ones. */
 bool rfx_start(rfx *r, const char *trust);
@@ -50,6 +44,12 @@ void rfx_free(rfx *r);
  * starts the new one there, url gets its address; its port, 0 when it did not start. */
 uint16_t rfx_serve(const char *root, const char *trust, bool read_required, int threads,
                    kiln_registry_server **srv, char url[64]);
+/* What a service watching demo@staging on r's server passes kiln_watch_start: the policy at
+ * trust, r's state, pulls into dir every 20 ms, each outcome to on_update(ctx). */
+kiln_watch_opts rfx_watch_opts(const rfx *r, const char *trust, const char *dir,
+                               void (*on_update)(void *ctx, kiln_err rc, const char *message,
+                                                 const kiln_pull_result *res),
+                               void *ctx);
 
 /* ---- HTTP ---- */
 
