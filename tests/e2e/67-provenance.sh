@@ -70,7 +70,8 @@ for k in '"verified": true' '"problems": \[\]' '"change": "rollback"' "\"digest\
 done
 
 # A stricter client (two release keys): exit 1, the failure named, the rest still shown.
-sed 's/"roles":\["release"\]},/"roles":["release"]},{"name":"rel2","pubkey":"'"$(tail -1 rel2.pub)"'","roles":["release"]},/; s/"channels"/"release_threshold":2,"channels"/' \
+# '|' delimits: a base64 key may hold '/'.
+sed 's|"roles":\["release"\]},|"roles":["release"]},{"name":"rel2","pubkey":"'"$(tail -1 rel2.pub)"'","roles":["release"]},|; s|"channels"|"release_threshold":2,"channels"|' \
     trust.json >strict.json
 grep -q rel2 strict.json || fail "strict policy"
 expect_fail 1 $KILN provenance market@production --registry "$URL" --trust strict.json --state st2
