@@ -201,7 +201,8 @@ int main(int argc, char **argv) {
     sqlite3 *db;
     if (reg_db_open(root, &db) != KILN_OK || reg_db_exec(db, "BEGIN") != KILN_OK) die("store");
     sqlite3_stmt *iv, *ir;
-    sql(db, &iv, "INSERT INTO versions VALUES('bench', ?1, ?2, ?3, '{}', ?4, ?5, ?6, 'ci', ?7)");
+    sql(db, &iv,
+        "INSERT INTO versions VALUES('bench', ?1, ?2, ?3, '{}', ?4, ?5, ?6, 'ci', ?7, NULL)");
     sql(db, &ir,
         "INSERT INTO channel_records VALUES('bench', ?1, ?2, ?3, ?4, ?5, ?6, ?7, "
         "'release-manager', ?8)");

@@ -169,6 +169,10 @@ static void print_archive(const json_t *a) {
             printf("              card.json served beside it");
             line_end(json_object_get(d, "card_check"));
         }
+        if (json_object_get(d, "validation_text_check")) {
+            printf("              validation.json served beside it");
+            line_end(json_object_get(d, "validation_text_check"));
+        }
     }
 }
 
@@ -284,6 +288,17 @@ static void print_text(const json_t *j) {
     printf("%s -> %s@%s, checked %s against %s\n", str(j, "ref"), str(j, "model"),
            json_is_string(ver) ? json_string_value(ver) : "(unresolved)", str(j, "checked_at"),
            str(j, "registry"));
+    /* Over several registries: which answered, and what passing the others over said. */
+    const json_t *regs = json_object_get(j, "registries");
+    if (json_array_size(regs) > 1) {
+        printf("registries  %s answered, of ", str(j, "registry"));
+        size_t i;
+        json_t *u;
+        json_array_foreach(regs, i, u) printf("%s%s", i ? ", " : "", json_string_value(u));
+        putchar('\n');
+        json_array_foreach(json_object_get(j, "failover"), i, u)
+            printf("              %s\n", json_string_value(u));
+    }
     print_trust(json_object_get(j, "trust"));
     const json_t *c = json_object_get(j, "channel");
     if (json_is_object(c)) print_channel(c);
@@ -304,37 +319,52 @@ static void print_text(const json_t *j) {
 }
 
 int cmd_provenance(int argc, char **argv) {
-    const char *url = NULL, *token = NULL, *trust = NULL, *state = NULL;
+    const char *token = NULL, *trust = NULL, *state = NULL;
+    cli_list urls = {0};
     bool as_json = false, download = false;
     const cli_opt opts[] = {
-        {"registry", CLI_STR, &url, "URL", "the registry", true},
+        {"registry", CLI_MULTI, &urls, "URL",
+         "the registry; repeat it for mirrors, tried in order (the newest channel record wins)",
+         true},
         {"trust", CLI_STR, &trust, "FILE", "the trust policy to check everything under", true},
         {"state", CLI_STR, &state, "DIR",
          "pull state: trust versions accepted, last seqs (default ~/.local/state/kiln)", false},
         {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
         {"json", CLI_FLAG, &as_json, NULL, "print one JSON object (kiln-provenance/1)", false},
         {"download", CLI_FLAG, &download, NULL,
-         "download the archive and verify its bytes and every file (and read the validation "
-         "report's checks)",
+         "download the archive and verify its bytes and every file (the validation report's "
+         "checks are read from it)",
          false},
         {0},
     };
     cli_spec spec = {
-        "kiln provenance NAME@CHANNEL|NAME@VERSION --registry URL --trust FILE [--state DIR] "
-        "[--token T] [--json] [--download]",
+        "kiln provenance NAME@CHANNEL|NAME@VERSION --registry URL [--registry MIRROR]... "
+        "--trust FILE [--state DIR] [--token T] [--json] [--download]",
         "Say what a channel or version is, who signed and put it there, what it was trained "
         "from and validated against, each fact checked under the trust policy (exit 1 if one "
         "does not verify).",
         opts, 1, 1};
     const char *ref;
     int rc;
-    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) return rc;
-    kiln_registry_client_opts c = {
-        .url = url, .token = token ? token : getenv("KILN_REGISTRY_TOKEN"), .retries = -1};
+    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) {
+        free(urls.v);
+        return rc;
+    }
+    kiln_registry_client_opts *cs = calloc((size_t)urls.n, sizeof *cs);
+    if (!cs) {
+        free(urls.v);
+        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+    }
+    for (int i = 0; i < urls.n; i++)
+        cs[i] = (kiln_registry_client_opts){.url = urls.v[i],
+                                            .token = token ? token : getenv("KILN_REGISTRY_TOKEN"),
+                                            .retries = -1};
     kiln_registry_provenance_opts o = {
         .ref = ref, .trust = trust, .state = state, .download = download};
     json_t *out = NULL;
-    kiln_err e = kiln_registry_provenance(&c, &o, &out);
+    kiln_err e = kiln_registry_provenance_any(cs, (size_t)urls.n, &o, &out);
+    free(cs);
+    free(urls.v);
     if (out) {
         if (as_json) {
             char *s = json_dumps(out, JSON_INDENT(2) | JSON_ENCODE_ANY);

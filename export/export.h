@@ -111,6 +111,14 @@ KILN_API kiln_err kiln_archive_read_manifest(const char *archive_path, kiln_mani
  * json_decref). */
 KILN_API kiln_err kiln_archive_inspect(const char *archive_path, kiln_manifest **manifest,
                                        json_t **card);
+/* The same, and the exact bytes of one more file the manifest lists (also, e.g.
+ * "validation.json"), checked against its size and sha256 there: *bytes (caller frees;
+ * NUL-terminated after *len bytes). A file not listed: *bytes NULL, *len 0; one listed with
+ * more than max bytes is not read: *bytes NULL, *len its size. Files after card.json are read
+ * through (decompressed and dropped) to reach it. */
+KILN_API kiln_err kiln_archive_inspect_with(const char *archive_path, const char *also,
+                                            uint64_t max, kiln_manifest **manifest, json_t **card,
+                                            char **bytes, size_t *len);
 
 /* Unpack an archive into out_dir, which must not exist. Entries go into a private
  * temporary directory beside out_dir; only regular files and directories are accepted

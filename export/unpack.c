@@ -207,50 +207,94 @@ kiln_err kiln_archive_read_manifest(const char *archive_path, kiln_manifest **ou
     return rc;
 }
 
+/* Read the current entry (info) as the listed file f: its size and sha256 against the
+ * manifest's, the bytes into *text. */
+static kiln_err read_listed(struct archive *a, const char *apath, const entry_info *info,
+                            const kiln_manifest_file *f, char **text) {
+    *text = NULL;
+    KILN_FAIL_IF(info->size != f->size, KILN_ERR_VERIFY,
+                 "'%s': entry '%s': %ju bytes, the manifest says %ju", apath, f->path,
+                 (uintmax_t)info->size, (uintmax_t)f->size);
+    KILN_TRY(read_small(a, apath, f->path, info->size, text));
+    uint8_t d[KILN_SHA256_BYTES];
+    kiln_sha256(*text, (size_t)info->size, d);
+    if (memcmp(d, f->sha256, sizeof d) != 0) {
+        free(*text);
+        *text = NULL;
+        return kiln_fail(KILN_ERR_VERIFY, "'%s': entry '%s': sha256 differs from the manifest",
+                         apath, f->path);
+    }
+    return KILN_OK;
+}
+
 kiln_err kiln_archive_inspect(const char *archive_path, kiln_manifest **manifest, json_t **card) {
+    return kiln_archive_inspect_with(archive_path, NULL, 0, manifest, card, NULL, NULL);
+}
+
+kiln_err kiln_archive_inspect_with(const char *archive_path, const char *also, uint64_t max,
+                                   kiln_manifest **manifest, json_t **card, char **bytes,
+                                   size_t *len) {
     *manifest = NULL;
     *card = NULL;
+    if (bytes) *bytes = NULL;
+    if (len) *len = 0;
     kiln_archive_limits lim;
     kiln_archive_limits_default(&lim);
     struct archive *a;
     KILN_TRY(reader_open(archive_path, &a));
     uint64_t count = 0, total = 0;
     kiln_manifest *m = NULL;
-    char *text = NULL;
+    char *text = NULL, *xtext = NULL;
     kiln_err rc;
     KILN_CHECK(rc, out, read_manifest_entry(a, archive_path, &lim, &count, &total, &m));
     const kiln_manifest_file *cf = kiln_manifest_find(m, "card.json");
     KILN_CHECK_IF(rc, out, cf->size > KILN_CARD_MAX_BYTES, KILN_ERR_LIMIT,
                   "'%s': entry 'card.json': %ju bytes, more than the limit of %u", archive_path,
                   (uintmax_t)cf->size, KILN_CARD_MAX_BYTES);
-    for (;;) {
+    /* The other file, when asked for, listed and not over max (one over it: its size only). */
+    const kiln_manifest_file *xf =
+        also && bytes && len && strcmp(also, "card.json") ? kiln_manifest_find(m, also) : NULL;
+    if (xf && (xf->size > max || xf->size > SIZE_MAX - 1)) {
+        *len = (size_t)(xf->size > SIZE_MAX ? SIZE_MAX : xf->size);
+        xf = NULL;
+    }
+    bool got_card = false, got_x = !xf;
+    while (!got_card || !got_x) {
         struct archive_entry *e;
         bool eof;
         entry_info info;
         KILN_CHECK(rc, out, next_header(a, archive_path, &e, &eof));
         KILN_CHECK_IF(rc, out, eof, KILN_ERR_VERIFY,
-                      "'%s': entry 'card.json': listed in the manifest but missing", archive_path);
+                      "'%s': entry '%s': listed in the manifest but missing", archive_path,
+                      got_card ? xf->path : "card.json");
         KILN_CHECK(rc, out, check_entry(e, archive_path, &lim, &count, &total, &info));
-        if (info.is_dir || strcmp(info.path, "card.json")) continue; /* the reader skips the data */
-        KILN_CHECK_IF(rc, out, info.size != cf->size, KILN_ERR_VERIFY,
-                      "'%s': entry 'card.json': %ju bytes, the manifest says %ju", archive_path,
-                      (uintmax_t)info.size, (uintmax_t)cf->size);
-        KILN_CHECK(rc, out, read_small(a, archive_path, "card.json", info.size, &text));
-        uint8_t d[KILN_SHA256_BYTES];
-        kiln_sha256(text, (size_t)info.size, d);
-        KILN_CHECK_IF(rc, out, memcmp(d, cf->sha256, sizeof d) != 0, KILN_ERR_VERIFY,
-                      "'%s': entry 'card.json': sha256 differs from the manifest", archive_path);
-        if ((rc = kiln_json_parse(text, (size_t)info.size, "card.json", card)))
-            kiln_errprefix(rc, "'%s': entry ", archive_path);
-        break;
+        if (info.is_dir) continue; /* the reader skips the data of what is not read */
+        if (!got_card && !strcmp(info.path, "card.json")) {
+            KILN_CHECK(rc, out, read_listed(a, archive_path, &info, cf, &text));
+            if ((rc = kiln_json_parse(text, (size_t)info.size, "card.json", card))) {
+                kiln_errprefix(rc, "'%s': entry ", archive_path);
+                goto out;
+            }
+            got_card = true;
+        } else if (!got_x && !strcmp(info.path, xf->path)) {
+            KILN_CHECK(rc, out, read_listed(a, archive_path, &info, xf, &xtext));
+            *len = (size_t)info.size;
+            got_x = true;
+        }
     }
 out:
     free(text);
     archive_read_free(a);
-    if (rc)
+    if (rc) {
         kiln_manifest_free(m);
-    else
+        json_decref(*card);
+        *card = NULL;
+        free(xtext);
+        if (len) *len = 0;
+    } else {
         *manifest = m;
+        if (bytes) *bytes = xtext;
+    }
     return rc;
 }
 

@@ -7,7 +7,13 @@
  * kiln_sign_record_verify, the archive's signature file through
  * kiln_sign_verify_manifest_sigs (without the archive) and, with download, the archive
  * through the pull itself (reg_pull_with_trust: size, digest, kiln_sign_verify_archive,
- * every file), into a temporary directory that is removed after. */
+ * every file), into a temporary directory that is removed after. The validation report is the
+ * registry's copy of validation.json (the version's validation_text), hashed against the
+ * signed manifest, or with download the archive's.
+ *
+ * Over several registries (a primary and its mirrors) the trust walk and the channel's newest
+ * record are failover.c's (reg_trust_walk_regs, reg_newest_record: the highest seq that
+ * verifies wins), and everything after the record is read from the registry that served it. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +25,8 @@
 #define PROV_FORMAT "kiln-provenance/1"
 
 typedef struct prov {
-    const kiln_registry_client_opts *c;
+    reg_registries regs;
+    const kiln_registry_client_opts *c; /* the registry that answered: everything is read there */
     const kiln_registry_provenance_opts *o;
     char model[KILN_REGISTRY_NAME_MAX + 1], what[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1]; /* what the ref resolved to ("": nothing) */
@@ -38,7 +45,13 @@ typedef struct prov {
     json_t *card;       /* the card the config is read from */
     const char *card_status;
     char card_how[512];
-    json_t *validation; /* the report, from the verified archive only */
+    json_t *validation;          /* the report: from the verified archive, or the registry's copy */
+    const char *validation_from; /* "archive" or "registry" */
+    /* The registry's copy of validation.json (the version's validation_text), NULL when it
+     * holds none. */
+    char *vtext;
+    size_t vlen;
+    json_t *notes; /* what failing over said, one line each */
 } prov;
 
 /* ---- building the answer ---- */
@@ -152,7 +165,7 @@ static kiln_err trust_section(prov *p) {
     json_t *tj = json_object(), *chk = NULL;
     set(p, p->root, "trust", tj);
     p->walk = json_array();
-    kiln_err rc = kiln_registry_trust_walk(p->c, p->o->trust, p->state, on_step, p, &p->t);
+    kiln_err rc = reg_trust_walk_regs(&p->regs, p->o->trust, p->state, on_step, p, &p->t);
     if (rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT) {
         char why[1024];
         snprintf(why, sizeof why, "%s", kiln_errmsg());
@@ -582,8 +595,9 @@ static kiln_err load_if(const char *dir, const char *name, json_t **out, char **
 static kiln_err download(prov *p, json_t *aj, const json_t *reg_card) {
     json_t *dj = json_object();
     set(p, aj, "download", dj);
-    char *dl = kiln_path_join(p->state, "downloads"), *tmp = NULL, *out = NULL, *mtext = NULL;
-    size_t mlen = 0;
+    char *dl = kiln_path_join(p->state, "downloads"), *tmp = NULL, *out = NULL, *mtext = NULL,
+         *vtext = NULL;
+    size_t mlen = 0, vlen = 0;
     kiln_err rc = KILN_OK;
     json_t *manifest = NULL, *card = NULL, *val = NULL;
     KILN_CHECK_IF(rc, done, !dl, KILN_ERR_NOMEM, "out of memory");
@@ -611,7 +625,7 @@ static kiln_err download(prov *p, json_t *aj, const json_t *reg_card) {
     if (rc) goto done;
     KILN_CHECK(rc, done, load_if(out, "manifest.json", &manifest, &mtext, &mlen));
     KILN_CHECK(rc, done, load_if(out, "card.json", &card, NULL, NULL));
-    KILN_CHECK(rc, done, load_if(out, "validation.json", &val, NULL, NULL));
+    KILN_CHECK(rc, done, load_if(out, "validation.json", &val, &vtext, &vlen));
     size_t nfiles = json_array_size(json_object_get(manifest, "files"));
     if (p->by_channel && p->rec_signed && strcmp(res.digest, p->rec.digest)) {
         set(p, dj, "check",
@@ -630,6 +644,10 @@ static kiln_err download(prov *p, json_t *aj, const json_t *reg_card) {
     if (reg_card && card && !json_equal((json_t *)reg_card, card))
         set(p, dj, "card_check",
             check(p, "failed", "card", "the registry's card.json is not the archive's"));
+    if (p->vtext && (!vtext || vlen != p->vlen || memcmp(vtext, p->vtext, vlen)))
+        set(p, dj, "validation_text_check",
+            check(p, "failed", "validation report",
+                  "the registry's copy of validation.json is not the archive's"));
     json_decref(p->manifest);
     p->manifest = manifest;
     manifest = NULL;
@@ -644,6 +662,7 @@ static kiln_err download(prov *p, json_t *aj, const json_t *reg_card) {
     snprintf(p->card_how, sizeof p->card_how,
              "card.json of the downloaded archive, checked against the signed manifest");
     p->validation = val;
+    p->validation_from = val ? "archive" : NULL;
     val = NULL;
 done:
     if (tmp) reg_rmtree(tmp);
@@ -651,20 +670,61 @@ done:
     json_decref(card);
     json_decref(val);
     free(mtext);
+    free(vtext);
     free(dl);
     free(tmp);
     free(out);
     return rc;
 }
 
+/* What failing over says (failover.c's notes, and the version's search below). */
+static void on_note(void *ctx, const char *line) {
+    prov *p = ctx;
+    push(p, p->notes, json_string(line));
+}
+
+/* The version's JSON: from the registry that served the channel record, or (by version, over
+ * several registries) from the first that holds it, which then answers for the rest. */
+static kiln_err fetch_version(prov *p, json_t **ver) {
+    *ver = NULL;
+    char *vpath = kiln_asprintf("/v1/models/%s/versions/%s", p->model, p->version);
+    if (!vpath) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    if (p->by_channel || p->regs.n == 1) {
+        rc = kiln_registry_get_json(p->c, vpath, ver);
+        free(vpath);
+        return rc;
+    }
+    bool missing = false, asked = false;
+    for (size_t i = 0; i < p->regs.n; i++) {
+        if (p->regs.down[i]) continue;
+        asked = true;
+        rc = kiln_registry_get_json(&p->regs.c[i], vpath, ver);
+        if (rc == KILN_OK) {
+            p->c = &p->regs.c[i];
+            break;
+        }
+        if (rc == KILN_ERR_NOMEM) break;
+        missing = missing || rc == KILN_ERR_NOTFOUND;
+        const char *next = NULL;
+        for (size_t k = i + 1; k < p->regs.n && !next; k++)
+            if (!p->regs.down[k]) next = p->regs.c[k].url;
+        char *line = kiln_asprintf("registry %s: %s%s%s", p->regs.c[i].url, kiln_errmsg(),
+                                   next ? "; trying " : "", next ? next : "");
+        on_note(p, line);
+        free(line);
+    }
+    free(vpath);
+    if (rc && rc != KILN_ERR_NOMEM && (missing || !asked))
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "no registry holds %s@%s", p->model, p->version);
+    return rc;
+}
+
 static kiln_err archive_section(prov *p) {
     json_t *aj = json_object(), *ver = NULL;
     set(p, p->root, "archive", aj);
-    char *vpath = kiln_asprintf("/v1/models/%s/versions/%s", p->model, p->version), *mtext = NULL,
-         label[200];
-    if (!vpath) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_registry_get_json(p->c, vpath, &ver);
-    free(vpath);
+    char *mtext = NULL, label[200];
+    kiln_err rc = fetch_version(p, &ver);
     if (rc == KILN_ERR_NOTFOUND && p->by_channel) {
         set(p, aj, "check",
             check(p, "failed", "archive",
@@ -677,6 +737,18 @@ static kiln_err archive_section(prov *p) {
                *sig = json_string_value(json_object_get(ver, "signature"));
     const json_t *manifest = json_object_get(ver, "manifest");
     json_t *size = json_object_get(ver, "size");
+    /* The registry's copy of validation.json: the exact bytes, checked below. */
+    const json_t *vt = json_object_get(ver, "validation_text");
+    if (json_is_string(vt)) {
+        p->vlen = json_string_length(vt);
+        p->vtext = kiln_malloc(p->vlen + 1);
+        if (!p->vtext) {
+            rc = KILN_ERR_NOMEM;
+            goto out;
+        }
+        memcpy(p->vtext, json_string_value(vt), p->vlen);
+        p->vtext[p->vlen] = 0;
+    }
     set(p, aj, "digest", str_or_null(digest));
     set(p, aj, "size", json_is_integer(size) ? json_incref(size) : json_null());
     set(p, aj, "published_by", copy(json_object_get(ver, "publisher")));
@@ -876,6 +948,47 @@ static json_t *check_row(const char *name, const json_t *c) {
                      str_or_null(json_string_value(json_object_get(c, "reason"))));
 }
 
+/* The registry's copy of validation.json (NULL: it holds none) against the signed manifest:
+ * its sha256 must be the manifest's "validation" sha256 and, where the manifest lists the
+ * file, its size and sha256 there. Verified, it is parsed into p->validation. */
+static json_t *registry_copy(prov *p, const json_t *mv) {
+    if (!p->vtext) return NULL;
+    if (strcmp(p->manifest_status, "verified"))
+        return check(p, "not checked", "validation report",
+                     "the registry holds a copy of validation.json, but the manifest it would be "
+                     "checked against did not verify");
+    const char *want = json_string_value(json_object_get(mv, "sha256"));
+    if (!want)
+        return check(p, "failed", "validation report",
+                     "the registry serves a validation.json the signed manifest does not list");
+    uint8_t h[KILN_SHA256_BYTES];
+    char hex[KILN_SHA256_HEX];
+    kiln_sha256(p->vtext, p->vlen, h);
+    kiln_hex(h, sizeof h, hex);
+    const kiln_manifest_file *vf = p->man ? kiln_manifest_find(p->man, "validation.json") : NULL;
+    if (strcmp(hex, want) || (vf && (vf->size != p->vlen || memcmp(vf->sha256, h, sizeof h))))
+        return check(p, "failed", "validation report",
+                     "the registry's copy of validation.json (%zu bytes) hashes to "
+                     "sha256:%.12s…, the signed manifest lists sha256:%.12s… (altered): "
+                     "--download reads the signed bytes",
+                     p->vlen, hex, want);
+    json_t *rep = NULL;
+    if (kiln_json_parse(p->vtext, p->vlen, "validation.json", &rep)) {
+        json_t *c = check(p, "failed", "validation report",
+                          "validation.json hashes to the signed manifest's sha256 but is not a "
+                          "report: %s",
+                          kiln_errmsg());
+        kiln_errclear();
+        return c;
+    }
+    p->validation = rep;
+    p->validation_from = "registry";
+    return check(p, "verified", "validation report",
+                 "validation.json as the registry keeps it, byte for byte: %zu bytes hashing "
+                 "to the signed manifest's sha256:%.12s… (the archive not downloaded)",
+                 p->vlen, want);
+}
+
 static void validation_section(prov *p, const json_t *archive) {
     json_t *vj = json_object();
     set(p, p->root, "validation", vj);
@@ -892,27 +1005,42 @@ static void validation_section(prov *p, const json_t *archive) {
         !strcmp(p->manifest_status, "verified")
             ? check(p, "verified", "validation report", "listed in the signed manifest")
             : check(p, "not checked", "validation report", "the manifest did not verify"));
+    /* The archive's report when downloaded, else the registry's copy once it verifies. */
+    json_t *copy_check = p->validation ? NULL : registry_copy(p, mv);
     const json_t *rep = p->validation;
     if (!rep) {
         set(p, vj, "report", json_null());
         set(p, vj, "checks", json_null());
         set(p, vj, "baseline", json_null());
+        set(p, vj, "source", json_null());
         const char *dl = json_string_value(json_object_get(
             json_object_get(json_object_get(archive, "download"), "check"), "status"));
-        if (p->o->download && (!dl || strcmp(dl, "verified")))
+        bool listed = json_is_string(json_object_get(mv, "sha256")),
+             signed_ok = !strcmp(p->manifest_status, "verified");
+        if (copy_check)
+            set(p, vj, "check", copy_check);
+        else if (p->o->download && (!dl || strcmp(dl, "verified")))
             set(p, vj, "check",
                 check(p, "not checked", "validation report", "the download did not verify"));
         else if (p->o->download)
             set(p, vj, "check",
-                json_is_string(json_object_get(mv, "sha256"))
-                    ? check(p, "failed", "validation report", "not read from the archive")
-                    : check(p, "verified", "validation report",
-                            "the signed manifest names no validation.json"));
+                listed ? check(p, "failed", "validation report", "not read from the archive")
+                       : check(p, "verified", "validation report",
+                               "the signed manifest names no validation.json"));
+        else if (signed_ok && !listed)
+            set(p, vj, "check",
+                check(p, "verified", "validation report",
+                      "the signed manifest names no validation.json"));
+        else if (!signed_ok)
+            set(p, vj, "check",
+                check(p, "not checked", "validation report", "the manifest did not verify"));
         else
             set(p, vj, "check",
                 check(p, "not checked", "validation report",
-                      "the registry keeps only the verdict and the report's sha256; the checks "
-                      "are in validation.json inside the archive: use --download"));
+                      "not stored: the registry holds no copy of validation.json for %s@%s "
+                      "(published before registries kept one); the checks are in the archive: "
+                      "use --download",
+                      p->model, p->version));
         return;
     }
     const json_t *data = json_object_get(rep, "data"), *held = json_object_get(rep, "heldout");
@@ -948,9 +1076,12 @@ static void validation_section(prov *p, const json_t *archive) {
                                                                 "baseline_loss"),
                                                 "figures"),
                                 "baseline_sha256")));
+    set(p, vj, "source", json_string(p->validation_from));
     set(p, vj, "check",
-        check(p, "verified", "validation report",
-              "validation.json of the downloaded archive, checked against the signed manifest"));
+        copy_check ? copy_check
+                   : check(p, "verified", "validation report",
+                           "validation.json of the downloaded archive, checked against the "
+                           "signed manifest"));
 }
 
 /* ---- the command ---- */
@@ -975,41 +1106,93 @@ static kiln_err args(const kiln_registry_provenance_opts *o, prov *p) {
 kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
                                   const kiln_registry_provenance_opts *o, json_t **out) {
     *out = NULL;
+    KILN_FAIL_IF(!c || !c->url, KILN_ERR_USAGE, "provenance needs a registry URL");
+    return kiln_registry_provenance_any(c, 1, o, out);
+}
+
+/* Over several registries, when none serves a record of the channel that this client
+ * accepts: the first one served, to be shown and flagged as a single registry's would be. */
+static kiln_err first_record(prov *p, char **text, size_t *len, size_t *from) {
+    kiln_err rc = KILN_ERR_NOTFOUND;
+    for (size_t i = 0; i < p->regs.n; i++) {
+        if (p->regs.down[i]) continue;
+        rc = kiln_registry_get_channel(&p->regs.c[i], p->model, p->what, text, len);
+        if (rc == KILN_OK || rc == KILN_ERR_NOMEM) {
+            *from = i;
+            return rc;
+        }
+    }
+    return rc;
+}
+
+kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_t n,
+                                      const kiln_registry_provenance_opts *o, json_t **out) {
+    *out = NULL;
     prov p;
     memset(&p, 0, sizeof p);
-    p.c = c;
     p.o = o;
     KILN_TRY(args(o, &p));
-    KILN_FAIL_IF(!c || !c->url, KILN_ERR_USAGE, "provenance needs a registry URL");
+    KILN_FAIL_IF(!cs || !n, KILN_ERR_USAGE, "provenance needs a registry URL");
+    for (size_t i = 0; i < n; i++)
+        KILN_FAIL_IF(!cs[i].url, KILN_ERR_USAGE, "registry %zu of provenance's list is NULL",
+                     i + 1);
+    p.notes = json_array();
+    if (!p.notes) return KILN_ERR_NOMEM;
+    kiln_err rc = reg_registries_init(&p.regs, cs, n, on_note, &p);
+    if (rc) {
+        json_decref(p.notes);
+        return rc;
+    }
+    p.c = &p.regs.c[0];
     p.state = o->state ? kiln_strdup(o->state) : reg_default_state();
-    if (!p.state) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
     char *record = NULL;
     size_t record_len = 0;
+    json_t *urls = json_array();
+    KILN_CHECK_IF(rc, done, !p.state || !urls, KILN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        push(&p, urls, json_string(cs[i].url));
     KILN_CHECK_IF(rc, done, kiln_path_dir_state(p.state) == KILN_DIR_OTHER, KILN_ERR_USAGE,
                   "state directory '%s' is not a directory", p.state);
     p.now = kiln_unix_time();
     p.problems = json_array();
-    p.root = json_pack("{s:s,s:s,s:s,s:o,s:s,s:n,s:b,s:O}", "format", PROV_FORMAT, "ref", o->ref,
-                       "registry", c->url, "checked_at", time_json(p.now), "model", p.model,
-                       "version", "verified", 0, "problems", p.problems);
+    p.root = json_pack("{s:s,s:s,s:s,s:O,s:O,s:o,s:s,s:n,s:b,s:O}", "format", PROV_FORMAT, "ref",
+                       o->ref, "registry", cs[0].url, "registries", urls, "failover", p.notes,
+                       "checked_at", time_json(p.now), "model", p.model, "version", "verified", 0,
+                       "problems", p.problems);
     KILN_CHECK_IF(rc, done, !p.root || !p.problems, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, trust_section(&p));
 
-    /* A channel first; a version when the registry has no such channel (kiln pull's rule,
-     * refusing as it does a channel this client accepted before that is now gone). */
+    /* A channel first; a version when no registry has such a channel (kiln pull's rule,
+     * refusing as it does a channel this client accepted before that is now gone). Over
+     * several registries the record is failover.c's: the highest seq that verifies. */
     if (kiln_registry_check_name("channel", p.what) == KILN_OK) {
-        rc = kiln_registry_get_channel(c, p.model, p.what, &record, &record_len);
+        size_t from = 0;
+        rc = reg_newest_record(&p.regs, p.t, p.state, p.model, p.what, &record, &record_len, &from);
+        if (rc != KILN_OK && rc != KILN_ERR_NOTFOUND && rc != KILN_ERR_NOMEM && n > 1) {
+            /* None verifies: show the first served, flagged, as with one registry. */
+            char why[2048];
+            snprintf(why, sizeof why, "%s", kiln_errmsg());
+            kiln_err frc = first_record(&p, &record, &record_len, &from);
+            if (frc == KILN_OK) {
+                on_note(&p, why);
+                rc = KILN_OK;
+            } else if (frc == KILN_ERR_NOMEM) {
+                rc = frc;
+            } else {
+                rc = kiln_fail(rc, "%s", why);
+            }
+        }
         if (rc == KILN_OK) {
             p.by_channel = true;
+            p.c = &p.regs.c[from];
         } else if (rc == KILN_ERR_NOTFOUND) {
             int64_t last;
             bool known;
             KILN_CHECK(rc, done, reg_channel_state(p.state, p.model, p.what, &last, &known));
             KILN_CHECK_IF(rc, done, known, KILN_ERR_VERIFY,
-                          "channel '%s' of '%s' was accepted at seq %lld before, but the registry "
-                          "no longer has it",
-                          p.what, p.model, (long long)last);
+                          "channel '%s' of '%s' was accepted at seq %lld before, but %s", p.what,
+                          p.model, (long long)last,
+                          n > 1 ? "no registry has it now" : "the registry no longer has it");
         } else {
             goto done;
         }
@@ -1042,6 +1225,8 @@ kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
             validation_section(&p, json_object_get(p.root, "archive"));
         }
     }
+    /* The registry that answered: the record's, or the version's. */
+    set(&p, p.root, "registry", json_string(p.c->url));
     size_t nprob = json_array_size(p.problems);
     set(&p, p.root, "verified", json_boolean(nprob == 0));
     KILN_CHECK_IF(rc, done, p.oom, KILN_ERR_NOMEM, "out of memory");
@@ -1058,8 +1243,12 @@ done:
     json_decref(p.manifest);
     json_decref(p.card);
     json_decref(p.validation);
+    json_decref(p.notes);
+    json_decref(urls);
     kiln_manifest_free(p.man);
     kiln_sign_trust_free(p.t);
+    reg_registries_release(&p.regs);
+    free(p.vtext);
     free(p.state);
     free(record);
     return rc;

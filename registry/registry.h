@@ -232,8 +232,9 @@ typedef struct kiln_registry_provenance_opts {
  * file's trusted comments against the registry's manifest; with download, the archive's bytes
  * and every file, by the pull's own code, in a temporary directory under STATE/downloads that
  * is removed after), the lineage (the signed manifest), the model config (card.json, when the
- * registry's copy reproduces the signed bytes), the validation verdict and, with download, the
- * report's checks and baseline. *out is a new JSON object (format kiln-provenance/1,
+ * registry's copy reproduces the signed bytes), the validation verdict and the report's checks
+ * and baseline (the registry's copy of validation.json when its sha256 is the signed
+ * manifest's; with download, the archive's). *out is a new JSON object (format kiln-provenance/1,
  * docs/registry.md), each fact with a check {"status": "verified" | "failed" | "registry" |
  * "not checked", "how"}; "problems" names every failed one. KILN_OK when none failed;
  * KILN_ERR_VERIFY when one did (*out holds everything, also what failed); another code (bad
@@ -243,6 +244,16 @@ typedef struct kiln_registry_provenance_opts {
 kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
                                   const kiln_registry_provenance_opts *o,
                                   json_t **out) KILN_MUST_CHECK;
+/* The same over several registries cs[0..n), a primary and its mirrors, as kiln pull fails
+ * over (kiln_registry_pull_any): the trust policy walked through each that answers, the
+ * channel's current record the one with the highest seq that verifies under it (when none
+ * does, the first one served, shown and flagged), and everything after it read from the
+ * registry that served it (by version: the first that holds it). "registry" names that one,
+ * "registries" those given, "failover" what passing one over said. n 1: the same as
+ * kiln_registry_provenance. */
+kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_t n,
+                                      const kiln_registry_provenance_opts *o,
+                                      json_t **out) KILN_MUST_CHECK;
 
 /* ---- versions of the trust policy (trustchain.c, docs/registry.md "Trust policy versions") ---- */
 

@@ -15,6 +15,9 @@
 #define REG_SIG_MAX (32u * 1024u)    /* an archive's signature file (several signers' blocks) */
 #define REG_JSON_MAX (16u * 1024u * 1024u) /* a JSON answer the client accepts */
 #define REG_TRUST_MAX (1u << 20)           /* a signed trust policy's text */
+/* The most of an archive's validation.json the registry keeps byte for byte (a report is a
+ * few KiB); a larger one is kept as its summary only. */
+#define REG_VALIDATION_MAX (1u << 20)
 
 /* ---- SQLite (store.c) ---- */
 
@@ -159,10 +162,15 @@ void reg_unlock(int fd);
  * channel records by sign/ too; what is here is only what the registry adds around them. */
 
 /* What the registry stores about an archive: its manifest (name, version, files),
- * card.json, and a summary of the validation report the manifest names. New references
- * (NULL if absent). */
+ * card.json, a summary of the validation report the manifest names and the report's bytes.
+ * New references (NULL if absent). */
 typedef struct reg_archive_meta {
     json_t *manifest, *card, *validation;
+    /* validation.json's exact bytes (checked against the manifest), NULL when the archive has
+     * none, or one over REG_VALIDATION_MAX, or one that is not UTF-8 text without NUL bytes
+     * (the version's JSON serves it as a string). */
+    char *validation_text;
+    size_t validation_len;
     char name[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
     uint8_t manifest_sha256[KILN_SHA256_BYTES];

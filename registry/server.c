@@ -542,6 +542,13 @@ static json_t *col_json(sqlite3_stmt *st, int i) {
     return j ? j : json_null();
 }
 
+/* A column's exact bytes as a JSON string; null when NULL or not UTF-8 text. */
+static json_t *col_string(sqlite3_stmt *st, int i) {
+    const char *t = col(st, i);
+    json_t *j = t ? json_stringn(t, (size_t)sqlite3_column_bytes(st, i)) : NULL;
+    return j ? j : json_null();
+}
+
 static json_t *time_json(int64_t t) {
     char s[21];
     kiln_format_time(t, s);
@@ -610,8 +617,8 @@ static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db)
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT digest, size, manifest, signature, card, validation, publisher, created"
-            " FROM versions WHERE model = ?1 AND version = ?2",
+            "SELECT digest, size, manifest, signature, card, validation, publisher, created,"
+            " validation_text FROM versions WHERE model = ?1 AND version = ?2",
             -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a version"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
@@ -620,12 +627,12 @@ static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db)
         sqlite3_finalize(st);
         return send_error(c, r, 404, "version '%s@%s' not found", r->seg[0], r->seg[1]);
     }
-    json_t *j =
-        json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:o, s:o, s:s, s:o}", "name", r->seg[0],
-                  "version", r->seg[1], "digest", col(st, 0), "size",
-                  (json_int_t)sqlite3_column_int64(st, 1), "manifest", col_json(st, 2), "signature",
-                  col(st, 3), "card", col_json(st, 4), "validation", col_json(st, 5), "publisher",
-                  col(st, 6), "created", time_json(sqlite3_column_int64(st, 7)));
+    json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:o, s:o, s:o, s:s, s:o}", "name",
+                          r->seg[0], "version", r->seg[1], "digest", col(st, 0), "size",
+                          (json_int_t)sqlite3_column_int64(st, 1), "manifest", col_json(st, 2),
+                          "signature", col(st, 3), "card", col_json(st, 4), "validation",
+                          col_json(st, 5), "validation_text", col_string(st, 8), "publisher",
+                          col(st, 6), "created", time_json(sqlite3_column_int64(st, 7)));
     sqlite3_finalize(st);
     return send_json(c, r, 200, j);
 }

@@ -115,6 +115,9 @@ static const char *const migrations[] = {
     "ALTER TABLE tokens ADD COLUMN revoke_reason TEXT;"
     "ALTER TABLE tokens ADD COLUMN last_used INTEGER;"
     "ALTER TABLE audit ADD COLUMN reason TEXT;",
+    /* 2: a version keeps its archive's validation.json byte for byte (provenance verifies it
+     * against the signed manifest without the archive); versions stored before have NULL. */
+    "ALTER TABLE versions ADD COLUMN validation_text TEXT;",
 };
 
 int reg_schema_version(void) {
@@ -386,7 +389,8 @@ kiln_err reg_version_insert(sqlite3 *db, const reg_version_row *v, const char *a
         sqlite3_prepare_v2(
             db,
             "INSERT INTO versions(model, version, digest, size, manifest, signature, card,"
-            " validation, publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            " validation, publisher, created, validation_text)"
+            " VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
             -1, &st, NULL) != SQLITE_OK,
         KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
     sqlite3_bind_text(st, 1, v->model, -1, SQLITE_TRANSIENT);
@@ -399,6 +403,10 @@ kiln_err reg_version_insert(sqlite3 *db, const reg_version_row *v, const char *a
     bind_text(st, 8, validation);
     bind_text(st, 9, v->publisher);
     sqlite3_bind_int64(st, 10, v->created);
+    if (m->validation_text)
+        sqlite3_bind_text(st, 11, m->validation_text, (int)m->validation_len, SQLITE_TRANSIENT);
+    else
+        sqlite3_bind_null(st, 11);
     KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
                   sqlite3_errmsg(db));
     KILN_CHECK(rc, out,

@@ -1,6 +1,6 @@
 /* verify.c - what the registry adds around sign/'s verification: the archive's metadata
- * it stores (manifest, card, validation summary), the signers named for messages, messages
- * relabelled for the client, and a channel record's fields in the registry's ranges.
+ * it stores (manifest, card, validation summary and bytes), the signers named for messages,
+ * messages relabelled for the client, and a channel record's fields in the registry's ranges.
  *
  * The checks themselves are sign/'s: kiln_sign_verify_archive_sigs (server, on upload) and
  * kiln_sign_verify_archive (client, on pull) verify every signature block over the archive's
@@ -18,7 +18,10 @@ kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
     memset(m, 0, sizeof *m);
     kiln_manifest *man = NULL;
     json_t *card = NULL;
-    KILN_TRY(kiln_archive_inspect(archive, &man, &card));
+    char *vtext = NULL;
+    size_t vlen = 0;
+    KILN_TRY(kiln_archive_inspect_with(archive, "validation.json", REG_VALIDATION_MAX, &man, &card,
+                                       &vtext, &vlen));
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out,
                   strlen(man->name) > KILN_REGISTRY_NAME_MAX ||
@@ -36,7 +39,16 @@ kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
         m->validation = json_pack("{s:b, s:s}", "passed", man->validation_passed, "sha256", hex);
         KILN_CHECK_IF(rc, out, !m->validation, KILN_ERR_NOMEM, "out of memory");
     }
+    /* Kept only as text a JSON string can carry: UTF-8 (jansson checks it) without NUL. */
+    json_t *probe = vtext && !memchr(vtext, 0, vlen) ? json_stringn(vtext, vlen) : NULL;
+    if (probe) {
+        m->validation_text = vtext;
+        m->validation_len = vlen;
+        vtext = NULL;
+    }
+    json_decref(probe);
 out:
+    free(vtext);
     json_decref(card);
     kiln_manifest_free(man);
     if (rc) reg_archive_meta_release(m);
@@ -48,6 +60,9 @@ void reg_archive_meta_release(reg_archive_meta *m) {
     json_decref(m->card);
     json_decref(m->validation);
     m->manifest = m->card = m->validation = NULL;
+    free(m->validation_text);
+    m->validation_text = NULL;
+    m->validation_len = 0;
 }
 
 void reg_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len) {

@@ -190,7 +190,7 @@ KILN_TEST(registry_blob_store) {
     char sql[512];
     snprintf(
         sql, sizeof sql,
-        "INSERT INTO versions VALUES('m', '1', 'sha256:%s', %zu, '{}', 'sig', NULL, NULL, 't', 0)",
+        "INSERT INTO versions VALUES('m', '1', 'sha256:%s', %zu, '{}', 'sig', NULL, NULL, 't', 0, NULL)",
         hex, sizeof data - 1);
     CHECK("version row", reg_db_exec(db, sql) == KILN_OK);
     reg_db_close(db);

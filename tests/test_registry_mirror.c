@@ -453,6 +453,8 @@ KILN_TEST(registry_mirror_resumes_a_cut_download) {
     /* Loopback is fast: the cut may come after the last byte. Cut the file to a third, as a
      * kill in the middle of the blob leaves it. */
     uint64_t had = total / 3;
+    if (partial && stat(partial, &sb) == 0 && (uint64_t)sb.st_size < had)
+        had = (uint64_t)sb.st_size; /* cut earlier: truncate would pad it with zeros */
     CHECK("a third of the blob left", partial && truncate(partial, (off_t)had) == 0);
     k.at = 0;
     CHECK("the next sync resumes it: only the rest is downloaded",

@@ -188,6 +188,10 @@ static bool problem_has(const json_t *j, const char *what, const char *also) {
     return false;
 }
 
+/* 1.0.0's row, for edit(). */
+#define V1 " FROM versions WHERE version = '1.0.0'"
+#define V1SET " WHERE version = '1.0.0'"
+
 /* Replace the first `from` in one stored column with `to` (what an attacker with the
  * database does). */
 static bool edit(const pfx *f, const char *sql_select, const char *sql_update, const char *from,
@@ -219,15 +223,19 @@ KILN_TEST(registry_provenance_channel_and_version) {
     if (!CHECK("fixture: two versions, promote, promote, rollback", pfx_init(&f))) goto out;
     kiln_err rc = prov(&f, "demo@production", false, &j);
     if (!CHECK("verified", rc == KILN_OK && j)) goto out;
-    static const char *const order[] = {"format",  "ref",      "registry",  "checked_at", "model",
-                                        "version", "verified", "problems",  "trust",      "channel",
-                                        "archive", "lineage",  "validation"};
+    static const char *const order[] = {"format",   "ref",        "registry",  "registries",
+                                        "failover", "checked_at", "model",     "version",
+                                        "verified", "problems",   "trust",     "channel",
+                                        "archive",  "lineage",    "validation"};
     const char *k;
     json_t *v;
     size_t n = 0;
     bool ordered = true;
-    json_object_foreach(j, k, v) ordered = ordered && n < 13 && !strcmp(k, order[n++]);
-    CHECK("the JSON's keys in their documented order", ordered && n == 13);
+    json_object_foreach(j, k, v) ordered = ordered && n < 15 && !strcmp(k, order[n++]);
+    CHECK("the JSON's keys in their documented order", ordered && n == 15);
+    CHECK("one registry, which answered, nothing to fail over",
+          is(j, "registry", f.url) && json_array_size(at(j, "registries")) == 1 &&
+              is(j, "registries.0", f.url) && json_array_size(at(j, "failover")) == 0);
     CHECK("format and resolution",
           is(j, "format", "kiln-provenance/1") && is(j, "version", "1.0.0") &&
               json_is_true(at(j, "verified")) && json_array_size(at(j, "problems")) == 0);
@@ -274,19 +282,35 @@ KILN_TEST(registry_provenance_channel_and_version) {
     CHECK("the card reproduces the signed bytes: config verified",
           json_integer_value(at(j, "lineage.config.d_model")) == 16 &&
               is(j, "lineage.config_check.status", "verified"));
-    CHECK("validation: the signed verdict; checks need --download",
+    CHECK("validation: the signed verdict, and the checks from the registry's copy of "
+          "validation.json, verified against the signed manifest without the archive",
           is(j, "validation.verdict", "passed") &&
               is(j, "validation.verdict_check.status", "verified") &&
-              is(j, "validation.check.status", "not checked") &&
-              json_is_null(at(j, "validation.checks")));
+              is(j, "validation.check.status", "verified") &&
+              is(j, "validation.source", "registry") &&
+              strstr(s_at(j, "validation.check.how"), "as the registry keeps it, byte for byte") &&
+              strstr(s_at(j, "validation.check.how"), "the archive not downloaded") &&
+              !at(j, "archive.download") && json_array_size(at(j, "validation.checks")) == 2 &&
+              is(j, "validation.checks.1.name", "golden") &&
+              is(j, "validation.checks.1.status", "passed") &&
+              fabs(json_real_value(at(j, "validation.checks.0.threshold")) - 0.9393) < 1e-12 &&
+              is(j, "validation.report.data_path", "/data/market.safetensors") &&
+              json_is_false(at(j, "validation.baseline.recorded")) &&
+              is(j, "validation.baseline.model_sha256", "adc0404d"));
     json_decref(j);
     j = NULL;
 
     /* A version: no channel; its digest is the registry's word until downloaded. */
     rc = prov(&f, "demo@2.0.0", false, &j);
+    snprintf(want, sizeof want, "sha256:%s", f.d1);
     CHECK("a version ref", rc == KILN_OK && json_is_null(at(j, "channel")) &&
                                is(j, "version", "2.0.0") &&
                                is(j, "archive.digest_check.status", "registry"));
+    CHECK("its baseline without the archive: 1.0.0 with its digest",
+          is(j, "validation.check.status", "verified") && is(j, "validation.source", "registry") &&
+              json_is_true(at(j, "validation.baseline.recorded")) &&
+              is(j, "validation.baseline.ref.version", "1.0.0") &&
+              is(j, "validation.baseline.ref.digest", want));
     json_decref(j);
     j = NULL;
     rc = prov(&f, "demo@2.0.0", true, &j);
@@ -295,7 +319,8 @@ KILN_TEST(registry_provenance_channel_and_version) {
           rc == KILN_OK && is(j, "archive.download.check.status", "verified") &&
               is(j, "archive.digest_check.status", "verified"));
     CHECK("the report's checks and its baseline: 1.0.0 with its digest",
-          is(j, "validation.check.status", "verified") &&
+          is(j, "validation.check.status", "verified") && is(j, "validation.source", "archive") &&
+              !at(j, "archive.download.validation_text_check") &&
               is(j, "validation.checks.1.name", "golden") &&
               is(j, "validation.checks.0.name", "baseline_loss") &&
               fabs(json_real_value(at(j, "validation.checks.0.threshold")) - 0.9393) < 1e-12 &&
@@ -333,8 +358,6 @@ KILN_TEST(registry_provenance_tampered_store) {
     pfx f;
     json_t *j = NULL;
     if (!CHECK("fixture", pfx_init(&f))) goto out;
-#define V1 " FROM versions WHERE version = '1.0.0'"
-#define V1SET " WHERE version = '1.0.0'"
     /* The signature: its trusted comment says validation:failed now. */
     CHECK("alter the signature",
           edit(&f, "SELECT signature" V1, "UPDATE versions SET signature = ?1" V1SET,
@@ -454,11 +477,13 @@ KILN_TEST(registry_provenance_tampered_store) {
     json_decref(j);
     j = NULL;
     rc = prov(&f, "demo@2.0.0", true, &j);
-    CHECK("with --download: flagged, the rest shown",
+    CHECK("with --download: flagged, the rest shown (the report from the registry's copy, "
+          "which the signed manifest authenticates on its own)",
           rc == KILN_ERR_VERIFY && is(j, "archive.download.check.status", "failed") &&
               strstr(s_at(j, "archive.download.check.how"), "hashes to") &&
               is(j, "lineage.check.status", "verified") &&
-              is(j, "validation.check.status", "not checked"));
+              is(j, "validation.check.status", "verified") &&
+              is(j, "validation.source", "registry") && json_array_size(at(j, "problems")) == 1);
     char *dl = kiln_path_join(f.state, "downloads"), *listing = dl ? kiln_test_listing(dl) : NULL;
     CHECK("the failed download is removed",
           listing && !strstr(listing, "provenance") && !strstr(listing, ".partial"));
@@ -475,8 +500,6 @@ KILN_TEST(registry_provenance_tampered_store) {
           rc == KILN_ERR_VERIFY && is(j, "archive.check.status", "failed") && !at(j, "lineage") &&
               is(j, "channel.check.status", "verified") &&
               problem_has(j, "archive", "does not hold demo@1.0.0"));
-#undef V1
-#undef V1SET
 out:
     json_decref(j);
     pfx_free(&f);
@@ -571,6 +594,260 @@ KILN_TEST(registry_provenance_expired_and_bad_input) {
           kiln_read_file(file, 16, &text, &len) == KILN_OK && len == 1 && text[0] == 'x');
     free(text), free(missing), free(file), free(bad);
 out:
+    json_decref(j);
+    pfx_free(&f);
+}
+
+/* A number out of a store's database (-1 when the query fails). */
+static int64_t query_int(const char *root, const char *sql) {
+    char *path = kiln_path_join(root, "registry.db");
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    int64_t n = -1;
+    if (path && sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
+        n = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (db) sqlite3_close(db);
+    free(path);
+    return n;
+}
+
+/* The registry's copy of validation.json: altered in the store it is a failure (exit 1), and
+ * with --download the archive's report is shown and the copy named; absent (a version from
+ * before registries kept it) the checks are said to be not stored and --download reads them. */
+KILN_TEST(registry_provenance_validation_text) {
+    pfx f;
+    json_t *j = NULL;
+    if (!CHECK("fixture", pfx_init(&f))) goto out;
+    CHECK("both versions hold their report's bytes, the same as the archive's",
+          query_int(f.root, "SELECT count(*) FROM versions WHERE validation_text LIKE "
+                            "'{%\"baseline_loss\"%'") == 2);
+    CHECK("alter the registry's copy of 1.0.0's report (a looser threshold)",
+          edit(&f, "SELECT validation_text" V1, "UPDATE versions SET validation_text = ?1" V1SET,
+               "0.9393", "0.9999"));
+    kiln_err rc = prov(&f, "demo@production", false, &j);
+    CHECK("altered: FAILED, exit 1, no checks shown from it",
+          rc == KILN_ERR_VERIFY && j && is(j, "validation.check.status", "failed") &&
+              strstr(s_at(j, "validation.check.how"), "hashes to sha256:") &&
+              json_is_null(at(j, "validation.checks")) && json_array_size(at(j, "problems")) == 1 &&
+              problem_has(j, "validation report", "(altered)") &&
+              kiln_test_msg_has("did not pass", "validation report"));
+    CHECK("the rest still verified", is(j, "channel.check.status", "verified") &&
+                                         is(j, "lineage.check.status", "verified") &&
+                                         is(j, "validation.verdict_check.status", "verified"));
+    json_decref(j);
+    j = NULL;
+    rc = prov(&f, "demo@production", true, &j);
+    CHECK("altered, with --download: the archive's report, the registry's copy flagged",
+          rc == KILN_ERR_VERIFY && is(j, "validation.check.status", "verified") &&
+              is(j, "validation.source", "archive") &&
+              fabs(json_real_value(at(j, "validation.checks.0.threshold")) - 0.9393) < 1e-12 &&
+              is(j, "archive.download.validation_text_check.status", "failed") &&
+              problem_has(j, "validation report", "not the archive's"));
+    json_decref(j);
+    j = NULL;
+
+    /* A version stored before the migration: the column is NULL. */
+    sqlite3 *db = NULL;
+    bool put = reg_db_open(f.root, &db) == KILN_OK &&
+               reg_db_exec(db, "UPDATE versions SET validation_text = NULL" V1SET) == KILN_OK;
+    reg_db_close(db);
+    CHECK("forget 1.0.0's copy", put);
+    rc = prov(&f, "demo@production", false, &j);
+    CHECK("none stored: not checked, said so, pointing at --download; no failure",
+          rc == KILN_OK && is(j, "validation.check.status", "not checked") &&
+              strstr(s_at(j, "validation.check.how"), "not stored") &&
+              strstr(s_at(j, "validation.check.how"), "use --download") &&
+              json_is_null(at(j, "validation.checks")) &&
+              json_is_null(at(j, "validation.source")) && json_is_true(at(j, "verified")));
+    json_decref(j);
+    j = NULL;
+    rc = prov(&f, "demo@production", true, &j);
+    CHECK("none stored, with --download: the checks from the archive",
+          rc == KILN_OK && is(j, "validation.check.status", "verified") &&
+              is(j, "validation.source", "archive") &&
+              json_array_size(at(j, "validation.checks")) == 2);
+out:
+    json_decref(j);
+    pfx_free(&f);
+}
+
+/* The tables as schema version 1 made them (before versions.validation_text). */
+static const char *const schema_v1 =
+    "PRAGMA journal_mode=WAL;"
+    "CREATE TABLE versions("
+    " model TEXT NOT NULL, version TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL,"
+    " manifest TEXT NOT NULL, signature TEXT NOT NULL, card TEXT, validation TEXT,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(model, version));"
+    "CREATE TABLE channel_records("
+    " model TEXT NOT NULL, channel TEXT NOT NULL, seq INTEGER NOT NULL, version TEXT NOT NULL,"
+    " digest TEXT NOT NULL, expires INTEGER NOT NULL, reason TEXT, record TEXT NOT NULL,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(model, channel, seq));"
+    "CREATE TABLE tokens(name TEXT PRIMARY KEY, hash TEXT NOT NULL UNIQUE, scope TEXT NOT NULL,"
+    " created INTEGER NOT NULL, expires INTEGER, revoked INTEGER, revoke_reason TEXT,"
+    " last_used INTEGER);"
+    "CREATE TABLE audit(id INTEGER PRIMARY KEY AUTOINCREMENT, time INTEGER NOT NULL, token TEXT,"
+    " action TEXT NOT NULL, model TEXT, version TEXT, channel TEXT, digest TEXT, reason TEXT);"
+    "CREATE TABLE trust_versions(version INTEGER PRIMARY KEY, document TEXT NOT NULL,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL);"
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    "PRAGMA user_version = 1;";
+
+/* Copy blob hex from one store to another. */
+static bool copy_blob(const char *from, const char *to, const char *hex) {
+    char *a = reg_blob_path(from, hex), *b = reg_blob_path(to, hex),
+         *dir = b ? kiln_dirname(b) : NULL, *data = NULL;
+    size_t len = 0;
+    bool ok = a && b && dir && kiln_read_file(a, 1u << 26, &data, &len) == KILN_OK &&
+              kiln_mkdir_p(dir) == KILN_OK && kiln_write_file_atomic(b, data, len) == KILN_OK;
+    free(a), free(b), free(dir), free(data);
+    return ok;
+}
+
+/* A store of schema version 1 holding the fixture's versions, records and tokens (made with
+ * the sqlite3 API, as that kiln left it): a server opens and migrates it; its versions have
+ * no copy of the report (provenance says so, --download reads it) and one published after
+ * the migration has. */
+KILN_TEST(registry_provenance_old_store_migrates) {
+    pfx f;
+    json_t *j = NULL;
+    kiln_registry_server *old = NULL;
+    char oroot[1100];
+    if (!CHECK("fixture", pfx_init(&f))) goto out;
+    snprintf(oroot, sizeof oroot, "%s/old", kiln_test_dir());
+    char *path = kiln_path_join(oroot, "registry.db"),
+         *copy = kiln_asprintf("ATTACH '%s/registry.db' AS cur;"
+                               "INSERT INTO versions SELECT model, version, digest, size, manifest,"
+                               " signature, card, validation, publisher, created FROM cur.versions;"
+                               "INSERT INTO channel_records SELECT * FROM cur.channel_records;"
+                               "INSERT INTO tokens SELECT * FROM cur.tokens;"
+                               "DETACH cur;",
+                               f.root);
+    sqlite3 *db = NULL;
+    bool made = path && copy && kiln_mkdir_p(oroot) == KILN_OK &&
+                sqlite3_open(path, &db) == SQLITE_OK &&
+                sqlite3_exec(db, schema_v1, NULL, NULL, NULL) == SQLITE_OK &&
+                sqlite3_exec(db, copy, NULL, NULL, NULL) == SQLITE_OK;
+    if (db) sqlite3_close(db);
+    free(path), free(copy);
+    made = made && copy_blob(f.root, oroot, f.d1) && copy_blob(f.root, oroot, f.d2);
+    if (!CHECK("a store of schema version 1 with two versions", made)) goto out;
+    CHECK("it lacks the column",
+          query_int(oroot, "PRAGMA user_version") == 1 &&
+              query_int(oroot, "SELECT count(*) FROM pragma_table_info('versions') WHERE name = "
+                               "'validation_text'") == 0);
+    kiln_registry_server_opts o = {
+        .root = oroot, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
+    if (!CHECK("a server opens it", kiln_registry_server_start(&o, &old) == KILN_OK)) goto out;
+    CHECK("migrated: the version and the column, every old row NULL, nothing lost",
+          query_int(oroot, "PRAGMA user_version") == reg_schema_version() &&
+              reg_schema_version() == 2 &&
+              query_int(oroot, "SELECT count(*) FROM versions WHERE validation_text IS NULL") ==
+                  2 &&
+              query_int(oroot, "SELECT count(*) FROM channel_records") == 3);
+    pfx g = f; /* the same keys and tokens, the old store's server */
+    snprintf(g.url, sizeof g.url, "http://127.0.0.1:%u", (unsigned)kiln_registry_server_port(old));
+    kiln_err rc = prov(&g, "demo@production", false, &j);
+    CHECK("provenance of the migrated store: the report not stored, said so",
+          rc == KILN_OK && is(j, "channel.check.status", "verified") &&
+              is(j, "validation.check.status", "not checked") &&
+              strstr(s_at(j, "validation.check.how"), "not stored"));
+    json_decref(j);
+    j = NULL;
+    rc = prov(&g, "demo@production", true, &j);
+    CHECK("--download reads it from the archive", rc == KILN_OK &&
+                                                      is(j, "validation.source", "archive") &&
+                                                      is(j, "validation.check.status", "verified"));
+    json_decref(j);
+    j = NULL;
+    char d3[KILN_SHA256_HEX];
+    CHECK("a version published after the migration keeps its report's bytes",
+          publish(&g, "3.0.0", 60, NULL, d3) &&
+              query_int(oroot, "SELECT count(*) FROM versions WHERE version = '3.0.0' AND "
+                               "validation_text IS NOT NULL") == 1);
+    rc = prov(&g, "demo@3.0.0", false, &j);
+    CHECK("and provenance shows its checks verified without the archive",
+          rc == KILN_OK && is(j, "validation.source", "registry") &&
+              is(j, "validation.check.status", "verified"));
+out:
+    kiln_registry_server_stop(old, 1000);
+    json_decref(j);
+    pfx_free(&f);
+}
+
+/* Over a primary and its mirror: the newest record wins (the primary's, while the mirror lags),
+ * and with the primary down the mirror answers, the checks verified from its copy of the
+ * report (a mirror reads it from the archive it verified). */
+KILN_TEST(registry_provenance_over_mirror) {
+    pfx f;
+    json_t *j = NULL;
+    kiln_registry_server *ms = NULL;
+    char mroot[1100], murl[64];
+    if (!CHECK("fixture", pfx_init(&f))) goto out;
+    snprintf(mroot, sizeof mroot, "%s/mirror", kiln_test_dir());
+    kiln_registry_client_opts from = {.url = f.url, .retries = 2, .backoff_ms = 20};
+    kiln_registry_mirror_opts mo = {.root = mroot, .from = &from, .trust = f.trust};
+    kiln_registry_mirror_result mr;
+    CHECK("mirrored: two versions, three records",
+          kiln_registry_mirror_sync(&mo, &mr) == KILN_OK && mr.versions == 2 && mr.records == 3);
+    CHECK("the mirror holds both reports' bytes",
+          query_int(mroot, "SELECT count(*) FROM versions WHERE validation_text IS NOT NULL") == 2);
+    kiln_registry_server_opts so = {
+        .root = mroot, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
+    if (!CHECK("the mirror serves", kiln_registry_server_start(&so, &ms) == KILN_OK)) goto out;
+    snprintf(murl, sizeof murl, "http://127.0.0.1:%u", (unsigned)kiln_registry_server_port(ms));
+    CHECK("the primary moves on: production seq 4", promote(&f, "production", "2.0.0", NULL));
+
+    kiln_registry_client_opts cs[2] = {{.url = murl, .retries = 2, .backoff_ms = 20},
+                                       {.url = f.url, .retries = 2, .backoff_ms = 20}};
+    kiln_registry_provenance_opts o = {
+        .ref = "demo@production", .trust = f.trust, .state = f.state};
+    kiln_err rc = kiln_registry_provenance_any(cs, 2, &o, &j);
+    CHECK("mirror first, primary newer: the primary's seq 4 answers",
+          rc == KILN_OK && is(j, "registry", f.url) &&
+              json_integer_value(at(j, "channel.seq")) == 4 && is(j, "version", "2.0.0") &&
+              is(j, "registries.0", murl) && is(j, "registries.1", f.url) &&
+              strstr(s_at(j, "failover.0"), "using the newer"));
+    json_decref(j);
+    j = NULL;
+
+    kiln_registry_server_stop(f.srv, 1000);
+    f.srv = NULL;
+    cs[0].url = f.url;
+    cs[1].url = murl;
+    rc = kiln_registry_provenance_any(cs, 2, &o, &j);
+    CHECK("primary down: the mirror answers, the failover said",
+          rc == KILN_OK && j && is(j, "registry", murl) &&
+              json_integer_value(at(j, "channel.seq")) == 3 && is(j, "version", "1.0.0") &&
+              strstr(s_at(j, "failover.0"), f.url) && strstr(s_at(j, "failover.0"), murl));
+    CHECK("everything verified from the mirror, the checks without the archive",
+          is(j, "channel.check.status", "verified") &&
+              is(j, "archive.digest_check.status", "verified") &&
+              is(j, "archive.signature_check.status", "verified") &&
+              is(j, "lineage.config_check.status", "verified") &&
+              is(j, "validation.check.status", "verified") &&
+              is(j, "validation.source", "registry") &&
+              json_array_size(at(j, "validation.checks")) == 2 && json_is_true(at(j, "verified")));
+    json_decref(j);
+    j = NULL;
+    o.ref = "demo@2.0.0";
+    o.download = true;
+    rc = kiln_registry_provenance_any(cs, 2, &o, &j);
+    CHECK("a version, downloaded from the mirror",
+          rc == KILN_OK && is(j, "registry", murl) &&
+              is(j, "archive.download.check.status", "verified") &&
+              is(j, "validation.source", "archive"));
+    json_decref(j);
+    j = NULL;
+    o.ref = "demo@9.9.9";
+    o.download = false;
+    rc = kiln_registry_provenance_any(cs, 2, &o, &j);
+    CHECK("a version no registry holds",
+          rc == KILN_ERR_NOTFOUND && !j &&
+              kiln_test_msg_has("neither a channel nor a version", "9.9.9"));
+out:
+    kiln_registry_server_stop(ms, 1000);
     json_decref(j);
     pfx_free(&f);
 }

@@ -414,7 +414,7 @@ KILN_TEST(registry_tokens_migrate_an_old_store) {
     free(t);
     t = NULL;
     CHECK("migrated: the version",
-          query(root, "PRAGMA user_version") == reg_schema_version() && reg_schema_version() == 1);
+          query(root, "PRAGMA user_version") == reg_schema_version() && reg_schema_version() >= 1);
     CHECK("migrated: the columns",
           has_column(root, "tokens", "expires") && has_column(root, "tokens", "revoked") &&
               has_column(root, "tokens", "revoke_reason") &&
@@ -443,7 +443,7 @@ KILN_TEST(registry_tokens_migrate_an_old_store) {
     if (!CHECK("a newer store", old_store(newer, "PRAGMA user_version = 7;"))) goto out;
     CHECK("is refused, saying why",
           kiln_registry_token_list(newer, &t, &n) == KILN_ERR_UNSUPPORTED && !t &&
-              kiln_test_msg_has("schema version 7", "newer than this kiln's 1"));
+              kiln_test_msg_has("schema version 7", "newer than this kiln's"));
     CHECK("and left as it was",
           query(newer, "PRAGMA user_version") == 7 && !has_column(newer, "tokens", "revoked"));
 
@@ -453,7 +453,7 @@ KILN_TEST(registry_tokens_migrate_an_old_store) {
                old_store(broken, "ALTER TABLE audit ADD COLUMN reason TEXT;")))
         goto out;
     CHECK("is refused", kiln_registry_token_list(broken, &t, &n) != KILN_OK && !t &&
-                            kiln_test_msg_has("migrating registry.db to schema version 1", NULL));
+                            kiln_test_msg_has("migrating registry.db to schema version", NULL));
     CHECK("with nothing half done", query(broken, "PRAGMA user_version") == 0 &&
                                         !has_column(broken, "tokens", "expires") &&
                                         !has_column(broken, "tokens", "last_used"));

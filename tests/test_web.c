@@ -275,7 +275,7 @@ KILN_TEST(web_pages_show_the_store) {
     CHECK("a version a compromised store made up",
           store_sql(&f,
                     "INSERT INTO versions VALUES('demo', '0.9.0', 'sha256:00', 10, '{}', "
-                    "'not a signature', '{not json', NULL, ?1, ?2)",
+                    "'not a signature', '{not json', NULL, ?1, ?2, NULL)",
                     "<b>evil</b>"));
     free(expired), free(d1), free(sql);
 

@@ -2,8 +2,11 @@
 # kiln provenance as an auditor runs it, on real releases: a tiny run released as v1 and
 # promoted to production, v2 validated against v1 and promoted, then a rollback to v1. The
 # channel shows the rollback and the records before it, each signed; v2's report names v1
-# (version and archive digest) as its baseline; --json holds the same; a client whose policy
-# asks for two release keys gets exit 1 with the failure named and everything else shown.
+# (version and archive digest) as its baseline; the report's checks are shown verified without
+# the archive (the registry keeps validation.json byte for byte, hashed against the signed
+# manifest); --json holds the same; a dead registry before the live one is passed over and
+# named; a client whose policy asks for two release keys gets exit 1 with the failure named and
+# everything else shown.
 . "$(dirname "$0")/lib.sh"
 cd "$T"
 for k in rel rel2 prom; do $KILN keygen --out $k --no-password >/dev/null; done
@@ -27,7 +30,8 @@ d1=$(sha256sum r1/market-1.0.0.kiln | cut -d' ' -f1)
 d2=$(sha256sum r2/market-2.0.0.kiln | cut -d' ' -f1)
 
 # The channel: the rollback, who signed it, the records before it; the archive checked over
-# the signed comment (not downloaded); the lineage and the card's config verified.
+# the signed comment (not downloaded); the lineage, the card's config and the report's checks
+# verified.
 $KILN provenance market@production --registry "$URL" --trust trust.json --state st >p1 ||
     { cat p1 >&2; fail "provenance of production"; }
 grep -q "^market@production -> market@1.0.0, checked " p1 || fail "resolution: $(head -1 p1)"
@@ -41,8 +45,28 @@ grep -q "^archive     sha256:$d1, [0-9]* bytes  \[verified: the signed channel r
 grep -q "signature checked over the comment; archive bytes not downloaded: use --download\]" p1 || fail "no-download note: $(cat p1)"
 grep -q "^lineage     run [0-9a-f]\{32\}, step 20, .*\[verified: from the signed manifest" p1 || fail "lineage: $(cat p1)"
 grep -q "config d_model 16, n_layers 2, .*\[verified: card.json" p1 || fail "config: $(cat p1)"
-grep -q "checks  \[not checked: .*use --download\]" p1 || fail "checks without the archive: $(cat p1)"
+grep -q "^              golden                   passed   share outside 0 (max 0), max relative error" p1 ||
+    fail "v1's checks without the archive: $(cat p1)"
+grep -q "^              baseline none: validated without one\$" p1 || fail "v1's baseline: $(cat p1)"
+grep -q "^              checks  \[verified: validation.json as the registry keeps it, byte for byte: [0-9]* bytes hashing to the signed manifest's sha256:[0-9a-f]\{12\}… (the archive not downloaded)\]" p1 ||
+    fail "checks without the archive: $(cat p1)"
 grep -q "^result      verified: every check passed" p1 || fail "result: $(cat p1)"
+
+# v2 without the archive: its baseline, v1 with its digest, from the registry's copy.
+$KILN provenance market@2.0.0 --registry "$URL" --trust trust.json --state st >p2r ||
+    { cat p2r >&2; fail "provenance of 2.0.0 without the archive"; }
+grep -q "^              baseline market@1.0.0 sha256:$d1, from channel production seq 1, weights sha256:" p2r ||
+    fail "v2's baseline without the archive: $(cat p2r)"
+grep -q "^              baseline_loss            passed   held-out loss [0-9.]* (limit [0-9.]*)\$" p2r ||
+    fail "v2's baseline_loss without the archive: $(cat p2r)"
+
+# Two registries, the first dead: the live one answers, and the line says so.
+$KILN provenance market@production --registry http://127.0.0.1:1 --registry "$URL" --trust trust.json \
+    --state st >pm 2>pm.err || { cat pm pm.err >&2; fail "provenance over two registries"; }
+grep -q "^market@production -> market@1.0.0, checked .* against $URL\$" pm || fail "answered by: $(cat pm)"
+grep -q "^registries  $URL answered, of http://127.0.0.1:1, $URL\$" pm || fail "registries: $(cat pm)"
+grep -q "^              registry 'http://127.0.0.1:1/.*; trying $URL\$" pm || fail "failover note: $(cat pm)"
+grep -q "checks  \[verified: validation.json as the registry keeps it" pm || fail "checks over two: $(cat pm)"
 
 # v2 downloaded: its report's checks and its baseline, v1 with its digest.
 $KILN provenance market@2.0.0 --registry "$URL" --trust trust.json --state st --download >p2 ||
@@ -64,7 +88,8 @@ for k in '"verified": true' '"problems": \[\]' '"change": "rollback"' "\"digest\
 done
 
 # A stricter client (two release keys): exit 1, the failure named, the rest still shown.
-sed 's|"roles":\["release"\]},|"roles":["release"]},{"name":"rel2","pubkey":"'"$(tail -1 rel2.pub)"'","roles":["release"]},|; s/"channels"/"release_threshold":2,"channels"/' \
+# '|' delimits: a base64 key may hold '/'.
+sed 's|"roles":\["release"\]},|"roles":["release"]},{"name":"rel2","pubkey":"'"$(tail -1 rel2.pub)"'","roles":["release"]},|; s|"channels"|"release_threshold":2,"channels"|' \
     trust.json >strict.json
 grep -q rel2 strict.json || fail "strict policy"
 expect_fail 1 $KILN provenance market@production --registry "$URL" --trust strict.json --state st2
