@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "export.h"
@@ -153,6 +154,19 @@ long rfx_http(const char *base, const char *method, const char *path, const char
     long status = out->status;
     rfx_resp_free(&local);
     return status;
+}
+
+bool rfx_metrics_have(const char *base, const char *token, const char *const *want, rfx_resp *out) {
+    const char *missing = NULL;
+    for (int i = 0; i < 100; i++) {
+        if (i) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        missing = rfx_http(base, "GET", "/metrics", token, NULL, NULL, out) == 200 ? NULL : "200";
+        for (size_t k = 0; !missing && want[k]; k++)
+            if (!strstr(out->body, want[k])) missing = want[k];
+        if (!missing) return true;
+    }
+    fprintf(stderr, "    /metrics lacks '%s'\n", missing);
+    return false;
 }
 
 /* ---- the store's SQLite ---- */

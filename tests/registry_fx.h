@@ -70,6 +70,11 @@ typedef struct rfx_resp {
 long rfx_http(const char *base, const char *method, const char *path, const char *token,
               const char *body, const char *const *headers, rfx_resp *out);
 void rfx_resp_free(rfx_resp *r);
+/* GET base/metrics (with token when not NULL) until its answer holds each of want
+ * (NULL-terminated), for a second at most: the server counts a request once it has sent the
+ * answer, which may be just after its client read it. The last answer stays in out; true when
+ * every line was there (else the first missing one is printed). */
+bool rfx_metrics_have(const char *base, const char *token, const char *const *want, rfx_resp *out);
 
 /* ---- the store's SQLite, behind the server's back ---- */
 

@@ -368,12 +368,15 @@ KILN_TEST(web_pages_show_the_store) {
               header(&p, "Content-Type", "application/json"));
 
     CHECK("metrics count the pages",
-          fetch(f.reg.url, "GET", "/metrics", NULL, &p) == 200 &&
-              has(&p, "route=\"/\",method=\"GET\",status=\"200\"} 1") &&
-              has(&p, "route=\"/\",method=\"HEAD\",status=\"200\"} 1") &&
-              has(&p, "route=\"/ui/models/{model}\",method=\"GET\",status=\"200\"} 1") &&
-              has(&p, "route=\"/ui/models/{model}/channels/{channel}\",method=\"GET\","
-                      "status=\"200\"} 1"));
+          rfx_metrics_have(
+              f.reg.url, NULL,
+              (const char *[]){"route=\"/\",method=\"GET\",status=\"200\"} 1",
+                               "route=\"/\",method=\"HEAD\",status=\"200\"} 1",
+                               "route=\"/ui/models/{model}\",method=\"GET\",status=\"200\"} 1",
+                               "route=\"/ui/models/{model}/channels/{channel}\",method=\"GET\","
+                               "status=\"200\"} 1",
+                               NULL},
+              &p));
 out:
     free(row);
     rfx_resp_free(&p);
@@ -433,10 +436,13 @@ KILN_TEST(web_pages_auth_and_refusals) {
     CHECK("the API's errors stay JSON",
           fetch(f.reg.url, "GET", "/v1/models/nope", f.reg.rd, &p) == 404 &&
               header(&p, "Content-Type", "application/json"));
-    CHECK("refusals are counted",
-          fetch(f.reg.url, "GET", "/metrics", f.reg.rd, &p) == 200 &&
-              has(&p, "route=\"/ui/audit\",method=\"GET\",status=\"403\"} 1") &&
-              has(&p, "route=\"/ui/models/{model}\",method=\"GET\",status=\"400\"} 5"));
+    CHECK(
+        "refusals are counted",
+        rfx_metrics_have(
+            f.reg.url, f.reg.rd,
+            (const char *[]){"route=\"/ui/audit\",method=\"GET\",status=\"403\"} 1",
+                             "route=\"/ui/models/{model}\",method=\"GET\",status=\"400\"} 5", NULL},
+            &p));
 out:
     rfx_resp_free(&p);
     wfx_free(&f);
