@@ -1,7 +1,6 @@
 /* test_registry.c - the registry: names, tokens, the blob store, fsck and gc, and a real
  * server on loopback (ports chosen at runtime) driven over real HTTP. */
 #include <arpa/inet.h>
-#include <curl/curl.h>
 #include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
@@ -13,69 +12,18 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */
 
-typedef struct resp {
-    long status;
-    char body[8192];
-    size_t len;
-} resp;
-
-static size_t resp_write(char *d, size_t s, size_t n, void *ctx) {
-    resp *r = ctx;
-    size_t k = s * n, room = sizeof r->body - 1 - r->len;
-    memcpy(r->body + r->len, d, k < room ? k : room);
-    r->len += k < room ? k : room;
-    r->body[r->len] = 0;
-    return k;
-}
-
-/* One request to the test server; returns the status (0 on a connection failure). */
-static long http(uint16_t port, const char *method, const char *path, const char *token,
-                 const char *body, const char *const *headers, resp *out) {
-    resp local;
-    if (!out) out = &local;
-    memset(out, 0, sizeof *out);
-    CURL *h = curl_easy_init();
-    if (!h) return 0;
-    char url[1024], auth[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u%s", (unsigned)port, path);
-    struct curl_slist *hdr = NULL;
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    for (int i = 0; headers && headers[i]; i++)
-        hdr = curl_slist_append(hdr, headers[i]);
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (body) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    }
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, resp_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
-    return out->status;
-}
-
-static kiln_registry_server *start(const char *root, const char *trust, bool read_required) {
-    kiln_registry_server_opts o = {.root = root,
-                                   .listen = "127.0.0.1:0",
-                                   .trust = trust,
-                                   .read_token_required = read_required,
-                                   .threads = 4};
+/* A server on root (4 workers), or NULL; url gets its address. */
+static kiln_registry_server *start(const char *root, const char *trust, bool read_required,
+                                   char url[64]) {
     kiln_registry_server *s = NULL;
-    if (kiln_registry_server_start(&o, &s) != KILN_OK) return NULL;
+    rfx_serve(root, trust, read_required, 4, &s, url);
     return s;
 }
 
@@ -328,39 +276,39 @@ out:
 
 KILN_TEST(registry_server_auth) {
     const char *root = kiln_test_dir();
-    char *pub = NULL, *rd = NULL, *adm = NULL;
+    char *pub = NULL, *rd = NULL, *adm = NULL, url[64], url2[64];
+    rfx_resp r = {0};
     CHECK("tokens", kiln_registry_token_create(root, "pub", KILN_SCOPE_PUBLISH, &pub) == KILN_OK &&
                         kiln_registry_token_create(root, "rd", KILN_SCOPE_READ, &rd) == KILN_OK &&
                         kiln_registry_token_create(root, "adm", KILN_SCOPE_ADMIN, &adm) == KILN_OK);
-    kiln_registry_server *s = start(root, NULL, false);
+    kiln_registry_server *s = start(root, NULL, false, url);
     if (!CHECK("server starts", s) || !pub || !rd || !adm) goto out;
     uint16_t port = kiln_registry_server_port(s);
     CHECK("a port was chosen", port != 0);
-    kiln_registry_server *s2 = start(root, NULL, false);
+    kiln_registry_server *s2 = start(root, NULL, false, url2);
     CHECK("a second server on the same store is refused",
           !s2 && strstr(kiln_errmsg(), "held by another"));
     kiln_registry_server_stop(s2, 0);
-    resp r;
-    CHECK("healthz", http(port, "GET", "/healthz", NULL, NULL, NULL, &r) == 200);
-    CHECK("open reads", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200 &&
+    CHECK("healthz", rfx_http(url, "GET", "/healthz", NULL, NULL, NULL, &r) == 200);
+    CHECK("open reads", rfx_http(url, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200 &&
                             strstr(r.body, "\"models\""));
     const char *hdrs[] = {
         "X-Kiln-Digest: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
         "X-Kiln-Signature: eA==", NULL};
     CHECK("upload without a token: 401",
-          http(port, "PUT", "/v1/models/m/versions/1", NULL, "x", hdrs, &r) == 401);
+          rfx_http(url, "PUT", "/v1/models/m/versions/1", NULL, "x", hdrs, &r) == 401);
     CHECK("upload with a bad token: 401",
-          http(port, "PUT", "/v1/models/m/versions/1", "kiln_bad", "x", hdrs, &r) == 401);
+          rfx_http(url, "PUT", "/v1/models/m/versions/1", "kiln_bad", "x", hdrs, &r) == 401);
     CHECK("upload with a read token: 403",
-          http(port, "PUT", "/v1/models/m/versions/1", rd, "x", hdrs, &r) == 403);
+          rfx_http(url, "PUT", "/v1/models/m/versions/1", rd, "x", hdrs, &r) == 403);
     CHECK("403 names the scope", strstr(r.body, "publish") != NULL);
     CHECK("channel put with a publish token: 403",
-          http(port, "PUT", "/v1/models/m/channels/prod", pub, "{}", NULL, &r) == 403);
-    CHECK("audit needs admin: 403", http(port, "GET", "/v1/audit", pub, NULL, NULL, &r) == 403);
-    CHECK("audit with admin", http(port, "GET", "/v1/audit", adm, NULL, NULL, &r) == 200 &&
+          rfx_http(url, "PUT", "/v1/models/m/channels/prod", pub, "{}", NULL, &r) == 403);
+    CHECK("audit needs admin: 403", rfx_http(url, "GET", "/v1/audit", pub, NULL, NULL, &r) == 403);
+    CHECK("audit with admin", rfx_http(url, "GET", "/v1/audit", adm, NULL, NULL, &r) == 200 &&
                                   strstr(r.body, "token.create"));
     CHECK("no trust policy refuses uploads",
-          http(port, "PUT", "/v1/models/m/versions/1", pub, "x", hdrs, &r) == 422);
+          rfx_http(url, "PUT", "/v1/models/m/versions/1", pub, "x", hdrs, &r) == 422);
     const char *bad[] = {"/v1/models/..%2Fetc/versions/1",
                          "/v1/models/a%2Fb/versions/1",
                          "/v1/models/m/versions/..%2F..%2Fx",
@@ -370,40 +318,46 @@ KILN_TEST(registry_server_auth) {
                          "/v1/models/%2e%2e/versions/1"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++)
         CHECK("a bad name in the path: 400",
-              http(port, "PUT", bad[i], pub, "x", hdrs, &r) == 400 && strstr(r.body, "name"));
+              rfx_http(url, "PUT", bad[i], pub, "x", hdrs, &r) == 400 && strstr(r.body, "name"));
     const char *malformed[] = {
         "/v1/models/a%00b", "/v1/models/a%zz", "/v1/models/a%4", "/v1/a/b/c/d/e/f/g/h/i/j",
         "/v1/models/"
         "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(malformed); i++)
         CHECK("a malformed path: 400",
-              http(port, "GET", malformed[i], NULL, NULL, NULL, &r) == 400);
+              rfx_http(url, "GET", malformed[i], NULL, NULL, NULL, &r) == 400);
     CHECK("an encoded slash never changes the route",
-          http(port, "GET", "/v1/models/m%2Fversions%2F1", NULL, NULL, NULL, &r) == 400);
+          rfx_http(url, "GET", "/v1/models/m%2Fversions%2F1", NULL, NULL, NULL, &r) == 400);
     CHECK("a name that is not UTF-8: 400 with a JSON message",
-          http(port, "GET", "/v1/models/a%FFb", NULL, NULL, NULL, &r) == 400 &&
+          rfx_http(url, "GET", "/v1/models/a%FFb", NULL, NULL, NULL, &r) == 400 &&
               strstr(r.body, "{\"error\":\"model name 'a?b'"));
-    CHECK("versions table survives", http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200);
-    CHECK("unknown model: 404", http(port, "GET", "/v1/models/nope", NULL, NULL, NULL, &r) == 404);
-    CHECK("unknown route: 404", http(port, "GET", "/v2/x", NULL, NULL, NULL, &r) == 404);
+    CHECK("versions table survives",
+          rfx_http(url, "GET", "/v1/models", NULL, NULL, NULL, &r) == 200);
+    CHECK("unknown model: 404",
+          rfx_http(url, "GET", "/v1/models/nope", NULL, NULL, NULL, &r) == 404);
+    CHECK("unknown route: 404", rfx_http(url, "GET", "/v2/x", NULL, NULL, NULL, &r) == 404);
     CHECK("DELETE: 405",
-          http(port, "DELETE", "/v1/models/m/versions/1", adm, NULL, NULL, &r) == 405);
+          rfx_http(url, "DELETE", "/v1/models/m/versions/1", adm, NULL, NULL, &r) == 405);
     CHECK("metrics",
-          http(port, "GET", "/metrics", NULL, NULL, NULL, &r) == 200 &&
-              strstr(r.body,
-                     "kiln_registry_requests_total{route=\"/v1/models/{model}/versions/{version}\","
-                     "method=\"PUT\",status=\"401\"} 2"));
+          rfx_metrics_have(
+              url, NULL,
+              (const char *[]){
+                  "kiln_registry_requests_total{route=\"/v1/models/{model}/versions/{version}\","
+                  "method=\"PUT\",status=\"401\"} 2",
+                  NULL},
+              &r));
     kiln_registry_server_stop(s, 1000);
-    s = start(root, NULL, true);
+    s = start(root, NULL, true, url);
     if (!CHECK("server restarts with reads closed", s)) goto out;
-    port = kiln_registry_server_port(s);
     CHECK("closed reads: 401 without a token",
-          http(port, "GET", "/v1/models", NULL, NULL, NULL, &r) == 401);
-    CHECK("closed reads: a read token", http(port, "GET", "/v1/models", rd, NULL, NULL, &r) == 200);
+          rfx_http(url, "GET", "/v1/models", NULL, NULL, NULL, &r) == 401);
+    CHECK("closed reads: a read token",
+          rfx_http(url, "GET", "/v1/models", rd, NULL, NULL, &r) == 200);
     CHECK("closed reads: any scope reads",
-          http(port, "GET", "/v1/models", pub, NULL, NULL, &r) == 200);
+          rfx_http(url, "GET", "/v1/models", pub, NULL, NULL, &r) == 200);
 out:
     kiln_registry_server_stop(s, 1000);
+    rfx_resp_free(&r);
     free(pub);
     free(rd);
     free(adm);
@@ -418,21 +372,21 @@ KILN_TEST(registry_download_range) {
         data[i] = (unsigned char)(i * 131 + 7);
     char hex[KILN_SHA256_HEX];
     CHECK("blob", put_blob(root, data, n, hex));
-    kiln_registry_server *s = start(root, NULL, false);
+    char url[64];
+    kiln_registry_server *s = start(root, NULL, false, url);
     if (!CHECK("server", s)) {
         free(data);
         return;
     }
-    uint16_t port = kiln_registry_server_port(s);
     char path[128], hdr[64];
     snprintf(path, sizeof path, "/v1/blobs/sha256/%s", hex);
-    resp r;
+    rfx_resp r = {0}, m = {0};
     const char *range[] = {hdr, NULL};
     snprintf(hdr, sizeof hdr, "Range: bytes=10-19");
-    CHECK("range: 206", http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 10 &&
+    CHECK("range: 206", rfx_http(url, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 10 &&
                             !memcmp(r.body, data + 10, 10));
     snprintf(hdr, sizeof hdr, "Range: bytes=%zu-", n);
-    CHECK("range past the end: 416", http(port, "GET", path, NULL, NULL, range, &r) == 416);
+    CHECK("range past the end: 416", rfx_http(url, "GET", path, NULL, NULL, range, &r) == 416);
     const char *garbage[] = {"Range: bytes=",        "Range: bytes=5-2",
                              "Range: bytes=-0",      "Range: items=1-2",
                              "Range: bytes=1-2,4-5", "Range: bytes=99999999999999999999999-",
@@ -440,25 +394,23 @@ KILN_TEST(registry_download_range) {
                              "Range: bytes=- 5"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(garbage); i++) {
         const char *g[] = {garbage[i], NULL};
-        CHECK("a malformed range: 416", http(port, "GET", path, NULL, NULL, g, &r) == 416);
+        CHECK("a malformed range: 416", rfx_http(url, "GET", path, NULL, NULL, g, &r) == 416);
     }
     snprintf(hdr, sizeof hdr, "Range: bytes=10-99999999999999999999999");
     CHECK("an end past any size: to the end",
-          http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len > 100 &&
+          rfx_http(url, "GET", path, NULL, NULL, range, &r) == 206 && r.len > 100 &&
               !memcmp(r.body, data + 10, 100));
     snprintf(hdr, sizeof hdr, "Range: bytes=-99999999999999999999999");
     CHECK("a suffix past any size: the whole blob",
-          http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len > 100 &&
+          rfx_http(url, "GET", path, NULL, NULL, range, &r) == 206 && r.len > 100 &&
               !memcmp(r.body, data, 100));
     snprintf(hdr, sizeof hdr, "Range: bytes=-5");
-    CHECK("the last 5 bytes", http(port, "GET", path, NULL, NULL, range, &r) == 206 && r.len == 5 &&
-                                  !memcmp(r.body, data + n - 5, 5));
+    CHECK("the last 5 bytes", rfx_http(url, "GET", path, NULL, NULL, range, &r) == 206 &&
+                                  r.len == 5 && !memcmp(r.body, data + n - 5, 5));
     snprintf(path, sizeof path, "/v1/blobs/sha256/%.60s", hex);
-    CHECK("short digest: 400", http(port, "GET", path, NULL, NULL, NULL, &r) == 400);
+    CHECK("short digest: 400", rfx_http(url, "GET", path, NULL, NULL, NULL, &r) == 400);
 
     /* A partial download resumes from where it stopped. */
-    char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)port);
     kiln_registry_client_opts c = {.url = url, .retries = 0};
     char *partial = kiln_test_write("blob.partial", data, 1000);
     CHECK("resumed download", reg_download(&c, hex, n, partial) == KILN_OK);
@@ -467,18 +419,10 @@ KILN_TEST(registry_download_range) {
     CHECK("hash", kiln_sha256_file(partial, h) == KILN_OK);
     kiln_hex(h, sizeof h, got);
     CHECK("resumed bytes are right", !strcmp(got, hex));
-    resp m;
     char want[96];
     snprintf(want, sizeof want, "kiln_registry_bytes_served_total %zu",
              10 + (n - 10) + n + 5 + (n - 1000));
-    /* The server counts a response when it completes, which may trail the client a little. */
-    for (int i = 0; i < 100; i++) {
-        http(port, "GET", "/metrics", NULL, NULL, NULL, &m);
-        if (strstr(m.body, want)) break;
-        struct timespec ts = {0, 10 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
-    CHECK("bytes served counted", strstr(m.body, want) != NULL);
+    CHECK("bytes served counted", rfx_metrics_have(url, NULL, (const char *[]){want, NULL}, &m));
     /* Declared smaller than the blob: the client stops reading there. */
     unlink(partial);
     kiln_err rc = reg_download(&c, hex, n / 2, partial);
@@ -489,6 +433,7 @@ KILN_TEST(registry_download_range) {
           stat(partial, &sb) == 0 && (size_t)sb.st_size <= n / 2);
     free(partial);
     kiln_registry_server_stop(s, 1000);
+    rfx_resp_free(&r), rfx_resp_free(&m);
     free(data);
 }
 
@@ -500,10 +445,9 @@ typedef struct fake {
 
 static void *fake_serve(void *arg) {
     fake *f = arg;
-    int c = accept(f->fd, NULL, NULL);
-    if (c < 0) return NULL;
     char buf[4096];
-    (void)!read(c, buf, sizeof buf);
+    int c = rfx_accept(f->fd, buf, sizeof buf);
+    if (c < 0) return NULL;
     char head[128];
     int hl =
         snprintf(head, sizeof head,
@@ -522,18 +466,11 @@ static void *fake_serve(void *arg) {
 
 KILN_TEST(registry_fake_server_cut_off) {
     signal(SIGPIPE, SIG_IGN);
-    fake f = {.fd = socket(AF_INET, SOCK_STREAM, 0), .send = 1 << 20};
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t al = sizeof a;
-    if (!CHECK("fake server listens",
-               f.fd >= 0 && bind(f.fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-                   listen(f.fd, 4) == 0 && getsockname(f.fd, (struct sockaddr *)&a, &al) == 0))
-        return;
+    fake f = {.send = 1 << 20};
+    char url[64], hex[KILN_SHA256_HEX];
+    if (!CHECK("fake server listens", rfx_listen(&f.fd, url))) return;
     pthread_t t;
     pthread_create(&t, NULL, fake_serve, &f);
-    char url[64], hex[KILN_SHA256_HEX];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
     memset(hex, 'a', 64);
     hex[64] = 0;
     kiln_registry_client_opts c = {.url = url, .retries = 0};
@@ -562,29 +499,16 @@ KILN_TEST(registry_fake_server_cut_off) {
  * as `kiln sign --allow-unvalidated` signs them and the policy accepts that
  * (accept_unvalidated); registry_archive_policy holds validated archives to a strict one. */
 typedef struct fixture {
-    char root[1024], trust[1024], url[64], state[1024];
+    rfx reg; /* tokens: pub, prom */
     kiln_sign_seckey *rel, *p1, *p2, *stranger;
-    char *pub_tok, *prom_tok;
-    kiln_registry_server *srv;
-    uint16_t port;
 } fixture;
 
 static bool fx_start(fixture *f) {
-    if (f->srv) kiln_registry_server_stop(f->srv, 1000);
-    kiln_registry_server_opts o = {
-        .root = f->root, .listen = "127.0.0.1:0", .trust = f->trust, .threads = 4};
-    f->srv = NULL;
-    if (kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
-    f->port = kiln_registry_server_port(f->srv);
-    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u", (unsigned)f->port);
-    return true;
+    return rfx_start(&f->reg, f->reg.trust);
 }
 
 static bool fx_init(fixture *f) {
     memset(f, 0, sizeof *f);
-    snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
-    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
-    snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
     char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64],
         s[KILN_SIGN_PUBKEY_B64];
     if (!kiln_test_keypair(&f->rel, r) || !kiln_test_keypair(&f->p1, a) ||
@@ -598,72 +522,23 @@ static bool fx_init(fixture *f) {
         "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}},"
         "\"accept_unvalidated\":true}",
         r, a, b);
-    bool ok =
-        t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
-        kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub_tok) == KILN_OK &&
-        kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom_tok) == KILN_OK &&
-        fx_start(f);
+    bool ok = t && rfx_init(&f->reg, "reg", t, KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE, 4, false);
     free(t);
     return ok;
 }
 
 static void fx_free(fixture *f) {
-    kiln_registry_server_stop(f->srv, 1000);
+    rfx_free(&f->reg);
     kiln_sign_seckey_free(f->rel);
     kiln_sign_seckey_free(f->p1);
     kiln_sign_seckey_free(f->p2);
     kiln_sign_seckey_free(f->stranger);
-    free(f->pub_tok);
-    free(f->prom_tok);
 }
 
 static kiln_registry_client_opts fx_client(const fixture *f, const char *token) {
-    kiln_registry_client_opts c = {.url = f->url, .token = token, .retries = 2, .backoff_ms = 20};
+    kiln_registry_client_opts c = {
+        .url = f->reg.url, .token = token, .retries = 2, .backoff_ms = 20};
     return c;
-}
-
-/* Sign an archive as `kiln sign [--allow-unvalidated]` does, adding a block to
- * ARCHIVE.minisig (a second key co-signs). */
-static bool fx_sign(kiln_sign_seckey *sk, const char *archive, bool allow_unvalidated) {
-    char *sig = NULL, *sigp = kiln_asprintf("%s.minisig", archive), *have = NULL, *all = NULL;
-    size_t have_len = 0;
-    bool ok = sigp && kiln_sign_archive(sk, archive, allow_unvalidated, &sig, NULL) == KILN_OK;
-    if (ok && kiln_path_exists(sigp))
-        ok = kiln_read_file(sigp, 1 << 20, &have, &have_len) == KILN_OK;
-    ok = ok && kiln_sign_archive_sigs_add(have, have_len, sigp, sig, &all) == KILN_OK &&
-         kiln_write_file_atomic(sigp, all, strlen(all)) == KILN_OK;
-    free(sig), free(sigp), free(have), free(all);
-    return ok;
-}
-
-/* Make the model directory `name` in the test directory (weights and card_text), pack it
- * as demo@version into name.kiln and sign that with sk; returns the archive's path (caller
- * frees) and its digest in hex. */
-static char *fx_pack_signed(const char *name, const void *weights, size_t len,
-                            const char *card_text, const char *version, kiln_sign_seckey *sk,
-                            char hex[KILN_SHA256_HEX]) {
-    char *dir = kiln_test_path(name), *path = kiln_asprintf("%s.kiln", dir ? dir : ""),
-         *w = kiln_path_join(dir ? dir : "", "model.safetensors"),
-         *card = kiln_path_join(dir ? dir : "", "card.json");
-    uint8_t digest[KILN_SHA256_BYTES];
-    kiln_manifest *m = NULL;
-    bool ok = dir && path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
-              kiln_write_file_atomic(w, weights, len) == KILN_OK &&
-              kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
-              kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK;
-    if (ok) {
-        ok = fx_sign(sk, path, true);
-        kiln_hex(digest, sizeof digest, hex);
-    }
-    kiln_manifest_free(m);
-    free(dir);
-    free(w);
-    free(card);
-    if (!ok) {
-        free(path);
-        return NULL;
-    }
-    return path;
 }
 
 /* An archive whose weights are the text `content` (a model directory named after it). */
@@ -671,81 +546,33 @@ static char *fx_archive(const char *content, const char *version, kiln_sign_seck
                         char hex[KILN_SHA256_HEX]) {
     char name[64];
     snprintf(name, sizeof name, "model-%s-%s", version, content);
-    return fx_pack_signed(
+    return rfx_archive(
         name, content, strlen(content),
         "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r-1\","
         "\"step\":40,\"dataset_sha256\":\"abcd\",\"code_version\":\"0.1.0\",\"metrics\":{}}}",
         version, sk, hex);
 }
 
-/* A channel record's text signed by the given keys (NULL-terminated). */
-static char *fx_record(const char *channel, const char *version, const char *hex, uint64_t seq,
-                       int64_t expires, const char *reason, kiln_sign_seckey *const *keys) {
-    kiln_sign_record r;
-    kiln_sign_record_init(&r);
-    uint8_t d[32];
-    char *text = NULL, *path = kiln_test_path("record.json");
-    size_t len;
-    bool ok =
-        path && kiln_unhex(hex, d, 32) &&
-        kiln_sign_record_set(&r, "demo", channel, version, d, seq, expires, reason) == KILN_OK;
-    for (int i = 0; ok && keys[i]; i++)
-        ok = kiln_sign_record_add_signature(&r, keys[i]) == KILN_OK;
-    if (ok && kiln_sign_record_save(&r, path) == KILN_OK) {
-        if (kiln_read_file(path, 1 << 20, &text, &len) != KILN_OK) text = NULL;
-    }
-    if (path) unlink(path);
-    free(path);
-    kiln_sign_record_release(&r);
-    return text;
-}
-
 static kiln_err fx_put(const fixture *f, const char *channel, const char *text) {
-    kiln_registry_client_opts c = fx_client(f, f->prom_tok);
+    kiln_registry_client_opts c = fx_client(f, f->reg.prom);
     return kiln_registry_put_channel(&c, "demo", channel, text, strlen(text));
 }
 
 /* Store a record the way a compromised server would: straight into its database. */
 static bool fx_inject(const fixture *f, const char *channel, const char *version, const char *hex,
                       int64_t seq, const char *text) {
-    sqlite3 *db;
-    if (reg_db_open(f->root, &db) != KILN_OK) return false;
-    sqlite3_stmt *st;
-    bool ok =
-        sqlite3_prepare_v2(
-            db, "INSERT INTO channel_records VALUES('demo', ?1, ?2, ?3, ?4, 0, 'x', ?5, 'evil', 0)",
-            -1, &st, NULL) == SQLITE_OK;
-    if (ok) {
-        char d[80];
-        snprintf(d, sizeof d, "sha256:%s", hex);
-        sqlite3_bind_text(st, 1, channel, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_int64(st, 2, seq);
-        sqlite3_bind_text(st, 3, version, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 4, d, -1, SQLITE_TRANSIENT);
-        sqlite3_bind_text(st, 5, text, -1, SQLITE_TRANSIENT);
-        ok = sqlite3_step(st) == SQLITE_DONE;
-        sqlite3_finalize(st);
-    }
-    reg_db_close(db);
+    char *sql = kiln_asprintf("INSERT INTO channel_records VALUES('demo', '%s', %lld, '%s', "
+                              "'sha256:%s', 0, 'x', ?1, 'evil', 0)",
+                              channel, (long long)seq, version, hex);
+    bool ok = sql && rfx_sql(f->reg.root, RFX_OPEN, sql, text);
+    free(sql);
     return ok;
-}
-
-/* The count(*) a query over the registry's database returns; -1 when it cannot run. */
-static int fx_count(const fixture *f, const char *sql) {
-    sqlite3 *db;
-    int n = -1;
-    if (reg_db_open(f->root, &db) != KILN_OK) return n;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    reg_db_close(db);
-    return n;
 }
 
 static kiln_err fx_pull(const fixture *f, const char *ref, const char *out) {
     kiln_registry_client_opts c = fx_client(f, NULL);
-    kiln_registry_pull_opts p = {.ref = ref, .trust = f->trust, .out = out, .state = f->state};
+    kiln_registry_pull_opts p = {
+        .ref = ref, .trust = f->reg.trust, .out = out, .state = f->reg.state};
     kiln_registry_pulled res;
     return kiln_registry_pull(&c, &p, &res);
 }
@@ -768,8 +595,8 @@ KILN_TEST(registry_publish_promote_pull) {
          *a3 = fx_archive("other", "1.0.0", f.rel, h3),
          *as = fx_archive("evil", "6.6.6", f.stranger, hs);
     if (!CHECK("archives", a1 && a2 && a3 && as)) goto free_archives;
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok), none = fx_client(&f, NULL),
-                              rd = fx_client(&f, f.prom_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub), none = fx_client(&f, NULL),
+                              rd = fx_client(&f, f.reg.prom);
     kiln_registry_published pub;
     CHECK("publish without a token: refused",
           kiln_registry_publish(&none, a1, NULL, &pub) == KILN_ERR_AUTH &&
@@ -793,36 +620,36 @@ KILN_TEST(registry_publish_promote_pull) {
 
     kiln_sign_seckey *k1[] = {f.p1, NULL}, *k12[] = {f.p1, f.p2, NULL}, *ks[] = {f.stranger, NULL};
     int64_t later = kiln_unix_time() + 3600;
-    char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
+    char *r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
     CHECK("promote staging seq 1", r1 && fx_put(&f, "staging", r1) == KILN_OK);
     CHECK("the same record again: 409 (seq)", r1 && fx_put(&f, "staging", r1) == KILN_ERR_CONFLICT);
     char *out = kiln_test_path("model");
     CHECK("pull staging",
           fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
-    char *r2 = fx_record("staging", "1.1.0", h2, 2, later, "promote", k1);
+    char *r2 = rfx_record("staging", "1.1.0", h2, 2, later, "promote", k1);
     CHECK("promote staging seq 2", r2 && fx_put(&f, "staging", r2) == KILN_OK);
     CHECK("pull replaces the model",
           fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "two"));
-    char *r3 = fx_record("staging", "1.0.0", h1, 3, later, "rollback", k1);
+    char *r3 = rfx_record("staging", "1.0.0", h1, 3, later, "rollback", k1);
     CHECK("rollback seq 3", r3 && fx_put(&f, "staging", r3) == KILN_OK);
     CHECK("pull after rollback",
           fx_pull(&f, "demo@staging", out) == KILN_OK && file_is(out, "model.safetensors", "one"));
-    char *skip = fx_record("staging", "1.1.0", h2, 5, later, "promote", k1);
+    char *skip = rfx_record("staging", "1.1.0", h2, 5, later, "promote", k1);
     CHECK("a seq that skips: refused", skip && fx_put(&f, "staging", skip) == KILN_ERR_CONFLICT);
-    char *wrongd = fx_record("staging", "1.1.0", h1, 4, later, "promote", k1);
+    char *wrongd = rfx_record("staging", "1.1.0", h1, 4, later, "promote", k1);
     CHECK("a digest the version lacks: refused",
           wrongd && fx_put(&f, "staging", wrongd) == KILN_ERR_VERIFY);
-    char *absent = fx_record("staging", "9.9.9", h1, 4, later, "promote", k1);
+    char *absent = rfx_record("staging", "9.9.9", h1, 4, later, "promote", k1);
     CHECK("a version the registry lacks: refused",
           absent && fx_put(&f, "staging", absent) == KILN_ERR_NOTFOUND);
-    char *expired = fx_record("staging", "1.1.0", h2, 4, kiln_unix_time() - 10, "promote", k1);
+    char *expired = rfx_record("staging", "1.1.0", h2, 4, kiln_unix_time() - 10, "promote", k1);
     CHECK("an expired record: refused by the server",
           expired && fx_put(&f, "staging", expired) == KILN_ERR_VERIFY);
 
     /* Threshold 2: one signature, or one by a stranger, is refused by the server. */
-    char *p_one = fx_record("production", "1.1.0", h2, 1, later, "promote", k1),
-         *p_str = fx_record("production", "1.1.0", h2, 1, later, "promote", ks),
-         *p_two = fx_record("production", "1.1.0", h2, 1, later, "promote", k12);
+    char *p_one = rfx_record("production", "1.1.0", h2, 1, later, "promote", k1),
+         *p_str = rfx_record("production", "1.1.0", h2, 1, later, "promote", ks),
+         *p_two = rfx_record("production", "1.1.0", h2, 1, later, "promote", k12);
     CHECK("fewer keys than the threshold: server refuses",
           p_one && fx_put(&f, "production", p_one) == KILN_ERR_VERIFY &&
               strstr(kiln_errmsg(), "needs 2"));
@@ -838,13 +665,15 @@ KILN_TEST(registry_publish_promote_pull) {
 
     /* The audit log has one row per change. */
     CHECK("audit: 2 publishes, 3 staging records, 1 production",
-          fx_count(&f, "SELECT count(*) FROM audit WHERE action IN "
-                       "('publish','promote','rollback')") == 6);
+          rfx_int(f.reg.root, RFX_OPEN,
+                  "SELECT count(*) FROM audit WHERE action IN "
+                  "('publish','promote','rollback')") == 6);
     size_t problems = 9;
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
     CHECK("fsck clean",
-          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+          kiln_registry_fsck(f.reg.root, f.reg.trust, NULL, NULL, &problems) == KILN_OK &&
+              problems == 0);
     free(r1), free(r2), free(r3), free(skip), free(wrongd), free(absent), free(expired);
     free(p_one), free(p_str), free(p_two);
     free(out), free(out2), free(out3);
@@ -861,15 +690,15 @@ KILN_TEST(registry_pull_refuses_lies) {
     if (!CHECK("fixture", fx_init(&f))) goto out;
     char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX];
     char *a1 = fx_archive("one", "1.0.0", f.rel, h1), *a2 = fx_archive("two", "2.0.0", f.rel, h2);
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
     kiln_registry_published pub;
     if (!CHECK("publish", a1 && a2 && kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
                               kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK))
         goto free_archives;
     kiln_sign_seckey *k1[] = {f.p1, NULL}, *ks[] = {f.stranger, NULL};
     int64_t later = kiln_unix_time() + 3600;
-    char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1),
-         *r2 = fx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
+    char *r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1),
+         *r2 = rfx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
     char *out = kiln_test_path("model");
     CHECK("seq 1 and 2",
           r1 && r2 && fx_put(&f, "staging", r1) == KILN_OK && fx_put(&f, "staging", r2) == KILN_OK);
@@ -878,7 +707,7 @@ KILN_TEST(registry_pull_refuses_lies) {
 
     /* Replay: the server drops seq 2 and serves seq 1 again. */
     sqlite3 *db;
-    if (reg_db_open(f.root, &db) == KILN_OK) {
+    if (reg_db_open(f.reg.root, &db) == KILN_OK) {
         (void)reg_db_exec(db, "DELETE FROM channel_records WHERE seq = 2");
         reg_db_close(db);
     }
@@ -888,19 +717,19 @@ KILN_TEST(registry_pull_refuses_lies) {
     CHECK("the model stays as it was", file_is(out, "model.safetensors", "two"));
 
     /* Expired: signed properly, but out of date. */
-    char *ex = fx_record("staging", "2.0.0", h2, 3, kiln_unix_time() - 5, "promote", k1);
+    char *ex = rfx_record("staging", "2.0.0", h2, 3, kiln_unix_time() - 5, "promote", k1);
     CHECK("inject expired", ex && fx_inject(&f, "staging", "2.0.0", h2, 3, ex));
     rc = fx_pull(&f, "demo@staging", out);
     CHECK("an expired record is refused",
           rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "expired"));
 
     /* Signed by a stranger; and fewer keys than the threshold. */
-    char *st = fx_record("staging", "2.0.0", h2, 4, later, "promote", ks);
+    char *st = rfx_record("staging", "2.0.0", h2, 4, later, "promote", ks);
     CHECK("inject stranger's", st && fx_inject(&f, "staging", "2.0.0", h2, 4, st));
     rc = fx_pull(&f, "demo@staging", out);
     CHECK("a record by an unknown key is refused",
           rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "channel record"));
-    char *one = fx_record("production", "2.0.0", h2, 1, later, "promote", k1);
+    char *one = rfx_record("production", "2.0.0", h2, 1, later, "promote", k1);
     CHECK("inject under-signed", one && fx_inject(&f, "production", "2.0.0", h2, 1, one));
     char *out2 = kiln_test_path("prod");
     rc = fx_pull(&f, "demo@production", out2);
@@ -909,7 +738,7 @@ KILN_TEST(registry_pull_refuses_lies) {
     CHECK("nothing at the refused pull's directory", !kiln_path_exists(out2));
 
     /* Tampered: one byte of the blob changed on the server's disk. */
-    char *blob = reg_blob_path(f.root, h1);
+    char *blob = reg_blob_path(f.reg.root, h1);
     FILE *fp = blob ? fopen(blob, "r+b") : NULL;
     if (fp) {
         fseek(fp, 100, SEEK_SET);
@@ -924,10 +753,10 @@ KILN_TEST(registry_pull_refuses_lies) {
           rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "hashes to"));
     CHECK("nothing at its directory", !kiln_path_exists(out3));
     size_t problems = 0;
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
     CHECK("fsck sees the tampered blob and the bad records",
-          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
+          kiln_registry_fsck(f.reg.root, f.reg.trust, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
               problems == 4);
     free(blob), free(r1), free(r2), free(ex), free(st), free(one), free(out), free(out2),
         free(out3);
@@ -942,8 +771,8 @@ KILN_TEST(registry_sigkill_mid_upload) {
     if (!CHECK("fixture", fx_init(&f))) goto out;
     char hex[KILN_SHA256_HEX];
     char *a = fx_archive("killed", "1.0.0", f.rel, hex);
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
     if (!CHECK("archive", a)) goto out;
     int ready[2];
     if (!CHECK("pipe", pipe(ready) == 0)) goto free_a;
@@ -951,7 +780,7 @@ KILN_TEST(registry_sigkill_mid_upload) {
     if (pid == 0) { /* the server, in a process of its own */
         close(ready[0]);
         kiln_registry_server_opts o = {
-            .root = f.root, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
+            .root = f.reg.root, .listen = "127.0.0.1:0", .trust = f.reg.trust, .threads = 2};
         kiln_registry_server *s;
         uint16_t port = 0;
         if (kiln_registry_server_start(&o, &s) == KILN_OK) port = kiln_registry_server_port(s);
@@ -981,7 +810,7 @@ KILN_TEST(registry_sigkill_mid_upload) {
             "PUT /v1/models/demo/versions/1.0.0 HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: "
             "Bearer %s\r\n"
             "Content-Length: %zu\r\nX-Kiln-Digest: sha256:%s\r\nX-Kiln-Signature: %s\r\n\r\n",
-            f.pub_tok, body_len, hex, b64);
+            f.reg.pub, body_len, hex, b64);
         (void)!write(s, head, (size_t)hl);
         (void)!write(s, body, body_len / 2);
         struct timespec ts = {0, 200 * 1000 * 1000};
@@ -991,16 +820,18 @@ KILN_TEST(registry_sigkill_mid_upload) {
     waitpid(pid, NULL, 0);
     close(s);
     /* Nothing visible, nothing left over. */
-    CHECK("no version is visible", fx_count(&f, "SELECT count(*) FROM versions") == 0);
+    CHECK("no version is visible",
+          rfx_int(f.reg.root, RFX_OPEN, "SELECT count(*) FROM versions") == 0);
     size_t problems = 9;
     CHECK("fsck is clean",
-          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
-    char *tmp = kiln_path_join(f.root, "tmp");
+          kiln_registry_fsck(f.reg.root, f.reg.trust, NULL, NULL, &problems) == KILN_OK &&
+              problems == 0);
+    char *tmp = kiln_path_join(f.reg.root, "tmp");
     CHECK("no temporaries", tmp && count_entries(tmp) == 0);
     free(tmp);
     /* And the upload then succeeds. */
     CHECK("restart", fx_start(&f));
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
     kiln_registry_published pub;
     CHECK("the upload succeeds",
           kiln_registry_publish(&c, a, NULL, &pub) == KILN_OK && !pub.existed);
@@ -1021,7 +852,7 @@ typedef struct worker {
 
 static void *do_publish(void *arg) {
     worker *w = arg;
-    kiln_registry_client_opts c = fx_client(w->f, w->f->pub_tok);
+    kiln_registry_client_opts c = fx_client(w->f, w->f->reg.pub);
     kiln_registry_published pub;
     w->rc = kiln_registry_publish(&c, w->archive, NULL, &pub);
     return NULL;
@@ -1031,7 +862,7 @@ static void *do_pull(void *arg) {
     worker *w = arg;
     kiln_registry_client_opts c = fx_client(w->f, NULL);
     kiln_registry_pull_opts p = {
-        .ref = w->ref, .trust = w->f->trust, .out = w->out, .state = w->state};
+        .ref = w->ref, .trust = w->f->reg.trust, .out = w->out, .state = w->state};
     kiln_registry_pulled res;
     w->rc = kiln_registry_pull(&c, &p, &res);
     return NULL;
@@ -1050,10 +881,10 @@ KILN_TEST(registry_concurrent_pulls_and_publishes) {
     big[n] = 0;
     char h[KILN_SHA256_HEX], hv[PUBS][KILN_SHA256_HEX];
     char *base = fx_archive(big, "1.0.0", f.rel, h), *pubs[PUBS] = {0};
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
     kiln_registry_published pub;
     kiln_sign_seckey *k1[] = {f.p1, NULL};
-    char *rec = fx_record("staging", "1.0.0", h, 1, kiln_unix_time() + 3600, "promote", k1);
+    char *rec = rfx_record("staging", "1.0.0", h, 1, kiln_unix_time() + 3600, "promote", k1);
     if (!CHECK("base published and promoted",
                base && rec && kiln_registry_publish(&c, base, NULL, &pub) == KILN_OK &&
                    fx_put(&f, "staging", rec) == KILN_OK))
@@ -1133,21 +964,9 @@ static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_r
 /* An archive of a real model (a vector file) as demo@version. */
 static char *fx_model_archive(const char *vector, const char *version, kiln_sign_seckey *sk,
                               char hex[KILN_SHA256_HEX]) {
-    char *src = kiln_test_vector(vector), *data = NULL;
-    size_t len = 0;
-    char *a = NULL;
-    if (src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK) {
-        char name[64];
-        snprintf(name, sizeof name, "vec-%s", version);
-        a = fx_pack_signed(
-            name, data, len,
-            "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
-            "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}",
-            version, sk, hex);
-    }
-    free(src);
-    free(data);
-    return a;
+    char name[64];
+    snprintf(name, sizeof name, "vec-%s", version);
+    return rfx_vector_archive(name, vector, version, sk, hex);
 }
 
 static uint64_t wait_gen(kiln_watch *w, uint64_t want) {
@@ -1171,11 +990,11 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     char *a1 = fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f.rel, h1),
          *a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2),
          *a3 = fx_archive("broken", "3.0.0", f.rel, h3);
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
     kiln_registry_published pub;
     kiln_sign_seckey *k1[] = {f.p1, NULL};
     int64_t later = kiln_unix_time() + 3600;
-    char *r1 = fx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
+    char *r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
     if (!CHECK("published and promoted", a1 && a2 && a3 && r1 &&
                                              kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
                                              kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
@@ -1183,14 +1002,7 @@ KILN_TEST(registry_watch_swaps_verified_models) {
                                              fx_put(&f, "staging", r1) == KILN_OK))
         goto done;
     char *dir = kiln_test_path("watch");
-    kiln_watch_opts o = {.pull = {.registry = f.url,
-                                  .ref = "demo@staging",
-                                  .trust = f.trust,
-                                  .out = dir,
-                                  .state = f.state},
-                         .interval_ms = 20,
-                         .on_update = on_update,
-                         .ctx = &u};
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &u);
     if (!CHECK("watch starts with the current version", kiln_watch_start(&o, &w) == KILN_OK)) {
         free(dir);
         goto done;
@@ -1198,14 +1010,14 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     uint64_t g = 0;
     const kiln_model *m1 = kiln_watch_acquire(w, &g);
     CHECK("generation 1 is the dense model", g == 1 && kiln_model_config_get(m1)->n_experts == 0);
-    char *r2 = fx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
+    char *r2 = rfx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
     CHECK("promote 2.0.0", r2 && fx_put(&f, "staging", r2) == KILN_OK);
     CHECK("the new version is swapped in", wait_gen(w, 2) == 2);
     const kiln_model *m2 = kiln_watch_acquire(w, &g);
     CHECK("generation 2 is the MoE model", g == 2 && kiln_model_config_get(m2)->n_experts > 0);
     CHECK("the old model stays usable while held", kiln_model_config_get(m1)->n_experts == 0);
     kiln_watch_release(w, m1);
-    char *r3 = fx_record("staging", "3.0.0", h3, 3, later, "promote", k1);
+    char *r3 = rfx_record("staging", "3.0.0", h3, 3, later, "promote", k1);
     CHECK("promote a model that cannot load", r3 && fx_put(&f, "staging", r3) == KILN_OK);
     for (int i = 0; i < 500; i++) {
         pthread_mutex_lock(&u.mu);
@@ -1292,7 +1104,7 @@ static bool fx_policy(const char *path, const char *rel, const char *rel2, const
 static kiln_err fx_pull_with(const fixture *f, const char *trust, const char *ref, const char *out,
                              kiln_registry_pulled *res) {
     kiln_registry_client_opts c = fx_client(f, NULL);
-    kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out, .state = f->state};
+    kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out, .state = f->reg.state};
     return kiln_registry_pull(&c, &p, res);
 }
 
@@ -1314,31 +1126,32 @@ KILN_TEST(registry_archive_policy) {
     kiln_sign_pubkey_base64(&pk, k_p1);
     keys = keys && kiln_test_keypair(&rel2, k_rel2) && kiln_test_keypair(&rel3, k_rel3);
     /* The server: two distinct release keys, no unvalidated archives. */
-    if (!CHECK("policies",
-               keys &&
-                   fx_policy(f.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
-                   fx_policy(strict, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
-                   fx_policy(client3, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":3") &&
-                   fx_start(&f)))
+    if (!CHECK(
+            "policies",
+            keys &&
+                fx_policy(f.reg.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
+                fx_policy(strict, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":2") &&
+                fx_policy(client3, k_rel, k_rel2, k_rel3, k_p1, ",\"release_threshold\":3") &&
+                fx_start(&f)))
         goto out;
     a = fx_real_archive("1.0.0", true);
     u = fx_real_archive("1.1.0", false);
     if (!CHECK("a validated and an unvalidated model packed", a && u)) goto out;
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
     kiln_registry_published pub;
 
-    CHECK("signed by one release key", fx_sign(f.rel, a, false));
+    CHECK("signed by one release key", rfx_sign(f.rel, a, false));
     kiln_err rc = kiln_registry_publish(&c, a, NULL, &pub);
     CHECK("one of two release keys: the server refuses",
           rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "HTTP 422") &&
               strstr(kiln_errmsg(), "needs 2 distinct release keys, the archive is signed by 1"));
     CHECK("the message names the upload, not the server's file descriptor",
           strstr(kiln_errmsg(), "upload of demo@1.0.0") && !strstr(kiln_errmsg(), "/proc/"));
-    CHECK("co-signed by a second release key", fx_sign(rel2, a, false));
+    CHECK("co-signed by a second release key", rfx_sign(rel2, a, false));
     CHECK("two of two: stored", kiln_registry_publish(&c, a, NULL, &pub) == KILN_OK);
 
     CHECK("the unvalidated model signed with allow-unvalidated by both",
-          fx_sign(f.rel, u, true) && fx_sign(rel2, u, true));
+          rfx_sign(f.rel, u, true) && rfx_sign(rel2, u, true));
     rc = kiln_registry_publish(&c, u, NULL, &pub);
     CHECK("unvalidated: the server refuses, naming the policy's rule",
           rc == KILN_ERR_VERIFY && strstr(kiln_errmsg(), "accept_unvalidated"));
@@ -1348,7 +1161,7 @@ KILN_TEST(registry_archive_policy) {
     uint8_t d[KILN_SHA256_BYTES];
     CHECK("digest", kiln_sha256_file(a, d) == KILN_OK);
     kiln_hex(d, sizeof d, hex);
-    char *rec = fx_record("staging", "1.0.0", hex, 1, kiln_unix_time() + 3600, "promote", k1);
+    char *rec = rfx_record("staging", "1.0.0", hex, 1, kiln_unix_time() + 3600, "promote", k1);
     CHECK("promoted", rec && fx_put(&f, "staging", rec) == KILN_OK);
     free(rec);
     kiln_registry_pulled res;
@@ -1375,9 +1188,9 @@ KILN_TEST(registry_archive_policy) {
 
     /* A server that accepts unvalidated archives; a client that does not still refuses. */
     CHECK("lax server",
-          fx_policy(f.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"accept_unvalidated\":true") &&
+          fx_policy(f.reg.trust, k_rel, k_rel2, k_rel3, k_p1, ",\"accept_unvalidated\":true") &&
               fx_start(&f));
-    c = fx_client(&f, f.pub_tok);
+    c = fx_client(&f, f.reg.pub);
     CHECK("the lax server stores the unvalidated model",
           kiln_registry_publish(&c, u, NULL, &pub) == KILN_OK);
     char *out2 = kiln_test_path("unvalidated");
@@ -1386,15 +1199,15 @@ KILN_TEST(registry_archive_policy) {
                                               strstr(kiln_errmsg(), "allow-unvalidated") &&
                                               strstr(kiln_errmsg(), "accept_unvalidated"));
     CHECK("nothing there", !kiln_path_exists(out2));
-    rc = fx_pull_with(&f, f.trust, "demo@1.1.0", out2, &res);
+    rc = fx_pull_with(&f, f.reg.trust, "demo@1.1.0", out2, &res);
     CHECK("a client whose policy accepts it pulls it, and is told",
           rc == KILN_OK &&
               strstr(res.signed_by, "validation absent, signed with allow-unvalidated"));
     size_t problems = 0;
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
     CHECK("fsck with the strict policy finds the unvalidated version's signatures",
-          kiln_registry_fsck(f.root, strict, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
+          kiln_registry_fsck(f.reg.root, strict, NULL, NULL, &problems) == KILN_ERR_VERIFY &&
               problems == 1);
     free(out2);
 out:
@@ -1412,15 +1225,15 @@ KILN_TEST(registry_release_refusals) {
     char *outd = kiln_test_path("rel-out"), *keep = kiln_path_join(outd, "keep"),
          *data = kiln_test_synth("d.st", 3, 200), *bad = kiln_test_write("bad.st", "x", 1),
          *run = kiln_test_path("no-such-run"), *fresh = kiln_test_path("rel-fresh");
-    kiln_registry_client_opts c = fx_client(&f, f.pub_tok);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
     const kiln_sign_seckey *keys[] = {f.rel};
     kiln_registry_release_opts o = {.run_dir = run,
                                     .name = "demo",
                                     .version = "1.0.0",
                                     .data = data,
                                     .out_dir = outd,
-                                    .trust = f.trust,
-                                    .state = f.state,
+                                    .trust = f.reg.trust,
+                                    .state = f.reg.state,
                                     .release_keys = keys,
                                     .n_release_keys = 1,
                                     .client = &c};

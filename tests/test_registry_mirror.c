@@ -3,7 +3,6 @@
  * incremental, resumed after a cut download), what does not verify is reported and not
  * copied, the directories a mirror refuses, a mirror served read-only, and pulls that fail
  * over between a primary and its mirrors (docs/registry.md, "Mirrors"). */
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "export.h"
+#include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
 #include "testutil.h"
@@ -19,12 +18,11 @@
 enum { ROOT, REL, PROM, NK };
 
 typedef struct mfx {
+    rfx primary; /* tokens: admin, pub, prom */
+    char mirror[1024], murl[64];
+    kiln_registry_server *msrv;
     kiln_sign_seckey *sk[NK];
     char b64[NK][KILN_SIGN_PUBKEY_B64];
-    char primary[1024], mirror[1024], trust[1024], state[1024];
-    char purl[64], murl[64];
-    char *admin, *pub, *prom;
-    kiln_registry_server *psrv, *msrv;
     char problems[8][512]; /* the last sync's problem lines */
     size_t nproblems;
 } mfx;
@@ -41,41 +39,26 @@ static char *mpolicy(const mfx *f, int v) {
         v, f->b64[ROOT], f->b64[REL], f->b64[PROM]);
 }
 
+/* A server (2 workers, reads open) on root; url gets its address. */
 static bool mserve(const char *root, const char *trust, kiln_registry_server **srv, char url[64]) {
-    kiln_registry_server_stop(*srv, 1000);
-    *srv = NULL;
-    kiln_registry_server_opts o = {
-        .root = root, .listen = "127.0.0.1:0", .trust = trust, .threads = 2};
-    if (kiln_registry_server_start(&o, srv) != KILN_OK) return false;
-    snprintf(url, 64, "http://127.0.0.1:%u", (unsigned)kiln_registry_server_port(*srv));
-    return true;
+    return rfx_serve(root, trust, false, 2, srv, url) != 0;
 }
 
 static bool minit(mfx *f) {
     memset(f, 0, sizeof *f);
-    snprintf(f->primary, sizeof f->primary, "%s/primary", kiln_test_dir());
     snprintf(f->mirror, sizeof f->mirror, "%s/mirror", kiln_test_dir());
-    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
-    snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
-    for (int i = 0; i < NK; i++)
-        if (!kiln_test_keypair(&f->sk[i], f->b64[i])) return false;
+    if (!rfx_keys(f->sk, f->b64, NK)) return false;
     char *v1 = mpolicy(f, 1);
-    bool ok =
-        v1 && kiln_write_file_atomic(f->trust, v1, strlen(v1)) == KILN_OK &&
-        kiln_registry_token_create(f->primary, "ops", KILN_SCOPE_ADMIN, &f->admin) == KILN_OK &&
-        kiln_registry_token_create(f->primary, "ci", KILN_SCOPE_PUBLISH, &f->pub) == KILN_OK &&
-        kiln_registry_token_create(f->primary, "rm", KILN_SCOPE_PROMOTE, &f->prom) == KILN_OK &&
-        mserve(f->primary, f->trust, &f->psrv, f->purl);
+    bool ok = v1 && rfx_init(&f->primary, "primary", v1,
+                             KILN_SCOPE_ADMIN | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE, 2, false);
     free(v1);
     return ok;
 }
 
 static void mfree(mfx *f) {
-    kiln_registry_server_stop(f->psrv, 1000);
+    rfx_free(&f->primary);
     kiln_registry_server_stop(f->msrv, 1000);
-    for (int i = 0; i < NK; i++)
-        kiln_sign_seckey_free(f->sk[i]);
-    free(f->admin), free(f->pub), free(f->prom);
+    rfx_keys_free(f->sk, NK);
 }
 
 static kiln_registry_client_opts mclient(const char *url, const char *token) {
@@ -83,35 +66,25 @@ static kiln_registry_client_opts mclient(const char *url, const char *token) {
     return c;
 }
 
-/* demo@version packed from wlen bytes of weights, signed by rel, published to the primary. */
-static bool mpublish(mfx *f, const char *version, const void *weights, size_t wlen) {
-    char name[64];
-    snprintf(name, sizeof name, "m-%s", version);
-    char *dir = kiln_test_path(name), *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL,
-         *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
-         *card = dir ? kiln_path_join(dir, "card.json") : NULL, *sig = NULL, *sigp = NULL;
-    static const char card_text[] =
-        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
-        "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
-    uint8_t d[KILN_SHA256_BYTES];
-    kiln_manifest *m = NULL;
-    kiln_registry_client_opts c = mclient(f->purl, f->pub);
+/* Publish the archive at path (NULL: none was made) to the primary; frees path. */
+static bool mpublish_archive(mfx *f, char *path) {
+    kiln_registry_client_opts c = mclient(f->primary.url, f->primary.pub);
     kiln_registry_published pub;
-    bool ok = path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
-              kiln_write_file_atomic(w, weights, wlen) == KILN_OK &&
-              kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
-              kiln_archive_pack(dir, "demo", version, path, d, &m) == KILN_OK &&
-              kiln_sign_archive(f->sk[REL], path, true, &sig, NULL) == KILN_OK &&
-              (sigp = kiln_asprintf("%s.minisig", path)) &&
-              kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK &&
-              kiln_registry_publish(&c, path, NULL, &pub) == KILN_OK;
-    kiln_manifest_free(m);
-    free(dir), free(path), free(w), free(card), free(sig), free(sigp);
+    bool ok = path && kiln_registry_publish(&c, path, NULL, &pub) == KILN_OK;
+    free(path);
     return ok;
 }
 
+/* demo@version packed from wlen bytes of weights, signed by rel, published to the primary. */
+static bool mpublish(mfx *f, const char *version, const void *weights, size_t wlen) {
+    char name[64], hex[KILN_SHA256_HEX];
+    snprintf(name, sizeof name, "m-%s", version);
+    return mpublish_archive(f,
+                            rfx_archive(name, weights, wlen, RFX_CARD, version, f->sk[REL], hex));
+}
+
 static bool mpromote(mfx *f, const char *channel, const char *version) {
-    kiln_registry_client_opts c = mclient(f->purl, f->prom);
+    kiln_registry_client_opts c = mclient(f->primary.url, f->primary.prom);
     const kiln_sign_seckey *keys[] = {f->sk[PROM]};
     kiln_registry_promote_opts o = {
         .model = "demo", .channel = channel, .version = version, .keys = keys, .nkeys = 1};
@@ -123,7 +96,7 @@ static bool mpromote(mfx *f, const char *channel, const char *version) {
 static bool mtrust2(mfx *f) {
     char *p2 = mpolicy(f, 2), *doc = NULL;
     size_t len = 0;
-    kiln_registry_client_opts c = mclient(f->purl, f->admin);
+    kiln_registry_client_opts c = mclient(f->primary.url, f->primary.admin);
     uint64_t v = 0;
     bool ok = p2 &&
               kiln_sign_trust_sign(p2, strlen(p2), "v2", f->sk[ROOT], &doc, &len) == KILN_OK &&
@@ -149,88 +122,28 @@ static kiln_err msync_with(mfx *f, const char *root, kiln_registry_client_opts *
                            kiln_registry_mirror_result *res) {
     f->nproblems = 0;
     kiln_registry_mirror_opts o = {
-        .root = root, .from = c, .trust = f->trust, .on_problem = mproblem, .ctx = f};
+        .root = root, .from = c, .trust = f->primary.trust, .on_problem = mproblem, .ctx = f};
     return kiln_registry_mirror_sync(&o, res);
 }
 
 static kiln_err msync(mfx *f, kiln_registry_mirror_result *res) {
-    kiln_registry_client_opts c = mclient(f->purl, f->admin);
+    kiln_registry_client_opts c = mclient(f->primary.url, f->primary.admin);
     return msync_with(f, f->mirror, &c, res);
 }
 
-/* One value from a store (the first column of the first row) as text; caller frees. */
+/* One value from a store (the first column of the first row) as text; caller frees. The
+ * store is only connected to: a query never makes a table (the primary has no meta). */
 static char *mquery(const char *root, const char *sql) {
-    sqlite3 *db;
-    char *v = NULL;
-    if (reg_db_connect(root, &db) != KILN_OK) return NULL;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW &&
-        sqlite3_column_text(st, 0))
-        v = kiln_strdup((const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st);
-    reg_db_close(db);
-    return v;
+    return rfx_text(root, RFX_CONNECT, sql);
 }
 
 /* The same query answers the same in both stores (and answers at all). */
 static bool mboth(const mfx *f, const char *sql) {
-    char *a = mquery(f->primary, sql), *b = mquery(f->mirror, sql);
+    char *a = mquery(f->primary.root, sql), *b = mquery(f->mirror, sql);
     bool ok = a && b && !strcmp(a, b);
     free(a);
     free(b);
     return ok;
-}
-
-static bool mexec(const char *root, const char *sql) {
-    sqlite3 *db;
-    if (reg_db_connect(root, &db) != KILN_OK) return false;
-    bool ok = reg_db_exec(db, sql) == KILN_OK;
-    reg_db_close(db);
-    return ok;
-}
-
-typedef struct mresp {
-    long status;
-    char body[4096];
-    size_t len;
-} mresp;
-
-static size_t mresp_write(char *d, size_t s, size_t n, void *ctx) {
-    mresp *r = ctx;
-    size_t k = s * n, room = sizeof r->body - 1 - r->len;
-    memcpy(r->body + r->len, d, k < room ? k : room);
-    r->len += k < room ? k : room;
-    r->body[r->len] = 0;
-    return k;
-}
-
-static long mhttp(const char *url, const char *method, const char *path, const char *token,
-                  const char *body, mresp *out) {
-    memset(out, 0, sizeof *out);
-    CURL *h = curl_easy_init();
-    if (!h) return 0;
-    char u[256], auth[256];
-    snprintf(u, sizeof u, "%s%s", url, path);
-    struct curl_slist *hdr = NULL;
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(h, CURLOPT_URL, u);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (body) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    }
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, mresp_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
-    return out->status;
 }
 
 KILN_TEST(registry_mirror_sync_copies_everything_once) {
@@ -248,7 +161,7 @@ KILN_TEST(registry_mirror_sync_copies_everything_once) {
     uint64_t first_bytes = res.bytes;
     size_t first_requests = res.requests;
     char *of = mquery(f.mirror, "SELECT value FROM meta WHERE key = 'mirror_of'");
-    CHECK("mirror_of is the primary's URL", of && !strcmp(of, f.purl));
+    CHECK("mirror_of is the primary's URL", of && !strcmp(of, f.primary.url));
     free(of);
     CHECK("trust version 2: the primary's bytes",
           mboth(&f, "SELECT hex(document) FROM trust_versions WHERE version = 2"));
@@ -263,13 +176,14 @@ KILN_TEST(registry_mirror_sync_copies_everything_once) {
         mquery(f.mirror, "SELECT count(*) || ':' || min(reason) FROM audit WHERE action = "
                          "'mirror.sync'");
     char want[128];
-    snprintf(want, sizeof want, "6:from %s", f.purl);
+    snprintf(want, sizeof want, "6:from %s", f.primary.url);
     CHECK("one mirror.sync audit row per item copied, saying from where",
           audit && !strcmp(audit, want));
     free(audit);
     size_t problems = 9;
     CHECK("fsck of the mirror under the v1 policy: consistent",
-          kiln_registry_fsck(f.mirror, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+          kiln_registry_fsck(f.mirror, f.primary.trust, NULL, NULL, &problems) == KILN_OK &&
+              problems == 0);
 
     CHECK("a second sync copies nothing and downloads nothing",
           msync(&f, &res) == KILN_OK && res.trust_versions == 0 && res.versions == 0 &&
@@ -300,15 +214,18 @@ KILN_TEST(registry_mirror_reports_what_does_not_verify) {
     /* A compromised or broken primary: 2.0.0's signature file is another version's, 3.0.0's
      * blob has other bytes of the same size, staging's record was edited after signing. */
     char *digest3 =
-        mquery(f.primary, "SELECT substr(digest, 8) FROM versions WHERE version = '3.0.0'");
-    char *blob3 = digest3 ? reg_blob_path(f.primary, digest3) : NULL;
+        mquery(f.primary.root, "SELECT substr(digest, 8) FROM versions WHERE version = '3.0.0'");
+    char *blob3 = digest3 ? reg_blob_path(f.primary.root, digest3) : NULL;
     struct stat sb;
-    bool tampered =
-        blob3 && stat(blob3, &sb) == 0 &&
-        mexec(f.primary, "UPDATE versions SET signature = (SELECT signature FROM versions WHERE "
-                         "version = '1.0.0') WHERE version = '2.0.0'") &&
-        mexec(f.primary, "UPDATE channel_records SET record = replace(record, 'promote', "
-                         "'promoted') WHERE channel = 'staging'");
+    bool tampered = blob3 && stat(blob3, &sb) == 0 &&
+                    rfx_sql(f.primary.root, RFX_CONNECT,
+                            "UPDATE versions SET signature = (SELECT signature FROM versions WHERE "
+                            "version = '1.0.0') WHERE version = '2.0.0'",
+                            NULL) &&
+                    rfx_sql(f.primary.root, RFX_CONNECT,
+                            "UPDATE channel_records SET record = replace(record, 'promote', "
+                            "'promoted') WHERE channel = 'staging'",
+                            NULL);
     if (tampered) {
         char *junk = kiln_calloc(1, (size_t)sb.st_size);
         tampered = junk && kiln_write_file_atomic(blob3, junk, (size_t)sb.st_size) == KILN_OK;
@@ -346,8 +263,10 @@ KILN_TEST(registry_mirror_reports_what_does_not_verify) {
 
     /* The primary rewrites history: 1.0.0 now has another digest. The mirror keeps its own. */
     CHECK("history rewritten",
-          mexec(f.primary, "UPDATE versions SET digest = (SELECT digest FROM versions WHERE "
-                           "version = '3.0.0') WHERE version = '1.0.0'"));
+          rfx_sql(f.primary.root, RFX_CONNECT,
+                  "UPDATE versions SET digest = (SELECT digest FROM versions WHERE "
+                  "version = '3.0.0') WHERE version = '1.0.0'",
+                  NULL));
     char *before = mquery(f.mirror, "SELECT digest FROM versions WHERE version = '1.0.0'");
     rc = msync(&f, &res);
     char *after = mquery(f.mirror, "SELECT digest FROM versions WHERE version = '1.0.0'");
@@ -368,7 +287,7 @@ KILN_TEST(registry_mirror_refuses_what_is_not_a_mirror) {
     if (!CHECK("fixture", minit(&f))) goto out;
     if (!CHECK("a primary with a version", mpublish(&f, "1.0.0", "one", 3))) goto out;
     kiln_registry_mirror_result res;
-    kiln_registry_client_opts c = mclient(f.purl, NULL);
+    kiln_registry_client_opts c = mclient(f.primary.url, NULL);
     char *file = kiln_test_write("a-file", "x", 1), *other = kiln_test_path("notes"),
          *note = other ? kiln_path_join(other, "todo.txt") : NULL;
     CHECK("fixtures", file && note && kiln_mkdir_p(other) == KILN_OK &&
@@ -381,19 +300,19 @@ KILN_TEST(registry_mirror_refuses_what_is_not_a_mirror) {
               kiln_test_msg_has(other, "is not a registry store") &&
               (listing = kiln_test_listing(other)) && !strcmp(listing, ".\n..\ntodo.txt\n"));
     free(listing);
-    char *before = kiln_test_listing(f.primary);
+    char *before = kiln_test_listing(f.primary.root);
     CHECK("the primary's own store: refused as a primary, untouched",
-          msync_with(&f, f.primary, &c, &res) == KILN_ERR_USAGE &&
+          msync_with(&f, f.primary.root, &c, &res) == KILN_ERR_USAGE &&
               kiln_test_msg_has("is a registry store that is not a mirror", "1 version") &&
-              !mquery(f.primary, "SELECT 1 FROM meta"));
-    char *after = kiln_test_listing(f.primary);
+              !mquery(f.primary.root, "SELECT 1 FROM meta"));
+    char *after = kiln_test_listing(f.primary.root);
     CHECK("... nothing written there", before && after && !strcmp(before, after));
     free(before), free(after);
     /* A store with nothing published, served as a primary by a running server. */
     char *empty = kiln_test_path("empty"), url[64];
     kiln_registry_server *esrv = NULL;
     CHECK("an empty store served as a primary: refused",
-          empty && mserve(empty, f.trust, &esrv, url) &&
+          empty && mserve(empty, f.primary.trust, &esrv, url) &&
               msync_with(&f, empty, &c, &res) == KILN_ERR_USAGE &&
               kiln_test_msg_has("served by a running kiln registry serve", NULL));
     kiln_registry_server_stop(esrv, 1000);
@@ -407,12 +326,12 @@ KILN_TEST(registry_mirror_refuses_what_is_not_a_mirror) {
     /* A bad policy or a primary that does not answer: no store is made. */
     char *fresh = kiln_test_path("fresh");
     char saved[1024];
-    snprintf(saved, sizeof saved, "%s", f.trust);
-    snprintf(f.trust, sizeof f.trust, "%s", file);
+    snprintf(saved, sizeof saved, "%s", f.primary.trust);
+    snprintf(f.primary.trust, sizeof f.primary.trust, "%s", file);
     CHECK("a bad --trust: refused naming it, nothing made",
           msync_with(&f, fresh, &c, &res) != KILN_OK && kiln_test_msg_has(file, NULL) &&
               !kiln_path_exists(fresh));
-    snprintf(f.trust, sizeof f.trust, "%s", saved);
+    snprintf(f.primary.trust, sizeof f.primary.trust, "%s", saved);
     CHECK("a primary that does not answer: nothing made",
           msync_with(&f, fresh, &c2, &res) == KILN_ERR_NETWORK && !kiln_path_exists(fresh));
     free(file), free(other), free(note), free(empty), free(fresh);
@@ -422,60 +341,68 @@ out:
 
 KILN_TEST(registry_mirror_serves_read_only) {
     mfx f;
+    rfx_resp a = {0}, b = {0};
     if (!CHECK("fixture", minit(&f))) goto out;
     kiln_registry_mirror_result res;
     if (!CHECK("a primary and its mirror", mtrust2(&f) && mpublish(&f, "1.0.0", "one", 3) &&
                                                mpromote(&f, "production", "1.0.0") &&
                                                msync(&f, &res) == KILN_OK &&
-                                               mserve(f.mirror, f.trust, &f.msrv, f.murl)))
+                                               mserve(f.mirror, f.primary.trust, &f.msrv, f.murl)))
         goto out;
-    mresp a, b;
     CHECK("the current record, byte for byte as the primary serves it",
-          mhttp(f.purl, "GET", "/v1/models/demo/channels/production", NULL, NULL, &a) == 200 &&
-              mhttp(f.murl, "GET", "/v1/models/demo/channels/production", NULL, NULL, &b) == 200 &&
+          rfx_http(f.primary.url, "GET", "/v1/models/demo/channels/production", NULL, NULL, NULL,
+                   &a) == 200 &&
+              rfx_http(f.murl, "GET", "/v1/models/demo/channels/production", NULL, NULL, NULL,
+                       &b) == 200 &&
               a.len == b.len && !memcmp(a.body, b.body, a.len));
     CHECK("trust version 2 likewise",
-          mhttp(f.purl, "GET", "/v1/trust/2", NULL, NULL, &a) == 200 &&
-              mhttp(f.murl, "GET", "/v1/trust/2", NULL, NULL, &b) == 200 && a.len == b.len &&
-              !memcmp(a.body, b.body, a.len));
+          rfx_http(f.primary.url, "GET", "/v1/trust/2", NULL, NULL, NULL, &a) == 200 &&
+              rfx_http(f.murl, "GET", "/v1/trust/2", NULL, NULL, NULL, &b) == 200 &&
+              a.len == b.len && !memcmp(a.body, b.body, a.len));
     char msg[256];
-    snprintf(msg, sizeof msg, "this registry is a mirror of %s: publish there", f.purl);
+    snprintf(msg, sizeof msg, "this registry is a mirror of %s: publish there", f.primary.url);
     char *tok = NULL;
     CHECK("a token on the mirror (its own)",
           kiln_registry_token_create(f.mirror, "ops", KILN_SCOPE_ADMIN, &tok) == KILN_OK);
     CHECK("PUT of a version: 405 with the message",
-          mhttp(f.murl, "PUT", "/v1/models/demo/versions/9.0.0", tok, "x", &a) == 405 &&
+          rfx_http(f.murl, "PUT", "/v1/models/demo/versions/9.0.0", tok, "x", NULL, &a) == 405 &&
               strstr(a.body, msg));
     CHECK("PUT of a channel record: 405",
-          mhttp(f.murl, "PUT", "/v1/models/demo/channels/production", tok, "{}", &a) == 405 &&
+          rfx_http(f.murl, "PUT", "/v1/models/demo/channels/production", tok, "{}", NULL, &a) ==
+                  405 &&
               strstr(a.body, msg));
     CHECK("PUT of a trust version: 405, even without a token",
-          mhttp(f.murl, "PUT", "/v1/trust/3", NULL, "{}", &a) == 405 && strstr(a.body, msg));
+          rfx_http(f.murl, "PUT", "/v1/trust/3", NULL, "{}", NULL, &a) == 405 &&
+              strstr(a.body, msg));
     CHECK("nothing was written by them",
           !mquery(f.mirror, "SELECT 1 FROM versions WHERE version = '9.0.0'"));
     CHECK("/healthz: ok, of what, when",
-          mhttp(f.murl, "GET", "/healthz", NULL, NULL, &a) == 200 && !strncmp(a.body, "ok\n", 3) &&
-              strstr(a.body, f.purl) && strstr(a.body, "last synced"));
+          rfx_http(f.murl, "GET", "/healthz", NULL, NULL, NULL, &a) == 200 &&
+              !strncmp(a.body, "ok\n", 3) && strstr(a.body, f.primary.url) &&
+              strstr(a.body, "last synced"));
     char synced[128];
-    snprintf(synced, sizeof synced, "mirror of %s, synced ", f.purl);
-    CHECK("the web page says so", mhttp(f.murl, "GET", "/", NULL, NULL, &a) == 200 &&
-                                      strstr(a.body, synced));
+    snprintf(synced, sizeof synced, "mirror of %s, synced ", f.primary.url);
+    CHECK("the web page says so",
+          rfx_http(f.murl, "GET", "/", NULL, NULL, NULL, &a) == 200 && strstr(a.body, synced));
     CHECK("/healthz of the primary: ok, nothing more",
-          mhttp(f.purl, "GET", "/healthz", NULL, NULL, &a) == 200 && !strcmp(a.body, "ok\n"));
+          rfx_http(f.primary.url, "GET", "/healthz", NULL, NULL, NULL, &a) == 200 &&
+              !strcmp(a.body, "ok\n"));
     CHECK("/metrics: the last sync, the lag and the problems",
-          mhttp(f.murl, "GET", "/metrics", NULL, NULL, &a) == 200 &&
+          rfx_http(f.murl, "GET", "/metrics", NULL, NULL, NULL, &a) == 200 &&
               strstr(a.body, "kiln_registry_mirror_last_sync_seconds 1") &&
               strstr(a.body, "kiln_registry_mirror_lag_seconds ") &&
               strstr(a.body, "kiln_registry_mirror_sync_problems 0"));
     CHECK("a sync beside the running server (no server lock needed)",
           mpublish(&f, "2.0.0", "two", 3) && msync(&f, &res) == KILN_OK && res.versions == 1 &&
-              mhttp(f.murl, "GET", "/v1/models/demo/versions/2.0.0", NULL, NULL, &a) == 200);
+              rfx_http(f.murl, "GET", "/v1/models/demo/versions/2.0.0", NULL, NULL, NULL, &a) ==
+                  200);
     size_t removed;
     uint64_t bytes;
     CHECK("gc refused while the mirror is served",
           kiln_registry_gc(f.mirror, &removed, &bytes) == KILN_ERR_CONFLICT);
     free(tok);
 out:
+    rfx_resp_free(&a), rfx_resp_free(&b);
     mfree(&f);
 }
 
@@ -506,16 +433,16 @@ KILN_TEST(registry_mirror_resumes_a_cut_download) {
     bool ok = mpublish(&f, "1.0.0", w, n) && mpromote(&f, "production", "1.0.0");
     free(w);
     if (!CHECK("a big version on the primary", ok)) goto out;
-    char *size = mquery(f.primary, "SELECT size FROM versions");
+    char *size = mquery(f.primary.root, "SELECT size FROM versions");
     uint64_t total = size ? strtoull(size, NULL, 10) : 0;
     free(size);
     cut k = {.at = 64 * 1024}; /* past any JSON answer: the blob */
-    kiln_registry_client_opts c = mclient(f.purl, NULL);
+    kiln_registry_client_opts c = mclient(f.primary.url, NULL);
     c.progress = cut_progress;
     c.progress_ctx = &k;
     kiln_registry_mirror_result res;
     kiln_err rc = msync_with(&f, f.mirror, &c, &res);
-    char *hex = mquery(f.primary, "SELECT substr(digest, 8) FROM versions");
+    char *hex = mquery(f.primary.root, "SELECT substr(digest, 8) FROM versions");
     char *partial = hex ? kiln_asprintf("%s/tmp/mirror-%s.partial", f.mirror, hex) : NULL;
     struct stat sb;
     CHECK("cut mid-blob: the sync stops with the error, nothing stored",
@@ -538,7 +465,8 @@ KILN_TEST(registry_mirror_resumes_a_cut_download) {
               mboth(&f, "SELECT digest || size FROM versions"));
     size_t problems = 9;
     CHECK("fsck: consistent",
-          kiln_registry_fsck(f.mirror, f.trust, NULL, NULL, &problems) == KILN_OK && !problems);
+          kiln_registry_fsck(f.mirror, f.primary.trust, NULL, NULL, &problems) == KILN_OK &&
+              !problems);
     free(hex);
     free(partial);
 out:
@@ -567,9 +495,9 @@ static kiln_err mpull(const mfx *f, const char *const *urls, size_t n, const cha
     kiln_pull_opts o = {.registries = urls,
                         .nregistries = n,
                         .ref = ref,
-                        .trust = f->trust,
+                        .trust = f->primary.trust,
                         .out = out,
-                        .state = f->state,
+                        .state = f->primary.state,
                         .on_registry = mnote,
                         .registry_ctx = heard};
     return kiln_pull(&o, res);
@@ -581,25 +509,26 @@ KILN_TEST(registry_mirror_pull_fails_over) {
     kiln_registry_mirror_result res;
     if (!CHECK("a primary and a synced mirror, both served",
                mpublish(&f, "1.0.0", "one", 3) && mpromote(&f, "production", "1.0.0") &&
-                   msync(&f, &res) == KILN_OK && mserve(f.mirror, f.trust, &f.msrv, f.murl)))
+                   msync(&f, &res) == KILN_OK &&
+                   mserve(f.mirror, f.primary.trust, &f.msrv, f.murl)))
         goto out;
-    const char *pm[] = {f.purl, f.murl};
+    const char *pm[] = {f.primary.url, f.murl};
     kiln_pull_result r;
     notes heard;
     CHECK("both up: pulled, nothing passed over",
           mpull(&f, pm, 2, "demo@production", &heard, &r) == KILN_OK && r.seq == 1 &&
               !strcmp(r.version, "1.0.0") && heard.len == 0);
-    kiln_registry_server_stop(f.psrv, 1000);
-    f.psrv = NULL;
+    kiln_registry_server_stop(f.primary.srv, 1000);
+    f.primary.srv = NULL;
     CHECK("the primary down: pulled from the mirror, and said so",
           mpull(&f, pm, 2, "demo@production", &heard, &r) == KILN_OK && r.seq == 1 &&
-              strstr(heard.text, f.purl) && strstr(heard.text, "trying"));
+              strstr(heard.text, f.primary.url) && strstr(heard.text, "trying"));
     CHECK("by version too",
           mpull(&f, pm, 2, "demo@1.0.0", &heard, &r) == KILN_OK && !strcmp(r.version, "1.0.0"));
-    const char *dead[] = {f.purl, "http://127.0.0.1:9"};
+    const char *dead[] = {f.primary.url, "http://127.0.0.1:9"};
     CHECK("no registry answers: the error names each",
           mpull(&f, dead, 2, "demo@production", &heard, &r) == KILN_ERR_NETWORK &&
-              kiln_test_msg_has(f.purl, "127.0.0.1:9"));
+              kiln_test_msg_has(f.primary.url, "127.0.0.1:9"));
 out:
     mfree(&f);
 }
@@ -612,9 +541,9 @@ KILN_TEST(registry_mirror_newest_record_wins) {
                mpublish(&f, "1.0.0", "one", 3) && mpublish(&f, "2.0.0", "two", 3) &&
                    mpromote(&f, "production", "1.0.0") && msync(&f, &res) == KILN_OK &&
                    mpromote(&f, "production", "2.0.0") &&
-                   mserve(f.mirror, f.trust, &f.msrv, f.murl)))
+                   mserve(f.mirror, f.primary.trust, &f.msrv, f.murl)))
         goto out;
-    const char *mp[] = {f.murl, f.purl}, *pm[] = {f.purl, f.murl}, *m[] = {f.murl};
+    const char *mp[] = {f.murl, f.primary.url}, *pm[] = {f.primary.url, f.murl}, *m[] = {f.murl};
     kiln_pull_result r;
     notes heard;
     CHECK("stale mirror first: the primary's newer record wins",
@@ -622,8 +551,8 @@ KILN_TEST(registry_mirror_newest_record_wins) {
               !strcmp(r.version, "2.0.0") && strstr(heard.text, "using the newer"));
     CHECK("primary first: the same", mpull(&f, pm, 2, "demo@production", &heard, &r) == KILN_OK &&
                                          r.seq == 2 && !strcmp(r.version, "2.0.0"));
-    kiln_registry_server_stop(f.psrv, 1000);
-    f.psrv = NULL;
+    kiln_registry_server_stop(f.primary.srv, 1000);
+    f.primary.srv = NULL;
     CHECK("only the stale mirror left: refused (seq 1 is below the 2 accepted), naming it",
           mpull(&f, pm, 2, "demo@production", &heard, &r) == KILN_ERR_VERIFY &&
               kiln_test_msg_has("lower than 2 accepted before", NULL) &&
@@ -641,7 +570,8 @@ KILN_TEST(registry_mirror_bad_blob_moves_on) {
     kiln_registry_mirror_result res;
     if (!CHECK("a primary and a synced mirror",
                mpublish(&f, "1.0.0", "one", 3) && mpromote(&f, "production", "1.0.0") &&
-                   msync(&f, &res) == KILN_OK && mserve(f.mirror, f.trust, &f.msrv, f.murl)))
+                   msync(&f, &res) == KILN_OK &&
+                   mserve(f.mirror, f.primary.trust, &f.msrv, f.murl)))
         goto out;
     /* The mirror's disk now serves other bytes for the blob (same size). */
     char *hex = mquery(f.mirror, "SELECT substr(digest, 8) FROM versions"),
@@ -654,19 +584,19 @@ KILN_TEST(registry_mirror_bad_blob_moves_on) {
         free(junk);
     }
     if (!CHECK("the mirror's blob replaced", bad)) goto done;
-    const char *mp[] = {f.murl, f.purl};
+    const char *mp[] = {f.murl, f.primary.url};
     kiln_pull_result r;
     notes heard;
     CHECK("mirror first: its bad archive is passed over loudly, the primary's pulled",
           mpull(&f, mp, 2, "demo@production", &heard, &r) == KILN_OK &&
               !strcmp(r.version, "1.0.0") && strstr(heard.text, f.murl) &&
               strstr(heard.text, "does not verify") && strstr(heard.text, "hashes to"));
-    kiln_registry_server_stop(f.psrv, 1000);
-    f.psrv = NULL;
+    kiln_registry_server_stop(f.primary.srv, 1000);
+    f.primary.srv = NULL;
     CHECK("primary down too: no model, the reason of each named",
           mpull(&f, mp, 2, "demo@production", &heard, &r) == KILN_ERR_VERIFY &&
               kiln_test_msg_has("no registry gave demo@production that verifies", "hashes to") &&
-              kiln_test_msg_has(f.purl, NULL));
+              kiln_test_msg_has(f.primary.url, NULL));
 done:
     free(hex);
     free(blob);
@@ -700,13 +630,9 @@ static void watch_update(void *ctx, kiln_err rc, const char *msg, const kiln_pul
 
 /* demo@version whose weights are a real model from the shared vectors (kiln_watch loads it). */
 static bool mpublish_model(mfx *f, const char *version, const char *vector) {
-    char *src = kiln_test_vector(vector), *data = NULL;
-    size_t len = 0;
-    bool ok = src && kiln_read_file(src, 1 << 26, &data, &len) == KILN_OK &&
-              mpublish(f, version, data, len);
-    free(src);
-    free(data);
-    return ok;
+    char name[64], hex[KILN_SHA256_HEX];
+    snprintf(name, sizeof name, "m-%s", version);
+    return mpublish_archive(f, rfx_vector_archive(name, vector, version, f->sk[REL], hex));
 }
 
 KILN_TEST(registry_mirror_watch_follows_through_the_mirror) {
@@ -719,7 +645,7 @@ KILN_TEST(registry_mirror_watch_follows_through_the_mirror) {
                mpublish_model(&f, "1.0.0", "tsmoe-dense.model.safetensors") &&
                    mpublish_model(&f, "2.0.0", "tsmoe-moe.model.safetensors") &&
                    mpromote(&f, "production", "1.0.0") && msync(&f, &res) == KILN_OK &&
-                   mserve(f.mirror, f.trust, &f.msrv, f.murl)))
+                   mserve(f.mirror, f.primary.trust, &f.msrv, f.murl)))
         goto out;
     char dir[1100];
     snprintf(dir, sizeof dir, "%s/watch", kiln_test_dir());
@@ -731,9 +657,9 @@ KILN_TEST(registry_mirror_watch_follows_through_the_mirror) {
                  .registries = mirrors,
                  .nregistries = 1,
                  .ref = "demo@production",
-                 .trust = f.trust,
+                 .trust = f.primary.trust,
                  .out = dir,
-                 .state = f.state,
+                 .state = f.primary.state,
                  .on_registry = watch_note,
                  .registry_ctx = &u},
         .interval_ms = 20,

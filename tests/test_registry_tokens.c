@@ -1,79 +1,31 @@
 /* test_registry_tokens.c - the registry's tokens: revocation on a running server, expiry,
  * last use without a write per request, list, bad names and roots, and the migration of a
  * store made before tokens could expire or be revoked. */
-#include <curl/curl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
 #include "testutil.h"
 
 /* ---- helpers ---- */
 
-typedef struct body {
-    long status;
-    char text[16384];
-    size_t len;
-} body;
-
-static size_t body_write(char *d, size_t s, size_t n, void *ctx) {
-    body *b = ctx;
-    size_t k = s * n, room = sizeof b->text - 1 - b->len;
-    memcpy(b->text + b->len, d, k < room ? k : room);
-    b->len += k < room ? k : room;
-    b->text[b->len] = 0;
-    return k;
-}
-
-/* GET path from the server on port, with token (NULL: none); the status, 0 if unreachable. */
-static long get(uint16_t port, const char *path, const char *token, body *out) {
-    memset(out, 0, sizeof *out);
-    CURL *h = curl_easy_init();
-    if (!h) return 0;
-    char url[512], auth[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u%s", (unsigned)port, path);
-    struct curl_slist *hdr = NULL;
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK)
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
-    return out->status;
-}
-
-static kiln_registry_server *serve(const char *root, bool read_required) {
-    kiln_registry_server_opts o = {
-        .root = root, .listen = "127.0.0.1:0", .read_token_required = read_required, .threads = 2};
-    kiln_registry_server *s = NULL;
-    return kiln_registry_server_start(&o, &s) == KILN_OK ? s : NULL;
+/* GET path from the server at url, with token (NULL: none); the status, 0 if unreachable. */
+static long get(const char *url, const char *path, const char *token, rfx_resp *out) {
+    return rfx_http(url, "GET", path, token, NULL, NULL, out);
 }
 
 /* One integer from a query on the store (its own connection, as another process would);
  * -1 when it fails. */
 static int64_t query(const char *root, const char *sql) {
-    char *path = kiln_path_join(root, "registry.db");
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int64_t v = -1;
-    if (path && sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        v = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    sqlite3_close(db);
-    free(path);
-    return v;
+    return rfx_int(root, RFX_CONNECT, sql);
 }
 
+/* Run SQL (several statements) on DIR/registry.db, made if missing, as plain SQLite: what
+ * makes an old store from nothing. (rfx_sql reaches stores only, through the registry's
+ * open, which would lay down today's schema first.) */
 static bool exec_sql(const char *root, const char *sql) {
     char *path = kiln_path_join(root, "registry.db");
     sqlite3 *db = NULL;
@@ -96,6 +48,8 @@ static const kiln_registry_token_info *find(const kiln_registry_token_info *t, s
 /* ---- revocation ---- */
 
 KILN_TEST(registry_tokens_revoke_on_a_running_server) {
+    rfx_resp b = {0};
+    char url[64];
     char *root = kiln_test_path("reg");
     char *ci = NULL, *ops = NULL, *again = NULL;
     kiln_registry_server *s = NULL;
@@ -108,18 +62,15 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
           reg_db_open(root, &db) == KILN_OK &&
               reg_audit(db, "ci", "promote", "m", "1.0.0", "prod", "sha256:ab") == KILN_OK);
     reg_db_close(db);
-    s = serve(root, true);
-    if (!CHECK("server starts", s)) goto out;
-    uint16_t port = kiln_registry_server_port(s);
-    body b;
-    CHECK("the token works", get(port, "/v1/models", ci, &b) == 200);
+    if (!CHECK("server starts", rfx_serve(root, NULL, true, 2, &s, url))) goto out;
+    CHECK("the token works", get(url, "/v1/models", ci, &b) == 200);
     CHECK("its use is recorded",
           query(root, "SELECT last_used FROM tokens WHERE name = 'ci'") >= kiln_unix_time() - 5);
     CHECK("the audit API names each field as its column",
-          get(port, "/v1/audit", ops, &b) == 200 &&
-              strstr(b.text, "{\"action\":\"promote\",\"channel\":\"prod\",\"digest\":"
+          get(url, "/v1/audit", ops, &b) == 200 &&
+              strstr(b.body, "{\"action\":\"promote\",\"channel\":\"prod\",\"digest\":"
                              "\"sha256:ab\",\"id\":3,\"model\":\"m\",\"reason\":null,") &&
-              strstr(b.text, "\"token\":\"ci\",\"version\":\"1.0.0\"}"));
+              strstr(b.body, "\"token\":\"ci\",\"version\":\"1.0.0\"}"));
 
     int64_t at = 0;
     CHECK("revoke",
@@ -129,7 +80,7 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
     kiln_format_time(at, when);
     snprintf(want, sizeof want, "{\"error\":\"token 'ci' was revoked at %s\"}", when);
     CHECK("the next request is refused: 401",
-          get(port, "/v1/models", ci, &b) == 401 && !strcmp(b.text, want));
+          get(url, "/v1/models", ci, &b) == 401 && !strcmp(b.body, want));
     CHECK("the refusal wrote nothing", query(root, "SELECT count(*) FROM audit") == audit_rows);
     CHECK("one audit row with the reason",
           query(root, "SELECT count(*) FROM audit WHERE action = 'token.revoke' AND token = 'ci'"
@@ -139,15 +90,15 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
                       "(SELECT "
                       "time FROM audit WHERE action = 'token.revoke')") == 1);
     CHECK("the audit API shows the reason",
-          get(port, "/v1/audit", ops, &b) == 200 && strstr(b.text, "\"action\":\"token.revoke\"") &&
-              strstr(b.text, "\"reason\":\"leaked in a CI log\""));
-    CHECK("another token still works", get(port, "/v1/models", ops, &b) == 200);
+          get(url, "/v1/audit", ops, &b) == 200 && strstr(b.body, "\"action\":\"token.revoke\"") &&
+              strstr(b.body, "\"reason\":\"leaked in a CI log\""));
+    CHECK("another token still works", get(url, "/v1/models", ops, &b) == 200);
     CHECK("GET /v1/tokens lists them for admin",
-          get(port, "/v1/tokens", ops, &b) == 200 &&
-              strstr(b.text, "\"name\":\"ci\",\"reason\":\"leaked in a CI log\",") &&
-              strstr(b.text, "\"scope\":\"publish\",\"state\":\"revoked\"") &&
-              strstr(b.text, "\"name\":\"ops\"") && !strstr(b.text, ci + 5) &&
-              !strstr(b.text, "hash"));
+          get(url, "/v1/tokens", ops, &b) == 200 &&
+              strstr(b.body, "\"name\":\"ci\",\"reason\":\"leaked in a CI log\",") &&
+              strstr(b.body, "\"scope\":\"publish\",\"state\":\"revoked\"") &&
+              strstr(b.body, "\"name\":\"ops\"") && !strstr(b.body, ci + 5) &&
+              !strstr(b.body, "hash"));
 
     /* Twice, unknown, bad names and reasons: clear errors that change nothing. */
     int64_t audit_after = query(root, "SELECT count(*) FROM audit");
@@ -185,14 +136,15 @@ KILN_TEST(registry_tokens_revoke_on_a_running_server) {
               kiln_registry_token_revoke(root, "tag", "<script>x</script>", NULL) == KILN_OK);
     free(tag);
     CHECK("the web page's audit view shows revocations and their reasons, as text",
-          get(port, "/ui/audit", ops, &b) == 200 && strstr(b.text, "<td>token.revoke</td>") &&
-              strstr(b.text, "<td>leaked in a CI log</td>") &&
-              strstr(b.text, "&lt;script&gt;x&lt;/script&gt;") && !strstr(b.text, "<script>x"));
+          get(url, "/ui/audit", ops, &b) == 200 && strstr(b.body, "<td>token.revoke</td>") &&
+              strstr(b.body, "<td>leaked in a CI log</td>") &&
+              strstr(b.body, "&lt;script&gt;x&lt;/script&gt;") && !strstr(b.body, "<script>x"));
     CHECK("metrics count the refusal by reason",
-          get(port, "/metrics", ops, &b) == 200 &&
-              strstr(b.text, "kiln_registry_auth_refused_total{reason=\"revoked\"} 1\n") &&
-              strstr(b.text, "kiln_registry_auth_refused_total{reason=\"expired\"} 0\n"));
+          get(url, "/metrics", ops, &b) == 200 &&
+              strstr(b.body, "kiln_registry_auth_refused_total{reason=\"revoked\"} 1\n") &&
+              strstr(b.body, "kiln_registry_auth_refused_total{reason=\"expired\"} 0\n"));
 out:
+    rfx_resp_free(&b);
     kiln_registry_server_stop(s, 1000);
     free(root), free(ci), free(ops), free(again);
 }
@@ -200,6 +152,8 @@ out:
 /* ---- expiry ---- */
 
 KILN_TEST(registry_tokens_expiry) {
+    rfx_resp b = {0};
+    char url[64];
     char *root = kiln_test_path("reg");
     char *old = NULL, *later = NULL, *neg = NULL;
     kiln_registry_server *s = NULL;
@@ -215,24 +169,21 @@ KILN_TEST(registry_tokens_expiry) {
           kiln_registry_token_create_until(root, "neg", KILN_SCOPE_READ, -1, &neg) ==
                   KILN_ERR_USAGE &&
               !neg);
-    s = serve(root, true);
-    if (!CHECK("server starts", s)) goto out;
-    uint16_t port = kiln_registry_server_port(s);
+    if (!CHECK("server starts", rfx_serve(root, NULL, true, 2, &s, url))) goto out;
     int64_t audit_rows = query(root, "SELECT count(*) FROM audit");
-    body b;
     char when[21], want[128];
     kiln_format_time(now - 10, when);
     snprintf(want, sizeof want, "{\"error\":\"token 'old' expired at %s\"}", when);
     CHECK("an expired token: 401 saying when",
-          get(port, "/v1/models", old, &b) == 401 && !strcmp(b.text, want));
-    CHECK("a token before its expiry works", get(port, "/v1/models", later, &b) == 200);
-    CHECK("GET /v1/tokens needs admin: 403", get(port, "/v1/tokens", later, &b) == 403);
+          get(url, "/v1/models", old, &b) == 401 && !strcmp(b.body, want));
+    CHECK("a token before its expiry works", get(url, "/v1/models", later, &b) == 200);
+    CHECK("GET /v1/tokens needs admin: 403", get(url, "/v1/tokens", later, &b) == 403);
     CHECK("the refusal wrote nothing",
           query(root, "SELECT count(*) FROM audit") == audit_rows &&
               query(root, "SELECT count(*) FROM tokens WHERE name = 'old' AND last_used IS NULL") ==
                   1);
-    CHECK("metrics count it", get(port, "/metrics", later, &b) == 200 &&
-                                  strstr(b.text, "kiln_registry_auth_refused_total{reason="
+    CHECK("metrics count it", get(url, "/metrics", later, &b) == 200 &&
+                                  strstr(b.body, "kiln_registry_auth_refused_total{reason="
                                                  "\"expired\"} 1\n"));
 
     /* The boundary, with the clock in the caller's hands: valid before, refused at. */
@@ -264,6 +215,7 @@ KILN_TEST(registry_tokens_expiry) {
                         o->expires == now - 10 && l->expires == now + 3600);
     free(t);
 out:
+    rfx_resp_free(&b);
     kiln_registry_server_stop(s, 1000);
     free(root), free(old), free(later), free(neg);
 }
@@ -444,6 +396,8 @@ static bool has_column(const char *root, const char *table, const char *column) 
 }
 
 KILN_TEST(registry_tokens_migrate_an_old_store) {
+    rfx_resp b = {0};
+    char url[64];
     char *root = kiln_test_path("old"), *newer = kiln_test_path("newer"),
          *broken = kiln_test_path("broken");
     kiln_registry_server *s = NULL;
@@ -473,15 +427,12 @@ KILN_TEST(registry_tokens_migrate_an_old_store) {
           kiln_registry_token_list(root, &t, &n) == KILN_OK && n == 1);
     free(t);
     t = NULL;
-    s = serve(root, true);
-    if (!CHECK("a server starts on it", s)) goto out;
-    uint16_t port = kiln_registry_server_port(s);
-    body b;
-    CHECK("the old token works", get(port, "/v1/models", "kiln_legacy", &b) == 200);
+    if (!CHECK("a server starts on it", rfx_serve(root, NULL, true, 2, &s, url))) goto out;
+    CHECK("the old token works", get(url, "/v1/models", "kiln_legacy", &b) == 200);
     CHECK("and is revoked like any other",
           kiln_registry_token_revoke(root, "legacy", NULL, NULL) == KILN_OK &&
-              get(port, "/v1/models", "kiln_legacy", &b) == 401 &&
-              strstr(b.text, "token 'legacy' was revoked at"));
+              get(url, "/v1/models", "kiln_legacy", &b) == 401 &&
+              strstr(b.body, "token 'legacy' was revoked at"));
     CHECK("a revocation without a reason audits none",
           query(root, "SELECT count(*) FROM audit WHERE action = 'token.revoke' AND reason IS "
                       "NULL") == 1);
@@ -507,6 +458,7 @@ KILN_TEST(registry_tokens_migrate_an_old_store) {
                                         !has_column(broken, "tokens", "expires") &&
                                         !has_column(broken, "tokens", "last_used"));
 out:
+    rfx_resp_free(&b);
     kiln_registry_server_stop(s, 1000);
     free(root), free(newer), free(broken);
 }

@@ -2,7 +2,6 @@
  * the routes and their refusals, the store (old stores without the table, the chain a server
  * walks at start and fsck checks), the swap of the policy under concurrent requests, and the
  * client's walk (pull, state, a compromised registry, a gap, kiln_watch). */
-#include <curl/curl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -12,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "export.h"
+#include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
 #include "testutil.h"
@@ -22,11 +21,9 @@ enum { R1, R2, R3, REL, P1, P2, P3, NK };
 static const char *const kname[NK] = {"r1", "r2", "r3", "rel", "alice", "bob", "carol"};
 
 typedef struct tfx {
+    rfx reg; /* tokens: admin, pub, prom */
     kiln_sign_seckey *sk[NK];
     char b64[NK][KILN_SIGN_PUBKEY_B64];
-    char root[1024], trust[1024], state[1024], url[64];
-    char *admin, *pub, *prom;
-    kiln_registry_server *srv;
 } tfx;
 
 /* The policy of version v: roots r1 r2 (threshold 2) and the promote keys in mask (bit per
@@ -56,102 +53,34 @@ static char *tpolicy(const tfx *f, int v, unsigned promote, int root3) {
 
 /* Signed by each key in signers (-1 ends). Caller frees. */
 static char *tsign(const tfx *f, const char *text, const int *signers) {
-    char *doc = NULL;
-    size_t len = 0;
-    for (int i = 0; text && signers[i] >= 0; i++) {
-        char *next = NULL;
-        kiln_err rc = i ? kiln_sign_trust_add_signature(doc, len, "p", f->sk[signers[i]], &next,
-                                                        &len)
-                        : kiln_sign_trust_sign(text, strlen(text), "p", f->sk[signers[i]], &next,
-                                               &len);
-        free(doc);
-        doc = rc ? NULL : next;
-    }
-    return doc;
-}
-
-static bool tstart(tfx *f, const char *trust) {
-    kiln_registry_server_stop(f->srv, 1000);
-    f->srv = NULL;
-    kiln_registry_server_opts o = {
-        .root = f->root, .listen = "127.0.0.1:0", .trust = trust, .threads = 4};
-    if (kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
-    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u",
-             (unsigned)kiln_registry_server_port(f->srv));
-    return true;
+    return rfx_trust_sign(text, "p", f->sk, signers);
 }
 
 static bool tinit(tfx *f) {
     memset(f, 0, sizeof *f);
-    snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
-    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
-    snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
-    for (int i = 0; i < NK; i++)
-        if (!kiln_test_keypair(&f->sk[i], f->b64[i])) return false;
+    if (!rfx_keys(f->sk, f->b64, NK)) return false;
     char *v1 = tpolicy(f, 1, ALL_PROMOTE, 0);
-    bool ok = v1 && kiln_write_file_atomic(f->trust, v1, strlen(v1)) == KILN_OK &&
-              kiln_registry_token_create(f->root, "ops", KILN_SCOPE_ADMIN, &f->admin) == KILN_OK &&
-              kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub) == KILN_OK &&
-              kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom) == KILN_OK &&
-              tstart(f, f->trust);
+    bool ok = v1 && rfx_init(&f->reg, "reg", v1,
+                             KILN_SCOPE_ADMIN | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE, 4, false);
     free(v1);
     return ok;
 }
 
 static void tfree(tfx *f) {
-    kiln_registry_server_stop(f->srv, 1000);
-    for (int i = 0; i < NK; i++)
-        kiln_sign_seckey_free(f->sk[i]);
-    free(f->admin), free(f->pub), free(f->prom);
+    rfx_free(&f->reg);
+    rfx_keys_free(f->sk, NK);
 }
 
 static kiln_registry_client_opts tclient(const tfx *f, const char *token) {
-    kiln_registry_client_opts c = {.url = f->url, .token = token, .retries = 1, .backoff_ms = 10};
+    kiln_registry_client_opts c = {
+        .url = f->reg.url, .token = token, .retries = 1, .backoff_ms = 10};
     return c;
 }
 
-typedef struct tresp {
-    long status;
-    char body[2048];
-    size_t len;
-} tresp;
-
-static size_t tresp_write(char *d, size_t s, size_t n, void *ctx) {
-    tresp *r = ctx;
-    size_t k = s * n, room = sizeof r->body - 1 - r->len;
-    memcpy(r->body + r->len, d, k < room ? k : room);
-    r->len += k < room ? k : room;
-    r->body[r->len] = 0;
-    return k;
-}
-
-/* One request; the status (0: no answer), the body in out. */
+/* One request to the fixture's server; the status (0: no answer), the answer in out. */
 static long thttp(const tfx *f, const char *method, const char *path, const char *token,
-                  const char *body, tresp *out) {
-    memset(out, 0, sizeof *out);
-    CURL *h = curl_easy_init();
-    if (!h) return 0;
-    char url[256], auth[256];
-    snprintf(url, sizeof url, "%s%s", f->url, path);
-    struct curl_slist *hdr = NULL;
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    if (body) {
-        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
-    }
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tresp_write);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &out->status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
-    return out->status;
+                  const char *body, rfx_resp *out) {
+    return rfx_http(f->reg.url, method, path, token, body, NULL, out);
 }
 
 /* A tiny model packed as demo@version and signed by rel; the archive's path (caller frees)
@@ -160,57 +89,26 @@ static char *tarchive(const tfx *f, const char *version, const void *weights, si
                       char hex[KILN_SHA256_HEX]) {
     char name[64];
     snprintf(name, sizeof name, "m-%s", version);
-    char *dir = kiln_test_path(name), *path = dir ? kiln_asprintf("%s.kiln", dir) : NULL,
-         *w = dir ? kiln_path_join(dir, "model.safetensors") : NULL,
-         *card = dir ? kiln_path_join(dir, "card.json") : NULL, *sig = NULL, *sigp = NULL;
-    static const char card_text[] =
-        "{\"name\":\"demo\",\"created\":\"2026-03-04T05:06:07Z\",\"lineage\":{\"run_id\":\"r\","
-        "\"step\":1,\"dataset_sha256\":\"ab\",\"code_version\":\"0.1.0\",\"metrics\":{}}}";
-    uint8_t d[KILN_SHA256_BYTES];
-    kiln_manifest *m = NULL;
-    bool ok = path && w && card && kiln_mkdir_p(dir) == KILN_OK &&
-              kiln_write_file_atomic(w, weights, wlen) == KILN_OK &&
-              kiln_write_file_atomic(card, card_text, strlen(card_text)) == KILN_OK &&
-              kiln_archive_pack(dir, "demo", version, path, d, &m) == KILN_OK &&
-              kiln_sign_archive(f->sk[REL], path, true, &sig, NULL) == KILN_OK &&
-              (sigp = kiln_asprintf("%s.minisig", path)) &&
-              kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK;
-    if (ok) kiln_hex(d, sizeof d, hex);
-    kiln_manifest_free(m);
-    free(dir), free(w), free(card), free(sig), free(sigp);
-    if (!ok) {
-        free(path);
-        return NULL;
-    }
-    return path;
+    return rfx_archive(name, weights, wlen, RFX_CARD, version, f->sk[REL], hex);
 }
 
 /* A channel record's text for demo signed by the keys (-1 ends). Caller frees. */
 static char *trecord(const tfx *f, const char *channel, const char *version, const char *hex,
                      uint64_t seq, const int *keys) {
-    kiln_sign_record r;
-    kiln_sign_record_init(&r);
-    uint8_t d[32];
-    char *text = NULL;
-    size_t len;
-    bool ok = kiln_unhex(hex, d, 32) &&
-              kiln_sign_record_set(&r, "demo", channel, version, d, seq,
-                                   kiln_unix_time() + 3600, "promote") == KILN_OK;
-    for (int i = 0; ok && keys[i] >= 0; i++)
-        ok = kiln_sign_record_add_signature(&r, f->sk[keys[i]]) == KILN_OK;
-    if (ok && kiln_sign_record_text(&r, &text, &len) != KILN_OK) text = NULL;
-    kiln_sign_record_release(&r);
-    return text;
+    kiln_sign_seckey *sk[NK + 1] = {0};
+    for (int i = 0; i < NK && keys[i] >= 0; i++)
+        sk[i] = f->sk[keys[i]];
+    return rfx_record(channel, version, hex, seq, kiln_unix_time() + 3600, "promote", sk);
 }
 
 static kiln_err tput_record(const tfx *f, const char *channel, const char *text) {
-    kiln_registry_client_opts c = tclient(f, f->prom);
+    kiln_registry_client_opts c = tclient(f, f->reg.prom);
     return text ? kiln_registry_put_channel(&c, "demo", channel, text, strlen(text))
                 : KILN_ERR_INTERNAL;
 }
 
 static kiln_err tput_trust(const tfx *f, const char *doc) {
-    kiln_registry_client_opts c = tclient(f, f->admin);
+    kiln_registry_client_opts c = tclient(f, f->reg.admin);
     uint64_t v;
     return doc ? kiln_registry_trust_put(&c, doc, strlen(doc), "v.json", &v) : KILN_ERR_INTERNAL;
 }
@@ -223,29 +121,14 @@ static kiln_err tpull(const tfx *f, const char *trust, const char *state, const 
     return kiln_registry_pull(&c, &p, &res);
 }
 
-/* Run SQL on the store (a compromised server, or an operator by hand); false on failure. */
+/* Run SQL on the store (a compromised server, or an operator by hand); false on failure.
+ * Opened as the registry opens it: a table dropped before comes back first. */
 static bool tsql(const tfx *f, const char *sql, const char *text) {
-    sqlite3 *db;
-    if (reg_db_open(f->root, &db) != KILN_OK) return false;
-    sqlite3_stmt *st;
-    bool ok = sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK;
-    if (ok && text) sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
-    ok = ok && sqlite3_step(st) == SQLITE_DONE;
-    sqlite3_finalize(st);
-    reg_db_close(db);
-    return ok;
+    return rfx_sql(f->reg.root, RFX_OPEN, sql, text);
 }
 
-static int tcount(const tfx *f, const char *sql) {
-    sqlite3 *db;
-    int n = -1;
-    if (reg_db_open(f->root, &db) != KILN_OK) return n;
-    sqlite3_stmt *st;
-    if (sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int(st, 0);
-    sqlite3_finalize(st);
-    reg_db_close(db);
-    return n;
+static int64_t tcount(const tfx *f, const char *sql) {
+    return rfx_int(f->reg.root, RFX_OPEN, sql);
 }
 
 static void count_problem(void *ctx, const char *line) {
@@ -255,37 +138,38 @@ static void count_problem(void *ctx, const char *line) {
 
 KILN_TEST(registry_trust_put_get_and_serve) {
     tfx f;
+    rfx_resp r = {0};
     if (!CHECK("fixture", tinit(&f))) goto out;
     char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1}),
          *v2one = tsign(&f, p2, (int[]){R1, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
          *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
     char hex[KILN_SHA256_HEX];
     char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
-    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
     if (!CHECK("documents and an archive", v2 && v2one && v3 && a1 &&
                                                kiln_registry_publish(&pubc, a1, NULL, &pub) ==
                                                    KILN_OK))
         goto done;
-    tresp r;
     CHECK("no versions yet: GET /v1/trust is 404", thttp(&f, "GET", "/v1/trust", NULL, NULL, &r) ==
                                                        404);
     CHECK("PUT without a token: 401", thttp(&f, "PUT", "/v1/trust/2", NULL, v2, &r) == 401);
     CHECK("PUT with a promote token: 403 (admin only)",
-          thttp(&f, "PUT", "/v1/trust/2", f.prom, v2, &r) == 403 && strstr(r.body, "'admin'"));
+          thttp(&f, "PUT", "/v1/trust/2", f.reg.prom, v2, &r) == 403 && strstr(r.body, "'admin'"));
     CHECK("a version that is not a number: 400",
-          thttp(&f, "PUT", "/v1/trust/two", f.admin, v2, &r) == 400);
-    CHECK("a body that is not JSON: 400", thttp(&f, "PUT", "/v1/trust/2", f.admin, "{", &r) == 400);
-    CHECK("a plain policy: 400", thttp(&f, "PUT", "/v1/trust/2", f.admin, p2, &r) == 400 &&
+          thttp(&f, "PUT", "/v1/trust/two", f.reg.admin, v2, &r) == 400);
+    CHECK("a body that is not JSON: 400",
+          thttp(&f, "PUT", "/v1/trust/2", f.reg.admin, "{", &r) == 400);
+    CHECK("a plain policy: 400", thttp(&f, "PUT", "/v1/trust/2", f.reg.admin, p2, &r) == 400 &&
                                      strstr(r.body, "plain policy"));
     CHECK("the body's version is not the URL's: 400",
-          thttp(&f, "PUT", "/v1/trust/3", f.admin, v2, &r) == 400 &&
+          thttp(&f, "PUT", "/v1/trust/3", f.reg.admin, v2, &r) == 400 &&
               strstr(r.body, "holds version 2"));
     CHECK("version 3 before version 2: 409",
-          thttp(&f, "PUT", "/v1/trust/3", f.admin, v3, &r) == 409 &&
+          thttp(&f, "PUT", "/v1/trust/3", f.reg.admin, v3, &r) == 409 &&
               strstr(r.body, "at version 1, so the next is 2"));
     CHECK("one root of two: 422, naming who signed",
-          thttp(&f, "PUT", "/v1/trust/2", f.admin, v2one, &r) == 422 &&
+          thttp(&f, "PUT", "/v1/trust/2", f.reg.admin, v2one, &r) == 422 &&
               strstr(r.body, "needs 2 distinct root keys of version 1, signed by 1 ('r1')"));
     CHECK("nothing refused was stored or audited",
           tcount(&f, "SELECT count(*) FROM trust_versions") == 0 &&
@@ -317,68 +201,71 @@ KILN_TEST(registry_trust_put_get_and_serve) {
 
     /* A restart from the same --trust (version 1) walks to version 2. */
     char *rec3 = trecord(&f, "production", "1.0.0", hex, 3, ab);
-    CHECK("restart", tstart(&f, f.trust));
+    CHECK("restart", rfx_start(&f.reg, f.reg.trust));
     CHECK("after a restart alice is still out",
           tput_record(&f, "production", rec3) == KILN_ERR_VERIFY);
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
     size_t problems = 9;
     char last[1024] = "";
     CHECK("fsck: the chain and the records (seq 1 under version 1) are consistent",
-          kiln_registry_fsck(f.root, f.trust, count_problem, last, &problems) == KILN_OK &&
+          kiln_registry_fsck(f.reg.root, f.reg.trust, count_problem, last, &problems) == KILN_OK &&
               problems == 0);
     /* Tampered in the store: the start and fsck name the version. */
     CHECK("tamper", tsql(&f, "UPDATE trust_versions SET document = replace(document, "
                              "'\"threshold\": 2', '\"threshold\": 1')",
                          NULL));
     CHECK("a stored version that does not verify stops the start",
-          !tstart(&f, f.trust) &&
+          !rfx_start(&f.reg, f.reg.trust) &&
               kiln_test_msg_has("cannot serve: ", "registry.db: trust version 2: signature 1'") &&
               kiln_test_msg_has("as the successor of version 1", NULL));
-    CHECK("fsck reports it",
-          kiln_registry_fsck(f.root, f.trust, count_problem, last, &problems) == KILN_ERR_VERIFY &&
-              problems >= 1);
+    CHECK("fsck reports it", kiln_registry_fsck(f.reg.root, f.reg.trust, count_problem, last,
+                                                &problems) == KILN_ERR_VERIFY &&
+                                 problems >= 1);
     CHECK("restore", tsql(&f, "UPDATE trust_versions SET document = ?1", v2));
     /* A --trust newer than every stored version is used as it is. */
     char *p4 = tpolicy(&f, 4, NO_ALICE, 0), *v4 = tsign(&f, p4, (int[]){R1, -1});
     char *v4path = kiln_test_write("v4.json", v4 ? v4 : "", v4 ? strlen(v4) : 0);
-    CHECK("a --trust above the store: served as it is", tstart(&f, v4path));
-    CHECK("whose next is 5", thttp(&f, "PUT", "/v1/trust/3", f.admin, v3, &r) == 409 &&
+    CHECK("a --trust above the store: served as it is", rfx_start(&f.reg, v4path));
+    CHECK("whose next is 5", thttp(&f, "PUT", "/v1/trust/3", f.reg.admin, v3, &r) == 409 &&
                                  strstr(r.body, "at version 4, so the next is 5"));
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
     /* A gap in the store: version 4 without version 3. */
     CHECK("gap", tsql(&f, "INSERT INTO trust_versions VALUES(4, ?1, 'x', 0)", v4));
     CHECK("a gap in the stored chain stops the start",
-          !tstart(&f, f.trust) && kiln_test_msg_has("holds trust version 4 but not version 3",
-                                                    "gap"));
+          !rfx_start(&f.reg, f.reg.trust) &&
+              kiln_test_msg_has("holds trust version 4 but not version 3", "gap"));
     free(rec1), free(rec2), free(rec2b), free(rec3), free(p4), free(v4), free(v4path);
 done:
     free(p2), free(v2), free(v2one), free(p3), free(v3), free(a1);
 out:
+    rfx_resp_free(&r);
     tfree(&f);
 }
 
 /* A store made before trust versions existed (no trust_versions table) is still a store. */
 KILN_TEST(registry_trust_old_store_keeps_working) {
     tfx f;
+    rfx_resp r = {0};
     if (!CHECK("fixture", tinit(&f))) goto out;
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
     CHECK("drop the table as an old store lacks it", tsql(&f, "DROP TABLE trust_versions", NULL));
-    CHECK("it is a store", reg_store_check(f.root) == KILN_OK);
+    CHECK("it is a store", reg_store_check(f.reg.root) == KILN_OK);
     size_t problems = 9;
     CHECK("fsck passes",
-          kiln_registry_fsck(f.root, f.trust, NULL, NULL, &problems) == KILN_OK && problems == 0);
+          kiln_registry_fsck(f.reg.root, f.reg.trust, NULL, NULL, &problems) == KILN_OK &&
+              problems == 0);
     CHECK("drop again", tsql(&f, "DROP TABLE trust_versions", NULL));
-    tresp r;
-    CHECK("the server starts on it", tstart(&f, f.trust));
+    CHECK("the server starts on it", rfx_start(&f.reg, f.reg.trust));
     CHECK("and answers GET /v1/trust (none yet)",
           thttp(&f, "GET", "/v1/trust", NULL, NULL, &r) == 404);
     char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
     CHECK("and takes a version", tput_trust(&f, v2) == KILN_OK);
     free(p2), free(v2);
 out:
+    rfx_resp_free(&r);
     tfree(&f);
 }
 
@@ -397,8 +284,7 @@ typedef struct load {
 
 static void *publisher(void *arg) {
     load *l = arg;
-    kiln_registry_client_opts c = tclient(l->f, l->f->pub);
-    tresp r;
+    kiln_registry_client_opts c = tclient(l->f, l->f->reg.pub);
     for (size_t i = 0; !atomic_load(l->stop); i++) {
         kiln_registry_published pub;
         if (i < l->n) {
@@ -406,7 +292,8 @@ static void *publisher(void *arg) {
                 l->failures++;
                 snprintf(l->msg, sizeof l->msg, "%s", kiln_errmsg());
             }
-        } else if (thttp(l->f, "GET", "/ui/models/demo/channels/staging", NULL, NULL, &r) != 200) {
+        } else if (thttp(l->f, "GET", "/ui/models/demo/channels/staging", NULL, NULL, NULL) !=
+                   200) {
             l->failures++; /* the page names signers from the policy in force */
         }
         atomic_fetch_add(l->done, 1);
@@ -416,13 +303,12 @@ static void *publisher(void *arg) {
 
 static void *recorder(void *arg) {
     load *l = arg;
-    tresp r;
     for (size_t i = 0; i < l->nrec && !atomic_load(l->stop); i++) {
         if (tput_record(l->f, "staging", l->records[i]) != KILN_OK) {
             l->failures++;
             snprintf(l->msg, sizeof l->msg, "%s", kiln_errmsg());
         }
-        if (thttp(l->f, "GET", "/ui/models/demo", NULL, NULL, &r) != 200) l->failures++;
+        if (thttp(l->f, "GET", "/ui/models/demo", NULL, NULL, NULL) != 200) l->failures++;
         atomic_fetch_add(l->done, 1);
     }
     return NULL;
@@ -442,6 +328,7 @@ static void wait_done(atomic_int *done, int n) {
  * progress, so that the swaps fall between their requests. */
 KILN_TEST(registry_trust_swap_under_load) {
     tfx f;
+    rfx_resp r = {0};
     if (!CHECK("fixture", tinit(&f))) goto out;
     enum { NA = 6, NV = 12, NREC = 64 };
     char *archives[NA] = {0}, *records[NREC] = {0}, *docs[NV + 2] = {0}, hex[NA][KILN_SHA256_HEX];
@@ -452,7 +339,7 @@ KILN_TEST(registry_trust_swap_under_load) {
         snprintf(w, sizeof w, "w%d", i);
         ok = ok && (archives[i] = tarchive(&f, v, w, strlen(w), hex[i]));
     }
-    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
     ok = ok && kiln_registry_publish(&pubc, archives[0], NULL, &pub) == KILN_OK;
     for (size_t i = 0; ok && i < NREC; i++)
@@ -490,7 +377,6 @@ KILN_TEST(registry_trust_swap_under_load) {
     if (!CHECK("every upload, record and page passed under whichever version was in force",
                l.failures == 0 && l2.failures == 0))
         fprintf(stderr, "    %s %s\n", l.msg, l2.msg);
-    tresp r;
     char want[32];
     snprintf(want, sizeof want, "\"version\": %d", NV + 1);
     CHECK("the newest is in force",
@@ -504,6 +390,7 @@ done:
     for (int i = 0; i < NV + 2; i++)
         free(docs[i]);
 out:
+    rfx_resp_free(&r);
     tfree(&f);
 }
 
@@ -526,7 +413,7 @@ KILN_TEST(registry_trust_pull_walks_the_chain) {
          *p3 = tpolicy(&f, 3, NO_ALICE, 0), *v3one = tsign(&f, p3, (int[]){R1, -1}),
          *v3 = tsign(&f, p3, (int[]){R1, R2, -1}), *p4 = tpolicy(&f, 4, NO_ALICE, 0),
          *v4 = tsign(&f, p4, (int[]){R1, R2, -1});
-    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
     int ab[] = {P1, P2, -1}, bc[] = {P2, P3, -1};
     char *rec1 = trecord(&f, "production", "1.0.0", hex, 1, ab);
@@ -536,45 +423,45 @@ KILN_TEST(registry_trust_pull_walks_the_chain) {
                             tput_record(&f, "production", rec1) == KILN_OK))
         goto done;
     CHECK("a service pulls under version 1",
-          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_OK);
+          tpull(&f, f.reg.trust, f.reg.state, "demo@production", out) == KILN_OK);
     CHECK("alice's key is stolen: version 2 without her", tput_trust(&f, v2) == KILN_OK);
     CHECK("the next pull walks to version 2 and refuses the record alice co-signed",
-          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
-              kiln_test_msg_has("not in the trust policy", NULL) && state_has(&f, f.state, 2));
+          tpull(&f, f.reg.trust, f.reg.state, "demo@production", out) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("not in the trust policy", NULL) && state_has(&f, f.reg.state, 2));
     char *rec2 = trecord(&f, "production", "1.0.0", hex, 2, bc);
     CHECK("bob+carol promote again", tput_record(&f, "production", rec2) == KILN_OK);
     CHECK("and the service pulls it",
-          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_OK);
+          tpull(&f, f.reg.trust, f.reg.state, "demo@production", out) == KILN_OK);
     /* State is checked again on every walk: a hand-made version 3 refuses the pull. */
-    char *bad = kiln_asprintf("%s/trust/3.json", f.state);
-    char *before = kiln_test_listing(f.state);
+    char *bad = kiln_asprintf("%s/trust/3.json", f.reg.state);
+    char *before = kiln_test_listing(f.reg.state);
     CHECK("write a version 3 signed by one root into state",
           bad && kiln_write_file_atomic(bad, v3one, strlen(v3one)) == KILN_OK);
     CHECK("the pull is refused, naming the file",
-          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
+          tpull(&f, f.reg.trust, f.reg.state, "demo@production", out) == KILN_ERR_VERIFY &&
               kiln_test_msg_has(bad, "needs 2 distinct root keys of version 2, signed by 1"));
-    char *after = kiln_test_listing(f.state);
+    char *after = kiln_test_listing(f.reg.state);
     CHECK("and the state is as it was", before && after && !strcmp(before, after));
     if (bad) unlink(bad);
     /* A compromised registry serves a version 3 that one root key signed. */
     CHECK("inject", tsql(&f, "INSERT INTO trust_versions VALUES(3, ?1, 'evil', 0)", v3one));
     CHECK("the client refuses it (fail closed)",
-          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
+          tpull(&f, f.reg.trust, f.reg.state, "demo@production", out) == KILN_ERR_VERIFY &&
               kiln_test_msg_has("'trust v3 from http://127.0.0.1:",
                                 "needs 2 distinct root keys of version 2, signed by 1 ('r1')") &&
-              !state_has(&f, f.state, 3));
+              !state_has(&f, f.reg.state, 3));
     /* A gap: version 4 without version 3. */
     CHECK("gap", tsql(&f, "DELETE FROM trust_versions WHERE version = 3", NULL) &&
                      tsql(&f, "INSERT INTO trust_versions VALUES(4, ?1, 'evil', 0)", v4));
     CHECK("a registry with a gap is refused",
-          tpull(&f, f.trust, f.state, "demo@production", out) == KILN_ERR_VERIFY &&
+          tpull(&f, f.reg.trust, f.reg.state, "demo@production", out) == KILN_ERR_VERIFY &&
               kiln_test_msg_has("serves trust version 4 but not version 3", "gap"));
     CHECK("fill the gap", tsql(&f, "INSERT INTO trust_versions VALUES(3, ?1, 'ops', 0)", v3));
     kiln_registry_client_opts rc = tclient(&f, NULL);
     kiln_sign_trust *t = NULL;
     CHECK("kiln_registry_trust_walk reaches version 4",
-          kiln_registry_trust_walk(&rc, f.trust, f.state, NULL, NULL, &t) == KILN_OK && t &&
-              kiln_sign_trust_version(t) == 4 && state_has(&f, f.state, 4));
+          kiln_registry_trust_walk(&rc, f.reg.trust, f.reg.state, NULL, NULL, &t) == KILN_OK && t &&
+              kiln_sign_trust_version(t) == 4 && state_has(&f, f.reg.state, 4));
     kiln_sign_trust_free(t);
     /* A new service configured with the signed version 2 walks from there. */
     char *v2path = kiln_test_write("v2.json", v2, strlen(v2)), *st2 = kiln_test_path("state2");
@@ -635,13 +522,10 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
     kiln_watch *w = NULL;
     if (!CHECK("fixture", tinit(&f))) goto out;
-    char *src = kiln_test_vector("tsmoe-dense.model.safetensors"), *weights = NULL;
-    size_t wlen = 0;
     char hex[KILN_SHA256_HEX];
-    char *a1 = src && kiln_read_file(src, 1 << 26, &weights, &wlen) == KILN_OK
-                   ? tarchive(&f, "1.0.0", weights, wlen, hex)
-                   : NULL;
-    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    char *a1 =
+        rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f.sk[REL], hex);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
     char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P1, -1}) : NULL;
     char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
@@ -649,12 +533,7 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     if (!CHECK("setup", a1 && rec && v2 && kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
                             tput_record(&f, "staging", rec) == KILN_OK))
         goto done;
-    kiln_watch_opts o = {
-        .pull = {.registry = f.url, .ref = "demo@staging", .trust = f.trust, .out = dir,
-                 .state = f.state},
-        .interval_ms = 20,
-        .on_update = on_update,
-        .ctx = &h};
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &h);
     if (!CHECK("watch starts", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
     CHECK("version 2 goes in", tput_trust(&f, v2) == KILN_OK);
     for (int i = 0; i < 500; i++) {
@@ -679,7 +558,7 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     const kiln_model *m = kiln_watch_acquire(w, &g);
     CHECK("the model stays in service", m && g == 1);
     kiln_watch_release(w, m);
-    CHECK("the watch saved version 2 to state", state_has(&f, f.state, 2));
+    CHECK("the watch saved version 2 to state", state_has(&f, f.reg.state, 2));
     /* bob re-promotes: the record the new policy accepts is picked up. */
     char *again = trecord(&f, "staging", "1.0.0", hex, 2, (int[]){P2, -1});
     CHECK("bob's record goes in", tput_record(&f, "staging", again) == KILN_OK);
@@ -692,15 +571,13 @@ KILN_TEST(registry_trust_watch_hears_a_new_version) {
     free(again);
     kiln_watch_stop(w);
 done:
-    free(src), free(weights), free(a1), free(rec), free(p2), free(v2), free(dir);
+    free(a1), free(rec), free(p2), free(v2), free(dir);
 out:
     tfree(&f);
 }
 
 /* ---- a registry that stores a version between two requests ---- */
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 
 typedef struct stub {
@@ -721,27 +598,11 @@ static void stub_answer(int c, int status, const char *body) {
     }
 }
 
-/* Accept one connection on fd and read its request head into req (NUL-terminated); the
- * connection, or -1 when the listener is closed. */
-static int stub_accept(int fd, char *req, size_t size) {
-    int c = accept(fd, NULL, NULL);
-    if (c < 0) return -1;
-    size_t n = 0;
-    ssize_t r;
-    req[0] = 0;
-    while (n < size - 1 && (r = read(c, req + n, size - 1 - n)) > 0) {
-        n += (size_t)r;
-        req[n] = 0;
-        if (strstr(req, "\r\n\r\n")) break;
-    }
-    return c;
-}
-
 static void *stub_main(void *arg) {
     stub *s = arg;
     for (;;) {
         char req[4096];
-        int c = stub_accept(s->fd, req, sizeof req);
+        int c = rfx_accept(s->fd, req, sizeof req);
         if (c < 0) return NULL;
         s->served++;
         if (!strncmp(req, "GET /v1/trust/2 ", 16)) {
@@ -759,20 +620,8 @@ static void *stub_main(void *arg) {
     }
 }
 
-/* A listening socket on a free loopback port, and its URL. */
-static bool loopback_listen(int *fd, char url[64]) {
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t al = sizeof a;
-    *fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (*fd < 0 || bind(*fd, (struct sockaddr *)&a, sizeof a) != 0 || listen(*fd, 8) != 0 ||
-        getsockname(*fd, (struct sockaddr *)&a, &al) != 0)
-        return false;
-    snprintf(url, 64, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
-    return true;
-}
-
 static bool stub_start(stub *s, pthread_t *t, char url[64]) {
-    return loopback_listen(&s->fd, url) && pthread_create(t, NULL, stub_main, s) == 0;
+    return rfx_listen(&s->fd, url) && pthread_create(t, NULL, stub_main, s) == 0;
 }
 
 static void stub_stop(stub *s, pthread_t t) {
@@ -832,12 +681,9 @@ KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
     kiln_watch *w = NULL;
     if (!CHECK("fixture", tinit(&f))) goto out;
-    char *src = kiln_test_vector("tsmoe-dense.model.safetensors"), *weights = NULL;
-    size_t wlen = 0;
     char hex[KILN_SHA256_HEX];
-    char *a1 = src && kiln_read_file(src, 1 << 26, &weights, &wlen) == KILN_OK
-                   ? tarchive(&f, "1.0.0", weights, wlen, hex)
-                   : NULL;
+    char *a1 =
+        rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f.sk[REL], hex);
     char *p1 = tpolicy(&f, 1, NO_ALICE, 0), *p2 = tpolicy(&f, 2, ALL_PROMOTE, 0),
          *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
     char *wtrust = p1 ? kiln_test_write("watch-trust.json", p1, strlen(p1)) : NULL,
@@ -845,18 +691,13 @@ KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
     char *bob = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P2, -1}) : NULL,
          *alice = a1 ? trecord(&f, "staging", "1.0.0", hex, 2, (int[]){P1, -1}) : NULL;
     char *dir = kiln_test_path("watch");
-    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
-    if (!CHECK("setup", a1 && wtrust && v2path && bob && alice && tstart(&f, v2path) &&
+    if (!CHECK("setup", a1 && wtrust && v2path && bob && alice && rfx_start(&f.reg, v2path) &&
                             kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
                             tput_record(&f, "staging", bob) == KILN_OK))
         goto done;
-    kiln_watch_opts o = {
-        .pull = {.registry = f.url, .ref = "demo@staging", .trust = wtrust, .out = dir,
-                 .state = f.state},
-        .interval_ms = 20,
-        .on_update = on_update,
-        .ctx = &h};
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, wtrust, dir, on_update, &h);
     if (!CHECK("watch starts under version 1", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
     CHECK("the server (version 2) takes alice's record", tput_record(&f, "staging", alice) ==
                                                              KILN_OK);
@@ -878,7 +719,7 @@ KILN_TEST(registry_trust_watch_retries_a_refused_record_after_a_new_version) {
     kiln_watch_release(w, m);
     kiln_watch_stop(w);
 done:
-    free(src), free(weights), free(a1), free(p1), free(p2), free(v2), free(wtrust), free(v2path);
+    free(a1), free(p1), free(p2), free(v2), free(wtrust), free(v2path);
     free(bob), free(alice), free(dir);
 out:
     tfree(&f);
@@ -998,13 +839,13 @@ typedef struct racer {
     tfx *f;
     const char *path, *doc;
     pthread_barrier_t *go;
-    tresp r;
+    rfx_resp r;
 } racer;
 
 static void *racer_main(void *arg) {
     racer *k = arg;
     pthread_barrier_wait(k->go);
-    thttp(k->f, "PUT", k->path, k->f->admin, k->doc, &k->r);
+    thttp(k->f, "PUT", k->path, k->f->reg.admin, k->doc, &k->r);
     return NULL;
 }
 
@@ -1022,10 +863,11 @@ static bool alice_in_force(const tfx *f, const char *hex, uint64_t n) {
  * digits without leading zeros, 1 to 2^53-1. */
 KILN_TEST(registry_trust_put_races_and_failures) {
     tfx f;
+    rfx_resp r = {0};
     if (!CHECK("fixture", tinit(&f))) goto out;
     char hex[KILN_SHA256_HEX];
     char *a1 = tarchive(&f, "1.0.0", "one", 3, hex);
-    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
     enum { ROUNDS = 4 };
     char *docs[ROUNDS + 3][2] = {{0}};
@@ -1056,7 +898,7 @@ KILN_TEST(registry_trust_put_races_and_failures) {
                        strstr(k[!won].r.body, "so the next is")))
             fprintf(stderr, "    version %d: %ld %s / %ld %s\n", v, k[0].r.status, k[0].r.body,
                     k[1].r.status, k[1].r.body);
-        tresp r;
+        rfx_resp_free(&k[0].r), rfx_resp_free(&k[1].r);
         CHECK("the winner's bytes are stored",
               thttp(&f, "GET", path, NULL, NULL, &r) == 200 && r.len == strlen(docs[v][won]) &&
                   !memcmp(r.body, docs[v][won], r.len));
@@ -1076,12 +918,11 @@ KILN_TEST(registry_trust_put_races_and_failures) {
     const char *next = docs[v][alice_before ? 0 : 1]; /* the policy that flips alice */
     char path[32];
     snprintf(path, sizeof path, "/v1/trust/%d", v);
-    tresp r;
     CHECK("a store that fails the insert",
           tsql(&f, "CREATE TRIGGER nospace BEFORE INSERT ON trust_versions BEGIN SELECT "
                    "RAISE(ABORT, 'database or disk is full'); END",
                    NULL));
-    long st = thttp(&f, "PUT", path, f.admin, next, &r);
+    long st = thttp(&f, "PUT", path, f.reg.admin, next, &r);
     if (!CHECK("PUT: 500, saying so (not 'stored already')",
                st == 500 && strstr(r.body, "disk is full") && !strstr(r.body, "stored already")))
         fprintf(stderr, "    %ld %s\n", st, r.body);
@@ -1090,12 +931,13 @@ KILN_TEST(registry_trust_put_races_and_failures) {
     CHECK("nothing stored or audited",
           thttp(&f, "GET", path, NULL, NULL, &r) == 404 &&
               tcount(&f, "SELECT count(*) FROM audit WHERE action = 'trust.put'") == ROUNDS);
-    CHECK("a restart too", tstart(&f, f.trust) && alice_in_force(&f, hex, seq) == alice_before);
+    CHECK("a restart too",
+          rfx_start(&f.reg, f.reg.trust) && alice_in_force(&f, hex, seq) == alice_before);
     seq += alice_before;
     char *row = kiln_asprintf("INSERT INTO trust_versions VALUES(%d, 'x', 'x', 0)", v);
     CHECK("a row put in the store by hand: the PUT is 409, stored already",
           row && tsql(&f, "DROP TRIGGER nospace", NULL) && tsql(&f, row, NULL) &&
-              thttp(&f, "PUT", path, f.admin, next, &r) == 409 &&
+              thttp(&f, "PUT", path, f.reg.admin, next, &r) == 409 &&
               strstr(r.body, "is stored already"));
     free(row);
     CHECK("the store mended, the same PUT goes in",
@@ -1126,13 +968,14 @@ KILN_TEST(registry_trust_put_races_and_failures) {
             fprintf(stderr, "    %s: %ld %s\n", routes[i].path, got, r.body);
     }
     CHECK("a PUT to a number out of range: 400 before the body is read",
-          thttp(&f, "PUT", "/v1/trust/99999999999999999999", f.admin, docs[2][0], &r) == 400 &&
+          thttp(&f, "PUT", "/v1/trust/99999999999999999999", f.reg.admin, docs[2][0], &r) == 400 &&
               strstr(r.body, "is not a trust version"));
 done:
     for (int i = 0; i < ROUNDS + 3; i++)
         free(docs[i][0]), free(docs[i][1]);
     free(a1);
 out:
+    rfx_resp_free(&r);
     tfree(&f);
 }
 
@@ -1155,8 +998,8 @@ KILN_TEST(registry_trust_fork_is_refused) {
     char *out = kiln_test_path("svc"), *out2 = kiln_test_path("svc2"),
          *st2 = kiln_test_path("st2"), *st3 = kiln_test_path("st3");
     char *v2a_path = v2a ? kiln_test_write("v2a.json", v2a, strlen(v2a)) : NULL;
-    char *s2 = kiln_asprintf("%s/trust/2.json", f.state);
-    kiln_registry_client_opts pubc = tclient(&f, f.pub);
+    char *s2 = kiln_asprintf("%s/trust/2.json", f.reg.state);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
     kiln_registry_published pub;
     if (!CHECK("setup", v2a && v2b && v3 && rec && out && out2 && st2 && st3 && v2a_path && s2 &&
                             kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
@@ -1164,41 +1007,43 @@ KILN_TEST(registry_trust_fork_is_refused) {
                             tput_trust(&f, v2a) == KILN_OK))
         goto done;
     CHECK("a service walks to version 2 (a)",
-          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_OK && state_has(&f, f.state, 2));
+          tpull(&f, f.reg.trust, f.reg.state, "demo@staging", out) == KILN_OK &&
+              state_has(&f, f.reg.state, 2));
     CHECK("the store's version 2 becomes b", tsql(&f, "UPDATE trust_versions SET document = ?1 "
                                                    "WHERE version = 2",
                                                v2b));
-    char *before = kiln_test_listing(f.state);
+    char *before = kiln_test_listing(f.reg.state);
     CHECK("the service refuses: the registry's newest is another version 2",
-          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_ERR_VERIFY &&
+          tpull(&f, f.reg.trust, f.reg.state, "demo@staging", out) == KILN_ERR_VERIFY &&
               kiln_test_msg_has("refusing: the newest trust version of registry 'http://",
                                 "is trust version 2, and so is") &&
               kiln_test_msg_has(s2, "a fork") && kiln_test_msg_has("key 'carol' (", NULL));
-    char *after = kiln_test_listing(f.state);
+    char *after = kiln_test_listing(f.reg.state);
     CHECK("and its state is as it was", before && after && !strcmp(before, after));
     CHECK("so does a new service configured with version 2 (a)",
           tpull(&f, v2a_path, st2, "demo@staging", out2) == KILN_ERR_VERIFY &&
               kiln_test_msg_has(v2a_path, "a fork"));
-    CHECK("one configured with version 1 walks to b", tpull(&f, f.trust, st3, "demo@staging", out2) ==
-                                                            KILN_OK);
+    CHECK("one configured with version 1 walks to b",
+          tpull(&f, f.reg.trust, st3, "demo@staging", out2) == KILN_OK);
     CHECK("a server started from version 2 (a) over the store's b refuses",
-          !tstart(&f, v2a_path) && kiln_test_msg_has("cannot serve: ", "a fork") &&
+          !rfx_start(&f.reg, v2a_path) && kiln_test_msg_has("cannot serve: ", "a fork") &&
               kiln_test_msg_has(v2a_path, "registry.db: trust version 2'"));
     size_t problems = 0;
     char last[1024] = "";
-    CHECK("fsck from it reports the fork",
-          kiln_registry_fsck(f.root, v2a_path, count_problem, last, &problems) == KILN_ERR_VERIFY &&
-              problems >= 1 && strstr(last, "a fork"));
+    CHECK("fsck from it reports the fork", kiln_registry_fsck(f.reg.root, v2a_path, count_problem,
+                                                              last, &problems) == KILN_ERR_VERIFY &&
+                                               problems >= 1 && strstr(last, "a fork"));
     CHECK("the same file as the store's copy starts",
           tsql(&f, "UPDATE trust_versions SET document = ?1 WHERE version = 2", v2a) &&
-              tstart(&f, v2a_path));
+              rfx_start(&f.reg, v2a_path));
     /* The store goes back to b and then holds a version 3, signed by r1 and r2: the root
      * quorum of the service's version 2 (a), so the service moves on to it. */
     CHECK("store b and a version 3",
           tsql(&f, "UPDATE trust_versions SET document = ?1 WHERE version = 2", v2b) &&
               tsql(&f, "INSERT INTO trust_versions VALUES(3, ?1, 'ops', 0)", v3));
     CHECK("the service walks on from a to 3",
-          tpull(&f, f.trust, f.state, "demo@staging", out) == KILN_OK && state_has(&f, f.state, 3));
+          tpull(&f, f.reg.trust, f.reg.state, "demo@staging", out) == KILN_OK &&
+              state_has(&f, f.reg.state, 3));
     free(before), free(after);
 done:
     free(a1), free(p2a), free(v2a), free(p2b), free(v2b), free(p3), free(v3), free(rec);
@@ -1221,7 +1066,7 @@ static void *hostile_main(void *arg) {
     hostile *s = arg;
     for (;;) {
         char req[4096];
-        int c = stub_accept(s->fd, req, sizeof req);
+        int c = rfx_accept(s->fd, req, sizeof req);
         if (c < 0) return NULL;
         if (strncmp(req, "GET /v1/trust/", 14) != 0) {
             stub_answer(c, 404, "{\"error\":\"no\"}");
@@ -1285,8 +1130,8 @@ KILN_TEST(registry_trust_walk_hostile_registry) {
         hostile h = {.mode = cases[i].mode, .fake = fake};
         pthread_t t;
         char url[64];
-        if (!CHECK("hostile registry", loopback_listen(&h.fd, url) &&
-                                           pthread_create(&t, NULL, hostile_main, &h) == 0))
+        if (!CHECK("hostile registry",
+                   rfx_listen(&h.fd, url) && pthread_create(&t, NULL, hostile_main, &h) == 0))
             break;
         kiln_registry_client_opts c = {.url = url, .retries = 0, .timeout_ms = 500};
         kiln_sign_trust *got = NULL;

@@ -2,14 +2,13 @@
  * real server on loopback whose store is filled through the API (archives packed and
  * signed, records signed and put) and, where a compromised store is the point, straight
  * into SQLite; the pages are fetched over HTTP and read as a browser would get them. */
-#include <curl/curl.h>
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
 
-#include "export.h"
+#include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
 #include "testutil.h"
@@ -125,68 +124,13 @@ KILN_TEST(web_headers) {
 
 /* ---- a server ---- */
 
-typedef struct page {
-    long status;
-    char *body;
-    size_t len;
-    char hdr[4096];
-    size_t hlen;
-} page;
+typedef rfx_resp page;
 
-static size_t body_cb(char *d, size_t s, size_t n, void *ctx) {
-    page *p = ctx;
-    size_t k = s * n;
-    char *nb = realloc(p->body, p->len + k + 1);
-    if (!nb) return 0;
-    memcpy(nb + p->len, d, k);
-    p->body = nb;
-    p->len += k;
-    p->body[p->len] = 0;
-    return k;
-}
-
-static size_t hdr_cb(char *d, size_t s, size_t n, void *ctx) {
-    page *p = ctx;
-    size_t k = s * n, room = sizeof p->hdr - 1 - p->hlen;
-    memcpy(p->hdr + p->hlen, d, k < room ? k : room);
-    p->hlen += k < room ? k : room;
-    p->hdr[p->hlen] = 0;
-    return k;
-}
-
-static void page_free(page *p) {
-    free(p->body);
-    memset(p, 0, sizeof *p);
-}
-
-/* One request; the page (body "" when there is none) and its headers in *p. */
-static long fetch(uint16_t port, const char *method, const char *path, const char *token, page *p) {
-    page_free(p);
-    p->body = calloc(1, 1);
-    CURL *h = curl_easy_init();
-    if (!h || !p->body) return 0;
-    char url[1024], auth[256];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u%s", (unsigned)port, path);
-    struct curl_slist *hdr = NULL;
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    if (!strcmp(method, "HEAD"))
-        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
-    else
-        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, p);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, hdr_cb);
-    curl_easy_setopt(h, CURLOPT_HEADERDATA, p);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &p->status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
-    return p->status;
+/* One request to the server at url; the page (body "" when there is none) and its headers in
+ * *p. */
+static long fetch(const char *url, const char *method, const char *path, const char *token,
+                  page *p) {
+    return rfx_http(url, method, path, token, NULL, NULL, p);
 }
 
 static bool has(const page *p, const char *s) {
@@ -235,18 +179,12 @@ static char *row_of(const page *p, const char *marker) {
 }
 
 typedef struct wfx {
-    char root[1024], trust[1024];
+    rfx reg; /* tokens: admin, pub, prom, rd */
     kiln_sign_seckey *rel, *p1;
-    char *pub, *prom, *adm, *rd;
-    kiln_registry_server *srv;
-    uint16_t port;
-    char url[64];
 } wfx;
 
 static bool wfx_init(wfx *f, bool read_required) {
     memset(f, 0, sizeof *f);
-    snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
-    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
     char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64];
     if (!kiln_test_keypair(&f->rel, r) || !kiln_test_keypair(&f->p1, a)) return false;
     char *t = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"keys\":["
@@ -256,28 +194,18 @@ static bool wfx_init(wfx *f, bool read_required) {
                             "\"production\":{\"threshold\":1},\"canary\":{\"threshold\":1}},"
                             "\"accept_unvalidated\":true}",
                             r, a);
-    bool ok = t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
-              kiln_registry_token_create(f->root, "ops", KILN_SCOPE_ADMIN, &f->adm) == KILN_OK &&
-              kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub) == KILN_OK &&
-              kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom) == KILN_OK &&
-              kiln_registry_token_create(f->root, "viewer", KILN_SCOPE_READ, &f->rd) == KILN_OK;
+    bool ok =
+        t && rfx_init(&f->reg, "reg", t,
+                      KILN_SCOPE_ADMIN | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE | KILN_SCOPE_READ,
+                      2, read_required);
     free(t);
-    kiln_registry_server_opts o = {.root = f->root,
-                                   .listen = "127.0.0.1:0",
-                                   .trust = f->trust,
-                                   .read_token_required = read_required,
-                                   .threads = 2};
-    if (!ok || kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
-    f->port = kiln_registry_server_port(f->srv);
-    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u", (unsigned)f->port);
-    return true;
+    return ok;
 }
 
 static void wfx_free(wfx *f) {
-    kiln_registry_server_stop(f->srv, 1000);
+    rfx_free(&f->reg);
     kiln_sign_seckey_free(f->rel);
     kiln_sign_seckey_free(f->p1);
-    free(f->pub), free(f->prom), free(f->adm), free(f->rd);
 }
 
 /* Pack a model directory (weights and card) as demo@version, sign it as `kiln sign
@@ -286,68 +214,35 @@ static bool publish(const wfx *f, const char *version, const char *card,
                     char hex[KILN_SHA256_HEX]) {
     char name[80];
     snprintf(name, sizeof name, "model-%s", version);
-    char *dir = kiln_test_path(name), *path = kiln_asprintf("%s.kiln", dir ? dir : ""),
-         *sigp = kiln_asprintf("%s.kiln.minisig", dir ? dir : ""),
-         *w = kiln_path_join(dir ? dir : "", "model.safetensors"),
-         *c = kiln_path_join(dir ? dir : "", "card.json"), *sig = NULL;
-    uint8_t digest[KILN_SHA256_BYTES];
-    kiln_manifest *m = NULL;
-    bool ok = dir && path && sigp && w && c && kiln_mkdir_p(dir) == KILN_OK &&
-              kiln_write_file_atomic(w, version, strlen(version)) == KILN_OK &&
-              kiln_write_file_atomic(c, card, strlen(card)) == KILN_OK &&
-              kiln_archive_pack(dir, "demo", version, path, digest, &m) == KILN_OK &&
-              kiln_sign_archive(f->rel, path, true, &sig, NULL) == KILN_OK &&
-              kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK;
-    if (ok) {
-        kiln_hex(digest, sizeof digest, hex);
-        kiln_registry_client_opts cl = {.url = f->url, .token = f->pub, .retries = 0};
-        kiln_registry_published res;
-        ok = kiln_registry_publish(&cl, path, NULL, &res) == KILN_OK;
-    }
-    kiln_manifest_free(m);
-    free(dir), free(path), free(sigp), free(w), free(c), free(sig);
+    char *path = rfx_archive(name, version, strlen(version), card, version, f->rel, hex);
+    kiln_registry_client_opts cl = {.url = f->reg.url, .token = f->reg.pub, .retries = 0};
+    kiln_registry_published res;
+    bool ok = path && kiln_registry_publish(&cl, path, NULL, &res) == KILN_OK;
+    free(path);
     return ok;
 }
 
 /* A channel record for demo, signed by p1; its text (caller frees). */
 static char *record(const wfx *f, const char *channel, const char *version, const char *hex,
                     uint64_t seq, int64_t expires, const char *reason) {
-    kiln_sign_record r;
-    kiln_sign_record_init(&r);
-    uint8_t d[32];
-    char *text = NULL;
-    size_t len;
-    if (!kiln_unhex(hex, d, 32) ||
-        kiln_sign_record_set(&r, "demo", channel, version, d, seq, expires, reason) != KILN_OK ||
-        kiln_sign_record_add_signature(&r, f->p1) != KILN_OK ||
-        kiln_sign_record_text(&r, &text, &len) != KILN_OK)
-        text = NULL;
-    kiln_sign_record_release(&r);
-    return text;
+    kiln_sign_seckey *keys[] = {f->p1, NULL};
+    return rfx_record(channel, version, hex, seq, expires, reason, keys);
 }
 
 static bool put_record(const wfx *f, const char *channel, const char *version, const char *hex,
                        uint64_t seq, int64_t expires, const char *reason) {
     char *text = record(f, channel, version, hex, seq, expires, reason);
-    kiln_registry_client_opts cl = {.url = f->url, .token = f->prom, .retries = 0};
+    kiln_registry_client_opts cl = {.url = f->reg.url, .token = f->reg.prom, .retries = 0};
     bool ok =
         text && kiln_registry_put_channel(&cl, "demo", channel, text, strlen(text)) == KILN_OK;
     free(text);
     return ok;
 }
 
-/* SQL run on the store as it is, no server involved (what a compromised store holds). */
+/* SQL run on the store as it is, no server involved (what a compromised store holds): ?1
+ * binds text, ?2 the time now. */
 static bool store_sql(const wfx *f, const char *sql, const char *text) {
-    sqlite3 *db;
-    if (reg_db_open(f->root, &db) != KILN_OK) return false;
-    sqlite3_stmt *st = NULL;
-    bool ok = sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK;
-    if (ok && text) sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
-    if (ok) sqlite3_bind_int64(st, 2, kiln_unix_time());
-    ok = ok && sqlite3_step(st) == SQLITE_DONE;
-    sqlite3_finalize(st);
-    reg_db_close(db);
-    return ok;
+    return rfx_sql(f->reg.root, RFX_OPEN, sql, text);
 }
 
 #define CARD(run)                                                                                  \
@@ -386,7 +281,7 @@ KILN_TEST(web_pages_show_the_store) {
 
     char csp[256];
     expected_csp(csp, sizeof csp);
-    CHECK("/", fetch(f.port, "GET", "/", NULL, &p) == 200);
+    CHECK("/", fetch(f.reg.url, "GET", "/", NULL, &p) == 200);
     CHECK("html in UTF-8", header(&p, "Content-Type", "text/html; charset=utf-8"));
     CHECK("the CSP", header(&p, "Content-Security-Policy", csp));
     CHECK("nosniff", header(&p, "X-Content-Type-Options", "nosniff"));
@@ -403,10 +298,10 @@ KILN_TEST(web_pages_show_the_store) {
     CHECK("canary at a glance, expired",
           has(&p, "canary</a> \xE2\x86\x92 1.0.0 <small>seq 1</small> <span class=\"tag "
                   "bad\">expired</span></span>"));
-    CHECK("HEAD", fetch(f.port, "HEAD", "/", NULL, &p) == 200 && p.len == 0 &&
+    CHECK("HEAD", fetch(f.reg.url, "HEAD", "/", NULL, &p) == 200 && p.len == 0 &&
                       header(&p, "Content-Type", "text/html; charset=utf-8"));
 
-    CHECK("the model's page", fetch(f.port, "GET", "/ui/models/demo", NULL, &p) == 200);
+    CHECK("the model's page", fetch(f.reg.url, "GET", "/ui/models/demo", NULL, &p) == 200);
     CHECK("its headers", header(&p, "Content-Security-Policy", csp) &&
                              header(&p, "X-Content-Type-Options", "nosniff"));
     free(row);
@@ -455,7 +350,7 @@ KILN_TEST(web_pages_show_the_store) {
               !strstr(p.body, "<img") && !strstr(p.body, "<b>"));
 
     CHECK("production's history",
-          fetch(f.port, "GET", "/ui/models/demo/channels/production", NULL, &p) == 200);
+          fetch(f.reg.url, "GET", "/ui/models/demo/channels/production", NULL, &p) == 200);
     CHECK("three records", count(p.body, "<tr><td class=\"n\">") == 3);
     const char *s3 = strstr(p.body, "<tr><td class=\"n\">3 <span class=\"tag ok\">current</span>"),
                *s2 = strstr(p.body, "<tr><td class=\"n\">2</td>"),
@@ -469,19 +364,22 @@ KILN_TEST(web_pages_show_the_store) {
     CHECK("the hostile reason arrives as text", has(&p, "<td>" HOSTILE_ESCAPED "</td>"));
     CHECK("and never raw", !strstr(p.body, "<script") && !strstr(p.body, HOSTILE));
     CHECK("the API still serves it byte for byte",
-          fetch(f.port, "GET", "/v1/models/demo/channels/production/history", NULL, &p) == 200 &&
+          fetch(f.reg.url, "GET", "/v1/models/demo/channels/production/history", NULL, &p) == 200 &&
               header(&p, "Content-Type", "application/json"));
 
     CHECK("metrics count the pages",
-          fetch(f.port, "GET", "/metrics", NULL, &p) == 200 &&
-              has(&p, "route=\"/\",method=\"GET\",status=\"200\"} 1") &&
-              has(&p, "route=\"/\",method=\"HEAD\",status=\"200\"} 1") &&
-              has(&p, "route=\"/ui/models/{model}\",method=\"GET\",status=\"200\"} 1") &&
-              has(&p, "route=\"/ui/models/{model}/channels/{channel}\",method=\"GET\","
-                      "status=\"200\"} 1"));
+          rfx_metrics_have(
+              f.reg.url, NULL,
+              (const char *[]){"route=\"/\",method=\"GET\",status=\"200\"} 1",
+                               "route=\"/\",method=\"HEAD\",status=\"200\"} 1",
+                               "route=\"/ui/models/{model}\",method=\"GET\",status=\"200\"} 1",
+                               "route=\"/ui/models/{model}/channels/{channel}\",method=\"GET\","
+                               "status=\"200\"} 1",
+                               NULL},
+              &p));
 out:
     free(row);
-    page_free(&p);
+    rfx_resp_free(&p);
     wfx_free(&f);
 }
 
@@ -498,50 +396,55 @@ KILN_TEST(web_pages_auth_and_refusals) {
     if (!CHECK("a registry whose reads need a token", wfx_init(&f, true))) goto out;
     char h1[KILN_SHA256_HEX];
     CHECK("a version", publish(&f, "1.0.0", CARD("r"), h1));
-    fetch(f.port, "GET", "/", NULL, &p);
+    fetch(f.reg.url, "GET", "/", NULL, &p);
     CHECK("no token: 401 as a page", error_page(&p, 401, "this request needs a token"));
     CHECK("which says how to send one", header(&p, "WWW-Authenticate", "Bearer realm=\"kiln\"") &&
                                             has(&p, "Authorization: Bearer &lt;token&gt;"));
-    fetch(f.port, "GET", "/", "kiln_0000", &p);
+    fetch(f.reg.url, "GET", "/", "kiln_0000", &p);
     CHECK("an unknown token: 401", error_page(&p, 401, "unknown token"));
-    CHECK("a read token", fetch(f.port, "GET", "/", f.rd, &p) == 200 && has(&p, ">demo</a>"));
-    CHECK("any scope reads", fetch(f.port, "GET", "/ui/models/demo", f.pub, &p) == 200);
-    fetch(f.port, "GET", "/ui/models/nope", NULL, &p);
+    CHECK("a read token",
+          fetch(f.reg.url, "GET", "/", f.reg.rd, &p) == 200 && has(&p, ">demo</a>"));
+    CHECK("any scope reads", fetch(f.reg.url, "GET", "/ui/models/demo", f.reg.pub, &p) == 200);
+    fetch(f.reg.url, "GET", "/ui/models/nope", NULL, &p);
     CHECK("no token: 401 before anything is looked up", error_page(&p, 401, "needs a token"));
-    fetch(f.port, "GET", "/ui/audit", f.rd, &p);
+    fetch(f.reg.url, "GET", "/ui/audit", f.reg.rd, &p);
     CHECK("the audit log with a read token: 403",
           error_page(&p, 403, "token &#39;viewer&#39; lacks the &#39;admin&#39; scope"));
-    CHECK("with an admin token",
-          fetch(f.port, "GET", "/ui/audit", f.adm, &p) == 200 && has(&p, "<td>publish</td>"));
-    fetch(f.port, "GET", "/ui/models/nope", f.rd, &p);
+    CHECK("with an admin token", fetch(f.reg.url, "GET", "/ui/audit", f.reg.admin, &p) == 200 &&
+                                     has(&p, "<td>publish</td>"));
+    fetch(f.reg.url, "GET", "/ui/models/nope", f.reg.rd, &p);
     CHECK("an unknown model: 404", error_page(&p, 404, "model &#39;nope&#39; not found"));
-    fetch(f.port, "GET", "/ui/models/demo/channels/nope", f.rd, &p);
+    fetch(f.reg.url, "GET", "/ui/models/demo/channels/nope", f.reg.rd, &p);
     CHECK("an unknown channel: 404",
           error_page(&p, 404, "channel &#39;nope&#39; of model &#39;demo&#39; not found"));
     const char *bad[] = {"/ui/models/..%2Fetc", "/ui/models/Upper", "/ui/models/%3Cb%3E",
                          "/ui/models/demo/channels/a%2Fb", "/ui/models/"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
-        fetch(f.port, "GET", bad[i], f.rd, &p);
+        fetch(f.reg.url, "GET", bad[i], f.reg.rd, &p);
         CHECK("a bad name: 400", error_page(&p, 400, " name "));
     }
     CHECK("the bad name is shown as text",
-          fetch(f.port, "GET", "/ui/models/%3Cb%3E", f.rd, &p) == 400 &&
+          fetch(f.reg.url, "GET", "/ui/models/%3Cb%3E", f.reg.rd, &p) == 400 &&
               has(&p, "&#39;&lt;b&gt;&#39;") && !strstr(p.body, "<b>"));
-    fetch(f.port, "GET", "/ui/models/a%zz", f.rd, &p);
+    fetch(f.reg.url, "GET", "/ui/models/a%zz", f.reg.rd, &p);
     CHECK("a malformed path: 400", error_page(&p, 400, "malformed path"));
-    fetch(f.port, "GET", "/ui/nope", f.rd, &p);
+    fetch(f.reg.url, "GET", "/ui/nope", f.reg.rd, &p);
     CHECK("an unknown page: 404", error_page(&p, 404, "no such route"));
-    fetch(f.port, "POST", "/", f.adm, &p);
+    fetch(f.reg.url, "POST", "/", f.reg.admin, &p);
     CHECK("POST: 405",
           error_page(&p, 405, "POST is not allowed on /") && header(&p, "Allow", "GET, HEAD"));
-    CHECK("the API's errors stay JSON", fetch(f.port, "GET", "/v1/models/nope", f.rd, &p) == 404 &&
-                                            header(&p, "Content-Type", "application/json"));
-    CHECK("refusals are counted",
-          fetch(f.port, "GET", "/metrics", f.rd, &p) == 200 &&
-              has(&p, "route=\"/ui/audit\",method=\"GET\",status=\"403\"} 1") &&
-              has(&p, "route=\"/ui/models/{model}\",method=\"GET\",status=\"400\"} 5"));
+    CHECK("the API's errors stay JSON",
+          fetch(f.reg.url, "GET", "/v1/models/nope", f.reg.rd, &p) == 404 &&
+              header(&p, "Content-Type", "application/json"));
+    CHECK(
+        "refusals are counted",
+        rfx_metrics_have(
+            f.reg.url, f.reg.rd,
+            (const char *[]){"route=\"/ui/audit\",method=\"GET\",status=\"403\"} 1",
+                             "route=\"/ui/models/{model}\",method=\"GET\",status=\"400\"} 5", NULL},
+            &p));
 out:
-    page_free(&p);
+    rfx_resp_free(&p);
     wfx_free(&f);
 }
 
@@ -551,14 +454,14 @@ KILN_TEST(web_audit_pages) {
     if (!CHECK("a registry", wfx_init(&f, false))) goto out;
     /* Four token rows from the fixture, then 247 more: 251 in all. */
     sqlite3 *db;
-    bool ok = reg_db_open(f.root, &db) == KILN_OK && reg_db_exec(db, "BEGIN") == KILN_OK;
+    bool ok = reg_db_open(f.reg.root, &db) == KILN_OK && reg_db_exec(db, "BEGIN") == KILN_OK;
     for (int i = 0; ok && i < 247; i++)
         ok = reg_audit(db, i == 100 ? "<i>tok</i>" : "ci", "publish", "demo", "1.0.0", NULL,
                        NULL) == KILN_OK;
     ok = ok && reg_db_exec(db, "COMMIT") == KILN_OK;
     reg_db_close(db);
     CHECK("251 audit rows", ok);
-    CHECK("the first page", fetch(f.port, "GET", "/ui/audit", f.adm, &p) == 200);
+    CHECK("the first page", fetch(f.reg.url, "GET", "/ui/audit", f.reg.admin, &p) == 200);
     CHECK("says how many", has(&p, "251 entries in all, oldest first."));
     CHECK("holds 1 to 100", count(p.body, "<tr><td class=\"n\">") == 100 &&
                                 has(&p, "<tr><td class=\"n\">1</td>") &&
@@ -567,23 +470,23 @@ KILN_TEST(web_audit_pages) {
     CHECK("the token rows", has(&p, "<td>ops</td><td>token.create</td>"));
     CHECK("links on", has(&p, "<a href=\"/ui/audit?after=100\">next page</a>") &&
                           has(&p, "<a href=\"/ui/audit?after=151\">newest</a>"));
-    CHECK("the second page", fetch(f.port, "GET", "/ui/audit?after=100", f.adm, &p) == 200 &&
-                                 has(&p, "those after #100") &&
-                                 has(&p, "<tr><td class=\"n\">101</td>") &&
-                                 has(&p, "<a href=\"/ui/audit?after=200\">next page</a>"));
+    CHECK("the second page",
+          fetch(f.reg.url, "GET", "/ui/audit?after=100", f.reg.admin, &p) == 200 &&
+              has(&p, "those after #100") && has(&p, "<tr><td class=\"n\">101</td>") &&
+              has(&p, "<a href=\"/ui/audit?after=200\">next page</a>"));
     CHECK("a hostile token name is text",
           has(&p, "<td>&lt;i&gt;tok&lt;/i&gt;</td>") && !strstr(p.body, "<i>"));
-    CHECK("the last page", fetch(f.port, "GET", "/ui/audit?after=200", f.adm, &p) == 200 &&
+    CHECK("the last page", fetch(f.reg.url, "GET", "/ui/audit?after=200", f.reg.admin, &p) == 200 &&
                                count(p.body, "<tr><td class=\"n\">") == 51 &&
                                !strstr(p.body, "next page"));
     CHECK("a model links to its page", has(&p, "<a href=\"/ui/models/demo\">demo</a>"));
-    CHECK("past the end", fetch(f.port, "GET", "/ui/audit?after=999", f.adm, &p) == 200 &&
+    CHECK("past the end", fetch(f.reg.url, "GET", "/ui/audit?after=999", f.reg.admin, &p) == 200 &&
                               has(&p, "No entries here."));
     CHECK("garbage reads as the start",
-          fetch(f.port, "GET", "/ui/audit?after=x%3C", f.adm, &p) == 200 &&
+          fetch(f.reg.url, "GET", "/ui/audit?after=x%3C", f.reg.admin, &p) == 200 &&
               has(&p, "<tr><td class=\"n\">1</td>"));
 out:
-    page_free(&p);
+    rfx_resp_free(&p);
     wfx_free(&f);
 }
 
@@ -597,7 +500,7 @@ KILN_TEST(web_history_pages) {
     /* 205 records, odd seqs on 1.0.0 and even ones on 1.1.0: every other one a rollback. */
     sqlite3 *db;
     sqlite3_stmt *st = NULL;
-    bool ok = reg_db_open(f.root, &db) == KILN_OK && reg_db_exec(db, "BEGIN") == KILN_OK &&
+    bool ok = reg_db_open(f.reg.root, &db) == KILN_OK && reg_db_exec(db, "BEGIN") == KILN_OK &&
               sqlite3_prepare_v2(db,
                                  "INSERT INTO channel_records VALUES('demo', 'staging', ?1, ?2, "
                                  "?3, ?4, 'r', ?5, 'rm', ?4)",
@@ -623,7 +526,7 @@ KILN_TEST(web_history_pages) {
     reg_db_close(db);
     CHECK("205 records in the store", ok);
     CHECK("the newest page",
-          fetch(f.port, "GET", "/ui/models/demo/channels/staging", NULL, &p) == 200 &&
+          fetch(f.reg.url, "GET", "/ui/models/demo/channels/staging", NULL, &p) == 200 &&
               has(&p, "205 records, newest first.") &&
               count(p.body, "<tr><td class=\"n\">") == 200);
     CHECK("starts at the current record",
@@ -636,7 +539,7 @@ KILN_TEST(web_history_pages) {
     CHECK("links to the older records",
           has(&p, "<a href=\"/ui/models/demo/channels/staging?before=6\">older records</a>"));
     CHECK("the older page",
-          fetch(f.port, "GET", "/ui/models/demo/channels/staging?before=6", NULL, &p) == 200 &&
+          fetch(f.reg.url, "GET", "/ui/models/demo/channels/staging?before=6", NULL, &p) == 200 &&
               has(&p, "205 records; those before seq 6, newest first.") &&
               count(p.body, "<tr><td class=\"n\">") == 5 && !strstr(p.body, ">current<") &&
               !strstr(p.body, "older records"));
@@ -646,11 +549,11 @@ KILN_TEST(web_history_pages) {
     CHECK("and its last is the first",
           has(&p, "<tr><td class=\"n\">1</td><td><span class=\"tag\">first</span>"));
     CHECK("before the first",
-          fetch(f.port, "GET", "/ui/models/demo/channels/staging?before=1", NULL, &p) == 200 &&
+          fetch(f.reg.url, "GET", "/ui/models/demo/channels/staging?before=1", NULL, &p) == 200 &&
               has(&p, "No records here."));
     CHECK("an unknown channel with a page is still unknown",
-          fetch(f.port, "GET", "/ui/models/demo/channels/nope?before=3", NULL, &p) == 404);
+          fetch(f.reg.url, "GET", "/ui/models/demo/channels/nope?before=3", NULL, &p) == 404);
 out:
-    page_free(&p);
+    rfx_resp_free(&p);
     wfx_free(&f);
 }

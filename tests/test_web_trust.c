@@ -3,11 +3,11 @@
  * put's PUT /v1/trust/N) and, where a compromised store is the point, straight into SQLite;
  * the pages are fetched over HTTP as a browser gets them. web/'s trust functions alone for
  * what no policy can carry (names with markup). */
-#include <curl/curl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
 #include "testutil.h"
@@ -23,12 +23,9 @@ static const char *const krole[NK] = {"root",    "root",    "root",   "release",
                                       "promote", "promote", "promote"};
 
 typedef struct wtfx {
+    rfx reg; /* tokens: admin, rd; reads need one */
     kiln_sign_seckey *sk[NK];
     char b64[NK][KILN_SIGN_PUBKEY_B64], id[NK][KILN_SIGN_KEYID_HEX];
-    char root[1024], trust[1024], url[64];
-    char *admin, *rd;
-    kiln_registry_server *srv;
-    uint16_t port;
 } wtfx;
 
 /* A policy of version v holding the keys in mask (a bit per key), root_threshold 2,
@@ -51,63 +48,31 @@ static char *policy(const wtfx *f, uint64_t v, unsigned mask, int prod) {
 
 /* text signed by each key in signers (-1 ends). Caller frees. */
 static char *sign_by(const wtfx *f, const char *text, const int *signers) {
-    char *doc = NULL;
-    size_t len = 0;
-    for (int i = 0; text && signers[i] >= 0; i++) {
-        char *next = NULL;
-        kiln_err rc =
-            i ? kiln_sign_trust_add_signature(doc, len, "v", f->sk[signers[i]], &next, &len)
-              : kiln_sign_trust_sign(text, strlen(text), "v", f->sk[signers[i]], &next, &len);
-        free(doc);
-        doc = rc ? NULL : next;
-    }
-    return doc;
-}
-
-static bool start(wtfx *f, const char *trust) {
-    kiln_registry_server_stop(f->srv, 1000);
-    f->srv = NULL;
-    kiln_registry_server_opts o = {.root = f->root,
-                                   .listen = "127.0.0.1:0",
-                                   .trust = trust,
-                                   .read_token_required = true,
-                                   .threads = 2};
-    if (kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
-    f->port = kiln_registry_server_port(f->srv);
-    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u", (unsigned)f->port);
-    return true;
+    return rfx_trust_sign(text, "v", f->sk, signers);
 }
 
 static bool init(wtfx *f) {
     memset(f, 0, sizeof *f);
-    snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
-    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
+    if (!rfx_keys(f->sk, f->b64, NK)) return false;
     for (int i = 0; i < NK; i++) {
         kiln_sign_pubkey pk;
-        if (!kiln_test_keypair(&f->sk[i], f->b64[i]) ||
-            kiln_sign_seckey_pubkey(f->sk[i], &pk) != KILN_OK)
-            return false;
+        if (kiln_sign_seckey_pubkey(f->sk[i], &pk) != KILN_OK) return false;
         kiln_sign_keyid_hex(pk.keyid, f->id[i]);
     }
     char *v1 = policy(f, 1, V1, 2);
-    bool ok = v1 && kiln_write_file_atomic(f->trust, v1, strlen(v1)) == KILN_OK &&
-              kiln_registry_token_create(f->root, "ops", KILN_SCOPE_ADMIN, &f->admin) == KILN_OK &&
-              kiln_registry_token_create(f->root, "viewer", KILN_SCOPE_READ, &f->rd) == KILN_OK &&
-              start(f, f->trust);
+    bool ok = v1 && rfx_init(&f->reg, "reg", v1, KILN_SCOPE_ADMIN | KILN_SCOPE_READ, 2, true);
     free(v1);
     return ok;
 }
 
 static void release(wtfx *f) {
-    kiln_registry_server_stop(f->srv, 1000);
-    for (int i = 0; i < NK; i++)
-        kiln_sign_seckey_free(f->sk[i]);
-    free(f->admin), free(f->rd);
+    rfx_free(&f->reg);
+    rfx_keys_free(f->sk, NK);
 }
 
 /* PUT the signed version doc (kiln trust put); false if refused. */
 static bool put(const wtfx *f, const char *doc) {
-    kiln_registry_client_opts c = {.url = f->url, .token = f->admin, .retries = 0};
+    kiln_registry_client_opts c = {.url = f->reg.url, .token = f->reg.admin, .retries = 0};
     uint64_t v;
     return doc && kiln_registry_trust_put(&c, doc, strlen(doc), "v.json", &v) == KILN_OK;
 }
@@ -122,59 +87,15 @@ static bool rotate(const wtfx *f, uint64_t v, unsigned mask, int prod, const int
 
 /* Run SQL on the store while the server runs (a compromised store); ?1 binds text. */
 static bool store_sql(const wtfx *f, const char *sql, const char *text) {
-    sqlite3 *db;
-    if (reg_db_connect(f->root, &db) != KILN_OK) return false;
-    sqlite3_stmt *st = NULL;
-    bool ok = sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK;
-    if (ok && text) sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
-    ok = ok && sqlite3_step(st) == SQLITE_DONE;
-    sqlite3_finalize(st);
-    reg_db_close(db);
-    return ok;
+    return rfx_sql(f->reg.root, RFX_CONNECT, sql, text);
 }
 
 /* ---- fetching ---- */
 
-typedef struct page {
-    long status;
-    char *body;
-    size_t len;
-} page;
-
-static size_t body_cb(char *d, size_t s, size_t n, void *ctx) {
-    page *p = ctx;
-    size_t k = s * n;
-    char *nb = realloc(p->body, p->len + k + 1);
-    if (!nb) return 0;
-    memcpy(nb + p->len, d, k);
-    p->body = nb;
-    p->len += k;
-    p->body[p->len] = 0;
-    return k;
-}
+typedef rfx_resp page;
 
 static long get(const wtfx *f, const char *path, const char *token, page *p) {
-    free(p->body);
-    memset(p, 0, sizeof *p);
-    p->body = calloc(1, 1);
-    CURL *h = curl_easy_init();
-    if (!h || !p->body) return 0;
-    char url[512], auth[256];
-    snprintf(url, sizeof url, "%s%s", f->url, path);
-    struct curl_slist *hdr = NULL;
-    if (token) {
-        snprintf(auth, sizeof auth, "Authorization: Bearer %s", token);
-        hdr = curl_slist_append(hdr, auth);
-    }
-    curl_easy_setopt(h, CURLOPT_URL, url);
-    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
-    curl_easy_setopt(h, CURLOPT_WRITEDATA, p);
-    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    if (curl_easy_perform(h) == CURLE_OK) curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &p->status);
-    curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
-    return p->status;
+    return rfx_http(f->reg.url, "GET", path, token, NULL, NULL, p);
 }
 
 static bool has(const char *hay, const char *s) {
@@ -252,11 +173,11 @@ KILN_TEST(web_trust_page_after_rotations) {
     if (!CHECK("a registry at trust version 1", init(&f))) goto out;
 
     /* 0 rotations: the --trust file is in force, nothing stored. */
-    CHECK("/", get(&f, "/", f.rd, &p) == 200);
+    CHECK("/", get(&f, "/", f.reg.rd, &p) == 200);
     CHECK("the front page's line",
           has(p.body, "<p>Trust policy version 1 in force: 2 root, 1 release, 3 promote keys. "
                       "<a href=\"/ui/trust\">Keys and versions</a></p>"));
-    CHECK("/ui/trust", get(&f, "/ui/trust", f.rd, &p) == 200);
+    CHECK("/ui/trust", get(&f, "/ui/trust", f.reg.rd, &p) == 200);
     CHECK("version 1 in force", has(p.body, "<h2>In force: version 1</h2>"));
     CHECK("the thresholds",
           has(p.body, "Root threshold <b>2</b> of 2 root keys") &&
@@ -276,10 +197,10 @@ KILN_TEST(web_trust_page_after_rotations) {
 
     /* 1 rotation: alice's key is stolen; r1 and r2 sign version 2 without her. */
     CHECK("version 2 (alice removed)", rotate(&f, 2, V1 & ~BIT(ALICE), 2, (int[]){R1, R2, -1}));
-    CHECK("/ after it", get(&f, "/", f.rd, &p) == 200 &&
+    CHECK("/ after it", get(&f, "/", f.reg.rd, &p) == 200 &&
                             has(p.body, "Trust policy version 2 in force: 2 root, 1 release, 2 "
                                         "promote keys."));
-    CHECK("/ui/trust after it", get(&f, "/ui/trust", f.rd, &p) == 200);
+    CHECK("/ui/trust after it", get(&f, "/ui/trust", f.reg.rd, &p) == 200);
     CHECK("version 2 in force, without alice", has(p.body, "<h2>In force: version 2</h2>") &&
                                                    !strstr(p.body, "<tr><td>alice</td>") &&
                                                    key_row(&p, &f, BOB, PROMOTE_TAG));
@@ -304,10 +225,10 @@ KILN_TEST(web_trust_page_after_rotations) {
           rotate(&f, 3, (V1 & ~BIT(ALICE)) | BIT(R3), 2, (int[]){R1, R2, -1}));
     CHECK("version 4 (r1 removed, production 1)",
           rotate(&f, 4, (V1 & ~BIT(ALICE) & ~BIT(R1)) | BIT(R3), 1, (int[]){R1, R2, R3, -1}));
-    CHECK("/ after three", get(&f, "/", f.rd, &p) == 200 &&
+    CHECK("/ after three", get(&f, "/", f.reg.rd, &p) == 200 &&
                                has(p.body, "Trust policy version 4 in force: 2 root, 1 release, "
                                            "2 promote keys."));
-    CHECK("/ui/trust after three", get(&f, "/ui/trust", f.rd, &p) == 200);
+    CHECK("/ui/trust after three", get(&f, "/ui/trust", f.reg.rd, &p) == 200);
     CHECK("version 4 in force: r2 r3 roots, r1 gone",
           has(p.body, "<h2>In force: version 4</h2>") && key_row(&p, &f, R2, ROOT_TAG) &&
               key_row(&p, &f, R3, ROOT_TAG) && !strstr(p.body, "<tr><td>r1</td>") &&
@@ -341,9 +262,10 @@ KILN_TEST(web_trust_page_after_rotations) {
     char *p3 = policy(&f, 3, (V1 & ~BIT(ALICE)) | BIT(R3), 2),
          *v3 = sign_by(&f, p3, (int[]){R1, R2, -1});
     char *path = v3 ? kiln_test_write("v3.json", v3, strlen(v3)) : NULL;
-    CHECK("restart from version 3", path && start(&f, path));
+    CHECK("restart from version 3", path && rfx_start(&f.reg, path));
     CHECK("/ui/trust from version 3",
-          get(&f, "/ui/trust", f.rd, &p) == 200 && has(p.body, "<h2>In force: version 4</h2>") &&
+          get(&f, "/ui/trust", f.reg.rd, &p) == 200 &&
+              has(p.body, "<h2>In force: version 4</h2>") &&
               has(p.body, "<code>--trust</code> file is version 3; the versions after it were "
                           "walked from the store, each checked against the "
                           "one before.</small></p>"));
@@ -360,7 +282,7 @@ KILN_TEST(web_trust_page_after_rotations) {
     free(p3), free(v3), free(path);
 out:
     free(r);
-    free(p.body);
+    rfx_resp_free(&p);
     release(&f);
 }
 
@@ -373,21 +295,17 @@ KILN_TEST(web_trust_page_needs_a_token) {
               has(p.body, "needs a token") && !strstr(p.body, "In force"));
     CHECK("an unknown token: 401", get(&f, "/ui/trust", "kiln_0000", &p) == 401);
     CHECK("a read token: 200",
-          get(&f, "/ui/trust", f.rd, &p) == 200 && has(p.body, "In force: version 1"));
-    CHECK("any scope reads", get(&f, "/ui/trust", f.admin, &p) == 200);
+          get(&f, "/ui/trust", f.reg.rd, &p) == 200 && has(p.body, "In force: version 1"));
+    CHECK("any scope reads", get(&f, "/ui/trust", f.reg.admin, &p) == 200);
     CHECK("/ without one: 401", get(&f, "/", NULL, &p) == 401 && !strstr(p.body, "Trust policy"));
-    /* A request is counted when it completes, which may be just after its client has the
-     * answer: asked again for up to a second. */
-    bool counted = false;
-    for (int i = 0; i < 100 && !counted; i++) {
-        if (i) nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-        counted = get(&f, "/metrics", f.rd, &p) == 200 &&
-                  strstr(p.body, "route=\"/ui/trust\",method=\"GET\",status=\"401\"} 2") &&
-                  strstr(p.body, "route=\"/ui/trust\",method=\"GET\",status=\"200\"} 2");
-    }
-    CHECK("counted under its route", counted);
+    CHECK("counted under its route",
+          rfx_metrics_have(f.reg.url, f.reg.rd,
+                           (const char *[]){"route=\"/ui/trust\",method=\"GET\",status=\"401\"} 2",
+                                            "route=\"/ui/trust\",method=\"GET\",status=\"200\"} 2",
+                                            NULL},
+                           &p));
 out:
-    free(p.body);
+    rfx_resp_free(&p);
     release(&f);
 }
 
@@ -400,7 +318,7 @@ KILN_TEST(web_trust_page_flags_a_bad_store) {
           rotate(&f, 2, V1 & ~BIT(ALICE), 2, (int[]){R1, R2, -1}) &&
               rotate(&f, 3, (V1 & ~BIT(ALICE)) | BIT(R3), 2, (int[]){R1, R2, -1}) &&
               rotate(&f, 4, (V1 & ~BIT(ALICE)) | BIT(R3), 1, (int[]){R2, R3, -1}));
-    CHECK("all verify before", get(&f, "/ui/trust", f.rd, &p) == 200 &&
+    CHECK("all verify before", get(&f, "/ui/trust", f.reg.rd, &p) == 200 &&
                                    count(p.body, ">verified<") == 3 &&
                                    !strstr(p.body, "class=\"bad\""));
     /* The store is changed under the running server: version 3 lowers a threshold its
@@ -412,7 +330,7 @@ KILN_TEST(web_trust_page_flags_a_bad_store) {
                     NULL));
     CHECK("a hostile token name on version 2",
           store_sql(&f, "UPDATE trust_versions SET publisher = ?1 WHERE version = 2", HOSTILE));
-    CHECK("the page still renders", get(&f, "/ui/trust", f.rd, &p) == 200);
+    CHECK("the page still renders", get(&f, "/ui/trust", f.reg.rd, &p) == 200);
     free(r);
     r = row(&p, 3);
     CHECK("version 3 is flagged, naming why",
@@ -449,7 +367,7 @@ KILN_TEST(web_trust_page_flags_a_bad_store) {
     CHECK("version 7 after a gap",
           v7 && store_sql(&f, "INSERT INTO trust_versions VALUES(7, ?1, 'ops', 0)", v7));
     free(bad5), free(p7), free(v7);
-    CHECK("the page still renders", get(&f, "/ui/trust", f.rd, &p) == 200);
+    CHECK("the page still renders", get(&f, "/ui/trust", f.reg.rd, &p) == 200);
     free(r);
     r = row(&p, 5);
     CHECK("version 5 flagged, the message's name as text",
@@ -466,7 +384,7 @@ KILN_TEST(web_trust_page_flags_a_bad_store) {
                                            count(p.body, ">verified<") == 1);
 out:
     free(r);
-    free(p.body);
+    rfx_resp_free(&p);
     release(&f);
 }
 
@@ -490,7 +408,7 @@ KILN_TEST(web_trust_page_pages) {
     }
     kiln_log_set_level(KILN_LOG_INFO);
     CHECK("55 versions put", ok);
-    CHECK("the newest page", get(&f, "/ui/trust", f.rd, &p) == 200 &&
+    CHECK("the newest page", get(&f, "/ui/trust", f.reg.rd, &p) == 200 &&
                                  has(p.body, "55 stored versions, newest first.") &&
                                  count(p.body, "<tr><td class=\"n\">") == 50);
     CHECK("from version 56, in force, to version 7",
@@ -504,7 +422,7 @@ KILN_TEST(web_trust_page_pages) {
     r = row(&p, 7);
     CHECK("its oldest row knows the version before it",
           has(r, "channel &#39;staging&#39;: threshold 2 -&gt; 1") && signed_by(r, &f, R1, 6, 7));
-    CHECK("the older page", get(&f, "/ui/trust?before=7", f.rd, &p) == 200 &&
+    CHECK("the older page", get(&f, "/ui/trust?before=7", f.reg.rd, &p) == 200 &&
                                 has(p.body, "55 stored versions; those below version 7, newest "
                                             "first.") &&
                                 count(p.body, "<tr><td class=\"n\">") == 5 &&
@@ -515,15 +433,15 @@ KILN_TEST(web_trust_page_pages) {
     CHECK("down to version 2, checked against the --trust file",
           has(r, "channel &#39;staging&#39;: threshold 1 -&gt; 2") && signed_by(r, &f, R2, 1, 2));
     CHECK("below the first",
-          get(&f, "/ui/trust?before=2", f.rd, &p) == 200 && has(p.body, "No versions here"));
-    CHECK("garbage reads as the newest", get(&f, "/ui/trust?before=x%3C", f.rd, &p) == 200 &&
+          get(&f, "/ui/trust?before=2", f.reg.rd, &p) == 200 && has(p.body, "No versions here"));
+    CHECK("garbage reads as the newest", get(&f, "/ui/trust?before=x%3C", f.reg.rd, &p) == 200 &&
                                              count(p.body, "<tr><td class=\"n\">") == 50);
-    CHECK("so does a number past any version", get(&f, "/ui/trust?before=-5", f.rd, &p) == 200 &&
-                                                   count(p.body, "<tr><td class=\"n\">") == 50 &&
-                                                   !strstr(p.body, "those below"));
+    CHECK("so does a number past any version",
+          get(&f, "/ui/trust?before=-5", f.reg.rd, &p) == 200 &&
+              count(p.body, "<tr><td class=\"n\">") == 50 && !strstr(p.body, "those below"));
 out:
     free(r);
-    free(p.body);
+    rfx_resp_free(&p);
     release(&f);
 }
 

@@ -4,10 +4,7 @@
 # reason naming the check; exports are reproducible and a corrupt checkpoint is refused.
 . "$(dirname "$0")/lib.sh"
 
-$KILN data synth --seed 2 --rows 3000 --features 6 --outputs 2 --out "$T/d.st" >/dev/null 2>&1 || fail "synth"
-$KILN train --data "$T/d.st" --run-dir "$T/run" --set steps=40 --set ckpt_every=4 --set eval_every=4 \
-    --set keep=0 --set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=8 >/dev/null 2>"$T/train.log" ||
-    { cat "$T/train.log" >&2; fail "train"; }
+tiny_run 2
 
 # byte_xor FILE OFFSET MASK: flip bits of one byte in place.
 byte_xor() {

@@ -46,10 +46,7 @@ if command -v sqlite3 >/dev/null; then
     [ "$(sqlite3 "$R/registry.db" "SELECT count(*) FROM tokens WHERE hash = '$PUB'")" = 0 ] ||
         fail "a token is stored in the clear"
 fi
-$KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
-PID=$!
-serve_url "$T/serve.out" "$T/serve.err"
-trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
+serve_registry "$R" --trust "$T/trust.json"
 # One server per store; gc waits for it to stop.
 expect_fail 2 $KILN registry serve --root "$R" --listen 127.0.0.1:0
 grep -q "held by another running server" "$T/err" || fail "second server: $(cat "$T/err")"

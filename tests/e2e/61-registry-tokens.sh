@@ -30,10 +30,7 @@ for t in "$CI" "$OPS" "$SHORT"; do
     ! grep -q -e "${t#kiln_}" -e "$h" "$T/list" "$T/list.json" || fail "list shows a token or its hash"
 done
 
-$KILN registry serve --root "$R" --listen 127.0.0.1:0 --read-token-required >"$T/serve.out" 2>"$T/serve.err" &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-serve_url "$T/serve.out" "$T/serve.err"
+serve_registry "$R" --read-token-required
 # req TOKEN PATH: the status; the body in $T/body.
 req() { curl -s -o "$T/body" -w '%{http_code}' -H "Authorization: Bearer $1" "$URL$2"; }
 [ "$(req "$CI" /v1/models)" = 200 ] || fail "ci before revoke: $(cat "$T/body")"

@@ -30,10 +30,7 @@ archive two 1.1.0
 PUB=$($KILN registry token create --root "$R" --name ci --scope publish)
 PROM=$($KILN registry token create --root "$R" --name release-manager --scope promote)
 ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
-$KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-serve_url "$T/serve.out" "$T/serve.err"
+serve_registry "$R" --trust "$T/trust.json"
 $KILN publish "$T/1.0.0.kiln" --registry "$URL" --token "$PUB" >/dev/null
 $KILN publish "$T/1.1.0.kiln" --registry "$URL" --token "$PUB" >/dev/null
 P="--channel staging --key $T/p1.key --registry $URL --token $PROM"

@@ -30,10 +30,7 @@ $KILN sign "$T/a.kiln" --key "$T/rel.key" --allow-unvalidated >/dev/null
 ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
 PUB=$($KILN registry token create --root "$R" --name ci --scope publish)
 PROM=$($KILN registry token create --root "$R" --name rm --scope promote)
-$KILN registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-serve_url "$T/serve.out" "$T/serve.err"
+serve_registry "$R" --trust "$T/trust.json"
 $KILN publish "$T/a.kiln" --registry "$URL" --token "$PUB" >/dev/null
 # promote REC SEQ-NOTE KEY1 KEY2: a production record signed by two keys, put.
 promote() {

@@ -14,18 +14,12 @@ cat >trust.json <<JSON
  {"name":"prom","pubkey":"$(tail -1 prom.pub)","roles":["promote"]}],
  "channels":{"staging":{"threshold":1},"production":{"threshold":1}}}
 JSON
-$KILN data synth --seed 3 --rows 3000 --features 6 --outputs 2 --out d.st >/dev/null 2>&1 || fail "synth"
-$KILN train --data d.st --run-dir run --set steps=40 --set ckpt_every=4 --set eval_every=4 \
-    --set keep=0 --set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=8 >/dev/null 2>train.log ||
-    { cat train.log >&2; fail "train"; }
+tiny_run 3
 
 PUB=$($KILN registry token create --root reg --name ci --scope publish)
 PROM=$($KILN registry token create --root reg --name rm --scope promote)
 ADM=$($KILN registry token create --root reg --name ops --scope admin)
-$KILN registry serve --root reg --listen 127.0.0.1:0 --trust trust.json >serve.out 2>serve.err &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-serve_url serve.out serve.err
+serve_registry reg --trust trust.json
 R="--name market --registry $URL --key rel.key --trust trust.json --token $PUB --state st --windows 8"
 P="--promote production --promote-key prom.key --promote-token $PROM"
 

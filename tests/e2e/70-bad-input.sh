@@ -65,11 +65,7 @@ q $KILN registry token create --root "$F/reg" --name sweep --scope read
 PUB=$($KILN registry token create --root "$T/srv" --name ci --scope publish)
 PROM=$($KILN registry token create --root "$T/srv" --name rm --scope promote)
 ADM=$($KILN registry token create --root "$T/srv" --name ops --scope admin)
-$KILN registry serve --root "$T/srv" --listen 127.0.0.1:0 --trust "$F/trust.json" \
-    >"$T/serve.out" 2>"$T/serve.err" &
-PID=$!
-trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
-serve_url "$T/serve.out" "$T/serve.err"
+serve_registry "$T/srv" --trust "$F/trust.json"
 q $KILN publish "$F/m.kiln" --registry "$URL" --token "$PUB"
 # A primary's store with a version in it (kiln registry mirror refuses it): the served one's
 # database, copied consistently.

@@ -20,3 +20,23 @@ serve_url() {
     done
     URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$1")
 }
+# serve_registry ROOT [OPTION...]: `kiln registry serve` of the store ROOT on a free loopback
+# port, in the background (its output in $T/serve.out, its errors in $T/serve.err); sets PID
+# and URL, and stops the server when the script exits.
+serve_registry() {
+    _root=$1; shift
+    $KILN registry serve --root "$_root" --listen 127.0.0.1:0 "$@" >"$T/serve.out" 2>"$T/serve.err" &
+    PID=$!
+    trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
+    serve_url "$T/serve.out" "$T/serve.err"
+}
+# tiny_run SEED: the trained run the release scripts start from, in $T: d.st (3000 rows of 6
+# features and 2 outputs) and run/, 40 steps of a small model (d_model 16, d_ff 32, seq_len
+# 16, window 8) with a checkpoint every 4 steps, all kept.
+tiny_run() {
+    $KILN data synth --seed "$1" --rows 3000 --features 6 --outputs 2 --out "$T/d.st" >/dev/null 2>&1 ||
+        fail "synth"
+    $KILN train --data "$T/d.st" --run-dir "$T/run" --set steps=40 --set ckpt_every=4 --set eval_every=4 \
+        --set keep=0 --set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=8 >/dev/null 2>"$T/train.log" ||
+        { cat "$T/train.log" >&2; fail "train"; }
+}
