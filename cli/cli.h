@@ -105,6 +105,12 @@ int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
 int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
 int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
 int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
+/* One client option set per --registry given (the token: --token's, else
+ * $KILN_REGISTRY_TOKEN; default retries; a progress bar on a terminal when progress), for
+ * the commands that fail over between registries (cmd_publish.c). NULL when out of memory
+ * (the message set). The caller frees. */
+struct kiln_registry_client_opts *cli_registry_clients(const cli_list *urls, const char *token,
+                                                       bool progress);
 int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
 int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
 int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */

@@ -350,15 +350,11 @@ int cmd_provenance(int argc, char **argv) {
         free(urls.v);
         return rc;
     }
-    kiln_registry_client_opts *cs = calloc((size_t)urls.n, sizeof *cs);
+    kiln_registry_client_opts *cs = cli_registry_clients(&urls, token, false);
     if (!cs) {
         free(urls.v);
-        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+        return cli_fail(KILN_ERR_NOMEM);
     }
-    for (int i = 0; i < urls.n; i++)
-        cs[i] = (kiln_registry_client_opts){.url = urls.v[i],
-                                            .token = token ? token : getenv("KILN_REGISTRY_TOKEN"),
-                                            .retries = -1};
     kiln_registry_provenance_opts o = {
         .ref = ref, .trust = trust, .state = state, .download = download};
     json_t *out = NULL;

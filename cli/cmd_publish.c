@@ -35,10 +35,24 @@ static void client_opts(kiln_registry_client_opts *c, const char *url, const cha
     c->url = url;
     c->token = token ? token : getenv("KILN_REGISTRY_TOKEN");
     c->retries = -1;
-    if (isatty(2)) {
+    if (b && isatty(2)) {
         c->progress = draw_bar;
         c->progress_ctx = b;
     }
+}
+
+kiln_registry_client_opts *cli_registry_clients(const cli_list *urls, const char *token,
+                                                bool progress) {
+    static bar b;
+    b = (bar){-1, "downloading"};
+    kiln_registry_client_opts *cs = calloc(urls->n > 0 ? (size_t)urls->n : 1, sizeof *cs);
+    if (!cs) {
+        kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        return NULL;
+    }
+    for (int i = 0; i < urls->n; i++)
+        client_opts(&cs[i], urls->v[i], token, progress ? &b : NULL);
+    return cs;
 }
 
 int cmd_publish(int argc, char **argv) {
@@ -99,14 +113,11 @@ int cmd_pull(int argc, char **argv) {
         free(urls.v);
         return rc;
     }
-    bar b = {-1, "downloading"};
-    kiln_registry_client_opts *cs = calloc((size_t)urls.n, sizeof *cs);
+    kiln_registry_client_opts *cs = cli_registry_clients(&urls, token, true);
     if (!cs) {
         free(urls.v);
-        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+        return cli_fail(KILN_ERR_NOMEM);
     }
-    for (int i = 0; i < urls.n; i++)
-        client_opts(&cs[i], urls.v[i], token, &b);
     kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out_dir, .state = state};
     kiln_registry_pulled res;
     kiln_err e = kiln_registry_pull_any(cs, (size_t)urls.n, &p, print_note, NULL, &res);

@@ -249,15 +249,11 @@ int cmd_trust_update(int argc, char **argv) {
         free(urls.v);
         return st;
     }
-    kiln_registry_client_opts *cs = calloc((size_t)urls.n, sizeof *cs);
+    kiln_registry_client_opts *cs = cli_registry_clients(&urls, token, false);
     if (!cs) {
         free(urls.v);
-        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+        return cli_fail(KILN_ERR_NOMEM);
     }
-    for (int i = 0; i < urls.n; i++)
-        cs[i] = (kiln_registry_client_opts){.url = urls.v[i],
-                                            .token = token ? token : getenv("KILN_REGISTRY_TOKEN"),
-                                            .retries = -1};
     walked w = {0};
     kiln_sign_trust *t = NULL;
     kiln_err rc = kiln_registry_trust_walk_any(cs, (size_t)urls.n, trust, state, print_step, &w,
