@@ -161,6 +161,15 @@ expect_status() {
     [ "$got" = "$want" ] || fail "curl $*: HTTP $got, expected $want: $(cat bad.out)"
     bad=$((bad + 1))
 }
+# refused WHAT OUT CMD...: CMD must fail as kiln fails (exit 1 or 2: not a sanitizer's exit
+# or a crash), its output in OUT.
+refused() {
+    what=$1 out=$2; shift 2
+    "$@" >"$out" 2>&1
+    rc=$?
+    [ $rc = 0 ] && fail "$what was taken: $(cat "$out")"
+    [ $rc = 1 ] || [ $rc = 2 ] || fail "$what: exit $rc: $(tail -5 "$out")"
+}
 # note_record FILE: the channel record kiln promote/rollback printed; SEQ, CUR, seqs/SEQ.
 note_record() {
     SEQ=$(sed -n 's/^soak\/staging -> [^ ]* (.*) seq \([0-9]*\), reason .*/\1/p' "$1")
@@ -337,13 +346,11 @@ rotate() {
     $KILN trust put v$k.signed.json --registry "$URL" --token "$ADMIN" >tp.out 2>&1 || fail "trust put v$k: $(cat tp.out)"
     grep -q "^trust policy version $k stored by $URL" tp.out || fail "trust put v$k: $(cat tp.out)"
     TV=$k trust_puts=$((trust_puts + 1))
-    if $KILN channel verify old-rec.json --trust v$k.signed.json >cv.out 2>&1; then
-        fail "a record signed by the removed key '$old' verifies under trust version $k"
-    fi
+    refused "a record signed by the removed key '$old', under trust version $k," cv.out \
+        $KILN channel verify old-rec.json --trust v$k.signed.json
     grep -q 'not in the trust policy' cv.out || fail "kiln channel verify of $old's record: $(cat cv.out)"
-    if $KILN promote soak $CUR --channel staging --key $old.key --registry "$URL" --token "$PROM" >rp.out 2>&1; then
-        fail "the primary took a record signed by the removed key '$old': $(cat rp.out)"
-    fi
+    refused "a record signed by the removed key '$old', put to the primary," rp.out \
+        $KILN promote soak $CUR --channel staging --key $old.key --registry "$URL" --token "$PROM"
     grep -q 'HTTP 422.*not in the trust policy' rp.out || fail "promote with $old: $(cat rp.out)"
     round_send "refused $k $SEQ"
     round_read
@@ -362,9 +369,7 @@ revoke() {
         fail "token revoke: $(cat rv.out)"
     grep -q "^revoked token 'ci-old' at " rv.out || fail "token revoke: $(cat rv.out)"
     revoked=1 revoked_at=$((($(now_ms) - t0) / 1000))
-    if $KILN publish a.kiln --registry "$URL" --token "$OLD" >rv.out 2>&1; then
-        fail "a publish with the revoked token was taken: $(cat rv.out)"
-    fi
+    refused "a publish with the revoked token" rv.out $KILN publish a.kiln --registry "$URL" --token "$OLD"
     grep -q "HTTP 401: token 'ci-old' was revoked at " rv.out || fail "publish with the revoked token: $(cat rv.out)"
     revoked_uses=$((revoked_uses + 1)) revoked_life=$((revoked_life + 1))
 }
