@@ -556,42 +556,41 @@ el=$(($(now_ms) - t0))
 
 # The mirror holds exactly what the primary holds, through the HTTP API: every listing, each
 # version's JSON, each blob (its sha256 and its bytes), the channel's record and history, each
-# trust version. mirror_equal says what differs, or nothing.
+# trust version. mirror_equal leaves in WHY what differs, or nothing.
 mirror_equal() {
+    WHY=
     for p in /v1/models /v1/models/soak /v1/models/soak/channels/staging \
         /v1/models/soak/channels/staging/history /v1/trust; do
         curl -s "$URL$p" >eq.p; curl -s "$MURL$p" >eq.m
-        cmp -s eq.p eq.m || { echo "GET $p differs"; return; }
+        cmp -s eq.p eq.m || { WHY="GET $p differs"; return; }
     done
     EQ_V=0 EQ_B=0 EQ_T=0
     for v in $(ls pub); do
         curl -s "$URL/v1/models/soak/versions/$v" >eq.p; curl -s "$MURL/v1/models/soak/versions/$v" >eq.m
-        cmp -s eq.p eq.m || { echo "GET /v1/models/soak/versions/$v differs"; return; }
+        cmp -s eq.p eq.m || { WHY="GET /v1/models/soak/versions/$v differs"; return; }
         EQ_V=$((EQ_V + 1))
     done
     for d in $(curl -s "$URL/v1/models/soak" | grep -o 'sha256:[0-9a-f]\{64\}' | sort -u); do
         h=${d#sha256:}
         curl -s "$URL/v1/blobs/sha256/$h" >eq.p; curl -s "$MURL/v1/blobs/sha256/$h" >eq.m
-        [ "$(sha256sum <eq.m | cut -d' ' -f1)" = "$h" ] && cmp -s eq.p eq.m || { echo "blob $d differs"; return; }
+        [ "$(sha256sum <eq.m | cut -d' ' -f1)" = "$h" ] && cmp -s eq.p eq.m || { WHY="blob $d differs"; return; }
         EQ_B=$((EQ_B + 1))
     done
     n=2
     while [ $n -le $TV ]; do
         curl -s "$URL/v1/trust/$n" >eq.p; curl -s "$MURL/v1/trust/$n" >eq.m
-        cmp -s eq.p eq.m && cmp -s eq.p v$n.signed.json || { echo "trust version $n differs"; return; }
+        cmp -s eq.p eq.m && cmp -s eq.p v$n.signed.json || { WHY="trust version $n differs"; return; }
         EQ_T=$((EQ_T + 1)) n=$((n + 1))
     done
     EQ_R=$(curl -s "$MURL/v1/models/soak/channels/staging/history" | grep -o '"text":' | wc -l)
 }
-ts=$(now_ms)
-while :; do
-    why=$(mirror_equal)
-    [ -z "$why" ] && break
-    [ $(($(now_ms) - ts)) -lt $((CATCHUP_S * 1000)) ] || fail "the mirror is not the primary's copy $CATCHUP_S s after the traffic stopped: $why"
-    sleep 0.2
-done
-mirror_equal >/dev/null
-final_ms=$(($(now_ms) - ts))
+# The newest record and trust version first (the last sync's), then everything.
+ts=$(now_ms) c0=$catchups cm0=$catchup_max
+catch_up
+final_ms=$(($(now_ms) - ts)) catchups=$c0 catchup_max=$cm0
+mirror_equal
+[ -z "$WHY" ] || { sleep $((MIRROR_EVERY + 1)); mirror_equal; }
+[ -z "$WHY" ] || fail "the mirror holds the primary's newest record but not all it holds: $WHY"
 [ $EQ_V = $publishes ] || fail "the mirror holds $EQ_V versions, $publishes were published"
 [ "$EQ_R" = $((promotes + rollbacks)) ] || fail "the mirror holds $EQ_R channel records, $((promotes + rollbacks)) were put"
 curl -s "$MURL/metrics" >mmetrics.txt
@@ -637,7 +636,7 @@ sed -n 's/^  //p' pull.summary | sed 's/^/  /'
 echo "  cli_pull_latency        p50 $(q 0.5) ms  p99 $(q 0.99) ms  max $(q 1) ms ($cli_pulls kiln pull processes over both registries, predictions checked with kiln infer)"
 echo "  outages                 $outages primary stops by SIGTERM in mid-round (each exit 0), $((down_ms / 1000)).$(((down_ms % 1000) / 100)) s down in all: $down_pulls kiln_pulls in $down_rounds rounds and $down_cli kiln pull processes served by the mirror, each passing over the primary; $((lives - 1)) restarts on its address"
 echo "  mirror                  $syncs syncs copied something, $sync_failed gave up (a sync retries through a short outage), 0 problems; lag p50 $(lq 0.5) s max $(lq 1) s (bound $LAG_MAX s, $(printf '%s\n' $lags | wc -l) samples); the newest record on the mirror within $catchup_max ms at the $catchups catch-ups before outages and rotations"
-echo "  mirror_final            equal to the primary $final_ms ms after the traffic: $EQ_V versions (JSON byte for byte), $EQ_B blobs (sha256 and bytes), $EQ_R channel records (history and current record byte for byte), $EQ_T trust versions; audit $mrows mirror.sync rows (each item once); fsck clean; tmp empty"
+echo "  mirror_final            the newest record copied $final_ms ms after the traffic stopped, then equal to the primary: $EQ_V versions (JSON byte for byte), $EQ_B blobs (sha256 and bytes), $EQ_R channel records (history and current record byte for byte), $EQ_T trust versions; audit $mrows mirror.sync rows (each item once); fsck clean; tmp empty"
 echo "  trust                   $rotations rotations (version 1 -> $TV, each signed by root-a and root-b): removed promote keys$keys_removed; each one's record failed kiln channel verify, was refused by the primary (422) and by every client, then was re-promoted with the new key"
 echo "  revocation              token 'ci-old' ($old_publishes publishes) revoked at t=${revoked_at}s; its next use and $((revoked_uses - 1)) more answered 401 'was revoked', counted by the primary's auth_refused{revoked}; the 3 other tokens active and used to the end"
 echo "  rss_kb                  $GROW_SUMMARY"
