@@ -144,11 +144,14 @@ static void check_model(const kiln_model *m, const char *version, const char *wh
 }
 
 /* A channel record of seq `seq` giving `version`: the script wrote WORKDIR/seqs/SEQ with that
- * version when it put the record. */
+ * version once kiln promote or rollback had put the record and said so. The watch may see the
+ * record first: the file is waited for (WAIT_MS at most). */
 static void check_seq(long long seq, const char *version, const char *what) {
     char p[1024], v[128] = "";
     snprintf(p, sizeof p, "%s/seqs/%lld", work, seq);
-    FILE *f = fopen(p, "r");
+    FILE *f = NULL;
+    for (int ms = 0; !f && ms < WAIT_MS; ms += 10)
+        if (!(f = fopen(p, "r"))) usleep(10000);
     if (!f || !fgets(v, sizeof v, f)) {
         fail("%s: seq %lld is no record the script put ('%s' unreadable)", what, seq, p);
     } else {

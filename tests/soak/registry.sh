@@ -175,7 +175,7 @@ note_record() {
     SEQ=$(sed -n 's/^soak\/staging -> [^ ]* (.*) seq \([0-9]*\), reason .*/\1/p' "$1")
     CUR=$(sed -n 's/^soak\/staging -> \([^ ]*\) (.*) seq [0-9]*, reason .*/\1/p' "$1")
     [ -n "$SEQ" ] && [ -n "$CUR" ] || fail "no channel record in: $(cat "$1")"
-    echo "$CUR" >seqs/$SEQ
+    echo "$CUR" >seqs/$SEQ.tmp && mv seqs/$SEQ.tmp seqs/$SEQ # whole when soak_pull reads it
 }
 
 publishes=0 promotes=0 rollbacks=0 republished=0 cut=0 cli_pulls=0 old_publishes=0
