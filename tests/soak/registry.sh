@@ -585,9 +585,9 @@ mirror_equal() {
     EQ_R=$(curl -s "$MURL/v1/models/soak/channels/staging/history" | grep -o '"text":' | wc -l)
 }
 # The newest record and trust version first (the last sync's), then everything.
-ts=$(now_ms) c0=$catchups cm0=$catchup_max
+tf=$(now_ms) c0=$catchups cm0=$catchup_max
 catch_up
-final_ms=$(($(now_ms) - ts)) catchups=$c0 catchup_max=$cm0
+final_ms=$(($(now_ms) - tf)) catchups=$c0 catchup_max=$cm0
 mirror_equal
 [ -z "$WHY" ] || { sleep $((MIRROR_EVERY + 1)); mirror_equal; }
 [ -z "$WHY" ] || fail "the mirror holds the primary's newest record but not all it holds: $WHY"
