@@ -293,6 +293,8 @@ SOAK_BIN := $(BUILD)$(if $(SOAK_SAN),/asan)
 $(SOAK_DRIVERS): $(BUILD)/soak/soak_%: $(BUILD)/obj/tests/soak/%.o $(BUILD)/libkiln.a
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+# Built (not run) by make test too, like the benchmarks, so no driver goes stale unseen.
+test: $(SOAK_DRIVERS)
 
 soak: $(if $(SOAK_SAN),,all)
 	@if ! command -v curl >/dev/null; then \
