@@ -635,8 +635,7 @@ static void stub_stop(stub *s, pthread_t t) {
 KILN_TEST(registry_trust_walk_a_version_stored_meanwhile_is_no_gap) {
     tfx f;
     memset(&f, 0, sizeof f);
-    for (int i = 0; i < NK; i++)
-        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    if (!CHECK("keys", rfx_keys(f.sk, f.b64, NK))) goto out;
     char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
          *v2 = tsign(&f, p2, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
          *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
@@ -776,8 +775,7 @@ static kiln_err twalk_state(const char *trust, const char *state, const char *fi
 KILN_TEST(registry_trust_state_hostile_entries) {
     tfx f;
     memset(&f, 0, sizeof f);
-    for (int i = 0; i < NK; i++)
-        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    if (!CHECK("keys", rfx_keys(f.sk, f.b64, NK))) goto out;
     char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
          *v2 = tsign(&f, p2, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
          *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
@@ -1110,8 +1108,7 @@ static double now_s(void) {
 KILN_TEST(registry_trust_walk_hostile_registry) {
     tfx f;
     memset(&f, 0, sizeof f);
-    for (int i = 0; i < NK; i++)
-        if (!CHECK("keys", kiln_test_keypair(&f.sk[i], f.b64[i]))) goto out;
+    if (!CHECK("keys", rfx_keys(f.sk, f.b64, NK))) goto out;
     char *v1 = tpolicy(&f, 1, ALL_PROMOTE, 0), *p2 = tpolicy(&f, 2, NO_ALICE, 0),
          *fake = tsign(&f, p2, (int[]){R1, -1});
     char *trust = v1 ? kiln_test_write("trust.json", v1, strlen(v1)) : NULL,
