@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "runtime.h"
 #include "runtime_int.h"
 
 #define BLOCK_ROWS 1024
@@ -131,7 +132,46 @@ static void attention(const kiln_model *m, const plan *p, float *ws, const block
     }
 }
 
-static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_layer *L, int n) {
+/* Each token's router margin (runtime.h, kiln_runtime_forward_margins) from its logits
+ * lg [n,E] and router inputs u [n,D], into margin[t * stride]. W: the router matrix as
+ * f32 (widened already for a bf16 model). */
+static void router_margins(const kiln_model *m, const float *lg, const float *u, const float *W,
+                           int n, float *margin, size_t stride) {
+    const int D = m->cfg.d_model, E = m->cfg.n_experts, K = m->cfg.top_k;
+    for (int t = 0; t < n; t++) {
+        const float *l = lg + (size_t)t * E, *ut = u + (size_t)t * D;
+        if (K >= E) {
+            margin[(size_t)t * stride] = INFINITY; /* every expert runs: nothing to tie */
+            continue;
+        }
+        /* The K-th and (K+1)-th experts in the routing order (the order of the logits is
+         * that of their softmax), picked as kiln_route_stream picks. */
+        int prev = -1, kth = -1, next = -1;
+        for (int k = 0; k <= K; k++) {
+            int best = -1;
+            for (int e = 0; e < E; e++) {
+                if (prev >= 0 && !kiln_route_before(l, prev, e)) continue;
+                if (best < 0 || kiln_route_before(l, e, best)) best = e;
+            }
+            prev = best;
+            if (k == K - 1) kth = best;
+            if (k == K) next = best;
+        }
+        /* The size of the terms each of the two logits sums: rounding moves a logit by a
+         * fraction of that, not of the logit itself (which may cancel to near zero). */
+        double ck = 0, cn = 0;
+        for (int i = 0; i < D; i++) {
+            ck += fabs((double)W[(size_t)kth * D + i] * ut[i]);
+            cn += fabs((double)W[(size_t)next * D + i] * ut[i]);
+        }
+        double gap = (double)l[kth] - (double)l[next], cond = ck > cn ? ck : cn;
+        margin[(size_t)t * stride] =
+            !isfinite(gap) ? NAN : cond > 0 ? (float)(gap / cond) : (gap > 0 ? INFINITY : 0.0f);
+    }
+}
+
+static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_layer *L, int n,
+                float *margin, size_t stride) {
     const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
     float *h = ws + p->h, *u = ws + p->u, *ff = ws + p->ff, *out = ws + p->att,
           *wbuf = ws + p->wbuf;
@@ -148,6 +188,9 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
     float *gsel = ws + p->gsel;
     int *chosen = (int *)(ws + p->chosen), *tok = (int *)(ws + p->tok);
     linear(m, logits, u, n, L->router_w, NULL, E, D, wbuf);
+    if (margin) /* wbuf still holds the widened router matrix of a bf16 model */
+        router_margins(m, logits, u, m->bf16 ? wbuf : (const float *)L->router_w, n, margin,
+                       stride);
     for (int t = 0; t < n; t++)
         kiln_route_stream(logits + (size_t)t * E, E, K, chosen + (size_t)t * K,
                           gates + (size_t)t * K);
@@ -176,8 +219,9 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
         h[i] += acc[i];
 }
 
+/* margin: NULL, or the block's first row's margins ([rows, L], runtime.h). */
 static void run_block(const kiln_model *m, const plan *p, float *ws, const block *bk,
-                      const float *x, float *y) {
+                      const float *x, float *y, float *margin) {
     const kiln_model_config *c = &m->cfg;
     const int F = c->n_features, D = c->d_model, n = bk->nseq * bk->T;
     float *xn = ws + p->xn, *h = ws + p->h, *u = ws + p->u, *wbuf = ws + p->wbuf;
@@ -196,15 +240,15 @@ static void run_block(const kiln_model *m, const plan *p, float *ws, const block
             h[i] += u[i];
         for (int t = 0; t < n; t++)
             kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, L->ffn_norm, D, c->norm_eps);
-        ffn(m, p, ws, L, n);
+        ffn(m, p, ws, L, n, margin ? margin + l : NULL, (size_t)c->n_layers);
     }
     for (int t = 0; t < n; t++)
         kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, m->final_norm, D, c->norm_eps);
     linear(m, y, u, n, m->head_w, m->head_b, c->n_outputs, D, wbuf);
 }
 
-KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int B, int S, float *y,
-                                        void *ws, size_t ws_size) {
+static kiln_err forward(const kiln_model *m, const float *x, int B, int S, float *y, void *ws,
+                        size_t ws_size, float *margin) {
     plan p;
     KILN_FAIL_IF(!m || !x || !y, KILN_ERR_USAGE, "kiln_model_forward: null model, input or output");
     KILN_FAIL_IF(!make_plan(m, B, S, &p), KILN_ERR_USAGE,
@@ -220,13 +264,19 @@ KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int
                              (double)x[i]);
         }
     if (m->dev) return kiln_rt_dev_forward(m, x, B, S, y);
+    const size_t L = (size_t)m->cfg.n_layers;
+    if (margin && m->cfg.n_experts == 0)
+        for (size_t i = 0; i < (size_t)B * S * L; i++)
+            margin[i] = INFINITY;
+    if (m->cfg.n_experts == 0) margin = NULL;
     float *w = (float *)(((uintptr_t)ws + 63) & ~(uintptr_t)63);
     if (p.chunked) {
         for (int b = 0; b < B; b++)
             for (int t0 = 0; t0 < S; t0 += BLOCK_ROWS) {
                 block bk = {1, S - t0 < BLOCK_ROWS ? S - t0 : BLOCK_ROWS, t0};
                 size_t row = (size_t)b * S + (size_t)t0;
-                run_block(m, &p, w, &bk, x + row * F, y + row * O);
+                run_block(m, &p, w, &bk, x + row * F, y + row * O,
+                          margin ? margin + row * L : NULL);
             }
         return KILN_OK;
     }
@@ -234,18 +284,61 @@ KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int
     for (int b = 0; b < B; b += per) {
         block bk = {B - b < per ? B - b : per, S, 0};
         size_t row = (size_t)b * S;
-        run_block(m, &p, w, &bk, x + row * F, y + row * O);
+        run_block(m, &p, w, &bk, x + row * F, y + row * O, margin ? margin + row * L : NULL);
     }
     return KILN_OK;
 }
 
-KILN_API kiln_err kiln_model_forward(const kiln_model *m, const float *x, int B, int S, float *y) {
+KILN_API kiln_err kiln_model_forward_ws(const kiln_model *m, const float *x, int B, int S, float *y,
+                                        void *ws, size_t ws_size) {
+    return forward(m, x, B, S, y, ws, ws_size, NULL);
+}
+
+static kiln_err forward_alloc(const kiln_model *m, const float *x, int B, int S, float *y,
+                              float *margin) {
     KILN_FAIL_IF(!m, KILN_ERR_USAGE, "kiln_model_forward: null model");
     size_t need = kiln_model_workspace_size(m, B, S);
     KILN_FAIL_IF(!need, KILN_ERR_USAGE, "kiln_model_forward: bad batch shape [%d,%d]", B, S);
     void *ws = kiln_malloc(need);
     if (!ws) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_model_forward_ws(m, x, B, S, y, ws, need);
+    kiln_err rc = forward(m, x, B, S, y, ws, need, margin);
     free(ws);
     return rc;
+}
+
+KILN_API kiln_err kiln_model_forward(const kiln_model *m, const float *x, int B, int S, float *y) {
+    return forward_alloc(m, x, B, S, y, NULL);
+}
+
+kiln_err kiln_runtime_forward_margins(const kiln_model *m, const float *x, int B, int S, float *y,
+                                      float *margins) {
+    KILN_FAIL_IF(m && m->dev, KILN_ERR_USAGE,
+                 "kiln_runtime_forward_margins: the model is on a GPU; router margins are "
+                 "measured on the CPU");
+    KILN_FAIL_IF(!margins, KILN_ERR_USAGE, "kiln_runtime_forward_margins: null margins");
+    return forward_alloc(m, x, B, S, y, margins);
+}
+
+size_t kiln_runtime_tie_reach(const kiln_model_config *c, const float *margins, size_t n, int S,
+                              double tie_rtol, uint8_t *reach) {
+    const size_t L = (size_t)c->n_layers, W = (size_t)c->attn_window, T = (size_t)S;
+    memset(reach, 0, n * T);
+    size_t near = 0;
+    for (size_t w = 0; w < n; w++)
+        for (size_t s = 0; s < T; s++) {
+            bool flagged = false;
+            for (size_t l = 0; l < L; l++) {
+                float g = margins[(w * T + s) * L + l];
+                if (!(g > tie_rtol)) { /* a NaN margin too: no routing to trust there */
+                    flagged = true;
+                    /* Layer l's choice moves row s; each later layer's attention carries
+                     * it W-1 rows further. */
+                    size_t end = s + (L - 1 - l) * (W - 1);
+                    for (size_t r = s; r <= end && r < T; r++)
+                        reach[w * T + r] = 1;
+                }
+            }
+            near += flagged;
+        }
+    return near;
 }

@@ -55,6 +55,34 @@ struct kiln_model {
     bool portable;                 /* tests: the portable kernels even where AVX2 runs */
 };
 
+/* Tests only (never set in kiln): every stream routes exact router ties to the higher
+ * expert index. Set it before opening streams, with no stream pushing. */
+extern bool kiln_rt_ties_high;
+
+/* A stream's routing of one token (kiln_route_stream), with the test hook kiln_rt_ties_high: then
+ * the logits are routed in reverse expert order and the picks mapped back, so that exact
+ * ties go to the higher index, as a path summing in another order might resolve them
+ * (docs/validation.md, "Router ties"); anything not tied routes alike. */
+static inline void kiln_rt_route(float *p, int E, int K, int32_t *idx, float *gate) {
+    if (!kiln_rt_ties_high) {
+        kiln_route_stream(p, E, K, idx, gate);
+        return;
+    }
+    for (int e = 0; e < E / 2; e++) {
+        float v = p[e];
+        p[e] = p[E - 1 - e];
+        p[E - 1 - e] = v;
+    }
+    kiln_route_stream(p, E, K, idx, gate);
+    for (int k = 0; k < K; k++)
+        idx[k] = E - 1 - idx[k];
+    for (int e = 0; e < E / 2; e++) {
+        float v = p[e];
+        p[e] = p[E - 1 - e];
+        p[E - 1 - e] = v;
+    }
+}
+
 /* Element i of a matrix block (f32 or bf16), as a pointer. */
 static inline const void *kiln_rt_wat(const kiln_model *m, const void *w, size_t i) {
     return (const char *)w + i * m->wsize;

@@ -48,6 +48,8 @@ struct kiln_stream {
     kiln_rt_dstream *dev; /* the stream on the model's GPU; NULL on the CPU */
 };
 
+bool kiln_rt_ties_high = false;
+
 static size_t round16(size_t n) {
     return (n + 15) / 16 * 16;
 }
@@ -251,7 +253,7 @@ static void ffn(kiln_stream *const *ss, size_t n, const kiln_rt_layer *L) {
     }
     mv(ss, n, PROBS, NULL, U, L->router_w, NULL, E, D);
     for (size_t i = 0; i < n; i++)
-        kiln_route_stream(ss[i]->probs, E, K, ss[i]->chosen, ss[i]->gates);
+        kiln_rt_route(ss[i]->probs, E, K, ss[i]->chosen, ss[i]->gates);
     /* Each expert once, over the (stream, slot) pairs that chose it. */
     for (int e = 0; e < E; e++) {
         prod p = {.ss = ss, .e = e};

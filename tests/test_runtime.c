@@ -3,13 +3,16 @@
  * no allocation per tick. */
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "route.h"
+#include "runtime.h"
 #include "runtime_int.h"
 #include "test.h"
 #include "testutil.h"
+#include "validate.h"
 
 /* ---- helpers ---- */
 
@@ -1093,4 +1096,172 @@ KILN_TEST(runtime_push_many_threads) {
     free_streams(a, N);
     free_streams(b, N);
     kiln_model_free(m);
+}
+
+/* ---- router near-ties (runtime.h; docs/validation.md "Router ties") ---- */
+
+/* Stream every sequence of x [B,S,F] through fresh streams into y [B,S,O]. */
+static bool stream_all(const kiln_model *m, const float *x, int B, int S, float *y) {
+    const int F = m->cfg.n_features, O = m->cfg.n_outputs;
+    kiln_stream *s = NULL;
+    if (kiln_stream_open(m, &s)) return false;
+    bool ok = true;
+    for (int b = 0; ok && b < B; b++) {
+        kiln_stream_reset(s);
+        for (int t = 0; ok && t < S; t++)
+            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) ==
+                 KILN_OK;
+    }
+    kiln_stream_free(s);
+    return ok;
+}
+
+KILN_TEST(runtime_router_margins) {
+    enum { B = 3, S = 40, F = 5, O = 2, L = 3, E = 4, D = 16 };
+    kiln_model_config c = config(D, L, 2, 24, E, 2, S, 6, F, O);
+    kiln_model *m = random_model("margins.safetensors", &c, 41, false);
+    float *x = random_inputs((size_t)B * S * F, 42);
+    float *y = kiln_malloc((size_t)B * S * O * 4), *y2 = kiln_malloc((size_t)B * S * O * 4),
+          *ys = kiln_malloc((size_t)B * S * O * 4);
+    float *mg = kiln_malloc((size_t)B * S * L * 4), *mg1 = kiln_malloc((size_t)S * L * 4),
+          *mg2 = kiln_malloc((size_t)B * S * L * 4);
+    uint8_t *reach = kiln_malloc((size_t)B * S);
+    if (!m || !x || !y || !y2 || !ys || !mg || !mg1 || !mg2 || !reach) goto out;
+    CHECK("forward", kiln_model_forward(m, x, B, S, y) == KILN_OK);
+    CHECK("forward with margins", kiln_runtime_forward_margins(m, x, B, S, y2, mg) == KILN_OK);
+    CHECK("the same outputs, bitwise", !memcmp(y, y2, (size_t)B * S * O * 4));
+    bool pos = true;
+    for (size_t i = 0; i < (size_t)B * S * L; i++)
+        pos &= isfinite(mg[i]) && mg[i] >= 0;
+    CHECK("every margin finite and >= 0", pos);
+    CHECK("a sequence alone has the margins it had in the batch",
+          kiln_runtime_forward_margins(m, x + (size_t)S * F, 1, S, y2, mg1) == KILN_OK &&
+              !memcmp(mg1, mg + (size_t)S * L, (size_t)S * L * 4));
+
+    /* Experts 1 and 2 of the last layer given one router row: their logits are then equal,
+     * so wherever they are the K-th and (K+1)-th experts the margin is 0, and nowhere else
+     * (the earlier layers' margins do not move). */
+    float *rw = (float *)m->layers[L - 1].router_w; /* the model's own copy (aligned_alloc) */
+    memcpy(rw + 2 * D, rw + 1 * D, D * sizeof *rw);
+    CHECK("forward, tied", kiln_runtime_forward_margins(m, x, B, S, y2, mg2) == KILN_OK);
+    size_t zero = 0, moved = 0;
+    for (size_t r = 0; r < (size_t)B * S; r++) {
+        zero += mg2[r * L + L - 1] == 0;
+        for (int l = 0; l < L - 1; l++)
+            moved += mg2[r * L + l] != mg[r * L + l];
+    }
+    CHECK("some rows tie in the last layer, not all", zero > 0 && zero < (size_t)B * S);
+    CHECK("the earlier layers' margins did not move", moved == 0);
+
+    /* Streams that break exact ties the other way differ from the batch there, and only
+     * where a near-tie reaches. */
+    kiln_rt_ties_high = true;
+    bool streamed = stream_all(m, x, B, S, ys);
+    kiln_rt_ties_high = false;
+    CHECK("streamed", streamed);
+    size_t near = kiln_runtime_tie_reach(&c, mg2, B, S, 1e-5, reach);
+    CHECK("every row with a zero margin is near a tie", near >= zero);
+    kiln_thresholds th;
+    kiln_thresholds_default(&th);
+    kiln_compare cmp;
+    kiln_compare_f32(ys, y2, (size_t)B * S * O, &th.stream, &cmp);
+    CHECK("the tie-high streams differ from the batch", !cmp.passed);
+    kiln_compare_f32_excused(ys, y2, (size_t)B * S * O, &th.stream, reach, O, &cmp);
+    CHECK("... only where a near-tie reaches", cmp.passed && cmp.excused > 0);
+    size_t far = 0;
+    while (far < (size_t)B * S && reach[far])
+        far++;
+    if (CHECK("a row no near-tie reaches", far < (size_t)B * S)) {
+        ys[far * O] *= 1.01f;
+        kiln_compare_f32_excused(ys, y2, (size_t)B * S * O, &th.stream, reach, O, &cmp);
+        CHECK("a difference there is not excused", !cmp.passed && cmp.worst == far * O);
+    }
+
+    /* Nothing can tie in a dense model or with every expert chosen. */
+    kiln_model_config cd = config(D, 2, 2, 24, 0, 0, S, 6, F, O),
+                      ck = config(D, 2, 2, 24, 3, 3, S, 6, F, O);
+    kiln_model *md = random_model("margins-dense.safetensors", &cd, 43, false),
+               *mk = random_model("margins-all.safetensors", &ck, 44, true);
+    bool inf = md && mk;
+    for (int v = 0; inf && v < 2; v++) {
+        inf = kiln_runtime_forward_margins(v ? mk : md, x, 1, S, y2, mg) == KILN_OK;
+        for (size_t i = 0; inf && i < (size_t)S * 2; i++)
+            inf = isinf(mg[i]) && mg[i] > 0;
+    }
+    CHECK("dense and top_k == n_experts: every margin +inf", inf);
+    kiln_model_free(md);
+    kiln_model_free(mk);
+out:
+    free(x), free(y), free(y2), free(ys), free(mg), free(mg1), free(mg2), free(reach);
+    kiln_model_free(m);
+}
+
+/* A bf16 model's margins come from its widened router matrix: those of an f32 model holding
+ * the same values. */
+KILN_TEST(runtime_router_margins_bf16) {
+    enum { S = 30, F = 4, O = 2, L = 2 };
+    kiln_model_config c = config(16, L, 2, 24, 6, 2, S, 5, F, O);
+    kiln_model *mb = random_model("mb.safetensors", &c, 51, true);
+    char *pf = kiln_test_path("mb-f32.safetensors");
+    kiln_model *mf = NULL;
+    float *x = random_inputs((size_t)S * F, 52), *y = kiln_malloc((size_t)2 * S * O * 4),
+          *mg = kiln_malloc((size_t)2 * S * L * 4);
+    if (!mb || !x || !y || !mg) goto out;
+    /* The same weights as f32: the bf16 model's matrices widened, vectors as they are. */
+    kiln_st_writer *w = NULL;
+    kiln_st *st = NULL;
+    char *bp = kiln_test_path("mb.safetensors");
+    bool ok = kiln_st_open(bp, &st) == KILN_OK && kiln_st_writer_new(&w) == KILN_OK;
+    float **wide = ok ? calloc(kiln_st_count(st), sizeof *wide) : NULL;
+    for (size_t i = 0; ok && wide && i < kiln_st_count(st); i++) {
+        const kiln_tensor *t = kiln_st_at(st, i);
+        wide[i] = kiln_malloc(t->numel * 4 + 4);
+        ok = wide[i] && kiln_tensor_to_f32(t, wide[i]) == KILN_OK &&
+             kiln_st_writer_add(w, t->name, KILN_F32, t->ndim, t->shape, wide[i]) == KILN_OK;
+    }
+    for (size_t i = 0; ok && i < kiln_st_meta_count(st); i++) {
+        const char *k, *v;
+        kiln_st_meta_at(st, i, &k, &v);
+        ok = kiln_st_writer_meta(w, k, v) == KILN_OK;
+    }
+    ok = ok && wide && kiln_st_writer_write(w, pf) == KILN_OK && kiln_model_open(pf, &mf) == KILN_OK;
+    for (size_t i = 0; wide && st && i < kiln_st_count(st); i++)
+        free(wide[i]);
+    free(wide);
+    kiln_st_writer_free(w);
+    kiln_st_close(st);
+    free(bp);
+    if (!CHECK("an f32 twin of the bf16 model", ok)) goto out;
+    CHECK("margins of both", kiln_runtime_forward_margins(mb, x, 1, S, y, mg) == KILN_OK &&
+                                 kiln_runtime_forward_margins(mf, x, 1, S, y + S * O,
+                                                              mg + S * L) == KILN_OK);
+    CHECK("the same outputs", !memcmp(y, y + S * O, (size_t)S * O * 4));
+    CHECK("the same margins", !memcmp(mg, mg + S * L, (size_t)S * L * 4));
+out:
+    free(x), free(y), free(mg), free(pf);
+    kiln_model_free(mb);
+    kiln_model_free(mf);
+}
+
+KILN_TEST(runtime_tie_reach) {
+    /* L = 3, W = 4: a near-tie at layer l reaches (L-1-l)*(W-1) rows past its own. */
+    kiln_model_config c = config(8, 3, 2, 8, 4, 2, 20, 4, 2, 1);
+    enum { S = 20, L = 3 };
+    float mg[2 * S * L];
+    uint8_t reach[2 * S];
+    for (size_t i = 0; i < 2 * S * L; i++)
+        mg[i] = 0.5f;
+    mg[(0 * S + 5) * L + 0] = 1e-6f; /* sequence 0, row 5, layer 0: rows 5..11 */
+    mg[(0 * S + 18) * L + 1] = 0;    /* row 18, layer 1: rows 18..21, cut at 19 */
+    mg[(1 * S + 2) * L + 2] = NAN;   /* sequence 1, row 2, last layer: row 2 alone */
+    mg[(1 * S + 9) * L + 2] = 2e-5f; /* above ties.rtol 1e-5: no tie */
+    size_t near = kiln_runtime_tie_reach(&c, mg, 2, S, 1e-5, reach);
+    CHECK("three rows near a tie", near == 3);
+    char got[2 * S + 1];
+    for (size_t i = 0; i < 2 * S; i++)
+        got[i] = reach[i] ? '1' : '0';
+    got[2 * S] = 0;
+    const char *want = "0000011111110000001100100000000000000000";
+    if (!CHECK("the rows reached", !strcmp(got, want)))
+        fprintf(stderr, "    got  %s\n    want %s\n", got, want);
 }
