@@ -116,12 +116,13 @@ int cmd_validate(int argc, char **argv) {
     json_t *rep = NULL;
     kiln_err err = kiln_validate_run(&o, &rep);
     if (err && !rep) return cli_fail(err);
-    /* One line per check; a failed one prints its reason on stderr too. */
+    /* One line per check with its reason or note; a failed one prints it on stderr too. */
     const char *name;
     json_t *c;
     json_object_foreach(json_object_get(rep, "checks"), name, c) {
         const char *st = json_string_value(json_object_get(c, "status"));
         const char *why = json_string_value(json_object_get(c, "reason"));
+        if (!why) why = json_string_value(json_object_get(c, "note"));
         if (!strcmp(st, "failed")) fprintf(stderr, "kiln: failed: %s\n", why ? why : name);
         printf("%-24s %s%s%s\n", name, st, why && strcmp(st, "failed") ? ": " : "",
                why && strcmp(st, "failed") ? why : "");

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime.h"
 #include "validate_int.h"
 #ifdef KILN_HAVE_CUDA
 #include "kernels.h"
@@ -49,6 +50,40 @@ static char *cmp_reason(const char *what, const kiln_compare *c, const kiln_tole
                          i % (size_t)O, (double)a[i], (double)b[i]);
 }
 
+/* The rows of a reference's outputs that a router near-tie may have moved (runtime.h,
+ * docs/validation.md "Router ties"): there another engine may rightly route otherwise. */
+typedef struct ties {
+    uint8_t *reach; /* [rows] */
+    size_t near;    /* rows with a near-tie in some layer */
+    size_t rows;
+} ties;
+
+static kiln_err ties_make(const vmodel *m, const float *margins, size_t n, int S,
+                          const kiln_thresholds *th, ties *t) {
+    t->rows = n * (size_t)S;
+    t->reach = kiln_malloc(t->rows ? t->rows : 1);
+    if (!t->reach) return KILN_ERR_NOMEM;
+    t->near = kiln_runtime_tie_reach(&m->cfg, margins, n, S, th->ties_rtol, t->reach);
+    return KILN_OK;
+}
+
+static void ties_free(ties *t) {
+    free(t->reach);
+    memset(t, 0, sizeof *t);
+}
+
+/* The outputs of windows x [n,S,F] through the runtime's batch forward into y, and the
+ * rows a near-tie reaches into *t. */
+static kiln_err forward_ties(vmodel *m, const float *x, size_t n, int S,
+                             const kiln_thresholds *th, float *y, ties *t) {
+    float *mg = kiln_malloc(n * (size_t)S * (size_t)m->cfg.n_layers * sizeof *mg + 1);
+    if (!mg) return KILN_ERR_NOMEM;
+    kiln_err rc = kiln_vmodel_forward_margins(m, x, n, S, y, mg);
+    if (!rc) rc = ties_make(m, mg, n, S, th, t);
+    free(mg);
+    return rc;
+}
+
 typedef struct run {
     json_t *checks;
     json_t *baseline; /* the report's "baseline": which model was validated against */
@@ -74,20 +109,48 @@ static kiln_err add_check(run *r, const char *name, const char *status, const ch
     return KILN_OK;
 }
 
+/* Compare candidate a with reference b ([count / (S*O), S, O]) and add the check. tz: the
+ * reference's near-tie rows, whose differences are excused unless more than ties.max_share
+ * of rows are near a tie; NULL for a comparison where ties are no excuse. */
 static kiln_err add_compare(run *r, const char *name, const char *what, const float *a,
                             const float *b, size_t count, int S, int O, const kiln_tolerance *t,
-                            json_t *extra) {
+                            json_t *extra, const ties *tz, const kiln_thresholds *th) {
+    const double share = tz && tz->rows ? (double)tz->near / (double)tz->rows : 0;
+    const bool excusable = tz && share <= th->ties_max_share;
     kiln_compare c;
-    kiln_compare_f32(a, b, count, t, &c);
+    kiln_compare_f32_excused(a, b, count, t, excusable ? tz->reach : NULL, (size_t)O, &c);
     json_t *f = cmp_json(&c, a, b, S, O);
     if (f && extra) json_object_update(f, extra);
     json_decref(extra);
+    if (f && tz)
+        json_object_set_new(f, "router_ties",
+                            json_pack("{s:I,s:f,s:b,s:I,s:f}", "rows_near_tie", (json_int_t)tz->near,
+                                      "share", share, "excusable", excusable, "outputs_excused",
+                                      (json_int_t)c.excused, "excused_max_rel", c.excused_max_rel));
     char *why = c.passed ? NULL : cmp_reason(what, &c, t, a, b, S, O);
-    kiln_err rc = (!f || (!c.passed && !why))
+    if (why && tz && tz->near && !excusable) {
+        char *w2 = kiln_asprintf("%s; %.3g%% of rows are near a router tie, more than "
+                                 "ties.max_share %.3g%%, so none is excused",
+                                 why, 100 * share, 100 * th->ties_max_share);
+        free(why);
+        why = w2;
+    }
+    char *note = NULL;
+    if (c.excused)
+        note = kiln_asprintf("%zu output%s differ%s only where a router near-tie reaches (%zu of "
+                             "%zu rows within ties.rtol %g; max relative error there %.3g): "
+                             "excused",
+                             c.excused, c.excused == 1 ? "" : "s", c.excused == 1 ? "s" : "",
+                             tz->near, tz->rows, th->ties_rtol, c.excused_max_rel);
+    kiln_err rc = (!f || (!c.passed && !why) || (c.excused && !note))
                       ? kiln_fail(KILN_ERR_NOMEM, "out of memory")
                       : add_check(r, name, c.passed ? "passed" : "failed", why, f, tol_json(t));
     if (rc) json_decref(f);
+    if (!rc && note &&
+        json_object_set_new(json_object_get(r->checks, name), "note", json_string(note)))
+        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
     free(why);
+    free(note);
     return rc;
 }
 
@@ -102,6 +165,7 @@ static kiln_err check_golden(run *r, const char *name, vmodel *m, const kiln_dat
     json_t *gj = NULL;
     float *x = NULL, *t = NULL, *want = NULL, *y = NULL;
     size_t *starts = NULL;
+    ties tz = {0};
     char *why = NULL;
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !sp || !jp, KILN_ERR_NOMEM, "out of memory");
@@ -145,7 +209,7 @@ static kiln_err check_golden(run *r, const char *name, vmodel *m, const kiln_dat
     KILN_CHECK(rc, out, kiln_tensor_to_f32(ti, x));
     KILN_CHECK(rc, out, kiln_tensor_to_f32(tt, t));
     KILN_CHECK(rc, out, kiln_tensor_to_f32(to, want));
-    KILN_CHECK(rc, out, kiln_vmodel_forward(m, x, (size_t)N, S, y));
+    KILN_CHECK(rc, out, forward_ties(m, x, (size_t)N, S, th, y, &tz));
 
     /* Where the golden set was drawn from this very data, its inputs must be those rows. */
     const char *gds = json_string_value(json_object_get(gj, "data_sha256"));
@@ -187,9 +251,10 @@ static kiln_err check_golden(run *r, const char *name, vmodel *m, const kiln_dat
     char what[128];
     snprintf(what, sizeof what, "%s (%s model vs its stored outputs)", name,
              m->bf16 ? "bf16" : "f32");
-    rc = add_compare(r, name, what, y, want, ny, S, O, tol, extra);
+    rc = add_compare(r, name, what, y, want, ny, S, O, tol, extra, &tz, th);
 out:
     if (rc && rc != KILN_ERR_NOMEM) kiln_errprefix(rc, "%s: ", name);
+    ties_free(&tz);
     free(why);
     free(starts);
     free(x);
@@ -210,10 +275,12 @@ typedef struct heldout {
     size_t *starts;
     float *x, *t; /* [n,S,F], [n,S,O] */
     float *y;     /* the candidate's outputs */
+    ties tz;      /* where a router near-tie may have moved y */
     double loss;
 } heldout;
 
 static void heldout_free(heldout *h) {
+    ties_free(&h->tz);
     free(h->starts);
     free(h->x);
     free(h->t);
@@ -340,7 +407,7 @@ static kiln_err check_bf16(run *r, const kiln_validate_opts *o, vmodel *m, const
     json_t *extra = json_pack("{s:s,s:f,s:f}", "bf16_model", made ? "rounded in memory" : b.file,
                               "loss", kiln_vmse(y, h->t, h->n * S * O), "f32_loss", h->loss);
     rc = add_compare(r, name, "parity_f32_bf16 (bf16 export vs f32 model)", y, h->y, h->n * S * O,
-                     S, O, &th->bf16, extra);
+                     S, O, &th->bf16, extra, NULL, th);
 out:
     free(why);
     free(y);
@@ -361,12 +428,14 @@ static kiln_err check_parity(run *r, vmodel *m, const heldout *h, const kiln_thr
     if (!rc)
         rc = add_compare(r, "parity_trainer_runtime",
                          "parity_trainer_runtime (runtime batch vs trainer forward)", h->y, y, ny,
-                         S, O, &th->parity, json_pack("{s:I}", "windows", (json_int_t)h->n));
+                         S, O, &th->parity, json_pack("{s:I}", "windows", (json_int_t)h->n),
+                         &h->tz, th);
     if (!rc) rc = kiln_vmodel_stream_forward(m, h->x, h->n, S, y);
     if (!rc)
         rc = add_compare(r, "parity_batch_stream",
                          "parity_batch_stream (runtime stream vs runtime batch)", y, h->y, ny, S, O,
-                         &th->stream, json_pack("{s:I}", "windows", (json_int_t)h->n));
+                         &th->stream, json_pack("{s:I}", "windows", (json_int_t)h->n), &h->tz,
+                         th);
     free(y);
     return rc;
 }
@@ -398,7 +467,8 @@ static kiln_err check_cuda(run *r, vmodel *m, const heldout *h, const kiln_thres
         rc = add_compare(r, name, "parity_cpu_cuda (CUDA network f32 vs runtime batch)", y, h->y,
                          ny, S, O, &th->cuda,
                          json_pack("{s:I,s:s,s:i}", "windows", (json_int_t)h->n, "engine",
-                                   "kiln_tsmoe_cuda f32, device 0", "devices", ndev));
+                                   "kiln_tsmoe_cuda f32, device 0", "devices", ndev),
+                         &h->tz, th);
     else
         kiln_errprefix(rc, "%s: ", name);
     free(y);
@@ -544,7 +614,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     kiln_split sp;
     KILN_CHECK(rc, out, kiln_dataset_split(ds, vf, S, &sp));
     KILN_CHECK(rc, out, heldout_make(ds, &sp, S, F, O, (size_t)th->heldout_windows, &h));
-    KILN_CHECK(rc, out, kiln_vmodel_forward(&m, h.x, h.n, S, h.y));
+    KILN_CHECK(rc, out, forward_ties(&m, h.x, h.n, S, th, h.y, &h.tz));
     h.loss = kiln_vmse(h.y, h.t, h.n * S * O);
 
     KILN_CHECK(rc, out, check_golden(&r, "golden", &m, ds, th));

@@ -40,6 +40,8 @@ typedef struct kiln_thresholds {
                                    baseline's by this fraction of it ... */
     double baseline_abs;        /* baseline.abs_margin: ... plus this much */
     double heldout_windows;     /* heldout.windows: held-out windows (an integer) */
+    double ties_rtol;      /* ties.rtol: a router margin at or below this is a near-tie */
+    double ties_max_share; /* ties.max_share: more rows than this near a tie, none excused */
 } kiln_thresholds;
 
 void kiln_thresholds_default(kiln_thresholds *t);
@@ -57,6 +59,8 @@ const char *kiln_thresholds_key(size_t i, double *def, const char **doc);
 
 typedef struct kiln_compare {
     size_t n;            /* elements compared */
+    size_t excused;      /* elements outside tolerance but excused (router near-ties) */
+    double excused_max_rel; /* the largest relative error among them */
     double max_abs;      /* max |a - b| */
     double max_rel;      /* max |a - b| / max(|b|, M atol / rtol): <= rtol iff all agree */
     double frac_outside; /* share of elements with |a - b| > max(M atol, rtol |b|) */
@@ -69,6 +73,11 @@ typedef struct kiln_compare {
 /* Compare a (candidate) with b (reference), n elements each. */
 void kiln_compare_f32(const float *a, const float *b, size_t n, const kiln_tolerance *tol,
                       kiln_compare *out);
+/* The same, where element i outside tolerance is excused (counted in excused, not in
+ * frac_outside, max_rel or worst) when excuse[i / group] is set; excuse NULL: none is. A
+ * non-finite element is never excused. */
+void kiln_compare_f32_excused(const float *a, const float *b, size_t n, const kiln_tolerance *tol,
+                              const uint8_t *excuse, size_t group, kiln_compare *out);
 
 /* ---- golden sets (validate/golden.c) ---- */
 

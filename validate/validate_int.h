@@ -27,6 +27,9 @@ void kiln_vmodel_close(vmodel *m);
 /* The model's outputs, as a service computes them: the runtime's batch forward over n
  * windows of S steps (any S >= 1): x [n,S,F] -> y [n,S,O]. */
 kiln_err kiln_vmodel_forward(vmodel *m, const float *x, size_t n, int S, float *y);
+/* The same, also writing each row's router margins [n,S,L] (kiln_runtime_forward_margins). */
+kiln_err kiln_vmodel_forward_margins(vmodel *m, const float *x, size_t n, int S, float *y,
+                                     float *margins);
 /* The runtime's streaming forward, one fresh stream per window fed tick by tick. */
 kiln_err kiln_vmodel_stream_forward(vmodel *m, const float *x, size_t n, int S, float *y);
 /* What kiln_vmodel_forward is, for reports. */

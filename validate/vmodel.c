@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime.h"
 #include "validate_int.h"
 
 void kiln_vmodel_close(vmodel *m) {
@@ -108,11 +109,20 @@ kiln_err kiln_vmodel_trainer_forward(vmodel *m, const float *x, size_t n, float 
 }
 
 kiln_err kiln_vmodel_forward(vmodel *m, const float *x, size_t n, int S, float *y) {
-    const size_t F = (size_t)m->cfg.n_features, O = (size_t)m->cfg.n_outputs;
+    return kiln_vmodel_forward_margins(m, x, n, S, y, NULL);
+}
+
+kiln_err kiln_vmodel_forward_margins(vmodel *m, const float *x, size_t n, int S, float *y,
+                                     float *margins) {
+    const size_t F = (size_t)m->cfg.n_features, O = (size_t)m->cfg.n_outputs,
+                 L = (size_t)m->cfg.n_layers;
     /* In slices, so that the runtime's workspace stays small for long validations. */
     for (size_t w = 0; w < n; w += 64) {
         int b = (int)(n - w < 64 ? n - w : 64);
-        KILN_TRY(kiln_model_forward(m->rt, x + w * S * F, b, S, y + w * S * O));
+        const float *xs = x + w * S * F;
+        float *ys = y + w * S * O;
+        KILN_TRY(margins ? kiln_runtime_forward_margins(m->rt, xs, b, S, ys, margins + w * S * L)
+                         : kiln_model_forward(m->rt, xs, b, S, ys));
     }
     return KILN_OK;
 }
