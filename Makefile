@@ -13,8 +13,8 @@ DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-d
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
             libopenmpi-dev openmpi-bin libssl-dev curl
 TOOLS := sqlite3 minisign mpirun curl
-# Open MPI is not in PKGS: only build/libkiln_dist.a and the kiln binary use it, so
-# libkiln.so (what services link) never depends on libmpi.
+# Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
+# opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c
 # `make fuzz` only: clang with libFuzzer. Each target runs FUZZ_SECONDS.
 FUZZ_DEB_PKGS := clang libclang-rt-14-dev
@@ -39,7 +39,6 @@ INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
 MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
-MPI_LIBS = $(shell pkg-config --libs $(MPI_PKG) 2>/dev/null)
 
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread
@@ -90,7 +89,6 @@ endif
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/obj/%.o) $(CU_SRC:%.cu=$(BUILD)/obj/%.cu.o)
 DIST_OBJ := $(DIST_SRC:%.c=$(BUILD)/obj/%.o)
 comma := ,
-DIST_LIBS = $(MPI_LIBS)
 $(DIST_OBJ): PKG_CFLAGS += $(MPI_CFLAGS) $(if $(NCCL_H),-DKILN_HAVE_NCCL -isystem $(CUDA_HOME)/include)
 $(BUILD)/obj/kernels/cuda/%.o: PKG_CFLAGS += -isystem $(CUDA_HOME)/include
 CLI_OBJ := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
@@ -139,7 +137,7 @@ $(BUILD)/libkiln_dist.a: $(DIST_OBJ)
 	ar rcs $@ $^
 
 $(BUILD)/kiln: $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a $(ALL_LIBS) $(DIST_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libkiln_dist.a $(BUILD)/libkiln.a $(ALL_LIBS)
 
 # The test table is generated from the KILN_TEST(name) definitions in tests/*.c.
 # Generated tables are remade on every run but only replaced when their text changes, so

@@ -201,7 +201,13 @@ int cmd_train(int argc, char **argv) {
     if ((rc = env_size("OMPI_COMM_WORLD_LOCAL_RANK", 0, &local_rank)) ||
         (rc = env_size("KILN_TEST_BUCKET_BYTES", 0, &bucket_bytes)))
         goto out;
-    if (kiln_comm_mpi_launched() && (err = kiln_comm_mpi_create(NULL, NULL, &comm))) goto fail;
+    if (kiln_comm_mpi_launched()) {
+        /* Into its own pointer: a failed create leaves comm the single-process one, which
+         * reports the error. */
+        kiln_comm *mc = NULL;
+        if ((err = kiln_comm_mpi_create(NULL, NULL, &mc))) goto fail;
+        comm = mc;
+    }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
     progress_ctx pc = {isatty(2), 0};

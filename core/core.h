@@ -220,11 +220,12 @@ kiln_err kiln_chart_render(const kiln_chart *chart, char **out);
 
 /* ---- libraries loaded on first use (core/dl.c) ------------------------------------ */
 
-/* A shared library and the symbols kiln calls in it, opened the first time a caller needs
- * it (dlopen, RTLD_NOW | RTLD_LOCAL) rather than by the dynamic linker at start-up. The CUDA
- * backends' vendor libraries are such: cuBLAS alone costs a process 80-100 ms and 200 MB of
- * memory to map, which every `kiln` command and every service paid though most never touch
- * a GPU; loaded on use, kiln also starts on machines that do not have them. */
+/* A shared library and the symbols kiln uses in it, opened the first time a caller needs
+ * it (dlopen, RTLD_NOW | RTLD_LOCAL unless global) rather than by the dynamic linker at
+ * start-up. The CUDA backends' vendor libraries are such: cuBLAS alone costs a process
+ * 80-100 ms and 200 MB of memory to map, which every `kiln` command and every service paid
+ * though most never touch a GPU; loaded on use, kiln also starts on machines that do not
+ * have them. Open MPI too: only `mpirun ... kiln train` needs it. */
 typedef struct kiln_dl_lib {
     const char *soname;       /* "libcublas.so.13": searched as dlopen searches */
     const char *what;         /* "cuBLAS", for messages */
@@ -233,6 +234,8 @@ typedef struct kiln_dl_lib {
     void **fns; /* n entries, filled by kiln_dl_load */
     int state;  /* 0 not tried, 1 loaded, -1 failed; read and written by kiln_dl_load only */
     char why[384];
+    bool global;      /* RTLD_GLOBAL: for a library whose own plugins need its symbols */
+    const char *hint; /* what to do when it is missing; NULL: the GPU libraries' hint */
 } kiln_dl_lib;
 
 /* Open lib and resolve every name, once however many threads call at once; later calls

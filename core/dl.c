@@ -1,4 +1,4 @@
-/* dl.c - shared libraries opened on first use (the CUDA backends' cuBLAS and NCCL). One
+/* dl.c - shared libraries opened on first use (cuBLAS, NCCL, Open MPI). One
  * mutex for every table: a load happens once per process, so it is never contended. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -10,7 +10,7 @@ static pthread_mutex_t dl_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* 1 loaded, -1 not (lib->why says why). */
 static int dl_open(kiln_dl_lib *lib) {
-    void *h = dlopen(lib->soname, RTLD_NOW | RTLD_LOCAL);
+    void *h = dlopen(lib->soname, RTLD_NOW | (lib->global ? RTLD_GLOBAL : RTLD_LOCAL));
     if (!h) {
         const char *e = dlerror();
         snprintf(lib->why, sizeof lib->why, "%s", e ? e : "dlopen failed");
@@ -41,8 +41,8 @@ kiln_err kiln_dl_load(kiln_dl_lib *lib) {
         pthread_mutex_unlock(&dl_lock);
     }
     if (st > 0) return KILN_OK;
-    return kiln_fail(KILN_ERR_DEVICE,
-                     "%s could not be loaded (%s): a GPU run needs it on the "
-                     "library path (LD_LIBRARY_PATH or the CUDA toolkit's lib64)",
-                     lib->what, lib->why);
+    return kiln_fail(KILN_ERR_DEVICE, "%s could not be loaded (%s): %s", lib->what, lib->why,
+                     lib->hint ? lib->hint
+                               : "a GPU run needs it on the library path (LD_LIBRARY_PATH or "
+                                 "the CUDA toolkit's lib64)");
 }

@@ -1,4 +1,5 @@
 /* test_core.c - errors, hashing, the generator, JSON, atomic files. */
+#include <dlfcn.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -276,7 +277,7 @@ KILN_TEST(core_dl_load) {
     /* A library that is there (libm), from four threads at once: one load, one answer. */
     static const char *const names[] = {"cos", "sqrt"};
     void *fns[2] = {0};
-    kiln_dl_lib m = {"libm.so.6", "libm", names, 2, fns, 0, {0}};
+    kiln_dl_lib m = {.soname = "libm.so.6", .what = "libm", .names = names, .n = 2, .fns = fns};
     dl_race_lib = &m;
     pthread_t t[4];
     int started = 0;
@@ -293,12 +294,30 @@ KILN_TEST(core_dl_load) {
     CHECK("a second call answers at once", kiln_dl_load(&m) == KILN_OK && m.state == 1);
     /* A library that is not there, and one without a symbol asked for: the library, what
      * went wrong, and the same answer again later. */
-    kiln_dl_lib none = {"libkiln-none.so.7", "NoSuchLib", names, 2, fns, 0, {0}};
+    kiln_dl_lib none = {
+        .soname = "libkiln-none.so.7", .what = "NoSuchLib", .names = names, .n = 2, .fns = fns};
     CHECK("missing library", kiln_dl_load(&none) == KILN_ERR_DEVICE && has("NoSuchLib") &&
                                  has("libkiln-none.so.7") && has("LD_LIBRARY_PATH"));
     CHECK("missing again", kiln_dl_load(&none) == KILN_ERR_DEVICE && has("NoSuchLib"));
+    kiln_dl_lib hinted = {.soname = "libkiln-none.so.7",
+                          .what = "NoSuchLib",
+                          .names = names,
+                          .n = 2,
+                          .fns = fns,
+                          .hint = "install kiln-none"};
+    CHECK("a library's own hint", kiln_dl_load(&hinted) == KILN_ERR_DEVICE &&
+                                      has("install kiln-none") && !has("LD_LIBRARY_PATH"));
+    /* Opened RTLD_GLOBAL, its symbols serve later lookups of the whole process (libcrypt:
+     * on every Debian, loaded by nothing else in this binary). */
+    static const char *const cn[] = {"crypt_preferred_method"};
+    void *cf[1] = {0};
+    CHECK("libcrypt not loaded yet", !dlsym(RTLD_DEFAULT, "crypt_preferred_method"));
+    kiln_dl_lib cr = {
+        .soname = "libcrypt.so.1", .what = "libcrypt", .names = cn, .n = 1, .fns = cf, .global = true};
+    CHECK("global", kiln_dl_load(&cr) == KILN_OK &&
+                        dlsym(RTLD_DEFAULT, "crypt_preferred_method") == cf[0]);
     static const char *const bad[] = {"cos", "kiln_no_such_symbol"};
-    kiln_dl_lib sym = {"libm.so.6", "libm", bad, 2, fns, 0, {0}};
+    kiln_dl_lib sym = {.soname = "libm.so.6", .what = "libm", .names = bad, .n = 2, .fns = fns};
     CHECK("missing symbol", kiln_dl_load(&sym) == KILN_ERR_DEVICE &&
                                 has("no symbol 'kiln_no_such_symbol'"));
 }

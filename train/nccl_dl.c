@@ -41,8 +41,11 @@ enum { NCCL_CALLS(NCCL_INDEX) NCCL_GET_ERROR_STRING, NCCL_N };
 #define NCCL_NAME(name, params, args) DL_STR(name),
 static const char *const nccl_names[NCCL_N] = {NCCL_CALLS(NCCL_NAME) "ncclGetErrorString"};
 static void *nccl_fns[NCCL_N];
-static kiln_dl_lib nccl_lib = {
-    "libnccl.so." DL_STR(NCCL_MAJOR), "NCCL", nccl_names, NCCL_N, nccl_fns, 0, {0}};
+static kiln_dl_lib nccl_lib = {.soname = "libnccl.so." DL_STR(NCCL_MAJOR),
+                               .what = "NCCL",
+                               .names = nccl_names,
+                               .n = NCCL_N,
+                               .fns = nccl_fns};
 
 kiln_err kiln_nccl_load(void) {
     return kiln_dl_load(&nccl_lib);

@@ -38,8 +38,11 @@ enum { BLAS_CALLS(BLAS_INDEX) BLAS_GET_STATUS_STRING, BLAS_N };
 #define BLAS_NAME(name, params, args) DL_STR(name),
 static const char *const blas_names[BLAS_N] = {BLAS_CALLS(BLAS_NAME) "cublasGetStatusString"};
 static void *blas_fns[BLAS_N];
-static kiln_dl_lib blas_lib = {
-    "libcublas.so." DL_STR(CUBLAS_VER_MAJOR), "cuBLAS", blas_names, BLAS_N, blas_fns, 0, {0}};
+static kiln_dl_lib blas_lib = {.soname = "libcublas.so." DL_STR(CUBLAS_VER_MAJOR),
+                               .what = "cuBLAS",
+                               .names = blas_names,
+                               .n = BLAS_N,
+                               .fns = blas_fns};
 
 kiln_err kiln_cuda_blas_load(void) {
     return kiln_dl_load(&blas_lib);
