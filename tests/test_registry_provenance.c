@@ -7,16 +7,17 @@
 #include <string.h>
 
 #include "export.h"
+#include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
 #include "testutil.h"
 
+/* The registry (registry_fx: its root, trust, state, url, and the tokens 'ci' and 'rm'), the
+ * keys (k[0] root, k[1] release, k[2] and k[3] promote) and the archives' digests. */
 typedef struct pfx {
-    char root[1024], trust[1024], url[64], state[1024];
-    kiln_sign_seckey *rel, *p1, *p2, *rootk;
-    char *pub_tok, *prom_tok;
-    kiln_registry_server *srv;
-    char d1[KILN_SHA256_HEX], d2[KILN_SHA256_HEX]; /* the archives' digests */
+    rfx reg;
+    kiln_sign_seckey *k[4];
+    char d1[KILN_SHA256_HEX], d2[KILN_SHA256_HEX];
 } pfx;
 
 /* A card as kiln export writes it (kiln_json_write_file: pretty, 15 digits), with reals
@@ -80,10 +81,10 @@ static bool publish(pfx *f, const char *version, long step, const char *baseline
     if (ok) kiln_test_put(dir, "model.safetensors", version);
     ok = ok && write_card(dir, step) && write_report(dir, baseline_digest) &&
          kiln_archive_pack(dir, "demo", version, ar, d, &m) == KILN_OK &&
-         kiln_sign_archive(f->rel, ar, false, &sig, NULL) == KILN_OK &&
+         kiln_sign_archive(f->k[1], ar, false, &sig, NULL) == KILN_OK &&
          kiln_write_file_atomic(sigp, sig, strlen(sig)) == KILN_OK;
     kiln_hex(d, sizeof d, hex);
-    kiln_registry_client_opts c = {.url = f->url, .token = f->pub_tok, .retries = 2};
+    kiln_registry_client_opts c = {.url = f->reg.url, .token = f->reg.pub, .retries = 2};
     kiln_registry_published pub;
     ok = ok && kiln_registry_publish(&c, ar, NULL, &pub) == KILN_OK;
     kiln_manifest_free(m);
@@ -92,8 +93,8 @@ static bool publish(pfx *f, const char *version, long step, const char *baseline
 }
 
 static bool promote(pfx *f, const char *channel, const char *version, const char *reason) {
-    kiln_registry_client_opts c = {.url = f->url, .token = f->prom_tok, .retries = 2};
-    const kiln_sign_seckey *keys[] = {f->p1, f->p2};
+    kiln_registry_client_opts c = {.url = f->reg.url, .token = f->reg.prom, .retries = 2};
+    const kiln_sign_seckey *keys[] = {f->k[2], f->k[3]};
     kiln_registry_promote_opts o = {.model = "demo",
                                     .channel = channel,
                                     .version = version,
@@ -109,14 +110,8 @@ static bool promote(pfx *f, const char *channel, const char *version, const char
  * production promoted to 1.0.0, then 2.0.0, then rolled back to 1.0.0. */
 static bool pfx_init(pfx *f) {
     memset(f, 0, sizeof *f);
-    snprintf(f->root, sizeof f->root, "%s/reg", kiln_test_dir());
-    snprintf(f->trust, sizeof f->trust, "%s/trust.json", kiln_test_dir());
-    snprintf(f->state, sizeof f->state, "%s/state", kiln_test_dir());
-    char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64],
-        rk[KILN_SIGN_PUBKEY_B64];
-    if (!kiln_test_keypair(&f->rel, r) || !kiln_test_keypair(&f->p1, a) ||
-        !kiln_test_keypair(&f->p2, b) || !kiln_test_keypair(&f->rootk, rk))
-        return false;
+    char pk[4][KILN_SIGN_PUBKEY_B64];
+    if (!rfx_keys(f->k, pk, 4)) return false;
     char *t = kiln_asprintf(
         "{\"format\":\"kiln-trust/1\",\"keys\":["
         "{\"name\":\"root\",\"pubkey\":\"%s\",\"roles\":[\"root\"]},"
@@ -124,17 +119,10 @@ static bool pfx_init(pfx *f) {
         "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
         "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
         "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}}}",
-        rk, r, a, b);
-    bool ok =
-        t && kiln_write_file_atomic(f->trust, t, strlen(t)) == KILN_OK &&
-        kiln_registry_token_create(f->root, "ci", KILN_SCOPE_PUBLISH, &f->pub_tok) == KILN_OK &&
-        kiln_registry_token_create(f->root, "rm", KILN_SCOPE_PROMOTE, &f->prom_tok) == KILN_OK;
+        pk[0], pk[1], pk[2], pk[3]);
+    bool ok = t && rfx_init(&f->reg, "reg", t, KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE, 4, false);
     free(t);
-    kiln_registry_server_opts o = {
-        .root = f->root, .listen = "127.0.0.1:0", .trust = f->trust, .threads = 4};
-    if (!ok || kiln_registry_server_start(&o, &f->srv) != KILN_OK) return false;
-    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%u",
-             (unsigned)kiln_registry_server_port(f->srv));
+    if (!ok) return false;
     char want[80];
     if (!publish(f, "1.0.0", 20, NULL, f->d1)) return false;
     snprintf(want, sizeof want, "sha256:%s", f->d1);
@@ -143,19 +131,14 @@ static bool pfx_init(pfx *f) {
 }
 
 static void pfx_free(pfx *f) {
-    kiln_registry_server_stop(f->srv, 1000);
-    kiln_sign_seckey_free(f->rel);
-    kiln_sign_seckey_free(f->p1);
-    kiln_sign_seckey_free(f->p2);
-    kiln_sign_seckey_free(f->rootk);
-    free(f->pub_tok);
-    free(f->prom_tok);
+    rfx_free(&f->reg);
+    rfx_keys_free(f->k, 4);
 }
 
 static kiln_err prov(const pfx *f, const char *ref, bool download, json_t **out) {
-    kiln_registry_client_opts c = {.url = f->url, .retries = 2, .backoff_ms = 20};
+    kiln_registry_client_opts c = {.url = f->reg.url, .retries = 2, .backoff_ms = 20};
     kiln_registry_provenance_opts o = {
-        .ref = ref, .trust = f->trust, .state = f->state, .download = download};
+        .ref = ref, .trust = f->reg.trust, .state = f->reg.state, .download = download};
     return kiln_registry_provenance(&c, &o, out);
 }
 
@@ -196,22 +179,10 @@ static bool problem_has(const json_t *j, const char *what, const char *also) {
  * database does). */
 static bool edit(const pfx *f, const char *sql_select, const char *sql_update, const char *from,
                  const char *to) {
-    sqlite3 *db;
-    if (reg_db_open(f->root, &db) != KILN_OK) return false;
-    sqlite3_stmt *st = NULL;
-    char *text = NULL;
-    bool ok = sqlite3_prepare_v2(db, sql_select, -1, &st, NULL) == SQLITE_OK &&
-              sqlite3_step(st) == SQLITE_ROW &&
-              (text = kiln_strdup((const char *)sqlite3_column_text(st, 0)));
-    sqlite3_finalize(st);
-    st = NULL;
-    char *hit = ok ? strstr(text, from) : NULL, *next = NULL;
+    char *text = rfx_text(f->reg.root, RFX_CONNECT, sql_select);
+    char *hit = text ? strstr(text, from) : NULL, *next = NULL;
     if (hit) next = kiln_asprintf("%.*s%s%s", (int)(hit - text), text, to, hit + strlen(from));
-    ok = next && sqlite3_prepare_v2(db, sql_update, -1, &st, NULL) == SQLITE_OK &&
-         sqlite3_bind_text(st, 1, next, -1, SQLITE_TRANSIENT) == SQLITE_OK &&
-         sqlite3_step(st) == SQLITE_DONE;
-    sqlite3_finalize(st);
-    reg_db_close(db);
+    bool ok = next && rfx_sql(f->reg.root, RFX_CONNECT, sql_update, next);
     free(text);
     free(next);
     return ok;
@@ -234,8 +205,8 @@ KILN_TEST(registry_provenance_channel_and_version) {
     json_object_foreach(j, k, v) ordered = ordered && n < 15 && !strcmp(k, order[n++]);
     CHECK("the JSON's keys in their documented order", ordered && n == 15);
     CHECK("one registry, which answered, nothing to fail over",
-          is(j, "registry", f.url) && json_array_size(at(j, "registries")) == 1 &&
-              is(j, "registries.0", f.url) && json_array_size(at(j, "failover")) == 0);
+          is(j, "registry", f.reg.url) && json_array_size(at(j, "registries")) == 1 &&
+              is(j, "registries.0", f.reg.url) && json_array_size(at(j, "failover")) == 0);
     CHECK("format and resolution",
           is(j, "format", "kiln-provenance/1") && is(j, "version", "1.0.0") &&
               json_is_true(at(j, "verified")) && json_array_size(at(j, "problems")) == 0);
@@ -327,7 +298,7 @@ KILN_TEST(registry_provenance_channel_and_version) {
               json_is_true(at(j, "validation.baseline.recorded")) &&
               is(j, "validation.baseline.ref.version", "1.0.0") &&
               is(j, "validation.baseline.ref.digest", want));
-    char *dl = kiln_path_join(f.state, "downloads"), *listing = dl ? kiln_test_listing(dl) : NULL;
+    char *dl = kiln_path_join(f.reg.state, "downloads"), *listing = dl ? kiln_test_listing(dl) : NULL;
     CHECK("nothing left in downloads but the pull's lock",
           listing && !strstr(listing, "provenance") && !strstr(listing, ".partial"));
     free(dl), free(listing);
@@ -341,7 +312,7 @@ KILN_TEST(registry_provenance_channel_and_version) {
     j = NULL;
 
     /* A state that accepted seq 3: verified against it. */
-    char *sf = kiln_asprintf("%s/channels/demo", f.state);
+    char *sf = kiln_asprintf("%s/channels/demo", f.reg.state);
     if (sf) kiln_test_put(sf, "production.json", "{\"seq\":3}");
     rc = prov(&f, "demo@production", false, &j);
     CHECK("seq checked against the state",
@@ -443,7 +414,7 @@ KILN_TEST(registry_provenance_tampered_store) {
     /* A trust version 2 that no root key signed, served by the registry: the walk stops,
      * and the rest is checked under what this client held. */
     sqlite3 *db = NULL;
-    bool put = reg_db_open(f.root, &db) == KILN_OK &&
+    bool put = reg_db_open(f.reg.root, &db) == KILN_OK &&
                reg_db_exec(db, "INSERT INTO trust_versions VALUES(2, '{\"policy\":{},"
                                "\"signatures\":[]}', 'evil', 0)") == KILN_OK;
     reg_db_close(db);
@@ -457,13 +428,13 @@ KILN_TEST(registry_provenance_tampered_store) {
               is(j, "archive.signature_check.status", "verified") && problem_has(j, "trust", NULL));
     json_decref(j);
     j = NULL;
-    put = reg_db_open(f.root, &db) == KILN_OK &&
+    put = reg_db_open(f.reg.root, &db) == KILN_OK &&
           reg_db_exec(db, "DELETE FROM trust_versions") == KILN_OK;
     reg_db_close(db);
     CHECK("forget it", put);
 
     /* The blob: one byte flipped on disk. Only the download sees it. */
-    char *blob = reg_blob_path(f.root, f.d2);
+    char *blob = reg_blob_path(f.reg.root, f.d2);
     FILE *fp = blob ? fopen(blob, "r+b") : NULL;
     if (fp) {
         fseek(fp, 100, SEEK_SET);
@@ -484,7 +455,7 @@ KILN_TEST(registry_provenance_tampered_store) {
               is(j, "lineage.check.status", "verified") &&
               is(j, "validation.check.status", "verified") &&
               is(j, "validation.source", "registry") && json_array_size(at(j, "problems")) == 1);
-    char *dl = kiln_path_join(f.state, "downloads"), *listing = dl ? kiln_test_listing(dl) : NULL;
+    char *dl = kiln_path_join(f.reg.state, "downloads"), *listing = dl ? kiln_test_listing(dl) : NULL;
     CHECK("the failed download is removed",
           listing && !strstr(listing, "provenance") && !strstr(listing, ".partial"));
     free(dl), free(listing), free(blob);
@@ -492,7 +463,7 @@ KILN_TEST(registry_provenance_tampered_store) {
     j = NULL;
 
     /* The version the record names, gone from the registry: said, nothing read from it. */
-    put = reg_db_open(f.root, &db) == KILN_OK &&
+    put = reg_db_open(f.reg.root, &db) == KILN_OK &&
           reg_db_exec(db, "DELETE FROM versions" V1SET) == KILN_OK;
     reg_db_close(db);
     rc = put ? prov(&f, "demo@production", false, &j) : KILN_ERR_IO;
@@ -526,8 +497,8 @@ KILN_TEST(registry_provenance_expired_and_bad_input) {
     bool ok =
         kiln_unhex(f.d2, d, 32) &&
         kiln_sign_record_set(&r, "demo", "staging", "2.0.0", d, 1, gone, "promote") == KILN_OK &&
-        kiln_sign_record_add_signature(&r, f.p1) == KILN_OK &&
-        kiln_sign_record_text(&r, &text, &len) == KILN_OK && reg_db_open(f.root, &db) == KILN_OK &&
+        kiln_sign_record_add_signature(&r, f.k[2]) == KILN_OK &&
+        kiln_sign_record_text(&r, &text, &len) == KILN_OK && reg_db_open(f.reg.root, &db) == KILN_OK &&
         sqlite3_prepare_v2(db,
                            "INSERT INTO channel_records VALUES('demo', 'staging', 1, '2.0.0',"
                            " ?1, ?2, 'promote', ?3, 'rm', ?2)",
@@ -553,7 +524,7 @@ KILN_TEST(registry_provenance_expired_and_bad_input) {
     json_decref(j);
     j = NULL;
 
-    char *sf = kiln_asprintf("%s/channels/demo", f.state);
+    char *sf = kiln_asprintf("%s/channels/demo", f.reg.state);
     if (sf) kiln_test_put(sf, "production.json", "{\"seq\":7}");
     rc = prov(&f, "demo@production", false, &j);
     CHECK("a seq below the state's: flagged", rc == KILN_ERR_VERIFY &&
@@ -564,7 +535,7 @@ KILN_TEST(registry_provenance_expired_and_bad_input) {
     free(sf);
 
     /* Bad input: nothing out, the message names the file and the problem. */
-    kiln_registry_client_opts rd = {.url = f.url, .retries = 0};
+    kiln_registry_client_opts rd = {.url = f.reg.url, .retries = 0};
     char *missing = kiln_test_path("nope.json"), *file = kiln_test_write("state-file", "x", 1);
     kiln_registry_provenance_opts o = {.ref = "demo@production", .trust = missing};
     rc = kiln_registry_provenance(&rd, &o, &j);
@@ -575,12 +546,12 @@ KILN_TEST(registry_provenance_expired_and_bad_input) {
     rc = kiln_registry_provenance(&rd, &o, &j);
     CHECK("a --trust that is not a policy",
           rc == KILN_ERR_FORMAT && !j && kiln_test_msg_has("bad-trust.json", "invalid JSON"));
-    o.trust = f.trust;
+    o.trust = f.reg.trust;
     o.state = file;
     rc = kiln_registry_provenance(&rd, &o, &j);
     CHECK("a --state that is a file",
           rc == KILN_ERR_USAGE && !j && kiln_test_msg_has("state-file", "is not a directory"));
-    o.state = f.state;
+    o.state = f.reg.state;
     o.ref = "demo";
     rc = kiln_registry_provenance(&rd, &o, &j);
     CHECK("a ref without @", rc == KILN_ERR_USAGE && !j && kiln_test_msg_has("'demo'", "NAME@"));
@@ -598,21 +569,6 @@ out:
     pfx_free(&f);
 }
 
-/* A number out of a store's database (-1 when the query fails). */
-static int64_t query_int(const char *root, const char *sql) {
-    char *path = kiln_path_join(root, "registry.db");
-    sqlite3 *db = NULL;
-    sqlite3_stmt *st = NULL;
-    int64_t n = -1;
-    if (path && sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
-        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW)
-        n = sqlite3_column_int64(st, 0);
-    sqlite3_finalize(st);
-    if (db) sqlite3_close(db);
-    free(path);
-    return n;
-}
-
 /* The registry's copy of validation.json: altered in the store it is a failure (exit 1), and
  * with --download the archive's report is shown and the copy named; absent (a version from
  * before registries kept it) the checks are said to be not stored and --download reads them. */
@@ -621,7 +577,7 @@ KILN_TEST(registry_provenance_validation_text) {
     json_t *j = NULL;
     if (!CHECK("fixture", pfx_init(&f))) goto out;
     CHECK("both versions hold their report's bytes, the same as the archive's",
-          query_int(f.root, "SELECT count(*) FROM versions WHERE validation_text LIKE "
+          rfx_int(f.reg.root, RFX_CONNECT, "SELECT count(*) FROM versions WHERE validation_text LIKE "
                             "'{%\"baseline_loss\"%'") == 2);
     CHECK("alter the registry's copy of 1.0.0's report (a looser threshold)",
           edit(&f, "SELECT validation_text" V1, "UPDATE versions SET validation_text = ?1" V1SET,
@@ -650,7 +606,7 @@ KILN_TEST(registry_provenance_validation_text) {
 
     /* A version stored before the migration: the column is NULL. */
     sqlite3 *db = NULL;
-    bool put = reg_db_open(f.root, &db) == KILN_OK &&
+    bool put = reg_db_open(f.reg.root, &db) == KILN_OK &&
                reg_db_exec(db, "UPDATE versions SET validation_text = NULL" V1SET) == KILN_OK;
     reg_db_close(db);
     CHECK("forget 1.0.0's copy", put);
@@ -723,7 +679,7 @@ KILN_TEST(registry_provenance_old_store_migrates) {
                                "INSERT INTO channel_records SELECT * FROM cur.channel_records;"
                                "INSERT INTO tokens SELECT * FROM cur.tokens;"
                                "DETACH cur;",
-                               f.root);
+                               f.reg.root);
     sqlite3 *db = NULL;
     bool made = path && copy && kiln_mkdir_p(oroot) == KILN_OK &&
                 sqlite3_open(path, &db) == SQLITE_OK &&
@@ -731,23 +687,23 @@ KILN_TEST(registry_provenance_old_store_migrates) {
                 sqlite3_exec(db, copy, NULL, NULL, NULL) == SQLITE_OK;
     if (db) sqlite3_close(db);
     free(path), free(copy);
-    made = made && copy_blob(f.root, oroot, f.d1) && copy_blob(f.root, oroot, f.d2);
+    made = made && copy_blob(f.reg.root, oroot, f.d1) && copy_blob(f.reg.root, oroot, f.d2);
     if (!CHECK("a store of schema version 1 with two versions", made)) goto out;
     CHECK("it lacks the column",
-          query_int(oroot, "PRAGMA user_version") == 1 &&
-              query_int(oroot, "SELECT count(*) FROM pragma_table_info('versions') WHERE name = "
+          rfx_int(oroot, RFX_CONNECT, "PRAGMA user_version") == 1 &&
+              rfx_int(oroot, RFX_CONNECT, "SELECT count(*) FROM pragma_table_info('versions') WHERE name = "
                                "'validation_text'") == 0);
     kiln_registry_server_opts o = {
-        .root = oroot, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
+        .root = oroot, .listen = "127.0.0.1:0", .trust = f.reg.trust, .threads = 2};
     if (!CHECK("a server opens it", kiln_registry_server_start(&o, &old) == KILN_OK)) goto out;
     CHECK("migrated: the version and the column, every old row NULL, nothing lost",
-          query_int(oroot, "PRAGMA user_version") == reg_schema_version() &&
+          rfx_int(oroot, RFX_CONNECT, "PRAGMA user_version") == reg_schema_version() &&
               reg_schema_version() == 2 &&
-              query_int(oroot, "SELECT count(*) FROM versions WHERE validation_text IS NULL") ==
+              rfx_int(oroot, RFX_CONNECT, "SELECT count(*) FROM versions WHERE validation_text IS NULL") ==
                   2 &&
-              query_int(oroot, "SELECT count(*) FROM channel_records") == 3);
+              rfx_int(oroot, RFX_CONNECT, "SELECT count(*) FROM channel_records") == 3);
     pfx g = f; /* the same keys and tokens, the old store's server */
-    snprintf(g.url, sizeof g.url, "http://127.0.0.1:%u", (unsigned)kiln_registry_server_port(old));
+    snprintf(g.reg.url, sizeof g.reg.url, "http://127.0.0.1:%u", (unsigned)kiln_registry_server_port(old));
     kiln_err rc = prov(&g, "demo@production", false, &j);
     CHECK("provenance of the migrated store: the report not stored, said so",
           rc == KILN_OK && is(j, "channel.check.status", "verified") &&
@@ -764,7 +720,7 @@ KILN_TEST(registry_provenance_old_store_migrates) {
     char d3[KILN_SHA256_HEX];
     CHECK("a version published after the migration keeps its report's bytes",
           publish(&g, "3.0.0", 60, NULL, d3) &&
-              query_int(oroot, "SELECT count(*) FROM versions WHERE version = '3.0.0' AND "
+              rfx_int(oroot, RFX_CONNECT, "SELECT count(*) FROM versions WHERE version = '3.0.0' AND "
                                "validation_text IS NOT NULL") == 1);
     rc = prov(&g, "demo@3.0.0", false, &j);
     CHECK("and provenance shows its checks verified without the archive",
@@ -786,41 +742,41 @@ KILN_TEST(registry_provenance_over_mirror) {
     char mroot[1100], murl[64];
     if (!CHECK("fixture", pfx_init(&f))) goto out;
     snprintf(mroot, sizeof mroot, "%s/mirror", kiln_test_dir());
-    kiln_registry_client_opts from = {.url = f.url, .retries = 2, .backoff_ms = 20};
-    kiln_registry_mirror_opts mo = {.root = mroot, .from = &from, .trust = f.trust};
+    kiln_registry_client_opts from = {.url = f.reg.url, .retries = 2, .backoff_ms = 20};
+    kiln_registry_mirror_opts mo = {.root = mroot, .from = &from, .trust = f.reg.trust};
     kiln_registry_mirror_result mr;
     CHECK("mirrored: two versions, three records",
           kiln_registry_mirror_sync(&mo, &mr) == KILN_OK && mr.versions == 2 && mr.records == 3);
     CHECK("the mirror holds both reports' bytes",
-          query_int(mroot, "SELECT count(*) FROM versions WHERE validation_text IS NOT NULL") == 2);
+          rfx_int(mroot, RFX_CONNECT, "SELECT count(*) FROM versions WHERE validation_text IS NOT NULL") == 2);
     kiln_registry_server_opts so = {
-        .root = mroot, .listen = "127.0.0.1:0", .trust = f.trust, .threads = 2};
+        .root = mroot, .listen = "127.0.0.1:0", .trust = f.reg.trust, .threads = 2};
     if (!CHECK("the mirror serves", kiln_registry_server_start(&so, &ms) == KILN_OK)) goto out;
     snprintf(murl, sizeof murl, "http://127.0.0.1:%u", (unsigned)kiln_registry_server_port(ms));
     CHECK("the primary moves on: production seq 4", promote(&f, "production", "2.0.0", NULL));
 
     kiln_registry_client_opts cs[2] = {{.url = murl, .retries = 2, .backoff_ms = 20},
-                                       {.url = f.url, .retries = 2, .backoff_ms = 20}};
+                                       {.url = f.reg.url, .retries = 2, .backoff_ms = 20}};
     kiln_registry_provenance_opts o = {
-        .ref = "demo@production", .trust = f.trust, .state = f.state};
+        .ref = "demo@production", .trust = f.reg.trust, .state = f.reg.state};
     kiln_err rc = kiln_registry_provenance_any(cs, 2, &o, &j);
     CHECK("mirror first, primary newer: the primary's seq 4 answers",
-          rc == KILN_OK && is(j, "registry", f.url) &&
+          rc == KILN_OK && is(j, "registry", f.reg.url) &&
               json_integer_value(at(j, "channel.seq")) == 4 && is(j, "version", "2.0.0") &&
-              is(j, "registries.0", murl) && is(j, "registries.1", f.url) &&
+              is(j, "registries.0", murl) && is(j, "registries.1", f.reg.url) &&
               strstr(s_at(j, "failover.0"), "using the newer"));
     json_decref(j);
     j = NULL;
 
-    kiln_registry_server_stop(f.srv, 1000);
-    f.srv = NULL;
-    cs[0].url = f.url;
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
+    cs[0].url = f.reg.url;
     cs[1].url = murl;
     rc = kiln_registry_provenance_any(cs, 2, &o, &j);
     CHECK("primary down: the mirror answers, the failover said",
           rc == KILN_OK && j && is(j, "registry", murl) &&
               json_integer_value(at(j, "channel.seq")) == 3 && is(j, "version", "1.0.0") &&
-              strstr(s_at(j, "failover.0"), f.url) && strstr(s_at(j, "failover.0"), murl));
+              strstr(s_at(j, "failover.0"), f.reg.url) && strstr(s_at(j, "failover.0"), murl));
     CHECK("everything verified from the mirror, the checks without the archive",
           is(j, "channel.check.status", "verified") &&
               is(j, "archive.digest_check.status", "verified") &&
