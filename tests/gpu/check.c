@@ -23,8 +23,10 @@
 #include <cblas.h>
 
 #include "kernels.h"
+#include "runtime.h"
 #include "runtime_int.h"
 #include "train.h"
+#include "validate.h"
 
 #include "../testutil.h"
 
@@ -1600,6 +1602,39 @@ static kiln_err stream_run(const kiln_model *m, const float *x, int n, int warm,
 
 #define RT_TOL 1e-4 /* GPU runtime against CPU runtime, f32 arithmetic on both sides */
 
+/* The GPU's outputs got [B,S,O] against the CPU's want, as record() does, except in the rows
+ * a router near-tie of the CPU batch forward over x reaches (runtime.h; docs/validation.md
+ * "Router ties"): there the engines may rightly choose other experts. Those rows that
+ * differ are counted in the row's note, and left out of the error. */
+static void record_ties(const char *name, const kiln_model *cpu, const float *x, int B, int S,
+                        const float *got, const float *want) {
+    const int O = cpu->cfg.n_outputs, L = cpu->cfg.n_layers;
+    const size_t rows = (size_t)B * S;
+    float *y = hnew(rows * O * 4), *mg = hnew(rows * L * 4), *g2 = hnew(rows * O * 4);
+    uint8_t *reach = hnew(rows);
+    if (kiln_runtime_forward_margins(cpu, x, B, S, y, mg)) {
+        record_call_failed(name, __LINE__);
+        goto out;
+    }
+    kiln_thresholds th;
+    kiln_thresholds_default(&th);
+    size_t near = kiln_runtime_tie_reach(&cpu->cfg, mg, (size_t)B, S, th.ties_rtol, reach);
+    memcpy(g2, got, rows * O * 4);
+    size_t excused = 0;
+    for (size_t r = 0; r < rows; r++)
+        if (reach[r] && kiln_test_rel_err(got + r * O, want + r * O, (size_t)O) > RT_TOL) {
+            memcpy(g2 + r * O, want + r * O, (size_t)O * 4);
+            excused++;
+        }
+    double err = kiln_test_rel_err(g2, want, rows * O);
+    char note[128] = "";
+    if (excused)
+        snprintf(note, sizeof note, "%zu rows excused: a router near-tie reaches them (%zu near)",
+                 excused, near);
+    add(name, err, RT_TOL, err <= RT_TOL ? PASS : FAIL, excused ? note : NULL);
+out:; /* hnew's blocks are freed at exit */
+}
+
 static void check_runtime_model(const char *dir, const char *label, const kiln_model_config *c,
                                 bool bf16, int B, int S, int T, int ticks, int warm) {
     char name[160], note[160], file[96];
@@ -1628,7 +1663,7 @@ static void check_runtime_model(const char *dir, const char *label, const kiln_m
         goto out;
     }
     snprintf(name, sizeof name, "runtime %s: batch [%d,%d] against the cpu", label, B, S);
-    record(name, kiln_test_rel_err(yg, yc, nb * O), RT_TOL);
+    record_ties(name, cpu, x, B, S, yg, yc);
     /* One long sequence (chunked on the GPU when T exceeds its chunk). */
     const float *xl = x + nb * F;
     if (kiln_model_forward(cpu, xl, 1, T, yc + nb * O) ||
@@ -1637,7 +1672,7 @@ static void check_runtime_model(const char *dir, const char *label, const kiln_m
         goto out;
     }
     snprintf(name, sizeof name, "runtime %s: one sequence of %d rows against the cpu", label, T);
-    record(name, kiln_test_rel_err(yg + nb * O, yc + nb * O, (size_t)T * O), RT_TOL);
+    record_ties(name, cpu, xl, 1, T, yg + nb * O, yc + nb * O);
     /* Streams: the GPU's (one graph launch a tick) against the CPU batch of the same rows. */
     float *yb = hnew((size_t)ticks * O * 4);
     if (kiln_model_forward(cpu, xl, 1, ticks, yb) || stream_run(gpu, xl, ticks, warm, ys, us_g) ||
@@ -1647,9 +1682,9 @@ static void check_runtime_model(const char *dir, const char *label, const kiln_m
     }
     snprintf(name, sizeof name, "runtime %s: gpu stream of %d ticks against the cpu batch", label,
              ticks);
-    record(name, kiln_test_rel_err(ys, yb, (size_t)ticks * O), RT_TOL);
+    record_ties(name, cpu, xl, 1, ticks, ys, yb);
     snprintf(name, sizeof name, "runtime %s: gpu stream against the cpu stream", label);
-    record(name, kiln_test_rel_err(ys, yc, (size_t)ticks * O), RT_TOL);
+    record_ties(name, cpu, xl, 1, ticks, ys, yc);
     const int m = ticks - warm;
     qsort(us_g, (size_t)m, sizeof *us_g, cmp_double);
     qsort(us_c, (size_t)m, sizeof *us_c, cmp_double);
