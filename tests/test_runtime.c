@@ -1100,22 +1100,6 @@ KILN_TEST(runtime_push_many_threads) {
 
 /* ---- router near-ties (runtime.h; docs/validation.md "Router ties") ---- */
 
-/* Stream every sequence of x [B,S,F] through fresh streams into y [B,S,O]. */
-static bool stream_all(const kiln_model *m, const float *x, int B, int S, float *y) {
-    const int F = m->cfg.n_features, O = m->cfg.n_outputs;
-    kiln_stream *s = NULL;
-    if (kiln_stream_open(m, &s)) return false;
-    bool ok = true;
-    for (int b = 0; ok && b < B; b++) {
-        kiln_stream_reset(s);
-        for (int t = 0; ok && t < S; t++)
-            ok = kiln_stream_push(s, x + ((size_t)b * S + t) * F, y + ((size_t)b * S + t) * O) ==
-                 KILN_OK;
-    }
-    kiln_stream_free(s);
-    return ok;
-}
-
 KILN_TEST(runtime_router_margins) {
     enum { B = 3, S = 40, F = 5, O = 2, L = 3, E = 4, D = 16 };
     kiln_model_config c = config(D, L, 2, 24, E, 2, S, 6, F, O);
@@ -1156,7 +1140,7 @@ KILN_TEST(runtime_router_margins) {
     /* Streams that break exact ties the other way differ from the batch there, and only
      * where a near-tie reaches. */
     kiln_rt_ties_high = true;
-    bool streamed = stream_all(m, x, B, S, ys);
+    bool streamed = kiln_test_stream_all(m, x, B, S, ys);
     kiln_rt_ties_high = false;
     CHECK("streamed", streamed);
     size_t near = kiln_runtime_tie_reach(&c, mg2, B, S, 1e-5, reach);
