@@ -16,9 +16,15 @@ static int dl_open(kiln_dl_lib *lib) {
         snprintf(lib->why, sizeof lib->why, "%s", e ? e : "dlopen failed");
         return -1;
     }
+    /* A global library's symbols are taken from the process's scope, as the dynamic linker
+     * binds them: where the executable uses one of its data objects (Open MPI's
+     * ompi_mpi_comm_world, through mpi.h's MPI_COMM_WORLD) it holds a copy (a copy
+     * relocation) that the library itself then uses, and the handle would give the
+     * library's own, never-initialised one. */
+    void *scope = lib->global ? RTLD_DEFAULT : h;
     for (size_t i = 0; i < lib->n; i++) {
         dlerror();
-        lib->fns[i] = dlsym(h, lib->names[i]);
+        lib->fns[i] = dlsym(scope, lib->names[i]);
         if (!lib->fns[i]) {
             snprintf(lib->why, sizeof lib->why, "'%s' has no symbol '%s'", lib->soname,
                      lib->names[i]);
