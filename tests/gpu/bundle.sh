@@ -4,7 +4,7 @@
 # glibc, the C++ runtime and CUDA's own libraries, which the GPU machine brings), and the
 # kiln-tsmoe vectors. The device tool carries the folder (it is git-ignored):
 #
-#   tests/gpu/bundle.sh                      (makes .gpu-bundle/, about 25 MB)
+#   tests/gpu/bundle.sh                      (makes .gpu-bundle/, about 45 MB)
 #   device run, carry [".gpu-bundle"]:  sh tests/gpu/device.sh
 #
 # Exit: 0 made, 2 a step failed.

@@ -28,7 +28,15 @@
 #   outage (OUTAGES of them, spread over the run): once the mirror holds the primary's current
 #     record, a round starts and the primary gets SIGTERM in its middle (it must exit 0); for
 #     OUTAGE_S seconds CLI pulls and rounds go on, each pull passing over the primary and
-#     served by the mirror; then the primary restarts on its address.
+#     served by the mirror; then the primary restarts on its address. Every second outage is
+#     a crash instead: a version of the model 'crash' is uploading slowly (curl
+#     --limit-rate, about two seconds) when the primary gets SIGKILL at a random moment of
+#     it (or just after). After the restart the store must pass fsck, an upload that was
+#     answered 2xx must be there, one that was not must be there whole or not at all, and
+#     kiln publish of it must then say 'published' or 'already stored' accordingly.
+#   mirror outage (MOUTAGES): the mirror's server stops (SIGTERM, exit 0) for OUTAGE_S
+#     seconds while the primary runs: every pull passes over it and carries on; then it
+#     restarts on its address.
 #   rotation (ROTATIONS): trust policy version N+1, the promote key replaced by a new one,
 #     signed by both root keys (root_threshold 2), `kiln trust put` on the primary; the
 #     current record (signed by the removed key) must then fail `kiln channel verify`, the
@@ -68,6 +76,7 @@ OUTAGE_S=${SOAK_OUTAGE_SECONDS:-3}       # how long the primary stays down each 
 OUTAGES=${SOAK_OUTAGES:-$((SECS / 50))}
 [ "$OUTAGES" -ge 2 ] || OUTAGES=2
 ROTATIONS=${SOAK_ROTATIONS:-3}
+MOUTAGES=${SOAK_MIRROR_OUTAGES:-2}
 # The lag: a sync every MIRROR_EVERY, none while the primary is down, a restart, a slow sync.
 LAG_MAX=${SOAK_MIRROR_LAG_MAX:-$((3 * MIRROR_EVERY + OUTAGE_S + 5))}
 CATCHUP_S=$((3 * MIRROR_EVERY + 10)) # how long the mirror may take to copy the newest record
@@ -209,9 +218,22 @@ while ! grep -q '^mirror of ' mirror.out; do
     kill -0 $YPID 2>/dev/null || fail "kiln registry mirror exited: $(cat mirror.err)"
     i=$((i + 1)); [ $i -lt 400 ] || fail "no first sync: $(cat mirror.err)"; sleep 0.05
 done
-$KILN registry serve --root mirror --listen 127.0.0.1:0 --trust trust.json >mserve.out 2>mserve.err &
-MPID=$!
-serve_wait mserve $MPID || fail "the mirror's server did not start: $(cat mserve.err)"
+# start_mirror_server LISTEN: the mirror's server, its life number MLIVES, MPID, U.
+mlives=0
+start_mirror_server() {
+    tries=0
+    while :; do
+        mlives=$((mlives + 1))
+        $KILN registry serve --root mirror --listen "$1" --trust trust.json >mserve.out 2>mserve.err 3>&- 4<&- &
+        MPID=$!
+        serve_wait mserve $MPID && break
+        wait $MPID
+        grep -q 'Address already in use' mserve.err && [ $tries -lt 40 ] ||
+            fail "the mirror's server did not start: $(cat mserve.err)"
+        tries=$((tries + 1)); sleep 0.25
+    done
+}
+start_mirror_server 127.0.0.1:0
 MURL=$U
 
 mkfifo cmd ans
@@ -228,9 +250,9 @@ round_read() {
     [ "$dtrust" = $TV ] || fail "a client's state holds trust version $dtrust, the registry's is $TV"
     [ "$dwseq" -le "$SEQ" ] || fail "the watch serves seq $dwseq, above the newest record put ($SEQ)"
 }
-# cli_pull [down]: kiln pull over both registries; the current record, its version's
-# predictions, the state at the registry's trust version; with the primary down, from the
-# mirror and saying it passed over the primary.
+# cli_pull [primary|mirror]: kiln pull over both registries; the current record, its version's
+# predictions, the state at the registry's trust version; with the primary (mirror) down,
+# from the other and saying it passed over the stopped one.
 cli_lat=
 cli_pull() {
     ts=$(now_ms)
@@ -242,9 +264,12 @@ cli_pull() {
     s=$(sed -n 's/^pulled soak@[^ ]* (channel staging, seq \([0-9]*\)) .*/\1/p' cli.out)
     [ "$s" = "$SEQ" ] && [ "$v" = "$CUR" ] ||
         fail "kiln pull: seq ${s:-?} ($v), the current record is seq $SEQ ($CUR): $(cat cli.out)"
-    if [ "${1:-}" = down ]; then
+    if [ "${1:-}" = primary ]; then
         grep -q " from $MURL\$" cli.out || fail "kiln pull with the primary down: $(cat cli.out)"
         grep -q "; trying $MURL\$" cli.err || fail "kiln pull did not say it passed over the primary: $(cat cli.err)"
+    elif [ "${1:-}" = mirror ]; then
+        grep -q " from $URL\$" cli.out || fail "kiln pull with the mirror down: $(cat cli.out)"
+        grep -q "$MURL" cli.err || fail "kiln pull did not say it passed over the mirror: $(cat cli.err)"
     fi
     [ $TV = 1 ] || [ -f st-cli/trust/$TV.json ] || fail "kiln pull: its state lacks trust version $TV"
     k=$(((${v#1.0.} - 1) % 8 + 1))
@@ -289,38 +314,104 @@ primary_requests() {
         fail "the primary counted ${n:-0} requests with the revoked token, $revoked_life were sent"
 }
 
-# outage: the primary stops in the middle of a round and stays down OUTAGE_S seconds; every
-# pull meanwhile must pass over it and be served by the mirror, the watch too.
-outages=0 down_ms=0 down_rounds=0 down_pulls=0 down_cli=0
-outage() {
-    catch_up
-    primary_requests
-    w0=$dwdown
-    rnd 10
-    round_send "round $ROUND $SEQ"
-    sleep 0.0$R
-    stop serve-$lives $PID
-    PID=
-    round_read
+# down_rounds WHAT: for OUTAGE_S seconds, CLI pulls and rounds, each pull passing over the
+# stopped server WHAT (primary or mirror) and carrying on; counts into down_*.
+down_ms=0 down_rounds=0 down_pulls=0 down_cli=0
+down_traffic() {
     t_down=$(now_ms)
     while [ $(($(now_ms) - t_down)) -lt $((OUTAGE_S * 1000)) ]; do
-        cli_pull down
+        cli_pull $1
         down_cli=$((down_cli + 1))
         p0=$dpulls d0=$ddown
         round_send "round $ROUND $SEQ"
         round_read
         [ $((ddown - d0)) -ge $((dpulls - p0)) ] ||
-            fail "with the primary down, $((dpulls - p0)) pulls passed over it only $((ddown - d0)) times"
+            fail "with the $1 down, $((dpulls - p0)) pulls passed over it only $((ddown - d0)) times"
         down_pulls=$((down_pulls + dpulls - p0))
         down_rounds=$((down_rounds + 1))
     done
+    down_ms=$((down_ms + $(now_ms) - t_down))
+}
+
+# outage term|kill: the primary stops in the middle of a round (SIGTERM, or SIGKILL while a
+# version uploads) and stays down OUTAGE_S seconds; every pull meanwhile must pass over it and
+# be served by the mirror, the watch too.
+outages=0 kills=0 crash_acked=0 crash_kept=0 crash_lost=0 crash_pubs=0
+outage() {
+    catch_up
+    primary_requests
+    w0=$dwdown
+    if [ $1 = kill ]; then
+        # The next version of 'crash', uploading at half its size a second.
+        cv=1.0.$((kills + 1))
+        rm -f c.kiln c.kiln.minisig
+        $KILN pack m1 --name crash --version $cv --out c.kiln >/dev/null || fail "pack crash@$cv"
+        $KILN sign c.kiln --key rel.key --allow-unvalidated >/dev/null || fail "sign crash@$cv"
+        csize=$(wc -c <c.kiln)
+        curl -s -o crash.out -w '%{http_code}' --limit-rate $((csize / 2 + 1)) -X PUT \
+            -H "Authorization: Bearer $PUB" -H "X-Kiln-Signature: $(base64 -w0 c.kiln.minisig)" \
+            -H "X-Kiln-Digest: sha256:$(sha256sum c.kiln | cut -d' ' -f1)" -H 'Expect:' \
+            --data-binary @c.kiln "$URL/v1/models/crash/versions/$cv" >crash.code 2>/dev/null 3>&- 4<&- &
+        CPID=$!
+        round_send "round $ROUND $SEQ"
+        rnd 2300
+        sleep $((R / 1000)).$(printf %03d $((R % 1000)))
+        kill -KILL $PID
+        wait $PID
+        st=$?
+        [ $st = 137 ] || fail "the primary's exit status after SIGKILL: $st"
+        PID=
+        round_read
+        wait $CPID
+        ccode=$(cat crash.code)
+    else
+        rnd 10
+        round_send "round $ROUND $SEQ"
+        sleep 0.0$R
+        stop serve-$lives $PID
+        PID=
+        round_read
+    fi
+    down_traffic primary
     expect_status 000 --max-time 2 "$URL/healthz"
     mirror_lag
     [ $dwdown -gt $w0 ] || fail "the watch never passed over the stopped primary"
-    down_ms=$((down_ms + $(now_ms) - t_down))
     outages=$((outages + 1))
     start_primary "${URL#http://}"
     revoked_life=0
+    [ $1 = kill ] || return 0
+    # What the killed upload left: answered 2xx, it is there; else there whole or not at all.
+    kills=$((kills + 1))
+    got=$(curl -s -o cv.json -w '%{http_code}' "$URL/v1/models/crash/versions/$cv")
+    case $ccode in 2??) crash_acked=$((crash_acked + 1)); [ $got = 200 ] ||
+        fail "crash@$cv was answered $ccode before the SIGKILL, and is gone after it (HTTP $got)" ;; esac
+    if [ $got = 200 ]; then
+        grep -q "sha256:$(sha256sum c.kiln | cut -d' ' -f1)" cv.json || fail "crash@$cv kept with another digest: $(cat cv.json)"
+        curl -s "$URL/v1/blobs/sha256/$(sha256sum c.kiln | cut -d' ' -f1)" | cmp -s - c.kiln ||
+            fail "crash@$cv: the stored blob is not the archive's bytes"
+        crash_kept=$((crash_kept + 1)) want='^already stored'
+    else
+        [ $got = 404 ] || fail "crash@$cv after the SIGKILL: HTTP $got: $(cat cv.json)"
+        crash_lost=$((crash_lost + 1)) want='^published: '
+    fi
+    $KILN registry fsck --root reg --trust trust.json >kfsck.out 2>&1 || fail "fsck after the SIGKILL: $(cat kfsck.out)"
+    $KILN publish c.kiln --registry "$URL" --token "$PUB" >cpub.out 2>&1 || fail "publish crash@$cv again: $(cat cpub.out)"
+    grep -q "$want" cpub.out || fail "publish crash@$cv again (HTTP $got after the crash): $(cat cpub.out)"
+    crash_pubs=$((crash_pubs + 1))
+}
+
+# mirror_outage: the mirror's server stops (SIGTERM) for OUTAGE_S seconds while the primary
+# runs; every pull passes over it and carries on; then it restarts on its address.
+moutages=0 mdown_ms=0
+mirror_outage() {
+    stop mserve $MPID
+    MPID=
+    ms0=$down_ms
+    down_traffic mirror
+    mdown_ms=$((mdown_ms + down_ms - ms0))
+    expect_status 000 --max-time 2 "$MURL/healthz"
+    moutages=$((moutages + 1))
+    start_mirror_server "${MURL#http://}"
 }
 
 # rotate: trust version TV+1 replaces the promote key; everything the old key signed stops
@@ -380,6 +471,9 @@ it=1 samples=0 phase=grow history_reads=0
 next_outage=$((t0 + SECS * 1000 / (2 * OUTAGES))) n_out=0
 next_rotation=$((t0 + SECS * 1000 / (2 * ROTATIONS))) n_rot=0
 revoke_at=$((t0 + SECS * 400))
+# Mirror outages at 3/4 of their slots, away from the primary's (at 1/2 of theirs).
+next_moutage=$((t0 + SECS * 1000 * 3 / (4 * MOUTAGES))) n_mout=0
+[ $MOUTAGES -gt 0 ] || next_moutage=$((deadline + 1))
 [ $ROTATIONS -gt 0 ] || next_rotation=$((deadline + 1))
 FD0= MFD0= YFD0= DFD0= SFIRST= MFIRST= YFIRST= DFIRST=
 # Resident memory, per process (S the primary, M the mirror's server, Y its sync, D soak_pull):
@@ -464,7 +558,7 @@ while :; do
     fi
 
     if [ $now -ge $next_outage ]; then
-        outage
+        if [ $((n_out % 2)) = 1 ]; then outage kill; else outage term; fi
         # The new primary's warm-up: a fifth of its life in this phase, 10 s at least.
         n_out=$((n_out + 1))
         next_outage=$((t0 + SECS * 1000 * (2 * n_out + 1) / (2 * OUTAGES)))
@@ -475,6 +569,16 @@ while :; do
         wu=$((now + (end - now) / 5))
         [ $wu -lt $((now + 10000)) ] && wu=$((now + 10000))
         seg S $wu
+        continue
+    fi
+    if [ $now -ge $next_moutage ]; then
+        mirror_outage
+        n_mout=$((n_mout + 1))
+        next_moutage=$((t0 + SECS * 1000 * (4 * n_mout + 3) / (4 * MOUTAGES)))
+        [ $n_mout -lt $MOUTAGES ] || next_moutage=$((deadline + 1))
+        now=$(now_ms)
+        wu=$((now + 10000))
+        seg M $wu
         continue
     fi
     if [ $now -ge $next_rotation ]; then
@@ -603,10 +707,10 @@ $KILN registry fsck --root reg --trust trust.json >fsck.out 2>&1 || fail "fsck: 
 [ -z "$(ls -A reg/tmp 2>/dev/null)" ] || fail "reg/tmp holds $(ls reg/tmp)"
 $KILN registry fsck --root mirror --trust trust.json >mfsck.out 2>&1 || fail "fsck of the mirror: $(cat mfsck.out)"
 [ -z "$(ls -A mirror/tmp 2>/dev/null)" ] || fail "mirror/tmp holds $(ls mirror/tmp)"
-expected=$((tokens + publishes + promotes + rollbacks + revoked + trust_puts))
+expected=$((tokens + publishes + crash_pubs + promotes + rollbacks + revoked + trust_puts))
 rows=$(sqlite3 reg/registry.db 'SELECT count(*) FROM audit')
 [ "$rows" = $expected ] || fail "the audit log holds $rows rows, expected $expected"
-for a in "token.create $tokens" "publish $publishes" "promote $promotes" "rollback $rollbacks" \
+for a in "token.create $tokens" "publish $((publishes + crash_pubs))" "promote $promotes" "rollback $rollbacks" \
     "token.revoke $revoked" "trust.put $trust_puts"; do
     n=$(sqlite3 reg/registry.db "SELECT count(*) FROM audit WHERE action = '${a% *}'")
     [ "$n" = "${a#* }" ] || fail "the audit log holds $n '${a% *}' rows, expected ${a#* }"
@@ -614,11 +718,11 @@ done
 old_rows=$(sqlite3 reg/registry.db "SELECT count(*) FROM audit WHERE token = 'ci-old' AND action = 'publish'")
 [ "$old_rows" = $old_publishes ] || fail "the audit log holds $old_rows publishes by 'ci-old', $old_publishes were made before its revocation"
 # Each item the mirror copied, once: versions, records, trust versions.
-mexpected=$((publishes + promotes + rollbacks + trust_puts))
+mexpected=$((publishes + crash_pubs + promotes + rollbacks + trust_puts))
 mrows=$(sqlite3 mirror/registry.db "SELECT count(*) FROM audit WHERE action = 'mirror.sync'")
 mall=$(sqlite3 mirror/registry.db "SELECT count(*) FROM audit")
 [ "$mrows" = $mexpected ] && [ "$mall" = $mrows ] ||
-    fail "the mirror's audit log holds $mall rows, $mrows of them mirror.sync, expected $mexpected ($publishes versions, $((promotes + rollbacks)) records, $trust_puts trust versions)"
+    fail "the mirror's audit log holds $mall rows, $mrows of them mirror.sync, expected $mexpected ($((publishes + crash_pubs)) versions, $((promotes + rollbacks)) records, $trust_puts trust versions)"
 $KILN registry token list --root reg >tokens.out || fail "token list"
 grep -q "^ci-old .* revoked .*: soak: revoked mid-run\$" tokens.out || fail "token list: $(cat tokens.out)"
 [ "$(grep -c ' active$' tokens.out)" = 3 ] || fail "token list: $(cat tokens.out)"
@@ -634,7 +738,8 @@ echo "  registry_seconds        $((el / 1000)) ($samples iterations: $it version
 echo "  requests                $requests answered by the primary ($(awk -v r=$requests -v e=$el 'BEGIN { printf "%.0f", r / (e / 1000) }')/s, counted at each stop), $mrequests by the mirror: $publishes versions published ($republished twice), $promotes promotions, $rollbacks rollbacks, $bad bad requests answered as expected, $cut uploads cut off"
 sed -n 's/^  //p' pull.summary | sed 's/^/  /'
 echo "  cli_pull_latency        p50 $(q 0.5) ms  p99 $(q 0.99) ms  max $(q 1) ms ($cli_pulls kiln pull processes over both registries, predictions checked with kiln infer)"
-echo "  outages                 $outages primary stops by SIGTERM in mid-round (each exit 0), $((down_ms / 1000)).$(((down_ms % 1000) / 100)) s down in all: $down_pulls kiln_pulls in $down_rounds rounds and $down_cli kiln pull processes served by the mirror, each passing over the primary; $((lives - 1)) restarts on its address"
+echo "  outages                 $outages primary stops in mid-round, $((outages - kills)) by SIGTERM (each exit 0) and $kills by SIGKILL during an upload, and $moutages mirror server stops; $((down_ms / 1000)).$(((down_ms % 1000) / 100)) s down in all ($((mdown_ms / 1000)).$(((mdown_ms % 1000) / 100)) s of it the mirror's): $down_pulls kiln_pulls in $down_rounds rounds and $down_cli kiln pull processes served by the other registry, each passing over the stopped one; $((lives - 1)) restarts of the primary and $((mlives - 1)) of the mirror's server on their addresses"
+echo "  crashes                 $kills uploads of 'crash' cut by SIGKILL: $crash_acked answered 2xx first (each kept), $crash_kept kept in all, $crash_lost not stored at all; fsck clean after each restart; each published again ('already stored' exactly when kept)"
 echo "  mirror                  $syncs syncs copied something, $sync_failed gave up (a sync retries through a short outage), 0 problems; lag p50 $(lq 0.5) s max $(lq 1) s (bound $LAG_MAX s, $(printf '%s\n' $lags | wc -l) samples); the newest record on the mirror within $catchup_max ms at the $catchups catch-ups before outages and rotations"
 echo "  mirror_final            the newest record copied $final_ms ms after the traffic stopped, then equal to the primary: $EQ_V versions (JSON byte for byte), $EQ_B blobs (sha256 and bytes), $EQ_R channel records (history and current record byte for byte), $EQ_T trust versions; audit $mrows mirror.sync rows (each item once); fsck clean; tmp empty"
 echo "  trust                   $rotations rotations (version 1 -> $TV, each signed by root-a and root-b): removed promote keys$keys_removed; each one's record failed kiln channel verify, was refused by the primary (422) and by every client, then was re-promoted with the new key"
@@ -642,6 +747,6 @@ echo "  revocation              token 'ci-old' ($old_publishes publishes) revoke
 echo "  rss_kb                  $GROW_SUMMARY"
 echo "  rss_kb                  $(rss_summary)$([ $CHECK_RSS = 1 ] || echo '; not judged')"
 echo "  rss_kb                  first idle sample: primary $SFIRST, mirror server $MFIRST, mirror sync $YFIRST, client $DFIRST"
-echo "  idle_fds                primary $FD0 (all $lives lives), mirror server $MFD0, mirror sync $YFD0, client $DFD0 at every one of $samples idle samples"
-echo "  audit                   $rows rows, as expected ($tokens tokens, $publishes publishes, $promotes promotions, $rollbacks rollbacks, $revoked revocation, $trust_puts trust versions); fsck clean on both stores; reg/tmp empty"
+echo "  idle_fds                primary $FD0 (all $lives lives), mirror server $MFD0 (all $mlives lives), mirror sync $YFD0, client $DFD0 at every one of $samples idle samples"
+echo "  audit                   $rows rows, as expected ($tokens tokens, $((publishes + crash_pubs)) publishes ($crash_pubs of 'crash'), $promotes promotions, $rollbacks rollbacks, $revoked revocation, $trust_puts trust versions); fsck clean on both stores; reg/tmp empty"
 echo "  result                  PASS"
