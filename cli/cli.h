@@ -63,6 +63,10 @@ int cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * time ("2026-12-31T00:00:00Z"); KILN_ERR_USAGE otherwise. Whether a time in the past is
  * allowed is the caller's to say. (channel sign, registry token create) */
 kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out);
+/* A duration: digits and one of ms, s, m, h, d ("500ms", "30s", "5m", "12h", "30d"), into
+ * *ms. 1 when it is one and positive and at most max_ms; 0 when it is one but zero or too
+ * long; -1 when it is not a duration at all. */
+int cli_parse_duration_ms(const char *s, uint64_t max_ms, uint64_t *ms);
 
 /* Load a secret key, asking for its password when it is encrypted ($KILN_PASSWORD_FILE's
  * first line, else the terminal). Free with kiln_sign_seckey_free. (cmd_sign.c) */
@@ -106,11 +110,19 @@ int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
 int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
 int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
 /* One client option set per --registry given (the token: --token's, else
- * $KILN_REGISTRY_TOKEN; default retries; a progress bar on a terminal when progress), for
- * the commands that fail over between registries (cmd_publish.c). NULL when out of memory
- * (the message set). The caller frees. */
-struct kiln_registry_client_opts *cli_registry_clients(const cli_list *urls, const char *token,
-                                                       bool progress);
+ * $KILN_REGISTRY_TOKEN; default retries; timeout_ms and stall_ms from --timeout when given;
+ * a progress bar on a terminal when progress), for the commands that fail over between
+ * registries (cmd_publish.c), into *out (the caller frees). KILN_ERR_USAGE naming a bad
+ * --timeout, KILN_ERR_NOMEM. */
+struct kiln_registry_client_opts;
+kiln_err cli_registry_clients(const cli_list *urls, const char *token, const char *timeout,
+                              bool progress, struct kiln_registry_client_opts **out);
+/* The --timeout option of the commands above. */
+#define CLI_TIMEOUT_OPT(dst)                                                                       \
+    {"timeout", CLI_STR, (dst), "DURATION",                                                         \
+     "how long a registry may take to answer (or stall a download) before it is passed over: "   \
+     "500ms, 5s, 1m (default 5 s with mirrors, 60 s alone)",                                     \
+     false}
 int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
 int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
 int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */

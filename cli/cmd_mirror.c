@@ -45,15 +45,9 @@ static void print_problem(void *ctx, const char *line) {
 
 /* "30s", "5m", "1h": seconds, at least 1 and at most a day. */
 static bool parse_interval(const char *s, long *secs) {
-    char *end;
-    long n = strtol(s, &end, 10);
-    long unit = end == s || !end[0] || end[1] ? 0
-                : end[0] == 's'               ? 1
-                : end[0] == 'm'               ? 60
-                : end[0] == 'h'               ? 3600
-                                              : 0;
-    if (!unit || n <= 0 || n > 86400 / unit) return false;
-    *secs = n * unit;
+    uint64_t ms;
+    if (cli_parse_duration_ms(s, 86400 * 1000, &ms) != 1 || ms % 1000) return false;
+    *secs = (long)(ms / 1000);
     return true;
 }
 

@@ -319,7 +319,7 @@ static void print_text(const json_t *j) {
 }
 
 int cmd_provenance(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *state = NULL;
+    const char *token = NULL, *trust = NULL, *state = NULL, *timeout = NULL;
     cli_list urls = {0};
     bool as_json = false, download = false;
     const cli_opt opts[] = {
@@ -335,11 +335,12 @@ int cmd_provenance(int argc, char **argv) {
          "download the archive and verify its bytes and every file (the validation report's "
          "checks are read from it)",
          false},
+        CLI_TIMEOUT_OPT(&timeout),
         {0},
     };
     cli_spec spec = {
         "kiln provenance NAME@CHANNEL|NAME@VERSION --registry URL [--registry MIRROR]... "
-        "--trust FILE [--state DIR] [--token T] [--json] [--download]",
+        "--trust FILE [--state DIR] [--token T] [--json] [--download] [--timeout 5s]",
         "Say what a channel or version is, who signed and put it there, what it was trained "
         "from and validated against, each fact checked under the trust policy (exit 1 if one "
         "does not verify).",
@@ -350,10 +351,11 @@ int cmd_provenance(int argc, char **argv) {
         free(urls.v);
         return rc;
     }
-    kiln_registry_client_opts *cs = cli_registry_clients(&urls, token, false);
-    if (!cs) {
+    kiln_registry_client_opts *cs = NULL;
+    kiln_err ce = cli_registry_clients(&urls, token, timeout, false, &cs);
+    if (ce) {
         free(urls.v);
-        return cli_fail(KILN_ERR_NOMEM);
+        return cli_fail(ce);
     }
     kiln_registry_provenance_opts o = {
         .ref = ref, .trust = trust, .state = state, .download = download};

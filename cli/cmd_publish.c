@@ -41,18 +41,23 @@ static void client_opts(kiln_registry_client_opts *c, const char *url, const cha
     }
 }
 
-kiln_registry_client_opts *cli_registry_clients(const cli_list *urls, const char *token,
-                                                bool progress) {
+kiln_err cli_registry_clients(const cli_list *urls, const char *token, const char *timeout,
+                              bool progress, kiln_registry_client_opts **out) {
     static bar b;
     b = (bar){-1, "downloading"};
+    *out = NULL;
+    uint64_t ms = 0;
+    KILN_FAIL_IF(timeout && cli_parse_duration_ms(timeout, 3600 * 1000, &ms) != 1, KILN_ERR_USAGE,
+                 "--timeout '%s' is not a duration like 500ms, 5s or 1m (at most an hour)",
+                 timeout);
     kiln_registry_client_opts *cs = calloc(urls->n > 0 ? (size_t)urls->n : 1, sizeof *cs);
-    if (!cs) {
-        kiln_fail(KILN_ERR_NOMEM, "out of memory");
-        return NULL;
-    }
-    for (int i = 0; i < urls->n; i++)
+    if (!cs) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < urls->n; i++) {
         client_opts(&cs[i], urls->v[i], token, progress ? &b : NULL);
-    return cs;
+        cs[i].timeout_ms = cs[i].stall_ms = (unsigned)ms;
+    }
+    *out = cs;
+    return KILN_OK;
 }
 
 int cmd_publish(int argc, char **argv) {
@@ -88,7 +93,7 @@ static void print_note(void *ctx, const char *line) {
 }
 
 int cmd_pull(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL;
+    const char *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL, *timeout = NULL;
     cli_list urls = {0};
     const cli_opt opts[] = {
         {"registry", CLI_MULTI, &urls, "URL",
@@ -99,11 +104,12 @@ int cmd_pull(int argc, char **argv) {
         {"out", CLI_STR, &out_dir, "DIR", "where the verified model directory goes", true},
         {"state", CLI_STR, &state, "DIR", "anti-rollback state (default ~/.local/state/kiln)",
          false},
+        CLI_TIMEOUT_OPT(&timeout),
         {0},
     };
     cli_spec spec = {
         "kiln pull NAME@CHANNEL|NAME@VERSION --registry URL [--registry MIRROR]... --trust FILE "
-        "--out DIR [--state DIR]",
+        "--out DIR [--state DIR] [--timeout 5s]",
         "Download a model, verify everything (channel record, seq, expiry, digest, signatures, "
         "every file) and only then put it at DIR.",
         opts, 1, 1};
@@ -113,10 +119,11 @@ int cmd_pull(int argc, char **argv) {
         free(urls.v);
         return rc;
     }
-    kiln_registry_client_opts *cs = cli_registry_clients(&urls, token, true);
-    if (!cs) {
+    kiln_registry_client_opts *cs = NULL;
+    kiln_err ce = cli_registry_clients(&urls, token, timeout, true, &cs);
+    if (ce) {
         free(urls.v);
-        return cli_fail(KILN_ERR_NOMEM);
+        return cli_fail(ce);
     }
     kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out_dir, .state = state};
     kiln_registry_pulled res;
@@ -145,16 +152,10 @@ int cmd_pull(int argc, char **argv) {
 
 /* "30d", "12h", "90m", "3600s" from now. */
 static bool parse_duration(const char *s, int64_t *secs) {
-    char *end;
-    long long n = strtoll(s, &end, 10);
-    int64_t unit = end == s || !end[0] || end[1] ? 0
-                   : end[0] == 's'               ? 1
-                   : end[0] == 'm'               ? 60
-                   : end[0] == 'h'               ? 3600
-                   : end[0] == 'd'               ? 86400
-                                                 : 0;
-    if (!unit || n <= 0 || n > 100LL * 365 * 86400 / unit) return false;
-    *secs = n * unit;
+    uint64_t ms;
+    if (cli_parse_duration_ms(s, 100ULL * 365 * 86400 * 1000, &ms) != 1 || ms % 1000)
+        return false;
+    *secs = (int64_t)(ms / 1000);
     return true;
 }
 

@@ -225,7 +225,7 @@ static void print_note(void *ctx, const char *line) {
 }
 
 int cmd_trust_update(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *state = NULL;
+    const char *token = NULL, *trust = NULL, *state = NULL, *timeout = NULL;
     cli_list urls = {0};
     const cli_opt opts[] = {
         {"registry", CLI_MULTI, &urls, "URL",
@@ -234,11 +234,12 @@ int cmd_trust_update(int argc, char **argv) {
         {"state", CLI_STR, &state, "DIR",
          "where accepted versions are kept (default ~/.local/state/kiln)", false},
         {"token", CLI_STR, &token, "T", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        CLI_TIMEOUT_OPT(&timeout),
         {0},
     };
     const cli_spec spec = {
         "kiln trust update --registry URL [--registry MIRROR]... --trust FILE [--state DIR] "
-        "[--token T]",
+        "[--token T] [--timeout 5s]",
         "Walk the trust policy forward: from FILE through the versions accepted before (in "
         "DIR/trust)\nand those the registry has since, each checked against the one before and "
         "saved to DIR/trust.\nkiln pull does the same first. Exits 1 when a version does not "
@@ -249,10 +250,11 @@ int cmd_trust_update(int argc, char **argv) {
         free(urls.v);
         return st;
     }
-    kiln_registry_client_opts *cs = cli_registry_clients(&urls, token, false);
-    if (!cs) {
+    kiln_registry_client_opts *cs = NULL;
+    kiln_err ce = cli_registry_clients(&urls, token, timeout, false, &cs);
+    if (ce) {
         free(urls.v);
-        return cli_fail(KILN_ERR_NOMEM);
+        return cli_fail(ce);
     }
     walked w = {0};
     kiln_sign_trust *t = NULL;

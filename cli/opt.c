@@ -169,22 +169,35 @@ bool cli_parse_args(const cli_spec *spec, int argc, char **argv, const char **ar
     return true;
 }
 
-kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out) {
+int cli_parse_duration_ms(const char *s, uint64_t max_ms, uint64_t *ms) {
+    static const struct {
+        const char *suffix;
+        uint64_t ms;
+    } units[] = {{"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000}, {"d", 86400000}};
+    if (*s < '0' || *s > '9') return -1; /* no sign, no space */
     char *end;
     errno = 0;
-    long long n = strtoll(s, &end, 10);
-    if (end != s && *s != '-' && *s != '+' && end[0] && !end[1] && !errno) {
-        int64_t unit = end[0] == 's'   ? 1
-                       : end[0] == 'm' ? 60
-                       : end[0] == 'h' ? 3600
-                       : end[0] == 'd' ? 86400
-                                       : 0;
-        KILN_FAIL_IF(unit && (n <= 0 || n > 100LL * 365 * 86400 / unit), KILN_ERR_USAGE,
-                     "--expires: '%s' must be a positive duration of at most 100 years", s);
-        if (unit) {
-            *out = now + n * unit;
-            return KILN_OK;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno || end == s) return -1;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(units); i++)
+        if (!strcmp(end, units[i].suffix)) {
+            if (n == 0 || n > max_ms / units[i].ms) return 0;
+            *ms = n * units[i].ms;
+            return 1;
         }
+    return -1;
+}
+
+kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out) {
+    uint64_t ms = 0;
+    int d = cli_parse_duration_ms(s, 100ULL * 365 * 86400 * 1000, &ms);
+    KILN_FAIL_IF(d == 0 || (d > 0 && ms % 1000), KILN_ERR_USAGE,
+                 "--expires: '%s' must be a positive duration of at most 100 years, in whole "
+                 "seconds",
+                 s);
+    if (d > 0) {
+        *out = now + (int64_t)(ms / 1000);
+        return KILN_OK;
     }
     return kiln_sign_parse_time(s, "--expires (a duration like 30d, 12h, 90m or a time)", out);
 }

@@ -192,6 +192,11 @@ typedef struct kiln_pull_opts {
      * NULL: logged as a warning on stderr. */
     void (*on_registry)(void *ctx, const char *line);
     void *registry_ctx;
+    /* How long one registry may take to answer a small request (a trust version, the channel
+     * record) or leave a download without a byte, in milliseconds, before it is passed over
+     * (or, alone, the pull fails); 0: 5 s for a small request and 10 s for a stall with
+     * several registries, 60 s each with one. */
+    unsigned timeout_ms;
 } kiln_pull_opts;
 
 typedef struct kiln_pull_result {

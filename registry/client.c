@@ -72,28 +72,59 @@ static kiln_err auth_header(const kiln_registry_client_opts *c, struct curl_slis
     return KILN_OK;
 }
 
+/* One transfer: the caller's progress bar, and the stall watch. A transfer that moves no
+ * byte either way for stall_ms (0: 60 s), counted from the last byte, is a dead connection.
+ * (libcurl's own low-speed check averages the speed over its last five seconds, so a burst
+ * then silence was cut off 5-6 s after the limit: measured 7.2 s for a 1 s limit.) */
+typedef struct xfer {
+    const kiln_registry_client_opts *c;
+    curl_off_t bytes; /* up and down so far */
+    uint64_t since;   /* when bytes last changed (ns); 0 before the first call */
+    bool stalled;
+} xfer;
+
+static unsigned stall_ms(const kiln_registry_client_opts *c) {
+    return c->stall_ms ? c->stall_ms : 60000;
+}
+
 static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_off_t ultotal,
                          curl_off_t ulnow) {
-    const kiln_registry_client_opts *c = ctx;
+    xfer *x = ctx;
+    const kiln_registry_client_opts *c = x->c;
+    uint64_t now = kiln_now_ns();
+    if (!x->since || dlnow + ulnow != x->bytes) {
+        x->bytes = dlnow + ulnow;
+        x->since = now;
+    } else if (now - x->since > (uint64_t)stall_ms(c) * 1000000) {
+        x->stalled = true;
+        return 1; /* CURLE_ABORTED_BY_CALLBACK */
+    }
     if (!c->progress) return 0;
     if (ultotal > 0) return c->progress(c->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal);
     return c->progress(c->progress_ctx, (uint64_t)dlnow, (uint64_t)(dltotal > 0 ? dltotal : 0));
 }
 
-static void common_opts(CURL *h, const kiln_registry_client_opts *c) {
+static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
+    *x = (xfer){.c = c};
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    /* Stall detection: under 1 byte/s for 60 s is a dead connection. */
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, 60L);
-    if (c->progress) {
-        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
-        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_progress);
-        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)c);
-    }
+    curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+    curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_progress);
+    curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);
+}
+
+/* A failed transfer's words: the stall watch's, else libcurl's own (its error buffer says
+ * more than curl_easy_strerror: "Operation timed out after 5001 milliseconds ..."). */
+static const char *xfer_error(const xfer *x, CURLcode e, const char *ebuf, char *out, size_t cap) {
+    if (x->stalled)
+        snprintf(out, cap, "stalled: not a byte moved in %u ms (%lld bytes moved before)",
+                 stall_ms(x->c), (long long)x->bytes);
+    else
+        snprintf(out, cap, "%s", ebuf[0] ? ebuf : curl_easy_strerror(e));
+    return out;
 }
 
 /* The server's {"error": "..."} or the body's first line. */
@@ -155,6 +186,10 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
     kiln_err rc = KILN_OK;
     struct curl_slist *hdr = NULL;
     CURL *h = NULL;
+    const long deadline_ms =
+        c->timeout_ms ? (long)c->timeout_ms : (long)(60000 + (limit / 16384) * 1000);
+    char ebuf[CURL_ERROR_SIZE], why[CURL_ERROR_SIZE + 64];
+    xfer x;
     KILN_CHECK(rc, out, auth_header(c, &hdr));
     if (body) {
         struct curl_slist *n = curl_slist_append(hdr, "Content-Type: application/json");
@@ -167,12 +202,12 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
         free(out->p);
         memset(out, 0, sizeof *out);
         out->limit = limit;
-        common_opts(h, c);
+        common_opts(h, c, &x);
+        ebuf[0] = 0;
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         /* The stall detection alone lets a registry that sends a byte a second hold a pull
          * (or a kiln_watch poll) for days: a small answer has a deadline. */
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
-                         c->timeout_ms ? (long)c->timeout_ms
-                                       : (long)(60000 + (limit / 16384) * 1000));
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline_ms);
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
@@ -192,10 +227,10 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
                            limit);
             goto out;
         }
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
-            rc = e != CURLE_OK
-                     ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url, curl_easy_strerror(e))
-                     : http_error(url, *status, out);
+        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
+            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url,
+                                           xfer_error(&x, e, ebuf, why, sizeof why))
+                               : http_error(url, *status, out);
             goto out;
         }
         kiln_debug("registry '%s': %s, retrying", url,
@@ -345,6 +380,8 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         hdr = n;
     }
     long status = 0;
+    char ebuf[CURL_ERROR_SIZE], why[CURL_ERROR_SIZE + 64];
+    xfer x;
     for (int attempt = 0;; attempt++) {
         KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'",
                       archive);
@@ -353,7 +390,9 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         free(body.p);
         memset(&body, 0, sizeof body);
         body.limit = REG_JSON_MAX;
-        common_opts(h, c);
+        common_opts(h, c, &x);
+        ebuf[0] = 0;
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
@@ -368,9 +407,9 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         curl_easy_cleanup(h);
         h = NULL;
         if (e == CURLE_OK && !transient_status(status)) break;
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
+        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive,
-                                           url, curl_easy_strerror(e))
+                                           url, xfer_error(&x, e, ebuf, why, sizeof why))
                                : http_error(url, status, &body);
             goto out;
         }
@@ -466,6 +505,8 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
     kiln_err rc = KILN_OK;
     struct curl_slist *hdr = NULL;
     dl d = {.fd = -1, .size = size};
+    char ebuf[CURL_ERROR_SIZE], why[CURL_ERROR_SIZE + 64];
+    xfer x;
     d.err.limit = 64 * 1024;
     d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     KILN_CHECK_IF(rc, out, d.fd < 0, KILN_ERR_IO, "cannot open '%s'", partial);
@@ -491,7 +532,9 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         d.err.len = 0;
         char range[64];
         snprintf(range, sizeof range, "%" PRIu64 "-", d.have);
-        common_opts(d.h, c);
+        common_opts(d.h, c, &x);
+        ebuf[0] = 0;
+        curl_easy_setopt(d.h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(d.h, CURLOPT_URL, url);
         curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hdr);
         if (d.have) curl_easy_setopt(d.h, CURLOPT_RANGE, range);
@@ -518,9 +561,9 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
             rc = http_error(url, status, &d.err);
             goto out;
         }
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e))) {
+        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url,
-                                           curl_easy_strerror(e))
+                                           xfer_error(&x, e, ebuf, why, sizeof why))
                                : http_error(url, status, &d.err);
             goto out;
         }

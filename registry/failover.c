@@ -25,8 +25,14 @@ kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts 
     for (size_t i = 0; i < n; i++) {
         r->c[i] = cs[i];
         /* With several registries the next one is the retry: a registry that does not
-         * answer is passed over at once, not after seconds of backoff. */
-        if (n > 1) r->c[i].retries = 0;
+         * answer is passed over at once, not after seconds of backoff, and one that hangs
+         * (stopped, a disk stall, a partition dropping packets) within seconds, not the
+         * minute a lone registry is given. */
+        if (n > 1) {
+            r->c[i].retries = 0;
+            if (!r->c[i].timeout_ms) r->c[i].timeout_ms = KILN_REGISTRY_FAILOVER_TIMEOUT_MS;
+            if (!r->c[i].stall_ms) r->c[i].stall_ms = KILN_REGISTRY_FAILOVER_STALL_MS;
+        }
     }
     r->n = n;
     r->note = note;
@@ -52,6 +58,8 @@ kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opt
         }
         c[i].token = o->token;
         c[i].retries = -1;
+        c[i].timeout_ms = o->timeout_ms;
+        c[i].stall_ms = o->timeout_ms;
     }
     *cs = c;
     *n = k;

@@ -151,7 +151,16 @@ typedef struct kiln_registry_client_opts {
      * archive's transfer) may take in all, in milliseconds; 0: 60 s plus 1 s per 16 KiB the
      * answer may hold. A registry that trickles an answer is cut off there. */
     unsigned timeout_ms;
+    /* A transfer (an archive's too) that moves less than a byte a second for this long, in
+     * milliseconds (whole seconds, at least 1), is cut off; 0: 60 s. */
+    unsigned stall_ms;
 } kiln_registry_client_opts;
+
+/* With several registries (a primary and its mirrors) the next one is the retry, so one that
+ * does not answer is passed over sooner: these replace a client's timeout_ms and stall_ms
+ * where they are 0 (docs/registry.md, "A registry that hangs"). */
+#define KILN_REGISTRY_FAILOVER_TIMEOUT_MS 5000u
+#define KILN_REGISTRY_FAILOVER_STALL_MS 10000u
 
 typedef struct kiln_registry_published {
     char digest[72]; /* "sha256:<hex>" */

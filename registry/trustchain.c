@@ -404,14 +404,17 @@ static kiln_err walk_registry(walk *w, const kiln_registry_client_opts *c, const
 }
 
 /* A client whose policy has no root keys cannot follow the registry's versions: warn when
- * there are some above it (its policy must be replaced by hand). */
-static void warn_rootless(const kiln_registry_client_opts *c, const kiln_sign_trust *cur,
-                          const char *trust) {
+ * there are some above it (its policy must be replaced by hand). Only a registry that does
+ * not answer is an error (KILN_ERR_NETWORK), so that a pull over several passes it over
+ * here rather than waiting for it again. */
+static kiln_err warn_rootless(const kiln_registry_client_opts *c, const kiln_sign_trust *cur,
+                              const char *trust) {
     char *doc = NULL;
     size_t len = 0;
     kiln_sign_trust *t = NULL;
-    if (reg_get_text(c, "/v1/trust", REG_TRUST_MAX, &doc, &len) == KILN_OK &&
-        kiln_sign_trust_parse(doc, len, "registry trust", &t) == KILN_OK &&
+    kiln_err rc = reg_get_text(c, "/v1/trust", REG_TRUST_MAX, &doc, &len);
+    if (rc == KILN_ERR_NETWORK) return rc;
+    if (!rc && kiln_sign_trust_parse(doc, len, "registry trust", &t) == KILN_OK &&
         kiln_sign_trust_version(t) > kiln_sign_trust_version(cur))
         kiln_warn("'%s' has no root keys, so the registry's trust version %llu cannot be walked "
                   "to: replace the policy by hand with that version",
@@ -419,6 +422,7 @@ static void warn_rootless(const kiln_registry_client_opts *c, const kiln_sign_tr
     kiln_sign_trust_free(t);
     free(doc);
     kiln_errclear();
+    return KILN_OK;
 }
 
 kiln_err kiln_registry_trust_walk(const kiln_registry_client_opts *c, const char *trust,
@@ -441,7 +445,7 @@ kiln_err kiln_registry_trust_walk(const kiln_registry_client_opts *c, const char
         KILN_CHECK(rc, out, walk_state(&w, dir, &cur));
         if (c) KILN_CHECK(rc, out, walk_registry(&w, c, dir, &cur));
     } else if (c) {
-        warn_rootless(c, cur, trust);
+        KILN_CHECK(rc, out, warn_rootless(c, cur, trust));
     }
     *out = cur;
     cur = NULL;

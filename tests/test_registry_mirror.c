@@ -4,8 +4,11 @@
  * copied, the directories a mirror refuses, a mirror served read-only, and pulls that fail
  * over between a primary and its mirrors (docs/registry.md, "Mirrors"). */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -530,6 +533,141 @@ KILN_TEST(registry_mirror_pull_fails_over) {
           mpull(&f, dead, 2, "demo@production", &heard, &r) == KILN_ERR_NETWORK &&
               kiln_test_msg_has(f.primary.url, "127.0.0.1:9"));
 out:
+    mfree(&f);
+}
+
+/* ---- a registry that hangs ---- */
+
+static double mnow(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A proxy of the registry at `to` that answers every request as it does, except that a
+ * blob's download stops halfway, the connection left open, until the listener closes. */
+typedef struct stall {
+    int fd;
+    const char *to;
+    atomic_int stalled;
+} stall;
+
+static void *stall_main(void *arg) {
+    stall *s = arg;
+    for (;;) {
+        char req[4096], path[1024];
+        int c = rfx_accept(s->fd, req, sizeof req);
+        if (c < 0) return NULL;
+        if (sscanf(req, "GET %1023s ", path) != 1) {
+            close(c);
+            continue;
+        }
+        rfx_resp r = {0};
+        rfx_http(s->to, "GET", path, NULL, NULL, NULL, &r);
+        char head[256];
+        bool blob = !strncmp(path, "/v1/blobs/", 10) && r.status == 200;
+        int hl = snprintf(head, sizeof head,
+                          "HTTP/1.1 %ld X\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                          r.status, r.len);
+        bool ok = send(c, head, (size_t)hl, MSG_NOSIGNAL) == hl &&
+                  send(c, r.body, blob ? r.len / 2 : r.len, MSG_NOSIGNAL) >= 0;
+        if (blob && ok) {
+            atomic_fetch_add(&s->stalled, 1);
+            /* Until the client gives up; 20 s at most, so that a client that never does
+             * fails the test's timing instead of hanging it. */
+            struct timeval tv = {20, 0};
+            setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+            char b;
+            (void)!recv(c, &b, 1, 0);
+        }
+        rfx_resp_free(&r);
+        close(c);
+    }
+}
+
+/* A registry that takes connections and never answers (a stopped process, a disk stall) is
+ * passed over within the pull's timeout, not the minute a lone registry gets; so is one whose
+ * download stops halfway. With several registries the defaults are 5 s and 10 s. */
+KILN_TEST(registry_mirror_hung_registry_passed_over) {
+    mfx f;
+    int hung = -1;
+    stall st = {.fd = -1};
+    pthread_t t;
+    bool started = false;
+    char hurl[64], surl[64];
+    if (!CHECK("fixture", minit(&f))) goto out;
+    if (!CHECK("a primary with demo@production",
+               mpublish(&f, "1.0.0", "one", 3) && mpromote(&f, "production", "1.0.0")))
+        goto out;
+    /* Listening, never accepting: the kernel completes each connect, no answer comes. */
+    if (!CHECK("a hung registry", rfx_listen(&hung, hurl))) goto out;
+    const char *hp[] = {hurl, f.primary.url};
+    char out[1100];
+    snprintf(out, sizeof out, "%s/svc", kiln_test_dir());
+    notes heard = {0};
+    kiln_pull_opts o = {.registries = hp,
+                        .nregistries = 2,
+                        .ref = "demo@production",
+                        .trust = f.primary.trust,
+                        .out = out,
+                        .state = f.primary.state,
+                        .on_registry = mnote,
+                        .registry_ctx = &heard,
+                        .timeout_ms = 300};
+    kiln_pull_result r;
+    double t0 = mnow();
+    kiln_err rc = kiln_pull(&o, &r);
+    double dt = mnow() - t0;
+    CHECK("pulled from the next registry", rc == KILN_OK && !strcmp(r.version, "1.0.0"));
+    if (!CHECK("the hung one passed over for its timeout, once",
+               strstr(heard.text, hurl) &&
+                   (strstr(heard.text, "timed out after") || strstr(heard.text, "stalled")) &&
+                   !strstr(strstr(heard.text, hurl) + 1, hurl)))
+        fprintf(stderr, "    heard: %s", heard.text);
+    CHECK("within its timeout of 300 ms (under 3 s; not the 5 s default, nor 60 s)", dt < 3.0);
+
+    /* A download that stops halfway: passed over after timeout_ms without a byte. */
+    st.to = f.primary.url;
+    started = CHECK("a stalling proxy",
+                    rfx_listen(&st.fd, surl) && pthread_create(&t, NULL, stall_main, &st) == 0);
+    if (!started) goto out;
+    const char *sp[] = {surl, f.primary.url};
+    o.registries = sp;
+    o.timeout_ms = 1000;
+    memset(&heard, 0, sizeof heard);
+    t0 = mnow();
+    rc = kiln_pull(&o, &r);
+    dt = mnow() - t0;
+    CHECK("pulled from the next registry", rc == KILN_OK && !strcmp(r.version, "1.0.0"));
+    if (!CHECK("the stalled download passed over",
+               atomic_load(&st.stalled) == 1 && strstr(heard.text, surl) &&
+                   strstr(heard.text, "downloading") &&
+                   strstr(heard.text, "stalled: not a byte moved in 1000 ms")))
+        fprintf(stderr, "    heard: %s", heard.text);
+    CHECK("within its 1 s (under 5 s; not the 10 s default, nor 60 s)", dt < 5.0);
+
+    /* The defaults, with several registries and with one. */
+    kiln_registry_client_opts cs[2] = {{.url = hurl}, {.url = f.primary.url, .timeout_ms = 7}};
+    reg_registries regs;
+    if (CHECK("registries", reg_registries_init(&regs, cs, 2, NULL, NULL) == KILN_OK)) {
+        CHECK("several: 5 s a request, 10 s a stall, a given one kept",
+              regs.c[0].timeout_ms == KILN_REGISTRY_FAILOVER_TIMEOUT_MS &&
+                  regs.c[0].stall_ms == KILN_REGISTRY_FAILOVER_STALL_MS &&
+                  KILN_REGISTRY_FAILOVER_TIMEOUT_MS == 5000 && regs.c[1].timeout_ms == 7);
+        reg_registries_release(&regs);
+    }
+    if (CHECK("one registry", reg_registries_init(&regs, cs, 1, NULL, NULL) == KILN_OK)) {
+        CHECK("alone: the lone registry's defaults (0)",
+              regs.c[0].timeout_ms == 0 && regs.c[0].stall_ms == 0);
+        reg_registries_release(&regs);
+    }
+out:
+    if (hung >= 0) close(hung);
+    if (started) {
+        shutdown(st.fd, SHUT_RDWR);
+        close(st.fd);
+        pthread_join(t, NULL);
+    }
     mfree(&f);
 }
 
