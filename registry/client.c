@@ -78,6 +78,7 @@ static kiln_err auth_header(const kiln_registry_client_opts *c, struct curl_slis
  * then silence was cut off 5-6 s after the limit: measured 7.2 s for a 1 s limit.) */
 typedef struct xfer {
     const kiln_registry_client_opts *c;
+    unsigned stall;   /* ms; 0: not watched (a deadline that comes first governs) */
     curl_off_t bytes; /* up and down so far */
     uint64_t since;   /* when bytes last changed (ns); 0 before the first call */
     bool stalled;
@@ -95,7 +96,7 @@ static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_o
     if (!x->since || dlnow + ulnow != x->bytes) {
         x->bytes = dlnow + ulnow;
         x->since = now;
-    } else if (now - x->since > (uint64_t)stall_ms(c) * 1000000) {
+    } else if (x->stall && now - x->since > (uint64_t)x->stall * 1000000) {
         x->stalled = true;
         return 1; /* CURLE_ABORTED_BY_CALLBACK */
     }
@@ -105,7 +106,7 @@ static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_o
 }
 
 static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
-    *x = (xfer){.c = c};
+    *x = (xfer){.c = c, .stall = stall_ms(c)};
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -121,7 +122,7 @@ static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
 static const char *xfer_error(const xfer *x, CURLcode e, const char *ebuf, char *out, size_t cap) {
     if (x->stalled)
         snprintf(out, cap, "stalled: not a byte moved in %u ms (%lld bytes moved before)",
-                 stall_ms(x->c), (long long)x->bytes);
+                 x->stall, (long long)x->bytes);
     else
         snprintf(out, cap, "%s", ebuf[0] ? ebuf : curl_easy_strerror(e));
     return out;
@@ -203,6 +204,7 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
         memset(out, 0, sizeof *out);
         out->limit = limit;
         common_opts(h, c, &x);
+        if (x.stall >= (unsigned long)deadline_ms) x.stall = 0;
         ebuf[0] = 0;
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         /* The stall detection alone lets a registry that sends a byte a second hold a pull

@@ -1120,7 +1120,7 @@ KILN_TEST(registry_trust_walk_hostile_registry) {
         const char *msg;
     } cases[] = {
         {HOSTILE_HUGE, KILN_ERR_LIMIT, "answer larger than 1048576 bytes"},
-        {HOSTILE_TRICKLE, KILN_ERR_NETWORK, "timed out after 500 milliseconds"},
+        {HOSTILE_TRICKLE, KILN_ERR_NETWORK, "Operation timed out after 5"},
         {HOSTILE_FAKE, KILN_ERR_VERIFY, "needs 2 distinct root keys of version 1, signed by 1"},
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {

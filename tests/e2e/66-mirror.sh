@@ -98,6 +98,24 @@ grep -q "^pulled demo@1.0.0 (channel production, seq 3) .* from $MU\$" "$T/pull3
     fail "followed: $(cat "$T/pull3.out")"
 [ "$(cat "$T/svc/model.safetensors")" = "weights 1.0.0" ] || fail "the service runs another model"
 
+# A primary that hangs (SIGSTOP: connections taken, nothing answered) is passed over within
+# --timeout, not the minute a lone registry gets; and a bad --timeout is refused.
+serve "$T/primary" primary "${P#http://}"
+kill -STOP "$primary_PID"
+s0=$(date +%s)
+$KILN pull demo@production --registry "$P" --registry "$MU" $S --timeout 1s >"$T/pull4.out" 2>"$T/pull4.err" ||
+    { kill -CONT "$primary_PID"; fail "pull with the primary frozen: $(cat "$T/pull4.err")"; }
+el=$(($(date +%s) - s0))
+kill -CONT "$primary_PID"
+grep -q "^kiln: registry '$P/.*: Operation timed out after 1[0-9][0-9][0-9] milliseconds.*; trying $MU\$" "$T/pull4.err" ||
+    fail "frozen primary: $(cat "$T/pull4.err")"
+grep -q "^pulled demo@1.0.0 (channel production, seq 3) .* from $MU\$" "$T/pull4.out" ||
+    fail "frozen primary: $(cat "$T/pull4.out")"
+[ $el -lt 20 ] || fail "the frozen primary held the pull for $el s"
+expect_fail 2 $KILN pull demo@production --registry "$P" --registry "$MU" $S --timeout 5 
+grep -q "timeout '5' is not a duration like 500ms, 5s or 1m" "$T/err" || fail "--timeout 5: $(cat "$T/err")"
+kill "$primary_PID"; wait "$primary_PID" 2>/dev/null || true
+
 # A sync killed with SIGKILL leaves the store resumable: the next one runs.
 $KILN registry mirror --root "$M" --from "$P" --trust "$T/trust.json" --interval 1s >/dev/null 2>&1 &
 K=$!
