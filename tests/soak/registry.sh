@@ -28,12 +28,15 @@
 #   outage (OUTAGES of them, spread over the run): once the mirror holds the primary's current
 #     record, a round starts and the primary gets SIGTERM in its middle (it must exit 0); for
 #     OUTAGE_S seconds CLI pulls and rounds go on, each pull passing over the primary and
-#     served by the mirror; then the primary restarts on its address. Every second outage is
-#     a crash instead: a version of the model 'crash' is uploading slowly (curl
+#     served by the mirror; then the primary restarts on its address. Of each three outages
+#     the second is a crash instead: a version of the model 'crash' is uploading slowly (curl
 #     --limit-rate, about two seconds) when the primary gets SIGKILL at a random moment of
 #     it (or just after). After the restart the store must pass fsck, an upload that was
 #     answered 2xx must be there, one that was not must be there whole or not at all, and
-#     kiln publish of it must then say 'published' or 'already stored' accordingly.
+#     kiln publish of it must then say 'published' or 'already stored' accordingly. And every
+#     third is a freeze: SIGSTOP, the traffic (each pull passing over the primary after its
+#     5 s deadline, the default with several registries), then SIGCONT, the same process
+#     serving on.
 #   mirror outage (MOUTAGES): the mirror's server stops (SIGTERM, exit 0) for OUTAGE_S
 #     seconds while the primary runs: every pull passes over it and carries on; then it
 #     restarts on its address.
@@ -276,13 +279,16 @@ cli_pull() {
     $KILN infer --model cli-out --input x.st --out cli-pred.st >/dev/null || fail "infer on the pulled $v"
     cmp -s cli-pred.st ref$k.st || fail "kiln pull of $v: predictions differ from the published model's"
 }
-# mirror_lag: the mirror's lag from its /metrics into LAG, kept in lags; over LAG_MAX fails.
+# mirror_lag [EXTRA]: the mirror's lag from its /metrics into LAG, kept in lags; over LAG_MAX
+# (+ EXTRA seconds: a frozen primary lets no sync finish, so the lag grows by the freeze)
+# fails.
 lags=
 mirror_lag() {
     LAG=$(curl -s "$MURL/metrics" | sed -n 's/^kiln_registry_mirror_lag_seconds //p')
     [ -n "$LAG" ] && [ "$LAG" -ge 0 ] || fail "the mirror's /metrics has no lag: '$LAG'"
     lags="$lags $LAG"
-    [ "$LAG" -le "$LAG_MAX" ] || fail "the mirror's lag is $LAG s, more than $LAG_MAX s ($(tail -2 mirror.err))"
+    [ "$LAG" -le $((LAG_MAX + ${1:-0})) ] ||
+        fail "the mirror's lag is $LAG s, more than $((LAG_MAX + ${1:-0})) s ($(tail -2 mirror.err))"
 }
 # catch_up: wait until the mirror serves the primary's current record and newest trust version
 # (so that clients can carry on through it alone, and a sync never meets a record its policy
@@ -333,15 +339,22 @@ down_traffic() {
     down_ms=$((down_ms + $(now_ms) - t_down))
 }
 
-# outage term|kill: the primary stops in the middle of a round (SIGTERM, or SIGKILL while a
-# version uploads) and stays down OUTAGE_S seconds; every pull meanwhile must pass over it and
-# be served by the mirror, the watch too.
-outages=0 kills=0 crash_acked=0 crash_kept=0 crash_lost=0 crash_pubs=0
+# outage term|kill|freeze: the primary stops in the middle of a round (SIGTERM, SIGKILL while a
+# version uploads, or SIGSTOP) and stays down OUTAGE_S seconds; every pull meanwhile must pass
+# over it and be served by the mirror, the watch too.
+outages=0 kills=0 freezes=0 crash_acked=0 crash_kept=0 crash_lost=0 crash_pubs=0
 outage() {
     catch_up
-    primary_requests
+    [ $1 = freeze ] || primary_requests
     w0=$dwdown
-    if [ $1 = kill ]; then
+    if [ $1 = freeze ]; then
+        rnd 10
+        round_send "round $ROUND $SEQ"
+        sleep 0.0$R
+        kill -STOP $PID
+        t_frozen=$(now_ms)
+        round_read
+    elif [ $1 = kill ]; then
         # The next version of 'crash', uploading at half its size a second.
         cv=1.0.$((kills + 1))
         rm -f c.kiln c.kiln.minisig
@@ -374,9 +387,15 @@ outage() {
     fi
     down_traffic primary
     expect_status 000 --max-time 2 "$URL/healthz"
-    mirror_lag
+    if [ $1 = freeze ]; then mirror_lag $((($(now_ms) - t_frozen) / 1000 + 1)); else mirror_lag; fi
     [ $dwdown -gt $w0 ] || fail "the watch never passed over the stopped primary"
     outages=$((outages + 1))
+    if [ $1 = freeze ]; then
+        kill -CONT $PID
+        freezes=$((freezes + 1))
+        expect_status 200 --max-time 10 "$URL/healthz"
+        return 0
+    fi
     start_primary "${URL#http://}"
     revoked_life=0
     [ $1 = kill ] || return 0
@@ -558,7 +577,7 @@ while :; do
     fi
 
     if [ $now -ge $next_outage ]; then
-        if [ $((n_out % 2)) = 1 ]; then outage kill; else outage term; fi
+        case $((n_out % 3)) in 0) outage term ;; 1) outage kill ;; 2) outage freeze ;; esac
         # The new primary's warm-up: a fifth of its life in this phase, 10 s at least.
         n_out=$((n_out + 1))
         next_outage=$((t0 + SECS * 1000 * (2 * n_out + 1) / (2 * OUTAGES)))
@@ -738,9 +757,9 @@ echo "  registry_seconds        $((el / 1000)) ($samples iterations: $it version
 echo "  requests                $requests answered by the primary ($(awk -v r=$requests -v e=$el 'BEGIN { printf "%.0f", r / (e / 1000) }')/s, counted at each stop), $mrequests by the mirror: $publishes versions published ($republished twice), $promotes promotions, $rollbacks rollbacks, $bad bad requests answered as expected, $cut uploads cut off"
 sed -n 's/^  //p' pull.summary | sed 's/^/  /'
 echo "  cli_pull_latency        p50 $(q 0.5) ms  p99 $(q 0.99) ms  max $(q 1) ms ($cli_pulls kiln pull processes over both registries, predictions checked with kiln infer)"
-echo "  outages                 $outages primary stops in mid-round, $((outages - kills)) by SIGTERM (each exit 0) and $kills by SIGKILL during an upload, and $moutages mirror server stops; $((down_ms / 1000)).$(((down_ms % 1000) / 100)) s down in all ($((mdown_ms / 1000)).$(((mdown_ms % 1000) / 100)) s of it the mirror's): $down_pulls kiln_pulls in $down_rounds rounds and $down_cli kiln pull processes served by the other registry, each passing over the stopped one; $((lives - 1)) restarts of the primary and $((mlives - 1)) of the mirror's server on their addresses"
+echo "  outages                 $outages primary stops in mid-round, $((outages - kills - freezes)) by SIGTERM (each exit 0), $kills by SIGKILL during an upload and $freezes by SIGSTOP (then SIGCONT), and $moutages mirror server stops; $((down_ms / 1000)).$(((down_ms % 1000) / 100)) s down in all ($((mdown_ms / 1000)).$(((mdown_ms % 1000) / 100)) s of it the mirror's): $down_pulls kiln_pulls in $down_rounds rounds and $down_cli kiln pull processes served by the other registry, each passing over the stopped one (a frozen one after its 5 s deadline); $((lives - 1)) restarts of the primary and $((mlives - 1)) of the mirror's server on their addresses"
 echo "  crashes                 $kills uploads of 'crash' cut by SIGKILL: $crash_acked answered 2xx first (each kept), $crash_kept kept in all, $crash_lost not stored at all; fsck clean after each restart; each published again ('already stored' exactly when kept)"
-echo "  mirror                  $syncs syncs copied something, $sync_failed gave up (a sync retries through a short outage), 0 problems; lag p50 $(lq 0.5) s max $(lq 1) s (bound $LAG_MAX s, $(printf '%s\n' $lags | wc -l) samples); the newest record on the mirror within $catchup_max ms at the $catchups catch-ups before outages and rotations"
+echo "  mirror                  $syncs syncs copied something, $sync_failed gave up (a sync retries through a short outage), 0 problems; lag p50 $(lq 0.5) s max $(lq 1) s (bound $LAG_MAX s, plus a freeze's length at its end; $(printf '%s\n' $lags | wc -l) samples); the newest record on the mirror within $catchup_max ms at the $catchups catch-ups before outages and rotations"
 echo "  mirror_final            the newest record copied $final_ms ms after the traffic stopped, then equal to the primary: $EQ_V versions (JSON byte for byte), $EQ_B blobs (sha256 and bytes), $EQ_R channel records (history and current record byte for byte), $EQ_T trust versions; audit $mrows mirror.sync rows (each item once); fsck clean; tmp empty"
 echo "  trust                   $rotations rotations (version 1 -> $TV, each signed by root-a and root-b): removed promote keys$keys_removed; each one's record failed kiln channel verify, was refused by the primary (422) and by every client, then was re-promoted with the new key"
 echo "  revocation              token 'ci-old' ($old_publishes publishes) revoked at t=${revoked_at}s; its next use and $((revoked_uses - 1)) more answered 401 'was revoked', counted by the primary's auth_refused{revoked}; the 3 other tokens active and used to the end"
