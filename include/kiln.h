@@ -249,7 +249,9 @@ KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out
  * is freed once no one holds it. */
 KILN_API const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation);
 KILN_API void kiln_watch_release(kiln_watch *w, const kiln_model *m);
-/* Stop polling and free the watcher; every acquired model must have been released. NULL ok. */
+/* Stop polling and free the watcher; every acquired model must have been released. NULL ok.
+ * A poll in flight is cancelled (within about a second, even while a registry hangs) and
+ * not reported to on_update. */
 KILN_API void kiln_watch_stop(kiln_watch *w);
 
 #ifdef __cplusplus

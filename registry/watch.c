@@ -28,6 +28,7 @@ struct kiln_watch {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop, thread_started;
+    int cancel; /* set by kiln_watch_stop (atomically): transfers in flight end at once */
     pthread_t thread;
     slot *cur, *retired;
     uint64_t gen;
@@ -35,6 +36,18 @@ struct kiln_watch {
     char *last_record;      /* the text of the record last tried (served, or refused) */
     uint64_t trust_version; /* of the policy the last poll walked to */
 };
+
+/* The registry clients' progress callback: a stop ends a poll's transfers within about a
+ * second (libcurl calls it at least that often), instead of after their deadlines (seconds
+ * to minutes while a registry hangs), which a service shutting down would otherwise wait. */
+static int watch_cancel(void *ctx, uint64_t done, uint64_t total) {
+    (void)done, (void)total;
+    return __atomic_load_n(&((kiln_watch *)ctx)->cancel, __ATOMIC_ACQUIRE);
+}
+
+static bool cancelled(kiln_watch *w) {
+    return __atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE) != 0;
+}
 
 static void slot_free(slot *s) {
     if (!s) return;
@@ -136,7 +149,7 @@ static void poll_once(kiln_watch *w) {
     kiln_err rc = reg_trust_walk_regs(&w->regs, w->trust, w->state, heard_trust, w, &t);
     if (rc) {
         /* Fail closed: nothing is pulled under a policy that did not walk. */
-        if (w->o.on_update) w->o.on_update(w->o.ctx, rc, kiln_errmsg(), NULL);
+        if (w->o.on_update && !cancelled(w)) w->o.on_update(w->o.ctx, rc, kiln_errmsg(), NULL);
         return;
     }
     if (kiln_sign_trust_version(t) != w->trust_version) {
@@ -180,7 +193,9 @@ static void poll_once(kiln_watch *w) {
             text = NULL;
         }
     }
-    if (w->o.on_update) w->o.on_update(w->o.ctx, rc, rc ? kiln_errmsg() : "", rc ? NULL : &res);
+    /* A stop's cancelled transfers are no failure to report. */
+    if (w->o.on_update && !(rc && cancelled(w)))
+        w->o.on_update(w->o.ctx, rc, rc ? kiln_errmsg() : "", rc ? NULL : &res);
     free(text);
     kiln_sign_trust_free(t);
 }
@@ -245,6 +260,8 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
             w->urls[i] = kiln_strdup(cs[i].url);
             cs[i].url = w->urls[i];
             cs[i].token = w->token;
+            cs[i].progress = watch_cancel;
+            cs[i].progress_ctx = w;
             if (!w->urls[i]) rc = KILN_ERR_NOMEM;
         }
         if (!w->urls) rc = KILN_ERR_NOMEM;
@@ -304,6 +321,7 @@ void kiln_watch_release(kiln_watch *w, const kiln_model *m) {
 void kiln_watch_stop(kiln_watch *w) {
     if (!w) return;
     if (w->thread_started) {
+        __atomic_store_n(&w->cancel, 1, __ATOMIC_RELEASE);
         pthread_mutex_lock(&w->mu);
         w->stop = true;
         pthread_cond_signal(&w->cv);

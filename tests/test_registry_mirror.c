@@ -830,3 +830,96 @@ KILN_TEST(registry_mirror_watch_follows_through_the_mirror) {
 out:
     mfree(&f);
 }
+
+/* A registry that answers 404 to everything until `hang` is set, then takes each connection
+ * and answers nothing (held open until the listener closes). */
+typedef struct hang_stub {
+    int fd;
+    atomic_int hang, hung;
+    int held[64], nheld;
+} hang_stub;
+
+static void *hang_main(void *arg) {
+    hang_stub *s = arg;
+    for (;;) {
+        char req[4096];
+        int c = rfx_accept(s->fd, req, sizeof req);
+        if (c < 0) break;
+        if (!atomic_load(&s->hang)) {
+            const char *a = "HTTP/1.1 404 Not Found\r\nContent-Length: 15\r\nConnection: "
+                            "close\r\n\r\n{\"error\":\"no\"}";
+            (void)!send(c, a, strlen(a), MSG_NOSIGNAL);
+            close(c);
+            continue;
+        }
+        atomic_fetch_add(&s->hung, 1);
+        if (s->nheld < 64)
+            s->held[s->nheld++] = c;
+        else
+            close(c);
+    }
+    for (int i = 0; i < s->nheld; i++)
+        close(s->held[i]);
+    return NULL;
+}
+
+static void count_failures(void *ctx, kiln_err rc, const char *message,
+                           const kiln_pull_result *r) {
+    (void)message, (void)r;
+    if (rc) atomic_fetch_add((atomic_int *)ctx, 1);
+}
+
+/* kiln_watch_stop while a poll waits on a registry that hangs returns at once (its transfers
+ * are cancelled), not after the request's deadline, and reports no failure for it. */
+KILN_TEST(registry_mirror_watch_stops_while_a_registry_hangs) {
+    mfx f;
+    hang_stub h = {.fd = -1};
+    pthread_t t;
+    bool started = false;
+    char hurl[64], dir[1100];
+    if (!CHECK("fixture", minit(&f))) goto out;
+    if (!CHECK("a primary with demo@production",
+               mpublish_model(&f, "1.0.0", "tsmoe-dense.model.safetensors") &&
+                   mpromote(&f, "production", "1.0.0")))
+        goto out;
+    started = CHECK("a registry that will hang", rfx_listen(&h.fd, hurl) &&
+                                                      pthread_create(&t, NULL, hang_main, &h) == 0);
+    if (!started) goto out;
+    snprintf(dir, sizeof dir, "%s/svc", kiln_test_dir());
+    const char *regs[] = {f.primary.url, hurl};
+    atomic_int failures = 0;
+    notes heard;
+    memset(&heard, 0, sizeof heard);
+    kiln_watch_opts wo = {.pull = {.registries = regs,
+                                   .nregistries = 2,
+                                   .ref = "demo@production",
+                                   .trust = f.primary.trust,
+                                   .out = dir,
+                                   .state = f.primary.state,
+                                   .on_registry = mnote,
+                                   .registry_ctx = &heard,
+                                   .timeout_ms = 20000},
+                          .interval_ms = 20,
+                          .on_update = count_failures,
+                          .ctx = &failures};
+    kiln_watch *w = NULL;
+    if (!CHECK("the watch starts", kiln_watch_start(&wo, &w) == KILN_OK)) goto out;
+    atomic_store(&h.hang, 1);
+    for (int i = 0; i < 500 && atomic_load(&h.hung) == 0; i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK("a poll waits on the hung registry", atomic_load(&h.hung) > 0);
+    double t0 = mnow();
+    kiln_watch_stop(w);
+    double dt = mnow() - t0;
+    CHECK("stopped within 3 s, not the request's 20 s", dt < 3.0);
+    CHECK("no failure reported for the cancelled poll", atomic_load(&failures) == 0);
+out:
+    if (started) {
+        shutdown(h.fd, SHUT_RDWR);
+        close(h.fd);
+        pthread_join(t, NULL);
+    }
+    mfree(&f);
+}
