@@ -1,5 +1,6 @@
 /* cmd_registry.c - kiln registry serve | token create, list, revoke | fsck | gc. */
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 int cmd_registry_serve(int argc, char **argv) {
     const char *root = NULL, *listen = NULL, *trust = NULL;
     bool read_required = false;
-    long threads = 4;
+    long threads = 4, max_conn = 4096, per_ip = 64;
     const cli_opt opts[] = {
         {"root", CLI_STR, &root, "DIR", "the registry's store (created if missing)", true},
         {"listen", CLI_STR, &listen, "HOST:PORT",
@@ -20,6 +21,12 @@ int cmd_registry_serve(int argc, char **argv) {
          "trust policy (trust.json) that uploads and channel records must meet", false},
         {"read-token-required", CLI_FLAG, &read_required, NULL, "reads need a token too", false},
         {"threads", CLI_INT, &threads, "N", "worker threads (default 4)", false},
+        {"max-connections", CLI_INT, &max_conn, "N", "open connections at most (default 4096)",
+         false},
+        {"per-ip-connections", CLI_INT, &per_ip, "N",
+         "open connections from one client address at most (default 64; 0: no limit, e.g. "
+         "behind a proxy)",
+         false},
         {0},
     };
     const cli_spec spec = {"kiln registry serve --root DIR --listen HOST:PORT [options]",
@@ -27,6 +34,20 @@ int cmd_registry_serve(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     if (threads < 1 || threads > 256) return cli_usage_error("--threads must be between 1 and 256");
+    if (max_conn < 1 || max_conn > 1000000)
+        return cli_usage_error("--max-connections must be between 1 and 1000000");
+    if (per_ip < 0 || per_ip > 1000000)
+        return cli_usage_error("--per-ip-connections must be between 0 (no limit) and 1000000");
+    /* Room for the connections: the soft descriptor limit raised as far as the hard one
+     * allows (the server warns if that is still too few). */
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max_conn + 64 &&
+        rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)max_conn + 64
+                          ? rl.rlim_max
+                          : (rlim_t)max_conn + 64;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
     /* Block the stop signals before any thread starts, so that only sigwait sees them. */
     sigset_t set;
     sigemptyset(&set);
@@ -37,7 +58,10 @@ int cmd_registry_serve(int argc, char **argv) {
                                    .listen = listen,
                                    .trust = trust,
                                    .read_token_required = read_required,
-                                   .threads = (unsigned)threads};
+                                   .threads = (unsigned)threads,
+                                   .max_connections = (unsigned)max_conn,
+                                   .per_ip_connections =
+                                       per_ip ? (unsigned)per_ip : KILN_REGISTRY_NO_LIMIT};
     kiln_registry_server *srv;
     kiln_err e = kiln_registry_server_start(&o, &srv);
     if (e) return cli_fail(e);

@@ -123,7 +123,16 @@ typedef struct kiln_registry_server_opts {
     bool read_token_required; /* reads need a token with any scope */
     unsigned threads;         /* worker threads; 0 = 4 */
     uint64_t max_upload;      /* largest archive accepted in bytes; 0 = 16 GiB */
+    /* Open connections at most (0: 4096), fewer where the process's file descriptor limit
+     * (RLIMIT_NOFILE, soft) leaves no room for them: then a warning says so. */
+    unsigned max_connections;
+    /* Open connections from one client address at most, so that one client holding many
+     * idle ones (a slow-loris) cannot use them all; 0: 64; KILN_REGISTRY_NO_LIMIT: none
+     * (behind a proxy, where every client has the proxy's address). */
+    unsigned per_ip_connections;
 } kiln_registry_server_opts;
+
+#define KILN_REGISTRY_NO_LIMIT 0xffffffffu
 
 typedef struct kiln_registry_server kiln_registry_server;
 

@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -1571,6 +1572,21 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     reg_db_close(db);
     clear_tmp(o->root);
     unsigned threads = o->threads ? o->threads : 4;
+    /* Every connection holds a descriptor; the store, the log and the threads want some
+     * too (64 spare). More connections than the limit allows would fail at accept(). */
+    unsigned max_conn = o->max_connections ? o->max_connections : 4096,
+             per_ip = o->per_ip_connections == KILN_REGISTRY_NO_LIMIT ? 0u
+                      : o->per_ip_connections                          ? o->per_ip_connections
+                                                                       : 64u;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur < (rlim_t)max_conn + 64) {
+        unsigned fit = rl.rlim_cur > 128 ? (unsigned)(rl.rlim_cur - 64) : 64u;
+        kiln_warn("registry: the file descriptor limit (%llu) leaves room for %u connections, "
+                  "not %u (raise it with ulimit -n)",
+                  (unsigned long long)rl.rlim_cur, fit, max_conn);
+        max_conn = fit;
+    }
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                                 MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
                             0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
@@ -1578,6 +1594,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                             completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
                             MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
                             MHD_OPTION_CONNECTION_TIMEOUT, 120u,
+                            MHD_OPTION_CONNECTION_LIMIT, max_conn,
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
                             /* room for X-Kiln-Signature: several signers' blocks, base64 */
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX),
                             MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);

@@ -2,6 +2,7 @@
  * server on loopback (ports chosen at runtime) driven over real HTTP. */
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
@@ -840,6 +841,55 @@ free_a:
     free(a);
 out:
     fx_free(&f);
+}
+
+/* One client address holding many idle connections (a slow-loris: request heads never
+ * finished) gets per_ip_connections of them, the rest closed at once, and a client from
+ * another address is still answered. The 127.0.0.0/8 block is all loopback on Linux, so
+ * 127.0.0.2 is another client address here. */
+KILN_TEST(registry_per_ip_connection_limit) {
+    char root[1024];
+    snprintf(root, sizeof root, "%s/reg", kiln_test_dir());
+    kiln_registry_server_opts o = {.root = root,
+                                   .listen = "127.0.0.1:0",
+                                   .threads = 2,
+                                   .max_connections = 64,
+                                   .per_ip_connections = 4};
+    kiln_registry_server *srv = NULL;
+    if (!CHECK("serves", kiln_registry_server_start(&o, &srv) == KILN_OK)) return;
+    char url[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)kiln_registry_server_port(srv));
+    enum { N = 20 };
+    int fds[N];
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(kiln_registry_server_port(srv))},
+                       from = {.sin_family = AF_INET};
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
+    int made = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&from, sizeof from) == 0 &&
+            connect(fds[i], (struct sockaddr *)&to, sizeof to) == 0 &&
+            send(fds[i], "GET /v1/models HTTP/1.1\r\nHost: x\r\n", 36, MSG_NOSIGNAL) == 36)
+            made++;
+    }
+    CHECK("20 connections from 127.0.0.2, each a request head begun", made == N);
+    /* Those past the limit are closed by the server: a read sees the end. */
+    struct timespec ts = {0, 300 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    int open = 0;
+    for (int i = 0; i < N; i++) {
+        char b;
+        ssize_t r = recv(fds[i], &b, 1, MSG_DONTWAIT);
+        open += r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    }
+    if (!CHECK("4 kept open, 16 closed", open == 4)) fprintf(stderr, "    open: %d\n", open);
+    rfx_resp r = {0};
+    CHECK("another address is answered", rfx_http(url, "GET", "/healthz", NULL, NULL, NULL, &r) == 200);
+    rfx_resp_free(&r);
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    kiln_registry_server_stop(srv, 1000);
 }
 
 typedef struct worker {
