@@ -55,6 +55,12 @@ expect_fail 2 $KILN registry gc --root "$R"
 expect_fail 2 $KILN registry serve --root "$T/new-store" --listen "${URL#http://}"
 grep -q "cannot listen on '${URL#http://}': Address already in use" "$T/err" || fail "address in use: $(cat "$T/err")"
 [ ! -e "$T/new-store" ] || fail "a refused listen address left a store behind"
+# Connection limits out of range: refused before anything is made.
+expect_fail 2 $KILN registry serve --root "$T/new-store" --listen 127.0.0.1:0 --max-connections 0
+grep -q "max-connections must be between 1 and 1000000" "$T/err" || fail "--max-connections 0: $(cat "$T/err")"
+expect_fail 2 $KILN registry serve --root "$T/new-store" --listen 127.0.0.1:0 --per-ip-connections -1
+grep -q "per-ip-connections must be between 0 (no limit)" "$T/err" || fail "--per-ip-connections -1: $(cat "$T/err")"
+[ ! -e "$T/new-store" ] || fail "refused connection limits left a store behind"
 mkdir "$T/not-a-store" && echo keep >"$T/not-a-store/notes.txt"
 expect_fail 2 $KILN registry serve --root "$T/not-a-store" --listen 127.0.0.1:0
 grep -q "'$T/not-a-store' is not a registry store (no registry.db) and is not empty" "$T/err" || fail "non-store root: $(cat "$T/err")"
