@@ -30,6 +30,9 @@ extern "C" {
 kiln_err kiln_fail(kiln_err code, const char *fmt, ...) KILN_PRINTF(2, 3);
 /* As kiln_fail, with ": <strerror(errno)>" appended (errno read on entry). */
 kiln_err kiln_fail_errno(kiln_err code, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* The errno the current message came from (kiln_fail_errno), 0 when it came from none: what
+ * kind of I/O failure it was (ENOSPC: a full disk). kiln_errprefix keeps it. */
+int kiln_err_errno(void);
 /* Prepend context to the current message ("'run/ckpt': " + msg); returns code. */
 kiln_err kiln_errprefix(kiln_err code, const char *fmt, ...) KILN_PRINTF(2, 3);
 /* Clear this thread's message. */

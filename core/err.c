@@ -15,6 +15,7 @@
 #endif
 
 static _Thread_local char errbuf[1024];
+static _Thread_local int err_errno; /* the errno kiln_fail_errno recorded, else 0 */
 
 static const char *const err_names[] = {
     [KILN_OK] = "ok",
@@ -45,9 +46,15 @@ KILN_API const char *kiln_errmsg(void) { return errbuf; }
 
 KILN_API const char *kiln_version(void) { return KILN_VERSION " (" KILN_GIT_REV ")"; }
 
-void kiln_errclear(void) { errbuf[0] = 0; }
+void kiln_errclear(void) {
+    errbuf[0] = 0;
+    err_errno = 0;
+}
+
+int kiln_err_errno(void) { return err_errno; }
 
 kiln_err kiln_fail(kiln_err code, const char *fmt, ...) {
+    err_errno = 0;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(errbuf, sizeof errbuf, fmt, ap);
@@ -57,6 +64,7 @@ kiln_err kiln_fail(kiln_err code, const char *fmt, ...) {
 
 kiln_err kiln_fail_errno(kiln_err code, const char *fmt, ...) {
     int e = errno;
+    err_errno = e;
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(errbuf, sizeof errbuf, fmt, ap);

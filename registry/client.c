@@ -161,8 +161,9 @@ static bool transient_curl(CURLcode e) {
            e == CURLE_COULDNT_RESOLVE_HOST;
 }
 
+/* 5xx but 501 (not implemented) and 507 (the registry's disk is full). */
 static bool transient_status(long status) {
-    return status >= 500 && status != 501;
+    return status >= 500 && status != 501 && status != 507;
 }
 
 static void backoff(const kiln_registry_client_opts *c, int attempt) {

@@ -258,6 +258,10 @@ static unsigned status_of(kiln_err e) {
         return 422;
     case KILN_ERR_UNSUPPORTED:
         return 501;
+    case KILN_ERR_IO:
+        /* A full disk is not a fault a retry a second later mends: 507, which clients do
+         * not retry. */
+        return kiln_err_errno() == ENOSPC || kiln_err_errno() == EDQUOT ? 507 : 500;
     default:
         return 500;
     }

@@ -170,6 +170,10 @@ kiln_err reg_db_fail(sqlite3 *db, const char *what) {
     int code = db ? sqlite3_errcode(db) : SQLITE_ERROR;
     if (code == SQLITE_BUSY || code == SQLITE_LOCKED)
         return kiln_fail(KILN_ERR_IO, "registry database busy while %s", what);
+    if (code == SQLITE_FULL) { /* a full disk, as an I/O error's errno says it (507) */
+        errno = ENOSPC;
+        return kiln_fail_errno(KILN_ERR_IO, "registry database: cannot write while %s", what);
+    }
     return kiln_fail(KILN_ERR_IO, "registry database: %s while %s",
                      db ? sqlite3_errmsg(db) : "cannot open", what);
 }

@@ -1,5 +1,6 @@
 /* test_core.c - errors, hashing, the generator, JSON, atomic files. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -271,6 +272,22 @@ static kiln_err dl_race_rc[4];
 static void *dl_race(void *arg) {
     dl_race_rc[(size_t)arg] = kiln_dl_load(dl_race_lib);
     return NULL;
+}
+
+/* Which errno an error came from: set by kiln_fail_errno, kept by kiln_errprefix, cleared by
+ * kiln_fail and kiln_errclear. */
+KILN_TEST(core_err_errno) {
+    errno = ENOSPC;
+    kiln_fail_errno(KILN_ERR_IO, "writing '%s'", "x");
+    CHECK("recorded", kiln_err_errno() == ENOSPC && strstr(kiln_errmsg(), "No space left"));
+    kiln_errprefix(KILN_ERR_IO, "upload: ");
+    CHECK("kept through a prefix", kiln_err_errno() == ENOSPC);
+    kiln_fail(KILN_ERR_IO, "something else");
+    CHECK("cleared by kiln_fail", kiln_err_errno() == 0);
+    errno = EACCES;
+    kiln_fail_errno(KILN_ERR_IO, "opening");
+    kiln_errclear();
+    CHECK("cleared by kiln_errclear", kiln_err_errno() == 0);
 }
 
 KILN_TEST(core_dl_load) {

@@ -145,3 +145,39 @@ grep -q 'hashes to' "$T/err" || fail "tampered pull: $(cat "$T/err")"
 kill -TERM $PID
 wait $PID
 expect_fail 2 $KILN registry fsck --root "$T/none"
+# A full disk: the upload is answered 507 (which clients do not retry), nothing is left in
+# tmp, the store stays consistent and the server serves on. It needs a small filesystem: a
+# tmpfs in a private mount namespace (root with unshare, as CI runs); elsewhere skipped, said so.
+if unshare -m true 2>/dev/null; then
+    mkdir -p "$T/big" "$T/full"
+    head -c 1500000 /dev/urandom >"$T/big/model.safetensors"
+    cp "$T/m-1.0.0-one/card.json" "$T/big/"
+    $KILN pack "$T/big" --name demo --version 9.0.0 --out "$T/big.kiln" >/dev/null
+    $KILN sign "$T/big.kiln" --key "$T/rel.key" --allow-unvalidated >/dev/null
+    cat >"$T/full.sh" <<'SCRIPT'
+mount -t tmpfs -o size=1m tmpfs "$T/full" || exit 3
+tok=$($KILN registry token create --root "$T/full/reg" --name ci --scope publish) || exit 4
+$KILN registry serve --root "$T/full/reg" --listen 127.0.0.1:0 --trust "$T/trust.json" >"$T/full.out" 2>"$T/full.err" &
+pid=$!
+i=0
+while ! grep -q 'http://' "$T/full.out"; do i=$((i + 1)); [ $i -lt 100 ] || exit 5; sleep 0.05; done
+url=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/full.out")
+$KILN publish "$T/big.kiln" --registry "$url" --token "$tok" >"$T/full.pub" 2>&1
+echo "publish $?" >"$T/full.rc"
+curl -s "$url/healthz" >"$T/full.health"
+kill $pid
+wait $pid
+ls -A "$T/full/reg/tmp" >"$T/full.tmp"
+$KILN registry fsck --root "$T/full/reg" --trust "$T/trust.json" >"$T/full.fsck" 2>&1
+echo "fsck $?" >>"$T/full.rc"
+SCRIPT
+    T="$T" KILN="$KILN" unshare -m sh "$T/full.sh" || fail "the full-disk case could not run: exit $?"
+    grep -q '^publish 2$' "$T/full.rc" || fail "a publish to a full disk: $(cat "$T/full.rc" "$T/full.pub")"
+    grep -q "HTTP 507: cannot write an upload's temporary file in .*: No space left on device" "$T/full.pub" ||
+        fail "a publish to a full disk: $(cat "$T/full.pub")"
+    [ "$(cat "$T/full.health")" = ok ] || fail "the server after a full disk: $(cat "$T/full.health")"
+    [ ! -s "$T/full.tmp" ] || fail "a full disk left $(cat "$T/full.tmp") in tmp"
+    grep -q '^fsck 0$' "$T/full.rc" || fail "fsck after a full disk: $(cat "$T/full.fsck")"
+else
+    echo "60-registry: no mount namespace here: the full-disk case is skipped"
+fi
