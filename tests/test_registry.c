@@ -918,11 +918,12 @@ KILN_TEST(registry_per_ip_connection_limit) {
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     inet_pton(AF_INET, "127.0.0.2", &from.sin_addr);
     int made = 0;
+    const char *head = "GET /v1/models HTTP/1.1\r\nHost: x\r\n"; /* never finished */
     for (int i = 0; i < N; i++) {
         fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fds[i] >= 0 && bind(fds[i], (struct sockaddr *)&from, sizeof from) == 0 &&
             connect(fds[i], (struct sockaddr *)&to, sizeof to) == 0 &&
-            send(fds[i], "GET /v1/models HTTP/1.1\r\nHost: x\r\n", 36, MSG_NOSIGNAL) == 36)
+            send(fds[i], head, strlen(head), MSG_NOSIGNAL) == (ssize_t)strlen(head))
             made++;
     }
     CHECK("20 connections from 127.0.0.2, each a request head begun", made == N);
