@@ -489,11 +489,10 @@ static void mnote(void *ctx, const char *line) {
         n->len += (size_t)snprintf(n->text + n->len, sizeof n->text - n->len, "%s\n", line);
 }
 
-/* kiln_pull (the public API) over urls, in order; res may be NULL. */
-static kiln_err mpull(const mfx *f, const char *const *urls, size_t n, const char *ref,
-                      notes *heard, kiln_pull_result *res) {
-    char out[1100];
-    snprintf(out, sizeof out, "%s/svc", kiln_test_dir());
+/* A pull's options: urls in order, into out, under the primary's policy and state; each
+ * registry passed over noted in heard (emptied first). */
+static kiln_pull_opts mopts(const mfx *f, const char *const *urls, size_t n, const char *ref,
+                            const char *out, notes *heard) {
     if (heard) memset(heard, 0, sizeof *heard);
     kiln_pull_opts o = {.registries = urls,
                         .nregistries = n,
@@ -503,6 +502,15 @@ static kiln_err mpull(const mfx *f, const char *const *urls, size_t n, const cha
                         .state = f->primary.state,
                         .on_registry = mnote,
                         .registry_ctx = heard};
+    return o;
+}
+
+/* kiln_pull (the public API) over urls, in order; res may be NULL. */
+static kiln_err mpull(const mfx *f, const char *const *urls, size_t n, const char *ref,
+                      notes *heard, kiln_pull_result *res) {
+    char out[1100];
+    snprintf(out, sizeof out, "%s/svc", kiln_test_dir());
+    kiln_pull_opts o = mopts(f, urls, n, ref, out, heard);
     return kiln_pull(&o, res);
 }
 
@@ -604,16 +612,9 @@ KILN_TEST(registry_mirror_hung_registry_passed_over) {
     const char *hp[] = {hurl, f.primary.url};
     char out[1100];
     snprintf(out, sizeof out, "%s/svc", kiln_test_dir());
-    notes heard = {0};
-    kiln_pull_opts o = {.registries = hp,
-                        .nregistries = 2,
-                        .ref = "demo@production",
-                        .trust = f.primary.trust,
-                        .out = out,
-                        .state = f.primary.state,
-                        .on_registry = mnote,
-                        .registry_ctx = &heard,
-                        .timeout_ms = 300};
+    notes heard;
+    kiln_pull_opts o = mopts(&f, hp, 2, "demo@production", out, &heard);
+    o.timeout_ms = 300;
     kiln_pull_result r;
     double t0 = mnow();
     kiln_err rc = kiln_pull(&o, &r);
@@ -889,19 +890,11 @@ KILN_TEST(registry_mirror_watch_stops_while_a_registry_hangs) {
     const char *regs[] = {f.primary.url, hurl};
     atomic_int failures = 0;
     notes heard;
-    memset(&heard, 0, sizeof heard);
-    kiln_watch_opts wo = {.pull = {.registries = regs,
-                                   .nregistries = 2,
-                                   .ref = "demo@production",
-                                   .trust = f.primary.trust,
-                                   .out = dir,
-                                   .state = f.primary.state,
-                                   .on_registry = mnote,
-                                   .registry_ctx = &heard,
-                                   .timeout_ms = 20000},
+    kiln_watch_opts wo = {.pull = mopts(&f, regs, 2, "demo@production", dir, &heard),
                           .interval_ms = 20,
                           .on_update = count_failures,
                           .ctx = &failures};
+    wo.pull.timeout_ms = 20000;
     kiln_watch *w = NULL;
     if (!CHECK("the watch starts", kiln_watch_start(&wo, &w) == KILN_OK)) goto out;
     atomic_store(&h.hang, 1);
