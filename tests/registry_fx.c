@@ -326,6 +326,48 @@ bool rfx_listen(int *fd, char url[64]) {
     return true;
 }
 
+static void *stub_main(void *arg) {
+    rfx_stub *s = arg;
+    for (;;) {
+        char req[4096];
+        int c = rfx_accept(s->fd, req, sizeof req);
+        if (c < 0) return NULL;
+        if (s->answer(s->ctx, c, req)) close(c);
+    }
+}
+
+bool rfx_stub_start(rfx_stub *s, bool (*answer)(void *ctx, int c, const char *req), void *ctx) {
+    memset(s, 0, sizeof *s);
+    s->answer = answer;
+    s->ctx = ctx;
+    if (!rfx_listen(&s->fd, s->url)) return false;
+    s->started = pthread_create(&s->thread, NULL, stub_main, s) == 0;
+    if (!s->started) {
+        close(s->fd);
+        s->fd = -1;
+    }
+    return s->started;
+}
+
+void rfx_stub_stop(rfx_stub *s) {
+    if (!s->started) return;
+    shutdown(s->fd, SHUT_RDWR);
+    close(s->fd);
+    pthread_join(s->thread, NULL);
+    s->started = false;
+}
+
+void rfx_stub_answer(int c, int status, const char *body) {
+    char head[256];
+    size_t n = body ? strlen(body) : 0;
+    snprintf(head, sizeof head,
+             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+             "Connection: close\r\n\r\n",
+             status, n);
+    if (send(c, head, strlen(head), MSG_NOSIGNAL) < 0 || (n && send(c, body, n, MSG_NOSIGNAL) < 0)) {
+    }
+}
+
 int rfx_accept(int fd, char *req, size_t size) {
     int c = accept(fd, NULL, NULL);
     if (c < 0) return -1;

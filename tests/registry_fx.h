@@ -6,6 +6,7 @@
 #ifndef KILN_REGISTRY_FX_H
 #define KILN_REGISTRY_FX_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -133,5 +134,23 @@ bool rfx_listen(int *fd, char url[64]);
 /* Accept one connection on fd and read its request head into req (NUL-terminated): the
  * connection, or -1 once the listener is closed. */
 int rfx_accept(int fd, char *req, size_t size);
+
+/* A stub server on a thread of its own: each connection's request head goes to
+ * answer(ctx, c, req), which answers on c and returns true to have c closed (false: it keeps
+ * c, and closes it itself). */
+typedef struct rfx_stub {
+    int fd;
+    char url[64];
+    pthread_t thread;
+    bool started;
+    bool (*answer)(void *ctx, int c, const char *req);
+    void *ctx;
+} rfx_stub;
+bool rfx_stub_start(rfx_stub *s, bool (*answer)(void *ctx, int c, const char *req), void *ctx);
+/* Close the listener and join the thread (a connection being answered is finished first). A
+ * stub that did not start is fine. */
+void rfx_stub_stop(rfx_stub *s);
+/* One answer: status, a JSON body (NULL: none), Connection: close. */
+void rfx_stub_answer(int c, int status, const char *body);
 
 #endif

@@ -489,28 +489,18 @@ KILN_TEST(registry_fake_server_cut_off) {
     free(partial);
 }
 
-/* A fake server that answers every request with one status, counting them. */
+/* A stub that answers every request with one status, counting them. */
 typedef struct status_stub {
-    int fd;
     int status;
     atomic_int asked;
 } status_stub;
 
-static void *status_serve(void *arg) {
-    status_stub *s = arg;
-    for (;;) {
-        char buf[4096];
-        int c = rfx_accept(s->fd, buf, sizeof buf);
-        if (c < 0) return NULL;
-        atomic_fetch_add(&s->asked, 1);
-        char a[160];
-        int n = snprintf(a, sizeof a,
-                         "HTTP/1.1 %d X\r\nContent-Length: 13\r\nConnection: close\r\n\r\n"
-                         "{\"error\":\"x\"}",
-                         s->status);
-        (void)!write(c, a, (size_t)n);
-        close(c);
-    }
+static bool status_answer(void *ctx, int c, const char *req) {
+    status_stub *s = ctx;
+    (void)req;
+    atomic_fetch_add(&s->asked, 1);
+    rfx_stub_answer(c, s->status, "{\"error\":\"x\"}");
+    return true;
 }
 
 /* A 5xx is retried (the server may be restarting), but not 501 nor 507: a registry whose
@@ -520,12 +510,9 @@ KILN_TEST(registry_client_retries_5xx_but_507) {
     const int want[] = {4, 1, 1};
     for (size_t i = 0; i < KILN_ARRAY_LEN(statuses); i++) {
         status_stub st = {.status = statuses[i]};
-        char url[64];
-        pthread_t t;
-        if (!CHECK("stub", rfx_listen(&st.fd, url) &&
-                               pthread_create(&t, NULL, status_serve, &st) == 0))
-            return;
-        kiln_registry_client_opts c = {.url = url, .retries = 3, .backoff_ms = 1};
+        rfx_stub stub;
+        if (!CHECK("stub", rfx_stub_start(&stub, status_answer, &st))) return;
+        kiln_registry_client_opts c = {.url = stub.url, .retries = 3, .backoff_ms = 1};
         json_t *j = NULL;
         kiln_err rc = kiln_registry_get_json(&c, "/v1/models", &j);
         char what[64];
@@ -533,9 +520,7 @@ KILN_TEST(registry_client_retries_5xx_but_507) {
         if (!CHECK(what, rc != KILN_OK && atomic_load(&st.asked) == want[i]))
             fprintf(stderr, "    asked %d times\n", atomic_load(&st.asked));
         json_decref(j);
-        shutdown(st.fd, SHUT_RDWR);
-        close(st.fd);
-        pthread_join(t, NULL);
+        rfx_stub_stop(&stub);
     }
 }
 

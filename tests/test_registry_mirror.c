@@ -553,44 +553,36 @@ static double mnow(void) {
 }
 
 /* A proxy of the registry at `to` that answers every request as it does, except that a
- * blob's download stops halfway, the connection left open, until the listener closes. */
+ * blob's download stops halfway, the connection left open until the client gives up. */
 typedef struct stall {
-    int fd;
     const char *to;
     atomic_int stalled;
 } stall;
 
-static void *stall_main(void *arg) {
-    stall *s = arg;
-    for (;;) {
-        char req[4096], path[1024];
-        int c = rfx_accept(s->fd, req, sizeof req);
-        if (c < 0) return NULL;
-        if (sscanf(req, "GET %1023s ", path) != 1) {
-            close(c);
-            continue;
-        }
-        rfx_resp r = {0};
-        rfx_http(s->to, "GET", path, NULL, NULL, NULL, &r);
-        char head[256];
-        bool blob = !strncmp(path, "/v1/blobs/", 10) && r.status == 200;
-        int hl = snprintf(head, sizeof head,
-                          "HTTP/1.1 %ld X\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                          r.status, r.len);
-        bool ok = send(c, head, (size_t)hl, MSG_NOSIGNAL) == hl &&
-                  send(c, r.body, blob ? r.len / 2 : r.len, MSG_NOSIGNAL) >= 0;
-        if (blob && ok) {
-            atomic_fetch_add(&s->stalled, 1);
-            /* Until the client gives up; 20 s at most, so that a client that never does
-             * fails the test's timing instead of hanging it. */
-            struct timeval tv = {20, 0};
-            setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-            char b;
-            (void)!recv(c, &b, 1, 0);
-        }
-        rfx_resp_free(&r);
-        close(c);
+static bool stall_answer(void *ctx, int c, const char *req) {
+    stall *s = ctx;
+    char path[1024];
+    if (sscanf(req, "GET %1023s ", path) != 1) return true;
+    rfx_resp r = {0};
+    rfx_http(s->to, "GET", path, NULL, NULL, NULL, &r);
+    char head[256];
+    bool blob = !strncmp(path, "/v1/blobs/", 10) && r.status == 200;
+    int hl = snprintf(head, sizeof head,
+                      "HTTP/1.1 %ld X\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                      r.status, r.len);
+    bool ok = send(c, head, (size_t)hl, MSG_NOSIGNAL) == hl &&
+              send(c, r.body, blob ? r.len / 2 : r.len, MSG_NOSIGNAL) >= 0;
+    if (blob && ok) {
+        atomic_fetch_add(&s->stalled, 1);
+        /* Until the client gives up; 20 s at most, so that a client that never does fails
+         * the test's timing instead of hanging it. */
+        struct timeval tv = {20, 0};
+        setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char b;
+        (void)!recv(c, &b, 1, 0);
     }
+    rfx_resp_free(&r);
+    return true;
 }
 
 /* A registry that takes connections and never answers (a stopped process, a disk stall) is
@@ -599,10 +591,9 @@ static void *stall_main(void *arg) {
 KILN_TEST(registry_mirror_hung_registry_passed_over) {
     mfx f;
     int hung = -1;
-    stall st = {.fd = -1};
-    pthread_t t;
-    bool started = false;
-    char hurl[64], surl[64];
+    stall st = {0};
+    rfx_stub stub = {.started = false};
+    char hurl[64];
     if (!CHECK("fixture", minit(&f))) goto out;
     if (!CHECK("a primary with demo@production",
                mpublish(&f, "1.0.0", "one", 3) && mpromote(&f, "production", "1.0.0")))
@@ -629,10 +620,8 @@ KILN_TEST(registry_mirror_hung_registry_passed_over) {
 
     /* A download that stops halfway: passed over after timeout_ms without a byte. */
     st.to = f.primary.url;
-    started = CHECK("a stalling proxy",
-                    rfx_listen(&st.fd, surl) && pthread_create(&t, NULL, stall_main, &st) == 0);
-    if (!started) goto out;
-    const char *sp[] = {surl, f.primary.url};
+    if (!CHECK("a stalling proxy", rfx_stub_start(&stub, stall_answer, &st))) goto out;
+    const char *sp[] = {stub.url, f.primary.url};
     o.registries = sp;
     o.timeout_ms = 1000;
     memset(&heard, 0, sizeof heard);
@@ -641,7 +630,7 @@ KILN_TEST(registry_mirror_hung_registry_passed_over) {
     dt = mnow() - t0;
     CHECK("pulled from the next registry", rc == KILN_OK && !strcmp(r.version, "1.0.0"));
     if (!CHECK("the stalled download passed over",
-               atomic_load(&st.stalled) == 1 && strstr(heard.text, surl) &&
+               atomic_load(&st.stalled) == 1 && strstr(heard.text, stub.url) &&
                    strstr(heard.text, "downloading") &&
                    strstr(heard.text, "stalled: not a byte moved in 1000 ms")))
         fprintf(stderr, "    heard: %s", heard.text);
@@ -664,11 +653,7 @@ KILN_TEST(registry_mirror_hung_registry_passed_over) {
     }
 out:
     if (hung >= 0) close(hung);
-    if (started) {
-        shutdown(st.fd, SHUT_RDWR);
-        close(st.fd);
-        pthread_join(t, NULL);
-    }
+    rfx_stub_stop(&stub);
     mfree(&f);
 }
 
@@ -833,35 +818,23 @@ out:
 }
 
 /* A registry that answers 404 to everything until `hang` is set, then takes each connection
- * and answers nothing (held open until the listener closes). */
+ * and answers nothing (held open until the test closes them). */
 typedef struct hang_stub {
-    int fd;
     atomic_int hang, hung;
     int held[64], nheld;
 } hang_stub;
 
-static void *hang_main(void *arg) {
-    hang_stub *s = arg;
-    for (;;) {
-        char req[4096];
-        int c = rfx_accept(s->fd, req, sizeof req);
-        if (c < 0) break;
-        if (!atomic_load(&s->hang)) {
-            const char *a = "HTTP/1.1 404 Not Found\r\nContent-Length: 15\r\nConnection: "
-                            "close\r\n\r\n{\"error\":\"no\"}";
-            (void)!send(c, a, strlen(a), MSG_NOSIGNAL);
-            close(c);
-            continue;
-        }
-        atomic_fetch_add(&s->hung, 1);
-        if (s->nheld < 64)
-            s->held[s->nheld++] = c;
-        else
-            close(c);
+static bool hang_answer(void *ctx, int c, const char *req) {
+    hang_stub *s = ctx;
+    (void)req;
+    if (!atomic_load(&s->hang)) {
+        rfx_stub_answer(c, 404, "{\"error\":\"no\"}");
+        return true;
     }
-    for (int i = 0; i < s->nheld; i++)
-        close(s->held[i]);
-    return NULL;
+    atomic_fetch_add(&s->hung, 1);
+    if (s->nheld == 64) return true;
+    s->held[s->nheld++] = c;
+    return false;
 }
 
 static void count_failures(void *ctx, kiln_err rc, const char *message,
@@ -874,20 +847,17 @@ static void count_failures(void *ctx, kiln_err rc, const char *message,
  * are cancelled), not after the request's deadline, and reports no failure for it. */
 KILN_TEST(registry_mirror_watch_stops_while_a_registry_hangs) {
     mfx f;
-    hang_stub h = {.fd = -1};
-    pthread_t t;
-    bool started = false;
-    char hurl[64], dir[1100];
+    hang_stub h = {.nheld = 0};
+    rfx_stub stub = {.started = false};
+    char dir[1100];
     if (!CHECK("fixture", minit(&f))) goto out;
     if (!CHECK("a primary with demo@production",
                mpublish_model(&f, "1.0.0", "tsmoe-dense.model.safetensors") &&
                    mpromote(&f, "production", "1.0.0")))
         goto out;
-    started = CHECK("a registry that will hang", rfx_listen(&h.fd, hurl) &&
-                                                      pthread_create(&t, NULL, hang_main, &h) == 0);
-    if (!started) goto out;
+    if (!CHECK("a registry that will hang", rfx_stub_start(&stub, hang_answer, &h))) goto out;
     snprintf(dir, sizeof dir, "%s/svc", kiln_test_dir());
-    const char *regs[] = {f.primary.url, hurl};
+    const char *regs[] = {f.primary.url, stub.url};
     atomic_int failures = 0;
     notes heard;
     kiln_watch_opts wo = {.pull = mopts(&f, regs, 2, "demo@production", dir, &heard),
@@ -909,10 +879,8 @@ KILN_TEST(registry_mirror_watch_stops_while_a_registry_hangs) {
     CHECK("stopped within 3 s, not the request's 20 s", dt < 3.0);
     CHECK("no failure reported for the cancelled poll", atomic_load(&failures) == 0);
 out:
-    if (started) {
-        shutdown(h.fd, SHUT_RDWR);
-        close(h.fd);
-        pthread_join(t, NULL);
-    }
+    rfx_stub_stop(&stub);
+    for (int i = 0; i < h.nheld; i++)
+        close(h.held[i]);
     mfree(&f);
 }

@@ -581,53 +581,26 @@ out:
 #include <sys/socket.h>
 
 typedef struct stub {
-    int fd;
     const char *newest; /* GET /v1/trust */
     const char *v2;     /* GET /v1/trust/2 from the second time on (NULL: never) */
     int asked_v2, served;
 } stub;
 
-static void stub_answer(int c, int status, const char *body) {
-    char head[256];
-    size_t n = body ? strlen(body) : 0;
-    snprintf(head, sizeof head,
-             "HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-             "Connection: close\r\n\r\n",
-             status, n);
-    if (write(c, head, strlen(head)) < 0 || (n && write(c, body, n) < 0)) {
+static bool stub_trust_answer(void *ctx, int c, const char *req) {
+    stub *s = ctx;
+    s->served++;
+    if (!strncmp(req, "GET /v1/trust/2 ", 16)) {
+        /* 404 the first time; stored by the time it is asked again. */
+        if (s->asked_v2++ && s->v2)
+            rfx_stub_answer(c, 200, s->v2);
+        else
+            rfx_stub_answer(c, 404, "{\"error\":\"trust version 2 not found\"}");
+    } else if (!strncmp(req, "GET /v1/trust ", 14)) {
+        rfx_stub_answer(c, 200, s->newest);
+    } else {
+        rfx_stub_answer(c, 404, "{\"error\":\"no\"}");
     }
-}
-
-static void *stub_main(void *arg) {
-    stub *s = arg;
-    for (;;) {
-        char req[4096];
-        int c = rfx_accept(s->fd, req, sizeof req);
-        if (c < 0) return NULL;
-        s->served++;
-        if (!strncmp(req, "GET /v1/trust/2 ", 16)) {
-            /* 404 the first time; stored by the time it is asked again. */
-            if (s->asked_v2++ && s->v2)
-                stub_answer(c, 200, s->v2);
-            else
-                stub_answer(c, 404, "{\"error\":\"trust version 2 not found\"}");
-        } else if (!strncmp(req, "GET /v1/trust ", 14)) {
-            stub_answer(c, 200, s->newest);
-        } else {
-            stub_answer(c, 404, "{\"error\":\"no\"}");
-        }
-        close(c);
-    }
-}
-
-static bool stub_start(stub *s, pthread_t *t, char url[64]) {
-    return rfx_listen(&s->fd, url) && pthread_create(t, NULL, stub_main, s) == 0;
-}
-
-static void stub_stop(stub *s, pthread_t t) {
-    shutdown(s->fd, SHUT_RDWR);
-    close(s->fd);
-    pthread_join(t, NULL);
+    return true;
 }
 
 /* A 404 for version N and then a newest version >= N is either a version stored in between
@@ -640,27 +613,29 @@ KILN_TEST(registry_trust_walk_a_version_stored_meanwhile_is_no_gap) {
          *v2 = tsign(&f, p2, (int[]){R1, R2, -1}), *p3 = tpolicy(&f, 3, NO_ALICE, 0),
          *v3 = tsign(&f, p3, (int[]){R1, R2, -1});
     char *trust = v1 ? kiln_test_write("trust.json", v1, strlen(v1)) : NULL,
-         *state = kiln_test_path("state"), url[64];
+         *state = kiln_test_path("state");
     stub s = {.newest = v2, .v2 = v2};
-    pthread_t t;
-    if (!CHECK("stub registry", trust && v2 && v3 && state && stub_start(&s, &t, url))) goto done;
-    kiln_registry_client_opts c = {.url = url, .retries = 0};
+    rfx_stub st;
+    if (!CHECK("stub registry", trust && v2 && v3 && state &&
+                                    rfx_stub_start(&st, stub_trust_answer, &s)))
+        goto done;
+    kiln_registry_client_opts c = {.url = st.url, .retries = 0};
     kiln_sign_trust *got = NULL;
     CHECK("version 2 stored between the 404 and GET /v1/trust: walked, not a gap",
           kiln_registry_trust_walk(&c, trust, state, NULL, NULL, &got) == KILN_OK && got &&
               kiln_sign_trust_version(got) == 2 && s.asked_v2 == 2);
     kiln_sign_trust_free(got);
     got = NULL;
-    stub_stop(&s, t);
+    rfx_stub_stop(&st);
     char *state2 = kiln_test_path("state2");
     stub g = {.newest = v3, .v2 = NULL};
-    if (CHECK("stub registry with a gap", state2 && stub_start(&g, &t, url))) {
-        c.url = url;
+    if (CHECK("stub registry with a gap", state2 && rfx_stub_start(&st, stub_trust_answer, &g))) {
+        c.url = st.url;
         CHECK("version 3 served, version 2 never: a gap",
               kiln_registry_trust_walk(&c, trust, state2, NULL, NULL, &got) == KILN_ERR_VERIFY &&
                   !got && g.asked_v2 == 2 &&
                   kiln_test_msg_has("serves trust version 3 but not version 2", "gap"));
-        stub_stop(&g, t);
+        rfx_stub_stop(&st);
     }
     free(state2);
 done:
@@ -1055,46 +1030,40 @@ out:
 enum { HOSTILE_HUGE, HOSTILE_TRICKLE, HOSTILE_FAKE };
 
 typedef struct hostile {
-    int fd, mode;
+    int mode;
     const char *fake; /* HOSTILE_FAKE: served for every version */
     atomic_int asked;
 } hostile;
 
-static void *hostile_main(void *arg) {
-    hostile *s = arg;
-    for (;;) {
-        char req[4096];
-        int c = rfx_accept(s->fd, req, sizeof req);
-        if (c < 0) return NULL;
-        if (strncmp(req, "GET /v1/trust/", 14) != 0) {
-            stub_answer(c, 404, "{\"error\":\"no\"}");
-            close(c);
-            continue;
-        }
-        atomic_fetch_add(&s->asked, 1);
-        if (s->mode == HOSTILE_FAKE) {
-            stub_answer(c, 200, s->fake);
-        } else {
-            /* 100 MB announced; sent until the client hangs up (a byte each 50 ms when
-             * trickling, for 4 s at most: a client without a deadline fails the test's
-             * timing instead of hanging it). */
-            const char *head = "HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n";
-            static char chunk[65536];
-            memset(chunk, ' ', sizeof chunk);
-            bool ok = send(c, head, strlen(head), MSG_NOSIGNAL) > 0;
-            size_t most = s->mode == HOSTILE_TRICKLE ? 80 : 100000000u;
-            for (size_t sent = 0; ok && sent < most;) {
-                size_t k = s->mode == HOSTILE_TRICKLE ? 1 : sizeof chunk;
-                ok = send(c, chunk, k, MSG_NOSIGNAL) > 0;
-                sent += k;
-                if (s->mode == HOSTILE_TRICKLE) {
-                    struct timespec ts = {0, 50 * 1000 * 1000};
-                    nanosleep(&ts, NULL);
-                }
-            }
-        }
-        close(c);
+static bool hostile_answer(void *ctx, int c, const char *req) {
+    hostile *s = ctx;
+    if (strncmp(req, "GET /v1/trust/", 14) != 0) {
+        rfx_stub_answer(c, 404, "{\"error\":\"no\"}");
+        return true;
     }
+    atomic_fetch_add(&s->asked, 1);
+    if (s->mode == HOSTILE_FAKE) {
+        rfx_stub_answer(c, 200, s->fake);
+        return true;
+    }
+    /* 100 MB announced; sent until the client hangs up (a byte each 50 ms when trickling,
+     * for 4 s at most: a client without a deadline fails the test's timing instead of
+     * hanging it). */
+    const char *head = "HTTP/1.1 200 OK\r\nContent-Length: 100000000\r\n\r\n";
+    static char chunk[65536];
+    memset(chunk, ' ', sizeof chunk);
+    bool ok = send(c, head, strlen(head), MSG_NOSIGNAL) > 0;
+    size_t most = s->mode == HOSTILE_TRICKLE ? 80 : 100000000u;
+    for (size_t sent = 0; ok && sent < most;) {
+        size_t k = s->mode == HOSTILE_TRICKLE ? 1 : sizeof chunk;
+        ok = send(c, chunk, k, MSG_NOSIGNAL) > 0;
+        sent += k;
+        if (s->mode == HOSTILE_TRICKLE) {
+            struct timespec ts = {0, 50 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    return true;
 }
 
 static double now_s(void) {
@@ -1125,12 +1094,9 @@ KILN_TEST(registry_trust_walk_hostile_registry) {
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         hostile h = {.mode = cases[i].mode, .fake = fake};
-        pthread_t t;
-        char url[64];
-        if (!CHECK("hostile registry",
-                   rfx_listen(&h.fd, url) && pthread_create(&t, NULL, hostile_main, &h) == 0))
-            break;
-        kiln_registry_client_opts c = {.url = url, .retries = 0, .timeout_ms = 500};
+        rfx_stub st;
+        if (!CHECK("hostile registry", rfx_stub_start(&st, hostile_answer, &h))) break;
+        kiln_registry_client_opts c = {.url = st.url, .retries = 0, .timeout_ms = 500};
         kiln_sign_trust *got = NULL;
         double t0 = now_s();
         kiln_err rc = kiln_registry_trust_walk(&c, trust, state, NULL, NULL, &got);
@@ -1141,9 +1107,7 @@ KILN_TEST(registry_trust_walk_hostile_registry) {
         CHECK("at once (one request, under 3 s)", atomic_load(&h.asked) == 1 && dt < 3.0);
         CHECK("nothing saved", !state_has(&f, state, 2));
         kiln_sign_trust_free(got);
-        shutdown(h.fd, SHUT_RDWR);
-        close(h.fd);
-        pthread_join(t, NULL);
+        rfx_stub_stop(&st);
     }
 done:
     free(v1), free(p2), free(fake), free(trust), free(state);
