@@ -117,6 +117,12 @@ int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
 struct kiln_registry_client_opts;
 kiln_err cli_registry_clients(const cli_list *urls, const char *token, const char *timeout,
                               bool progress, struct kiln_registry_client_opts **out);
+/* cli_parse_args with spec (whose options fill *urls, *token and *timeout), then
+ * cli_registry_clients into *out: false with *status the exit status (and urls->v freed)
+ * when either fails. */
+bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char **args,
+                       cli_list *urls, const char *const *token, const char *const *timeout,
+                       bool progress, struct kiln_registry_client_opts **out, int *status);
 /* The --timeout option of the commands above. */
 #define CLI_TIMEOUT_OPT(dst)                                                                       \
     {"timeout", CLI_STR, (dst), "DURATION",                                                         \

@@ -347,16 +347,9 @@ int cmd_provenance(int argc, char **argv) {
         opts, 1, 1};
     const char *ref;
     int rc;
-    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) {
-        free(urls.v);
+    kiln_registry_client_opts *cs;
+    if (!cli_registry_args(&spec, argc, argv, &ref, &urls, &token, &timeout, false, &cs, &rc))
         return rc;
-    }
-    kiln_registry_client_opts *cs = NULL;
-    kiln_err ce = cli_registry_clients(&urls, token, timeout, false, &cs);
-    if (ce) {
-        free(urls.v);
-        return cli_fail(ce);
-    }
     kiln_registry_provenance_opts o = {
         .ref = ref, .trust = trust, .state = state, .download = download};
     json_t *out = NULL;

@@ -60,6 +60,23 @@ kiln_err cli_registry_clients(const cli_list *urls, const char *token, const cha
     return KILN_OK;
 }
 
+bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char **args,
+                       cli_list *urls, const char *const *token, const char *const *timeout,
+                       bool progress, kiln_registry_client_opts **out, int *status) {
+    *out = NULL;
+    if (!cli_parse_args(spec, argc, argv, args, status)) {
+        free(urls->v);
+        return false;
+    }
+    kiln_err e = cli_registry_clients(urls, *token, *timeout, progress, out);
+    if (e) {
+        free(urls->v);
+        *status = cli_fail(e);
+        return false;
+    }
+    return true;
+}
+
 int cmd_publish(int argc, char **argv) {
     const char *url = NULL, *token = NULL, *sig = NULL;
     const cli_opt opts[] = {
@@ -115,16 +132,9 @@ int cmd_pull(int argc, char **argv) {
         opts, 1, 1};
     const char *ref;
     int rc;
-    if (!cli_parse_args(&spec, argc, argv, &ref, &rc)) {
-        free(urls.v);
+    kiln_registry_client_opts *cs;
+    if (!cli_registry_args(&spec, argc, argv, &ref, &urls, &token, &timeout, true, &cs, &rc))
         return rc;
-    }
-    kiln_registry_client_opts *cs = NULL;
-    kiln_err ce = cli_registry_clients(&urls, token, timeout, true, &cs);
-    if (ce) {
-        free(urls.v);
-        return cli_fail(ce);
-    }
     kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out_dir, .state = state};
     kiln_registry_pulled res;
     kiln_err e = kiln_registry_pull_any(cs, (size_t)urls.n, &p, print_note, NULL, &res);

@@ -246,16 +246,9 @@ int cmd_trust_update(int argc, char **argv) {
         "verify.",
         opts, 0, 0};
     int st;
-    if (!cli_parse_args(&spec, argc, argv, NULL, &st)) {
-        free(urls.v);
+    kiln_registry_client_opts *cs;
+    if (!cli_registry_args(&spec, argc, argv, NULL, &urls, &token, &timeout, false, &cs, &st))
         return st;
-    }
-    kiln_registry_client_opts *cs = NULL;
-    kiln_err ce = cli_registry_clients(&urls, token, timeout, false, &cs);
-    if (ce) {
-        free(urls.v);
-        return cli_fail(ce);
-    }
     walked w = {0};
     kiln_sign_trust *t = NULL;
     kiln_err rc = kiln_registry_trust_walk_any(cs, (size_t)urls.n, trust, state, print_step, &w,
