@@ -58,15 +58,6 @@ typedef struct ties {
     size_t rows;
 } ties;
 
-static kiln_err ties_make(const vmodel *m, const float *margins, size_t n, int S,
-                          const kiln_thresholds *th, ties *t) {
-    t->rows = n * (size_t)S;
-    t->reach = kiln_malloc(t->rows ? t->rows : 1);
-    if (!t->reach) return KILN_ERR_NOMEM;
-    t->near = kiln_runtime_tie_reach(&m->cfg, margins, n, S, th->ties_rtol, t->reach);
-    return KILN_OK;
-}
-
 static void ties_free(ties *t) {
     free(t->reach);
     memset(t, 0, sizeof *t);
@@ -76,10 +67,12 @@ static void ties_free(ties *t) {
  * rows a near-tie reaches into *t. */
 static kiln_err forward_ties(vmodel *m, const float *x, size_t n, int S,
                              const kiln_thresholds *th, float *y, ties *t) {
-    float *mg = kiln_malloc(n * (size_t)S * (size_t)m->cfg.n_layers * sizeof *mg + 1);
-    if (!mg) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_vmodel_forward_margins(m, x, n, S, y, mg);
-    if (!rc) rc = ties_make(m, mg, n, S, th, t);
+    t->rows = n * (size_t)S;
+    t->reach = kiln_malloc(t->rows + 1);
+    float *mg = kiln_malloc(t->rows * (size_t)m->cfg.n_layers * sizeof *mg + 1);
+    kiln_err rc = t->reach && mg ? kiln_vmodel_forward_margins(m, x, n, S, y, mg)
+                                 : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc) t->near = kiln_runtime_tie_reach(&m->cfg, mg, n, S, th->ties_rtol, t->reach);
     free(mg);
     return rc;
 }
