@@ -82,6 +82,7 @@ typedef struct xfer {
     curl_off_t bytes; /* up and down so far */
     uint64_t since;   /* when bytes last changed (ns); 0 before the first call */
     bool stalled;
+    char ebuf[CURL_ERROR_SIZE]; /* libcurl's own words for a failure */
 } xfer;
 
 static unsigned stall_ms(const kiln_registry_client_opts *c) {
@@ -106,7 +107,13 @@ static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_o
 }
 
 static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
-    *x = (xfer){.c = c, .stall = stall_ms(c)};
+    x->c = c;
+    x->stall = stall_ms(c);
+    x->bytes = 0;
+    x->since = 0;
+    x->stalled = false;
+    x->ebuf[0] = 0;
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->ebuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
@@ -119,12 +126,12 @@ static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
 
 /* A failed transfer's words: the stall watch's, else libcurl's own (its error buffer says
  * more than curl_easy_strerror: "Operation timed out after 5001 milliseconds ..."). */
-static const char *xfer_error(const xfer *x, CURLcode e, const char *ebuf, char *out, size_t cap) {
+static const char *xfer_error(const xfer *x, CURLcode e, char *out, size_t cap) {
     if (x->stalled)
         snprintf(out, cap, "stalled: not a byte moved in %u ms (%lld bytes moved before)",
                  x->stall, (long long)x->bytes);
     else
-        snprintf(out, cap, "%s", ebuf[0] ? ebuf : curl_easy_strerror(e));
+        snprintf(out, cap, "%s", x->ebuf[0] ? x->ebuf : curl_easy_strerror(e));
     return out;
 }
 
@@ -190,7 +197,7 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
     CURL *h = NULL;
     const long deadline_ms =
         c->timeout_ms ? (long)c->timeout_ms : (long)(60000 + (limit / 16384) * 1000);
-    char ebuf[CURL_ERROR_SIZE], why[CURL_ERROR_SIZE + 64];
+    char why[CURL_ERROR_SIZE + 64];
     xfer x;
     KILN_CHECK(rc, out, auth_header(c, &hdr));
     if (body) {
@@ -206,8 +213,6 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
         out->limit = limit;
         common_opts(h, c, &x);
         if (x.stall >= (unsigned long)deadline_ms) x.stall = 0;
-        ebuf[0] = 0;
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         /* The stall detection alone lets a registry that sends a byte a second hold a pull
          * (or a kiln_watch poll) for days: a small answer has a deadline. */
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline_ms);
@@ -232,7 +237,7 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
         }
         if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url,
-                                           xfer_error(&x, e, ebuf, why, sizeof why))
+                                           xfer_error(&x, e, why, sizeof why))
                                : http_error(url, *status, out);
             goto out;
         }
@@ -383,7 +388,7 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         hdr = n;
     }
     long status = 0;
-    char ebuf[CURL_ERROR_SIZE], why[CURL_ERROR_SIZE + 64];
+    char why[CURL_ERROR_SIZE + 64];
     xfer x;
     for (int attempt = 0;; attempt++) {
         KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'",
@@ -394,8 +399,6 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         memset(&body, 0, sizeof body);
         body.limit = REG_JSON_MAX;
         common_opts(h, c, &x);
-        ebuf[0] = 0;
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
         curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
@@ -412,7 +415,7 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         if (e == CURLE_OK && !transient_status(status)) break;
         if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive,
-                                           url, xfer_error(&x, e, ebuf, why, sizeof why))
+                                           url, xfer_error(&x, e, why, sizeof why))
                                : http_error(url, status, &body);
             goto out;
         }
@@ -508,7 +511,7 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
     kiln_err rc = KILN_OK;
     struct curl_slist *hdr = NULL;
     dl d = {.fd = -1, .size = size};
-    char ebuf[CURL_ERROR_SIZE], why[CURL_ERROR_SIZE + 64];
+    char why[CURL_ERROR_SIZE + 64];
     xfer x;
     d.err.limit = 64 * 1024;
     d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -536,8 +539,6 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         char range[64];
         snprintf(range, sizeof range, "%" PRIu64 "-", d.have);
         common_opts(d.h, c, &x);
-        ebuf[0] = 0;
-        curl_easy_setopt(d.h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(d.h, CURLOPT_URL, url);
         curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hdr);
         if (d.have) curl_easy_setopt(d.h, CURLOPT_RANGE, range);
@@ -566,7 +567,7 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         }
         if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url,
-                                           xfer_error(&x, e, ebuf, why, sizeof why))
+                                           xfer_error(&x, e, why, sizeof why))
                                : http_error(url, status, &d.err);
             goto out;
         }
