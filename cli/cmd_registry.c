@@ -12,7 +12,7 @@
 int cmd_registry_serve(int argc, char **argv) {
     const char *root = NULL, *listen = NULL, *trust = NULL;
     bool read_required = false;
-    long threads = 4, max_conn = 4096, per_ip = 64;
+    long threads = 4, max_conn = -1, per_ip = 64; /* -1: not given (4096, said nothing of) */
     const cli_opt opts[] = {
         {"root", CLI_STR, &root, "DIR", "the registry's store (created if missing)", true},
         {"listen", CLI_STR, &listen, "HOST:PORT",
@@ -34,18 +34,16 @@ int cmd_registry_serve(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
     if (threads < 1 || threads > 256) return cli_usage_error("--threads must be between 1 and 256");
-    if (max_conn < 1 || max_conn > 1000000)
+    if (max_conn != -1 && (max_conn < 1 || max_conn > 1000000))
         return cli_usage_error("--max-connections must be between 1 and 1000000");
     if (per_ip < 0 || per_ip > 1000000)
         return cli_usage_error("--per-ip-connections must be between 0 (no limit) and 1000000");
     /* Room for the connections: the soft descriptor limit raised as far as the hard one
      * allows (the server warns if that is still too few). */
     struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < (rlim_t)max_conn + 64 &&
-        rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < (rlim_t)max_conn + 64
-                          ? rl.rlim_max
-                          : (rlim_t)max_conn + 64;
+    const rlim_t want = (rlim_t)(max_conn > 0 ? max_conn : 4096) + 64;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
         setrlimit(RLIMIT_NOFILE, &rl);
     }
     /* Block the stop signals before any thread starts, so that only sigwait sees them. */
@@ -59,7 +57,7 @@ int cmd_registry_serve(int argc, char **argv) {
                                    .trust = trust,
                                    .read_token_required = read_required,
                                    .threads = (unsigned)threads,
-                                   .max_connections = (unsigned)max_conn,
+                                   .max_connections = max_conn > 0 ? (unsigned)max_conn : 0,
                                    .per_ip_connections =
                                        per_ip ? (unsigned)per_ip : KILN_REGISTRY_NO_LIMIT};
     kiln_registry_server *srv;

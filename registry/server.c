@@ -1586,9 +1586,11 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         rl.rlim_cur < (rlim_t)max_conn + 64) {
         unsigned fit = rl.rlim_cur > 128 ? (unsigned)(rl.rlim_cur - 64) : 64u;
-        kiln_warn("registry: the file descriptor limit (%llu) leaves room for %u connections, "
-                  "not %u (raise it with ulimit -n)",
-                  (unsigned long long)rl.rlim_cur, fit, max_conn);
+        /* Said when the caller asked for that many; the default just fits itself. */
+        if (o->max_connections)
+            kiln_warn("registry: the file descriptor limit (%llu) leaves room for %u "
+                      "connections, not %u (raise it with ulimit -n)",
+                      (unsigned long long)rl.rlim_cur, fit, max_conn);
         max_conn = fit;
     }
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |

@@ -40,13 +40,13 @@ struct kiln_watch {
 /* The registry clients' progress callback: a stop ends a poll's transfers within about a
  * second (libcurl calls it at least that often), instead of after their deadlines (seconds
  * to minutes while a registry hangs), which a service shutting down would otherwise wait. */
-static int watch_cancel(void *ctx, uint64_t done, uint64_t total) {
-    (void)done, (void)total;
-    return __atomic_load_n(&((kiln_watch *)ctx)->cancel, __ATOMIC_ACQUIRE);
-}
-
 static bool cancelled(kiln_watch *w) {
     return __atomic_load_n(&w->cancel, __ATOMIC_ACQUIRE) != 0;
+}
+
+static int watch_cancel(void *ctx, uint64_t done, uint64_t total) {
+    (void)done, (void)total;
+    return cancelled(ctx);
 }
 
 static void slot_free(slot *s) {
