@@ -8,11 +8,11 @@ CC ?= cc
 PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl libcrypto
 # Debian packages that provide the pkg-config names above, and the tools the tests use
 # (TOOLS: probed by name; minisign checks interoperability of kiln's signatures, curl fetches
-# the registry's web page in tests/e2e/62-web.sh).
+# the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl
-TOOLS := sqlite3 minisign mpirun curl
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl
+TOOLS := sqlite3 minisign mpirun curl openssl
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c

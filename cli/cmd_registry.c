@@ -10,7 +10,7 @@
 #include "registry.h"
 
 int cmd_registry_serve(int argc, char **argv) {
-    const char *root = NULL, *listen = NULL, *trust = NULL;
+    const char *root = NULL, *listen = NULL, *trust = NULL, *cert = NULL, *key = NULL;
     bool read_required = false;
     long threads = 4, max_conn = -1, per_ip = 64; /* -1: not given (4096, said nothing of) */
     const cli_opt opts[] = {
@@ -27,6 +27,9 @@ int cmd_registry_serve(int argc, char **argv) {
          "open connections from one client address at most (default 64; 0: no limit, e.g. "
          "behind a proxy)",
          false},
+        {"tls-cert", CLI_STR, &cert, "FILE", "serve HTTPS with this PEM certificate (chain)",
+         false},
+        {"tls-key", CLI_STR, &key, "FILE", "... and its PEM private key", false},
         {0},
     };
     const cli_spec spec = {"kiln registry serve --root DIR --listen HOST:PORT [options]",
@@ -59,13 +62,16 @@ int cmd_registry_serve(int argc, char **argv) {
                                    .threads = (unsigned)threads,
                                    .max_connections = max_conn > 0 ? (unsigned)max_conn : 0,
                                    .per_ip_connections =
-                                       per_ip ? (unsigned)per_ip : KILN_REGISTRY_NO_LIMIT};
+                                       per_ip ? (unsigned)per_ip : KILN_REGISTRY_NO_LIMIT,
+                                   .tls_cert = cert,
+                                   .tls_key = key};
     kiln_registry_server *srv;
     kiln_err e = kiln_registry_server_start(&o, &srv);
     if (e) return cli_fail(e);
     const char *host = listen;
     const char *colon = strrchr(listen, ':');
-    printf("kiln registry: serving '%s' on http://%.*s:%u%s\n", root, (int)(colon - host), host,
+    printf("kiln registry: serving '%s' on http%s://%.*s:%u%s\n", root, cert ? "s" : "",
+           (int)(colon - host), host,
            (unsigned)kiln_registry_server_port(srv),
            trust ? "" : " (no trust policy: uploads are refused)");
     fflush(stdout);

@@ -197,6 +197,9 @@ typedef struct kiln_pull_opts {
      * (or, alone, the pull fails); 0: 5 s for a small request and 10 s for a stall with
      * several registries, 60 s each with one. */
     unsigned timeout_ms;
+    /* For https:// registries: a PEM file of the certificate authorities to trust (a private
+     * CA); NULL: $KILN_REGISTRY_CA when set, else the system's. */
+    const char *ca_file;
 } kiln_pull_opts;
 
 typedef struct kiln_pull_result {

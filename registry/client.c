@@ -119,6 +119,8 @@ static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
     curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(h, CURLOPT_USERAGENT, "kiln/" KILN_VERSION);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    const char *ca = c->ca_file ? c->ca_file : getenv("KILN_REGISTRY_CA");
+    if (ca && *ca) curl_easy_setopt(h, CURLOPT_CAINFO, ca);
     curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, xfer_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, x);

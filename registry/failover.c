@@ -60,6 +60,7 @@ kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opt
         c[i].retries = -1;
         c[i].timeout_ms = o->timeout_ms;
         c[i].stall_ms = o->timeout_ms;
+        c[i].ca_file = o->ca_file;
     }
     *cs = c;
     *n = k;

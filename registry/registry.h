@@ -130,6 +130,9 @@ typedef struct kiln_registry_server_opts {
      * idle ones (a slow-loris) cannot use them all; 0: 64; KILN_REGISTRY_NO_LIMIT: none
      * (behind a proxy, where every client has the proxy's address). */
     unsigned per_ip_connections;
+    /* HTTPS: a PEM certificate (chain) and its PEM private key, both or neither. Read and
+     * checked against each other at start (an error names the file); NULL: plain HTTP. */
+    const char *tls_cert, *tls_key;
 } kiln_registry_server_opts;
 
 #define KILN_REGISTRY_NO_LIMIT 0xffffffffu
@@ -160,9 +163,12 @@ typedef struct kiln_registry_client_opts {
      * archive's transfer) may take in all, in milliseconds; 0: 60 s plus 1 s per 16 KiB the
      * answer may hold. A registry that trickles an answer is cut off there. */
     unsigned timeout_ms;
-    /* A transfer (an archive's too) that moves less than a byte a second for this long, in
-     * milliseconds (whole seconds, at least 1), is cut off; 0: 60 s. */
+    /* A transfer (an archive's too) that moves no byte for this long, in milliseconds, is
+     * cut off; 0: 60 s. */
     unsigned stall_ms;
+    /* For https:// registries: a PEM file of the certificate authorities to trust (a private
+     * CA); NULL: $KILN_REGISTRY_CA when set, else the system's. */
+    const char *ca_file;
 } kiln_registry_client_opts;
 
 /* With several registries (a primary and its mirrors) the next one is the retry, so one that

@@ -4,6 +4,9 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/x509.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <microhttpd.h>
@@ -76,6 +79,7 @@ struct kiln_registry_server {
     uint64_t max_upload;
     int lock_fd;
     uint16_t port;
+    char *tls_cert, *tls_key; /* PEM text, held while the daemon runs (the key wiped after) */
     atomic_int in_flight, connections;
     pthread_mutex_t mu; /* guards the metrics below */
     counter_row *rows;
@@ -1476,6 +1480,48 @@ static void clear_tmp(const char *root) {
     free(cmd_dir);
 }
 
+/* The PEM certificate and key of o (both or neither) into *cert and *key, checked: each
+ * parses, and the key is the certificate's. */
+static kiln_err tls_load(const kiln_registry_server_opts *o, char **cert, char **key) {
+    *cert = *key = NULL;
+    if (!o->tls_cert && !o->tls_key) return KILN_OK;
+    KILN_FAIL_IF(!o->tls_cert || !o->tls_key, KILN_ERR_USAGE,
+                 "HTTPS needs both a certificate and its private key (--tls-cert and --tls-key)");
+    KILN_FAIL_IF(MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES, KILN_ERR_UNSUPPORTED,
+                 "this libmicrohttpd was built without TLS: serve plain HTTP behind a TLS proxy");
+    size_t cl = 0, kl = 0;
+    kiln_err rc = kiln_read_file(o->tls_cert, 1 << 20, cert, &cl);
+    if (!rc) rc = kiln_read_file(o->tls_key, 1 << 20, key, &kl);
+    BIO *cb = NULL, *kb = NULL;
+    X509 *x = NULL;
+    EVP_PKEY *k = NULL;
+    if (!rc) {
+        cb = BIO_new_mem_buf(*cert, (int)cl);
+        kb = BIO_new_mem_buf(*key, (int)kl);
+        if (!cb || !kb) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    if (!rc && !(x = PEM_read_bio_X509(cb, NULL, NULL, NULL)))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s': not a PEM certificate", o->tls_cert);
+    if (!rc && !(k = PEM_read_bio_PrivateKey(kb, NULL, NULL, NULL)))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s': not a PEM private key (an unencrypted one)",
+                       o->tls_key);
+    if (!rc && X509_check_private_key(x, k) != 1)
+        rc = kiln_fail(KILN_ERR_VERIFY, "'%s' is not the private key of the certificate '%s'",
+                       o->tls_key, o->tls_cert);
+    ERR_clear_error();
+    X509_free(x);
+    EVP_PKEY_free(k);
+    BIO_free(cb);
+    BIO_free(kb);
+    if (rc) {
+        free(*cert);
+        if (*key) sodium_memzero(*key, kl);
+        free(*key);
+        *cert = *key = NULL;
+    }
+    return rc;
+}
+
 kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                                     kiln_registry_server **out) {
     *out = NULL;
@@ -1512,6 +1558,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
         free(text);
         if (rc) goto fail;
     }
+    /* The certificate and key too (and whether this libmicrohttpd speaks TLS at all). */
+    KILN_CHECK(rc, fail, tls_load(o, &s->tls_cert, &s->tls_key));
     /* Likewise the root and the address: a refusal leaves nothing behind. */
     KILN_CHECK(rc, fail, reg_root_check(o->root));
     KILN_CHECK(rc, fail, probe_listen(&ss, v6, o->listen));
@@ -1593,8 +1641,10 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                       (unsigned long long)rl.rlim_cur, fit, max_conn);
         max_conn = fit;
     }
+    const char *no_pem = "";
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                                MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0),
+                                MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0) |
+                                (s->tls_cert ? MHD_USE_TLS : 0),
                             0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED,
                             completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
@@ -1604,7 +1654,11 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                             MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
                             /* room for X-Kiln-Signature: several signers' blocks, base64 */
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX),
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL, MHD_OPTION_END);
+                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
+                            /* (ignored without MHD_USE_TLS) */
+                            MHD_OPTION_HTTPS_MEM_CERT, s->tls_cert ? s->tls_cert : no_pem,
+                            MHD_OPTION_HTTPS_MEM_KEY, s->tls_key ? s->tls_key : no_pem,
+                            MHD_OPTION_END);
     KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK,
                   "cannot listen on '%s' (address in use or not local?)", o->listen);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -1638,6 +1692,9 @@ void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
     }
     trust_release(s, s->trust);
     kiln_sign_trust_free(s->trust_start);
+    free(s->tls_cert);
+    if (s->tls_key) sodium_memzero(s->tls_key, strlen(s->tls_key));
+    free(s->tls_key);
     reg_unlock(s->lock_fd);
     pthread_mutex_destroy(&s->mu);
     pthread_mutex_destroy(&s->trust_mu);

@@ -21,7 +21,7 @@ typedef struct slot {
 
 struct kiln_watch {
     kiln_watch_opts o;
-    char *ref, *trust, *out, *state, *token, *model, *channel;
+    char *ref, *trust, *out, *state, *token, *model, *channel, *ca_file;
     char **urls; /* the registries, in order (a primary and its mirrors) */
     size_t nurls;
     reg_registries regs;
@@ -242,12 +242,14 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     w->out = kiln_strdup(o->pull.out);
     w->token = o->pull.token ? kiln_strdup(o->pull.token) : NULL;
     w->state = o->pull.state ? kiln_strdup(o->pull.state) : NULL;
+    w->ca_file = o->pull.ca_file ? kiln_strdup(o->pull.ca_file) : NULL;
     w->model = kiln_asprintf("%.*s", (int)(at - o->pull.ref), o->pull.ref);
     w->channel = kiln_strdup(at + 1);
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, fail,
                   !w->ref || !w->trust || !w->out || (o->pull.token && !w->token) ||
-                      (o->pull.state && !w->state) || !w->model || !w->channel,
+                      (o->pull.state && !w->state) || (o->pull.ca_file && !w->ca_file) ||
+                      !w->model || !w->channel,
                   KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, fail, kiln_registry_check_name("model", w->model));
     KILN_CHECK(rc, fail, kiln_registry_check_name("channel", w->channel));
@@ -260,6 +262,7 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
             w->urls[i] = kiln_strdup(cs[i].url);
             cs[i].url = w->urls[i];
             cs[i].token = w->token;
+            cs[i].ca_file = w->ca_file;
             cs[i].progress = watch_cancel;
             cs[i].progress_ctx = w;
             if (!w->urls[i]) rc = KILN_ERR_NOMEM;
@@ -337,6 +340,7 @@ void kiln_watch_stop(kiln_watch *w) {
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w->ref), free(w->trust), free(w->out), free(w->state), free(w->model), free(w->channel);
+    free(w->ca_file);
     for (size_t i = 0; w->urls && i < w->nurls; i++)
         free(w->urls[i]);
     free(w->urls);

@@ -368,6 +368,28 @@ void rfx_stub_answer(int c, int status, const char *body) {
     }
 }
 
+bool rfx_tls_files(char ca[1024], char cert[1024], char key[1024]) {
+    const char *d = kiln_test_dir();
+    snprintf(ca, 1024, "%s/tls-ca.pem", d);
+    snprintf(cert, 1024, "%s/tls-srv.pem", d);
+    snprintf(key, 1024, "%s/tls-srv.key", d);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && printf 'subjectAltName=IP:127.0.0.1\\n' >tls.ext && "
+             "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes "
+             "-keyout tls-ca.key -out tls-ca.pem -days 3650 -subj '/CN=kiln test CA' && "
+             "openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout tls-srv.key "
+             "-out tls-srv.csr -subj '/CN=kiln test server' && "
+             "openssl x509 -req -in tls-srv.csr -CA tls-ca.pem -CAkey tls-ca.key -CAcreateserial "
+             "-out tls-srv.pem -days 3650 -extfile tls.ext",
+             d);
+    char full[8300];
+    snprintf(full, sizeof full, "(%s) >'%s/tls.log' 2>&1", cmd, d);
+    int rc = system(full);
+    if (rc != 0) fprintf(stderr, "    openssl failed (exit %d); see %s/tls.log\n", rc, d);
+    return rc == 0;
+}
+
 int rfx_accept(int fd, char *req, size_t size) {
     int c = accept(fd, NULL, NULL);
     if (c < 0) return -1;

@@ -153,4 +153,10 @@ void rfx_stub_stop(rfx_stub *s);
 /* One answer: status, a JSON body (NULL: none), Connection: close. */
 void rfx_stub_answer(int c, int status, const char *body);
 
+/* ---- HTTPS ---- */
+
+/* A private CA and a certificate for 127.0.0.1 signed by it (P-256, made with the openssl
+ * command, which the Makefile installs) in the test directory: the PEM files' paths. */
+bool rfx_tls_files(char ca[1024], char cert[1024], char key[1024]);
+
 #endif

@@ -884,3 +884,59 @@ out:
         close(h.held[i]);
     mfree(&f);
 }
+
+/* A registry over HTTPS (a certificate from a private CA): kiln_pull without that CA is refused
+ * at the handshake, with kiln_pull_opts.ca_file it pulls, and a kiln_watch keeps its own copy
+ * of the path (the caller's string freed after the start). docs/registry.md, "HTTPS". */
+KILN_TEST(registry_tls_pull_and_watch) {
+    mfx f;
+    kiln_registry_server *srv = NULL;
+    kiln_watch *w = NULL;
+    char *cap = NULL;
+    if (!CHECK("fixture", minit(&f))) goto out;
+    if (!CHECK("a primary with demo@production",
+               mpublish_model(&f, "1.0.0", "tsmoe-dense.model.safetensors") &&
+                   mpromote(&f, "production", "1.0.0")))
+        goto out;
+    char ca[1024], cert[1024], key[1024];
+    if (!CHECK("a CA and a certificate for 127.0.0.1 (openssl)", rfx_tls_files(ca, cert, key)))
+        goto out;
+    kiln_registry_server_stop(f.primary.srv, 1000);
+    f.primary.srv = NULL;
+    kiln_registry_server_opts so = {.root = f.primary.root,
+                                    .listen = "127.0.0.1:0",
+                                    .trust = f.primary.trust,
+                                    .threads = 2,
+                                    .tls_cert = cert,
+                                    .tls_key = key};
+    if (!CHECK("served over HTTPS", kiln_registry_server_start(&so, &srv) == KILN_OK)) goto out;
+    char url[64], out[1100], dir[1100];
+    snprintf(url, sizeof url, "https://127.0.0.1:%u", (unsigned)kiln_registry_server_port(srv));
+    snprintf(out, sizeof out, "%s/svc", kiln_test_dir());
+    snprintf(dir, sizeof dir, "%s/watch", kiln_test_dir());
+    const char *u[] = {url};
+    notes heard;
+    kiln_pull_opts po = mopts(&f, u, 1, "demo@production", out, &heard);
+    kiln_pull_result r;
+    unsetenv("KILN_REGISTRY_CA");
+    CHECK("without the CA: refused at the handshake",
+          kiln_pull(&po, &r) == KILN_ERR_NETWORK &&
+              kiln_test_msg_has("SSL certificate problem", NULL));
+    po.ca_file = cap = kiln_strdup(ca);
+    CHECK("with it: pulled", kiln_pull(&po, &r) == KILN_OK && !strcmp(r.version, "1.0.0"));
+    atomic_int failures = 0;
+    kiln_watch_opts wo = {
+        .pull = po, .interval_ms = 20, .on_update = count_failures, .ctx = &failures};
+    wo.pull.out = dir;
+    if (!CHECK("a watch over HTTPS starts", kiln_watch_start(&wo, &w) == KILN_OK)) goto out;
+    free(cap); /* the watch holds its own copy */
+    cap = NULL;
+    struct timespec ts = {0, 200 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    CHECK("and polls without a failure", atomic_load(&failures) == 0);
+out:
+    kiln_watch_stop(w);
+    free(cap);
+    kiln_registry_server_stop(srv, 1000);
+    mfree(&f);
+}

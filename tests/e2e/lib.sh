@@ -15,10 +15,10 @@ expect_fail() {
 # OUT and its errors to ERR to say where it listens, and sets URL to that address.
 serve_url() {
     _w=0
-    while ! grep -q 'http://' "$1" 2>/dev/null; do
+    while ! grep -q 'https\{0,1\}://' "$1" 2>/dev/null; do
         _w=$((_w + 1)); [ $_w -lt 100 ] || fail "server did not start: $(cat "$2")"; sleep 0.05
     done
-    URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$1")
+    URL=$(sed -n 's/.* on \(https\{0,1\}:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$1")
 }
 # serve_registry ROOT [OPTION...]: `kiln registry serve` of the store ROOT on a free loopback
 # port, in the background (its output in $T/serve.out, its errors in $T/serve.err); sets PID
