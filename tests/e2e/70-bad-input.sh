@@ -35,6 +35,9 @@ q $KILN export "$F/run" --dtype bf16 --out "$F/m16"
 q $KILN pack "$F/m" --name demo --version 1.0.0 --out "$F/m.kiln"
 q $KILN pack "$F/m" --name demo --version 1.0.1 --out "$F/m2.kiln"
 for k in rel prom root; do q $KILN keygen --out "$F/$k" --no-password; done
+# A self-signed certificate for 127.0.0.1 and its key (registry serve --tls-cert/--tls-key).
+q openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$F/srv.key" \
+    -out "$F/srv.pem" -days 3650 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1
 KILN_PASSWORD_FILE="$T/good-pw" q $KILN keygen --out "$F/enc"
 cat >"$F/trust.json" <<JSON
 {"format": "kiln-trust/1", "keys": [
@@ -88,6 +91,7 @@ fixture_of() { # KIND: the valid fixture of that kind
     sig) echo "$F/file.bin.minisig" ;; blob) echo "$F/file.bin" ;; trust) echo "$F/trust.json" ;;
     record) echo "$F/rec.json" ;; run) echo "$F/run" ;; model) echo "$F/m" ;; m16) echo "$F/m16" ;;
     signedtrust) echo "$F/v2.signed.json" ;;
+    cert) echo "$F/srv.pem" ;; certkey) echo "$F/srv.key" ;;
     root) echo "$F/reg" ;;
     *) fail "no fixture of kind $1" ;;
     esac
@@ -172,6 +176,8 @@ file_kind blob - dataset
 file_kind trust format record config
 file_kind record seq trust asig
 file_kind signedtrust format trust record
+file_kind cert - certkey pub
+file_kind certkey - cert key
 dir_kind run model run.json=run.json:run_id ckpt=ckpt/step-00000004.safetensors metrics.db=metrics.db
 dir_kind model run model=model.safetensors card=card.json:val_fraction:created \
     golden=golden/golden.safetensors golden.json=golden/golden.json:format:data_sha256 \
@@ -296,6 +302,10 @@ row 2 key "$Q" - 'promote demo 1.0.0 --channel staging --key $S --registry $URL 
 row 2 root '*' - 'registry fsck --root $S'
 row 2 trust 'missing,invalid,wrongtype' - 'registry fsck --root $F/reg --trust $S'
 row 2 trust 'missing,dir,invalid,wrongtype' - 'registry serve --root $O/srv --listen 127.0.0.1:0 --trust $S'
+# The certificate and its key: each refused before the store is made (a key that parses but
+# is not the certificate's is exit 1).
+row 12 cert '*' - 'registry serve --root $O/srv --listen 127.0.0.1:0 --tls-cert $S --tls-key $F/srv.key'
+row 12 certkey '*' - 'registry serve --root $O/srv --listen 127.0.0.1:0 --tls-cert $F/srv.pem --tls-key $S'
 # A missing or empty root becomes a new store, so those are not bad input for serve.
 row 2 root 'file,kind-*,registry.db/gone,registry.db/random,registry.db/cuthalf' - 'registry serve --root $S --listen 127.0.0.1:0'
 row 2 root '*' - 'registry gc --root $S'
