@@ -56,7 +56,8 @@ static const char *plural(size_t n) {
 }
 
 int cmd_registry_mirror(int argc, char **argv) {
-    const char *root = NULL, *from = NULL, *token = NULL, *trust = NULL, *interval = NULL;
+    const char *root = NULL, *from = NULL, *token = NULL, *trust = NULL, *interval = NULL,
+               *timeout = NULL;
     bool once = false;
     const cli_opt opts[] = {
         {"root", CLI_STR, &root, "DIR",
@@ -71,11 +72,15 @@ int cmd_registry_mirror(int argc, char **argv) {
         {"once", CLI_FLAG, &once, NULL, "sync once and exit (1 when an item did not verify)",
          false},
         {"interval", CLI_STR, &interval, "DUR", "sync every DUR: 30s (default), 5m, 1h", false},
+        {"timeout", CLI_STR, &timeout, "DUR",
+         "how long the primary may take to answer (or stall a download) before a sync gives up "
+         "(and retries, then waits for the next): 500ms, 5s, 1m (default 60 s)",
+         false},
         {0},
     };
     const cli_spec spec = {
         "kiln registry mirror --root DIR --from URL --trust FILE [--token T] [--once | "
-        "--interval 30s]",
+        "--interval 30s] [--timeout 60s]",
         "Copy a registry into a mirror store, verifying every trust version, archive and "
         "channel record;\nserve the copy read-only with 'kiln registry serve --root DIR'.",
         opts, 0, 0};
@@ -87,6 +92,11 @@ int cmd_registry_mirror(int argc, char **argv) {
         return cli_usage_error("--interval '%s' is not a duration like 30s, 5m or 1h (at most a "
                                "day)",
                                interval);
+    uint64_t timeout_ms = 0;
+    if (timeout && cli_parse_duration_ms(timeout, 3600 * 1000, &timeout_ms) != 1)
+        return cli_usage_error("--timeout '%s' is not a duration like 500ms, 5s or 1m (at most an "
+                               "hour)",
+                               timeout);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: a sleep ends at the signal */
@@ -96,6 +106,8 @@ int cmd_registry_mirror(int argc, char **argv) {
     kiln_registry_client_opts c = {.url = from,
                                    .token = token ? token : getenv("KILN_REGISTRY_TOKEN"),
                                    .retries = -1,
+                                   .timeout_ms = (unsigned)timeout_ms,
+                                   .stall_ms = (unsigned)timeout_ms,
                                    .progress = progress,
                                    .progress_ctx = &last};
     kiln_registry_mirror_opts o = {.root = root,

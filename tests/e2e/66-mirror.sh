@@ -106,7 +106,13 @@ s0=$(date +%s)
 $KILN pull demo@production --registry "$P" --registry "$MU" $S --timeout 1s >"$T/pull4.out" 2>"$T/pull4.err" ||
     { kill -CONT "$primary_PID"; fail "pull with the primary frozen: $(cat "$T/pull4.err")"; }
 el=$(($(date +%s) - s0))
+# A sync from the frozen primary gives up within its --timeout (each of its tries).
+s0=$(date +%s)
+expect_fail 2 $KILN registry mirror --root "$M" --from "$P" --trust "$T/trust.json" --once --timeout 500ms
+el2=$(($(date +%s) - s0))
 kill -CONT "$primary_PID"
+grep -q "Operation timed out after [0-9]* milliseconds" "$T/err" || fail "sync from a frozen primary: $(cat "$T/err")"
+[ $el2 -lt 20 ] || fail "the frozen primary held the sync for $el2 s"
 grep -q "^kiln: registry '$P/.*: Operation timed out after 1[0-9][0-9][0-9] milliseconds.*; trying $MU\$" "$T/pull4.err" ||
     fail "frozen primary: $(cat "$T/pull4.err")"
 grep -q "^pulled demo@1.0.0 (channel production, seq 3) .* from $MU\$" "$T/pull4.out" ||
