@@ -17,7 +17,7 @@ KILN=$(realpath "$BUILD/kiln")
 REPS=${KILN_BENCH_REPS:-5}
 MB=${KILN_BENCH_MB:-1024}
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-for t in "$NGINX" curl b2sum sha256sum lscpu; do
+for t in "$NGINX" curl b2sum sha256sum lscpu openssl; do
     command -v "$t" >/dev/null || { echo "bench_registry: '$t' is missing" >&2; exit 2; }
 done
 
@@ -116,11 +116,18 @@ PUBLISH_S=$(secs "$t0" "$(now_ns)")
 "$KILN" promote bench 1.0.0 --channel production --key "$T/prom.key" --registry "$URL" \
     --token "$PROM" >/dev/null
 
+# ---- a certificate for 127.0.0.1 (self-signed), for the HTTPS rows ----
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T/tls.key" \
+    -out "$T/tls.pem" -days 30 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
+    2>"$T/tls.err" || { say "openssl: $(cat "$T/tls.err")"; exit 2; }
+
 # ---- nginx-light on another loopback port, serving the archive's directory ----
 mkdir -p "$T/nginx"
 NGINX_URL=
+NGINX_TLS_URL=
 for try in $(seq 20); do
     port=$((20000 + RANDOM % 40000))
+    tport=$((port + 1))
     cat >"$T/nginx/nginx.conf" <<CONF
 daemon on;
 master_process on;
@@ -137,11 +144,18 @@ http {
     client_body_temp_path $T/nginx/body;
     proxy_temp_path $T/nginx/proxy;
     server { listen 127.0.0.1:$port; root $T/www; }
+    server {
+        listen 127.0.0.1:$tport ssl;
+        ssl_certificate $T/tls.pem;
+        ssl_certificate_key $T/tls.key;
+        root $T/www;
+    }
 }
 CONF
     if "$NGINX" -p "$T/nginx" -e "$T/nginx/error.log" -c "$T/nginx/nginx.conf" 2>"$T/nginx/start.err"; then
         NGINX_PID=$(cat "$T/nginx/nginx.pid")
         NGINX_URL=http://127.0.0.1:$port
+        NGINX_TLS_URL=https://127.0.0.1:$tport
         break
     fi
 done
@@ -236,6 +250,55 @@ D=$(med "phase:download")
     echo "kiln verify checks: $VERIFY_WHAT"
     echo "pull phases: from the client's own log (KILN_LOG=debug, 'pull phase:' lines)"
 } >"$OUT"
+
+# ---- the same over HTTPS: the registry restarted on its store with a certificate ----
+# (libmicrohttpd over GnuTLS, which cannot sendfile; nginx over OpenSSL is the baseline.)
+kill -TERM "$REG_PID" && wait "$REG_PID" 2>/dev/null || true
+REG_PID=
+"$KILN" registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" \
+    --tls-cert "$T/tls.pem" --tls-key "$T/tls.key" >"$T/serve-tls.out" 2>"$T/serve-tls.err" &
+REG_PID=$!
+for i in $(seq 200); do grep -q 'https://' "$T/serve-tls.out" 2>/dev/null && break; sleep 0.05; done
+TURL=$(sed -n 's/.* on \(https:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve-tls.out")
+[ -n "$TURL" ] || { say "the HTTPS registry did not start: $(cat "$T/serve-tls.err")"; exit 2; }
+say "HTTPS: registry $TURL, nginx $NGINX_TLS_URL"
+for r in $(seq "$REPS"); do
+    say "HTTPS run $r of $REPS"
+    rm -rf "$T/dl" "$T/pulled" "$T/state"
+    sync
+    t0=$(now_ns)
+    curl -sS -f --cacert "$T/tls.pem" -o "$T/dl" "$NGINX_TLS_URL/$(basename "$A")"
+    add tls_nginx "$(secs "$t0" "$(now_ns)")"
+    [ "$(stat -c %s "$T/dl")" = "$ABYTES" ] || { say "curl from nginx over HTTPS got a different size"; exit 2; }
+    rm -f "$T/dl"
+    sync
+    t0=$(now_ns)
+    curl -sS -f --cacert "$T/tls.pem" -o "$T/dl" "$TURL/v1/blobs/sha256/$ADIGEST"
+    add tls_registry "$(secs "$t0" "$(now_ns)")"
+    [ "$(stat -c %s "$T/dl")" = "$ABYTES" ] || { say "curl from the HTTPS registry got a different size"; exit 2; }
+    rm -f "$T/dl"
+    sync
+    t0=$(now_ns)
+    KILN_REGISTRY_CA="$T/tls.pem" "$KILN" pull bench@production --registry "$TURL" \
+        --trust "$T/trust.json" --state "$T/state" --out "$T/pulled" >/dev/null 2>"$T/pull.err"
+    add tls_pull "$(secs "$t0" "$(now_ns)")"
+    [ -s "$T/pulled/model.safetensors" ] || { say "the HTTPS pull left no model: $(cat "$T/pull.err")"; exit 2; }
+    rm -rf "$T/pulled" "$T/state"
+done
+TN=$(med tls_nginx) TR=$(med tls_registry) TP=$(med tls_pull)
+{
+    echo
+    echo "over HTTPS (a self-signed P-256 certificate; the registry's libmicrohttpd over GnuTLS,"
+    echo "  nginx over OpenSSL, curl and kiln over OpenSSL; median of $REPS runs)"
+    printf '%-44s %10s %9s\n' "what" "seconds" "MB/s"
+    row "curl -o from nginx-light, HTTPS (baseline)" "$TN" "$(mbs "$TN")"
+    row "curl -o from kiln registry serve, HTTPS" "$TR" "$(mbs "$TR")"
+    row "kiln pull NAME@CHANNEL, HTTPS" "$TP" "$(mbs "$TP")"
+    echo
+    echo "HTTPS curl from registry / from nginx:  $(ratio "$TR" "$TN")"
+    echo "HTTPS curl from registry / HTTP:        $(ratio "$TR" "$CR")"
+    echo "kiln pull over HTTPS / over HTTP:       $(ratio "$TP" "$P")"
+} >>"$OUT"
 
 # ---- mirrors: a sync of many versions, and pulls through a mirror ----
 # KILN_BENCH_MIRROR_N archives of KILN_BENCH_MIRROR_MB MiB each (default 20 of 4), published
