@@ -215,6 +215,11 @@ static enum MHD_Result send_page(struct MHD_Connection *c, req *r, unsigned stat
     const kiln_web_header *h = kiln_web_headers(&n);
     for (size_t i = 0; i < n; i++)
         MHD_add_response_header(resp, h[i].name, h[i].value);
+    /* Over HTTPS a browser that saw the page once keeps to HTTPS for the host (a year). */
+    const union MHD_ConnectionInfo *tls =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (tls && tls->tls_session)
+        MHD_add_response_header(resp, "Strict-Transport-Security", "max-age=31536000");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"kiln\"");
     if (status == 405) MHD_add_response_header(resp, "Allow", "GET, HEAD");
     r->status = status;

@@ -53,6 +53,7 @@ hdr 'content-type: text/html; charset=utf-8'
 hdr "content-security-policy: default-src 'none'; style-src 'sha256-[A-Za-z0-9+/=]*'; .*"
 hdr 'x-content-type-options: nosniff'
 hdr 'referrer-policy: no-referrer'
+! grep -qi '^strict-transport-security' "$T/hdr" || fail "HSTS over plain HTTP: $(cat "$T/hdr")"
 has '<a href="/ui/models/demo">demo</a>' "models"
 has '<td class="n">2</td>' "version count"
 has '<a href="/ui/models/demo/channels/staging">staging</a> → 1.0.0 <small>seq 3</small>' "channel at a glance"

@@ -68,6 +68,10 @@ $KILN registry mirror --root "$T/mirror" --from "$URL" --trust "$T/trust.json" -
     fail "mirror over https: $(cat "$T/sync.out")"
 grep -q '^copied demo/production seq 1 -> 1.0.0$' "$T/sync.out" || fail "mirror: $(cat "$T/sync.out")"
 
+# The web page over HTTPS tells browsers to keep to it (HSTS); plain HTTP pages do not.
+curl -s -D "$T/page.h" -o /dev/null --cacert "$T/ca.pem" "$URL/" || fail "the page over https"
+grep -qi '^Strict-Transport-Security: max-age=31536000' "$T/page.h" || fail "no HSTS: $(cat "$T/page.h")"
+
 # The right CA but a certificate for another name: refused.
 kill $PID; wait $PID 2>/dev/null || true
 serve_registry "$T/reg" --trust "$T/trust.json" --tls-cert "$T/other.pem" --tls-key "$T/other.key"
