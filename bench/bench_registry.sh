@@ -100,15 +100,23 @@ else
 fi
 
 # ---- the registry ----
+# serve NAME ROOT [OPTION...]: kiln registry serve of ROOT on a free loopback port in the
+# background (its output in $T/NAME.out, .err); SERVED_PID and SERVED_URL (http or https) set.
+serve() {
+    local name=$1 root=$2
+    shift 2
+    "$KILN" registry serve --root "$root" --listen 127.0.0.1:0 --trust "$T/trust.json" "$@" \
+        >"$T/$name.out" 2>"$T/$name.err" &
+    SERVED_PID=$!
+    for i in $(seq 200); do grep -q 'https\{0,1\}://' "$T/$name.out" 2>/dev/null && break; sleep 0.05; done
+    SERVED_URL=$(sed -n 's/.* on \(https\{0,1\}:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/$name.out")
+    [ -n "$SERVED_URL" ] || { say "$name did not start: $(cat "$T/$name.err")"; exit 2; }
+}
 R=$T/reg
 PUB=$("$KILN" registry token create --root "$R" --name ci --scope publish)
 PROM=$("$KILN" registry token create --root "$R" --name rm --scope promote)
-"$KILN" registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" \
-    >"$T/serve.out" 2>"$T/serve.err" &
-REG_PID=$!
-for i in $(seq 200); do grep -q 'http://' "$T/serve.out" 2>/dev/null && break; sleep 0.05; done
-URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve.out")
-[ -n "$URL" ] || { say "registry did not start: $(cat "$T/serve.err")"; exit 2; }
+serve serve "$R"
+REG_PID=$SERVED_PID URL=$SERVED_URL
 say "publishing to $URL"
 t0=$(now_ns)
 "$KILN" publish "$A" --registry "$URL" --token "$PUB" >/dev/null
@@ -255,12 +263,8 @@ D=$(med "phase:download")
 # (libmicrohttpd over GnuTLS, which cannot sendfile; nginx over OpenSSL is the baseline.)
 kill -TERM "$REG_PID" && wait "$REG_PID" 2>/dev/null || true
 REG_PID=
-"$KILN" registry serve --root "$R" --listen 127.0.0.1:0 --trust "$T/trust.json" \
-    --tls-cert "$T/tls.pem" --tls-key "$T/tls.key" >"$T/serve-tls.out" 2>"$T/serve-tls.err" &
-REG_PID=$!
-for i in $(seq 200); do grep -q 'https://' "$T/serve-tls.out" 2>/dev/null && break; sleep 0.05; done
-TURL=$(sed -n 's/.* on \(https:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve-tls.out")
-[ -n "$TURL" ] || { say "the HTTPS registry did not start: $(cat "$T/serve-tls.err")"; exit 2; }
+serve serve-tls "$R" --tls-cert "$T/tls.pem" --tls-key "$T/tls.key"
+REG_PID=$SERVED_PID TURL=$SERVED_URL
 say "HTTPS: registry $TURL, nginx $NGINX_TLS_URL"
 for r in $(seq "$REPS"); do
     say "HTTPS run $r of $REPS"
@@ -315,12 +319,8 @@ say "mirror: $MN archives of $MMB MiB"
 mkdir -p "$T/www/mirror"
 PUB2=$("$KILN" registry token create --root "$T/reg2" --name ci --scope publish)
 PROM2=$("$KILN" registry token create --root "$T/reg2" --name rm --scope promote)
-"$KILN" registry serve --root "$T/reg2" --listen 127.0.0.1:0 --trust "$T/trust.json" \
-    >"$T/serve2.out" 2>"$T/serve2.err" &
-PRIM2_PID=$!
-for i in $(seq 200); do grep -q 'http://' "$T/serve2.out" 2>/dev/null && break; sleep 0.05; done
-URL2=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/serve2.out")
-[ -n "$URL2" ] || { say "the second registry did not start: $(cat "$T/serve2.err")"; exit 2; }
+serve serve2 "$T/reg2"
+PRIM2_PID=$SERVED_PID URL2=$SERVED_URL
 for i in $(seq "$MN"); do
     rm -rf "$T/mm"
     model_dir "$T/mm" $((MMB * 1024 * 1024))
@@ -334,12 +334,8 @@ rm -rf "$T/mm"
 MBYTES=$(cat "$T"/www/mirror/*.kiln | wc -c)
 ONE=$(stat -c %s "$T/www/mirror/m-$MN.kiln")
 "$KILN" registry mirror --root "$T/served-mirror" --from "$URL2" --trust "$T/trust.json" --once >/dev/null
-"$KILN" registry serve --root "$T/served-mirror" --listen 127.0.0.1:0 --trust "$T/trust.json" \
-    >"$T/mserve.out" 2>"$T/mserve.err" &
-MIR_PID=$!
-for i in $(seq 200); do grep -q 'http://' "$T/mserve.out" 2>/dev/null && break; sleep 0.05; done
-MURL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/mserve.out")
-[ -n "$MURL" ] || { say "the mirror did not start: $(cat "$T/mserve.err")"; exit 2; }
+serve mserve "$T/served-mirror"
+MIR_PID=$SERVED_PID MURL=$SERVED_URL
 CURL_ARGS=()
 for i in $(seq "$MN"); do CURL_ARGS+=(-o "$T/dl/m-$i" "$NGINX_URL/mirror/m-$i.kiln"); done
 for r in $(seq "$REPS"); do
