@@ -777,14 +777,7 @@ KILN_TEST(registry_pull_refuses_lies) {
 
     /* Tampered: one byte of the blob changed on the server's disk. */
     char *blob = reg_blob_path(f.reg.root, h1);
-    FILE *fp = blob ? fopen(blob, "r+b") : NULL;
-    if (fp) {
-        fseek(fp, 100, SEEK_SET);
-        int ch = fgetc(fp);
-        fseek(fp, 100, SEEK_SET);
-        fputc(ch ^ 1, fp);
-        fclose(fp);
-    }
+    CHECK("flip a byte of the blob", blob && kiln_test_flip(blob, 100));
     char *out3 = kiln_test_path("v1");
     rc = fx_pull(&f, "demo@1.0.0", out3);
     CHECK("a tampered blob is refused",

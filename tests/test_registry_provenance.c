@@ -435,14 +435,7 @@ KILN_TEST(registry_provenance_tampered_store) {
 
     /* The blob: one byte flipped on disk. Only the download sees it. */
     char *blob = reg_blob_path(f.reg.root, f.d2);
-    FILE *fp = blob ? fopen(blob, "r+b") : NULL;
-    if (fp) {
-        fseek(fp, 100, SEEK_SET);
-        int ch = fgetc(fp);
-        fseek(fp, 100, SEEK_SET);
-        fputc(ch ^ 1, fp);
-        fclose(fp);
-    }
+    CHECK("flip a byte of the blob", blob && kiln_test_flip(blob, 100));
     rc = prov(&f, "demo@2.0.0", false, &j);
     CHECK("a flipped blob byte: invisible without the archive", rc == KILN_OK);
     json_decref(j);

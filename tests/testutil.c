@@ -38,6 +38,15 @@ char *kiln_test_listing(const char *dir) {
     return s;
 }
 
+bool kiln_test_flip(const char *path, long off) {
+    FILE *fp = fopen(path, "r+b");
+    if (!fp) return false;
+    bool ok = fseek(fp, off, off < 0 ? SEEK_END : SEEK_SET) == 0;
+    int c = ok ? fgetc(fp) : EOF;
+    ok = c != EOF && fseek(fp, -1, SEEK_CUR) == 0 && fputc(c ^ 0x01, fp) != EOF;
+    return fclose(fp) == 0 && ok;
+}
+
 bool kiln_test_same_file(const char *a, const char *b) {
     char *x = NULL, *y = NULL;
     size_t lx, ly;

@@ -22,6 +22,9 @@ char *kiln_test_listing(const char *dir);
 /* True when both files can be read (up to 1 GiB) and hold the same bytes. */
 bool kiln_test_same_file(const char *a, const char *b);
 
+/* Flip the low bit of the byte at off (from the end when negative) of a file in place. */
+bool kiln_test_flip(const char *path, long off);
+
 /* True when the last error message holds a, and b too when b is not NULL. */
 bool kiln_test_msg_has(const char *a, const char *b);
 
