@@ -44,7 +44,9 @@ int cmd_registry_serve(int argc, char **argv) {
     /* Room for the connections: the soft descriptor limit raised as far as the hard one
      * allows (the server warns if that is still too few). */
     struct rlimit rl;
-    const rlim_t want = (rlim_t)(max_conn > 0 ? max_conn : 4096) + 64;
+    const rlim_t want =
+        (rlim_t)(max_conn > 0 ? (unsigned long)max_conn : KILN_REGISTRY_MAX_CONNECTIONS) +
+        KILN_REGISTRY_SPARE_FDS;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < want && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
         setrlimit(RLIMIT_NOFILE, &rl);

@@ -136,6 +136,10 @@ typedef struct kiln_registry_server_opts {
 } kiln_registry_server_opts;
 
 #define KILN_REGISTRY_NO_LIMIT 0xffffffffu
+/* The connections a server holds by default, and the file descriptors it wants besides them
+ * (the store, the log, its threads): its RLIMIT_NOFILE should be at least the sum. */
+#define KILN_REGISTRY_MAX_CONNECTIONS 4096u
+#define KILN_REGISTRY_SPARE_FDS 64u
 
 typedef struct kiln_registry_server kiln_registry_server;
 

@@ -1631,14 +1631,16 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     unsigned threads = o->threads ? o->threads : 4;
     /* Every connection holds a descriptor; the store, the log and the threads want some
      * too (64 spare). More connections than the limit allows would fail at accept(). */
-    unsigned max_conn = o->max_connections ? o->max_connections : 4096,
+    unsigned max_conn = o->max_connections ? o->max_connections : KILN_REGISTRY_MAX_CONNECTIONS,
              per_ip = o->per_ip_connections == KILN_REGISTRY_NO_LIMIT ? 0u
                       : o->per_ip_connections                          ? o->per_ip_connections
                                                                        : 64u;
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < (rlim_t)max_conn + 64) {
-        unsigned fit = rl.rlim_cur > 128 ? (unsigned)(rl.rlim_cur - 64) : 64u;
+        rl.rlim_cur < (rlim_t)max_conn + KILN_REGISTRY_SPARE_FDS) {
+        unsigned fit = rl.rlim_cur > 2 * KILN_REGISTRY_SPARE_FDS
+                           ? (unsigned)(rl.rlim_cur - KILN_REGISTRY_SPARE_FDS)
+                           : KILN_REGISTRY_SPARE_FDS;
         /* Said when the caller asked for that many; the default just fits itself. */
         if (o->max_connections)
             kiln_warn("registry: the file descriptor limit (%llu) leaves room for %u "
