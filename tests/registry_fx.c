@@ -1,7 +1,10 @@
 /* registry_fx.c - the fixtures the registry's C tests share (registry_fx.h). */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <curl/curl.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +323,53 @@ bool rfx_listen(int *fd, char url[64]) {
         getsockname(*fd, (struct sockaddr *)&a, &al) != 0) {
         if (*fd >= 0) close(*fd);
         *fd = -1;
+        return false;
+    }
+    snprintf(url, 64, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    return true;
+}
+
+/* A non-blocking connect to the listener fd: the socket, or -1. */
+static int connect_nb(int fd) {
+    struct sockaddr_in a;
+    socklen_t al = sizeof a;
+    int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (c < 0) return -1;
+    if (getsockname(fd, (struct sockaddr *)&a, &al) != 0 ||
+        (connect(c, (struct sockaddr *)&a, al) != 0 && errno != EINPROGRESS)) {
+        close(c);
+        return -1;
+    }
+    return c;
+}
+
+void rfx_blackhole_close(int fds[3]) {
+    for (int i = 0; i < 3; i++) {
+        if (fds[i] >= 0) close(fds[i]);
+        fds[i] = -1;
+    }
+}
+
+bool rfx_blackhole(int fds[3], char url[64]) {
+    fds[0] = fds[1] = fds[2] = -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    fds[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    /* Backlog 0: the queue is full once one connection waits in it. */
+    bool ok = fds[0] >= 0 && bind(fds[0], (struct sockaddr *)&a, sizeof a) == 0 &&
+              listen(fds[0], 0) == 0 && getsockname(fds[0], (struct sockaddr *)&a, &al) == 0;
+    for (int i = 1; ok && i < 3; i++) {
+        fds[i] = connect_nb(fds[0]);
+        struct pollfd p = {.fd = fds[i], .events = POLLOUT};
+        ok = fds[i] >= 0 && (i > 1 || poll(&p, 1, 1000) == 1);
+    }
+    /* The probe: its connect must hang. */
+    int probe = ok ? connect_nb(fds[0]) : -1;
+    struct pollfd p = {.fd = probe, .events = POLLOUT};
+    ok = probe >= 0 && poll(&p, 1, 200) == 0;
+    if (probe >= 0) close(probe);
+    if (!ok) {
+        rfx_blackhole_close(fds);
         return false;
     }
     snprintf(url, 64, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));

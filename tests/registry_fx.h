@@ -135,6 +135,14 @@ bool rfx_listen(int *fd, char url[64]);
  * connection, or -1 once the listener is closed. */
 int rfx_accept(int fd, char *req, size_t size);
 
+/* A port that drops every new connect, as a partition or a dead host's firewall does: a
+ * listener with no room left in its accept queue (filled by connections it never accepts),
+ * so the kernel ignores further SYNs and a client's connect hangs until its own timeout.
+ * fds[0] is the listener, fds[1..2] the connections that fill it; checked with a probe
+ * connect that must not complete in 200 ms. false (fds all -1) on failure. */
+bool rfx_blackhole(int fds[3], char url[64]);
+void rfx_blackhole_close(int fds[3]);
+
 /* A stub server on a thread of its own: each connection's request head goes to
  * answer(ctx, c, req), which answers on c and returns true to have c closed (false: it keeps
  * c, and closes it itself). */

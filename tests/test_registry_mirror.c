@@ -587,10 +587,11 @@ static bool stall_answer(void *ctx, int c, const char *req) {
 
 /* A registry that takes connections and never answers (a stopped process, a disk stall) is
  * passed over within the pull's timeout, not the minute a lone registry gets; so is one whose
- * download stops halfway. With several registries the defaults are 5 s and 10 s. */
+ * download stops halfway, and one behind a partition (its connects hang). With several registries the defaults are 5 s and 10 s. */
 KILN_TEST(registry_mirror_hung_registry_passed_over) {
     mfx f;
-    int hung = -1;
+    int hung = -1, bh[3] = {-1, -1, -1};
+    char burl[64];
     stall st = {0};
     rfx_stub stub = {.started = false};
     char hurl[64];
@@ -636,6 +637,23 @@ KILN_TEST(registry_mirror_hung_registry_passed_over) {
         fprintf(stderr, "    heard: %s", heard.text);
     CHECK("within its 1 s (under 5 s; not the 10 s default, nor 60 s)", dt < 5.0);
 
+    /* A partition: the host drops every packet, so the connect itself hangs (libcurl's own
+     * connect timeout is 10 s; the request's deadline covers the connect too). */
+    if (!CHECK("a port that drops connects", rfx_blackhole(bh, burl))) goto out;
+    const char *bp[] = {burl, f.primary.url};
+    o.registries = bp;
+    o.timeout_ms = 300;
+    memset(&heard, 0, sizeof heard);
+    t0 = mnow();
+    rc = kiln_pull(&o, &r);
+    dt = mnow() - t0;
+    CHECK("pulled from the next registry", rc == KILN_OK && !strcmp(r.version, "1.0.0"));
+    if (!CHECK("the unreachable one passed over for its connect timeout, once",
+               strstr(heard.text, burl) && strstr(heard.text, "timed out after") &&
+                   !strstr(strstr(heard.text, burl) + 1, burl)))
+        fprintf(stderr, "    heard: %s", heard.text);
+    CHECK("within its timeout of 300 ms (under 3 s)", dt < 3.0);
+
     /* The defaults, with several registries and with one. */
     kiln_registry_client_opts cs[2] = {{.url = hurl}, {.url = f.primary.url, .timeout_ms = 7}};
     reg_registries regs;
@@ -653,6 +671,7 @@ KILN_TEST(registry_mirror_hung_registry_passed_over) {
     }
 out:
     if (hung >= 0) close(hung);
+    rfx_blackhole_close(bh);
     rfx_stub_stop(&stub);
     mfree(&f);
 }
