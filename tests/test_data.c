@@ -453,6 +453,14 @@ KILN_TEST(data_import_csv) {
     }
     char *nofile = kiln_test_path("absent.csv"), *o = kiln_test_path("x.safetensors");
     const char *f[1] = {"a"}, *t[1] = {"b"};
+    /* A NUL in the header (a UTF-16 file, say) is refused as one in a row is, not read as
+     * the end of the line (which took "a,b\0,c" as the columns a and b). */
+    static const char utf16ish[] = "a,b\0,c\n1,2,3\n";
+    char *u = kiln_test_write("nul.csv", utf16ish, sizeof utf16ish - 1);
+    CHECK("a NUL byte in the header",
+          u && kiln_dataset_import_csv(u, f, 1, t, 1, o) == KILN_ERR_FORMAT &&
+              kiln_test_msg_has("nul.csv' line 1: a NUL byte", NULL) && !kiln_path_exists(o));
+    free(u);
     CHECK("missing CSV",
           kiln_dataset_import_csv(nofile, f, 1, t, 1, o) == KILN_ERR_IO && has(nofile));
     CHECK("nothing written", !kiln_path_exists(o));
