@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "kiln.h"
 
@@ -67,6 +68,15 @@ kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out);
  * *ms. 1 when it is one and positive and at most max_ms; 0 when it is one but zero or too
  * long; -1 when it is not a duration at all. */
 int cli_parse_duration_ms(const char *s, uint64_t max_ms, uint64_t *ms);
+
+/* One training step as the trainer logs it when stderr is no terminal, and as `kiln runs
+ * show --follow` prints it: "step S/N loss ... tok/s[ ETA t][ (update skipped)][ val_loss v
+ * val_r2 r]" after prefix; no ETA when eta_s < 0. (cmd_train.c) */
+struct kiln_train_progress;
+void cli_print_step(FILE *f, const char *prefix, const struct kiln_train_progress *p);
+/* Which steps such a log shows besides validations, the first and the last: every this many
+ * (a twentieth of the run). */
+long cli_step_every(long steps);
 
 /* Load a secret key, asking for its password when it is encrypted ($KILN_PASSWORD_FILE's
  * first line, else the terminal). Free with kiln_sign_seckey_free. (cmd_sign.c) */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -16,22 +17,60 @@ static const char *jstr(const json_t *o, const char *k) {
     return s ? s : "?";
 }
 
+static void print_event(const kiln_run_event *e) {
+    char when[21];
+    kiln_format_time((int64_t)e->time, when);
+    printf("  step %-8ld %s  %-12s %s\n", e->step, when, e->kind, e->message);
+}
+
+/* Exit status of a run that is no longer training: 0 finished, 1 otherwise. */
+static int state_status(kiln_run_state s) {
+    return s == KILN_RUN_FINISHED ? 0 : 1;
+}
+
+static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t interval_ms);
+
 int cmd_runs_show(int argc, char **argv) {
-    long max_events = 20;
+    long max_events = 20, every = 0;
+    bool follow_run = false;
+    const char *interval = NULL;
     const cli_opt opts[] = {
         {"events", CLI_INT, &max_events, "N", "show the newest N events (default 20)", false},
+        {"follow", CLI_FLAG, &follow_run, NULL,
+         "then print each step and event as the trainer logs it, until the run stops (exit 0 "
+         "when it finished, 1 when it stopped short)",
+         false},
+        {"every", CLI_INT, &every, "N",
+         "with --follow: print every Nth step (default a twentieth of the run; validations, "
+         "the first and the last always)",
+         false},
+        {"interval", CLI_STR, &interval, "DURATION",
+         "with --follow: how often to look (default 1s)", false},
         {0},
     };
     const cli_spec spec = {
-        "kiln runs show [--events N] DIR",
-        "Show a run: config, data digest, progress, last and best metrics, events.", opts, 1, 1};
+        "kiln runs show [--events N] [--follow [--every N] [--interval 1s]] DIR",
+        "Show a run: config, data digest, progress, last and best metrics, events; with "
+        "--follow, then the steps and events as they come.",
+        opts, 1, 1};
     const char *dir;
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
     if (max_events < 0) return cli_usage_error("--events must not be negative");
+    if ((every || interval) && !follow_run)
+        return cli_usage_error("--every and --interval go with --follow");
+    if (every < 0) return cli_usage_error("--every must not be negative");
+    uint64_t interval_ms = 1000;
+    if (interval && cli_parse_duration_ms(interval, 3600 * 1000, &interval_ms) != 1)
+        return cli_usage_error("--interval '%s': expected a duration of at most 1h (100ms, 2s)",
+                               interval);
     bool live = false;
     kiln_run_info ri;
-    kiln_err err = kiln_run_live(dir, &live);
+    kiln_run_cursor cur;
+    /* The cursor before the picture: a step logged in between is printed twice at worst,
+     * never missed. */
+    kiln_err err = follow_run ? kiln_run_cursor_end(dir, &cur) : KILN_OK;
+    if (!err) err = kiln_run_live(dir, &live);
     if (!err) err = kiln_run_info_load(dir, (size_t)max_events, &ri);
     if (err) return cli_fail(err);
     kiln_run_state state = kiln_run_state_of(&ri, live);
@@ -94,14 +133,73 @@ int cmd_runs_show(int argc, char **argv) {
     printf("events      %zu", ri.total_events);
     if (ri.n_events < ri.total_events) printf(" (newest %zu shown)", ri.n_events);
     printf("\n");
-    for (size_t i = 0; i < ri.n_events; i++) {
-        char when[21];
-        kiln_format_time((int64_t)ri.events[i].time, when);
-        printf("  step %-8ld %s  %-12s %s\n", ri.events[i].step, when, ri.events[i].kind,
-               ri.events[i].message);
-    }
+    for (size_t i = 0; i < ri.n_events; i++)
+        print_event(&ri.events[i]);
     kiln_run_info_release(&ri);
-    return 0;
+    if (!follow_run) return 0;
+    if (!live) {
+        printf("following   nothing: the run is not training (%s)\n", kiln_run_state_name(state));
+        return state_status(state);
+    }
+    return follow(dir, &cur, every, interval_ms);
+}
+
+/* Print what the trainer logs after cur until it lets go of the run, then how it ended. */
+static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t interval_ms) {
+    printf("following   %s until it stops (Ctrl-C stops following, not the run)\n", dir);
+    fflush(stdout);
+    long first_step = -1; /* the next step after a start or resume: always printed */
+    double t0 = NAN;      /* the first step seen, for the ETA */
+    long s0 = 0;
+    for (bool live = true;;) {
+        kiln_run_news n;
+        /* Once the trainer has let go, one more read: every row it committed is there. */
+        kiln_err err = kiln_run_live(dir, &live);
+        if (!err) err = kiln_run_follow(dir, cur, 100000, &n);
+        if (err) return cli_fail(err);
+        size_t i = 0, j = 0;
+        while (i < n.n_steps || j < n.n_events) {
+            if (j < n.n_events && (i == n.n_steps || n.events[j].time <= n.step_times[i])) {
+                const kiln_run_event *e = &n.events[j++];
+                print_event(e);
+                if (!strcmp(e->kind, "start") || !strcmp(e->kind, "resume")) {
+                    first_step = e->step + 1;
+                    t0 = NAN;
+                }
+                continue;
+            }
+            kiln_train_progress *p = &n.steps[i];
+            double t = n.step_times[i++];
+            long k = every ? every : cli_step_every(p->steps);
+            if (isnan(t0) || p->step <= s0) {
+                t0 = t;
+                s0 = p->step;
+            }
+            p->eta_s = p->step > s0 && p->steps > p->step
+                           ? (t - t0) / (double)(p->step - s0) * (double)(p->steps - p->step)
+                           : -1;
+            if (p->has_val || !p->applied || p->step == first_step || p->step == p->steps ||
+                p->step % k == 0)
+                cli_print_step(stdout, "  ", p);
+        }
+        kiln_run_news_release(&n);
+        fflush(stdout);
+        if (!live) break;
+        struct timespec ts = {(time_t)(interval_ms / 1000), (long)(interval_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    kiln_run_info ri;
+    kiln_err err = kiln_run_info_load(dir, 0, &ri);
+    if (err) return cli_fail(err);
+    kiln_run_state state = kiln_run_state_of(&ri, false);
+    const json_t *steps = json_object_get(json_object_get(ri.run, "config"), "steps");
+    printf("stopped     step %ld of %lld, %s", ri.last_step,
+           (long long)json_integer_value(steps), kiln_run_state_name(state));
+    if (state == KILN_RUN_DIVERGED || state == KILN_RUN_FAILED) printf(": %s", ri.stop_message);
+    if (state != KILN_RUN_FINISHED) printf(" (kiln train --resume %s continues it)", dir);
+    printf("\n");
+    kiln_run_info_release(&ri);
+    return state_status(state);
 }
 
 int cmd_runs_diff(int argc, char **argv) {

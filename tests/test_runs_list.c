@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sqlite3.h>
+
 #include "test.h"
 #include "testutil.h"
 #include "train_int.h"
@@ -490,4 +492,94 @@ KILN_TEST(runs_list_output) {
     kiln_run_list_release(&l);
 out:
     free(sweep);
+}
+
+/* ---- kiln runs show --follow ---- */
+
+static kiln_err log_steps(kiln_metrics *mx, long from, long to, long of) {
+    for (long s = from; s <= to; s++) {
+        kiln_train_progress p = {.step = s, .steps = of, .loss = 1.0 / (double)s, .lr = 1e-3,
+                                 .applied = s != 3, .has_val = s % 4 == 0, .val_loss = 0.5};
+        KILN_TRY(kiln_metrics_step(mx, &p, NULL, 0));
+    }
+    return KILN_OK;
+}
+
+/* The steps a read gave, as "1 2 3". */
+static const char *news_steps(const kiln_run_news *n, char *buf, size_t cap) {
+    size_t o = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < n->n_steps && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, "%s%ld", i ? " " : "", n->steps[i].step);
+    return buf;
+}
+
+/* A follower's reads across a trainer's life: only what is new each time, oldest first,
+ * a resume's re-logged steps again (after its event), the clock stepping back, no news from
+ * a run that has logged nothing, and the newest `max` when more came. */
+KILN_TEST(runs_follow_reads_what_is_new) {
+    char *dir = kiln_test_path("follow"), *db = kiln_path_join(dir, "metrics.db");
+    kiln_test_put(dir, "run.json", "{\"format\":\"kiln-run/1\",\"config\":{\"steps\":12}}");
+    kiln_metrics *mx = NULL;
+    kiln_run_cursor cur;
+    kiln_run_news n;
+    char got[256];
+    CHECK("no metrics.db yet: a zero cursor and no news",
+          kiln_run_cursor_end(dir, &cur) == KILN_OK && cur.step == 0 && cur.time == 0 &&
+              kiln_run_follow(dir, &cur, 100, &n) == KILN_OK && n.n_steps == 0 &&
+              n.n_events == 0);
+    if (!CHECK("metrics", kiln_metrics_open(db, false, &mx) == KILN_OK &&
+                              kiln_metrics_event(mx, 0, "start", "run started") == KILN_OK &&
+                              log_steps(mx, 1, 5, 12) == KILN_OK))
+        goto out;
+    CHECK("everything from a zero cursor, oldest first, each row as logged",
+          kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
+              !strcmp(news_steps(&n, got, sizeof got), "1 2 3 4 5") && n.n_events == 1 &&
+              !strcmp(n.events[0].kind, "start") && n.steps[1].loss == 0.5 &&
+              n.steps[1].steps == 12 && !n.steps[2].applied && n.steps[0].applied &&
+              n.steps[3].has_val && n.steps[3].val_loss == 0.5 && !n.steps[2].has_val &&
+              n.step_times[0] <= n.step_times[4] && n.events[0].time <= n.step_times[0]);
+    kiln_run_news_release(&n);
+    CHECK("nothing new, nothing read", kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
+                                           n.n_steps == 0 && n.n_events == 0);
+    kiln_run_news_release(&n);
+    CHECK("then only what came", log_steps(mx, 6, 8, 12) == KILN_OK &&
+                                     kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
+                                     !strcmp(news_steps(&n, got, sizeof got), "6 7 8"));
+    kiln_run_news_release(&n);
+    /* A resume from the checkpoint at step 4: the rows after it go, and come again. */
+    CHECK("a resume: its event, then steps 5.. again",
+          kiln_metrics_truncate(mx, 4) == KILN_OK &&
+              kiln_metrics_event(mx, 4, "resume", "resumed from step 4") == KILN_OK &&
+              log_steps(mx, 5, 6, 12) == KILN_OK &&
+              kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
+              !strcmp(news_steps(&n, got, sizeof got), "5 6") && n.n_events == 1 &&
+              !strcmp(n.events[0].kind, "resume") && n.events[0].time <= n.step_times[0]);
+    kiln_run_news_release(&n);
+    kiln_run_cursor end;
+    CHECK("the end cursor: the newest step and event",
+          kiln_run_cursor_end(dir, &end) == KILN_OK && end.step == 6 && end.event_id == 2 &&
+              kiln_run_follow(dir, &end, 100, &n) == KILN_OK && n.n_steps == 0 &&
+              n.n_events == 0);
+    kiln_run_news_release(&n);
+    /* The clock stepped back: a later step logged with an older time is still new. */
+    sqlite3_exec(kiln_metrics_db(mx),
+                 "INSERT INTO steps(step, time, loss, applied) VALUES(7, 1000.0, 0.1, 1)", NULL,
+                 NULL, NULL);
+    CHECK("a step past the cursor's with an older time",
+          kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
+              !strcmp(news_steps(&n, got, sizeof got), "7"));
+    kiln_run_news_release(&n);
+    CHECK("more than max: the newest max", log_steps(mx, 8, 12, 12) == KILN_OK &&
+                                               kiln_run_follow(dir, &cur, 2, &n) == KILN_OK &&
+                                               !strcmp(news_steps(&n, got, sizeof got), "11 12"));
+    kiln_run_news_release(&n);
+    kiln_test_put(dir, "run.json", "[]");
+    CHECK("a damaged run.json: an error naming it",
+          kiln_run_follow(dir, &cur, 100, &n) == KILN_ERR_FORMAT &&
+              kiln_test_msg_has("run.json", NULL) && n.n_steps == 0);
+out:
+    kiln_metrics_close(mx);
+    free(db);
+    free(dir);
 }

@@ -209,6 +209,181 @@ kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_inf
     return rc;
 }
 
+/* ---- following (kiln runs show --follow) ---- */
+
+void kiln_run_news_release(kiln_run_news *n) {
+    free(n->steps);
+    free(n->step_times);
+    for (size_t i = 0; i < n->n_events; i++) {
+        free(n->events[i].kind);
+        free(n->events[i].message);
+    }
+    free(n->events);
+    memset(n, 0, sizeof *n);
+}
+
+/* Whether a row (its step or event id, and log time) is one the cursor has seen: rows are
+ * logged in key order, so a seen row is at or below the newest key seen and no later than
+ * the newest time seen. (A resume's rows come back below the key, but later.) */
+static bool seen(long key, double time, long cur_key, double cur_time) {
+    return key <= cur_key && time <= cur_time;
+}
+
+kiln_err kiln_run_cursor_end(const char *run_dir, kiln_run_cursor *cur) {
+    memset(cur, 0, sizeof *cur);
+    kiln_metrics *mx = NULL;
+    KILN_TRY(open_db(run_dir, &mx));
+    if (!mx) return KILN_OK;
+    sqlite3 *db = kiln_metrics_db(mx);
+    kiln_err rc = KILN_OK;
+    static const char *const q[] = {"SELECT step, time FROM steps ORDER BY step DESC LIMIT 1",
+                                    "SELECT id, time FROM events ORDER BY id DESC LIMIT 1"};
+    KILN_CHECK_IF(rc, out, sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK, KILN_ERR_IO,
+                  "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    for (int i = 0; i < 2 && !rc; i++) {
+        sqlite3_stmt *s = NULL;
+        if (sqlite3_prepare_v2(db, q[i], -1, &s, NULL) != SQLITE_OK)
+            rc = kiln_fail(KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+        else if (sqlite3_step(s) == SQLITE_ROW) {
+            *(i ? &cur->event_id : &cur->step) = (long)sqlite3_column_int64(s, 0);
+            double t = sqlite3_column_double(s, 1);
+            if (t > cur->time) cur->time = t;
+        }
+        sqlite3_finalize(s);
+    }
+out:
+    if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    kiln_metrics_close(mx);
+    return rc;
+}
+
+/* The new rows of steps, newest first as read, into n (reversed by the caller). */
+static kiln_err follow_steps(sqlite3 *db, const char *run_dir, const kiln_run_cursor *cur,
+                             size_t max, long total, kiln_run_news *n, double *newest) {
+    sqlite3_stmt *s = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT step, time, loss, mse, load_balance, z, lr, "
+                                     "grad_norm, applied, tokens_per_s, val_loss, val_r2 "
+                                     "FROM steps ORDER BY step DESC",
+                                     -1, &s, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    size_t cap = 0;
+    int r;
+    while (n->n_steps < max && (r = sqlite3_step(s)) == SQLITE_ROW) {
+        long step = (long)sqlite3_column_int64(s, 0);
+        double t = sqlite3_column_double(s, 1);
+        if (seen(step, t, cur->step, cur->time)) break;
+        if (n->n_steps == cap) {
+            size_t c = cap ? 2 * cap : 64;
+            kiln_train_progress *a = realloc(n->steps, c * sizeof *a);
+            if (a) n->steps = a;
+            double *b = a ? realloc(n->step_times, c * sizeof *b) : NULL;
+            if (b) n->step_times = b;
+            KILN_CHECK_IF(rc, out, !a || !b, KILN_ERR_NOMEM, "out of memory");
+            cap = c;
+        }
+        kiln_train_progress *p = &n->steps[n->n_steps];
+        *p = (kiln_train_progress){.step = step,
+                                   .steps = total,
+                                   .loss = col_num(s, 2),
+                                   .mse = col_num(s, 3),
+                                   .load_balance = col_num(s, 4),
+                                   .z = col_num(s, 5),
+                                   .lr = col_num(s, 6),
+                                   .grad_norm = col_num(s, 7),
+                                   .applied = sqlite3_column_int(s, 8) != 0,
+                                   .tokens_per_s = col_num(s, 9),
+                                   .has_val = sqlite3_column_type(s, 10) != SQLITE_NULL,
+                                   .val_loss = col_num(s, 10),
+                                   .val_r2 = col_num(s, 11)};
+        n->step_times[n->n_steps++] = t;
+        if (t > *newest) *newest = t;
+    }
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
+
+static kiln_err follow_events(sqlite3 *db, const char *run_dir, const kiln_run_cursor *cur,
+                              size_t max, kiln_run_news *n, long *newest_id, double *newest) {
+    sqlite3_stmt *s = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT id, time, step, kind, message FROM events ORDER BY "
+                                     "id DESC",
+                                     -1, &s, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    size_t cap = 0;
+    while (n->n_events < max && sqlite3_step(s) == SQLITE_ROW) {
+        long id = (long)sqlite3_column_int64(s, 0);
+        double t = sqlite3_column_double(s, 1);
+        if (seen(id, t, cur->event_id, cur->time)) break;
+        if (n->n_events == cap) {
+            size_t c = cap ? 2 * cap : 16;
+            kiln_run_event *a = realloc(n->events, c * sizeof *a);
+            KILN_CHECK_IF(rc, out, !a, KILN_ERR_NOMEM, "out of memory");
+            n->events = a;
+            cap = c;
+        }
+        kiln_run_event *e = &n->events[n->n_events++];
+        *e = (kiln_run_event){.step = (long)sqlite3_column_int64(s, 2),
+                              .time = t,
+                              .kind = col_dup(s, 3),
+                              .message = col_dup(s, 4)};
+        KILN_CHECK_IF(rc, out, !e->kind || !e->message, KILN_ERR_NOMEM, "out of memory");
+        if (n->n_events == 1) *newest_id = id;
+        if (t > *newest) *newest = t;
+    }
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
+
+kiln_err kiln_run_follow(const char *run_dir, kiln_run_cursor *cur, size_t max,
+                         kiln_run_news *out) {
+    memset(out, 0, sizeof *out);
+    json_t *run = NULL;
+    KILN_TRY(load_run_json(run_dir, &run));
+    json_t *steps = json_object_get(json_object_get(run, "config"), "steps");
+    long total = json_is_integer(steps) ? (long)json_integer_value(steps) : 0;
+    json_decref(run);
+    kiln_metrics *mx = NULL;
+    KILN_TRY(open_db(run_dir, &mx));
+    if (!mx) return KILN_OK;
+    sqlite3 *db = kiln_metrics_db(mx);
+    kiln_err rc = KILN_OK;
+    kiln_run_cursor next = *cur;
+    /* One read transaction: the steps and the events of one moment. */
+    KILN_CHECK_IF(rc, done, sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK, KILN_ERR_IO,
+                  "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    KILN_CHECK(rc, done, follow_steps(db, run_dir, cur, max, total, out, &next.time));
+    KILN_CHECK(rc, done, follow_events(db, run_dir, cur, max, out, &next.event_id, &next.time));
+    if (out->n_steps) next.step = out->steps[0].step;
+    /* Oldest first. */
+    for (size_t i = 0, j = out->n_steps; i + 1 < j; i++, j--) {
+        kiln_train_progress p = out->steps[i];
+        out->steps[i] = out->steps[j - 1];
+        out->steps[j - 1] = p;
+        double t = out->step_times[i];
+        out->step_times[i] = out->step_times[j - 1];
+        out->step_times[j - 1] = t;
+    }
+    for (size_t i = 0, j = out->n_events; i + 1 < j; i++, j--) {
+        kiln_run_event e = out->events[i];
+        out->events[i] = out->events[j - 1];
+        out->events[j - 1] = e;
+    }
+    *cur = next;
+done:
+    if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    kiln_metrics_close(mx);
+    if (rc) kiln_run_news_release(out);
+    return rc;
+}
+
 void kiln_run_diff_release(kiln_run_diff *d) {
     json_decref(d->config);
     memset(d, 0, sizeof *d);

@@ -406,6 +406,38 @@ void kiln_run_info_release(kiln_run_info *info);
  * without taking anything: a reader never makes a trainer wait or fail). No .lock: false. */
 kiln_err kiln_run_live(const char *run_dir, bool *live);
 
+/* ---- following a run as it trains (kiln runs show --follow) ---- */
+
+/* How far a follower has read: the newest step row and event it has seen (their step or id
+ * and the time they were logged), plus the newest time seen. Zero: nothing seen. */
+typedef struct kiln_run_cursor {
+    long step, event_id;
+    double time;
+} kiln_run_cursor;
+
+/* What was logged after a cursor, oldest first. A resume goes back to a checkpoint and logs
+ * the steps after it again: a follower gets them again, after the resume event. */
+typedef struct kiln_run_news {
+    kiln_train_progress *steps; /* .steps the run's total, .stats NULL, times unset */
+    double *step_times;         /* unix seconds each step was logged */
+    size_t n_steps;
+    kiln_run_event *events;
+    size_t n_events;
+} kiln_run_news;
+
+/* A cursor at the run's newest rows now, so that kiln_run_follow then gives only what comes
+ * later (zero when the run has logged nothing). */
+kiln_err kiln_run_cursor_end(const char *run_dir, kiln_run_cursor *cur);
+/* The steps and events logged after *cur (the newest max of each when more came), and *cur
+ * moved past them. Each read walks down from the newest row to the first one seen, so a poll
+ * costs what is new, not the run's length. Rows are logged in step order, each with its
+ * time: a row is new when its step is past the cursor's or it was logged after the cursor's
+ * time (a resume's re-logged steps), which also holds when the clock steps back. A run with
+ * no metrics.db yet has no news. Release with kiln_run_news_release. */
+kiln_err kiln_run_follow(const char *run_dir, kiln_run_cursor *cur, size_t max,
+                         kiln_run_news *out);
+void kiln_run_news_release(kiln_run_news *n);
+
 typedef struct kiln_run_diff {
     json_t *config;    /* {"key": [a, b]} for every key whose values differ */
     long common_steps; /* steps both runs have logged */

@@ -657,13 +657,16 @@ kiln_err kiln_run_live(const char *run_dir, bool *live) {
 }
 
 /* How a run's last attempt ended, when the loop failed: an event readers show (kiln runs
- * list's diverged or failed). The caller's message is kept whatever happens here. */
+ * list's diverged or failed; an interrupt, which leaves the run to resume, for the history
+ * and a follower). The caller's message is kept whatever happens here. */
 static void record_stop(trainer *t, kiln_err rc) {
-    if (rc == KILN_OK || rc == KILN_ERR_INTERRUPTED || t->comm->rank != 0 || !t->mx) return;
+    if (rc == KILN_OK || t->comm->rank != 0 || !t->mx) return;
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", kiln_errmsg());
-    if (kiln_metrics_event(t->mx, t->st.step, rc == KILN_ERR_NUMERIC ? "diverged" : "failed", msg))
-        kiln_warn("%s", kiln_errmsg());
+    const char *kind = rc == KILN_ERR_INTERRUPTED ? "interrupted"
+                       : rc == KILN_ERR_NUMERIC   ? "diverged"
+                                                  : "failed";
+    if (kiln_metrics_event(t->mx, t->st.step, kind, msg)) kiln_warn("%s", kiln_errmsg());
     kiln_fail(rc, "%s", msg);
 }
 
