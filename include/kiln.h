@@ -230,7 +230,9 @@ typedef struct kiln_watch_opts {
                              subdirectory per version loaded (gen-N) */
     unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
     /* Called from the watcher's thread after each attempted update: KILN_OK and the new
-     * version when one was swapped in, else the failure (the old model stays in service).
+     * version when one was swapped in, else the failure (the old model stays in service);
+     * and once from kiln_watch_start when the start served the kept model offline or refused
+     * it (r NULL, below).
      * Also what the watch hears of the trust policy (each poll walks it forward first,
      * docs/registry.md): KILN_OK with r NULL when a new version of the policy was accepted
      * (message: which, and what changed), and a failure with r NULL when the policy did not
@@ -244,7 +246,16 @@ typedef struct kiln_watch_opts {
  * then poll the channel from a thread of its own. When a new record appears the new
  * version is pulled and verified exactly as kiln_pull does, loaded with kiln_model_open,
  * and only then made current; on any failure the old model stays in service. Free with
- * kiln_watch_stop. */
+ * kiln_watch_stop.
+ *
+ * The model in service when the watch stops stays in pull.out (gen-N), for the next start
+ * (docs/registry.md, "Starting without a registry"): when the channel still names it, it is
+ * checked and loaded without a download; when no registry answers at all, it is checked
+ * again without one (the trust policy this client holds, the channel record and archive
+ * signatures its pull kept in pull.state: signatures, seq as accepted, not expired, the
+ * manifest they sign, every file) and served, on_update hearing KILN_ERR_NETWORK and what is
+ * served, and the watch polls on until a registry answers. A kept model that does not verify
+ * is never served (on_update hears why when a pull replaced it). */
 KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out) KILN_MUST_CHECK;
 /* The model in service, held until kiln_watch_release; *generation (may be NULL) counts the
  * swaps from 1. A service keeps its streams on the model it acquired and, when the
@@ -252,7 +263,8 @@ KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out
  * is freed once no one holds it. */
 KILN_API const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation);
 KILN_API void kiln_watch_release(kiln_watch *w, const kiln_model *m);
-/* Stop polling and free the watcher; every acquired model must have been released. NULL ok.
+/* Stop polling and free the watcher; every acquired model must have been released; the
+ * directory of the model in service stays for the next start (the others go). NULL ok.
  * A poll in flight is cancelled (within about a second, even while a registry hangs) and
  * not reported to on_update. */
 KILN_API void kiln_watch_stop(kiln_watch *w);

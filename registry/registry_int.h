@@ -228,6 +228,20 @@ kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, cons
  * state NULL: the default); 0 and *known false when none. */
 kiln_err reg_channel_state(const char *state, const char *model, const char *channel, int64_t *seq,
                            bool *known);
+/* A model directory a pull of model@channel installed (dir), checked without a registry
+ * against what that pull kept in state (STATE/channels/MODEL/CHANNEL.json; state NULL: the
+ * default): the kept record's signatures reach trust's threshold, it names model@channel, it
+ * is the one this client accepted last (the state's seq) and has not expired; the kept
+ * archive signatures verify under trust with comments naming the directory's manifest
+ * (kiln_sign_verify_manifest_sigs: release keys, threshold, unvalidated rule); that manifest
+ * is model@ the record's version; every file matches it and there is no other
+ * (kiln_manifest_verify_dir). *record (caller frees) is the record's text and *rec it parsed.
+ * Not checked, for want of the archive: that its bytes are those the record's digest names
+ * (the record binds the archive, the release keys' signed comments bind the manifest).
+ * KILN_ERR_NOTFOUND when state keeps no such pull, KILN_ERR_VERIFY naming a failed check. */
+kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,
+                              const char *channel, const char *dir, char **record,
+                              reg_record *rec) KILN_MUST_CHECK;
 /* A pull's checks 1-3 of a channel record: its signatures reach trust's threshold for the
  * channel, it names model and channel, its seq is not below last (when known; *stale, may be
  * NULL, says that was the failure), it has not expired. KILN_ERR_VERIFY naming the failure. */

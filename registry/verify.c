@@ -6,7 +6,10 @@
  * kiln_sign_verify_archive (client, on pull) verify every signature block over the archive's
  * bytes by a release key of the policy, that each trusted comment names the archive's own
  * manifest and validation verdict, the policy's release_threshold and accept_unvalidated,
- * and (pull) every file while unpacking securely; kiln_sign_record_verify the records. */
+ * and (pull) every file while unpacking securely; kiln_sign_record_verify the records.
+ * reg_installed_verify checks a pulled directory again without a registry (a service's
+ * start while none answers), with sign/'s kiln_sign_verify_manifest_sigs and export/'s
+ * kiln_manifest_verify_dir. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -126,5 +129,62 @@ kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t le
     snprintf(out->reason, sizeof out->reason, "%s", r.reason ? r.reason : "");
 done:
     kiln_sign_record_release(&r);
+    return rc;
+}
+
+kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,
+                              const char *channel, const char *dir, char **record,
+                              reg_record *rec) {
+    *record = NULL;
+    char *st = state ? kiln_strdup(state) : reg_default_state(),
+         *file = st ? kiln_asprintf("%s/channels/%s/%s.json", st, model, channel) : NULL,
+         *mpath = kiln_path_join(dir, KILN_MANIFEST_NAME), *mtext = NULL;
+    size_t mlen = 0;
+    json_t *j = NULL;
+    kiln_manifest *m = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !file || !mpath, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(file), KILN_ERR_NOTFOUND,
+                  "no pull of %s@%s recorded in '%s'", model, channel, st);
+    KILN_CHECK(rc, out, kiln_json_load_file(file, &j));
+    json_t *seq = json_object_get(j, "seq"), *rj = json_object_get(j, "record"),
+           *sj = json_object_get(j, "signature");
+    KILN_CHECK_IF(rc, out, !json_is_integer(seq), KILN_ERR_FORMAT,
+                  "'%s': 'seq' is not an integer", file);
+    KILN_CHECK_IF(rc, out, !json_is_string(rj) || !json_is_string(sj), KILN_ERR_NOTFOUND,
+                  "'%s' keeps no record and signatures for an installed model (a pull by a kiln "
+                  "before 0.1.0-2026-11-30 wrote it; the next pull does)",
+                  file);
+    /* 1-3 of a pull, the seq being the one accepted. */
+    KILN_CHECK(rc, out,
+               reg_record_accept(trust, json_string_value(rj), json_string_length(rj), model,
+                                 channel, json_integer_value(seq), true, rec, NULL));
+    KILN_CHECK_IF(rc, out, rec->seq != json_integer_value(seq), KILN_ERR_VERIFY,
+                  "'%s': the kept record has seq %lld, but seq %lld was accepted", file,
+                  (long long)rec->seq, (long long)json_integer_value(seq));
+    /* The release keys' signatures name this directory's manifest. */
+    KILN_CHECK(rc, out, kiln_read_file(mpath, KILN_MANIFEST_MAX_BYTES, &mtext, &mlen));
+    kiln_sign_archive_report rep;
+    char slabel[200];
+    snprintf(slabel, sizeof slabel, "the kept signature of %s@%s", model, rec->version);
+    rc = kiln_sign_verify_manifest_sigs(mtext, mlen, mpath, json_string_value(sj),
+                                        json_string_length(sj), slabel, trust, &rep);
+    if (rc == KILN_ERR_FORMAT) rc = KILN_ERR_VERIFY;
+    if (rc) goto out;
+    KILN_CHECK_IF(rc, out, strcmp(rep.info.model, model) || strcmp(rep.info.version, rec->version),
+                  KILN_ERR_VERIFY, "'%s' is %s@%s, but the channel record names %s@%s", dir,
+                  rep.info.model, rep.info.version, model, rec->version);
+    /* Every file. */
+    KILN_CHECK(rc, out, kiln_manifest_parse(mtext, mlen, mpath, &m));
+    KILN_CHECK(rc, out, kiln_manifest_verify_dir(m, dir));
+    *record = kiln_strdup(json_string_value(rj));
+    KILN_CHECK_IF(rc, out, !*record, KILN_ERR_NOMEM, "out of memory");
+out:
+    kiln_manifest_free(m);
+    json_decref(j);
+    free(mtext);
+    free(mpath);
+    free(file);
+    free(st);
     return rc;
 }

@@ -2,7 +2,15 @@
  * the runtime, and swap it in for the service only once all of that worked. Models are
  * reference counted so that streams on the old one finish on it. Each poll walks the trust
  * policy forward first (registry/trustchain.c), so a key revoked by a new signed version is
- * refused from the next poll on, without a restart. */
+ * refused from the next poll on, without a restart.
+ *
+ * The model in service stays on disk when the watch stops (OUT/gen-N, N counting installs in
+ * OUT across restarts), so that the next start can use it again: without a download when the
+ * channel still names it, and when no registry answers at all (a trading service restarted
+ * during an outage), after checking it again against the trust policy and the state the pull
+ * left (reg_installed_verify). */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -31,7 +39,8 @@ struct kiln_watch {
     int cancel; /* set by kiln_watch_stop (atomically): transfers in flight end at once */
     pthread_t thread;
     slot *cur, *retired;
-    uint64_t gen;
+    uint64_t gen;           /* the generation in service (1 at start) */
+    uint64_t dirno;         /* the N of the newest OUT/gen-N made or found */
     char *served;           /* the text of the record in service */
     char *last_record;      /* the text of the record last tried (served, or refused) */
     uint64_t trust_version; /* of the policy the last poll walked to */
@@ -49,12 +58,103 @@ static int watch_cancel(void *ctx, uint64_t done, uint64_t total) {
     return cancelled(ctx);
 }
 
-static void slot_free(slot *s) {
+/* keep: the directory stays (the model in service when the watch stops). */
+static void slot_free(slot *s, bool keep) {
     if (!s) return;
     kiln_model_free(s->m);
-    reg_rmtree(s->dir);
+    if (!keep) reg_rmtree(s->dir);
     free(s->dir);
     free(s);
+}
+
+static slot *slot_new(kiln_model *m, uint64_t gen, char *dir) {
+    slot *s = kiln_calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->m = m;
+    s->gen = gen;
+    s->refs = 1;
+    s->dir = dir;
+    return s;
+}
+
+/* The N of the newest OUT/gen-N, 0 when there is none. */
+static uint64_t newest_dir(const char *out) {
+    uint64_t n = 0;
+    DIR *d = opendir(out);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char *end;
+        if (strncmp(e->d_name, "gen-", 4) || !isdigit((unsigned char)e->d_name[4])) continue;
+        errno = 0;
+        unsigned long long v = strtoull(e->d_name + 4, &end, 10);
+        if (!errno && !*end && v > n) n = v;
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+/* OUT/current names the directory in service ("gen-N\n"), written after each swap, so that
+ * a start knows which to use again, whatever a crash left beside it. */
+static void mark_current(const kiln_watch *w, const slot *s) {
+    char *p = kiln_path_join(w->out, "current"), text[40];
+    const char *base = strrchr(s->dir, '/') ? strrchr(s->dir, '/') + 1 : s->dir;
+    int n = snprintf(text, sizeof text, "%s\n", base);
+    if (!p || kiln_write_file_atomic(p, text, (size_t)n))
+        kiln_warn("%s (a start without a registry cannot use the model in service)",
+                  p ? kiln_errmsg() : "out of memory");
+    free(p);
+}
+
+/* The N of the directory OUT/current names, 0 when none does. */
+static uint64_t current_dir(const char *out) {
+    char *p = kiln_path_join(out, "current"), *text = NULL, *end;
+    size_t len = 0;
+    uint64_t n = 0;
+    if (p && kiln_path_exists(p) && kiln_read_file(p, 64, &text, &len) == KILN_OK &&
+        !strncmp(text, "gen-", 4) && isdigit((unsigned char)text[4])) {
+        errno = 0;
+        unsigned long long v = strtoull(text + 4, &end, 10);
+        if (!errno && !strcmp(end, "\n")) n = v;
+    }
+    free(text);
+    free(p);
+    return n;
+}
+
+/* Remove every OUT/gen-N but keep (an earlier run's, one a crash left). */
+static void remove_dirs(const char *out, const char *keep) {
+    DIR *d = opendir(out);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, "gen-", 4)) continue;
+        char *p = kiln_path_join(out, e->d_name);
+        if (p && strcmp(p, keep)) reg_rmtree(p);
+        free(p);
+    }
+    if (d) closedir(d);
+}
+
+/* The model an earlier run left at OUT/gen-N, checked under t against the state its pull
+ * left (reg_installed_verify) and loaded: *s (refs 1), *record its channel record's text.
+ * want (may be NULL): the record the channel has now; another is KILN_ERR_NOTFOUND. */
+static kiln_err load_kept(kiln_watch *w, const kiln_sign_trust *t, uint64_t n, const char *want,
+                          char **record, reg_record *rec, slot **s) {
+    *s = NULL;
+    *record = NULL;
+    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)n);
+    if (!dir) return KILN_ERR_NOMEM;
+    kiln_model *m = NULL;
+    kiln_err rc = reg_installed_verify(t, w->state, w->model, w->channel, dir, record, rec);
+    if (!rc && want && strcmp(*record, want))
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s' holds %s@%s, not the channel's current version",
+                       dir, w->model, rec->version);
+    if (!rc) rc = kiln_model_open(dir, &m);
+    if (!rc && !(*s = slot_new(m, w->gen + 1, dir))) rc = KILN_ERR_NOMEM;
+    if (rc) {
+        kiln_model_free(m);
+        free(dir);
+        free(*record);
+        *record = NULL;
+    }
+    return rc;
 }
 
 /* Pull the channel (record: its current record's text, from the registry that had the
@@ -62,8 +162,7 @@ static void slot_free(slot *s) {
 static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *record,
                           kiln_pull_result *res, slot **s) {
     *s = NULL;
-    uint64_t gen = w->gen + 1;
-    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)gen);
+    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)++w->dirno);
     if (!dir) return KILN_ERR_NOMEM;
     reg_rmtree(dir); /* left by an earlier failed attempt */
     kiln_registry_pull_opts p = {.ref = w->ref,
@@ -76,20 +175,13 @@ static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *r
     kiln_model *m = NULL;
     kiln_err rc = reg_pull_regs(&w->regs, &p, t, &r);
     if (!rc) rc = kiln_model_open(dir, &m);
-    if (!rc) {
-        *s = kiln_calloc(1, sizeof **s);
-        if (!*s) rc = KILN_ERR_NOMEM;
-    }
+    if (!rc && !(*s = slot_new(m, w->gen + 1, dir))) rc = KILN_ERR_NOMEM;
     if (rc) {
         kiln_model_free(m);
         reg_rmtree(dir);
         free(dir);
         return rc;
     }
-    (*s)->m = m;
-    (*s)->gen = gen;
-    (*s)->refs = 1;
-    (*s)->dir = dir;
     reg_pull_result(&r, res);
     return KILN_OK;
 }
@@ -102,7 +194,7 @@ static void unref(kiln_watch *w, slot *s) {
             *p = s->next;
             break;
         }
-    slot_free(s);
+    slot_free(s, false);
 }
 
 /* Each version of the trust policy the registry gave: an event (rc KILN_OK, no result). */
@@ -172,6 +264,7 @@ static void poll_once(kiln_watch *w) {
         slot *old = w->cur;
         w->cur = s;
         w->gen = s->gen;
+        mark_current(w, s);
         old->next = w->retired;
         w->retired = old;
         unref(w, old); /* the watcher's own reference */
@@ -276,18 +369,65 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     }
     KILN_CHECK(rc, fail, kiln_mkdir_p(w->out));
     size_t len, from;
-    char *text = NULL;
+    char *text = NULL, *kept_record = NULL, note[2048] = "";
+    kiln_err note_rc = KILN_OK;
     kiln_sign_trust *t = NULL;
-    KILN_CHECK(rc, fail, reg_trust_walk_regs(&w->regs, w->trust, w->state, NULL, NULL, &t));
-    w->trust_version = kiln_sign_trust_version(t);
-    rc = reg_newest_record(&w->regs, t, w->state, w->model, w->channel, &text, &len, &from);
-    kiln_pull_result res;
-    if (!rc) rc = load_next(w, t, text, &res, &w->cur);
+    reg_record rec;
+    /* The model an earlier run kept, if any; new installs go after every gen-N there. */
+    const uint64_t kept = current_dir(w->out);
+    w->dirno = newest_dir(w->out);
+    rc = reg_trust_walk_regs(&w->regs, w->trust, w->state, NULL, NULL, &t);
+    if (!rc) rc = reg_newest_record(&w->regs, t, w->state, w->model, w->channel, &text, &len, &from);
+    if (!rc) {
+        /* The channel still names the kept model: no download. One that no longer verifies
+         * (a file changed on disk) is said, and replaced by a pull. */
+        kiln_err k = kept ? load_kept(w, t, kept, text, &kept_record, &rec, &w->cur)
+                          : KILN_ERR_NOTFOUND;
+        if (k && k != KILN_ERR_NOTFOUND) {
+            note_rc = k;
+            snprintf(note, sizeof note, "the model kept in '%s/gen-%llu' was not used: %s",
+                     w->out, (unsigned long long)kept, kiln_errmsg());
+        }
+        if (k) {
+            kiln_pull_result res;
+            rc = load_next(w, t, text, &res, &w->cur);
+        }
+        free(kept_record);
+    } else if (rc == KILN_ERR_NETWORK && kept) {
+        /* No registry answered: the kept model, checked again under the policy this client
+         * holds (its trust file and the versions in state) against the state its pull left,
+         * is served until a registry answers (the watch polls on). An expired record, one
+         * older than accepted since, or a file changed on disk fail the start as before. */
+        char why[1024];
+        snprintf(why, sizeof why, "%s", kiln_errmsg());
+        kiln_sign_trust_free(t);
+        t = NULL;
+        rc = kiln_registry_trust_walk(NULL, w->trust, w->state, NULL, NULL, &t);
+        if (!rc) rc = load_kept(w, t, kept, NULL, &text, &rec, &w->cur);
+        if (rc) {
+            char whynot[1024];
+            snprintf(whynot, sizeof whynot, "%s", kiln_errmsg());
+            rc = kiln_fail(rc, "%s; and the model kept in '%s/gen-%llu' cannot serve: %s", why,
+                           w->out, (unsigned long long)kept, whynot);
+        } else {
+            char when[21];
+            kiln_format_time(rec.expires, when);
+            note_rc = KILN_ERR_NETWORK;
+            snprintf(note, sizeof note,
+                     "%s; serving %s@%s (%s seq %lld, expires %s) as kept in '%s', checked "
+                     "again against the trust policy and the state of its pull",
+                     why, w->model, rec.version, w->channel, (long long)rec.seq, when,
+                     w->cur->dir);
+        }
+    }
+    if (!rc) w->trust_version = kiln_sign_trust_version(t);
     kiln_sign_trust_free(t);
     if (rc) {
         free(text);
         goto fail;
     }
+    mark_current(w, w->cur);
+    remove_dirs(w->out, w->cur->dir);
     w->gen = w->cur->gen;
     w->last_record = text;
     w->served = kiln_strdup(text);
@@ -295,6 +435,8 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     KILN_CHECK_IF(rc, fail, pthread_create(&w->thread, NULL, watch_main, w) != 0, KILN_ERR_INTERNAL,
                   "cannot start the watcher's thread");
     w->thread_started = true;
+    /* Said once the watch runs: served offline, or a kept model refused. */
+    if (note_rc && o->on_update) o->on_update(o->ctx, note_rc, note, NULL);
     *out = w;
     return KILN_OK;
 fail:
@@ -331,10 +473,10 @@ void kiln_watch_stop(kiln_watch *w) {
         pthread_mutex_unlock(&w->mu);
         pthread_join(w->thread, NULL);
     }
-    slot_free(w->cur);
+    slot_free(w->cur, true); /* kept for the next start */
     while (w->retired) {
         slot *n = w->retired->next;
-        slot_free(w->retired);
+        slot_free(w->retired, false);
         w->retired = n;
     }
     pthread_mutex_destroy(&w->mu);

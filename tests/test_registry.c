@@ -1124,6 +1124,121 @@ out:
     fx_free(&f);
 }
 
+/* Which OUT/gen-N a watch left, as "gen-1 gen-3" (sorted). */
+static const char *gens(const char *out, char *buf, size_t cap) {
+    buf[0] = 0;
+    for (int n = 1; n <= 9; n++) {
+        char name[16];
+        snprintf(name, sizeof name, "gen-%d", n);
+        char *p = kiln_path_join(out, name);
+        if (p && kiln_path_exists(p))
+            snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", buf[0] ? " " : "", name);
+        free(p);
+    }
+    return buf;
+}
+
+static void quiet(void *ctx, const char *line) {
+    (void)ctx, (void)line;
+}
+
+/* Start a watch; its model's expert count (-1: the start failed) and what on_update heard. */
+static int watch_once(const kiln_watch_opts *o, updates *u) {
+    kiln_watch *w = NULL;
+    memset(u->last_error, 0, sizeof u->last_error);
+    u->ok = u->failed = 0;
+    if (kiln_watch_start(o, &w)) return -1;
+    uint64_t g = 0;
+    const kiln_model *m = kiln_watch_acquire(w, &g);
+    int e = g == 1 ? kiln_model_config_get(m)->n_experts : -2;
+    kiln_watch_release(w, m);
+    kiln_watch_stop(w);
+    return e;
+}
+
+/* A service restarted: the model in service at the stop is used again without a download
+ * while the channel names it; with no registry answering it is served after being checked
+ * again offline, but not once a file changed, the state accepted a newer record since, or the
+ * state keeps no evidence; a new record is pulled and the kept directory goes. */
+KILN_TEST(registry_watch_starts_from_the_kept_model) {
+    fixture f;
+    updates u = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    char *dir = kiln_test_path("svc"), *a1 = NULL, *a2 = NULL, *r1 = NULL, *r2 = NULL,
+         *model = NULL, *state = NULL, *saved = NULL, got[128];
+    size_t saved_len = 0;
+    if (!CHECK("fixture", dir && fx_init(&f))) goto out;
+    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX];
+    a1 = fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f.rel, h1);
+    a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
+    kiln_registry_published pub;
+    kiln_sign_seckey *k1[] = {f.p1, NULL};
+    int64_t later = kiln_unix_time() + 3600;
+    r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
+    r2 = rfx_record("staging", "2.0.0", h2, 2, later, "promote", k1);
+    if (!CHECK("published and promoted", a1 && a2 && r1 && r2 &&
+                                             kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
+                                             kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
+                                             fx_put(&f, "staging", r1) == KILN_OK))
+        goto out;
+    /* Two registries, the second never up: each is asked once (a lone registry would be
+     * retried for seconds before the start goes offline). */
+    const char *dead[] = {"http://127.0.0.1:9"};
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &u);
+    o.pull.registries = dead;
+    o.pull.nregistries = 1;
+    o.pull.on_registry = quiet;
+    CHECK("first start: pulled into gen-1, kept after the stop",
+          watch_once(&o, &u) == 0 && !strcmp(gens(dir, got, sizeof got), "gen-1") && !u.failed);
+    /* A crash's leftover, which the next start removes. */
+    char *junk = kiln_path_join(dir, "gen-7");
+    if (junk) kiln_mkdir_p(junk);
+    free(junk);
+    CHECK("restart, the channel unchanged: the kept model, no download (no gen-8)",
+          watch_once(&o, &u) == 0 && !strcmp(gens(dir, got, sizeof got), "gen-1") && !u.failed);
+
+    /* No registry answers. */
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
+    bool served = watch_once(&o, &u) == 0;
+    if (!CHECK("registry down: the kept model is served, and said so",
+               served && u.failed == 1 && strstr(u.last_error, "serving demo@1.0.0 (staging seq 1") &&
+                   strstr(u.last_error, "/gen-1'")))
+        fprintf(stderr, "    heard: %s\n", u.last_error);
+    model = kiln_path_join(dir, "gen-1/model.safetensors");
+    state = kiln_path_join(f.reg.state, "channels/demo/staging.json");
+    if (!CHECK("paths", model && state)) goto out;
+    CHECK("a byte of the kept model changed: the start fails, naming the file and the outage",
+          kiln_test_flip(model, 200) && watch_once(&o, &u) == -1 &&
+              kiln_test_msg_has("cannot serve", "model.safetensors") &&
+              kiln_test_msg_has(f.reg.url, NULL) && kiln_test_flip(model, 200));
+    CHECK("restored: served again", watch_once(&o, &u) == 0);
+    if (!CHECK("state", kiln_read_file(state, 1 << 20, &saved, &saved_len) == KILN_OK)) goto out;
+    json_t *j = json_loads(saved, 0, NULL);
+    json_object_set_new(j, "seq", json_integer(2));
+    CHECK("the state accepted seq 2 since: the kept seq 1 is refused",
+          kiln_json_write_file(state, j) == KILN_OK && watch_once(&o, &u) == -1 &&
+              kiln_test_msg_has("seq 1, lower than 2 accepted before", NULL));
+    json_object_set_new(j, "seq", json_integer(1));
+    json_object_del(j, "record");
+    CHECK("a state without the record (an older kiln's): refused, saying so",
+          kiln_json_write_file(state, j) == KILN_OK && watch_once(&o, &u) == -1 &&
+              kiln_test_msg_has("keeps no record and signatures", NULL));
+    json_decref(j);
+    CHECK("state restored", kiln_write_file_atomic(state, saved, saved_len) == KILN_OK &&
+                                watch_once(&o, &u) == 0);
+
+    /* Back, with a new record: pulled, and the kept directory goes. */
+    if (!CHECK("registry back", fx_start(&f))) goto out;
+    o.pull.registry = f.reg.url;
+    CHECK("a new record: pulled into gen-2, gen-1 removed",
+          fx_put(&f, "staging", r2) == KILN_OK && watch_once(&o, &u) > 0 &&
+              !strcmp(gens(dir, got, sizeof got), "gen-2") && !u.failed);
+out:
+    free(dir), free(a1), free(a2), free(r1), free(r2), free(model), free(state), free(saved);
+    fx_free(&f);
+}
+
 /* ---- signed archives under the policy: validated models, thresholds, unvalidated ---- */
 
 #include "train.h"
