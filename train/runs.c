@@ -74,17 +74,21 @@ static char *col_dup(sqlite3_stmt *s, int i) {
     return kiln_strdup(t ? t : "");
 }
 
+static void events_free(kiln_run_event *e, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        free(e[i].kind);
+        free(e[i].message);
+    }
+    free(e);
+}
+
 void kiln_run_info_release(kiln_run_info *info) {
     free(info->stop_kind);
     free(info->stop_message);
     json_decref(info->run);
     json_decref(info->layers);
     free(info->ckpts);
-    for (size_t i = 0; i < info->n_events; i++) {
-        free(info->events[i].kind);
-        free(info->events[i].message);
-    }
-    free(info->events);
+    events_free(info->events, info->n_events);
     memset(info, 0, sizeof *info);
 }
 
@@ -214,11 +218,7 @@ kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_inf
 void kiln_run_news_release(kiln_run_news *n) {
     free(n->steps);
     free(n->step_times);
-    for (size_t i = 0; i < n->n_events; i++) {
-        free(n->events[i].kind);
-        free(n->events[i].message);
-    }
-    free(n->events);
+    events_free(n->events, n->n_events);
     memset(n, 0, sizeof *n);
 }
 
