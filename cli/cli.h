@@ -92,6 +92,7 @@ int cmd_export(int argc, char **argv);
 int cmd_golden_make(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_installed(int argc, char **argv); /* cmd_publish.c */
 int cmd_pack(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);
 int cmd_runs_list(int argc, char **argv);

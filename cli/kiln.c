@@ -25,6 +25,7 @@ static const command commands[] = {
     {"golden make", cmd_golden_make, "store a model's outputs on held-out windows"},
     {"infer", cmd_infer, "run a model over a dataset file (batch or stream)"},
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
+    {"installed", cmd_installed, "check an installed model on its host, without a registry"},
     {"keygen", cmd_keygen, "create a minisign-compatible key pair"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"promote", cmd_promote, "point a registry channel at a version (signed record)"},

@@ -202,6 +202,8 @@ run "$KILN" channel sign --add resign.json --key carol.key
 run "$KILN" channel put resign.json --registry "$URL" --token "$PROM"
 run "$KILN" promote $MODEL 2.0.0 --channel staging --key bob.key --registry "$URL" --token "$PROM" --reason "re-signed: alice revoked"
 run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
+echo "the trading host checks what it runs, without asking the registry:"
+run "$KILN" installed $MODEL@production --dir service-model --trust trust.json --state "$STATE"
 
 say "summary"
 d1=$(sha256sum release-v1/$MODEL-1.0.0.kiln | cut -d' ' -f1)

@@ -245,6 +245,31 @@ typedef struct kiln_registry_pulled {
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *out) KILN_MUST_CHECK;
 
+/* ---- an installed model, checked on its host (verify.c, docs/registry.md "Checking an
+ * installed model") ---- */
+
+typedef struct kiln_registry_installed {
+    char model[KILN_REGISTRY_NAME_MAX + 1], channel[KILN_REGISTRY_NAME_MAX + 1];
+    char version[KILN_REGISTRY_NAME_MAX + 1];
+    char digest[72];         /* the archive's, as the record names it */
+    int64_t seq, expires;    /* the record's */
+    uint64_t trust_version;  /* of the policy it was checked under */
+    char signed_by[256];     /* the release signers, as a pull says them */
+    char manifest_sha256[KILN_SHA256_HEX];
+    size_t files;            /* in the manifest, each checked */
+    uint64_t bytes;          /* their sizes summed */
+} kiln_registry_installed;
+
+/* Check, without a registry, that dir holds what a pull of ref ("NAME@CHANNEL") installed and
+ * that it still verifies: the trust policy walked from the file trust through the versions in
+ * state (nothing fetched), the channel record and archive signatures that pull kept in state,
+ * the manifest they sign, every file (docs/registry.md). KILN_ERR_VERIFY naming the failed
+ * check; KILN_ERR_NOTFOUND when state keeps no such pull. out (may be NULL) says what was
+ * checked. What kiln_watch_start does before it serves a kept model offline. */
+kiln_err kiln_registry_installed_verify(const char *trust, const char *state, const char *ref,
+                                        const char *dir, kiln_registry_installed *out)
+    KILN_MUST_CHECK;
+
 /* ---- provenance (provenance.c, docs/registry.md "Provenance") ---- */
 
 typedef struct kiln_registry_provenance_opts {

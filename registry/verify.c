@@ -134,7 +134,7 @@ done:
 
 kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,
                               const char *channel, const char *dir, char **record,
-                              reg_record *rec) {
+                              reg_record *rec, kiln_registry_installed *info) {
     *record = NULL;
     char *st = state ? kiln_strdup(state) : reg_default_state(),
          *file = st ? kiln_asprintf("%s/channels/%s/%s.json", st, model, channel) : NULL,
@@ -179,6 +179,20 @@ kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, c
     KILN_CHECK(rc, out, kiln_manifest_verify_dir(m, dir));
     *record = kiln_strdup(json_string_value(rj));
     KILN_CHECK_IF(rc, out, !*record, KILN_ERR_NOMEM, "out of memory");
+    if (info) {
+        memset(info, 0, sizeof *info);
+        snprintf(info->model, sizeof info->model, "%s", model);
+        snprintf(info->channel, sizeof info->channel, "%s", channel);
+        snprintf(info->version, sizeof info->version, "%s", rec->version);
+        snprintf(info->digest, sizeof info->digest, "%s", rec->digest);
+        info->seq = rec->seq;
+        info->expires = rec->expires;
+        reg_signers_text(&rep, info->signed_by, sizeof info->signed_by);
+        kiln_hex(m->sha256, sizeof m->sha256, info->manifest_sha256);
+        info->files = m->nfiles;
+        for (size_t i = 0; i < m->nfiles; i++)
+            info->bytes += m->files[i].size;
+    }
 out:
     kiln_manifest_free(m);
     json_decref(j);
@@ -186,5 +200,28 @@ out:
     free(mpath);
     free(file);
     free(st);
+    return rc;
+}
+
+kiln_err kiln_registry_installed_verify(const char *trust, const char *state, const char *ref,
+                                        const char *dir, kiln_registry_installed *out) {
+    const char *at = ref ? strchr(ref, '@') : NULL;
+    KILN_FAIL_IF(!trust || !dir || !at || at == ref ||
+                     (size_t)(at - ref) > KILN_REGISTRY_NAME_MAX,
+                 KILN_ERR_USAGE, "checking an installed model needs NAME@CHANNEL, a trust policy "
+                                 "and the model directory");
+    char model[KILN_REGISTRY_NAME_MAX + 1];
+    snprintf(model, sizeof model, "%.*s", (int)(at - ref), ref);
+    KILN_TRY(kiln_registry_check_name("model", model));
+    KILN_TRY(kiln_registry_check_name("channel", at + 1));
+    KILN_FAIL_IF(!kiln_path_exists(dir), KILN_ERR_NOTFOUND, "'%s': no such directory", dir);
+    kiln_sign_trust *t = NULL;
+    KILN_TRY(kiln_registry_trust_walk(NULL, trust, state, NULL, NULL, &t));
+    char *record = NULL;
+    reg_record rec;
+    kiln_err rc = reg_installed_verify(t, state, model, at + 1, dir, &record, &rec, out);
+    if (!rc && out) out->trust_version = kiln_sign_trust_version(t);
+    free(record);
+    kiln_sign_trust_free(t);
     return rc;
 }

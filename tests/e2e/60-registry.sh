@@ -92,6 +92,24 @@ $KILN rollback demo --channel staging --key "$T/p1.key" --registry "$URL" --toke
 $KILN pull demo@staging $S --out "$T/svc" >/dev/null
 [ "$(cat "$T/svc/model.safetensors")" = "weights one" ] || fail "pull after rollback"
 grep -q '"seq": 3' "$T/state/channels/demo/staging.json" || fail "state not kept"
+# kiln installed: the host's own check, with no registry asked (the URL is not given).
+$KILN installed demo@staging --dir "$T/svc" --trust "$T/trust.json" --state "$T/state" >"$T/inst" ||
+    fail "installed: $(cat "$T/inst")"
+grep -q "^installed   demo@1.0.0 in '$T/svc'" "$T/inst" && grep -q '^channel     staging seq 3,' "$T/inst" &&
+    grep -q '^files       .* as manifest sha256:[0-9a-f]\{64\} says' "$T/inst" || fail "installed: $(cat "$T/inst")"
+cp "$T/svc/model.safetensors" "$T/weights.bak"
+printf 'weights 1ne' >"$T/svc/model.safetensors"
+expect_fail 1 $KILN installed demo@staging --dir "$T/svc" --trust "$T/trust.json" --state "$T/state"
+grep -q "model.safetensors': sha256 differs from the manifest" "$T/err" || fail "a changed file: $(cat "$T/err")"
+cp "$T/weights.bak" "$T/svc/model.safetensors"
+cp "$T/state/channels/demo/staging.json" "$T/staging.bak"
+sed -i 's/"seq": 3/"seq": 4/' "$T/state/channels/demo/staging.json"
+expect_fail 1 $KILN installed demo@staging --dir "$T/svc" --trust "$T/trust.json" --state "$T/state"
+grep -q "seq 3, lower than 4 accepted before" "$T/err" || fail "a newer seq accepted: $(cat "$T/err")"
+cp "$T/staging.bak" "$T/state/channels/demo/staging.json"
+expect_fail 2 $KILN installed demo@production --dir "$T/svc" --trust "$T/trust.json" --state "$T/state"
+grep -q "no pull of demo@production recorded in '$T/state'" "$T/err" || fail "no such pull: $(cat "$T/err")"
+$KILN installed demo@staging --dir "$T/svc" --trust "$T/trust.json" --state "$T/state" >/dev/null || fail "restored"
 $KILN channel history demo --channel staging --registry "$URL" >"$T/hist"
 [ "$(grep -c 'release-manager' "$T/hist")" = 3 ] || fail "history: $(cat "$T/hist")"
 grep -q '^3 *1\.0\.0 *sha256:[0-9a-f]\{12\} *1 *release-manager *[0-9T:Z-]\{20\} *rollback$' "$T/hist" || fail "history rollback row: $(cat "$T/hist")"

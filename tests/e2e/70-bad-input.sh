@@ -70,6 +70,9 @@ PROM=$($KILN registry token create --root "$T/srv" --name rm --scope promote)
 ADM=$($KILN registry token create --root "$T/srv" --name ops --scope admin)
 serve_registry "$T/srv" --trust "$F/trust.json"
 q $KILN publish "$F/m.kiln" --registry "$URL" --token "$PUB"
+# A model a pull installed, and the state that pull left (kiln installed).
+q $KILN channel put "$F/rec.json" --registry "$URL" --token "$PROM"
+q $KILN pull demo@staging --registry "$URL" --trust "$F/trust.json" --state "$F/istate" --out "$F/inst"
 # A primary's store with a version in it (kiln registry mirror refuses it): the served one's
 # database, copied consistently.
 mkdir -p "$F/prim/blobs/sha256" "$F/prim/tmp"
@@ -92,7 +95,7 @@ fixture_of() { # KIND: the valid fixture of that kind
     record) echo "$F/rec.json" ;; run) echo "$F/run" ;; model) echo "$F/m" ;; m16) echo "$F/m16" ;;
     signedtrust) echo "$F/v2.signed.json" ;;
     cert) echo "$F/srv.pem" ;; certkey) echo "$F/srv.key" ;;
-    root) echo "$F/reg" ;;
+    root) echo "$F/reg" ;; inst) echo "$F/inst" ;;
     *) fail "no fixture of kind $1" ;;
     esac
 }
@@ -184,6 +187,7 @@ dir_kind model run model=model.safetensors card=card.json:val_fraction:created \
     validation=validation.json:passed
 dir_kind m16 model model=model.safetensors card=card.json:val_fraction
 dir_kind root model registry.db=registry.db
+dir_kind inst model model=model.safetensors card=card.json manifest=manifest.json
 # Outputs: where a command is told to write, paths it must refuse without leaving anything.
 d=$B/out list=$B/outfile.list; mkdir -p "$d"; : >"$list"
 add noparent "$d/no-such-dir/x.out" no-such-dir
@@ -298,6 +302,8 @@ row 2 trust 'missing,dir,invalid,wrongtype' - 'pull demo@1.0.0 --registry $URL -
 row 2 trust 'missing,dir,empty,invalid,wrongtype' - 'provenance demo@1.0.0 --registry $URL --trust $S --state $O/state'
 row 2 outdir 'isfile' - 'provenance demo@1.0.0 --registry $URL --trust $F/trust.json --state $S'
 row 2 outdir 'isfile,parentfile' - 'provenance demo@1.0.0 --registry $URL --trust $F/trust.json --state $S --download'
+row 12 inst '*' - 'installed demo@staging --dir $S --trust $F/trust.json --state $F/istate'
+row 2 trust "$Q,invalid,wrongtype" - 'installed demo@staging --dir $F/inst --trust $S --state $F/istate'
 row 2 key "$Q" - 'promote demo 1.0.0 --channel staging --key $S --registry $URL --token $PROM --out $O/r.json'
 row 2 root '*' - 'registry fsck --root $S'
 row 2 trust 'missing,invalid,wrongtype' - 'registry fsck --root $F/reg --trust $S'
