@@ -79,6 +79,7 @@ void reg_registries_reset(reg_registries *r) {
     r->why_len = 0;
     r->why_verify = false;
     r->why_last = KILN_OK;
+    r->only_stale = false;
 }
 
 static void say(const reg_registries *r, const char *fmt, ...) KILN_PRINTF(2, 3);
@@ -223,6 +224,8 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
     int64_t *seqs = kiln_calloc(r->n, sizeof *seqs); /* each registry's verified seq, or 0 */
     if (!seqs) return KILN_ERR_NOMEM;
     bool served = false, missing = false;
+    size_t stale_n = 0, bad_n = 0;
+    r->only_stale = false;
     kiln_err rc = KILN_OK;
     for (size_t i = 0; i < r->n; i++) {
         if (r->down[i]) continue;
@@ -259,8 +262,10 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
                 r->c[i].url, model, channel, (long long)rec.seq, (long long)last,
                 next ? "; trying " : "", next ? next : "");
             reason_add(r, r->c[i].url, KILN_ERR_VERIFY, kiln_errmsg());
+            stale_n++;
         } else if (rc) {
             pass_over(r, i, rc);
+            bad_n++;
         } else if (!*text || rec.seq > seqs[*from]) {
             free(*text);
             *text = t;
@@ -285,6 +290,7 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
         return rc;
     }
     if (*text) return KILN_OK;
+    r->only_stale = stale_n > 0 && !bad_n && !missing;
     if (missing && !served)
         return kiln_fail(KILN_ERR_NOTFOUND, "no registry has channel '%s' of '%s'", channel, model);
     char what[200];

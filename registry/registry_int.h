@@ -270,6 +270,10 @@ typedef struct reg_registries {
     size_t why_len;
     bool why_verify; /* one served something that did not verify */
     kiln_err why_last;
+    /* Set by reg_newest_record when it found no record because every registry that served
+     * one served a record older than this client accepted (stale mirrors; the others did not
+     * answer): nothing wrong was served, the newest is just out of reach. */
+    bool only_stale;
 } reg_registries;
 /* Copy cs[0..n) (the URLs and tokens stay the caller's); release with reg_registries_release. */
 kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts *cs, size_t n,

@@ -317,6 +317,94 @@ static void *watch_main(void *arg) {
     return NULL;
 }
 
+/* Whether text, the one registry's current record, is older than this client accepted (a
+ * stale mirror): then why says so. */
+static bool stale_record(kiln_watch *w, const kiln_sign_trust *t, const char *text, size_t len,
+                         char *why, size_t cap) {
+    int64_t last;
+    bool known, stale = false;
+    reg_record rec;
+    if (reg_channel_state(w->state, w->model, w->channel, &last, &known)) return false;
+    if (reg_record_accept(t, text, len, w->model, w->channel, last, known, &rec, &stale) &&
+        stale) {
+        snprintf(why, cap, "registry %s: %s", w->urls[0], kiln_errmsg());
+        return true;
+    }
+    return false;
+}
+
+/* The first model of a start, in w->cur, and its record in *text: the channel's current
+ * version (the kept model when the channel still names it and it verifies, else pulled); or,
+ * when no registry can give the channel's newest record (none answers, or each that does
+ * has only records older than this client accepted: stale mirrors), the kept model checked
+ * again without them. note (cap bytes) and *note_rc: what on_update is to hear, if anything. */
+static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *note, size_t cap,
+                            kiln_err *note_rc) {
+    kiln_sign_trust *t = NULL;
+    size_t len = 0, from;
+    reg_record rec;
+    char why[1024] = "";
+    kiln_err rc = reg_trust_walk_regs(&w->regs, w->trust, w->state, NULL, NULL, &t);
+    const bool walked = !rc;
+    if (!rc) rc = reg_newest_record(&w->regs, t, w->state, w->model, w->channel, text, &len, &from);
+    kiln_err outage = rc == KILN_ERR_NETWORK || (rc == KILN_ERR_VERIFY && w->regs.only_stale)
+                          ? rc
+                          : KILN_OK;
+    if (outage) snprintf(why, sizeof why, "%s", kiln_errmsg());
+    if (!rc && kept && w->regs.n == 1 && stale_record(w, t, *text, len, why, sizeof why))
+        outage = KILN_ERR_VERIFY;
+    if (!rc && !outage) {
+        /* The channel still names the kept model: no download. One that no longer verifies
+         * (a file changed on disk) is said, and replaced by a pull. */
+        char *kept_record = NULL;
+        kiln_err k = kept ? load_kept(w, t, kept, *text, &kept_record, &rec, &w->cur)
+                          : KILN_ERR_NOTFOUND;
+        free(kept_record);
+        if (k && k != KILN_ERR_NOTFOUND) {
+            *note_rc = k;
+            snprintf(note, cap, "the model kept in '%s/gen-%llu' was not used: %s", w->out,
+                     (unsigned long long)kept, kiln_errmsg());
+        }
+        if (k) {
+            kiln_pull_result res;
+            rc = load_next(w, t, *text, &res, &w->cur);
+        }
+    } else if (outage && kept) {
+        /* The kept model, checked again under the policy walked (or, when no registry
+         * answered, the one this client holds: its trust file and the versions in state)
+         * against the state its pull left, is served until a registry gives the newest
+         * record (the watch polls on). An expired record, one older than accepted since, or
+         * a file changed on disk fail the start. */
+        free(*text);
+        *text = NULL;
+        rc = KILN_OK;
+        if (!walked) {
+            kiln_sign_trust_free(t);
+            t = NULL;
+            rc = kiln_registry_trust_walk(NULL, w->trust, w->state, NULL, NULL, &t);
+        }
+        if (!rc) rc = load_kept(w, t, kept, NULL, text, &rec, &w->cur);
+        if (rc) {
+            char whynot[1024];
+            snprintf(whynot, sizeof whynot, "%s", kiln_errmsg());
+            rc = kiln_fail(rc, "%s; and the model kept in '%s/gen-%llu' cannot serve: %s", why,
+                           w->out, (unsigned long long)kept, whynot);
+        } else {
+            char when[21];
+            kiln_format_time(rec.expires, when);
+            *note_rc = outage;
+            snprintf(note, cap,
+                     "%s; serving %s@%s (%s seq %lld, expires %s) as kept in '%s', checked "
+                     "again against the trust policy and the state of its pull",
+                     why, w->model, rec.version, w->channel, (long long)rec.seq, when,
+                     w->cur->dir);
+        }
+    }
+    if (!rc) w->trust_version = kiln_sign_trust_version(t);
+    kiln_sign_trust_free(t);
+    return rc;
+}
+
 kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     *out = NULL;
     KILN_FAIL_IF(!o || (!o->pull.registry && !o->pull.nregistries) || !o->pull.ref ||
@@ -368,60 +456,12 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
         if (rc) goto fail;
     }
     KILN_CHECK(rc, fail, kiln_mkdir_p(w->out));
-    size_t len, from;
-    char *text = NULL, *kept_record = NULL, note[2048] = "";
+    char *text = NULL, note[2048] = "";
     kiln_err note_rc = KILN_OK;
-    kiln_sign_trust *t = NULL;
-    reg_record rec;
     /* The model an earlier run kept, if any; new installs go after every gen-N there. */
     const uint64_t kept = current_dir(w->out);
     w->dirno = newest_dir(w->out);
-    rc = reg_trust_walk_regs(&w->regs, w->trust, w->state, NULL, NULL, &t);
-    if (!rc) rc = reg_newest_record(&w->regs, t, w->state, w->model, w->channel, &text, &len, &from);
-    if (!rc) {
-        /* The channel still names the kept model: no download. One that no longer verifies
-         * (a file changed on disk) is said, and replaced by a pull. */
-        kiln_err k = kept ? load_kept(w, t, kept, text, &kept_record, &rec, &w->cur)
-                          : KILN_ERR_NOTFOUND;
-        if (k && k != KILN_ERR_NOTFOUND) {
-            note_rc = k;
-            snprintf(note, sizeof note, "the model kept in '%s/gen-%llu' was not used: %s",
-                     w->out, (unsigned long long)kept, kiln_errmsg());
-        }
-        if (k) {
-            kiln_pull_result res;
-            rc = load_next(w, t, text, &res, &w->cur);
-        }
-        free(kept_record);
-    } else if (rc == KILN_ERR_NETWORK && kept) {
-        /* No registry answered: the kept model, checked again under the policy this client
-         * holds (its trust file and the versions in state) against the state its pull left,
-         * is served until a registry answers (the watch polls on). An expired record, one
-         * older than accepted since, or a file changed on disk fail the start as before. */
-        char why[1024];
-        snprintf(why, sizeof why, "%s", kiln_errmsg());
-        kiln_sign_trust_free(t);
-        t = NULL;
-        rc = kiln_registry_trust_walk(NULL, w->trust, w->state, NULL, NULL, &t);
-        if (!rc) rc = load_kept(w, t, kept, NULL, &text, &rec, &w->cur);
-        if (rc) {
-            char whynot[1024];
-            snprintf(whynot, sizeof whynot, "%s", kiln_errmsg());
-            rc = kiln_fail(rc, "%s; and the model kept in '%s/gen-%llu' cannot serve: %s", why,
-                           w->out, (unsigned long long)kept, whynot);
-        } else {
-            char when[21];
-            kiln_format_time(rec.expires, when);
-            note_rc = KILN_ERR_NETWORK;
-            snprintf(note, sizeof note,
-                     "%s; serving %s@%s (%s seq %lld, expires %s) as kept in '%s', checked "
-                     "again against the trust policy and the state of its pull",
-                     why, w->model, rec.version, w->channel, (long long)rec.seq, when,
-                     w->cur->dir);
-        }
-    }
-    if (!rc) w->trust_version = kiln_sign_trust_version(t);
-    kiln_sign_trust_free(t);
+    rc = start_model(w, kept, &text, note, sizeof note, &note_rc);
     if (rc) {
         free(text);
         goto fail;

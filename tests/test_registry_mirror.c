@@ -959,3 +959,76 @@ out:
     kiln_registry_server_stop(srv, 1000);
     mfree(&f);
 }
+
+/* What a start's on_update heard: the last failure's message, and how many. */
+typedef struct heard_start {
+    int failures;
+    char last[2048];
+} heard_start;
+
+static void on_start_note(void *ctx, kiln_err rc, const char *message, const kiln_pull_result *r) {
+    heard_start *h = ctx;
+    (void)r;
+    if (!rc) return;
+    h->failures++;
+    snprintf(h->last, sizeof h->last, "%s", message);
+}
+
+/* Start a watch over urls into dir; the model's expert count, -1 when the start failed. */
+static int mwatch_once(mfx *f, const char *const *urls, size_t n, const char *dir,
+                       heard_start *h) {
+    notes heard;
+    memset(h, 0, sizeof *h);
+    kiln_watch_opts wo = {.pull = mopts(f, urls, n, "demo@production", dir, &heard),
+                          .interval_ms = 60000,
+                          .on_update = on_start_note,
+                          .ctx = h};
+    kiln_watch *w = NULL;
+    if (kiln_watch_start(&wo, &w)) return -1;
+    uint64_t g;
+    const kiln_model *m = kiln_watch_acquire(w, &g);
+    int e = kiln_model_config_get(m)->n_experts;
+    kiln_watch_release(w, m);
+    kiln_watch_stop(w);
+    return e;
+}
+
+/* The primary is down and the mirror is behind (a promotion it has not synced yet): a
+ * restarted service serves the newer model it kept, rather than failing (the mirror's record
+ * is older than this client accepted) or running the older one; through a lone stale mirror
+ * too. With nothing kept, the start fails as a pull does. */
+KILN_TEST(registry_mirror_watch_starts_past_a_stale_mirror) {
+    mfx f;
+    kiln_registry_mirror_result res;
+    char dir[1100], fresh[1100];
+    heard_start h;
+    if (!CHECK("fixture", minit(&f))) goto out;
+    if (!CHECK("production seq 1 synced to the mirror, then seq 2 on the primary only",
+               mpublish_model(&f, "1.0.0", "tsmoe-dense.model.safetensors") &&
+                   mpublish_model(&f, "2.0.0", "tsmoe-moe.model.safetensors") &&
+                   mpromote(&f, "production", "1.0.0") && msync(&f, &res) == KILN_OK &&
+                   mpromote(&f, "production", "2.0.0") &&
+                   mserve(f.mirror, f.primary.trust, &f.msrv, f.murl)))
+        goto out;
+    snprintf(dir, sizeof dir, "%s/svc", kiln_test_dir());
+    snprintf(fresh, sizeof fresh, "%s/fresh", kiln_test_dir());
+    const char *both[] = {f.primary.url, f.murl}, *mirror[] = {f.murl};
+    CHECK("both up: 2.0.0 (the MoE model), kept", mwatch_once(&f, both, 2, dir, &h) > 0);
+    kiln_registry_server_stop(f.primary.srv, 1000);
+    f.primary.srv = NULL;
+    bool ok = mwatch_once(&f, both, 2, dir, &h) > 0;
+    if (!CHECK("primary down, mirror stale: the kept 2.0.0 served, and said so",
+               ok && h.failures == 1 && strstr(h.last, "lower than 2 accepted before") &&
+                   strstr(h.last, "serving demo@2.0.0 (production seq 2")))
+        fprintf(stderr, "    heard: %s\n", h.last);
+    ok = mwatch_once(&f, mirror, 1, dir, &h) > 0;
+    if (!CHECK("the stale mirror alone: the same",
+               ok && h.failures == 1 && strstr(h.last, "lower than 2 accepted before") &&
+                   strstr(h.last, "serving demo@2.0.0")))
+        fprintf(stderr, "    heard: %s\n", h.last);
+    CHECK("nothing kept: refused as a pull refuses a stale record",
+          mwatch_once(&f, mirror, 1, fresh, &h) == -1 &&
+              kiln_test_msg_has("lower than 2 accepted before", NULL));
+out:
+    mfree(&f);
+}
