@@ -204,6 +204,11 @@ run "$KILN" promote $MODEL 2.0.0 --channel staging --key bob.key --registry "$UR
 run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
 echo "the trading host checks what it runs, without asking the registry:"
 run "$KILN" installed $MODEL@production --dir service-model --trust trust.json --state "$STATE"
+echo "a service that follows production itself (kiln_watch): pulled, verified, loaded, serving"
+printf '$ stream_service --watch %s@production --registry %s --trust trust.json --state watch-state --dir watch-model < ticks.csv > predictions-watch.csv\n' "$MODEL" "$URL"
+"$SERVICE" --watch $MODEL@production --registry "$URL" --trust trust.json --state watch-state \
+    --dir watch-model <ticks.csv >predictions-watch.csv
+cmp -s predictions-watch.csv predictions-rollback.csv || { echo "the watching service predicted otherwise" >&2; exit 1; }
 
 say "summary"
 d1=$(sha256sum release-v1/$MODEL-1.0.0.kiln | cut -d' ' -f1)
@@ -240,12 +245,22 @@ if command -v curl >/dev/null && curl -fsS "$URL/" >web-home.html 2>/dev/null; t
         sed 's|.*>\([^<]*\)</a> → \([^ ]*\) <small>seq \([0-9]*\)|\1 → \2 (seq \3)|' |
         paste -sd ';' - | sed 's/;/, /g')
     echo
-    echo "web page: $URL/ (served until the demo ends; kiln registry serve --root $W/registry"
+    echo "web page: $URL/ (served until the registry goes down below; kiln registry serve --root $W/registry"
     echo "  --listen 127.0.0.1:8080 --trust $W/trust.json serves it again)"
     echo "  $MODEL: $versions versions with signers and lineage; $glance; history per channel; /ui/audit for admins"
     trust=$(grep -o 'Trust policy version [0-9]* in force: [^.]*' web-home.html)
     echo "  $trust; /ui/trust: every key, and each version with its signers and changes"
 fi
+
+say "the registry goes down; the trading service restarts on the model it kept"
+kill -TERM "$SERVER" && wait "$SERVER" 2>/dev/null || true
+SERVER=
+echo "(a lone registry is retried for about 4 s before the service gives up on it)"
+printf '$ stream_service --watch %s@production --registry %s ... < ticks.csv > predictions-offline.csv\n' "$MODEL" "$URL"
+"$SERVICE" --watch $MODEL@production --registry "$URL" --trust trust.json --state watch-state \
+    --dir watch-model <ticks.csv >predictions-offline.csv
+cmp -s predictions-offline.csv predictions-watch.csv || { echo "the restarted service predicted otherwise" >&2; exit 1; }
+echo "the same predictions, tick for tick, as before the outage"
 
 echo
 echo "demo finished in $W"

@@ -86,6 +86,28 @@ grep -q "release stopped at stage 'check'.*immutable" err || fail "existing vers
 expect_fail 2 $KILN release run --version 5.0.0 $R --out-dir r1
 grep -q "not empty" err || fail "used output directory: $(cat err)"
 
+# A trading service that follows production itself (examples/stream_service --watch, on
+# kiln_watch): pulled, verified and served while the registry is up ...
+# (production moves to 4.0.2: under trust v2 rel's archives no longer verify)
+$KILN promote market 4.0.2 --channel production --key prom.key --registry "$URL" --token "$PROM" >/dev/null ||
+    fail "promote 4.0.2"
+svc=$(dirname "$KILN")/stream_service
+$KILN data export "$T/d.st" --rows 40 | tail -n +2 | cut -d, -f1-6 >ticks.csv
+W="--watch market@production --registry $URL --trust trust.json --state wst --dir wsvc"
+"$svc" $W <ticks.csv >p1.csv 2>svc1.err || fail "stream_service --watch: $(cat svc1.err)"
+[ "$(wc -l <p1.csv)" -eq 40 ] || fail "stream_service --watch: $(wc -l <p1.csv) predictions for 40 ticks"
+
 kill -TERM $PID
 wait $PID || fail "server exit status"
 $KILN registry fsck --root reg --trust trust.json >/dev/null || fail "fsck after releases"
+
+# ... and restarted while it is down: the model it kept, checked again, the same predictions.
+"$svc" $W <ticks.csv >p2.csv 2>svc2.err || fail "stream_service --watch without a registry: $(cat svc2.err)"
+grep -q "^watch: registry '$URL/v1/trust/[0-9]*': .*; serving market@[0-9.]* (production seq [0-9]*, expires .*) as kept in 'wsvc/gen-1'" svc2.err ||
+    fail "the offline start was not said: $(cat svc2.err)"
+cmp -s p1.csv p2.csv || fail "the restarted service predicted otherwise"
+$KILN installed market@production --dir wsvc/gen-1 --trust trust.json --state wst >inst || fail "installed: $(cat inst)"
+printf 'x' | dd of=wsvc/gen-1/card.json bs=1 seek=3 conv=notrunc 2>/dev/null
+set +e; "$svc" $W <ticks.csv >p3.csv 2>svc3.err; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "cannot serve: 'wsvc/gen-1/card.json': sha256 differs" svc3.err ||
+    fail "a changed kept model was served (exit $rc): $(cat svc3.err)"
