@@ -204,10 +204,14 @@ run "$KILN" promote $MODEL 2.0.0 --channel staging --key bob.key --registry "$UR
 run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
 echo "the trading host checks what it runs, without asking the registry:"
 run "$KILN" installed $MODEL@production --dir service-model --trust trust.json --state "$STATE"
+# The example service following production itself (kiln_watch), its predictions into $1.
+watching_service() {
+    "$SERVICE" --watch $MODEL@production --registry "$URL" --trust trust.json --state watch-state \
+        --dir watch-model <ticks.csv >"$1"
+}
 echo "a service that follows production itself (kiln_watch): pulled, verified, loaded, serving"
 printf '$ stream_service --watch %s@production --registry %s --trust trust.json --state watch-state --dir watch-model < ticks.csv > predictions-watch.csv\n' "$MODEL" "$URL"
-"$SERVICE" --watch $MODEL@production --registry "$URL" --trust trust.json --state watch-state \
-    --dir watch-model <ticks.csv >predictions-watch.csv
+watching_service predictions-watch.csv
 cmp -s predictions-watch.csv predictions-rollback.csv || { echo "the watching service predicted otherwise" >&2; exit 1; }
 
 say "summary"
@@ -257,8 +261,7 @@ kill -TERM "$SERVER" && wait "$SERVER" 2>/dev/null || true
 SERVER=
 echo "(a lone registry is retried for about 4 s before the service gives up on it)"
 printf '$ stream_service --watch %s@production --registry %s ... < ticks.csv > predictions-offline.csv\n' "$MODEL" "$URL"
-"$SERVICE" --watch $MODEL@production --registry "$URL" --trust trust.json --state watch-state \
-    --dir watch-model <ticks.csv >predictions-offline.csv
+watching_service predictions-offline.csv
 cmp -s predictions-offline.csv predictions-watch.csv || { echo "the restarted service predicted otherwise" >&2; exit 1; }
 echo "the same predictions, tick for tick, as before the outage"
 
