@@ -3,6 +3,7 @@
 # ~1 GiB archive over loopback, against baselines measured in the same run:
 #   kiln pull NAME@CHANNEL        vs  curl -o of the same archive from nginx-light (sendfile)
 #   kiln verify ARCHIVE --trust   vs  b2sum ARCHIVE and sha256sum ARCHIVE
+#   kiln installed (the pulled directory checked again, as a restarted service does) vs the pull
 # Every figure is the median of KILN_BENCH_REPS runs (default 5). The archive is a real
 # `kiln pack` of a model directory whose model.safetensors holds KILN_BENCH_MB MiB (default
 # 1024) of random f32 weights, signed with a fresh key, published to `kiln registry serve`
@@ -202,6 +203,12 @@ for r in $(seq "$REPS"); do
         v=$(sed -n "s/^kiln: debug: pull phase: $ph: \([0-9.]*\) s.*/\1/p" "$T/pull.err" | tail -1)
         [ -n "$v" ] && add "phase:$ph" "$v"
     done
+    # What a restarted service checks instead of pulling again (its kept model; no registry).
+    sync
+    t0=$(now_ns)
+    "$KILN" installed bench@production --dir "$T/pulled" --trust "$T/trust.json" --state "$T/state" \
+        >"$T/inst.out" || { say "kiln installed failed: $(cat "$T/inst.out")"; exit 2; }
+    add installed "$(secs "$t0" "$(now_ns)")"
     rm -rf "$T/pulled" "$T/state"
     sync
     t0=$(now_ns)
@@ -223,6 +230,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 row() { printf '%-44s %10.3f %9s\n' "$1" "$2" "$3"; }
 
 C=$(med curl_nginx) CR=$(med curl_registry) P=$(med pull) V=$(med verify) B=$(med b2sum) S=$(med sha256sum)
+I=$(med installed)
 D=$(med "phase:download")
 {
     echo "registry pull and verify, ${MB} MiB of random weights (median of $REPS runs)"
@@ -246,6 +254,7 @@ D=$(med "phase:download")
             row "  $ph" "$v" "$(mbs "$v")"
         fi
     done
+    row "kiln installed (the pulled dir, re-checked)" "$I" "$(mbs "$I")"
     row "kiln verify ARCHIVE --trust" "$V" "$(mbs "$V")"
     row "b2sum ARCHIVE (baseline)" "$B" "$(mbs "$B")"
     row "sha256sum ARCHIVE" "$S" "$(mbs "$S")"
@@ -255,6 +264,8 @@ D=$(med "phase:download")
     echo "curl from registry / curl from nginx:   $(ratio "$CR" "$C")"
     echo "kiln verify / b2sum:                    $(ratio "$V" "$B")"
     echo "kiln verify / sha256sum:                $(ratio "$V" "$S")"
+    echo "kiln installed / kiln pull:             $(ratio "$I" "$P")  (a service's restart on its kept model, against pulling it again)"
+    echo "kiln installed / sha256sum:             $(ratio "$I" "$S")"
     echo "kiln verify checks: $VERIFY_WHAT"
     echo "pull phases: from the client's own log (KILN_LOG=debug, 'pull phase:' lines)"
 } >"$OUT"

@@ -120,16 +120,25 @@ static uint64_t current_dir(const char *out) {
     return n;
 }
 
-/* Remove every OUT/gen-N but keep (an earlier run's, one a crash left). */
+/* Remove every OUT/gen-N but keep (an earlier run's, one a crash left), and the temporary
+ * directories of pulls a crash interrupted (OUT/.gen-N.pull-XXXXXX). */
 static void remove_dirs(const char *out, const char *keep) {
     DIR *d = opendir(out);
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (strncmp(e->d_name, "gen-", 4)) continue;
+        if (strncmp(e->d_name, "gen-", 4) && strncmp(e->d_name, ".gen-", 5)) continue;
         char *p = kiln_path_join(out, e->d_name);
         if (p && strcmp(p, keep)) reg_rmtree(p);
         free(p);
     }
     if (d) closedir(d);
+}
+
+/* Whether OUT/gen-N exists. */
+static bool gen_exists(const kiln_watch *w, uint64_t n) {
+    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)n);
+    bool there = dir && kiln_path_exists(dir);
+    free(dir);
+    return there;
 }
 
 /* The model an earlier run left at OUT/gen-N, checked under t against the state its pull
@@ -384,9 +393,13 @@ static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *not
             rc = kiln_registry_trust_walk(NULL, w->trust, w->state, NULL, NULL, &t);
         }
         if (!rc) rc = load_kept(w, t, kept, NULL, text, &rec, &w->cur);
+        /* A crash between a pull's install and its OUT/current leaves the newer directory
+         * unnamed (and the state naming its record): the others are tried, newest first. */
+        char whynot[1024];
+        snprintf(whynot, sizeof whynot, "%s", kiln_errmsg());
+        for (uint64_t n = w->dirno; rc && rc != KILN_ERR_NOMEM && n > 0; n--)
+            if (n != kept && gen_exists(w, n)) rc = load_kept(w, t, n, NULL, text, &rec, &w->cur);
         if (rc) {
-            char whynot[1024];
-            snprintf(whynot, sizeof whynot, "%s", kiln_errmsg());
             rc = kiln_fail(rc, "%s; and the model kept in '%s/gen-%llu' cannot serve: %s", why,
                            w->out, (unsigned long long)kept, whynot);
         } else {
@@ -472,11 +485,12 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     w->last_record = text;
     w->served = kiln_strdup(text);
     KILN_CHECK_IF(rc, fail, !w->served, KILN_ERR_NOMEM, "out of memory");
+    /* Said before the watcher's thread starts, so that on_update is never called twice at
+     * once: served offline, or a kept model refused. */
+    if (note_rc && o->on_update) o->on_update(o->ctx, note_rc, note, NULL);
     KILN_CHECK_IF(rc, fail, pthread_create(&w->thread, NULL, watch_main, w) != 0, KILN_ERR_INTERNAL,
                   "cannot start the watcher's thread");
     w->thread_started = true;
-    /* Said once the watch runs: served offline, or a kept model refused. */
-    if (note_rc && o->on_update) o->on_update(o->ctx, note_rc, note, NULL);
     *out = w;
     return KILN_OK;
 fail:

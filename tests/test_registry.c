@@ -1164,7 +1164,7 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
     fixture f;
     updates u = {.mu = PTHREAD_MUTEX_INITIALIZER};
     char *dir = kiln_test_path("svc"), *a1 = NULL, *a2 = NULL, *r1 = NULL, *r2 = NULL,
-         *model = NULL, *state = NULL, *saved = NULL, got[128];
+         *model = NULL, *state = NULL, *saved = NULL, *cur = NULL, got[128];
     size_t saved_len = 0;
     if (!CHECK("fixture", dir && fx_init(&f))) goto out;
     char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX];
@@ -1234,8 +1234,24 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
     CHECK("a new record: pulled into gen-2, gen-1 removed",
           fx_put(&f, "staging", r2) == KILN_OK && watch_once(&o, &u) > 0 &&
               !strcmp(gens(dir, got, sizeof got), "gen-2") && !u.failed);
+    /* A crash between a pull's install and its OUT/current leaves current naming another
+     * directory (here one that is gone): offline, the others are tried, newest first, and
+     * current names the one served. */
+    kiln_registry_server_stop(f.reg.srv, 1000);
+    f.reg.srv = NULL;
+    cur = kiln_path_join(dir, "current");
+    char *named = NULL;
+    size_t named_len = 0;
+    CHECK("current names a directory that is gone: gen-2 served offline",
+          cur && kiln_write_file_atomic(cur, "gen-9\n", 6) == KILN_OK &&
+              watch_once(&o, &u) > 0 && strstr(u.last_error, "as kept in '") &&
+              strstr(u.last_error, "/gen-2'") &&
+              kiln_read_file(cur, 64, &named, &named_len) == KILN_OK &&
+              !strcmp(named, "gen-2\n"));
+    free(named);
 out:
     free(dir), free(a1), free(a2), free(r1), free(r2), free(model), free(state), free(saved);
+    free(cur);
     fx_free(&f);
 }
 
