@@ -1190,12 +1190,15 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
     o.pull.on_registry = quiet;
     CHECK("first start: pulled into gen-1, kept after the stop",
           watch_once(&o, &u) == 0 && !strcmp(gens(dir, got, sizeof got), "gen-1") && !u.failed);
-    /* A crash's leftover, which the next start removes. */
-    char *junk = kiln_path_join(dir, "gen-7");
+    /* A crash's leftovers, which the next start removes: a directory and a pull's temporary. */
+    char *junk = kiln_path_join(dir, "gen-7"), *tmp = kiln_path_join(dir, ".gen-7.pull-AbC123");
     if (junk) kiln_mkdir_p(junk);
-    free(junk);
+    if (tmp) kiln_mkdir_p(tmp);
     CHECK("restart, the channel unchanged: the kept model, no download (no gen-8)",
           watch_once(&o, &u) == 0 && !strcmp(gens(dir, got, sizeof got), "gen-1") && !u.failed);
+    CHECK("the leftovers removed", tmp && !kiln_path_exists(tmp) && !kiln_path_exists(junk));
+    free(junk);
+    free(tmp);
 
     /* No registry answers. */
     kiln_registry_server_stop(f.reg.srv, 1000);
