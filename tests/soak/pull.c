@@ -34,6 +34,14 @@
  *                 no longer verifies (within 30 s), then each thread pulls soak@staging once
  *                 and must be refused (KILN_ERR_VERIFY, "not in the trust policy") with its
  *                 state at version T. Answers as round.
+ *   restart SEQ   the service restarts: it releases its model, stops the watch and starts a
+ *                 new one on the same directory and state (kiln_watch keeps the model in
+ *                 service on disk). The new watch must serve the record its state accepted
+ *                 last, whose seq is not below the one served before (SEQ or, while the
+ *                 primary is down and the mirror behind, an older one; with no registry up,
+ *                 the kept model, said to on_update), its predictions the published
+ *                 version's, and leave one model directory and `current` in its directory.
+ *                 Answers as round.
  *   quit SEQ      waits (30 s at most) for the watch to serve the record of seq SEQ, prints the
  *                 summary ("== summary", pull latency percentiles, swaps, failovers, trust
  *                 versions) and exits 0, or 1 if anything failed
@@ -70,7 +78,7 @@ static atomic_long expect_seq;                        /* the round's channel seq
 static atomic_long down[2], stale[2], unverified[2];  /* notes of a registry passed over */
 static atomic_long window_trust, window_seq;          /* a refusal the watch may report */
 static atomic_long watch_trust = 1, watch_refused_under, watch_seq, watch_refusals;
-static atomic_long trust_heard, pull_refusals;
+static atomic_long trust_heard, pull_refusals, offline_starts;
 static pthread_barrier_t go, done;
 static pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t *lat; /* [LAT_MAX] */
@@ -302,6 +310,14 @@ static void on_update(void *ctx, kiln_err rc, const char *message, const kiln_pu
                 atomic_store(&watch_refused_under, (long)v);
             return;
         }
+        if (strstr(message, "' was not used: ")) {
+            fail("watch: the kept model was refused at a restart: %s", message);
+            return;
+        }
+        if (strstr(message, "; serving soak@") && strstr(message, "as kept in '")) {
+            atomic_fetch_add(&offline_starts, 1); /* a restart while no registry served */
+            return;
+        }
         fail("watch: update failed: %s", message);
         return;
     }
@@ -351,6 +367,64 @@ static bool serves_seq(long seq) {
     return atomic_load(&watch_seq) == seq;
 }
 
+/* The record the watch's state accepted last: its seq (-1 when unreadable) and version. */
+static long long state_record(const char *state, char version[64]) {
+    char p[1100];
+    snprintf(p, sizeof p, "%s/channels/soak/staging.json", state);
+    json_t *j = NULL;
+    long long seq = -1;
+    version[0] = 0;
+    if (kiln_json_load_file(p, &j) == KILN_OK) {
+        const char *v = json_string_value(json_object_get(j, "version"));
+        if (v && json_is_integer(json_object_get(j, "seq"))) {
+            seq = json_integer_value(json_object_get(j, "seq"));
+            snprintf(version, 64, "%s", v);
+        }
+    }
+    json_decref(j);
+    return seq;
+}
+
+/* The entries of the watch's directory besides "current": exactly one gen-N is right. */
+static int model_dirs(const char *out) {
+    DIR *d = opendir(out);
+    int n = 0, other = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, "current"))
+            continue;
+        if (!strncmp(e->d_name, "gen-", 4))
+            n++;
+        else
+            other++;
+    }
+    if (d) closedir(d);
+    return other ? -1 : n;
+}
+
+/* A command's answer: "ok PULLS FAILURES RSS_KB FDS SWAPS DOWN WDOWN TRUST WSEQ". Every
+ * client's state has walked to the same trust version (the lowest is TRUST; refused_t > 0:
+ * it must be that one). */
+static void report(const char *wstate, const puller *ps, int n, long refused_t, long *trust_min) {
+    long tmin = state_trust(wstate);
+    for (int i = 0; i < n; i++) {
+        long v = state_trust(ps[i].state);
+        if (v < tmin) tmin = v;
+    }
+    if (refused_t > 0 && tmin != refused_t)
+        fail("after trust version %ld was put, a client's state holds version %ld", refused_t,
+             tmin);
+    if (tmin > *trust_min) *trust_min = tmin;
+    int fds = 1 << 30;
+    for (int i = 0; i < 10; i++) {
+        int f = soak_fd_count();
+        if (f < fds) fds = f;
+        usleep(5000);
+    }
+    printf("ok %ld %ld %ld %d %ld %ld %ld %ld %ld\n", atomic_load(&pulls), atomic_load(&failures),
+           soak_rss_kb(), fds, atomic_load(&swaps), atomic_load(&down[K_PULL]),
+           atomic_load(&down[K_WATCH]), tmin, atomic_load(&watch_seq));
+}
+
 int main(int argc, char **argv) {
     if (argc != 6 || atoi(argv[5]) < 1 || atoi(argv[5]) > MAX_THREADS) {
         fprintf(stderr, "usage: soak_pull URL MIRROR|- TRUST WORKDIR THREADS (1-%d)\n",
@@ -394,7 +468,7 @@ int main(int argc, char **argv) {
     }
 
     char line[128];
-    long rounds = 0, held_swaps = 0, refusal_rounds = 0, trust_min = 1;
+    long rounds = 0, held_swaps = 0, refusal_rounds = 0, trust_min = 1, restarts = 0;
     uint64_t ticks = 0, held_gen = 0;
     const kiln_model *held = NULL; /* the previous round's model, still in service */
     long long seq = 0;
@@ -422,6 +496,36 @@ int main(int argc, char **argv) {
             per_round = 1;
             refuse = true;
             refusal_rounds++;
+        } else if (sscanf(line, "restart %lld", &seq) == 1) {
+            /* The service restarts on its directory and state. */
+            kiln_watch_release(w, held);
+            held = NULL;
+            held_gen = 0;
+            kiln_watch_stop(w);
+            w = NULL;
+            long long before = atomic_load(&watch_seq);
+            char version[64], what[128];
+            if (kiln_watch_start(&wo, &w)) {
+                fail("restart: kiln_watch_start: %s", kiln_errmsg());
+                printf("error\n");
+                break;
+            }
+            restarts++;
+            long long now = state_record(wstate, version);
+            snprintf(what, sizeof what, "restart %ld: seq %lld (%s)", restarts, now, version);
+            if (now < before || now > seq)
+                fail("%s: served seq %lld before, the newest put is %lld", what, before, seq);
+            else
+                check_seq(now, version, what);
+            atomic_store(&watch_seq, now);
+            const kiln_model *m = kiln_watch_acquire(w, NULL);
+            check_model(m, version, what);
+            kiln_watch_release(w, m);
+            if (model_dirs(wout) != 1)
+                fail("%s: '%s' holds %d model directories (or something else), not 1", what,
+                     wout, model_dirs(wout));
+            report(wstate, ps, n_threads, -1, &trust_min);
+            continue;
         } else if (sscanf(line, "quit %lld", &seq) == 1) {
             if (!wait_for(serves_seq, (long)seq))
                 fail("watch: %d s after the last record (seq %lld) it serves seq %ld",
@@ -458,25 +562,7 @@ int main(int argc, char **argv) {
         held = m;
         held_gen = gen;
         rounds++;
-        /* Every client's state has walked to the same trust version: the lowest. */
-        long tmin = state_trust(wstate);
-        for (int i = 0; i < n_threads; i++) {
-            long v = state_trust(ps[i].state);
-            if (v < tmin) tmin = v;
-        }
-        if (refuse && tmin != t)
-            fail("after trust version %ld was put, a client's state holds version %ld", t, tmin);
-        if (tmin > trust_min) trust_min = tmin;
-        int fds = 1 << 30;
-        for (int i = 0; i < 10; i++) {
-            int f = soak_fd_count();
-            if (f < fds) fds = f;
-            usleep(5000);
-        }
-        printf("ok %ld %ld %ld %d %ld %ld %ld %ld %ld\n", atomic_load(&pulls),
-               atomic_load(&failures), soak_rss_kb(), fds, atomic_load(&swaps),
-               atomic_load(&down[K_PULL]), atomic_load(&down[K_WATCH]), tmin,
-               atomic_load(&watch_seq));
+        report(wstate, ps, n_threads, refuse ? t : -1, &trust_min);
     }
     kiln_watch_release(w, held);
     atomic_store(&stop, 1);
@@ -516,6 +602,9 @@ int main(int argc, char **argv) {
            trust_min, atomic_load(&trust_heard),
            atomic_load(&pull_refusals) + atomic_load(&watch_refusals),
            atomic_load(&pull_refusals), refusal_rounds, atomic_load(&watch_refusals));
+    printf("  restarts                %ld of the service (a new kiln_watch on its directory "
+           "and state), %ld of them with no registry up, from the model it kept\n",
+           restarts, atomic_load(&offline_starts));
     printf("  client_failures         %ld\n", atomic_load(&failures));
     free(lat);
     return atomic_load(&failures) ? 1 : 0;

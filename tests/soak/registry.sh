@@ -37,9 +37,13 @@
 #     third is a freeze: SIGSTOP, the traffic (each pull passing over the primary after its
 #     5 s deadline, the default with several registries), then SIGCONT, the same process
 #     serving on.
+#     After a SIGTERM or SIGKILL outage's traffic the service restarts (soak_pull's
+#     `restart`: a new kiln_watch on its directory and state) through the mirror alone, then
+#     again with the mirror's server stopped too, so that no registry answers: it must start
+#     on the model it kept, the record its state accepted last.
 #   mirror outage (MOUTAGES): the mirror's server stops (SIGTERM, exit 0) for OUTAGE_S
-#     seconds while the primary runs: every pull passes over it and carries on; then it
-#     restarts on its address.
+#     seconds while the primary runs: every pull passes over it and carries on, and the
+#     service restarts once; then it restarts on its address.
 #   rotation (ROTATIONS): trust policy version N+1, the promote key replaced by a new one,
 #     signed by both root keys (root_threshold 2), `kiln trust put` on the primary; the
 #     current record (signed by the removed key) must then fail `kiln channel verify`, the
@@ -343,6 +347,7 @@ down_traffic() {
 # version uploads, or SIGSTOP) and stays down OUTAGE_S seconds; every pull meanwhile must pass
 # over it and be served by the mirror, the watch too.
 outages=0 kills=0 freezes=0 crash_acked=0 crash_kept=0 crash_lost=0 crash_pubs=0
+restarts=0 offline_restarts=0
 outage() {
     catch_up
     [ $1 = freeze ] || primary_requests
@@ -389,6 +394,18 @@ outage() {
     expect_status 000 --max-time 2 "$URL/healthz"
     if [ $1 = freeze ]; then mirror_lag $((($(now_ms) - t_frozen) / 1000 + 1)); else mirror_lag; fi
     [ $dwdown -gt $w0 ] || fail "the watch never passed over the stopped primary"
+    if [ $1 != freeze ]; then
+        # The service restarts through the mirror alone (which may be a record behind) ...
+        round_send "restart $SEQ"
+        round_read
+        # ... and with no registry up at all: on the model it kept.
+        stop mserve $MPID
+        MPID=
+        round_send "restart $SEQ"
+        round_read
+        start_mirror_server "${MURL#http://}"
+        restarts=$((restarts + 2)) offline_restarts=$((offline_restarts + 1))
+    fi
     outages=$((outages + 1))
     if [ $1 = freeze ]; then
         kill -CONT $PID
@@ -428,6 +445,10 @@ mirror_outage() {
     ms0=$down_ms
     down_traffic mirror
     mdown_ms=$((mdown_ms + down_ms - ms0))
+    # The service restarts with the primary up: its kept model, no download.
+    round_send "restart $SEQ"
+    round_read
+    restarts=$((restarts + 1))
     expect_status 000 --max-time 2 "$MURL/healthz"
     moutages=$((moutages + 1))
     start_mirror_server "${MURL#http://}"
@@ -758,6 +779,7 @@ echo "  requests                $requests answered by the primary ($(awk -v r=$r
 sed -n 's/^  //p' pull.summary | sed 's/^/  /'
 echo "  cli_pull_latency        p50 $(q 0.5) ms  p99 $(q 0.99) ms  max $(q 1) ms ($cli_pulls kiln pull processes over both registries, predictions checked with kiln infer)"
 echo "  outages                 $outages primary stops in mid-round, $((outages - kills - freezes)) by SIGTERM (each exit 0), $kills by SIGKILL during an upload and $freezes by SIGSTOP (then SIGCONT), and $moutages mirror server stops; $((down_ms / 1000)).$(((down_ms % 1000) / 100)) s down in all ($((mdown_ms / 1000)).$(((mdown_ms % 1000) / 100)) s of it the mirror's): $down_pulls kiln_pulls in $down_rounds rounds and $down_cli kiln pull processes served by the other registry, each passing over the stopped one (a frozen one after its 5 s deadline); $((lives - 1)) restarts of the primary and $((mlives - 1)) of the mirror's server on their addresses"
+echo "  service restarts        $restarts (a new kiln_watch on the same directory and state), $offline_restarts of them with no registry up, each serving the record its state accepted last, its model's predictions the published ones"
 echo "  crashes                 $kills uploads of 'crash' cut by SIGKILL: $crash_acked answered 2xx first (each kept), $crash_kept kept in all, $crash_lost not stored at all; fsck clean after each restart; each published again ('already stored' exactly when kept)"
 echo "  mirror                  $syncs syncs copied something, $sync_failed gave up (a sync retries through a short outage), 0 problems; lag p50 $(lq 0.5) s max $(lq 1) s (bound $LAG_MAX s, plus a freeze's length at its end; $(printf '%s\n' $lags | wc -l) samples); the newest record on the mirror within $catchup_max ms at the $catchups catch-ups before outages and rotations"
 echo "  mirror_final            the newest record copied $final_ms ms after the traffic stopped, then equal to the primary: $EQ_V versions (JSON byte for byte), $EQ_B blobs (sha256 and bytes), $EQ_R channel records (history and current record byte for byte), $EQ_T trust versions; audit $mrows mirror.sync rows (each item once); fsck clean; tmp empty"
