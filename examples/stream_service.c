@@ -139,6 +139,10 @@ int main(int argc, char **argv) {
             return 2;
         }
         serving = kiln_watch_acquire(watch, &gen);
+        kiln_pull_result what;
+        if (kiln_watch_serving(watch, gen, &what) == KILN_OK)
+            fprintf(stderr, "watch: serving %s@%s (%s seq %lld)\n", what.model, what.version,
+                    what.channel, (long long)what.seq);
     } else {
         if (kiln_model_open(model_path, &model) != KILN_OK) {
             fprintf(stderr, "error: %s\n", kiln_errmsg());

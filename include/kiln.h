@@ -263,6 +263,11 @@ KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out
  * is freed once no one holds it. */
 KILN_API const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation);
 KILN_API void kiln_watch_release(kiln_watch *w, const kiln_model *m);
+/* What generation (0: the one in service now) is: model, version, channel, the archive's
+ * digest and size (0 when it was started from a kept model, whose archive is not at hand) and
+ * the record's seq; a service logs it, or exports it as a metric. KILN_ERR_NOTFOUND when that
+ * generation is no longer held by anyone. */
+KILN_API kiln_err kiln_watch_serving(kiln_watch *w, uint64_t generation, kiln_pull_result *out);
 /* Stop polling and free the watcher; every acquired model must have been released; the
  * directory of the model in service stays for the next start (the others go). NULL ok.
  * A poll in flight is cancelled (within about a second, even while a registry hangs) and

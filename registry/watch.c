@@ -21,6 +21,7 @@
 
 typedef struct slot {
     kiln_model *m;
+    kiln_pull_result what; /* model, version, channel, digest, size, seq */
     uint64_t gen;
     int refs;
     char *dir;
@@ -162,8 +163,15 @@ static kiln_err load_kept(kiln_watch *w, const kiln_sign_trust *t, uint64_t n, c
         free(dir);
         free(*record);
         *record = NULL;
+        return rc;
     }
-    return rc;
+    kiln_pull_result *r = &(*s)->what;
+    snprintf(r->model, sizeof r->model, "%s", w->model);
+    snprintf(r->version, sizeof r->version, "%s", rec->version);
+    snprintf(r->channel, sizeof r->channel, "%s", w->channel);
+    snprintf(r->digest, sizeof r->digest, "%s", rec->digest);
+    r->seq = rec->seq;
+    return KILN_OK;
 }
 
 /* Pull the channel (record: its current record's text, from the registry that had the
@@ -192,6 +200,7 @@ static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *r
         return rc;
     }
     reg_pull_result(&r, res);
+    (*s)->what = *res;
     return KILN_OK;
 }
 
@@ -505,6 +514,19 @@ const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation) {
     if (generation) *generation = s->gen;
     pthread_mutex_unlock(&w->mu);
     return s->m;
+}
+
+kiln_err kiln_watch_serving(kiln_watch *w, uint64_t generation, kiln_pull_result *out) {
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&w->mu);
+    const slot *s = !generation || w->cur->gen == generation ? w->cur : NULL;
+    for (const slot *r = w->retired; !s && r; r = r->next)
+        if (r->gen == generation) s = r;
+    if (s) *out = s->what;
+    pthread_mutex_unlock(&w->mu);
+    KILN_FAIL_IF(!s, KILN_ERR_NOTFOUND, "generation %llu is no longer held",
+                 (unsigned long long)generation);
+    return KILN_OK;
 }
 
 void kiln_watch_release(kiln_watch *w, const kiln_model *m) {

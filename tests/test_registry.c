@@ -1097,7 +1097,15 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     const kiln_model *m2 = kiln_watch_acquire(w, &g);
     CHECK("generation 2 is the MoE model", g == 2 && kiln_model_config_get(m2)->n_experts > 0);
     CHECK("the old model stays usable while held", kiln_model_config_get(m1)->n_experts == 0);
+    kiln_pull_result now, then;
+    CHECK("kiln_watch_serving: 2.0.0 now (seq 2), 1.0.0 as generation 1 while it is held",
+          kiln_watch_serving(w, 0, &now) == KILN_OK && !strcmp(now.version, "2.0.0") &&
+              now.seq == 2 && kiln_watch_serving(w, 1, &then) == KILN_OK &&
+              !strcmp(then.version, "1.0.0") && then.seq == 1);
     kiln_watch_release(w, m1);
+    CHECK("generation 1 released: no longer known",
+          kiln_watch_serving(w, 1, &then) == KILN_ERR_NOTFOUND &&
+              kiln_test_msg_has("generation 1 is no longer held", NULL));
     char *r3 = rfx_record("staging", "3.0.0", h3, 3, later, "promote", k1);
     CHECK("promote a model that cannot load", r3 && fx_put(&f, "staging", r3) == KILN_OK);
     for (int i = 0; i < 500; i++) {
@@ -1142,15 +1150,21 @@ static void quiet(void *ctx, const char *line) {
     (void)ctx, (void)line;
 }
 
+/* What the last watch_once served (kiln_watch_serving). */
+static kiln_pull_result served;
+
 /* Start a watch; its model's expert count (-1: the start failed) and what on_update heard. */
 static int watch_once(const kiln_watch_opts *o, updates *u) {
     kiln_watch *w = NULL;
     memset(u->last_error, 0, sizeof u->last_error);
+    memset(&served, 0, sizeof served);
     u->ok = u->failed = 0;
     if (kiln_watch_start(o, &w)) return -1;
     uint64_t g = 0;
     const kiln_model *m = kiln_watch_acquire(w, &g);
-    int e = g == 1 ? kiln_model_config_get(m)->n_experts : -2;
+    int e = g == 1 && kiln_watch_serving(w, 0, &served) == KILN_OK
+                ? kiln_model_config_get(m)->n_experts
+                : -2;
     kiln_watch_release(w, m);
     kiln_watch_stop(w);
     return e;
@@ -1190,12 +1204,19 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
     o.pull.on_registry = quiet;
     CHECK("first start: pulled into gen-1, kept after the stop",
           watch_once(&o, &u) == 0 && !strcmp(gens(dir, got, sizeof got), "gen-1") && !u.failed);
+    CHECK("serving demo@1.0.0, staging seq 1, the archive pulled",
+          !strcmp(served.version, "1.0.0") && !strcmp(served.channel, "staging") &&
+              served.seq == 1 && served.size > 0 && !strncmp(served.digest, "sha256:", 7) &&
+              !strcmp(served.digest + 7, h1));
     /* A crash's leftovers, which the next start removes: a directory and a pull's temporary. */
     char *junk = kiln_path_join(dir, "gen-7"), *tmp = kiln_path_join(dir, ".gen-7.pull-AbC123");
     if (junk) kiln_mkdir_p(junk);
     if (tmp) kiln_mkdir_p(tmp);
     CHECK("restart, the channel unchanged: the kept model, no download (no gen-8)",
           watch_once(&o, &u) == 0 && !strcmp(gens(dir, got, sizeof got), "gen-1") && !u.failed);
+    CHECK("serving the kept demo@1.0.0 (seq 1; no archive at hand: size 0)",
+          !strcmp(served.version, "1.0.0") && served.seq == 1 && served.size == 0 &&
+              !strcmp(served.digest + 7, h1));
     CHECK("the leftovers removed", tmp && !kiln_path_exists(tmp) && !kiln_path_exists(junk));
     free(junk);
     free(tmp);

@@ -96,6 +96,8 @@ $KILN data export "$T/d.st" --rows 40 | tail -n +2 | cut -d, -f1-6 >ticks.csv
 W="--watch market@production --registry $URL --trust trust.json --state wst --dir wsvc"
 "$svc" $W <ticks.csv >p1.csv 2>svc1.err || fail "stream_service --watch: $(cat svc1.err)"
 [ "$(wc -l <p1.csv)" -eq 40 ] || fail "stream_service --watch: $(wc -l <p1.csv) predictions for 40 ticks"
+grep -q '^watch: serving market@4\.0\.2 (production seq [0-9]*)$' svc1.err ||
+    fail "the service did not say what it serves (kiln_watch_serving): $(cat svc1.err)"
 
 kill -TERM $PID
 wait $PID || fail "server exit status"

@@ -512,7 +512,11 @@ int main(int argc, char **argv) {
             }
             restarts++;
             long long now = state_record(wstate, version);
+            kiln_pull_result sv;
             snprintf(what, sizeof what, "restart %ld: seq %lld (%s)", restarts, now, version);
+            if (kiln_watch_serving(w, 0, &sv) || sv.seq != now || strcmp(sv.version, version))
+                fail("%s: kiln_watch_serving says seq %lld (%s)", what, (long long)sv.seq,
+                     sv.version);
             if (now < before || now > seq)
                 fail("%s: served seq %lld before, the newest put is %lld", what, before, seq);
             else
