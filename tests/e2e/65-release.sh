@@ -3,7 +3,9 @@
 # trained run, release v1 (no baseline: production is empty) and promote it, release v2
 # validated against v1 pulled from production, then releases that must stop before
 # publishing: a worse model (validation fails against the baseline), a key the policy does
-# not trust (sign), a version the registry holds (check). Each names its stage.
+# not trust (sign), a version the registry holds (check). Each names its stage. Then the
+# example service follows production (kiln_watch): a promotion swapped in between ticks, a
+# restart with the registry down on the model it kept, a changed kept file refused.
 . "$(dirname "$0")/lib.sh"
 cd "$T"
 for k in root rel rel2 prom stranger; do $KILN keygen --out $k --no-password >/dev/null; done
@@ -87,7 +89,8 @@ expect_fail 2 $KILN release run --version 5.0.0 $R --out-dir r1
 grep -q "not empty" err || fail "used output directory: $(cat err)"
 
 # A trading service that follows production itself (examples/stream_service --watch, on
-# kiln_watch): pulled, verified and served while the registry is up ...
+# kiln_watch): pulled, verified and served while the registry is up, a promotion swapped in
+# between two ticks ...
 # (production moves to 4.0.2: under trust v2 rel's archives no longer verify)
 $KILN promote market 4.0.2 --channel production --key prom.key --registry "$URL" --token "$PROM" >/dev/null ||
     fail "promote 4.0.2"
@@ -98,6 +101,41 @@ W="--watch market@production --registry $URL --trust trust.json --state wst --di
 [ "$(wc -l <p1.csv)" -eq 40 ] || fail "stream_service --watch: $(wc -l <p1.csv) predictions for 40 ticks"
 grep -q '^watch: serving market@4\.0\.2 (production seq [0-9]*)$' svc1.err ||
     fail "the service did not say what it serves (kiln_watch_serving): $(cat svc1.err)"
+# A promotion while another such service runs: swapped in between two ticks, its streams
+# reopened on the new model (4.0.3, the run's step 20): the ticks after the swap are predicted
+# as a fresh stream on 4.0.3 predicts them.
+$KILN release run --step 20 --version 4.0.3 --name market --registry "$URL" --key rel2.key \
+    --trust trust.json --token "$PUB" --state st --windows 8 --baseline-channel '' --out-dir r8 >out8 ||
+    fail "release 4.0.3: $(cat out8)"
+mkfifo tf
+"$svc" --watch market@production --registry "$URL" --trust trust.json --state wst2 --dir wsvc2 \
+    <tf >p4.csv 2>svc4.err &
+spid=$!
+exec 5>tf
+head -n 20 ticks.csv >&5
+i=0
+until [ "$(wc -l <p4.csv)" -ge 20 ]; do
+    i=$((i + 1)); [ $i -lt 400 ] || { kill $spid; fail "the service predicted $(wc -l <p4.csv) of 20 ticks: $(cat svc4.err)"; }
+    sleep 0.05
+done
+$KILN promote market 4.0.3 --channel production --key prom.key --registry "$URL" --token "$PROM" >/dev/null ||
+    fail "promote 4.0.3"
+i=0
+until grep -q '^watch: now serving market@4\.0\.3 ' svc4.err; do
+    i=$((i + 1)); [ $i -lt 200 ] || { kill $spid; fail "the service never heard 4.0.3: $(cat svc4.err)"; }
+    sleep 0.05
+done
+tail -n 20 ticks.csv >&5
+exec 5>&-
+wait $spid || fail "the service exited $?: $(cat svc4.err)"
+[ "$(wc -l <p4.csv)" -eq 40 ] || fail "$(wc -l <p4.csv) predictions for 40 ticks"
+head -n 20 p1.csv >p1-20.csv
+head -n 20 p4.csv | cmp -s - p1-20.csv || fail "the ticks before the swap were not 4.0.2's predictions"
+$KILN pull market@4.0.3 --registry "$URL" --trust trust.json --state st3 --out m403 >/dev/null ||
+    fail "pull 4.0.3"
+tail -n 20 ticks.csv | "$svc" m403 >p403.csv 2>/dev/null || fail "stream_service on 4.0.3"
+tail -n 20 p4.csv | cmp -s - p403.csv || fail "the ticks after the swap were not a fresh 4.0.3 stream's"
+tail -n 20 p1.csv | cmp -s - p403.csv && fail "4.0.2 and 4.0.3 predict alike: the swap check proves nothing"
 
 kill -TERM $PID
 wait $PID || fail "server exit status"
