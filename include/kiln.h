@@ -260,7 +260,8 @@ KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out
 /* The model in service, held until kiln_watch_release; *generation (may be NULL) counts the
  * swaps from 1. A service keeps its streams on the model it acquired and, when the
  * generation changes, opens new streams on the new model and releases the old one, which
- * is freed once no one holds it. */
+ * is freed once no one holds it (by the watcher's thread, with its directory: neither call
+ * does file I/O or waits on more than a short lock, so both may sit on a tick's path). */
 KILN_API const kiln_model *kiln_watch_acquire(kiln_watch *w, uint64_t *generation);
 KILN_API void kiln_watch_release(kiln_watch *w, const kiln_model *m);
 /* What generation (0: the one in service now) is: model, version, channel, the archive's

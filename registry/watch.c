@@ -39,7 +39,7 @@ struct kiln_watch {
     bool stop, thread_started;
     int cancel; /* set by kiln_watch_stop (atomically): transfers in flight end at once */
     pthread_t thread;
-    slot *cur, *retired;
+    slot *cur, *retired, *dead; /* dead: nobody holds them; the watcher's thread frees them */
     uint64_t gen;           /* the generation in service (1 at start) */
     uint64_t dirno;         /* the N of the newest OUT/gen-N made or found */
     char *served;           /* the text of the record in service */
@@ -204,7 +204,10 @@ static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *r
     return KILN_OK;
 }
 
-/* Drop one reference; a retired slot nobody holds is freed. Called with mu held. */
+/* Drop one reference; a retired slot nobody holds moves to the dead list, which the
+ * watcher's thread frees (the model, and its directory removed: seconds for a large model),
+ * so that neither a service thread's kiln_watch_release nor anyone waiting on mu pays for it.
+ * Called with mu held. */
 static void unref(kiln_watch *w, slot *s) {
     if (--s->refs > 0 || s == w->cur) return;
     for (slot **p = &w->retired; *p; p = &(*p)->next)
@@ -212,7 +215,17 @@ static void unref(kiln_watch *w, slot *s) {
             *p = s->next;
             break;
         }
-    slot_free(s, false);
+    s->next = w->dead;
+    w->dead = s;
+    pthread_cond_signal(&w->cv);
+}
+
+static void slots_free(slot *s, bool keep) {
+    while (s) {
+        slot *n = s->next;
+        slot_free(s, keep);
+        s = n;
+    }
 }
 
 /* Each version of the trust policy the registry gave: an event (rc KILN_OK, no result). */
@@ -282,11 +295,11 @@ static void poll_once(kiln_watch *w) {
         slot *old = w->cur;
         w->cur = s;
         w->gen = s->gen;
-        mark_current(w, s);
         old->next = w->retired;
         w->retired = old;
         unref(w, old); /* the watcher's own reference */
         pthread_mutex_unlock(&w->mu);
+        mark_current(w, s); /* a file written and synced: not under mu */
         char *served = kiln_strdup(text);
         if (served) {
             free(w->served);
@@ -324,7 +337,16 @@ static void *watch_main(void *arg) {
             ts.tv_sec++;
             ts.tv_nsec -= 1000000000L;
         }
-        while (!w->stop && pthread_cond_timedwait(&w->cv, &w->mu, &ts) != ETIMEDOUT) {
+        while (!w->stop) {
+            if (w->dead) { /* freed without the lock */
+                slot *d = w->dead;
+                w->dead = NULL;
+                pthread_mutex_unlock(&w->mu);
+                slots_free(d, false);
+                pthread_mutex_lock(&w->mu);
+                continue;
+            }
+            if (pthread_cond_timedwait(&w->cv, &w->mu, &ts) == ETIMEDOUT) break;
         }
         if (w->stop) break;
         pthread_mutex_unlock(&w->mu);
@@ -550,11 +572,8 @@ void kiln_watch_stop(kiln_watch *w) {
         pthread_join(w->thread, NULL);
     }
     slot_free(w->cur, true); /* kept for the next start */
-    while (w->retired) {
-        slot *n = w->retired->next;
-        slot_free(w->retired, false);
-        w->retired = n;
-    }
+    slots_free(w->retired, false);
+    slots_free(w->dead, false);
     pthread_mutex_destroy(&w->mu);
     pthread_cond_destroy(&w->cv);
     free(w->ref), free(w->trust), free(w->out), free(w->state), free(w->model), free(w->channel);

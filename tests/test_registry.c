@@ -1106,6 +1106,14 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     CHECK("generation 1 released: no longer known",
           kiln_watch_serving(w, 1, &then) == KILN_ERR_NOTFOUND &&
               kiln_test_msg_has("generation 1 is no longer held", NULL));
+    /* Its directory is removed by the watcher's thread, not by the release. */
+    char *g1 = kiln_path_join(dir, "gen-1");
+    for (int i = 0; i < 200 && g1 && kiln_path_exists(g1); i++) {
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK("and its directory removed soon after (by the watcher)", g1 && !kiln_path_exists(g1));
+    free(g1);
     char *r3 = rfx_record("staging", "3.0.0", h3, 3, later, "promote", k1);
     CHECK("promote a model that cannot load", r3 && fx_put(&f, "staging", r3) == KILN_OK);
     for (int i = 0; i < 500; i++) {
