@@ -205,9 +205,9 @@ static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *r
 }
 
 /* Drop one reference; a retired slot nobody holds moves to the dead list, which the
- * watcher's thread frees (the model, and its directory removed: unlinking a 1 GiB model took 0.37 s here),
- * so that neither a service thread's kiln_watch_release nor anyone waiting on mu pays for it.
- * Called with mu held. */
+ * watcher's thread frees (the model, and its directory removed: unlinking a 1 GiB file took
+ * 0.37 s here), so that neither a service thread's kiln_watch_release nor anyone waiting on
+ * mu pays for it. Called with mu held. */
 static void unref(kiln_watch *w, slot *s) {
     if (--s->refs > 0 || s == w->cur) return;
     for (slot **p = &w->retired; *p; p = &(*p)->next)
