@@ -162,8 +162,7 @@ int cmd_pull(int argc, char **argv) {
 int cmd_installed(int argc, char **argv) {
     const char *trust = NULL, *dir = NULL, *state = NULL;
     const cli_opt opts[] = {
-        {"dir", CLI_STR, &dir, "DIR", "the model directory a pull (or kiln_watch) installed",
-         true},
+        {"dir", CLI_STR, &dir, "DIR", "the model directory a pull (or kiln_watch) installed", true},
         {"trust", CLI_STR, &trust, "FILE", "trust policy (trust.json) it must meet", true},
         {"state", CLI_STR, &state, "DIR",
          "the state of the pull that installed it (default ~/.local/state/kiln)", false},

@@ -193,8 +193,8 @@ static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t in
     if (err) return cli_fail(err);
     kiln_run_state state = kiln_run_state_of(&ri, false);
     const json_t *steps = json_object_get(json_object_get(ri.run, "config"), "steps");
-    printf("stopped     step %ld of %lld, %s", ri.last_step,
-           (long long)json_integer_value(steps), kiln_run_state_name(state));
+    printf("stopped     step %ld of %lld, %s", ri.last_step, (long long)json_integer_value(steps),
+           kiln_run_state_name(state));
     if (state == KILN_RUN_DIVERGED || state == KILN_RUN_FAILED) printf(": %s", ri.stop_message);
     if (state != KILN_RUN_FINISHED) printf(" (kiln train --resume %s continues it)", dir);
     printf("\n");

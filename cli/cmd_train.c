@@ -57,8 +57,8 @@ long cli_step_every(long steps) {
 
 void cli_print_step(FILE *f, const char *prefix, const kiln_train_progress *p) {
     fprintf(f, "%sstep %ld/%ld loss %.6g mse %.6g lb %.4g z %.4g lr %.3g gnorm %.4g %.0f tok/s",
-            prefix, p->step, p->steps, p->loss, p->mse, p->load_balance, p->z, p->lr,
-            p->grad_norm, p->tokens_per_s);
+            prefix, p->step, p->steps, p->loss, p->mse, p->load_balance, p->z, p->lr, p->grad_norm,
+            p->tokens_per_s);
     if (p->eta_s >= 0) {
         char eta[32];
         fmt_eta(p->eta_s, eta, sizeof eta);

@@ -182,8 +182,9 @@ int main(int argc, char **argv) {
             const kiln_model_config *c = kiln_model_config_get(m);
             bool fits = c->n_features * k == nf && c->n_outputs * k == no;
             if (g != gen && !fits && g != misfit) {
-                fprintf(stderr, "watch: the new model reads %d features and writes %d outputs, "
-                                "not this service's %d and %d; the old one stays\n",
+                fprintf(stderr,
+                        "watch: the new model reads %d features and writes %d outputs, "
+                        "not this service's %d and %d; the old one stays\n",
                         c->n_features, c->n_outputs, nf / k, no / k);
                 misfit = g;
             }

@@ -877,10 +877,10 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
         /* The accepted seq (anti-rollback), and the evidence for a service that must start
          * while no registry answers: the record and the archive's signatures, as served
          * (reg_installed_verify checks an installed directory against them). */
-        json_t *st = json_pack("{s:I, s:s, s:s, s:I, s:s%, s:s}", "seq", (json_int_t)rec.seq,
-                               "version", rec.version, "digest", rec.digest, "expires",
-                               (json_int_t)rec.expires, "record", record, record_len,
-                               "signature", sig);
+        json_t *st =
+            json_pack("{s:I, s:s, s:s, s:I, s:s%, s:s}", "seq", (json_int_t)rec.seq, "version",
+                      rec.version, "digest", rec.digest, "expires", (json_int_t)rec.expires,
+                      "record", record, record_len, "signature", sig);
         KILN_CHECK_IF(rc, out, !st, KILN_ERR_NOMEM, "out of memory");
         rc = kiln_mkdir_p(state_dir);
         if (!rc) rc = kiln_json_write_file(state_file, st);

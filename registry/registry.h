@@ -251,13 +251,13 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
 typedef struct kiln_registry_installed {
     char model[KILN_REGISTRY_NAME_MAX + 1], channel[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
-    char digest[72];         /* the archive's, as the record names it */
-    int64_t seq, expires;    /* the record's */
-    uint64_t trust_version;  /* of the policy it was checked under */
-    char signed_by[256];     /* the release signers, as a pull says them */
+    char digest[72];        /* the archive's, as the record names it */
+    int64_t seq, expires;   /* the record's */
+    uint64_t trust_version; /* of the policy it was checked under */
+    char signed_by[256];    /* the release signers, as a pull says them */
     char manifest_sha256[KILN_SHA256_HEX];
-    size_t files;            /* in the manifest, each checked */
-    uint64_t bytes;          /* their sizes summed */
+    size_t files;   /* in the manifest, each checked */
+    uint64_t bytes; /* their sizes summed */
 } kiln_registry_installed;
 
 /* Check, without a registry, that dir holds what a pull of ref ("NAME@CHANNEL") installed and
@@ -267,8 +267,8 @@ typedef struct kiln_registry_installed {
  * check; KILN_ERR_NOTFOUND when state keeps no such pull. out (may be NULL) says what was
  * checked. What kiln_watch_start does before it serves a kept model offline. */
 kiln_err kiln_registry_installed_verify(const char *trust, const char *state, const char *ref,
-                                        const char *dir, kiln_registry_installed *out)
-    KILN_MUST_CHECK;
+                                        const char *dir,
+                                        kiln_registry_installed *out) KILN_MUST_CHECK;
 
 /* ---- provenance (provenance.c, docs/registry.md "Provenance") ---- */
 

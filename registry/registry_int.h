@@ -241,8 +241,8 @@ kiln_err reg_channel_state(const char *state, const char *model, const char *cha
  * (the record binds the archive, the release keys' signed comments bind the manifest).
  * KILN_ERR_NOTFOUND when state keeps no such pull, KILN_ERR_VERIFY naming a failed check. */
 kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,
-                              const char *channel, const char *dir, char **record,
-                              reg_record *rec, kiln_registry_installed *info) KILN_MUST_CHECK;
+                              const char *channel, const char *dir, char **record, reg_record *rec,
+                              kiln_registry_installed *info) KILN_MUST_CHECK;
 /* A pull's checks 1-3 of a channel record: its signatures reach trust's threshold for the
  * channel, it names model and channel, its seq is not below last (when known; *stale, may be
  * NULL, says that was the failure), it has not expired. KILN_ERR_VERIFY naming the failure. */

@@ -133,8 +133,8 @@ done:
 }
 
 kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,
-                              const char *channel, const char *dir, char **record,
-                              reg_record *rec, kiln_registry_installed *info) {
+                              const char *channel, const char *dir, char **record, reg_record *rec,
+                              kiln_registry_installed *info) {
     *record = NULL;
     char *st = state ? kiln_strdup(state) : reg_default_state(),
          *file = st ? kiln_asprintf("%s/channels/%s/%s.json", st, model, channel) : NULL,
@@ -149,8 +149,8 @@ kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, c
     KILN_CHECK(rc, out, kiln_json_load_file(file, &j));
     json_t *seq = json_object_get(j, "seq"), *rj = json_object_get(j, "record"),
            *sj = json_object_get(j, "signature");
-    KILN_CHECK_IF(rc, out, !json_is_integer(seq), KILN_ERR_FORMAT,
-                  "'%s': 'seq' is not an integer", file);
+    KILN_CHECK_IF(rc, out, !json_is_integer(seq), KILN_ERR_FORMAT, "'%s': 'seq' is not an integer",
+                  file);
     KILN_CHECK_IF(rc, out, !json_is_string(rj) || !json_is_string(sj), KILN_ERR_NOTFOUND,
                   "'%s' keeps no record and signatures for an installed model (a pull by a kiln "
                   "before 0.1.0-2026-11-30 wrote it; the next pull does)",
@@ -206,10 +206,10 @@ out:
 kiln_err kiln_registry_installed_verify(const char *trust, const char *state, const char *ref,
                                         const char *dir, kiln_registry_installed *out) {
     const char *at = ref ? strchr(ref, '@') : NULL;
-    KILN_FAIL_IF(!trust || !dir || !at || at == ref ||
-                     (size_t)(at - ref) > KILN_REGISTRY_NAME_MAX,
-                 KILN_ERR_USAGE, "checking an installed model needs NAME@CHANNEL, a trust policy "
-                                 "and the model directory");
+    KILN_FAIL_IF(!trust || !dir || !at || at == ref || (size_t)(at - ref) > KILN_REGISTRY_NAME_MAX,
+                 KILN_ERR_USAGE,
+                 "checking an installed model needs NAME@CHANNEL, a trust policy "
+                 "and the model directory");
     char model[KILN_REGISTRY_NAME_MAX + 1];
     snprintf(model, sizeof model, "%.*s", (int)(at - ref), ref);
     KILN_TRY(kiln_registry_check_name("model", model));

@@ -40,8 +40,8 @@ struct kiln_watch {
     int cancel; /* set by kiln_watch_stop (atomically): transfers in flight end at once */
     pthread_t thread;
     slot *cur, *retired, *dead; /* dead: nobody holds them; the watcher's thread frees them */
-    uint64_t gen;           /* the generation in service (1 at start) */
-    uint64_t dirno;         /* the N of the newest OUT/gen-N made or found */
+    uint64_t gen;               /* the generation in service (1 at start) */
+    uint64_t dirno;             /* the N of the newest OUT/gen-N made or found */
     char *served;           /* the text of the record in service */
     char *last_record;      /* the text of the record last tried (served, or refused) */
     uint64_t trust_version; /* of the policy the last poll walked to */
@@ -365,8 +365,7 @@ static bool stale_record(kiln_watch *w, const kiln_sign_trust *t, const char *te
     bool known, stale = false;
     reg_record rec;
     if (reg_channel_state(w->state, w->model, w->channel, &last, &known)) return false;
-    if (reg_record_accept(t, text, len, w->model, w->channel, last, known, &rec, &stale) &&
-        stale) {
+    if (reg_record_accept(t, text, len, w->model, w->channel, last, known, &rec, &stale) && stale) {
         snprintf(why, cap, "registry %s: %s", w->urls[0], kiln_errmsg());
         return true;
     }
@@ -387,9 +386,8 @@ static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *not
     kiln_err rc = reg_trust_walk_regs(&w->regs, w->trust, w->state, NULL, NULL, &t);
     const bool walked = !rc;
     if (!rc) rc = reg_newest_record(&w->regs, t, w->state, w->model, w->channel, text, &len, &from);
-    kiln_err outage = rc == KILN_ERR_NETWORK || (rc == KILN_ERR_VERIFY && w->regs.only_stale)
-                          ? rc
-                          : KILN_OK;
+    kiln_err outage =
+        rc == KILN_ERR_NETWORK || (rc == KILN_ERR_VERIFY && w->regs.only_stale) ? rc : KILN_OK;
     if (outage) snprintf(why, sizeof why, "%s", kiln_errmsg());
     if (!rc && kept && w->regs.n == 1 && stale_record(w, t, *text, len, why, sizeof why))
         outage = KILN_ERR_VERIFY;
@@ -397,8 +395,8 @@ static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *not
         /* The channel still names the kept model: no download. One that no longer verifies
          * (a file changed on disk) is said, and replaced by a pull. */
         char *kept_record = NULL;
-        kiln_err k = kept ? load_kept(w, t, kept, *text, &kept_record, &rec, &w->cur)
-                          : KILN_ERR_NOTFOUND;
+        kiln_err k =
+            kept ? load_kept(w, t, kept, *text, &kept_record, &rec, &w->cur) : KILN_ERR_NOTFOUND;
         free(kept_record);
         if (k && k != KILN_ERR_NOTFOUND) {
             *note_rc = k;
@@ -440,8 +438,7 @@ static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *not
             snprintf(note, cap,
                      "%s; serving %s@%s (%s seq %lld, expires %s) as kept in '%s', checked "
                      "again against the trust policy and the state of its pull",
-                     why, w->model, rec.version, w->channel, (long long)rec.seq, when,
-                     w->cur->dir);
+                     why, w->model, rec.version, w->channel, (long long)rec.seq, when, w->cur->dir);
         }
     }
     if (!rc) w->trust_version = kiln_sign_trust_version(t);

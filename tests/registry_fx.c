@@ -1,7 +1,7 @@
 /* registry_fx.c - the fixtures the registry's C tests share (registry_fx.h). */
 #include <arpa/inet.h>
-#include <errno.h>
 #include <curl/curl.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>

@@ -1234,7 +1234,8 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
     f.reg.srv = NULL;
     bool served = watch_once(&o, &u) == 0;
     if (!CHECK("registry down: the kept model is served, and said so",
-               served && u.failed == 1 && strstr(u.last_error, "serving demo@1.0.0 (staging seq 1") &&
+               served && u.failed == 1 &&
+                   strstr(u.last_error, "serving demo@1.0.0 (staging seq 1") &&
                    strstr(u.last_error, "/gen-1'")))
         fprintf(stderr, "    heard: %s\n", u.last_error);
     model = kiln_path_join(dir, "gen-1/model.safetensors");
@@ -1257,8 +1258,8 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
           kiln_json_write_file(state, j) == KILN_OK && watch_once(&o, &u) == -1 &&
               kiln_test_msg_has("keeps no record and signatures", NULL));
     json_decref(j);
-    CHECK("state restored", kiln_write_file_atomic(state, saved, saved_len) == KILN_OK &&
-                                watch_once(&o, &u) == 0);
+    CHECK("state restored",
+          kiln_write_file_atomic(state, saved, saved_len) == KILN_OK && watch_once(&o, &u) == 0);
 
     /* Back, with a new record: pulled, and the kept directory goes. */
     if (!CHECK("registry back", fx_start(&f))) goto out;
@@ -1275,11 +1276,9 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
     char *named = NULL;
     size_t named_len = 0;
     CHECK("current names a directory that is gone: gen-2 served offline",
-          cur && kiln_write_file_atomic(cur, "gen-9\n", 6) == KILN_OK &&
-              watch_once(&o, &u) > 0 && strstr(u.last_error, "as kept in '") &&
-              strstr(u.last_error, "/gen-2'") &&
-              kiln_read_file(cur, 64, &named, &named_len) == KILN_OK &&
-              !strcmp(named, "gen-2\n"));
+          cur && kiln_write_file_atomic(cur, "gen-9\n", 6) == KILN_OK && watch_once(&o, &u) > 0 &&
+              strstr(u.last_error, "as kept in '") && strstr(u.last_error, "/gen-2'") &&
+              kiln_read_file(cur, 64, &named, &named_len) == KILN_OK && !strcmp(named, "gen-2\n"));
     free(named);
 out:
     free(dir), free(a1), free(a2), free(r1), free(r2), free(model), free(state), free(saved);

@@ -587,7 +587,8 @@ static bool stall_answer(void *ctx, int c, const char *req) {
 
 /* A registry that takes connections and never answers (a stopped process, a disk stall) is
  * passed over within the pull's timeout, not the minute a lone registry gets; so is one whose
- * download stops halfway, and one behind a partition (its connects hang). With several registries the defaults are 5 s and 10 s. */
+ * download stops halfway, and one behind a partition (its connects hang). With several registries
+ * the defaults are 5 s and 10 s. */
 KILN_TEST(registry_mirror_hung_registry_passed_over) {
     mfx f;
     int hung = -1, bh[3] = {-1, -1, -1};
@@ -975,8 +976,7 @@ static void on_start_note(void *ctx, kiln_err rc, const char *message, const kil
 }
 
 /* Start a watch over urls into dir; the model's expert count, -1 when the start failed. */
-static int mwatch_once(mfx *f, const char *const *urls, size_t n, const char *dir,
-                       heard_start *h) {
+static int mwatch_once(mfx *f, const char *const *urls, size_t n, const char *dir, heard_start *h) {
     notes heard;
     memset(h, 0, sizeof *h);
     kiln_watch_opts wo = {.pull = mopts(f, urls, n, "demo@production", dir, &heard),

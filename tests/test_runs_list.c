@@ -498,8 +498,13 @@ out:
 
 static kiln_err log_steps(kiln_metrics *mx, long from, long to, long of) {
     for (long s = from; s <= to; s++) {
-        kiln_train_progress p = {.step = s, .steps = of, .loss = 1.0 / (double)s, .lr = 1e-3,
-                                 .applied = s != 3, .has_val = s % 4 == 0, .val_loss = 0.5};
+        kiln_train_progress p = {.step = s,
+                                 .steps = of,
+                                 .loss = 1.0 / (double)s,
+                                 .lr = 1e-3,
+                                 .applied = s != 3,
+                                 .has_val = s % 4 == 0,
+                                 .val_loss = 0.5};
         KILN_TRY(kiln_metrics_step(mx, &p, NULL, 0));
     }
     return KILN_OK;
@@ -526,8 +531,7 @@ KILN_TEST(runs_follow_reads_what_is_new) {
     char got[256];
     CHECK("no metrics.db yet: a zero cursor and no news",
           kiln_run_cursor_end(dir, &cur) == KILN_OK && cur.step == 0 && cur.time == 0 &&
-              kiln_run_follow(dir, &cur, 100, &n) == KILN_OK && n.n_steps == 0 &&
-              n.n_events == 0);
+              kiln_run_follow(dir, &cur, 100, &n) == KILN_OK && n.n_steps == 0 && n.n_events == 0);
     if (!CHECK("metrics", kiln_metrics_open(db, false, &mx) == KILN_OK &&
                               kiln_metrics_event(mx, 0, "start", "run started") == KILN_OK &&
                               log_steps(mx, 1, 5, 12) == KILN_OK))
@@ -540,8 +544,8 @@ KILN_TEST(runs_follow_reads_what_is_new) {
               n.steps[3].has_val && n.steps[3].val_loss == 0.5 && !n.steps[2].has_val &&
               n.step_times[0] <= n.step_times[4] && n.events[0].time <= n.step_times[0]);
     kiln_run_news_release(&n);
-    CHECK("nothing new, nothing read", kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
-                                           n.n_steps == 0 && n.n_events == 0);
+    CHECK("nothing new, nothing read",
+          kiln_run_follow(dir, &cur, 100, &n) == KILN_OK && n.n_steps == 0 && n.n_events == 0);
     kiln_run_news_release(&n);
     CHECK("then only what came", log_steps(mx, 6, 8, 12) == KILN_OK &&
                                      kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
@@ -559,8 +563,7 @@ KILN_TEST(runs_follow_reads_what_is_new) {
     kiln_run_cursor end;
     CHECK("the end cursor: the newest step and event",
           kiln_run_cursor_end(dir, &end) == KILN_OK && end.step == 6 && end.event_id == 2 &&
-              kiln_run_follow(dir, &end, 100, &n) == KILN_OK && n.n_steps == 0 &&
-              n.n_events == 0);
+              kiln_run_follow(dir, &end, 100, &n) == KILN_OK && n.n_steps == 0 && n.n_events == 0);
     kiln_run_news_release(&n);
     /* The clock stepped back: a later step logged with an older time is still new. */
     sqlite3_exec(kiln_metrics_db(mx),

@@ -93,7 +93,8 @@ kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, i
                   ferror(f) ? KILN_ERR_IO : KILN_ERR_FORMAT, "'%s': %s", csv,
                   ferror(f) ? "read error" : "empty file (no header row)");
     lineno = 1;
-    KILN_CHECK_IF(rc, out, (size_t)len != strlen(line), KILN_ERR_FORMAT, "'%s' line 1: a NUL byte (is the file UTF-16? kiln reads UTF-8 or ASCII)", csv);
+    KILN_CHECK_IF(rc, out, (size_t)len != strlen(line), KILN_ERR_FORMAT,
+                  "'%s' line 1: a NUL byte (is the file UTF-16? kiln reads UTF-8 or ASCII)", csv);
     char *hdr = line;
     if (!strncmp(hdr, "\xEF\xBB\xBF", 3)) hdr += 3;
     KILN_CHECK_IF(rc, out, strchr(hdr, '"'), KILN_ERR_UNSUPPORTED,

@@ -434,8 +434,7 @@ kiln_err kiln_run_cursor_end(const char *run_dir, kiln_run_cursor *cur);
  * time: a row is new when its step is past the cursor's or it was logged after the cursor's
  * time (a resume's re-logged steps), which also holds when the clock steps back. A run with
  * no metrics.db yet has no news. Release with kiln_run_news_release. */
-kiln_err kiln_run_follow(const char *run_dir, kiln_run_cursor *cur, size_t max,
-                         kiln_run_news *out);
+kiln_err kiln_run_follow(const char *run_dir, kiln_run_cursor *cur, size_t max, kiln_run_news *out);
 void kiln_run_news_release(kiln_run_news *n);
 
 typedef struct kiln_run_diff {

@@ -526,8 +526,8 @@ int main(int argc, char **argv) {
             check_model(m, version, what);
             kiln_watch_release(w, m);
             if (model_dirs(wout) != 1)
-                fail("%s: '%s' holds %d model directories (or something else), not 1", what,
-                     wout, model_dirs(wout));
+                fail("%s: '%s' holds %d model directories (or something else), not 1", what, wout,
+                     model_dirs(wout));
             report(wstate, ps, n_threads, -1, &trust_min);
             continue;
         } else if (sscanf(line, "quit %lld", &seq) == 1) {
