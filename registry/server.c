@@ -81,7 +81,8 @@ struct kiln_registry_server {
     uint16_t port;
     char *tls_cert, *tls_key; /* PEM text, held while the daemon runs (the key wiped after) */
     atomic_int in_flight, connections;
-    pthread_mutex_t mu; /* guards the metrics below */
+    atomic_int stopping; /* kiln_registry_server_stop began: new connections are refused */
+    pthread_mutex_t mu;  /* guards the metrics below */
     counter_row *rows;
     size_t nrows, caprows;
     uint64_t bytes_served;
@@ -1527,6 +1528,16 @@ static kiln_err tls_load(const kiln_registry_server_opts *o, char **cert, char *
     return rc;
 }
 
+/* New connections while the server stops are closed at once. (Not MHD_quiesce_daemon: on an
+ * epoll daemon with worker threads it races the workers' own removal of the listen socket from
+ * their epoll sets, and libmicrohttpd 0.9.75 aborts the process when it loses: "Failed to
+ * remove listen FD from epoll set"; registry_server_stops_cleanly_under_load.) */
+static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t len) {
+    (void)addr, (void)len;
+    kiln_registry_server *s = cls;
+    return atomic_load(&s->stopping) ? MHD_NO : MHD_YES;
+}
+
 kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
                                     kiln_registry_server **out) {
     *out = NULL;
@@ -1652,7 +1663,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
                                 MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0) |
                                 (s->tls_cert ? MHD_USE_TLS : 0),
-                            0, NULL, NULL, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+                            0, accept_policy, s, handler, s, MHD_OPTION_SOCK_ADDR,
+                            (struct sockaddr *)&ss,
                             MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED,
                             completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
                             MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
@@ -1688,14 +1700,13 @@ uint16_t kiln_registry_server_port(const kiln_registry_server *s) {
 void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
     if (!s) return;
     if (s->d) {
-        MHD_socket ls = MHD_quiesce_daemon(s->d);
+        atomic_store(&s->stopping, 1);
         uint64_t deadline = kiln_now_ns() + (uint64_t)grace_ms * 1000000ull;
         while (atomic_load(&s->in_flight) > 0 && kiln_now_ns() < deadline) {
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        MHD_stop_daemon(s->d);
-        if (ls != MHD_INVALID_SOCKET) close(ls);
+        MHD_stop_daemon(s->d); /* closes the listen socket */
     }
     trust_release(s, s->trust);
     kiln_sign_trust_free(s->trust_start);
