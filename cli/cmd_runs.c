@@ -306,62 +306,30 @@ typedef struct plot_run {
     size_t n;
 } plot_run;
 
-int cmd_runs_plot(int argc, char **argv) {
-    cli_list metrics = {0};
-    long from = 0, to = 0, width = 0, height = 12;
-    bool log_y = false, csv = false, list = false, any_marks = false;
-    const cli_opt opts[] = {
-        {"metric", CLI_MULTI, &metrics, "NAME",
-         "what to draw, one chart each (repeatable; default loss and grad_norm; --list)", false},
-        {"from", CLI_INT, &from, "STEP", "first step drawn (default the first)", false},
-        {"to", CLI_INT, &to, "STEP", "last step drawn (default the last)", false},
-        {"width", CLI_INT, &width, "N", "plot columns, 10 to 1000 (default: the terminal)", false},
-        {"height", CLI_INT, &height, "N", "plot rows, 3 to 200 (default 12)", false},
-        {"log", CLI_FLAG, &log_y, NULL, "log10 y axis", false},
-        {"csv", CLI_FLAG, &csv, NULL, "print the values as CSV instead (step, one column each)",
-         false},
-        {"list", CLI_FLAG, &list, NULL, "list the metrics each run logged", false},
-        {0},
-    };
-    const cli_spec spec = {
-        "kiln runs plot [--metric NAME]... [--from STEP] [--to STEP] [--log] [--csv] DIR...",
-        "Draw a run's metrics over its steps (several runs overlaid): losses, gradient norm, "
-        "router and attention statistics per layer, per-tensor gradient norms; spikes, resumes "
-        "and non-finite steps marked under the curve.",
-        opts, 1, PLOT_MAX_RUNS};
-    char **dirs = NULL;
-    int ndirs = 0, rc = cli_parse(&spec, argc, argv, &dirs, &ndirs);
-    if (rc) {
-        free(metrics.v);
-        return rc == CLI_HELP_SHOWN ? 0 : rc;
-    }
-    static const char *const defaults[] = {"loss", "grad_norm"};
-    const char *const *names = metrics.n ? metrics.v : defaults;
-    size_t n_names = metrics.n ? (size_t)metrics.n : 2;
+/* What one drawing of kiln runs plot takes. */
+typedef struct plot_args {
+    char **dirs;
+    int ndirs;
+    const char *const *names;
+    size_t n_names;
+    long from, to, width, height;
+    bool log_y, csv;
+} plot_args;
+
+/* Draw every metric of a->names for a->dirs once (each run read afresh); 0, or the exit status
+ * of a failure (said on stderr). */
+static int plot_draw(const plot_args *a) {
+    const int ndirs = a->ndirs;
+    char **dirs = a->dirs;
     plot_run *runs = calloc((size_t)ndirs, sizeof *runs);
     kiln_run_info *info = calloc((size_t)ndirs, sizeof *info);
     kiln_chart_mark *marks = NULL;
     size_t n_marks = 0;
+    bool any_marks = false;
     kiln_err err = KILN_OK;
-    rc = 0;
+    int rc = 0;
     if (!runs || !info) {
         rc = cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
-        goto out;
-    }
-    if (from < 0 || (to && to < from)) {
-        rc = cli_usage_error("--from and --to: need 0 <= from <= to");
-        goto out;
-    }
-    if (list) {
-        for (int d = 0; d < ndirs && !rc; d++) {
-            char *text = NULL;
-            if ((err = kiln_run_metrics_list(dirs[d], &text))) {
-                rc = cli_fail(err);
-                break;
-            }
-            printf("%s%s\n%s", d ? "\n" : "", dirs[d], text);
-            free(text);
-        }
         goto out;
     }
     for (int d = 0; d < ndirs; d++) {
@@ -383,16 +351,16 @@ int cmd_runs_plot(int argc, char **argv) {
             char g = event_glyph(info[d].events[e].kind);
             if (g) marks[n_marks++] = (kiln_chart_mark){(double)info[d].events[e].step, g};
         }
-    const long last = to ? to : (long)(((unsigned long)-1) >> 1);
-    for (size_t m = 0; m < n_names && !rc; m++) {
+    const long last = a->to ? a->to : (long)(((unsigned long)-1) >> 1);
+    for (size_t m = 0; m < a->n_names && !rc; m++) {
         /* Every run's series of this metric (one each, or one per expert). */
         size_t total = 0;
         for (int d = 0; d < ndirs; d++) {
             kiln_run_series_free(runs[d].s, runs[d].n);
             runs[d].s = NULL;
             runs[d].n = 0;
-            if ((err =
-                     kiln_run_series_load(dirs[d], names[m], from, last, &runs[d].s, &runs[d].n))) {
+            if ((err = kiln_run_series_load(dirs[d], a->names[m], a->from, last, &runs[d].s,
+                                            &runs[d].n))) {
                 rc = cli_fail(err);
                 goto out;
             }
@@ -418,12 +386,12 @@ int cmd_runs_plot(int argc, char **argv) {
                                                     : s->name,
                                         s->step, s->value, s->n, glyphs[k % (sizeof glyphs - 1)]};
             }
-        if (csv) {
+        if (a->csv) {
             if (m) printf("\n");
             print_csv(cs, total);
         } else {
-            kiln_chart ch = {names[m],          cs,          total, marks, n_marks, "step",
-                             plot_width(width), (int)height, log_y};
+            kiln_chart ch = {a->names[m],          cs,          total, marks, n_marks, "step",
+                             plot_width(a->width), (int)a->height, a->log_y};
             char *text = NULL;
             if ((err = kiln_chart_render(&ch, &text))) {
                 rc = cli_fail(err);
@@ -449,6 +417,120 @@ out:
     free(runs);
     free(info);
     free(marks);
+    return rc;
+}
+
+/* --follow: draw again every interval while any run trains (on a terminal over the last
+ * drawing, else one after another, each after a line with the time), then once more; 0 when
+ * every run finished, 1 when one stopped short. */
+static int plot_follow(const plot_args *a, uint64_t interval_ms) {
+    const bool tty = isatty(1);
+    for (;;) {
+        bool live = false;
+        for (int d = 0; d < a->ndirs; d++) {
+            bool l = false;
+            kiln_err err = kiln_run_live(a->dirs[d], &l);
+            if (err) return cli_fail(err);
+            live |= l;
+        }
+        char now[21];
+        kiln_format_time(kiln_unix_time(), now);
+        if (tty)
+            printf("\033[H\033[2J");
+        printf("-- %s%s\n", now,
+               live ? " (following: redrawn while a run trains; Ctrl-C stops following)"
+                    : " (no run is training: the last drawing)");
+        int rc = plot_draw(a);
+        fflush(stdout);
+        if (rc) return rc;
+        if (!live) break;
+        struct timespec ts = {(time_t)(interval_ms / 1000), (long)(interval_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    int status = 0;
+    for (int d = 0; d < a->ndirs; d++) {
+        kiln_run_info ri;
+        kiln_err err = kiln_run_info_load(a->dirs[d], 0, &ri);
+        if (err) return cli_fail(err);
+        kiln_run_state st = kiln_run_state_of(&ri, false);
+        printf("%s: %s at step %ld\n", a->dirs[d], kiln_run_state_name(st), ri.last_step);
+        if (st != KILN_RUN_FINISHED) status = 1;
+        kiln_run_info_release(&ri);
+    }
+    return status;
+}
+
+int cmd_runs_plot(int argc, char **argv) {
+    cli_list metrics = {0};
+    long from = 0, to = 0, width = 0, height = 12;
+    bool log_y = false, csv = false, list = false, follow_runs = false;
+    const char *interval = NULL;
+    const cli_opt opts[] = {
+        {"metric", CLI_MULTI, &metrics, "NAME",
+         "what to draw, one chart each (repeatable; default loss and grad_norm; --list)", false},
+        {"from", CLI_INT, &from, "STEP", "first step drawn (default the first)", false},
+        {"to", CLI_INT, &to, "STEP", "last step drawn (default the last)", false},
+        {"width", CLI_INT, &width, "N", "plot columns, 10 to 1000 (default: the terminal)", false},
+        {"height", CLI_INT, &height, "N", "plot rows, 3 to 200 (default 12)", false},
+        {"log", CLI_FLAG, &log_y, NULL, "log10 y axis", false},
+        {"csv", CLI_FLAG, &csv, NULL, "print the values as CSV instead (step, one column each)",
+         false},
+        {"list", CLI_FLAG, &list, NULL, "list the metrics each run logged", false},
+        {"follow", CLI_FLAG, &follow_runs, NULL,
+         "draw again while a run trains (exit 0 when all finished, 1 when one stopped short)",
+         false},
+        {"interval", CLI_STR, &interval, "DURATION", "with --follow: how often (default 2s)",
+         false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln runs plot [--metric NAME]... [--from STEP] [--to STEP] [--log] [--csv] [--follow "
+        "[--interval 2s]] DIR...",
+        "Draw a run's metrics over its steps (several runs overlaid): losses, gradient norm, "
+        "router and attention statistics per layer, per-tensor gradient norms; spikes, resumes "
+        "and non-finite steps marked under the curve.",
+        opts, 1, PLOT_MAX_RUNS};
+    char **dirs = NULL;
+    int ndirs = 0, rc = cli_parse(&spec, argc, argv, &dirs, &ndirs);
+    if (rc) {
+        free(metrics.v);
+        return rc == CLI_HELP_SHOWN ? 0 : rc;
+    }
+    static const char *const defaults[] = {"loss", "grad_norm"};
+    plot_args a = {.dirs = dirs,
+                   .ndirs = ndirs,
+                   .names = metrics.n ? metrics.v : defaults,
+                   .n_names = metrics.n ? (size_t)metrics.n : 2,
+                   .from = from,
+                   .to = to,
+                   .width = width,
+                   .height = height,
+                   .log_y = log_y,
+                   .csv = csv};
+    uint64_t interval_ms = 2000;
+    if (from < 0 || (to && to < from)) {
+        rc = cli_usage_error("--from and --to: need 0 <= from <= to");
+    } else if (interval && !follow_runs) {
+        rc = cli_usage_error("--interval goes with --follow");
+    } else if (follow_runs && (list || csv)) {
+        rc = cli_usage_error("--follow draws charts: not with --list or --csv");
+    } else if (interval && cli_parse_duration_ms(interval, 3600 * 1000, &interval_ms) != 1) {
+        rc = cli_usage_error("--interval '%s': expected a duration of at most 1h (500ms, 2s)",
+                             interval);
+    } else if (list) {
+        for (int d = 0; d < ndirs && !rc; d++) {
+            char *text = NULL;
+            kiln_err err = kiln_run_metrics_list(dirs[d], &text);
+            if (err) {
+                rc = cli_fail(err);
+                break;
+            }
+            printf("%s%s\n%s", d ? "\n" : "", dirs[d], text);
+            free(text);
+        }
+    } else {
+        rc = follow_runs ? plot_follow(&a, interval_ms) : plot_draw(&a);
+    }
     free(dirs);
     free(metrics.v);
     return rc;

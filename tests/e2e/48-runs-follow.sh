@@ -3,6 +3,7 @@
 # each validation, the last) and events as metrics.db has them, then how it ended: exit 0
 # when it finished, 1 when it was interrupted (SIGINT, then resumed and followed to the end)
 # or diverged (non-finite steps printed as skipped). A run not training is said so at once.
+# kiln runs plot --follow draws again while a run trains.
 . "$(dirname "$0")/lib.sh"
 
 $KILN data synth --seed 2 --rows 1500 --features 6 --outputs 1 --out "$T/d.st" >/dev/null 2>&1 || fail "synth"
@@ -108,7 +109,27 @@ for s in 150 151 152; do
 done
 tail -n 1 "$T/f" | grep -q "^stopped     step 152 of 400, diverged: .*non-finite" || fail "last line: $(tail -n 1 "$T/f")"
 
-# 4. A run not training: said at once, with its state's exit status.
+# 4. kiln runs plot --follow: drawn again while the run trains, once more after, exit 0.
+start_stopped "$T/d" --set steps=150
+$KILN runs plot --follow --interval 100ms --width 40 --height 5 "$T/d" >"$T/p" 2>"$T/perr" &
+fpid=$!
+sleep 0.3
+kill -CONT $pid
+wait $fpid || { cat "$T/p" "$T/perr" >&2; fail "plot --follow of a run that finished did not exit 0"; }
+wait $pid || fail "the trainer failed"
+[ "$(grep -c '^-- .* (following: redrawn while a run trains; Ctrl-C stops following)$' "$T/p")" -ge 2 ] ||
+    fail "plot --follow drew fewer than two drawings while the run trained: $(grep '^-- ' "$T/p")"
+[ "$(grep '^-- ' "$T/p" | tail -n 1 | sed 's/^-- [^ ]* //')" = "(no run is training: the last drawing)" ] ||
+    fail "plot --follow: no last drawing"
+[ "$(tail -n 1 "$T/p")" = "$T/d: finished at step 150" ] || fail "plot --follow: $(tail -n 1 "$T/p")"
+last=$(awk '/^-- /{n=NR} END{print n}' "$T/p")
+tail -n +"$last" "$T/p" | grep -q 'loss: 150 points, last' || fail "the last drawing lacks the last step"
+expect_fail 2 $KILN runs plot --follow --csv "$T/d"
+expect_fail 2 $KILN runs plot --interval 1s "$T/d"
+set +e; $KILN runs plot --follow "$T/c" >"$T/p"; rc=$?; set -e
+[ $rc -eq 1 ] && [ "$(tail -n 1 "$T/p")" = "$T/c: diverged at step 152" ] || fail "plot --follow of a diverged run: $rc $(tail -n 1 "$T/p")"
+
+# 5. A run not training: said at once, with its state's exit status.
 $KILN runs show --follow "$T/a" >"$T/f" || fail "a finished run: not exit 0"
 [ "$(tail -n 1 "$T/f")" = "following   nothing: the run is not training (finished)" ] || fail "$(tail -n 1 "$T/f")"
 set +e; $KILN runs show --follow "$T/c" >"$T/f"; rc=$?; set -e
