@@ -390,8 +390,9 @@ static int plot_draw(const plot_args *a) {
             if (m) printf("\n");
             print_csv(cs, total);
         } else {
-            kiln_chart ch = {a->names[m],          cs,          total, marks, n_marks, "step",
-                             plot_width(a->width), (int)a->height, a->log_y};
+            kiln_chart ch = {
+                a->names[m],    cs,      total, marks, n_marks, "step", plot_width(a->width),
+                (int)a->height, a->log_y};
             char *text = NULL;
             if ((err = kiln_chart_render(&ch, &text))) {
                 rc = cli_fail(err);
@@ -435,8 +436,7 @@ static int plot_follow(const plot_args *a, uint64_t interval_ms) {
         }
         char now[21];
         kiln_format_time(kiln_unix_time(), now);
-        if (tty)
-            printf("\033[H\033[2J");
+        if (tty) printf("\033[H\033[2J");
         printf("-- %s%s\n", now,
                live ? " (following: redrawn while a run trains; Ctrl-C stops following)"
                     : " (no run is training: the last drawing)");

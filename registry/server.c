@@ -1660,24 +1660,20 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
         max_conn = fit;
     }
     const char *no_pem = "";
-    s->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                                MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0) |
-                                (s->tls_cert ? MHD_USE_TLS : 0),
-                            0, accept_policy, s, handler, s, MHD_OPTION_SOCK_ADDR,
-                            (struct sockaddr *)&ss,
-                            MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED,
-                            completed, s, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s,
-                            MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, NULL,
-                            MHD_OPTION_CONNECTION_TIMEOUT, 120u,
-                            MHD_OPTION_CONNECTION_LIMIT, max_conn,
-                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
-                            /* room for X-Kiln-Signature: several signers' blocks, base64 */
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX),
-                            MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-                            /* (ignored without MHD_USE_TLS) */
-                            MHD_OPTION_HTTPS_MEM_CERT, s->tls_cert ? s->tls_cert : no_pem,
-                            MHD_OPTION_HTTPS_MEM_KEY, s->tls_key ? s->tls_key : no_pem,
-                            MHD_OPTION_END);
+    s->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+            (v6 ? MHD_USE_IPv6 : 0) | (s->tls_cert ? MHD_USE_TLS : 0),
+        0, accept_policy, s, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
+        MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        /* room for X-Kiln-Signature: several signers' blocks, base64 */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX), MHD_OPTION_EXTERNAL_LOGGER,
+        mhd_log, NULL,
+        /* (ignored without MHD_USE_TLS) */
+        MHD_OPTION_HTTPS_MEM_CERT, s->tls_cert ? s->tls_cert : no_pem, MHD_OPTION_HTTPS_MEM_KEY,
+        s->tls_key ? s->tls_key : no_pem, MHD_OPTION_END);
     KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK,
                   "cannot listen on '%s' (address in use or not local?)", o->listen);
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
