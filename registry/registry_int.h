@@ -237,11 +237,14 @@ kiln_err reg_channel_state(const char *state, const char *model, const char *cha
  * is model@ the record's version; every file matches it and there is no other
  * (kiln_manifest_verify_dir). *record (caller frees) is the record's text and *rec it parsed;
  * info (may be NULL) gets the rest of what was checked (its trust_version is the caller's).
+ * want (may be NULL): the record text the channel has now; a kept record that is another is
+ * KILN_ERR_NOTFOUND before any file is hashed.
  * Not checked, for want of the archive: that its bytes are those the record's digest names
  * (the record binds the archive, the release keys' signed comments bind the manifest).
  * KILN_ERR_NOTFOUND when state keeps no such pull, KILN_ERR_VERIFY naming a failed check. */
 kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,
-                              const char *channel, const char *dir, char **record, reg_record *rec,
+                              const char *channel, const char *dir, const char *want,
+                              char **record, reg_record *rec,
                               kiln_registry_installed *info) KILN_MUST_CHECK;
 /* A pull's checks 1-3 of a channel record: its signatures reach trust's threshold for the
  * channel, it names model and channel, its seq is not below last (when known; *stale, may be

@@ -133,8 +133,8 @@ done:
 }
 
 kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,
-                              const char *channel, const char *dir, char **record, reg_record *rec,
-                              kiln_registry_installed *info) {
+                              const char *channel, const char *dir, const char *want,
+                              char **record, reg_record *rec, kiln_registry_installed *info) {
     *record = NULL;
     char *st = state ? kiln_strdup(state) : reg_default_state(),
          *file = st ? kiln_asprintf("%s/channels/%s/%s.json", st, model, channel) : NULL,
@@ -155,6 +155,9 @@ kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, c
                   "'%s' keeps no record and signatures for an installed model (a pull by a kiln "
                   "before 0.1.0-2026-11-30 wrote it; the next pull does)",
                   file);
+    /* Before anything is hashed: a kept model the channel has moved on from is not wanted. */
+    KILN_CHECK_IF(rc, out, want && strcmp(json_string_value(rj), want), KILN_ERR_NOTFOUND,
+                  "'%s': its record is not the channel's current one", dir);
     /* 1-3 of a pull, the seq being the one accepted. */
     KILN_CHECK(rc, out,
                reg_record_accept(trust, json_string_value(rj), json_string_length(rj), model,
@@ -219,7 +222,7 @@ kiln_err kiln_registry_installed_verify(const char *trust, const char *state, co
     KILN_TRY(kiln_registry_trust_walk(NULL, trust, state, NULL, NULL, &t));
     char *record = NULL;
     reg_record rec;
-    kiln_err rc = reg_installed_verify(t, state, model, at + 1, dir, &record, &rec, out);
+    kiln_err rc = reg_installed_verify(t, state, model, at + 1, dir, NULL, &record, &rec, out);
     if (!rc && out) out->trust_version = kiln_sign_trust_version(t);
     free(record);
     kiln_sign_trust_free(t);

@@ -152,10 +152,8 @@ static kiln_err load_kept(kiln_watch *w, const kiln_sign_trust *t, uint64_t n, c
     char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)n);
     if (!dir) return KILN_ERR_NOMEM;
     kiln_model *m = NULL;
-    kiln_err rc = reg_installed_verify(t, w->state, w->model, w->channel, dir, record, rec, NULL);
-    if (!rc && want && strcmp(*record, want))
-        rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s' holds %s@%s, not the channel's current version",
-                       dir, w->model, rec->version);
+    kiln_err rc =
+        reg_installed_verify(t, w->state, w->model, w->channel, dir, want, record, rec, NULL);
     if (!rc) rc = kiln_model_open(dir, &m);
     if (!rc && !(*s = slot_new(m, w->gen + 1, dir))) rc = KILN_ERR_NOMEM;
     if (rc) {

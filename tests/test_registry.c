@@ -1314,8 +1314,11 @@ KILN_TEST(registry_watch_starts_from_the_kept_model) {
     /* Back, with a new record: pulled, and the kept directory goes. */
     if (!CHECK("registry back", fx_start(&f))) goto out;
     o.pull.registry = f.reg.url;
+    /* The kept model is damaged now, but the channel has moved on: it is passed over before
+     * a file of it is hashed (no note about it), and replaced. */
     CHECK("a new record: pulled into gen-2, gen-1 removed",
-          fx_put(&f, "staging", r2) == KILN_OK && watch_once(&o, &u) > 0 &&
+          kiln_test_flip(model, 200) && fx_put(&f, "staging", r2) == KILN_OK &&
+              watch_once(&o, &u) > 0 &&
               !strcmp(gens(dir, got, sizeof got), "gen-2") && !u.failed);
     /* A crash between a pull's install and its OUT/current leaves current naming another
      * directory (here one that is gone): offline, the others are tried, newest first, and
