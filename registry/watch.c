@@ -78,16 +78,28 @@ static slot *slot_new(kiln_model *m, uint64_t gen, char *dir) {
     return s;
 }
 
+/* N of a name "gen-N" followed exactly by tail ("" for a directory, "\n" in OUT/current);
+ * 0 when the name is not one. */
+static uint64_t gen_number(const char *name, const char *tail) {
+    if (strncmp(name, "gen-", 4) || !isdigit((unsigned char)name[4])) return 0;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(name + 4, &end, 10);
+    return !errno && !strcmp(end, tail) ? v : 0;
+}
+
+/* OUT/gen-N (caller frees; NULL when out of memory). */
+static char *gen_dir(const kiln_watch *w, uint64_t n) {
+    return kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)n);
+}
+
 /* The N of the newest OUT/gen-N, 0 when there is none. */
 static uint64_t newest_dir(const char *out) {
     uint64_t n = 0;
     DIR *d = opendir(out);
     for (struct dirent *e; d && (e = readdir(d));) {
-        char *end;
-        if (strncmp(e->d_name, "gen-", 4) || !isdigit((unsigned char)e->d_name[4])) continue;
-        errno = 0;
-        unsigned long long v = strtoull(e->d_name + 4, &end, 10);
-        if (!errno && !*end && v > n) n = v;
+        uint64_t v = gen_number(e->d_name, "");
+        if (v > n) n = v;
     }
     if (d) closedir(d);
     return n;
@@ -107,15 +119,11 @@ static void mark_current(const kiln_watch *w, const slot *s) {
 
 /* The N of the directory OUT/current names, 0 when none does. */
 static uint64_t current_dir(const char *out) {
-    char *p = kiln_path_join(out, "current"), *text = NULL, *end;
+    char *p = kiln_path_join(out, "current"), *text = NULL;
     size_t len = 0;
     uint64_t n = 0;
-    if (p && kiln_path_exists(p) && kiln_read_file(p, 64, &text, &len) == KILN_OK &&
-        !strncmp(text, "gen-", 4) && isdigit((unsigned char)text[4])) {
-        errno = 0;
-        unsigned long long v = strtoull(text + 4, &end, 10);
-        if (!errno && !strcmp(end, "\n")) n = v;
-    }
+    if (p && kiln_path_exists(p) && kiln_read_file(p, 64, &text, &len) == KILN_OK)
+        n = gen_number(text, "\n");
     free(text);
     free(p);
     return n;
@@ -136,7 +144,7 @@ static void remove_dirs(const char *out, const char *keep) {
 
 /* Whether OUT/gen-N exists. */
 static bool gen_exists(const kiln_watch *w, uint64_t n) {
-    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)n);
+    char *dir = gen_dir(w, n);
     bool there = dir && kiln_path_exists(dir);
     free(dir);
     return there;
@@ -149,7 +157,7 @@ static kiln_err load_kept(kiln_watch *w, const kiln_sign_trust *t, uint64_t n, c
                           char **record, reg_record *rec, slot **s) {
     *s = NULL;
     *record = NULL;
-    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)n);
+    char *dir = gen_dir(w, n);
     if (!dir) return KILN_ERR_NOMEM;
     kiln_model *m = NULL;
     kiln_err rc =
@@ -177,7 +185,7 @@ static kiln_err load_kept(kiln_watch *w, const kiln_sign_trust *t, uint64_t n, c
 static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *record,
                           kiln_pull_result *res, slot **s) {
     *s = NULL;
-    char *dir = kiln_asprintf("%s/gen-%llu", w->out, (unsigned long long)++w->dirno);
+    char *dir = gen_dir(w, ++w->dirno);
     if (!dir) return KILN_ERR_NOMEM;
     reg_rmtree(dir); /* left by an earlier failed attempt */
     kiln_registry_pull_opts p = {.ref = w->ref,
