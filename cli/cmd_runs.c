@@ -28,6 +28,12 @@ static int state_status(kiln_run_state s) {
     return s == KILN_RUN_FINISHED ? 0 : 1;
 }
 
+/* A follower's pause between two looks. */
+static void sleep_ms(uint64_t ms) {
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
 static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t interval_ms);
 
 int cmd_runs_show(int argc, char **argv) {
@@ -185,8 +191,7 @@ static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t in
         kiln_run_news_release(&n);
         fflush(stdout);
         if (!live) break;
-        struct timespec ts = {(time_t)(interval_ms / 1000), (long)(interval_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        sleep_ms(interval_ms);
     }
     kiln_run_info ri;
     kiln_err err = kiln_run_info_load(dir, 0, &ri);
@@ -444,8 +449,7 @@ static int plot_follow(const plot_args *a, uint64_t interval_ms) {
         fflush(stdout);
         if (rc) return rc;
         if (!live) break;
-        struct timespec ts = {(time_t)(interval_ms / 1000), (long)(interval_ms % 1000) * 1000000L};
-        nanosleep(&ts, NULL);
+        sleep_ms(interval_ms);
     }
     int status = 0;
     for (int d = 0; d < a->ndirs; d++) {
@@ -454,7 +458,7 @@ static int plot_follow(const plot_args *a, uint64_t interval_ms) {
         if (err) return cli_fail(err);
         kiln_run_state st = kiln_run_state_of(&ri, false);
         printf("%s: %s at step %ld\n", a->dirs[d], kiln_run_state_name(st), ri.last_step);
-        if (st != KILN_RUN_FINISHED) status = 1;
+        if (state_status(st)) status = 1;
         kiln_run_info_release(&ri);
     }
     return status;
