@@ -253,28 +253,45 @@ static void put_time(kiln_web_buf *b, int64_t t) {
     lit(b, "</time>");
 }
 
-/* A duration as people read it: "3 d", "5 h", "12 min", "40 s". */
-static void put_span(kiln_web_buf *b, int64_t secs) {
+void kiln_web_span(int64_t secs, char out[KILN_WEB_SPAN_MAX]) {
     if (secs < 0) secs = -secs;
     if (secs >= 2 * 86400)
-        num(b, "%" PRId64 " d", secs / 86400);
+        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " d", secs / 86400);
     else if (secs >= 2 * 3600)
-        num(b, "%" PRId64 " h", secs / 3600);
+        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " h", secs / 3600);
     else if (secs >= 120)
-        num(b, "%" PRId64 " min", secs / 60);
+        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " min", secs / 60);
     else
-        num(b, "%" PRId64 " s", secs);
+        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " s", secs);
+}
+
+kiln_web_expiry kiln_web_expiry_at(int64_t expires, int64_t now) {
+    if (expires <= now) return KILN_WEB_EXPIRY_EXPIRED;
+    return expires - now < KILN_WEB_SOON_SECS ? KILN_WEB_EXPIRY_SOON : KILN_WEB_EXPIRY_OK;
+}
+
+const char *kiln_web_expiry_name(kiln_web_expiry e) {
+    return e == KILN_WEB_EXPIRY_EXPIRED ? "expired"
+           : e == KILN_WEB_EXPIRY_SOON  ? "expires soon"
+                                        : "ok";
+}
+
+/* A duration as people read it: "3 d", "5 h", "12 min", "40 s". */
+static void put_span(kiln_web_buf *b, int64_t secs) {
+    char s[KILN_WEB_SPAN_MAX];
+    kiln_web_span(secs, s);
+    put(b, s, strlen(s));
 }
 
 static void put_expiry(kiln_web_buf *b, int64_t expires, int64_t now) {
     put_time(b, expires);
-    if (expires <= now) {
+    kiln_web_expiry e = kiln_web_expiry_at(expires, now);
+    if (e == KILN_WEB_EXPIRY_EXPIRED) {
         lit(b, " <span class=\"tag bad\">expired</span> <small>");
         put_span(b, now - expires);
         lit(b, " ago</small>");
     } else {
-        if (expires - now < KILN_WEB_SOON_SECS)
-            lit(b, " <span class=\"tag warn\">expires soon</span>");
+        if (e == KILN_WEB_EXPIRY_SOON) lit(b, " <span class=\"tag warn\">expires soon</span>");
         lit(b, " <small>in ");
         put_span(b, expires - now);
         lit(b, "</small>");
@@ -593,9 +610,10 @@ void kiln_web_models_channel(kiln_web_buf *b, const char *model, const kiln_web_
     lit(b, " \xE2\x86\x92 ");
     kiln_web_text(b, r->version);
     num(b, " <small>seq %" PRId64 "</small>", r->seq);
-    if (r->expires <= now)
+    kiln_web_expiry e = kiln_web_expiry_at(r->expires, now);
+    if (e == KILN_WEB_EXPIRY_EXPIRED)
         lit(b, " <span class=\"tag bad\">expired</span>");
-    else if (r->expires - now < KILN_WEB_SOON_SECS)
+    else if (e == KILN_WEB_EXPIRY_SOON)
         lit(b, " <span class=\"tag warn\">expires soon</span>");
     lit(b, "</span> "); /* apart without the stylesheet too */
 }

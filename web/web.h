@@ -28,6 +28,22 @@ extern "C" {
 /* A channel whose record expires within this many seconds is flagged as expiring soon. */
 #define KILN_WEB_SOON_SECS (7 * 86400)
 
+/* How a channel record's expiry reads at now, the one rule the pages flag it by (and `kiln
+ * models` prints it by): EXPIRED when expires <= now, SOON when less than KILN_WEB_SOON_SECS
+ * is left, OK otherwise. */
+typedef enum kiln_web_expiry {
+    KILN_WEB_EXPIRY_OK,
+    KILN_WEB_EXPIRY_SOON,
+    KILN_WEB_EXPIRY_EXPIRED
+} kiln_web_expiry;
+kiln_web_expiry kiln_web_expiry_at(int64_t expires, int64_t now);
+/* "ok", "expires soon", "expired". */
+const char *kiln_web_expiry_name(kiln_web_expiry e);
+
+/* A duration (of |secs|) as the pages write it: "3 d", "5 h", "12 min", "40 s". */
+#define KILN_WEB_SPAN_MAX 32
+void kiln_web_span(int64_t secs, char out[KILN_WEB_SPAN_MAX]);
+
 /* A page being written. Zero it (or = {0}) before use; kiln_web_buf_release after. */
 typedef struct kiln_web_buf {
     char *data;
