@@ -444,6 +444,43 @@ static void put_hist(FILE *f, const char *name, const histogram *h) {
             h->count, name, h->sum, name, h->count);
 }
 
+/* A label value in the Prometheus text format: backslash, double quote and newline escaped
+ * (\\, \", \n), everything else as it is. */
+static void put_label(FILE *f, const char *v) {
+    for (const char *p = v; *p; p++) {
+        if (*p == '\\' || *p == '"' || *p == '\n') fputc('\\', f);
+        fputc(*p == '\n' ? 'n' : *p, f);
+    }
+}
+
+/* Each channel's current record's expiry (unix time), so that an alert is
+ * `kiln_registry_channel_expiry_timestamp_seconds - time() < 7 * 86400`. One query over the
+ * primary key (model, channel, seq): SQLite takes a bare column of a max() aggregate from the
+ * row that holds the max, so expires is the current record's. A store the query fails on
+ * writes no gauge (the rest of /metrics still answers). */
+static void put_expiry_metrics(FILE *f, sqlite3 *db) {
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT model, channel, expires, max(seq) FROM channel_records"
+                           " GROUP BY model, channel ORDER BY model, channel",
+                           -1, &st, NULL) != SQLITE_OK)
+        return;
+    fprintf(f, "# HELP kiln_registry_channel_expiry_timestamp_seconds When each channel's current "
+               "record expires (unix time): kiln pull refuses it from then on.\n"
+               "# TYPE kiln_registry_channel_expiry_timestamp_seconds gauge\n");
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(st, 0),
+                   *c = (const char *)sqlite3_column_text(st, 1);
+        if (!m || !c) continue;
+        fputs("kiln_registry_channel_expiry_timestamp_seconds{model=\"", f);
+        put_label(f, m);
+        fputs("\",channel=\"", f);
+        put_label(f, c);
+        fprintf(f, "\"} %" PRId64 "\n", (int64_t)sqlite3_column_int64(st, 2));
+    }
+    sqlite3_finalize(st);
+}
+
 /* A mirror's sync state (mirror.c keeps it in the store's meta table). */
 static void put_mirror_metrics(FILE *f, const char *of, sqlite3 *db) {
     reg_mirror_status ms;
@@ -451,10 +488,7 @@ static void put_mirror_metrics(FILE *f, const char *of, sqlite3 *db) {
     int64_t now = kiln_unix_time();
     fprintf(f, "# HELP kiln_registry_mirror_info This registry is a read-only mirror of 'of'.\n"
                "# TYPE kiln_registry_mirror_info gauge\nkiln_registry_mirror_info{of=\"");
-    for (const char *p = of; *p; p++) { /* a label value: \ " and newlines escaped */
-        if (*p == '\\' || *p == '"' || *p == '\n') fputc('\\', f);
-        fputc(*p == '\n' ? 'n' : *p, f);
-    }
+    put_label(f, of);
     fprintf(f,
             "\"} 1\n"
             "# HELP kiln_registry_mirror_last_sync_seconds When the last sync completed (unix "
@@ -536,6 +570,7 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
             "# HELP kiln_registry_active_connections Open HTTP connections.\n"
             "# TYPE kiln_registry_active_connections gauge\nkiln_registry_active_connections %d\n",
             atomic_load(&s->connections));
+    put_expiry_metrics(f, db);
     if (s->mirror_of) put_mirror_metrics(f, s->mirror_of, db);
     if (fclose(f) != 0) {
         free(buf);
@@ -570,6 +605,17 @@ static json_t *time_json(int64_t t) {
     return json_string(s);
 }
 
+/* The verdict of a version's validation summary column ({"passed": bool, "sha256"}):
+ * "passed", "failed", or "none" when the archive has no report. */
+static const char *validation_verdict(sqlite3_stmt *st, int i) {
+    const char *t = col(st, i);
+    json_t *v = t ? json_loads(t, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    json_t *p = json_object_get(v, "passed");
+    const char *verdict = json_is_boolean(p) ? (json_is_true(p) ? "passed" : "failed") : "none";
+    json_decref(v);
+    return verdict;
+}
+
 static enum MHD_Result do_models(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
@@ -589,33 +635,37 @@ static enum MHD_Result do_model(struct MHD_Connection *c, req *r, sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT version, digest, size, publisher, created FROM versions WHERE model = ?1"
-            " ORDER BY created, version",
+            "SELECT version, digest, size, publisher, created, validation FROM versions"
+            " WHERE model = ?1 ORDER BY created, version",
             -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a model"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     json_t *versions = json_array(), *channels = json_object();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o}", "version",
+        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o, s:s}", "version",
                                                   col(st, 0), "digest", col(st, 1), "size",
                                                   (json_int_t)sqlite3_column_int64(st, 2),
                                                   "publisher", col(st, 3), "created",
-                                                  time_json(sqlite3_column_int64(st, 4))));
+                                                  time_json(sqlite3_column_int64(st, 4)),
+                                                  "validation", validation_verdict(st, 5)));
     sqlite3_finalize(st);
     st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT channel, seq, version, digest, expires FROM channel_records c WHERE model = ?1"
+            "SELECT channel, seq, version, digest, expires, reason, publisher, created"
+            " FROM channel_records c WHERE model = ?1"
             " AND seq = (SELECT max(seq) FROM channel_records d"
             "            WHERE d.model = c.model AND d.channel = c.channel) ORDER BY channel",
             -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
         while (sqlite3_step(st) == SQLITE_ROW)
-            json_object_set_new(channels, col(st, 0),
-                                json_pack("{s:I, s:s, s:s, s:o}", "seq",
-                                          (json_int_t)sqlite3_column_int64(st, 1), "version",
-                                          col(st, 2), "digest", col(st, 3), "expires",
-                                          time_json(sqlite3_column_int64(st, 4))));
+            json_object_set_new(
+                channels, col(st, 0),
+                json_pack("{s:I, s:s, s:s, s:o, s:o, s:s, s:o}", "seq",
+                          (json_int_t)sqlite3_column_int64(st, 1), "version", col(st, 2),
+                          "digest", col(st, 3), "expires", time_json(sqlite3_column_int64(st, 4)),
+                          "reason", col_string(st, 5), "put_by", col(st, 6), "put_at",
+                          time_json(sqlite3_column_int64(st, 7))));
     }
     sqlite3_finalize(st);
     if (!json_array_size(versions) && !json_object_size(channels)) {
