@@ -299,6 +299,48 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
     return reasons_fail(r, what);
 }
 
+kiln_err reg_first_record(reg_registries *r, const char *model, const char *channel, char **text,
+                          size_t *len, size_t *from) {
+    kiln_err rc = KILN_ERR_NOTFOUND;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->down[i]) continue;
+        rc = kiln_registry_get_channel(&r->c[i], model, channel, text, len);
+        if (rc == KILN_OK || rc == KILN_ERR_NOMEM) {
+            *from = i;
+            return rc;
+        }
+    }
+    return rc;
+}
+
+/* ---- JSON reads: the first registry that holds what is asked ---- */
+
+kiln_err reg_get_json_first(reg_registries *r, const char *path, const char *what, json_t **out,
+                            size_t *from) {
+    *out = NULL;
+    *from = 0;
+    if (r->n == 1) return kiln_registry_get_json(&r->c[0], path, out);
+    bool missing = false, asked = false;
+    kiln_err rc = KILN_ERR_NETWORK;
+    for (size_t i = 0; i < r->n; i++) {
+        if (r->down[i]) continue;
+        asked = true;
+        rc = kiln_registry_get_json(&r->c[i], path, out);
+        if (rc == KILN_OK) {
+            *from = i;
+            return KILN_OK;
+        }
+        if (rc == KILN_ERR_NOMEM) return rc;
+        /* A stale mirror may lack what the primary has: not held there is no failure. */
+        missing = missing || rc == KILN_ERR_NOTFOUND;
+        pass_over(r, i, rc);
+    }
+    if (missing || !asked) return kiln_fail(KILN_ERR_NOTFOUND, "no registry holds %s", what);
+    char msg[200];
+    snprintf(msg, sizeof msg, "no registry answered for %s", what);
+    return reasons_fail(r, msg);
+}
+
 /* ---- the pull ---- */
 
 kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,

@@ -695,28 +695,12 @@ static kiln_err fetch_version(prov *p, json_t **ver) {
         free(vpath);
         return rc;
     }
-    bool missing = false, asked = false;
-    for (size_t i = 0; i < p->regs.n; i++) {
-        if (p->regs.down[i]) continue;
-        asked = true;
-        rc = kiln_registry_get_json(&p->regs.c[i], vpath, ver);
-        if (rc == KILN_OK) {
-            p->c = &p->regs.c[i];
-            break;
-        }
-        if (rc == KILN_ERR_NOMEM) break;
-        missing = missing || rc == KILN_ERR_NOTFOUND;
-        const char *next = NULL;
-        for (size_t k = i + 1; k < p->regs.n && !next; k++)
-            if (!p->regs.down[k]) next = p->regs.c[k].url;
-        char *line = kiln_asprintf("registry %s: %s%s%s", p->regs.c[i].url, kiln_errmsg(),
-                                   next ? "; trying " : "", next ? next : "");
-        on_note(p, line);
-        free(line);
-    }
+    char what[200];
+    snprintf(what, sizeof what, "%s@%s", p->model, p->version);
+    size_t from = 0;
+    rc = reg_get_json_first(&p->regs, vpath, what, ver, &from);
+    if (!rc) p->c = &p->regs.c[from];
     free(vpath);
-    if (rc && rc != KILN_ERR_NOMEM && (missing || !asked))
-        rc = kiln_fail(KILN_ERR_NOTFOUND, "no registry holds %s@%s", p->model, p->version);
     return rc;
 }
 
@@ -1110,21 +1094,6 @@ kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
     return kiln_registry_provenance_any(c, 1, o, out);
 }
 
-/* Over several registries, when none serves a record of the channel that this client
- * accepts: the first one served, to be shown and flagged as a single registry's would be. */
-static kiln_err first_record(prov *p, char **text, size_t *len, size_t *from) {
-    kiln_err rc = KILN_ERR_NOTFOUND;
-    for (size_t i = 0; i < p->regs.n; i++) {
-        if (p->regs.down[i]) continue;
-        rc = kiln_registry_get_channel(&p->regs.c[i], p->model, p->what, text, len);
-        if (rc == KILN_OK || rc == KILN_ERR_NOMEM) {
-            *from = i;
-            return rc;
-        }
-    }
-    return rc;
-}
-
 kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_t n,
                                       const kiln_registry_provenance_opts *o, json_t **out) {
     *out = NULL;
@@ -1172,7 +1141,7 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
             /* None verifies: show the first served, flagged, as with one registry. */
             char why[2048];
             snprintf(why, sizeof why, "%s", kiln_errmsg());
-            kiln_err frc = first_record(&p, &record, &record_len, &from);
+            kiln_err frc = reg_first_record(&p.regs, p.model, p.what, &record, &record_len, &from);
             if (frc == KILN_OK) {
                 on_note(&p, why);
                 rc = KILN_OK;

@@ -297,6 +297,19 @@ kiln_err reg_trust_walk_regs(reg_registries *r, const char *trust, const char *s
 kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, const char *state,
                            const char *model, const char *channel, char **text, size_t *len,
                            size_t *from) KILN_MUST_CHECK;
+/* The current record of model/channel as the first registry that has one serves it, unchecked
+ * (*text: caller frees; *from its index): what is shown, and flagged, when reg_newest_record
+ * finds none that verifies. KILN_ERR_NOTFOUND when none has it, or the last failure. */
+kiln_err reg_first_record(reg_registries *r, const char *model, const char *channel, char **text,
+                          size_t *len, size_t *from);
+/* GET path's JSON from the first registry that holds it, in order (a version, a model): one
+ * that answers 404 does not hold it and the next is asked; one that fails otherwise is passed
+ * over (the note says why; one that does not answer is not asked again). *from: the index of
+ * the one that answered. KILN_ERR_NOTFOUND ("no registry holds WHAT") when each that answered
+ * lacks it; another failure names each registry's reason. With one registry,
+ * kiln_registry_get_json and its message, without notes. */
+kiln_err reg_get_json_first(reg_registries *r, const char *path, const char *what, json_t **out,
+                            size_t *from);
 /* reg_pull_with_trust over the registries: the newest record (reg_newest_record), then the
  * archive from the first registry that holds it and verifies (p->record, when given, is used
  * as the record). */
