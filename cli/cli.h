@@ -69,6 +69,11 @@ kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out);
  * long; -1 when it is not a duration at all. */
 int cli_parse_duration_ms(const char *s, uint64_t max_ms, uint64_t *ms);
 
+/* A record's lifetime as `kiln promote --expires` takes it (and `kiln models --expiring`):
+ * "30d", "12h", "90m", "3600s", positive whole seconds of at most 100 years, into *secs;
+ * false when it is not one. */
+bool cli_parse_secs(const char *s, int64_t *secs);
+
 /* One training step as the trainer logs it when stderr is no terminal, and as `kiln runs
  * show --follow` prints it: "step S/N loss ... tok/s[ ETA t][ (update skipped)][ val_loss v
  * val_r2 r]" after prefix; no ETA when eta_s < 0. (cmd_train.c) */
@@ -93,6 +98,7 @@ int cmd_golden_make(int argc, char **argv);
 int cmd_infer(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_installed(int argc, char **argv); /* cmd_publish.c */
+int cmd_models(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);
 int cmd_runs_list(int argc, char **argv);

@@ -198,15 +198,6 @@ int cmd_installed(int argc, char **argv) {
 
 /* ---- channels: promote, rollback, channel put ---- */
 
-/* "30d", "12h", "90m", "3600s" from now. */
-static bool parse_duration(const char *s, int64_t *secs) {
-    uint64_t ms;
-    if (cli_parse_duration_ms(s, 100ULL * 365 * 86400 * 1000, &ms) != 1 || ms % 1000)
-        return false;
-    *secs = (int64_t)(ms / 1000);
-    return true;
-}
-
 typedef struct chan_args {
     const char *url, *token, *channel, *key, *expires, *reason, *out, *digest;
 } chan_args;
@@ -220,7 +211,7 @@ static int next_record(const chan_args *a, const char *model, const char *versio
     client_opts(&c, a->url, a->token, &b);
     c.progress = NULL;
     int64_t secs = 30 * 86400;
-    if (a->expires && !parse_duration(a->expires, &secs))
+    if (a->expires && !cli_parse_secs(a->expires, &secs))
         return cli_usage_error("--expires '%s' is not a duration like 30d, 12h, 90m or 3600s",
                                a->expires);
     kiln_sign_seckey *sk = NULL;

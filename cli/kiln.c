@@ -27,6 +27,8 @@ static const command commands[] = {
     {"inspect", cmd_inspect, "print a .kiln archive's manifest and card"},
     {"installed", cmd_installed, "check an installed model on its host, without a registry"},
     {"keygen", cmd_keygen, "create a minisign-compatible key pair"},
+    {"models", cmd_models,
+     "list a registry's models, versions and channels (records verified with --trust)"},
     {"pack", cmd_pack, "pack a model directory into a reproducible .kiln archive"},
     {"promote", cmd_promote, "point a registry channel at a version (signed record)"},
     {"provenance", cmd_provenance,

@@ -308,6 +308,39 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
                                       const kiln_registry_provenance_opts *o,
                                       json_t **out) KILN_MUST_CHECK;
 
+/* ---- listing a registry (models.c, docs/registry.md "Listing a registry: kiln models") ---- */
+
+typedef struct kiln_registry_models_opts {
+    const char *model; /* NULL: every model the registry lists; else this one only */
+    /* The client's trust policy, walked as kiln pull walks it: each channel's current record
+     * is fetched and verified under it. NULL: records as the registry states them. */
+    const char *trust;
+    const char *state; /* with trust: trust versions and seqs accepted; NULL: the default */
+    int64_t expiring;  /* > 0: flag each channel whose record expires within this many seconds
+                          (or has expired); 0: none */
+} kiln_registry_models_opts;
+
+/* What the registries cs[0..n) hold, as one new JSON object in *out (format kiln-models/1,
+ * docs/registry.md): every model (or o->model) with its versions as listed (version, digest,
+ * size, publisher, created, validation) and each channel's current record (version, digest,
+ * seq, expiry by web/'s rule, reason, who put it when). With o->trust each record is the bytes
+ * as signed, verified here by kiln_sign_record_verify under the walked policy (signatures and
+ * the channel's threshold), then against the registry's listing (model, channel, seq, version,
+ * digest, expiry, the version's digest) and the seq this client accepted last; the fields
+ * shown are the signed record's once its signatures verify, the registry's otherwise, and each
+ * channel's "check" says which ({"status": "verified" | "failed" | "not checked", "how"}).
+ * Over several registries, failover.c's rules (kiln pull's): the trust walk through each that
+ * answers, the list and each model from the first that holds it, each record the highest seq
+ * that verifies ("failover" says what passing one over said). KILN_OK when nothing failed,
+ * KILN_ERR_VERIFY when a record did not verify (*out holds everything, "problems" each
+ * failure); o->expiring flags channels in "expiring" and is no failure. Another code, with *out
+ * NULL, when the listing could not be made: bad arguments, an unreadable policy or state, a
+ * trust walk refused, a registry that does not answer or answers what no registry sends, and
+ * KILN_ERR_NOTFOUND for an o->model no registry has. Writes nothing but what the trust walk
+ * accepts (STATE/trust/N.json). */
+kiln_err kiln_registry_models(const kiln_registry_client_opts *cs, size_t n,
+                              const kiln_registry_models_opts *o, json_t **out) KILN_MUST_CHECK;
+
 /* ---- versions of the trust policy (trustchain.c, docs/registry.md "Trust policy versions") ---- */
 
 /* One version a walk accepted. */
