@@ -302,6 +302,8 @@ row 2 trust 'missing,dir,invalid,wrongtype' - 'pull demo@1.0.0 --registry $URL -
 row 2 trust 'missing,dir,empty,invalid,wrongtype' - 'provenance demo@1.0.0 --registry $URL --trust $S --state $O/state'
 row 2 outdir 'isfile' - 'provenance demo@1.0.0 --registry $URL --trust $F/trust.json --state $S'
 row 2 outdir 'isfile,parentfile' - 'provenance demo@1.0.0 --registry $URL --trust $F/trust.json --state $S --download'
+row 2 trust 'missing,dir,empty,invalid,wrongtype' - 'models --registry $URL --trust $S --state $O/state'
+row 2 outdir 'isfile' - 'models demo --registry $URL --trust $F/trust.json --state $S'
 row 12 inst '*' - 'installed demo@staging --dir $S --trust $F/trust.json --state $F/istate'
 row 2 trust "$Q,invalid,wrongtype" - 'installed demo@staging --dir $F/inst --trust $S --state $F/istate'
 row 2 key "$Q" - 'promote demo 1.0.0 --channel staging --key $S --registry $URL --token $PROM --out $O/r.json'
