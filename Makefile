@@ -205,6 +205,11 @@ bench-tokens: $(BUILD)/bench_tokens
 	$(BUILD)/bench_tokens $(BUILD)/bench/tokens-store
 	@rm -rf $(BUILD)/bench/tokens-store
 
+# /metrics on a store of 1000 channels (their expiry gauges) against /healthz in the same run.
+.PHONY: bench-metrics
+bench-metrics: $(BUILD)/kiln
+	bench/bench_metrics.sh $(BUILD)/kiln
+
 bench-web: $(BUILD)/bench_web
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_web $(BUILD)/bench > $(BUILD)/bench/web.txt.tmp && mv $(BUILD)/bench/web.txt.tmp $(BUILD)/bench/web.txt
