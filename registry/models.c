@@ -260,7 +260,13 @@ static kiln_err channel_json(lister *l, const char *url, const char *model, cons
     r.status = "not checked";
     r.record_from = model_from;
     snprintf(r.how, sizeof r.how, "no trust policy given: as the registry states it");
-    if (l->t) KILN_TRY(check_record(l, model, name, &cl, versions, model_from, &r));
+    if (l->t) {
+        kiln_err rc = check_record(l, model, name, &cl, versions, model_from, &r);
+        if (rc) {
+            json_decref(r.signed_by);
+            return rc;
+        }
+    }
     if (!r.from_record) {
         snprintf(r.version, sizeof r.version, "%s", cl.version);
         snprintf(r.digest, sizeof r.digest, "%s", cl.digest);

@@ -320,10 +320,11 @@ typedef struct kiln_registry_models_opts {
                           (or has expired); 0: none */
 } kiln_registry_models_opts;
 
-/* What the registries cs[0..n) hold, as one new JSON object in *out (format kiln-models/1,
- * docs/registry.md): every model (or o->model) with its versions as listed (version, digest,
- * size, publisher, created, validation) and each channel's current record (version, digest,
- * seq, expiry by web/'s rule, reason, who put it when). With o->trust each record is the bytes
+/* What the registries cs[0..n) hold, as one new JSON object in *out (the caller
+ * json_decrefs it; format kiln-models/1, docs/registry.md): every model (or o->model) with
+ * its versions as listed (version, digest, size, publisher, created, validation) and each
+ * channel's current record (version, digest, seq, expiry by web/'s rule, reason, who put it
+ * when). With o->trust each record is the bytes
  * as signed, verified here by kiln_sign_record_verify under the walked policy (signatures and
  * the channel's threshold), then against the registry's listing (model, channel, seq, version,
  * digest, expiry, the version's digest) and the seq this client accepted last; the fields

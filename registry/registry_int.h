@@ -302,7 +302,8 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
  * finds none that verifies. KILN_ERR_NOTFOUND when none has it, or the last failure. */
 kiln_err reg_first_record(reg_registries *r, const char *model, const char *channel, char **text,
                           size_t *len, size_t *from);
-/* GET path's JSON from the first registry that holds it, in order (a version, a model): one
+/* GET path's JSON (*out: caller json_decrefs) from the first registry that holds it, in order
+ * (a version, a model): one
  * that answers 404 does not hold it and the next is asked; one that fails otherwise is passed
  * over (the note says why; one that does not answer is not asked again). *from: the index of
  * the one that answered. KILN_ERR_NOTFOUND ("no registry holds WHAT") when each that answered
