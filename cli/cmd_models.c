@@ -107,8 +107,8 @@ static void print_channels(const json_t *chans, bool checked) {
            "expires", checked ? wr : 0, "reason", checked ? "  record" : "");
     for (size_t i = 0; i < n; i++)
         printf("  %-*s  %-*s  %*s  %-*s  %-*s%s%s\n", wn, ls[i].name, wv, ls[i].version, ws,
-               ls[i].seq, we, ls[i].expiry, checked ? wr : 0, ls[i].reason,
-               checked ? "  " : "", ls[i].check);
+               ls[i].seq, we, ls[i].expiry, checked ? wr : 0, ls[i].reason, checked ? "  " : "",
+               ls[i].check);
     free(ls);
 }
 
@@ -213,8 +213,8 @@ static void print_expiring(const json_t *j, const char *within) {
             chan_fill(c, &l);
             char model[80];
             clean(str(m, "name"), 64, model, sizeof model);
-            printf("  %s/%s  %s  seq %s  %s  %s%s%s\n", model, l.name, l.version, l.seq,
-                   l.expiry, l.reason, l.check[0] ? "  " : "", l.check);
+            printf("  %s/%s  %s  seq %s  %s  %s%s%s\n", model, l.name, l.version, l.seq, l.expiry,
+                   l.reason, l.check[0] ? "  " : "", l.check);
         }
     }
 }

@@ -207,8 +207,8 @@ static kiln_err check_record(lister *l, const char *model, const char *name, con
     if (rc) goto out;
     const char *ld = listed_digest(versions, r->version);
     if (strcmp(rec.model, model) || strcmp(rec.channel, name)) {
-        failed(r, "the registry serves it as %s/%s, but the signed record names %s/%s", model,
-               name, rec.model, rec.channel);
+        failed(r, "the registry serves it as %s/%s, but the signed record names %s/%s", model, name,
+               rec.model, rec.channel);
     } else if (r->seq < cl->seq) {
         failed(r, "the registry lists seq %lld, but serves a signed record of seq %lld",
                (long long)cl->seq, (long long)r->seq);
@@ -229,8 +229,9 @@ static kiln_err check_record(lister *l, const char *model, const char *name, con
         failed(r, "the signed record points at %s@%s, which the registry does not list", model,
                r->version);
     } else if (known && r->seq < last) {
-        failed(r, "seq %lld is below seq %lld, the last this client accepted ('%s'): a replayed "
-                  "or rolled-back record",
+        failed(r,
+               "seq %lld is below seq %lld, the last this client accepted ('%s'): a replayed "
+               "or rolled-back record",
                (long long)r->seq, (long long)last, l->state);
     } else {
         r->status = "verified";
@@ -289,8 +290,7 @@ static kiln_err channel_json(lister *l, const char *url, const char *model, cons
     set(l, j, "expiring", json_boolean(expiring));
     set(l, j, "reason", r.from_record || cl.reason ? json_string(r.reason) : json_null());
     set(l, j, "source", json_string(r.from_record ? "record" : "registry"));
-    set(l, j, "record_from",
-        r.fetched ? json_string(l->regs.c[r.record_from].url) : json_null());
+    set(l, j, "record_from", r.fetched ? json_string(l->regs.c[r.record_from].url) : json_null());
     set(l, j, "signed_by", r.signed_by ? r.signed_by : json_null());
     set(l, j, "threshold", r.from_record ? json_integer(r.threshold) : json_null());
     set(l, j, "put_by", str_or_null(cl.put_by));
@@ -326,7 +326,8 @@ static kiln_err model_json(lister *l, const char *model, json_t *models) {
     KILN_TRY(reg_get_json_first(&l->regs, path, what, &mj, &from));
     const char *url = l->regs.c[from].url;
     kiln_err rc = KILN_OK;
-    const json_t *versions = json_object_get(mj, "versions"), *chans = json_object_get(mj, "channels");
+    const json_t *versions = json_object_get(mj, "versions"),
+                 *chans = json_object_get(mj, "channels");
     const char **names = NULL;
     KILN_CHECK_IF(rc, out, !json_is_array(versions) || !json_is_object(chans), KILN_ERR_FORMAT,
                   "registry '%s': the answer for model '%s' has no versions and channels", url,
@@ -377,8 +378,8 @@ static kiln_err model_json(lister *l, const char *model, json_t *models) {
     qsort(names, nc, sizeof *names, cmp_str);
     for (k = 0; k < nc; k++)
         KILN_CHECK(rc, out,
-                   channel_json(l, url, model, names[k], json_object_get(chans, names[k]),
-                                versions, from, cs, &changed));
+                   channel_json(l, url, model, names[k], json_object_get(chans, names[k]), versions,
+                                from, cs, &changed));
     set(l, j, "updated", changed ? time_json(changed) : json_null());
 out:
     free(names);
@@ -467,12 +468,12 @@ kiln_err kiln_registry_models(const kiln_registry_client_opts *cs, size_t n,
         tj = json_pack("{s:s,s:I,s:s}", "file", o->trust, "version",
                        (json_int_t)kiln_sign_trust_version(l.t), "state", l.state);
     }
-    root = json_pack("{s:s,s:o,s:s,s:O,s:O,s:o,s:o,s:n,s:O,s:o,s:O,s:O}", "format",
-                     MODELS_FORMAT, "checked_at", time_json(l.now), "registry", cs[0].url,
-                     "registries", urls, "failover", l.notes, "model", str_or_null(o->model),
-                     "trust", tj, "verified", "problems", l.problems, "expiring_within",
-                     o->expiring ? json_integer(o->expiring) : json_null(), "expiring",
-                     l.expiring, "models", models);
+    root = json_pack("{s:s,s:o,s:s,s:O,s:O,s:o,s:o,s:n,s:O,s:o,s:O,s:O}", "format", MODELS_FORMAT,
+                     "checked_at", time_json(l.now), "registry", cs[0].url, "registries", urls,
+                     "failover", l.notes, "model", str_or_null(o->model), "trust", tj, "verified",
+                     "problems", l.problems, "expiring_within",
+                     o->expiring ? json_integer(o->expiring) : json_null(), "expiring", l.expiring,
+                     "models", models);
     KILN_CHECK_IF(rc, done, !root, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, list_models(&l, models));
     /* The registry that answered the listing: the first model's (or the first asked). */

@@ -75,19 +75,21 @@ static kiln_err list(const mfx *f, const char *model, bool trust, int64_t expiri
     return kiln_registry_models(&c, 1, &o, out);
 }
 
-/* A channel of the first model, by name. */
-static const json_t *chan(const json_t *j, const char *name) {
-    const json_t *cs = json_object_get(json_array_get(json_object_get(j, "models"), 0), "channels");
-    size_t i;
-    json_t *c;
-    json_array_foreach(cs, i, c) if (!strcmp(json_string_value(json_object_get(c, "name")), name))
-        return c;
-    return NULL;
-}
-
 static const char *s_of(const json_t *o, const char *key) {
     const char *s = json_string_value(json_object_get(o, key));
     return s ? s : "";
+}
+
+static const json_t *model0(const json_t *j) {
+    return json_array_get(json_object_get(j, "models"), 0);
+}
+
+/* A channel of the first model, by name. */
+static const json_t *chan(const json_t *j, const char *name) {
+    const json_t *cs = json_object_get(model0(j), "channels");
+    for (size_t i = 0; i < json_array_size(cs); i++)
+        if (!strcmp(s_of(json_array_get(cs, i), "name"), name)) return json_array_get(cs, i);
+    return NULL;
 }
 
 static const char *check_of(const json_t *c, const char *key) {
@@ -99,7 +101,7 @@ KILN_TEST(registry_models_lists_and_verifies) {
     json_t *j = NULL;
     if (!CHECK("fixture", mfx_init(&f))) goto out;
     kiln_err rc = list(&f, NULL, false, 0, &j);
-    const json_t *m = json_array_get(json_object_get(j, "models"), 0);
+    const json_t *m = model0(j);
     CHECK("without a policy: the registry's word, said to be unchecked",
           rc == KILN_OK && j && !strcmp(s_of(j, "format"), "kiln-models/1") &&
               json_array_size(json_object_get(j, "models")) == 1 &&
@@ -125,10 +127,9 @@ KILN_TEST(registry_models_lists_and_verifies) {
               !strcmp(s_of(pr, "expiry"), "ok") &&
               json_array_size(json_object_get(pr, "signed_by")) == 2 &&
               json_integer_value(json_object_get(pr, "threshold")) == 2);
+    const json_t *vs = json_object_get(model0(j), "versions");
     CHECK("with NAME: the versions with their validation verdict",
-          json_array_size(json_object_get(json_array_get(json_object_get(j, "models"), 0),
-                                          "versions")) == 2 &&
-              !strcmp(s_of(json_array_get(json_object_get(json_array_get(json_object_get(j, "models"), 0), "versions"), 0), "validation"), "none"));
+          json_array_size(vs) == 2 && !strcmp(s_of(json_array_get(vs, 0), "validation"), "none"));
     json_decref(j);
     j = NULL;
 
@@ -142,13 +143,15 @@ KILN_TEST(registry_models_lists_and_verifies) {
     json_decref(j);
     j = NULL;
     rc = list(&f, NULL, true, 3600, &j);
-    CHECK("--expiring 1h: none", rc == KILN_OK && json_array_size(json_object_get(j, "expiring")) == 0);
+    CHECK("--expiring 1h: none",
+          rc == KILN_OK && json_array_size(json_object_get(j, "expiring")) == 0);
     json_decref(j);
     j = NULL;
 
     /* The summary lies about production's version; the signed record is what is shown. */
     char *sql = kiln_asprintf("UPDATE channel_records SET version = '1.1.0', digest = 'sha256:%s'"
-                              " WHERE channel = 'production'", f.h2);
+                              " WHERE channel = 'production'",
+                              f.h2);
     CHECK("the store's summary column edited", sql && rfx_sql(f.reg.root, RFX_CONNECT, sql, NULL));
     free(sql);
     rc = list(&f, NULL, true, 0, &j);
@@ -168,7 +171,8 @@ KILN_TEST(registry_models_lists_and_verifies) {
     json_decref(j);
     j = NULL;
     sql = kiln_asprintf("UPDATE channel_records SET version = '1.0.0', digest = 'sha256:%s'"
-                        " WHERE channel = 'production'", f.h1);
+                        " WHERE channel = 'production'",
+                        f.h1);
     CHECK("restored", sql && rfx_sql(f.reg.root, RFX_CONNECT, sql, NULL));
     free(sql);
 
@@ -190,9 +194,9 @@ KILN_TEST(registry_models_lists_and_verifies) {
     j = NULL;
     free(sql);
     free(rec);
-    CHECK("removed", rfx_sql(f.reg.root, RFX_CONNECT,
-                             "DELETE FROM channel_records WHERE channel = 'staging' AND seq = 3",
-                             NULL));
+    CHECK("removed",
+          rfx_sql(f.reg.root, RFX_CONNECT,
+                  "DELETE FROM channel_records WHERE channel = 'staging' AND seq = 3", NULL));
 
     /* A record older than this client accepted. */
     char *dir = kiln_asprintf("%s/channels/demo", f.reg.state);
@@ -226,8 +230,8 @@ KILN_TEST(registry_models_refusals_and_failover) {
     char *missing = kiln_test_path("nope.json"), *file = kiln_test_write("state-file", "x", 1);
     o = (kiln_registry_models_opts){.trust = missing};
     rc = kiln_registry_models(&c, 1, &o, &j);
-    CHECK("a missing policy: the file named", rc != KILN_OK && rc != KILN_ERR_VERIFY && !j &&
-                                                  kiln_test_msg_has("nope.json", NULL));
+    CHECK("a missing policy: the file named",
+          rc != KILN_OK && rc != KILN_ERR_VERIFY && !j && kiln_test_msg_has("nope.json", NULL));
     o = (kiln_registry_models_opts){.trust = f.reg.trust, .state = file};
     rc = kiln_registry_models(&c, 1, &o, &j);
     CHECK("a state that is a file: refused, left as it was",
@@ -279,8 +283,7 @@ KILN_TEST(registry_models_metrics_expiry_gauge) {
                   " 'r', '{}', 'rm', ?2)",
                   "we\"ird\\na\nme"));
     const char *want[] = {
-        want1, want2,
-        "# TYPE kiln_registry_channel_expiry_timestamp_seconds gauge\n",
+        want1, want2, "# TYPE kiln_registry_channel_expiry_timestamp_seconds gauge\n",
         "kiln_registry_channel_expiry_timestamp_seconds{model=\"we\\\"ird\\\\na\\nme\","
         "channel=\"c\"} 1234567890\n",
         NULL};
