@@ -141,6 +141,11 @@ int cmd_runs_show(int argc, char **argv) {
     printf("\n");
     for (size_t i = 0; i < ri.n_events; i++)
         print_event(&ri.events[i]);
+    if (ri.n_spikes + ri.n_nonfinite)
+        printf("trouble     %zu spike%s, %zu non-finite step%s: kiln runs explain %s shows what "
+               "led to the first\n",
+               ri.n_spikes, ri.n_spikes == 1 ? "" : "s", ri.n_nonfinite,
+               ri.n_nonfinite == 1 ? "" : "s", dir);
     kiln_run_info_release(&ri);
     if (!follow_run) return 0;
     if (!live) {

@@ -3,7 +3,8 @@
 # the first trained tensor's gradient NaN) is explained at that step without being asked,
 # the tensor named, the backward pass placed; its figures agree with metrics.db (the value,
 # and the median of the steps before computed here by SQLite); --json parses; a calm run has
-# nothing to explain; refusals exit 2 naming the run.
+# nothing to explain; refusals exit 2 naming the run. runs show points at it when a run had
+# trouble.
 . "$(dirname "$0")/lib.sh"
 
 $KILN data synth --seed 2 --rows 1500 --features 6 --outputs 1 --out "$T/d.st" >/dev/null 2>&1 || fail "synth"
@@ -20,6 +21,11 @@ grep -q '^update    skipped$' "$T/x" || fail "the update not said skipped"
 grep -q '^  embed.weight  *-  ' "$T/x" || { cat "$T/x" >&2; fail "the non-finite tensor is not listed first"; }
 grep -q "1 of 27 tensors' gradients were not: the backward pass broke in the embedding" "$T/x" ||
     { cat "$T/x" >&2; fail "the backward pass not placed"; }
+
+# runs show points at it; a calm run's show does not (below).
+$KILN runs show "$T/p" >"$T/show" || fail "runs show"
+grep -q "^trouble     0 spikes, 1 non-finite step: kiln runs explain $T/p shows what led to the first$" "$T/show" ||
+    { cat "$T/show" >&2; fail "runs show does not point at explain"; }
 
 # 2. Its figures are metrics.db's: the loss at step 40, and the median gradient norm of the
 # 39 steps before it (the 20th smallest).
@@ -50,6 +56,8 @@ $KILN train --data "$T/d.st" --run-dir "$T/c" $S >/dev/null 2>&1 || fail "train 
 $KILN runs explain "$T/c" >"$T/x" || fail "calm run"
 grep -q "no spike and no non-finite step in 60 logged steps: nothing to explain" "$T/x" ||
     { cat "$T/x" >&2; fail "calm run said"; }
+$KILN runs show "$T/c" >"$T/show" || fail "runs show calm"
+! grep -q '^trouble' "$T/show" || fail "a calm run's show speaks of trouble"
 
 # 5. Refusals.
 expect_fail 2 $KILN runs explain --step 61 "$T/p"
