@@ -363,13 +363,48 @@ static void print_explain(const json_t *d, long max_tensors) {
         }
     }
     printf("\nfindings\n");
-    json_array_foreach(json_object_get(d, "findings"), i, e)
-        printf("  - %s\n", json_string_value(e));
+    json_array_foreach(json_object_get(d, "findings"), i, e) printf("  - %s\n", jstr(e, "text"));
+}
+
+/* --all: each trouble step of first's "trouble" list, one line: step, events, first finding. */
+static int explain_all(const char *dir, long window, const json_t *first) {
+    const json_t *steps = json_object_get(first, "trouble");
+    long total = (long)json_integer_value(json_object_get(first, "trouble_steps"));
+    printf("%zu spike and non-finite step%s%s (kiln runs explain --step N %s for one in full)\n",
+           json_array_size(steps), json_array_size(steps) == 1 ? "" : "s",
+           (long)json_array_size(steps) < total ? " (the first shown)" : "", dir);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(steps, i, v) {
+        const long s = (long)json_integer_value(v);
+        json_t *d = NULL;
+        kiln_err err = kiln_run_explain(dir, s, window, &d);
+        if (err) return cli_fail(err);
+        char kinds[64] = "";
+        size_t k;
+        const json_t *e;
+        json_array_foreach(json_object_get(d, "events"), k, e) {
+            size_t n = strlen(kinds);
+            snprintf(kinds + n, sizeof kinds - n, "%s%s", n ? "," : "", jstr(e, "kind"));
+        }
+        /* The most telling finding past the step's own loss and norm, which a spike's event
+         * line says already; those when there is nothing else. */
+        const json_t *fs = json_object_get(d, "findings"), *pick = json_array_get(fs, 0);
+        json_array_foreach(fs, k, e) {
+            if (strcmp(jstr(e, "kind"), "loss") && strcmp(jstr(e, "kind"), "grad_norm")) {
+                pick = e;
+                break;
+            }
+        }
+        printf("step %-8ld %-10s %s\n", s, kinds, jstr(pick, "text"));
+        json_decref(d);
+    }
+    return 0;
 }
 
 int cmd_runs_explain(int argc, char **argv) {
     long step = 0, window = KILN_EXPLAIN_WINDOW, max_tensors = 8;
-    bool as_json = false;
+    bool as_json = false, all = false;
     const cli_opt opts[] = {
         {"step", CLI_INT, &step, "N",
          "the step to explain (default the run's first spike or non-finite step)", false},
@@ -379,10 +414,12 @@ int cmd_runs_explain(int argc, char **argv) {
          "show the N tensors furthest from their median (default 8)", false},
         {"json", CLI_FLAG, &as_json, NULL,
          "print the whole analysis as JSON (every tensor and layer)", false},
+        {"all", CLI_FLAG, &all, NULL,
+         "a line for each spike and non-finite step: its first finding", false},
         {0},
     };
     const cli_spec spec = {
-        "kiln runs explain [--step N] [--window 64] [--tensors 8] [--json] DIR",
+        "kiln runs explain [--step N | --all] [--window 64] [--tensors 8] [--json] DIR",
         "Why a step went wrong: a spike or non-finite step set against the steps before it, "
         "tensor by tensor and layer by layer (gradient norms, updates, router and attention "
         "entropies, dead experts, activations), with findings in words.",
@@ -391,6 +428,9 @@ int cmd_runs_explain(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
     if (step < 0) return cli_usage_error("--step must be a step number from 1");
+    if (all && (step || as_json))
+        return cli_usage_error("--all goes without --step and --json (--json lists the steps in "
+                               "\"trouble\"; --step N explains one)");
     if (window < 1 || window > 100000) return cli_usage_error("--window must be 1 to 100000");
     if (max_tensors < 0) return cli_usage_error("--tensors must not be negative");
     json_t *d = NULL;
@@ -403,6 +443,11 @@ int cmd_runs_explain(int argc, char **argv) {
         printf("%s\n", text);
         free(text);
         return 0;
+    }
+    if (all && !json_is_null(json_object_get(d, "step"))) {
+        int status = explain_all(dir, window, d);
+        json_decref(d);
+        return status;
     }
     if (json_is_null(json_object_get(d, "step")))
         printf("'%s': no spike and no non-finite step in %lld logged steps: nothing to explain "

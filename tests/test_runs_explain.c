@@ -118,7 +118,7 @@ static const char *finding(const json_t *doc, ...) {
     size_t i;
     const json_t *f;
     json_array_foreach(json_object_get(doc, "findings"), i, f) {
-        const char *text = json_string_value(f);
+        const char *text = json_string_value(json_object_get(f, "text"));
         va_list ap;
         va_start(ap, doc);
         bool all = text != NULL;
@@ -157,6 +157,13 @@ KILN_TEST(runs_explain_finds_what_rose_first) {
     CHECK("the finding names it", finding(d, "blocks.1.moe.router.weight rose first",
                                           "since step 96", "4 steps before", NULL));
     CHECK("the router collapse", finding(d, "layer 1's router entropy fell to 0.2", NULL));
+    bool router_kind = false;
+    size_t i;
+    const json_t *f;
+    json_array_foreach(json_object_get(d, "findings"), i, f) router_kind |=
+        !strcmp(json_string_value(json_object_get(f, "kind")), "router") &&
+        strstr(json_string_value(json_object_get(f, "text")), "layer 1's router");
+    CHECK("a finding says its kind", router_kind);
     CHECK("the dead experts", finding(d, "layer 1: 2 of 4 experts got no tokens", NULL));
     CHECK("the update far past its median",
           finding(d, "largest update before it: blocks.0.attn.qkv.weight", "0.5", "step 95", NULL));

@@ -188,15 +188,18 @@ static char *depth_name(double d, long n_layers) {
     return kiln_asprintf("block %ld", (long)d);
 }
 
-/* A finding, as a sentence; out of memory leaves the list short and sets *oom. */
-static void say(json_t *findings, bool *oom, const char *fmt, ...) KILN_PRINTF(3, 4);
-static void say(json_t *findings, bool *oom, const char *fmt, ...) {
+/* A finding: {"kind", "text"}, the text a sentence (docs/train.md lists the kinds); out of
+ * memory leaves the list short and sets *oom. */
+static void say(json_t *findings, bool *oom, const char *kind, const char *fmt, ...)
+    KILN_PRINTF(4, 5);
+static void say(json_t *findings, bool *oom, const char *kind, const char *fmt, ...) {
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (json_array_append_new(findings, json_string(buf))) *oom = true;
+    if (json_array_append_new(findings, json_pack("{s:s,s:s}", "kind", kind, "text", buf)))
+        *oom = true;
 }
 
 enum { S_LOSS, S_GNORM, S_LR, S_MAXOUT, S_MSE, S_APPLIED, S_NCOL };
@@ -270,6 +273,28 @@ out:
     return rc;
 }
 
+/* Every step with a spike or a non-finite event, ascending (the first KILN_EXPLAIN_MAX_TROUBLE). */
+static kiln_err trouble_steps(sqlite3 *db, const char *run_dir, json_t *out) {
+    sqlite3_stmt *s = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT DISTINCT step FROM events WHERE kind IN ('spike', "
+                                     "'nonfinite') ORDER BY step LIMIT ?1",
+                                     -1, &s, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    sqlite3_bind_int64(s, 1, KILN_EXPLAIN_MAX_TROUBLE);
+    int r;
+    while ((r = sqlite3_step(s)) == SQLITE_ROW)
+        KILN_CHECK_IF(rc, out, json_array_append_new(out, json_integer(sqlite3_column_int64(s, 0))),
+                      KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s", run_dir,
+                  sqlite3_errmsg(db));
+out:
+    sqlite3_finalize(s);
+    return rc;
+}
+
 static kiln_err step_events(sqlite3 *db, const char *run_dir, long step, json_t *events) {
     sqlite3_stmt *s = NULL;
     kiln_err rc = KILN_OK;
@@ -308,13 +333,13 @@ static void explain_nonfinite(json_t *f, bool *oom, col_stat loss, const track *
             col_stat a = stat_of(&layers[i], L_NCOL, L_ACT, at, scratch);
             if (a.logged && !isfinite(a.value)) {
                 if (i == 0)
-                    say(f, oom,
+                    say(f, oom, "forward",
                         "the loss was not finite: the forward pass broke in block %ld, the "
                         "first (its output is not finite)",
                         layers[i].layer);
                 else {
                     col_stat b = stat_of(&layers[i - 1], L_NCOL, L_ACT, at, scratch);
-                    say(f, oom,
+                    say(f, oom, "forward",
                         "the loss was not finite: the forward pass broke in block %ld (its "
                         "output is not finite; block %ld's RMS was %.4g)",
                         layers[i].layer, layers[i - 1].layer, b.value);
@@ -322,7 +347,7 @@ static void explain_nonfinite(json_t *f, bool *oom, col_stat loss, const track *
                 return;
             }
         }
-        say(f, oom,
+        say(f, oom, "forward",
             "the loss was not finite though every block's output was: the head or the loss "
             "broke");
         return;
@@ -344,12 +369,12 @@ static void explain_nonfinite(json_t *f, bool *oom, col_stat loss, const track *
         return;
     }
     if (bad == logged)
-        say(f, oom,
+        say(f, oom, "backward",
             "the loss was finite (%.6g) but every tensor's gradient was not: the backward pass "
             "broke at its start (the head), or the gradients were made non-finite",
             loss.value);
     else
-        say(f, oom,
+        say(f, oom, "backward",
             "the loss was finite (%.6g) but %zu of %zu tensors' gradients were not: the "
             "backward pass broke in %s (every tensor above it has a finite gradient)",
             loss.value, bad, logged, where);
@@ -367,7 +392,7 @@ static void drift(json_t *f, bool *oom, json_t *row, const char *key, const char
     json_t *o = json_object_get(row, key);
     if (json_is_object(o) && json_object_set_new(o, "first_steps", json_real(early))) *oom = true;
     if (what && base.median < DRIFT * early)
-        say(f, oom,
+        say(f, oom, "drift",
             "layer %ld's %s has fallen below a tenth of where it began: %.4g over the run's "
             "first %d steps, %.4g over the %zu before step %ld",
             L, what, early, EARLY, base.median, base.n_before, at);
@@ -399,26 +424,26 @@ static void explain_layers(json_t *f, bool *oom, const track *layers, size_t n_l
         }
         const long L = t->layer;
         if (n_experts && isfinite(r.value) && r.median > 0 && r.value < FELL * r.median)
-            say(f, oom,
+            say(f, oom, "router",
                 "layer %ld's router entropy fell to %.4g from its median %.4g (its router "
                 "collapsed onto fewer experts)",
                 L, r.value, r.median);
         if (n_experts && isfinite(d.value) && d.value > (isfinite(d.max) ? d.max : 0))
-            say(f, oom,
+            say(f, oom, "dead_experts",
                 "layer %ld: %.0f of %ld experts got no tokens (at most %.0f in the steps before)",
                 L, d.value, n_experts, isfinite(d.max) ? d.max : 0);
         if (n_experts && isfinite(im.value) && im.median > 0 && im.value > IMBALANCED * im.median)
-            say(f, oom,
+            say(f, oom, "load_imbalance",
                 "layer %ld's load imbalance (max over mean load) was %.4g against its median %.4g",
                 L, im.value, im.median);
         if (isfinite(a.value) && a.median > 0 && a.value < FELL * a.median)
-            say(f, oom,
+            say(f, oom, "attention",
                 "layer %ld's attention entropy fell to %.4g from its median %.4g (attention "
                 "collapsed onto few positions)",
                 L, a.value, a.median);
         if (isfinite(act.value) && act.median > 0 && act.value > ACT_GROWN * act.median)
-            say(f, oom, "layer %ld's output RMS was %.4g, %.1fx its median %.4g", L, act.value,
-                act.value / act.median, act.median);
+            say(f, oom, "act_rms", "layer %ld's output RMS was %.4g, %.1fx its median %.4g", L,
+                act.value, act.value / act.median, act.median);
         if (!e0 || !row) continue;
         drift(f, oom, row, "attn_entropy", "attention entropy", L,
               stat_of(e0, L_NCOL, L_ATTN, LONG_MAX, scratch).median, a, at);
@@ -457,7 +482,11 @@ kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **
     doc = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I}", "format", "kiln-runs-explain/1", "run", run_dir,
                     "steps", (json_int_t)total, "last_logged", (json_int_t)last_logged,
                     "trouble_steps", (json_int_t)n_trouble, "window", (json_int_t)window);
-    KILN_CHECK_IF(rc, out, !doc, KILN_ERR_NOMEM, "out of memory");
+    json_t *trouble = json_array();
+    if (!doc) json_decref(trouble);
+    KILN_CHECK_IF(rc, out, !doc || !trouble || json_object_set_new(doc, "trouble", trouble),
+                  KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, trouble_steps(db, run_dir, trouble));
     if (!step) { /* a run without a spike or a non-finite step, and none asked */
         KILN_CHECK_IF(rc, out, json_object_set_new(doc, "step", json_null()), KILN_ERR_NOMEM,
                       "out of memory");
@@ -595,42 +624,42 @@ kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **
     /* Findings, most telling first. */
     explain_nonfinite(f, &oom, loss, lays, n_lays, step, rows, n_rows, L, scratch);
     if (isfinite(ratio(loss)) && ratio(loss) > 1.5)
-        say(f, &oom, "the loss was %.4g, %.1fx its median %.4g over the %zu steps before",
+        say(f, &oom, "loss", "the loss was %.4g, %.1fx its median %.4g over the %zu steps before",
             loss.value, ratio(loss), loss.median, loss.n_before);
     if (isfinite(ratio(gn)) && ratio(gn) > 1.5) {
         if (gn.since && gn.since < step)
-            say(f, &oom,
+            say(f, &oom, "grad_norm",
                 "the gradient norm was %.4g, %.1fx its median %.4g, and over %gx it since "
                 "step %ld (%ld step%s before)",
                 gn.value, ratio(gn), gn.median, ELEVATED, gn.since, step - gn.since,
                 step - gn.since == 1 ? "" : "s");
         else
-            say(f, &oom, "the gradient norm was %.4g, %.1fx its median %.4g", gn.value, ratio(gn),
-                gn.median);
+            say(f, &oom, "grad_norm", "the gradient norm was %.4g, %.1fx its median %.4g", gn.value,
+                ratio(gn), gn.median);
     }
     if (lead) {
         if (lead->g.since < step)
-            say(f, &oom,
+            say(f, &oom, "rose_first",
                 "%s rose first: its gradient norm over %gx its median since step %ld (%ld step%s "
                 "before), %.1fx at step %ld; %zu of %zu tensors over %gx at step %ld",
                 lead->t->name, ELEVATED, lead->g.since, step - lead->g.since,
                 step - lead->g.since == 1 ? "" : "s", ratio(lead->g), step, risen, n_rows, ELEVATED,
                 step);
         else
-            say(f, &oom,
+            say(f, &oom, "rose_first",
                 "%zu of %zu tensors' gradient norms over %gx their median at step %ld, none "
                 "before it; the most: %s, %.1fx",
                 risen, n_rows, ELEVATED, step, rows[nonfinite].t->name, ratio(rows[nonfinite].g));
     }
     explain_layers(f, &oom, lays, n_lays, early, n_early, step, E, scratch, layers);
     if (upd)
-        say(f, &oom,
+        say(f, &oom, "update",
             "the largest update before it: %s moved %.3g of its norm at step %ld, %.0fx its "
             "median %.3g",
             upd->t->name, upd->upd_max, upd->upd_step, upd->upd_max / upd->upd_median,
             upd->upd_median);
     if (!json_array_size(f))
-        say(f, &oom,
+        say(f, &oom, "calm",
             "nothing stands out against the %zu steps before: no gradient over %gx its median, "
             "no router, attention or activation change past the thresholds",
             loss.n_before, ELEVATED);

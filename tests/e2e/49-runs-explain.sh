@@ -9,12 +9,12 @@
 
 $KILN data synth --seed 2 --rows 1500 --features 6 --outputs 1 --out "$T/d.st" >/dev/null 2>&1 || fail "synth"
 S="--set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=16 --set steps=60"
-KILN_TEST_POISON_STEPS=40 $KILN train --data "$T/d.st" --run-dir "$T/p" $S >/dev/null 2>"$T/train.err" ||
+KILN_TEST_POISON_STEPS=40,45 $KILN train --data "$T/d.st" --run-dir "$T/p" $S >/dev/null 2>"$T/train.err" ||
     { cat "$T/train.err" >&2; fail "train"; }
 
 # 1. The non-finite step, found and placed.
 $KILN runs explain "$T/p" >"$T/x" 2>"$T/xerr" || { cat "$T/x" "$T/xerr" >&2; fail "explain"; }
-grep -q "^step      40 of 60, the run's first spike or non-finite step (1 in all" "$T/x" ||
+grep -q "^step      40 of 60, the run's first spike or non-finite step (2 in all" "$T/x" ||
     { cat "$T/x" >&2; fail "not step 40"; }
 grep -q '^          nonfinite: step 40: ' "$T/x" || fail "no event line"
 grep -q '^update    skipped$' "$T/x" || fail "the update not said skipped"
@@ -24,8 +24,16 @@ grep -q "1 of 27 tensors' gradients were not: the backward pass broke in the emb
 
 # runs show points at it; a calm run's show does not (below).
 $KILN runs show "$T/p" >"$T/show" || fail "runs show"
-grep -q "^trouble     0 spikes, 1 non-finite step: kiln runs explain $T/p shows what led to the first$" "$T/show" ||
+grep -q "^trouble     0 spikes, 2 non-finite steps: kiln runs explain $T/p shows what led to the first$" "$T/show" ||
     { cat "$T/show" >&2; fail "runs show does not point at explain"; }
+
+# --all: a line for each.
+$KILN runs explain --all "$T/p" >"$T/x" || fail "--all"
+[ "$(sed -n 1p "$T/x")" = "2 spike and non-finite steps (kiln runs explain --step N $T/p for one in full)" ] &&
+    grep -q '^step 40       nonfinite  the loss was finite .* the backward pass broke in the embedding' "$T/x" &&
+    grep -q '^step 45       nonfinite  ' "$T/x" && [ "$(wc -l <"$T/x")" = 3 ] ||
+    { cat "$T/x" >&2; fail "--all"; }
+expect_fail 2 $KILN runs explain --all --json "$T/p"
 
 # 2. Its figures are metrics.db's: the loss at step 40, and the median gradient norm of the
 # 39 steps before it (the 20th smallest).
@@ -43,6 +51,8 @@ want=$(db 'SELECT grad_norm FROM steps WHERE step < 40 ORDER BY grad_norm LIMIT 
 [ "$(j '$.nonfinite_tensors')" = 1 ] && [ "$(j '$.tensors[0].name')" = embed.weight ] ||
     fail "the non-finite tensor"
 [ "$(j '$.layers[1].layer')" = 1 ] || fail "no layers"
+[ "$(j '$.trouble')" = "[40,45]" ] || fail "trouble: $(j '$.trouble')"
+[ "$(j '$.findings[0].kind')" = backward ] || fail "the first finding's kind: $(j '$.findings[0].kind')"
 
 # 3. Another step, asked; a shorter baseline.
 $KILN runs explain --step 50 --window 8 --tensors 3 "$T/p" >"$T/x" || fail "--step 50"
