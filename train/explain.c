@@ -225,71 +225,54 @@ static int cmp_tensor_row(const void *a, const void *b) {
     return strcmp(x->t->name, y->t->name);
 }
 
-/* Which step to explain: the one asked for, else the run's first spike or non-finite step. */
-static kiln_err pick_step(sqlite3 *db, const char *run_dir, long *step, long *n_trouble,
-                          long *first, long *last_logged, long *first_logged) {
+/* A statement of the run's metrics.db, or an error naming it. */
+static kiln_err prep(sqlite3 *db, const char *run_dir, const char *sql, sqlite3_stmt **s) {
+    if (sqlite3_prepare_v2(db, sql, -1, s, NULL) == SQLITE_OK) return KILN_OK;
+    return kiln_fail(KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+}
+
+/* The steps of every spike and non-finite event, ascending, into out (the first
+ * KILN_EXPLAIN_MAX_TROUBLE) and how many in all into *n. */
+static kiln_err trouble_steps(sqlite3 *db, const char *run_dir, json_t *out, long *n) {
     sqlite3_stmt *s = NULL;
-    kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db,
-                                     "SELECT count(*), min(step) FROM events WHERE kind IN "
-                                     "('spike', 'nonfinite')",
-                                     -1, &s, NULL) != SQLITE_OK ||
-                      sqlite3_step(s) != SQLITE_ROW,
-                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
-    *n_trouble = (long)sqlite3_column_int64(s, 0);
-    *first = (long)sqlite3_column_int64(s, 1);
-    sqlite3_finalize(s);
-    s = NULL;
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db, "SELECT min(step), max(step) FROM steps", -1, &s, NULL) !=
-                          SQLITE_OK ||
-                      sqlite3_step(s) != SQLITE_ROW,
-                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
-    *first_logged = (long)sqlite3_column_int64(s, 0);
-    *last_logged = (long)sqlite3_column_int64(s, 1);
-    sqlite3_finalize(s);
-    s = NULL;
-    if (!*step) *step = *first;
-    if (!*step) goto out; /* nothing to explain */
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db, "SELECT count(*) FROM steps WHERE step = ?1", -1, &s,
-                                     NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
-    sqlite3_bind_int64(s, 1, *step);
-    KILN_CHECK_IF(rc, out, sqlite3_step(s) != SQLITE_ROW, KILN_ERR_IO, "'%s/metrics.db': %s",
-                  run_dir, sqlite3_errmsg(db));
-    if (!sqlite3_column_int64(s, 0)) {
-        if (*last_logged)
-            rc = kiln_fail(KILN_ERR_NOTFOUND,
-                           "'%s': step %ld was not logged (the run logged steps %ld to %ld)",
-                           run_dir, *step, *first_logged, *last_logged);
-        else
-            rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s': step %ld was not logged (no step yet)",
-                           run_dir, *step);
-    }
-out:
+    kiln_err rc = prep(db, run_dir,
+                       "SELECT step FROM events WHERE kind IN ('spike', 'nonfinite') GROUP BY "
+                       "step ORDER BY step",
+                       &s);
+    int r = SQLITE_DONE;
+    for (*n = 0; !rc && (r = sqlite3_step(s)) == SQLITE_ROW; ++*n)
+        if (*n < KILN_EXPLAIN_MAX_TROUBLE &&
+            json_array_append_new(out, json_integer(sqlite3_column_int64(s, 0))))
+            rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc && r != SQLITE_DONE)
+        rc = kiln_fail(KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
     sqlite3_finalize(s);
     return rc;
 }
 
-/* Every step with a spike or a non-finite event, ascending (the first KILN_EXPLAIN_MAX_TROUBLE). */
-static kiln_err trouble_steps(sqlite3 *db, const char *run_dir, json_t *out) {
+/* The step to explain must have been logged; the run's first and last logged steps. */
+static kiln_err check_step(sqlite3 *db, const char *run_dir, long step, long *first_logged,
+                           long *last_logged) {
     sqlite3_stmt *s = NULL;
     kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db,
-                                     "SELECT DISTINCT step FROM events WHERE kind IN ('spike', "
-                                     "'nonfinite') ORDER BY step LIMIT ?1",
-                                     -1, &s, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
-    sqlite3_bind_int64(s, 1, KILN_EXPLAIN_MAX_TROUBLE);
-    int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW)
-        KILN_CHECK_IF(rc, out, json_array_append_new(out, json_integer(sqlite3_column_int64(s, 0))),
-                      KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s", run_dir,
-                  sqlite3_errmsg(db));
+    KILN_CHECK(rc, out,
+               prep(db, run_dir,
+                    "SELECT min(step), max(step), count(*) FILTER (WHERE step = ?1) FROM steps",
+                    &s));
+    sqlite3_bind_int64(s, 1, step);
+    KILN_CHECK_IF(rc, out, sqlite3_step(s) != SQLITE_ROW, KILN_ERR_IO, "'%s/metrics.db': %s",
+                  run_dir, sqlite3_errmsg(db));
+    *first_logged = (long)sqlite3_column_int64(s, 0);
+    *last_logged = (long)sqlite3_column_int64(s, 1);
+    if (step && !sqlite3_column_int64(s, 2)) {
+        if (*last_logged)
+            rc = kiln_fail(KILN_ERR_NOTFOUND,
+                           "'%s': step %ld was not logged (the run logged steps %ld to %ld)",
+                           run_dir, step, *first_logged, *last_logged);
+        else
+            rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s': step %ld was not logged (no step yet)",
+                           run_dir, step);
+    }
 out:
     sqlite3_finalize(s);
     return rc;
@@ -297,26 +280,21 @@ out:
 
 static kiln_err step_events(sqlite3 *db, const char *run_dir, long step, json_t *events) {
     sqlite3_stmt *s = NULL;
-    kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db,
-                                     "SELECT kind, message FROM events WHERE step = ?1 AND kind "
-                                     "NOT IN ('start', 'resume', 'buckets', 'devices') ORDER BY id",
-                                     -1, &s, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
-    sqlite3_bind_int64(s, 1, step);
-    int r;
-    while ((r = sqlite3_step(s)) == SQLITE_ROW) {
+    kiln_err rc = prep(db, run_dir,
+                       "SELECT kind, message FROM events WHERE step = ?1 AND kind NOT IN "
+                       "('start', 'resume', 'buckets', 'devices') ORDER BY id",
+                       &s);
+    if (!rc) sqlite3_bind_int64(s, 1, step);
+    int r = SQLITE_DONE;
+    while (!rc && (r = sqlite3_step(s)) == SQLITE_ROW) {
         const char *k = (const char *)sqlite3_column_text(s, 0),
                    *m = (const char *)sqlite3_column_text(s, 1);
-        KILN_CHECK_IF(rc, out,
-                      json_array_append_new(events, json_pack("{s:s,s:s}", "kind", k ? k : "",
-                                                              "message", m ? m : "")),
-                      KILN_ERR_NOMEM, "out of memory");
+        if (json_array_append_new(
+                events, json_pack("{s:s,s:s}", "kind", k ? k : "", "message", m ? m : "")))
+            rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
     }
-    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s", run_dir,
-                  sqlite3_errmsg(db));
-out:
+    if (!rc && r != SQLITE_DONE)
+        rc = kiln_fail(KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
     sqlite3_finalize(s);
     return rc;
 }
@@ -475,18 +453,22 @@ kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **
     /* One read transaction: a trainer writing meanwhile cannot mix two moments. */
     KILN_CHECK_IF(rc, out, sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK, KILN_ERR_IO,
                   "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
-    long n_trouble = 0, first = 0, first_logged = 0, last_logged = 0;
+    long n_trouble = 0, first_logged = 0, last_logged = 0;
     const bool asked = step > 0;
-    KILN_CHECK(rc, out,
-               pick_step(db, run_dir, &step, &n_trouble, &first, &last_logged, &first_logged));
-    doc = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I}", "format", "kiln-runs-explain/1", "run", run_dir,
-                    "steps", (json_int_t)total, "last_logged", (json_int_t)last_logged,
-                    "trouble_steps", (json_int_t)n_trouble, "window", (json_int_t)window);
     json_t *trouble = json_array();
-    if (!doc) json_decref(trouble);
-    KILN_CHECK_IF(rc, out, !doc || !trouble || json_object_set_new(doc, "trouble", trouble),
-                  KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, trouble_steps(db, run_dir, trouble));
+    KILN_CHECK_IF(rc, out, !trouble, KILN_ERR_NOMEM, "out of memory");
+    rc = trouble_steps(db, run_dir, trouble, &n_trouble);
+    if (!rc && !asked) step = (long)json_integer_value(json_array_get(trouble, 0));
+    if (!rc) rc = check_step(db, run_dir, step, &first_logged, &last_logged);
+    if (!rc)
+        doc = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o}", "format", "kiln-runs-explain/1", "run",
+                        run_dir, "steps", (json_int_t)total, "last_logged", (json_int_t)last_logged,
+                        "trouble_steps", (json_int_t)n_trouble, "window", (json_int_t)window,
+                        "trouble", trouble);
+    else
+        json_decref(trouble);
+    if (rc) goto out;
+    KILN_CHECK_IF(rc, out, !doc, KILN_ERR_NOMEM, "out of memory");
     if (!step) { /* a run without a spike or a non-finite step, and none asked */
         KILN_CHECK_IF(rc, out, json_object_set_new(doc, "step", json_null()), KILN_ERR_NOMEM,
                       "out of memory");
