@@ -257,7 +257,8 @@ static kiln_err check_step(sqlite3 *db, const char *run_dir, long step, long *fi
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out,
                prep(db, run_dir,
-                    "SELECT min(step), max(step), count(*) FILTER (WHERE step = ?1) FROM steps",
+                    "SELECT (SELECT min(step) FROM steps), (SELECT max(step) FROM steps), "
+                    "EXISTS (SELECT 1 FROM steps WHERE step = ?1)",
                     &s));
     sqlite3_bind_int64(s, 1, step);
     KILN_CHECK_IF(rc, out, sqlite3_step(s) != SQLITE_ROW, KILN_ERR_IO, "'%s/metrics.db': %s",
