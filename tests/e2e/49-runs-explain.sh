@@ -4,13 +4,16 @@
 # the tensor named, the backward pass placed; its figures agree with metrics.db (the value,
 # and the median of the steps before computed here by SQLite); --json parses; a calm run has
 # nothing to explain; refusals exit 2 naming the run. runs show points at it when a run had
-# trouble.
+# trouble, and so does kiln train when the run ends.
 . "$(dirname "$0")/lib.sh"
 
 $KILN data synth --seed 2 --rows 1500 --features 6 --outputs 1 --out "$T/d.st" >/dev/null 2>&1 || fail "synth"
 S="--set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=16 --set steps=60"
 KILN_TEST_POISON_STEPS=40,45 $KILN train --data "$T/d.st" --run-dir "$T/p" $S >/dev/null 2>"$T/train.err" ||
     { cat "$T/train.err" >&2; fail "train"; }
+
+grep -q "^kiln: 0 spikes, 2 non-finite steps: kiln runs explain $T/p shows what led to the first$" "$T/train.err" ||
+    { cat "$T/train.err" >&2; fail "kiln train does not point at explain"; }
 
 # 1. The non-finite step, found and placed.
 $KILN runs explain "$T/p" >"$T/x" 2>"$T/xerr" || { cat "$T/x" "$T/xerr" >&2; fail "explain"; }
@@ -62,7 +65,8 @@ grep -q '^step      50 of 60$' "$T/x" && grep -q 'median of 8 before' "$T/x" ||
     { cat "$T/x" >&2; fail "--tensors 3"; }
 
 # 4. A calm run: nothing to explain, exit 0.
-$KILN train --data "$T/d.st" --run-dir "$T/c" $S >/dev/null 2>&1 || fail "train calm"
+$KILN train --data "$T/d.st" --run-dir "$T/c" $S >/dev/null 2>"$T/train.err" || fail "train calm"
+! grep -q 'runs explain' "$T/train.err" || fail "a calm run's training points at explain"
 $KILN runs explain "$T/c" >"$T/x" || fail "calm run"
 grep -q "no spike and no non-finite step in 60 logged steps: nothing to explain" "$T/x" ||
     { cat "$T/x" >&2; fail "calm run said"; }
