@@ -194,6 +194,10 @@ $(BUILD)/bench_train: $(BUILD)/obj/bench/bench_train.o $(BUILD)/libkiln.a
 $(BUILD)/bench_web: $(BUILD)/obj/bench/bench_web.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 
+# What a model swap costs a service's tick path (bench_registry.sh runs it).
+$(BUILD)/bench_watch: $(BUILD)/obj/bench/bench_watch.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
 # A registry token's cost per request, and what writing last_used once a minute saves over
 # writing it on every request (docs/registry.md, "Last used").
 .PHONY: bench-tokens
@@ -226,7 +230,7 @@ bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
 # b2sum/sha256sum in the same run (bench/bench_registry.sh; about 5 GiB of /tmp while it runs).
-bench-registry: $(BUILD)/kiln
+bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ] || ! command -v curl >/dev/null; then \
 	  echo "kiln: installing benchmark dependencies: $(BENCH_DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: $(BENCH_DEB_PKGS)" >&2; exit 2; fi; \
@@ -238,7 +242,7 @@ bench-registry: $(BUILD)/kiln
 	@cat $(BUILD)/bench/registry.txt
 
 # The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
-BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens)
+BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
 
 test: all $(BENCH_BINS)
 	@echo "== C suite"

@@ -403,3 +403,60 @@ PP=$(med m_pull_primary) PM=$(med m_pull_mirror) PF=$(med m_pull_failover)
     echo "pull from a mirror / from the primary:    $(ratio "$PM" "$PP")"
     echo "pull with the primary down / from it:     $(ratio "$PF" "$PP")"
 } >>"$OUT"
+
+# ---- a model swap on a service's tick path (bench/bench_watch.c) ----
+# A real (tiny) model with a file of ${MB} MiB of random bytes beside it (golden data, say), so
+# that the generation a swap retires is a directory of that size, published to the second
+# registry and promoted; bench_watch follows the channel and ticks a stream every 200 us while
+# a small second version is promoted. Baseline: rm -rf of a copy of the retired directory,
+# the work the last kiln_watch_release did on the tick path (under the watch's lock, so every
+# kiln_watch_acquire waited too) before 2026-11-30; now the watcher's thread does it.
+say "watch: a service swapping away from a ${MB} MiB model"
+"$KILN" data synth --seed 1 --rows 600 --features 4 --outputs 1 --out "$T/w.st" >/dev/null 2>&1
+"$KILN" train --data "$T/w.st" --run-dir "$T/wrun" --set steps=2 --set d_model=16 --set d_ff=32 \
+    --set seq_len=16 --set attn_window=8 >/dev/null 2>&1
+for v in 1 2; do
+    "$KILN" export "$T/wrun" --out "$T/wm$v" --name watchbench >/dev/null
+    printf '%s' '{"passed":true}' >"$T/wm$v/validation.json"
+done
+head -c $((MB * 1024 * 1024)) /dev/urandom >"$T/wm1/extra.bin"
+for v in 1 2; do
+    "$KILN" pack "$T/wm$v" --name watchbench --version "1.0.$v" --out "$T/w$v.kiln" >/dev/null
+    "$KILN" sign "$T/w$v.kiln" --key "$T/rel.key" >/dev/null
+    "$KILN" publish "$T/w$v.kiln" --registry "$URL2" --token "$PUB2" >/dev/null
+done
+rm -f "$T/w1.kiln" "$T/w2.kiln"
+"$KILN" promote watchbench 1.0.1 --channel production --key "$T/prom.key" --registry "$URL2" \
+    --token "$PROM2" >/dev/null
+sync
+"$BUILD/bench_watch" watchbench@production "$URL2" "$T/trust.json" "$T/wstate" "$T/wout" \
+    >"$T/watch.out" 2>"$T/watch.err" &
+WPID=$!
+for _ in $(seq 1200); do
+    grep -q '^ready$' "$T/watch.out" 2>/dev/null && break
+    kill -0 "$WPID" 2>/dev/null || break
+    sleep 0.1
+done
+grep -q '^ready$' "$T/watch.out" || { say "bench_watch did not start: $(cat "$T/watch.err")"; exit 2; }
+"$KILN" promote watchbench 1.0.2 --channel production --key "$T/prom.key" --registry "$URL2" \
+    --token "$PROM2" >/dev/null
+wait "$WPID" || { say "bench_watch failed: $(cat "$T/watch.err")"; exit 2; }
+RMS=()
+for r in $(seq "$REPS"); do
+    cp -R "$T/wm1" "$T/wcopy"
+    sync
+    t0=$(now_ns)
+    rm -rf "$T/wcopy"
+    RMS+=("$(secs "$t0" "$(now_ns)")")
+done
+RM=$(echo "${RMS[*]}" | median)
+TMAX=$(awk '$1 == "swap" && $2 == "whole" { print $6 }' "$T/watch.out")
+{
+    echo
+    echo "a model swap on a service's tick path: the retired generation a ${MB} MiB directory"
+    echo "  (a tiny model and a file of random bytes), a stream ticked every 200 us (bench/bench_watch.c)"
+    grep -v '^ready$' "$T/watch.out"
+    printf 'rm -rf of a copy of the retired directory (baseline, median of %s): %.3f s\n' "$REPS" "$RM"
+    echo "  (what the tick that released the old model did, holding the watch's lock, before 2026-11-30)"
+    awk -v m="$TMAX" -v r="$RM" 'BEGIN { printf "slowest tick during the swap / rm -rf:  %.5f\n", m / 1e6 / r }'
+} >>"$OUT"

@@ -1,5 +1,5 @@
-/* cmd_runs.c - kiln runs show DIR, kiln runs diff A B, kiln runs plot DIR...: read run
- * directories back. */
+/* cmd_runs.c - kiln runs show DIR, kiln runs diff A B, kiln runs explain DIR, kiln runs plot
+ * DIR...: read run directories back. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,6 +141,11 @@ int cmd_runs_show(int argc, char **argv) {
     printf("\n");
     for (size_t i = 0; i < ri.n_events; i++)
         print_event(&ri.events[i]);
+    if (ri.n_spikes + ri.n_nonfinite)
+        printf("trouble     %zu spike%s, %zu non-finite step%s: kiln runs explain %s shows what "
+               "led to the first\n",
+               ri.n_spikes, ri.n_spikes == 1 ? "" : "s", ri.n_nonfinite,
+               ri.n_nonfinite == 1 ? "" : "s", dir);
     kiln_run_info_release(&ri);
     if (!follow_run) return 0;
     if (!live) {
@@ -251,6 +256,207 @@ int cmd_runs_diff(int argc, char **argv) {
         same = false;
     kiln_run_diff_release(&d);
     return same ? 0 : 1;
+}
+
+/* ---- kiln runs explain ---- */
+
+/* A number of an explain document: "%.4g", or "-" when it is null (not finite, none). */
+static const char *xnum(const json_t *v, char *buf, size_t len) {
+    if (!json_is_number(v)) return "-";
+    snprintf(buf, len, "%.4g", json_number_value(v));
+    return buf;
+}
+
+static const char *xratio(const json_t *stat, char *buf, size_t len) {
+    const json_t *r = json_object_get(stat, "ratio");
+    if (!json_is_number(r)) return "-";
+    snprintf(buf, len, "%.1fx", json_number_value(r));
+    return buf;
+}
+
+/* "value (median)" of a layer's figure, padded to width (0: not padded). */
+static void print_vm(const json_t *stat, int width) {
+    char a[32], b[32], cell[80] = "-";
+    if (stat && !json_is_null(stat))
+        snprintf(cell, sizeof cell, "%s (%s)", xnum(json_object_get(stat, "value"), a, sizeof a),
+                 xnum(json_object_get(stat, "median"), b, sizeof b));
+    printf("  %-*s", width, cell);
+}
+
+static void print_explain(const json_t *d, long max_tensors) {
+    char a[32], b[32], c[32];
+    const json_t *ev = json_object_get(d, "events");
+    const long step = (long)json_integer_value(json_object_get(d, "step"));
+    const long window = (long)json_integer_value(json_object_get(d, "window"));
+    printf("run       %s\n", jstr(d, "run"));
+    printf("step      %ld of %lld", step,
+           (long long)json_integer_value(json_object_get(d, "steps")));
+    if (!strcmp(jstr(d, "chosen"), "asked"))
+        printf("\n");
+    else
+        printf(", the run's first spike or non-finite step (%lld in all; --step N for another)\n",
+               (long long)json_integer_value(json_object_get(d, "trouble_steps")));
+    size_t i;
+    const json_t *e;
+    json_array_foreach(ev, i, e) printf("          %s: %s\n", jstr(e, "kind"), jstr(e, "message"));
+    printf("update    %s\n", json_is_true(json_object_get(d, "applied")) ? "applied" : "skipped");
+    printf("\n                at step %-8ld median of %lld before  ratio\n", step,
+           (long long)json_integer_value(json_object_get(d, "baseline_steps")));
+    static const char *const rows[][2] = {{"loss", "loss"},
+                                          {"grad_norm", "gradient norm"},
+                                          {"lr", "lr"},
+                                          {"max_abs_output", "largest output"}};
+    const json_t *sm = json_object_get(d, "step_metrics");
+    for (size_t k = 0; k < KILN_ARRAY_LEN(rows); k++) {
+        const json_t *st = json_object_get(sm, rows[k][0]);
+        printf("%-15s %-16s %-21s %s", rows[k][1], xnum(json_object_get(st, "value"), a, sizeof a),
+               xnum(json_object_get(st, "median"), b, sizeof b), xratio(st, c, sizeof c));
+        const json_t *since = json_object_get(st, "since");
+        if (json_is_integer(since) && json_integer_value(since) < step)
+            printf("  (over 3x since step %lld)", (long long)json_integer_value(since));
+        printf("\n");
+    }
+    const json_t *ts = json_object_get(d, "tensors");
+    size_t nt = json_array_size(ts);
+    if (nt) {
+        printf(
+            "\ngradient norms, the %zu furthest from their median (of %zu tensors; --tensors N)\n",
+            nt < (size_t)max_tensors ? nt : (size_t)max_tensors, nt);
+        printf("  %-32s %-10s %-10s %-8s %-16s %s\n", "tensor", "norm", "median", "ratio",
+               "over 3x since", "largest update of the 8 steps before");
+        json_array_foreach(ts, i, e) {
+            if (i >= (size_t)max_tensors) break;
+            char since[32] = "-", upd[96] = "-", u1[32], u2[32];
+            const json_t *sv = json_object_get(e, "since");
+            if (json_is_integer(sv))
+                snprintf(since, sizeof since, "step %lld", (long long)json_integer_value(sv));
+            if (json_is_number(json_object_get(e, "update_max")))
+                snprintf(upd, sizeof upd, "%s at step %lld (median %s)",
+                         xnum(json_object_get(e, "update_max"), u1, sizeof u1),
+                         (long long)json_integer_value(json_object_get(e, "update_step")),
+                         xnum(json_object_get(e, "update_median"), u2, sizeof u2));
+            printf("  %-32s %-10s %-10s %-8s %-16s %s\n", jstr(e, "name"),
+                   xnum(json_object_get(e, "value"), a, sizeof a),
+                   xnum(json_object_get(e, "median"), b, sizeof b), xratio(e, c, sizeof c), since,
+                   upd);
+        }
+    }
+    const json_t *ls = json_object_get(d, "layers");
+    if (json_array_size(ls)) {
+        const long E = (long)json_integer_value(json_object_get(d, "n_experts"));
+        printf("\nlayers at step %ld (median of the %ld steps before in brackets)\n", step, window);
+        printf("  %-5s  %-18s  %-18s  %-5s  %-18s  %-18s  %s\n", "layer", "attn entropy",
+               "router entropy", "dead", "load imbalance", "overflow", "output rms");
+        json_array_foreach(ls, i, e) {
+            printf("  %-5lld", (long long)json_integer_value(json_object_get(e, "layer")));
+            print_vm(json_object_get(e, "attn_entropy"), 18);
+            print_vm(json_object_get(e, "router_entropy"), 18);
+            char dead[32] = "-";
+            const json_t *dv = json_object_get(json_object_get(e, "dead_experts"), "value");
+            if (E && json_is_number(dv))
+                snprintf(dead, sizeof dead, "%.0f/%ld", json_number_value(dv), E);
+            printf("  %-5s", dead);
+            print_vm(json_object_get(e, "load_imbalance"), 18);
+            print_vm(json_object_get(e, "overflow"), 18);
+            print_vm(json_object_get(e, "act_rms"), 0);
+            printf("\n");
+        }
+    }
+    printf("\nfindings\n");
+    json_array_foreach(json_object_get(d, "findings"), i, e) printf("  - %s\n", jstr(e, "text"));
+}
+
+/* --all: each trouble step of first's "trouble" list, one line: step, events, first finding. */
+static int explain_all(const char *dir, long window, const json_t *first) {
+    const json_t *steps = json_object_get(first, "trouble");
+    long total = (long)json_integer_value(json_object_get(first, "trouble_steps"));
+    printf("%zu spike and non-finite step%s%s (kiln runs explain --step N %s for one in full)\n",
+           json_array_size(steps), json_array_size(steps) == 1 ? "" : "s",
+           (long)json_array_size(steps) < total ? " (the first shown)" : "", dir);
+    size_t i;
+    const json_t *v;
+    json_array_foreach(steps, i, v) {
+        const long s = (long)json_integer_value(v);
+        json_t *d = NULL;
+        kiln_err err = kiln_run_explain(dir, s, window, &d);
+        if (err) return cli_fail(err);
+        char kinds[64] = "";
+        size_t k;
+        const json_t *e;
+        json_array_foreach(json_object_get(d, "events"), k, e) {
+            size_t n = strlen(kinds);
+            snprintf(kinds + n, sizeof kinds - n, "%s%s", n ? "," : "", jstr(e, "kind"));
+        }
+        /* The most telling finding past the step's own loss and norm, which a spike's event
+         * line says already; those when there is nothing else. */
+        const json_t *fs = json_object_get(d, "findings"), *pick = json_array_get(fs, 0);
+        json_array_foreach(fs, k, e) {
+            if (strcmp(jstr(e, "kind"), "loss") && strcmp(jstr(e, "kind"), "grad_norm")) {
+                pick = e;
+                break;
+            }
+        }
+        printf("step %-8ld %-10s %s\n", s, kinds, jstr(pick, "text"));
+        json_decref(d);
+    }
+    return 0;
+}
+
+int cmd_runs_explain(int argc, char **argv) {
+    long step = 0, window = KILN_EXPLAIN_WINDOW, max_tensors = 8;
+    bool as_json = false, all = false;
+    const cli_opt opts[] = {
+        {"step", CLI_INT, &step, "N",
+         "the step to explain (default the run's first spike or non-finite step)", false},
+        {"window", CLI_INT, &window, "N", "how many steps before it are its baseline (default 64)",
+         false},
+        {"tensors", CLI_INT, &max_tensors, "N",
+         "show the N tensors furthest from their median (default 8)", false},
+        {"json", CLI_FLAG, &as_json, NULL,
+         "print the whole analysis as JSON (every tensor and layer)", false},
+        {"all", CLI_FLAG, &all, NULL,
+         "a line for each spike and non-finite step: its first finding", false},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln runs explain [--step N | --all] [--window 64] [--tensors 8] [--json] DIR",
+        "Why a step went wrong: a spike or non-finite step set against the steps before it, "
+        "tensor by tensor and layer by layer (gradient norms, updates, router and attention "
+        "entropies, dead experts, activations), with findings in words.",
+        opts, 1, 1};
+    const char *dir;
+    int rc;
+    if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
+    if (step < 0) return cli_usage_error("--step must be a step number from 1");
+    if (all && (step || as_json))
+        return cli_usage_error("--all goes without --step and --json (--json lists the steps in "
+                               "\"trouble\"; --step N explains one)");
+    if (window < 1 || window > 100000) return cli_usage_error("--window must be 1 to 100000");
+    if (max_tensors < 0) return cli_usage_error("--tensors must not be negative");
+    json_t *d = NULL;
+    kiln_err err = kiln_run_explain(dir, step, window, &d);
+    if (err) return cli_fail(err);
+    if (as_json) {
+        char *text = json_dumps(d, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
+        json_decref(d);
+        if (!text) return cli_usage_error("out of memory");
+        printf("%s\n", text);
+        free(text);
+        return 0;
+    }
+    if (all && !json_is_null(json_object_get(d, "step"))) {
+        int status = explain_all(dir, window, d);
+        json_decref(d);
+        return status;
+    }
+    if (json_is_null(json_object_get(d, "step")))
+        printf("'%s': no spike and no non-finite step in %lld logged steps: nothing to explain "
+               "(--step N looks at any step)\n",
+               dir, (long long)json_integer_value(json_object_get(d, "last_logged")));
+    else
+        print_explain(d, max_tensors);
+    json_decref(d);
+    return 0;
 }
 
 /* ---- kiln runs plot ---- */

@@ -113,6 +113,23 @@ static int env_size(const char *name, size_t def, size_t *out) {
 /* Under mpirun every rank runs this command; rank 0 speaks for the run. Other ranks print
  * only errors that may be theirs alone (transport, memory); the rest every rank agrees on
  * (kiln_dist_agree) and rank 0 prints. */
+/* After a run stopped or finished: where its spikes and non-finite steps can be looked into
+ * (stderr; nothing when it had none, or its log cannot be read). */
+static void trouble_hint(const char *dir) {
+    kiln_run_info ri;
+    if (kiln_run_info_load(dir, 0, &ri)) {
+        kiln_errclear();
+        return;
+    }
+    if (ri.n_spikes + ri.n_nonfinite)
+        fprintf(stderr,
+                "kiln: %zu spike%s, %zu non-finite step%s: kiln runs explain %s shows what "
+                "led to the first\n",
+                ri.n_spikes, ri.n_spikes == 1 ? "" : "s", ri.n_nonfinite,
+                ri.n_nonfinite == 1 ? "" : "s", dir);
+    kiln_run_info_release(&ri);
+}
+
 static int finish(const kiln_comm *comm, kiln_err err) {
     if (comm->rank == 0) return cli_fail(err);
     if (err == KILN_ERR_NETWORK || err == KILN_ERR_NOMEM || err == KILN_ERR_DEVICE)
@@ -172,6 +189,7 @@ int cmd_train(int argc, char **argv) {
     size_t n_poison = 0;
     kiln_err err = KILN_OK;
     kiln_comm *comm = kiln_comm_single();
+    const char *trained = NULL; /* the run directory, once training began */
 
     kiln_train_config cfg;
     if (resume) {
@@ -239,16 +257,21 @@ int cmd_train(int argc, char **argv) {
         /* A resume applies the --set overrides to the run's own config. */
         o.sets = sets.v;
         o.n_sets = sets.n;
+        trained = resume;
         if ((err = kiln_train_resume(&o))) goto fail;
         if (comm->rank == 0) printf("run '%s' finished\n", resume);
     } else {
+        trained = run_dir;
         if ((err = kiln_train_start(&cfg, &o))) goto fail;
         if (comm->rank == 0) printf("run '%s' finished: %ld steps\n", run_dir, cfg.steps);
     }
+    if (comm->rank == 0) trouble_hint(trained);
     goto out;
 fail:
     if (isatty(2) && comm->rank == 0) fputc('\n', stderr);
     rc = finish(comm, err);
+    /* A run that diverged is where its first non-finite step is looked into most. */
+    if (err == KILN_ERR_NUMERIC && trained && comm->rank == 0) trouble_hint(trained);
 out:
     kiln_comm_free(comm);
     free(poison);

@@ -43,6 +43,8 @@ static const command commands[] = {
     {"release", cmd_release, "export, validate, pack, sign, publish and promote a run in one go"},
     {"rollback", cmd_rollback, "point a registry channel back at an older version"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
+    {"runs explain", cmd_runs_explain,
+     "why a step went wrong: a spike or non-finite step against the steps before"},
     {"runs list", cmd_runs_list, "compare a sweep of runs: state, metrics, what differs"},
     {"runs plot", cmd_runs_plot, "draw a run's metrics over its steps (several runs overlaid)"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},

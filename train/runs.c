@@ -51,18 +51,19 @@ static kiln_err open_db(const char *run_dir, kiln_metrics **mx) {
     return rc;
 }
 
-/* A run's metrics for plotting: run_dir must hold a readable run.json (so that a directory
- * that is no run says so) and a metrics.db; *mx (kiln_metrics_close) is set on success. */
-static kiln_err open_metrics(const char *run_dir, kiln_metrics **mx) {
+kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics **mx) {
     *mx = NULL;
-    json_t *run = NULL;
-    KILN_TRY(load_run_json(run_dir, &run));
-    json_decref(run);
-    KILN_TRY(open_db(run_dir, mx));
-    if (!*mx)
-        return kiln_fail(KILN_ERR_NOTFOUND, "'%s': no metrics.db: the run has logged no step yet",
-                         run_dir);
-    return KILN_OK;
+    json_t *j = NULL;
+    KILN_TRY(load_run_json(run_dir, &j));
+    kiln_err rc = open_db(run_dir, mx);
+    if (!rc && !*mx)
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s': no metrics.db: the run has logged no step yet",
+                       run_dir);
+    if (!rc && run)
+        *run = j;
+    else
+        json_decref(j);
+    return rc;
 }
 
 static double col_num(sqlite3_stmt *s, int i) {
@@ -589,7 +590,7 @@ kiln_err kiln_run_series_load(const char *run_dir, const char *metric, long from
         return kiln_fail(KILN_ERR_USAGE, "'%s': metric '%s': no tensor name after '@'", run_dir,
                          metric);
     kiln_metrics *mx = NULL;
-    KILN_TRY(open_metrics(run_dir, &mx));
+    KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
     sqlite3 *db = kiln_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     kiln_run_series *s = NULL;
@@ -664,7 +665,7 @@ out:
 kiln_err kiln_run_metrics_list(const char *run_dir, char **out) {
     *out = NULL;
     kiln_metrics *mx = NULL;
-    KILN_TRY(open_metrics(run_dir, &mx));
+    KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
     sqlite3 *db = kiln_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     char *buf = NULL;

@@ -447,6 +447,25 @@ typedef struct kiln_run_diff {
 kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff *out);
 void kiln_run_diff_release(kiln_run_diff *d);
 
+/* ---- why a step went wrong (kiln runs explain) ---- */
+
+#define KILN_EXPLAIN_WINDOW 64        /* steps before the one explained that are its baseline */
+#define KILN_EXPLAIN_MAX_TROUBLE 1000 /* trouble steps listed in "trouble" */
+
+/* Set a step of a run against the `window` steps before it (< 1: KILN_EXPLAIN_WINDOW): its
+ * loss, gradient norm, learning rate and largest output against their medians; every
+ * trained tensor's gradient norm against its own median, since when it has been over 3x it,
+ * and the largest update ratio of the 8 steps before; every layer's router and attention
+ * entropies, dead experts, load imbalance, overflow and output RMS. Findings say in words
+ * what stands out: where a non-finite value arose (the first block whose output is not
+ * finite, or the top of the tensors whose gradients are not), which tensor rose first,
+ * a router or attention collapse, an update far past its median. step 0: the run's first
+ * spike or non-finite step ("step": null when it has none); "trouble" lists the steps of
+ * every spike and non-finite step (the first KILN_EXPLAIN_MAX_TROUBLE). A step the run did not log, a
+ * directory that is no run, or one without metrics.db fails naming it. *out is a document
+ * of format "kiln-runs-explain/1" (docs/train.md); json_decref it. */
+kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **out);
+
 /* ---- comparing runs (kiln runs list) ---- */
 
 typedef enum kiln_run_state {

@@ -248,6 +248,10 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
                            const kiln_metrics_tensor *tensors, size_t n_tensors);
 /* The underlying handle for readers in train/ (sqlite3 *). */
 void *kiln_metrics_db(kiln_metrics *mx);
+/* A run's metrics for reading (runs.c): run_dir must hold a readable run.json (so that a
+ * directory that is no run says so; *run gets it when run is not NULL, json_decref) and a
+ * metrics.db (kiln_metrics_close). */
+kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics **mx);
 
 /* Open NCCL (once per process; kiln_comm_nccl_create does it first): the library is loaded
  * on use, not linked (train/nccl_dl.c), so kiln runs where it is absent until data

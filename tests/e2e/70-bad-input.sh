@@ -248,6 +248,7 @@ row 2 run '*,!ckpt/*,!metrics.db/gone' - 'runs show $S'
 row 2 run "$STORED,run.json/*,metrics.db/random" - 'runs diff $S $F/run'
 row 2 run "$STORED,run.json/invalid,run.json/wrongtype-*,metrics.db/cuthalf" - 'runs diff $F/run $S'
 row 2 run 'missing,file,metrics.db/*' - 'runs plot $S'
+row 2 run 'missing,file,metrics.db/*,run.json/*' - 'runs explain $S'
 # runs list: a path that is no run and holds none exits 2; a broken run is a row of its own
 # with its error line on stderr, and exit 1 (docs/train.md).
 row 2 run "$STORED" - 'runs list $S'
