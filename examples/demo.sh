@@ -226,6 +226,9 @@ printf '%-8s %-18s %-9s %-14s %s\n' 2.0.0 "sha256:${d2%"${d2#??????????}"}…" \
 printf '%-8s %-18s %-9s %-14s %s\n' 3.0.0 "(not published)" - "$(sed -n 's/.*held-out loss \([0-9.e-]*\) is worse.*/\1/p' release-v3.txt)" \
     "run1 step 200: refused at validate against 2.0.0"
 echo
+echo "what the registry holds, each channel's signed record verified here (a cron job adds --expiring 7d):"
+run "$KILN" models $MODEL --registry "$URL" --trust trust.json --state "$STATE"
+echo
 echo "channel production, as the registry reports it:"
 run "$KILN" channel history $MODEL --channel production --registry "$URL"
 echo
