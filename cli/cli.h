@@ -74,6 +74,16 @@ int cli_parse_duration_ms(const char *s, uint64_t max_ms, uint64_t *ms);
  * false when it is not one. */
 bool cli_parse_secs(const char *s, int64_t *secs);
 
+/* Reading the JSON documents the library returns (explain, models, provenance): a member's
+ * string ("?" when absent or not one) and integer (0 likewise). */
+struct json_t;
+const char *cli_jstr(const struct json_t *o, const char *key);
+long long cli_jint(const struct json_t *o, const char *key);
+/* The line a report over several registries starts with: "registries  U answered, of A, B"
+ * and the failover notes under it, from a document's "registry", "registries" and
+ * "failover" (notes: NULL, none printed). False, printing nothing, for a single registry. */
+bool cli_print_registries(const struct json_t *j, const char *notes);
+
 /* One training step as the trainer logs it when stderr is no terminal, and as `kiln runs
  * show --follow` prints it: "step S/N loss ... tok/s[ ETA t][ (update skipped)][ val_loss v
  * val_r2 r]" after prefix; no ETA when eta_s < 0. (cmd_train.c) */

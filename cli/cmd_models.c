@@ -10,15 +10,6 @@
 #include "registry.h"
 #include "web.h"
 
-static const char *str(const json_t *o, const char *key) {
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "?";
-}
-
-static long long num(const json_t *o, const char *key) {
-    return (long long)json_integer_value(json_object_get(o, key));
-}
-
 /* s for a terminal: control characters (a registry's word may hold any) as '?', cut at max
  * bytes on a UTF-8 boundary with "..." after. */
 static void clean(const char *s, size_t max, char *out, size_t size) {
@@ -42,25 +33,25 @@ static void clean(const char *s, size_t max, char *out, size_t size) {
  * page's rule and wording (web/'s kiln_web_expiry_at decided "expiry"). */
 static void expiry_text(const json_t *c, char *out, size_t size) {
     char span[KILN_WEB_SPAN_MAX];
-    long long in = num(c, "expires_in");
+    long long in = cli_jint(c, "expires_in");
     kiln_web_span(in, span);
-    const char *state = str(c, "expiry");
+    const char *state = cli_jstr(c, "expiry");
     if (!strcmp(state, "expired"))
-        snprintf(out, size, "%s expired %s ago", str(c, "expires"), span);
+        snprintf(out, size, "%s expired %s ago", cli_jstr(c, "expires"), span);
     else if (!strcmp(state, "expires soon"))
-        snprintf(out, size, "%s expires soon, in %s", str(c, "expires"), span);
+        snprintf(out, size, "%s expires soon, in %s", cli_jstr(c, "expires"), span);
     else
-        snprintf(out, size, "%s in %s", str(c, "expires"), span);
+        snprintf(out, size, "%s in %s", cli_jstr(c, "expires"), span);
 }
 
 /* "verified" or "NOT VERIFIED: why"; "" without a trust policy. */
 static void check_text(const json_t *c, char *out, size_t size) {
     const json_t *chk = json_object_get(c, "check");
-    const char *st = str(chk, "status");
+    const char *st = cli_jstr(chk, "status");
     if (!strcmp(st, "verified"))
         snprintf(out, size, "verified");
     else if (!strcmp(st, "failed"))
-        snprintf(out, size, "NOT VERIFIED: %s", str(chk, "how"));
+        snprintf(out, size, "NOT VERIFIED: %s", cli_jstr(chk, "how"));
     else
         out[0] = 0;
 }
@@ -72,9 +63,9 @@ typedef struct chan_line {
 } chan_line;
 
 static void chan_fill(const json_t *c, chan_line *l) {
-    clean(str(c, "name"), 64, l->name, sizeof l->name);
-    clean(str(c, "version"), 64, l->version, sizeof l->version);
-    snprintf(l->seq, sizeof l->seq, "%lld", num(c, "seq"));
+    clean(cli_jstr(c, "name"), 64, l->name, sizeof l->name);
+    clean(cli_jstr(c, "version"), 64, l->version, sizeof l->version);
+    snprintf(l->seq, sizeof l->seq, "%lld", cli_jint(c, "seq"));
     expiry_text(c, l->expiry, sizeof l->expiry);
     char r[REASON_SHOWN * 4 + 4];
     const json_t *rs = json_object_get(c, "reason");
@@ -129,8 +120,8 @@ static void print_versions(const json_t *vs) {
     int wv = 7, wp = 12;
     for (size_t i = 0; i < n; i++) {
         const json_t *v = json_array_get(vs, i);
-        wv = width(wv, str(v, "version"));
-        wp = width(wp, str(v, "publisher"));
+        wv = width(wv, cli_jstr(v, "version"));
+        wp = width(wp, cli_jstr(v, "publisher"));
     }
     wv = wv > 64 ? 64 : wv, wp = wp > 64 ? 64 : wp;
     printf("  %-*s  %-19s  %10s  %-*s  %-20s  %s\n", wv, "version", "digest", "size", wp,
@@ -138,39 +129,31 @@ static void print_versions(const json_t *vs) {
     for (size_t i = n; i-- > 0;) {
         const json_t *v = json_array_get(vs, i);
         char ver[80], pub[80], size[32];
-        clean(str(v, "version"), 64, ver, sizeof ver);
-        clean(str(v, "publisher"), 64, pub, sizeof pub);
-        size_text(num(v, "size"), size, sizeof size);
+        clean(cli_jstr(v, "version"), 64, ver, sizeof ver);
+        clean(cli_jstr(v, "publisher"), 64, pub, sizeof pub);
+        size_text(cli_jint(v, "size"), size, sizeof size);
         const json_t *val = json_object_get(v, "validation");
-        printf("  %-*s  %-19.19s  %10s  %-*s  %-20s  %s\n", wv, ver, str(v, "digest"), size, wp,
-               pub, str(v, "created"), json_is_string(val) ? json_string_value(val) : "?");
+        printf("  %-*s  %-19.19s  %10s  %-*s  %-20s  %s\n", wv, ver, cli_jstr(v, "digest"), size,
+               wp, pub, cli_jstr(v, "created"), json_is_string(val) ? json_string_value(val) : "?");
     }
 }
 
 static void print_model_line(const json_t *m, bool named) {
     const json_t *latest = json_object_get(m, "latest"), *upd = json_object_get(m, "updated");
-    long long nv = num(m, "version_count");
+    long long nv = cli_jint(m, "version_count");
     printf("%s%s  %lld version%s, newest %s, last change %s\n", named ? "model " : "",
-           str(m, "name"), nv, nv == 1 ? "" : "s",
+           cli_jstr(m, "name"), nv, nv == 1 ? "" : "s",
            json_is_string(latest) ? json_string_value(latest) : "none",
            json_is_string(upd) ? json_string_value(upd) : "unknown");
 }
 
 static void print_header(const json_t *j) {
-    const json_t *regs = json_object_get(j, "registries"), *t = json_object_get(j, "trust");
-    if (json_array_size(regs) > 1) {
-        printf("registries  %s answered, of ", str(j, "registry"));
-        size_t i;
-        json_t *u;
-        json_array_foreach(regs, i, u) printf("%s%s", i ? ", " : "", json_string_value(u));
-        putchar('\n');
-    } else {
-        printf("registry    %s\n", str(j, "registry"));
-    }
+    const json_t *t = json_object_get(j, "trust");
+    if (!cli_print_registries(j, NULL)) printf("registry    %s\n", cli_jstr(j, "registry"));
     if (json_is_object(t))
         printf("records     verified under trust policy version %lld (walked from '%s', state "
                "'%s'), each against what the registry lists\n",
-               num(t, "version"), str(t, "file"), str(t, "state"));
+               cli_jint(t, "version"), cli_jstr(t, "file"), cli_jstr(t, "state"));
     else
         printf("records     shown as the registry states them, unverified (--trust verifies "
                "each signed record)\n");
@@ -212,7 +195,7 @@ static void print_expiring(const json_t *j, const char *within) {
             chan_line l;
             chan_fill(c, &l);
             char model[80];
-            clean(str(m, "name"), 64, model, sizeof model);
+            clean(cli_jstr(m, "name"), 64, model, sizeof model);
             printf("  %s/%s  %s  seq %s  %s  %s%s%s\n", model, l.name, l.version, l.seq, l.expiry,
                    l.reason, l.check[0] ? "  " : "", l.check);
         }

@@ -8,15 +8,6 @@
 #include "core.h"
 #include "registry.h"
 
-static const char *str(const json_t *o, const char *key) {
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "?";
-}
-
-static long long num(const json_t *o, const char *key) {
-    return (long long)json_integer_value(json_object_get(o, key));
-}
-
 /* "[verified: how]", "[FAILED: how]", "[registry's word: how]", "[not checked: how]". */
 static void tag(const json_t *chk) {
     const char *st = json_string_value(json_object_get(chk, "status"));
@@ -41,7 +32,7 @@ static void keys(const json_t *arr, const char *why_key) {
     json_array_foreach(arr, i, k) {
         const char *name = json_string_value(json_object_get(k, "name"));
         const char *why = why_key ? json_string_value(json_object_get(k, why_key)) : NULL;
-        printf("%s%s%s%s", i ? ", " : "", name ? name : "", name ? " " : "", str(k, "keyid"));
+        printf("%s%s%s%s", i ? ", " : "", name ? name : "", name ? " " : "", cli_jstr(k, "keyid"));
         if (why && strcmp(why, "verified")) printf(" (%s)", why);
     }
     if (!json_array_size(arr)) printf("nobody");
@@ -62,18 +53,19 @@ static void value(const json_t *v) {
 }
 
 static void print_trust(const json_t *t) {
-    printf("trust       policy version %lld, walked from '%s' (version %lld)", num(t, "version"),
-           str(t, "file"), num(t, "file_version"));
+    printf("trust       policy version %lld, walked from '%s' (version %lld)",
+           cli_jint(t, "version"), cli_jstr(t, "file"), cli_jint(t, "file_version"));
     line_end(json_object_get(t, "check"));
     size_t i;
     json_t *s;
     json_array_foreach(json_object_get(t, "walk"), i, s) {
-        printf("              v%lld from %s %s, signed by ", num(s, "version"), str(s, "from"),
-               str(s, "source"));
+        printf("              v%lld from %s %s, signed by ", cli_jint(s, "version"),
+               cli_jstr(s, "from"), cli_jstr(s, "source"));
         size_t j;
         json_t *k;
-        json_array_foreach(json_object_get(s, "signed_by"), j, k) printf(
-            "%s%s %s (%s)", j ? ", " : "", str(k, "name"), str(k, "keyid"), str(k, "quorum"));
+        json_array_foreach(json_object_get(s, "signed_by"), j, k)
+            printf("%s%s %s (%s)", j ? ", " : "", cli_jstr(k, "name"), cli_jstr(k, "keyid"),
+                   cli_jstr(k, "quorum"));
         putchar('\n');
         json_array_foreach(json_object_get(s, "changes"), j, k)
             printf("                %s\n", json_string_value(k));
@@ -87,7 +79,7 @@ static void print_trust(const json_t *t) {
     } else {
         printf("              no root keys: the policy has no versions after it\n");
     }
-    printf("              release threshold %lld of %zu: ", num(t, "release_threshold"),
+    printf("              release threshold %lld of %zu: ", cli_jint(t, "release_threshold"),
            json_array_size(json_object_get(t, "release_keys")));
     keys(json_object_get(t, "release_keys"), NULL);
     printf("%s\n", json_is_true(json_object_get(t, "accept_unvalidated"))
@@ -97,27 +89,27 @@ static void print_trust(const json_t *t) {
 
 static void print_channel(const json_t *c) {
     if (!json_object_get(c, "seq")) {
-        printf("channel     %s", str(c, "name"));
+        printf("channel     %s", cli_jstr(c, "name"));
         line_end(json_object_get(c, "check"));
         return;
     }
     const char *from = json_string_value(json_object_get(c, "from"));
-    printf("channel     %s seq %lld -> %s %s (%s%s%s)\n", str(c, "name"), num(c, "seq"),
-           str(c, "version"), str(c, "digest"), str(c, "change"), from ? " from " : "",
-           from ? from : "");
+    printf("channel     %s seq %lld -> %s %s (%s%s%s)\n", cli_jstr(c, "name"), cli_jint(c, "seq"),
+           cli_jstr(c, "version"), cli_jstr(c, "digest"), cli_jstr(c, "change"),
+           from ? " from " : "", from ? from : "");
     printf("              signed by ");
     keys(json_object_get(c, "signatures"), "status");
     const json_t *th = json_object_get(c, "threshold");
     if (json_is_integer(th)) printf("; the channel needs %lld", (long long)json_integer_value(th));
     line_end(json_object_get(c, "check"));
-    printf("              seq %lld", num(c, "seq"));
+    printf("              seq %lld", cli_jint(c, "seq"));
     line_end(json_object_get(c, "seq_check"));
-    printf("              expires %s%s", str(c, "expires"),
+    printf("              expires %s%s", cli_jstr(c, "expires"),
            json_is_true(json_object_get(c, "expired")) ? " (EXPIRED)" : "");
     line_end(json_object_get(c, "expiry_check"));
-    printf("              reason '%s'\n", str(c, "reason"));
+    printf("              reason '%s'\n", cli_jstr(c, "reason"));
     if (json_is_string(json_object_get(c, "put_by"))) {
-        printf("              put by %s at %s", str(c, "put_by"), str(c, "put_at"));
+        printf("              put by %s at %s", cli_jstr(c, "put_by"), cli_jstr(c, "put_at"));
         line_end(json_object_get(c, "put_check"));
     }
     const json_t *h = json_object_get(c, "history");
@@ -136,10 +128,11 @@ static void print_channel(const json_t *c) {
             continue;
         }
         const char *from = json_string_value(json_object_get(r, "from"));
-        printf("seq %lld -> %s (%s%s%s) '%s', signed by ", num(r, "seq"), str(r, "version"),
-               str(r, "change"), from ? " from " : "", from ? from : "", str(r, "reason"));
+        printf("seq %lld -> %s (%s%s%s) '%s', signed by ", cli_jint(r, "seq"),
+               cli_jstr(r, "version"), cli_jstr(r, "change"), from ? " from " : "",
+               from ? from : "", cli_jstr(r, "reason"));
         keys(json_object_get(r, "signatures"), "status");
-        printf(", put by %s at %s", str(r, "put_by"), str(r, "put_at"));
+        printf(", put by %s at %s", cli_jstr(r, "put_by"), cli_jstr(r, "put_at"));
         line_end(json_object_get(r, "check"));
     }
 }
@@ -150,11 +143,12 @@ static void print_archive(const json_t *a) {
         line_end(json_object_get(a, "check"));
         return;
     }
-    printf("archive     %s, %lld bytes", str(a, "digest"), num(a, "size"));
+    printf("archive     %s, %lld bytes", cli_jstr(a, "digest"), cli_jint(a, "size"));
     line_end(json_object_get(a, "digest_check"));
-    printf("              published by %s at %s", str(a, "published_by"), str(a, "published_at"));
+    printf("              published by %s at %s", cli_jstr(a, "published_by"),
+           cli_jstr(a, "published_at"));
     line_end(json_object_get(a, "publish_check"));
-    printf("              manifest sha256:%s", str(a, "manifest_sha256"));
+    printf("              manifest sha256:%s", cli_jstr(a, "manifest_sha256"));
     line_end(json_object_get(a, "manifest_check"));
     printf("              release signatures: ");
     keys(json_object_get(a, "signatures"), NULL);
@@ -177,17 +171,18 @@ static void print_archive(const json_t *a) {
 }
 
 static void print_lineage(const json_t *l) {
-    printf("lineage     run %s, step ", str(l, "run_id"));
+    printf("lineage     run %s, step ", cli_jstr(l, "run_id"));
     value(json_object_get(l, "step"));
-    printf(", created %s, code %s", str(l, "created"), str(l, "code_version"));
+    printf(", created %s, code %s", cli_jstr(l, "created"), cli_jstr(l, "code_version"));
     line_end(json_object_get(l, "check"));
     const json_t *ds = json_object_get(l, "dataset_path");
-    printf("              dataset sha256:%s%s%s\n", str(l, "dataset_sha256"),
+    printf("              dataset sha256:%s%s%s\n", cli_jstr(l, "dataset_sha256"),
            json_is_string(ds) ? ", " : " (its path is not recorded in the card)",
            json_is_string(ds) ? json_string_value(ds) : "");
     const json_t *ck = json_object_get(l, "checkpoint");
     if (json_is_object(ck))
-        printf("              checkpoint %s sha256:%s\n", str(ck, "file"), str(ck, "sha256"));
+        printf("              checkpoint %s sha256:%s\n", cli_jstr(ck, "file"),
+               cli_jstr(ck, "sha256"));
     printf("              metrics ");
     const json_t *m = json_object_get(l, "metrics");
     const char *k;
@@ -207,7 +202,7 @@ static void print_lineage(const json_t *l) {
             printf("%s%s ", j ? ", " : "", keys_shown[j]);
             value(json_object_get(cfg, keys_shown[j]));
         }
-        printf(" (%s)", str(l, "dtype"));
+        printf(" (%s)", cli_jstr(l, "dtype"));
     } else {
         printf("none");
     }
@@ -215,7 +210,7 @@ static void print_lineage(const json_t *l) {
 }
 
 static void print_validation(const json_t *v) {
-    printf("validation  %s", str(v, "verdict"));
+    printf("validation  %s", cli_jstr(v, "verdict"));
     line_end(json_object_get(v, "verdict_check"));
     const json_t *rs = json_object_get(v, "report_sha256");
     if (json_is_string(rs)) {
@@ -225,17 +220,18 @@ static void print_validation(const json_t *v) {
     const json_t *rep = json_object_get(v, "report");
     if (json_is_object(rep)) {
         printf("              by kiln %s on %s (sha256:%.12s…, %s), held-out loss ",
-               str(rep, "kiln_version"), str(rep, "data_path"), str(rep, "data_sha256"),
+               cli_jstr(rep, "kiln_version"), cli_jstr(rep, "data_path"),
+               cli_jstr(rep, "data_sha256"),
                json_is_true(json_object_get(rep, "data_is_training_dataset"))
                    ? "the training dataset"
                    : "not the training dataset");
         value(json_object_get(rep, "heldout_loss"));
-        printf(" over %lld windows\n", num(rep, "heldout_windows"));
+        printf(" over %lld windows\n", cli_jint(rep, "heldout_windows"));
     }
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(v, "checks"), i, c) {
-        printf("              %-24s %-8s", str(c, "name"), str(c, "status"));
+        printf("              %-24s %-8s", cli_jstr(c, "name"), cli_jstr(c, "status"));
         const json_t *rel = json_object_get(c, "max_rel_err");
         if (json_is_number(rel)) {
             printf(" share outside ");
@@ -262,13 +258,14 @@ static void print_validation(const json_t *v) {
     if (json_is_true(json_object_get(b, "recorded"))) {
         const json_t *ref = json_object_get(b, "ref");
         if (json_is_object(ref)) {
-            printf("              baseline %s@%s %s", str(ref, "name"), str(ref, "version"),
-                   json_is_string(json_object_get(ref, "digest"))
-                       ? str(ref, "digest")
-                       : "(archive digest not recorded)");
+            printf(
+                "              baseline %s@%s %s", cli_jstr(ref, "name"), cli_jstr(ref, "version"),
+                json_is_string(json_object_get(ref, "digest")) ? cli_jstr(ref, "digest")
+                                                               : "(archive digest not recorded)");
             if (json_is_string(json_object_get(ref, "channel")))
-                printf(", from channel %s seq %lld", str(ref, "channel"), num(ref, "seq"));
-            printf(", weights sha256:%.12s…\n", str(ref, "model_sha256"));
+                printf(", from channel %s seq %lld", cli_jstr(ref, "channel"),
+                       cli_jint(ref, "seq"));
+            printf(", weights sha256:%.12s…\n", cli_jstr(ref, "model_sha256"));
         } else {
             printf("              baseline none: validated without one\n");
         }
@@ -285,20 +282,11 @@ static void print_validation(const json_t *v) {
 
 static void print_text(const json_t *j) {
     const json_t *ver = json_object_get(j, "version");
-    printf("%s -> %s@%s, checked %s against %s\n", str(j, "ref"), str(j, "model"),
-           json_is_string(ver) ? json_string_value(ver) : "(unresolved)", str(j, "checked_at"),
-           str(j, "registry"));
+    printf("%s -> %s@%s, checked %s against %s\n", cli_jstr(j, "ref"), cli_jstr(j, "model"),
+           json_is_string(ver) ? json_string_value(ver) : "(unresolved)", cli_jstr(j, "checked_at"),
+           cli_jstr(j, "registry"));
     /* Over several registries: which answered, and what passing the others over said. */
-    const json_t *regs = json_object_get(j, "registries");
-    if (json_array_size(regs) > 1) {
-        printf("registries  %s answered, of ", str(j, "registry"));
-        size_t i;
-        json_t *u;
-        json_array_foreach(regs, i, u) printf("%s%s", i ? ", " : "", json_string_value(u));
-        putchar('\n');
-        json_array_foreach(json_object_get(j, "failover"), i, u)
-            printf("              %s\n", json_string_value(u));
-    }
+    cli_print_registries(j, "              ");
     print_trust(json_object_get(j, "trust"));
     const json_t *c = json_object_get(j, "channel");
     if (json_is_object(c)) print_channel(c);

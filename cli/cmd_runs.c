@@ -12,11 +12,6 @@
 #include "core.h"
 #include "train.h"
 
-static const char *jstr(const json_t *o, const char *k) {
-    const char *s = json_string_value(json_object_get(o, k));
-    return s ? s : "?";
-}
-
 static void print_event(const kiln_run_event *e) {
     char when[21];
     kiln_format_time((int64_t)e->time, when);
@@ -83,12 +78,13 @@ int cmd_runs_show(int argc, char **argv) {
     const json_t *cfg = json_object_get(ri.run, "config");
     long steps = (long)json_integer_value(json_object_get(cfg, "steps"));
     printf("run         %s\n", dir);
-    printf("run id      %s\n", jstr(ri.run, "run_id"));
-    printf("created     %s by kiln %s\n", jstr(ri.run, "created"), jstr(ri.run, "kiln_version"));
-    printf("dataset     %s\n            sha256 %s\n", jstr(ri.run, "dataset_path"),
-           jstr(ri.run, "dataset_sha256"));
+    printf("run id      %s\n", cli_jstr(ri.run, "run_id"));
+    printf("created     %s by kiln %s\n", cli_jstr(ri.run, "created"),
+           cli_jstr(ri.run, "kiln_version"));
+    printf("dataset     %s\n            sha256 %s\n", cli_jstr(ri.run, "dataset_path"),
+           cli_jstr(ri.run, "dataset_sha256"));
     if (json_object_get(ri.run, "init"))
-        printf("init        %s\n", jstr(json_object_get(ri.run, "init"), "path"));
+        printf("init        %s\n", cli_jstr(json_object_get(ri.run, "init"), "path"));
     printf("progress    step %ld of %ld (%.0f%%), %s", ri.last_step, steps,
            steps > 0 ? 100.0 * (double)ri.last_step / (double)steps : 0.0,
            kiln_run_state_name(state));
@@ -288,17 +284,18 @@ static void print_explain(const json_t *d, long max_tensors) {
     const json_t *ev = json_object_get(d, "events");
     const long step = (long)json_integer_value(json_object_get(d, "step"));
     const long window = (long)json_integer_value(json_object_get(d, "window"));
-    printf("run       %s\n", jstr(d, "run"));
+    printf("run       %s\n", cli_jstr(d, "run"));
     printf("step      %ld of %lld", step,
            (long long)json_integer_value(json_object_get(d, "steps")));
-    if (!strcmp(jstr(d, "chosen"), "asked"))
+    if (!strcmp(cli_jstr(d, "chosen"), "asked"))
         printf("\n");
     else
         printf(", the run's first spike or non-finite step (%lld in all; --step N for another)\n",
                (long long)json_integer_value(json_object_get(d, "trouble_steps")));
     size_t i;
     const json_t *e;
-    json_array_foreach(ev, i, e) printf("          %s: %s\n", jstr(e, "kind"), jstr(e, "message"));
+    json_array_foreach(ev, i, e)
+        printf("          %s: %s\n", cli_jstr(e, "kind"), cli_jstr(e, "message"));
     printf("update    %s\n", json_is_true(json_object_get(d, "applied")) ? "applied" : "skipped");
     printf("\n                at step %-8ld median of %lld before  ratio\n", step,
            (long long)json_integer_value(json_object_get(d, "baseline_steps")));
@@ -335,7 +332,7 @@ static void print_explain(const json_t *d, long max_tensors) {
                          xnum(json_object_get(e, "update_max"), u1, sizeof u1),
                          (long long)json_integer_value(json_object_get(e, "update_step")),
                          xnum(json_object_get(e, "update_median"), u2, sizeof u2));
-            printf("  %-32s %-10s %-10s %-8s %-16s %s\n", jstr(e, "name"),
+            printf("  %-32s %-10s %-10s %-8s %-16s %s\n", cli_jstr(e, "name"),
                    xnum(json_object_get(e, "value"), a, sizeof a),
                    xnum(json_object_get(e, "median"), b, sizeof b), xratio(e, c, sizeof c), since,
                    upd);
@@ -363,7 +360,8 @@ static void print_explain(const json_t *d, long max_tensors) {
         }
     }
     printf("\nfindings\n");
-    json_array_foreach(json_object_get(d, "findings"), i, e) printf("  - %s\n", jstr(e, "text"));
+    json_array_foreach(json_object_get(d, "findings"), i, e)
+        printf("  - %s\n", cli_jstr(e, "text"));
 }
 
 /* --all: each trouble step of first's "trouble" list, one line: step, events, first finding. */
@@ -385,18 +383,18 @@ static int explain_all(const char *dir, long window, const json_t *first) {
         const json_t *e;
         json_array_foreach(json_object_get(d, "events"), k, e) {
             size_t n = strlen(kinds);
-            snprintf(kinds + n, sizeof kinds - n, "%s%s", n ? "," : "", jstr(e, "kind"));
+            snprintf(kinds + n, sizeof kinds - n, "%s%s", n ? "," : "", cli_jstr(e, "kind"));
         }
         /* The most telling finding past the step's own loss and norm, which a spike's event
          * line says already; those when there is nothing else. */
         const json_t *fs = json_object_get(d, "findings"), *pick = json_array_get(fs, 0);
         json_array_foreach(fs, k, e) {
-            if (strcmp(jstr(e, "kind"), "loss") && strcmp(jstr(e, "kind"), "grad_norm")) {
+            if (strcmp(cli_jstr(e, "kind"), "loss") && strcmp(cli_jstr(e, "kind"), "grad_norm")) {
                 pick = e;
                 break;
             }
         }
-        printf("step %-8ld %-10s %s\n", s, kinds, jstr(pick, "text"));
+        printf("step %-8ld %-10s %s\n", s, kinds, cli_jstr(pick, "text"));
         json_decref(d);
     }
     return 0;

@@ -209,3 +209,26 @@ kiln_err cli_parse_expiry(const char *s, int64_t now, int64_t *out) {
     }
     return kiln_sign_parse_time(s, "--expires (a duration like 30d, 12h, 90m or a time)", out);
 }
+
+const char *cli_jstr(const json_t *o, const char *key) {
+    const char *s = json_string_value(json_object_get(o, key));
+    return s ? s : "?";
+}
+
+long long cli_jint(const json_t *o, const char *key) {
+    return (long long)json_integer_value(json_object_get(o, key));
+}
+
+bool cli_print_registries(const json_t *j, const char *notes) {
+    const json_t *regs = json_object_get(j, "registries");
+    if (json_array_size(regs) <= 1) return false;
+    printf("registries  %s answered, of ", cli_jstr(j, "registry"));
+    size_t i;
+    json_t *u;
+    json_array_foreach(regs, i, u) printf("%s%s", i ? ", " : "", json_string_value(u));
+    putchar('\n');
+    if (notes)
+        json_array_foreach(json_object_get(j, "failover"), i, u)
+            printf("%s%s\n", notes, json_string_value(u));
+    return true;
+}
