@@ -3,7 +3,8 @@
 # synthetic data, train, SIGKILL, resume, inspect the run; keys, a trust policy and a
 # registry on loopback; release v1 (export, golden, validate, pack, sign, publish), promote
 # it to production with two signatures, pull it and run the example service on it; release
-# v2 validated against v1, promote, roll back to v1, pull again; revoke a stolen promote key
+# v2 validated against v1, promote (and sign the rollback in advance), roll back to v1 in one
+# command, pull again; revoke a stolen promote key
 # with a signed trust version and re-sign production; a summary at the end, with
 # the address of the registry's web page and what it shows.
 # Each step prints what it runs; any failure stops the demo with a non-zero status.
@@ -158,6 +159,9 @@ say "promote v2 to production (co-signed), pull, serve"
 runq "$KILN" promote $MODEL 2.0.0 --channel production --key alice.key --registry "$URL" --out prod-v2.json
 runq "$KILN" channel sign --add prod-v2.json --key bob.key
 run "$KILN" channel put prod-v2.json --registry "$URL" --token "$PROM"
+echo "while both promote keys are at hand, the way back is signed too (seq 3 -> 1.0.0) and kept off the registry:"
+runq "$KILN" rollback $MODEL --channel production --key alice.key --registry "$URL" --out rollback.json
+runq "$KILN" channel sign --add rollback.json --key bob.key
 run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
 "$SERVICE" service-model <ticks.csv >predictions-v2.csv 2>/dev/null
 echo "the last three predictions of v2:"
@@ -171,9 +175,7 @@ fi
 tidy <release-v3.txt
 [ ! -e release-v3/$MODEL-3.0.0.kiln ] || { echo "the failed release was packed" >&2; exit 1; }
 
-say "roll production back to v1: a new record (seq 3) pointing at the older version"
-run "$KILN" rollback $MODEL --channel production --key alice.key --registry "$URL" --out rollback.json
-run "$KILN" channel sign --add rollback.json --key bob.key
+say "roll production back to v1 in one step: the prepared record (seq 3), put with a promote token alone"
 run "$KILN" channel put rollback.json --registry "$URL" --token "$PROM"
 run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
 "$SERVICE" service-model <ticks.csv >predictions-rollback.csv 2>/dev/null

@@ -140,6 +140,30 @@ if command -v sqlite3 >/dev/null; then
         fail "audit rows for the promote token"
 fi
 
+# A rollback prepared in advance: right after a promotion, while both promote keys are at
+# hand, the record back to the version before (seq + 1) is signed and kept off the registry;
+# later one command, with a promote token only, puts it. Once the channel has moved past its
+# seq it is refused, saying why.
+$KILN promote demo 1.0.0 --channel production --key "$T/p1.key" --registry "$URL" --out "$T/rec2.json" >/dev/null
+$KILN channel sign --add "$T/rec2.json" --key "$T/p2.key" >/dev/null
+$KILN channel put "$T/rec2.json" --registry "$URL" --token "$PROM" >/dev/null
+$KILN rollback demo --channel production --key "$T/p1.key" --registry "$URL" --out "$T/rb.json" >"$T/rb.out" || fail "prepare a rollback"
+grep -q "^wrote $T/rb.json: demo/production -> 1.1.0 (sha256:[0-9a-f]\{64\}) seq 3, 1 signature$" "$T/rb.out" ||
+    fail "prepare a rollback: $(cat "$T/rb.out")"
+$KILN channel sign --add "$T/rb.json" --key "$T/p2.key" >/dev/null
+$KILN channel put "$T/rb.json" --registry "$URL" --token "$PROM" >"$T/rb.put" || fail "put the prepared rollback"
+grep -q '^demo/production -> 1.1.0 seq 3 (2 signatures)$' "$T/rb.put" || fail "prepared rollback: $(cat "$T/rb.put")"
+$KILN pull demo@production $S --out "$T/prod" >/dev/null
+[ "$(cat "$T/prod/model.safetensors")" = "weights two" ] || fail "pull after the prepared rollback"
+$KILN rollback demo --channel production --key "$T/p1.key" --registry "$URL" --out "$T/rb2.json" >/dev/null
+$KILN channel sign --add "$T/rb2.json" --key "$T/p2.key" >/dev/null
+$KILN promote demo 1.0.0 --channel production --key "$T/p1.key" --registry "$URL" --out "$T/rec4.json" >/dev/null
+$KILN channel sign --add "$T/rec4.json" --key "$T/p2.key" >/dev/null
+$KILN channel put "$T/rec4.json" --registry "$URL" --token "$PROM" >/dev/null
+expect_fail 2 $KILN channel put "$T/rb2.json" --registry "$URL" --token "$PROM"
+grep -q 'HTTP 409: channel record for demo/production has seq 4, but the next must be 5' "$T/err" ||
+    fail "a stale prepared rollback: $(cat "$T/err")"
+
 kill -TERM $PID
 wait $PID || fail "server exit status after SIGTERM"
 grep -q 'stopped' "$T/serve.err" || fail "no clean stop: $(cat "$T/serve.err")"
