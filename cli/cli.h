@@ -93,6 +93,13 @@ void cli_print_step(FILE *f, const char *prefix, const struct kiln_train_progres
  * (a twentieth of the run). */
 long cli_step_every(long steps);
 
+/* "PREFIX{n} spikes, {m} non-finite steps: kiln runs explain DIR shows what led to the
+ * first" when the run had any, else nothing (kiln train at its end, kiln runs show).
+ * (cmd_runs.c) */
+struct kiln_run_info;
+void cli_print_trouble(FILE *f, const char *prefix, const struct kiln_run_info *ri,
+                       const char *dir);
+
 /* Load a secret key, asking for its password when it is encrypted ($KILN_PASSWORD_FILE's
  * first line, else the terminal). Free with kiln_sign_seckey_free. (cmd_sign.c) */
 struct kiln_sign_seckey;

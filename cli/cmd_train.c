@@ -110,9 +110,6 @@ static int env_size(const char *name, size_t def, size_t *out) {
     return 0;
 }
 
-/* Under mpirun every rank runs this command; rank 0 speaks for the run. Other ranks print
- * only errors that may be theirs alone (transport, memory); the rest every rank agrees on
- * (kiln_dist_agree) and rank 0 prints. */
 /* After a run stopped or finished: where its spikes and non-finite steps can be looked into
  * (stderr; nothing when it had none, or its log cannot be read). */
 static void trouble_hint(const char *dir) {
@@ -121,15 +118,13 @@ static void trouble_hint(const char *dir) {
         kiln_errclear();
         return;
     }
-    if (ri.n_spikes + ri.n_nonfinite)
-        fprintf(stderr,
-                "kiln: %zu spike%s, %zu non-finite step%s: kiln runs explain %s shows what "
-                "led to the first\n",
-                ri.n_spikes, ri.n_spikes == 1 ? "" : "s", ri.n_nonfinite,
-                ri.n_nonfinite == 1 ? "" : "s", dir);
+    cli_print_trouble(stderr, "kiln: ", &ri, dir);
     kiln_run_info_release(&ri);
 }
 
+/* Under mpirun every rank runs this command; rank 0 speaks for the run. Other ranks print
+ * only errors that may be theirs alone (transport, memory); the rest every rank agrees on
+ * (kiln_dist_agree) and rank 0 prints. */
 static int finish(const kiln_comm *comm, kiln_err err) {
     if (comm->rank == 0) return cli_fail(err);
     if (err == KILN_ERR_NETWORK || err == KILN_ERR_NOMEM || err == KILN_ERR_DEVICE)
