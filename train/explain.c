@@ -496,21 +496,16 @@ kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **
                            "SELECT name, step, grad_norm, update_ratio FROM tensors WHERE step "
                            "BETWEEN ?1 AND ?2 ORDER BY name, step",
                            from, step, T_NCOL, true, &tens, &n_tens));
+    static const char layers_sql[] =
+        "SELECT layer, step, attn_entropy, router_entropy, load_imbalance, dead_experts, "
+        "overflow, act_rms FROM layers WHERE step BETWEEN ?1 AND ?2 ORDER BY layer, step";
     KILN_CHECK(rc, out,
-               read_tracks(db, run_dir,
-                           "SELECT layer, step, attn_entropy, router_entropy, load_imbalance, "
-                           "dead_experts, overflow, act_rms FROM layers WHERE step BETWEEN ?1 "
-                           "AND ?2 ORDER BY layer, step",
-                           from, step, L_NCOL, false, &lays, &n_lays));
+               read_tracks(db, run_dir, layers_sql, from, step, L_NCOL, false, &lays, &n_lays));
     /* The run's first steps, when the baseline starts after them. */
     if (first_logged + EARLY <= from)
         KILN_CHECK(rc, out,
-                   read_tracks(db, run_dir,
-                               "SELECT layer, step, attn_entropy, router_entropy, load_imbalance, "
-                               "dead_experts, overflow, act_rms FROM layers WHERE step BETWEEN "
-                               "?1 AND ?2 ORDER BY layer, step",
-                               first_logged, first_logged + EARLY - 1, L_NCOL, false, &early,
-                               &n_early));
+                   read_tracks(db, run_dir, layers_sql, first_logged, first_logged + EARLY - 1,
+                               L_NCOL, false, &early, &n_early));
     sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     scratch = kiln_calloc((size_t)(window > EARLY ? window : EARLY) + 2, sizeof *scratch);
     rows = kiln_calloc(n_tens ? n_tens : 1, sizeof *rows);
