@@ -39,6 +39,7 @@ static void sleep_ms(uint64_t ms) {
 }
 
 static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t interval_ms);
+static const char *telling_finding(const json_t *d);
 
 int cmd_runs_show(int argc, char **argv) {
     long max_events = 20, every = 0;
@@ -163,6 +164,9 @@ static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t in
     long first_step = -1; /* the next step after a start or resume: always printed */
     double t0 = NAN;      /* the first step seen, for the ETA */
     long s0 = 0;
+    /* Spikes and non-finite steps seen, explained once their step's row is in. */
+    long why[64];
+    size_t n_why = 0;
     for (bool live = true;;) {
         kiln_run_news n;
         /* Once the trainer has let go, one more read: every row it committed is there. */
@@ -178,6 +182,9 @@ static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t in
                     first_step = e->step + 1;
                     t0 = NAN;
                 }
+                if ((!strcmp(e->kind, "spike") || !strcmp(e->kind, "nonfinite")) &&
+                    n_why < KILN_ARRAY_LEN(why))
+                    why[n_why++] = e->step;
                 continue;
             }
             kiln_train_progress *p = &n.steps[i];
@@ -193,6 +200,19 @@ static int follow(const char *dir, kiln_run_cursor *cur, long every, uint64_t in
             if (p->has_val || !p->applied || p->step == first_step || p->step == p->steps ||
                 p->step % k == 0)
                 cli_print_step(stdout, "  ", p);
+            for (size_t q = 0; q < n_why;) {
+                if (why[q] > p->step) {
+                    q++;
+                    continue;
+                }
+                json_t *d = NULL;
+                if (!kiln_run_explain(dir, why[q], 0, &d))
+                    printf("    why (step %ld): %s\n", why[q], telling_finding(d));
+                else
+                    kiln_errclear(); /* a resume took the step back: nothing to say */
+                json_decref(d);
+                memmove(why + q, why + q + 1, (--n_why - q) * sizeof *why);
+            }
         }
         kiln_run_news_release(&n);
         fflush(stdout);
@@ -369,6 +389,20 @@ static void print_explain(const json_t *d, long max_tensors) {
         printf("  - %s\n", cli_jstr(e, "text"));
 }
 
+/* The most telling finding of an explain document past the step's own loss and norm, which
+ * a spike's event line says already; those when there is nothing else. */
+static const char *telling_finding(const json_t *d) {
+    const json_t *fs = json_object_get(d, "findings"), *pick = json_array_get(fs, 0), *e;
+    size_t k;
+    json_array_foreach(fs, k, e) {
+        if (strcmp(cli_jstr(e, "kind"), "loss") && strcmp(cli_jstr(e, "kind"), "grad_norm")) {
+            pick = e;
+            break;
+        }
+    }
+    return cli_jstr(pick, "text");
+}
+
 /* --all: each trouble step of first's "trouble" list, one line: step, events, first finding. */
 static int explain_all(const char *dir, long window, const json_t *first) {
     const json_t *steps = json_object_get(first, "trouble");
@@ -390,16 +424,7 @@ static int explain_all(const char *dir, long window, const json_t *first) {
             size_t n = strlen(kinds);
             snprintf(kinds + n, sizeof kinds - n, "%s%s", n ? "," : "", cli_jstr(e, "kind"));
         }
-        /* The most telling finding past the step's own loss and norm, which a spike's event
-         * line says already; those when there is nothing else. */
-        const json_t *fs = json_object_get(d, "findings"), *pick = json_array_get(fs, 0);
-        json_array_foreach(fs, k, e) {
-            if (strcmp(cli_jstr(e, "kind"), "loss") && strcmp(cli_jstr(e, "kind"), "grad_norm")) {
-                pick = e;
-                break;
-            }
-        }
-        printf("step %-8ld %-10s %s\n", s, kinds, cli_jstr(pick, "text"));
+        printf("step %-8ld %-10s %s\n", s, kinds, telling_finding(d));
         json_decref(d);
     }
     return 0;

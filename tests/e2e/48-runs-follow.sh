@@ -93,7 +93,8 @@ cat "$T/f" >&2
     fail "resumed, last line: $(tail -n 1 "$T/f")"
 grep -q "^  step $((last + 30))/$((last + 30)) " "$T/f" || fail "the resumed run's last step not printed"
 
-# 3. Diverged: the poisoned steps print as skipped, their events too; exit 1 with the reason.
+# 3. Diverged: the poisoned steps print as skipped, their events too, each explained; exit 1
+# with the reason.
 KILN_TEST_POISON_STEPS=150,151,152 start_stopped "$T/c" --set steps=400 --set max_bad_steps=3
 $KILN runs show --follow --every 1000 --interval 100ms "$T/c" >"$T/f" 2>&1 &
 fpid=$!
@@ -106,7 +107,11 @@ cat "$T/f" >&2
 for s in 150 151 152; do
     grep -q "^  step $s/400 .* (update skipped)" "$T/f" || fail "step $s not printed as skipped"
     grep -q "^  step $s .*nonfinite" "$T/f" || fail "the nonfinite event of step $s not printed"
+    # each explained once its row is in (kiln runs explain's most telling finding)
+    grep -A1 "^  step $s/400 " "$T/f" | grep -q "^    why (step $s): the loss was finite .* the backward pass broke in the embedding" ||
+        fail "step $s not explained after its row"
 done
+[ "$(grep -c '^    why ' "$T/f")" = 3 ] || fail "explained other than the 3 non-finite steps"
 tail -n 1 "$T/f" | grep -q "^stopped     step 152 of 400, diverged: .*non-finite" || fail "last line: $(tail -n 1 "$T/f")"
 
 # 4. kiln runs plot --follow: drawn again while the run trains, once more after, exit 0.
