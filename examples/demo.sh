@@ -209,12 +209,18 @@ run "$KILN" installed $MODEL@production --dir service-model --trust trust.json -
 # The example service following production itself (kiln_watch), its predictions into $1.
 watching_service() {
     "$SERVICE" --watch $MODEL@production --registry "$URL" --trust trust.json --state watch-state \
-        --dir watch-model <ticks.csv >"$1"
+        --dir watch-model --metrics service.prom <ticks.csv >"$1"
+}
+# What a node_exporter would scrape from the service's --metrics file.
+service_metrics() {
+    grep -E '^kiln_watch_(info|record_expiry|poll_failures_in_row|serving_offline)' service.prom
 }
 echo "a service that follows production itself (kiln_watch): pulled, verified, loaded, serving"
 printf '$ stream_service --watch %s@production --registry %s --trust trust.json --state watch-state --dir watch-model < ticks.csv > predictions-watch.csv\n' "$MODEL" "$URL"
 watching_service predictions-watch.csv
 cmp -s predictions-watch.csv predictions-rollback.csv || { echo "the watching service predicted otherwise" >&2; exit 1; }
+echo "its metrics for node_exporter's textfile collector (--metrics service.prom, rewritten after every poll):"
+service_metrics
 
 say "summary"
 d1=$(sha256sum release-v1/$MODEL-1.0.0.kiln | cut -d' ' -f1)
@@ -268,7 +274,8 @@ echo "(a lone registry is retried for about 4 s before the service gives up on i
 printf '$ stream_service --watch %s@production --registry %s ... < ticks.csv > predictions-offline.csv\n' "$MODEL" "$URL"
 watching_service predictions-offline.csv
 cmp -s predictions-offline.csv predictions-watch.csv || { echo "the restarted service predicted otherwise" >&2; exit 1; }
-echo "the same predictions, tick for tick, as before the outage"
+echo "the same predictions, tick for tick, as before the outage; its metrics say it serves offline:"
+service_metrics
 
 echo
 echo "demo finished in $W"

@@ -16,12 +16,16 @@
  * instrument exactly what kiln_stream_push would. Only include/kiln.h is used.
  *
  *   stream_service --watch NAME@CHANNEL --registry URL [--registry MIRROR]... --trust FILE
- *                  --state DIR --dir DIR [INSTRUMENTS] < ticks.csv > predictions.csv
+ *                  --state DIR --dir DIR [--metrics FILE.prom] [INSTRUMENTS] < ticks.csv >
+ * predictions.csv
  *
  * follows a registry channel instead (kiln_watch): the channel's model is pulled, verified and
  * loaded before the first tick; each new version promoted while the service runs is swapped
  * in between two ticks (the streams reopened on it); what the watch hears goes to stderr. A
  * restart reuses the model kept in --dir, and starts with it when no registry answers.
+ * --metrics FILE.prom: the watch rewrites it after every poll (kiln_watch_metrics: the
+ * version in service, its record's expiry, polls and failures) for node_exporter's textfile
+ * collector.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -94,7 +98,8 @@ static int usage(const char *argv0) {
     fprintf(stderr,
             "usage: %s MODEL [INSTRUMENTS] < ticks.csv > predictions.csv\n"
             "       %s --watch NAME@CHANNEL --registry URL [--registry URL]... --trust FILE "
-            "--state DIR --dir DIR [INSTRUMENTS] < ticks.csv > predictions.csv\n",
+            "--state DIR --dir DIR [--metrics FILE.prom] [INSTRUMENTS] < ticks.csv > "
+            "predictions.csv\n",
             argv0, argv0);
     return 2;
 }
@@ -117,6 +122,8 @@ int main(int argc, char **argv) {
             wo.pull.state = argv[++i];
         else if (!strcmp(a, "--dir"))
             wo.pull.out = argv[++i];
+        else if (!strcmp(a, "--metrics"))
+            wo.metrics_file = argv[++i];
         else if (!strncmp(a, "--", 2))
             return usage(argv[0]);
         else if (npos++ == 0 && !wo.pull.ref)

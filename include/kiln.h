@@ -240,6 +240,10 @@ typedef struct kiln_watch_opts {
      * the new policy (the model stays in service). May be NULL. */
     void (*on_update)(void *ctx, kiln_err rc, const char *message, const kiln_pull_result *r);
     void *ctx;
+    /* A file the watcher's thread rewrites (atomically) with kiln_watch_metrics after the
+     * start and after every poll: a node_exporter textfile (name it *.prom in its
+     * directory). NULL: none. */
+    const char *metrics_file;
 } kiln_watch_opts;
 
 /* Pull and load the channel's current version (synchronously: an error if that fails),
@@ -274,6 +278,14 @@ KILN_API kiln_err kiln_watch_serving(kiln_watch *w, uint64_t generation, kiln_pu
  * A poll in flight is cancelled (within about a second, even while a registry hangs) and
  * not reported to on_update. */
 KILN_API void kiln_watch_stop(kiln_watch *w);
+/* What the watch serves and how its polls go, in the Prometheus text format (caller frees;
+ * NULL when out of memory), for a service's own /metrics or metrics_file: the version in
+ * service (kiln_watch_info{model,channel,version,digest} 1), its generation, record seq and
+ * expiry (unix time), polls, failed polls and how many in a row, the time of the last poll
+ * that reached a registry, swaps, records or models refused, the trust policy's version, and
+ * whether the start served the kept model with no registry answering (docs/registry.md,
+ * "A service's metrics"). Takes the watch's lock briefly; no I/O. */
+KILN_API char *kiln_watch_metrics(kiln_watch *w);
 
 #ifdef __cplusplus
 }

@@ -882,8 +882,10 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
                       rec.version, "digest", rec.digest, "expires", (json_int_t)rec.expires,
                       "record", record, record_len, "signature", sig);
         KILN_CHECK_IF(rc, out, !st, KILN_ERR_NOMEM, "out of memory");
-        rc = kiln_mkdir_p(state_dir);
-        if (!rc) rc = kiln_json_write_file(state_file, st);
+        char *pending = p->defer_state ? kiln_asprintf("%s.pending", state_file) : NULL;
+        rc = p->defer_state && !pending ? KILN_ERR_NOMEM : kiln_mkdir_p(state_dir);
+        if (!rc) rc = kiln_json_write_file(pending ? pending : state_file, st);
+        free(pending);
         json_decref(st);
         if (rc) goto out;
     }
@@ -908,6 +910,22 @@ out:
 }
 
 /* ---- the public API (include/kiln.h) ---- */
+
+kiln_err reg_state_settle(const char *state, const char *model, const char *channel, bool commit) {
+    char *st = state ? kiln_strdup(state) : reg_default_state();
+    char *dir = st ? kiln_asprintf("%s/channels/%s", st, model) : NULL,
+         *file = dir ? kiln_asprintf("%s/%s.json", dir, channel) : NULL,
+         *pending = file ? kiln_asprintf("%s.pending", file) : NULL;
+    kiln_err rc = pending ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc && commit && rename(pending, file) != 0)
+        rc = kiln_fail(KILN_ERR_IO, "cannot rename '%s' to '%s': %s", pending, file,
+                       strerror(errno));
+    if (!rc && commit) rc = kiln_fsync_dir(dir);
+    if (!rc && !commit && unlink(pending) != 0 && errno != ENOENT)
+        rc = kiln_fail(KILN_ERR_IO, "cannot remove '%s': %s", pending, strerror(errno));
+    free(pending), free(file), free(dir), free(st);
+    return rc;
+}
 
 void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out) {
     memset(out, 0, sizeof *out);

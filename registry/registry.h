@@ -219,6 +219,11 @@ typedef struct kiln_registry_pull_opts {
      * NULL: ask. */
     const char *record;
     size_t record_len;
+    /* A channel pull's state (the accepted seq and the evidence reg_installed_verify checks)
+     * goes to STATE/channels/MODEL/CHANNEL.json.pending instead, for the caller to settle
+     * with reg_state_settle once it knows whether the model goes into service (kiln_watch:
+     * after it loads). */
+    bool defer_state;
 } kiln_registry_pull_opts;
 
 typedef struct kiln_registry_pulled {

@@ -217,6 +217,9 @@ void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out);
 
 /* The state directory when none is given: $HOME/.local/state/kiln; caller frees. */
 char *reg_default_state(void);
+/* A deferred pull's state (kiln_registry_pull_opts.defer_state) made the state of
+ * model/channel (commit: renamed over CHANNEL.json, the directory synced) or dropped. */
+kiln_err reg_state_settle(const char *state, const char *model, const char *channel, bool commit);
 /* GET path's body as text (at most limit bytes; caller frees *text), with retries; HTTP
  * errors as kiln_registry_get_json maps them. */
 kiln_err reg_get_text(const kiln_registry_client_opts *c, const char *path, size_t limit,

@@ -45,6 +45,13 @@ struct kiln_watch {
     char *served;           /* the text of the record in service */
     char *last_record;      /* the text of the record last tried (served, or refused) */
     uint64_t trust_version; /* of the policy the last poll walked to */
+    /* What kiln_watch_metrics says, under mu (the watcher's thread counts each poll). */
+    char *metrics_file;
+    bool metrics_failing; /* the last write of metrics_file failed (said once) */
+    uint64_t polls, poll_failures, refused, swaps, failures_in_row, trust_seen;
+    int64_t last_ok;        /* unix time of the last poll that went through; 0: none yet */
+    int64_t served_expires; /* the expiry of the record in service */
+    bool offline_start;     /* the start served the kept model with no registry answering */
 };
 
 /* The registry clients' progress callback: a stop ends a poll's transfers within about a
@@ -188,18 +195,30 @@ static kiln_err load_next(kiln_watch *w, const kiln_sign_trust *t, const char *r
     char *dir = gen_dir(w, ++w->dirno);
     if (!dir) return KILN_ERR_NOMEM;
     reg_rmtree(dir); /* left by an earlier failed attempt */
+    /* The pull's state is made the client's only once the model loads: a version that
+     * verifies but cannot load is never in service, and the state keeps the evidence of the
+     * one that is, for a start with no registry (load_kept). */
     kiln_registry_pull_opts p = {.ref = w->ref,
                                  .trust = w->trust,
                                  .out = dir,
                                  .state = w->state,
                                  .record = record,
-                                 .record_len = record ? strlen(record) : 0};
+                                 .record_len = record ? strlen(record) : 0,
+                                 .defer_state = true};
     kiln_registry_pulled r;
     kiln_model *m = NULL;
     kiln_err rc = reg_pull_regs(&w->regs, &p, t, &r);
+    const bool pulled = !rc;
     if (!rc) rc = kiln_model_open(dir, &m);
+    if (!rc) rc = reg_state_settle(w->state, w->model, w->channel, true);
     if (!rc && !(*s = slot_new(m, w->gen + 1, dir))) rc = KILN_ERR_NOMEM;
     if (rc) {
+        if (pulled) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", kiln_errmsg());
+            if (reg_state_settle(w->state, w->model, w->channel, false)) kiln_errclear();
+            kiln_fail(rc, "%s", why); /* the failure said is the load's, not the drop's */
+        }
         kiln_model_free(m);
         reg_rmtree(dir);
         free(dir);
@@ -270,7 +289,21 @@ static void recheck_in_service(kiln_watch *w, const kiln_sign_trust *t) {
     }
 }
 
-static void poll_once(kiln_watch *w) {
+/* The expiry of a record's text (already verified), for the metrics; 0 if it does not
+ * parse. */
+static int64_t record_expires(const char *text) {
+    kiln_sign_record r;
+    kiln_sign_record_init(&r);
+    int64_t e =
+        kiln_sign_record_parse(text, strlen(text), "the record in service", &r) ? 0 : r.expires;
+    if (!e) kiln_errclear();
+    kiln_sign_record_release(&r);
+    return e;
+}
+
+/* One poll: the trust walk, the channel's newest record, a new version pulled, loaded and
+ * swapped in (*swapped). Its outcome (KILN_OK: it went through, with or without news). */
+static kiln_err poll_once(kiln_watch *w, bool *swapped) {
     char *text = NULL;
     size_t len = 0;
     kiln_sign_trust *t = NULL;
@@ -279,7 +312,7 @@ static void poll_once(kiln_watch *w) {
     if (rc) {
         /* Fail closed: nothing is pulled under a policy that did not walk. */
         if (w->o.on_update && !cancelled(w)) w->o.on_update(w->o.ctx, rc, kiln_errmsg(), NULL);
-        return;
+        return rc;
     }
     if (kiln_sign_trust_version(t) != w->trust_version) {
         w->trust_version = kiln_sign_trust_version(t);
@@ -290,17 +323,20 @@ static void poll_once(kiln_watch *w) {
     if (!rc && w->last_record && !strcmp(text, w->last_record)) {
         free(text);
         kiln_sign_trust_free(t);
-        return; /* nothing new */
+        return KILN_OK; /* nothing new */
     }
     kiln_pull_result res;
     memset(&res, 0, sizeof res);
     slot *s = NULL;
     if (!rc) rc = load_next(w, t, text, &res, &s);
     if (!rc) {
+        const int64_t expires = record_expires(text);
         pthread_mutex_lock(&w->mu);
         slot *old = w->cur;
         w->cur = s;
         w->gen = s->gen;
+        w->served_expires = expires;
+        *swapped = true;
         old->next = w->retired;
         w->retired = old;
         unref(w, old); /* the watcher's own reference */
@@ -328,6 +364,36 @@ static void poll_once(kiln_watch *w) {
         w->o.on_update(w->o.ctx, rc, rc ? kiln_errmsg() : "", rc ? NULL : &res);
     free(text);
     kiln_sign_trust_free(t);
+    return rc;
+}
+
+/* A poll's outcome, counted for the metrics. Called with mu held. */
+static void count_poll(kiln_watch *w, kiln_err rc, bool swapped) {
+    w->polls++;
+    if (rc) {
+        w->poll_failures++;
+        w->failures_in_row++;
+        /* Not a registry out of reach or a disk: something was refused. */
+        if (rc != KILN_ERR_NETWORK && rc != KILN_ERR_IO && rc != KILN_ERR_NOMEM) w->refused++;
+    } else {
+        w->failures_in_row = 0;
+        w->last_ok = kiln_unix_time();
+    }
+    if (swapped) w->swaps++;
+    w->trust_seen = w->trust_version;
+}
+
+/* Rewrite metrics_file (when asked for): at the start, whose failure fails the start
+ * (polled false), and after each poll, whose failure is said once until a write works again. */
+static kiln_err write_metrics(kiln_watch *w, bool polled) {
+    if (!w->metrics_file) return KILN_OK;
+    char *text = kiln_watch_metrics(w);
+    kiln_err rc = text ? kiln_write_file_atomic(w->metrics_file, text, strlen(text))
+                       : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    free(text);
+    if (rc && polled && !w->metrics_failing) kiln_warn("kiln_watch: metrics: %s", kiln_errmsg());
+    w->metrics_failing = rc != KILN_OK;
+    return rc;
 }
 
 static void *watch_main(void *arg) {
@@ -356,7 +422,14 @@ static void *watch_main(void *arg) {
         }
         if (w->stop) break;
         pthread_mutex_unlock(&w->mu);
-        poll_once(w);
+        bool swapped = false;
+        kiln_err rc = poll_once(w, &swapped);
+        if (!cancelled(w)) { /* a stop's cancelled transfers are no failed poll */
+            pthread_mutex_lock(&w->mu);
+            count_poll(w, rc, swapped);
+            pthread_mutex_unlock(&w->mu);
+            write_metrics(w, true);
+        }
         pthread_mutex_lock(&w->mu);
     }
     pthread_mutex_unlock(&w->mu);
@@ -441,6 +514,7 @@ static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *not
             char when[21];
             kiln_format_time(rec.expires, when);
             *note_rc = outage;
+            w->offline_start = true;
             snprintf(note, cap,
                      "%s; serving %s@%s (%s seq %lld, expires %s) as kept in '%s', checked "
                      "again against the trust policy and the state of its pull",
@@ -519,6 +593,13 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     w->last_record = text;
     w->served = kiln_strdup(text);
     KILN_CHECK_IF(rc, fail, !w->served, KILN_ERR_NOMEM, "out of memory");
+    w->served_expires = record_expires(text);
+    w->trust_seen = w->trust_version;
+    if (o->metrics_file) {
+        KILN_CHECK_IF(rc, fail, !(w->metrics_file = kiln_strdup(o->metrics_file)), KILN_ERR_NOMEM,
+                      "out of memory");
+        KILN_CHECK(rc, fail, write_metrics(w, false));
+    }
     /* Said before the watcher's thread starts, so that on_update is never called twice at
      * once: served offline, or a kept model refused. */
     if (note_rc && o->on_update) o->on_update(o->ctx, note_rc, note, NULL);
@@ -589,5 +670,65 @@ void kiln_watch_stop(kiln_watch *w) {
     free(w->token);
     free(w->last_record);
     free(w->served);
+    free(w->metrics_file);
     free(w);
+}
+
+char *kiln_watch_metrics(kiln_watch *w) {
+    pthread_mutex_lock(&w->mu);
+    const kiln_pull_result r = w->cur->what;
+    const uint64_t gen = w->gen, polls = w->polls, failed = w->poll_failures,
+                   in_row = w->failures_in_row, refused = w->refused, swaps = w->swaps,
+                   trust = w->trust_seen;
+    const int64_t last_ok = w->last_ok, expires = w->served_expires;
+    const bool offline = w->offline_start && !last_ok;
+    pthread_mutex_unlock(&w->mu);
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return NULL;
+    /* Model, channel and version are registry names ([a-z0-9._-] and the like), the digest
+     * hex: nothing in a label value to escape. */
+    fprintf(f,
+            "# HELP kiln_watch_info The model version this service runs.\n"
+            "# TYPE kiln_watch_info gauge\n"
+            "kiln_watch_info{model=\"%s\",channel=\"%s\",version=\"%s\",digest=\"%s\"} 1\n"
+            "# HELP kiln_watch_generation Versions swapped in since the start, from 1.\n"
+            "# TYPE kiln_watch_generation gauge\nkiln_watch_generation %llu\n"
+            "# HELP kiln_watch_record_seq The seq of the channel record in service.\n"
+            "# TYPE kiln_watch_record_seq gauge\nkiln_watch_record_seq %lld\n"
+            "# HELP kiln_watch_record_expiry_timestamp_seconds When the record in service expires "
+            "(a restart with no registry serves the kept model until then).\n"
+            "# TYPE kiln_watch_record_expiry_timestamp_seconds gauge\n"
+            "kiln_watch_record_expiry_timestamp_seconds %lld\n"
+            "# HELP kiln_watch_polls_total Polls of the channel.\n"
+            "# TYPE kiln_watch_polls_total counter\nkiln_watch_polls_total %llu\n"
+            "# HELP kiln_watch_poll_failures_total Polls that failed (no registry, a refusal).\n"
+            "# TYPE kiln_watch_poll_failures_total counter\nkiln_watch_poll_failures_total %llu\n"
+            "# HELP kiln_watch_poll_failures_in_row Failed polls since the last that went "
+            "through.\n"
+            "# TYPE kiln_watch_poll_failures_in_row gauge\nkiln_watch_poll_failures_in_row %llu\n"
+            "# HELP kiln_watch_last_poll_success_timestamp_seconds The last poll that went "
+            "through (0: none since the start).\n"
+            "# TYPE kiln_watch_last_poll_success_timestamp_seconds gauge\n"
+            "kiln_watch_last_poll_success_timestamp_seconds %lld\n"
+            "# HELP kiln_watch_swaps_total New versions swapped in.\n"
+            "# TYPE kiln_watch_swaps_total counter\nkiln_watch_swaps_total %llu\n"
+            "# HELP kiln_watch_refused_total Polls that refused what a registry gave (a record, "
+            "a trust version, a model that does not verify or load).\n"
+            "# TYPE kiln_watch_refused_total counter\nkiln_watch_refused_total %llu\n"
+            "# HELP kiln_watch_trust_policy_version The trust policy version walked to.\n"
+            "# TYPE kiln_watch_trust_policy_version gauge\nkiln_watch_trust_policy_version %llu\n"
+            "# HELP kiln_watch_serving_offline 1 while the kept model the start served with no "
+            "registry answering has not been confirmed by a poll.\n"
+            "# TYPE kiln_watch_serving_offline gauge\nkiln_watch_serving_offline %d\n",
+            r.model, r.channel, r.version, r.digest, (unsigned long long)gen, (long long)r.seq,
+            (long long)expires, (unsigned long long)polls, (unsigned long long)failed,
+            (unsigned long long)in_row, (long long)last_ok, (unsigned long long)swaps,
+            (unsigned long long)refused, (unsigned long long)trust, offline ? 1 : 0);
+    if (fclose(f) != 0) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
 }

@@ -1190,6 +1190,157 @@ out:
     fx_free(&f);
 }
 
+/* A sample's value in Prometheus text (the line that starts with name and a space or a
+ * '{'); NAN when absent. */
+static double sample(const char *text, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = text; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL)
+        if (!strncmp(p, name, n) && (p[n] == ' ' || p[n] == '{')) {
+            const char *v = strchr(p + n, ' ');
+            return v ? strtod(v + 1, NULL) : NAN;
+        }
+    return NAN;
+}
+
+/* kiln_watch_metrics of w once cond holds of it (10 s at most: a lone registry that does not
+ * answer is retried for about 4 s before a poll fails); caller frees. */
+static char *metrics_when(kiln_watch *w, bool (*cond)(const char *text)) {
+    char *t = NULL;
+    for (int i = 0; i < 1000; i++) {
+        free(t);
+        t = kiln_watch_metrics(w);
+        if (t && cond(t)) break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    return t;
+}
+
+static bool polled(const char *t) {
+    return sample(t, "kiln_watch_polls_total") >= 2;
+}
+static bool swapped(const char *t) {
+    return sample(t, "kiln_watch_swaps_total") >= 1;
+}
+static bool refused(const char *t) {
+    return sample(t, "kiln_watch_refused_total") >= 1;
+}
+static bool unreachable(const char *t) {
+    return sample(t, "kiln_watch_poll_failures_in_row") >= 1;
+}
+
+/* What a service's watch exports (kiln_watch_metrics, and its metrics_file): the version in
+ * service and its record, swaps, refusals and polls that found no registry; a metrics file
+ * that cannot be written fails the start, naming it. */
+KILN_TEST(registry_watch_metrics) {
+    fixture f;
+    kiln_watch *w = NULL;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX];
+    char *a1 = fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f.rel, h1),
+         *a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2),
+         *a3 = fx_archive("broken", "3.0.0", f.rel, h3);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
+    kiln_registry_published pub;
+    kiln_sign_seckey *k1[] = {f.p1, NULL};
+    const int64_t later = kiln_unix_time() + 3600, later2 = later + 60;
+    char *r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1),
+         *r2 = rfx_record("staging", "2.0.0", h2, 2, later2, "promote", k1),
+         *r3 = rfx_record("staging", "3.0.0", h3, 3, later2, "promote", k1);
+    char *dir = kiln_test_path("watch-metrics"), *file = kiln_test_path("svc.prom"), *t = NULL,
+         *text = NULL, want[256];
+    if (!CHECK("published and promoted", a1 && a2 && a3 && r1 && r2 && r3 && dir && file &&
+                                             kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
+                                             kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
+                                             kiln_registry_publish(&c, a3, NULL, &pub) == KILN_OK &&
+                                             fx_put(&f, "staging", r1) == KILN_OK))
+        goto done;
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, NULL, NULL);
+    o.metrics_file = "/nonexistent-kiln-dir/svc.prom";
+    CHECK("a metrics file that cannot be written fails the start, naming it",
+          kiln_watch_start(&o, &w) != KILN_OK && !w &&
+              kiln_test_msg_has("/nonexistent-kiln-dir/svc.prom", NULL));
+    o.metrics_file = file;
+    if (!CHECK("watch starts", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
+    size_t len;
+    CHECK("the file is written at the start",
+          kiln_read_file(file, 1 << 20, &text, &len) == KILN_OK);
+    snprintf(want, sizeof want,
+             "kiln_watch_info{model=\"demo\",channel=\"staging\",version=\"1.0.0\",digest=\"sha256:"
+             "%s\"} 1\n",
+             h1);
+    CHECK("it names the version in service", text && strstr(text, want));
+    CHECK("generation 1, record seq 1 and its expiry, no swap, served online",
+          text && sample(text, "kiln_watch_generation") == 1 &&
+              sample(text, "kiln_watch_record_seq") == 1 &&
+              sample(text, "kiln_watch_record_expiry_timestamp_seconds") == (double)later &&
+              sample(text, "kiln_watch_swaps_total") == 0 &&
+              sample(text, "kiln_watch_serving_offline") == 0);
+    t = metrics_when(w, polled);
+    CHECK("polls go through", t && sample(t, "kiln_watch_poll_failures_total") == 0 &&
+                                  sample(t, "kiln_watch_last_poll_success_timestamp_seconds") > 0 &&
+                                  sample(t, "kiln_watch_trust_policy_version") >= 1);
+    free(t);
+    CHECK("promote 2.0.0", fx_put(&f, "staging", r2) == KILN_OK);
+    t = metrics_when(w, swapped);
+    snprintf(want, sizeof want, "version=\"2.0.0\",digest=\"sha256:%s\"} 1\n", h2);
+    CHECK("the swap: 2.0.0, generation 2, seq 2 and its expiry",
+          t && strstr(t, want) && sample(t, "kiln_watch_generation") == 2 &&
+              sample(t, "kiln_watch_record_seq") == 2 &&
+              sample(t, "kiln_watch_record_expiry_timestamp_seconds") == (double)later2);
+    free(t);
+    CHECK("promote a model that cannot load", fx_put(&f, "staging", r3) == KILN_OK);
+    t = metrics_when(w, refused);
+    CHECK("refused, and 2.0.0 still in service", t && sample(t, "kiln_watch_refused_total") == 1 &&
+                                                     strstr(t, want) &&
+                                                     sample(t, "kiln_watch_generation") == 2);
+    free(t);
+    double last_ok = 0;
+    t = kiln_watch_metrics(w);
+    if (t) last_ok = sample(t, "kiln_watch_last_poll_success_timestamp_seconds");
+    free(t);
+    kiln_registry_server_stop(f.reg.srv, 0);
+    f.reg.srv = NULL;
+    t = metrics_when(w, unreachable);
+    CHECK("no registry: a poll fails, nothing refused, the last success stays",
+          t && sample(t, "kiln_watch_poll_failures_in_row") >= 1 &&
+              sample(t, "kiln_watch_refused_total") == 1 &&
+              sample(t, "kiln_watch_last_poll_success_timestamp_seconds") <= last_ok + 1);
+    free(t);
+    free(text);
+    text = NULL;
+    /* The file follows: it is rewritten after each poll. */
+    for (int i = 0; i < 1000; i++) {
+        free(text);
+        text = NULL;
+        if (kiln_read_file(file, 1 << 20, &text, &len) == KILN_OK &&
+            sample(text, "kiln_watch_poll_failures_in_row") >= 1)
+            break;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    CHECK("the file too",
+          text && strstr(text, want) && sample(text, "kiln_watch_poll_failures_in_row") >= 1);
+    kiln_watch_stop(w);
+    w = NULL;
+    /* Restarted with no registry up: the kept model, said to be served offline. */
+    o.metrics_file = NULL;
+    if (CHECK("restarted offline", kiln_watch_start(&o, &w) == KILN_OK)) {
+        t = kiln_watch_metrics(w);
+        CHECK("serving offline, 2.0.0 as kept", t && strstr(t, want) &&
+                                                    sample(t, "kiln_watch_serving_offline") == 1 &&
+                                                    sample(t, "kiln_watch_polls_total") == 0);
+        free(t);
+        kiln_watch_stop(w);
+    }
+done:
+    free(text);
+    free(dir), free(file);
+    free(a1), free(a2), free(a3), free(r1), free(r2), free(r3);
+out:
+    fx_free(&f);
+}
+
 /* Which OUT/gen-N a watch left, as "gen-1 gen-3" (sorted). */
 static const char *gens(const char *out, char *buf, size_t cap) {
     buf[0] = 0;
