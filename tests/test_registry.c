@@ -1112,25 +1112,33 @@ static uint64_t wait_gen(kiln_watch *w, uint64_t want) {
     return g;
 }
 
+/* What the watch tests follow: 1.0.0 the dense model, 2.0.0 the MoE one and 3.0.0 an archive
+ * whose model cannot load, published to f; h their archives' digests (hex). */
+static bool fx_publish_three(const fixture *f, char h[3][KILN_SHA256_HEX]) {
+    char *a[3] = {fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f->rel, h[0]),
+                  fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f->rel, h[1]),
+                  fx_archive("broken", "3.0.0", f->rel, h[2])};
+    kiln_registry_client_opts c = fx_client(f, f->reg.pub);
+    kiln_registry_published pub;
+    bool ok = true;
+    for (int i = 0; i < 3; i++) {
+        ok = ok && a[i] && kiln_registry_publish(&c, a[i], NULL, &pub) == KILN_OK;
+        free(a[i]);
+    }
+    return ok;
+}
+
 KILN_TEST(registry_watch_swaps_verified_models) {
     fixture f;
     updates u = {.mu = PTHREAD_MUTEX_INITIALIZER};
     kiln_watch *w = NULL;
     if (!CHECK("fixture", fx_init(&f))) goto out;
-    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX];
-    char *a1 = fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f.rel, h1),
-         *a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2),
-         *a3 = fx_archive("broken", "3.0.0", f.rel, h3);
-    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
-    kiln_registry_published pub;
+    char h[3][KILN_SHA256_HEX], *h2 = h[1], *h3 = h[2];
     kiln_sign_seckey *k1[] = {f.p1, NULL};
     int64_t later = kiln_unix_time() + 3600;
-    char *r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1);
-    if (!CHECK("published and promoted", a1 && a2 && a3 && r1 &&
-                                             kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
-                                             kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
-                                             kiln_registry_publish(&c, a3, NULL, &pub) == KILN_OK &&
-                                             fx_put(&f, "staging", r1) == KILN_OK))
+    const bool published = fx_publish_three(&f, h); /* before the records: their digests */
+    char *r1 = rfx_record("staging", "1.0.0", h[0], 1, later, "promote", k1);
+    if (!CHECK("published and promoted", published && r1 && fx_put(&f, "staging", r1) == KILN_OK))
         goto done;
     char *dir = kiln_test_path("watch");
     kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &u);
@@ -1185,7 +1193,7 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     kiln_watch_stop(w);
     free(r2), free(r3), free(dir);
 done:
-    free(a1), free(a2), free(a3), free(r1);
+    free(r1);
 out:
     fx_free(&f);
 }
@@ -1236,24 +1244,17 @@ KILN_TEST(registry_watch_metrics) {
     fixture f;
     kiln_watch *w = NULL;
     if (!CHECK("fixture", fx_init(&f))) goto out;
-    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX];
-    char *a1 = fx_model_archive("tsmoe-dense.model.safetensors", "1.0.0", f.rel, h1),
-         *a2 = fx_model_archive("tsmoe-moe.model.safetensors", "2.0.0", f.rel, h2),
-         *a3 = fx_archive("broken", "3.0.0", f.rel, h3);
-    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
-    kiln_registry_published pub;
+    char h[3][KILN_SHA256_HEX], *h1 = h[0], *h2 = h[1], *h3 = h[2];
     kiln_sign_seckey *k1[] = {f.p1, NULL};
     const int64_t later = kiln_unix_time() + 3600, later2 = later + 60;
+    const bool published = fx_publish_three(&f, h); /* before the records: their digests */
     char *r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1),
          *r2 = rfx_record("staging", "2.0.0", h2, 2, later2, "promote", k1),
          *r3 = rfx_record("staging", "3.0.0", h3, 3, later2, "promote", k1);
     char *dir = kiln_test_path("watch-metrics"), *file = kiln_test_path("svc.prom"), *t = NULL,
          *text = NULL, want[256];
-    if (!CHECK("published and promoted", a1 && a2 && a3 && r1 && r2 && r3 && dir && file &&
-                                             kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
-                                             kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
-                                             kiln_registry_publish(&c, a3, NULL, &pub) == KILN_OK &&
-                                             fx_put(&f, "staging", r1) == KILN_OK))
+    if (!CHECK("published and promoted",
+               published && r1 && r2 && r3 && dir && file && fx_put(&f, "staging", r1) == KILN_OK))
         goto done;
     kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, NULL, NULL);
     o.metrics_file = "/nonexistent-kiln-dir/svc.prom";
@@ -1336,7 +1337,7 @@ KILN_TEST(registry_watch_metrics) {
 done:
     free(text);
     free(dir), free(file);
-    free(a1), free(a2), free(a3), free(r1), free(r2), free(r3);
+    free(r1), free(r2), free(r3);
 out:
     fx_free(&f);
 }
