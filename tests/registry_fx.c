@@ -453,3 +453,14 @@ int rfx_accept(int fd, char *req, size_t size) {
     }
     return c;
 }
+
+char *rfx_policy(const char *rel, const char *p1, const char *p2) {
+    return kiln_asprintf(
+        "{\"format\":\"kiln-trust/1\",\"keys\":["
+        "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
+        "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
+        "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
+        "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}},"
+        "\"accept_unvalidated\":true}",
+        rel, p1, p2);
+}

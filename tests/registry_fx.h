@@ -104,6 +104,10 @@ bool rfx_sql(const char *root, rfx_db how, const char *sql, const char *text);
 bool rfx_keys(kiln_sign_seckey **sk, char (*b64)[KILN_SIGN_PUBKEY_B64], int n);
 void rfx_keys_free(kiln_sign_seckey **sk, int n);
 
+/* The trust policy most registry tests use (caller frees): release key rel, promote keys p1
+ * and p2 (public keys, base64), staging needs 1 promote signature and production 2,
+ * unvalidated archives accepted. */
+char *rfx_policy(const char *rel, const char *p1, const char *p2);
 /* Sign archive as `kiln sign [--allow-unvalidated]` does, adding a block to ARCHIVE.minisig
  * (a second key co-signs). */
 bool rfx_sign(kiln_sign_seckey *sk, const char *archive, bool allow_unvalidated);

@@ -552,14 +552,7 @@ static bool fx_init(fixture *f) {
     if (!kiln_test_keypair(&f->rel, r) || !kiln_test_keypair(&f->p1, a) ||
         !kiln_test_keypair(&f->p2, b) || !kiln_test_keypair(&f->stranger, s))
         return false;
-    char *t = kiln_asprintf(
-        "{\"format\":\"kiln-trust/1\",\"keys\":["
-        "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
-        "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
-        "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
-        "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}},"
-        "\"accept_unvalidated\":true}",
-        r, a, b);
+    char *t = rfx_policy(r, a, b);
     bool ok = t && rfx_init(&f->reg, "reg", t, KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE, 4, false);
     free(t);
     return ok;

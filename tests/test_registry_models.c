@@ -34,14 +34,7 @@ static bool mfx_init(mfx *f) {
     memset(f, 0, sizeof *f);
     char pk[4][KILN_SIGN_PUBKEY_B64];
     if (!rfx_keys(f->k, pk, 4)) return false;
-    char *t = kiln_asprintf(
-        "{\"format\":\"kiln-trust/1\",\"keys\":["
-        "{\"name\":\"rel\",\"pubkey\":\"%s\",\"roles\":[\"release\"]},"
-        "{\"name\":\"p1\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]},"
-        "{\"name\":\"p2\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"
-        "\"channels\":{\"staging\":{\"threshold\":1},\"production\":{\"threshold\":2}},"
-        "\"accept_unvalidated\":true}",
-        pk[0], pk[1], pk[2]);
+    char *t = rfx_policy(pk[0], pk[1], pk[2]);
     bool ok = t && rfx_init(&f->reg, "reg", t, KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE, 2, false);
     free(t);
     if (!ok) return false;
