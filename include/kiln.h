@@ -231,8 +231,8 @@ typedef struct kiln_watch_opts {
     unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
     /* Called from the watcher's thread after each attempted update: KILN_OK and the new
      * version when one was swapped in, else the failure (the old model stays in service);
-     * and once from kiln_watch_start when the start served the kept model offline or refused
-     * it (r NULL, below).
+     * and once from kiln_watch_start when the start served the kept model offline, refused
+     * it, or kept it because the channel's current version was refused (r NULL, below).
      * Also what the watch hears of the trust policy (each poll walks it forward first,
      * docs/registry.md): KILN_OK with r NULL when a new version of the policy was accepted
      * (message: which, and what changed), and a failure with r NULL when the policy did not
@@ -259,7 +259,10 @@ typedef struct kiln_watch_opts {
  * signatures its pull kept in pull.state: signatures, seq as accepted, not expired, the
  * manifest they sign, every file) and served, on_update hearing KILN_ERR_NETWORK and what is
  * served, and the watch polls on until a registry answers. A kept model that does not verify
- * is never served (on_update hears why when a pull replaced it). */
+ * is never served (on_update hears why when a pull replaced it). When the channel's current
+ * version is refused at the start (it does not verify, or its model does not load), the kept
+ * model is checked the same way and served, as a running watch keeps its model then, and
+ * on_update hears why; the refused record is not tried again until a newer one comes. */
 KILN_API kiln_err kiln_watch_start(const kiln_watch_opts *opts, kiln_watch **out) KILN_MUST_CHECK;
 /* The model in service, held until kiln_watch_release; *generation (may be NULL) counts the
  * swaps from 1. A service keeps its streams on the model it acquired and, when the

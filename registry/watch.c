@@ -486,6 +486,33 @@ static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *not
             kiln_pull_result res;
             rc = load_next(w, t, *text, &res, &w->cur);
         }
+        /* The channel's version refused (a record or an archive that does not verify, a model
+         * that does not load): as a running watch keeps its model then, a start keeps the one
+         * it kept, checked as for a start with no registry, and says why. The refused record
+         * is not tried again until a newer one comes. */
+        if (rc && rc != KILN_ERR_NETWORK && rc != KILN_ERR_IO && rc != KILN_ERR_NOMEM && kept &&
+            k == KILN_ERR_NOTFOUND) {
+            char refused[1024];
+            snprintf(refused, sizeof refused, "%s", kiln_errmsg());
+            char *kept_text = NULL;
+            if (!load_kept(w, t, kept, NULL, &kept_text, &rec, &w->cur)) {
+                char when[21];
+                kiln_format_time(rec.expires, when);
+                *note_rc = rc;
+                snprintf(note, cap,
+                         "the channel's current version was refused: %s; serving %s@%s (%s seq "
+                         "%lld, expires %s) as kept in '%s', checked again against the trust "
+                         "policy and the state of its pull",
+                         refused, w->model, rec.version, w->channel, (long long)rec.seq, when,
+                         w->cur->dir);
+                w->served = kept_text;
+                w->refused = 1;
+                rc = KILN_OK;
+            } else {
+                rc = kiln_fail(rc, "%s; and the model kept in '%s/gen-%llu' cannot serve: %s",
+                               refused, w->out, (unsigned long long)kept, kiln_errmsg());
+            }
+        }
     } else if (outage && kept) {
         /* The kept model, checked again under the policy walked (or, when no registry
          * answered, the one this client holds: its trust file and the versions in state)
@@ -591,9 +618,9 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     remove_dirs(w->out, w->cur->dir);
     w->gen = w->cur->gen;
     w->last_record = text;
-    w->served = kiln_strdup(text);
+    if (!w->served) w->served = kiln_strdup(text); /* else the kept one, the channel's refused */
     KILN_CHECK_IF(rc, fail, !w->served, KILN_ERR_NOMEM, "out of memory");
-    w->served_expires = record_expires(text);
+    w->served_expires = record_expires(w->served);
     w->trust_seen = w->trust_version;
     if (o->metrics_file) {
         KILN_CHECK_IF(rc, fail, !(w->metrics_file = kiln_strdup(o->metrics_file)), KILN_ERR_NOMEM,

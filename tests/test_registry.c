@@ -1289,6 +1289,23 @@ KILN_TEST(registry_watch_metrics) {
                                                      strstr(t, want) &&
                                                      sample(t, "kiln_watch_generation") == 2);
     free(t);
+    /* A restart while the channel names the version it refused keeps the model it kept, as a
+     * running watch does, and says why. */
+    kiln_watch_stop(w);
+    w = NULL;
+    updates u = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    o.on_update = on_update;
+    o.ctx = &u;
+    if (!CHECK("restarted with the channel on a model that cannot load",
+               kiln_watch_start(&o, &w) == KILN_OK))
+        goto done;
+    t = kiln_watch_metrics(w);
+    CHECK("2.0.0 kept in service, the refusal said and counted",
+          t && strstr(t, want) && sample(t, "kiln_watch_refused_total") == 1 &&
+              sample(t, "kiln_watch_serving_offline") == 0 && u.failed == 1 &&
+              strstr(u.last_error, "the channel's current version was refused") &&
+              strstr(u.last_error, "serving demo@2.0.0 (staging seq 2"));
+    free(t);
     double last_ok = 0;
     t = kiln_watch_metrics(w);
     if (t) last_ok = sample(t, "kiln_watch_last_poll_success_timestamp_seconds");
