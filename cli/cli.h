@@ -117,6 +117,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_installed(int argc, char **argv); /* cmd_publish.c */
 int cmd_models(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+int cmd_renew(int argc, char **argv); /* cmd_publish.c */
 int cmd_runs_diff(int argc, char **argv);
 int cmd_runs_explain(int argc, char **argv);
 int cmd_runs_list(int argc, char **argv);

@@ -41,6 +41,7 @@ static const command commands[] = {
     {"registry serve", cmd_registry_serve, "serve a model registry over HTTP"},
     {"registry token", cmd_registry_token, "create, list or revoke registry tokens"},
     {"release", cmd_release, "export, validate, pack, sign, publish and promote a run in one go"},
+    {"renew", cmd_renew, "re-sign a channel's current version with a new expiry (verified first)"},
     {"rollback", cmd_rollback, "point a registry channel back at an older version"},
     {"runs diff", cmd_runs_diff, "compare two runs: config and the first differing loss"},
     {"runs explain", cmd_runs_explain,

@@ -1,6 +1,7 @@
 /* channel.c - the client's side of channels: sign the next record for a version and put it
- * (promote, rollback), and find the version a channel pointed at before. kiln promote,
- * kiln rollback and kiln_registry_release share it. */
+ * (promote, rollback, renew: the current version again, its record verified first), and find
+ * the version a channel pointed at before. kiln promote, kiln rollback, kiln renew and
+ * kiln_registry_release share it. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,9 @@ kiln_err kiln_registry_promote(const kiln_registry_client_opts *c,
         rc = KILN_OK;
     }
     if (rc) goto out;
+    KILN_CHECK_IF(rc, out, o->expect_seq && seq != o->expect_seq, KILN_ERR_CONFLICT,
+                  "%s/%s is at seq %llu now, not %llu: the channel moved meanwhile; nothing signed",
+                  o->model, o->channel, (unsigned long long)seq, (unsigned long long)o->expect_seq);
     vpath = kiln_asprintf("/v1/models/%s/versions/%s", o->model, o->version);
     KILN_CHECK_IF(rc, out, !vpath, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_registry_get_json(c, vpath, &ver));
@@ -102,4 +106,58 @@ kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, cons
                  "channel '%s' of '%s' never pointed at another version; give --to", channel,
                  model);
     return KILN_OK;
+}
+
+kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_registry_renew_opts *o,
+                             kiln_registry_promoted *out, char version[KILN_REGISTRY_NAME_MAX + 1],
+                             int64_t *was_expires) {
+    memset(out, 0, sizeof *out);
+    version[0] = 0;
+    *was_expires = 0;
+    KILN_TRY(kiln_registry_check_name("model", o->model));
+    KILN_TRY(kiln_registry_check_name("channel", o->channel));
+    KILN_FAIL_IF(!o->trust, KILN_ERR_USAGE,
+                 "renewing %s/%s needs the trust policy its current record must verify under",
+                 o->model, o->channel);
+    kiln_sign_trust *t = NULL;
+    char *cur = NULL;
+    size_t len = 0;
+    KILN_TRY(kiln_registry_trust_walk(c, o->trust, o->state, NULL, NULL, &t));
+    kiln_err rc = kiln_registry_get_channel(c, o->model, o->channel, &cur, &len);
+    if (rc == KILN_ERR_NOTFOUND)
+        rc = kiln_fail(rc, "%s/%s has no record to renew: promote a version", o->model, o->channel);
+    char label[160];
+    snprintf(label, sizeof label, "the current record of %s/%s", o->model, o->channel);
+    reg_record rec;
+    if (!rc) rc = reg_record_verify(t, cur, len, label, &rec);
+    if (!rc && (strcmp(rec.model, o->model) || strcmp(rec.channel, o->channel)))
+        rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s; refusing", label, rec.model, rec.channel);
+    int64_t accepted = 0;
+    bool known = false;
+    if (!rc) rc = reg_channel_state(o->state, o->model, o->channel, &accepted, &known);
+    if (!rc && known && rec.seq < accepted)
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "%s is seq %lld, lower than %lld this client accepted: the registry serves "
+                       "an older record; refusing to renew it",
+                       label, (long long)rec.seq, (long long)accepted);
+    if (!rc) {
+        kiln_registry_promote_opts p = {.model = o->model,
+                                        .channel = o->channel,
+                                        .version = rec.version,
+                                        .keys = o->keys,
+                                        .nkeys = o->nkeys,
+                                        .expires_in = o->expires_in,
+                                        .reason = "renew",
+                                        .digest = rec.digest,
+                                        .save_to = o->save_to,
+                                        .expect_seq = (uint64_t)rec.seq};
+        rc = kiln_registry_promote(c, &p, out);
+    }
+    if (!rc) {
+        snprintf(version, KILN_REGISTRY_NAME_MAX + 1, "%s", rec.version);
+        *was_expires = rec.expires;
+    }
+    free(cur);
+    kiln_sign_trust_free(t);
+    return rc;
 }

@@ -461,6 +461,7 @@ typedef struct kiln_registry_promote_opts {
     const char *reason;  /* NULL: "promote" ("rollback" for a rollback) */
     const char *digest;  /* NULL, or "[sha256:]<hex>": refuse unless the registry holds it */
     const char *save_to; /* NULL: put the record; else write it there (to co-sign), put nothing */
+    uint64_t expect_seq; /* 0, or refuse unless the channel's current record has this seq */
 } kiln_registry_promote_opts;
 
 typedef struct kiln_registry_promoted {
@@ -475,6 +476,27 @@ typedef struct kiln_registry_promoted {
  * the channel's threshold) or save it. */
 kiln_err kiln_registry_promote(const kiln_registry_client_opts *c,
                                const kiln_registry_promote_opts *o, kiln_registry_promoted *out);
+
+typedef struct kiln_registry_renew_opts {
+    const char *model, *channel;
+    const char *trust; /* the trust policy the current record must verify under (walked) */
+    const char *state; /* NULL: the default; its accepted seq bounds the current record's */
+    const kiln_sign_seckey *const *keys;
+    size_t nkeys;
+    int64_t expires_in;  /* 0: 30 days */
+    const char *save_to; /* as for promote */
+} kiln_registry_renew_opts;
+
+/* Re-sign the channel's current version with a new expiry (reason "renew"): the current
+ * record is fetched and verified first (its signatures reach the channel's threshold under
+ * the trust policy walked from o->trust, it names this model and channel, its seq is not
+ * below the one the state accepted: a registry cannot get an older version renewed), and
+ * the new record names its version and digest at its seq + 1 (refused if the channel moved
+ * meanwhile). An expired current record may be renewed: that is what it is for. version
+ * gets the version renewed and *was_expires the old record's expiry. */
+kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_registry_renew_opts *o,
+                             kiln_registry_promoted *out, char version[KILN_REGISTRY_NAME_MAX + 1],
+                             int64_t *was_expires);
 
 /* The version the channel pointed at before its current one, from its history (what
  * kiln rollback goes back to); KILN_ERR_NOTFOUND if it never pointed at another. */

@@ -1105,6 +1105,39 @@ static uint64_t wait_gen(kiln_watch *w, uint64_t want) {
     return g;
 }
 
+/* A promotion that expects the channel at a seq it has moved past signs and puts nothing
+ * (kiln renew's guard against a channel moving between its check and its signature). */
+KILN_TEST(registry_promote_expect_seq) {
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char h[KILN_SHA256_HEX];
+    char *a = fx_archive("one", "1.0.0", f.rel, h);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub), pc = fx_client(&f, f.reg.prom);
+    kiln_registry_published pub;
+    const kiln_sign_seckey *k1[] = {f.p1};
+    kiln_registry_promote_opts o = {
+        .model = "demo", .channel = "staging", .version = "1.0.0", .keys = k1, .nkeys = 1};
+    kiln_registry_promoted res;
+    if (!CHECK("published and promoted twice",
+               a && kiln_registry_publish(&c, a, NULL, &pub) == KILN_OK &&
+                   kiln_registry_promote(&pc, &o, &res) == KILN_OK &&
+                   kiln_registry_promote(&pc, &o, &res) == KILN_OK && res.seq == 2))
+        goto done;
+    o.expect_seq = 1;
+    CHECK("expecting seq 1 at seq 2: refused, naming both",
+          kiln_registry_promote(&pc, &o, &res) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("demo/staging is at seq 2 now, not 1", NULL));
+    CHECK("nothing put",
+          rfx_int(f.reg.root, RFX_OPEN, "SELECT max(seq) FROM channel_records") == 2);
+    o.expect_seq = 2;
+    CHECK("expecting seq 2: seq 3",
+          kiln_registry_promote(&pc, &o, &res) == KILN_OK && res.seq == 3);
+done:
+    free(a);
+out:
+    fx_free(&f);
+}
+
 /* What the watch tests follow: 1.0.0 the dense model, 2.0.0 the MoE one and 3.0.0 an archive
  * whose model cannot load, published to f; h their archives' digests (hex). */
 static bool fx_publish_three(const fixture *f, char h[3][KILN_SHA256_HEX]) {

@@ -163,6 +163,37 @@ $KILN channel put "$T/rec4.json" --registry "$URL" --token "$PROM" >/dev/null
 expect_fail 2 $KILN channel put "$T/rb2.json" --registry "$URL" --token "$PROM"
 grep -q 'HTTP 409: channel record for demo/production has seq 4, but the next must be 5' "$T/err" ||
     fail "a stale prepared rollback: $(cat "$T/err")"
+# kiln renew: the current version re-signed with a new expiry, its record verified first.
+$KILN renew demo --channel production --key "$T/p1.key" --registry "$URL" --trust "$T/trust.json" \
+    --state "$T/state" --out "$T/renew.json" >"$T/renew.out" || fail "renew: $(cat "$T/renew.out")"
+grep -q "^demo/production -> 1.0.0 (sha256:[0-9a-f]\{64\}) seq 5, reason 'renew' (the record it renews, seq 4, expires 20" "$T/renew.out" ||
+    fail "renew said: $(cat "$T/renew.out")"
+$KILN channel sign --add "$T/renew.json" --key "$T/p2.key" >/dev/null
+$KILN channel put "$T/renew.json" --registry "$URL" --token "$PROM" | grep -q '^demo/production -> 1.0.0 seq 5 (2 signatures)$' ||
+    fail "put the renewal"
+$KILN pull demo@production $S --out "$T/prod" | grep -q 'seq 5' || fail "pull after renew"
+$KILN channel history demo --channel production --registry "$URL" | grep -q '^5 *1\.0\.0 .* renew$' || fail "history: renew"
+# Refused: a current record below the seq this client accepted (a registry serving an old
+# record to get it renewed), and one the trust policy does not back; nothing is signed.
+cp "$T/state/channels/demo/production.json" "$T/prod-state.bak"
+sed -i 's/"seq": 5/"seq": 9/' "$T/state/channels/demo/production.json"
+expect_fail 1 $KILN renew demo --channel production --key "$T/p1.key" --registry "$URL" --trust "$T/trust.json" \
+    --state "$T/state" --out "$T/renew2.json"
+grep -q "the current record of demo/production is seq 5, lower than 9 this client accepted: the registry serves an older record; refusing to renew it" "$T/err" ||
+    fail "renew below the state: $(cat "$T/err")"
+cp "$T/prod-state.bak" "$T/state/channels/demo/production.json"
+cat >"$T/others.json" <<JSON
+{"format":"kiln-trust/1","keys":[
+ {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
+ {"name":"stranger","pubkey":"$(pk stranger)","roles":["promote"]}],
+ "channels":{"staging":{"threshold":1},"production":{"threshold":1}}}
+JSON
+expect_fail 1 $KILN renew demo --channel production --key "$T/p1.key" --registry "$URL" --trust "$T/others.json" \
+    --state "$T/state2" --out "$T/renew2.json"
+grep -q "the current record of demo/production" "$T/err" || fail "renew under another policy: $(cat "$T/err")"
+[ ! -e "$T/renew2.json" ] || fail "a refused renewal wrote a record"
+expect_fail 2 $KILN renew demo --channel nosuch --key "$T/p1.key" --registry "$URL" --trust "$T/trust.json" --state "$T/state"
+grep -q "demo/nosuch has no record to renew: promote a version" "$T/err" || fail "renew a missing channel: $(cat "$T/err")"
 
 kill -TERM $PID
 wait $PID || fail "server exit status after SIGTERM"

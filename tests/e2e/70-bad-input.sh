@@ -308,6 +308,8 @@ row 2 outdir 'isfile' - 'models demo --registry $URL --trust $F/trust.json --sta
 row 12 inst '*' - 'installed demo@staging --dir $S --trust $F/trust.json --state $F/istate'
 row 2 trust "$Q,invalid,wrongtype" - 'installed demo@staging --dir $F/inst --trust $S --state $F/istate'
 row 2 key "$Q" - 'promote demo 1.0.0 --channel staging --key $S --registry $URL --token $PROM --out $O/r.json'
+row 2 key "$Q" - 'renew demo --channel staging --key $S --registry $URL --trust $F/trust.json --state $O/state --out $O/r.json'
+row 2 trust 'missing,dir,empty,invalid,wrongtype' - 'renew demo --channel staging --key $F/prom.key --registry $URL --trust $S --state $O/state --out $O/r.json'
 row 2 root '*' - 'registry fsck --root $S'
 row 2 trust 'missing,invalid,wrongtype' - 'registry fsck --root $F/reg --trust $S'
 row 2 trust 'missing,dir,invalid,wrongtype' - 'registry serve --root $O/srv --listen 127.0.0.1:0 --trust $S'
