@@ -131,8 +131,7 @@ static void quantiles(const bench *b, int phase, size_t field, double q[4], size
     uint32_t *v = malloc(b->n * sizeof *v);
     size_t n = 0;
     for (size_t i = 0; v && i < b->n; i++)
-        if (b->s[i].phase == phase)
-            v[n++] = *(const uint32_t *)((const char *)&b->s[i] + field);
+        if (b->s[i].phase == phase) v[n++] = *(const uint32_t *)((const char *)&b->s[i] + field);
     *n_out = n;
     for (int k = 0; k < 4; k++)
         q[k] = 0;
@@ -229,8 +228,7 @@ int main(int argc, char **argv) {
         free(b.s);
         return 2;
     }
-    printf("start (pull and load): %.3f s; then serving %s\n", start_s,
-           served ? r.version : "?");
+    printf("start (pull and load): %.3f s; then serving %s\n", start_s, served ? r.version : "?");
     size_t n_idle, n_swap;
     double q[4];
     static const struct {
@@ -253,7 +251,8 @@ int main(int argc, char **argv) {
                    fields[f].what, q[0], q[1], q[2], q[3]);
         }
     printf("the swapped-out model's last release: %.1f us\n", (double)b.old_release_ns / 1e3);
-    printf("ready to the new version in service: %.3f s (the promotion, a poll, its pull and load); old generation's directory "
+    printf("ready to the new version in service: %.3f s (the promotion, a poll, its pull and "
+           "load); old generation's directory "
            "removed by the watcher %.3f s after the swap\n",
            (double)(t_swapped - t_ready) * 1e-9, (double)(t_gone - t_swapped) * 1e-9);
     free(b.s);

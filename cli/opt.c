@@ -190,8 +190,7 @@ int cli_parse_duration_ms(const char *s, uint64_t max_ms, uint64_t *ms) {
 
 bool cli_parse_secs(const char *s, int64_t *secs) {
     uint64_t ms;
-    if (cli_parse_duration_ms(s, 100ULL * 365 * 86400 * 1000, &ms) != 1 || ms % 1000)
-        return false;
+    if (cli_parse_duration_ms(s, 100ULL * 365 * 86400 * 1000, &ms) != 1 || ms % 1000) return false;
     *secs = (int64_t)(ms / 1000);
     return true;
 }

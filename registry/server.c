@@ -659,13 +659,13 @@ static enum MHD_Result do_model(struct MHD_Connection *c, req *r, sqlite3 *db) {
             -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
         while (sqlite3_step(st) == SQLITE_ROW)
-            json_object_set_new(
-                channels, col(st, 0),
-                json_pack("{s:I, s:s, s:s, s:o, s:o, s:s, s:o}", "seq",
-                          (json_int_t)sqlite3_column_int64(st, 1), "version", col(st, 2),
-                          "digest", col(st, 3), "expires", time_json(sqlite3_column_int64(st, 4)),
-                          "reason", col_string(st, 5), "put_by", col(st, 6), "put_at",
-                          time_json(sqlite3_column_int64(st, 7))));
+            json_object_set_new(channels, col(st, 0),
+                                json_pack("{s:I, s:s, s:s, s:o, s:o, s:s, s:o}", "seq",
+                                          (json_int_t)sqlite3_column_int64(st, 1), "version",
+                                          col(st, 2), "digest", col(st, 3), "expires",
+                                          time_json(sqlite3_column_int64(st, 4)), "reason",
+                                          col_string(st, 5), "put_by", col(st, 6), "put_at",
+                                          time_json(sqlite3_column_int64(st, 7))));
     }
     sqlite3_finalize(st);
     if (!json_array_size(versions) && !json_object_size(channels)) {

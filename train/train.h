@@ -461,9 +461,9 @@ void kiln_run_diff_release(kiln_run_diff *d);
  * finite, or the top of the tensors whose gradients are not), which tensor rose first,
  * a router or attention collapse, an update far past its median. step 0: the run's first
  * spike or non-finite step ("step": null when it has none); "trouble" lists the steps of
- * every spike and non-finite step (the first KILN_EXPLAIN_MAX_TROUBLE). A step the run did not log, a
- * directory that is no run, or one without metrics.db fails naming it. *out is a document
- * of format "kiln-runs-explain/1" (docs/train.md); json_decref it. */
+ * every spike and non-finite step (the first KILN_EXPLAIN_MAX_TROUBLE). A step the run did not log,
+ * a directory that is no run, or one without metrics.db fails naming it. *out is a document of
+ * format "kiln-runs-explain/1" (docs/train.md); json_decref it. */
 kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **out);
 
 /* ---- comparing runs (kiln runs list) ---- */
