@@ -161,3 +161,70 @@ kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_regi
     kiln_sign_trust_free(t);
     return rc;
 }
+
+kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts *c,
+                                                 const char *model, const char *channel,
+                                                 const char *trust, const char *state,
+                                                 char out[KILN_REGISTRY_NAME_MAX + 1],
+                                                 char digest[72]) {
+    out[0] = 0;
+    digest[0] = 0;
+    KILN_TRY(kiln_registry_check_name("model", model));
+    KILN_TRY(kiln_registry_check_name("channel", channel));
+    kiln_sign_trust *t = NULL;
+    KILN_TRY(kiln_registry_trust_walk(c, trust, state, NULL, NULL, &t));
+    char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, channel);
+    json_t *h = NULL;
+    kiln_err rc = path ? kiln_registry_get_json(c, path, &h) : KILN_ERR_NOMEM;
+    free(path);
+    const json_t *recs = json_object_get(h, "records");
+    const size_t n = json_array_size(recs);
+    if (!rc && !n)
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "channel '%s' of '%s' has no records", channel, model);
+    /* Newest first: the current record, then the first before it that names another. */
+    reg_record cur, rec;
+    for (size_t i = n; !rc && i-- > 0;) {
+        const char *text = json_string_value(json_object_get(json_array_get(recs, i), "text"));
+        char label[160];
+        snprintf(label, sizeof label, "record %zu of the history of %s/%s", i + 1, model, channel);
+        const bool newest = i == n - 1;
+        kiln_err v = text ? reg_record_verify(t, text, strlen(text), label, &rec)
+                          : kiln_fail(KILN_ERR_FORMAT, "%s: no text", label);
+        if (!v && (strcmp(rec.model, model) || strcmp(rec.channel, channel)))
+            v = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s", label, rec.model, rec.channel);
+        if (v && newest) {
+            rc = kiln_errprefix(v == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : v,
+                                "the channel's current record does not verify: ");
+            break;
+        }
+        if (v) {
+            kiln_errclear(); /* an older record the policy no longer backs: passed over */
+            continue;
+        }
+        if (newest) {
+            cur = rec;
+            int64_t accepted = 0;
+            bool known = false;
+            rc = reg_channel_state(state, model, channel, &accepted, &known);
+            if (!rc && known && cur.seq < accepted)
+                rc = kiln_fail(KILN_ERR_VERIFY,
+                               "the current record of %s/%s is seq %lld, lower than %lld this "
+                               "client accepted: the registry serves an older history; refusing",
+                               model, channel, (long long)cur.seq, (long long)accepted);
+            continue;
+        }
+        if (strcmp(rec.version, cur.version)) {
+            snprintf(out, KILN_REGISTRY_NAME_MAX + 1, "%s", rec.version);
+            snprintf(digest, 72, "%s", rec.digest);
+            break;
+        }
+    }
+    if (!rc && !out[0])
+        rc = kiln_fail(KILN_ERR_NOTFOUND,
+                       "channel '%s' of '%s' never pointed at another version in a record that "
+                       "verifies; give --to",
+                       channel, model);
+    json_decref(h);
+    kiln_sign_trust_free(t);
+    return rc;
+}

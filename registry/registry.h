@@ -502,6 +502,18 @@ kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_regi
  * kiln rollback goes back to); KILN_ERR_NOTFOUND if it never pointed at another. */
 kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, const char *model,
                                         const char *channel, char out[KILN_REGISTRY_NAME_MAX + 1]);
+/* The same from the history's records verified on the client: each record's signatures must
+ * reach the channel's threshold under the policy walked from trust (state: as for a pull),
+ * the newest must be a record of this model and channel with a seq not below the one the
+ * state accepted, and the version found is the newest verified record's before it that names
+ * another; digest gets that record's digest ("sha256:<hex>") to pin the rollback to. A
+ * history whose newest record does not verify is KILN_ERR_VERIFY: nothing to roll back from
+ * that a client would trust. */
+kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts *c,
+                                                 const char *model, const char *channel,
+                                                 const char *trust, const char *state,
+                                                 char out[KILN_REGISTRY_NAME_MAX + 1],
+                                                 char digest[72]);
 
 /* ---- releases (release.c): export, golden, baseline, validate, pack, sign, publish,
  * promote in one call. Uses export/ and validate/ besides sign/ (docs/architecture.md). ---- */

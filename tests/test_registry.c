@@ -1105,6 +1105,53 @@ static uint64_t wait_gen(kiln_watch *w, uint64_t want) {
     return g;
 }
 
+/* kiln rollback --trust: the version before comes from the history's records verified on
+ * the client; a record the policy does not back is passed over when older and refuses the
+ * rollback when it is the newest, where the registry's word would have named its version. */
+KILN_TEST(registry_previous_version_verified) {
+    fixture f;
+    if (!CHECK("fixture", fx_init(&f))) goto out;
+    char h1[KILN_SHA256_HEX], h2[KILN_SHA256_HEX], h3[KILN_SHA256_HEX];
+    char *a1 = fx_archive("one", "1.0.0", f.rel, h1), *a2 = fx_archive("two", "2.0.0", f.rel, h2),
+         *a3 = fx_archive("three", "3.0.0", f.rel, h3);
+    kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
+    kiln_registry_published pub;
+    kiln_sign_seckey *k1[] = {f.p1, NULL}, *ks[] = {f.stranger, NULL};
+    int64_t later = kiln_unix_time() + 3600;
+    char *r1 = rfx_record("staging", "1.0.0", h1, 1, later, "promote", k1),
+         *r2 = rfx_record("staging", "3.0.0", h3, 2, later, "promote", ks),
+         *r3 = rfx_record("staging", "2.0.0", h2, 3, later, "promote", k1),
+         *r4 = rfx_record("staging", "3.0.0", h3, 4, later, "promote", ks);
+    char v[KILN_REGISTRY_NAME_MAX + 1], d[72], want[80];
+    if (!CHECK("published; 1.0.0 promoted, then a stranger's record of 3.0.0 stored as a "
+               "compromised server would, then 2.0.0 promoted",
+               a1 && a2 && a3 && r1 && r2 && r3 && r4 &&
+                   kiln_registry_publish(&c, a1, NULL, &pub) == KILN_OK &&
+                   kiln_registry_publish(&c, a2, NULL, &pub) == KILN_OK &&
+                   kiln_registry_publish(&c, a3, NULL, &pub) == KILN_OK &&
+                   fx_put(&f, "staging", r1) == KILN_OK &&
+                   fx_inject(&f, "staging", "3.0.0", h3, 2, r2) &&
+                   fx_put(&f, "staging", r3) == KILN_OK))
+        goto done;
+    CHECK("the registry's word: 3.0.0, the stranger's",
+          kiln_registry_previous_version(&c, "demo", "staging", v) == KILN_OK &&
+              !strcmp(v, "3.0.0"));
+    snprintf(want, sizeof want, "sha256:%s", h1);
+    CHECK("verified: 1.0.0, its digest pinned",
+          kiln_registry_previous_version_verified(&c, "demo", "staging", f.reg.trust, f.reg.state,
+                                                  v, d) == KILN_OK &&
+              !strcmp(v, "1.0.0") && !strcmp(d, want));
+    CHECK("a stranger's record as the newest", fx_inject(&f, "staging", "3.0.0", h3, 4, r4));
+    CHECK("refuses: the current record does not verify",
+          kiln_registry_previous_version_verified(&c, "demo", "staging", f.reg.trust, f.reg.state,
+                                                  v, d) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("the channel's current record does not verify", NULL) && !v[0]);
+done:
+    free(a1), free(a2), free(a3), free(r1), free(r2), free(r3), free(r4);
+out:
+    fx_free(&f);
+}
+
 /* A promotion that expects the channel at a seq it has moved past signs and puts nothing
  * (kiln renew's guard against a channel moving between its check and its signature). */
 KILN_TEST(registry_promote_expect_seq) {

@@ -194,6 +194,16 @@ grep -q "the current record of demo/production" "$T/err" || fail "renew under an
 [ ! -e "$T/renew2.json" ] || fail "a refused renewal wrote a record"
 expect_fail 2 $KILN renew demo --channel nosuch --key "$T/p1.key" --registry "$URL" --trust "$T/trust.json" --state "$T/state"
 grep -q "demo/nosuch has no record to renew: promote a version" "$T/err" || fail "renew a missing channel: $(cat "$T/err")"
+# kiln rollback --trust: the version before from the verified history, its digest pinned.
+$KILN rollback demo --channel production --trust "$T/trust.json" --state "$T/state" --key "$T/p1.key" \
+    --registry "$URL" --out "$T/rbv.json" >"$T/rbv.out" || fail "verified rollback: $(cat "$T/rbv.out")"
+grep -q "^wrote $T/rbv.json: demo/production -> 1.1.0 (sha256:$(sha256sum "$T/a2.kiln" | cut -d' ' -f1)) seq 6, 1 signature$" "$T/rbv.out" ||
+    fail "verified rollback: $(cat "$T/rbv.out")"
+expect_fail 1 $KILN rollback demo --channel production --trust "$T/others.json" --state "$T/state3" --key "$T/p1.key" \
+    --registry "$URL" --out "$T/rbv2.json"
+grep -q "the channel's current record does not verify" "$T/err" || fail "rollback under another policy: $(cat "$T/err")"
+[ ! -e "$T/rbv2.json" ] || fail "a refused rollback wrote a record"
+expect_fail 2 $KILN rollback demo --channel production --to 1.0.0 --trust "$T/trust.json" --key "$T/p1.key" --registry "$URL"
 
 kill -TERM $PID
 wait $PID || fail "server exit status after SIGTERM"
