@@ -160,7 +160,7 @@ runq "$KILN" promote $MODEL 2.0.0 --channel production --key alice.key --registr
 runq "$KILN" channel sign --add prod-v2.json --key bob.key
 run "$KILN" channel put prod-v2.json --registry "$URL" --token "$PROM"
 echo "while both promote keys are at hand, the way back is signed too (seq 3 -> 1.0.0) and kept off the registry:"
-runq "$KILN" rollback $MODEL --channel production --key alice.key --registry "$URL" --out rollback.json
+runq "$KILN" rollback $MODEL --channel production --trust trust.json --state "$STATE" --key alice.key --registry "$URL" --out rollback.json
 runq "$KILN" channel sign --add rollback.json --key bob.key
 run "$KILN" pull $MODEL@production --registry "$URL" --trust trust.json --state "$STATE" --out service-model
 "$SERVICE" service-model <ticks.csv >predictions-v2.csv 2>/dev/null
