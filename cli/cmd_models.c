@@ -200,6 +200,9 @@ static void print_expiring(const json_t *j, const char *within) {
                    l.reason, l.check[0] ? "  " : "", l.check);
         }
     }
+    if (n)
+        printf("(kiln renew NAME --channel C --key KEY --registry URL --trust FILE re-signs a "
+               "channel's current version, its record verified first)\n");
 }
 
 /* Failover notes on stderr, as kiln pull says them. */
