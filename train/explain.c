@@ -40,10 +40,6 @@ static void tracks_free(track *t, size_t n) {
     free(t);
 }
 
-static double col_num(sqlite3_stmt *s, int i) {
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
-
 /* The rows of sql (key, step, ncol values; ordered by key, then step; ?1 and ?2 the first and
  * last step) into one track per key. text_key: the key is a tensor name, else a number. */
 static kiln_err read_tracks(sqlite3 *db, const char *run_dir, const char *sql, long from, long to,
@@ -91,7 +87,7 @@ static kiln_err read_tracks(sqlite3 *db, const char *run_dir, const char *sql, l
         }
         k->step[k->n] = (long)sqlite3_column_int64(s, 1);
         for (int c = 0; c < ncol; c++)
-            k->v[k->n * (size_t)ncol + (size_t)c] = col_num(s, 2 + c);
+            k->v[k->n * (size_t)ncol + (size_t)c] = kiln_run_col_num(s, 2 + c);
         k->n++;
     }
     KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s", run_dir,
@@ -122,6 +118,13 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The median of v[0..m) (sorted in place); NAN when m is 0. */
+static double median(double *v, size_t m) {
+    if (!m) return NAN;
+    qsort(v, m, sizeof *v, cmp_double);
+    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+}
+
 static col_stat stat_of(const track *t, int ncol, int c, long at, double *scratch) {
     col_stat st = {.value = NAN, .median = NAN, .max = NAN};
     size_t m = 0;
@@ -136,10 +139,7 @@ static col_stat stat_of(const track *t, int ncol, int c, long at, double *scratc
         }
     }
     st.n_before = m;
-    if (m) {
-        qsort(scratch, m, sizeof *scratch, cmp_double);
-        st.median = m % 2 ? scratch[m / 2] : 0.5 * (scratch[m / 2 - 1] + scratch[m / 2]);
-    }
+    st.median = median(scratch, m);
     if (!isfinite(st.value)) st.value = NAN;
     if (isfinite(st.value) && st.median > 0 && st.value > ELEVATED * st.median) {
         for (size_t i = t->n; i-- > 0;) {
@@ -562,11 +562,7 @@ kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **
             double u = r->t->v[k * T_NCOL + T_UPDATE];
             if (r->t->step[k] < step - UPDATE_LOOK && isfinite(u) && u > 0) scratch[m++] = u;
         }
-        r->upd_median = NAN;
-        if (m) {
-            qsort(scratch, m, sizeof *scratch, cmp_double);
-            r->upd_median = m % 2 ? scratch[m / 2] : 0.5 * (scratch[m / 2 - 1] + scratch[m / 2]);
-        }
+        r->upd_median = median(scratch, m);
     }
     if (n_rows) qsort(rows, n_rows, sizeof *rows, cmp_tensor_row);
     size_t nonfinite = 0, risen = 0;

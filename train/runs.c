@@ -66,7 +66,7 @@ kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics *
     return rc;
 }
 
-static double col_num(sqlite3_stmt *s, int i) {
+double kiln_run_col_num(sqlite3_stmt *s, int i) {
     return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
 }
 
@@ -111,17 +111,18 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
     PREP("SELECT step, loss, lr, grad_norm, time FROM steps ORDER BY step DESC LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
         o->last_step = sqlite3_column_int64(s, 0);
-        o->last_loss = col_num(s, 1);
-        o->last_lr = col_num(s, 2);
-        o->last_grad_norm = col_num(s, 3);
-        o->updated = col_num(s, 4);
+        o->last_loss = kiln_run_col_num(s, 1);
+        o->last_lr = kiln_run_col_num(s, 2);
+        o->last_grad_norm = kiln_run_col_num(s, 3);
+        o->updated = kiln_run_col_num(s, 4);
     }
     /* Tokens over time, not a mean of rates: a slow step (a checkpoint) weighs its time. */
     PREP("SELECT count(*) / sum(1.0 / tokens_per_s) FROM (SELECT tokens_per_s FROM steps "
          "WHERE tokens_per_s > 0 ORDER BY step DESC LIMIT 100)");
-    if (sqlite3_step(s) == SQLITE_ROW) o->tokens_per_s = col_num(s, 0);
+    if (sqlite3_step(s) == SQLITE_ROW) o->tokens_per_s = kiln_run_col_num(s, 0);
     PREP("SELECT time FROM events ORDER BY id DESC LIMIT 1");
-    if (sqlite3_step(s) == SQLITE_ROW && !(col_num(s, 0) <= o->updated)) o->updated = col_num(s, 0);
+    if (sqlite3_step(s) == SQLITE_ROW && !(kiln_run_col_num(s, 0) <= o->updated))
+        o->updated = kiln_run_col_num(s, 0);
     PREP("SELECT count(*) FILTER (WHERE kind = 'nonfinite'), count(*) FILTER (WHERE kind = "
          "'spike') FROM events");
     if (sqlite3_step(s) == SQLITE_ROW) {
@@ -145,15 +146,15 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
          "step LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
         o->best_val_step = sqlite3_column_int64(s, 0);
-        o->best_val_loss = col_num(s, 1);
-        o->best_val_r2 = col_num(s, 2);
+        o->best_val_loss = kiln_run_col_num(s, 1);
+        o->best_val_r2 = kiln_run_col_num(s, 2);
     }
     PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY step DESC "
          "LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
         o->last_val_step = sqlite3_column_int64(s, 0);
-        o->last_val_loss = col_num(s, 1);
-        o->last_val_r2 = col_num(s, 2);
+        o->last_val_loss = kiln_run_col_num(s, 1);
+        o->last_val_r2 = kiln_run_col_num(s, 2);
     }
     o->layers = json_array();
     KILN_CHECK_IF(rc, out, !o->layers, KILN_ERR_NOMEM, "out of memory");
@@ -163,12 +164,12 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
     while (sqlite3_step(s) == SQLITE_ROW) {
         const char *load = (const char *)sqlite3_column_text(s, 7);
         json_t *lj = load ? json_loads(load, JSON_REJECT_DUPLICATES, NULL) : NULL;
-        json_t *row = json_pack("{s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:o}", "layer",
-                                (json_int_t)sqlite3_column_int64(s, 0), "attn_entropy", col_num(s, 1),
-                                "router_entropy", col_num(s, 2), "load_imbalance", col_num(s, 3),
-                                "dead_experts", (json_int_t)sqlite3_column_int64(s, 4), "overflow",
-                                col_num(s, 5), "act_rms", col_num(s, 6), "expert_load",
-                                lj ? lj : json_array());
+        json_t *row = json_pack(
+            "{s:I,s:f,s:f,s:f,s:I,s:f,s:f,s:o}", "layer", (json_int_t)sqlite3_column_int64(s, 0),
+            "attn_entropy", kiln_run_col_num(s, 1), "router_entropy", kiln_run_col_num(s, 2),
+            "load_imbalance", kiln_run_col_num(s, 3), "dead_experts",
+            (json_int_t)sqlite3_column_int64(s, 4), "overflow", kiln_run_col_num(s, 5), "act_rms",
+            kiln_run_col_num(s, 6), "expert_load", lj ? lj : json_array());
         KILN_CHECK_IF(rc, out, !row || json_array_append_new(o->layers, row), KILN_ERR_NOMEM,
                       "out of memory");
     }
@@ -288,17 +289,17 @@ static kiln_err follow_steps(sqlite3 *db, const char *run_dir, const kiln_run_cu
         kiln_train_progress *p = &n->steps[n->n_steps];
         *p = (kiln_train_progress){.step = step,
                                    .steps = total,
-                                   .loss = col_num(s, 2),
-                                   .mse = col_num(s, 3),
-                                   .load_balance = col_num(s, 4),
-                                   .z = col_num(s, 5),
-                                   .lr = col_num(s, 6),
-                                   .grad_norm = col_num(s, 7),
+                                   .loss = kiln_run_col_num(s, 2),
+                                   .mse = kiln_run_col_num(s, 3),
+                                   .load_balance = kiln_run_col_num(s, 4),
+                                   .z = kiln_run_col_num(s, 5),
+                                   .lr = kiln_run_col_num(s, 6),
+                                   .grad_norm = kiln_run_col_num(s, 7),
                                    .applied = sqlite3_column_int(s, 8) != 0,
-                                   .tokens_per_s = col_num(s, 9),
+                                   .tokens_per_s = kiln_run_col_num(s, 9),
                                    .has_val = sqlite3_column_type(s, 10) != SQLITE_NULL,
-                                   .val_loss = col_num(s, 10),
-                                   .val_r2 = col_num(s, 11)};
+                                   .val_loss = kiln_run_col_num(s, 10),
+                                   .val_r2 = kiln_run_col_num(s, 11)};
         n->step_times[n->n_steps++] = t;
         if (t > *newest) *newest = t;
     }
@@ -436,7 +437,7 @@ kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff 
             out->a_steps++;
             out->b_steps++;
             out->common_steps++;
-            double la = col_num(sa, 1), lb = col_num(sb, 1);
+            double la = kiln_run_col_num(sa, 1), lb = kiln_run_col_num(sb, 1);
             bool same = (isnan(la) && isnan(lb)) || memcmp(&la, &lb, sizeof la) == 0;
             if (!same && !out->first_diff) {
                 out->first_diff = xa;
@@ -511,7 +512,8 @@ static kiln_err series_rows(sqlite3_stmt *st, kiln_run_series *s) {
     size_t cap = 0;
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW)
-        KILN_TRY(series_push(s, &cap, (double)sqlite3_column_int64(st, 0), col_num(st, 1)));
+        KILN_TRY(
+            series_push(s, &cap, (double)sqlite3_column_int64(st, 0), kiln_run_col_num(st, 1)));
     return r == SQLITE_DONE ? KILN_OK : KILN_ERR_IO;
 }
 

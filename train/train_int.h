@@ -252,6 +252,10 @@ void *kiln_metrics_db(kiln_metrics *mx);
  * directory that is no run says so; *run gets it when run is not NULL, json_decref) and a
  * metrics.db (kiln_metrics_close). */
 kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics **mx);
+/* A column of a metrics.db row as a number; NAN for NULL (a value that was not finite when
+ * logged). (runs.c) */
+struct sqlite3_stmt;
+double kiln_run_col_num(struct sqlite3_stmt *s, int i);
 
 /* Open NCCL (once per process; kiln_comm_nccl_create does it first): the library is loaded
  * on use, not linked (train/nccl_dl.c), so kiln runs where it is absent until data
