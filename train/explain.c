@@ -586,9 +586,10 @@ kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **
             json_object_set_new(o, "update_max", num(r->upd_max)) ||
             json_object_set_new(o, "update_step",
                                 isfinite(r->upd_max) ? json_integer(r->upd_step) : json_null()) ||
-            json_object_set_new(o, "update_median", num(r->upd_median)) ||
-            json_array_append_new(tj, o)) {
+            json_object_set_new(o, "update_median", num(r->upd_median))) {
             json_decref(o);
+            oom = true;
+        } else if (json_array_append_new(tj, o)) { /* o is the array's, freed with it */
             oom = true;
         }
     }
