@@ -202,6 +202,19 @@ typedef struct chan_args {
     const char *url, *token, *channel, *key, *expires, *reason, *out, *digest;
 } chan_args;
 
+/* What signing a channel's next record needs from the command line: the record's lifetime
+ * (--expires, default 30 d) and the promote key. -1 when both are in hand, else the exit
+ * status (the error said). */
+static int chan_signing(const chan_args *a, int64_t *secs, kiln_sign_seckey **sk) {
+    *secs = 30 * 86400;
+    *sk = NULL;
+    if (a->expires && !cli_parse_secs(a->expires, secs))
+        return cli_usage_error("--expires '%s' is not a duration like 30d, 12h, 90m or 3600s",
+                               a->expires);
+    kiln_err rc = cli_load_seckey(a->key, sk);
+    return rc ? cli_fail(rc) : -1;
+}
+
 /* Sign the next record for version (registry/channel.c) and put it, or write it to a->out
  * for more signatures. */
 static int next_record(const chan_args *a, const char *model, const char *version,
@@ -210,13 +223,10 @@ static int next_record(const chan_args *a, const char *model, const char *versio
     bar b = {-1, ""};
     client_opts(&c, a->url, a->token, &b);
     c.progress = NULL;
-    int64_t secs = 30 * 86400;
-    if (a->expires && !cli_parse_secs(a->expires, &secs))
-        return cli_usage_error("--expires '%s' is not a duration like 30d, 12h, 90m or 3600s",
-                               a->expires);
-    kiln_sign_seckey *sk = NULL;
-    kiln_err rc = cli_load_seckey(a->key, &sk);
-    if (rc) return cli_fail(rc);
+    int64_t secs;
+    kiln_sign_seckey *sk;
+    int status = chan_signing(a, &secs, &sk);
+    if (status >= 0) return status;
     const kiln_sign_seckey *keys[] = {sk};
     kiln_registry_promote_opts o = {.model = model,
                                     .channel = a->channel,
@@ -228,7 +238,7 @@ static int next_record(const chan_args *a, const char *model, const char *versio
                                     .digest = a->digest,
                                     .save_to = a->out};
     kiln_registry_promoted res;
-    rc = kiln_registry_promote(&c, &o, &res);
+    kiln_err rc = kiln_registry_promote(&c, &o, &res);
     kiln_sign_seckey_free(sk);
     if (rc) return cli_fail(rc);
     if (a->out)
@@ -350,15 +360,12 @@ int cmd_renew(int argc, char **argv) {
     const char *name;
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &name, &rc)) return rc;
-    int64_t secs = 30 * 86400;
-    if (a.expires && !cli_parse_secs(a.expires, &secs))
-        return cli_usage_error("--expires '%s' is not a duration like 30d, 12h, 90m or 3600s",
-                               a.expires);
+    int64_t secs;
+    kiln_sign_seckey *sk;
+    int status = chan_signing(&a, &secs, &sk);
+    if (status >= 0) return status;
     kiln_registry_client_opts c;
     client_opts(&c, a.url, a.token, NULL);
-    kiln_sign_seckey *sk = NULL;
-    kiln_err e = cli_load_seckey(a.key, &sk);
-    if (e) return cli_fail(e);
     const kiln_sign_seckey *keys[] = {sk};
     kiln_registry_renew_opts o = {.model = name,
                                   .channel = a.channel,
@@ -371,7 +378,7 @@ int cmd_renew(int argc, char **argv) {
     kiln_registry_promoted res;
     char version[KILN_REGISTRY_NAME_MAX + 1], was[21];
     int64_t was_expires;
-    e = kiln_registry_renew(&c, &o, &res, version, &was_expires);
+    kiln_err e = kiln_registry_renew(&c, &o, &res, version, &was_expires);
     kiln_sign_seckey_free(sk);
     if (e) return cli_fail(e);
     kiln_format_time(was_expires, was);
