@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,6 +50,14 @@ static uint64_t now_ns(void) {
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* The ticker's buffers hold 256 features and outputs. */
+static bool fits(const kiln_model_config *c, bench *b) {
+    if (c->n_features <= 256 && c->n_outputs <= 256) return true;
+    fprintf(stderr, "bench_watch: a model of over 256 features or outputs\n");
+    b->failed = 1;
+    return false;
+}
+
 static void *ticker(void *arg) {
     bench *b = arg;
     uint64_t gen = 0;
@@ -61,12 +70,9 @@ static void *ticker(void *arg) {
         return NULL;
     }
     atomic_store(&b->generation, gen);
-    const kiln_model_config *c = kiln_model_config_get(serving);
+    const kiln_model_config *c = kiln_model_config_get(serving); /* the serving model's */
     float in[256] = {0}, out[256];
-    if (c->n_features > 256 || c->n_outputs > 256) {
-        fprintf(stderr, "bench_watch: a model of over 256 features or outputs\n");
-        b->failed = 1;
-    }
+    fits(c, b);
     struct timespec next;
     clock_gettime(CLOCK_MONOTONIC, &next);
     for (uint64_t k = 0; !b->failed && !atomic_load(&b->stop) && b->n < MAX_TICKS; k++) {
@@ -97,6 +103,8 @@ static void *ticker(void *arg) {
             t3 = now_ns();
             b->old_release_ns = t3 - t2;
             serving = m;
+            c = kiln_model_config_get(serving); /* the old one's went with it */
+            if (!fits(c, b)) break;
             gen = g;
             atomic_store(&b->generation, gen);
         } else {
@@ -127,12 +135,11 @@ static int cmp_u32(const void *a, const void *b) {
 }
 
 /* p50, p99, p99.9 and max in microseconds of one field over one phase's samples. */
-static void quantiles(const bench *b, int phase, size_t field, double q[4], size_t *n_out) {
+static void quantiles(const bench *b, int phase, size_t field, double q[4]) {
     uint32_t *v = malloc(b->n * sizeof *v);
     size_t n = 0;
     for (size_t i = 0; v && i < b->n; i++)
         if (b->s[i].phase == phase) v[n++] = *(const uint32_t *)((const char *)&b->s[i] + field);
-    *n_out = n;
     for (int k = 0; k < 4; k++)
         q[k] = 0;
     if (n) {
@@ -229,7 +236,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     printf("start (pull and load): %.3f s; then serving %s\n", start_s, served ? r.version : "?");
-    size_t n_idle, n_swap;
+    size_t n_in[N_PHASES] = {0};
+    for (size_t i = 0; i < b.n; i++)
+        n_in[b.s[i].phase]++;
     double q[4];
     static const struct {
         const char *what;
@@ -237,16 +246,13 @@ int main(int argc, char **argv) {
     } fields[] = {{"whole tick", offsetof(sample, tick_ns)},
                   {"kiln_watch_acquire", offsetof(sample, acquire_ns)},
                   {"kiln_watch_release", offsetof(sample, release_ns)}};
-    quantiles(&b, IDLE, fields[0].field, q, &n_idle);
-    quantiles(&b, SWAP, fields[0].field, q, &n_swap);
     printf("ticks every %d us: %zu idle (a second before the promotion), %zu from the promotion "
            "until the old generation's directory was gone and half a second more\n",
-           TICK_US, n_idle, n_swap);
+           TICK_US, n_in[IDLE], n_in[SWAP]);
     printf("%-8s %-20s %9s %9s %9s %9s\n", "phase", "us per call", "p50", "p99", "p99.9", "max");
     for (int ph = 0; ph < N_PHASES; ph++)
         for (size_t f = 0; f < sizeof fields / sizeof *fields; f++) {
-            size_t n;
-            quantiles(&b, ph, fields[f].field, q, &n);
+            quantiles(&b, ph, fields[f].field, q);
             printf("%-8s %-20s %9.1f %9.1f %9.1f %9.1f\n", ph == IDLE ? "idle" : "swap",
                    fields[f].what, q[0], q[1], q[2], q[3]);
         }
