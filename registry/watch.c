@@ -289,6 +289,13 @@ static void recheck_in_service(kiln_watch *w, const kiln_sign_trust *t) {
     }
 }
 
+/* Whether a failure refused what a registry gave (a record, a trust version, an archive or a
+ * model that does not verify or load), rather than not reaching one or the disk: a refused
+ * record is not tried again until a newer one comes, and is counted as refused. */
+static bool refusal(kiln_err rc) {
+    return rc && rc != KILN_ERR_NETWORK && rc != KILN_ERR_IO && rc != KILN_ERR_NOMEM;
+}
+
 /* The expiry of a record's text (already verified), for the metrics; 0 if it does not
  * parse. */
 static int64_t record_expires(const char *text) {
@@ -353,7 +360,7 @@ static kiln_err poll_once(kiln_watch *w, bool *swapped) {
     } else {
         /* A record refused or a model that fails to load is not tried again on every poll
          * (a newer record is); a network or disk failure is. */
-        if (text && rc != KILN_ERR_NETWORK && rc != KILN_ERR_IO && rc != KILN_ERR_NOMEM) {
+        if (text && refusal(rc)) {
             free(w->last_record);
             w->last_record = text;
             text = NULL;
@@ -374,7 +381,7 @@ static void count_poll(kiln_watch *w, kiln_err rc, bool swapped) {
         w->poll_failures++;
         w->failures_in_row++;
         /* Not a registry out of reach or a disk: something was refused. */
-        if (rc != KILN_ERR_NETWORK && rc != KILN_ERR_IO && rc != KILN_ERR_NOMEM) w->refused++;
+        if (refusal(rc)) w->refused++;
     } else {
         w->failures_in_row = 0;
         w->last_ok = kiln_unix_time();
@@ -490,7 +497,7 @@ static kiln_err start_model(kiln_watch *w, uint64_t kept, char **text, char *not
          * that does not load): as a running watch keeps its model then, a start keeps the one
          * it kept, checked as for a start with no registry, and says why. The refused record
          * is not tried again until a newer one comes. */
-        if (rc && rc != KILN_ERR_NETWORK && rc != KILN_ERR_IO && rc != KILN_ERR_NOMEM && kept &&
+        if (refusal(rc) && kept &&
             k == KILN_ERR_NOTFOUND) {
             char refused[1024];
             snprintf(refused, sizeof refused, "%s", kiln_errmsg());
