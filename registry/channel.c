@@ -108,6 +108,32 @@ kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, cons
     return KILN_OK;
 }
 
+/* text, a record of model/channel, verified under t: its signatures reach the channel's
+ * threshold and it names this model and channel. */
+static kiln_err record_of(const kiln_sign_trust *t, const char *text, size_t len,
+                          const char *model, const char *channel, const char *label,
+                          reg_record *rec) {
+    KILN_TRY(reg_record_verify(t, text, len, label, rec));
+    KILN_FAIL_IF(strcmp(rec->model, model) || strcmp(rec->channel, channel), KILN_ERR_VERIFY,
+                 "%s names %s/%s; refusing", label, rec->model, rec->channel);
+    return KILN_OK;
+}
+
+/* The channel's current record (seq) is not older than the one the state accepted: else a
+ * registry serves an older, validly signed record to have key holders sign from it. doing:
+ * what is refused ("renew it"). */
+static kiln_err not_older(const char *state, const char *model, const char *channel, int64_t seq,
+                          const char *doing) {
+    int64_t accepted = 0;
+    bool known = false;
+    KILN_TRY(reg_channel_state(state, model, channel, &accepted, &known));
+    KILN_FAIL_IF(known && seq < accepted, KILN_ERR_VERIFY,
+                 "the current record of %s/%s is seq %lld, lower than %lld this client accepted: "
+                 "the registry serves an older record; refusing to %s",
+                 model, channel, (long long)seq, (long long)accepted, doing);
+    return KILN_OK;
+}
+
 kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_registry_renew_opts *o,
                              kiln_registry_promoted *out, char version[KILN_REGISTRY_NAME_MAX + 1],
                              int64_t *was_expires) {
@@ -129,17 +155,8 @@ kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_regi
     char label[160];
     snprintf(label, sizeof label, "the current record of %s/%s", o->model, o->channel);
     reg_record rec;
-    if (!rc) rc = reg_record_verify(t, cur, len, label, &rec);
-    if (!rc && (strcmp(rec.model, o->model) || strcmp(rec.channel, o->channel)))
-        rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s; refusing", label, rec.model, rec.channel);
-    int64_t accepted = 0;
-    bool known = false;
-    if (!rc) rc = reg_channel_state(o->state, o->model, o->channel, &accepted, &known);
-    if (!rc && known && rec.seq < accepted)
-        rc = kiln_fail(KILN_ERR_VERIFY,
-                       "%s is seq %lld, lower than %lld this client accepted: the registry serves "
-                       "an older record; refusing to renew it",
-                       label, (long long)rec.seq, (long long)accepted);
+    if (!rc) rc = record_of(t, cur, len, o->model, o->channel, label, &rec);
+    if (!rc) rc = not_older(o->state, o->model, o->channel, rec.seq, "renew it");
     if (!rc) {
         kiln_registry_promote_opts p = {.model = o->model,
                                         .channel = o->channel,
@@ -188,10 +205,8 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
         char label[160];
         snprintf(label, sizeof label, "record %zu of the history of %s/%s", i + 1, model, channel);
         const bool newest = i == n - 1;
-        kiln_err v = text ? reg_record_verify(t, text, strlen(text), label, &rec)
+        kiln_err v = text ? record_of(t, text, strlen(text), model, channel, label, &rec)
                           : kiln_fail(KILN_ERR_FORMAT, "%s: no text", label);
-        if (!v && (strcmp(rec.model, model) || strcmp(rec.channel, channel)))
-            v = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s", label, rec.model, rec.channel);
         if (v && newest) {
             rc = kiln_errprefix(v == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : v,
                                 "the channel's current record does not verify: ");
@@ -203,14 +218,7 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
         }
         if (newest) {
             cur = rec;
-            int64_t accepted = 0;
-            bool known = false;
-            rc = reg_channel_state(state, model, channel, &accepted, &known);
-            if (!rc && known && cur.seq < accepted)
-                rc = kiln_fail(KILN_ERR_VERIFY,
-                               "the current record of %s/%s is seq %lld, lower than %lld this "
-                               "client accepted: the registry serves an older history; refusing",
-                               model, channel, (long long)cur.seq, (long long)accepted);
+            rc = not_older(state, model, channel, cur.seq, "roll back from it");
             continue;
         }
         if (strcmp(rec.version, cur.version)) {
