@@ -83,6 +83,9 @@ long long cli_jint(const struct json_t *o, const char *key);
  * and the failover notes under it, from a document's "registry", "registries" and
  * "failover" (notes: NULL, none printed). False, printing nothing, for a single registry. */
 bool cli_print_registries(const struct json_t *j, const char *notes);
+/* j as JSON on stdout (json_dumps flags), a newline after: 0, or 2 having said "out of
+ * memory" (j NULL counts as that). */
+int cli_print_json(const struct json_t *j, size_t flags);
 
 /* One training step as the trainer logs it when stderr is no terminal, and as `kiln runs
  * show --follow` prints it: "step S/N loss ... tok/s[ ETA t][ (update skipped)][ val_loss v

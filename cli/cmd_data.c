@@ -156,12 +156,7 @@ int cmd_data_inspect(int argc, char **argv) {
         json_t *j =
             json_pack("{s:s,s:s,s:I,s:i,s:i,s:o}", "path", path, "sha256", ds->sha256, "rows",
                       (json_int_t)ds->rows, "n_features", F, "n_outputs", O, "columns", cols);
-        char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-        if (text)
-            printf("%s\n", text);
-        else
-            rc = cli_usage_error("out of memory");
-        free(text);
+        rc = cli_print_json(j, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(j);
     } else {
         printf("file      %s\nsha256    %s\nrows      %zu\nfeatures  %d\ntargets   %d\n\n", path,

@@ -268,17 +268,16 @@ int cmd_models(int argc, char **argv) {
     free(urls.v);
     if (!out) return cli_fail(e);
     print_notes(out);
+    int printed = 0;
     if (as_json) {
-        char *s = json_dumps(out, JSON_INDENT(2));
-        if (s) printf("%s\n", s);
-        free(s);
+        printed = cli_print_json(out, JSON_INDENT(2));
     } else if (expiring) {
         print_expiring(out, expiring);
     } else {
         print_text(out);
     }
     fflush(stdout);
-    int status = e ? cli_fail(e) : 0;
+    int status = e ? cli_fail(e) : printed;
     const json_t *exp = json_object_get(out, "expiring");
     size_t n = json_array_size(exp);
     if (n) {

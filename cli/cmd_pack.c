@@ -80,11 +80,7 @@ int cmd_unpack(int argc, char **argv) {
 }
 
 static int print_json(const json_t *j) {
-    char *s = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS);
-    if (!s) return cli_usage_error("out of memory");
-    printf("%s\n", s);
-    free(s);
-    return 0;
+    return cli_print_json(j, JSON_INDENT(2) | JSON_SORT_KEYS);
 }
 
 int cmd_inspect(int argc, char **argv) {
@@ -111,7 +107,7 @@ int cmd_inspect(int argc, char **argv) {
         rc = cli_usage_error("out of memory");
     } else if (as_json) {
         all = json_pack("{s:O,s:s,s:O}", "card", card, "manifest_sha256", mh, "manifest", mj);
-        rc = all ? print_json(all) : cli_usage_error("out of memory");
+        rc = print_json(all);
     } else {
         printf(
             "archive:         %s\nname:            %s\nversion:         %s\ncreated:         %s\n",

@@ -344,16 +344,14 @@ int cmd_provenance(int argc, char **argv) {
     kiln_err e = kiln_registry_provenance_any(cs, (size_t)urls.n, &o, &out);
     free(cs);
     free(urls.v);
+    int printed = 0;
     if (out) {
-        if (as_json) {
-            char *s = json_dumps(out, JSON_INDENT(2) | JSON_ENCODE_ANY);
-            if (s) printf("%s\n", s);
-            free(s);
-        } else {
+        if (as_json)
+            printed = cli_print_json(out, JSON_INDENT(2) | JSON_ENCODE_ANY);
+        else
             print_text(out);
-        }
         fflush(stdout);
         json_decref(out);
     }
-    return e ? cli_fail(e) : 0;
+    return e ? cli_fail(e) : printed;
 }

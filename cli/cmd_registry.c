@@ -147,13 +147,10 @@ static int token_list(int argc, char **argv) {
     int64_t now = kiln_unix_time();
     if (as_json) {
         json_t *j = kiln_registry_token_json(t, n, now);
-        char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
-        json_decref(j);
         free(t);
-        if (!text) return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
-        printf("%s\n", text);
-        free(text);
-        return 0;
+        int status = cli_print_json(j, JSON_INDENT(2) | JSON_SORT_KEYS);
+        json_decref(j);
+        return status;
     }
     int w = 4;
     for (size_t i = 0; i < n; i++)

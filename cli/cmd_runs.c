@@ -465,12 +465,9 @@ int cmd_runs_explain(int argc, char **argv) {
     kiln_err err = kiln_run_explain(dir, step, window, &d);
     if (err) return cli_fail(err);
     if (as_json) {
-        char *text = json_dumps(d, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
+        int status = cli_print_json(d, JSON_INDENT(2) | JSON_REAL_PRECISION(15));
         json_decref(d);
-        if (!text) return cli_usage_error("out of memory");
-        printf("%s\n", text);
-        free(text);
-        return 0;
+        return status;
     }
     if (all && !json_is_null(json_object_get(d, "step"))) {
         int status = explain_all(dir, window, d);

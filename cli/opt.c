@@ -231,3 +231,11 @@ bool cli_print_registries(const json_t *j, const char *notes) {
             printf("%s%s\n", notes, json_string_value(u));
     return true;
 }
+
+int cli_print_json(const json_t *j, size_t flags) {
+    char *text = j ? json_dumps(j, flags) : NULL;
+    if (!text) return cli_usage_error("out of memory");
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
