@@ -26,6 +26,7 @@ PROM=$($KILN registry token create --root "$T/primary" --name rm --scope promote
 
 # serve ROOT NAME [LISTEN]: start kiln registry serve, set URL and NAME_PID.
 serve() {
+    : >"$T/$2.out" # a restart's serve_url must not read the last server's address
     $KILN registry serve --root "$1" --listen "${3:-127.0.0.1:0}" --trust "$T/trust.json" \
         >"$T/$2.out" 2>"$T/$2.err" &
     eval "${2}_PID=$!"

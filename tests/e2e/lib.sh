@@ -12,7 +12,8 @@ expect_fail() {
     grep -q 'kiln: error:' "$T/err" || fail "'$*' printed no error line"
 }
 # serve_url OUT ERR: waits (5 s at most) for the `kiln registry serve` writing its output to
-# OUT and its errors to ERR to say where it listens, and sets URL to that address.
+# OUT and its errors to ERR to say where it listens, and sets URL to that address. OUT must
+# have been emptied before the server started (a restart on the same file).
 serve_url() {
     _w=0
     while ! grep -q 'https\{0,1\}://' "$1" 2>/dev/null; do
@@ -25,6 +26,9 @@ serve_url() {
 # and URL, and stops the server when the script exits.
 serve_registry() {
     _root=$1; shift
+    # Emptied here, not only by the background redirection: a restart's serve_url could
+    # otherwise read the previous server's address before the new process truncated the file.
+    : >"$T/serve.out"
     $KILN registry serve --root "$_root" --listen 127.0.0.1:0 "$@" >"$T/serve.out" 2>"$T/serve.err" &
     PID=$!
     trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
