@@ -285,6 +285,13 @@ $(BUILD)/fuzz-%: tests/fuzz/%.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a
 	@$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -fsanitize=fuzzer -DKILN_FUZZ_ENTRY=kiln_fuzz_$* \
 	  -o $@ tests/fuzz/$*.c tests/fuzz/libfuzzer/main.c $(BUILD)/libkiln.a $(ALL_LIBS)
 
+# One entry point without libFuzzer (gcc): each file named goes through it once (reproducing
+# a crash file, recording seeds: tests/fuzz/registry_client_seeds.sh).
+$(BUILD)/fuzz-run-%: tests/fuzz/%.c tests/fuzz/libfuzzer/files.c $(BUILD)/libkiln.a
+	@echo "  FUZZRUN $*"
+	@$(CC) $(CFLAGS) $(INCLUDES) $(PKG_CFLAGS) -DKILN_FUZZ_ENTRY=kiln_fuzz_$* \
+	  -o $@ tests/fuzz/$*.c tests/fuzz/libfuzzer/files.c $(BUILD)/libkiln.a $(ALL_LIBS)
+
 # Long-running checks (tests/soak/, docs/soak.md), not part of `make test`: the runtime's
 # streams for millions of ticks, a registry under publish/promote/pull load, a trainer killed
 # and resumed over and over; resident memory and fds sampled throughout. SOAK_SECONDS in all

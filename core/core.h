@@ -71,6 +71,7 @@ typedef enum { KILN_LOG_DEBUG = 0, KILN_LOG_INFO = 1, KILN_LOG_WARN = 2, KILN_LO
 /* Messages below the level are dropped; the default is INFO, or $KILN_LOG
  * (debug|info|warn|error) read once by the CLI. */
 void kiln_log_set_level(kiln_log_level level);
+kiln_log_level kiln_log_get_level(void);
 void kiln_log(kiln_log_level level, const char *fmt, ...) KILN_PRINTF(2, 3);
 #define kiln_debug(...) kiln_log(KILN_LOG_DEBUG, __VA_ARGS__)
 #define kiln_info(...) kiln_log(KILN_LOG_INFO, __VA_ARGS__)

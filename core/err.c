@@ -91,6 +91,10 @@ static kiln_log_level log_level = KILN_LOG_INFO;
 
 void kiln_log_set_level(kiln_log_level level) { log_level = level; }
 
+kiln_log_level kiln_log_get_level(void) {
+    return log_level;
+}
+
 void kiln_log(kiln_log_level level, const char *fmt, ...) {
     static const char *const tag[] = {"debug", "info", "warning", "error"};
     if (level < log_level) return;

@@ -339,11 +339,11 @@ typedef struct kiln_registry_models_opts {
  * answers, the list and each model from the first that holds it, each record the highest seq
  * that verifies ("failover" says what passing one over said). KILN_OK when nothing failed,
  * KILN_ERR_VERIFY when a record did not verify (*out holds everything, "problems" each
- * failure); o->expiring flags channels in "expiring" and is no failure. Another code, with *out
- * NULL, when the listing could not be made: bad arguments, an unreadable policy or state, a
- * trust walk refused, a registry that does not answer or answers what no registry sends, and
- * KILN_ERR_NOTFOUND for an o->model no registry has. Writes nothing but what the trust walk
- * accepts (STATE/trust/N.json). */
+ * failure); o->expiring flags channels in "expiring" and is no failure. *out is NULL when the
+ * listing could not be made, and the code says why: bad arguments, an unreadable policy or
+ * state, a trust walk refused (KILN_ERR_VERIFY, as for a pull), a registry that does not answer
+ * or answers what no registry sends, KILN_ERR_NOTFOUND for an o->model no registry has.
+ * Writes nothing but what the trust walk accepts (STATE/trust/N.json). */
 kiln_err kiln_registry_models(const kiln_registry_client_opts *cs, size_t n,
                               const kiln_registry_models_opts *o, json_t **out) KILN_MUST_CHECK;
 

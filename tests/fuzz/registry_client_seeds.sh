@@ -1,0 +1,56 @@
+#!/bin/sh
+# registry_client_seeds.sh - record the seeds of tests/fuzz/registry_client.c from a real
+# registry: a store with two versions of "demo" (a few bytes each, packed, signed by the vector
+# key), production promoted to 1.0.0 then 1.1.0 and staging to 1.0.0 (records that expire in
+# ten years), and trust version 2 signed by the same key; then each operation of the harness
+# runs once through a proxy in front of it, which writes the input that replays it to
+# tests/fuzz/corpus/registry_client/op-N, and the input is replayed with nothing but itself.
+# Run from the repository root after `make`: sh tests/fuzz/registry_client_seeds.sh
+set -eu
+KILN=${KILN:-build/kiln}
+KEY=${KILN_VECTORS:-../shared/vectors}/minisign/test.key
+RUN=build/fuzz-run-registry_client
+OUT=tests/fuzz/corpus/registry_client
+make --no-print-directory "$RUN" >/dev/null
+. tests/e2e/lib.sh
+# The harness's policy (tests/fuzz/registry_client.c): one key in every role.
+PUB=$(sed -n 2p "${KEY%.key}.pub")
+policy() { # FILE VERSION
+    printf '{"format":"kiln-trust/1","version":%s,"keys":[{"name":"vector","pubkey":"%s","roles":["root","release","promote"]}],"channels":{"production":{"threshold":1},"staging":{"threshold":1}},"accept_unvalidated":true}\n' \
+        "$1" "$PUB"
+}
+policy 1 >"$T/trust.json"
+for v in 1.0.0 1.1.0; do
+    mkdir -p "$T/m-$v"
+    printf 'weights %s' "$v" >"$T/m-$v/model.safetensors"
+    # A card as kiln writes cards (sorted keys, two spaces), so that provenance reproduces it.
+    printf '{\n  "created": "2026-03-04T05:06:07Z",\n  "lineage": {\n    "code_version": "0.1.0",\n    "dataset_sha256": "abcd",\n    "metrics": {},\n    "run_id": "r-1",\n    "step": 40\n  },\n  "name": "demo"\n}\n' >"$T/m-$v/card.json"
+    $KILN pack "$T/m-$v" --name demo --version "$v" --out "$T/a-$v.kiln" >/dev/null
+    $KILN sign "$T/a-$v.kiln" --key "$KEY" --allow-unvalidated >/dev/null
+done
+R=$T/reg
+ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
+serve_registry "$R" --trust "$T/trust.json"
+for v in 1.0.0 1.1.0; do $KILN publish "$T/a-$v.kiln" --registry "$URL" --token "$ADM" >/dev/null; done
+P="--key $KEY --registry $URL --token $ADM --expires 3650d"
+$KILN promote demo 1.0.0 --channel production $P >/dev/null
+$KILN promote demo 1.1.0 --channel production $P --reason "weekly retrain" >/dev/null
+$KILN promote demo 1.0.0 --channel staging $P >/dev/null
+policy 2 | sed 's/"staging":{"threshold":1}/"staging":{"threshold":1},"canary":{"threshold":1}/' >"$T/v2.json"
+$KILN trust sign "$T/v2.json" --key "$KEY" --out "$T/v2.signed.json" >/dev/null
+$KILN trust put "$T/v2.signed.json" --registry "$URL" --token "$ADM" >/dev/null
+
+mkdir -p "$OUT"
+op=0
+while [ $op -lt 9 ]; do
+    printf "\\$(printf %o $op)" >"$T/op"
+    KILN_FUZZ_UPSTREAM=$URL KILN_FUZZ_RECORD=$OUT/op-$op KILN_FUZZ_VERBOSE=1 "$RUN" "$T/op" 2>"$T/rec.log" ||
+        { cat "$T/rec.log" >&2; fail "recording op $op"; }
+    KILN_FUZZ_VERBOSE=1 "$RUN" "$OUT/op-$op" 2>"$T/replay.log" || { cat "$T/replay.log" >&2; fail "replaying op $op"; }
+    # The replay asks what the recording asked and ends as it did.
+    grep '^  fuzz' "$T/rec.log" >"$T/a"
+    grep '^  fuzz' "$T/replay.log" >"$T/b"
+    cmp -s "$T/a" "$T/b" || { diff "$T/a" "$T/b" >&2 || true; fail "op $op replays otherwise"; }
+    echo "op-$op: $(grep -c 'fuzz registry' "$T/a") requests, $(wc -c <"$OUT/op-$op") bytes; $(tail -n 1 "$T/a" | sed 's/^  fuzz //')"
+    op=$((op + 1))
+done
