@@ -287,8 +287,8 @@ int cmd_rollback(int argc, char **argv) {
         {"to", CLI_STR, &to, "VERSION", "the version to go back to (default: the one before)",
          false},
         {"trust", CLI_STR, &trust, "FILE",
-         "find the one before in the history's records verified under this trust policy, and "
-         "pin its digest (without: the registry's word)",
+         "find the version (the one before, or --to's) in the history's records verified under "
+         "this trust policy, and pin its digest (without: the registry's word)",
          false},
         {"state", CLI_STR, &state, "DIR",
          "with --trust: the current record may not be older than the seq this client accepted",
@@ -302,7 +302,7 @@ int cmd_rollback(int argc, char **argv) {
         {0},
     };
     cli_spec spec = {
-        "kiln rollback NAME --channel C [--to VERSION | --trust FILE [--state DIR]] --key KEY "
+        "kiln rollback NAME --channel C [--to VERSION] [--trust FILE [--state DIR]] --key KEY "
         "--registry URL [--token T]",
         "Point a channel back at an older version with a new record (seq+1, reason 'rollback').",
         opts, 1, 1};
@@ -314,17 +314,14 @@ int cmd_rollback(int argc, char **argv) {
     if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", a.channel))
         return cli_fail(KILN_ERR_USAGE);
     if (state && !trust) return cli_usage_error("--state goes with --trust");
-    if (to && trust)
-        return cli_usage_error("--to names the version; --trust finds it in the verified "
-                               "history: give one");
     char digest[72] = "";
-    if (to) {
+    if (to && !trust) {
         snprintf(target, sizeof target, "%s", to);
     } else {
         kiln_registry_client_opts c;
         client_opts(&c, a.url, a.token, NULL);
-        kiln_err e = trust ? kiln_registry_previous_version_verified(&c, model, a.channel, trust,
-                                                                     state, target, digest)
+        kiln_err e = trust ? kiln_registry_previous_version_verified(
+                                 &c, model, a.channel, to, trust, state, target, digest)
                            : kiln_registry_previous_version(&c, model, a.channel, target);
         if (e) return cli_fail(e);
         if (digest[0]) a.digest = digest; /* the verified record's, not the registry's word */

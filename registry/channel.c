@@ -181,13 +181,15 @@ kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_regi
 
 kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts *c,
                                                  const char *model, const char *channel,
-                                                 const char *trust, const char *state,
+                                                 const char *want, const char *trust,
+                                                 const char *state,
                                                  char out[KILN_REGISTRY_NAME_MAX + 1],
                                                  char digest[72]) {
     out[0] = 0;
     digest[0] = 0;
     KILN_TRY(kiln_registry_check_name("model", model));
     KILN_TRY(kiln_registry_check_name("channel", channel));
+    if (want) KILN_TRY(kiln_registry_check_version(want));
     kiln_sign_trust *t = NULL;
     KILN_TRY(kiln_registry_trust_walk(c, trust, state, NULL, NULL, &t));
     char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, channel);
@@ -219,15 +221,26 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
         if (newest) {
             cur = rec;
             rc = not_older(state, model, channel, cur.seq, "roll back from it");
+            if (!rc && want && !strcmp(want, cur.version))
+                rc = kiln_fail(KILN_ERR_USAGE,
+                               "%s is the current version of %s/%s (seq %lld): nothing to roll "
+                               "back to",
+                               want, model, channel, (long long)cur.seq);
             continue;
         }
-        if (strcmp(rec.version, cur.version)) {
+        if (want ? !strcmp(rec.version, want) : strcmp(rec.version, cur.version) != 0) {
             snprintf(out, KILN_REGISTRY_NAME_MAX + 1, "%s", rec.version);
             snprintf(digest, 72, "%s", rec.digest);
             break;
         }
     }
-    if (!rc && !out[0])
+    if (!rc && !out[0] && want)
+        rc = kiln_fail(KILN_ERR_NOTFOUND,
+                       "channel '%s' of '%s' never pointed at %s in a record that verifies: "
+                       "nothing signed vouches for its digest (kiln promote it, pinned with "
+                       "--digest)",
+                       channel, model, want);
+    else if (!rc && !out[0])
         rc = kiln_fail(KILN_ERR_NOTFOUND,
                        "channel '%s' of '%s' never pointed at another version in a record that "
                        "verifies; give --to",

@@ -506,12 +506,14 @@ kiln_err kiln_registry_previous_version(const kiln_registry_client_opts *c, cons
  * reach the channel's threshold under the policy walked from trust (state: as for a pull),
  * the newest must be a record of this model and channel with a seq not below the one the
  * state accepted, and the version found is the newest verified record's before it that names
- * another; digest gets that record's digest ("sha256:<hex>") to pin the rollback to. A
- * history whose newest record does not verify is KILN_ERR_VERIFY: nothing to roll back from
- * that a client would trust. */
+ * another (want NULL) or names want; digest gets that record's digest ("sha256:<hex>") to pin
+ * the rollback to. A history whose newest record does not verify is KILN_ERR_VERIFY: nothing
+ * to roll back from that a client would trust; want as the current version is KILN_ERR_USAGE,
+ * and want in no verified record before it KILN_ERR_NOTFOUND (no signed digest for it). */
 kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts *c,
                                                  const char *model, const char *channel,
-                                                 const char *trust, const char *state,
+                                                 const char *want, const char *trust,
+                                                 const char *state,
                                                  char out[KILN_REGISTRY_NAME_MAX + 1],
                                                  char digest[72]);
 

@@ -1138,12 +1138,25 @@ KILN_TEST(registry_previous_version_verified) {
               !strcmp(v, "3.0.0"));
     snprintf(want, sizeof want, "sha256:%s", h1);
     CHECK("verified: 1.0.0, its digest pinned",
-          kiln_registry_previous_version_verified(&c, "demo", "staging", f.reg.trust, f.reg.state,
+          kiln_registry_previous_version_verified(&c, "demo", "staging", NULL, f.reg.trust, f.reg.state,
                                                   v, d) == KILN_OK &&
               !strcmp(v, "1.0.0") && !strcmp(d, want));
+    CHECK("--to 1.0.0: its verified record's digest",
+          kiln_registry_previous_version_verified(&c, "demo", "staging", "1.0.0", f.reg.trust,
+                                                  f.reg.state, v, d) == KILN_OK &&
+              !strcmp(v, "1.0.0") && !strcmp(d, want));
+    CHECK("--to 3.0.0, named only by the stranger's record: refused, no digest vouched for",
+          kiln_registry_previous_version_verified(&c, "demo", "staging", "3.0.0", f.reg.trust,
+                                                  f.reg.state, v, d) == KILN_ERR_NOTFOUND &&
+              kiln_test_msg_has("never pointed at 3.0.0 in a record that verifies", NULL) &&
+              !v[0] && !d[0]);
+    CHECK("--to the current version: refused",
+          kiln_registry_previous_version_verified(&c, "demo", "staging", "2.0.0", f.reg.trust,
+                                                  f.reg.state, v, d) == KILN_ERR_USAGE &&
+              kiln_test_msg_has("2.0.0 is the current version of demo/staging", NULL) && !v[0]);
     CHECK("a stranger's record as the newest", fx_inject(&f, "staging", "3.0.0", h3, 4, r4));
     CHECK("refuses: the current record does not verify",
-          kiln_registry_previous_version_verified(&c, "demo", "staging", f.reg.trust, f.reg.state,
+          kiln_registry_previous_version_verified(&c, "demo", "staging", NULL, f.reg.trust, f.reg.state,
                                                   v, d) == KILN_ERR_VERIFY &&
               kiln_test_msg_has("the channel's current record does not verify", NULL) && !v[0]);
 done:

@@ -203,7 +203,19 @@ expect_fail 1 $KILN rollback demo --channel production --trust "$T/others.json" 
     --registry "$URL" --out "$T/rbv2.json"
 grep -q "the channel's current record does not verify" "$T/err" || fail "rollback under another policy: $(cat "$T/err")"
 [ ! -e "$T/rbv2.json" ] || fail "a refused rollback wrote a record"
-expect_fail 2 $KILN rollback demo --channel production --to 1.0.0 --trust "$T/trust.json" --key "$T/p1.key" --registry "$URL"
+# --to with --trust: the named version's digest from a verified record of the channel; a
+# version no verified record named, or the current one, is refused and nothing is written.
+$KILN rollback demo --channel production --to 1.1.0 --trust "$T/trust.json" --state "$T/state" --key "$T/p1.key" \
+    --registry "$URL" --out "$T/rbt.json" >"$T/rbt.out" || fail "rollback --to --trust: $(cat "$T/rbt.out")"
+grep -q "^wrote $T/rbt.json: demo/production -> 1.1.0 (sha256:$(sha256sum "$T/a2.kiln" | cut -d' ' -f1)) seq 6, 1 signature$" "$T/rbt.out" ||
+    fail "rollback --to --trust: $(cat "$T/rbt.out")"
+expect_fail 2 $KILN rollback demo --channel production --to 9.9.9 --trust "$T/trust.json" --state "$T/state" \
+    --key "$T/p1.key" --registry "$URL" --out "$T/rbt2.json"
+grep -q "never pointed at 9.9.9 in a record that verifies" "$T/err" || fail "rollback --to unknown: $(cat "$T/err")"
+expect_fail 2 $KILN rollback demo --channel production --to 1.0.0 --trust "$T/trust.json" --state "$T/state" \
+    --key "$T/p1.key" --registry "$URL" --out "$T/rbt2.json"
+grep -q "1.0.0 is the current version of demo/production" "$T/err" || fail "rollback --to current: $(cat "$T/err")"
+[ ! -e "$T/rbt2.json" ] || fail "a refused rollback wrote a record"
 
 kill -TERM $PID
 wait $PID || fail "server exit status after SIGTERM"
