@@ -15,12 +15,14 @@
  *   2 models (verified)         6 the verified rollback target of production
  *   3 models (as stated)        7 mirror sync into a new store
  *                               8 pull over two registries (both this server)
+ *                               9 a service's watch started, stopped, started again
  *
  * Checked beyond "no crash, leak or UB": a pull that succeeds installed a directory that
  * the offline check (kiln_registry_installed_verify, from the evidence the pull kept) accepts,
  * of the model asked for; a pull that fails leaves nothing where it was to install; models and
  * provenance hand back a document with every KILN_OK and with no code but KILN_OK and
- * KILN_ERR_VERIFY (registry.h).
+ * KILN_ERR_VERIFY (registry.h); a watch that starts serves a model of the channel asked for,
+ * and its metrics name it.
  *
  * Seeds (tests/fuzz/corpus/registry_client/) are recorded from a real registry by
  * tests/fuzz/registry_client_seeds.sh: with KILN_FUZZ_UPSTREAM=URL the server passes each
@@ -43,7 +45,7 @@
 int kiln_fuzz_registry_client(const uint8_t *data, size_t size);
 
 #define SEP "\n@@kiln@@\n"
-#define NOPS 9
+#define NOPS 10
 
 /* The policy every operation runs under (KILN_FUZZ_PUBKEY's secret key is
  * shared/vectors/minisign/test.key). */
@@ -250,6 +252,11 @@ static bool exists(const char *path) {
     return lstat(path, &st) == 0;
 }
 
+static void quiet(void *ctx, const char *line) {
+    (void)ctx;
+    (void)line;
+}
+
 /* The operation, against the server at url. */
 static void run_op(int op, const char *url, const char *root, bool verbose) {
     char *trust = kiln_path_join(root, "trust.json"), *state = kiln_path_join(root, "state"),
@@ -304,11 +311,43 @@ static void run_op(int op, const char *url, const char *root, bool verbose) {
     }
     case 6: {
         char version[KILN_REGISTRY_NAME_MAX + 1], digest[72];
-        rc = kiln_registry_previous_version_verified(c, "demo", "production", trust, state, version,
+        rc = kiln_registry_previous_version_verified(c, "demo", "production", NULL, trust, state, version,
                                                      digest);
         if (rc == KILN_OK && (kiln_registry_check_version(version) != KILN_OK ||
                               strncmp(digest, "sha256:", 7) || strlen(digest) != 71))
             abort();
+        break;
+    }
+    case 9: { /* as a service starts (twice: the second finds the first's model kept) */
+        char *dir = kiln_path_join(root, "watch");
+        if (!dir) abort();
+        const char *more[] = {url}; /* two registries: each request once, no backoff */
+        kiln_watch_opts w = {.pull = {.registry = url,
+                                      .registries = more,
+                                      .nregistries = 1,
+                                      .ref = "demo@production",
+                                      .trust = trust,
+                                      .state = state,
+                                      .out = dir,
+                                      .timeout_ms = 3000,
+                                      .on_registry = quiet},
+                             .interval_ms = 3600 * 1000};
+        for (int i = 0; i < 2; i++) {
+            kiln_watch *watch = NULL;
+            rc = kiln_watch_start(&w, &watch);
+            if (verbose && i == 0)
+                fprintf(stderr, "  fuzz op 9 first start: %s\n", rc ? kiln_errmsg() : "ok");
+            if (rc) continue;
+            kiln_pull_result r;
+            char *m = kiln_watch_metrics(watch);
+            if (kiln_watch_serving(watch, 0, &r) != KILN_OK || strcmp(r.model, "demo") ||
+                strcmp(r.channel, "production") || kiln_registry_check_version(r.version) || !m ||
+                !strstr(m, "kiln_watch_info{"))
+                abort();
+            free(m);
+            kiln_watch_stop(watch);
+        }
+        free(dir);
         break;
     }
     case 7: {

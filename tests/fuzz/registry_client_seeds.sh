@@ -1,8 +1,9 @@
 #!/bin/sh
 # registry_client_seeds.sh - record the seeds of tests/fuzz/registry_client.c from a real
-# registry: a store with two versions of "demo" (a few bytes each, packed, signed by the vector
-# key), production promoted to 1.0.0 then 1.1.0 and staging to 1.0.0 (records that expire in
-# ten years), and trust version 2 signed by the same key; then each operation of the harness
+# registry: a store with two versions of "demo" (a model of 8 dimensions after one and two
+# training steps, 5 KB packed, signed by the vector key), production promoted to 1.0.0 then
+# 1.1.0 and staging to 1.0.0 (records that expire in ten years), and trust version 2 signed by
+# the same key; then each operation of the harness
 # runs once through a proxy in front of it, which writes the input that replays it to
 # tests/fuzz/corpus/registry_client/op-N, and the input is replayed with nothing but itself.
 # Run from the repository root after `make`: sh tests/fuzz/registry_client_seeds.sh
@@ -20,13 +21,19 @@ policy() { # FILE VERSION
         "$1" "$PUB"
 }
 policy 1 >"$T/trust.json"
+# A model the runtime loads (the watch's operation loads what it pulls): two steps of the
+# smallest model, each exported (the card as kiln writes it) and packed as a version.
+$KILN data synth --seed 1 --rows 400 --features 4 --outputs 1 --out "$T/d.st" >/dev/null 2>&1
+$KILN train --data "$T/d.st" --run-dir "$T/run" --set steps=2 --set ckpt_every=1 --set keep=0 \
+    --set d_model=8 --set n_layers=1 --set n_heads=2 --set d_ff=8 --set n_experts=2 --set top_k=1 \
+    --set seq_len=8 --set attn_window=8 --set batch_size=2 >/dev/null 2>"$T/train.log" ||
+    { cat "$T/train.log" >&2; fail "train"; }
+step=1
 for v in 1.0.0 1.1.0; do
-    mkdir -p "$T/m-$v"
-    printf 'weights %s' "$v" >"$T/m-$v/model.safetensors"
-    # A card as kiln writes cards (sorted keys, two spaces), so that provenance reproduces it.
-    printf '{\n  "created": "2026-03-04T05:06:07Z",\n  "lineage": {\n    "code_version": "0.1.0",\n    "dataset_sha256": "abcd",\n    "metrics": {},\n    "run_id": "r-1",\n    "step": 40\n  },\n  "name": "demo"\n}\n' >"$T/m-$v/card.json"
+    $KILN export "$T/run" --step $step --out "$T/m-$v" --name demo >/dev/null
     $KILN pack "$T/m-$v" --name demo --version "$v" --out "$T/a-$v.kiln" >/dev/null
     $KILN sign "$T/a-$v.kiln" --key "$KEY" --allow-unvalidated >/dev/null
+    step=2
 done
 R=$T/reg
 ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
@@ -42,7 +49,7 @@ $KILN trust put "$T/v2.signed.json" --registry "$URL" --token "$ADM" >/dev/null
 
 mkdir -p "$OUT"
 op=0
-while [ $op -lt 9 ]; do
+while [ $op -lt 10 ]; do
     printf "\\$(printf %o $op)" >"$T/op"
     KILN_FUZZ_UPSTREAM=$URL KILN_FUZZ_RECORD=$OUT/op-$op KILN_FUZZ_VERBOSE=1 "$RUN" "$T/op" 2>"$T/rec.log" ||
         { cat "$T/rec.log" >&2; fail "recording op $op"; }
