@@ -86,6 +86,9 @@ bool cli_print_registries(const struct json_t *j, const char *notes);
 /* j as JSON on stdout (json_dumps flags), a newline after: 0, or 2 having said "out of
  * memory" (j NULL counts as that). */
 int cli_print_json(const struct json_t *j, size_t flags);
+/* s for a terminal: control characters (a registry's word may hold any) as '?', cut at max
+ * bytes on a UTF-8 boundary with "..." after, into out (size bytes). */
+void cli_clean(const char *s, size_t max, char *out, size_t size);
 
 /* One training step as the trainer logs it when stderr is no terminal, and as `kiln runs
  * show --follow` prints it: "step S/N loss ... tok/s[ ETA t][ (update skipped)][ val_loss v
@@ -140,6 +143,7 @@ int cmd_channel_put(int argc, char **argv);
 int cmd_registry_fsck(int argc, char **argv);
 int cmd_registry_gc(int argc, char **argv);
 int cmd_registry_mirror(int argc, char **argv); /* cmd_mirror.c */
+int cmd_registry_audit(int argc, char **argv);  /* cmd_audit.c */
 int cmd_registry_serve(int argc, char **argv);
 int cmd_registry_token(int argc, char **argv);
 int cmd_release(int argc, char **argv);

@@ -10,25 +10,6 @@
 #include "registry.h"
 #include "web.h"
 
-/* s for a terminal: control characters (a registry's word may hold any) as '?', cut at max
- * bytes on a UTF-8 boundary with "..." after. */
-static void clean(const char *s, size_t max, char *out, size_t size) {
-    size_t n = 0, len = strlen(s);
-    bool cut = len > max;
-    if (cut)
-        while (max && ((unsigned char)s[max] & 0xC0) == 0x80)
-            max--;
-    for (size_t i = 0; i < (cut ? max : len) && n + 4 < size; i++) {
-        unsigned char c = (unsigned char)s[i];
-        out[n++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
-    }
-    if (cut && n + 4 < size) {
-        memcpy(out + n, "...", 3);
-        n += 3;
-    }
-    out[n] = 0;
-}
-
 /* "2026-12-30T10:17:45Z in 29 d", "... expires soon, in 23 h", "... expired 2 h ago": the web
  * page's rule and wording (web/'s kiln_web_expiry_at decided "expiry"). */
 static void expiry_text(const json_t *c, char *out, size_t size) {
@@ -63,13 +44,13 @@ typedef struct chan_line {
 } chan_line;
 
 static void chan_fill(const json_t *c, chan_line *l) {
-    clean(cli_jstr(c, "name"), 64, l->name, sizeof l->name);
-    clean(cli_jstr(c, "version"), 64, l->version, sizeof l->version);
+    cli_clean(cli_jstr(c, "name"), 64, l->name, sizeof l->name);
+    cli_clean(cli_jstr(c, "version"), 64, l->version, sizeof l->version);
     snprintf(l->seq, sizeof l->seq, "%lld", cli_jint(c, "seq"));
     expiry_text(c, l->expiry, sizeof l->expiry);
     char r[REASON_SHOWN * 4 + 4];
     const json_t *rs = json_object_get(c, "reason");
-    clean(json_is_string(rs) ? json_string_value(rs) : "", REASON_SHOWN, r, sizeof r);
+    cli_clean(json_is_string(rs) ? json_string_value(rs) : "", REASON_SHOWN, r, sizeof r);
     snprintf(l->reason, sizeof l->reason, json_is_string(rs) ? "'%s'" : "-", r);
     check_text(c, l->check, sizeof l->check);
 }
@@ -129,8 +110,8 @@ static void print_versions(const json_t *vs) {
     for (size_t i = n; i-- > 0;) {
         const json_t *v = json_array_get(vs, i);
         char ver[80], pub[80], size[32];
-        clean(cli_jstr(v, "version"), 64, ver, sizeof ver);
-        clean(cli_jstr(v, "publisher"), 64, pub, sizeof pub);
+        cli_clean(cli_jstr(v, "version"), 64, ver, sizeof ver);
+        cli_clean(cli_jstr(v, "publisher"), 64, pub, sizeof pub);
         size_text(cli_jint(v, "size"), size, sizeof size);
         const json_t *val = json_object_get(v, "validation");
         printf("  %-*s  %-19.19s  %10s  %-*s  %-20s  %s\n", wv, ver, cli_jstr(v, "digest"), size,
@@ -195,7 +176,7 @@ static void print_expiring(const json_t *j, const char *within) {
             chan_line l;
             chan_fill(c, &l);
             char model[80];
-            clean(cli_jstr(m, "name"), 64, model, sizeof model);
+            cli_clean(cli_jstr(m, "name"), 64, model, sizeof model);
             printf("  %s/%s  %s  seq %s  %s  %s%s%s\n", model, l.name, l.version, l.seq, l.expiry,
                    l.reason, l.check[0] ? "  " : "", l.check);
         }
@@ -288,7 +269,7 @@ int cmd_models(int argc, char **argv) {
         json_t *c;
         json_array_foreach(exp, i, c) {
             char s[200];
-            clean(json_string_value(c) ? json_string_value(c) : "?", 130, s, sizeof s);
+            cli_clean(json_string_value(c) ? json_string_value(c) : "?", 130, s, sizeof s);
             fprintf(stderr, "%s %s", i ? "," : "", s);
         }
         fputc('\n', stderr);

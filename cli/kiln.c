@@ -35,6 +35,8 @@ static const command commands[] = {
      "who put a model in a channel, from what, checked how (verified)"},
     {"publish", cmd_publish, "upload a signed .kiln archive to a registry"},
     {"pull", cmd_pull, "download and verify a model from a registry"},
+    {"registry audit", cmd_registry_audit,
+     "print a registry's audit log (who did what, when), or follow it"},
     {"registry fsck", cmd_registry_fsck, "check a registry's store"},
     {"registry gc", cmd_registry_gc, "remove blobs no version references"},
     {"registry mirror", cmd_registry_mirror, "copy a registry into a verified, read-only mirror"},

@@ -239,3 +239,20 @@ int cli_print_json(const json_t *j, size_t flags) {
     free(text);
     return 0;
 }
+
+void cli_clean(const char *s, size_t max, char *out, size_t size) {
+    size_t n = 0, len = strlen(s);
+    bool cut = len > max;
+    if (cut)
+        while (max && ((unsigned char)s[max] & 0xC0) == 0x80)
+            max--;
+    for (size_t i = 0; i < (cut ? max : len) && n + 4 < size; i++) {
+        unsigned char c = (unsigned char)s[i];
+        out[n++] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    if (cut && n + 4 < size) {
+        memcpy(out + n, "...", 3);
+        n += 3;
+    }
+    out[n] = 0;
+}

@@ -243,6 +243,9 @@ echo
 echo "channel staging:"
 "$KILN" channel history $MODEL --channel staging --registry "$URL"
 echo
+echo "who did what and when, from the registry's audit log (an admin token; --follow tails it):"
+run "$KILN" registry audit --registry "$URL" --token "$ADMIN" --action publish,promote,rollback,trust.put
+echo
 echo "what the pulled model predicted on the last three ticks (fwd_ret_1, fwd_ret_2):"
 printf '%-6s %-28s %-28s %s\n' tick "v1 (production seq 1)" "v2 (production seq 2)" "after rollback (seq 3)"
 n=$(wc -l <ticks.csv)

@@ -1,0 +1,85 @@
+#!/bin/sh
+# kiln registry audit as a platform engineer reads it: every entry oldest first, filtered by
+# model, action and time, as JSON Lines (each entry once, the ids rising, as many as the
+# database holds, across pages of 1000), refused without an admin token; and --follow as a log
+# shipper runs it: new entries as they come, a registry restarted under it said once and read
+# on from the last id, nothing missed or printed twice, exit 0 at SIGTERM.
+. "$(dirname "$0")/lib.sh"
+R=$T/reg
+$KILN keygen --out "$T/k" --no-password >/dev/null
+printf '{"format":"kiln-trust/1","keys":[{"name":"k","pubkey":"%s","roles":["release","promote"]}],"channels":{"production":{"threshold":1}},"accept_unvalidated":true}\n' \
+    "$(sed -n 2p "$T/k.pub")" >"$T/trust.json"
+for v in 1.0.0 1.1.0; do
+    mkdir -p "$T/m-$v"
+    printf 'weights %s' "$v" >"$T/m-$v/model.safetensors"
+    printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$v/card.json"
+    $KILN pack "$T/m-$v" --name demo --version "$v" --out "$T/a-$v.kiln" >/dev/null
+    $KILN sign "$T/a-$v.kiln" --key "$T/k.key" --allow-unvalidated >/dev/null
+done
+ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
+PROM=$($KILN registry token create --root "$R" --name rm --scope promote)
+serve_registry "$R" --trust "$T/trust.json"
+for v in 1.0.0 1.1.0; do $KILN publish "$T/a-$v.kiln" --registry "$URL" --token "$ADM" >/dev/null; done
+P="--key $T/k.key --registry $URL --token $PROM"
+$KILN promote demo 1.0.0 --channel production $P >/dev/null
+$KILN promote demo 1.1.0 --channel production $P >/dev/null
+$KILN rollback demo --channel production $P >/dev/null
+A="--registry $URL --token $ADM"
+
+# Everything, oldest first: 2 tokens, 2 publishes, 2 promotions, a rollback.
+$KILN registry audit $A >"$T/all" 2>"$T/all.err" || fail "audit: $(cat "$T/all.err")"
+[ "$(sed -n 1p "$T/all" | tr -s ' ')" = " id time action token what" ] || fail "header: $(sed -n 1p "$T/all")"
+[ "$(sed 1d "$T/all" | wc -l)" = 7 ] || fail "7 entries: $(cat "$T/all")"
+grep -q "^ *3  [0-9T:Z-]\{20\}  publish  *ops  *demo@1.0.0 sha256:$(sha256sum "$T/a-1.0.0.kiln" | cut -c1-12)$" "$T/all" ||
+    fail "publish row: $(cat "$T/all")"
+grep -q "^ *7  .*  rollback  *rm  *demo/production -> 1.0.0 sha256:[0-9a-f]\{12\}$" "$T/all" || fail "rollback row: $(cat "$T/all")"
+grep -q '^7 entries$' "$T/all.err" || fail "count: $(cat "$T/all.err")"
+# Filters.
+$KILN registry audit $A --action promote,rollback --model demo >"$T/f" 2>"$T/f.err"
+[ "$(sed 1d "$T/f" | awk '{print $1 $3}' | tr '\n' ' ')" = "5promote 6promote 7rollback " ] || fail "filtered: $(cat "$T/f")"
+$KILN registry audit $A --since 1h --after 5 >"$T/f" 2>"$T/f.err"
+[ "$(sed 1d "$T/f" | awk '{print $1}' | tr '\n' ' ')" = "6 7 " ] || fail "--after 5: $(cat "$T/f")"
+$KILN registry audit $A --since 2999-01-01T00:00:00Z >"$T/f" 2>"$T/f.err"
+[ ! -s "$T/f" ] && grep -q '^0 entries$' "$T/f.err" || fail "--since the future: $(cat "$T/f" "$T/f.err")"
+# Refused: no token, a promote token; bad options.
+expect_fail 2 $KILN registry audit --registry "$URL"
+grep -q "HTTP 401" "$T/err" || fail "no token: $(cat "$T/err")"
+expect_fail 2 $KILN registry audit --registry "$URL" --token "$PROM"
+grep -q "lacks the 'admin' scope" "$T/err" || fail "promote token: $(cat "$T/err")"
+[ ! -s "$T/out" ] || fail "a refused read printed a table: $(cat "$T/out")"
+expect_fail 2 $KILN registry audit $A --since yesterday
+expect_fail 2 $KILN registry audit $A --interval 1s
+expect_fail 2 $KILN registry audit $A --model 'Bad/Name'
+
+# JSON Lines across pages: 2500 more entries straight into the store (as a busy registry
+# would have them); each id once, in order, as many as the database holds.
+sqlite3 "$R/registry.db" "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500)
+    INSERT INTO audit(time, token, action, model) SELECT 1700000000 + i, 'bulk', 'publish', 'bulk' FROM n;"
+$KILN registry audit $A --json >"$T/j"
+[ "$(wc -l <"$T/j")" = "$(sqlite3 "$R/registry.db" 'SELECT count(*) FROM audit')" ] || fail "json lines: $(wc -l <"$T/j")"
+sed 's/.*"id":\([0-9]*\),.*/\1/' "$T/j" >"$T/ids"
+seq 1 "$(wc -l <"$T/j")" | cmp -s - "$T/ids" || fail "ids not each once in order"
+grep -q '^{"action":"rollback","channel":"production","digest":"sha256:[0-9a-f]\{64\}","id":7,"model":"demo","reason":null,"time":"[0-9T:Z-]\{20\}","token":"rm","version":"1.0.0"}$' "$T/j" ||
+    fail "json rollback entry: $(sed -n 7p "$T/j")"
+
+# --follow: new entries as they come; the registry restarted on its port under the follower.
+N=$(wc -l <"$T/j")
+$KILN registry audit $A --follow --interval 100ms --after "$N" --json >"$T/fol" 2>"$T/fol.err" &
+FOL=$!
+$KILN registry token create --root "$R" --name t1 --scope read >/dev/null
+w=0; until grep -q '"token":"t1"' "$T/fol"; do w=$((w + 1)); [ $w -lt 100 ] || fail "follow: t1 not seen"; sleep 0.05; done
+PORT=${URL##*:}
+kill $PID; wait $PID || true
+$KILN registry token create --root "$R" --name t2 --scope read >/dev/null
+w=0; until grep -q 'polling on' "$T/fol.err"; do w=$((w + 1)); [ $w -lt 100 ] || fail "follow: no warning: $(cat "$T/fol.err")"; sleep 0.05; done
+: >"$T/serve.out"
+$KILN registry serve --root "$R" --listen 127.0.0.1:"$PORT" --trust "$T/trust.json" >"$T/serve.out" 2>"$T/serve.err" &
+PID=$!
+serve_url "$T/serve.out" "$T/serve.err"
+$KILN registry token create --root "$R" --name t3 --scope read >/dev/null
+w=0; until grep -q '"token":"t3"' "$T/fol"; do w=$((w + 1)); [ $w -lt 100 ] || fail "follow: t3 not seen: $(cat "$T/fol.err")"; sleep 0.05; done
+kill -TERM $FOL
+wait $FOL || fail "follow: exit status at SIGTERM"
+[ "$(sed 's/.*"token":"\([^"]*\)".*/\1/' "$T/fol" | tr '\n' ' ')" = "t1 t2 t3 " ] || fail "follow: $(cat "$T/fol")"
+[ "$(grep -c 'polling on' "$T/fol.err")" = 1 ] && grep -q "answers again; read on from entry $((N + 2))$" "$T/fol.err" ||
+    fail "follow's notes: $(cat "$T/fol.err")"
