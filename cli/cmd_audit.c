@@ -93,7 +93,8 @@ static void print_text(const json_t *e, bool *header) {
                              strncmp(action, "trust", 5) ? "" : "trust ", version);
     if (strcmp(digest, "-"))
         n += (size_t)snprintf(what + n, sizeof what - n, "%s%s", n ? " " : "", digest);
-    if (strcmp(reason, "-")) snprintf(what + n, sizeof what - n, "%s(%s)", n ? " " : "", reason);
+    if (strcmp(reason, "-") && strcmp(reason, action)) /* not "promote (promote)" */
+        snprintf(what + n, sizeof what - n, "%s(%s)", n ? " " : "", reason);
     if (!*header) /* before the first entry: a failed request prints no table */
         printf("%6s  %-20s  %-13s  %-16s  %s\n", "id", "time", "action", "token", "what");
     *header = true;

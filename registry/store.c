@@ -479,9 +479,10 @@ kiln_err reg_record_insert(sqlite3 *db, const reg_record *rec, const char *text,
     KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
                   sqlite3_errmsg(db));
     if (!action) action = strcmp(rec->reason, "rollback") ? "promote" : "rollback";
+    /* The audit's reason: the caller's (a mirror's source), else the record's own (signed). */
     KILN_CHECK(rc, out,
                audit_row(db, audit_token, action, rec->model, rec->version, rec->channel,
-                         rec->digest, reason));
+                         rec->digest, reason ? reason : rec->reason));
 out:
     if (st) sqlite3_finalize(st);
     if (!rc) rc = reg_db_exec(db, "COMMIT");

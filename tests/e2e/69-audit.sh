@@ -22,7 +22,7 @@ serve_registry "$R" --trust "$T/trust.json"
 for v in 1.0.0 1.1.0; do $KILN publish "$T/a-$v.kiln" --registry "$URL" --token "$ADM" >/dev/null; done
 P="--key $T/k.key --registry $URL --token $PROM"
 $KILN promote demo 1.0.0 --channel production $P >/dev/null
-$KILN promote demo 1.1.0 --channel production $P >/dev/null
+$KILN promote demo 1.1.0 --channel production $P --reason "weekly retrain" >/dev/null
 $KILN rollback demo --channel production $P >/dev/null
 A="--registry $URL --token $ADM"
 
@@ -32,6 +32,8 @@ $KILN registry audit $A >"$T/all" 2>"$T/all.err" || fail "audit: $(cat "$T/all.e
 [ "$(sed 1d "$T/all" | wc -l)" = 7 ] || fail "7 entries: $(cat "$T/all")"
 grep -q "^ *3  [0-9T:Z-]\{20\}  publish  *ops  *demo@1.0.0 sha256:$(sha256sum "$T/a-1.0.0.kiln" | cut -c1-12)$" "$T/all" ||
     fail "publish row: $(cat "$T/all")"
+grep -q "^ *6  .*  promote  *rm  *demo/production -> 1.1.0 sha256:[0-9a-f]\{12\} (weekly retrain)$" "$T/all" ||
+    fail "the record's reason: $(cat "$T/all")"
 grep -q "^ *7  .*  rollback  *rm  *demo/production -> 1.0.0 sha256:[0-9a-f]\{12\}$" "$T/all" || fail "rollback row: $(cat "$T/all")"
 grep -q '^7 entries$' "$T/all.err" || fail "count: $(cat "$T/all.err")"
 # Filters.
@@ -59,7 +61,7 @@ $KILN registry audit $A --json >"$T/j"
 [ "$(wc -l <"$T/j")" = "$(sqlite3 "$R/registry.db" 'SELECT count(*) FROM audit')" ] || fail "json lines: $(wc -l <"$T/j")"
 sed 's/.*"id":\([0-9]*\),.*/\1/' "$T/j" >"$T/ids"
 seq 1 "$(wc -l <"$T/j")" | cmp -s - "$T/ids" || fail "ids not each once in order"
-grep -q '^{"action":"rollback","channel":"production","digest":"sha256:[0-9a-f]\{64\}","id":7,"model":"demo","reason":null,"time":"[0-9T:Z-]\{20\}","token":"rm","version":"1.0.0"}$' "$T/j" ||
+grep -q '^{"action":"rollback","channel":"production","digest":"sha256:[0-9a-f]\{64\}","id":7,"model":"demo","reason":"rollback","time":"[0-9T:Z-]\{20\}","token":"rm","version":"1.0.0"}$' "$T/j" ||
     fail "json rollback entry: $(sed -n 7p "$T/j")"
 
 # --follow: new entries as they come; the registry restarted on its port under the follower.
