@@ -42,6 +42,20 @@ static bool listed(const char *list, const char *name) {
     return false;
 }
 
+/* Names of a-z and '.', 1 to 32 bytes each, at most 16: what the registry takes. */
+static bool action_list_ok(const char *list) {
+    size_t names = 0, len = 0;
+    for (const char *p = list;; p++) {
+        if (*p == ',' || !*p) {
+            if (!len || ++names > 16) return false;
+            if (!*p) return true;
+            len = 0;
+        } else if (!((*p >= 'a' && *p <= 'z') || *p == '.') || ++len > 32) {
+            return false;
+        }
+    }
+}
+
 static bool wanted(const audit_filter *f, const json_t *e) {
     if (f->model && strcmp(cli_jstr(e, "model"), f->model)) return false;
     if (f->actions && !listed(f->actions, cli_jstr(e, "action"))) return false;
@@ -108,8 +122,15 @@ static void print_text(const json_t *e, bool *header) {
 static kiln_err drain(const kiln_registry_client_opts *c, audit_filter *f, int64_t *after,
                       size_t *shown) {
     for (;;) {
-        char path[80];
-        snprintf(path, sizeof path, "/v1/audit?after=%lld&limit=%d", (long long)*after, PAGE);
+        /* The filters go to the registry too (it reads no more of the log than they take);
+         * wanted() applies them again, for a registry from before it took them. */
+        char path[700];
+        int n0 =
+            snprintf(path, sizeof path, "/v1/audit?after=%lld&limit=%d", (long long)*after, PAGE);
+        if (f->since)
+            n0 += snprintf(path + n0, sizeof path - (size_t)n0, "&since=%lld", (long long)f->since);
+        if (f->model) n0 += snprintf(path + n0, sizeof path - (size_t)n0, "&model=%s", f->model);
+        if (f->actions) snprintf(path + n0, sizeof path - (size_t)n0, "&action=%s", f->actions);
         json_t *j = NULL;
         KILN_TRY(kiln_registry_get_json(c, path, &j));
         const json_t *entries = json_object_get(j, "entries");
@@ -197,7 +218,10 @@ int cmd_registry_audit(int argc, char **argv) {
                                "an hour)",
                                interval);
     if (f.model && kiln_registry_check_name("model", f.model)) return cli_fail(KILN_ERR_USAGE);
-    if (f.actions && !*f.actions) return cli_usage_error("--action names no action");
+    if (f.actions && !action_list_ok(f.actions))
+        return cli_usage_error("--action '%s': up to 16 comma-separated action names (a-z and "
+                               "'.', as publish or token.revoke)",
+                               f.actions);
     if (since) {
         int64_t secs, now = kiln_unix_time();
         if (cli_parse_secs(since, &secs)) {
@@ -206,6 +230,7 @@ int cmd_registry_audit(int argc, char **argv) {
                                         &f.since)) {
             return cli_fail(KILN_ERR_USAGE);
         }
+        if (f.since < 1) f.since = 1; /* before 1970: everything */
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

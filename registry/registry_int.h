@@ -423,9 +423,18 @@ kiln_err reg_sig_decode(const char *b64, char **out, size_t *len);
 /* The body of an error answer, {"error":"msg"} (caller frees), bytes of msg that are not
  * UTF-8 shown as '?'; NULL only when out of memory. */
 char *reg_error_body(const char *msg);
-/* GET /v1/audit's query: after (an id, default 0) and limit (1 to 10000, default 1000);
- * either may be NULL. */
-void reg_audit_args(const char *after, const char *limit, int64_t *a, int64_t *l);
+/* GET /v1/audit's query, each argument NULL when absent: after (an id, default 0), limit (1 to
+ * 10000, default 1000), since (unix seconds: entries at or after it), model (one model's
+ * entries) and action (a comma-separated list of up to 16 action names, [a-z.]). */
+typedef struct reg_audit_query {
+    int64_t after, limit, since;
+    char model[KILN_REGISTRY_NAME_MAX + 1]; /* "" for all */
+    char actions[16 * 36];                  /* a JSON array of the names for json_each; "" */
+} reg_audit_query;
+/* False, with why (for a 400), when an argument is not what the API takes: numbers are
+ * digits only and must fit (no sign, space or hex, as strtoll would take). */
+bool reg_audit_parse(const char *after, const char *limit, const char *since, const char *model,
+                     const char *action, reg_audit_query *q, char why[200]);
 
 /* ---- the web page (ui.c): each renders a whole page into b from db (web/ writes the
  * HTML); a failure leaves b to be released and sets the message. The model and channel

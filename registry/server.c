@@ -753,20 +753,30 @@ static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db)
         json_pack("{s:s, s:s, s:o}", "model", r->seg[0], "channel", r->seg[1], "records", arr));
 }
 
+static const char *query_arg(struct MHD_Connection *c, const char *name) {
+    return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
+}
+
 static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
-    const char *after = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    const char *limit = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "limit");
-    int64_t a, l;
-    reg_audit_args(after, limit, &a, &l);
+    reg_audit_query q;
+    char why[200];
+    if (!reg_audit_parse(query_arg(c, "after"), query_arg(c, "limit"), query_arg(c, "since"),
+                         query_arg(c, "model"), query_arg(c, "action"), &q, why))
+        return send_error(c, r, 400, "%s", why);
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(
-            db,
-            "SELECT id, time, token, action, model, version, channel, digest, reason FROM audit"
-            " WHERE id > ?1 ORDER BY id LIMIT ?2",
-            -1, &st, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(db,
+                           "SELECT id, time, token, action, model, version, channel, digest, "
+                           "reason FROM audit WHERE id > ?1 AND time >= ?3"
+                           " AND (?4 IS NULL OR model = ?4)"
+                           " AND (?5 IS NULL OR action IN (SELECT value FROM json_each(?5)))"
+                           " ORDER BY id LIMIT ?2",
+                           -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading the audit log"));
-    sqlite3_bind_int64(st, 1, a);
-    sqlite3_bind_int64(st, 2, l);
+    sqlite3_bind_int64(st, 1, q.after);
+    sqlite3_bind_int64(st, 2, q.limit);
+    sqlite3_bind_int64(st, 3, q.since);
+    if (q.model[0]) sqlite3_bind_text(st, 4, q.model, -1, SQLITE_TRANSIENT);
+    if (q.actions[0]) sqlite3_bind_text(st, 5, q.actions, -1, SQLITE_TRANSIENT);
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
@@ -821,10 +831,11 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
         break;
     }
     default: {
-        int64_t after, limit;
-        reg_audit_args(MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after"), NULL, &after,
-                       &limit);
-        rc = reg_ui_audit(db, after, now, &b);
+        reg_audit_query q;
+        char why[200];
+        if (!reg_audit_parse(query_arg(c, "after"), NULL, NULL, NULL, NULL, &q, why))
+            q.after = 0; /* a page (as before= of the others): a bad link shows the start */
+        rc = reg_ui_audit(db, q.after, now, &b);
         break;
     }
     }
@@ -908,10 +919,64 @@ kiln_err reg_sig_decode(const char *b64, char **out, size_t *len) {
     return KILN_OK;
 }
 
-void reg_audit_args(const char *after, const char *limit, int64_t *a, int64_t *l) {
-    *a = after ? strtoll(after, NULL, 10) : 0;
-    *l = limit ? strtoll(limit, NULL, 10) : 1000;
-    if (*l <= 0 || *l > 10000) *l = 1000;
+/* Digits only, at most max. */
+static bool audit_number(const char *s, int64_t max, int64_t *out) {
+    uint64_t n;
+    if (!reg_length_parse(s, &n) || n > (uint64_t)max) return false;
+    *out = (int64_t)n;
+    return true;
+}
+
+bool reg_audit_parse(const char *after, const char *limit, const char *since, const char *model,
+                     const char *action, reg_audit_query *q, char why[200]) {
+    memset(q, 0, sizeof *q);
+    q->limit = 1000;
+    if (after && !audit_number(after, INT64_MAX, &q->after)) {
+        snprintf(why, 200, "after must be an entry id (digits)");
+        return false;
+    }
+    if (limit && (!audit_number(limit, 10000, &q->limit) || q->limit < 1)) {
+        snprintf(why, 200, "limit must be a whole number from 1 to 10000");
+        return false;
+    }
+    if (since && !audit_number(since, INT64_MAX, &q->since)) {
+        snprintf(why, 200, "since must be a time in unix seconds (digits)");
+        return false;
+    }
+    if (model) {
+        if (kiln_registry_check_name("model", model)) {
+            snprintf(why, 200, "%s", kiln_errmsg());
+            kiln_errclear();
+            return false;
+        }
+        snprintf(q->model, sizeof q->model, "%s", model);
+    }
+    if (action) {
+        /* ["a","b"]: each name 1 to 32 of [a-z.], at most 16 */
+        size_t n = 0, names = 0, len = 0;
+        q->actions[n++] = '[';
+        for (const char *p = action;; p++) {
+            if (*p == ',' || !*p) {
+                if (!len || ++names > 16) break;
+                q->actions[n++] = '"';
+                q->actions[n++] = ',';
+                len = 0;
+                if (!*p) {
+                    q->actions[n - 1] = ']';
+                    q->actions[n] = 0;
+                    return true;
+                }
+                continue;
+            }
+            if (!((*p >= 'a' && *p <= 'z') || *p == '.') || ++len > 32) break;
+            if (len == 1) q->actions[n++] = '"';
+            q->actions[n++] = *p;
+        }
+        q->actions[0] = 0;
+        snprintf(why, 200, "action must be up to 16 comma-separated names of a-z and '.'");
+        return false;
+    }
+    return true;
 }
 
 static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c, req *r) {

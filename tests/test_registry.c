@@ -310,6 +310,29 @@ KILN_TEST(registry_server_auth) {
     CHECK("audit needs admin: 403", rfx_http(url, "GET", "/v1/audit", pub, NULL, NULL, &r) == 403);
     CHECK("audit with admin", rfx_http(url, "GET", "/v1/audit", adm, NULL, NULL, &r) == 200 &&
                                   strstr(r.body, "token.create"));
+    /* The audit query: filters on the registry's side; numbers are digits that fit. */
+    CHECK("audit by action",
+          rfx_http(url, "GET", "/v1/audit?action=gc,token.create", adm, NULL, NULL, &r) == 200 &&
+              strstr(r.body, "token.create"));
+    CHECK("audit by action and a model that has none: no entries",
+          rfx_http(url, "GET", "/v1/audit?action=token.create&model=m", adm, NULL, NULL, &r) ==
+                  200 &&
+              strstr(r.body, "\"entries\":[]"));
+    CHECK("audit since a time to come: no entries",
+          rfx_http(url, "GET", "/v1/audit?since=99999999999", adm, NULL, NULL, &r) == 200 &&
+              strstr(r.body, "\"entries\":[]"));
+    const char *bad_audit[] = {"/v1/audit?after=abc",       "/v1/audit?after=-1",
+                               "/v1/audit?after=%2B5",      "/v1/audit?limit=0",
+                               "/v1/audit?limit=10001",     "/v1/audit?since=1e9",
+                               "/v1/audit?model=a%2Fb",     "/v1/audit?action=a%26b",
+                               "/v1/audit?action=promote,", "/v1/audit?after=9223372036854775808"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad_audit); i++)
+        if (!CHECK("a bad audit query: 400 saying which argument",
+                   rfx_http(url, "GET", bad_audit[i], adm, NULL, NULL, &r) == 400 &&
+                       (strstr(r.body, "after must") || strstr(r.body, "limit must") ||
+                        strstr(r.body, "since must") || strstr(r.body, "model") ||
+                        strstr(r.body, "action must"))))
+            fprintf(stderr, "    %s: %s\n", bad_audit[i], r.body ? r.body : "");
     CHECK("no trust policy refuses uploads",
           rfx_http(url, "PUT", "/v1/models/m/versions/1", pub, "x", hdrs, &r) == 422);
     const char *bad[] = {"/v1/models/..%2Fetc/versions/1",

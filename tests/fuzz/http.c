@@ -215,12 +215,36 @@ int kiln_fuzz_http(const uint8_t *data, size_t size) {
     case 4:
         fuzz_sig(s);
         break;
-    case 5: {
-        char *nl = strchr(s, '\n');
-        if (nl) *nl = 0;
-        int64_t a, l;
-        reg_audit_args(s, nl ? nl + 1 : NULL, &a, &l);
-        if (l < 1 || l > 10000) abort();
+    case 5: { /* after \n limit \n since \n model \n action, as the audit query gets them */
+        const char *arg[5] = {s, NULL, NULL, NULL, NULL};
+        for (int k = 1; k < 5 && arg[k - 1]; k++) {
+            char *nl = strchr(arg[k - 1], '\n');
+            if (nl) *nl = 0;
+            arg[k] = nl ? nl + 1 : NULL;
+        }
+        reg_audit_query q;
+        char why[200];
+        if (reg_audit_parse(arg[0], arg[1], arg[2], arg[3], arg[4], &q, why)) {
+            if (q.limit < 1 || q.limit > 10000 || q.after < 0 || q.since < 0) abort();
+            for (int k = 0; k < 3; k++) /* numbers: digits only */
+                for (const char *p = arg[k]; p && *p; p++)
+                    if (*p < '0' || *p > '9') abort();
+            if (arg[3] && strcmp(q.model, arg[3])) abort();
+            /* the actions' JSON array parses as an array of the names given, in order */
+            json_t *a = arg[4] ? json_loads(q.actions, 0, NULL) : NULL;
+            if (arg[4] && !json_is_array(a)) abort();
+            size_t at = 0;
+            for (size_t k = 0; k < json_array_size(a); k++) {
+                const char *name = json_string_value(json_array_get(a, k));
+                size_t n = name ? strlen(name) : 0;
+                if (!n || strncmp(arg[4] + at, name, n) ||
+                    (arg[4][at + n] && arg[4][at + n] != ','))
+                    abort();
+                at += n + 1;
+            }
+            if (arg[4] && at != strlen(arg[4]) + 1) abort();
+            json_decref(a);
+        }
         break;
     }
     case 6: {
