@@ -21,15 +21,8 @@ JSON
 }
 policy "$T/trust.json" ', "accept_unvalidated": true'
 policy "$T/strict.json" '' # the same keys, validated archives only (the default)
-# archive CONTENT VERSION OUT [KEY]: pack a model and sign it (the trusted comment binds the
-# manifest and says the model is unvalidated).
-archive() {
-    mkdir -p "$T/m-$2-$1"
-    printf 'weights %s' "$1" >"$T/m-$2-$1/model.safetensors"
-    printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$2-$1/card.json"
-    $KILN pack "$T/m-$2-$1" --name demo --version "$2" --out "$3" >/dev/null
-    $KILN sign "$3" --key "$T/${4:-rel}.key" --allow-unvalidated >/dev/null
-}
+# archive CONTENT VERSION OUT [KEY]: lib.sh's signed_archive, by rel.key unless KEY is named.
+archive() { signed_archive "$1" "$2" "$3" "$T/${4:-rel}.key"; }
 archive one 1.0.0 "$T/a1.kiln"
 archive two 1.1.0 "$T/a2.kiln"
 archive other 1.0.0 "$T/a3.kiln"

@@ -20,13 +20,7 @@ JSON
 }
 policy "$T/trust.json" p1
 policy "$T/other.json" stranger # the same names, another key where p1 was
-for v in 1.0.0 1.1.0; do
-    mkdir -p "$T/m-$v"
-    printf 'weights %s' "$v" >"$T/m-$v/model.safetensors"
-    printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$v/card.json"
-    $KILN pack "$T/m-$v" --name demo --version "$v" --out "$T/a-$v.kiln" >/dev/null
-    $KILN sign "$T/a-$v.kiln" --key "$T/rel.key" --allow-unvalidated >/dev/null
-done
+for v in 1.0.0 1.1.0; do signed_archive "$v" "$v" "$T/a-$v.kiln" "$T/rel.key"; done
 PUB=$($KILN registry token create --root "$R" --name ci --scope publish)
 PROM=$($KILN registry token create --root "$R" --name release-manager --scope promote)
 serve_registry "$R" --trust "$T/trust.json"

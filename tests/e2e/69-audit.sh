@@ -9,13 +9,7 @@ R=$T/reg
 $KILN keygen --out "$T/k" --no-password >/dev/null
 printf '{"format":"kiln-trust/1","keys":[{"name":"k","pubkey":"%s","roles":["release","promote"]}],"channels":{"production":{"threshold":1}},"accept_unvalidated":true}\n' \
     "$(sed -n 2p "$T/k.pub")" >"$T/trust.json"
-for v in 1.0.0 1.1.0; do
-    mkdir -p "$T/m-$v"
-    printf 'weights %s' "$v" >"$T/m-$v/model.safetensors"
-    printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$v/card.json"
-    $KILN pack "$T/m-$v" --name demo --version "$v" --out "$T/a-$v.kiln" >/dev/null
-    $KILN sign "$T/a-$v.kiln" --key "$T/k.key" --allow-unvalidated >/dev/null
-done
+for v in 1.0.0 1.1.0; do signed_archive "$v" "$v" "$T/a-$v.kiln" "$T/k.key"; done
 ADM=$($KILN registry token create --root "$R" --name ops --scope admin)
 PROM=$($KILN registry token create --root "$R" --name rm --scope promote)
 serve_registry "$R" --trust "$T/trust.json"

@@ -44,3 +44,14 @@ tiny_run() {
         --set keep=0 --set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=8 >/dev/null 2>"$T/train.log" ||
         { cat "$T/train.log" >&2; fail "train"; }
 }
+# signed_archive CONTENT VERSION OUT KEY: a model of a few bytes ("weights CONTENT" and a card,
+# in $T/m-VERSION-CONTENT) packed as demo VERSION into OUT and signed by KEY with
+# --allow-unvalidated (the trusted comment binds the manifest and says the model is
+# unvalidated): for the registry's scripts, which need signed archives, not models that load.
+signed_archive() {
+    mkdir -p "$T/m-$2-$1"
+    printf 'weights %s' "$1" >"$T/m-$2-$1/model.safetensors"
+    printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m-$2-$1/card.json"
+    $KILN pack "$T/m-$2-$1" --name demo --version "$2" --out "$3" >/dev/null
+    $KILN sign "$3" --key "$4" --allow-unvalidated >/dev/null
+}
