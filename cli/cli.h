@@ -86,6 +86,13 @@ bool cli_print_registries(const struct json_t *j, const char *notes);
 /* j as JSON on stdout (json_dumps flags), a newline after: 0, or 2 having said "out of
  * memory" (j NULL counts as that). */
 int cli_print_json(const struct json_t *j, size_t flags);
+/* From here on stdout and stderr pass text only: C0 controls but tab, newline and carriage
+ * return, DEL and C1 controls become '?' (guard.c), so that what a registry or a file from
+ * someone else says cannot drive the terminal. For the commands that print such words. */
+void cli_guard_terminal(void);
+/* The filter itself: in[0..n) into out (n bytes at most), *held carrying a 0xC2 across calls
+ * (false to start); returns the bytes written. */
+size_t cli_guard_filter(bool *held, const char *in, size_t n, char *out);
 /* s for a terminal: control characters (a registry's word may hold any) as '?', cut at max
  * bytes on a UTF-8 boundary with "..." after, into out (size bytes). */
 void cli_clean(const char *s, size_t max, char *out, size_t size);

@@ -154,7 +154,8 @@ static kiln_err drain(const kiln_registry_client_opts *c, audit_filter *f, int64
             if (!wanted(f, e)) continue;
             (*shown)++;
             if (f->json) {
-                char *s = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS);
+                /* ASCII: a C1 control in a value stays \u0080-\u009f through guard.c */
+                char *s = json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENSURE_ASCII);
                 if (!s) {
                     rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
                     break;

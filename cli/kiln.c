@@ -77,6 +77,22 @@ int cmd_version(int argc, char **argv) {
     return 0;
 }
 
+/* Commands that print what a registry says, or what is in a record, policy, archive or card
+ * that someone else made: their output goes through guard.c. (train and runs plot draw on
+ * the terminal with escape sequences of their own, and print only what this host wrote.) */
+static bool guarded(const char *name) {
+    static const char *const names[] = {
+        "channel history", "channel put", "channel sign", "channel verify",
+        "inspect",         "installed",   "models",       "promote",
+        "provenance",      "publish",     "pull",         "registry audit",
+        "registry mirror", "release",     "renew",        "rollback",
+        "trust put",       "trust sign",  "trust update", "trust verify",
+        "unpack",          "verify"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(names); i++)
+        if (!strcmp(name, names[i])) return true;
+    return false;
+}
+
 int main(int argc, char **argv) {
     const char *lvl = getenv("KILN_LOG");
     if (lvl) {
@@ -93,9 +109,13 @@ int main(int argc, char **argv) {
         const char *name = commands[i].name, *sp = strchr(name, ' ');
         if (sp) {
             size_t l = (size_t)(sp - name);
-            if (argc >= 3 && strlen(argv[1]) == l && !strncmp(argv[1], name, l) && !strcmp(argv[2], sp + 1))
+            if (argc >= 3 && strlen(argv[1]) == l && !strncmp(argv[1], name, l) &&
+                !strcmp(argv[2], sp + 1)) {
+                if (guarded(name)) cli_guard_terminal();
                 return commands[i].fn(argc - 2, argv + 2);
+            }
         } else if (!strcmp(argv[1], name)) {
+            if (guarded(name)) cli_guard_terminal();
             return commands[i].fn(argc - 1, argv + 1);
         }
     }

@@ -47,6 +47,22 @@ expect_fail 2 $KILN registry audit $A --since yesterday
 expect_fail 2 $KILN registry audit $A --interval 1s
 expect_fail 2 $KILN registry audit $A --model 'Bad/Name'
 
+# What a registry says is printed as text: a store edited behind the server's back puts
+# escape sequences (a terminal title, a bell) into names; the commands print '?' for them.
+sqlite3 "$R/registry.db" "UPDATE channel_records SET publisher = 'rm' || char(27) || ']0;pwned' || char(7) WHERE seq = 3;
+    UPDATE audit SET token = 'rm' || char(27) || '[2J' || char(155) || 'x' WHERE id = 5;"
+$KILN channel history demo --channel production --registry "$URL" >"$T/h" 2>&1 || fail "history: $(cat "$T/h")"
+$KILN registry audit $A --after 4 --action promote >"$T/au" 2>&1 || fail "audit: $(cat "$T/au")"
+# (exit 1: these few-byte cards are not as kiln writes cards, which provenance flags)
+$KILN provenance demo@production --registry "$URL" --trust "$T/trust.json" --state "$T/pst" >"$T/pv" 2>&1 ||
+    [ $? = 1 ] || fail "provenance: $(cat "$T/pv")"
+for f in h au pv; do
+    [ "$(tr -d '\000-\010\013\014\016-\037\177' <"$T/$f" | wc -c)" = "$(wc -c <"$T/$f")" ] ||
+        fail "control bytes reached the terminal in $f: $(od -c "$T/$f" | grep -m1 '033')"
+done
+grep -q 'rm?\]0;pwned?' "$T/h" && grep -q 'rm?\]0;pwned?' "$T/pv" && grep -q 'rm?\[2J?x' "$T/au" ||
+    fail "the names as text: $(cat "$T/h" "$T/au" "$T/pv")"
+
 # JSON Lines across pages: 2500 more entries straight into the store (as a busy registry
 # would have them); each id once, in order, as many as the database holds.
 sqlite3 "$R/registry.db" "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 2500)
@@ -55,6 +71,7 @@ $KILN registry audit $A --json >"$T/j"
 [ "$(wc -l <"$T/j")" = "$(sqlite3 "$R/registry.db" 'SELECT count(*) FROM audit')" ] || fail "json lines: $(wc -l <"$T/j")"
 sed 's/.*"id":\([0-9]*\),.*/\1/' "$T/j" >"$T/ids"
 seq 1 "$(wc -l <"$T/j")" | cmp -s - "$T/ids" || fail "ids not each once in order"
+grep -q '"id":5,.*"token":"rm\\u001B\[2J\\u009Bx"' "$T/j" || fail "json escapes: $(sed -n 5p "$T/j")"
 grep -q '^{"action":"rollback","channel":"production","digest":"sha256:[0-9a-f]\{64\}","id":7,"model":"demo","reason":"rollback","time":"[0-9T:Z-]\{20\}","token":"rm","version":"1.0.0"}$' "$T/j" ||
     fail "json rollback entry: $(sed -n 7p "$T/j")"
 
