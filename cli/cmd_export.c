@@ -10,10 +10,13 @@
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *dtype = "f32", *name = NULL;
     long step = 0;
-    bool force = false;
+    bool force = false, best = false;
     const cli_opt opts[] = {
         {"out", CLI_STR, &out, "MODEL_DIR", "model directory to create", true},
         {"step", CLI_INT, &step, "N", "checkpoint step (default: the newest whose digest verifies)",
+         false},
+        {"best", CLI_FLAG, &best, NULL,
+         "the checkpoint whose step logged the lowest validation loss (kept by the trainer)",
          false},
         {"dtype", CLI_STR, &dtype, "f32|bf16", "weight dtype (default f32; norm.in_* stay f32)",
          false},
@@ -22,7 +25,7 @@ int cmd_export(int argc, char **argv) {
         {0},
     };
     const cli_spec spec = {
-        "kiln export RUN_DIR --out MODEL_DIR [--step N] [--dtype f32|bf16] [--name NAME] "
+        "kiln export RUN_DIR --out MODEL_DIR [--step N | --best] [--dtype f32|bf16] [--name NAME] "
         "[--force]",
         "Freeze a training checkpoint into a model directory (model.safetensors, card.json); "
         "the same checkpoint gives the same bytes.",
@@ -38,6 +41,8 @@ int cmd_export(int argc, char **argv) {
         return cli_usage_error("--dtype must be f32 or bf16, not '%s'", dtype);
     }
     if (step < 0) return cli_usage_error("--step must be a positive step number");
+    if (best && step) return cli_usage_error("--step and --best exclude each other");
+    if (best) o.step = KILN_EXPORT_BEST;
     kiln_export_info info;
     kiln_err err = kiln_export_model(&o, &info);
     if (err) return cli_fail(err);

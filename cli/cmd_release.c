@@ -6,6 +6,7 @@
 
 #include "cli.h"
 #include "core.h"
+#include "export.h"
 #include "registry.h"
 #include "sign.h"
 #include "validate.h"
@@ -45,6 +46,7 @@ int cmd_release(int argc, char **argv) {
                *state = NULL;
     cli_list keys = {0}, pkeys = {0}, sets = {0};
     long step = 0, windows = 64;
+    bool best = false;
     bool no_bf16 = false;
     const cli_opt opts[] = {
         {"name", CLI_STR, &name, "N", "the model's name in the registry", true},
@@ -67,6 +69,9 @@ int cmd_release(int argc, char **argv) {
         {"out-dir", CLI_STR, &out, "DIR",
          "where the model directory and archive go (default release-N-V)", false},
         {"step", CLI_INT, &step, "N", "checkpoint step (default: the newest that verifies)", false},
+        {"best", CLI_FLAG, &best, NULL,
+         "the checkpoint whose step logged the lowest validation loss (kept by the trainer)",
+         false},
         {"windows", CLI_INT, &windows, "N", "golden windows (default 64)", false},
         {"no-bf16", CLI_FLAG, &no_bf16, NULL, "skip the f32-vs-bf16 parity check", false},
         {"set", CLI_MULTI, &sets, "KEY=VALUE", "override a validation threshold (repeatable)",
@@ -78,7 +83,7 @@ int cmd_release(int argc, char **argv) {
     const cli_spec spec = {
         "kiln release RUN_DIR --name N --version V --registry URL --key KEY --trust trust.json "
         "[--token T] [--data DATA] [--baseline-channel production] [--promote staging] "
-        "[--out-dir DIR]",
+        "[--step N | --best] [--out-dir DIR]",
         "Export a run, make its golden data, validate it against the model in the baseline "
         "channel, pack, sign, publish and optionally promote it; stop at the first stage that "
         "fails.",
@@ -98,6 +103,11 @@ int cmd_release(int argc, char **argv) {
         status = cli_usage_error("--step must be positive and --windows between 1 and 1000000");
         goto done;
     }
+    if (best && step) {
+        status = cli_usage_error("--step and --best exclude each other");
+        goto done;
+    }
+    if (best) step = KILN_EXPORT_BEST;
     for (int i = 0; i < sets.n && !e; i++)
         e = kiln_thresholds_set(&th, sets.v[i]);
     if (!e) e = load_keys(&keys, &rk);

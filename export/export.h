@@ -145,9 +145,13 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_archive_check(const char *archive_path,
 
 typedef enum kiln_export_dtype { KILN_EXPORT_F32 = 0, KILN_EXPORT_BF16 = 1 } kiln_export_dtype;
 
+#define KILN_EXPORT_BEST (-1L)
+
 typedef struct kiln_export_opts {
     const char *run_dir;     /* a run directory: run.json, metrics.db, ckpt/ */
-    long step;               /* 0: the newest checkpoint whose data digest verifies */
+    long step;               /* 0: the newest checkpoint whose data digest verifies;
+                                KILN_EXPORT_BEST: the one whose step logged the lowest
+                                validation loss in metrics.db (the trainer keeps it) */
     const char *out_dir;     /* the model directory to create */
     kiln_export_dtype dtype; /* weight matrices, vectors and biases; norm.in_* stay F32 */
     const char *name;        /* the card's name; NULL: "run-" and the run id's first 12 digits */

@@ -166,7 +166,53 @@ static kiln_err add_skipped(kiln_export_info *info, const char *path) {
     return KILN_OK;
 }
 
-/* Open the asked step's checkpoint, or the newest that verifies. */
+/* Of the checkpoint steps[0..n), the one whose step logged the lowest validation loss in
+ * RUN/metrics.db (ties: the later), as the trainer's prune keeps it; KILN_ERR_NOTFOUND when
+ * none logged one. */
+static kiln_err best_step(const char *run_dir, const long *steps, size_t n, long *best) {
+    char *path = kiln_path_join(run_dir, "metrics.db");
+    json_t *arr = json_array();
+    char *list = NULL;
+    sqlite3 *db = NULL;
+    sqlite3_stmt *q = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !path || !arr, KILN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, json_integer(steps[i]));
+    list = json_dumps(arr, JSON_COMPACT);
+    KILN_CHECK_IF(rc, out, !list, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(path), KILN_ERR_NOTFOUND,
+                  "'%s' does not exist: --best needs the run's validation losses", path);
+    KILN_CHECK_IF(rc, out, sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "'%s': %s", path, db ? sqlite3_errmsg(db) : "cannot open");
+    sqlite3_busy_timeout(db, 5000);
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT step FROM steps WHERE val_loss IS NOT NULL AND step "
+                                     "IN (SELECT value FROM json_each(?1)) ORDER BY val_loss, "
+                                     "step DESC LIMIT 1",
+                                     -1, &q, NULL) != SQLITE_OK,
+                  KILN_ERR_FORMAT, "'%s': %s", path, sqlite3_errmsg(db));
+    sqlite3_bind_text(q, 1, list, -1, SQLITE_STATIC);
+    int r = sqlite3_step(q);
+    KILN_CHECK_IF(rc, out, r != SQLITE_ROW && r != SQLITE_DONE, KILN_ERR_IO, "'%s': %s", path,
+                  sqlite3_errmsg(db));
+    KILN_CHECK_IF(rc, out, r == SQLITE_DONE, KILN_ERR_NOTFOUND,
+                  "'%s': none of the %zu checkpoints' steps logged a validation loss (validation "
+                  "runs every eval_every steps; a checkpoint at such a step has one)",
+                  path, n);
+    *best = (long)sqlite3_column_int64(q, 0);
+out:
+    sqlite3_finalize(q);
+    sqlite3_close(db);
+    free(list);
+    json_decref(arr);
+    free(path);
+    return rc;
+}
+
+/* Open the asked step's checkpoint, the best (KILN_EXPORT_BEST), or the newest that
+ * verifies. */
 static kiln_err pick_ckpt(const char *run_dir, long want, ckpt *c, char **path_out,
                           kiln_export_info *info) {
     char *dir = kiln_path_join(run_dir, "ckpt");
@@ -179,6 +225,7 @@ static kiln_err pick_ckpt(const char *run_dir, long want, ckpt *c, char **path_o
         return rc;
     }
     KILN_CHECK_IF(rc, out, n == 0, KILN_ERR_NOTFOUND, "'%s': no checkpoints", dir);
+    if (want == KILN_EXPORT_BEST) KILN_CHECK(rc, out, best_step(run_dir, steps, n, &want));
     rc = KILN_ERR_NOTFOUND;
     for (size_t i = 0; i < n; i++) {
         if (want > 0 && steps[i] != want) continue;
@@ -494,7 +541,8 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     if (info) memset(info, 0, sizeof *info);
     KILN_FAIL_IF(!o || !o->run_dir || !o->out_dir || !*o->out_dir, KILN_ERR_USAGE,
                  "export needs a run directory and an output directory");
-    KILN_FAIL_IF(o->step < 0, KILN_ERR_USAGE, "step %ld is negative", o->step);
+    KILN_FAIL_IF(o->step < 0 && o->step != KILN_EXPORT_BEST, KILN_ERR_USAGE, "step %ld is negative",
+                 o->step);
     KILN_FAIL_IF(o->name && !kiln_export_name_ok(o->name), KILN_ERR_USAGE,
                  "model name '%s' must match [a-z0-9][a-z0-9._-]{0,63}", o->name);
     KILN_FAIL_IF(o->dtype != KILN_EXPORT_F32 && o->dtype != KILN_EXPORT_BF16, KILN_ERR_USAGE,

@@ -540,7 +540,7 @@ struct kiln_thresholds; /* validate.h */
 
 typedef struct kiln_registry_release_opts {
     const char *run_dir;
-    long step; /* 0: the newest checkpoint that verifies */
+    long step; /* 0: the newest checkpoint that verifies; KILN_EXPORT_BEST: the best */
     const char *name, *version;
     const char *data;    /* NULL: the run's dataset (run.json's dataset_path) */
     const char *out_dir; /* new or empty: model/, NAME-VERSION.kiln and its .minisig go here */

@@ -447,7 +447,11 @@ KILN_TEST(train_ckpt_list_and_prune) {
     CHECK("list",
           kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 4 && steps[0] == 10 && steps[3] == 40);
     free(steps);
-    CHECK("prune", kiln_ckpt_prune(dir, 2) == KILN_OK);
+    CHECK("prune, keeping step 10 too (the best)", kiln_ckpt_prune(dir, 2, 10) == KILN_OK);
+    CHECK("newest and the best kept", kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 3 &&
+                                          steps[0] == 10 && steps[1] == 30 && steps[2] == 40);
+    free(steps);
+    CHECK("prune", kiln_ckpt_prune(dir, 2, -1) == KILN_OK);
     CHECK("newest kept",
           kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 2 && steps[0] == 30 && steps[1] == 40);
     free(steps);

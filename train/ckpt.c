@@ -250,13 +250,14 @@ kiln_err kiln_ckpt_list(const char *run_dir, long **steps, size_t *n) {
     return KILN_OK;
 }
 
-kiln_err kiln_ckpt_prune(const char *run_dir, int keep) {
+kiln_err kiln_ckpt_prune(const char *run_dir, int keep, long also) {
     if (keep <= 0) return KILN_OK;
     long *steps;
     size_t n;
     KILN_TRY(kiln_ckpt_list(run_dir, &steps, &n));
     kiln_err rc = KILN_OK;
     for (size_t i = 0; i + (size_t)keep < n && !rc; i++) {
+        if (steps[i] == also) continue;
         char *p = kiln_ckpt_path(run_dir, steps[i]);
         if (!p)
             rc = KILN_ERR_NOMEM;

@@ -107,6 +107,33 @@ kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
     return rc;
 }
 
+kiln_err kiln_metrics_best_val_step(kiln_metrics *mx, const long *steps, size_t n, long *best) {
+    *best = -1;
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(mx->db,
+                           "SELECT val_loss FROM steps WHERE step = ?1 AND val_loss IS NOT NULL",
+                           -1, &q, NULL) != SQLITE_OK)
+        return kiln_fail(KILN_ERR_IO, "'%s': %s", mx->path, sqlite3_errmsg(mx->db));
+    double low = 0;
+    kiln_err rc = KILN_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        sqlite3_bind_int64(q, 1, steps[i]);
+        int r = sqlite3_step(q);
+        if (r == SQLITE_ROW) {
+            double v = sqlite3_column_double(q, 0);
+            if (isfinite(v) && (*best < 0 || v < low || (v == low && steps[i] > *best))) {
+                low = v;
+                *best = steps[i];
+            }
+        } else if (r != SQLITE_DONE) {
+            rc = kiln_fail(KILN_ERR_IO, "'%s': %s", mx->path, sqlite3_errmsg(mx->db));
+        }
+        sqlite3_reset(q);
+    }
+    sqlite3_finalize(q);
+    return rc;
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

@@ -222,8 +222,9 @@ void kiln_ckpt_release(kiln_ckpt *ck);
 /* Steps of the checkpoints in RUN_DIR/ckpt, ascending (*steps NULL when none; caller
  * frees). A missing ckpt directory is no checkpoints. */
 kiln_err kiln_ckpt_list(const char *run_dir, long **steps, size_t *n);
-/* Delete all but the newest keep checkpoints (keep 0: none deleted). */
-kiln_err kiln_ckpt_prune(const char *run_dir, int keep);
+/* Delete all but the newest keep checkpoints (keep 0: none deleted) and the checkpoint of
+ * step also (-1: none), which the trainer keeps as the one with the best validation loss. */
+kiln_err kiln_ckpt_prune(const char *run_dir, int keep, long also);
 
 /* ---- metrics database (metrics.c) ---- */
 
@@ -235,6 +236,9 @@ kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out)
 void kiln_metrics_close(kiln_metrics *mx);
 /* Delete every row of a step after `step` (a resume replaces them). */
 kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step);
+/* Of the steps[0..n), the one whose row holds the lowest validation loss (ties: the later
+ * step); -1 when none holds one (no validation ran at any of them, or it was not finite). */
+kiln_err kiln_metrics_best_val_step(kiln_metrics *mx, const long *steps, size_t n, long *best);
 kiln_err kiln_metrics_event(kiln_metrics *mx, long step, const char *kind, const char *message);
 
 typedef struct kiln_metrics_tensor {

@@ -366,6 +366,18 @@ static void event(trainer *t, long step, const char *kind, const char *fmt, ...)
     if (t->mx && kiln_metrics_event(t->mx, step, kind, msg)) kiln_warn("%s", kiln_errmsg());
 }
 
+/* Keep the newest cfg.keep checkpoints and the one whose step logged the best validation
+ * loss (docs/train.md "Checkpoints"), so that a run that got worse keeps its best. */
+static kiln_err prune(trainer *t, const char *run_dir) {
+    if (t->cfg.keep <= 0) return KILN_OK;
+    long *steps = NULL, best = -1;
+    size_t n = 0;
+    KILN_TRY(kiln_ckpt_list(run_dir, &steps, &n));
+    kiln_err rc = t->mx ? kiln_metrics_best_val_step(t->mx, steps, n, &best) : KILN_OK;
+    free(steps);
+    return rc ? rc : kiln_ckpt_prune(run_dir, t->cfg.keep, best);
+}
+
 static kiln_err checkpoint(trainer *t, const char *run_dir) {
     char *path = kiln_ckpt_path(run_dir, t->st.step);
     if (!path) return KILN_ERR_NOMEM;
@@ -375,7 +387,7 @@ static kiln_err checkpoint(trainer *t, const char *run_dir) {
         rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom,
                              t->mom ? t->mom + t->numel : NULL, &meta);
     free(path);
-    if (!rc) rc = kiln_ckpt_prune(run_dir, t->cfg.keep);
+    if (!rc) rc = prune(t, run_dir);
     return rc;
 }
 
@@ -908,10 +920,9 @@ static kiln_err prepare_resume(trainer *t) {
      * too many, and if that was the last step no later checkpoint prunes again (found by the
      * trainer soak): prune when the checkpoint resumed from is the newest. Not otherwise:
      * with a newer one skipped as corrupt, pruning by step could delete the one resumed from. */
-    if (have && steps[n - 1] == t->st.step)
-        KILN_CHECK(rc, out, kiln_ckpt_prune(opts->run_dir, t->cfg.keep));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, t->st.step));
+    if (have && steps[n - 1] == t->st.step) KILN_CHECK(rc, out, prune(t, opts->run_dir));
     for (size_t k = 0; k < n_skipped; k++)
         KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "ckpt_skipped", skipped[k]));
     char msg[128], where[32];
