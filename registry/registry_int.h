@@ -429,7 +429,7 @@ char *reg_error_body(const char *msg);
 typedef struct reg_audit_query {
     int64_t after, limit, since;
     char model[KILN_REGISTRY_NAME_MAX + 1]; /* "" for all */
-    char actions[16 * 36];                  /* a JSON array of the names for json_each; "" */
+    char actions[2 + 16 * 35];              /* a JSON array of the names for json_each; "" */
 } reg_audit_query;
 /* False, with why (for a 400), when an argument is not what the API takes: numbers are
  * digits only and must fit (no sign, space or hex, as strtoll would take). */

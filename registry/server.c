@@ -957,7 +957,7 @@ bool reg_audit_parse(const char *after, const char *limit, const char *since, co
         q->actions[n++] = '[';
         for (const char *p = action;; p++) {
             if (*p == ',' || !*p) {
-                if (!len || ++names > 16) break;
+                if (!len) break;
                 q->actions[n++] = '"';
                 q->actions[n++] = ',';
                 len = 0;
@@ -969,6 +969,7 @@ bool reg_audit_parse(const char *after, const char *limit, const char *since, co
                 continue;
             }
             if (!((*p >= 'a' && *p <= 'z') || *p == '.') || ++len > 32) break;
+            if (len == 1 && ++names > 16) break; /* counted as it begins: the buffer holds 16 */
             if (len == 1) q->actions[n++] = '"';
             q->actions[n++] = *p;
         }
