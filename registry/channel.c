@@ -229,6 +229,15 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
             continue;
         }
         if (want ? !strcmp(rec.version, want) : strcmp(rec.version, cur.version) != 0) {
+            /* A withdrawn archive is no place to go back to: passed over, or, asked for by
+             * name, refused. */
+            if (kiln_sign_trust_withdrawn(t, rec.digest)) {
+                if (!want) continue;
+                char what[160];
+                snprintf(what, sizeof what, "%s@%s", model, want);
+                rc = reg_withdrawn(t, rec.digest, what);
+                break;
+            }
             snprintf(out, KILN_REGISTRY_NAME_MAX + 1, "%s", rec.version);
             snprintf(digest, 72, "%s", rec.digest);
             break;

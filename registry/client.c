@@ -654,7 +654,10 @@ kiln_err reg_record_accept(const kiln_sign_trust *trust, const char *record, siz
     kiln_format_time(rec->expires, when);
     KILN_FAIL_IF(rec->expires <= kiln_unix_time(), KILN_ERR_VERIFY, "%s expired at %s; refusing",
                  label, when);
-    return KILN_OK;
+    /* 3b: not an archive the policy withdrew. */
+    char what[400];
+    snprintf(what, sizeof what, "%s@%s, which %s names,", model, rec->version, label);
+    return reg_withdrawn(trust, rec->digest, what);
 }
 
 /* Put dir at out: a plain rename, or an exchange with an existing directory whose old
@@ -793,6 +796,11 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     KILN_CHECK_IF(rc, out, by_channel && strcmp(digest, rec.digest) != 0, KILN_ERR_VERIFY,
                   "registry holds %s@%s as %s, but the signed channel record says %s; refusing",
                   res->model, res->version, digest, rec.digest);
+    {
+        char what[160];
+        snprintf(what, sizeof what, "%s@%s", res->model, res->version);
+        KILN_CHECK(rc, out, reg_withdrawn(trust, digest, what));
+    }
     uint64_t size = (uint64_t)json_integer_value(jsize);
     snprintf(res->digest, sizeof res->digest, "%s", digest);
     res->size = size;

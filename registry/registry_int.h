@@ -198,6 +198,11 @@ typedef struct reg_record {
 } reg_record;
 /* The record's signatures reach t's threshold for its channel (sign/); seq and expiry are
  * the caller's to check, in its own order. */
+/* KILN_ERR_VERIFY, naming what ("the version channel record demo@production names") and the
+ * reason, when the policy withdrew the archive digest ("sha256:<hex>"); KILN_OK otherwise
+ * (t NULL too). A record naming a withdrawn archive still verifies (reg_record_verify): it
+ * may be rolled back from; what may not happen is installing it or a channel moving to it. */
+kiln_err reg_withdrawn(const kiln_sign_trust *t, const char *digest, const char *what);
 kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
                            const char *label, reg_record *out) KILN_MUST_CHECK;
 

@@ -1072,6 +1072,12 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     if (!digest || !reg_digest_hex(digest, r->hex))
         return send_error(c, r, 400,
                           "an upload needs X-Kiln-Digest: sha256:<64 lowercase hex digits>");
+    /* A withdrawn archive is refused before its bytes are read (the body must then hash to
+     * this digest), also when it is stored already. */
+    trust_ref *tr = trust_acquire(s);
+    kiln_err wrc = tr ? reg_withdrawn(tr->t, digest, "the archive") : KILN_OK;
+    trust_release(s, tr);
+    if (wrc) return send_kiln_error(c, r, wrc);
     const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
     size_t slen = sig ? strlen(sig) : 0;
     if (!slen || slen > REG_SIG_MAX * 2)
@@ -1129,8 +1135,8 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     rc = tr ? kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", tr->t,
                                             &rep)
             : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
-    trust_release(s, tr);
     if (rc == KILN_ERR_FORMAT) rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
+    trust_release(s, tr);
     if (!rc) rc = reg_archive_meta_read(path, &m);
     if (rc) rc = kiln_errprefix(rc, "%s: ", label);
     rc = reg_relabel(rc, path, "the uploaded archive");
@@ -1192,6 +1198,11 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
     snprintf(label, sizeof label, "channel record for %s/%s", r->seg[0], r->seg[1]);
     trust_ref *tr = trust_acquire(s);
     kiln_err rc = reg_record_verify(tr ? tr->t : NULL, r->rec, r->rec_len, label, &rec);
+    if (!rc) {
+        char what[400];
+        snprintf(what, sizeof what, "%s@%s, which the %s names,", rec.model, rec.version, label);
+        rc = reg_withdrawn(tr->t, rec.digest, what);
+    }
     trust_release(s, tr);
     if (!rc && (strcmp(rec.model, r->seg[0]) || strcmp(rec.channel, r->seg[1])))
         rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);

@@ -98,6 +98,14 @@ kiln_err reg_relabel(kiln_err rc, const char *path, const char *label) {
     return kiln_fail(rc, "%s", buf);
 }
 
+kiln_err reg_withdrawn(const kiln_sign_trust *t, const char *digest, const char *what) {
+    const char *why = t ? kiln_sign_trust_withdrawn(t, digest) : NULL;
+    KILN_FAIL_IF(why, KILN_ERR_VERIFY,
+                 "%s is %s, which trust policy version %llu withdrew: %s; refusing", what, digest,
+                 (unsigned long long)kiln_sign_trust_version(t), why);
+    return KILN_OK;
+}
+
 kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
                            const char *label, reg_record *out) {
     memset(out, 0, sizeof *out);

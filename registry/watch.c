@@ -282,6 +282,7 @@ static void recheck_in_service(kiln_watch *w, const kiln_sign_trust *t) {
     snprintf(label, sizeof label, "the channel record in service (%s@%s)", w->model, w->channel);
     reg_record rec;
     kiln_err rc = reg_record_verify(t, w->served, strlen(w->served), label, &rec);
+    if (!rc) rc = reg_withdrawn(t, rec.digest, "the model in service");
     if (rc) {
         kiln_errprefix(rc, "under trust policy version %llu: ",
                        (unsigned long long)kiln_sign_trust_version(t));

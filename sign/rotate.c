@@ -375,6 +375,14 @@ char *kiln_sign_trust_diff(const kiln_sign_trust *a, const kiln_sign_trust *b) {
         const char *c = sign_trust_channel_at(b, i, &th);
         if (!channel_threshold(a, c)) line(&l, "channel '%s' added (threshold %d)", c, th);
     }
+    for (size_t i = 0; i < kiln_sign_trust_withdrawn_count(b); i++) {
+        const char *why, *d = kiln_sign_trust_withdrawn_at(b, i, &why);
+        if (!kiln_sign_trust_withdrawn(a, d)) line(&l, "withdraws %s: %s", d, why);
+    }
+    for (size_t i = 0; i < kiln_sign_trust_withdrawn_count(a); i++) {
+        const char *d = kiln_sign_trust_withdrawn_at(a, i, NULL);
+        if (!kiln_sign_trust_withdrawn(b, d)) line(&l, "no longer withdraws %s", d);
+    }
     kiln_errclear(); /* the lookups of channels absent from one side */
     if (l.oom) {
         free(l.p);

@@ -188,6 +188,14 @@ KILN_API kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char
  * false). */
 KILN_API int kiln_sign_trust_release_threshold(const kiln_sign_trust *t);
 KILN_API bool kiln_sign_trust_accepts_unvalidated(const kiln_sign_trust *t);
+/* Archives withdrawn by the policy ("withdrawn": [{"digest", "reason"}]): no client installs
+ * one and no registry lets a channel name one, whatever signed it. The reason when digest
+ * ("sha256:<hex>") is withdrawn, else NULL. */
+KILN_API const char *kiln_sign_trust_withdrawn(const kiln_sign_trust *t, const char *digest);
+KILN_API size_t kiln_sign_trust_withdrawn_count(const kiln_sign_trust *t);
+/* The i-th withdrawn digest, and its reason into *reason (may be NULL). */
+KILN_API const char *kiln_sign_trust_withdrawn_at(const kiln_sign_trust *t, size_t i,
+                                                  const char **reason);
 /* The policy's version ("version", default 1). */
 KILN_API uint64_t kiln_sign_trust_version(const kiln_sign_trust *t);
 /* How many distinct root keys must sign the next version ("root_threshold", default 1). */

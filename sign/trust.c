@@ -15,11 +15,17 @@
 #define TRUST_FORMAT "kiln-trust/1"
 #define TRUST_MAX_KEYS 256
 #define TRUST_MAX_CHANNELS 1024
+#define TRUST_MAX_WITHDRAWN 4096
 
 typedef struct trust_channel {
     char *name;
     int threshold;
 } trust_channel;
+
+typedef struct trust_withdrawn {
+    char digest[KILN_SHA256_HEX + 8]; /* "sha256:<hex>" */
+    char *reason;
+} trust_withdrawn;
 
 struct kiln_sign_trust {
     char *label;
@@ -35,6 +41,8 @@ struct kiln_sign_trust {
     int nroot;               /* keys holding the root role */
     int root_threshold;      /* distinct root keys a next version needs (default 1) */
     size_t nsigs;            /* signatures of the signed document it came from; 0: plain */
+    trust_withdrawn *withdrawn; /* archives no client may install, whoever signed them */
+    size_t nwithdrawn;
 };
 
 static const struct {
@@ -122,8 +130,11 @@ void kiln_sign_trust_free(kiln_sign_trust *t) {
         free((char *)t->keys[i].name);
     for (size_t i = 0; i < t->nchans; i++)
         free(t->chans[i].name);
+    for (size_t i = 0; i < t->nwithdrawn; i++)
+        free(t->withdrawn[i].reason);
     free(t->keys);
     free(t->chans);
+    free(t->withdrawn);
     free(t->label);
     free(t);
 }
@@ -222,6 +233,67 @@ static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char 
     return KILN_OK;
 }
 
+/* "withdrawn" (optional): [{"digest": "sha256:<64 hex>", "reason": TEXT}], archives that no
+ * client installs and no registry lets a channel name, whatever signed them: a model found
+ * harmful after its release. Each digest once; a reason as a record's (1 to
+ * KILN_SIGN_REASON_MAX bytes, no control characters). */
+static kiln_err parse_withdrawn(kiln_sign_trust *t, const json_t *w, const char *label) {
+    static const char *const fields[] = {"digest", "reason", NULL};
+    if (!w) return KILN_OK;
+    KILN_FAIL_IF(!json_is_array(w), KILN_ERR_FORMAT,
+                 "'%s': 'withdrawn' must be an array of {\"digest\", \"reason\"}", label);
+    size_t n = json_array_size(w);
+    KILN_FAIL_IF(n > TRUST_MAX_WITHDRAWN, KILN_ERR_LIMIT, "'%s': more than %d withdrawn archives",
+                 label, TRUST_MAX_WITHDRAWN);
+    t->withdrawn = kiln_calloc(n ? n : 1, sizeof *t->withdrawn);
+    if (!t->withdrawn) return KILN_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *e = json_array_get(w, i);
+        char where[48];
+        snprintf(where, sizeof where, "withdrawn[%zu]", i);
+        KILN_FAIL_IF(!json_is_object(e), KILN_ERR_FORMAT, "'%s': %s is not an object", label,
+                     where);
+        KILN_TRY(sign_only_fields(e, fields, label, where));
+        const char *d = sign_json_str(json_object_get(e, "digest")),
+                   *r = sign_json_str(json_object_get(e, "reason"));
+        bool hex = d && strlen(d) == 71 && !strncmp(d, "sha256:", 7);
+        for (size_t k = 7; hex && k < 71; k++)
+            hex = (d[k] >= '0' && d[k] <= '9') || (d[k] >= 'a' && d[k] <= 'f');
+        KILN_FAIL_IF(!hex, KILN_ERR_FORMAT,
+                     "'%s': %s: 'digest' must be an archive's \"sha256:<64 lowercase hex>\"", label,
+                     where);
+        size_t rl = r ? strlen(r) : 0;
+        bool text = rl >= 1 && rl <= KILN_SIGN_REASON_MAX;
+        for (size_t k = 0; text && k < rl; k++)
+            text = (unsigned char)r[k] >= 0x20 && r[k] != 0x7f;
+        KILN_FAIL_IF(!text, KILN_ERR_FORMAT,
+                     "'%s': %s: 'reason' must be 1 to %d bytes of text (why it was withdrawn)",
+                     label, where, KILN_SIGN_REASON_MAX);
+        KILN_FAIL_IF(kiln_sign_trust_withdrawn(t, d), KILN_ERR_FORMAT,
+                     "'%s': %s: %s is withdrawn twice", label, where, d);
+        memcpy(t->withdrawn[i].digest, d, 72);
+        t->withdrawn[i].reason = kiln_strdup(r);
+        if (!t->withdrawn[i].reason) return KILN_ERR_NOMEM;
+        t->nwithdrawn++;
+    }
+    return KILN_OK;
+}
+
+const char *kiln_sign_trust_withdrawn(const kiln_sign_trust *t, const char *digest) {
+    for (size_t i = 0; digest && i < t->nwithdrawn; i++)
+        if (!strcmp(t->withdrawn[i].digest, digest)) return t->withdrawn[i].reason;
+    return NULL;
+}
+
+size_t kiln_sign_trust_withdrawn_count(const kiln_sign_trust *t) {
+    return t->nwithdrawn;
+}
+
+const char *kiln_sign_trust_withdrawn_at(const kiln_sign_trust *t, size_t i, const char **reason) {
+    if (reason) *reason = t->withdrawn[i].reason;
+    return t->withdrawn[i].digest;
+}
+
 /* The archive rules: release_threshold (optional, default 1; at most the number of release
  * keys when given) and accept_unvalidated (optional boolean, default false). */
 static kiln_err parse_archive_rules(kiln_sign_trust *t, const json_t *j, const char *label) {
@@ -286,8 +358,15 @@ static kiln_err parse_root_rules(kiln_sign_trust *t, const json_t *j, const char
  * field that does not belong ("top level", "policy"). */
 static kiln_err policy_from_json(const json_t *j, const char *label, const char *where,
                                  kiln_sign_trust **out) {
-    static const char *const fields[] = {"format",   "keys",    "channels",       "release_threshold",
-                                         "accept_unvalidated", "version", "root_threshold", NULL};
+    static const char *const fields[] = {"format",
+                                         "keys",
+                                         "channels",
+                                         "release_threshold",
+                                         "accept_unvalidated",
+                                         "version",
+                                         "root_threshold",
+                                         "withdrawn",
+                                         NULL};
     *out = NULL;
     kiln_err rc = KILN_OK;
     kiln_sign_trust *t = kiln_calloc(1, sizeof *t);
@@ -313,6 +392,7 @@ static kiln_err policy_from_json(const json_t *j, const char *label, const char 
     KILN_CHECK(rc, out, parse_channels(t, ch, label));
     KILN_CHECK(rc, out, parse_archive_rules(t, j, label));
     KILN_CHECK(rc, out, parse_root_rules(t, j, label));
+    KILN_CHECK(rc, out, parse_withdrawn(t, json_object_get(j, "withdrawn"), label));
     *out = t;
     t = NULL;
 out:

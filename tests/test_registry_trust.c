@@ -576,6 +576,69 @@ out:
     tfree(&f);
 }
 
+/* A version that withdraws the archive in service: the watch hears it (the model stays until
+ * the channel names another), and the same policy refuses the withdrawn archive to a new pull
+ * and to the channel (a record naming it). */
+KILN_TEST(registry_trust_watch_hears_a_withdrawal) {
+    tfx f;
+    heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    kiln_watch *w = NULL;
+    if (!CHECK("fixture", tinit(&f))) goto out;
+    char hex[KILN_SHA256_HEX];
+    char *a1 =
+        rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f.sk[REL], hex);
+    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
+    kiln_registry_published pub;
+    char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P1, -1}) : NULL;
+    char *p2 = tpolicy(&f, 2, ALL_PROMOTE, 0), *p2w = NULL, *v2 = NULL, *rec2 = NULL;
+    /* version 2: the same keys, and 1.0.0's archive withdrawn */
+    if (p2) {
+        p2[strlen(p2) - 1] = 0;
+        p2w = kiln_asprintf("%s,\"withdrawn\":[{\"digest\":\"sha256:%s\",\"reason\":\"leaks the "
+                            "label\"}]}",
+                            p2, hex);
+    }
+    v2 = p2w ? tsign(&f, p2w, (int[]){R1, R2, -1}) : NULL;
+    char *dir = kiln_test_path("watch"), *out2 = kiln_test_path("pulled");
+    if (!CHECK("setup", a1 && rec && v2 &&
+                            kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
+                            tput_record(&f, "staging", rec) == KILN_OK))
+        goto done;
+    kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &h);
+    if (!CHECK("watch starts", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
+    CHECK("the withdrawal goes in", tput_trust(&f, v2) == KILN_OK);
+    heard_wait(&h, 0, 1);
+    pthread_mutex_lock(&h.mu);
+    CHECK("the watch heard version 2 withdraw it", h.trust_events == 1 &&
+                                                       strstr(h.last_trust, "withdraws sha256:") &&
+                                                       strstr(h.last_trust, ": leaks the label"));
+    if (!CHECK(
+            "and that the model in service is withdrawn",
+            h.failures >= 1 && strstr(h.last_failure, "the model in service is sha256:") &&
+                strstr(h.last_failure, "which trust policy version 2 withdrew: leaks the label")))
+        fprintf(stderr, "    heard %d failures, the last: %s\n", h.failures, h.last_failure);
+    pthread_mutex_unlock(&h.mu);
+    uint64_t g = 0;
+    const kiln_model *m = kiln_watch_acquire(w, &g);
+    CHECK("the model stays in service", m && g == 1);
+    kiln_watch_release(w, m);
+    kiln_watch_stop(w);
+    w = NULL;
+    CHECK("a new pull refuses it",
+          tpull(&f, f.reg.trust, f.reg.state, "demo@staging", out2) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("which trust policy version 2 withdrew: leaks the label", NULL) &&
+              !kiln_path_exists(out2));
+    rec2 = trecord(&f, "staging", "1.0.0", hex, 2, (int[]){P2, -1});
+    CHECK("the registry refuses a record naming it",
+          rec2 && tput_record(&f, "staging", rec2) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("withdrew", NULL));
+done:
+    kiln_watch_stop(w);
+    free(a1), free(rec), free(rec2), free(p2), free(p2w), free(v2), free(dir), free(out2);
+out:
+    tfree(&f);
+}
+
 /* ---- a registry that stores a version between two requests ---- */
 
 #include <sys/socket.h>

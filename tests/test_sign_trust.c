@@ -824,3 +824,82 @@ out:
     kiln_sign_trust_free(v1);
     fx_free(&f);
 }
+
+/* "withdrawn": archives no client installs, whatever signed them. Each entry a digest and a
+ * reason; refused when malformed; looked up by digest; described by the diff. */
+KILN_TEST(sign_trust_withdrawn) {
+    fx f;
+    if (!CHECK("keys", fx_init(&f))) goto out;
+    const char *d1 = "sha256:1111111111111111111111111111111111111111111111111111111111111111",
+               *d2 = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+    char *plain = kiln_asprintf("{\"format\":\"kiln-trust/1\",\"keys\":[{\"name\":\"a\",\"pubkey\":"
+                                "\"%s\",\"roles\":[\"promote\"]}],\"channels\":{}}",
+                                f.b64[PA]);
+    char *with = kiln_asprintf(
+        "{\"format\":\"kiln-trust/1\",\"version\":2,\"keys\":[{\"name\":\"a\",\"pubkey\":\"%s\","
+        "\"roles\":[\"promote\"]}],\"channels\":{},\"withdrawn\":[{\"digest\":\"%s\",\"reason\":"
+        "\"leaks the label\"},{\"digest\":\"%s\",\"reason\":\"trained on the wrong feed\"}]}",
+        f.b64[PA], d1, d2);
+    kiln_sign_trust *a = parse(plain, "a"), *b = parse(with, "b");
+    const char *why = NULL;
+    CHECK("parsed", a && b);
+    CHECK("none withdrawn by default",
+          a && kiln_sign_trust_withdrawn_count(a) == 0 && !kiln_sign_trust_withdrawn(a, d1));
+    CHECK("looked up by digest", b && kiln_sign_trust_withdrawn_count(b) == 2 &&
+                                     !strcmp(kiln_sign_trust_withdrawn(b, d1), "leaks the label") &&
+                                     !kiln_sign_trust_withdrawn(b, "sha256:33") &&
+                                     !strcmp(kiln_sign_trust_withdrawn_at(b, 1, &why), d2) &&
+                                     !strcmp(why, "trained on the wrong feed"));
+    char *d = a && b ? kiln_sign_trust_diff(a, b) : NULL,
+         *back = a && b ? kiln_sign_trust_diff(b, a) : NULL;
+    CHECK("the diff names each", d && strstr(d, "withdraws sha256:1111") &&
+                                     strstr(d, ": leaks the label\n") &&
+                                     strstr(d, "withdraws sha256:2222"));
+    CHECK("and the way back", back && strstr(back, "no longer withdraws sha256:1111"));
+    struct {
+        const char *entries, *msg;
+    } bad[] = {
+        {"{}", "withdrawn' must be an array"},
+        {"[1]", "withdrawn[0] is not an object"},
+        {"[{\"digest\":\"sha256:11\",\"reason\":\"r\"}]", "'digest' must be an archive's"},
+        {"[{\"digest\":\"SHA256:1111111111111111111111111111111111111111111111111111111111111111\","
+         "\"reason\":\"r\"}]",
+         "'digest' must be an archive's"},
+        {"[{\"digest\":\"sha256:111111111111111111111111111111111111111111111111111111111111111F\","
+         "\"reason\":\"r\"}]",
+         "'digest' must be an archive's"},
+        {"[{\"digest\":\"sha256:1111111111111111111111111111111111111111111111111111111111111111\"}"
+         "]",
+         "'reason' must be 1 to"},
+        {"[{\"digest\":\"sha256:1111111111111111111111111111111111111111111111111111111111111111\","
+         "\"reason\":\"\"}]",
+         "'reason' must be 1 to"},
+        {"[{\"digest\":\"sha256:1111111111111111111111111111111111111111111111111111111111111111\","
+         "\"reason\":\"a\\u001bb\"}]",
+         "'reason' must be 1 to"},
+        {"[{\"digest\":\"sha256:1111111111111111111111111111111111111111111111111111111111111111\","
+         "\"reason\":\"r\",\"by\":\"me\"}]",
+         "by"},
+        {"[{\"digest\":\"sha256:1111111111111111111111111111111111111111111111111111111111111111\","
+         "\"reason\":\"r\"},{\"digest\":\"sha256:1111111111111111111111111111111111111111111111111"
+         "111111111111111\",\"reason\":\"again\"}]",
+         "is withdrawn twice"},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        char *doc =
+            kiln_asprintf("{\"format\":\"kiln-trust/1\",\"keys\":[{\"name\":\"a\",\"pubkey\":"
+                          "\"%s\",\"roles\":[\"promote\"]}],\"channels\":{},\"withdrawn\":%s}",
+                          f.b64[PA], bad[i].entries);
+        kiln_sign_trust *t = NULL;
+        kiln_err rc = doc ? kiln_sign_trust_parse(doc, strlen(doc), "w.json", &t) : KILN_ERR_NOMEM;
+        if (!CHECK("a malformed entry is refused, naming the file and the problem",
+                   rc == KILN_ERR_FORMAT && !t && kiln_test_msg_has("w.json", bad[i].msg)))
+            fprintf(stderr, "    %s: %s\n", bad[i].entries, kiln_errmsg());
+        kiln_sign_trust_free(t);
+        free(doc);
+    }
+    free(d), free(back), free(plain), free(with);
+    kiln_sign_trust_free(a), kiln_sign_trust_free(b);
+out:
+    fx_free(&f);
+}

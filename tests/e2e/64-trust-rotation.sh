@@ -116,6 +116,30 @@ if command -v sqlite3 >/dev/null; then
     sqlite3 "$R/registry.db" "UPDATE trust_versions SET document = readfile('$T/v2.signed.json') WHERE version = 2"
     $KILN pull demo@production $S --out "$T/svc" >/dev/null || fail "pull once the fork is undone"
 fi
+# The model in production is found harmful: version 3, signed by both root keys, withdraws
+# its archive. The registry then refuses it as an upload and as a channel's version; the
+# service's next pull and the host's check of what it runs refuse it, naming the reason.
+D=$(sha256sum "$T/a.kiln" | cut -d' ' -f1)
+sed -e 's/"version":2/"version":3/' -e "s/}\$/,\"withdrawn\":[{\"digest\":\"sha256:$D\",\"reason\":\"leaks the label into the features\"}]}/" \
+    "$T/v2.json" >"$T/w3.json"
+$KILN trust sign "$T/w3.json" --key "$T/r1.key" --out "$T/w3.signed.json" >/dev/null
+$KILN trust sign --add "$T/w3.signed.json" --key "$T/r2.key" >/dev/null
+$KILN trust put "$T/w3.signed.json" --registry "$URL" --token "$ADM" >/dev/null || fail "put the withdrawal"
+$KILN trust update $S >"$T/update3.out" || fail "trust update to 3: $(cat "$T/update3.out")"
+grep -q "withdraws sha256:$D: leaks the label into the features" "$T/update3.out" || fail "update 3: $(cat "$T/update3.out")"
+expect_fail 1 $KILN pull demo@production $S --out "$T/svc"
+grep -q "sha256:$D, which trust policy version 3 withdrew: leaks the label into the features; refusing" "$T/err" ||
+    fail "pull of a withdrawn model: $(cat "$T/err")"
+expect_fail 1 $KILN pull demo@1.0.0 $S --out "$T/byversion"
+grep -q "demo@1.0.0 is sha256:$D, which trust policy version 3 withdrew" "$T/err" || fail "pull by version: $(cat "$T/err")"
+[ ! -e "$T/byversion" ] || fail "a refused pull installed a model"
+expect_fail 1 $KILN installed demo@production --dir "$T/svc" --trust "$T/trust.json" --state "$T/svc-state"
+grep -q "which trust policy version 3 withdrew" "$T/err" || fail "installed: $(cat "$T/err")"
+promote rec4.json bob carol
+expect_fail 1 $KILN channel put "$T/rec4.json" --registry "$URL" --token "$PROM"
+grep -q "HTTP 422.*which trust policy version 3 withdrew" "$T/err" || fail "put naming a withdrawn archive: $(cat "$T/err")"
+expect_fail 1 $KILN publish "$T/a.kiln" --registry "$URL" --token "$PUB"
+grep -q "HTTP 422.*the archive is sha256:$D, which trust policy version 3 withdrew" "$T/err" || fail "publish: $(cat "$T/err")"
 # Two root keys and no root_threshold: refused, since one key alone would do.
 sed 's/"root_threshold":2,//' "$T/v2.json" >"$T/nothreshold.json"
 expect_fail 2 $KILN trust sign "$T/nothreshold.json" --key "$T/r1.key" --out "$T/x.json"
