@@ -1177,6 +1177,28 @@ KILN_TEST(registry_previous_version_verified) {
           kiln_registry_previous_version_verified(&c, "demo", "staging", "2.0.0", f.reg.trust,
                                                   f.reg.state, v, d) == KILN_ERR_USAGE &&
               kiln_test_msg_has("2.0.0 is the current version of demo/staging", NULL) && !v[0]);
+    /* Under a policy that withdraws 1.0.0's archive: no place to go back to. */
+    char *pol = NULL, *wpol = NULL, *wpath = NULL, *wstate = kiln_test_path("wstate");
+    size_t pl = 0;
+    if (kiln_read_file(f.reg.trust, 1 << 20, &pol, &pl) == KILN_OK) {
+        while (pl && pol[pl - 1] != '}')
+            pl--;
+        if (pl) pol[pl - 1] = 0;
+        wpol = kiln_asprintf("%s,\"withdrawn\":[{\"digest\":\"sha256:%s\",\"reason\":\"leaks\"}]}",
+                             pol, h1);
+        wpath = wpol ? kiln_test_write("withdrawing.json", wpol, strlen(wpol)) : NULL;
+    }
+    CHECK("a withdrawn version is passed over (none left to go back to)",
+          wpath &&
+              kiln_registry_previous_version_verified(&c, "demo", "staging", NULL, wpath, wstate, v,
+                                                      d) == KILN_ERR_NOTFOUND &&
+              !v[0]);
+    CHECK("and --to it is refused, saying why",
+          wpath &&
+              kiln_registry_previous_version_verified(&c, "demo", "staging", "1.0.0", wpath, wstate,
+                                                      v, d) == KILN_ERR_VERIFY &&
+              kiln_test_msg_has("demo@1.0.0 is sha256:", "withdrew: leaks") && !v[0]);
+    free(pol), free(wpol), free(wpath), free(wstate);
     CHECK("a stranger's record as the newest", fx_inject(&f, "staging", "3.0.0", h3, 4, r4));
     CHECK("refuses: the current record does not verify",
           kiln_registry_previous_version_verified(&c, "demo", "staging", NULL, f.reg.trust, f.reg.state,
