@@ -233,6 +233,10 @@ static kiln_err check_record(lister *l, const char *model, const char *name, con
                "seq %lld is below seq %lld, the last this client accepted ('%s'): a replayed "
                "or rolled-back record",
                (long long)r->seq, (long long)last, l->state);
+    } else if (kiln_sign_trust_withdrawn(l->t, r->digest)) {
+        failed(r, "it names %s@%s (%s), which trust policy v%llu withdrew: %s", model, r->version,
+               r->digest, (unsigned long long)kiln_sign_trust_version(l->t),
+               kiln_sign_trust_withdrawn(l->t, r->digest));
     } else {
         r->status = "verified";
         int n = snprintf(r->how, sizeof r->how, "%zu of %d promote key%s of trust policy v%llu",

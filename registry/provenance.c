@@ -755,6 +755,12 @@ static kiln_err archive_section(prov *p) {
     else
         set(p, aj, "digest_check",
             check(p, "verified", "archive digest", "the signed channel record names it"));
+    /* Whatever named it: an archive the policy withdrew is a failed fact. */
+    const char *why = digest && p->t ? kiln_sign_trust_withdrawn(p->t, digest) : NULL;
+    if (why)
+        set(p, aj, "withdrawn_check",
+            check(p, "failed", "withdrawn", "trust policy version %llu withdrew %s: %s",
+                  (unsigned long long)kiln_sign_trust_version(p->t), digest, why));
 
     /* The manifest as the registry keeps it (canonical, as the archive holds it). */
     mtext = manifest ? kiln_json_canonical(manifest) : NULL;

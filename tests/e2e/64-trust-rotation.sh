@@ -135,6 +135,15 @@ grep -q "demo@1.0.0 is sha256:$D, which trust policy version 3 withdrew" "$T/err
 [ ! -e "$T/byversion" ] || fail "a refused pull installed a model"
 expect_fail 1 $KILN installed demo@production --dir "$T/svc" --trust "$T/trust.json" --state "$T/svc-state"
 grep -q "which trust policy version 3 withdrew" "$T/err" || fail "installed: $(cat "$T/err")"
+# An auditor's and a platform engineer's view: each says the channel names a withdrawn model.
+set +e
+$KILN provenance demo@production $S >"$T/prov3" 2>&1; pst=$?
+$KILN models --registry "$URL" --trust "$T/trust.json" --state "$T/svc-state" >"$T/models3" 2>&1; mst=$?
+set -e
+[ $pst = 1 ] && grep -q "withdrawn: trust policy version 3 withdrew sha256:$D: leaks the label" "$T/prov3" ||
+    fail "provenance of a withdrawn model (exit $pst): $(cat "$T/prov3")"
+[ $mst = 1 ] && grep -q "which trust policy v3 withdrew: leaks the label" "$T/models3" ||
+    fail "models (exit $mst): $(cat "$T/models3")"
 promote rec4.json bob carol
 expect_fail 1 $KILN channel put "$T/rec4.json" --registry "$URL" --token "$PROM"
 grep -q "HTTP 422.*which trust policy version 3 withdrew" "$T/err" || fail "put naming a withdrawn archive: $(cat "$T/err")"
