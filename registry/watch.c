@@ -52,6 +52,7 @@ struct kiln_watch {
     int64_t last_ok;        /* unix time of the last poll that went through; 0: none yet */
     int64_t served_expires; /* the expiry of the record in service */
     bool offline_start;     /* the start served the kept model with no registry answering */
+    bool withdrawn;         /* the policy walked to withdrew the model in service */
 };
 
 /* The registry clients' progress callback: a stop ends a poll's transfers within about a
@@ -277,12 +278,20 @@ static void recheck_in_service(kiln_watch *w, const kiln_sign_trust *t) {
             w->last_record = s;
         }
     }
-    if (!w->o.on_update) return;
     char label[256];
     snprintf(label, sizeof label, "the channel record in service (%s@%s)", w->model, w->channel);
     reg_record rec;
     kiln_err rc = reg_record_verify(t, w->served, strlen(w->served), label, &rec);
-    if (!rc) rc = reg_withdrawn(t, rec.digest, "the model in service");
+    if (!rc) {
+        rc = reg_withdrawn(t, rec.digest, "the model in service");
+        pthread_mutex_lock(&w->mu); /* for kiln_watch_metrics */
+        w->withdrawn = rc != KILN_OK;
+        pthread_mutex_unlock(&w->mu);
+    }
+    if (!w->o.on_update) {
+        kiln_errclear();
+        return;
+    }
     if (rc) {
         kiln_errprefix(rc, "under trust policy version %llu: ",
                        (unsigned long long)kiln_sign_trust_version(t));
@@ -344,6 +353,7 @@ static kiln_err poll_once(kiln_watch *w, bool *swapped) {
         w->cur = s;
         w->gen = s->gen;
         w->served_expires = expires;
+        w->withdrawn = false; /* it was accepted under the policy walked to */
         *swapped = true;
         old->next = w->retired;
         w->retired = old;
@@ -716,7 +726,7 @@ char *kiln_watch_metrics(kiln_watch *w) {
                    in_row = w->failures_in_row, refused = w->refused, swaps = w->swaps,
                    trust = w->trust_seen;
     const int64_t last_ok = w->last_ok, expires = w->served_expires;
-    const bool offline = w->offline_start && !last_ok;
+    const bool offline = w->offline_start && !last_ok, withdrawn = w->withdrawn;
     pthread_mutex_unlock(&w->mu);
     char *buf = NULL;
     size_t len = 0;
@@ -756,11 +766,15 @@ char *kiln_watch_metrics(kiln_watch *w) {
             "# TYPE kiln_watch_trust_policy_version gauge\nkiln_watch_trust_policy_version %llu\n"
             "# HELP kiln_watch_serving_offline 1 while the kept model the start served with no "
             "registry answering has not been confirmed by a poll.\n"
-            "# TYPE kiln_watch_serving_offline gauge\nkiln_watch_serving_offline %d\n",
+            "# TYPE kiln_watch_serving_offline gauge\nkiln_watch_serving_offline %d\n"
+            "# HELP kiln_watch_serving_withdrawn 1 while the model in service is one the trust "
+            "policy withdrew (it stays until the channel names another).\n"
+            "# TYPE kiln_watch_serving_withdrawn gauge\nkiln_watch_serving_withdrawn %d\n",
             r.model, r.channel, r.version, r.digest, (unsigned long long)gen, (long long)r.seq,
             (long long)expires, (unsigned long long)polls, (unsigned long long)failed,
             (unsigned long long)in_row, (long long)last_ok, (unsigned long long)swaps,
-            (unsigned long long)refused, (unsigned long long)trust, offline ? 1 : 0);
+            (unsigned long long)refused, (unsigned long long)trust, offline ? 1 : 0,
+            withdrawn ? 1 : 0);
     if (fclose(f) != 0) {
         free(buf);
         return NULL;

@@ -622,6 +622,10 @@ KILN_TEST(registry_trust_watch_hears_a_withdrawal) {
     const kiln_model *m = kiln_watch_acquire(w, &g);
     CHECK("the model stays in service", m && g == 1);
     kiln_watch_release(w, m);
+    char *mx = kiln_watch_metrics(w);
+    CHECK("its metrics say it serves a withdrawn model",
+          mx && strstr(mx, "\nkiln_watch_serving_withdrawn 1\n"));
+    free(mx);
     kiln_watch_stop(w);
     w = NULL;
     CHECK("a new pull refuses it",
