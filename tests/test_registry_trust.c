@@ -517,22 +517,28 @@ static void heard_wait(heard *h, int swaps, int failures) {
     }
 }
 
+/* What the watch tests start from: 1.0.0 (the dense vector model, signed by rel) published
+ * and staging's record of it (seq 1, alice) put; *hex gets its digest. The caller frees *a1
+ * and *rec, made even when a step fails. */
+static bool staging_at_v1(tfx *f, char hex[KILN_SHA256_HEX], char **a1, char **rec) {
+    *a1 = rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f->sk[REL], hex);
+    *rec = *a1 ? trecord(f, "staging", "1.0.0", hex, 1, (int[]){P1, -1}) : NULL;
+    kiln_registry_client_opts pubc = tclient(f, f->reg.pub);
+    kiln_registry_published pub;
+    return *rec && kiln_registry_publish(&pubc, *a1, NULL, &pub) == KILN_OK &&
+           tput_record(f, "staging", *rec) == KILN_OK;
+}
+
 KILN_TEST(registry_trust_watch_hears_a_new_version) {
     tfx f;
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
     kiln_watch *w = NULL;
     if (!CHECK("fixture", tinit(&f))) goto out;
-    char hex[KILN_SHA256_HEX];
-    char *a1 =
-        rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f.sk[REL], hex);
-    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
-    kiln_registry_published pub;
-    char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P1, -1}) : NULL;
+    char hex[KILN_SHA256_HEX], *a1 = NULL, *rec = NULL;
+    bool ready = staging_at_v1(&f, hex, &a1, &rec);
     char *p2 = tpolicy(&f, 2, NO_ALICE, 0), *v2 = tsign(&f, p2, (int[]){R1, R2, -1});
     char *dir = kiln_test_path("watch");
-    if (!CHECK("setup", a1 && rec && v2 && kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
-                            tput_record(&f, "staging", rec) == KILN_OK))
-        goto done;
+    if (!CHECK("setup", ready && v2)) goto done;
     kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &h);
     if (!CHECK("watch starts", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
     CHECK("version 2 goes in", tput_trust(&f, v2) == KILN_OK);
@@ -584,12 +590,8 @@ KILN_TEST(registry_trust_watch_hears_a_withdrawal) {
     heard h = {.mu = PTHREAD_MUTEX_INITIALIZER};
     kiln_watch *w = NULL;
     if (!CHECK("fixture", tinit(&f))) goto out;
-    char hex[KILN_SHA256_HEX];
-    char *a1 =
-        rfx_vector_archive("m-1.0.0", "tsmoe-dense.model.safetensors", "1.0.0", f.sk[REL], hex);
-    kiln_registry_client_opts pubc = tclient(&f, f.reg.pub);
-    kiln_registry_published pub;
-    char *rec = a1 ? trecord(&f, "staging", "1.0.0", hex, 1, (int[]){P1, -1}) : NULL;
+    char hex[KILN_SHA256_HEX], *a1 = NULL, *rec = NULL;
+    bool ready = staging_at_v1(&f, hex, &a1, &rec);
     char *p2 = tpolicy(&f, 2, ALL_PROMOTE, 0), *p2w = NULL, *v2 = NULL, *rec2 = NULL;
     /* version 2: the same keys, and 1.0.0's archive withdrawn */
     if (p2) {
@@ -600,10 +602,7 @@ KILN_TEST(registry_trust_watch_hears_a_withdrawal) {
     }
     v2 = p2w ? tsign(&f, p2w, (int[]){R1, R2, -1}) : NULL;
     char *dir = kiln_test_path("watch"), *out2 = kiln_test_path("pulled");
-    if (!CHECK("setup", a1 && rec && v2 &&
-                            kiln_registry_publish(&pubc, a1, NULL, &pub) == KILN_OK &&
-                            tput_record(&f, "staging", rec) == KILN_OK))
-        goto done;
+    if (!CHECK("setup", ready && v2)) goto done;
     kiln_watch_opts o = rfx_watch_opts(&f.reg, f.reg.trust, dir, on_update, &h);
     if (!CHECK("watch starts", kiln_watch_start(&o, &w) == KILN_OK)) goto done;
     CHECK("the withdrawal goes in", tput_trust(&f, v2) == KILN_OK);
