@@ -107,6 +107,8 @@ int cmd_runs_show(int argc, char **argv) {
     if (!ri.n_ckpts) printf(" none");
     for (size_t i = 0; i < ri.n_ckpts; i++)
         printf(" %ld", ri.ckpts[i]);
+    if (ri.best_ckpt >= 0)
+        printf(" (best validation loss: %ld, which kiln export --best takes)", ri.best_ckpt);
     printf("\n");
     if (ri.last_step)
         printf("last        step %ld: loss %.6g, lr %.3g, gradient norm %.4g\n", ri.last_step,

@@ -207,10 +207,13 @@ kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_inf
     out->tokens_per_s = out->updated = NAN;
     KILN_TRY(load_run_json(run_dir, &out->run));
     kiln_metrics *mx = NULL;
+    out->best_ckpt = -1;
     kiln_err rc = open_db(run_dir, &mx);
     if (!rc && mx) rc = read_metrics(kiln_metrics_db(mx), run_dir, max_events, out);
-    kiln_metrics_close(mx);
     if (!rc) rc = kiln_ckpt_list(run_dir, &out->ckpts, &out->n_ckpts);
+    /* The one the trainer keeps and kiln export --best takes (the trainer's own rule). */
+    if (!rc && mx) rc = kiln_metrics_best_val_step(mx, out->ckpts, out->n_ckpts, &out->best_ckpt);
+    kiln_metrics_close(mx);
     if (rc) kiln_run_info_release(out);
     return rc;
 }

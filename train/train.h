@@ -382,6 +382,7 @@ typedef struct kiln_run_info {
     double last_val_loss, last_val_r2;
     long *ckpts; /* checkpoint steps on disk, ascending */
     size_t n_ckpts;
+    long best_ckpt;         /* the one whose step logged the lowest validation loss; -1: none */
     kiln_run_event *events; /* newest max_events, oldest first */
     size_t n_events, total_events;
     /* The router and attention diagnostics of every layer at last_step: an array of rows

@@ -19,6 +19,9 @@ want=$(printf '%s\n' 36 40 "$best" | sort -nu | tr '\n' ' ')
 sqlite3 "$T/r/metrics.db" "UPDATE steps SET val_loss = 1e-9 WHERE step = 36"
 $KILN train --resume "$T/r" --set steps=60 >/dev/null 2>"$T/resume.log" || { cat "$T/resume.log" >&2; fail "resume"; }
 [ "$(ckpts "$T/r")" = "36 56 60 " ] || fail "after the resume: $(ckpts "$T/r")"
+$KILN runs show "$T/r" >"$T/show" || fail "runs show"
+grep -q '^checkpoints 36 56 60 (best validation loss: 36, which kiln export --best takes)$' "$T/show" ||
+    fail "runs show: $(grep checkpoints "$T/show")"
 $KILN export "$T/r" --best --out "$T/m" >"$T/ex" || fail "export --best"
 grep -q "step-00000036.safetensors' (step 36, f32)" "$T/ex" || fail "export --best: $(cat "$T/ex")"
 grep -q '"step": 36' "$T/m/card.json" || fail "the card's lineage step"
