@@ -796,7 +796,7 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     KILN_CHECK_IF(rc, out, by_channel && strcmp(digest, rec.digest) != 0, KILN_ERR_VERIFY,
                   "registry holds %s@%s as %s, but the signed channel record says %s; refusing",
                   res->model, res->version, digest, rec.digest);
-    {
+    if (!by_channel) { /* a channel's record was checked for it in reg_record_accept */
         char what[160];
         snprintf(what, sizeof what, "%s@%s", res->model, res->version);
         KILN_CHECK(rc, out, reg_withdrawn(trust, digest, what));
