@@ -107,17 +107,15 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "--version")) return cmd_version(1, argv);
     for (size_t i = 0; i < KILN_ARRAY_LEN(commands); i++) {
         const char *name = commands[i].name, *sp = strchr(name, ' ');
-        if (sp) {
-            size_t l = (size_t)(sp - name);
-            if (argc >= 3 && strlen(argv[1]) == l && !strncmp(argv[1], name, l) &&
-                !strcmp(argv[2], sp + 1)) {
-                if (guarded(name)) cli_guard_terminal();
-                return commands[i].fn(argc - 2, argv + 2);
-            }
-        } else if (!strcmp(argv[1], name)) {
-            if (guarded(name)) cli_guard_terminal();
-            return commands[i].fn(argc - 1, argv + 1);
-        }
+        int words = 0; /* the command's name takes one or two arguments */
+        if (!sp)
+            words = !strcmp(argv[1], name);
+        else if (argc >= 3 && strlen(argv[1]) == (size_t)(sp - name) &&
+                 !strncmp(argv[1], name, (size_t)(sp - name)) && !strcmp(argv[2], sp + 1))
+            words = 2;
+        if (!words) continue;
+        if (guarded(name)) cli_guard_terminal();
+        return commands[i].fn(argc - words, argv + words);
     }
     fprintf(stderr, "kiln: error: unknown command '%s%s%s'\n", argv[1], argc >= 3 ? " " : "", argc >= 3 ? argv[2] : "");
     usage(stderr);
