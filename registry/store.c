@@ -784,6 +784,13 @@ static kiln_err fsck_channels(sqlite3 *db, const reg_trust_chain *chain, problem
         else if (strcmp(rec.model, m) || strcmp(rec.channel, c) || rec.seq != seq ||
                  strcmp(rec.version, v) || strcmp(rec.digest, d))
             problem(p, "%s: the signed record's fields differ from the database's", label);
+        else if (current && kiln_sign_trust_withdrawn(chain->v[chain->n - 1], d))
+            problem(p,
+                    "%s: the channel's current record names %s@%s (%s), which trust policy "
+                    "version %llu withdrew: %s (no client installs it: move the channel)",
+                    label, m, v, d,
+                    (unsigned long long)kiln_sign_trust_version(chain->v[chain->n - 1]),
+                    kiln_sign_trust_withdrawn(chain->v[chain->n - 1], d));
     }
     kiln_err rc = r == SQLITE_DONE ? KILN_OK : reg_db_fail(db, "reading channel records");
     sqlite3_finalize(st);

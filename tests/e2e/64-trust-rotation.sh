@@ -166,6 +166,13 @@ kill -TERM $PID
 wait $PID || true
 grep -q "is trust version 2, which the store does not hold: clients that trust an older version cannot walk to it" "$T/serve2.err" ||
     fail "no warning: $(cat "$T/serve2.err")"
-# fsck checks the stored chain from version 1, and each record under it.
-$KILN registry fsck --root "$R" --trust "$T/trust.json" >"$T/fsck.out" || fail "fsck: $(cat "$T/fsck.out")"
+# fsck checks the stored chain from version 1, and each record under it: one problem, the
+# channel whose current record names the archive version 3 withdrew.
+set +e
+$KILN registry fsck --root "$R" --trust "$T/trust.json" >"$T/fsck.out" 2>&1
+fst=$?
+set -e
+[ $fst = 1 ] && [ "$(grep -c '^problem: ' "$T/fsck.out")" = 1 ] &&
+    grep -q "^problem: demo channel production seq 2: the channel's current record names demo@1.0.0 (sha256:$D), which trust policy version 3 withdrew: leaks the label into the features (no client installs it: move the channel)$" "$T/fsck.out" ||
+    fail "fsck (exit $fst): $(cat "$T/fsck.out")"
 grep -q 'trust policy version 2 in force' "$T/serve.err" || fail "serve log: $(cat "$T/serve.err")"
