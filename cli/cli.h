@@ -183,5 +183,6 @@ int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
 int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
 int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */
 int cmd_trust_verify(int argc, char **argv);   /* cmd_trust.c */
+int cmd_trust_withdraw(int argc, char **argv); /* cmd_trust.c */
 
 #endif

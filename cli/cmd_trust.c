@@ -104,6 +104,87 @@ out:
     return rc == KILN_OK ? 0 : cli_fail(rc);
 }
 
+/* The next version of the policy in buf (plain or signed: its policy), withdrawing digest:
+ * the same keys and rules, version + 1, one more "withdrawn" entry. *out is new text (the
+ * policy as kiln writes documents); nothing is checked here but the shape. */
+static kiln_err withdrawal(const char *buf, size_t len, const char *src, uint64_t version,
+                           const char *digest, const char *reason, char **out) {
+    json_t *doc = NULL, *w = NULL, *e = NULL;
+    KILN_TRY(kiln_json_parse(buf, len, src, &doc));
+    json_t *pol = json_object_get(doc, "policy") ? json_object_get(doc, "policy") : doc;
+    kiln_err rc = KILN_OK;
+    w = json_object_get(pol, "withdrawn");
+    if (!w) {
+        w = json_array();
+        if (!w || json_object_set_new(pol, "withdrawn", w)) w = NULL;
+    }
+    e = json_pack("{s:s, s:s}", "digest", digest, "reason", reason);
+    KILN_CHECK_IF(rc, out,
+                  !w || !e || json_array_append_new(w, e) ||
+                      json_object_set_new(pol, "version", json_integer((json_int_t)version + 1)),
+                  KILN_ERR_NOMEM, "out of memory");
+    e = NULL;
+    size_t n;
+    *out = kiln_json_document(pol, &n);
+    KILN_CHECK_IF(rc, out, !*out, KILN_ERR_NOMEM, "out of memory");
+out:
+    json_decref(e);
+    json_decref(doc);
+    return rc;
+}
+
+int cmd_trust_withdraw(int argc, char **argv) {
+    const char *digest = NULL, *reason = NULL, *outp = NULL;
+    const cli_opt opts[] = {
+        {"digest", CLI_STR, &digest, "sha256:HEX", "the archive's digest (kiln models, provenance)",
+         true},
+        {"reason", CLI_STR, &reason, "TEXT", "why it is withdrawn (clients say it)", true},
+        {"out", CLI_STR, &outp, "NEXT.json", "where to write the next version (a new file)", true},
+        {0},
+    };
+    const cli_spec spec = {
+        "kiln trust withdraw POLICY.json --digest sha256:HEX --reason TEXT --out NEXT.json",
+        "Write the next version of the trust policy (POLICY.json plain or signed: the version in "
+        "force), withdrawing an archive:\nno client installs it and no registry takes it, "
+        "whoever signed it. Sign NEXT.json with kiln trust sign.",
+        opts, 1, 1};
+    const char *src;
+    int st;
+    if (!cli_parse_args(&spec, argc, argv, &src, &st)) return st;
+    char *buf = NULL, *text = NULL, *changes = NULL;
+    size_t len = 0;
+    kiln_sign_trust *t = NULL, *next = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, kiln_path_exists(outp), KILN_ERR_CONFLICT,
+                  "'%s' exists already; give another --out", outp);
+    KILN_CHECK(rc, out, kiln_read_file(src, KILN_SIGN_TRUST_FILE_LIMIT, &buf, &len));
+    KILN_CHECK(rc, out, kiln_sign_trust_parse(buf, len, src, &t));
+    const char *was = kiln_sign_trust_withdrawn(t, digest);
+    KILN_CHECK_IF(rc, out, was, KILN_ERR_CONFLICT, "'%s' (version %llu) withdraws %s already: %s",
+                  src, (unsigned long long)kiln_sign_trust_version(t), digest, was);
+    KILN_CHECK(rc, out,
+               withdrawal(buf, len, src, kiln_sign_trust_version(t), digest, reason, &text));
+    /* Read back as every client will: the digest's and the reason's rules are the parser's. */
+    KILN_CHECK(rc, out, kiln_sign_trust_parse(text, strlen(text), "--digest and --reason", &next));
+    changes = kiln_sign_trust_diff(t, next);
+    KILN_CHECK_IF(rc, out, !changes, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_write_file_atomic(outp, text, strlen(text)));
+    printf("wrote %s: trust policy version %llu, after version %llu ('%s')\nchanges:\n", outp,
+           (unsigned long long)kiln_sign_trust_version(next),
+           (unsigned long long)kiln_sign_trust_version(t), src);
+    print_changes(changes);
+    printf("next: the root quorum of both versions signs it (kiln trust sign %s --key ROOT.key "
+           "--out SIGNED.json, then --add), and kiln trust put gives it to the registry\n",
+           outp);
+out:
+    kiln_sign_trust_free(t);
+    kiln_sign_trust_free(next);
+    free(buf);
+    free(text);
+    free(changes);
+    return rc == KILN_OK ? 0 : cli_fail(rc);
+}
+
 int cmd_trust_verify(int argc, char **argv) {
     const char *trust = NULL;
     const cli_opt opts[] = {

@@ -57,6 +57,8 @@ static const command commands[] = {
     {"trust sign", cmd_trust_sign, "sign a version of the trust policy with a root key"},
     {"trust update", cmd_trust_update, "walk the trust policy forward to the registry's newest"},
     {"trust verify", cmd_trust_verify, "check a signed trust policy as the next version"},
+    {"trust withdraw", cmd_trust_withdraw,
+     "write the next trust version, withdrawing an archive (then sign it with root keys)"},
     {"unpack", cmd_unpack, "unpack and check a .kiln archive"},
     {"validate", cmd_validate, "run the golden and parity checks; write the validation report"},
     {"verify", cmd_verify, "verify a file's minisign signature"},
@@ -87,7 +89,7 @@ static bool guarded(const char *name) {
         "provenance",      "publish",     "pull",         "registry audit",
         "registry mirror", "release",     "renew",        "rollback",
         "trust put",       "trust sign",  "trust update", "trust verify",
-        "unpack",          "verify"};
+        "trust withdraw",  "unpack",      "verify"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(names); i++)
         if (!strcmp(name, names[i])) return true;
     return false;

@@ -120,13 +120,26 @@ fi
 # its archive. The registry then refuses it as an upload and as a channel's version; the
 # service's next pull and the host's check of what it runs refuse it, naming the reason.
 D=$(sha256sum "$T/a.kiln" | cut -d' ' -f1)
-sed -e 's/"version":2/"version":3/' -e "s/}\$/,\"withdrawn\":[{\"digest\":\"sha256:$D\",\"reason\":\"leaks the label into the features\"}]}/" \
-    "$T/v2.json" >"$T/w3.json"
+$KILN trust withdraw "$T/v2.signed.json" --digest "sha256:$D" --reason "leaks the label into the features" \
+    --out "$T/w3.json" >"$T/withdraw.out" || fail "trust withdraw: $(cat "$T/withdraw.out")"
+grep -q "^wrote $T/w3.json: trust policy version 3, after version 2 ('$T/v2.signed.json')$" "$T/withdraw.out" &&
+    grep -q "^  withdraws sha256:$D: leaks the label into the features$" "$T/withdraw.out" ||
+    fail "trust withdraw: $(cat "$T/withdraw.out")"
+# Refused, writing nothing: a digest that is not one, an empty reason, an --out that exists.
+expect_fail 2 $KILN trust withdraw "$T/v2.signed.json" --digest "sha256:$D" --reason "x" --out "$T/w3.json"
+grep -q "'$T/w3.json' exists already" "$T/err" || fail "withdraw over a file: $(cat "$T/err")"
+expect_fail 2 $KILN trust withdraw "$T/v2.signed.json" --digest "$D" --reason "x" --out "$T/wbad.json"
+grep -q "'digest' must be an archive's" "$T/err" || fail "withdraw a bare hex: $(cat "$T/err")"
+expect_fail 2 $KILN trust withdraw "$T/v2.signed.json" --digest "sha256:$D" --reason "" --out "$T/wbad.json"
+grep -q "'reason' must be 1 to" "$T/err" || fail "withdraw without a reason: $(cat "$T/err")"
+[ ! -e "$T/wbad.json" ] || fail "a refused withdrawal wrote a file"
 $KILN trust sign "$T/w3.json" --key "$T/r1.key" --out "$T/w3.signed.json" >/dev/null
 $KILN trust sign --add "$T/w3.signed.json" --key "$T/r2.key" >/dev/null
 $KILN trust put "$T/w3.signed.json" --registry "$URL" --token "$ADM" >/dev/null || fail "put the withdrawal"
 $KILN trust update $S >"$T/update3.out" || fail "trust update to 3: $(cat "$T/update3.out")"
 grep -q "withdraws sha256:$D: leaks the label into the features" "$T/update3.out" || fail "update 3: $(cat "$T/update3.out")"
+expect_fail 2 $KILN trust withdraw "$T/w3.signed.json" --digest "sha256:$D" --reason "again" --out "$T/w4.json"
+grep -q "withdraws sha256:$D already: leaks the label" "$T/err" || fail "withdraw twice: $(cat "$T/err")"
 expect_fail 1 $KILN pull demo@production $S --out "$T/svc"
 grep -q "sha256:$D, which trust policy version 3 withdrew: leaks the label into the features; refusing" "$T/err" ||
     fail "pull of a withdrawn model: $(cat "$T/err")"
