@@ -214,6 +214,12 @@ bench-tokens: $(BUILD)/bench_tokens
 bench-metrics: $(BUILD)/kiln
 	bench/bench_metrics.sh $(BUILD)/kiln
 
+# kiln registry audit on a million-entry log against sqlite3 on the same file.
+.PHONY: bench-audit
+bench-audit: $(BUILD)/kiln
+	@mkdir -p $(BUILD)/bench
+	sh bench/bench_audit.sh $(BUILD)/kiln | tee $(BUILD)/bench/audit.txt
+
 bench-web: $(BUILD)/bench_web
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_web $(BUILD)/bench > $(BUILD)/bench/web.txt.tmp && mv $(BUILD)/bench/web.txt.tmp $(BUILD)/bench/web.txt
