@@ -21,13 +21,8 @@ sqlite3 "$T/reg/registry.db" "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT 
     SELECT $old + i / 100, 'ci', CASE WHEN i % 64 = 0 THEN 'token.revoke' ELSE 'publish' END,
            'alpha', '1.' || i, 'sha256:' || printf('%064d', i), NULL FROM n;"
 $KILN registry token create --root "$T/reg" --name late --scope read >/dev/null
-$KILN registry serve --root "$T/reg" --listen 127.0.0.1:0 >"$T/out" 2>"$T/err" &
-PID=$!
-i=0
-while ! grep -q 'http://' "$T/out" 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 100 ] || { cat "$T/err" >&2; exit 2; }; sleep 0.05
-done
-URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/out")
+. "$(dirname "$0")/serve.sh"
+serve_store "$T/reg"
 # median_s CMD...: the median wall time of REPS runs of CMD (stdout to a file), in seconds.
 median_s() {
     n=0

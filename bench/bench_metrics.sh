@@ -29,13 +29,8 @@ now=$(date +%s)
     done
     echo "COMMIT;"
 } | sqlite3 "$T/reg/registry.db"
-$KILN registry serve --root "$T/reg" --listen 127.0.0.1:0 >"$T/out" 2>"$T/err" &
-PID=$!
-i=0
-while ! grep -q 'http://' "$T/out" 2>/dev/null; do
-    i=$((i + 1)); [ $i -lt 100 ] || { cat "$T/err" >&2; exit 2; }; sleep 0.05
-done
-URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/out")
+. "$(dirname "$0")/serve.sh"
+serve_store "$T/reg"
 # median_ms PATH: the median time of REPS GETs of PATH, in milliseconds; the body's size.
 median_ms() {
     n=0
