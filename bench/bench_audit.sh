@@ -21,7 +21,7 @@ sqlite3 "$T/reg/registry.db" "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT 
     SELECT $old + i / 100, 'ci', CASE WHEN i % 64 = 0 THEN 'token.revoke' ELSE 'publish' END,
            'alpha', '1.' || i, 'sha256:' || printf('%064d', i), NULL FROM n;"
 $KILN registry token create --root "$T/reg" --name late --scope read >/dev/null
-. "$(dirname "$0")/serve.sh"
+. "$(dirname "$0")/lib.sh"
 serve_store "$T/reg"
 # median_s CMD...: the median wall time of REPS runs of CMD (stdout to a file), in seconds.
 median_s() {
@@ -34,7 +34,7 @@ median_s() {
         awk -v a="$a" -v b="$b" 'BEGIN { printf "%.6f\n", b - a }' >>"$T/times"
         n=$((n + 1))
     done
-    sort -g "$T/times" | awk '{ v[NR] = $1 } END { printf "%.3f", v[int((NR + 1) / 2)] }'
+    median "$T/times" 1
 }
 A="--registry $URL --token $ADM"
 hour=$(($(date +%s) - 3600))

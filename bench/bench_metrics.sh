@@ -29,7 +29,7 @@ now=$(date +%s)
     done
     echo "COMMIT;"
 } | sqlite3 "$T/reg/registry.db"
-. "$(dirname "$0")/serve.sh"
+. "$(dirname "$0")/lib.sh"
 serve_store "$T/reg"
 # median_ms PATH: the median time of REPS GETs of PATH, in milliseconds; the body's size.
 median_ms() {
@@ -39,7 +39,7 @@ median_ms() {
         curl -s -o "$T/body" -w '%{time_total}\n' "$URL$1" >>"$T/times"
         n=$((n + 1))
     done
-    printf '%s %s' "$(sort -g "$T/times" | awk '{ v[NR] = $1 } END { printf "%.3f", 1000 * v[int((NR + 1) / 2)] }')" \
+    printf '%s %s' "$(median "$T/times" 1000)" \
         "$(wc -c <"$T/body")"
 }
 set -- $(median_ms /metrics)
