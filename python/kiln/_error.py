@@ -1,0 +1,14 @@
+"""kiln.Error: every failure of the package, carrying kiln's message and error code."""
+
+
+class Error(Exception):
+    """A kiln call failed. ``code`` is kiln's error code (``kiln_err``, an int; 0 where the
+    failure was found in Python before any C call), ``message`` the text kiln reported."""
+
+    def __init__(self, message, code=0):
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+    def __str__(self):
+        return self.message
