@@ -11,7 +11,7 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl python3-numpy
 TOOLS := sqlite3 minisign mpirun curl openssl
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
@@ -113,7 +113,21 @@ $(DEPS_STAMP):
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_PKGS) >/dev/null || exit 2; \
 	fi
+	@/usr/bin/python3 -c 'import numpy' 2>/dev/null || { \
+	  echo "kiln: installing python3-numpy (tests/ref, the model's float64 reference)"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: python3-numpy" >&2; exit 2; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null || exit 2; }
 	@touch $@
+
+# The test vectors (tests/vectors/tsmoe-*) from the float64 reference of docs/model.md;
+# `make test` recomputes them and fails where the committed files disagree with what it computes.
+# SHARED_VECTORS: an independently made set, checked against the same reference when present.
+REF := /usr/bin/python3 tests/ref/tsmoe_ref.py
+SHARED_VECTORS ?= ../shared/vectors
+.PHONY: vectors
+vectors: $(DEPS_STAMP)
+	$(REF) tests/vectors
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -251,6 +265,11 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
 
 test: all $(BENCH_BINS)
+	@echo "== the reference vectors (tests/ref) against docs/model.md's float64 reference"
+	$(REF) --check tests/vectors
+	@if [ -f $(SHARED_VECTORS)/tsmoe-moe.io.safetensors ]; then \
+	  echo "== the reference against the independent vectors in $(SHARED_VECTORS)"; \
+	  $(REF) --check $(SHARED_VECTORS); fi
 	@echo "== C suite"
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"
