@@ -143,8 +143,16 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libkiln.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(ALL_LIBS)
+# libkiln.so exports what include/kiln.h declares (KILN_API) and nothing else: a version
+# script made from the header's declarations (tests/e2e/05-exports.sh checks the result). The
+# CLI and the tests link the static library, which keeps every symbol.
+$(BUILD)/libkiln.map: include/kiln.h
+	@mkdir -p $(BUILD)
+	@{ echo '{ global:'; grep -o 'KILN_API[^(]*(' $< | grep -v __attribute__ | \
+	   sed 's/ *($$//; s/.*[ *]//; s/$$/;/'; echo 'local: *; };'; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/libkiln.so: $(LIB_OBJ) $(BUILD)/libkiln.map
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=$(BUILD)/libkiln.map -o $@ $(LIB_OBJ) $(ALL_LIBS)
 
 $(BUILD)/libkiln_dist.a: $(DIST_OBJ)
 	@rm -f $@
