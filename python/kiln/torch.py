@@ -674,3 +674,30 @@ class TSMoE(nn.Module):
                 torch.__version__, str(self.embed.weight.dtype).replace("torch.", "")),
         })
         return y
+
+
+def compare(a, b, rtol=1e-4, atol=1e-5):
+    """kiln's comparison rule (validate/thresholds.c kiln_compare_f32), a candidate a against a
+    reference b of the same shape: with M = max |b|, an element agrees when |a - b| <=
+    max(atol M, rtol |b|). Returns compared, max_abs_err, max_rel_err (|a - b| / max(|b|,
+    atol M / rtol)), scale M, outside (elements that disagree), nonfinite and passed (no
+    element outside, none non-finite). No router near-tie is excused here."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        a = a.reshape(-1) if a.size == b.size else a
+        b = b.reshape(-1) if a.size == b.size else b
+    if a.shape != b.shape:
+        raise Error(f"shapes differ: {list(a.shape)} against {list(b.shape)}")
+    finite = np.isfinite(a) & np.isfinite(b)
+    M = float(np.abs(b[finite]).max()) if finite.any() else 0.0
+    d = np.abs(a - b)
+    floor = atol * M / rtol if rtol > 0 else 0.0
+    den = np.maximum(np.abs(b), floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(den > 0, d / np.where(den > 0, den, 1), np.where(d > 0, np.inf, 0))
+    out = ~finite | (d > np.maximum(atol * M, rtol * np.abs(b)))
+    return {"compared": int(a.size), "max_abs_err": float(d[finite].max()) if finite.any() else 0,
+            "max_rel_err": float(rel[finite].max()) if finite.any() else 0, "scale": M,
+            "outside": int(out.sum()), "nonfinite": bool((~finite).any()),
+            "passed": bool(finite.all() and not out.any())}
