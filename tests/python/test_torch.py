@@ -161,7 +161,7 @@ def test_torch_checkpoint_and_model_dir(tmp):
     out = os.path.join(tmp, "pred.safetensors")
     sh("infer", "--model", model, "--input", small, "--out", out)
     got, _ = kt.read_safetensors(out)
-    y = next(v for k, v in got.items() if v.shape[-1] == 2)
+    y = got["outputs"]
     mine = b.predict(x)
     rel = np.abs(mine - y.reshape(mine.shape)).max() / np.abs(y).max()
     check(f"PyTorch forward within 1e-5 of kiln infer (got {rel:.3g})", rel < 1e-5)
@@ -173,6 +173,16 @@ def test_torch_checkpoint_and_model_dir(tmp):
     raises(lambda: kt.TSMoE.from_checkpoint(bad), bad, "digest mismatch")
     raises(lambda: kt.TSMoE.from_model_dir(os.path.join(tmp, "nope")), "nope")
     raises(lambda: b(torch.zeros(2, 3)), "expected [B, S, 5]")
+    raises(lambda: b.predict(np.array([["a"] * 5] * 4)), "not numbers")
+    raises(lambda: b(np.array([[["a"] * 5] * 4])), "not numbers")
+    # A sequence longer than the attention's query block (256 rows) gives what the runtime
+    # gives: the blocked attention is the same function.
+    long_x = t["features"][:700]
+    kt.write_safetensors(small, {"features": long_x, "targets": t["targets"][:700]})
+    sh("infer", "--model", model, "--input", small, "--out", out)
+    y = kt.read_safetensors(out)[0]["outputs"]
+    rel = np.abs(b.predict(long_x) - y).max() / np.abs(y).max()
+    check(f"700 rows within 1e-5 of kiln infer (got {rel:.3g})", rel < 1e-5)
     raises(lambda: kt.TSMoE(dict(SMALL, n_features=5, n_outputs=2, top_k=9)), "top_k")
     raises(lambda: kt.TSMoE(dict(SMALL, n_features=5, n_outputs=2, colour=1)), "colour")
 
