@@ -72,7 +72,17 @@ class Registry:
 
 
 def test_torch_release(tmp):
+    # The commands run in tmp, as a user's shell would; the suite's working directory is
+    # given back after.
+    cwd = os.getcwd()
     os.chdir(tmp)
+    try:
+        release(tmp)
+    finally:
+        os.chdir(cwd)
+
+
+def release(tmp):
     kiln("data", "synth", "--seed", "2", "--rows", "6000", "--features", "6", "--outputs", "2",
          "--out", "d.st")
     # The notebook: 200 AdamW steps in float32, a model directory, golden set, reference.
