@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "export.h"
@@ -84,13 +85,23 @@ out:
 }
 
 /* Copy a model directory's model.safetensors and card.json into OUT/model (golden sets and
- * reports are made again by the stages after this one). */
+ * reports are made again by the stages after this one): into a temporary directory beside
+ * it, renamed into place, so that a failed copy leaves nothing, as a failed export does. */
 static kiln_err stage_copy_model(rel *r) {
     static const char *const files[] = {"model.safetensors", "card.json"};
-    kiln_err rc = kiln_mkdir_p(r->model);
+    char *tmp = kiln_asprintf("%s/.model.copy-XXXXXX", r->o->out_dir);
+    if (!tmp) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!mkdtemp(tmp)) {
+        kiln_err e = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory in '%s'",
+                                     r->o->out_dir);
+        free(tmp);
+        return e;
+    }
+    kiln_err rc = chmod(tmp, 0755) ? kiln_fail_errno(KILN_ERR_IO, "'%s': cannot chmod", tmp)
+                                   : KILN_OK;
     for (size_t i = 0; !rc && i < KILN_ARRAY_LEN(files); i++) {
         char *src = kiln_path_join(r->o->model_dir, files[i]);
-        char *dst = kiln_path_join(r->model, files[i]);
+        char *dst = kiln_path_join(tmp, files[i]);
         char *buf = NULL;
         size_t len = 0;
         rc = src && dst ? kiln_read_file(src, (size_t)1 << 40, &buf, &len)
@@ -100,6 +111,10 @@ static kiln_err stage_copy_model(rel *r) {
         free(src);
         free(dst);
     }
+    if (!rc && rename(tmp, r->model))
+        rc = kiln_fail_errno(KILN_ERR_IO, "'%s': cannot rename into place", r->model);
+    if (rc) reg_rmtree(tmp);
+    free(tmp);
     if (!rc)
         snprintf(r->line, sizeof r->line, "model directory '%s' copied into '%s'",
                  r->o->model_dir, r->model);
