@@ -13,6 +13,11 @@ DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-d
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
             libopenmpi-dev openmpi-bin libssl-dev curl openssl python3-numpy
 TOOLS := sqlite3 minisign mpirun curl openssl
+# The Python package (python/kiln, tests/python): Debian's interpreter and its numpy and torch
+# (kiln.torch), probed by importing them with /usr/bin/python3.
+PY_DEB_PKGS := python3 python3-numpy python3-torch
+DEB_PKGS += $(PY_DEB_PKGS)
+PY_PROBE := /usr/bin/python3 -c 'import numpy, torch'
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c
@@ -107,6 +112,7 @@ deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	$(PY_PROBE) >/dev/null 2>&1 || missing=1; \
 	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \

@@ -562,6 +562,14 @@ typedef struct kiln_registry_release_opts {
     /* Called after each stage with one line saying what it did (may be NULL). */
     void (*on_stage)(void *ctx, kiln_release_stage stage, const char *line);
     void *ctx;
+    /* Instead of run_dir (exactly one of the two): a model directory made elsewhere (say by
+     * kiln.torch's save_model_dir): its model.safetensors and card.json are copied into
+     * OUT/model at the export stage, and every later stage runs as for a run. Its dataset is
+     * data, else the card's lineage.dataset_path. */
+    const char *model_dir;
+    /* NULL, or a research framework's outputs on the golden inputs: validation runs
+     * parity_reference against it (kiln validate --reference). */
+    const char *reference;
 } kiln_registry_release_opts;
 
 typedef struct kiln_registry_release_result {
