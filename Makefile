@@ -11,10 +11,11 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl python3-numpy
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl
 TOOLS := sqlite3 minisign mpirun curl openssl
-# The Python package (python/kiln, tests/python): Debian's interpreter and its numpy and torch
-# (kiln.torch), probed by importing them with /usr/bin/python3.
+# The Python package (python/kiln, tests/python) and the model's float64 reference (tests/ref):
+# Debian's interpreter and its numpy and torch (kiln.torch), probed by importing them with
+# /usr/bin/python3.
 PY_DEB_PKGS := python3 python3-numpy python3-torch
 DEB_PKGS += $(PY_DEB_PKGS)
 PY_PROBE := /usr/bin/python3 -c 'import numpy, torch'
@@ -119,11 +120,6 @@ $(DEPS_STAMP):
 	  export DEBIAN_FRONTEND=noninteractive; \
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_PKGS) >/dev/null || exit 2; \
 	fi
-	@/usr/bin/python3 -c 'import numpy' 2>/dev/null || { \
-	  echo "kiln: installing python3-numpy (tests/ref, the model's float64 reference)"; \
-	  if [ "$$(id -u)" != 0 ]; then echo "kiln: not root; install: python3-numpy" >&2; exit 2; fi; \
-	  export DEBIAN_FRONTEND=noninteractive; \
-	  apt-get update -qq && apt-get install -y -qq --no-install-recommends python3-numpy >/dev/null || exit 2; }
 	@touch $@
 
 # The test vectors (tests/vectors/tsmoe-*) from the float64 reference of docs/model.md;

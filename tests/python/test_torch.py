@@ -16,7 +16,7 @@ import kiln
 import kiln.torch as kt
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-VEC = os.path.join(ROOT, "..", "shared", "vectors")
+VEC = os.environ.get("KILN_VECTORS") or os.path.join(ROOT, "tests", "vectors")
 KILN = os.environ.get("KILN", os.path.join(ROOT, "build", "kiln"))
 SMALL = {"d_model": 16, "n_layers": 2, "n_heads": 4, "d_ff": 32, "n_experts": 4, "top_k": 2,
          "seq_len": 16, "attn_window": 16}
