@@ -5,7 +5,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <dirent.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "export.h"
 #include "registry_int.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -72,16 +75,21 @@ static kiln_err auth_header(const kiln_registry_client_opts *c, struct curl_slis
     return KILN_OK;
 }
 
-/* One transfer: the caller's progress bar, and the stall watch. A transfer that moves no
- * byte either way for stall_ms (0: 60 s), counted from the last byte, is a dead connection.
- * (libcurl's own low-speed check averages the speed over its last five seconds, so a burst
- * then silence was cut off 5-6 s after the limit: measured 7.2 s for a 1 s limit.) */
+/* One transfer: the caller's progress bar, the stall watch and the rate watch. A transfer
+ * that moves no byte either way for stall_ms (0: 60 s), counted from the last byte, is a dead
+ * connection; one that moves fewer than min_rate bytes a second over a window of stall_ms
+ * is a registry trickling (a byte a second never stalls). (libcurl's own low-speed check
+ * averages the speed over its last five seconds, so a burst then silence was cut off 5-6 s
+ * after the limit: measured 7.2 s for a 1 s limit.) */
 typedef struct xfer {
     const kiln_registry_client_opts *c;
     unsigned stall;   /* ms; 0: not watched (a deadline that comes first governs) */
+    unsigned rate;    /* bytes a second over each window of stall ms; 0: not watched */
     curl_off_t bytes; /* up and down so far */
     uint64_t since;   /* when bytes last changed (ns); 0 before the first call */
-    bool stalled;
+    uint64_t window;  /* when the rate window began (ns) */
+    curl_off_t window_bytes, slow_bytes; /* bytes at its start; moved in the window cut off */
+    bool stalled, slow;
     char ebuf[CURL_ERROR_SIZE]; /* libcurl's own words for a failure */
 } xfer;
 
@@ -101,6 +109,21 @@ static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_o
         x->stalled = true;
         return 1; /* CURLE_ABORTED_BY_CALLBACK */
     }
+    if (x->rate && x->stall) {
+        if (!x->window) {
+            x->window = now;
+            x->window_bytes = x->bytes;
+        } else if (now - x->window >= (uint64_t)x->stall * 1000000) {
+            curl_off_t moved = x->bytes - x->window_bytes;
+            if ((uint64_t)moved < (uint64_t)x->rate * x->stall / 1000) {
+                x->slow = true;
+                x->slow_bytes = moved;
+                return 1;
+            }
+            x->window = now;
+            x->window_bytes = x->bytes;
+        }
+    }
     if (!c->progress) return 0;
     if (ultotal > 0) return c->progress(c->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal);
     return c->progress(c->progress_ctx, (uint64_t)dlnow, (uint64_t)(dltotal > 0 ? dltotal : 0));
@@ -109,9 +132,12 @@ static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_o
 static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
     x->c = c;
     x->stall = stall_ms(c);
+    x->rate = 0; /* downloads and answers watch it; an upload's answer waits on the server */
     x->bytes = 0;
     x->since = 0;
-    x->stalled = false;
+    x->window = 0;
+    x->window_bytes = x->slow_bytes = 0;
+    x->stalled = x->slow = false;
     x->ebuf[0] = 0;
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->ebuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -132,6 +158,11 @@ static const char *xfer_error(const xfer *x, CURLcode e, char *out, size_t cap) 
     if (x->stalled)
         snprintf(out, cap, "stalled: not a byte moved in %u ms (%lld bytes moved before)",
                  x->stall, (long long)x->bytes);
+    else if (x->slow)
+        snprintf(out, cap,
+                 "too slow: %lld bytes in %u ms, under the minimum of %u bytes a second "
+                 "(min_rate, --min-rate; %lld bytes moved in all)",
+                 (long long)x->slow_bytes, x->stall, x->rate, (long long)x->bytes);
     else
         snprintf(out, cap, "%s", x->ebuf[0] ? x->ebuf : curl_easy_strerror(e));
     return out;
@@ -177,12 +208,117 @@ static bool transient_status(long status) {
 
 static void backoff(const kiln_registry_client_opts *c, int attempt) {
     unsigned ms = (c->backoff_ms ? c->backoff_ms : 250) << (attempt < 6 ? attempt : 6);
+    if (c->until_ns) { /* not past the deadline: the next attempt then says it passed */
+        uint64_t now = kiln_now_ns(), left = now < c->until_ns ? (c->until_ns - now) / 1000000 : 0;
+        if (ms > left) ms = (unsigned)left;
+    }
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
 static int max_retries(const kiln_registry_client_opts *c) {
     return c->retries < 0 ? 4 : c->retries;
+}
+
+/* ---- limits ---- */
+
+void reg_deadline_start(kiln_registry_client_opts *c, size_t n) {
+    uint64_t now = kiln_now_ns();
+    for (size_t i = 0; i < n; i++) {
+        unsigned ms = c[i].deadline_ms ? c[i].deadline_ms : KILN_REGISTRY_DEADLINE_DEFAULT_MS;
+        c[i].until_ns = now + (uint64_t)ms * 1000000;
+    }
+}
+
+uint64_t reg_max_size(const kiln_registry_client_opts *c) {
+    return c->max_size ? c->max_size : KILN_REGISTRY_MAX_SIZE_DEFAULT;
+}
+
+static unsigned min_rate(const kiln_registry_client_opts *c) {
+    return c->min_rate ? c->min_rate : KILN_REGISTRY_MIN_RATE_DEFAULT;
+}
+
+static bool past_deadline(const kiln_registry_client_opts *c) {
+    return c->until_ns && kiln_now_ns() >= c->until_ns;
+}
+
+static kiln_err deadline_fail(const kiln_registry_client_opts *c, const char *url) {
+    return kiln_fail(KILN_ERR_NETWORK,
+                     "registry '%s': the deadline of %u ms for the whole %s passed (deadline_ms, "
+                     "--deadline)",
+                     url, c->deadline_ms ? c->deadline_ms : KILN_REGISTRY_DEADLINE_DEFAULT_MS,
+                     "operation");
+}
+
+/* The milliseconds left before the operation's deadline (LONG_MAX without one); a deadline
+ * passed already is the failure. */
+static kiln_err time_left(const kiln_registry_client_opts *c, const char *url, long *ms) {
+    *ms = LONG_MAX;
+    if (!c->until_ns) return KILN_OK;
+    uint64_t now = kiln_now_ns();
+    if (now >= c->until_ns) return deadline_fail(c, url);
+    uint64_t left = (c->until_ns - now + 999999) / 1000000;
+    *ms = left < (uint64_t)LONG_MAX ? (long)left : LONG_MAX;
+    return KILN_OK;
+}
+
+/* A ceiling on an archive kiln pack made from m's files: each entry (manifest.json first, then
+ * every file) is a ustar header, at most a pax record with its own header (a path ustar cannot
+ * split, a size of 8 GiB or more: each under 512 bytes of text) and its data padded to 512
+ * bytes; then the two end blocks; zstd adds at most 3 bytes a 128 KiB block and its frame
+ * (ZSTD_compressBound: n + n/256 + 128 KiB/2048 for small inputs). Taken with room to spare
+ * (4 KiB an entry, n/128 + 64 KiB) so that another libarchive or libzstd stays under it too. */
+static uint64_t sat_add(uint64_t a, uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t entry_bound(uint64_t size) {
+    uint64_t padded = sat_add(size, 511) & ~(uint64_t)511;
+    return sat_add(padded, 4096);
+}
+
+uint64_t reg_archive_bound(const kiln_manifest *m) {
+    uint64_t t = sat_add(entry_bound(m->text_len), 1024);
+    for (size_t i = 0; i < m->nfiles; i++)
+        t = sat_add(t, entry_bound(m->files[i].size));
+    return sat_add(sat_add(t, t / 128), 64 * 1024);
+}
+
+uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
+                          const char *model, const char *version) {
+    const json_t *man = json_object_get(ver, "manifest");
+    if (!json_is_object(man) || !sig || !t) return UINT64_MAX;
+    char *text = kiln_json_canonical(man);
+    kiln_manifest *m = NULL;
+    kiln_sign_archive_report rep;
+    memset(&rep, 0, sizeof rep);
+    kiln_err rc = text ? kiln_sign_verify_manifest_sigs(text, strlen(text), "the registry's manifest",
+                                                        sig, strlen(sig), "signature", t, &rep)
+                       : KILN_ERR_NOMEM;
+    if (!rc && (strcmp(rep.info.model, model) || strcmp(rep.info.version, version)))
+        rc = KILN_ERR_VERIFY;
+    if (!rc) rc = kiln_manifest_parse(text, strlen(text), "the registry's manifest", &m);
+    uint64_t bound = rc ? UINT64_MAX : reg_archive_bound(m);
+    /* Not established: the full check after the download says why, in its own words. */
+    if (rc) kiln_errclear();
+    kiln_manifest_free(m);
+    free(text);
+    return bound;
+}
+
+kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint64_t signed_bound,
+                         const char *label) {
+    KILN_FAIL_IF(size > reg_max_size(c), KILN_ERR_LIMIT,
+                 "registry '%s' declares %s at %" PRIu64
+                 " bytes, more than this client accepts (%" PRIu64
+                 " bytes: max_size, --max-size); not downloaded",
+                 c->url, label, size, reg_max_size(c));
+    KILN_FAIL_IF(size > signed_bound, KILN_ERR_VERIFY,
+                 "registry '%s' declares %s at %" PRIu64
+                 " bytes, more than an archive of its signed manifest can be (%" PRIu64
+                 " bytes); refusing, not downloaded",
+                 c->url, label, size, signed_bound);
+    return KILN_OK;
 }
 
 /* GET or PUT (small body) path, body into *out (limit bytes), with retries. *status set. */
@@ -208,16 +344,20 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
         hdr = n;
     }
     for (int attempt = 0;; attempt++) {
+        long left;
+        KILN_CHECK(rc, out, time_left(c, url, &left));
         h = curl_easy_init();
         KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
         free(out->p);
         memset(out, 0, sizeof *out);
         out->limit = limit;
         common_opts(h, c, &x);
+        x.rate = min_rate(c);
         if (x.stall >= (unsigned long)deadline_ms) x.stall = 0;
         /* The stall detection alone lets a registry that sends a byte a second hold a pull
-         * (or a kiln_watch poll) for days: a small answer has a deadline. */
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline_ms);
+         * (or a kiln_watch poll) for days: a small answer has a deadline, and so has the
+         * operation it is part of. */
+        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline_ms < left ? deadline_ms : left);
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
@@ -237,7 +377,12 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
                            limit);
             goto out;
         }
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
+        if (e != CURLE_OK && past_deadline(c)) {
+            rc = deadline_fail(c, url);
+            goto out;
+        }
+        if (attempt >= max_retries(c) ||
+            (e != CURLE_OK && !transient_curl(e) && !x.stalled && !x.slow)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url,
                                            xfer_error(&x, e, why, sizeof why))
                                : http_error(url, *status, out);
@@ -395,6 +540,8 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
     for (int attempt = 0;; attempt++) {
         KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'",
                       archive);
+        long left;
+        KILN_CHECK(rc, out, time_left(c, url, &left));
         h = curl_easy_init();
         KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
         free(body.p);
@@ -409,12 +556,17 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+        if (left != LONG_MAX) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
         CURLcode e = curl_easy_perform(h);
         status = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_cleanup(h);
         h = NULL;
         if (e == CURLE_OK && !transient_status(status)) break;
+        if (e != CURLE_OK && past_deadline(c)) {
+            rc = deadline_fail(c, url);
+            goto out;
+        }
         if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive,
                                            url, xfer_error(&x, e, why, sizeof why))
@@ -510,9 +662,16 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
     char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL;
     free(path);
     if (!url) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
+    char label[100];
+    snprintf(label, sizeof label, "blob sha256:%.12s...", hex);
+    kiln_err rc = reg_size_accept(c, size, UINT64_MAX, label);
+    if (rc) {
+        free(url);
+        return rc;
+    }
     struct curl_slist *hdr = NULL;
     dl d = {.fd = -1, .size = size};
+    bool bad = false; /* what the partial holds is not to be resumed */
     char why[CURL_ERROR_SIZE + 64];
     xfer x;
     d.err.limit = 64 * 1024;
@@ -531,6 +690,8 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         if (d.have == size) break;
         KILN_CHECK_IF(rc, out, lseek(d.fd, (off_t)d.have, SEEK_SET) < 0, KILN_ERR_IO,
                       "cannot seek '%s'", partial);
+        long left;
+        KILN_CHECK(rc, out, time_left(c, url, &left));
         d.h = curl_easy_init();
         KILN_CHECK_IF(rc, out, !d.h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
         d.checked = false;
@@ -541,6 +702,9 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         char range[64];
         snprintf(range, sizeof range, "%" PRIu64 "-", d.have);
         common_opts(d.h, c, &x);
+        x.rate = min_rate(c);
+        /* No deadline of its own (an archive may be large), but the operation's. */
+        if (left != LONG_MAX) curl_easy_setopt(d.h, CURLOPT_TIMEOUT_MS, left);
         curl_easy_setopt(d.h, CURLOPT_URL, url);
         curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hdr);
         if (d.have) curl_easy_setopt(d.h, CURLOPT_RANGE, range);
@@ -553,12 +717,18 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
         curl_easy_getinfo(d.h, CURLINFO_RESPONSE_CODE, &status);
         curl_easy_cleanup(d.h);
         d.h = NULL;
-        KILN_CHECK_IF(rc, out, d.too_much, KILN_ERR_VERIFY,
-                      "registry '%s' sent more than the declared %" PRIu64 " bytes; cut off", url,
-                      size);
+        if (d.too_much) { /* a registry that lies about the size: nothing it sent is kept */
+            bad = true;
+            rc = kiln_fail(KILN_ERR_VERIFY,
+                           "registry '%s' sent more than the declared %" PRIu64
+                           " bytes; cut off",
+                           url, size);
+            goto out;
+        }
         KILN_CHECK_IF(rc, out, d.werr, KILN_ERR_IO, "cannot write '%s'", partial);
         if (e == CURLE_OK && (status == 200 || status == 206)) {
-            KILN_CHECK_IF(rc, out, d.have != size, KILN_ERR_VERIFY,
+            bad = d.have != size;
+            KILN_CHECK_IF(rc, out, bad, KILN_ERR_VERIFY,
                           "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url,
                           d.have, size);
             continue;
@@ -567,7 +737,12 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
             rc = http_error(url, status, &d.err);
             goto out;
         }
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
+        if (e != CURLE_OK && past_deadline(c)) {
+            rc = deadline_fail(c, url);
+            goto out;
+        }
+        if (attempt >= max_retries(c) ||
+            (e != CURLE_OK && !transient_curl(e) && !x.stalled && !x.slow)) {
             rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url,
                                            xfer_error(&x, e, why, sizeof why))
                                : http_error(url, status, &d.err);
@@ -582,6 +757,7 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
      * are what pull makes durable. (Its fsync was 0.45 s of a 1 GiB pull.) */
 out:
     if (d.fd >= 0) close(d.fd);
+    if (bad) unlink(partial);
     curl_slist_free_all(hdr);
     free(d.err.p);
     free(url);
@@ -672,6 +848,78 @@ static kiln_err install_dir(const char *tmp, const char *out) {
     return KILN_OK;
 }
 
+/* Take the lock of a download (DOWNLOADS/<hex>.lock, flock): pulls of one archive that share
+ * a state directory take turns with its partial file. The file is removed by the pull that
+ * holds it when it is done, so a lock taken on a file that was removed meanwhile is taken
+ * again on the one at path now. wait false: -1 in *fd when another holds it. */
+static kiln_err lock_download(const char *path, bool wait, int *fd) {
+    *fd = -1;
+    for (;;) {
+        int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (f < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+        while (flock(f, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EINTR) continue;
+            int err = errno;
+            close(f);
+            if (!wait && err == EWOULDBLOCK) return KILN_OK;
+            errno = err;
+            return kiln_fail_errno(KILN_ERR_IO, "cannot lock '%s'", path);
+        }
+        struct stat a, b;
+        if (fstat(f, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            *fd = f;
+            return KILN_OK;
+        }
+        close(f); /* removed by the pull that held it: take the new one */
+    }
+}
+
+/* Release a download's lock, removing its file first (a pull waiting on it takes the next). */
+static void unlock_download(const char *path, int fd) {
+    if (fd < 0) return;
+    unlink(path);
+    close(fd);
+}
+
+/* How old a partial download nobody holds may get before a pull removes it: a pull that fails
+ * removes its own, so these are what killed processes left. */
+#define REG_PARTIAL_TTL_S (24 * 3600)
+
+/* Remove the partial downloads in dir (and their lock files) that no pull holds and that have
+ * not changed for REG_PARTIAL_TTL_S: a pull killed by a signal leaves its partial for the next
+ * pull of that archive to resume, and this bounds how long. Best effort. */
+static void sweep_downloads(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int64_t now = kiln_unix_time();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        bool partial = n > 8 && !strcmp(e->d_name + n - 8, ".partial");
+        bool lock = n > 5 && !strcmp(e->d_name + n - 5, ".lock");
+        if (!partial && !lock) continue;
+        size_t base = n - (partial ? 8 : 5);
+        char *p = kiln_asprintf("%s/%.*s.partial", dir, (int)base, e->d_name),
+             *l = kiln_asprintf("%s/%.*s.lock", dir, (int)base, e->d_name);
+        struct stat sb;
+        const char *mine = partial ? p : l;
+        int fd = -1;
+        if (p && l && stat(mine, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            now - (int64_t)sb.st_mtime > REG_PARTIAL_TTL_S &&
+            (!lock || !kiln_path_exists(p)) && lock_download(l, false, &fd) == KILN_OK &&
+            fd >= 0) {
+            unlink(p);
+            kiln_debug("removed the abandoned download '%s'", mine);
+        }
+        kiln_errclear();
+        unlock_download(l, fd);
+        free(p);
+        free(l);
+    }
+    closedir(d);
+}
+
 /* Where a pull's time goes, at debug level (KILN_LOG=debug): bench/bench_registry.sh reads
  * these lines. */
 static void pull_phase(const char *what, uint64_t from_ns, uint64_t to_ns, uint64_t bytes) {
@@ -701,11 +949,14 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     memset(res, 0, sizeof *res);
     KILN_TRY(pull_args(p));
     KILN_TRY(client_init(c));
+    /* The whole pull has a deadline (one the caller's operation started is kept). */
+    kiln_registry_client_opts one = *c;
+    if (!one.until_ns) reg_deadline_start(&one, 1);
     /* Step 0: the trust policy, walked from p->trust through the versions this client
      * accepted before and those the registry has since (registry/trustchain.c). */
     kiln_sign_trust *trust = NULL;
-    KILN_TRY(kiln_registry_trust_walk(c, p->trust, p->state, NULL, NULL, &trust));
-    kiln_err rc = reg_pull_with_trust(c, p, trust, res);
+    KILN_TRY(kiln_registry_trust_walk(&one, p->trust, p->state, NULL, NULL, &trust));
+    kiln_err rc = reg_pull_with_trust(&one, p, trust, res);
     kiln_sign_trust_free(trust);
     return rc;
 }
@@ -724,7 +975,7 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
          *dl_dir = NULL, *partial = NULL, *parent = NULL, *tmp = NULL;
     size_t record_len = 0;
     json_t *ver = NULL;
-    bool by_channel = false, bad_archive = false;
+    bool by_channel = false;
     reg_record rec;
     memset(&rec, 0, sizeof rec);
     char *staged = NULL, *lock_path = NULL;
@@ -805,6 +1056,15 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     snprintf(res->digest, sizeof res->digest, "%s", digest);
     res->size = size;
 
+    /* 4a: the declared size, before a byte is downloaded: within the client's maximum, and
+     * within what an archive of the manifest the release keys signed can be (the registry's
+     * copy of the manifest, checked against the archive's signatures). */
+    {
+        char what[200];
+        snprintf(what, sizeof what, "%s@%s", res->model, res->version);
+        uint64_t bound = reg_signed_bound(ver, sig, trust, res->model, res->version);
+        KILN_CHECK(rc, out, reg_size_accept(c, size, bound, what));
+    }
     /* 4: the archive's size and digest, reading no more than declared. */
     dl_dir = kiln_path_join(state, "downloads");
     KILN_CHECK_IF(rc, out, !dl_dir, KILN_ERR_NOMEM, "out of memory");
@@ -812,11 +1072,8 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     partial = kiln_asprintf("%s/%s.partial", dl_dir, hex);
     lock_path = kiln_asprintf("%s/%s.lock", dl_dir, hex);
     KILN_CHECK_IF(rc, out, !partial || !lock_path, KILN_ERR_NOMEM, "out of memory");
-    /* Pulls of one archive that share a state directory take turns with its partial file. */
-    lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    KILN_CHECK_IF(rc, out, lock_fd < 0, KILN_ERR_IO, "cannot open '%s'", lock_path);
-    while (flock(lock_fd, LOCK_EX) != 0)
-        KILN_CHECK_IF(rc, out, errno != EINTR, KILN_ERR_IO, "cannot lock '%s'", lock_path);
+    KILN_CHECK(rc, out, lock_download(lock_path, true, &lock_fd));
+    sweep_downloads(dl_dir);
     for (int pass = 0;; pass++) {
         uint64_t t0 = kiln_now_ns();
         KILN_CHECK(rc, out, reg_download(c, hex, size, partial));
@@ -834,7 +1091,6 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
                       "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model,
                       res->version, got, digest);
     }
-    bad_archive = true; /* from here on a failure discards the download */
     /* 5-8, by sign/ (kiln_sign_verify_archive, the same function as `kiln verify`): every
      * signature block over the archive's bytes by a release key of this client's policy,
      * each trusted comment naming the archive's own manifest (the manifest's signature) and
@@ -900,8 +1156,10 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     unlink(partial);
 out:
     if (rc && tmp) reg_rmtree(tmp);
-    if (rc && bad_archive && partial) unlink(partial);
-    if (lock_fd >= 0) close(lock_fd);
+    /* A failed pull (a check, an error, a timeout, a cancel) leaves no download behind; only a
+     * killed one does (sweep_downloads). */
+    if (rc && lock_fd >= 0) unlink(partial);
+    unlock_download(lock_path, lock_fd);
     free(lock_path);
     free(staged);
     json_decref(ver);
