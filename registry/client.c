@@ -483,10 +483,16 @@ static size_t file_read(char *dst, size_t size, size_t n, void *ctx) {
     return r == 0 && ferror((FILE *)ctx) ? CURL_READFUNC_ABORT : r;
 }
 
-kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive,
+kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char *archive,
                                const char *sig_path, kiln_registry_published *out) {
     memset(out, 0, sizeof *out);
-    KILN_TRY(client_init(c));
+    KILN_TRY(client_init(c_in));
+    /* A publish is an operation of its own: every attempt within its deadline. (No minimum
+     * rate: after the last byte the answer waits on the server's checks; the stall watch
+     * bounds that.) */
+    kiln_registry_client_opts one = *c_in;
+    if (!one.until_ns) reg_deadline_start(&one, 1);
+    const kiln_registry_client_opts *c = &one;
     kiln_err rc = KILN_OK;
     char *sigp = NULL, *sig = NULL, *b64 = NULL, *path = NULL, *url = NULL, *hd = NULL, *hs = NULL;
     size_t sig_len = 0;
