@@ -321,6 +321,102 @@ kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint
     return KILN_OK;
 }
 
+/* ---- one request, with its retries: the loop every transfer runs ---- */
+
+/* What a request does beyond the loop's own: its transfer's options and what to make of it. */
+typedef struct request {
+    const kiln_registry_client_opts *c;
+    const char *url;  /* named by http_error */
+    const char *what; /* how a transfer failure begins: "registry 'URL'", "downloading 'URL'" */
+    /* Set up handle h for one attempt, after common_opts (URL, headers, callbacks, x->rate,
+     * timeouts; left_ms: what the operation has left, LONG_MAX without a deadline). A failure
+     * ends the request. */
+    kiln_err (*setup)(void *ctx, CURL *h, xfer *x, long left_ms);
+    /* After each transfer (NULL: nothing): what its callbacks found that ends the request
+     * whatever libcurl says (an answer over its limit, a registry sending more than
+     * declared, a write error). */
+    kiln_err (*check)(void *ctx);
+    const buf *body; /* the answer's body, as the last transfer left it (http_error's words) */
+    void *ctx;
+} request;
+
+/* Run rq's transfers until one gets an answer that is not a transient failure (*status its
+ * HTTP status, for the caller to judge), retrying connection errors, stalls, transfers too
+ * slow and 5xx (but 501 and 507) with backoff, max_retries times, within the operation's
+ * deadline. */
+static kiln_err request_run(const request *rq, long *status) {
+    const kiln_registry_client_opts *c = rq->c;
+    char why[CURL_ERROR_SIZE + 64];
+    xfer x;
+    for (int attempt = 0;; attempt++) {
+        long left;
+        KILN_TRY(time_left(c, rq->url, &left));
+        CURL *h = curl_easy_init();
+        KILN_FAIL_IF(!h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
+        common_opts(h, c, &x);
+        kiln_err rc = rq->setup(rq->ctx, h, &x, left);
+        if (rc) {
+            curl_easy_cleanup(h);
+            return rc;
+        }
+        CURLcode e = curl_easy_perform(h);
+        *status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+        curl_easy_cleanup(h);
+        if (rq->check) KILN_TRY(rq->check(rq->ctx));
+        if (e == CURLE_OK && !transient_status(*status)) return KILN_OK;
+        if (e != CURLE_OK && past_deadline(c)) return deadline_fail(c, rq->url);
+        if (attempt >= max_retries(c) ||
+            (e != CURLE_OK && !transient_curl(e) && !x.stalled && !x.slow))
+            return e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "%s: %s", rq->what,
+                                             xfer_error(&x, e, why, sizeof why))
+                                 : http_error(rq->url, *status, rq->body);
+        kiln_debug("%s: %s, retrying", rq->what,
+                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
+        backoff(c, attempt);
+    }
+}
+
+/* ---- small requests ---- */
+
+typedef struct small {
+    const char *url, *method, *body;
+    size_t body_len, limit;
+    long timeout_ms;
+    struct curl_slist *hdr;
+    buf *out;
+} small;
+
+static kiln_err small_setup(void *ctx, CURL *h, xfer *x, long left) {
+    small *q = ctx;
+    free(q->out->p);
+    memset(q->out, 0, sizeof *q->out);
+    q->out->limit = q->limit;
+    x->rate = min_rate(x->c);
+    if (x->stall >= (unsigned long)q->timeout_ms) x->stall = 0;
+    /* The stall detection alone lets a registry that sends a byte a second hold a pull (or a
+     * kiln_watch poll) for days: a small answer has a deadline, and so has the operation it
+     * is part of. */
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, q->timeout_ms < left ? q->timeout_ms : left);
+    curl_easy_setopt(h, CURLOPT_URL, q->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, q->hdr);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, q->out);
+    if (q->body) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
+    }
+    return KILN_OK;
+}
+
+static kiln_err small_check(void *ctx) {
+    small *q = ctx;
+    KILN_FAIL_IF(q->out->over, KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes",
+                 q->url, q->limit);
+    return KILN_OK;
+}
+
 /* GET or PUT (small body) path, body into *out (limit bytes), with retries. *status set. */
 static kiln_err simple_request(const kiln_registry_client_opts *c, const char *method,
                                const char *path, const char *body, size_t body_len, size_t limit,
@@ -328,78 +424,40 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
     memset(out, 0, sizeof *out);
     *status = 0;
     KILN_TRY(client_init(c));
-    char *url = url_for(c, path);
-    if (!url) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
-    struct curl_slist *hdr = NULL;
-    CURL *h = NULL;
-    const long deadline_ms =
-        c->timeout_ms ? (long)c->timeout_ms : (long)(60000 + (limit / 16384) * 1000);
-    char why[CURL_ERROR_SIZE + 64];
-    xfer x;
-    KILN_CHECK(rc, out, auth_header(c, &hdr));
-    if (body) {
-        struct curl_slist *n = curl_slist_append(hdr, "Content-Type: application/json");
-        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
-        hdr = n;
+    char *url = url_for(c, path), *what = url ? kiln_asprintf("registry '%s'", url) : NULL;
+    small q = {.url = url,
+               .method = method,
+               .body = body,
+               .body_len = body_len,
+               .limit = limit,
+               .timeout_ms = c->timeout_ms ? (long)c->timeout_ms
+                                           : (long)(60000 + (limit / 16384) * 1000),
+               .out = out};
+    kiln_err rc = what ? auth_header(c, &q.hdr) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc && body) {
+        struct curl_slist *n = curl_slist_append(q.hdr, "Content-Type: application/json");
+        if (n)
+            q.hdr = n;
+        else
+            rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
     }
-    for (int attempt = 0;; attempt++) {
-        long left;
-        KILN_CHECK(rc, out, time_left(c, url, &left));
-        h = curl_easy_init();
-        KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
-        free(out->p);
-        memset(out, 0, sizeof *out);
-        out->limit = limit;
-        common_opts(h, c, &x);
-        x.rate = min_rate(c);
-        if (x.stall >= (unsigned long)deadline_ms) x.stall = 0;
-        /* The stall detection alone lets a registry that sends a byte a second hold a pull
-         * (or a kiln_watch poll) for days: a small answer has a deadline, and so has the
-         * operation it is part of. */
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline_ms < left ? deadline_ms : left);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-        if (body) {
-            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-        }
-        CURLcode e = curl_easy_perform(h);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-        curl_easy_cleanup(h);
-        h = NULL;
-        if (e == CURLE_OK && !transient_status(*status)) break;
-        if (out->over) {
-            rc = kiln_fail(KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes", url,
-                           limit);
-            goto out;
-        }
-        if (e != CURLE_OK && past_deadline(c)) {
-            rc = deadline_fail(c, url);
-            goto out;
-        }
-        if (attempt >= max_retries(c) ||
-            (e != CURLE_OK && !transient_curl(e) && !x.stalled && !x.slow)) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url,
-                                           xfer_error(&x, e, why, sizeof why))
-                               : http_error(url, *status, out);
-            goto out;
-        }
-        kiln_debug("registry '%s': %s, retrying", url,
-                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
-        backoff(c, attempt);
+    if (!rc) {
+        request rq = {.c = c,
+                      .url = url,
+                      .what = what,
+                      .setup = small_setup,
+                      .check = small_check,
+                      .body = out,
+                      .ctx = &q};
+        rc = request_run(&rq, status);
     }
-    if (*status < 200 || *status >= 300) rc = http_error(url, *status, out);
-out:
-    if (h) curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
+    if (!rc && (*status < 200 || *status >= 300)) rc = http_error(url, *status, out);
+    curl_slist_free_all(q.hdr);
     if (rc) {
         free(out->p);
         memset(out, 0, sizeof *out);
     }
+    free(what);
     free(url);
     return rc;
 }
@@ -483,6 +541,34 @@ static size_t file_read(char *dst, size_t size, size_t n, void *ctx) {
     return r == 0 && ferror((FILE *)ctx) ? CURL_READFUNC_ABORT : r;
 }
 
+typedef struct upload {
+    FILE *f;
+    const char *archive, *url;
+    struct curl_slist *hdr;
+    curl_off_t size;
+    buf *body;
+} upload;
+
+/* Each attempt sends the archive from its start. */
+static kiln_err upload_setup(void *ctx, CURL *h, xfer *x, long left) {
+    upload *u = ctx;
+    (void)x;
+    KILN_FAIL_IF(fseeko(u->f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'", u->archive);
+    free(u->body->p);
+    memset(u->body, 0, sizeof *u->body);
+    u->body->limit = REG_JSON_MAX;
+    curl_easy_setopt(h, CURLOPT_URL, u->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, u->hdr);
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, file_read);
+    curl_easy_setopt(h, CURLOPT_READDATA, u->f);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, u->size);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, u->body);
+    if (left != LONG_MAX) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
+    return KILN_OK;
+}
+
 kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char *archive,
                                const char *sig_path, kiln_registry_published *out) {
     memset(out, 0, sizeof *out);
@@ -494,11 +580,11 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
     if (!one.until_ns) reg_deadline_start(&one, 1);
     const kiln_registry_client_opts *c = &one;
     kiln_err rc = KILN_OK;
-    char *sigp = NULL, *sig = NULL, *b64 = NULL, *path = NULL, *url = NULL, *hd = NULL, *hs = NULL;
+    char *sigp = NULL, *sig = NULL, *b64 = NULL, *path = NULL, *url = NULL, *hd = NULL, *hs = NULL,
+         *what = NULL;
     size_t sig_len = 0;
     FILE *f = NULL;
     struct curl_slist *hdr = NULL;
-    CURL *h = NULL;
     buf body = {0};
     reg_archive_meta m;
     memset(&m, 0, sizeof m);
@@ -541,48 +627,17 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
         hdr = n;
     }
     long status = 0;
-    char why[CURL_ERROR_SIZE + 64];
-    xfer x;
-    for (int attempt = 0;; attempt++) {
-        KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'",
-                      archive);
-        long left;
-        KILN_CHECK(rc, out, time_left(c, url, &left));
-        h = curl_easy_init();
-        KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
-        free(body.p);
-        memset(&body, 0, sizeof body);
-        body.limit = REG_JSON_MAX;
-        common_opts(h, c, &x);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(h, CURLOPT_READFUNCTION, file_read);
-        curl_easy_setopt(h, CURLOPT_READDATA, f);
-        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
-        if (left != LONG_MAX) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
-        CURLcode e = curl_easy_perform(h);
-        status = 0;
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(h);
-        h = NULL;
-        if (e == CURLE_OK && !transient_status(status)) break;
-        if (e != CURLE_OK && past_deadline(c)) {
-            rc = deadline_fail(c, url);
-            goto out;
-        }
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive,
-                                           url, xfer_error(&x, e, why, sizeof why))
-                               : http_error(url, status, &body);
-            goto out;
-        }
-        kiln_debug("publishing '%s': %s, retrying", archive,
-                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
-        backoff(c, attempt);
-    }
+    upload up = {.f = f,
+                 .archive = archive,
+                 .url = url,
+                 .hdr = hdr,
+                 .size = (curl_off_t)sb.st_size,
+                 .body = &body};
+    what = kiln_asprintf("publishing '%s' to '%s'", archive, url);
+    KILN_CHECK_IF(rc, out, !what, KILN_ERR_NOMEM, "out of memory");
+    request rq = {.c = c, .url = url, .what = what, .setup = upload_setup, .body = &body,
+                  .ctx = &up};
+    KILN_CHECK(rc, out, request_run(&rq, &status));
     if (status != 200 && status != 201) {
         rc = http_error(url, status, &body);
         goto out;
@@ -602,7 +657,6 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
     out->size = (uint64_t)sb.st_size;
     out->existed = status == 200;
 out:
-    if (h) curl_easy_cleanup(h);
     curl_slist_free_all(hdr);
     if (f) fclose(f);
     reg_archive_meta_release(&m);
@@ -614,6 +668,7 @@ out:
     free(url);
     free(hd);
     free(hs);
+    free(what);
     return rc;
 }
 
@@ -624,9 +679,13 @@ typedef struct dl {
     uint64_t have, size;
     long status;
     bool checked, too_much, restarted;
+    bool complete; /* the partial held it all before a transfer */
+    bool bad;      /* what the partial holds is not to be resumed: removed */
     CURL *h;
     buf err;
     kiln_err werr;
+    const char *url, *partial;
+    struct curl_slist *hdr;
 } dl;
 
 static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
@@ -663,109 +722,106 @@ static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
     return len;
 }
 
+/* Each attempt resumes from what the partial file holds (Range), or, complete, ends the
+ * request with d->complete set. */
+static kiln_err dl_setup(void *ctx, CURL *h, xfer *x, long left) {
+    dl *d = ctx;
+    struct stat sb;
+    KILN_FAIL_IF(fstat(d->fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", d->partial);
+    d->have = (uint64_t)sb.st_size;
+    if (d->have > d->size) {
+        KILN_FAIL_IF(ftruncate(d->fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'", d->partial);
+        d->have = 0;
+    }
+    d->complete = d->have == d->size;
+    if (d->complete) return KILN_ERR_INTERRUPTED; /* no transfer: done (reg_download) */
+    KILN_FAIL_IF(lseek(d->fd, (off_t)d->have, SEEK_SET) < 0, KILN_ERR_IO, "cannot seek '%s'",
+                 d->partial);
+    d->h = h;
+    d->checked = false;
+    d->status = 0;
+    free(d->err.p);
+    d->err.p = NULL;
+    d->err.len = 0;
+    x->rate = min_rate(x->c);
+    /* No deadline of its own (an archive may be large), but the operation's. */
+    if (left != LONG_MAX) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
+    curl_easy_setopt(h, CURLOPT_URL, d->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, d->hdr);
+    char range[64];
+    snprintf(range, sizeof range, "%" PRIu64 "-", d->have);
+    if (d->have) curl_easy_setopt(h, CURLOPT_RANGE, range); /* copied by libcurl */
+    /* 512 KiB a callback (libcurl's default is 16 KiB): fewer write() calls. */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, d);
+    return KILN_OK;
+}
+
+static kiln_err dl_check(void *ctx) {
+    dl *d = ctx;
+    d->h = NULL;
+    if (d->too_much) { /* a registry that lies about the size: nothing it sent is kept */
+        d->bad = true;
+        return kiln_fail(KILN_ERR_VERIFY,
+                         "registry '%s' sent more than the declared %" PRIu64 " bytes; cut off",
+                         d->url, d->size);
+    }
+    KILN_FAIL_IF(d->werr, KILN_ERR_IO, "cannot write '%s'", d->partial);
+    return KILN_OK;
+}
+
 kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                       const char *partial) {
-    char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL;
+    char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL,
+         *what = url ? kiln_asprintf("downloading '%s'", url) : NULL;
     free(path);
-    if (!url) return KILN_ERR_NOMEM;
+    if (!what) {
+        free(url);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
     char label[100];
     snprintf(label, sizeof label, "blob sha256:%.12s...", hex);
-    kiln_err rc = reg_size_accept(c, size, UINT64_MAX, label);
-    if (rc) {
-        free(url);
-        return rc;
-    }
-    struct curl_slist *hdr = NULL;
-    dl d = {.fd = -1, .size = size};
-    bool bad = false; /* what the partial holds is not to be resumed */
-    char why[CURL_ERROR_SIZE + 64];
-    xfer x;
+    dl d = {.fd = -1, .size = size, .url = url, .partial = partial};
     d.err.limit = 64 * 1024;
-    d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    KILN_CHECK_IF(rc, out, d.fd < 0, KILN_ERR_IO, "cannot open '%s'", partial);
-    KILN_CHECK(rc, out, auth_header(c, &hdr));
-    for (int attempt = 0;; attempt++) {
-        struct stat sb;
-        KILN_CHECK_IF(rc, out, fstat(d.fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", partial);
-        d.have = (uint64_t)sb.st_size;
-        if (d.have > size) {
-            KILN_CHECK_IF(rc, out, ftruncate(d.fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'",
-                          partial);
-            d.have = 0;
+    kiln_err rc = reg_size_accept(c, size, UINT64_MAX, label);
+    if (!rc) {
+        d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (d.fd < 0) rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", partial);
+    }
+    if (!rc) rc = auth_header(c, &d.hdr);
+    long status = 0;
+    if (!rc) {
+        request rq = {.c = c,
+                      .url = url,
+                      .what = what,
+                      .setup = dl_setup,
+                      .check = dl_check,
+                      .body = &d.err,
+                      .ctx = &d};
+        rc = request_run(&rq, &status);
+        if (rc == KILN_ERR_INTERRUPTED && d.complete) { /* the partial holds it all */
+            kiln_errclear();
+            rc = KILN_OK;
+            status = 206;
+            d.have = size;
         }
-        if (d.have == size) break;
-        KILN_CHECK_IF(rc, out, lseek(d.fd, (off_t)d.have, SEEK_SET) < 0, KILN_ERR_IO,
-                      "cannot seek '%s'", partial);
-        long left;
-        KILN_CHECK(rc, out, time_left(c, url, &left));
-        d.h = curl_easy_init();
-        KILN_CHECK_IF(rc, out, !d.h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
-        d.checked = false;
-        d.status = 0;
-        free(d.err.p);
-        d.err.p = NULL;
-        d.err.len = 0;
-        char range[64];
-        snprintf(range, sizeof range, "%" PRIu64 "-", d.have);
-        common_opts(d.h, c, &x);
-        x.rate = min_rate(c);
-        /* No deadline of its own (an archive may be large), but the operation's. */
-        if (left != LONG_MAX) curl_easy_setopt(d.h, CURLOPT_TIMEOUT_MS, left);
-        curl_easy_setopt(d.h, CURLOPT_URL, url);
-        curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hdr);
-        if (d.have) curl_easy_setopt(d.h, CURLOPT_RANGE, range);
-        /* 512 KiB a callback (libcurl's default is 16 KiB): fewer write() calls. */
-        curl_easy_setopt(d.h, CURLOPT_BUFFERSIZE, 512L * 1024);
-        curl_easy_setopt(d.h, CURLOPT_WRITEFUNCTION, dl_write);
-        curl_easy_setopt(d.h, CURLOPT_WRITEDATA, &d);
-        CURLcode e = curl_easy_perform(d.h);
-        long status = 0;
-        curl_easy_getinfo(d.h, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(d.h);
-        d.h = NULL;
-        if (d.too_much) { /* a registry that lies about the size: nothing it sent is kept */
-            bad = true;
-            rc = kiln_fail(KILN_ERR_VERIFY,
-                           "registry '%s' sent more than the declared %" PRIu64
-                           " bytes; cut off",
-                           url, size);
-            goto out;
-        }
-        KILN_CHECK_IF(rc, out, d.werr, KILN_ERR_IO, "cannot write '%s'", partial);
-        if (e == CURLE_OK && (status == 200 || status == 206)) {
-            bad = d.have != size;
-            KILN_CHECK_IF(rc, out, bad, KILN_ERR_VERIFY,
-                          "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url,
-                          d.have, size);
-            continue;
-        }
-        if (e == CURLE_OK && !transient_status(status)) {
-            rc = http_error(url, status, &d.err);
-            goto out;
-        }
-        if (e != CURLE_OK && past_deadline(c)) {
-            rc = deadline_fail(c, url);
-            goto out;
-        }
-        if (attempt >= max_retries(c) ||
-            (e != CURLE_OK && !transient_curl(e) && !x.stalled && !x.slow)) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url,
-                                           xfer_error(&x, e, why, sizeof why))
-                               : http_error(url, status, &d.err);
-            goto out;
-        }
-        kiln_debug("downloading '%s': %s, resuming at %" PRIu64, url,
-                   e != CURLE_OK ? curl_easy_strerror(e) : "server error", d.have);
-        backoff(c, attempt);
+    }
+    if (!rc && status != 200 && status != 206) rc = http_error(url, status, &d.err);
+    if (!rc && d.have != size) {
+        d.bad = true;
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url,
+                       d.have, size);
     }
     /* No fsync: the partial file is hashed in full before anything uses it, and a prefix torn
      * by a crash fails that check and is fetched again from the start; the unpacked files
      * are what pull makes durable. (Its fsync was 0.45 s of a 1 GiB pull.) */
-out:
     if (d.fd >= 0) close(d.fd);
-    if (bad) unlink(partial);
-    curl_slist_free_all(hdr);
+    if (d.bad) unlink(partial);
+    curl_slist_free_all(d.hdr);
     free(d.err.p);
+    free(what);
     free(url);
     return rc;
 }
