@@ -68,7 +68,7 @@ static bool parse_bytes(const char *s, bool rate, uint64_t max, uint64_t *out) {
     static const struct {
         const char *unit;
         unsigned shift;
-    } units[] = {{"", 0},   {"B", 0},    {"K", 10},   {"KiB", 10}, {"M", 20},
+    } units[] = {{"", 0},     {"B", 0},  {"K", 10},   {"KiB", 10}, {"M", 20},
                  {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
     if (*s < '0' || *s > '9') return false;
     char *end;
@@ -89,17 +89,15 @@ static bool parse_bytes(const char *s, bool rate, uint64_t max, uint64_t *out) {
 kiln_err cli_registry_limits(kiln_registry_client_opts *cs, size_t n, const char *max_size,
                              const char *min_rate, const char *deadline) {
     uint64_t size = 0, rate = 0, ms = 0;
-    KILN_FAIL_IF(max_size && !parse_bytes(max_size, false, UINT64_MAX >> 1, &size),
-                 KILN_ERR_USAGE,
+    KILN_FAIL_IF(max_size && !parse_bytes(max_size, false, UINT64_MAX >> 1, &size), KILN_ERR_USAGE,
                  "--max-size '%s' is not a size in bytes like 1048576, 512M or 16G", max_size);
     KILN_FAIL_IF(min_rate && !parse_bytes(min_rate, true, UINT32_MAX, &rate), KILN_ERR_USAGE,
                  "--min-rate '%s' is not a rate in bytes a second like 1K, 64K/s or 1M (at most "
                  "4 GiB/s)",
                  min_rate);
-    KILN_FAIL_IF(deadline && cli_parse_duration_ms(deadline, 7 * 86400 * 1000ull, &ms) != 1,
-                 KILN_ERR_USAGE,
-                 "--deadline '%s' is not a duration like 30s, 10m or 2h (at most 7 days)",
-                 deadline);
+    KILN_FAIL_IF(
+        deadline && cli_parse_duration_ms(deadline, 7 * 86400 * 1000ull, &ms) != 1, KILN_ERR_USAGE,
+        "--deadline '%s' is not a duration like 30s, 10m or 2h (at most 7 days)", deadline);
     for (size_t i = 0; i < n; i++) {
         cs[i].max_size = size;
         cs[i].min_rate = (unsigned)rate;
@@ -222,7 +220,8 @@ int cmd_pull(int argc, char **argv) {
     free(cs);
     free(urls.v);
     if (e && pull_signal) {
-        fprintf(stderr, "kiln: error: pull stopped by %s; nothing installed, its download removed\n",
+        fprintf(stderr,
+                "kiln: error: pull stopped by %s; nothing installed, its download removed\n",
                 pull_signal == SIGINT ? "SIGINT" : "SIGTERM");
         return 2;
     }

@@ -2,10 +2,10 @@
  * retries, downloads that resume with Range and stop at the declared size, and pull, which
  * trusts nothing the server says until it has verified it. */
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
-#include <dirent.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -292,9 +292,10 @@ uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_tr
     kiln_manifest *m = NULL;
     kiln_sign_archive_report rep;
     memset(&rep, 0, sizeof rep);
-    kiln_err rc = text ? kiln_sign_verify_manifest_sigs(text, strlen(text), "the registry's manifest",
-                                                        sig, strlen(sig), "signature", t, &rep)
-                       : KILN_ERR_NOMEM;
+    kiln_err rc =
+        text ? kiln_sign_verify_manifest_sigs(text, strlen(text), "the registry's manifest", sig,
+                                              strlen(sig), "signature", t, &rep)
+             : KILN_ERR_NOMEM;
     if (!rc && (strcmp(rep.info.model, model) || strcmp(rep.info.version, version)))
         rc = KILN_ERR_VERIFY;
     if (!rc) rc = kiln_manifest_parse(text, strlen(text), "the registry's manifest", &m);
@@ -430,8 +431,8 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
                .body = body,
                .body_len = body_len,
                .limit = limit,
-               .timeout_ms = c->timeout_ms ? (long)c->timeout_ms
-                                           : (long)(60000 + (limit / 16384) * 1000),
+               .timeout_ms =
+                   c->timeout_ms ? (long)c->timeout_ms : (long)(60000 + (limit / 16384) * 1000),
                .out = out};
     kiln_err rc = what ? auth_header(c, &q.hdr) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
     if (!rc && body) {
@@ -635,8 +636,8 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
                  .body = &body};
     what = kiln_asprintf("publishing '%s' to '%s'", archive, url);
     KILN_CHECK_IF(rc, out, !what, KILN_ERR_NOMEM, "out of memory");
-    request rq = {.c = c, .url = url, .what = what, .setup = upload_setup, .body = &body,
-                  .ctx = &up};
+    request rq = {
+        .c = c, .url = url, .what = what, .setup = upload_setup, .body = &body, .ctx = &up};
     KILN_CHECK(rc, out, request_run(&rq, &status));
     if (status != 200 && status != 201) {
         rc = http_error(url, status, &body);
@@ -968,9 +969,8 @@ static void sweep_downloads(const char *dir) {
         const char *mine = partial ? p : l;
         int fd = -1;
         if (p && l && stat(mine, &sb) == 0 && S_ISREG(sb.st_mode) &&
-            now - (int64_t)sb.st_mtime > REG_PARTIAL_TTL_S &&
-            (!lock || !kiln_path_exists(p)) && lock_download(l, false, &fd) == KILN_OK &&
-            fd >= 0) {
+            now - (int64_t)sb.st_mtime > REG_PARTIAL_TTL_S && (!lock || !kiln_path_exists(p)) &&
+            lock_download(l, false, &fd) == KILN_OK && fd >= 0) {
             unlink(p);
             kiln_debug("removed the abandoned download '%s'", mine);
         }

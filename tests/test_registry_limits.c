@@ -60,9 +60,9 @@ static bool lim_init(lim *f) {
     free(archive);
     f->size = pub.size;
     kiln_sign_seckey *k1[] = {f->p1, NULL};
-    char *rec = ok ? rfx_record("staging", "1.0.0", f->hex, 1, kiln_unix_time() + 3600,
-                                "promote", k1)
-                   : NULL;
+    char *rec =
+        ok ? rfx_record("staging", "1.0.0", f->hex, 1, kiln_unix_time() + 3600, "promote", k1)
+           : NULL;
     c.token = f->reg.prom;
     ok = rec && kiln_registry_put_channel(&c, "demo", "staging", rec, strlen(rec)) == KILN_OK;
     free(rec);
@@ -257,9 +257,8 @@ KILN_TEST(registry_pull_refuses_a_huge_declared_size) {
     o = pull_opts(&f, good, 1, state, out, &h);
     o.max_size = f.size - 1;
     rc = kiln_pull(&o, &r);
-    CHECK("an archive over max_size: refused", rc == KILN_ERR_LIMIT &&
-                                                    strstr(kiln_errmsg(), "max_size") &&
-                                                    !kiln_path_exists(out));
+    CHECK("an archive over max_size: refused",
+          rc == KILN_ERR_LIMIT && strstr(kiln_errmsg(), "max_size") && !kiln_path_exists(out));
     o.max_size = f.size;
     CHECK("one at max_size: pulled", kiln_pull(&o, &r) == KILN_OK && r.size == f.size);
     downloads(state, names, sizeof names);
@@ -304,8 +303,7 @@ KILN_TEST(registry_pull_refuses_a_huge_declared_size) {
     CHECK("a mirror's max_size: the version not copied",
           kiln_registry_mirror_sync(&mo, &mr) == KILN_ERR_VERIFY && mr.versions == 0);
     from.max_size = 0;
-    CHECK("without it: copied", kiln_registry_mirror_sync(&mo, &mr) == KILN_OK &&
-                                    mr.versions == 1);
+    CHECK("without it: copied", kiln_registry_mirror_sync(&mo, &mr) == KILN_OK && mr.versions == 1);
     free(state), free(out), free(state2), free(out2), free(wdir), free(state3), free(mroot),
         free(mroot2);
 out:
@@ -389,8 +387,7 @@ KILN_TEST(registry_pull_passes_over_a_trickling_registry) {
           rc == KILN_ERR_NETWORK && strstr(kiln_errmsg(), "deadline of 1500 ms"));
     CHECK("within seconds, not the trickle's 10 s", dt < 8.0);
     downloads(state, names, sizeof names);
-    if (!CHECK("the partial download removed", !names[0]))
-        fprintf(stderr, "    left: %s\n", names);
+    if (!CHECK("the partial download removed", !names[0])) fprintf(stderr, "    left: %s\n", names);
     CHECK("nothing at out", !kiln_path_exists(o.out));
     free((char *)o.out);
     free(state), free(out);
