@@ -244,10 +244,9 @@ static bool past_deadline(const kiln_registry_client_opts *c) {
 
 static kiln_err deadline_fail(const kiln_registry_client_opts *c, const char *url) {
     return kiln_fail(KILN_ERR_NETWORK,
-                     "registry '%s': the deadline of %u ms for the whole %s passed (deadline_ms, "
-                     "--deadline)",
-                     url, c->deadline_ms ? c->deadline_ms : KILN_REGISTRY_DEADLINE_DEFAULT_MS,
-                     "operation");
+                     "registry '%s': the deadline of %u ms for the whole operation passed "
+                     "(deadline_ms, --deadline)",
+                     url, c->deadline_ms ? c->deadline_ms : KILN_REGISTRY_DEADLINE_DEFAULT_MS);
 }
 
 /* The milliseconds left before the operation's deadline (LONG_MAX without one); a deadline
