@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "export.h"
 #include "registry_fx.h"
 #include "registry_int.h"
 #include "test.h"
@@ -394,4 +395,46 @@ KILN_TEST(registry_pull_passes_over_a_trickling_registry) {
 out:
     rfx_stub_stop(&stub);
     lim_free(&f);
+}
+
+/* The signed bound holds for what kiln pack makes: incompressible weights, many small files,
+ * paths ustar cannot split (a pax record each); and it is not loose (within 2% + 1 MiB). */
+KILN_TEST(registry_archive_bound_holds) {
+    char *dir = kiln_test_path("model"), *out = kiln_test_path("model.kiln");
+    char *golden = kiln_asprintf("%s/golden", dir);
+    if (!CHECK("paths", dir && out && golden && !kiln_mkdir_p(golden))) goto out;
+    size_t n = 300 * 1024;
+    unsigned char *w = kiln_calloc(1, n);
+    char *wp = kiln_path_join(dir, "model.safetensors"), *cp = kiln_path_join(dir, "card.json");
+    bool ok = w && wp && cp;
+    if (ok) randombytes_buf(w, n);
+    ok = ok && !kiln_write_file_atomic(wp, w, n) &&
+         !kiln_write_file_atomic(cp, RFX_CARD, strlen(RFX_CARD));
+    for (int i = 0; ok && i < 60; i++) {
+        /* 20 of them under a path of more than 100 bytes: a pax record each */
+        char *p = kiln_asprintf("%s/%s%03d.bin", golden,
+                                i < 20 ? "a-name-long-enough-that-the-whole-relative-path-is-"
+                                         "more-than-a-hundred-bytes-which-ustar-cannot-hold-"
+                                       : "",
+                                i);
+        char b[700];
+        randombytes_buf(b, sizeof b);
+        ok = p && !kiln_write_file_atomic(p, b, (size_t)(i * 11) % sizeof b);
+        free(p);
+    }
+    kiln_manifest *m = NULL;
+    uint8_t digest[KILN_SHA256_BYTES];
+    ok = ok && kiln_archive_pack(dir, "demo", "1.0.0", out, digest, &m) == KILN_OK;
+    struct stat sb;
+    if (CHECK("packed", ok && m && stat(out, &sb) == 0)) {
+        uint64_t bound = reg_archive_bound(m), size = (uint64_t)sb.st_size;
+        if (!CHECK("the archive is within the bound, and the bound not loose",
+                   size <= bound && bound <= size + size / 50 + (1u << 20)))
+            fprintf(stderr, "    archive %llu bytes, bound %llu\n", (unsigned long long)size,
+                    (unsigned long long)bound);
+    }
+    kiln_manifest_free(m);
+    free(w), free(wp), free(cp);
+out:
+    free(dir), free(out), free(golden);
 }
