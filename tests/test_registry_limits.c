@@ -38,7 +38,7 @@ static void lim_free(lim *f) {
     kiln_sign_seckey_free(f->p2);
 }
 
-/* A registry holding demo@1.0.0 (64 KiB of incompressible weights), staging naming it. */
+/* A registry holding demo@1.0.0 (a small real model), staging naming it. */
 static bool lim_init(lim *f) {
     memset(f, 0, sizeof *f);
     char r[KILN_SIGN_PUBKEY_B64], a[KILN_SIGN_PUBKEY_B64], b[KILN_SIGN_PUBKEY_B64];
@@ -49,12 +49,9 @@ static bool lim_init(lim *f) {
     bool ok = t && rfx_init(&f->reg, "reg", t, KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE, 4, false);
     free(t);
     if (!ok) return false;
-    size_t n = 64 * 1024;
-    unsigned char *w = kiln_calloc(1, n);
-    if (!w) return false;
-    randombytes_buf(w, n);
-    char *archive = rfx_archive("m", w, n, RFX_CARD, "1.0.0", f->rel, f->hex);
-    free(w);
+    /* A real model (kiln_watch loads what it pulls). */
+    char *archive =
+        rfx_vector_archive("m", "tsmoe-dense.model.safetensors", "1.0.0", f->rel, f->hex);
     kiln_registry_client_opts c = {.url = f->reg.url, .token = f->reg.pub, .retries = 0};
     kiln_registry_published pub;
     ok = archive && kiln_registry_publish(&c, archive, NULL, &pub) == KILN_OK;
@@ -391,6 +388,29 @@ KILN_TEST(registry_pull_passes_over_a_trickling_registry) {
     if (!CHECK("the partial download removed", !names[0])) fprintf(stderr, "    left: %s\n", names);
     CHECK("nothing at out", !kiln_path_exists(o.out));
     free((char *)o.out);
+
+    /* kiln_watch: the same pull; its start takes the model from the next registry. */
+    char *wdir = kiln_test_path("watch"), *wstate = kiln_test_path("watch-state");
+    kiln_watch_opts wo = rfx_watch_opts(&f.reg, f.reg.trust, wdir, NULL, NULL);
+    memset(&h, 0, sizeof h);
+    wo.pull.registry = NULL;
+    wo.pull.registries = both;
+    wo.pull.nregistries = 2;
+    wo.pull.timeout_ms = 1000;
+    wo.pull.state = wstate;
+    wo.pull.on_registry = hear;
+    wo.pull.registry_ctx = &h;
+    wo.interval_ms = 600000; /* the start only */
+    kiln_watch *w = NULL;
+    t0 = now_s();
+    rc = kiln_watch_start(&wo, &w);
+    dt = now_s() - t0;
+    if (!CHECK("kiln_watch: started from the next registry, the trickle passed over",
+               rc == KILN_OK && strstr(h.text, stub.url) && strstr(h.text, "too slow")))
+        fprintf(stderr, "    heard: %s", h.text);
+    CHECK("within seconds", dt < 8.0);
+    kiln_watch_stop(w);
+    free(wdir), free(wstate);
     free(state), free(out);
 out:
     rfx_stub_stop(&stub);
