@@ -179,6 +179,9 @@ bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char *
      "how long a registry may take to answer (or stall a download) before it is passed over: "   \
      "500ms, 5s, 1m (default 5 s with mirrors, 60 s alone)",                                     \
      false}
+int cmd_sweep(int argc, char **argv);          /* cmd_sweep.c */
+int cmd_sweep_job(int argc, char **argv);      /* cmd_sweep.c */
+int cmd_sweep_status(int argc, char **argv);   /* cmd_sweep.c */
 int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
 int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
 int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */
