@@ -45,6 +45,19 @@ static int self_path(char *buf, size_t n) {
     return 0;
 }
 
+/* DIR made absolute (it need not exist): the batch scripts and the jobs name it. */
+static int absolute(const char *dir, char *buf, size_t n) {
+    char cwd[PATH_MAX];
+    if (dir[0] == '/') {
+        snprintf(buf, n, "%s", dir);
+    } else if (!getcwd(cwd, sizeof cwd)) {
+        return cli_usage_error("cannot read the current directory");
+    } else if ((size_t)snprintf(buf, n, "%s/%s", cwd, dir) >= n) {
+        return cli_usage_error("--root '%s': the path is too long", dir);
+    }
+    return 0;
+}
+
 static int sweep_submit(int argc, char **argv) {
     const char *root = NULL, *scheduler = "slurm";
     long max_parallel = 0;
@@ -69,7 +82,9 @@ static int sweep_submit(int argc, char **argv) {
     const char *args[1];
     int rc;
     if (!cli_parse_args(&spec, argc, argv, args, &rc)) return rc;
-    kiln_sweep_opts o = {.root = root, .max_parallel = (int)max_parallel, .extend = extend,
+    char abs_root[PATH_MAX];
+    if ((rc = absolute(root, abs_root, sizeof abs_root))) return rc;
+    kiln_sweep_opts o = {.root = abs_root, .max_parallel = (int)max_parallel, .extend = extend,
                          .note = print_note, .stop = &got_term};
     if (!strcmp(scheduler, "slurm"))
         o.scheduler = KILN_SWEEP_SLURM;

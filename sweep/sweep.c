@@ -130,6 +130,13 @@ typedef struct sched_view {
  * less than MinJobAge ago). An unreachable controller or a missing squeue fails, saying so. */
 static kiln_err slurm_view(sched_view *v) {
     memset(v, 0, sizeof *v);
+    /* Slurm's clients retry a missing slurm.conf for a minute: say so at once instead. */
+    const char *conf = getenv("SLURM_CONF");
+    if (!conf || !*conf) conf = "/etc/slurm/slurm.conf";
+    KILN_FAIL_IF(!kiln_path_exists(conf), KILN_ERR_NOTFOUND,
+                 "no Slurm cluster configured here: '%s' does not exist (set SLURM_CONF to the "
+                 "cluster's slurm.conf, or use --scheduler local)",
+                 conf);
     const char *argv[] = {"squeue", "-h", "--states=all", "-o", "%i|%T|%N|%r", NULL};
     char *out = NULL, *err = NULL;
     int st;
@@ -139,10 +146,11 @@ static kiln_err slurm_view(sched_view *v) {
                          "Slurm's squeue is not installed here (Debian: apt-get install slurm-client)");
     if (rc) return rc;
     if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-        char *nl = strchr(err, '\n');
+        char *nl = strchr(err, '\n'), *msg = err;
         if (nl) *nl = 0;
+        if (!strncmp(msg, "squeue: ", 8)) msg += 8;
         rc = kiln_fail(KILN_ERR_NETWORK, "the Slurm controller is not reachable: squeue: %s",
-                       *err ? err : "failed");
+                       *msg ? msg : "failed");
         goto out;
     }
     for (char *line = out; line && *line;) {
