@@ -11,8 +11,11 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl
-TOOLS := sqlite3 minisign mpirun curl openssl
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl slurm-wlm munge
+TOOLS := sqlite3 minisign mpirun curl openssl sbatch slurmctld slurmd munged
+# slurm-wlm and munge: tests/e2e/46-sweep.sh starts a single-node Slurm cluster of its own
+# (tests/slurm/cluster.sh) to run kiln sweep on; kiln itself only runs sbatch, squeue,
+# scontrol and srun as commands.
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c

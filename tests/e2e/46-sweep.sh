@@ -45,12 +45,14 @@ wait_step() {
     done
     [ "$(step "$1")" -lt 600 ] || fail "'$1' finished before it could be preempted"
 }
-# all_finished ROOT: until kiln sweep status says every point finished (180 s at most).
+# all_finished ROOT [slurm]: until kiln sweep status says every point finished (180 s at most).
 all_finished() {
     _i=0
     while :; do
         $KILN sweep status "$1" >"$T/status" 2>"$T/status.err" || { cat "$T/status.err" >&2; fail "sweep status"; }
-        grep -q '^4 points: 4 finished$' "$T/status" && return 0
+        # Every run finished, and (on Slurm) every job left the queue: a job ends a moment
+        # after its run's last step.
+        grep -q '^4 points: 4 finished$' "$T/status" && { [ -z "${2:-}" ] || [ -z "$(squeue -h)" ]; } && return 0
         ! grep -q ' failed ' "$T/status" || { cat "$T/status" "$1"/jobs/*.log >&2; fail "a point failed"; }
         _i=$((_i + 1)); [ $_i -lt 900 ] || { cat "$T/status" >&2; fail "the sweep did not finish in 180 s"; }
         sleep 0.2
@@ -123,7 +125,7 @@ if [ -n "$slurm" ]; then
 
     wait_step "$S/$P"
     scancel --signal=TERM "$job" || fail "scancel --signal=TERM $job"
-    all_finished "$S"
+    all_finished "$S" slurm
     scontrol show job "$job" | grep -q 'Restarts=1' || { scontrol show job "$job" >&2; fail "job $job was not requeued once"; }
     grep -q "^$P  *finished  *$job  *COMPLETED  *600/600  *1 " "$T/status" || { cat "$T/status" >&2; fail "status of $P"; }
     check_preempted "$S"
