@@ -221,7 +221,10 @@ int cmd_sweep_status(int argc, char **argv) {
                                          "not submitted"};
     json_array_foreach(pts, i, p) {
         char step[32], loss[48];
-        snprintf(step, sizeof step, "%lld/%lld", cli_jint(p, "step"), cli_jint(p, "steps"));
+        if (cli_jint(p, "steps"))
+            snprintf(step, sizeof step, "%lld/%lld", cli_jint(p, "step"), cli_jint(p, "steps"));
+        else
+            snprintf(step, sizeof step, "-"); /* no run yet */
         fmt_loss(json_object_get(p, "best_val_loss"), loss, sizeof loss);
         if (cli_jint(p, "best_val_step")) {
             size_t l = strlen(loss);
