@@ -581,6 +581,8 @@ static kiln_err run_local(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
             /* Back into the queue, ahead of the points not started (the slot before qhead
              * held a point already started). */
             queue[--qhead] = pi;
+        } else if (WIFEXITED(st) && WEXITSTATUS(st) == EXIT_PREEMPTED) {
+            note(o, "stopped %s: checkpoint written", name);
         } else {
             char why[96];
             sweep_status_text(st, why, sizeof why);
