@@ -35,9 +35,15 @@ stop() {
     done
 }
 
-# A free TCP port on this machine: bind to 0 and read what the kernel gave.
+# A TCP port from 20000-59999 that nothing on this machine has bound (/proc/net/tcp{,6} list
+# the local addresses in hex): a random one, so that two clusters started at once differ.
 free_port() {
-    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+    while :; do
+        p=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 40000))
+        hex=$(printf '%04X' "$p")
+        cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '{print $2}' | grep -q ":$hex\$" || break
+    done
+    echo "$p"
 }
 
 case $cmd in
