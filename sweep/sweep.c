@@ -668,8 +668,12 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
                                 ? old
                                 : NULL);
     KILN_CHECK_IF(rc, out, !rec, KILN_ERR_NOMEM, "out of memory");
-    if (old && !strcmp(sweep_or(json_string_value(json_object_get(old, "digest")), ""), spec->digest))
-        json_object_set(rec, "extends", json_object_get(old, "extends") ? json_object_get(old, "extends") : json_array());
+    /* The same spec again: the digests it grew from stay as they were. */
+    json_t *was = old && !strcmp(sweep_or(json_string_value(json_object_get(old, "digest")), ""),
+                                 spec->digest)
+                      ? json_object_get(old, "extends")
+                      : NULL;
+    if (was) json_object_set(rec, "extends", was);
     KILN_CHECK(rc, out, save_json(o->root, "sweep.json", rec));
     if (!n_todo) goto out;
     for (size_t i = 0; i < spec->n_points; i++)
