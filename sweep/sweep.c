@@ -611,7 +611,24 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
     int lock = -1;
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out, check_root(spec, o, &old));
-    /* The scheduler before anything is written: an unreachable one leaves the root as it was. */
+    /* The scheduler before anything is written: an unreachable one leaves the root as it was.
+     * A local run of a sweep that went to Slurm before asks Slurm too: its jobs may still be
+     * queued or running there. */
+    bool slurm_jobs = false;
+    if (old) {
+        KILN_CHECK(rc, out, load_jobs(o->root, &jobs));
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(jobs, "jobs"), i, e) slurm_jobs |=
+            !strcmp(sweep_or(json_string_value(json_object_get(e, "scheduler")), ""), "slurm");
+        json_decref(jobs);
+        jobs = NULL;
+    }
+    if (o->scheduler == KILN_SWEEP_LOCAL && slurm_jobs && slurm_view(&view)) {
+        rc = kiln_errprefix(KILN_ERR_NETWORK,
+                            "the sweep in '%s' has Slurm jobs, which may still run: ", o->root);
+        goto out;
+    }
     if (o->scheduler == KILN_SWEEP_SLURM) {
         KILN_CHECK(rc, out, slurm_view(&view));
         const char *argv[] = {"sbatch", "--version", NULL};
@@ -654,7 +671,8 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
         bool done = rv.exists && rv.state == KILN_RUN_FINISHED, active = rv.exists && rv.live;
         run_view_release(&rv);
         const json_t *lj = last_job(jobs, p->name);
-        if (!done && !active && lj && o->scheduler == KILN_SWEEP_SLURM &&
+        if (!done && !active && lj &&
+            !strcmp(sweep_or(json_string_value(json_object_get(lj, "scheduler")), ""), "slurm") &&
             !json_is_true(json_object_get(lj, "cancelled"))) {
             const sched_job *sj = view_find(&view, sweep_or(json_string_value(json_object_get(lj, "job")), ""));
             active = sj && slurm_active(sj->state);

@@ -49,10 +49,11 @@ wait_step() {
 all_finished() {
     _i=0
     while :; do
+        # Every job left the queue (on Slurm; asked first, since a job ends a moment after its
+        # run's last step) and every run finished.
+        _q=; [ -z "${2:-}" ] || _q=$(squeue -h)
         $KILN sweep status "$1" >"$T/status" 2>"$T/status.err" || { cat "$T/status.err" >&2; fail "sweep status"; }
-        # Every run finished, and (on Slurm) every job left the queue: a job ends a moment
-        # after its run's last step.
-        grep -q '^4 points: 4 finished$' "$T/status" && { [ -z "${2:-}" ] || [ -z "$(squeue -h)" ]; } && return 0
+        [ -z "$_q" ] && grep -q '^4 points: 4 finished$' "$T/status" && return 0
         ! grep -q ' failed ' "$T/status" || { cat "$T/status" "$1"/jobs/*.log >&2; fail "a point failed"; }
         _i=$((_i + 1)); [ $_i -lt 900 ] || { cat "$T/status" >&2; fail "the sweep did not finish in 180 s"; }
         sleep 0.2
