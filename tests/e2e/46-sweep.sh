@@ -106,6 +106,22 @@ grep -q "no Slurm cluster configured here: '$T/none.conf' does not exist" "$T/er
 [ ! -e "$T/b" ] || fail "no slurm.conf: the root was made"
 cd - >/dev/null
 
+# A point on 2 ranks and one on 1 (srun tasks on Slurm, mpirun on the local pool).
+cat >"$T/mpi.json" <<EOF
+{"data": "d.st", "config": {"steps": 20, "d_model": 16, "d_ff": 32, "seq_len": 16, "attn_window": 8,
+ "ckpt_every": 10, "eval_every": 10, "keep": 0, "batch_size": 8, "accum_steps": 2},
+ "points": [{"ranks": 1}, {"ranks": 2}]}
+EOF
+# same_ranks ROOT: the 2-rank point trained on 2 ranks, with the 1-rank point's bytes.
+same_ranks() {
+    [ "$(sqlite3 "$1/ranks-2/metrics.db" "SELECT message FROM events WHERE kind = 'start'")" = "run started on 2 ranks" ] ||
+        fail "$1: the ranks-2 point did not train on 2 ranks"
+    for s in 10 20; do
+        cmp -s "$1/ranks-1/ckpt/step-000000$s.safetensors" "$1/ranks-2/ckpt/step-000000$s.safetensors" ||
+            fail "$1: 2 ranks: checkpoint $s differs from one process's"
+    done
+}
+
 # ---- Slurm ----
 if [ -n "$slurm" ]; then
     "$here/../slurm/cluster.sh" start "$C" >/dev/null || fail "the Slurm cluster did not start"
@@ -147,23 +163,13 @@ if [ -n "$slurm" ]; then
     grep -q "is not in the new spec" "$T/err" || { cat "$T/err" >&2; fail "--extend that drops a point: no clear error"; }
 
     # 2 ranks through srun (Open MPI's PMIx): one process's bytes.
-    cat >"$T/mpi.json" <<EOF
-{"data": "d.st", "config": {"steps": 20, "d_model": 16, "d_ff": 32, "seq_len": 16, "attn_window": 8,
- "ckpt_every": 10, "eval_every": 10, "keep": 0, "batch_size": 8, "accum_steps": 2},
- "points": [{"ranks": 1}, {"ranks": 2}]}
-EOF
     $KILN sweep "$T/mpi.json" --root "$T/mpi" >/dev/null 2>&1 || fail "mpi sweep"
     i=0
     until $KILN sweep status "$T/mpi" 2>/dev/null | grep -q '^2 points: 2 finished$'; do
         i=$((i + 1)); [ $i -lt 600 ] || { cat "$T"/mpi/jobs/*.log >&2; fail "the 2-rank sweep did not finish"; }
         sleep 0.2
     done
-    [ "$(sqlite3 "$T/mpi/ranks-2/metrics.db" "SELECT message FROM events WHERE kind = 'start'")" = "run started on 2 ranks" ] ||
-        fail "the ranks-2 point did not train on 2 ranks"
-    for s in 10 20; do
-        cmp -s "$T/mpi/ranks-1/ckpt/step-000000$s.safetensors" "$T/mpi/ranks-2/ckpt/step-000000$s.safetensors" ||
-            fail "2 ranks under srun: checkpoint $s differs from one process's"
-    done
+    same_ranks "$T/mpi"
 
     # A controller that does not answer (its port closed): a clear error, nothing written.
     sed 's/^SlurmctldPort=.*/SlurmctldPort=1/' "$C/slurm.conf" >"$T/down.conf"
@@ -188,4 +194,7 @@ grep -qx '4 points run: 4 finished, 0 failed; 1 preemption resumed' "$T/pool" ||
 check_preempted "$L"
 $KILN sweep "$T/spec.json" --root "$L" --scheduler local >"$T/again" 2>&1 || fail "local sweep again"
 grep -qx 'nothing to submit: 4 of 4 points finished, 0 running' "$T/again" || { cat "$T/again" >&2; fail "a finished local sweep ran again"; }
+# 2 ranks through mpirun on the local pool.
+$KILN sweep "$T/mpi.json" --root "$T/mpil" --scheduler local >"$T/mpil.out" 2>&1 || { cat "$T/mpil.out" "$T"/mpil/jobs/*.log >&2; fail "local 2-rank sweep"; }
+same_ranks "$T/mpil"
 echo "46-sweep: ok${slurm:+ (slurm and local)}"
