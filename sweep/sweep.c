@@ -650,7 +650,7 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
     lock = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB)) {
         rc = lock < 0 ? kiln_fail_errno(KILN_ERR_IO, "'%s'", lp)
-                      : kiln_fail(KILN_ERR_CONFLICT, "'%s': another kiln sweep is submitting to it",
+                      : kiln_fail(KILN_ERR_CONFLICT, "'%s': another kiln sweep is submitting to it or running its local pool",
                                   o->root);
         free(lp);
         goto out;
