@@ -84,8 +84,11 @@ static int sweep_submit(int argc, char **argv) {
     if (!cli_parse_args(&spec, argc, argv, args, &rc)) return rc;
     char abs_root[PATH_MAX];
     if ((rc = absolute(root, abs_root, sizeof abs_root))) return rc;
-    kiln_sweep_opts o = {.root = abs_root, .max_parallel = (int)max_parallel, .extend = extend,
-                         .note = print_note, .stop = &got_term};
+    kiln_sweep_opts o = {.root = abs_root,
+                         .max_parallel = (int)max_parallel,
+                         .extend = extend,
+                         .note = print_note,
+                         .stop = &got_term};
     if (!strcmp(scheduler, "slurm"))
         o.scheduler = KILN_SWEEP_SLURM;
     else if (!strcmp(scheduler, "local"))
@@ -93,8 +96,9 @@ static int sweep_submit(int argc, char **argv) {
     else
         return cli_usage_error("--scheduler '%s': expected slurm or local", scheduler);
     if (max_parallel < 0 || max_parallel > 100000)
-        return cli_usage_error("--max-parallel %ld: expected a number from 1 to 100000 (0: the default)",
-                               max_parallel);
+        return cli_usage_error(
+            "--max-parallel %ld: expected a number from 1 to 100000 (0: the default)",
+            max_parallel);
     char self[PATH_MAX];
     if ((rc = self_path(self, sizeof self))) return rc;
     o.kiln = self;
@@ -217,8 +221,8 @@ int cmd_sweep_status(int argc, char **argv) {
     printf("%-*s  %-13s %-12s %-12s %-11s %-4s %-13s %s\n", w, "point", "state", "job", "scheduler",
            "step", "pre", "best val_loss", "node / why");
     size_t counts[6] = {0};
-    static const char *const states[] = {"finished", "running", "queued", "preempted", "failed",
-                                         "not submitted"};
+    static const char *const states[] = {"finished",  "running", "queued",
+                                         "preempted", "failed",  "not submitted"};
     json_array_foreach(pts, i, p) {
         char step[32], loss[48];
         if (cli_jint(p, "steps"))
@@ -238,7 +242,9 @@ int cmd_sweep_status(int argc, char **argv) {
         snprintf(pre, sizeof pre, "%lld", cli_jint(p, "preemptions"));
         printf("%-*s  %-13s %-12s %-12s %-11s %-4s %-13s %s\n", w, cli_jstr(p, "name"),
                cli_jstr(p, "state"), job ? job : "-", ss ? ss : "-", step, pre, loss,
-               node ? node : why ? why : "");
+               node  ? node
+               : why ? why
+                     : "");
         for (size_t k = 0; k < KILN_ARRAY_LEN(states); k++)
             counts[k] += !strcmp(cli_jstr(p, "state"), states[k]);
     }

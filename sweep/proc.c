@@ -18,8 +18,10 @@ extern char **environ;
 /* environ plus add (NULL ended); the array is the caller's to free, its strings are not. */
 static char **env_with(const char *const *add) {
     size_t n = 0, m = 0;
-    while (environ[n]) n++;
-    while (add && add[m]) m++;
+    while (environ[n])
+        n++;
+    while (add && add[m])
+        m++;
     char **e = kiln_calloc(n + m + 1, sizeof *e);
     if (!e) return NULL;
     size_t k = 0;
@@ -32,7 +34,8 @@ static char **env_with(const char *const *add) {
         }
         if (!replaced) e[k++] = environ[i];
     }
-    for (size_t j = 0; j < m; j++) e[k++] = (char *)add[j];
+    for (size_t j = 0; j < m; j++)
+        e[k++] = (char *)add[j];
     return e;
 }
 
@@ -147,10 +150,14 @@ kiln_err sweep_capture(const char *const *argv, char **out, char **err, int *sta
         for (int i = 0; i < 2; i++)
             if (!b[i] && !(b[i] = kiln_strdup(""))) rc = KILN_ERR_NOMEM;
     }
-    if (rc || !out) free(b[0]);
-    else *out = b[0];
-    if (rc || !err) free(b[1]);
-    else *err = b[1];
+    if (rc || !out)
+        free(b[0]);
+    else
+        *out = b[0];
+    if (rc || !err)
+        free(b[1]);
+    else
+        *err = b[1];
     return rc;
 }
 
@@ -158,14 +165,16 @@ void sweep_status_text(int status, char *buf, size_t n) {
     if (WIFEXITED(status))
         snprintf(buf, n, "exited with status %d", WEXITSTATUS(status));
     else if (WIFSIGNALED(status))
-        snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status), strsignal(WTERMSIG(status)));
+        snprintf(buf, n, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
     else
         snprintf(buf, n, "ended with wait status %d", status);
 }
 
 char *sweep_shell_quote(const char *s) {
     size_t n = 3;
-    for (const char *c = s; *c; c++) n += *c == '\'' ? 4 : 1;
+    for (const char *c = s; *c; c++)
+        n += *c == '\'' ? 4 : 1;
     char *q = kiln_malloc(n);
     if (!q) return NULL;
     char *o = q;

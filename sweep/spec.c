@@ -39,8 +39,8 @@ static void value_text(const json_t *v, char *out, size_t n) {
     } else if (json_is_string(v)) {
         snprintf(out, n, "%s", json_string_value(v));
         for (char *c = out; *c; c++)
-            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
-                  *c == '.' || *c == '-'))
+            if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+                  (*c >= '0' && *c <= '9') || *c == '.' || *c == '-'))
                 *c = '_';
     } else if (json_is_boolean(v)) {
         snprintf(out, n, "%s", json_is_true(v) ? "true" : "false");
@@ -72,7 +72,8 @@ static char *point_name(const json_t *over) {
     const char **keys = sorted_keys(over, &n);
     if (!keys) return NULL;
     size_t cap = 16;
-    for (size_t i = 0; i < n; i++) cap += strlen(keys[i]) + 80;
+    for (size_t i = 0; i < n; i++)
+        cap += strlen(keys[i]) + 80;
     char *s = kiln_malloc(cap);
     if (s) {
         size_t len = 0;
@@ -137,8 +138,8 @@ static kiln_err add_point(kiln_sweep_spec *s, const char *path, const json_t *ba
     json_t *full = kiln_train_config_json(&cfg);
     KILN_CHECK_IF(rc, fail, !full, KILN_ERR_NOMEM, "out of memory");
     json_decref(keys);
-    s->points[s->n_points++] =
-        (kiln_sweep_point){.name = name, .overrides = json_incref(over), .config = full, .ranks = ranks};
+    s->points[s->n_points++] = (kiln_sweep_point){
+        .name = name, .overrides = json_incref(over), .config = full, .ranks = ranks};
     return KILN_OK;
 fail:
     free(name);
@@ -176,8 +177,9 @@ static kiln_err add_grid(kiln_sweep_spec *s, const char *path, const json_t *bas
     for (size_t k = 0; k < n && !rc; k++) {
         const json_t *vals = json_object_get(grid, keys[k]);
         if (!json_is_array(vals) || !json_array_size(vals))
-            rc = kiln_fail(KILN_ERR_CONFIG, "'%s': grid key '%s' must be a non-empty array of values",
-                           path, keys[k]);
+            rc =
+                kiln_fail(KILN_ERR_CONFIG,
+                          "'%s': grid key '%s' must be a non-empty array of values", path, keys[k]);
         else if (!kiln_mul_ok(total, json_array_size(vals), &total) || total > 100000)
             rc = kiln_fail(KILN_ERR_LIMIT, "'%s': the grid has more than 100000 points", path);
     }
@@ -215,8 +217,8 @@ static kiln_err load_slurm(kiln_sweep_slurm *sl, const json_t *j, const char *pa
             const char *t = json_string_value(v);
             /* Into the batch script's #SBATCH lines: no white space or quotes. */
             KILN_FAIL_IF(!t || !*t || strlen(t) > 64 || strpbrk(t, " \t\r\n'\"\\$`"),
-                         KILN_ERR_CONFIG, "'%s': slurm key '%s' must be a word (as sbatch takes it)",
-                         path, k);
+                         KILN_ERR_CONFIG,
+                         "'%s': slurm key '%s' must be a word (as sbatch takes it)", path, k);
             char *c = kiln_strdup(t);
             if (!c) return KILN_ERR_NOMEM;
             char **dst = !strcmp(k, "partition") ? &sl->partition : &sl->time;
@@ -229,9 +231,12 @@ static kiln_err load_slurm(kiln_sweep_slurm *sl, const json_t *j, const char *pa
                          KILN_ERR_CONFIG, "'%s': slurm key '%s' must be an integer of at least %ld",
                          path, k, lo);
             int x = (int)json_integer_value(v);
-            if (!strcmp(k, "cpus")) sl->cpus = x;
-            else if (!strcmp(k, "gpus")) sl->gpus = x;
-            else sl->signal_seconds = x;
+            if (!strcmp(k, "cpus"))
+                sl->cpus = x;
+            else if (!strcmp(k, "gpus"))
+                sl->gpus = x;
+            else
+                sl->signal_seconds = x;
         } else {
             return kiln_fail(KILN_ERR_CONFIG,
                              "'%s': unknown slurm key '%s' (partition, time, cpus, gpus, "
@@ -256,7 +261,8 @@ kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out) {
     json_object_foreach(j, k, v) {
         static const char *const known[] = {"data", "config", "grid", "points", "seeds", "slurm"};
         bool ok = false;
-        for (size_t i = 0; i < KILN_ARRAY_LEN(known); i++) ok |= !strcmp(k, known[i]);
+        for (size_t i = 0; i < KILN_ARRAY_LEN(known); i++)
+            ok |= !strcmp(k, known[i]);
         KILN_CHECK_IF(rc, fail, !ok, KILN_ERR_CONFIG,
                       "'%s': unknown key '%s' (data, config, grid, points, seeds, slurm)", path, k);
     }
@@ -275,14 +281,13 @@ kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out) {
         KILN_CHECK_IF(rc, fail, !json_is_array(seeds) || !json_array_size(seeds), KILN_ERR_CONFIG,
                       "'%s': 'seeds' must be a non-empty array of integers", path);
         size_t i;
-        json_array_foreach(seeds, i, v)
-            KILN_CHECK_IF(rc, fail, !json_is_integer(v) || json_integer_value(v) < 0,
-                          KILN_ERR_CONFIG, "'%s': seed %zu is not a non-negative integer", path,
-                          i + 1);
-        KILN_CHECK_IF(rc, fail, (cfg && json_object_get(cfg, "seed")) ||
-                                    (grid && json_object_get(grid, "seed")),
-                      KILN_ERR_CONFIG, "'%s': 'seeds' and a 'seed' key in config or grid: give one",
-                      path);
+        json_array_foreach(seeds, i, v) KILN_CHECK_IF(
+            rc, fail, !json_is_integer(v) || json_integer_value(v) < 0, KILN_ERR_CONFIG,
+            "'%s': seed %zu is not a non-negative integer", path, i + 1);
+        KILN_CHECK_IF(
+            rc, fail,
+            (cfg && json_object_get(cfg, "seed")) || (grid && json_object_get(grid, "seed")),
+            KILN_ERR_CONFIG, "'%s': 'seeds' and a 'seed' key in config or grid: give one", path);
     }
     KILN_CHECK(rc, fail, load_slurm(&out->slurm, json_object_get(j, "slurm"), path));
 

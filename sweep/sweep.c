@@ -110,8 +110,9 @@ static const json_t *last_job(const json_t *jobs, const char *point) {
     const json_t *arr = json_object_get(jobs, "jobs"), *found = NULL;
     size_t i;
     json_t *e;
-    json_array_foreach(arr, i, e) if (!strcmp(sweep_or(json_string_value(json_object_get(e, "point")), ""),
-                                              point)) found = e;
+    json_array_foreach(
+        arr, i, e) if (!strcmp(sweep_or(json_string_value(json_object_get(e, "point")), ""), point))
+        found = e;
     return found;
 }
 
@@ -142,8 +143,9 @@ static kiln_err slurm_view(sched_view *v) {
     int st;
     kiln_err rc = sweep_capture(argv, &out, &err, &st);
     if (rc == KILN_ERR_NOTFOUND)
-        return kiln_fail(KILN_ERR_NOTFOUND,
-                         "Slurm's squeue is not installed here (Debian: apt-get install slurm-client)");
+        return kiln_fail(
+            KILN_ERR_NOTFOUND,
+            "Slurm's squeue is not installed here (Debian: apt-get install slurm-client)");
     if (rc) return rc;
     if (!WIFEXITED(st) || WEXITSTATUS(st)) {
         char *nl = strchr(err, '\n'), *msg = err;
@@ -360,7 +362,8 @@ fail:
 }
 
 /* jobs/NAME.json (the whole config) and, for Slurm, jobs/NAME.sh (the batch script). */
-static kiln_err write_point_files(const kiln_sweep_spec *spec, const kiln_sweep_opts *o, size_t idx) {
+static kiln_err write_point_files(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
+                                  size_t idx) {
     const kiln_sweep_point *p = &spec->points[idx];
     kiln_err rc = KILN_OK;
     char *cfg = kiln_asprintf("%s/jobs/%s.json", o->root, p->name);
@@ -369,15 +372,21 @@ static kiln_err write_point_files(const kiln_sweep_spec *spec, const kiln_sweep_
     char *qk = sweep_shell_quote(o->kiln), *qr = sweep_shell_quote(o->root),
          *qp = sweep_shell_quote(p->name);
     char *text = NULL;
-    KILN_CHECK_IF(rc, out, !cfg || !sh || !log || !qk || !qr || !qp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, !cfg || !sh || !log || !qk || !qr || !qp, KILN_ERR_NOMEM,
+                  "out of memory");
     KILN_CHECK(rc, out, kiln_json_write_file(cfg, p->config));
     if (o->scheduler != KILN_SWEEP_SLURM) goto out;
     char extra[512] = "";
     size_t n = 0;
     const kiln_sweep_slurm *sl = &spec->slurm;
-    if (sl->partition) n += (size_t)snprintf(extra + n, sizeof extra - n, "#SBATCH --partition=%s\n", sl->partition);
-    if (sl->time) n += (size_t)snprintf(extra + n, sizeof extra - n, "#SBATCH --time=%s\n", sl->time);
-    if (sl->gpus) n += (size_t)snprintf(extra + n, sizeof extra - n, "#SBATCH --gpus-per-task=%d\n", sl->gpus);
+    if (sl->partition)
+        n += (size_t)snprintf(extra + n, sizeof extra - n, "#SBATCH --partition=%s\n",
+                              sl->partition);
+    if (sl->time)
+        n += (size_t)snprintf(extra + n, sizeof extra - n, "#SBATCH --time=%s\n", sl->time);
+    if (sl->gpus)
+        n +=
+            (size_t)snprintf(extra + n, sizeof extra - n, "#SBATCH --gpus-per-task=%d\n", sl->gpus);
     /* --max-parallel N: N job names, each a singleton (one job of a name runs at a time). */
     char name[96];
     if (o->max_parallel > 0) {
@@ -459,8 +468,10 @@ static kiln_err submit_slurm(const kiln_sweep_spec *spec, const kiln_sweep_opts 
             /* --parsable: "ID" or "ID;CLUSTER". */
             out[strcspn(out, ";\n")] = 0;
             ids[n_ids] = kiln_strdup(out);
-            if (!ids[n_ids] || !*out) rc = kiln_fail(KILN_ERR_FORMAT, "sbatch printed no job id");
-            else n_ids++;
+            if (!ids[n_ids] || !*out)
+                rc = kiln_fail(KILN_ERR_FORMAT, "sbatch printed no job id");
+            else
+                n_ids++;
         }
         if (!rc) rc = record_job(o->root, jobs, spec->points[i].name, "slurm", ids[n_ids - 1]);
         if (!rc) {
@@ -481,15 +492,17 @@ static kiln_err submit_slurm(const kiln_sweep_spec *spec, const kiln_sweep_opts 
         for (size_t k = 0; k < n_ids; k++) {
             size_t i;
             json_t *e;
-            json_array_foreach(arr, i, e) if (!strcmp(sweep_or(json_string_value(json_object_get(e, "job")), ""),
-                                                      ids[k])) json_object_set_new(e, "cancelled", json_true());
+            json_array_foreach(
+                arr, i, e) if (!strcmp(sweep_or(json_string_value(json_object_get(e, "job")), ""),
+                                       ids[k])) json_object_set_new(e, "cancelled", json_true());
         }
         save_json(o->root, "jobs.json", jobs);
         rc = kiln_fail(keep, "%s; the %zu job%s submitted before it were cancelled", msg, n_ids,
                        n_ids == 1 ? "" : "s");
         res->submitted = 0;
     }
-    for (size_t i = 0; i < n_ids; i++) free(ids[i]);
+    for (size_t i = 0; i < n_ids; i++)
+        free(ids[i]);
     free(ids);
     return rc;
 }
@@ -504,7 +517,8 @@ static kiln_err run_local(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
         long restart;
     } slot;
     size_t n_todo = 0;
-    for (size_t i = 0; i < spec->n_points; i++) n_todo += todo[i];
+    for (size_t i = 0; i < spec->n_points; i++)
+        n_todo += todo[i];
     int width = o->max_parallel > 0 ? o->max_parallel : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (width < 1) width = 1;
     slot *run = kiln_calloc((size_t)width, sizeof *run);
@@ -528,8 +542,8 @@ static kiln_err run_local(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
             char rs[32];
             snprintf(rs, sizeof rs, "KILN_SWEEP_RESTART=%ld", restarts[pi]);
             const char *env[] = {rs, NULL};
-            const char *argv[] = {o->kiln, "sweep", "job", "--root", o->root, "--point",
-                                  spec->points[pi].name, NULL};
+            const char *argv[] = {
+                o->kiln, "sweep", "job", "--root", o->root, "--point", spec->points[pi].name, NULL};
             pid_t pid;
             char *log = kiln_asprintf("%s/jobs/%s.log", o->root, spec->points[pi].name);
             if (!log) {
@@ -542,11 +556,13 @@ static kiln_err run_local(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
             char id[32];
             snprintf(id, sizeof id, "local-%ld", (long)pid);
             int k = 0;
-            while (run[k].pid) k++;
+            while (run[k].pid)
+                k++;
             run[k] = (slot){pid, pi, restarts[pi]};
             running++;
             if (!restarts[pi]) res->submitted++;
-            note(o, "%s %s as %s", restarts[pi] ? "restarted" : "started", spec->points[pi].name, id);
+            note(o, "%s %s as %s", restarts[pi] ? "restarted" : "started", spec->points[pi].name,
+                 id);
             if ((rc = record_job(o->root, jobs, spec->points[pi].name, "local", id))) break;
         }
         if (!running) break;
@@ -565,7 +581,8 @@ static kiln_err run_local(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
             continue;
         }
         int k = 0;
-        while (k < width && run[k].pid != pid) k++;
+        while (k < width && run[k].pid != pid)
+            k++;
         if (k == width) continue;
         size_t pi = run[k].point;
         run[k].pid = 0;
@@ -598,7 +615,8 @@ static kiln_err run_local(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
     free(run);
     free(queue);
     free(restarts);
-    if (!rc && stopping) rc = kiln_fail(KILN_ERR_INTERRUPTED, "the sweep was stopped; run it again to go on");
+    if (!rc && stopping)
+        rc = kiln_fail(KILN_ERR_INTERRUPTED, "the sweep was stopped; run it again to go on");
     return rc;
 }
 
@@ -649,9 +667,12 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
     KILN_CHECK_IF(rc, out, !lp, KILN_ERR_NOMEM, "out of memory");
     lock = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB)) {
-        rc = lock < 0 ? kiln_fail_errno(KILN_ERR_IO, "'%s'", lp)
-                      : kiln_fail(KILN_ERR_CONFLICT, "'%s': another kiln sweep is submitting to it or running its local pool",
-                                  o->root);
+        rc = lock < 0
+                 ? kiln_fail_errno(KILN_ERR_IO, "'%s'", lp)
+                 : kiln_fail(
+                       KILN_ERR_CONFLICT,
+                       "'%s': another kiln sweep is submitting to it or running its local pool",
+                       o->root);
         free(lp);
         goto out;
     }
@@ -674,17 +695,22 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
         if (!done && !active && lj &&
             !strcmp(sweep_or(json_string_value(json_object_get(lj, "scheduler")), ""), "slurm") &&
             !json_is_true(json_object_get(lj, "cancelled"))) {
-            const sched_job *sj = view_find(&view, sweep_or(json_string_value(json_object_get(lj, "job")), ""));
+            const sched_job *sj =
+                view_find(&view, sweep_or(json_string_value(json_object_get(lj, "job")), ""));
             active = sj && slurm_active(sj->state);
         }
-        if (done) res->finished++;
-        else if (active) res->active++;
-        else todo[i] = true, n_todo++;
+        if (done)
+            res->finished++;
+        else if (active)
+            res->active++;
+        else
+            todo[i] = true, n_todo++;
     }
-    rec = make_record(spec, strcmp(old ? sweep_or(json_string_value(json_object_get(old, "digest")), "") : "",
-                                   spec->digest)
-                                ? old
-                                : NULL);
+    rec = make_record(
+        spec, strcmp(old ? sweep_or(json_string_value(json_object_get(old, "digest")), "") : "",
+                     spec->digest)
+                  ? old
+                  : NULL);
     KILN_CHECK_IF(rc, out, !rec, KILN_ERR_NOMEM, "out of memory");
     /* The same spec again: the digests it grew from stay as they were. */
     json_t *was = old && !strcmp(sweep_or(json_string_value(json_object_get(old, "digest")), ""),
@@ -720,12 +746,14 @@ kiln_err kiln_sweep_job(const kiln_sweep_job_env *env, kiln_sweep_job_end *end, 
     run_view rv = {0};
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out, load_record(env->root, &rec));
-    KILN_CHECK_IF(rc, out, !rec, KILN_ERR_NOTFOUND, "'%s' holds no sweep (no sweep.json)", env->root);
+    KILN_CHECK_IF(rc, out, !rec, KILN_ERR_NOTFOUND, "'%s' holds no sweep (no sweep.json)",
+                  env->root);
     const json_t *pt = NULL;
     size_t i;
     json_t *p;
-    json_array_foreach(json_object_get(rec, "points"), i, p) if (!strcmp(
-        sweep_or(json_string_value(json_object_get(p, "name")), ""), env->point)) pt = p;
+    json_array_foreach(json_object_get(rec, "points"), i,
+                       p) if (!strcmp(sweep_or(json_string_value(json_object_get(p, "name")), ""),
+                                      env->point)) pt = p;
     KILN_CHECK_IF(rc, out, !pt, KILN_ERR_NOTFOUND, "the sweep in '%s' has no point '%s'", env->root,
                   env->point);
     int ranks = (int)json_integer_value(json_object_get(pt, "ranks"));
@@ -877,8 +905,8 @@ kiln_err kiln_sweep_status(const char *root, json_t **out) {
         kiln_errclear();
     }
     json_t *pts = json_array();
-    doc = json_pack("{s:s, s:s, s:O, s:o}", "format", "kiln-sweep-status/1", "root", root,
-                    "digest", json_object_get(rec, "digest"), "points", pts);
+    doc = json_pack("{s:s, s:s, s:O, s:o}", "format", "kiln-sweep-status/1", "root", root, "digest",
+                    json_object_get(rec, "digest"), "points", pts);
     KILN_CHECK_IF(rc, fail, !doc, KILN_ERR_NOMEM, "out of memory");
     if (*sched_err) json_object_set_new(doc, "scheduler_error", json_string(sched_err));
     char host[256] = "";
@@ -902,7 +930,8 @@ kiln_err kiln_sweep_status(const char *root, json_t **out) {
             memset(&rv, 0, sizeof rv);
         }
         const json_t *lj = last_job(jobs, name);
-        const char *sched = lj ? sweep_or(json_string_value(json_object_get(lj, "scheduler")), "") : "";
+        const char *sched =
+            lj ? sweep_or(json_string_value(json_object_get(lj, "scheduler")), "") : "";
         const char *job = lj ? sweep_or(json_string_value(json_object_get(lj, "job")), "") : NULL;
         const sched_job *sj = lj && !strcmp(sched, "slurm") ? view_find(&view, job) : NULL;
         const char *state, *node = NULL;
@@ -916,8 +945,10 @@ kiln_err kiln_sweep_status(const char *root, json_t **out) {
             bool run = !strcmp(sj->state, "RUNNING") || !strcmp(sj->state, "COMPLETING") ||
                        !strcmp(sj->state, "CONFIGURING") || !strcmp(sj->state, "SIGNALING");
             state = run ? "running" : "queued";
-            if (run) node = sj->node;
-            else snprintf(why, sizeof why, "%s", sj->reason);
+            if (run)
+                node = sj->node;
+            else
+                snprintf(why, sizeof why, "%s", sj->reason);
         } else if (rv.exists && rv.live) {
             state = "running";
             node = host;
@@ -925,33 +956,36 @@ kiln_err kiln_sweep_status(const char *root, json_t **out) {
             state = "not submitted";
         } else if (rv.exists && (rv.state == KILN_RUN_DIVERGED || rv.state == KILN_RUN_FAILED)) {
             state = "failed";
-            snprintf(why, sizeof why, "%s", rv.message ? rv.message : kiln_run_state_name(rv.state));
+            snprintf(why, sizeof why, "%s",
+                     rv.message ? rv.message : kiln_run_state_name(rv.state));
         } else if (json_is_true(json_object_get(lj, "cancelled"))) {
             state = "failed";
             snprintf(why, sizeof why, "its job %s was cancelled when the submission failed", job);
         } else if (rv.exists && rv.last_kind && !strcmp(rv.last_kind, "preempted")) {
             state = "preempted";
-            snprintf(why, sizeof why, "checkpoint at step %ld; not queued: run the sweep again", rv.ckpt);
+            snprintf(why, sizeof why, "checkpoint at step %ld; not queued: run the sweep again",
+                     rv.ckpt);
         } else {
             state = "failed";
             if (sj)
-                snprintf(why, sizeof why, "Slurm job %s ended %s without finishing the run (jobs/%s.log)",
-                         job, sj->state, name);
+                snprintf(why, sizeof why,
+                         "Slurm job %s ended %s without finishing the run (jobs/%s.log)", job,
+                         sj->state, name);
             else if (!strcmp(sched, "slurm") && !*sched_err)
-                snprintf(why, sizeof why, "Slurm job %s is gone without finishing the run (jobs/%s.log)",
-                         job, name);
+                snprintf(why, sizeof why,
+                         "Slurm job %s is gone without finishing the run (jobs/%s.log)", job, name);
             else if (!strcmp(sched, "slurm"))
                 snprintf(why, sizeof why, "unknown: %s", sched_err);
             else
-                snprintf(why, sizeof why, "its job %s ended without finishing the run (jobs/%s.log)",
-                         job, name);
+                snprintf(why, sizeof why,
+                         "its job %s ended without finishing the run (jobs/%s.log)", job, name);
         }
         json_t *row = json_pack("{s:s, s:s, s:s?, s:s?, s:s?, s:s?, s:I, s:I, s:I, s:I, s:I}",
-                                "name", name, "state", state, "scheduler", lj ? sched : NULL,
-                                "job", job, "node", node, "scheduler_state", sj ? sj->state : NULL,
-                                "step", (json_int_t)rv.step, "steps", (json_int_t)rv.steps,
-                                "preemptions", (json_int_t)rv.preemptions, "requeues",
-                                (json_int_t)rv.requeues, "best_val_step", (json_int_t)rv.best_step);
+                                "name", name, "state", state, "scheduler", lj ? sched : NULL, "job",
+                                job, "node", node, "scheduler_state", sj ? sj->state : NULL, "step",
+                                (json_int_t)rv.step, "steps", (json_int_t)rv.steps, "preemptions",
+                                (json_int_t)rv.preemptions, "requeues", (json_int_t)rv.requeues,
+                                "best_val_step", (json_int_t)rv.best_step);
         if (row) {
             json_object_set_new(row, "best_val_loss",
                                 isfinite(rv.best_val) ? json_real(rv.best_val) : json_null());

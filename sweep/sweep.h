@@ -39,9 +39,9 @@ typedef struct kiln_sweep_slurm {
 } kiln_sweep_slurm;
 
 typedef struct kiln_sweep_spec {
-    json_t *spec;   /* the document as read */
+    json_t *spec;    /* the document as read */
     char digest[65]; /* hex SHA-256 of its canonical text (sorted keys, no white space) */
-    char *data;     /* the dataset's absolute path (a relative one is the spec file's dir's) */
+    char *data;      /* the dataset's absolute path (a relative one is the spec file's dir's) */
     kiln_sweep_point *points;
     size_t n_points;
     kiln_sweep_slurm slurm;
@@ -54,7 +54,10 @@ typedef struct kiln_sweep_spec {
 kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out);
 void kiln_sweep_spec_release(kiln_sweep_spec *s);
 
-typedef enum kiln_sweep_scheduler { KILN_SWEEP_SLURM = 0, KILN_SWEEP_LOCAL = 1 } kiln_sweep_scheduler;
+typedef enum kiln_sweep_scheduler {
+    KILN_SWEEP_SLURM = 0,
+    KILN_SWEEP_LOCAL = 1
+} kiln_sweep_scheduler;
 
 typedef struct kiln_sweep_opts {
     const char *root;
@@ -87,11 +90,11 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
 /* The environment a job runs in. */
 typedef struct kiln_sweep_job_env {
     const char *root, *point, *kiln;
-    bool slurm;          /* under sbatch (SLURM_JOB_ID set) */
-    const char *job_id;  /* SLURM_JOB_ID, or the local pool's id */
-    long restart;        /* SLURM_RESTART_COUNT, or the local pool's count */
-    const char *node;    /* SLURMD_NODENAME, or this host's name */
-    volatile int *term;  /* set by the caller's SIGTERM handler */
+    bool slurm;         /* under sbatch (SLURM_JOB_ID set) */
+    const char *job_id; /* SLURM_JOB_ID, or the local pool's id */
+    long restart;       /* SLURM_RESTART_COUNT, or the local pool's count */
+    const char *node;   /* SLURMD_NODENAME, or this host's name */
+    volatile int *term; /* set by the caller's SIGTERM handler */
 } kiln_sweep_job_env;
 
 /* How a job ended. */

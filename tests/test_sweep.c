@@ -27,11 +27,12 @@ KILN_TEST(sweep_spec_grid_seeds) {
         return;
     CHECK("2 x 2 x 2 points", s.n_points == 8);
     /* Keys in sorted order, the last varying fastest; seeds innermost. */
-    static const char *const names[] = {
-        "d_model-16,lr-0.001,seed-1", "d_model-16,lr-0.001,seed-2", "d_model-16,lr-0.003,seed-1",
-        "d_model-16,lr-0.003,seed-2", "d_model-32,lr-0.001,seed-1", "d_model-32,lr-0.001,seed-2",
-        "d_model-32,lr-0.003,seed-1", "d_model-32,lr-0.003,seed-2"};
-    for (size_t i = 0; i < s.n_points && i < 8; i++) CHECK(names[i], !strcmp(s.points[i].name, names[i]));
+    static const char *const names[] = {"d_model-16,lr-0.001,seed-1", "d_model-16,lr-0.001,seed-2",
+                                        "d_model-16,lr-0.003,seed-1", "d_model-16,lr-0.003,seed-2",
+                                        "d_model-32,lr-0.001,seed-1", "d_model-32,lr-0.001,seed-2",
+                                        "d_model-32,lr-0.003,seed-1", "d_model-32,lr-0.003,seed-2"};
+    for (size_t i = 0; i < s.n_points && i < 8; i++)
+        CHECK(names[i], !strcmp(s.points[i].name, names[i]));
     const json_t *c = s.points[7].config;
     CHECK("config: spec's steps", json_integer_value(json_object_get(c, "steps")) == 7);
     CHECK("config: the grid's d_model", json_integer_value(json_object_get(c, "d_model")) == 32);
@@ -44,9 +45,10 @@ KILN_TEST(sweep_spec_grid_seeds) {
     memcpy(digest, s.digest, sizeof digest);
     kiln_sweep_spec_release(&s);
     /* The same spec with its keys in another order: the same digest (canonical JSON). */
-    if (CHECK("reordered loads", load("\"seeds\": [1, 2], \"grid\": {\"d_model\": [16, 32], \"lr\": "
-                                      "[0.001, 0.003]}, \"config\": {\"steps\": 7}",
-                                      &s) == KILN_OK))
+    if (CHECK("reordered loads",
+              load("\"seeds\": [1, 2], \"grid\": {\"d_model\": [16, 32], \"lr\": "
+                   "[0.001, 0.003]}, \"config\": {\"steps\": 7}",
+                   &s) == KILN_OK))
         CHECK("same digest", !strcmp(s.digest, digest));
     kiln_sweep_spec_release(&s);
 }
@@ -59,15 +61,17 @@ KILN_TEST(sweep_spec_points_ranks) {
                              &s) == KILN_OK))
         return;
     CHECK("2 points", s.n_points == 2);
-    CHECK("ranks-2", s.n_points == 2 && !strcmp(s.points[0].name, "ranks-2") && s.points[0].ranks == 2);
+    CHECK("ranks-2",
+          s.n_points == 2 && !strcmp(s.points[0].name, "ranks-2") && s.points[0].ranks == 2);
     CHECK("ranks is no config key", !json_object_get(s.points[0].config, "ranks"));
-    CHECK("lr-0.01,optimizer-sgd", s.n_points == 2 && !strcmp(s.points[1].name, "lr-0.01,optimizer-sgd"));
+    CHECK("lr-0.01,optimizer-sgd",
+          s.n_points == 2 && !strcmp(s.points[1].name, "lr-0.01,optimizer-sgd"));
     CHECK("slurm time", s.slurm.time && !strcmp(s.slurm.time, "1:00:00"));
     CHECK("slurm gpus, cpus default, signal default",
           s.slurm.gpus == 1 && s.slurm.cpus == 1 && s.slurm.signal_seconds == 60);
     kiln_sweep_spec_release(&s);
-    CHECK("no grid, no points: one point 'base'", load("", &s) == KILN_OK && s.n_points == 1 &&
-                                                     !strcmp(s.points[0].name, "base"));
+    CHECK("no grid, no points: one point 'base'",
+          load("", &s) == KILN_OK && s.n_points == 1 && !strcmp(s.points[0].name, "base"));
     kiln_sweep_spec_release(&s);
 }
 
@@ -77,7 +81,8 @@ KILN_TEST(sweep_spec_refused) {
     } bad[] = {
         {"\"config\": {\"lrr\": 1}", "config: unknown config key 'lrr'"},
         {"\"grid\": {\"lr\": [0.001, \"x\"]}", "point 'lr-x': config key 'lr' must be a number"},
-        {"\"points\": [{\"lr\": 0.001}, {\"lr\": 1e-3}]", "points 1 and 2 would both be named 'lr-0.001'"},
+        {"\"points\": [{\"lr\": 0.001}, {\"lr\": 1e-3}]",
+         "points 1 and 2 would both be named 'lr-0.001'"},
         {"\"points\": [{\"ranks\": 3}]", "not a multiple of the 3 ranks"},
         {"\"points\": [{}]", "point 1 must be a non-empty object"},
         {"\"grid\": {\"lr\": []}", "grid key 'lr' must be a non-empty array"},
@@ -96,7 +101,7 @@ KILN_TEST(sweep_spec_refused) {
     kiln_sweep_spec s;
     static const char nodata[] = "{\"data\": \"none.st\"}";
     char *p = kiln_test_write("nodata.json", nodata, strlen(nodata));
-    CHECK("a missing dataset", kiln_sweep_spec_load(p, &s) == KILN_ERR_IO &&
-                                   strstr(kiln_errmsg(), "dataset 'none.st'"));
+    CHECK("a missing dataset",
+          kiln_sweep_spec_load(p, &s) == KILN_ERR_IO && strstr(kiln_errmsg(), "dataset 'none.st'"));
     free(p);
 }
