@@ -197,4 +197,10 @@ grep -qx 'nothing to submit: 4 of 4 points finished, 0 running' "$T/again" || { 
 # 2 ranks through mpirun on the local pool.
 $KILN sweep "$T/mpi.json" --root "$T/mpil" --scheduler local >"$T/mpil.out" 2>&1 || { cat "$T/mpil.out" "$T"/mpil/jobs/*.log >&2; fail "local 2-rank sweep"; }
 same_ranks "$T/mpil"
+# A point whose run diverges: the pool exits 1, and the status says why.
+printf '%s\n' '{"data": "d.st", "config": {"steps": 20, "d_model": 16, "d_ff": 32, "seq_len": 16, "attn_window": 8, "max_bad_steps": 1}}' >"$T/div.json"
+set +e; KILN_TEST_POISON_STEPS=3 $KILN sweep "$T/div.json" --root "$T/div" --scheduler local >"$T/div.out" 2>"$T/div.err"; rc=$?; set -e
+[ $rc = 1 ] && grep -q "^kiln: error: 1 point failed" "$T/div.err" || { cat "$T/div.out" "$T/div.err" >&2; fail "a diverged point: exit $rc"; }
+$KILN sweep status "$T/div" >"$T/div.st" || fail "status of a failed sweep"
+grep -q '^base  *failed  *local-[0-9]*  *-  *3/20 .*step 3: 1 non-finite steps in a row' "$T/div.st" || { cat "$T/div.st" >&2; fail "status of a diverged point"; }
 echo "46-sweep: ok${slurm:+ (slurm and local)}"
