@@ -11,8 +11,11 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl
-TOOLS := sqlite3 minisign mpirun curl openssl
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl slurm-wlm munge
+TOOLS := sqlite3 minisign mpirun curl openssl sbatch slurmctld slurmd munged
+# slurm-wlm and munge: tests/e2e/46-sweep.sh starts a single-node Slurm cluster of its own
+# (tests/slurm/cluster.sh) to run kiln sweep on; kiln itself only runs sbatch, squeue,
+# scontrol and srun as commands.
 # The Python package (python/kiln, tests/python) and the model's float64 reference (tests/ref):
 # Debian's interpreter and its numpy and torch (kiln.torch), probed by importing them with
 # /usr/bin/python3.
@@ -39,7 +42,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-MODULES := core kernels kernels/cpu train runtime export validate sign registry web
+MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -67,7 +70,7 @@ DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c train/nccl_dl.c)
 # kernels/cuda/*.c: host code against the toolkit's headers (cuBLAS opened on first use).
 LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c train/nccl_dl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c web/*.c) \
+                              validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c) \
                     $(if $(NVCC),$(wildcard kernels/cuda/*.c))))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
