@@ -11,7 +11,11 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl \
+            python3-numpy python3-torch python3-pandas python3-pip python3-setuptools python3-venv
+# The Python suite (tests/python) runs Debian's interpreter with Debian's modules: probed by import
+# (setuptools first: imported after torch, its distutils hack fails).
+PY_MODULES := setuptools, pip, ensurepip, numpy, pandas, torch
 TOOLS := sqlite3 minisign mpirun curl openssl
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
@@ -107,7 +111,8 @@ deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
-	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
+	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG) || \
+	   ! /usr/bin/python3 -c 'import $(PY_MODULES)' 2>/dev/null; then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -255,6 +260,8 @@ test: all $(BENCH_BINS)
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"
 	KILN=$(abspath $(BUILD)/kiln) tests/e2e/run-all
+	@echo "== Python (python/kiln over $(BUILD)/libkiln.so)"
+	KILN=$(abspath $(BUILD)/kiln) KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 tests/python/run.py
 	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer"
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
