@@ -237,6 +237,7 @@ bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	$(BUILD)/bench_train > $(BUILD)/bench/train.txt.tmp && mv $(BUILD)/bench/train.txt.tmp $(BUILD)/bench/train.txt
 	@cat $(BUILD)/bench/train.txt
 	@$(MAKE) --no-print-directory bench-web
+	@$(MAKE) --no-print-directory bench-python
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
@@ -254,6 +255,18 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 
 # The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
+
+# The Python bindings against C on the same model and rows (bench/bench_python.py, with
+# bench_push: kiln_stream_push and kiln_model_forward through kiln.h only).
+.PHONY: bench-python
+BENCH_BINS += $(BUILD)/bench_push
+$(BUILD)/bench_push: $(BUILD)/obj/bench/bench_push.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench-python: $(BUILD)/kiln $(BUILD)/libkiln.so $(BUILD)/bench_push
+	@mkdir -p $(BUILD)/bench
+	KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 bench/bench_python.py $(BUILD) > $(BUILD)/bench/python.txt.tmp && mv $(BUILD)/bench/python.txt.tmp $(BUILD)/bench/python.txt
+	@cat $(BUILD)/bench/python.txt
 
 test: all $(BENCH_BINS)
 	@echo "== C suite"

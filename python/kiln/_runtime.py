@@ -160,40 +160,46 @@ class Stream:
             self._h = h.value
             model._streams.add(self)
         self._push = lib().kiln_stream_push
+        self._xshape, self._yshape = (self._F,), (self._O,)
+        self._xb, self._yb = np.zeros(self._F, _F32), np.zeros(self._O, _F32)
+        self._xp, self._yp = self._xb.ctypes.data, self._yb.ctypes.data
 
     def _busy(self):
         return Error("stream: in use by another thread (one thread at a time per stream)",
                      _lib.ERR_USAGE)
 
     def push(self, features, out=None):
-        """Feed one tick: features [F] in, outputs float32 [O] returned (written into out, a
-        float32 C-contiguous [O] array, when given). A non-finite feature is refused and leaves
-        the stream as it was."""
+        """Feed one tick: features [F] in (any real dtype), outputs float32 [O] returned (a new
+        array; or written into out, an [O] array, and out returned). A non-finite feature is
+        refused and leaves the stream as it was. The features are copied (and rounded to f32)
+        into a buffer the stream owns and the outputs copied out of another, which costs less
+        than asking numpy for an array's address."""
         x = features
-        if type(x) is not np.ndarray or x.dtype != _F32 or not x.flags.c_contiguous:
-            x = as_f32(x, "features")
-        if x.shape != (self._F,):
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
+        if x.dtype.kind not in "fiu":
+            raise usage(f"features: dtype {x.dtype} is not a real number type (give float32 or "
+                        "float64)")
+        if x.shape != self._xshape:
             raise usage(f"features: shape {tuple(x.shape)}, expected [{self._F}] (the model's "
                         "n_features)")
-        if out is None:
-            y = np.empty(self._O, dtype=_F32)
-        else:
-            y = out
-            if type(y) is not np.ndarray or y.dtype != _F32 or y.shape != (self._O,) \
-                    or not y.flags.c_contiguous or not y.flags.writeable:
-                raise usage(f"out: expected a writable C-contiguous float32 array of shape "
-                            f"[{self._O}]")
+        if out is not None and (type(out) is not np.ndarray or out.shape != self._yshape):
+            raise usage(f"out: expected an array of shape [{self._O}]")
         if not self._lock.acquire(False):
             raise self._busy()
         try:
             if self._h is None:
                 raise usage("stream: closed")
-            rc = self._push(self._h, x.ctypes.data, y.ctypes.data)
+            self._xb[...] = x
+            rc = self._push(self._h, self._xp, self._yp)
             if rc:
                 raise fail(rc)
+            if out is None:
+                return self._yb.copy()
+            out[...] = self._yb
+            return out
         finally:
             self._lock.release()
-        return y
 
     def reset(self):
         """Forget every tick: the next push is a sequence's first row again."""
