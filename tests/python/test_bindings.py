@@ -175,3 +175,26 @@ def test_bindings_library(tmp):
     assert os.path.exists(kiln.library_path())
     s = repr(kiln.Model(fx.model()))
     assert "F=6, O=2" in s, s
+
+
+def test_bindings_device(tmp):
+    """device="cuda": on a machine with a GPU, the CUDA runtime's outputs to f32 rounding of the
+    CPU's; elsewhere the refusal `kiln infer --device cuda` prints (DEVICE or UNSUPPORTED)."""
+    x = kiln.read_dataset(fx.dataset()).features[:400]
+    try:
+        gpu = kiln.Model(fx.model(), device="cuda")
+    except kiln.Error as e:
+        assert e.code in (9, 13), (e.code, str(e))
+        want = fx.cli_error("infer", "--model", fx.model(), "--input", fx.dataset(), "--out",
+                            os.path.join(tmp, "o"), "--device", "cuda")
+        assert str(e) == want, (str(e), want)
+        expect_error(lambda: kiln.Model(fx.model(), device="cuda"), e.code)
+        return
+    with gpu, kiln.Model(fx.model()) as cpu:
+        assert gpu.device == "cuda:0"
+        want = cpu.forward(x)
+        scale = max(float(np.sqrt(np.mean(want ** 2))), 1e-6)
+        assert np.max(np.abs(gpu.forward(x) - want)) <= 1e-4 * scale
+        with gpu.stream() as s:
+            got = np.stack([s.push(r) for r in x[:50]])
+        assert np.max(np.abs(got - want[:50])) <= 1e-4 * scale
