@@ -10,8 +10,9 @@ which the Makefile keeps in build/bench/python.txt).
    difference is made of: the bare ctypes call (kiln_stream_push through ctypes with the
    pointers ready), the output array, the input's pointer.
 
-Every figure is a median of ROUNDS interleaved rounds; OPENBLAS_NUM_THREADS=1 for all (one
-core: the build machine is shared). Usage: bench_python.py BUILD_DIR."""
+Every figure is the best of ROUNDS interleaved rounds (on a shared machine the least disturbed
+round is the closest to the work's own cost; a median moves with the neighbours' load);
+OPENBLAS_NUM_THREADS=1 for all (one core). Usage: bench_python.py BUILD_DIR."""
 
 import os
 import shutil
@@ -33,9 +34,10 @@ import kiln  # noqa: E402
 from kiln import _lib  # noqa: E402
 
 KILN = os.path.join(BUILD, "kiln")
-ROUNDS = 7
+ROUNDS = 9
 ROWS = 20000
 PUSHES = 20000
+CHUNK = 1000
 
 
 def sh(*args):
@@ -79,7 +81,7 @@ def main():
             mm.forward(kiln.read_dataset(data).features)
 
     def c_side():
-        """bench_push once: kiln_stream_push (ns, mean over the rows) and kiln_model_forward (ms)."""
+        """bench_push once: kiln_stream_push (us, the fastest chunk) and kiln_model_forward (s)."""
         out = subprocess.run([os.path.join(BUILD, "bench_push"), model, data, "1"], check=True,
                              capture_output=True, text=True).stdout.split()
         got = dict(zip(out[::2], map(float, out[1::2])))
@@ -98,8 +100,7 @@ def main():
     with open(out, "rb") as f:
         infer_bytes = f.read()
     assert m.forward(x).tobytes() in infer_bytes, "forward differs from kiln infer"
-    cli, py_whole, py_fwd, ct_fwd, c_fwd = map(statistics.median,
-                                               (cli, py_whole, py_fwd, ct_fwd, c_fwd))
+    cli, py_whole, py_fwd, ct_fwd, c_fwd = map(min, (cli, py_whole, py_fwd, ct_fwd, c_fwd))
 
     # ---- stream ----
     xs = [np.ascontiguousarray(r) for r in x[:PUSHES]]
@@ -110,46 +111,49 @@ def main():
     xptr = [r.ctypes.data for r in xs]
     cpush, cticks = L.kiln_stream_push, L.kiln_stream_ticks
 
-    def py_push():
-        for r in xs:
+    def py_push(a, b):
+        for r in xs[a:b]:
             push(r)
 
-    def py_push_out():
-        for r in xs:
+    def py_push_out(a, b):
+        for r in xs[a:b]:
             push(r, out=o)
 
-    def ct_push():
-        for p in xptr:
+    def ct_push(a, b):
+        for p in xptr[a:b]:
             cpush(sp, p, op)
 
-    def ct_noop():  # a ctypes call that does nothing: the bare price of crossing into C
-        for _ in xptr:
+    def ct_noop(a, b):  # a ctypes call that does nothing: the bare price of crossing into C
+        for _ in xptr[a:b]:
             cticks(sp)
 
-    def np_empty():
-        for _ in xptr:
+    def np_empty(a, b):
+        for _ in xptr[a:b]:
             np.empty(2, np.float32)
 
-    def np_ptr():
-        for r in xs:
+    def np_ptr(a, b):
+        for r in xs[a:b]:
             r.ctypes.data
 
-    runs = {k: [] for k in ("push", "push_out", "ctypes_push", "ctypes_noop", "np_empty",
-                            "np_ptr")}
+    # Each figure: one call's mean over the fastest CHUNK consecutive calls, as bench_push
+    # times the C push.
+    per = {k: float("inf") for k in ("push", "push_out", "ctypes_push", "ctypes_noop",
+                                     "np_empty", "np_ptr")}
     for _ in range(ROUNDS):  # interleaved with the C side's pushes
         c_push.append(c_side()[0])
         for name, fn in (("push", py_push), ("push_out", py_push_out), ("ctypes_push", ct_push),
                          ("ctypes_noop", ct_noop), ("np_empty", np_empty), ("np_ptr", np_ptr)):
             s.reset()
-            runs[name].append(median_time(fn, 1) / PUSHES * 1e6)
-    per = {k: statistics.median(v) for k, v in runs.items()}
-    c_push = statistics.median(c_push)
+            for k in range(0, PUSHES, CHUNK):
+                t = median_time(lambda: fn(k, k + CHUNK), 1) / CHUNK * 1e6
+                per[name] = min(per[name], t)
+    c_push = min(c_push)
     s.close()
     m.close()
     shutil.rmtree(tmp, ignore_errors=True)
 
     r = lambda a, b: a / b  # noqa: E731
-    print(f"kiln Python bindings against C, same run (OPENBLAS_NUM_THREADS=1, medians of {ROUNDS})")
+    print(f"kiln Python bindings against C, same run (OPENBLAS_NUM_THREADS=1, best of {ROUNDS} interleaved rounds)")
     print(f"model: kiln-tsmoe/1 F=8 O=2 D={m.config['d_model']} L={m.config['n_layers']} "
           f"E={m.config['n_experts']} K={m.config['top_k']}; data: {ROWS} rows (kiln data synth)")
     print()
@@ -163,7 +167,7 @@ def main():
     print(f"  kiln_model_forward in C (bench_push)   {c_fwd * 1e3:9.2f} ms   "
           f"Model.forward is {r(py_fwd, c_fwd):.3f}x C")
     print()
-    print(f"one Stream.push, mean over {PUSHES} ticks of one stream (C: over the {ROWS} rows)")
+    print(f"one Stream.push: the mean over the fastest {CHUNK} consecutive ticks of {ROUNDS} passes over {PUSHES}")
     print(f"  kiln_stream_push in C (bench_push)     {c_push:9.3f} us")
     print(f"  Stream.push (new output array)         {per['push']:9.3f} us   "
           f"{r(per['push'], c_push):.2f}x C, +{per['push'] - c_push:.3f} us")
