@@ -11,12 +11,13 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl \
-            python3-numpy python3-torch python3-pandas python3-pip python3-setuptools python3-venv
-# The Python suite (tests/python) runs Debian's interpreter with Debian's modules: probed by import
-# (setuptools first: imported after torch, its distutils hack fails).
-PY_MODULES := setuptools, pip, ensurepip, numpy, pandas, torch
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl
 TOOLS := sqlite3 minisign mpirun curl openssl
+# The Python package (python/kiln, tests/python): Debian's interpreter and its numpy and torch
+# (kiln.torch), probed by importing them with /usr/bin/python3.
+PY_DEB_PKGS := python3 python3-numpy python3-torch
+DEB_PKGS += $(PY_DEB_PKGS)
+PY_PROBE := /usr/bin/python3 -c 'import numpy, torch'
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c
@@ -111,8 +112,8 @@ deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
-	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG) || \
-	   ! /usr/bin/python3 -c 'import $(PY_MODULES)' 2>/dev/null; then \
+	$(PY_PROBE) >/dev/null 2>&1 || missing=1; \
+	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -255,6 +256,13 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 
 # The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
+
+# The Python bindings' tests (tests/python/test_bindings*, test_dataset*, test_runs*) also use
+# pandas, and pip, setuptools and venv (pip install ./python into a virtual environment): added
+# to the packages and the probe of the deps stamp above. setuptools is imported first: imported
+# after torch, its distutils hack fails.
+DEB_PKGS += python3-pandas python3-pip python3-setuptools python3-venv
+PY_PROBE := /usr/bin/python3 -c 'import setuptools, pip, ensurepip, numpy, pandas, torch'
 
 # The Python bindings against C on the same model and rows (bench/bench_python.py, with
 # bench_push: kiln_stream_push and kiln_model_forward through kiln.h only).
