@@ -198,3 +198,28 @@ def test_bindings_device(tmp):
         with gpu.stream() as s:
             got = np.stack([s.push(r) for r in x[:50]])
         assert np.max(np.abs(got - want[:50])) <= 1e-4 * scale
+
+
+def test_bindings_lifetimes(tmp):
+    """Objects own their handles: a stream keeps its model alive, collection frees both, a
+    stream busy on another thread is refused rather than shared, close() is final."""
+    x = kiln.read_dataset(fx.dataset()).features[:20]
+    s = kiln.Model(fx.model()).stream()  # the model's only reference is the stream's
+    want = np.stack([s.push(r) for r in x])
+    del s
+    for _ in range(50):  # open and drop without close: freed by collection
+        m = kiln.Model(fx.model())
+        m.stream().push(x[0])
+    with kiln.Model(fx.model()) as m:
+        s, t = m.stream(), m.stream()
+        assert np.stack([s.push(r) for r in x]).tobytes() == want.tobytes()
+        s._lock.acquire()  # as a push in flight on another thread holds it
+        try:
+            expect_error(lambda: s.push(x[0]), 5, ["in use by another thread"])
+            expect_error(lambda: kiln.push_many([t, s], x[:2]), 5, ["in use by another thread"])
+            assert t.ticks == 0, "push_many changed a stream before refusing"
+        finally:
+            s._lock.release()
+        m.close()
+        expect_error(lambda: s.push(x[0]), 5, ["closed"])
+        expect_error(lambda: m.stream(), 5, ["closed"])
