@@ -11,10 +11,14 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl
-TOOLS := sqlite3 minisign mpirun curl openssl
-# The Python package (python/kiln, tests/python): Debian's interpreter and its numpy and torch
-# (kiln.torch), probed by importing them with /usr/bin/python3.
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl slurm-wlm munge
+TOOLS := sqlite3 minisign mpirun curl openssl sbatch slurmctld slurmd munged
+# slurm-wlm and munge: tests/e2e/46-sweep.sh starts a single-node Slurm cluster of its own
+# (tests/slurm/cluster.sh) to run kiln sweep on; kiln itself only runs sbatch, squeue,
+# scontrol and srun as commands.
+# The Python package (python/kiln, tests/python) and the model's float64 reference (tests/ref):
+# Debian's interpreter and its numpy and torch (kiln.torch), probed by importing them with
+# /usr/bin/python3.
 PY_DEB_PKGS := python3 python3-numpy python3-torch
 DEB_PKGS += $(PY_DEB_PKGS)
 PY_PROBE := /usr/bin/python3 -c 'import numpy, torch'
@@ -38,7 +42,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-MODULES := core kernels kernels/cpu train runtime export validate sign registry web
+MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -66,7 +70,7 @@ DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c train/nccl_dl.c)
 # kernels/cuda/*.c: host code against the toolkit's headers (cuBLAS opened on first use).
 LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c train/nccl_dl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c web/*.c) \
+                              validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c) \
                     $(if $(NVCC),$(wildcard kernels/cuda/*.c))))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
@@ -121,6 +125,15 @@ $(DEPS_STAMP):
 	fi
 	@touch $@
 
+# The test vectors (tests/vectors/tsmoe-*) from the float64 reference of docs/model.md;
+# `make test` recomputes them and fails where the committed files disagree with what it computes.
+# SHARED_VECTORS: an independently made set, checked against the same reference when present.
+REF := /usr/bin/python3 tests/ref/tsmoe_ref.py
+SHARED_VECTORS ?= ../shared/vectors
+.PHONY: vectors
+vectors: $(DEPS_STAMP)
+	$(REF) tests/vectors
+
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	@echo "  CC      $<"
@@ -135,8 +148,16 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libkiln.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(ALL_LIBS)
+# libkiln.so exports what include/kiln.h declares (KILN_API) and nothing else: a version
+# script made from the header's declarations (tests/e2e/05-exports.sh checks the result). The
+# CLI and the tests link the static library, which keeps every symbol.
+$(BUILD)/libkiln.map: include/kiln.h
+	@mkdir -p $(BUILD)
+	@{ echo '{ global:'; grep -o 'KILN_API[^(]*(' $< | grep -v __attribute__ | \
+	   sed 's/ *($$//; s/.*[ *]//; s/$$/;/'; echo 'local: *; };'; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/libkiln.so: $(LIB_OBJ) $(BUILD)/libkiln.map
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=$(BUILD)/libkiln.map -o $@ $(LIB_OBJ) $(ALL_LIBS)
 
 $(BUILD)/libkiln_dist.a: $(DIST_OBJ)
 	@rm -f $@
@@ -277,6 +298,11 @@ bench-python: $(BUILD)/kiln $(BUILD)/libkiln.so $(BUILD)/bench_push
 	@cat $(BUILD)/bench/python.txt
 
 test: all $(BENCH_BINS)
+	@echo "== the reference vectors (tests/ref) against docs/model.md's float64 reference"
+	$(REF) --check tests/vectors
+	@if [ -f $(SHARED_VECTORS)/tsmoe-moe.io.safetensors ]; then \
+	  echo "== the reference against the independent vectors in $(SHARED_VECTORS)"; \
+	  $(REF) --check $(SHARED_VECTORS); fi
 	@echo "== C suite"
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"

@@ -52,6 +52,10 @@ static const command commands[] = {
     {"runs plot", cmd_runs_plot, "draw a run's metrics over its steps (several runs overlaid)"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
     {"sign", cmd_sign, "sign a file (minisign format)"},
+    /* "sweep job" and "sweep status" before "sweep": the first row whose words match runs. */
+    {"sweep job", cmd_sweep_job, "run one point of a sweep (what its batch job runs)"},
+    {"sweep status", cmd_sweep_status, "each point of a sweep: state, scheduler, step, best loss"},
+    {"sweep", cmd_sweep, "train a spec's grid of runs as Slurm jobs or a local pool (resumable)"},
     {"train", cmd_train, "train a model, or resume a run"},
     {"trust put", cmd_trust_put, "give a registry the next signed version of its trust policy"},
     {"trust sign", cmd_trust_sign, "sign a version of the trust policy with a root key"},

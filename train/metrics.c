@@ -242,3 +242,19 @@ fail:
     sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
 }
+
+kiln_err kiln_run_event_add(const char *run_dir, long step, const char *kind, const char *message) {
+    char *path = kiln_path_join(run_dir, "metrics.db");
+    if (!path) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    /* Only an existing log: a directory that is no run yet gets no metrics.db from here. */
+    kiln_err rc = kiln_path_exists(path)
+                      ? KILN_OK
+                      : kiln_fail(KILN_ERR_NOTFOUND, "'%s': no metrics.db to record an event in",
+                                  run_dir);
+    kiln_metrics *mx = NULL;
+    if (!rc) rc = kiln_metrics_open(path, false, &mx);
+    if (!rc) rc = kiln_metrics_event(mx, step, kind, message);
+    kiln_metrics_close(mx);
+    free(path);
+    return rc;
+}

@@ -403,6 +403,11 @@ typedef struct kiln_run_info {
  * Release with kiln_run_info_release. */
 kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out);
 void kiln_run_info_release(kiln_run_info *info);
+/* Append an event to a run's log (metrics.db's events table) from outside the trainer: a
+ * launcher's record of a preemption or a requeue (kiln sweep). step: the step it belongs to;
+ * a resume deletes the events after its checkpoint, so a launcher uses the newest checkpoint's
+ * step. KILN_ERR_NOTFOUND when the run has no metrics.db yet. */
+kiln_err kiln_run_event_add(const char *run_dir, long step, const char *kind, const char *message);
 /* Whether a trainer holds the run directory now (its OFD lock on RUN_DIR/.lock, tested
  * without taking anything: a reader never makes a trainer wait or fail). No .lock: false. */
 kiln_err kiln_run_live(const char *run_dir, bool *live);
