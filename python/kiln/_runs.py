@@ -21,22 +21,26 @@ from ._lib import check, lib, usage
 Checkpoint = collections.namedtuple("Checkpoint", "step path")
 Checkpoint.__doc__ = "A checkpoint of a run: its step and the path of its safetensors file."
 
-# metrics.db (train/metrics.c): each table's columns as (name, kind), kind "i" an INTEGER
-# (NULL read as -1), "f" a REAL (NULL read as NaN), "s" TEXT, "j" a JSON array of reals.
-TABLES = {
-    "steps": ("step", [("step", "i"), ("time", "f"), ("loss", "f"), ("mse", "f"),
-                       ("load_balance", "f"), ("z", "f"), ("lr", "f"), ("grad_norm", "f"),
-                       ("applied", "i"), ("tokens_per_s", "f"), ("max_abs_output", "f"),
-                       ("val_loss", "f"), ("val_r2", "f")]),
-    "layers": ("step, layer", [("step", "i"), ("layer", "i"), ("attn_entropy", "f"),
-                               ("router_entropy", "f"), ("load_imbalance", "f"),
-                               ("dead_experts", "i"), ("overflow", "f"), ("act_rms", "f"),
-                               ("expert_load", "j")]),
-    "tensors": ("step, name", [("step", "i"), ("name", "s"), ("grad_norm", "f"),
-                               ("update_ratio", "f")]),
-    "events": ("id", [("id", "i"), ("step", "i"), ("time", "f"), ("kind", "s"),
-                      ("message", "s")]),
-}
+# metrics.db (train/metrics.c) is read by its own schema, so that a table or column the trainer
+# adds comes through without a change here: each column by its declared type, INTEGER as int64
+# (NULL read as -1), REAL as float64 (NULL read as NaN), TEXT as a unicode field, and
+# layers.expert_load (a JSON array of reals in TEXT) as float64 [E]; rows in primary-key order.
+_KINDS = {"INTEGER": "i", "REAL": "f", "TEXT": "s"}
+
+
+def _schema(con):
+    """{table: (order, [(column, kind)])} for every table of the database."""
+    out = {}
+    names = [r[0] for r in con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "ORDER BY name")]
+    for t in names:
+        info = con.execute(f"PRAGMA table_info(\"{t}\")").fetchall()  # cid, name, type, _, _, pk
+        cols = [(r[1], "j" if (t, r[1]) == ("layers", "expert_load")
+                 else _KINDS.get(str(r[2]).upper(), "s")) for r in info]
+        pk = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]]
+        out[t] = (", ".join(f'"{c}"' for c in pk) or "rowid", cols)
+    return out
 
 
 class Table(np.ndarray):
@@ -53,10 +57,9 @@ class Table(np.ndarray):
         return pd.DataFrame(cols)
 
 
-def _select(con, table):
-    order, cols = TABLES[table]
-    sql = ", ".join(f"coalesce({n}, -1)" if k == "i" else n for n, k in cols)
-    rows = con.execute(f"SELECT {sql} FROM {table} ORDER BY {order}").fetchall()
+def _select(con, table, order, cols):
+    sql = ", ".join(f'coalesce("{n}", -1)' if k == "i" else f'"{n}"' for n, k in cols)
+    rows = con.execute(f'SELECT {sql} FROM "{table}" ORDER BY {order}').fetchall()
     fields, data = [], []
     for i, (name, kind) in enumerate(cols):
         col = [r[i] for r in rows]
@@ -129,15 +132,18 @@ class Run:
         except sqlite3.Error as e:
             raise _lib.Error(f"'{db}': cannot open: {e}", _lib.ERR_IO) from None
 
-    def metrics(self, tables=("steps", "layers", "tensors", "events")):
-        """The metrics tables named, as a dict of Table, read in one read transaction."""
-        for t in tables:
-            if t not in TABLES:
-                raise usage(f"no metrics table {t!r} (tables: {', '.join(TABLES)})")
+    def metrics(self, tables=None):
+        """The metrics tables named (None: every table metrics.db holds, at least steps,
+        layers, tensors and events), as a dict of Table, read in one read transaction."""
         con = self._connect()
         try:
             con.execute("BEGIN")
-            out = {t: _select(con, t) for t in tables}
+            schema = _schema(con)
+            for t in tables or ():
+                if t not in schema:
+                    raise usage(f"no metrics table {t!r} in '{self.dir}/metrics.db' (tables: "
+                                f"{', '.join(schema)})")
+            out = {t: _select(con, t, *schema[t]) for t in (tables or schema)}
             con.execute("COMMIT")
             return out
         except sqlite3.Error as e:

@@ -26,26 +26,31 @@ def sqlite_rows(db, table, cols, order):
     return [r.split("\x1f") for r in out.split("\x1e") if r]
 
 
-ORDER = {"steps": "step", "layers": "step, layer", "tensors": "step, name", "events": "id"}
+def sqlite_tables(db):
+    """{table: (order, [(column, kind)])} from the schema, as the sqlite3 shell reads it: kind f
+    (REAL), i (INTEGER), s (TEXT), j (expert_load, a JSON array in TEXT); order the primary
+    key."""
+    def shell(sql):
+        return subprocess.run(["sqlite3", "-readonly", "-separator", "|", db, sql],
+                              capture_output=True, text=True, check=True).stdout.splitlines()
 
-
-def sqlite_columns(db, table):
-    """[(column, kind)] from the schema: kind f (REAL), i (INTEGER), s (TEXT), j (expert_load,
-    a JSON array in TEXT)."""
-    out = subprocess.run(["sqlite3", "-readonly", "-separator", "|", db,
-                          f"PRAGMA table_info({table})"], capture_output=True, text=True,
-                         check=True).stdout
     kinds = {"REAL": "f", "INTEGER": "i", "TEXT": "s"}
-    cols = [(r.split("|")[1], kinds[r.split("|")[2]]) for r in out.splitlines()]
-    return [(c, "j" if c == "expert_load" else k) for c, k in cols]
+    out = {}
+    for t in shell("SELECT name FROM sqlite_master WHERE type = 'table'"):
+        info = [r.split("|") for r in shell(f"PRAGMA table_info({t})")]
+        cols = [(r[1], "j" if r[1] == "expert_load" else kinds[r[2]]) for r in info]
+        pk = [r[1] for r in sorted(info, key=lambda r: int(r[5])) if int(r[5])]
+        out[t] = (", ".join(pk), cols)
+    return out
 
 
 def test_runs_metrics_equal_sqlite3(tmp):
     run = kiln.Run(fx.run())
     db = os.path.join(fx.run(), "metrics.db")
     tables = run.metrics()
-    for name, order in ORDER.items():
-        cols = sqlite_columns(db, name)
+    schema = sqlite_tables(db)
+    assert {"steps", "layers", "tensors", "events"} <= set(schema) and set(tables) == set(schema)
+    for name, (order, cols) in schema.items():
         want = sqlite_rows(db, name, cols, order)
         got = tables[name]
         assert len(want) == len(got) > 0, (name, len(want), len(got))
