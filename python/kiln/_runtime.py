@@ -38,11 +38,6 @@ def parse_device(device):
     raise usage(f"device must be cpu, cuda or cuda:N, not {device!r}")
 
 
-def _first_nonfinite(x):
-    i = np.unravel_index(int(np.argmin(np.isfinite(x).ravel())), x.shape)
-    return tuple(int(k) for k in i), float(x[i])
-
-
 class Model:
     """A frozen kiln-tsmoe/1 model: kiln_model_open_opts on a model directory (or its
     model.safetensors), with every check it makes. Read-only once open: forward and
@@ -86,9 +81,10 @@ class Model:
     def forward(self, features):
         """Outputs float32 [S, O] for features [S, F], or [B, S, O] for [B, S, F] (any real
         dtype, contiguous or not; float32 C-contiguous input is not copied). Each sequence
-        starts from its first row and is computed as `kiln infer` computes a file of those rows
-        (kiln_model_forward with B = 1), so the outputs are bit for bit what it writes. Non-
-        finite inputs are refused naming the position."""
+        starts from its first row. One kiln_model_forward call over all B sequences: the runtime
+        gives a row the same bits whatever rows share its batch (docs/runtime.md), so each
+        sequence's outputs are bit for bit what `kiln infer` writes for a file of its rows.
+        Non-finite inputs are refused naming the position."""
         x = as_f32(features, "features")
         F, O = self.n_features, self.n_outputs
         if x.ndim not in (2, 3) or x.shape[-1] != F or 0 in x.shape:
@@ -97,15 +93,12 @@ class Model:
         B, S = (1, x.shape[0]) if x.ndim == 2 else x.shape[:2]
         if S > 1 << 30:
             raise Error(f"features: {S} rows is more than one sequence may hold", _lib.ERR_USAGE)
-        if B > 1 and not np.isfinite(x).all():
-            (b, s, f), v = _first_nonfinite(x)
-            raise Error(f"input [{b},{s},{f}] is not finite ({v:g})", _lib.ERR_NUMERIC)
         y = np.empty((B, S, O), dtype=_F32)
-        fwd = lib().kiln_model_forward
-        xp, yp = x.ctypes.data, y.ctypes.data
+        if B * S > 1 << 30:
+            raise Error(f"features: {B} x {S} rows is more than one call may hold",
+                        _lib.ERR_USAGE)
         with self._use() as h:
-            for b in range(B):
-                check(fwd(h, xp + b * S * F * 4, 1, S, yp + b * S * O * 4))
+            check(lib().kiln_model_forward(h, x.ctypes.data, B, S, y.ctypes.data))
         return y[0] if x.ndim == 2 else y
 
     __call__ = forward

@@ -46,7 +46,8 @@ def test_bindings_forward_bitwise_infer(tmp):
 
 
 def test_bindings_forward_batch_bitwise_infer(tmp):
-    """[B, S, F]: each sequence is what `kiln infer` gives for a file of its rows."""
+    """[B, S, F] in one call: each sequence is what `kiln infer` gives for a file of its rows
+    (a row's bits do not depend on the rows batched with it, docs/runtime.md)."""
     x = kiln.read_dataset(fx.dataset()).features
     seqs = np.stack([x[0:300], x[1000:1300], x[2500:2800]])
     with kiln.Model(fx.model()) as m:
@@ -55,6 +56,17 @@ def test_bindings_forward_batch_bitwise_infer(tmp):
         for b in range(3):
             want = fx.infer(fx.model(), seqs[b], tmp)
             assert y[b].tobytes() == want.tobytes(), f"sequence {b} differs from kiln infer"
+        # Longer than a block (1024 rows): each sequence is cut into chunks.
+        long = np.stack([x[0:1100], x[1500:2600]])
+        y = m.forward(long)
+        for b in range(2):
+            want = fx.infer(fx.model(), long[b], tmp)
+            assert y[b].tobytes() == want.tobytes(), f"long sequence {b} differs from kiln infer"
+    with kiln.Model(fx.model("bf16")) as m:
+        y = m.forward(seqs)
+        for b in range(3):
+            want = fx.infer(fx.model("bf16"), seqs[b], tmp)
+            assert y[b].tobytes() == want.tobytes(), f"bf16 sequence {b} differs from kiln infer"
 
 
 def test_bindings_bf16_bitwise_infer(tmp):
