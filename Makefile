@@ -259,6 +259,7 @@ bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	$(BUILD)/bench_train > $(BUILD)/bench/train.txt.tmp && mv $(BUILD)/bench/train.txt.tmp $(BUILD)/bench/train.txt
 	@cat $(BUILD)/bench/train.txt
 	@$(MAKE) --no-print-directory bench-web
+	@$(MAKE) --no-print-directory bench-python
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
@@ -277,6 +278,25 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 # The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
 
+# The Python bindings' tests (tests/python/test_bindings*, test_dataset*, test_runs*) also use
+# pandas, and pip, setuptools and venv (pip install ./python into a virtual environment): added
+# to the packages and the probe of the deps stamp above. setuptools is imported first: imported
+# after torch, its distutils hack fails.
+DEB_PKGS += python3-pandas python3-pip python3-setuptools python3-venv
+PY_PROBE := /usr/bin/python3 -c 'import setuptools, pip, ensurepip, numpy, pandas, torch'
+
+# The Python bindings against C on the same model and rows (bench/bench_python.py, with
+# bench_push: kiln_stream_push and kiln_model_forward through kiln.h only).
+.PHONY: bench-python
+BENCH_BINS += $(BUILD)/bench_push
+$(BUILD)/bench_push: $(BUILD)/obj/bench/bench_push.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench-python: $(BUILD)/kiln $(BUILD)/libkiln.so $(BUILD)/bench_push
+	@mkdir -p $(BUILD)/bench
+	KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 bench/bench_python.py $(BUILD) > $(BUILD)/bench/python.txt.tmp && mv $(BUILD)/bench/python.txt.tmp $(BUILD)/bench/python.txt
+	@cat $(BUILD)/bench/python.txt
+
 test: all $(BENCH_BINS)
 	@echo "== the reference vectors (tests/ref) against docs/model.md's float64 reference"
 	$(REF) --check tests/vectors
@@ -287,6 +307,8 @@ test: all $(BENCH_BINS)
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"
 	KILN=$(abspath $(BUILD)/kiln) tests/e2e/run-all
+	@echo "== Python (python/kiln over $(BUILD)/libkiln.so)"
+	KILN=$(abspath $(BUILD)/kiln) KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 tests/python/run.py
 	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer"
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \

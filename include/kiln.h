@@ -300,6 +300,56 @@ KILN_API void kiln_watch_stop(kiln_watch *w);
  * "A service's metrics"). Takes the watch's lock briefly; no I/O. */
 KILN_API char *kiln_watch_metrics(kiln_watch *w);
 
+/* ---- datasets and runs, for bindings (train/api.c; docs/python.md) ----
+ *
+ * What a notebook reads and writes, through the code the CLI runs: a dataset written here is
+ * byte for byte what `kiln data import` writes for the same numbers and names, and the runs
+ * list is the text `kiln runs list --json` prints. Nothing here prints. */
+
+typedef struct kiln_data kiln_data; /* opaque: a dataset file, loaded and checked */
+
+/* Write a dataset file (docs/data.md): `features` [rows,F] and `targets` [rows,O] F32, and,
+ * when feature_names [F] and target_names [O] are given, kiln.columns with those names
+ * (both or neither: one alone is KILN_ERR_USAGE). Refused before anything is written: no
+ * rows, a non-finite value (naming its row and column), a name empty or used twice. Written
+ * atomically (temp file, fsync, rename): on any failure an existing file stays as it was. */
+KILN_API kiln_err kiln_data_write(const char *path, size_t rows, int n_features, int n_outputs,
+                                  const float *features, const float *targets,
+                                  const char *const *feature_names,
+                                  const char *const *target_names) KILN_MUST_CHECK;
+/* Open a dataset with every check kiln train makes (docs/data.md, "Validation"); the values
+ * are copied out and the file closed. Free *out with kiln_data_free. */
+KILN_API kiln_err kiln_data_open(const char *path, kiln_data **out) KILN_MUST_CHECK;
+/* Free a dataset (NULL does nothing). */
+KILN_API void kiln_data_free(kiln_data *d);
+/* Rows, feature and target columns (each pointer may be NULL). */
+KILN_API void kiln_data_shape(const kiln_data *d, size_t *rows, int *n_features, int *n_outputs);
+/* features [rows,F] and targets [rows,O]; owned by d, valid until kiln_data_free. */
+KILN_API const float *kiln_data_features(const kiln_data *d);
+KILN_API const float *kiln_data_targets(const kiln_data *d);
+/* Name of feature (target 0) or target (target 1) column i from kiln.columns; NULL when the
+ * file has no kiln.columns or i is out of range. Owned by d. */
+KILN_API const char *kiln_data_column(const kiln_data *d, int target, int i);
+/* SHA-256 of the file's bytes, lowercase hex (what sha256sum prints); owned by d. */
+KILN_API const char *kiln_data_sha256(const kiln_data *d);
+
+/* One run directory as JSON text (caller frees with kiln_free): {"dir", "run": run.json,
+ * "state": "finished" | "running" | "interrupted" | "diverged" | "failed", "message" (the
+ * trainer's, for diverged and failed; else null), "step" (the newest logged; 0 none),
+ * "checkpoints": [{"step", "path"}] ascending, "best_checkpoint": the step of the one
+ * `kiln export --best` takes, or null}. Read-only, as `kiln runs show` reads: a run being
+ * trained may be read. A directory without run.json fails naming it. */
+KILN_API kiln_err kiln_run_read(const char *run_dir, char **json) KILN_MUST_CHECK;
+/* `kiln runs list --json PATH...` with its --where (n_where "KEY=VALUE" filters), --sort
+ * (NULL: val_loss) and --top (0: all): the same text, format "kiln-runs-list/1", into *json
+ * (caller frees with kiln_free). A run that cannot be read is a row in state "error", not a
+ * failure; a path that is no run and holds none, a bad filter or sort key fail. */
+KILN_API kiln_err kiln_runs_list(const char *const *paths, size_t n_paths,
+                                 const char *const *where, size_t n_where, const char *sort,
+                                 size_t top, char **json) KILN_MUST_CHECK;
+/* Free what a kiln_run_read or kiln_runs_list returned (NULL does nothing). */
+KILN_API void kiln_free(void *p);
+
 #ifdef __cplusplus
 }
 #endif
