@@ -17,11 +17,14 @@ TOOLS := sqlite3 minisign mpirun curl openssl sbatch slurmctld slurmd munged
 # (tests/slurm/cluster.sh) to run kiln sweep on; kiln itself only runs sbatch, squeue,
 # scontrol and srun as commands.
 # The Python package (python/kiln, tests/python) and the model's float64 reference (tests/ref):
-# Debian's interpreter and its numpy and torch (kiln.torch), probed by importing them with
-# /usr/bin/python3.
-PY_DEB_PKGS := python3 python3-numpy python3-torch
+# Debian's interpreter and its numpy and torch (kiln.torch); the bindings' tests also use pandas,
+# and pip, setuptools and venv (pip install ./python into a virtual environment). Probed by
+# importing them with /usr/bin/python3; setuptools first: imported after torch, its distutils
+# hack fails.
+PY_DEB_PKGS := python3 python3-numpy python3-torch python3-pandas python3-pip python3-setuptools \
+               python3-venv
 DEB_PKGS += $(PY_DEB_PKGS)
-PY_PROBE := /usr/bin/python3 -c 'import numpy, torch'
+PY_PROBE := /usr/bin/python3 -c 'import setuptools, pip, ensurepip, numpy, pandas, torch'
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c
@@ -277,13 +280,6 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 
 # The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
-
-# The Python bindings' tests (tests/python/test_bindings*, test_dataset*, test_runs*) also use
-# pandas, and pip, setuptools and venv (pip install ./python into a virtual environment): added
-# to the packages and the probe of the deps stamp above. setuptools is imported first: imported
-# after torch, its distutils hack fails.
-DEB_PKGS += python3-pandas python3-pip python3-setuptools python3-venv
-PY_PROBE := /usr/bin/python3 -c 'import setuptools, pip, ensurepip, numpy, pandas, torch'
 
 # The Python bindings against C on the same model and rows (bench/bench_python.py, with
 # bench_push: kiln_stream_push and kiln_model_forward through kiln.h only).
