@@ -197,6 +197,16 @@ static kiln_err setup(trainer *t) {
         return KILN_ERR_NOMEM;
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
     KILN_TRY(setup_dist(t));
+    if (!t->dev) {
+        /* Before OpenBLAS starts threads or maps a buffer: where it cannot, it spins. */
+        uint64_t bytes = kiln_tsmoe_bytes(t->m) + (t->mom ? 2 * t->numel * sizeof(float) : 0) +
+                         (size_t)B * S * (F + O) * sizeof(float) +
+                         (t->shard_block ? t->k * kiln_dist_padded(t->comm->size, t->numel) *
+                                               sizeof(float) : 0);
+        char what[64];
+        snprintf(what, sizeof what, "batch_size %d", B);
+        KILN_TRY(kiln_train_check_memory(bytes, c->threads, what));
+    }
     openblas_set_num_threads(c->threads);
     return KILN_OK;
 }
