@@ -96,6 +96,12 @@ kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *w
     uint64_t used_workers = (uint64_t)((threads < started ? threads : started) - 1);
     uint64_t blas = buf + new_threads * (buf + stack_bytes) + used_workers * buf;
     const uint64_t spare = KILN_TRAIN_SPARE_BYTES;
+    kiln_debug("train: memory: %.0f MiB of address space and %.0f MiB of data in use once set "
+               "up (%.0f MiB of kiln's buffers for %s); the steps need %.0f MiB more (OpenBLAS "
+               "with %d thread%s, and spare)",
+               (double)proc_status_kb("VmSize:") / MIB, (double)proc_status_kb("VmData:") / MIB,
+               (double)kiln_bytes / MIB, what, (double)(blas + spare) / MIB, threads,
+               threads > 1 ? "s" : "");
     struct rlimit rl;
     static const struct {
         int res;
