@@ -727,3 +727,46 @@ KILN_TEST(validate_bad_inputs) {
 out:
     fixture_free(&f);
 }
+
+/* A card whose config is not the model file's (issue 16): validation would vouch for a model
+ * that the card misdescribes. Refused, naming the card, the key and both values, with no
+ * report written; a card without a config is refused too; the card as exported passes. */
+KILN_TEST(validate_card_config_must_match_model) {
+    fixture f = {0};
+    json_t *card = NULL, *orig = NULL, *rep = NULL;
+    char *cp = NULL, *vp = NULL;
+    if (!CHECK("fixture", fixture_make(&f, 4, 2))) goto out;
+    cp = join(f.model, "card.json");
+    vp = join(f.model, "validation.json");
+    if (!CHECK("card", kiln_json_load_file(cp, &card) == KILN_OK)) goto out;
+    orig = json_deep_copy(json_object_get(card, "config"));
+    json_t *cfg = json_object_get(card, "config");
+    json_int_t d = json_integer_value(json_object_get(cfg, "d_model"));
+    json_object_set_new(cfg, "d_model", json_integer(2 * d));
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    kiln_err rc = validate(f.model, f.data, NULL, NULL, &rep);
+    CHECK("a card with another d_model is refused, naming the key",
+          rc == KILN_ERR_FORMAT && !rep && strstr(kiln_errmsg(), "card.json") &&
+              strstr(kiln_errmsg(), "'d_model'") && strstr(kiln_errmsg(), "model.safetensors"));
+    json_object_set_new(cfg, "d_model", json_integer(d));
+    json_object_set_new(cfg, "norm_eps", json_real(1e-3));
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("another norm_eps is refused",
+          validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_FORMAT && !rep &&
+              strstr(kiln_errmsg(), "'norm_eps'"));
+    json_object_del(card, "config");
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("a card without a config is refused",
+          validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_FORMAT && !rep &&
+              strstr(kiln_errmsg(), "\"config\""));
+    CHECK("no report written", !kiln_path_exists(vp));
+    json_object_set(card, "config", orig);
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("the card as exported passes", validate(f.model, f.data, NULL, NULL, &rep) == KILN_OK);
+out:
+    json_decref(card);
+    json_decref(orig);
+    json_decref(rep);
+    free(cp), free(vp);
+    fixture_free(&f);
+}

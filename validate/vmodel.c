@@ -48,6 +48,40 @@ static kiln_err load_weights(vmodel *m, const kiln_st *st) {
     return KILN_OK;
 }
 
+/* The card's "config" must be the model file's (kiln.config): a card that describes another
+ * model (edited, or copied beside the wrong weights) would have validation vouch for what
+ * it says. Compared key by key after both are parsed (so 1e-05 and 1e-5 agree); the first
+ * key that differs is named with both values. */
+static kiln_err card_config_matches(const vmodel *m, const char *card) {
+    const json_t *cj = json_object_get(m->card, "config");
+    KILN_FAIL_IF(!json_is_object(cj), KILN_ERR_FORMAT, "'%s': \"config\" is missing or not an object",
+                 card);
+    char *label = kiln_asprintf("%s: config", card);
+    if (!label) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_model_config cc;
+    kiln_err rc = kiln_model_config_parse(cj, label, &cc);
+    free(label);
+    if (rc) return rc;
+    json_t *want = kiln_model_config_json(&m->cfg), *got = kiln_model_config_json(&cc);
+    const char *key;
+    json_t *wv;
+    if (!want || !got) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    json_object_foreach(want, key, wv) {
+        if (rc) break;
+        const json_t *gv = json_object_get(got, key);
+        if (gv && json_equal(wv, gv)) continue;
+        char *a = json_dumps(gv, JSON_ENCODE_ANY), *b = json_dumps(wv, JSON_ENCODE_ANY);
+        rc = kiln_fail(KILN_ERR_FORMAT,
+                       "'%s': config key '%s' is %s, but the model file '%s' has %s", card, key,
+                       a ? a : "?", m->file, b ? b : "?");
+        free(a);
+        free(b);
+    }
+    json_decref(want);
+    json_decref(got);
+    return rc;
+}
+
 kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
     memset(m, 0, sizeof *m);
     struct stat sb;
@@ -85,6 +119,8 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
         else if (v && !(json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) < 1))
             rc = kiln_fail(KILN_ERR_FORMAT,
                            "'%s': lineage.config.val_fraction must be a number in [0, 1)", card);
+        else
+            rc = card_config_matches(m, card);
     }
     free(card);
     if (rc) goto fail;
