@@ -770,3 +770,33 @@ out:
     free(cp), free(vp);
     fixture_free(&f);
 }
+
+/* kiln golden make writes its two files under temporary names and renames them into place
+ * once both are whole: a failure leaves the set that was there as it was (here golden.json
+ * cannot be replaced, a directory stands in its way) and no temporary. Before, the new
+ * golden.safetensors was already in place beside the old golden.json. */
+KILN_TEST(validate_golden_make_failure_keeps_the_old_set) {
+    fixture f = {0};
+    char *g = NULL, *gst = NULL, *gj = NULL, *sub = NULL, *before = NULL, *after = NULL;
+    size_t lb = 0, la = 0;
+    if (!CHECK("fixture", fixture_make(&f, 4, 2))) goto out;
+    g = join(f.model, "golden");
+    gst = join(g, "golden.safetensors");
+    gj = join(g, "golden.json");
+    sub = join(gj, "x");
+    if (!CHECK("old set", kiln_read_file(gst, 1 << 24, &before, &lb) == KILN_OK)) goto out;
+    CHECK("golden.json made a directory",
+          unlink(gj) == 0 && kiln_mkdir_p(sub) == KILN_OK);
+    kiln_golden_opts go = {.model = f.model, .data = f.data, .windows = 6, .seed = 4,
+                           .val_fraction = -1, .force = true};
+    CHECK("golden make fails", kiln_golden_make(&go) != KILN_OK && strstr(kiln_errmsg(), gj));
+    CHECK("golden.safetensors is the old one",
+          kiln_read_file(gst, 1 << 24, &after, &la) == KILN_OK && la == lb &&
+              !memcmp(before, after, lb));
+    char *t1 = join(g, ".golden.safetensors.new"), *t2 = join(g, ".golden.json.new");
+    CHECK("no temporaries", !kiln_path_exists(t1) && !kiln_path_exists(t2));
+    free(t1), free(t2);
+out:
+    free(g), free(gst), free(gj), free(sub), free(before), free(after);
+    fixture_free(&f);
+}
