@@ -65,8 +65,8 @@ static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
         p->gsel = take(&at, n);
     }
     if (p->chunked) {
-        p->cache_rows = (size_t)(c->attn_window - 1) < (size_t)S ? (size_t)(c->attn_window - 1)
-                                                                  : (size_t)S;
+        p->cache_rows =
+            (size_t)(c->attn_window - 1) < (size_t)S ? (size_t)(c->attn_window - 1) : (size_t)S;
         size_t cache = (size_t)c->n_layers * p->cache_rows * D;
         p->kc = take(&at, cache);
         p->vc = take(&at, cache);

@@ -233,7 +233,8 @@ KILN_TEST(registry_server_header_timeout_frees_silent_connections) {
         closed += r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
         close(fds[i]);
     }
-    if (!CHECK("the server closed all 64", closed == N)) fprintf(stderr, "    closed: %d\n", closed);
+    if (!CHECK("the server closed all 64", closed == N))
+        fprintf(stderr, "    closed: %d\n", closed);
     CHECK("the kept-alive connection still answers after the header timeout",
           kept >= 0 && send_all(kept, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n") &&
               read_response(kept, false, head, sizeof head) == 200);

@@ -117,10 +117,9 @@ kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *w
                      "%.0f MiB more for OpenBLAS's work space with %d thread%s; %.0f MiB to "
                      "spare) and this process's limit (%s) is %.0f MiB: lower batch_size or "
                      "threads, or raise the limit",
-                     (double)need / MIB, lims[i].kind, (double)now / MIB,
-                     (double)kiln_bytes / MIB, what, (double)blas / MIB, threads,
-                     threads > 1 ? "s" : "", (double)spare / MIB, lims[i].name,
-                     (double)rl.rlim_cur / MIB);
+                     (double)need / MIB, lims[i].kind, (double)now / MIB, (double)kiln_bytes / MIB,
+                     what, (double)blas / MIB, threads, threads > 1 ? "s" : "", (double)spare / MIB,
+                     lims[i].name, (double)rl.rlim_cur / MIB);
     }
     /* A cgroup counts memory once touched: kiln's buffers all will be (they are not yet: a
      * large calloc is untouched pages), and of OpenBLAS's buffers the part a step packs

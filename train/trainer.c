@@ -202,10 +202,12 @@ static kiln_err setup(trainer *t) {
     KILN_TRY(setup_dist(t));
     if (!t->dev) {
         /* Before OpenBLAS starts threads or maps a buffer: where it cannot, it spins. */
+        uint64_t shards =
+            t->shard_block
+                ? (uint64_t)t->k * kiln_dist_padded(t->comm->size, t->numel) * sizeof(float)
+                : 0;
         uint64_t bytes = kiln_tsmoe_bytes(t->m) + (t->mom ? 2 * t->numel * sizeof(float) : 0) +
-                         (size_t)B * S * (F + O) * sizeof(float) +
-                         (t->shard_block ? t->k * kiln_dist_padded(t->comm->size, t->numel) *
-                                               sizeof(float) : 0);
+                         (size_t)B * S * (F + O) * sizeof(float) + shards;
         char what[64];
         snprintf(what, sizeof what, "batch_size %d", B);
         KILN_TRY(kiln_train_check_memory(bytes, c->threads, what));

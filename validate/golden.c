@@ -89,8 +89,7 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     jpath = kiln_path_join(out, "golden.json");
     sttmp = kiln_path_join(out, ".golden.safetensors.new");
     jtmp = kiln_path_join(out, ".golden.json.new");
-    KILN_CHECK_IF(rc, done, !stpath || !jpath || !sttmp || !jtmp, KILN_ERR_NOMEM,
-                  "out of memory");
+    KILN_CHECK_IF(rc, done, !stpath || !jpath || !sttmp || !jtmp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, kiln_st_writer_new(&w));
     const int64_t sx[3] = {(int64_t)N, S, F}, sy[3] = {(int64_t)N, S, O}, sl[1] = {(int64_t)N};
     KILN_CHECK(rc, done, kiln_st_writer_add(w, "inputs", KILN_F32, 3, sx, x));

@@ -54,8 +54,8 @@ static kiln_err load_weights(vmodel *m, const kiln_st *st) {
  * key that differs is named with both values. */
 static kiln_err card_config_matches(const vmodel *m, const char *card) {
     const json_t *cj = json_object_get(m->card, "config");
-    KILN_FAIL_IF(!json_is_object(cj), KILN_ERR_FORMAT, "'%s': \"config\" is missing or not an object",
-                 card);
+    KILN_FAIL_IF(!json_is_object(cj), KILN_ERR_FORMAT,
+                 "'%s': \"config\" is missing or not an object", card);
     char *label = kiln_asprintf("%s: config", card);
     if (!label) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_model_config cc;
