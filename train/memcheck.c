@@ -79,7 +79,8 @@ static bool cgroup_room(uint64_t *room, uint64_t *limit, char *group, size_t cap
     return found;
 }
 
-kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *what) {
+kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *task,
+                                 const char *what, const char *remedy) {
     const uint64_t buf = KILN_OPENBLAS_BUFFER_BYTES;
     struct rlimit stack;
     uint64_t stack_bytes = 8ull << 20;
@@ -97,10 +98,10 @@ kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *w
     uint64_t blas = buf + new_threads * (buf + stack_bytes) + used_workers * buf;
     const uint64_t spare = KILN_TRAIN_SPARE_BYTES;
     kiln_debug("train: memory: %.0f MiB of address space and %.0f MiB of data in use once set "
-               "up (%.0f MiB of kiln's buffers for %s); the steps need %.0f MiB more (OpenBLAS "
+               "up (%.0f MiB of kiln's buffers for %s); %s needs %.0f MiB more (OpenBLAS "
                "with %d thread%s, and spare)",
                (double)proc_status_kb("VmSize:") / MIB, (double)proc_status_kb("VmData:") / MIB,
-               (double)kiln_bytes / MIB, what, (double)(blas + spare) / MIB, threads,
+               (double)kiln_bytes / MIB, what, task, (double)(blas + spare) / MIB, threads,
                threads > 1 ? "s" : "");
     struct rlimit rl;
     static const struct {
@@ -112,14 +113,14 @@ kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *w
         if (getrlimit(lims[i].res, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY) continue;
         uint64_t now = proc_status_kb(lims[i].key), need = now + blas + spare;
         KILN_FAIL_IF(need > (uint64_t)rl.rlim_cur, KILN_ERR_LIMIT,
-                     "not enough memory for this run: its steps need about %.0f MiB of %s "
-                     "(%.0f MiB in use once set up, %.0f MiB of it kiln's buffers for %s; "
-                     "%.0f MiB more for OpenBLAS's work space with %d thread%s; %.0f MiB to "
-                     "spare) and this process's limit (%s) is %.0f MiB: lower batch_size or "
-                     "threads, or raise the limit",
-                     (double)need / MIB, lims[i].kind, (double)now / MIB, (double)kiln_bytes / MIB,
-                     what, (double)blas / MIB, threads, threads > 1 ? "s" : "", (double)spare / MIB,
-                     lims[i].name, (double)rl.rlim_cur / MIB);
+                     "not enough memory for %s: it needs about %.0f MiB of %s (%.0f MiB in "
+                     "use once set up, %.0f MiB of it kiln's buffers for %s; %.0f MiB more for "
+                     "OpenBLAS's work space with %d thread%s; %.0f MiB to spare) and this "
+                     "process's limit (%s) is %.0f MiB: %s",
+                     task, (double)need / MIB, lims[i].kind, (double)now / MIB,
+                     (double)kiln_bytes / MIB, what, (double)blas / MIB, threads,
+                     threads > 1 ? "s" : "", (double)spare / MIB, lims[i].name,
+                     (double)rl.rlim_cur / MIB, remedy);
     }
     /* A cgroup counts memory once touched: kiln's buffers all will be (they are not yet: a
      * large calloc is untouched pages), and of OpenBLAS's buffers the part a step packs
@@ -130,14 +131,13 @@ kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *w
         uint64_t touched = (uint64_t)threads * KILN_OPENBLAS_TOUCH_BYTES,
                  need = kiln_bytes + touched + spare;
         KILN_FAIL_IF(need > room, KILN_ERR_LIMIT,
-                     "not enough memory for this run: its steps need about %.0f MiB more "
-                     "(%.0f MiB of kiln's buffers for %s; %.0f MiB of OpenBLAS's work space "
-                     "with %d thread%s; %.0f MiB to spare) and cgroup '%s' has %.0f MiB left "
-                     "under its memory.max of %.0f MiB: lower batch_size or threads, or raise "
-                     "the limit",
-                     (double)need / MIB, (double)kiln_bytes / MIB, what, (double)touched / MIB,
-                     threads, threads > 1 ? "s" : "", (double)spare / MIB, group,
-                     (double)room / MIB, (double)limit / MIB);
+                     "not enough memory for %s: it needs about %.0f MiB more (%.0f MiB of "
+                     "kiln's buffers for %s; %.0f MiB of OpenBLAS's work space with %d "
+                     "thread%s; %.0f MiB to spare) and cgroup '%s' has %.0f MiB left under its "
+                     "memory.max of %.0f MiB: %s",
+                     task, (double)need / MIB, (double)kiln_bytes / MIB, what,
+                     (double)touched / MIB, threads, threads > 1 ? "s" : "", (double)spare / MIB,
+                     group, (double)room / MIB, (double)limit / MIB, remedy);
     }
     return KILN_OK;
 }

@@ -72,22 +72,6 @@ void kiln_tsmoe_carve_acts(const kiln_model_config *cfg, int max_batch, kiln_car
  * activation index fits comfortably. */
 kiln_err kiln_tsmoe_check_batch(const kiln_model_config *cfg, int max_batch);
 
-/* Bytes in the CPU network's blocks (parameters, gradients, activations). */
-size_t kiln_tsmoe_bytes(const kiln_tsmoe *m);
-
-/* OpenBLAS 0.3.x maps one work buffer of BUFFER_SIZE per thread that runs a level-3 call
- * (128 MiB on x86-64: common_x86_64.h, 32 << 22) and retries forever when that mmap fails;
- * a step touches a part of it (the packed panels; 32 MiB is generous for kiln's shapes). */
-#define KILN_OPENBLAS_BUFFER_BYTES (128ull << 20)
-#define KILN_OPENBLAS_TOUCH_BYTES (32ull << 20)
-/* Room kept for what a run allocates after setup (metrics, checkpoint writes, stdio). */
-#define KILN_TRAIN_SPARE_BYTES (64ull << 20)
-/* Refuse (KILN_ERR_LIMIT, naming the need and the limit) a run whose steps cannot fit this
- * process's RLIMIT_AS, RLIMIT_DATA or cgroup v2 memory.max: called once kiln_bytes of
- * buffers for what ("batch_size 20000") are allocated, and before OpenBLAS gets threads
- * (openblas_set_num_threads(threads)) or runs a step. */
-kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *what);
-
 /* The loss options a forward uses: opts, or MODEL.md's defaults when NULL. */
 kiln_loss_opts kiln_tsmoe_loss_opts(const kiln_loss_opts *opts);
 /* Each expert's capacity in a training forward of N tokens: 0 (none) when dense or

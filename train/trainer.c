@@ -210,7 +210,8 @@ static kiln_err setup(trainer *t) {
                          (size_t)B * S * (F + O) * sizeof(float) + shards;
         char what[64];
         snprintf(what, sizeof what, "batch_size %d", B);
-        KILN_TRY(kiln_train_check_memory(bytes, c->threads, what));
+        KILN_TRY(kiln_train_check_memory(bytes, c->threads, "this run", what,
+                                         "lower batch_size or threads, or raise the limit"));
     }
     openblas_set_num_threads(c->threads);
     return KILN_OK;

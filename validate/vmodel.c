@@ -1,5 +1,6 @@
 /* vmodel.c - a model directory as validation sees it: the file, its card and its weights
  * in the trainer's network (the reference the runtime is held to). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -103,6 +104,20 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
     KILN_CHECK(rc, fail, kiln_model_open(m->file, &m->rt));
     KILN_CHECK_IF(rc, fail, !!kiln_model_is_bf16(m->rt) != m->bf16, KILN_ERR_INTERNAL,
                   "'%s': the runtime and the trainer disagree on whether it is bf16", m->file);
+    /* Before the first sgemm: OpenBLAS spins forever where it cannot map its work buffer
+     * (issue 16), so work that cannot fit this process's memory limits is refused here.
+     * The runtime's forwards run in slices of 64 windows (kiln_vmodel_forward). */
+    {
+        char what[64];
+        snprintf(what, sizeof what, "windows of seq_len %d", m->cfg.seq_len);
+        char *task = kiln_asprintf("checking '%s'", m->file);
+        KILN_CHECK_IF(rc, fail, !task, KILN_ERR_NOMEM, "out of memory");
+        uint64_t bytes =
+            kiln_tsmoe_bytes(m->net) + kiln_model_workspace_size(m->rt, 64, m->cfg.seq_len);
+        rc = kiln_train_check_memory(bytes, 1, task, what, "raise the limit");
+        free(task);
+        if (rc) goto fail;
+    }
     uint8_t d[KILN_SHA256_BYTES];
     KILN_CHECK(rc, fail, kiln_sha256_file(m->file, d));
     kiln_hex(d, sizeof d, m->sha256);
