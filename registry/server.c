@@ -1719,7 +1719,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
-    s->header_timeout_s = o->header_timeout_s ? o->header_timeout_s : KILN_REGISTRY_HEADER_TIMEOUT_S;
+    s->header_timeout_s =
+        o->header_timeout_s ? o->header_timeout_s : KILN_REGISTRY_HEADER_TIMEOUT_S;
     s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : KILN_REGISTRY_IDLE_TIMEOUT_S;
     /* The policy before the store: a bad --trust must not leave a new store behind. */
     if (o->trust) {
@@ -1825,8 +1826,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
         0, accept_policy, s, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape,
-        NULL, MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        max_conn, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
         /* room for X-Kiln-Signature: several signers' blocks, base64 */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX), MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL,
