@@ -133,7 +133,17 @@ typedef struct kiln_registry_server_opts {
     /* HTTPS: a PEM certificate (chain) and its PEM private key, both or neither. Read and
      * checked against each other at start (an error names the file); NULL: plain HTTP. */
     const char *tls_cert, *tls_key;
+    /* Seconds a connection may stay silent before its first request head is complete
+     * (0: KILN_REGISTRY_HEADER_TIMEOUT_S), and once it has sent one: during a request and
+     * while kept alive between requests (0: KILN_REGISTRY_IDLE_TIMEOUT_S). */
+    unsigned header_timeout_s, idle_timeout_s;
 } kiln_registry_server_opts;
+
+/* A connection that has not finished a request head in this long is closed: a client that
+ * vanished without a close, or a slow-loris, holds its slot no longer. */
+#define KILN_REGISTRY_HEADER_TIMEOUT_S 10u
+/* A connection silent this long during a request, or kept alive idle between requests. */
+#define KILN_REGISTRY_IDLE_TIMEOUT_S 120u
 
 #define KILN_REGISTRY_NO_LIMIT 0xffffffffu
 /* The connections a server holds by default, and the file descriptors it wants besides them

@@ -77,6 +77,7 @@ struct kiln_registry_server {
     bool read_required;
     char *mirror_of; /* a mirror store's primary (mirror.c): every write is refused */
     uint64_t max_upload;
+    unsigned header_timeout_s, idle_timeout_s;
     int lock_fd;
     uint16_t port;
     char *tls_cert, *tls_key; /* PEM text, held while the daemon runs (the key wiped after) */
@@ -95,6 +96,7 @@ typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST } body_kind;
 /* One request, from its headers to its completion. */
 typedef struct req {
     int route;
+    bool deferred; /* a request without a body: routed once its head is all in */
     bool html; /* a page: errors are answered as pages too */
     char method[8];
     unsigned status;
@@ -1460,6 +1462,28 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                  strlen(method) < sizeof r->method ? method : "OTHER");
         *con_cls = r;
         atomic_fetch_add(&s->in_flight, 1);
+        /* A whole request head is in: from here the connection has the idle timeout (during
+         * the request and kept alive after it), no longer the short one for a head. */
+        const union MHD_ConnectionInfo *to =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_TIMEOUT);
+        if (!to || to->connection_timeout != s->idle_timeout_s)
+            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->idle_timeout_s);
+        /* A response queued on this first call is an "early" one to libmicrohttpd 0.9.75,
+         * which then closes the connection after it (it cannot know the body was read): a
+         * GET or HEAD without a body is answered on the next call, once the request is
+         * complete, so that the connection is kept alive. A request with a body is routed
+         * now, so that a refusal comes before the body is read (and closes). */
+        if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) &&
+            !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") &&
+            !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding")) {
+            r->deferred = true;
+            return MHD_YES;
+        }
+        kiln_errclear();
+        return first_call(s, c, r, url, method);
+    }
+    if (r->deferred && !*upload_data_size) {
+        r->deferred = false;
         kiln_errclear();
         return first_call(s, c, r, url, method);
     }
@@ -1518,8 +1542,14 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                         enum MHD_ConnectionNotificationCode toe) {
     kiln_registry_server *s = cls;
-    (void)c, (void)socket_context;
+    (void)socket_context;
     atomic_fetch_add(&s->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    /* Until its first request head is complete a connection has the short header timeout
+     * (the daemon's own is the idle one): a silent one frees its slot (and its client
+     * address's share) in seconds, not minutes. Set here, where the connection is already
+     * on its worker's timeout lists, as libmicrohttpd requires. */
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED && s->header_timeout_s != s->idle_timeout_s)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->header_timeout_s);
 }
 
 /* Paths stay as sent: the router decodes each segment itself, so an encoded '/' or ".."
@@ -1689,6 +1719,9 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
+    s->header_timeout_s =
+        o->header_timeout_s ? o->header_timeout_s : KILN_REGISTRY_HEADER_TIMEOUT_S;
+    s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : KILN_REGISTRY_IDLE_TIMEOUT_S;
     /* The policy before the store: a bad --trust must not leave a new store behind. */
     if (o->trust) {
         /* Read once, parsed twice: the policy walked to the one in force, and the one the
@@ -1793,8 +1826,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
         0, accept_policy, s, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape,
-        NULL, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        max_conn, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
         /* room for X-Kiln-Signature: several signers' blocks, base64 */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX), MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL,

@@ -846,3 +846,28 @@ KILN_TEST(train_run_split_gap) {
     kiln_dataset_free(ds);
     free(data);
 }
+
+/* A start that fails after making the run's files and before its first step (here: the
+ * metrics cannot be opened, a directory stands where metrics.db goes) takes them away again:
+ * no run.json is left to make the next start refuse the directory as a run ("holds a run
+ * already") nor a resume find a run that never took a step. The directory's other contents
+ * stay; a directory the start made goes too. (issue 16: no half-made run directory.) */
+KILN_TEST(train_failed_start_leaves_no_run) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");
+    char *mdb = kiln_path_join(dir, "metrics.db"), *rj = kiln_path_join(dir, "run.json"),
+         *ck = kiln_path_join(dir, "ckpt");
+    kiln_train_config c;
+    small_config(&c);
+    kiln_train_opts o = {.run_dir = dir, .data_path = data};
+    if (!CHECK("set up", data && mdb && rj && ck && kiln_mkdir_p(mdb) == KILN_OK)) goto out;
+    CHECK("the start fails", kiln_train_start(&c, &o) != KILN_OK && has("metrics.db"));
+    CHECK("no run.json left", !kiln_path_exists(rj));
+    CHECK("no ckpt/ left", !kiln_path_exists(ck));
+    CHECK("what was there stays", kiln_path_exists(mdb));
+    rmdir(mdb);
+    CHECK("the next start trains", kiln_train_start(&c, &o) == KILN_OK);
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data), free(dir), free(mdb), free(rj), free(ck);
+}

@@ -814,3 +814,76 @@ KILN_TEST(validate_reference) {
 out:
     fixture_free(&f);
 }
+
+/* A card whose config is not the model file's (issue 16): validation would vouch for a model
+ * that the card misdescribes. Refused, naming the card, the key and both values, with no
+ * report written; a card without a config is refused too; the card as exported passes. */
+KILN_TEST(validate_card_config_must_match_model) {
+    fixture f = {0};
+    json_t *card = NULL, *orig = NULL, *rep = NULL;
+    char *cp = NULL, *vp = NULL;
+    if (!CHECK("fixture", fixture_make(&f, 4, 2))) goto out;
+    cp = join(f.model, "card.json");
+    vp = join(f.model, "validation.json");
+    if (!CHECK("card", kiln_json_load_file(cp, &card) == KILN_OK)) goto out;
+    orig = json_deep_copy(json_object_get(card, "config"));
+    json_t *cfg = json_object_get(card, "config");
+    json_int_t d = json_integer_value(json_object_get(cfg, "d_model"));
+    json_object_set_new(cfg, "d_model", json_integer(2 * d));
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    kiln_err rc = validate(f.model, f.data, NULL, NULL, &rep);
+    CHECK("a card with another d_model is refused, naming the key",
+          rc == KILN_ERR_FORMAT && !rep && strstr(kiln_errmsg(), "card.json") &&
+              strstr(kiln_errmsg(), "'d_model'") && strstr(kiln_errmsg(), "model.safetensors"));
+    json_object_set_new(cfg, "d_model", json_integer(d));
+    json_object_set_new(cfg, "norm_eps", json_real(1e-3));
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("another norm_eps is refused",
+          validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_FORMAT && !rep &&
+              strstr(kiln_errmsg(), "'norm_eps'"));
+    json_object_del(card, "config");
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("a card without a config is refused",
+          validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_FORMAT && !rep &&
+              strstr(kiln_errmsg(), "\"config\""));
+    CHECK("no report written", !kiln_path_exists(vp));
+    json_object_set(card, "config", orig);
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("the card as exported passes", validate(f.model, f.data, NULL, NULL, &rep) == KILN_OK);
+out:
+    json_decref(card);
+    json_decref(orig);
+    json_decref(rep);
+    free(cp), free(vp);
+    fixture_free(&f);
+}
+
+/* kiln golden make writes its two files under temporary names and renames them into place
+ * once both are whole: a failure leaves the set that was there as it was (here golden.json
+ * cannot be replaced, a directory stands in its way) and no temporary. Before, the new
+ * golden.safetensors was already in place beside the old golden.json. */
+KILN_TEST(validate_golden_make_failure_keeps_the_old_set) {
+    fixture f = {0};
+    char *g = NULL, *gst = NULL, *gj = NULL, *sub = NULL, *before = NULL, *after = NULL;
+    size_t lb = 0, la = 0;
+    if (!CHECK("fixture", fixture_make(&f, 4, 2))) goto out;
+    g = join(f.model, "golden");
+    gst = join(g, "golden.safetensors");
+    gj = join(g, "golden.json");
+    sub = join(gj, "x");
+    if (!CHECK("old set", kiln_read_file(gst, 1 << 24, &before, &lb) == KILN_OK)) goto out;
+    CHECK("golden.json made a directory",
+          unlink(gj) == 0 && kiln_mkdir_p(sub) == KILN_OK);
+    kiln_golden_opts go = {.model = f.model, .data = f.data, .windows = 6, .seed = 4,
+                           .val_fraction = -1, .force = true};
+    CHECK("golden make fails", kiln_golden_make(&go) != KILN_OK && strstr(kiln_errmsg(), gj));
+    CHECK("golden.safetensors is the old one",
+          kiln_read_file(gst, 1 << 24, &after, &la) == KILN_OK && la == lb &&
+              !memcmp(before, after, lb));
+    char *t1 = join(g, ".golden.safetensors.new"), *t2 = join(g, ".golden.json.new");
+    CHECK("no temporaries", !kiln_path_exists(t1) && !kiln_path_exists(t2));
+    free(t1), free(t2);
+out:
+    free(g), free(gst), free(gj), free(sub), free(before), free(after);
+    fixture_free(&f);
+}

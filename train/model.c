@@ -19,6 +19,7 @@ struct kiln_tsmoe {
     float *params, *grads; /* [numel] each */
     kiln_tsmoe_view p, g;
     void *act_block;
+    size_t act_bytes;
     kiln_tsmoe_acts act;  /* views into act_block */
     const float *targets; /* [N,O], the caller's, until backward */
     /* last forward */
@@ -62,6 +63,7 @@ kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsm
     kiln_tsmoe_view_point(cfg, m->table, m->n_params, m->grads, &m->g);
     kiln_carver c = {NULL, 0, 64};
     carve_acts(m, &c);
+    m->act_bytes = c.used + 64;
     m->act_block = kiln_calloc(1, c.used + 64);
     KILN_CHECK_IF(rc, fail, !m->act_block, KILN_ERR_NOMEM,
                   "out of memory for %zu bytes of activations", c.used);
@@ -108,6 +110,9 @@ const kiln_param *kiln_tsmoe_param_table(const kiln_tsmoe *m, size_t *count) {
 
 size_t kiln_tsmoe_numel(const kiln_tsmoe *m) {
     return m->numel;
+}
+size_t kiln_tsmoe_bytes(const kiln_tsmoe *m) {
+    return 2 * m->numel * sizeof(float) + m->act_bytes;
 }
 float *kiln_tsmoe_params(kiln_tsmoe *m) {
     return m->params;

@@ -42,6 +42,9 @@ typedef struct trainer {
     kiln_train_state st;
     char run_id[64];
     int lock_fd; /* flock on RUN_DIR/.lock: one process per run; -1 = none */
+    /* A start made the run's files (and the directory itself, when new_dir): until its first
+     * step they go again on a failure (unmake_run), so that no half-made run is left. */
+    bool made_files, new_dir;
     /* Data parallelism (docs/train.md): this rank computes micro-batches rank*k .. rank*k+k-1
      * of the step's accum_steps, each into its own shard, and the shards are summed in
      * micro-batch order, so the bits do not depend on the rank count. */
@@ -197,6 +200,19 @@ static kiln_err setup(trainer *t) {
         return KILN_ERR_NOMEM;
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
     KILN_TRY(setup_dist(t));
+    if (!t->dev) {
+        /* Before OpenBLAS starts threads or maps a buffer: where it cannot, it spins. */
+        uint64_t shards =
+            t->shard_block
+                ? (uint64_t)t->k * kiln_dist_padded(t->comm->size, t->numel) * sizeof(float)
+                : 0;
+        uint64_t bytes = kiln_tsmoe_bytes(t->m) + (t->mom ? 2 * t->numel * sizeof(float) : 0) +
+                         (size_t)B * S * (F + O) * sizeof(float) + shards;
+        char what[64];
+        snprintf(what, sizeof what, "batch_size %d", B);
+        KILN_TRY(kiln_train_check_memory(bytes, c->threads, "this run", what,
+                                         "lower batch_size or threads, or raise the limit"));
+    }
     openblas_set_num_threads(c->threads);
     return KILN_OK;
 }
@@ -768,10 +784,12 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     /* Everything checked: now the run directory. */
     char *ck = kiln_path_join(opts->run_dir, "ckpt");
     KILN_CHECK_IF(rc, out, !ck, KILN_ERR_NOMEM, "out of memory");
+    t->new_dir = !kiln_path_exists(opts->run_dir);
     rc = kiln_mkdir_p(ck);
     free(ck);
     if (rc) goto out;
     KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
+    t->made_files = true; /* under the lock: never another process's files */
     sweep_temps(opts->run_dir); /* a start killed while writing run.json */
     abs_data = realpath(opts->data_path, NULL);
     char created[21];
@@ -1049,6 +1067,27 @@ static kiln_err open_dcomm(trainer *t, bool cuda) {
               : KILN_OK;
 }
 
+/* A start that failed before its first step (the metrics could not be opened, another rank
+ * could not set up): what it made goes, while it still holds the run's lock. Only kiln's own
+ * names; the directory itself only when the start made it and it is empty again. */
+static void unmake_run(trainer *t) {
+    const char *dir = t->opts->run_dir;
+    kiln_metrics_close(t->mx);
+    t->mx = NULL;
+    sweep_temps(dir);
+    static const char *const files[] = {"run.json", "metrics.db", "metrics.db-wal",
+                                        "metrics.db-shm", "metrics.db-journal", ".lock"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(files); i++) {
+        char *p = kiln_path_join(dir, files[i]);
+        if (p) unlink(p);
+        free(p);
+    }
+    char *ck = kiln_path_join(dir, "ckpt");
+    if (ck) rmdir(ck);
+    free(ck);
+    if (t->new_dir) rmdir(dir);
+}
+
 kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts) {
     trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
     /* The device communicator first: a failure leaves no run directory behind. */
@@ -1059,6 +1098,8 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     if (!rc) {
         rc = loop(&t);
         record_stop(&t, rc);
+    } else if (t.made_files) {
+        unmake_run(&t);
     }
     trainer_free(&t);
     return rc;
