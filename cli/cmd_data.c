@@ -78,30 +78,56 @@ static int split_names(const char *opt, const char *list, const char ***names, i
 }
 
 int cmd_data_import(int argc, char **argv) {
-    const char *csv = NULL, *feat = NULL, *targ = NULL, *out = NULL;
+    const char *csv = NULL, *feat = NULL, *targ = NULL, *out = NULL, *missing = NULL;
     const cli_opt opts[] = {
-        {"csv", CLI_STR, &csv, "FILE", "CSV file with a header row (unquoted fields)", true},
+        {"csv", CLI_STR, &csv, "FILE", "CSV file with a header row (RFC 4180)", true},
         {"features", CLI_STR, &feat, "a,b,c", "columns that become the features, in this order",
          true},
         {"targets", CLI_STR, &targ, "x,y", "columns that become the targets, in this order", true},
         {"out", CLI_STR, &out, "FILE", "dataset to write (safetensors)", true},
+        {"missing", CLI_STR, &missing, "HOW",
+         "missing values (empty, NA, NaN): refuse (default), drop the row, ffill (the column's "
+         "last value), zero",
+         false},
         {0},
     };
-    const cli_spec spec = {"kiln data import --csv FILE --features a,b,c --targets x,y --out FILE",
+    const cli_spec spec = {"kiln data import --csv FILE --features a,b,c --targets x,y --out FILE "
+                           "[--missing refuse|drop|ffill|zero]",
                            "Convert a CSV file (rows in time order) into a dataset.", opts, 0, 0};
     int rc;
     if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
+    static const char *const policies[] = {"refuse", "drop", "ffill", "zero"};
+    kiln_csv_import o = {.csv_path = csv, .out_path = out, .missing = KILN_MISSING_REFUSE};
+    if (missing) {
+        int k = 0;
+        while (k < 4 && strcmp(missing, policies[k]))
+            k++;
+        if (k == 4)
+            return cli_usage_error("--missing must be refuse, drop, ffill or zero, not '%s'",
+                                   missing);
+        o.missing = (kiln_missing)k;
+    }
     const char **fn = NULL, **tn = NULL;
     char *fb = NULL, *tb = NULL;
     int nf = 0, nt = 0;
     rc = split_names("features", feat, &fn, &nf, &fb);
     if (!rc) rc = split_names("targets", targ, &tn, &nt, &tb);
     if (!rc) {
-        kiln_err err = kiln_dataset_import_csv(csv, fn, nf, tn, nt, out);
-        if (err)
+        o.features = fn, o.n_features = nf, o.targets = tn, o.n_outputs = nt;
+        kiln_csv_report r;
+        kiln_err err = kiln_dataset_import_csv_ex(&o, &r);
+        if (err) {
             rc = cli_fail(err);
-        else
-            fprintf(stderr, "kiln: wrote '%s'\n", out);
+        } else {
+            fprintf(stderr, "kiln: wrote '%s': %zu rows, %d features, %d targets\n", out, r.rows,
+                    nf, nt);
+            if (o.missing == KILN_MISSING_DROP)
+                fprintf(stderr, "kiln: --missing drop: dropped %zu of %zu rows\n", r.rows_dropped,
+                        r.rows_read);
+            else if (o.missing != KILN_MISSING_REFUSE)
+                fprintf(stderr, "kiln: --missing %s: filled %zu values in %zu of %zu rows\n",
+                        policies[o.missing], r.values_filled, r.rows_filled, r.rows_read);
+        }
     }
     free(fn);
     free(tn);

@@ -422,21 +422,17 @@ KILN_TEST(data_import_csv) {
         {"a,b,y\n1,2,3\n4,5,nan\n",
          "a,b",
          "y",
-         {"line 3", "column 'y'", "not finite"},
-         KILN_ERR_NUMERIC},
+         {"line 3", "column 'y'", "missing value 'nan'"},
+         KILN_ERR_FORMAT},
         {"a,b,y\n1,-inf,3\n", "a,b", "y", {"line 2", "column 'b'", "not finite"}, KILN_ERR_NUMERIC},
         {"a,b,y\n1,1e39,3\n",
          "a,b",
          "y",
          {"line 2", "column 'b'", "out of range for f32"},
          KILN_ERR_NUMERIC},
-        {"a,b,y\n1,,3\n", "a,b", "y", {"line 2", "column 'b'", "empty value"}, KILN_ERR_FORMAT},
+        {"a,b,y\n1,,3\n", "a,b", "y", {"line 2", "column 'b'", "missing value (empty)"}, KILN_ERR_FORMAT},
         {"a,b,y\n1,2,3\n", "a,q", "y", {"line 1", "no column 'q'", ""}, KILN_ERR_NOTFOUND},
-        {"a,b,y\n1,\"2\",3\n",
-         "a,b",
-         "y",
-         {"line 2", "quoted fields are not supported", ""},
-         KILN_ERR_UNSUPPORTED},
+        {"a,b,y\n1,2\"x,3\n", "a,b", "y", {"line 2, column 4", "bad quoting", ""}, KILN_ERR_FORMAT},
         {"a,b,a\n1,2,3\n", "a,b", "b", {"chosen twice", "", ""}, KILN_ERR_USAGE},
         {"a,b,a\n1,2,3\n", "a", "b", {"line 1", "'a' appears twice", ""}, KILN_ERR_FORMAT},
         {"a,b,y\n", "a,b", "y", {"no data rows", "", ""}, KILN_ERR_FORMAT},
@@ -468,6 +464,115 @@ KILN_TEST(data_import_csv) {
     free(o);
     free(keep);
     free(p);
+}
+
+static kiln_err import_ex(const char *csv_text, const char *out, kiln_missing missing,
+                          kiln_csv_report *rep) {
+    char *csv = kiln_test_write("in.csv", csv_text, strlen(csv_text));
+    char *o = kiln_test_path(out);
+    const char *f[2] = {"a", "b"}, *t[1] = {"y"};
+    kiln_csv_import im = {.csv_path = csv,
+                          .out_path = o,
+                          .features = f,
+                          .n_features = 2,
+                          .targets = t,
+                          .n_outputs = 1,
+                          .missing = missing};
+    kiln_err rc = kiln_dataset_import_csv_ex(&im, rep);
+    free(o);
+    free(csv);
+    return rc;
+}
+
+/* What R's write.csv and pandas' to_csv write, CRLF line ends, quoted numbers and quotes
+ * inside quoted fields all import to the bytes of the plain file; every malformed variant is
+ * refused naming the line and the column, and nothing is written. */
+KILN_TEST(data_import_csv_dialects) {
+    const char *plain = "a,b,y\n1.5,2,0.25\n-3,400,-1\n";
+    if (!CHECK("plain imports", import_ex(plain, "plain.st", 0, NULL) == KILN_OK)) return;
+    char *want = kiln_test_path("plain.st"), *got = kiln_test_path("got.st");
+    static const struct {
+        const char *what, *csv;
+    } same[] = {
+        {"R write.csv (quoted header and strings, row names, a date)",
+         "\"\",\"date\",\"a\",\"name\",\"b\",\"y\"\n"
+         "\"1\",\"1928-01-03\",1.5,\"S&P, \"\"500\"\"\",2,0.25\n"
+         "\"2\",\"1928-01-04\",-3,\"x\",400,-1\n"},
+        {"pandas to_csv with its index column",
+         ",date,a,b,y\n0,1928-01-03,1.5,2.0,0.25\n1,1928-01-04,-3.0,400.0,-1.0\n"},
+        {"CRLF line ends", "a,b,y\r\n1.5,2,0.25\r\n-3,400,-1\r\n"},
+        {"embedded quotes, commas and a line break",
+         "a,note,b,y\n1.5,\"he said \"\"hi, there\"\"\r\nand left\",2,0.25\n-3,\"\",400,-1\n"},
+        {"every field quoted", "\"a\",\"b\",\"y\"\n\"1.5\",\" 2 \",\"0.25\"\n\"-3\",\"400\",\"-1\""},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
+        kiln_err rc = import_ex(same[i].csv, "got.st", 0, NULL);
+        if (!CHECK(same[i].what, rc == KILN_OK && kiln_test_same_file(want, got)))
+            fprintf(stderr, "    rc %d: %s\n", rc, kiln_errmsg());
+    }
+    static const struct {
+        const char *csv, *want[2];
+    } bad[] = {
+        {"a,b,y\n1.5,2,0.25\n-3,4\"00,-1\n", {"line 3, column 5", "bad quoting"}},
+        {"a,b,y\n1.5,\"2\"0,0.25\n", {"line 2, column 8", "bad quoting"}},
+        {"a,\"b\"x,y\n1.5,2,0.25\n", {"line 1, column 6", "bad quoting"}},
+        {"a,b,y\n1.5,2,0.25\n-3,\"400,-1\n", {"line 3, column 4", "not closed"}},
+        {"a,b,y\n1.5,2,0.25\n-3,400\n", {"line 3", "column 3 'y' is missing"}},
+        {"a,b,y\n1.5,2,0.25\n-3,400,-1,7\n", {"line 3, column 4", "4 fields"}},
+        {"a,b,y\n1.5,2,0.25\n-3,NA,-1\n", {"line 3, column 'b'", "missing value 'NA'"}},
+        {"a,b,y\n1.5,2,0.25\n-3,x,-1\n", {"line 3, column 'b'", "'x' is not a number"}},
+    };
+    char *keep = kiln_test_path("keep.st"), *fresh = kiln_test_path("fresh.st");
+    CHECK("reference copy", import_ex(plain, "keep.st", 0, NULL) == KILN_OK);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        kiln_err rc = import_ex(bad[i].csv, "keep.st", 0, NULL);
+        bool ok = rc != KILN_OK && has("in.csv") && has(bad[i].want[0]) && has(bad[i].want[1]);
+        if (!CHECK(bad[i].want[0], ok)) fprintf(stderr, "    case %zu: %s\n", i, kiln_errmsg());
+        CHECK("existing output left intact", kiln_test_same_file(keep, want));
+        CHECK("nothing written",
+              import_ex(bad[i].csv, "fresh.st", 0, NULL) != KILN_OK && !kiln_path_exists(fresh));
+    }
+    free(keep);
+    free(fresh);
+    free(want);
+    free(got);
+}
+
+/* --missing: drop, ffill and zero each give the file written out by hand, and say what they
+ * touched. */
+KILN_TEST(data_import_csv_missing) {
+    const char *in = "a,b,y\n1,2,3\nNA,5,6\n7,,9\n10,11,NaN\n12,13,14\n";
+    static const struct {
+        kiln_missing m;
+        const char *plain;
+        size_t rows, dropped, filled_rows, filled;
+    } cases[] = {
+        {KILN_MISSING_DROP, "a,b,y\n1,2,3\n12,13,14\n", 2, 3, 0, 0},
+        {KILN_MISSING_FFILL, "a,b,y\n1,2,3\n1,5,6\n7,5,9\n10,11,9\n12,13,14\n", 5, 0, 3, 3},
+        {KILN_MISSING_ZERO, "a,b,y\n1,2,3\n0,5,6\n7,0,9\n10,11,0\n12,13,14\n", 5, 0, 3, 3},
+    };
+    char *want = kiln_test_path("want.st"), *got = kiln_test_path("got.st");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_csv_report r;
+        CHECK("by hand", import_ex(cases[i].plain, "want.st", 0, NULL) == KILN_OK);
+        kiln_err rc = import_ex(in, "got.st", cases[i].m, &r);
+        CHECK("imports to the same bytes", rc == KILN_OK && kiln_test_same_file(want, got));
+        CHECK("report", r.rows_read == 5 && r.rows == cases[i].rows &&
+                            r.rows_dropped == cases[i].dropped &&
+                            r.rows_filled == cases[i].filled_rows &&
+                            r.values_filled == cases[i].filled);
+    }
+    CHECK("refused by default, naming the first",
+          import_ex(in, "got.st", 0, NULL) == KILN_ERR_FORMAT &&
+              has("line 3, column 'a': missing value 'NA'"));
+    CHECK("ffill with nothing before",
+          import_ex("a,b,y\n1,,3\n", "got.st", KILN_MISSING_FFILL, NULL) == KILN_ERR_FORMAT &&
+              has("line 2, column 'b'") && has("no earlier value"));
+    CHECK("drop of every row",
+          import_ex("a,b,y\n1,,3\n", "x.st", KILN_MISSING_DROP, NULL) == KILN_ERR_FORMAT &&
+              has("dropped all 1 rows"));
+    free(want);
+    free(got);
 }
 
 /* Every allocation on the open and import paths can fail without a leak or a crash (the

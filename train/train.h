@@ -70,11 +70,38 @@ typedef struct kiln_column_stats {
 /* stats[0..F) for the features, stats[F..F+O) for the targets. */
 void kiln_dataset_stats(const kiln_dataset *ds, kiln_column_stats *stats);
 
-/* Import a CSV file with a header row: the named columns become the features and the
+/* What import does with a missing value (an empty field, NA, NaN) in a chosen column. */
+typedef enum kiln_missing {
+    KILN_MISSING_REFUSE = 0, /* the first one is an error naming its line and column */
+    KILN_MISSING_DROP = 1,   /* the row is left out */
+    KILN_MISSING_FFILL = 2,  /* the column's value in the last row kept (none: an error) */
+    KILN_MISSING_ZERO = 3    /* 0 */
+} kiln_missing;
+
+typedef struct kiln_csv_import {
+    const char *csv_path, *out_path;
+    const char *const *features; /* [n_features] column names, in dataset order */
+    int n_features;
+    const char *const *targets; /* [n_outputs] */
+    int n_outputs;
+    kiln_missing missing;
+} kiln_csv_import;
+
+/* What an import did: data rows read, rows written, rows dropped, rows with filled values
+ * and the values filled (ffill, zero). */
+typedef struct kiln_csv_report {
+    size_t rows_read, rows, rows_dropped, rows_filled, values_filled;
+} kiln_csv_report;
+
+/* Import a CSV file (RFC 4180 through libcsv: quoted fields, embedded commas, quotes and
+ * line breaks, CRLF) with a header row: the named columns become the features and the
  * targets, in the order given, and kiln.columns records the names. Read line by line
- * (memory holds the f32 values, not the text). Quoted fields are refused. Every value
- * must be a finite number; an error names the file, the line and the column. out_path
- * is written atomically: on any error an existing file there is left as it was. */
+ * (memory holds the f32 values, not the text). Every value must be a finite number or, as
+ * o->missing says, a missing one; an error names the file, the line and the column. The
+ * output is written atomically: on any error an existing file there is left as it was.
+ * report may be NULL. */
+kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *report);
+/* kiln_dataset_import_csv_ex with missing values refused. */
 kiln_err kiln_dataset_import_csv(const char *csv_path, const char *const *features, int n_features,
                                  const char *const *targets, int n_outputs, const char *out_path);
 
