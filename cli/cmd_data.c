@@ -10,6 +10,7 @@
 int cmd_data_synth(int argc, char **argv) {
     uint64_t seed = 0;
     long rows = 0, features = 0, outputs = 0;
+    double scale = 1;
     const char *out = NULL;
     const cli_opt opts[] = {
         {"seed", CLI_U64, &seed, "S", "random seed", true},
@@ -19,10 +20,11 @@ int cmd_data_synth(int argc, char **argv) {
         {"outputs", CLI_INT, &outputs, "O", "targets: forward returns over 1, 2, 4, ... steps",
          true},
         {"out", CLI_STR, &out, "FILE", "dataset to write (safetensors)", true},
+        {"scale", CLI_DBL, &scale, "S", "the targets' standard deviation (default 1)", false},
         {0},
     };
     const cli_spec spec = {
-        "kiln data synth --seed S --rows N --features F --outputs O --out FILE",
+        "kiln data synth --seed S --rows N --features F --outputs O --out FILE [--scale S]",
         "Write a deterministic synthetic market (regime-switching volatility, order flow,\n"
         "momentum, mean reversion) and print the best achievable R^2 per target.",
         opts, 0, 0};
@@ -35,8 +37,13 @@ int cmd_data_synth(int argc, char **argv) {
     if (outputs < 1 || outputs > KILN_SYNTH_MAX_OUTPUTS)
         return cli_usage_error("--outputs must be 1 to %d, not %ld", KILN_SYNTH_MAX_OUTPUTS,
                                outputs);
-    kiln_synth_opts o = {
-        .seed = seed, .rows = (size_t)rows, .n_features = (int)features, .n_outputs = (int)outputs};
+    if (!(scale > 0 && scale <= 1e30))
+        return cli_usage_error("--scale must be positive and at most 1e30, not %g", scale);
+    kiln_synth_opts o = {.seed = seed,
+                         .rows = (size_t)rows,
+                         .n_features = (int)features,
+                         .n_outputs = (int)outputs,
+                         .scale = scale};
     kiln_synth_r2 r2;
     kiln_err err = kiln_synth_write(&o, out, &r2);
     if (err) return cli_fail(err);

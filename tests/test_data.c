@@ -365,6 +365,51 @@ KILN_TEST(data_synth_refuses_bad_sizes) {
     free(p);
 }
 
+/* --scale S: the same file with every target times S (to f32 rounding), R^2 unchanged, the
+ * scale recorded; scale 1 is the default's bytes. */
+KILN_TEST(data_synth_scale) {
+    char *one = kiln_test_path("one.st"), *dflt = kiln_test_path("dflt.st"),
+         *small = kiln_test_path("small.st"), *big = kiln_test_path("big.st");
+    kiln_synth_opts o = {.seed = 3, .rows = 2000, .n_features = 4, .n_outputs = 2};
+    kiln_synth_r2 r1, r2;
+    CHECK("default", kiln_synth_write(&o, dflt, &r1) == KILN_OK);
+    o.scale = 1;
+    CHECK("scale 1", kiln_synth_write(&o, one, NULL) == KILN_OK);
+    CHECK("scale 1 is the default's bytes", kiln_test_same_file(one, dflt));
+    o.scale = 0.01;
+    CHECK("scale 0.01", kiln_synth_write(&o, small, &r2) == KILN_OK);
+    o.scale = -1;
+    CHECK("negative scale refused",
+          kiln_synth_write(&o, big, NULL) == KILN_ERR_USAGE && has("scale") &&
+              !kiln_path_exists(big));
+    kiln_dataset *a = NULL, *b = NULL;
+    if (CHECK("open", kiln_dataset_open(dflt, &a) == KILN_OK &&
+                          kiln_dataset_open(small, &b) == KILN_OK)) {
+        CHECK("features unchanged",
+              !memcmp(a->features, b->features, a->rows * 4 * sizeof(float)));
+        double worst = 0;
+        for (size_t i = 0; i < a->rows * 2; i++) {
+            double d = fabs(b->targets[i] - 0.01 * a->targets[i]);
+            if (d > worst) worst = d;
+        }
+        CHECK("targets times 0.01", worst < 1e-7);
+        kiln_column_stats st[6];
+        kiln_dataset_stats(b, st);
+        CHECK("target std 0.01", fabs(st[4].std - 0.01) < 1e-6 && fabs(st[5].std - 0.01) < 1e-6);
+        bool same = true;
+        for (int k = 0; k < 2; k++)
+            same = same && fabs(r1.oracle[k] - r2.oracle[k]) < 1e-5 &&
+                   fabs(r1.linear[k] - r2.linear[k]) < 1e-5;
+        CHECK("R^2 unchanged", same);
+    }
+    kiln_dataset_free(a);
+    kiln_dataset_free(b);
+    free(one);
+    free(dflt);
+    free(small);
+    free(big);
+}
+
 static kiln_err import(const char *csv_text, const char *feats, const char *targs,
                        const char *out) {
     char *csv = kiln_test_write("in.csv", csv_text, strlen(csv_text));

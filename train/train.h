@@ -111,6 +111,7 @@ typedef struct kiln_synth_opts {
     size_t rows;
     int n_features; /* >= KILN_SYNTH_MIN_FEATURES; the rest are noise */
     int n_outputs;  /* target k is the forward return over 2^k steps */
+    double scale;   /* the targets' standard deviation over the file; 0 = 1 */
 } kiln_synth_opts;
 #define KILN_SYNTH_MIN_FEATURES 4
 #define KILN_SYNTH_MAX_FEATURES 1024
