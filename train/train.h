@@ -350,7 +350,8 @@ typedef struct kiln_train_progress {
     bool applied; /* false: the update was skipped (non-finite or spike) */
     double tokens_per_s, elapsed_s, eta_s;
     bool has_val; /* validation ran after this step */
-    double val_loss, val_r2;
+    double val_loss, val_r2; /* on the standardised targets (R^2 does not change with it) */
+    const double *val_r2_each; /* [O] R^2 per target when has_val, else NULL */
     const kiln_tsmoe_stats *stats;
 } kiln_train_progress;
 
@@ -408,6 +409,9 @@ typedef struct kiln_run_info {
     double best_val_loss, best_val_r2;
     long last_val_step;
     double last_val_loss, last_val_r2;
+    /* R^2 per target at last_val_step: an array of {target, name, r2}; empty for a run
+     * logged before they were recorded. */
+    json_t *last_val_targets;
     long *ckpts; /* checkpoint steps on disk, ascending */
     size_t n_ckpts;
     long best_ckpt;         /* the one whose step logged the lowest validation loss; -1: none */

@@ -617,10 +617,24 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     KILN_CHECK(rc, out, check_cuda(&r, &m, &h, th));
 
     /* The run's own figure on the same windows, for a reader to compare (an f32 export of
-     * the checkpoint it validated at gives the same number to rounding). */
+     * the checkpoint it validated at gives the same number to rounding). The trainer's
+     * losses are of standardised targets (lineage.target_norm, which export folded into the
+     * head): the held-out loss is given in those units too, as loss_standardised. */
     json_t *card_val =
         json_object_get(json_object_get(json_object_get(m.card, "lineage"), "metrics"), "val_loss");
     if (!json_is_number(card_val)) card_val = NULL;
+    const json_t *tstd = json_object_get(
+        json_object_get(json_object_get(m.card, "lineage"), "target_norm"), "std");
+    double loss_std = NAN;
+    if (json_array_size(tstd) == (size_t)O) {
+        double sum = 0;
+        for (size_t k = 0; k < h.n * (size_t)S * (size_t)O; k++) {
+            double sd = json_number_value(json_array_get(tstd, k % (size_t)O));
+            double d = sd > 0 ? ((double)h.y[k] - h.t[k]) / sd : NAN;
+            sum += d * d;
+        }
+        loss_std = sum / (double)(h.n * (size_t)S * (size_t)O);
+    }
     json_t *golden = json_object_get(r.checks, "golden");
     const bool passed = r.failed == 0 && golden &&
                         !strcmp(json_string_value(json_object_get(golden, "status")), "passed");
@@ -637,6 +651,9 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
         "thresholds", kiln_thresholds_json(th), "checks", r.checks, "baseline",
         r.baseline ? r.baseline : json_null(), "passed", passed);
     KILN_CHECK_IF(rc, out, !rep, KILN_ERR_NOMEM, "out of memory");
+    if (isfinite(loss_std))
+        json_object_set_new(json_object_get(rep, "heldout"), "loss_standardised",
+                            json_real(loss_std));
     if (!o->report || *o->report) {
         rpath = o->report ? kiln_strdup(o->report) : kiln_vmodel_path(&m, "validation.json");
         KILN_CHECK_IF(rc, out, !rpath, KILN_ERR_NOMEM, "out of memory");
