@@ -44,6 +44,94 @@ static bool fvec_push(fvec *a, float x) {
     return true;
 }
 
+typedef struct {
+    int64_t *v;
+    size_t n, cap;
+} ivec;
+
+static bool ivec_push(ivec *a, int64_t x) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 4096;
+        int64_t *v = grow(a->v, cap * sizeof *v);
+        if (!v) return false;
+        a->v = v;
+        a->cap = cap;
+    }
+    a->v[a->n++] = x;
+    return true;
+}
+
+/* Group names to indices in order of first appearance: open addressing on FNV-1a. */
+typedef struct groups {
+    char **names; /* [n] */
+    int n, cap;
+    int *slot; /* [nslot] index + 1, 0 = empty */
+    size_t nslot;
+    size_t *last_line; /* [n] the line of the group's last row kept */
+    int64_t *last_time;
+    float *prev; /* [n * nsel] the group's last row kept, for ffill */
+} groups;
+
+static uint64_t fnv(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The index of name, added when new (-1: out of memory). */
+static int group_id(groups *g, const char *name, int nsel) {
+    if (2 * (size_t)g->n + 2 > g->nslot) {
+        size_t ns = g->nslot ? 2 * g->nslot : 64;
+        int *sl = kiln_calloc(ns, sizeof *sl);
+        if (!sl) return -1;
+        for (int i = 0; i < g->n; i++) {
+            size_t k = fnv(g->names[i]) & (ns - 1);
+            while (sl[k])
+                k = (k + 1) & (ns - 1);
+            sl[k] = i + 1;
+        }
+        free(g->slot);
+        g->slot = sl;
+        g->nslot = ns;
+    }
+    size_t k = fnv(name) & (g->nslot - 1);
+    for (; g->slot[k]; k = (k + 1) & (g->nslot - 1))
+        if (!strcmp(g->names[g->slot[k] - 1], name)) return g->slot[k] - 1;
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 16;
+        char **nm = grow(g->names, (size_t)cap * sizeof *nm);
+        if (!nm) return -1;
+        g->names = nm;
+        size_t *ll = grow(g->last_line, (size_t)cap * sizeof *ll);
+        if (!ll) return -1;
+        g->last_line = ll;
+        int64_t *lt = grow(g->last_time, (size_t)cap * sizeof *lt);
+        if (!lt) return -1;
+        g->last_time = lt;
+        float *pv = grow(g->prev, (size_t)cap * (size_t)nsel * sizeof *pv);
+        if (!pv) return -1;
+        g->prev = pv;
+        g->cap = cap;
+    }
+    if (!(g->names[g->n] = kiln_strdup(name))) return -1;
+    g->last_line[g->n] = 0;
+    for (int i = 0; i < nsel; i++)
+        g->prev[(size_t)g->n * (size_t)nsel + (size_t)i] = NAN;
+    g->slot[k] = ++g->n;
+    return g->n - 1;
+}
+
+static void groups_free(groups *g) {
+    for (int i = 0; i < g->n; i++)
+        free(g->names[i]);
+    free(g->names);
+    free(g->slot);
+    free(g->last_line);
+    free(g->last_time);
+    free(g->prev);
+}
+
 typedef struct reader {
     const kiln_csv_import *o;
     const char *path;
@@ -56,7 +144,12 @@ typedef struct reader {
     size_t line;   /* the physical line being fed, 1-based */
     int field;     /* fields seen of the record being read */
     float *row;    /* [nsel] the record's values; NAN marks a missing one */
-    float *prev;   /* [nsel] the last row kept, for --missing ffill */
+    int time_col, group_col; /* header columns of --time and --group, or -1 */
+    bool have_time;
+    int64_t row_time;
+    char *row_group; /* the record's group name */
+    groups g;        /* one group (index 0, no name) without --group */
+    ivec times, gids;
     char *scratch; /* one field as a C string */
     size_t scap;
     fvec fx, ty;
@@ -158,7 +251,30 @@ static void on_field(void *s, size_t len, void *data) {
         r->ncols++;
         return;
     }
-    if (c >= r->ncols || r->sel[c] < 0) return;
+    if (c >= r->ncols) return;
+    if (c == r->time_col) {
+        char *t = field_text(r, s, len);
+        if (!t) return;
+        if (!*t)
+            fail(r, KILN_ERR_FORMAT, "'%s' line %zu, column '%s': the time is missing", r->path,
+                 r->line, r->o->time_column);
+        else if (!kiln_time_parse(t, &r->row_time))
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu, column '%s': '%s' is not a time (an ISO 8601 date or date-time, "
+                 "or epoch seconds)",
+                 r->path, r->line, r->o->time_column, t);
+        r->have_time = true;
+        return;
+    }
+    if (c == r->group_col) {
+        char *t = field_text(r, s, len);
+        if (!t) return;
+        free(r->row_group);
+        if (!(r->row_group = kiln_strdup(t)))
+            fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+        return;
+    }
+    if (r->sel[c] < 0) return;
     char *t = field_text(r, s, len);
     if (t) value(r, r->sel[c], t);
 }
@@ -191,11 +307,47 @@ static void header_done(reader *r) {
         }
         r->sel[at] = i;
     }
+    const char *extra[2] = {r->o->time_column, r->o->group_column};
+    int *col[2] = {&r->time_col, &r->group_col};
+    for (int k = 0; k < 2; k++) {
+        *col[k] = -1;
+        if (!extra[k]) continue;
+        for (int c = 0; c < r->ncols; c++)
+            if (!strcmp(r->hdr[c], extra[k])) *col[k] = c;
+        if (*col[k] < 0) {
+            fail(r, KILN_ERR_NOTFOUND, "'%s' line 1: no column '%s' in the header", r->path,
+                 extra[k]);
+            return;
+        }
+        if (r->sel[*col[k]] >= 0 || (k == 1 && r->group_col == r->time_col)) {
+            fail(r, KILN_ERR_USAGE, "'%s': column '%s' is chosen twice", r->path, extra[k]);
+            return;
+        }
+    }
 }
 
 /* A data row is complete: apply the missing-value policy and keep it. */
 static void keep_row(reader *r) {
     const int F = r->o->n_features;
+    int gid = group_id(&r->g, r->row_group ? r->row_group : "", r->nsel);
+    if (gid < 0) {
+        fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+        return;
+    }
+    float *prev = r->g.prev + (size_t)gid * (size_t)r->nsel;
+    if (r->time_col >= 0) {
+        size_t ll = r->g.last_line[gid];
+        if (ll && r->row_time < r->g.last_time[gid]) {
+            char a[32], b[32];
+            kiln_time_format(r->row_time, a);
+            kiln_time_format(r->g.last_time[gid], b);
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu, column '%s': the time goes backwards (%s after %s on line %zu%s%s%s)",
+                 r->path, r->line, r->o->time_column, a, b, ll, r->row_group ? ", group '" : "",
+                 r->row_group ? r->row_group : "", r->row_group ? "'" : "");
+            return;
+        }
+    }
     int missing = 0;
     for (int i = 0; i < r->nsel; i++)
         missing += isnan(r->row[i]);
@@ -212,14 +364,14 @@ static void keep_row(reader *r) {
         case KILN_MISSING_FFILL:
             for (int i = 0; i < r->nsel; i++) {
                 if (!isnan(r->row[i])) continue;
-                if (isnan(r->prev[i])) {
+                if (isnan(prev[i])) {
                     fail(r, KILN_ERR_FORMAT,
                          "'%s' line %zu, column '%s': missing value with no earlier value to "
                          "carry forward (--missing drop drops the row instead)",
                          r->path, r->line, r->names[i]);
                     return;
                 }
-                r->row[i] = r->prev[i];
+                r->row[i] = prev[i];
             }
             break;
         default: /* refused as it was read */
@@ -229,12 +381,19 @@ static void keep_row(reader *r) {
         r->rep.values_filled += (size_t)missing;
     }
     for (int i = 0; i < r->nsel; i++) {
-        r->prev[i] = r->row[i];
+        prev[i] = r->row[i];
         if (!fvec_push(i < F ? &r->fx : &r->ty, r->row[i])) {
             fail(r, KILN_ERR_NOMEM, "out of memory importing '%s' (line %zu)", r->path, r->line);
             return;
         }
     }
+    if ((r->time_col >= 0 && !ivec_push(&r->times, r->row_time)) ||
+        (r->group_col >= 0 && !ivec_push(&r->gids, gid))) {
+        fail(r, KILN_ERR_NOMEM, "out of memory importing '%s' (line %zu)", r->path, r->line);
+        return;
+    }
+    r->g.last_line[gid] = r->line;
+    r->g.last_time[gid] = r->row_time;
     r->rep.rows++;
 }
 
@@ -257,6 +416,40 @@ static void on_row(int term, void *data) {
     }
     for (int i = 0; i < r->nsel; i++)
         r->row[i] = NAN; /* a column the row lacks is not carried over */
+    r->have_time = false;
+    free(r->row_group);
+    r->row_group = NULL;
+}
+
+/* Rows grouped, stably: group 0's rows in file order, then group 1's, ... (a counting sort
+ * by group index, which is the order of first appearance). */
+static kiln_err group_rows(reader *r, int32_t **gout) {
+    const size_t n = r->rep.rows, G = (size_t)r->g.n, F = (size_t)r->o->n_features,
+                 O = (size_t)r->o->n_outputs;
+    size_t *at = kiln_calloc(G + 1, sizeof *at);
+    float *fx = kiln_malloc(n * F * sizeof *fx), *ty = kiln_malloc(n * O * sizeof *ty);
+    int64_t *tm = r->times.v ? kiln_malloc(n * sizeof *tm) : NULL;
+    int32_t *gs = kiln_malloc(n * sizeof *gs);
+    if (!at || !fx || !ty || !gs || (r->times.v && !tm)) {
+        free(at), free(fx), free(ty), free(tm), free(gs);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+    }
+    for (size_t i = 0; i < n; i++)
+        at[r->gids.v[i] + 1]++;
+    for (size_t g = 0; g < G; g++)
+        at[g + 1] += at[g];
+    for (size_t i = 0; i < n; i++) {
+        size_t j = at[r->gids.v[i]]++;
+        memcpy(fx + j * F, r->fx.v + i * F, F * sizeof *fx);
+        memcpy(ty + j * O, r->ty.v + i * O, O * sizeof *ty);
+        if (tm) tm[j] = r->times.v[i];
+        gs[j] = (int32_t)r->gids.v[i];
+    }
+    free(at);
+    free(r->fx.v), free(r->ty.v), free(r->times.v);
+    r->fx.v = fx, r->ty.v = ty, r->times.v = tm;
+    *gout = gs;
+    return KILN_OK;
 }
 
 /* Where, in a line that starts outside quotes, the quoted field still open at its end
@@ -290,7 +483,13 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
                  "'%s': import needs at least one feature and one target", csv);
     KILN_FAIL_IF(o->missing < KILN_MISSING_REFUSE || o->missing > KILN_MISSING_ZERO,
                  KILN_ERR_USAGE, "'%s': unknown missing-value policy %d", csv, (int)o->missing);
-    reader r = {.o = o, .path = csv, .nsel = o->n_features + o->n_outputs, .header = true};
+    reader r = {.o = o,
+                .path = csv,
+                .nsel = o->n_features + o->n_outputs,
+                .header = true,
+                .time_col = -1,
+                .group_col = -1};
+    int32_t *gs = NULL;
     struct csv_parser p;
     bool parser = false;
     char *line = NULL;
@@ -300,12 +499,11 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
     FILE *f = NULL;
     r.names = kiln_calloc((size_t)r.nsel, sizeof *r.names);
     r.row = kiln_malloc((size_t)r.nsel * sizeof *r.row);
-    r.prev = kiln_malloc((size_t)r.nsel * sizeof *r.prev);
-    KILN_CHECK_IF(rc, out, !r.names || !r.row || !r.prev, KILN_ERR_NOMEM,
-                  "out of memory importing '%s'", csv);
+    KILN_CHECK_IF(rc, out, !r.names || !r.row, KILN_ERR_NOMEM, "out of memory importing '%s'",
+                  csv);
     for (int i = 0; i < r.nsel; i++) {
         r.names[i] = i < o->n_features ? o->features[i] : o->targets[i - o->n_features];
-        r.row[i] = r.prev[i] = NAN;
+        r.row[i] = NAN;
         for (int j = 0; j < i; j++)
             KILN_CHECK_IF(rc, out, !strcmp(r.names[i], r.names[j]), KILN_ERR_USAGE,
                           "'%s': column '%s' is chosen twice", csv, r.names[i]);
@@ -371,8 +569,18 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
                                                                                    : "targets"),
                                             json_string(r.names[i])),
                       KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
-    rc = kiln_dataset_write(o->out_path, r.rep.rows, o->n_features, o->n_outputs, r.fx.v, r.ty.v,
-                            cols);
+    kiln_dataset_extra x = {.time = r.times.v, .time_column = o->time_column,
+                            .group_column = o->group_column};
+    if (o->group_column) {
+        KILN_CHECK(rc, out, group_rows(&r, &gs));
+        x.time = r.times.v;
+        x.group = gs;
+        x.n_groups = r.g.n;
+        x.group_names = (const char *const *)r.g.names;
+    }
+    r.rep.n_groups = o->group_column ? r.g.n : 0;
+    rc = kiln_dataset_write_extra(o->out_path, r.rep.rows, o->n_features, o->n_outputs, r.fx.v,
+                                  r.ty.v, cols, NULL, x.time || x.group ? &x : NULL);
     if (!rc && report) *report = r.rep;
 out:
     if (parser) csv_free(&p);
@@ -384,7 +592,11 @@ out:
     free(r.sel);
     free(r.names);
     free(r.row);
-    free(r.prev);
+    free(r.row_group);
+    groups_free(&r.g);
+    free(r.times.v);
+    free(r.gids.v);
+    free(gs);
     free(r.scratch);
     free(r.fx.v);
     free(r.ty.v);

@@ -34,6 +34,10 @@ void kiln_dataset_free(kiln_dataset *ds) {
     free(ds->targets);
     free(ds->path);
     json_decref(ds->columns);
+    free(ds->time);
+    free(ds->group);
+    json_decref(ds->time_meta);
+    json_decref(ds->group_meta);
     free(ds);
 }
 
@@ -127,6 +131,71 @@ static kiln_err expect_2d(const kiln_st *st, const char *name, const kiln_tensor
     return KILN_OK;
 }
 
+/* A 1-D tensor of rows entries of dtype dt, copied into *out (new), or none (*out NULL). */
+static kiln_err optional_1d(const kiln_st *st, const char *name, kiln_dtype dt, size_t rows,
+                            void **out) {
+    *out = NULL;
+    const char *p = kiln_st_path(st);
+    const kiln_tensor *t = kiln_st_find(st, name);
+    if (!t) return KILN_OK;
+    KILN_FAIL_IF(t->dtype != dt, KILN_ERR_FORMAT, "'%s': tensor '%s' is %s, expected %s", p, name,
+                 kiln_dtype_name(t->dtype), kiln_dtype_name(dt));
+    KILN_FAIL_IF(t->ndim != 1 || (size_t)t->shape[0] != rows, KILN_ERR_FORMAT,
+                 "'%s': tensor '%s' must be 1-D with one entry per row (%zu)", p, name, rows);
+    if (!(*out = kiln_malloc(t->nbytes ? t->nbytes : 1))) return KILN_ERR_NOMEM;
+    memcpy(*out, t->data, t->nbytes);
+    return KILN_OK;
+}
+
+/* kiln.time and kiln.groups, and the tensors they describe. */
+static kiln_err open_extra(const kiln_st *st, kiln_dataset *ds) {
+    const char *path = ds->path, *tm = kiln_st_meta(st, "kiln.time"),
+               *gm = kiln_st_meta(st, "kiln.groups");
+    KILN_TRY(optional_1d(st, "time", KILN_I64, ds->rows, (void **)&ds->time));
+    KILN_TRY(optional_1d(st, "group", KILN_I32, ds->rows, (void **)&ds->group));
+    KILN_FAIL_IF(!ds->time != !tm, KILN_ERR_FORMAT,
+                 "'%s': tensor 'time' and __metadata__ kiln.time go together", path);
+    KILN_FAIL_IF(!ds->group != !gm, KILN_ERR_FORMAT,
+                 "'%s': tensor 'group' and __metadata__ kiln.groups go together", path);
+    if (tm) {
+        KILN_TRY(kiln_json_parse(tm, strlen(tm), "kiln.time", &ds->time_meta));
+        KILN_FAIL_IF(!json_is_string(json_object_get(ds->time_meta, "column")), KILN_ERR_FORMAT,
+                     "'%s': kiln.time is not {\"column\": name}", path);
+    }
+    if (gm) {
+        KILN_TRY(kiln_json_parse(gm, strlen(gm), "kiln.groups", &ds->group_meta));
+        const json_t *names = json_object_get(ds->group_meta, "names");
+        KILN_FAIL_IF(!json_is_string(json_object_get(ds->group_meta, "column")) ||
+                         !json_is_array(names) || json_array_size(names) < 1 ||
+                         json_array_size(names) > (1u << 30),
+                     KILN_ERR_FORMAT, "'%s': kiln.groups is not {\"column\": name, \"names\": [...]}",
+                     path);
+        ds->n_groups = (int)json_array_size(names);
+        for (size_t r = 0; r < ds->rows; r++) {
+            int32_t g = ds->group[r], prev = r ? ds->group[r - 1] : 0;
+            KILN_FAIL_IF(g < 0 || g >= ds->n_groups || g < prev || g > prev + 1 || (!r && g),
+                         KILN_ERR_FORMAT,
+                         "'%s': tensor 'group' row %zu is %d: groups must be 0, 1, ... in "
+                         "contiguous runs of rows, below %d",
+                         path, r, (int)g, ds->n_groups);
+        }
+        KILN_FAIL_IF(ds->group[ds->rows - 1] != ds->n_groups - 1, KILN_ERR_FORMAT,
+                     "'%s': kiln.groups names %d groups but tensor 'group' has %d", path,
+                     ds->n_groups, (int)ds->group[ds->rows - 1] + 1);
+    }
+    if (ds->time)
+        for (size_t r = 1; r < ds->rows; r++) {
+            if (ds->group && ds->group[r] != ds->group[r - 1]) continue;
+            if (ds->time[r] >= ds->time[r - 1]) continue;
+            char a[32], b[32];
+            kiln_time_format(ds->time[r], a);
+            kiln_time_format(ds->time[r - 1], b);
+            return kiln_fail(KILN_ERR_FORMAT, "'%s': tensor 'time' goes back at row %zu (%s after %s)",
+                             path, r, a, b);
+        }
+    return KILN_OK;
+}
+
 kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **out) {
     *out = NULL;
     uint8_t digest[KILN_SHA256_BYTES];
@@ -172,6 +241,7 @@ kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **o
      * every host kiln builds for). */
     memcpy(ds->features, f->data, f->nbytes);
     memcpy(ds->targets, t->data, t->nbytes);
+    KILN_CHECK(rc, fail, open_extra(st, ds));
     if (!(flags & KILN_DATASET_ALLOW_NONFINITE)) {
         KILN_CHECK(rc, fail, check_finite(ds, false));
         KILN_CHECK(rc, fail, check_finite(ds, true));
@@ -192,6 +262,14 @@ kiln_err kiln_dataset_open(const char *path, kiln_dataset **out) {
 kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, int n_outputs,
                                  const float *features, const float *targets, const json_t *columns,
                                  const json_t *meta) {
+    return kiln_dataset_write_extra(path, rows, n_features, n_outputs, features, targets, columns,
+                                    meta, NULL);
+}
+
+kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features, int n_outputs,
+                                  const float *features, const float *targets,
+                                  const json_t *columns, const json_t *meta,
+                                  const kiln_dataset_extra *x) {
     KILN_FAIL_IF(rows == 0, KILN_ERR_USAGE, "'%s': a dataset needs at least one row", path);
     KILN_FAIL_IF(n_features < 1 || n_outputs < 1 || n_features > MAX_COLUMNS ||
                      n_outputs > MAX_COLUMNS,
@@ -216,6 +294,31 @@ kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, 
     kiln_st_writer *w;
     KILN_TRY(kiln_st_writer_new(&w));
     kiln_err rc = KILN_OK;
+    char *text = NULL;
+    json_t *xj = NULL;
+    if (x && x->time) {
+        KILN_CHECK(rc, out, kiln_st_writer_add(w, "time", KILN_I64, 1, (int64_t[]){(int64_t)rows},
+                                               x->time));
+        xj = json_pack("{s:s}", "column", x->time_column ? x->time_column : "time");
+        text = xj ? kiln_json_canonical(xj) : NULL;
+        KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
+        KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.time", text));
+        free(text), json_decref(xj);
+        text = NULL, xj = NULL;
+    }
+    if (x && x->group) {
+        KILN_CHECK(rc, out, kiln_st_writer_add(w, "group", KILN_I32, 1,
+                                               (int64_t[]){(int64_t)rows}, x->group));
+        json_t *names = json_array();
+        for (int g = 0; names && g < x->n_groups; g++)
+            json_array_append_new(names, json_string(x->group_names[g]));
+        xj = names ? json_pack("{s:s,s:o}", "column", x->group_column ? x->group_column : "group",
+                               "names", names)
+                   : NULL;
+        text = xj ? kiln_json_canonical(xj) : NULL;
+        KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
+        KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.groups", text));
+    }
     KILN_CHECK(rc, out,
                kiln_st_writer_add(w, "features", KILN_F32, 2,
                                   (int64_t[]){(int64_t)rows, n_features}, features));
@@ -244,6 +347,8 @@ kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, 
     }
     rc = kiln_st_writer_write(w, path);
 out:
+    free(text);
+    json_decref(xj);
     kiln_st_writer_free(w);
     return rc;
 }

@@ -25,6 +25,13 @@ typedef struct kiln_dataset {
     char sha256[KILN_SHA256_HEX]; /* digest of the file's bytes */
     char *path;
     json_t *columns; /* NULL or {"features": [...], "targets": [...]} */
+    /* Optional (kiln data import --time / --group; docs/data.md): */
+    int64_t *time;       /* [rows] seconds since 1970 (tensor `time`, I64), or NULL */
+    int32_t *group;      /* [rows] group index (tensor `group`, I32), or NULL; a group's rows are
+                            contiguous, groups in order of first appearance */
+    int n_groups;        /* 0 without groups */
+    json_t *time_meta;   /* NULL or kiln.time: {"column": name} */
+    json_t *group_meta;  /* NULL or kiln.groups: {"column": name, "names": [n_groups]} */
 } kiln_dataset;
 
 /* Open and validate: both tensors present, F32, 2-D, same row count, at least one row,
@@ -56,6 +63,32 @@ kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **o
 kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, int n_outputs,
                                  const float *features, const float *targets, const json_t *columns,
                                  const json_t *meta);
+/* A dataset's optional time and group columns, for kiln_dataset_write_extra. */
+typedef struct kiln_dataset_extra {
+    const int64_t *time;     /* [rows] or NULL; non-decreasing within each group */
+    const char *time_column; /* its CSV name */
+    const int32_t *group;    /* [rows] or NULL: 0, then each row the same or the next index */
+    int n_groups;
+    const char *const *group_names; /* [n_groups] */
+    const char *group_column;
+} kiln_dataset_extra;
+/* kiln_dataset_write_meta with the time and group tensors of x (NULL: none, and the bytes
+ * are those of kiln_dataset_write_meta). */
+kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features, int n_outputs,
+                                  const float *features, const float *targets,
+                                  const json_t *columns, const json_t *meta,
+                                  const kiln_dataset_extra *x);
+/* A time as kiln data import reads it: an ISO 8601 date (1985-01-02) or date-time
+ * (1985-01-02T15:30:00Z, with an optional fraction, Z or offset; a space may stand for T),
+ * or epoch seconds (an integer). false when it is none of those. */
+bool kiln_time_parse(const char *s, int64_t *out);
+/* "1985-01-02" at midnight UTC, else "1985-01-02T15:30:00Z". */
+void kiln_time_format(int64_t t, char out[32]);
+/* A duration: an integer and d, h, m or s (no unit: seconds). */
+bool kiln_duration_parse(const char *s, int64_t *out);
+/* The largest whole unit: "3d", "36h", "90s". */
+void kiln_duration_format(int64_t secs, char out[32]);
+
 /* The name of feature (target false) or target (target true) column i: from kiln.columns,
  * else "feature[i]" / "target[i]" formatted into buf. Returns a pointer valid while ds
  * and buf are. */
@@ -85,12 +118,16 @@ typedef struct kiln_csv_import {
     const char *const *targets; /* [n_outputs] */
     int n_outputs;
     kiln_missing missing;
+    const char *time_column;  /* NULL, or a column of times (kiln_time_parse): tensor `time` */
+    const char *group_column; /* NULL, or a column naming each row's instrument: rows are
+                                 grouped (stably, in order of first appearance) */
 } kiln_csv_import;
 
 /* What an import did: data rows read, rows written, rows dropped, rows with filled values
  * and the values filled (ffill, zero). */
 typedef struct kiln_csv_report {
     size_t rows_read, rows, rows_dropped, rows_filled, values_filled;
+    int n_groups;
 } kiln_csv_report;
 
 /* Import a CSV file (RFC 4180 through libcsv: quoted fields, embedded commas, quotes and
