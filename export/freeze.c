@@ -420,6 +420,11 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
                   "metrics", metrics ? metrics : json_null());
     ck = tc = metrics = NULL; /* stolen by json_pack, even on failure */
     KILN_CHECK_IF(rc, out, !lin, KILN_ERR_NOMEM, "out of memory");
+    /* How the run split its rows (in rows, and in time when the data has times). */
+    const json_t *split = run ? json_object_get(run, "split") : NULL;
+    if (json_is_object(split))
+        KILN_CHECK_IF(rc, out, json_object_set_new(lin, "split", json_deep_copy(split)),
+                      KILN_ERR_NOMEM, "out of memory");
     if (c->has_norm) {
         /* What the trainer's losses were measured in, and what export folded into the head. */
         json_t *m = json_array(), *sd = json_array();

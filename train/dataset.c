@@ -359,8 +359,8 @@ kiln_err kiln_dataset_write(const char *path, size_t rows, int n_features, int n
                                    NULL);
 }
 
-kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
-                            kiln_split *out) {
+static kiln_err split_rows(const kiln_dataset *ds, double val_fraction, int seq_len,
+                           kiln_split *out) {
     KILN_FAIL_IF(!(val_fraction >= 0 && val_fraction < 1), KILN_ERR_USAGE,
                  "validation fraction %g is outside [0, 1)", val_fraction);
     KILN_FAIL_IF(seq_len < 1, KILN_ERR_USAGE, "sequence length %d must be at least 1", seq_len);
@@ -423,4 +423,164 @@ void kiln_dataset_stats(const kiln_dataset *ds, kiln_column_stats *stats) {
         }
         stats[c] = s;
     }
+}
+
+void kiln_split_release(kiln_split *sp) {
+    free(sp->ranges);
+    sp->ranges = NULL;
+    sp->n_ranges = 0;
+}
+
+const kiln_split_range *kiln_split_ranges(const kiln_split *sp, kiln_split_range *one, size_t *n) {
+    if (sp->n_ranges) {
+        *n = sp->n_ranges;
+        return sp->ranges;
+    }
+    *one = (kiln_split_range){0, sp->train_end, sp->val_begin, sp->val_end};
+    *n = 1;
+    return one;
+}
+
+/* First row in [b, e) whose time is at least t (e when none): the times are sorted there. */
+static size_t first_at(const int64_t *time, size_t b, size_t e, int64_t t) {
+    while (b < e) {
+        size_t m = b + (e - b) / 2;
+        if (time[m] < t)
+            b = m + 1;
+        else
+            e = m;
+    }
+    return b;
+}
+
+static int cmp_time(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
+                            kiln_split *out) {
+    kiln_split_opts o = {.val_fraction = val_fraction, .seq_len = seq_len};
+    return kiln_dataset_split_ex(ds, &o, out);
+}
+
+kiln_err kiln_dataset_split_ex(const kiln_dataset *ds, const kiln_split_opts *o, kiln_split *out) {
+    memset(out, 0, sizeof *out);
+    const bool by_time = o->val_from && *o->val_from;
+    const size_t S = o->seq_len > 0 ? (size_t)o->seq_len : 1;
+    KILN_FAIL_IF(o->seq_len < 1, KILN_ERR_USAGE, "sequence length %d must be at least 1",
+                 o->seq_len);
+    KILN_FAIL_IF(o->purge_rows < 0 || o->purge_secs < 0, KILN_ERR_USAGE,
+                 "the purge gap must not be negative");
+    KILN_FAIL_IF((by_time || o->purge_secs) && !ds->time, KILN_ERR_USAGE,
+                 "'%s' has no time column (kiln data import --time): a split by time (val_from, "
+                 "purge_time) needs one",
+                 ds->path);
+    int64_t from = 0;
+    KILN_FAIL_IF(by_time && !kiln_time_parse(o->val_from, &from), KILN_ERR_USAGE,
+                 "val_from '%s' is not a time (an ISO 8601 date or date-time, or epoch seconds)",
+                 o->val_from);
+    const size_t gap = (size_t)o->purge_rows > S ? (size_t)o->purge_rows : S;
+    /* The old rule, bit for bit: by rows, the gap exactly seq_len, no groups. */
+    if (!by_time && !ds->group && gap == S && !o->purge_secs) {
+        KILN_TRY(split_rows(ds, o->val_fraction, o->seq_len, out));
+        out->train_rows = out->train_end;
+        out->val_rows = out->val_end - out->val_begin;
+        out->gap_rows = out->val_begin - out->train_end;
+        return KILN_OK;
+    }
+    KILN_FAIL_IF(!by_time && !(o->val_fraction >= 0 && o->val_fraction < 1), KILN_ERR_USAGE,
+                 "validation fraction %g is outside [0, 1)", o->val_fraction);
+    /* With groups and times but no val_from: the time at which val_fraction of all rows are
+     * later, so every instrument is split at the same moment. */
+    if (!by_time && ds->group && ds->time && o->val_fraction > 0) {
+        int64_t *t = kiln_malloc(ds->rows * sizeof *t);
+        if (!t) return KILN_ERR_NOMEM;
+        memcpy(t, ds->time, ds->rows * sizeof *t);
+        qsort(t, ds->rows, sizeof *t, cmp_time);
+        size_t n_val = (size_t)floor(o->val_fraction * (double)ds->rows + 0.5);
+        from = t[ds->rows - (n_val ? n_val : 1)];
+        free(t);
+    }
+    const bool at_time = by_time || (ds->group && ds->time && o->val_fraction > 0);
+    const size_t G = ds->group ? (size_t)ds->n_groups : 1;
+    kiln_split_range *rg = kiln_calloc(G, sizeof *rg);
+    if (!rg) return KILN_ERR_NOMEM;
+    size_t b = 0, tr = 0, va = 0, train_starts = 0, val_windows = 0;
+    for (size_t g = 0; g < G; g++) {
+        size_t e = b;
+        while (e < ds->rows && (!ds->group || (size_t)ds->group[e] == g))
+            e++;
+        size_t vb;
+        if (at_time)
+            vb = first_at(ds->time, b, e, from);
+        else if (o->val_fraction > 0)
+            vb = e - (size_t)floor(o->val_fraction * (double)(e - b) + 0.5);
+        else
+            vb = e;
+        size_t te = vb >= b + gap ? vb - gap : b;
+        if (o->purge_secs && at_time) {
+            size_t tt = first_at(ds->time, b, e, from - o->purge_secs);
+            if (tt < te) te = tt;
+        }
+        rg[g] = (kiln_split_range){b, te, vb, e};
+        tr += te - b;
+        va += e - vb;
+        train_starts += te - b >= S ? te - b - S + 1 : 0;
+        val_windows += (e - vb) / S;
+        b = e;
+    }
+    char when[32] = "";
+    if (at_time) kiln_time_format(from, when);
+    kiln_err rc = KILN_OK;
+    if (!train_starts)
+        rc = kiln_fail(KILN_ERR_USAGE,
+                       "'%s': the split leaves no training window of %zu rows (%zu training rows%s%s)",
+                       ds->path, S, tr, at_time ? " before " : "", when);
+    else if (!val_windows && (by_time || o->val_fraction > 0))
+        rc = kiln_fail(KILN_ERR_USAGE,
+                       "'%s': the split leaves no validation window of %zu rows (%zu validation "
+                       "rows%s%s)",
+                       ds->path, S, va, at_time ? " from " : "", when);
+    if (rc) {
+        free(rg);
+        return rc;
+    }
+    out->train_rows = tr;
+    out->val_rows = va;
+    out->gap_rows = gap;
+    out->by_time = at_time;
+    out->val_from = from;
+    if (ds->group) {
+        out->ranges = rg;
+        out->n_ranges = G;
+    } else {
+        out->train_end = rg[0].train_end;
+        out->val_begin = rg[0].val_begin;
+        out->val_end = rg[0].val_end;
+        free(rg);
+    }
+    return KILN_OK;
+}
+
+size_t kiln_split_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts) {
+    kiln_split_range one;
+    size_t nr, total = 0, n = 0;
+    const kiln_split_range *r = kiln_split_ranges(sp, &one, &nr);
+    for (size_t g = 0; g < nr; g++)
+        total += r[g].val_end - r[g].val_begin;
+    for (size_t g = 0; g < nr && n < cap; g++) {
+        size_t len = r[g].val_end - r[g].val_begin, fit = len / (size_t)seq_len;
+        /* this range's share of cap, by its rows (all of cap with one range) */
+        size_t want = nr == 1 ? cap : (size_t)((double)cap * (double)len / (double)total);
+        if (!want && fit) want = 1;
+        size_t k = fit < want ? fit : want;
+        if (k > cap - n) k = cap - n;
+        if (!k) continue;
+        /* Spread evenly: stride >= seq_len, so the windows never overlap. */
+        size_t stride = len / k;
+        for (size_t i = 0; i < k; i++)
+            starts[n++] = r[g].val_begin + i * stride;
+    }
+    return n;
 }

@@ -46,12 +46,44 @@ kiln_err kiln_dataset_write(const char *path, size_t rows, int n_features, int n
 /* Train and validation splits, contiguous in time: training rows [0, train_end), a purge
  * gap of at least seq_len rows, then validation rows [val_begin, rows). With
  * val_fraction 0 there is no validation split (val_begin == val_end == rows). */
+typedef struct kiln_split_range {
+    size_t train_begin, train_end; /* training rows [train_begin, train_end) */
+    size_t val_begin, val_end;     /* validation rows */
+} kiln_split_range;
 typedef struct kiln_split {
     size_t train_end;
     size_t val_begin, val_end;
+    /* With groups (kiln data import --group): each group's rows split alike, in ranges[g]
+     * (owned: kiln_split_release); train_end, val_begin and val_end are then 0. Without
+     * groups: NULL, the one range above. */
+    kiln_split_range *ranges;
+    size_t n_ranges;
+    size_t train_rows, val_rows, gap_rows; /* totals over the ranges; gap_rows per range */
+    bool by_time;     /* the validation starts at a time: val_from */
+    int64_t val_from; /* (by_time) */
 } kiln_split;
 kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
                             kiln_split *out);
+/* How a split is asked for (config keys val_fraction, val_from, purge_rows, purge_time). */
+typedef struct kiln_split_opts {
+    double val_fraction;
+    int seq_len;
+    const char *val_from; /* NULL or "": by val_fraction; else a time (kiln_time_parse): the
+                             validation rows are those at or after it (needs a time column) */
+    long purge_rows;      /* the gap in rows: at least seq_len (0: seq_len) */
+    int64_t purge_secs;   /* and at least this long in time before val_from (needs time) */
+} kiln_split_opts;
+/* The split of ds as o asks; with groups every group is split at the same time (val_from,
+ * or the time at which val_fraction of all rows are later), or at its own val_fraction
+ * without a time column. Release with kiln_split_release. */
+kiln_err kiln_dataset_split_ex(const kiln_dataset *ds, const kiln_split_opts *o, kiln_split *out);
+void kiln_split_release(kiln_split *sp);
+/* The split's ranges: sp->ranges, or the one range of a split without groups in *one. */
+const kiln_split_range *kiln_split_ranges(const kiln_split *sp, kiln_split_range *one, size_t *n);
+/* The fixed validation windows: up to cap non-overlapping windows of seq_len rows spread
+ * evenly over the validation rows (over each group's, in proportion to its rows); starts
+ * [cap] filled. Returns the count (0 if none fits). */
+size_t kiln_split_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts);
 
 /* kiln_dataset_open with options: KILN_DATASET_ALLOW_NONFINITE keeps NaN and infinity
  * (for inspection; a trainer must use kiln_dataset_open). Free with kiln_dataset_free. */
@@ -354,6 +386,10 @@ typedef struct kiln_train_config {
     int threads;              /* OpenBLAS threads */
     kiln_train_device device; /* "cpu" or "cuda" (CUDA device 0) */
     kiln_precision precision; /* "f32", or "bf16" (cuda only) */
+    /* The split in time (kiln_split_opts; left out of the config's JSON while unset): */
+    char val_from[40];   /* "" or a time: validation from it (val_fraction then unused) */
+    long purge_rows;     /* 0 = seq_len */
+    char purge_time[24]; /* "" or a duration ("30d") */
 } kiln_train_config;
 
 void kiln_train_config_default(kiln_train_config *c);
@@ -378,6 +414,8 @@ char *kiln_train_config_text(const kiln_train_config *c, bool pretty);
 bool kiln_train_config_resumable(const char *key);
 /* "cpu" or "cuda". */
 const char *kiln_train_device_name(kiln_train_device d);
+/* The split a config asks for (its strings stay c's). */
+kiln_err kiln_train_split_opts(const kiln_train_config *c, kiln_split_opts *o);
 
 /* What the trainer reports after every step (to the progress callback). */
 typedef struct kiln_train_progress {

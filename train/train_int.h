@@ -155,6 +155,10 @@ kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, cons
  * step: kiln_philox(seed, KILN_STREAM_BATCH, i*slots + slot), uniform over the starts
  * 0 .. train_end - seq_len. train_end >= seq_len. */
 size_t kiln_train_window(uint64_t seed, long i, int slots, int slot, size_t train_end, int seq_len);
+/* kiln_train_window over a split's training rows: the same start as kiln_train_window
+ * without groups; with them, uniform over every group's windows (none crosses groups). */
+size_t kiln_train_window_split(uint64_t seed, long i, int slots, int slot, const kiln_split *sp,
+                               int seq_len);
 /* The fixed validation windows: up to cap non-overlapping windows spread evenly over
  * [val_begin, val_end); starts [cap] filled. Returns the count (0 if none fits). */
 size_t kiln_train_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts);

@@ -83,6 +83,7 @@ static void trainer_free(trainer *t) {
     free(t->yval);
     kiln_tsmoe_free(t->m);
     kiln_dataset_free(t->ds);
+    kiln_split_release(&t->split);
     free(t->mom);
     free(t->x);
     free(t->y);
@@ -167,8 +168,10 @@ static kiln_err setup(trainer *t) {
     const kiln_train_config *c = &t->cfg;
     const int S = c->model.seq_len, B = c->batch_size, F = c->model.n_features,
               O = c->model.n_outputs;
-    KILN_TRY(kiln_dataset_split(t->ds, c->val_fraction, S, &t->split));
-    KILN_FAIL_IF(t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
+    kiln_split_opts so;
+    KILN_TRY(kiln_train_split_opts(c, &so));
+    KILN_TRY(kiln_dataset_split_ex(t->ds, &so, &t->split));
+    KILN_FAIL_IF(!t->split.n_ranges && t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
                  "dataset '%s': the training split has %zu rows, fewer than seq_len %d",
                  t->ds->path, t->split.train_end, S);
     if (c->device == KILN_TRAIN_CUDA) {
@@ -217,17 +220,22 @@ static kiln_err setup(trainer *t) {
 
 /* norm.in_mean / norm.in_std from the training split (population std, floored). */
 static void set_input_norm(trainer *t) {
-    const size_t F = (size_t)t->ds->n_features, n = t->split.train_end;
+    const size_t F = (size_t)t->ds->n_features, n = t->split.train_rows;
+    kiln_split_range one;
+    size_t nr;
+    const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
     float *mean = t->params + t->tab[0].offset, *std = t->params + t->tab[1].offset;
     for (size_t f = 0; f < F; f++) {
         double s = 0, ss = 0;
-        for (size_t r = 0; r < n; r++)
-            s += t->ds->features[r * F + f];
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
+                s += t->ds->features[r * F + f];
         double mu = s / (double)n;
-        for (size_t r = 0; r < n; r++) {
-            double d = t->ds->features[r * F + f] - mu;
-            ss += d * d;
-        }
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
+                double d = t->ds->features[r * F + f] - mu;
+                ss += d * d;
+            }
         double sd = sqrt(ss / (double)n);
         mean[f] = (float)mu;
         std[f] = (float)(sd > 1e-6 ? sd : 1e-6);
@@ -237,16 +245,21 @@ static void set_input_norm(trainer *t) {
 /* tmean / tstd from the training split's targets (population std; a constant target keeps
  * std 1). */
 static void set_target_norm(trainer *t) {
-    const size_t O = (size_t)t->ds->n_outputs, n = t->split.train_end;
+    const size_t O = (size_t)t->ds->n_outputs, n = t->split.train_rows;
+    kiln_split_range one;
+    size_t nr;
+    const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
     for (size_t o = 0; o < O; o++) {
         double s = 0, ss = 0;
-        for (size_t r = 0; r < n; r++)
-            s += t->ds->targets[r * O + o];
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
+                s += t->ds->targets[r * O + o];
         double mu = s / (double)n;
-        for (size_t r = 0; r < n; r++) {
-            double d = t->ds->targets[r * O + o] - mu;
-            ss += d * d;
-        }
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
+                double d = t->ds->targets[r * O + o] - mu;
+                ss += d * d;
+            }
         double sd = sqrt(ss / (double)n);
         t->tmean[o] = (float)mu;
         t->tstd[o] = sd > 0 && (float)sd > 0 ? (float)sd : 1.0f;
@@ -505,7 +518,7 @@ static kiln_err loop(trainer *t) {
                 rc = kiln_dev_train_micro_begin(t->dev, j);
             for (int b = 0; b < B; b++)
                 t->starts[b] =
-                    kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
+                    kiln_train_window_split(c->seed, i, slots, a * B + b, &t->split, S);
             kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
             kiln_loss l;
             if (t->dev) {
@@ -802,6 +815,58 @@ static void sweep_temps(const char *run_dir) {
 }
 
 /* Rank 0's part of a start: everything up to the first step. */
+/* How the rows were split, for run.json and the model card: rows, and times when the data
+ * has them. */
+static json_t *split_json(const trainer *t) {
+    const kiln_split *sp = &t->split;
+    const kiln_dataset *ds = t->ds;
+    json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I}", "by", sp->by_time ? "time" : "rows",
+                          "train_rows", (json_int_t)sp->train_rows, "val_rows",
+                          (json_int_t)sp->val_rows, "gap_rows", (json_int_t)sp->gap_rows,
+                          "val_windows", (json_int_t)t->n_val);
+    if (!j) return NULL;
+    if (!sp->n_ranges) {
+        json_object_set_new(j, "train_end", json_integer((json_int_t)sp->train_end));
+        json_object_set_new(j, "val_begin", json_integer((json_int_t)sp->val_begin));
+        json_object_set_new(j, "val_end", json_integer((json_int_t)sp->val_end));
+    } else {
+        json_object_set_new(j, "groups", json_integer((json_int_t)sp->n_ranges));
+    }
+    if (sp->by_time) {
+        char b[32];
+        kiln_time_format(sp->val_from, b);
+        json_object_set_new(j, "val_from", json_string(b));
+    }
+    if (t->cfg.purge_time[0]) json_object_set_new(j, "purge_time", json_string(t->cfg.purge_time));
+    if (ds->time) {
+        /* first and last time of each split over all groups */
+        int64_t lo[2] = {INT64_MAX, INT64_MAX}, hi[2] = {INT64_MIN, INT64_MIN};
+        kiln_split_range one;
+        size_t nr;
+        const kiln_split_range *rg = kiln_split_ranges(sp, &one, &nr);
+        for (size_t g = 0; g < nr; g++) {
+            size_t a[2] = {rg[g].train_begin, rg[g].val_begin},
+                   e[2] = {rg[g].train_end, rg[g].val_end};
+            for (int k = 0; k < 2; k++) {
+                if (a[k] >= e[k]) continue;
+                if (ds->time[a[k]] < lo[k]) lo[k] = ds->time[a[k]];
+                if (ds->time[e[k] - 1] > hi[k]) hi[k] = ds->time[e[k] - 1];
+            }
+        }
+        static const char *const names[2][2] = {{"train_first", "train_last"},
+                                                {"val_first", "val_last"}};
+        for (int k = 0; k < 2; k++) {
+            if (lo[k] > hi[k]) continue;
+            char a[32], b[32];
+            kiln_time_format(lo[k], a);
+            kiln_time_format(hi[k], b);
+            json_object_set_new(j, names[k][0], json_string(a));
+            json_object_set_new(j, names[k][1], json_string(b));
+        }
+    }
+    return j;
+}
+
 static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     const kiln_train_opts *opts = t->opts;
     t->cfg = *cfg;
@@ -852,6 +917,8 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     if (opts->init_path)
         json_object_set_new(run, "init",
                             json_pack("{s:s,s:s}", "path", opts->init_path, "sha256", init_sha));
+    KILN_CHECK_IF(rc, out, json_object_set_new(run, "split", split_json(t)), KILN_ERR_NOMEM,
+                  "out of memory");
     KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, 0));

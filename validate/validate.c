@@ -286,12 +286,11 @@ static void heldout_free(heldout *h) {
 static kiln_err heldout_make(const kiln_dataset *ds, const kiln_split *sp, int S, int F, int O,
                              size_t cap, heldout *h) {
     memset(h, 0, sizeof *h);
-    size_t len = sp->val_end - sp->val_begin, fit = len / (size_t)S;
-    h->n = fit < cap ? fit : cap;
+    h->starts = kiln_calloc(cap ? cap : 1, sizeof *h->starts);
+    if (!h->starts) return KILN_ERR_NOMEM;
+    h->n = kiln_split_val_windows(sp, S, cap, h->starts);
     KILN_FAIL_IF(!h->n, KILN_ERR_USAGE, "'%s': the validation split holds no window of %d rows",
                  ds->path, S);
-    size_t stride = len / h->n;
-    h->starts = kiln_calloc(h->n, sizeof *h->starts);
     h->x = kiln_malloc(h->n * S * F * sizeof(float));
     h->t = kiln_malloc(h->n * S * O * sizeof(float));
     h->y = kiln_malloc(h->n * S * O * sizeof(float));
@@ -299,8 +298,6 @@ static kiln_err heldout_make(const kiln_dataset *ds, const kiln_split *sp, int S
         heldout_free(h);
         return KILN_ERR_NOMEM;
     }
-    for (size_t k = 0; k < h->n; k++)
-        h->starts[k] = sp->val_begin + k * stride;
     kiln_vgather(ds, h->starts, h->n, S, h->x, h->t);
     return KILN_OK;
 }
@@ -593,6 +590,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     KILN_TRY(kiln_vmodel_open(o->model, &m));
     kiln_dataset *ds = NULL;
     heldout h = {0};
+    kiln_split sp = {0};
     run r = {0};
     json_t *rep = NULL;
     char *rpath = NULL;
@@ -604,8 +602,23 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     const double vf = o->val_fraction >= 0 ? o->val_fraction : kiln_vmodel_val_fraction(&m);
     KILN_CHECK_IF(rc, out, vf <= 0, KILN_ERR_USAGE,
                   "validation fraction %g leaves no held-out rows to validate on", vf);
-    kiln_split sp;
-    KILN_CHECK(rc, out, kiln_dataset_split(ds, vf, S, &sp));
+    /* The run's split: val_fraction, and val_from, purge_rows, purge_time when it had them. */
+    const json_t *rc_cfg = json_object_get(json_object_get(m.card, "lineage"), "config");
+    kiln_train_config tc;
+    kiln_train_config_default(&tc);
+    tc.model.seq_len = S;
+    tc.val_fraction = vf;
+    static const char *const split_keys[] = {"val_from", "purge_rows", "purge_time"};
+    for (size_t k = 0; k < 3; k++) {
+        const json_t *v = json_object_get(rc_cfg, split_keys[k]);
+        json_t *one = v ? json_pack("{s:O}", split_keys[k], v) : NULL;
+        if (one) rc = kiln_train_config_apply(&tc, one, "the model card's config");
+        json_decref(one);
+        if (rc) goto out;
+    }
+    kiln_split_opts so;
+    KILN_CHECK(rc, out, kiln_train_split_opts(&tc, &so));
+    KILN_CHECK(rc, out, kiln_dataset_split_ex(ds, &so, &sp));
     KILN_CHECK(rc, out, heldout_make(ds, &sp, S, F, O, (size_t)th->heldout_windows, &h));
     KILN_CHECK(rc, out, forward_ties(&m, h.x, h.n, S, th, h.y, &h.tz));
     h.loss = kiln_vmse(h.y, h.t, h.n * S * O);
@@ -678,6 +691,7 @@ out:
     json_decref(r.baseline);
     free(rpath);
     heldout_free(&h);
+    kiln_split_release(&sp);
     kiln_dataset_free(ds);
     kiln_vmodel_close(&m);
     return rc;
