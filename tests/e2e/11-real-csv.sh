@@ -14,32 +14,8 @@ for s in 1 2 3; do
         fail "synth $s"
     $KILN data export "$T/s$s.st" >"$T/s$s.csv" || fail "export $s"
 done
-/usr/bin/python3 - "$T" <<'EOF' || fail "writing market.csv"
-import csv, datetime, sys
-t = sys.argv[1]
-cols = [list(csv.reader(open(f"{t}/s{s}.csv"))) for s in (1, 2, 3)]
-names = ["SPX", "NDX", "RUT"]
-day, days = datetime.date(1985, 1, 2), []
-while len(days) < 1500:
-    # weekends, and the market closed on 1985-09-27 (Hurricane Gloria)
-    if day.weekday() < 5 and day != datetime.date(1985, 9, 27):
-        days.append(day)
-    day += datetime.timedelta(days=1)
-with open(f"{t}/market.csv", "w", newline="") as f:
-    w = csv.writer(f, quoting=csv.QUOTE_NONNUMERIC, lineterminator="\n")
-    w.writerow(["", "date", "instrument"] + cols[0][0])
-    n = 0
-    for i, d in enumerate(days):
-        for k, name in enumerate(names):
-            row = [float(v) for v in cols[k][i + 1]]
-            n += 1
-            cells = [str(n), d.isoformat(), name] + row
-            if k == 1 and i % 250 == 7:
-                cells[4] = "NA"  # R writes a missing value as a bare NA
-            w.writerow(cells)
-text = open(f"{t}/market.csv").read().replace('"NA"', "NA")  # R leaves NA unquoted
-open(f"{t}/market.csv", "w").write(text)
-EOF
+/usr/bin/python3 "$(dirname "$0")/../../examples/market_csv.py" "$T/market.csv" "$T/s1.csv" "$T/s2.csv" \
+    "$T/s3.csv" || fail "writing market.csv"
 # The file holds quoted strings and bare NA, as R writes it.
 sed -n 2p "$T/market.csv" | grep -q '^"1","1985-01-02","SPX",' || fail "market.csv: $(sed -n 2p "$T/market.csv")"
 grep -q ',NA,' "$T/market.csv" || fail "market.csv has no NA"
@@ -63,12 +39,19 @@ $KILN data inspect --json "$T/m.st" >"$T/ins.json" || fail "inspect --json"
 grep -q '"median_step_seconds": 86400' "$T/ins.json" || fail "inspect --json time"
 
 # Train with the validation from 1989-07-01, 10 days purged: every instrument split there.
-$KILN train --data "$T/m.st" --run-dir "$T/run" --set steps=60 --set eval_every=30 \
+$KILN train --data "$T/m.st" --run-dir "$T/run" --set steps=60 --set eval_every=30 --set ckpt_every=30 --set keep=0 \
     --set val_from=1989-07-01 --set purge_time=10d --set d_model=16 --set d_ff=32 --set seq_len=16 \
     --set attn_window=16 >/dev/null 2>"$T/train.log" || { cat "$T/train.log" >&2; fail "train"; }
 grep -q '"by": "time"' "$T/run/run.json" || fail "run.json split: $(cat "$T/run/run.json")"
 grep -q '"val_first": "1989-07-03"' "$T/run/run.json" || fail "run.json val_first"
 grep -q '"groups": 3' "$T/run/run.json" || fail "run.json groups"
+# Resumed from step 30 (the target scaling read back from the checkpoint), the run ends with
+# the bytes of the uninterrupted one.
+cp -r "$T/run" "$T/again"
+rm "$T/again/ckpt/step-00000060.safetensors"
+$KILN train --resume "$T/again" >/dev/null 2>"$T/again.log" || { cat "$T/again.log" >&2; fail "resume"; }
+cmp -s "$T/run/ckpt/step-00000060.safetensors" "$T/again/ckpt/step-00000060.safetensors" ||
+    fail "the resumed run's checkpoint differs from the uninterrupted run's"
 $KILN runs show "$T/run" >"$T/show" || fail "runs show"
 grep -q '^  r2 per target: fwd_ret_1 [-0-9.]* fwd_ret_2 [-0-9.]*$' "$T/show" || fail "runs show r2 per target: $(cat "$T/show")"
 
