@@ -65,8 +65,10 @@ bool kiln_time_parse(const char *s, int64_t *out) {
     const char *p = s + 10;
     if (*p == 'T' || *p == 't' || *p == ' ') {
         p++;
-        int h = digits(p, 2), mi = p[2] == ':' ? digits(p + 3, 2) : -1, sec = 0;
-        if (h < 0 || h > 23 || mi < 0 || mi > 59) return false;
+        int h = digits(p, 2), sec = 0;
+        if (h < 0 || h > 23 || p[2] != ':') return false; /* p[2] exists: p[0..1] are digits */
+        int mi = digits(p + 3, 2);
+        if (mi < 0 || mi > 59) return false;
         p += 5;
         if (*p == ':') {
             sec = digits(p + 1, 2);
