@@ -13,6 +13,12 @@ DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-d
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
             libopenmpi-dev openmpi-bin libssl-dev curl openssl libcsv-dev
 TOOLS := sqlite3 minisign mpirun curl openssl
+# The Python package (python/kiln, tests/python) and the model's float64 reference (tests/ref):
+# Debian's interpreter and its numpy and torch (kiln.torch), probed by importing them with
+# /usr/bin/python3.
+PY_DEB_PKGS := python3 python3-numpy python3-torch
+DEB_PKGS += $(PY_DEB_PKGS)
+PY_PROBE := /usr/bin/python3 -c 'import numpy, torch'
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c
@@ -110,6 +116,7 @@ $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	echo '#include <csv.h>' | $(CC) -E - >/dev/null 2>&1 || missing=1; \
+	$(PY_PROBE) >/dev/null 2>&1 || missing=1; \
 	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
@@ -117,6 +124,15 @@ $(DEPS_STAMP):
 	  apt-get update -qq && apt-get install -y -qq --no-install-recommends $(DEB_PKGS) >/dev/null || exit 2; \
 	fi
 	@touch $@
+
+# The test vectors (tests/vectors/tsmoe-*) from the float64 reference of docs/model.md;
+# `make test` recomputes them and fails where the committed files disagree with what it computes.
+# SHARED_VECTORS: an independently made set, checked against the same reference when present.
+REF := /usr/bin/python3 tests/ref/tsmoe_ref.py
+SHARED_VECTORS ?= ../shared/vectors
+.PHONY: vectors
+vectors: $(DEPS_STAMP)
+	$(REF) tests/vectors
 
 $(BUILD)/obj/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -132,8 +148,16 @@ $(BUILD)/libkiln.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libkiln.so: $(LIB_OBJ)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(ALL_LIBS)
+# libkiln.so exports what include/kiln.h declares (KILN_API) and nothing else: a version
+# script made from the header's declarations (tests/e2e/05-exports.sh checks the result). The
+# CLI and the tests link the static library, which keeps every symbol.
+$(BUILD)/libkiln.map: include/kiln.h
+	@mkdir -p $(BUILD)
+	@{ echo '{ global:'; grep -o 'KILN_API[^(]*(' $< | grep -v __attribute__ | \
+	   sed 's/ *($$//; s/.*[ *]//; s/$$/;/'; echo 'local: *; };'; } > $@.tmp && mv $@.tmp $@
+
+$(BUILD)/libkiln.so: $(LIB_OBJ) $(BUILD)/libkiln.map
+	$(CC) -shared $(LDFLAGS) -Wl,--version-script=$(BUILD)/libkiln.map -o $@ $(LIB_OBJ) $(ALL_LIBS)
 
 $(BUILD)/libkiln_dist.a: $(DIST_OBJ)
 	@rm -f $@
@@ -254,6 +278,11 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
 
 test: all $(BENCH_BINS)
+	@echo "== the reference vectors (tests/ref) against docs/model.md's float64 reference"
+	$(REF) --check tests/vectors
+	@if [ -f $(SHARED_VECTORS)/tsmoe-moe.io.safetensors ]; then \
+	  echo "== the reference against the independent vectors in $(SHARED_VECTORS)"; \
+	  $(REF) --check $(SHARED_VECTORS); fi
 	@echo "== C suite"
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"

@@ -179,6 +179,15 @@ bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char *
      "how long a registry may take to answer (or stall a download) before it is passed over: "   \
      "500ms, 5s, 1m (default 5 s with mirrors, 60 s alone)",                                     \
      false}
+/* The limits of a download (docs/registry.md, "Limits"), parsed into each of cs[0..n):
+ * --max-size (bytes: 1048576, 512M, 16G, 2T; K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024),
+ * --min-rate (bytes a second, the same units, "/s" allowed: 16K, 1M/s) and --deadline (a
+ * duration, at most 7 days); NULL leaves the library's default. KILN_ERR_USAGE naming a bad
+ * value (cmd_publish.c). */
+kiln_err cli_registry_limits(struct kiln_registry_client_opts *cs, size_t n, const char *max_size,
+                             const char *min_rate, const char *deadline);
+/* The options cli_registry_limits reads. */
+#define CLI_LIMIT_OPTS(max_size, min_rate, deadline)                                                   {"max-size", CLI_STR, (max_size), "BYTES",                                                         "the largest archive accepted: a registry declaring more is refused (or passed over) "          "before the download: 512M, 16G (default 16G)",                                                  false},                                                                                               {"min-rate", CLI_STR, (min_rate), "BYTES/s",                                                      "the slowest a registry may send, averaged over each --timeout window, before it is "           "passed over: 1K, 1M (default 16K)",                                                             false},                                                                                           {"deadline", CLI_STR, (deadline), "DURATION",                                                     "the most the whole operation may take, every registry and retry included: 30s, 10m, "          "2h (default 1h)",                                                                               false}
 int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
 int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
 int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */

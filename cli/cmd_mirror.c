@@ -57,7 +57,7 @@ static const char *plural(size_t n) {
 
 int cmd_registry_mirror(int argc, char **argv) {
     const char *root = NULL, *from = NULL, *token = NULL, *trust = NULL, *interval = NULL,
-               *timeout = NULL;
+               *timeout = NULL, *max_size = NULL, *min_rate = NULL, *deadline = NULL;
     bool once = false;
     const cli_opt opts[] = {
         {"root", CLI_STR, &root, "DIR",
@@ -76,11 +76,12 @@ int cmd_registry_mirror(int argc, char **argv) {
          "how long the primary may take to answer (or stall a download) before a sync gives up "
          "(and retries, then waits for the next): 500ms, 5s, 1m (default 60 s)",
          false},
+        CLI_LIMIT_OPTS(&max_size, &min_rate, &deadline),
         {0},
     };
     const cli_spec spec = {
         "kiln registry mirror --root DIR --from URL --trust FILE [--token T] [--once | "
-        "--interval 30s] [--timeout 60s]",
+        "--interval 30s] [--timeout 60s] [--max-size 16G] [--min-rate 16K] [--deadline 1h]",
         "Copy a registry into a mirror store, verifying every trust version, archive and "
         "channel record;\nserve the copy read-only with 'kiln registry serve --root DIR'.",
         opts, 0, 0};
@@ -110,6 +111,8 @@ int cmd_registry_mirror(int argc, char **argv) {
                                    .stall_ms = (unsigned)timeout_ms,
                                    .progress = progress,
                                    .progress_ctx = &last};
+    kiln_err le = cli_registry_limits(&c, 1, max_size, min_rate, deadline);
+    if (le) return cli_fail(le);
     kiln_registry_mirror_opts o = {.root = root,
                                    .from = &c,
                                    .trust = trust,

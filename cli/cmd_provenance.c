@@ -308,6 +308,7 @@ static void print_text(const json_t *j) {
 
 int cmd_provenance(int argc, char **argv) {
     const char *token = NULL, *trust = NULL, *state = NULL, *timeout = NULL;
+    const char *max_size = NULL, *min_rate = NULL, *deadline = NULL; /* --download's limits */
     cli_list urls = {0};
     bool as_json = false, download = false;
     const cli_opt opts[] = {
@@ -324,6 +325,7 @@ int cmd_provenance(int argc, char **argv) {
          "checks are read from it)",
          false},
         CLI_TIMEOUT_OPT(&timeout),
+        CLI_LIMIT_OPTS(&max_size, &min_rate, &deadline),
         {0},
     };
     cli_spec spec = {
@@ -338,6 +340,12 @@ int cmd_provenance(int argc, char **argv) {
     kiln_registry_client_opts *cs;
     if (!cli_registry_args(&spec, argc, argv, &ref, &urls, &token, &timeout, false, &cs, &rc))
         return rc;
+    kiln_err le = cli_registry_limits(cs, (size_t)urls.n, max_size, min_rate, deadline);
+    if (le) {
+        free(cs);
+        free(urls.v);
+        return cli_fail(le);
+    }
     kiln_registry_provenance_opts o = {
         .ref = ref, .trust = trust, .state = state, .download = download};
     json_t *out = NULL;

@@ -1,5 +1,7 @@
 /* cmd_publish.c - kiln publish | pull | promote | rollback | channel put: the registry's
  * client side. */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,6 +62,50 @@ kiln_err cli_registry_clients(const cli_list *urls, const char *token, const cha
     return KILN_OK;
 }
 
+/* A byte count: digits, then nothing or a unit (K, M, G, T or KiB, MiB, GiB, TiB: powers of
+ * 1024; B), then "/s" when rate; at least 1 and at most max. */
+static bool parse_bytes(const char *s, bool rate, uint64_t max, uint64_t *out) {
+    static const struct {
+        const char *unit;
+        unsigned shift;
+    } units[] = {{"", 0},     {"B", 0},  {"K", 10},   {"KiB", 10}, {"M", 20},
+                 {"MiB", 20}, {"G", 30}, {"GiB", 30}, {"T", 40},   {"TiB", 40}};
+    if (*s < '0' || *s > '9') return false;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(s, &end, 10);
+    if (errno || !n) return false;
+    size_t len = strlen(end);
+    if (rate && len >= 2 && !strcmp(end + len - 2, "/s")) len -= 2;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(units); i++)
+        if (strlen(units[i].unit) == len && !strncmp(end, units[i].unit, len)) {
+            if (n > (max >> units[i].shift)) return false;
+            *out = (uint64_t)n << units[i].shift;
+            return true;
+        }
+    return false;
+}
+
+kiln_err cli_registry_limits(kiln_registry_client_opts *cs, size_t n, const char *max_size,
+                             const char *min_rate, const char *deadline) {
+    uint64_t size = 0, rate = 0, ms = 0;
+    KILN_FAIL_IF(max_size && !parse_bytes(max_size, false, UINT64_MAX >> 1, &size), KILN_ERR_USAGE,
+                 "--max-size '%s' is not a size in bytes like 1048576, 512M or 16G", max_size);
+    KILN_FAIL_IF(min_rate && !parse_bytes(min_rate, true, UINT32_MAX, &rate), KILN_ERR_USAGE,
+                 "--min-rate '%s' is not a rate in bytes a second like 1K, 64K/s or 1M (at most "
+                 "4 GiB/s)",
+                 min_rate);
+    KILN_FAIL_IF(
+        deadline && cli_parse_duration_ms(deadline, 7 * 86400 * 1000ull, &ms) != 1, KILN_ERR_USAGE,
+        "--deadline '%s' is not a duration like 30s, 10m or 2h (at most 7 days)", deadline);
+    for (size_t i = 0; i < n; i++) {
+        cs[i].max_size = size;
+        cs[i].min_rate = (unsigned)rate;
+        cs[i].deadline_ms = (unsigned)ms;
+    }
+    return KILN_OK;
+}
+
 bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char **args,
                        cli_list *urls, const char *const *token, const char *const *timeout,
                        bool progress, kiln_registry_client_opts **out, int *status) {
@@ -109,8 +155,22 @@ static void print_note(void *ctx, const char *line) {
     fprintf(stderr, "kiln: %s\n", line);
 }
 
+/* SIGINT or SIGTERM during a pull: the transfer is cut (the progress hook says so within a
+ * second), the pull fails and removes its partial download; a second signal kills. */
+static volatile sig_atomic_t pull_signal;
+
+static void on_pull_signal(int sig) {
+    pull_signal = sig;
+}
+
+static int pull_progress(void *ctx, uint64_t done, uint64_t total) {
+    if (pull_signal) return 1;
+    return ctx ? draw_bar(ctx, done, total) : 0;
+}
+
 int cmd_pull(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL, *timeout = NULL;
+    const char *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL, *timeout = NULL,
+               *max_size = NULL, *min_rate = NULL, *deadline = NULL;
     cli_list urls = {0};
     const cli_opt opts[] = {
         {"registry", CLI_MULTI, &urls, "URL",
@@ -122,11 +182,13 @@ int cmd_pull(int argc, char **argv) {
         {"state", CLI_STR, &state, "DIR", "anti-rollback state (default ~/.local/state/kiln)",
          false},
         CLI_TIMEOUT_OPT(&timeout),
+        CLI_LIMIT_OPTS(&max_size, &min_rate, &deadline),
         {0},
     };
     cli_spec spec = {
         "kiln pull NAME@CHANNEL|NAME@VERSION --registry URL [--registry MIRROR]... --trust FILE "
-        "--out DIR [--state DIR] [--timeout 5s]",
+        "--out DIR [--state DIR] [--timeout 5s] [--max-size 16G] [--min-rate 16K] "
+        "[--deadline 1h]",
         "Download a model, verify everything (channel record, seq, expiry, digest, signatures, "
         "every file) and only then put it at DIR.",
         opts, 1, 1};
@@ -135,12 +197,34 @@ int cmd_pull(int argc, char **argv) {
     kiln_registry_client_opts *cs;
     if (!cli_registry_args(&spec, argc, argv, &ref, &urls, &token, &timeout, true, &cs, &rc))
         return rc;
+    kiln_err le = cli_registry_limits(cs, (size_t)urls.n, max_size, min_rate, deadline);
+    if (le) {
+        free(cs);
+        free(urls.v);
+        return cli_fail(le);
+    }
+    for (int i = 0; i < urls.n; i++) {
+        cs[i].progress_ctx = cs[i].progress ? cs[i].progress_ctx : NULL;
+        cs[i].progress = pull_progress;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_pull_signal;
+    sa.sa_flags = SA_RESETHAND; /* the second one kills */
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out_dir, .state = state};
     kiln_registry_pulled res;
     kiln_err e = kiln_registry_pull_any(cs, (size_t)urls.n, &p, print_note, NULL, &res);
     bool several = urls.n > 1;
     free(cs);
     free(urls.v);
+    if (e && pull_signal) {
+        fprintf(stderr,
+                "kiln: error: pull stopped by %s; nothing installed, its download removed\n",
+                pull_signal == SIGINT ? "SIGINT" : "SIGTERM");
+        return 2;
+    }
     if (e) return cli_fail(e);
     /* With several registries the line says which served it (and the record, when that was
      * another). */

@@ -43,7 +43,7 @@ static kiln_err load_keys(const cli_list *paths, kiln_sign_seckey ***out) {
 int cmd_release(int argc, char **argv) {
     const char *name = NULL, *version = NULL, *url = NULL, *token = NULL, *ptoken = NULL,
                *data = NULL, *baseline = "production", *promote = NULL, *out = NULL, *trust = NULL,
-               *state = NULL;
+               *state = NULL, *model = NULL, *reference = NULL;
     cli_list keys = {0}, pkeys = {0}, sets = {0};
     long step = 0, windows = 64;
     bool best = false;
@@ -78,16 +78,22 @@ int cmd_release(int argc, char **argv) {
          false},
         {"state", CLI_STR, &state, "DIR",
          "pull state for the baseline (default ~/.local/state/kiln)", false},
+        {"model", CLI_STR, &model, "DIR",
+         "release this model directory (kiln.torch's save_model_dir, say) instead of a run",
+         false},
+        {"reference", CLI_STR, &reference, "REF",
+         "also hold the runtime to a research framework's outputs (validate's parity_reference)",
+         false},
         {0},
     };
     const cli_spec spec = {
-        "kiln release RUN_DIR --name N --version V --registry URL --key KEY --trust trust.json "
-        "[--token T] [--data DATA] [--baseline-channel production] [--promote staging] "
-        "[--step N | --best] [--out-dir DIR]",
-        "Export a run, make its golden data, validate it against the model in the baseline "
-        "channel, pack, sign, publish and optionally promote it; stop at the first stage that "
-        "fails.",
-        opts, 1, 1};
+        "kiln release RUN_DIR | --model DIR --name N --version V --registry URL --key KEY "
+        "--trust trust.json [--token T] [--data DATA] [--reference REF] [--baseline-channel "
+        "production] [--promote staging] [--step N | --best] [--out-dir DIR]",
+        "Export a run (or copy a model directory), make its golden data, validate it against the "
+        "model in the baseline channel, pack, sign, publish and optionally promote it; stop at "
+        "the first stage that fails.",
+        opts, 0, 1};
     const char *run_dir;
     int status;
     if (!cli_parse_args(&spec, argc, argv, &run_dir, &status)) {
@@ -101,6 +107,14 @@ int cmd_release(int argc, char **argv) {
     kiln_err e = KILN_OK;
     if (step < 0 || windows < 1 || windows > 1000000) {
         status = cli_usage_error("--step must be positive and --windows between 1 and 1000000");
+        goto done;
+    }
+    if (!run_dir == !model) {
+        status = cli_usage_error("give a run directory or --model DIR (one of the two)");
+        goto done;
+    }
+    if (model && (best || step)) {
+        status = cli_usage_error("--step and --best choose a run's checkpoint; --model has none");
         goto done;
     }
     if (best && step) {
@@ -141,8 +155,10 @@ int cmd_release(int argc, char **argv) {
         .thresholds = &th,
         .no_bf16 = no_bf16,
         .on_stage = on_stage,
+        .model_dir = model,
+        .reference = reference,
     };
-    printf("releasing %s@%s from '%s' to %s\n", name, version, run_dir, url);
+    printf("releasing %s@%s from '%s' to %s\n", name, version, run_dir ? run_dir : model, url);
     kiln_registry_release_result res;
     e = kiln_registry_release(&o, &res);
     if (e) {

@@ -62,7 +62,8 @@ static void print_keys(void) {
 }
 
 int cmd_validate(int argc, char **argv) {
-    const char *model = NULL, *data = NULL, *baseline = NULL, *report = NULL, *bf16 = NULL;
+    const char *model = NULL, *data = NULL, *baseline = NULL, *report = NULL, *bf16 = NULL,
+               *reference = NULL;
     bool make_bf16 = false, help = false;
     double vf = -1;
     cli_list sets = {0};
@@ -79,11 +80,15 @@ int cmd_validate(int argc, char **argv) {
         {"val-fraction", CLI_DBL, &vf, "F",
          "held-out fraction (default: the card's run config, else 0.2)", false},
         {"set", CLI_MULTI, &sets, "KEY=VALUE", "override a threshold (repeatable)", false},
+        {"reference", CLI_STR, &reference, "REF",
+         "a research framework's outputs on the golden inputs (kiln.torch), held against the "
+         "runtime's (parity_reference)",
+         false},
         {0},
     };
     const cli_spec spec = {
         "kiln validate --model M --data DATA [--baseline M0] [--report FILE] [--bf16 M_BF16 | "
-        "--make-bf16] [--set KEY=VALUE ...]",
+        "--make-bf16] [--reference REF] [--set KEY=VALUE ...]",
         "Run the golden regression and inference parity checks and write one report; exit 0 "
         "only if every check that ran passed.",
         opts, 0, 0};
@@ -112,7 +117,8 @@ int cmd_validate(int argc, char **argv) {
                             .make_bf16 = make_bf16,
                             .report = report,
                             .thresholds = &th,
-                            .val_fraction = vf};
+                            .val_fraction = vf,
+                            .reference = reference};
     json_t *rep = NULL;
     kiln_err err = kiln_validate_run(&o, &rep);
     if (err && !rep) return cli_fail(err);

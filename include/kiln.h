@@ -200,6 +200,14 @@ typedef struct kiln_pull_opts {
     /* For https:// registries: a PEM file of the certificate authorities to trust (a private
      * CA); NULL: $KILN_REGISTRY_CA when set, else the system's. */
     const char *ca_file;
+    /* Limits (docs/registry.md, "Limits"): the largest archive accepted, in bytes (0: 16 GiB;
+     * a registry declaring more is refused, or passed over, before the download starts, and
+     * no more than declared is read); the slowest transfer, in bytes a second averaged over
+     * each timeout_ms window (0: 16 KiB/s; a registry that trickles is passed over); the most
+     * a whole pull (with kiln_watch: each poll) may take, in milliseconds (0: 1 h). */
+    uint64_t max_size;
+    unsigned min_rate;
+    unsigned deadline_ms;
 } kiln_pull_opts;
 
 typedef struct kiln_pull_result {
@@ -217,7 +225,9 @@ typedef struct kiln_pull_result {
  * last this client accepted (kept in state), it has not expired, the archive's size and
  * digest match, the archive's signature, the manifest's, every file's digest; then the
  * model is unpacked into a temporary directory and renamed to opts->out. A failed check is
- * KILN_ERR_VERIFY and leaves out as it was. A partial download is resumed on the next call.
+ * KILN_ERR_VERIFY and leaves out as it was. The download goes to
+ * STATE/downloads/<hex>.partial, resumed after a broken connection within the pull and removed
+ * when the pull fails (one a killed process left is resumed by the next pull of that archive).
  * result may be NULL. Safe to call from several threads with different outs. */
 KILN_API KILN_MUST_CHECK kiln_err kiln_pull(const kiln_pull_opts *opts, kiln_pull_result *result);
 

@@ -2,10 +2,12 @@
  * retries, downloads that resume with Range and stop at the declared size, and pull, which
  * trusts nothing the server says until it has verified it. */
 #include <curl/curl.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "export.h"
 #include "registry_int.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -72,16 +75,21 @@ static kiln_err auth_header(const kiln_registry_client_opts *c, struct curl_slis
     return KILN_OK;
 }
 
-/* One transfer: the caller's progress bar, and the stall watch. A transfer that moves no
- * byte either way for stall_ms (0: 60 s), counted from the last byte, is a dead connection.
- * (libcurl's own low-speed check averages the speed over its last five seconds, so a burst
- * then silence was cut off 5-6 s after the limit: measured 7.2 s for a 1 s limit.) */
+/* One transfer: the caller's progress bar, the stall watch and the rate watch. A transfer
+ * that moves no byte either way for stall_ms (0: 60 s), counted from the last byte, is a dead
+ * connection; one that moves fewer than min_rate bytes a second over a window of stall_ms
+ * is a registry trickling (a byte a second never stalls). (libcurl's own low-speed check
+ * averages the speed over its last five seconds, so a burst then silence was cut off 5-6 s
+ * after the limit: measured 7.2 s for a 1 s limit.) */
 typedef struct xfer {
     const kiln_registry_client_opts *c;
     unsigned stall;   /* ms; 0: not watched (a deadline that comes first governs) */
+    unsigned rate;    /* bytes a second over each window of stall ms; 0: not watched */
     curl_off_t bytes; /* up and down so far */
     uint64_t since;   /* when bytes last changed (ns); 0 before the first call */
-    bool stalled;
+    uint64_t window;  /* when the rate window began (ns) */
+    curl_off_t window_bytes, slow_bytes; /* bytes at its start; moved in the window cut off */
+    bool stalled, slow;
     char ebuf[CURL_ERROR_SIZE]; /* libcurl's own words for a failure */
 } xfer;
 
@@ -101,6 +109,21 @@ static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_o
         x->stalled = true;
         return 1; /* CURLE_ABORTED_BY_CALLBACK */
     }
+    if (x->rate && x->stall) {
+        if (!x->window) {
+            x->window = now;
+            x->window_bytes = x->bytes;
+        } else if (now - x->window >= (uint64_t)x->stall * 1000000) {
+            curl_off_t moved = x->bytes - x->window_bytes;
+            if ((uint64_t)moved < (uint64_t)x->rate * x->stall / 1000) {
+                x->slow = true;
+                x->slow_bytes = moved;
+                return 1;
+            }
+            x->window = now;
+            x->window_bytes = x->bytes;
+        }
+    }
     if (!c->progress) return 0;
     if (ultotal > 0) return c->progress(c->progress_ctx, (uint64_t)ulnow, (uint64_t)ultotal);
     return c->progress(c->progress_ctx, (uint64_t)dlnow, (uint64_t)(dltotal > 0 ? dltotal : 0));
@@ -109,9 +132,12 @@ static int xfer_progress(void *ctx, curl_off_t dltotal, curl_off_t dlnow, curl_o
 static void common_opts(CURL *h, const kiln_registry_client_opts *c, xfer *x) {
     x->c = c;
     x->stall = stall_ms(c);
+    x->rate = 0; /* downloads and answers watch it; an upload's answer waits on the server */
     x->bytes = 0;
     x->since = 0;
-    x->stalled = false;
+    x->window = 0;
+    x->window_bytes = x->slow_bytes = 0;
+    x->stalled = x->slow = false;
     x->ebuf[0] = 0;
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, x->ebuf);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -132,6 +158,11 @@ static const char *xfer_error(const xfer *x, CURLcode e, char *out, size_t cap) 
     if (x->stalled)
         snprintf(out, cap, "stalled: not a byte moved in %u ms (%lld bytes moved before)",
                  x->stall, (long long)x->bytes);
+    else if (x->slow)
+        snprintf(out, cap,
+                 "too slow: %lld bytes in %u ms, under the minimum of %u bytes a second "
+                 "(min_rate, --min-rate; %lld bytes moved in all)",
+                 (long long)x->slow_bytes, x->stall, x->rate, (long long)x->bytes);
     else
         snprintf(out, cap, "%s", x->ebuf[0] ? x->ebuf : curl_easy_strerror(e));
     return out;
@@ -177,12 +208,213 @@ static bool transient_status(long status) {
 
 static void backoff(const kiln_registry_client_opts *c, int attempt) {
     unsigned ms = (c->backoff_ms ? c->backoff_ms : 250) << (attempt < 6 ? attempt : 6);
+    if (c->until_ns) { /* not past the deadline: the next attempt then says it passed */
+        uint64_t now = kiln_now_ns(), left = now < c->until_ns ? (c->until_ns - now) / 1000000 : 0;
+        if (ms > left) ms = (unsigned)left;
+    }
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
 }
 
 static int max_retries(const kiln_registry_client_opts *c) {
     return c->retries < 0 ? 4 : c->retries;
+}
+
+/* ---- limits ---- */
+
+void reg_deadline_start(kiln_registry_client_opts *c, size_t n) {
+    uint64_t now = kiln_now_ns();
+    for (size_t i = 0; i < n; i++) {
+        unsigned ms = c[i].deadline_ms ? c[i].deadline_ms : KILN_REGISTRY_DEADLINE_DEFAULT_MS;
+        c[i].until_ns = now + (uint64_t)ms * 1000000;
+    }
+}
+
+uint64_t reg_max_size(const kiln_registry_client_opts *c) {
+    return c->max_size ? c->max_size : KILN_REGISTRY_MAX_SIZE_DEFAULT;
+}
+
+static unsigned min_rate(const kiln_registry_client_opts *c) {
+    return c->min_rate ? c->min_rate : KILN_REGISTRY_MIN_RATE_DEFAULT;
+}
+
+static bool past_deadline(const kiln_registry_client_opts *c) {
+    return c->until_ns && kiln_now_ns() >= c->until_ns;
+}
+
+static kiln_err deadline_fail(const kiln_registry_client_opts *c, const char *url) {
+    return kiln_fail(KILN_ERR_NETWORK,
+                     "registry '%s': the deadline of %u ms for the whole operation passed "
+                     "(deadline_ms, --deadline)",
+                     url, c->deadline_ms ? c->deadline_ms : KILN_REGISTRY_DEADLINE_DEFAULT_MS);
+}
+
+/* The milliseconds left before the operation's deadline (LONG_MAX without one); a deadline
+ * passed already is the failure. */
+static kiln_err time_left(const kiln_registry_client_opts *c, const char *url, long *ms) {
+    *ms = LONG_MAX;
+    if (!c->until_ns) return KILN_OK;
+    uint64_t now = kiln_now_ns();
+    if (now >= c->until_ns) return deadline_fail(c, url);
+    uint64_t left = (c->until_ns - now + 999999) / 1000000;
+    *ms = left < (uint64_t)LONG_MAX ? (long)left : LONG_MAX;
+    return KILN_OK;
+}
+
+/* A ceiling on an archive kiln pack made from m's files: each entry (manifest.json first, then
+ * every file) is a ustar header, at most a pax record with its own header (a path ustar cannot
+ * split, a size of 8 GiB or more: each under 512 bytes of text) and its data padded to 512
+ * bytes; then the two end blocks; zstd adds at most 3 bytes a 128 KiB block and its frame
+ * (ZSTD_compressBound: n + n/256 + 128 KiB/2048 for small inputs). Taken with room to spare
+ * (4 KiB an entry, n/128 + 64 KiB) so that another libarchive or libzstd stays under it too. */
+static uint64_t sat_add(uint64_t a, uint64_t b) {
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t entry_bound(uint64_t size) {
+    uint64_t padded = sat_add(size, 511) & ~(uint64_t)511;
+    return sat_add(padded, 4096);
+}
+
+uint64_t reg_archive_bound(const kiln_manifest *m) {
+    uint64_t t = sat_add(entry_bound(m->text_len), 1024);
+    for (size_t i = 0; i < m->nfiles; i++)
+        t = sat_add(t, entry_bound(m->files[i].size));
+    return sat_add(sat_add(t, t / 128), 64 * 1024);
+}
+
+uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
+                          const char *model, const char *version) {
+    const json_t *man = json_object_get(ver, "manifest");
+    if (!json_is_object(man) || !sig || !t) return UINT64_MAX;
+    char *text = kiln_json_canonical(man);
+    kiln_manifest *m = NULL;
+    kiln_sign_archive_report rep;
+    memset(&rep, 0, sizeof rep);
+    kiln_err rc =
+        text ? kiln_sign_verify_manifest_sigs(text, strlen(text), "the registry's manifest", sig,
+                                              strlen(sig), "signature", t, &rep)
+             : KILN_ERR_NOMEM;
+    if (!rc && (strcmp(rep.info.model, model) || strcmp(rep.info.version, version)))
+        rc = KILN_ERR_VERIFY;
+    if (!rc) rc = kiln_manifest_parse(text, strlen(text), "the registry's manifest", &m);
+    uint64_t bound = rc ? UINT64_MAX : reg_archive_bound(m);
+    /* Not established: the full check after the download says why, in its own words. */
+    if (rc) kiln_errclear();
+    kiln_manifest_free(m);
+    free(text);
+    return bound;
+}
+
+kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint64_t signed_bound,
+                         const char *label) {
+    KILN_FAIL_IF(size > reg_max_size(c), KILN_ERR_LIMIT,
+                 "registry '%s' declares %s at %" PRIu64
+                 " bytes, more than this client accepts (%" PRIu64
+                 " bytes: max_size, --max-size); not downloaded",
+                 c->url, label, size, reg_max_size(c));
+    KILN_FAIL_IF(size > signed_bound, KILN_ERR_VERIFY,
+                 "registry '%s' declares %s at %" PRIu64
+                 " bytes, more than an archive of its signed manifest can be (%" PRIu64
+                 " bytes); refusing, not downloaded",
+                 c->url, label, size, signed_bound);
+    return KILN_OK;
+}
+
+/* ---- one request, with its retries: the loop every transfer runs ---- */
+
+/* What a request does beyond the loop's own: its transfer's options and what to make of it. */
+typedef struct request {
+    const kiln_registry_client_opts *c;
+    const char *url;  /* named by http_error */
+    const char *what; /* how a transfer failure begins: "registry 'URL'", "downloading 'URL'" */
+    /* Set up handle h for one attempt, after common_opts (URL, headers, callbacks, x->rate,
+     * timeouts; left_ms: what the operation has left, LONG_MAX without a deadline). A failure
+     * ends the request. */
+    kiln_err (*setup)(void *ctx, CURL *h, xfer *x, long left_ms);
+    /* After each transfer (NULL: nothing): what its callbacks found that ends the request
+     * whatever libcurl says (an answer over its limit, a registry sending more than
+     * declared, a write error). */
+    kiln_err (*check)(void *ctx);
+    const buf *body; /* the answer's body, as the last transfer left it (http_error's words) */
+    void *ctx;
+} request;
+
+/* Run rq's transfers until one gets an answer that is not a transient failure (*status its
+ * HTTP status, for the caller to judge), retrying connection errors, stalls, transfers too
+ * slow and 5xx (but 501 and 507) with backoff, max_retries times, within the operation's
+ * deadline. */
+static kiln_err request_run(const request *rq, long *status) {
+    const kiln_registry_client_opts *c = rq->c;
+    char why[CURL_ERROR_SIZE + 64];
+    xfer x;
+    for (int attempt = 0;; attempt++) {
+        long left;
+        KILN_TRY(time_left(c, rq->url, &left));
+        CURL *h = curl_easy_init();
+        KILN_FAIL_IF(!h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
+        common_opts(h, c, &x);
+        kiln_err rc = rq->setup(rq->ctx, h, &x, left);
+        if (rc) {
+            curl_easy_cleanup(h);
+            return rc;
+        }
+        CURLcode e = curl_easy_perform(h);
+        *status = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+        curl_easy_cleanup(h);
+        if (rq->check) KILN_TRY(rq->check(rq->ctx));
+        if (e == CURLE_OK && !transient_status(*status)) return KILN_OK;
+        if (e != CURLE_OK && past_deadline(c)) return deadline_fail(c, rq->url);
+        if (attempt >= max_retries(c) ||
+            (e != CURLE_OK && !transient_curl(e) && !x.stalled && !x.slow))
+            return e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "%s: %s", rq->what,
+                                             xfer_error(&x, e, why, sizeof why))
+                                 : http_error(rq->url, *status, rq->body);
+        kiln_debug("%s: %s, retrying", rq->what,
+                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
+        backoff(c, attempt);
+    }
+}
+
+/* ---- small requests ---- */
+
+typedef struct small {
+    const char *url, *method, *body;
+    size_t body_len, limit;
+    long timeout_ms;
+    struct curl_slist *hdr;
+    buf *out;
+} small;
+
+static kiln_err small_setup(void *ctx, CURL *h, xfer *x, long left) {
+    small *q = ctx;
+    free(q->out->p);
+    memset(q->out, 0, sizeof *q->out);
+    q->out->limit = q->limit;
+    x->rate = min_rate(x->c);
+    if (x->stall >= (unsigned long)q->timeout_ms) x->stall = 0;
+    /* The stall detection alone lets a registry that sends a byte a second hold a pull (or a
+     * kiln_watch poll) for days: a small answer has a deadline, and so has the operation it
+     * is part of. */
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, q->timeout_ms < left ? q->timeout_ms : left);
+    curl_easy_setopt(h, CURLOPT_URL, q->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, q->hdr);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, q->out);
+    if (q->body) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, q->method);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, q->body);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)q->body_len);
+    }
+    return KILN_OK;
+}
+
+static kiln_err small_check(void *ctx) {
+    small *q = ctx;
+    KILN_FAIL_IF(q->out->over, KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes",
+                 q->url, q->limit);
+    return KILN_OK;
 }
 
 /* GET or PUT (small body) path, body into *out (limit bytes), with retries. *status set. */
@@ -192,69 +424,40 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
     memset(out, 0, sizeof *out);
     *status = 0;
     KILN_TRY(client_init(c));
-    char *url = url_for(c, path);
-    if (!url) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
-    struct curl_slist *hdr = NULL;
-    CURL *h = NULL;
-    const long deadline_ms =
-        c->timeout_ms ? (long)c->timeout_ms : (long)(60000 + (limit / 16384) * 1000);
-    char why[CURL_ERROR_SIZE + 64];
-    xfer x;
-    KILN_CHECK(rc, out, auth_header(c, &hdr));
-    if (body) {
-        struct curl_slist *n = curl_slist_append(hdr, "Content-Type: application/json");
-        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
-        hdr = n;
+    char *url = url_for(c, path), *what = url ? kiln_asprintf("registry '%s'", url) : NULL;
+    small q = {.url = url,
+               .method = method,
+               .body = body,
+               .body_len = body_len,
+               .limit = limit,
+               .timeout_ms =
+                   c->timeout_ms ? (long)c->timeout_ms : (long)(60000 + (limit / 16384) * 1000),
+               .out = out};
+    kiln_err rc = what ? auth_header(c, &q.hdr) : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc && body) {
+        struct curl_slist *n = curl_slist_append(q.hdr, "Content-Type: application/json");
+        if (n)
+            q.hdr = n;
+        else
+            rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
     }
-    for (int attempt = 0;; attempt++) {
-        h = curl_easy_init();
-        KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
-        free(out->p);
-        memset(out, 0, sizeof *out);
-        out->limit = limit;
-        common_opts(h, c, &x);
-        if (x.stall >= (unsigned long)deadline_ms) x.stall = 0;
-        /* The stall detection alone lets a registry that sends a byte a second hold a pull
-         * (or a kiln_watch poll) for days: a small answer has a deadline. */
-        curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, deadline_ms);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, out);
-        if (body) {
-            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);
-            curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
-        }
-        CURLcode e = curl_easy_perform(h);
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
-        curl_easy_cleanup(h);
-        h = NULL;
-        if (e == CURLE_OK && !transient_status(*status)) break;
-        if (out->over) {
-            rc = kiln_fail(KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes", url,
-                           limit);
-            goto out;
-        }
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "registry '%s': %s", url,
-                                           xfer_error(&x, e, why, sizeof why))
-                               : http_error(url, *status, out);
-            goto out;
-        }
-        kiln_debug("registry '%s': %s, retrying", url,
-                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
-        backoff(c, attempt);
+    if (!rc) {
+        request rq = {.c = c,
+                      .url = url,
+                      .what = what,
+                      .setup = small_setup,
+                      .check = small_check,
+                      .body = out,
+                      .ctx = &q};
+        rc = request_run(&rq, status);
     }
-    if (*status < 200 || *status >= 300) rc = http_error(url, *status, out);
-out:
-    if (h) curl_easy_cleanup(h);
-    curl_slist_free_all(hdr);
+    if (!rc && (*status < 200 || *status >= 300)) rc = http_error(url, *status, out);
+    curl_slist_free_all(q.hdr);
     if (rc) {
         free(out->p);
         memset(out, 0, sizeof *out);
     }
+    free(what);
     free(url);
     return rc;
 }
@@ -338,16 +541,50 @@ static size_t file_read(char *dst, size_t size, size_t n, void *ctx) {
     return r == 0 && ferror((FILE *)ctx) ? CURL_READFUNC_ABORT : r;
 }
 
-kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive,
+typedef struct upload {
+    FILE *f;
+    const char *archive, *url;
+    struct curl_slist *hdr;
+    curl_off_t size;
+    buf *body;
+} upload;
+
+/* Each attempt sends the archive from its start. */
+static kiln_err upload_setup(void *ctx, CURL *h, xfer *x, long left) {
+    upload *u = ctx;
+    (void)x;
+    KILN_FAIL_IF(fseeko(u->f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'", u->archive);
+    free(u->body->p);
+    memset(u->body, 0, sizeof *u->body);
+    u->body->limit = REG_JSON_MAX;
+    curl_easy_setopt(h, CURLOPT_URL, u->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, u->hdr);
+    curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+    curl_easy_setopt(h, CURLOPT_READFUNCTION, file_read);
+    curl_easy_setopt(h, CURLOPT_READDATA, u->f);
+    curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, u->size);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, u->body);
+    if (left != LONG_MAX) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
+    return KILN_OK;
+}
+
+kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char *archive,
                                const char *sig_path, kiln_registry_published *out) {
     memset(out, 0, sizeof *out);
-    KILN_TRY(client_init(c));
+    KILN_TRY(client_init(c_in));
+    /* A publish is an operation of its own: every attempt within its deadline. (No minimum
+     * rate: after the last byte the answer waits on the server's checks; the stall watch
+     * bounds that.) */
+    kiln_registry_client_opts one = *c_in;
+    if (!one.until_ns) reg_deadline_start(&one, 1);
+    const kiln_registry_client_opts *c = &one;
     kiln_err rc = KILN_OK;
-    char *sigp = NULL, *sig = NULL, *b64 = NULL, *path = NULL, *url = NULL, *hd = NULL, *hs = NULL;
+    char *sigp = NULL, *sig = NULL, *b64 = NULL, *path = NULL, *url = NULL, *hd = NULL, *hs = NULL,
+         *what = NULL;
     size_t sig_len = 0;
     FILE *f = NULL;
     struct curl_slist *hdr = NULL;
-    CURL *h = NULL;
     buf body = {0};
     reg_archive_meta m;
     memset(&m, 0, sizeof m);
@@ -390,41 +627,17 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
         hdr = n;
     }
     long status = 0;
-    char why[CURL_ERROR_SIZE + 64];
-    xfer x;
-    for (int attempt = 0;; attempt++) {
-        KILN_CHECK_IF(rc, out, fseeko(f, 0, SEEK_SET) != 0, KILN_ERR_IO, "cannot rewind '%s'",
-                      archive);
-        h = curl_easy_init();
-        KILN_CHECK_IF(rc, out, !h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
-        free(body.p);
-        memset(&body, 0, sizeof body);
-        body.limit = REG_JSON_MAX;
-        common_opts(h, c, &x);
-        curl_easy_setopt(h, CURLOPT_URL, url);
-        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
-        curl_easy_setopt(h, CURLOPT_READFUNCTION, file_read);
-        curl_easy_setopt(h, CURLOPT_READDATA, f);
-        curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)sb.st_size);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, buf_write);
-        curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
-        CURLcode e = curl_easy_perform(h);
-        status = 0;
-        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(h);
-        h = NULL;
-        if (e == CURLE_OK && !transient_status(status)) break;
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "publishing '%s' to '%s': %s", archive,
-                                           url, xfer_error(&x, e, why, sizeof why))
-                               : http_error(url, status, &body);
-            goto out;
-        }
-        kiln_debug("publishing '%s': %s, retrying", archive,
-                   e != CURLE_OK ? curl_easy_strerror(e) : "server error");
-        backoff(c, attempt);
-    }
+    upload up = {.f = f,
+                 .archive = archive,
+                 .url = url,
+                 .hdr = hdr,
+                 .size = (curl_off_t)sb.st_size,
+                 .body = &body};
+    what = kiln_asprintf("publishing '%s' to '%s'", archive, url);
+    KILN_CHECK_IF(rc, out, !what, KILN_ERR_NOMEM, "out of memory");
+    request rq = {
+        .c = c, .url = url, .what = what, .setup = upload_setup, .body = &body, .ctx = &up};
+    KILN_CHECK(rc, out, request_run(&rq, &status));
     if (status != 200 && status != 201) {
         rc = http_error(url, status, &body);
         goto out;
@@ -444,7 +657,6 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *a
     out->size = (uint64_t)sb.st_size;
     out->existed = status == 200;
 out:
-    if (h) curl_easy_cleanup(h);
     curl_slist_free_all(hdr);
     if (f) fclose(f);
     reg_archive_meta_release(&m);
@@ -456,6 +668,7 @@ out:
     free(url);
     free(hd);
     free(hs);
+    free(what);
     return rc;
 }
 
@@ -466,9 +679,13 @@ typedef struct dl {
     uint64_t have, size;
     long status;
     bool checked, too_much, restarted;
+    bool complete; /* the partial held it all before a transfer */
+    bool bad;      /* what the partial holds is not to be resumed: removed */
     CURL *h;
     buf err;
     kiln_err werr;
+    const char *url, *partial;
+    struct curl_slist *hdr;
 } dl;
 
 static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
@@ -505,85 +722,106 @@ static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
     return len;
 }
 
+/* Each attempt resumes from what the partial file holds (Range), or, complete, ends the
+ * request with d->complete set. */
+static kiln_err dl_setup(void *ctx, CURL *h, xfer *x, long left) {
+    dl *d = ctx;
+    struct stat sb;
+    KILN_FAIL_IF(fstat(d->fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", d->partial);
+    d->have = (uint64_t)sb.st_size;
+    if (d->have > d->size) {
+        KILN_FAIL_IF(ftruncate(d->fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'", d->partial);
+        d->have = 0;
+    }
+    d->complete = d->have == d->size;
+    if (d->complete) return KILN_ERR_INTERRUPTED; /* no transfer: done (reg_download) */
+    KILN_FAIL_IF(lseek(d->fd, (off_t)d->have, SEEK_SET) < 0, KILN_ERR_IO, "cannot seek '%s'",
+                 d->partial);
+    d->h = h;
+    d->checked = false;
+    d->status = 0;
+    free(d->err.p);
+    d->err.p = NULL;
+    d->err.len = 0;
+    x->rate = min_rate(x->c);
+    /* No deadline of its own (an archive may be large), but the operation's. */
+    if (left != LONG_MAX) curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, left);
+    curl_easy_setopt(h, CURLOPT_URL, d->url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, d->hdr);
+    char range[64];
+    snprintf(range, sizeof range, "%" PRIu64 "-", d->have);
+    if (d->have) curl_easy_setopt(h, CURLOPT_RANGE, range); /* copied by libcurl */
+    /* 512 KiB a callback (libcurl's default is 16 KiB): fewer write() calls. */
+    curl_easy_setopt(h, CURLOPT_BUFFERSIZE, 512L * 1024);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, dl_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, d);
+    return KILN_OK;
+}
+
+static kiln_err dl_check(void *ctx) {
+    dl *d = ctx;
+    d->h = NULL;
+    if (d->too_much) { /* a registry that lies about the size: nothing it sent is kept */
+        d->bad = true;
+        return kiln_fail(KILN_ERR_VERIFY,
+                         "registry '%s' sent more than the declared %" PRIu64 " bytes; cut off",
+                         d->url, d->size);
+    }
+    KILN_FAIL_IF(d->werr, KILN_ERR_IO, "cannot write '%s'", d->partial);
+    return KILN_OK;
+}
+
 kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                       const char *partial) {
-    char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL;
+    char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL,
+         *what = url ? kiln_asprintf("downloading '%s'", url) : NULL;
     free(path);
-    if (!url) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
-    struct curl_slist *hdr = NULL;
-    dl d = {.fd = -1, .size = size};
-    char why[CURL_ERROR_SIZE + 64];
-    xfer x;
+    if (!what) {
+        free(url);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    char label[100];
+    snprintf(label, sizeof label, "blob sha256:%.12s...", hex);
+    dl d = {.fd = -1, .size = size, .url = url, .partial = partial};
     d.err.limit = 64 * 1024;
-    d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    KILN_CHECK_IF(rc, out, d.fd < 0, KILN_ERR_IO, "cannot open '%s'", partial);
-    KILN_CHECK(rc, out, auth_header(c, &hdr));
-    for (int attempt = 0;; attempt++) {
-        struct stat sb;
-        KILN_CHECK_IF(rc, out, fstat(d.fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", partial);
-        d.have = (uint64_t)sb.st_size;
-        if (d.have > size) {
-            KILN_CHECK_IF(rc, out, ftruncate(d.fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'",
-                          partial);
-            d.have = 0;
+    kiln_err rc = reg_size_accept(c, size, UINT64_MAX, label);
+    if (!rc) {
+        d.fd = open(partial, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (d.fd < 0) rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", partial);
+    }
+    if (!rc) rc = auth_header(c, &d.hdr);
+    long status = 0;
+    if (!rc) {
+        request rq = {.c = c,
+                      .url = url,
+                      .what = what,
+                      .setup = dl_setup,
+                      .check = dl_check,
+                      .body = &d.err,
+                      .ctx = &d};
+        rc = request_run(&rq, &status);
+        if (rc == KILN_ERR_INTERRUPTED && d.complete) { /* the partial holds it all */
+            kiln_errclear();
+            rc = KILN_OK;
+            status = 206;
+            d.have = size;
         }
-        if (d.have == size) break;
-        KILN_CHECK_IF(rc, out, lseek(d.fd, (off_t)d.have, SEEK_SET) < 0, KILN_ERR_IO,
-                      "cannot seek '%s'", partial);
-        d.h = curl_easy_init();
-        KILN_CHECK_IF(rc, out, !d.h, KILN_ERR_NOMEM, "cannot create a libcurl handle");
-        d.checked = false;
-        d.status = 0;
-        free(d.err.p);
-        d.err.p = NULL;
-        d.err.len = 0;
-        char range[64];
-        snprintf(range, sizeof range, "%" PRIu64 "-", d.have);
-        common_opts(d.h, c, &x);
-        curl_easy_setopt(d.h, CURLOPT_URL, url);
-        curl_easy_setopt(d.h, CURLOPT_HTTPHEADER, hdr);
-        if (d.have) curl_easy_setopt(d.h, CURLOPT_RANGE, range);
-        /* 512 KiB a callback (libcurl's default is 16 KiB): fewer write() calls. */
-        curl_easy_setopt(d.h, CURLOPT_BUFFERSIZE, 512L * 1024);
-        curl_easy_setopt(d.h, CURLOPT_WRITEFUNCTION, dl_write);
-        curl_easy_setopt(d.h, CURLOPT_WRITEDATA, &d);
-        CURLcode e = curl_easy_perform(d.h);
-        long status = 0;
-        curl_easy_getinfo(d.h, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(d.h);
-        d.h = NULL;
-        KILN_CHECK_IF(rc, out, d.too_much, KILN_ERR_VERIFY,
-                      "registry '%s' sent more than the declared %" PRIu64 " bytes; cut off", url,
-                      size);
-        KILN_CHECK_IF(rc, out, d.werr, KILN_ERR_IO, "cannot write '%s'", partial);
-        if (e == CURLE_OK && (status == 200 || status == 206)) {
-            KILN_CHECK_IF(rc, out, d.have != size, KILN_ERR_VERIFY,
-                          "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url,
-                          d.have, size);
-            continue;
-        }
-        if (e == CURLE_OK && !transient_status(status)) {
-            rc = http_error(url, status, &d.err);
-            goto out;
-        }
-        if (attempt >= max_retries(c) || (e != CURLE_OK && !transient_curl(e) && !x.stalled)) {
-            rc = e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "downloading '%s': %s", url,
-                                           xfer_error(&x, e, why, sizeof why))
-                               : http_error(url, status, &d.err);
-            goto out;
-        }
-        kiln_debug("downloading '%s': %s, resuming at %" PRIu64, url,
-                   e != CURLE_OK ? curl_easy_strerror(e) : "server error", d.have);
-        backoff(c, attempt);
+    }
+    if (!rc && status != 200 && status != 206) rc = http_error(url, status, &d.err);
+    if (!rc && d.have != size) {
+        d.bad = true;
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "registry '%s' sent %" PRIu64 " bytes, %" PRIu64 " were declared", url,
+                       d.have, size);
     }
     /* No fsync: the partial file is hashed in full before anything uses it, and a prefix torn
      * by a crash fails that check and is fetched again from the start; the unpacked files
      * are what pull makes durable. (Its fsync was 0.45 s of a 1 GiB pull.) */
-out:
     if (d.fd >= 0) close(d.fd);
-    curl_slist_free_all(hdr);
+    if (d.bad) unlink(partial);
+    curl_slist_free_all(d.hdr);
     free(d.err.p);
+    free(what);
     free(url);
     return rc;
 }
@@ -672,6 +910,77 @@ static kiln_err install_dir(const char *tmp, const char *out) {
     return KILN_OK;
 }
 
+/* Take the lock of a download (DOWNLOADS/<hex>.lock, flock): pulls of one archive that share
+ * a state directory take turns with its partial file. The file is removed by the pull that
+ * holds it when it is done, so a lock taken on a file that was removed meanwhile is taken
+ * again on the one at path now. wait false: -1 in *fd when another holds it. */
+static kiln_err lock_download(const char *path, bool wait, int *fd) {
+    *fd = -1;
+    for (;;) {
+        int f = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (f < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+        while (flock(f, wait ? LOCK_EX : LOCK_EX | LOCK_NB) != 0) {
+            if (errno == EINTR) continue;
+            int err = errno;
+            close(f);
+            if (!wait && err == EWOULDBLOCK) return KILN_OK;
+            errno = err;
+            return kiln_fail_errno(KILN_ERR_IO, "cannot lock '%s'", path);
+        }
+        struct stat a, b;
+        if (fstat(f, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev &&
+            a.st_ino == b.st_ino) {
+            *fd = f;
+            return KILN_OK;
+        }
+        close(f); /* removed by the pull that held it: take the new one */
+    }
+}
+
+/* Release a download's lock, removing its file first (a pull waiting on it takes the next). */
+static void unlock_download(const char *path, int fd) {
+    if (fd < 0) return;
+    unlink(path);
+    close(fd);
+}
+
+/* How old a partial download nobody holds may get before a pull removes it: a pull that fails
+ * removes its own, so these are what killed processes left. */
+#define REG_PARTIAL_TTL_S (24 * 3600)
+
+/* Remove the partial downloads in dir (and their lock files) that no pull holds and that have
+ * not changed for REG_PARTIAL_TTL_S: a pull killed by a signal leaves its partial for the next
+ * pull of that archive to resume, and this bounds how long. Best effort. */
+static void sweep_downloads(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    int64_t now = kiln_unix_time();
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        bool partial = n > 8 && !strcmp(e->d_name + n - 8, ".partial");
+        bool lock = n > 5 && !strcmp(e->d_name + n - 5, ".lock");
+        if (!partial && !lock) continue;
+        size_t base = n - (partial ? 8 : 5);
+        char *p = kiln_asprintf("%s/%.*s.partial", dir, (int)base, e->d_name),
+             *l = kiln_asprintf("%s/%.*s.lock", dir, (int)base, e->d_name);
+        struct stat sb;
+        const char *mine = partial ? p : l;
+        int fd = -1;
+        if (p && l && stat(mine, &sb) == 0 && S_ISREG(sb.st_mode) &&
+            now - (int64_t)sb.st_mtime > REG_PARTIAL_TTL_S && (!lock || !kiln_path_exists(p)) &&
+            lock_download(l, false, &fd) == KILN_OK && fd >= 0) {
+            unlink(p);
+            kiln_debug("removed the abandoned download '%s'", mine);
+        }
+        kiln_errclear();
+        unlock_download(l, fd);
+        free(p);
+        free(l);
+    }
+    closedir(d);
+}
+
 /* Where a pull's time goes, at debug level (KILN_LOG=debug): bench/bench_registry.sh reads
  * these lines. */
 static void pull_phase(const char *what, uint64_t from_ns, uint64_t to_ns, uint64_t bytes) {
@@ -701,11 +1010,14 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     memset(res, 0, sizeof *res);
     KILN_TRY(pull_args(p));
     KILN_TRY(client_init(c));
+    /* The whole pull has a deadline (one the caller's operation started is kept). */
+    kiln_registry_client_opts one = *c;
+    if (!one.until_ns) reg_deadline_start(&one, 1);
     /* Step 0: the trust policy, walked from p->trust through the versions this client
      * accepted before and those the registry has since (registry/trustchain.c). */
     kiln_sign_trust *trust = NULL;
-    KILN_TRY(kiln_registry_trust_walk(c, p->trust, p->state, NULL, NULL, &trust));
-    kiln_err rc = reg_pull_with_trust(c, p, trust, res);
+    KILN_TRY(kiln_registry_trust_walk(&one, p->trust, p->state, NULL, NULL, &trust));
+    kiln_err rc = reg_pull_with_trust(&one, p, trust, res);
     kiln_sign_trust_free(trust);
     return rc;
 }
@@ -724,7 +1036,7 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
          *dl_dir = NULL, *partial = NULL, *parent = NULL, *tmp = NULL;
     size_t record_len = 0;
     json_t *ver = NULL;
-    bool by_channel = false, bad_archive = false;
+    bool by_channel = false;
     reg_record rec;
     memset(&rec, 0, sizeof rec);
     char *staged = NULL, *lock_path = NULL;
@@ -805,6 +1117,15 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     snprintf(res->digest, sizeof res->digest, "%s", digest);
     res->size = size;
 
+    /* 4a: the declared size, before a byte is downloaded: within the client's maximum, and
+     * within what an archive of the manifest the release keys signed can be (the registry's
+     * copy of the manifest, checked against the archive's signatures). */
+    {
+        char what[200];
+        snprintf(what, sizeof what, "%s@%s", res->model, res->version);
+        uint64_t bound = reg_signed_bound(ver, sig, trust, res->model, res->version);
+        KILN_CHECK(rc, out, reg_size_accept(c, size, bound, what));
+    }
     /* 4: the archive's size and digest, reading no more than declared. */
     dl_dir = kiln_path_join(state, "downloads");
     KILN_CHECK_IF(rc, out, !dl_dir, KILN_ERR_NOMEM, "out of memory");
@@ -812,11 +1133,8 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     partial = kiln_asprintf("%s/%s.partial", dl_dir, hex);
     lock_path = kiln_asprintf("%s/%s.lock", dl_dir, hex);
     KILN_CHECK_IF(rc, out, !partial || !lock_path, KILN_ERR_NOMEM, "out of memory");
-    /* Pulls of one archive that share a state directory take turns with its partial file. */
-    lock_fd = open(lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    KILN_CHECK_IF(rc, out, lock_fd < 0, KILN_ERR_IO, "cannot open '%s'", lock_path);
-    while (flock(lock_fd, LOCK_EX) != 0)
-        KILN_CHECK_IF(rc, out, errno != EINTR, KILN_ERR_IO, "cannot lock '%s'", lock_path);
+    KILN_CHECK(rc, out, lock_download(lock_path, true, &lock_fd));
+    sweep_downloads(dl_dir);
     for (int pass = 0;; pass++) {
         uint64_t t0 = kiln_now_ns();
         KILN_CHECK(rc, out, reg_download(c, hex, size, partial));
@@ -834,7 +1152,6 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
                       "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model,
                       res->version, got, digest);
     }
-    bad_archive = true; /* from here on a failure discards the download */
     /* 5-8, by sign/ (kiln_sign_verify_archive, the same function as `kiln verify`): every
      * signature block over the archive's bytes by a release key of this client's policy,
      * each trusted comment naming the archive's own manifest (the manifest's signature) and
@@ -900,8 +1217,10 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     unlink(partial);
 out:
     if (rc && tmp) reg_rmtree(tmp);
-    if (rc && bad_archive && partial) unlink(partial);
-    if (lock_fd >= 0) close(lock_fd);
+    /* A failed pull (a check, an error, a timeout, a cancel) leaves no download behind; only a
+     * killed one does (sweep_downloads). */
+    if (rc && lock_fd >= 0) unlink(partial);
+    unlock_download(lock_path, lock_fd);
     free(lock_path);
     free(staged);
     json_decref(ver);

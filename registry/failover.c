@@ -37,6 +37,7 @@ kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts 
     r->n = n;
     r->note = note;
     r->ctx = ctx;
+    reg_deadline_start(r->c, n);
     return KILN_OK;
 }
 
@@ -61,6 +62,9 @@ kiln_err reg_pull_opts_clients(const kiln_pull_opts *o, kiln_registry_client_opt
         c[i].timeout_ms = o->timeout_ms;
         c[i].stall_ms = o->timeout_ms;
         c[i].ca_file = o->ca_file;
+        c[i].max_size = o->max_size;
+        c[i].min_rate = o->min_rate;
+        c[i].deadline_ms = o->deadline_ms;
     }
     *cs = c;
     *n = k;
@@ -75,6 +79,7 @@ void reg_registries_release(reg_registries *r) {
 
 void reg_registries_reset(reg_registries *r) {
     if (r->down) memset(r->down, 0, r->n * sizeof *r->down);
+    reg_deadline_start(r->c, r->n); /* a watch's poll is an operation of its own */
     r->why[0] = 0;
     r->why_len = 0;
     r->why_verify = false;

@@ -386,6 +386,15 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
                   label);
     KILN_CHECK_IF(rc, out, strlen(sig) > REG_SIG_MAX, KILN_ERR_LIMIT,
                   "%s: its signature file is larger than %u bytes", label, REG_SIG_MAX);
+    /* The declared size, before a byte is downloaded, as a pull checks it: within the
+     * mirror's maximum and what an archive of the signed manifest can be (under the newest
+     * version of the chain that verifies the manifest's signatures). */
+    {
+        uint64_t bound = UINT64_MAX;
+        for (size_t i = m->chain.n; i-- > 0 && bound == UINT64_MAX;)
+            bound = reg_signed_bound(ver, sig, m->chain.v[i], model, version);
+        KILN_CHECK(rc, out, reg_size_accept(&m->c, size, bound, label));
+    }
     blob = reg_blob_path(m->root, hex);
     partial = kiln_asprintf("%s/tmp/mirror-%s.partial", m->root, hex);
     KILN_CHECK_IF(rc, out, !blob || !partial, KILN_ERR_NOMEM, "out of memory");
@@ -645,6 +654,7 @@ kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
     char *url = url_key(o->from->url);
     if (!url) return KILN_ERR_NOMEM;
     m.c.url = url;
+    reg_deadline_start(&m.c, 1); /* the whole sync */
     snprintf(m.reason, sizeof m.reason, "from %s", url);
     kiln_sign_trust *start = NULL;
     json_t *models = NULL;

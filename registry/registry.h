@@ -173,7 +173,27 @@ typedef struct kiln_registry_client_opts {
     /* For https:// registries: a PEM file of the certificate authorities to trust (a private
      * CA); NULL: $KILN_REGISTRY_CA when set, else the system's. */
     const char *ca_file;
+    /* The largest archive a pull or a mirror's sync accepts, in bytes: a version whose
+     * declared size is larger is refused before its download starts, and no more than the
+     * size accepted is ever read; 0: KILN_REGISTRY_MAX_SIZE_DEFAULT (16 GiB). */
+    uint64_t max_size;
+    /* The slowest a transfer may be, in bytes a second, averaged over each stall_ms window: a
+     * registry that trickles (a byte a second never stalls) is cut off, and with several
+     * registries passed over for the next; 0: KILN_REGISTRY_MIN_RATE_DEFAULT (16 KiB/s). */
+    unsigned min_rate;
+    /* The most a whole operation may take, in milliseconds: a pull (every registry, every
+     * retry and backoff), a kiln_watch poll, a mirror's sync; a transfer still running then
+     * is cut off; 0: KILN_REGISTRY_DEADLINE_DEFAULT_MS (1 h). */
+    unsigned deadline_ms;
+    /* kiln's own: when the operation in progress must end (kiln_now_ns), set from deadline_ms
+     * when it starts. Leave it 0. */
+    uint64_t until_ns;
 } kiln_registry_client_opts;
+
+/* The defaults of max_size, min_rate and deadline_ms (docs/registry.md, "Limits"). */
+#define KILN_REGISTRY_MAX_SIZE_DEFAULT (16ull << 30)
+#define KILN_REGISTRY_MIN_RATE_DEFAULT (16u * 1024u)
+#define KILN_REGISTRY_DEADLINE_DEFAULT_MS (3600u * 1000u)
 
 /* With several registries (a primary and its mirrors) the next one is the retry, so one that
  * does not answer is passed over sooner: these replace a client's timeout_ms and stall_ms
@@ -562,6 +582,14 @@ typedef struct kiln_registry_release_opts {
     /* Called after each stage with one line saying what it did (may be NULL). */
     void (*on_stage)(void *ctx, kiln_release_stage stage, const char *line);
     void *ctx;
+    /* Instead of run_dir (exactly one of the two): a model directory made elsewhere (say by
+     * kiln.torch's save_model_dir): its model.safetensors and card.json are copied into
+     * OUT/model at the export stage, and every later stage runs as for a run. Its dataset is
+     * data, else the card's lineage.dataset_path. */
+    const char *model_dir;
+    /* NULL, or a research framework's outputs on the golden inputs: validation runs
+     * parity_reference against it (kiln validate --reference). */
+    const char *reference;
 } kiln_registry_release_opts;
 
 typedef struct kiln_registry_release_result {

@@ -266,6 +266,33 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
                              const kiln_sign_trust *trust, kiln_registry_pulled *res)
     KILN_MUST_CHECK;
 
+/* ---- limits (client.c) ---- */
+
+/* An operation starts (a pull, a watch's poll, a mirror's sync): each of c[0..n) gets until_ns
+ * from its deadline_ms (0: the default), now. */
+void reg_deadline_start(kiln_registry_client_opts *c, size_t n);
+/* The largest archive c accepts (max_size, or the default). */
+uint64_t reg_max_size(const kiln_registry_client_opts *c);
+/* The most an archive of manifest m can be, packed as kiln pack packs it (a ustar header, a
+ * pax record and padding per entry, manifest.json first, the end blocks, zstd's worst case):
+ * with the manifest's sizes signed, a bound on the archive that is signed too. UINT64_MAX
+ * when the sum overflows. */
+struct kiln_manifest;
+uint64_t reg_archive_bound(const struct kiln_manifest *m);
+/* The size a registry declares for an archive, checked before its download starts: at most
+ * c's max_size (KILN_ERR_LIMIT) and, when signed is not UINT64_MAX, at most the bound the
+ * signed manifest allows (KILN_ERR_VERIFY). label names the archive. */
+kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint64_t signed_bound,
+                         const char *label) KILN_MUST_CHECK;
+/* The bound the signed manifest of model@version puts on its archive's size: the registry's
+ * manifest (ver's "manifest", canonical) verified against the archive's signatures sig
+ * under t (kiln_sign_verify_manifest_sigs: release keys, threshold, comments naming it and
+ * model@version), then reg_archive_bound; UINT64_MAX when that cannot be established (no
+ * manifest, signatures that do not verify: the full check after the download refuses those
+ * in its own words). */
+uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
+                          const char *model, const char *version);
+
 /* ---- several registries (failover.c) ---- */
 
 /* The registries of one pull or watch poll, in order. */

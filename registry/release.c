@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "export.h"
@@ -37,6 +38,7 @@ typedef struct rel {
     char *data, *model, *archive, *sigpath, *baseline_tmp, *baseline;
     kiln_sign_trust *trust;
     bool made_out; /* the check stage created o->out_dir */
+    char *card_data; /* a model directory's card's lineage.dataset_path, or NULL */
     char line[1024];
 } rel;
 
@@ -46,15 +48,88 @@ static void done(rel *r, kiln_release_stage s) {
     r->line[0] = 0;
 }
 
+/* A model directory to release: model.safetensors and a card that kiln pack will take
+ * (an object with an object "lineage" and a string "created"), checked before any work. The
+ * model itself is checked by every later stage (golden make and validate open it as the
+ * runtime does). */
+static kiln_err model_dir_check(rel *r) {
+    const char *d = r->o->model_dir;
+    KILN_FAIL_IF(kiln_path_dir_state(d) == KILN_DIR_ABSENT, KILN_ERR_NOTFOUND,
+                 "model directory '%s' does not exist", d);
+    KILN_FAIL_IF(kiln_path_dir_state(d) == KILN_DIR_OTHER, KILN_ERR_USAGE,
+                 "'%s' is not a model directory", d);
+    char *mp = kiln_path_join(d, "model.safetensors"), *cp = kiln_path_join(d, "card.json");
+    json_t *card = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !mp || !cp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(mp), KILN_ERR_NOTFOUND,
+                  "'%s' does not exist: '%s' is not a model directory", mp, d);
+    KILN_CHECK_IF(rc, out, !kiln_path_exists(cp), KILN_ERR_NOTFOUND,
+                  "'%s' does not exist: a released model needs a card saying where it came from",
+                  cp);
+    KILN_CHECK(rc, out, kiln_json_load_file(cp, &card));
+    KILN_CHECK_IF(rc, out,
+                  !json_is_object(card) || !json_is_object(json_object_get(card, "lineage")) ||
+                      !json_is_string(json_object_get(card, "created")),
+                  KILN_ERR_FORMAT,
+                  "'%s': must be an object with an object \"lineage\" and a string \"created\"",
+                  cp);
+    const char *dp =
+        json_string_value(json_object_get(json_object_get(card, "lineage"), "dataset_path"));
+    if (dp) KILN_CHECK_IF(rc, out, !(r->card_data = kiln_strdup(dp)), KILN_ERR_NOMEM, "out of memory");
+out:
+    json_decref(card);
+    free(mp);
+    free(cp);
+    return rc;
+}
+
+/* Copy a model directory's model.safetensors and card.json into OUT/model (golden sets and
+ * reports are made again by the stages after this one): into a temporary directory beside
+ * it, renamed into place, so that a failed copy leaves nothing, as a failed export does. */
+static kiln_err stage_copy_model(rel *r) {
+    static const char *const files[] = {"model.safetensors", "card.json"};
+    char *tmp = kiln_asprintf("%s/.model.copy-XXXXXX", r->o->out_dir);
+    if (!tmp) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!mkdtemp(tmp)) {
+        kiln_err e = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory in '%s'",
+                                     r->o->out_dir);
+        free(tmp);
+        return e;
+    }
+    kiln_err rc = chmod(tmp, 0755) ? kiln_fail_errno(KILN_ERR_IO, "'%s': cannot chmod", tmp)
+                                   : KILN_OK;
+    for (size_t i = 0; !rc && i < KILN_ARRAY_LEN(files); i++) {
+        char *src = kiln_path_join(r->o->model_dir, files[i]);
+        char *dst = kiln_path_join(tmp, files[i]);
+        char *buf = NULL;
+        size_t len = 0;
+        rc = src && dst ? kiln_read_file(src, (size_t)1 << 40, &buf, &len)
+                        : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        if (!rc) rc = kiln_write_file_atomic(dst, buf, len);
+        free(buf);
+        free(src);
+        free(dst);
+    }
+    if (!rc && rename(tmp, r->model))
+        rc = kiln_fail_errno(KILN_ERR_IO, "'%s': cannot rename into place", r->model);
+    if (rc) reg_rmtree(tmp);
+    free(tmp);
+    if (!rc)
+        snprintf(r->line, sizeof r->line, "model directory '%s' copied into '%s'",
+                 r->o->model_dir, r->model);
+    return rc;
+}
+
 /* Options, keys, the policy, the dataset, the output directory, and that the registry
  * answers and does not hold name@version yet (versions are immutable). */
 static kiln_err stage_check(rel *r) {
     const kiln_registry_release_opts *o = r->o;
-    KILN_FAIL_IF(!o->run_dir || !o->name || !o->version || !o->out_dir || !o->trust || !o->client ||
-                     !o->client->url,
+    KILN_FAIL_IF(!o->run_dir == !o->model_dir || !o->name || !o->version || !o->out_dir ||
+                     !o->trust || !o->client || !o->client->url,
                  KILN_ERR_USAGE,
-                 "a release needs a run directory, a name, a version, a registry, a trust policy "
-                 "and an output directory");
+                 "a release needs a run directory or a model directory (one of the two), a name, "
+                 "a version, a registry, a trust policy and an output directory");
     KILN_TRY(kiln_registry_check_name("model", o->name));
     KILN_TRY(kiln_registry_check_version(o->version));
     KILN_FAIL_IF(!o->n_release_keys, KILN_ERR_USAGE, "a release needs a release key to sign with");
@@ -68,8 +143,13 @@ static kiln_err stage_check(rel *r) {
     /* The policy the services will pull under: --trust walked to the registry's newest
      * version, so a release key revoked there cannot release. */
     KILN_TRY(kiln_registry_trust_walk(o->client, o->trust, o->state, NULL, NULL, &r->trust));
+    if (o->model_dir) KILN_TRY(model_dir_check(r));
     if (o->data) {
         r->data = kiln_strdup(o->data);
+    } else if (o->model_dir) {
+        KILN_FAIL_IF(!r->card_data, KILN_ERR_USAGE,
+                     "'%s/card.json' names no lineage.dataset_path; give --data", o->model_dir);
+        r->data = kiln_strdup(r->card_data);
     } else {
         /* The dataset the run was trained on, as run.json records it. */
         char *rj = kiln_path_join(o->run_dir, "run.json");
@@ -119,6 +199,7 @@ static kiln_err stage_check(rel *r) {
 }
 
 static kiln_err stage_export(rel *r) {
+    if (r->o->model_dir) return stage_copy_model(r);
     kiln_export_opts eo = {
         .run_dir = r->o->run_dir, .step = r->o->step, .out_dir = r->model, .name = r->o->name};
     kiln_export_info info;
@@ -211,7 +292,8 @@ static kiln_err stage_validate(rel *r) {
                              .baseline_ref = r->baseline ? &ref : NULL,
                              .make_bf16 = !r->o->no_bf16,
                              .thresholds = r->o->thresholds,
-                             .val_fraction = -1};
+                             .val_fraction = -1,
+                             .reference = r->o->reference};
     json_t *rep = NULL;
     kiln_err rc = kiln_validate_run(&vo, &rep);
     const json_t *checks = json_object_get(rep, "checks");
@@ -363,6 +445,6 @@ kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
     if (rc && r.made_out && kiln_path_dir_state(o->out_dir) == KILN_DIR_EMPTY) rmdir(o->out_dir);
     kiln_sign_trust_free(r.trust);
     free(r.data), free(r.model), free(r.archive), free(r.sigpath), free(r.baseline_tmp),
-        free(r.baseline);
+        free(r.baseline), free(r.card_data);
     return rc;
 }

@@ -6,7 +6,13 @@
  * the keys and values of the previous chunk's last W-1 rows into the next, which is
  * exact (attention sees at most W-1 rows back) and recomputes nothing. Matrix products
  * are OpenBLAS sgemm calls; bf16 matrices are widened into a scratch buffer first. The
- * per-row math (norms, attention, routing) is runtime_int.h's, shared with the stream. */
+ * per-row math (norms, attention, routing) is runtime_int.h's, shared with the stream.
+ *
+ * Every sgemm call has GEMM_ROWS rows (the last piece of a product is padded with zero
+ * rows): OpenBLAS picks its kernel, and with it the order in which a dot product is
+ * summed, by the product's size (0.3.21 on AVX-512 takes a small-matrix kernel below a
+ * size), so products of varying height would give a row bits that depend on how many rows
+ * were beside it: in a batch or alone, or on how many tokens chose the same expert. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -17,13 +23,14 @@
 #include "runtime_int.h"
 
 #define BLOCK_ROWS 1024
+#define GEMM_ROWS 64
 
 /* Where each buffer sits in the workspace, in floats (ints are float-sized). */
 typedef struct plan {
     int nmax;     /* rows per block */
     bool chunked; /* S > BLOCK_ROWS: one sequence per block, with a carried cache */
-    size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, logits, gates, chosen, tok, gsel, kc,
-        vc;
+    size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, padx, pady, logits, gates, chosen,
+        tok, gsel, kc, vc;
     size_t total; /* floats */
 } plan;
 
@@ -51,6 +58,13 @@ static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
     p->ff = take(&at, n * (size_t)c->d_ff);
     p->scores = take(&at, (size_t)c->n_heads * ((size_t)c->attn_window + 2));
     p->wbuf = take(&at, m->bf16 ? m->max_matrix : 0);
+    /* The padded last piece of a product: its inputs and outputs are at most this wide. */
+    size_t wide = (size_t)c->n_features;
+    const size_t dims[] = {3 * D, (size_t)c->d_ff, (size_t)c->n_outputs, E};
+    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
+        wide = dims[i] > wide ? dims[i] : wide;
+    p->padx = take(&at, GEMM_ROWS * wide);
+    p->pady = take(&at, GEMM_ROWS * wide);
     if (E) {
         p->acc = take(&at, n * D);
         p->gath = take(&at, n * D);
@@ -75,20 +89,39 @@ KILN_API size_t kiln_model_workspace_size(const kiln_model *m, int B, int S) {
     return p.total * sizeof(float) + 64; /* + room to align the caller's pointer */
 }
 
-/* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL). */
-static void linear(const kiln_model *m, float *y, const float *x, int n, const void *W,
-                   const float *b, int rows, int cols, float *wbuf) {
-    if (n == 0) return;
+/* Scratch of a product: the widened matrix (bf16 models) and the padded last piece. */
+typedef struct gemm_buf {
+    float *w, *x, *y;
+} gemm_buf;
+
+/* y[GEMM_ROWS,rows] = x[GEMM_ROWS,cols] @ Wf^T + b (b may be NULL). */
+static void gemm_piece(float *y, const float *x, const float *Wf, const float *b, int rows,
+                       int cols) {
     if (b)
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < GEMM_ROWS; i++)
             memcpy(y + (size_t)i * rows, b, (size_t)rows * sizeof *y);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GEMM_ROWS, rows, cols, 1.0f, x, cols, Wf,
+                cols, b ? 1.0f : 0.0f, y, rows);
+}
+
+/* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL), GEMM_ROWS rows per sgemm call. */
+static void linear(const kiln_model *m, float *y, const float *x, int n, const void *W,
+                   const float *b, int rows, int cols, const gemm_buf *g) {
+    if (n == 0) return;
     const float *Wf = W;
     if (m->bf16) {
-        kiln_rt_widen(m, wbuf, W, (size_t)rows * cols);
-        Wf = wbuf;
+        kiln_rt_widen(m, g->w, W, (size_t)rows * cols);
+        Wf = g->w;
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, rows, cols, 1.0f, x, cols, Wf, cols,
-                b ? 1.0f : 0.0f, y, rows);
+    int r0 = 0;
+    for (; r0 + GEMM_ROWS <= n; r0 += GEMM_ROWS)
+        gemm_piece(y + (size_t)r0 * rows, x + (size_t)r0 * cols, Wf, b, rows, cols);
+    const int left = n - r0;
+    if (!left) return;
+    memcpy(g->x, x + (size_t)r0 * cols, (size_t)left * cols * sizeof *x);
+    memset(g->x + (size_t)left * cols, 0, (size_t)(GEMM_ROWS - left) * cols * sizeof *x);
+    gemm_piece(g->y, g->x, Wf, b, rows, cols);
+    memcpy(y + (size_t)r0 * rows, g->y, (size_t)left * rows * sizeof *y);
 }
 
 typedef struct block {
@@ -173,12 +206,12 @@ static void router_margins(const kiln_model *m, const float *lg, const float *u,
 static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_layer *L, int n,
                 float *margin, size_t stride) {
     const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
-    float *h = ws + p->h, *u = ws + p->u, *ff = ws + p->ff, *out = ws + p->att,
-          *wbuf = ws + p->wbuf;
+    float *h = ws + p->h, *u = ws + p->u, *ff = ws + p->ff, *out = ws + p->att;
+    const gemm_buf g = {ws + p->wbuf, ws + p->padx, ws + p->pady};
     if (E == 0) {
-        linear(m, ff, u, n, L->fc_w, L->fc_b, Fh, D, wbuf);
+        linear(m, ff, u, n, L->fc_w, L->fc_b, Fh, D, &g);
         kiln_gelu_forward(ff, ff, (size_t)n * Fh);
-        linear(m, out, ff, n, L->proj_w, L->proj_b, D, Fh, wbuf);
+        linear(m, out, ff, n, L->proj_w, L->proj_b, D, Fh, &g);
         for (size_t i = 0; i < (size_t)n * D; i++)
             h[i] += out[i];
         return;
@@ -187,9 +220,9 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
           *gath = ws + p->gath;
     float *gsel = ws + p->gsel;
     int *chosen = (int *)(ws + p->chosen), *tok = (int *)(ws + p->tok);
-    linear(m, logits, u, n, L->router_w, NULL, E, D, wbuf);
-    if (margin) /* wbuf still holds the widened router matrix of a bf16 model */
-        router_margins(m, logits, u, m->bf16 ? wbuf : (const float *)L->router_w, n, margin,
+    linear(m, logits, u, n, L->router_w, NULL, E, D, &g);
+    if (margin) /* g.w still holds the widened router matrix of a bf16 model */
+        router_margins(m, logits, u, m->bf16 ? g.w : (const float *)L->router_w, n, margin,
                        stride);
     for (int t = 0; t < n; t++)
         kiln_route_stream(logits + (size_t)t * E, E, K, chosen + (size_t)t * K,
@@ -207,10 +240,10 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
                 }
         if (!ne) continue;
         linear(m, ff, gath, ne, kiln_rt_wat(m, L->fc_w, (size_t)e * Fh * D),
-               L->fc_b + (size_t)e * Fh, Fh, D, wbuf);
+               L->fc_b + (size_t)e * Fh, Fh, D, &g);
         kiln_gelu_forward(ff, ff, (size_t)ne * Fh);
         linear(m, out, ff, ne, kiln_rt_wat(m, L->proj_w, (size_t)e * D * Fh),
-               L->proj_b + (size_t)e * D, D, Fh, wbuf);
+               L->proj_b + (size_t)e * D, D, Fh, &g);
         for (int j = 0; j < ne; j++)
             for (int i = 0; i < D; i++)
                 acc[(size_t)tok[j] * D + i] += gsel[j] * out[(size_t)j * D + i];
@@ -224,18 +257,19 @@ static void run_block(const kiln_model *m, const plan *p, float *ws, const block
                       const float *x, float *y, float *margin) {
     const kiln_model_config *c = &m->cfg;
     const int F = c->n_features, D = c->d_model, n = bk->nseq * bk->T;
-    float *xn = ws + p->xn, *h = ws + p->h, *u = ws + p->u, *wbuf = ws + p->wbuf;
+    float *xn = ws + p->xn, *h = ws + p->h, *u = ws + p->u;
+    const gemm_buf g = {ws + p->wbuf, ws + p->padx, ws + p->pady};
     for (int t = 0; t < n; t++)
         for (int f = 0; f < F; f++)
             xn[(size_t)t * F + f] = (x[(size_t)t * F + f] - m->in_mean[f]) / m->in_std[f];
-    linear(m, h, xn, n, m->embed_w, m->embed_b, D, F, wbuf);
+    linear(m, h, xn, n, m->embed_w, m->embed_b, D, F, &g);
     for (int l = 0; l < c->n_layers; l++) {
         const kiln_rt_layer *L = &m->layers[l];
         for (int t = 0; t < n; t++)
             kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, L->attn_norm, D, c->norm_eps);
-        linear(m, ws + p->qkv, u, n, L->qkv_w, L->qkv_b, 3 * D, D, wbuf);
+        linear(m, ws + p->qkv, u, n, L->qkv_w, L->qkv_b, 3 * D, D, &g);
         attention(m, p, ws, bk, l);
-        linear(m, u, ws + p->att, n, L->out_w, L->out_b, D, D, wbuf);
+        linear(m, u, ws + p->att, n, L->out_w, L->out_b, D, D, &g);
         for (size_t i = 0; i < (size_t)n * D; i++)
             h[i] += u[i];
         for (int t = 0; t < n; t++)
@@ -244,7 +278,7 @@ static void run_block(const kiln_model *m, const plan *p, float *ws, const block
     }
     for (int t = 0; t < n; t++)
         kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, m->final_norm, D, c->norm_eps);
-    linear(m, y, u, n, m->head_w, m->head_b, c->n_outputs, D, wbuf);
+    linear(m, y, u, n, m->head_w, m->head_b, c->n_outputs, D, &g);
 }
 
 static kiln_err forward(const kiln_model *m, const float *x, int B, int S, float *y, void *ws,

@@ -42,7 +42,7 @@ char *kiln_test_path(const char *name) { return kiln_path_join(dir, name); }
 
 char *kiln_test_vector(const char *name) {
     const char *v = getenv("KILN_VECTORS");
-    return kiln_path_join(v && *v ? v : "../shared/vectors", name);
+    return kiln_path_join(v && *v ? v : "tests/vectors", name);
 }
 
 bool kiln_test_sanitized(void) {

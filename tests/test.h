@@ -20,7 +20,7 @@ bool kiln_check(bool ok, const char *descr, const char *file, int line);
 const char *kiln_test_dir(void);
 /* Path (in a static buffer per call slot) of a file in the test directory. */
 char *kiln_test_path(const char *name); /* caller frees */
-/* Path of a file in ../shared/vectors (or $KILN_VECTORS); caller frees. */
+/* Path of a file in tests/vectors (or $KILN_VECTORS); caller frees. */
 char *kiln_test_vector(const char *name);
 /* True under AddressSanitizer: heavy tests shrink their sizes, never their checks. */
 bool kiln_test_sanitized(void);

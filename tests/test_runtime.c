@@ -1121,6 +1121,8 @@ KILN_TEST(runtime_router_margins) {
     CHECK("a sequence alone has the margins it had in the batch",
           kiln_runtime_forward_margins(m, x + (size_t)S * F, 1, S, y2, mg1) == KILN_OK &&
               !memcmp(mg1, mg + (size_t)S * L, (size_t)S * L * 4));
+    CHECK("and the outputs it had in the batch, bit for bit",
+          !memcmp(y2, y + (size_t)S * O, (size_t)S * O * 4));
 
     /* Experts 1 and 2 of the last layer given one router row: their logits are then equal,
      * so wherever they are the K-th and (K+1)-th experts the margin is 0, and nowhere else

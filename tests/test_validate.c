@@ -734,3 +734,90 @@ KILN_TEST(validate_bad_inputs) {
 out:
     fixture_free(&f);
 }
+
+/* Write REF: golden's stored outputs (the runtime's own) with n_windows windows (0: all),
+ * output 0 moved by delta, and kiln.inputs_sha256 = inputs_sha (NULL: none). */
+static bool write_ref(const char *golden, const char *ref, int64_t n_windows, float delta,
+                      const char *inputs_sha) {
+    kiln_st *st = NULL;
+    kiln_st_writer *w = NULL;
+    float *y = NULL;
+    const kiln_tensor *t;
+    bool ok = kiln_st_open(golden, &st) == KILN_OK && (t = kiln_st_find(st, "outputs")) &&
+              kiln_st_writer_new(&w) == KILN_OK;
+    if (ok) {
+        int64_t shape[3] = {n_windows ? n_windows : t->shape[0], t->shape[1], t->shape[2]};
+        size_t n = (size_t)(shape[0] * shape[1] * shape[2]);
+        ok = (y = malloc(n * sizeof *y)) != NULL && n <= t->numel;
+        if (ok) memcpy(y, t->data, n * sizeof *y);
+        if (ok) y[0] += delta;
+        ok = ok && kiln_st_writer_add(w, "outputs", KILN_F32, 3, shape, y) == KILN_OK;
+        if (ok && inputs_sha) ok = kiln_st_writer_meta(w, "kiln.inputs_sha256", inputs_sha) == 0;
+        ok = ok && kiln_st_writer_write(w, ref) == KILN_OK;
+    }
+    free(y);
+    kiln_st_writer_free(w);
+    kiln_st_close(st);
+    return ok;
+}
+
+/* parity_reference (kiln validate --reference): not run without a REF; passed against the
+ * runtime's own outputs; failed (and the verdict with it) when one output is off, or when REF
+ * says it was computed on other inputs; a REF of another shape is an error naming it. */
+KILN_TEST(validate_reference) {
+    fixture f = {0};
+    if (!CHECK("fixture", fixture_make(&f, 20, 10))) goto out;
+    char *g = join(f.model, "golden/golden.safetensors"), *ref = kiln_test_path("ref.st");
+    char *rp = kiln_test_path("v.json");
+    json_t *rep = NULL;
+    kiln_validate_opts o = {
+        .model = f.model, .data = f.data, .val_fraction = -1, .report = rp, .reference = NULL};
+    CHECK("no reference: passes", kiln_validate_run(&o, &rep) == KILN_OK);
+    CHECK("not run", !strcmp(status(rep, "parity_reference"), "not run") &&
+                         strstr(reason(rep, "parity_reference"), "--reference"));
+    json_decref(rep);
+    rep = NULL;
+
+    o.reference = ref;
+    CHECK("ref", write_ref(g, ref, 0, 0, NULL));
+    CHECK("the runtime's own outputs pass", kiln_validate_run(&o, &rep) == KILN_OK);
+    CHECK("passed", !strcmp(status(rep, "parity_reference"), "passed"));
+    const json_t *fig =
+        json_object_get(json_object_get(json_object_get(rep, "checks"), "parity_reference"),
+                        "figures");
+    CHECK("figures: windows 6, 0 error, router ties counted",
+          json_integer_value(json_object_get(fig, "windows")) == 6 &&
+              json_real_value(json_object_get(fig, "max_rel_err")) == 0 &&
+              json_object_get(fig, "router_ties") &&
+              json_is_false(json_object_get(fig, "inputs_digest_checked")));
+    json_decref(rep);
+    rep = NULL;
+
+    CHECK("ref off by 1e-2", write_ref(g, ref, 0, 1e-2f, NULL));
+    CHECK("one output off fails the run", kiln_validate_run(&o, &rep) == KILN_ERR_VERIFY &&
+                                              strstr(kiln_errmsg(), "parity_reference"));
+    CHECK("failed, verdict failed", !strcmp(status(rep, "parity_reference"), "failed") &&
+                                        json_is_false(json_object_get(rep, "passed")) &&
+                                        strstr(reason(rep, "parity_reference"), "window 0"));
+    json_decref(rep);
+    rep = NULL;
+
+    CHECK("ref of other inputs", write_ref(g, ref, 0, 0, "00ff"));
+    CHECK("other inputs fail", kiln_validate_run(&o, &rep) == KILN_ERR_VERIFY);
+    CHECK("named", strstr(reason(rep, "parity_reference"), "other inputs"));
+    json_decref(rep);
+    rep = NULL;
+
+    CHECK("ref of 2 windows", write_ref(g, ref, 2, 0, NULL));
+    kiln_err rc = kiln_validate_run(&o, &rep);
+    CHECK("another shape is an error naming REF", rc != KILN_OK && rc != KILN_ERR_VERIFY &&
+                                                      !rep && strstr(kiln_errmsg(), "ref.st"));
+    o.reference = g; /* golden.safetensors has "outputs" [N,S,O]: a valid REF */
+    CHECK("golden itself passes", kiln_validate_run(&o, &rep) == KILN_OK);
+    json_decref(rep);
+    free(g);
+    free(ref);
+    free(rp);
+out:
+    fixture_free(&f);
+}

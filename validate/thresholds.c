@@ -36,6 +36,9 @@ typedef struct key {
  *                MoE models), hence a share of outliers allowed.
  *  cuda.*        cuBLAS in f32 (no TF32) with other reduction orders: as parity, with a
  *                little more room for fused multiply-adds and tree reductions.
+ *  reference.*   a research framework's f32 forward (kiln.torch on PyTorch) against the
+ *                runtime: other kernels and summation orders, as parity (measured max
+ *                relative 1e-6 on a trained model, docs/validation.md).
  *  ties.*        the stream/batch mismatch the soak met was at a margin of 3.2e-8 (logit
  *                gap / size of the summed terms); 1e-5 is 300 times that, and flags 6e-5
  *                of a layer's rows (the tiny model over 10M token-layers). A row may
@@ -72,6 +75,10 @@ static const key keys[] = {
      "router margin (logit gap / size of the summed terms) counted as a near-tie"},
     {"ties.max_share", T(ties_max_share), 0.01, 0, 1,
      "share of rows near a tie above which no difference is excused"},
+    {"reference.rtol", T(reference.rtol), 1e-4, 0, 1,
+     "runtime batch vs --reference outputs (a research framework): relative"},
+    {"reference.atol", T(reference.atol), 1e-5, 0, 1, "absolute error / max |output|"},
+    {"reference.max_outside", T(reference.max_outside), 0, 0, 1, "share allowed outside"},
 };
 #undef T
 

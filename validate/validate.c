@@ -473,6 +473,82 @@ static json_t *str_or_null(const char *s) {
     return s ? json_string(s) : json_null();
 }
 
+/* ---- parity with a research framework ------------------------------------------------ */
+
+/* The runtime's batch forward on the inputs of the model's golden set against REF's
+ * "outputs" [W,S,O], what a research framework (kiln.torch) computed on the same inputs
+ * (kiln.torch writes kiln.inputs_sha256, the digest of the inputs it read: a REF made on
+ * another golden set fails, naming that). A REF that is not such a file is an error. */
+static kiln_err check_reference(run *r, const kiln_validate_opts *o, vmodel *m,
+                                const kiln_thresholds *th) {
+    const char *name = "parity_reference";
+    if (!o->reference) return add_check(r, name, "not run", "no --reference", NULL, NULL);
+    char *gp = kiln_vmodel_path(m, "golden/golden.safetensors"), *why = NULL;
+    kiln_st *gs = NULL, *rs = NULL;
+    float *x = NULL, *y = NULL, *want = NULL;
+    ties tz = {0};
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !gp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_st_open(o->reference, &rs));
+    if (!kiln_path_exists(gp)) {
+        why = kiln_asprintf("%s: no golden set in '%s/golden', whose inputs '%s' must be the "
+                            "outputs of (make one: kiln golden make)",
+                            name, m->dir, o->reference);
+        rc = why ? add_check(r, name, "failed", why, NULL, NULL) : KILN_ERR_NOMEM;
+        goto out;
+    }
+    KILN_CHECK(rc, out, kiln_st_open(gp, &gs));
+    const int S = m->cfg.seq_len, F = m->cfg.n_features, O = m->cfg.n_outputs;
+    const kiln_tensor *ti, *to;
+    const int64_t sx[3] = {-1, S, F};
+    KILN_CHECK(rc, out, kiln_st_expect(gs, "inputs", KILN_F32, 3, sx, &ti));
+    const int64_t N = ti->shape[0], sy[3] = {N, S, O};
+    KILN_CHECK(rc, out, kiln_st_expect(rs, "outputs", KILN_F32, 3, sy, &to));
+    KILN_CHECK_IF(rc, out, N < 1, KILN_ERR_FORMAT, "'%s': no windows", gp);
+    uint8_t d[KILN_SHA256_BYTES];
+    char hex[KILN_SHA256_HEX];
+    kiln_sha256(ti->data, ti->nbytes, d);
+    kiln_hex(d, sizeof d, hex);
+    const char *ih = kiln_st_meta(rs, "kiln.inputs_sha256");
+    if (ih && strcmp(ih, hex)) {
+        why = kiln_asprintf("%s: '%s' was computed on other inputs than those of '%s' (its "
+                            "kiln.inputs_sha256 is %.12s..., the golden inputs' %.12s...)",
+                            name, o->reference, gp, ih, hex);
+        rc = why ? add_check(r, name, "failed", why, NULL, NULL) : KILN_ERR_NOMEM;
+        goto out;
+    }
+    const size_t nx = (size_t)N * S * F, ny = (size_t)N * S * O;
+    x = kiln_malloc(nx * sizeof *x);
+    y = kiln_malloc(ny * sizeof *y);
+    want = kiln_malloc(ny * sizeof *want);
+    KILN_CHECK_IF(rc, out, !x || !y || !want, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_tensor_to_f32(ti, x));
+    KILN_CHECK(rc, out, kiln_tensor_to_f32(to, want));
+    KILN_CHECK(rc, out, forward_ties(m, x, (size_t)N, S, th, y, &tz));
+    uint8_t rd[KILN_SHA256_BYTES];
+    char rhex[KILN_SHA256_HEX];
+    KILN_CHECK(rc, out, kiln_sha256_file(o->reference, rd));
+    kiln_hex(rd, sizeof rd, rhex);
+    const char *eng = kiln_st_meta(rs, "kiln.engine");
+    json_t *extra = json_pack("{s:I,s:s,s:s,s:o,s:b}", "windows", (json_int_t)N, "reference",
+                              o->reference, "reference_sha256", rhex, "engine",
+                              str_or_null(eng), "inputs_digest_checked", ih != NULL);
+    KILN_CHECK_IF(rc, out, !extra, KILN_ERR_NOMEM, "out of memory");
+    rc = add_compare(r, name, "parity_reference (runtime batch vs the reference's outputs)", y,
+                     want, ny, S, O, &th->reference, extra, &tz, th);
+out:
+    if (rc && rc != KILN_ERR_NOMEM) kiln_errprefix(rc, "%s: ", name);
+    ties_free(&tz);
+    free(why);
+    free(x);
+    free(y);
+    free(want);
+    kiln_st_close(gs);
+    kiln_st_close(rs);
+    free(gp);
+    return rc;
+}
+
 /* What a baseline's directory says of itself: its manifest.json (a pulled or unpacked model
  * has one), when that lists the model.safetensors measured (b->sha256). The name, version and
  * the manifest's sha256 go into *name, *version (caller frees) and hex; false when there is
@@ -628,6 +704,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     KILN_CHECK(rc, out, check_parity(&r, &m, &h, th));
     KILN_CHECK(rc, out, check_bf16(&r, o, &m, &h, th));
     KILN_CHECK(rc, out, check_cuda(&r, &m, &h, th));
+    KILN_CHECK(rc, out, check_reference(&r, o, &m, th));
 
     /* The run's own figure on the same windows, for a reader to compare (an f32 export of
      * the checkpoint it validated at gives the same number to rounding). The trainer's

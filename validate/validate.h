@@ -42,6 +42,8 @@ typedef struct kiln_thresholds {
     double heldout_windows;     /* heldout.windows: held-out windows (an integer) */
     double ties_rtol;      /* ties.rtol: a router margin at or below this is a near-tie */
     double ties_max_share; /* ties.max_share: more rows than this near a tie, none excused */
+    kiln_tolerance reference; /* reference.*: runtime batch vs a research framework's outputs
+                                 (kiln validate --reference) */
 } kiln_thresholds;
 
 void kiln_thresholds_default(kiln_thresholds *t);
@@ -125,6 +127,11 @@ typedef struct kiln_validate_opts {
     const char *report; /* NULL: <model>/validation.json; "" = write none */
     const kiln_thresholds *thresholds; /* NULL: defaults */
     double val_fraction;               /* < 0: from the card, else the default */
+    /* NULL, or REF.safetensors: "outputs" [W,S,O], what a research framework (kiln.torch)
+     * computed on the inputs of the model's golden/golden.safetensors; the check
+     * parity_reference holds the runtime's outputs to it (reference.* tolerance, router
+     * near-ties excused as in the other parity checks). */
+    const char *reference;
 } kiln_validate_opts;
 
 /* Run every check (docs/validation.md) and write the report (JSON: each check's figures,

@@ -2,7 +2,7 @@
 # kiln infer: a dataset made from the vectors' first input sequence, run batch and
 # stream, must give the vectors' outputs; bad models and inputs fail cleanly.
 . "$(dirname "$0")/lib.sh"
-V=${KILN_VECTORS:-$(cd "$(dirname "$0")/../../.." && pwd)/shared/vectors}
+V=${KILN_VECTORS:-$(cd "$(dirname "$0")/.." && pwd)/vectors}
 [ -f "$V/tsmoe-moe.io.safetensors" ] || fail "no vectors in $V (set KILN_VECTORS)"
 
 # Safetensors by hand, with od and dd: the header's length, a tensor's byte range.

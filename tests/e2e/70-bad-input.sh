@@ -262,6 +262,10 @@ row 2 model "$STORED,model/random,card/invalid,card/wrongtype-val_fraction" - 'g
 vrow 12 model "$STORED,model/random,model/cuthalf,card/invalid,card/wrongtype-val_fraction,golden/gone,golden/cuthalf,golden.json/invalid,golden.json/dupkey,golden.json/wrongtype-*" 'validate --model $S --data $F/d.st --report $O/v.json'
 vrow 12 model 'missing,file,golden/cuthalf,golden.json/wrongtype-format' 'validate --model $F/m --data $F/d.st --baseline $S --report $O/v.json'
 vrow 12 m16 "$STORED,model/random,card/wrongtype-val_fraction" 'validate --model $F/m --data $F/d.st --bf16 $S --report $O/v.json'
+# --reference: a file without `outputs` [W,S,O] for the golden inputs is an error, not a check.
+vrow 2 modelfile "$Q" 'validate --model $F/m --data $F/d.st --reference $S --report $O/v.json'
+# release --model: the directory and its card are checked before anything is written.
+row 2 model "$STORED,model/gone,card/gone,card/invalid,card/wrongtype-created" - "release --model \$S --data \$F/d.st --key \$F/rel.key --trust \$F/trust.json $REL"
 row 2 model "$STORED,model/*" - 'infer --model $S --input $F/d.st --out $O/y.st'
 row 2 modelfile "$Q" - 'infer --model $S --input $F/d.st --out $O/y.st'
 # A model directory without validation.json packs as "validation absent".

@@ -13,9 +13,9 @@
 
 #include "core.h"
 
-/* The public key of shared/vectors/minisign/test.pub, which signed the seed inputs. */
+/* The public key of tests/vectors/minisign/test.pub, which signed the seed inputs. */
 #define KILN_FUZZ_PUBKEY "RWSZOapHYy2q7zXTxbL987oMDpT8r5AkK2m4nBviI9hT6h4CWkywdCKn"
-/* What the seed signatures sign (shared/vectors/minisign/msg.txt). */
+/* What the seed signatures sign (tests/vectors/minisign/msg.txt). */
 #define KILN_FUZZ_MESSAGE "hello model\n"
 
 /* For readers that take a path: write the bytes to a new file $TMPDIR/kiln-fuzz-TAG-XXXXXX

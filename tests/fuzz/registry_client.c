@@ -48,7 +48,7 @@ int kiln_fuzz_registry_client(const uint8_t *data, size_t size);
 #define NOPS 10
 
 /* The policy every operation runs under (KILN_FUZZ_PUBKEY's secret key is
- * shared/vectors/minisign/test.key). */
+ * tests/vectors/minisign/test.key). */
 static const char policy[] =
     "{\"format\":\"kiln-trust/1\",\"keys\":[{\"name\":\"vector\",\"pubkey\":\"" KILN_FUZZ_PUBKEY
     "\",\"roles\":[\"root\",\"release\",\"promote\"]}],\"channels\":{\"production\":"

@@ -9,7 +9,7 @@
 # Run from the repository root after `make`: sh tests/fuzz/registry_client_seeds.sh
 set -eu
 KILN=${KILN:-build/kiln}
-KEY=${KILN_VECTORS:-../shared/vectors}/minisign/test.key
+KEY=${KILN_VECTORS:-tests/vectors}/minisign/test.key
 RUN=build/fuzz-run-registry_client
 OUT=tests/fuzz/corpus/registry_client
 make --no-print-directory "$RUN" >/dev/null

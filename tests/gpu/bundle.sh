@@ -26,7 +26,7 @@ for f in "$B"/bin/*; do ldd "$f"; done | awk '/=> \//{print $1, $3}' | sort -u |
     while read -r name path; do cp -L "$path" "$B/lib/$name"; done
 tar -C "$B" -czf "$B/lib.tgz" lib
 rm -rf "$B/lib"
-V=${KILN_VECTORS:-../shared/vectors}
+V=${KILN_VECTORS:-tests/vectors}
 [ -f "$V/tsmoe-moe.io.safetensors" ] || { echo "bundle.sh: no vectors at $V" >&2; exit 2; }
 cp -r "$V" "$B/vectors"
 du -sh "$B"

@@ -752,9 +752,8 @@ static void compare_net(const char *label, kiln_tsmoe *cpu, const float *x, cons
 }
 
 static const char *vectors_dir(const char *given) {
-    /* tests/gpu/vectors: an untracked copy there travels with the tree to a GPU machine. */
-    static const char *const candidates[] = {"../shared/vectors", "shared/vectors",
-                                             "tests/gpu/vectors", "/work/shared/vectors"};
+    /* The repository's own (tests/vectors, run from its root), or the bundle's. */
+    static const char *const candidates[] = {"tests/vectors", "vectors"};
     if (given) return given;
     const char *env = getenv("KILN_VECTORS");
     if (env && *env) return env;

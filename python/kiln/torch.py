@@ -1,0 +1,715 @@
+"""kiln.torch: kiln-tsmoe/1 in PyTorch, the research twin of kiln's C network.
+
+One plain file to read top to bottom beside docs/model.md (MODEL.md): the same parameter names
+as kiln's safetensors files, the same initialisation from a seed (kiln's Philox counter-based
+generator, reproduced here in numpy: the same seed gives the same float32 weights as
+`kiln train`), the same forward and the same loss with its three terms. It reads kiln's model
+directories and checkpoints and writes model directories that `kiln golden make`, `kiln
+validate`, `kiln pack`, `kiln sign` and `kiln release --model` take, and the reference outputs
+that `kiln validate --reference` holds the C runtime to (docs/python.md, "kiln.torch").
+
+Nothing here calls libkiln: safetensors is read and written in Python (8-byte little-endian
+header length, a JSON header, the raw data).
+"""
+
+import datetime
+import hashlib
+import json
+import math
+import os
+import shutil
+import struct
+import tempfile
+
+import numpy as np
+import torch
+from torch import nn
+
+from ._error import Error
+
+FORMAT = "kiln-tsmoe/1"
+CARD_FORMAT = "kiln-card/1"
+# The model config's keys (MODEL.md "Config"); norm_eps and format are optional.
+MODEL_KEYS = ("n_features", "n_outputs", "d_model", "n_layers", "n_heads", "d_ff", "n_experts",
+              "top_k", "seq_len", "attn_window")
+STREAM_INIT = 1  # core/philox.h: KILN_STREAM_INIT
+
+
+# ---- safetensors ---------------------------------------------------------------------------
+
+_DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
+
+
+def read_safetensors(path):
+    """(tensors, metadata) of a safetensors file: a dict name -> numpy array (BF16 widened to
+    float32 exactly) and the __metadata__ dict of strings. Raises kiln.Error naming the file."""
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError as e:
+        raise Error(f"'{path}': {e.strerror}") from None
+    if len(blob) < 8:
+        raise Error(f"'{path}': too short for a safetensors header")
+    (hlen,) = struct.unpack("<Q", blob[:8])
+    if hlen > len(blob) - 8:
+        raise Error(f"'{path}': header length {hlen} runs past the end of the file")
+    try:
+        header = json.loads(blob[8:8 + hlen])
+    except ValueError as e:
+        raise Error(f"'{path}': header is not JSON: {e}") from None
+    if not isinstance(header, dict):
+        raise Error(f"'{path}': header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    data = memoryview(blob)[8 + hlen:]
+    tensors = {}
+    for name, t in header.items():
+        try:
+            dtype, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise Error(f"'{path}': tensor '{name}' has a malformed header entry") from None
+        if not 0 <= lo <= hi <= len(data):
+            raise Error(f"'{path}': tensor '{name}' lies outside the data section")
+        raw = data[lo:hi]
+        n = int(np.prod(shape)) if shape else 1
+        if dtype == "BF16":
+            if len(raw) != 2 * n:
+                raise Error(f"'{path}': tensor '{name}' has {len(raw)} bytes for {n} BF16 values")
+            bits = np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16
+            arr = bits.view(np.float32)
+        elif dtype in _DTYPES:
+            dt = np.dtype(_DTYPES[dtype]).newbyteorder("<")
+            if len(raw) != dt.itemsize * n:
+                raise Error(f"'{path}': tensor '{name}' has {len(raw)} bytes for {n} {dtype} "
+                            f"values")
+            arr = np.frombuffer(raw, dtype=dt)
+        else:
+            raise Error(f"'{path}': tensor '{name}' has dtype {dtype}, which kiln.torch does "
+                        f"not read")
+        tensors[name] = np.array(arr.reshape(shape), dtype=arr.dtype.newbyteorder("="))
+    return tensors, meta
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Write tensors (name -> numpy array, float32 stored F32) the way kiln writes them:
+    tensors in name order, metadata keys sorted, compact JSON, the header padded with spaces to
+    8 bytes. Written to a temporary file beside path and renamed into place."""
+    names = sorted(tensors)
+    arrays = []
+    header = {}
+    off = 0
+    for name in names:
+        a = np.ascontiguousarray(tensors[name])
+        code = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
+                np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}.get(a.dtype)
+        if code is None:
+            raise Error(f"'{path}': tensor '{name}' has dtype {a.dtype}, not one kiln reads")
+        b = a.astype(a.dtype.newbyteorder("<"), copy=False).tobytes()
+        header[name] = {"dtype": code, "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        off += len(b)
+        arrays.append(b)
+    body = json.dumps(header, separators=(",", ":"))
+    if metadata:
+        meta = json.dumps({k: str(v) for k, v in metadata.items()}, separators=(",", ":"),
+                          sort_keys=True)
+        text = '{"__metadata__":' + meta + ("," + body[1:] if names else "}")
+    else:
+        text = body
+    raw = text.encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    _atomic_write(path, [struct.pack("<Q", len(raw)), raw] + arrays)
+
+
+def _atomic_write(path, chunks):
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".tmp-", dir=d)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            for c in chunks:
+                f.write(c)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError as e:
+        raise Error(f"'{path}': {e.strerror}") from None
+    return h.hexdigest()
+
+
+# ---- config ---------------------------------------------------------------------------------
+
+def check_config(config):
+    """The model config as kiln checks it (core/model_format.c): a dict of MODEL_KEYS,
+    optional norm_eps and format. Returns a clean copy; raises kiln.Error naming the key."""
+    if not isinstance(config, dict):
+        raise Error("model config must be a dict")
+    c = {}
+    for k, v in config.items():
+        if k == "format":
+            if v != FORMAT:
+                raise Error(f"model format must be \"{FORMAT}\"")
+        elif k == "norm_eps":
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+                raise Error("norm_eps must be a positive number")
+            c[k] = float(v)
+        elif k in MODEL_KEYS:
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise Error(f"{k} must be a non-negative integer")
+            c[k] = v
+        else:
+            raise Error(f"unknown model config key '{k}'")
+    for k in MODEL_KEYS:
+        if k not in c:
+            raise Error(f"model config lacks '{k}'")
+    c.setdefault("norm_eps", 1e-5)
+    for k in ("n_features", "n_outputs", "d_model", "n_layers", "n_heads", "d_ff", "seq_len",
+              "attn_window"):
+        if c[k] < 1:
+            raise Error(f"{k} must be at least 1 (is {c[k]})")
+    if c["d_model"] % c["n_heads"]:
+        raise Error(f"d_model {c['d_model']} is not a multiple of n_heads {c['n_heads']}")
+    if c["n_experts"] == 0 and c["top_k"] != 0:
+        raise Error(f"top_k must be 0 when n_experts is 0 (is {c['top_k']})")
+    if c["n_experts"] and not 1 <= c["top_k"] <= c["n_experts"]:
+        raise Error(f"top_k must be between 1 and n_experts {c['n_experts']} (is {c['top_k']})")
+    if c["attn_window"] > c["seq_len"]:
+        raise Error(f"attn_window {c['attn_window']} is larger than seq_len {c['seq_len']}")
+    return c
+
+
+def config_text(config):
+    """The config as kiln's canonical JSON (keys sorted, compact; norm_eps as jansson prints a
+    real: 17 significant digits)."""
+    c = dict(check_config(config), format=FORMAT)
+    eps = c.pop("norm_eps")
+    # The shortest decimal that reads back as the same float32, as kiln_model_config_json.
+    f32 = float(np.float32(eps))
+    for prec in range(1, 10):
+        s = "%.*g" % (prec, f32)
+        if float(np.float32(float(s))) == f32:
+            break
+    r = "%.17g" % float(s)
+    if "." not in r and "e" not in r:
+        r += ".0"
+    items = [(k, json.dumps(v)) for k, v in c.items()] + [("norm_eps", r)]
+    return "{" + ",".join(f'"{k}":{v}' for k, v in sorted(items)) + "}"
+
+
+def param_table(config):
+    """[(name, shape, trained)] in kiln's order (core/model_format.c kiln_param_table), the
+    order in which parameters sit in kiln's one parameter block: the init generator's counter
+    is the element's index in that block."""
+    c = check_config(config)
+    F, O, D, Fh, E = c["n_features"], c["n_outputs"], c["d_model"], c["d_ff"], c["n_experts"]
+    t = [("norm.in_mean", (F,), False), ("norm.in_std", (F,), False),
+         ("embed.weight", (D, F), True), ("embed.bias", (D,), True)]
+    for l in range(c["n_layers"]):
+        b = f"blocks.{l}."
+        t += [(b + "attn_norm.weight", (D,), True), (b + "attn.qkv.weight", (3 * D, D), True),
+              (b + "attn.qkv.bias", (3 * D,), True), (b + "attn.out.weight", (D, D), True),
+              (b + "attn.out.bias", (D,), True), (b + "ffn_norm.weight", (D,), True)]
+        if E == 0:
+            t += [(b + "ffn.fc.weight", (Fh, D), True), (b + "ffn.fc.bias", (Fh,), True),
+                  (b + "ffn.proj.weight", (D, Fh), True), (b + "ffn.proj.bias", (D,), True)]
+        else:
+            t += [(b + "moe.router.weight", (E, D), True), (b + "moe.fc.weight", (E, Fh, D), True),
+                  (b + "moe.fc.bias", (E, Fh), True), (b + "moe.proj.weight", (E, D, Fh), True),
+                  (b + "moe.proj.bias", (E, D), True)]
+    t += [("final_norm.weight", (D,), True), ("head.weight", (O, D), True),
+          ("head.bias", (O,), True)]
+    return t
+
+
+# ---- kiln's random numbers ----------------------------------------------------------------
+
+_M32 = np.uint64(0xFFFFFFFF)
+
+
+def philox(seed, stream, counters):
+    """Philox4x32-10 (core/philox.h): four uint32 words per counter, as an array [n, 4]."""
+    ctr = np.asarray(counters, dtype=np.uint64)
+    c0, c1 = ctr & _M32, ctr >> np.uint64(32)
+    c2 = np.full_like(c0, stream & 0xFFFFFFFF)
+    c3 = np.full_like(c0, stream >> 32)
+    k0, k1 = seed & 0xFFFFFFFF, (seed >> 32) & 0xFFFFFFFF
+    m0, m1 = np.uint64(0xD2511F53), np.uint64(0xCD9E8D57)
+    for _ in range(10):
+        p0, p1 = m0 * c0, m1 * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _M32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _M32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ np.uint64(k0), lo1, hi0 ^ c3 ^ np.uint64(k1), lo0
+        k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
+
+
+def init_params(config, seed):
+    """kiln's initialisation (train/model.c kiln_tsmoe_init) as numpy float32 arrays by name:
+    N(0, 0.02) from Philox(seed, KILN_STREAM_INIT, element index) by Box-Muller in double on
+    words 0 and 1; attn.out.weight and proj.weight N(0, 0.02/sqrt(2L)); biases 0; gains 1;
+    norm.in_mean 0, norm.in_std 1."""
+    c = check_config(config)
+    base, scaled = 0.02, 0.02 / math.sqrt(2.0 * c["n_layers"])
+    out, off = {}, 0
+    for name, shape, _ in param_table(c):
+        n = int(np.prod(shape))
+        if name == "norm.in_mean" or name.endswith(".bias"):
+            w = np.zeros(n, np.float32)
+        elif name == "norm.in_std" or name.endswith("norm.weight"):
+            w = np.ones(n, np.float32)
+        else:
+            std = scaled if name.endswith("attn.out.weight") or name.endswith("proj.weight") \
+                else base
+            r = philox(seed, STREAM_INIT, np.arange(off, off + n, dtype=np.uint64))
+            u1 = (r[:, 0].astype(np.float64) + 0.5) * (1.0 / 4294967296.0)
+            u2 = (r[:, 1].astype(np.float64) + 0.5) * (1.0 / 4294967296.0)
+            z = np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * math.pi * u2)
+            w = (std * z).astype(np.float32)
+        out[name] = w.reshape(shape)
+        off += n
+    return out
+
+
+def split(rows, val_fraction, seq_len):
+    """The trainer's split (train/dataset.c kiln_dataset_split): (train_end, val_begin,
+    val_end). Validation rows are the last fraction (at least one window), after a purge gap
+    of seq_len rows that neither side uses."""
+    S = seq_len
+    if val_fraction == 0:
+        return rows, rows, rows
+    if rows // 3 < S:
+        raise Error(f"{rows} rows, too few for a training window, a purge gap and a validation "
+                    f"window of {S} rows each")
+    n_val = max(int(math.floor(val_fraction * rows + 0.5)), S)
+    if n_val > rows - 2 * S:
+        raise Error(f"validation fraction {val_fraction} leaves too few rows for training")
+    return rows - n_val - S, rows - n_val, rows
+
+
+# ---- the network ----------------------------------------------------------------------------
+
+def rmsnorm(u, g, eps):
+    return u / torch.sqrt((u * u).mean(dim=-1, keepdim=True) + eps) * g
+
+
+def gelu(u):
+    """MODEL.md's GELU: the tanh form."""
+    return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u * u * u)))
+
+
+def alibi_slopes(n_heads):
+    """m_h = 2^(-8 hh / H) for hh = h + 1."""
+    return [2.0 ** (-8.0 * (h + 1) / n_heads) for h in range(n_heads)]
+
+
+def top_k_gates(p, k):
+    """The K largest probabilities of each row (equal values: the lower expert first) and
+    their gates, renormalised over the K chosen: (idx [N,K], gates [N,K])."""
+    order = torch.sort(p, dim=-1, descending=True, stable=True).indices[:, :k]
+    chosen = torch.gather(p, 1, order)
+    return order, chosen / chosen.sum(dim=-1, keepdim=True)
+
+
+class _Linear(nn.Module):
+    def __init__(self, n_out, n_in):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(n_out, n_in))
+        self.bias = nn.Parameter(torch.zeros(n_out))
+
+
+class _Gain(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+
+class _InputNorm(nn.Module):
+    """norm.in_mean, norm.in_std: fixed standardisation, buffers (never trained)."""
+
+    def __init__(self, f):
+        super().__init__()
+        self.register_buffer("in_mean", torch.zeros(f))
+        self.register_buffer("in_std", torch.ones(f))
+
+
+class _Attention(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.qkv = _Linear(3 * d, d)
+        self.out = _Linear(d, d)
+
+
+class _Dense(nn.Module):
+    def __init__(self, d, fh):
+        super().__init__()
+        self.fc = _Linear(fh, d)
+        self.proj = _Linear(d, fh)
+
+
+class _Router(nn.Module):
+    def __init__(self, e, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(e, d))
+
+
+class _Experts(nn.Module):
+    def __init__(self, e, n_out, n_in):
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(e, n_out, n_in))
+        self.bias = nn.Parameter(torch.zeros(e, n_out))
+
+
+class _MoE(nn.Module):
+    def __init__(self, e, d, fh):
+        super().__init__()
+        self.router = _Router(e, d)
+        self.fc = _Experts(e, fh, d)
+        self.proj = _Experts(e, d, fh)
+
+
+class _Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        D, Fh, E = c["d_model"], c["d_ff"], c["n_experts"]
+        self.attn_norm = _Gain(D)
+        self.attn = _Attention(D)
+        self.ffn_norm = _Gain(D)
+        if E:
+            self.moe = _MoE(E, D, Fh)
+        else:
+            self.ffn = _Dense(D, Fh)
+
+
+class TSMoE(nn.Module):
+    """kiln-tsmoe/1 (MODEL.md). ``state_dict()`` names are kiln's safetensors names.
+
+    ``TSMoE(config, seed=1)`` initialises as ``kiln train`` does with that seed (bitwise, in
+    float32); ``seed=None`` leaves the zeros and ones of construction. Parameters are float32;
+    ``.double()`` makes a float64 twin. ``forward(x, targets=None)`` returns ``(y, loss)``:
+    ``y`` [B,S,O] and, with targets, a dict of the loss and its terms (``loss``, ``mse``,
+    ``load_balance`` = sum of lb_l, ``z`` = sum of z_l), else None.
+
+    The pieces a variant might change are overridable methods (``gelu``, ``alibi_slopes``,
+    ``top_k_gates``), so that a researcher's change (or a deliberate mistake, in the tests) is
+    one method of a subclass."""
+
+    def __init__(self, config, seed=1, aux_loss_coef=0.01, z_loss_coef=0.001):
+        super().__init__()
+        self.config = check_config(config)
+        c = self.config
+        self.aux_loss_coef = aux_loss_coef
+        self.z_loss_coef = z_loss_coef
+        self.step = 0  # optimizer steps taken; save_model_dir records it
+        self.norm = _InputNorm(c["n_features"])
+        self.embed = _Linear(c["d_model"], c["n_features"])
+        self.blocks = nn.ModuleList(_Block(c) for _ in range(c["n_layers"]))
+        self.final_norm = _Gain(c["d_model"])
+        self.head = _Linear(c["n_outputs"], c["d_model"])
+        if seed is not None:
+            self.load_arrays(init_params(c, seed))
+
+    # -- the pieces of MODEL.md a variant may change --
+    def gelu(self, u):
+        return gelu(u)
+
+    def alibi_slopes(self, n_heads):
+        return alibi_slopes(n_heads)
+
+    def top_k_gates(self, p, k):
+        return top_k_gates(p, k)
+
+    # -- forward --
+    def attention(self, blk, u):
+        c = self.config
+        B, S, D = u.shape
+        H, W = c["n_heads"], c["attn_window"]
+        Dh = D // H
+        qkv = u @ blk.attn.qkv.weight.T + blk.attn.qkv.bias
+        q, k, v = (t.view(B, S, H, Dh).transpose(1, 2) for t in qkv.split(D, dim=-1))
+        slopes = torch.tensor(self.alibi_slopes(H), dtype=u.dtype, device=u.device)
+        # Query rows in blocks, each against the keys its window reaches, so that a long
+        # sequence (a whole held-out file) costs S*W, not S*S.
+        C = max(W, 256)
+        blocks = []
+        for i0 in range(0, S, C):
+            i1, j0 = min(S, i0 + C), max(0, i0 - W + 1)
+            i = torch.arange(i0, i1, device=u.device)
+            j = torch.arange(j0, i1, device=u.device)
+            dist = (i[:, None] - j[None, :]).to(u.dtype)  # i - j
+            score = q[:, :, i0:i1] @ k[:, :, j0:i1].transpose(-1, -2) / math.sqrt(Dh)
+            score = score - slopes[:, None, None] * dist
+            score = score.masked_fill(~((dist >= 0) & (dist < W)), float("-inf"))
+            blocks.append(torch.softmax(score, dim=-1) @ v[:, :, j0:i1])  # [B,H,i1-i0,Dh]
+        o = torch.cat(blocks, dim=2).transpose(1, 2).reshape(B, S, D)
+        return o @ blk.attn.out.weight.T + blk.attn.out.bias
+
+    def mixture(self, blk, u):
+        """The mixture branch for rows u [N,D]: (output [N,D], lb_l, z_l)."""
+        c = self.config
+        E, K = c["n_experts"], c["top_k"]
+        moe = blk.moe
+        r = u @ moe.router.weight.T  # [N,E]
+        p = torch.softmax(r, dim=-1)
+        idx, gates = self.top_k_gates(p, K)
+        out = torch.zeros_like(u)
+        for e in range(E):
+            tok, slot = (idx == e).nonzero(as_tuple=True)
+            if tok.numel() == 0:
+                continue
+            x = u[tok]
+            h = self.gelu(x @ moe.fc.weight[e].T + moe.fc.bias[e])
+            y = h @ moe.proj.weight[e].T + moe.proj.bias[e]
+            out = out.index_add(0, tok, gates[tok, slot].unsqueeze(-1) * y)
+        N = u.shape[0]
+        f = torch.bincount(idx.reshape(-1), minlength=E).to(u.dtype) / (N * K)  # no gradient
+        P = p.mean(dim=0)
+        lb = E * (f * P).sum()
+        z = (torch.logsumexp(r, dim=-1) ** 2).mean()
+        return out, lb, z
+
+    def forward(self, x, targets=None):
+        c = self.config
+        dt = self.embed.weight.dtype
+        try:
+            x = torch.as_tensor(x).to(dt)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise Error(f"inputs are not numbers: {e}") from None
+        if x.dim() != 3 or x.shape[-1] != c["n_features"]:
+            raise Error(f"inputs have shape {list(x.shape)}, expected [B, S, {c['n_features']}]")
+        B, S, _ = x.shape
+        eps = c["norm_eps"]
+        h = ((x - self.norm.in_mean) / self.norm.in_std) @ self.embed.weight.T + self.embed.bias
+        lb_sum = torch.zeros((), dtype=dt)
+        z_sum = torch.zeros((), dtype=dt)
+        for blk in self.blocks:
+            h = h + self.attention(blk, rmsnorm(h, blk.attn_norm.weight, eps))
+            u = rmsnorm(h, blk.ffn_norm.weight, eps)
+            if c["n_experts"]:
+                out, lb, z = self.mixture(blk, u.reshape(B * S, -1))
+                h = h + out.view(B, S, -1)
+                lb_sum = lb_sum + lb
+                z_sum = z_sum + z
+            else:
+                a = self.gelu(u @ blk.ffn.fc.weight.T + blk.ffn.fc.bias)
+                h = h + a @ blk.ffn.proj.weight.T + blk.ffn.proj.bias
+        y = rmsnorm(h, self.final_norm.weight, eps) @ self.head.weight.T + self.head.bias
+        if targets is None:
+            return y, None
+        try:
+            t = torch.as_tensor(targets).to(dt)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise Error(f"targets are not numbers: {e}") from None
+        if t.shape != y.shape:
+            raise Error(f"targets have shape {list(t.shape)}, expected {list(y.shape)}")
+        mse = ((y - t) ** 2).mean()
+        loss = mse + self.aux_loss_coef * lb_sum + self.z_loss_coef * z_sum
+        return y, {"loss": loss, "mse": mse, "load_balance": lb_sum, "z": z_sum}
+
+    # -- parameters by kiln's names --
+    def arrays(self):
+        """Every parameter and norm.in_* as float32 numpy arrays by kiln's names."""
+        return {k: v.detach().cpu().to(torch.float32).numpy().copy()
+                for k, v in self.state_dict().items()}
+
+    def load_arrays(self, arrays, source="arrays"):
+        """Set every parameter from numpy arrays by kiln's names (each must be there, with
+        its shape; extra names are refused)."""
+        sd = self.state_dict()
+        want = set(sd)
+        have = set(arrays)
+        if want - have:
+            raise Error(f"'{source}': tensor '{sorted(want - have)[0]}' is missing")
+        if have - want:
+            raise Error(f"'{source}': unexpected tensor '{sorted(have - want)[0]}'")
+        with torch.no_grad():
+            for k, v in sd.items():
+                a = np.asarray(arrays[k])
+                if tuple(a.shape) != tuple(v.shape):
+                    raise Error(f"'{source}': tensor '{k}' has shape {list(a.shape)}, expected "
+                                f"{list(v.shape)}")
+                if not np.all(np.isfinite(a)):
+                    raise Error(f"'{source}': tensor '{k}' holds a non-finite value")
+                v.copy_(torch.from_numpy(np.array(a)).to(v.dtype))
+        if not torch.all(self.norm.in_std > 0):
+            raise Error(f"'{source}': norm.in_std must be positive")
+
+    def set_input_norm(self, features):
+        """norm.in_mean / norm.in_std from the training rows [N, F] as the trainer sets them:
+        mean and population standard deviation in double, floored at 1e-6."""
+        f = np.asarray(features, dtype=np.float32).astype(np.float64)
+        mu = f.mean(axis=0)
+        sd = np.sqrt(((f - mu) ** 2).mean(axis=0))
+        with torch.no_grad():
+            self.norm.in_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
+            self.norm.in_std.copy_(torch.from_numpy(np.maximum(sd, 1e-6).astype(np.float32)))
+
+    # -- kiln's files --
+    @classmethod
+    def from_model_dir(cls, path):
+        """A model directory (or its model.safetensors) as kiln export writes it; bf16
+        weights are widened exactly."""
+        f = os.path.join(path, "model.safetensors") if os.path.isdir(path) else path
+        return cls._from_file(f, checkpoint=False)
+
+    @classmethod
+    def from_checkpoint(cls, path):
+        """A training checkpoint (RUN/ckpt/step-N.safetensors): its data digest is checked as
+        kiln export checks it; the AdamW moments (m.*, v.*) are left behind; ``step`` is
+        kiln.step."""
+        return cls._from_file(path, checkpoint=True)
+
+    @classmethod
+    def _from_file(cls, path, checkpoint):
+        tensors, meta = read_safetensors(path)
+        if "kiln.config" not in meta:
+            raise Error(f"'{path}': no kiln.config in __metadata__")
+        try:
+            cfg = json.loads(meta["kiln.config"])
+        except ValueError:
+            raise Error(f"'{path}': kiln.config is not JSON") from None
+        try:
+            cfg = check_config(cfg)
+        except Error as e:
+            raise Error(f"'{path}': {e.message}") from None
+        if checkpoint:
+            want = meta.get("kiln.data_sha256")
+            if want is None:
+                raise Error(f"'{path}': no kiln.data_sha256 in __metadata__ (not a checkpoint)")
+            with open(path, "rb") as fh:
+                blob = fh.read()
+            (hlen,) = struct.unpack("<Q", blob[:8])
+            if hashlib.sha256(blob[8 + hlen:]).hexdigest() != want:
+                raise Error(f"'{path}': tensor data digest mismatch (corrupted checkpoint)")
+            tensors = {k: v for k, v in tensors.items()
+                       if not k.startswith("m.") and not k.startswith("v.")}
+        m = cls(cfg, seed=None)
+        m.load_arrays(tensors, source=path)
+        try:
+            m.step = int(meta.get("kiln.step", 0))
+        except ValueError:
+            raise Error(f"'{path}': kiln.step is not a step number") from None
+        m.meta = meta
+        return m
+
+    def save_model_dir(self, path, dataset=None, lineage=None, name=None, code_version=None,
+                       train_config=None, metrics=None, created=None, force=False):
+        """Write a model directory: model.safetensors (F32, kiln.config, kiln.step) and
+        card.json (kiln-card/1) whose lineage says where the model came from: the framework
+        and its version, ``code_version`` (the researcher's, e.g. a git commit), the dataset's
+        sha256 (``dataset``: the kiln dataset file trained on), the step, ``train_config``
+        (its ``val_fraction`` places the held-out split for golden make and validate) and
+        ``metrics``; ``lineage`` (a dict) adds or overrides keys. Written into a temporary
+        directory beside ``path`` and renamed into place; an existing non-empty directory is
+        refused unless ``force``."""
+        if os.path.lexists(path) and not (os.path.isdir(path) and not os.listdir(path)):
+            if not force or not os.path.isdir(path):
+                raise Error(f"'{path}' exists and is not an empty directory")
+        if name is None:
+            name = "torch-model"
+        lin = {
+            "source": "kiln.torch",
+            "framework": "torch " + torch.__version__,
+            "code_version": code_version,
+            "step": int(self.step),
+            "dataset_sha256": None,
+            "config": dict(train_config) if train_config else None,
+            "metrics": dict(metrics) if metrics else None,
+        }
+        if dataset is not None:
+            lin["dataset_sha256"] = sha256_file(dataset)
+            lin["dataset_path"] = os.path.abspath(dataset)
+        if lineage:
+            lin.update(lineage)
+        if created is None:
+            created = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        card = {"format": CARD_FORMAT, "name": name, "created": created, "dtype": "f32",
+                "config": json.loads(config_text(self.config)), "lineage": lin}
+        parent = os.path.dirname(os.path.abspath(path))
+        tmp = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(path)) + ".save-",
+                               dir=parent)
+        try:
+            os.chmod(tmp, 0o755)
+            write_safetensors(os.path.join(tmp, "model.safetensors"), self.arrays(),
+                              {"kiln.config": config_text(self.config),
+                               "kiln.step": str(int(self.step)),
+                               "kiln.source": "kiln.torch (torch " + torch.__version__ + ")"})
+            text = json.dumps(card, indent=2, sort_keys=True) + "\n"
+            _atomic_write(os.path.join(tmp, "card.json"), [text.encode()])
+            if os.path.isdir(path) and os.listdir(path):
+                old = tempfile.mkdtemp(prefix="." + os.path.basename(path) + ".old-", dir=parent)
+                os.rename(path, os.path.join(old, "d"))
+                os.rename(tmp, path)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                if os.path.isdir(path):
+                    os.rmdir(path)
+                os.rename(tmp, path)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    @torch.no_grad()
+    def predict(self, x):
+        """Outputs for raw inputs [B,S,F] or [S,F] as a numpy array (float32 for a float32
+        model), in eval mode, without gradients."""
+        a = np.asarray(x)
+        if a.dtype.kind not in "biuf":
+            raise Error(f"inputs have dtype {a.dtype}, not numbers")
+        y, _ = self.forward(torch.from_numpy(np.ascontiguousarray(a[None] if a.ndim == 2 else a)))
+        y = y.cpu().numpy()
+        return y[0] if a.ndim == 2 else y
+
+    def reference_outputs(self, model_dir, out):
+        """Write REF for ``kiln validate --reference``: this model's outputs [W,S,O] on the
+        inputs of ``model_dir/golden/golden.safetensors`` (made by ``kiln golden make``),
+        stored as F32 ``outputs``, with the digest of the inputs used (kiln.inputs_sha256)
+        so that kiln can tell a REF computed on another golden set."""
+        g = os.path.join(model_dir, "golden", "golden.safetensors")
+        tensors, _ = read_safetensors(g)
+        if "inputs" not in tensors:
+            raise Error(f"'{g}': no tensor 'inputs'")
+        x = tensors["inputs"].astype(np.float32)
+        y = self.predict(x).astype(np.float32)
+        write_safetensors(out, {"outputs": y}, {
+            "kiln.format": "kiln-reference/1",
+            "kiln.inputs_sha256": hashlib.sha256(np.ascontiguousarray(x).tobytes()).hexdigest(),
+            "kiln.engine": "kiln.torch TSMoE, torch %s, %s" % (
+                torch.__version__, str(self.embed.weight.dtype).replace("torch.", "")),
+        })
+        return y
+
+
+def compare(a, b, rtol=1e-4, atol=1e-5):
+    """kiln's comparison rule (validate/thresholds.c kiln_compare_f32), a candidate a against a
+    reference b of the same shape: with M = max |b|, an element agrees when |a - b| <=
+    max(atol M, rtol |b|). Returns compared, max_abs_err, max_rel_err (|a - b| / max(|b|,
+    atol M / rtol)), scale M, outside (elements that disagree), nonfinite and passed (no
+    element outside, none non-finite). No router near-tie is excused here."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape and a.size == b.size:
+        a, b = a.reshape(-1), b.reshape(-1)
+    if a.shape != b.shape:
+        raise Error(f"shapes differ: {list(a.shape)} against {list(b.shape)}")
+    finite = np.isfinite(a) & np.isfinite(b)
+    M = float(np.abs(b[finite]).max()) if finite.any() else 0.0
+    d = np.abs(a - b)
+    floor = atol * M / rtol if rtol > 0 else 0.0
+    den = np.maximum(np.abs(b), floor)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(den > 0, d / np.where(den > 0, den, 1), np.where(d > 0, np.inf, 0))
+    out = ~finite | (d > np.maximum(atol * M, rtol * np.abs(b)))
+    return {"compared": int(a.size), "max_abs_err": float(d[finite].max()) if finite.any() else 0,
+            "max_rel_err": float(rel[finite].max()) if finite.any() else 0, "scale": M,
+            "outside": int(out.sum()), "nonfinite": bool((~finite).any()),
+            "passed": bool(finite.all() and not out.any())}

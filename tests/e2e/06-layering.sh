@@ -1,0 +1,24 @@
+#!/bin/sh
+# The layering check passes on the tree, and fails, naming the file, on a copy of it where
+# core/ includes a registry header or the export module includes the runtime's.
+. "$(dirname "$0")/lib.sh"
+root=$(cd "$(dirname "$0")/../.." && pwd)
+sh "$root/tests/layering.sh" "$root" >"$T/out" 2>&1 || { cat "$T/out"; fail "layering check on the tree"; }
+mkdir "$T/tree"
+(cd "$root" && tar cf - docs/architecture.md tests/layering.sh \
+    $(find core kernels train runtime export validate sign registry web cli include \
+        -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh')) | tar xf - -C "$T/tree"
+for bad in 'core/err.c:registry.h' 'export/pack.c:runtime.h'; do
+    f=${bad%%:*} h=${bad#*:}
+    cp -r "$T/tree" "$T/t2"
+    printf '#include "%s"\n' "$h" >>"$T/t2/$f"
+    set +e; sh "$T/t2/tests/layering.sh" "$T/t2" >"$T/out" 2>&1; got=$?; set -e
+    [ "$got" -eq 1 ] || fail "layering check with $f including $h exited $got, expected 1"
+    grep -q "$f includes \"$h\"" "$T/out" || { cat "$T/out"; fail "no line naming $f and $h"; }
+    rm -rf "$T/t2"
+done
+# A table that names a folder that is not there is refused, not passed.
+sed 's/^| `web` |/| `webx` |/' "$T/tree/docs/architecture.md" >"$T/a.md" && mv "$T/a.md" "$T/tree/docs/architecture.md"
+set +e; sh "$T/tree/tests/layering.sh" "$T/tree" >"$T/out" 2>&1; got=$?; set -e
+[ "$got" -eq 2 ] && grep -q "webx" "$T/out" || fail "a table naming no folder: exit $got, $(cat "$T/out")"
+echo "layering check: passes on the tree, fails on forbidden includes"
