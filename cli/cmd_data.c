@@ -197,9 +197,10 @@ static json_t *time_json(const kiln_dataset *ds) {
         json_t *gname = ds->group ? json_array_get(json_object_get(ds->group_meta, "names"),
                                                    (size_t)ds->group[r])
                                   : NULL;
-        json_array_append_new(gaps, json_pack("{s:s,s:s,s:I,s:I,s:O}", "from", a, "to", b, "seconds",
-                                              (json_int_t)(ds->time[r] - ds->time[r - 1]), "row",
-                                              (json_int_t)r, "group", gname ? gname : json_null()));
+        json_array_append_new(gaps,
+                              json_pack("{s:s,s:s,s:I,s:I,s:O}", "from", a, "to", b, "seconds",
+                                        (json_int_t)(ds->time[r] - ds->time[r - 1]), "row",
+                                        (json_int_t)r, "group", gname ? gname : json_null()));
     }
     int64_t med = 0;
     if (n) {
@@ -306,7 +307,8 @@ int cmd_data_inspect(int argc, char **argv) {
             size_t i;
             json_t *g;
             json_array_foreach(gj, i, g) {
-                printf("%s %s %lld rows", i ? "," : "", json_string_value(json_object_get(g, "name")),
+                printf("%s %s %lld rows", i ? "," : "",
+                       json_string_value(json_object_get(g, "name")),
                        (long long)json_integer_value(json_object_get(g, "rows")));
             }
             printf("\n");

@@ -180,8 +180,8 @@ kiln_err kiln_target_norm_read(const kiln_st *st, int O, float *mean, float *std
     KILN_TRY(kiln_json_parse(text, strlen(text), "kiln.target_norm", &j));
     kiln_err rc = KILN_OK;
     const json_t *m = json_object_get(j, "mean"), *s = json_object_get(j, "std");
-    if (!json_is_object(j) || json_object_size(j) != 2 || !json_is_array(m) ||
-        !json_is_array(s) || json_array_size(m) != (size_t)O || json_array_size(s) != (size_t)O)
+    if (!json_is_object(j) || json_object_size(j) != 2 || !json_is_array(m) || !json_is_array(s) ||
+        json_array_size(m) != (size_t)O || json_array_size(s) != (size_t)O)
         rc = kiln_fail(KILN_ERR_FORMAT,
                        "'%s': kiln.target_norm is not {\"mean\": [%d numbers], \"std\": [%d "
                        "numbers]}",

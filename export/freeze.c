@@ -460,8 +460,7 @@ out:
 /* head.weight and head.bias with the target standardisation folded in (W' = std W,
  * b' = std b + mean), so that the model predicts in the data's units: into buf, or the
  * checkpoint's own bytes when there is nothing to fold. */
-static const void *head_data(const ckpt *c, const kiln_param *p, const kiln_tensor *t,
-                             float *buf) {
+static const void *head_data(const ckpt *c, const kiln_param *p, const kiln_tensor *t, float *buf) {
     bool w = !strcmp(p->name, "head.weight"), b = !strcmp(p->name, "head.bias");
     if (!c->has_norm || (!w && !b)) return t->data;
     const size_t O = (size_t)c->cfg.n_outputs, per = p->numel / O;
@@ -494,8 +493,11 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
     for (size_t i = 0; i < c->np; i++) {
         const kiln_param *p = &c->tab[i];
         const kiln_tensor *t = kiln_st_find(c->st, p->name); /* checked by ckpt_open */
-        const void *data = head_data(
-            c, p, t, fold + (strcmp(p->name, "head.bias") ? 0 : (size_t)c->cfg.n_outputs * (size_t)c->cfg.d_model));
+        const void *data =
+            head_data(c, p, t,
+                      fold + (strcmp(p->name, "head.bias")
+                                  ? 0
+                                  : (size_t)c->cfg.n_outputs * (size_t)c->cfg.d_model));
         /* The input standardisation stays F32 (the runtime accepts both): it scales raw
          * features before anything else and bf16 would cost it 3 significant digits. */
         if (dtype == KILN_EXPORT_BF16 && p->flags & KILN_PARAM_TRAINED) {
@@ -507,8 +509,7 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
             }
             KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_BF16, p->ndim, p->shape, h));
         } else {
-            KILN_CHECK(rc, out,
-                       kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, data));
+            KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, data));
         }
     }
     ctext = kiln_model_config_text(&c->cfg);

@@ -379,14 +379,12 @@ KILN_TEST(data_synth_scale) {
     o.scale = 0.01;
     CHECK("scale 0.01", kiln_synth_write(&o, small, &r2) == KILN_OK);
     o.scale = -1;
-    CHECK("negative scale refused",
-          kiln_synth_write(&o, big, NULL) == KILN_ERR_USAGE && has("scale") &&
-              !kiln_path_exists(big));
+    CHECK("negative scale refused", kiln_synth_write(&o, big, NULL) == KILN_ERR_USAGE &&
+                                        has("scale") && !kiln_path_exists(big));
     kiln_dataset *a = NULL, *b = NULL;
-    if (CHECK("open", kiln_dataset_open(dflt, &a) == KILN_OK &&
-                          kiln_dataset_open(small, &b) == KILN_OK)) {
-        CHECK("features unchanged",
-              !memcmp(a->features, b->features, a->rows * 4 * sizeof(float)));
+    if (CHECK("open",
+              kiln_dataset_open(dflt, &a) == KILN_OK && kiln_dataset_open(small, &b) == KILN_OK)) {
+        CHECK("features unchanged", !memcmp(a->features, b->features, a->rows * 4 * sizeof(float)));
         double worst = 0;
         for (size_t i = 0; i < a->rows * 2; i++) {
             double d = fabs(b->targets[i] - 0.01 * a->targets[i]);
@@ -475,7 +473,11 @@ KILN_TEST(data_import_csv) {
          "y",
          {"line 2", "column 'b'", "out of range for f32"},
          KILN_ERR_NUMERIC},
-        {"a,b,y\n1,,3\n", "a,b", "y", {"line 2", "column 'b'", "missing value (empty)"}, KILN_ERR_FORMAT},
+        {"a,b,y\n1,,3\n",
+         "a,b",
+         "y",
+         {"line 2", "column 'b'", "missing value (empty)"},
+         KILN_ERR_FORMAT},
         {"a,b,y\n1,2,3\n", "a,q", "y", {"line 1", "no column 'q'", ""}, KILN_ERR_NOTFOUND},
         {"a,b,y\n1,2\"x,3\n", "a,b", "y", {"line 2, column 4", "bad quoting", ""}, KILN_ERR_FORMAT},
         {"a,b,a\n1,2,3\n", "a,b", "b", {"chosen twice", "", ""}, KILN_ERR_USAGE},
@@ -548,7 +550,8 @@ KILN_TEST(data_import_csv_dialects) {
         {"CRLF line ends", "a,b,y\r\n1.5,2,0.25\r\n-3,400,-1\r\n"},
         {"embedded quotes, commas and a line break",
          "a,note,b,y\n1.5,\"he said \"\"hi, there\"\"\r\nand left\",2,0.25\n-3,\"\",400,-1\n"},
-        {"every field quoted", "\"a\",\"b\",\"y\"\n\"1.5\",\" 2 \",\"0.25\"\n\"-3\",\"400\",\"-1\""},
+        {"every field quoted",
+         "\"a\",\"b\",\"y\"\n\"1.5\",\" 2 \",\"0.25\"\n\"-3\",\"400\",\"-1\""},
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
         kiln_err rc = import_ex(same[i].csv, "got.st", 0, NULL);
@@ -602,10 +605,9 @@ KILN_TEST(data_import_csv_missing) {
         CHECK("by hand", import_ex(cases[i].plain, "want.st", 0, NULL) == KILN_OK);
         kiln_err rc = import_ex(in, "got.st", cases[i].m, &r);
         CHECK("imports to the same bytes", rc == KILN_OK && kiln_test_same_file(want, got));
-        CHECK("report", r.rows_read == 5 && r.rows == cases[i].rows &&
-                            r.rows_dropped == cases[i].dropped &&
-                            r.rows_filled == cases[i].filled_rows &&
-                            r.values_filled == cases[i].filled);
+        CHECK("report",
+              r.rows_read == 5 && r.rows == cases[i].rows && r.rows_dropped == cases[i].dropped &&
+                  r.rows_filled == cases[i].filled_rows && r.values_filled == cases[i].filled);
     }
     CHECK("refused by default, naming the first",
           import_ex(in, "got.st", 0, NULL) == KILN_ERR_FORMAT &&
@@ -630,9 +632,9 @@ KILN_TEST(data_time_parse) {
     CHECK("fraction", kiln_time_parse("1985-01-02T15:30:00.250Z", &t) && t == 473472000 + 55800);
     CHECK("epoch seconds", kiln_time_parse("473472000", &t) && t == 473472000);
     CHECK("negative epoch", kiln_time_parse("-86400", &t) && t == -86400);
-    static const char *const bad[] = {"1985-02-30", "1985-13-01", "1985-1-2", "85-01-02", "x",
-                                      "", "1985-01-02T25:00", "1985-01-02Tx", "1.5",
-                                      "1900-02-29"};
+    static const char *const bad[] = {
+        "1985-02-30", "1985-13-01",       "1985-1-2",     "85-01-02", "x",
+        "",           "1985-01-02T25:00", "1985-01-02Tx", "1.5",      "1900-02-29"};
     bool all = true;
     for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++)
         all = all && !kiln_time_parse(bad[i], &t);
@@ -682,9 +684,10 @@ KILN_TEST(data_import_time_and_groups) {
         CHECK("rows grouped by instrument, in time order within", ok);
         CHECK("times", ds->time[0] == 473472000 && ds->time[1] == 473472000 + 86400 &&
                            ds->time[3] == 473472000);
-        CHECK("group names", !strcmp(json_string_value(json_array_get(
-                                         json_object_get(ds->group_meta, "names"), 1)),
-                                     "NDX"));
+        CHECK(
+            "group names",
+            !strcmp(json_string_value(json_array_get(json_object_get(ds->group_meta, "names"), 1)),
+                    "NDX"));
     }
     kiln_dataset_free(ds);
     ds = NULL;
@@ -729,8 +732,8 @@ KILN_TEST(data_import_time_and_groups) {
     CHECK("no such time column",
           kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_NOTFOUND && has("no column 'nope'"));
     im.time_column = "a";
-    CHECK("a column both time and feature", kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_USAGE &&
-                                                has("chosen twice"));
+    CHECK("a column both time and feature",
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_USAGE && has("chosen twice"));
     free(keep);
     free(csv), free(pcsv), free(o), free(plain);
 }
@@ -754,8 +757,12 @@ KILN_TEST(data_split_groups_and_time) {
             gp[r] = g;
         }
     const char *names[3] = {"A", "B", "C"};
-    kiln_dataset_extra x = {.time = tm, .time_column = "date", .group = gp, .n_groups = 3,
-                            .group_names = names, .group_column = "sym"};
+    kiln_dataset_extra x = {.time = tm,
+                            .time_column = "date",
+                            .group = gp,
+                            .n_groups = 3,
+                            .group_names = names,
+                            .group_column = "sym"};
     char *p = kiln_test_path("g.st");
     kiln_dataset *ds = NULL;
     kiln_split sp = {0};
@@ -764,8 +771,8 @@ KILN_TEST(data_split_groups_and_time) {
                    kiln_dataset_open(p, &ds) == KILN_OK))
         goto out;
     const int S = 16;
-    kiln_split_opts so = {.val_fraction = 0.2, .seq_len = S, .val_from = "1970-07-01",
-                          .purge_secs = 30 * day};
+    kiln_split_opts so = {
+        .val_fraction = 0.2, .seq_len = S, .val_from = "1970-07-01", .purge_secs = 30 * day};
     if (!CHECK("split", kiln_dataset_split_ex(ds, &so, &sp) == KILN_OK && sp.n_ranges == 3))
         goto out;
     int64_t from;

@@ -324,8 +324,9 @@ static char *write_ckpt(const char *dir_name, long step, float **params_out, kil
     for (int i = 0; i < 20; i++)
         kiln_spike_push(&st.loss_spike, 1.0 / (i + 3));
     kiln_spike_push(&st.gnorm_spike, 0.1);
-    kiln_ckpt_meta meta = {&c, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                           "run-x", &st, NULL, NULL};
+    kiln_ckpt_meta meta = {
+        &c,  "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "run-x", &st, NULL,
+        NULL};
     char *dir = kiln_test_path(dir_name);
     char *ckdir = kiln_path_join(dir, "ckpt");
     kiln_mkdir_p(ckdir);
@@ -391,8 +392,9 @@ KILN_TEST(train_ckpt_round_trip) {
     kiln_train_config_default(&c);
     c.model = tiny;
     kiln_train_state st = {.step = 1};
-    kiln_ckpt_meta meta = {&c, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                           "r", &st, NULL, NULL};
+    kiln_ckpt_meta meta = {&c,   "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                           "r",  &st,
+                           NULL, NULL};
     char *a2 = kiln_test_path("again2.safetensors");
     char *b1 = NULL, *b2 = NULL;
     size_t l1 = 0, l2 = 0;
@@ -878,8 +880,8 @@ KILN_TEST(train_target_scale) {
     c.ckpt_every = 0;
     c.seed = 3;
     kiln_train_opts o1 = {.run_dir = r1, .data_path = d1}, o2 = {.run_dir = r2, .data_path = d2};
-    if (!CHECK("train both", kiln_train_start(&c, &o1) == KILN_OK &&
-                                 kiln_train_start(&c, &o2) == KILN_OK))
+    if (!CHECK("train both",
+               kiln_train_start(&c, &o1) == KILN_OK && kiln_train_start(&c, &o2) == KILN_OK))
         goto out;
     if (!CHECK("runs", kiln_run_info_load(r1, 0, &a) == KILN_OK &&
                            kiln_run_info_load(r2, 0, &b) == KILN_OK))
@@ -889,18 +891,19 @@ KILN_TEST(train_target_scale) {
     CHECK("scale 1 learns something", a.last_val_r2 > 0.02);
     CHECK("scale 0.01 within 5% of scale 1's R^2",
           fabs(b.last_val_r2 - a.last_val_r2) <= 0.05 * a.last_val_r2);
-    CHECK("R^2 per target recorded", json_array_size(b.last_val_targets) == 2 &&
-                                         !strcmp(json_string_value(json_object_get(
-                                                     json_array_get(b.last_val_targets, 1), "name")),
-                                                 "fwd_ret_2"));
+    CHECK("R^2 per target recorded",
+          json_array_size(b.last_val_targets) == 2 &&
+              !strcmp(
+                  json_string_value(json_object_get(json_array_get(b.last_val_targets, 1), "name")),
+                  "fwd_ret_2"));
 
     /* The export against the trainer's forward on the last checkpoint, unstandardised. */
     kiln_export_opts eo = {.run_dir = r2, .out_dir = md};
     if (!CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK)) goto out;
     ckp = kiln_ckpt_path(r2, c.steps);
     if (!CHECK("checkpoint", ckp && kiln_ckpt_open(ckp, &ck) == KILN_OK)) goto out;
-    CHECK("checkpoint records the scaling", ck.has_target_norm && ck.target_std[0] > 0.005 &&
-                                                ck.target_std[0] < 0.02);
+    CHECK("checkpoint records the scaling",
+          ck.has_target_norm && ck.target_std[0] > 0.005 && ck.target_std[0] < 0.02);
     if (!CHECK("open", kiln_dataset_open(d2, &ds) == KILN_OK && kiln_model_open(mf, &m) == KILN_OK))
         goto out;
     const int B = 8, S = ck.cfg.model.seq_len, F = 4, O = 2;

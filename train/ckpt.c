@@ -95,8 +95,8 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.data_sha256", hex));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.optimizer", m ? "adamw" : "sgd"));
     if (meta->target_mean) {
-        ntext = kiln_target_norm_text(meta->cfg->model.n_outputs, meta->target_mean,
-                                      meta->target_std);
+        ntext =
+            kiln_target_norm_text(meta->cfg->model.n_outputs, meta->target_mean, meta->target_std);
         KILN_CHECK_IF(rc, out, !ntext, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
         KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.target_norm", ntext));
     }

@@ -176,8 +176,8 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
             return kiln_fail(KILN_ERR_CONFIG, "%s: config key '%s' must be a string", label,
                              k->name);
         int64_t x;
-        bool ok = !*buf || (k->type == K_TIME ? kiln_time_parse(buf, &x)
-                                              : kiln_duration_parse(buf, &x));
+        bool ok =
+            !*buf || (k->type == K_TIME ? kiln_time_parse(buf, &x) : kiln_duration_parse(buf, &x));
         KILN_FAIL_IF(!ok || strlen(buf) >= (size_t)k->hi, KILN_ERR_CONFIG,
                      "%s: config key '%s' must be %s, not '%s'", label, k->name,
                      k->type == K_TIME ? "a time (1985-01-01, 1985-01-01T09:30:00Z or epoch "

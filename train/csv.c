@@ -140,10 +140,10 @@ typedef struct reader {
     bool header;        /* still reading the header row */
     char **hdr;         /* the header's names while it is read */
     int ncols, hcap;
-    int *sel;      /* [ncols]: which chosen column header column c is, or -1 */
-    size_t line;   /* the physical line being fed, 1-based */
-    int field;     /* fields seen of the record being read */
-    float *row;    /* [nsel] the record's values; NAN marks a missing one */
+    int *sel;                /* [ncols]: which chosen column header column c is, or -1 */
+    size_t line;             /* the physical line being fed, 1-based */
+    int field;               /* fields seen of the record being read */
+    float *row;              /* [nsel] the record's values; NAN marks a missing one */
     int time_col, group_col; /* header columns of --time and --group, or -1 */
     bool have_time;
     int64_t row_time;
@@ -342,7 +342,8 @@ static void keep_row(reader *r) {
             kiln_time_format(r->row_time, a);
             kiln_time_format(r->g.last_time[gid], b);
             fail(r, KILN_ERR_FORMAT,
-                 "'%s' line %zu, column '%s': the time goes backwards (%s after %s on line %zu%s%s%s)",
+                 "'%s' line %zu, column '%s': the time goes backwards (%s after %s on line "
+                 "%zu%s%s%s)",
                  r->path, r->line, r->o->time_column, a, b, ll, r->row_group ? ", group '" : "",
                  r->row_group ? r->row_group : "", r->row_group ? "'" : "");
             return;
@@ -406,8 +407,10 @@ static void on_row(int term, void *data) {
         header_done(r);
     } else if (n != r->ncols) {
         if (n < r->ncols)
-            fail(r, KILN_ERR_FORMAT, "'%s' line %zu: %d fields, but the header has %d (column %d "
-                 "'%s' is missing)", r->path, r->line, n, r->ncols, n + 1, r->hdr[n]);
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu: %d fields, but the header has %d (column %d "
+                 "'%s' is missing)",
+                 r->path, r->line, n, r->ncols, n + 1, r->hdr[n]);
         else
             fail(r, KILN_ERR_FORMAT, "'%s' line %zu, column %d: %d fields, but the header has %d",
                  r->path, r->line, r->ncols + 1, n, r->ncols);
@@ -481,8 +484,8 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
     if (report) memset(report, 0, sizeof *report);
     KILN_FAIL_IF(o->n_features < 1 || o->n_outputs < 1, KILN_ERR_USAGE,
                  "'%s': import needs at least one feature and one target", csv);
-    KILN_FAIL_IF(o->missing < KILN_MISSING_REFUSE || o->missing > KILN_MISSING_ZERO,
-                 KILN_ERR_USAGE, "'%s': unknown missing-value policy %d", csv, (int)o->missing);
+    KILN_FAIL_IF(o->missing < KILN_MISSING_REFUSE || o->missing > KILN_MISSING_ZERO, KILN_ERR_USAGE,
+                 "'%s': unknown missing-value policy %d", csv, (int)o->missing);
     reader r = {.o = o,
                 .path = csv,
                 .nsel = o->n_features + o->n_outputs,
@@ -499,8 +502,7 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
     FILE *f = NULL;
     r.names = kiln_calloc((size_t)r.nsel, sizeof *r.names);
     r.row = kiln_malloc((size_t)r.nsel * sizeof *r.row);
-    KILN_CHECK_IF(rc, out, !r.names || !r.row, KILN_ERR_NOMEM, "out of memory importing '%s'",
-                  csv);
+    KILN_CHECK_IF(rc, out, !r.names || !r.row, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
     for (int i = 0; i < r.nsel; i++) {
         r.names[i] = i < o->n_features ? o->features[i] : o->targets[i - o->n_features];
         r.row[i] = NAN;
@@ -564,13 +566,13 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
     cols = json_pack("{s:[],s:[]}", "features", "targets");
     KILN_CHECK_IF(rc, out, !cols, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
     for (int i = 0; i < r.nsel; i++)
-        KILN_CHECK_IF(rc, out,
-                      json_array_append_new(json_object_get(cols, i < o->n_features ? "features"
-                                                                                   : "targets"),
-                                            json_string(r.names[i])),
-                      KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
-    kiln_dataset_extra x = {.time = r.times.v, .time_column = o->time_column,
-                            .group_column = o->group_column};
+        KILN_CHECK_IF(
+            rc, out,
+            json_array_append_new(json_object_get(cols, i < o->n_features ? "features" : "targets"),
+                                  json_string(r.names[i])),
+            KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
+    kiln_dataset_extra x = {
+        .time = r.times.v, .time_column = o->time_column, .group_column = o->group_column};
     if (o->group_column) {
         KILN_CHECK(rc, out, group_rows(&r, &gs));
         x.time = r.times.v;

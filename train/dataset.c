@@ -165,11 +165,10 @@ static kiln_err open_extra(const kiln_st *st, kiln_dataset *ds) {
     if (gm) {
         KILN_TRY(kiln_json_parse(gm, strlen(gm), "kiln.groups", &ds->group_meta));
         const json_t *names = json_object_get(ds->group_meta, "names");
-        KILN_FAIL_IF(!json_is_string(json_object_get(ds->group_meta, "column")) ||
-                         !json_is_array(names) || json_array_size(names) < 1 ||
-                         json_array_size(names) > (1u << 30),
-                     KILN_ERR_FORMAT, "'%s': kiln.groups is not {\"column\": name, \"names\": [...]}",
-                     path);
+        KILN_FAIL_IF(
+            !json_is_string(json_object_get(ds->group_meta, "column")) || !json_is_array(names) ||
+                json_array_size(names) < 1 || json_array_size(names) > (1u << 30),
+            KILN_ERR_FORMAT, "'%s': kiln.groups is not {\"column\": name, \"names\": [...]}", path);
         ds->n_groups = (int)json_array_size(names);
         for (size_t r = 0; r < ds->rows; r++) {
             int32_t g = ds->group[r], prev = r ? ds->group[r - 1] : 0;
@@ -190,8 +189,9 @@ static kiln_err open_extra(const kiln_st *st, kiln_dataset *ds) {
             char a[32], b[32];
             kiln_time_format(ds->time[r], a);
             kiln_time_format(ds->time[r - 1], b);
-            return kiln_fail(KILN_ERR_FORMAT, "'%s': tensor 'time' goes back at row %zu (%s after %s)",
-                             path, r, a, b);
+            return kiln_fail(KILN_ERR_FORMAT,
+                             "'%s': tensor 'time' goes back at row %zu (%s after %s)", path, r, a,
+                             b);
         }
     return KILN_OK;
 }
@@ -297,8 +297,8 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
     char *text = NULL;
     json_t *xj = NULL;
     if (x && x->time) {
-        KILN_CHECK(rc, out, kiln_st_writer_add(w, "time", KILN_I64, 1, (int64_t[]){(int64_t)rows},
-                                               x->time));
+        KILN_CHECK(rc, out,
+                   kiln_st_writer_add(w, "time", KILN_I64, 1, (int64_t[]){(int64_t)rows}, x->time));
         xj = json_pack("{s:s}", "column", x->time_column ? x->time_column : "time");
         text = xj ? kiln_json_canonical(xj) : NULL;
         KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
@@ -307,8 +307,9 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
         text = NULL, xj = NULL;
     }
     if (x && x->group) {
-        KILN_CHECK(rc, out, kiln_st_writer_add(w, "group", KILN_I32, 1,
-                                               (int64_t[]){(int64_t)rows}, x->group));
+        KILN_CHECK(
+            rc, out,
+            kiln_st_writer_add(w, "group", KILN_I32, 1, (int64_t[]){(int64_t)rows}, x->group));
         json_t *names = json_array();
         for (int g = 0; names && g < x->n_groups; g++)
             json_array_append_new(names, json_string(x->group_names[g]));
@@ -534,9 +535,10 @@ kiln_err kiln_dataset_split_ex(const kiln_dataset *ds, const kiln_split_opts *o,
     if (at_time) kiln_time_format(from, when);
     kiln_err rc = KILN_OK;
     if (!train_starts)
-        rc = kiln_fail(KILN_ERR_USAGE,
-                       "'%s': the split leaves no training window of %zu rows (%zu training rows%s%s)",
-                       ds->path, S, tr, at_time ? " before " : "", when);
+        rc = kiln_fail(
+            KILN_ERR_USAGE,
+            "'%s': the split leaves no training window of %zu rows (%zu training rows%s%s)",
+            ds->path, S, tr, at_time ? " before " : "", when);
     else if (!val_windows && (by_time || o->val_fraction > 0))
         rc = kiln_fail(KILN_ERR_USAGE,
                        "'%s': the split leaves no validation window of %zu rows (%zu validation "

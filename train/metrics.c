@@ -250,8 +250,8 @@ fail:
 kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_dataset *ds,
                                   const double *r2) {
     sqlite3_stmt *q = NULL;
-    if (sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO val_targets VALUES(?1,?2,?3,?4)", -1,
-                           &q, NULL) != SQLITE_OK)
+    if (sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO val_targets VALUES(?1,?2,?3,?4)", -1, &q,
+                           NULL) != SQLITE_OK)
         return db_fail(mx, "cannot prepare");
     kiln_err rc = exec(mx, "BEGIN");
     for (int o = 0; !rc && o < ds->n_outputs; o++) {

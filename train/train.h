@@ -26,12 +26,12 @@ typedef struct kiln_dataset {
     char *path;
     json_t *columns; /* NULL or {"features": [...], "targets": [...]} */
     /* Optional (kiln data import --time / --group; docs/data.md): */
-    int64_t *time;       /* [rows] seconds since 1970 (tensor `time`, I64), or NULL */
-    int32_t *group;      /* [rows] group index (tensor `group`, I32), or NULL; a group's rows are
-                            contiguous, groups in order of first appearance */
-    int n_groups;        /* 0 without groups */
-    json_t *time_meta;   /* NULL or kiln.time: {"column": name} */
-    json_t *group_meta;  /* NULL or kiln.groups: {"column": name, "names": [n_groups]} */
+    int64_t *time;      /* [rows] seconds since 1970 (tensor `time`, I64), or NULL */
+    int32_t *group;     /* [rows] group index (tensor `group`, I32), or NULL; a group's rows are
+                           contiguous, groups in order of first appearance */
+    int n_groups;       /* 0 without groups */
+    json_t *time_meta;  /* NULL or kiln.time: {"column": name} */
+    json_t *group_meta; /* NULL or kiln.groups: {"column": name, "names": [n_groups]} */
 } kiln_dataset;
 
 /* Open and validate: both tensors present, F32, 2-D, same row count, at least one row,
@@ -59,8 +59,8 @@ typedef struct kiln_split {
     kiln_split_range *ranges;
     size_t n_ranges;
     size_t train_rows, val_rows, gap_rows; /* totals over the ranges; gap_rows per range */
-    bool by_time;     /* the validation starts at a time: val_from */
-    int64_t val_from; /* (by_time) */
+    bool by_time;                          /* the validation starts at a time: val_from */
+    int64_t val_from;                      /* (by_time) */
 } kiln_split;
 kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
                             kiln_split *out);
@@ -425,7 +425,7 @@ typedef struct kiln_train_progress {
     bool applied; /* false: the update was skipped (non-finite or spike) */
     double tokens_per_s, elapsed_s, eta_s;
     bool has_val; /* validation ran after this step */
-    double val_loss, val_r2; /* on the standardised targets (R^2 does not change with it) */
+    double val_loss, val_r2;   /* on the standardised targets (R^2 does not change with it) */
     const double *val_r2_each; /* [O] R^2 per target when has_val, else NULL */
     const kiln_tsmoe_stats *stats;
 } kiln_train_progress;

@@ -36,8 +36,8 @@ typedef struct trainer {
     /* Targets at any scale (docs/train.md): the network fits (y - tmean) / tstd, from the
      * training split at the start and from the checkpoint on resume (mean 0 and std 1 for a
      * checkpoint written before they were recorded); ds->targets are standardised in place. */
-    float *tmean, *tstd; /* [O] */
-    double *val_r2_each; /* [O] the last validation's R^2 per target */
+    float *tmean, *tstd;     /* [O] */
+    double *val_r2_each;     /* [O] the last validation's R^2 per target */
     double *gn, *un, *wn;    /* [np] per-tensor gradient, update and weight norms */
     kiln_metrics_tensor *mt; /* [np] */
     /* A copy of the last training forward's diagnostics (validation overwrites the model's). */
@@ -517,8 +517,7 @@ static kiln_err loop(trainer *t) {
             else
                 rc = kiln_dev_train_micro_begin(t->dev, j);
             for (int b = 0; b < B; b++)
-                t->starts[b] =
-                    kiln_train_window_split(c->seed, i, slots, a * B + b, &t->split, S);
+                t->starts[b] = kiln_train_window_split(c->seed, i, slots, a * B + b, &t->split, S);
             kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
             kiln_loss l;
             if (t->dev) {
@@ -820,10 +819,10 @@ static void sweep_temps(const char *run_dir) {
 static json_t *split_json(const trainer *t) {
     const kiln_split *sp = &t->split;
     const kiln_dataset *ds = t->ds;
-    json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I}", "by", sp->by_time ? "time" : "rows",
-                          "train_rows", (json_int_t)sp->train_rows, "val_rows",
-                          (json_int_t)sp->val_rows, "gap_rows", (json_int_t)sp->gap_rows,
-                          "val_windows", (json_int_t)t->n_val);
+    json_t *j =
+        json_pack("{s:s,s:I,s:I,s:I,s:I}", "by", sp->by_time ? "time" : "rows", "train_rows",
+                  (json_int_t)sp->train_rows, "val_rows", (json_int_t)sp->val_rows, "gap_rows",
+                  (json_int_t)sp->gap_rows, "val_windows", (json_int_t)t->n_val);
     if (!j) return NULL;
     if (!sp->n_ranges) {
         json_object_set_new(j, "train_end", json_integer((json_int_t)sp->train_end));

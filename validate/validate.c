@@ -713,8 +713,8 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     json_t *card_val =
         json_object_get(json_object_get(json_object_get(m.card, "lineage"), "metrics"), "val_loss");
     if (!json_is_number(card_val)) card_val = NULL;
-    const json_t *tstd = json_object_get(
-        json_object_get(json_object_get(m.card, "lineage"), "target_norm"), "std");
+    const json_t *tstd =
+        json_object_get(json_object_get(json_object_get(m.card, "lineage"), "target_norm"), "std");
     double loss_std = NAN;
     if (json_array_size(tstd) == (size_t)O) {
         double sum = 0;
