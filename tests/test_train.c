@@ -946,3 +946,92 @@ out:
     free(x), free(yr), free(ym), free(ckp);
     free(d1), free(d2), free(r1), free(r2), free(md), free(mf);
 }
+
+/* A checkpoint written before kiln.target_norm existed (the same file less that key) loads as
+ * mean 0 and std 1: a run resumes from it and keeps training on unscaled targets, recording
+ * 0 and 1 from then on, and export freezes its head as it is. A malformed one is refused. */
+KILN_TEST(train_old_ckpt_without_target_norm) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run"),
+         *md = kiln_test_path("model"), *mf = kiln_test_path("model/model.safetensors");
+    char *mid = NULL, *last = NULL;
+    kiln_st *st = NULL, *ms = NULL, *cs = NULL;
+    kiln_st_writer *w = NULL;
+    kiln_ckpt ck = {0};
+    kiln_train_config c;
+    small_config(&c);
+    kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
+    if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
+    mid = kiln_ckpt_path(dir, 4);
+    last = kiln_ckpt_path(dir, c.steps);
+    if (!CHECK("open", kiln_st_open(mid, &st) == KILN_OK && kiln_st_meta(st, "kiln.target_norm")))
+        goto out;
+    /* Rewrite step 4 without kiln.target_norm: the tensors (and so their digest) unchanged. */
+    CHECK("writer", kiln_st_writer_new(&w) == KILN_OK);
+    for (size_t i = 0; i < kiln_st_count(st); i++) {
+        const kiln_tensor *t = kiln_st_at(st, i);
+        CHECK("tensor", kiln_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data) ==
+                            KILN_OK);
+    }
+    for (size_t i = 0; i < kiln_st_meta_count(st); i++) {
+        const char *k, *v;
+        kiln_st_meta_at(st, i, &k, &v);
+        if (strcmp(k, "kiln.target_norm"))
+            CHECK("meta", kiln_st_writer_meta(w, k, v) == KILN_OK);
+    }
+    char *tmp = kiln_test_path("old.safetensors");
+    CHECK("write", kiln_st_writer_write(w, tmp) == KILN_OK && rename(tmp, mid) == 0);
+    free(tmp);
+    kiln_st_close(st);
+    st = NULL;
+    if (!CHECK("the old checkpoint opens as mean 0, std 1",
+               kiln_ckpt_open(mid, &ck) == KILN_OK && !ck.has_target_norm &&
+                   ck.target_mean[0] == 0 && ck.target_std[0] == 1))
+        goto out;
+    kiln_ckpt_release(&ck);
+    /* Export of the old checkpoint: the head as it is. */
+    kiln_export_opts eo = {.run_dir = dir, .out_dir = md, .step = 4};
+    if (CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK) &&
+        CHECK("open both", kiln_st_open(mf, &ms) == KILN_OK && kiln_st_open(mid, &cs) == KILN_OK)) {
+        const kiln_tensor *a = kiln_st_find(ms, "head.bias"), *b = kiln_st_find(cs, "head.bias");
+        CHECK("head unchanged", a && b && a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes));
+    }
+    /* Resume from it (the later ones gone): trained on, recording mean 0 and std 1. */
+    for (long s = 6; s <= c.steps; s += 2) {
+        char *p = kiln_ckpt_path(dir, s);
+        unlink(p);
+        free(p);
+    }
+    CHECK("resume", kiln_train_resume(&r) == KILN_OK);
+    CHECK("the resumed run records 0 and 1",
+          kiln_ckpt_open(last, &ck) == KILN_OK && ck.has_target_norm && ck.target_mean[0] == 0 &&
+              ck.target_std[0] == 1);
+    kiln_ckpt_release(&ck);
+    static const char *const bad[] = {"{\"mean\":[0],\"std\":[-1]}", "{\"mean\":[0]}",
+                                      "{\"mean\":[0,1],\"std\":[1,1]}", "[1]", "nope"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        char *bp = kiln_test_path("bad.safetensors");
+        kiln_st_writer *bw = NULL;
+        kiln_st *bs = NULL;
+        float one = 1, m, sd;
+        bool present = true;
+        bool ok = kiln_st_writer_new(&bw) == KILN_OK &&
+                  kiln_st_writer_add(bw, "x", KILN_F32, 1, (int64_t[]){1}, &one) == KILN_OK &&
+                  kiln_st_writer_meta(bw, "kiln.target_norm", bad[i]) == KILN_OK &&
+                  kiln_st_writer_write(bw, bp) == KILN_OK && kiln_st_open(bp, &bs) == KILN_OK;
+        CHECK("a malformed kiln.target_norm is refused",
+              ok && kiln_target_norm_read(bs, 1, &m, &sd, &present) == KILN_ERR_FORMAT &&
+                  !present && m == 0 && sd == 1);
+        kiln_st_close(bs);
+        kiln_st_writer_free(bw);
+        free(bp);
+    }
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    kiln_ckpt_release(&ck);
+    kiln_st_close(st);
+    kiln_st_close(ms);
+    kiln_st_close(cs);
+    kiln_st_writer_free(w);
+    free(data), free(dir), free(md), free(mf), free(mid), free(last);
+}
