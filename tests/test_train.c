@@ -891,6 +891,20 @@ KILN_TEST(train_target_scale) {
     CHECK("scale 1 learns something", a.last_val_r2 > 0.02);
     CHECK("scale 0.01 within 5% of scale 1's R^2",
           fabs(b.last_val_r2 - a.last_val_r2) <= 0.05 * a.last_val_r2);
+    {
+        /* and scale 100 (a price change in cents) */
+        char *d3 = kiln_test_path("big.st"), *r3 = kiln_test_path("r3");
+        kiln_run_info ri = {0};
+        so.scale = 100;
+        kiln_train_opts o3 = {.run_dir = r3, .data_path = d3};
+        CHECK("scale 100 within 5% of scale 1's R^2",
+              kiln_synth_write(&so, d3, NULL) == KILN_OK && kiln_train_start(&c, &o3) == KILN_OK &&
+                  kiln_run_info_load(r3, 0, &ri) == KILN_OK &&
+                  fabs(ri.last_val_r2 - a.last_val_r2) <= 0.05 * a.last_val_r2);
+        fprintf(stderr, "    held-out R^2 at scale 100: %.5f\n", ri.last_val_r2);
+        kiln_run_info_release(&ri);
+        free(d3), free(r3);
+    }
     CHECK("R^2 per target recorded",
           json_array_size(b.last_val_targets) == 2 &&
               !strcmp(
