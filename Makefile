@@ -11,7 +11,8 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl slurm-wlm munge
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl slurm-wlm munge \
+            libcsv-dev
 TOOLS := sqlite3 minisign mpirun curl openssl sbatch slurmctld slurmd munged
 # slurm-wlm and munge: tests/e2e/46-sweep.sh starts a single-node Slurm cluster of its own
 # (tests/slurm/cluster.sh) to run kiln sweep on; kiln itself only runs sbatch, squeue,
@@ -55,6 +56,8 @@ MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread
 LDLIBS := -lm -pthread -ldl
+# libcsv (CSV import, train/csv.c) has no pkg-config file: probed by its header below.
+LDLIBS += -lcsv
 
 ifneq ($(SAN),)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -119,6 +122,7 @@ deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	echo '#include <csv.h>' | $(CC) -E - >/dev/null 2>&1 || missing=1; \
 	$(PY_PROBE) >/dev/null 2>&1 || missing=1; \
 	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \

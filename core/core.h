@@ -371,6 +371,17 @@ kiln_err kiln_param_table(const kiln_model_config *cfg, kiln_param **params, siz
 /* Index of a name in the table, or -1. */
 long kiln_param_find(const kiln_param *params, size_t count, const char *name);
 
+/* A checkpoint's target standardisation, __metadata__["kiln.target_norm"] =
+ * {"mean": [O], "std": [O]}: the trainer fits (y - mean) / std, and kiln export folds it
+ * into head.weight and head.bias (W' = std W, b' = std b + mean) so the model predicts in the
+ * data's units. Read into mean and std [O]; a checkpoint without it (written before it
+ * existed) gives mean 0, std 1 and *present false; a malformed one is KILN_ERR_FORMAT. */
+kiln_err kiln_target_norm_read(const kiln_st *st, int n_outputs, float *mean, float *std,
+                               bool *present);
+/* The metadata text of kiln.target_norm, every f32 exact (%.9g); caller frees, NULL when out
+ * of memory. */
+char *kiln_target_norm_text(int n_outputs, const float *mean, const float *std);
+
 #ifdef __cplusplus
 }
 #endif

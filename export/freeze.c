@@ -88,11 +88,17 @@ typedef struct ckpt {
     kiln_param *tab;
     size_t np;
     long step;
+    /* [O] the trainer's target standardisation (kiln.target_norm), folded into the head on
+     * export; mean 0 and std 1 (has_norm false) for a checkpoint written before it. */
+    float *tmean, *tstd;
+    bool has_norm;
 } ckpt;
 
 static void ckpt_close(ckpt *c) {
     kiln_st_close(c->st);
     free(c->tab);
+    free(c->tmean);
+    free(c->tstd);
     memset(c, 0, sizeof *c);
 }
 
@@ -128,6 +134,11 @@ static kiln_err ckpt_open(const char *path, ckpt *c) {
     KILN_CHECK(rc, fail, kiln_model_config_from_st(c->st, &c->cfg));
     size_t total_f;
     KILN_CHECK(rc, fail, kiln_param_table(&c->cfg, &c->tab, &c->np, &total_f));
+    c->tmean = kiln_calloc((size_t)c->cfg.n_outputs, sizeof(float));
+    c->tstd = kiln_calloc((size_t)c->cfg.n_outputs, sizeof(float));
+    KILN_CHECK_IF(rc, fail, !c->tmean || !c->tstd, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, fail,
+               kiln_target_norm_read(c->st, c->cfg.n_outputs, c->tmean, c->tstd, &c->has_norm));
     for (size_t i = 0; i < c->np; i++) {
         const kiln_param *p = &c->tab[i];
         const kiln_tensor *t;
@@ -409,6 +420,26 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
                   "metrics", metrics ? metrics : json_null());
     ck = tc = metrics = NULL; /* stolen by json_pack, even on failure */
     KILN_CHECK_IF(rc, out, !lin, KILN_ERR_NOMEM, "out of memory");
+    /* How the run split its rows (in rows, and in time when the data has times). */
+    const json_t *split = run ? json_object_get(run, "split") : NULL;
+    if (json_is_object(split))
+        KILN_CHECK_IF(rc, out, json_object_set_new(lin, "split", json_deep_copy(split)),
+                      KILN_ERR_NOMEM, "out of memory");
+    if (c->has_norm) {
+        /* What the trainer's losses were measured in, and what export folded into the head. */
+        json_t *m = json_array(), *sd = json_array();
+        for (int o = 0; m && sd && o < c->cfg.n_outputs; o++) {
+            json_array_append_new(m, json_real(c->tmean[o]));
+            json_array_append_new(sd, json_real(c->tstd[o]));
+        }
+        json_t *tn = m && sd ? json_pack("{s:O,s:O,s:s}", "mean", m, "std", sd, "folded_into",
+                                         "head.weight, head.bias")
+                             : NULL;
+        json_decref(m);
+        json_decref(sd);
+        KILN_CHECK_IF(rc, out, !tn || json_object_set_new(lin, "target_norm", tn), KILN_ERR_NOMEM,
+                      "out of memory");
+    }
     card = json_pack("{s:s,s:s,s:s,s:o,s:s,s:O}", "format", KILN_CARD_FORMAT, "name", name,
                      "created", created, "config", kiln_model_config_json(&c->cfg), "dtype",
                      dtype == KILN_EXPORT_BF16 ? "bf16" : "f32", "lineage", lin);
@@ -426,8 +457,25 @@ out:
 
 /* ---- writing ------------------------------------------------------------------ */
 
+/* head.weight and head.bias with the target standardisation folded in (W' = std W,
+ * b' = std b + mean), so that the model predicts in the data's units: into buf, or the
+ * checkpoint's own bytes when there is nothing to fold. */
+static const void *head_data(const ckpt *c, const kiln_param *p, const kiln_tensor *t, float *buf) {
+    bool w = !strcmp(p->name, "head.weight"), b = !strcmp(p->name, "head.bias");
+    if (!c->has_norm || (!w && !b)) return t->data;
+    const size_t O = (size_t)c->cfg.n_outputs, per = p->numel / O;
+    for (size_t k = 0; k < p->numel; k++) {
+        float v;
+        memcpy(&v, (const char *)t->data + 4 * k, 4);
+        size_t o = k / per;
+        buf[k] = w ? v * c->tstd[o] : v * c->tstd[o] + c->tmean[o];
+    }
+    return buf;
+}
+
 static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype dtype) {
     kiln_st_writer *w = NULL;
+    float *fold = NULL;
     uint16_t *half = NULL;
     char *ctext = NULL, num[32];
     kiln_err rc = KILN_OK;
@@ -438,23 +486,30 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
         half = kiln_malloc((nhalf ? nhalf : 1) * sizeof *half);
         if (!half) return KILN_ERR_NOMEM;
     }
+    /* head.weight [O, D] and head.bias [O], each into its own part */
+    fold = kiln_malloc(((size_t)c->cfg.n_outputs * ((size_t)c->cfg.d_model + 1)) * sizeof *fold);
+    KILN_CHECK_IF(rc, out, !fold, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_st_writer_new(&w));
     for (size_t i = 0; i < c->np; i++) {
         const kiln_param *p = &c->tab[i];
         const kiln_tensor *t = kiln_st_find(c->st, p->name); /* checked by ckpt_open */
+        const void *data =
+            head_data(c, p, t,
+                      fold + (strcmp(p->name, "head.bias")
+                                  ? 0
+                                  : (size_t)c->cfg.n_outputs * (size_t)c->cfg.d_model));
         /* The input standardisation stays F32 (the runtime accepts both): it scales raw
          * features before anything else and bf16 would cost it 3 significant digits. */
         if (dtype == KILN_EXPORT_BF16 && p->flags & KILN_PARAM_TRAINED) {
             uint16_t *h = half + p->offset;
             for (size_t k = 0; k < p->numel; k++) {
                 float v;
-                memcpy(&v, (const char *)t->data + 4 * k, 4);
+                memcpy(&v, (const char *)data + 4 * k, 4);
                 h[k] = kiln_f32_to_bf16(v);
             }
             KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_BF16, p->ndim, p->shape, h));
         } else {
-            KILN_CHECK(rc, out,
-                       kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, t->data));
+            KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, data));
         }
     }
     ctext = kiln_model_config_text(&c->cfg);
@@ -467,6 +522,7 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
     rc = kiln_st_writer_write(w, path);
 out:
     kiln_st_writer_free(w);
+    free(fold);
     free(half);
     free(ctext);
     return rc;

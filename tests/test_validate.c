@@ -247,15 +247,21 @@ KILN_TEST(validate_export_deterministic) {
               kiln_st_open(mc, &s4) == KILN_OK && kiln_st_open(ckp, &ck) == KILN_OK)) {
         const kiln_tensor *w = kiln_st_find(s4, "head.weight"),
                           *f = kiln_st_find(ck, "head.weight");
-        bool ok = w && f && w->dtype == KILN_BF16 && w->numel == f->numel;
+        bool ok = w && f && w->dtype == KILN_BF16 && w->numel == f->numel && f->ndim == 2 &&
+                  f->shape[0] <= 8;
+        /* The head has the trainer's target standardisation folded in (W' = std W). */
+        float mean[8], sd[8];
+        bool present = false;
+        ok = ok && kiln_target_norm_read(ck, (int)f->shape[0], mean, sd, &present) == KILN_OK &&
+             present;
         for (size_t i = 0; ok && i < w->numel; i++) {
             uint16_t h;
             float x;
             memcpy(&h, (const char *)w->data + 2 * i, 2);
             memcpy(&x, (const char *)f->data + 4 * i, 4);
-            ok = h == kiln_f32_to_bf16(x);
+            ok = h == kiln_f32_to_bf16(x * sd[i / (size_t)f->shape[1]]);
         }
-        CHECK("bf16 weights are the rounded checkpoint", ok);
+        CHECK("bf16 weights are the rounded checkpoint, standardisation folded", ok);
         CHECK("norm.in_mean stays F32", kiln_st_find(s4, "norm.in_mean")->dtype == KILN_F32);
     }
     kiln_st_close(s4);
@@ -440,7 +446,8 @@ KILN_TEST(validate_passes_fresh_model) {
               (!strcmp(status(rep, "parity_cpu_cuda"), "not run") &&
                *reason(rep, "parity_cpu_cuda")));
     const json_t *h = json_object_get(rep, "heldout");
-    double loss = json_real_value(json_object_get(h, "loss")),
+    /* The run's val_loss is of its standardised targets: loss_standardised is in its units. */
+    double loss = json_real_value(json_object_get(h, "loss_standardised")),
            card = json_real_value(json_object_get(h, "card_val_loss"));
     CHECK("held-out loss is the run's val_loss", card > 0 && fabs(loss - card) <= 1e-6 * card);
     CHECK("data digest in the report",

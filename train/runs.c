@@ -88,6 +88,7 @@ void kiln_run_info_release(kiln_run_info *info) {
     free(info->stop_message);
     json_decref(info->run);
     json_decref(info->layers);
+    json_decref(info->last_val_targets);
     free(info->ckpts);
     events_free(info->events, info->n_events);
     memset(info, 0, sizeof *info);
@@ -155,6 +156,26 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
         o->last_val_step = sqlite3_column_int64(s, 0);
         o->last_val_loss = kiln_run_col_num(s, 1);
         o->last_val_r2 = kiln_run_col_num(s, 2);
+    }
+    o->last_val_targets = json_array();
+    KILN_CHECK_IF(rc, out, !o->last_val_targets, KILN_ERR_NOMEM, "out of memory");
+    /* A metrics.db written before val_targets existed has no such table: none to show. */
+    sqlite3_finalize(s);
+    s = NULL;
+    if (o->last_val_step &&
+        sqlite3_prepare_v2(db,
+                           "SELECT target, name, r2 FROM val_targets WHERE step = ?1 ORDER BY "
+                           "target",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, (sqlite3_int64)o->last_val_step);
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            const char *name = (const char *)sqlite3_column_text(s, 1);
+            json_t *row =
+                json_pack("{s:I,s:s,s:f}", "target", (json_int_t)sqlite3_column_int64(s, 0), "name",
+                          name ? name : "", "r2", kiln_run_col_num(s, 2));
+            KILN_CHECK_IF(rc, out, !row || json_array_append_new(o->last_val_targets, row),
+                          KILN_ERR_NOMEM, "out of memory");
+        }
     }
     o->layers = json_array();
     KILN_CHECK_IF(rc, out, !o->layers, KILN_ERR_NOMEM, "out of memory");

@@ -155,6 +155,10 @@ kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, cons
  * step: kiln_philox(seed, KILN_STREAM_BATCH, i*slots + slot), uniform over the starts
  * 0 .. train_end - seq_len. train_end >= seq_len. */
 size_t kiln_train_window(uint64_t seed, long i, int slots, int slot, size_t train_end, int seq_len);
+/* kiln_train_window over a split's training rows: the same start as kiln_train_window
+ * without groups; with them, uniform over every group's windows (none crosses groups). */
+size_t kiln_train_window_split(uint64_t seed, long i, int slots, int slot, const kiln_split *sp,
+                               int seq_len);
 /* The fixed validation windows: up to cap non-overlapping windows spread evenly over
  * [val_begin, val_end); starts [cap] filled. Returns the count (0 if none fits). */
 size_t kiln_train_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts);
@@ -194,6 +198,8 @@ typedef struct kiln_ckpt_meta {
     const char *dataset_sha256;
     const char *run_id;
     const kiln_train_state *state;
+    /* [cfg->model.n_outputs] the target standardisation (kiln.target_norm); NULL: none */
+    const float *target_mean, *target_std;
 } kiln_ckpt_meta;
 
 /* RUN_DIR/ckpt/step-NNNNNNNN.safetensors; caller frees. */
@@ -209,6 +215,10 @@ typedef struct kiln_ckpt {
     char dataset_sha256[KILN_SHA256_HEX];
     char run_id[64];
     kiln_train_state state;
+    /* [cfg.model.n_outputs] kiln.target_norm, owned; mean 0 and std 1 with has_target_norm
+     * false for a checkpoint written before it existed. */
+    float *target_mean, *target_std;
+    bool has_target_norm;
 } kiln_ckpt;
 
 /* Open a checkpoint and verify it: the digest of the tensor data matches kiln.data_sha256,
@@ -252,6 +262,9 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
                            const kiln_metrics_tensor *tensors, size_t n_tensors);
 /* The underlying handle for readers in train/ (sqlite3 *). */
 void *kiln_metrics_db(kiln_metrics *mx);
+/* The validation R^2 of each target at step (r2 [O]), named from ds's columns. */
+kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_dataset *ds,
+                                  const double *r2);
 /* A run's metrics for reading (runs.c): run_dir must hold a readable run.json (so that a
  * directory that is no run says so; *run gets it when run is not NULL, json_decref) and a
  * metrics.db (kiln_metrics_close). */

@@ -33,6 +33,11 @@ typedef struct trainer {
     size_t *starts;     /* [B] */
     size_t *val_starts; /* [VAL_WINDOWS_MAX] */
     size_t n_val;
+    /* Targets at any scale (docs/train.md): the network fits (y - tmean) / tstd, from the
+     * training split at the start and from the checkpoint on resume (mean 0 and std 1 for a
+     * checkpoint written before they were recorded); ds->targets are standardised in place. */
+    float *tmean, *tstd;     /* [O] */
+    double *val_r2_each;     /* [O] the last validation's R^2 per target */
     double *gn, *un, *wn;    /* [np] per-tensor gradient, update and weight norms */
     kiln_metrics_tensor *mt; /* [np] */
     /* A copy of the last training forward's diagnostics (validation overwrites the model's). */
@@ -81,11 +86,15 @@ static void trainer_free(trainer *t) {
     free(t->yval);
     kiln_tsmoe_free(t->m);
     kiln_dataset_free(t->ds);
+    kiln_split_release(&t->split);
     free(t->mom);
     free(t->x);
     free(t->y);
     free(t->starts);
     free(t->val_starts);
+    free(t->tmean);
+    free(t->tstd);
+    free(t->val_r2_each);
     free(t->gn);
     free(t->un);
     free(t->wn);
@@ -162,8 +171,10 @@ static kiln_err setup(trainer *t) {
     const kiln_train_config *c = &t->cfg;
     const int S = c->model.seq_len, B = c->batch_size, F = c->model.n_features,
               O = c->model.n_outputs;
-    KILN_TRY(kiln_dataset_split(t->ds, c->val_fraction, S, &t->split));
-    KILN_FAIL_IF(t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
+    kiln_split_opts so;
+    KILN_TRY(kiln_train_split_opts(c, &so));
+    KILN_TRY(kiln_dataset_split_ex(t->ds, &so, &t->split));
+    KILN_FAIL_IF(!t->split.n_ranges && t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
                  "dataset '%s': the training split has %zu rows, fewer than seq_len %d",
                  t->ds->path, t->split.train_end, S);
     if (c->device == KILN_TRAIN_CUDA) {
@@ -189,6 +200,12 @@ static kiln_err setup(trainer *t) {
     t->y = kiln_malloc((size_t)B * S * O * sizeof(float));
     t->starts = kiln_calloc((size_t)B, sizeof(size_t));
     t->val_starts = kiln_calloc(VAL_WINDOWS_MAX, sizeof(size_t));
+    t->tmean = kiln_calloc((size_t)O, sizeof(float));
+    t->tstd = kiln_calloc((size_t)O, sizeof(float));
+    t->val_r2_each = kiln_calloc((size_t)O, sizeof(double));
+    if (!t->tmean || !t->tstd || !t->val_r2_each) return KILN_ERR_NOMEM;
+    for (int o = 0; o < O; o++)
+        t->tstd[o] = 1;
     t->gn = kiln_calloc(t->np, sizeof(double));
     t->un = kiln_calloc(t->np, sizeof(double));
     t->wn = kiln_calloc(t->np, sizeof(double));
@@ -219,20 +236,76 @@ static kiln_err setup(trainer *t) {
 
 /* norm.in_mean / norm.in_std from the training split (population std, floored). */
 static void set_input_norm(trainer *t) {
-    const size_t F = (size_t)t->ds->n_features, n = t->split.train_end;
+    const size_t F = (size_t)t->ds->n_features, n = t->split.train_rows;
+    kiln_split_range one;
+    size_t nr;
+    const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
     float *mean = t->params + t->tab[0].offset, *std = t->params + t->tab[1].offset;
     for (size_t f = 0; f < F; f++) {
         double s = 0, ss = 0;
-        for (size_t r = 0; r < n; r++)
-            s += t->ds->features[r * F + f];
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
+                s += t->ds->features[r * F + f];
         double mu = s / (double)n;
-        for (size_t r = 0; r < n; r++) {
-            double d = t->ds->features[r * F + f] - mu;
-            ss += d * d;
-        }
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
+                double d = t->ds->features[r * F + f] - mu;
+                ss += d * d;
+            }
         double sd = sqrt(ss / (double)n);
         mean[f] = (float)mu;
         std[f] = (float)(sd > 1e-6 ? sd : 1e-6);
+    }
+}
+
+/* tmean / tstd from the training split's targets (population std; a constant target keeps
+ * std 1). */
+static void set_target_norm(trainer *t) {
+    const size_t O = (size_t)t->ds->n_outputs, n = t->split.train_rows;
+    kiln_split_range one;
+    size_t nr;
+    const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
+    for (size_t o = 0; o < O; o++) {
+        double s = 0, ss = 0;
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
+                s += t->ds->targets[r * O + o];
+        double mu = s / (double)n;
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
+                double d = t->ds->targets[r * O + o] - mu;
+                ss += d * d;
+            }
+        double sd = sqrt(ss / (double)n);
+        t->tmean[o] = (float)mu;
+        t->tstd[o] = sd > 0 && (float)sd > 0 ? (float)sd : 1.0f;
+    }
+}
+
+/* The dataset's targets to (y - tmean) / tstd, in place, on every rank. Mean 0 and std 1
+ * leave every bit as it was. */
+static void standardize_targets(trainer *t) {
+    const size_t O = (size_t)t->ds->n_outputs;
+    for (size_t r = 0; r < t->ds->rows; r++)
+        for (size_t o = 0; o < O; o++) {
+            float *y = &t->ds->targets[r * O + o];
+            *y = (*y - t->tmean[o]) / t->tstd[o];
+        }
+}
+
+/* An --init model predicts in the data's units (export folded its run's scaling into the
+ * head): unfold this run's, W = W' / std and b = (b' - mean) / std, so that the network
+ * starts where the model was. */
+static void unfold_head(trainer *t) {
+    long w = kiln_param_find(t->tab, t->np, "head.weight"),
+         b = kiln_param_find(t->tab, t->np, "head.bias");
+    if (w < 0 || b < 0) return;
+    const size_t O = (size_t)t->cfg.model.n_outputs, D = (size_t)t->cfg.model.d_model;
+    float *hw = t->params + t->tab[w].offset, *hb = t->params + t->tab[b].offset;
+    for (size_t o = 0; o < O; o++) {
+        for (size_t d = 0; d < D; d++)
+            hw[o * D + d] /= t->tstd[o];
+        hb[o] = (hb[o] - t->tmean[o]) / t->tstd[o];
     }
 }
 
@@ -357,7 +430,8 @@ static kiln_err validate(trainer *t, double *val_mse, double *val_r2) {
     for (int o = 0; o < O; o++) {
         tot += e[o];
         double sst = sq[o] - su[o] * su[o] / cnt;
-        r2 += sst > 0 ? 1.0 - e[o] / sst : 0.0;
+        t->val_r2_each[o] = sst > 0 ? 1.0 - e[o] / sst : 0.0;
+        r2 += t->val_r2_each[o];
     }
     *val_mse = tot / (cnt * O);
     *val_r2 = r2 / O;
@@ -397,7 +471,7 @@ static kiln_err prune(trainer *t, const char *run_dir) {
 static kiln_err checkpoint(trainer *t, const char *run_dir) {
     char *path = kiln_ckpt_path(run_dir, t->st.step);
     if (!path) return KILN_ERR_NOMEM;
-    kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st};
+    kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st, t->tmean, t->tstd};
     kiln_err rc = t->dev ? kiln_dev_train_download(t->dev, t->params, t->mom) : KILN_OK;
     if (!rc)
         rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom,
@@ -459,8 +533,7 @@ static kiln_err loop(trainer *t) {
             else
                 rc = kiln_dev_train_micro_begin(t->dev, j);
             for (int b = 0; b < B; b++)
-                t->starts[b] =
-                    kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
+                t->starts[b] = kiln_train_window_split(c->seed, i, slots, a * B + b, &t->split, S);
             kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
             kiln_loss l;
             if (t->dev) {
@@ -554,6 +627,7 @@ static kiln_err loop(trainer *t) {
         if (t->n_val && (s == c->steps || (c->eval_every > 0 && s % c->eval_every == 0))) {
             KILN_TRY(validate(t, &p.val_loss, &p.val_r2));
             p.has_val = true;
+            p.val_r2_each = t->val_r2_each;
         }
         uint64_t now = kiln_now_ns();
         p.elapsed_s = (double)(now - t0) * 1e-9;
@@ -569,6 +643,7 @@ static kiln_err loop(trainer *t) {
         /* Rank 0 writes; every rank learns of its failure (and of a stop request) below. */
         if (root) {
             rc = kiln_metrics_step(t->mx, &p, t->mt, t->np);
+            if (!rc && p.has_val) rc = kiln_metrics_val_targets(t->mx, s, t->ds, t->val_r2_each);
             if (!rc && o->progress) o->progress(o->progress_ctx, &p);
         }
         const bool ckpt_due = s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0);
@@ -755,6 +830,58 @@ static void sweep_temps(const char *run_dir) {
 }
 
 /* Rank 0's part of a start: everything up to the first step. */
+/* How the rows were split, for run.json and the model card: rows, and times when the data
+ * has them. */
+static json_t *split_json(const trainer *t) {
+    const kiln_split *sp = &t->split;
+    const kiln_dataset *ds = t->ds;
+    json_t *j =
+        json_pack("{s:s,s:I,s:I,s:I,s:I}", "by", sp->by_time ? "time" : "rows", "train_rows",
+                  (json_int_t)sp->train_rows, "val_rows", (json_int_t)sp->val_rows, "gap_rows",
+                  (json_int_t)sp->gap_rows, "val_windows", (json_int_t)t->n_val);
+    if (!j) return NULL;
+    if (!sp->n_ranges) {
+        json_object_set_new(j, "train_end", json_integer((json_int_t)sp->train_end));
+        json_object_set_new(j, "val_begin", json_integer((json_int_t)sp->val_begin));
+        json_object_set_new(j, "val_end", json_integer((json_int_t)sp->val_end));
+    } else {
+        json_object_set_new(j, "groups", json_integer((json_int_t)sp->n_ranges));
+    }
+    if (sp->by_time) {
+        char b[32];
+        kiln_time_format(sp->val_from, b);
+        json_object_set_new(j, "val_from", json_string(b));
+    }
+    if (t->cfg.purge_time[0]) json_object_set_new(j, "purge_time", json_string(t->cfg.purge_time));
+    if (ds->time) {
+        /* first and last time of each split over all groups */
+        int64_t lo[2] = {INT64_MAX, INT64_MAX}, hi[2] = {INT64_MIN, INT64_MIN};
+        kiln_split_range one;
+        size_t nr;
+        const kiln_split_range *rg = kiln_split_ranges(sp, &one, &nr);
+        for (size_t g = 0; g < nr; g++) {
+            size_t a[2] = {rg[g].train_begin, rg[g].val_begin},
+                   e[2] = {rg[g].train_end, rg[g].val_end};
+            for (int k = 0; k < 2; k++) {
+                if (a[k] >= e[k]) continue;
+                if (ds->time[a[k]] < lo[k]) lo[k] = ds->time[a[k]];
+                if (ds->time[e[k] - 1] > hi[k]) hi[k] = ds->time[e[k] - 1];
+            }
+        }
+        static const char *const names[2][2] = {{"train_first", "train_last"},
+                                                {"val_first", "val_last"}};
+        for (int k = 0; k < 2; k++) {
+            if (lo[k] > hi[k]) continue;
+            char a[32], b[32];
+            kiln_time_format(lo[k], a);
+            kiln_time_format(hi[k], b);
+            json_object_set_new(j, names[k][0], json_string(a));
+            json_object_set_new(j, names[k][1], json_string(b));
+        }
+    }
+    return j;
+}
+
 static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     const kiln_train_opts *opts = t->opts;
     t->cfg = *cfg;
@@ -773,10 +900,13 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     KILN_CHECK(rc, out, resolve_shapes(&t->cfg, t->ds, "config"));
     KILN_CHECK(rc, out, setup(t));
     kiln_tsmoe_init(t->m, t->cfg.seed);
-    if (opts->init_path)
+    set_target_norm(t);
+    if (opts->init_path) {
         KILN_CHECK(rc, out, load_init(t, opts->init_path, init_sha));
-    else
+        unfold_head(t);
+    } else {
         set_input_norm(t);
+    }
     KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t->cfg, false)), KILN_ERR_NOMEM,
                   "out of memory");
     make_run_id(text, t->ds->sha256, opts->init_path ? init_sha : NULL, t->run_id);
@@ -804,6 +934,8 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     if (opts->init_path)
         json_object_set_new(run, "init",
                             json_pack("{s:s,s:s}", "path", opts->init_path, "sha256", init_sha));
+    KILN_CHECK_IF(rc, out, json_object_set_new(run, "split", split_json(t)), KILN_ERR_NOMEM,
+                  "out of memory");
     KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, 0));
@@ -924,6 +1056,9 @@ static kiln_err prepare_resume(trainer *t) {
         KILN_CHECK(rc, out,
                    kiln_ckpt_load(&ck, t->tab, t->np, t->params, t->mom,
                                   t->mom ? t->mom + t->numel : NULL));
+        /* What the checkpoint was trained on: mean 0, std 1 when it predates the record. */
+        memcpy(t->tmean, ck.target_mean, (size_t)t->cfg.model.n_outputs * sizeof(float));
+        memcpy(t->tstd, ck.target_std, (size_t)t->cfg.model.n_outputs * sizeof(float));
     } else {
         /* From scratch, as the start did (an --init model cannot be replayed: refuse). */
         KILN_CHECK_IF(rc, out, json_object_get(run, "init"), KILN_ERR_NOTFOUND,
@@ -931,6 +1066,7 @@ static kiln_err prepare_resume(trainer *t) {
                       opts->run_dir);
         kiln_tsmoe_init(t->m, t->cfg.seed);
         set_input_norm(t);
+        set_target_norm(t);
     }
     kiln_ckpt_release(&ck);
     sweep_temps(opts->run_dir);
@@ -1025,7 +1161,10 @@ static kiln_err share_run(trainer *t, kiln_err rc) {
     }
     KILN_CHECK(rc, out, kiln_dist_agree(c, rc, mine, 0, all));
     KILN_CHECK(rc, out, c->bcast(c, t->params, t->numel * sizeof(float), 0));
-    if (t->mom) rc = c->bcast(c, t->mom, 2 * t->numel * sizeof(float), 0);
+    if (t->mom) KILN_CHECK(rc, out, c->bcast(c, t->mom, 2 * t->numel * sizeof(float), 0));
+    const size_t O = (size_t)t->cfg.model.n_outputs;
+    KILN_CHECK(rc, out, c->bcast(c, t->tmean, O * sizeof(float), 0));
+    rc = c->bcast(c, t->tstd, O * sizeof(float), 0);
 out:
     free(all);
     free(h);
@@ -1095,6 +1234,7 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     if (rc) return rc;
     rc = t.comm->rank == 0 ? prepare_start(&t, cfg) : KILN_OK;
     rc = share_run(&t, rc);
+    if (!rc) standardize_targets(&t);
     if (!rc) {
         rc = loop(&t);
         record_stop(&t, rc);
@@ -1109,6 +1249,7 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
     kiln_err rc = t.comm->rank == 0 ? prepare_resume(&t) : KILN_OK;
     rc = share_run(&t, rc);
+    if (!rc) standardize_targets(&t);
     if (!rc) rc = open_dcomm(&t, t.cfg.device == KILN_TRAIN_CUDA);
     if (!rc) {
         rc = loop(&t);
