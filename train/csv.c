@@ -68,6 +68,8 @@ kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, i
                                  const char *const *targets, int n_outputs, const char *out_path) {
     KILN_FAIL_IF(n_features < 1 || n_outputs < 1, KILN_ERR_USAGE,
                  "'%s': import needs at least one feature and one target", csv);
+    /* Before the CSV is read: --out naming the CSV itself, or any file not a dataset. */
+    KILN_TRY(kiln_dataset_out_ok(out_path));
     const int nsel = n_features + n_outputs;
     const char **names = kiln_calloc((size_t)nsel, sizeof *names);
     int *idx = kiln_calloc((size_t)nsel, sizeof *idx);
