@@ -310,6 +310,13 @@ const char *kiln_st_meta(const kiln_st *st, const char *key);
 size_t kiln_st_meta_count(const kiln_st *st);
 void kiln_st_meta_at(const kiln_st *st, size_t i, const char **key, const char **value);
 const char *kiln_st_path(const kiln_st *st);
+/* Whether a command may write a safetensors file of its kind at path: nothing is there, or a
+ * regular file that opens as safetensors holding each of tensors (NULL-terminated), i.e. an
+ * earlier output of that kind, which the new one replaces. Anything else (the input being
+ * read, another file, a directory, a link) is KILN_ERR_CONFLICT naming path and what (e.g.
+ * "a dataset (a safetensors file with 'features' and 'targets')"): an output never replaces
+ * a file that is not one of its own kind. */
+kiln_err kiln_st_out_ok(const char *path, const char *const *tensors, const char *what);
 /* Find a tensor and check its dtype and shape (ndim dims, -1 matches any); the
  * message names the file and the tensor. */
 kiln_err kiln_st_expect(const kiln_st *st, const char *name, kiln_dtype dt, int ndim,

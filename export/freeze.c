@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -546,6 +547,52 @@ static int out_state(const char *path) {
     return st;
 }
 
+/* What --force may replace: a model directory as kiln makes one, and nothing else. Its files
+ * are among those kiln writes there (export: model.safetensors, card.json; kiln golden make:
+ * golden/golden.safetensors, golden/golden.json; kiln validate: validation.json; a pull or
+ * an unpack: manifest.json) and card.json is one of them. Anything else is named and
+ * refused: --force replaces a model, never a directory of other files given by mistake. */
+static kiln_err force_replaceable(const char *out) {
+    static const char *const kiln_files[] = {"model.safetensors",         "card.json",
+                                             "validation.json",           KILN_MANIFEST_NAME,
+                                             "golden/golden.safetensors", "golden/golden.json"};
+    int fd = open(out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open directory '%s'", out);
+    kiln_export_entry *list = NULL;
+    size_t n = 0;
+    kiln_err rc = kiln_export_walk(fd, out, &list, &n);
+    close(fd);
+    if (rc == KILN_ERR_NOMEM) return rc;
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kiln_errmsg());
+        return kiln_fail(KILN_ERR_CONFLICT,
+                         "'%s' is not a model directory (%s); --force replaces only a model "
+                         "directory kiln wrote",
+                         out, why);
+    }
+    bool card = false;
+    for (size_t i = 0; !rc && i < n; i++) {
+        bool known = false;
+        for (size_t k = 0; k < KILN_ARRAY_LEN(kiln_files); k++)
+            known = known || !strcmp(list[i].path, kiln_files[k]);
+        card = card || !strcmp(list[i].path, "card.json");
+        if (!known)
+            rc = kiln_fail(KILN_ERR_CONFLICT,
+                           "'%s' holds '%s', which kiln does not write into a model directory: "
+                           "--force replaces only a model directory kiln wrote, and leaves this "
+                           "one as it is",
+                           out, list[i].path);
+    }
+    if (!rc && !card)
+        rc = kiln_fail(KILN_ERR_CONFLICT,
+                       "'%s' is not a model directory (no card.json): --force replaces only a "
+                       "model directory kiln wrote, and leaves this one as it is",
+                       out);
+    kiln_export_entries_free(list, n);
+    return rc;
+}
+
 /* A fresh private directory beside path: "<dir>/.<base>.<tag>-XXXXXX". Caller frees. */
 static char *sibling_tmpdir(const char *path, const char *tag) {
     char *dir = kiln_dirname(path);
@@ -567,6 +614,7 @@ static kiln_err install_dir(const char *tmp, const char *out, bool force) {
     KILN_FAIL_IF(st == 3, KILN_ERR_CONFLICT, "'%s' exists and is not a directory", out);
     KILN_FAIL_IF(st == 2 && !force, KILN_ERR_CONFLICT,
                  "'%s' exists and is not empty (--force replaces it)", out);
+    if (st == 2) KILN_TRY(force_replaceable(out));
     char *old = NULL;
     if (st == 2) {
         /* rename() replaces only an empty directory: move the old one aside first. */
@@ -608,6 +656,7 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     KILN_FAIL_IF(st == 3, KILN_ERR_CONFLICT, "'%s' exists and is not a directory", o->out_dir);
     KILN_FAIL_IF(st == 2 && !o->force, KILN_ERR_CONFLICT,
                  "'%s' exists and is not empty (--force replaces it)", o->out_dir);
+    if (st == 2) KILN_TRY(force_replaceable(o->out_dir));
 
     ckpt c = {0};
     char *ckpt_path = NULL, *tmp = NULL, *mpath = NULL, *cpath = NULL;

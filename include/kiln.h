@@ -178,10 +178,16 @@ KILN_API void kiln_stream_free(kiln_stream *s);
 typedef struct kiln_pull_opts {
     const char *registry; /* "http://127.0.0.1:8080" */
     const char *token;    /* bearer token, or NULL where reads are open */
-    const char *ref;      /* "NAME@CHANNEL" or "NAME@VERSION" */
-    const char *trust;    /* trust policy (trust.json) */
-    const char *out;      /* the model directory to create or replace */
-    const char *state;    /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+    /* "NAME@CHANNEL" or "NAME@VERSION", read by the name alone: a version begins with a
+     * digit or with 'v' and a digit, anything else is a channel, and a channel the registry
+     * lacks is an error, never a version of that name (docs/registry.md, "Names"). */
+    const char *ref;
+    const char *trust; /* trust policy (trust.json) */
+    /* The model directory to create, or to replace: only an empty directory or a model
+     * directory kiln installed (a manifest.json and the files it lists, nothing else);
+     * anything else is KILN_ERR_CONFLICT, left as it is. */
+    const char *out;
+    const char *state; /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
     /* Mirrors (docs/registry.md, "Mirrors"): more registries, tried after registry (which may
      * then be NULL), in this order. A pull takes the newest channel record that verifies from
      * any of them, and the archive from the first that holds one that verifies; a registry
@@ -236,8 +242,9 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_pull(const kiln_pull_opts *opts, kiln_pul
 typedef struct kiln_watch kiln_watch; /* opaque */
 
 typedef struct kiln_watch_opts {
-    kiln_pull_opts pull;  /* ref is "NAME@CHANNEL"; out is a directory that holds one
-                             subdirectory per version loaded (gen-N) */
+    kiln_pull_opts pull;  /* ref is "NAME@CHANNEL" (a version is refused); out is the watch's
+                             own directory, one subdirectory per version loaded (gen-N): new,
+                             empty, or one a watch used (any other entry is refused) */
     unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
     /* Called from the watcher's thread after each attempted update: KILN_OK and the new
      * version when one was swapped in, else the failure (the old model stays in service);

@@ -724,12 +724,17 @@ static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db)
     return send_buf(c, r, 200, text, strlen(text), "application/json");
 }
 
+static bool audit_number(const char *s, int64_t max, int64_t *out);
+
 /* ?after=SEQ: only the records after it (a mirror's sync asks for what it lacks). Each
  * record's stored bytes go out as "text" beside the parsed "record", so that a copy of them
  * is byte for byte what was signed and stored. */
 static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db) {
     const char *after_arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    int64_t after = after_arg ? strtoll(after_arg, NULL, 10) : 0;
+    int64_t after = 0;
+    /* Digits that fit, as /v1/audit's numbers (no sign, space or exponent): 400 otherwise. */
+    if (after_arg && !audit_number(after_arg, INT64_MAX, &after))
+        return send_error(c, r, 400, "after must be a record's seq (digits)");
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
                            "SELECT record, publisher, created FROM channel_records WHERE model = "
@@ -739,14 +744,14 @@ static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, after > 0 ? after : 0);
+    sqlite3_bind_int64(st, 3, after);
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
         json_array_append_new(arr, json_pack("{s:o, s:s, s:s, s:o}", "record", col_json(st, 0),
                                              "text", col(st, 0), "publisher", col(st, 1), "created",
                                              time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
-    if (!json_array_size(arr) && after <= 0) {
+    if (!json_array_size(arr) && after == 0) {
         json_decref(arr);
         return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
     }
@@ -1090,12 +1095,15 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
     r->declared = n;
     kiln_err rc;
-    char *have = reg_version_digest(db, r->seg[0], r->seg[1], &rc);
+    uint64_t stored = 0;
+    char *have = reg_version_digest_size(db, r->seg[0], r->seg[1], &stored, &rc);
     if (rc) return send_kiln_error(c, r, rc);
     if (have) {
+        /* The stored archive's size, not the one this request declares: nothing was read, and
+         * the answer says what the registry holds. */
         bool same = strcmp(have + 7, r->hex) == 0;
         enum MHD_Result ok =
-            same ? send_published(c, r, 200, have, n)
+            same ? send_published(c, r, 200, have, stored)
                  : send_error(c, r, 409, "'%s@%s' exists already with other bytes (%s)", r->seg[0],
                               r->seg[1], have);
         free(have);
@@ -1131,13 +1139,21 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
      * release threshold, the unvalidated rule, comments naming the manifest); the files are
      * the client's to check on pull (this server never unpacks). */
     kiln_sign_archive_report rep;
+    memset(&rep, 0, sizeof rep);
     reg_archive_meta m;
     memset(&m, 0, sizeof m);
     trust_ref *tr = trust_acquire(s);
     rc = tr ? kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", tr->t,
                                             &rep)
             : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
-    if (rc == KILN_ERR_FORMAT) rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
+    /* A malformed signature or comment is the signature's fault; bytes whose signatures
+     * verify but that are no kiln archive are the upload's, and said so. */
+    if (rc == KILN_ERR_FORMAT && rep.sigs_verified && !rep.info.model[0])
+        rc = kiln_errprefix(KILN_ERR_VERIFY,
+                            "not a kiln archive (its signatures verify, but it has no readable "
+                            "manifest; kiln pack makes one): ");
+    else if (rc == KILN_ERR_FORMAT)
+        rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
     trust_release(s, tr);
     if (!rc) rc = reg_archive_meta_read(path, &m);
     if (rc) rc = kiln_errprefix(rc, "%s: ", label);
@@ -1377,10 +1393,15 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     if ((r->seg[0][0] || model_named) &&
         (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
         return send_kiln_error(c, r, rc);
-    if (r->route == REG_R_VERSION && (rc = kiln_registry_check_version(r->seg[1])) != KILN_OK)
+    /* A new version or channel follows the naming rule, so that NAME@REF can only mean one
+     * thing (kiln_registry_looks_like_version); what a store holds from before it is still
+     * read by its characters. */
+    if (r->route == REG_R_VERSION &&
+        (rc = put ? kiln_registry_check_version(r->seg[1]) : reg_check_version_chars(r->seg[1])))
         return send_kiln_error(c, r, rc);
     if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY || r->route == REG_R_UI_CHANNEL) &&
-        (rc = kiln_registry_check_name("channel", r->seg[1])))
+        (rc = put && r->route == REG_R_CHANNEL ? kiln_registry_check_channel(r->seg[1])
+                                               : kiln_registry_check_name("channel", r->seg[1])))
         return send_kiln_error(c, r, rc);
     uint64_t tv = 0;
     if (r->route == REG_R_TRUST_VERSION && !reg_trust_version_parse(r->seg[1], &tv))

@@ -241,6 +241,7 @@ static kiln_err verify_sigs(const char *archive_path, const kiln_manifest *man, 
     for (size_t i = 0; i < n; i++)
         KILN_CHECK(rc, out,
                    check_signature(t, &s[i], archive_path ? h : NULL, archive_path, &by[i]));
+    r->sigs_verified = archive_path != NULL;
     if (archive_path)
         KILN_CHECK(rc, out, archive_info(archive_path, &r->info));
     else

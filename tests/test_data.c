@@ -507,6 +507,29 @@ KILN_TEST(data_import_csv) {
     CHECK("missing CSV",
           kiln_dataset_import_csv(nofile, f, 1, t, 1, o) == KILN_ERR_IO && has(nofile));
     CHECK("nothing written", !kiln_path_exists(o));
+    /* The output replaces a dataset only: never the CSV itself, nor another file. */
+    static const char prices[] = "a,b\n1,2\n3,4\n";
+    char *in = kiln_test_write("prices.csv", prices, sizeof prices - 1);
+    CHECK("--out naming the CSV being imported: refused before it is read",
+          in && kiln_dataset_import_csv(in, f, 1, t, 1, in) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("prices.csv' exists and is not a dataset", NULL));
+    char *back = NULL;
+    size_t blen = 0;
+    CHECK("and the CSV is as it was", kiln_read_file(in, 1024, &back, &blen) == KILN_OK &&
+                                          blen == sizeof prices - 1 && !memcmp(back, prices, blen));
+    free(back);
+    char *other = kiln_test_write("positions.csv", "sym,qty\n", 8);
+    CHECK("--out naming another file: refused",
+          other && kiln_dataset_import_csv(in, f, 1, t, 1, other) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("positions.csv' exists and is not a dataset", NULL));
+    CHECK("--out naming a dataset: replaced",
+          kiln_dataset_import_csv(in, f, 1, t, 1, keep) == KILN_OK);
+    kiln_synth_opts so = {.seed = 1, .rows = KILN_SYNTH_MIN_ROWS, .n_features = 4, .n_outputs = 1};
+    kiln_synth_r2 r2;
+    CHECK("kiln data synth over another file: refused",
+          kiln_synth_write(&so, other, &r2) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("is not a dataset", NULL));
+    free(in), free(other);
     free(nofile);
     free(o);
     free(keep);

@@ -321,6 +321,26 @@ KILN_TEST(validate_export_refusals) {
     CHECK("and left as it was", before && after && !strcmp(before, after));
     free(after);
     o.force = true;
+    /* --force replaces a model directory, not a directory of other files given by mistake. */
+    char *users = kiln_test_path("users");
+    kiln_test_put(users, "positions.csv", "sym,qty\n");
+    kiln_test_put(users, "sub/config.ini", "[risk]\n");
+    o.out_dir = users;
+    rc = kiln_export_model(&o, NULL);
+    CHECK("--force over a directory of other files: refused",
+          rc == KILN_ERR_CONFLICT && kiln_test_msg_has("'positions.csv'", "--force replaces only"));
+    char *pos = join(users, "positions.csv"), *ini = join(users, "sub/config.ini");
+    char *pt = slurp(pos, NULL), *it = slurp(ini, NULL);
+    CHECK("and left as it was", pt && it && !strcmp(pt, "sym,qty\n") && !strcmp(it, "[risk]\n"));
+    free(pt), free(it), free(pos), free(ini), free(users);
+    char *extra = join(out, "notes.txt");
+    CHECK("a model directory with a file kiln does not write",
+          kiln_write_file_atomic(extra, "x", 1) == KILN_OK);
+    o.out_dir = out;
+    CHECK("is refused too", kiln_export_model(&o, NULL) == KILN_ERR_CONFLICT &&
+                                kiln_test_msg_has("'notes.txt'", NULL) && kiln_path_exists(extra));
+    unlink(extra);
+    free(extra);
     CHECK("--force replaces it", kiln_export_model(&o, NULL) == KILN_OK);
     after = slurp(card, NULL);
     CHECK("with the new card", after && strstr(after, "\"name\": \"other\""));

@@ -486,6 +486,8 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
                  "'%s': import needs at least one feature and one target", csv);
     KILN_FAIL_IF(o->missing < KILN_MISSING_REFUSE || o->missing > KILN_MISSING_ZERO, KILN_ERR_USAGE,
                  "'%s': unknown missing-value policy %d", csv, (int)o->missing);
+    /* Before the CSV is read: --out naming the CSV itself, or any file not a dataset. */
+    KILN_TRY(kiln_dataset_out_ok(o->out_path));
     reader r = {.o = o,
                 .path = csv,
                 .nsel = o->n_features + o->n_outputs,

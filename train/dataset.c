@@ -259,6 +259,12 @@ kiln_err kiln_dataset_open(const char *path, kiln_dataset **out) {
     return kiln_dataset_open_ex(path, 0, out);
 }
 
+kiln_err kiln_dataset_out_ok(const char *path) {
+    static const char *const tensors[] = {"features", "targets", NULL};
+    return kiln_st_out_ok(path, tensors,
+                          "a dataset (a safetensors file with 'features' and 'targets')");
+}
+
 kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, int n_outputs,
                                  const float *features, const float *targets, const json_t *columns,
                                  const json_t *meta) {
@@ -270,6 +276,7 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
                                   const float *features, const float *targets,
                                   const json_t *columns, const json_t *meta,
                                   const kiln_dataset_extra *x) {
+    KILN_TRY(kiln_dataset_out_ok(path));
     KILN_FAIL_IF(rows == 0, KILN_ERR_USAGE, "'%s': a dataset needs at least one row", path);
     KILN_FAIL_IF(n_features < 1 || n_outputs < 1 || n_features > MAX_COLUMNS ||
                      n_outputs > MAX_COLUMNS,

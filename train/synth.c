@@ -257,6 +257,7 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
                  "'%s': target scale %g must be positive and at most 1e30", path, o->scale);
     KILN_FAIL_IF(o->rows < KILN_SYNTH_MIN_ROWS || o->rows > ((size_t)1 << 40), KILN_ERR_USAGE,
                  "synthetic data needs %d to 2^40 rows, not %zu", KILN_SYNTH_MIN_ROWS, o->rows);
+    KILN_TRY(kiln_dataset_out_ok(path));
     const size_t n = o->rows, hmax = (size_t)1 << (O - 1), T = BURN_IN + n + hmax;
     size_t nf, no;
     KILN_FAIL_IF(!kiln_mul_ok(n, (size_t)F, &nf) || !kiln_mul_ok(n, (size_t)O, &no), KILN_ERR_LIMIT,

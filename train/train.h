@@ -39,7 +39,14 @@ typedef struct kiln_dataset {
  * Free with kiln_dataset_free. */
 kiln_err kiln_dataset_open(const char *path, kiln_dataset **out);
 void kiln_dataset_free(kiln_dataset *ds);
-/* Write a dataset atomically; columns may be NULL. */
+/* Whether path may take a dataset: nothing is there, or a dataset (a safetensors file with
+ * 'features' and 'targets') that the new one replaces. Anything else (the CSV being imported,
+ * another file, a directory, a link) is KILN_ERR_CONFLICT naming it: writing a dataset never
+ * replaces a file that is not one. kiln_dataset_write checks it; import and synth check it
+ * first too, before any work. */
+kiln_err kiln_dataset_out_ok(const char *path);
+/* Write a dataset atomically; columns may be NULL. An existing path must be a dataset
+ * (kiln_dataset_out_ok). */
 kiln_err kiln_dataset_write(const char *path, size_t rows, int n_features, int n_outputs,
                             const float *features, const float *targets, const json_t *columns);
 
