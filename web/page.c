@@ -13,6 +13,7 @@
 
 #include "core.h"
 #include "web.h"
+#include "web_int.h"
 
 /* ---- the buffer ---- */
 
@@ -195,15 +196,20 @@ static const char style[] =
     ".tag{display:inline-block;padding:0 .4em;border-radius:3px;font-size:12px;"
     "background:#e8ebf2;color:#1d2330}"
     ".ok{background:#d8f0dd;color:#14532d}.warn{background:#fdf0c8;color:#6b4d00}"
-    ".bad{background:#fbd9d9;color:#7f1d1d}.ch{display:inline-block;margin:0 1em .2em 0}";
+    ".bad{background:#fbd9d9;color:#7f1d1d}.ch{display:inline-block;margin:0 1em .2em 0}"
+    /* charts (web/chart.c): SVG drawn with presentation attributes, laid out here */
+    ".charts{display:flex;flex-wrap:wrap;gap:.6em 1.2em}figure.chart{margin:.4em 0}"
+    "figcaption{font-weight:600;font-size:13px}svg.chart{display:block;background:#fff}"
+    "svg.chart text{font:11px system-ui,sans-serif;fill:#445}"
+    "svg.chart text.title{font-weight:600;fill:#1d2330}svg.chart a:hover{opacity:.7}";
 
 const char *kiln_web_stylesheet(void) {
     return style;
 }
 
 static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
-static char csp[256];
-static kiln_web_header headers[5];
+static char csp[256], csp_form[256];
+static kiln_web_header headers[5], headers_form[5];
 
 static void base64(const uint8_t *in, size_t n, char *out) {
     static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -235,6 +241,24 @@ static void make_headers(void) {
     headers[2] = (kiln_web_header){"X-Content-Type-Options", "nosniff"};
     headers[3] = (kiln_web_header){"Referrer-Policy", "no-referrer"};
     headers[4] = (kiln_web_header){"Cache-Control", "no-store"};
+    /* kiln runs serve's pages: the same, but a form may be sent to the page's own server
+     * (the overlay's checkboxes, a plain GET). */
+    snprintf(csp_form, sizeof csp_form,
+             "default-src 'none'; style-src 'sha256-%s'; base-uri 'none'; form-action 'self'; "
+             "frame-ancestors 'none'",
+             b64);
+    memcpy(headers_form, headers, sizeof headers);
+    headers_form[1].value = csp_form;
+}
+
+const kiln_web_header *kiln_web_headers_form(size_t *n) {
+    pthread_once(&headers_once, make_headers);
+    *n = KILN_ARRAY_LEN(headers_form);
+    return headers_form;
+}
+
+void kiln_web_raw(kiln_web_buf *b, const char *s, size_t n) {
+    put(b, s, n);
 }
 
 const kiln_web_header *kiln_web_headers(size_t *n) {

@@ -253,4 +253,8 @@ void kiln_web_trust_history_end(kiln_web_buf *b, uint64_t last, bool more);
 #ifdef __cplusplus
 }
 #endif
+
+/* Charts and the pages of kiln runs serve. */
+#include "chart.h"
+
 #endif /* KILN_WEB_H */
