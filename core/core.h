@@ -227,12 +227,13 @@ kiln_err kiln_chart_render(const kiln_chart *chart, char **out);
 /* A series of any length cut to a fixed number of points that still shows every spike: the
  * x range [lo, hi] is split into `buckets` equal buckets and each keeps its smallest and
  * largest finite point (in x order; one point when they are the same) and its first
- * non-finite point, if any, with its y as it was (NaN, +inf or -inf). Never a mean: a
+ * non-finite point, if any, with its y as it was (NaN, +inf or -inf); the series' first and
+ * last finite points are kept too, so a line spans it. Never a mean: a
  * one-step spike in a million steps survives. Points are pushed in ascending x, one at a
  * time, so a reader streaming rows out of SQLite never holds the whole series. The caller's
  * x and y hold KILN_DOWNSAMPLE_MAX(buckets) points; what is kept is written there in
  * ascending x. Zero it with kiln_downsample_init; no allocation, nothing to release. */
-#define KILN_DOWNSAMPLE_MAX(buckets) (3 * (size_t)(buckets))
+#define KILN_DOWNSAMPLE_MAX(buckets) (3 * (size_t)(buckets) + 2)
 typedef struct kiln_downsample {
     double lo, hi;
     size_t buckets;
@@ -241,8 +242,9 @@ typedef struct kiln_downsample {
     size_t pushed; /* points pushed so far */
     /* the bucket being filled */
     size_t cur;
-    bool open, finite, bad;
+    bool open, finite, bad, first_out;
     double minx, miny, maxx, maxy, badx, bady;
+    double firstx, firsty, lastx, lasty; /* the first finite point; the bucket's last one */
 } kiln_downsample;
 void kiln_downsample_init(kiln_downsample *d, double lo, double hi, size_t buckets, double *x,
                           double *y);

@@ -21,30 +21,28 @@ static void emit(kiln_downsample *d, double x, double y) {
     d->n++;
 }
 
-/* Write the open bucket's points in ascending x: at most three. */
-static void flush(kiln_downsample *d) {
+/* Write the open bucket's points in ascending x: its smallest and largest finite values, its
+ * first non-finite one, and where the series starts (the first bucket) and ends (the last:
+ * last is true), so that a line runs from the first step to the last. */
+static void flush(kiln_downsample *d, bool last) {
     if (!d->open) return;
-    double px[3], py[3];
+    double px[5], py[5];
     int k = 0;
     if (d->finite) {
         px[k] = d->minx, py[k++] = d->miny;
-        if (d->maxx != d->minx) px[k] = d->maxx, py[k++] = d->maxy;
-        if (k == 2 && px[1] < px[0]) {
-            double tx = px[0], ty = py[0];
-            px[0] = px[1], py[0] = py[1], px[1] = tx, py[1] = ty;
-        }
+        px[k] = d->maxx, py[k++] = d->maxy;
+        if (!d->first_out) px[k] = d->firstx, py[k++] = d->firsty, d->first_out = true;
+        if (last) px[k] = d->lastx, py[k++] = d->lasty;
     }
-    if (d->bad) {
-        int at = k;
-        while (at > 0 && px[at - 1] > d->badx) {
-            px[at] = px[at - 1], py[at] = py[at - 1];
-            at--;
+    if (d->bad) px[k] = d->badx, py[k++] = d->bady;
+    /* Insertion sort by x; one point per x. */
+    for (int i = 1; i < k; i++)
+        for (int j = i; j > 0 && px[j] < px[j - 1]; j--) {
+            double tx = px[j], ty = py[j];
+            px[j] = px[j - 1], py[j] = py[j - 1], px[j - 1] = tx, py[j - 1] = ty;
         }
-        px[at] = d->badx, py[at] = d->bady;
-        k++;
-    }
     for (int i = 0; i < k; i++)
-        emit(d, px[i], py[i]);
+        if (!i || px[i] != px[i - 1]) emit(d, px[i], py[i]);
     d->open = d->finite = d->bad = false;
 }
 
@@ -58,14 +56,16 @@ static size_t bucket_of(const kiln_downsample *d, double x) {
 void kiln_downsample_push(kiln_downsample *d, double x, double y) {
     d->pushed++;
     size_t b = bucket_of(d, x);
-    if (d->open && b != d->cur) flush(d);
+    if (d->open && b != d->cur) flush(d, false);
     d->cur = b;
     d->open = true;
     if (!isfinite(y)) {
         if (!d->bad) d->bad = true, d->badx = x, d->bady = y;
         return;
     }
+    d->lastx = x, d->lasty = y;
     if (!d->finite) {
+        if (!d->first_out) d->firstx = x, d->firsty = y;
         d->finite = true;
         d->minx = d->maxx = x;
         d->miny = d->maxy = y;
@@ -77,7 +77,7 @@ void kiln_downsample_push(kiln_downsample *d, double x, double y) {
 }
 
 size_t kiln_downsample_end(kiln_downsample *d) {
-    flush(d);
+    flush(d, true);
     return d->n;
 }
 

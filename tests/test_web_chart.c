@@ -120,6 +120,9 @@ KILN_TEST(web_chart_svg) {
     CHECK("the non-finite, resume and best marks",
           strstr(svg, "<g class=\"mark nonfinite\">") && strstr(svg, "<g class=\"mark resume\">") &&
               strstr(svg, "<g class=\"mark best\">") && strstr(svg, ">best</text>"));
+    CHECK("each mark whole: its line and its shape",
+          strstr(svg, "l5 8h-10z\" fill=\"#dc2626\"/></g>") &&
+              strstr(svg, "l5 8h-10z\" fill=\"#2563eb\"/></g>"));
     CHECK("the NaN point is a mark, not a line",
           count(svg, "<g class=\"mark nonfinite-point\"><title>loss: step 3001: not a number") == 1);
     CHECK("nothing hostile unescaped", !strstr(svg, "<script") && strstr(svg, HOSTILE_ESCAPED));

@@ -579,6 +579,46 @@ void kiln_run_series_free(kiln_run_series *s, size_t n);
  * layers' diagnostics and their layers, the tensors), as text for people (caller frees). */
 kiln_err kiln_run_metrics_list(const char *run_dir, char **out);
 
+/* ---- a run's curves for a picture (kiln runs serve, a release's run summary) ---- */
+
+/* At most this many steps of the layers and tensors tables are read (see below). */
+#define KILN_RUN_CURVE_SAMPLES 1000
+
+typedef struct kiln_run_curve {
+    char *name; /* as kiln_run_series names it: "loss", "router_entropy@1",
+                   "expert_load@0/3", "update_ratio@embed.weight" */
+    size_t n;
+    double *x, *y; /* x the steps, ascending; y NAN where the value was not finite */
+} kiln_run_curve;
+
+typedef struct kiln_run_curves {
+    long first, last; /* the steps logged; 0 0: none */
+    kiln_run_curve *c;
+    size_t n;
+    int n_layers, n_experts; /* of the layers table's first step; 0: none logged */
+    /* The tensors whose update/weight ratio rose highest over the steps read, highest
+     * first: their grad_norm@ and update_ratio@ curves are in c. */
+    char **movers;
+    size_t n_movers;
+    bool sampled; /* layers and tensors were read at sampled steps */
+} kiln_run_curves;
+
+/* Every curve a run's page draws, in one read transaction (a trainer writing meanwhile is
+ * not slowed: WAL readers take no lock it waits on). The steps table's columns are read
+ * whole, each cut to `buckets` buckets of the step range with kiln_downsample (its smallest
+ * and largest value, and its first non-finite one: never a mean), so a one-step spike in a
+ * million survives. The layers and tensors tables hold a row per layer and per tensor per
+ * step (27 million rows for a million steps of the default model): a run of more than
+ * KILN_RUN_CURVE_SAMPLES steps has them read at that many evenly spaced steps plus every
+ * spike's and non-finite step's (by their keys), so the page costs the same at any length.
+ * max_movers (0: 8) tensors are chosen as movers. A run without metrics.db fails naming it.
+ * Release with kiln_run_curves_release. */
+kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers,
+                              kiln_run_curves *out);
+void kiln_run_curves_release(kiln_run_curves *c);
+/* The curve named name, or NULL. */
+const kiln_run_curve *kiln_run_curve_find(const kiln_run_curves *c, const char *name);
+
 /* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
  * The same function as kiln_tsmoe (MODEL.md), with parameters, gradients and activations
  * each in one block of device memory, built from the kiln_cuda_* ops of kernels.h. It

@@ -18,7 +18,7 @@
 
 static void num(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
 static void num(kiln_web_buf *b, const char *fmt, ...) {
-    char tmp[128];
+    char tmp[512];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(tmp, sizeof tmp, fmt, ap);

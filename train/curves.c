@@ -1,0 +1,417 @@
+/* curves.c - every curve of a run's page in one read of metrics.db (train.h, "a run's curves
+ * for a picture"): the steps table streamed through kiln_downsample, the layers and tensors
+ * tables read whole for a short run and at sampled steps (by their keys) for a long one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <sqlite3.h>
+
+#include "train_int.h"
+
+static const char *const step_cols[] = {"loss",   "mse",      "load_balance", "z",
+                                        "lr",     "grad_norm", "val_loss",    "val_r2",
+                                        "tokens_per_s", "max_abs_output"};
+#define N_STEP_COLS (sizeof step_cols / sizeof *step_cols)
+static const char *const layer_cols[] = {"attn_entropy", "router_entropy", "load_imbalance",
+                                         "dead_experts", "overflow",       "act_rms"};
+#define N_LAYER_COLS (sizeof layer_cols / sizeof *layer_cols)
+#define MAX_TENSORS 4096
+
+typedef struct grow {
+    kiln_run_curve *c;
+    size_t cap;
+} grow;
+
+static kiln_err push(grow *g, double x, double y) {
+    kiln_run_curve *c = g->c;
+    if (c->n == g->cap) {
+        size_t cap = g->cap ? 2 * g->cap : 64;
+        double *a = realloc(c->x, cap * sizeof *a);
+        if (a) c->x = a;
+        double *b = a ? realloc(c->y, cap * sizeof *b) : NULL;
+        if (b) c->y = b;
+        if (!a || !b) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        g->cap = cap;
+    }
+    c->x[c->n] = x;
+    c->y[c->n] = y;
+    c->n++;
+    return KILN_OK;
+}
+
+static void curve_free(kiln_run_curve *c) {
+    free(c->name);
+    free(c->x);
+    free(c->y);
+    memset(c, 0, sizeof *c);
+}
+
+void kiln_run_curves_release(kiln_run_curves *cs) {
+    for (size_t i = 0; i < cs->n; i++)
+        curve_free(&cs->c[i]);
+    free(cs->c);
+    for (size_t i = 0; i < cs->n_movers; i++)
+        free(cs->movers[i]);
+    free(cs->movers);
+    memset(cs, 0, sizeof *cs);
+}
+
+const kiln_run_curve *kiln_run_curve_find(const kiln_run_curves *cs, const char *name) {
+    for (size_t i = 0; i < cs->n; i++)
+        if (!strcmp(cs->c[i].name, name)) return &cs->c[i];
+    return NULL;
+}
+
+/* A new curve at the end of cs named name (taken: freed on failure), or NULL (out of
+ * memory, or name NULL). */
+static kiln_run_curve *add(kiln_run_curves *cs, size_t *cap, char *name) {
+    if (!name) return NULL;
+    if (cs->n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 32;
+        kiln_run_curve *p = realloc(cs->c, nc * sizeof *p);
+        if (!p) {
+            free(name);
+            return NULL;
+        }
+        cs->c = p;
+        *cap = nc;
+    }
+    kiln_run_curve *cv = &cs->c[cs->n++];
+    memset(cv, 0, sizeof *cv);
+    cv->name = name;
+    return cv;
+}
+
+#define DB_FAIL(rc, label)                                                                         \
+    do {                                                                                           \
+        rc = kiln_fail(KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));           \
+        goto label;                                                                                \
+    } while (0)
+
+/* The steps table, whole, through one downsampler per column. */
+static kiln_err read_steps(sqlite3 *db, const char *run_dir, size_t buckets, kiln_run_curves *cs,
+                           size_t *cap) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    size_t M = KILN_DOWNSAMPLE_MAX(buckets);
+    kiln_downsample ds[N_STEP_COLS];
+    kiln_run_curve *cv[N_STEP_COLS];
+    size_t base = cs->n;
+    for (size_t k = 0; k < N_STEP_COLS; k++) {
+        cv[k] = add(cs, cap, kiln_strdup(step_cols[k]));
+        if (!cv[k]) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        cv[k]->x = kiln_malloc(M * sizeof(double));
+        cv[k]->y = kiln_malloc(M * sizeof(double));
+        if (!cv[k]->x || !cv[k]->y) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    /* add() may move the array: take the pointers once they are all made. */
+    for (size_t k = 0; k < N_STEP_COLS; k++) {
+        cv[k] = &cs->c[base + k];
+        kiln_downsample_init(&ds[k], (double)cs->first, (double)cs->last, buckets, cv[k]->x,
+                             cv[k]->y);
+    }
+    if (sqlite3_prepare_v2(db,
+                           "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, "
+                           "val_r2, tokens_per_s, max_abs_output FROM steps ORDER BY step",
+                           -1, &st, NULL) != SQLITE_OK)
+        DB_FAIL(rc, out);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        double x = (double)sqlite3_column_int64(st, 0);
+        bool val = sqlite3_column_type(st, 7) != SQLITE_NULL;
+        for (size_t k = 0; k < N_STEP_COLS; k++) {
+            /* Validation only at the steps that were evaluated. */
+            if ((k == 6 || k == 7) && !val) continue;
+            kiln_downsample_push(&ds[k], x, kiln_run_col_num(st, (int)k + 1));
+        }
+    }
+    if (r != SQLITE_DONE) DB_FAIL(rc, out);
+    for (size_t k = 0; k < N_STEP_COLS; k++)
+        cv[k]->n = kiln_downsample_end(&ds[k]);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+static int cmp_long(const void *a, const void *b) {
+    long x = *(const long *)a, y = *(const long *)b;
+    return (x > y) - (x < y);
+}
+
+/* The steps the layers and tensors tables are read at: every one (NULL, a whole read) for a
+ * short run; else evenly spaced ones and every spike and non-finite step, ascending. */
+static kiln_err sample_steps(sqlite3 *db, const char *run_dir, const kiln_run_curves *cs,
+                             long **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    long span = cs->last - cs->first + 1;
+    if (span <= KILN_RUN_CURVE_SAMPLES) return KILN_OK;
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    size_t cap = KILN_RUN_CURVE_SAMPLES + 64, n = 0;
+    long *s = kiln_malloc(cap * sizeof *s);
+    if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    for (long k = 0; k < KILN_RUN_CURVE_SAMPLES; k++)
+        s[n++] = cs->first + (long)((double)(span - 1) * (double)k / (KILN_RUN_CURVE_SAMPLES - 1));
+    if (sqlite3_prepare_v2(db,
+                           "SELECT DISTINCT step FROM events WHERE kind IN ('spike', 'nonfinite') "
+                           "ORDER BY step LIMIT 10000",
+                           -1, &st, NULL) != SQLITE_OK)
+        DB_FAIL(rc, out);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        if (n == cap) {
+            long *p = realloc(s, 2 * cap * sizeof *p);
+            if (!p) {
+                rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+                goto out;
+            }
+            s = p;
+            cap *= 2;
+        }
+        s[n++] = (long)sqlite3_column_int64(st, 0);
+    }
+    if (r != SQLITE_DONE) DB_FAIL(rc, out);
+    qsort(s, n, sizeof *s, cmp_long);
+    size_t u = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!u || s[i] != s[u - 1]) s[u++] = s[i];
+    *out = s;
+    *n_out = u;
+    s = NULL;
+out:
+    free(s);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* Run q (whole, or once per sampled step bound to ?1) and hand each row to fn. */
+typedef kiln_err (*row_fn)(sqlite3_stmt *st, void *ctx);
+static kiln_err each_row(sqlite3 *db, const char *run_dir, const char *whole, const char *at_step,
+                         const long *steps, size_t n_steps, row_fn fn, void *ctx) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, steps ? at_step : whole, -1, &st, NULL) != SQLITE_OK)
+        DB_FAIL(rc, out);
+    for (size_t i = 0; i < (steps ? n_steps : 1) && !rc; i++) {
+        if (steps) {
+            sqlite3_reset(st);
+            sqlite3_bind_int64(st, 1, steps[i]);
+        }
+        int r;
+        while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW)
+            rc = fn(st, ctx);
+        if (!rc && r != SQLITE_DONE) DB_FAIL(rc, out);
+    }
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- layers ---- */
+
+typedef struct layer_ctx {
+    int L, E;
+    grow *g; /* [L * (N_LAYER_COLS + E)] */
+} layer_ctx;
+
+static kiln_err layer_row(sqlite3_stmt *st, void *p) {
+    layer_ctx *c = p;
+    long layer = (long)sqlite3_column_int64(st, 1);
+    if (layer < 0 || layer >= c->L) return KILN_OK;
+    double x = (double)sqlite3_column_int64(st, 0);
+    grow *g = &c->g[(size_t)layer * (N_LAYER_COLS + (size_t)c->E)];
+    for (size_t k = 0; k < N_LAYER_COLS; k++)
+        KILN_TRY(push(&g[k], x, kiln_run_col_num(st, (int)k + 2)));
+    /* expert_load: "[0.25,0.125,...]" as the trainer writes it. */
+    const char *t = (const char *)sqlite3_column_text(st, 8);
+    for (int e = 0; e < c->E; e++) {
+        double v = NAN;
+        if (t) {
+            while (*t == '[' || *t == ',' || *t == ' ')
+                t++;
+            char *end;
+            v = strtod(t, &end);
+            if (end == t) {
+                v = NAN;
+                t = NULL;
+            } else {
+                t = end;
+            }
+        }
+        KILN_TRY(push(&g[N_LAYER_COLS + (size_t)e], x, v));
+    }
+    return KILN_OK;
+}
+
+static kiln_err read_layers(sqlite3 *db, const char *run_dir, const long *steps, size_t n_steps,
+                            kiln_run_curves *cs, size_t *cap) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    layer_ctx c = {0};
+    if (sqlite3_prepare_v2(db,
+                           "SELECT count(*), max(expert_load) FROM layers WHERE step = "
+                           "(SELECT step FROM layers ORDER BY step LIMIT 1)",
+                           -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW)
+        DB_FAIL(rc, out);
+    c.L = (int)sqlite3_column_int64(st, 0);
+    const char *load = (const char *)sqlite3_column_text(st, 1);
+    if (load && strcmp(load, "[]"))
+        for (c.E = 1; *load; load++)
+            c.E += *load == ',';
+    sqlite3_finalize(st);
+    st = NULL;
+    if (!c.L) goto out;
+    cs->n_layers = c.L;
+    cs->n_experts = c.E;
+    size_t per = N_LAYER_COLS + (size_t)c.E, base = cs->n;
+    for (int l = 0; l < c.L; l++) {
+        for (size_t k = 0; k < N_LAYER_COLS; k++)
+            if (!add(cs, cap, kiln_asprintf("%s@%d", layer_cols[k], l)))
+                return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        for (int e = 0; e < c.E; e++)
+            if (!add(cs, cap, kiln_asprintf("expert_load@%d/%d", l, e)))
+                return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    c.g = kiln_calloc((size_t)c.L * per, sizeof *c.g);
+    if (!c.g) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < (size_t)c.L * per; i++)
+        c.g[i].c = &cs->c[base + i];
+    rc = each_row(db, run_dir,
+                  "SELECT step, layer, attn_entropy, router_entropy, load_imbalance, "
+                  "dead_experts, overflow, act_rms, expert_load FROM layers ORDER BY step, layer",
+                  "SELECT step, layer, attn_entropy, router_entropy, load_imbalance, "
+                  "dead_experts, overflow, act_rms, expert_load FROM layers WHERE step = ?1 "
+                  "ORDER BY layer",
+                  steps, n_steps, layer_row, &c);
+out:
+    free(c.g);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* ---- tensors ---- */
+
+typedef struct tensor_ctx {
+    char *names[MAX_TENSORS];
+    kiln_run_curve gn[MAX_TENSORS], ur[MAX_TENSORS];
+    grow ggn[MAX_TENSORS], gur[MAX_TENSORS];
+    double top[MAX_TENSORS];
+    size_t n;
+    size_t last; /* the index found last: rows come in the same order each step */
+} tensor_ctx;
+
+static kiln_err tensor_row(sqlite3_stmt *st, void *p) {
+    tensor_ctx *c = p;
+    const char *name = (const char *)sqlite3_column_text(st, 1);
+    if (!name) return KILN_OK;
+    size_t i = c->last + 1 < c->n ? c->last + 1 : 0;
+    if (i >= c->n || strcmp(c->names[i], name)) {
+        for (i = 0; i < c->n && strcmp(c->names[i], name); i++)
+            ;
+        if (i == c->n) {
+            if (c->n == MAX_TENSORS) return KILN_OK;
+            if (!(c->names[i] = kiln_strdup(name)))
+                return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+            c->ggn[i].c = &c->gn[i];
+            c->gur[i].c = &c->ur[i];
+            c->top[i] = -INFINITY;
+            c->n++;
+        }
+    }
+    c->last = i;
+    double x = (double)sqlite3_column_int64(st, 0), u = kiln_run_col_num(st, 3);
+    if (isfinite(u) && u > c->top[i]) c->top[i] = u;
+    KILN_TRY(push(&c->ggn[i], x, kiln_run_col_num(st, 2)));
+    return push(&c->gur[i], x, u);
+}
+
+static kiln_err read_tensors(sqlite3 *db, const char *run_dir, const long *steps, size_t n_steps,
+                             size_t max_movers, kiln_run_curves *cs, size_t *cap) {
+    tensor_ctx *c = kiln_calloc(1, sizeof *c);
+    if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = each_row(
+        db, run_dir, "SELECT step, name, grad_norm, update_ratio FROM tensors ORDER BY step",
+        "SELECT step, name, grad_norm, update_ratio FROM tensors WHERE step = ?1", steps, n_steps,
+        tensor_row, c);
+    /* The movers: the highest update ratios, ties by name. */
+    size_t want = max_movers < c->n ? max_movers : c->n;
+    if (!rc && want) {
+        cs->movers = kiln_calloc(want, sizeof *cs->movers);
+        if (!cs->movers) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    }
+    bool *taken = rc ? NULL : kiln_calloc(c->n + 1, sizeof *taken);
+    if (!rc && !taken) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    for (size_t m = 0; !rc && m < want; m++) {
+        size_t best = c->n;
+        for (size_t i = 0; i < c->n; i++)
+            if (!taken[i] && (best == c->n || c->top[i] > c->top[best] ||
+                              (c->top[i] == c->top[best] && strcmp(c->names[i], c->names[best]) < 0)))
+                best = i;
+        taken[best] = true;
+        cs->movers[cs->n_movers++] = c->names[best];
+        c->names[best] = NULL;
+        for (int k = 0; k < 2 && !rc; k++) {
+            kiln_run_curve *src = k ? &c->ur[best] : &c->gn[best];
+            kiln_run_curve *dst =
+                add(cs, cap,
+                    kiln_asprintf("%s@%s", k ? "update_ratio" : "grad_norm",
+                                  cs->movers[cs->n_movers - 1]));
+            if (!dst) {
+                rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+                break;
+            }
+            dst->n = src->n;
+            dst->x = src->x;
+            dst->y = src->y;
+            src->x = src->y = NULL;
+        }
+    }
+    free(taken);
+    for (size_t i = 0; i < c->n; i++) {
+        free(c->names[i]);
+        curve_free(&c->gn[i]);
+        curve_free(&c->ur[i]);
+    }
+    free(c);
+    return rc;
+}
+
+kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers,
+                              kiln_run_curves *out) {
+    memset(out, 0, sizeof *out);
+    if (!buckets) buckets = 1;
+    if (!max_movers) max_movers = 8;
+    kiln_metrics *mx = NULL;
+    KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
+    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3_stmt *st = NULL;
+    long *steps = NULL;
+    size_t n_steps = 0, cap = 0;
+    kiln_err rc = KILN_OK;
+    /* One read transaction: the curves are of one moment of a run that trains meanwhile. */
+    if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) DB_FAIL(rc, out);
+    if (sqlite3_prepare_v2(db, "SELECT min(step), max(step) FROM steps", -1, &st, NULL) !=
+            SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW)
+        DB_FAIL(rc, out);
+    out->first = (long)sqlite3_column_int64(st, 0);
+    out->last = (long)sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    st = NULL;
+    KILN_CHECK(rc, out, read_steps(db, run_dir, buckets, out, &cap));
+    KILN_CHECK(rc, out, sample_steps(db, run_dir, out, &steps, &n_steps));
+    out->sampled = steps != NULL;
+    KILN_CHECK(rc, out, read_layers(db, run_dir, steps, n_steps, out, &cap));
+    KILN_CHECK(rc, out, read_tensors(db, run_dir, steps, n_steps, max_movers, out, &cap));
+out:
+    sqlite3_finalize(st);
+    free(steps);
+    if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
+    kiln_metrics_close(mx);
+    if (rc) kiln_run_curves_release(out);
+    return rc;
+}
