@@ -13,6 +13,9 @@ DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-d
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
             libopenmpi-dev openmpi-bin libssl-dev curl openssl
 TOOLS := sqlite3 minisign mpirun curl openssl
+# Headless Chromium loads the runs and registry web pages in the tests (tests/e2e/browser.sh).
+DEB_PKGS += chromium
+TOOLS += chromium
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c

@@ -317,7 +317,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     kiln_run_curves cv;
     bool have_curves = false;
     char curves_err[512] = "";
-    e = kiln_run_curves_load(dir, CURVE_BUCKETS, 8, &cv);
+    e = kiln_run_curves_load(dir, CURVE_BUCKETS, 8, 0, &cv);
     if (!e)
         have_curves = true;
     else
@@ -491,7 +491,7 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
     size_t n = 0;
     for (size_t i = 0; i < a.n; i++) {
         char *dir = run_path(s, a.names[i]);
-        kiln_err e = dir ? kiln_run_curves_load(dir, CURVE_BUCKETS, 1, &cv[n]) : KILN_ERR_NOTFOUND;
+        kiln_err e = dir ? kiln_run_curves_load(dir, CURVE_BUCKETS, 1, 0, &cv[n]) : KILN_ERR_NOTFOUND;
         free(dir);
         if (e) {
             char msg[600];

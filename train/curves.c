@@ -1,6 +1,7 @@
 /* curves.c - every curve of a run's page in one read of metrics.db (train.h, "a run's curves
  * for a picture"): the steps table streamed through kiln_downsample, the layers and tensors
  * tables read whole for a short run and at sampled steps (by their keys) for a long one. */
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,8 +92,8 @@ static kiln_run_curve *add(kiln_run_curves *cs, size_t *cap, char *name) {
     } while (0)
 
 /* The steps table, whole, through one downsampler per column. */
-static kiln_err read_steps(sqlite3 *db, const char *run_dir, size_t buckets, kiln_run_curves *cs,
-                           size_t *cap) {
+static kiln_err read_steps(sqlite3 *db, const char *run_dir, size_t buckets, long to,
+                           kiln_run_curves *cs, size_t *cap) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
     size_t M = KILN_DOWNSAMPLE_MAX(buckets);
@@ -114,9 +115,11 @@ static kiln_err read_steps(sqlite3 *db, const char *run_dir, size_t buckets, kil
     }
     if (sqlite3_prepare_v2(db,
                            "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, "
-                           "val_r2, tokens_per_s, max_abs_output FROM steps ORDER BY step",
+                           "val_r2, tokens_per_s, max_abs_output FROM steps WHERE step <= ?1 "
+                           "ORDER BY step",
                            -1, &st, NULL) != SQLITE_OK)
         DB_FAIL(rc, out);
+    sqlite3_bind_int64(st, 1, to);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         double x = (double)sqlite3_column_int64(st, 0);
@@ -157,9 +160,11 @@ static kiln_err sample_steps(sqlite3 *db, const char *run_dir, const kiln_run_cu
         s[n++] = cs->first + (long)((double)(span - 1) * (double)k / (KILN_RUN_CURVE_SAMPLES - 1));
     if (sqlite3_prepare_v2(db,
                            "SELECT DISTINCT step FROM events WHERE kind IN ('spike', 'nonfinite') "
-                           "ORDER BY step LIMIT 10000",
+                           "AND step BETWEEN ?1 AND ?2 ORDER BY step LIMIT 10000",
                            -1, &st, NULL) != SQLITE_OK)
         DB_FAIL(rc, out);
+    sqlite3_bind_int64(st, 1, cs->first);
+    sqlite3_bind_int64(st, 2, cs->last);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         if (n == cap) {
@@ -187,19 +192,18 @@ out:
     return rc;
 }
 
-/* Run q (whole, or once per sampled step bound to ?1) and hand each row to fn. */
+/* Run a query (whole, with ?1 the last step read; or once per sampled step bound to ?1) and
+ * hand each row to fn. */
 typedef kiln_err (*row_fn)(sqlite3_stmt *st, void *ctx);
 static kiln_err each_row(sqlite3 *db, const char *run_dir, const char *whole, const char *at_step,
-                         const long *steps, size_t n_steps, row_fn fn, void *ctx) {
+                         const long *steps, size_t n_steps, long to, row_fn fn, void *ctx) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db, steps ? at_step : whole, -1, &st, NULL) != SQLITE_OK)
         DB_FAIL(rc, out);
     for (size_t i = 0; i < (steps ? n_steps : 1) && !rc; i++) {
-        if (steps) {
-            sqlite3_reset(st);
-            sqlite3_bind_int64(st, 1, steps[i]);
-        }
+        sqlite3_reset(st);
+        sqlite3_bind_int64(st, 1, steps ? steps[i] : to);
         int r;
         while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW)
             rc = fn(st, ctx);
@@ -247,7 +251,7 @@ static kiln_err layer_row(sqlite3_stmt *st, void *p) {
 }
 
 static kiln_err read_layers(sqlite3 *db, const char *run_dir, const long *steps, size_t n_steps,
-                            kiln_run_curves *cs, size_t *cap) {
+                            long to, kiln_run_curves *cs, size_t *cap) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
     layer_ctx c = {0};
@@ -282,11 +286,12 @@ static kiln_err read_layers(sqlite3 *db, const char *run_dir, const long *steps,
         c.g[i].c = &cs->c[base + i];
     rc = each_row(db, run_dir,
                   "SELECT step, layer, attn_entropy, router_entropy, load_imbalance, "
-                  "dead_experts, overflow, act_rms, expert_load FROM layers ORDER BY step, layer",
+                  "dead_experts, overflow, act_rms, expert_load FROM layers WHERE step <= ?1 "
+                  "ORDER BY step, layer",
                   "SELECT step, layer, attn_entropy, router_entropy, load_imbalance, "
                   "dead_experts, overflow, act_rms, expert_load FROM layers WHERE step = ?1 "
                   "ORDER BY layer",
-                  steps, n_steps, layer_row, &c);
+                  steps, n_steps, to, layer_row, &c);
 out:
     free(c.g);
     sqlite3_finalize(st);
@@ -330,13 +335,14 @@ static kiln_err tensor_row(sqlite3_stmt *st, void *p) {
 }
 
 static kiln_err read_tensors(sqlite3 *db, const char *run_dir, const long *steps, size_t n_steps,
-                             size_t max_movers, kiln_run_curves *cs, size_t *cap) {
+                             long to, size_t max_movers, kiln_run_curves *cs, size_t *cap) {
     tensor_ctx *c = kiln_calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_err rc = each_row(
-        db, run_dir, "SELECT step, name, grad_norm, update_ratio FROM tensors ORDER BY step",
+        db, run_dir,
+        "SELECT step, name, grad_norm, update_ratio FROM tensors WHERE step <= ?1 ORDER BY step",
         "SELECT step, name, grad_norm, update_ratio FROM tensors WHERE step = ?1", steps, n_steps,
-        tensor_row, c);
+        to, tensor_row, c);
     /* The movers: the highest update ratios, ties by name. */
     size_t want = max_movers < c->n ? max_movers : c->n;
     if (!rc && want) {
@@ -380,9 +386,10 @@ static kiln_err read_tensors(sqlite3 *db, const char *run_dir, const long *steps
     return rc;
 }
 
-kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers,
+kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers, long to,
                               kiln_run_curves *out) {
     memset(out, 0, sizeof *out);
+    if (to <= 0) to = LONG_MAX;
     if (!buckets) buckets = 1;
     if (!max_movers) max_movers = 8;
     kiln_metrics *mx = NULL;
@@ -394,24 +401,130 @@ kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_mo
     kiln_err rc = KILN_OK;
     /* One read transaction: the curves are of one moment of a run that trains meanwhile. */
     if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) DB_FAIL(rc, out);
-    if (sqlite3_prepare_v2(db, "SELECT min(step), max(step) FROM steps", -1, &st, NULL) !=
-            SQLITE_OK ||
-        sqlite3_step(st) != SQLITE_ROW)
+    if (sqlite3_prepare_v2(db, "SELECT min(step), max(step) FROM steps WHERE step <= ?1", -1, &st,
+                           NULL) != SQLITE_OK)
         DB_FAIL(rc, out);
+    sqlite3_bind_int64(st, 1, to);
+    if (sqlite3_step(st) != SQLITE_ROW) DB_FAIL(rc, out);
     out->first = (long)sqlite3_column_int64(st, 0);
     out->last = (long)sqlite3_column_int64(st, 1);
     sqlite3_finalize(st);
     st = NULL;
-    KILN_CHECK(rc, out, read_steps(db, run_dir, buckets, out, &cap));
+    KILN_CHECK(rc, out, read_steps(db, run_dir, buckets, to, out, &cap));
     KILN_CHECK(rc, out, sample_steps(db, run_dir, out, &steps, &n_steps));
     out->sampled = steps != NULL;
-    KILN_CHECK(rc, out, read_layers(db, run_dir, steps, n_steps, out, &cap));
-    KILN_CHECK(rc, out, read_tensors(db, run_dir, steps, n_steps, max_movers, out, &cap));
+    KILN_CHECK(rc, out, read_layers(db, run_dir, steps, n_steps, to, out, &cap));
+    KILN_CHECK(rc, out, read_tensors(db, run_dir, steps, n_steps, to, max_movers, out, &cap));
 out:
     sqlite3_finalize(st);
     free(steps);
     if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     kiln_metrics_close(mx);
     if (rc) kiln_run_curves_release(out);
+    return rc;
+}
+
+/* ---- the run summary a release carries ---- */
+
+/* A curve as {"step": [...], "value": [...]}, cut to at most KILN_RUN_SUMMARY_POINTS points
+ * (non-finite values are null). NULL when out of memory. */
+static json_t *summary_curve(const kiln_run_curve *c) {
+    enum { B = (KILN_RUN_SUMMARY_POINTS - 2) / 3 };
+    double x[KILN_DOWNSAMPLE_MAX(B)], y[KILN_DOWNSAMPLE_MAX(B)];
+    size_t n = kiln_downsample_array(c->x, c->y, c->n, B, x, y);
+    json_t *o = json_object(), *xs = json_array(), *ys = json_array();
+    if (!o || !xs || !ys || json_object_set_new(o, "step", xs) || json_object_set_new(o, "value", ys)) {
+        json_decref(o);
+        return NULL;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (json_array_append_new(xs, json_integer((json_int_t)x[i])) ||
+            json_array_append_new(ys, isfinite(y[i]) ? json_real(y[i]) : json_null())) {
+            json_decref(o);
+            return NULL;
+        }
+    return o;
+}
+
+kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path) {
+    json_t *run = NULL;
+    kiln_metrics *mx = NULL;
+    KILN_TRY(kiln_run_open_metrics(run_dir, &run, &mx));
+    kiln_run_curves cv;
+    kiln_err rc = kiln_run_curves_load(run_dir, KILN_RUN_SUMMARY_POINTS, 8, step, &cv);
+    json_t *doc = NULL, *series = NULL, *events = NULL, *movers = NULL;
+    sqlite3_stmt *st = NULL;
+    char *text = NULL;
+    if (rc) goto out;
+    doc = json_object();
+    series = json_object();
+    events = json_array();
+    movers = json_array();
+    const char *rid = json_string_value(json_object_get(run, "run_id"));
+    KILN_CHECK_IF(
+        rc, out,
+        !doc || !series || !events || !movers ||
+            json_object_set_new(doc, "format", json_string("kiln-run-summary/1")) ||
+            json_object_set_new(doc, "run_id", rid ? json_string(rid) : json_null()) ||
+            json_object_set_new(doc, "step", json_integer(step)) ||
+            json_object_set_new(doc, "first", json_integer(cv.first)) ||
+            json_object_set_new(doc, "last", json_integer(cv.last)) ||
+            json_object_set_new(doc, "sampled", json_boolean(cv.sampled)) ||
+            json_object_set_new(doc, "n_layers", json_integer(cv.n_layers)) ||
+            json_object_set_new(doc, "n_experts", json_integer(cv.n_experts)) ||
+            json_object_set(doc, "series", series) || json_object_set(doc, "events", events) ||
+            json_object_set(doc, "movers", movers),
+        KILN_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < cv.n; i++) {
+        json_t *c = cv.c[i].n ? summary_curve(&cv.c[i]) : NULL;
+        KILN_CHECK_IF(rc, out, cv.c[i].n && (!c || json_object_set_new(series, cv.c[i].name, c)),
+                      KILN_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < cv.n_movers; i++)
+        KILN_CHECK_IF(rc, out, json_array_append_new(movers, json_string(cv.movers[i])),
+                      KILN_ERR_NOMEM, "out of memory");
+    /* The events a chart marks, in the order logged; never their times. */
+    sqlite3 *db = kiln_metrics_db(mx);
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT step, kind, message FROM events WHERE step <= ?1 AND "
+                                     "kind IN ('spike', 'nonfinite', 'resume', 'device_change', "
+                                     "'ckpt_skipped') ORDER BY id LIMIT 1000",
+                                     -1, &st, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    sqlite3_bind_int64(st, 1, step > 0 ? step : LONG_MAX);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        const char *k = (const char *)sqlite3_column_text(st, 1),
+                   *m = (const char *)sqlite3_column_text(st, 2);
+        json_t *e = json_pack("{s:I,s:s,s:s}", "step", (json_int_t)sqlite3_column_int64(st, 0),
+                              "kind", k ? k : "", "message", m ? m : "");
+        KILN_CHECK_IF(rc, out, !e || json_array_append_new(events, e), KILN_ERR_NOMEM,
+                      "out of memory");
+    }
+    text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS | JSON_REAL_PRECISION(9));
+    KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory");
+    rc = kiln_write_file_atomic(path, text, strlen(text));
+out:
+    free(text);
+    sqlite3_finalize(st);
+    json_decref(series);
+    json_decref(events);
+    json_decref(movers);
+    json_decref(doc);
+    kiln_run_curves_release(&cv);
+    kiln_metrics_close(mx);
+    json_decref(run);
+    return rc;
+}
+
+kiln_err kiln_run_summary_add(void *ctx, long step, const char *dir) {
+    const char *run_dir = ctx;
+    char *db = kiln_path_join(run_dir, "metrics.db");
+    char *path = kiln_path_join(dir, KILN_RUN_SUMMARY_NAME);
+    kiln_err rc = !db || !path ? kiln_fail(KILN_ERR_NOMEM, "out of memory")
+                  : kiln_path_exists(db) ? kiln_run_summary_write(run_dir, step, path)
+                                         : KILN_OK;
+    free(db);
+    free(path);
     return rc;
 }

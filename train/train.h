@@ -611,13 +611,27 @@ typedef struct kiln_run_curves {
  * step (27 million rows for a million steps of the default model): a run of more than
  * KILN_RUN_CURVE_SAMPLES steps has them read at that many evenly spaced steps plus every
  * spike's and non-finite step's (by their keys), so the page costs the same at any length.
- * max_movers (0: 8) tensors are chosen as movers. A run without metrics.db fails naming it.
- * Release with kiln_run_curves_release. */
-kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers,
+ * max_movers (0: 8) tensors are chosen as movers. Steps after `to` are left out (0: none).
+ * A run without metrics.db fails naming it. Release with kiln_run_curves_release. */
+kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers, long to,
                               kiln_run_curves *out);
 void kiln_run_curves_release(kiln_run_curves *c);
 /* The curve named name, or NULL. */
 const kiln_run_curve *kiln_run_curve_find(const kiln_run_curves *c, const char *name);
+
+/* A run summary (format "kiln-run-summary/1", docs/runs-web.md): the curves above up to
+ * `step` (the checkpoint a model was exported from), each at most KILN_RUN_SUMMARY_POINTS
+ * points (kiln_downsample), and the run's spikes, non-finite steps, resumes and device
+ * changes up to it. Written to path (atomically) as compact JSON with sorted keys and reals
+ * to 9 digits, with no time of writing in it: the same run and step give the same bytes.
+ * kiln export and kiln release put it in the model directory as run_summary.json, where the
+ * manifest lists it and the signature covers it. */
+#define KILN_RUN_SUMMARY_POINTS 1000
+#define KILN_RUN_SUMMARY_NAME "run_summary.json"
+kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path);
+/* As a kiln_export_opts.add_files callback: ctx is the run directory (const char *); writes
+ * dir/run_summary.json, or nothing when the run has no metrics.db (nothing was logged). */
+kiln_err kiln_run_summary_add(void *run_dir, long step, const char *dir);
 
 /* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
  * The same function as kiln_tsmoe (MODEL.md), with parameters, gradients and activations

@@ -37,7 +37,7 @@ static const struct {
     [KILN_WEB_MARK_SPIKE] = {"spike", "#d97706"},  [KILN_WEB_MARK_NONFINITE] = {"nonfinite", "#dc2626"},
     [KILN_WEB_MARK_RESUME] = {"resume", "#2563eb"}, [KILN_WEB_MARK_DEVICE] = {"device", "#7c3aed"},
     [KILN_WEB_MARK_EVENT] = {"event", "#6b7280"},  [KILN_WEB_MARK_CKPT] = {"ckpt", "#6b7280"},
-    [KILN_WEB_MARK_BEST] = {"best", "#ca8a04"},
+    [KILN_WEB_MARK_BEST] = {"best", "#ca8a04"},    [KILN_WEB_MARK_EXPORTED] = {"exported", "#0f766e"},
 };
 
 const char *kiln_web_mark_name(kiln_web_mark_kind k) {
@@ -248,7 +248,8 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         /* The run of marks after i of its kind in the same column. */
         size_t j = i + 1, more = 0;
         while (j < n && m[j].kind == m[i].kind && fabs(at(&ax, m[j].x) - x) < 1 &&
-               !m[j].href == !m[i].href && m[i].kind != KILN_WEB_MARK_BEST) {
+               !m[j].href == !m[i].href && m[i].kind != KILN_WEB_MARK_BEST &&
+               m[i].kind != KILN_WEB_MARK_EXPORTED) {
             j++;
             more++;
         }
@@ -264,19 +265,20 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         kiln_web_text(b, m[i].text);
         if (more) num(b, " (and %zu more here)", more);
         lit(b, "</title>");
-        bool ck = m[i].kind == KILN_WEB_MARK_CKPT || m[i].kind == KILN_WEB_MARK_BEST;
-        if (ck) {
-            double r = m[i].kind == KILN_WEB_MARK_BEST ? 5 : 3.5, y = f->t + 5;
+        bool named = m[i].kind == KILN_WEB_MARK_BEST || m[i].kind == KILN_WEB_MARK_EXPORTED;
+        if (named || m[i].kind == KILN_WEB_MARK_CKPT) {
+            double r = named ? 5 : 3.5, y = f->t + 5;
             num(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                 "stroke-opacity=\".35\" stroke-dasharray=\"1 3\"/>"
                 "<path d=\"M%.1f %.1fl%.1f %.1fl%.1f %.1fl%.1f %.1fz\" fill=\"%s\"/>",
                 x, f->t, x, f->bot, c, x, y - r, r, r, -r, r, -r, -r, c);
-            if (m[i].kind == KILN_WEB_MARK_BEST)
+            if (named)
                 num(b,
-                    "<text class=\"best\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" "
-                    "fill=\"%s\">best</text>",
-                    x + (x > f->r - 40 ? -8 : 8), y + 4, x > f->r - 40 ? "end" : "start", c);
+                    "<text class=\"%s\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" "
+                    "fill=\"%s\">%s</text>",
+                    kiln_web_mark_name(m[i].kind), x + (x > f->r - 60 ? -8 : 8), y + 4,
+                    x > f->r - 60 ? "end" : "start", c, kiln_web_mark_name(m[i].kind));
         } else {
             num(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "

@@ -42,9 +42,11 @@ typedef enum kiln_web_mark_kind {
     KILN_WEB_MARK_DEVICE, /* a device change */
     KILN_WEB_MARK_EVENT,  /* any other event */
     KILN_WEB_MARK_CKPT,   /* a checkpoint on disk */
-    KILN_WEB_MARK_BEST    /* the best checkpoint: named on the chart */
+    KILN_WEB_MARK_BEST,   /* the best checkpoint: named on the chart */
+    KILN_WEB_MARK_EXPORTED /* the checkpoint a registry version was exported from: named */
 } kiln_web_mark_kind;
-/* "spike", "nonfinite", "resume", "device", "event", "ckpt", "best": the mark's class. */
+/* "spike", "nonfinite", "resume", "device", "event", "ckpt", "best", "exported": the mark's
+ * class. */
 const char *kiln_web_mark_name(kiln_web_mark_kind k);
 
 typedef struct kiln_web_mark {
@@ -149,6 +151,17 @@ void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const cha
 /* A paragraph of text; a link. */
 void kiln_web_para(kiln_web_buf *b, const char *text);
 void kiln_web_link(kiln_web_buf *b, const char *href, const char *text);
+
+/* ---- a registry version's page (web/version.c; registry/ui.c hands the documents) ---- */
+
+/* The validation report (validation.json as the registry stores it) check by check: the
+ * verdict, the baseline linked to its own version page (/ui/models/NAME/versions/VERSION),
+ * then a row per check with its status and reason. NULL: "no validation report". */
+void kiln_web_validation_report(kiln_web_buf *b, const json_t *report);
+/* The run summary (run_summary.json of the archive, train.h "kiln-run-summary/1") drawn as
+ * kiln runs serve draws a run, the exported step marked; NULL or no usable series: the
+ * sentence "no run summary". Values are checked for type and bounded in count. */
+void kiln_web_run_summary(kiln_web_buf *b, const json_t *summary);
 
 #ifdef __cplusplus
 }

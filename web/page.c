@@ -466,6 +466,11 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
     case KILN_WEB_TRUST:
         lit(b, "Trust policy");
         break;
+    case KILN_WEB_VERSION:
+        kiln_web_text(b, model);
+        lit(b, " ");
+        kiln_web_text(b, channel);
+        break;
     case KILN_WEB_ERROR:
         kiln_web_text(b, title);
         break;
@@ -473,11 +478,11 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
     lit(b, " \xC2\xB7 kiln registry</title>\n<style>");
     put(b, style, sizeof style - 1);
     lit(b, "</style>\n</head>\n<body>\n<header><nav><a href=\"/\">kiln registry</a>");
-    if (kind == KILN_WEB_MODEL || kind == KILN_WEB_CHANNEL) {
+    if (kind == KILN_WEB_MODEL || kind == KILN_WEB_CHANNEL || kind == KILN_WEB_VERSION) {
         lit(b, " / ");
         link_model(b, model);
     }
-    if (kind == KILN_WEB_CHANNEL) {
+    if (kind == KILN_WEB_CHANNEL || kind == KILN_WEB_VERSION) {
         lit(b, " / ");
         kiln_web_text(b, channel);
     }
@@ -503,6 +508,12 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
         break;
     case KILN_WEB_TRUST:
         lit(b, "Trust policy");
+        break;
+    case KILN_WEB_VERSION:
+        lit(b, "Version ");
+        kiln_web_text(b, channel);
+        lit(b, " of ");
+        link_model(b, model);
         break;
     case KILN_WEB_ERROR:
         kiln_web_text(b, title);
@@ -531,6 +542,12 @@ static void json_route(kiln_web_buf *b, kiln_web_kind kind, const char *model,
         break;
     case KILN_WEB_TRUST:
         lit(b, "/v1/trust");
+        break;
+    case KILN_WEB_VERSION:
+        lit(b, "/v1/models/");
+        seg(b, model);
+        lit(b, "/versions/");
+        seg(b, channel);
         break;
     default:
         lit(b, "/v1/models");
@@ -780,7 +797,12 @@ void kiln_web_versions_row(kiln_web_buf *b, const char *model, const kiln_web_ve
     put_signers(b, v->signers, v->nsigners);
     lit(b, "</td><td>");
     put_lineage(b, v->card);
-    lit(b, "</td></tr>\n");
+    /* The version's own page: its validation check by check and its training curves. */
+    lit(b, "<br><small><a class=\"version-page\" href=\"/ui/models/");
+    seg(b, model);
+    lit(b, "/versions/");
+    seg(b, v->version);
+    lit(b, "\">validation and training curves</a></small></td></tr>\n");
 }
 
 /* ---- a channel ---- */

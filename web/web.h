@@ -83,7 +83,8 @@ typedef enum kiln_web_kind {
     KILN_WEB_CHANNEL, /* a channel's history */
     KILN_WEB_AUDIT,   /* the audit log */
     KILN_WEB_ERROR,
-    KILN_WEB_TRUST /* the trust policy in force and its stored versions */
+    KILN_WEB_TRUST, /* the trust policy in force and its stored versions */
+    KILN_WEB_VERSION /* a version: its validation report and run summary (channel: the version) */
 } kiln_web_kind;
 
 /* The document's head, the navigation (registry / model / channel) and the heading. model
