@@ -25,6 +25,7 @@
 
 typedef struct server {
     const char *root;
+    kiln_run_cache *cache; /* the steps read so far of each run: a reload reads what is new */
 } server;
 
 static double now_s(void) {
@@ -307,7 +308,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     char *dir = run_path(s, name);
     if (!dir) return send_error(c, s, 404, "no such run here");
     kiln_run_info ri;
-    kiln_err e = kiln_run_info_load(dir, MAX_EVENTS, &ri);
+    kiln_err e = kiln_run_info_load_quick(dir, MAX_EVENTS, &ri);
     if (e) {
         free(dir);
         return send_error(c, s, e == KILN_ERR_NOTFOUND ? 404 : 500, kiln_errmsg());
@@ -317,7 +318,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     kiln_run_curves cv;
     bool have_curves = false;
     char curves_err[512] = "";
-    e = kiln_run_curves_load(dir, CURVE_BUCKETS, 8, 0, &cv);
+    e = kiln_run_curves_load_cached(s->cache, dir, CURVE_BUCKETS, 8, &cv);
     if (!e)
         have_curves = true;
     else
@@ -342,9 +343,19 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     snprintf(t, sizeof t, "step %ld of %ld, %s%s%s", ri.last_step, steps, kiln_run_state_name(st),
              ri.stop_message ? ": " : "", ri.stop_message ? ri.stop_message : "");
     kiln_web_kv_row(&b, "progress", t);
-    if (ri.best_val_step) {
-        snprintf(t, sizeof t, "val_loss %.6g, val_r2 %.4f at step %ld", ri.best_val_loss,
-                 ri.best_val_r2, ri.best_val_step);
+    /* The best validation from the curve: each bucket keeps its minimum, so its least is the
+     * run's (the scan kiln runs show makes for it would cost a read of every step). */
+    const kiln_run_curve *vl = have_curves ? kiln_run_curve_find(&cv, "val_loss") : NULL;
+    const kiln_run_curve *vr = have_curves ? kiln_run_curve_find(&cv, "val_r2") : NULL;
+    size_t bi = (size_t)-1;
+    for (size_t i = 0; vl && i < vl->n; i++)
+        if (isfinite(vl->y[i]) && (bi == (size_t)-1 || vl->y[i] < vl->y[bi])) bi = i;
+    if (bi != (size_t)-1) {
+        double r2 = NAN;
+        for (size_t i = 0; vr && i < vr->n; i++)
+            if (vr->x[i] == vl->x[bi]) r2 = vr->y[i];
+        int o2 = snprintf(t, sizeof t, "val_loss %.6g at step %.0f", vl->y[bi], vl->x[bi]);
+        if (isfinite(r2) && o2 > 0) snprintf(t + o2, sizeof t - (size_t)o2, ", val_r2 %.4f", r2);
         kiln_web_kv_row(&b, "best validation", t);
     }
     size_t o = 0;
@@ -714,7 +725,12 @@ int cmd_runs_serve(int argc, char **argv) {
     size_t rl = strlen(root);
     while (rl > 1 && root[rl - 1] == '/')
         root[--rl] = 0;
-    server s = {root};
+    server s = {root, NULL};
+    e = kiln_run_cache_create(&s.cache);
+    if (e) {
+        free(root);
+        return cli_fail(e);
+    }
     sigset_t set;
     sigemptyset(&set);
     sigaddset(&set, SIGINT);
@@ -728,6 +744,7 @@ int cmd_runs_serve(int argc, char **argv) {
         MHD_OPTION_END);
     if (!d) {
         free(root);
+        kiln_run_cache_free(s.cache);
         return cli_fail(kiln_fail(KILN_ERR_NETWORK,
                                   "cannot listen on '%s' (address in use or not local?)", listen));
     }
@@ -740,6 +757,7 @@ int cmd_runs_serve(int argc, char **argv) {
     int sig = 0;
     sigwait(&set, &sig);
     MHD_stop_daemon(d);
+    kiln_run_cache_free(s.cache);
     free(root);
     return 0;
 }

@@ -256,6 +256,30 @@ size_t kiln_downsample_end(kiln_downsample *d);
 size_t kiln_downsample_array(const double *x, const double *y, size_t n, size_t buckets,
                              double *ox, double *oy);
 
+/* The same rule kept as a series grows, for a reader that comes back for new rows only: the
+ * steps from 0 are cut into KILN_ROLLUP_BUCKETS buckets of `width` steps (1 at first); when a
+ * step falls past the last, neighbours are merged pairwise and the width doubles, each keeping
+ * the smaller minimum, the larger maximum and the earlier non-finite point, so what it holds
+ * is exactly what kiln_downsample would keep over buckets of that width, at any length.
+ * About 110 KiB; zero it with kiln_rollup_init. */
+#define KILN_ROLLUP_BUCKETS 2048
+typedef struct kiln_rollup_bucket {
+    double minx, miny, maxx, maxy, badx, bady;
+    bool finite, bad;
+} kiln_rollup_bucket;
+typedef struct kiln_rollup {
+    double width;
+    size_t n; /* buckets up to the last one used */
+    bool any;
+    double firstx, firsty, lastx, lasty; /* the first and last finite points */
+    kiln_rollup_bucket b[KILN_ROLLUP_BUCKETS];
+} kiln_rollup;
+void kiln_rollup_init(kiln_rollup *r);
+void kiln_rollup_push(kiln_rollup *r, double x, double y); /* x >= 0, ascending */
+/* The points held, ascending x, into x and y of KILN_ROLLUP_MAX each; how many. */
+#define KILN_ROLLUP_MAX (3 * KILN_ROLLUP_BUCKETS + 2)
+size_t kiln_rollup_points(const kiln_rollup *r, double *x, double *y);
+
 /* ---- libraries loaded on first use (core/dl.c) ------------------------------------ */
 
 /* A shared library and the symbols kiln uses in it, opened the first time a caller needs

@@ -89,3 +89,87 @@ size_t kiln_downsample_array(const double *x, const double *y, size_t n, size_t 
         kiln_downsample_push(&d, x[i], y[i]);
     return kiln_downsample_end(&d);
 }
+
+/* ---- the rollup: the same buckets, kept as a series grows ---- */
+
+void kiln_rollup_init(kiln_rollup *r) {
+    memset(r, 0, sizeof *r);
+    r->width = 1;
+}
+
+static void bucket_merge(kiln_rollup_bucket *a, const kiln_rollup_bucket *b) {
+    if (b->finite) {
+        if (!a->finite) {
+            a->minx = b->minx, a->miny = b->miny, a->maxx = b->maxx, a->maxy = b->maxy;
+            a->finite = true;
+        } else {
+            /* Ties keep the earlier point, as a bucket filled at once would. */
+            if (b->miny < a->miny || (b->miny == a->miny && b->minx < a->minx))
+                a->minx = b->minx, a->miny = b->miny;
+            if (b->maxy > a->maxy || (b->maxy == a->maxy && b->maxx < a->maxx))
+                a->maxx = b->maxx, a->maxy = b->maxy;
+        }
+    }
+    if (b->bad && (!a->bad || b->badx < a->badx)) a->bad = true, a->badx = b->badx, a->bady = b->bady;
+}
+
+void kiln_rollup_push(kiln_rollup *r, double x, double y) {
+    if (!(x >= 0)) x = 0;
+    double f = floor(x / r->width);
+    while (f >= KILN_ROLLUP_BUCKETS) {
+        for (size_t i = 0; i < KILN_ROLLUP_BUCKETS / 2; i++) {
+            kiln_rollup_bucket m = r->b[2 * i];
+            bucket_merge(&m, &r->b[2 * i + 1]);
+            r->b[i] = m;
+        }
+        memset(&r->b[KILN_ROLLUP_BUCKETS / 2], 0,
+               KILN_ROLLUP_BUCKETS / 2 * sizeof r->b[0]);
+        r->n = (r->n + 1) / 2;
+        r->width *= 2;
+        f = floor(x / r->width);
+    }
+    size_t i = (size_t)f;
+    if (i + 1 > r->n) r->n = i + 1;
+    kiln_rollup_bucket one = {x, y, x, y, x, y, isfinite(y), !isfinite(y)};
+    bucket_merge(&r->b[i], &one);
+    if (isfinite(y)) {
+        if (!r->any) r->firstx = x, r->firsty = y;
+        r->any = true;
+        r->lastx = x, r->lasty = y;
+    }
+}
+
+size_t kiln_rollup_points(const kiln_rollup *r, double *x, double *y) {
+    size_t n = 0;
+    for (size_t i = 0; i < r->n; i++) {
+        const kiln_rollup_bucket *b = &r->b[i];
+        double px[3], py[3];
+        int k = 0;
+        if (b->finite) {
+            px[k] = b->minx, py[k++] = b->miny;
+            px[k] = b->maxx, py[k++] = b->maxy;
+        }
+        if (b->bad) px[k] = b->badx, py[k++] = b->bady;
+        for (int a = 1; a < k; a++)
+            for (int c = a; c > 0 && px[c] < px[c - 1]; c--) {
+                double tx = px[c], ty = py[c];
+                px[c] = px[c - 1], py[c] = py[c - 1], px[c - 1] = tx, py[c - 1] = ty;
+            }
+        for (int a = 0; a < k; a++)
+            if (!n || px[a] > x[n - 1]) x[n] = px[a], y[n++] = py[a];
+    }
+    if (r->any && (!n || r->lastx > x[n - 1])) x[n] = r->lastx, y[n++] = r->lasty;
+    /* The first finite point, where it falls (a non-finite step may come before it). */
+    if (r->any) {
+        size_t at = 0;
+        while (at < n && x[at] < r->firstx)
+            at++;
+        if (at == n || x[at] != r->firstx) {
+            memmove(x + at + 1, x + at, (n - at) * sizeof *x);
+            memmove(y + at + 1, y + at, (n - at) * sizeof *y);
+            x[at] = r->firstx, y[at] = r->firsty;
+            n++;
+        }
+    }
+    return n;
+}

@@ -55,6 +55,26 @@ KILN_TEST(web_chart_downsample) {
     CHECK("a NaN is kept as NaN", nan);
     CHECK("an infinity is kept as itself", inf);
     CHECK("points stay in x order", ascending);
+    /* The rollup kiln runs serve keeps: the same extremes, at any length, read in pieces. */
+    kiln_rollup *r = malloc(sizeof *r);
+    double *rx = malloc(KILN_ROLLUP_MAX * sizeof *rx), *ry = malloc(KILN_ROLLUP_MAX * sizeof *ry);
+    if (!CHECK("alloc", r && rx && ry)) return;
+    kiln_rollup_init(r);
+    for (size_t i = 0; i < N; i++)
+        kiln_rollup_push(r, x[i], y[i]);
+    size_t rn = kiln_rollup_points(r, rx, ry);
+    bool rspike = false, rnan = false, rinc = true;
+    for (size_t i = 0; i < rn; i++) {
+        if (rx[i] == 123457 && ry[i] == 50) rspike = true;
+        if (rx[i] == 777778 && isnan(ry[i])) rnan = true;
+        if (i && rx[i] <= rx[i - 1]) rinc = false;
+    }
+    CHECK("rollup: buckets doubled to fit a million steps", r->width == 512 && rn <= KILN_ROLLUP_MAX);
+    CHECK("rollup: the spike and the NaN kept, x increasing", rspike && rnan && rinc);
+    CHECK("rollup: the first and last points kept", rx[0] == 1 && rx[rn - 1] == N);
+    free(r);
+    free(rx);
+    free(ry);
     /* A short series passes whole. */
     double sx[3] = {1, 2, 3}, sy[3] = {5, 6, 7};
     CHECK("fewer points than buckets pass unchanged",

@@ -3,9 +3,11 @@
  * tables read whole for a short run and at sampled steps (by their keys) for a long one. */
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <sqlite3.h>
 
@@ -91,51 +93,163 @@ static kiln_run_curve *add(kiln_run_curves *cs, size_t *cap, char *name) {
         goto label;                                                                                \
     } while (0)
 
-/* The steps table, whole, through one downsampler per column. */
-static kiln_err read_steps(sqlite3 *db, const char *run_dir, size_t buckets, long to,
-                           kiln_run_curves *cs, size_t *cap) {
+/* What has been read of a run's steps table: a rollup per column (core.h), the newest step
+ * read, and what would make it stale (another metrics.db, a resume: the trainer truncates
+ * the steps after its checkpoint and logs them again). */
+typedef struct steps_state {
+    kiln_rollup r[N_STEP_COLS];
+    long last;
+    long long resume_id;
+    dev_t dev;
+    ino_t ino;
+} steps_state;
+
+static void steps_reset(steps_state *s) {
+    for (size_t k = 0; k < N_STEP_COLS; k++)
+        kiln_rollup_init(&s->r[k]);
+    s->last = 0;
+    s->resume_id = 0;
+    s->dev = 0;
+    s->ino = 0;
+}
+
+/* Bring s up to the rows logged now (up to step to): only the rows after s->last are read,
+ * unless s is stale, when it starts over. */
+static kiln_err steps_update(sqlite3 *db, const char *run_dir, long to, steps_state *s) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
-    size_t M = KILN_DOWNSAMPLE_MAX(buckets);
-    kiln_downsample ds[N_STEP_COLS];
-    kiln_run_curve *cv[N_STEP_COLS];
-    size_t base = cs->n;
-    for (size_t k = 0; k < N_STEP_COLS; k++) {
-        cv[k] = add(cs, cap, kiln_strdup(step_cols[k]));
-        if (!cv[k]) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-        cv[k]->x = kiln_malloc(M * sizeof(double));
-        cv[k]->y = kiln_malloc(M * sizeof(double));
-        if (!cv[k]->x || !cv[k]->y) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    }
-    /* add() may move the array: take the pointers once they are all made. */
-    for (size_t k = 0; k < N_STEP_COLS; k++) {
-        cv[k] = &cs->c[base + k];
-        kiln_downsample_init(&ds[k], (double)cs->first, (double)cs->last, buckets, cv[k]->x,
-                             cv[k]->y);
+    char *path = kiln_path_join(run_dir, "metrics.db");
+    struct stat sb;
+    if (!path) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    bool same = !stat(path, &sb) && sb.st_dev == s->dev && sb.st_ino == s->ino;
+    free(path);
+    long long resume = 0;
+    long newest = 0;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT (SELECT coalesce(max(id), 0) FROM events WHERE kind = 'resume'),"
+                           " (SELECT coalesce(max(step), 0) FROM steps)",
+                           -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW)
+        DB_FAIL(rc, out);
+    resume = sqlite3_column_int64(st, 0);
+    newest = (long)sqlite3_column_int64(st, 1);
+    sqlite3_finalize(st);
+    st = NULL;
+    if (!same || resume != s->resume_id || newest < s->last) {
+        steps_reset(s);
+        s->dev = sb.st_dev;
+        s->ino = sb.st_ino;
+        s->resume_id = resume;
     }
     if (sqlite3_prepare_v2(db,
                            "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, "
-                           "val_r2, tokens_per_s, max_abs_output FROM steps WHERE step <= ?1 "
-                           "ORDER BY step",
+                           "val_r2, tokens_per_s, max_abs_output FROM steps WHERE step > ?1 AND "
+                           "step <= ?2 ORDER BY step",
                            -1, &st, NULL) != SQLITE_OK)
         DB_FAIL(rc, out);
-    sqlite3_bind_int64(st, 1, to);
+    sqlite3_bind_int64(st, 1, s->last);
+    sqlite3_bind_int64(st, 2, to);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        double x = (double)sqlite3_column_int64(st, 0);
+        long step = (long)sqlite3_column_int64(st, 0);
+        double x = (double)step;
         bool val = sqlite3_column_type(st, 7) != SQLITE_NULL;
         for (size_t k = 0; k < N_STEP_COLS; k++) {
             /* Validation only at the steps that were evaluated. */
             if ((k == 6 || k == 7) && !val) continue;
-            kiln_downsample_push(&ds[k], x, kiln_run_col_num(st, (int)k + 1));
+            kiln_rollup_push(&s->r[k], x, kiln_run_col_num(st, (int)k + 1));
         }
+        s->last = step;
     }
     if (r != SQLITE_DONE) DB_FAIL(rc, out);
-    for (size_t k = 0; k < N_STEP_COLS; k++)
-        cv[k]->n = kiln_downsample_end(&ds[k]);
 out:
     sqlite3_finalize(st);
     return rc;
+}
+
+/* The steps table's curves out of s, each cut to `buckets` buckets of the steps logged. */
+static kiln_err steps_curves(const steps_state *s, size_t buckets, kiln_run_curves *cs,
+                             size_t *cap) {
+    double *x = kiln_malloc(KILN_ROLLUP_MAX * sizeof *x), *y = kiln_malloc(KILN_ROLLUP_MAX * sizeof *y);
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !x || !y, KILN_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; k < N_STEP_COLS; k++) {
+        size_t n = kiln_rollup_points(&s->r[k], x, y);
+        size_t m = n > KILN_DOWNSAMPLE_MAX(buckets) ? KILN_DOWNSAMPLE_MAX(buckets) : n;
+        kiln_run_curve *c = add(cs, cap, kiln_strdup(step_cols[k]));
+        KILN_CHECK_IF(rc, out, !c, KILN_ERR_NOMEM, "out of memory");
+        c->x = kiln_malloc((m ? m : 1) * sizeof(double));
+        c->y = kiln_malloc((m ? m : 1) * sizeof(double));
+        KILN_CHECK_IF(rc, out, !c->x || !c->y, KILN_ERR_NOMEM, "out of memory");
+        if (n > m) {
+            c->n = kiln_downsample_array(x, y, n, buckets, c->x, c->y);
+        } else {
+            memcpy(c->x, x, n * sizeof *x);
+            memcpy(c->y, y, n * sizeof *y);
+            c->n = n;
+        }
+    }
+out:
+    free(x);
+    free(y);
+    return rc;
+}
+
+/* ---- the cache kiln runs serve keeps ---- */
+
+#define CACHE_RUNS 16
+
+struct kiln_run_cache {
+    pthread_mutex_t mu;
+    struct {
+        char *dir;
+        steps_state *st;
+        unsigned long long used;
+    } e[CACHE_RUNS];
+    unsigned long long tick;
+};
+
+kiln_err kiln_run_cache_create(kiln_run_cache **out) {
+    *out = kiln_calloc(1, sizeof **out);
+    if (!*out) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    pthread_mutex_init(&(*out)->mu, NULL);
+    return KILN_OK;
+}
+
+void kiln_run_cache_free(kiln_run_cache *c) {
+    if (!c) return;
+    for (size_t i = 0; i < CACHE_RUNS; i++) {
+        free(c->e[i].dir);
+        free(c->e[i].st);
+    }
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+/* The cache's state for run_dir (the least recently used one given over when full), or NULL
+ * when out of memory. Called with the lock held. */
+static steps_state *cache_entry(kiln_run_cache *c, const char *run_dir) {
+    size_t lru = 0;
+    for (size_t i = 0; i < CACHE_RUNS; i++) {
+        if (c->e[i].dir && !strcmp(c->e[i].dir, run_dir)) {
+            c->e[i].used = ++c->tick;
+            return c->e[i].st;
+        }
+        if (c->e[i].used < c->e[lru].used) lru = i;
+    }
+    char *dir = kiln_strdup(run_dir);
+    steps_state *st = c->e[lru].st ? c->e[lru].st : kiln_malloc(sizeof *st);
+    if (!dir || !st) {
+        free(dir);
+        if (st != c->e[lru].st) free(st);
+        return NULL;
+    }
+    steps_reset(st);
+    free(c->e[lru].dir);
+    c->e[lru].dir = dir;
+    c->e[lru].st = st;
+    c->e[lru].used = ++c->tick;
+    return st;
 }
 
 static int cmp_long(const void *a, const void *b) {
@@ -386,23 +500,28 @@ static kiln_err read_tensors(sqlite3 *db, const char *run_dir, const long *steps
     return rc;
 }
 
-kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers, long to,
-                              kiln_run_curves *out) {
+static kiln_err curves_load(kiln_run_cache *cache, const char *run_dir, size_t buckets,
+                            size_t max_movers, long to, kiln_run_curves *out) {
     memset(out, 0, sizeof *out);
-    if (to <= 0) to = LONG_MAX;
     if (!buckets) buckets = 1;
     if (!max_movers) max_movers = 8;
+    if (to <= 0) to = LONG_MAX;
     kiln_metrics *mx = NULL;
     KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
     sqlite3 *db = kiln_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     long *steps = NULL;
     size_t n_steps = 0, cap = 0;
+    steps_state *own = NULL;
+    bool locked = false;
     kiln_err rc = KILN_OK;
     /* One read transaction: the curves are of one moment of a run that trains meanwhile. */
     if (sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK) DB_FAIL(rc, out);
-    if (sqlite3_prepare_v2(db, "SELECT min(step), max(step) FROM steps WHERE step <= ?1", -1, &st,
-                           NULL) != SQLITE_OK)
+    /* (min() and max() under a WHERE would read every row; these seek by the key.) */
+    if (sqlite3_prepare_v2(db,
+                           "SELECT (SELECT step FROM steps ORDER BY step LIMIT 1), (SELECT step "
+                           "FROM steps WHERE step <= ?1 ORDER BY step DESC LIMIT 1)",
+                           -1, &st, NULL) != SQLITE_OK)
         DB_FAIL(rc, out);
     sqlite3_bind_int64(st, 1, to);
     if (sqlite3_step(st) != SQLITE_ROW) DB_FAIL(rc, out);
@@ -410,18 +529,45 @@ kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_mo
     out->last = (long)sqlite3_column_int64(st, 1);
     sqlite3_finalize(st);
     st = NULL;
-    KILN_CHECK(rc, out, read_steps(db, run_dir, buckets, to, out, &cap));
+    steps_state *ss;
+    if (cache) {
+        pthread_mutex_lock(&cache->mu);
+        locked = true;
+        ss = cache_entry(cache, run_dir);
+    } else {
+        ss = own = kiln_malloc(sizeof *own);
+        if (own) steps_reset(own);
+    }
+    KILN_CHECK_IF(rc, out, !ss, KILN_ERR_NOMEM, "out of memory");
+    rc = steps_update(db, run_dir, to, ss);
+    if (!rc) rc = steps_curves(ss, buckets, out, &cap);
+    if (rc && cache) steps_reset(ss); /* half read: start over next time */
+    if (locked) pthread_mutex_unlock(&cache->mu);
+    locked = false;
+    if (rc) goto out;
     KILN_CHECK(rc, out, sample_steps(db, run_dir, out, &steps, &n_steps));
     out->sampled = steps != NULL;
     KILN_CHECK(rc, out, read_layers(db, run_dir, steps, n_steps, to, out, &cap));
     KILN_CHECK(rc, out, read_tensors(db, run_dir, steps, n_steps, to, max_movers, out, &cap));
 out:
+    if (locked) pthread_mutex_unlock(&cache->mu);
+    free(own);
     sqlite3_finalize(st);
     free(steps);
     if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
     kiln_metrics_close(mx);
     if (rc) kiln_run_curves_release(out);
     return rc;
+}
+
+kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers, long to,
+                              kiln_run_curves *out) {
+    return curves_load(NULL, run_dir, buckets, max_movers, to, out);
+}
+
+kiln_err kiln_run_curves_load_cached(kiln_run_cache *cache, const char *run_dir, size_t buckets,
+                                     size_t max_movers, kiln_run_curves *out) {
+    return curves_load(cache, run_dir, buckets, max_movers, 0, out);
 }
 
 /* ---- the run summary a release carries ---- */

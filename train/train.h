@@ -402,6 +402,9 @@ typedef struct kiln_run_info {
  * in one read transaction, so a trainer writing meanwhile cannot mix two moments).
  * Release with kiln_run_info_release. */
 kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out);
+/* The same without best_val_* (0: finding them reads every step; kiln runs serve takes them
+ * from its curves), so that it costs the same at any length. */
+kiln_err kiln_run_info_load_quick(const char *run_dir, size_t max_events, kiln_run_info *out);
 void kiln_run_info_release(kiln_run_info *info);
 /* Whether a trainer holds the run directory now (its OFD lock on RUN_DIR/.lock, tested
  * without taking anything: a reader never makes a trainer wait or fail). No .lock: false. */
@@ -611,11 +614,24 @@ typedef struct kiln_run_curves {
  * step (27 million rows for a million steps of the default model): a run of more than
  * KILN_RUN_CURVE_SAMPLES steps has them read at that many evenly spaced steps plus every
  * spike's and non-finite step's (by their keys), so the page costs the same at any length.
+ * The steps table's columns are kept in a kiln_rollup each (core.h), so the buckets are
+ * powers of two steps wide and what is kept does not depend on when the rows were read.
  * max_movers (0: 8) tensors are chosen as movers. Steps after `to` are left out (0: none).
  * A run without metrics.db fails naming it. Release with kiln_run_curves_release. */
 kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers, long to,
                               kiln_run_curves *out);
 void kiln_run_curves_release(kiln_run_curves *c);
+
+/* What a long-lived reader (kiln runs serve) keeps between reads of the same runs: the steps
+ * table's buckets of each of 16 runs (the least recently read given over), so that a reload
+ * reads only the rows logged since (a million-step run's full read happens once). A new
+ * metrics.db, a resume or fewer steps than before start that run over. Thread-safe. */
+typedef struct kiln_run_cache kiln_run_cache;
+kiln_err kiln_run_cache_create(kiln_run_cache **out);
+void kiln_run_cache_free(kiln_run_cache *c); /* NULL is fine */
+/* kiln_run_curves_load (every step) through the cache. */
+kiln_err kiln_run_curves_load_cached(kiln_run_cache *cache, const char *run_dir, size_t buckets,
+                                     size_t max_movers, kiln_run_curves *out);
 /* The curve named name, or NULL. */
 const kiln_run_curve *kiln_run_curve_find(const kiln_run_curves *c, const char *name);
 
