@@ -66,9 +66,27 @@ browse "$URL/explain?r=lr0.001&step=800" runs-explain 900
 grep -q 'step 800: why' "$T/runs-explain.dom" && grep -q '<th>loss</th><td><code>40 (median' "$T/runs-explain.dom" ||
     fail "explain page"
 
-# 5. A step logged while served shows on reload.
-sqlite3 "$T/sweep/lr0.003/metrics.db" "INSERT INTO steps(step, time, loss) VALUES (2001, 1.8e9, 0.5)"
+# 5. Steps logged while served show on reload, read incrementally: the long-lived server's
+# charts are a fresh server's, byte for byte, after new steps and after a resume (which
+# truncates the steps after its checkpoint and logs them again).
+charts() { curl -sf "$1/run?r=lr0.003" | sed -n '/<h2>Training/,/<h2>Events/p' | sed 's/ read at .*//'; }
+charts "$URL" >/dev/null || fail "run page"
+sqlite3 "$T/sweep/lr0.003/metrics.db" "INSERT INTO steps(step, time, loss, grad_norm) VALUES (2001, 1.8e9, 0.5, 9.5)"
 curl -sf "$URL/" | grep -q '2001 / 2000' || fail "a new step does not show on reload"
+charts "$URL" >"$T/live1"
+grep -q 'step 2001 of 2000' "$T/live1" || curl -sf "$URL/run?r=lr0.003" | grep -q 'step 2001 of 2000' || fail "run page: step 2001"
+sqlite3 "$T/sweep/lr0.003/metrics.db" "DELETE FROM steps WHERE step > 1500;
+  INSERT INTO events(step, time, kind, message) VALUES (1500, 1.9e9, 'resume', 'resumed from step 1500');
+  INSERT INTO steps(step, time, loss, grad_norm) VALUES (1501, 1.9e9, 7.5, 0.25)"
+charts "$URL" >"$T/live2"
+$KILN runs serve "$T/sweep" >"$T/serve2.out" 2>"$T/serve2.err" &
+PID2=$!
+serve_url "$T/serve2.out" "$T/serve2.err"
+charts "$URL" >"$T/fresh2"
+kill $PID2; wait $PID2 2>/dev/null || true
+serve_url "$T/serve.out" "$T/serve.err"
+[ -s "$T/live2" ] && cmp -s "$T/live2" "$T/fresh2" || { diff "$T/live2" "$T/fresh2" | cut -c1-160 | head -5 >&2; fail "after a resume the cached charts are not a fresh read's"; }
+cmp -s "$T/live1" "$T/live2" && fail "the resume did not change the charts"
 
 # 6. Refusals: no path out of the directory, a missing run, a write.
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/run?r=..%2Fsweep")" = 404 ] || fail "../ not refused"
