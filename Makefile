@@ -228,6 +228,15 @@ bench-web: $(BUILD)/bench_web
 	$(BUILD)/bench_web $(BUILD)/bench > $(BUILD)/bench/web.txt.tmp && mv $(BUILD)/bench/web.txt.tmp $(BUILD)/bench/web.txt
 	@cat $(BUILD)/bench/web.txt
 
+# kiln runs serve's run page for a run of a million generated steps against one of a thousand
+# and against sqlite3 reading the same series (bench/bench_runs_web.sh; ~750 MB kept in
+# $(BUILD)/bench/runs-web).
+.PHONY: bench-runs-web
+bench-runs-web: $(BUILD)/kiln
+	@mkdir -p $(BUILD)/bench
+	sh bench/bench_runs_web.sh $(BUILD)/kiln $(BUILD)/bench > $(BUILD)/bench/runs_web.txt.tmp && mv $(BUILD)/bench/runs_web.txt.tmp $(BUILD)/bench/runs_web.txt
+	@cat $(BUILD)/bench/runs_web.txt
+
 bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
@@ -235,6 +244,7 @@ bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	$(BUILD)/bench_train > $(BUILD)/bench/train.txt.tmp && mv $(BUILD)/bench/train.txt.tmp $(BUILD)/bench/train.txt
 	@cat $(BUILD)/bench/train.txt
 	@$(MAKE) --no-print-directory bench-web
+	@$(MAKE) --no-print-directory bench-runs-web
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
