@@ -573,6 +573,14 @@ static void fmt_num(const json_t *v, char out[32]) {
         snprintf(out, 32, "-");
 }
 
+/* A ratio as kiln runs explain prints it: "174.8". */
+static void fmt_ratio(const json_t *v, char out[32]) {
+    if (json_is_number(v))
+        snprintf(out, 32, "%.4g", json_number_value(v));
+    else
+        snprintf(out, 32, "-");
+}
+
 static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, const char *name,
                                     const char *step_arg) {
     char *end = NULL;
@@ -609,8 +617,8 @@ static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, c
         char a[32], m[32], r[32], line[128];
         fmt_num(json_object_get(v, "value"), a);
         fmt_num(json_object_get(v, "median"), m);
-        fmt_num(json_object_get(v, "ratio"), r);
-        snprintf(line, sizeof line, "%s (median %s, x%s)", a, m, r);
+        fmt_ratio(json_object_get(v, "ratio"), r);
+        snprintf(line, sizeof line, "%s (median %s, %sx)", a, m, r);
         kiln_web_kv_row(&b, key, line);
     }
     kiln_web_kv_end(&b);
@@ -620,8 +628,8 @@ static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, c
         char a[32], m[32], r[32], line[128];
         fmt_num(json_object_get(v, "value"), a);
         fmt_num(json_object_get(v, "median"), m);
-        fmt_num(json_object_get(v, "ratio"), r);
-        snprintf(line, sizeof line, "gradient norm %s (median %s, x%s)", a, m, r);
+        fmt_ratio(json_object_get(v, "ratio"), r);
+        snprintf(line, sizeof line, "gradient norm %s (median %s, %sx)", a, m, r);
         kiln_web_kv_row(&b, json_string_value(json_object_get(v, "name")), line);
     }
     kiln_web_kv_end(&b);
