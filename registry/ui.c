@@ -5,6 +5,7 @@
  *
  * Display only, as `kiln channel history` is: nothing here verifies a signature (the server
  * did on upload, and kiln pull does again); it reads what they say. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -651,6 +652,54 @@ out:
 
 /* ---- "/ui/models/{model}/versions/{version}" ---- */
 
+/* The summaries read last, by the archive's digest (a stored archive never changes): reaching
+ * run_summary.json means decompressing the archive through model.safetensors, so a page seen
+ * again is drawn from memory. Small summaries only; the least recently used goes. */
+#define UI_SUMMARY_CACHE 8
+#define UI_SUMMARY_CACHE_MAX (4u << 20)
+static pthread_mutex_t summary_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char hex[KILN_SHA256_HEX];
+    char *bytes; /* NULL: the archive has none */
+    size_t len;
+    unsigned long long used;
+} summary_cache[UI_SUMMARY_CACHE];
+static unsigned long long summary_tick;
+
+/* Whether hex is cached: its bytes copied into *bytes (NULL when it has none). */
+static bool summary_cached(const char *hex, char **bytes, size_t *len, bool *nomem) {
+    bool hit = false;
+    pthread_mutex_lock(&summary_mu);
+    for (size_t i = 0; i < UI_SUMMARY_CACHE && !hit; i++)
+        if (summary_cache[i].used && !strcmp(summary_cache[i].hex, hex)) {
+            hit = true;
+            summary_cache[i].used = ++summary_tick;
+            *len = summary_cache[i].len;
+            *bytes = NULL;
+            if (summary_cache[i].bytes && !(*bytes = kiln_malloc(*len + 1))) *nomem = true;
+            if (*bytes) memcpy(*bytes, summary_cache[i].bytes, *len + 1);
+        }
+    pthread_mutex_unlock(&summary_mu);
+    return hit;
+}
+
+static void summary_keep(const char *hex, const char *bytes, size_t len) {
+    if (bytes && len > UI_SUMMARY_CACHE_MAX) return;
+    char *copy = NULL;
+    if (bytes && !(copy = kiln_malloc(len + 1))) return;
+    if (copy) memcpy(copy, bytes, len + 1);
+    pthread_mutex_lock(&summary_mu);
+    size_t lru = 0;
+    for (size_t i = 1; i < UI_SUMMARY_CACHE; i++)
+        if (summary_cache[i].used < summary_cache[lru].used) lru = i;
+    free(summary_cache[lru].bytes);
+    memcpy(summary_cache[lru].hex, hex, KILN_SHA256_HEX);
+    summary_cache[lru].bytes = copy;
+    summary_cache[lru].len = len;
+    summary_cache[lru].used = ++summary_tick;
+    pthread_mutex_unlock(&summary_mu);
+}
+
 /* The run summary the stored archive carries, parsed; NULL when it carries none. A summary
  * that does not match the manifest, or an archive that cannot be read, fails. */
 #define UI_SUMMARY_MAX (16u << 20)
@@ -659,6 +708,15 @@ static kiln_err version_summary(const char *root, const char *digest, json_t **o
     char hex[KILN_SHA256_HEX];
     KILN_FAIL_IF(!digest || !reg_digest_hex(digest, hex), KILN_ERR_FORMAT,
                  "stored digest '%s' is malformed", digest ? digest : "");
+    char *cbytes = NULL;
+    size_t clen = 0;
+    bool nomem = false;
+    if (summary_cached(hex, &cbytes, &clen, &nomem)) {
+        KILN_FAIL_IF(nomem, KILN_ERR_NOMEM, "out of memory");
+        if (cbytes) *out = json_loadb(cbytes, clen, JSON_REJECT_DUPLICATES, NULL);
+        free(cbytes);
+        return KILN_OK;
+    }
     char *path = reg_blob_path(root, hex);
     KILN_FAIL_IF(!path, KILN_ERR_NOMEM, "out of memory");
     kiln_manifest *m = NULL;
@@ -678,6 +736,7 @@ static kiln_err version_summary(const char *root, const char *digest, json_t **o
         rc = kiln_fail(KILN_ERR_FORMAT, "run_summary.json of %s: %zu bytes, more than the %u read",
                        digest, len, UI_SUMMARY_MAX);
     }
+    if (!rc) summary_keep(hex, bytes, len);
     free(bytes);
     json_decref(card);
     kiln_manifest_free(m);

@@ -56,6 +56,15 @@ grep -q '<a class="baseline" href="/ui/models/market/versions/1.0.0">market 1.0.
     fail "the baseline not linked"
 grep -q 'Version 2.0.0 of' "$d" || fail "heading"
 
+# A page seen again is drawn from memory, not the archive: with v2's blob moved away, the
+# charts are still there.
+h=$(sha256sum r2/market-2.0.0.kiln | cut -d' ' -f1)
+b="reg/blobs/sha256/$(echo "$h" | cut -c1-2)/$h"
+[ -f "$b" ] || fail "v2's blob not at $b"
+mv "$b" "$T/blob.aside"
+curl -sf "$URL/ui/models/market/versions/2.0.0" | grep -q 'id="chart-loss"' || { mv "$T/blob.aside" "$b"; fail "the summary was read again"; }
+mv "$T/blob.aside" "$b"
+
 # 2. v1: no baseline; its page links nowhere but says so.
 browse "$URL/ui/models/market/versions/1.0.0" registry-version-v1 1200
 grep -q 'none: validated without --baseline' "$T/registry-version-v1.dom" || fail "v1 baseline"
