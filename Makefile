@@ -26,6 +26,9 @@ PY_DEB_PKGS := python3 python3-numpy python3-torch python3-pandas python3-pip py
                python3-venv
 DEB_PKGS += $(PY_DEB_PKGS)
 PY_PROBE := /usr/bin/python3 -c 'import setuptools, pip, ensurepip, numpy, pandas, torch'
+# Headless Chromium loads the runs and registry web pages in the tests (tests/e2e/browser.sh).
+DEB_PKGS += chromium
+TOOLS += chromium
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c
@@ -259,6 +262,15 @@ bench-web: $(BUILD)/bench_web
 	$(BUILD)/bench_web $(BUILD)/bench > $(BUILD)/bench/web.txt.tmp && mv $(BUILD)/bench/web.txt.tmp $(BUILD)/bench/web.txt
 	@cat $(BUILD)/bench/web.txt
 
+# kiln runs serve's run page for a run of a million generated steps against one of a thousand
+# and against sqlite3 reading the same series (bench/bench_runs_web.sh; ~750 MB kept in
+# $(BUILD)/bench/runs-web).
+.PHONY: bench-runs-web
+bench-runs-web: $(BUILD)/kiln
+	@mkdir -p $(BUILD)/bench
+	sh bench/bench_runs_web.sh $(BUILD)/kiln $(BUILD)/bench > $(BUILD)/bench/runs_web.txt.tmp && mv $(BUILD)/bench/runs_web.txt.tmp $(BUILD)/bench/runs_web.txt
+	@cat $(BUILD)/bench/runs_web.txt
+
 bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
@@ -267,6 +279,7 @@ bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	@cat $(BUILD)/bench/train.txt
 	@$(MAKE) --no-print-directory bench-web
 	@$(MAKE) --no-print-directory bench-python
+	@$(MAKE) --no-print-directory bench-runs-web
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and

@@ -135,6 +135,7 @@ int cmd_runs_diff(int argc, char **argv);
 int cmd_runs_explain(int argc, char **argv);
 int cmd_runs_list(int argc, char **argv);
 int cmd_runs_plot(int argc, char **argv);
+int cmd_runs_serve(int argc, char **argv);
 int cmd_runs_show(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);

@@ -50,6 +50,7 @@ static const command commands[] = {
      "why a step went wrong: a spike or non-finite step against the steps before"},
     {"runs list", cmd_runs_list, "compare a sweep of runs: state, metrics, what differs"},
     {"runs plot", cmd_runs_plot, "draw a run's metrics over its steps (several runs overlaid)"},
+    {"runs serve", cmd_runs_serve, "a read-only web page of a sweep's runs: curves, events"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
     {"sign", cmd_sign, "sign a file (minisign format)"},
     /* "sweep job" and "sweep status" before "sweep": the first row whose words match runs. */

@@ -171,6 +171,11 @@ typedef struct kiln_export_opts {
     kiln_export_dtype dtype; /* weight matrices, vectors and biases; norm.in_* stay F32 */
     const char *name;        /* the card's name; NULL: "run-" and the run id's first 12 digits */
     bool force;              /* replace an existing non-empty out_dir */
+    /* Called with the step frozen and the directory being made, before it is put in place:
+     * the caller adds files there (kiln export and kiln release: run_summary.json, from
+     * train/). A failure stops the export and leaves nothing. NULL: none. */
+    kiln_err (*add_files)(void *ctx, long step, const char *dir);
+    void *add_files_ctx;
 } kiln_export_opts;
 
 /* What an export did; release with kiln_export_info_release. */

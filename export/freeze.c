@@ -681,6 +681,7 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     KILN_CHECK_IF(rc, out, !mpath || !cpath, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, write_model(mpath, &c, o->dtype));
     KILN_CHECK(rc, out, kiln_json_write_file(cpath, card));
+    if (o->add_files) KILN_CHECK(rc, out, o->add_files(o->add_files_ctx, c.step, tmp));
     KILN_CHECK(rc, out, install_dir(tmp, o->out_dir, o->force));
     free(tmp);
     tmp = NULL;

@@ -444,6 +444,7 @@ enum reg_route {
     REG_R_TRUST,         /* "/v1/trust": the newest stored trust version */
     REG_R_TRUST_VERSION, /* "/v1/trust/{N}": N in seg[1] */
     REG_R_UI_TRUST,      /* "/ui/trust" */
+    REG_R_UI_VERSION,    /* "/ui/models/{model}/versions/{version}" */
     REG_R_COUNT
 };
 
@@ -502,5 +503,10 @@ kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b);
  * quorum and what it changed. A stored version that does not verify is shown as such. */
 kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_sign_trust *start,
                       uint64_t before, int64_t now, kiln_web_buf *b);
+/* "/ui/models/{model}/versions/{version}": the version's row, its validation report check by
+ * check, and the run summary its archive carries (run_summary.json, read from the stored blob
+ * in root and checked against the archive's manifest). */
+kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root, const char *model,
+                        const char *version, int64_t now, kiln_web_buf *b);
 
 #endif

@@ -200,8 +200,13 @@ static kiln_err stage_check(rel *r) {
 
 static kiln_err stage_export(rel *r) {
     if (r->o->model_dir) return stage_copy_model(r);
-    kiln_export_opts eo = {
-        .run_dir = r->o->run_dir, .step = r->o->step, .out_dir = r->model, .name = r->o->name};
+    kiln_export_opts eo = {.run_dir = r->o->run_dir,
+                           .step = r->o->step,
+                           .out_dir = r->model,
+                           .name = r->o->name,
+                           /* the curves of the run, signed with the rest (train.h) */
+                           .add_files = kiln_run_summary_add,
+                           .add_files_ctx = (void *)r->o->run_dir};
     kiln_export_info info;
     KILN_TRY(kiln_export_model(&eo, &info));
     r->res->step = info.step;

@@ -42,6 +42,7 @@ static const char *const route_label[REG_R_COUNT] = {
     [REG_R_TRUST] = "/v1/trust",
     [REG_R_TRUST_VERSION] = "/v1/trust/{version}",
     [REG_R_UI_TRUST] = "/ui/trust",
+    [REG_R_UI_VERSION] = "/ui/models/{model}/versions/{version}",
 };
 
 #define N_BUCKETS 8
@@ -354,6 +355,8 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
             route = REG_R_UI_MODEL;
         else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "channels"))
             route = REG_R_UI_CHANNEL;
+        else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "versions"))
+            route = REG_R_UI_VERSION;
     } else if (n == 2 && !strcmp(s[1], "models"))
         route = REG_R_MODELS;
     else if (n == 2 && !strcmp(s[1], "trust"))
@@ -825,6 +828,9 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
         break;
     case REG_R_UI_MODEL:
         rc = reg_ui_model(db, t, r->seg[0], now, &b);
+        break;
+    case REG_R_UI_VERSION:
+        rc = reg_ui_version(db, t, s->root, r->seg[0], r->seg[1], now, &b);
         break;
     case REG_R_UI_CHANNEL: {
         const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
@@ -1373,7 +1379,7 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
     bool ui = r->route == REG_R_UI_HOME || r->route == REG_R_UI_MODEL ||
               r->route == REG_R_UI_CHANNEL || r->route == REG_R_UI_AUDIT ||
-              r->route == REG_R_UI_TRUST;
+              r->route == REG_R_UI_TRUST || r->route == REG_R_UI_VERSION;
     r->html = ui || !strncmp(url, "/ui/", 4);
     if (bad) return send_error(c, r, 400, "malformed path");
     if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
@@ -1389,14 +1395,15 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
                           s->mirror_of);
     kiln_err rc = KILN_OK;
     /* A page's names are checked as the API's are; an empty one is a bad name there too. */
-    bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL;
+    bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL ||
+                       r->route == REG_R_UI_VERSION;
     if ((r->seg[0][0] || model_named) &&
         (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
         return send_kiln_error(c, r, rc);
     /* A new version or channel follows the naming rule, so that NAME@REF can only mean one
      * thing (kiln_registry_looks_like_version); what a store holds from before it is still
      * read by its characters. */
-    if (r->route == REG_R_VERSION &&
+    if ((r->route == REG_R_VERSION || r->route == REG_R_UI_VERSION) &&
         (rc = put ? kiln_registry_check_version(r->seg[1]) : reg_check_version_chars(r->seg[1])))
         return send_kiln_error(c, r, rc);
     if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY || r->route == REG_R_UI_CHANNEL) &&
@@ -1457,6 +1464,7 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
         case REG_R_UI_CHANNEL:
         case REG_R_UI_AUDIT:
         case REG_R_UI_TRUST:
+        case REG_R_UI_VERSION:
             res = do_page(s, c, r, db);
             break;
         default:

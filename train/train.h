@@ -535,6 +535,9 @@ typedef struct kiln_run_info {
  * in one read transaction, so a trainer writing meanwhile cannot mix two moments).
  * Release with kiln_run_info_release. */
 kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out);
+/* The same without best_val_* (0: finding them reads every step; kiln runs serve takes them
+ * from its curves), so that it costs the same at any length. */
+kiln_err kiln_run_info_load_quick(const char *run_dir, size_t max_events, kiln_run_info *out);
 void kiln_run_info_release(kiln_run_info *info);
 /* Append an event to a run's log (metrics.db's events table) from outside the trainer: a
  * launcher's record of a preemption or a requeue (kiln sweep). step: the step it belongs to;
@@ -716,6 +719,73 @@ void kiln_run_series_free(kiln_run_series *s, size_t n);
 /* What metrics a run logged, in the names kiln_run_series_load takes (the step columns, the
  * layers' diagnostics and their layers, the tensors), as text for people (caller frees). */
 kiln_err kiln_run_metrics_list(const char *run_dir, char **out);
+
+/* ---- a run's curves for a picture (kiln runs serve, a release's run summary) ---- */
+
+/* At most this many steps of the layers and tensors tables are read (see below). */
+#define KILN_RUN_CURVE_SAMPLES 1000
+
+typedef struct kiln_run_curve {
+    char *name; /* as kiln_run_series names it: "loss", "router_entropy@1",
+                   "expert_load@0/3", "update_ratio@embed.weight" */
+    size_t n;
+    double *x, *y; /* x the steps, ascending; y NAN where the value was not finite */
+} kiln_run_curve;
+
+typedef struct kiln_run_curves {
+    long first, last; /* the steps logged; 0 0: none */
+    kiln_run_curve *c;
+    size_t n;
+    int n_layers, n_experts; /* of the layers table's first step; 0: none logged */
+    /* The tensors whose update/weight ratio rose highest over the steps read, highest
+     * first: their grad_norm@ and update_ratio@ curves are in c. */
+    char **movers;
+    size_t n_movers;
+    bool sampled; /* layers and tensors were read at sampled steps */
+} kiln_run_curves;
+
+/* Every curve a run's page draws, in one read transaction (a trainer writing meanwhile is
+ * not slowed: WAL readers take no lock it waits on). The steps table's columns are read
+ * whole, each cut to `buckets` buckets of the step range with kiln_downsample (its smallest
+ * and largest value, and its first non-finite one: never a mean), so a one-step spike in a
+ * million survives. The layers and tensors tables hold a row per layer and per tensor per
+ * step (27 million rows for a million steps of the default model): a run of more than
+ * KILN_RUN_CURVE_SAMPLES steps has them read at that many evenly spaced steps plus every
+ * spike's and non-finite step's (by their keys), so the page costs the same at any length.
+ * The steps table's columns are kept in a kiln_rollup each (core.h), so the buckets are
+ * powers of two steps wide and what is kept does not depend on when the rows were read.
+ * max_movers (0: 8) tensors are chosen as movers. Steps after `to` are left out (0: none).
+ * A run without metrics.db fails naming it. Release with kiln_run_curves_release. */
+kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers, long to,
+                              kiln_run_curves *out);
+void kiln_run_curves_release(kiln_run_curves *c);
+
+/* What a long-lived reader (kiln runs serve) keeps between reads of the same runs: the steps
+ * table's buckets of each of 16 runs (the least recently read given over), so that a reload
+ * reads only the rows logged since (a million-step run's full read happens once). A new
+ * metrics.db, a resume or fewer steps than before start that run over. Thread-safe. */
+typedef struct kiln_run_cache kiln_run_cache;
+kiln_err kiln_run_cache_create(kiln_run_cache **out);
+void kiln_run_cache_free(kiln_run_cache *c); /* NULL is fine */
+/* kiln_run_curves_load (every step) through the cache. */
+kiln_err kiln_run_curves_load_cached(kiln_run_cache *cache, const char *run_dir, size_t buckets,
+                                     size_t max_movers, kiln_run_curves *out);
+/* The curve named name, or NULL. */
+const kiln_run_curve *kiln_run_curve_find(const kiln_run_curves *c, const char *name);
+
+/* A run summary (format "kiln-run-summary/1", docs/runs-web.md): the curves above up to
+ * `step` (the checkpoint a model was exported from), each at most KILN_RUN_SUMMARY_POINTS
+ * points (kiln_downsample), and the run's spikes, non-finite steps, resumes and device
+ * changes up to it. Written to path (atomically) as compact JSON with sorted keys and reals
+ * to 9 digits, with no time of writing in it: the same run and step give the same bytes.
+ * kiln export and kiln release put it in the model directory as run_summary.json, where the
+ * manifest lists it and the signature covers it. */
+#define KILN_RUN_SUMMARY_POINTS 1000
+#define KILN_RUN_SUMMARY_NAME "run_summary.json"
+kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path);
+/* As a kiln_export_opts.add_files callback: ctx is the run directory (const char *); writes
+ * dir/run_summary.json, or nothing when the run has no metrics.db (nothing was logged). */
+kiln_err kiln_run_summary_add(void *run_dir, long step, const char *dir);
 
 /* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
  * The same function as kiln_tsmoe (MODEL.md), with parameters, gradients and activations
