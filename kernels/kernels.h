@@ -248,16 +248,15 @@ kiln_err kiln_cuda_linear_grouped_forward(float *out, const float *inp, const fl
                                           const float *bias, const int32_t *offs, int G, int IC,
                                           int OC);
 kiln_err kiln_cuda_linear_grouped_backward(float *dinp, float *dweight, float *dbias,
-                                           const float *dout, const float *inp,
-                                           const float *weight, const int32_t *offs, int G,
-                                           int IC, int OC);
-kiln_err kiln_cuda_linear_grouped_forward_bf16(float *out, const float *inp,
-                                               const uint16_t *weight, const float *bias,
-                                               const int32_t *offs, int G, int IC, int OC);
+                                           const float *dout, const float *inp, const float *weight,
+                                           const int32_t *offs, int G, int IC, int OC);
+kiln_err kiln_cuda_linear_grouped_forward_bf16(float *out, const float *inp, const uint16_t *weight,
+                                               const float *bias, const int32_t *offs, int G,
+                                               int IC, int OC);
 kiln_err kiln_cuda_linear_grouped_backward_bf16(float *dinp, float *dweight, float *dbias,
                                                 const float *dout, const float *inp,
-                                                const uint16_t *weight, const int32_t *offs,
-                                                int G, int IC, int OC);
+                                                const uint16_t *weight, const int32_t *offs, int G,
+                                                int IC, int OC);
 /* How many grouped GEMM calls this process ran as one GEMM per group because cuBLAS refused
  * the grouped call's types (gpu-check reports it: 0 on a cuBLAS that takes them). */
 int kiln_cuda_grouped_fallbacks(void);

@@ -297,8 +297,8 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
         float *st_attn = m->r_stats + l, *st_router = m->r_stats + L + l,
               *st_rms = m->r_stats + 2 * L + l;
         if (!normed)
-            KILN_TRY(kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm,
-                                               k->norm_eps, N, D));
+            KILN_TRY(kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm, k->norm_eps,
+                                               N, D));
         normed = false;
         KILN_TRY(lin_fwd(m, a->qkv, a->u1, w->qkv_w, w->qkv_b, N, D, 3 * D));
         KILN_TRY(kiln_cuda_attention_forward(a->ao, a->att, a->qkv, B, S, D, H, W));
@@ -316,9 +316,8 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
                     next, ac->layers[l + 1].u1, ac->layers[l + 1].rstd1, a->mid, ac->tmp,
                     p->layers[l + 1].attn_norm, k->norm_eps, N, D));
             else
-                KILN_TRY(kiln_cuda_residual_rmsnorm_forward(next, ac->uf, ac->rstdf, a->mid,
-                                                            ac->tmp, p->final_norm, k->norm_eps,
-                                                            N, D));
+                KILN_TRY(kiln_cuda_residual_rmsnorm_forward(
+                    next, ac->uf, ac->rstdf, a->mid, ac->tmp, p->final_norm, k->norm_eps, N, D));
             normed = true;
         } else {
             /* The router stays in f32 in every precision: its choices are discrete. */
@@ -344,8 +343,8 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
         KILN_TRY(kiln_cuda_stats_rms(st_rms, next, (size_t)N * D));
     }
     if (!normed)
-        KILN_TRY(kiln_cuda_rmsnorm_forward(ac->uf, ac->rstdf, ac->hL, p->final_norm, k->norm_eps,
-                                           N, D));
+        KILN_TRY(
+            kiln_cuda_rmsnorm_forward(ac->uf, ac->rstdf, ac->hL, p->final_norm, k->norm_eps, N, D));
     KILN_TRY(lin_fwd(m, ac->y, ac->uf, p->head_w, p->head_b, N, D, O));
     KILN_TRY(kiln_cuda_stats_maxabs(m->r_stats + 3 * L, ac->y, (size_t)N * O));
     if (targets)

@@ -31,7 +31,7 @@
        const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt, \
        int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t cp,       \
        cublasGemmAlgo_t algo),                                                                     \
-      (h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, cp, algo))          \
+      (h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, cp, algo))             \
     X(cublasGemmGroupedBatchedEx,                                                                  \
       (cublasHandle_t h, const cublasOperation_t ta[], const cublasOperation_t tb[],               \
        const int m[], const int n[], const int k[], const void *alpha, const void *const A[],      \

@@ -151,7 +151,7 @@ extern "C" kiln_err kiln_cuda_linear_backward_bf16(float *dinp, float *dweight, 
 
 namespace {
 struct group_rows {
-    int n;                      // groups in this batch
+    int n;                       // groups in this batch
     int off[KILN_GROUP_MAX + 1]; // row offsets relative to the batch's first row
     int chunk0[KILN_GROUP_MAX + 1];
 };
@@ -234,8 +234,8 @@ static group_rows batch_rows(const int32_t *offs, int g0, int n) {
     for (int i = 0; i <= n; i++) {
         g.off[i] = offs[g0 + i] - offs[g0];
         if (i)
-            g.chunk0[i] = g.chunk0[i - 1] +
-                          (g.off[i] - g.off[i - 1] + KILN_COL_CHUNK - 1) / KILN_COL_CHUNK;
+            g.chunk0[i] =
+                g.chunk0[i - 1] + (g.off[i] - g.off[i - 1] + KILN_COL_CHUNK - 1) / KILN_COL_CHUNK;
     }
     return g;
 }
@@ -279,11 +279,11 @@ static kiln_err run_grouped(cublasHandle_t h, gemm_list *L, bool bf16, const cha
     if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
         grouped_fallbacks++;
         for (int i = 0; i < L->n; i++)
-            CUBLAS_CALL(op, cublasGemmEx(h, L->ta[i], L->tb[i], L->m[i], L->nn[i], L->k[i],
-                                         &L->alpha[i], a.p[i], ab, L->lda[i], a.p[L->n + i], ab,
-                                         L->ldb[i], &L->beta[i], (void *)a.p[2 * L->n + i],
-                                         CUDA_R_32F, L->ldc[i], CUBLAS_COMPUTE_32F,
-                                         CUBLAS_GEMM_DEFAULT));
+            CUBLAS_CALL(op,
+                        cublasGemmEx(h, L->ta[i], L->tb[i], L->m[i], L->nn[i], L->k[i],
+                                     &L->alpha[i], a.p[i], ab, L->lda[i], a.p[L->n + i], ab,
+                                     L->ldb[i], &L->beta[i], (void *)a.p[2 * L->n + i], CUDA_R_32F,
+                                     L->ldc[i], CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         return KILN_OK;
     }
     CUBLAS_CALL(op, s);
@@ -312,9 +312,9 @@ static kiln_err check_offsets(const int32_t *offs, int G, const char *op) {
 
 // out [M,OC] rows offs[g]..offs[g+1] = inp rows x W_g^T + b_g; weight [G,OC,IC] (f32, or
 // bf16 when w16), bias [G,OC] or NULL; offs host [G+1].
-static kiln_err grouped_forward(float *out, const float *inp, const float *w32,
-                                const uint16_t *w16, const float *bias, const int32_t *offs,
-                                int G, int IC, int OC, const char *op) {
+static kiln_err grouped_forward(float *out, const float *inp, const float *w32, const uint16_t *w16,
+                                const float *bias, const int32_t *offs, int G, int IC, int OC,
+                                const char *op) {
     KILN_TRY(check_offsets(offs, G, op));
     const int M = offs[G];
     if (M <= 0) return KILN_OK;
@@ -336,8 +336,8 @@ static kiln_err grouped_forward(float *out, const float *inp, const float *w32,
         if (bias) {
             size_t cnt = (size_t)gr.off[n] * OC;
             if (cnt) {
-                fill_rows_grouped<<<kiln_blocks(cnt, 256), 256>>>(
-                    out + r0 * OC, bias + (size_t)g0 * OC, gr, OC);
+                fill_rows_grouped<<<kiln_blocks(cnt, 256), 256>>>(out + r0 * OC,
+                                                                  bias + (size_t)g0 * OC, gr, OC);
                 CU_LAUNCHED(op, "fill_rows_grouped");
             }
         }
@@ -382,8 +382,8 @@ static kiln_err grouped_backward(float *dinp, float *dweight, float *dbias, cons
             colsum_grouped_chunks<<<grid, block>>>(part, dout + (size_t)offs[g0] * OC, gr, OC);
             CU_LAUNCHED(op, "colsum_grouped_chunks");
             const size_t cnt = (size_t)n * OC;
-            colsum_grouped_finish<<<kiln_blocks(cnt, 256), 256>>>(dbias + (size_t)g0 * OC, part,
-                                                                  gr, OC);
+            colsum_grouped_finish<<<kiln_blocks(cnt, 256), 256>>>(dbias + (size_t)g0 * OC, part, gr,
+                                                                  OC);
             CU_LAUNCHED(op, "colsum_grouped_finish");
         }
     const void *x = inp, *dy = dout;
@@ -434,17 +434,16 @@ extern "C" kiln_err kiln_cuda_linear_grouped_backward(float *dinp, float *dweigh
 }
 
 extern "C" kiln_err kiln_cuda_linear_grouped_forward_bf16(float *out, const float *inp,
-                                                          const uint16_t *weight,
-                                                          const float *bias, const int32_t *offs,
-                                                          int G, int IC, int OC) {
+                                                          const uint16_t *weight, const float *bias,
+                                                          const int32_t *offs, int G, int IC,
+                                                          int OC) {
     return grouped_forward(out, inp, NULL, weight, bias, offs, G, IC, OC,
                            "linear_grouped_forward_bf16");
 }
 
 extern "C" kiln_err kiln_cuda_linear_grouped_backward_bf16(float *dinp, float *dweight,
                                                            float *dbias, const float *dout,
-                                                           const float *inp,
-                                                           const uint16_t *weight,
+                                                           const float *inp, const uint16_t *weight,
                                                            const int32_t *offs, int G, int IC,
                                                            int OC) {
     return grouped_backward(dinp, dweight, dbias, dout, inp, NULL, weight, offs, G, IC, OC,

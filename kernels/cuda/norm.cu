@@ -97,8 +97,8 @@ extern "C" kiln_err kiln_cuda_residual_rmsnorm_forward(float *sum, float *out, f
                                                        const float *weight, float eps, int N,
                                                        int D) {
     if (N <= 0 || D <= 0) return KILN_OK;
-    add_rmsnorm_fwd<<<(unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK),
-                      ROWS_PER_BLOCK * 32>>>(sum, out, rstd, a, b, weight, eps, N, D);
+    add_rmsnorm_fwd<<<(unsigned)((N + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK), ROWS_PER_BLOCK * 32>>>(
+        sum, out, rstd, a, b, weight, eps, N, D);
     CU_LAUNCHED("residual_rmsnorm_forward", "add_rmsnorm_fwd");
     return KILN_OK;
 }

@@ -349,15 +349,14 @@ static void check_linear_grouped(int G, int IC, int OC, bool bf16) {
     }
     for (int g = 0; g < G; g++)
         kiln_linear_backward(gi + (size_t)off[g] * IC, gw + (size_t)g * OC * IC,
-                             gb + (size_t)g * OC, go + (size_t)off[g] * OC,
-                             x + (size_t)off[g] * IC, w + (size_t)g * OC * IC, off[g + 1] - off[g],
-                             IC, OC);
+                             gb + (size_t)g * OC, go + (size_t)off[g] * OC, x + (size_t)off[g] * IC,
+                             w + (size_t)g * OC * IC, off[g + 1] - off[g], IC, OC);
     snprintf(name, sizeof name, "grouped linear backward %s", tag);
     for (int r = 0; r < 2; r++)
         TRY(name, bf16 ? kiln_cuda_linear_grouped_backward_bf16(dgi[r], dgw[r], dgb[r], dgo, dx,
                                                                 dw16, off, G, IC, OC)
-                       : kiln_cuda_linear_grouped_backward(dgi[r], dgw[r], dgb[r], dgo, dx, dw,
-                                                           off, G, IC, OC));
+                       : kiln_cuda_linear_grouped_backward(dgi[r], dgw[r], dgb[r], dgo, dx, dw, off,
+                                                           G, IC, OC));
     float *hi = dget(dgi[0], nx), *hw = dget(dgw[0], nw), *hb = dget(dgb[0], (size_t)G * OC);
     snprintf(name, sizeof name, "grouped linear dinp %s", tag);
     record(name, cmp(hi, gi, nx), tol);
@@ -404,8 +403,8 @@ static void check_residual_rmsnorm(int N, int D) {
 static void check_optim_multi(bool adam) {
     char name[160];
     snprintf(name, sizeof name, "optimizer multi-tensor update, %s", adam ? "adamw" : "sgd");
-    kiln_cuda_seg seg[] = {{0, 1, 0, 1}, {1, 700, 0, 0}, {901, 9000, 0, 1}, {9901, 3, 0, 0},
-                           {9904, 4096, 0, 1}};
+    kiln_cuda_seg seg[] = {
+        {0, 1, 0, 1}, {1, 700, 0, 0}, {901, 9000, 0, 1}, {9901, 3, 0, 0}, {9904, 4096, 0, 1}};
     const int ns = (int)KILN_ARRAY_LEN(seg);
     const size_t numel = 9904 + 4096;
     float *p = hrnd(numel, -1, 1), *gr = hrnd(numel, -2, 2), *mo = hrnd(numel, -0.1f, 0.1f),
@@ -417,9 +416,17 @@ static void check_optim_multi(bool adam) {
         dm[r] = dput(mo, numel);
         dv[r] = dput(vo, numel);
     }
-    kiln_cuda_optim o = {.adam = adam, .b1 = 0.9f, .b2 = 0.95f, .omb1 = 0.1f, .omb2 = 0.05f,
-                         .eps = 1e-8f, .step = 0.0031f, .rsq_bc2 = 1.7f, .lr = 0.003f,
-                         .decay = 0.0003f, .gscale = 0.37f};
+    kiln_cuda_optim o = {.adam = adam,
+                         .b1 = 0.9f,
+                         .b2 = 0.95f,
+                         .omb1 = 0.1f,
+                         .omb2 = 0.05f,
+                         .eps = 1e-8f,
+                         .step = 0.0031f,
+                         .rsq_bc2 = 1.7f,
+                         .lr = 0.003f,
+                         .decay = 0.0003f,
+                         .gscale = 0.37f};
     const size_t nchunks = kiln_cuda_seg_plan(seg, ns);
     kiln_cuda_seg *dseg = dnew(sizeof seg);
     if (kiln_cuda_upload(dseg, seg, sizeof seg) != KILN_OK) fatal("upload");
@@ -1299,8 +1306,8 @@ static void time_ops(bool tiny) {
         const size_t nw = (size_t)E * Fm * D;
         uint16_t *w16 = (uint16_t *)dnew(nw * sizeof(uint16_t));
         if (kiln_cuda_memset(w16, 0x3c, nw * sizeof(uint16_t)) != KILN_OK) fatal("memset");
-        float *h = dfill((size_t)M * Fm, 0), *dh = dfill((size_t)M * Fm, 0),
-              *dw = dfill(nw, 0), *b = dfill((size_t)E * Fm, 0), *db = dfill((size_t)E * Fm, 0);
+        float *h = dfill((size_t)M * Fm, 0), *dh = dfill((size_t)M * Fm, 0), *dw = dfill(nw, 0),
+              *b = dfill((size_t)E * Fm, 0), *db = dfill((size_t)E * Fm, 0);
         const double fl = 2.0 * M * D * Fm;
         TIME_OP("experts fc fwd (grouped, bf16)", 0, fl, 0,
                 kiln_cuda_linear_grouped_forward_bf16(h, xg, w16, b, hoff, E, D, Fm));

@@ -407,10 +407,10 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     for (int g = 0, p = 0; g < count; g++) {
         if (size[g] < 0) return CUBLAS_STATUS_INVALID_VALUE;
         for (int i = 0; i < size[g]; i++, p++) {
-            cublasStatus_t s = cublasGemmEx(h, ta[g], tb[g], m[g], n[g], k[g],
-                                            (const float *)alpha + g, A[p], at, lda[g], B[p], bt,
-                                            ldb[g], (const float *)beta + g, C[p], ct, ldc[g],
-                                            compute, CUBLAS_GEMM_DEFAULT);
+            cublasStatus_t s =
+                cublasGemmEx(h, ta[g], tb[g], m[g], n[g], k[g], (const float *)alpha + g, A[p], at,
+                             lda[g], B[p], bt, ldb[g], (const float *)beta + g, C[p], ct, ldc[g],
+                             compute, CUBLAS_GEMM_DEFAULT);
             if (s != CUBLAS_STATUS_SUCCESS) return s;
         }
     }
