@@ -40,47 +40,87 @@ void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, fl
     }
 }
 
+/* AdamW or SGD over elements k0..k1-1 of one tensor; the squared update and weight norms of
+ * those elements into un and wn. */
+typedef struct optim_args {
+    bool adam;
+    float b1, b2, omb1, omb2, eps, step, rsq_bc2, lrf;
+} optim_args;
+
+static void optim_range(const optim_args *a, float *p, const float *g, float *mm, float *vv,
+                        float decay, size_t k0, size_t k1, double *un_out, double *wn_out) {
+    double un = 0, wn = 0;
+    if (a->adam) {
+        for (size_t k = k0; k < k1; k++) {
+            mm[k] = a->b1 * mm[k] + a->omb1 * g[k];
+            vv[k] = a->b2 * vv[k] + a->omb2 * g[k] * g[k];
+            float old = p[k];
+            float np = old - decay * old;
+            np -= a->step * mm[k] / (sqrtf(vv[k]) * a->rsq_bc2 + a->eps);
+            p[k] = np;
+            double d = (double)np - old;
+            un += d * d;
+            wn += (double)np * np;
+        }
+    } else {
+        for (size_t k = k0; k < k1; k++) {
+            float old = p[k];
+            float np = old - decay * old - a->lrf * g[k];
+            p[k] = np;
+            double d = (double)np - old;
+            un += d * d;
+            wn += (double)np * np;
+        }
+    }
+    *un_out = un;
+    *wn_out = wn;
+}
+
+/* A tensor is updated in at most OPTIM_CHUNKS chunks of at least OPTIM_CHUNK elements,
+ * sizes fixed by its element count, on kiln_train_threads(c) threads; the chunks' norm sums
+ * are added in chunk order. Each element's update is the same arithmetic wherever it runs, so
+ * the parameters and the norms do not depend on the thread count. */
+#define OPTIM_CHUNK 16384
+#define OPTIM_CHUNKS 256
+
 void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
                            float *params, const float *grads, float *m, float *v, long t, double lr,
                            double *upd_norm, double *w_norm) {
     const bool adam = c->optimizer == KILN_OPTIM_ADAMW;
-    const float b1 = (float)c->beta1, b2 = (float)c->beta2, eps = (float)c->adam_eps;
-    const float omb1 = (float)(1.0 - c->beta1), omb2 = (float)(1.0 - c->beta2);
     /* Bias corrections folded into the step size: lr_t = lr / (1 - b1^t), and
      * sqrt(vhat) = sqrt(v) / sqrt(1 - b2^t). */
     const double bc1 = adam ? 1.0 - pow(c->beta1, (double)t) : 1.0;
     const double bc2 = adam ? 1.0 - pow(c->beta2, (double)t) : 1.0;
-    const float step = (float)(lr / bc1), rsq_bc2 = (float)(1.0 / sqrt(bc2));
+    const optim_args a = {.adam = adam,
+                          .b1 = (float)c->beta1,
+                          .b2 = (float)c->beta2,
+                          .omb1 = (float)(1.0 - c->beta1),
+                          .omb2 = (float)(1.0 - c->beta2),
+                          .eps = (float)c->adam_eps,
+                          .step = (float)(lr / bc1),
+                          .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
+                          .lrf = (float)lr};
+    const int T = kiln_train_threads(c);
     for (size_t i = 0; i < count; i++) {
         double un = 0, wn = 0;
         if (tab[i].flags & KILN_PARAM_TRAINED) {
-            float *p = params + tab[i].offset;
-            const float *g = grads + tab[i].offset;
+            const size_t off = tab[i].offset, n = tab[i].numel;
+            float *p = params + off, *mm = adam ? m + off : NULL, *vv = adam ? v + off : NULL;
+            const float *g = grads + off;
             const float decay =
                 (tab[i].flags & KILN_PARAM_DECAY) ? (float)(lr * c->weight_decay) : 0.0f;
-            if (adam) {
-                float *mm = m + tab[i].offset, *vv = v + tab[i].offset;
-                for (size_t k = 0; k < tab[i].numel; k++) {
-                    mm[k] = b1 * mm[k] + omb1 * g[k];
-                    vv[k] = b2 * vv[k] + omb2 * g[k] * g[k];
-                    float old = p[k];
-                    float np = old - decay * old;
-                    np -= step * mm[k] / (sqrtf(vv[k]) * rsq_bc2 + eps);
-                    p[k] = np;
-                    double d = (double)np - old;
-                    un += d * d;
-                    wn += (double)np * np;
-                }
-            } else {
-                const float lrf = (float)lr;
-                for (size_t k = 0; k < tab[i].numel; k++) {
-                    float old = p[k];
-                    float np = old - decay * old - lrf * g[k];
-                    p[k] = np;
-                    double d = (double)np - old;
-                    un += d * d;
-                    wn += (double)np * np;
-                }
+            size_t chunk = (n + OPTIM_CHUNKS - 1) / OPTIM_CHUNKS;
+            if (chunk < OPTIM_CHUNK) chunk = OPTIM_CHUNK;
+            const int nc = (int)((n + chunk - 1) / chunk);
+            double part[OPTIM_CHUNKS][2];
+#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (T > 1 && nc > 1)
+            for (int j = 0; j < nc; j++) {
+                const size_t k0 = (size_t)j * chunk, k1 = k0 + chunk < n ? k0 + chunk : n;
+                optim_range(&a, p, g, mm, vv, decay, k0, k1, &part[j][0], &part[j][1]);
+            }
+            for (int j = 0; j < nc; j++) {
+                un += part[j][0];
+                wn += part[j][1];
             }
         }
         if (upd_norm) upd_norm[i] = sqrt(un);

@@ -13,7 +13,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cblas.h>
 
 #include "train_int.h"
 
@@ -197,7 +196,9 @@ static kiln_err setup(trainer *t) {
         return KILN_ERR_NOMEM;
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
     KILN_TRY(setup_dist(t));
-    openblas_set_num_threads(c->threads);
+    /* The step's work items run on `threads` threads, OpenBLAS single-threaded inside each
+     * (kiln_tsmoe_create): the checkpoints do not depend on the count (docs/train.md). */
+    kiln_tsmoe_set_threads(t->m, kiln_train_threads(c));
     return KILN_OK;
 }
 
@@ -761,7 +762,7 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
         KILN_CHECK(rc, out, load_init(t, opts->init_path, init_sha));
     else
         set_input_norm(t);
-    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t->cfg, false)), KILN_ERR_NOMEM,
+    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_run_text(&t->cfg)), KILN_ERR_NOMEM,
                   "out of memory");
     make_run_id(text, t->ds->sha256, opts->init_path ? init_sha : NULL, t->run_id);
 
