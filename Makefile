@@ -43,11 +43,6 @@ MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread
 LDLIBS := -lm -pthread -ldl
-# OpenMP (libgomp) runs the CPU trainer's work items on `threads` threads (docs/train.md,
-# "Threads"); the libFuzzer build (clang, no libomp) goes without: the loops then run serially.
-OPENMP := $(if $(FUZZ),,-fopenmp)
-CFLAGS += $(OPENMP)
-LDLIBS += $(OPENMP)
 
 ifneq ($(SAN),)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined

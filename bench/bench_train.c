@@ -83,7 +83,11 @@ static int run(const bench_case *bc, int threads, double *mean1) {
         fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
         return 1;
     }
-    kiln_tsmoe_set_threads(net, threads);
+    if (kiln_tsmoe_set_threads(net, threads) != KILN_OK) {
+        fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
+        kiln_tsmoe_free(net);
+        return 1;
+    }
     kiln_tsmoe_init(net, 1);
     size_t np, numel = kiln_tsmoe_numel(net);
     const kiln_param *tab = kiln_tsmoe_param_table(net, &np);
@@ -105,8 +109,8 @@ static int run(const bench_case *bc, int threads, double *mean1) {
             fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
             goto out;
         }
-        kiln_train_optim_step(&tc, tab, np, kiln_tsmoe_params(net), kiln_tsmoe_grads(net), mom,
-                              mom + numel, i + 3, 1e-3, NULL, NULL);
+        kiln_train_optim_run(kiln_tsmoe_pool(net), &tc, tab, np, kiln_tsmoe_params(net),
+                             kiln_tsmoe_grads(net), mom, mom + numel, i + 3, 1e-3, NULL, NULL);
         if (i >= 0 && now_s() - ts < best) best = now_s() - ts;
     }
     const double mean = (now_s() - t0) / bc->steps, cpu = (cpu_s() - c0) / bc->steps;

@@ -118,3 +118,36 @@ out:
     kiln_log_set_level(KILN_LOG_INFO);
     free(data), free(dir), free(last), free(whole), free(cut);
 }
+
+/* The pool runs every item of every loop exactly once, loops back to back with item counts
+ * that change from one to the next (a worker that wakes late must not take an item of a loop
+ * whose fields it did not read, nor one past its count). */
+typedef struct pool_job {
+    int *hits;
+} pool_job;
+
+static void pool_item(void *ctx, int i) {
+    volatile int spin = 0; /* long enough that the workers take items too */
+    for (int k = 0; k < 200 * (i % 3); k++)
+        spin += k;
+    __atomic_fetch_add(&((pool_job *)ctx)->hits[i], 1, __ATOMIC_RELAXED);
+}
+
+KILN_TEST(train_threads_pool_each_item_once) {
+    kiln_pool *p = NULL;
+    if (!CHECK("pool", kiln_pool_create(3, &p) == KILN_OK && kiln_pool_threads(p) == 3)) return;
+    int hits[16];
+    bool ok = true;
+    const int loops = kiln_test_sanitized() ? 20000 : 100000;
+    for (int r = 0; r < loops && ok; r++) {
+        const int count = 1 + (r * 7) % 16;
+        memset(hits, 0, sizeof hits);
+        pool_job job = {hits};
+        kiln_pool_run(p, count, pool_item, &job);
+        for (int i = 0; i < 16; i++)
+            ok &= hits[i] == (i < count);
+    }
+    CHECK("each item once", ok);
+    kiln_pool_free(p);
+    kiln_pool_free(NULL);
+}

@@ -77,15 +77,36 @@ static void optim_range(const optim_args *a, float *p, const float *g, float *mm
 }
 
 /* A tensor is updated in at most OPTIM_CHUNKS chunks of at least OPTIM_CHUNK elements,
- * sizes fixed by its element count, on kiln_train_threads(c) threads; the chunks' norm sums
- * are added in chunk order. Each element's update is the same arithmetic wherever it runs, so
- * the parameters and the norms do not depend on the thread count. */
+ * sizes fixed by its element count, on the pool's threads; the chunks' norm sums are added in
+ * chunk order. Each element's update is the same arithmetic wherever it runs, so the
+ * parameters and the norms do not depend on the thread count. */
 #define OPTIM_CHUNK 16384
 #define OPTIM_CHUNKS 256
+
+typedef struct optim_job {
+    const optim_args *a;
+    float *p, *mm, *vv;
+    const float *g;
+    float decay;
+    size_t n, chunk;
+    double (*part)[2];
+} optim_job;
+
+static void optim_item(void *arg, int j) {
+    const optim_job *o = arg;
+    const size_t k0 = (size_t)j * o->chunk, k1 = k0 + o->chunk < o->n ? k0 + o->chunk : o->n;
+    optim_range(o->a, o->p, o->g, o->mm, o->vv, o->decay, k0, k1, &o->part[j][0], &o->part[j][1]);
+}
 
 void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
                            float *params, const float *grads, float *m, float *v, long t, double lr,
                            double *upd_norm, double *w_norm) {
+    kiln_train_optim_run(NULL, c, tab, count, params, grads, m, v, t, lr, upd_norm, w_norm);
+}
+
+void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kiln_param *tab,
+                          size_t count, float *params, const float *grads, float *m, float *v,
+                          long t, double lr, double *upd_norm, double *w_norm) {
     const bool adam = c->optimizer == KILN_OPTIM_ADAMW;
     /* Bias corrections folded into the step size: lr_t = lr / (1 - b1^t), and
      * sqrt(vhat) = sqrt(v) / sqrt(1 - b2^t). */
@@ -100,7 +121,6 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
                           .step = (float)(lr / bc1),
                           .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
                           .lrf = (float)lr};
-    const int T = kiln_train_threads(c);
     for (size_t i = 0; i < count; i++) {
         double un = 0, wn = 0;
         if (tab[i].flags & KILN_PARAM_TRAINED) {
@@ -113,11 +133,8 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
             if (chunk < OPTIM_CHUNK) chunk = OPTIM_CHUNK;
             const int nc = (int)((n + chunk - 1) / chunk);
             double part[OPTIM_CHUNKS][2];
-#pragma omp parallel for num_threads(T) schedule(dynamic, 1) if (T > 1 && nc > 1)
-            for (int j = 0; j < nc; j++) {
-                const size_t k0 = (size_t)j * chunk, k1 = k0 + chunk < n ? k0 + chunk : n;
-                optim_range(&a, p, g, mm, vv, decay, k0, k1, &part[j][0], &part[j][1]);
-            }
+            optim_job job = {&a, p, mm, vv, g, decay, n, chunk, part};
+            kiln_pool_run(pool, nc, optim_item, &job);
             for (int j = 0; j < nc; j++) {
                 un += part[j][0];
                 wn += part[j][1];

@@ -132,10 +132,12 @@ typedef struct kiln_tsmoe kiln_tsmoe;
 
 kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsmoe **out);
 void kiln_tsmoe_free(kiln_tsmoe *m);
-/* Threads the forward and backward passes run on (1 at create; below 1 means 1). Every op is
- * cut into work items fixed by the sizes alone and sums over items are taken in item order,
- * so the results are the same bits for every thread count. */
-void kiln_tsmoe_set_threads(kiln_tsmoe *m, int threads);
+/* Threads the forward and backward passes run on (1 at create; below 1 means 1): the caller
+ * and threads - 1 workers the model starts (and stops at free or the next change). Every op
+ * is cut into work items fixed by the sizes alone and sums over items are taken in item
+ * order, so the results are the same bits for every thread count. KILN_ERR_NOMEM when a
+ * thread cannot start (the model is then on one thread). */
+kiln_err kiln_tsmoe_set_threads(kiln_tsmoe *m, int threads);
 const kiln_model_config *kiln_tsmoe_config(const kiln_tsmoe *m);
 const kiln_param *kiln_tsmoe_param_table(const kiln_tsmoe *m, size_t *count);
 size_t kiln_tsmoe_numel(const kiln_tsmoe *m); /* floats in the parameter block */

@@ -98,9 +98,29 @@ void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, fl
  *   p -= lr*wd*p (KILN_PARAM_DECAY only), then p -= lr * mhat / (sqrt(vhat) + eps).
  * SGD: p -= lr*wd*p (decay params), then p -= lr * g; m and v untouched (may be NULL).
  * upd_norm, w_norm: NULL or [count]: each tensor's update and (new) weight L2 norms. */
+/* ---- threads (pool.c) ---- */
+
+/* A fixed set of threads that run the items of one loop at a time with the caller. */
+typedef struct kiln_pool kiln_pool;
+typedef void (*kiln_pool_fn)(void *ctx, int item);
+/* threads - 1 workers (none for threads <= 1); free with kiln_pool_free (NULL does nothing). */
+kiln_err kiln_pool_create(int threads, kiln_pool **out);
+void kiln_pool_free(kiln_pool *p);
+int kiln_pool_threads(const kiln_pool *p); /* workers + 1; 1 for NULL */
+/* fn(ctx, i) for i in 0..count-1, on the caller and the workers, each once, in no particular
+ * order; returns when all are done. p NULL: in order on the caller. */
+void kiln_pool_run(kiln_pool *p, int count, kiln_pool_fn fn, void *ctx);
+/* The model's pool (NULL on one thread), for the optimizer step. */
+kiln_pool *kiln_tsmoe_pool(kiln_tsmoe *m);
+
 void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
                            float *params, const float *grads, float *m, float *v, long t, double lr,
                            double *upd_norm, double *w_norm);
+/* The same on pool's threads (NULL: the caller's), tensors in chunks fixed by their sizes:
+ * the same bits for every thread count. */
+void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kiln_param *tab,
+                          size_t count, float *params, const float *grads, float *m, float *v,
+                          long t, double lr, double *upd_norm, double *w_norm);
 
 /* ---- the step on a CUDA device (trainer_cuda.c) ---- */
 

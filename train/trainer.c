@@ -197,9 +197,9 @@ static kiln_err setup(trainer *t) {
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
     KILN_TRY(setup_dist(t));
     /* The step's work items run on `threads` threads, OpenBLAS single-threaded inside each
-     * (kiln_tsmoe_create): the checkpoints do not depend on the count (docs/train.md). */
-    kiln_tsmoe_set_threads(t->m, kiln_train_threads(c));
-    return KILN_OK;
+     * (kiln_tsmoe_create): the checkpoints do not depend on the count (docs/train.md). A
+     * run on a GPU never steps its host model, which stays on one thread. */
+    return t->dev ? KILN_OK : kiln_tsmoe_set_threads(t->m, kiln_train_threads(c));
 }
 
 /* norm.in_mean / norm.in_std from the training split (population std, floored). */
@@ -528,9 +528,9 @@ static kiln_err loop(trainer *t) {
                                                  t->un, t->wn));
                 } else {
                     if (clip) kiln_train_grad_scale(t->tab, t->np, t->grads, scale);
-                    kiln_train_optim_step(c, t->tab, t->np, t->params, t->grads, t->mom,
-                                          t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr,
-                                          t->un, t->wn);
+                    kiln_train_optim_run(kiln_tsmoe_pool(t->m), c, t->tab, t->np, t->params,
+                                         t->grads, t->mom, t->mom ? t->mom + t->numel : NULL,
+                                         t->st.updates, p.lr, t->un, t->wn);
                 }
                 p.applied = true;
             }
