@@ -282,8 +282,16 @@ const float *kiln_tsmoe_outputs(const kiln_tsmoe *m) {
 const kiln_tsmoe_stats *kiln_tsmoe_last_stats(const kiln_tsmoe *m) {
     return &m->stats;
 }
+#define ZERO_CHUNK 65536
+
+static void zero_item(void *arg, int i) {
+    kiln_tsmoe *m = arg;
+    const size_t k0 = (size_t)i * ZERO_CHUNK, n = m->numel - k0;
+    memset(m->grads + k0, 0, (n < ZERO_CHUNK ? n : ZERO_CHUNK) * sizeof(float));
+}
+
 void kiln_tsmoe_zero_grads(kiln_tsmoe *m) {
-    memset(m->grads, 0, m->numel * sizeof(float));
+    kiln_pool_run(m->pool, (int)((m->numel + ZERO_CHUNK - 1) / ZERO_CHUNK), zero_item, m);
 }
 
 static bool ends_with(const char *s, const char *suffix) {

@@ -15,15 +15,61 @@ double kiln_train_lr(const kiln_train_config *c, long i) {
     return c->min_lr + 0.5 * (c->lr - c->min_lr) * (1.0 + cos(M_PI * progress));
 }
 
+/* A tensor's elements in at most OPTIM_CHUNKS chunks of at least OPTIM_CHUNK, sizes fixed by
+ * its element count: the gradient norm, the clipping and the optimizer run a tensor's chunks
+ * on the pool's threads and add their sums in chunk order, so no figure depends on the
+ * thread count. */
+#define OPTIM_CHUNK 16384
+#define OPTIM_CHUNKS 256
+
+static size_t chunk_of(size_t n, int *count) {
+    size_t chunk = (n + OPTIM_CHUNKS - 1) / OPTIM_CHUNKS;
+    if (chunk < OPTIM_CHUNK) chunk = OPTIM_CHUNK;
+    *count = (int)((n + chunk - 1) / chunk);
+    return chunk;
+}
+
+typedef struct grad_job {
+    float *g;
+    size_t n, chunk;
+    float s;
+    double *part;
+} grad_job;
+
+static void sumsq_item(void *arg, int j) {
+    const grad_job *o = arg;
+    const size_t k0 = (size_t)j * o->chunk, k1 = k0 + o->chunk < o->n ? k0 + o->chunk : o->n;
+    double s = 0;
+    for (size_t k = k0; k < k1; k++)
+        s += (double)o->g[k] * o->g[k];
+    o->part[j] = s;
+}
+
+static void scale_item(void *arg, int j) {
+    const grad_job *o = arg;
+    const size_t k0 = (size_t)j * o->chunk, k1 = k0 + o->chunk < o->n ? k0 + o->chunk : o->n;
+    for (size_t k = k0; k < k1; k++)
+        o->g[k] *= o->s;
+}
+
 double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
                             double *per_tensor) {
+    return kiln_train_grad_norm_run(NULL, tab, count, grads, per_tensor);
+}
+
+double kiln_train_grad_norm_run(kiln_pool *pool, const kiln_param *tab, size_t count,
+                                const float *grads, double *per_tensor) {
     double total = 0;
     for (size_t i = 0; i < count; i++) {
         double s = 0;
         if (tab[i].flags & KILN_PARAM_TRAINED) {
-            const float *g = grads + tab[i].offset;
-            for (size_t k = 0; k < tab[i].numel; k++)
-                s += (double)g[k] * g[k];
+            double part[OPTIM_CHUNKS];
+            int nc;
+            grad_job job = {(float *)(grads + tab[i].offset), tab[i].numel, 0, 0.0f, part};
+            job.chunk = chunk_of(tab[i].numel, &nc);
+            kiln_pool_run(pool, nc, sumsq_item, &job);
+            for (int j = 0; j < nc; j++)
+                s += part[j];
         }
         if (per_tensor) per_tensor[i] = sqrt(s);
         total += s;
@@ -32,11 +78,17 @@ double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *gr
 }
 
 void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, float s) {
+    kiln_train_grad_scale_run(NULL, tab, count, grads, s);
+}
+
+void kiln_train_grad_scale_run(kiln_pool *pool, const kiln_param *tab, size_t count, float *grads,
+                               float s) {
     for (size_t i = 0; i < count; i++) {
         if (!(tab[i].flags & KILN_PARAM_TRAINED)) continue;
-        float *g = grads + tab[i].offset;
-        for (size_t k = 0; k < tab[i].numel; k++)
-            g[k] *= s;
+        int nc;
+        grad_job job = {grads + tab[i].offset, tab[i].numel, 0, s, NULL};
+        job.chunk = chunk_of(tab[i].numel, &nc);
+        kiln_pool_run(pool, nc, scale_item, &job);
     }
 }
 
@@ -76,13 +128,8 @@ static void optim_range(const optim_args *a, float *p, const float *g, float *mm
     *wn_out = wn;
 }
 
-/* A tensor is updated in at most OPTIM_CHUNKS chunks of at least OPTIM_CHUNK elements,
- * sizes fixed by its element count, on the pool's threads; the chunks' norm sums are added in
- * chunk order. Each element's update is the same arithmetic wherever it runs, so the
- * parameters and the norms do not depend on the thread count. */
-#define OPTIM_CHUNK 16384
-#define OPTIM_CHUNKS 256
-
+/* A tensor is updated in chunk_of's chunks, the update and weight norms summed per chunk and
+ * added in chunk order. Each element's update is the same arithmetic wherever it runs. */
 typedef struct optim_job {
     const optim_args *a;
     float *p, *mm, *vv;
@@ -129,9 +176,8 @@ void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kil
             const float *g = grads + off;
             const float decay =
                 (tab[i].flags & KILN_PARAM_DECAY) ? (float)(lr * c->weight_decay) : 0.0f;
-            size_t chunk = (n + OPTIM_CHUNKS - 1) / OPTIM_CHUNKS;
-            if (chunk < OPTIM_CHUNK) chunk = OPTIM_CHUNK;
-            const int nc = (int)((n + chunk - 1) / chunk);
+            int nc;
+            const size_t chunk = chunk_of(n, &nc);
             double part[OPTIM_CHUNKS][2];
             optim_job job = {&a, p, mm, vv, g, decay, n, chunk, part};
             kiln_pool_run(pool, nc, optim_item, &job);

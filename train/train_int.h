@@ -86,8 +86,9 @@ kiln_loss kiln_tsmoe_loss_total(double mse, double lb_sum, double z_sum, const k
  * the first warmup_steps, then cosine from lr down to min_lr at the last step. */
 double kiln_train_lr(const kiln_train_config *c, long i);
 
-/* Global L2 norm of the trained parameters' gradients, summed in double in table order;
- * per_tensor (NULL or [count]) gets each tensor's norm (0 for untrained ones). */
+/* Global L2 norm of the trained parameters' gradients, summed in double: each tensor in
+ * chunks fixed by its size (train/optim.c), the tensors in table order; per_tensor (NULL or
+ * [count]) gets each tensor's norm (0 for untrained ones). */
 double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
                             double *per_tensor);
 /* grads *= s over the trained parameters. */
@@ -121,6 +122,11 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
 void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kiln_param *tab,
                           size_t count, float *params, const float *grads, float *m, float *v,
                           long t, double lr, double *upd_norm, double *w_norm);
+/* kiln_train_grad_norm and _scale on pool's threads (NULL: the caller's): the same bits. */
+double kiln_train_grad_norm_run(kiln_pool *pool, const kiln_param *tab, size_t count,
+                                const float *grads, double *per_tensor);
+void kiln_train_grad_scale_run(kiln_pool *pool, const kiln_param *tab, size_t count, float *grads,
+                               float s);
 
 /* ---- the step on a CUDA device (trainer_cuda.c) ---- */
 

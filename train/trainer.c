@@ -502,7 +502,8 @@ static kiln_err loop(trainer *t) {
         if (t->dev)
             KILN_TRY(kiln_dev_train_grad_norm(t->dev, t->tab, t->gn, &p.grad_norm));
         else
-            p.grad_norm = kiln_train_grad_norm(t->tab, t->np, t->grads, t->gn);
+            p.grad_norm =
+                kiln_train_grad_norm_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads, t->gn);
         memset(t->un, 0, t->np * sizeof *t->un);
         if (!isfinite(p.loss) || !isfinite(p.grad_norm)) {
             t->st.bad_streak++;
@@ -527,7 +528,9 @@ static kiln_err loop(trainer *t) {
                     KILN_TRY(kiln_dev_train_step(t->dev, c, t->tab, t->st.updates, p.lr, scale,
                                                  t->un, t->wn));
                 } else {
-                    if (clip) kiln_train_grad_scale(t->tab, t->np, t->grads, scale);
+                    if (clip)
+                        kiln_train_grad_scale_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads,
+                                                  scale);
                     kiln_train_optim_run(kiln_tsmoe_pool(t->m), c, t->tab, t->np, t->params,
                                          t->grads, t->mom, t->mom ? t->mom + t->numel : NULL,
                                          t->st.updates, p.lr, t->un, t->wn);
