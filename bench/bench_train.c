@@ -151,9 +151,9 @@ int main(void) {
            "[d_model x d_ff] in the same run.\n"
            "# GFLOP/s = tokens/s x kiln_tsmoe_flops_per_token (6 x active weights + 12 L D "
            "mean window).\n");
-    printf("%-11s %7s %8s %8s %6s %6s %9s %9s %9s %10s %8s %8s %7s %7s  %s\n", "model",
-           "threads", "params", "active", "tokens", "steps", "mean_ms", "best_ms", "cpu_ms",
-           "tokens/s", "GFLOP/s", "sgemm", "ratio", "speedup", "loss");
+    printf("%-11s %7s %8s %8s %6s %6s %9s %9s %9s %10s %8s %8s %7s %7s  %s\n", "model", "threads",
+           "params", "active", "tokens", "steps", "mean_ms", "best_ms", "cpu_ms", "tokens/s",
+           "GFLOP/s", "sgemm", "ratio", "speedup", "loss");
     int rc = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double mean1 = NAN;

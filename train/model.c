@@ -120,8 +120,8 @@ static void lin_bwd_item(void *arg, int it) {
     } else {
         const int i = it - a->nw;
         const size_t r0 = (size_t)i * PIECE;
-        dinp_rows(a->dinp + r0 * a->IC, a->dout + r0 * a->OC, a->weight, piece_rows(a->N, i),
-                  a->IC, a->OC);
+        dinp_rows(a->dinp + r0 * a->IC, a->dout + r0 * a->OC, a->weight, piece_rows(a->N, i), a->IC,
+                  a->OC);
     }
 }
 
@@ -351,19 +351,19 @@ static void gather_backward_tokens(float *dinp, const float *dxg, const int32_t 
 /* The loops of a step, one item at a time: m->stage says which, m->l the layer, m->B the
  * batch of the last forward, m->x its input. */
 enum {
-    F_INPUT,    /* piece: standardise, embed */
-    F_ATTN_IN,  /* piece: attention norm, qkv */
-    F_ATTN,     /* sequence: attention, its entropy */
-    F_MID,      /* piece: out projection, residual, ffn norm; dense FFN or router */
-    F_EXPERTS,  /* expert piece: gather, fc, GELU, proj */
-    F_COMBINE,  /* piece: combine, RMS */
-    F_HEAD,     /* piece: final norm, head */
-    B_GELU,     /* piece: dense GELU backward */
-    B_COMBINE,  /* piece: combine backward */
-    B_PROJ,     /* expert proj weight blocks, then expert pieces: dh2, GELU backward */
-    B_FC,       /* expert fc weight blocks, then expert pieces: dxg */
-    B_ROUTER,   /* piece: gather backward, router backward */
-    B_ATTN      /* sequence: attention backward */
+    F_INPUT,   /* piece: standardise, embed */
+    F_ATTN_IN, /* piece: attention norm, qkv */
+    F_ATTN,    /* sequence: attention, its entropy */
+    F_MID,     /* piece: out projection, residual, ffn norm; dense FFN or router */
+    F_EXPERTS, /* expert piece: gather, fc, GELU, proj */
+    F_COMBINE, /* piece: combine, RMS */
+    F_HEAD,    /* piece: final norm, head */
+    B_GELU,    /* piece: dense GELU backward */
+    B_COMBINE, /* piece: combine backward */
+    B_PROJ,    /* expert proj weight blocks, then expert pieces: dh2, GELU backward */
+    B_FC,      /* expert fc weight blocks, then expert pieces: dxg */
+    B_ROUTER,  /* piece: gather backward, router backward */
+    B_ATTN     /* sequence: attention backward */
 };
 
 static void step_item(void *arg, int i) {
@@ -375,7 +375,8 @@ static void step_item(void *arg, int i) {
     const kiln_tsmoe_view *p = &m->p, *g = &m->g;
     kiln_tsmoe_acts *ac = &m->act;
     kiln_tsmoe_layer_acts *a = l < L ? &ac->layers[l] : NULL;
-    const kiln_tsmoe_layer_view *w = l < L ? &p->layers[l] : NULL, *gw = l < L ? &g->layers[l] : NULL;
+    const kiln_tsmoe_layer_view *w = l < L ? &p->layers[l] : NULL,
+                                *gw = l < L ? &g->layers[l] : NULL;
     float *next = l + 1 < L ? ac->layers[l + 1].res : ac->hL;
     double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np;
     const size_t r0 = (size_t)i * PIECE;
@@ -587,8 +588,8 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
         memset(ac->du, 0, ND * sizeof(float));
         if (!E) {
             memset(ac->dh2, 0, (size_t)N * Fh * sizeof(float));
-            linear_backward(m, ac->dh2, gw->proj_w, gw->proj_b, ac->dres, a->hact, w->proj_w, N,
-                            Fh, D);
+            linear_backward(m, ac->dh2, gw->proj_w, gw->proj_b, ac->dres, a->hact, w->proj_w, N, Fh,
+                            D);
             memset(ac->dh1, 0, (size_t)N * Fh * sizeof(float));
             run_stage(m, B_GELU, l, np);
             linear_backward(m, ac->du, gw->fc_w, gw->fc_b, ac->dh1, a->u2, w->fc_w, N, D, Fh);

@@ -3,12 +3,13 @@
  * carries the loop's generation and item count with the next item, so a worker that wakes
  * late cannot take an item of a loop whose function it did not read, nor one past the count
  * (with the count in a field of its own, a worker that read the next loop's count took an
- * item past the end of the loop before: tests/test_train_threads.c, the pool test). A waiting thread spins a few microseconds (the next loop usually follows
- * at once) and then sleeps on a condition variable: on a machine with more runnable threads
- * than cores a spinning thread would take the core the others need (libgomp's default spin
- * of some milliseconds made a 2-thread run of the default config 15 times slower in CPU time
- * on the loaded build machine). Results never depend on which thread runs an item: the
- * callers' items write disjoint outputs (train/model.c, "work items"). */
+ * item past the end of the loop before: tests/test_train_threads.c, the pool test). A waiting
+ * thread spins a few microseconds (the next loop usually follows at once) and then sleeps on a
+ * condition variable: on a machine with more runnable threads than cores a spinning thread would
+ * take the core the others need (libgomp's default spin of some milliseconds made a 2-thread run of
+ * the default config 15 times slower in CPU time on the loaded build machine). Results never depend
+ * on which thread runs an item: the callers' items write disjoint outputs (train/model.c, "work
+ * items"). */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -24,7 +25,7 @@
 #define GEN_SHIFT (2 * ITEM_BITS)
 #define T_GEN(t) ((uint32_t)((t) >> GEN_SHIFT))
 #define T_COUNT(t) ((int)(((t) >> ITEM_BITS) & MAX_ITEMS))
-#define T_NEXT(t) ((int)((t) & MAX_ITEMS))
+#define T_NEXT(t) ((int)((t)&MAX_ITEMS))
 
 struct kiln_pool {
     int n_workers;

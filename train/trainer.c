@@ -13,7 +13,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-
 #include "train_int.h"
 
 #define VAL_WINDOWS_MAX 256
