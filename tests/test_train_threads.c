@@ -31,6 +31,8 @@ static void threads_config(kiln_train_config *c, int n_experts) {
     c->eval_every = 2;
     c->ckpt_every = 2;
     c->keep = 0;
+    /* Capacity 1.0: some choices are dropped, so the skipped slots' paths run too. */
+    c->capacity_factor = n_experts ? 1.0 : 0.0;
 }
 
 static bool file_bytes(const char *path, char **buf, size_t *len) {
