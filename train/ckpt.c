@@ -79,7 +79,7 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
             rc, out,
             kiln_st_writer_add(w, e[i].name, KILN_F32, e[i].p->ndim, e[i].p->shape, e[i].data));
     mtext = kiln_model_config_text(&meta->cfg->model);
-    ttext = kiln_train_config_text(meta->cfg, false);
+    ttext = kiln_train_config_run_text(meta->cfg);
     sj = state_json(meta->state);
     stext = sj ? kiln_json_canonical(sj) : NULL;
     KILN_CHECK_IF(rc, out, !mtext || !ttext || !stext, KILN_ERR_NOMEM, "out of memory writing '%s'",

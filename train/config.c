@@ -1,6 +1,7 @@
 /* config.c - the run config: one table of keys drives defaults, parsing, --set, output
  * and the resume rules, so a key cannot be known to one and missing from another. */
 #include <math.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@ static const key keys[] = {
     {"seq_len", K_INT, OFF(model.seq_len), 1, 1 << 20, false, false, false},
     {"skip_spikes", K_BOOL, OFF(skip_spikes), 0, 0, false, false, true},
     {"steps", K_LONG, OFF(steps), 1, BIG, false, false, true},
-    {"threads", K_INT, OFF(threads), 1, 1024, false, false, true},
+    {"threads", K_INT, OFF(threads), 0, 1024, false, false, true},
     {"top_k", K_INT, OFF(model.top_k), 0, 4096, false, false, false},
     {"val_fraction", K_DBL, OFF(val_fraction), 0, 1, false, true, false},
     {"val_from", K_TIME, OFF(val_from), 0, 40, false, false, false},
@@ -119,7 +120,7 @@ void kiln_train_config_default(kiln_train_config *c) {
     c->capacity_factor = 0;
     c->max_bad_steps = 5;
     c->skip_spikes = false;
-    c->threads = 1;
+    c->threads = 0;
     c->device = KILN_TRAIN_CPU;
     c->precision = KILN_PRECISION_F32;
 }
@@ -376,8 +377,7 @@ int kiln_train_json_precision(const json_t *j) {
     return need;
 }
 
-char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
-    json_t *j = kiln_train_config_json(c);
+static char *config_text(json_t *j, bool pretty) {
     if (!j) {
         kiln_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
@@ -410,4 +410,21 @@ kiln_err kiln_train_split_opts(const kiln_train_config *c, kiln_split_opts *o) {
     KILN_FAIL_IF(*c->purge_time && !kiln_duration_parse(c->purge_time, &o->purge_secs),
                  KILN_ERR_CONFIG, "config key 'purge_time' '%s' is not a duration", c->purge_time);
     return KILN_OK;
+}
+
+char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
+    return config_text(kiln_train_config_json(c), pretty);
+}
+
+char *kiln_train_config_run_text(const kiln_train_config *c) {
+    json_t *j = kiln_train_config_json(c);
+    if (j) json_object_del(j, "threads");
+    return config_text(j, false);
+}
+
+int kiln_train_threads(const kiln_train_config *c) {
+    if (c->threads > 0) return c->threads;
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n > 0 ? n : 1;
 }

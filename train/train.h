@@ -236,6 +236,12 @@ typedef struct kiln_tsmoe kiln_tsmoe;
 
 kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsmoe **out);
 void kiln_tsmoe_free(kiln_tsmoe *m);
+/* Threads the forward and backward passes run on (1 at create; below 1 means 1): the caller
+ * and threads - 1 workers the model starts (and stops at free or the next change). Every op
+ * is cut into work items fixed by the sizes alone and sums over items are taken in item
+ * order, so the results are the same bits for every thread count. KILN_ERR_NOMEM when a
+ * thread cannot start (the model is then on one thread). */
+kiln_err kiln_tsmoe_set_threads(kiln_tsmoe *m, int threads);
 const kiln_model_config *kiln_tsmoe_config(const kiln_tsmoe *m);
 const kiln_param *kiln_tsmoe_param_table(const kiln_tsmoe *m, size_t *count);
 size_t kiln_tsmoe_numel(const kiln_tsmoe *m); /* floats in the parameter block */
@@ -409,7 +415,7 @@ typedef struct kiln_train_config {
     double aux_loss_coef, z_loss_coef, capacity_factor;
     int max_bad_steps;        /* non-finite steps in a row that stop the run */
     bool skip_spikes;         /* skip the update on a loss or gradient-norm spike */
-    int threads;              /* OpenBLAS threads */
+    int threads;              /* CPU threads; 0 = the CPUs the process may use */
     kiln_train_device device; /* "cpu" or "cuda" (CUDA device 0) */
     kiln_precision precision; /* "f32", or "bf16" (cuda only) */
     /* The split in time (kiln_split_opts; left out of the config's JSON while unset): */
@@ -435,6 +441,14 @@ json_t *kiln_train_config_json(const kiln_train_config *c);
 /* Text of the config: sorted keys, every number exact and as short as reads back the same.
  * pretty: 2-space indent and a trailing newline. Caller frees; NULL on failure. */
 char *kiln_train_config_text(const kiln_train_config *c, bool pretty);
+/* The compact text that names a run's computation: every key but `threads`, which changes
+ * how fast a step runs and never its bits. What the run id is made from and what a
+ * checkpoint's kiln.train_config holds, so neither depends on the thread count; caller frees
+ * (NULL and NOMEM set on failure). */
+char *kiln_train_config_run_text(const kiln_train_config *c);
+/* The threads a CPU run uses: `threads`, or with 0 (the default) the CPUs this process may
+ * run on (sched_getaffinity). */
+int kiln_train_threads(const kiln_train_config *c);
 /* Whether a key may change when a run is resumed (steps, eval_every, ckpt_every, keep,
  * max_bad_steps, skip_spikes, threads, device, precision); false for unknown keys. */
 bool kiln_train_config_resumable(const char *key);

@@ -86,8 +86,9 @@ kiln_loss kiln_tsmoe_loss_total(double mse, double lb_sum, double z_sum, const k
  * the first warmup_steps, then cosine from lr down to min_lr at the last step. */
 double kiln_train_lr(const kiln_train_config *c, long i);
 
-/* Global L2 norm of the trained parameters' gradients, summed in double in table order;
- * per_tensor (NULL or [count]) gets each tensor's norm (0 for untrained ones). */
+/* Global L2 norm of the trained parameters' gradients, summed in double: each tensor in
+ * chunks fixed by its size (train/optim.c), the tensors in table order; per_tensor (NULL or
+ * [count]) gets each tensor's norm (0 for untrained ones). */
 double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
                             double *per_tensor);
 /* grads *= s over the trained parameters. */
@@ -98,9 +99,34 @@ void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, fl
  *   p -= lr*wd*p (KILN_PARAM_DECAY only), then p -= lr * mhat / (sqrt(vhat) + eps).
  * SGD: p -= lr*wd*p (decay params), then p -= lr * g; m and v untouched (may be NULL).
  * upd_norm, w_norm: NULL or [count]: each tensor's update and (new) weight L2 norms. */
+/* ---- threads (pool.c) ---- */
+
+/* A fixed set of threads that run the items of one loop at a time with the caller. */
+typedef struct kiln_pool kiln_pool;
+typedef void (*kiln_pool_fn)(void *ctx, int item);
+/* threads - 1 workers (none for threads <= 1); free with kiln_pool_free (NULL does nothing). */
+kiln_err kiln_pool_create(int threads, kiln_pool **out);
+void kiln_pool_free(kiln_pool *p);
+int kiln_pool_threads(const kiln_pool *p); /* workers + 1; 1 for NULL */
+/* fn(ctx, i) for i in 0..count-1, on the caller and the workers, each once, in no particular
+ * order; returns when all are done. p NULL: in order on the caller. */
+void kiln_pool_run(kiln_pool *p, int count, kiln_pool_fn fn, void *ctx);
+/* The model's pool (NULL on one thread), for the optimizer step. */
+kiln_pool *kiln_tsmoe_pool(kiln_tsmoe *m);
+
 void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
                            float *params, const float *grads, float *m, float *v, long t, double lr,
                            double *upd_norm, double *w_norm);
+/* The same on pool's threads (NULL: the caller's), tensors in chunks fixed by their sizes:
+ * the same bits for every thread count. */
+void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kiln_param *tab,
+                          size_t count, float *params, const float *grads, float *m, float *v,
+                          long t, double lr, double *upd_norm, double *w_norm);
+/* kiln_train_grad_norm and _scale on pool's threads (NULL: the caller's): the same bits. */
+double kiln_train_grad_norm_run(kiln_pool *pool, const kiln_param *tab, size_t count,
+                                const float *grads, double *per_tensor);
+void kiln_train_grad_scale_run(kiln_pool *pool, const kiln_param *tab, size_t count, float *grads,
+                               float s);
 
 /* ---- the step on a CUDA device (trainer_cuda.c) ---- */
 

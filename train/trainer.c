@@ -13,8 +13,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
 #include "train_int.h"
 
 #define VAL_WINDOWS_MAX 256
@@ -227,11 +225,13 @@ static kiln_err setup(trainer *t) {
                          (size_t)B * S * (F + O) * sizeof(float) + shards;
         char what[64];
         snprintf(what, sizeof what, "batch_size %d", B);
-        KILN_TRY(kiln_train_check_memory(bytes, c->threads, "this run", what,
+        KILN_TRY(kiln_train_check_memory(bytes, kiln_train_threads(c), "this run", what,
                                          "lower batch_size or threads, or raise the limit"));
     }
-    openblas_set_num_threads(c->threads);
-    return KILN_OK;
+    /* The step's work items run on `threads` threads, OpenBLAS single-threaded inside each
+     * (kiln_tsmoe_create): the checkpoints do not depend on the count (docs/train.md). A
+     * run on a GPU never steps its host model, which stays on one thread. */
+    return t->dev ? KILN_OK : kiln_tsmoe_set_threads(t->m, kiln_train_threads(c));
 }
 
 /* norm.in_mean / norm.in_std from the training split (population std, floored). */
@@ -590,7 +590,8 @@ static kiln_err loop(trainer *t) {
         if (t->dev)
             KILN_TRY(kiln_dev_train_grad_norm(t->dev, t->tab, t->gn, &p.grad_norm));
         else
-            p.grad_norm = kiln_train_grad_norm(t->tab, t->np, t->grads, t->gn);
+            p.grad_norm =
+                kiln_train_grad_norm_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads, t->gn);
         memset(t->un, 0, t->np * sizeof *t->un);
         if (!isfinite(p.loss) || !isfinite(p.grad_norm)) {
             t->st.bad_streak++;
@@ -615,10 +616,12 @@ static kiln_err loop(trainer *t) {
                     KILN_TRY(kiln_dev_train_step(t->dev, c, t->tab, t->st.updates, p.lr, scale,
                                                  t->un, t->wn));
                 } else {
-                    if (clip) kiln_train_grad_scale(t->tab, t->np, t->grads, scale);
-                    kiln_train_optim_step(c, t->tab, t->np, t->params, t->grads, t->mom,
-                                          t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr,
-                                          t->un, t->wn);
+                    if (clip)
+                        kiln_train_grad_scale_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads,
+                                                  scale);
+                    kiln_train_optim_run(kiln_tsmoe_pool(t->m), c, t->tab, t->np, t->params,
+                                         t->grads, t->mom, t->mom ? t->mom + t->numel : NULL,
+                                         t->st.updates, p.lr, t->un, t->wn);
                 }
                 p.applied = true;
             }
@@ -907,7 +910,7 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     } else {
         set_input_norm(t);
     }
-    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t->cfg, false)), KILN_ERR_NOMEM,
+    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_run_text(&t->cfg)), KILN_ERR_NOMEM,
                   "out of memory");
     make_run_id(text, t->ds->sha256, opts->init_path ? init_sha : NULL, t->run_id);
 
