@@ -1,6 +1,6 @@
 """kiln.torch: kiln-tsmoe/1 in PyTorch, the research twin of kiln's C network.
 
-One plain file to read top to bottom beside docs/model.md (MODEL.md): the same parameter names
+One plain file to read top to bottom beside docs/model.md (docs/model.md): the same parameter names
 as kiln's safetensors files, the same initialisation from a seed (kiln's Philox counter-based
 generator, reproduced here in numpy: the same seed gives the same float32 weights as
 `kiln train`), the same forward and the same loss with its three terms. It reads kiln's model
@@ -29,7 +29,7 @@ from ._error import Error
 
 FORMAT = "kiln-tsmoe/1"
 CARD_FORMAT = "kiln-card/1"
-# The model config's keys (MODEL.md "Config"); norm_eps and format are optional.
+# The model config's keys (docs/model.md "Config"); norm_eps and format are optional.
 MODEL_KEYS = ("n_features", "n_outputs", "d_model", "n_layers", "n_heads", "d_ff", "n_experts",
               "top_k", "seq_len", "attn_window")
 STREAM_INIT = 1  # core/philox.h: KILN_STREAM_INIT
@@ -303,7 +303,7 @@ def rmsnorm(u, g, eps):
 
 
 def gelu(u):
-    """MODEL.md's GELU: the tanh form."""
+    """docs/model.md's GELU: the tanh form."""
     return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u * u * u)))
 
 
@@ -418,7 +418,7 @@ def fold_target_norm(tensors, meta, n_outputs, path):
     return out
 
 class TSMoE(nn.Module):
-    """kiln-tsmoe/1 (MODEL.md). ``state_dict()`` names are kiln's safetensors names.
+    """kiln-tsmoe/1 (docs/model.md). ``state_dict()`` names are kiln's safetensors names.
 
     ``TSMoE(config, seed=1)`` initialises as ``kiln train`` does with that seed (bitwise, in
     float32); ``seed=None`` leaves the zeros and ones of construction. Parameters are float32;
@@ -445,7 +445,7 @@ class TSMoE(nn.Module):
         if seed is not None:
             self.load_arrays(init_params(c, seed))
 
-    # -- the pieces of MODEL.md a variant may change --
+    # -- the pieces of docs/model.md a variant may change --
     def gelu(self, u):
         return gelu(u)
 
@@ -589,14 +589,16 @@ class TSMoE(nn.Module):
         return cls._from_file(f, checkpoint=False)
 
     @classmethod
-    def from_checkpoint(cls, path):
+    def from_checkpoint(cls, path, fold_targets=True):
         """A training checkpoint (RUN/ckpt/step-N.safetensors): its data digest is checked as
         kiln export checks it; the AdamW moments (m.*, v.*) are left behind; ``step`` is
-        kiln.step."""
-        return cls._from_file(path, checkpoint=True)
+        kiln.step. The trainer's target standardisation (kiln.target_norm) is folded into the
+        head as kiln export folds it, so the model predicts in the data's units;
+        ``fold_targets=False`` keeps the head as trained (on standardised targets)."""
+        return cls._from_file(path, checkpoint=True, fold_targets=fold_targets)
 
     @classmethod
-    def _from_file(cls, path, checkpoint):
+    def _from_file(cls, path, checkpoint, fold_targets=True):
         tensors, meta = read_safetensors(path)
         if "kiln.config" not in meta:
             raise Error(f"'{path}': no kiln.config in __metadata__")
@@ -619,7 +621,8 @@ class TSMoE(nn.Module):
                 raise Error(f"'{path}': tensor data digest mismatch (corrupted checkpoint)")
             tensors = {k: v for k, v in tensors.items()
                        if not k.startswith("m.") and not k.startswith("v.")}
-            tensors = fold_target_norm(tensors, meta, cfg["n_outputs"], path)
+            if fold_targets:
+                tensors = fold_target_norm(tensors, meta, cfg["n_outputs"], path)
         m = cls(cfg, seed=None)
         m.load_arrays(tensors, source=path)
         try:

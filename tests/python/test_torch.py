@@ -1,6 +1,6 @@
 """kiln.torch: the PyTorch twin of kiln-tsmoe/1 against the float64 vectors, kiln's own init,
 checkpoints and model directories, and `kiln validate --reference` (parity_reference),
-including two PyTorch models that each differ from MODEL.md in one detail and must fail it.
+including two PyTorch models that each differ from docs/model.md in one detail and must fail it.
 
 Everything of kiln is reached through the CLI (env KILN, default build/kiln)."""
 
@@ -120,7 +120,8 @@ def test_torch_init_is_kilns(tmp):
     data = synth(tmp)
     run = train(tmp, data, 1, "optimizer=sgd", "lr=1e-30", "min_lr=0", "warmup_steps=0",
                 "weight_decay=0", "grad_clip=0", "seed=7", "ckpt_every=1")
-    ck = kt.TSMoE.from_checkpoint(os.path.join(run, "ckpt", "step-00000001.safetensors"))
+    ck = kt.TSMoE.from_checkpoint(os.path.join(run, "ckpt", "step-00000001.safetensors"),
+                                  fold_targets=False)
     cfg = dict(SMALL, n_features=5, n_outputs=2)
     mine = kt.TSMoE(cfg, seed=7)
     a, b = mine.arrays(), ck.arrays()
@@ -262,10 +263,10 @@ def test_torch_model_dir_validates_and_packs(tmp):
 
 
 def mismatch(tmp, cls, what):
-    """A PyTorch model that differs from MODEL.md in one detail: its REF must fail
+    """A PyTorch model that differs from docs/model.md in one detail: its REF must fail
     parity_reference, and the verdict with it. Returns the check's max relative error."""
     m, model_dir, data = trained_torch(tmp, cls=cls)
-    # The saved weights are the variant's; kiln computes MODEL.md on them.
+    # The saved weights are the variant's; kiln computes docs/model.md on them.
     ref = os.path.join(tmp, "ref.safetensors")
     m.reference_outputs(model_dir, ref)
     p, rep = validate(model_dir, data, ref, ok=(1,))
@@ -295,7 +296,7 @@ class AlibiOffByOne(kt.TSMoE):
 
 
 class GeluErf(kt.TSMoE):
-    """GELU with erf instead of MODEL.md's tanh form."""
+    """GELU with erf instead of docs/model.md's tanh form."""
 
     def gelu(self, u):
         return 0.5 * u * (1.0 + torch.erf(u / math.sqrt(2.0)))
