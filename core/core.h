@@ -401,10 +401,10 @@ float kiln_f16_to_f32(uint16_t h);
 /* ---- the model format (kiln-tsmoe/1): config and parameter table ---- */
 
 /* Parse the JSON config object (the value of __metadata__["kiln.config"]): every key of
- * MODEL.md's table, "format" must be "kiln-tsmoe/1", norm_eps optional (1e-5), unknown
+ * docs/model.md's table, "format" must be "kiln-tsmoe/1", norm_eps optional (1e-5), unknown
  * keys refused. label names the source in messages. */
 kiln_err kiln_model_config_parse(const json_t *j, const char *label, kiln_model_config *cfg);
-/* Check the constraints of MODEL.md (positive sizes, D % H, 1 <= K <= E or K == 0 == E,
+/* Check the constraints of docs/model.md (positive sizes, D % H, 1 <= K <= E or K == 0 == E,
  * 1 <= W <= S, and sizes small enough that every count fits in 32 bits). */
 kiln_err kiln_model_config_check(const kiln_model_config *cfg, const char *label);
 /* The config as a new JSON object with every key (sorted on output). */
@@ -420,7 +420,7 @@ enum {
 };
 
 typedef struct kiln_param {
-    char name[64];            /* MODEL.md name, e.g. "blocks.0.attn.qkv.weight" */
+    char name[64];            /* docs/model.md name, e.g. "blocks.0.attn.qkv.weight" */
     int ndim;
     int64_t shape[3];
     size_t numel;

@@ -187,7 +187,7 @@ typedef struct kiln_export_info {
 } kiln_export_info;
 KILN_API void kiln_export_info_release(kiln_export_info *info);
 
-/* Freeze one checkpoint of a run into a model directory (DESIGN.md): model.safetensors
+/* Freeze one checkpoint of a run into a model directory (docs/export.md): model.safetensors
  * with the trained parameters and norm.in_* (no optimizer state), config in kiln.config,
  * and card.json (format, name, dtype, config, created, lineage: run id, step, checkpoint
  * and its digests, run config, dataset digest, code version, the run's last validation

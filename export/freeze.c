@@ -3,7 +3,7 @@
  *
  * The checkpoint is read with core's safetensors reader and checked the way the trainer
  * checks it on resume (the SHA-256 of its data section against kiln.data_sha256), so a
- * torn or corrupted file is never frozen. Only the parameters of MODEL.md's table are
+ * torn or corrupted file is never frozen. Only the parameters of docs/model.md's table are
  * kept; the AdamW moments stay behind. Everything written is a function of the
  * checkpoint, run.json and metrics.db: no clock, no host, no path, so freezing the same
  * checkpoint twice gives the same bytes.

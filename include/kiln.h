@@ -56,7 +56,7 @@ KILN_API const char *kiln_errmsg(void);
 /* The library's version string, KILN_VERSION at build time plus the git revision. */
 KILN_API const char *kiln_version(void);
 
-/* ---- the model (kiln-tsmoe/1, MODEL.md) ---- */
+/* ---- the model (kiln-tsmoe/1, docs/model.md) ---- */
 
 #define KILN_MODEL_FORMAT "kiln-tsmoe/1"
 
@@ -86,7 +86,7 @@ typedef struct kiln_stream kiln_stream; /* opaque: one sequence fed tick by tick
 
 /* Load a model: path is a model directory holding model.safetensors, or the
  * model.safetensors file itself. Checks the config (kiln.config in __metadata__) and
- * every tensor against MODEL.md: a missing tensor, an extra tensor, a wrong shape, a
+ * every tensor against docs/model.md: a missing tensor, an extra tensor, a wrong shape, a
  * wrong dtype, non-finite weights or a non-positive norm.in_std fail with a message
  * naming the file and the tensor. Weights are F32, or BF16 throughout (norm.in_* may
  * be F32 or BF16); bf16 weights stay bf16 in memory and are widened to f32 for

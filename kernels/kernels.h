@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 /* ---- CPU reference (kernels/cpu) ----
- * N is a count of rows (tokens, B*S), the other sizes are MODEL.md's letters. Every op is
+ * N is a count of rows (tokens, B*S), the other sizes are docs/model.md's letters. Every op is
  * deterministic: fixed reduction order, no threads. No op allocates; scratch is passed in.
  * Backward functions ADD into every gradient they are given (callers zero them first). */
 
@@ -61,7 +61,7 @@ void kiln_rmsnorm_backward(float *dinp,         /* [N,D] */
                            const float *rstd,   /* [N] */
                            int N, int D);
 
-/* gelu, tanh form (MODEL.md), elementwise. */
+/* gelu, tanh form (docs/model.md), elementwise. */
 void kiln_gelu_forward(float *out, const float *inp, size_t n); /* [n], [n] */
 void kiln_gelu_backward(float *dinp,                            /* [n] */
                         const float *dout,                      /* [n] */
@@ -72,7 +72,7 @@ void kiln_gelu_backward(float *dinp,                            /* [n] */
 void kiln_residual_forward(float *out, const float *a, const float *b, size_t n); /* all [n] */
 void kiln_residual_backward(float *da, float *db, const float *dout, size_t n);   /* all [n] */
 
-/* Causal windowed multi-head attention with ALiBi (MODEL.md). qkv rows hold q, k, v of one
+/* Causal windowed multi-head attention with ALiBi (docs/model.md). qkv rows hold q, k, v of one
  * token; head h owns columns h*Dh..(h+1)*Dh-1 of each. att[b,h,i,w] is the weight of key
  * j = i - w (w < min(W, i+1); the rest are 0). Slope of head h: 2^(-8*(h+1)/H). */
 void kiln_attention_forward(float *out,       /* [B,S,D] heads concatenated */

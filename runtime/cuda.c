@@ -6,7 +6,7 @@
  * workspace): whole sequences are grouped into a chunk; a sequence longer than a chunk is
  * cut in time order, and each piece is preceded by the L*(W-1) rows before it (or all of
  * them near the start), recomputed: an output depends on its input and the L*(W-1) before
- * it only (MODEL.md), so the piece's own rows are exact. The forward waits on the device once
+ * it only (docs/model.md), so the piece's own rows are exact. The forward waits on the device once
  * per mixture layer (the plan's offsets size the expert GEMMs), as the trainer's does.
  *
  * Stream: the rings, the ring state {entries, position} and every per-tick buffer live on

@@ -1,6 +1,6 @@
 /*
  * runtime_int.h - the runtime's private parts: the loaded model's layout, the math that
- * the batch and the streaming forward share (so that both compute MODEL.md the same
+ * the batch and the streaming forward share (so that both compute docs/model.md the same
  * way), the per-tick kernels, and hooks for tests and benchmarks.
  */
 #ifndef KILN_RUNTIME_INT_H

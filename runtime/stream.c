@@ -2,7 +2,7 @@
  *
  * Each layer keeps the keys and values of the last W-1 ticks in a ring buffer; a tick
  * computes its own q, k, v, attends over the ring plus itself, and then overwrites the
- * ring's oldest entry. Because ALiBi depends only on distance (MODEL.md), this is the
+ * ring's oldest entry. Because ALiBi depends only on distance (docs/model.md), this is the
  * batch forward's row t for a sequence that began at the stream's first tick. Every
  * buffer is allocated by kiln_stream_open except the rings (and the attention scores sized
  * with them): those start at kiln_rt_ring_start (256) ticks and double, up to W-1, as a
@@ -318,7 +318,7 @@ static void ffn(kiln_stream *const *ss, size_t n, const kiln_rt_layer *L) {
             kiln_rt_matvec_many(m, n, vec_expert, &p, kiln_rt_wat(m, L->proj_w, (size_t)e * D * Fh),
                                 L->proj_b + (size_t)e * D, D, Fh);
     }
-    /* Each stream sums its slots in slot order, as MODEL.md writes the sum. */
+    /* Each stream sums its slots in slot order, as docs/model.md writes the sum. */
     for (size_t i = 0; i < n; i++) {
         kiln_stream *s = ss[i];
         memset(s->acc, 0, (size_t)D * sizeof *s->acc);

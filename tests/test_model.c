@@ -133,7 +133,7 @@ KILN_TEST(model_vectors_dense) {
     check_vector("tsmoe-dense");
 }
 
-/* ---- a float64 reference of MODEL.md, written plainly and separately from the kernels,
+/* ---- a float64 reference of docs/model.md, written plainly and separately from the kernels,
  * whose central differences are exact enough to judge the float32 backward ---- */
 
 typedef struct ref_ctx {

@@ -571,7 +571,7 @@ KILN_TEST(runtime_matvec_paths) {
     }
 }
 
-/* The head-by-head attention loop (each head over every key), as MODEL.md reads. */
+/* The head-by-head attention loop (each head over every key), as docs/model.md reads. */
 static void attend_by_head(const kiln_model *m, float *o, float *scores, const float *q,
                            const kiln_rt_kv *runs, int nruns) {
     const int D = m->cfg.d_model, H = m->cfg.n_heads, Dh = D / H;

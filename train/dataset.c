@@ -1,5 +1,5 @@
 /*
- * dataset.c - dataset files (DESIGN.md): safetensors with `features` [N,F] and `targets`
+ * dataset.c - dataset files (docs/data.md): safetensors with `features` [N,F] and `targets`
  * [N,O], both F32, rows in time order, and optional names in __metadata__["kiln.columns"].
  * Opening validates everything a trainer relies on before any value is handed out; the
  * split keeps a purge gap between training and validation rows so that no training window

@@ -1,6 +1,6 @@
 /* model.c - the kiln-tsmoe/1 network being trained: parameters, gradients and activations
  * each in one block (views into it, as llm.c's malloc_and_point_parameters), forward and
- * backward as MODEL.md, built from the ops of kernels.h. Nothing here allocates after
+ * backward as docs/model.md, built from the ops of kernels.h. Nothing here allocates after
  * kiln_tsmoe_create. */
 #include <math.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 
 /* ==== datasets (train/dataset.c, train/synth.c) ==================================== */
 
-/* A dataset file (DESIGN.md): safetensors with `features` [N,F] f32 and `targets` [N,O]
+/* A dataset file (docs/data.md): safetensors with `features` [N,F] f32 and `targets` [N,O]
  * f32, rows in time order; __metadata__ may hold `kiln.columns`, a JSON object
  * {"features": [names], "targets": [names]}. */
 typedef struct kiln_dataset {
@@ -207,8 +207,8 @@ kiln_err kiln_synth_write(const kiln_synth_opts *opts, const char *path, kiln_sy
 /* ==== the network (train/model.c, kernels/) ========================================== */
 
 typedef struct kiln_loss_opts {
-    float aux_loss_coef;   /* MODEL.md, default 0.01 */
-    float z_loss_coef;     /* MODEL.md, default 0.001 */
+    float aux_loss_coef;   /* docs/model.md, default 0.01 */
+    float z_loss_coef;     /* docs/model.md, default 0.001 */
     float capacity_factor; /* 0 = dropless; else each expert takes at most
                               ceil(capacity_factor * N * K / E) (token, slot) choices in token
                               order, and the rest skip the expert (training only) */
@@ -266,7 +266,7 @@ kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *t
 
 float *kiln_tsmoe_params(kiln_tsmoe *m);      /* [numel] */
 float *kiln_tsmoe_grads(kiln_tsmoe *m);       /* [numel], zero for untrained params */
-/* MODEL.md initialisation from the seed (Philox, KILN_STREAM_INIT, counter = the element's
+/* docs/model.md initialisation from the seed (Philox, KILN_STREAM_INIT, counter = the element's
  * index in the block): Normal(0, 0.02), out and proj weights Normal(0, 0.02/sqrt(2L)),
  * biases 0, gains 1, norm.in_mean 0 and norm.in_std 1 (the trainer sets them from data). */
 void kiln_tsmoe_init(kiln_tsmoe *m, uint64_t seed);
@@ -393,7 +393,7 @@ typedef enum kiln_precision {
                                f32 master weights, router, norms, softmax and losses */
 } kiln_precision;
 
-/* A run's settings: the model's keys (MODEL.md) and the trainer's, one JSON object in
+/* A run's settings: the model's keys (docs/model.md) and the trainer's, one JSON object in
  * files (docs/train.md lists every key). kiln_train_config_default gives the tiny config
  * the demo and tests use. */
 typedef struct kiln_train_config {
@@ -802,7 +802,7 @@ kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path
 kiln_err kiln_run_summary_add(void *run_dir, long step, const char *dir);
 
 /* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
- * The same function as kiln_tsmoe (MODEL.md), with parameters, gradients and activations
+ * The same function as kiln_tsmoe (docs/model.md), with parameters, gradients and activations
  * each in one block of device memory, built from the kiln_cuda_* ops of kernels.h. It
  * agrees with the CPU network to float rounding (the router's choices exactly, given the
  * same probabilities), and two runs give the same bits. The device is driven by the thread

@@ -72,7 +72,7 @@ void kiln_tsmoe_carve_acts(const kiln_model_config *cfg, int max_batch, kiln_car
  * activation index fits comfortably. */
 kiln_err kiln_tsmoe_check_batch(const kiln_model_config *cfg, int max_batch);
 
-/* The loss options a forward uses: opts, or MODEL.md's defaults when NULL. */
+/* The loss options a forward uses: opts, or docs/model.md's defaults when NULL. */
 kiln_loss_opts kiln_tsmoe_loss_opts(const kiln_loss_opts *opts);
 /* Each expert's capacity in a training forward of N tokens: 0 (none) when dense or
  * dropless, else ceil(capacity_factor * N * K / E) within 1 .. N*K. */
@@ -230,7 +230,7 @@ typedef struct kiln_ckpt_meta {
 
 /* RUN_DIR/ckpt/step-NNNNNNNN.safetensors; caller frees. */
 char *kiln_ckpt_path(const char *run_dir, long step);
-/* Write a checkpoint atomically: every parameter under its MODEL.md name, "m.<name>" and
+/* Write a checkpoint atomically: every parameter under its docs/model.md name, "m.<name>" and
  * "v.<name>" for the trained ones when m is not NULL, and __metadata__ (docs/train.md). */
 kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, const float *params,
                          const float *m, const float *v, const kiln_ckpt_meta *meta);

@@ -407,7 +407,7 @@ out:
 
 /* ---- runtime parity ------------------------------------------------------------- */
 
-/* The trainer's forward (the reference, MODEL.md) against the runtime's batch forward, and
+/* The trainer's forward (the reference, docs/model.md) against the runtime's batch forward, and
  * the runtime's batch forward against its streams, on the held-out windows. */
 static kiln_err check_parity(run *r, vmodel *m, const heldout *h, const kiln_thresholds *th) {
     const int S = m->cfg.seq_len, O = m->cfg.n_outputs;

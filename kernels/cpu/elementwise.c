@@ -64,7 +64,7 @@ static inline v4f exp4(v4f x) {
     return p * (v4f)sb;
 }
 
-/* GELU (MODEL.md's tanh form) as u * s with s = (1 + tanh z) / 2 = 1 / (1 + e^-2z), z =
+/* GELU (docs/model.md's tanh form) as u * s with s = (1 + tanh z) / 2 = 1 / (1 + e^-2z), z =
  * sqrt(2/pi) (u + 0.044715 u^3): no 1 + tanh to cancel where u << 0, so the output keeps its
  * relative accuracy down to where it underflows. The derivative, s + u s (1 - s) 2 dz/du, takes
  * 1 - s as e^-2z s, which does not cancel where u >> 0. The runtime calls the same function

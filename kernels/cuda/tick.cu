@@ -13,7 +13,7 @@ static inline cudaStream_t as_stream(void *s) {
 }
 
 __device__ __forceinline__ float tick_gelu(float u) {
-    // MODEL.md's tanh GELU in the runtime's form: 0.5*(1 + tanh(z)) = 1/(1 + exp(-2z)).
+    // docs/model.md's tanh GELU in the runtime's form: 0.5*(1 + tanh(z)) = 1/(1 + exp(-2z)).
     float z = 0.7978845608028654f * (u + 0.044715f * u * u * u);
     return u / (1.0f + expf(-2.0f * z));
 }

@@ -9,7 +9,7 @@
  *   streams  five streams (four on a tiny f32 MoE model, one on its bf16 twin) pushed round
  *            robin for the whole phase, never reset: millions of ticks each. Every few
  *            thousand ticks a stream's last 2*L*(W-1)+1 inputs go through the batch forward
- *            and the last L*(W-1)+1 rows (those that depend on the window alone, MODEL.md)
+ *            and the last L*(W-1)+1 rows (those that depend on the window alone, docs/model.md)
  *            must match what the stream gave at those ticks within the validation gate's
  *            stream tolerance (stream.rtol, stream.atol), except where a router near-tie
  *            reaches (ties.rtol; docs/validation.md "Router ties"): such a check is printed
