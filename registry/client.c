@@ -1002,6 +1002,32 @@ static void sweep_downloads(const char *dir) {
     closedir(d);
 }
 
+/* The private directories of pulls into out (PARENT/.BASE.pull-XXXXXX) that no live pull
+ * holds: a pull holds an flock on its directory while it runs, so one that takes it here was
+ * left by a killed pull (the unpack runs while the download lands: such a directory may hold
+ * part of a model, never at out). Best effort. */
+static void sweep_pulls(const char *parent, const char *base) {
+    DIR *d = opendir(parent);
+    if (!d) return;
+    char *prefix = kiln_asprintf(".%s.pull-", base);
+    size_t pl = prefix ? strlen(prefix) : 0;
+    struct dirent *e;
+    while (prefix && (e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, pl) || strlen(e->d_name) != pl + 6) continue;
+        char *path = kiln_path_join(parent, e->d_name);
+        int fd = path ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            reg_rmtree(path);
+            kiln_debug("removed '%s', left by a pull that was killed", path);
+        }
+        if (fd >= 0) close(fd);
+        free(path);
+    }
+    kiln_errclear();
+    free(prefix);
+    closedir(d);
+}
+
 /* Where a pull's time goes, at debug level (KILN_LOG=debug): bench/bench_registry.sh reads
  * these lines. */
 static void pull_phase(const char *what, uint64_t from_ns, uint64_t to_ns, uint64_t bytes) {
@@ -1063,6 +1089,7 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     char *staged = NULL, *lock_path = NULL;
     int lock_fd = -1;
     kiln_manifest *signed_m = NULL;
+    int tmp_fd = -1; /* flock'd while the pull runs (sweep_pulls) */
 
     state = p->state ? kiln_strdup(p->state) : reg_default_state();
     KILN_CHECK_IF(rc, out, !state, KILN_ERR_NOMEM, "out of memory");
@@ -1162,6 +1189,7 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     tmp = parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", parent, base) : NULL;
     KILN_CHECK_IF(rc, out, !tmp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_mkdir_p(parent));
+    sweep_pulls(parent, base);
     if (!mkdtemp(tmp)) {
         rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'",
                              p->out);
@@ -1169,6 +1197,9 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
         tmp = NULL;
         goto out;
     }
+    tmp_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    KILN_CHECK_IF(rc, out, tmp_fd < 0 || flock(tmp_fd, LOCK_EX | LOCK_NB) != 0, KILN_ERR_IO,
+                  "cannot lock '%s': %s", tmp, strerror(errno));
     staged = kiln_path_join(tmp, "model");
     KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
     /* 4: the archive's size and digest, reading no more than declared; its SHA-256 and the
@@ -1282,6 +1313,7 @@ out:
      * killed one does (sweep_downloads). */
     if (rc && lock_fd >= 0) unlink(partial);
     unlock_download(lock_path, lock_fd);
+    if (tmp_fd >= 0) close(tmp_fd);
     kiln_manifest_free(signed_m);
     free(lock_path);
     free(staged);

@@ -332,6 +332,15 @@ static kiln_err temp_beside(const char *path, char **out) {
     return KILN_OK;
 }
 
+kiln_err kiln_sign_verify_archive_sigs_prehashed(const char *archive_path,
+                                                 const uint8_t blake2b[64], const char *sigs,
+                                                 size_t sigs_len, const char *sigs_label,
+                                                 const kiln_sign_trust *t,
+                                                 kiln_sign_archive_report *report) {
+    return verify_sigs(archive_path, blake2b, NULL, archive_path, sigs, sigs_len, sigs_label, t,
+                       report);
+}
+
 kiln_err kiln_sign_verify_prehashed_sigs(const uint8_t blake2b[64], const kiln_manifest *m,
                                          const char *where, const char *sigs, size_t sigs_len,
                                          const char *sigs_label, const kiln_sign_trust *t,

@@ -373,6 +373,12 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_prehashed(
     const char *archive_path, const uint8_t blake2b[64], const char *sigs, size_t sigs_len,
     const char *sigs_label, const kiln_sign_trust *t, const char *out_dir,
     kiln_sign_archive_report *report);
+/* kiln_sign_verify_archive_sigs with the archive's BLAKE2b-512 computed by the caller (a
+ * mirror's download hashes as it lands): the archive's manifest is read only after the
+ * signatures verified over blake2b. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_sigs_prehashed(
+    const char *archive_path, const uint8_t blake2b[64], const char *sigs, size_t sigs_len,
+    const char *sigs_label, const kiln_sign_trust *t, kiln_sign_archive_report *report);
 /* Steps 1 to 3 over an archive's BLAKE2b-512 computed by the caller (the streaming verify):
  * every block by a release key of t, algorithm ED, verifying over blake2b (key id, signature,
  * global signature), each comment naming m (the manifest the archive's bytes hold: its sha256,
