@@ -157,6 +157,9 @@ void kiln_hashpipe_reset(kiln_hashpipe *p);
  * length hashed. The pipe may not be used after, but freed. */
 void kiln_hashpipe_finish(kiln_hashpipe *p, uint8_t *sha256, uint8_t *blake2b, uint64_t *bytes);
 void kiln_hashpipe_free(kiln_hashpipe *p);
+/* This thread's CPU seconds so far (CLOCK_THREAD_CPUTIME_ID), for debug lines that say where a
+ * pass's time went. */
+double kiln_thread_cpu_s(void);
 
 /* Lowercase hex of len bytes into out (2*len+1 bytes). */
 void kiln_hex(const uint8_t *bytes, size_t len, char *out);

@@ -9,6 +9,7 @@
 #include <sodium.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core.h"
 
@@ -30,7 +31,14 @@ struct kiln_hashpipe {
     uint64_t bytes;              /* bytes posted since the start or the last reset */
     size_t len[KILN_HASHPIPE_SLOTS];
     uint8_t *buf;                /* KILN_HASHPIPE_SLOTS chunks */
+    double cpu_s[NH_MAX];        /* each hasher thread's CPU time, for the debug log */
 };
+
+static double thread_cpu_s(void) {
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return 0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
 
 static void hash_chunk(kiln_hashpipe *p, int kind, const uint8_t *b, size_t n) {
     if (kind == KILN_HASH_SHA256)
@@ -64,6 +72,7 @@ static void *hasher(void *arg) {
         p->done[k]++;
         pthread_cond_broadcast(&p->cv);
     }
+    p->cpu_s[k] = thread_cpu_s();
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
@@ -177,7 +186,13 @@ static void stop(kiln_hashpipe *p) {
 
 void kiln_hashpipe_finish(kiln_hashpipe *p, uint8_t *sha256, uint8_t *blake2b, uint64_t *bytes) {
     wait_idle(p);
+    bool threaded = p->threaded;
     stop(p);
+    /* Where the CPU went: on free cores, the slowest thread is the time the pass takes. */
+    for (int k = 0; threaded && k < p->nh; k++)
+        kiln_debug("hash pipe: the %s thread: %.3f s CPU for %.1f MB",
+                   p->kind[k] == KILN_HASH_SHA256 ? "SHA-256" : "BLAKE2b", p->cpu_s[k],
+                   (double)p->bytes / 1e6);
     uint8_t junk[crypto_generichash_BYTES_MAX];
     if (p->which & KILN_HASH_SHA256) kiln_sha256_final(&p->sha, sha256 ? sha256 : junk);
     if (p->which & KILN_HASH_BLAKE2B)
@@ -193,4 +208,8 @@ void kiln_hashpipe_free(kiln_hashpipe *p) {
     pthread_cond_destroy(&p->cv);
     free(p->buf);
     free(p);
+}
+
+double kiln_thread_cpu_s(void) {
+    return thread_cpu_s();
 }

@@ -1227,6 +1227,7 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
         if (rc) goto out;
         uint64_t t1 = kiln_now_ns();
         pull_phase("download", t0, t1, size);
+        kiln_debug("pull: this thread (the download) has used %.3f s CPU", kiln_thread_cpu_s());
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
         if (sr.hashed) {

@@ -167,6 +167,8 @@ static void *stream_main(void *arg) {
     }
     kiln_err rc = drain(s);
     kiln_hashpipe_finish(s->pipe, r->sha256, r->blake2b, &r->bytes);
+    kiln_debug("download reader: %.3f s CPU (reading the partial%s)", kiln_thread_cpu_s(),
+               s->staged ? ", decompressing, hashing and writing every file" : "");
     r->hashed = rc == KILN_OK && r->bytes == s->size;
     r->unpacked = s->staged && !r->unpack_rc && !s->spoiled && r->hashed;
     if (s->staged && !r->unpack_rc && !r->unpacked) reg_rmtree(s->staged);

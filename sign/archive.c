@@ -430,6 +430,8 @@ static kiln_err verify_archive(const char *archive_path, const uint8_t *prehash,
         if (urc) snprintf(umsg, sizeof umsg, "%s", kiln_errmsg());
         KILN_CHECK(rc, out, file_drain(&fs));
         kiln_hashpipe_finish(pipe, NULL, h, NULL);
+        kiln_debug("verify: this thread (reading, decompressing, file digests): %.3f s CPU",
+                   kiln_thread_cpu_s());
         /* The signatures' verdict comes first, as if nothing had been unpacked: over the
          * whole file's BLAKE2b, the comments against the manifest the unpack read (or, when
          * it failed, the archive's first entry). */
