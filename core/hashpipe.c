@@ -20,18 +20,18 @@ struct kiln_hashpipe {
     kiln_sha256_state sha;
     int which;
     bool threaded, closing;
-    int nh;                      /* hashers: 0 SHA-256, 1 BLAKE2b (those asked for) */
-    int kind[NH_MAX];            /* KILN_HASH_* of each */
+    int nh;           /* hashers: 0 SHA-256, 1 BLAKE2b (those asked for) */
+    int kind[NH_MAX]; /* KILN_HASH_* of each */
     pthread_t th[NH_MAX];
     int started;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t posted;             /* chunks posted */
-    uint64_t done[NH_MAX];       /* chunks each hasher finished */
-    uint64_t bytes;              /* bytes posted since the start or the last reset */
+    uint64_t posted;       /* chunks posted */
+    uint64_t done[NH_MAX]; /* chunks each hasher finished */
+    uint64_t bytes;        /* bytes posted since the start or the last reset */
     size_t len[KILN_HASHPIPE_SLOTS];
-    uint8_t *buf;                /* KILN_HASHPIPE_SLOTS chunks */
-    double cpu_s[NH_MAX];        /* each hasher thread's CPU time, for the debug log */
+    uint8_t *buf;         /* KILN_HASHPIPE_SLOTS chunks */
+    double cpu_s[NH_MAX]; /* each hasher thread's CPU time, for the debug log */
 };
 
 static double thread_cpu_s(void) {

@@ -1173,9 +1173,9 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     {
         char what[200];
         snprintf(what, sizeof what, "%s@%s", res->model, res->version);
-        KILN_CHECK(rc, out,
-                   reg_size_accept(c, size, signed_m ? reg_archive_bound(signed_m) : UINT64_MAX,
-                                   what));
+        KILN_CHECK(
+            rc, out,
+            reg_size_accept(c, size, signed_m ? reg_archive_bound(signed_m) : UINT64_MAX, what));
     }
     char label[200];
     snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
@@ -1260,8 +1260,8 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     kiln_sign_archive_report rep;
     uint64_t t = kiln_now_ns();
     kiln_debug("pull: %s", sr.unpacked ? "hashed and unpacked as it landed"
-                           : sr.hashed  ? "hashed as it landed; unpacking after the signatures"
-                                        : "checking from the file");
+                           : sr.hashed ? "hashed as it landed; unpacking after the signatures"
+                                       : "checking from the file");
     if (sr.unpacked)
         rc = kiln_sign_verify_prehashed_sigs(sr.blake2b, sr.manifest, partial, sig, strlen(sig),
                                              sig_label, trust, &rep);

@@ -303,10 +303,11 @@ static kiln_err verify_sigs(mirror_run *m, const char *file, const uint8_t *preh
     kiln_err first = KILN_OK;
     for (size_t i = m->chain.n; i-- > 0;) {
         /* With the prehash (computed as the download landed) each policy costs no pass. */
-        kiln_err rc = prehash ? kiln_sign_verify_archive_sigs_prehashed(
-                                    file, prehash, sig, strlen(sig), label, m->chain.v[i], rep)
-                              : kiln_sign_verify_archive_sigs(file, sig, strlen(sig), label,
-                                                              m->chain.v[i], rep);
+        kiln_err rc =
+            prehash
+                ? kiln_sign_verify_archive_sigs_prehashed(file, prehash, sig, strlen(sig), label,
+                                                          m->chain.v[i], rep)
+                : kiln_sign_verify_archive_sigs(file, sig, strlen(sig), label, m->chain.v[i], rep);
         if (!rc) return KILN_OK;
         if (rc == KILN_ERR_NOMEM || rc == KILN_ERR_IO) return rc;
         if (!first) {

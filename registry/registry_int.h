@@ -247,8 +247,7 @@ typedef struct reg_stream reg_stream;
  * kiln_archive_unpack_source, every limit, the manifest entry byte for byte expect's text).
  * label names the archive in messages. partial, label, staged and expect must outlive it. */
 kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
-                          const char *staged, const struct kiln_manifest *expect,
-                          reg_stream **out);
+                          const char *staged, const struct kiln_manifest *expect, reg_stream **out);
 /* Wait for it (ending f if the download did not) and free it; *res its findings. */
 void reg_stream_join(reg_stream *s, reg_stream_result *res);
 

@@ -980,7 +980,6 @@ bool reg_audit_parse(const char *after, const char *limit, const char *since, co
     return true;
 }
 
-
 /* A blob served over TLS: read from its file in blocks of REG_TLS_BLOCK. */
 #define REG_TLS_BLOCK (256 * 1024)
 typedef struct blob_reader {
@@ -994,7 +993,8 @@ static ssize_t blob_read(void *cls, uint64_t pos, char *buf, size_t max) {
     do
         n = pread(br->fd, buf, max, (off_t)(br->start + pos));
     while (n < 0 && errno == EINTR);
-    if (n <= 0) return MHD_CONTENT_READER_END_WITH_ERROR; /* the size was declared: short is an error */
+    if (n <= 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR; /* the size was declared: short is an error */
     return n;
 }
 

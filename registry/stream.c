@@ -22,8 +22,8 @@
 struct reg_follow {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    uint64_t avail;    /* bytes of the partial written and valid, from its start */
-    unsigned gen;      /* resets so far */
+    uint64_t avail; /* bytes of the partial written and valid, from its start */
+    unsigned gen;   /* resets so far */
     bool ended, complete;
 };
 
@@ -102,7 +102,8 @@ static kiln_err follow_read(void *ctx, const void **buf, size_t *n) {
     bool reset = f->gen != s->gen, ended = f->ended, complete = f->complete;
     uint64_t avail = f->avail;
     pthread_mutex_unlock(&f->mu);
-    if (reset) return kiln_fail(KILN_ERR_INTERRUPTED, "'%s': the download started over", s->partial);
+    if (reset)
+        return kiln_fail(KILN_ERR_INTERRUPTED, "'%s': the download started over", s->partial);
     if (s->off >= avail) {
         if (ended && complete && s->off == s->size) return KILN_OK;
         return kiln_fail(KILN_ERR_INTERRUPTED, "'%s': the download ended after %llu bytes",
@@ -113,8 +114,8 @@ static kiln_err follow_read(void *ctx, const void **buf, size_t *n) {
         if (s->fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", s->partial);
     }
     uint8_t *slot = kiln_hashpipe_slot(s->pipe);
-    size_t want = avail - s->off < KILN_HASHPIPE_CHUNK ? (size_t)(avail - s->off)
-                                                       : KILN_HASHPIPE_CHUNK;
+    size_t want =
+        avail - s->off < KILN_HASHPIPE_CHUNK ? (size_t)(avail - s->off) : KILN_HASHPIPE_CHUNK;
     ssize_t got;
     do
         got = pread(s->fd, slot, want, (off_t)s->off);
@@ -125,7 +126,8 @@ static kiln_err follow_read(void *ctx, const void **buf, size_t *n) {
     pthread_mutex_lock(&f->mu);
     reset = f->gen != s->gen;
     pthread_mutex_unlock(&f->mu);
-    if (reset) return kiln_fail(KILN_ERR_INTERRUPTED, "'%s': the download started over", s->partial);
+    if (reset)
+        return kiln_fail(KILN_ERR_INTERRUPTED, "'%s': the download started over", s->partial);
     kiln_hashpipe_post(s->pipe, (size_t)got);
     s->off += (uint64_t)got;
     *buf = slot;

@@ -381,10 +381,9 @@ static kiln_err file_drain(file_source *f) {
     }
 }
 
-static kiln_err verify_archive(const char *archive_path, const uint8_t *prehash,
-                               const char *sigs, size_t sigs_len, const char *sigs_label,
-                               const kiln_sign_trust *t, const char *out_dir,
-                               kiln_sign_archive_report *report) {
+static kiln_err verify_archive(const char *archive_path, const uint8_t *prehash, const char *sigs,
+                               size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
+                               const char *out_dir, kiln_sign_archive_report *report) {
     kiln_sign_archive_report local;
     kiln_sign_archive_report *r = report ? report : &local;
     report_init(r, t);
@@ -436,8 +435,7 @@ static kiln_err verify_archive(const char *archive_path, const uint8_t *prehash,
          * whole file's BLAKE2b, the comments against the manifest the unpack read (or, when
          * it failed, the archive's first entry). */
         KILN_CHECK(rc, out,
-                   verify_sigs(archive_path, h, m, archive_path, sigs, sigs_len, sigs_label, t,
-                               r));
+                   verify_sigs(archive_path, h, m, archive_path, sigs, sigs_len, sigs_label, t, r));
         if (urc) {
             rc = kiln_fail(urc, "%s", umsg);
             goto out;
@@ -477,7 +475,6 @@ kiln_err kiln_sign_verify_archive(const char *archive_path, const char *sigs, si
 kiln_err kiln_sign_verify_archive_prehashed(const char *archive_path, const uint8_t blake2b[64],
                                             const char *sigs, size_t sigs_len,
                                             const char *sigs_label, const kiln_sign_trust *t,
-                                            const char *out_dir,
-                                            kiln_sign_archive_report *report) {
+                                            const char *out_dir, kiln_sign_archive_report *report) {
     return verify_archive(archive_path, blake2b, sigs, sigs_len, sigs_label, t, out_dir, report);
 }

@@ -387,8 +387,8 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_sigs_prehashed(
  * result private until this passed. */
 struct kiln_manifest;
 KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_prehashed_sigs(
-    const uint8_t blake2b[64], const struct kiln_manifest *m, const char *where,
-    const char *sigs, size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
+    const uint8_t blake2b[64], const struct kiln_manifest *m, const char *where, const char *sigs,
+    size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
     kiln_sign_archive_report *report);
 
 /* Steps 1 to 3 without the archive, for a caller that holds a manifest's text but not the

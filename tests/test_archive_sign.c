@@ -758,7 +758,7 @@ KILN_TEST(archive_sign_prehashed_and_streamed) {
     kiln_sha256_file(a1, want_sha);
     for (int threaded = 0; threaded < 2; threaded++) {
         if (!CHECK("a pipe", kiln_hashpipe_new(KILN_HASH_SHA256 | KILN_HASH_BLAKE2B, threaded,
-                                                &pipe) == KILN_OK))
+                                               &pipe) == KILN_OK))
             goto done;
         memcpy(kiln_hashpipe_slot(pipe), "junk before the reset", 21);
         kiln_hashpipe_post(pipe, 21);
