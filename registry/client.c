@@ -1262,9 +1262,11 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     kiln_debug("pull: %s", sr.unpacked ? "hashed and unpacked as it landed"
                            : sr.hashed ? "hashed as it landed; unpacking after the signatures"
                                        : "checking from the file");
-    if (sr.unpacked)
+    if (sr.unpacked) {
         rc = kiln_sign_verify_prehashed_sigs(sr.blake2b, sr.manifest, partial, sig, strlen(sig),
                                              sig_label, trust, &rep);
+        rep.files_checked = rc == KILN_OK; /* by the unpack, against the manifest signed */
+    }
     else if (sr.hashed)
         rc = kiln_sign_verify_archive_prehashed(partial, sr.blake2b, sig, strlen(sig), sig_label,
                                                 trust, staged, &rep);
