@@ -11,14 +11,24 @@ PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libc
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
 DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-dev sqlite3 \
             libarchive-dev libzstd-dev minisign libmicrohttpd-dev libcurl4-openssl-dev \
-            libopenmpi-dev openmpi-bin libssl-dev curl openssl
-TOOLS := sqlite3 minisign mpirun curl openssl
+            libopenmpi-dev openmpi-bin libssl-dev curl openssl slurm-wlm munge \
+            libcsv-dev
+TOOLS := sqlite3 minisign mpirun curl openssl sbatch slurmctld slurmd munged
+# slurm-wlm and munge: tests/e2e/46-sweep.sh starts a single-node Slurm cluster of its own
+# (tests/slurm/cluster.sh) to run kiln sweep on; kiln itself only runs sbatch, squeue,
+# scontrol and srun as commands.
 # The Python package (python/kiln, tests/python) and the model's float64 reference (tests/ref):
-# Debian's interpreter and its numpy and torch (kiln.torch), probed by importing them with
-# /usr/bin/python3.
-PY_DEB_PKGS := python3 python3-numpy python3-torch
+# Debian's interpreter and its numpy and torch (kiln.torch); the bindings' tests also use pandas,
+# and pip, setuptools and venv (pip install ./python into a virtual environment). Probed by
+# importing them with /usr/bin/python3; setuptools first: imported after torch, its distutils
+# hack fails.
+PY_DEB_PKGS := python3 python3-numpy python3-torch python3-pandas python3-pip python3-setuptools \
+               python3-venv
 DEB_PKGS += $(PY_DEB_PKGS)
-PY_PROBE := /usr/bin/python3 -c 'import numpy, torch'
+PY_PROBE := /usr/bin/python3 -c 'import setuptools, pip, ensurepip, numpy, pandas, torch'
+# Headless Chromium loads the runs and registry web pages in the tests (tests/e2e/browser.sh).
+DEB_PKGS += chromium
+TOOLS += chromium
 # Open MPI is not in PKGS: only build/libkiln_dist.a uses it, for its headers; libmpi is
 # opened by `mpirun ... kiln train` (train/comm_mpi.c), so no binary links it.
 MPI_PKG := ompi-c
@@ -39,7 +49,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-MODULES := core kernels kernels/cpu train runtime export validate sign registry web
+MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -49,6 +59,8 @@ MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread
 LDLIBS := -lm -pthread -ldl
+# libcsv (CSV import, train/csv.c) has no pkg-config file: probed by its header below.
+LDLIBS += -lcsv
 
 ifneq ($(SAN),)
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -67,7 +79,7 @@ DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c train/nccl_dl.c)
 # kernels/cuda/*.c: host code against the toolkit's headers (cuBLAS opened on first use).
 LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c train/nccl_dl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c web/*.c) \
+                              validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c) \
                     $(if $(NVCC),$(wildcard kernels/cuda/*.c))))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
@@ -113,6 +125,7 @@ deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@mkdir -p $(BUILD)
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
+	echo '#include <csv.h>' | $(CC) -E - >/dev/null 2>&1 || missing=1; \
 	$(PY_PROBE) >/dev/null 2>&1 || missing=1; \
 	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
@@ -249,6 +262,15 @@ bench-web: $(BUILD)/bench_web
 	$(BUILD)/bench_web $(BUILD)/bench > $(BUILD)/bench/web.txt.tmp && mv $(BUILD)/bench/web.txt.tmp $(BUILD)/bench/web.txt
 	@cat $(BUILD)/bench/web.txt
 
+# kiln runs serve's run page for a run of a million generated steps against one of a thousand
+# and against sqlite3 reading the same series (bench/bench_runs_web.sh; ~750 MB kept in
+# $(BUILD)/bench/runs-web).
+.PHONY: bench-runs-web
+bench-runs-web: $(BUILD)/kiln
+	@mkdir -p $(BUILD)/bench
+	sh bench/bench_runs_web.sh $(BUILD)/kiln $(BUILD)/bench > $(BUILD)/bench/runs_web.txt.tmp && mv $(BUILD)/bench/runs_web.txt.tmp $(BUILD)/bench/runs_web.txt
+	@cat $(BUILD)/bench/runs_web.txt
+
 bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	@mkdir -p $(BUILD)/bench
 	$(BUILD)/bench_stream $(BUILD)/bench > $(BUILD)/bench/stream.txt.tmp && mv $(BUILD)/bench/stream.txt.tmp $(BUILD)/bench/stream.txt
@@ -256,6 +278,8 @@ bench: $(BUILD)/bench_stream $(BUILD)/bench_train $(BUILD)/bench_web
 	$(BUILD)/bench_train > $(BUILD)/bench/train.txt.tmp && mv $(BUILD)/bench/train.txt.tmp $(BUILD)/bench/train.txt
 	@cat $(BUILD)/bench/train.txt
 	@$(MAKE) --no-print-directory bench-web
+	@$(MAKE) --no-print-directory bench-python
+	@$(MAKE) --no-print-directory bench-runs-web
 	@$(MAKE) --no-print-directory bench-registry
 
 # Pull and verify of a ~1 GiB archive over loopback against curl from nginx-light and
@@ -274,6 +298,18 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 # The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
 
+# The Python bindings against C on the same model and rows (bench/bench_python.py, with
+# bench_push: kiln_stream_push and kiln_model_forward through kiln.h only).
+.PHONY: bench-python
+BENCH_BINS += $(BUILD)/bench_push
+$(BUILD)/bench_push: $(BUILD)/obj/bench/bench_push.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
+bench-python: $(BUILD)/kiln $(BUILD)/libkiln.so $(BUILD)/bench_push
+	@mkdir -p $(BUILD)/bench
+	KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 bench/bench_python.py $(BUILD) > $(BUILD)/bench/python.txt.tmp && mv $(BUILD)/bench/python.txt.tmp $(BUILD)/bench/python.txt
+	@cat $(BUILD)/bench/python.txt
+
 test: all $(BENCH_BINS)
 	@echo "== the reference vectors (tests/ref) against docs/model.md's float64 reference"
 	$(REF) --check tests/vectors
@@ -284,6 +320,8 @@ test: all $(BENCH_BINS)
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"
 	KILN=$(abspath $(BUILD)/kiln) tests/e2e/run-all
+	@echo "== Python (python/kiln over $(BUILD)/libkiln.so)"
+	KILN=$(abspath $(BUILD)/kiln) KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 tests/python/run.py
 	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer"
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \

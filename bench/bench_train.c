@@ -1,17 +1,22 @@
 /*
- * bench_train.c - CPU training throughput, one thread, against a baseline measured in the
- * same run: one OpenBLAS sgemm (one thread) at the step's largest GEMM shape (the tokens of a
- * step times d_model times d_ff, the FFN's first layer). A step is what the trainer does for
- * one batch: zero the gradients, forward with the loss, backward, AdamW over every trained
- * tensor. GFLOP/s counts kiln_tsmoe_flops_per_token (the figure behind the GPU's MFU) per
- * token; the ratio to the sgemm's GFLOP/s says how close a step comes to doing nothing but
- * GEMMs at the BLAS's speed. Usage: bench_train; results on stdout.
+ * bench_train.c - CPU training throughput on 1 and 2 threads, against baselines measured in
+ * the same run: OpenBLAS sgemm on as many threads (OpenBLAS's own threading) at the step's
+ * largest GEMM shape (the tokens of a step times d_model times d_ff, the FFN's first layer).
+ * A step is what the trainer does for one batch: zero the gradients, forward with the loss,
+ * backward, AdamW over every trained tensor, with the trainer's `threads`. GFLOP/s counts
+ * kiln_tsmoe_flops_per_token (the figure behind the GPU's MFU) per token; `ratio` to the
+ * sgemm's GFLOP/s on the same thread count says how close a step comes to doing nothing but
+ * GEMMs at the BLAS's speed; `speedup` is the 1-thread step's mean over this one's; `cpu_ms`
+ * is the process's user + system CPU time per step (on a shared machine a thread that got
+ * no core shows as a mean near the 1-thread one with cpu_ms near mean_ms). Usage:
+ * bench_train; results on stdout.
  */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "runtime_int.h"
 #include "train.h"
@@ -34,14 +39,23 @@ static void fill(float *x, size_t n, uint64_t seed) {
         x[i] = (float)kiln_rt_normal(seed, (uint64_t)i);
 }
 
-/* GFLOP/s of one-thread sgemm C[M,N] = A[M,K] B[K,N]: the best of several timed calls. */
-static double sgemm_gflops(int M, int N, int K) {
+static double cpu_s(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+/* GFLOP/s of sgemm C[M,N] = A[M,K] B[K,N] on OpenBLAS's `threads` threads: the best of
+ * several timed calls. OpenBLAS goes back to one thread after, as the trainer wants it. */
+static double sgemm_gflops(int M, int N, int K, int threads) {
     float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b),
           *c = malloc((size_t)M * N * sizeof *c);
     double best = INFINITY;
     if (a && b && c) {
         fill(a, (size_t)M * K, 7);
         fill(b, (size_t)K * N, 8);
+        openblas_set_num_threads(threads);
         for (int r = 0; r < 12; r++) {
             double t0 = now_s();
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, a, K, b, N, 0.0f,
@@ -49,12 +63,14 @@ static double sgemm_gflops(int M, int N, int K) {
             double t = now_s() - t0;
             if (r > 1 && t < best) best = t;
         }
+        openblas_set_num_threads(1);
     }
     free(a), free(b), free(c);
     return isfinite(best) ? 2.0 * M * N * K / best / 1e9 : NAN;
 }
 
-static int run(const bench_case *bc) {
+/* One case on `threads` threads; *mean1 is the 1-thread mean (set by the 1-thread run). */
+static int run(const bench_case *bc, int threads, double *mean1) {
     const kiln_model_config *m = &bc->cfg;
     const int B = bc->batch, N = B * m->seq_len;
     kiln_tsmoe *net = NULL;
@@ -62,8 +78,14 @@ static int run(const bench_case *bc) {
     kiln_train_config_default(&tc);
     tc.model = *m;
     tc.batch_size = B;
+    tc.threads = threads;
     if (kiln_tsmoe_create(m, B, &net) != KILN_OK) {
         fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
+        return 1;
+    }
+    if (kiln_tsmoe_set_threads(net, threads) != KILN_OK) {
+        fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
+        kiln_tsmoe_free(net);
         return 1;
     }
     kiln_tsmoe_init(net, 1);
@@ -77,27 +99,28 @@ static int run(const bench_case *bc) {
     fill(t, (size_t)N * m->n_outputs, 2);
     const kiln_loss_opts lo = {0.01f, 0.001f, 0.0f};
     kiln_loss loss = {0};
-    double t0 = 0, best = INFINITY;
+    double t0 = 0, c0 = 0, best = INFINITY;
     for (int i = -2; i < bc->steps; i++) { /* two warm-up steps */
         double ts = now_s();
-        if (i == 0) t0 = ts;
+        if (i == 0) t0 = ts, c0 = cpu_s();
         kiln_tsmoe_zero_grads(net);
         if (kiln_tsmoe_forward(net, x, t, B, &lo, &loss) != KILN_OK ||
             kiln_tsmoe_backward(net, 1.0f) != KILN_OK) {
             fprintf(stderr, "bench_train: %s: %s\n", bc->name, kiln_errmsg());
             goto out;
         }
-        kiln_train_optim_step(&tc, tab, np, kiln_tsmoe_params(net), kiln_tsmoe_grads(net), mom,
-                              mom + numel, i + 3, 1e-3, NULL, NULL);
+        kiln_train_optim_run(kiln_tsmoe_pool(net), &tc, tab, np, kiln_tsmoe_params(net),
+                             kiln_tsmoe_grads(net), mom, mom + numel, i + 3, 1e-3, NULL, NULL);
         if (i >= 0 && now_s() - ts < best) best = now_s() - ts;
     }
-    const double mean = (now_s() - t0) / bc->steps;
+    const double mean = (now_s() - t0) / bc->steps, cpu = (cpu_s() - c0) / bc->steps;
+    if (threads == 1) *mean1 = mean;
     double active, fpt = kiln_tsmoe_flops_per_token(m, &active);
     const double tps = N / mean, gf = tps * fpt / 1e9;
-    const double base = sgemm_gflops(N, m->d_ff, m->d_model);
-    printf("%-11s %8.3g %8.3g %6d %6d %9.2f %9.2f %10.0f %8.2f %8.2f %7.3f  %.4g\n", bc->name,
-           (double)numel, active, N, bc->steps, mean * 1e3, best * 1e3, tps, gf, base, gf / base,
-           loss.loss);
+    const double base = sgemm_gflops(N, m->d_ff, m->d_model, threads);
+    printf("%-11s %7d %8.3g %8.3g %6d %6d %9.2f %9.2f %9.2f %10.0f %8.2f %8.2f %7.3f %7.2f  %.4g\n",
+           bc->name, threads, (double)numel, active, N, bc->steps, mean * 1e3, best * 1e3,
+           cpu * 1e3, tps, gf, base, gf / base, *mean1 / mean, loss.loss);
     rc = isfinite(loss.loss) ? 0 : 1;
 out:
     free(x), free(t), free(mom);
@@ -107,6 +130,7 @@ out:
 
 int main(void) {
     openblas_set_num_threads(1);
+    const int threads[] = {1, 2};
     /* F, O, D, L, H, Fh, E, K, S, W, eps */
     const bench_case cases[] = {
         /* The trainer's defaults (kiln train with no --set): the model of make demo. */
@@ -122,16 +146,19 @@ int main(void) {
     /* The dataset sets these in a run; the demo's market data has 8 features, 2 targets. */
     c0.cfg.n_features = 8;
     c0.cfg.n_outputs = 2;
-    printf("# kiln CPU training step (zero grads, forward + loss, backward, AdamW), one thread,\n"
-           "# against one-thread OpenBLAS sgemm at [tokens x d_model] x [d_model x d_ff] in "
-           "the same run.\n"
+    printf("# kiln CPU training step (zero grads, forward + loss, backward, AdamW) on `threads`\n"
+           "# threads, against OpenBLAS sgemm on as many threads at [tokens x d_model] x "
+           "[d_model x d_ff] in the same run.\n"
            "# GFLOP/s = tokens/s x kiln_tsmoe_flops_per_token (6 x active weights + 12 L D "
            "mean window).\n");
-    printf("%-11s %8s %8s %6s %6s %9s %9s %10s %8s %8s %7s  %s\n", "model", "params", "active",
-           "tokens", "steps", "mean_ms", "best_ms", "tokens/s", "GFLOP/s", "sgemm", "ratio",
-           "loss");
-    int rc = run(&c0);
-    for (size_t i = 1; i < sizeof cases / sizeof *cases; i++)
-        rc |= run(&cases[i]);
+    printf("%-11s %7s %8s %8s %6s %6s %9s %9s %9s %10s %8s %8s %7s %7s  %s\n", "model", "threads",
+           "params", "active", "tokens", "steps", "mean_ms", "best_ms", "cpu_ms", "tokens/s",
+           "GFLOP/s", "sgemm", "ratio", "speedup", "loss");
+    int rc = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        double mean1 = NAN;
+        for (size_t j = 0; j < sizeof threads / sizeof *threads; j++)
+            rc |= run(i ? &cases[i] : &c0, threads[j], &mean1);
+    }
     return rc;
 }

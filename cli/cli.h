@@ -135,6 +135,7 @@ int cmd_runs_diff(int argc, char **argv);
 int cmd_runs_explain(int argc, char **argv);
 int cmd_runs_list(int argc, char **argv);
 int cmd_runs_plot(int argc, char **argv);
+int cmd_runs_serve(int argc, char **argv);
 int cmd_runs_show(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
@@ -187,7 +188,23 @@ bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char *
 kiln_err cli_registry_limits(struct kiln_registry_client_opts *cs, size_t n, const char *max_size,
                              const char *min_rate, const char *deadline);
 /* The options cli_registry_limits reads. */
-#define CLI_LIMIT_OPTS(max_size, min_rate, deadline)                                                   {"max-size", CLI_STR, (max_size), "BYTES",                                                         "the largest archive accepted: a registry declaring more is refused (or passed over) "          "before the download: 512M, 16G (default 16G)",                                                  false},                                                                                               {"min-rate", CLI_STR, (min_rate), "BYTES/s",                                                      "the slowest a registry may send, averaged over each --timeout window, before it is "           "passed over: 1K, 1M (default 16K)",                                                             false},                                                                                           {"deadline", CLI_STR, (deadline), "DURATION",                                                     "the most the whole operation may take, every registry and retry included: 30s, 10m, "          "2h (default 1h)",                                                                               false}
+#define CLI_LIMIT_OPTS(max_size, min_rate, deadline)                                       \
+    {"max-size", CLI_STR, (max_size), "BYTES",                                             \
+    "the largest archive accepted: a registry declaring more is refused (or passed over) " \
+    "before the download: 512M, 16G (default 16G)",                                        \
+    false},                                                                                \
+    {"min-rate", CLI_STR, (min_rate), "BYTES/s",                                           \
+    "the slowest a registry may send, averaged over each --timeout window, before it is "  \
+    "passed over: 1K, 1M (default 16K)",                                                   \
+    false},                                                                                \
+    {"deadline", CLI_STR, (deadline), "DURATION",                                          \
+    "the most the whole operation may take, every registry and retry included: 30s, 10m, " \
+    "2h (default 1h)",                                                                     \
+    false}
+
+int cmd_sweep(int argc, char **argv);          /* cmd_sweep.c */
+int cmd_sweep_job(int argc, char **argv);      /* cmd_sweep.c */
+int cmd_sweep_status(int argc, char **argv);   /* cmd_sweep.c */
 int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
 int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
 int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */

@@ -10,6 +10,7 @@
 int cmd_data_synth(int argc, char **argv) {
     uint64_t seed = 0;
     long rows = 0, features = 0, outputs = 0;
+    double scale = 1;
     const char *out = NULL;
     const cli_opt opts[] = {
         {"seed", CLI_U64, &seed, "S", "random seed", true},
@@ -19,10 +20,11 @@ int cmd_data_synth(int argc, char **argv) {
         {"outputs", CLI_INT, &outputs, "O", "targets: forward returns over 1, 2, 4, ... steps",
          true},
         {"out", CLI_STR, &out, "FILE", "dataset to write (safetensors)", true},
+        {"scale", CLI_DBL, &scale, "S", "the targets' standard deviation (default 1)", false},
         {0},
     };
     const cli_spec spec = {
-        "kiln data synth --seed S --rows N --features F --outputs O --out FILE",
+        "kiln data synth --seed S --rows N --features F --outputs O --out FILE [--scale S]",
         "Write a deterministic synthetic market (regime-switching volatility, order flow,\n"
         "momentum, mean reversion) and print the best achievable R^2 per target.",
         opts, 0, 0};
@@ -35,8 +37,13 @@ int cmd_data_synth(int argc, char **argv) {
     if (outputs < 1 || outputs > KILN_SYNTH_MAX_OUTPUTS)
         return cli_usage_error("--outputs must be 1 to %d, not %ld", KILN_SYNTH_MAX_OUTPUTS,
                                outputs);
-    kiln_synth_opts o = {
-        .seed = seed, .rows = (size_t)rows, .n_features = (int)features, .n_outputs = (int)outputs};
+    if (!(scale > 0 && scale <= 1e30))
+        return cli_usage_error("--scale must be positive and at most 1e30, not %g", scale);
+    kiln_synth_opts o = {.seed = seed,
+                         .rows = (size_t)rows,
+                         .n_features = (int)features,
+                         .n_outputs = (int)outputs,
+                         .scale = scale};
     kiln_synth_r2 r2;
     kiln_err err = kiln_synth_write(&o, out, &r2);
     if (err) return cli_fail(err);
@@ -78,30 +85,68 @@ static int split_names(const char *opt, const char *list, const char ***names, i
 }
 
 int cmd_data_import(int argc, char **argv) {
-    const char *csv = NULL, *feat = NULL, *targ = NULL, *out = NULL;
+    const char *csv = NULL, *feat = NULL, *targ = NULL, *out = NULL, *missing = NULL,
+               *time_col = NULL, *group_col = NULL;
     const cli_opt opts[] = {
-        {"csv", CLI_STR, &csv, "FILE", "CSV file with a header row (unquoted fields)", true},
+        {"csv", CLI_STR, &csv, "FILE", "CSV file with a header row (RFC 4180)", true},
         {"features", CLI_STR, &feat, "a,b,c", "columns that become the features, in this order",
          true},
         {"targets", CLI_STR, &targ, "x,y", "columns that become the targets, in this order", true},
         {"out", CLI_STR, &out, "FILE", "dataset to write (safetensors)", true},
+        {"missing", CLI_STR, &missing, "HOW",
+         "missing values (empty, NA, NaN): refuse (default), drop the row, ffill (the column's "
+         "last value), zero",
+         false},
+        {"time", CLI_STR, &time_col, "COLUMN",
+         "a column of times (ISO 8601 date or date-time, or epoch seconds), kept as tensor 'time'",
+         false},
+        {"group", CLI_STR, &group_col, "COLUMN",
+         "a column naming each row's instrument: windows never cross instruments", false},
         {0},
     };
-    const cli_spec spec = {"kiln data import --csv FILE --features a,b,c --targets x,y --out FILE",
+    const cli_spec spec = {"kiln data import --csv FILE --features a,b,c --targets x,y --out FILE "
+                           "[--missing refuse|drop|ffill|zero] [--time COLUMN] [--group COLUMN]",
                            "Convert a CSV file (rows in time order) into a dataset.", opts, 0, 0};
     int rc;
     if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
+    static const char *const policies[] = {"refuse", "drop", "ffill", "zero"};
+    kiln_csv_import o = {.csv_path = csv,
+                         .out_path = out,
+                         .missing = KILN_MISSING_REFUSE,
+                         .time_column = time_col,
+                         .group_column = group_col};
+    if (missing) {
+        int k = 0;
+        while (k < 4 && strcmp(missing, policies[k]))
+            k++;
+        if (k == 4)
+            return cli_usage_error("--missing must be refuse, drop, ffill or zero, not '%s'",
+                                   missing);
+        o.missing = (kiln_missing)k;
+    }
     const char **fn = NULL, **tn = NULL;
     char *fb = NULL, *tb = NULL;
     int nf = 0, nt = 0;
     rc = split_names("features", feat, &fn, &nf, &fb);
     if (!rc) rc = split_names("targets", targ, &tn, &nt, &tb);
     if (!rc) {
-        kiln_err err = kiln_dataset_import_csv(csv, fn, nf, tn, nt, out);
-        if (err)
+        o.features = fn, o.n_features = nf, o.targets = tn, o.n_outputs = nt;
+        kiln_csv_report r;
+        kiln_err err = kiln_dataset_import_csv_ex(&o, &r);
+        if (err) {
             rc = cli_fail(err);
-        else
-            fprintf(stderr, "kiln: wrote '%s'\n", out);
+        } else {
+            fprintf(stderr, "kiln: wrote '%s': %zu rows, %d features, %d targets", out, r.rows, nf,
+                    nt);
+            if (group_col) fprintf(stderr, ", %d groups", r.n_groups);
+            fprintf(stderr, "\n");
+            if (o.missing == KILN_MISSING_DROP)
+                fprintf(stderr, "kiln: --missing drop: dropped %zu of %zu rows\n", r.rows_dropped,
+                        r.rows_read);
+            else if (o.missing != KILN_MISSING_REFUSE)
+                fprintf(stderr, "kiln: --missing %s: filled %zu values in %zu of %zu rows\n",
+                        policies[o.missing], r.values_filled, r.rows_filled, r.rows_read);
+        }
     }
     free(fn);
     free(tn);
@@ -112,6 +157,79 @@ int cmd_data_import(int argc, char **argv) {
 
 static json_t *num(double v) {
     return isfinite(v) ? json_real(v) : json_null();
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+#define N_GAPS 5
+
+/* The time column: first, last, median step and the largest gaps, steps taken between rows
+ * of the same group. NULL when out of memory (or no time column). */
+static json_t *time_json(const kiln_dataset *ds) {
+    if (!ds->time) return NULL;
+    size_t n = 0, top[N_GAPS], ntop = 0;
+    int64_t *d = malloc((ds->rows ? ds->rows : 1) * sizeof *d);
+    if (!d) return NULL;
+    int64_t lo = ds->time[0], hi = ds->time[0];
+    for (size_t r = 0; r < ds->rows; r++) {
+        if (ds->time[r] < lo) lo = ds->time[r];
+        if (ds->time[r] > hi) hi = ds->time[r];
+        if (!r || (ds->group && ds->group[r] != ds->group[r - 1])) continue;
+        int64_t g = ds->time[r] - ds->time[r - 1];
+        d[n++] = g;
+        /* keep the N_GAPS largest (row r ends each), largest first; ties: the earlier row */
+        size_t k = ntop < N_GAPS ? ntop++ : N_GAPS;
+        while (k > 0 && ds->time[top[k - 1]] - ds->time[top[k - 1] - 1] < g) {
+            if (k < N_GAPS) top[k] = top[k - 1];
+            k--;
+        }
+        if (k < N_GAPS) top[k] = r;
+    }
+    char a[32], b[32], c[32];
+    json_t *gaps = json_array();
+    for (size_t k = 0; gaps && k < ntop; k++) {
+        size_t r = top[k];
+        kiln_time_format(ds->time[r - 1], a);
+        kiln_time_format(ds->time[r], b);
+        json_t *gname = ds->group ? json_array_get(json_object_get(ds->group_meta, "names"),
+                                                   (size_t)ds->group[r])
+                                  : NULL;
+        json_array_append_new(gaps,
+                              json_pack("{s:s,s:s,s:I,s:I,s:O}", "from", a, "to", b, "seconds",
+                                        (json_int_t)(ds->time[r] - ds->time[r - 1]), "row",
+                                        (json_int_t)r, "group", gname ? gname : json_null()));
+    }
+    int64_t med = 0;
+    if (n) {
+        qsort(d, n, sizeof *d, cmp_i64);
+        med = d[(n - 1) / 2]; /* the lower median: a step that occurs */
+    }
+    free(d);
+    kiln_time_format(lo, a);
+    kiln_time_format(hi, b);
+    kiln_duration_format(med, c);
+    return gaps ? json_pack("{s:O,s:s,s:s,s:I,s:s,s:o}", "column",
+                            json_object_get(ds->time_meta, "column"), "first", a, "last", b,
+                            "median_step_seconds", (json_int_t)med, "median_step", c, "gaps", gaps)
+                : NULL;
+}
+
+/* [{name, rows}] of the groups. */
+static json_t *groups_json(const kiln_dataset *ds) {
+    json_t *a = json_array();
+    const json_t *names = json_object_get(ds->group_meta, "names");
+    size_t r = 0;
+    for (int g = 0; a && g < ds->n_groups; g++) {
+        size_t b = r;
+        while (r < ds->rows && ds->group[r] == g)
+            r++;
+        json_array_append_new(a, json_pack("{s:O,s:I}", "name", json_array_get(names, (size_t)g),
+                                           "rows", (json_int_t)(r - b)));
+    }
+    return a;
 }
 
 int cmd_data_inspect(int argc, char **argv) {
@@ -156,11 +274,48 @@ int cmd_data_inspect(int argc, char **argv) {
         json_t *j =
             json_pack("{s:s,s:s,s:I,s:i,s:i,s:o}", "path", path, "sha256", ds->sha256, "rows",
                       (json_int_t)ds->rows, "n_features", F, "n_outputs", O, "columns", cols);
+        if (j && ds->time) json_object_set_new(j, "time", time_json(ds));
+        if (j && ds->group) json_object_set_new(j, "groups", groups_json(ds));
         rc = cli_print_json(j, JSON_INDENT(2) | JSON_SORT_KEYS);
         json_decref(j);
     } else {
-        printf("file      %s\nsha256    %s\nrows      %zu\nfeatures  %d\ntargets   %d\n\n", path,
+        printf("file      %s\nsha256    %s\nrows      %zu\nfeatures  %d\ntargets   %d\n", path,
                ds->sha256, ds->rows, F, O);
+        json_t *tj = time_json(ds), *gj = ds->group ? groups_json(ds) : NULL;
+        if (tj) {
+            printf("time      column '%s': %s to %s, median step %s\n",
+                   json_string_value(json_object_get(tj, "column")),
+                   json_string_value(json_object_get(tj, "first")),
+                   json_string_value(json_object_get(tj, "last")),
+                   json_string_value(json_object_get(tj, "median_step")));
+            size_t i;
+            json_t *g;
+            json_array_foreach(json_object_get(tj, "gaps"), i, g) {
+                char dur[32];
+                kiln_duration_format(json_integer_value(json_object_get(g, "seconds")), dur);
+                const char *gn = json_string_value(json_object_get(g, "group"));
+                printf("%s %s to %s (%s, row %lld%s%s)\n", i ? "         " : "gaps     ",
+                       json_string_value(json_object_get(g, "from")),
+                       json_string_value(json_object_get(g, "to")), dur,
+                       (long long)json_integer_value(json_object_get(g, "row")), gn ? ", " : "",
+                       gn ? gn : "");
+            }
+        }
+        if (gj) {
+            printf("groups    %d in column '%s':", ds->n_groups,
+                   json_string_value(json_object_get(ds->group_meta, "column")));
+            size_t i;
+            json_t *g;
+            json_array_foreach(gj, i, g) {
+                printf("%s %s %lld rows", i ? "," : "",
+                       json_string_value(json_object_get(g, "name")),
+                       (long long)json_integer_value(json_object_get(g, "rows")));
+            }
+            printf("\n");
+        }
+        json_decref(tj);
+        json_decref(gj);
+        printf("\n");
         printf("%-8s %-20s %12s %12s %12s %12s %8s %8s\n", "kind", "column", "mean", "std", "min",
                "max", "nan", "inf");
         for (int c = 0; c < F + O; c++) {

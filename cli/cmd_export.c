@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "core.h"
 #include "export.h"
+#include "train.h"
 
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *dtype = "f32", *name = NULL;
@@ -34,7 +35,8 @@ int cmd_export(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &run_dir, &rc)) return rc;
     kiln_export_opts o = {
-        .run_dir = run_dir, .step = step, .out_dir = out, .name = name, .force = force};
+        .run_dir = run_dir, .step = step, .out_dir = out, .name = name, .force = force,
+        .add_files = kiln_run_summary_add, .add_files_ctx = (void *)run_dir};
     if (!strcmp(dtype, "bf16")) {
         o.dtype = KILN_EXPORT_BF16;
     } else if (strcmp(dtype, "f32")) {

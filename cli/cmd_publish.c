@@ -395,7 +395,7 @@ int cmd_rollback(int argc, char **argv) {
     if (!cli_parse_args(&spec, argc, argv, &name, &rc)) return rc;
     char model[KILN_REGISTRY_NAME_MAX + 1], target[KILN_REGISTRY_NAME_MAX + 1] = "";
     snprintf(model, sizeof model, "%s", name);
-    if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", a.channel))
+    if (kiln_registry_check_name("model", model) || kiln_registry_check_channel(a.channel))
         return cli_fail(KILN_ERR_USAGE);
     if (state && !trust) return cli_usage_error("--state goes with --trust");
     char digest[72] = "";

@@ -13,6 +13,8 @@ int cmd_registry_serve(int argc, char **argv) {
     const char *root = NULL, *listen = NULL, *trust = NULL, *cert = NULL, *key = NULL;
     bool read_required = false;
     long threads = 4, max_conn = -1, per_ip = 64; /* -1: not given (4096, said nothing of) */
+    long header_timeout = KILN_REGISTRY_HEADER_TIMEOUT_S,
+         idle_timeout = KILN_REGISTRY_IDLE_TIMEOUT_S;
     const cli_opt opts[] = {
         {"root", CLI_STR, &root, "DIR", "the registry's store (created if missing)", true},
         {"listen", CLI_STR, &listen, "HOST:PORT",
@@ -30,6 +32,12 @@ int cmd_registry_serve(int argc, char **argv) {
         {"tls-cert", CLI_STR, &cert, "FILE", "serve HTTPS with this PEM certificate (chain)",
          false},
         {"tls-key", CLI_STR, &key, "FILE", "... and its PEM private key", false},
+        {"header-timeout", CLI_INT, &header_timeout, "SECONDS",
+         "close a connection silent this long before its request head is complete (default 10)",
+         false},
+        {"idle-timeout", CLI_INT, &idle_timeout, "SECONDS",
+         "close a connection silent this long during a request or kept alive (default 120)",
+         false},
         {0},
     };
     const cli_spec spec = {"kiln registry serve --root DIR --listen HOST:PORT [options]",
@@ -41,6 +49,9 @@ int cmd_registry_serve(int argc, char **argv) {
         return cli_usage_error("--max-connections must be between 1 and 1000000");
     if (per_ip < 0 || per_ip > 1000000)
         return cli_usage_error("--per-ip-connections must be between 0 (no limit) and 1000000");
+    if (header_timeout < 1 || header_timeout > 86400 || idle_timeout < 1 || idle_timeout > 86400)
+        return cli_usage_error("--header-timeout and --idle-timeout must be between 1 and 86400 "
+                               "seconds");
     /* Room for the connections: the soft descriptor limit raised as far as the hard one
      * allows (the server warns if that is still too few). */
     struct rlimit rl;
@@ -66,7 +77,9 @@ int cmd_registry_serve(int argc, char **argv) {
                                    .per_ip_connections =
                                        per_ip ? (unsigned)per_ip : KILN_REGISTRY_NO_LIMIT,
                                    .tls_cert = cert,
-                                   .tls_key = key};
+                                   .tls_key = key,
+                                   .header_timeout_s = (unsigned)header_timeout,
+                                   .idle_timeout_s = (unsigned)idle_timeout};
     kiln_registry_server *srv;
     kiln_err e = kiln_registry_server_start(&o, &srv);
     if (e) return cli_fail(e);

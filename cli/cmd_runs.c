@@ -116,6 +116,16 @@ int cmd_runs_show(int argc, char **argv) {
     if (ri.last_val_step) {
         printf("validation  step %ld: loss %.6g, r2 %.4f\n", ri.last_val_step, ri.last_val_loss,
                ri.last_val_r2);
+        if (json_array_size(ri.last_val_targets)) {
+            size_t i;
+            json_t *row;
+            printf("  r2 per target:");
+            json_array_foreach(ri.last_val_targets, i, row) {
+                printf(" %s %.4f", json_string_value(json_object_get(row, "name")),
+                       json_real_value(json_object_get(row, "r2")));
+            }
+            printf("\n");
+        }
         printf("best        step %ld: loss %.6g, r2 %.4f\n", ri.best_val_step, ri.best_val_loss,
                ri.best_val_r2);
     }

@@ -223,7 +223,10 @@ int cmd_train(int argc, char **argv) {
     /* Under mpirun: the rank's index on its machine picks its GPU; KILN_TEST_BUCKET_BYTES
      * makes small gradient buckets so that a tiny model has several (tests). */
     size_t local_rank = 0, bucket_bytes = 0;
-    if ((rc = env_size("OMPI_COMM_WORLD_LOCAL_RANK", 0, &local_rank)) ||
+    /* srun starts the ranks itself (kiln sweep, --mpi=pmix): Slurm's SLURM_LOCALID then. */
+    const char *lr_env = getenv("OMPI_COMM_WORLD_LOCAL_RANK") ? "OMPI_COMM_WORLD_LOCAL_RANK"
+                                                              : "SLURM_LOCALID";
+    if ((rc = env_size(lr_env, 0, &local_rank)) ||
         (rc = env_size("KILN_TEST_BUCKET_BYTES", 0, &bucket_bytes)))
         goto out;
     if (kiln_comm_mpi_launched()) {

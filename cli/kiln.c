@@ -50,8 +50,13 @@ static const command commands[] = {
      "why a step went wrong: a spike or non-finite step against the steps before"},
     {"runs list", cmd_runs_list, "compare a sweep of runs: state, metrics, what differs"},
     {"runs plot", cmd_runs_plot, "draw a run's metrics over its steps (several runs overlaid)"},
+    {"runs serve", cmd_runs_serve, "a read-only web page of a sweep's runs: curves, events"},
     {"runs show", cmd_runs_show, "show a run's config, progress, metrics and events"},
     {"sign", cmd_sign, "sign a file (minisign format)"},
+    /* "sweep job" and "sweep status" before "sweep": the first row whose words match runs. */
+    {"sweep job", cmd_sweep_job, "run one point of a sweep (what its batch job runs)"},
+    {"sweep status", cmd_sweep_status, "each point of a sweep: state, scheduler, step, best loss"},
+    {"sweep", cmd_sweep, "train a spec's grid of runs as Slurm jobs or a local pool (resumable)"},
     {"train", cmd_train, "train a model, or resume a run"},
     {"trust put", cmd_trust_put, "give a registry the next signed version of its trust policy"},
     {"trust sign", cmd_trust_sign, "sign a version of the trust policy with a root key"},

@@ -251,6 +251,64 @@ typedef struct kiln_chart {
  * value gets '!'), and a legend line per series (points, last value, minimum and where). */
 kiln_err kiln_chart_render(const kiln_chart *chart, char **out);
 
+/* ---- downsampling a series for a picture (core/downsample.c) ------------------------ */
+
+/* A series of any length cut to a fixed number of points that still shows every spike: the
+ * x range [lo, hi] is split into `buckets` equal buckets and each keeps its smallest and
+ * largest finite point (in x order; one point when they are the same) and its first
+ * non-finite point, if any, with its y as it was (NaN, +inf or -inf); the series' first and
+ * last finite points are kept too, so a line spans it. Never a mean: a
+ * one-step spike in a million steps survives. Points are pushed in ascending x, one at a
+ * time, so a reader streaming rows out of SQLite never holds the whole series. The caller's
+ * x and y hold KILN_DOWNSAMPLE_MAX(buckets) points; what is kept is written there in
+ * ascending x. Zero it with kiln_downsample_init; no allocation, nothing to release. */
+#define KILN_DOWNSAMPLE_MAX(buckets) (3 * (size_t)(buckets) + 2)
+typedef struct kiln_downsample {
+    double lo, hi;
+    size_t buckets;
+    double *x, *y; /* the output */
+    size_t n;      /* points written so far */
+    size_t pushed; /* points pushed so far */
+    /* the bucket being filled */
+    size_t cur;
+    bool open, finite, bad, first_out;
+    double minx, miny, maxx, maxy, badx, bady;
+    double firstx, firsty, lastx, lasty; /* the first finite point; the bucket's last one */
+} kiln_downsample;
+void kiln_downsample_init(kiln_downsample *d, double lo, double hi, size_t buckets, double *x,
+                          double *y);
+void kiln_downsample_push(kiln_downsample *d, double x, double y);
+/* Close the last bucket; the number of points written. */
+size_t kiln_downsample_end(kiln_downsample *d);
+/* The same over arrays: n points of x (ascending) and y into ox, oy (KILN_DOWNSAMPLE_MAX
+ * (buckets) each), over the series' own x range; the number kept. */
+size_t kiln_downsample_array(const double *x, const double *y, size_t n, size_t buckets,
+                             double *ox, double *oy);
+
+/* The same rule kept as a series grows, for a reader that comes back for new rows only: the
+ * steps from 0 are cut into KILN_ROLLUP_BUCKETS buckets of `width` steps (1 at first); when a
+ * step falls past the last, neighbours are merged pairwise and the width doubles, each keeping
+ * the smaller minimum, the larger maximum and the earlier non-finite point, so what it holds
+ * is exactly what kiln_downsample would keep over buckets of that width, at any length.
+ * About 110 KiB; zero it with kiln_rollup_init. */
+#define KILN_ROLLUP_BUCKETS 2048
+typedef struct kiln_rollup_bucket {
+    double minx, miny, maxx, maxy, badx, bady;
+    bool finite, bad;
+} kiln_rollup_bucket;
+typedef struct kiln_rollup {
+    double width;
+    size_t n; /* buckets up to the last one used */
+    bool any;
+    double firstx, firsty, lastx, lasty; /* the first and last finite points */
+    kiln_rollup_bucket b[KILN_ROLLUP_BUCKETS];
+} kiln_rollup;
+void kiln_rollup_init(kiln_rollup *r);
+void kiln_rollup_push(kiln_rollup *r, double x, double y); /* x >= 0, ascending */
+/* The points held, ascending x, into x and y of KILN_ROLLUP_MAX each; how many. */
+#define KILN_ROLLUP_MAX (3 * KILN_ROLLUP_BUCKETS + 2)
+size_t kiln_rollup_points(const kiln_rollup *r, double *x, double *y);
+
 /* ---- libraries loaded on first use (core/dl.c) ------------------------------------ */
 
 /* A shared library and the symbols kiln uses in it, opened the first time a caller needs
@@ -339,6 +397,13 @@ const char *kiln_st_meta(const kiln_st *st, const char *key);
 size_t kiln_st_meta_count(const kiln_st *st);
 void kiln_st_meta_at(const kiln_st *st, size_t i, const char **key, const char **value);
 const char *kiln_st_path(const kiln_st *st);
+/* Whether a command may write a safetensors file of its kind at path: nothing is there, or a
+ * regular file that opens as safetensors holding each of tensors (NULL-terminated), i.e. an
+ * earlier output of that kind, which the new one replaces. Anything else (the input being
+ * read, another file, a directory, a link) is KILN_ERR_CONFLICT naming path and what (e.g.
+ * "a dataset (a safetensors file with 'features' and 'targets')"): an output never replaces
+ * a file that is not one of its own kind. */
+kiln_err kiln_st_out_ok(const char *path, const char *const *tensors, const char *what);
 /* Find a tensor and check its dtype and shape (ndim dims, -1 matches any); the
  * message names the file and the tensor. */
 kiln_err kiln_st_expect(const kiln_st *st, const char *name, kiln_dtype dt, int ndim,
@@ -399,6 +464,17 @@ typedef struct kiln_param {
 kiln_err kiln_param_table(const kiln_model_config *cfg, kiln_param **params, size_t *count, size_t *total);
 /* Index of a name in the table, or -1. */
 long kiln_param_find(const kiln_param *params, size_t count, const char *name);
+
+/* A checkpoint's target standardisation, __metadata__["kiln.target_norm"] =
+ * {"mean": [O], "std": [O]}: the trainer fits (y - mean) / std, and kiln export folds it
+ * into head.weight and head.bias (W' = std W, b' = std b + mean) so the model predicts in the
+ * data's units. Read into mean and std [O]; a checkpoint without it (written before it
+ * existed) gives mean 0, std 1 and *present false; a malformed one is KILN_ERR_FORMAT. */
+kiln_err kiln_target_norm_read(const kiln_st *st, int n_outputs, float *mean, float *std,
+                               bool *present);
+/* The metadata text of kiln.target_norm, every f32 exact (%.9g); caller frees, NULL when out
+ * of memory. */
+char *kiln_target_norm_text(int n_outputs, const float *mean, const float *std);
 
 #ifdef __cplusplus
 }

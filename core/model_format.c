@@ -1,6 +1,7 @@
 /* model_format.c - the kiln-tsmoe/1 config and parameter table: one definition that
  * the trainer, the runtime, export and validation all read. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -166,4 +167,57 @@ long kiln_param_find(const kiln_param *params, size_t count, const char *name) {
     for (size_t i = 0; i < count; i++)
         if (!strcmp(params[i].name, name)) return (long)i;
     return -1;
+}
+
+kiln_err kiln_target_norm_read(const kiln_st *st, int O, float *mean, float *std, bool *present) {
+    for (int o = 0; o < O; o++)
+        mean[o] = 0, std[o] = 1;
+    *present = false;
+    const char *text = kiln_st_meta(st, "kiln.target_norm");
+    if (!text) return KILN_OK;
+    const char *path = kiln_st_path(st);
+    json_t *j;
+    KILN_TRY(kiln_json_parse(text, strlen(text), "kiln.target_norm", &j));
+    kiln_err rc = KILN_OK;
+    const json_t *m = json_object_get(j, "mean"), *s = json_object_get(j, "std");
+    if (!json_is_object(j) || json_object_size(j) != 2 || !json_is_array(m) || !json_is_array(s) ||
+        json_array_size(m) != (size_t)O || json_array_size(s) != (size_t)O)
+        rc = kiln_fail(KILN_ERR_FORMAT,
+                       "'%s': kiln.target_norm is not {\"mean\": [%d numbers], \"std\": [%d "
+                       "numbers]}",
+                       path, O, O);
+    for (int o = 0; !rc && o < O; o++) {
+        const json_t *a = json_array_get(m, (size_t)o), *b = json_array_get(s, (size_t)o);
+        double mv = json_number_value(a), sv = json_number_value(b);
+        if (!json_is_number(a) || !json_is_number(b) || !isfinite(mv) || !(sv > 0) ||
+            !isfinite(sv) || fabs(mv) > 3.4e38 || sv > 3.4e38)
+            rc = kiln_fail(KILN_ERR_FORMAT,
+                           "'%s': kiln.target_norm: target %d needs a finite mean and a positive "
+                           "std",
+                           path, o);
+        mean[o] = (float)mv;
+        std[o] = (float)sv;
+    }
+    json_decref(j);
+    if (rc) {
+        for (int o = 0; o < O; o++)
+            mean[o] = 0, std[o] = 1;
+        return rc;
+    }
+    *present = true;
+    return KILN_OK;
+}
+
+char *kiln_target_norm_text(int O, const float *mean, const float *std) {
+    size_t cap = 32 + (size_t)O * 2 * 20, n = 0;
+    char *s = kiln_malloc(cap);
+    if (!s) return NULL;
+    n += (size_t)snprintf(s + n, cap - n, "{\"mean\":[");
+    for (int o = 0; o < O; o++)
+        n += (size_t)snprintf(s + n, cap - n, "%s%.9g", o ? "," : "", (double)mean[o]);
+    n += (size_t)snprintf(s + n, cap - n, "],\"std\":[");
+    for (int o = 0; o < O; o++)
+        n += (size_t)snprintf(s + n, cap - n, "%s%.9g", o ? "," : "", (double)std[o]);
+    snprintf(s + n, cap - n, "]}");
+    return s;
 }

@@ -512,3 +512,27 @@ out:
     json_decref(h);
     return rc;
 }
+
+kiln_err kiln_st_out_ok(const char *path, const char *const *tensors, const char *what) {
+    struct stat sb;
+    if (lstat(path, &sb) != 0) {
+        if (errno == ENOENT) return KILN_OK;
+        return kiln_fail_errno(KILN_ERR_IO, "cannot look at '%s'", path);
+    }
+    KILN_FAIL_IF(!S_ISREG(sb.st_mode), KILN_ERR_CONFLICT,
+                 "'%s' exists and is not a file; %s is written to a new file or over one", path,
+                 what);
+    kiln_st *st = NULL;
+    kiln_err rc = kiln_st_open(path, &st);
+    bool kind = !rc;
+    for (size_t i = 0; kind && tensors[i]; i++)
+        kind = kiln_st_find(st, tensors[i]) != NULL;
+    kiln_st_close(st);
+    if (rc == KILN_ERR_NOMEM) return rc;
+    kiln_errclear();
+    KILN_FAIL_IF(!kind, KILN_ERR_CONFLICT,
+                 "'%s' exists and is not %s; it is written to a new file or over one, never over "
+                 "another file: give another output",
+                 path, what);
+    return KILN_OK;
+}

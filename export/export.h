@@ -131,6 +131,21 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_archive_unpack(const char *archive_path, 
                                                       const kiln_archive_limits *limits,
                                                       kiln_manifest **manifest_out);
 
+/* Whether dir is a model directory as kiln installs one (kiln pull, kiln_watch, kiln unpack,
+ * kiln verify --out): a directory (not a symbolic link) holding a manifest.json that parses
+ * as a kiln manifest and nothing else but files that manifest lists (what they hold is not
+ * looked at: kiln_manifest_verify_dir checks that). KILN_ERR_CONFLICT naming what is in the
+ * way otherwise (no manifest, a file it does not list, a link, a device); KILN_ERR_NOTFOUND
+ * when there is nothing at dir. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_archive_dir_installed(const char *dir);
+/* Whether dir may be replaced by a model directory that kiln installs there: it does not
+ * exist, it is an empty directory, or kiln_archive_dir_installed says it is one kiln
+ * installed (whatever its files now hold: a changed file is replaced). Anything else (a
+ * file, a symbolic link, a directory of other files) is KILN_ERR_CONFLICT, naming what is in
+ * the way, so that an output directory never takes away what kiln did not put there. who
+ * ("a pull") goes in the message. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_archive_dir_replaceable(const char *dir, const char *who);
+
 /* Every check kiln_archive_unpack makes (entries, limits, every file's size and sha256
  * against the manifest, nothing missing or extra), with the data hashed and dropped
  * instead of written: for verifying an archive without unpacking it. manifest_out (may be
@@ -177,6 +192,11 @@ typedef struct kiln_export_opts {
     kiln_export_dtype dtype; /* weight matrices, vectors and biases; norm.in_* stay F32 */
     const char *name;        /* the card's name; NULL: "run-" and the run id's first 12 digits */
     bool force;              /* replace an existing non-empty out_dir */
+    /* Called with the step frozen and the directory being made, before it is put in place:
+     * the caller adds files there (kiln export and kiln release: run_summary.json, from
+     * train/). A failure stops the export and leaves nothing. NULL: none. */
+    kiln_err (*add_files)(void *ctx, long step, const char *dir);
+    void *add_files_ctx;
 } kiln_export_opts;
 
 /* What an export did; release with kiln_export_info_release. */

@@ -10,6 +10,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,11 +89,17 @@ typedef struct ckpt {
     kiln_param *tab;
     size_t np;
     long step;
+    /* [O] the trainer's target standardisation (kiln.target_norm), folded into the head on
+     * export; mean 0 and std 1 (has_norm false) for a checkpoint written before it. */
+    float *tmean, *tstd;
+    bool has_norm;
 } ckpt;
 
 static void ckpt_close(ckpt *c) {
     kiln_st_close(c->st);
     free(c->tab);
+    free(c->tmean);
+    free(c->tstd);
     memset(c, 0, sizeof *c);
 }
 
@@ -128,6 +135,11 @@ static kiln_err ckpt_open(const char *path, ckpt *c) {
     KILN_CHECK(rc, fail, kiln_model_config_from_st(c->st, &c->cfg));
     size_t total_f;
     KILN_CHECK(rc, fail, kiln_param_table(&c->cfg, &c->tab, &c->np, &total_f));
+    c->tmean = kiln_calloc((size_t)c->cfg.n_outputs, sizeof(float));
+    c->tstd = kiln_calloc((size_t)c->cfg.n_outputs, sizeof(float));
+    KILN_CHECK_IF(rc, fail, !c->tmean || !c->tstd, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, fail,
+               kiln_target_norm_read(c->st, c->cfg.n_outputs, c->tmean, c->tstd, &c->has_norm));
     for (size_t i = 0; i < c->np; i++) {
         const kiln_param *p = &c->tab[i];
         const kiln_tensor *t;
@@ -409,6 +421,26 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
                   "metrics", metrics ? metrics : json_null());
     ck = tc = metrics = NULL; /* stolen by json_pack, even on failure */
     KILN_CHECK_IF(rc, out, !lin, KILN_ERR_NOMEM, "out of memory");
+    /* How the run split its rows (in rows, and in time when the data has times). */
+    const json_t *split = run ? json_object_get(run, "split") : NULL;
+    if (json_is_object(split))
+        KILN_CHECK_IF(rc, out, json_object_set_new(lin, "split", json_deep_copy(split)),
+                      KILN_ERR_NOMEM, "out of memory");
+    if (c->has_norm) {
+        /* What the trainer's losses were measured in, and what export folded into the head. */
+        json_t *m = json_array(), *sd = json_array();
+        for (int o = 0; m && sd && o < c->cfg.n_outputs; o++) {
+            json_array_append_new(m, json_real(c->tmean[o]));
+            json_array_append_new(sd, json_real(c->tstd[o]));
+        }
+        json_t *tn = m && sd ? json_pack("{s:O,s:O,s:s}", "mean", m, "std", sd, "folded_into",
+                                         "head.weight, head.bias")
+                             : NULL;
+        json_decref(m);
+        json_decref(sd);
+        KILN_CHECK_IF(rc, out, !tn || json_object_set_new(lin, "target_norm", tn), KILN_ERR_NOMEM,
+                      "out of memory");
+    }
     card = json_pack("{s:s,s:s,s:s,s:o,s:s,s:O}", "format", KILN_CARD_FORMAT, "name", name,
                      "created", created, "config", kiln_model_config_json(&c->cfg), "dtype",
                      dtype == KILN_EXPORT_BF16 ? "bf16" : "f32", "lineage", lin);
@@ -426,8 +458,25 @@ out:
 
 /* ---- writing ------------------------------------------------------------------ */
 
+/* head.weight and head.bias with the target standardisation folded in (W' = std W,
+ * b' = std b + mean), so that the model predicts in the data's units: into buf, or the
+ * checkpoint's own bytes when there is nothing to fold. */
+static const void *head_data(const ckpt *c, const kiln_param *p, const kiln_tensor *t, float *buf) {
+    bool w = !strcmp(p->name, "head.weight"), b = !strcmp(p->name, "head.bias");
+    if (!c->has_norm || (!w && !b)) return t->data;
+    const size_t O = (size_t)c->cfg.n_outputs, per = p->numel / O;
+    for (size_t k = 0; k < p->numel; k++) {
+        float v;
+        memcpy(&v, (const char *)t->data + 4 * k, 4);
+        size_t o = k / per;
+        buf[k] = w ? v * c->tstd[o] : v * c->tstd[o] + c->tmean[o];
+    }
+    return buf;
+}
+
 static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype dtype) {
     kiln_st_writer *w = NULL;
+    float *fold = NULL;
     uint16_t *half = NULL;
     char *ctext = NULL, num[32];
     kiln_err rc = KILN_OK;
@@ -438,23 +487,30 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
         half = kiln_malloc((nhalf ? nhalf : 1) * sizeof *half);
         if (!half) return KILN_ERR_NOMEM;
     }
+    /* head.weight [O, D] and head.bias [O], each into its own part */
+    fold = kiln_malloc(((size_t)c->cfg.n_outputs * ((size_t)c->cfg.d_model + 1)) * sizeof *fold);
+    KILN_CHECK_IF(rc, out, !fold, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_st_writer_new(&w));
     for (size_t i = 0; i < c->np; i++) {
         const kiln_param *p = &c->tab[i];
         const kiln_tensor *t = kiln_st_find(c->st, p->name); /* checked by ckpt_open */
+        const void *data =
+            head_data(c, p, t,
+                      fold + (strcmp(p->name, "head.bias")
+                                  ? 0
+                                  : (size_t)c->cfg.n_outputs * (size_t)c->cfg.d_model));
         /* The input standardisation stays F32 (the runtime accepts both): it scales raw
          * features before anything else and bf16 would cost it 3 significant digits. */
         if (dtype == KILN_EXPORT_BF16 && p->flags & KILN_PARAM_TRAINED) {
             uint16_t *h = half + p->offset;
             for (size_t k = 0; k < p->numel; k++) {
                 float v;
-                memcpy(&v, (const char *)t->data + 4 * k, 4);
+                memcpy(&v, (const char *)data + 4 * k, 4);
                 h[k] = kiln_f32_to_bf16(v);
             }
             KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_BF16, p->ndim, p->shape, h));
         } else {
-            KILN_CHECK(rc, out,
-                       kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, t->data));
+            KILN_CHECK(rc, out, kiln_st_writer_add(w, p->name, KILN_F32, p->ndim, p->shape, data));
         }
     }
     ctext = kiln_model_config_text(&c->cfg);
@@ -467,6 +523,7 @@ static kiln_err write_model(const char *path, const ckpt *c, kiln_export_dtype d
     rc = kiln_st_writer_write(w, path);
 out:
     kiln_st_writer_free(w);
+    free(fold);
     free(half);
     free(ctext);
     return rc;
@@ -490,6 +547,52 @@ static int out_state(const char *path) {
     return st;
 }
 
+/* What --force may replace: a model directory as kiln makes one, and nothing else. Its files
+ * are among those kiln writes there (export: model.safetensors, card.json; kiln golden make:
+ * golden/golden.safetensors, golden/golden.json; kiln validate: validation.json; a pull or
+ * an unpack: manifest.json) and card.json is one of them. Anything else is named and
+ * refused: --force replaces a model, never a directory of other files given by mistake. */
+static kiln_err force_replaceable(const char *out) {
+    static const char *const kiln_files[] = {"model.safetensors",         "card.json",
+                                             "validation.json",           KILN_MANIFEST_NAME,
+                                             "golden/golden.safetensors", "golden/golden.json"};
+    int fd = open(out, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open directory '%s'", out);
+    kiln_export_entry *list = NULL;
+    size_t n = 0;
+    kiln_err rc = kiln_export_walk(fd, out, &list, &n);
+    close(fd);
+    if (rc == KILN_ERR_NOMEM) return rc;
+    if (rc) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", kiln_errmsg());
+        return kiln_fail(KILN_ERR_CONFLICT,
+                         "'%s' is not a model directory (%s); --force replaces only a model "
+                         "directory kiln wrote",
+                         out, why);
+    }
+    bool card = false;
+    for (size_t i = 0; !rc && i < n; i++) {
+        bool known = false;
+        for (size_t k = 0; k < KILN_ARRAY_LEN(kiln_files); k++)
+            known = known || !strcmp(list[i].path, kiln_files[k]);
+        card = card || !strcmp(list[i].path, "card.json");
+        if (!known)
+            rc = kiln_fail(KILN_ERR_CONFLICT,
+                           "'%s' holds '%s', which kiln does not write into a model directory: "
+                           "--force replaces only a model directory kiln wrote, and leaves this "
+                           "one as it is",
+                           out, list[i].path);
+    }
+    if (!rc && !card)
+        rc = kiln_fail(KILN_ERR_CONFLICT,
+                       "'%s' is not a model directory (no card.json): --force replaces only a "
+                       "model directory kiln wrote, and leaves this one as it is",
+                       out);
+    kiln_export_entries_free(list, n);
+    return rc;
+}
+
 /* A fresh private directory beside path: "<dir>/.<base>.<tag>-XXXXXX". Caller frees. */
 static char *sibling_tmpdir(const char *path, const char *tag) {
     char *dir = kiln_dirname(path);
@@ -511,6 +614,7 @@ static kiln_err install_dir(const char *tmp, const char *out, bool force) {
     KILN_FAIL_IF(st == 3, KILN_ERR_CONFLICT, "'%s' exists and is not a directory", out);
     KILN_FAIL_IF(st == 2 && !force, KILN_ERR_CONFLICT,
                  "'%s' exists and is not empty (--force replaces it)", out);
+    if (st == 2) KILN_TRY(force_replaceable(out));
     char *old = NULL;
     if (st == 2) {
         /* rename() replaces only an empty directory: move the old one aside first. */
@@ -552,6 +656,7 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     KILN_FAIL_IF(st == 3, KILN_ERR_CONFLICT, "'%s' exists and is not a directory", o->out_dir);
     KILN_FAIL_IF(st == 2 && !o->force, KILN_ERR_CONFLICT,
                  "'%s' exists and is not empty (--force replaces it)", o->out_dir);
+    if (st == 2) KILN_TRY(force_replaceable(o->out_dir));
 
     ckpt c = {0};
     char *ckpt_path = NULL, *tmp = NULL, *mpath = NULL, *cpath = NULL;
@@ -576,6 +681,7 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     KILN_CHECK_IF(rc, out, !mpath || !cpath, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, write_model(mpath, &c, o->dtype));
     KILN_CHECK(rc, out, kiln_json_write_file(cpath, card));
+    if (o->add_files) KILN_CHECK(rc, out, o->add_files(o->add_files_ctx, c.step, tmp));
     KILN_CHECK(rc, out, install_dir(tmp, o->out_dir, o->force));
     free(tmp);
     tmp = NULL;

@@ -516,3 +516,70 @@ out:
     close(rootfd);
     return rc;
 }
+
+kiln_err kiln_archive_dir_installed(const char *dir) {
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) return kiln_fail_errno(KILN_ERR_NOTFOUND, "cannot look at '%s'", dir);
+    KILN_FAIL_IF(S_ISLNK(sb.st_mode), KILN_ERR_CONFLICT, "'%s' is a symbolic link", dir);
+    KILN_FAIL_IF(!S_ISDIR(sb.st_mode), KILN_ERR_CONFLICT, "'%s' is not a directory", dir);
+    int rootfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rootfd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open directory '%s'", dir);
+    kiln_err rc = KILN_OK;
+    kiln_export_entry *list = NULL;
+    size_t n = 0;
+    kiln_manifest *m = NULL;
+    char *text = NULL, why[512];
+    size_t len = 0;
+    char *mpath = kiln_path_join(dir, KILN_MANIFEST_NAME);
+    KILN_CHECK_IF(rc, out, !mpath, KILN_ERR_NOMEM, "out of memory");
+    /* Its contents first: anything kiln would not have put there is named. */
+    rc = kiln_export_walk(rootfd, dir, &list, &n);
+    if (rc == KILN_ERR_NOMEM) goto out;
+    snprintf(why, sizeof why, "%s", kiln_errmsg());
+    KILN_CHECK_IF(rc, out, rc, KILN_ERR_CONFLICT,
+                  "'%s' is not a model directory as kiln installs one: %s", dir, why);
+    bool has_manifest = false;
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(list[i].path, KILN_MANIFEST_NAME)) has_manifest = true;
+    KILN_CHECK_IF(rc, out, !has_manifest, KILN_ERR_CONFLICT,
+                  "'%s' is not a model directory as kiln installs one: it has no %s", dir,
+                  KILN_MANIFEST_NAME);
+    rc = kiln_read_file(mpath, KILN_MANIFEST_MAX_BYTES, &text, &len);
+    if (!rc) rc = kiln_manifest_parse(text, len, mpath, &m);
+    if (rc == KILN_ERR_NOMEM) goto out;
+    snprintf(why, sizeof why, "%s", kiln_errmsg());
+    KILN_CHECK_IF(rc, out, rc, KILN_ERR_CONFLICT,
+                  "'%s' is not a model directory as kiln installs one: %s", dir, why);
+    for (size_t i = 0; i < n; i++)
+        KILN_CHECK_IF(rc, out,
+                      strcmp(list[i].path, KILN_MANIFEST_NAME) &&
+                          !kiln_manifest_find(m, list[i].path),
+                      KILN_ERR_CONFLICT,
+                      "'%s' is not a model directory as kiln installs one: it holds '%s', which "
+                      "its %s does not list",
+                      dir, list[i].path, KILN_MANIFEST_NAME);
+out:
+    kiln_manifest_free(m);
+    kiln_export_entries_free(list, n);
+    free(text);
+    free(mpath);
+    close(rootfd);
+    return rc;
+}
+
+kiln_err kiln_archive_dir_replaceable(const char *dir, const char *who) {
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) {
+        if (errno == ENOENT) return KILN_OK;
+        return kiln_fail_errno(KILN_ERR_IO, "cannot look at '%s'", dir);
+    }
+    if (S_ISDIR(sb.st_mode) && kiln_path_dir_state(dir) == KILN_DIR_EMPTY) return KILN_OK;
+    kiln_err rc = kiln_archive_dir_installed(dir);
+    if (rc != KILN_ERR_CONFLICT) return rc;
+    char why[768];
+    snprintf(why, sizeof why, "%s", kiln_errmsg());
+    return kiln_fail(KILN_ERR_CONFLICT,
+                     "%s; %s replaces only a model directory kiln installed (or an empty one), "
+                     "and leaves this one as it is: give a new or an empty directory",
+                     why, who);
+}

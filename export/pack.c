@@ -127,6 +127,29 @@ static kiln_err check_out_path(const char *model_dir, const char *out_path) {
     return rc;
 }
 
+/* An existing output is replaced only when it is an archive (an earlier pack's): never a
+ * dataset, a key or any other file named by mistake. */
+static kiln_err check_out_replaceable(const char *out_path) {
+    struct stat sb;
+    if (lstat(out_path, &sb) != 0) {
+        if (errno == ENOENT) return KILN_OK;
+        return kiln_fail_errno(KILN_ERR_IO, "cannot look at '%s'", out_path);
+    }
+    KILN_FAIL_IF(!S_ISREG(sb.st_mode), KILN_ERR_CONFLICT,
+                 "'%s' exists and is not a file; an archive is written to a new file or over an "
+                 "archive",
+                 out_path);
+    kiln_manifest *m = NULL;
+    kiln_err rc = kiln_archive_read_manifest(out_path, &m);
+    kiln_manifest_free(m);
+    if (rc == KILN_ERR_NOMEM) return rc;
+    KILN_FAIL_IF(rc, KILN_ERR_CONFLICT,
+                 "'%s' exists and is not a .kiln archive; an archive is written to a new file or "
+                 "over an archive, never over another file: give another --out",
+                 out_path);
+    return KILN_OK;
+}
+
 kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *version,
                            const char *out_path, uint8_t archive_sha256[KILN_SHA256_BYTES],
                            kiln_manifest **manifest_out) {
@@ -134,7 +157,11 @@ kiln_err kiln_archive_pack(const char *model_dir, const char *name, const char *
     KILN_TRY(check_out_path(model_dir, out_path));
     kiln_manifest *m = NULL;
     KILN_TRY(kiln_manifest_build(model_dir, name, version, &m));
-    kiln_err rc = KILN_OK;
+    kiln_err rc = check_out_replaceable(out_path);
+    if (rc) {
+        kiln_manifest_free(m);
+        return rc;
+    }
     pack_out o = {.at = {.fd = -1}};
     struct archive *a = NULL;
     struct archive_entry *e = NULL;

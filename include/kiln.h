@@ -178,10 +178,16 @@ KILN_API void kiln_stream_free(kiln_stream *s);
 typedef struct kiln_pull_opts {
     const char *registry; /* "http://127.0.0.1:8080" */
     const char *token;    /* bearer token, or NULL where reads are open */
-    const char *ref;      /* "NAME@CHANNEL" or "NAME@VERSION" */
-    const char *trust;    /* trust policy (trust.json) */
-    const char *out;      /* the model directory to create or replace */
-    const char *state;    /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
+    /* "NAME@CHANNEL" or "NAME@VERSION", read by the name alone: a version begins with a
+     * digit or with 'v' and a digit, anything else is a channel, and a channel the registry
+     * lacks is an error, never a version of that name (docs/registry.md, "Names"). */
+    const char *ref;
+    const char *trust; /* trust policy (trust.json) */
+    /* The model directory to create, or to replace: only an empty directory or a model
+     * directory kiln installed (a manifest.json and the files it lists, nothing else);
+     * anything else is KILN_ERR_CONFLICT, left as it is. */
+    const char *out;
+    const char *state; /* anti-rollback state directory; NULL: $HOME/.local/state/kiln */
     /* Mirrors (docs/registry.md, "Mirrors"): more registries, tried after registry (which may
      * then be NULL), in this order. A pull takes the newest channel record that verifies from
      * any of them, and the archive from the first that holds one that verifies; a registry
@@ -236,8 +242,9 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_pull(const kiln_pull_opts *opts, kiln_pul
 typedef struct kiln_watch kiln_watch; /* opaque */
 
 typedef struct kiln_watch_opts {
-    kiln_pull_opts pull;  /* ref is "NAME@CHANNEL"; out is a directory that holds one
-                             subdirectory per version loaded (gen-N) */
+    kiln_pull_opts pull;  /* ref is "NAME@CHANNEL" (a version is refused); out is the watch's
+                             own directory, one subdirectory per version loaded (gen-N): new,
+                             empty, or one a watch used (any other entry is refused) */
     unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
     /* Called from the watcher's thread after each attempted update: KILN_OK and the new
      * version when one was swapped in, else the failure (the old model stays in service);
@@ -299,6 +306,56 @@ KILN_API void kiln_watch_stop(kiln_watch *w);
  * whether the start served the kept model with no registry answering (docs/registry.md,
  * "A service's metrics"). Takes the watch's lock briefly; no I/O. */
 KILN_API char *kiln_watch_metrics(kiln_watch *w);
+
+/* ---- datasets and runs, for bindings (train/api.c; docs/python.md) ----
+ *
+ * What a notebook reads and writes, through the code the CLI runs: a dataset written here is
+ * byte for byte what `kiln data import` writes for the same numbers and names, and the runs
+ * list is the text `kiln runs list --json` prints. Nothing here prints. */
+
+typedef struct kiln_data kiln_data; /* opaque: a dataset file, loaded and checked */
+
+/* Write a dataset file (docs/data.md): `features` [rows,F] and `targets` [rows,O] F32, and,
+ * when feature_names [F] and target_names [O] are given, kiln.columns with those names
+ * (both or neither: one alone is KILN_ERR_USAGE). Refused before anything is written: no
+ * rows, a non-finite value (naming its row and column), a name empty or used twice. Written
+ * atomically (temp file, fsync, rename): on any failure an existing file stays as it was. */
+KILN_API kiln_err kiln_data_write(const char *path, size_t rows, int n_features, int n_outputs,
+                                  const float *features, const float *targets,
+                                  const char *const *feature_names,
+                                  const char *const *target_names) KILN_MUST_CHECK;
+/* Open a dataset with every check kiln train makes (docs/data.md, "Validation"); the values
+ * are copied out and the file closed. Free *out with kiln_data_free. */
+KILN_API kiln_err kiln_data_open(const char *path, kiln_data **out) KILN_MUST_CHECK;
+/* Free a dataset (NULL does nothing). */
+KILN_API void kiln_data_free(kiln_data *d);
+/* Rows, feature and target columns (each pointer may be NULL). */
+KILN_API void kiln_data_shape(const kiln_data *d, size_t *rows, int *n_features, int *n_outputs);
+/* features [rows,F] and targets [rows,O]; owned by d, valid until kiln_data_free. */
+KILN_API const float *kiln_data_features(const kiln_data *d);
+KILN_API const float *kiln_data_targets(const kiln_data *d);
+/* Name of feature (target 0) or target (target 1) column i from kiln.columns; NULL when the
+ * file has no kiln.columns or i is out of range. Owned by d. */
+KILN_API const char *kiln_data_column(const kiln_data *d, int target, int i);
+/* SHA-256 of the file's bytes, lowercase hex (what sha256sum prints); owned by d. */
+KILN_API const char *kiln_data_sha256(const kiln_data *d);
+
+/* One run directory as JSON text (caller frees with kiln_free): {"dir", "run": run.json,
+ * "state": "finished" | "running" | "interrupted" | "diverged" | "failed", "message" (the
+ * trainer's, for diverged and failed; else null), "step" (the newest logged; 0 none),
+ * "checkpoints": [{"step", "path"}] ascending, "best_checkpoint": the step of the one
+ * `kiln export --best` takes, or null}. Read-only, as `kiln runs show` reads: a run being
+ * trained may be read. A directory without run.json fails naming it. */
+KILN_API kiln_err kiln_run_read(const char *run_dir, char **json) KILN_MUST_CHECK;
+/* `kiln runs list --json PATH...` with its --where (n_where "KEY=VALUE" filters), --sort
+ * (NULL: val_loss) and --top (0: all): the same text, format "kiln-runs-list/1", into *json
+ * (caller frees with kiln_free). A run that cannot be read is a row in state "error", not a
+ * failure; a path that is no run and holds none, a bad filter or sort key fail. */
+KILN_API kiln_err kiln_runs_list(const char *const *paths, size_t n_paths,
+                                 const char *const *where, size_t n_where, const char *sort,
+                                 size_t top, char **json) KILN_MUST_CHECK;
+/* Free what a kiln_run_read or kiln_runs_list returned (NULL does nothing). */
+KILN_API void kiln_free(void *p);
 
 #ifdef __cplusplus
 }

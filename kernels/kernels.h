@@ -238,11 +238,39 @@ kiln_err kiln_cuda_linear_forward_bf16(float *out, const float *inp, const uint1
 kiln_err kiln_cuda_linear_backward_bf16(float *dinp, float *dweight, float *dbias,
                                         const float *dout, const float *inp, const uint16_t *weight,
                                         int N, int IC, int OC);
+/* Grouped linear: G weight matrices over consecutive runs of rows, rows offs[g]..offs[g+1]
+ * of inp/out multiplied by weight g ([G,OC,IC], bias [G,OC] or NULL): the experts of a
+ * layer in one grouped GEMM per direction instead of one linear op each. offs is a HOST
+ * array [G+1] (offs[0] = 0, non-decreasing; the dispatch plan's offsets, which the network
+ * downloads in its forward); the result is that of kiln_cuda_linear_* per group. No CPU twin:
+ * the CPU network loops over kiln_linear_* per expert, which is what gpu-check compares with. */
+kiln_err kiln_cuda_linear_grouped_forward(float *out, const float *inp, const float *weight,
+                                          const float *bias, const int32_t *offs, int G, int IC,
+                                          int OC);
+kiln_err kiln_cuda_linear_grouped_backward(float *dinp, float *dweight, float *dbias,
+                                           const float *dout, const float *inp, const float *weight,
+                                           const int32_t *offs, int G, int IC, int OC);
+kiln_err kiln_cuda_linear_grouped_forward_bf16(float *out, const float *inp, const uint16_t *weight,
+                                               const float *bias, const int32_t *offs, int G,
+                                               int IC, int OC);
+kiln_err kiln_cuda_linear_grouped_backward_bf16(float *dinp, float *dweight, float *dbias,
+                                                const float *dout, const float *inp,
+                                                const uint16_t *weight, const int32_t *offs, int G,
+                                                int IC, int OC);
+/* How many grouped GEMM calls this process ran as one GEMM per group because cuBLAS refused
+ * the grouped call's types (gpu-check reports it: 0 on a cuBLAS that takes them). */
+int kiln_cuda_grouped_fallbacks(void);
 kiln_err kiln_cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight,
                                    float eps, int N, int D);
 kiln_err kiln_cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout,
                                     const float *inp, const float *weight, const float *rstd, int N,
                                     int D);
+/* The residual add and the RMSNorm after it in one kernel: sum [N,D] = a + b, then
+ * kiln_cuda_rmsnorm_forward(out, rstd, sum, weight, eps, N, D); the same bits as the two ops
+ * (the CPU twin is kiln_residual_forward, then kiln_rmsnorm_forward). */
+kiln_err kiln_cuda_residual_rmsnorm_forward(float *sum, float *out, float *rstd, const float *a,
+                                            const float *b, const float *weight, float eps, int N,
+                                            int D);
 kiln_err kiln_cuda_gelu_forward(float *out, const float *inp, size_t n);
 kiln_err kiln_cuda_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n);
 kiln_err kiln_cuda_residual_forward(float *out, const float *a, const float *b, size_t n);
@@ -299,6 +327,20 @@ typedef struct kiln_cuda_optim {
 } kiln_cuda_optim;
 kiln_err kiln_cuda_optim_update(float *p, float *g, float *m, float *v, size_t n,
                                 const kiln_cuda_optim *o); /* all [n] */
+/* Many tensors of one block in one launch (the trainer's step: every trained tensor):
+ * segment i is elements off..off+n of p, g, m and v, updated as kiln_cuda_optim_update with
+ * o->decay where decay is set and 0 where not; the same bits as one call per segment.
+ * kiln_cuda_seg_plan fills each segment's chunk0 on the host and returns the chunk count;
+ * segs is then copied to the device, and the update reads it there. */
+typedef struct kiln_cuda_seg {
+    size_t off, n;
+    size_t chunk0; /* kiln_cuda_seg_plan */
+    int decay;
+} kiln_cuda_seg;
+size_t kiln_cuda_seg_plan(kiln_cuda_seg *segs, int nsegs);
+kiln_err kiln_cuda_optim_update_multi(float *p, float *g, float *m, float *v,
+                                      const kiln_cuda_seg *segs, int nsegs, size_t nchunks,
+                                      const kiln_cuda_optim *o); /* segs on the device */
 /* *out (device) = sum of x[i]^2 in double, over a partition that depends only on n. */
 kiln_err kiln_cuda_sumsq(double *out, const float *x, size_t n);
 

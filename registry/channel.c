@@ -8,15 +8,29 @@
 #include "registry_int.h"
 #include "sign.h"
 
+/* --out of promote, rollback and renew is a new file, as kiln channel sign's and kiln trust
+ * sign's are: a record never replaces what is there (a trust policy, a record being
+ * co-signed). */
+static kiln_err record_out_new(const char *save_to) {
+    KILN_FAIL_IF(save_to && kiln_path_exists(save_to), KILN_ERR_CONFLICT,
+                 "'%s' exists already; a record is written to a new file (give another --out; "
+                 "add signatures to a record with kiln channel sign --add)",
+                 save_to);
+    return KILN_OK;
+}
+
 kiln_err kiln_registry_promote(const kiln_registry_client_opts *c,
                                const kiln_registry_promote_opts *o, kiln_registry_promoted *out) {
     memset(out, 0, sizeof *out);
     KILN_FAIL_IF(!o->nkeys, KILN_ERR_USAGE, "promoting %s to '%s' needs a promote key",
                  o->version ? o->version : "?", o->channel ? o->channel : "?");
     KILN_TRY(kiln_registry_check_name("model", o->model));
-    KILN_TRY(kiln_registry_check_name("channel", o->channel));
-    KILN_TRY(kiln_registry_check_version(o->version));
+    KILN_TRY(kiln_registry_check_channel(o->channel));
+    /* A version stored before the naming rule can still be promoted (renewed, rolled back
+     * to): the channel's name, not the version's, is what a client reads NAME@REF by. */
+    KILN_TRY(reg_check_version_chars(o->version));
     KILN_FAIL_IF(o->expires_in < 0, KILN_ERR_USAGE, "a record's lifetime must be positive");
+    KILN_TRY(record_out_new(o->save_to));
     char *cur = NULL, *text = NULL, *vpath = NULL;
     size_t cur_len = 0, text_len = 0;
     json_t *ver = NULL;
@@ -141,7 +155,8 @@ kiln_err kiln_registry_renew(const kiln_registry_client_opts *c, const kiln_regi
     version[0] = 0;
     *was_expires = 0;
     KILN_TRY(kiln_registry_check_name("model", o->model));
-    KILN_TRY(kiln_registry_check_name("channel", o->channel));
+    KILN_TRY(kiln_registry_check_channel(o->channel));
+    KILN_TRY(record_out_new(o->save_to));
     KILN_FAIL_IF(!o->trust, KILN_ERR_USAGE,
                  "renewing %s/%s needs the trust policy its current record must verify under",
                  o->model, o->channel);
@@ -189,7 +204,7 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
     digest[0] = 0;
     KILN_TRY(kiln_registry_check_name("model", model));
     KILN_TRY(kiln_registry_check_name("channel", channel));
-    if (want) KILN_TRY(kiln_registry_check_version(want));
+    if (want) KILN_TRY(reg_check_version_chars(want));
     kiln_sign_trust *t = NULL;
     KILN_TRY(kiln_registry_trust_walk(c, trust, state, NULL, NULL, &t));
     char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, channel);

@@ -892,6 +892,22 @@ kiln_err reg_channel_state(const char *state, const char *model, const char *cha
     return rc;
 }
 
+kiln_err reg_channel_missing(const char *state, const char *model, const char *channel,
+                             bool several) {
+    int64_t last;
+    bool known;
+    KILN_TRY(reg_channel_state(state, model, channel, &last, &known));
+    KILN_FAIL_IF(known, KILN_ERR_VERIFY,
+                 "channel '%s' of '%s' was accepted at seq %lld before, but %s; refusing", channel,
+                 model, (long long)last,
+                 several ? "no registry has it now" : "the registry no longer has it");
+    return kiln_fail(KILN_ERR_NOTFOUND,
+                     "%s channel '%s' of '%s' (%s@%s names a channel: a version begins with a "
+                     "digit or with 'v' and a digit, and a channel is never read as a version)",
+                     several ? "no registry has" : "the registry has no", channel, model, model,
+                     channel);
+}
+
 kiln_err reg_record_accept(const kiln_sign_trust *trust, const char *record, size_t len,
                            const char *model, const char *channel, int64_t last, bool known,
                            reg_record *rec, bool *stale) {
@@ -920,8 +936,10 @@ kiln_err reg_record_accept(const kiln_sign_trust *trust, const char *record, siz
 }
 
 /* Put dir at out: a plain rename, or an exchange with an existing directory whose old
- * contents are then removed. */
+ * contents are then removed: only a model directory kiln installed, or an empty one
+ * (kiln_archive_dir_replaceable, checked before the pull began and again here). */
 static kiln_err install_dir(const char *tmp, const char *out) {
+    KILN_TRY(kiln_archive_dir_replaceable(out, "a pull"));
     if (rename(tmp, out) == 0) return KILN_OK;
     if (errno != EEXIST && errno != ENOTEMPTY)
         return kiln_fail_errno(KILN_ERR_IO, "cannot rename '%s' to '%s'", tmp, out);
@@ -1038,24 +1056,40 @@ static void pull_phase(const char *what, uint64_t from_ns, uint64_t to_ns, uint6
         kiln_debug("pull phase: %s: %.6f s", what, s);
 }
 
-/* The arguments of a pull: a NAME@X reference, a policy, an output. */
-static kiln_err pull_args(const kiln_registry_pull_opts *p) {
+/* The arguments of a pull: a NAME@X reference (X a channel or a version by the naming
+ * rule alone, never by what a registry has), a policy, an output. */
+static kiln_err pull_args(const kiln_registry_pull_opts *p, char model[KILN_REGISTRY_NAME_MAX + 1],
+                          char what[KILN_REGISTRY_NAME_MAX + 1], bool *is_version) {
     KILN_FAIL_IF(
         !p->ref || !p->trust || !p->out, KILN_ERR_USAGE,
         "pull needs a NAME@CHANNEL or NAME@VERSION, a trust policy and an output directory");
-    const char *at = strchr(p->ref, '@');
-    KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
-                     strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
-                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", p->ref);
-    char model[KILN_REGISTRY_NAME_MAX + 1];
-    snprintf(model, sizeof model, "%.*s", (int)(at - p->ref), p->ref);
-    return kiln_registry_check_name("model", model);
+    if (p->exact_version) {
+        const char *at = strchr(p->ref, '@');
+        KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
+                         strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
+                     KILN_ERR_USAGE, "'%s' is not NAME@VERSION", p->ref);
+        snprintf(model, KILN_REGISTRY_NAME_MAX + 1, "%.*s", (int)(at - p->ref), p->ref);
+        snprintf(what, KILN_REGISTRY_NAME_MAX + 1, "%s", at + 1);
+        *is_version = true;
+        KILN_TRY(kiln_registry_check_name("model", model));
+        KILN_TRY(reg_check_version_chars(what));
+    } else {
+        KILN_TRY(kiln_registry_ref_parse(p->ref, model, what, is_version));
+    }
+    KILN_FAIL_IF(*is_version && (p->channel_only || p->record), KILN_ERR_USAGE,
+                 "'%s' names a version ('%s' begins with a digit or with 'v' and a digit), and "
+                 "this pull takes a channel only",
+                 p->ref, what);
+    return KILN_OK;
 }
 
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *res) {
     memset(res, 0, sizeof *res);
-    KILN_TRY(pull_args(p));
+    char model[KILN_REGISTRY_NAME_MAX + 1], what[KILN_REGISTRY_NAME_MAX + 1];
+    bool is_version;
+    KILN_TRY(pull_args(p, model, what, &is_version));
+    KILN_TRY(kiln_archive_dir_replaceable(p->out, "a pull"));
     KILN_TRY(client_init(c));
     /* The whole pull has a deadline (one the caller's operation started is kept). */
     kiln_registry_client_opts one = *c;
@@ -1072,10 +1106,11 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
 kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                              const kiln_sign_trust *trust, kiln_registry_pulled *res) {
     memset(res, 0, sizeof *res);
-    KILN_TRY(pull_args(p));
-    const char *at = strchr(p->ref, '@');
-    snprintf(res->model, sizeof res->model, "%.*s", (int)(at - p->ref), p->ref);
-    const char *what = at + 1;
+    char what[KILN_REGISTRY_NAME_MAX + 1];
+    bool is_version;
+    KILN_TRY(pull_args(p, res->model, what, &is_version));
+    /* Before anything is fetched: DIR is new, empty or a model directory kiln installed. */
+    KILN_TRY(kiln_archive_dir_replaceable(p->out, "a pull"));
     KILN_TRY(client_init(c));
 
     kiln_err rc = KILN_OK;
@@ -1094,8 +1129,11 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     state = p->state ? kiln_strdup(p->state) : reg_default_state();
     KILN_CHECK_IF(rc, out, !state, KILN_ERR_NOMEM, "out of memory");
 
-    /* A channel first; a version when the registry has no such channel. */
-    if (kiln_registry_check_name("channel", what) == KILN_OK) {
+    /* A channel or a version, as the name reads (kiln_registry_looks_like_version): a
+     * registry without the channel is a failure, never a reason to look for a version of
+     * that name (which would need only a release signature, not the channel's promote
+     * keys). */
+    if (!is_version) {
         state_dir = kiln_asprintf("%s/channels/%s", state, res->model);
         state_file = state_dir ? kiln_asprintf("%s/%s.json", state_dir, what) : NULL;
         KILN_CHECK_IF(rc, out, !state_file, KILN_ERR_NOMEM, "out of memory");
@@ -1113,38 +1151,37 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
         } else {
             rc = kiln_registry_get_channel(c, res->model, what, &record, &record_len);
         }
-        if (rc == KILN_ERR_NOTFOUND && known) {
-            rc = kiln_fail(
-                KILN_ERR_VERIFY,
-                "channel '%s' of '%s' was accepted at seq %lld before, but the registry no "
-                "longer has it; refusing",
-                what, res->model, (long long)last);
+        if (rc == KILN_ERR_NOTFOUND) {
+            rc = reg_channel_missing(state, res->model, what, false);
             goto out;
         }
-        if (rc == KILN_OK) {
-            by_channel = true;
-            /* 1-3: signatures, seq, expiry. */
-            KILN_CHECK(rc, out,
-                       reg_record_accept(trust, record, record_len, res->model, what, last, known,
-                                         &rec, NULL));
-            snprintf(res->channel, sizeof res->channel, "%s", what);
-            snprintf(res->version, sizeof res->version, "%s", rec.version);
-            res->seq = rec.seq;
-        } else if (rc != KILN_ERR_NOTFOUND) {
-            goto out;
-        }
-        rc = KILN_OK;
-    }
-    if (!by_channel) {
-        KILN_CHECK_IF(rc, out, p->channel_only, KILN_ERR_NOTFOUND,
-                      "'%s' has no channel '%s' in the registry", res->model, what);
-        KILN_CHECK(rc, out, kiln_registry_check_version(what));
+        if (rc) goto out;
+        by_channel = true;
+        /* 1-3: signatures, seq, expiry. */
+        KILN_CHECK(rc, out,
+                   reg_record_accept(trust, record, record_len, res->model, what, last, known, &rec,
+                                     NULL));
+        snprintf(res->channel, sizeof res->channel, "%s", what);
+        snprintf(res->version, sizeof res->version, "%s", rec.version);
+        res->seq = rec.seq;
+    } else {
         snprintf(res->version, sizeof res->version, "%s", what);
     }
-    KILN_CHECK(rc, out, kiln_registry_check_version(res->version));
+    /* A signed record may name a version stored before the naming rule: its characters only. */
+    KILN_CHECK(rc, out, reg_check_version_chars(res->version));
     vpath = kiln_asprintf("/v1/models/%s/versions/%s", res->model, res->version);
     KILN_CHECK_IF(rc, out, !vpath, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_registry_get_json(c, vpath, &ver));
+    rc = kiln_registry_get_json(c, vpath, &ver);
+    if (rc == KILN_ERR_NOTFOUND && by_channel) {
+        /* The channel is there: its signed record names a version the registry lacks. Not
+         * "not found" (a release would read that as an empty baseline channel). */
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "the channel record of %s/%s (seq %lld) names %s@%s, which the registry "
+                       "does not hold; refusing",
+                       res->model, what, (long long)rec.seq, res->model, res->version);
+        goto out;
+    }
+    if (rc) goto out;
     const char *digest = json_string_value(json_object_get(ver, "digest")),
                *sig = json_string_value(json_object_get(ver, "signature"));
     json_t *jsize = json_object_get(ver, "size");

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "registry_int.h"
 
 kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts *cs, size_t n,
@@ -356,25 +357,24 @@ kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
         if (!rc) snprintf(res->registry, sizeof res->registry, "%s", r->c[0].url);
         return rc;
     }
-    const char *at = p->ref ? strchr(p->ref, '@') : NULL;
-    KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
-                     strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
-                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", p->ref ? p->ref : "");
-    char model[KILN_REGISTRY_NAME_MAX + 1];
-    snprintf(model, sizeof model, "%.*s", (int)(at - p->ref), p->ref);
-    KILN_TRY(kiln_registry_check_name("model", model));
+    char model[KILN_REGISTRY_NAME_MAX + 1] = "", what[KILN_REGISTRY_NAME_MAX + 1] = "";
+    bool is_version;
+    if (p->exact_version) /* a record's version, read as stored: one pull per registry */
+        is_version = true;
+    else
+        KILN_TRY(kiln_registry_ref_parse(p->ref, model, what, &is_version));
+    KILN_TRY(kiln_archive_dir_replaceable(p->out, "a pull"));
     kiln_registry_pull_opts pinned = *p;
     char *text = NULL;
     size_t len = 0, from = 0;
     bool have_from = false;
     kiln_err rc = KILN_OK;
-    if (!p->record && kiln_registry_check_name("channel", at + 1) == KILN_OK) {
-        rc = reg_newest_record(r, trust, p->state, model, at + 1, &text, &len, &from);
+    if (!p->record && !is_version) {
+        rc = reg_newest_record(r, trust, p->state, model, what, &text, &len, &from);
         if (rc == KILN_ERR_NOTFOUND) {
-            /* No registry has the channel: the name is a version (or, for a channel this
-             * client accepted before, each pull below refuses it). */
-            kiln_errclear();
-            rc = KILN_OK;
+            /* No registry has the channel: a failure (a refusal when this client accepted a
+             * record of it before), never a reason to read the name as a version. */
+            return reg_channel_missing(p->state, model, what, true);
         } else if (rc) {
             return rc;
         } else {
@@ -400,9 +400,9 @@ kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
     free(text);
     if (done) return KILN_OK;
     if (rc == KILN_ERR_NOMEM) return rc;
-    char what[200];
-    snprintf(what, sizeof what, "no registry gave %s that verifies", p->ref);
-    return reasons_fail(r, what);
+    char msg[200];
+    snprintf(msg, sizeof msg, "no registry gave %s that verifies", p->ref);
+    return reasons_fail(r, msg);
 }
 
 kiln_err kiln_registry_pull_any(const kiln_registry_client_opts *cs, size_t n,

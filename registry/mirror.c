@@ -365,7 +365,7 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
                *digest = json_string_value(json_object_get(entry, "digest"));
     json_t *jsize = json_object_get(entry, "size");
     char hex[KILN_SHA256_HEX];
-    if (!version || kiln_registry_check_version(version) || !reg_digest_hex(digest, hex) ||
+    if (!version || reg_check_version_chars(version) || !reg_digest_hex(digest, hex) ||
         !json_is_integer(jsize) || json_integer_value(jsize) < 0) {
         say(m, true, "%s@%s: the primary lists it without a valid version, digest or size", model,
             version && strlen(version) <= KILN_REGISTRY_NAME_MAX ? version : "?");

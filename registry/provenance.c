@@ -35,6 +35,7 @@ typedef struct prov {
     json_t *root, *problems, *walk;
     bool oom;
     int64_t now;
+    bool is_version; /* the ref names a version (by the naming rule), not a channel */
     /* The channel record, when the ref is a channel. */
     bool by_channel, rec_ok, rec_signed; /* a record was read; its signatures verified */
     reg_record rec;
@@ -614,7 +615,8 @@ static kiln_err download(prov *p, json_t *aj, const json_t *reg_card) {
     KILN_CHECK_IF(rc, done, !out, KILN_ERR_NOMEM, "out of memory");
     char ref[2 * KILN_REGISTRY_NAME_MAX + 2];
     snprintf(ref, sizeof ref, "%s@%s", p->model, p->version);
-    kiln_registry_pull_opts po = {.ref = ref, .trust = p->o->trust, .out = out, .state = p->state};
+    kiln_registry_pull_opts po = {
+        .ref = ref, .trust = p->o->trust, .out = out, .state = p->state, .exact_version = true};
     kiln_registry_pulled res;
     rc = reg_pull_with_trust(p->c, &po, p->t, &res);
     if (rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT) {
@@ -1079,18 +1081,9 @@ static void validation_section(prov *p, const json_t *archive) {
 static kiln_err args(const kiln_registry_provenance_opts *o, prov *p) {
     KILN_FAIL_IF(!o || !o->ref || !o->trust, KILN_ERR_USAGE,
                  "provenance needs a NAME@CHANNEL or NAME@VERSION and a trust policy");
-    const char *at = strchr(o->ref, '@');
-    KILN_FAIL_IF(!at || at == o->ref || (size_t)(at - o->ref) > KILN_REGISTRY_NAME_MAX || !at[1] ||
-                     strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
-                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", o->ref);
-    snprintf(p->model, sizeof p->model, "%.*s", (int)(at - o->ref), o->ref);
-    snprintf(p->what, sizeof p->what, "%s", at + 1);
-    KILN_TRY(kiln_registry_check_name("model", p->model));
-    KILN_FAIL_IF(
-        kiln_registry_check_name("channel", p->what) && kiln_registry_check_version(p->what),
-        KILN_ERR_USAGE, "'%s' in '%s' is neither a channel nor a version name", p->what, o->ref);
-    kiln_errclear();
-    return KILN_OK;
+    /* A channel or a version as the name reads (kiln_registry_looks_like_version), as
+     * kiln pull reads it. */
+    return kiln_registry_ref_parse(o->ref, p->model, p->what, &p->is_version);
 }
 
 kiln_err kiln_registry_provenance(const kiln_registry_client_opts *c,
@@ -1137,10 +1130,11 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
     KILN_CHECK_IF(rc, done, !p.root || !p.problems, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, trust_section(&p));
 
-    /* A channel first; a version when no registry has such a channel (kiln pull's rule,
-     * refusing as it does a channel this client accepted before that is now gone). Over
-     * several registries the record is failover.c's: the highest seq that verifies. */
-    if (kiln_registry_check_name("channel", p.what) == KILN_OK) {
+    /* A channel or a version as the name reads; a channel that no registry has fails (a
+     * refusal when this client accepted it before), as kiln pull does: never read as a
+     * version. Over several registries the record is failover.c's: the highest seq that
+     * verifies. */
+    if (!p.is_version) {
         size_t from = 0;
         rc = reg_newest_record(&p.regs, p.t, p.state, p.model, p.what, &record, &record_len, &from);
         if (rc != KILN_OK && rc != KILN_ERR_NOTFOUND && rc != KILN_ERR_NOMEM && n > 1) {
@@ -1161,13 +1155,8 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
             p.by_channel = true;
             p.c = &p.regs.c[from];
         } else if (rc == KILN_ERR_NOTFOUND) {
-            int64_t last;
-            bool known;
-            KILN_CHECK(rc, done, reg_channel_state(p.state, p.model, p.what, &last, &known));
-            KILN_CHECK_IF(rc, done, known, KILN_ERR_VERIFY,
-                          "channel '%s' of '%s' was accepted at seq %lld before, but %s", p.what,
-                          p.model, (long long)last,
-                          n > 1 ? "no registry has it now" : "the registry no longer has it");
+            rc = reg_channel_missing(p.state, p.model, p.what, n > 1);
+            goto done;
         } else {
             goto done;
         }
@@ -1178,8 +1167,6 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
         set(&p, p.root, "channel", json_null());
         KILN_CHECK(rc, done, channel_section(&p, record, record_len));
     } else {
-        KILN_CHECK_IF(rc, done, kiln_registry_check_version(p.what), KILN_ERR_NOTFOUND,
-                      "'%s' has no channel '%s' in the registry", p.model, p.what);
         snprintf(p.version, sizeof p.version, "%s", p.what);
         set(&p, p.root, "channel", json_null());
     }
@@ -1187,10 +1174,8 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
         set(&p, p.root, "version", json_string(p.version));
         kiln_err arc = archive_section(&p);
         if (arc == KILN_ERR_NOTFOUND && !p.by_channel) {
-            rc = kiln_fail(KILN_ERR_NOTFOUND,
-                           "'%s' has neither a channel nor a version '%s' in "
-                           "the registry",
-                           p.model, p.what);
+            rc = kiln_fail(KILN_ERR_NOTFOUND, "%s version '%s' of '%s'",
+                           n > 1 ? "no registry holds" : "the registry holds no", p.what, p.model);
             goto done;
         }
         KILN_CHECK(rc, done, arc);

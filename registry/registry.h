@@ -28,10 +28,28 @@ extern "C" {
 #define KILN_REGISTRY_NAME_MAX 64
 
 /* Model, channel and token names: 1..64 of [a-z0-9._-], beginning with [a-z0-9], no "..".
- * Versions: 1..64 of [A-Za-z0-9._+-], beginning with [A-Za-z0-9], no "..".
- * what ("model", "channel", "version", "token") names the value in the message. */
+ * what ("model", "channel", "token") names the value in the message. For a channel this is
+ * the character set only, what a store may hold (a channel made before the naming rule below
+ * is still read as stored); a new channel, and a channel in NAME@REF, is
+ * kiln_registry_check_channel's. */
 kiln_err kiln_registry_check_name(const char *what, const char *s) KILN_MUST_CHECK;
+
+/* The naming rule that keeps NAME@REF unambiguous (docs/registry.md, "Names"): a version
+ * begins with a digit, or with 'v' or 'V' followed by a digit (1.2.0, v2, 2026-01-05); a
+ * channel name never does (production, staging, canary-eu). A client reads REF by this rule
+ * alone, never by what a registry holds or answers: NAME@production is a channel, and a
+ * registry without that channel is an error, never the version 'production'. */
+bool kiln_registry_looks_like_version(const char *s);
+/* Versions: 1..64 of [A-Za-z0-9._+-], no "..", beginning as the rule above says. */
 kiln_err kiln_registry_check_version(const char *s) KILN_MUST_CHECK;
+/* Channels: a name (kiln_registry_check_name) that does not look like a version. */
+kiln_err kiln_registry_check_channel(const char *s) KILN_MUST_CHECK;
+/* NAME@REF split into model and what, *is_version saying which REF is by the rule (each
+ * checked: the model's name, and REF as a version or as a channel). KILN_ERR_USAGE when ref
+ * is not one. */
+kiln_err kiln_registry_ref_parse(const char *ref, char model[KILN_REGISTRY_NAME_MAX + 1],
+                                 char what[KILN_REGISTRY_NAME_MAX + 1],
+                                 bool *is_version) KILN_MUST_CHECK;
 
 /* ---- the store (DIR: registry.db, blobs/sha256/ab/<hex>, tmp/) ---- */
 
@@ -133,7 +151,17 @@ typedef struct kiln_registry_server_opts {
     /* HTTPS: a PEM certificate (chain) and its PEM private key, both or neither. Read and
      * checked against each other at start (an error names the file); NULL: plain HTTP. */
     const char *tls_cert, *tls_key;
+    /* Seconds a connection may stay silent before its first request head is complete
+     * (0: KILN_REGISTRY_HEADER_TIMEOUT_S), and once it has sent one: during a request and
+     * while kept alive between requests (0: KILN_REGISTRY_IDLE_TIMEOUT_S). */
+    unsigned header_timeout_s, idle_timeout_s;
 } kiln_registry_server_opts;
+
+/* A connection that has not finished a request head in this long is closed: a client that
+ * vanished without a close, or a slow-loris, holds its slot no longer. */
+#define KILN_REGISTRY_HEADER_TIMEOUT_S 10u
+/* A connection silent this long during a request, or kept alive idle between requests. */
+#define KILN_REGISTRY_IDLE_TIMEOUT_S 120u
 
 #define KILN_REGISTRY_NO_LIMIT 0xffffffffu
 /* The connections a server holds by default, and the file descriptors it wants besides them
@@ -233,6 +261,10 @@ typedef struct kiln_registry_pull_opts {
     /* The part after '@' is a channel only: a registry without it is KILN_ERR_NOTFOUND (after
      * the anti-rollback check: a channel accepted before and now missing is refused). */
     bool channel_only;
+    /* The part after '@' is a version as a signed channel record names it, read as stored
+     * (its characters only: a version stored before the naming rule may look like a
+     * channel's name), never a channel: kiln provenance --download of a record's version. */
+    bool exact_version;
     /* The channel record to pull (its text as a registry served it), checked as one fetched
      * is, instead of asking this registry for the channel's: a pull over several registries
      * takes the newest record any of them has, then the archive from one that holds it.

@@ -56,6 +56,9 @@ struct reg_record;
 /* The stored digest of model@version, or NULL when absent (caller frees); *rc is set on a
  * database failure. */
 char *reg_version_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc);
+/* The same, and *size the stored archive's size in bytes (0 when absent). */
+char *reg_version_digest_size(sqlite3 *db, const char *model, const char *version, uint64_t *size,
+                              kiln_err *rc);
 
 /* A version as it is stored: what the archive says (meta: manifest, card, validation, read
  * with reg_archive_meta_read) and who published it when. */
@@ -273,6 +276,12 @@ kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, cons
  * state NULL: the default); 0 and *known false when none. */
 kiln_err reg_channel_state(const char *state, const char *model, const char *channel, int64_t *seq,
                            bool *known);
+/* A channel that no registry has (several: more than one was asked): KILN_ERR_VERIFY when
+ * this client accepted a record of it before (a registry that no longer has it is refused as
+ * a rollback would be), else KILN_ERR_NOTFOUND saying so. Never a reason to read the name as
+ * a version (kiln_registry_looks_like_version). Always a failure. */
+kiln_err reg_channel_missing(const char *state, const char *model, const char *channel,
+                             bool several);
 /* A model directory a pull of model@channel installed (dir), checked without a registry
  * against what that pull kept in state (STATE/channels/MODEL/CHANNEL.json; state NULL: the
  * default): the kept record's signatures reach trust's threshold, it names model@channel, it
@@ -449,6 +458,10 @@ void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b);
 
 /* "sha256:<64 hex>" -> hex (65 bytes); false if not of that form. */
 bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]);
+/* A version's character set only ([A-Za-z0-9._+-], no ".."), without the naming rule of
+ * kiln_registry_check_version: for a version read as a store or a signed record holds it (one
+ * stored before the rule), never for one a client reads out of NAME@REF. */
+kiln_err reg_check_version_chars(const char *s) KILN_MUST_CHECK;
 
 /* ---- request parsing (server.c): every piece that reads request bytes, exposed for
  * tests/fuzz/http.c ---- */
@@ -472,6 +485,7 @@ enum reg_route {
     REG_R_TRUST,         /* "/v1/trust": the newest stored trust version */
     REG_R_TRUST_VERSION, /* "/v1/trust/{N}": N in seg[1] */
     REG_R_UI_TRUST,      /* "/ui/trust" */
+    REG_R_UI_VERSION,    /* "/ui/models/{model}/versions/{version}" */
     REG_R_COUNT
 };
 
@@ -530,5 +544,10 @@ kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b);
  * quorum and what it changed. A stored version that does not verify is shown as such. */
 kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_sign_trust *start,
                       uint64_t before, int64_t now, kiln_web_buf *b);
+/* "/ui/models/{model}/versions/{version}": the version's row, its validation report check by
+ * check, and the run summary its archive carries (run_summary.json, read from the stored blob
+ * in root and checked against the archive's manifest). */
+kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root, const char *model,
+                        const char *version, int64_t now, kiln_web_buf *b);
 
 #endif

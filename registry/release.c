@@ -134,12 +134,12 @@ static kiln_err stage_check(rel *r) {
     KILN_TRY(kiln_registry_check_version(o->version));
     KILN_FAIL_IF(!o->n_release_keys, KILN_ERR_USAGE, "a release needs a release key to sign with");
     if (o->promote) {
-        KILN_TRY(kiln_registry_check_name("channel", o->promote));
+        KILN_TRY(kiln_registry_check_channel(o->promote));
         KILN_FAIL_IF(!o->n_promote_keys, KILN_ERR_USAGE, "promoting to '%s' needs a promote key",
                      o->promote);
     }
     if (o->baseline_channel && *o->baseline_channel)
-        KILN_TRY(kiln_registry_check_name("channel", o->baseline_channel));
+        KILN_TRY(kiln_registry_check_channel(o->baseline_channel));
     /* The policy the services will pull under: --trust walked to the registry's newest
      * version, so a release key revoked there cannot release. */
     KILN_TRY(kiln_registry_trust_walk(o->client, o->trust, o->state, NULL, NULL, &r->trust));
@@ -200,8 +200,13 @@ static kiln_err stage_check(rel *r) {
 
 static kiln_err stage_export(rel *r) {
     if (r->o->model_dir) return stage_copy_model(r);
-    kiln_export_opts eo = {
-        .run_dir = r->o->run_dir, .step = r->o->step, .out_dir = r->model, .name = r->o->name};
+    kiln_export_opts eo = {.run_dir = r->o->run_dir,
+                           .step = r->o->step,
+                           .out_dir = r->model,
+                           .name = r->o->name,
+                           /* the curves of the run, signed with the rest (train.h) */
+                           .add_files = kiln_run_summary_add,
+                           .add_files_ctx = (void *)r->o->run_dir};
     kiln_export_info info;
     KILN_TRY(kiln_export_model(&eo, &info));
     r->res->step = info.step;

@@ -42,6 +42,7 @@ static const char *const route_label[REG_R_COUNT] = {
     [REG_R_TRUST] = "/v1/trust",
     [REG_R_TRUST_VERSION] = "/v1/trust/{version}",
     [REG_R_UI_TRUST] = "/ui/trust",
+    [REG_R_UI_VERSION] = "/ui/models/{model}/versions/{version}",
 };
 
 #define N_BUCKETS 8
@@ -77,6 +78,7 @@ struct kiln_registry_server {
     bool read_required;
     char *mirror_of; /* a mirror store's primary (mirror.c): every write is refused */
     uint64_t max_upload;
+    unsigned header_timeout_s, idle_timeout_s;
     int lock_fd;
     uint16_t port;
     char *tls_cert, *tls_key; /* PEM text, held while the daemon runs (the key wiped after) */
@@ -95,6 +97,7 @@ typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST } body_kind;
 /* One request, from its headers to its completion. */
 typedef struct req {
     int route;
+    bool deferred; /* a request without a body: routed once its head is all in */
     bool html; /* a page: errors are answered as pages too */
     char method[8];
     unsigned status;
@@ -352,6 +355,8 @@ int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bo
             route = REG_R_UI_MODEL;
         else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "channels"))
             route = REG_R_UI_CHANNEL;
+        else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "versions"))
+            route = REG_R_UI_VERSION;
     } else if (n == 2 && !strcmp(s[1], "models"))
         route = REG_R_MODELS;
     else if (n == 2 && !strcmp(s[1], "trust"))
@@ -722,12 +727,17 @@ static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db)
     return send_buf(c, r, 200, text, strlen(text), "application/json");
 }
 
+static bool audit_number(const char *s, int64_t max, int64_t *out);
+
 /* ?after=SEQ: only the records after it (a mirror's sync asks for what it lacks). Each
  * record's stored bytes go out as "text" beside the parsed "record", so that a copy of them
  * is byte for byte what was signed and stored. */
 static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db) {
     const char *after_arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
-    int64_t after = after_arg ? strtoll(after_arg, NULL, 10) : 0;
+    int64_t after = 0;
+    /* Digits that fit, as /v1/audit's numbers (no sign, space or exponent): 400 otherwise. */
+    if (after_arg && !audit_number(after_arg, INT64_MAX, &after))
+        return send_error(c, r, 400, "after must be a record's seq (digits)");
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
                            "SELECT record, publisher, created FROM channel_records WHERE model = "
@@ -737,14 +747,14 @@ static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a channel"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
-    sqlite3_bind_int64(st, 3, after > 0 ? after : 0);
+    sqlite3_bind_int64(st, 3, after);
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
         json_array_append_new(arr, json_pack("{s:o, s:s, s:s, s:o}", "record", col_json(st, 0),
                                              "text", col(st, 0), "publisher", col(st, 1), "created",
                                              time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
-    if (!json_array_size(arr) && after <= 0) {
+    if (!json_array_size(arr) && after == 0) {
         json_decref(arr);
         return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
     }
@@ -818,6 +828,9 @@ static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c
         break;
     case REG_R_UI_MODEL:
         rc = reg_ui_model(db, t, r->seg[0], now, &b);
+        break;
+    case REG_R_UI_VERSION:
+        rc = reg_ui_version(db, t, s->root, r->seg[0], r->seg[1], now, &b);
         break;
     case REG_R_UI_CHANNEL: {
         const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
@@ -1123,12 +1136,15 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
     r->declared = n;
     kiln_err rc;
-    char *have = reg_version_digest(db, r->seg[0], r->seg[1], &rc);
+    uint64_t stored = 0;
+    char *have = reg_version_digest_size(db, r->seg[0], r->seg[1], &stored, &rc);
     if (rc) return send_kiln_error(c, r, rc);
     if (have) {
+        /* The stored archive's size, not the one this request declares: nothing was read, and
+         * the answer says what the registry holds. */
         bool same = strcmp(have + 7, r->hex) == 0;
         enum MHD_Result ok =
-            same ? send_published(c, r, 200, have, n)
+            same ? send_published(c, r, 200, have, stored)
                  : send_error(c, r, 409, "'%s@%s' exists already with other bytes (%s)", r->seg[0],
                               r->seg[1], have);
         free(have);
@@ -1164,13 +1180,21 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
      * release threshold, the unvalidated rule, comments naming the manifest); the files are
      * the client's to check on pull (this server never unpacks). */
     kiln_sign_archive_report rep;
+    memset(&rep, 0, sizeof rep);
     reg_archive_meta m;
     memset(&m, 0, sizeof m);
     trust_ref *tr = trust_acquire(s);
     rc = tr ? kiln_sign_verify_archive_sigs(path, r->sig, r->sig_len, "X-Kiln-Signature", tr->t,
                                             &rep)
             : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
-    if (rc == KILN_ERR_FORMAT) rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
+    /* A malformed signature or comment is the signature's fault; bytes whose signatures
+     * verify but that are no kiln archive are the upload's, and said so. */
+    if (rc == KILN_ERR_FORMAT && rep.sigs_verified && !rep.info.model[0])
+        rc = kiln_errprefix(KILN_ERR_VERIFY,
+                            "not a kiln archive (its signatures verify, but it has no readable "
+                            "manifest; kiln pack makes one): ");
+    else if (rc == KILN_ERR_FORMAT)
+        rc = kiln_errprefix(KILN_ERR_VERIFY, "archive signature: ");
     trust_release(s, tr);
     if (!rc) rc = reg_archive_meta_read(path, &m);
     if (rc) rc = kiln_errprefix(rc, "%s: ", label);
@@ -1390,7 +1414,7 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
     bool ui = r->route == REG_R_UI_HOME || r->route == REG_R_UI_MODEL ||
               r->route == REG_R_UI_CHANNEL || r->route == REG_R_UI_AUDIT ||
-              r->route == REG_R_UI_TRUST;
+              r->route == REG_R_UI_TRUST || r->route == REG_R_UI_VERSION;
     r->html = ui || !strncmp(url, "/ui/", 4);
     if (bad) return send_error(c, r, 400, "malformed path");
     if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
@@ -1406,14 +1430,20 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
                           s->mirror_of);
     kiln_err rc = KILN_OK;
     /* A page's names are checked as the API's are; an empty one is a bad name there too. */
-    bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL;
+    bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL ||
+                       r->route == REG_R_UI_VERSION;
     if ((r->seg[0][0] || model_named) &&
         (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
         return send_kiln_error(c, r, rc);
-    if (r->route == REG_R_VERSION && (rc = kiln_registry_check_version(r->seg[1])) != KILN_OK)
+    /* A new version or channel follows the naming rule, so that NAME@REF can only mean one
+     * thing (kiln_registry_looks_like_version); what a store holds from before it is still
+     * read by its characters. */
+    if ((r->route == REG_R_VERSION || r->route == REG_R_UI_VERSION) &&
+        (rc = put ? kiln_registry_check_version(r->seg[1]) : reg_check_version_chars(r->seg[1])))
         return send_kiln_error(c, r, rc);
     if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY || r->route == REG_R_UI_CHANNEL) &&
-        (rc = kiln_registry_check_name("channel", r->seg[1])))
+        (rc = put && r->route == REG_R_CHANNEL ? kiln_registry_check_channel(r->seg[1])
+                                               : kiln_registry_check_name("channel", r->seg[1])))
         return send_kiln_error(c, r, rc);
     uint64_t tv = 0;
     if (r->route == REG_R_TRUST_VERSION && !reg_trust_version_parse(r->seg[1], &tv))
@@ -1469,6 +1499,7 @@ static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection
         case REG_R_UI_CHANNEL:
         case REG_R_UI_AUDIT:
         case REG_R_UI_TRUST:
+        case REG_R_UI_VERSION:
             res = do_page(s, c, r, db);
             break;
         default:
@@ -1495,6 +1526,28 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                  strlen(method) < sizeof r->method ? method : "OTHER");
         *con_cls = r;
         atomic_fetch_add(&s->in_flight, 1);
+        /* A whole request head is in: from here the connection has the idle timeout (during
+         * the request and kept alive after it), no longer the short one for a head. */
+        const union MHD_ConnectionInfo *to =
+            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_TIMEOUT);
+        if (!to || to->connection_timeout != s->idle_timeout_s)
+            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->idle_timeout_s);
+        /* A response queued on this first call is an "early" one to libmicrohttpd 0.9.75,
+         * which then closes the connection after it (it cannot know the body was read): a
+         * GET or HEAD without a body is answered on the next call, once the request is
+         * complete, so that the connection is kept alive. A request with a body is routed
+         * now, so that a refusal comes before the body is read (and closes). */
+        if ((!strcmp(method, "GET") || !strcmp(method, "HEAD")) &&
+            !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length") &&
+            !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Transfer-Encoding")) {
+            r->deferred = true;
+            return MHD_YES;
+        }
+        kiln_errclear();
+        return first_call(s, c, r, url, method);
+    }
+    if (r->deferred && !*upload_data_size) {
+        r->deferred = false;
         kiln_errclear();
         return first_call(s, c, r, url, method);
     }
@@ -1553,8 +1606,14 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
 static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
                         enum MHD_ConnectionNotificationCode toe) {
     kiln_registry_server *s = cls;
-    (void)c, (void)socket_context;
+    (void)socket_context;
     atomic_fetch_add(&s->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
+    /* Until its first request head is complete a connection has the short header timeout
+     * (the daemon's own is the idle one): a silent one frees its slot (and its client
+     * address's share) in seconds, not minutes. Set here, where the connection is already
+     * on its worker's timeout lists, as libmicrohttpd requires. */
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED && s->header_timeout_s != s->idle_timeout_s)
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->header_timeout_s);
 }
 
 /* Paths stay as sent: the router decodes each segment itself, so an encoded '/' or ".."
@@ -1724,6 +1783,9 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
+    s->header_timeout_s =
+        o->header_timeout_s ? o->header_timeout_s : KILN_REGISTRY_HEADER_TIMEOUT_S;
+    s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : KILN_REGISTRY_IDLE_TIMEOUT_S;
     /* The policy before the store: a bad --trust must not leave a new store behind. */
     if (o->trust) {
         /* Read once, parsed twice: the policy walked to the one in force, and the one the
@@ -1828,8 +1890,8 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
         0, accept_policy, s, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape,
-        NULL, MHD_OPTION_CONNECTION_TIMEOUT, 120u, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+        NULL, MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
+        max_conn, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
         /* room for X-Kiln-Signature: several signers' blocks, base64 */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX), MHD_OPTION_EXTERNAL_LOGGER,
         mhd_log, NULL,

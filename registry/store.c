@@ -38,8 +38,53 @@ kiln_err kiln_registry_check_name(const char *what, const char *s) {
     return check_chars(what, s, false);
 }
 
-kiln_err kiln_registry_check_version(const char *s) {
+kiln_err reg_check_version_chars(const char *s) {
     return check_chars("version", s, true);
+}
+
+/* The naming rule (docs/registry.md, "Names"): a version begins with a digit, or with 'v' or
+ * 'V' and a digit; nothing else does. So NAME@REF reads one way only, whatever a registry
+ * holds or answers. */
+bool kiln_registry_looks_like_version(const char *s) {
+    if (!s) return false;
+    if (s[0] == 'v' || s[0] == 'V') s++;
+    return s[0] >= '0' && s[0] <= '9';
+}
+
+kiln_err kiln_registry_check_version(const char *s) {
+    KILN_TRY(check_chars("version", s, true));
+    KILN_FAIL_IF(!kiln_registry_looks_like_version(s), KILN_ERR_USAGE,
+                 "version name '%s' does not look like a version: a version begins with a digit "
+                 "or with 'v' and a digit (1.2.0, v2, 2026-01-05); other names are channels'",
+                 s);
+    return KILN_OK;
+}
+
+kiln_err kiln_registry_check_channel(const char *s) {
+    KILN_TRY(check_chars("channel", s, false));
+    KILN_FAIL_IF(kiln_registry_looks_like_version(s), KILN_ERR_USAGE,
+                 "channel name '%s' looks like a version (it begins with a digit or with 'v' and "
+                 "a digit): a channel name begins with a letter and is not v<digit>..., so that "
+                 "NAME@%s can only mean one thing",
+                 s, s);
+    return KILN_OK;
+}
+
+kiln_err kiln_registry_ref_parse(const char *ref, char model[KILN_REGISTRY_NAME_MAX + 1],
+                                 char what[KILN_REGISTRY_NAME_MAX + 1], bool *is_version) {
+    model[0] = what[0] = 0;
+    *is_version = false;
+    const char *at = ref ? strchr(ref, '@') : NULL;
+    KILN_FAIL_IF(!at || at == ref || (size_t)(at - ref) > KILN_REGISTRY_NAME_MAX || !at[1] ||
+                     strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
+                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", ref ? ref : "");
+    snprintf(model, KILN_REGISTRY_NAME_MAX + 1, "%.*s", (int)(at - ref), ref);
+    snprintf(what, KILN_REGISTRY_NAME_MAX + 1, "%s", at + 1);
+    KILN_TRY(kiln_registry_check_name("model", model));
+    *is_version = kiln_registry_looks_like_version(what);
+    kiln_err rc =
+        *is_version ? kiln_registry_check_version(what) : kiln_registry_check_channel(what);
+    return rc ? kiln_errprefix(rc, "'%s': ", ref) : KILN_OK;
 }
 
 bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out) {
@@ -346,10 +391,18 @@ kiln_err reg_audit_full(sqlite3 *db, const char *token, const char *action, cons
 /* ---- versions and channel records: the server's upload and record PUT, a mirror's sync ---- */
 
 char *reg_version_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc) {
+    uint64_t size;
+    return reg_version_digest_size(db, model, version, &size, rc);
+}
+
+char *reg_version_digest_size(sqlite3 *db, const char *model, const char *version, uint64_t *size,
+                              kiln_err *rc) {
     *rc = KILN_OK;
+    *size = 0;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT digest FROM versions WHERE model = ?1 AND version = ?2", -1,
-                           &st, NULL) != SQLITE_OK) {
+    if (sqlite3_prepare_v2(db,
+                           "SELECT digest, size FROM versions WHERE model = ?1 AND version = ?2",
+                           -1, &st, NULL) != SQLITE_OK) {
         *rc = reg_db_fail(db, "reading a version");
         return NULL;
     }
@@ -359,6 +412,8 @@ char *reg_version_digest(sqlite3 *db, const char *model, const char *version, ki
     int x = sqlite3_step(st);
     if (x == SQLITE_ROW) {
         d = kiln_strdup((const char *)sqlite3_column_text(st, 0));
+        const int64_t n = sqlite3_column_int64(st, 1);
+        *size = n > 0 ? (uint64_t)n : 0;
         if (!d) *rc = KILN_ERR_NOMEM;
     } else if (x != SQLITE_DONE) {
         *rc = reg_db_fail(db, "reading a version");

@@ -5,9 +5,11 @@
  *
  * Display only, as `kiln channel history` is: nothing here verifies a signature (the server
  * did on upload, and kiln pull does again); it reads what they say. */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "export.h"
 #include "registry_int.h"
 #include "web.h"
 
@@ -646,4 +648,156 @@ out:
     kiln_sign_trust_free(w.prev);
     ui_policy_release(&u);
     return rc;
+}
+
+/* ---- "/ui/models/{model}/versions/{version}" ---- */
+
+/* The summaries read last, by the archive's digest (a stored archive never changes): reaching
+ * run_summary.json means decompressing the archive through model.safetensors, so a page seen
+ * again is drawn from memory. Small summaries only; the least recently used goes. */
+#define UI_SUMMARY_CACHE 8
+#define UI_SUMMARY_CACHE_MAX (4u << 20)
+static pthread_mutex_t summary_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char hex[KILN_SHA256_HEX];
+    char *bytes; /* NULL: the archive has none */
+    size_t len;
+    unsigned long long used;
+} summary_cache[UI_SUMMARY_CACHE];
+static unsigned long long summary_tick;
+
+/* Whether hex is cached: its bytes copied into *bytes (NULL when it has none). */
+static bool summary_cached(const char *hex, char **bytes, size_t *len, bool *nomem) {
+    bool hit = false;
+    pthread_mutex_lock(&summary_mu);
+    for (size_t i = 0; i < UI_SUMMARY_CACHE && !hit; i++)
+        if (summary_cache[i].used && !strcmp(summary_cache[i].hex, hex)) {
+            hit = true;
+            summary_cache[i].used = ++summary_tick;
+            *len = summary_cache[i].len;
+            *bytes = NULL;
+            if (summary_cache[i].bytes && !(*bytes = kiln_malloc(*len + 1))) *nomem = true;
+            if (*bytes) memcpy(*bytes, summary_cache[i].bytes, *len + 1);
+        }
+    pthread_mutex_unlock(&summary_mu);
+    return hit;
+}
+
+static void summary_keep(const char *hex, const char *bytes, size_t len) {
+    if (bytes && len > UI_SUMMARY_CACHE_MAX) return;
+    char *copy = NULL;
+    if (bytes && !(copy = kiln_malloc(len + 1))) return;
+    if (copy) memcpy(copy, bytes, len + 1);
+    pthread_mutex_lock(&summary_mu);
+    size_t lru = 0;
+    for (size_t i = 1; i < UI_SUMMARY_CACHE; i++)
+        if (summary_cache[i].used < summary_cache[lru].used) lru = i;
+    free(summary_cache[lru].bytes);
+    memcpy(summary_cache[lru].hex, hex, KILN_SHA256_HEX);
+    summary_cache[lru].bytes = copy;
+    summary_cache[lru].len = len;
+    summary_cache[lru].used = ++summary_tick;
+    pthread_mutex_unlock(&summary_mu);
+}
+
+/* The run summary the stored archive carries, parsed; NULL when it carries none. A summary
+ * that does not match the manifest, or an archive that cannot be read, fails. */
+#define UI_SUMMARY_MAX (16u << 20)
+static kiln_err version_summary(const char *root, const char *digest, json_t **out) {
+    *out = NULL;
+    char hex[KILN_SHA256_HEX];
+    KILN_FAIL_IF(!digest || !reg_digest_hex(digest, hex), KILN_ERR_FORMAT,
+                 "stored digest '%s' is malformed", digest ? digest : "");
+    char *cbytes = NULL;
+    size_t clen = 0;
+    bool nomem = false;
+    if (summary_cached(hex, &cbytes, &clen, &nomem)) {
+        KILN_FAIL_IF(nomem, KILN_ERR_NOMEM, "out of memory");
+        if (cbytes) *out = json_loadb(cbytes, clen, JSON_REJECT_DUPLICATES, NULL);
+        free(cbytes);
+        return KILN_OK;
+    }
+    char *path = reg_blob_path(root, hex);
+    KILN_FAIL_IF(!path, KILN_ERR_NOMEM, "out of memory");
+    kiln_manifest *m = NULL;
+    json_t *card = NULL;
+    char *bytes = NULL;
+    size_t len = 0;
+    kiln_err rc = kiln_archive_inspect_with(path, "run_summary.json", UI_SUMMARY_MAX, &m, &card,
+                                            &bytes, &len);
+    free(path);
+    if (!rc && bytes) {
+        json_error_t je;
+        *out = json_loadb(bytes, len, JSON_REJECT_DUPLICATES, &je);
+        if (!*out)
+            rc = kiln_fail(KILN_ERR_FORMAT, "run_summary.json of %s: %s (line %d)", digest, je.text,
+                           je.line);
+    } else if (!rc && len) {
+        rc = kiln_fail(KILN_ERR_FORMAT, "run_summary.json of %s: %zu bytes, more than the %u read",
+                       digest, len, UI_SUMMARY_MAX);
+    }
+    if (!rc) summary_keep(hex, bytes, len);
+    free(bytes);
+    json_decref(card);
+    kiln_manifest_free(m);
+    return rc;
+}
+
+kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root, const char *model,
+                        const char *version, int64_t now, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL;
+    KILN_TRY(prepare(db,
+                     "SELECT version, digest, size, signature, card, validation, publisher, created,"
+                     " validation_text FROM versions WHERE model = ?1 AND version = ?2",
+                     &st, "reading a version"));
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+    int r = sqlite3_step(st);
+    if (r != SQLITE_ROW) {
+        kiln_err rc = r == SQLITE_DONE ? kiln_fail(KILN_ERR_NOTFOUND, "version '%s' of model '%s' "
+                                                                      "not found",
+                                                   version, model)
+                                       : reg_db_fail(db, "reading a version");
+        sqlite3_finalize(st);
+        return rc;
+    }
+    kiln_web_signer signers[KILN_SIGN_ARCHIVE_MAX_SIGS];
+    kiln_sign_sig *sigs = NULL;
+    size_t nsigs = 0;
+    kiln_web_version v = {.version = col(st, 0),
+                          .digest = col(st, 1),
+                          .size = (uint64_t)sqlite3_column_int64(st, 2),
+                          .publisher = col(st, 6),
+                          .created = sqlite3_column_int64(st, 7),
+                          .signers = signers};
+    v.nsigners = archive_signers(t, col(st, 3), &sigs, &nsigs, signers);
+    json_t *card = col(st, 4) ? json_loads(col(st, 4), JSON_REJECT_DUPLICATES, NULL) : NULL;
+    json_t *val = col(st, 5) ? json_loads(col(st, 5), JSON_REJECT_DUPLICATES, NULL) : NULL;
+    json_t *passed = json_object_get(val, "passed");
+    v.validation = json_is_boolean(passed) ? (json_is_true(passed) ? "passed" : "failed") : "absent";
+    v.card = card;
+    json_t *summary = NULL;
+    kiln_err src = version_summary(root, v.digest, &summary);
+    kiln_web_begin(b, KILN_WEB_VERSION, model, version, NULL);
+    kiln_web_versions_begin(b);
+    kiln_web_versions_row(b, model, &v);
+    kiln_web_table_end(b, NULL);
+    /* The whole report (validation.json's bytes, as kiln provenance reads it). */
+    json_t *report = col(st, 8) ? json_loads(col(st, 8), JSON_REJECT_DUPLICATES, NULL) : NULL;
+    kiln_web_validation_report(b, report ? report : val);
+    json_decref(report);
+    if (src) {
+        /* The page still shows what the store holds; the archive's trouble is said. */
+        kiln_web_run_summary(b, NULL);
+        kiln_web_para(b, kiln_errmsg());
+    } else {
+        kiln_web_run_summary(b, summary);
+    }
+    kiln_web_end(b, KILN_WEB_VERSION, model, version, now);
+    json_decref(summary);
+    json_decref(card);
+    json_decref(val);
+    kiln_sign_archive_sigs_free(sigs, nsigs);
+    sqlite3_finalize(st);
+    return KILN_OK;
 }

@@ -173,6 +173,11 @@ kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, c
     KILN_CHECK_IF(rc, out, rec->seq != json_integer_value(seq), KILN_ERR_VERIFY,
                   "'%s': the kept record has seq %lld, but seq %lld was accepted", file,
                   (long long)rec->seq, (long long)json_integer_value(seq));
+    /* The directory is one kiln installed (a manifest and the files it lists, nothing
+     * else), said as such before anything in it is read. */
+    rc = kiln_archive_dir_installed(dir);
+    if (rc == KILN_ERR_CONFLICT) rc = KILN_ERR_VERIFY;
+    if (rc) goto out;
     /* The release keys' signatures name this directory's manifest. */
     KILN_CHECK(rc, out, kiln_read_file(mpath, KILN_MANIFEST_MAX_BYTES, &mtext, &mlen));
     kiln_sign_archive_report rep;
@@ -224,7 +229,12 @@ kiln_err kiln_registry_installed_verify(const char *trust, const char *state, co
     char model[KILN_REGISTRY_NAME_MAX + 1];
     snprintf(model, sizeof model, "%.*s", (int)(at - ref), ref);
     KILN_TRY(kiln_registry_check_name("model", model));
-    KILN_TRY(kiln_registry_check_name("channel", at + 1));
+    /* A pull of a channel keeps what this checks; NAME@VERSION names none. */
+    KILN_FAIL_IF(kiln_registry_looks_like_version(at + 1), KILN_ERR_USAGE,
+                 "'%s' names a version ('%s' begins with a digit or with 'v' and a digit): "
+                 "kiln installed checks what a pull of a channel installed, NAME@CHANNEL",
+                 ref, at + 1);
+    KILN_TRY(kiln_registry_check_channel(at + 1));
     KILN_FAIL_IF(!kiln_path_exists(dir), KILN_ERR_NOTFOUND, "'%s': no such directory", dir);
     kiln_sign_trust *t = NULL;
     KILN_TRY(kiln_registry_trust_walk(NULL, trust, state, NULL, NULL, &t));

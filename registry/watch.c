@@ -12,9 +12,11 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "registry_int.h"
@@ -137,12 +139,61 @@ static uint64_t current_dir(const char *out) {
     return n;
 }
 
+/* Whether name is the temporary directory of a pull into OUT/gen-N: ".gen-N.pull-XXXXXX"
+ * (client.c's mkdtemp beside its output). */
+static bool pull_tmp_name(const char *name) {
+    if (strncmp(name, ".gen-", 5) || !isdigit((unsigned char)name[5])) return false;
+    const char *p = name + 5;
+    while (isdigit((unsigned char)*p))
+        p++;
+    return !strncmp(p, ".pull-", 6) && strlen(p + 6) == 6;
+}
+
+/* OUT is the watch's own: absent, empty, or holding only what a watch makes there (gen-N
+ * directories, OUT/current, the temporary directories of pulls: remove_dirs' and a pull's
+ * to replace). Anything else is refused by name before anything is written or removed, so
+ * that pointing a watch at a directory of other files takes none of them away. */
+static kiln_err watch_dir_check(const char *out) {
+    struct stat sb;
+    if (lstat(out, &sb) != 0) {
+        if (errno == ENOENT) return KILN_OK;
+        return kiln_fail_errno(KILN_ERR_IO, "cannot look at '%s'", out);
+    }
+    KILN_FAIL_IF(!S_ISDIR(sb.st_mode), KILN_ERR_CONFLICT,
+                 "'%s' exists and is not a directory; kiln_watch keeps its models in a directory "
+                 "of its own",
+                 out);
+    DIR *d = opendir(out);
+    if (!d) return kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s'", out);
+    kiln_err rc = KILN_OK;
+    for (struct dirent *e; !rc && (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
+        struct stat es;
+        bool ok = false;
+        if (fstatat(dirfd(d), n, &es, AT_SYMLINK_NOFOLLOW) == 0)
+            ok = !strcmp(n, "current")
+                     ? S_ISREG(es.st_mode)
+                     : S_ISDIR(es.st_mode) && (gen_number(n, "") > 0 || pull_tmp_name(n));
+        if (!ok)
+            rc = kiln_fail(KILN_ERR_CONFLICT,
+                           "'%s' holds '%s', which kiln_watch does not make there: a watch keeps "
+                           "its models in a directory of its own (gen-N, current) and removes "
+                           "the ones it retires; give a new or an empty directory, or one an "
+                           "earlier watch used",
+                           out, n);
+    }
+    closedir(d);
+    return rc;
+}
+
 /* Remove every OUT/gen-N but keep (an earlier run's, one a crash left), and the temporary
- * directories of pulls a crash interrupted (OUT/.gen-N.pull-XXXXXX). */
+ * directories of pulls a crash interrupted (OUT/.gen-N.pull-XXXXXX): those names only, in a
+ * directory watch_dir_check found to be a watch's. */
 static void remove_dirs(const char *out, const char *keep) {
     DIR *d = opendir(out);
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (strncmp(e->d_name, "gen-", 4) && strncmp(e->d_name, ".gen-", 5)) continue;
+        if (!gen_number(e->d_name, "") && !pull_tmp_name(e->d_name)) continue;
         char *p = kiln_path_join(out, e->d_name);
         if (p && strcmp(p, keep)) reg_rmtree(p);
         free(p);
@@ -599,7 +650,11 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
                       !w->model || !w->channel,
                   KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, fail, kiln_registry_check_name("model", w->model));
-    KILN_CHECK(rc, fail, kiln_registry_check_name("channel", w->channel));
+    KILN_CHECK_IF(rc, fail, kiln_registry_looks_like_version(w->channel), KILN_ERR_USAGE,
+                  "'%s' names a version ('%s' begins with a digit or with 'v' and a digit): "
+                  "kiln_watch follows a channel, NAME@CHANNEL",
+                  w->ref, w->channel);
+    KILN_CHECK(rc, fail, kiln_registry_check_channel(w->channel));
     /* The registries: the caller's strings copied, since the watch outlives its options. */
     {
         kiln_registry_client_opts *cs;
@@ -621,6 +676,7 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
         free(cs);
         if (rc) goto fail;
     }
+    KILN_CHECK(rc, fail, watch_dir_check(w->out));
     KILN_CHECK(rc, fail, kiln_mkdir_p(w->out));
     char *text = NULL, note[2048] = "";
     kiln_err note_rc = KILN_OK;

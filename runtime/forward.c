@@ -31,7 +31,8 @@ typedef struct plan {
     bool chunked; /* S > BLOCK_ROWS: one sequence per block, with a carried cache */
     size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, padx, pady, logits, gates, chosen,
         tok, gsel, kc, vc;
-    size_t total; /* floats */
+    size_t cache_rows; /* rows each layer's carried cache holds: min(W-1, S) */
+    size_t total;      /* floats */
 } plan;
 
 static size_t take(size_t *at, size_t n) {
@@ -56,7 +57,10 @@ static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
     p->qkv = take(&at, n * 3 * D);
     p->att = take(&at, n * D);
     p->ff = take(&at, n * (size_t)c->d_ff);
-    p->scores = take(&at, (size_t)c->n_heads * ((size_t)c->attn_window + 2));
+    /* A row attends to min(W, S) keys at most: sized by what a call can use, not by the
+     * window alone (a model file's attn_window of 2^20 would otherwise cost every call). */
+    const size_t keys = (size_t)c->attn_window < (size_t)S ? (size_t)c->attn_window : (size_t)S;
+    p->scores = take(&at, (size_t)c->n_heads * (keys + 2));
     p->wbuf = take(&at, m->bf16 ? m->max_matrix : 0);
     /* The padded last piece of a product: its inputs and outputs are at most this wide. */
     size_t wide = (size_t)c->n_features;
@@ -75,7 +79,9 @@ static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
         p->gsel = take(&at, n);
     }
     if (p->chunked) {
-        size_t cache = (size_t)c->n_layers * (size_t)(c->attn_window - 1) * D;
+        p->cache_rows =
+            (size_t)(c->attn_window - 1) < (size_t)S ? (size_t)(c->attn_window - 1) : (size_t)S;
+        size_t cache = (size_t)c->n_layers * p->cache_rows * D;
         p->kc = take(&at, cache);
         p->vc = take(&at, cache);
     }
@@ -133,8 +139,9 @@ typedef struct block {
 static void attention(const kiln_model *m, const plan *p, float *ws, const block *bk, int l) {
     const int D = m->cfg.d_model, W = m->cfg.attn_window;
     const float *qkv = ws + p->qkv;
-    float *kc = p->chunked ? ws + p->kc + (size_t)l * (W - 1) * D : NULL;
-    float *vc = p->chunked ? ws + p->vc + (size_t)l * (W - 1) * D : NULL;
+    /* (The cache never holds more than the rows before the chunk: cache_rows a layer.) */
+    float *kc = p->chunked ? ws + p->kc + (size_t)l * p->cache_rows * D : NULL;
+    float *vc = p->chunked ? ws + p->vc + (size_t)l * p->cache_rows * D : NULL;
     const int nc = p->chunked ? (bk->t0 < W - 1 ? bk->t0 : W - 1) : 0; /* cached rows before t0 */
     for (int sq = 0; sq < bk->nseq; sq++)
         for (int i = 0; i < bk->T; i++) {

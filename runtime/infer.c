@@ -41,6 +41,11 @@ kiln_err kiln_runtime_infer_file(const char *model_path, const char *input_path,
                   input_path);
     KILN_CHECK_IF(rc, out, N > (size_t)1 << 30, KILN_ERR_LIMIT,
                   "'%s': %zu rows is more than one sequence may hold", input_path, N);
+    /* Before the run: --out naming the dataset itself, or any file that is not an earlier
+     * outputs file, is refused rather than replaced. */
+    static const char *const outputs[] = {"outputs", NULL};
+    KILN_CHECK(rc, out,
+               kiln_st_out_ok(out_path, outputs, "an outputs file (safetensors with 'outputs')"));
     x = kiln_malloc(t->numel * sizeof *x);
     y = kiln_malloc(N * O * sizeof *y);
     KILN_CHECK_IF(rc, out, !x || !y, KILN_ERR_NOMEM, "out of memory for %zu rows", N);

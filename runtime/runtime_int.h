@@ -58,6 +58,8 @@ struct kiln_model {
 /* Tests only (never set in kiln): every stream routes exact router ties to the higher
  * expert index. Set it before opening streams, with no stream pushing. */
 extern bool kiln_rt_ties_high;
+/* Ring entries a new stream starts with (stream.c; 256): a test hook. */
+extern int kiln_rt_ring_start;
 
 /* A stream's routing of one token (kiln_route_stream), with the test hook kiln_rt_ties_high: then
  * the logits are routed in reverse expert order and the picks mapped back, so that exact

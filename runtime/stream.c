@@ -4,8 +4,13 @@
  * computes its own q, k, v, attends over the ring plus itself, and then overwrites the
  * ring's oldest entry. Because ALiBi depends only on distance (MODEL.md), this is the
  * batch forward's row t for a sequence that began at the stream's first tick. Every
- * buffer is allocated by kiln_stream_open; a push allocates nothing and its work does
- * not depend on how long the stream has run.
+ * buffer is allocated by kiln_stream_open except the rings (and the attention scores sized
+ * with them): those start at kiln_rt_ring_start (256) ticks and double, up to W-1, as a
+ * young stream fills them, so that a model whose window is huge (attn_window 2^20 made
+ * every stream of a tiny model allocate 542 MiB at open) costs what its streams have seen.
+ * A push allocates only then (at most log2(W / 256) times in a stream's life, never once
+ * the ring is full or for a window of 257 or less), and its work does not depend on how
+ * long the stream has run.
  *
  * A tick runs over a set of streams of one model (kiln_stream_push is the set of one):
  * each matrix-vector product goes through kiln_rt_matvec_many, which reads the matrix once
@@ -24,10 +29,13 @@
 struct kiln_stream {
     const kiln_model *m;
     uint64_t ticks;
-    int ring_n;           /* valid entries in each ring, <= W-1 */
-    int ring_pos;         /* where the next entry goes */
-    float *kring;         /* [L, W-1, D] */
-    float *vring;         /* [L, W-1, D] */
+    int ring_n;           /* valid entries in each ring, <= cap */
+    int ring_pos;         /* where the next entry goes (== ring_n until the ring is full) */
+    int cap;              /* entries each ring has room for: kiln_rt_ring_start .. W-1 */
+    float *kring;         /* [L, cap, D] */
+    float *vring;         /* [L, cap, D] */
+    float *scores;        /* [H*(cap+1) + 2H] */
+    void *ring_block;     /* the allocation behind the three above */
     float *xn;            /* [F] standardised inputs */
     float *h;             /* [D] residual */
     float *u;             /* [D] normalised residual */
@@ -39,12 +47,11 @@ struct kiln_stream {
     float *slot_ff;       /* [K, ffs] each chosen expert's hidden, ffs = Fh rounded to 16 */
     float *slot_out;      /* [K, outs] each chosen expert's output, outs = D rounded to 16 */
     float *probs;         /* [E] */
-    float *scores;        /* [H*W + 2H] */
     int *chosen;          /* [K] */
     float *gates;         /* [K] */
     kiln_rt_cost cost;    /* of the last push */
     bool marked;          /* kiln_stream_push_many's duplicate check, false between calls */
-    void *block;          /* the one allocation behind every buffer above */
+    void *block;          /* the one allocation behind every other buffer above */
     kiln_rt_dstream *dev; /* the stream on the model's GPU; NULL on the CPU */
 };
 
@@ -54,17 +61,49 @@ static size_t round16(size_t n) {
     return (n + 15) / 16 * 16;
 }
 
+/* Ring entries a new stream has room for (all W-1 when the window is no larger); a test
+ * hook, so that a ring grown from one entry can be compared with one made whole at open. */
+int kiln_rt_ring_start = 256;
+
+/* Make room for cap entries per ring (cap >= s->ring_n, and the ring not yet wrapped unless
+ * it is full), moving what the rings hold; the stream is unchanged on failure. */
+static kiln_err ring_resize(kiln_stream *s, int cap) {
+    const kiln_model_config *c = &s->m->cfg;
+    const size_t L = (size_t)c->n_layers, D = (size_t)c->d_model, H = (size_t)c->n_heads;
+    const size_t ring = L * (size_t)cap * D, scores = H * ((size_t)cap + 1) + 2 * H;
+    const size_t total = 2 * round16(ring) + round16(scores);
+    float *b = aligned_alloc(64, total * sizeof(float));
+    if (!b)
+        return kiln_fail(KILN_ERR_NOMEM, "'%s': out of memory for a stream's rings (%zu bytes)",
+                         s->m->path, total * sizeof(float));
+    memset(b, 0, total * sizeof(float));
+    float *kr = b, *vr = b + round16(ring), *sc = vr + round16(ring);
+    for (size_t l = 0; l < L && s->ring_n; l++) {
+        memcpy(kr + l * cap * D, s->kring + l * s->cap * D, (size_t)s->ring_n * D * sizeof(float));
+        memcpy(vr + l * cap * D, s->vring + l * s->cap * D, (size_t)s->ring_n * D * sizeof(float));
+    }
+    free(s->ring_block);
+    s->ring_block = b;
+    s->kring = kr, s->vring = vr, s->scores = sc;
+    s->cap = cap;
+    return KILN_OK;
+}
+
+/* Before a tick: room for this tick's entry where a young stream's ring is full. */
+static kiln_err ring_reserve(kiln_stream *s) {
+    const int R = s->m->cfg.attn_window - 1;
+    if (s->ring_n < s->cap || s->cap >= R) return KILN_OK;
+    return ring_resize(s, s->cap > R / 2 ? R : 2 * s->cap);
+}
+
 KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
     *out = NULL;
     KILN_FAIL_IF(!m, KILN_ERR_USAGE, "kiln_stream_open: no model");
     const kiln_model_config *c = &m->cfg;
-    const size_t D = (size_t)c->d_model,
-                 ring = (size_t)c->n_layers * (size_t)(c->attn_window - 1) * D;
+    const size_t D = (size_t)c->d_model;
     const size_t E = (size_t)c->n_experts, K = (size_t)c->top_k;
     /* Floats of every buffer, each rounded to 16 so that every one starts 64-byte aligned. */
-    size_t sizes[] = {ring,
-                      ring,
-                      (size_t)c->n_features,
+    size_t sizes[] = {(size_t)c->n_features,
                       D,
                       D,
                       3 * D,
@@ -75,7 +114,6 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
                       K * round16((size_t)c->d_ff),
                       K * round16(D),
                       E,
-                      (size_t)c->n_heads * ((size_t)c->attn_window + 2),
                       K,
                       K /* chosen, last */};
     size_t total = 0;
@@ -91,15 +129,20 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
     }
     memset(s->block, 0, total * sizeof(float));
     float *p = s->block;
-    float **bufs[] = {&s->kring,   &s->vring,    &s->xn,    &s->h,      &s->u,
-                      &s->qkv,     &s->att,      &s->tmp,   &s->acc,    &s->ff,
-                      &s->slot_ff, &s->slot_out, &s->probs, &s->scores, &s->gates};
+    float **bufs[] = {&s->xn,  &s->h,   &s->u,       &s->qkv,      &s->att,   &s->tmp,
+                      &s->acc, &s->ff,  &s->slot_ff, &s->slot_out, &s->probs, &s->gates};
     for (size_t i = 0; i < KILN_ARRAY_LEN(bufs); i++) {
         *bufs[i] = p;
         p += round16(sizes[i]);
     }
     s->chosen = (int *)p; /* the last slot; int and float are both 4 bytes */
     s->m = m;
+    const int R = c->attn_window - 1;
+    kiln_err rc = ring_resize(s, R < kiln_rt_ring_start ? R : kiln_rt_ring_start);
+    if (rc) {
+        kiln_stream_free(s);
+        return rc;
+    }
     if (m->dev) {
         kiln_err rc = kiln_rt_dstream_open(m, &s->dev);
         if (rc) {
@@ -114,6 +157,7 @@ KILN_API kiln_err kiln_stream_open(const kiln_model *m, kiln_stream **out) {
 KILN_API void kiln_stream_free(kiln_stream *s) {
     if (!s) return;
     kiln_rt_dstream_free(s->dev);
+    free(s->ring_block);
     free(s->block);
     free(s);
 }
@@ -222,8 +266,9 @@ static void mv(kiln_stream *const *ss, size_t n, buf y, float *out, buf x, const
 static void attend(kiln_stream *s, int l) {
     const kiln_model *m = s->m;
     const int D = m->cfg.d_model, R = m->cfg.attn_window - 1;
-    /* Keys oldest first: the ring from ring_pos on, then from 0, then this tick. */
-    float *kr = s->kring + (size_t)l * R * D, *vr = s->vring + (size_t)l * R * D;
+    /* Keys oldest first: the ring from ring_pos on, then from 0, then this tick. (Until the
+     * ring is full nothing is older than position 0; once it is, cap is R.) */
+    float *kr = s->kring + (size_t)l * s->cap * D, *vr = s->vring + (size_t)l * s->cap * D;
     int older = s->ring_n == R ? R - s->ring_pos : 0;
     kiln_rt_kv runs[3] = {
         {kr + (size_t)s->ring_pos * D, vr + (size_t)s->ring_pos * D, older, (size_t)D},
@@ -337,6 +382,7 @@ KILN_API kiln_err kiln_stream_push(kiln_stream *s, const float *features, float 
         s->ticks++;
         return KILN_OK;
     }
+    KILN_TRY(ring_reserve(s));
     tick(&s, 1, features, outputs);
     return KILN_OK;
 }
@@ -397,6 +443,10 @@ KILN_API kiln_err kiln_stream_push_many(kiln_stream *const *streams, size_t n,
                                       i);
         }
         return KILN_OK;
+    }
+    for (size_t i = 0; i < n; i++) {
+        kiln_err rc = ring_reserve(streams[i]); /* a larger ring: no stream's state changes */
+        if (rc) return kiln_errprefix(rc, "kiln_stream_push_many: streams[%zu]: ", i);
     }
     tick(streams, n, features, outputs);
     return KILN_OK;

@@ -246,6 +246,7 @@ static kiln_err verify_sigs(const char *archive_path, const uint8_t *prehash,
     bool have_h = prehash || archive_path;
     for (size_t i = 0; i < n; i++)
         KILN_CHECK(rc, out, check_signature(t, &s[i], have_h ? h : NULL, where, &by[i]));
+    r->sigs_verified = have_h;
     if (man)
         info_from_manifest(man, &r->info);
     else

@@ -337,6 +337,9 @@ typedef struct kiln_sign_archive_report {
     const kiln_sign_trust_key *signers[KILN_SIGN_ARCHIVE_MAX_SIGS]; /* into the policy */
     bool threshold_met;
     bool files_checked; /* the archive was unpacked and every file matched its manifest */
+    /* Every block verified over the archive's bytes (step 1): a failure after it is the
+     * archive's or a comment's (info.model is "" until the archive's manifest was read). */
+    bool sigs_verified;
 } kiln_sign_archive_report;
 
 /* Verify a signed archive against a trust policy. sigs/sigs_len is the signature file's text

@@ -7,7 +7,7 @@
 
 #include "test.h"
 #include "testutil.h"
-#include "train.h"
+#include "train_int.h"
 
 static bool has(const char *needle) {
     return strstr(kiln_errmsg(), needle) != NULL;
@@ -365,6 +365,49 @@ KILN_TEST(data_synth_refuses_bad_sizes) {
     free(p);
 }
 
+/* --scale S: the same file with every target times S (to f32 rounding), R^2 unchanged, the
+ * scale recorded; scale 1 is the default's bytes. */
+KILN_TEST(data_synth_scale) {
+    char *one = kiln_test_path("one.st"), *dflt = kiln_test_path("dflt.st"),
+         *small = kiln_test_path("small.st"), *big = kiln_test_path("big.st");
+    kiln_synth_opts o = {.seed = 3, .rows = 2000, .n_features = 4, .n_outputs = 2};
+    kiln_synth_r2 r1, r2;
+    CHECK("default", kiln_synth_write(&o, dflt, &r1) == KILN_OK);
+    o.scale = 1;
+    CHECK("scale 1", kiln_synth_write(&o, one, NULL) == KILN_OK);
+    CHECK("scale 1 is the default's bytes", kiln_test_same_file(one, dflt));
+    o.scale = 0.01;
+    CHECK("scale 0.01", kiln_synth_write(&o, small, &r2) == KILN_OK);
+    o.scale = -1;
+    CHECK("negative scale refused", kiln_synth_write(&o, big, NULL) == KILN_ERR_USAGE &&
+                                        has("scale") && !kiln_path_exists(big));
+    kiln_dataset *a = NULL, *b = NULL;
+    if (CHECK("open",
+              kiln_dataset_open(dflt, &a) == KILN_OK && kiln_dataset_open(small, &b) == KILN_OK)) {
+        CHECK("features unchanged", !memcmp(a->features, b->features, a->rows * 4 * sizeof(float)));
+        double worst = 0;
+        for (size_t i = 0; i < a->rows * 2; i++) {
+            double d = fabs(b->targets[i] - 0.01 * a->targets[i]);
+            if (d > worst) worst = d;
+        }
+        CHECK("targets times 0.01", worst < 1e-7);
+        kiln_column_stats st[6];
+        kiln_dataset_stats(b, st);
+        CHECK("target std 0.01", fabs(st[4].std - 0.01) < 1e-6 && fabs(st[5].std - 0.01) < 1e-6);
+        bool same = true;
+        for (int k = 0; k < 2; k++)
+            same = same && fabs(r1.oracle[k] - r2.oracle[k]) < 1e-5 &&
+                   fabs(r1.linear[k] - r2.linear[k]) < 1e-5;
+        CHECK("R^2 unchanged", same);
+    }
+    kiln_dataset_free(a);
+    kiln_dataset_free(b);
+    free(one);
+    free(dflt);
+    free(small);
+    free(big);
+}
+
 static kiln_err import(const char *csv_text, const char *feats, const char *targs,
                        const char *out) {
     char *csv = kiln_test_write("in.csv", csv_text, strlen(csv_text));
@@ -422,21 +465,21 @@ KILN_TEST(data_import_csv) {
         {"a,b,y\n1,2,3\n4,5,nan\n",
          "a,b",
          "y",
-         {"line 3", "column 'y'", "not finite"},
-         KILN_ERR_NUMERIC},
+         {"line 3", "column 'y'", "missing value 'nan'"},
+         KILN_ERR_FORMAT},
         {"a,b,y\n1,-inf,3\n", "a,b", "y", {"line 2", "column 'b'", "not finite"}, KILN_ERR_NUMERIC},
         {"a,b,y\n1,1e39,3\n",
          "a,b",
          "y",
          {"line 2", "column 'b'", "out of range for f32"},
          KILN_ERR_NUMERIC},
-        {"a,b,y\n1,,3\n", "a,b", "y", {"line 2", "column 'b'", "empty value"}, KILN_ERR_FORMAT},
-        {"a,b,y\n1,2,3\n", "a,q", "y", {"line 1", "no column 'q'", ""}, KILN_ERR_NOTFOUND},
-        {"a,b,y\n1,\"2\",3\n",
+        {"a,b,y\n1,,3\n",
          "a,b",
          "y",
-         {"line 2", "quoted fields are not supported", ""},
-         KILN_ERR_UNSUPPORTED},
+         {"line 2", "column 'b'", "missing value (empty)"},
+         KILN_ERR_FORMAT},
+        {"a,b,y\n1,2,3\n", "a,q", "y", {"line 1", "no column 'q'", ""}, KILN_ERR_NOTFOUND},
+        {"a,b,y\n1,2\"x,3\n", "a,b", "y", {"line 2, column 4", "bad quoting", ""}, KILN_ERR_FORMAT},
         {"a,b,a\n1,2,3\n", "a,b", "b", {"chosen twice", "", ""}, KILN_ERR_USAGE},
         {"a,b,a\n1,2,3\n", "a", "b", {"line 1", "'a' appears twice", ""}, KILN_ERR_FORMAT},
         {"a,b,y\n", "a,b", "y", {"no data rows", "", ""}, KILN_ERR_FORMAT},
@@ -464,10 +507,349 @@ KILN_TEST(data_import_csv) {
     CHECK("missing CSV",
           kiln_dataset_import_csv(nofile, f, 1, t, 1, o) == KILN_ERR_IO && has(nofile));
     CHECK("nothing written", !kiln_path_exists(o));
+    /* The output replaces a dataset only: never the CSV itself, nor another file. */
+    static const char prices[] = "a,b\n1,2\n3,4\n";
+    char *in = kiln_test_write("prices.csv", prices, sizeof prices - 1);
+    CHECK("--out naming the CSV being imported: refused before it is read",
+          in && kiln_dataset_import_csv(in, f, 1, t, 1, in) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("prices.csv' exists and is not a dataset", NULL));
+    char *back = NULL;
+    size_t blen = 0;
+    CHECK("and the CSV is as it was", kiln_read_file(in, 1024, &back, &blen) == KILN_OK &&
+                                          blen == sizeof prices - 1 && !memcmp(back, prices, blen));
+    free(back);
+    char *other = kiln_test_write("positions.csv", "sym,qty\n", 8);
+    CHECK("--out naming another file: refused",
+          other && kiln_dataset_import_csv(in, f, 1, t, 1, other) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("positions.csv' exists and is not a dataset", NULL));
+    CHECK("--out naming a dataset: replaced",
+          kiln_dataset_import_csv(in, f, 1, t, 1, keep) == KILN_OK);
+    kiln_synth_opts so = {.seed = 1, .rows = KILN_SYNTH_MIN_ROWS, .n_features = 4, .n_outputs = 1};
+    kiln_synth_r2 r2;
+    CHECK("kiln data synth over another file: refused",
+          kiln_synth_write(&so, other, &r2) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("is not a dataset", NULL));
+    free(in), free(other);
     free(nofile);
     free(o);
     free(keep);
     free(p);
+}
+
+static kiln_err import_ex(const char *csv_text, const char *out, kiln_missing missing,
+                          kiln_csv_report *rep) {
+    char *csv = kiln_test_write("in.csv", csv_text, strlen(csv_text));
+    char *o = kiln_test_path(out);
+    const char *f[2] = {"a", "b"}, *t[1] = {"y"};
+    kiln_csv_import im = {.csv_path = csv,
+                          .out_path = o,
+                          .features = f,
+                          .n_features = 2,
+                          .targets = t,
+                          .n_outputs = 1,
+                          .missing = missing};
+    kiln_err rc = kiln_dataset_import_csv_ex(&im, rep);
+    free(o);
+    free(csv);
+    return rc;
+}
+
+/* What R's write.csv and pandas' to_csv write, CRLF line ends, quoted numbers and quotes
+ * inside quoted fields all import to the bytes of the plain file; every malformed variant is
+ * refused naming the line and the column, and nothing is written. */
+KILN_TEST(data_import_csv_dialects) {
+    const char *plain = "a,b,y\n1.5,2,0.25\n-3,400,-1\n";
+    if (!CHECK("plain imports", import_ex(plain, "plain.st", 0, NULL) == KILN_OK)) return;
+    char *want = kiln_test_path("plain.st"), *got = kiln_test_path("got.st");
+    static const struct {
+        const char *what, *csv;
+    } same[] = {
+        {"R write.csv (quoted header and strings, row names, a date)",
+         "\"\",\"date\",\"a\",\"name\",\"b\",\"y\"\n"
+         "\"1\",\"1928-01-03\",1.5,\"S&P, \"\"500\"\"\",2,0.25\n"
+         "\"2\",\"1928-01-04\",-3,\"x\",400,-1\n"},
+        {"pandas to_csv with its index column",
+         ",date,a,b,y\n0,1928-01-03,1.5,2.0,0.25\n1,1928-01-04,-3.0,400.0,-1.0\n"},
+        {"CRLF line ends", "a,b,y\r\n1.5,2,0.25\r\n-3,400,-1\r\n"},
+        {"embedded quotes, commas and a line break",
+         "a,note,b,y\n1.5,\"he said \"\"hi, there\"\"\r\nand left\",2,0.25\n-3,\"\",400,-1\n"},
+        {"every field quoted",
+         "\"a\",\"b\",\"y\"\n\"1.5\",\" 2 \",\"0.25\"\n\"-3\",\"400\",\"-1\""},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(same); i++) {
+        kiln_err rc = import_ex(same[i].csv, "got.st", 0, NULL);
+        if (!CHECK(same[i].what, rc == KILN_OK && kiln_test_same_file(want, got)))
+            fprintf(stderr, "    rc %d: %s\n", rc, kiln_errmsg());
+    }
+    static const struct {
+        const char *csv, *want[2];
+    } bad[] = {
+        {"a,b,y\n1.5,2,0.25\n-3,4\"00,-1\n", {"line 3, column 5", "bad quoting"}},
+        {"a,b,y\n1.5,\"2\"0,0.25\n", {"line 2, column 8", "bad quoting"}},
+        {"a,\"b\"x,y\n1.5,2,0.25\n", {"line 1, column 6", "bad quoting"}},
+        {"a,b,y\n1.5,2,0.25\n-3,\"400,-1\n", {"line 3, column 4", "not closed"}},
+        {"a,b,y\n1.5,2,0.25\n-3,400\n", {"line 3", "column 3 'y' is missing"}},
+        {"a,b,y\n1.5,2,0.25\n-3,400,-1,7\n", {"line 3, column 4", "4 fields"}},
+        {"a,b,y\n1.5,2,0.25\n-3,NA,-1\n", {"line 3, column 'b'", "missing value 'NA'"}},
+        {"a,b,y\n1.5,2,0.25\n-3,x,-1\n", {"line 3, column 'b'", "'x' is not a number"}},
+    };
+    char *keep = kiln_test_path("keep.st"), *fresh = kiln_test_path("fresh.st");
+    CHECK("reference copy", import_ex(plain, "keep.st", 0, NULL) == KILN_OK);
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        kiln_err rc = import_ex(bad[i].csv, "keep.st", 0, NULL);
+        bool ok = rc != KILN_OK && has("in.csv") && has(bad[i].want[0]) && has(bad[i].want[1]);
+        if (!CHECK(bad[i].want[0], ok)) fprintf(stderr, "    case %zu: %s\n", i, kiln_errmsg());
+        CHECK("existing output left intact", kiln_test_same_file(keep, want));
+        CHECK("nothing written",
+              import_ex(bad[i].csv, "fresh.st", 0, NULL) != KILN_OK && !kiln_path_exists(fresh));
+    }
+    free(keep);
+    free(fresh);
+    free(want);
+    free(got);
+}
+
+/* --missing: drop, ffill and zero each give the file written out by hand, and say what they
+ * touched. */
+KILN_TEST(data_import_csv_missing) {
+    const char *in = "a,b,y\n1,2,3\nNA,5,6\n7,,9\n10,11,NaN\n12,13,14\n";
+    static const struct {
+        kiln_missing m;
+        const char *plain;
+        size_t rows, dropped, filled_rows, filled;
+    } cases[] = {
+        {KILN_MISSING_DROP, "a,b,y\n1,2,3\n12,13,14\n", 2, 3, 0, 0},
+        {KILN_MISSING_FFILL, "a,b,y\n1,2,3\n1,5,6\n7,5,9\n10,11,9\n12,13,14\n", 5, 0, 3, 3},
+        {KILN_MISSING_ZERO, "a,b,y\n1,2,3\n0,5,6\n7,0,9\n10,11,0\n12,13,14\n", 5, 0, 3, 3},
+    };
+    char *want = kiln_test_path("want.st"), *got = kiln_test_path("got.st");
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        kiln_csv_report r;
+        CHECK("by hand", import_ex(cases[i].plain, "want.st", 0, NULL) == KILN_OK);
+        kiln_err rc = import_ex(in, "got.st", cases[i].m, &r);
+        CHECK("imports to the same bytes", rc == KILN_OK && kiln_test_same_file(want, got));
+        CHECK("report",
+              r.rows_read == 5 && r.rows == cases[i].rows && r.rows_dropped == cases[i].dropped &&
+                  r.rows_filled == cases[i].filled_rows && r.values_filled == cases[i].filled);
+    }
+    CHECK("refused by default, naming the first",
+          import_ex(in, "got.st", 0, NULL) == KILN_ERR_FORMAT &&
+              has("line 3, column 'a': missing value 'NA'"));
+    CHECK("ffill with nothing before",
+          import_ex("a,b,y\n1,,3\n", "got.st", KILN_MISSING_FFILL, NULL) == KILN_ERR_FORMAT &&
+              has("line 2, column 'b'") && has("no earlier value"));
+    CHECK("drop of every row",
+          import_ex("a,b,y\n1,,3\n", "x.st", KILN_MISSING_DROP, NULL) == KILN_ERR_FORMAT &&
+              has("dropped all 1 rows"));
+    free(want);
+    free(got);
+}
+
+KILN_TEST(data_time_parse) {
+    int64_t t;
+    CHECK("date", kiln_time_parse("1985-01-02", &t) && t == 473472000);
+    CHECK("before 1970", kiln_time_parse("1928-01-03", &t) && t == -1325289600);
+    CHECK("date-time Z", kiln_time_parse("1985-01-02T15:30:00Z", &t) && t == 473472000 + 55800);
+    CHECK("space, no seconds", kiln_time_parse("1985-01-02 15:30", &t) && t == 473472000 + 55800);
+    CHECK("offset", kiln_time_parse("1985-01-02T17:30:00+02:00", &t) && t == 473472000 + 55800);
+    CHECK("fraction", kiln_time_parse("1985-01-02T15:30:00.250Z", &t) && t == 473472000 + 55800);
+    CHECK("epoch seconds", kiln_time_parse("473472000", &t) && t == 473472000);
+    CHECK("negative epoch", kiln_time_parse("-86400", &t) && t == -86400);
+    static const char *const bad[] = {
+        "1985-02-30", "1985-13-01",       "1985-1-2",     "85-01-02", "x",
+        "",           "1985-01-02T25:00", "1985-01-02Tx", "1.5",      "1900-02-29"};
+    bool all = true;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++)
+        all = all && !kiln_time_parse(bad[i], &t);
+    CHECK("not times", all);
+    char buf[32];
+    kiln_time_format(-1325289600, buf);
+    CHECK("format a date", !strcmp(buf, "1928-01-03"));
+    kiln_time_format(473472000 + 55800, buf);
+    CHECK("format a date-time", !strcmp(buf, "1985-01-02T15:30:00Z"));
+    int64_t d;
+    CHECK("durations", kiln_duration_parse("30d", &d) && d == 30 * 86400 &&
+                           kiln_duration_parse("12h", &d) && d == 43200 &&
+                           kiln_duration_parse("90", &d) && d == 90 &&
+                           !kiln_duration_parse("3w", &d) && !kiln_duration_parse("-1d", &d));
+}
+
+/* A long-format file (date, instrument, features, targets, as R writes it): --time keeps the
+ * times, --group groups the rows by instrument in order of first appearance; times going
+ * backwards within an instrument are refused naming the line; a file with neither option
+ * keeps the plain format's bytes. */
+KILN_TEST(data_import_time_and_groups) {
+    const char *lng = "\"date\",\"sym\",\"a\",\"b\",\"y\"\n"
+                      "\"1985-01-02\",\"SPX\",1,2,3\n"
+                      "\"1985-01-02\",\"NDX\",4,5,6\n"
+                      "\"1985-01-03\",\"SPX\",7,8,9\n"
+                      "\"1985-01-07\",\"NDX\",10,11,12\n"
+                      "\"1985-01-07\",\"SPX\",13,14,15\n";
+    char *csv = kiln_test_write("in.csv", lng, strlen(lng)), *o = kiln_test_path("g.st");
+    const char *f[2] = {"a", "b"}, *t[1] = {"y"};
+    kiln_csv_import im = {.csv_path = csv,
+                          .out_path = o,
+                          .features = f,
+                          .n_features = 2,
+                          .targets = t,
+                          .n_outputs = 1,
+                          .time_column = "date",
+                          .group_column = "sym"};
+    kiln_csv_report rep;
+    kiln_dataset *ds = NULL;
+    if (CHECK("imports", kiln_dataset_import_csv_ex(&im, &rep) == KILN_OK && rep.n_groups == 2) &&
+        CHECK("opens", kiln_dataset_open(o, &ds) == KILN_OK)) {
+        static const float a[5] = {1, 7, 13, 4, 10};
+        static const int32_t g[5] = {0, 0, 0, 1, 1};
+        bool ok = ds->rows == 5 && ds->time && ds->group && ds->n_groups == 2;
+        for (int r = 0; ok && r < 5; r++)
+            ok = ds->features[r * 2] == a[r] && ds->group[r] == g[r];
+        CHECK("rows grouped by instrument, in time order within", ok);
+        CHECK("times", ds->time[0] == 473472000 && ds->time[1] == 473472000 + 86400 &&
+                           ds->time[3] == 473472000);
+        CHECK(
+            "group names",
+            !strcmp(json_string_value(json_array_get(json_object_get(ds->group_meta, "names"), 1)),
+                    "NDX"));
+    }
+    kiln_dataset_free(ds);
+    ds = NULL;
+    /* Without the options the same file imports to the plain format's bytes. */
+    char *plain = kiln_test_path("plain.st");
+    const char *pl = "a,b,y\n1,2,3\n4,5,6\n7,8,9\n10,11,12\n13,14,15\n";
+    char *pcsv = kiln_test_write("p.csv", pl, strlen(pl));
+    kiln_csv_import pi = im;
+    pi.csv_path = pcsv, pi.out_path = plain, pi.time_column = pi.group_column = NULL;
+    im.time_column = im.group_column = NULL;
+    CHECK("without --time and --group: the plain bytes",
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_OK &&
+              kiln_dataset_import_csv_ex(&pi, NULL) == KILN_OK && kiln_test_same_file(o, plain));
+    char *keep = kiln_test_path("keep.st");
+    CHECK("keep", kiln_test_same_file(o, plain));
+    const char *back = "date,sym,a,b,y\n1985-01-02,SPX,1,2,3\n1985-01-03,NDX,4,5,6\n"
+                       "1985-01-02,NDX,7,8,9\n";
+    free(csv);
+    csv = kiln_test_write("in.csv", back, strlen(back));
+    im.csv_path = csv;
+    im.time_column = "date";
+    CHECK("backwards without groups refused, naming the line",
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_FORMAT &&
+              has("line 4, column 'date': the time goes backwards") &&
+              has("1985-01-02 after 1985-01-03 on line 3") && kiln_test_same_file(o, plain));
+    im.group_column = "sym";
+    CHECK("backwards within a group refused",
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_FORMAT && has("line 4") &&
+              has("group 'NDX'"));
+    const char *fwd_by_group = "date,sym,a,b,y\n1985-01-03,SPX,1,2,3\n1985-01-02,NDX,4,5,6\n";
+    free(csv);
+    csv = kiln_test_write("in.csv", fwd_by_group, strlen(fwd_by_group));
+    im.csv_path = csv;
+    CHECK("each group in order is accepted", kiln_dataset_import_csv_ex(&im, NULL) == KILN_OK);
+    const char *badtime = "date,sym,a,b,y\n1985-01-02,SPX,1,2,3\n1985-02-30,SPX,4,5,6\n";
+    free(csv);
+    csv = kiln_test_write("in.csv", badtime, strlen(badtime));
+    im.csv_path = csv;
+    CHECK("a bad time refused", kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_FORMAT &&
+                                    has("line 3, column 'date': '1985-02-30' is not a time"));
+    im.time_column = "nope";
+    CHECK("no such time column",
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_NOTFOUND && has("no column 'nope'"));
+    im.time_column = "a";
+    CHECK("a column both time and feature",
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_USAGE && has("chosen twice"));
+    free(keep);
+    free(csv), free(pcsv), free(o), free(plain);
+}
+
+/* Windows never cross from one instrument to another, by construction: every training window
+ * the sampler draws and every validation window lies inside one group's training or
+ * validation rows, and the split is at the same time in every group. */
+KILN_TEST(data_split_groups_and_time) {
+    /* Three instruments of 300, 120 and 500 daily rows, starting on different days. */
+    const size_t len[3] = {300, 120, 500}, N = 920;
+    const int64_t day = 86400, start[3] = {0, 100 * day, 50 * day};
+    float *fx = calloc(N, sizeof *fx), *ty = calloc(N, sizeof *ty);
+    int64_t *tm = calloc(N, sizeof *tm);
+    int32_t *gp = calloc(N, sizeof *gp);
+    size_t r = 0;
+    for (int g = 0; g < 3; g++)
+        for (size_t k = 0; k < len[g]; k++, r++) {
+            fx[r] = (float)r;
+            ty[r] = (float)g;
+            tm[r] = start[g] + (int64_t)k * day;
+            gp[r] = g;
+        }
+    const char *names[3] = {"A", "B", "C"};
+    kiln_dataset_extra x = {.time = tm,
+                            .time_column = "date",
+                            .group = gp,
+                            .n_groups = 3,
+                            .group_names = names,
+                            .group_column = "sym"};
+    char *p = kiln_test_path("g.st");
+    kiln_dataset *ds = NULL;
+    kiln_split sp = {0};
+    if (!CHECK("write and open",
+               kiln_dataset_write_extra(p, N, 1, 1, fx, ty, NULL, NULL, &x) == KILN_OK &&
+                   kiln_dataset_open(p, &ds) == KILN_OK))
+        goto out;
+    const int S = 16;
+    kiln_split_opts so = {
+        .val_fraction = 0.2, .seq_len = S, .val_from = "1970-07-01", .purge_secs = 30 * day};
+    if (!CHECK("split", kiln_dataset_split_ex(ds, &so, &sp) == KILN_OK && sp.n_ranges == 3))
+        goto out;
+    int64_t from;
+    kiln_time_parse("1970-07-01", &from);
+    bool in_time = true;
+    for (size_t g = 0; g < 3; g++) {
+        const kiln_split_range *q = &sp.ranges[g];
+        for (size_t i = q->train_begin; i < q->train_end; i++)
+            in_time = in_time && ds->time[i] < from - 30 * day && ds->group[i] == (int)g;
+        for (size_t i = q->val_begin; i < q->val_end; i++)
+            in_time = in_time && ds->time[i] >= from && ds->group[i] == (int)g;
+        in_time = in_time && q->val_begin >= q->train_end + (size_t)S;
+    }
+    CHECK("every group split at val_from, purged 30 days and at least seq_len rows", in_time);
+    bool one_group = true;
+    size_t hits[3] = {0};
+    for (long i = 0; i < 2000; i++) {
+        size_t s0 = kiln_train_window_split(7, i, 1, 0, &sp, S);
+        int g = ds->group[s0];
+        hits[g]++;
+        one_group = one_group && s0 + S <= sp.ranges[g].train_end && s0 >= sp.ranges[g].train_begin;
+    }
+    CHECK("training windows lie in one group's training rows", one_group);
+    CHECK("every group with a window is drawn", hits[0] && hits[1] && hits[2]);
+    size_t vs[64], nv = kiln_split_val_windows(&sp, S, 64, vs);
+    bool vok = nv > 0;
+    for (size_t k = 0; k < nv; k++) {
+        int g = ds->group[vs[k]];
+        vok = vok && vs[k] >= sp.ranges[g].val_begin && vs[k] + S <= sp.ranges[g].val_end;
+    }
+    CHECK("validation windows lie in one group's validation rows", vok);
+    kiln_split_release(&sp);
+    /* The same rows without groups (one series of times) are split by the time, too. */
+    so.val_from = "1970-12-01";
+    so.purge_secs = 0;
+    kiln_dataset_free(ds);
+    ds = NULL;
+    x.group = NULL;
+    for (size_t i = 0; i < N; i++)
+        tm[i] = (int64_t)i * day;
+    CHECK("one series", kiln_dataset_write_extra(p, N, 1, 1, fx, ty, NULL, NULL, &x) == KILN_OK &&
+                            kiln_dataset_open(p, &ds) == KILN_OK &&
+                            kiln_dataset_split_ex(ds, &so, &sp) == KILN_OK && !sp.n_ranges &&
+                            sp.val_begin == 334 && sp.train_end == 334 - (size_t)S);
+    so.val_from = "1975-01-01";
+    CHECK("a val_from after the data refused",
+          kiln_dataset_split_ex(ds, &so, &sp) == KILN_ERR_USAGE && has("no validation window"));
+    so.val_from = "nope";
+    CHECK("a bad val_from refused",
+          kiln_dataset_split_ex(ds, &so, &sp) == KILN_ERR_USAGE && has("not a time"));
+out:
+    kiln_split_release(&sp);
+    kiln_dataset_free(ds);
+    free(p), free(fx), free(ty), free(tm), free(gp);
 }
 
 /* Every allocation on the open and import paths can fail without a leak or a crash (the

@@ -344,6 +344,20 @@ KILN_TEST(pack_refuses) {
               kiln_test_msg_has("inside", NULL));
     CHECK("and nothing written there", !kiln_path_exists(inside));
     free(inside);
+    /* An existing output is replaced only when it is an archive: never another file. */
+    char *other = kiln_test_write("positions.csv", "sym,qty\n", 8),
+         *arch = kiln_test_path("a.kiln");
+    CHECK("--out naming a file that is no archive: refused",
+          kiln_archive_pack(dir, "x", "1", other, NULL, NULL) == KILN_ERR_CONFLICT &&
+              kiln_test_msg_has("positions.csv' exists and is not a .kiln archive", NULL));
+    size_t on = 0;
+    char *ob = slurp(other, &on);
+    CHECK("and left as it was", ob && on == 8 && !memcmp(ob, "sym,qty\n", 8));
+    free(ob);
+    CHECK("a new archive", kiln_archive_pack(dir, "x", "1", arch, NULL, NULL) == KILN_OK);
+    CHECK("an archive over an archive",
+          kiln_archive_pack(dir, "x", "2", arch, NULL, NULL) == KILN_OK);
+    free(other), free(arch);
     free(p);
     free(q);
     free(dir);

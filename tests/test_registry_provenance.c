@@ -550,9 +550,9 @@ KILN_TEST(registry_provenance_expired_and_bad_input) {
     CHECK("a ref without @", rc == KILN_ERR_USAGE && !j && kiln_test_msg_has("'demo'", "NAME@"));
     o.ref = "demo@9.9.9";
     rc = kiln_registry_provenance(&rd, &o, &j);
-    CHECK("neither a channel nor a version",
+    CHECK("a version the registry lacks",
           rc == KILN_ERR_NOTFOUND && !j &&
-              kiln_test_msg_has("neither a channel nor a version", "9.9.9"));
+              kiln_test_msg_has("the registry holds no version '9.9.9'", "'demo'"));
     text = NULL;
     CHECK("the state file is left as it was",
           kiln_read_file(file, 16, &text, &len) == KILN_OK && len == 1 && text[0] == 'x');
@@ -794,7 +794,7 @@ KILN_TEST(registry_provenance_over_mirror) {
     rc = kiln_registry_provenance_any(cs, 2, &o, &j);
     CHECK("a version no registry holds",
           rc == KILN_ERR_NOTFOUND && !j &&
-              kiln_test_msg_has("neither a channel nor a version", "9.9.9"));
+              kiln_test_msg_has("no registry holds version '9.9.9'", "'demo'"));
 out:
     kiln_registry_server_stop(ms, 1000);
     json_decref(j);

@@ -8,6 +8,8 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "export.h"
+#include "kiln.h"
 #include "test.h"
 #include "testutil.h"
 #include "train_int.h"
@@ -322,8 +324,9 @@ static char *write_ckpt(const char *dir_name, long step, float **params_out, kil
     for (int i = 0; i < 20; i++)
         kiln_spike_push(&st.loss_spike, 1.0 / (i + 3));
     kiln_spike_push(&st.gnorm_spike, 0.1);
-    kiln_ckpt_meta meta = {&c, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                           "run-x", &st};
+    kiln_ckpt_meta meta = {
+        &c,  "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", "run-x", &st, NULL,
+        NULL};
     char *dir = kiln_test_path(dir_name);
     char *ckdir = kiln_path_join(dir, "ckpt");
     kiln_mkdir_p(ckdir);
@@ -354,6 +357,8 @@ KILN_TEST(train_ckpt_round_trip) {
     CHECK("named by step", strstr(path, "/ckpt/step-00000007.safetensors") != NULL);
     kiln_ckpt ck;
     if (CHECK("open verifies", kiln_ckpt_open(path, &ck) == KILN_OK)) {
+        CHECK("no kiln.target_norm (an older checkpoint): mean 0, std 1",
+              !ck.has_target_norm && ck.target_mean[0] == 0 && ck.target_std[0] == 1);
         float *q = calloc(3 * numel, 4);
         CHECK("load", kiln_ckpt_load(&ck, tab, n, q, q + numel, q + 2 * numel) == KILN_OK);
         /* Moments exist for trained params only: compare those, and every parameter. */
@@ -387,8 +392,9 @@ KILN_TEST(train_ckpt_round_trip) {
     kiln_train_config_default(&c);
     c.model = tiny;
     kiln_train_state st = {.step = 1};
-    kiln_ckpt_meta meta = {&c, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
-                           "r", &st};
+    kiln_ckpt_meta meta = {&c,   "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+                           "r",  &st,
+                           NULL, NULL};
     char *a2 = kiln_test_path("again2.safetensors");
     char *b1 = NULL, *b2 = NULL;
     size_t l1 = 0, l2 = 0;
@@ -845,4 +851,226 @@ KILN_TEST(train_run_split_gap) {
           n > 0 && starts[0] >= sp.val_begin && starts[n - 1] + 8 <= sp.val_end);
     kiln_dataset_free(ds);
     free(data);
+}
+
+/* A start that fails after making the run's files and before its first step (here: the
+ * metrics cannot be opened, a directory stands where metrics.db goes) takes them away again:
+ * no run.json is left to make the next start refuse the directory as a run ("holds a run
+ * already") nor a resume find a run that never took a step. The directory's other contents
+ * stay; a directory the start made goes too. (issue 16: no half-made run directory.) */
+KILN_TEST(train_failed_start_leaves_no_run) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");
+    char *mdb = kiln_path_join(dir, "metrics.db"), *rj = kiln_path_join(dir, "run.json"),
+         *ck = kiln_path_join(dir, "ckpt");
+    kiln_train_config c;
+    small_config(&c);
+    kiln_train_opts o = {.run_dir = dir, .data_path = data};
+    if (!CHECK("set up", data && mdb && rj && ck && kiln_mkdir_p(mdb) == KILN_OK)) goto out;
+    CHECK("the start fails", kiln_train_start(&c, &o) != KILN_OK && has("metrics.db"));
+    CHECK("no run.json left", !kiln_path_exists(rj));
+    CHECK("no ckpt/ left", !kiln_path_exists(ck));
+    CHECK("what was there stays", kiln_path_exists(mdb));
+    rmdir(mdb);
+    CHECK("the next start trains", kiln_train_start(&c, &o) == KILN_OK);
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    free(data), free(dir), free(mdb), free(rj), free(ck);
+}
+
+/* Targets at any scale: the trainer standardises them with the training split's mean and
+ * std, so a market whose returns have a std of 0.01 trains as one of std 1 does (within 5% of
+ * its held-out R^2, same seed), and the exported model predicts in the data's units: its
+ * outputs are the trainer's forward unstandardised. */
+KILN_TEST(train_target_scale) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *d1 = kiln_test_path("one.st"), *d2 = kiln_test_path("small.st"),
+         *r1 = kiln_test_path("r1"), *r2 = kiln_test_path("r2"), *md = kiln_test_path("model"),
+         *mf = kiln_test_path("model/model.safetensors"), *ckp = NULL;
+    kiln_dataset *ds = NULL;
+    kiln_model *m = NULL;
+    kiln_tsmoe *net = NULL;
+    kiln_ckpt ck = {0};
+    float *x = NULL, *yr = NULL, *ym = NULL;
+    kiln_run_info a = {0}, b = {0};
+    kiln_synth_opts so = {.seed = 5, .rows = 4000, .n_features = 4, .n_outputs = 2, .scale = 1};
+    CHECK("data", kiln_synth_write(&so, d1, NULL) == KILN_OK);
+    so.scale = 0.01;
+    CHECK("data at scale 0.01", kiln_synth_write(&so, d2, NULL) == KILN_OK);
+    kiln_train_config c;
+    kiln_train_config_default(&c);
+    c.steps = 80;
+    c.warmup_steps = 10;
+    c.eval_every = 0;
+    c.ckpt_every = 0;
+    c.seed = 3;
+    kiln_train_opts o1 = {.run_dir = r1, .data_path = d1}, o2 = {.run_dir = r2, .data_path = d2};
+    if (!CHECK("train both",
+               kiln_train_start(&c, &o1) == KILN_OK && kiln_train_start(&c, &o2) == KILN_OK))
+        goto out;
+    if (!CHECK("runs", kiln_run_info_load(r1, 0, &a) == KILN_OK &&
+                           kiln_run_info_load(r2, 0, &b) == KILN_OK))
+        goto out;
+    fprintf(stderr, "    held-out R^2: scale 1 %.5f, scale 0.01 %.5f\n", a.last_val_r2,
+            b.last_val_r2);
+    CHECK("scale 1 learns something", a.last_val_r2 > 0.02);
+    CHECK("scale 0.01 within 5% of scale 1's R^2",
+          fabs(b.last_val_r2 - a.last_val_r2) <= 0.05 * a.last_val_r2);
+    {
+        /* and scale 100 (a price change in cents) */
+        char *d3 = kiln_test_path("big.st"), *r3 = kiln_test_path("r3");
+        kiln_run_info ri = {0};
+        so.scale = 100;
+        kiln_train_opts o3 = {.run_dir = r3, .data_path = d3};
+        CHECK("scale 100 within 5% of scale 1's R^2",
+              kiln_synth_write(&so, d3, NULL) == KILN_OK && kiln_train_start(&c, &o3) == KILN_OK &&
+                  kiln_run_info_load(r3, 0, &ri) == KILN_OK &&
+                  fabs(ri.last_val_r2 - a.last_val_r2) <= 0.05 * a.last_val_r2);
+        fprintf(stderr, "    held-out R^2 at scale 100: %.5f\n", ri.last_val_r2);
+        kiln_run_info_release(&ri);
+        free(d3), free(r3);
+    }
+    CHECK("R^2 per target recorded",
+          json_array_size(b.last_val_targets) == 2 &&
+              !strcmp(
+                  json_string_value(json_object_get(json_array_get(b.last_val_targets, 1), "name")),
+                  "fwd_ret_2"));
+
+    /* The export against the trainer's forward on the last checkpoint, unstandardised. */
+    kiln_export_opts eo = {.run_dir = r2, .out_dir = md};
+    if (!CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK)) goto out;
+    ckp = kiln_ckpt_path(r2, c.steps);
+    if (!CHECK("checkpoint", ckp && kiln_ckpt_open(ckp, &ck) == KILN_OK)) goto out;
+    CHECK("checkpoint records the scaling",
+          ck.has_target_norm && ck.target_std[0] > 0.005 && ck.target_std[0] < 0.02);
+    if (!CHECK("open", kiln_dataset_open(d2, &ds) == KILN_OK && kiln_model_open(mf, &m) == KILN_OK))
+        goto out;
+    const int B = 8, S = ck.cfg.model.seq_len, F = 4, O = 2;
+    const size_t n = (size_t)B * S;
+    x = malloc(n * F * sizeof *x), yr = malloc(n * O * sizeof *yr), ym = malloc(n * O * sizeof *ym);
+    if (!CHECK("buffers", x && yr && ym)) goto out;
+    for (int w = 0; w < B; w++) /* windows from the validation rows */
+        memcpy(x + (size_t)w * S * F, ds->features + (3300 + (size_t)w * 80) * F,
+               (size_t)S * F * sizeof *x);
+    size_t np;
+    if (!CHECK("trainer network", kiln_tsmoe_create(&ck.cfg.model, B, &net) == KILN_OK)) goto out;
+    const kiln_param *tab = kiln_tsmoe_param_table(net, &np);
+    CHECK("load", kiln_ckpt_load(&ck, tab, np, kiln_tsmoe_params(net), NULL, NULL) == KILN_OK);
+    kiln_loss_opts lo = {(float)c.aux_loss_coef, (float)c.z_loss_coef, 0};
+    CHECK("trainer forward", kiln_tsmoe_forward(net, x, NULL, B, &lo, NULL) == KILN_OK);
+    memcpy(yr, kiln_tsmoe_outputs(net), n * O * sizeof *yr);
+    CHECK("runtime forward", kiln_model_forward(m, x, B, S, ym) == KILN_OK);
+    double worst = 0, big = 0, ss = 0, sum = 0;
+    for (size_t k = 0; k < n * O; k++) {
+        int oo = (int)(k % O);
+        double ref = (double)yr[k] * ck.target_std[oo] + ck.target_mean[oo];
+        double d = fabs(ym[k] - ref);
+        if (d > worst) worst = d;
+        if (fabs(ref) > big) big = fabs(ref);
+        sum += ym[k];
+        ss += (double)ym[k] * ym[k];
+    }
+    double sd = sqrt(ss / (double)(n * O) - (sum / (double)(n * O)) * (sum / (double)(n * O)));
+    fprintf(stderr, "    exported vs trainer x std + mean: max |diff| %.3g (outputs up to %.3g)\n",
+            worst, big);
+    CHECK("exported outputs are the trainer's in the data's units", worst <= 1e-7 + 1e-4 * big);
+    CHECK("at the data's scale (std 0.01, not 1)", sd > 1e-4 && sd < 0.01 && big < 0.1);
+out:
+    kiln_run_info_release(&a);
+    kiln_run_info_release(&b);
+    kiln_ckpt_release(&ck);
+    kiln_tsmoe_free(net);
+    kiln_model_free(m);
+    kiln_dataset_free(ds);
+    free(x), free(yr), free(ym), free(ckp);
+    free(d1), free(d2), free(r1), free(r2), free(md), free(mf);
+}
+
+/* A checkpoint written before kiln.target_norm existed (the same file less that key) loads as
+ * mean 0 and std 1: a run resumes from it and keeps training on unscaled targets, recording
+ * 0 and 1 from then on, and export freezes its head as it is. A malformed one is refused. */
+KILN_TEST(train_old_ckpt_without_target_norm) {
+    kiln_log_set_level(KILN_LOG_ERROR);
+    char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run"),
+         *md = kiln_test_path("model"), *mf = kiln_test_path("model/model.safetensors");
+    char *mid = NULL, *last = NULL;
+    kiln_st *st = NULL, *ms = NULL, *cs = NULL;
+    kiln_st_writer *w = NULL;
+    kiln_ckpt ck = {0};
+    kiln_train_config c;
+    small_config(&c);
+    kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
+    if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
+    mid = kiln_ckpt_path(dir, 4);
+    last = kiln_ckpt_path(dir, c.steps);
+    if (!CHECK("open", kiln_st_open(mid, &st) == KILN_OK && kiln_st_meta(st, "kiln.target_norm")))
+        goto out;
+    /* Rewrite step 4 without kiln.target_norm: the tensors (and so their digest) unchanged. */
+    CHECK("writer", kiln_st_writer_new(&w) == KILN_OK);
+    for (size_t i = 0; i < kiln_st_count(st); i++) {
+        const kiln_tensor *t = kiln_st_at(st, i);
+        CHECK("tensor", kiln_st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data) ==
+                            KILN_OK);
+    }
+    for (size_t i = 0; i < kiln_st_meta_count(st); i++) {
+        const char *k, *v;
+        kiln_st_meta_at(st, i, &k, &v);
+        if (strcmp(k, "kiln.target_norm"))
+            CHECK("meta", kiln_st_writer_meta(w, k, v) == KILN_OK);
+    }
+    char *tmp = kiln_test_path("old.safetensors");
+    CHECK("write", kiln_st_writer_write(w, tmp) == KILN_OK && rename(tmp, mid) == 0);
+    free(tmp);
+    kiln_st_close(st);
+    st = NULL;
+    if (!CHECK("the old checkpoint opens as mean 0, std 1",
+               kiln_ckpt_open(mid, &ck) == KILN_OK && !ck.has_target_norm &&
+                   ck.target_mean[0] == 0 && ck.target_std[0] == 1))
+        goto out;
+    kiln_ckpt_release(&ck);
+    /* Export of the old checkpoint: the head as it is. */
+    kiln_export_opts eo = {.run_dir = dir, .out_dir = md, .step = 4};
+    if (CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK) &&
+        CHECK("open both", kiln_st_open(mf, &ms) == KILN_OK && kiln_st_open(mid, &cs) == KILN_OK)) {
+        const kiln_tensor *a = kiln_st_find(ms, "head.bias"), *b = kiln_st_find(cs, "head.bias");
+        CHECK("head unchanged", a && b && a->nbytes == b->nbytes && !memcmp(a->data, b->data, a->nbytes));
+    }
+    /* Resume from it (the later ones gone): trained on, recording mean 0 and std 1. */
+    for (long s = 6; s <= c.steps; s += 2) {
+        char *p = kiln_ckpt_path(dir, s);
+        unlink(p);
+        free(p);
+    }
+    CHECK("resume", kiln_train_resume(&r) == KILN_OK);
+    CHECK("the resumed run records 0 and 1",
+          kiln_ckpt_open(last, &ck) == KILN_OK && ck.has_target_norm && ck.target_mean[0] == 0 &&
+              ck.target_std[0] == 1);
+    kiln_ckpt_release(&ck);
+    static const char *const bad[] = {"{\"mean\":[0],\"std\":[-1]}", "{\"mean\":[0]}",
+                                      "{\"mean\":[0,1],\"std\":[1,1]}", "[1]", "nope"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        char *bp = kiln_test_path("bad.safetensors");
+        kiln_st_writer *bw = NULL;
+        kiln_st *bs = NULL;
+        float one = 1, m, sd;
+        bool present = true;
+        bool ok = kiln_st_writer_new(&bw) == KILN_OK &&
+                  kiln_st_writer_add(bw, "x", KILN_F32, 1, (int64_t[]){1}, &one) == KILN_OK &&
+                  kiln_st_writer_meta(bw, "kiln.target_norm", bad[i]) == KILN_OK &&
+                  kiln_st_writer_write(bw, bp) == KILN_OK && kiln_st_open(bp, &bs) == KILN_OK;
+        CHECK("a malformed kiln.target_norm is refused",
+              ok && kiln_target_norm_read(bs, 1, &m, &sd, &present) == KILN_ERR_FORMAT &&
+                  !present && m == 0 && sd == 1);
+        kiln_st_close(bs);
+        kiln_st_writer_free(bw);
+        free(bp);
+    }
+out:
+    kiln_log_set_level(KILN_LOG_INFO);
+    kiln_ckpt_release(&ck);
+    kiln_st_close(st);
+    kiln_st_close(ms);
+    kiln_st_close(cs);
+    kiln_st_writer_free(w);
+    free(data), free(dir), free(md), free(mf), free(mid), free(last);
 }

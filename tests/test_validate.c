@@ -247,15 +247,21 @@ KILN_TEST(validate_export_deterministic) {
               kiln_st_open(mc, &s4) == KILN_OK && kiln_st_open(ckp, &ck) == KILN_OK)) {
         const kiln_tensor *w = kiln_st_find(s4, "head.weight"),
                           *f = kiln_st_find(ck, "head.weight");
-        bool ok = w && f && w->dtype == KILN_BF16 && w->numel == f->numel;
+        bool ok = w && f && w->dtype == KILN_BF16 && w->numel == f->numel && f->ndim == 2 &&
+                  f->shape[0] <= 8;
+        /* The head has the trainer's target standardisation folded in (W' = std W). */
+        float mean[8], sd[8];
+        bool present = false;
+        ok = ok && kiln_target_norm_read(ck, (int)f->shape[0], mean, sd, &present) == KILN_OK &&
+             present;
         for (size_t i = 0; ok && i < w->numel; i++) {
             uint16_t h;
             float x;
             memcpy(&h, (const char *)w->data + 2 * i, 2);
             memcpy(&x, (const char *)f->data + 4 * i, 4);
-            ok = h == kiln_f32_to_bf16(x);
+            ok = h == kiln_f32_to_bf16(x * sd[i / (size_t)f->shape[1]]);
         }
-        CHECK("bf16 weights are the rounded checkpoint", ok);
+        CHECK("bf16 weights are the rounded checkpoint, standardisation folded", ok);
         CHECK("norm.in_mean stays F32", kiln_st_find(s4, "norm.in_mean")->dtype == KILN_F32);
     }
     kiln_st_close(s4);
@@ -315,6 +321,26 @@ KILN_TEST(validate_export_refusals) {
     CHECK("and left as it was", before && after && !strcmp(before, after));
     free(after);
     o.force = true;
+    /* --force replaces a model directory, not a directory of other files given by mistake. */
+    char *users = kiln_test_path("users");
+    kiln_test_put(users, "positions.csv", "sym,qty\n");
+    kiln_test_put(users, "sub/config.ini", "[risk]\n");
+    o.out_dir = users;
+    rc = kiln_export_model(&o, NULL);
+    CHECK("--force over a directory of other files: refused",
+          rc == KILN_ERR_CONFLICT && kiln_test_msg_has("'positions.csv'", "--force replaces only"));
+    char *pos = join(users, "positions.csv"), *ini = join(users, "sub/config.ini");
+    char *pt = slurp(pos, NULL), *it = slurp(ini, NULL);
+    CHECK("and left as it was", pt && it && !strcmp(pt, "sym,qty\n") && !strcmp(it, "[risk]\n"));
+    free(pt), free(it), free(pos), free(ini), free(users);
+    char *extra = join(out, "notes.txt");
+    CHECK("a model directory with a file kiln does not write",
+          kiln_write_file_atomic(extra, "x", 1) == KILN_OK);
+    o.out_dir = out;
+    CHECK("is refused too", kiln_export_model(&o, NULL) == KILN_ERR_CONFLICT &&
+                                kiln_test_msg_has("'notes.txt'", NULL) && kiln_path_exists(extra));
+    unlink(extra);
+    free(extra);
     CHECK("--force replaces it", kiln_export_model(&o, NULL) == KILN_OK);
     after = slurp(card, NULL);
     CHECK("with the new card", after && strstr(after, "\"name\": \"other\""));
@@ -440,7 +466,8 @@ KILN_TEST(validate_passes_fresh_model) {
               (!strcmp(status(rep, "parity_cpu_cuda"), "not run") &&
                *reason(rep, "parity_cpu_cuda")));
     const json_t *h = json_object_get(rep, "heldout");
-    double loss = json_real_value(json_object_get(h, "loss")),
+    /* The run's val_loss is of its standardised targets: loss_standardised is in its units. */
+    double loss = json_real_value(json_object_get(h, "loss_standardised")),
            card = json_real_value(json_object_get(h, "card_val_loss"));
     CHECK("held-out loss is the run's val_loss", card > 0 && fabs(loss - card) <= 1e-6 * card);
     CHECK("data digest in the report",
@@ -812,5 +839,78 @@ KILN_TEST(validate_reference) {
     free(ref);
     free(rp);
 out:
+    fixture_free(&f);
+}
+
+/* A card whose config is not the model file's (issue 16): validation would vouch for a model
+ * that the card misdescribes. Refused, naming the card, the key and both values, with no
+ * report written; a card without a config is refused too; the card as exported passes. */
+KILN_TEST(validate_card_config_must_match_model) {
+    fixture f = {0};
+    json_t *card = NULL, *orig = NULL, *rep = NULL;
+    char *cp = NULL, *vp = NULL;
+    if (!CHECK("fixture", fixture_make(&f, 4, 2))) goto out;
+    cp = join(f.model, "card.json");
+    vp = join(f.model, "validation.json");
+    if (!CHECK("card", kiln_json_load_file(cp, &card) == KILN_OK)) goto out;
+    orig = json_deep_copy(json_object_get(card, "config"));
+    json_t *cfg = json_object_get(card, "config");
+    json_int_t d = json_integer_value(json_object_get(cfg, "d_model"));
+    json_object_set_new(cfg, "d_model", json_integer(2 * d));
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    kiln_err rc = validate(f.model, f.data, NULL, NULL, &rep);
+    CHECK("a card with another d_model is refused, naming the key",
+          rc == KILN_ERR_FORMAT && !rep && strstr(kiln_errmsg(), "card.json") &&
+              strstr(kiln_errmsg(), "'d_model'") && strstr(kiln_errmsg(), "model.safetensors"));
+    json_object_set_new(cfg, "d_model", json_integer(d));
+    json_object_set_new(cfg, "norm_eps", json_real(1e-3));
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("another norm_eps is refused",
+          validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_FORMAT && !rep &&
+              strstr(kiln_errmsg(), "'norm_eps'"));
+    json_object_del(card, "config");
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("a card without a config is refused",
+          validate(f.model, f.data, NULL, NULL, &rep) == KILN_ERR_FORMAT && !rep &&
+              strstr(kiln_errmsg(), "\"config\""));
+    CHECK("no report written", !kiln_path_exists(vp));
+    json_object_set(card, "config", orig);
+    CHECK("write", kiln_json_write_file(cp, card) == KILN_OK);
+    CHECK("the card as exported passes", validate(f.model, f.data, NULL, NULL, &rep) == KILN_OK);
+out:
+    json_decref(card);
+    json_decref(orig);
+    json_decref(rep);
+    free(cp), free(vp);
+    fixture_free(&f);
+}
+
+/* kiln golden make writes its two files under temporary names and renames them into place
+ * once both are whole: a failure leaves the set that was there as it was (here golden.json
+ * cannot be replaced, a directory stands in its way) and no temporary. Before, the new
+ * golden.safetensors was already in place beside the old golden.json. */
+KILN_TEST(validate_golden_make_failure_keeps_the_old_set) {
+    fixture f = {0};
+    char *g = NULL, *gst = NULL, *gj = NULL, *sub = NULL, *before = NULL, *after = NULL;
+    size_t lb = 0, la = 0;
+    if (!CHECK("fixture", fixture_make(&f, 4, 2))) goto out;
+    g = join(f.model, "golden");
+    gst = join(g, "golden.safetensors");
+    gj = join(g, "golden.json");
+    sub = join(gj, "x");
+    if (!CHECK("old set", kiln_read_file(gst, 1 << 24, &before, &lb) == KILN_OK)) goto out;
+    CHECK("golden.json made a directory",
+          unlink(gj) == 0 && kiln_mkdir_p(sub) == KILN_OK);
+    kiln_golden_opts go = {.model = f.model, .data = f.data, .windows = 6, .seed = 4,
+                           .val_fraction = -1, .force = true};
+    CHECK("golden make fails", kiln_golden_make(&go) != KILN_OK && strstr(kiln_errmsg(), gj));
+    CHECK("golden.safetensors is the old one",
+          kiln_read_file(gst, 1 << 24, &after, &la) == KILN_OK && la == lb &&
+              !memcmp(before, after, lb));
+    char *t1 = join(g, ".golden.safetensors.new"), *t2 = join(g, ".golden.json.new");
+    CHECK("no temporaries", !kiln_path_exists(t1) && !kiln_path_exists(t2));
+    free(t1), free(t2);
+out:
+    free(g), free(gst), free(gj), free(sub), free(before), free(after);
     fixture_free(&f);
 }

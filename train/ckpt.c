@@ -43,7 +43,7 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
                          const float *m, const float *v, const kiln_ckpt_meta *meta) {
     kiln_err rc = KILN_OK;
     kiln_st_writer *w = NULL;
-    char *mtext = NULL, *ttext = NULL, *stext = NULL;
+    char *mtext = NULL, *ttext = NULL, *stext = NULL, *ntext = NULL;
     json_t *sj = NULL;
     centry *e = kiln_calloc(3 * count + 1, sizeof *e);
     if (!e) return KILN_ERR_NOMEM;
@@ -79,7 +79,7 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
             rc, out,
             kiln_st_writer_add(w, e[i].name, KILN_F32, e[i].p->ndim, e[i].p->shape, e[i].data));
     mtext = kiln_model_config_text(&meta->cfg->model);
-    ttext = kiln_train_config_text(meta->cfg, false);
+    ttext = kiln_train_config_run_text(meta->cfg);
     sj = state_json(meta->state);
     stext = sj ? kiln_json_canonical(sj) : NULL;
     KILN_CHECK_IF(rc, out, !mtext || !ttext || !stext, KILN_ERR_NOMEM, "out of memory writing '%s'",
@@ -94,11 +94,18 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.version", kiln_version()));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.data_sha256", hex));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.optimizer", m ? "adamw" : "sgd"));
+    if (meta->target_mean) {
+        ntext =
+            kiln_target_norm_text(meta->cfg->model.n_outputs, meta->target_mean, meta->target_std);
+        KILN_CHECK_IF(rc, out, !ntext, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
+        KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.target_norm", ntext));
+    }
     rc = kiln_st_writer_write(w, path);
 out:
     free(mtext);
     free(ttext);
     free(stext);
+    free(ntext);
     json_decref(sj);
     kiln_st_writer_free(w);
     free(e);
@@ -108,6 +115,9 @@ out:
 void kiln_ckpt_release(kiln_ckpt *ck) {
     kiln_st_close(ck->st);
     ck->st = NULL;
+    free(ck->target_mean);
+    free(ck->target_std);
+    ck->target_mean = ck->target_std = NULL;
 }
 
 static kiln_err meta_long(const kiln_st *st, const char *key, long *out) {
@@ -163,6 +173,11 @@ kiln_err kiln_ckpt_open(const char *path, kiln_ckpt *ck) {
     KILN_TRY(rc);
     KILN_TRY(kiln_train_config_check(&ck->cfg, label));
     KILN_TRY(meta_long(st, "kiln.step", &ck->state.step));
+    const int O = ck->cfg.model.n_outputs > 0 ? ck->cfg.model.n_outputs : 1;
+    ck->target_mean = kiln_calloc((size_t)O, sizeof(float));
+    ck->target_std = kiln_calloc((size_t)O, sizeof(float));
+    if (!ck->target_mean || !ck->target_std) return KILN_ERR_NOMEM;
+    KILN_TRY(kiln_target_norm_read(st, O, ck->target_mean, ck->target_std, &ck->has_target_norm));
     KILN_TRY(kiln_json_parse(stt, strlen(stt), path, &j));
     json_t *up = json_object_get(j, "updates"), *bs = json_object_get(j, "bad_streak");
     rc = KILN_OK;

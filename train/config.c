@@ -1,6 +1,7 @@
 /* config.c - the run config: one table of keys drives defaults, parsing, --set, output
  * and the resume rules, so a key cannot be known to one and missing from another. */
 #include <math.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +19,9 @@ typedef enum {
     K_OPTIM,
     K_FORMAT,
     K_DEVICE,
-    K_PREC
+    K_PREC,
+    K_TIME, /* char[hi]: "" or a time (kiln_time_parse); JSON: a string, left out when "" */
+    K_DUR   /* char[hi]: "" or a duration (kiln_duration_parse) */
 } ktype;
 
 typedef struct key {
@@ -61,13 +64,16 @@ static const key keys[] = {
     {"norm_eps", K_FLT, OFF(model.norm_eps), 0, 1, true, false, false},
     {"optimizer", K_OPTIM, OFF(optimizer), 0, 0, false, false, false},
     {"precision", K_PREC, OFF(precision), 0, 0, false, false, true},
+    {"purge_rows", K_LONG, OFF(purge_rows), 0, BIG, false, false, false},
+    {"purge_time", K_DUR, OFF(purge_time), 0, 24, false, false, false},
     {"seed", K_U64, OFF(seed), 0, 0, false, false, false},
     {"seq_len", K_INT, OFF(model.seq_len), 1, 1 << 20, false, false, false},
     {"skip_spikes", K_BOOL, OFF(skip_spikes), 0, 0, false, false, true},
     {"steps", K_LONG, OFF(steps), 1, BIG, false, false, true},
-    {"threads", K_INT, OFF(threads), 1, 1024, false, false, true},
+    {"threads", K_INT, OFF(threads), 0, 1024, false, false, true},
     {"top_k", K_INT, OFF(model.top_k), 0, 4096, false, false, false},
     {"val_fraction", K_DBL, OFF(val_fraction), 0, 1, false, true, false},
+    {"val_from", K_TIME, OFF(val_from), 0, 40, false, false, false},
     {"warmup_steps", K_LONG, OFF(warmup_steps), 0, BIG, false, false, false},
     {"weight_decay", K_DBL, OFF(weight_decay), 0, 1e6, false, false, false},
     {"z_loss_coef", K_DBL, OFF(z_loss_coef), 0, 1e6, false, false, false},
@@ -114,7 +120,7 @@ void kiln_train_config_default(kiln_train_config *c) {
     c->capacity_factor = 0;
     c->max_bad_steps = 5;
     c->skip_spikes = false;
-    c->threads = 1;
+    c->threads = 0;
     c->device = KILN_TRAIN_CPU;
     c->precision = KILN_PRECISION_F32;
 }
@@ -158,6 +164,28 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
         else
             return kiln_fail(KILN_ERR_CONFIG,
                              "%s: config key 'precision' must be \"f32\" or \"bf16\"", label);
+        return KILN_OK;
+    }
+    case K_TIME:
+    case K_DUR: {
+        char buf[64];
+        if (json_is_integer(v))
+            snprintf(buf, sizeof buf, "%lld", (long long)json_integer_value(v));
+        else if (json_is_string(v) && json_string_length(v) < sizeof buf)
+            snprintf(buf, sizeof buf, "%s", json_string_value(v));
+        else
+            return kiln_fail(KILN_ERR_CONFIG, "%s: config key '%s' must be a string", label,
+                             k->name);
+        int64_t x;
+        bool ok =
+            !*buf || (k->type == K_TIME ? kiln_time_parse(buf, &x) : kiln_duration_parse(buf, &x));
+        KILN_FAIL_IF(!ok || strlen(buf) >= (size_t)k->hi, KILN_ERR_CONFIG,
+                     "%s: config key '%s' must be %s, not '%s'", label, k->name,
+                     k->type == K_TIME ? "a time (1985-01-01, 1985-01-01T09:30:00Z or epoch "
+                                         "seconds)"
+                                       : "a duration (30d, 12h, 90m, 3600s)",
+                     buf);
+        snprintf(base, (size_t)k->hi, "%s", buf);
         return KILN_OK;
     }
     case K_BOOL:
@@ -289,6 +317,11 @@ json_t *kiln_train_config_json(const kiln_train_config *c) {
         case K_BOOL:
             v = json_boolean(*(const bool *)base);
             break;
+        case K_TIME:
+        case K_DUR:
+            if (!*base) continue; /* unset: configs from before these keys keep their text */
+            v = json_string(base);
+            break;
         case K_U64:
             v = json_integer((json_int_t) * (const uint64_t *)base);
             break;
@@ -299,6 +332,7 @@ json_t *kiln_train_config_json(const kiln_train_config *c) {
             v = json_integer(*(const int *)base);
             break;
         case K_LONG:
+            if (k->off == OFF(purge_rows) && !c->purge_rows) continue; /* unset, as K_TIME */
             v = json_integer(*(const long *)base);
             break;
         case K_DBL:
@@ -343,8 +377,7 @@ int kiln_train_json_precision(const json_t *j) {
     return need;
 }
 
-char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
-    json_t *j = kiln_train_config_json(c);
+static char *config_text(json_t *j, bool pretty) {
     if (!j) {
         kiln_fail(KILN_ERR_NOMEM, "out of memory");
         return NULL;
@@ -367,4 +400,31 @@ char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
     }
     if (!s) kiln_fail(KILN_ERR_NOMEM, "out of memory");
     return s;
+}
+
+kiln_err kiln_train_split_opts(const kiln_train_config *c, kiln_split_opts *o) {
+    *o = (kiln_split_opts){.val_fraction = c->val_fraction,
+                           .seq_len = c->model.seq_len,
+                           .val_from = c->val_from,
+                           .purge_rows = c->purge_rows};
+    KILN_FAIL_IF(*c->purge_time && !kiln_duration_parse(c->purge_time, &o->purge_secs),
+                 KILN_ERR_CONFIG, "config key 'purge_time' '%s' is not a duration", c->purge_time);
+    return KILN_OK;
+}
+
+char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
+    return config_text(kiln_train_config_json(c), pretty);
+}
+
+char *kiln_train_config_run_text(const kiln_train_config *c) {
+    json_t *j = kiln_train_config_json(c);
+    if (j) json_object_del(j, "threads");
+    return config_text(j, false);
+}
+
+int kiln_train_threads(const kiln_train_config *c) {
+    if (c->threads > 0) return c->threads;
+    cpu_set_t set;
+    int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return n > 0 ? n : 1;
 }

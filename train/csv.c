@@ -1,18 +1,31 @@
 /*
- * csv.c - import a CSV file into a dataset. The dialect: a header row of names, then one
- * row per time step, fields separated by ',', spaces around a field ignored, '\n' or
- * "\r\n" line ends, a UTF-8 byte-order mark before the header ignored, empty lines skipped.
- * Quoted fields are refused rather than half supported: numeric data never needs them, and
- * a quote is more likely a sign that the file is not what the caller thinks.
- * The file is read a line at a time; only the chosen columns' f32 values are kept.
+ * csv.c - import a CSV file into a dataset. The file is cut into fields by libcsv (Debian's
+ * libcsv, RFC 4180 in strict mode: quoted fields with embedded commas, quotes and line
+ * breaks, "\n" or "\r\n" line ends, spaces and tabs around unquoted fields ignored), fed a
+ * physical line at a time so that every error names the line; libcsv itself keeps only the
+ * field it is reading. A header row of names comes first; a UTF-8 byte-order mark before it
+ * is ignored, empty lines are skipped. Only the chosen columns are converted, to f32; the
+ * others (a date, a name) may hold anything.
  */
+#include <csv.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "train.h"
+
+/* realloc that fails where kiln_malloc would (kiln_alloc_fail_after), so that the
+ * allocation-failure tests reach every growth, libcsv's field buffer's included. */
+static void *grow(void *p, size_t n) {
+    void *probe = kiln_malloc(1);
+    if (!probe) return NULL;
+    free(probe);
+    return realloc(p, n);
+}
 
 typedef struct {
     float *v;
@@ -22,7 +35,7 @@ typedef struct {
 static bool fvec_push(fvec *a, float x) {
     if (a->n == a->cap) {
         size_t cap = a->cap ? 2 * a->cap : 4096;
-        float *v = realloc(a->v, cap * sizeof *v);
+        float *v = grow(a->v, cap * sizeof *v);
         if (!v) return false;
         a->v = v;
         a->cap = cap;
@@ -31,144 +44,577 @@ static bool fvec_push(fvec *a, float x) {
     return true;
 }
 
-static char *trim(char *s) {
-    while (*s == ' ' || *s == '\t')
-        s++;
-    size_t n = strlen(s);
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-        s[--n] = 0;
-    return s;
-}
+typedef struct {
+    int64_t *v;
+    size_t n, cap;
+} ivec;
 
-/* Cut line (without its end) at commas into fields[0..max); returns the field count,
- * which may exceed max (then only max are stored). */
-static int split(char *line, char **fields, int max) {
-    int n = 0;
-    for (char *s = line;; s++) {
-        char *e = strchr(s, ',');
-        if (e) *e = 0;
-        if (n < max) fields[n] = trim(s);
-        n++;
-        if (!e) break;
-        s = e;
+static bool ivec_push(ivec *a, int64_t x) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 4096;
+        int64_t *v = grow(a->v, cap * sizeof *v);
+        if (!v) return false;
+        a->v = v;
+        a->cap = cap;
     }
-    return n;
+    a->v[a->n++] = x;
+    return true;
 }
 
-/* Strip the line end; false at end of file. */
-static bool read_line(FILE *f, char **line, size_t *cap, ssize_t *len) {
-    *len = getline(line, cap, f);
-    if (*len < 0) return false;
-    while (*len && ((*line)[*len - 1] == '\n' || (*line)[*len - 1] == '\r'))
-        (*line)[--*len] = 0;
-    return true;
+/* Group names to indices in order of first appearance: open addressing on FNV-1a. */
+typedef struct groups {
+    char **names; /* [n] */
+    int n, cap;
+    int *slot; /* [nslot] index + 1, 0 = empty */
+    size_t nslot;
+    size_t *last_line; /* [n] the line of the group's last row kept */
+    int64_t *last_time;
+    float *prev; /* [n * nsel] the group's last row kept, for ffill */
+} groups;
+
+static uint64_t fnv(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The index of name, added when new (-1: out of memory). */
+static int group_id(groups *g, const char *name, int nsel) {
+    if (2 * (size_t)g->n + 2 > g->nslot) {
+        size_t ns = g->nslot ? 2 * g->nslot : 64;
+        int *sl = kiln_calloc(ns, sizeof *sl);
+        if (!sl) return -1;
+        for (int i = 0; i < g->n; i++) {
+            size_t k = fnv(g->names[i]) & (ns - 1);
+            while (sl[k])
+                k = (k + 1) & (ns - 1);
+            sl[k] = i + 1;
+        }
+        free(g->slot);
+        g->slot = sl;
+        g->nslot = ns;
+    }
+    size_t k = fnv(name) & (g->nslot - 1);
+    for (; g->slot[k]; k = (k + 1) & (g->nslot - 1))
+        if (!strcmp(g->names[g->slot[k] - 1], name)) return g->slot[k] - 1;
+    if (g->n == g->cap) {
+        int cap = g->cap ? 2 * g->cap : 16;
+        char **nm = grow(g->names, (size_t)cap * sizeof *nm);
+        if (!nm) return -1;
+        g->names = nm;
+        size_t *ll = grow(g->last_line, (size_t)cap * sizeof *ll);
+        if (!ll) return -1;
+        g->last_line = ll;
+        int64_t *lt = grow(g->last_time, (size_t)cap * sizeof *lt);
+        if (!lt) return -1;
+        g->last_time = lt;
+        float *pv = grow(g->prev, (size_t)cap * (size_t)nsel * sizeof *pv);
+        if (!pv) return -1;
+        g->prev = pv;
+        g->cap = cap;
+    }
+    if (!(g->names[g->n] = kiln_strdup(name))) return -1;
+    g->last_line[g->n] = 0;
+    for (int i = 0; i < nsel; i++)
+        g->prev[(size_t)g->n * (size_t)nsel + (size_t)i] = NAN;
+    g->slot[k] = ++g->n;
+    return g->n - 1;
+}
+
+static void groups_free(groups *g) {
+    for (int i = 0; i < g->n; i++)
+        free(g->names[i]);
+    free(g->names);
+    free(g->slot);
+    free(g->last_line);
+    free(g->last_time);
+    free(g->prev);
+}
+
+typedef struct reader {
+    const kiln_csv_import *o;
+    const char *path;
+    int nsel;           /* features then targets */
+    const char **names; /* [nsel] */
+    bool header;        /* still reading the header row */
+    char **hdr;         /* the header's names while it is read */
+    int ncols, hcap;
+    int *sel;                /* [ncols]: which chosen column header column c is, or -1 */
+    size_t line;             /* the physical line being fed, 1-based */
+    int field;               /* fields seen of the record being read */
+    float *row;              /* [nsel] the record's values; NAN marks a missing one */
+    int time_col, group_col; /* header columns of --time and --group, or -1 */
+    bool have_time;
+    int64_t row_time;
+    char *row_group; /* the record's group name */
+    groups g;        /* one group (index 0, no name) without --group */
+    ivec times, gids;
+    char *scratch; /* one field as a C string */
+    size_t scap;
+    fvec fx, ty;
+    kiln_csv_report rep;
+    kiln_err rc; /* the first error: libcsv's callbacks cannot return one */
+} reader;
+
+static bool fail(reader *r, kiln_err rc, const char *fmt, ...) KILN_PRINTF(3, 4);
+static bool fail(reader *r, kiln_err rc, const char *fmt, ...) {
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    r->rc = kiln_fail(rc, "%s", msg);
+    return false;
+}
+
+/* The field as a NUL-terminated string in r->scratch, spaces and tabs around it dropped
+ * (libcsv drops them around unquoted fields; a quoted " 1.5" is the same number). */
+static char *field_text(reader *r, const char *s, size_t len) {
+    if (len + 1 > r->scap) {
+        size_t cap = len + 1 > 2 * r->scap ? len + 1 : 2 * r->scap;
+        char *p = grow(r->scratch, cap);
+        if (!p) {
+            fail(r, KILN_ERR_NOMEM, "out of memory importing '%s' (line %zu)", r->path, r->line);
+            return NULL;
+        }
+        r->scratch = p;
+        r->scap = cap;
+    }
+    while (len && (*s == ' ' || *s == '\t'))
+        s++, len--;
+    while (len && (s[len - 1] == ' ' || s[len - 1] == '\t'))
+        len--;
+    memcpy(r->scratch, s, len);
+    r->scratch[len] = 0;
+    return r->scratch;
+}
+
+/* What R, pandas and spreadsheets write for a value that is not there. */
+static bool is_missing(const char *s) {
+    return !*s || !strcmp(s, "NA") || !strcasecmp(s, "nan");
+}
+
+static void value(reader *r, int i, const char *s) {
+    const char *col = r->names[i];
+    if (is_missing(s)) {
+        if (r->o->missing == KILN_MISSING_REFUSE)
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu, column '%s': missing value%s%s%s (the first one; --missing "
+                 "drop|ffill|zero accepts them)",
+                 r->path, r->line, col, *s ? " '" : " (empty)", s, *s ? "'" : "");
+        r->row[i] = NAN;
+        return;
+    }
+    char *end;
+    errno = 0;
+    double d = strtod(s, &end);
+    if (end == s || *end)
+        fail(r, KILN_ERR_FORMAT, "'%s' line %zu, column '%s': '%s' is not a number", r->path,
+             r->line, col, s);
+    else if (!isfinite(d))
+        fail(r, KILN_ERR_NUMERIC, "'%s' line %zu, column '%s': '%s' is not finite", r->path,
+             r->line, col, s);
+    else if (fabs(d) > FLT_MAX)
+        fail(r, KILN_ERR_NUMERIC, "'%s' line %zu, column '%s': '%s' is out of range for f32",
+             r->path, r->line, col, s);
+    else
+        r->row[i] = (float)d;
+}
+
+static void on_field(void *s, size_t len, void *data) {
+    reader *r = data;
+    if (r->rc) return;
+    if (memchr(s, 0, len)) {
+        fail(r, KILN_ERR_FORMAT, "'%s' line %zu: a NUL byte%s", r->path, r->line,
+             r->header ? " (is the file UTF-16? kiln reads UTF-8 or ASCII)" : "");
+        return;
+    }
+    int c = r->field++;
+    if (r->header) {
+        if (r->ncols == r->hcap) {
+            int cap = r->hcap ? 2 * r->hcap : 16;
+            char **h = grow(r->hdr, (size_t)cap * sizeof *h);
+            if (!h) {
+                fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+                return;
+            }
+            r->hdr = h;
+            r->hcap = cap;
+        }
+        char *t = field_text(r, s, len);
+        if (!t) return;
+        if (!(r->hdr[r->ncols] = kiln_strdup(t))) {
+            fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+            return;
+        }
+        r->ncols++;
+        return;
+    }
+    if (c >= r->ncols) return;
+    if (c == r->time_col) {
+        char *t = field_text(r, s, len);
+        if (!t) return;
+        if (!*t)
+            fail(r, KILN_ERR_FORMAT, "'%s' line %zu, column '%s': the time is missing", r->path,
+                 r->line, r->o->time_column);
+        else if (!kiln_time_parse(t, &r->row_time))
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu, column '%s': '%s' is not a time (an ISO 8601 date or date-time, "
+                 "or epoch seconds)",
+                 r->path, r->line, r->o->time_column, t);
+        r->have_time = true;
+        return;
+    }
+    if (c == r->group_col) {
+        char *t = field_text(r, s, len);
+        if (!t) return;
+        free(r->row_group);
+        if (!(r->row_group = kiln_strdup(t)))
+            fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+        return;
+    }
+    if (r->sel[c] < 0) return;
+    char *t = field_text(r, s, len);
+    if (t) value(r, r->sel[c], t);
+}
+
+/* The header is read: find each chosen column. */
+static void header_done(reader *r) {
+    r->header = false;
+    if (!(r->sel = kiln_calloc((size_t)r->ncols, sizeof *r->sel))) {
+        fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+        return;
+    }
+    for (int c = 0; c < r->ncols; c++)
+        r->sel[c] = -1;
+    for (int i = 0; i < r->nsel; i++) {
+        int at = -1;
+        for (int c = 0; c < r->ncols; c++) {
+            if (strcmp(r->hdr[c], r->names[i])) continue;
+            if (at >= 0) {
+                fail(r, KILN_ERR_FORMAT,
+                     "'%s' line 1: column '%s' appears twice in the header (columns %d and %d)",
+                     r->path, r->names[i], at + 1, c + 1);
+                return;
+            }
+            at = c;
+        }
+        if (at < 0) {
+            fail(r, KILN_ERR_NOTFOUND, "'%s' line 1: no column '%s' in the header", r->path,
+                 r->names[i]);
+            return;
+        }
+        r->sel[at] = i;
+    }
+    const char *extra[2] = {r->o->time_column, r->o->group_column};
+    int *col[2] = {&r->time_col, &r->group_col};
+    for (int k = 0; k < 2; k++) {
+        *col[k] = -1;
+        if (!extra[k]) continue;
+        for (int c = 0; c < r->ncols; c++)
+            if (!strcmp(r->hdr[c], extra[k])) *col[k] = c;
+        if (*col[k] < 0) {
+            fail(r, KILN_ERR_NOTFOUND, "'%s' line 1: no column '%s' in the header", r->path,
+                 extra[k]);
+            return;
+        }
+        if (r->sel[*col[k]] >= 0 || (k == 1 && r->group_col == r->time_col)) {
+            fail(r, KILN_ERR_USAGE, "'%s': column '%s' is chosen twice", r->path, extra[k]);
+            return;
+        }
+    }
+}
+
+/* A data row is complete: apply the missing-value policy and keep it. */
+static void keep_row(reader *r) {
+    const int F = r->o->n_features;
+    int gid = group_id(&r->g, r->row_group ? r->row_group : "", r->nsel);
+    if (gid < 0) {
+        fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+        return;
+    }
+    float *prev = r->g.prev + (size_t)gid * (size_t)r->nsel;
+    if (r->time_col >= 0) {
+        size_t ll = r->g.last_line[gid];
+        if (ll && r->row_time < r->g.last_time[gid]) {
+            char a[32], b[32];
+            kiln_time_format(r->row_time, a);
+            kiln_time_format(r->g.last_time[gid], b);
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu, column '%s': the time goes backwards (%s after %s on line "
+                 "%zu%s%s%s)",
+                 r->path, r->line, r->o->time_column, a, b, ll, r->row_group ? ", group '" : "",
+                 r->row_group ? r->row_group : "", r->row_group ? "'" : "");
+            return;
+        }
+    }
+    int missing = 0;
+    for (int i = 0; i < r->nsel; i++)
+        missing += isnan(r->row[i]);
+    r->rep.rows_read++;
+    if (missing) {
+        switch (r->o->missing) {
+        case KILN_MISSING_DROP:
+            r->rep.rows_dropped++;
+            return;
+        case KILN_MISSING_ZERO:
+            for (int i = 0; i < r->nsel; i++)
+                if (isnan(r->row[i])) r->row[i] = 0;
+            break;
+        case KILN_MISSING_FFILL:
+            for (int i = 0; i < r->nsel; i++) {
+                if (!isnan(r->row[i])) continue;
+                if (isnan(prev[i])) {
+                    fail(r, KILN_ERR_FORMAT,
+                         "'%s' line %zu, column '%s': missing value with no earlier value to "
+                         "carry forward (--missing drop drops the row instead)",
+                         r->path, r->line, r->names[i]);
+                    return;
+                }
+                r->row[i] = prev[i];
+            }
+            break;
+        default: /* refused as it was read */
+            return;
+        }
+        r->rep.rows_filled++;
+        r->rep.values_filled += (size_t)missing;
+    }
+    for (int i = 0; i < r->nsel; i++) {
+        prev[i] = r->row[i];
+        if (!fvec_push(i < F ? &r->fx : &r->ty, r->row[i])) {
+            fail(r, KILN_ERR_NOMEM, "out of memory importing '%s' (line %zu)", r->path, r->line);
+            return;
+        }
+    }
+    if ((r->time_col >= 0 && !ivec_push(&r->times, r->row_time)) ||
+        (r->group_col >= 0 && !ivec_push(&r->gids, gid))) {
+        fail(r, KILN_ERR_NOMEM, "out of memory importing '%s' (line %zu)", r->path, r->line);
+        return;
+    }
+    r->g.last_line[gid] = r->line;
+    r->g.last_time[gid] = r->row_time;
+    r->rep.rows++;
+}
+
+static void on_row(int term, void *data) {
+    reader *r = data;
+    int n = r->field;
+    r->field = 0;
+    if (r->rc) return;
+    if (r->header) {
+        header_done(r);
+    } else if (n != r->ncols) {
+        if (n < r->ncols)
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu: %d fields, but the header has %d (column %d "
+                 "'%s' is missing)",
+                 r->path, r->line, n, r->ncols, n + 1, r->hdr[n]);
+        else
+            fail(r, KILN_ERR_FORMAT, "'%s' line %zu, column %d: %d fields, but the header has %d",
+                 r->path, r->line, r->ncols + 1, n, r->ncols);
+    } else {
+        keep_row(r);
+    }
+    for (int i = 0; i < r->nsel; i++)
+        r->row[i] = NAN; /* a column the row lacks is not carried over */
+    r->have_time = false;
+    free(r->row_group);
+    r->row_group = NULL;
+}
+
+/* Rows grouped, stably: group 0's rows in file order, then group 1's, ... (a counting sort
+ * by group index, which is the order of first appearance). */
+static kiln_err group_rows(reader *r, int32_t **gout) {
+    const size_t n = r->rep.rows, G = (size_t)r->g.n, F = (size_t)r->o->n_features,
+                 O = (size_t)r->o->n_outputs;
+    size_t *at = kiln_calloc(G + 1, sizeof *at);
+    float *fx = kiln_malloc(n * F * sizeof *fx), *ty = kiln_malloc(n * O * sizeof *ty);
+    int64_t *tm = r->times.v ? kiln_malloc(n * sizeof *tm) : NULL;
+    int32_t *gs = kiln_malloc(n * sizeof *gs);
+    if (!at || !fx || !ty || !gs || (r->times.v && !tm)) {
+        free(at), free(fx), free(ty), free(tm), free(gs);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
+    }
+    for (size_t i = 0; i < n; i++)
+        at[r->gids.v[i] + 1]++;
+    for (size_t g = 0; g < G; g++)
+        at[g + 1] += at[g];
+    for (size_t i = 0; i < n; i++) {
+        size_t j = at[r->gids.v[i]]++;
+        memcpy(fx + j * F, r->fx.v + i * F, F * sizeof *fx);
+        memcpy(ty + j * O, r->ty.v + i * O, O * sizeof *ty);
+        if (tm) tm[j] = r->times.v[i];
+        gs[j] = (int32_t)r->gids.v[i];
+    }
+    free(at);
+    free(r->fx.v), free(r->ty.v), free(r->times.v);
+    r->fx.v = fx, r->ty.v = ty, r->times.v = tm;
+    *gout = gs;
+    return KILN_OK;
+}
+
+/* Where, in a line that starts outside quotes, the quoted field still open at its end
+ * begins (1-based byte), for the message about a quote never closed. */
+static size_t open_quote_at(const char *s, size_t n) {
+    bool inq = false, start = true;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (inq) {
+            if (c == '"' && i + 1 < n && s[i + 1] == '"')
+                i++;
+            else if (c == '"')
+                inq = false;
+        } else if (c == '"' && start) {
+            inq = true;
+            at = i + 1;
+        } else if (c == ',') {
+            start = true;
+        } else if (c != ' ' && c != '\t') {
+            start = false;
+        }
+    }
+    return inq ? at : 0;
+}
+
+kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *report) {
+    const char *csv = o->csv_path;
+    if (report) memset(report, 0, sizeof *report);
+    KILN_FAIL_IF(o->n_features < 1 || o->n_outputs < 1, KILN_ERR_USAGE,
+                 "'%s': import needs at least one feature and one target", csv);
+    KILN_FAIL_IF(o->missing < KILN_MISSING_REFUSE || o->missing > KILN_MISSING_ZERO, KILN_ERR_USAGE,
+                 "'%s': unknown missing-value policy %d", csv, (int)o->missing);
+    /* Before the CSV is read: --out naming the CSV itself, or any file not a dataset. */
+    KILN_TRY(kiln_dataset_out_ok(o->out_path));
+    reader r = {.o = o,
+                .path = csv,
+                .nsel = o->n_features + o->n_outputs,
+                .header = true,
+                .time_col = -1,
+                .group_col = -1};
+    int32_t *gs = NULL;
+    struct csv_parser p;
+    bool parser = false;
+    char *line = NULL;
+    size_t cap = 0, quote_line = 0, quote_col = 0;
+    json_t *cols = NULL;
+    kiln_err rc = KILN_OK;
+    FILE *f = NULL;
+    r.names = kiln_calloc((size_t)r.nsel, sizeof *r.names);
+    r.row = kiln_malloc((size_t)r.nsel * sizeof *r.row);
+    KILN_CHECK_IF(rc, out, !r.names || !r.row, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
+    for (int i = 0; i < r.nsel; i++) {
+        r.names[i] = i < o->n_features ? o->features[i] : o->targets[i - o->n_features];
+        r.row[i] = NAN;
+        for (int j = 0; j < i; j++)
+            KILN_CHECK_IF(rc, out, !strcmp(r.names[i], r.names[j]), KILN_ERR_USAGE,
+                          "'%s': column '%s' is chosen twice", csv, r.names[i]);
+    }
+    f = fopen(csv, "r");
+    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s': %s", csv, strerror(errno));
+    KILN_CHECK_IF(rc, out, csv_init(&p, CSV_STRICT | CSV_STRICT_FINI) != 0, KILN_ERR_NOMEM,
+                  "out of memory importing '%s'", csv);
+    parser = true;
+    /* libcsv's buffer grows through kiln's allocator, so allocation-failure tests reach it. */
+    csv_set_realloc_func(&p, grow);
+    csv_set_free_func(&p, free);
+
+    ssize_t len;
+    while (!r.rc && (len = getline(&line, &cap, f)) >= 0) {
+        r.line++;
+        const char *s = line;
+        size_t n = (size_t)len, skip = 0;
+        if (r.line == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) skip = 3;
+        bool was_quoted = p.quoted;
+        size_t used = csv_parse(&p, s + skip, n - skip, on_field, on_row, &r);
+        if (r.rc) break;
+        if (used < n - skip) {
+            KILN_CHECK_IF(rc, out, csv_error(&p) == CSV_ENOMEM || csv_error(&p) == CSV_ETOOBIG,
+                          KILN_ERR_NOMEM, "out of memory importing '%s' (line %zu)", csv, r.line);
+            rc = kiln_fail(KILN_ERR_FORMAT,
+                           "'%s' line %zu, column %zu: bad quoting (a quote inside an unquoted "
+                           "field, or text after a closing quote; write a quote inside a quoted "
+                           "field as \"\")",
+                           csv, r.line, skip + used + 1);
+            goto out;
+        }
+        if (p.quoted && !was_quoted) {
+            quote_line = r.line;
+            quote_col = skip + open_quote_at(s + skip, n - skip);
+        }
+    }
+    if (!r.rc) {
+        KILN_CHECK_IF(rc, out, ferror(f), KILN_ERR_IO, "cannot read '%s' (after line %zu)", csv,
+                      r.line);
+        if (csv_fini(&p, on_field, on_row, &r) != 0 && !r.rc) {
+            KILN_CHECK_IF(rc, out, csv_error(&p) != CSV_EPARSE, KILN_ERR_NOMEM,
+                          "out of memory importing '%s'", csv);
+            rc = kiln_fail(KILN_ERR_FORMAT,
+                           "'%s' line %zu, column %zu: a quoted field is not closed by the end "
+                           "of the file",
+                           csv, quote_line ? quote_line : r.line, quote_col ? quote_col : 1);
+            goto out;
+        }
+    }
+    if ((rc = r.rc)) goto out;
+    KILN_CHECK_IF(rc, out, r.header, KILN_ERR_FORMAT, "'%s': %s", csv,
+                  r.line ? "no header row (only empty lines)" : "empty file (no header row)");
+    KILN_CHECK_IF(rc, out, r.rep.rows_read == 0, KILN_ERR_FORMAT,
+                  "'%s': no data rows after the header", csv);
+    KILN_CHECK_IF(rc, out, r.rep.rows == 0, KILN_ERR_FORMAT,
+                  "'%s': --missing drop dropped all %zu rows", csv, r.rep.rows_dropped);
+    cols = json_pack("{s:[],s:[]}", "features", "targets");
+    KILN_CHECK_IF(rc, out, !cols, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
+    for (int i = 0; i < r.nsel; i++)
+        KILN_CHECK_IF(
+            rc, out,
+            json_array_append_new(json_object_get(cols, i < o->n_features ? "features" : "targets"),
+                                  json_string(r.names[i])),
+            KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
+    kiln_dataset_extra x = {
+        .time = r.times.v, .time_column = o->time_column, .group_column = o->group_column};
+    if (o->group_column) {
+        KILN_CHECK(rc, out, group_rows(&r, &gs));
+        x.time = r.times.v;
+        x.group = gs;
+        x.n_groups = r.g.n;
+        x.group_names = (const char *const *)r.g.names;
+    }
+    r.rep.n_groups = o->group_column ? r.g.n : 0;
+    rc = kiln_dataset_write_extra(o->out_path, r.rep.rows, o->n_features, o->n_outputs, r.fx.v,
+                                  r.ty.v, cols, NULL, x.time || x.group ? &x : NULL);
+    if (!rc && report) *report = r.rep;
+out:
+    if (parser) csv_free(&p);
+    if (f) fclose(f);
+    free(line);
+    for (int c = 0; c < r.ncols; c++)
+        free(r.hdr[c]);
+    free(r.hdr);
+    free(r.sel);
+    free(r.names);
+    free(r.row);
+    free(r.row_group);
+    groups_free(&r.g);
+    free(r.times.v);
+    free(r.gids.v);
+    free(gs);
+    free(r.scratch);
+    free(r.fx.v);
+    free(r.ty.v);
+    json_decref(cols);
+    return rc;
 }
 
 kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, int n_features,
                                  const char *const *targets, int n_outputs, const char *out_path) {
-    KILN_FAIL_IF(n_features < 1 || n_outputs < 1, KILN_ERR_USAGE,
-                 "'%s': import needs at least one feature and one target", csv);
-    const int nsel = n_features + n_outputs;
-    const char **names = kiln_calloc((size_t)nsel, sizeof *names);
-    int *idx = kiln_calloc((size_t)nsel, sizeof *idx);
-    char **fields = NULL, *line = NULL;
-    size_t cap = 0, lineno = 0;
-    fvec fx = {0}, ty = {0};
-    json_t *cols = NULL;
-    kiln_err rc = KILN_OK;
-    FILE *f = NULL;
-    KILN_CHECK_IF(rc, out, !names || !idx, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
-    for (int i = 0; i < nsel; i++) {
-        names[i] = i < n_features ? features[i] : targets[i - n_features];
-        for (int j = 0; j < i; j++)
-            KILN_CHECK_IF(rc, out, !strcmp(names[i], names[j]), KILN_ERR_USAGE,
-                          "'%s': column '%s' is chosen twice", csv, names[i]);
-    }
-    f = fopen(csv, "r");
-    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s': %s", csv, strerror(errno));
-
-    /* ---- header ---- */
-    ssize_t len;
-    KILN_CHECK_IF(rc, out, !read_line(f, &line, &cap, &len),
-                  ferror(f) ? KILN_ERR_IO : KILN_ERR_FORMAT, "'%s': %s", csv,
-                  ferror(f) ? "read error" : "empty file (no header row)");
-    lineno = 1;
-    KILN_CHECK_IF(rc, out, (size_t)len != strlen(line), KILN_ERR_FORMAT,
-                  "'%s' line 1: a NUL byte (is the file UTF-16? kiln reads UTF-8 or ASCII)", csv);
-    char *hdr = line;
-    if (!strncmp(hdr, "\xEF\xBB\xBF", 3)) hdr += 3;
-    KILN_CHECK_IF(rc, out, strchr(hdr, '"'), KILN_ERR_UNSUPPORTED,
-                  "'%s' line 1: quoted fields are not supported", csv);
-    int ncols = 1;
-    for (const char *p = hdr; *p; p++)
-        ncols += *p == ',';
-    fields = kiln_calloc((size_t)ncols, sizeof *fields);
-    KILN_CHECK_IF(rc, out, !fields, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
-    split(hdr, fields, ncols);
-    for (int i = 0; i < nsel; i++) {
-        idx[i] = -1;
-        for (int c = 0; c < ncols; c++) {
-            if (strcmp(fields[c], names[i])) continue;
-            KILN_CHECK_IF(
-                rc, out, idx[i] >= 0, KILN_ERR_FORMAT,
-                "'%s' line 1: column '%s' appears twice in the header (columns %d and %d)", csv,
-                names[i], idx[i] + 1, c + 1);
-            idx[i] = c;
-        }
-        KILN_CHECK_IF(rc, out, idx[i] < 0, KILN_ERR_NOTFOUND,
-                      "'%s' line 1: no column '%s' in the header", csv, names[i]);
-    }
-    cols = json_pack("{s:[],s:[]}", "features", "targets");
-    KILN_CHECK_IF(rc, out, !cols, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
-    for (int i = 0; i < nsel; i++)
-        json_array_append_new(json_object_get(cols, i < n_features ? "features" : "targets"),
-                              json_string(names[i]));
-
-    /* ---- rows ---- */
-    size_t rows = 0;
-    while (read_line(f, &line, &cap, &len)) {
-        lineno++;
-        if (len == 0) continue;
-        KILN_CHECK_IF(rc, out, memchr(line, '"', (size_t)len), KILN_ERR_UNSUPPORTED,
-                      "'%s' line %zu: quoted fields are not supported", csv, lineno);
-        KILN_CHECK_IF(rc, out, (size_t)len != strlen(line), KILN_ERR_FORMAT,
-                      "'%s' line %zu: a NUL byte", csv, lineno);
-        int n = split(line, fields, ncols);
-        KILN_CHECK_IF(rc, out, n != ncols, KILN_ERR_FORMAT,
-                      "'%s' line %zu: %d fields, but the header has %d", csv, lineno, n, ncols);
-        for (int i = 0; i < nsel; i++) {
-            const char *s = fields[idx[i]];
-            KILN_CHECK_IF(rc, out, !*s, KILN_ERR_FORMAT, "'%s' line %zu, column '%s': empty value",
-                          csv, lineno, names[i]);
-            char *end;
-            errno = 0;
-            double d = strtod(s, &end);
-            KILN_CHECK_IF(rc, out, end == s || *end, KILN_ERR_FORMAT,
-                          "'%s' line %zu, column '%s': '%s' is not a number", csv, lineno, names[i],
-                          s);
-            KILN_CHECK_IF(rc, out, !isfinite(d), KILN_ERR_NUMERIC,
-                          "'%s' line %zu, column '%s': '%s' is not finite", csv, lineno, names[i],
-                          s);
-            KILN_CHECK_IF(rc, out, fabs(d) > FLT_MAX, KILN_ERR_NUMERIC,
-                          "'%s' line %zu, column '%s': '%s' is out of range for f32", csv, lineno,
-                          names[i], s);
-            KILN_CHECK_IF(rc, out, !fvec_push(i < n_features ? &fx : &ty, (float)d), KILN_ERR_NOMEM,
-                          "out of memory importing '%s' (line %zu)", csv, lineno);
-        }
-        rows++;
-    }
-    KILN_CHECK_IF(rc, out, ferror(f), KILN_ERR_IO, "cannot read '%s' (after line %zu)", csv,
-                  lineno);
-    KILN_CHECK_IF(rc, out, rows == 0, KILN_ERR_FORMAT, "'%s': no data rows after the header", csv);
-    rc = kiln_dataset_write(out_path, rows, n_features, n_outputs, fx.v, ty.v, cols);
-out:
-    if (f) fclose(f);
-    free(line);
-    free(fields);
-    free(names);
-    free(idx);
-    free(fx.v);
-    free(ty.v);
-    json_decref(cols);
-    return rc;
+    kiln_csv_import o = {.csv_path = csv,
+                         .out_path = out_path,
+                         .features = features,
+                         .n_features = n_features,
+                         .targets = targets,
+                         .n_outputs = n_outputs};
+    return kiln_dataset_import_csv_ex(&o, NULL);
 }

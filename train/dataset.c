@@ -34,6 +34,10 @@ void kiln_dataset_free(kiln_dataset *ds) {
     free(ds->targets);
     free(ds->path);
     json_decref(ds->columns);
+    free(ds->time);
+    free(ds->group);
+    json_decref(ds->time_meta);
+    json_decref(ds->group_meta);
     free(ds);
 }
 
@@ -127,6 +131,71 @@ static kiln_err expect_2d(const kiln_st *st, const char *name, const kiln_tensor
     return KILN_OK;
 }
 
+/* A 1-D tensor of rows entries of dtype dt, copied into *out (new), or none (*out NULL). */
+static kiln_err optional_1d(const kiln_st *st, const char *name, kiln_dtype dt, size_t rows,
+                            void **out) {
+    *out = NULL;
+    const char *p = kiln_st_path(st);
+    const kiln_tensor *t = kiln_st_find(st, name);
+    if (!t) return KILN_OK;
+    KILN_FAIL_IF(t->dtype != dt, KILN_ERR_FORMAT, "'%s': tensor '%s' is %s, expected %s", p, name,
+                 kiln_dtype_name(t->dtype), kiln_dtype_name(dt));
+    KILN_FAIL_IF(t->ndim != 1 || (size_t)t->shape[0] != rows, KILN_ERR_FORMAT,
+                 "'%s': tensor '%s' must be 1-D with one entry per row (%zu)", p, name, rows);
+    if (!(*out = kiln_malloc(t->nbytes ? t->nbytes : 1))) return KILN_ERR_NOMEM;
+    memcpy(*out, t->data, t->nbytes);
+    return KILN_OK;
+}
+
+/* kiln.time and kiln.groups, and the tensors they describe. */
+static kiln_err open_extra(const kiln_st *st, kiln_dataset *ds) {
+    const char *path = ds->path, *tm = kiln_st_meta(st, "kiln.time"),
+               *gm = kiln_st_meta(st, "kiln.groups");
+    KILN_TRY(optional_1d(st, "time", KILN_I64, ds->rows, (void **)&ds->time));
+    KILN_TRY(optional_1d(st, "group", KILN_I32, ds->rows, (void **)&ds->group));
+    KILN_FAIL_IF(!ds->time != !tm, KILN_ERR_FORMAT,
+                 "'%s': tensor 'time' and __metadata__ kiln.time go together", path);
+    KILN_FAIL_IF(!ds->group != !gm, KILN_ERR_FORMAT,
+                 "'%s': tensor 'group' and __metadata__ kiln.groups go together", path);
+    if (tm) {
+        KILN_TRY(kiln_json_parse(tm, strlen(tm), "kiln.time", &ds->time_meta));
+        KILN_FAIL_IF(!json_is_string(json_object_get(ds->time_meta, "column")), KILN_ERR_FORMAT,
+                     "'%s': kiln.time is not {\"column\": name}", path);
+    }
+    if (gm) {
+        KILN_TRY(kiln_json_parse(gm, strlen(gm), "kiln.groups", &ds->group_meta));
+        const json_t *names = json_object_get(ds->group_meta, "names");
+        KILN_FAIL_IF(
+            !json_is_string(json_object_get(ds->group_meta, "column")) || !json_is_array(names) ||
+                json_array_size(names) < 1 || json_array_size(names) > (1u << 30),
+            KILN_ERR_FORMAT, "'%s': kiln.groups is not {\"column\": name, \"names\": [...]}", path);
+        ds->n_groups = (int)json_array_size(names);
+        for (size_t r = 0; r < ds->rows; r++) {
+            int32_t g = ds->group[r], prev = r ? ds->group[r - 1] : 0;
+            KILN_FAIL_IF(g < 0 || g >= ds->n_groups || g < prev || g > prev + 1 || (!r && g),
+                         KILN_ERR_FORMAT,
+                         "'%s': tensor 'group' row %zu is %d: groups must be 0, 1, ... in "
+                         "contiguous runs of rows, below %d",
+                         path, r, (int)g, ds->n_groups);
+        }
+        KILN_FAIL_IF(ds->group[ds->rows - 1] != ds->n_groups - 1, KILN_ERR_FORMAT,
+                     "'%s': kiln.groups names %d groups but tensor 'group' has %d", path,
+                     ds->n_groups, (int)ds->group[ds->rows - 1] + 1);
+    }
+    if (ds->time)
+        for (size_t r = 1; r < ds->rows; r++) {
+            if (ds->group && ds->group[r] != ds->group[r - 1]) continue;
+            if (ds->time[r] >= ds->time[r - 1]) continue;
+            char a[32], b[32];
+            kiln_time_format(ds->time[r], a);
+            kiln_time_format(ds->time[r - 1], b);
+            return kiln_fail(KILN_ERR_FORMAT,
+                             "'%s': tensor 'time' goes back at row %zu (%s after %s)", path, r, a,
+                             b);
+        }
+    return KILN_OK;
+}
+
 kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **out) {
     *out = NULL;
     uint8_t digest[KILN_SHA256_BYTES];
@@ -172,6 +241,7 @@ kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **o
      * every host kiln builds for). */
     memcpy(ds->features, f->data, f->nbytes);
     memcpy(ds->targets, t->data, t->nbytes);
+    KILN_CHECK(rc, fail, open_extra(st, ds));
     if (!(flags & KILN_DATASET_ALLOW_NONFINITE)) {
         KILN_CHECK(rc, fail, check_finite(ds, false));
         KILN_CHECK(rc, fail, check_finite(ds, true));
@@ -189,9 +259,24 @@ kiln_err kiln_dataset_open(const char *path, kiln_dataset **out) {
     return kiln_dataset_open_ex(path, 0, out);
 }
 
+kiln_err kiln_dataset_out_ok(const char *path) {
+    static const char *const tensors[] = {"features", "targets", NULL};
+    return kiln_st_out_ok(path, tensors,
+                          "a dataset (a safetensors file with 'features' and 'targets')");
+}
+
 kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, int n_outputs,
                                  const float *features, const float *targets, const json_t *columns,
                                  const json_t *meta) {
+    return kiln_dataset_write_extra(path, rows, n_features, n_outputs, features, targets, columns,
+                                    meta, NULL);
+}
+
+kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features, int n_outputs,
+                                  const float *features, const float *targets,
+                                  const json_t *columns, const json_t *meta,
+                                  const kiln_dataset_extra *x) {
+    KILN_TRY(kiln_dataset_out_ok(path));
     KILN_FAIL_IF(rows == 0, KILN_ERR_USAGE, "'%s': a dataset needs at least one row", path);
     KILN_FAIL_IF(n_features < 1 || n_outputs < 1 || n_features > MAX_COLUMNS ||
                      n_outputs > MAX_COLUMNS,
@@ -216,6 +301,32 @@ kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, 
     kiln_st_writer *w;
     KILN_TRY(kiln_st_writer_new(&w));
     kiln_err rc = KILN_OK;
+    char *text = NULL;
+    json_t *xj = NULL;
+    if (x && x->time) {
+        KILN_CHECK(rc, out,
+                   kiln_st_writer_add(w, "time", KILN_I64, 1, (int64_t[]){(int64_t)rows}, x->time));
+        xj = json_pack("{s:s}", "column", x->time_column ? x->time_column : "time");
+        text = xj ? kiln_json_canonical(xj) : NULL;
+        KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
+        KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.time", text));
+        free(text), json_decref(xj);
+        text = NULL, xj = NULL;
+    }
+    if (x && x->group) {
+        KILN_CHECK(
+            rc, out,
+            kiln_st_writer_add(w, "group", KILN_I32, 1, (int64_t[]){(int64_t)rows}, x->group));
+        json_t *names = json_array();
+        for (int g = 0; names && g < x->n_groups; g++)
+            json_array_append_new(names, json_string(x->group_names[g]));
+        xj = names ? json_pack("{s:s,s:o}", "column", x->group_column ? x->group_column : "group",
+                               "names", names)
+                   : NULL;
+        text = xj ? kiln_json_canonical(xj) : NULL;
+        KILN_CHECK_IF(rc, out, !text, KILN_ERR_NOMEM, "out of memory writing '%s'", path);
+        KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.groups", text));
+    }
     KILN_CHECK(rc, out,
                kiln_st_writer_add(w, "features", KILN_F32, 2,
                                   (int64_t[]){(int64_t)rows, n_features}, features));
@@ -244,6 +355,8 @@ kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, 
     }
     rc = kiln_st_writer_write(w, path);
 out:
+    free(text);
+    json_decref(xj);
     kiln_st_writer_free(w);
     return rc;
 }
@@ -254,8 +367,8 @@ kiln_err kiln_dataset_write(const char *path, size_t rows, int n_features, int n
                                    NULL);
 }
 
-kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
-                            kiln_split *out) {
+static kiln_err split_rows(const kiln_dataset *ds, double val_fraction, int seq_len,
+                           kiln_split *out) {
     KILN_FAIL_IF(!(val_fraction >= 0 && val_fraction < 1), KILN_ERR_USAGE,
                  "validation fraction %g is outside [0, 1)", val_fraction);
     KILN_FAIL_IF(seq_len < 1, KILN_ERR_USAGE, "sequence length %d must be at least 1", seq_len);
@@ -318,4 +431,165 @@ void kiln_dataset_stats(const kiln_dataset *ds, kiln_column_stats *stats) {
         }
         stats[c] = s;
     }
+}
+
+void kiln_split_release(kiln_split *sp) {
+    free(sp->ranges);
+    sp->ranges = NULL;
+    sp->n_ranges = 0;
+}
+
+const kiln_split_range *kiln_split_ranges(const kiln_split *sp, kiln_split_range *one, size_t *n) {
+    if (sp->n_ranges) {
+        *n = sp->n_ranges;
+        return sp->ranges;
+    }
+    *one = (kiln_split_range){0, sp->train_end, sp->val_begin, sp->val_end};
+    *n = 1;
+    return one;
+}
+
+/* First row in [b, e) whose time is at least t (e when none): the times are sorted there. */
+static size_t first_at(const int64_t *time, size_t b, size_t e, int64_t t) {
+    while (b < e) {
+        size_t m = b + (e - b) / 2;
+        if (time[m] < t)
+            b = m + 1;
+        else
+            e = m;
+    }
+    return b;
+}
+
+static int cmp_time(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
+                            kiln_split *out) {
+    kiln_split_opts o = {.val_fraction = val_fraction, .seq_len = seq_len};
+    return kiln_dataset_split_ex(ds, &o, out);
+}
+
+kiln_err kiln_dataset_split_ex(const kiln_dataset *ds, const kiln_split_opts *o, kiln_split *out) {
+    memset(out, 0, sizeof *out);
+    const bool by_time = o->val_from && *o->val_from;
+    const size_t S = o->seq_len > 0 ? (size_t)o->seq_len : 1;
+    KILN_FAIL_IF(o->seq_len < 1, KILN_ERR_USAGE, "sequence length %d must be at least 1",
+                 o->seq_len);
+    KILN_FAIL_IF(o->purge_rows < 0 || o->purge_secs < 0, KILN_ERR_USAGE,
+                 "the purge gap must not be negative");
+    KILN_FAIL_IF((by_time || o->purge_secs) && !ds->time, KILN_ERR_USAGE,
+                 "'%s' has no time column (kiln data import --time): a split by time (val_from, "
+                 "purge_time) needs one",
+                 ds->path);
+    int64_t from = 0;
+    KILN_FAIL_IF(by_time && !kiln_time_parse(o->val_from, &from), KILN_ERR_USAGE,
+                 "val_from '%s' is not a time (an ISO 8601 date or date-time, or epoch seconds)",
+                 o->val_from);
+    const size_t gap = (size_t)o->purge_rows > S ? (size_t)o->purge_rows : S;
+    /* The old rule, bit for bit: by rows, the gap exactly seq_len, no groups. */
+    if (!by_time && !ds->group && gap == S && !o->purge_secs) {
+        KILN_TRY(split_rows(ds, o->val_fraction, o->seq_len, out));
+        out->train_rows = out->train_end;
+        out->val_rows = out->val_end - out->val_begin;
+        out->gap_rows = out->val_begin - out->train_end;
+        return KILN_OK;
+    }
+    KILN_FAIL_IF(!by_time && !(o->val_fraction >= 0 && o->val_fraction < 1), KILN_ERR_USAGE,
+                 "validation fraction %g is outside [0, 1)", o->val_fraction);
+    /* With groups and times but no val_from: the time at which val_fraction of all rows are
+     * later, so every instrument is split at the same moment. */
+    if (!by_time && ds->group && ds->time && o->val_fraction > 0) {
+        int64_t *t = kiln_malloc(ds->rows * sizeof *t);
+        if (!t) return KILN_ERR_NOMEM;
+        memcpy(t, ds->time, ds->rows * sizeof *t);
+        qsort(t, ds->rows, sizeof *t, cmp_time);
+        size_t n_val = (size_t)floor(o->val_fraction * (double)ds->rows + 0.5);
+        from = t[ds->rows - (n_val ? n_val : 1)];
+        free(t);
+    }
+    const bool at_time = by_time || (ds->group && ds->time && o->val_fraction > 0);
+    const size_t G = ds->group ? (size_t)ds->n_groups : 1;
+    kiln_split_range *rg = kiln_calloc(G, sizeof *rg);
+    if (!rg) return KILN_ERR_NOMEM;
+    size_t b = 0, tr = 0, va = 0, train_starts = 0, val_windows = 0;
+    for (size_t g = 0; g < G; g++) {
+        size_t e = b;
+        while (e < ds->rows && (!ds->group || (size_t)ds->group[e] == g))
+            e++;
+        size_t vb;
+        if (at_time)
+            vb = first_at(ds->time, b, e, from);
+        else if (o->val_fraction > 0)
+            vb = e - (size_t)floor(o->val_fraction * (double)(e - b) + 0.5);
+        else
+            vb = e;
+        size_t te = vb >= b + gap ? vb - gap : b;
+        if (o->purge_secs && at_time) {
+            size_t tt = first_at(ds->time, b, e, from - o->purge_secs);
+            if (tt < te) te = tt;
+        }
+        rg[g] = (kiln_split_range){b, te, vb, e};
+        tr += te - b;
+        va += e - vb;
+        train_starts += te - b >= S ? te - b - S + 1 : 0;
+        val_windows += (e - vb) / S;
+        b = e;
+    }
+    char when[32] = "";
+    if (at_time) kiln_time_format(from, when);
+    kiln_err rc = KILN_OK;
+    if (!train_starts)
+        rc = kiln_fail(
+            KILN_ERR_USAGE,
+            "'%s': the split leaves no training window of %zu rows (%zu training rows%s%s)",
+            ds->path, S, tr, at_time ? " before " : "", when);
+    else if (!val_windows && (by_time || o->val_fraction > 0))
+        rc = kiln_fail(KILN_ERR_USAGE,
+                       "'%s': the split leaves no validation window of %zu rows (%zu validation "
+                       "rows%s%s)",
+                       ds->path, S, va, at_time ? " from " : "", when);
+    if (rc) {
+        free(rg);
+        return rc;
+    }
+    out->train_rows = tr;
+    out->val_rows = va;
+    out->gap_rows = gap;
+    out->by_time = at_time;
+    out->val_from = from;
+    if (ds->group) {
+        out->ranges = rg;
+        out->n_ranges = G;
+    } else {
+        out->train_end = rg[0].train_end;
+        out->val_begin = rg[0].val_begin;
+        out->val_end = rg[0].val_end;
+        free(rg);
+    }
+    return KILN_OK;
+}
+
+size_t kiln_split_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts) {
+    kiln_split_range one;
+    size_t nr, total = 0, n = 0;
+    const kiln_split_range *r = kiln_split_ranges(sp, &one, &nr);
+    for (size_t g = 0; g < nr; g++)
+        total += r[g].val_end - r[g].val_begin;
+    for (size_t g = 0; g < nr && n < cap; g++) {
+        size_t len = r[g].val_end - r[g].val_begin, fit = len / (size_t)seq_len;
+        /* this range's share of cap, by its rows (all of cap with one range) */
+        size_t want = nr == 1 ? cap : (size_t)((double)cap * (double)len / (double)total);
+        if (!want && fit) want = 1;
+        size_t k = fit < want ? fit : want;
+        if (k > cap - n) k = cap - n;
+        if (!k) continue;
+        /* Spread evenly: stride >= seq_len, so the windows never overlap. */
+        size_t stride = len / k;
+        for (size_t i = 0; i < k; i++)
+            starts[n++] = r[g].val_begin + i * stride;
+    }
+    return n;
 }

@@ -28,7 +28,10 @@ static const char schema[] =
     "CREATE TABLE IF NOT EXISTS tensors("
     " step INTEGER, name TEXT, grad_norm REAL, update_ratio REAL, PRIMARY KEY(step, name));"
     "CREATE TABLE IF NOT EXISTS events("
-    " id INTEGER PRIMARY KEY, step INTEGER, time REAL, kind TEXT, message TEXT);";
+    " id INTEGER PRIMARY KEY, step INTEGER, time REAL, kind TEXT, message TEXT);"
+    /* Validation R^2 per target (steps.val_r2 is their mean); added to older files on open. */
+    "CREATE TABLE IF NOT EXISTS val_targets("
+    " step INTEGER, target INTEGER, name TEXT, r2 REAL, PRIMARY KEY(step, target));";
 
 static kiln_err db_fail(kiln_metrics *mx, const char *what) {
     return kiln_fail(KILN_ERR_IO, "'%s': %s: %s", mx->path, what, sqlite3_errmsg(mx->db));
@@ -68,7 +71,8 @@ kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out)
     }
     sqlite3_busy_timeout(mx->db, 5000);
     if (read_only) {
-        KILN_CHECK(rc, fail, exec(mx, "SELECT count(*) FROM steps"));
+        /* Is it a metrics.db at all? (One row, not a count: that would read every step.) */
+        KILN_CHECK(rc, fail, exec(mx, "SELECT step FROM steps LIMIT 1"));
         *out = mx;
         return KILN_OK;
     }
@@ -97,11 +101,12 @@ fail:
 }
 
 kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
-    char sql[256];
+    char sql[384];
     snprintf(sql, sizeof sql,
              "BEGIN; DELETE FROM steps WHERE step > %ld; DELETE FROM layers WHERE step > %ld;"
-             " DELETE FROM tensors WHERE step > %ld; DELETE FROM events WHERE step > %ld; COMMIT;",
-             step, step, step, step);
+             " DELETE FROM tensors WHERE step > %ld; DELETE FROM events WHERE step > %ld;"
+             " DELETE FROM val_targets WHERE step > %ld; COMMIT;",
+             step, step, step, step, step);
     kiln_err rc = exec(mx, sql);
     if (rc) sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
@@ -240,5 +245,47 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
     return exec(mx, "COMMIT");
 fail:
     sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
+    return rc;
+}
+
+kiln_err kiln_run_event_add(const char *run_dir, long step, const char *kind, const char *message) {
+    char *path = kiln_path_join(run_dir, "metrics.db");
+    if (!path) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    /* Only an existing log: a directory that is no run yet gets no metrics.db from here. */
+    kiln_err rc = kiln_path_exists(path)
+                      ? KILN_OK
+                      : kiln_fail(KILN_ERR_NOTFOUND, "'%s': no metrics.db to record an event in",
+                                  run_dir);
+    kiln_metrics *mx = NULL;
+    if (!rc) rc = kiln_metrics_open(path, false, &mx);
+    if (!rc) rc = kiln_metrics_event(mx, step, kind, message);
+    kiln_metrics_close(mx);
+    free(path);
+    return rc;
+}
+
+kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_dataset *ds,
+                                  const double *r2) {
+    sqlite3_stmt *q = NULL;
+    if (sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO val_targets VALUES(?1,?2,?3,?4)", -1, &q,
+                           NULL) != SQLITE_OK)
+        return db_fail(mx, "cannot prepare");
+    kiln_err rc = exec(mx, "BEGIN");
+    for (int o = 0; !rc && o < ds->n_outputs; o++) {
+        char buf[32];
+        sqlite3_reset(q);
+        sqlite3_bind_int64(q, 1, step);
+        sqlite3_bind_int(q, 2, o);
+        sqlite3_bind_text(q, 3, kiln_dataset_column(ds, true, o, buf, sizeof buf), -1,
+                          SQLITE_TRANSIENT);
+        if (isfinite(r2[o]))
+            sqlite3_bind_double(q, 4, r2[o]);
+        else
+            sqlite3_bind_null(q, 4);
+        if (sqlite3_step(q) != SQLITE_DONE) rc = db_fail(mx, "cannot write");
+    }
+    sqlite3_finalize(q);
+    if (!rc) rc = exec(mx, "COMMIT");
+    if (rc) sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
 }

@@ -241,6 +241,24 @@ static kiln_err lin_bwd(const kiln_tsmoe_cuda *m, float *dinp, float *dw, float 
     return kiln_cuda_linear_backward(dinp, dw, db, dout, inp, w, N, IC, OC);
 }
 
+/* The experts of a layer: G weights [G,OC,IC] over the row runs of the host offsets off. */
+static kiln_err lin_grouped_fwd(const kiln_tsmoe_cuda *m, float *out, const float *inp,
+                                const float *w, const float *b, const int32_t *off, int G, int IC,
+                                int OC) {
+    if (m->params16)
+        return kiln_cuda_linear_grouped_forward_bf16(out, inp, as16(m, w), b, off, G, IC, OC);
+    return kiln_cuda_linear_grouped_forward(out, inp, w, b, off, G, IC, OC);
+}
+
+static kiln_err lin_grouped_bwd(const kiln_tsmoe_cuda *m, float *dinp, float *dw, float *db,
+                                const float *dout, const float *inp, const float *w,
+                                const int32_t *off, int G, int IC, int OC) {
+    if (m->params16)
+        return kiln_cuda_linear_grouped_backward_bf16(dinp, dw, db, dout, inp, as16(m, w), off, G,
+                                                      IC, OC);
+    return kiln_cuda_linear_grouped_backward(dinp, dw, db, dout, inp, w, off, G, IC, OC);
+}
+
 #define ZERO(ptr, n) KILN_TRY(kiln_cuda_memset((ptr), 0, (size_t)(n) * sizeof *(ptr)))
 
 kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float *targets, int B,
@@ -269,26 +287,38 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
     KILN_TRY(kiln_cuda_standardize_forward(ac->xs, m->x, p->in_mean, p->in_std, N, F));
     float *h = L ? ac->layers[0].res : ac->hL;
     KILN_TRY(lin_fwd(m, h, ac->xs, p->embed_w, p->embed_b, N, F, D));
+    /* normed: the residual add that made this layer's input also normed it (one kernel,
+     * kiln_cuda_residual_rmsnorm_forward, the same bits as the add and the norm). */
+    bool normed = false;
     for (int l = 0; l < L; l++) {
         kiln_tsmoe_layer_acts *a = &ac->layers[l];
         const kiln_tsmoe_layer_view *w = &p->layers[l];
         float *next = l + 1 < L ? ac->layers[l + 1].res : ac->hL;
         float *st_attn = m->r_stats + l, *st_router = m->r_stats + L + l,
               *st_rms = m->r_stats + 2 * L + l;
-        KILN_TRY(
-            kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm, k->norm_eps, N, D));
+        if (!normed)
+            KILN_TRY(kiln_cuda_rmsnorm_forward(a->u1, a->rstd1, a->res, w->attn_norm, k->norm_eps,
+                                               N, D));
+        normed = false;
         KILN_TRY(lin_fwd(m, a->qkv, a->u1, w->qkv_w, w->qkv_b, N, D, 3 * D));
         KILN_TRY(kiln_cuda_attention_forward(a->ao, a->att, a->qkv, B, S, D, H, W));
         KILN_TRY(lin_fwd(m, ac->tmp, a->ao, w->out_w, w->out_b, N, D, D));
-        KILN_TRY(kiln_cuda_residual_forward(a->mid, a->res, ac->tmp, (size_t)N * D));
-        KILN_TRY(
-            kiln_cuda_rmsnorm_forward(a->u2, a->rstd2, a->mid, w->ffn_norm, k->norm_eps, N, D));
+        KILN_TRY(kiln_cuda_residual_rmsnorm_forward(a->mid, a->u2, a->rstd2, a->res, ac->tmp,
+                                                    w->ffn_norm, k->norm_eps, N, D));
         KILN_TRY(kiln_cuda_stats_entropy(st_attn, a->att, (size_t)B * H * S, (size_t)W));
         if (!E) {
             KILN_TRY(lin_fwd(m, a->hpre, a->u2, w->fc_w, w->fc_b, N, D, Fh));
             KILN_TRY(kiln_cuda_gelu_forward(a->hact, a->hpre, (size_t)N * Fh));
             KILN_TRY(lin_fwd(m, ac->tmp, a->hact, w->proj_w, w->proj_b, N, Fh, D));
-            KILN_TRY(kiln_cuda_residual_forward(next, a->mid, ac->tmp, (size_t)N * D));
+            /* next = mid + tmp, normed by the next layer's attention norm or the final one */
+            if (l + 1 < L)
+                KILN_TRY(kiln_cuda_residual_rmsnorm_forward(
+                    next, ac->layers[l + 1].u1, ac->layers[l + 1].rstd1, a->mid, ac->tmp,
+                    p->layers[l + 1].attn_norm, k->norm_eps, N, D));
+            else
+                KILN_TRY(kiln_cuda_residual_rmsnorm_forward(
+                    next, ac->uf, ac->rstdf, a->mid, ac->tmp, p->final_norm, k->norm_eps, N, D));
+            normed = true;
         } else {
             /* The router stays in f32 in every precision: its choices are discrete. */
             KILN_TRY(kiln_cuda_linear_forward(a->logits, a->u2, w->router, NULL, N, D, E));
@@ -303,24 +333,18 @@ kiln_err kiln_tsmoe_cuda_forward(kiln_tsmoe_cuda *m, const float *x, const float
             KILN_FAIL_IF(off[0] != 0 || off[E] < 0 || off[E] > N * K, KILN_ERR_INTERNAL,
                          "'forward': layer %d: dispatch plan out of range (%d rows)", l, off[E]);
             KILN_TRY(kiln_cuda_moe_gather_forward(a->xg, a->u2, a->rows, off[E], D));
-            for (int e = 0; e < E; e++) {
-                size_t r0 = (size_t)off[e];
-                int n = off[e + 1] - off[e];
-                KILN_TRY(lin_fwd(m, a->hpre + r0 * Fh, a->xg + r0 * D, w->fc_w + (size_t)e * Fh * D,
-                                 w->fc_b + (size_t)e * Fh, n, D, Fh));
-                KILN_TRY(
-                    kiln_cuda_gelu_forward(a->hact + r0 * Fh, a->hpre + r0 * Fh, (size_t)n * Fh));
-                KILN_TRY(lin_fwd(m, a->yg + r0 * D, a->hact + r0 * Fh,
-                                 w->proj_w + (size_t)e * D * Fh, w->proj_b + (size_t)e * D, n, Fh,
-                                 D));
-            }
+            /* The experts: one grouped GEMM per weight, one GELU over all their rows. */
+            KILN_TRY(lin_grouped_fwd(m, a->hpre, a->xg, w->fc_w, w->fc_b, off, E, D, Fh));
+            KILN_TRY(kiln_cuda_gelu_forward(a->hact, a->hpre, (size_t)off[E] * Fh));
+            KILN_TRY(lin_grouped_fwd(m, a->yg, a->hact, w->proj_w, w->proj_b, off, E, Fh, D));
             KILN_TRY(kiln_cuda_moe_combine_forward(next, a->mid, a->yg, a->gates, a->pos, N, D, K));
             KILN_TRY(kiln_cuda_stats_entropy(st_router, a->probs, (size_t)N, (size_t)E));
         }
         KILN_TRY(kiln_cuda_stats_rms(st_rms, next, (size_t)N * D));
     }
-    KILN_TRY(
-        kiln_cuda_rmsnorm_forward(ac->uf, ac->rstdf, ac->hL, p->final_norm, k->norm_eps, N, D));
+    if (!normed)
+        KILN_TRY(
+            kiln_cuda_rmsnorm_forward(ac->uf, ac->rstdf, ac->hL, p->final_norm, k->norm_eps, N, D));
     KILN_TRY(lin_fwd(m, ac->y, ac->uf, p->head_w, p->head_b, N, D, O));
     KILN_TRY(kiln_cuda_stats_maxabs(m->r_stats + 3 * L, ac->y, (size_t)N * O));
     if (targets)
@@ -387,18 +411,11 @@ kiln_err kiln_tsmoe_cuda_backward(kiln_tsmoe_cuda *m, float scale) {
             ZERO(ac->dh1, (size_t)M * Fh);
             ZERO(ac->dh2, (size_t)M * Fh);
             ZERO(ac->dxg, (size_t)M * D);
-            for (int e = 0; e < E; e++) {
-                size_t r0 = (size_t)off[e];
-                int n = off[e + 1] - off[e];
-                KILN_TRY(lin_bwd(m, ac->dh2 + r0 * Fh, gw->proj_w + (size_t)e * D * Fh,
-                                 gw->proj_b + (size_t)e * D, ac->dyg + r0 * D, a->hact + r0 * Fh,
-                                 w->proj_w + (size_t)e * D * Fh, n, Fh, D));
-                KILN_TRY(kiln_cuda_gelu_backward(ac->dh1 + r0 * Fh, ac->dh2 + r0 * Fh,
-                                                 a->hpre + r0 * Fh, (size_t)n * Fh));
-                KILN_TRY(lin_bwd(m, ac->dxg + r0 * D, gw->fc_w + (size_t)e * Fh * D,
-                                 gw->fc_b + (size_t)e * Fh, ac->dh1 + r0 * Fh, a->xg + r0 * D,
-                                 w->fc_w + (size_t)e * Fh * D, n, D, Fh));
-            }
+            KILN_TRY(lin_grouped_bwd(m, ac->dh2, gw->proj_w, gw->proj_b, ac->dyg, a->hact,
+                                     w->proj_w, off, E, Fh, D));
+            KILN_TRY(kiln_cuda_gelu_backward(ac->dh1, ac->dh2, a->hpre, (size_t)M * Fh));
+            KILN_TRY(lin_grouped_bwd(m, ac->dxg, gw->fc_w, gw->fc_b, ac->dh1, a->xg, w->fc_w, off,
+                                     E, D, Fh));
             KILN_TRY(kiln_cuda_moe_gather_backward(ac->du, ac->dxg, a->pos, N, D, K));
             ZERO(ac->dlogits, (size_t)N * E);
             KILN_TRY(kiln_cuda_router_backward(ac->dlogits, ac->dgates, a->probs, a->lse, a->idx,

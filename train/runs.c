@@ -88,12 +88,13 @@ void kiln_run_info_release(kiln_run_info *info) {
     free(info->stop_message);
     json_decref(info->run);
     json_decref(info->layers);
+    json_decref(info->last_val_targets);
     free(info->ckpts);
     events_free(info->events, info->n_events);
     memset(info, 0, sizeof *info);
 }
 
-static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events,
+static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events, bool best_val,
                              kiln_run_info *o) {
     sqlite3_stmt *s = NULL;
     kiln_err rc = KILN_OK;
@@ -142,9 +143,11 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
                           "out of memory");
         }
     }
-    PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY val_loss, "
-         "step LIMIT 1");
-    if (sqlite3_step(s) == SQLITE_ROW) {
+    /* (A scan of every step: kiln runs serve takes the best from its curves instead.) */
+    if (best_val)
+        PREP("SELECT step, val_loss, val_r2 FROM steps WHERE val_loss IS NOT NULL ORDER BY "
+             "val_loss, step LIMIT 1");
+    if (best_val && sqlite3_step(s) == SQLITE_ROW) {
         o->best_val_step = sqlite3_column_int64(s, 0);
         o->best_val_loss = kiln_run_col_num(s, 1);
         o->best_val_r2 = kiln_run_col_num(s, 2);
@@ -155,6 +158,26 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
         o->last_val_step = sqlite3_column_int64(s, 0);
         o->last_val_loss = kiln_run_col_num(s, 1);
         o->last_val_r2 = kiln_run_col_num(s, 2);
+    }
+    o->last_val_targets = json_array();
+    KILN_CHECK_IF(rc, out, !o->last_val_targets, KILN_ERR_NOMEM, "out of memory");
+    /* A metrics.db written before val_targets existed has no such table: none to show. */
+    sqlite3_finalize(s);
+    s = NULL;
+    if (o->last_val_step &&
+        sqlite3_prepare_v2(db,
+                           "SELECT target, name, r2 FROM val_targets WHERE step = ?1 ORDER BY "
+                           "target",
+                           -1, &s, NULL) == SQLITE_OK) {
+        sqlite3_bind_int64(s, 1, (sqlite3_int64)o->last_val_step);
+        while (sqlite3_step(s) == SQLITE_ROW) {
+            const char *name = (const char *)sqlite3_column_text(s, 1);
+            json_t *row =
+                json_pack("{s:I,s:s,s:f}", "target", (json_int_t)sqlite3_column_int64(s, 0), "name",
+                          name ? name : "", "r2", kiln_run_col_num(s, 2));
+            KILN_CHECK_IF(rc, out, !row || json_array_append_new(o->last_val_targets, row),
+                          KILN_ERR_NOMEM, "out of memory");
+        }
     }
     o->layers = json_array();
     KILN_CHECK_IF(rc, out, !o->layers, KILN_ERR_NOMEM, "out of memory");
@@ -202,20 +225,29 @@ out:
     return rc;
 }
 
-kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out) {
+static kiln_err info_load(const char *run_dir, size_t max_events, bool best_val,
+                          kiln_run_info *out) {
     memset(out, 0, sizeof *out);
     out->tokens_per_s = out->updated = NAN;
     KILN_TRY(load_run_json(run_dir, &out->run));
     kiln_metrics *mx = NULL;
     out->best_ckpt = -1;
     kiln_err rc = open_db(run_dir, &mx);
-    if (!rc && mx) rc = read_metrics(kiln_metrics_db(mx), run_dir, max_events, out);
+    if (!rc && mx) rc = read_metrics(kiln_metrics_db(mx), run_dir, max_events, best_val, out);
     if (!rc) rc = kiln_ckpt_list(run_dir, &out->ckpts, &out->n_ckpts);
     /* The one the trainer keeps and kiln export --best takes (the trainer's own rule). */
     if (!rc && mx) rc = kiln_metrics_best_val_step(mx, out->ckpts, out->n_ckpts, &out->best_ckpt);
     kiln_metrics_close(mx);
     if (rc) kiln_run_info_release(out);
     return rc;
+}
+
+kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out) {
+    return info_load(run_dir, max_events, true, out);
+}
+
+kiln_err kiln_run_info_load_quick(const char *run_dir, size_t max_events, kiln_run_info *out) {
+    return info_load(run_dir, max_events, false, out);
 }
 
 /* ---- following (kiln runs show --follow) ---- */

@@ -15,16 +15,30 @@ size_t kiln_train_window(uint64_t seed, long i, int slots, int slot, size_t trai
     return (size_t)(r % starts);
 }
 
+size_t kiln_train_window_split(uint64_t seed, long i, int slots, int slot, const kiln_split *sp,
+                               int seq_len) {
+    if (!sp->n_ranges) return kiln_train_window(seed, i, slots, slot, sp->train_end, seq_len);
+    /* Groups: a start drawn uniformly over every group's training starts, so a window never
+     * holds rows of two groups. */
+    const size_t S = (size_t)seq_len;
+    uint64_t total = 0;
+    for (size_t g = 0; g < sp->n_ranges; g++) {
+        size_t len = sp->ranges[g].train_end - sp->ranges[g].train_begin;
+        total += len >= S ? len - S + 1 : 0;
+    }
+    uint32_t w[4];
+    kiln_philox(seed, KILN_STREAM_BATCH, (uint64_t)i * (uint64_t)slots + (uint64_t)slot, w);
+    uint64_t k = ((uint64_t)w[0] << 32 | w[1]) % total;
+    for (size_t g = 0;; g++) {
+        size_t len = sp->ranges[g].train_end - sp->ranges[g].train_begin;
+        uint64_t n = len >= S ? len - S + 1 : 0;
+        if (k < n) return sp->ranges[g].train_begin + (size_t)k;
+        k -= n;
+    }
+}
+
 size_t kiln_train_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts) {
-    if (sp->val_end <= sp->val_begin) return 0;
-    size_t len = sp->val_end - sp->val_begin, fit = len / (size_t)seq_len;
-    size_t n = fit < cap ? fit : cap;
-    if (!n) return 0;
-    /* Spread evenly: stride >= seq_len, so the windows never overlap. */
-    size_t stride = len / n;
-    for (size_t k = 0; k < n; k++)
-        starts[k] = sp->val_begin + k * stride;
-    return n;
+    return kiln_split_val_windows(sp, seq_len, cap, starts);
 }
 
 void kiln_train_gather(const kiln_dataset *ds, const size_t *starts, size_t n, int seq_len,

@@ -253,8 +253,11 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
     KILN_FAIL_IF(O < 1 || O > KILN_SYNTH_MAX_OUTPUTS, KILN_ERR_USAGE,
                  "synthetic data has 1 to %d outputs (horizons 1, 2, 4, ...), not %d",
                  KILN_SYNTH_MAX_OUTPUTS, O);
+    KILN_FAIL_IF(!(o->scale >= 0 && o->scale <= 1e30), KILN_ERR_USAGE,
+                 "'%s': target scale %g must be positive and at most 1e30", path, o->scale);
     KILN_FAIL_IF(o->rows < KILN_SYNTH_MIN_ROWS || o->rows > ((size_t)1 << 40), KILN_ERR_USAGE,
                  "synthetic data needs %d to 2^40 rows, not %zu", KILN_SYNTH_MIN_ROWS, o->rows);
+    KILN_TRY(kiln_dataset_out_ok(path));
     const size_t n = o->rows, hmax = (size_t)1 << (O - 1), T = BURN_IN + n + hmax;
     size_t nf, no;
     KILN_FAIL_IF(!kiln_mul_ok(n, (size_t)F, &nf) || !kiln_mul_ok(n, (size_t)O, &no), KILN_ERR_LIMIT,
@@ -378,7 +381,9 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
     }
     free(gs), free(gsr), free(mj);
 
-    /* ---- scale targets to unit variance over the file; measure R^2 ---- */
+    /* ---- scale targets to a standard deviation of target_scale over the file; measure
+     * R^2 (which the scale does not change) ---- */
+    const double target_scale = o->scale > 0 ? o->scale : 1;
     const size_t val = n - (size_t)floor(VAL_FRACTION * (double)n + 0.5), nv = n - val;
     ys = kiln_malloc(nv * sizeof *ys), yo = kiln_malloc(nv * sizeof *yo),
     yf = kiln_malloc(nv * sizeof *yf);
@@ -393,7 +398,7 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
             mean += d / (double)(row + 1);
             m2 += d * (y - mean);
         }
-        double sd = sqrt(m2 / (double)n), scale = sd > 0 ? 1 / sd : 1;
+        double sd = sqrt(m2 / (double)n), scale = (sd > 0 ? 1 / sd : 1) * target_scale;
         for (size_t row = 0; row < n; row++)
             Y[row * (size_t)O + (size_t)kk] = (float)(Y[row * (size_t)O + (size_t)kk] * scale);
         for (size_t row = val; row < n; row++) {
@@ -412,8 +417,10 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
 
     cols = synth_columns(F, O);
     meta = json_object();
-    KILN_CHECK_IF(rc, out,
-                  !cols || !meta || json_object_set_new(meta, "kiln.synth", synth_meta(o, &r2)),
+    json_t *sm = synth_meta(o, &r2);
+    /* The scale is recorded when it is not 1, so that files of scale 1 keep their bytes. */
+    if (sm && target_scale != 1) json_object_set_new(sm, "scale", json_real(target_scale));
+    KILN_CHECK_IF(rc, out, !cols || !meta || json_object_set_new(meta, "kiln.synth", sm),
                   KILN_ERR_NOMEM, "out of memory writing '%s'", path);
     KILN_CHECK(rc, out, kiln_dataset_write_meta(path, n, F, O, X, Y, cols, meta));
     if (r2_out) *r2_out = r2;

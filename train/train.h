@@ -25,6 +25,13 @@ typedef struct kiln_dataset {
     char sha256[KILN_SHA256_HEX]; /* digest of the file's bytes */
     char *path;
     json_t *columns; /* NULL or {"features": [...], "targets": [...]} */
+    /* Optional (kiln data import --time / --group; docs/data.md): */
+    int64_t *time;      /* [rows] seconds since 1970 (tensor `time`, I64), or NULL */
+    int32_t *group;     /* [rows] group index (tensor `group`, I32), or NULL; a group's rows are
+                           contiguous, groups in order of first appearance */
+    int n_groups;       /* 0 without groups */
+    json_t *time_meta;  /* NULL or kiln.time: {"column": name} */
+    json_t *group_meta; /* NULL or kiln.groups: {"column": name, "names": [n_groups]} */
 } kiln_dataset;
 
 /* Open and validate: both tensors present, F32, 2-D, same row count, at least one row,
@@ -32,19 +39,58 @@ typedef struct kiln_dataset {
  * Free with kiln_dataset_free. */
 kiln_err kiln_dataset_open(const char *path, kiln_dataset **out);
 void kiln_dataset_free(kiln_dataset *ds);
-/* Write a dataset atomically; columns may be NULL. */
+/* Whether path may take a dataset: nothing is there, or a dataset (a safetensors file with
+ * 'features' and 'targets') that the new one replaces. Anything else (the CSV being imported,
+ * another file, a directory, a link) is KILN_ERR_CONFLICT naming it: writing a dataset never
+ * replaces a file that is not one. kiln_dataset_write checks it; import and synth check it
+ * first too, before any work. */
+kiln_err kiln_dataset_out_ok(const char *path);
+/* Write a dataset atomically; columns may be NULL. An existing path must be a dataset
+ * (kiln_dataset_out_ok). */
 kiln_err kiln_dataset_write(const char *path, size_t rows, int n_features, int n_outputs,
                             const float *features, const float *targets, const json_t *columns);
 
 /* Train and validation splits, contiguous in time: training rows [0, train_end), a purge
  * gap of at least seq_len rows, then validation rows [val_begin, rows). With
  * val_fraction 0 there is no validation split (val_begin == val_end == rows). */
+typedef struct kiln_split_range {
+    size_t train_begin, train_end; /* training rows [train_begin, train_end) */
+    size_t val_begin, val_end;     /* validation rows */
+} kiln_split_range;
 typedef struct kiln_split {
     size_t train_end;
     size_t val_begin, val_end;
+    /* With groups (kiln data import --group): each group's rows split alike, in ranges[g]
+     * (owned: kiln_split_release); train_end, val_begin and val_end are then 0. Without
+     * groups: NULL, the one range above. */
+    kiln_split_range *ranges;
+    size_t n_ranges;
+    size_t train_rows, val_rows, gap_rows; /* totals over the ranges; gap_rows per range */
+    bool by_time;                          /* the validation starts at a time: val_from */
+    int64_t val_from;                      /* (by_time) */
 } kiln_split;
 kiln_err kiln_dataset_split(const kiln_dataset *ds, double val_fraction, int seq_len,
                             kiln_split *out);
+/* How a split is asked for (config keys val_fraction, val_from, purge_rows, purge_time). */
+typedef struct kiln_split_opts {
+    double val_fraction;
+    int seq_len;
+    const char *val_from; /* NULL or "": by val_fraction; else a time (kiln_time_parse): the
+                             validation rows are those at or after it (needs a time column) */
+    long purge_rows;      /* the gap in rows: at least seq_len (0: seq_len) */
+    int64_t purge_secs;   /* and at least this long in time before val_from (needs time) */
+} kiln_split_opts;
+/* The split of ds as o asks; with groups every group is split at the same time (val_from,
+ * or the time at which val_fraction of all rows are later), or at its own val_fraction
+ * without a time column. Release with kiln_split_release. */
+kiln_err kiln_dataset_split_ex(const kiln_dataset *ds, const kiln_split_opts *o, kiln_split *out);
+void kiln_split_release(kiln_split *sp);
+/* The split's ranges: sp->ranges, or the one range of a split without groups in *one. */
+const kiln_split_range *kiln_split_ranges(const kiln_split *sp, kiln_split_range *one, size_t *n);
+/* The fixed validation windows: up to cap non-overlapping windows of seq_len rows spread
+ * evenly over the validation rows (over each group's, in proportion to its rows); starts
+ * [cap] filled. Returns the count (0 if none fits). */
+size_t kiln_split_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts);
 
 /* kiln_dataset_open with options: KILN_DATASET_ALLOW_NONFINITE keeps NaN and infinity
  * (for inspection; a trainer must use kiln_dataset_open). Free with kiln_dataset_free. */
@@ -56,6 +102,32 @@ kiln_err kiln_dataset_open_ex(const char *path, unsigned flags, kiln_dataset **o
 kiln_err kiln_dataset_write_meta(const char *path, size_t rows, int n_features, int n_outputs,
                                  const float *features, const float *targets, const json_t *columns,
                                  const json_t *meta);
+/* A dataset's optional time and group columns, for kiln_dataset_write_extra. */
+typedef struct kiln_dataset_extra {
+    const int64_t *time;     /* [rows] or NULL; non-decreasing within each group */
+    const char *time_column; /* its CSV name */
+    const int32_t *group;    /* [rows] or NULL: 0, then each row the same or the next index */
+    int n_groups;
+    const char *const *group_names; /* [n_groups] */
+    const char *group_column;
+} kiln_dataset_extra;
+/* kiln_dataset_write_meta with the time and group tensors of x (NULL: none, and the bytes
+ * are those of kiln_dataset_write_meta). */
+kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features, int n_outputs,
+                                  const float *features, const float *targets,
+                                  const json_t *columns, const json_t *meta,
+                                  const kiln_dataset_extra *x);
+/* A time as kiln data import reads it: an ISO 8601 date (1985-01-02) or date-time
+ * (1985-01-02T15:30:00Z, with an optional fraction, Z or offset; a space may stand for T),
+ * or epoch seconds (an integer). false when it is none of those. */
+bool kiln_time_parse(const char *s, int64_t *out);
+/* "1985-01-02" at midnight UTC, else "1985-01-02T15:30:00Z". */
+void kiln_time_format(int64_t t, char out[32]);
+/* A duration: an integer and d, h, m or s (no unit: seconds). */
+bool kiln_duration_parse(const char *s, int64_t *out);
+/* The largest whole unit: "3d", "36h", "90s". */
+void kiln_duration_format(int64_t secs, char out[32]);
+
 /* The name of feature (target false) or target (target true) column i: from kiln.columns,
  * else "feature[i]" / "target[i]" formatted into buf. Returns a pointer valid while ds
  * and buf are. */
@@ -70,11 +142,42 @@ typedef struct kiln_column_stats {
 /* stats[0..F) for the features, stats[F..F+O) for the targets. */
 void kiln_dataset_stats(const kiln_dataset *ds, kiln_column_stats *stats);
 
-/* Import a CSV file with a header row: the named columns become the features and the
+/* What import does with a missing value (an empty field, NA, NaN) in a chosen column. */
+typedef enum kiln_missing {
+    KILN_MISSING_REFUSE = 0, /* the first one is an error naming its line and column */
+    KILN_MISSING_DROP = 1,   /* the row is left out */
+    KILN_MISSING_FFILL = 2,  /* the column's value in the last row kept (none: an error) */
+    KILN_MISSING_ZERO = 3    /* 0 */
+} kiln_missing;
+
+typedef struct kiln_csv_import {
+    const char *csv_path, *out_path;
+    const char *const *features; /* [n_features] column names, in dataset order */
+    int n_features;
+    const char *const *targets; /* [n_outputs] */
+    int n_outputs;
+    kiln_missing missing;
+    const char *time_column;  /* NULL, or a column of times (kiln_time_parse): tensor `time` */
+    const char *group_column; /* NULL, or a column naming each row's instrument: rows are
+                                 grouped (stably, in order of first appearance) */
+} kiln_csv_import;
+
+/* What an import did: data rows read, rows written, rows dropped, rows with filled values
+ * and the values filled (ffill, zero). */
+typedef struct kiln_csv_report {
+    size_t rows_read, rows, rows_dropped, rows_filled, values_filled;
+    int n_groups;
+} kiln_csv_report;
+
+/* Import a CSV file (RFC 4180 through libcsv: quoted fields, embedded commas, quotes and
+ * line breaks, CRLF) with a header row: the named columns become the features and the
  * targets, in the order given, and kiln.columns records the names. Read line by line
- * (memory holds the f32 values, not the text). Quoted fields are refused. Every value
- * must be a finite number; an error names the file, the line and the column. out_path
- * is written atomically: on any error an existing file there is left as it was. */
+ * (memory holds the f32 values, not the text). Every value must be a finite number or, as
+ * o->missing says, a missing one; an error names the file, the line and the column. The
+ * output is written atomically: on any error an existing file there is left as it was.
+ * report may be NULL. */
+kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *report);
+/* kiln_dataset_import_csv_ex with missing values refused. */
 kiln_err kiln_dataset_import_csv(const char *csv_path, const char *const *features, int n_features,
                                  const char *const *targets, int n_outputs, const char *out_path);
 
@@ -84,6 +187,7 @@ typedef struct kiln_synth_opts {
     size_t rows;
     int n_features; /* >= KILN_SYNTH_MIN_FEATURES; the rest are noise */
     int n_outputs;  /* target k is the forward return over 2^k steps */
+    double scale;   /* the targets' standard deviation over the file; 0 = 1 */
 } kiln_synth_opts;
 #define KILN_SYNTH_MIN_FEATURES 4
 #define KILN_SYNTH_MAX_FEATURES 1024
@@ -132,9 +236,34 @@ typedef struct kiln_tsmoe kiln_tsmoe;
 
 kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsmoe **out);
 void kiln_tsmoe_free(kiln_tsmoe *m);
+/* Threads the forward and backward passes run on (1 at create; below 1 means 1): the caller
+ * and threads - 1 workers the model starts (and stops at free or the next change). Every op
+ * is cut into work items fixed by the sizes alone and sums over items are taken in item
+ * order, so the results are the same bits for every thread count. KILN_ERR_NOMEM when a
+ * thread cannot start (the model is then on one thread). */
+kiln_err kiln_tsmoe_set_threads(kiln_tsmoe *m, int threads);
 const kiln_model_config *kiln_tsmoe_config(const kiln_tsmoe *m);
 const kiln_param *kiln_tsmoe_param_table(const kiln_tsmoe *m, size_t *count);
 size_t kiln_tsmoe_numel(const kiln_tsmoe *m); /* floats in the parameter block */
+/* Bytes in the CPU network's blocks (parameters, gradients, activations). */
+size_t kiln_tsmoe_bytes(const kiln_tsmoe *m);
+
+/* OpenBLAS 0.3.x maps one work buffer of BUFFER_SIZE per thread that runs a level-3 call
+ * (128 MiB on x86-64: common_x86_64.h, 32 << 22) and retries forever when that mmap fails;
+ * a step touches a part of it (the packed panels; 32 MiB is generous for kiln's shapes). */
+#define KILN_OPENBLAS_BUFFER_BYTES (128ull << 20)
+#define KILN_OPENBLAS_TOUCH_BYTES (32ull << 20)
+/* Room kept for what a run allocates after setup (metrics, checkpoint writes, stdio). */
+#define KILN_TRAIN_SPARE_BYTES (64ull << 20)
+/* Refuse (KILN_ERR_LIMIT, naming the need and the limit) work whose sgemms cannot fit this
+ * process's RLIMIT_AS, RLIMIT_DATA or cgroup v2 memory.max: called once kiln_bytes of
+ * buffers for what ("batch_size 20000") are allocated for task ("this run"), whose message
+ * ends with remedy ("lower batch_size or threads, or raise the limit"), and before OpenBLAS gets threads
+ * (openblas_set_num_threads(threads)) or runs a level-3 call (the trainer's steps, the
+ * validation networks). */
+kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *task,
+                                 const char *what, const char *remedy);
+
 float *kiln_tsmoe_params(kiln_tsmoe *m);      /* [numel] */
 float *kiln_tsmoe_grads(kiln_tsmoe *m);       /* [numel], zero for untrained params */
 /* MODEL.md initialisation from the seed (Philox, KILN_STREAM_INIT, counter = the element's
@@ -286,9 +415,13 @@ typedef struct kiln_train_config {
     double aux_loss_coef, z_loss_coef, capacity_factor;
     int max_bad_steps;        /* non-finite steps in a row that stop the run */
     bool skip_spikes;         /* skip the update on a loss or gradient-norm spike */
-    int threads;              /* OpenBLAS threads */
+    int threads;              /* CPU threads; 0 = the CPUs the process may use */
     kiln_train_device device; /* "cpu" or "cuda" (CUDA device 0) */
     kiln_precision precision; /* "f32", or "bf16" (cuda only) */
+    /* The split in time (kiln_split_opts; left out of the config's JSON while unset): */
+    char val_from[40];   /* "" or a time: validation from it (val_fraction then unused) */
+    long purge_rows;     /* 0 = seq_len */
+    char purge_time[24]; /* "" or a duration ("30d") */
 } kiln_train_config;
 
 void kiln_train_config_default(kiln_train_config *c);
@@ -308,11 +441,21 @@ json_t *kiln_train_config_json(const kiln_train_config *c);
 /* Text of the config: sorted keys, every number exact and as short as reads back the same.
  * pretty: 2-space indent and a trailing newline. Caller frees; NULL on failure. */
 char *kiln_train_config_text(const kiln_train_config *c, bool pretty);
+/* The compact text that names a run's computation: every key but `threads`, which changes
+ * how fast a step runs and never its bits. What the run id is made from and what a
+ * checkpoint's kiln.train_config holds, so neither depends on the thread count; caller frees
+ * (NULL and NOMEM set on failure). */
+char *kiln_train_config_run_text(const kiln_train_config *c);
+/* The threads a CPU run uses: `threads`, or with 0 (the default) the CPUs this process may
+ * run on (sched_getaffinity). */
+int kiln_train_threads(const kiln_train_config *c);
 /* Whether a key may change when a run is resumed (steps, eval_every, ckpt_every, keep,
  * max_bad_steps, skip_spikes, threads, device, precision); false for unknown keys. */
 bool kiln_train_config_resumable(const char *key);
 /* "cpu" or "cuda". */
 const char *kiln_train_device_name(kiln_train_device d);
+/* The split a config asks for (its strings stay c's). */
+kiln_err kiln_train_split_opts(const kiln_train_config *c, kiln_split_opts *o);
 
 /* What the trainer reports after every step (to the progress callback). */
 typedef struct kiln_train_progress {
@@ -322,7 +465,8 @@ typedef struct kiln_train_progress {
     bool applied; /* false: the update was skipped (non-finite or spike) */
     double tokens_per_s, elapsed_s, eta_s;
     bool has_val; /* validation ran after this step */
-    double val_loss, val_r2;
+    double val_loss, val_r2;   /* on the standardised targets (R^2 does not change with it) */
+    const double *val_r2_each; /* [O] R^2 per target when has_val, else NULL */
     const kiln_tsmoe_stats *stats;
 } kiln_train_progress;
 
@@ -380,6 +524,9 @@ typedef struct kiln_run_info {
     double best_val_loss, best_val_r2;
     long last_val_step;
     double last_val_loss, last_val_r2;
+    /* R^2 per target at last_val_step: an array of {target, name, r2}; empty for a run
+     * logged before they were recorded. */
+    json_t *last_val_targets;
     long *ckpts; /* checkpoint steps on disk, ascending */
     size_t n_ckpts;
     long best_ckpt;         /* the one whose step logged the lowest validation loss; -1: none */
@@ -402,7 +549,15 @@ typedef struct kiln_run_info {
  * in one read transaction, so a trainer writing meanwhile cannot mix two moments).
  * Release with kiln_run_info_release. */
 kiln_err kiln_run_info_load(const char *run_dir, size_t max_events, kiln_run_info *out);
+/* The same without best_val_* (0: finding them reads every step; kiln runs serve takes them
+ * from its curves), so that it costs the same at any length. */
+kiln_err kiln_run_info_load_quick(const char *run_dir, size_t max_events, kiln_run_info *out);
 void kiln_run_info_release(kiln_run_info *info);
+/* Append an event to a run's log (metrics.db's events table) from outside the trainer: a
+ * launcher's record of a preemption or a requeue (kiln sweep). step: the step it belongs to;
+ * a resume deletes the events after its checkpoint, so a launcher uses the newest checkpoint's
+ * step. KILN_ERR_NOTFOUND when the run has no metrics.db yet. */
+kiln_err kiln_run_event_add(const char *run_dir, long step, const char *kind, const char *message);
 /* Whether a trainer holds the run directory now (its OFD lock on RUN_DIR/.lock, tested
  * without taking anything: a reader never makes a trainer wait or fail). No .lock: false. */
 kiln_err kiln_run_live(const char *run_dir, bool *live);
@@ -578,6 +733,73 @@ void kiln_run_series_free(kiln_run_series *s, size_t n);
 /* What metrics a run logged, in the names kiln_run_series_load takes (the step columns, the
  * layers' diagnostics and their layers, the tensors), as text for people (caller frees). */
 kiln_err kiln_run_metrics_list(const char *run_dir, char **out);
+
+/* ---- a run's curves for a picture (kiln runs serve, a release's run summary) ---- */
+
+/* At most this many steps of the layers and tensors tables are read (see below). */
+#define KILN_RUN_CURVE_SAMPLES 1000
+
+typedef struct kiln_run_curve {
+    char *name; /* as kiln_run_series names it: "loss", "router_entropy@1",
+                   "expert_load@0/3", "update_ratio@embed.weight" */
+    size_t n;
+    double *x, *y; /* x the steps, ascending; y NAN where the value was not finite */
+} kiln_run_curve;
+
+typedef struct kiln_run_curves {
+    long first, last; /* the steps logged; 0 0: none */
+    kiln_run_curve *c;
+    size_t n;
+    int n_layers, n_experts; /* of the layers table's first step; 0: none logged */
+    /* The tensors whose update/weight ratio rose highest over the steps read, highest
+     * first: their grad_norm@ and update_ratio@ curves are in c. */
+    char **movers;
+    size_t n_movers;
+    bool sampled; /* layers and tensors were read at sampled steps */
+} kiln_run_curves;
+
+/* Every curve a run's page draws, in one read transaction (a trainer writing meanwhile is
+ * not slowed: WAL readers take no lock it waits on). The steps table's columns are read
+ * whole, each cut to `buckets` buckets of the step range with kiln_downsample (its smallest
+ * and largest value, and its first non-finite one: never a mean), so a one-step spike in a
+ * million survives. The layers and tensors tables hold a row per layer and per tensor per
+ * step (27 million rows for a million steps of the default model): a run of more than
+ * KILN_RUN_CURVE_SAMPLES steps has them read at that many evenly spaced steps plus every
+ * spike's and non-finite step's (by their keys), so the page costs the same at any length.
+ * The steps table's columns are kept in a kiln_rollup each (core.h), so the buckets are
+ * powers of two steps wide and what is kept does not depend on when the rows were read.
+ * max_movers (0: 8) tensors are chosen as movers. Steps after `to` are left out (0: none).
+ * A run without metrics.db fails naming it. Release with kiln_run_curves_release. */
+kiln_err kiln_run_curves_load(const char *run_dir, size_t buckets, size_t max_movers, long to,
+                              kiln_run_curves *out);
+void kiln_run_curves_release(kiln_run_curves *c);
+
+/* What a long-lived reader (kiln runs serve) keeps between reads of the same runs: the steps
+ * table's buckets of each of 16 runs (the least recently read given over), so that a reload
+ * reads only the rows logged since (a million-step run's full read happens once). A new
+ * metrics.db, a resume or fewer steps than before start that run over. Thread-safe. */
+typedef struct kiln_run_cache kiln_run_cache;
+kiln_err kiln_run_cache_create(kiln_run_cache **out);
+void kiln_run_cache_free(kiln_run_cache *c); /* NULL is fine */
+/* kiln_run_curves_load (every step) through the cache. */
+kiln_err kiln_run_curves_load_cached(kiln_run_cache *cache, const char *run_dir, size_t buckets,
+                                     size_t max_movers, kiln_run_curves *out);
+/* The curve named name, or NULL. */
+const kiln_run_curve *kiln_run_curve_find(const kiln_run_curves *c, const char *name);
+
+/* A run summary (format "kiln-run-summary/1", docs/runs-web.md): the curves above up to
+ * `step` (the checkpoint a model was exported from), each at most KILN_RUN_SUMMARY_POINTS
+ * points (kiln_downsample), and the run's spikes, non-finite steps, resumes and device
+ * changes up to it. Written to path (atomically) as compact JSON with sorted keys and reals
+ * to 9 digits, with no time of writing in it: the same run and step give the same bytes.
+ * kiln export and kiln release put it in the model directory as run_summary.json, where the
+ * manifest lists it and the signature covers it. */
+#define KILN_RUN_SUMMARY_POINTS 1000
+#define KILN_RUN_SUMMARY_NAME "run_summary.json"
+kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path);
+/* As a kiln_export_opts.add_files callback: ctx is the run directory (const char *); writes
+ * dir/run_summary.json, or nothing when the run has no metrics.db (nothing was logged). */
+kiln_err kiln_run_summary_add(void *run_dir, long step, const char *dir);
 
 /* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
  * The same function as kiln_tsmoe (MODEL.md), with parameters, gradients and activations

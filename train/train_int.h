@@ -86,8 +86,9 @@ kiln_loss kiln_tsmoe_loss_total(double mse, double lb_sum, double z_sum, const k
  * the first warmup_steps, then cosine from lr down to min_lr at the last step. */
 double kiln_train_lr(const kiln_train_config *c, long i);
 
-/* Global L2 norm of the trained parameters' gradients, summed in double in table order;
- * per_tensor (NULL or [count]) gets each tensor's norm (0 for untrained ones). */
+/* Global L2 norm of the trained parameters' gradients, summed in double: each tensor in
+ * chunks fixed by its size (train/optim.c), the tensors in table order; per_tensor (NULL or
+ * [count]) gets each tensor's norm (0 for untrained ones). */
 double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
                             double *per_tensor);
 /* grads *= s over the trained parameters. */
@@ -98,9 +99,34 @@ void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, fl
  *   p -= lr*wd*p (KILN_PARAM_DECAY only), then p -= lr * mhat / (sqrt(vhat) + eps).
  * SGD: p -= lr*wd*p (decay params), then p -= lr * g; m and v untouched (may be NULL).
  * upd_norm, w_norm: NULL or [count]: each tensor's update and (new) weight L2 norms. */
+/* ---- threads (pool.c) ---- */
+
+/* A fixed set of threads that run the items of one loop at a time with the caller. */
+typedef struct kiln_pool kiln_pool;
+typedef void (*kiln_pool_fn)(void *ctx, int item);
+/* threads - 1 workers (none for threads <= 1); free with kiln_pool_free (NULL does nothing). */
+kiln_err kiln_pool_create(int threads, kiln_pool **out);
+void kiln_pool_free(kiln_pool *p);
+int kiln_pool_threads(const kiln_pool *p); /* workers + 1; 1 for NULL */
+/* fn(ctx, i) for i in 0..count-1, on the caller and the workers, each once, in no particular
+ * order; returns when all are done. p NULL: in order on the caller. */
+void kiln_pool_run(kiln_pool *p, int count, kiln_pool_fn fn, void *ctx);
+/* The model's pool (NULL on one thread), for the optimizer step. */
+kiln_pool *kiln_tsmoe_pool(kiln_tsmoe *m);
+
 void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
                            float *params, const float *grads, float *m, float *v, long t, double lr,
                            double *upd_norm, double *w_norm);
+/* The same on pool's threads (NULL: the caller's), tensors in chunks fixed by their sizes:
+ * the same bits for every thread count. */
+void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kiln_param *tab,
+                          size_t count, float *params, const float *grads, float *m, float *v,
+                          long t, double lr, double *upd_norm, double *w_norm);
+/* kiln_train_grad_norm and _scale on pool's threads (NULL: the caller's): the same bits. */
+double kiln_train_grad_norm_run(kiln_pool *pool, const kiln_param *tab, size_t count,
+                                const float *grads, double *per_tensor);
+void kiln_train_grad_scale_run(kiln_pool *pool, const kiln_param *tab, size_t count, float *grads,
+                               float s);
 
 /* ---- the step on a CUDA device (trainer_cuda.c) ---- */
 
@@ -155,6 +181,10 @@ kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, cons
  * step: kiln_philox(seed, KILN_STREAM_BATCH, i*slots + slot), uniform over the starts
  * 0 .. train_end - seq_len. train_end >= seq_len. */
 size_t kiln_train_window(uint64_t seed, long i, int slots, int slot, size_t train_end, int seq_len);
+/* kiln_train_window over a split's training rows: the same start as kiln_train_window
+ * without groups; with them, uniform over every group's windows (none crosses groups). */
+size_t kiln_train_window_split(uint64_t seed, long i, int slots, int slot, const kiln_split *sp,
+                               int seq_len);
 /* The fixed validation windows: up to cap non-overlapping windows spread evenly over
  * [val_begin, val_end); starts [cap] filled. Returns the count (0 if none fits). */
 size_t kiln_train_val_windows(const kiln_split *sp, int seq_len, size_t cap, size_t *starts);
@@ -194,6 +224,8 @@ typedef struct kiln_ckpt_meta {
     const char *dataset_sha256;
     const char *run_id;
     const kiln_train_state *state;
+    /* [cfg->model.n_outputs] the target standardisation (kiln.target_norm); NULL: none */
+    const float *target_mean, *target_std;
 } kiln_ckpt_meta;
 
 /* RUN_DIR/ckpt/step-NNNNNNNN.safetensors; caller frees. */
@@ -209,6 +241,10 @@ typedef struct kiln_ckpt {
     char dataset_sha256[KILN_SHA256_HEX];
     char run_id[64];
     kiln_train_state state;
+    /* [cfg.model.n_outputs] kiln.target_norm, owned; mean 0 and std 1 with has_target_norm
+     * false for a checkpoint written before it existed. */
+    float *target_mean, *target_std;
+    bool has_target_norm;
 } kiln_ckpt;
 
 /* Open a checkpoint and verify it: the digest of the tensor data matches kiln.data_sha256,
@@ -252,6 +288,9 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
                            const kiln_metrics_tensor *tensors, size_t n_tensors);
 /* The underlying handle for readers in train/ (sqlite3 *). */
 void *kiln_metrics_db(kiln_metrics *mx);
+/* The validation R^2 of each target at step (r2 [O]), named from ds's columns. */
+kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_dataset *ds,
+                                  const double *r2);
 /* A run's metrics for reading (runs.c): run_dir must hold a readable run.json (so that a
  * directory that is no run says so; *run gets it when run is not NULL, json_decref) and a
  * metrics.db (kiln_metrics_close). */

@@ -13,8 +13,6 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <cblas.h>
-
 #include "train_int.h"
 
 #define VAL_WINDOWS_MAX 256
@@ -33,6 +31,11 @@ typedef struct trainer {
     size_t *starts;     /* [B] */
     size_t *val_starts; /* [VAL_WINDOWS_MAX] */
     size_t n_val;
+    /* Targets at any scale (docs/train.md): the network fits (y - tmean) / tstd, from the
+     * training split at the start and from the checkpoint on resume (mean 0 and std 1 for a
+     * checkpoint written before they were recorded); ds->targets are standardised in place. */
+    float *tmean, *tstd;     /* [O] */
+    double *val_r2_each;     /* [O] the last validation's R^2 per target */
     double *gn, *un, *wn;    /* [np] per-tensor gradient, update and weight norms */
     kiln_metrics_tensor *mt; /* [np] */
     /* A copy of the last training forward's diagnostics (validation overwrites the model's). */
@@ -42,6 +45,9 @@ typedef struct trainer {
     kiln_train_state st;
     char run_id[64];
     int lock_fd; /* flock on RUN_DIR/.lock: one process per run; -1 = none */
+    /* A start made the run's files (and the directory itself, when new_dir): until its first
+     * step they go again on a failure (unmake_run), so that no half-made run is left. */
+    bool made_files, new_dir;
     /* Data parallelism (docs/train.md): this rank computes micro-batches rank*k .. rank*k+k-1
      * of the step's accum_steps, each into its own shard, and the shards are summed in
      * micro-batch order, so the bits do not depend on the rank count. */
@@ -78,11 +84,15 @@ static void trainer_free(trainer *t) {
     free(t->yval);
     kiln_tsmoe_free(t->m);
     kiln_dataset_free(t->ds);
+    kiln_split_release(&t->split);
     free(t->mom);
     free(t->x);
     free(t->y);
     free(t->starts);
     free(t->val_starts);
+    free(t->tmean);
+    free(t->tstd);
+    free(t->val_r2_each);
     free(t->gn);
     free(t->un);
     free(t->wn);
@@ -159,8 +169,10 @@ static kiln_err setup(trainer *t) {
     const kiln_train_config *c = &t->cfg;
     const int S = c->model.seq_len, B = c->batch_size, F = c->model.n_features,
               O = c->model.n_outputs;
-    KILN_TRY(kiln_dataset_split(t->ds, c->val_fraction, S, &t->split));
-    KILN_FAIL_IF(t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
+    kiln_split_opts so;
+    KILN_TRY(kiln_train_split_opts(c, &so));
+    KILN_TRY(kiln_dataset_split_ex(t->ds, &so, &t->split));
+    KILN_FAIL_IF(!t->split.n_ranges && t->split.train_end < (size_t)S, KILN_ERR_CONFIG,
                  "dataset '%s': the training split has %zu rows, fewer than seq_len %d",
                  t->ds->path, t->split.train_end, S);
     if (c->device == KILN_TRAIN_CUDA) {
@@ -186,6 +198,12 @@ static kiln_err setup(trainer *t) {
     t->y = kiln_malloc((size_t)B * S * O * sizeof(float));
     t->starts = kiln_calloc((size_t)B, sizeof(size_t));
     t->val_starts = kiln_calloc(VAL_WINDOWS_MAX, sizeof(size_t));
+    t->tmean = kiln_calloc((size_t)O, sizeof(float));
+    t->tstd = kiln_calloc((size_t)O, sizeof(float));
+    t->val_r2_each = kiln_calloc((size_t)O, sizeof(double));
+    if (!t->tmean || !t->tstd || !t->val_r2_each) return KILN_ERR_NOMEM;
+    for (int o = 0; o < O; o++)
+        t->tstd[o] = 1;
     t->gn = kiln_calloc(t->np, sizeof(double));
     t->un = kiln_calloc(t->np, sizeof(double));
     t->wn = kiln_calloc(t->np, sizeof(double));
@@ -197,26 +215,97 @@ static kiln_err setup(trainer *t) {
         return KILN_ERR_NOMEM;
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
     KILN_TRY(setup_dist(t));
-    openblas_set_num_threads(c->threads);
-    return KILN_OK;
+    if (!t->dev) {
+        /* Before OpenBLAS starts threads or maps a buffer: where it cannot, it spins. */
+        uint64_t shards =
+            t->shard_block
+                ? (uint64_t)t->k * kiln_dist_padded(t->comm->size, t->numel) * sizeof(float)
+                : 0;
+        uint64_t bytes = kiln_tsmoe_bytes(t->m) + (t->mom ? 2 * t->numel * sizeof(float) : 0) +
+                         (size_t)B * S * (F + O) * sizeof(float) + shards;
+        char what[64];
+        snprintf(what, sizeof what, "batch_size %d", B);
+        KILN_TRY(kiln_train_check_memory(bytes, kiln_train_threads(c), "this run", what,
+                                         "lower batch_size or threads, or raise the limit"));
+    }
+    /* The step's work items run on `threads` threads, OpenBLAS single-threaded inside each
+     * (kiln_tsmoe_create): the checkpoints do not depend on the count (docs/train.md). A
+     * run on a GPU never steps its host model, which stays on one thread. */
+    return t->dev ? KILN_OK : kiln_tsmoe_set_threads(t->m, kiln_train_threads(c));
 }
 
 /* norm.in_mean / norm.in_std from the training split (population std, floored). */
 static void set_input_norm(trainer *t) {
-    const size_t F = (size_t)t->ds->n_features, n = t->split.train_end;
+    const size_t F = (size_t)t->ds->n_features, n = t->split.train_rows;
+    kiln_split_range one;
+    size_t nr;
+    const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
     float *mean = t->params + t->tab[0].offset, *std = t->params + t->tab[1].offset;
     for (size_t f = 0; f < F; f++) {
         double s = 0, ss = 0;
-        for (size_t r = 0; r < n; r++)
-            s += t->ds->features[r * F + f];
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
+                s += t->ds->features[r * F + f];
         double mu = s / (double)n;
-        for (size_t r = 0; r < n; r++) {
-            double d = t->ds->features[r * F + f] - mu;
-            ss += d * d;
-        }
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
+                double d = t->ds->features[r * F + f] - mu;
+                ss += d * d;
+            }
         double sd = sqrt(ss / (double)n);
         mean[f] = (float)mu;
         std[f] = (float)(sd > 1e-6 ? sd : 1e-6);
+    }
+}
+
+/* tmean / tstd from the training split's targets (population std; a constant target keeps
+ * std 1). */
+static void set_target_norm(trainer *t) {
+    const size_t O = (size_t)t->ds->n_outputs, n = t->split.train_rows;
+    kiln_split_range one;
+    size_t nr;
+    const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
+    for (size_t o = 0; o < O; o++) {
+        double s = 0, ss = 0;
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
+                s += t->ds->targets[r * O + o];
+        double mu = s / (double)n;
+        for (size_t g = 0; g < nr; g++)
+            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
+                double d = t->ds->targets[r * O + o] - mu;
+                ss += d * d;
+            }
+        double sd = sqrt(ss / (double)n);
+        t->tmean[o] = (float)mu;
+        t->tstd[o] = sd > 0 && (float)sd > 0 ? (float)sd : 1.0f;
+    }
+}
+
+/* The dataset's targets to (y - tmean) / tstd, in place, on every rank. Mean 0 and std 1
+ * leave every bit as it was. */
+static void standardize_targets(trainer *t) {
+    const size_t O = (size_t)t->ds->n_outputs;
+    for (size_t r = 0; r < t->ds->rows; r++)
+        for (size_t o = 0; o < O; o++) {
+            float *y = &t->ds->targets[r * O + o];
+            *y = (*y - t->tmean[o]) / t->tstd[o];
+        }
+}
+
+/* An --init model predicts in the data's units (export folded its run's scaling into the
+ * head): unfold this run's, W = W' / std and b = (b' - mean) / std, so that the network
+ * starts where the model was. */
+static void unfold_head(trainer *t) {
+    long w = kiln_param_find(t->tab, t->np, "head.weight"),
+         b = kiln_param_find(t->tab, t->np, "head.bias");
+    if (w < 0 || b < 0) return;
+    const size_t O = (size_t)t->cfg.model.n_outputs, D = (size_t)t->cfg.model.d_model;
+    float *hw = t->params + t->tab[w].offset, *hb = t->params + t->tab[b].offset;
+    for (size_t o = 0; o < O; o++) {
+        for (size_t d = 0; d < D; d++)
+            hw[o * D + d] /= t->tstd[o];
+        hb[o] = (hb[o] - t->tmean[o]) / t->tstd[o];
     }
 }
 
@@ -341,7 +430,8 @@ static kiln_err validate(trainer *t, double *val_mse, double *val_r2) {
     for (int o = 0; o < O; o++) {
         tot += e[o];
         double sst = sq[o] - su[o] * su[o] / cnt;
-        r2 += sst > 0 ? 1.0 - e[o] / sst : 0.0;
+        t->val_r2_each[o] = sst > 0 ? 1.0 - e[o] / sst : 0.0;
+        r2 += t->val_r2_each[o];
     }
     *val_mse = tot / (cnt * O);
     *val_r2 = r2 / O;
@@ -381,7 +471,7 @@ static kiln_err prune(trainer *t, const char *run_dir) {
 static kiln_err checkpoint(trainer *t, const char *run_dir) {
     char *path = kiln_ckpt_path(run_dir, t->st.step);
     if (!path) return KILN_ERR_NOMEM;
-    kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st};
+    kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st, t->tmean, t->tstd};
     kiln_err rc = t->dev ? kiln_dev_train_download(t->dev, t->params, t->mom) : KILN_OK;
     if (!rc)
         rc = kiln_ckpt_write(path, t->tab, t->np, t->params, t->mom,
@@ -443,8 +533,7 @@ static kiln_err loop(trainer *t) {
             else
                 rc = kiln_dev_train_micro_begin(t->dev, j);
             for (int b = 0; b < B; b++)
-                t->starts[b] =
-                    kiln_train_window(c->seed, i, slots, a * B + b, t->split.train_end, S);
+                t->starts[b] = kiln_train_window_split(c->seed, i, slots, a * B + b, &t->split, S);
             kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
             kiln_loss l;
             if (t->dev) {
@@ -501,7 +590,8 @@ static kiln_err loop(trainer *t) {
         if (t->dev)
             KILN_TRY(kiln_dev_train_grad_norm(t->dev, t->tab, t->gn, &p.grad_norm));
         else
-            p.grad_norm = kiln_train_grad_norm(t->tab, t->np, t->grads, t->gn);
+            p.grad_norm =
+                kiln_train_grad_norm_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads, t->gn);
         memset(t->un, 0, t->np * sizeof *t->un);
         if (!isfinite(p.loss) || !isfinite(p.grad_norm)) {
             t->st.bad_streak++;
@@ -526,10 +616,12 @@ static kiln_err loop(trainer *t) {
                     KILN_TRY(kiln_dev_train_step(t->dev, c, t->tab, t->st.updates, p.lr, scale,
                                                  t->un, t->wn));
                 } else {
-                    if (clip) kiln_train_grad_scale(t->tab, t->np, t->grads, scale);
-                    kiln_train_optim_step(c, t->tab, t->np, t->params, t->grads, t->mom,
-                                          t->mom ? t->mom + t->numel : NULL, t->st.updates, p.lr,
-                                          t->un, t->wn);
+                    if (clip)
+                        kiln_train_grad_scale_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads,
+                                                  scale);
+                    kiln_train_optim_run(kiln_tsmoe_pool(t->m), c, t->tab, t->np, t->params,
+                                         t->grads, t->mom, t->mom ? t->mom + t->numel : NULL,
+                                         t->st.updates, p.lr, t->un, t->wn);
                 }
                 p.applied = true;
             }
@@ -538,6 +630,7 @@ static kiln_err loop(trainer *t) {
         if (t->n_val && (s == c->steps || (c->eval_every > 0 && s % c->eval_every == 0))) {
             KILN_TRY(validate(t, &p.val_loss, &p.val_r2));
             p.has_val = true;
+            p.val_r2_each = t->val_r2_each;
         }
         uint64_t now = kiln_now_ns();
         p.elapsed_s = (double)(now - t0) * 1e-9;
@@ -553,6 +646,7 @@ static kiln_err loop(trainer *t) {
         /* Rank 0 writes; every rank learns of its failure (and of a stop request) below. */
         if (root) {
             rc = kiln_metrics_step(t->mx, &p, t->mt, t->np);
+            if (!rc && p.has_val) rc = kiln_metrics_val_targets(t->mx, s, t->ds, t->val_r2_each);
             if (!rc && o->progress) o->progress(o->progress_ctx, &p);
         }
         const bool ckpt_due = s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0);
@@ -739,6 +833,58 @@ static void sweep_temps(const char *run_dir) {
 }
 
 /* Rank 0's part of a start: everything up to the first step. */
+/* How the rows were split, for run.json and the model card: rows, and times when the data
+ * has them. */
+static json_t *split_json(const trainer *t) {
+    const kiln_split *sp = &t->split;
+    const kiln_dataset *ds = t->ds;
+    json_t *j =
+        json_pack("{s:s,s:I,s:I,s:I,s:I}", "by", sp->by_time ? "time" : "rows", "train_rows",
+                  (json_int_t)sp->train_rows, "val_rows", (json_int_t)sp->val_rows, "gap_rows",
+                  (json_int_t)sp->gap_rows, "val_windows", (json_int_t)t->n_val);
+    if (!j) return NULL;
+    if (!sp->n_ranges) {
+        json_object_set_new(j, "train_end", json_integer((json_int_t)sp->train_end));
+        json_object_set_new(j, "val_begin", json_integer((json_int_t)sp->val_begin));
+        json_object_set_new(j, "val_end", json_integer((json_int_t)sp->val_end));
+    } else {
+        json_object_set_new(j, "groups", json_integer((json_int_t)sp->n_ranges));
+    }
+    if (sp->by_time) {
+        char b[32];
+        kiln_time_format(sp->val_from, b);
+        json_object_set_new(j, "val_from", json_string(b));
+    }
+    if (t->cfg.purge_time[0]) json_object_set_new(j, "purge_time", json_string(t->cfg.purge_time));
+    if (ds->time) {
+        /* first and last time of each split over all groups */
+        int64_t lo[2] = {INT64_MAX, INT64_MAX}, hi[2] = {INT64_MIN, INT64_MIN};
+        kiln_split_range one;
+        size_t nr;
+        const kiln_split_range *rg = kiln_split_ranges(sp, &one, &nr);
+        for (size_t g = 0; g < nr; g++) {
+            size_t a[2] = {rg[g].train_begin, rg[g].val_begin},
+                   e[2] = {rg[g].train_end, rg[g].val_end};
+            for (int k = 0; k < 2; k++) {
+                if (a[k] >= e[k]) continue;
+                if (ds->time[a[k]] < lo[k]) lo[k] = ds->time[a[k]];
+                if (ds->time[e[k] - 1] > hi[k]) hi[k] = ds->time[e[k] - 1];
+            }
+        }
+        static const char *const names[2][2] = {{"train_first", "train_last"},
+                                                {"val_first", "val_last"}};
+        for (int k = 0; k < 2; k++) {
+            if (lo[k] > hi[k]) continue;
+            char a[32], b[32];
+            kiln_time_format(lo[k], a);
+            kiln_time_format(hi[k], b);
+            json_object_set_new(j, names[k][0], json_string(a));
+            json_object_set_new(j, names[k][1], json_string(b));
+        }
+    }
+    return j;
+}
+
 static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     const kiln_train_opts *opts = t->opts;
     t->cfg = *cfg;
@@ -757,21 +903,26 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     KILN_CHECK(rc, out, resolve_shapes(&t->cfg, t->ds, "config"));
     KILN_CHECK(rc, out, setup(t));
     kiln_tsmoe_init(t->m, t->cfg.seed);
-    if (opts->init_path)
+    set_target_norm(t);
+    if (opts->init_path) {
         KILN_CHECK(rc, out, load_init(t, opts->init_path, init_sha));
-    else
+        unfold_head(t);
+    } else {
         set_input_norm(t);
-    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_text(&t->cfg, false)), KILN_ERR_NOMEM,
+    }
+    KILN_CHECK_IF(rc, out, !(text = kiln_train_config_run_text(&t->cfg)), KILN_ERR_NOMEM,
                   "out of memory");
     make_run_id(text, t->ds->sha256, opts->init_path ? init_sha : NULL, t->run_id);
 
     /* Everything checked: now the run directory. */
     char *ck = kiln_path_join(opts->run_dir, "ckpt");
     KILN_CHECK_IF(rc, out, !ck, KILN_ERR_NOMEM, "out of memory");
+    t->new_dir = !kiln_path_exists(opts->run_dir);
     rc = kiln_mkdir_p(ck);
     free(ck);
     if (rc) goto out;
     KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
+    t->made_files = true; /* under the lock: never another process's files */
     sweep_temps(opts->run_dir); /* a start killed while writing run.json */
     abs_data = realpath(opts->data_path, NULL);
     char created[21];
@@ -786,6 +937,8 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     if (opts->init_path)
         json_object_set_new(run, "init",
                             json_pack("{s:s,s:s}", "path", opts->init_path, "sha256", init_sha));
+    KILN_CHECK_IF(rc, out, json_object_set_new(run, "split", split_json(t)), KILN_ERR_NOMEM,
+                  "out of memory");
     KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
     KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, 0));
@@ -906,6 +1059,9 @@ static kiln_err prepare_resume(trainer *t) {
         KILN_CHECK(rc, out,
                    kiln_ckpt_load(&ck, t->tab, t->np, t->params, t->mom,
                                   t->mom ? t->mom + t->numel : NULL));
+        /* What the checkpoint was trained on: mean 0, std 1 when it predates the record. */
+        memcpy(t->tmean, ck.target_mean, (size_t)t->cfg.model.n_outputs * sizeof(float));
+        memcpy(t->tstd, ck.target_std, (size_t)t->cfg.model.n_outputs * sizeof(float));
     } else {
         /* From scratch, as the start did (an --init model cannot be replayed: refuse). */
         KILN_CHECK_IF(rc, out, json_object_get(run, "init"), KILN_ERR_NOTFOUND,
@@ -913,6 +1069,7 @@ static kiln_err prepare_resume(trainer *t) {
                       opts->run_dir);
         kiln_tsmoe_init(t->m, t->cfg.seed);
         set_input_norm(t);
+        set_target_norm(t);
     }
     kiln_ckpt_release(&ck);
     sweep_temps(opts->run_dir);
@@ -1007,7 +1164,10 @@ static kiln_err share_run(trainer *t, kiln_err rc) {
     }
     KILN_CHECK(rc, out, kiln_dist_agree(c, rc, mine, 0, all));
     KILN_CHECK(rc, out, c->bcast(c, t->params, t->numel * sizeof(float), 0));
-    if (t->mom) rc = c->bcast(c, t->mom, 2 * t->numel * sizeof(float), 0);
+    if (t->mom) KILN_CHECK(rc, out, c->bcast(c, t->mom, 2 * t->numel * sizeof(float), 0));
+    const size_t O = (size_t)t->cfg.model.n_outputs;
+    KILN_CHECK(rc, out, c->bcast(c, t->tmean, O * sizeof(float), 0));
+    rc = c->bcast(c, t->tstd, O * sizeof(float), 0);
 out:
     free(all);
     free(h);
@@ -1049,6 +1209,27 @@ static kiln_err open_dcomm(trainer *t, bool cuda) {
               : KILN_OK;
 }
 
+/* A start that failed before its first step (the metrics could not be opened, another rank
+ * could not set up): what it made goes, while it still holds the run's lock. Only kiln's own
+ * names; the directory itself only when the start made it and it is empty again. */
+static void unmake_run(trainer *t) {
+    const char *dir = t->opts->run_dir;
+    kiln_metrics_close(t->mx);
+    t->mx = NULL;
+    sweep_temps(dir);
+    static const char *const files[] = {"run.json", "metrics.db", "metrics.db-wal",
+                                        "metrics.db-shm", "metrics.db-journal", ".lock"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(files); i++) {
+        char *p = kiln_path_join(dir, files[i]);
+        if (p) unlink(p);
+        free(p);
+    }
+    char *ck = kiln_path_join(dir, "ckpt");
+    if (ck) rmdir(ck);
+    free(ck);
+    if (t->new_dir) rmdir(dir);
+}
+
 kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *opts) {
     trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
     /* The device communicator first: a failure leaves no run directory behind. */
@@ -1056,9 +1237,12 @@ kiln_err kiln_train_start(const kiln_train_config *cfg, const kiln_train_opts *o
     if (rc) return rc;
     rc = t.comm->rank == 0 ? prepare_start(&t, cfg) : KILN_OK;
     rc = share_run(&t, rc);
+    if (!rc) standardize_targets(&t);
     if (!rc) {
         rc = loop(&t);
         record_stop(&t, rc);
+    } else if (t.made_files) {
+        unmake_run(&t);
     }
     trainer_free(&t);
     return rc;
@@ -1068,6 +1252,7 @@ kiln_err kiln_train_resume(const kiln_train_opts *opts) {
     trainer t = {.opts = opts, .lock_fd = -1, .comm = opts->comm ? opts->comm : kiln_comm_single()};
     kiln_err rc = t.comm->rank == 0 ? prepare_resume(&t) : KILN_OK;
     rc = share_run(&t, rc);
+    if (!rc) standardize_targets(&t);
     if (!rc) rc = open_dcomm(&t, t.cfg.device == KILN_TRAIN_CUDA);
     if (!rc) {
         rc = loop(&t);

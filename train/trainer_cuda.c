@@ -35,6 +35,11 @@ struct kiln_dev_train {
     size_t bucket_bytes;
     kiln_comm_xfer *xf;       /* [k*P] */
     void *ev_ready, *ev_done; /* compute stream -> comm stream, and back */
+    /* The optimizer step in one launch: the trained tensors as runs of the block, adjacent
+     * ones with the same decay flag merged (kiln_cuda_optim_update_multi). */
+    kiln_cuda_seg *segs; /* device [nsegs] */
+    int nsegs;
+    size_t nchunks;
 };
 
 kiln_err kiln_dev_train_pick(int local_rank, int *device, int *visible) {
@@ -56,7 +61,7 @@ kiln_err kiln_dev_train_create(const kiln_train_config *c, int device, kiln_dev_
         return rc;
     }
     d->numel = kiln_tsmoe_cuda_numel(d->net);
-    (void)kiln_tsmoe_cuda_param_table(d->net, &d->np);
+    const kiln_param *tab = kiln_tsmoe_cuda_param_table(d->net, &d->np);
     d->params = kiln_tsmoe_cuda_device_params(d->net);
     d->grads = kiln_tsmoe_cuda_device_grads(d->net);
     d->hsum = kiln_calloc(2 * d->np, sizeof(double));
@@ -65,6 +70,25 @@ kiln_err kiln_dev_train_create(const kiln_train_config *c, int device, kiln_dev_
     if (c->optimizer == KILN_OPTIM_ADAMW) {
         KILN_CHECK(rc, fail, kiln_cuda_malloc((void **)&d->mom, 2 * d->numel * sizeof(float)));
         KILN_CHECK(rc, fail, kiln_cuda_memset(d->mom, 0, 2 * d->numel * sizeof(float)));
+    }
+    {
+        kiln_cuda_seg *hs = kiln_calloc(d->np ? d->np : 1, sizeof *hs);
+        KILN_CHECK_IF(rc, fail, !hs, KILN_ERR_NOMEM, "out of memory");
+        int n = 0;
+        for (size_t i = 0; i < d->np; i++) {
+            if (!(tab[i].flags & KILN_PARAM_TRAINED) || !tab[i].numel) continue;
+            const int decay = (tab[i].flags & KILN_PARAM_DECAY) != 0;
+            if (n && hs[n - 1].decay == decay && hs[n - 1].off + hs[n - 1].n == tab[i].offset)
+                hs[n - 1].n += tab[i].numel;
+            else
+                hs[n++] = (kiln_cuda_seg){.off = tab[i].offset, .n = tab[i].numel, .decay = decay};
+        }
+        d->nsegs = n;
+        d->nchunks = kiln_cuda_seg_plan(hs, n);
+        rc = kiln_cuda_malloc((void **)&d->segs, (n ? n : 1) * sizeof *hs);
+        if (!rc && n) rc = kiln_cuda_upload(d->segs, hs, n * sizeof *hs);
+        free(hs);
+        if (rc) goto fail;
     }
     *out = d;
     return KILN_OK;
@@ -83,6 +107,7 @@ void kiln_dev_train_free(kiln_dev_train *d) {
     free(d->bk);
     free(d->xf);
     kiln_cuda_free(d->mom);
+    kiln_cuda_free(d->segs);
     kiln_cuda_free(d->dsum);
     free(d->hsum);
     kiln_tsmoe_cuda_free(d->net); /* last: it holds the thread's CUDA context */
@@ -269,14 +294,12 @@ kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, cons
                          .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
                          .lr = (float)lr,
                          .gscale = gscale};
-    for (size_t i = 0; i < d->np; i++) {
-        if (!(tab[i].flags & KILN_PARAM_TRAINED)) continue;
-        const size_t off = tab[i].offset;
-        o.decay = (tab[i].flags & KILN_PARAM_DECAY) ? (float)(lr * c->weight_decay) : 0.0f;
-        KILN_TRY(kiln_cuda_optim_update(d->params + off, d->grads + off,
-                                        d->mom ? d->mom + off : NULL,
-                                        d->mom ? d->mom + d->numel + off : NULL, tab[i].numel, &o));
-    }
+    /* Every trained tensor in one launch (the segments made at create from the same table;
+     * the same bits as one kiln_cuda_optim_update per tensor). */
+    o.decay = (float)(lr * c->weight_decay);
+    KILN_TRY(kiln_cuda_optim_update_multi(d->params, d->grads, d->mom,
+                                          d->mom ? d->mom + d->numel : NULL, d->segs, d->nsegs,
+                                          d->nchunks, &o));
     /* The grads now hold the updates. */
     KILN_TRY(tensor_sumsq(d, tab, d->grads, d->dsum, d->hsum));
     KILN_TRY(tensor_sumsq(d, tab, d->params, d->dsum + d->np, d->hsum + d->np));

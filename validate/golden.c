@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "validate_int.h"
 
@@ -42,7 +43,8 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     kiln_st_writer *w = NULL;
     float *x = NULL, *t = NULL, *y = NULL, *loss = NULL;
     size_t *starts = NULL;
-    char *out = NULL, *stpath = NULL, *jpath = NULL;
+    char *out = NULL, *stpath = NULL, *jpath = NULL, *sttmp = NULL, *jtmp = NULL;
+    bool made_out = false;
     json_t *gj = NULL, *js = NULL;
 
     out = o->out_dir ? kiln_strdup(o->out_dir) : kiln_vmodel_path(&m, "golden");
@@ -78,10 +80,16 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
         mean += l / (double)N;
     }
 
+    /* Both files are written under temporary names and renamed into place once both are
+     * whole: a failure leaves neither a half set nor a new file beside an old one (and no
+     * directory the call made). */
+    made_out = st == KILN_DIR_ABSENT;
     KILN_CHECK(rc, done, kiln_mkdir_p(out));
     stpath = kiln_path_join(out, "golden.safetensors");
     jpath = kiln_path_join(out, "golden.json");
-    KILN_CHECK_IF(rc, done, !stpath || !jpath, KILN_ERR_NOMEM, "out of memory");
+    sttmp = kiln_path_join(out, ".golden.safetensors.new");
+    jtmp = kiln_path_join(out, ".golden.json.new");
+    KILN_CHECK_IF(rc, done, !stpath || !jpath || !sttmp || !jtmp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, kiln_st_writer_new(&w));
     const int64_t sx[3] = {(int64_t)N, S, F}, sy[3] = {(int64_t)N, S, O}, sl[1] = {(int64_t)N};
     KILN_CHECK(rc, done, kiln_st_writer_add(w, "inputs", KILN_F32, 3, sx, x));
@@ -91,10 +99,10 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     KILN_CHECK(rc, done, kiln_st_writer_meta(w, "kiln.format", KILN_GOLDEN_FORMAT));
     KILN_CHECK(rc, done, kiln_st_writer_meta(w, "kiln.model_sha256", m.sha256));
     KILN_CHECK(rc, done, kiln_st_writer_meta(w, "kiln.data_sha256", ds->sha256));
-    KILN_CHECK(rc, done, kiln_st_writer_write(w, stpath));
+    KILN_CHECK(rc, done, kiln_st_writer_write(w, sttmp));
     uint8_t d[KILN_SHA256_BYTES];
     char gh[KILN_SHA256_HEX];
-    KILN_CHECK(rc, done, kiln_sha256_file(stpath, d));
+    KILN_CHECK(rc, done, kiln_sha256_file(sttmp, d));
     kiln_hex(d, sizeof d, gh);
 
     js = json_array();
@@ -114,8 +122,19 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
                    KILN_VMODEL_ENGINE);
     js = NULL;
     KILN_CHECK_IF(rc, done, !gj, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, done, kiln_json_write_file(jpath, gj));
+    KILN_CHECK(rc, done, kiln_json_write_file(jtmp, gj));
+    /* The description first: a set whose golden.json names another file's digest is refused
+     * by validate, so a failure between the two renames is seen, never trusted. */
+    KILN_CHECK_IF(rc, done, rename(jtmp, jpath) != 0, KILN_ERR_IO,
+                  "'%s': cannot rename into place: %s", jpath, strerror(errno));
+    KILN_CHECK_IF(rc, done, rename(sttmp, stpath) != 0, KILN_ERR_IO,
+                  "'%s': cannot rename into place: %s", stpath, strerror(errno));
 done:
+    if (rc && sttmp) unlink(sttmp);
+    if (rc && jtmp) unlink(jtmp);
+    if (rc && made_out && out) rmdir(out);
+    free(sttmp);
+    free(jtmp);
     json_decref(js);
     json_decref(gj);
     kiln_st_writer_free(w);

@@ -286,12 +286,11 @@ static void heldout_free(heldout *h) {
 static kiln_err heldout_make(const kiln_dataset *ds, const kiln_split *sp, int S, int F, int O,
                              size_t cap, heldout *h) {
     memset(h, 0, sizeof *h);
-    size_t len = sp->val_end - sp->val_begin, fit = len / (size_t)S;
-    h->n = fit < cap ? fit : cap;
+    h->starts = kiln_calloc(cap ? cap : 1, sizeof *h->starts);
+    if (!h->starts) return KILN_ERR_NOMEM;
+    h->n = kiln_split_val_windows(sp, S, cap, h->starts);
     KILN_FAIL_IF(!h->n, KILN_ERR_USAGE, "'%s': the validation split holds no window of %d rows",
                  ds->path, S);
-    size_t stride = len / h->n;
-    h->starts = kiln_calloc(h->n, sizeof *h->starts);
     h->x = kiln_malloc(h->n * S * F * sizeof(float));
     h->t = kiln_malloc(h->n * S * O * sizeof(float));
     h->y = kiln_malloc(h->n * S * O * sizeof(float));
@@ -299,8 +298,6 @@ static kiln_err heldout_make(const kiln_dataset *ds, const kiln_split *sp, int S
         heldout_free(h);
         return KILN_ERR_NOMEM;
     }
-    for (size_t k = 0; k < h->n; k++)
-        h->starts[k] = sp->val_begin + k * stride;
     kiln_vgather(ds, h->starts, h->n, S, h->x, h->t);
     return KILN_OK;
 }
@@ -669,6 +666,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     KILN_TRY(kiln_vmodel_open(o->model, &m));
     kiln_dataset *ds = NULL;
     heldout h = {0};
+    kiln_split sp = {0};
     run r = {0};
     json_t *rep = NULL;
     char *rpath = NULL;
@@ -680,8 +678,23 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     const double vf = o->val_fraction >= 0 ? o->val_fraction : kiln_vmodel_val_fraction(&m);
     KILN_CHECK_IF(rc, out, vf <= 0, KILN_ERR_USAGE,
                   "validation fraction %g leaves no held-out rows to validate on", vf);
-    kiln_split sp;
-    KILN_CHECK(rc, out, kiln_dataset_split(ds, vf, S, &sp));
+    /* The run's split: val_fraction, and val_from, purge_rows, purge_time when it had them. */
+    const json_t *rc_cfg = json_object_get(json_object_get(m.card, "lineage"), "config");
+    kiln_train_config tc;
+    kiln_train_config_default(&tc);
+    tc.model.seq_len = S;
+    tc.val_fraction = vf;
+    static const char *const split_keys[] = {"val_from", "purge_rows", "purge_time"};
+    for (size_t k = 0; k < 3; k++) {
+        const json_t *v = json_object_get(rc_cfg, split_keys[k]);
+        json_t *one = v ? json_pack("{s:O}", split_keys[k], v) : NULL;
+        if (one) rc = kiln_train_config_apply(&tc, one, "the model card's config");
+        json_decref(one);
+        if (rc) goto out;
+    }
+    kiln_split_opts so;
+    KILN_CHECK(rc, out, kiln_train_split_opts(&tc, &so));
+    KILN_CHECK(rc, out, kiln_dataset_split_ex(ds, &so, &sp));
     KILN_CHECK(rc, out, heldout_make(ds, &sp, S, F, O, (size_t)th->heldout_windows, &h));
     KILN_CHECK(rc, out, forward_ties(&m, h.x, h.n, S, th, h.y, &h.tz));
     h.loss = kiln_vmse(h.y, h.t, h.n * S * O);
@@ -694,10 +707,24 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     KILN_CHECK(rc, out, check_reference(&r, o, &m, th));
 
     /* The run's own figure on the same windows, for a reader to compare (an f32 export of
-     * the checkpoint it validated at gives the same number to rounding). */
+     * the checkpoint it validated at gives the same number to rounding). The trainer's
+     * losses are of standardised targets (lineage.target_norm, which export folded into the
+     * head): the held-out loss is given in those units too, as loss_standardised. */
     json_t *card_val =
         json_object_get(json_object_get(json_object_get(m.card, "lineage"), "metrics"), "val_loss");
     if (!json_is_number(card_val)) card_val = NULL;
+    const json_t *tstd =
+        json_object_get(json_object_get(json_object_get(m.card, "lineage"), "target_norm"), "std");
+    double loss_std = NAN;
+    if (json_array_size(tstd) == (size_t)O) {
+        double sum = 0;
+        for (size_t k = 0; k < h.n * (size_t)S * (size_t)O; k++) {
+            double sd = json_number_value(json_array_get(tstd, k % (size_t)O));
+            double d = sd > 0 ? ((double)h.y[k] - h.t[k]) / sd : NAN;
+            sum += d * d;
+        }
+        loss_std = sum / (double)(h.n * (size_t)S * (size_t)O);
+    }
     json_t *golden = json_object_get(r.checks, "golden");
     const bool passed = r.failed == 0 && golden &&
                         !strcmp(json_string_value(json_object_get(golden, "status")), "passed");
@@ -714,6 +741,9 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
         "thresholds", kiln_thresholds_json(th), "checks", r.checks, "baseline",
         r.baseline ? r.baseline : json_null(), "passed", passed);
     KILN_CHECK_IF(rc, out, !rep, KILN_ERR_NOMEM, "out of memory");
+    if (isfinite(loss_std))
+        json_object_set_new(json_object_get(rep, "heldout"), "loss_standardised",
+                            json_real(loss_std));
     if (!o->report || *o->report) {
         rpath = o->report ? kiln_strdup(o->report) : kiln_vmodel_path(&m, "validation.json");
         KILN_CHECK_IF(rc, out, !rpath, KILN_ERR_NOMEM, "out of memory");
@@ -738,6 +768,7 @@ out:
     json_decref(r.baseline);
     free(rpath);
     heldout_free(&h);
+    kiln_split_release(&sp);
     kiln_dataset_free(ds);
     kiln_vmodel_close(&m);
     return rc;

@@ -1,5 +1,6 @@
 /* vmodel.c - a model directory as validation sees it: the file, its card and its weights
  * in the trainer's network (the reference the runtime is held to). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -48,6 +49,40 @@ static kiln_err load_weights(vmodel *m, const kiln_st *st) {
     return KILN_OK;
 }
 
+/* The card's "config" must be the model file's (kiln.config): a card that describes another
+ * model (edited, or copied beside the wrong weights) would have validation vouch for what
+ * it says. Compared key by key after both are parsed (so 1e-05 and 1e-5 agree); the first
+ * key that differs is named with both values. */
+static kiln_err card_config_matches(const vmodel *m, const char *card) {
+    const json_t *cj = json_object_get(m->card, "config");
+    KILN_FAIL_IF(!json_is_object(cj), KILN_ERR_FORMAT,
+                 "'%s': \"config\" is missing or not an object", card);
+    char *label = kiln_asprintf("%s: config", card);
+    if (!label) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_model_config cc;
+    kiln_err rc = kiln_model_config_parse(cj, label, &cc);
+    free(label);
+    if (rc) return rc;
+    json_t *want = kiln_model_config_json(&m->cfg), *got = kiln_model_config_json(&cc);
+    const char *key;
+    json_t *wv;
+    if (!want || !got) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    json_object_foreach(want, key, wv) {
+        if (rc) break;
+        const json_t *gv = json_object_get(got, key);
+        if (gv && json_equal(wv, gv)) continue;
+        char *a = json_dumps(gv, JSON_ENCODE_ANY), *b = json_dumps(wv, JSON_ENCODE_ANY);
+        rc = kiln_fail(KILN_ERR_FORMAT,
+                       "'%s': config key '%s' is %s, but the model file '%s' has %s", card, key,
+                       a ? a : "?", m->file, b ? b : "?");
+        free(a);
+        free(b);
+    }
+    json_decref(want);
+    json_decref(got);
+    return rc;
+}
+
 kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
     memset(m, 0, sizeof *m);
     struct stat sb;
@@ -69,6 +104,20 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
     KILN_CHECK(rc, fail, kiln_model_open(m->file, &m->rt));
     KILN_CHECK_IF(rc, fail, !!kiln_model_is_bf16(m->rt) != m->bf16, KILN_ERR_INTERNAL,
                   "'%s': the runtime and the trainer disagree on whether it is bf16", m->file);
+    /* Before the first sgemm: OpenBLAS spins forever where it cannot map its work buffer
+     * (issue 16), so work that cannot fit this process's memory limits is refused here.
+     * The runtime's forwards run in slices of 64 windows (kiln_vmodel_forward). */
+    {
+        char what[64];
+        snprintf(what, sizeof what, "windows of seq_len %d", m->cfg.seq_len);
+        char *task = kiln_asprintf("checking '%s'", m->file);
+        KILN_CHECK_IF(rc, fail, !task, KILN_ERR_NOMEM, "out of memory");
+        uint64_t bytes =
+            kiln_tsmoe_bytes(m->net) + kiln_model_workspace_size(m->rt, 64, m->cfg.seq_len);
+        rc = kiln_train_check_memory(bytes, 1, task, what, "raise the limit");
+        free(task);
+        if (rc) goto fail;
+    }
     uint8_t d[KILN_SHA256_BYTES];
     KILN_CHECK(rc, fail, kiln_sha256_file(m->file, d));
     kiln_hex(d, sizeof d, m->sha256);
@@ -85,6 +134,8 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
         else if (v && !(json_is_number(v) && json_number_value(v) >= 0 && json_number_value(v) < 1))
             rc = kiln_fail(KILN_ERR_FORMAT,
                            "'%s': lineage.config.val_fraction must be a number in [0, 1)", card);
+        else
+            rc = card_config_matches(m, card);
     }
     free(card);
     if (rc) goto fail;

@@ -13,6 +13,7 @@
 
 #include "core.h"
 #include "web.h"
+#include "web_int.h"
 
 /* ---- the buffer ---- */
 
@@ -195,15 +196,20 @@ static const char style[] =
     ".tag{display:inline-block;padding:0 .4em;border-radius:3px;font-size:12px;"
     "background:#e8ebf2;color:#1d2330}"
     ".ok{background:#d8f0dd;color:#14532d}.warn{background:#fdf0c8;color:#6b4d00}"
-    ".bad{background:#fbd9d9;color:#7f1d1d}.ch{display:inline-block;margin:0 1em .2em 0}";
+    ".bad{background:#fbd9d9;color:#7f1d1d}.ch{display:inline-block;margin:0 1em .2em 0}"
+    /* charts (web/chart.c): SVG drawn with presentation attributes, laid out here */
+    ".charts{display:flex;flex-wrap:wrap;gap:.6em 1.2em}figure.chart{margin:.4em 0}"
+    "figcaption{font-weight:600;font-size:13px}svg.chart{display:block;background:#fff}"
+    "svg.chart text{font:11px system-ui,sans-serif;fill:#445}"
+    "svg.chart text.title{font-weight:600;fill:#1d2330}svg.chart a:hover{opacity:.7}";
 
 const char *kiln_web_stylesheet(void) {
     return style;
 }
 
 static pthread_once_t headers_once = PTHREAD_ONCE_INIT;
-static char csp[256];
-static kiln_web_header headers[5];
+static char csp[256], csp_form[256];
+static kiln_web_header headers[5], headers_form[5];
 
 static void base64(const uint8_t *in, size_t n, char *out) {
     static const char a[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -235,6 +241,24 @@ static void make_headers(void) {
     headers[2] = (kiln_web_header){"X-Content-Type-Options", "nosniff"};
     headers[3] = (kiln_web_header){"Referrer-Policy", "no-referrer"};
     headers[4] = (kiln_web_header){"Cache-Control", "no-store"};
+    /* kiln runs serve's pages: the same, but a form may be sent to the page's own server
+     * (the overlay's checkboxes, a plain GET). */
+    snprintf(csp_form, sizeof csp_form,
+             "default-src 'none'; style-src 'sha256-%s'; base-uri 'none'; form-action 'self'; "
+             "frame-ancestors 'none'",
+             b64);
+    memcpy(headers_form, headers, sizeof headers);
+    headers_form[1].value = csp_form;
+}
+
+const kiln_web_header *kiln_web_headers_form(size_t *n) {
+    pthread_once(&headers_once, make_headers);
+    *n = KILN_ARRAY_LEN(headers_form);
+    return headers_form;
+}
+
+void kiln_web_raw(kiln_web_buf *b, const char *s, size_t n) {
+    put(b, s, n);
 }
 
 const kiln_web_header *kiln_web_headers(size_t *n) {
@@ -442,6 +466,11 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
     case KILN_WEB_TRUST:
         lit(b, "Trust policy");
         break;
+    case KILN_WEB_VERSION:
+        kiln_web_text(b, model);
+        lit(b, " ");
+        kiln_web_text(b, channel);
+        break;
     case KILN_WEB_ERROR:
         kiln_web_text(b, title);
         break;
@@ -449,11 +478,11 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
     lit(b, " \xC2\xB7 kiln registry</title>\n<style>");
     put(b, style, sizeof style - 1);
     lit(b, "</style>\n</head>\n<body>\n<header><nav><a href=\"/\">kiln registry</a>");
-    if (kind == KILN_WEB_MODEL || kind == KILN_WEB_CHANNEL) {
+    if (kind == KILN_WEB_MODEL || kind == KILN_WEB_CHANNEL || kind == KILN_WEB_VERSION) {
         lit(b, " / ");
         link_model(b, model);
     }
-    if (kind == KILN_WEB_CHANNEL) {
+    if (kind == KILN_WEB_CHANNEL || kind == KILN_WEB_VERSION) {
         lit(b, " / ");
         kiln_web_text(b, channel);
     }
@@ -479,6 +508,12 @@ void kiln_web_begin(kiln_web_buf *b, kiln_web_kind kind, const char *model, cons
         break;
     case KILN_WEB_TRUST:
         lit(b, "Trust policy");
+        break;
+    case KILN_WEB_VERSION:
+        lit(b, "Version ");
+        kiln_web_text(b, channel);
+        lit(b, " of ");
+        link_model(b, model);
         break;
     case KILN_WEB_ERROR:
         kiln_web_text(b, title);
@@ -507,6 +542,12 @@ static void json_route(kiln_web_buf *b, kiln_web_kind kind, const char *model,
         break;
     case KILN_WEB_TRUST:
         lit(b, "/v1/trust");
+        break;
+    case KILN_WEB_VERSION:
+        lit(b, "/v1/models/");
+        seg(b, model);
+        lit(b, "/versions/");
+        seg(b, channel);
         break;
     default:
         lit(b, "/v1/models");
@@ -756,7 +797,12 @@ void kiln_web_versions_row(kiln_web_buf *b, const char *model, const kiln_web_ve
     put_signers(b, v->signers, v->nsigners);
     lit(b, "</td><td>");
     put_lineage(b, v->card);
-    lit(b, "</td></tr>\n");
+    /* The version's own page: its validation check by check and its training curves. */
+    lit(b, "<br><small><a class=\"version-page\" href=\"/ui/models/");
+    seg(b, model);
+    lit(b, "/versions/");
+    seg(b, v->version);
+    lit(b, "\">validation and training curves</a></small></td></tr>\n");
 }
 
 /* ---- a channel ---- */

@@ -83,7 +83,8 @@ typedef enum kiln_web_kind {
     KILN_WEB_CHANNEL, /* a channel's history */
     KILN_WEB_AUDIT,   /* the audit log */
     KILN_WEB_ERROR,
-    KILN_WEB_TRUST /* the trust policy in force and its stored versions */
+    KILN_WEB_TRUST, /* the trust policy in force and its stored versions */
+    KILN_WEB_VERSION /* a version: its validation report and run summary (channel: the version) */
 } kiln_web_kind;
 
 /* The document's head, the navigation (registry / model / channel) and the heading. model
@@ -253,4 +254,8 @@ void kiln_web_trust_history_end(kiln_web_buf *b, uint64_t last, bool more);
 #ifdef __cplusplus
 }
 #endif
+
+/* Charts and the pages of kiln runs serve. */
+#include "chart.h"
+
 #endif /* KILN_WEB_H */

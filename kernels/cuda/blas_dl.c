@@ -31,7 +31,14 @@
        const void *alpha, const void *A, cudaDataType at, int lda, const void *B, cudaDataType bt, \
        int ldb, const void *beta, void *C, cudaDataType ct, int ldc, cublasComputeType_t cp,       \
        cublasGemmAlgo_t algo),                                                                     \
-      (h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, cp, algo))
+      (h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, cp, algo))             \
+    X(cublasGemmGroupedBatchedEx,                                                                  \
+      (cublasHandle_t h, const cublasOperation_t ta[], const cublasOperation_t tb[],               \
+       const int m[], const int n[], const int k[], const void *alpha, const void *const A[],      \
+       cudaDataType_t at, const int lda[], const void *const B[], cudaDataType_t bt,               \
+       const int ldb[], const void *beta, void *const C[], cudaDataType_t ct, const int ldc[],     \
+       int count, const int size[], cublasComputeType_t cp),                                       \
+      (h, ta, tb, m, n, k, alpha, A, at, lda, B, bt, ldb, beta, C, ct, ldc, count, size, cp))
 
 #define BLAS_INDEX(name, params, args) BLAS_##name,
 enum { BLAS_CALLS(BLAS_INDEX) BLAS_GET_STATUS_STRING, BLAS_N };

@@ -15,6 +15,7 @@ struct context {
     void *workspace;
     void *scratch;
     size_t scratch_bytes;
+    void **ptrs; // [3 * KILN_GROUP_MAX], kiln_cuda_ptr_table
 };
 thread_local context ctx;
 } // namespace
@@ -57,8 +58,17 @@ kiln_err kiln_cuda_scratch(size_t bytes, void **out, const char *op) {
     return KILN_OK;
 }
 
+kiln_err kiln_cuda_ptr_table(void ***out, const char *op) {
+    *out = NULL;
+    KILN_FAIL_IF(!ctx.refs, KILN_ERR_USAGE,
+                 "cuda: '%s': no CUDA context on this thread (kiln_cuda_init)", op);
+    *out = ctx.ptrs;
+    return KILN_OK;
+}
+
 static void context_close(void) {
     if (ctx.blas) cublasDestroy(ctx.blas);
+    cudaFree(ctx.ptrs);
     cudaFree(ctx.workspace);
     cudaFree(ctx.scratch);
     memset(&ctx, 0, sizeof ctx);
@@ -100,6 +110,12 @@ extern "C" kiln_err kiln_cuda_init(int device) {
     if (e != cudaSuccess) {
         ctx.workspace = NULL;
         rc = kiln_cuda_fail(e, op, "cudaMalloc(cublas workspace)");
+        goto fail;
+    }
+    e = cudaMalloc((void **)&ctx.ptrs, 3 * KILN_GROUP_MAX * sizeof(void *));
+    if (e != cudaSuccess) {
+        ctx.ptrs = NULL;
+        rc = kiln_cuda_fail(e, op, "cudaMalloc(grouped gemm pointers)");
         goto fail;
     }
     // The legacy default stream, a workspace of our own (cuBLAS then never allocates and

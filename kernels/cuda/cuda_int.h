@@ -15,6 +15,11 @@
 cublasHandle_t kiln_cuda_blas(const char *op);
 // Scratch of at least bytes from the thread's context (grown, after a sync, when too small).
 kiln_err kiln_cuda_scratch(size_t bytes, void **out, const char *op);
+// Groups one grouped GEMM call takes (more are split into calls of this many).
+#define KILN_GROUP_MAX 64
+// The context's device table of 3 x KILN_GROUP_MAX pointers for cuBLAS's grouped GEMM
+// (written in stream order, so one table serves every call).
+kiln_err kiln_cuda_ptr_table(void ***out, const char *op);
 
 kiln_err kiln_cuda_fail(cudaError_t e, const char *op, const char *call);
 kiln_err kiln_cublas_fail(cublasStatus_t s, const char *op, const char *call);

@@ -3,4 +3,26 @@ kiln.torch, a PyTorch twin of kiln-tsmoe/1 (docs/python.md)."""
 
 from ._error import Error
 
-__all__ = ["Error"]
+__all__ = ["Error", "Model", "Stream", "push_many", "write_dataset", "read_dataset", "Dataset",
+           "Run", "runs", "Checkpoint", "version", "library_path"]
+
+try:  # the bindings need numpy; kiln.Error (and kiln.torch) do not
+    from ._runtime import Model, Stream, push_many
+    from ._dataset import Dataset, read_dataset, write_dataset
+    from ._runs import Checkpoint, Run, runs
+except ImportError as _e:  # pragma: no cover - a Python without numpy
+    _missing = _e
+
+    def __getattr__(name):
+        if name in __all__:
+            raise ImportError(f"kiln.{name} needs numpy ({_missing})")
+        raise AttributeError(name)
+
+from ._lib import library_path
+
+
+def version():
+    """libkiln's version string (kiln_version(): KILN_VERSION and the git revision)."""
+    from ._lib import lib
+
+    return lib().kiln_version().decode()

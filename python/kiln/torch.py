@@ -390,6 +390,33 @@ class _Block(nn.Module):
             self.ffn = _Dense(D, Fh)
 
 
+
+def fold_target_norm(tensors, meta, n_outputs, path):
+    """A checkpoint's head trained on standardised targets (kiln.target_norm: the training
+    split's mean and std of each target) with the standardisation folded in, W' = std W and
+    b' = std b + mean, in float32 as kiln export folds it: the model then predicts in the
+    data's own units, bit for bit the exported model's head. A checkpoint without the key
+    (written before targets were standardised) is returned as it is."""
+    text = meta.get("kiln.target_norm")
+    if text is None:
+        return tensors
+    try:
+        tn = json.loads(text)
+        mean = np.asarray(tn["mean"], dtype=np.float64)
+        std = np.asarray(tn["std"], dtype=np.float64)
+    except (ValueError, KeyError, TypeError):
+        raise Error(f"'{path}': kiln.target_norm is not {{\"mean\": [...], \"std\": [...]}}") from None
+    if mean.shape != (n_outputs,) or std.shape != (n_outputs,) or not np.all(np.isfinite(mean)) \
+            or not np.all(std > 0) or not np.all(np.isfinite(std)):
+        raise Error(f"'{path}': kiln.target_norm needs {n_outputs} finite means and positive stds")
+    mean32, std32 = mean.astype(np.float32), std.astype(np.float32)
+    out = dict(tensors)
+    w = np.asarray(tensors["head.weight"], dtype=np.float32)
+    b = np.asarray(tensors["head.bias"], dtype=np.float32)
+    out["head.weight"] = (w * std32[:, None]).astype(np.float32)
+    out["head.bias"] = (b * std32 + mean32).astype(np.float32)
+    return out
+
 class TSMoE(nn.Module):
     """kiln-tsmoe/1 (MODEL.md). ``state_dict()`` names are kiln's safetensors names.
 
@@ -592,6 +619,7 @@ class TSMoE(nn.Module):
                 raise Error(f"'{path}': tensor data digest mismatch (corrupted checkpoint)")
             tensors = {k: v for k, v in tensors.items()
                        if not k.startswith("m.") and not k.startswith("v.")}
+            tensors = fold_target_norm(tensors, meta, cfg["n_outputs"], path)
         m = cls(cfg, seed=None)
         m.load_arrays(tensors, source=path)
         try:

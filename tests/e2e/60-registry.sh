@@ -27,6 +27,13 @@ archive one 1.0.0 "$T/a1.kiln"
 archive two 1.1.0 "$T/a2.kiln"
 archive other 1.0.0 "$T/a3.kiln"
 archive evil 6.6.6 "$T/a4.kiln" stranger
+# A version must look like one (a digit, or v and a digit, first): one named like a channel
+# would make demo@production ambiguous. kiln pack says so; the server refuses it too
+# (tests/test_registry_names.c).
+mkdir -p "$T/m-prod" && printf 'w' >"$T/m-prod/model.safetensors" && printf '{}' >"$T/m-prod/card.json"
+expect_fail 2 $KILN pack "$T/m-prod" --name demo --version production --out "$T/prod.kiln"
+grep -q "version name 'production' does not look like a version" "$T/err" || fail "pack --version production: $(cat "$T/err")"
+[ ! -e "$T/prod.kiln" ] || fail "a refused pack wrote its archive"
 
 PUB=$($KILN registry token create --root "$R" --name ci --scope publish)
 PROM=$($KILN registry token create --root "$R" --name release-manager --scope promote)
@@ -85,6 +92,24 @@ $KILN rollback demo --channel staging --key "$T/p1.key" --registry "$URL" --toke
 $KILN pull demo@staging $S --out "$T/svc" >/dev/null
 [ "$(cat "$T/svc/model.safetensors")" = "weights one" ] || fail "pull after rollback"
 grep -q '"seq": 3' "$T/state/channels/demo/staging.json" || fail "state not kept"
+# --out naming a directory of someone's files: refused (exit 2) before anything is fetched,
+# every file kept. Only a model directory kiln installed (manifest.json and the files it
+# lists, nothing else) or an empty one is replaced.
+mkdir -p "$T/positions/sub"
+printf 'sym,qty\nES,3\n' >"$T/positions/positions.csv"
+printf '[risk]\nlimit=5\n' >"$T/positions/sub/config.ini"
+expect_fail 2 $KILN pull demo@staging $S --out "$T/positions"
+grep -q "'$T/positions' is not a model directory as kiln installs one: it has no manifest.json; a pull replaces only" "$T/err" ||
+    fail "pull --out over other files: $(cat "$T/err")"
+[ "$(cd "$T/positions" && find . | sort | tr '\n' ' ')" = ". ./positions.csv ./sub ./sub/config.ini " ] &&
+    [ "$(cat "$T/positions/positions.csv")" = "$(printf 'sym,qty\nES,3')" ] &&
+    [ "$(cat "$T/positions/sub/config.ini")" = "$(printf '[risk]\nlimit=5')" ] || fail "pull --out changed the directory"
+expect_fail 1 $KILN installed demo@staging --dir "$T/positions" --trust "$T/trust.json" --state "$T/state"
+grep -q "is not a model directory as kiln installs one" "$T/err" || fail "installed on other files: $(cat "$T/err")"
+# A channel the registry does not have is an error, never a version of that name.
+expect_fail 2 $KILN pull demo@canary $S --out "$T/canary"
+grep -q "the registry has no channel 'canary' of 'demo'.*never read as a version" "$T/err" || fail "missing channel: $(cat "$T/err")"
+[ ! -e "$T/canary" ] || fail "a refused pull left its directory"
 # kiln installed: the host's own check, with no registry asked (the URL is not given).
 $KILN installed demo@staging --dir "$T/svc" --trust "$T/trust.json" --state "$T/state" >"$T/inst" ||
     fail "installed: $(cat "$T/inst")"

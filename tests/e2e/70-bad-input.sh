@@ -243,6 +243,10 @@ row 2 config '*' - "train --config \$S --data \$F/d.st --run-dir \$O/run"
 row 2 config 'invalid,dupkey,wrongtype' - 'train --print-config --config $S'
 row 2 modelfile "$Q" - "train $TRAIN --data \$F/d.st --run-dir \$O/run --init \$S"
 row 2 run '*,!ckpt/*,!metrics.db/gone,!metrics.db/empty' - 'train --resume $S'
+# sweeps: a spec is a JSON file like a config (a config's keys are no spec's); a directory
+# that holds no sweep.json has no status (docs/orchestration.md)
+row 2 config '*' - 'sweep $S --root $O/sw --scheduler local'
+row 2 run 'missing,file,empty,run.json/gone' - 'sweep status $S'
 # run directories
 row 2 run '*,!ckpt/*,!metrics.db/gone' - 'runs show $S'
 row 2 run "$STORED,run.json/*,metrics.db/random" - 'runs diff $S $F/run'

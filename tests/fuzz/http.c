@@ -57,9 +57,10 @@ static void fuzz_path(const char *url) {
     if (route == REG_R_NONE) return;
     /* The checks first_call makes before anything reads the names. */
     bool two = route == REG_R_VERSION || route == REG_R_CHANNEL || route == REG_R_HISTORY ||
-               route == REG_R_UI_CHANNEL;
+               route == REG_R_UI_CHANNEL || route == REG_R_UI_VERSION;
     bool named = route == REG_R_MODEL || route == REG_R_UI_MODEL || two;
-    if (named && (seg[0][0] || route == REG_R_UI_MODEL || route == REG_R_UI_CHANNEL)) {
+    if (named && (seg[0][0] || route == REG_R_UI_MODEL || route == REG_R_UI_CHANNEL ||
+                  route == REG_R_UI_VERSION)) {
         if (kiln_registry_check_name("model", seg[0]) == KILN_OK) {
             if (!name_safe(seg[0])) abort();
         } else {
@@ -67,7 +68,8 @@ static void fuzz_path(const char *url) {
         }
     }
     if (two) {
-        kiln_err rc = route == REG_R_VERSION ? kiln_registry_check_version(seg[1])
+        kiln_err rc = route == REG_R_VERSION || route == REG_R_UI_VERSION
+                          ? kiln_registry_check_version(seg[1])
                                              : kiln_registry_check_name("channel", seg[1]);
         if (rc == KILN_OK && !name_safe(seg[1])) abort();
         if (rc) answerable();
@@ -105,6 +107,7 @@ static void fuzz_path(const char *url) {
         [REG_R_TRUST] = "/v1/trust",
         [REG_R_TRUST_VERSION] = "/v1/trust%.0s/%s",
         [REG_R_UI_TRUST] = "/ui/trust",
+        [REG_R_UI_VERSION] = "/ui/models/%s/versions/%s",
     };
     snprintf(again, sizeof again, fmt[route], a, b);
     char seg2[3][KILN_REGISTRY_NAME_MAX + 1];

@@ -311,6 +311,141 @@ static void check_linear_bf16(int N, int IC, int OC) {
     record(name, cmp(dget(dgb, OC), gb, OC), TOL_F32); /* the bias sum stays f32 */
 }
 
+/* The grouped linear op (a layer's experts): G weights over runs of rows, against the CPU's
+ * linear op per group. Runs include empty ones, one longer than a column-sum chunk (256
+ * rows), and G = 70 splits into two cuBLAS calls (64 groups a call). */
+static void check_linear_grouped(int G, int IC, int OC, bool bf16) {
+    char name[160], tag[64];
+    snprintf(tag, sizeof tag, "G=%d IC=%d OC=%d%s", G, IC, OC, bf16 ? " bf16" : "");
+    int32_t *off = hnew((size_t)(G + 1) * sizeof *off);
+    off[0] = 0;
+    for (int g = 0; g < G; g++)
+        off[g + 1] = off[g] + (g % 5 == 2 ? 0 : g == 1 ? 300 : 1 + irnd(40));
+    const int M = off[G];
+    size_t nx = (size_t)M * IC, ny = (size_t)M * OC, nw = (size_t)G * OC * IC;
+    float *x = hrnd(nx, -1, 1), *w = hrnd(nw, -1, 1), *b = hrnd((size_t)G * OC, -1, 1);
+    float *y = hnew(ny * 4);
+    for (int g = 0; g < G; g++)
+        kiln_linear_forward(y + (size_t)off[g] * OC, x + (size_t)off[g] * IC,
+                            w + (size_t)g * OC * IC, b + (size_t)g * OC, off[g + 1] - off[g], IC,
+                            OC);
+    float *dx = dput(x, nx), *dw = dput(w, nw), *db = dput(b, (size_t)G * OC), *dy = DPOISON_F(ny);
+    uint16_t *dw16 = bf16 ? dnew(nw * 2) : NULL;
+    const double tol = bf16 ? TOL_BF16 : TOL_F32;
+    snprintf(name, sizeof name, "grouped linear forward %s", tag);
+    if (bf16) TRY(name, kiln_cuda_to_bf16(dw16, dw, nw));
+    TRY(name, bf16 ? kiln_cuda_linear_grouped_forward_bf16(dy, dx, dw16, db, off, G, IC, OC)
+                   : kiln_cuda_linear_grouped_forward(dy, dx, dw, db, off, G, IC, OC));
+    record(name, cmp(dget(dy, ny), y, ny), tol);
+
+    float *go = hrnd(ny, -1, 1), *gi = hrnd(nx, -1, 1), *gw = hrnd(nw, -1, 1),
+          *gb = hrnd((size_t)G * OC, -1, 1);
+    float *dgo = dput(go, ny);
+    float *dgi[2], *dgw[2], *dgb[2];
+    for (int r = 0; r < 2; r++) {
+        dgi[r] = dput(gi, nx);
+        dgw[r] = dput(gw, nw);
+        dgb[r] = dput(gb, (size_t)G * OC);
+    }
+    for (int g = 0; g < G; g++)
+        kiln_linear_backward(gi + (size_t)off[g] * IC, gw + (size_t)g * OC * IC,
+                             gb + (size_t)g * OC, go + (size_t)off[g] * OC, x + (size_t)off[g] * IC,
+                             w + (size_t)g * OC * IC, off[g + 1] - off[g], IC, OC);
+    snprintf(name, sizeof name, "grouped linear backward %s", tag);
+    for (int r = 0; r < 2; r++)
+        TRY(name, bf16 ? kiln_cuda_linear_grouped_backward_bf16(dgi[r], dgw[r], dgb[r], dgo, dx,
+                                                                dw16, off, G, IC, OC)
+                       : kiln_cuda_linear_grouped_backward(dgi[r], dgw[r], dgb[r], dgo, dx, dw, off,
+                                                           G, IC, OC));
+    float *hi = dget(dgi[0], nx), *hw = dget(dgw[0], nw), *hb = dget(dgb[0], (size_t)G * OC);
+    snprintf(name, sizeof name, "grouped linear dinp %s", tag);
+    record(name, cmp(hi, gi, nx), tol);
+    snprintf(name, sizeof name, "grouped linear dweight %s", tag);
+    record(name, cmp(hw, gw, nw), tol);
+    snprintf(name, sizeof name, "grouped linear dbias %s", tag);
+    record(name, cmp(hb, gb, (size_t)G * OC), TOL_F32); /* the bias sum stays f32 */
+    snprintf(name, sizeof name, "grouped linear backward twice, same bits %s", tag);
+    record_exact(name,
+                 !memcmp(hi, dget(dgi[1], nx), nx * 4) && !memcmp(hw, dget(dgw[1], nw), nw * 4) &&
+                     !memcmp(hb, dget(dgb[1], (size_t)G * OC), (size_t)G * OC * 4),
+                 NULL);
+}
+
+/* The residual add fused with the RMSNorm after it: the CPU's two ops within f32 tolerance,
+ * and the GPU's two separate ops bit for bit. */
+static void check_residual_rmsnorm(int N, int D) {
+    char name[160];
+    size_t n = (size_t)N * D;
+    float *a = hrnd(n, -2, 2), *b = hrnd(n, -2, 2), *g = hrnd(D, 0.5f, 1.5f);
+    float *sum = hnew(n * 4), *y = hnew(n * 4), *r = hnew(N * 4);
+    kiln_residual_forward(sum, a, b, n);
+    kiln_rmsnorm_forward(y, r, sum, g, 1e-5f, N, D);
+    float *da = dput(a, n), *db = dput(b, n), *dg = dput(g, D);
+    float *ds = DPOISON_F(n), *dy = DPOISON_F(n), *dr = DPOISON_F(N);
+    float *ds2 = DPOISON_F(n), *dy2 = DPOISON_F(n), *dr2 = DPOISON_F(N);
+    snprintf(name, sizeof name, "residual+rmsnorm forward N=%d D=%d", N, D);
+    TRY(name, kiln_cuda_residual_rmsnorm_forward(ds, dy, dr, da, db, dg, 1e-5f, N, D));
+    TRY(name, kiln_cuda_residual_forward(ds2, da, db, n));
+    TRY(name, kiln_cuda_rmsnorm_forward(dy2, dr2, ds2, dg, 1e-5f, N, D));
+    float *hs = dget(ds, n), *hy = dget(dy, n), *hr = dget(dr, N);
+    record(name, fmax(cmp(hy, y, n), fmax(cmp(hs, sum, n), cmp(hr, r, N))), TOL_F32);
+    snprintf(name, sizeof name, "residual+rmsnorm = the two ops' bits N=%d D=%d", N, D);
+    record_exact(name,
+                 !memcmp(hs, dget(ds2, n), n * 4) && !memcmp(hy, dget(dy2, n), n * 4) &&
+                     !memcmp(hr, dget(dr2, N), (size_t)N * 4),
+                 NULL);
+}
+
+/* The multi-tensor optimizer update: segments of one block (a gap left alone, decay on and
+ * off, one longer than a chunk) in one launch, against one kiln_cuda_optim_update per
+ * segment: the same bits (that op is the CPU's, bit for bit: test_cuda_train's
+ * optimizer_bits). */
+static void check_optim_multi(bool adam) {
+    char name[160];
+    snprintf(name, sizeof name, "optimizer multi-tensor update, %s", adam ? "adamw" : "sgd");
+    kiln_cuda_seg seg[] = {
+        {0, 1, 0, 1}, {1, 700, 0, 0}, {901, 9000, 0, 1}, {9901, 3, 0, 0}, {9904, 4096, 0, 1}};
+    const int ns = (int)KILN_ARRAY_LEN(seg);
+    const size_t numel = 9904 + 4096;
+    float *p = hrnd(numel, -1, 1), *gr = hrnd(numel, -2, 2), *mo = hrnd(numel, -0.1f, 0.1f),
+          *vo = hrnd(numel, 0, 0.01f);
+    float *dp[2], *dg[2], *dm[2], *dv[2];
+    for (int r = 0; r < 2; r++) {
+        dp[r] = dput(p, numel);
+        dg[r] = dput(gr, numel);
+        dm[r] = dput(mo, numel);
+        dv[r] = dput(vo, numel);
+    }
+    kiln_cuda_optim o = {.adam = adam,
+                         .b1 = 0.9f,
+                         .b2 = 0.95f,
+                         .omb1 = 0.1f,
+                         .omb2 = 0.05f,
+                         .eps = 1e-8f,
+                         .step = 0.0031f,
+                         .rsq_bc2 = 1.7f,
+                         .lr = 0.003f,
+                         .decay = 0.0003f,
+                         .gscale = 0.37f};
+    const size_t nchunks = kiln_cuda_seg_plan(seg, ns);
+    kiln_cuda_seg *dseg = dnew(sizeof seg);
+    if (kiln_cuda_upload(dseg, seg, sizeof seg) != KILN_OK) fatal("upload");
+    TRY(name, kiln_cuda_optim_update_multi(dp[0], dg[0], adam ? dm[0] : NULL, adam ? dv[0] : NULL,
+                                           dseg, ns, nchunks, &o));
+    for (int i = 0; i < ns; i++) {
+        kiln_cuda_optim os = o;
+        if (!seg[i].decay) os.decay = 0.0f;
+        const size_t off = seg[i].off;
+        TRY(name, kiln_cuda_optim_update(dp[1] + off, dg[1] + off, adam ? dm[1] + off : NULL,
+                                         adam ? dv[1] + off : NULL, seg[i].n, &os));
+    }
+    bool same = true;
+    float *bufs[2][4] = {{dp[0], dg[0], dm[0], dv[0]}, {dp[1], dg[1], dm[1], dv[1]}};
+    for (int k = 0; k < 4; k++)
+        same = same && !memcmp(dget(bufs[0][k], numel), dget(bufs[1][k], numel), numel * 4);
+    record_exact(name, same, "one launch = one call per tensor, bit for bit");
+}
+
 static void check_rmsnorm(int N, int D) {
     char name[160];
     size_t n = (size_t)N * D;
@@ -555,11 +690,29 @@ static void check_ops(void) {
     check_linear_bf16(4096, 256, 768);
     check_linear_bf16(33, 17, 9);
     release_all();
+    check_linear_grouped(8, 64, 96, false);
+    check_linear_grouped(8, 64, 96, true);
+    check_linear_grouped(70, 12, 20, false);
+    check_linear_grouped(33, 40, 24, true);
+    release_all();
+    {
+        char note[96];
+        snprintf(note, sizeof note, "%d grouped calls ran as one GEMM per group",
+                 kiln_cuda_grouped_fallbacks());
+        add("grouped GEMM through cublasGemmGroupedBatchedEx", NAN, NAN, INFO, note);
+    }
     const int norm[][2] = {{1, 1}, {33, 7}, {1000, 64}, {2053, 384}, {64, 1100}};
     for (size_t i = 0; i < KILN_ARRAY_LEN(norm); i++) {
         check_rmsnorm(norm[i][0], norm[i][1]);
         release_all();
     }
+    check_residual_rmsnorm(1, 1);
+    check_residual_rmsnorm(1000, 64);
+    check_residual_rmsnorm(65, 1100);
+    release_all();
+    check_optim_multi(true);
+    check_optim_multi(false);
+    release_all();
     check_elementwise(1);
     check_elementwise(1000003);
     release_all();
@@ -1094,11 +1247,14 @@ static void time_ops(bool tiny) {
     {
         float *x = dfill(ND, 0x3c), *g = dfill(D, 0x3c), *y = dfill(ND, 0), *r = dfill(N, 0),
               *dx = dfill(ND, 0), *dg = dfill(D, 0), *z = dfill(ND, 0);
-        TIME_OP("rmsnorm fwd", 2 * L, 0, 2.0 * ND * 4,
+        /* In the dense step the first layer's norm runs alone (1 call); the other 2L norms
+         * are fused with the residual add before them (timed below), so the plain residual
+         * add forward has no call there. */
+        TIME_OP("rmsnorm fwd", 1, 0, 2.0 * ND * 4,
                 kiln_cuda_rmsnorm_forward(y, r, x, g, 1e-5f, N, D));
         TIME_OP("rmsnorm bwd", 2 * L, 0, 3.0 * ND * 4,
                 kiln_cuda_rmsnorm_backward(dx, dg, y, x, g, r, N, D));
-        TIME_OP("residual fwd", 2 * L, 0, 3.0 * ND * 4, kiln_cuda_residual_forward(z, x, y, ND));
+        TIME_OP("residual fwd", 0, 0, 3.0 * ND * 4, kiln_cuda_residual_forward(z, x, y, ND));
         TIME_OP("residual bwd", 2 * L, 0, 3.0 * ND * 4, kiln_cuda_residual_backward(z, dx, y, ND));
         TIME_OP("stats rms", L, 0, ND * 4.0, kiln_cuda_stats_rms(r, x, ND));
         release_all();
@@ -1144,6 +1300,31 @@ static void time_ops(bool tiny) {
                 kiln_cuda_moe_combine_forward(out, x, xg, gates, pos, N, D, K));
         TIME_OP("moe combine bwd", 0, 0, (2.0 * ND + 2.0 * M * D) * 4,
                 kiln_cuda_moe_combine_backward(xg, dg, out, xg, gates, pos, N, D, K));
+        /* The experts' GEMMs at the MoE benchmark's d_ff, one grouped call per direction
+         * over the plan above (uniform logits: about M/E rows an expert). */
+        const int Fm = tiny ? 48 : 2048;
+        const size_t nw = (size_t)E * Fm * D;
+        uint16_t *w16 = (uint16_t *)dnew(nw * sizeof(uint16_t));
+        if (kiln_cuda_memset(w16, 0x3c, nw * sizeof(uint16_t)) != KILN_OK) fatal("memset");
+        float *h = dfill((size_t)M * Fm, 0), *dh = dfill((size_t)M * Fm, 0), *dw = dfill(nw, 0),
+              *b = dfill((size_t)E * Fm, 0), *db = dfill((size_t)E * Fm, 0);
+        const double fl = 2.0 * M * D * Fm;
+        TIME_OP("experts fc fwd (grouped, bf16)", 0, fl, 0,
+                kiln_cuda_linear_grouped_forward_bf16(h, xg, w16, b, hoff, E, D, Fm));
+        TIME_OP("experts fc bwd (grouped, bf16)", 0, 2 * fl, 0,
+                kiln_cuda_linear_grouped_backward_bf16(xg, dw, db, h, xg, w16, hoff, E, D, Fm));
+        TIME_OP("experts proj fwd (grouped, bf16)", 0, fl, 0,
+                kiln_cuda_linear_grouped_forward_bf16(xg, h, w16, b, hoff, E, Fm, D));
+        TIME_OP("experts proj bwd (grouped, bf16)", 0, 2 * fl, 0,
+                kiln_cuda_linear_grouped_backward_bf16(dh, dw, db, xg, h, w16, hoff, E, Fm, D));
+        release_all();
+    }
+    {
+        /* The residual add fused with the norm after it (2 L calls in the dense step). */
+        float *a = dfill(ND, 0x3c), *b2 = dfill(ND, 0x3c), *sum = dfill(ND, 0), *y = dfill(ND, 0),
+              *g = dfill(D, 0x3c), *r = dfill(N, 0);
+        TIME_OP("residual+rmsnorm fwd (fused)", 2 * L, 0, 4.0 * ND * 4,
+                kiln_cuda_residual_rmsnorm_forward(sum, y, r, a, b2, g, 1e-5f, N, D));
         release_all();
     }
 
@@ -1336,15 +1517,30 @@ static void run_bench(bool tiny) {
     /* F, O, D, L, H, Fh, E, K, S, W, eps: about 3e8 parameters, 1e8 active, 32768 tokens. */
     const kiln_model_config moe = {16, 4, 1024, 8, 16, 2048, 8, 2, 512, 128, 1e-5f};
     const kiln_model_config dense = {16, 4, 1024, 8, 16, 4096, 0, 0, 512, 128, 1e-5f};
+    /* Sized like research runs (docs/cuda.md "The step's arithmetic", tests/gpu/arith.py),
+     * 16384 tokens a step. dense2048: 8.1e8 parameters, 7.5 GiB with grads and the bf16
+     * copy, 38.5 GiB of activations (52 GiB with AdamW's moments). moe32: 32 experts, top 2,
+     * 3.7e9 parameters, 3.4e8 active per token, 34.8 GiB with grads and the bf16 copy, 27.1
+     * GiB of activations (90 GiB of the H200's 139 with AdamW's moments). */
+    const kiln_model_config dense2048 = {16, 4, 2048, 16, 16, 8192, 0, 0, 512, 128, 1e-5f};
+    const kiln_model_config moe32 = {16, 4, 1536, 12, 12, 3072, 32, 2, 512, 128, 1e-5f};
     /* --tiny-bench: the same code on small configs (for the emulator). */
     const kiln_model_config tmoe = {4, 2, 32, 2, 2, 48, 4, 2, 16, 8, 1e-5f};
     const kiln_model_config tdense = {4, 2, 32, 2, 2, 64, 0, 0, 16, 8, 1e-5f};
+    const kiln_model_config tmoe32 = {4, 2, 32, 2, 2, 16, 32, 2, 16, 8, 1e-5f};
     const int B = tiny ? 2 : 64;
     bench("moe bf16", tiny ? &tmoe : &moe, B, KILN_PRECISION_BF16, tiny ? 1 : 5);
     release_all();
     bench("moe f32", tiny ? &tmoe : &moe, B, KILN_PRECISION_F32, tiny ? 1 : 3);
     release_all();
     bench("dense bf16", tiny ? &tdense : &dense, B, KILN_PRECISION_BF16, tiny ? 1 : 5);
+    release_all();
+    /* About 1 s a step at today's speed (7x the arithmetic's floor, as the configs above):
+     * 3 steps after the warm-up keep the pair under a minute with the host-side setup. */
+    bench("dense2048 bf16", tiny ? &tdense : &dense2048, tiny ? 2 : 32, KILN_PRECISION_BF16,
+          tiny ? 1 : 3);
+    release_all();
+    bench("moe32 bf16", tiny ? &tmoe32 : &moe32, tiny ? 2 : 32, KILN_PRECISION_BF16, tiny ? 1 : 3);
     release_all();
 }
 

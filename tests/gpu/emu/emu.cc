@@ -376,12 +376,43 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
                             void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t) {
-    if (at != CUDA_R_16BF || bt != CUDA_R_16BF || ct != CUDA_R_32F || compute != CUBLAS_COMPUTE_32F)
+    if (at != bt || (at != CUDA_R_16BF && at != CUDA_R_32F) || ct != CUDA_R_32F ||
+        compute != CUBLAS_COMPUTE_32F)
         return CUBLAS_STATUS_NOT_SUPPORTED;
     if (bad_dims(ta, tb, m, n, k, lda, ldb, ldc)) return CUBLAS_STATUS_INVALID_VALUE;
     if (!m || !n) return CUBLAS_STATUS_SUCCESS;
+    if (at == CUDA_R_32F)
+        return cublasSgemm(h, ta, tb, m, n, k, (const float *)alpha, (const float *)A, lda,
+                           (const float *)B, ldb, (const float *)beta, (float *)C, ldc);
     std::vector<float> a = widen(A, lda, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m);
     std::vector<float> b = widen(B, ldb, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k);
     return cublasSgemm(h, ta, tb, m, n, k, (const float *)alpha, a.data(), lda, b.data(), ldb,
                        (const float *)beta, (float *)C, ldc);
+}
+
+// The grouped GEMM: each group's problems one after another through cublasGemmEx (the pointer
+// tables are read from "device" memory, which is host memory here). EMU_NO_GROUPED=1 makes it
+// refuse as a cuBLAS without the types would, so that kiln's fallback runs.
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[],
+                                          const cublasOperation_t tb[], const int m[],
+                                          const int n[], const int k[], const void *alpha,
+                                          const void *const A[], cudaDataType at, const int lda[],
+                                          const void *const B[], cudaDataType bt, const int ldb[],
+                                          const void *beta, void *const C[], cudaDataType ct,
+                                          const int ldc[], int count, const int size[],
+                                          cublasComputeType_t compute) {
+    const char *no = getenv("EMU_NO_GROUPED");
+    if (no && *no == '1') return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (count < 0) return CUBLAS_STATUS_INVALID_VALUE;
+    for (int g = 0, p = 0; g < count; g++) {
+        if (size[g] < 0) return CUBLAS_STATUS_INVALID_VALUE;
+        for (int i = 0; i < size[g]; i++, p++) {
+            cublasStatus_t s =
+                cublasGemmEx(h, ta[g], tb[g], m[g], n[g], k[g], (const float *)alpha + g, A[p], at,
+                             lda[g], B[p], bt, ldb[g], (const float *)beta + g, C[p], ct, ldc[g],
+                             compute, CUBLAS_GEMM_DEFAULT);
+            if (s != CUBLAS_STATUS_SUCCESS) return s;
+        }
+    }
+    return CUBLAS_STATUS_SUCCESS;
 }

@@ -12,7 +12,7 @@ E=build/emu${EMU_SAN:+-asan}
 # device buffers (plain heap blocks here) is caught.
 SAN=${EMU_SAN:+-fsanitize=address -fno-omit-frame-pointer}
 mkdir -p "$E/src" "$E/obj"
-MODS="core kernels/cpu train runtime export validate sign registry web"
+MODS="core kernels/cpu train runtime export validate sign registry web sweep"
 INC="-Iinclude -Ikernels $(for m in $MODS; do printf -- '-I%s ' $m; done)-Ibuild"
 # The libraries libkiln links, as the Makefile names them.
 PKGS=$(sed -n "s/^PKGS := //p" Makefile)

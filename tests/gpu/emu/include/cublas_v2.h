@@ -32,4 +32,12 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             int lda, const void *B, cudaDataType bt, int ldb, const void *beta,
                             void *C, cudaDataType ct, int ldc, cublasComputeType_t compute,
                             cublasGemmAlgo_t algo);
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[],
+                                          const cublasOperation_t tb[], const int m[],
+                                          const int n[], const int k[], const void *alpha,
+                                          const void *const A[], cudaDataType at, const int lda[],
+                                          const void *const B[], cudaDataType bt, const int ldb[],
+                                          const void *beta, void *const C[], cudaDataType ct,
+                                          const int ldc[], int count, const int size[],
+                                          cublasComputeType_t compute);
 #endif

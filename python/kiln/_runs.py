@@ -1,0 +1,198 @@
+"""kiln.Run and kiln.runs: training runs read back (docs/train.md, "The run directory").
+
+run.json, the state, the checkpoints and the best one come from kiln_run_read, the code `kiln
+runs show` reads with; kiln.runs is `kiln runs list --json` (kiln_runs_list). The metrics
+tables are read with Python's sqlite3 from metrics.db opened read-only (a `mode=ro` URI), all
+four in one read transaction, as kiln's own readers do: a run being trained (SQLite in WAL
+mode) can be read at any moment, and never sees half of a step."""
+
+import collections
+import ctypes
+import json
+import os
+import sqlite3
+import urllib.parse
+
+import numpy as np
+
+from . import _lib
+from ._lib import check, lib, usage
+
+Checkpoint = collections.namedtuple("Checkpoint", "step path")
+Checkpoint.__doc__ = "A checkpoint of a run: its step and the path of its safetensors file."
+
+# metrics.db (train/metrics.c) is read by its own schema, so that a table or column the trainer
+# adds comes through without a change here: each column by its declared type, INTEGER as int64
+# (NULL read as -1), REAL as float64 (NULL read as NaN), TEXT as a unicode field, and
+# layers.expert_load (a JSON array of reals in TEXT) as float64 [E]; rows in primary-key order.
+_KINDS = {"INTEGER": "i", "REAL": "f", "TEXT": "s"}
+
+
+def _schema(con):
+    """{table: (order, [(column, kind)])} for every table of the database."""
+    out = {}
+    names = [r[0] for r in con.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+        "ORDER BY name")]
+    for t in names:
+        info = con.execute(f"PRAGMA table_info(\"{t}\")").fetchall()  # cid, name, type, _, _, pk
+        cols = [(r[1], "j" if (t, r[1]) == ("layers", "expert_load")
+                 else _KINDS.get(str(r[2]).upper(), "s")) for r in info]
+        pk = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]]
+        out[t] = (", ".join(f'"{c}"' for c in pk) or "rowid", cols)
+    return out
+
+
+class Table(np.ndarray):
+    """A metrics table: a numpy structured array (one field per column, rows in key order),
+    with to_pandas()."""
+
+    def to_pandas(self):
+        import pandas as pd
+
+        cols = {}
+        for name in self.dtype.names:
+            v = np.asarray(self[name])
+            cols[name] = list(v) if v.ndim > 1 else v
+        return pd.DataFrame(cols)
+
+
+def _select(con, table, order, cols):
+    sql = ", ".join(f'coalesce("{n}", -1)' if k == "i" else f'"{n}"' for n, k in cols)
+    rows = con.execute(f'SELECT {sql} FROM "{table}" ORDER BY {order}').fetchall()
+    fields, data = [], []
+    for i, (name, kind) in enumerate(cols):
+        col = [r[i] for r in rows]
+        if kind == "i":
+            a = np.array(col, dtype=np.int64)
+        elif kind == "f":
+            a = np.array(col, dtype=np.float64)  # NULL (None) becomes NaN
+        elif kind == "s":
+            col = ["" if v is None else str(v) for v in col]
+            a = np.array(col, dtype=f"U{max([1] + [len(v) for v in col])}")
+        else:
+            lists = [json.loads(v) if v else [] for v in col]
+            width = max([0] + [len(v) for v in lists])
+            a = np.full((len(rows), width), np.nan)
+            for r, v in enumerate(lists):
+                a[r, :len(v)] = v
+        fields.append((name, a.dtype, a.shape[1:]))
+        data.append(a)
+    out = np.empty(len(rows), dtype=[(n, t, s) if s else (n, t) for n, t, s in fields])
+    for (name, _, _), a in zip(fields, data):
+        out[name] = a
+    return out.view(Table)
+
+
+class Run:
+    """A training run directory (docs/train.md): run (run.json as a dict), config (its
+    "config"), state ("finished", "running", "interrupted", "diverged", "failed"), message
+    (the trainer's, for diverged and failed), step (the newest logged), checkpoints (a list of
+    Checkpoint, ascending) and best_checkpoint (the one `kiln export --best` takes, or None),
+    read when the Run is made and again by refresh(). The metrics tables steps, layers,
+    tensors and events are read from metrics.db on each access (a run being trained grows);
+    metrics() reads all four in one transaction."""
+
+    def __init__(self, path):
+        self.dir = os.fsdecode(_lib.path_bytes(path, "run directory"))
+        self.refresh()
+
+    def refresh(self):
+        """Read run.json, the state and the checkpoints again."""
+        out = ctypes.c_void_p()
+        check(lib().kiln_run_read(os.fsencode(self.dir), ctypes.byref(out)))
+        doc = json.loads(_lib.take_text(out.value))
+        self.run = doc["run"]
+        self.config = self.run["config"]
+        self.state = doc["state"]
+        self.message = doc["message"]
+        self.step = doc["step"]
+        self.checkpoints = [Checkpoint(c["step"], c["path"]) for c in doc["checkpoints"]]
+        best = doc["best_checkpoint"]
+        self.best_checkpoint = next((c for c in self.checkpoints if c.step == best), None)
+        return self
+
+    @property
+    def run_id(self):
+        return self.run.get("run_id")
+
+    @property
+    def dataset_sha256(self):
+        return self.run.get("dataset_sha256")
+
+    def _connect(self):
+        db = os.path.join(self.dir, "metrics.db")
+        if not os.path.exists(db):
+            raise _lib.Error(f"'{self.dir}': no metrics.db: the run has logged no step yet",
+                             _lib.ERR_NOTFOUND)
+        uri = "file:" + urllib.parse.quote(os.path.abspath(db)) + "?mode=ro"
+        try:
+            # 5 s for a writer's lock, as kiln's readers wait (train/metrics.c).
+            return sqlite3.connect(uri, uri=True, timeout=5.0, isolation_level=None)
+        except sqlite3.Error as e:
+            raise _lib.Error(f"'{db}': cannot open: {e}", _lib.ERR_IO) from None
+
+    def metrics(self, tables=None):
+        """The metrics tables named (None: every table metrics.db holds, at least steps,
+        layers, tensors and events), as a dict of Table, read in one read transaction."""
+        con = self._connect()
+        try:
+            con.execute("BEGIN")
+            schema = _schema(con)
+            for t in tables or ():
+                if t not in schema:
+                    raise usage(f"no metrics table {t!r} in '{self.dir}/metrics.db' (tables: "
+                                f"{', '.join(schema)})")
+            out = {t: _select(con, t, *schema[t]) for t in (tables or schema)}
+            con.execute("COMMIT")
+            return out
+        except sqlite3.Error as e:
+            raise _lib.Error(f"'{self.dir}/metrics.db': {e}", _lib.ERR_IO) from None
+        finally:
+            con.close()
+
+    @property
+    def steps(self):
+        return self.metrics(("steps",))["steps"]
+
+    @property
+    def layers(self):
+        return self.metrics(("layers",))["layers"]
+
+    @property
+    def tensors(self):
+        return self.metrics(("tensors",))["tensors"]
+
+    @property
+    def events(self):
+        return self.metrics(("events",))["events"]
+
+    def to_pandas(self):
+        """The four metrics tables as a dict of pandas DataFrames (one read transaction)."""
+        return {k: v.to_pandas() for k, v in self.metrics().items()}
+
+    def __repr__(self):
+        return f"kiln.Run({self.dir!r}, {self.state}, step {self.step})"
+
+
+def runs(*paths, where=(), sort=None, top=0):
+    """`kiln runs list --json PATH...` as a dict (format "kiln-runs-list/1"): each path a run
+    directory or a directory of runs (a sweep); where: "KEY=VALUE" filters (a str or a list),
+    sort: a column or config key ("-KEY" descending; default val_loss), top: the first N. A
+    run that cannot be read is a row in state "error" (its message in the row), not an
+    exception."""
+    if len(paths) == 1 and isinstance(paths[0], (list, tuple)):
+        paths = tuple(paths[0])
+    if not paths:
+        raise usage("runs: give at least one path")
+    if isinstance(where, str):
+        where = (where,)
+    if not isinstance(top, int) or top < 0:
+        raise usage(f"runs: top must be a non-negative int, not {top!r}")
+    cp = (ctypes.c_char_p * len(paths))(*[_lib.path_bytes(p, "runs path") for p in paths])
+    cw = (ctypes.c_char_p * max(1, len(where)))(*[str(w).encode() for w in where])
+    out = ctypes.c_void_p()
+    check(lib().kiln_runs_list(cp, len(paths), cw, len(where),
+                               None if sort is None else str(sort).encode(), top,
+                               ctypes.byref(out)))
+    return json.loads(_lib.take_text(out.value))

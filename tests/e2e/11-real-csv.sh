@@ -1,0 +1,90 @@
+#!/bin/sh
+# Real-shaped data end to end: a CSV as R's write.csv writes it (quoted header and strings, a
+# row-name column), long format (date, instrument, features, targets: three instruments of
+# daily returns at the scale of real ones, std 0.01, weekends and a closure missing, a few NA)
+# goes through import (--time, --group, --missing ffill), inspect, train (split at a date),
+# runs show and export; the exported model predicts in the data's units. Then the refusals:
+# times going backwards, a val_from without a time column.
+. "$(dirname "$0")/lib.sh"
+: "${KILN:?set KILN to the kiln binary}"
+
+# market.csv from three synthetic markets (seeds 1-3, 1500 business days from 1985-01-02).
+for s in 1 2 3; do
+    $KILN data synth --seed $s --rows 1500 --features 4 --outputs 2 --scale 0.01 --out "$T/s$s.st" 2>/dev/null ||
+        fail "synth $s"
+    $KILN data export "$T/s$s.st" >"$T/s$s.csv" || fail "export $s"
+done
+/usr/bin/python3 "$(dirname "$0")/../../examples/market_csv.py" "$T/market.csv" "$T/s1.csv" "$T/s2.csv" \
+    "$T/s3.csv" || fail "writing market.csv"
+# The file holds quoted strings and bare NA, as R writes it.
+sed -n 2p "$T/market.csv" | grep -q '^"1","1985-01-02","SPX",' || fail "market.csv: $(sed -n 2p "$T/market.csv")"
+grep -q ',NA,' "$T/market.csv" || fail "market.csv has no NA"
+
+# Refused by default, naming the first missing value.
+expect_fail 2 $KILN data import --csv "$T/market.csv" --features ret,flow,volume,basis \
+    --targets fwd_ret_1,fwd_ret_2 --time date --group instrument --out "$T/m.st"
+grep -q "line 24, column 'flow': missing value 'NA'" "$T/err" || fail "first NA: $(cat "$T/err")"
+[ ! -e "$T/m.st" ] || fail "a refused import wrote its output"
+$KILN data import --csv "$T/market.csv" --features ret,flow,volume,basis --targets fwd_ret_1,fwd_ret_2 \
+    --time date --group instrument --missing ffill --out "$T/m.st" 2>"$T/imp" || fail "import: $(cat "$T/imp")"
+grep -q "4500 rows, 4 features, 2 targets, 3 groups" "$T/imp" || fail "import: $(cat "$T/imp")"
+grep -q -- "--missing ffill: filled 6 values in 6 of 4500 rows" "$T/imp" || fail "ffill count: $(cat "$T/imp")"
+
+$KILN data inspect "$T/m.st" >"$T/ins" || fail "inspect"
+grep -q "^time      column 'date': 1985-01-02 to 1990-10-03, median step 1d$" "$T/ins" || fail "inspect time: $(cat "$T/ins")"
+grep -q "^gaps      1985-09-26 to 1985-09-30 (4d, row 192, SPX)$" "$T/ins" || fail "inspect gaps: $(cat "$T/ins")"
+grep -q "^groups    3 in column 'instrument': SPX 1500 rows, NDX 1500 rows, RUT 1500 rows$" "$T/ins" ||
+    fail "inspect groups: $(cat "$T/ins")"
+$KILN data inspect --json "$T/m.st" >"$T/ins.json" || fail "inspect --json"
+grep -q '"median_step_seconds": 86400' "$T/ins.json" || fail "inspect --json time"
+
+# Train with the validation from 1989-07-01, 10 days purged: every instrument split there.
+$KILN train --data "$T/m.st" --run-dir "$T/run" --set steps=60 --set eval_every=30 --set ckpt_every=30 --set keep=0 \
+    --set val_from=1989-07-01 --set purge_time=10d --set d_model=16 --set d_ff=32 --set seq_len=16 \
+    --set attn_window=16 >/dev/null 2>"$T/train.log" || { cat "$T/train.log" >&2; fail "train"; }
+grep -q '"by": "time"' "$T/run/run.json" || fail "run.json split: $(cat "$T/run/run.json")"
+grep -q '"val_first": "1989-07-03"' "$T/run/run.json" || fail "run.json val_first"
+grep -q '"groups": 3' "$T/run/run.json" || fail "run.json groups"
+# Resumed from step 30 (the target scaling read back from the checkpoint), the run ends with
+# the bytes of the uninterrupted one.
+cp -r "$T/run" "$T/again"
+rm "$T/again/ckpt/step-00000060.safetensors"
+$KILN train --resume "$T/again" >/dev/null 2>"$T/again.log" || { cat "$T/again.log" >&2; fail "resume"; }
+cmp -s "$T/run/ckpt/step-00000060.safetensors" "$T/again/ckpt/step-00000060.safetensors" ||
+    fail "the resumed run's checkpoint differs from the uninterrupted run's"
+$KILN runs show "$T/run" >"$T/show" || fail "runs show"
+grep -q '^  r2 per target: fwd_ret_1 [-0-9.]* fwd_ret_2 [-0-9.]*$' "$T/show" || fail "runs show r2 per target: $(cat "$T/show")"
+
+$KILN export "$T/run" --out "$T/model" >/dev/null || fail "export"
+/usr/bin/python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))["lineage"]["split"]
+assert s["by"] == "time" and s["val_from"] == "1989-07-01" and s["val_first"] == "1989-07-03", s
+assert s["train_last"] < "1989-06-21" and s["groups"] == 3 and s["train_rows"] and s["val_rows"], s
+' "$T/model/card.json" || fail "card: the split in rows and times"
+grep -q '"target_norm"' "$T/model/card.json" || fail "card: no target_norm"
+# The model predicts in the data's units (targets of std 0.01), not standardised ones.
+$KILN infer --model "$T/model" --input "$T/s1.st" --out "$T/pred.st" >/dev/null || fail "infer"
+/usr/bin/python3 - "$T/pred.st" <<'EOF' || fail "predictions are not in the data's units"
+import json, struct, sys, math
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = h["outputs"]
+lo, hi = t["data_offsets"]
+v = struct.unpack(f"<{(hi - lo) // 4}f", b[8 + n + lo:8 + n + hi])
+m = sum(v) / len(v)
+sd = math.sqrt(sum((x - m) ** 2 for x in v) / len(v))
+print(f"predictions: mean {m:.3g}, std {sd:.3g}")
+sys.exit(0 if 1e-4 < sd < 0.01 and abs(m) < 0.01 else 1)
+EOF
+
+# Refusals: times going backwards within an instrument, and a split by time without times.
+printf 'date,instrument,a,y\n1985-01-02,SPX,1,2\n1985-01-03,SPX,1,2\n1985-01-02,SPX,1,2\n' >"$T/back.csv"
+expect_fail 2 $KILN data import --csv "$T/back.csv" --features a --targets y --time date --group instrument --out "$T/b.st"
+grep -q "line 4, column 'date': the time goes backwards (1985-01-02 after 1985-01-03 on line 3, group 'SPX')" "$T/err" ||
+    fail "backwards: $(cat "$T/err")"
+[ ! -e "$T/b.st" ] || fail "a refused import wrote its output"
+expect_fail 2 $KILN train --data "$T/s1.st" --run-dir "$T/run2" --set val_from=1989-07-01
+grep -q "no time column" "$T/err" || fail "val_from without times: $(cat "$T/err")"
+echo "real-shaped CSV: import, inspect, train, export"

@@ -1,0 +1,169 @@
+/*
+ * chart.h - web/'s charts: SVG line charts and heat maps rendered by the server, and the
+ * pages of `kiln runs serve` that hold them (web/chart.c, web/runs.c). Part of web.h, which
+ * includes it; split out so the registry's pages and the charts read apart.
+ *
+ * No JavaScript: hover text is SVG's <title>, links are <a>, colours are presentation
+ * attributes (a style attribute would break the pages' content security policy). Every
+ * string handed in (series names, event text, config values) goes out through
+ * kiln_web_text. A series of any length is cut to a few points per pixel column with
+ * kiln_downsample (core.h: the smallest and largest point of each bucket, never a mean), so
+ * a chart of a million steps costs what one of a thousand does.
+ */
+#ifndef KILN_WEB_CHART_H
+#define KILN_WEB_CHART_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "web.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The headers of kiln runs serve's pages: kiln_web_headers' with form-action 'self' (the
+ * overlay form is a plain GET to the same server). Static; safe from any thread. */
+const kiln_web_header *kiln_web_headers_form(size_t *n);
+
+/* One line of a chart: n points, x ascending; a non-finite y is drawn as a mark on the
+ * plot's top edge, not joined into the line. */
+typedef struct kiln_web_series {
+    const char *name;
+    const double *x, *y;
+    size_t n;
+} kiln_web_series;
+
+/* What a mark on the x axis stands for. */
+typedef enum kiln_web_mark_kind {
+    KILN_WEB_MARK_SPIKE,
+    KILN_WEB_MARK_NONFINITE,
+    KILN_WEB_MARK_RESUME,
+    KILN_WEB_MARK_DEVICE, /* a device change */
+    KILN_WEB_MARK_EVENT,  /* any other event */
+    KILN_WEB_MARK_CKPT,   /* a checkpoint on disk */
+    KILN_WEB_MARK_BEST,   /* the best checkpoint: named on the chart */
+    KILN_WEB_MARK_EXPORTED /* the checkpoint a registry version was exported from: named */
+} kiln_web_mark_kind;
+/* "spike", "nonfinite", "resume", "device", "event", "ckpt", "best", "exported": the mark's
+ * class. */
+const char *kiln_web_mark_name(kiln_web_mark_kind k);
+
+typedef struct kiln_web_mark {
+    double x;
+    kiln_web_mark_kind kind;
+    const char *text; /* the hover text */
+    const char *href; /* a link (the step explained), or NULL */
+} kiln_web_mark;
+
+typedef enum kiln_web_scale {
+    KILN_WEB_SCALE_AUTO, /* log when every finite value is > 0 and they span 2 decades */
+    KILN_WEB_SCALE_LINEAR,
+    KILN_WEB_SCALE_LOG
+} kiln_web_scale;
+
+#define KILN_WEB_CHART_WIDTH 560
+#define KILN_WEB_CHART_HEIGHT 220
+
+typedef struct kiln_web_chart {
+    const char *id;      /* the figure's id ("chart-" is put before it), or NULL */
+    const char *title;   /* the caption */
+    const char *x_label; /* NULL: "step" */
+    const kiln_web_series *series;
+    size_t n_series;
+    const kiln_web_mark *marks;
+    size_t n_marks;
+    kiln_web_scale scale;
+    int width, height; /* pixels; 0: KILN_WEB_CHART_WIDTH x KILN_WEB_CHART_HEIGHT */
+    /* The x range drawn; both 0: the series' own (and the marks'). */
+    double x_lo, x_hi;
+} kiln_web_chart;
+
+/* A <figure class="chart"> holding the caption and an <svg class="chart">: the axes with
+ * "nice" ticks (1, 2 or 5 times a power of ten; a log axis at powers of ten), the series
+ * (a <polyline class="series"> each, a colour each, its name in a <title>), the non-finite
+ * points (<g class="mark nonfinite-point">), the marks (<g class="mark KIND">, text in a
+ * <title>, wrapped in an <a> when it has href) and a legend when there are two series or
+ * more. A chart without a finite point says so in its plot area. */
+void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c);
+
+/* A heat map: a row per series (an expert's load), x cut into columns; each cell is
+ * coloured by the largest value the row has in its column (a one-step overload shows),
+ * with the row, the steps and the range in its <title>. Marks as on a chart. */
+typedef struct kiln_web_heatmap {
+    const char *id, *title;
+    const char *row_label; /* "expert" */
+    const kiln_web_series *rows;
+    size_t n_rows;
+    const kiln_web_mark *marks;
+    size_t n_marks;
+    int width, height; /* 0: as a chart */
+} kiln_web_heatmap;
+void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h);
+
+/* Tick values over [lo, hi] at 1, 2 or 5 times a power of ten, about `want` of them:
+ * writes at most max into t and returns how many, *step their spacing. The axis is
+ * [t[0], t[n-1]], which covers [lo, hi]. */
+size_t kiln_web_nice_ticks(double lo, double hi, int want, double *t, size_t max, double *step);
+/* A tick's label: at most 7 characters, "1.5M", "250k", "0.002", "1e-05". */
+void kiln_web_tick_label(double v, double step, char out[16]);
+
+/* ---- the pages of kiln runs serve (web/runs.c) ---- */
+
+/* The document's head with the stylesheet, a header linking to "/" and the heading h1. */
+void kiln_web_runs_begin(kiln_web_buf *b, const char *title);
+/* The footer (rendered when, by which kiln, the directory served) and the end. */
+void kiln_web_runs_end(kiln_web_buf *b, const char *root, double now);
+
+/* A run of the sweep's table. */
+typedef struct kiln_web_run_row {
+    const char *name; /* relative to the directory served: the link is /run/NAME */
+    const char *state;
+    const char *message; /* why it stopped or could not be read; NULL */
+    long step, steps;
+    double loss, val_loss, val_r2; /* NAN: none */
+    long val_step;
+    long spikes, nonfinite;
+    const char *const *varied; /* the value of each varied key (NULL: the run has none) */
+} kiln_web_run_row;
+
+/* The sweep: what every run shares, then a form (GET /overlay) of a row per run with a
+ * checkbox named "run" valued its name, the columns and a column per varied key. */
+void kiln_web_sweep_begin(kiln_web_buf *b, const char *same, const char *const *varied,
+                          size_t n_varied);
+void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_varied);
+void kiln_web_sweep_end(kiln_web_buf *b);
+
+/* A two-column table of key and value (a run's config, the explain page's figures). */
+void kiln_web_kv_begin(kiln_web_buf *b, const char *heading);
+void kiln_web_kv_row(kiln_web_buf *b, const char *key, const char *value);
+void kiln_web_kv_end(kiln_web_buf *b);
+
+/* A heading, then charts laid out side by side until kiln_web_section_end. */
+void kiln_web_section_begin(kiln_web_buf *b, const char *heading, const char *note);
+void kiln_web_section_end(kiln_web_buf *b);
+
+/* A run's event in its table: the step links to href when it has one. */
+void kiln_web_events_begin(kiln_web_buf *b);
+void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const char *message,
+                         const char *href);
+
+/* A paragraph of text; a link. */
+void kiln_web_para(kiln_web_buf *b, const char *text);
+void kiln_web_link(kiln_web_buf *b, const char *href, const char *text);
+
+/* ---- a registry version's page (web/version.c; registry/ui.c hands the documents) ---- */
+
+/* The validation report (validation.json as the registry stores it) check by check: the
+ * verdict, the baseline linked to its own version page (/ui/models/NAME/versions/VERSION),
+ * then a row per check with its status and reason. NULL: "no validation report". */
+void kiln_web_validation_report(kiln_web_buf *b, const json_t *report);
+/* The run summary (run_summary.json of the archive, train.h "kiln-run-summary/1") drawn as
+ * kiln runs serve draws a run, the exported step marked; NULL or no usable series: the
+ * sentence "no run summary". Values are checked for type and bounded in count. */
+void kiln_web_run_summary(kiln_web_buf *b, const json_t *summary);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_WEB_CHART_H */
