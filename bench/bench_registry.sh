@@ -43,11 +43,19 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 say() { echo "bench_registry: $*" >&2; }
+# cpu KEY CMD...: run CMD, recording the CPU seconds (user + system) it and its children took as
+# cpu:KEY (the machine is shared: wall time is noise when it is loaded, CPU time much less).
+cpu() {
+    local key=$1
+    shift
+    /usr/bin/time -f '%U %S' -o "$T/cpu.out" "$@"
+    add "cpu:$key" "$(awk '{ printf "%.3f", $1 + $2 }' "$T/cpu.out")"
+}
 
 # Seconds taken by a command (its output discarded unless redirected by the caller).
 now_ns() { date +%s%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.6f", (b - a) / 1e9 }'; }
-median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END {
+median() { tr ' ' '\n' | { grep . || true; } | sort -g | awk '{ v[NR] = $1 } END {
     if (NR == 0) { print "nan"; exit }
     if (NR % 2) printf "%.6f", v[(NR + 1) / 2]; else printf "%.6f", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
@@ -176,6 +184,8 @@ say "nginx-light on $NGINX_URL"
 # sync between runs, outside the timed part, so one run's writeback does not land in the next.
 declare -A RUNS
 add() { RUNS[$1]="${RUNS[$1]:-} $2"; }
+# download: since 2026-12-01 the archive is hashed and unpacked as it lands, so this phase
+# holds nearly all of a pull; archive sha256 appears only when the pull fell back to a pass.
 PHASES=("download" "archive sha256" "signatures, manifest and file digests" "install")
 VERIFY_WHAT="signature only (BLAKE2b-512 of the file, Ed25519)"
 for r in $(seq "$REPS"); do
@@ -183,19 +193,19 @@ for r in $(seq "$REPS"); do
     rm -rf "$T/dl" "$T/pulled" "$T/state"
     sync
     t0=$(now_ns)
-    curl -sS -f -o "$T/dl" "$NGINX_URL/$(basename "$A")"
+    cpu curl_nginx curl -sS -f -o "$T/dl" "$NGINX_URL/$(basename "$A")"
     add curl_nginx "$(secs "$t0" "$(now_ns)")"
     [ "$(stat -c %s "$T/dl")" = "$ABYTES" ] || { say "curl from nginx got a different size"; exit 2; }
     rm -f "$T/dl"
     sync
     t0=$(now_ns)
-    curl -sS -f -o "$T/dl" "$URL/v1/blobs/sha256/$ADIGEST"
+    cpu curl_registry curl -sS -f -o "$T/dl" "$URL/v1/blobs/sha256/$ADIGEST"
     add curl_registry "$(secs "$t0" "$(now_ns)")"
     [ "$(stat -c %s "$T/dl")" = "$ABYTES" ] || { say "curl from the registry got a different size"; exit 2; }
     rm -f "$T/dl"
     sync
     t0=$(now_ns)
-    KILN_LOG=debug "$KILN" pull bench@production --registry "$URL" --trust "$T/trust.json" \
+    KILN_LOG=debug cpu pull "$KILN" pull bench@production --registry "$URL" --trust "$T/trust.json" \
         --state "$T/state" --out "$T/pulled" >/dev/null 2>"$T/pull.err"
     add pull "$(secs "$t0" "$(now_ns)")"
     [ -s "$T/pulled/model.safetensors" ] || { say "pull left no model"; exit 2; }
@@ -212,22 +222,23 @@ for r in $(seq "$REPS"); do
     rm -rf "$T/pulled" "$T/state"
     sync
     t0=$(now_ns)
-    "$KILN" verify "$A" --trust "$T/trust.json" >"$T/verify.out"
+    cpu verify "$KILN" verify "$A" --trust "$T/trust.json" >"$T/verify.out"
     add verify "$(secs "$t0" "$(now_ns)")"
     grep -q 'every file matches the manifest' "$T/verify.out" &&
         VERIFY_WHAT="signatures, manifest and every file's sha256"
     t0=$(now_ns)
-    b2sum "$A" >/dev/null
+    cpu b2sum b2sum "$A" >/dev/null
     add b2sum "$(secs "$t0" "$(now_ns)")"
     t0=$(now_ns)
-    sha256sum "$A" >/dev/null
+    cpu sha256sum sha256sum "$A" >/dev/null
     add sha256sum "$(secs "$t0" "$(now_ns)")"
 done
 
 med() { echo "${RUNS[$1]:-}" | median; }
 mbs() { awk -v s="$1" -v b="$ABYTES" 'BEGIN { if (s > 0) printf "%.0f", b / 1e6 / s; else print "-" }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
-row() { printf '%-44s %10.3f %9s\n' "$1" "$2" "$3"; }
+row() { printf '%-44s %10.3f %9s %8s\n' "$1" "$2" "$3" "${4:-}"; }
+cpus() { local v; v=$(med "cpu:$1"); [ "$v" = nan ] && echo "" || printf '%.3f' "$v"; }
 
 C=$(med curl_nginx) CR=$(med curl_registry) P=$(med pull) V=$(med verify) B=$(med b2sum) S=$(med sha256sum)
 I=$(med installed)
@@ -241,10 +252,10 @@ D=$(med "phase:download")
     echo "  $(curl --version | head -1 | cut -d' ' -f1-2), libcurl $(dpkg-query -W -f '${Version}' libcurl4 2>/dev/null), libmicrohttpd $(dpkg-query -W -f '${Version}' libmicrohttpd12 2>/dev/null), libsodium $(dpkg-query -W -f '${Version}' libsodium23 2>/dev/null), coreutils $(dpkg-query -W -f '${Version}' coreutils 2>/dev/null)"
     echo "setup (once): pack $PACK_S s, publish $PUBLISH_S s"
     echo
-    printf '%-44s %10s %9s\n' "what" "seconds" "MB/s"
-    row "curl -o from nginx-light (baseline)" "$C" "$(mbs "$C")"
-    row "curl -o from kiln registry serve" "$CR" "$(mbs "$CR")"
-    row "kiln pull NAME@CHANNEL (everything)" "$P" "$(mbs "$P")"
+    printf '%-44s %10s %9s %8s\n' "what" "seconds" "MB/s" "CPU s"
+    row "curl -o from nginx-light (baseline)" "$C" "$(mbs "$C")" "$(cpus curl_nginx)"
+    row "curl -o from kiln registry serve" "$CR" "$(mbs "$CR")" "$(cpus curl_registry)"
+    row "kiln pull NAME@CHANNEL (everything)" "$P" "$(mbs "$P")" "$(cpus pull)"
     for ph in "${PHASES[@]}"; do
         v=$(med "phase:$ph")
         [ "$v" = nan ] && continue
@@ -255,9 +266,9 @@ D=$(med "phase:download")
         fi
     done
     row "kiln installed (the pulled dir, re-checked)" "$I" "$(mbs "$I")"
-    row "kiln verify ARCHIVE --trust" "$V" "$(mbs "$V")"
-    row "b2sum ARCHIVE (baseline)" "$B" "$(mbs "$B")"
-    row "sha256sum ARCHIVE" "$S" "$(mbs "$S")"
+    row "kiln verify ARCHIVE --trust" "$V" "$(mbs "$V")" "$(cpus verify)"
+    row "b2sum ARCHIVE (baseline)" "$B" "$(mbs "$B")" "$(cpus b2sum)"
+    row "sha256sum ARCHIVE" "$S" "$(mbs "$S")" "$(cpus sha256sum)"
     echo
     echo "kiln pull / curl from nginx:            $(ratio "$P" "$C")"
     [ "$D" != nan ] && echo "kiln pull's download / curl from nginx:  $(ratio "$D" "$C")"
@@ -266,6 +277,12 @@ D=$(med "phase:download")
     echo "kiln verify / sha256sum:                $(ratio "$V" "$S")"
     echo "kiln installed / kiln pull:             $(ratio "$I" "$P")  (a service's restart on its kept model, against pulling it again)"
     echo "kiln installed / sha256sum:             $(ratio "$I" "$S")"
+    echo "floor of a pull: max(curl, b2sum): the release signatures sign the archive's BLAKE2b-512,"
+    echo "  one sequential pass over every byte; max(curl, b2sum) / curl: $(awk -v c="$C" -v b="$B" 'BEGIN { printf "%.2f", (b > c ? b : c) / c }')"
+    echo "CPU s (user + system, the command and its threads; the servers' not counted):"
+    echo "  kiln pull / curl from nginx: $(awk -v a="$(cpus pull)" -v b="$(cpus curl_nginx)" 'BEGIN { if (b > 0) printf "%.2f", a / b }')," \
+        "kiln verify / b2sum: $(awk -v a="$(cpus verify)" -v b="$(cpus b2sum)" 'BEGIN { if (b > 0) printf "%.2f", a / b }')"
+    echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "kiln verify checks: $VERIFY_WHAT"
     echo "pull phases: from the client's own log (KILN_LOG=debug, 'pull phase:' lines)"
 } >"$OUT"
@@ -354,13 +371,13 @@ for r in $(seq "$REPS"); do
     rm -rf "$T/dl" "$T/mir"; mkdir -p "$T/dl"
     sync
     t0=$(now_ns)
-    curl -sS -f "${CURL_ARGS[@]}"
+    cpu m_curl curl -sS -f "${CURL_ARGS[@]}"
     add m_curl "$(secs "$t0" "$(now_ns)")"
     [ "$(cat "$T"/dl/* | wc -c)" = "$MBYTES" ] || { say "curl got other sizes"; exit 2; }
     rm -rf "$T/dl"
     sync
     t0=$(now_ns)
-    "$KILN" registry mirror --root "$T/mir" --from "$URL2" --trust "$T/trust.json" --once >"$T/mir.out"
+    cpu m_sync "$KILN" registry mirror --root "$T/mir" --from "$URL2" --trust "$T/trust.json" --once >"$T/mir.out"
     add m_sync "$(secs "$t0" "$(now_ns)")"
     grep -q "copied 0 trust versions, $MN versions" "$T/mir.out" || { say "sync: $(cat "$T/mir.out")"; exit 2; }
     t0=$(now_ns)
@@ -400,6 +417,7 @@ PP=$(med m_pull_primary) PM=$(med m_pull_mirror) PF=$(med m_pull_failover)
     printf '%-52s %10.3f %9s\n' "  primary down: --registry DOWN --registry MIRROR" "$PF" "$(mmbs "$PF" "$ONE")"
     echo
     echo "kiln registry mirror (new) / curl:        $(ratio "$MS" "$MC")"
+    echo "  CPU s: mirror $(cpus m_sync), curl $(cpus m_curl)"
     echo "pull from a mirror / from the primary:    $(ratio "$PM" "$PP")"
     echo "pull with the primary down / from it:     $(ratio "$PF" "$PP")"
 } >>"$OUT"

@@ -132,6 +132,35 @@ void kiln_sha256_final(kiln_sha256_state *s, uint8_t out[KILN_SHA256_BYTES]);
 void kiln_blake2b(const void *data, size_t len, uint8_t *out, size_t outlen);
 /* BLAKE2b of a file's bytes, outlen 16..64, streamed. */
 kiln_err kiln_blake2b_file(const char *path, uint8_t *out, size_t outlen);
+/* A hash pipe: chunks of a stream (an archive as it is read or downloaded) hashed with
+ * SHA-256 and/or BLAKE2b-512 on threads of their own while the caller goes on with the same
+ * bytes (decompressing them), so that every digest comes from one read. The caller takes a
+ * slot, fills it, posts it; a slot is reused once every hasher is done with it (a ring of
+ * KILN_HASHPIPE_SLOTS buffers of KILN_HASHPIPE_CHUNK bytes), and the slot posted last stays
+ * valid until the next kiln_hashpipe_slot (what libarchive's read callback needs).
+ * threads false hashes each chunk in kiln_hashpipe_post instead. Not shared between
+ * callers: one thread takes, posts and finishes. */
+#define KILN_HASHPIPE_CHUNK (1u << 20)
+#define KILN_HASHPIPE_SLOTS 4
+enum { KILN_HASH_SHA256 = 1, KILN_HASH_BLAKE2B = 2 };
+typedef struct kiln_hashpipe kiln_hashpipe;
+/* which: KILN_HASH_* bits. Caller frees with kiln_hashpipe_free. */
+kiln_err kiln_hashpipe_new(int which, bool threads, kiln_hashpipe **out);
+/* The next slot (KILN_HASHPIPE_CHUNK bytes), waiting for the hashers to free it. */
+uint8_t *kiln_hashpipe_slot(kiln_hashpipe *p);
+/* The slot taken last holds n bytes: hash them. */
+void kiln_hashpipe_post(kiln_hashpipe *p, size_t n);
+/* Start over (the stream was truncated and is sent again from its first byte). */
+void kiln_hashpipe_reset(kiln_hashpipe *p);
+/* Wait for every posted chunk; the digests of what was posted since the start (or the last
+ * reset) into sha256 (32 bytes) and blake2b (64), each NULL when not asked for; *bytes the
+ * length hashed. The pipe may not be used after, but freed. */
+void kiln_hashpipe_finish(kiln_hashpipe *p, uint8_t *sha256, uint8_t *blake2b, uint64_t *bytes);
+void kiln_hashpipe_free(kiln_hashpipe *p);
+/* This thread's CPU seconds so far (CLOCK_THREAD_CPUTIME_ID), for debug lines that say where a
+ * pass's time went. */
+double kiln_thread_cpu_s(void);
+
 /* Lowercase hex of len bytes into out (2*len+1 bytes). */
 void kiln_hex(const uint8_t *bytes, size_t len, char *out);
 /* Parse exactly 2*len hex digits; false on anything else. */

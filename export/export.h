@@ -154,6 +154,27 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_archive_check(const char *archive_path,
                                                      const kiln_archive_limits *limits,
                                                      kiln_manifest **manifest_out);
 
+/* Where the unpack's bytes come from when they are not a file: a download as it lands (the
+ * registry's pull) or a file read once for several digests (kiln verify). read sets *buf and
+ * *n to the next bytes of the archive (*n 0 at its end), valid until the next call; a
+ * failure returns its code with the message set, and the unpack fails with that code. */
+typedef struct kiln_archive_source {
+    kiln_err (*read)(void *ctx, const void **buf, size_t *n);
+    void *ctx;
+} kiln_archive_source;
+
+/* kiln_archive_unpack (out_dir) or kiln_archive_check (out_dir NULL) from a source, label
+ * naming the archive in messages. With expect (a manifest the caller has verified already,
+ * e.g. the registry's copy checked against the release signatures), the archive's first
+ * entry must be byte for byte expect's text (compared, then parsed) and every file is
+ * checked against it; NULL: as kiln_archive_unpack. Every limit of kiln_archive_unpack holds,
+ * and a file is refused before its data when its size is not the manifest's. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_archive_unpack_source(const kiln_archive_source *src,
+                                                             const char *label, const char *out_dir,
+                                                             const kiln_archive_limits *limits,
+                                                             const kiln_manifest *expect,
+                                                             kiln_manifest **manifest_out);
+
 /* ---- freezing a checkpoint into a model directory (export/freeze.c) ---- */
 
 #define KILN_CARD_FORMAT "kiln-card/1"

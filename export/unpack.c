@@ -170,10 +170,12 @@ static kiln_err read_small(struct archive *a, const char *apath, const char *nam
     return KILN_OK;
 }
 
-/* The first entry must be manifest.json; parse it. */
+/* The first entry must be manifest.json; parse it. With expect (verified by the caller), its
+ * bytes must be expect's text before anything parses them. */
 static kiln_err read_manifest_entry(struct archive *a, const char *apath,
                                     const kiln_archive_limits *lim, uint64_t *count,
-                                    uint64_t *total, kiln_manifest **m) {
+                                    uint64_t *total, const kiln_manifest *expect,
+                                    kiln_manifest **m) {
     *m = NULL;
     struct archive_entry *e;
     bool eof;
@@ -187,8 +189,17 @@ static kiln_err read_manifest_entry(struct archive *a, const char *apath,
     KILN_FAIL_IF(info.size > KILN_MANIFEST_MAX_BYTES, KILN_ERR_LIMIT,
                  "'%s': entry '%s': %ju bytes, more than the limit of %u", apath,
                  KILN_MANIFEST_NAME, (uintmax_t)info.size, KILN_MANIFEST_MAX_BYTES);
+    KILN_FAIL_IF(expect && info.size != expect->text_len, KILN_ERR_VERIFY,
+                 "'%s': entry '%s': %ju bytes, the signed manifest has %zu; not the signed "
+                 "manifest",
+                 apath, KILN_MANIFEST_NAME, (uintmax_t)info.size, expect->text_len);
     char *text;
     KILN_TRY(read_small(a, apath, KILN_MANIFEST_NAME, info.size, &text));
+    if (expect && memcmp(text, expect->text, expect->text_len) != 0) {
+        free(text);
+        return kiln_fail(KILN_ERR_VERIFY, "'%s': entry '%s': not the signed manifest", apath,
+                         KILN_MANIFEST_NAME);
+    }
     kiln_err rc = kiln_manifest_parse(text, (size_t)info.size, KILN_MANIFEST_NAME, m);
     free(text);
     if (rc && rc != KILN_ERR_NOMEM) kiln_errprefix(rc, "'%s': entry ", apath);
@@ -202,7 +213,7 @@ kiln_err kiln_archive_read_manifest(const char *archive_path, kiln_manifest **ou
     struct archive *a;
     KILN_TRY(reader_open(archive_path, &a));
     uint64_t count = 0, total = 0;
-    kiln_err rc = read_manifest_entry(a, archive_path, &lim, &count, &total, out);
+    kiln_err rc = read_manifest_entry(a, archive_path, &lim, &count, &total, NULL, out);
     archive_read_free(a);
     return rc;
 }
@@ -246,7 +257,7 @@ kiln_err kiln_archive_inspect_with(const char *archive_path, const char *also, u
     kiln_manifest *m = NULL;
     char *text = NULL, *xtext = NULL;
     kiln_err rc;
-    KILN_CHECK(rc, out, read_manifest_entry(a, archive_path, &lim, &count, &total, &m));
+    KILN_CHECK(rc, out, read_manifest_entry(a, archive_path, &lim, &count, &total, NULL, &m));
     const kiln_manifest_file *cf = kiln_manifest_find(m, "card.json");
     KILN_CHECK_IF(rc, out, cf->size > KILN_CARD_MAX_BYTES, KILN_ERR_LIMIT,
                   "'%s': entry 'card.json': %ju bytes, more than the limit of %u", archive_path,
@@ -314,6 +325,9 @@ static kiln_err write_all(int fd, const void *buf, size_t len, const char *apath
     return KILN_OK;
 }
 
+/* Written bytes handed to the disk at a time (sync_file_range) while a file is unpacked. */
+#define UNPACK_FLUSH_BYTES (8u << 20)
+
 /* Stream the current entry into a new file beneath tmpfd, hashing as it goes; tmpfd < 0
  * (kiln_archive_check) hashes and checks the same way without writing anything. */
 static kiln_err extract_file(struct archive *a, const char *apath, int tmpfd,
@@ -328,7 +342,7 @@ static kiln_err extract_file(struct archive *a, const char *apath, int tmpfd,
     kiln_err rc = KILN_OK;
     kiln_sha256_state st;
     kiln_sha256_init(&st);
-    uint64_t got = 0;
+    uint64_t got = 0, flushed = 0;
     for (;;) {
         la_ssize_t n = archive_read_data(a, buf, KILN_EXPORT_BUF);
         if (n < 0) {
@@ -342,6 +356,14 @@ static kiln_err extract_file(struct archive *a, const char *apath, int tmpfd,
                       "'%s': entry '%s': more data than the manifest says", apath, info->path);
         kiln_sha256_update(&st, buf, (size_t)n);
         if (fd >= 0) KILN_CHECK(rc, out, write_all(fd, buf, (size_t)n, apath, info->path));
+        /* Start the disk on what is written while the rest comes (a pull's download is still
+         * landing): the fsync below then waits for the tail only, not for the whole file,
+         * which the kernel would otherwise hold dirty until then. Best effort. */
+        if (fd >= 0 && got - flushed >= UNPACK_FLUSH_BYTES) {
+            (void)sync_file_range(fd, (off64_t)flushed, (off64_t)(got - flushed),
+                                  SYNC_FILE_RANGE_WRITE);
+            flushed = got;
+        }
     }
     uint8_t d[KILN_SHA256_BYTES];
     kiln_sha256_final(&st, d);
@@ -371,13 +393,14 @@ static bool is_listed_dir(const kiln_manifest *m, const char *dir) {
 }
 
 static kiln_err unpack_into(struct archive *a, const char *apath, int tmpfd,
-                            const kiln_archive_limits *lim, kiln_manifest **mout) {
+                            const kiln_archive_limits *lim, const kiln_manifest *expect,
+                            kiln_manifest **mout) {
     uint64_t count = 0, total = 0;
     kiln_manifest *m = NULL;
     bool *seen = NULL;
     unsigned char *buf = NULL;
     kiln_err rc;
-    KILN_CHECK(rc, out, read_manifest_entry(a, apath, lim, &count, &total, &m));
+    KILN_CHECK(rc, out, read_manifest_entry(a, apath, lim, &count, &total, expect, &m));
     if (tmpfd >= 0) {
         int fd = kiln_export_openat(tmpfd, KILN_MANIFEST_NAME, O_WRONLY | O_CREAT, 0644);
         KILN_CHECK_IF(rc, out, fd < 0, KILN_ERR_IO, "'%s': entry '%s': cannot create: %s", apath,
@@ -429,8 +452,62 @@ out:
     return rc;
 }
 
-kiln_err kiln_archive_check(const char *archive_path, const kiln_archive_limits *limits,
-                            kiln_manifest **manifest_out) {
+/* A source's bytes for libarchive; the source's own failure kept to be returned as such. */
+typedef struct src_reader {
+    const kiln_archive_source *src;
+    kiln_err rc;
+    char msg[1024];
+} src_reader;
+
+static la_ssize_t src_read(struct archive *a, void *ctx, const void **buf) {
+    src_reader *r = ctx;
+    size_t n = 0;
+    kiln_err rc = r->src->read(r->src->ctx, buf, &n);
+    if (rc) {
+        r->rc = rc;
+        snprintf(r->msg, sizeof r->msg, "%s", kiln_errmsg());
+        archive_set_error(a, EIO, "%s", r->msg);
+        return -1;
+    }
+    return (la_ssize_t)n;
+}
+
+static kiln_err source_open(src_reader *r, const char *label, struct archive **out) {
+    *out = NULL;
+    struct archive *a = archive_read_new();
+    if (!a) return kiln_fail(KILN_ERR_NOMEM, "out of memory opening '%s'", label);
+    if (archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
+        archive_read_support_filter_none(a) != ARCHIVE_OK ||
+        archive_read_support_format_tar(a) != ARCHIVE_OK) {
+        kiln_err rc = ar_err(a, KILN_ERR_UNSUPPORTED, label, "cannot set up the reader");
+        archive_read_free(a);
+        return rc;
+    }
+    if (archive_read_open(a, r, NULL, src_read, NULL) != ARCHIVE_OK) {
+        kiln_err rc = r->rc ? kiln_fail(r->rc, "%s", r->msg)
+                            : ar_err(a, KILN_ERR_FORMAT, label, "not a .kiln archive");
+        archive_read_free(a);
+        return rc;
+    }
+    *out = a;
+    return KILN_OK;
+}
+
+/* The reader of archive_path, or of r's source. */
+static kiln_err open_either(const char *archive_path, src_reader *r, const char *label,
+                            struct archive **a) {
+    return r ? source_open(r, label, a) : reader_open(archive_path, a);
+}
+
+/* A failure while r's source failed is the source's. */
+static kiln_err source_rc(const src_reader *r, kiln_err rc) {
+    if (rc && r && r->rc) return kiln_fail(r->rc, "%s", r->msg);
+    return rc;
+}
+
+static kiln_err check_from(const char *archive_path, src_reader *r, const char *label,
+                           const kiln_archive_limits *limits, const kiln_manifest *expect,
+                           kiln_manifest **manifest_out) {
     if (manifest_out) *manifest_out = NULL;
     kiln_archive_limits lim;
     if (limits)
@@ -438,14 +515,20 @@ kiln_err kiln_archive_check(const char *archive_path, const kiln_archive_limits 
     else
         kiln_archive_limits_default(&lim);
     struct archive *a;
-    KILN_TRY(reader_open(archive_path, &a));
-    kiln_err rc = unpack_into(a, archive_path, -1, &lim, manifest_out);
+    KILN_TRY(source_rc(r, open_either(archive_path, r, label, &a)));
+    kiln_err rc = source_rc(r, unpack_into(a, label, -1, &lim, expect, manifest_out));
     archive_read_free(a);
     return rc;
 }
 
-kiln_err kiln_archive_unpack(const char *archive_path, const char *out_dir,
-                             const kiln_archive_limits *limits, kiln_manifest **manifest_out) {
+kiln_err kiln_archive_check(const char *archive_path, const kiln_archive_limits *limits,
+                            kiln_manifest **manifest_out) {
+    return check_from(archive_path, NULL, archive_path, limits, NULL, manifest_out);
+}
+
+static kiln_err unpack_from(const char *archive_path, src_reader *sr, const char *label,
+                            const char *out_dir, const kiln_archive_limits *limits,
+                            const kiln_manifest *expect, kiln_manifest **manifest_out) {
     if (manifest_out) *manifest_out = NULL;
     kiln_archive_limits lim;
     if (limits)
@@ -473,8 +556,8 @@ kiln_err kiln_archive_unpack(const char *archive_path, const char *out_dir,
     made = true;
     tmpfd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     KILN_CHECK_IF(rc, out, tmpfd < 0, KILN_ERR_IO, "cannot open '%s': %s", tmp, strerror(errno));
-    KILN_CHECK(rc, out, reader_open(archive_path, &a));
-    KILN_CHECK(rc, out, unpack_into(a, archive_path, tmpfd, &lim, &m));
+    KILN_CHECK(rc, out, source_rc(sr, open_either(archive_path, sr, label, &a)));
+    KILN_CHECK(rc, out, source_rc(sr, unpack_into(a, label, tmpfd, &lim, expect, &m)));
     KILN_CHECK_IF(rc, out, fchmod(tmpfd, 0755) != 0 || fsync(tmpfd) != 0, KILN_ERR_IO,
                   "cannot finish '%s': %s", tmp, strerror(errno));
     /* RENAME_NOREPLACE: a directory that appeared meanwhile (even empty) is not replaced. */
@@ -504,4 +587,17 @@ out:
     free(tmp);
     free(parent);
     return rc;
+}
+
+kiln_err kiln_archive_unpack(const char *archive_path, const char *out_dir,
+                             const kiln_archive_limits *limits, kiln_manifest **manifest_out) {
+    return unpack_from(archive_path, NULL, archive_path, out_dir, limits, NULL, manifest_out);
+}
+
+kiln_err kiln_archive_unpack_source(const kiln_archive_source *src, const char *label,
+                                    const char *out_dir, const kiln_archive_limits *limits,
+                                    const kiln_manifest *expect, kiln_manifest **manifest_out) {
+    src_reader r = {.src = src};
+    if (!out_dir) return check_from(NULL, &r, label, limits, expect, manifest_out);
+    return unpack_from(NULL, &r, label, out_dir, limits, expect, manifest_out);
 }

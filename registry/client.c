@@ -285,8 +285,16 @@ uint64_t reg_archive_bound(const kiln_manifest *m) {
 
 uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
                           const char *model, const char *version) {
+    kiln_manifest *m = reg_signed_manifest(ver, sig, t, model, version);
+    uint64_t bound = m ? reg_archive_bound(m) : UINT64_MAX;
+    kiln_manifest_free(m);
+    return bound;
+}
+
+kiln_manifest *reg_signed_manifest(const json_t *ver, const char *sig, const kiln_sign_trust *t,
+                                   const char *model, const char *version) {
     const json_t *man = json_object_get(ver, "manifest");
-    if (!json_is_object(man) || !sig || !t) return UINT64_MAX;
+    if (!json_is_object(man) || !sig || !t) return NULL;
     char *text = kiln_json_canonical(man);
     kiln_manifest *m = NULL;
     kiln_sign_archive_report rep;
@@ -298,12 +306,14 @@ uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_tr
     if (!rc && (strcmp(rep.info.model, model) || strcmp(rep.info.version, version)))
         rc = KILN_ERR_VERIFY;
     if (!rc) rc = kiln_manifest_parse(text, strlen(text), "the registry's manifest", &m);
-    uint64_t bound = rc ? UINT64_MAX : reg_archive_bound(m);
     /* Not established: the full check after the download says why, in its own words. */
-    if (rc) kiln_errclear();
-    kiln_manifest_free(m);
+    if (rc) {
+        kiln_errclear();
+        kiln_manifest_free(m);
+        m = NULL;
+    }
     free(text);
-    return bound;
+    return m;
 }
 
 kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint64_t signed_bound,
@@ -686,6 +696,7 @@ typedef struct dl {
     kiln_err werr;
     const char *url, *partial;
     struct curl_slist *hdr;
+    reg_follow *follow; /* a reader of the partial as it grows (stream.c), or NULL */
 } dl;
 
 static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
@@ -695,6 +706,7 @@ static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
         d->checked = true;
         curl_easy_getinfo(d->h, CURLINFO_RESPONSE_CODE, &d->status);
         if (d->status == 200 && d->have) { /* the server ignored the range: start over */
+            reg_follow_reset(d->follow);
             if (ftruncate(d->fd, 0) != 0 || lseek(d->fd, 0, SEEK_SET) != 0) return 0;
             d->have = 0;
             d->restarted = true;
@@ -719,6 +731,7 @@ static size_t dl_write(char *data, size_t size, size_t n, void *ctx) {
         left -= (size_t)w;
     }
     d->have += len;
+    reg_follow_grow(d->follow, d->have);
     return len;
 }
 
@@ -730,9 +743,11 @@ static kiln_err dl_setup(void *ctx, CURL *h, xfer *x, long left) {
     KILN_FAIL_IF(fstat(d->fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", d->partial);
     d->have = (uint64_t)sb.st_size;
     if (d->have > d->size) {
+        reg_follow_reset(d->follow);
         KILN_FAIL_IF(ftruncate(d->fd, 0) != 0, KILN_ERR_IO, "cannot truncate '%s'", d->partial);
         d->have = 0;
     }
+    reg_follow_grow(d->follow, d->have); /* what a killed pull left is read first */
     d->complete = d->have == d->size;
     if (d->complete) return KILN_ERR_INTERRUPTED; /* no transfer: done (reg_download) */
     KILN_FAIL_IF(lseek(d->fd, (off_t)d->have, SEEK_SET) < 0, KILN_ERR_IO, "cannot seek '%s'",
@@ -773,6 +788,11 @@ static kiln_err dl_check(void *ctx) {
 
 kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                       const char *partial) {
+    return reg_download_follow(c, hex, size, partial, NULL);
+}
+
+kiln_err reg_download_follow(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                             const char *partial, reg_follow *follow) {
     char *path = kiln_asprintf("/v1/blobs/sha256/%s", hex), *url = path ? url_for(c, path) : NULL,
          *what = url ? kiln_asprintf("downloading '%s'", url) : NULL;
     free(path);
@@ -782,7 +802,7 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
     }
     char label[100];
     snprintf(label, sizeof label, "blob sha256:%.12s...", hex);
-    dl d = {.fd = -1, .size = size, .url = url, .partial = partial};
+    dl d = {.fd = -1, .size = size, .url = url, .partial = partial, .follow = follow};
     d.err.limit = 64 * 1024;
     kiln_err rc = reg_size_accept(c, size, UINT64_MAX, label);
     if (!rc) {
@@ -818,6 +838,7 @@ kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint6
      * by a crash fails that check and is fetched again from the start; the unpacked files
      * are what pull makes durable. (Its fsync was 0.45 s of a 1 GiB pull.) */
     if (d.fd >= 0) close(d.fd);
+    reg_follow_end(follow, !rc && d.have == size);
     if (d.bad) unlink(partial);
     curl_slist_free_all(d.hdr);
     free(d.err.p);
@@ -999,6 +1020,32 @@ static void sweep_downloads(const char *dir) {
     closedir(d);
 }
 
+/* The private directories of pulls into out (PARENT/.BASE.pull-XXXXXX) that no live pull
+ * holds: a pull holds an flock on its directory while it runs, so one that takes it here was
+ * left by a killed pull (the unpack runs while the download lands: such a directory may hold
+ * part of a model, never at out). Best effort. */
+static void sweep_pulls(const char *parent, const char *base) {
+    DIR *d = opendir(parent);
+    if (!d) return;
+    char *prefix = kiln_asprintf(".%s.pull-", base);
+    size_t pl = prefix ? strlen(prefix) : 0;
+    struct dirent *e;
+    while (prefix && (e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, pl) || strlen(e->d_name) != pl + 6) continue;
+        char *path = kiln_path_join(parent, e->d_name);
+        int fd = path ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+        if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0) {
+            reg_rmtree(path);
+            kiln_debug("removed '%s', left by a pull that was killed", path);
+        }
+        if (fd >= 0) close(fd);
+        free(path);
+    }
+    kiln_errclear();
+    free(prefix);
+    closedir(d);
+}
+
 /* Where a pull's time goes, at debug level (KILN_LOG=debug): bench/bench_registry.sh reads
  * these lines. */
 static void pull_phase(const char *what, uint64_t from_ns, uint64_t to_ns, uint64_t bytes) {
@@ -1076,6 +1123,8 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     memset(&rec, 0, sizeof rec);
     char *staged = NULL, *lock_path = NULL;
     int lock_fd = -1;
+    kiln_manifest *signed_m = NULL;
+    int tmp_fd = -1; /* flock'd while the pull runs (sweep_pulls) */
 
     state = p->state ? kiln_strdup(p->state) : reg_default_state();
     KILN_CHECK_IF(rc, out, !state, KILN_ERR_NOMEM, "out of memory");
@@ -1157,13 +1206,42 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     /* 4a: the declared size, before a byte is downloaded: within the client's maximum, and
      * within what an archive of the manifest the release keys signed can be (the registry's
      * copy of the manifest, checked against the archive's signatures). */
+    signed_m = reg_signed_manifest(ver, sig, trust, res->model, res->version);
     {
         char what[200];
         snprintf(what, sizeof what, "%s@%s", res->model, res->version);
-        uint64_t bound = reg_signed_bound(ver, sig, trust, res->model, res->version);
-        KILN_CHECK(rc, out, reg_size_accept(c, size, bound, what));
+        KILN_CHECK(
+            rc, out,
+            reg_size_accept(c, size, signed_m ? reg_archive_bound(signed_m) : UINT64_MAX, what));
     }
-    /* 4: the archive's size and digest, reading no more than declared. */
+    char label[200];
+    snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
+    char sig_label[240];
+    snprintf(sig_label, sizeof sig_label, "signature of %s@%s", res->model, res->version);
+    /* The private directory beside out that the archive is unpacked into (as it lands, when
+     * the signed manifest is known; after the checks otherwise), renamed to out only once
+     * every check passed. */
+    parent = kiln_dirname(p->out);
+    const char *base = strrchr(p->out, '/') ? strrchr(p->out, '/') + 1 : p->out;
+    tmp = parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", parent, base) : NULL;
+    KILN_CHECK_IF(rc, out, !tmp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_mkdir_p(parent));
+    sweep_pulls(parent, base);
+    if (!mkdtemp(tmp)) {
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'",
+                             p->out);
+        free(tmp);
+        tmp = NULL;
+        goto out;
+    }
+    tmp_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    KILN_CHECK_IF(rc, out, tmp_fd < 0 || flock(tmp_fd, LOCK_EX | LOCK_NB) != 0, KILN_ERR_IO,
+                  "cannot lock '%s': %s", tmp, strerror(errno));
+    staged = kiln_path_join(tmp, "model");
+    KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
+    /* 4: the archive's size and digest, reading no more than declared; its SHA-256 and the
+     * signatures' BLAKE2b-512 from the bytes as they land (stream.c), and, with the signed
+     * manifest, the unpack too, each file checked against it as it is written. */
     dl_dir = kiln_path_join(state, "downloads");
     KILN_CHECK_IF(rc, out, !dl_dir, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_mkdir_p(dl_dir));
@@ -1172,50 +1250,67 @@ kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_regi
     KILN_CHECK_IF(rc, out, !partial || !lock_path, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, lock_download(lock_path, true, &lock_fd));
     sweep_downloads(dl_dir);
+    reg_stream_result sr;
+    memset(&sr, 0, sizeof sr);
     for (int pass = 0;; pass++) {
         uint64_t t0 = kiln_now_ns();
-        KILN_CHECK(rc, out, reg_download(c, hex, size, partial));
+        reg_follow *f = NULL;
+        reg_stream *st = NULL;
+        rc = reg_follow_new(&f);
+        if (!rc) rc = reg_stream_start(f, partial, size, label, staged, signed_m, &st);
+        if (!rc) rc = reg_download_follow(c, hex, size, partial, f);
+        reg_stream_join(st, &sr);
+        reg_follow_free(f);
+        if (rc) goto out;
         uint64_t t1 = kiln_now_ns();
+        pull_phase("download", t0, t1, size);
+        kiln_debug("pull: this thread (the download) has used %.3f s CPU", kiln_thread_cpu_s());
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
-        KILN_CHECK(rc, out, kiln_sha256_file(partial, h));
-        pull_phase("download", t0, t1, size);
-        pull_phase("archive sha256", t1, kiln_now_ns(), size);
+        if (sr.hashed) {
+            memcpy(h, sr.sha256, sizeof h);
+        } else {
+            kiln_debug("pull: the download was not hashed as it landed; hashing '%s'", partial);
+            KILN_CHECK(rc, out, kiln_sha256_file(partial, h));
+            pull_phase("archive sha256", t1, kiln_now_ns(), size);
+        }
         kiln_hex(h, sizeof h, got);
         if (!strcmp(got, hex)) break;
+        kiln_manifest_free(sr.manifest);
+        sr.manifest = NULL;
+        if (sr.unpacked) reg_rmtree(staged);
         unlink(partial);
         /* A resumed download may have kept a bad prefix: once more from the start. */
         KILN_CHECK_IF(rc, out, pass > 0, KILN_ERR_VERIFY,
                       "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model,
                       res->version, got, digest);
     }
-    /* 5-8, by sign/ (kiln_sign_verify_archive, the same function as `kiln verify`): every
-     * signature block over the archive's bytes by a release key of this client's policy,
-     * each trusted comment naming the archive's own manifest (the manifest's signature) and
-     * its validation verdict, the policy's release_threshold and accept_unvalidated; then
-     * a secure unpack checking every file against that manifest, into a directory beside
-     * out, renamed to staged. */
-    char label[200];
-    snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
-    parent = kiln_dirname(p->out);
-    const char *base = strrchr(p->out, '/') ? strrchr(p->out, '/') + 1 : p->out;
-    tmp = parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", parent, base) : NULL;
-    KILN_CHECK_IF(rc, out, !tmp, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_mkdir_p(parent));
-    if (!mkdtemp(tmp)) {
-        rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'",
-                             p->out);
-        free(tmp);
-        tmp = NULL;
-        goto out;
-    }
-    staged = kiln_path_join(tmp, "model");
-    KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
-    char sig_label[240];
-    snprintf(sig_label, sizeof sig_label, "signature of %s@%s", res->model, res->version);
+    /* 5-8, by sign/ (what `kiln verify` runs): every signature block over the archive's
+     * BLAKE2b-512 by a release key of this client's policy, each trusted comment naming the
+     * archive's own manifest (the manifest's signature) and its validation verdict, the
+     * policy's release_threshold and accept_unvalidated; and every file checked against
+     * that manifest. When the unpack ran as the bytes landed, the signatures are checked
+     * over the prehash with the manifest it found (byte for byte the signed one); otherwise
+     * (no signed manifest to hold it to, a download that started over, an unpack that
+     * failed: its own words come after the signatures' verdict) the strict path, from the
+     * file: signatures first, then the secure unpack. */
     kiln_sign_archive_report rep;
     uint64_t t = kiln_now_ns();
-    rc = kiln_sign_verify_archive(partial, sig, strlen(sig), sig_label, trust, staged, &rep);
+    kiln_debug("pull: %s", sr.unpacked ? "hashed and unpacked as it landed"
+                           : sr.hashed ? "hashed as it landed; unpacking after the signatures"
+                                       : "checking from the file");
+    if (sr.unpacked) {
+        rc = kiln_sign_verify_prehashed_sigs(sr.blake2b, sr.manifest, partial, sig, strlen(sig),
+                                             sig_label, trust, &rep);
+        rep.files_checked = rc == KILN_OK; /* by the unpack, against the manifest signed */
+    }
+    else if (sr.hashed)
+        rc = kiln_sign_verify_archive_prehashed(partial, sr.blake2b, sig, strlen(sig), sig_label,
+                                                trust, staged, &rep);
+    else
+        rc = kiln_sign_verify_archive(partial, sig, strlen(sig), sig_label, trust, staged, &rep);
+    kiln_manifest_free(sr.manifest);
+    sr.manifest = NULL;
     if (rc == KILN_ERR_FORMAT) rc = KILN_ERR_VERIFY;
     if (rc) {
         rc = kiln_errprefix(rc, "%s: ", label);
@@ -1258,6 +1353,8 @@ out:
      * killed one does (sweep_downloads). */
     if (rc && lock_fd >= 0) unlink(partial);
     unlock_download(lock_path, lock_fd);
+    if (tmp_fd >= 0) close(tmp_fd);
+    kiln_manifest_free(signed_m);
     free(lock_path);
     free(staged);
     json_decref(ver);

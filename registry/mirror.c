@@ -297,13 +297,17 @@ static kiln_err sync_trust(mirror_run *m) {
 /* The archive's signatures under some version of the chain (the policy of the day the
  * primary took it may since have been followed by another), newest first; *rep from the one
  * that verified. The message, when none does, is the newest's. */
-static kiln_err verify_sigs(mirror_run *m, const char *file, const char *sig, const char *label,
-                            kiln_sign_archive_report *rep) {
+static kiln_err verify_sigs(mirror_run *m, const char *file, const uint8_t *prehash,
+                            const char *sig, const char *label, kiln_sign_archive_report *rep) {
     char msg[1024] = "";
     kiln_err first = KILN_OK;
     for (size_t i = m->chain.n; i-- > 0;) {
+        /* With the prehash (computed as the download landed) each policy costs no pass. */
         kiln_err rc =
-            kiln_sign_verify_archive_sigs(file, sig, strlen(sig), label, m->chain.v[i], rep);
+            prehash
+                ? kiln_sign_verify_archive_sigs_prehashed(file, prehash, sig, strlen(sig), label,
+                                                          m->chain.v[i], rep)
+                : kiln_sign_verify_archive_sigs(file, sig, strlen(sig), label, m->chain.v[i], rep);
         if (!rc) return KILN_OK;
         if (rc == KILN_ERR_NOMEM || rc == KILN_ERR_IO) return rc;
         if (!first) {
@@ -315,18 +319,35 @@ static kiln_err verify_sigs(mirror_run *m, const char *file, const char *sig, co
 }
 
 /* Download blob hex into partial (resuming what is there) and check its digest; a resumed
- * file that does not hash right is fetched once more from the start, as kiln pull does. */
+ * file that does not hash right is fetched once more from the start, as kiln pull does. The
+ * SHA-256 and the signatures' BLAKE2b-512 come from the bytes as they land (stream.c): *b2
+ * true and blake2b set when they did. */
 static kiln_err fetch_blob(mirror_run *m, const char *hex, uint64_t size, const char *partial,
-                           const char *label) {
+                           const char *label, uint8_t blake2b[64], bool *b2) {
+    *b2 = false;
     for (int pass = 0;; pass++) {
         struct stat sb;
         uint64_t have = stat(partial, &sb) == 0 ? (uint64_t)sb.st_size : 0;
         m->res->requests++;
-        KILN_TRY(reg_download(&m->c, hex, size, partial));
+        reg_follow *f = NULL;
+        reg_stream *st = NULL;
+        reg_stream_result sr;
+        kiln_err rc = reg_follow_new(&f);
+        if (!rc) rc = reg_stream_start(f, partial, size, label, NULL, NULL, &st);
+        if (!rc) rc = reg_download_follow(&m->c, hex, size, partial, f);
+        reg_stream_join(st, &sr);
+        reg_follow_free(f);
+        KILN_TRY(rc);
         m->res->bytes += have <= size ? size - have : size;
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
-        KILN_TRY(kiln_sha256_file(partial, h));
+        if (sr.hashed) {
+            memcpy(h, sr.sha256, sizeof h);
+            memcpy(blake2b, sr.blake2b, 64);
+            *b2 = true;
+        } else {
+            KILN_TRY(kiln_sha256_file(partial, h));
+        }
         kiln_hex(h, sizeof h, got);
         if (!strcmp(got, hex)) return KILN_OK;
         unlink(partial);
@@ -400,7 +421,8 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     KILN_CHECK_IF(rc, out, !blob || !partial, KILN_ERR_NOMEM, "out of memory");
     /* A blob the store has (another version's, or one linked by a sync that stopped before
      * its row) is checked as a download is. */
-    bool have_blob = kiln_path_exists(blob);
+    bool have_blob = kiln_path_exists(blob), have_b2 = false;
+    uint8_t b2[64];
     const char *file = have_blob ? blob : partial;
     if (have_blob) {
         uint8_t h[KILN_SHA256_BYTES];
@@ -411,14 +433,14 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
                       "%s: the blob held here '%s' hashes to sha256:%s", label, blob, got);
         unlink(partial); /* a sync stopped between the link and the partial's removal */
     } else {
-        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label));
+        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label, b2, &have_b2));
     }
     /* As the server on upload: every signature block under the policy, then the archive's
      * manifest (the one the signatures name) and its name and version. */
     kiln_sign_archive_report rep;
     char sig_label[260];
     snprintf(sig_label, sizeof sig_label, "signature of %s", label);
-    rc = verify_sigs(m, file, sig, sig_label, &rep);
+    rc = verify_sigs(m, file, have_b2 ? b2 : NULL, sig, sig_label, &rep);
     if (rc) { /* name the archive, not the temporary file it is in */
         rc = reg_relabel(rc, file, "the primary's archive");
         goto out;

@@ -217,6 +217,43 @@ kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t le
 kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                       const char *partial);
 
+/* ---- a download read as it lands (stream.c) ---- */
+
+/* How far a partial download is written, for a thread that reads it meanwhile. */
+typedef struct reg_follow reg_follow;
+kiln_err reg_follow_new(reg_follow **out); /* reg_follow_free */
+void reg_follow_free(reg_follow *f);
+void reg_follow_grow(reg_follow *f, uint64_t have); /* the first have bytes are written */
+void reg_follow_reset(reg_follow *f);               /* called before the file is truncated */
+void reg_follow_end(reg_follow *f, bool complete);  /* complete: all declared bytes written */
+/* reg_download, telling f (may be NULL) how far it wrote, and ending it. */
+kiln_err reg_download_follow(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                             const char *partial, reg_follow *f);
+
+/* What the follower found. */
+typedef struct reg_stream_result {
+    bool hashed; /* the digests are of the whole declared size, read once after the last reset */
+    uint8_t sha256[KILN_SHA256_BYTES];
+    uint8_t blake2b[64];
+    uint64_t bytes;
+    /* With a staged directory: the unpack's outcome. unpacked: staged holds every file of
+     * the manifest (expect's text, byte for byte) checked, from the bytes hashed; the
+     * manifest (the caller frees) then set. Otherwise staged does not exist. */
+    bool unpacked;
+    kiln_err unpack_rc;
+    char unpack_msg[1024];
+    struct kiln_manifest *manifest;
+} reg_stream_result;
+typedef struct reg_stream reg_stream;
+/* A thread that follows partial (size bytes declared) through f, hashing every byte (SHA-256,
+ * BLAKE2b-512) and, with expect, unpacking it as it lands into staged (which must not exist;
+ * kiln_archive_unpack_source, every limit, the manifest entry byte for byte expect's text).
+ * label names the archive in messages. partial, label, staged and expect must outlive it. */
+kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
+                          const char *staged, const struct kiln_manifest *expect, reg_stream **out);
+/* Wait for it (ending f if the download did not) and free it; *res its findings. */
+void reg_stream_join(reg_stream *s, reg_stream_result *res);
+
 /* Remove a tree without following symlinks (best effort: cleanup paths). NULL is fine. */
 void reg_rmtree(const char *path);
 
@@ -301,6 +338,10 @@ kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint
  * in its own words). */
 uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
                           const char *model, const char *version);
+/* The same manifest, parsed (the caller frees), or NULL when it cannot be established. */
+struct kiln_manifest *reg_signed_manifest(const json_t *ver, const char *sig,
+                                          const kiln_sign_trust *t, const char *model,
+                                          const char *version);
 
 /* ---- several registries (failover.c) ---- */
 

@@ -993,6 +993,30 @@ bool reg_audit_parse(const char *after, const char *limit, const char *since, co
     return true;
 }
 
+/* A blob served over TLS: read from its file in blocks of REG_TLS_BLOCK. */
+#define REG_TLS_BLOCK (256 * 1024)
+typedef struct blob_reader {
+    int fd;
+    uint64_t start;
+} blob_reader;
+
+static ssize_t blob_read(void *cls, uint64_t pos, char *buf, size_t max) {
+    blob_reader *br = cls;
+    ssize_t n;
+    do
+        n = pread(br->fd, buf, max, (off_t)(br->start + pos));
+    while (n < 0 && errno == EINTR);
+    if (n <= 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR; /* the size was declared: short is an error */
+    return n;
+}
+
+static void blob_done(void *cls) {
+    blob_reader *br = cls;
+    close(br->fd);
+    free(br);
+}
+
 static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
     char digest[80], hex[KILN_SHA256_HEX];
     snprintf(digest, sizeof digest, "sha256:%s", r->seg[2]);
@@ -1035,7 +1059,18 @@ static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c
         status = 206;
     }
     uint64_t len = size ? end - start + 1 : 0;
-    struct MHD_Response *resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
+    struct MHD_Response *resp = NULL;
+    blob_reader *br = NULL;
+    if (s->tls_cert && (br = kiln_malloc(sizeof *br))) {
+        /* Over TLS there is no sendfile; libmicrohttpd's file response then reads 4 KiB at a
+         * time and sends each as its own TLS record. 256 KiB blocks, sent as full records. */
+        br->fd = fd;
+        br->start = start;
+        resp = MHD_create_response_from_callback(len, REG_TLS_BLOCK, blob_read, br, blob_done);
+        if (!resp) free(br);
+    } else {
+        resp = MHD_create_response_from_fd_at_offset64(len, fd, start);
+    }
     if (!resp) {
         close(fd);
         return MHD_NO;

@@ -222,9 +222,10 @@ static kiln_err check_comment(const kiln_sign_trust *t, const kiln_sign_sig *sig
 
 /* Steps 1 to 3 of kiln_sign_verify_archive: over the archive at archive_path, or, with
  * archive_path NULL, over the comments only against the manifest man (where names it). */
-static kiln_err verify_sigs(const char *archive_path, const kiln_manifest *man, const char *where,
-                            const char *sigs, size_t sigs_len, const char *sigs_label,
-                            const kiln_sign_trust *t, kiln_sign_archive_report *report) {
+static kiln_err verify_sigs(const char *archive_path, const uint8_t *prehash,
+                            const kiln_manifest *man, const char *where, const char *sigs,
+                            size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
+                            kiln_sign_archive_report *report) {
     kiln_sign_archive_report local;
     kiln_sign_archive_report *r = report ? report : &local;
     report_init(r, t);
@@ -236,16 +237,20 @@ static kiln_err verify_sigs(const char *archive_path, const kiln_manifest *man, 
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out, kiln_sign_archive_sigs_parse(sigs, sigs_len, sigs_label, &s, &n));
     r->nsigs = n;
-    /* The bytes are authenticated before anything inside the archive is parsed. */
-    if (archive_path) KILN_CHECK(rc, out, kiln_blake2b_file(archive_path, h, sizeof h));
+    /* The bytes are authenticated before anything inside the archive is parsed (here; a
+     * caller that unpacked while hashing gives the prehash and the manifest it found). */
+    if (prehash)
+        memcpy(h, prehash, sizeof h);
+    else if (archive_path)
+        KILN_CHECK(rc, out, kiln_blake2b_file(archive_path, h, sizeof h));
+    bool have_h = prehash || archive_path;
     for (size_t i = 0; i < n; i++)
-        KILN_CHECK(rc, out,
-                   check_signature(t, &s[i], archive_path ? h : NULL, archive_path, &by[i]));
-    r->sigs_verified = archive_path != NULL;
-    if (archive_path)
-        KILN_CHECK(rc, out, archive_info(archive_path, &r->info));
-    else
+        KILN_CHECK(rc, out, check_signature(t, &s[i], have_h ? h : NULL, where, &by[i]));
+    r->sigs_verified = have_h;
+    if (man)
         info_from_manifest(man, &r->info);
+    else
+        KILN_CHECK(rc, out, archive_info(archive_path, &r->info));
     for (size_t i = 0; i < n; i++) {
         KILN_CHECK(rc, out, check_comment(t, &s[i], by[i], where, &r->info));
         bool seen = false;
@@ -276,7 +281,8 @@ out:
 kiln_err kiln_sign_verify_archive_sigs(const char *archive_path, const char *sigs, size_t sigs_len,
                                        const char *sigs_label, const kiln_sign_trust *t,
                                        kiln_sign_archive_report *report) {
-    return verify_sigs(archive_path, NULL, archive_path, sigs, sigs_len, sigs_label, t, report);
+    return verify_sigs(archive_path, NULL, NULL, archive_path, sigs, sigs_len, sigs_label, t,
+                       report);
 }
 
 kiln_err kiln_sign_verify_manifest_sigs(const char *manifest, size_t manifest_len,
@@ -289,7 +295,7 @@ kiln_err kiln_sign_verify_manifest_sigs(const char *manifest, size_t manifest_le
     report_init(r, t);
     kiln_manifest *m = NULL;
     KILN_TRY(kiln_manifest_parse(manifest, manifest_len, manifest_label, &m));
-    kiln_err rc = verify_sigs(NULL, m, manifest_label, sigs, sigs_len, sigs_label, t, r);
+    kiln_err rc = verify_sigs(NULL, NULL, m, manifest_label, sigs, sigs_len, sigs_label, t, r);
     kiln_manifest_free(m);
     return rc;
 }
@@ -327,9 +333,58 @@ static kiln_err temp_beside(const char *path, char **out) {
     return KILN_OK;
 }
 
-kiln_err kiln_sign_verify_archive(const char *archive_path, const char *sigs, size_t sigs_len,
-                                  const char *sigs_label, const kiln_sign_trust *t,
-                                  const char *out_dir, kiln_sign_archive_report *report) {
+kiln_err kiln_sign_verify_archive_sigs_prehashed(const char *archive_path,
+                                                 const uint8_t blake2b[64], const char *sigs,
+                                                 size_t sigs_len, const char *sigs_label,
+                                                 const kiln_sign_trust *t,
+                                                 kiln_sign_archive_report *report) {
+    return verify_sigs(archive_path, blake2b, NULL, archive_path, sigs, sigs_len, sigs_label, t,
+                       report);
+}
+
+kiln_err kiln_sign_verify_prehashed_sigs(const uint8_t blake2b[64], const kiln_manifest *m,
+                                         const char *where, const char *sigs, size_t sigs_len,
+                                         const char *sigs_label, const kiln_sign_trust *t,
+                                         kiln_sign_archive_report *report) {
+    return verify_sigs(NULL, blake2b, m, where, sigs, sigs_len, sigs_label, t, report);
+}
+
+/* The archive read once: each chunk into the hash pipe (BLAKE2b on its own thread) and to
+ * libarchive, which decompresses and hashes every file on this one. */
+typedef struct file_source {
+    int fd;
+    const char *path;
+    kiln_hashpipe *pipe;
+} file_source;
+
+static kiln_err file_read(void *ctx, const void **buf, size_t *n) {
+    file_source *f = ctx;
+    uint8_t *slot = kiln_hashpipe_slot(f->pipe);
+    ssize_t got;
+    do
+        got = read(f->fd, slot, KILN_HASHPIPE_CHUNK);
+    while (got < 0 && errno == EINTR);
+    if (got < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", f->path);
+    kiln_hashpipe_post(f->pipe, (size_t)got);
+    *buf = slot;
+    *n = (size_t)got;
+    return KILN_OK;
+}
+
+/* What libarchive did not read (the end of a stream it stopped early, or the rest after a
+ * failure), through the pipe, so that the digest is the whole file's. */
+static kiln_err file_drain(file_source *f) {
+    for (;;) {
+        const void *b;
+        size_t n;
+        KILN_TRY(file_read(f, &b, &n));
+        if (!n) return KILN_OK;
+    }
+}
+
+static kiln_err verify_archive(const char *archive_path, const uint8_t *prehash, const char *sigs,
+                               size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
+                               const char *out_dir, kiln_sign_archive_report *report) {
     kiln_sign_archive_report local;
     kiln_sign_archive_report *r = report ? report : &local;
     report_init(r, t);
@@ -340,18 +395,52 @@ kiln_err kiln_sign_verify_archive(const char *archive_path, const char *sigs, si
         KILN_FAIL_IF(kiln_path_exists(out_dir), KILN_ERR_CONFLICT,
                      "'%s' exists already; refusing to unpack over it", out_dir);
     }
-    KILN_TRY(kiln_sign_verify_archive_sigs(archive_path, sigs, sigs_len, sigs_label, t, r));
     char *tmp = NULL, *inner = NULL;
     kiln_manifest *m = NULL;
-    kiln_err rc = KILN_OK;
+    kiln_hashpipe *pipe = NULL;
+    file_source fs = {.fd = -1, .path = archive_path};
+    kiln_err rc = KILN_OK, urc = KILN_OK;
+    char umsg[1024] = "";
     if (out_dir) {
         KILN_CHECK(rc, out, temp_beside(out_dir, &tmp));
         inner = kiln_path_join(tmp, "model");
         KILN_CHECK_IF(rc, out, !inner, KILN_ERR_NOMEM, "out of memory");
-        KILN_CHECK(rc, out, kiln_archive_unpack(archive_path, inner, NULL, &m));
+    }
+    if (prehash) {
+        /* Hashed already (a pull, while downloading): signatures first, then the unpack. */
+        KILN_CHECK(rc, out,
+                   verify_sigs(archive_path, prehash, NULL, archive_path, sigs, sigs_len,
+                               sigs_label, t, r));
+        if (out_dir)
+            KILN_CHECK(rc, out, kiln_archive_unpack(archive_path, inner, NULL, &m));
+        else
+            KILN_CHECK(rc, out, kiln_archive_check(archive_path, NULL, &m));
     } else {
-        /* The same checks as the unpack, every file hashed, nothing written. */
-        KILN_CHECK(rc, out, kiln_archive_check(archive_path, NULL, &m));
+        /* One read: BLAKE2b on the pipe's thread, the unpack (or the check, every file
+         * hashed, nothing written) on this one, into a private directory that is renamed
+         * only once the signatures below verified. */
+        uint8_t h[crypto_generichash_BYTES_MAX];
+        KILN_CHECK(rc, out, kiln_hashpipe_new(KILN_HASH_BLAKE2B, true, &pipe));
+        fs.pipe = pipe;
+        fs.fd = open(archive_path, O_RDONLY | O_CLOEXEC);
+        KILN_CHECK_IF(rc, out, fs.fd < 0, KILN_ERR_IO, "cannot open '%s': %s", archive_path,
+                      strerror(errno));
+        kiln_archive_source src = {file_read, &fs};
+        urc = kiln_archive_unpack_source(&src, archive_path, inner, NULL, NULL, &m);
+        if (urc) snprintf(umsg, sizeof umsg, "%s", kiln_errmsg());
+        KILN_CHECK(rc, out, file_drain(&fs));
+        kiln_hashpipe_finish(pipe, NULL, h, NULL);
+        kiln_debug("verify: this thread (reading, decompressing, file digests): %.3f s CPU",
+                   kiln_thread_cpu_s());
+        /* The signatures' verdict comes first, as if nothing had been unpacked: over the
+         * whole file's BLAKE2b, the comments against the manifest the unpack read (or, when
+         * it failed, the archive's first entry). */
+        KILN_CHECK(rc, out,
+                   verify_sigs(archive_path, h, m, archive_path, sigs, sigs_len, sigs_label, t, r));
+        if (urc) {
+            rc = kiln_fail(urc, "%s", umsg);
+            goto out;
+        }
     }
     /* The archive may have changed since its signatures were checked: what was unpacked
      * must be the manifest the signers named, and every file was checked against it. */
@@ -369,9 +458,24 @@ kiln_err kiln_sign_verify_archive(const char *archive_path, const char *sigs, si
     }
     r->files_checked = true;
 out:
+    if (fs.fd >= 0) close(fs.fd);
+    kiln_hashpipe_free(pipe);
     if (tmp) rmtree(tmp);
     kiln_manifest_free(m);
     free(inner);
     free(tmp);
     return rc;
+}
+
+kiln_err kiln_sign_verify_archive(const char *archive_path, const char *sigs, size_t sigs_len,
+                                  const char *sigs_label, const kiln_sign_trust *t,
+                                  const char *out_dir, kiln_sign_archive_report *report) {
+    return verify_archive(archive_path, NULL, sigs, sigs_len, sigs_label, t, out_dir, report);
+}
+
+kiln_err kiln_sign_verify_archive_prehashed(const char *archive_path, const uint8_t blake2b[64],
+                                            const char *sigs, size_t sigs_len,
+                                            const char *sigs_label, const kiln_sign_trust *t,
+                                            const char *out_dir, kiln_sign_archive_report *report) {
+    return verify_archive(archive_path, blake2b, sigs, sigs_len, sigs_label, t, out_dir, report);
 }

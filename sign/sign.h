@@ -369,6 +369,31 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_sigs(const char *arch
                                                                 const kiln_sign_trust *t,
                                                                 kiln_sign_archive_report *report);
 
+/* kiln_sign_verify_archive for a caller that computed the archive's BLAKE2b-512 itself, from
+ * the bytes as they arrived (a pull hashes while downloading): the signatures are checked
+ * against blake2b first, then the archive is unpacked (out_dir) or checked, as above. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_prehashed(
+    const char *archive_path, const uint8_t blake2b[64], const char *sigs, size_t sigs_len,
+    const char *sigs_label, const kiln_sign_trust *t, const char *out_dir,
+    kiln_sign_archive_report *report);
+/* kiln_sign_verify_archive_sigs with the archive's BLAKE2b-512 computed by the caller (a
+ * mirror's download hashes as it lands): the archive's manifest is read only after the
+ * signatures verified over blake2b. */
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_archive_sigs_prehashed(
+    const char *archive_path, const uint8_t blake2b[64], const char *sigs, size_t sigs_len,
+    const char *sigs_label, const kiln_sign_trust *t, kiln_sign_archive_report *report);
+/* Steps 1 to 3 over an archive's BLAKE2b-512 computed by the caller (the streaming verify):
+ * every block by a release key of t, algorithm ED, verifying over blake2b (key id, signature,
+ * global signature), each comment naming m (the manifest the archive's bytes hold: its sha256,
+ * model, version, verdict) within the unvalidated rule, the release threshold. where names
+ * the archive in messages. A caller that unpacked the archive as it hashed it keeps the
+ * result private until this passed. */
+struct kiln_manifest;
+KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_prehashed_sigs(
+    const uint8_t blake2b[64], const struct kiln_manifest *m, const char *where, const char *sigs,
+    size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
+    kiln_sign_archive_report *report);
+
 /* Steps 1 to 3 without the archive, for a caller that holds a manifest's text but not the
  * archive's bytes (kiln provenance without --download): the manifest must parse (export/'s
  * strict parser: canonical form only), then every block is by a key of t holding the release

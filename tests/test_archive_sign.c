@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "export.h"
 #include "sign.h"
@@ -713,5 +714,115 @@ out:
     kiln_sign_trust_free(t1);
     kiln_sign_trust_free(t2);
     free(dir), free(dir2), free(ar), free(ar2), free(one), free(both), free(other), free(bad);
+    fx_release(&f);
+}
+
+/* ---- the one-pass paths: a hash pipe, a prehash, an unpack from a source --------------- */
+
+/* An archive file as a source, read in chunks of an odd size, each also posted to a pipe. */
+typedef struct chunked {
+    FILE *f;
+    kiln_hashpipe *pipe;
+    size_t chunk;
+} chunked;
+
+static kiln_err chunked_read(void *ctx, const void **buf, size_t *n) {
+    chunked *c = ctx;
+    uint8_t *slot = kiln_hashpipe_slot(c->pipe);
+    *n = fread(slot, 1, c->chunk, c->f);
+    kiln_hashpipe_post(c->pipe, *n);
+    *buf = slot;
+    return KILN_OK;
+}
+
+KILN_TEST(archive_sign_prehashed_and_streamed) {
+    fx f;
+    memset(&f, 0, sizeof f);
+    kiln_manifest *m1 = NULL, *m2 = NULL, *got = NULL;
+    kiln_sign_trust *t = NULL;
+    kiln_hashpipe *pipe = NULL;
+    char *d1 = model_dir("stream-a", VAL_PASSED), *d2 = model_dir("stream-b", VAL_PASSED);
+    kiln_test_put(d2, "model.safetensors", "other weights");
+    char *a1 = pack(d1, "stream-a.kiln", &m1), *a2 = pack(d2, "stream-b.kiln", &m2);
+    char *sig = NULL, *out = kiln_test_path("streamed"), *out2 = kiln_test_path("streamed-2");
+    FILE *fp = NULL;
+    if (!CHECK("keys", fx_init(&f))) goto done;
+    t = policy(&f, NULL, NULL);
+    sig = a1 ? sign_by(&f, a1, (const int[]){ALICE, -1}, false) : NULL;
+    if (!CHECK("packed and signed", a1 && a2 && m1 && m2 && t && sig)) goto done;
+
+    /* The pipe's digests are the files' whatever the chunks, threaded or not, after a reset. */
+    uint8_t want_b2[64], want_sha[32], b2[64], sha[32], b2_other[64];
+    uint64_t bytes = 0;
+    kiln_blake2b_file(a1, want_b2, 64);
+    kiln_sha256_file(a1, want_sha);
+    for (int threaded = 0; threaded < 2; threaded++) {
+        if (!CHECK("a pipe", kiln_hashpipe_new(KILN_HASH_SHA256 | KILN_HASH_BLAKE2B, threaded,
+                                               &pipe) == KILN_OK))
+            goto done;
+        memcpy(kiln_hashpipe_slot(pipe), "junk before the reset", 21);
+        kiln_hashpipe_post(pipe, 21);
+        kiln_hashpipe_reset(pipe);
+        fp = fopen(a1, "rb");
+        chunked c = {fp, pipe, 1000 + 37 * (size_t)threaded};
+        const void *b;
+        size_t n;
+        do
+            chunked_read(&c, &b, &n);
+        while (n);
+        fclose(fp);
+        fp = NULL;
+        kiln_hashpipe_finish(pipe, sha, b2, &bytes);
+        kiln_hashpipe_free(pipe);
+        pipe = NULL;
+        CHECK("the pipe's BLAKE2b-512 is the file's", !memcmp(b2, want_b2, 64));
+        CHECK("the pipe's SHA-256 is the file's", !memcmp(sha, want_sha, 32));
+        struct stat sb;
+        CHECK("every byte counted", stat(a1, &sb) == 0 && bytes == (uint64_t)sb.st_size);
+    }
+
+    /* The signatures over a prehash: the right one with the archive's manifest verifies;
+     * another archive's prehash, or another manifest, does not. */
+    kiln_sign_archive_report rep;
+    CHECK("verifies over the prehash",
+          kiln_sign_verify_prehashed_sigs(b2, m1, "a1", sig, strlen(sig), "sig", t, &rep) ==
+                  KILN_OK &&
+              rep.nsigners == 1);
+    kiln_blake2b_file(a2, b2_other, 64);
+    CHECK("another archive's prehash is refused",
+          kiln_sign_verify_prehashed_sigs(b2_other, m1, "a1", sig, strlen(sig), "sig", t, &rep) ==
+                  KILN_ERR_VERIFY &&
+              kiln_test_msg_has("is not what key id", NULL));
+    CHECK("another manifest is refused",
+          kiln_sign_verify_prehashed_sigs(b2, m2, "a1", sig, strlen(sig), "sig", t, &rep) ==
+                  KILN_ERR_VERIFY &&
+              kiln_test_msg_has("the trusted comment names manifest", NULL));
+    CHECK("the file path with the prehash verifies",
+          kiln_sign_verify_archive_prehashed(a1, b2, sig, strlen(sig), "sig", t, NULL, &rep) ==
+                  KILN_OK &&
+              rep.files_checked);
+
+    /* An unpack from a source, held to a manifest verified beforehand. */
+    if (!CHECK("a pipe", kiln_hashpipe_new(KILN_HASH_BLAKE2B, true, &pipe) == KILN_OK)) goto done;
+    fp = fopen(a1, "rb");
+    chunked c = {fp, pipe, 4096};
+    kiln_archive_source src = {chunked_read, &c};
+    kiln_err rc = kiln_archive_unpack_source(&src, "a1", out, NULL, m1, &got);
+    CHECK("unpacks from a source against the signed manifest", rc == KILN_OK && got);
+    CHECK("every file as the manifest says",
+          rc == KILN_OK && kiln_manifest_verify_dir(m1, out) == KILN_OK);
+    fclose(fp);
+    fp = fopen(a1, "rb");
+    c.f = fp;
+    rc = kiln_archive_unpack_source(&src, "a1", out2, NULL, m2, NULL);
+    CHECK("refused when the archive's manifest is not the signed one",
+          rc == KILN_ERR_VERIFY && kiln_test_msg_has("not the signed manifest", NULL));
+    CHECK("nothing left at the output", !kiln_path_exists(out2));
+done:
+    if (fp) fclose(fp);
+    kiln_hashpipe_free(pipe);
+    kiln_manifest_free(m1), kiln_manifest_free(m2), kiln_manifest_free(got);
+    kiln_sign_trust_free(t);
+    free(d1), free(d2), free(a1), free(a2), free(sig), free(out), free(out2);
     fx_release(&f);
 }
