@@ -214,6 +214,9 @@ kiln_err kiln_json_write_file(const char *path, const json_t *j);
 /* The bytes kiln_json_write_file writes, *len of them; caller frees. NULL when out of
  * memory, with no message set: the caller names what it was encoding. */
 char *kiln_json_document(const json_t *j, size_t *len);
+/* The keys of object o, sorted by strcmp: an array of *n pointers into o (valid while o is);
+ * caller frees the array, not the strings. NULL when out of memory. */
+const char **kiln_json_sorted_keys(const json_t *o, size_t *n);
 
 /* ---- text charts (core/chart.c) ------------------------------------------------ */
 

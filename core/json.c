@@ -57,3 +57,19 @@ kiln_err kiln_json_write_file(const char *path, const json_t *j) {
     free(t);
     return rc;
 }
+
+static int cmp_str(const void *a, const void *b) {
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+const char **kiln_json_sorted_keys(const json_t *o, size_t *n) {
+    *n = json_object_size(o);
+    const char **k = kiln_calloc(*n ? *n : 1, sizeof *k);
+    if (!k) return NULL;
+    size_t i = 0;
+    const char *key;
+    json_t *v;
+    json_object_foreach((json_t *)o, key, v) k[i++] = key;
+    qsort(k, *n, sizeof *k, cmp_str);
+    return k;
+}

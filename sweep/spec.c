@@ -49,27 +49,10 @@ static void value_text(const json_t *v, char *out, size_t n) {
     }
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The keys of an object, sorted; caller frees the array (not the strings). */
-static const char **sorted_keys(const json_t *o, size_t *n) {
-    *n = json_object_size(o);
-    const char **k = kiln_calloc(*n ? *n : 1, sizeof *k);
-    if (!k) return NULL;
-    size_t i = 0;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)o, key, v) k[i++] = key;
-    qsort(k, *n, sizeof *k, cmp_str);
-    return k;
-}
-
 /* "d_model-16,lr-0.001,seed-2": the overrides in key order; "base" when there are none. */
 static char *point_name(const json_t *over) {
     size_t n;
-    const char **keys = sorted_keys(over, &n);
+    const char **keys = kiln_json_sorted_keys(over, &n);
     if (!keys) return NULL;
     size_t cap = 16;
     for (size_t i = 0; i < n; i++)
@@ -170,7 +153,7 @@ static kiln_err add_seeded(kiln_sweep_spec *s, const char *path, const json_t *b
 static kiln_err add_grid(kiln_sweep_spec *s, const char *path, const json_t *base, int base_ranks,
                          const json_t *grid, const json_t *seeds, size_t *cap) {
     size_t n;
-    const char **keys = sorted_keys(grid, &n);
+    const char **keys = kiln_json_sorted_keys(grid, &n);
     if (!keys) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
     size_t total = 1;

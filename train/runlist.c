@@ -167,23 +167,6 @@ static kiln_err flatten(json_t *dst, const char *prefix, json_t *obj, const char
     return KILN_OK;
 }
 
-static int cmp_str(const void *a, const void *b) {
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-/* The keys of o, sorted: an array of pointers into o (valid while o is), *n of them. */
-static const char **sorted_keys(const json_t *o, size_t *n) {
-    *n = json_object_size(o);
-    const char **k = kiln_calloc(*n ? *n : 1, sizeof *k);
-    if (!k) return NULL;
-    size_t i = 0;
-    const char *key;
-    json_t *v;
-    json_object_foreach((json_t *)o, key, v) k[i++] = key;
-    qsort(k, *n, sizeof *k, cmp_str);
-    return k;
-}
-
 /* The compared keys of a run: its config flattened, and the dataset's digest. */
 static kiln_err row_config(const kiln_run_info *ri, const char *dir, json_t **out) {
     *out = NULL;
@@ -198,7 +181,7 @@ static kiln_err row_config(const kiln_run_info *ri, const char *dir, json_t **ou
     if (ds && !json_object_get(flat, "dataset_sha256"))
         KILN_CHECK_IF(rc, out, json_object_set(flat, "dataset_sha256", ds), KILN_ERR_NOMEM,
                       "out of memory");
-    keys = sorted_keys(flat, &n);
+    keys = kiln_json_sorted_keys(flat, &n);
     KILN_CHECK_IF(rc, out, !keys, KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n; i++)
         KILN_CHECK_IF(rc, out, json_object_set(sorted, keys[i], json_object_get(flat, keys[i])),
@@ -466,7 +449,7 @@ static kiln_err compare(kiln_run_list *l) {
         json_object_foreach(l->rows[i].config, k, v) KILN_CHECK_IF(
             rc, out, json_object_set(all, k, json_true()), KILN_ERR_NOMEM, "out of memory");
     }
-    KILN_CHECK_IF(rc, out, !(keys = sorted_keys(all, &nk)), KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, !(keys = kiln_json_sorted_keys(all, &nk)), KILN_ERR_NOMEM, "out of memory");
     for (size_t k = 0; k < nk; k++) {
         json_t *v0 = json_object_get(first->config, keys[k]);
         bool same = v0 != NULL;
@@ -656,7 +639,7 @@ static int cmp_shown_key(const void *pa, const void *pb) {
 /* "same in all 12 runs: d_model=32 n_layers=2 … (+20 more)" within width. */
 static kiln_err same_line(FILE *f, const kiln_run_list *l, int width) {
     size_t n = 0;
-    const char **keys = sorted_keys(l->same, &n);
+    const char **keys = kiln_json_sorted_keys(l->same, &n);
     if (!keys) return nomem();
     if (!n) {
         free(keys);
