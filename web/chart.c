@@ -16,16 +16,6 @@
 
 #define lit(b, s) kiln_web_raw((b), "" s, sizeof(s) - 1)
 
-static void num(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
-static void num(kiln_web_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) kiln_web_raw(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 /* Ten colours that tell apart on white (Tableau 10). */
 static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
                                       "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
@@ -154,7 +144,7 @@ static void figure_begin(kiln_web_buf *b, const char *cls, const char *id, const
     lit(b, "><figcaption>");
     kiln_web_text(b, title);
     lit(b, "</figcaption>\n<svg class=\"chart\" xmlns=\"http://www.w3.org/2000/svg\"");
-    num(b, " width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\"", w, h, w, h);
+    kiln_web_printf(b, " width=\"%d\" height=\"%d\" viewBox=\"0 0 %d %d\"", w, h, w, h);
     lit(b, " role=\"img\" aria-label=\"");
     kiln_web_text(b, title);
     lit(b, "\">\n");
@@ -166,21 +156,21 @@ static void x_axis(kiln_web_buf *b, const frame *f, double lo, double hi, const 
     size_t n = kiln_web_nice_ticks(lo, hi, 6, t, 16, &st);
     axis ax = {lo, hi, f->l, f->r, false};
     lit(b, "<g class=\"axis x\">");
-    num(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#889\"/>", f->l, f->bot,
+    kiln_web_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#889\"/>", f->l, f->bot,
         f->r, f->bot);
     for (size_t i = 0; i < n; i++) {
         if (t[i] < lo - st * 1e-9 || t[i] > hi + st * 1e-9) continue;
         double x = at(&ax, t[i]);
         char s[16];
         kiln_web_tick_label(t[i], st, s);
-        num(b,
+        kiln_web_printf(b,
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#889\"/>"
             "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">",
             x, f->bot, x, f->bot + 4, x, f->bot + 16);
         kiln_web_text(b, s);
         lit(b, "</text>");
     }
-    num(b, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", f->r,
+    kiln_web_printf(b, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", f->r,
         (double)f->h - 2);
     kiln_web_text(b, label ? label : "step");
     lit(b, "</text></g>\n");
@@ -216,17 +206,17 @@ static void y_axis(kiln_web_buf *b, const frame *f, axis *ay) {
             snprintf(s, sizeof s, "%g", v);
         else
             kiln_web_tick_label(v, st, s);
-        num(b,
+        kiln_web_printf(b,
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e6e8ef\"/>"
             "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">",
             f->l, y, f->r, y, f->l - 5, y + 4);
         kiln_web_text(b, s);
         lit(b, "</text>");
     }
-    num(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#889\"/>", f->l, f->t,
+    kiln_web_printf(b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#889\"/>", f->l, f->t,
         f->l, f->bot);
     if (ay->log)
-        num(b, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\">log</text>", f->l + 4, f->t + 10);
+        kiln_web_printf(b, "<text class=\"label\" x=\"%.1f\" y=\"%.1f\">log</text>", f->l + 4, f->t + 10);
     lit(b, "</g>\n");
 }
 
@@ -263,24 +253,24 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         kiln_web_text(b, kiln_web_mark_name(m[i].kind));
         lit(b, "\"><title>");
         kiln_web_text(b, m[i].text);
-        if (more) num(b, " (and %zu more here)", more);
+        if (more) kiln_web_printf(b, " (and %zu more here)", more);
         lit(b, "</title>");
         bool named = m[i].kind == KILN_WEB_MARK_BEST || m[i].kind == KILN_WEB_MARK_EXPORTED;
         if (named || m[i].kind == KILN_WEB_MARK_CKPT) {
             double r = named ? 5 : 3.5, y = f->t + 5;
-            num(b,
+            kiln_web_printf(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                 "stroke-opacity=\".35\" stroke-dasharray=\"1 3\"/>"
                 "<path d=\"M%.1f %.1fl%.1f %.1fl%.1f %.1fl%.1f %.1fz\" fill=\"%s\"/>",
                 x, f->t, x, f->bot, c, x, y - r, r, r, -r, r, -r, -r, c);
             if (named)
-                num(b,
+                kiln_web_printf(b,
                     "<text class=\"%s\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" "
                     "fill=\"%s\">%s</text>",
                     kiln_web_mark_name(m[i].kind), x + (x > f->r - 60 ? -8 : 8), y + 4,
                     x > f->r - 60 ? "end" : "start", c, kiln_web_mark_name(m[i].kind));
         } else {
-            num(b,
+            kiln_web_printf(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                 "stroke-opacity=\".55\" stroke-dasharray=\"3 3\"/>"
                 "<path d=\"M%.1f %.1fl5 8h-10z\" fill=\"%s\"/>",
@@ -335,7 +325,7 @@ static void legend(kiln_web_buf *b, const kiln_web_series *s, size_t n, int w, d
     for (size_t k = 0; k < n; k++) {
         double iw = 22 + 6.2 * (double)(s[k].name ? strlen(s[k].name) : 0) + 12;
         if (x + iw > w && x > ML) y += LEGEND_ROW, x = ML;
-        num(b,
+        kiln_web_printf(b,
             "<g class=\"item\"><rect x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"4\" "
             "fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">",
             x, y - 4, palette[k % N_PALETTE], x + 20, y);
@@ -375,7 +365,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
                f.bot, f.t, log};
     y_axis(b, &f, &ay);
     if (!finite)
-        num(b,
+        kiln_web_printf(b,
             "<text class=\"empty\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">no finite value "
             "logged</text>\n",
             (f.l + f.r) / 2, (f.t + f.bot) / 2);
@@ -400,8 +390,8 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         const char *col = palette[k % N_PALETTE];
         lit(b, "<g class=\"series\" data-name=\"");
         kiln_web_text(b, s->name);
-        num(b, "\" data-points=\"%zu\">", s->n);
-        num(b, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" "
+        kiln_web_printf(b, "\" data-points=\"%zu\">", s->n);
+        kiln_web_printf(b, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" "
                "stroke-linejoin=\"round\" points=\"", col);
         size_t drawn = 0, bad = 0;
         for (size_t i = 0; i < n; i++) {
@@ -410,7 +400,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
                 continue;
             }
             if (log && dy[i] <= 0) continue;
-            num(b, "%s%.1f,%.1f", drawn++ ? " " : "", at(&ax, dx[i]), at(&ay, dy[i]));
+            kiln_web_printf(b, "%s%.1f,%.1f", drawn++ ? " " : "", at(&ax, dx[i]), at(&ay, dy[i]));
         }
         lit(b, "\"><title>");
         kiln_web_text(b, s->name);
@@ -418,7 +408,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         /* A single point would draw nothing: a dot. */
         for (size_t i = 0; i < n && drawn == 1; i++)
             if (isfinite(dy[i]) && !(log && dy[i] <= 0))
-                num(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2\" fill=\"%s\"/>", at(&ax, dx[i]),
+                kiln_web_printf(b, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2\" fill=\"%s\"/>", at(&ax, dx[i]),
                     at(&ay, dy[i]), col);
         /* Non-finite points: a cross near the top edge, never a line to nowhere. */
         for (size_t i = 0; i < n && bad; i++) {
@@ -426,9 +416,9 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
             double x = at(&ax, dx[i]), y = f.t + 14;
             lit(b, "<g class=\"mark nonfinite-point\"><title>");
             kiln_web_text(b, s->name);
-            num(b, ": step %.0f: %s</title>", dx[i],
+            kiln_web_printf(b, ": step %.0f: %s</title>", dx[i],
                 isnan(dy[i]) ? "not a number" : dy[i] > 0 ? "+infinity" : "-infinity");
-            num(b,
+            kiln_web_printf(b,
                 "<path d=\"M%.1f %.1fl6 6m0 -6l-6 6\" stroke=\"#dc2626\" "
                 "stroke-width=\"1.6\"/></g>",
                 x - 3, y - 3);
@@ -486,7 +476,7 @@ void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h) {
     lit(b, "<g class=\"cells\">");
     for (size_t r = 0; r < h->n_rows; r++) {
         double y = f.t + rh * (double)r;
-        num(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", f.l - 5,
+        kiln_web_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", f.l - 5,
             y + rh / 2 + 4);
         kiln_web_text(b, h->rows[r].name);
         lit(b, "</text>");
@@ -497,17 +487,17 @@ void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h) {
             heat_colour(vmax > 0 ? v / vmax : 0, fill);
             double s0 = lo + (hi - lo) * (double)col / HEAT_COLS,
                    s1 = lo + (hi - lo) * (double)(col + 1) / HEAT_COLS;
-            num(b,
+            kiln_web_printf(b,
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
                 "<title>",
                 f.l + cw * (double)col, y, cw + 0.2, rh + 0.2, fill);
             kiln_web_text(b, h->rows[r].name);
-            num(b, ", steps %.0f-%.0f: max %.3g</title></rect>", ceil(s0), floor(s1), v);
+            kiln_web_printf(b, ", steps %.0f-%.0f: max %.3g</title></rect>", ceil(s0), floor(s1), v);
         }
     }
     lit(b, "</g>\n");
     if (h->row_label) {
-        num(b,
+        kiln_web_printf(b,
             "<text class=\"label\" x=\"12\" y=\"%.1f\" transform=\"rotate(-90 12 %.1f)\" "
             "text-anchor=\"middle\">",
             (f.t + f.bot) / 2, (f.t + f.bot) / 2);
@@ -521,10 +511,10 @@ void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h) {
     for (int k = 0; k < 10; k++) {
         char fill[8];
         heat_colour(k / 9.0, fill);
-        num(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"8\" fill=\"%s\"/>",
+        kiln_web_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"8\" fill=\"%s\"/>",
             f.l + 12.0 * k, (double)f.h + 8, fill);
     }
-    num(b, "<text x=\"%.1f\" y=\"%.1f\">0 to %.3g</text></g>\n", f.l + 126, (double)f.h + 16,
+    kiln_web_printf(b, "<text x=\"%.1f\" y=\"%.1f\">0 to %.3g</text></g>\n", f.l + 126, (double)f.h + 16,
         vmax);
     lit(b, "</svg></figure>\n");
 }

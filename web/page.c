@@ -1,7 +1,7 @@
 /* page.c - the registry's pages as HTML5: the buffer, the one escaping function, the
  * security headers, and a function per part of a page.
  *
- * Markup is appended with lit() (string literals only) and num() (numbers); every other
+ * Markup is appended with lit() (string literals only) and kiln_web_printf() (numbers); every other
  * string goes through kiln_web_text. Links are built from names percent-encoded first, so
  * they hold nothing that markup could read as its own. */
 #include <inttypes.h>
@@ -46,17 +46,6 @@ static void put(kiln_web_buf *b, const char *s, size_t n) {
 
 /* Markup: only ever a string literal. */
 #define lit(b, s) put((b), "" s, sizeof(s) - 1)
-
-/* Numbers and other text made here from numbers. */
-static void num(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
-static void num(kiln_web_buf *b, const char *fmt, ...) {
-    char tmp[128];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
 
 void kiln_web_buf_release(kiln_web_buf *b) {
     free(b->data);
@@ -261,6 +250,25 @@ void kiln_web_raw(kiln_web_buf *b, const char *s, size_t n) {
     put(b, s, n);
 }
 
+void kiln_web_printf(kiln_web_buf *b, const char *fmt, ...) {
+    char tmp[512];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (n > 0) put(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
+}
+
+void kiln_web_pct(kiln_web_buf *b, const char *s, const char *also) {
+    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
+        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
+            *p == '.' || *p == '_' || *p == '-' || *p == '~' || (also && strchr(also, *p)))
+            put(b, (const char *)p, 1);
+        else
+            kiln_web_printf(b, "%%%02X", *p);
+    }
+}
+
 const kiln_web_header *kiln_web_headers(size_t *n) {
     pthread_once(&headers_once, make_headers);
     *n = KILN_ARRAY_LEN(headers);
@@ -333,16 +341,16 @@ static void put_digest(kiln_web_buf *b, const char *d) {
 
 static void put_size(kiln_web_buf *b, uint64_t n) {
     lit(b, "<span title=\"");
-    num(b, "%" PRIu64 " bytes", n);
+    kiln_web_printf(b, "%" PRIu64 " bytes", n);
     lit(b, "\">");
     if (n < 1024)
-        num(b, "%" PRIu64 " B", n);
+        kiln_web_printf(b, "%" PRIu64 " B", n);
     else if (n < 1024 * 1024)
-        num(b, "%.1f KiB", (double)n / 1024);
+        kiln_web_printf(b, "%.1f KiB", (double)n / 1024);
     else if (n < 1024ull * 1024 * 1024)
-        num(b, "%.1f MiB", (double)n / (1024 * 1024));
+        kiln_web_printf(b, "%.1f MiB", (double)n / (1024 * 1024));
     else
-        num(b, "%.2f GiB", (double)n / (1024.0 * 1024 * 1024));
+        kiln_web_printf(b, "%.2f GiB", (double)n / (1024.0 * 1024 * 1024));
     lit(b, "</span>");
 }
 
@@ -616,7 +624,7 @@ void kiln_web_models_row(kiln_web_buf *b, const kiln_web_model *m) {
     lit(b, "<tr><td>");
     link_model(b, m->name);
     lit(b, "</td><td class=\"n\">");
-    num(b, "%" PRId64, m->versions);
+    kiln_web_printf(b, "%" PRId64, m->versions);
     lit(b, "</td><td>");
     if (m->latest) link_version(b, m->name, m->latest);
     lit(b, "</td><td>");
@@ -650,7 +658,7 @@ void kiln_web_models_channel(kiln_web_buf *b, const char *model, const kiln_web_
     link_channel(b, model, r->channel);
     lit(b, " \xE2\x86\x92 ");
     kiln_web_text(b, r->version);
-    num(b, " <small>seq %" PRId64 "</small>", r->seq);
+    kiln_web_printf(b, " <small>seq %" PRId64 "</small>", r->seq);
     kiln_web_expiry e = kiln_web_expiry_at(r->expires, now);
     if (e == KILN_WEB_EXPIRY_EXPIRED)
         lit(b, " <span class=\"tag bad\">expired</span>");
@@ -677,12 +685,12 @@ void kiln_web_channels_row(kiln_web_buf *b, const char *model, const kiln_web_re
     link_channel(b, model, r->channel);
     lit(b, "</td><td>");
     record_version(b, model, r);
-    num(b, "</td><td class=\"n\">%" PRId64 "</td><td>", r->seq);
+    kiln_web_printf(b, "</td><td class=\"n\">%" PRId64 "</td><td>", r->seq);
     put_expiry(b, r->expires, now);
     record_cells(b, r);
     lit(b, "</td><td><a href=\"");
     href_channel(b, model, r->channel);
-    num(b, "\">%zu record%s</a></td></tr>\n", r->records, r->records == 1 ? "" : "s");
+    kiln_web_printf(b, "\">%zu record%s</a></td></tr>\n", r->records, r->records == 1 ? "" : "s");
 }
 
 void kiln_web_versions_begin(kiln_web_buf *b) {
@@ -694,9 +702,9 @@ void kiln_web_versions_begin(kiln_web_buf *b) {
  * name for it. */
 static void put_metric(kiln_web_buf *b, const json_t *v) {
     if (json_is_integer(v))
-        num(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+        kiln_web_printf(b, "%" JSON_INTEGER_FORMAT, json_integer_value(v));
     else if (json_is_real(v))
-        num(b, "%.6g", json_real_value(v));
+        kiln_web_printf(b, "%.6g", json_real_value(v));
     else if (json_is_string(v))
         text_cut(b, json_string_value(v), 60);
     else if (json_is_true(v))
@@ -729,7 +737,7 @@ static void put_lineage(kiln_web_buf *b, const json_t *card) {
     }
     if (json_is_integer(step)) {
         if (any) lit(b, " \xC2\xB7 ");
-        num(b, "step %" JSON_INTEGER_FORMAT, json_integer_value(step));
+        kiln_web_printf(b, "step %" JSON_INTEGER_FORMAT, json_integer_value(step));
         any = true;
     }
     if (json_is_string(ds)) {
@@ -754,7 +762,7 @@ static void put_lineage(kiln_web_buf *b, const json_t *card) {
         size_t i = 0;
         json_object_foreach((json_t *)metrics, k, v) {
             if (i == 16) {
-                num(b, " (+%zu more)", json_object_size(metrics) - i);
+                kiln_web_printf(b, " (+%zu more)", json_object_size(metrics) - i);
                 break;
             }
             if (i++) lit(b, " \xC2\xB7 ");
@@ -808,8 +816,8 @@ void kiln_web_versions_row(kiln_web_buf *b, const char *model, const kiln_web_ve
 /* ---- a channel ---- */
 
 void kiln_web_history_begin(kiln_web_buf *b, int64_t total, int64_t before) {
-    num(b, "<h2>History</h2>\n<p>%" PRId64 " record%s", total, total == 1 ? "" : "s");
-    if (before > 0) num(b, "; those before seq %" PRId64, before);
+    kiln_web_printf(b, "<h2>History</h2>\n<p>%" PRId64 " record%s", total, total == 1 ? "" : "s");
+    if (before > 0) kiln_web_printf(b, "; those before seq %" PRId64, before);
     lit(b, ", newest first. A rollback is a record that points at a version published before "
            "the one it replaces.</p>\n");
     thead(b, "Seq|Change|Version|Expires|Reason|Signed by|Put by|At");
@@ -824,7 +832,7 @@ void kiln_web_history_end(kiln_web_buf *b, const char *model, const char *channe
     if (more) {
         lit(b, " \xC2\xB7 <a href=\"");
         href_channel(b, model, channel);
-        num(b, "?before=%" PRId64 "\">older records</a>", last);
+        kiln_web_printf(b, "?before=%" PRId64 "\">older records</a>", last);
     }
     lit(b, "</p>\n");
 }
@@ -832,7 +840,7 @@ void kiln_web_history_end(kiln_web_buf *b, const char *model, const char *channe
 void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_record *r,
                           int64_t now) {
     b->rows++;
-    num(b, "<tr><td class=\"n\">%" PRId64, r->seq);
+    kiln_web_printf(b, "<tr><td class=\"n\">%" PRId64, r->seq);
     if (r->current) lit(b, " <span class=\"tag ok\">current</span>");
     lit(b, "</td><td>");
     if (!r->previous) {
@@ -862,15 +870,15 @@ void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_rec
 /* ---- the audit log ---- */
 
 void kiln_web_audit_begin(kiln_web_buf *b, int64_t after, int64_t total) {
-    num(b, "<p>%" PRId64 " entr%s in all", total, total == 1 ? "y" : "ies");
-    if (after > 0) num(b, "; those after #%" PRId64, after);
+    kiln_web_printf(b, "<p>%" PRId64 " entr%s in all", total, total == 1 ? "y" : "ies");
+    if (after > 0) kiln_web_printf(b, "; those after #%" PRId64, after);
     lit(b, ", oldest first.</p>\n");
     thead(b, "#|Time|Token|Action|Model|Version|Channel|Digest|Reason");
 }
 
 void kiln_web_audit_row(kiln_web_buf *b, const kiln_web_audit *e) {
     b->rows++;
-    num(b, "<tr><td class=\"n\">%" PRId64 "</td><td>", e->id);
+    kiln_web_printf(b, "<tr><td class=\"n\">%" PRId64 "</td><td>", e->id);
     put_time(b, e->time);
     td_end(b);
     td_text(b, e->token);
@@ -895,8 +903,8 @@ void kiln_web_audit_row(kiln_web_buf *b, const kiln_web_audit *e) {
 void kiln_web_audit_end(kiln_web_buf *b, int64_t last, bool more, int64_t newest_after) {
     kiln_web_table_end(b, "No entries here.");
     lit(b, "<p><a href=\"/ui/audit?after=0\">first page</a>");
-    if (more) num(b, " \xC2\xB7 <a href=\"/ui/audit?after=%" PRId64 "\">next page</a>", last);
-    num(b, " \xC2\xB7 <a href=\"/ui/audit?after=%" PRId64 "\">newest</a></p>\n", newest_after);
+    if (more) kiln_web_printf(b, " \xC2\xB7 <a href=\"/ui/audit?after=%" PRId64 "\">next page</a>", last);
+    kiln_web_printf(b, " \xC2\xB7 <a href=\"/ui/audit?after=%" PRId64 "\">newest</a></p>\n", newest_after);
 }
 
 /* ---- the trust policy ---- */
@@ -916,8 +924,8 @@ void kiln_web_trust_summary(kiln_web_buf *b, const kiln_web_trust_policy *p) {
         return;
     }
     int root = role_count(p, 0), rel = role_count(p, 1), prom = role_count(p, 2);
-    num(b, "<p>Trust policy version %" PRIu64 " in force: ", p->version);
-    num(b, "%d root, %d release, %d promote key%s. ", root, rel, prom, prom == 1 ? "" : "s");
+    kiln_web_printf(b, "<p>Trust policy version %" PRIu64 " in force: ", p->version);
+    kiln_web_printf(b, "%d root, %d release, %d promote key%s. ", root, rel, prom, prom == 1 ? "" : "s");
     lit(b, "<a href=\"/ui/trust\">Keys and versions</a></p>\n");
 }
 
@@ -947,12 +955,12 @@ void kiln_web_trust_policy_show(kiln_web_buf *b, const kiln_web_trust_policy *p,
         return;
     }
     int root = role_count(p, 0), rel = role_count(p, 1);
-    num(b, "<h2>In force: version %" PRIu64 "</h2>\n<p>", p->version);
-    num(b,
+    kiln_web_printf(b, "<h2>In force: version %" PRIu64 "</h2>\n<p>", p->version);
+    kiln_web_printf(b,
         "Root threshold <b>%d</b> of %d root key%s (the next version needs that many of them) "
         "\xC2\xB7 ",
         p->root_threshold, root, root == 1 ? "" : "s");
-    num(b, "release threshold <b>%d</b> of %d release key%s (each archive) \xC2\xB7 ",
+    kiln_web_printf(b, "release threshold <b>%d</b> of %d release key%s (each archive) \xC2\xB7 ",
         p->release_threshold, rel, rel == 1 ? "" : "s");
     if (p->accept_unvalidated)
         lit(b, "accept_unvalidated <span class=\"tag warn\">true</span> (archives signed "
@@ -961,7 +969,7 @@ void kiln_web_trust_policy_show(kiln_web_buf *b, const kiln_web_trust_policy *p,
         lit(b, "accept_unvalidated <span class=\"tag ok\">false</span>");
     lit(b, "</p>\n");
     if (start_version && start_version != p->version) {
-        num(b, "<p><small>The server's <code>--trust</code> file is version %" PRIu64 "; ",
+        kiln_web_printf(b, "<p><small>The server's <code>--trust</code> file is version %" PRIu64 "; ",
             start_version);
         lit(b, "the versions after it were walked from the store, each checked against the one "
                "before.</small></p>\n");
@@ -983,14 +991,14 @@ void kiln_web_trust_policy_show(kiln_web_buf *b, const kiln_web_trust_policy *p,
         b->rows++;
         lit(b, "<tr><td>");
         kiln_web_text(b, p->channels[i].name);
-        num(b, "</td><td class=\"n\">%d</td></tr>\n", p->channels[i].threshold);
+        kiln_web_printf(b, "</td><td class=\"n\">%d</td></tr>\n", p->channels[i].threshold);
     }
     kiln_web_table_end(b, "The policy names no channels, so no channel record verifies.");
 }
 
 void kiln_web_trust_history_begin(kiln_web_buf *b, int64_t total, uint64_t before) {
-    num(b, "<h2>History</h2>\n<p>%" PRId64 " stored version%s", total, total == 1 ? "" : "s");
-    if (before > 0) num(b, "; those below version %" PRIu64, before);
+    kiln_web_printf(b, "<h2>History</h2>\n<p>%" PRId64 " stored version%s", total, total == 1 ? "" : "s");
+    if (before > 0) kiln_web_printf(b, "; those below version %" PRIu64, before);
     lit(b, ", newest first. Each is checked as a client checks it: signed by the root quorum of "
            "the version before it and by its own, every signature verified.</p>\n");
     thead(b, "Version|Stored|By|Signed by (root quorum counted toward)|Changes from the version "
@@ -1029,12 +1037,12 @@ static void put_trust_signers(kiln_web_buf *b, const kiln_web_trust_version *v) 
         lit(b, " <small><code>");
         kiln_web_text(b, s->keyid);
         lit(b, "</code></small>");
-        if (s->old_root) num(b, " <span class=\"tag\">v%" PRIu64 "</span>", v->version - 1);
-        if (s->new_root) num(b, " <span class=\"tag\">v%" PRIu64 "</span>", v->version);
+        if (s->old_root) kiln_web_printf(b, " <span class=\"tag\">v%" PRIu64 "</span>", v->version - 1);
+        if (s->new_root) kiln_web_printf(b, " <span class=\"tag\">v%" PRIu64 "</span>", v->version);
         if (!s->old_root && !s->new_root) lit(b, " <span class=\"tag bad\">not counted</span>");
     }
     if (!shown) lit(b, "<span class=\"tag bad\">no signature verified</span>");
-    num(b,
+    kiln_web_printf(b,
         "<br><small>root quorum of v%" PRIu64 ": %zu of %d \xC2\xB7 of v%" PRIu64 ": %zu of "
         "%d</small>",
         v->version - 1, v->nold, v->old_threshold, v->version, v->nnew, v->new_threshold);
@@ -1046,7 +1054,7 @@ void kiln_web_trust_history_row(kiln_web_buf *b, const kiln_web_trust_version *v
         lit(b, "<tr class=\"bad\">");
     else
         lit(b, "<tr>");
-    num(b, "<td class=\"n\">%" PRIu64, v->version);
+    kiln_web_printf(b, "<td class=\"n\">%" PRIu64, v->version);
     if (v->in_force) lit(b, " <span class=\"tag ok\">in force</span>");
     lit(b, "</td><td>");
     put_time(b, v->created);
@@ -1056,7 +1064,7 @@ void kiln_web_trust_history_row(kiln_web_buf *b, const kiln_web_trust_version *v
     if (v->checked)
         put_trust_signers(b, v);
     else
-        num(b, "<small>not checked: no version %" PRIu64 " to check it against</small>",
+        kiln_web_printf(b, "<small>not checked: no version %" PRIu64 " to check it against</small>",
             v->version - 1);
     lit(b, "</td><td>");
     if (v->changes && v->changes[0]) {
@@ -1092,6 +1100,6 @@ void kiln_web_trust_history_row(kiln_web_buf *b, const kiln_web_trust_version *v
 void kiln_web_trust_history_end(kiln_web_buf *b, uint64_t last, bool more) {
     kiln_web_table_end(b, "No versions here: the policy in force is the server's --trust file.");
     lit(b, "<p><a href=\"/ui/trust\">newest versions</a>");
-    if (more) num(b, " \xC2\xB7 <a href=\"/ui/trust?before=%" PRIu64 "\">older versions</a>", last);
+    if (more) kiln_web_printf(b, " \xC2\xB7 <a href=\"/ui/trust?before=%" PRIu64 "\">older versions</a>", last);
     lit(b, "</p>\n");
 }

@@ -13,27 +13,6 @@
 
 #define lit(b, s) kiln_web_raw((b), "" s, sizeof(s) - 1)
 
-static void num(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
-static void num(kiln_web_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) kiln_web_raw(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
-/* A name as a query value: unreserved bytes as they are, the rest %XX. */
-static void qval(kiln_web_buf *b, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            *p == '.' || *p == '_' || *p == '-' || *p == '~')
-            kiln_web_raw(b, (const char *)p, 1);
-        else
-            num(b, "%%%02X", *p);
-    }
-}
-
 void kiln_web_runs_begin(kiln_web_buf *b, const char *title) {
     lit(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width\"><title>");
@@ -60,7 +39,7 @@ void kiln_web_runs_end(kiln_web_buf *b, const char *root, double now) {
 
 static void td_num(kiln_web_buf *b, double v, const char *fmt) {
     lit(b, "<td class=\"n\">");
-    if (isfinite(v)) num(b, fmt, v);
+    if (isfinite(v)) kiln_web_printf(b, fmt, v);
     lit(b, "</td>");
 }
 
@@ -88,7 +67,7 @@ void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_var
     lit(b, "<tr class=\"run\"><td><input type=\"checkbox\" name=\"run\" value=\"");
     kiln_web_text(b, r->name);
     lit(b, "\" checked></td><td><a href=\"/run?r=");
-    qval(b, r->name);
+    kiln_web_pct(b, r->name, NULL);
     lit(b, "\">");
     kiln_web_text(b, r->name);
     lit(b, "</a></td><td><span class=\"tag");
@@ -106,15 +85,15 @@ void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_var
         lit(b, "</small>");
     }
     lit(b, "</td><td class=\"n\">");
-    if (r->step) num(b, "%ld", r->step);
-    if (r->steps) num(b, " / %ld", r->steps);
+    if (r->step) kiln_web_printf(b, "%ld", r->step);
+    if (r->steps) kiln_web_printf(b, " / %ld", r->steps);
     lit(b, "</td>");
     td_num(b, r->loss, "%.4g");
     td_num(b, r->val_loss, "%.4g");
     td_num(b, r->val_r2, "%.4f");
     lit(b, "<td class=\"n\">");
-    if (r->val_step) num(b, "%ld", r->val_step);
-    num(b, "</td><td class=\"n\">%ld</td><td class=\"n\">%ld</td>", r->spikes, r->nonfinite);
+    if (r->val_step) kiln_web_printf(b, "%ld", r->val_step);
+    kiln_web_printf(b, "</td><td class=\"n\">%ld</td><td class=\"n\">%ld</td>", r->spikes, r->nonfinite);
     for (size_t k = 0; k < n_varied; k++) {
         lit(b, "<td>");
         if (r->varied) kiln_web_text(b, r->varied[k]);
@@ -183,7 +162,7 @@ void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const cha
         kiln_web_text(b, href);
         lit(b, "\">");
     }
-    num(b, "%ld", step);
+    kiln_web_printf(b, "%ld", step);
     if (href) lit(b, "</a>");
     lit(b, "</td><td>");
     kiln_web_text(b, kind);

@@ -15,29 +15,8 @@
 
 #define lit(b, s) kiln_web_raw((b), "" s, sizeof(s) - 1)
 
-static void num(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
-static void num(kiln_web_buf *b, const char *fmt, ...) {
-    char tmp[512];
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n > 0) kiln_web_raw(b, tmp, (size_t)n < sizeof tmp ? (size_t)n : sizeof tmp - 1);
-}
-
 static const char *str(const json_t *o, const char *k) {
     return json_string_value(json_object_get(o, k));
-}
-
-/* A name as one path segment (the baseline's link). */
-static void seg(kiln_web_buf *b, const char *s) {
-    for (const unsigned char *p = (const unsigned char *)(s ? s : ""); *p; p++) {
-        if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') ||
-            *p == '.' || *p == '_' || *p == '-' || *p == '~' || *p == '+')
-            kiln_web_raw(b, (const char *)p, 1);
-        else
-            num(b, "%%%02X", *p);
-    }
 }
 
 /* ---- the validation report ---- */
@@ -69,9 +48,9 @@ void kiln_web_validation_report(kiln_web_buf *b, const json_t *r) {
     lit(b, "<p class=\"baseline\">baseline ");
     if (json_is_object(base) && str(base, "name") && str(base, "version")) {
         lit(b, "<a class=\"baseline\" href=\"/ui/models/");
-        seg(b, str(base, "name"));
+        kiln_web_pct(b, str(base, "name"), "+"); /* a path segment */
         lit(b, "/versions/");
-        seg(b, str(base, "version"));
+        kiln_web_pct(b, str(base, "version"), "+");
         lit(b, "\">");
         kiln_web_text(b, str(base, "name"));
         lit(b, " ");
@@ -81,7 +60,7 @@ void kiln_web_validation_report(kiln_web_buf *b, const json_t *r) {
             lit(b, " <small>pulled through ");
             kiln_web_text(b, str(base, "channel"));
             const json_t *seq = json_object_get(base, "seq");
-            if (json_is_integer(seq)) num(b, " (seq %lld)", (long long)json_integer_value(seq));
+            if (json_is_integer(seq)) kiln_web_printf(b, " (seq %lld)", (long long)json_integer_value(seq));
             lit(b, "</small>");
         }
         if (str(base, "digest")) {
@@ -118,7 +97,7 @@ void kiln_web_validation_report(kiln_web_buf *b, const json_t *r) {
         }
         const json_t *f = json_object_get(c, "figures");
         const json_t *mr = json_object_get(f, "max_rel_err");
-        if (json_is_number(mr)) num(b, " <small>max rel err %.3g</small>", json_number_value(mr));
+        if (json_is_number(mr)) kiln_web_printf(b, " <small>max rel err %.3g</small>", json_number_value(mr));
         lit(b, "</td></tr>\n");
     }
     lit(b, "</tbody>\n</table>\n");
@@ -216,7 +195,7 @@ void kiln_web_run_summary(kiln_web_buf *b, const json_t *s) {
     lit(b, "<p class=\"summary\"><small>run ");
     kiln_web_text(b, str(s, "run_id"));
     if (json_is_integer(step))
-        num(b, ", exported at step %lld", (long long)json_integer_value(step));
+        kiln_web_printf(b, ", exported at step %lld", (long long)json_integer_value(step));
     lit(b, "; from run_summary.json, signed with the archive (at most 1000 points a curve, "
            "each bucket's extremes kept)</small></p>\n");
     /* The marks: the run's events, and the step the model was exported from. */

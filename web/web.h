@@ -62,6 +62,11 @@ char *kiln_web_buf_take(kiln_web_buf *b, size_t *len);
  * surrogates, past U+10FFFF, cut short) as well as control characters other than tab and
  * newline become U+FFFD. NULL appends nothing. */
 void kiln_web_text(kiln_web_buf *b, const char *s);
+/* Append printf's text (numbers, and other text made here from numbers; at most 511 bytes). */
+void kiln_web_printf(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
+/* Append s percent-encoded for a URL's query value or path segment: the unreserved bytes
+ * (RFC 3986) and those of `also` (may be NULL) as they are, the rest %XX. */
+void kiln_web_pct(kiln_web_buf *b, const char *s, const char *also);
 
 /* The headers every page goes out with (error pages too), *n of them: Content-Type
  * text/html; charset=utf-8, a Content-Security-Policy that allows nothing but the page's
