@@ -320,6 +320,10 @@ test: all $(BENCH_BINS)
 	KILN_BUILD=$(BUILD) $(BUILD)/run-tests
 	@echo "== end-to-end"
 	KILN=$(abspath $(BUILD)/kiln) tests/e2e/run-all
+	@echo "== make demo (the README's walk, end to end; its output in $(BUILD)/demo.log)"
+	@KILN=$(abspath $(BUILD)/kiln) examples/demo.sh >$(BUILD)/demo.log 2>&1 || \
+	  { tail -n 30 $(BUILD)/demo.log; echo "FAIL make demo: see $(BUILD)/demo.log"; exit 1; }
+	@echo "demo passed"
 	@echo "== Python (python/kiln over $(BUILD)/libkiln.so)"
 	KILN=$(abspath $(BUILD)/kiln) KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 tests/python/run.py
 	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer"

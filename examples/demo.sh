@@ -148,8 +148,8 @@ echo "$(wc -l <predictions-v1.csv) predictions; the last three:"
 tail -3 predictions-v1.csv
 
 say "a second, longer run (900 steps, lower peak lr); release v2, validated against v1 pulled from production"
-printf '$ kiln train --data market.safetensors --run-dir run2 --set steps=900 --set lr=0.002\n'
-"$KILN" train --data market.safetensors --run-dir run2 --set steps=900 --set lr=0.002 >train2.log 2>&1
+printf '$ kiln train --data market.safetensors --run-dir run2 --set steps=900 --set lr=0.001\n'
+"$KILN" train --data market.safetensors --run-dir run2 --set steps=900 --set lr=0.001 >train2.log 2>&1
 tail -1 train2.log
 run "$KILN" release run2 --version 2.0.0 $R --promote staging --promote-key alice.key \
     --promote-token "$PROM" --out-dir release-v2
@@ -230,7 +230,7 @@ printf '%-8s %-18s %-9s %-14s %s\n' version digest bytes "held-out loss" run
 printf '%-8s %-18s %-9s %-14s %s\n' 1.0.0 "sha256:${d1%"${d1#??????????}"}…" \
     "$(wc -c <release-v1/$MODEL-1.0.0.kiln)" "$(loss release-v1)" "run1 (600 steps, killed and resumed)"
 printf '%-8s %-18s %-9s %-14s %s\n' 2.0.0 "sha256:${d2%"${d2#??????????}"}…" \
-    "$(wc -c <release-v2/$MODEL-2.0.0.kiln)" "$(loss release-v2)" "run2 (900 steps, lr 0.002), validated against 1.0.0"
+    "$(wc -c <release-v2/$MODEL-2.0.0.kiln)" "$(loss release-v2)" "run2 (900 steps, lr 0.001), validated against 1.0.0"
 printf '%-8s %-18s %-9s %-14s %s\n' 3.0.0 "(not published)" - "$(sed -n 's/.*held-out loss \([0-9.e-]*\) is worse.*/\1/p' release-v3.txt)" \
     "run1 step 200: refused at validate against 2.0.0"
 echo
