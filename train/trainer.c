@@ -234,25 +234,34 @@ static kiln_err setup(trainer *t) {
     return t->dev ? KILN_OK : kiln_tsmoe_set_threads(t->m, kiln_train_threads(c));
 }
 
-/* norm.in_mean / norm.in_std from the training split (population std, floored). */
-static void set_input_norm(trainer *t) {
-    const size_t F = (size_t)t->ds->n_features, n = t->split.train_rows;
+/* Mean and population standard deviation of column j of a [rows, width] table over the
+ * training split's rows, summed in double in row order (two passes). */
+static void train_column_stats(const trainer *t, const float *table, size_t width, size_t j,
+                               double *mu, double *sd) {
+    const size_t n = t->split.train_rows;
     kiln_split_range one;
     size_t nr;
     const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
+    double s = 0, ss = 0;
+    for (size_t g = 0; g < nr; g++)
+        for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
+            s += table[r * width + j];
+    *mu = s / (double)n;
+    for (size_t g = 0; g < nr; g++)
+        for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
+            double d = table[r * width + j] - *mu;
+            ss += d * d;
+        }
+    *sd = sqrt(ss / (double)n);
+}
+
+/* norm.in_mean / norm.in_std from the training split (population std, floored). */
+static void set_input_norm(trainer *t) {
+    const size_t F = (size_t)t->ds->n_features;
     float *mean = t->params + t->tab[0].offset, *std = t->params + t->tab[1].offset;
     for (size_t f = 0; f < F; f++) {
-        double s = 0, ss = 0;
-        for (size_t g = 0; g < nr; g++)
-            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
-                s += t->ds->features[r * F + f];
-        double mu = s / (double)n;
-        for (size_t g = 0; g < nr; g++)
-            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
-                double d = t->ds->features[r * F + f] - mu;
-                ss += d * d;
-            }
-        double sd = sqrt(ss / (double)n);
+        double mu, sd;
+        train_column_stats(t, t->ds->features, F, f, &mu, &sd);
         mean[f] = (float)mu;
         std[f] = (float)(sd > 1e-6 ? sd : 1e-6);
     }
@@ -261,22 +270,10 @@ static void set_input_norm(trainer *t) {
 /* tmean / tstd from the training split's targets (population std; a constant target keeps
  * std 1). */
 static void set_target_norm(trainer *t) {
-    const size_t O = (size_t)t->ds->n_outputs, n = t->split.train_rows;
-    kiln_split_range one;
-    size_t nr;
-    const kiln_split_range *rg = kiln_split_ranges(&t->split, &one, &nr);
+    const size_t O = (size_t)t->ds->n_outputs;
     for (size_t o = 0; o < O; o++) {
-        double s = 0, ss = 0;
-        for (size_t g = 0; g < nr; g++)
-            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++)
-                s += t->ds->targets[r * O + o];
-        double mu = s / (double)n;
-        for (size_t g = 0; g < nr; g++)
-            for (size_t r = rg[g].train_begin; r < rg[g].train_end; r++) {
-                double d = t->ds->targets[r * O + o] - mu;
-                ss += d * d;
-            }
-        double sd = sqrt(ss / (double)n);
+        double mu, sd;
+        train_column_stats(t, t->ds->targets, O, o, &mu, &sd);
         t->tmean[o] = (float)mu;
         t->tstd[o] = sd > 0 && (float)sd > 0 ? (float)sd : 1.0f;
     }
