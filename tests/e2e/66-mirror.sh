@@ -6,14 +6,7 @@
 # primary that the service follows through the mirror, a stale mirror that never wins over the
 # primary's newer record, and the mirror refusing writes. docs/registry.md, "Mirrors".
 . "$(dirname "$0")/lib.sh"
-for k in rel prom; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
-pk() { sed -n 2p "$T/$1.pub"; }
-cat >"$T/trust.json" <<JSON
-{"format":"kiln-trust/1","keys":[
- {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
- {"name":"prom","pubkey":"$(pk prom)","roles":["promote"]}],
- "channels":{"production":{"threshold":1}}, "accept_unvalidated": true}
-JSON
+rel_prom_trust
 for v in 1.0.0 2.0.0; do
     mkdir -p "$T/m-$v"
     printf 'weights %s' "$v" >"$T/m-$v/model.safetensors"

@@ -8,14 +8,7 @@
 # private directory. The slow registry is a proxy of the real one that sends half the archive,
 # then nothing (python3, stdlib only).
 . "$(dirname "$0")/lib.sh"
-for k in rel prom; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
-pk() { sed -n 2p "$T/$1.pub"; }
-cat >"$T/trust.json" <<JSON
-{"format":"kiln-trust/1","keys":[
- {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
- {"name":"prom","pubkey":"$(pk prom)","roles":["promote"]}],
- "channels":{"production":{"threshold":1}}, "accept_unvalidated": true}
-JSON
+rel_prom_trust
 card='{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}'
 for v in 1 2; do
     mkdir -p "$T/m$v"

@@ -6,14 +6,7 @@
 # SIGINT, each removing the partial download; --max-size refuses a larger archive; bad values
 # are usage errors. The hostile registries are a proxy of the real one (python3, stdlib only).
 . "$(dirname "$0")/lib.sh"
-for k in rel prom; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
-pk() { sed -n 2p "$T/$1.pub"; }
-cat >"$T/trust.json" <<JSON
-{"format":"kiln-trust/1","keys":[
- {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
- {"name":"prom","pubkey":"$(pk prom)","roles":["promote"]}],
- "channels":{"production":{"threshold":1}}, "accept_unvalidated": true}
-JSON
+rel_prom_trust
 mkdir -p "$T/m"
 head -c 65536 /dev/urandom >"$T/m/model.safetensors" # incompressible: the archive is as big
 printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m/card.json"

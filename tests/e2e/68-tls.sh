@@ -19,13 +19,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T
 mkcert srv IP:127.0.0.1
 mkcert other DNS:registry.example.com
 
-for k in rel prom; do $KILN keygen --out "$T/$k" --no-password >/dev/null; done
-cat >"$T/trust.json" <<JSON
-{"format":"kiln-trust/1","keys":[
- {"name":"rel","pubkey":"$(sed -n 2p "$T/rel.pub")","roles":["release"]},
- {"name":"prom","pubkey":"$(sed -n 2p "$T/prom.pub")","roles":["promote"]}],
- "channels":{"production":{"threshold":1}}, "accept_unvalidated": true}
-JSON
+rel_prom_trust
 mkdir -p "$T/m"
 printf 'weights 1' >"$T/m/model.safetensors"
 printf '%s' '{"name":"demo","created":"2026-03-04T05:06:07Z","lineage":{"run_id":"r-1","step":40,"dataset_sha256":"abcd","code_version":"0.1.0","metrics":{}}}' >"$T/m/card.json"

@@ -44,6 +44,18 @@ tiny_run() {
         --set keep=0 --set d_model=16 --set d_ff=32 --set seq_len=16 --set attn_window=8 >/dev/null 2>"$T/train.log" ||
         { cat "$T/train.log" >&2; fail "train"; }
 }
+# rel_prom_trust: unencrypted key pairs $T/rel (release) and $T/prom (promote), and
+# $T/trust.json trusting them with a threshold of 1 on production and unvalidated archives
+# accepted: the registry scripts' policy.
+rel_prom_trust() {
+    for _k in rel prom; do $KILN keygen --out "$T/$_k" --no-password >/dev/null; done
+    cat >"$T/trust.json" <<JSON
+{"format":"kiln-trust/1","keys":[
+ {"name":"rel","pubkey":"$(sed -n 2p "$T/rel.pub")","roles":["release"]},
+ {"name":"prom","pubkey":"$(sed -n 2p "$T/prom.pub")","roles":["promote"]}],
+ "channels":{"production":{"threshold":1}}, "accept_unvalidated": true}
+JSON
+}
 # signed_archive CONTENT VERSION OUT KEY: a model of a few bytes ("weights CONTENT" and a card,
 # in $T/m-VERSION-CONTENT) packed as demo VERSION into OUT and signed by KEY with
 # --allow-unvalidated (the trusted comment binds the manifest and says the model is
