@@ -102,6 +102,8 @@ void cli_clean(const char *s, size_t max, char *out, size_t size);
  * val_r2 r]" after prefix; no ETA when eta_s < 0. (cmd_train.c) */
 struct kiln_train_progress;
 void cli_print_step(FILE *f, const char *prefix, const struct kiln_train_progress *p);
+/* A time left as h:mm:ss (m:ss under an hour), into out (n bytes). */
+void cli_fmt_eta(double s, char *out, size_t n);
 /* Which steps such a log shows besides validations, the first and the last: every this many
  * (a twentieth of the run). */
 long cli_step_every(long steps);
@@ -117,6 +119,21 @@ void cli_print_trouble(FILE *f, const char *prefix, const struct kiln_run_info *
  * first line, else the terminal). Free with kiln_sign_seckey_free. (cmd_sign.c) */
 struct kiln_sign_seckey;
 kiln_err cli_load_seckey(const char *path, struct kiln_sign_seckey **out);
+/* A password in guarded memory (kiln_sign_secret_free it): $KILN_PASSWORD_FILE's first line
+ * when set (for automation), else the terminal, asked twice when confirm. (password.c) */
+kiln_err cli_get_password(const char *prompt, bool confirm, char **out, size_t *len);
+
+/* Failures of a check (a bad signature, a document that does not verify, a malformed
+ * signature, record, policy or key given to verify) exit 1; usage and I/O problems 2: prints
+ * "kiln: error: ..." and returns that status. (signed.c) */
+int cli_check_fail(kiln_err rc);
+/* A .kiln archive (by its name) is signed and verified as a signed archive
+ * (docs/formats.md, "signed archive"); any other file as a plain minisign signature. */
+bool cli_is_archive(const char *path);
+/* "signed by NAME (KEYID), ...: N of T required<what>" for the keys of a policy that signed. */
+struct kiln_sign_trust_key;
+void cli_print_signers(const struct kiln_sign_trust_key *const *signers, size_t n, int threshold,
+                       const char *what);
 
 /* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
 int cmd_data_import(int argc, char **argv);
@@ -166,6 +183,16 @@ int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
  * registries (cmd_publish.c), into *out (the caller frees). KILN_ERR_USAGE naming a bad
  * --timeout, KILN_ERR_NOMEM. */
 struct kiln_registry_client_opts;
+/* A progress bar on stderr (kiln_registry_client_opts.progress, ctx a cli_bar). */
+typedef struct cli_bar {
+    int last;
+    const char *what;
+} cli_bar;
+int cli_draw_bar(void *ctx, uint64_t done, uint64_t total);
+/* One registry's client options: url, the token (token, else $KILN_REGISTRY_TOKEN), default
+ * retries, and b's bar as its progress when b and stderr is a terminal. (registry_opts.c) */
+void cli_client_opts(struct kiln_registry_client_opts *c, const char *url, const char *token,
+                     cli_bar *b);
 kiln_err cli_registry_clients(const cli_list *urls, const char *token, const char *timeout,
                               bool progress, struct kiln_registry_client_opts **out);
 /* cli_parse_args with spec (whose options fill *urls, *token and *timeout), then
@@ -187,6 +214,19 @@ bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char *
  * value (cmd_publish.c). */
 kiln_err cli_registry_limits(struct kiln_registry_client_opts *cs, size_t n, const char *max_size,
                              const char *min_rate, const char *deadline);
+
+/* A channel's next record as promote, rollback and renew sign it (next_record.c). */
+typedef struct cli_chan_args {
+    const char *url, *token, *channel, *key, *expires, *reason, *out, *digest;
+} cli_chan_args;
+/* What signing a channel's next record needs from the command line: the record's lifetime
+ * (--expires, default 30 d) and the promote key. -1 when both are in hand, else the exit
+ * status (the error said). */
+int cli_chan_signing(const cli_chan_args *a, int64_t *secs, struct kiln_sign_seckey **sk);
+/* Sign the next record for version (registry/channel.c) and put it, or write it to a->out
+ * for more signatures; the exit status. */
+int cli_next_record(const cli_chan_args *a, const char *model, const char *version,
+                    const char *reason);
 /* The options cli_registry_limits reads. */
 #define CLI_LIMIT_OPTS(max_size, min_rate, deadline)                                       \
     {"max-size", CLI_STR, (max_size), "BYTES",                                             \

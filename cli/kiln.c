@@ -76,14 +76,6 @@ static void usage(FILE *f) {
         fprintf(f, "  %-18s %s\n", commands[i].name, commands[i].summary);
 }
 
-int cmd_version(int argc, char **argv) {
-    static const cli_spec spec = {"kiln version", "Print the version of kiln and libkiln.", NULL, 0, 0};
-    int rc;
-    if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
-    printf("kiln %s\n", kiln_version());
-    return 0;
-}
-
 /* Commands that print what a registry says, or what is in a record, policy, archive or card
  * that someone else made: their output goes through guard.c. (train and runs plot draw on
  * the terminal with escape sequences of their own, and print only what this host wrote.) */
