@@ -156,9 +156,7 @@ int cmd_channel_put(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &file, &rc)) return rc;
     kiln_registry_client_opts c;
-    cli_bar b = {-1, ""};
-    cli_client_opts(&c, url, token, &b);
-    c.progress = NULL;
+    cli_client_opts(&c, url, token, NULL);
     char *text = NULL;
     size_t len = 0;
     kiln_sign_record r;
@@ -172,11 +170,6 @@ int cmd_channel_put(int argc, char **argv) {
     kiln_sign_record_release(&r);
     free(text);
     return e ? cli_fail(e) : 0;
-}
-
-static const char *str_or(const json_t *o, const char *key) {
-    const char *s = json_string_value(json_object_get(o, key));
-    return s ? s : "?";
 }
 
 int cmd_channel_history(int argc, char **argv) {
@@ -199,9 +192,7 @@ int cmd_channel_history(int argc, char **argv) {
     if (kiln_registry_check_name("model", model) || kiln_registry_check_name("channel", channel))
         return cli_fail(KILN_ERR_USAGE);
     kiln_registry_client_opts c;
-    cli_bar b = {-1, ""};
-    cli_client_opts(&c, url, token, &b);
-    c.progress = NULL;
+    cli_client_opts(&c, url, token, NULL);
     char *path = kiln_asprintf("/v1/models/%s/channels/%s/history", model, channel);
     json_t *h = NULL;
     kiln_err e = path ? kiln_registry_get_json(&c, path, &h) : KILN_ERR_NOMEM;
@@ -217,8 +208,8 @@ int cmd_channel_history(int argc, char **argv) {
         n = snprintf(seq, sizeof seq, "%lld",
                      (long long)json_integer_value(json_object_get(body, "seq")));
         if (n > ws) ws = n;
-        if ((n = (int)strlen(str_or(body, "version"))) > wv) wv = n;
-        if ((n = (int)strlen(str_or(x, "publisher"))) > wp) wp = n;
+        if ((n = (int)strlen(cli_jstr(body, "version"))) > wv) wv = n;
+        if ((n = (int)strlen(cli_jstr(x, "publisher"))) > wp) wp = n;
     }
     printf("%-*s  %-*s  %-19s  %-4s  %-*s  %-20s  %s\n", ws, "seq", wv, "version", "digest", "sigs",
            wp, "put by", "at", "reason");
@@ -226,9 +217,9 @@ int cmd_channel_history(int argc, char **argv) {
         const json_t *file = json_object_get(x, "record"), *body = json_object_get(file, "record");
         printf("%-*lld  %-*s  %-19.19s  %-4zu  %-*s  %-20s  %s\n", ws,
                (long long)json_integer_value(json_object_get(body, "seq")), wv,
-               str_or(body, "version"), str_or(body, "digest"),
-               json_array_size(json_object_get(file, "signatures")), wp, str_or(x, "publisher"),
-               str_or(x, "created"), str_or(body, "reason"));
+               cli_jstr(body, "version"), cli_jstr(body, "digest"),
+               json_array_size(json_object_get(file, "signatures")), wp, cli_jstr(x, "publisher"),
+               cli_jstr(x, "created"), cli_jstr(body, "reason"));
     }
     json_decref(h);
     return 0;

@@ -34,7 +34,8 @@ int cmd_keygen(int argc, char **argv) {
     KILN_CHECK_IF(rc, out, kiln_path_exists(ppath), KILN_ERR_CONFLICT,
                   "'%s' exists already; refusing to overwrite a key", ppath);
     if (!nopw) {
-        KILN_CHECK(rc, out, cli_get_password("Password for the new secret key: ", true, &pw, &pwlen));
+        KILN_CHECK(rc, out,
+                   cli_get_password("Password for the new secret key: ", true, &pw, &pwlen));
         KILN_CHECK_IF(rc, out, pwlen == 0, KILN_ERR_USAGE,
                       "empty password; use --no-password for an unencrypted key");
     }

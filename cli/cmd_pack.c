@@ -1,4 +1,4 @@
-/* cmd_pack.c - kiln pack, kiln unpack, kiln inspect: .kiln archives (export/export.h). */
+/* cmd_pack.c - kiln pack: a model directory into a reproducible .kiln archive (export/export.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,16 +1,9 @@
-/* cmd_publish.c - kiln publish | pull | promote | rollback | channel put: the registry's
- * client side. */
-#include <errno.h>
-#include <signal.h>
+/* cmd_publish.c - kiln publish: upload a signed .kiln archive to a registry. */
 #include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "core.h"
 #include "registry.h"
-#include "sign.h"
 
 int cmd_publish(int argc, char **argv) {
     const char *url = NULL, *token = NULL, *sig = NULL;

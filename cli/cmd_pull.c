@@ -8,12 +8,6 @@
 #include "core.h"
 #include "registry.h"
 
-/* "kiln: registry URL1: ...; trying URL2": a pull over several registries passing one over. */
-static void print_note(void *ctx, const char *line) {
-    (void)ctx;
-    fprintf(stderr, "kiln: %s\n", line);
-}
-
 /* SIGINT or SIGTERM during a pull: the transfer is cut (the progress hook says so within a
  * second), the pull fails and removes its partial download; a second signal kills. */
 static volatile sig_atomic_t pull_signal;
@@ -28,20 +22,19 @@ static int pull_progress(void *ctx, uint64_t done, uint64_t total) {
 }
 
 int cmd_pull(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *out_dir = NULL, *state = NULL, *timeout = NULL,
-               *max_size = NULL, *min_rate = NULL, *deadline = NULL;
-    cli_list urls = {0};
+    const char *trust = NULL, *out_dir = NULL, *state = NULL;
+    cli_registries r = {0};
     const cli_opt opts[] = {
-        {"registry", CLI_MULTI, &urls, "URL",
+        {"registry", CLI_MULTI, &r.urls, "URL",
          "the registry; repeat it for mirrors, tried in order (the newest channel record wins)",
          true},
-        {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        {"token", CLI_STR, &r.token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
         {"trust", CLI_STR, &trust, "FILE", "trust policy (trust.json) the model must meet", true},
         {"out", CLI_STR, &out_dir, "DIR", "where the verified model directory goes", true},
         {"state", CLI_STR, &state, "DIR", "anti-rollback state (default ~/.local/state/kiln)",
          false},
-        CLI_TIMEOUT_OPT(&timeout),
-        CLI_LIMIT_OPTS(&max_size, &min_rate, &deadline),
+        CLI_TIMEOUT_OPT(&r.timeout),
+        CLI_LIMIT_OPTS(&r.max_size, &r.min_rate, &r.deadline),
         {0},
     };
     cli_spec spec = {
@@ -53,18 +46,10 @@ int cmd_pull(int argc, char **argv) {
         opts, 1, 1};
     const char *ref;
     int rc;
-    kiln_registry_client_opts *cs;
-    if (!cli_registry_args(&spec, argc, argv, &ref, &urls, &token, &timeout, true, &cs, &rc))
-        return rc;
-    kiln_err le = cli_registry_limits(cs, (size_t)urls.n, max_size, min_rate, deadline);
-    if (le) {
-        free(cs);
-        free(urls.v);
-        return cli_fail(le);
-    }
-    for (int i = 0; i < urls.n; i++) {
-        cs[i].progress_ctx = cs[i].progress ? cs[i].progress_ctx : NULL;
-        cs[i].progress = pull_progress;
+    if (!cli_registry_args(&spec, argc, argv, &ref, &r, true, &rc)) return rc;
+    for (size_t i = 0; i < r.n; i++) {
+        r.cs[i].progress_ctx = r.cs[i].progress ? r.cs[i].progress_ctx : NULL;
+        r.cs[i].progress = pull_progress;
     }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -74,10 +59,9 @@ int cmd_pull(int argc, char **argv) {
     sigaction(SIGTERM, &sa, NULL);
     kiln_registry_pull_opts p = {.ref = ref, .trust = trust, .out = out_dir, .state = state};
     kiln_registry_pulled res;
-    kiln_err e = kiln_registry_pull_any(cs, (size_t)urls.n, &p, print_note, NULL, &res);
-    bool several = urls.n > 1;
-    free(cs);
-    free(urls.v);
+    kiln_err e = kiln_registry_pull_any(r.cs, r.n, &p, cli_print_note, NULL, &res);
+    bool several = r.n > 1;
+    cli_registries_release(&r);
     if (e && pull_signal) {
         fprintf(stderr,
                 "kiln: error: pull stopped by %s; nothing installed, its download removed\n",

@@ -1,12 +1,8 @@
-/* cmd_sign.c - kiln keygen, sign, verify, channel sign, channel verify: minisign-compatible
- * keys and signatures and signed channel records (sign/sign.h does the work). */
-#include <errno.h>
-#include <fcntl.h>
+/* cmd_sign.c - kiln sign: a minisign-compatible signature of a file, or a signed archive's
+ * (sign/sign.h does the work). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <termios.h>
-#include <unistd.h>
 
 #include "cli.h"
 #include "core.h"

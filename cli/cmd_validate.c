@@ -1,4 +1,4 @@
-/* cmd_validate.c - kiln golden make, kiln validate: the validation gate (validate/). */
+/* cmd_validate.c - kiln validate: the validation gate (validate/). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

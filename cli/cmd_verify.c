@@ -71,7 +71,8 @@ int cmd_verify(int argc, char **argv) {
     if (cli_is_archive(file) && !trust)
         return cli_usage_error("'%s': an archive is verified against a trust policy: give --trust",
                                file);
-    if (!cli_is_archive(file) && outdir) return cli_usage_error("--out applies to .kiln archives only");
+    if (!cli_is_archive(file) && outdir)
+        return cli_usage_error("--out applies to .kiln archives only");
     if (!pub == !trust) return cli_usage_error("give exactly one of --pub and --trust");
     char *sigpath = sigp ? kiln_strdup(sigp) : kiln_asprintf("%s.minisig", file);
     if (!sigpath) return cli_fail(KILN_ERR_NOMEM);

@@ -7,9 +7,6 @@
 #include "registry.h"
 #include "sign.h"
 
-/* What signing a channel's next record needs from the command line: the record's lifetime
- * (--expires, default 30 d) and the promote key. -1 when both are in hand, else the exit
- * status (the error said). */
 int cli_chan_signing(const cli_chan_args *a, int64_t *secs, kiln_sign_seckey **sk) {
     *secs = 30 * 86400;
     *sk = NULL;
@@ -20,14 +17,10 @@ int cli_chan_signing(const cli_chan_args *a, int64_t *secs, kiln_sign_seckey **s
     return rc ? cli_fail(rc) : -1;
 }
 
-/* Sign the next record for version (registry/channel.c) and put it, or write it to a->out
- * for more signatures. */
 int cli_next_record(const cli_chan_args *a, const char *model, const char *version,
-                       const char *reason) {
+                    const char *reason) {
     kiln_registry_client_opts c;
-    cli_bar b = {-1, ""};
-    cli_client_opts(&c, a->url, a->token, &b);
-    c.progress = NULL;
+    cli_client_opts(&c, a->url, a->token, NULL);
     int64_t secs;
     kiln_sign_seckey *sk;
     int status = cli_chan_signing(a, &secs, &sk);

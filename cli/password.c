@@ -50,8 +50,6 @@ static kiln_err tty_password(const char *prompt, char *pw, size_t *len) {
     return rc;
 }
 
-/* A password in guarded memory (kiln_sign_secret_free it): $KILN_PASSWORD_FILE's first line when
- * set (for automation), else the terminal, asked twice when confirm. */
 kiln_err cli_get_password(const char *prompt, bool confirm, char **out, size_t *len) {
     *out = NULL;
     char *pw = kiln_sign_secret_alloc(KILN_SIGN_PASSWORD_MAX + 1);

@@ -26,10 +26,19 @@ int cli_draw_bar(void *ctx, uint64_t done, uint64_t total) {
     return 0;
 }
 
+void cli_print_note(void *ctx, const char *line) {
+    (void)ctx;
+    fprintf(stderr, "kiln: %s\n", line);
+}
+
+const char *cli_registry_token(const char *token) {
+    return token ? token : getenv("KILN_REGISTRY_TOKEN");
+}
+
 void cli_client_opts(kiln_registry_client_opts *c, const char *url, const char *token, cli_bar *b) {
     memset(c, 0, sizeof *c);
     c->url = url;
-    c->token = token ? token : getenv("KILN_REGISTRY_TOKEN");
+    c->token = cli_registry_token(token);
     c->retries = -1;
     if (b && isatty(2)) {
         c->progress = cli_draw_bar;
@@ -37,22 +46,28 @@ void cli_client_opts(kiln_registry_client_opts *c, const char *url, const char *
     }
 }
 
-kiln_err cli_registry_clients(const cli_list *urls, const char *token, const char *timeout,
-                              bool progress, kiln_registry_client_opts **out) {
-    static cli_bar b;
-    b = (cli_bar){-1, "downloading"};
-    *out = NULL;
-    uint64_t ms = 0;
-    KILN_FAIL_IF(timeout && cli_parse_duration_ms(timeout, 3600 * 1000, &ms) != 1, KILN_ERR_USAGE,
+kiln_err cli_registry_timeout(const char *timeout, uint64_t *ms) {
+    *ms = 0;
+    KILN_FAIL_IF(timeout && cli_parse_duration_ms(timeout, 3600 * 1000, ms) != 1, KILN_ERR_USAGE,
                  "--timeout '%s' is not a duration like 500ms, 5s or 1m (at most an hour)",
                  timeout);
-    kiln_registry_client_opts *cs = calloc(urls->n > 0 ? (size_t)urls->n : 1, sizeof *cs);
-    if (!cs) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    for (int i = 0; i < urls->n; i++) {
-        cli_client_opts(&cs[i], urls->v[i], token, progress ? &b : NULL);
-        cs[i].timeout_ms = cs[i].stall_ms = (unsigned)ms;
+    return KILN_OK;
+}
+
+/* One client option set per --registry given, the timeout on each, and a progress bar on a
+ * terminal when progress, into r->cs. */
+static kiln_err registry_clients(cli_registries *r, bool progress) {
+    static cli_bar b;
+    b = (cli_bar){-1, "downloading"};
+    uint64_t ms;
+    KILN_TRY(cli_registry_timeout(r->timeout, &ms));
+    r->cs = calloc(r->urls.n > 0 ? (size_t)r->urls.n : 1, sizeof *r->cs);
+    if (!r->cs) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    r->n = (size_t)r->urls.n;
+    for (size_t i = 0; i < r->n; i++) {
+        cli_client_opts(&r->cs[i], r->urls.v[i], r->token, progress ? &b : NULL);
+        r->cs[i].timeout_ms = r->cs[i].stall_ms = (unsigned)ms;
     }
-    *out = cs;
     return KILN_OK;
 }
 
@@ -101,18 +116,27 @@ kiln_err cli_registry_limits(kiln_registry_client_opts *cs, size_t n, const char
 }
 
 bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char **args,
-                       cli_list *urls, const char *const *token, const char *const *timeout,
-                       bool progress, kiln_registry_client_opts **out, int *status) {
-    *out = NULL;
+                       cli_registries *r, bool progress, int *status) {
+    r->cs = NULL;
+    r->n = 0;
     if (!cli_parse_args(spec, argc, argv, args, status)) {
-        free(urls->v);
+        cli_registries_release(r);
         return false;
     }
-    kiln_err e = cli_registry_clients(urls, *token, *timeout, progress, out);
+    kiln_err e = registry_clients(r, progress);
+    if (!e) e = cli_registry_limits(r->cs, r->n, r->max_size, r->min_rate, r->deadline);
     if (e) {
-        free(urls->v);
+        cli_registries_release(r);
         *status = cli_fail(e);
         return false;
     }
     return true;
+}
+
+void cli_registries_release(cli_registries *r) {
+    free(r->cs);
+    free(r->urls.v);
+    r->cs = NULL;
+    r->urls.v = NULL;
+    r->n = 0;
 }

@@ -7,23 +7,18 @@
 #include "core.h"
 #include "sign.h"
 
-/* Failures of a check (a bad signature, a malformed signature, record or key given to
- * verify) exit 1; usage and I/O problems exit 2. */
 int cli_check_fail(kiln_err rc) {
     cli_fail(rc);
     return rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT ? 1 : 2;
 }
 
-/* A .kiln archive (by its name) is signed and verified as a signed archive
- * (docs/formats.md, "signed archive"); any other file as a plain minisign signature. */
 bool cli_is_archive(const char *path) {
     size_t n = strlen(path);
     return n > 5 && !strcmp(path + n - 5, ".kiln");
 }
 
-/* "signed by NAME (KEYID), ...: N of T required<what>" for the keys of a policy that signed. */
 void cli_print_signers(const kiln_sign_trust_key *const *signers, size_t n, int threshold,
-                          const char *what) {
+                       const char *what) {
     printf("signed by");
     for (size_t i = 0; i < n; i++) {
         char id[KILN_SIGN_KEYID_HEX];
