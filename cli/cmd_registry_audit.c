@@ -1,6 +1,6 @@
-/* cmd_audit.c - kiln registry audit: a registry's audit log read over HTTP (GET /v1/audit, an
- * admin token), filtered by model, action and time, as text or JSON lines, once or following
- * the log as it grows (docs/registry.md, "The audit log"). */
+/* cmd_registry_audit.c - kiln registry audit: a registry's audit log read over HTTP (GET
+ * /v1/audit, an admin token), filtered by model, action and time, as text or JSON lines, once or
+ * following the log as it grows (docs/registry.md, "The audit log"). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
