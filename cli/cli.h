@@ -99,81 +99,79 @@ void cli_clean(const char *s, size_t max, char *out, size_t size);
 
 /* One training step as the trainer logs it when stderr is no terminal, and as `kiln runs
  * show --follow` prints it: "step S/N loss ... tok/s[ ETA t][ (update skipped)][ val_loss v
- * val_r2 r]" after prefix; no ETA when eta_s < 0. (cmd_train.c) */
+ * val_r2 r]" after prefix; no ETA when eta_s < 0. (runlog.c) */
 struct kiln_train_progress;
 void cli_print_step(FILE *f, const char *prefix, const struct kiln_train_progress *p);
+/* A time left as h:mm:ss (m:ss under an hour), into out (n bytes). */
+void cli_fmt_eta(double s, char *out, size_t n);
 /* Which steps such a log shows besides validations, the first and the last: every this many
  * (a twentieth of the run). */
 long cli_step_every(long steps);
 
 /* "PREFIX{n} spikes, {m} non-finite steps: kiln runs explain DIR shows what led to the
  * first" when the run had any, else nothing (kiln train at its end, kiln runs show).
- * (cmd_runs.c) */
+ */
 struct kiln_run_info;
 void cli_print_trouble(FILE *f, const char *prefix, const struct kiln_run_info *ri,
                        const char *dir);
 
 /* Load a secret key, asking for its password when it is encrypted ($KILN_PASSWORD_FILE's
- * first line, else the terminal). Free with kiln_sign_seckey_free. (cmd_sign.c) */
+ * first line, else the terminal). Free with kiln_sign_seckey_free. (password.c) */
 struct kiln_sign_seckey;
 kiln_err cli_load_seckey(const char *path, struct kiln_sign_seckey **out);
+/* A password in guarded memory (kiln_sign_secret_free it): $KILN_PASSWORD_FILE's first line
+ * when set (for automation), else the terminal, asked twice when confirm. */
+kiln_err cli_get_password(const char *prompt, bool confirm, char **out, size_t *len);
 
-/* Commands: one cmd_*.c each, listed in cli/kiln.c. argv[0] is the command's name. */
-int cmd_data_import(int argc, char **argv);
-int cmd_data_export(int argc, char **argv);
-int cmd_data_inspect(int argc, char **argv);
-int cmd_data_synth(int argc, char **argv);
-int cmd_export(int argc, char **argv);
-int cmd_golden_make(int argc, char **argv);
-int cmd_infer(int argc, char **argv);
-int cmd_inspect(int argc, char **argv);
-int cmd_installed(int argc, char **argv); /* cmd_publish.c */
-int cmd_models(int argc, char **argv);
-int cmd_pack(int argc, char **argv);
-int cmd_renew(int argc, char **argv); /* cmd_publish.c */
-int cmd_runs_diff(int argc, char **argv);
-int cmd_runs_explain(int argc, char **argv);
-int cmd_runs_list(int argc, char **argv);
-int cmd_runs_plot(int argc, char **argv);
-int cmd_runs_serve(int argc, char **argv);
-int cmd_runs_show(int argc, char **argv);
-int cmd_train(int argc, char **argv);
-int cmd_unpack(int argc, char **argv);
-int cmd_validate(int argc, char **argv);
-int cmd_version(int argc, char **argv);
-int cmd_publish(int argc, char **argv);
-int cmd_pull(int argc, char **argv);
-int cmd_promote(int argc, char **argv);
-int cmd_provenance(int argc, char **argv);
-int cmd_rollback(int argc, char **argv);
-int cmd_channel_history(int argc, char **argv);
-int cmd_channel_put(int argc, char **argv);
-int cmd_registry_fsck(int argc, char **argv);
-int cmd_registry_gc(int argc, char **argv);
-int cmd_registry_mirror(int argc, char **argv); /* cmd_mirror.c */
-int cmd_registry_audit(int argc, char **argv);  /* cmd_audit.c */
-int cmd_registry_serve(int argc, char **argv);
-int cmd_registry_token(int argc, char **argv);
-int cmd_release(int argc, char **argv);
-int cmd_keygen(int argc, char **argv);         /* cmd_sign.c */
-int cmd_sign(int argc, char **argv);           /* cmd_sign.c */
-int cmd_verify(int argc, char **argv);         /* cmd_sign.c */
-int cmd_channel_sign(int argc, char **argv);   /* cmd_sign.c */
-int cmd_channel_verify(int argc, char **argv); /* cmd_sign.c */
-/* One client option set per --registry given (the token: --token's, else
- * $KILN_REGISTRY_TOKEN; default retries; timeout_ms and stall_ms from --timeout when given;
- * a progress bar on a terminal when progress), for the commands that fail over between
- * registries (cmd_publish.c), into *out (the caller frees). KILN_ERR_USAGE naming a bad
- * --timeout, KILN_ERR_NOMEM. */
+/* Failures of a check (a bad signature, a document that does not verify, a malformed
+ * signature, record, policy or key given to verify) exit 1; usage and I/O problems 2: prints
+ * "kiln: error: ..." and returns that status. (signed.c) */
+int cli_check_fail(kiln_err rc);
+/* A .kiln archive (by its name) is signed and verified as a signed archive
+ * (docs/formats.md, "signed archive"); any other file as a plain minisign signature. */
+bool cli_is_archive(const char *path);
+/* "signed by NAME (KEYID), ...: N of T required<what>" for the keys of a policy that signed. */
+struct kiln_sign_trust_key;
+void cli_print_signers(const struct kiln_sign_trust_key *const *signers, size_t n, int threshold,
+                       const char *what);
+
+/* ---- registries (registry_opts.c) ---- */
 struct kiln_registry_client_opts;
-kiln_err cli_registry_clients(const cli_list *urls, const char *token, const char *timeout,
-                              bool progress, struct kiln_registry_client_opts **out);
-/* cli_parse_args with spec (whose options fill *urls, *token and *timeout), then
- * cli_registry_clients into *out: false with *status the exit status (and urls->v freed)
- * when either fails. */
+/* A progress bar on stderr (kiln_registry_client_opts.progress, ctx a cli_bar). */
+typedef struct cli_bar {
+    int last;
+    const char *what;
+} cli_bar;
+int cli_draw_bar(void *ctx, uint64_t done, uint64_t total);
+/* The registry token: token (--token) when given, else $KILN_REGISTRY_TOKEN (NULL when
+ * neither). */
+const char *cli_registry_token(const char *token);
+/* One registry's client options: url, cli_registry_token(token), default retries, and b's
+ * bar as its progress when b and stderr is a terminal. */
+void cli_client_opts(struct kiln_registry_client_opts *c, const char *url, const char *token,
+                     cli_bar *b);
+/* --timeout (NULL: 0, the library's default) into *ms; KILN_ERR_USAGE naming a bad one. */
+kiln_err cli_registry_timeout(const char *timeout, uint64_t *ms);
+/* The registry options of the commands that fail over between registries (pull, models,
+ * provenance, trust update): the command's option table fills urls (--registry, repeatable),
+ * token (--token), timeout (CLI_TIMEOUT_OPT) and, where it has them, the limits
+ * (CLI_LIMIT_OPTS); cli_registry_args makes cs[0..n), one client option set per registry. */
+typedef struct cli_registries {
+    cli_list urls;
+    const char *token, *timeout, *max_size, *min_rate, *deadline;
+    struct kiln_registry_client_opts *cs;
+    size_t n;
+} cli_registries;
+/* cli_parse_args with spec, then r->cs: cli_client_opts for each --registry (a progress bar
+ * on a terminal when progress), timeout_ms and stall_ms from --timeout, the limits
+ * (cli_registry_limits). False with *status the exit status (r released) when any fails;
+ * else the caller cli_registries_release()s r. */
 bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char **args,
-                       cli_list *urls, const char *const *token, const char *const *timeout,
-                       bool progress, struct kiln_registry_client_opts **out, int *status);
+                       cli_registries *r, bool progress, int *status);
+void cli_registries_release(cli_registries *r);
+/* "kiln: registry URL1: ...; trying URL2" on stderr: the note a command over several
+ * registries gets when one is passed over (kiln_registry_*_any's on_note). */
+void cli_print_note(void *ctx, const char *line);
 /* The --timeout option of the commands above. */
 #define CLI_TIMEOUT_OPT(dst)                                                                       \
     {"timeout", CLI_STR, (dst), "DURATION",                                                         \
@@ -184,9 +182,10 @@ bool cli_registry_args(const cli_spec *spec, int argc, char **argv, const char *
  * --max-size (bytes: 1048576, 512M, 16G, 2T; K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024),
  * --min-rate (bytes a second, the same units, "/s" allowed: 16K, 1M/s) and --deadline (a
  * duration, at most 7 days); NULL leaves the library's default. KILN_ERR_USAGE naming a bad
- * value (cmd_publish.c). */
+ * value. */
 kiln_err cli_registry_limits(struct kiln_registry_client_opts *cs, size_t n, const char *max_size,
                              const char *min_rate, const char *deadline);
+
 /* The options cli_registry_limits reads. */
 #define CLI_LIMIT_OPTS(max_size, min_rate, deadline)                                       \
     {"max-size", CLI_STR, (max_size), "BYTES",                                             \
@@ -202,13 +201,69 @@ kiln_err cli_registry_limits(struct kiln_registry_client_opts *cs, size_t n, con
     "2h (default 1h)",                                                                     \
     false}
 
-int cmd_sweep(int argc, char **argv);          /* cmd_sweep.c */
-int cmd_sweep_job(int argc, char **argv);      /* cmd_sweep.c */
-int cmd_sweep_status(int argc, char **argv);   /* cmd_sweep.c */
-int cmd_trust_put(int argc, char **argv);      /* cmd_trust.c */
-int cmd_trust_sign(int argc, char **argv);     /* cmd_trust.c */
-int cmd_trust_update(int argc, char **argv);   /* cmd_trust.c */
-int cmd_trust_verify(int argc, char **argv);   /* cmd_trust.c */
-int cmd_trust_withdraw(int argc, char **argv); /* cmd_trust.c */
+/* A channel's next record as promote, rollback and renew sign it (next_record.c). */
+typedef struct cli_chan_args {
+    const char *url, *token, *channel, *key, *expires, *reason, *out, *digest;
+} cli_chan_args;
+/* What signing a channel's next record needs from the command line: the record's lifetime
+ * (--expires, default 30 d) and the promote key. -1 when both are in hand, else the exit
+ * status (the error said). */
+int cli_chan_signing(const cli_chan_args *a, int64_t *secs, struct kiln_sign_seckey **sk);
+/* Sign the next record for version (registry/channel.c) and put it, or write it to a->out
+ * for more signatures; the exit status. */
+int cli_next_record(const cli_chan_args *a, const char *model, const char *version,
+                    const char *reason);
+
+/* ---- the commands: one cmd_NAME.c per command or group of commands (cmd_GROUP_NAME.c for a
+ * large one of a group), each a row of cli/kiln.c's table. argv[0] is the command's name. ---- */
+int cmd_channel_history(int argc, char **argv); /* cmd_channel.c */
+int cmd_channel_put(int argc, char **argv);
+int cmd_channel_sign(int argc, char **argv);
+int cmd_channel_verify(int argc, char **argv);
+int cmd_data_export(int argc, char **argv); /* cmd_data.c */
+int cmd_data_import(int argc, char **argv);
+int cmd_data_inspect(int argc, char **argv);
+int cmd_data_synth(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_golden_make(int argc, char **argv); /* cmd_golden.c */
+int cmd_infer(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_installed(int argc, char **argv);
+int cmd_keygen(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_promote(int argc, char **argv);
+int cmd_provenance(int argc, char **argv);
+int cmd_publish(int argc, char **argv);
+int cmd_pull(int argc, char **argv);
+int cmd_registry_audit(int argc, char **argv);  /* cmd_registry_audit.c */
+int cmd_registry_fsck(int argc, char **argv);   /* cmd_registry.c */
+int cmd_registry_gc(int argc, char **argv);     /* cmd_registry.c */
+int cmd_registry_mirror(int argc, char **argv); /* cmd_registry_mirror.c */
+int cmd_registry_serve(int argc, char **argv);  /* cmd_registry.c */
+int cmd_registry_token(int argc, char **argv);  /* cmd_registry.c */
+int cmd_release(int argc, char **argv);
+int cmd_renew(int argc, char **argv);
+int cmd_rollback(int argc, char **argv);
+int cmd_runs_diff(int argc, char **argv);    /* cmd_runs.c */
+int cmd_runs_explain(int argc, char **argv); /* cmd_runs.c */
+int cmd_runs_list(int argc, char **argv);    /* cmd_runs.c */
+int cmd_runs_plot(int argc, char **argv);    /* cmd_runs.c */
+int cmd_runs_serve(int argc, char **argv);   /* cmd_runs_serve.c */
+int cmd_runs_show(int argc, char **argv);    /* cmd_runs.c */
+int cmd_sign(int argc, char **argv);
+int cmd_sweep(int argc, char **argv); /* cmd_sweep.c */
+int cmd_sweep_job(int argc, char **argv);
+int cmd_sweep_status(int argc, char **argv);
+int cmd_train(int argc, char **argv);
+int cmd_trust_put(int argc, char **argv); /* cmd_trust.c */
+int cmd_trust_sign(int argc, char **argv);
+int cmd_trust_update(int argc, char **argv);
+int cmd_trust_verify(int argc, char **argv);
+int cmd_trust_withdraw(int argc, char **argv);
+int cmd_unpack(int argc, char **argv);
+int cmd_validate(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_version(int argc, char **argv);
 
 #endif

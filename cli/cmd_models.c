@@ -195,11 +195,11 @@ static void print_notes(const json_t *j) {
 }
 
 int cmd_models(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *state = NULL, *timeout = NULL, *expiring = NULL;
-    cli_list urls = {0};
+    const char *trust = NULL, *state = NULL, *expiring = NULL;
+    cli_registries r = {0};
     bool as_json = false;
     const cli_opt opts[] = {
-        {"registry", CLI_MULTI, &urls, "URL",
+        {"registry", CLI_MULTI, &r.urls, "URL",
          "the registry; repeat it for mirrors, tried in order (the newest channel record wins)",
          true},
         {"trust", CLI_STR, &trust, "FILE",
@@ -208,13 +208,13 @@ int cmd_models(int argc, char **argv) {
          "with --trust: pull state, whose seqs no record may be below (default "
          "~/.local/state/kiln)",
          false},
-        {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        {"token", CLI_STR, &r.token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
         {"expiring", CLI_STR, &expiring, "DURATION",
          "list only the channels whose record expires within DURATION (30d, 12h, 90m, 3600s) "
          "or has expired; exit 1 when there is one",
          false},
         {"json", CLI_FLAG, &as_json, NULL, "print one JSON object (kiln-models/1)", false},
-        CLI_TIMEOUT_OPT(&timeout),
+        CLI_TIMEOUT_OPT(&r.timeout),
         {0},
     };
     cli_spec spec = {
@@ -226,27 +226,22 @@ int cmd_models(int argc, char **argv) {
         opts, 0, 1};
     const char *name = NULL;
     int rc;
-    kiln_registry_client_opts *cs;
-    if (!cli_registry_args(&spec, argc, argv, &name, &urls, &token, &timeout, false, &cs, &rc))
-        return rc;
+    if (!cli_registry_args(&spec, argc, argv, &name, &r, false, &rc)) return rc;
     int64_t within = 0;
     if (expiring && !cli_parse_secs(expiring, &within)) {
-        free(cs);
-        free(urls.v);
+        cli_registries_release(&r);
         return cli_usage_error("--expiring '%s' is not a duration like 30d, 12h, 90m or 3600s",
                                expiring);
     }
     if (state && !trust) {
-        free(cs);
-        free(urls.v);
+        cli_registries_release(&r);
         return cli_usage_error("--state is read only to check records: give --trust too");
     }
     kiln_registry_models_opts o = {
         .model = name, .trust = trust, .state = state, .expiring = within};
     json_t *out = NULL;
-    kiln_err e = kiln_registry_models(cs, (size_t)urls.n, &o, &out);
-    free(cs);
-    free(urls.v);
+    kiln_err e = kiln_registry_models(r.cs, r.n, &o, &out);
+    cli_registries_release(&r);
     if (!out) return cli_fail(e);
     print_notes(out);
     int printed = 0;

@@ -307,25 +307,24 @@ static void print_text(const json_t *j) {
 }
 
 int cmd_provenance(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *state = NULL, *timeout = NULL;
-    const char *max_size = NULL, *min_rate = NULL, *deadline = NULL; /* --download's limits */
-    cli_list urls = {0};
+    const char *trust = NULL, *state = NULL;
+    cli_registries r = {0}; /* the limits are --download's */
     bool as_json = false, download = false;
     const cli_opt opts[] = {
-        {"registry", CLI_MULTI, &urls, "URL",
+        {"registry", CLI_MULTI, &r.urls, "URL",
          "the registry; repeat it for mirrors, tried in order (the newest channel record wins)",
          true},
         {"trust", CLI_STR, &trust, "FILE", "the trust policy to check everything under", true},
         {"state", CLI_STR, &state, "DIR",
          "pull state: trust versions accepted, last seqs (default ~/.local/state/kiln)", false},
-        {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        {"token", CLI_STR, &r.token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
         {"json", CLI_FLAG, &as_json, NULL, "print one JSON object (kiln-provenance/1)", false},
         {"download", CLI_FLAG, &download, NULL,
          "download the archive and verify its bytes and every file (the validation report's "
          "checks are read from it)",
          false},
-        CLI_TIMEOUT_OPT(&timeout),
-        CLI_LIMIT_OPTS(&max_size, &min_rate, &deadline),
+        CLI_TIMEOUT_OPT(&r.timeout),
+        CLI_LIMIT_OPTS(&r.max_size, &r.min_rate, &r.deadline),
         {0},
     };
     cli_spec spec = {
@@ -337,21 +336,12 @@ int cmd_provenance(int argc, char **argv) {
         opts, 1, 1};
     const char *ref;
     int rc;
-    kiln_registry_client_opts *cs;
-    if (!cli_registry_args(&spec, argc, argv, &ref, &urls, &token, &timeout, false, &cs, &rc))
-        return rc;
-    kiln_err le = cli_registry_limits(cs, (size_t)urls.n, max_size, min_rate, deadline);
-    if (le) {
-        free(cs);
-        free(urls.v);
-        return cli_fail(le);
-    }
+    if (!cli_registry_args(&spec, argc, argv, &ref, &r, false, &rc)) return rc;
     kiln_registry_provenance_opts o = {
         .ref = ref, .trust = trust, .state = state, .download = download};
     json_t *out = NULL;
-    kiln_err e = kiln_registry_provenance_any(cs, (size_t)urls.n, &o, &out);
-    free(cs);
-    free(urls.v);
+    kiln_err e = kiln_registry_provenance_any(r.cs, r.n, &o, &out);
+    cli_registries_release(&r);
     int printed = 0;
     if (out) {
         if (as_json)

@@ -132,8 +132,8 @@ int cmd_release(int argc, char **argv) {
         status = cli_fail(e);
         goto done;
     }
-    kiln_registry_client_opts c = {
-        .url = url, .token = token ? token : getenv("KILN_REGISTRY_TOKEN"), .retries = -1};
+    kiln_registry_client_opts c;
+    cli_client_opts(&c, url, token, NULL);
     kiln_registry_release_opts o = {
         .run_dir = run_dir,
         .step = step,

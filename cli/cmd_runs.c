@@ -23,15 +23,6 @@ static int state_status(kiln_run_state s) {
     return s == KILN_RUN_FINISHED ? 0 : 1;
 }
 
-void cli_print_trouble(FILE *f, const char *prefix, const kiln_run_info *ri, const char *dir) {
-    if (!(ri->n_spikes + ri->n_nonfinite)) return;
-    fprintf(f,
-            "%s%zu spike%s, %zu non-finite step%s: kiln runs explain %s shows what led to the "
-            "first\n",
-            prefix, ri->n_spikes, ri->n_spikes == 1 ? "" : "s", ri->n_nonfinite,
-            ri->n_nonfinite == 1 ? "" : "s", dir);
-}
-
 /* A follower's pause between two looks. */
 static void sleep_ms(uint64_t ms) {
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};

@@ -25,18 +25,10 @@ typedef struct {
     long every; /* plain log line every this many steps */
 } progress_ctx;
 
-static void fmt_eta(double s, char *out, size_t n) {
-    long t = (long)(s + 0.5);
-    if (t >= 3600)
-        snprintf(out, n, "%ld:%02ld:%02ld", t / 3600, t / 60 % 60, t % 60);
-    else
-        snprintf(out, n, "%ld:%02ld", t / 60, t % 60);
-}
-
 static void progress(void *vctx, const kiln_train_progress *p) {
     progress_ctx *c = vctx;
     char eta[32];
-    fmt_eta(p->eta_s, eta, sizeof eta);
+    cli_fmt_eta(p->eta_s, eta, sizeof eta);
     if (c->tty) {
         fprintf(stderr, "\r\033[Kstep %ld/%ld  loss %.5f  %.0f tok/s  ETA %s", p->step, p->steps,
                 p->loss, p->tokens_per_s, eta);
@@ -49,24 +41,6 @@ static void progress(void *vctx, const kiln_train_progress *p) {
     if (!(p->has_val || p->step == p->first_step || p->step == p->steps || p->step % c->every == 0))
         return;
     cli_print_step(stderr, "kiln: ", p);
-}
-
-long cli_step_every(long steps) {
-    return steps / 20 > 0 ? steps / 20 : 1;
-}
-
-void cli_print_step(FILE *f, const char *prefix, const kiln_train_progress *p) {
-    fprintf(f, "%sstep %ld/%ld loss %.6g mse %.6g lb %.4g z %.4g lr %.3g gnorm %.4g %.0f tok/s",
-            prefix, p->step, p->steps, p->loss, p->mse, p->load_balance, p->z, p->lr, p->grad_norm,
-            p->tokens_per_s);
-    if (p->eta_s >= 0) {
-        char eta[32];
-        fmt_eta(p->eta_s, eta, sizeof eta);
-        fprintf(f, " ETA %s", eta);
-    }
-    if (!p->applied) fprintf(f, " (update skipped)");
-    if (p->has_val) fprintf(f, " val_loss %.6g val_r2 %.4f", p->val_loss, p->val_r2);
-    fputc('\n', f);
 }
 
 /* KILN_TEST_POISON_STEPS=5,6,7: tests make those steps non-finite. */

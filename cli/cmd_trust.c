@@ -10,13 +10,6 @@
 #include "registry.h"
 #include "sign.h"
 
-/* A failed check (a document that does not verify, or is not a signed policy) exits 1;
- * usage and I/O problems 2. */
-static int check_fail(kiln_err rc) {
-    cli_fail(rc);
-    return rc == KILN_ERR_VERIFY || rc == KILN_ERR_FORMAT ? 1 : 2;
-}
-
 static void print_policy(const kiln_sign_trust *t) {
     printf("version %llu\nkeys %zu (%d root, %d promote, %d release), root_threshold %d\n",
            (unsigned long long)kiln_sign_trust_version(t), kiln_sign_trust_key_count(t),
@@ -214,7 +207,7 @@ int cmd_trust_verify(int argc, char **argv) {
     rc = kiln_read_file(path, KILN_SIGN_TRUST_FILE_LIMIT, &buf, &len);
     if (!rc) rc = kiln_sign_trust_update(cur, buf, len, path, &next, &res);
     if (rc) {
-        status = check_fail(rc);
+        status = cli_check_fail(rc);
         goto out;
     }
     changes = kiln_sign_trust_diff(cur, next);
@@ -265,8 +258,8 @@ int cmd_trust_put(int argc, char **argv) {
     const char *file;
     int st;
     if (!cli_parse_args(&spec, argc, argv, &file, &st)) return st;
-    kiln_registry_client_opts c = {
-        .url = url, .token = token ? token : getenv("KILN_REGISTRY_TOKEN"), .retries = -1};
+    kiln_registry_client_opts c;
+    cli_client_opts(&c, url, token, NULL);
     char *text = NULL;
     size_t len = 0;
     uint64_t v = 0;
@@ -300,22 +293,17 @@ static void print_step(void *ctx, const kiln_registry_trust_step *s) {
     print_changes(s->changes);
 }
 
-static void print_note(void *ctx, const char *line) {
-    (void)ctx;
-    fprintf(stderr, "kiln: %s\n", line);
-}
-
 int cmd_trust_update(int argc, char **argv) {
-    const char *token = NULL, *trust = NULL, *state = NULL, *timeout = NULL;
-    cli_list urls = {0};
+    const char *trust = NULL, *state = NULL;
+    cli_registries r = {0};
     const cli_opt opts[] = {
-        {"registry", CLI_MULTI, &urls, "URL",
+        {"registry", CLI_MULTI, &r.urls, "URL",
          "the registry; repeat it for mirrors (each that answers is walked)", true},
         {"trust", CLI_STR, &trust, "FILE", "the client's trust policy (its root of trust)", true},
         {"state", CLI_STR, &state, "DIR",
          "where accepted versions are kept (default ~/.local/state/kiln)", false},
-        {"token", CLI_STR, &token, "T", "a read token (default $KILN_REGISTRY_TOKEN)", false},
-        CLI_TIMEOUT_OPT(&timeout),
+        {"token", CLI_STR, &r.token, "T", "a read token (default $KILN_REGISTRY_TOKEN)", false},
+        CLI_TIMEOUT_OPT(&r.timeout),
         {0},
     };
     const cli_spec spec = {
@@ -327,15 +315,12 @@ int cmd_trust_update(int argc, char **argv) {
         "verify.",
         opts, 0, 0};
     int st;
-    kiln_registry_client_opts *cs;
-    if (!cli_registry_args(&spec, argc, argv, NULL, &urls, &token, &timeout, false, &cs, &st))
-        return st;
+    if (!cli_registry_args(&spec, argc, argv, NULL, &r, false, &st)) return st;
     walked w = {0};
     kiln_sign_trust *t = NULL;
-    kiln_err rc = kiln_registry_trust_walk_any(cs, (size_t)urls.n, trust, state, print_step, &w,
-                                               print_note, NULL, &t);
-    free(cs);
-    free(urls.v);
+    kiln_err rc = kiln_registry_trust_walk_any(r.cs, r.n, trust, state, print_step, &w,
+                                               cli_print_note, NULL, &t);
+    cli_registries_release(&r);
     if (rc) return cli_fail(rc);
     if (kiln_sign_trust_role_count(t, KILN_SIGN_ROLE_ROOT) == 0) {
         kiln_sign_trust_free(t);

@@ -1,5 +1,5 @@
-/* cmd_mirror.c - kiln registry mirror: keep a verified copy of a registry in a store of its
- * own, once or every --interval (registry/mirror.c; docs/registry.md, "Mirrors"). */
+/* cmd_registry_mirror.c - kiln registry mirror: keep a verified copy of a registry in a store of
+ * its own, once or every --interval (registry/mirror.c; docs/registry.md, "Mirrors"). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -93,24 +93,19 @@ int cmd_registry_mirror(int argc, char **argv) {
         return cli_usage_error("--interval '%s' is not a duration like 30s, 5m or 1h (at most a "
                                "day)",
                                interval);
-    uint64_t timeout_ms = 0;
-    if (timeout && cli_parse_duration_ms(timeout, 3600 * 1000, &timeout_ms) != 1)
-        return cli_usage_error("--timeout '%s' is not a duration like 500ms, 5s or 1m (at most an "
-                               "hour)",
-                               timeout);
+    uint64_t timeout_ms;
+    if (cli_registry_timeout(timeout, &timeout_ms)) return cli_fail(KILN_ERR_USAGE);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_signal; /* no SA_RESTART: a sleep ends at the signal */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     int last = -1;
-    kiln_registry_client_opts c = {.url = from,
-                                   .token = token ? token : getenv("KILN_REGISTRY_TOKEN"),
-                                   .retries = -1,
-                                   .timeout_ms = (unsigned)timeout_ms,
-                                   .stall_ms = (unsigned)timeout_ms,
-                                   .progress = progress,
-                                   .progress_ctx = &last};
+    kiln_registry_client_opts c;
+    cli_client_opts(&c, from, token, NULL);
+    c.timeout_ms = c.stall_ms = (unsigned)timeout_ms;
+    c.progress = progress;
+    c.progress_ctx = &last;
     kiln_err le = cli_registry_limits(&c, 1, max_size, min_rate, deadline);
     if (le) return cli_fail(le);
     kiln_registry_mirror_opts o = {.root = root,

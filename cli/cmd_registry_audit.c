@@ -1,6 +1,6 @@
-/* cmd_audit.c - kiln registry audit: a registry's audit log read over HTTP (GET /v1/audit, an
- * admin token), filtered by model, action and time, as text or JSON lines, once or following
- * the log as it grows (docs/registry.md, "The audit log"). */
+/* cmd_registry_audit.c - kiln registry audit: a registry's audit log read over HTTP (GET
+ * /v1/audit, an admin token), filtered by model, action and time, as text or JSON lines, once or
+ * following the log as it grows (docs/registry.md, "The audit log"). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,9 +238,9 @@ int cmd_registry_audit(int argc, char **argv) {
     sa.sa_handler = on_signal; /* no SA_RESTART: a sleep ends at the signal */
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    kiln_registry_client_opts c = {.url = url,
-                                   .token = token ? token : getenv("KILN_REGISTRY_TOKEN"),
-                                   .retries = follow ? 0 : -1};
+    kiln_registry_client_opts c;
+    cli_client_opts(&c, url, token, NULL);
+    if (follow) c.retries = 0;
     int64_t last = after;
     size_t shown = 0;
     kiln_err e = drain(&c, &f, &last, &shown);
