@@ -209,7 +209,16 @@ kiln_err reg_withdrawn(const kiln_sign_trust *t, const char *digest, const char 
 kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
                            const char *label, reg_record *out) KILN_MUST_CHECK;
 
+/* A policy that claims the version of one this side trusts: the same policy (its meaning:
+ * layout and signatures may differ), or two versions of one number exist, a fork. Returns
+ * KILN_ERR_VERIFY with the message naming both labels and the first difference. */
+kiln_err reg_trust_same_version(const kiln_sign_trust *have, const char *have_label,
+                                const kiln_sign_trust *other, const char *other_label);
+
 /* ---- the client (client.c) ---- */
+
+/* libcurl initialised (once per process) and c's URL http:// or https:// (KILN_ERR_USAGE). */
+kiln_err reg_client_init(const kiln_registry_client_opts *c);
 
 /* Fetch blob hex, size bytes declared, into partial, resuming what is there with Range;
  * a server that sends more than size is cut off (KILN_ERR_VERIFY). The digest is the

@@ -429,3 +429,30 @@ kiln_err kiln_registry_pull_any(const kiln_registry_client_opts *cs, size_t n,
     reg_registries_release(&r);
     return rc;
 }
+
+/* ---- the public API (include/kiln.h) ---- */
+
+void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->model, sizeof out->model, "%s", r->model);
+    snprintf(out->version, sizeof out->version, "%s", r->version);
+    snprintf(out->channel, sizeof out->channel, "%s", r->channel);
+    memcpy(out->digest, r->digest, sizeof out->digest);
+    out->size = r->size;
+    out->seq = r->seq;
+}
+
+kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
+    KILN_FAIL_IF(!o || (!o->registry && !o->nregistries), KILN_ERR_USAGE,
+                 "kiln_pull needs options with a registry URL");
+    kiln_registry_client_opts *cs;
+    size_t n;
+    KILN_TRY(reg_pull_opts_clients(o, &cs, &n));
+    kiln_registry_pull_opts p = {
+        .ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
+    kiln_registry_pulled r;
+    kiln_err rc = kiln_registry_pull_any(cs, n, &p, o->on_registry, o->registry_ctx, &r);
+    free(cs);
+    if (rc == KILN_OK && result) reg_pull_result(&r, result);
+    return rc;
+}

@@ -11,6 +11,7 @@
  * marked spoiled, which sends the pull down the strict path from the file. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,15 @@
 
 #include "export.h"
 #include "registry_int.h"
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+void reg_rmtree(const char *path) {
+    if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 struct reg_follow {
     pthread_mutex_t mu;
