@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry_int.h"
+#include "client_int.h"
 #include "sign.h"
 
 /* --out of promote, rollback and renew is a new file, as kiln channel sign's and kiln trust

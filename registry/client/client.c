@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "client_int.h"
 #include "export.h"
-#include "registry_int.h"
 
 /* ---- pull ---- */
 

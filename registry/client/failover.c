@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_int.h"
 #include "export.h"
-#include "registry_int.h"
 
 kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts *cs, size_t n,
                              kiln_registry_note note, void *ctx) {

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_int.h"
 #include "export.h"
-#include "registry_int.h"
 #include "sign.h"
 
 kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, const char *model,

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry_int.h"
+#include "client_int.h"
 #include "sign.h"
 #include "web.h"
 

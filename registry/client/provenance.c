@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_int.h"
 #include "export.h"
-#include "registry_int.h"
 #include "sign.h"
 
 #define PROV_FORMAT "kiln-provenance/1"

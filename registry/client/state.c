@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "registry_int.h"
+#include "client_int.h"
 
 char *reg_default_state(void) {
     const char *home = getenv("HOME");

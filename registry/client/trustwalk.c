@@ -8,8 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry_int.h"
-
+#include "client_int.h"
 
 typedef struct walk {
     void (*on_step)(void *ctx, const kiln_registry_trust_step *s);

@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "registry_int.h"
+#include "client_int.h"
 
 typedef struct slot {
     kiln_model *m;

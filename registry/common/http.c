@@ -19,7 +19,7 @@
 #include <unistd.h>
 
 #include "export.h"
-#include "registry_int.h"
+#include "registry_common.h"
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -848,4 +848,3 @@ kiln_err reg_download_follow(const kiln_registry_client_opts *c, const char *hex
     free(url);
     return rc;
 }
-

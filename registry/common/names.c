@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "registry_int.h"
+#include "registry_common.h"
 
 /* ---- names ---- */
 

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "export.h"
-#include "registry_int.h"
+#include "registry_common.h"
 
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "export.h"
-#include "registry_int.h"
+#include "registry_common.h"
 #include "sign.h"
 
 kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {

@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "registry_int.h"
+#include "server_int.h"
 
 /* ---- fsck and gc ---- */
 

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "registry_int.h"
+#include "server_int.h"
 
 /* ---- SQLite ---- */
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry_int.h"
+#include "server_int.h"
 
 bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out) {
     static const struct {

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry_int.h"
+#include "server_int.h"
 
 bool reg_trust_version_parse(const char *s, uint64_t *v) {
     size_t n = strlen(s);
