@@ -188,269 +188,306 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     return rc;
 }
 
-kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
-                             const kiln_sign_trust *trust, kiln_registry_pulled *res) {
-    memset(res, 0, sizeof *res);
-    char what[KILN_REGISTRY_NAME_MAX + 1];
-    bool is_version;
-    KILN_TRY(pull_args(p, res->model, what, &is_version));
-    /* Before anything is fetched: DIR is new, empty or a model directory kiln installed. */
-    KILN_TRY(kiln_archive_dir_replaceable(p->out, "a pull"));
-    KILN_TRY(reg_client_init(c));
+/* One pull, from its arguments to its cleanup: what reg_pull_with_trust's steps hand on. */
+typedef struct pull {
+    const kiln_registry_client_opts *c;
+    const kiln_registry_pull_opts *p;
+    const kiln_sign_trust *trust;
+    kiln_registry_pulled *res;
+    char what[KILN_REGISTRY_NAME_MAX + 1]; /* X of NAME@X: a channel, or a version */
+    bool is_version, by_channel;
+    char *state;                  /* the state directory */
+    char *state_dir, *state_file; /* a channel's: STATE/channels/MODEL, .../CHANNEL.json */
+    char *record;                 /* the channel record as served (by_channel) */
+    size_t record_len;
+    reg_record rec;           /* ... and accepted */
+    json_t *ver;              /* the registry's JSON of the version */
+    const char *digest, *sig; /* in ver: "sha256:<hex>", the archive's signature file */
+    char hex[KILN_SHA256_HEX];
+    uint64_t size;           /* the archive's, as the registry declares it */
+    kiln_manifest *signed_m; /* the manifest the release keys signed, when established */
+    char label[200], sig_label[240];
+    char *parent, *tmp, *staged; /* out's parent; the private directory beside out; its model/ */
+    int tmp_fd;                  /* tmp, flock'd while the pull runs (sweep_pulls) */
+    char *dl_dir, *partial, *lock_path; /* STATE/downloads; the archive's .partial and .lock */
+    int lock_fd;
+    reg_stream_result sr; /* what the download's follower found */
+} pull;
 
-    kiln_err rc = KILN_OK;
-    char *state = NULL, *state_file = NULL, *state_dir = NULL, *record = NULL, *vpath = NULL,
-         *dl_dir = NULL, *partial = NULL, *parent = NULL, *tmp = NULL;
-    size_t record_len = 0;
-    json_t *ver = NULL;
-    bool by_channel = false;
-    reg_record rec;
-    memset(&rec, 0, sizeof rec);
-    char *staged = NULL, *lock_path = NULL;
-    int lock_fd = -1;
-    kiln_manifest *signed_m = NULL;
-    int tmp_fd = -1; /* flock'd while the pull runs (sweep_pulls) */
-
-    state = p->state ? kiln_strdup(p->state) : reg_default_state();
-    KILN_CHECK_IF(rc, out, !state, KILN_ERR_NOMEM, "out of memory");
-
+/* Steps 1-3 by a channel: its record (served, or pinned by the caller: the newest of several
+ * registries, failover.c) accepted against this client's state: signatures, seq, expiry. By a
+ * version: its name only. */
+static kiln_err pull_record(pull *u) {
+    kiln_registry_pulled *res = u->res;
+    if (u->is_version) {
+        snprintf(res->version, sizeof res->version, "%s", u->what);
+        return KILN_OK;
+    }
     /* A channel or a version, as the name reads (kiln_registry_looks_like_version): a
      * registry without the channel is a failure, never a reason to look for a version of
      * that name (which would need only a release signature, not the channel's promote
      * keys). */
-    if (!is_version) {
-        state_dir = kiln_asprintf("%s/channels/%s", state, res->model);
-        state_file = state_dir ? kiln_asprintf("%s/%s.json", state_dir, what) : NULL;
-        KILN_CHECK_IF(rc, out, !state_file, KILN_ERR_NOMEM, "out of memory");
-        int64_t last;
-        bool known;
-        KILN_CHECK(rc, out, reg_channel_state(state, res->model, what, &last, &known));
-        if (p->record) { /* pinned: the newest record of several registries (failover.c) */
-            record = kiln_malloc(p->record_len + 1);
-            if (record) {
-                memcpy(record, p->record, p->record_len);
-                record[p->record_len] = 0;
-            }
-            record_len = p->record_len;
-            rc = record ? KILN_OK : KILN_ERR_NOMEM;
-        } else {
-            rc = kiln_registry_get_channel(c, res->model, what, &record, &record_len);
+    u->state_dir = kiln_asprintf("%s/channels/%s", u->state, res->model);
+    u->state_file = u->state_dir ? kiln_asprintf("%s/%s.json", u->state_dir, u->what) : NULL;
+    KILN_FAIL_IF(!u->state_file, KILN_ERR_NOMEM, "out of memory");
+    int64_t last;
+    bool known;
+    KILN_TRY(reg_channel_state(u->state, res->model, u->what, &last, &known));
+    kiln_err rc;
+    if (u->p->record) {
+        u->record = kiln_malloc(u->p->record_len + 1);
+        if (u->record) {
+            memcpy(u->record, u->p->record, u->p->record_len);
+            u->record[u->p->record_len] = 0;
         }
-        if (rc == KILN_ERR_NOTFOUND) {
-            rc = reg_channel_missing(state, res->model, what, false);
-            goto out;
-        }
-        if (rc) goto out;
-        by_channel = true;
-        /* 1-3: signatures, seq, expiry. */
-        KILN_CHECK(rc, out,
-                   reg_record_accept(trust, record, record_len, res->model, what, last, known, &rec,
-                                     NULL));
-        snprintf(res->channel, sizeof res->channel, "%s", what);
-        snprintf(res->version, sizeof res->version, "%s", rec.version);
-        res->seq = rec.seq;
+        u->record_len = u->p->record_len;
+        rc = u->record ? KILN_OK : KILN_ERR_NOMEM;
     } else {
-        snprintf(res->version, sizeof res->version, "%s", what);
+        rc = kiln_registry_get_channel(u->c, res->model, u->what, &u->record, &u->record_len);
     }
-    /* A signed record may name a version stored before the naming rule: its characters only. */
-    KILN_CHECK(rc, out, reg_check_version_chars(res->version));
-    vpath = kiln_asprintf("/v1/models/%s/versions/%s", res->model, res->version);
-    KILN_CHECK_IF(rc, out, !vpath, KILN_ERR_NOMEM, "out of memory");
-    rc = kiln_registry_get_json(c, vpath, &ver);
-    if (rc == KILN_ERR_NOTFOUND && by_channel) {
-        /* The channel is there: its signed record names a version the registry lacks. Not
-         * "not found" (a release would read that as an empty baseline channel). */
-        rc = kiln_fail(KILN_ERR_VERIFY,
-                       "the channel record of %s/%s (seq %lld) names %s@%s, which the registry "
-                       "does not hold; refusing",
-                       res->model, what, (long long)rec.seq, res->model, res->version);
-        goto out;
-    }
-    if (rc) goto out;
-    const char *digest = json_string_value(json_object_get(ver, "digest")),
-               *sig = json_string_value(json_object_get(ver, "signature"));
-    json_t *jsize = json_object_get(ver, "size");
-    char hex[KILN_SHA256_HEX];
-    KILN_CHECK_IF(rc, out,
-                  !reg_digest_hex(digest, hex) || !sig || !json_is_integer(jsize) ||
-                      json_integer_value(jsize) < 0,
-                  KILN_ERR_FORMAT, "registry's record of %s@%s lacks a digest, size or signature",
-                  res->model, res->version);
-    KILN_CHECK_IF(rc, out, by_channel && strcmp(digest, rec.digest) != 0, KILN_ERR_VERIFY,
-                  "registry holds %s@%s as %s, but the signed channel record says %s; refusing",
-                  res->model, res->version, digest, rec.digest);
-    if (!by_channel) { /* a channel's record was checked for it in reg_record_accept */
-        char what[160];
-        snprintf(what, sizeof what, "%s@%s", res->model, res->version);
-        KILN_CHECK(rc, out, reg_withdrawn(trust, digest, what));
-    }
-    uint64_t size = (uint64_t)json_integer_value(jsize);
-    snprintf(res->digest, sizeof res->digest, "%s", digest);
-    res->size = size;
+    if (rc == KILN_ERR_NOTFOUND) return reg_channel_missing(u->state, res->model, u->what, false);
+    KILN_TRY(rc);
+    u->by_channel = true;
+    KILN_TRY(reg_record_accept(u->trust, u->record, u->record_len, res->model, u->what, last, known,
+                               &u->rec, NULL));
+    snprintf(res->channel, sizeof res->channel, "%s", u->what);
+    snprintf(res->version, sizeof res->version, "%s", u->rec.version);
+    res->seq = u->rec.seq;
+    return KILN_OK;
+}
 
+/* The registry's record of the version: digest, size and signature, the digest the one the
+ * channel record names (or, by version, not one the policy withdrew). */
+static kiln_err pull_version(pull *u) {
+    kiln_registry_pulled *res = u->res;
+    /* A signed record may name a version stored before the naming rule: its characters only. */
+    KILN_TRY(reg_check_version_chars(res->version));
+    char *vpath = kiln_asprintf("/v1/models/%s/versions/%s", res->model, res->version);
+    KILN_FAIL_IF(!vpath, KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = kiln_registry_get_json(u->c, vpath, &u->ver);
+    free(vpath);
+    /* The channel is there: its signed record names a version the registry lacks. Not "not
+     * found" (a release would read that as an empty baseline channel). */
+    KILN_FAIL_IF(rc == KILN_ERR_NOTFOUND && u->by_channel, KILN_ERR_VERIFY,
+                 "the channel record of %s/%s (seq %lld) names %s@%s, which the registry "
+                 "does not hold; refusing",
+                 res->model, u->what, (long long)u->rec.seq, res->model, res->version);
+    KILN_TRY(rc);
+    u->digest = json_string_value(json_object_get(u->ver, "digest"));
+    u->sig = json_string_value(json_object_get(u->ver, "signature"));
+    json_t *jsize = json_object_get(u->ver, "size");
+    KILN_FAIL_IF(!reg_digest_hex(u->digest, u->hex) || !u->sig || !json_is_integer(jsize) ||
+                     json_integer_value(jsize) < 0,
+                 KILN_ERR_FORMAT, "registry's record of %s@%s lacks a digest, size or signature",
+                 res->model, res->version);
+    KILN_FAIL_IF(u->by_channel && strcmp(u->digest, u->rec.digest) != 0, KILN_ERR_VERIFY,
+                 "registry holds %s@%s as %s, but the signed channel record says %s; refusing",
+                 res->model, res->version, u->digest, u->rec.digest);
+    char name[160];
+    snprintf(name, sizeof name, "%s@%s", res->model, res->version);
+    /* a channel's record was checked for it in reg_record_accept */
+    if (!u->by_channel) KILN_TRY(reg_withdrawn(u->trust, u->digest, name));
+    u->size = (uint64_t)json_integer_value(jsize);
+    snprintf(res->digest, sizeof res->digest, "%s", u->digest);
+    res->size = u->size;
     /* 4a: the declared size, before a byte is downloaded: within the client's maximum, and
      * within what an archive of the manifest the release keys signed can be (the registry's
      * copy of the manifest, checked against the archive's signatures). */
-    signed_m = reg_signed_manifest(ver, sig, trust, res->model, res->version);
-    {
-        char what[200];
-        snprintf(what, sizeof what, "%s@%s", res->model, res->version);
-        KILN_CHECK(
-            rc, out,
-            reg_size_accept(c, size, signed_m ? reg_archive_bound(signed_m) : UINT64_MAX, what));
-    }
-    char label[200];
-    snprintf(label, sizeof label, "%s@%s (%s)", res->model, res->version, digest);
-    char sig_label[240];
-    snprintf(sig_label, sizeof sig_label, "signature of %s@%s", res->model, res->version);
-    /* The private directory beside out that the archive is unpacked into (as it lands, when
-     * the signed manifest is known; after the checks otherwise), renamed to out only once
-     * every check passed. */
-    parent = kiln_dirname(p->out);
-    const char *base = strrchr(p->out, '/') ? strrchr(p->out, '/') + 1 : p->out;
-    tmp = parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", parent, base) : NULL;
-    KILN_CHECK_IF(rc, out, !tmp, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_mkdir_p(parent));
-    sweep_pulls(parent, base);
-    if (!mkdtemp(tmp)) {
-        rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'",
-                             p->out);
+    u->signed_m = reg_signed_manifest(u->ver, u->sig, u->trust, res->model, res->version);
+    char sized[200];
+    snprintf(sized, sizeof sized, "%s@%s", res->model, res->version);
+    KILN_TRY(reg_size_accept(u->c, u->size,
+                             u->signed_m ? reg_archive_bound(u->signed_m) : UINT64_MAX, sized));
+    snprintf(u->label, sizeof u->label, "%s@%s (%s)", res->model, res->version, u->digest);
+    snprintf(u->sig_label, sizeof u->sig_label, "signature of %s@%s", res->model, res->version);
+    return KILN_OK;
+}
+
+/* The private directory beside out that the archive is unpacked into (as it lands, when the
+ * signed manifest is known; after the checks otherwise), renamed to out only once every check
+ * passed; locked while the pull runs. */
+static kiln_err pull_stage(pull *u) {
+    const char *out = u->p->out;
+    u->parent = kiln_dirname(out);
+    const char *base = strrchr(out, '/') ? strrchr(out, '/') + 1 : out;
+    char *tmp = u->parent ? kiln_asprintf("%s/.%s.pull-XXXXXX", u->parent, base) : NULL;
+    KILN_FAIL_IF(!tmp, KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = kiln_mkdir_p(u->parent);
+    if (rc) {
         free(tmp);
-        tmp = NULL;
-        goto out;
+        return rc;
     }
-    tmp_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    KILN_CHECK_IF(rc, out, tmp_fd < 0 || flock(tmp_fd, LOCK_EX | LOCK_NB) != 0, KILN_ERR_IO,
-                  "cannot lock '%s': %s", tmp, strerror(errno));
-    staged = kiln_path_join(tmp, "model");
-    KILN_CHECK_IF(rc, out, !staged, KILN_ERR_NOMEM, "out of memory");
-    /* 4: the archive's size and digest, reading no more than declared; its SHA-256 and the
-     * signatures' BLAKE2b-512 from the bytes as they land (stream.c), and, with the signed
-     * manifest, the unpack too, each file checked against it as it is written. */
-    dl_dir = kiln_path_join(state, "downloads");
-    KILN_CHECK_IF(rc, out, !dl_dir, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, kiln_mkdir_p(dl_dir));
-    partial = kiln_asprintf("%s/%s.partial", dl_dir, hex);
-    lock_path = kiln_asprintf("%s/%s.lock", dl_dir, hex);
-    KILN_CHECK_IF(rc, out, !partial || !lock_path, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, lock_download(lock_path, true, &lock_fd));
-    sweep_downloads(dl_dir);
-    reg_stream_result sr;
-    memset(&sr, 0, sizeof sr);
+    sweep_pulls(u->parent, base);
+    if (!mkdtemp(tmp)) {
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot create a temporary directory next to '%s'", out);
+        free(tmp);
+        return rc;
+    }
+    u->tmp = tmp; /* removed by pull_end on failure */
+    u->tmp_fd = open(tmp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    KILN_FAIL_IF(u->tmp_fd < 0 || flock(u->tmp_fd, LOCK_EX | LOCK_NB) != 0, KILN_ERR_IO,
+                 "cannot lock '%s': %s", tmp, strerror(errno));
+    u->staged = kiln_path_join(tmp, "model");
+    KILN_FAIL_IF(!u->staged, KILN_ERR_NOMEM, "out of memory");
+    return KILN_OK;
+}
+
+/* Step 4: the archive's size and digest, reading no more than declared; its SHA-256 and the
+ * signatures' BLAKE2b-512 from the bytes as they land (stream.c), and, with the signed
+ * manifest, the unpack too, each file checked against it as it is written. A download that
+ * resumed a bad prefix is run once more from the start. */
+static kiln_err pull_download(pull *u) {
+    u->dl_dir = kiln_path_join(u->state, "downloads");
+    KILN_FAIL_IF(!u->dl_dir, KILN_ERR_NOMEM, "out of memory");
+    KILN_TRY(kiln_mkdir_p(u->dl_dir));
+    u->partial = kiln_asprintf("%s/%s.partial", u->dl_dir, u->hex);
+    u->lock_path = kiln_asprintf("%s/%s.lock", u->dl_dir, u->hex);
+    KILN_FAIL_IF(!u->partial || !u->lock_path, KILN_ERR_NOMEM, "out of memory");
+    KILN_TRY(lock_download(u->lock_path, true, &u->lock_fd));
+    sweep_downloads(u->dl_dir);
+    reg_stream_result *sr = &u->sr;
     for (int pass = 0;; pass++) {
         uint64_t t0 = kiln_now_ns();
         reg_follow *f = NULL;
         reg_stream *st = NULL;
-        rc = reg_follow_new(&f);
-        if (!rc) rc = reg_stream_start(f, partial, size, label, staged, signed_m, &st);
-        if (!rc) rc = reg_download_follow(c, hex, size, partial, f);
-        reg_stream_join(st, &sr);
+        kiln_err rc = reg_follow_new(&f);
+        if (!rc)
+            rc = reg_stream_start(f, u->partial, u->size, u->label, u->staged, u->signed_m, &st);
+        if (!rc) rc = reg_download_follow(u->c, u->hex, u->size, u->partial, f);
+        reg_stream_join(st, sr);
         reg_follow_free(f);
-        if (rc) goto out;
+        KILN_TRY(rc);
         uint64_t t1 = kiln_now_ns();
-        pull_phase("download", t0, t1, size);
+        pull_phase("download", t0, t1, u->size);
         kiln_debug("pull: this thread (the download) has used %.3f s CPU", kiln_thread_cpu_s());
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
-        if (sr.hashed) {
-            memcpy(h, sr.sha256, sizeof h);
+        if (sr->hashed) {
+            memcpy(h, sr->sha256, sizeof h);
         } else {
-            kiln_debug("pull: the download was not hashed as it landed; hashing '%s'", partial);
-            KILN_CHECK(rc, out, kiln_sha256_file(partial, h));
-            pull_phase("archive sha256", t1, kiln_now_ns(), size);
+            kiln_debug("pull: the download was not hashed as it landed; hashing '%s'", u->partial);
+            KILN_TRY(kiln_sha256_file(u->partial, h));
+            pull_phase("archive sha256", t1, kiln_now_ns(), u->size);
         }
         kiln_hex(h, sizeof h, got);
-        if (!strcmp(got, hex)) break;
-        kiln_manifest_free(sr.manifest);
-        sr.manifest = NULL;
-        if (sr.unpacked) reg_rmtree(staged);
-        unlink(partial);
+        if (!strcmp(got, u->hex)) return KILN_OK;
+        kiln_manifest_free(sr->manifest);
+        sr->manifest = NULL;
+        if (sr->unpacked) reg_rmtree(u->staged);
+        unlink(u->partial);
         /* A resumed download may have kept a bad prefix: once more from the start. */
-        KILN_CHECK_IF(rc, out, pass > 0, KILN_ERR_VERIFY,
-                      "archive of %s@%s hashes to sha256:%s, not %s; refusing", res->model,
-                      res->version, got, digest);
+        KILN_FAIL_IF(pass > 0, KILN_ERR_VERIFY,
+                     "archive of %s@%s hashes to sha256:%s, not %s; refusing", u->res->model,
+                     u->res->version, got, u->digest);
     }
-    /* 5-8, by sign/ (what `kiln verify` runs): every signature block over the archive's
-     * BLAKE2b-512 by a release key of this client's policy, each trusted comment naming the
-     * archive's own manifest (the manifest's signature) and its validation verdict, the
-     * policy's release_threshold and accept_unvalidated; and every file checked against
-     * that manifest. When the unpack ran as the bytes landed, the signatures are checked
-     * over the prehash with the manifest it found (byte for byte the signed one); otherwise
-     * (no signed manifest to hold it to, a download that started over, an unpack that
-     * failed: its own words come after the signatures' verdict) the strict path, from the
-     * file: signatures first, then the secure unpack. */
+}
+
+/* Steps 5-8, by sign/ (what `kiln verify` runs): every signature block over the archive's
+ * BLAKE2b-512 by a release key of this client's policy, each trusted comment naming the
+ * archive's own manifest (the manifest's signature) and its validation verdict, the policy's
+ * release_threshold and accept_unvalidated; and every file checked against that manifest.
+ * When the unpack ran as the bytes landed, the signatures are checked over the prehash with
+ * the manifest it found (byte for byte the signed one); otherwise (no signed manifest to hold
+ * it to, a download that started over, an unpack that failed: its own words come after the
+ * signatures' verdict) the strict path, from the file: signatures first, then the secure
+ * unpack. */
+static kiln_err pull_verify(pull *u) {
+    const reg_stream_result *sr = &u->sr;
+    kiln_registry_pulled *res = u->res;
     kiln_sign_archive_report rep;
     uint64_t t = kiln_now_ns();
-    kiln_debug("pull: %s", sr.unpacked ? "hashed and unpacked as it landed"
-                           : sr.hashed ? "hashed as it landed; unpacking after the signatures"
-                                       : "checking from the file");
-    if (sr.unpacked) {
-        rc = kiln_sign_verify_prehashed_sigs(sr.blake2b, sr.manifest, partial, sig, strlen(sig),
-                                             sig_label, trust, &rep);
+    kiln_debug("pull: %s", sr->unpacked ? "hashed and unpacked as it landed"
+                           : sr->hashed ? "hashed as it landed; unpacking after the signatures"
+                                        : "checking from the file");
+    kiln_err rc;
+    size_t sig_len = strlen(u->sig);
+    if (sr->unpacked) {
+        rc = kiln_sign_verify_prehashed_sigs(sr->blake2b, sr->manifest, u->partial, u->sig, sig_len,
+                                             u->sig_label, u->trust, &rep);
         rep.files_checked = rc == KILN_OK; /* by the unpack, against the manifest signed */
+    } else if (sr->hashed) {
+        rc = kiln_sign_verify_archive_prehashed(u->partial, sr->blake2b, u->sig, sig_len,
+                                                u->sig_label, u->trust, u->staged, &rep);
+    } else {
+        rc = kiln_sign_verify_archive(u->partial, u->sig, sig_len, u->sig_label, u->trust,
+                                      u->staged, &rep);
     }
-    else if (sr.hashed)
-        rc = kiln_sign_verify_archive_prehashed(partial, sr.blake2b, sig, strlen(sig), sig_label,
-                                                trust, staged, &rep);
-    else
-        rc = kiln_sign_verify_archive(partial, sig, strlen(sig), sig_label, trust, staged, &rep);
-    kiln_manifest_free(sr.manifest);
-    sr.manifest = NULL;
+    kiln_manifest_free(u->sr.manifest);
+    u->sr.manifest = NULL;
     if (rc == KILN_ERR_FORMAT) rc = KILN_ERR_VERIFY;
-    if (rc) {
-        rc = kiln_errprefix(rc, "%s: ", label);
-        goto out;
-    }
+    if (rc) return kiln_errprefix(rc, "%s: ", u->label);
     /* The signed manifest must be the one asked for, not another version's. */
-    KILN_CHECK_IF(rc, out,
-                  strcmp(rep.info.model, res->model) || strcmp(rep.info.version, res->version),
-                  KILN_ERR_VERIFY, "%s: the signed manifest is %s@%s; refusing", label,
-                  rep.info.model, rep.info.version);
-    pull_phase("signatures, manifest and file digests", t, kiln_now_ns(), size);
+    KILN_FAIL_IF(strcmp(rep.info.model, res->model) || strcmp(rep.info.version, res->version),
+                 KILN_ERR_VERIFY, "%s: the signed manifest is %s@%s; refusing", u->label,
+                 rep.info.model, rep.info.version);
+    pull_phase("signatures, manifest and file digests", t, kiln_now_ns(), u->size);
     reg_signers_text(&rep, res->signed_by, sizeof res->signed_by);
-    t = kiln_now_ns();
-    KILN_CHECK(rc, out, install_dir(staged, p->out));
-    reg_rmtree(tmp);
-    free(tmp);
-    tmp = NULL;
-    KILN_CHECK(rc, out, kiln_fsync_dir(parent));
+    return KILN_OK;
+}
+
+/* The checked directory renamed to out; by a channel, the state of what was accepted. */
+static kiln_err pull_install(pull *u) {
+    uint64_t t = kiln_now_ns();
+    KILN_TRY(install_dir(u->staged, u->p->out));
+    reg_rmtree(u->tmp);
+    free(u->tmp);
+    u->tmp = NULL;
+    KILN_TRY(kiln_fsync_dir(u->parent));
     pull_phase("install", t, kiln_now_ns(), 0);
-    if (by_channel) {
+    if (u->by_channel) {
         /* The accepted seq (anti-rollback), and the evidence for a service that must start
          * while no registry answers: the record and the archive's signatures, as served
          * (reg_installed_verify checks an installed directory against them). */
+        const reg_record *rec = &u->rec;
         json_t *st =
-            json_pack("{s:I, s:s, s:s, s:I, s:s%, s:s}", "seq", (json_int_t)rec.seq, "version",
-                      rec.version, "digest", rec.digest, "expires", (json_int_t)rec.expires,
-                      "record", record, record_len, "signature", sig);
-        KILN_CHECK_IF(rc, out, !st, KILN_ERR_NOMEM, "out of memory");
-        char *pending = p->defer_state ? kiln_asprintf("%s.pending", state_file) : NULL;
-        rc = p->defer_state && !pending ? KILN_ERR_NOMEM : kiln_mkdir_p(state_dir);
-        if (!rc) rc = kiln_json_write_file(pending ? pending : state_file, st);
+            json_pack("{s:I, s:s, s:s, s:I, s:s%, s:s}", "seq", (json_int_t)rec->seq, "version",
+                      rec->version, "digest", rec->digest, "expires", (json_int_t)rec->expires,
+                      "record", u->record, u->record_len, "signature", u->sig);
+        KILN_FAIL_IF(!st, KILN_ERR_NOMEM, "out of memory");
+        bool defer = u->p->defer_state;
+        char *pending = defer ? kiln_asprintf("%s.pending", u->state_file) : NULL;
+        kiln_err rc = defer && !pending ? KILN_ERR_NOMEM : kiln_mkdir_p(u->state_dir);
+        if (!rc) rc = kiln_json_write_file(pending ? pending : u->state_file, st);
         free(pending);
         json_decref(st);
-        if (rc) goto out;
+        KILN_TRY(rc);
     }
-    unlink(partial);
-out:
-    if (rc && tmp) reg_rmtree(tmp);
-    /* A failed pull (a check, an error, a timeout, a cancel) leaves no download behind; only a
-     * killed one does (sweep_downloads). */
-    if (rc && lock_fd >= 0) unlink(partial);
-    unlock_download(lock_path, lock_fd);
-    if (tmp_fd >= 0) close(tmp_fd);
-    kiln_manifest_free(signed_m);
-    free(lock_path);
-    free(staged);
-    json_decref(ver);
-    free(state);
-    free(state_file);
-    free(state_dir);
-    free(record);
-    free(vpath);
-    free(dl_dir);
-    free(partial);
-    free(parent);
-    free(tmp);
+    unlink(u->partial);
+    return KILN_OK;
+}
+
+/* Whatever the outcome: a failed pull (a check, an error, a timeout, a cancel) leaves neither
+ * its private directory nor a download behind; only a killed one does (sweep_pulls,
+ * sweep_downloads). */
+static kiln_err pull_end(pull *u, kiln_err rc) {
+    if (rc && u->tmp) reg_rmtree(u->tmp);
+    if (rc && u->lock_fd >= 0) unlink(u->partial);
+    unlock_download(u->lock_path, u->lock_fd);
+    if (u->tmp_fd >= 0) close(u->tmp_fd);
+    kiln_manifest_free(u->sr.manifest);
+    kiln_manifest_free(u->signed_m);
+    json_decref(u->ver);
+    free(u->lock_path), free(u->staged), free(u->state), free(u->state_file);
+    free(u->state_dir), free(u->record), free(u->dl_dir), free(u->partial), free(u->parent);
+    free(u->tmp);
     return rc;
+}
+
+kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
+                             const kiln_sign_trust *trust, kiln_registry_pulled *res) {
+    memset(res, 0, sizeof *res);
+    pull u = {.c = c, .p = p, .trust = trust, .res = res, .tmp_fd = -1, .lock_fd = -1};
+    KILN_TRY(pull_args(p, res->model, u.what, &u.is_version));
+    /* Before anything is fetched: DIR is new, empty or a model directory kiln installed. */
+    KILN_TRY(kiln_archive_dir_replaceable(p->out, "a pull"));
+    KILN_TRY(reg_client_init(c));
+    u.state = p->state ? kiln_strdup(p->state) : reg_default_state();
+    kiln_err rc = u.state ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (!rc) rc = pull_record(&u);
+    if (!rc) rc = pull_version(&u);
+    if (!rc) rc = pull_stage(&u);
+    if (!rc) rc = pull_download(&u);
+    if (!rc) rc = pull_verify(&u);
+    if (!rc) rc = pull_install(&u);
+    return pull_end(&u, rc);
 }
