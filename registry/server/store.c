@@ -1,6 +1,5 @@
 /* store.c - the registry's store: SQLite metadata (schema, tokens, audit), the
  * content-addressed blob store and its lock (fsck and gc: fsck.c). */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
