@@ -302,8 +302,8 @@ typedef struct kiln_registry_pulled {
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *out) KILN_MUST_CHECK;
 
-/* ---- an installed model, checked on its host (verify.c, docs/registry.md "Checking an
- * installed model") ---- */
+/* ---- an installed model, checked on its host (client/installed.c, docs/registry.md
+ * "Checking an installed model") ---- */
 
 typedef struct kiln_registry_installed {
     char model[KILN_REGISTRY_NAME_MAX + 1], channel[KILN_REGISTRY_NAME_MAX + 1];
@@ -399,7 +399,8 @@ typedef struct kiln_registry_models_opts {
 kiln_err kiln_registry_models(const kiln_registry_client_opts *cs, size_t n,
                               const kiln_registry_models_opts *o, json_t **out) KILN_MUST_CHECK;
 
-/* ---- versions of the trust policy (trustchain.c, docs/registry.md "Trust policy versions") ---- */
+/* ---- versions of the trust policy (client/trustwalk.c; the store's: server/trustchain.c;
+ * docs/registry.md "Trust policy versions") ---- */
 
 /* One version a walk accepted. */
 typedef struct kiln_registry_trust_step {

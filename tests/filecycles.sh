@@ -50,7 +50,9 @@ function visit(v,    k, w) {
 }
 function report(    i, j, t, s) {
     for (i = 2; i <= n; i++)
-        for (j = i; j > 1 && part[j - 1] > part[j]; j--) { t = part[j]; part[j] = part[j - 1]; part[j - 1] = t }
+        for (j = i; j > 1 && part[j - 1] > part[j]; j--) {
+            t = part[j]; part[j] = part[j - 1]; part[j - 1] = t
+        }
     s = part[1]; for (i = 2; i <= n; i++) s = s " " part[i]
     if (s in allowed) { print "filecycles: allowed circle (tests/filecycles.sh): " s; return }
     print "filecycles: circle of files: " s; bad = 1

@@ -180,7 +180,7 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
     kiln_registry_client_opts one = *c;
     if (!one.until_ns) reg_deadline_start(&one, 1);
     /* Step 0: the trust policy, walked from p->trust through the versions this client
-     * accepted before and those the registry has since (registry/trustchain.c). */
+     * accepted before and those the registry has since (trustwalk.c). */
     kiln_sign_trust *trust = NULL;
     KILN_TRY(kiln_registry_trust_walk(&one, p->trust, p->state, NULL, NULL, &trust));
     kiln_err rc = reg_pull_with_trust(&one, p, trust, res);

@@ -5,7 +5,7 @@
  * current record is asked of every registry and the highest seq that verifies wins (a stale
  * mirror can only serve a lower seq, and a rollback is a higher seq too, so this never runs an
  * older model than the primary says), and the archive comes from the first registry that holds
- * it and verifies. Everything is checked by client.c's and trustchain.c's own functions. */
+ * it and verifies. Everything is checked by client.c's and trustwalk.c's own functions. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>

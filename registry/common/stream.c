@@ -4,7 +4,7 @@
  * the secure unpack into the pull's private directory. So a pull's checks are done, or nearly,
  * when its last byte lands, and every digest comes from one read of each byte.
  *
- * The download (client.c, reg_download_follow) says how far the partial file is written
+ * The download (http.c, reg_download_follow) says how far the partial file is written
  * (reg_follow_grow), that it starts over (reg_follow_reset: a registry that ignored Range, or
  * a partial longer than declared) and that it ended (reg_follow_end). What the follower read
  * before a reset is thrown away: the hashes start over, and an unpack that had begun is
