@@ -66,7 +66,7 @@ typedef struct reg_record {
     char model[KILN_REGISTRY_NAME_MAX + 1];
     char channel[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
-    char digest[72]; /* "sha256:<hex>" */
+    kiln_registry_digest digest;
     int64_t seq;
     int64_t expires; /* unix seconds */
     char reason[256];
