@@ -50,6 +50,8 @@ NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep
+# registry/'s sides (docs/registry.md): each a module of the layering check.
+MODULES += registry/common registry/server registry/client
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -81,6 +83,7 @@ LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c train/nccl_dl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
                               validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c) \
                     $(if $(NVCC),$(wildcard kernels/cuda/*.c))))
+LIB_SRC += $(sort $(wildcard registry/*/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
 # the C suite replays every corpus through them (tests/test_fuzz_replay.c).

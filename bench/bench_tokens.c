@@ -1,6 +1,6 @@
 /*
  * bench_tokens.c - what a token costs a request, and what the last-used policy saves: the
- * token lookup (registry/token.c) when last_used is fresh (no write: what nearly every request
+ * token lookup (registry/server/token.c) when last_used is fresh (no write: what nearly every request
  * does, the policy writing at most once a minute) against the same lookup when it writes
  * every time (the clock moved a minute between calls: what a write per request would cost;
  * WAL, synchronous=FULL, on the store's disk); then GET /v1/models served over loopback on

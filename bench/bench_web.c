@@ -2,7 +2,7 @@
  * bench_web.c - the registry's web page on a store of 200 versions and 1000 channel records
  * (production 600, staging 300, canary 100; 1200 audit rows), against a baseline measured in
  * the same run: the JSON API's answer with the same rows, over the same HTTP. For each page:
- * the render alone (registry/ui.c reading SQLite and web/ writing HTML, in this process) and
+ * the render alone (registry/server/ui.c reading SQLite and web/ writing HTML, in this process) and
  * the page served by `kiln registry serve`'s code over loopback (libcurl, a new connection
  * per request), then the JSON route's time and size (the history's JSON holds all 600
  * records, the page the newest 200). The trust page walks 50 stored versions of the policy
@@ -352,7 +352,7 @@ int main(int argc, char **argv) {
     printf("\nthe walk alone (reg_trust_chain_load from --trust through the %d stored versions, as "
            "the server's start): %.2fms\n",
            TRUST_VERSIONS, median_ms(wns, REPS));
-    printf("render: registry/ui.c + web/ into memory, in process; served: GET over loopback "
+    printf("render: registry/server/ui.c + web/ into memory, in process; served: GET over loopback "
            "(libcurl, new connection each), the server's 2 threads; ratio: page / JSON served\n");
     reg_db_close(db);
     kiln_registry_server_stop(srv, 1000);

@@ -27,6 +27,11 @@ extern "C" {
 
 #define KILN_REGISTRY_NAME_MAX 64
 
+/* An archive's digest as the registry writes it, "sha256:" and 64 lowercase hex digits and the
+ * NUL (72 bytes): one type for every buffer that holds one, so that its size is written once.
+ * An array type: a field of it is read and written as a string. */
+typedef char kiln_registry_digest[72];
+
 /* Model, channel and token names: 1..64 of [a-z0-9._-], beginning with [a-z0-9], no "..".
  * what ("model", "channel", "token") names the value in the message. For a channel this is
  * the character set only, what a store may hold (a channel made before the naming rule below
@@ -230,7 +235,7 @@ typedef struct kiln_registry_client_opts {
 #define KILN_REGISTRY_FAILOVER_STALL_MS 10000u
 
 typedef struct kiln_registry_published {
-    char digest[72]; /* "sha256:<hex>" */
+    kiln_registry_digest digest; /* "sha256:<hex>" */
     uint64_t size;
     bool existed; /* the same bytes were there already (200, not 201) */
 } kiln_registry_published;
@@ -282,7 +287,7 @@ typedef struct kiln_registry_pulled {
     char model[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
     char channel[KILN_REGISTRY_NAME_MAX + 1]; /* "" when pulled by version */
-    char digest[72];
+    kiln_registry_digest digest;
     uint64_t size;
     int64_t seq; /* the channel record's, 0 when pulled by version */
     /* The release keys whose signatures verified, the threshold and the validation verdict:
@@ -302,16 +307,16 @@ typedef struct kiln_registry_pulled {
 kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,
                             kiln_registry_pulled *out) KILN_MUST_CHECK;
 
-/* ---- an installed model, checked on its host (verify.c, docs/registry.md "Checking an
- * installed model") ---- */
+/* ---- an installed model, checked on its host (client/installed.c, docs/registry.md
+ * "Checking an installed model") ---- */
 
 typedef struct kiln_registry_installed {
     char model[KILN_REGISTRY_NAME_MAX + 1], channel[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
-    char digest[72];        /* the archive's, as the record names it */
-    int64_t seq, expires;   /* the record's */
-    uint64_t trust_version; /* of the policy it was checked under */
-    char signed_by[256];    /* the release signers, as a pull says them */
+    kiln_registry_digest digest; /* the archive's, as the record names it */
+    int64_t seq, expires;        /* the record's */
+    uint64_t trust_version;      /* of the policy it was checked under */
+    char signed_by[256];         /* the release signers, as a pull says them */
     char manifest_sha256[KILN_SHA256_HEX];
     size_t files;   /* in the manifest, each checked */
     uint64_t bytes; /* their sizes summed */
@@ -399,7 +404,8 @@ typedef struct kiln_registry_models_opts {
 kiln_err kiln_registry_models(const kiln_registry_client_opts *cs, size_t n,
                               const kiln_registry_models_opts *o, json_t **out) KILN_MUST_CHECK;
 
-/* ---- versions of the trust policy (trustchain.c, docs/registry.md "Trust policy versions") ---- */
+/* ---- versions of the trust policy (client/trustwalk.c; the store's: server/trustchain.c;
+ * docs/registry.md "Trust policy versions") ---- */
 
 /* One version a walk accepted. */
 typedef struct kiln_registry_trust_step {
@@ -517,8 +523,8 @@ typedef struct kiln_registry_promote_opts {
 } kiln_registry_promote_opts;
 
 typedef struct kiln_registry_promoted {
-    char digest[72]; /* the version's, as the registry holds it */
-    uint64_t seq;    /* the new record's */
+    kiln_registry_digest digest; /* the version's, as the registry holds it */
+    uint64_t seq;                /* the new record's */
     size_t nsigs;
     bool put; /* the registry accepted it (false with save_to) */
 } kiln_registry_promoted;
@@ -567,7 +573,7 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
                                                  const char *want, const char *trust,
                                                  const char *state,
                                                  char out[KILN_REGISTRY_NAME_MAX + 1],
-                                                 char digest[72]);
+                                                 kiln_registry_digest digest);
 
 /* ---- releases (release.c): export, golden, baseline, validate, pack, sign, publish,
  * promote in one call. Uses export/ and validate/ besides sign/ (docs/architecture.md). ---- */

@@ -152,7 +152,7 @@ void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const cha
 void kiln_web_para(kiln_web_buf *b, const char *text);
 void kiln_web_link(kiln_web_buf *b, const char *href, const char *text);
 
-/* ---- a registry version's page (web/version.c; registry/ui.c hands the documents) ---- */
+/* ---- a registry version's page (web/version.c; registry/server/ui.c hands the documents) ---- */
 
 /* The validation report (validation.json as the registry stores it) check by check: the
  * verdict, the baseline linked to its own version page (/ui/models/NAME/versions/VERSION),

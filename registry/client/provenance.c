@@ -18,8 +18,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_int.h"
 #include "export.h"
-#include "registry_int.h"
 #include "sign.h"
 
 #define PROV_FORMAT "kiln-provenance/1"
@@ -706,32 +706,17 @@ static kiln_err fetch_version(prov *p, json_t **ver) {
     return rc;
 }
 
-static kiln_err archive_section(prov *p) {
-    json_t *aj = json_object(), *ver = NULL;
-    set(p, p->root, "archive", aj);
-    char *mtext = NULL, label[200];
-    kiln_err rc = fetch_version(p, &ver);
-    if (rc == KILN_ERR_NOTFOUND && p->by_channel) {
-        set(p, aj, "check",
-            check(p, "failed", "archive",
-                  "the registry does not hold %s@%s, which the channel record names", p->model,
-                  p->version));
-        return KILN_OK;
-    }
-    if (rc) return rc;
-    const char *digest = json_string_value(json_object_get(ver, "digest")),
-               *sig = json_string_value(json_object_get(ver, "signature"));
-    const json_t *manifest = json_object_get(ver, "manifest");
+/* The registry's word on the archive: its digest and size, who published it and when, and its
+ * copy of validation.json (the exact bytes, checked below); the digest checked against the
+ * signed channel record, and against the policy's withdrawals whatever named it. */
+static kiln_err archive_facts(prov *p, json_t *aj, const json_t *ver) {
+    const char *digest = json_string_value(json_object_get(ver, "digest"));
     json_t *size = json_object_get(ver, "size");
-    /* The registry's copy of validation.json: the exact bytes, checked below. */
     const json_t *vt = json_object_get(ver, "validation_text");
     if (json_is_string(vt)) {
         p->vlen = json_string_length(vt);
         p->vtext = kiln_malloc(p->vlen + 1);
-        if (!p->vtext) {
-            rc = KILN_ERR_NOMEM;
-            goto out;
-        }
+        if (!p->vtext) return KILN_ERR_NOMEM;
         memcpy(p->vtext, json_string_value(vt), p->vlen);
         p->vtext[p->vlen] = 0;
     }
@@ -763,9 +748,17 @@ static kiln_err archive_section(prov *p) {
         set(p, aj, "withdrawn_check",
             check(p, "failed", "withdrawn", "trust policy version %llu withdrew %s: %s",
                   (unsigned long long)kiln_sign_trust_version(p->t), digest, why));
+    return KILN_OK;
+}
 
-    /* The manifest as the registry keeps it (canonical, as the archive holds it). */
-    mtext = manifest ? kiln_json_canonical(manifest) : NULL;
+/* The registry's manifest (canonical, as the archive holds it) checked without the archive:
+ * its sha256 against what the release signatures' trusted comments name, the signature
+ * blocks, who signed, the verdict they name. Sets what the lineage and config are read from
+ * (p->manifest, p->man). */
+static kiln_err archive_manifest(prov *p, json_t *aj, const json_t *ver) {
+    const char *sig = json_string_value(json_object_get(ver, "signature"));
+    const json_t *manifest = json_object_get(ver, "manifest");
+    char *mtext = manifest ? kiln_json_canonical(manifest) : NULL, label[200];
     kiln_errclear();
     char mhex[KILN_SHA256_HEX] = "", named[KILN_SHA256_HEX];
     if (mtext) {
@@ -783,9 +776,9 @@ static kiln_err archive_section(prov *p) {
                             : kiln_sign_verify_manifest_sigs(mtext, strlen(mtext), label, sig,
                                                              strlen(sig), "signature", p->t, &rep);
     if (vrc == KILN_ERR_NOMEM) {
-        rc = vrc;
         json_decref(blocks);
-        goto out;
+        free(mtext);
+        return vrc;
     }
     char vmsg[1024];
     snprintf(vmsg, sizeof vmsg, "%s", vrc ? kiln_errmsg() : "");
@@ -830,6 +823,14 @@ static kiln_err archive_section(prov *p) {
     p->manifest = manifest ? json_incref((json_t *)manifest) : NULL;
     p->manifest_status = !vrc && !(named[0] && strcmp(named, mhex)) ? "verified" : "failed";
     if (mtext && kiln_manifest_parse(mtext, strlen(mtext), label, &p->man)) kiln_errclear();
+    free(mtext);
+    return KILN_OK;
+}
+
+/* The registry's card.json checked against the signed manifest's entry: kiln writes cards
+ * one way, so the card the registry returns, written out again, reproduces the signed bytes
+ * when it is the signed card. */
+static kiln_err archive_card(prov *p, const json_t *ver) {
     const json_t *card = json_object_get(ver, "card");
     p->card = json_is_object(card) ? json_incref((json_t *)card) : NULL;
     const kiln_manifest_file *cf = p->man ? kiln_manifest_find(p->man, "card.json") : NULL;
@@ -839,8 +840,7 @@ static kiln_err archive_section(prov *p) {
         p->card_status = "failed";
         snprintf(p->card_how, sizeof p->card_how, "the registry holds no card for it");
     } else if (!doc) {
-        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
-        goto out;
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     } else if (!cf || strcmp(p->manifest_status, "verified")) {
         p->card_status = "not checked";
         snprintf(p->card_how, sizeof p->card_how, "the manifest did not verify");
@@ -865,8 +865,13 @@ static kiln_err archive_section(prov *p) {
                      want);
     }
     free(doc);
-    if (p->o->download) rc = download(p, aj, p->card);
-    if (!rc && !p->by_channel && p->o->download &&
+    return KILN_OK;
+}
+
+/* --download: the archive's own bytes checked too; by version, that verifies its digest. */
+static kiln_err archive_download(prov *p, json_t *aj) {
+    KILN_TRY(download(p, aj, p->card));
+    if (!p->by_channel &&
         !strcmp(json_string_value(json_object_get(
                     json_object_get(json_object_get(aj, "download"), "check"), "status")),
                 "verified"))
@@ -874,8 +879,26 @@ static kiln_err archive_section(prov *p) {
             check(p, "verified", "archive digest",
                   "the downloaded archive hashes to it and the release signatures verify over "
                   "its bytes"));
-out:
-    free(mtext);
+    return KILN_OK;
+}
+
+/* "archive": the version as the registry holds it, each fact with how it was checked. */
+static kiln_err archive_section(prov *p) {
+    json_t *aj = json_object(), *ver = NULL;
+    set(p, p->root, "archive", aj);
+    kiln_err rc = fetch_version(p, &ver);
+    if (rc == KILN_ERR_NOTFOUND && p->by_channel) {
+        set(p, aj, "check",
+            check(p, "failed", "archive",
+                  "the registry does not hold %s@%s, which the channel record names", p->model,
+                  p->version));
+        return KILN_OK;
+    }
+    if (rc) return rc;
+    rc = archive_facts(p, aj, ver);
+    if (!rc) rc = archive_manifest(p, aj, ver);
+    if (!rc) rc = archive_card(p, ver);
+    if (!rc && p->o->download) rc = archive_download(p, aj);
     json_decref(ver);
     return rc;
 }

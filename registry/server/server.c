@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "registry_int.h"
+#include "server_int.h"
 
 static const char *const route_label[REG_R_COUNT] = {
     [REG_R_NONE] = "other",

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "export.h"
-#include "registry_int.h"
+#include "server_int.h"
 #include "web.h"
 
 #define UI_AUDIT_PAGE 100

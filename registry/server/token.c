@@ -5,7 +5,29 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry_int.h"
+#include "server_int.h"
+
+bool kiln_registry_scope_parse(const char *s, kiln_registry_scope *out) {
+    static const struct {
+        const char *name;
+        kiln_registry_scope scope;
+    } t[] = {{"read", KILN_SCOPE_READ},
+             {"publish", KILN_SCOPE_PUBLISH},
+             {"promote", KILN_SCOPE_PROMOTE},
+             {"admin", KILN_SCOPE_ADMIN}};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(t); i++)
+        if (s && !strcmp(s, t[i].name)) {
+            *out = t[i].scope;
+            return true;
+        }
+    return false;
+}
+
+unsigned reg_scope_bits(kiln_registry_scope s) {
+    if (s == KILN_SCOPE_ADMIN)
+        return KILN_SCOPE_READ | KILN_SCOPE_PUBLISH | KILN_SCOPE_PROMOTE | KILN_SCOPE_ADMIN;
+    return KILN_SCOPE_READ | (unsigned)s;
+}
 
 /* The busy timeout every connection to the store has (store.c), restored after the
  * last-used update, which waits for no one. */

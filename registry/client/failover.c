@@ -5,13 +5,13 @@
  * current record is asked of every registry and the highest seq that verifies wins (a stale
  * mirror can only serve a lower seq, and a rollback is a higher seq too, so this never runs an
  * older model than the primary says), and the archive comes from the first registry that holds
- * it and verifies. Everything is checked by client.c's and trustchain.c's own functions. */
+ * it and verifies. Everything is checked by client.c's and trustwalk.c's own functions. */
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "client_int.h"
 #include "export.h"
-#include "registry_int.h"
 
 kiln_err reg_registries_init(reg_registries *r, const kiln_registry_client_opts *cs, size_t n,
                              kiln_registry_note note, void *ctx) {
@@ -427,5 +427,32 @@ kiln_err kiln_registry_pull_any(const kiln_registry_client_opts *cs, size_t n,
     }
     kiln_sign_trust_free(trust);
     reg_registries_release(&r);
+    return rc;
+}
+
+/* ---- the public API (include/kiln.h) ---- */
+
+void reg_pull_result(const kiln_registry_pulled *r, kiln_pull_result *out) {
+    memset(out, 0, sizeof *out);
+    snprintf(out->model, sizeof out->model, "%s", r->model);
+    snprintf(out->version, sizeof out->version, "%s", r->version);
+    snprintf(out->channel, sizeof out->channel, "%s", r->channel);
+    memcpy(out->digest, r->digest, sizeof out->digest);
+    out->size = r->size;
+    out->seq = r->seq;
+}
+
+kiln_err kiln_pull(const kiln_pull_opts *o, kiln_pull_result *result) {
+    KILN_FAIL_IF(!o || (!o->registry && !o->nregistries), KILN_ERR_USAGE,
+                 "kiln_pull needs options with a registry URL");
+    kiln_registry_client_opts *cs;
+    size_t n;
+    KILN_TRY(reg_pull_opts_clients(o, &cs, &n));
+    kiln_registry_pull_opts p = {
+        .ref = o->ref, .trust = o->trust, .out = o->out, .state = o->state};
+    kiln_registry_pulled r;
+    kiln_err rc = kiln_registry_pull_any(cs, n, &p, o->on_registry, o->registry_ctx, &r);
+    free(cs);
+    if (rc == KILN_OK && result) reg_pull_result(&r, result);
     return rc;
 }

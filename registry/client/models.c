@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "registry_int.h"
+#include "client_int.h"
 #include "sign.h"
 #include "web.h"
 
@@ -105,7 +105,8 @@ typedef struct row {
     const char *status; /* "verified" | "failed" | "not checked" */
     char how[1536];
     bool from_record; /* the fields are the signed record's (its signatures verified) */
-    char version[KILN_SIGN_NAME_MAX + 1], digest[72], reason[KILN_SIGN_REASON_MAX + 1];
+    char version[KILN_SIGN_NAME_MAX + 1], reason[KILN_SIGN_REASON_MAX + 1];
+    kiln_registry_digest digest;
     int64_t seq, expires;
     json_t *signed_by; /* the promote keys whose signatures verified, by name */
     int threshold;

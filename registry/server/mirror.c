@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "registry_int.h"
+#include "server_int.h"
 
 /* ---- the store's marks (the meta table) ---- */
 

@@ -4,20 +4,30 @@
  * the secure unpack into the pull's private directory. So a pull's checks are done, or nearly,
  * when its last byte lands, and every digest comes from one read of each byte.
  *
- * The download (client.c, reg_download_follow) says how far the partial file is written
+ * The download (http.c, reg_download_follow) says how far the partial file is written
  * (reg_follow_grow), that it starts over (reg_follow_reset: a registry that ignored Range, or
  * a partial longer than declared) and that it ended (reg_follow_end). What the follower read
  * before a reset is thrown away: the hashes start over, and an unpack that had begun is
  * marked spoiled, which sends the pull down the strict path from the file. */
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "export.h"
-#include "registry_int.h"
+#include "registry_common.h"
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+void reg_rmtree(const char *path) {
+    if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 struct reg_follow {
     pthread_mutex_t mu;

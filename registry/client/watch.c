@@ -1,7 +1,7 @@
 /* watch.c - kiln_watch: follow a channel, pull and verify each new version, load it with
  * the runtime, and swap it in for the service only once all of that worked. Models are
  * reference counted so that streams on the old one finish on it. Each poll walks the trust
- * policy forward first (registry/trustchain.c), so a key revoked by a new signed version is
+ * policy forward first (trustwalk.c), so a key revoked by a new signed version is
  * refused from the next poll on, without a restart.
  *
  * The model in service stays on disk when the watch stops (OUT/gen-N, N counting installs in
@@ -19,7 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "registry_int.h"
+#include "client_int.h"
 
 typedef struct slot {
     kiln_model *m;

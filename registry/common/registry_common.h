@@ -1,0 +1,179 @@
+/* registry_common.h - what both sides of the registry share (registry/common/): the naming
+ * rule and digests (names.c), the archive metadata and channel record checks around sign/'s
+ * verification (verify.c), the HTTP API as its callers use it, a client pulling and a mirror
+ * syncing from its primary (http.c), and a download read as it lands (stream.c). The server
+ * (server_int.h) and the client (client_int.h) each include this and never each other. */
+#ifndef KILN_REGISTRY_COMMON_H
+#define KILN_REGISTRY_COMMON_H
+
+#include <sodium.h>
+
+#include "core.h"
+#include "registry.h"
+#include "sign.h"
+
+#define REG_RECORD_MAX (64u * 1024u) /* a channel record's text */
+#define REG_SIG_MAX (32u * 1024u)    /* an archive's signature file (several signers' blocks) */
+#define REG_JSON_MAX (16u * 1024u * 1024u) /* a JSON answer the client accepts */
+#define REG_TRUST_MAX (1u << 20)           /* a signed trust policy's text */
+/* The most of an archive's validation.json the registry keeps byte for byte (a report is a
+ * few KiB); a larger one is kept as its summary only. */
+#define REG_VALIDATION_MAX (1u << 20)
+
+/* ---- names and digests (names.c) ---- */
+
+/* "sha256:<64 hex>" -> hex (65 bytes); false if not of that form. */
+bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]);
+/* A version's character set only ([A-Za-z0-9._+-], no ".."), without the naming rule of
+ * kiln_registry_check_version: for a version read as a store or a signed record holds it (one
+ * stored before the rule), never for one a client reads out of NAME@REF. */
+kiln_err reg_check_version_chars(const char *s) KILN_MUST_CHECK;
+
+/* ---- verification (verify.c) ----
+ *
+ * Archives are verified by sign/ (kiln_sign_verify_archive_sigs on upload,
+ * kiln_sign_verify_archive on pull: signatures, comments naming the manifest, the policy's
+ * release threshold and unvalidated rule, then a secure unpack checking every file) and
+ * channel records by sign/ too; what is here is only what the registry adds around them. */
+
+/* What the registry stores about an archive: its manifest (name, version, files),
+ * card.json, a summary of the validation report the manifest names and the report's bytes.
+ * New references (NULL if absent). */
+typedef struct reg_archive_meta {
+    json_t *manifest, *card, *validation;
+    /* validation.json's exact bytes (checked against the manifest), NULL when the archive has
+     * none, or one over REG_VALIDATION_MAX, or one that is not UTF-8 text without NUL bytes
+     * (the version's JSON serves it as a string). */
+    char *validation_text;
+    size_t validation_len;
+    char name[KILN_REGISTRY_NAME_MAX + 1];
+    char version[KILN_REGISTRY_NAME_MAX + 1];
+    uint8_t manifest_sha256[KILN_SHA256_BYTES];
+} reg_archive_meta;
+kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m);
+void reg_archive_meta_release(reg_archive_meta *m);
+
+/* Who signed an archive, as "name, name (validation passed)" for messages and answers. */
+void reg_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len);
+
+/* Rewrite the current error message with every occurrence of path replaced by label (the
+ * server verifies an unnamed upload through /proc/self/fd/N, which means nothing to the
+ * client reading the message). Returns rc. */
+kiln_err reg_relabel(kiln_err rc, const char *path, const char *label);
+
+/* A channel record's fields, once its signatures met the policy's threshold for it. */
+typedef struct reg_record {
+    char model[KILN_REGISTRY_NAME_MAX + 1];
+    char channel[KILN_REGISTRY_NAME_MAX + 1];
+    char version[KILN_REGISTRY_NAME_MAX + 1];
+    kiln_registry_digest digest;
+    int64_t seq;
+    int64_t expires; /* unix seconds */
+    char reason[256];
+} reg_record;
+/* The record's signatures reach t's threshold for its channel (sign/); seq and expiry are
+ * the caller's to check, in its own order. */
+/* KILN_ERR_VERIFY, naming what ("the version channel record demo@production names") and the
+ * reason, when the policy withdrew the archive digest ("sha256:<hex>"); KILN_OK otherwise
+ * (t NULL too). A record naming a withdrawn archive still verifies (reg_record_verify): it
+ * may be rolled back from; what may not happen is installing it or a channel moving to it. */
+kiln_err reg_withdrawn(const kiln_sign_trust *t, const char *digest, const char *what);
+kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
+                           const char *label, reg_record *out) KILN_MUST_CHECK;
+
+/* A policy that claims the version of one this side trusts: the same policy (its meaning:
+ * layout and signatures may differ), or two versions of one number exist, a fork. Returns
+ * KILN_ERR_VERIFY with the message naming both labels and the first difference. */
+kiln_err reg_trust_same_version(const kiln_sign_trust *have, const char *have_label,
+                                const kiln_sign_trust *other, const char *other_label);
+
+/* ---- the HTTP API from the calling side (http.c): a client's and a mirror's ---- */
+
+/* libcurl initialised (once per process) and c's URL http:// or https:// (KILN_ERR_USAGE). */
+kiln_err reg_client_init(const kiln_registry_client_opts *c);
+
+/* Fetch blob hex, size bytes declared, into partial, resuming what is there with Range;
+ * a server that sends more than size is cut off (KILN_ERR_VERIFY). The digest is the
+ * caller's to check. */
+kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                      const char *partial);
+/* GET path's body as text (at most limit bytes; caller frees *text), with retries; HTTP
+ * errors as kiln_registry_get_json maps them. */
+kiln_err reg_get_text(const kiln_registry_client_opts *c, const char *path, size_t limit,
+                      char **text, size_t *len);
+/* PUT body (JSON) at path, once; *answer (may be NULL) is the parsed answer. */
+kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, const char *body,
+                      size_t len, json_t **answer);
+
+/* ---- limits (http.c) ---- */
+
+/* An operation starts (a pull, a watch's poll, a mirror's sync): each of c[0..n) gets until_ns
+ * from its deadline_ms (0: the default), now. */
+void reg_deadline_start(kiln_registry_client_opts *c, size_t n);
+/* The largest archive c accepts (max_size, or the default). */
+uint64_t reg_max_size(const kiln_registry_client_opts *c);
+/* The most an archive of manifest m can be, packed as kiln pack packs it (a ustar header, a
+ * pax record and padding per entry, manifest.json first, the end blocks, zstd's worst case):
+ * with the manifest's sizes signed, a bound on the archive that is signed too. UINT64_MAX
+ * when the sum overflows. */
+struct kiln_manifest;
+uint64_t reg_archive_bound(const struct kiln_manifest *m);
+/* The size a registry declares for an archive, checked before its download starts: at most
+ * c's max_size (KILN_ERR_LIMIT) and, when signed is not UINT64_MAX, at most the bound the
+ * signed manifest allows (KILN_ERR_VERIFY). label names the archive. */
+kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint64_t signed_bound,
+                         const char *label) KILN_MUST_CHECK;
+/* The bound the signed manifest of model@version puts on its archive's size: the registry's
+ * manifest (ver's "manifest", canonical) verified against the archive's signatures sig
+ * under t (kiln_sign_verify_manifest_sigs: release keys, threshold, comments naming it and
+ * model@version), then reg_archive_bound; UINT64_MAX when that cannot be established (no
+ * manifest, signatures that do not verify: the full check after the download refuses those
+ * in its own words). */
+uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
+                          const char *model, const char *version);
+/* The same manifest, parsed (the caller frees), or NULL when it cannot be established. */
+struct kiln_manifest *reg_signed_manifest(const json_t *ver, const char *sig,
+                                          const kiln_sign_trust *t, const char *model,
+                                          const char *version);
+
+/* ---- a download read as it lands (stream.c) ---- */
+
+/* How far a partial download is written, for a thread that reads it meanwhile. */
+typedef struct reg_follow reg_follow;
+kiln_err reg_follow_new(reg_follow **out); /* reg_follow_free */
+void reg_follow_free(reg_follow *f);
+void reg_follow_grow(reg_follow *f, uint64_t have); /* the first have bytes are written */
+void reg_follow_reset(reg_follow *f);               /* called before the file is truncated */
+void reg_follow_end(reg_follow *f, bool complete);  /* complete: all declared bytes written */
+/* reg_download, telling f (may be NULL) how far it wrote, and ending it. */
+kiln_err reg_download_follow(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                             const char *partial, reg_follow *f);
+
+/* What the follower found. */
+typedef struct reg_stream_result {
+    bool hashed; /* the digests are of the whole declared size, read once after the last reset */
+    uint8_t sha256[KILN_SHA256_BYTES];
+    uint8_t blake2b[64];
+    uint64_t bytes;
+    /* With a staged directory: the unpack's outcome. unpacked: staged holds every file of
+     * the manifest (expect's text, byte for byte) checked, from the bytes hashed; the
+     * manifest (the caller frees) then set. Otherwise staged does not exist. */
+    bool unpacked;
+    kiln_err unpack_rc;
+    char unpack_msg[1024];
+    struct kiln_manifest *manifest;
+} reg_stream_result;
+typedef struct reg_stream reg_stream;
+/* A thread that follows partial (size bytes declared) through f, hashing every byte (SHA-256,
+ * BLAKE2b-512) and, with expect, unpacking it as it lands into staged (which must not exist;
+ * kiln_archive_unpack_source, every limit, the manifest entry byte for byte expect's text).
+ * label names the archive in messages. partial, label, staged and expect must outlive it. */
+kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
+                          const char *staged, const struct kiln_manifest *expect, reg_stream **out);
+/* Wait for it (ending f if the download did not) and free it; *res its findings. */
+void reg_stream_join(reg_stream *s, reg_stream_result *res);
+
+/* Remove a tree without following symlinks (best effort: cleanup paths). NULL is fine. */
+void reg_rmtree(const char *path);
+
+#endif

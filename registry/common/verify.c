@@ -1,0 +1,156 @@
+/* verify.c - what the registry adds around sign/'s verification: the archive's metadata
+ * it stores (manifest, card, validation summary and bytes), the signers named for messages,
+ * messages relabelled for the client, and a channel record's fields in the registry's ranges.
+ *
+ * The checks themselves are sign/'s: kiln_sign_verify_archive_sigs (server, on upload) and
+ * kiln_sign_verify_archive (client, on pull) verify every signature block over the archive's
+ * bytes by a release key of the policy, that each trusted comment names the archive's own
+ * manifest and validation verdict, the policy's release_threshold and accept_unvalidated,
+ * and (pull) every file while unpacking securely; kiln_sign_record_verify the records.
+ * A pulled directory checked again without a registry is the client's (client/installed.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "export.h"
+#include "registry_common.h"
+#include "sign.h"
+
+kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
+    memset(m, 0, sizeof *m);
+    kiln_manifest *man = NULL;
+    json_t *card = NULL;
+    char *vtext = NULL;
+    size_t vlen = 0;
+    KILN_TRY(kiln_archive_inspect_with(archive, "validation.json", REG_VALIDATION_MAX, &man, &card,
+                                       &vtext, &vlen));
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out,
+                  strlen(man->name) > KILN_REGISTRY_NAME_MAX ||
+                      strlen(man->version) > KILN_REGISTRY_NAME_MAX,
+                  KILN_ERR_FORMAT, "'%s': manifest name or version is too long", archive);
+    snprintf(m->name, sizeof m->name, "%s", man->name);
+    snprintf(m->version, sizeof m->version, "%s", man->version);
+    KILN_CHECK(rc, out, kiln_json_parse(man->text, man->text_len, archive, &m->manifest));
+    memcpy(m->manifest_sha256, man->sha256, sizeof m->manifest_sha256);
+    m->card = card;
+    card = NULL;
+    if (man->validation_present) {
+        char hex[KILN_SHA256_HEX];
+        kiln_hex(man->validation_sha256, KILN_SHA256_BYTES, hex);
+        m->validation = json_pack("{s:b, s:s}", "passed", man->validation_passed, "sha256", hex);
+        KILN_CHECK_IF(rc, out, !m->validation, KILN_ERR_NOMEM, "out of memory");
+    }
+    /* Kept only as text a JSON string can carry: UTF-8 (jansson checks it) without NUL. */
+    json_t *probe = vtext && !memchr(vtext, 0, vlen) ? json_stringn(vtext, vlen) : NULL;
+    if (probe) {
+        m->validation_text = vtext;
+        m->validation_len = vlen;
+        vtext = NULL;
+    }
+    json_decref(probe);
+out:
+    free(vtext);
+    json_decref(card);
+    kiln_manifest_free(man);
+    if (rc) reg_archive_meta_release(m);
+    return rc;
+}
+
+void reg_archive_meta_release(reg_archive_meta *m) {
+    json_decref(m->manifest);
+    json_decref(m->card);
+    json_decref(m->validation);
+    m->manifest = m->card = m->validation = NULL;
+    free(m->validation_text);
+    m->validation_text = NULL;
+    m->validation_len = 0;
+}
+
+void reg_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len) {
+    size_t n = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < rep->nsigners && n < len; i++)
+        n += (size_t)snprintf(out + n, len - n, "%s%s", i ? ", " : "", rep->signers[i]->name);
+    if (n < len)
+        snprintf(out + n, len - n, " (%d of %d release key%s; validation %s%s)", (int)rep->nsigners,
+                 rep->threshold, rep->threshold == 1 ? "" : "s",
+                 kiln_sign_validation_name(rep->info.validation),
+                 rep->info.allow_unvalidated ? ", signed with allow-unvalidated" : "");
+}
+
+kiln_err reg_relabel(kiln_err rc, const char *path, const char *label) {
+    const char *msg = kiln_errmsg();
+    size_t pl = strlen(path), ll = strlen(label), n = 0;
+    if (!pl || !strstr(msg, path)) return rc;
+    char buf[2048];
+    for (const char *p = msg; *p && n + 1 < sizeof buf;) {
+        if (!strncmp(p, path, pl) && n + ll + 1 < sizeof buf) {
+            memcpy(buf + n, label, ll);
+            n += ll;
+            p += pl;
+        } else {
+            buf[n++] = *p++;
+        }
+    }
+    buf[n] = 0;
+    return kiln_fail(rc, "%s", buf);
+}
+
+kiln_err reg_withdrawn(const kiln_sign_trust *t, const char *digest, const char *what) {
+    const char *why = t ? kiln_sign_trust_withdrawn(t, digest) : NULL;
+    KILN_FAIL_IF(why, KILN_ERR_VERIFY,
+                 "%s is %s, which trust policy version %llu withdrew: %s; refusing", what, digest,
+                 (unsigned long long)kiln_sign_trust_version(t), why);
+    return KILN_OK;
+}
+
+kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
+                           const char *label, reg_record *out) {
+    memset(out, 0, sizeof *out);
+    KILN_FAIL_IF(!t, KILN_ERR_VERIFY, "%s: no trust policy to verify the record with", label);
+    kiln_sign_record r;
+    kiln_sign_record_init(&r);
+    kiln_err rc = kiln_sign_record_parse(text, len, label, &r);
+    if (rc) {
+        kiln_sign_record_release(&r);
+        return rc == KILN_ERR_FORMAT ? kiln_errprefix(KILN_ERR_VERIFY, "channel record: ") : rc;
+    }
+    /* Signatures and the channel's threshold only: the caller checks seq and expiry in its
+     * own order (now 0 and min_seq 0 pass both here). */
+    rc = kiln_sign_record_verify(&r, t, 0, 0, label, NULL);
+    KILN_CHECK_IF(rc, done,
+                  strlen(r.model) > KILN_REGISTRY_NAME_MAX ||
+                      strlen(r.channel) > KILN_REGISTRY_NAME_MAX ||
+                      strlen(r.version) > KILN_REGISTRY_NAME_MAX || r.seq > INT64_MAX,
+                  KILN_ERR_VERIFY, "%s: a name or seq is out of the registry's range", label);
+    if (rc) goto done;
+    snprintf(out->model, sizeof out->model, "%s", r.model);
+    snprintf(out->channel, sizeof out->channel, "%s", r.channel);
+    snprintf(out->version, sizeof out->version, "%s", r.version);
+    char hex[KILN_SHA256_HEX];
+    kiln_hex(r.digest, 32, hex);
+    snprintf(out->digest, sizeof out->digest, "sha256:%s", hex);
+    out->seq = (int64_t)r.seq;
+    out->expires = r.expires;
+    snprintf(out->reason, sizeof out->reason, "%s", r.reason ? r.reason : "");
+done:
+    kiln_sign_record_release(&r);
+    return rc;
+}
+
+kiln_err reg_trust_same_version(const kiln_sign_trust *have, const char *have_label,
+                                const kiln_sign_trust *other, const char *other_label) {
+    char *diff = kiln_sign_trust_diff(have, other);
+    if (!diff) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    if (*diff)
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "%s is trust version %llu, and so is %s, but they are different policies "
+                       "(%.*s): two versions %llu were signed (or one was altered), a fork that "
+                       "the root key holders must resolve",
+                       other_label, (unsigned long long)kiln_sign_trust_version(other), have_label,
+                       (int)strcspn(diff, "\n"), diff,
+                       (unsigned long long)kiln_sign_trust_version(other));
+    free(diff);
+    return rc;
+}

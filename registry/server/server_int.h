@@ -1,0 +1,289 @@
+/* server_int.h - helpers shared inside the registry's server (registry/server/): the SQLite
+ * store, the blob store and its lock, tokens, the trust table, mirrors, request parsing and the
+ * web page's queries. Client files never include it. */
+#ifndef KILN_REGISTRY_SERVER_INT_H
+#define KILN_REGISTRY_SERVER_INT_H
+
+#include <sqlite3.h>
+
+#include "registry_common.h"
+#include "web.h"
+
+/* ---- SQLite (store.c) ---- */
+
+/* Refuse a root that is neither a store (it holds registry.db) nor a new or empty directory,
+ * so that a mistyped --root never scatters a store into an unrelated directory. */
+kiln_err reg_root_check(const char *root);
+/* Open DIR/registry.db (creating DIR, blobs/, tmp/ and the schema), WAL, busy timeout. */
+kiln_err reg_db_open(const char *root, sqlite3 **db);
+/* Open an existing store's database (the server, per request): busy timeout only. */
+kiln_err reg_db_connect(const char *root, sqlite3 **db);
+/* That root is an existing store (a directory whose registry.db holds the registry's tables),
+ * checked without creating or changing anything: what fsck and gc ask before they touch it. */
+kiln_err reg_store_check(const char *root);
+void reg_db_close(sqlite3 *db);
+/* Run a statement without results (BEGIN IMMEDIATE, COMMIT, ROLLBACK). */
+kiln_err reg_db_exec(sqlite3 *db, const char *sql);
+/* sqlite failure as a kiln_err naming what was being done. */
+kiln_err reg_db_fail(sqlite3 *db, const char *what);
+/* One audit row, inside the caller's transaction. NULL fields are stored as NULL. */
+kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
+                   const char *version, const char *channel, const char *digest);
+/* An audit row about a token (token.revoke) with its reason (may be NULL). */
+kiln_err reg_audit_reason(sqlite3 *db, const char *token, const char *action, const char *reason);
+/* The schema version this kiln makes and migrates stores to (PRAGMA user_version). */
+int reg_schema_version(void);
+/* An audit row with every column (mirror.sync: what was copied, and from where). */
+kiln_err reg_audit_full(sqlite3 *db, const char *token, const char *action, const char *model,
+                        const char *version, const char *channel, const char *digest,
+                        const char *reason);
+
+/* ---- versions and channel records (store.c): the server's writes and a mirror's ---- */
+
+struct reg_archive_meta;
+struct reg_record;
+
+/* The stored digest of model@version, or NULL when absent (caller frees); *rc is set on a
+ * database failure. */
+char *reg_version_digest(sqlite3 *db, const char *model, const char *version, kiln_err *rc);
+/* The same, and *size the stored archive's size in bytes (0 when absent). */
+char *reg_version_digest_size(sqlite3 *db, const char *model, const char *version, uint64_t *size,
+                              kiln_err *rc);
+
+/* A version as it is stored: what the archive says (meta: manifest, card, validation, read
+ * with reg_archive_meta_read) and who published it when. */
+typedef struct reg_version_row {
+    const char *model, *version, *digest; /* "sha256:<hex>" */
+    uint64_t size;
+    const struct reg_archive_meta *meta;
+    const char *sig; /* the archive's signature file */
+    size_t sig_len;
+    const char *publisher; /* the token that published it (a mirror: the primary's) */
+    int64_t created;
+} reg_version_row;
+
+/* Insert a version and one audit row (action, audit_token and reason; NULLs stored as NULL)
+ * in one BEGIN IMMEDIATE transaction. The version held already with the same digest sets
+ * *existed and writes nothing; with another digest it is KILN_ERR_CONFLICT. The blob must be
+ * in place (reg_upload_commit) before. */
+kiln_err reg_version_insert(sqlite3 *db, const reg_version_row *v, const char *audit_token,
+                            const char *action, const char *reason, bool *existed);
+
+/* Insert a channel record whose signatures were verified (text: its bytes, stored and served
+ * unchanged) and one audit row, in one BEGIN IMMEDIATE transaction: its seq must be the
+ * channel's next (KILN_ERR_CONFLICT), its version held with its digest (KILN_ERR_NOTFOUND,
+ * KILN_ERR_VERIFY). action NULL: "promote", or "rollback" for a record whose reason is
+ * rollback. */
+kiln_err reg_record_insert(sqlite3 *db, const struct reg_record *rec, const char *text,
+                           const char *publisher, int64_t created, const char *audit_token,
+                           const char *action, const char *reason);
+
+/* ---- tokens (token.c) ---- */
+
+/* Why a request's token was refused: /metrics counts each. */
+typedef enum {
+    REG_AUTH_MISSING,   /* no Authorization header where one is needed */
+    REG_AUTH_MALFORMED, /* not "Bearer <token>" */
+    REG_AUTH_UNKNOWN,
+    REG_AUTH_EXPIRED,
+    REG_AUTH_REVOKED,
+    REG_AUTH_SCOPE, /* a valid token without the scope (403) */
+    REG_AUTH_NREASONS
+} reg_auth_refusal;
+
+/* A token's last use is written when the stored time is at least this old (seconds). */
+#define REG_LAST_USED_EVERY 60
+
+/* Look a bearer token up by its hash, as of now (the server's clock); *name (caller frees)
+ * and *scopes. Read from the database on every call, so a revocation or expiry holds from
+ * the next request on. Unknown, revoked and expired tokens are KILN_ERR_AUTH with the
+ * message the client gets ("token 'ci' was revoked at ...") and *why (may be NULL) saying
+ * which; they write nothing. An accepted token's last_used is updated when it is
+ * REG_LAST_USED_EVERY old or more (never waiting for a busy database). */
+kiln_err reg_token_lookup(sqlite3 *db, const char *token, int64_t now, char **name,
+                          unsigned *scopes, reg_auth_refusal *why);
+/* Every token in db, by name (*out: caller frees). */
+kiln_err reg_token_list_db(sqlite3 *db, kiln_registry_token_info **out, size_t *n);
+/* The scopes a token of scope s holds: admin holds all, the others also hold read. */
+unsigned reg_scope_bits(kiln_registry_scope s);
+
+/* ---- the blob store (store.c) ---- */
+
+/* DIR/blobs/sha256/<hex[0:2]>/<hex>; caller frees. */
+char *reg_blob_path(const char *root, const char *hex);
+
+/* An upload in progress: an unnamed file (O_TMPFILE) in DIR/tmp where the file system has
+ * them, so that a crash leaves nothing behind; a named one there otherwise. */
+typedef struct reg_upload {
+    int fd;
+    char *tmp; /* the named temporary, or NULL */
+    char *root;
+    kiln_sha256_state sha;
+    uint64_t size;
+} reg_upload;
+
+kiln_err reg_upload_begin(reg_upload *u, const char *root);
+kiln_err reg_upload_write(reg_upload *u, const void *data, size_t len);
+/* Finish hashing and compare with the declared hex digest and size (KILN_ERR_VERIFY). */
+kiln_err reg_upload_check(reg_upload *u, const char *hex, uint64_t size) KILN_MUST_CHECK;
+/* A path by which the bytes written can be read before commit; caller frees. */
+char *reg_upload_path(const reg_upload *u);
+/* fsync, give the file its blob name (an existing blob of that digest is kept), fsync the
+ * directory. */
+kiln_err reg_upload_commit(reg_upload *u, const char *hex);
+/* Take the named file at path (in DIR/tmp: a mirror's finished download) as an upload to
+ * commit: reg_upload_commit then fsyncs it, links it to its blob name, fsyncs the directory
+ * and removes path. */
+kiln_err reg_upload_adopt(reg_upload *u, const char *root, const char *path);
+void reg_upload_abort(reg_upload *u); /* safe on a zeroed struct, and after commit */
+
+/* The store lock (DIR/lock, flock): a server holds it exclusively; gc needs it; fsck
+ * checks it to know whether temporaries can be in use. *fd is -1 when busy. */
+kiln_err reg_lock(const char *root, int *fd);
+/* The same on DIR/name. */
+kiln_err reg_lock_named(const char *root, const char *name, int *fd);
+void reg_unlock(int fd);
+/* Held by kiln registry mirror while it syncs (gc needs it free too; the server never
+ * takes it). */
+#define REG_MIRROR_LOCK "mirror.lock"
+
+/* ---- trust versions in the store (trustchain.c) ---- */
+
+/* A version in a URL or a file name: 1 to 16 decimal digits without a leading zero, 1 to
+ * 2^53-1. */
+bool reg_trust_version_parse(const char *s, uint64_t *v);
+/* The stored document of version v (0: the newest), byte for byte; caller frees.
+ * KILN_ERR_NOTFOUND when there is none. */
+kiln_err reg_trust_get(sqlite3 *db, uint64_t v, char **doc, size_t *len);
+/* Store version v's document with one audit row ("trust.put"), in one BEGIN IMMEDIATE
+ * transaction; a version stored already is KILN_ERR_CONFLICT. */
+kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
+                          const char *token);
+/* The same with the audit row's action and reason (a mirror's sync: "mirror.sync"). */
+kiln_err reg_trust_store(sqlite3 *db, uint64_t v, const char *doc, size_t len, const char *token,
+                         const char *action, const char *reason);
+
+/* The policies from a start policy through the stored versions above it, oldest first. */
+typedef struct reg_trust_chain {
+    kiln_sign_trust **v;
+    size_t n;
+} reg_trust_chain;
+/* Take start (owned by the chain from here on, also on failure) and walk the stored versions
+ * above its version, each verified as the successor of the one before. A stored version
+ * that is missing below a higher one, or that does not verify, is an error naming it
+ * (KILN_ERR_VERIFY) or, with report, a problem reported that ends the chain there
+ * (fsck: the rest of the store is still checked). Stored versions at or below start's are
+ * not walked; with report, every stored row is also checked to parse as the version its row
+ * says. A stored copy of start's own version must be the same policy (start_label, the file
+ * it came from, names it otherwise): two versions of one number are a fork. */
+kiln_err reg_trust_chain_load(sqlite3 *db, const char *root, kiln_sign_trust *start,
+                              const char *start_label,
+                              void (*report)(void *ctx, const char *problem), void *ctx,
+                              reg_trust_chain *out);
+void reg_trust_chain_release(reg_trust_chain *c);
+/* The newest policy of the chain, taken out of it (the chain keeps the rest). */
+kiln_sign_trust *reg_trust_chain_take_newest(reg_trust_chain *c);
+
+/* ---- mirrors (mirror.c) ---- */
+
+/* A store's mirror marks (the meta table); of is NULL for a primary. */
+typedef struct reg_mirror_status {
+    char *of;             /* the primary's URL (caller frees: reg_mirror_status_release) */
+    int64_t last_sync;    /* unix time the last sync completed; 0: never */
+    int64_t last_attempt; /* unix time the last sync began */
+    int64_t problems;     /* items the last completed sync did not copy */
+} reg_mirror_status;
+kiln_err reg_mirror_status_read(sqlite3 *db, reg_mirror_status *out);
+void reg_mirror_status_release(reg_mirror_status *s);
+/* On a mirror's home page, one line of text: "mirror of URL, synced N s ago"; nothing on a
+ * primary's. */
+void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b);
+
+/* ---- request parsing (server.c): every piece that reads request bytes, exposed for
+ * tests/fuzz/http.c ---- */
+
+enum reg_route {
+    REG_R_NONE,
+    REG_R_HEALTH,
+    REG_R_METRICS,
+    REG_R_MODELS,
+    REG_R_MODEL,
+    REG_R_VERSION,
+    REG_R_CHANNEL,
+    REG_R_HISTORY,
+    REG_R_BLOB,
+    REG_R_AUDIT,
+    REG_R_TOKENS,     /* "/v1/tokens" */
+    REG_R_UI_HOME,    /* "/" */
+    REG_R_UI_MODEL,   /* "/ui/models/{model}" */
+    REG_R_UI_CHANNEL, /* "/ui/models/{model}/channels/{channel}" */
+    REG_R_UI_AUDIT,   /* "/ui/audit" */
+    REG_R_TRUST,         /* "/v1/trust": the newest stored trust version */
+    REG_R_TRUST_VERSION, /* "/v1/trust/{N}": N in seg[1] */
+    REG_R_UI_TRUST,      /* "/ui/trust" */
+    REG_R_UI_VERSION,    /* "/ui/models/{model}/versions/{version}" */
+    REG_R_COUNT
+};
+
+/* Route a raw (still percent-encoded) request path; the query is ignored. Each segment is
+ * decoded on its own, so an encoded '/' stays inside a name. seg receives the model (seg[0]),
+ * the version or channel (seg[1]) and a blob's digest (seg[2]). REG_R_NONE with *bad set
+ * when the path is malformed (bad escape, NUL, too many segments, a name over
+ * KILN_REGISTRY_NAME_MAX). Names are not validated here. */
+int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bool *bad);
+/* A Range header against a blob of size bytes: "bytes=START-", "bytes=START-END" or
+ * "bytes=-SUFFIX", one range of decimal digits (RFC 9110; no sign, space or list); an END
+ * or SUFFIX past the end means "to the end". False when unsatisfiable or malformed. On
+ * success start <= end < size. */
+bool reg_range_parse(const char *h, uint64_t size, uint64_t *start, uint64_t *end);
+/* A Content-Length value: decimal digits only, below 2^64 - 1; false otherwise. */
+bool reg_length_parse(const char *s, uint64_t *out);
+/* The token of an Authorization header "Bearer <token>", or NULL. */
+const char *reg_bearer_token(const char *h);
+/* X-Kiln-Signature: base64 (original alphabet) of a .minisig text with no NUL byte. *out
+ * is the decoded text, NUL-terminated, *len its length (caller frees *out). */
+kiln_err reg_sig_decode(const char *b64, char **out, size_t *len);
+/* The body of an error answer, {"error":"msg"} (caller frees), bytes of msg that are not
+ * UTF-8 shown as '?'; NULL only when out of memory. */
+char *reg_error_body(const char *msg);
+/* GET /v1/audit's query, each argument NULL when absent: after (an id, default 0), limit (1 to
+ * 10000, default 1000), since (unix seconds: entries at or after it), model (one model's
+ * entries) and action (a comma-separated list of up to 16 action names, [a-z.]). */
+typedef struct reg_audit_query {
+    int64_t after, limit, since;
+    char model[KILN_REGISTRY_NAME_MAX + 1]; /* "" for all */
+    char actions[2 + 16 * 35];              /* a JSON array of the names for json_each; "" */
+} reg_audit_query;
+/* False, with why (for a 400), when an argument is not what the API takes: numbers are
+ * digits only and must fit (no sign, space or hex, as strtoll would take). */
+bool reg_audit_parse(const char *after, const char *limit, const char *since, const char *model,
+                     const char *action, reg_audit_query *q, char why[200]);
+
+/* ---- the web page (ui.c): each renders a whole page into b from db (web/ writes the
+ * HTML); a failure leaves b to be released and sets the message. The model and channel
+ * names were checked by the caller; an unknown one is KILN_ERR_NOTFOUND. t (may be NULL)
+ * names the keys that signed. ---- */
+
+/* "/": the models, and a line on the trust policy in force (t, NULL: none). */
+kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b);
+kiln_err reg_ui_model(sqlite3 *db, const kiln_sign_trust *t, const char *model, int64_t now,
+                      kiln_web_buf *b);
+/* A page of a channel's history: the records before seq before (0: the newest), newest
+ * first. */
+kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model,
+                        const char *channel, int64_t before, int64_t now, kiln_web_buf *b);
+/* A page of the audit log: the entries after the id after, oldest first. */
+kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b);
+/* The trust policy: in_force (NULL: the server has none), then a page of the stored versions
+ * below version before (0: the newest), newest first, each checked as a client walks them
+ * from start (the server's --trust policy; NULL: none), with who signed it toward which root
+ * quorum and what it changed. A stored version that does not verify is shown as such. */
+kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_sign_trust *start,
+                      uint64_t before, int64_t now, kiln_web_buf *b);
+/* "/ui/models/{model}/versions/{version}": the version's row, its validation report check by
+ * check, and the run summary its archive carries (run_summary.json, read from the stored blob
+ * in root and checked against the archive's manifest). */
+kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root, const char *model,
+                        const char *version, int64_t now, kiln_web_buf *b);
+
+#endif
