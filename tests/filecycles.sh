@@ -11,8 +11,7 @@ root=${2:-$(cd "$(dirname "$0")/.." && pwd)}
 obj=${1:-$root/build/obj}
 # Circles that other branches of the same step remove (issue #18), allowed until they merge:
 # drop each line once its circle is gone. The files of a circle, sorted, one circle a line.
-allow='cli/cmd_runs.c cli/cmd_train.c
-export/files.c export/manifest.c'
+allow='export/files.c export/manifest.c'
 [ -d "$obj" ] || { echo "filecycles: no object folder '$obj'" >&2; exit 2; }
 syms=$(mktemp) && list=$(mktemp) && trap 'rm -f "$syms" "$list"' EXIT
 # OBJECT SOURCE, for each object of a source
