@@ -149,12 +149,8 @@ static kiln_err pull_args(const kiln_registry_pull_opts *p, char model[KILN_REGI
         !p->ref || !p->trust || !p->out, KILN_ERR_USAGE,
         "pull needs a NAME@CHANNEL or NAME@VERSION, a trust policy and an output directory");
     if (p->exact_version) {
-        const char *at = strchr(p->ref, '@');
-        KILN_FAIL_IF(!at || at == p->ref || (size_t)(at - p->ref) > KILN_REGISTRY_NAME_MAX ||
-                         strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
-                     KILN_ERR_USAGE, "'%s' is not NAME@VERSION", p->ref);
-        snprintf(model, KILN_REGISTRY_NAME_MAX + 1, "%.*s", (int)(at - p->ref), p->ref);
-        snprintf(what, KILN_REGISTRY_NAME_MAX + 1, "%s", at + 1);
+        KILN_FAIL_IF(!reg_ref_split(p->ref, model, what), KILN_ERR_USAGE,
+                     "'%s' is not NAME@VERSION", p->ref);
         *is_version = true;
         KILN_TRY(kiln_registry_check_name("model", model));
         KILN_TRY(reg_check_version_chars(what));

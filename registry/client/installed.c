@@ -90,26 +90,23 @@ out:
 
 kiln_err kiln_registry_installed_verify(const char *trust, const char *state, const char *ref,
                                         const char *dir, kiln_registry_installed *out) {
-    const char *at = ref ? strchr(ref, '@') : NULL;
-    KILN_FAIL_IF(!trust || !dir || !at || at == ref || (size_t)(at - ref) > KILN_REGISTRY_NAME_MAX,
-                 KILN_ERR_USAGE,
+    char model[KILN_REGISTRY_NAME_MAX + 1], channel[KILN_REGISTRY_NAME_MAX + 1];
+    KILN_FAIL_IF(!trust || !dir || !reg_ref_split(ref, model, channel), KILN_ERR_USAGE,
                  "checking an installed model needs NAME@CHANNEL, a trust policy "
                  "and the model directory");
-    char model[KILN_REGISTRY_NAME_MAX + 1];
-    snprintf(model, sizeof model, "%.*s", (int)(at - ref), ref);
     KILN_TRY(kiln_registry_check_name("model", model));
     /* A pull of a channel keeps what this checks; NAME@VERSION names none. */
-    KILN_FAIL_IF(kiln_registry_looks_like_version(at + 1), KILN_ERR_USAGE,
+    KILN_FAIL_IF(kiln_registry_looks_like_version(channel), KILN_ERR_USAGE,
                  "'%s' names a version ('%s' begins with a digit or with 'v' and a digit): "
                  "kiln installed checks what a pull of a channel installed, NAME@CHANNEL",
-                 ref, at + 1);
-    KILN_TRY(kiln_registry_check_channel(at + 1));
+                 ref, channel);
+    KILN_TRY(kiln_registry_check_channel(channel));
     KILN_FAIL_IF(!kiln_path_exists(dir), KILN_ERR_NOTFOUND, "'%s': no such directory", dir);
     kiln_sign_trust *t = NULL;
     KILN_TRY(kiln_registry_trust_walk(NULL, trust, state, NULL, NULL, &t));
     char *record = NULL;
     reg_record rec;
-    kiln_err rc = reg_installed_verify(t, state, model, at + 1, dir, NULL, &record, &rec, out);
+    kiln_err rc = reg_installed_verify(t, state, model, channel, dir, NULL, &record, &rec, out);
     if (!rc && out) out->trust_version = kiln_sign_trust_version(t);
     free(record);
     kiln_sign_trust_free(t);

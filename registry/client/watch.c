@@ -628,8 +628,9 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
                      !o->pull.trust || !o->pull.out,
                  KILN_ERR_USAGE,
                  "kiln_watch needs a registry, a NAME@CHANNEL, a trust policy and a directory");
-    const char *at = strchr(o->pull.ref, '@');
-    KILN_FAIL_IF(!at, KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL", o->pull.ref);
+    char model[KILN_REGISTRY_NAME_MAX + 1], channel[KILN_REGISTRY_NAME_MAX + 1];
+    KILN_FAIL_IF(!reg_ref_split(o->pull.ref, model, channel), KILN_ERR_USAGE,
+                 "'%s' is not NAME@CHANNEL", o->pull.ref);
     kiln_watch *w = kiln_calloc(1, sizeof *w);
     if (!w) return KILN_ERR_NOMEM;
     pthread_mutex_init(&w->mu, NULL);
@@ -641,8 +642,8 @@ kiln_err kiln_watch_start(const kiln_watch_opts *o, kiln_watch **out) {
     w->token = o->pull.token ? kiln_strdup(o->pull.token) : NULL;
     w->state = o->pull.state ? kiln_strdup(o->pull.state) : NULL;
     w->ca_file = o->pull.ca_file ? kiln_strdup(o->pull.ca_file) : NULL;
-    w->model = kiln_asprintf("%.*s", (int)(at - o->pull.ref), o->pull.ref);
-    w->channel = kiln_strdup(at + 1);
+    w->model = kiln_strdup(model);
+    w->channel = kiln_strdup(channel);
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, fail,
                   !w->ref || !w->trust || !w->out || (o->pull.token && !w->token) ||

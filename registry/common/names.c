@@ -65,19 +65,26 @@ kiln_err kiln_registry_check_channel(const char *s) {
 
 kiln_err kiln_registry_ref_parse(const char *ref, char model[KILN_REGISTRY_NAME_MAX + 1],
                                  char what[KILN_REGISTRY_NAME_MAX + 1], bool *is_version) {
-    model[0] = what[0] = 0;
     *is_version = false;
-    const char *at = ref ? strchr(ref, '@') : NULL;
-    KILN_FAIL_IF(!at || at == ref || (size_t)(at - ref) > KILN_REGISTRY_NAME_MAX || !at[1] ||
-                     strlen(at + 1) > KILN_REGISTRY_NAME_MAX,
-                 KILN_ERR_USAGE, "'%s' is not NAME@CHANNEL or NAME@VERSION", ref ? ref : "");
-    snprintf(model, KILN_REGISTRY_NAME_MAX + 1, "%.*s", (int)(at - ref), ref);
-    snprintf(what, KILN_REGISTRY_NAME_MAX + 1, "%s", at + 1);
+    KILN_FAIL_IF(!reg_ref_split(ref, model, what), KILN_ERR_USAGE,
+                 "'%s' is not NAME@CHANNEL or NAME@VERSION", ref ? ref : "");
     KILN_TRY(kiln_registry_check_name("model", model));
     *is_version = kiln_registry_looks_like_version(what);
     kiln_err rc =
         *is_version ? kiln_registry_check_version(what) : kiln_registry_check_channel(what);
     return rc ? kiln_errprefix(rc, "'%s': ", ref) : KILN_OK;
+}
+
+bool reg_ref_split(const char *ref, char model[KILN_REGISTRY_NAME_MAX + 1],
+                   char what[KILN_REGISTRY_NAME_MAX + 1]) {
+    model[0] = what[0] = 0;
+    const char *at = ref ? strchr(ref, '@') : NULL;
+    if (!at || at == ref || (size_t)(at - ref) > KILN_REGISTRY_NAME_MAX || !at[1] ||
+        strlen(at + 1) > KILN_REGISTRY_NAME_MAX)
+        return false;
+    snprintf(model, KILN_REGISTRY_NAME_MAX + 1, "%.*s", (int)(at - ref), ref);
+    snprintf(what, KILN_REGISTRY_NAME_MAX + 1, "%s", at + 1);
+    return true;
 }
 
 /* ---- digests ---- */

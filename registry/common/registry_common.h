@@ -23,6 +23,11 @@
 /* ---- names and digests (names.c) ---- */
 
 /* "sha256:<64 hex>" -> hex (65 bytes); false if not of that form. */
+/* NAME@X split at its first '@' into model and what, both non-empty and at most
+ * KILN_REGISTRY_NAME_MAX bytes; false when REF is not of that shape. Checks no naming rule:
+ * the caller says which rules X must follow (kiln_registry_ref_parse for either kind). */
+bool reg_ref_split(const char *ref, char model[KILN_REGISTRY_NAME_MAX + 1],
+                   char what[KILN_REGISTRY_NAME_MAX + 1]);
 bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]);
 /* A version's character set only ([A-Za-z0-9._+-], no ".."), without the naming rule of
  * kiln_registry_check_version: for a version read as a store or a signed record holds it (one
