@@ -49,7 +49,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep release
+MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep release data
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
@@ -79,7 +79,7 @@ DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c train/nccl_dl.c)
 # kernels/cuda/*.c: host code against the toolkit's headers (cuBLAS opened on first use).
 LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c train/nccl_dl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c release/*.c) \
+                              validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c release/*.c data/*.c) \
                     $(if $(NVCC),$(wildcard kernels/cuda/*.c))))
 CLI_SRC := $(sort $(wildcard cli/*.c))
 # tests/fuzz/NAME.c defines the entry point kiln_fuzz_NAME for tests/fuzz/corpus/NAME/;
