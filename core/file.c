@@ -2,6 +2,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -65,6 +67,15 @@ char *kiln_path_join(const char *a, const char *b) {
     size_t la = strlen(a);
     if (la && a[la - 1] == '/') return kiln_asprintf("%s%s", a, b);
     return kiln_asprintf("%s/%s", a, b);
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+void kiln_rmtree(const char *path) {
+    if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 bool kiln_path_exists(const char *path) {
