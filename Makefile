@@ -59,7 +59,7 @@ MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread
 LDLIBS := -lm -pthread -ldl
-# libcsv (CSV import, train/csv.c) has no pkg-config file: probed by its header below.
+# libcsv (CSV import, data/csv.c) has no pkg-config file: probed by its header below.
 LDLIBS += -lcsv
 
 ifneq ($(SAN),)

@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "data.h"
 
 #define BURN_IN 256
 #define N_INFORMATIVE 4

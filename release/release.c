@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "export.h"
 #include "registry.h"
 #include "release.h"
