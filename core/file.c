@@ -173,6 +173,13 @@ kiln_err kiln_atomic_write(kiln_atomic *a, const void *data, size_t len) {
 
 kiln_err kiln_atomic_commit(kiln_atomic *a) {
     kiln_err rc = KILN_OK;
+    /* Before the rename, so that running out of memory cannot fail a write that replaced the
+     * target already. */
+    char *dir = kiln_dirname(a->path);
+    if (!dir) {
+        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory writing '%s'", a->path);
+        goto fail;
+    }
     if (fsync(a->fd) != 0) {
         rc = kiln_fail_errno(KILN_ERR_IO, "cannot fsync '%s'", a->tmp);
         goto fail;
@@ -189,11 +196,9 @@ kiln_err kiln_atomic_commit(kiln_atomic *a) {
     }
     free(a->tmp);
     a->tmp = NULL;
-    char *dir = kiln_dirname(a->path);
-    if (!dir) rc = KILN_ERR_NOMEM;
-    else rc = kiln_fsync_dir(dir);
-    free(dir);
+    rc = kiln_fsync_dir(dir);
 fail:
+    free(dir);
     kiln_atomic_abort(a);
     return rc;
 }
