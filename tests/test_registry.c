@@ -1812,7 +1812,7 @@ out:
     fx_free(&f);
 }
 
-/* kiln_registry_release stops at the first failing stage, says which, and leaves what was
+/* kiln_release_run stops at the first failing stage, says which, and leaves what was
  * there before as it was (the full pipeline runs in tests/e2e/65-release.sh). */
 KILN_TEST(registry_release_refusals) {
     fixture f;
