@@ -69,9 +69,11 @@ char *kiln_path_join(const char *a, const char *b) {
     return kiln_asprintf("%s/%s", a, b);
 }
 
+/* Past an entry that cannot be removed, on to the rest (best effort). */
 static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
     (void)sb, (void)flag, (void)ftw;
-    return remove(path);
+    remove(path);
+    return 0;
 }
 
 void kiln_rmtree(const char *path) {
