@@ -49,7 +49,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep
+MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep release data
 # registry/'s sides (docs/registry.md): each a module of the layering check.
 MODULES += registry/common registry/server registry/client
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
@@ -61,7 +61,7 @@ MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
           -fPIC -fvisibility=hidden -pthread
 LDLIBS := -lm -pthread -ldl
-# libcsv (CSV import, train/csv.c) has no pkg-config file: probed by its header below.
+# libcsv (CSV import, data/csv.c) has no pkg-config file: probed by its header below.
 LDLIBS += -lcsv
 
 ifneq ($(SAN),)
@@ -81,7 +81,7 @@ DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c train/nccl_dl.c)
 # kernels/cuda/*.c: host code against the toolkit's headers (cuBLAS opened on first use).
 LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c train/nccl_dl.c, \
              $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
-                              validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c) \
+                              validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c release/*.c data/*.c) \
                     $(if $(NVCC),$(wildcard kernels/cuda/*.c))))
 LIB_SRC += $(sort $(wildcard registry/*/*.c))
 CLI_SRC := $(sort $(wildcard cli/*.c))

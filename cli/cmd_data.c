@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "train.h"
+#include "data.h"
 
 int cmd_data_synth(int argc, char **argv) {
     uint64_t seed = 0;

@@ -1,5 +1,5 @@
 /* cmd_release.c - kiln release: a run to a published, optionally promoted version in one
- * command (registry/release.c does the work; this prints each stage). */
+ * command (release/release.c does the work; this prints each stage). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +8,7 @@
 #include "core.h"
 #include "export.h"
 #include "registry.h"
+#include "release.h"
 #include "sign.h"
 #include "validate.h"
 
@@ -134,7 +135,7 @@ int cmd_release(int argc, char **argv) {
     }
     kiln_registry_client_opts c;
     cli_client_opts(&c, url, token, NULL);
-    kiln_registry_release_opts o = {
+    kiln_release_opts o = {
         .run_dir = run_dir,
         .step = step,
         .name = name,
@@ -159,8 +160,8 @@ int cmd_release(int argc, char **argv) {
         .reference = reference,
     };
     printf("releasing %s@%s from '%s' to %s\n", name, version, run_dir ? run_dir : model, url);
-    kiln_registry_release_result res;
-    e = kiln_registry_release(&o, &res);
+    kiln_release_result res;
+    e = kiln_release_run(&o, &res);
     if (e) {
         status = cli_fail(e);
         if (res.stage > KILN_RELEASE_CHECK && res.stage < KILN_RELEASE_PUBLISH &&

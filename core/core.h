@@ -199,6 +199,9 @@ kiln_dir_state kiln_path_dir_state(const char *path);
 char *kiln_dirname(const char *path);
 /* Join with one '/'; caller frees. */
 char *kiln_path_join(const char *a, const char *b);
+/* Remove a tree without following symlinks, as much of it as can be (best effort: cleanup
+ * paths). NULL is fine. */
+void kiln_rmtree(const char *path);
 
 /* ---- JSON (jansson) ---------------------------------------------------------- */
 

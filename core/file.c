@@ -2,6 +2,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -65,6 +67,17 @@ char *kiln_path_join(const char *a, const char *b) {
     size_t la = strlen(a);
     if (la && a[la - 1] == '/') return kiln_asprintf("%s%s", a, b);
     return kiln_asprintf("%s/%s", a, b);
+}
+
+/* Past an entry that cannot be removed, on to the rest (best effort). */
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+    (void)sb, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void kiln_rmtree(const char *path) {
+    if (path) nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 bool kiln_path_exists(const char *path) {
@@ -162,6 +175,13 @@ kiln_err kiln_atomic_write(kiln_atomic *a, const void *data, size_t len) {
 
 kiln_err kiln_atomic_commit(kiln_atomic *a) {
     kiln_err rc = KILN_OK;
+    /* Before the rename, so that running out of memory cannot fail a write that replaced the
+     * target already. */
+    char *dir = kiln_dirname(a->path);
+    if (!dir) {
+        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory writing '%s'", a->path);
+        goto fail;
+    }
     if (fsync(a->fd) != 0) {
         rc = kiln_fail_errno(KILN_ERR_IO, "cannot fsync '%s'", a->tmp);
         goto fail;
@@ -178,11 +198,9 @@ kiln_err kiln_atomic_commit(kiln_atomic *a) {
     }
     free(a->tmp);
     a->tmp = NULL;
-    char *dir = kiln_dirname(a->path);
-    if (!dir) rc = KILN_ERR_NOMEM;
-    else rc = kiln_fsync_dir(dir);
-    free(dir);
+    rc = kiln_fsync_dir(dir);
 fail:
+    free(dir);
     kiln_atomic_abort(a);
     return rc;
 }

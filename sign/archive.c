@@ -7,7 +7,6 @@
  * (docs/architecture.md). export/ knows nothing of signatures. */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -300,20 +299,6 @@ kiln_err kiln_sign_verify_manifest_sigs(const char *manifest, size_t manifest_le
     return rc;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)ftw;
-    if (flag == FTW_DP)
-        rmdir(path);
-    else
-        unlink(path);
-    return 0;
-}
-
-/* Remove a tree without following symlinks (best effort: a cleanup path). */
-static void rmtree(const char *path) {
-    nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
-
 /* A fresh private directory ".BASE.verify-XXXXXX" beside path; caller frees. */
 static kiln_err temp_beside(const char *path, char **out) {
     *out = NULL;
@@ -460,7 +445,7 @@ static kiln_err verify_archive(const char *archive_path, const uint8_t *prehash,
 out:
     if (fs.fd >= 0) close(fs.fd);
     kiln_hashpipe_free(pipe);
-    if (tmp) rmtree(tmp);
+    kiln_rmtree(tmp);
     kiln_manifest_free(m);
     free(inner);
     free(tmp);
@@ -478,4 +463,16 @@ kiln_err kiln_sign_verify_archive_prehashed(const char *archive_path, const uint
                                             const char *sigs_label, const kiln_sign_trust *t,
                                             const char *out_dir, kiln_sign_archive_report *report) {
     return verify_archive(archive_path, blake2b, sigs, sigs_len, sigs_label, t, out_dir, report);
+}
+
+void kiln_sign_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len) {
+    size_t n = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < rep->nsigners && n < len; i++)
+        n += (size_t)snprintf(out + n, len - n, "%s%s", i ? ", " : "", rep->signers[i]->name);
+    if (n < len)
+        snprintf(out + n, len - n, " (%d of %d release key%s; validation %s%s)", (int)rep->nsigners,
+                 rep->threshold, rep->threshold == 1 ? "" : "s",
+                 kiln_sign_validation_name(rep->info.validation),
+                 rep->info.allow_unvalidated ? ", signed with allow-unvalidated" : "");
 }

@@ -410,6 +410,11 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_manifest_sigs(
     size_t sigs_len, const char *sigs_label, const kiln_sign_trust *t,
     kiln_sign_archive_report *report);
 
+/* Who signed, from a report the checks above filled: "name, name (2 of 2 release keys;
+ * validation passed)", with ", signed with allow-unvalidated" inside the brackets when the
+ * signatures carry that flag; for messages and answers (a pull, kiln release). Cut to len. */
+void kiln_sign_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len);
+
 /* ---- channel records (docs/formats.md) ------------------------------------------ */
 
 #define KILN_SIGN_RECORD_MAX_SIGS 32

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core.h"
+#include "data.h"
 #include "sweep_int.h"
 #include "train.h"
 

@@ -1639,6 +1639,7 @@ out:
 
 /* ---- signed archives under the policy: validated models, thresholds, unvalidated ---- */
 
+#include "release.h"
 #include "train.h"
 #include "validate.h"
 
@@ -1811,7 +1812,7 @@ out:
     fx_free(&f);
 }
 
-/* kiln_registry_release stops at the first failing stage, says which, and leaves what was
+/* kiln_release_run stops at the first failing stage, says which, and leaves what was
  * there before as it was (the full pipeline runs in tests/e2e/65-release.sh). */
 KILN_TEST(registry_release_refusals) {
     fixture f;
@@ -1821,20 +1822,20 @@ KILN_TEST(registry_release_refusals) {
          *run = kiln_test_path("no-such-run"), *fresh = kiln_test_path("rel-fresh");
     kiln_registry_client_opts c = fx_client(&f, f.reg.pub);
     const kiln_sign_seckey *keys[] = {f.rel};
-    kiln_registry_release_opts o = {.run_dir = run,
-                                    .name = "demo",
-                                    .version = "1.0.0",
-                                    .data = data,
-                                    .out_dir = outd,
-                                    .trust = f.reg.trust,
-                                    .state = f.reg.state,
-                                    .release_keys = keys,
-                                    .n_release_keys = 1,
-                                    .client = &c};
-    kiln_registry_release_result res;
+    kiln_release_opts o = {.run_dir = run,
+                           .name = "demo",
+                           .version = "1.0.0",
+                           .data = data,
+                           .out_dir = outd,
+                           .trust = f.reg.trust,
+                           .state = f.reg.state,
+                           .release_keys = keys,
+                           .n_release_keys = 1,
+                           .client = &c};
+    kiln_release_result res;
     CHECK("setup", keep && data && bad && kiln_mkdir_p(outd) == KILN_OK &&
                        kiln_write_file_atomic(keep, "mine", 4) == KILN_OK);
-    kiln_err rc = kiln_registry_release(&o, &res);
+    kiln_err rc = kiln_release_run(&o, &res);
     CHECK("a used output directory: refused at check",
           rc == KILN_ERR_CONFLICT && res.stage == KILN_RELEASE_CHECK &&
               strstr(kiln_errmsg(), "release stopped at stage 'check'") &&
@@ -1843,20 +1844,20 @@ KILN_TEST(registry_release_refusals) {
     o.out_dir = fresh;
     o.promote = "staging";
     o.n_promote_keys = 0;
-    rc = kiln_registry_release(&o, &res);
+    rc = kiln_release_run(&o, &res);
     CHECK("promote without a promote key: usage, at check",
           rc == KILN_ERR_USAGE && res.stage == KILN_RELEASE_CHECK &&
               strstr(kiln_errmsg(), "needs a promote key"));
     o.promote = NULL;
     o.data = bad;
-    rc = kiln_registry_release(&o, &res);
+    rc = kiln_release_run(&o, &res);
     CHECK("a dataset that is not one: refused at check, naming it, before any work",
           rc != KILN_OK && res.stage == KILN_RELEASE_CHECK &&
               strstr(kiln_errmsg(), "release stopped at stage 'check'") &&
               strstr(kiln_errmsg(), "bad.st") && strstr(kiln_errmsg(), "too short"));
     CHECK("no output directory made", !kiln_path_exists(fresh));
     o.data = data;
-    rc = kiln_registry_release(&o, &res);
+    rc = kiln_release_run(&o, &res);
     CHECK("a run that does not exist: stopped at export, naming it",
           rc != KILN_OK && res.stage == KILN_RELEASE_EXPORT &&
               strstr(kiln_errmsg(), "release stopped at stage 'export'") &&

@@ -16,6 +16,7 @@
 #include "export.h"
 #include "registry_fx.h"
 #include "registry_int.h"
+#include "release.h"
 #include "test.h"
 #include "testutil.h"
 
@@ -532,31 +533,31 @@ KILN_TEST(registry_release_names_and_baseline) {
     kiln_registry_client_opts c = nfx_client(f.reg.url, f.reg.pub),
                               pc = nfx_client(f.reg.url, f.reg.prom);
     const kiln_sign_seckey *keys[] = {f.rel};
-    kiln_registry_release_opts o = {.run_dir = "no-such-run",
-                                    .name = "demo",
-                                    .version = "production",
-                                    .data = data,
-                                    .out_dir = outd,
-                                    .trust = f.reg.trust,
-                                    .state = f.reg.state,
-                                    .release_keys = keys,
-                                    .n_release_keys = 1,
-                                    .client = &c};
-    kiln_registry_release_result res;
+    kiln_release_opts o = {.run_dir = "no-such-run",
+                           .name = "demo",
+                           .version = "production",
+                           .data = data,
+                           .out_dir = outd,
+                           .trust = f.reg.trust,
+                           .state = f.reg.state,
+                           .release_keys = keys,
+                           .n_release_keys = 1,
+                           .client = &c};
+    kiln_release_result res;
     CHECK("release --version production: refused at check",
-          kiln_registry_release(&o, &res) == KILN_ERR_USAGE && res.stage == KILN_RELEASE_CHECK &&
+          kiln_release_run(&o, &res) == KILN_ERR_USAGE && res.stage == KILN_RELEASE_CHECK &&
               kiln_test_msg_has("does not look like a version", NULL));
     o.version = "1.0.0";
     o.baseline_channel = "1.0.0";
     CHECK("--baseline-channel 1.0.0: refused at check",
-          kiln_registry_release(&o, &res) == KILN_ERR_USAGE &&
+          kiln_release_run(&o, &res) == KILN_ERR_USAGE &&
               kiln_test_msg_has("channel name '1.0.0' looks like a version", NULL));
     o.baseline_channel = NULL;
     o.promote = "v2";
     o.promote_keys = (const kiln_sign_seckey *const[]){f.p1};
     o.n_promote_keys = 1;
     CHECK("--promote v2: refused at check",
-          kiln_registry_release(&o, &res) == KILN_ERR_USAGE &&
+          kiln_release_run(&o, &res) == KILN_ERR_USAGE &&
               kiln_test_msg_has("channel name 'v2' looks like a version", NULL));
     CHECK("nothing made", !kiln_path_exists(outd));
 

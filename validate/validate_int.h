@@ -2,6 +2,7 @@
 #ifndef KILN_VALIDATE_INT_H
 #define KILN_VALIDATE_INT_H
 
+#include "data.h"
 #include "train.h"
 #include "validate.h"
 

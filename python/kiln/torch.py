@@ -281,7 +281,7 @@ def init_params(config, seed):
 
 
 def split(rows, val_fraction, seq_len):
-    """The trainer's split (train/dataset.c kiln_dataset_split): (train_end, val_begin,
+    """The trainer's split (data/dataset.c kiln_dataset_split): (train_end, val_begin,
     val_end). Validation rows are the last fraction (at least one window), after a purge gap
     of seq_len rows that neither side uses."""
     S = seq_len

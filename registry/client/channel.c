@@ -1,7 +1,7 @@
 /* channel.c - the client's side of channels: sign the next record for a version and put it
  * (promote, rollback, renew: the current version again, its record verified first), and find
  * the version a channel pointed at before. kiln promote, kiln rollback, kiln renew and
- * kiln_registry_release share it. */
+ * kiln_release_run (release/) share it. */
 #include <stdlib.h>
 #include <string.h>
 

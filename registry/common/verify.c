@@ -67,15 +67,7 @@ void reg_archive_meta_release(reg_archive_meta *m) {
 }
 
 void reg_signers_text(const kiln_sign_archive_report *rep, char *out, size_t len) {
-    size_t n = 0;
-    out[0] = 0;
-    for (size_t i = 0; i < rep->nsigners && n < len; i++)
-        n += (size_t)snprintf(out + n, len - n, "%s%s", i ? ", " : "", rep->signers[i]->name);
-    if (n < len)
-        snprintf(out + n, len - n, " (%d of %d release key%s; validation %s%s)", (int)rep->nsigners,
-                 rep->threshold, rep->threshold == 1 ? "" : "s",
-                 kiln_sign_validation_name(rep->info.validation),
-                 rep->info.allow_unvalidated ? ", signed with allow-unvalidated" : "");
+    kiln_sign_signers_text(rep, out, len); /* sign/'s, which kiln release uses too */
 }
 
 kiln_err reg_relabel(kiln_err rc, const char *path, const char *label) {

@@ -1,4 +1,4 @@
-/* csv.c - fuzz entry point for `kiln data import` (train/csv.c): the bytes are a CSV file of
+/* csv.c - fuzz entry point for `kiln data import` (data/csv.c): the bytes are a CSV file of
  * market data, from whatever exported it. The import chooses features "a" and "b" and the
  * target "y". A libFuzzer driver calls it from LLVMFuzzerTestOneInput; the C suite replays
  * tests/fuzz/corpus/csv through it. */
@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data.h"
 #include "fuzz.h"
-#include "train.h"
 
 int kiln_fuzz_csv(const uint8_t *data, size_t size);
 

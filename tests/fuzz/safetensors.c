@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "data.h"
 #include "fuzz.h"
 #include "kiln.h"
-#include "train.h"
 
 int kiln_fuzz_safetensors(const uint8_t *data, size_t size);
 

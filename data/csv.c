@@ -16,7 +16,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "train.h"
+#include "data.h"
 
 /* realloc that fails where kiln_malloc would (kiln_alloc_fail_after), so that the
  * allocation-failure tests reach every growth, libcsv's field buffer's included. */

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "data.h"
 
 /* Days from 1970-01-01 to y-m-d in the proleptic Gregorian calendar (Howard Hinnant's
  * days_from_civil). */

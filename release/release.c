@@ -5,17 +5,19 @@
  *
  * Every stage is a library call that the CLI also offers on its own (kiln export, golden
  * make, pull, validate, pack, sign, publish, promote); this file only sequences them and
- * passes files along. It is why registry/ may use export/ and validate/ as well as sign/
- * (docs/architecture.md). Nothing is published unless validation passed and the signed
- * archive verifies under the same trust policy the pulling services use. */
+ * passes files along, which is why it is a layer of its own above registry/, validate/ and
+ * export/ (docs/architecture.md). Nothing is published unless validation passed and the
+ * signed archive verifies under the same trust policy the pulling services use. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "data.h"
 #include "export.h"
-#include "registry_int.h"
+#include "registry.h"
+#include "release.h"
 #include "sign.h"
 #include "train.h"
 #include "validate.h"
@@ -33,8 +35,8 @@ const char *kiln_release_stage_name(kiln_release_stage s) {
 }
 
 typedef struct rel {
-    const kiln_registry_release_opts *o;
-    kiln_registry_release_result *res;
+    const kiln_release_opts *o;
+    kiln_release_result *res;
     char *data, *model, *archive, *sigpath, *baseline_tmp, *baseline;
     kiln_sign_trust *trust;
     bool made_out; /* the check stage created o->out_dir */
@@ -113,7 +115,7 @@ static kiln_err stage_copy_model(rel *r) {
     }
     if (!rc && rename(tmp, r->model))
         rc = kiln_fail_errno(KILN_ERR_IO, "'%s': cannot rename into place", r->model);
-    if (rc) reg_rmtree(tmp);
+    if (rc) kiln_rmtree(tmp);
     free(tmp);
     if (!rc)
         snprintf(r->line, sizeof r->line, "model directory '%s' copied into '%s'",
@@ -124,7 +126,7 @@ static kiln_err stage_copy_model(rel *r) {
 /* Options, keys, the policy, the dataset, the output directory, and that the registry
  * answers and does not hold name@version yet (versions are immutable). */
 static kiln_err stage_check(rel *r) {
-    const kiln_registry_release_opts *o = r->o;
+    const kiln_release_opts *o = r->o;
     KILN_FAIL_IF(!o->run_dir == !o->model_dir || !o->name || !o->version || !o->out_dir ||
                      !o->trust || !o->client || !o->client->url,
                  KILN_ERR_USAGE,
@@ -232,7 +234,7 @@ static kiln_err stage_golden(rel *r) {
 /* The model now in the baseline channel, pulled and verified with the client's policy
  * into a temporary directory; none when the channel is empty. */
 static kiln_err stage_baseline(rel *r) {
-    const kiln_registry_release_opts *o = r->o;
+    const kiln_release_opts *o = r->o;
     if (!o->baseline_channel || !*o->baseline_channel) {
         snprintf(r->line, sizeof r->line, "none asked for");
         return KILN_OK;
@@ -372,7 +374,7 @@ static kiln_err stage_sign(rel *r) {
     KILN_CHECK(rc, out,
                kiln_sign_verify_archive_sigs(r->archive, file, len, r->sigpath, r->trust, &rep));
     char who[256];
-    reg_signers_text(&rep, who, sizeof who);
+    kiln_sign_signers_text(&rep, who, sizeof who);
     snprintf(r->line, sizeof r->line, "'%s': %s", r->sigpath, who);
 out:
     free(file);
@@ -393,7 +395,7 @@ static kiln_err stage_publish(rel *r) {
 }
 
 static kiln_err stage_promote(rel *r) {
-    const kiln_registry_release_opts *o = r->o;
+    const kiln_release_opts *o = r->o;
     if (!o->promote) {
         snprintf(r->line, sizeof r->line, "not asked for");
         return KILN_OK;
@@ -416,8 +418,7 @@ static kiln_err stage_promote(rel *r) {
     return KILN_OK;
 }
 
-kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
-                               kiln_registry_release_result *res) {
+kiln_err kiln_release_run(const kiln_release_opts *o, kiln_release_result *res) {
     memset(res, 0, sizeof *res);
     rel r = {.o = o, .res = res};
     static kiln_err (*const stages[])(rel *) = {
@@ -439,12 +440,12 @@ kiln_err kiln_registry_release(const kiln_registry_release_opts *o,
         done(&r, res->stage);
         /* The baseline is only needed to validate against. */
         if (res->stage == KILN_RELEASE_VALIDATE && r.baseline_tmp) {
-            reg_rmtree(r.baseline_tmp);
+            kiln_rmtree(r.baseline_tmp);
             free(r.baseline_tmp);
             r.baseline_tmp = NULL;
         }
     }
-    if (r.baseline_tmp) reg_rmtree(r.baseline_tmp);
+    if (r.baseline_tmp) kiln_rmtree(r.baseline_tmp);
     /* A release that stopped before making anything (the export is atomic) leaves no empty
      * output directory behind; one that made something keeps it to be looked at. */
     if (rc && r.made_out && kiln_path_dir_state(o->out_dir) == KILN_DIR_EMPTY) rmdir(o->out_dir);

@@ -43,7 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "data.h"
 
 #define BURN_IN 256
 #define N_INFORMATIVE 4
@@ -244,7 +244,24 @@ static json_t *synth_columns(int F, int O) {
     return json_pack("{s:o, s:o}", "features", fs, "targets", ts);
 }
 
-kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth_r2 *r2_out) {
+/* One generation: the simulated path over T steps (the burn-in, the n rows, then hmax steps
+ * past the last row, whose returns its targets sum), the rows, and the oracle per regime. */
+typedef struct synth {
+    const kiln_synth_opts *o;
+    int F, O;
+    size_t n, hmax, T;
+    double *r, *f, *z, *v; /* [T] return, flow, basis, volume */
+    double *post;          /* [T] the filter's P(volatile | observables up to t) */
+    unsigned char *s;      /* [T] the hidden regime: 0 calm, 1 volatile */
+    float *X;              /* [n,F] features */
+    float *Y;              /* [n,O] targets: raw forward returns, then scaled */
+    double *cond;          /* [n,O,2] E[raw target | I_t, s_t = i], unscaled */
+    double *gs, *gsr;      /* [hmax,2] E[g(s_{t+k}) | s_t = i], g = sigma and sigma * rho */
+    double *mj;            /* [MOM_LAGS + 1 + hmax] the oracle's recursion, one row at a time */
+} synth;
+
+/* The options within bounds, and path free to take a dataset, before any work. */
+static kiln_err synth_check(const kiln_synth_opts *o, const char *path) {
     int F = o->n_features, O = o->n_outputs;
     KILN_FAIL_IF(
         F < N_INFORMATIVE || F > KILN_SYNTH_MAX_FEATURES, KILN_ERR_USAGE,
@@ -257,33 +274,73 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
                  "'%s': target scale %g must be positive and at most 1e30", path, o->scale);
     KILN_FAIL_IF(o->rows < KILN_SYNTH_MIN_ROWS || o->rows > ((size_t)1 << 40), KILN_ERR_USAGE,
                  "synthetic data needs %d to 2^40 rows, not %zu", KILN_SYNTH_MIN_ROWS, o->rows);
-    KILN_TRY(kiln_dataset_out_ok(path));
-    const size_t n = o->rows, hmax = (size_t)1 << (O - 1), T = BURN_IN + n + hmax;
-    size_t nf, no;
-    KILN_FAIL_IF(!kiln_mul_ok(n, (size_t)F, &nf) || !kiln_mul_ok(n, (size_t)O, &no), KILN_ERR_LIMIT,
-                 "synthetic data of %zu rows is too large", n);
+    return kiln_dataset_out_ok(path);
+}
 
-    kiln_err rc = KILN_OK;
-    double *r = kiln_calloc(T, sizeof *r), *f = kiln_calloc(T, sizeof *f),
-           *z = kiln_calloc(T, sizeof *z);
-    double *v = kiln_calloc(T, sizeof *v), *post = kiln_calloc(T, sizeof *post);
-    unsigned char *s = kiln_calloc(T, 1);
-    float *X = kiln_malloc(nf * sizeof *X), *Y = kiln_malloc(no * sizeof *Y);
-    /* Per row and target: the oracle given each regime, unscaled. */
-    double *cond = kiln_malloc(no * 2 * sizeof *cond);
-    double *ys = NULL, *yo = NULL, *yf = NULL;
-    json_t *cols = NULL, *meta = NULL;
-    KILN_CHECK_IF(rc, out, !r || !f || !z || !v || !post || !s || !X || !Y || !cond, KILN_ERR_NOMEM,
-                  "out of memory generating %zu rows", n);
+/* g's sizes from its (checked) options, and every buffer. */
+static kiln_err synth_alloc(synth *g) {
+    const size_t n = g->o->rows;
+    g->F = g->o->n_features, g->O = g->o->n_outputs, g->n = n;
+    g->hmax = (size_t)1 << (g->O - 1), g->T = BURN_IN + n + g->hmax;
+    size_t nf, no, T = g->T;
+    KILN_FAIL_IF(!kiln_mul_ok(n, (size_t)g->F, &nf) || !kiln_mul_ok(n, (size_t)g->O, &no),
+                 KILN_ERR_LIMIT, "synthetic data of %zu rows is too large", n);
+    g->r = kiln_calloc(T, sizeof *g->r), g->f = kiln_calloc(T, sizeof *g->f);
+    g->z = kiln_calloc(T, sizeof *g->z), g->v = kiln_calloc(T, sizeof *g->v);
+    g->post = kiln_calloc(T, sizeof *g->post), g->s = kiln_calloc(T, 1);
+    g->X = kiln_malloc(nf * sizeof *g->X), g->Y = kiln_malloc(no * sizeof *g->Y);
+    g->cond = kiln_malloc(no * 2 * sizeof *g->cond);
+    g->gs = kiln_malloc(g->hmax * 2 * sizeof *g->gs);
+    g->gsr = kiln_malloc(g->hmax * 2 * sizeof *g->gsr);
+    g->mj = kiln_malloc((g->hmax + MOM_LAGS + 1) * sizeof *g->mj);
+    KILN_FAIL_IF(!g->r || !g->f || !g->z || !g->v || !g->post || !g->s || !g->X || !g->Y ||
+                     !g->cond || !g->gs || !g->gsr || !g->mj,
+                 KILN_ERR_NOMEM, "out of memory generating %zu rows", n);
+    return KILN_OK;
+}
 
-    /* ---- simulate ---- */
+static void synth_free(synth *g) {
+    free(g->r), free(g->f), free(g->z), free(g->v), free(g->post), free(g->s);
+    free(g->X), free(g->Y), free(g->cond), free(g->gs), free(g->gsr), free(g->mj);
+}
+
+/* One step of the forward filter: prob, P(s_{t-1} | observables up to t-1), becomes
+ * P(s_t | observables up to t), given r_t, v_t and m[i] = mu_{t-1} under s_{t-1} = i (the
+ * emission of r_t depends on s_{t-1}, through mu, and on s_t). At the first step the prior
+ * is the stationary pv; a step whose likelihoods vanish starts over from it. */
+static void filter_step(double prob[2], double r, double v, const double m[2], bool first,
+                        double pv) {
+    double a[2] = {0, 0};
+    for (int j = 0; j < 2; j++) {
+        double like = gauss_pdf(v, log(P.sigma[j]), P.vol_noise);
+        if (first) {
+            a[j] = (j ? pv : 1 - pv) * gauss_pdf(r, 0, P.sigma[j]) * like;
+            continue;
+        }
+        for (int i = 0; i < 2; i++) {
+            double tr = i == j ? P.p_stay[i] : 1 - P.p_stay[i];
+            a[j] += prob[i] * tr * gauss_pdf(r, m[i], P.sigma[j]) * like;
+        }
+    }
+    double sum = a[0] + a[1];
+    if (!(sum > 0) || !isfinite(sum))
+        prob[0] = 1 - pv, prob[1] = pv;
+    else
+        prob[0] = a[0] / sum, prob[1] = a[1] / sum;
+}
+
+/* The process over all T steps (the file comment's equations) and the filter's posterior. */
+static void simulate(synth *g) {
+    const uint64_t seed = g->o->seed;
+    double *r = g->r, *f = g->f, *z = g->z, *v = g->v;
+    unsigned char *s = g->s;
     const double pv =
         (1 - P.p_stay[0]) / (2 - P.p_stay[0] - P.p_stay[1]); /* stationary P(volatile) */
     const double sf = sqrt(1 - P.phi_f * P.phi_f), sz = sqrt(1 - P.phi_z * P.phi_z);
     double prob[2] = {1 - pv, pv}; /* the filter's P(s_t | observables up to t) */
-    for (size_t t = 0; t < T; t++) {
-        double e[4], u = uniform1(o->seed, t);
-        normals4(o->seed, t, 0, e);
+    for (size_t t = 0; t < g->T; t++) {
+        double e[4], u = uniform1(seed, t);
+        normals4(seed, t, 0, e);
         int prev = t ? s[t - 1] : 0;
         s[t] = t ? (u < P.p_stay[prev] ? prev : 1 - prev) : u < pv;
         f[t] = (t ? P.phi_f * f[t - 1] : 0) + (t ? sf : 1) * e[0];
@@ -295,37 +352,14 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
                 m[i] = mu(&r[t - 1], f[t - 1], z[t - 1], i);
         r[t] = (t ? m[s[t - 1]] : 0) + P.sigma[s[t]] * e[2];
         v[t] = log(P.sigma[s[t]]) + P.vol_noise * e[3];
-        /* Forward filter: the emission of r_t depends on s_{t-1} (through mu) and s_t. */
-        double a[2] = {0, 0};
-        for (int j = 0; j < 2; j++) {
-            double like = gauss_pdf(v[t], log(P.sigma[j]), P.vol_noise);
-            if (t == 0) {
-                a[j] = (j ? pv : 1 - pv) * gauss_pdf(r[t], 0, P.sigma[j]) * like;
-                continue;
-            }
-            for (int i = 0; i < 2; i++) {
-                double tr = i == j ? P.p_stay[i] : 1 - P.p_stay[i];
-                a[j] += prob[i] * tr * gauss_pdf(r[t], m[i], P.sigma[j]) * like;
-            }
-        }
-        double sum = a[0] + a[1];
-        if (!(sum > 0) || !isfinite(sum))
-            prob[0] = 1 - pv, prob[1] = pv;
-        else
-            prob[0] = a[0] / sum, prob[1] = a[1] / sum;
-        post[t] = prob[1];
+        filter_step(prob, r[t], v[t], m, t == 0, pv);
+        g->post[t] = prob[1];
     }
+}
 
-    /* ---- rows: features, raw targets, oracle per regime ---- */
-    /* g^{(k)}(s) = E[g(s_{t+k}) | s_t = s] for g = sigma and g = sigma * rho, k = 0..hmax-1. */
-    size_t K = hmax;
-    double *gs = kiln_malloc(K * 2 * sizeof *gs), *gsr = kiln_malloc(K * 2 * sizeof *gsr);
-    double *mj = kiln_malloc((hmax + MOM_LAGS + 1) * sizeof *mj);
-    if (!gs || !gsr || !mj) {
-        free(gs), free(gsr), free(mj);
-        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory generating %zu rows", n);
-        goto out;
-    }
+/* gs[k,i] = E[sigma(s_{t+k}) | s_t = i] and gsr[k,i] the same of sigma * rho, k = 0..K-1:
+ * powers of the regime's transition matrix. */
+static void regime_moments(size_t K, double *gs, double *gsr) {
     for (int i = 0; i < 2; i++)
         gs[i] = P.sigma[i], gsr[i] = P.sigma[i] * P.rho[i];
     for (size_t k = 1; k < K; k++)
@@ -334,100 +368,152 @@ kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth
             gs[k * 2 + i] = st * gs[(k - 1) * 2 + i] + (1 - st) * gs[(k - 1) * 2 + 1 - i];
             gsr[k * 2 + i] = st * gsr[(k - 1) * 2 + i] + (1 - st) * gsr[(k - 1) * 2 + 1 - i];
         }
-    for (size_t row = 0; row < n; row++) {
-        size_t t = BURN_IN + row;
-        float *x = X + row * (size_t)F;
-        x[0] = (float)r[t];
-        x[1] = (float)f[t];
-        x[2] = (float)v[t];
-        x[3] = (float)z[t];
-        for (int k = N_INFORMATIVE; k < F; k += 4) {
-            double e[4];
-            normals4(o->seed, t, 2 + (unsigned)(k - N_INFORMATIVE) / 4, e);
-            for (int q = 0; q < 4 && k + q < F; q++)
-                x[k + q] = (float)e[q];
+}
+
+/* Row `row`'s features, observable at its step t: ret, flow, volume, basis, then noise
+ * columns, four from each Philox block from block 2 on. */
+static void row_features(synth *g, size_t row) {
+    const size_t t = BURN_IN + row;
+    const int F = g->F;
+    float *x = g->X + row * (size_t)F;
+    x[0] = (float)g->r[t];
+    x[1] = (float)g->f[t];
+    x[2] = (float)g->v[t];
+    x[3] = (float)g->z[t];
+    for (int k = N_INFORMATIVE; k < F; k += 4) {
+        double e[4];
+        normals4(g->o->seed, t, 2 + (unsigned)(k - N_INFORMATIVE) / 4, e);
+        for (int q = 0; q < 4 && k + q < F; q++)
+            x[k + q] = (float)e[q];
+    }
+}
+
+/* Its targets, unscaled: target k the return over the 2^k steps after t. */
+static void row_targets(synth *g, size_t row) {
+    const size_t t = BURN_IN + row;
+    for (int kk = 0; kk < g->O; kk++) {
+        size_t h = (size_t)1 << kk;
+        double sum = 0;
+        for (size_t j = 1; j <= h; j++)
+            sum += g->r[t + j];
+        g->Y[row * (size_t)g->O + (size_t)kk] = (float)sum;
+    }
+}
+
+/* Its oracle given each regime i at t: cond[row,k,i] = E[raw target k | I_t, s_t = i], the
+ * sum of m_j = E[r_{t+j} | I_t, s_t = i] over the horizon: known returns for j <= 0, then
+ * mu's recursion with the flow's, the basis's and the regime's expectations k steps on. */
+static void row_oracle(synth *g, size_t row) {
+    const size_t t = BURN_IN + row, hmax = g->hmax;
+    const double *r = g->r, *f = g->f, *z = g->z;
+    for (int i = 0; i < 2; i++) {
+        double *m = g->mj + MOM_LAGS; /* m[j] for j = -MOM_LAGS .. hmax */
+        for (int j = -MOM_LAGS; j <= 0; j++)
+            m[j] = r[t - (size_t)-j];
+        for (size_t j = 1; j <= hmax; j++) {
+            size_t k = j - 1; /* mu_{t+k} */
+            double mom = 0;
+            for (int l = 1; l <= MOM_LAGS; l++)
+                mom += m[(long)k - l];
+            double fk = pow(P.phi_f, (double)k) * f[t];
+            double sk =
+                k == 0 ? sgn(f[t]) : erf(fk / sqrt(2 * (1 - pow(P.phi_f, 2.0 * (double)k))));
+            m[j] = P.a_rev * m[k] + P.a_mom * mom / MOM_LAGS + P.b_flow * g->gs[k * 2 + i] * fk +
+                   P.b_sign * g->gsr[k * 2 + i] * sk - P.b_basis * pow(P.phi_z, (double)k) * z[t];
         }
-        for (int kk = 0; kk < O; kk++) {
-            size_t h = (size_t)1 << kk;
-            double sum = 0;
-            for (size_t j = 1; j <= h; j++)
-                sum += r[t + j];
-            Y[row * (size_t)O + (size_t)kk] = (float)sum; /* scaled below */
-        }
-        /* m_j = E[r_{t+j} | I_t, s_t = i]: known returns for j <= 0, then the recursion. */
-        for (int i = 0; i < 2; i++) {
-            double *m = mj + MOM_LAGS; /* m[j] for j = -MOM_LAGS .. hmax */
-            for (int j = -MOM_LAGS; j <= 0; j++)
-                m[j] = r[t - (size_t)-j];
-            for (size_t j = 1; j <= hmax; j++) {
-                size_t k = j - 1; /* mu_{t+k} */
-                double mom = 0;
-                for (int l = 1; l <= MOM_LAGS; l++)
-                    mom += m[(long)k - l];
-                double fk = pow(P.phi_f, (double)k) * f[t];
-                double sk =
-                    k == 0 ? sgn(f[t]) : erf(fk / sqrt(2 * (1 - pow(P.phi_f, 2.0 * (double)k))));
-                m[j] = P.a_rev * m[k] + P.a_mom * mom / MOM_LAGS + P.b_flow * gs[k * 2 + i] * fk +
-                       P.b_sign * gsr[k * 2 + i] * sk - P.b_basis * pow(P.phi_z, (double)k) * z[t];
-            }
-            double acc = 0;
-            size_t next = 1;
-            for (int kk = 0; kk < O; kk++) {
-                for (; next <= ((size_t)1 << kk); next++)
-                    acc += m[next];
-                cond[(row * (size_t)O + (size_t)kk) * 2 + (size_t)i] = acc;
-            }
+        double acc = 0;
+        size_t next = 1;
+        for (int kk = 0; kk < g->O; kk++) {
+            for (; next <= ((size_t)1 << kk); next++)
+                acc += m[next];
+            g->cond[(row * (size_t)g->O + (size_t)kk) * 2 + (size_t)i] = acc;
         }
     }
-    free(gs), free(gsr), free(mj);
+}
 
-    /* ---- scale targets to a standard deviation of target_scale over the file; measure
-     * R^2 (which the scale does not change) ---- */
-    const double target_scale = o->scale > 0 ? o->scale : 1;
+/* Target kk scaled to a standard deviation of target_scale over the file (the population
+ * one, by Welford's update); returns the factor applied. */
+static double scale_target(synth *g, int kk, double target_scale) {
+    const size_t n = g->n, O = (size_t)g->O;
+    double mean = 0, m2 = 0;
+    for (size_t row = 0; row < n; row++) {
+        double y = g->Y[row * O + (size_t)kk], d = y - mean;
+        mean += d / (double)(row + 1);
+        m2 += d * (y - mean);
+    }
+    double sd = sqrt(m2 / (double)n), scale = (sd > 0 ? 1 / sd : 1) * target_scale;
+    for (size_t row = 0; row < n; row++)
+        g->Y[row * O + (size_t)kk] = (float)(g->Y[row * O + (size_t)kk] * scale);
+    return scale;
+}
+
+/* Every target scaled, and the three R^2 of each over the validation split (which the scale
+ * does not change): the oracle's, the filtered oracle's and the linear fit's. */
+static kiln_err scale_and_measure(synth *g, double target_scale, kiln_synth_r2 *r2) {
+    const size_t n = g->n, O = (size_t)g->O;
     const size_t val = n - (size_t)floor(VAL_FRACTION * (double)n + 0.5), nv = n - val;
-    ys = kiln_malloc(nv * sizeof *ys), yo = kiln_malloc(nv * sizeof *yo),
-    yf = kiln_malloc(nv * sizeof *yf);
+    double *ys = kiln_malloc(nv * sizeof *ys), *yo = kiln_malloc(nv * sizeof *yo),
+           *yf = kiln_malloc(nv * sizeof *yf);
+    kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !ys || !yo || !yf, KILN_ERR_NOMEM, "out of memory generating %zu rows",
                   n);
-    kiln_synth_r2 r2;
-    memset(&r2, 0, sizeof r2);
-    for (int kk = 0; kk < O; kk++) {
-        double mean = 0, m2 = 0;
-        for (size_t row = 0; row < n; row++) {
-            double y = Y[row * (size_t)O + (size_t)kk], d = y - mean;
-            mean += d / (double)(row + 1);
-            m2 += d * (y - mean);
-        }
-        double sd = sqrt(m2 / (double)n), scale = (sd > 0 ? 1 / sd : 1) * target_scale;
-        for (size_t row = 0; row < n; row++)
-            Y[row * (size_t)O + (size_t)kk] = (float)(Y[row * (size_t)O + (size_t)kk] * scale);
+    memset(r2, 0, sizeof *r2);
+    for (int kk = 0; kk < g->O; kk++) {
+        double scale = scale_target(g, kk, target_scale);
         for (size_t row = val; row < n; row++) {
             size_t t = BURN_IN + row;
-            const double *c = &cond[(row * (size_t)O + (size_t)kk) * 2];
-            ys[row - val] = Y[row * (size_t)O + (size_t)kk];
-            yo[row - val] = c[s[t]] * scale;
-            yf[row - val] = ((1 - post[t]) * c[0] + post[t] * c[1]) * scale;
+            const double *c = &g->cond[(row * O + (size_t)kk) * 2];
+            ys[row - val] = g->Y[row * O + (size_t)kk];
+            yo[row - val] = c[g->s[t]] * scale;
+            yf[row - val] = ((1 - g->post[t]) * c[0] + g->post[t] * c[1]) * scale;
         }
-        r2.oracle[kk] = r2_score(ys, yo, nv);
-        r2.filtered[kk] = r2_score(ys, yf, nv);
+        r2->oracle[kk] = r2_score(ys, yo, nv);
+        r2->filtered[kk] = r2_score(ys, yf, nv);
         /* Fit before the split, leaving a gap of the horizon so no fitted target overlaps it. */
         size_t h = (size_t)1 << kk, fit_end = val > h ? val - h : 0;
-        KILN_CHECK(rc, out, linear_r2(X, Y, n, F, O, kk, fit_end, val, &r2.linear[kk]));
+        KILN_CHECK(rc, out,
+                   linear_r2(g->X, g->Y, n, g->F, g->O, kk, fit_end, val, &r2->linear[kk]));
     }
+out:
+    free(ys), free(yo), free(yf);
+    return rc;
+}
 
-    cols = synth_columns(F, O);
-    meta = json_object();
-    json_t *sm = synth_meta(o, &r2);
+/* The rows to path, with kiln.columns and kiln.synth (the options, the process, r2). */
+static kiln_err synth_save(const synth *g, const char *path, double target_scale,
+                           const kiln_synth_r2 *r2) {
+    json_t *cols = synth_columns(g->F, g->O), *meta = json_object(), *sm = synth_meta(g->o, r2);
     /* The scale is recorded when it is not 1, so that files of scale 1 keep their bytes. */
     if (sm && target_scale != 1) json_object_set_new(sm, "scale", json_real(target_scale));
-    KILN_CHECK_IF(rc, out, !cols || !meta || json_object_set_new(meta, "kiln.synth", sm),
-                  KILN_ERR_NOMEM, "out of memory writing '%s'", path);
-    KILN_CHECK(rc, out, kiln_dataset_write_meta(path, n, F, O, X, Y, cols, meta));
-    if (r2_out) *r2_out = r2;
+    kiln_err rc = KILN_OK;
+    /* json_object_set_new takes sm (and frees it when it fails, meta NULL included). */
+    KILN_CHECK_IF(rc, out, json_object_set_new(meta, "kiln.synth", sm) || !cols, KILN_ERR_NOMEM,
+                  "out of memory writing '%s'", path);
+    KILN_CHECK(rc, out, kiln_dataset_write_meta(path, g->n, g->F, g->O, g->X, g->Y, cols, meta));
 out:
-    free(r), free(f), free(z), free(v), free(post), free(s), free(X), free(Y), free(cond);
-    free(ys), free(yo), free(yf);
     json_decref(cols);
     json_decref(meta);
+    return rc;
+}
+
+kiln_err kiln_synth_write(const kiln_synth_opts *o, const char *path, kiln_synth_r2 *r2_out) {
+    KILN_TRY(synth_check(o, path));
+    const double target_scale = o->scale > 0 ? o->scale : 1;
+    synth g = {.o = o};
+    kiln_synth_r2 r2;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK(rc, out, synth_alloc(&g));
+    simulate(&g);
+    regime_moments(g.hmax, g.gs, g.gsr);
+    for (size_t row = 0; row < g.n; row++) {
+        row_features(&g, row);
+        row_targets(&g, row);
+        row_oracle(&g, row);
+    }
+    KILN_CHECK(rc, out, scale_and_measure(&g, target_scale, &r2));
+    KILN_CHECK(rc, out, synth_save(&g, path, target_scale, &r2));
+    if (r2_out) *r2_out = r2;
+out:
+    synth_free(&g);
     return rc;
 }

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "train.h"
+#include "data.h"
 
 #define ALIGN 64
 

@@ -1,0 +1,94 @@
+/*
+ * release.h - kiln release: a run (or a model directory made elsewhere) to a published and
+ * optionally promoted version in one call: export, golden set, baseline, validation, pack,
+ * sign, publish, promote. Each stage is a library call the CLI also offers on its own; this
+ * module only sequences them, so it is the one layer above registry/, validate/ and export/
+ * that uses them all (docs/architecture.md). Nothing here prints or exits.
+ */
+#ifndef KILN_RELEASE_H
+#define KILN_RELEASE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core.h"
+#include "registry.h"
+#include "sign.h"
+#include "validate.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum kiln_release_stage {
+    KILN_RELEASE_CHECK = 0, /* options, keys, policy, dataset, output directory, version free */
+    KILN_RELEASE_EXPORT,    /* the run's checkpoint frozen into OUT/model */
+    KILN_RELEASE_GOLDEN,    /* OUT/model/golden */
+    KILN_RELEASE_BASELINE,  /* the baseline channel's model pulled and verified (if any) */
+    KILN_RELEASE_VALIDATE,  /* OUT/model/validation.json, every check passed */
+    KILN_RELEASE_PACK,      /* OUT/NAME-VERSION.kiln */
+    KILN_RELEASE_SIGN,      /* OUT/NAME-VERSION.kiln.minisig, verified under the policy */
+    KILN_RELEASE_PUBLISH,
+    KILN_RELEASE_PROMOTE, /* if asked */
+    KILN_RELEASE_DONE
+} kiln_release_stage;
+
+/* "check", "export", ..., "done". */
+const char *kiln_release_stage_name(kiln_release_stage s);
+
+typedef struct kiln_release_opts {
+    const char *run_dir;
+    long step; /* 0: the newest checkpoint that verifies; KILN_EXPORT_BEST: the best */
+    const char *name, *version;
+    const char *data;    /* NULL: the run's dataset (run.json's dataset_path) */
+    const char *out_dir; /* new or empty: model/, NAME-VERSION.kiln and its .minisig go here */
+    const char *trust;   /* the policy services pull with: the baseline is pulled under it, and
+                            the signed archive must verify under it before it is published */
+    const char *state;   /* pull state (anti-rollback) for the baseline; NULL: the default */
+    const char *baseline_channel; /* NULL or "": validate without a baseline */
+    const char *promote;          /* NULL, or the channel to point at the new version */
+    const kiln_sign_seckey *const *release_keys; /* each signs the archive */
+    size_t n_release_keys;
+    const kiln_sign_seckey *const *promote_keys; /* each signs the channel record */
+    size_t n_promote_keys;
+    const kiln_registry_client_opts *client;  /* the registry, with a publish (or admin) token */
+    const char *promote_token;                /* NULL: the client's token */
+    int windows;                              /* golden windows; 0: 64 */
+    uint64_t seed;                            /* golden window seed; 0: 1 */
+    const struct kiln_thresholds *thresholds; /* NULL: defaults */
+    bool no_bf16;                             /* skip the f32-vs-bf16 check */
+    /* Called after each stage with one line saying what it did (may be NULL). */
+    void (*on_stage)(void *ctx, kiln_release_stage stage, const char *line);
+    void *ctx;
+    /* Instead of run_dir (exactly one of the two): a model directory made elsewhere (say by
+     * kiln.torch's save_model_dir): its model.safetensors and card.json are copied into
+     * OUT/model at the export stage, and every later stage runs as for a run. Its dataset is
+     * data, else the card's lineage.dataset_path. */
+    const char *model_dir;
+    /* NULL, or a research framework's outputs on the golden inputs: validation runs
+     * parity_reference against it (kiln validate --reference). */
+    const char *reference;
+} kiln_release_opts;
+
+typedef struct kiln_release_result {
+    kiln_release_stage stage;                  /* the stage that failed, or KILN_RELEASE_DONE */
+    long step;                                 /* the checkpoint exported */
+    char baseline[KILN_REGISTRY_NAME_MAX + 1]; /* the baseline's version; "" for none */
+    int64_t baseline_seq;
+    char baseline_digest[72]; /* its archive's "sha256:<hex>" (also in validation.json) */
+    char digest[72];          /* the published archive's "sha256:<hex>" */
+    uint64_t size;
+    bool existed;
+    uint64_t promoted_seq; /* 0 when not promoted */
+} kiln_release_result;
+
+/* Run the stages in order and stop at the first failure: the error's message begins
+ * "release stopped at stage 'S': " and res->stage says which. A failed validation is
+ * KILN_ERR_VERIFY and publishes nothing (OUT/model/validation.json says why). */
+kiln_err kiln_release_run(const kiln_release_opts *o, kiln_release_result *res);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_RELEASE_H */
