@@ -335,7 +335,8 @@ static void stream_result_release(reg_stream_result *sr) {
  * with expect (the signed manifest) the archive's metadata too: *sr says which did (the
  * caller releases it). */
 static kiln_err fetch_blob(mirror_run *m, const char *hex, uint64_t size, const char *partial,
-                           const char *label, const kiln_manifest *expect, reg_stream_result *sr) {
+                           const char *label, const kiln_manifest *expect, bool report,
+                           reg_stream_result *sr) {
     memset(sr, 0, sizeof *sr);
     for (int pass = 0;; pass++) {
         struct stat sb;
@@ -346,7 +347,7 @@ static kiln_err fetch_blob(mirror_run *m, const char *hex, uint64_t size, const 
         stream_result_release(sr);
         /* The stream names the archive by its file, as reg_archive_meta_read would. */
         kiln_err rc = reg_follow_new(&f);
-        if (!rc) rc = reg_stream_start_meta(f, partial, size, partial, expect, &st);
+        if (!rc) rc = reg_stream_start_meta(f, partial, size, partial, expect, report, &st);
         if (!rc) rc = reg_download_follow(&m->c, hex, size, partial, f);
         reg_stream_join(st, sr);
         reg_follow_free(f);
@@ -366,10 +367,31 @@ static kiln_err fetch_blob(mirror_run *m, const char *hex, uint64_t size, const 
     }
 }
 
+/* Whether the bytes of validation.json need not be read from the archive: true when the
+ * signed manifest m lists none or one over REG_VALIDATION_MAX (none is kept), or when the
+ * primary's copy (ver's "validation_text") has the size and sha256 m lists: then *text is a
+ * copy of it (the caller frees). False when they must be read from the archive. */
+static bool report_of(const json_t *ver, const kiln_manifest *m, char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    const kiln_manifest_file *f = kiln_manifest_find(m, "validation.json");
+    if (!f || f->size > REG_VALIDATION_MAX) return true;
+    const json_t *t = json_object_get(ver, "validation_text");
+    if (!json_is_string(t) || json_string_length(t) != f->size) return false;
+    uint8_t d[KILN_SHA256_BYTES];
+    kiln_sha256(json_string_value(t), (size_t)f->size, d);
+    if (memcmp(d, f->sha256, sizeof d) != 0) return false;
+    *text = kiln_malloc((size_t)f->size + 1);
+    if (!*text) return false;
+    memcpy(*text, json_string_value(t), (size_t)f->size + 1);
+    *len = (size_t)f->size;
+    return true;
+}
+
 /* A blob the store holds, read once as a download is (stream.c): its digests and, with expect,
  * its metadata in *sr (the caller releases it). Not hashed (sr->hashed false) when it is not
  * size bytes long: the caller then hashes the file for the message. */
-static kiln_err read_held(const char *blob, uint64_t size, const kiln_manifest *expect,
+static kiln_err read_held(const char *blob, uint64_t size, const kiln_manifest *expect, bool report,
                           reg_stream_result *sr) {
     memset(sr, 0, sizeof *sr);
     struct stat sb;
@@ -377,7 +399,7 @@ static kiln_err read_held(const char *blob, uint64_t size, const kiln_manifest *
     reg_follow *f = NULL;
     reg_stream *st = NULL;
     KILN_TRY(reg_follow_new(&f));
-    kiln_err rc = reg_stream_start_meta(f, blob, size, blob, expect, &st);
+    kiln_err rc = reg_stream_start_meta(f, blob, size, blob, expect, report, &st);
     reg_follow_grow(f, size); /* all there already */
     reg_follow_end(f, true);
     reg_stream_join(st, sr);
@@ -422,6 +444,9 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     reg_archive_meta meta;
     memset(&meta, 0, sizeof meta);
     kiln_manifest *signed_m = NULL;
+    char *report = NULL;
+    size_t report_len = 0;
+    bool have_report = false;
     reg_stream_result sr;
     memset(&sr, 0, sizeof sr);
     rc = get_json(m, path, &ver);
@@ -449,6 +474,10 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     KILN_CHECK(
         rc, out,
         reg_size_accept(&m->c, size, signed_m ? reg_archive_bound(signed_m) : UINT64_MAX, label));
+    /* The validation report comes after the weights in the archive: its bytes are taken from
+     * the primary's record of the version when they are the ones the signed manifest lists,
+     * so that the archive is decompressed no further than its card. */
+    have_report = signed_m && report_of(ver, signed_m, &report, &report_len);
     blob = reg_blob_path(m->root, hex);
     partial = kiln_asprintf("%s/tmp/mirror-%s.partial", m->root, hex);
     KILN_CHECK_IF(rc, out, !blob || !partial, KILN_ERR_NOMEM, "out of memory");
@@ -459,7 +488,7 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     if (have_blob) {
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
-        KILN_CHECK(rc, out, read_held(blob, size, signed_m, &sr));
+        KILN_CHECK(rc, out, read_held(blob, size, signed_m, !have_report, &sr));
         if (sr.hashed)
             memcpy(h, sr.sha256, sizeof h);
         else
@@ -469,7 +498,7 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
                       "%s: the blob held here '%s' hashes to sha256:%s", label, blob, got);
         unlink(partial); /* a sync stopped between the link and the partial's removal */
     } else {
-        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label, signed_m, &sr));
+        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label, signed_m, !have_report, &sr));
     }
     /* As the server on upload: every signature block under the policy, then the archive's
      * manifest (the one the signatures name) and its name and version. The manifest, card
@@ -489,6 +518,11 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     if (sr.inspected) {
         meta = sr.meta;
         memset(&sr.meta, 0, sizeof sr.meta);
+        if (have_report && report && !memchr(report, 0, report_len)) {
+            meta.validation_text = report; /* as reg_archive_meta_take keeps it */
+            meta.validation_len = report_len;
+            report = NULL;
+        }
     } else {
         rc = reg_archive_meta_read(file, &meta);
     }
@@ -539,6 +573,7 @@ out:
     reg_archive_meta_release(&meta);
     stream_result_release(&sr);
     kiln_manifest_free(signed_m);
+    free(report);
     json_decref(ver);
     free(blob);
     free(partial);

@@ -263,11 +263,11 @@ typedef struct reg_stream reg_stream;
 kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
                           const char *staged, const struct kiln_manifest *expect, reg_stream **out);
 /* The same for a mirror's sync, which stores an archive without unpacking it: with expect,
- * the archive's manifest (held to expect), card and validation.json read as it lands
- * (kiln_archive_inspect_source, reg_archive_meta_take), the rest hashed, so that each byte is
- * read and decompressed once. */
+ * the archive's manifest (held to expect), card and, with report, validation.json read as it
+ * lands (kiln_archive_inspect_source, reg_archive_meta_take), the rest hashed, so that each
+ * byte is read once and decompressed at most once. */
 kiln_err reg_stream_start_meta(reg_follow *f, const char *partial, uint64_t size, const char *label,
-                               const struct kiln_manifest *expect, reg_stream **out);
+                               const struct kiln_manifest *expect, bool report, reg_stream **out);
 /* Wait for it (ending f if the download did not) and free it; *res its findings. */
 void reg_stream_join(reg_stream *s, reg_stream_result *res);
 

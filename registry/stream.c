@@ -80,6 +80,7 @@ struct reg_stream {
     const char *partial, *label, *staged;
     const kiln_manifest *expect;
     bool inspect; /* a mirror's: the metadata read (reg_stream_start_meta), nothing unpacked */
+    bool report;  /* validation.json too (decompressing up to it: it comes after the weights) */
     uint64_t size;
     int fd;
     uint64_t off;
@@ -173,9 +174,9 @@ static void *stream_main(void *arg) {
         json_t *card = NULL;
         char *vtext = NULL;
         size_t vlen = 0;
-        r->unpack_rc =
-            kiln_archive_inspect_source(&src, s->label, s->expect, "validation.json",
-                                        REG_VALIDATION_MAX, &r->manifest, &card, &vtext, &vlen);
+        r->unpack_rc = kiln_archive_inspect_source(
+            &src, s->label, s->expect, s->report ? "validation.json" : NULL, REG_VALIDATION_MAX,
+            &r->manifest, &card, &vtext, &vlen);
         if (!r->unpack_rc)
             r->unpack_rc =
                 reg_archive_meta_take(s->label, r->manifest, card, vtext, vlen, &r->meta);
@@ -184,9 +185,11 @@ static void *stream_main(void *arg) {
     kiln_err rc = drain(s);
     kiln_hashpipe_finish(s->pipe, r->sha256, r->blake2b, &r->bytes);
     kiln_debug("download reader: %.3f s CPU (reading the partial%s)", kiln_thread_cpu_s(),
-               s->staged    ? ", decompressing, hashing and writing every file"
-               : s->inspect ? ", decompressing it to read the manifest, card and report"
-                            : "");
+               s->staged ? ", decompressing, hashing and writing every file"
+               : s->inspect
+                   ? (s->report ? ", decompressing it to read the manifest, card and report"
+                                : ", decompressing its manifest and card")
+                   : "");
     r->hashed = rc == KILN_OK && r->bytes == s->size;
     r->unpacked = s->staged && !r->unpack_rc && !s->spoiled && r->hashed;
     r->inspected = s->inspect && !r->unpack_rc && !s->spoiled && r->hashed;
@@ -201,7 +204,7 @@ static void *stream_main(void *arg) {
 
 static kiln_err stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
                              const char *staged, const kiln_manifest *expect, bool inspect,
-                             reg_stream **out) {
+                             bool report, reg_stream **out) {
     *out = NULL;
     reg_stream *s = kiln_calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -212,6 +215,7 @@ static kiln_err stream_start(reg_follow *f, const char *partial, uint64_t size, 
     s->staged = expect ? staged : NULL;
     s->expect = expect;
     s->inspect = expect && inspect; /* nothing is read before a signed manifest holds it */
+    s->report = report;
     s->fd = -1;
     pthread_mutex_lock(&f->mu);
     s->gen = f->gen;
@@ -231,12 +235,12 @@ static kiln_err stream_start(reg_follow *f, const char *partial, uint64_t size, 
 
 kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
                           const char *staged, const kiln_manifest *expect, reg_stream **out) {
-    return stream_start(f, partial, size, label, staged, expect, false, out);
+    return stream_start(f, partial, size, label, staged, expect, false, false, out);
 }
 
 kiln_err reg_stream_start_meta(reg_follow *f, const char *partial, uint64_t size, const char *label,
-                               const kiln_manifest *expect, reg_stream **out) {
-    return stream_start(f, partial, size, label, NULL, expect, true, out);
+                               const kiln_manifest *expect, bool report, reg_stream **out) {
+    return stream_start(f, partial, size, label, NULL, expect, true, report, out);
 }
 
 void reg_stream_join(reg_stream *s, reg_stream_result *res) {
