@@ -175,6 +175,15 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_archive_unpack_source(const kiln_archive_
                                                              const kiln_manifest *expect,
                                                              kiln_manifest **manifest_out);
 
+/* kiln_archive_inspect_with from a source (label naming the archive in messages), the first
+ * entry held to expect as kiln_archive_unpack_source holds it (byte for byte expect's text,
+ * compared before it is parsed) when expect is not NULL. It reads the source only as far as
+ * the last file it takes: the caller reads the rest (a download hashed as it lands). */
+KILN_API kiln_err kiln_archive_inspect_source(const kiln_archive_source *src, const char *label,
+                                              const kiln_manifest *expect, const char *also,
+                                              uint64_t max, kiln_manifest **manifest, json_t **card,
+                                              char **bytes, size_t *len);
+
 /* ---- freezing a checkpoint into a model directory (export/freeze.c) ---- */
 
 #define KILN_CARD_FORMAT "kiln-card/1"

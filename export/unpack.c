@@ -238,13 +238,17 @@ static kiln_err read_listed(struct archive *a, const char *apath, const entry_in
     return KILN_OK;
 }
 
-kiln_err kiln_archive_inspect(const char *archive_path, kiln_manifest **manifest, json_t **card) {
-    return kiln_archive_inspect_with(archive_path, NULL, 0, manifest, card, NULL, NULL);
-}
+/* The source reader (below): a failure while its source failed is the source's. */
+typedef struct src_reader src_reader;
+static kiln_err open_either(const char *archive_path, src_reader *r, const char *label,
+                            struct archive **a);
+static kiln_err source_rc(const src_reader *r, kiln_err rc);
 
-kiln_err kiln_archive_inspect_with(const char *archive_path, const char *also, uint64_t max,
-                                   kiln_manifest **manifest, json_t **card, char **bytes,
-                                   size_t *len) {
+/* kiln_archive_inspect_with from archive_path or from sr's source (label naming it), the first
+ * entry held to expect when not NULL. */
+static kiln_err inspect_from(const char *archive_path, src_reader *sr, const char *label,
+                             const kiln_manifest *expect, const char *also, uint64_t max,
+                             kiln_manifest **manifest, json_t **card, char **bytes, size_t *len) {
     *manifest = NULL;
     *card = NULL;
     if (bytes) *bytes = NULL;
@@ -252,15 +256,15 @@ kiln_err kiln_archive_inspect_with(const char *archive_path, const char *also, u
     kiln_archive_limits lim;
     kiln_archive_limits_default(&lim);
     struct archive *a;
-    KILN_TRY(reader_open(archive_path, &a));
+    KILN_TRY(source_rc(sr, open_either(archive_path, sr, label, &a)));
     uint64_t count = 0, total = 0;
     kiln_manifest *m = NULL;
     char *text = NULL, *xtext = NULL;
     kiln_err rc;
-    KILN_CHECK(rc, out, read_manifest_entry(a, archive_path, &lim, &count, &total, NULL, &m));
+    KILN_CHECK(rc, out, read_manifest_entry(a, label, &lim, &count, &total, expect, &m));
     const kiln_manifest_file *cf = kiln_manifest_find(m, "card.json");
     KILN_CHECK_IF(rc, out, cf->size > KILN_CARD_MAX_BYTES, KILN_ERR_LIMIT,
-                  "'%s': entry 'card.json': %ju bytes, more than the limit of %u", archive_path,
+                  "'%s': entry 'card.json': %ju bytes, more than the limit of %u", label,
                   (uintmax_t)cf->size, KILN_CARD_MAX_BYTES);
     /* The other file, when asked for, listed and not over max (one over it: its size only). */
     const kiln_manifest_file *xf =
@@ -274,21 +278,21 @@ kiln_err kiln_archive_inspect_with(const char *archive_path, const char *also, u
         struct archive_entry *e;
         bool eof;
         entry_info info;
-        KILN_CHECK(rc, out, next_header(a, archive_path, &e, &eof));
+        KILN_CHECK(rc, out, next_header(a, label, &e, &eof));
         KILN_CHECK_IF(rc, out, eof, KILN_ERR_VERIFY,
-                      "'%s': entry '%s': listed in the manifest but missing", archive_path,
+                      "'%s': entry '%s': listed in the manifest but missing", label,
                       got_card ? xf->path : "card.json");
-        KILN_CHECK(rc, out, check_entry(e, archive_path, &lim, &count, &total, &info));
+        KILN_CHECK(rc, out, check_entry(e, label, &lim, &count, &total, &info));
         if (info.is_dir) continue; /* the reader skips the data of what is not read */
         if (!got_card && !strcmp(info.path, "card.json")) {
-            KILN_CHECK(rc, out, read_listed(a, archive_path, &info, cf, &text));
+            KILN_CHECK(rc, out, read_listed(a, label, &info, cf, &text));
             if ((rc = kiln_json_parse(text, (size_t)info.size, "card.json", card))) {
-                kiln_errprefix(rc, "'%s': entry ", archive_path);
+                kiln_errprefix(rc, "'%s': entry ", label);
                 goto out;
             }
             got_card = true;
         } else if (!got_x && !strcmp(info.path, xf->path)) {
-            KILN_CHECK(rc, out, read_listed(a, archive_path, &info, xf, &xtext));
+            KILN_CHECK(rc, out, read_listed(a, label, &info, xf, &xtext));
             *len = (size_t)info.size;
             got_x = true;
         }
@@ -297,6 +301,7 @@ out:
     free(text);
     archive_read_free(a);
     if (rc) {
+        rc = source_rc(sr, rc);
         kiln_manifest_free(m);
         json_decref(*card);
         *card = NULL;
@@ -307,6 +312,17 @@ out:
         if (bytes) *bytes = xtext;
     }
     return rc;
+}
+
+kiln_err kiln_archive_inspect(const char *archive_path, kiln_manifest **manifest, json_t **card) {
+    return kiln_archive_inspect_with(archive_path, NULL, 0, manifest, card, NULL, NULL);
+}
+
+kiln_err kiln_archive_inspect_with(const char *archive_path, const char *also, uint64_t max,
+                                   kiln_manifest **manifest, json_t **card, char **bytes,
+                                   size_t *len) {
+    return inspect_from(archive_path, NULL, archive_path, NULL, also, max, manifest, card, bytes,
+                        len);
 }
 
 /* ---- unpack ------------------------------------------------------------------- */
@@ -453,11 +469,11 @@ out:
 }
 
 /* A source's bytes for libarchive; the source's own failure kept to be returned as such. */
-typedef struct src_reader {
+struct src_reader {
     const kiln_archive_source *src;
     kiln_err rc;
     char msg[1024];
-} src_reader;
+};
 
 static la_ssize_t src_read(struct archive *a, void *ctx, const void **buf) {
     src_reader *r = ctx;
@@ -600,4 +616,12 @@ kiln_err kiln_archive_unpack_source(const kiln_archive_source *src, const char *
     src_reader r = {.src = src};
     if (!out_dir) return check_from(NULL, &r, label, limits, expect, manifest_out);
     return unpack_from(NULL, &r, label, out_dir, limits, expect, manifest_out);
+}
+
+kiln_err kiln_archive_inspect_source(const kiln_archive_source *src, const char *label,
+                                     const kiln_manifest *expect, const char *also, uint64_t max,
+                                     kiln_manifest **manifest, json_t **card, char **bytes,
+                                     size_t *len) {
+    src_reader r = {.src = src};
+    return inspect_from(NULL, &r, label, expect, also, max, manifest, card, bytes, len);
 }

@@ -800,3 +800,48 @@ out:
     json_decref(j);
     pfx_free(&f);
 }
+
+/* A mirror reads no further into an archive than its card when the primary's copy of the
+ * validation report is the one the signed manifest lists; a copy that is not (a primary that
+ * lies, or lost it) is not taken: the report is read from the archive, and the mirror holds
+ * the archive's bytes either way. */
+KILN_TEST(registry_mirror_report_bytes_are_the_archives) {
+    pfx f;
+    char mroot[1100];
+    char *want1 = NULL, *want2 = NULL, *got1 = NULL, *got2 = NULL;
+    if (!CHECK("fixture", pfx_init(&f))) goto out;
+    want1 = rfx_text(f.reg.root, RFX_CONNECT,
+                     "SELECT hex(validation_text) FROM versions WHERE version = '1.0.0'");
+    want2 = rfx_text(f.reg.root, RFX_CONNECT,
+                     "SELECT hex(validation_text) FROM versions WHERE version = '2.0.0'");
+    CHECK("the primary holds both reports' bytes", want1 && want2);
+    CHECK("the primary's copy of 1.0.0's report is changed (the same length), 2.0.0's dropped",
+          rfx_sql(f.reg.root, RFX_CONNECT,
+                  "UPDATE versions SET validation_text = replace(validation_text, 'true', "
+                  "'fals') WHERE version = '1.0.0'",
+                  NULL) &&
+              rfx_sql(f.reg.root, RFX_CONNECT,
+                      "UPDATE versions SET validation_text = NULL WHERE version = '2.0.0'", NULL));
+    char *changed = rfx_text(f.reg.root, RFX_CONNECT,
+                             "SELECT hex(validation_text) FROM versions WHERE version = '1.0.0'");
+    CHECK("... really changed", changed && want1 && strcmp(changed, want1));
+    free(changed);
+    snprintf(mroot, sizeof mroot, "%s/mirror", kiln_test_dir());
+    kiln_registry_client_opts from = {.url = f.reg.url, .retries = 2, .backoff_ms = 20};
+    kiln_registry_mirror_opts mo = {.root = mroot, .from = &from, .trust = f.reg.trust};
+    kiln_registry_mirror_result mr;
+    CHECK("mirrored: both versions",
+          kiln_registry_mirror_sync(&mo, &mr) == KILN_OK && mr.versions == 2);
+    got1 = rfx_text(mroot, RFX_CONNECT,
+                    "SELECT hex(validation_text) FROM versions WHERE version = '1.0.0'");
+    got2 = rfx_text(mroot, RFX_CONNECT,
+                    "SELECT hex(validation_text) FROM versions WHERE version = '2.0.0'");
+    CHECK("the mirror holds the archives' reports, not the primary's word",
+          got1 && got2 && want1 && want2 && !strcmp(got1, want1) && !strcmp(got2, want2));
+out:
+    free(want1);
+    free(want2);
+    free(got1);
+    free(got2);
+    pfx_free(&f);
+}

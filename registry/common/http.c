@@ -282,14 +282,6 @@ uint64_t reg_archive_bound(const kiln_manifest *m) {
     return sat_add(sat_add(t, t / 128), 64 * 1024);
 }
 
-uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
-                          const char *model, const char *version) {
-    kiln_manifest *m = reg_signed_manifest(ver, sig, t, model, version);
-    uint64_t bound = m ? reg_archive_bound(m) : UINT64_MAX;
-    kiln_manifest_free(m);
-    return bound;
-}
-
 kiln_manifest *reg_signed_manifest(const json_t *ver, const char *sig, const kiln_sign_trust *t,
                                    const char *model, const char *version) {
     const json_t *man = json_object_get(ver, "manifest");

@@ -56,6 +56,11 @@ typedef struct reg_archive_meta {
     uint8_t manifest_sha256[KILN_SHA256_BYTES];
 } reg_archive_meta;
 kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m);
+/* The same from what kiln_archive_inspect_with read: man (borrowed), card and the
+ * validation.json bytes vtext (vlen; NULL: none) taken, freed on failure too. archive names
+ * it in messages. */
+kiln_err reg_archive_meta_take(const char *archive, const struct kiln_manifest *man, json_t *card,
+                               char *vtext, size_t vlen, reg_archive_meta *m);
 void reg_archive_meta_release(reg_archive_meta *m);
 
 /* Who signed an archive, as "name, name (validation passed)" for messages and answers. */
@@ -128,15 +133,12 @@ uint64_t reg_archive_bound(const struct kiln_manifest *m);
  * signed manifest allows (KILN_ERR_VERIFY). label names the archive. */
 kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint64_t signed_bound,
                          const char *label) KILN_MUST_CHECK;
-/* The bound the signed manifest of model@version puts on its archive's size: the registry's
- * manifest (ver's "manifest", canonical) verified against the archive's signatures sig
+/* The manifest the release keys signed for model@version, parsed (the caller frees): the
+ * registry's copy (ver's "manifest", canonical) verified against the archive's signatures sig
  * under t (kiln_sign_verify_manifest_sigs: release keys, threshold, comments naming it and
- * model@version), then reg_archive_bound; UINT64_MAX when that cannot be established (no
- * manifest, signatures that do not verify: the full check after the download refuses those
- * in its own words). */
-uint64_t reg_signed_bound(const json_t *ver, const char *sig, const kiln_sign_trust *t,
-                          const char *model, const char *version);
-/* The same manifest, parsed (the caller frees), or NULL when it cannot be established. */
+ * model@version); NULL when that cannot be established (no manifest, signatures that do not
+ * verify: the full check after the download refuses those in its own words). Its
+ * reg_archive_bound bounds the archive's size before a byte is downloaded. */
 struct kiln_manifest *reg_signed_manifest(const json_t *ver, const char *sig,
                                           const kiln_sign_trust *t, const char *model,
                                           const char *version);
@@ -167,6 +169,12 @@ typedef struct reg_stream_result {
     kiln_err unpack_rc;
     char unpack_msg[1024];
     struct kiln_manifest *manifest;
+    /* reg_stream_start_meta's: inspected, meta holds the archive's metadata (its manifest
+     * expect's text, byte for byte; the caller releases it) and manifest is set, both read
+     * from the bytes hashed. Otherwise meta is empty (unpack_rc and unpack_msg say why when
+     * the reading failed). */
+    bool inspected;
+    reg_archive_meta meta;
 } reg_stream_result;
 typedef struct reg_stream reg_stream;
 /* A thread that follows partial (size bytes declared) through f, hashing every byte (SHA-256,
@@ -175,6 +183,12 @@ typedef struct reg_stream reg_stream;
  * label names the archive in messages. partial, label, staged and expect must outlive it. */
 kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
                           const char *staged, const struct kiln_manifest *expect, reg_stream **out);
+/* The same for a mirror's sync, which stores an archive without unpacking it: with expect,
+ * the archive's manifest (held to expect), card and, with report, validation.json read as it
+ * lands (kiln_archive_inspect_source, reg_archive_meta_take), the rest hashed, so that each
+ * byte is read once and decompressed at most once. */
+kiln_err reg_stream_start_meta(reg_follow *f, const char *partial, uint64_t size, const char *label,
+                               const struct kiln_manifest *expect, bool report, reg_stream **out);
 /* Wait for it (ending f if the download did not) and free it; *res its findings. */
 void reg_stream_join(reg_stream *s, reg_stream_result *res);
 

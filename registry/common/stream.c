@@ -1,8 +1,9 @@
 /* stream.c - a download read as it lands: the partial file followed by a thread of its own
  * that feeds every byte to the hash pipe (SHA-256 and BLAKE2b-512 for the record's digest and
  * the release signatures' prehash) and, when the pull has a signed manifest to hold it to, to
- * the secure unpack into the pull's private directory. So a pull's checks are done, or nearly,
- * when its last byte lands, and every digest comes from one read of each byte.
+ * the secure unpack into the pull's private directory (a mirror's sync, which stores the archive
+ * as it is: to reading its manifest, card and validation report). So a pull's checks are done,
+ * or nearly, when its last byte lands, and every digest comes from one read of each byte.
  *
  * The download (http.c, reg_download_follow) says how far the partial file is written
  * (reg_follow_grow), that it starts over (reg_follow_reset: a registry that ignored Range, or
@@ -88,6 +89,8 @@ struct reg_stream {
     reg_follow *f;
     const char *partial, *label, *staged;
     const kiln_manifest *expect;
+    bool inspect; /* a mirror's: the metadata read (reg_stream_start_meta), nothing unpacked */
+    bool report;  /* validation.json too (decompressing up to it: it comes after the weights) */
     uint64_t size;
     int fd;
     uint64_t off;
@@ -176,23 +179,42 @@ static void *stream_main(void *arg) {
         r->unpack_rc =
             kiln_archive_unpack_source(&src, s->label, s->staged, NULL, s->expect, &r->manifest);
         if (r->unpack_rc) snprintf(r->unpack_msg, sizeof r->unpack_msg, "%s", kiln_errmsg());
+    } else if (s->inspect) {
+        kiln_archive_source src = {follow_read, s};
+        json_t *card = NULL;
+        char *vtext = NULL;
+        size_t vlen = 0;
+        r->unpack_rc = kiln_archive_inspect_source(
+            &src, s->label, s->expect, s->report ? "validation.json" : NULL, REG_VALIDATION_MAX,
+            &r->manifest, &card, &vtext, &vlen);
+        if (!r->unpack_rc)
+            r->unpack_rc =
+                reg_archive_meta_take(s->label, r->manifest, card, vtext, vlen, &r->meta);
+        if (r->unpack_rc) snprintf(r->unpack_msg, sizeof r->unpack_msg, "%s", kiln_errmsg());
     }
     kiln_err rc = drain(s);
     kiln_hashpipe_finish(s->pipe, r->sha256, r->blake2b, &r->bytes);
     kiln_debug("download reader: %.3f s CPU (reading the partial%s)", kiln_thread_cpu_s(),
-               s->staged ? ", decompressing, hashing and writing every file" : "");
+               s->staged ? ", decompressing, hashing and writing every file"
+               : s->inspect
+                   ? (s->report ? ", decompressing it to read the manifest, card and report"
+                                : ", decompressing its manifest and card")
+                   : "");
     r->hashed = rc == KILN_OK && r->bytes == s->size;
     r->unpacked = s->staged && !r->unpack_rc && !s->spoiled && r->hashed;
+    r->inspected = s->inspect && !r->unpack_rc && !s->spoiled && r->hashed;
     if (s->staged && !r->unpack_rc && !r->unpacked) reg_rmtree(s->staged);
-    if (!r->unpacked) {
+    if (!r->inspected) reg_archive_meta_release(&r->meta);
+    if (!r->unpacked && !r->inspected) {
         kiln_manifest_free(r->manifest);
         r->manifest = NULL;
     }
     return NULL;
 }
 
-kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
-                          const char *staged, const kiln_manifest *expect, reg_stream **out) {
+static kiln_err stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
+                             const char *staged, const kiln_manifest *expect, bool inspect,
+                             bool report, reg_stream **out) {
     *out = NULL;
     reg_stream *s = kiln_calloc(1, sizeof *s);
     if (!s) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
@@ -202,6 +224,8 @@ kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, con
     s->label = label;
     s->staged = expect ? staged : NULL;
     s->expect = expect;
+    s->inspect = expect && inspect; /* nothing is read before a signed manifest holds it */
+    s->report = report;
     s->fd = -1;
     pthread_mutex_lock(&f->mu);
     s->gen = f->gen;
@@ -217,6 +241,16 @@ kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, con
     s->started = true;
     *out = s;
     return KILN_OK;
+}
+
+kiln_err reg_stream_start(reg_follow *f, const char *partial, uint64_t size, const char *label,
+                          const char *staged, const kiln_manifest *expect, reg_stream **out) {
+    return stream_start(f, partial, size, label, staged, expect, false, false, out);
+}
+
+kiln_err reg_stream_start_meta(reg_follow *f, const char *partial, uint64_t size, const char *label,
+                               const kiln_manifest *expect, bool report, reg_stream **out) {
+    return stream_start(f, partial, size, label, NULL, expect, true, report, out);
 }
 
 void reg_stream_join(reg_stream *s, reg_stream_result *res) {

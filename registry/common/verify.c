@@ -23,6 +23,14 @@ kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
     size_t vlen = 0;
     KILN_TRY(kiln_archive_inspect_with(archive, "validation.json", REG_VALIDATION_MAX, &man, &card,
                                        &vtext, &vlen));
+    kiln_err rc = reg_archive_meta_take(archive, man, card, vtext, vlen, m);
+    kiln_manifest_free(man);
+    return rc;
+}
+
+kiln_err reg_archive_meta_take(const char *archive, const kiln_manifest *man, json_t *card,
+                               char *vtext, size_t vlen, reg_archive_meta *m) {
+    memset(m, 0, sizeof *m);
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out,
                   strlen(man->name) > KILN_REGISTRY_NAME_MAX ||
@@ -51,7 +59,6 @@ kiln_err reg_archive_meta_read(const char *archive, reg_archive_meta *m) {
 out:
     free(vtext);
     json_decref(card);
-    kiln_manifest_free(man);
     if (rc) reg_archive_meta_release(m);
     return rc;
 }

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "export.h"
 #include "server_int.h"
 
 /* ---- the store's marks (the meta table) ---- */
@@ -296,15 +297,19 @@ static kiln_err sync_trust(mirror_run *m) {
 
 /* The archive's signatures under some version of the chain (the policy of the day the
  * primary took it may since have been followed by another), newest first; *rep from the one
- * that verified. The message, when none does, is the newest's. */
+ * that verified. With man (the manifest read as the bytes landed, which prehash is of) the
+ * archive is not opened again. The message, when none does, is the newest's. */
 static kiln_err verify_sigs(mirror_run *m, const char *file, const uint8_t *prehash,
-                            const char *sig, const char *label, kiln_sign_archive_report *rep) {
+                            const kiln_manifest *man, const char *sig, const char *label,
+                            kiln_sign_archive_report *rep) {
     char msg[1024] = "";
     kiln_err first = KILN_OK;
     for (size_t i = m->chain.n; i-- > 0;) {
         /* With the prehash (computed as the download landed) each policy costs no pass. */
         kiln_err rc =
-            prehash
+            prehash && man ? kiln_sign_verify_prehashed_sigs(prehash, man, file, sig, strlen(sig),
+                                                             label, m->chain.v[i], rep)
+            : prehash
                 ? kiln_sign_verify_archive_sigs_prehashed(file, prehash, sig, strlen(sig), label,
                                                           m->chain.v[i], rep)
                 : kiln_sign_verify_archive_sigs(file, sig, strlen(sig), label, m->chain.v[i], rep);
@@ -318,41 +323,88 @@ static kiln_err verify_sigs(mirror_run *m, const char *file, const uint8_t *preh
     return kiln_fail(first, "%s", msg);
 }
 
+static void stream_result_release(reg_stream_result *sr) {
+    kiln_manifest_free(sr->manifest);
+    reg_archive_meta_release(&sr->meta);
+    memset(sr, 0, sizeof *sr);
+}
+
 /* Download blob hex into partial (resuming what is there) and check its digest; a resumed
  * file that does not hash right is fetched once more from the start, as kiln pull does. The
- * SHA-256 and the signatures' BLAKE2b-512 come from the bytes as they land (stream.c): *b2
- * true and blake2b set when they did. */
+ * SHA-256 and the signatures' BLAKE2b-512 come from the bytes as they land (stream.c), and
+ * with expect (the signed manifest) the archive's metadata too: *sr says which did (the
+ * caller releases it). */
 static kiln_err fetch_blob(mirror_run *m, const char *hex, uint64_t size, const char *partial,
-                           const char *label, uint8_t blake2b[64], bool *b2) {
-    *b2 = false;
+                           const char *label, const kiln_manifest *expect, bool report,
+                           reg_stream_result *sr) {
+    memset(sr, 0, sizeof *sr);
     for (int pass = 0;; pass++) {
         struct stat sb;
         uint64_t have = stat(partial, &sb) == 0 ? (uint64_t)sb.st_size : 0;
         m->res->requests++;
         reg_follow *f = NULL;
         reg_stream *st = NULL;
-        reg_stream_result sr;
+        stream_result_release(sr);
+        /* The stream names the archive by its file, as reg_archive_meta_read would. */
         kiln_err rc = reg_follow_new(&f);
-        if (!rc) rc = reg_stream_start(f, partial, size, label, NULL, NULL, &st);
+        if (!rc) rc = reg_stream_start_meta(f, partial, size, partial, expect, report, &st);
         if (!rc) rc = reg_download_follow(&m->c, hex, size, partial, f);
-        reg_stream_join(st, &sr);
+        reg_stream_join(st, sr);
         reg_follow_free(f);
         KILN_TRY(rc);
         m->res->bytes += have <= size ? size - have : size;
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
-        if (sr.hashed) {
-            memcpy(h, sr.sha256, sizeof h);
-            memcpy(blake2b, sr.blake2b, 64);
-            *b2 = true;
-        } else {
+        if (sr->hashed)
+            memcpy(h, sr->sha256, sizeof h);
+        else
             KILN_TRY(kiln_sha256_file(partial, h));
-        }
         kiln_hex(h, sizeof h, got);
         if (!strcmp(got, hex)) return KILN_OK;
+        stream_result_release(sr);
         unlink(partial);
         KILN_FAIL_IF(pass > 0, KILN_ERR_VERIFY, "%s: the archive hashes to sha256:%s", label, got);
     }
+}
+
+/* Whether the bytes of validation.json need not be read from the archive: true when the
+ * signed manifest m lists none or one over REG_VALIDATION_MAX (none is kept), or when the
+ * primary's copy (ver's "validation_text") has the size and sha256 m lists: then *text is a
+ * copy of it (the caller frees). False when they must be read from the archive. */
+static bool report_of(const json_t *ver, const kiln_manifest *m, char **text, size_t *len) {
+    *text = NULL;
+    *len = 0;
+    const kiln_manifest_file *f = kiln_manifest_find(m, "validation.json");
+    if (!f || f->size > REG_VALIDATION_MAX) return true;
+    const json_t *t = json_object_get(ver, "validation_text");
+    if (!json_is_string(t) || json_string_length(t) != f->size) return false;
+    uint8_t d[KILN_SHA256_BYTES];
+    kiln_sha256(json_string_value(t), (size_t)f->size, d);
+    if (memcmp(d, f->sha256, sizeof d) != 0) return false;
+    *text = kiln_malloc((size_t)f->size + 1);
+    if (!*text) return false;
+    memcpy(*text, json_string_value(t), (size_t)f->size + 1);
+    *len = (size_t)f->size;
+    return true;
+}
+
+/* A blob the store holds, read once as a download is (stream.c): its digests and, with expect,
+ * its metadata in *sr (the caller releases it). Not hashed (sr->hashed false) when it is not
+ * size bytes long: the caller then hashes the file for the message. */
+static kiln_err read_held(const char *blob, uint64_t size, const kiln_manifest *expect, bool report,
+                          reg_stream_result *sr) {
+    memset(sr, 0, sizeof *sr);
+    struct stat sb;
+    if (stat(blob, &sb) != 0 || (uint64_t)sb.st_size != size) return KILN_OK;
+    reg_follow *f = NULL;
+    reg_stream *st = NULL;
+    KILN_TRY(reg_follow_new(&f));
+    kiln_err rc = reg_stream_start_meta(f, blob, size, blob, expect, report, &st);
+    reg_follow_grow(f, size); /* all there already */
+    reg_follow_end(f, true);
+    reg_stream_join(st, sr);
+    reg_follow_free(f);
+    return rc;
 }
 
 /* One version the primary lists: nothing to do when the mirror holds it with the same digest;
@@ -391,6 +443,12 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     char *blob = NULL, *partial = NULL;
     reg_archive_meta meta;
     memset(&meta, 0, sizeof meta);
+    kiln_manifest *signed_m = NULL;
+    char *report = NULL;
+    size_t report_len = 0;
+    bool have_report = false;
+    reg_stream_result sr;
+    memset(&sr, 0, sizeof sr);
     rc = get_json(m, path, &ver);
     if (rc) goto out;
     const char *sig = json_string_value(json_object_get(ver, "signature")),
@@ -408,44 +466,66 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
     KILN_CHECK_IF(rc, out, strlen(sig) > REG_SIG_MAX, KILN_ERR_LIMIT,
                   "%s: its signature file is larger than %u bytes", label, REG_SIG_MAX);
     /* The declared size, before a byte is downloaded, as a pull checks it: within the
-     * mirror's maximum and what an archive of the signed manifest can be (under the newest
-     * version of the chain that verifies the manifest's signatures). */
-    {
-        uint64_t bound = UINT64_MAX;
-        for (size_t i = m->chain.n; i-- > 0 && bound == UINT64_MAX;)
-            bound = reg_signed_bound(ver, sig, m->chain.v[i], model, version);
-        KILN_CHECK(rc, out, reg_size_accept(&m->c, size, bound, label));
-    }
+     * mirror's maximum and what an archive of the signed manifest can be (the primary's copy
+     * of the manifest, under the newest version of the chain that verifies the signatures over
+     * it). That manifest is also what the archive is read against as it lands. */
+    for (size_t i = m->chain.n; i-- > 0 && !signed_m;)
+        signed_m = reg_signed_manifest(ver, sig, m->chain.v[i], model, version);
+    KILN_CHECK(
+        rc, out,
+        reg_size_accept(&m->c, size, signed_m ? reg_archive_bound(signed_m) : UINT64_MAX, label));
+    /* The validation report comes after the weights in the archive: its bytes are taken from
+     * the primary's record of the version when they are the ones the signed manifest lists,
+     * so that the archive is decompressed no further than its card. */
+    have_report = signed_m && report_of(ver, signed_m, &report, &report_len);
     blob = reg_blob_path(m->root, hex);
     partial = kiln_asprintf("%s/tmp/mirror-%s.partial", m->root, hex);
     KILN_CHECK_IF(rc, out, !blob || !partial, KILN_ERR_NOMEM, "out of memory");
     /* A blob the store has (another version's, or one linked by a sync that stopped before
-     * its row) is checked as a download is. */
-    bool have_blob = kiln_path_exists(blob), have_b2 = false;
-    uint8_t b2[64];
+     * its row) is checked as a download is, read once as one is. */
+    bool have_blob = kiln_path_exists(blob);
     const char *file = have_blob ? blob : partial;
     if (have_blob) {
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
-        KILN_CHECK(rc, out, kiln_sha256_file(blob, h));
+        KILN_CHECK(rc, out, read_held(blob, size, signed_m, !have_report, &sr));
+        if (sr.hashed)
+            memcpy(h, sr.sha256, sizeof h);
+        else
+            KILN_CHECK(rc, out, kiln_sha256_file(blob, h));
         kiln_hex(h, sizeof h, got);
         KILN_CHECK_IF(rc, out, strcmp(got, hex), KILN_ERR_VERIFY,
                       "%s: the blob held here '%s' hashes to sha256:%s", label, blob, got);
         unlink(partial); /* a sync stopped between the link and the partial's removal */
     } else {
-        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label, b2, &have_b2));
+        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label, signed_m, !have_report, &sr));
     }
     /* As the server on upload: every signature block under the policy, then the archive's
-     * manifest (the one the signatures name) and its name and version. */
+     * manifest (the one the signatures name) and its name and version. The manifest, card
+     * and report were read from the bytes as they were hashed (against the signed manifest)
+     * and are used only now, after the signatures verified; when they were not (no signed
+     * manifest, a download that started over, a read that failed: its own words come after
+     * the signatures' verdict), they are read from the file. */
     kiln_sign_archive_report rep;
     char sig_label[260];
     snprintf(sig_label, sizeof sig_label, "signature of %s", label);
-    rc = verify_sigs(m, file, have_b2 ? b2 : NULL, sig, sig_label, &rep);
+    rc = verify_sigs(m, file, sr.hashed ? sr.blake2b : NULL, sr.inspected ? sr.manifest : NULL, sig,
+                     sig_label, &rep);
     if (rc) { /* name the archive, not the temporary file it is in */
         rc = reg_relabel(rc, file, "the primary's archive");
         goto out;
     }
-    rc = reg_archive_meta_read(file, &meta);
+    if (sr.inspected) {
+        meta = sr.meta;
+        memset(&sr.meta, 0, sizeof sr.meta);
+        if (have_report && report && !memchr(report, 0, report_len)) {
+            meta.validation_text = report; /* as reg_archive_meta_take keeps it */
+            meta.validation_len = report_len;
+            report = NULL;
+        }
+    } else {
+        rc = reg_archive_meta_read(file, &meta);
+    }
     if (rc) {
         rc = kiln_errprefix(rc == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : rc, "%s: ", label);
         goto out;
@@ -491,6 +571,9 @@ out:
         rc = KILN_OK;
     }
     reg_archive_meta_release(&meta);
+    stream_result_release(&sr);
+    kiln_manifest_free(signed_m);
+    free(report);
     json_decref(ver);
     free(blob);
     free(partial);

@@ -23,27 +23,8 @@
 
 #include "server_int.h"
 
-static const char *const route_label[REG_R_COUNT] = {
-    [REG_R_NONE] = "other",
-    [REG_R_HEALTH] = "/healthz",
-    [REG_R_METRICS] = "/metrics",
-    [REG_R_MODELS] = "/v1/models",
-    [REG_R_MODEL] = "/v1/models/{model}",
-    [REG_R_VERSION] = "/v1/models/{model}/versions/{version}",
-    [REG_R_CHANNEL] = "/v1/models/{model}/channels/{channel}",
-    [REG_R_HISTORY] = "/v1/models/{model}/channels/{channel}/history",
-    [REG_R_BLOB] = "/v1/blobs/sha256/{digest}",
-    [REG_R_AUDIT] = "/v1/audit",
-    [REG_R_TOKENS] = "/v1/tokens",
-    [REG_R_UI_HOME] = "/",
-    [REG_R_UI_MODEL] = "/ui/models/{model}",
-    [REG_R_UI_CHANNEL] = "/ui/models/{model}/channels/{channel}",
-    [REG_R_UI_AUDIT] = "/ui/audit",
-    [REG_R_TRUST] = "/v1/trust",
-    [REG_R_TRUST_VERSION] = "/v1/trust/{version}",
-    [REG_R_UI_TRUST] = "/ui/trust",
-    [REG_R_UI_VERSION] = "/ui/models/{model}/versions/{version}",
-};
+/* The route's pattern, the label /metrics counts requests under ("other" for none). */
+static const char *route_label(int route);
 
 #define N_BUCKETS 8
 static const double bucket_le[N_BUCKETS] = {0.01, 0.05, 0.25, 1, 5, 30, 120, 600};
@@ -97,6 +78,9 @@ typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST } body_kind;
 /* One request, from its headers to its completion. */
 typedef struct req {
     int route;
+    const char *audit; /* the audit action of the route table's row answering it */
+    char allow[32];    /* a 405's Allow header: the methods the route takes here */
+    uint64_t trust_v;  /* /v1/trust/{version}: the version */
     bool deferred; /* a request without a body: routed once its head is all in */
     bool html; /* a page: errors are answered as pages too */
     char method[8];
@@ -174,6 +158,7 @@ static enum MHD_Result send_buf(struct MHD_Connection *c, req *r, unsigned statu
     }
     MHD_add_response_header(resp, "Content-Type", type);
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"kiln\"");
+    if (status == 405 && r->allow[0]) MHD_add_response_header(resp, "Allow", r->allow);
     r->status = status;
     enum MHD_Result ok = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
@@ -225,7 +210,7 @@ static enum MHD_Result send_page(struct MHD_Connection *c, req *r, unsigned stat
     if (tls && tls->tls_session)
         MHD_add_response_header(resp, "Strict-Transport-Security", "max-age=31536000");
     if (status == 401) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer realm=\"kiln\"");
-    if (status == 405) MHD_add_response_header(resp, "Allow", "GET, HEAD");
+    if (status == 405 && r->allow[0]) MHD_add_response_header(resp, "Allow", r->allow);
     r->status = status;
     enum MHD_Result ok = MHD_queue_response(c, status, resp);
     MHD_destroy_response(resp);
@@ -330,73 +315,6 @@ static int split_path(const char *url, char segs[MAX_SEGS][KILN_REGISTRY_NAME_MA
         i = j + 1;
     }
     return n;
-}
-
-int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bool *bad) {
-    char s[MAX_SEGS][KILN_REGISTRY_NAME_MAX * 3 + 1];
-    *bad = false;
-    int n = split_path(url, s);
-    if (n < 0) {
-        *bad = true;
-        return REG_R_NONE;
-    }
-    if (n == 1 && !strcmp(s[0], "healthz")) return REG_R_HEALTH;
-    if (n == 1 && !strcmp(s[0], "metrics")) return REG_R_METRICS;
-    if (n == 1 && !s[0][0]) return REG_R_UI_HOME;
-    bool ui = n >= 2 && !strcmp(s[0], "ui");
-    if (n < 2 || (strcmp(s[0], "v1") && !ui)) return REG_R_NONE;
-    int route = REG_R_NONE;
-    if (ui) {
-        if (n == 2 && !strcmp(s[1], "audit"))
-            route = REG_R_UI_AUDIT;
-        else if (n == 2 && !strcmp(s[1], "trust"))
-            route = REG_R_UI_TRUST;
-        else if (n == 3 && !strcmp(s[1], "models"))
-            route = REG_R_UI_MODEL;
-        else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "channels"))
-            route = REG_R_UI_CHANNEL;
-        else if (n == 5 && !strcmp(s[1], "models") && !strcmp(s[3], "versions"))
-            route = REG_R_UI_VERSION;
-    } else if (n == 2 && !strcmp(s[1], "models"))
-        route = REG_R_MODELS;
-    else if (n == 2 && !strcmp(s[1], "trust"))
-        route = REG_R_TRUST;
-    else if (n == 3 && !strcmp(s[1], "trust")) {
-        /* The version goes in seg[1] (seg[0] is a model name, checked as one). */
-        if (strlen(s[2]) > KILN_REGISTRY_NAME_MAX) {
-            *bad = true;
-            return REG_R_NONE;
-        }
-        seg[0][0] = 0;
-        snprintf(seg[1], sizeof seg[1], "%.64s", s[2]);
-        return REG_R_TRUST_VERSION;
-    }
-    else if (n == 2 && !strcmp(s[1], "audit"))
-        route = REG_R_AUDIT;
-    else if (n == 2 && !strcmp(s[1], "tokens"))
-        route = REG_R_TOKENS;
-    else if (n == 4 && !strcmp(s[1], "blobs") && !strcmp(s[2], "sha256"))
-        route = REG_R_BLOB;
-    else if (n >= 3 && !strcmp(s[1], "models")) {
-        if (n == 3)
-            route = REG_R_MODEL;
-        else if (n == 5 && !strcmp(s[3], "versions"))
-            route = REG_R_VERSION;
-        else if (n == 5 && !strcmp(s[3], "channels"))
-            route = REG_R_CHANNEL;
-        else if (n == 6 && !strcmp(s[3], "channels") && !strcmp(s[5], "history"))
-            route = REG_R_HISTORY;
-    }
-    if (route == REG_R_NONE) return REG_R_NONE;
-    /* Names are checked where they are used; longer ones are malformed here. */
-    const char *a = route == REG_R_BLOB ? s[3] : n >= 3 ? s[2] : "", *b = n >= 5 ? s[4] : "";
-    if (strlen(a) > KILN_REGISTRY_NAME_MAX || strlen(b) > KILN_REGISTRY_NAME_MAX) {
-        *bad = true;
-        return REG_R_NONE;
-    }
-    snprintf(seg[route == REG_R_BLOB ? 2 : 0], sizeof seg[0], "%.64s", a);
-    snprintf(seg[1], sizeof seg[1], "%.64s", b);
-    return route;
 }
 
 /* ---- metrics ---- */
@@ -509,13 +427,16 @@ static void put_mirror_metrics(FILE *f, const char *of, sqlite3 *db) {
     reg_mirror_status_release(&ms);
 }
 
-/* GET /healthz on a mirror: "ok", then what it mirrors and how fresh it is. */
-static enum MHD_Result do_health_mirror(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
-    sqlite3 *db = NULL;
+/* GET /healthz: "ok"; on a mirror, then what it mirrors and how fresh it is. Without a token
+ * or the store's connection (db is NULL): a primary's answer touches nothing. */
+static enum MHD_Result do_health(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                 sqlite3 *db) {
+    if (!s->mirror_of) return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
+    sqlite3 *mdb = NULL;
     reg_mirror_status ms = {0};
-    kiln_err rc = reg_db_connect(s->root, &db);
-    if (!rc) rc = reg_mirror_status_read(db, &ms);
-    reg_db_close(db);
+    kiln_err rc = reg_db_connect(s->root, &mdb);
+    if (!rc) rc = reg_mirror_status_read(mdb, &ms);
+    reg_db_close(mdb);
     if (rc) return send_kiln_error(c, r, rc);
     char when[21];
     kiln_format_time(ms.last_sync, when);
@@ -548,7 +469,7 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
         fprintf(f,
                 "kiln_registry_requests_total{route=\"%s\",method=\"%s\",status=\"%u\"} %" PRIu64
                 "\n",
-                route_label[s->rows[i].route], s->rows[i].method, s->rows[i].status, s->rows[i].n);
+                route_label(s->rows[i].route), s->rows[i].method, s->rows[i].status, s->rows[i].n);
     fprintf(
         f,
         "# HELP kiln_registry_bytes_served_total Archive bytes sent by blob downloads.\n"
@@ -621,7 +542,8 @@ static const char *validation_verdict(sqlite3_stmt *st, int i) {
     return verdict;
 }
 
-static enum MHD_Result do_models(struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_models(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                 sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db, "SELECT model, count(*), max(created) FROM versions GROUP BY model ORDER BY model",
@@ -636,7 +558,8 @@ static enum MHD_Result do_models(struct MHD_Connection *c, req *r, sqlite3 *db) 
     return send_json(c, r, 200, json_pack("{s:o}", "models", arr));
 }
 
-static enum MHD_Result do_model(struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_model(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
@@ -683,7 +606,8 @@ static enum MHD_Result do_model(struct MHD_Connection *c, req *r, sqlite3 *db) {
                                "channels", channels));
 }
 
-static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_version(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
@@ -707,7 +631,8 @@ static enum MHD_Result do_version(struct MHD_Connection *c, req *r, sqlite3 *db)
     return send_json(c, r, 200, j);
 }
 
-static enum MHD_Result do_channel(struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_channel(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  sqlite3 *db) {
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db,
                            "SELECT record FROM channel_records WHERE model = ?1 AND channel = ?2 "
@@ -732,7 +657,8 @@ static bool audit_number(const char *s, int64_t max, int64_t *out);
 /* ?after=SEQ: only the records after it (a mirror's sync asks for what it lacks). Each
  * record's stored bytes go out as "text" beside the parsed "record", so that a copy of them
  * is byte for byte what was signed and stored. */
-static enum MHD_Result do_history(struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_history(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  sqlite3 *db) {
     const char *after_arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "after");
     int64_t after = 0;
     /* Digits that fit, as /v1/audit's numbers (no sign, space or exponent): 400 otherwise. */
@@ -767,7 +693,8 @@ static const char *query_arg(struct MHD_Connection *c, const char *name) {
     return MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
 }
 
-static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_audit(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                sqlite3 *db) {
     reg_audit_query q;
     char why[200];
     if (!reg_audit_parse(query_arg(c, "after"), query_arg(c, "limit"), query_arg(c, "since"),
@@ -804,7 +731,8 @@ static enum MHD_Result do_audit(struct MHD_Connection *c, req *r, sqlite3 *db) {
 }
 
 /* The tokens as `kiln registry token list --json` shows them: never a secret or a hash. */
-static enum MHD_Result do_tokens(struct MHD_Connection *c, req *r, sqlite3 *db) {
+static enum MHD_Result do_tokens(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                 sqlite3 *db) {
     kiln_registry_token_info *t;
     size_t n;
     kiln_err rc = reg_token_list_db(db, &t, &n);
@@ -814,44 +742,53 @@ static enum MHD_Result do_tokens(struct MHD_Connection *c, req *r, sqlite3 *db) 
     return j ? send_json(c, r, 200, j) : MHD_NO;
 }
 
-/* A page of the web UI (ui.c reads the store, web/ writes the HTML). */
+/* ---- the pages of the web UI (ui.c reads the store, web/ writes the HTML): each renders
+ * into b under t, the policy in force (NULL: none) ---- */
+
+#define PAGE_ARGS                                                                                  \
+    kiln_registry_server *s, struct MHD_Connection *c, const req *r, sqlite3 *db,                  \
+        const kiln_sign_trust *t, int64_t now, kiln_web_buf *b
+
+static kiln_err page_home(PAGE_ARGS) {
+    return reg_ui_home(db, t, now, b);
+}
+
+static kiln_err page_model(PAGE_ARGS) {
+    return reg_ui_model(db, t, r->seg[0], now, b);
+}
+
+static kiln_err page_version(PAGE_ARGS) {
+    return reg_ui_version(db, t, s->root, r->seg[0], r->seg[1], now, b);
+}
+
+/* ?before=SEQ: the records before it (a bad one shows the newest, as a link would). */
+static kiln_err page_channel(PAGE_ARGS) {
+    const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
+    return reg_ui_channel(db, t, r->seg[0], r->seg[1], before ? strtoll(before, NULL, 10) : 0, now,
+                          b);
+}
+
+static kiln_err page_trust(PAGE_ARGS) {
+    const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
+    return reg_ui_trust(db, t, s->trust_start, before ? strtoull(before, NULL, 10) : 0, now, b);
+}
+
+static kiln_err page_audit(PAGE_ARGS) {
+    reg_audit_query q;
+    char why[200];
+    if (!reg_audit_parse(query_arg(c, "after"), NULL, NULL, NULL, NULL, &q, why))
+        q.after = 0; /* a page (as before= of the others): a bad link shows the start */
+    return reg_ui_audit(db, q.after, now, b);
+}
+
+typedef kiln_err (*page_fn)(PAGE_ARGS);
+
+/* A page row's answer: its page under the policy in force. */
 static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c, req *r,
-                               sqlite3 *db) {
+                               sqlite3 *db, page_fn page) {
     kiln_web_buf b = {0};
-    int64_t now = kiln_unix_time();
-    kiln_err rc;
     trust_ref *tr = trust_acquire(s);
-    const kiln_sign_trust *t = tr ? tr->t : NULL;
-    switch (r->route) {
-    case REG_R_UI_HOME:
-        rc = reg_ui_home(db, t, now, &b);
-        break;
-    case REG_R_UI_MODEL:
-        rc = reg_ui_model(db, t, r->seg[0], now, &b);
-        break;
-    case REG_R_UI_VERSION:
-        rc = reg_ui_version(db, t, s->root, r->seg[0], r->seg[1], now, &b);
-        break;
-    case REG_R_UI_CHANNEL: {
-        const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
-        rc = reg_ui_channel(db, t, r->seg[0], r->seg[1],
-                            before ? strtoll(before, NULL, 10) : 0, now, &b);
-        break;
-    }
-    case REG_R_UI_TRUST: {
-        const char *before = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "before");
-        rc = reg_ui_trust(db, t, s->trust_start, before ? strtoull(before, NULL, 10) : 0, now, &b);
-        break;
-    }
-    default: {
-        reg_audit_query q;
-        char why[200];
-        if (!reg_audit_parse(query_arg(c, "after"), NULL, NULL, NULL, NULL, &q, why))
-            q.after = 0; /* a page (as before= of the others): a bad link shows the start */
-        rc = reg_ui_audit(db, q.after, now, &b);
-        break;
-    }
-    }
+    kiln_err rc = page(s, c, r, db, tr ? tr->t : NULL, kiln_unix_time(), &b);
     trust_release(s, tr);
     if (rc) {
         kiln_web_buf_release(&b);
@@ -1017,7 +954,8 @@ static void blob_done(void *cls) {
     free(br);
 }
 
-static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
+static enum MHD_Result do_blob(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                               sqlite3 *db) {
     char digest[80], hex[KILN_SHA256_HEX];
     snprintf(digest, sizeof digest, "sha256:%s", r->seg[2]);
     if (!reg_digest_hex(digest, hex))
@@ -1219,14 +1157,15 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
                                .sig_len = r->sig_len,
                                .publisher = r->token_name,
                                .created = kiln_unix_time()};
-        rc = reg_version_insert(db, &row, r->token_name, "publish", NULL, &existed);
+        rc = reg_version_insert(db, &row, r->token_name, r->audit, NULL, &existed);
     }
     reg_archive_meta_release(&m);
     if (rc) return send_kiln_error(c, r, rc);
     return send_published(c, r, existed ? 200 : 201, digest, r->declared);
 }
 
-static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
+static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db) {
     if (!has_trust(s))
         return send_error(
             c, r, 422,
@@ -1269,7 +1208,7 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
         rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
     if (!rc)
         rc = reg_record_insert(db, &rec, r->rec, r->token_name, kiln_unix_time(), r->token_name,
-                               NULL, NULL);
+                               r->audit, NULL);
     if (rc) return send_kiln_error(c, r, rc);
     return send_json(c, r, 201,
                      json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel",
@@ -1279,16 +1218,19 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
 
 /* ---- trust versions ---- */
 
-/* GET /v1/trust (v 0: the newest) and /v1/trust/{v}: the signed document as stored. */
-static enum MHD_Result do_trust(struct MHD_Connection *c, req *r, sqlite3 *db, uint64_t v) {
+/* GET /v1/trust (trust_v 0: the newest) and /v1/trust/{version}: the signed document as
+ * stored. */
+static enum MHD_Result do_trust(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                sqlite3 *db) {
     char *doc;
     size_t len;
-    kiln_err rc = reg_trust_get(db, v, &doc, &len);
+    kiln_err rc = reg_trust_get(db, r->trust_v, &doc, &len);
     if (rc) return send_kiln_error(c, r, rc);
     return send_buf(c, r, 200, doc, len, "application/json");
 }
 
-static enum MHD_Result trust_start(kiln_registry_server *s, struct MHD_Connection *c, req *r) {
+static enum MHD_Result trust_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                   sqlite3 *db) {
     if (!has_trust(s))
         return send_error(
             c, r, 422,
@@ -1317,8 +1259,7 @@ static enum MHD_Result trust_finish(kiln_registry_server *s, struct MHD_Connecti
     r->rec[r->rec_len] = 0;
     if (memchr(r->rec, 0, r->rec_len))
         return send_error(c, r, 400, "the trust version holds a NUL byte");
-    uint64_t v = 0;
-    (void)reg_trust_version_parse(r->seg[1], &v); /* checked in first_call */
+    uint64_t v = r->trust_v; /* checked in first_call */
     char label[96];
     snprintf(label, sizeof label, "trust version %llu", (unsigned long long)v);
     kiln_sign_trust *t = NULL, *next = NULL;
@@ -1347,7 +1288,7 @@ static enum MHD_Result trust_finish(kiln_registry_server *s, struct MHD_Connecti
         rc = kiln_sign_trust_update(cur->t, r->rec, r->rec_len, label, &next, NULL);
     trust_release(s, cur);
     if (rc == KILN_ERR_FORMAT) status = 400;
-    if (!rc) rc = reg_trust_insert(db, v, r->rec, r->rec_len, r->token_name);
+    if (!rc) rc = reg_trust_store(db, v, r->rec, r->rec_len, r->token_name, r->audit, NULL);
     if (!rc) {
         rc = trust_swap(s, next);
         next = NULL;
@@ -1360,6 +1301,145 @@ static enum MHD_Result trust_finish(kiln_registry_server *s, struct MHD_Connecti
         return send_kiln_error(c, r, rc);
     }
     return send_json(c, r, status, json_pack("{s:I}", "version", (json_int_t)v));
+}
+
+/* ---- the routes ---- */
+
+/* What a row asks of its request beyond its method and pattern. */
+enum {
+    R_OPEN = 1 << 0,    /* no token and no store (its handler gets db NULL): /healthz */
+    R_WRITE = 1 << 1,   /* refused on a mirror; a new version or channel follows the naming rule */
+    R_PAGE = 1 << 2,    /* a page: refusals are pages too, and an empty {model} is a bad name */
+    R_TRUST_N = 1 << 3, /* {version} is a trust version (1 to 2^53-1), in req.trust_v */
+};
+
+typedef enum MHD_Result (*route_fn)(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db);
+
+/* One row per method and route: a new route is one row and one handler. A pattern is
+ * literal segments and captures, {model} (into seg[0]), {version} or {channel} (seg[1]) and
+ * {digest} (seg[2]), each one percent-decoded segment of the path (so an encoded '/' stays
+ * inside a name). The rows of one route share its pattern, which is also the route's label in
+ * /metrics; no two patterns match one path. */
+typedef struct route_row {
+    const char *method; /* "GET" answers HEAD too */
+    const char *pattern;
+    int route;         /* REG_R_*: how /metrics and the fuzz target name it */
+    unsigned scope;    /* what the token needs (KILN_SCOPE_READ: none, unless reads are closed) */
+    route_fn fn;       /* the answer, or */
+    page_fn page;      /* a page's, rendered by do_page */
+    const char *audit; /* the action the handler writes to the audit log; NULL: none */
+    unsigned flags;    /* R_* */
+} route_row;
+
+static const route_row routes[] = {
+    {"GET", "/healthz", REG_R_HEALTH, 0, do_health, NULL, NULL, R_OPEN},
+    {"GET", "/metrics", REG_R_METRICS, KILN_SCOPE_READ, do_metrics, NULL, NULL, 0},
+    {"GET", "/v1/models", REG_R_MODELS, KILN_SCOPE_READ, do_models, NULL, NULL, 0},
+    {"GET", "/v1/models/{model}", REG_R_MODEL, KILN_SCOPE_READ, do_model, NULL, NULL, 0},
+    {"GET", "/v1/models/{model}/versions/{version}", REG_R_VERSION, KILN_SCOPE_READ, do_version,
+     NULL, NULL, 0},
+    {"PUT", "/v1/models/{model}/versions/{version}", REG_R_VERSION, KILN_SCOPE_PUBLISH,
+     upload_start, NULL, "publish", R_WRITE},
+    {"GET", "/v1/models/{model}/channels/{channel}", REG_R_CHANNEL, KILN_SCOPE_READ, do_channel,
+     NULL, NULL, 0},
+    /* The audit action is the record's own: "promote", or "rollback" for a record whose reason
+     * says so (reg_record_insert). */
+    {"PUT", "/v1/models/{model}/channels/{channel}", REG_R_CHANNEL, KILN_SCOPE_PROMOTE,
+     record_start, NULL, NULL, R_WRITE},
+    {"GET", "/v1/models/{model}/channels/{channel}/history", REG_R_HISTORY, KILN_SCOPE_READ,
+     do_history, NULL, NULL, 0},
+    {"GET", "/v1/blobs/sha256/{digest}", REG_R_BLOB, KILN_SCOPE_READ, do_blob, NULL, NULL, 0},
+    {"GET", "/v1/audit", REG_R_AUDIT, KILN_SCOPE_ADMIN, do_audit, NULL, NULL, 0},
+    {"GET", "/v1/tokens", REG_R_TOKENS, KILN_SCOPE_ADMIN, do_tokens, NULL, NULL, 0},
+    {"GET", "/v1/trust", REG_R_TRUST, KILN_SCOPE_READ, do_trust, NULL, NULL, 0},
+    {"GET", "/v1/trust/{version}", REG_R_TRUST_VERSION, KILN_SCOPE_READ, do_trust, NULL, NULL,
+     R_TRUST_N},
+    {"PUT", "/v1/trust/{version}", REG_R_TRUST_VERSION, KILN_SCOPE_ADMIN, trust_start, NULL,
+     "trust.put", R_WRITE | R_TRUST_N},
+    {"GET", "/", REG_R_UI_HOME, KILN_SCOPE_READ, NULL, page_home, NULL, R_PAGE},
+    {"GET", "/ui/models/{model}", REG_R_UI_MODEL, KILN_SCOPE_READ, NULL, page_model, NULL, R_PAGE},
+    {"GET", "/ui/models/{model}/versions/{version}", REG_R_UI_VERSION, KILN_SCOPE_READ, NULL,
+     page_version, NULL, R_PAGE},
+    {"GET", "/ui/models/{model}/channels/{channel}", REG_R_UI_CHANNEL, KILN_SCOPE_READ, NULL,
+     page_channel, NULL, R_PAGE},
+    {"GET", "/ui/audit", REG_R_UI_AUDIT, KILN_SCOPE_ADMIN, NULL, page_audit, NULL, R_PAGE},
+    {"GET", "/ui/trust", REG_R_UI_TRUST, KILN_SCOPE_READ, NULL, page_trust, NULL, R_PAGE},
+};
+
+static const char *route_label(int route) {
+    for (size_t i = 0; i < KILN_ARRAY_LEN(routes); i++)
+        if (routes[i].route == route) return routes[i].pattern;
+    return "other";
+}
+
+bool reg_route_row(size_t i, reg_route_info *out) {
+    if (i >= KILN_ARRAY_LEN(routes)) return false;
+    const route_row *w = &routes[i];
+    *out = (reg_route_info){.method = w->method,
+                            .pattern = w->pattern,
+                            .audit = w->audit,
+                            .route = w->route,
+                            .scope = w->scope,
+                            .handlers = (w->fn != NULL) + (w->page != NULL),
+                            .open = w->flags & R_OPEN,
+                            .write = w->flags & R_WRITE,
+                            .page = w->flags & R_PAGE};
+    return true;
+}
+
+/* The seg index a pattern's segment p (n bytes) captures into: -1 for a literal, -2 for a
+ * capture of no known name (it matches nothing). */
+static int capture_of(const char *p, size_t n) {
+    static const struct {
+        const char *name;
+        int seg;
+    } caps[] = {{"{model}", 0}, {"{version}", 1}, {"{channel}", 1}, {"{digest}", 2}};
+    if (!n || p[0] != '{') return -1;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(caps); i++)
+        if (strlen(caps[i].name) == n && !strncmp(p, caps[i].name, n)) return caps[i].seg;
+    return -2;
+}
+
+/* Whether the path's decoded segments s[0..n) match pattern; cap[k] then points at what it
+ * captured into seg[k]. */
+static bool pattern_match(const char *pattern, char s[][KILN_REGISTRY_NAME_MAX * 3 + 1], int n,
+                          const char *cap[3]) {
+    const char *p = pattern + 1; /* past the leading '/' */
+    for (int i = 0; i < n; i++) {
+        if (!p) return false; /* the path is longer */
+        const char *e = strchr(p, '/');
+        size_t len = e ? (size_t)(e - p) : strlen(p);
+        int k = capture_of(p, len);
+        if (k == -2 || (k == -1 && (strlen(s[i]) != len || strncmp(s[i], p, len)))) return false;
+        if (k >= 0) cap[k] = s[i];
+        p = e ? e + 1 : NULL;
+    }
+    return !p;
+}
+
+int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bool *bad) {
+    char s[MAX_SEGS][KILN_REGISTRY_NAME_MAX * 3 + 1];
+    *bad = false;
+    int n = split_path(url, s);
+    if (n < 0) {
+        *bad = true;
+        return REG_R_NONE;
+    }
+    for (size_t i = 0; i < KILN_ARRAY_LEN(routes); i++) {
+        const char *cap[3] = {"", "", ""};
+        if (!pattern_match(routes[i].pattern, s, n, cap)) continue;
+        /* Names are checked where they are used; longer ones are malformed here. */
+        for (int k = 0; k < 3; k++)
+            if (strlen(cap[k]) > KILN_REGISTRY_NAME_MAX) {
+                *bad = true;
+                return REG_R_NONE;
+            }
+        for (int k = 0; k < 3; k++)
+            memcpy(seg[k], cap[k], strlen(cap[k]) + 1);
+        return routes[i].route;
+    }
+    return REG_R_NONE;
 }
 
 /* ---- the handler ---- */
@@ -1407,106 +1487,78 @@ static enum MHD_Result authorize(kiln_registry_server *s, struct MHD_Connection 
     return MHD_YES;
 }
 
+/* Whether row w answers method: "GET" answers HEAD too. */
+static bool method_is(const route_row *w, const char *method) {
+    return !strcmp(w->method, method) || (!strcmp(w->method, "GET") && !strcmp(method, "HEAD"));
+}
+
+/* A 405's Allow header: the methods of route's rows that s answers (a mirror: no writes). */
+static void allow_of(const kiln_registry_server *s, int route, char *out, size_t cap) {
+    size_t n = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(routes) && n < cap; i++)
+        if (routes[i].route == route && !(s->mirror_of && routes[i].flags & R_WRITE))
+            n += (size_t)snprintf(out + n, cap - n, "%s%s%s", n ? ", " : "", routes[i].method,
+                                  strcmp(routes[i].method, "GET") ? "" : ", HEAD");
+}
+
+/* The names the path captured, as w uses them; an answer (400) when one is bad, MHD_YES
+ * when all are good. A new version or channel follows the naming rule, so that NAME@REF can
+ * only mean one thing (kiln_registry_looks_like_version); what a store holds from before it
+ * is still read by its characters. */
+static enum MHD_Result check_names(struct MHD_Connection *c, req *r, const route_row *w, bool *ok) {
+    *ok = false;
+    bool write = w->flags & R_WRITE;
+    kiln_err rc = KILN_OK;
+    /* A page's names are checked as the API's are; an empty one is a bad name there too. */
+    if (strstr(w->pattern, "{model}") && (r->seg[0][0] || w->flags & R_PAGE))
+        rc = kiln_registry_check_name("model", r->seg[0]);
+    if (!rc && strstr(w->pattern, "{version}") && !(w->flags & R_TRUST_N))
+        rc = write ? kiln_registry_check_version(r->seg[1]) : reg_check_version_chars(r->seg[1]);
+    if (!rc && strstr(w->pattern, "{channel}"))
+        rc = write ? kiln_registry_check_channel(r->seg[1])
+                   : kiln_registry_check_name("channel", r->seg[1]);
+    if (rc) return send_kiln_error(c, r, rc);
+    if (w->flags & R_TRUST_N && !reg_trust_version_parse(r->seg[1], &r->trust_v))
+        return send_error(c, r, 400, "'%s' is not a trust version (an integer from 1 to 2^53-1)",
+                          r->seg[1]);
+    *ok = true;
+    return MHD_YES;
+}
+
+/* The table's answer: the row of the path's route and the method (400 for a malformed path,
+ * 404 when no route's pattern matches, 405 naming the methods that would), the names it
+ * captured checked, the token checked against the row's scope (401, 403), then its handler. */
 static enum MHD_Result first_call(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                   const char *url, const char *method) {
     bool bad;
     r->route = reg_route_match(url, r->seg, &bad);
-    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), put = !strcmp(method, "PUT");
-    bool ui = r->route == REG_R_UI_HOME || r->route == REG_R_UI_MODEL ||
-              r->route == REG_R_UI_CHANNEL || r->route == REG_R_UI_AUDIT ||
-              r->route == REG_R_UI_TRUST || r->route == REG_R_UI_VERSION;
-    r->html = ui || !strncmp(url, "/ui/", 4);
+    const route_row *w = NULL, *any = NULL;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(routes) && r->route != REG_R_NONE; i++)
+        if (routes[i].route == r->route) {
+            if (!any) any = &routes[i];
+            if (!w && method_is(&routes[i], method)) w = &routes[i];
+        }
+    r->html = (any && any->flags & R_PAGE) || !strncmp(url, "/ui/", 4);
     if (bad) return send_error(c, r, 400, "malformed path");
-    if (r->route == REG_R_NONE) return send_error(c, r, 404, "no such route");
-    if (r->route == REG_R_HEALTH && get && s->mirror_of) return do_health_mirror(s, c, r);
-    if (r->route == REG_R_HEALTH && get)
-        return send_buf(c, r, 200, kiln_strdup("ok\n"), 3, "text/plain");
-    bool writes =
-        r->route == REG_R_VERSION || r->route == REG_R_CHANNEL || r->route == REG_R_TRUST_VERSION;
-    if (!get && !(put && writes))
-        return send_error(c, r, 405, "%s is not allowed on %s", method, route_label[r->route]);
-    if (put && writes && s->mirror_of) /* a mirror is read-only: it copies its primary */
+    if (!any) return send_error(c, r, 404, "no such route");
+    if (!w || (w->flags & R_WRITE && s->mirror_of)) {
+        allow_of(s, r->route, r->allow, sizeof r->allow);
+        if (!w) return send_error(c, r, 405, "%s is not allowed on %s", method, any->pattern);
+        /* a mirror is read-only: it copies its primary */
         return send_error(c, r, 405, "this registry is a mirror of %s: publish there",
                           s->mirror_of);
-    kiln_err rc = KILN_OK;
-    /* A page's names are checked as the API's are; an empty one is a bad name there too. */
-    bool model_named = r->route == REG_R_UI_MODEL || r->route == REG_R_UI_CHANNEL ||
-                       r->route == REG_R_UI_VERSION;
-    if ((r->seg[0][0] || model_named) &&
-        (rc = kiln_registry_check_name("model", r->seg[0])) != KILN_OK)
-        return send_kiln_error(c, r, rc);
-    /* A new version or channel follows the naming rule, so that NAME@REF can only mean one
-     * thing (kiln_registry_looks_like_version); what a store holds from before it is still
-     * read by its characters. */
-    if ((r->route == REG_R_VERSION || r->route == REG_R_UI_VERSION) &&
-        (rc = put ? kiln_registry_check_version(r->seg[1]) : reg_check_version_chars(r->seg[1])))
-        return send_kiln_error(c, r, rc);
-    if ((r->route == REG_R_CHANNEL || r->route == REG_R_HISTORY || r->route == REG_R_UI_CHANNEL) &&
-        (rc = put && r->route == REG_R_CHANNEL ? kiln_registry_check_channel(r->seg[1])
-                                               : kiln_registry_check_name("channel", r->seg[1])))
-        return send_kiln_error(c, r, rc);
-    uint64_t tv = 0;
-    if (r->route == REG_R_TRUST_VERSION && !reg_trust_version_parse(r->seg[1], &tv))
-        return send_error(c, r, 400, "'%s' is not a trust version (an integer from 1 to 2^53-1)",
-                          r->seg[1]);
-    sqlite3 *db = NULL;
-    if ((rc = reg_db_connect(s->root, &db)) != KILN_OK) return send_kiln_error(c, r, rc);
-    bool admin = r->route == REG_R_AUDIT || r->route == REG_R_UI_AUDIT ||
-                 r->route == REG_R_TOKENS || (put && r->route == REG_R_TRUST_VERSION);
-    unsigned need = admin   ? KILN_SCOPE_ADMIN
-                    : put   ? (r->route == REG_R_VERSION ? KILN_SCOPE_PUBLISH : KILN_SCOPE_PROMOTE)
-                    : admin ? KILN_SCOPE_ADMIN
-                            : KILN_SCOPE_READ;
-    bool ok;
-    enum MHD_Result res = authorize(s, c, r, db, need, &ok);
-    if (ok) {
-        switch (r->route) {
-        case REG_R_METRICS:
-            res = do_metrics(s, c, r, db);
-            break;
-        case REG_R_MODELS:
-            res = do_models(c, r, db);
-            break;
-        case REG_R_MODEL:
-            res = do_model(c, r, db);
-            break;
-        case REG_R_VERSION:
-            res = put ? upload_start(s, c, r, db) : do_version(c, r, db);
-            break;
-        case REG_R_CHANNEL:
-            res = put ? record_start(s, c, r) : do_channel(c, r, db);
-            break;
-        case REG_R_HISTORY:
-            res = do_history(c, r, db);
-            break;
-        case REG_R_BLOB:
-            res = do_blob(s, c, r);
-            break;
-        case REG_R_AUDIT:
-            res = do_audit(c, r, db);
-            break;
-        case REG_R_TRUST:
-            res = do_trust(c, r, db, 0);
-            break;
-        case REG_R_TRUST_VERSION:
-            res = put ? trust_start(s, c, r) : do_trust(c, r, db, tv);
-            break;
-        case REG_R_TOKENS:
-            res = do_tokens(c, r, db);
-            break;
-        case REG_R_UI_HOME:
-        case REG_R_UI_MODEL:
-        case REG_R_UI_CHANNEL:
-        case REG_R_UI_AUDIT:
-        case REG_R_UI_TRUST:
-        case REG_R_UI_VERSION:
-            res = do_page(s, c, r, db);
-            break;
-        default:
-            res = send_error(c, r, 404, "no such route");
-            break;
-        }
     }
+    r->audit = w->audit;
+    if (w->flags & R_OPEN) return w->fn(s, c, r, NULL);
+    bool ok;
+    enum MHD_Result res = check_names(c, r, w, &ok);
+    if (!ok) return res;
+    sqlite3 *db = NULL;
+    kiln_err rc = reg_db_connect(s->root, &db);
+    if (rc) return send_kiln_error(c, r, rc);
+    res = authorize(s, c, r, db, w->scope, &ok);
+    if (ok) res = w->page ? do_page(s, c, r, db, w->page) : w->fn(s, c, r, db);
     reg_db_close(db);
     return res;
 }

@@ -231,6 +231,15 @@ enum reg_route {
  * when the path is malformed (bad escape, NUL, too many segments, a name over
  * KILN_REGISTRY_NAME_MAX). Names are not validated here. */
 int reg_route_match(const char *url, char seg[3][KILN_REGISTRY_NAME_MAX + 1], bool *bad);
+/* Row i of the server's route table (one per method and route), for its test; false past
+ * the last. handlers: how many of its two (an answer, a page) are set; one is right. */
+typedef struct reg_route_info {
+    const char *method, *pattern, *audit;
+    int route;
+    unsigned scope, handlers;
+    bool open, write, page;
+} reg_route_info;
+bool reg_route_row(size_t i, reg_route_info *out);
 /* A Range header against a blob of size bytes: "bytes=START-", "bytes=START-END" or
  * "bytes=-SUFFIX", one range of decimal digits (RFC 9110; no sign, space or list); an END
  * or SUFFIX past the end means "to the end". False when unsatisfiable or malformed. On
