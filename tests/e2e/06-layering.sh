@@ -3,13 +3,21 @@
 # core/ includes a registry header, the export module includes the runtime's, one side of the
 # registry includes the other's internal header (the client the server's, and back), registry/
 # includes validate's or train's (kiln release, which uses them, is a layer above: release/),
-# or data/ includes train's (datasets sit below the trainer).
+# or data/ includes train's (datasets sit below the trainer); and every module of the table is
+# on the picture of the floors.
 . "$(dirname "$0")/lib.sh"
 root=$(cd "$(dirname "$0")/../.." && pwd)
 sh "$root/tests/layering.sh" "$root" >"$T/out" 2>&1 || { cat "$T/out"; fail "layering check on the tree"; }
 mkdir "$T/tree"
 mods=$(awk '/^## Layering check/ {on = 1; next} on && /^## / {exit}
             on && /^\| `[a-z][a-z\/]*` \|/ {gsub(/`/, ""); print $2}' "$root/docs/architecture.md")
+# The picture of the floors ("## The house in one picture") shows every module of the table.
+pic=$(awk '/^## The house in one picture/ {on = 1; next} on && /^## / {exit}
+           on && /^```/ {inside = !inside; next} on && inside' "$root/docs/architecture.md")
+[ -n "$pic" ] || fail "docs/architecture.md has no picture of the layers"
+for m in $mods; do
+    echo "$pic" | grep -q "[[:space:]]$m/" || fail "docs/architecture.md: the picture of the layers lacks $m/"
+done
 (cd "$root" && tar cf - docs/architecture.md tests/layering.sh \
     $(find $mods -name '*.[ch]' -o -name '*.cu' -o -name '*.cuh')) | tar xf - -C "$T/tree"
 # registry/'s first source file, wherever in registry/ it is
