@@ -14,7 +14,7 @@ struct kiln_metrics {
     sqlite3 *db;
     sqlite3_stmt *ins_step, *ins_layer, *ins_tensor, *ins_event;
     /* step_sums: its statements (prepared on first use) and step_sums_done as read */
-    sqlite3_stmt *sum_steps, *sum_sums, *sum_ins, *sum_done;
+    sqlite3_stmt *sum_steps, *sum_sums, *sum_ins, *sum_done, *sum_set;
     bool sums_loaded;
     long sums_upto[KILN_METRICS_SUM_LEVELS];
     char *path;
@@ -68,6 +68,7 @@ void kiln_metrics_close(kiln_metrics *mx) {
     sqlite3_finalize(mx->sum_sums);
     sqlite3_finalize(mx->sum_ins);
     sqlite3_finalize(mx->sum_done);
+    sqlite3_finalize(mx->sum_set);
     sqlite3_close(mx->db);
     free(mx->path);
     free(mx);
@@ -365,9 +366,10 @@ static kiln_err sums_level(kiln_metrics *mx, int k, long end) {
     sqlite3_reset(st);
     if (!rc && cur >= 0) rc = sums_write(mx, k, cur, sp, seen);
     if (rc) return rc;
-    char sql[128];
-    snprintf(sql, sizeof sql, "INSERT OR REPLACE INTO step_sums_done VALUES(%d, %ld)", k, end);
-    KILN_TRY(exec(mx, sql));
+    KILN_TRY(prep(mx, &mx->sum_set, "INSERT OR REPLACE INTO step_sums_done VALUES(?1, ?2)"));
+    sqlite3_bind_int(mx->sum_set, 1, k);
+    sqlite3_bind_int64(mx->sum_set, 2, end);
+    if (sqlite3_step(mx->sum_set) != SQLITE_DONE) return db_fail(mx, "cannot write step_sums_done");
     mx->sums_upto[k] = end;
     return KILN_OK;
 }
