@@ -42,8 +42,8 @@ static const char schema[] =
     " step INTEGER, target INTEGER, name TEXT, r2 REAL, PRIMARY KEY(step, target));"
     /* The steps table summed up per bucket (train_int.h, kiln_metrics_sum_cols). */
     "CREATE TABLE IF NOT EXISTS step_sums("
-    " level INTEGER, bucket INTEGER, col INTEGER, minx INTEGER, miny REAL, maxx INTEGER,"
-    " maxy REAL, firstx INTEGER, firsty REAL, lastx INTEGER, lasty REAL, badx INTEGER, bady REAL,"
+    " level INTEGER, bucket INTEGER, col INTEGER, minx REAL, miny REAL, maxx REAL, maxy REAL,"
+    " firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL, bady REAL,"
     " PRIMARY KEY(level, bucket, col)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS step_sums_done(level INTEGER PRIMARY KEY, upto INTEGER);"
     /* The best validation (kiln runs list, the sweep page) without reading every step. */
@@ -256,9 +256,11 @@ static kiln_err sums_load(kiln_metrics *mx) {
     return KILN_OK;
 }
 
+/* A step, or NULL when there is none. (REAL, as readers that go by the declared type, such
+ * as the Python package, read a NULL REAL as NaN.) */
 static void bind_x(sqlite3_stmt *s, int i, bool have, double x) {
     if (have)
-        sqlite3_bind_int64(s, i, (sqlite3_int64)x);
+        sqlite3_bind_double(s, i, x);
     else
         sqlite3_bind_null(s, i);
 }
