@@ -31,11 +31,7 @@ start() { # a new server (no cache): PID, URL
     [ -z "$PID" ] || { kill $PID; wait $PID 2>/dev/null || true; }
     $KILN runs serve "$D" >"$T/out" 2>"$T/err" &
     PID=$!
-    i=0
-    while ! grep -q 'http://' "$T/out" 2>/dev/null; do
-        i=$((i + 1)); [ $i -lt 100 ] || { cat "$T/err" >&2; exit 2; }; sleep 0.05
-    done
-    URL=$(sed -n 's/.* on \(http:\/\/127\.0\.0\.1:[0-9]*\).*/\1/p' "$T/out")
+    wait_url
 }
 get() { curl -sf -o "$T/$2.html" -w '%{time_total}\n' "$URL$1"; }
 N=9

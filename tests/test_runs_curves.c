@@ -91,16 +91,23 @@ static long sql_long(const char *db, const char *q) {
     return v;
 }
 
+/* A run directory named name under the test's (its path in *dir, its metrics.db's in *db;
+ * both freed by the caller): run.json and metrics.db opened for writing into *mx. */
+static bool new_run(const char *name, char **dir, char **db, kiln_metrics **mx) {
+    *dir = kiln_test_path(name);
+    *db = kiln_path_join(*dir, "metrics.db");
+    kiln_test_put(*dir, "run.json", "{\"format\":\"kiln-run/1\",\"run_id\":\"r\",\"config\":{}}");
+    return kiln_metrics_open(*db, false, mx) == KILN_OK;
+}
+
 KILN_TEST(runs_curves_summary_equals_full_read) {
-    char *dir = kiln_test_path("sums");
-    kiln_test_put(dir, "run.json", "{\"format\":\"kiln-run/1\",\"run_id\":\"sums\",\"config\":{}}");
-    char *db = kiln_path_join(dir, "metrics.db");
+    char *dir, *db;
     kiln_run_cache *cache = NULL;
     kiln_run_curves live = {0}, cached = {0}, sums = {0}, full = {0}, upto = {0}, upto_full = {0};
     kiln_metrics *mx = NULL;
     CHECK("cache", kiln_run_cache_create(&cache) == KILN_OK);
     /* 30000 steps, a resume from 21234 (the trainer truncates and logs again), 40000. */
-    CHECK("open", kiln_metrics_open(db, false, &mx) == KILN_OK);
+    CHECK("open", new_run("sums", &dir, &db, &mx));
     CHECK("phase 1", log_steps(mx, 1, 30000, 0) == KILN_OK);
     CHECK("cached, before the resume",
           kiln_run_curves_load_cached(cache, dir, 512, 8, &live) == KILN_OK && live.last == 30000);
@@ -152,11 +159,9 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
 /* A metrics.db written by other means (gen-run.sh's SQL) summed up afterwards, and an old
  * one opened by a newer trainer, give the summary the trainer writes step by step. */
 KILN_TEST(runs_curves_summarize_afterwards) {
-    char *dir = kiln_test_path("sums-after");
-    char *db = kiln_path_join(dir, "metrics.db");
-    kiln_test_put(dir, "run.json", "{\"format\":\"kiln-run/1\",\"run_id\":\"a\",\"config\":{}}");
+    char *dir, *db;
     kiln_metrics *mx = NULL;
-    CHECK("open", kiln_metrics_open(db, false, &mx) == KILN_OK);
+    CHECK("open", new_run("sums-after", &dir, &db, &mx));
     CHECK("log", log_steps(mx, 1, 5000, 0) == KILN_OK);
     kiln_metrics_close(mx);
     sql(db, "CREATE TABLE kept AS SELECT * FROM step_sums;"
@@ -175,11 +180,9 @@ KILN_TEST(runs_curves_summarize_afterwards) {
 
 /* kiln runs list's and the sweep page's best validation: by its index, not every step. */
 KILN_TEST(runs_curves_best_val_index) {
-    char *dir = kiln_test_path("sums-val");
-    char *db = kiln_path_join(dir, "metrics.db");
-    kiln_test_put(dir, "run.json", "{}");
+    char *dir, *db;
     kiln_metrics *mx = NULL;
-    CHECK("open", kiln_metrics_open(db, false, &mx) == KILN_OK);
+    CHECK("open", new_run("sums-val", &dir, &db, &mx));
     kiln_metrics_close(mx);
     sqlite3 *h = NULL;
     sqlite3_stmt *st = NULL;
