@@ -61,8 +61,12 @@ static kiln_err round_once(const char *path, long steps, double *us) {
         snprintf(names[t], sizeof names[t], "blocks.%d.tensor%d.weight", t / 10, t % 10);
         ts[t].name = names[t];
     }
-    kiln_tsmoe_stats st = {.n_layers = L, .n_experts = E, .attn_entropy = ae,
-                           .router_entropy = re, .expert_load = load, .overflow = of,
+    kiln_tsmoe_stats st = {.n_layers = L,
+                           .n_experts = E,
+                           .attn_entropy = ae,
+                           .router_entropy = re,
+                           .expert_load = load,
+                           .overflow = of,
                            .act_rms = rms};
     kiln_err rc = KILN_OK;
     unsigned r = 1;
@@ -76,11 +80,21 @@ static kiln_err round_once(const char *path, long steps, double *us) {
         }
         for (int t = 0; t < T; t++)
             ts[t].grad_norm = 0.1 * (t + 1) * (1 + u), ts[t].update_ratio = 1e-4 * (1 + u);
-        kiln_train_progress p = {.step = s, .steps = steps, .first_step = 1,
-                                 .loss = 2 * exp(-6.0 * s / steps) + 0.02 * u, .mse = 0.5 * u,
-                                 .load_balance = 0.01, .z = 0.001, .lr = 1e-3, .grad_norm = u,
-                                 .applied = true, .tokens_per_s = 1e5, .stats = &st,
-                                 .has_val = s % 100 == 0, .val_loss = 1 + u, .val_r2 = 0.5};
+        kiln_train_progress p = {.step = s,
+                                 .steps = steps,
+                                 .first_step = 1,
+                                 .loss = 2 * exp(-6.0 * s / steps) + 0.02 * u,
+                                 .mse = 0.5 * u,
+                                 .load_balance = 0.01,
+                                 .z = 0.001,
+                                 .lr = 1e-3,
+                                 .grad_norm = u,
+                                 .applied = true,
+                                 .tokens_per_s = 1e5,
+                                 .stats = &st,
+                                 .has_val = s % 100 == 0,
+                                 .val_loss = 1 + u,
+                                 .val_r2 = 0.5};
         double t0 = now_us();
         rc = kiln_metrics_step(mx, &p, ts, T);
         us[s - 1] = now_us() - t0;

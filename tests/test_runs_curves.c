@@ -118,15 +118,14 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
     CHECK("phase 2", log_steps(mx, 21235, 40000, 1) == KILN_OK);
     kiln_metrics_close(mx);
     /* Every bucket a later step closed is summed up, at every level up to what they allow. */
-    CHECK("level 0 done", sql_long(db, "SELECT upto FROM step_sums_done WHERE level = 0") ==
-                              40000 / 16 * 16);
+    CHECK("level 0 done",
+          sql_long(db, "SELECT upto FROM step_sums_done WHERE level = 0") == 40000 / 16 * 16);
     CHECK("level 10 done", sql_long(db, "SELECT upto FROM step_sums_done WHERE level = 10") ==
                                40000 / 16384 * 16384);
     CHECK("no bucket past the resume from before it",
           sql_long(db, "SELECT count(*) FROM step_sums WHERE col = 0 AND level = 0 AND "
                        "bucket = 21248 / 16 AND miny > 0.5") == 1);
-    CHECK("summed, cached",
-          kiln_run_curves_load_cached(cache, dir, 512, 8, &cached) == KILN_OK);
+    CHECK("summed, cached", kiln_run_curves_load_cached(cache, dir, 512, 8, &cached) == KILN_OK);
     CHECK("summed", kiln_run_curves_load(dir, 512, 8, 0, &sums) == KILN_OK);
     CHECK("summed, up to a step", kiln_run_curves_load(dir, 332, 8, 33333, &upto) == KILN_OK);
     /* The same run as one logged before step_sums: read row by row. */
@@ -137,14 +136,15 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
     CHECK("the summary's curves are the full read's", same_step_curves(&sums, &full));
     CHECK("and the cache's after a resume", same_step_curves(&cached, &full));
     CHECK("and up to a step", upto.last == 33333 && same_step_curves(&upto, &upto_full));
-    CHECK("the spike kept", has_point(&sums, "loss", SPIKE, 1e3) &&
-                                has_point(&sums, "grad_norm", SPIKE, 50));
+    CHECK("the spike kept",
+          has_point(&sums, "loss", SPIKE, 1e3) && has_point(&sums, "grad_norm", SPIKE, 50));
     CHECK("the dip kept", has_point(&sums, "loss", DIP, -5));
     CHECK("a NaN step kept", has_point(&sums, "loss", 4099, NAN));
     CHECK("an infinity kept (as SQLite keeps it: NULL)", has_point(&sums, "loss", 25015, NAN));
     CHECK("the last step", has_point(&sums, "loss", 40000, loss_at(40000, 1)));
     const kiln_run_curve *v = kiln_run_curve_find(&sums, "val_loss");
-    CHECK("validation only where evaluated", v && v->n > 2 && v->x[0] == 97 && v->y[0] == 1 + 1.0 / 97);
+    CHECK("validation only where evaluated",
+          v && v->n > 2 && v->x[0] == 97 && v->y[0] == 1 + 1.0 / 97);
     kiln_run_curves_release(&live);
     kiln_run_curves_release(&cached);
     kiln_run_curves_release(&sums);
@@ -187,12 +187,13 @@ KILN_TEST(runs_curves_best_val_index) {
     sqlite3 *h = NULL;
     sqlite3_stmt *st = NULL;
     bool indexed = false, sorted = false;
-    if (CHECK("plan", sqlite3_open(db, &h) == SQLITE_OK &&
-                          sqlite3_prepare_v2(h,
-                                             "EXPLAIN QUERY PLAN SELECT step, val_loss, val_r2 FROM "
-                                             "steps WHERE val_loss IS NOT NULL ORDER BY val_loss, "
-                                             "step LIMIT 1",
-                                             -1, &st, NULL) == SQLITE_OK))
+    if (CHECK("plan",
+              sqlite3_open(db, &h) == SQLITE_OK &&
+                  sqlite3_prepare_v2(h,
+                                     "EXPLAIN QUERY PLAN SELECT step, val_loss, val_r2 FROM "
+                                     "steps WHERE val_loss IS NOT NULL ORDER BY val_loss, "
+                                     "step LIMIT 1",
+                                     -1, &st, NULL) == SQLITE_OK))
         while (sqlite3_step(st) == SQLITE_ROW) {
             const char *d = (const char *)sqlite3_column_text(st, 3);
             indexed |= d && strstr(d, "INDEX steps_val");

@@ -21,8 +21,8 @@ struct kiln_metrics {
 };
 
 const char *const kiln_metrics_sum_cols[KILN_METRICS_SUM_COLS] = {
-    "loss", "mse", "load_balance", "z", "lr", "grad_norm", "val_loss", "val_r2", "tokens_per_s",
-    "max_abs_output"};
+    "loss",   "mse",          "load_balance",  "z", "lr", "grad_norm", "val_loss",
+    "val_r2", "tokens_per_s", "max_abs_output"};
 
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS steps("
@@ -123,14 +123,15 @@ fail:
 
 kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
     char sql[768];
-    snprintf(sql, sizeof sql,
-             "BEGIN; DELETE FROM steps WHERE step > %ld; DELETE FROM layers WHERE step > %ld;"
-             " DELETE FROM tensors WHERE step > %ld; DELETE FROM events WHERE step > %ld;"
-             " DELETE FROM val_targets WHERE step > %ld;"
-             " DELETE FROM step_sums WHERE (bucket + 1) * (16 << level) > %ld + 1;"
-             " UPDATE step_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
-             " COMMIT;",
-             step, step, step, step, step, step, step);
+    snprintf(
+        sql, sizeof sql,
+        "BEGIN; DELETE FROM steps WHERE step > %ld; DELETE FROM layers WHERE step > %ld;"
+        " DELETE FROM tensors WHERE step > %ld; DELETE FROM events WHERE step > %ld;"
+        " DELETE FROM val_targets WHERE step > %ld;"
+        " DELETE FROM step_sums WHERE (bucket + 1) * (16 << level) > %ld + 1;"
+        " UPDATE step_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
+        " COMMIT;",
+        step, step, step, step, step, step, step);
     mx->sums_loaded = false;
     kiln_err rc = exec(mx, sql);
     if (rc) sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
@@ -297,7 +298,8 @@ static kiln_err sums_write(kiln_metrics *mx, int level, long bucket, const kiln_
     return KILN_OK;
 }
 
-void kiln_metrics_sum_span(sqlite3_stmt *st, int at, double x0, double width, kiln_rollup_span *sp) {
+void kiln_metrics_sum_span(sqlite3_stmt *st, int at, double x0, double width,
+                           kiln_rollup_span *sp) {
     kiln_rollup_span_init(sp, x0, width);
     kiln_rollup_bucket *b = &sp->b;
     b->finite = sqlite3_column_type(st, at) != SQLITE_NULL;
