@@ -172,7 +172,8 @@ KILN_TEST(runs_curves_summarize_afterwards) {
     const char *same = "SELECT (SELECT count(*) FROM (SELECT * FROM kept EXCEPT SELECT * FROM "
                        "step_sums)) + (SELECT count(*) FROM (SELECT * FROM step_sums EXCEPT "
                        "SELECT * FROM kept))";
-    CHECK("the same rows", sql_long(db, "SELECT count(*) FROM kept") > 300 && sql_long(db, same) == 0);
+    CHECK("the same rows",
+          sql_long(db, "SELECT count(*) FROM kept") > 300 && sql_long(db, same) == 0);
     /* A trainer resuming a run logged before step_sums sums the old rows up at its first step
      * (5001 closes no bucket that 5000 did not). */
     sql(db, "DELETE FROM step_sums; DROP TABLE step_sums_done");
