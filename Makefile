@@ -234,6 +234,10 @@ $(BUILD)/bench_train: $(BUILD)/obj/bench/bench_train.o $(BUILD)/libkiln.a
 $(BUILD)/bench_web: $(BUILD)/obj/bench/bench_web.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 
+# What the trainer's metrics logging costs a step (kiln_metrics_step, train/metrics.c).
+$(BUILD)/bench_metrics_log: $(BUILD)/obj/bench/bench_metrics_log.o $(BUILD)/libkiln.a
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+
 # What a model swap costs a service's tick path (bench_registry.sh runs it).
 $(BUILD)/bench_watch: $(BUILD)/obj/bench/bench_watch.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
@@ -269,7 +273,7 @@ bench-web: $(BUILD)/bench_web
 # and against sqlite3 reading the same series (bench/bench_runs_web.sh; ~750 MB kept in
 # $(BUILD)/bench/runs-web).
 .PHONY: bench-runs-web
-bench-runs-web: $(BUILD)/kiln
+bench-runs-web: $(BUILD)/kiln $(BUILD)/bench_metrics_log
 	@mkdir -p $(BUILD)/bench
 	sh bench/bench_runs_web.sh $(BUILD)/kiln $(BUILD)/bench > $(BUILD)/bench/runs_web.txt.tmp && mv $(BUILD)/bench/runs_web.txt.tmp $(BUILD)/bench/runs_web.txt
 	@cat $(BUILD)/bench/runs_web.txt
@@ -300,6 +304,7 @@ bench-registry: $(BUILD)/kiln $(BUILD)/bench_watch
 
 # The benchmarks are built (not run) by make test, so that none of them rots unnoticed.
 BENCH_BINS := $(addprefix $(BUILD)/,bench_stream bench_train bench_web bench_tokens bench_watch)
+BENCH_BINS += $(BUILD)/bench_metrics_log
 
 # The Python bindings against C on the same model and rows (bench/bench_python.py, with
 # bench_push: kiln_stream_push and kiln_model_forward through kiln.h only).

@@ -5,6 +5,11 @@
 serve_store() {
     $KILN registry serve --root "$1" --listen 127.0.0.1:0 >"$T/out" 2>"$T/err" &
     PID=$!
+    wait_url
+}
+# wait_url: URL once the server started in the background says in $T/out where it listens
+# (5 s at most, else its errors from $T/err and exit 2).
+wait_url() {
     _i=0
     while ! grep -q 'http://' "$T/out" 2>/dev/null; do
         _i=$((_i + 1)); [ $_i -lt 100 ] || { cat "$T/err" >&2; exit 2; }; sleep 0.05

@@ -314,6 +314,21 @@ void kiln_rollup_push(kiln_rollup *r, double x, double y); /* x >= 0, ascending 
 /* The points held, ascending x, into x and y of KILN_ROLLUP_MAX each; how many. */
 #define KILN_ROLLUP_MAX (3 * KILN_ROLLUP_BUCKETS + 2)
 size_t kiln_rollup_points(const kiln_rollup *r, double *x, double *y);
+/* A stretch [x0, x0 + width) of a series summed up ahead of time (metrics.db's step_sums):
+ * what a rollup bucket keeps of it, and its first and last finite points. Adding a span to
+ * a rollup equals pushing its points one by one, as long as width (a power of two, x0 a
+ * multiple of it) is at most the width the rollup ends at. Zero it with
+ * kiln_rollup_span_init. */
+typedef struct kiln_rollup_span {
+    double x0, width;
+    kiln_rollup_bucket b;
+    double firstx, firsty, lastx, lasty; /* when b.finite */
+} kiln_rollup_span;
+void kiln_rollup_span_init(kiln_rollup_span *s, double x0, double width);
+void kiln_rollup_span_push(kiln_rollup_span *s, double x, double y); /* ascending x */
+/* b's points follow a's: a becomes the two together (x0 and width stay a's). */
+void kiln_rollup_span_merge(kiln_rollup_span *a, const kiln_rollup_span *b);
+void kiln_rollup_add(kiln_rollup *r, const kiln_rollup_span *s); /* after every x pushed */
 
 /* ---- libraries loaded on first use (core/dl.c) ------------------------------------ */
 

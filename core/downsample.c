@@ -113,22 +113,30 @@ static void bucket_merge(kiln_rollup_bucket *a, const kiln_rollup_bucket *b) {
     if (b->bad && (!a->bad || b->badx < a->badx)) a->bad = true, a->badx = b->badx, a->bady = b->bady;
 }
 
+/* Buckets twice as wide: each pair merged into one. */
+static void widen(kiln_rollup *r) {
+    for (size_t i = 0; i < KILN_ROLLUP_BUCKETS / 2; i++) {
+        kiln_rollup_bucket m = r->b[2 * i];
+        bucket_merge(&m, &r->b[2 * i + 1]);
+        r->b[i] = m;
+    }
+    memset(&r->b[KILN_ROLLUP_BUCKETS / 2], 0, KILN_ROLLUP_BUCKETS / 2 * sizeof r->b[0]);
+    r->n = (r->n + 1) / 2;
+    r->width *= 2;
+}
+
+/* The bucket x falls in, widening until there is one. */
+static size_t bucket_at(kiln_rollup *r, double x) {
+    while (floor(x / r->width) >= KILN_ROLLUP_BUCKETS)
+        widen(r);
+    size_t i = (size_t)floor(x / r->width);
+    if (i + 1 > r->n) r->n = i + 1;
+    return i;
+}
+
 void kiln_rollup_push(kiln_rollup *r, double x, double y) {
     if (!(x >= 0)) x = 0;
-    double f = floor(x / r->width);
-    while (f >= KILN_ROLLUP_BUCKETS) {
-        for (size_t i = 0; i < KILN_ROLLUP_BUCKETS / 2; i++) {
-            kiln_rollup_bucket m = r->b[2 * i];
-            bucket_merge(&m, &r->b[2 * i + 1]);
-            r->b[i] = m;
-        }
-        memset(&r->b[KILN_ROLLUP_BUCKETS / 2], 0,
-               KILN_ROLLUP_BUCKETS / 2 * sizeof r->b[0]);
-        r->n = (r->n + 1) / 2;
-        r->width *= 2;
-        f = floor(x / r->width);
-    }
-    size_t i = (size_t)f;
+    size_t i = bucket_at(r, x);
     if (i + 1 > r->n) r->n = i + 1;
     kiln_rollup_bucket one = {x, y, x, y, x, y, isfinite(y), !isfinite(y)};
     bucket_merge(&r->b[i], &one);
@@ -136,6 +144,37 @@ void kiln_rollup_push(kiln_rollup *r, double x, double y) {
         if (!r->any) r->firstx = x, r->firsty = y;
         r->any = true;
         r->lastx = x, r->lasty = y;
+    }
+}
+
+void kiln_rollup_span_init(kiln_rollup_span *s, double x0, double width) {
+    memset(s, 0, sizeof *s);
+    s->x0 = x0;
+    s->width = width;
+}
+
+void kiln_rollup_span_merge(kiln_rollup_span *a, const kiln_rollup_span *b) {
+    if (b->b.finite) {
+        if (!a->b.finite) a->firstx = b->firstx, a->firsty = b->firsty;
+        a->lastx = b->lastx, a->lasty = b->lasty;
+    }
+    bucket_merge(&a->b, &b->b);
+}
+
+void kiln_rollup_span_push(kiln_rollup_span *s, double x, double y) {
+    kiln_rollup_span one = {x, 0, {x, y, x, y, x, y, isfinite(y), !isfinite(y)}, x, y, x, y};
+    kiln_rollup_span_merge(s, &one);
+}
+
+void kiln_rollup_add(kiln_rollup *r, const kiln_rollup_span *s) {
+    while (r->width < s->width)
+        widen(r);
+    size_t i = bucket_at(r, s->x0 >= 0 ? s->x0 : 0);
+    bucket_merge(&r->b[i], &s->b);
+    if (s->b.finite) {
+        if (!r->any) r->firstx = s->firstx, r->firsty = s->firsty;
+        r->any = true;
+        r->lastx = s->lastx, r->lasty = s->lasty;
     }
 }
 

@@ -13,10 +13,9 @@
 
 #include "train_int.h"
 
-static const char *const step_cols[] = {"loss",   "mse",      "load_balance", "z",
-                                        "lr",     "grad_norm", "val_loss",    "val_r2",
-                                        "tokens_per_s", "max_abs_output"};
-#define N_STEP_COLS (sizeof step_cols / sizeof *step_cols)
+/* The steps table's columns as step_sums numbers them (metrics.c). */
+#define step_cols kiln_metrics_sum_cols
+#define N_STEP_COLS KILN_METRICS_SUM_COLS
 static const char *const layer_cols[] = {"attn_entropy", "router_entropy", "load_imbalance",
                                          "dead_experts", "overflow",       "act_rms"};
 #define N_LAYER_COLS (sizeof layer_cols / sizeof *layer_cols)
@@ -113,6 +112,89 @@ static void steps_reset(steps_state *s) {
     s->ino = 0;
 }
 
+/* The steps table's rows after s->last up to step `to` into s. */
+static kiln_err steps_rows(sqlite3 *db, const char *run_dir, long to, steps_state *s) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, "
+                           "val_r2, tokens_per_s, max_abs_output FROM steps WHERE step > ?1 AND "
+                           "step <= ?2 ORDER BY step",
+                           -1, &st, NULL) != SQLITE_OK)
+        DB_FAIL(rc, out);
+    sqlite3_bind_int64(st, 1, s->last);
+    sqlite3_bind_int64(st, 2, to);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        long step = (long)sqlite3_column_int64(st, 0);
+        double x = (double)step;
+        bool val = sqlite3_column_type(st, 1 + KILN_METRICS_SUM_VAL) != SQLITE_NULL;
+        for (size_t k = 0; k < N_STEP_COLS; k++) {
+            /* Validation only at the steps that were evaluated. */
+            if ((k == KILN_METRICS_SUM_VAL || k == KILN_METRICS_SUM_VAL + 1) && !val) continue;
+            kiln_rollup_push(&s->r[k], x, kiln_run_col_num(st, (int)k + 1));
+        }
+        s->last = step;
+    }
+    if (r != SQLITE_DONE) DB_FAIL(rc, out);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The level of step_sums to read for a run whose last step is `last` (upto: each level's
+ * step_sums_done): the widest whose buckets are no wider than the rollup's will be (so
+ * that adding them equals pushing their rows, core.h), or -1 (a short run; or a metrics.db
+ * logged before step_sums, which is then read row by row). */
+static int sums_level(sqlite3 *db, long last, long *upto) {
+    memset(upto, 0, KILN_METRICS_SUM_LEVELS * sizeof *upto);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT level, upto FROM step_sums_done", -1, &st, NULL) !=
+        SQLITE_OK)
+        return -1;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        long k = (long)sqlite3_column_int64(st, 0);
+        if (k >= 0 && k < KILN_METRICS_SUM_LEVELS) upto[k] = (long)sqlite3_column_int64(st, 1);
+    }
+    sqlite3_finalize(st);
+    double width = 1;
+    while (floor((double)last / width) >= KILN_ROLLUP_BUCKETS)
+        width *= 2;
+    int lv = -1;
+    for (int k = 0; k < KILN_METRICS_SUM_LEVELS && KILN_METRICS_SUM_WIDTH(k) <= width; k++)
+        if (upto[k] > 0) lv = k;
+    return lv;
+}
+
+/* Level lv's buckets [b0, b1) of step_sums into s, in order. */
+static kiln_err steps_sums(sqlite3 *db, const char *run_dir, int lv, long b0, long b1,
+                           steps_state *s) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    double w = (double)KILN_METRICS_SUM_WIDTH(lv);
+    if (sqlite3_prepare_v2(db,
+                           "SELECT bucket, col, minx, miny, maxx, maxy, firstx, firsty, lastx, "
+                           "lasty, badx, bady FROM step_sums WHERE level = ?1 AND bucket >= ?2 "
+                           "AND bucket < ?3 ORDER BY bucket, col",
+                           -1, &st, NULL) != SQLITE_OK)
+        DB_FAIL(rc, out);
+    sqlite3_bind_int(st, 1, lv);
+    sqlite3_bind_int64(st, 2, b0);
+    sqlite3_bind_int64(st, 3, b1);
+    int r;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        long c = (long)sqlite3_column_int64(st, 1);
+        if (c < 0 || c >= (long)N_STEP_COLS) continue;
+        kiln_rollup_span sp;
+        kiln_metrics_sum_span(st, 2, (double)sqlite3_column_int64(st, 0) * w, w, &sp);
+        kiln_rollup_add(&s->r[c], &sp);
+    }
+    if (r != SQLITE_DONE) DB_FAIL(rc, out);
+out:
+    sqlite3_finalize(st);
+    return rc;
+}
+
 /* Bring s up to the rows logged now (up to step to): only the rows after s->last are read,
  * unless s is stale, when it starts over. */
 static kiln_err steps_update(sqlite3 *db, const char *run_dir, long to, steps_state *s) {
@@ -141,27 +223,19 @@ static kiln_err steps_update(sqlite3 *db, const char *run_dir, long to, steps_st
         s->ino = sb.st_ino;
         s->resume_id = resume;
     }
-    if (sqlite3_prepare_v2(db,
-                           "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, "
-                           "val_r2, tokens_per_s, max_abs_output FROM steps WHERE step > ?1 AND "
-                           "step <= ?2 ORDER BY step",
-                           -1, &st, NULL) != SQLITE_OK)
-        DB_FAIL(rc, out);
-    sqlite3_bind_int64(st, 1, s->last);
-    sqlite3_bind_int64(st, 2, to);
-    int r;
-    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
-        long step = (long)sqlite3_column_int64(st, 0);
-        double x = (double)step;
-        bool val = sqlite3_column_type(st, 7) != SQLITE_NULL;
-        for (size_t k = 0; k < N_STEP_COLS; k++) {
-            /* Validation only at the steps that were evaluated. */
-            if ((k == 6 || k == 7) && !val) continue;
-            kiln_rollup_push(&s->r[k], x, kiln_run_col_num(st, (int)k + 1));
+    /* A long stretch not read yet comes out of step_sums, where the run has it. */
+    long upto[KILN_METRICS_SUM_LEVELS], last = newest < to ? newest : to;
+    int lv = sums_level(db, last, upto);
+    if (lv >= 0) {
+        long w = KILN_METRICS_SUM_WIDTH(lv), a = (s->last + w) / w * w;
+        long b = to < upto[lv] ? (to + 1) / w * w : upto[lv];
+        if (b > a) {
+            KILN_CHECK(rc, out, steps_rows(db, run_dir, a - 1, s));
+            KILN_CHECK(rc, out, steps_sums(db, run_dir, lv, a / w, b / w, s));
+            s->last = b - 1;
         }
-        s->last = step;
     }
-    if (r != SQLITE_DONE) DB_FAIL(rc, out);
+    rc = steps_rows(db, run_dir, to, s);
 out:
     sqlite3_finalize(st);
     return rc;

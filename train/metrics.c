@@ -13,8 +13,16 @@
 struct kiln_metrics {
     sqlite3 *db;
     sqlite3_stmt *ins_step, *ins_layer, *ins_tensor, *ins_event;
+    /* step_sums: its statements (prepared on first use) and step_sums_done as read */
+    sqlite3_stmt *sum_steps, *sum_sums, *sum_ins, *sum_done, *sum_set;
+    bool sums_loaded;
+    long sums_upto[KILN_METRICS_SUM_LEVELS];
     char *path;
 };
+
+const char *const kiln_metrics_sum_cols[KILN_METRICS_SUM_COLS] = {
+    "loss",   "mse",          "load_balance",  "z", "lr", "grad_norm", "val_loss",
+    "val_r2", "tokens_per_s", "max_abs_output"};
 
 static const char schema[] =
     "CREATE TABLE IF NOT EXISTS steps("
@@ -31,7 +39,15 @@ static const char schema[] =
     " id INTEGER PRIMARY KEY, step INTEGER, time REAL, kind TEXT, message TEXT);"
     /* Validation R^2 per target (steps.val_r2 is their mean); added to older files on open. */
     "CREATE TABLE IF NOT EXISTS val_targets("
-    " step INTEGER, target INTEGER, name TEXT, r2 REAL, PRIMARY KEY(step, target));";
+    " step INTEGER, target INTEGER, name TEXT, r2 REAL, PRIMARY KEY(step, target));"
+    /* The steps table summed up per bucket (train_int.h, kiln_metrics_sum_cols). */
+    "CREATE TABLE IF NOT EXISTS step_sums("
+    " level INTEGER, bucket INTEGER, col INTEGER, minx REAL, miny REAL, maxx REAL, maxy REAL,"
+    " firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL, bady REAL,"
+    " PRIMARY KEY(level, bucket, col)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS step_sums_done(level INTEGER PRIMARY KEY, upto INTEGER);"
+    /* The best validation (kiln runs list, the sweep page) without reading every step. */
+    "CREATE INDEX IF NOT EXISTS steps_val ON steps(val_loss) WHERE val_loss IS NOT NULL;";
 
 static kiln_err db_fail(kiln_metrics *mx, const char *what) {
     return kiln_fail(KILN_ERR_IO, "'%s': %s: %s", mx->path, what, sqlite3_errmsg(mx->db));
@@ -48,6 +64,11 @@ void kiln_metrics_close(kiln_metrics *mx) {
     sqlite3_finalize(mx->ins_layer);
     sqlite3_finalize(mx->ins_tensor);
     sqlite3_finalize(mx->ins_event);
+    sqlite3_finalize(mx->sum_steps);
+    sqlite3_finalize(mx->sum_sums);
+    sqlite3_finalize(mx->sum_ins);
+    sqlite3_finalize(mx->sum_done);
+    sqlite3_finalize(mx->sum_set);
     sqlite3_close(mx->db);
     free(mx->path);
     free(mx);
@@ -101,12 +122,17 @@ fail:
 }
 
 kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
-    char sql[384];
-    snprintf(sql, sizeof sql,
-             "BEGIN; DELETE FROM steps WHERE step > %ld; DELETE FROM layers WHERE step > %ld;"
-             " DELETE FROM tensors WHERE step > %ld; DELETE FROM events WHERE step > %ld;"
-             " DELETE FROM val_targets WHERE step > %ld; COMMIT;",
-             step, step, step, step, step);
+    char sql[768];
+    snprintf(
+        sql, sizeof sql,
+        "BEGIN; DELETE FROM steps WHERE step > %ld; DELETE FROM layers WHERE step > %ld;"
+        " DELETE FROM tensors WHERE step > %ld; DELETE FROM events WHERE step > %ld;"
+        " DELETE FROM val_targets WHERE step > %ld;"
+        " DELETE FROM step_sums WHERE (bucket + 1) * (16 << level) > %ld + 1;"
+        " UPDATE step_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
+        " COMMIT;",
+        step, step, step, step, step, step, step);
+    mx->sums_loaded = false;
     kiln_err rc = exec(mx, sql);
     if (rc) sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
@@ -204,6 +230,184 @@ static kiln_err insert_layers(kiln_metrics *mx, long step, const kiln_tsmoe_stat
     return KILN_OK;
 }
 
+/* ---- the summary: step_sums ---- */
+
+static kiln_err prep(kiln_metrics *mx, sqlite3_stmt **st, const char *sql) {
+    if (*st) {
+        sqlite3_reset(*st);
+        return KILN_OK;
+    }
+    if (sqlite3_prepare_v2(mx->db, sql, -1, st, NULL) != SQLITE_OK)
+        return db_fail(mx, "cannot prepare");
+    return KILN_OK;
+}
+
+static kiln_err sums_load(kiln_metrics *mx) {
+    memset(mx->sums_upto, 0, sizeof mx->sums_upto);
+    KILN_TRY(prep(mx, &mx->sum_done, "SELECT level, upto FROM step_sums_done"));
+    int r;
+    while ((r = sqlite3_step(mx->sum_done)) == SQLITE_ROW) {
+        long k = (long)sqlite3_column_int64(mx->sum_done, 0);
+        if (k >= 0 && k < KILN_METRICS_SUM_LEVELS)
+            mx->sums_upto[k] = (long)sqlite3_column_int64(mx->sum_done, 1);
+    }
+    sqlite3_reset(mx->sum_done);
+    if (r != SQLITE_DONE) return db_fail(mx, "cannot read step_sums_done");
+    mx->sums_loaded = true;
+    return KILN_OK;
+}
+
+/* A step, or NULL when there is none. (REAL, as readers that go by the declared type, such
+ * as the Python package, read a NULL REAL as NaN.) */
+static void bind_x(sqlite3_stmt *s, int i, bool have, double x) {
+    if (have)
+        sqlite3_bind_double(s, i, x);
+    else
+        sqlite3_bind_null(s, i);
+}
+
+/* The bucket's rows: a column's only when a value of it was seen there. */
+static kiln_err sums_write(kiln_metrics *mx, int level, long bucket, const kiln_rollup_span *sp,
+                           const bool *seen) {
+    for (int c = 0; c < KILN_METRICS_SUM_COLS; c++) {
+        if (!seen[c]) continue;
+        const kiln_rollup_bucket *b = &sp[c].b;
+        KILN_TRY(prep(mx, &mx->sum_ins,
+                      "INSERT OR REPLACE INTO step_sums VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
+                      "?12,?13)"));
+        sqlite3_stmt *s = mx->sum_ins;
+        sqlite3_bind_int(s, 1, level);
+        sqlite3_bind_int64(s, 2, bucket);
+        sqlite3_bind_int(s, 3, c);
+        bind_x(s, 4, b->finite, b->minx);
+        bind_num(s, 5, b->finite ? b->miny : NAN);
+        bind_x(s, 6, b->finite, b->maxx);
+        bind_num(s, 7, b->finite ? b->maxy : NAN);
+        bind_x(s, 8, b->finite, sp[c].firstx);
+        bind_num(s, 9, b->finite ? sp[c].firsty : NAN);
+        bind_x(s, 10, b->finite, sp[c].lastx);
+        bind_num(s, 11, b->finite ? sp[c].lasty : NAN);
+        bind_x(s, 12, b->bad, b->badx);
+        /* An infinity is kept as SQLite keeps it; NaN is NULL, which reads back as NaN. */
+        if (b->bad && isinf(b->bady))
+            sqlite3_bind_double(s, 13, b->bady);
+        else
+            sqlite3_bind_null(s, 13);
+        if (sqlite3_step(s) != SQLITE_DONE) return db_fail(mx, "cannot write step_sums");
+    }
+    return KILN_OK;
+}
+
+void kiln_metrics_sum_span(sqlite3_stmt *st, int at, double x0, double width,
+                           kiln_rollup_span *sp) {
+    kiln_rollup_span_init(sp, x0, width);
+    kiln_rollup_bucket *b = &sp->b;
+    b->finite = sqlite3_column_type(st, at) != SQLITE_NULL;
+    if (b->finite) {
+        b->minx = sqlite3_column_double(st, at), b->miny = kiln_run_col_num(st, at + 1);
+        b->maxx = sqlite3_column_double(st, at + 2), b->maxy = kiln_run_col_num(st, at + 3);
+        sp->firstx = sqlite3_column_double(st, at + 4), sp->firsty = kiln_run_col_num(st, at + 5);
+        sp->lastx = sqlite3_column_double(st, at + 6), sp->lasty = kiln_run_col_num(st, at + 7);
+    }
+    b->bad = sqlite3_column_type(st, at + 8) != SQLITE_NULL;
+    if (b->bad) b->badx = sqlite3_column_double(st, at + 8), b->bady = kiln_run_col_num(st, at + 9);
+}
+
+/* Level k's buckets from upto[k] up to `end` (a multiple of its width), out of the steps
+ * table (k 0) or level k - 1. */
+static kiln_err sums_level(kiln_metrics *mx, int k, long end) {
+    long w = KILN_METRICS_SUM_WIDTH(k), from = mx->sums_upto[k];
+    kiln_rollup_span sp[KILN_METRICS_SUM_COLS];
+    bool seen[KILN_METRICS_SUM_COLS] = {0};
+    sqlite3_stmt *st;
+    if (k == 0) {
+        KILN_TRY(prep(mx, &mx->sum_steps,
+                      "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, val_r2, "
+                      "tokens_per_s, max_abs_output FROM steps WHERE step >= ?1 AND step < ?2 "
+                      "ORDER BY step"));
+        st = mx->sum_steps;
+        sqlite3_bind_int64(st, 1, from);
+        sqlite3_bind_int64(st, 2, end);
+    } else {
+        KILN_TRY(prep(mx, &mx->sum_sums,
+                      "SELECT bucket, col, minx, miny, maxx, maxy, firstx, firsty, lastx, lasty, "
+                      "badx, bady FROM step_sums WHERE level = ?1 AND bucket >= ?2 AND bucket < ?3 "
+                      "ORDER BY bucket, col"));
+        st = mx->sum_sums;
+        sqlite3_bind_int(st, 1, k - 1);
+        sqlite3_bind_int64(st, 2, from / (w / 2));
+        sqlite3_bind_int64(st, 3, end / (w / 2));
+    }
+    kiln_err rc = KILN_OK;
+    long cur = -1;
+    int r;
+    while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW) {
+        long v = (long)sqlite3_column_int64(st, 0);
+        long b = k == 0 ? v / w : v / 2;
+        if (b != cur) {
+            if (cur >= 0) rc = sums_write(mx, k, cur, sp, seen);
+            for (int c = 0; c < KILN_METRICS_SUM_COLS; c++)
+                kiln_rollup_span_init(&sp[c], (double)b * w, (double)w), seen[c] = false;
+            cur = b;
+        }
+        if (k == 0) {
+            bool val = sqlite3_column_type(st, 1 + KILN_METRICS_SUM_VAL) != SQLITE_NULL;
+            for (int c = 0; c < KILN_METRICS_SUM_COLS; c++) {
+                if ((c == KILN_METRICS_SUM_VAL || c == KILN_METRICS_SUM_VAL + 1) && !val) continue;
+                kiln_rollup_span_push(&sp[c], (double)v, kiln_run_col_num(st, c + 1));
+                seen[c] = true;
+            }
+        } else {
+            long c = (long)sqlite3_column_int64(st, 1);
+            if (c < 0 || c >= KILN_METRICS_SUM_COLS) continue;
+            kiln_rollup_span child;
+            kiln_metrics_sum_span(st, 2, (double)v * (w / 2), (double)(w / 2), &child);
+            kiln_rollup_span_merge(&sp[c], &child);
+            seen[c] = true;
+        }
+    }
+    if (!rc && r != SQLITE_DONE) rc = db_fail(mx, "cannot read for step_sums");
+    sqlite3_reset(st);
+    if (!rc && cur >= 0) rc = sums_write(mx, k, cur, sp, seen);
+    if (rc) return rc;
+    KILN_TRY(prep(mx, &mx->sum_set, "INSERT OR REPLACE INTO step_sums_done VALUES(?1, ?2)"));
+    sqlite3_bind_int(mx->sum_set, 1, k);
+    sqlite3_bind_int64(mx->sum_set, 2, end);
+    if (sqlite3_step(mx->sum_set) != SQLITE_DONE) return db_fail(mx, "cannot write step_sums_done");
+    mx->sums_upto[k] = end;
+    return KILN_OK;
+}
+
+/* Every bucket a step up to `newest` closed, at every level (in the caller's transaction). */
+static kiln_err sums_update(kiln_metrics *mx, long newest) {
+    if (!mx->sums_loaded) KILN_TRY(sums_load(mx));
+    for (int k = 0; k < KILN_METRICS_SUM_LEVELS; k++) {
+        long w = KILN_METRICS_SUM_WIDTH(k);
+        long end = k ? mx->sums_upto[k - 1] / w * w : (newest > 0 ? newest / w * w : 0);
+        if (end <= mx->sums_upto[k]) break; /* nothing new here, so nothing above */
+        KILN_TRY(sums_level(mx, k, end));
+    }
+    return KILN_OK;
+}
+
+kiln_err kiln_metrics_summarize(kiln_metrics *mx) {
+    KILN_TRY(exec(mx, "BEGIN"));
+    sqlite3_stmt *st = NULL;
+    kiln_err rc = KILN_OK;
+    long newest = 0;
+    if (sqlite3_prepare_v2(mx->db, "SELECT step FROM steps ORDER BY step DESC LIMIT 1", -1, &st,
+                           NULL) != SQLITE_OK)
+        rc = db_fail(mx, "cannot prepare");
+    else if (sqlite3_step(st) == SQLITE_ROW)
+        newest = (long)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    if (!rc) rc = sums_update(mx, newest);
+    if (!rc) return exec(mx, "COMMIT");
+    sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
+    mx->sums_loaded = false;
+    return rc;
+}
+
 kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
                            const kiln_metrics_tensor *tensors, size_t n_tensors) {
     KILN_TRY(exec(mx, "BEGIN"));
@@ -242,9 +446,13 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
                       "'%s': cannot record step %ld: %s", mx->path, p->step,
                       sqlite3_errmsg(mx->db));
     }
+    /* Once in 16 steps at most: the buckets this step closed. */
+    if (!mx->sums_loaded || p->step >= mx->sums_upto[0] + KILN_METRICS_SUM_WIDTH(0))
+        KILN_CHECK(rc, fail, sums_update(mx, p->step));
     return exec(mx, "COMMIT");
 fail:
     sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
+    mx->sums_loaded = false;
     return rc;
 }
 

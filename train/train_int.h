@@ -288,6 +288,23 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
                            const kiln_metrics_tensor *tensors, size_t n_tensors);
 /* The underlying handle for readers in train/ (sqlite3 *). */
 void *kiln_metrics_db(kiln_metrics *mx);
+/* The steps table summed up as it is logged (step_sums), so that a picture of a long run
+ * reads a few thousand rows, not every step: level k holds, per bucket b of
+ * KILN_METRICS_SUM_WIDTH(k) steps ([b * width, (b + 1) * width)) and per column of
+ * kiln_metrics_sum_cols (col: its index), what kiln_rollup_span keeps (the smallest and
+ * largest finite value, the first non-finite one, the first and last finite ones; never a
+ * mean). A bucket is written once a later step is logged; step_sums_done(level, upto) says
+ * every bucket below upto is there. val_loss and val_r2 count only at steps whose val_loss
+ * is not NULL (those evaluated). A metrics.db logged before has no step_sums_done: readers
+ * read its steps table. */
+#define KILN_METRICS_SUM_LEVELS 14
+#define KILN_METRICS_SUM_WIDTH(k) (16L << (k))
+#define KILN_METRICS_SUM_COLS 10
+#define KILN_METRICS_SUM_VAL 6 /* val_loss; val_r2 the next */
+extern const char *const kiln_metrics_sum_cols[KILN_METRICS_SUM_COLS];
+/* Bring step_sums up to the steps logged (kiln_metrics_step does it after each step; this
+ * is for rows written by other means, as tests/e2e/gen-run.sh writes them). */
+kiln_err kiln_metrics_summarize(kiln_metrics *mx);
 /* The validation R^2 of each target at step (r2 [O]), named from ds's columns. */
 kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_dataset *ds,
                                   const double *r2);
@@ -299,6 +316,10 @@ kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics *
  * logged). (runs.c) */
 struct sqlite3_stmt;
 double kiln_run_col_num(struct sqlite3_stmt *s, int i);
+/* A step_sums row's columns from `at` on (minx .. bady) as the span [x0, x0 + width).
+ * (metrics.c) */
+void kiln_metrics_sum_span(struct sqlite3_stmt *st, int at, double x0, double width,
+                           kiln_rollup_span *sp);
 
 /* Open NCCL (once per process; kiln_comm_nccl_create does it first): the library is loaded
  * on use, not linked (train/nccl_dl.c), so kiln runs where it is absent until data

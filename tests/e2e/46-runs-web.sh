@@ -112,4 +112,35 @@ expect_fail 2 $KILN runs serve "$T/afile"
 grep -q "$T/afile" "$T/err" || fail "a file as DIR not named"
 expect_fail 2 $KILN runs serve --listen bogus "$T/sweep"
 grep -q "'bogus'" "$T/err" || fail "a bad --listen not named"
+
+# 8. A long run read through the summary its trainer writes (step_sums; gen-run.sh sums the
+# steps table up with the trainer's code, bench_metrics_log) draws what the same file read row
+# by row draws, as a run logged before the summary existed is read; also after steps are added.
+SUMTOOL="$(dirname "$KILN")/bench_metrics_log"
+[ -x "$SUMTOOL" ] || fail "no $SUMTOOL (make $SUMTOOL)"
+mkdir -p "$T/long"
+GEN_SUMMARIZE="$SUMTOOL" sh "$GEN" "$T/long/run" 40000 0.001 || fail "gen-run, summed up"
+[ "$(sqlite3 "$T/long/run/metrics.db" "SELECT upto FROM step_sums_done WHERE level = 1")" = 40000 ] ||
+    fail "the summary is not there"
+long_page() { # the long run's page from a server just started, without its footer's time
+    $KILN runs serve "$T/long" >"$T/long.out" 2>"$T/long.err" &
+    PID=$!
+    serve_url "$T/long.out" "$T/long.err"
+    curl -sf "$URL/run?r=run" | sed 's/ read at .*//' >"$1" || fail "the long run's page"
+    kill $PID; wait $PID 2>/dev/null || true
+}
+long_page "$T/long.sums"
+grep -q 'id="chart-loss"' "$T/long.sums" && grep -q 'class="mark spike"' "$T/long.sums" ||
+    fail "the long run's page: no loss chart or spike mark"
+sqlite3 "$T/long/run/metrics.db" "ALTER TABLE step_sums_done RENAME TO kept"
+long_page "$T/long.rows"
+cmp -s "$T/long.sums" "$T/long.rows" || { diff "$T/long.sums" "$T/long.rows" | cut -c1-160 | head -5 >&2; fail "the summary's page is not the rows' page"; }
+sqlite3 "$T/long/run/metrics.db" "ALTER TABLE kept RENAME TO step_sums_done;
+  INSERT INTO steps(step, time, loss, grad_norm) VALUES (40001, 1.8e9, 90, 9.5), (40050, 1.8e9, 0.5, 0.5)"
+"$SUMTOOL" summarize "$T/long/run/metrics.db" || fail "summarize"
+long_page "$T/long.sums2"
+sqlite3 "$T/long/run/metrics.db" "DROP TABLE step_sums_done"
+long_page "$T/long.rows2"
+cmp -s "$T/long.sums2" "$T/long.rows2" || fail "after new steps the summary's page is not the rows' page"
+cmp -s "$T/long.sums" "$T/long.sums2" && fail "the new steps do not show"
 echo "ok"

@@ -5,7 +5,9 @@
 # steps, a non-finite step at 60%, a resume at 70% and a device change at 80%, validation
 # every twentieth of the run, 2 layers of 4 experts, TENSORS tensors (default 6) a step, and
 # checkpoints at each tenth. Rows come from SQLite itself (recursive CTEs): a million steps
-# take seconds.
+# take seconds. The file is as a run logged before metrics.db had step_sums, unless
+# GEN_SUMMARIZE names build/bench_metrics_log: it then sums the steps table up as the trainer
+# does after each step (kiln_metrics_summarize, train/metrics.c).
 set -eu
 D=$1 N=$2 LR=$3 NT=${4:-6}
 mkdir -p "$D/ckpt"
@@ -63,6 +65,7 @@ INSERT INTO events(step, time, kind, message) VALUES
  ($DV, 1.7e9 + $DV * 0.01, 'device_change', 'cpu -> cuda:0');
 COMMIT;
 SQL
+[ -z "${GEN_SUMMARIZE:-}" ] || "$GEN_SUMMARIZE" summarize "$D/metrics.db"
 for k in 1 2 3 4 5 6 7 8 9 10; do
     : >"$D/ckpt/step-$(printf %08d $((N * k / 10))).safetensors"
 done
