@@ -9,7 +9,10 @@
  * GEMMs at the BLAS's speed; `speedup` is the 1-thread step's mean over this one's; `cpu_ms`
  * is the process's user + system CPU time per step (on a shared machine a thread that got
  * no core shows as a mean near the 1-thread one with cpu_ms near mean_ms). Usage:
- * bench_train; results on stdout.
+ * bench_train [MODEL...] (all models, or those whose name starts with one of the arguments:
+ * `bench_train d128` runs the two d128 rows); results on stdout. KILN_BENCH_STEPS=N times N
+ * steps of every model instead of its own count, KILN_BENCH_THREADS=N only the row of N
+ * threads (its speedup then nan): for a profiler.
  */
 #include <cblas.h>
 #include <math.h>
@@ -128,7 +131,14 @@ out:
     return rc;
 }
 
-int main(void) {
+/* Whether a model is wanted: no arguments, or one that starts its name. */
+static int wanted(const char *name, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(name, argv[i], strlen(argv[i]))) return 1;
+    return argc < 2;
+}
+
+int main(int argc, char **argv) {
     openblas_set_num_threads(1);
     const int threads[] = {1, 2};
     /* F, O, D, L, H, Fh, E, K, S, W, eps */
@@ -154,11 +164,15 @@ int main(void) {
     printf("%-11s %7s %8s %8s %6s %6s %9s %9s %9s %10s %8s %8s %7s %7s  %s\n", "model", "threads",
            "params", "active", "tokens", "steps", "mean_ms", "best_ms", "cpu_ms", "tokens/s",
            "GFLOP/s", "sgemm", "ratio", "speedup", "loss");
+    const char *steps = getenv("KILN_BENCH_STEPS"), *only = getenv("KILN_BENCH_THREADS");
     int rc = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bench_case bc = i ? cases[i] : c0;
+        if (!wanted(bc.name, argc, argv)) continue;
+        if (steps && atoi(steps) > 0) bc.steps = atoi(steps);
         double mean1 = NAN;
         for (size_t j = 0; j < sizeof threads / sizeof *threads; j++)
-            rc |= run(i ? &cases[i] : &c0, threads[j], &mean1);
+            if (!only || atoi(only) == threads[j]) rc |= run(&bc, threads[j], &mean1);
     }
     return rc;
 }
