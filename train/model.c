@@ -106,11 +106,20 @@ static void dweight_block(float *dweight, float *dbias, const float *dout, const
         }
 }
 
-/* kiln_linear_backward in items: the weight's blocks, then the input's pieces. */
+/* Zero rows r0..r0+n-1 of a [*,C] buffer: an item clears the rows it is the first to add
+ * into, so the clearing runs on the threads and next to its use (the same bits as clearing
+ * the whole buffer before the loop). */
+static void zero_rows(float *x, size_t r0, size_t n, size_t C) {
+    memset(x + r0 * C, 0, n * C * sizeof *x);
+}
+
+/* kiln_linear_backward in items: the weight's blocks, then the input's pieces (which set
+ * their rows of dinp to zero first when zero is set). */
 typedef struct lin_bwd {
     float *dinp, *dweight, *dbias;
     const float *dout, *inp, *weight;
     int N, IC, OC, nw;
+    bool zero;
 } lin_bwd;
 
 static void lin_bwd_item(void *arg, int it) {
@@ -121,24 +130,28 @@ static void lin_bwd_item(void *arg, int it) {
     } else {
         const int i = it - a->nw;
         const size_t r0 = (size_t)i * PIECE;
+        if (a->zero) zero_rows(a->dinp, r0, (size_t)piece_rows(a->N, i), (size_t)a->IC);
         dinp_rows(a->dinp + r0 * a->IC, a->dout + r0 * a->OC, a->weight, piece_rows(a->N, i), a->IC,
                   a->OC);
     }
 }
 
+/* zero: dinp is this pass's first gradient into dinp (its rows are set, not added to). */
 static void linear_backward(const kiln_tsmoe *m, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const float *weight, int N, int IC,
-                            int OC) {
-    lin_bwd a = {dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wblocks(OC)};
+                            int OC, bool zero) {
+    lin_bwd a = {dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wblocks(OC), zero};
     kiln_pool_run(m->pool, a.nw + (dinp ? pieces(N) : 0), lin_bwd_item, &a);
 }
 
 /* kiln_rmsnorm_backward in pieces: each piece's weight gradient into its own row of
- * m->npart, those added to dweight in piece order. */
+ * m->npart, those added to dweight in piece order; with zero, dinp's rows are set, not added
+ * to. */
 typedef struct norm_bwd {
     float *dinp, *npart;
     const float *dout, *inp, *weight, *rstd;
     int N, D;
+    bool zero;
 } norm_bwd;
 
 static void norm_bwd_item(void *arg, int i) {
@@ -146,14 +159,15 @@ static void norm_bwd_item(void *arg, int i) {
     const size_t r0 = (size_t)i * PIECE, D = (size_t)a->D;
     float *part = a->npart + (size_t)i * D;
     memset(part, 0, D * sizeof *part);
+    if (a->zero) zero_rows(a->dinp, r0, (size_t)piece_rows(a->N, i), D);
     kiln_rmsnorm_backward(a->dinp + r0 * D, part, a->dout + r0 * D, a->inp + r0 * D, a->weight,
                           a->rstd + r0, piece_rows(a->N, i), a->D);
 }
 
 static void rmsnorm_backward(const kiln_tsmoe *m, float *dinp, float *dweight, const float *dout,
                              const float *inp, const float *weight, const float *rstd, int N,
-                             int D) {
-    norm_bwd a = {dinp, m->npart, dout, inp, weight, rstd, N, D};
+                             int D, bool zero) {
+    norm_bwd a = {dinp, m->npart, dout, inp, weight, rstd, N, D, zero};
     const int np = pieces(N);
     kiln_pool_run(m->pool, np, norm_bwd_item, &a);
     for (int i = 0; i < np; i++)
@@ -448,9 +462,14 @@ static void step_item(void *arg, int i) {
         kiln_linear_forward(ac->y + r0 * O, ac->uf + r0 * D, p->head_w, p->head_b, n, D, O);
         break;
     case B_GELU:
+        zero_rows(ac->dh1, r0, (size_t)n, (size_t)Fh);
         kiln_gelu_backward(ac->dh1 + r0 * Fh, ac->dh2 + r0 * Fh, a->hpre + r0 * Fh, (size_t)n * Fh);
         break;
     case B_COMBINE:
+        /* Each gathered row is one token's choice, so its piece is the first to add to it. */
+        zero_rows(ac->dgates, r0, (size_t)n, (size_t)K);
+        for (size_t c = r0 * K; c < (r0 + (size_t)n) * K; c++)
+            if (a->pos[c] >= 0) zero_rows(ac->dyg, (size_t)a->pos[c], 1, (size_t)D);
         kiln_moe_combine_backward(ac->dyg, ac->dgates + r0 * K, ac->dres + r0 * D, a->yg,
                                   a->gates + r0 * K, a->pos + r0 * K, n, D, K);
         break;
@@ -465,6 +484,8 @@ static void step_item(void *arg, int i) {
             const int32_t *it = m->eitems + (size_t)(i - E * m->nwp) * 3;
             const int e = it[0], ne = it[2];
             const size_t q0 = (size_t)it[1];
+            zero_rows(ac->dh2, q0, (size_t)ne, (size_t)Fh);
+            zero_rows(ac->dh1, q0, (size_t)ne, (size_t)Fh);
             dinp_rows(ac->dh2 + q0 * Fh, ac->dyg + q0 * D, w->proj_w + (size_t)e * D * Fh, ne, Fh,
                       D);
             kiln_gelu_backward(ac->dh1 + q0 * Fh, ac->dh2 + q0 * Fh, a->hpre + q0 * Fh,
@@ -482,11 +503,14 @@ static void step_item(void *arg, int i) {
             const int32_t *it = m->eitems + (size_t)(i - E * m->nwf) * 3;
             const int e = it[0], ne = it[2];
             const size_t q0 = (size_t)it[1];
+            zero_rows(ac->dxg, q0, (size_t)ne, (size_t)D);
             dinp_rows(ac->dxg + q0 * D, ac->dh1 + q0 * Fh, w->fc_w + (size_t)e * Fh * D, ne, D, Fh);
         }
         break;
     case B_ROUTER: {
         const float *load = &m->st_load[(size_t)l * E];
+        zero_rows(ac->du, r0, (size_t)n, (size_t)D);
+        zero_rows(ac->dlogits, r0, (size_t)n, (size_t)E);
         gather_backward_tokens(ac->du, ac->dxg, a->pos, (int)r0, n, D, K);
         for (size_t t = r0; t < r0 + (size_t)n; t++)
             kiln_route_train_backward(ac->dlogits + t * E, ac->dgates + t * K, a->probs + t * E,
@@ -496,6 +520,7 @@ static void step_item(void *arg, int i) {
     }
     case B_ATTN: {
         const size_t at = (size_t)i * H * S * W;
+        zero_rows(ac->dqkv, (size_t)i * S, (size_t)S, 3 * (size_t)D);
         kiln_attention_backward(ac->dqkv + (size_t)i * S * 3 * D, ac->datt + at,
                                 ac->dao + (size_t)i * S * D, a->qkv + (size_t)i * S * 3 * D,
                                 a->att + at, 1, S, D, H, W);
@@ -573,39 +598,31 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
 kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
     KILN_FAIL_IF(!m->have_targets, KILN_ERR_USAGE, "'backward': the last forward had no targets");
     const kiln_model_config *k = &m->cfg;
-    const int B = m->B, S = k->seq_len, D = k->d_model, E = k->n_experts, K = k->top_k,
-              Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
+    const int B = m->B, S = k->seq_len, D = k->d_model, E = k->n_experts, Fh = k->d_ff,
+              F = k->n_features, O = k->n_outputs, L = k->n_layers;
     const int N = B * S, np = pieces(N);
     const kiln_tsmoe_view *p = &m->p, *g = &m->g;
     kiln_tsmoe_acts *ac = &m->act;
-    const size_t ND = (size_t)N * D;
 
     memset(ac->dy, 0, (size_t)N * O * sizeof(float));
     kiln_mse_backward(ac->dy, ac->y, m->targets, scale, (size_t)N * O);
-    memset(ac->duf, 0, ND * sizeof(float));
-    linear_backward(m, ac->duf, g->head_w, g->head_b, ac->dy, ac->uf, p->head_w, N, D, O);
+    /* The activations' gradients are set by the first item that adds to each row (the
+     * `zero` flags and zero_rows in step_item), not cleared here: the clearing runs on the
+     * threads too. */
+    linear_backward(m, ac->duf, g->head_w, g->head_b, ac->dy, ac->uf, p->head_w, N, D, O, true);
     /* dres holds d loss / d h at the point the backward pass has reached. */
-    memset(ac->dres, 0, ND * sizeof(float));
-    rmsnorm_backward(m, ac->dres, g->final_norm, ac->duf, ac->hL, p->final_norm, ac->rstdf, N, D);
+    rmsnorm_backward(m, ac->dres, g->final_norm, ac->duf, ac->hL, p->final_norm, ac->rstdf, N, D,
+                     true);
     for (int l = L - 1; l >= 0; l--) {
         kiln_tsmoe_layer_acts *a = &ac->layers[l];
         const kiln_tsmoe_layer_view *w = &p->layers[l], *gw = &g->layers[l];
-        memset(ac->du, 0, ND * sizeof(float));
         if (!E) {
-            memset(ac->dh2, 0, (size_t)N * Fh * sizeof(float));
             linear_backward(m, ac->dh2, gw->proj_w, gw->proj_b, ac->dres, a->hact, w->proj_w, N, Fh,
-                            D);
-            memset(ac->dh1, 0, (size_t)N * Fh * sizeof(float));
+                            D, true);
             run_stage(m, B_GELU, l, np);
-            linear_backward(m, ac->du, gw->fc_w, gw->fc_b, ac->dh1, a->u2, w->fc_w, N, D, Fh);
+            linear_backward(m, ac->du, gw->fc_w, gw->fc_b, ac->dh1, a->u2, w->fc_w, N, D, Fh, true);
         } else {
-            const int M = a->offsets[E];
-            memset(ac->dyg, 0, (size_t)M * D * sizeof(float));
-            memset(ac->dgates, 0, (size_t)N * K * sizeof(float));
             run_stage(m, B_COMBINE, l, np);
-            memset(ac->dh1, 0, (size_t)M * Fh * sizeof(float));
-            memset(ac->dh2, 0, (size_t)M * Fh * sizeof(float));
-            memset(ac->dxg, 0, (size_t)M * D * sizeof(float));
             /* Per expert: its proj's weight blocks and its row pieces (dh2, then GELU's
              * backward into dh1); then its fc's weight blocks and row pieces (dxg). */
             const int ni = expert_items(m, a->offsets, E);
@@ -613,25 +630,25 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
             m->nwf = wblocks(Fh);
             run_stage(m, B_PROJ, l, E * m->nwp + ni);
             run_stage(m, B_FC, l, E * m->nwf + ni);
-            memset(ac->dlogits, 0, (size_t)N * E * sizeof(float));
             /* kiln_router_backward's scales, for all N tokens (a piece must not use its own
              * row count). */
             m->lb_scale = scale * m->opts.aux_loss_coef * (float)E / (float)N;
             m->z_scale = scale * m->opts.z_loss_coef * 2.0f / (float)N;
             run_stage(m, B_ROUTER, l, np);
-            linear_backward(m, ac->du, gw->router, NULL, ac->dlogits, a->u2, w->router, N, D, E);
+            linear_backward(m, ac->du, gw->router, NULL, ac->dlogits, a->u2, w->router, N, D, E,
+                            false);
         }
         /* The residual passes dres through unchanged; the norm's branch adds to it. */
-        rmsnorm_backward(m, ac->dres, gw->ffn_norm, ac->du, a->mid, w->ffn_norm, a->rstd2, N, D);
-        memset(ac->dao, 0, ND * sizeof(float));
-        linear_backward(m, ac->dao, gw->out_w, gw->out_b, ac->dres, a->ao, w->out_w, N, D, D);
-        memset(ac->dqkv, 0, ND * 3 * sizeof(float));
+        rmsnorm_backward(m, ac->dres, gw->ffn_norm, ac->du, a->mid, w->ffn_norm, a->rstd2, N, D,
+                         false);
+        linear_backward(m, ac->dao, gw->out_w, gw->out_b, ac->dres, a->ao, w->out_w, N, D, D, true);
         run_stage(m, B_ATTN, l, B);
-        memset(ac->du, 0, ND * sizeof(float));
-        linear_backward(m, ac->du, gw->qkv_w, gw->qkv_b, ac->dqkv, a->u1, w->qkv_w, N, D, 3 * D);
-        rmsnorm_backward(m, ac->dres, gw->attn_norm, ac->du, a->res, w->attn_norm, a->rstd1, N, D);
+        linear_backward(m, ac->du, gw->qkv_w, gw->qkv_b, ac->dqkv, a->u1, w->qkv_w, N, D, 3 * D,
+                        true);
+        rmsnorm_backward(m, ac->dres, gw->attn_norm, ac->du, a->res, w->attn_norm, a->rstd1, N, D,
+                         false);
     }
-    linear_backward(m, NULL, g->embed_w, g->embed_b, ac->dres, ac->xs, p->embed_w, N, F, D);
+    linear_backward(m, NULL, g->embed_w, g->embed_b, ac->dres, ac->xs, p->embed_w, N, F, D, false);
     return KILN_OK;
 }
 
