@@ -177,8 +177,8 @@ KILN_TEST(train_threads_optim_one_loop) {
     double *norms = malloc(5 * count * sizeof *norms);
     kiln_pool *pool = NULL;
     if (!CHECK("setup", f && norms && kiln_pool_create(3, &pool) == KILN_OK)) goto out;
-    float *p = f, *g = p + numel, *m = g + numel, *v = m + numel, *rp = v + numel,
-          *rm = rp + numel, *rv = rm + numel;
+    float *p = f, *g = p + numel, *m = g + numel, *v = m + numel, *rp = v + numel, *rm = rp + numel,
+          *rv = rm + numel;
     for (size_t k = 0; k < numel; k++) {
         rp[k] = p[k] = (float)((k * 2654435761u) % 2001) / 1000.0f - 1.0f;
         g[k] = (float)((k * 40503u) % 1999) / 500.0f - 2.0f;
@@ -188,7 +188,8 @@ KILN_TEST(train_threads_optim_one_loop) {
     kiln_train_config c;
     kiln_train_config_default(&c);
     const long t = 3;
-    const double lr = 1e-3, bc1 = 1.0 - pow(c.beta1, (double)t), bc2 = 1.0 - pow(c.beta2, (double)t);
+    const double lr = 1e-3, bc1 = 1.0 - pow(c.beta1, (double)t),
+                 bc2 = 1.0 - pow(c.beta2, (double)t);
     double *gn = norms, *un = gn + count, *wn = un + count, *rgn = wn + count, *run = rgn + count;
     double total = 0;
     bool elems = true, sums = true;
@@ -202,8 +203,8 @@ KILN_TEST(train_threads_optim_one_loop) {
             const float old = rp[k],
                         decay = (q->flags & KILN_PARAM_DECAY) ? (float)(lr * c.weight_decay) : 0;
             float np = old - decay * old;
-            np -= (float)(lr / bc1) * rm[k] / (sqrtf(rv[k]) * (float)(1.0 / sqrt(bc2)) +
-                                               (float)c.adam_eps);
+            np -= (float)(lr / bc1) * rm[k] /
+                  (sqrtf(rv[k]) * (float)(1.0 / sqrt(bc2)) + (float)c.adam_eps);
             rp[k] = np;
             u += ((double)np - old) * ((double)np - old);
         }

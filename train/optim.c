@@ -197,8 +197,8 @@ static void optim_chunk(void *arg, const kiln_param *t, size_t k0, size_t k1, do
     const optim_job *o = arg;
     const size_t off = t->offset;
     optim_range(&o->a, o->params + off, o->grads + off, o->a.adam ? o->m + off : NULL,
-                o->a.adam ? o->v + off : NULL, (t->flags & KILN_PARAM_DECAY) ? o->decay : 0.0f,
-                k0, k1, &out[0], &out[1]);
+                o->a.adam ? o->v + off : NULL, (t->flags & KILN_PARAM_DECAY) ? o->decay : 0.0f, k0,
+                k1, &out[0], &out[1]);
 }
 
 static void optim_done(void *arg, size_t i, double un, double wn) {
