@@ -37,7 +37,7 @@ struct kiln_tsmoe {
     int nwp, nwf;    /* weight blocks of an expert's proj and fc */
     float lb_scale, z_scale;
     float *npart;    /* [pieces(N),D] a norm's weight gradient per piece */
-    double *spart;   /* [max_batch + 2 pieces(N)] statistics per item */
+    double *spart;   /* [max_batch + 2 pieces(N) + E + 1] statistics per item */
     int32_t *eitems; /* [pieces(N K) + E, 3] the experts' row pieces: expert, first row, rows */
 };
 
@@ -227,7 +227,7 @@ static void carve_acts(kiln_tsmoe *m, kiln_carver *c) {
     const int N = m->max_batch * m->cfg.seq_len, K = m->cfg.top_k;
     const size_t np = (size_t)pieces(N);
     m->npart = kiln_carve_f32(c, np * (size_t)m->cfg.d_model);
-    m->spart = kiln_carve(c, (size_t)m->max_batch + 2 * np, sizeof(double));
+    m->spart = kiln_carve(c, (size_t)m->max_batch + 2 * np + Es + 1, sizeof(double));
     m->eitems = kiln_carve_i32(c, 3 * ((size_t)pieces(N * K) + Es));
 }
 
@@ -411,7 +411,8 @@ enum {
     F_MID,     /* piece: out projection, residual, ffn norm; dense FFN (and the next layer's
                   attention norm and qkv, or the head) or router */
     F_EXPERTS, /* expert piece: gather, fc, GELU, proj */
-    F_COMBINE, /* piece: combine, RMS; the next layer's attention norm and qkv, or the head */
+    F_COMBINE, /* piece: combine, RMS; the next layer's attention norm and qkv, or the head;
+                  then E + 1 items: an expert's load and auxiliary term, the router's z sum */
     B_GELU,    /* piece: dense GELU backward (the proj's input gradient pieces run it) */
     B_COMBINE, /* piece: combine backward */
     B_PROJ,    /* expert proj weight blocks, then expert pieces: dh2, GELU backward */
@@ -432,7 +433,8 @@ static void step_item(void *arg, int i) {
     const kiln_tsmoe_layer_view *w = l < L ? &p->layers[l] : NULL,
                                 *gw = l < L ? &g->layers[l] : NULL;
     float *next = l + 1 < L ? ac->layers[l + 1].res : ac->hL;
-    double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np;
+    double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np,
+           *s_aux = s_rms + np;
     const size_t r0 = (size_t)i * PIECE;
     const int n = piece_rows(N, i);
     switch (m->stage) {
@@ -484,6 +486,14 @@ static void step_item(void *arg, int i) {
         break;
     }
     case F_COMBINE:
+        if (i >= np) { /* kiln_router_loss_forward's parts: they need no combine */
+            if (i - np < E)
+                s_aux[i - np] = kiln_router_load_expert(&m->st_load[(size_t)l * E + (i - np)],
+                                                        a->probs, a->idx, N, E, K, i - np);
+            else
+                s_aux[E] = kiln_router_z_sum(a->lse, N);
+            break;
+        }
         kiln_moe_combine_forward(next + r0 * D, a->mid + r0 * D, a->yg, a->gates + r0 * K,
                                  a->pos + r0 * K, n, D, K);
         s_rms[i] = square_sum(next + r0 * D, (size_t)n * D);
@@ -583,7 +593,8 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
     kiln_tsmoe_acts *ac = &m->act;
     double lb_sum = 0.0, z_sum = 0.0;
     /* Statistics per item: attention's per sequence, the router's and the RMS per piece. */
-    const double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np;
+    const double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np,
+                 *s_aux = s_rms + np;
 
     run_stage(m, F_INPUT, L, np); /* and layer 0's attention norm and qkv, or the head */
     for (int l = 0; l < L; l++) {
@@ -596,15 +607,14 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
             m->st_load[l] = 0.0f;
             m->st_overflow[l] = 0.0f;
         } else {
-            double aux[2];
-            kiln_router_loss_forward(&m->st_load[(size_t)l * E], aux, a->probs, a->lse, a->idx, N,
-                                     E, K);
-            lb_sum += aux[0];
-            z_sum += aux[1];
             int dropped = 0;
             kiln_moe_dispatch(a->offsets, a->pos, a->rows, &dropped, a->idx, capacity, N, E, K);
             run_stage(m, F_EXPERTS, l, expert_items(m, a->offsets, E));
-            run_stage(m, F_COMBINE, l, np);
+            /* The combine's pieces, then the router's auxiliary losses in E + 1 items, added
+             * as kiln_router_loss_forward adds them. */
+            run_stage(m, F_COMBINE, l, np + E + 1);
+            lb_sum += E * sum_in_order(s_aux, E);
+            z_sum += s_aux[E] / N;
             m->st_router[l] = (float)(sum_in_order(s_router, np) / N);
             m->st_overflow[l] = (float)dropped / (float)((size_t)N * K);
         }
