@@ -8,8 +8,14 @@
  * sgemm's GFLOP/s on the same thread count says how close a step comes to doing nothing but
  * GEMMs at the BLAS's speed; `speedup` is the 1-thread step's mean over this one's; `cpu_ms`
  * is the process's user + system CPU time per step (on a shared machine a thread that got
- * no core shows as a mean near the 1-thread one with cpu_ms near mean_ms). Usage:
- * bench_train; results on stdout.
+ * no core shows as a mean near the 1-thread one with cpu_ms near mean_ms). best_ratio and
+ * best_speedup are ratio and speedup over the best step instead of the mean: the sgemm is a
+ * best of ten calls, so on a machine shared with other work the best step is its like (the
+ * mean counts every time a neighbour took the core, the best the fewest). Usage:
+ * bench_train [MODEL...] (all models, or those whose name starts with one of the arguments:
+ * `bench_train d128` runs the two d128 rows); results on stdout. KILN_BENCH_STEPS=N times N
+ * steps of every model instead of its own count, KILN_BENCH_THREADS=N only the row of N
+ * threads (its speedup then nan): for a profiler.
  */
 #include <cblas.h>
 #include <math.h>
@@ -69,8 +75,9 @@ static double sgemm_gflops(int M, int N, int K, int threads) {
     return isfinite(best) ? 2.0 * M * N * K / best / 1e9 : NAN;
 }
 
-/* One case on `threads` threads; *mean1 is the 1-thread mean (set by the 1-thread run). */
-static int run(const bench_case *bc, int threads, double *mean1) {
+/* One case on `threads` threads; *mean1 and *best1 are the 1-thread mean and best step (set
+ * by the 1-thread run). */
+static int run(const bench_case *bc, int threads, double *mean1, double *best1) {
     const kiln_model_config *m = &bc->cfg;
     const int B = bc->batch, N = B * m->seq_len;
     kiln_tsmoe *net = NULL;
@@ -114,13 +121,15 @@ static int run(const bench_case *bc, int threads, double *mean1) {
         if (i >= 0 && now_s() - ts < best) best = now_s() - ts;
     }
     const double mean = (now_s() - t0) / bc->steps, cpu = (cpu_s() - c0) / bc->steps;
-    if (threads == 1) *mean1 = mean;
+    if (threads == 1) *mean1 = mean, *best1 = best;
     double active, fpt = kiln_tsmoe_flops_per_token(m, &active);
     const double tps = N / mean, gf = tps * fpt / 1e9;
     const double base = sgemm_gflops(N, m->d_ff, m->d_model, threads);
-    printf("%-11s %7d %8.3g %8.3g %6d %6d %9.2f %9.2f %9.2f %10.0f %8.2f %8.2f %7.3f %7.2f  %.4g\n",
+    printf("%-11s %7d %8.3g %8.3g %6d %6d %9.2f %9.2f %9.2f %10.0f %8.2f %8.2f %7.3f %7.2f %10.3f "
+           "%12.2f  %.4g\n",
            bc->name, threads, (double)numel, active, N, bc->steps, mean * 1e3, best * 1e3,
-           cpu * 1e3, tps, gf, base, gf / base, *mean1 / mean, loss.loss);
+           cpu * 1e3, tps, gf, base, gf / base, *mean1 / mean, gf * mean / best / base,
+           *best1 / best, loss.loss);
     rc = isfinite(loss.loss) ? 0 : 1;
 out:
     free(x), free(t), free(mom);
@@ -128,7 +137,14 @@ out:
     return rc;
 }
 
-int main(void) {
+/* Whether a model is wanted: no arguments, or one that starts its name. */
+static int wanted(const char *name, int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(name, argv[i], strlen(argv[i]))) return 1;
+    return argc < 2;
+}
+
+int main(int argc, char **argv) {
     openblas_set_num_threads(1);
     const int threads[] = {1, 2};
     /* F, O, D, L, H, Fh, E, K, S, W, eps */
@@ -151,14 +167,19 @@ int main(void) {
            "[d_model x d_ff] in the same run.\n"
            "# GFLOP/s = tokens/s x kiln_tsmoe_flops_per_token (6 x active weights + 12 L D "
            "mean window).\n");
-    printf("%-11s %7s %8s %8s %6s %6s %9s %9s %9s %10s %8s %8s %7s %7s  %s\n", "model", "threads",
-           "params", "active", "tokens", "steps", "mean_ms", "best_ms", "cpu_ms", "tokens/s",
-           "GFLOP/s", "sgemm", "ratio", "speedup", "loss");
+    printf("%-11s %7s %8s %8s %6s %6s %9s %9s %9s %10s %8s %8s %7s %7s %10s %12s  %s\n", "model",
+           "threads", "params", "active", "tokens", "steps", "mean_ms", "best_ms", "cpu_ms",
+           "tokens/s", "GFLOP/s", "sgemm", "ratio", "speedup", "best_ratio", "best_speedup",
+           "loss");
+    const char *steps = getenv("KILN_BENCH_STEPS"), *only = getenv("KILN_BENCH_THREADS");
     int rc = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        double mean1 = NAN;
+        bench_case bc = i ? cases[i] : c0;
+        if (!wanted(bc.name, argc, argv)) continue;
+        if (steps && atoi(steps) > 0) bc.steps = atoi(steps);
+        double mean1 = NAN, best1 = NAN;
         for (size_t j = 0; j < sizeof threads / sizeof *threads; j++)
-            rc |= run(i ? &cases[i] : &c0, threads[j], &mean1);
+            if (!only || atoi(only) == threads[j]) rc |= run(&bc, threads[j], &mean1, &best1);
     }
     return rc;
 }

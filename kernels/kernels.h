@@ -102,6 +102,13 @@ void kiln_router_loss_forward(float *load,        /* [E] */
                               const float *lse,   /* [N] */
                               const int32_t *idx, /* [N,K] */
                               int N, int E, int K);
+/* kiln_router_loss_forward in parts a caller may run on several threads: expert e's
+ * load[e] = f_e and its term f_e * P_e of lb / E (kiln_router_load_expert), and the sum of
+ * lse^2 (kiln_router_z_sum); losses[0] = E * (the terms added for e ascending, from 0.0),
+ * losses[1] = the sum / N, bit for bit. */
+double kiln_router_load_expert(float *load_e, const float *probs, const int32_t *idx, int N, int E,
+                               int K, int e);
+double kiln_router_z_sum(const float *lse, int N);
 /* dlogits += d/dlogits of (gates, lb_coef * lb + z_coef * z) given dgates; f_i is a
  * constant (no gradient through the counts). */
 void kiln_router_backward(float *dlogits,      /* [N,E] */

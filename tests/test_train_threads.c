@@ -6,6 +6,7 @@
  * = a weight-gradient block of 64 and one of 32) and that OpenBLAS itself would run on
  * several threads (more than 4 x 65536 multiply-adds per product), which is what made the
  * bits depend on the thread count before. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -152,4 +153,81 @@ KILN_TEST(train_threads_pool_each_item_once) {
     CHECK("each item once", ok);
     kiln_pool_free(p);
     kiln_pool_free(NULL);
+}
+
+/* AdamW, the gradient norm and the clipping run every trained tensor's chunks as the items
+ * of one pool loop (of several past 1024 items or tensors): against a plain loop over the
+ * elements, on 3 threads. The table has tensors of one chunk, of a chunk and one element, of
+ * five chunks, an untrained one, and 1100 of three elements, so that batches fill up by
+ * tensors and by items, and a tensor of several chunks starts a new batch. */
+#define OT_SMALL 1100
+KILN_TEST(train_threads_optim_one_loop) {
+    const size_t big[] = {100, 16384, 16385, 50, 5 * 16384 + 7};
+    const size_t nbig = sizeof big / sizeof *big, count = nbig + OT_SMALL + 1;
+    kiln_param *tab = calloc(count, sizeof *tab);
+    size_t numel = 0;
+    for (size_t i = 0; tab && i < count; i++) {
+        tab[i].numel = i < nbig ? big[i] : i < count - 1 ? 3 : big[4];
+        tab[i].offset = numel;
+        const bool off = i == 3 || (i >= nbig + OT_SMALL / 2 && i < count - 1 && i % 2);
+        tab[i].flags = off ? 0 : KILN_PARAM_TRAINED | (i % 4 == 2 ? KILN_PARAM_DECAY : 0);
+        numel += tab[i].numel;
+    }
+    float *f = tab ? malloc(7 * numel * sizeof *f) : NULL;
+    double *norms = malloc(5 * count * sizeof *norms);
+    kiln_pool *pool = NULL;
+    if (!CHECK("setup", f && norms && kiln_pool_create(3, &pool) == KILN_OK)) goto out;
+    float *p = f, *g = p + numel, *m = g + numel, *v = m + numel, *rp = v + numel, *rm = rp + numel,
+          *rv = rm + numel;
+    for (size_t k = 0; k < numel; k++) {
+        rp[k] = p[k] = (float)((k * 2654435761u) % 2001) / 1000.0f - 1.0f;
+        g[k] = (float)((k * 40503u) % 1999) / 500.0f - 2.0f;
+        rm[k] = m[k] = g[k] / 8;
+        rv[k] = v[k] = g[k] * g[k] / 4;
+    }
+    kiln_train_config c;
+    kiln_train_config_default(&c);
+    const long t = 3;
+    const double lr = 1e-3, bc1 = 1.0 - pow(c.beta1, (double)t),
+                 bc2 = 1.0 - pow(c.beta2, (double)t);
+    double *gn = norms, *un = gn + count, *wn = un + count, *rgn = wn + count, *run = rgn + count;
+    double total = 0;
+    bool elems = true, sums = true;
+    for (size_t i = 0; i < count; i++) {
+        const kiln_param *q = &tab[i];
+        double s = 0, u = 0;
+        for (size_t k = q->offset; q->flags && k < q->offset + q->numel; k++) {
+            s += (double)g[k] * g[k];
+            rm[k] = (float)c.beta1 * rm[k] + (float)(1.0 - c.beta1) * g[k];
+            rv[k] = (float)c.beta2 * rv[k] + (float)(1.0 - c.beta2) * g[k] * g[k];
+            const float old = rp[k],
+                        decay = (q->flags & KILN_PARAM_DECAY) ? (float)(lr * c.weight_decay) : 0;
+            float np = old - decay * old;
+            np -= (float)(lr / bc1) * rm[k] /
+                  (sqrtf(rv[k]) * (float)(1.0 / sqrt(bc2)) + (float)c.adam_eps);
+            rp[k] = np;
+            u += ((double)np - old) * ((double)np - old);
+        }
+        rgn[i] = sqrt(s);
+        run[i] = sqrt(u);
+        total += s;
+    }
+    const double norm = kiln_train_grad_norm_run(pool, tab, count, g, gn);
+    kiln_train_optim_run(pool, &c, tab, count, p, g, m, v, t, lr, un, wn);
+    sums &= fabs(norm - sqrt(total)) <= 1e-12 * sqrt(total);
+    for (size_t i = 0; i < count; i++)
+        sums &= fabs(gn[i] - rgn[i]) <= 1e-12 * rgn[i] && fabs(un[i] - run[i]) <= 1e-9 * run[i];
+    elems &= !memcmp(p, rp, numel * sizeof *p) && !memcmp(m, rm, numel * sizeof *m) &&
+             !memcmp(v, rv, numel * sizeof *v);
+    CHECK("AdamW: every element as a plain loop computes it", elems);
+    CHECK("the norms: every tensor's, as plain sums (within rounding)", sums);
+    kiln_train_grad_scale_run(pool, tab, count, g, 0.5f);
+    bool scaled = true;
+    for (size_t i = 0; i < count; i++)
+        for (size_t k = tab[i].offset; tab[i].flags && k < tab[i].offset + tab[i].numel; k++)
+            scaled &= g[k] == ((float)((k * 40503u) % 1999) / 500.0f - 2.0f) * 0.5f;
+    CHECK("the clipping scales every trained element", scaled);
+out:
+    kiln_pool_free(pool);
+    free(tab), free(f), free(norms);
 }

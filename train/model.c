@@ -37,7 +37,7 @@ struct kiln_tsmoe {
     int nwp, nwf;    /* weight blocks of an expert's proj and fc */
     float lb_scale, z_scale;
     float *npart;    /* [pieces(N),D] a norm's weight gradient per piece */
-    double *spart;   /* [max_batch + 2 pieces(N)] statistics per item */
+    double *spart;   /* [max_batch + 2 pieces(N) + E + 1] statistics per item */
     int32_t *eitems; /* [pieces(N K) + E, 3] the experts' row pieces: expert, first row, rows */
 };
 
@@ -106,11 +106,24 @@ static void dweight_block(float *dweight, float *dbias, const float *dout, const
         }
 }
 
-/* kiln_linear_backward in items: the weight's blocks, then the input's pieces. */
+/* Zero rows r0..r0+n-1 of a [*,C] buffer: an item clears the rows it is the first to add
+ * into, so the clearing runs on the threads and next to its use (the same bits as clearing
+ * the whole buffer before the loop). */
+static void zero_rows(float *x, size_t r0, size_t n, size_t C) {
+    memset(x + r0 * C, 0, n * C * sizeof *x);
+}
+
+/* kiln_linear_backward in items: the weight's blocks, then the input's pieces (which set
+ * their rows of dinp to zero first when zero is set). A piece then runs then(then_arg, piece)
+ * when set: the next op of the backward pass on the same rows, which needs only those rows
+ * of dinp (a norm's or GELU's backward), in the same loop instead of one of its own. */
 typedef struct lin_bwd {
     float *dinp, *dweight, *dbias;
     const float *dout, *inp, *weight;
     int N, IC, OC, nw;
+    bool zero;
+    kiln_pool_fn then;
+    void *then_arg;
 } lin_bwd;
 
 static void lin_bwd_item(void *arg, int it) {
@@ -121,24 +134,43 @@ static void lin_bwd_item(void *arg, int it) {
     } else {
         const int i = it - a->nw;
         const size_t r0 = (size_t)i * PIECE;
+        if (a->zero) zero_rows(a->dinp, r0, (size_t)piece_rows(a->N, i), (size_t)a->IC);
         dinp_rows(a->dinp + r0 * a->IC, a->dout + r0 * a->OC, a->weight, piece_rows(a->N, i), a->IC,
                   a->OC);
+        if (a->then) a->then(a->then_arg, i);
     }
 }
 
+/* zero: dinp is this pass's first gradient into dinp (its rows are set, not added to);
+ * then, then_arg: lin_bwd's. */
 static void linear_backward(const kiln_tsmoe *m, float *dinp, float *dweight, float *dbias,
                             const float *dout, const float *inp, const float *weight, int N, int IC,
-                            int OC) {
-    lin_bwd a = {dinp, dweight, dbias, dout, inp, weight, N, IC, OC, wblocks(OC)};
+                            int OC, bool zero, kiln_pool_fn then, void *then_arg) {
+    lin_bwd a = {.dinp = dinp,
+                 .dweight = dweight,
+                 .dbias = dbias,
+                 .dout = dout,
+                 .inp = inp,
+                 .weight = weight,
+                 .N = N,
+                 .IC = IC,
+                 .OC = OC,
+                 .nw = wblocks(OC),
+                 .zero = zero,
+                 .then = then,
+                 .then_arg = then_arg};
     kiln_pool_run(m->pool, a.nw + (dinp ? pieces(N) : 0), lin_bwd_item, &a);
 }
 
-/* kiln_rmsnorm_backward in pieces: each piece's weight gradient into its own row of
- * m->npart, those added to dweight in piece order. */
+/* kiln_rmsnorm_backward in pieces (norm_bwd_item, run by the linear_backward before it as
+ * its `then`): each piece's weight gradient into its own row of m->npart, those added to
+ * dweight in piece order after the loop (norm_weight_sum); with zero, dinp's rows are set,
+ * not added to. */
 typedef struct norm_bwd {
     float *dinp, *npart;
     const float *dout, *inp, *weight, *rstd;
     int N, D;
+    bool zero;
 } norm_bwd;
 
 static void norm_bwd_item(void *arg, int i) {
@@ -146,16 +178,13 @@ static void norm_bwd_item(void *arg, int i) {
     const size_t r0 = (size_t)i * PIECE, D = (size_t)a->D;
     float *part = a->npart + (size_t)i * D;
     memset(part, 0, D * sizeof *part);
+    if (a->zero) zero_rows(a->dinp, r0, (size_t)piece_rows(a->N, i), D);
     kiln_rmsnorm_backward(a->dinp + r0 * D, part, a->dout + r0 * D, a->inp + r0 * D, a->weight,
                           a->rstd + r0, piece_rows(a->N, i), a->D);
 }
 
-static void rmsnorm_backward(const kiln_tsmoe *m, float *dinp, float *dweight, const float *dout,
-                             const float *inp, const float *weight, const float *rstd, int N,
-                             int D) {
-    norm_bwd a = {dinp, m->npart, dout, inp, weight, rstd, N, D};
+static void norm_weight_sum(const kiln_tsmoe *m, float *dweight, int N, int D) {
     const int np = pieces(N);
-    kiln_pool_run(m->pool, np, norm_bwd_item, &a);
     for (int i = 0; i < np; i++)
         for (int d = 0; d < D; d++)
             dweight[d] += m->npart[(size_t)i * D + d];
@@ -198,7 +227,7 @@ static void carve_acts(kiln_tsmoe *m, kiln_carver *c) {
     const int N = m->max_batch * m->cfg.seq_len, K = m->cfg.top_k;
     const size_t np = (size_t)pieces(N);
     m->npart = kiln_carve_f32(c, np * (size_t)m->cfg.d_model);
-    m->spart = kiln_carve(c, (size_t)m->max_batch + 2 * np, sizeof(double));
+    m->spart = kiln_carve(c, (size_t)m->max_batch + 2 * np + Es + 1, sizeof(double));
     m->eitems = kiln_carve_i32(c, 3 * ((size_t)pieces(N * K) + Es));
 }
 
@@ -353,17 +382,38 @@ static void gather_backward_tokens(float *dinp, const float *dxg, const int32_t 
     }
 }
 
+/* The next layer's attention norm and qkv (layer l < L) or the final norm and the head
+ * (l == L) on rows r0..r0+n-1, whose input rows the piece that calls it has just written: the
+ * end of the piece loop before (the embedding, the dense FFN or the combine), not a loop of
+ * its own. */
+static void attn_in_rows(kiln_tsmoe *m, int l, size_t r0, int n) {
+    const kiln_model_config *k = &m->cfg;
+    const int D = k->d_model, O = k->n_outputs;
+    kiln_tsmoe_acts *ac = &m->act;
+    if (l < k->n_layers) {
+        kiln_tsmoe_layer_acts *a = &ac->layers[l];
+        const kiln_tsmoe_layer_view *w = &m->p.layers[l];
+        kiln_rmsnorm_forward(a->u1 + r0 * D, a->rstd1 + r0, a->res + r0 * D, w->attn_norm,
+                             k->norm_eps, n, D);
+        kiln_linear_forward(a->qkv + r0 * 3 * D, a->u1 + r0 * D, w->qkv_w, w->qkv_b, n, D, 3 * D);
+    } else {
+        kiln_rmsnorm_forward(ac->uf + r0 * D, ac->rstdf + r0, ac->hL + r0 * D, m->p.final_norm,
+                             k->norm_eps, n, D);
+        kiln_linear_forward(ac->y + r0 * O, ac->uf + r0 * D, m->p.head_w, m->p.head_b, n, D, O);
+    }
+}
+
 /* The loops of a step, one item at a time: m->stage says which, m->l the layer, m->B the
  * batch of the last forward, m->x its input. */
 enum {
-    F_INPUT,   /* piece: standardise, embed */
-    F_ATTN_IN, /* piece: attention norm, qkv */
+    F_INPUT,   /* piece: standardise, embed; layer 0's attention norm, qkv */
     F_ATTN,    /* sequence: attention, its entropy */
-    F_MID,     /* piece: out projection, residual, ffn norm; dense FFN or router */
+    F_MID,     /* piece: out projection, residual, ffn norm; dense FFN (and the next layer's
+                  attention norm and qkv, or the head) or router */
     F_EXPERTS, /* expert piece: gather, fc, GELU, proj */
-    F_COMBINE, /* piece: combine, RMS */
-    F_HEAD,    /* piece: final norm, head */
-    B_GELU,    /* piece: dense GELU backward */
+    F_COMBINE, /* piece: combine, RMS; the next layer's attention norm and qkv, or the head;
+                  then E + 1 items: an expert's load and auxiliary term, the router's z sum */
+    B_GELU,    /* piece: dense GELU backward (the proj's input gradient pieces run it) */
     B_COMBINE, /* piece: combine backward */
     B_PROJ,    /* expert proj weight blocks, then expert pieces: dh2, GELU backward */
     B_FC,      /* expert fc weight blocks, then expert pieces: dxg */
@@ -375,7 +425,7 @@ static void step_item(void *arg, int i) {
     kiln_tsmoe *m = arg;
     const kiln_model_config *k = &m->cfg;
     const int S = k->seq_len, D = k->d_model, H = k->n_heads, W = k->attn_window, E = k->n_experts,
-              K = k->top_k, Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
+              K = k->top_k, Fh = k->d_ff, F = k->n_features, L = k->n_layers;
     const int B = m->B, N = B * S, np = pieces(N), l = m->l;
     const kiln_tsmoe_view *p = &m->p, *g = &m->g;
     kiln_tsmoe_acts *ac = &m->act;
@@ -383,7 +433,8 @@ static void step_item(void *arg, int i) {
     const kiln_tsmoe_layer_view *w = l < L ? &p->layers[l] : NULL,
                                 *gw = l < L ? &g->layers[l] : NULL;
     float *next = l + 1 < L ? ac->layers[l + 1].res : ac->hL;
-    double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np;
+    double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np,
+           *s_aux = s_rms + np;
     const size_t r0 = (size_t)i * PIECE;
     const int n = piece_rows(N, i);
     switch (m->stage) {
@@ -391,13 +442,9 @@ static void step_item(void *arg, int i) {
         float *h0 = L ? ac->layers[0].res : ac->hL;
         kiln_standardize_forward(ac->xs + r0 * F, m->x + r0 * F, p->in_mean, p->in_std, n, F);
         kiln_linear_forward(h0 + r0 * D, ac->xs + r0 * F, p->embed_w, p->embed_b, n, F, D);
+        attn_in_rows(m, 0, r0, n);
         break;
     }
-    case F_ATTN_IN:
-        kiln_rmsnorm_forward(a->u1 + r0 * D, a->rstd1 + r0, a->res + r0 * D, w->attn_norm,
-                             k->norm_eps, n, D);
-        kiln_linear_forward(a->qkv + r0 * 3 * D, a->u1 + r0 * D, w->qkv_w, w->qkv_b, n, D, 3 * D);
-        break;
     case F_ATTN: {
         const size_t at = (size_t)i * H * S * W;
         kiln_attention_forward(a->ao + (size_t)i * S * D, a->att + at,
@@ -417,6 +464,7 @@ static void step_item(void *arg, int i) {
             kiln_linear_forward(tmp, a->hact + r0 * Fh, w->proj_w, w->proj_b, n, Fh, D);
             kiln_residual_forward(next + r0 * D, a->mid + r0 * D, tmp, (size_t)n * D);
             s_rms[i] = square_sum(next + r0 * D, (size_t)n * D);
+            attn_in_rows(m, l + 1, r0, n);
         } else {
             kiln_linear_forward(a->logits + r0 * E, a->u2 + r0 * D, w->router, NULL, n, D, E);
             kiln_router_forward(a->probs + r0 * E, a->lse + r0, a->idx + r0 * K, a->gates + r0 * K,
@@ -438,19 +486,28 @@ static void step_item(void *arg, int i) {
         break;
     }
     case F_COMBINE:
+        if (i >= np) { /* kiln_router_loss_forward's parts: they need no combine */
+            if (i - np < E)
+                s_aux[i - np] = kiln_router_load_expert(&m->st_load[(size_t)l * E + (i - np)],
+                                                        a->probs, a->idx, N, E, K, i - np);
+            else
+                s_aux[E] = kiln_router_z_sum(a->lse, N);
+            break;
+        }
         kiln_moe_combine_forward(next + r0 * D, a->mid + r0 * D, a->yg, a->gates + r0 * K,
                                  a->pos + r0 * K, n, D, K);
         s_rms[i] = square_sum(next + r0 * D, (size_t)n * D);
-        break;
-    case F_HEAD:
-        kiln_rmsnorm_forward(ac->uf + r0 * D, ac->rstdf + r0, ac->hL + r0 * D, p->final_norm,
-                             k->norm_eps, n, D);
-        kiln_linear_forward(ac->y + r0 * O, ac->uf + r0 * D, p->head_w, p->head_b, n, D, O);
+        attn_in_rows(m, l + 1, r0, n);
         break;
     case B_GELU:
+        zero_rows(ac->dh1, r0, (size_t)n, (size_t)Fh);
         kiln_gelu_backward(ac->dh1 + r0 * Fh, ac->dh2 + r0 * Fh, a->hpre + r0 * Fh, (size_t)n * Fh);
         break;
     case B_COMBINE:
+        /* Each gathered row is one token's choice, so its piece is the first to add to it. */
+        zero_rows(ac->dgates, r0, (size_t)n, (size_t)K);
+        for (size_t c = r0 * K; c < (r0 + (size_t)n) * K; c++)
+            if (a->pos[c] >= 0) zero_rows(ac->dyg, (size_t)a->pos[c], 1, (size_t)D);
         kiln_moe_combine_backward(ac->dyg, ac->dgates + r0 * K, ac->dres + r0 * D, a->yg,
                                   a->gates + r0 * K, a->pos + r0 * K, n, D, K);
         break;
@@ -465,6 +522,8 @@ static void step_item(void *arg, int i) {
             const int32_t *it = m->eitems + (size_t)(i - E * m->nwp) * 3;
             const int e = it[0], ne = it[2];
             const size_t q0 = (size_t)it[1];
+            zero_rows(ac->dh2, q0, (size_t)ne, (size_t)Fh);
+            zero_rows(ac->dh1, q0, (size_t)ne, (size_t)Fh);
             dinp_rows(ac->dh2 + q0 * Fh, ac->dyg + q0 * D, w->proj_w + (size_t)e * D * Fh, ne, Fh,
                       D);
             kiln_gelu_backward(ac->dh1 + q0 * Fh, ac->dh2 + q0 * Fh, a->hpre + q0 * Fh,
@@ -482,11 +541,14 @@ static void step_item(void *arg, int i) {
             const int32_t *it = m->eitems + (size_t)(i - E * m->nwf) * 3;
             const int e = it[0], ne = it[2];
             const size_t q0 = (size_t)it[1];
+            zero_rows(ac->dxg, q0, (size_t)ne, (size_t)D);
             dinp_rows(ac->dxg + q0 * D, ac->dh1 + q0 * Fh, w->fc_w + (size_t)e * Fh * D, ne, D, Fh);
         }
         break;
     case B_ROUTER: {
         const float *load = &m->st_load[(size_t)l * E];
+        zero_rows(ac->du, r0, (size_t)n, (size_t)D);
+        zero_rows(ac->dlogits, r0, (size_t)n, (size_t)E);
         gather_backward_tokens(ac->du, ac->dxg, a->pos, (int)r0, n, D, K);
         for (size_t t = r0; t < r0 + (size_t)n; t++)
             kiln_route_train_backward(ac->dlogits + t * E, ac->dgates + t * K, a->probs + t * E,
@@ -496,6 +558,7 @@ static void step_item(void *arg, int i) {
     }
     case B_ATTN: {
         const size_t at = (size_t)i * H * S * W;
+        zero_rows(ac->dqkv, (size_t)i * S, (size_t)S, 3 * (size_t)D);
         kiln_attention_backward(ac->dqkv + (size_t)i * S * 3 * D, ac->datt + at,
                                 ac->dao + (size_t)i * S * D, a->qkv + (size_t)i * S * 3 * D,
                                 a->att + at, 1, S, D, H, W);
@@ -530,12 +593,12 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
     kiln_tsmoe_acts *ac = &m->act;
     double lb_sum = 0.0, z_sum = 0.0;
     /* Statistics per item: attention's per sequence, the router's and the RMS per piece. */
-    const double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np;
+    const double *s_att = m->spart, *s_router = s_att + m->max_batch, *s_rms = s_router + np,
+                 *s_aux = s_rms + np;
 
-    run_stage(m, F_INPUT, L, np);
+    run_stage(m, F_INPUT, L, np); /* and layer 0's attention norm and qkv, or the head */
     for (int l = 0; l < L; l++) {
         kiln_tsmoe_layer_acts *a = &ac->layers[l];
-        run_stage(m, F_ATTN_IN, l, np);
         run_stage(m, F_ATTN, l, B);
         m->st_attn[l] = (float)(sum_in_order(s_att, B) / ((double)B * H * S));
         run_stage(m, F_MID, l, np);
@@ -544,21 +607,19 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
             m->st_load[l] = 0.0f;
             m->st_overflow[l] = 0.0f;
         } else {
-            double aux[2];
-            kiln_router_loss_forward(&m->st_load[(size_t)l * E], aux, a->probs, a->lse, a->idx, N,
-                                     E, K);
-            lb_sum += aux[0];
-            z_sum += aux[1];
             int dropped = 0;
             kiln_moe_dispatch(a->offsets, a->pos, a->rows, &dropped, a->idx, capacity, N, E, K);
             run_stage(m, F_EXPERTS, l, expert_items(m, a->offsets, E));
-            run_stage(m, F_COMBINE, l, np);
+            /* The combine's pieces, then the router's auxiliary losses in E + 1 items, added
+             * as kiln_router_loss_forward adds them. */
+            run_stage(m, F_COMBINE, l, np + E + 1);
+            lb_sum += E * sum_in_order(s_aux, E);
+            z_sum += s_aux[E] / N;
             m->st_router[l] = (float)(sum_in_order(s_router, np) / N);
             m->st_overflow[l] = (float)dropped / (float)((size_t)N * K);
         }
         m->st_rms[l] = (float)sqrt(sum_in_order(s_rms, np) / ((double)N * D));
     }
-    run_stage(m, F_HEAD, L, np);
     kiln_stats_maxabs(&m->stats.max_abs_output, ac->y, (size_t)N * O);
     kiln_loss out = {0, 0, 0, 0};
     if (targets) {
@@ -573,39 +634,36 @@ kiln_err kiln_tsmoe_forward(kiln_tsmoe *m, const float *x, const float *targets,
 kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
     KILN_FAIL_IF(!m->have_targets, KILN_ERR_USAGE, "'backward': the last forward had no targets");
     const kiln_model_config *k = &m->cfg;
-    const int B = m->B, S = k->seq_len, D = k->d_model, E = k->n_experts, K = k->top_k,
-              Fh = k->d_ff, F = k->n_features, O = k->n_outputs, L = k->n_layers;
+    const int B = m->B, S = k->seq_len, D = k->d_model, E = k->n_experts, Fh = k->d_ff,
+              F = k->n_features, O = k->n_outputs, L = k->n_layers;
     const int N = B * S, np = pieces(N);
     const kiln_tsmoe_view *p = &m->p, *g = &m->g;
     kiln_tsmoe_acts *ac = &m->act;
-    const size_t ND = (size_t)N * D;
 
     memset(ac->dy, 0, (size_t)N * O * sizeof(float));
     kiln_mse_backward(ac->dy, ac->y, m->targets, scale, (size_t)N * O);
-    memset(ac->duf, 0, ND * sizeof(float));
-    linear_backward(m, ac->duf, g->head_w, g->head_b, ac->dy, ac->uf, p->head_w, N, D, O);
+    /* The activations' gradients are set by the first item that adds to each row (the
+     * `zero` flags and zero_rows in step_item), not cleared here: the clearing runs on the
+     * threads too. */
     /* dres holds d loss / d h at the point the backward pass has reached. */
-    memset(ac->dres, 0, ND * sizeof(float));
-    rmsnorm_backward(m, ac->dres, g->final_norm, ac->duf, ac->hL, p->final_norm, ac->rstdf, N, D);
+    norm_bwd nf = {ac->dres, m->npart, ac->duf, ac->hL, p->final_norm, ac->rstdf, N, D, true};
+    linear_backward(m, ac->duf, g->head_w, g->head_b, ac->dy, ac->uf, p->head_w, N, D, O, true,
+                    norm_bwd_item, &nf);
+    norm_weight_sum(m, g->final_norm, N, D);
     for (int l = L - 1; l >= 0; l--) {
         kiln_tsmoe_layer_acts *a = &ac->layers[l];
         const kiln_tsmoe_layer_view *w = &p->layers[l], *gw = &g->layers[l];
-        memset(ac->du, 0, ND * sizeof(float));
+        /* The ffn norm's backward, run by the pieces of the last linear_backward before it. */
+        norm_bwd n2 = {ac->dres, m->npart, ac->du, a->mid, w->ffn_norm, a->rstd2, N, D, false};
         if (!E) {
-            memset(ac->dh2, 0, (size_t)N * Fh * sizeof(float));
+            m->stage = B_GELU; /* run by the proj's input pieces */
+            m->l = l;
             linear_backward(m, ac->dh2, gw->proj_w, gw->proj_b, ac->dres, a->hact, w->proj_w, N, Fh,
-                            D);
-            memset(ac->dh1, 0, (size_t)N * Fh * sizeof(float));
-            run_stage(m, B_GELU, l, np);
-            linear_backward(m, ac->du, gw->fc_w, gw->fc_b, ac->dh1, a->u2, w->fc_w, N, D, Fh);
+                            D, true, step_item, m);
+            linear_backward(m, ac->du, gw->fc_w, gw->fc_b, ac->dh1, a->u2, w->fc_w, N, D, Fh, true,
+                            norm_bwd_item, &n2);
         } else {
-            const int M = a->offsets[E];
-            memset(ac->dyg, 0, (size_t)M * D * sizeof(float));
-            memset(ac->dgates, 0, (size_t)N * K * sizeof(float));
             run_stage(m, B_COMBINE, l, np);
-            memset(ac->dh1, 0, (size_t)M * Fh * sizeof(float));
-            memset(ac->dh2, 0, (size_t)M * Fh * sizeof(float));
-            memset(ac->dxg, 0, (size_t)M * D * sizeof(float));
             /* Per expert: its proj's weight blocks and its row pieces (dh2, then GELU's
              * backward into dh1); then its fc's weight blocks and row pieces (dxg). */
             const int ni = expert_items(m, a->offsets, E);
@@ -613,25 +671,26 @@ kiln_err kiln_tsmoe_backward(kiln_tsmoe *m, float scale) {
             m->nwf = wblocks(Fh);
             run_stage(m, B_PROJ, l, E * m->nwp + ni);
             run_stage(m, B_FC, l, E * m->nwf + ni);
-            memset(ac->dlogits, 0, (size_t)N * E * sizeof(float));
             /* kiln_router_backward's scales, for all N tokens (a piece must not use its own
              * row count). */
             m->lb_scale = scale * m->opts.aux_loss_coef * (float)E / (float)N;
             m->z_scale = scale * m->opts.z_loss_coef * 2.0f / (float)N;
             run_stage(m, B_ROUTER, l, np);
-            linear_backward(m, ac->du, gw->router, NULL, ac->dlogits, a->u2, w->router, N, D, E);
+            linear_backward(m, ac->du, gw->router, NULL, ac->dlogits, a->u2, w->router, N, D, E,
+                            false, norm_bwd_item, &n2);
         }
         /* The residual passes dres through unchanged; the norm's branch adds to it. */
-        rmsnorm_backward(m, ac->dres, gw->ffn_norm, ac->du, a->mid, w->ffn_norm, a->rstd2, N, D);
-        memset(ac->dao, 0, ND * sizeof(float));
-        linear_backward(m, ac->dao, gw->out_w, gw->out_b, ac->dres, a->ao, w->out_w, N, D, D);
-        memset(ac->dqkv, 0, ND * 3 * sizeof(float));
+        norm_weight_sum(m, gw->ffn_norm, N, D);
+        linear_backward(m, ac->dao, gw->out_w, gw->out_b, ac->dres, a->ao, w->out_w, N, D, D, true,
+                        NULL, NULL);
         run_stage(m, B_ATTN, l, B);
-        memset(ac->du, 0, ND * sizeof(float));
-        linear_backward(m, ac->du, gw->qkv_w, gw->qkv_b, ac->dqkv, a->u1, w->qkv_w, N, D, 3 * D);
-        rmsnorm_backward(m, ac->dres, gw->attn_norm, ac->du, a->res, w->attn_norm, a->rstd1, N, D);
+        norm_bwd n1 = {ac->dres, m->npart, ac->du, a->res, w->attn_norm, a->rstd1, N, D, false};
+        linear_backward(m, ac->du, gw->qkv_w, gw->qkv_b, ac->dqkv, a->u1, w->qkv_w, N, D, 3 * D,
+                        true, norm_bwd_item, &n1);
+        norm_weight_sum(m, gw->attn_norm, N, D);
     }
-    linear_backward(m, NULL, g->embed_w, g->embed_b, ac->dres, ac->xs, p->embed_w, N, F, D);
+    linear_backward(m, NULL, g->embed_w, g->embed_b, ac->dres, ac->xs, p->embed_w, N, F, D, false,
+                    NULL, NULL);
     return KILN_OK;
 }
 

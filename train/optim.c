@@ -1,6 +1,7 @@
 /* optim.c - learning-rate schedule, gradient norm and clipping, AdamW and SGD, and the
  * spike detector. Every sum runs in a fixed order in double so that a run repeats
  * bit for bit. */
+#include <assert.h>
 #include <math.h>
 #include <string.h>
 
@@ -29,27 +30,99 @@ static size_t chunk_of(size_t n, int *count) {
     return chunk;
 }
 
-typedef struct grad_job {
-    float *g;
-    size_t n, chunk;
-    float s;
-    double *part;
-} grad_job;
+/* ---- every tensor's chunks as one loop ----
+ * The chunks of all the trained tensors are the items of one pool loop (or of a few, BATCH
+ * items at a time), not a loop per tensor: most tensors (biases, norms, d128's 128x128
+ * matrices) are one chunk, which a loop of their own ran on the calling thread alone, with a
+ * barrier after each (45 loops an AdamW step for d128 dense). Each item writes its two sums
+ * into a slot of its own; after the loop each tensor's sums are added in chunk order and
+ * handed to `done` in tensor order, as the loop per tensor did, so the bits are the same. */
+#define BATCH 1024
 
-static void sumsq_item(void *arg, int j) {
-    const grad_job *o = arg;
-    const size_t k0 = (size_t)j * o->chunk, k1 = k0 + o->chunk < o->n ? k0 + o->chunk : o->n;
-    double s = 0;
-    for (size_t k = k0; k < k1; k++)
-        s += (double)o->g[k] * o->g[k];
-    o->part[j] = s;
+/* Elements k0..k1-1 of tensor t: its two sums into out. */
+typedef void (*chunk_fn)(void *ctx, const kiln_param *t, size_t k0, size_t k1, double out[2]);
+/* Tensor i's sums (0 for a tensor that is not trained), in tensor order. */
+typedef void (*tensor_done)(void *ctx, size_t i, double s0, double s1);
+
+typedef struct chunk_batch {
+    const kiln_param *tab;
+    chunk_fn fn;
+    tensor_done done;
+    void *ctx;
+    int n_items, n_tensors;
+    uint32_t item_tensor[BATCH], item_chunk[BATCH], tensors[BATCH];
+    double part[BATCH][2];
+} chunk_batch;
+
+static void chunk_item(void *arg, int it) {
+    chunk_batch *b = arg;
+    const kiln_param *t = &b->tab[b->item_tensor[it]];
+    int nc;
+    const size_t chunk = chunk_of(t->numel, &nc), k0 = (size_t)b->item_chunk[it] * chunk;
+    b->fn(b->ctx, t, k0, k0 + chunk < t->numel ? k0 + chunk : t->numel, b->part[it]);
 }
 
-static void scale_item(void *arg, int j) {
-    const grad_job *o = arg;
-    const size_t k0 = (size_t)j * o->chunk, k1 = k0 + o->chunk < o->n ? k0 + o->chunk : o->n;
+static void chunk_flush(kiln_pool *pool, chunk_batch *b) {
+    kiln_pool_run(pool, b->n_items, chunk_item, b);
+    int j = 0;
+    for (int q = 0; q < b->n_tensors; q++) {
+        const size_t i = b->tensors[q];
+        double s0 = 0, s1 = 0;
+        for (; j < b->n_items && b->item_tensor[j] == i; j++) {
+            s0 += b->part[j][0];
+            s1 += b->part[j][1];
+        }
+        if (b->done) b->done(b->ctx, i, s0, s1);
+    }
+    b->n_items = b->n_tensors = 0;
+}
+
+/* fn over every chunk of every trained tensor of tab[count], on the pool's threads. */
+static void for_chunks(kiln_pool *pool, const kiln_param *tab, size_t count, chunk_fn fn,
+                       tensor_done done, void *ctx) {
+    static_assert(OPTIM_CHUNKS <= BATCH, "a tensor's chunks fit in one batch");
+    chunk_batch b;
+    b.tab = tab, b.fn = fn, b.done = done, b.ctx = ctx, b.n_items = b.n_tensors = 0;
+    for (size_t i = 0; i < count; i++) {
+        int nc = 0;
+        if (tab[i].flags & KILN_PARAM_TRAINED) chunk_of(tab[i].numel, &nc);
+        if (b.n_items + nc > BATCH || b.n_tensors == BATCH) chunk_flush(pool, &b);
+        b.tensors[b.n_tensors++] = (uint32_t)i;
+        for (int j = 0; j < nc; j++, b.n_items++) {
+            b.item_tensor[b.n_items] = (uint32_t)i;
+            b.item_chunk[b.n_items] = (uint32_t)j;
+        }
+    }
+    chunk_flush(pool, &b);
+}
+
+typedef struct grad_job {
+    float *g;
+    float s;
+    double total, *per_tensor;
+} grad_job;
+
+static void sumsq_chunk(void *arg, const kiln_param *t, size_t k0, size_t k1, double out[2]) {
+    const float *g = ((const grad_job *)arg)->g + t->offset;
+    double s = 0;
     for (size_t k = k0; k < k1; k++)
-        o->g[k] *= o->s;
+        s += (double)g[k] * g[k];
+    out[0] = s;
+    out[1] = 0;
+}
+
+static void sumsq_done(void *arg, size_t i, double s, double unused) {
+    grad_job *o = arg;
+    if (o->per_tensor) o->per_tensor[i] = sqrt(s);
+    o->total += s;
+}
+
+static void scale_chunk(void *arg, const kiln_param *t, size_t k0, size_t k1, double out[2]) {
+    const grad_job *o = arg;
+    float *g = o->g + t->offset;
+    for (size_t k = k0; k < k1; k++)
+        g[k] *= o->s;
+    out[0] = out[1] = 0;
 }
 
 double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *grads,
@@ -59,22 +132,9 @@ double kiln_train_grad_norm(const kiln_param *tab, size_t count, const float *gr
 
 double kiln_train_grad_norm_run(kiln_pool *pool, const kiln_param *tab, size_t count,
                                 const float *grads, double *per_tensor) {
-    double total = 0;
-    for (size_t i = 0; i < count; i++) {
-        double s = 0;
-        if (tab[i].flags & KILN_PARAM_TRAINED) {
-            double part[OPTIM_CHUNKS];
-            int nc;
-            grad_job job = {(float *)(grads + tab[i].offset), tab[i].numel, 0, 0.0f, part};
-            job.chunk = chunk_of(tab[i].numel, &nc);
-            kiln_pool_run(pool, nc, sumsq_item, &job);
-            for (int j = 0; j < nc; j++)
-                s += part[j];
-        }
-        if (per_tensor) per_tensor[i] = sqrt(s);
-        total += s;
-    }
-    return sqrt(total);
+    grad_job job = {(float *)grads, 0.0f, 0.0, per_tensor};
+    for_chunks(pool, tab, count, sumsq_chunk, sumsq_done, &job);
+    return sqrt(job.total);
 }
 
 void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, float s) {
@@ -83,13 +143,8 @@ void kiln_train_grad_scale(const kiln_param *tab, size_t count, float *grads, fl
 
 void kiln_train_grad_scale_run(kiln_pool *pool, const kiln_param *tab, size_t count, float *grads,
                                float s) {
-    for (size_t i = 0; i < count; i++) {
-        if (!(tab[i].flags & KILN_PARAM_TRAINED)) continue;
-        int nc;
-        grad_job job = {grads + tab[i].offset, tab[i].numel, 0, s, NULL};
-        job.chunk = chunk_of(tab[i].numel, &nc);
-        kiln_pool_run(pool, nc, scale_item, &job);
-    }
+    grad_job job = {grads, s, 0.0, NULL};
+    for_chunks(pool, tab, count, scale_chunk, NULL, &job);
 }
 
 /* AdamW or SGD over elements k0..k1-1 of one tensor; the squared update and weight norms of
@@ -131,18 +186,25 @@ static void optim_range(const optim_args *a, float *p, const float *g, float *mm
 /* A tensor is updated in chunk_of's chunks, the update and weight norms summed per chunk and
  * added in chunk order. Each element's update is the same arithmetic wherever it runs. */
 typedef struct optim_job {
-    const optim_args *a;
-    float *p, *mm, *vv;
-    const float *g;
-    float decay;
-    size_t n, chunk;
-    double (*part)[2];
+    optim_args a;
+    float *params, *m, *v;
+    const float *grads;
+    float decay; /* lr times weight_decay, for KILN_PARAM_DECAY tensors */
+    double *upd_norm, *w_norm;
 } optim_job;
 
-static void optim_item(void *arg, int j) {
+static void optim_chunk(void *arg, const kiln_param *t, size_t k0, size_t k1, double out[2]) {
     const optim_job *o = arg;
-    const size_t k0 = (size_t)j * o->chunk, k1 = k0 + o->chunk < o->n ? k0 + o->chunk : o->n;
-    optim_range(o->a, o->p, o->g, o->mm, o->vv, o->decay, k0, k1, &o->part[j][0], &o->part[j][1]);
+    const size_t off = t->offset;
+    optim_range(&o->a, o->params + off, o->grads + off, o->a.adam ? o->m + off : NULL,
+                o->a.adam ? o->v + off : NULL, (t->flags & KILN_PARAM_DECAY) ? o->decay : 0.0f, k0,
+                k1, &out[0], &out[1]);
+}
+
+static void optim_done(void *arg, size_t i, double un, double wn) {
+    const optim_job *o = arg;
+    if (o->upd_norm) o->upd_norm[i] = sqrt(un);
+    if (o->w_norm) o->w_norm[i] = sqrt(wn);
 }
 
 void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
@@ -159,36 +221,23 @@ void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kil
      * sqrt(vhat) = sqrt(v) / sqrt(1 - b2^t). */
     const double bc1 = adam ? 1.0 - pow(c->beta1, (double)t) : 1.0;
     const double bc2 = adam ? 1.0 - pow(c->beta2, (double)t) : 1.0;
-    const optim_args a = {.adam = adam,
-                          .b1 = (float)c->beta1,
-                          .b2 = (float)c->beta2,
-                          .omb1 = (float)(1.0 - c->beta1),
-                          .omb2 = (float)(1.0 - c->beta2),
-                          .eps = (float)c->adam_eps,
-                          .step = (float)(lr / bc1),
-                          .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
-                          .lrf = (float)lr};
-    for (size_t i = 0; i < count; i++) {
-        double un = 0, wn = 0;
-        if (tab[i].flags & KILN_PARAM_TRAINED) {
-            const size_t off = tab[i].offset, n = tab[i].numel;
-            float *p = params + off, *mm = adam ? m + off : NULL, *vv = adam ? v + off : NULL;
-            const float *g = grads + off;
-            const float decay =
-                (tab[i].flags & KILN_PARAM_DECAY) ? (float)(lr * c->weight_decay) : 0.0f;
-            int nc;
-            const size_t chunk = chunk_of(n, &nc);
-            double part[OPTIM_CHUNKS][2];
-            optim_job job = {&a, p, mm, vv, g, decay, n, chunk, part};
-            kiln_pool_run(pool, nc, optim_item, &job);
-            for (int j = 0; j < nc; j++) {
-                un += part[j][0];
-                wn += part[j][1];
-            }
-        }
-        if (upd_norm) upd_norm[i] = sqrt(un);
-        if (w_norm) w_norm[i] = sqrt(wn);
-    }
+    const optim_job job = {.a = {.adam = adam,
+                                 .b1 = (float)c->beta1,
+                                 .b2 = (float)c->beta2,
+                                 .omb1 = (float)(1.0 - c->beta1),
+                                 .omb2 = (float)(1.0 - c->beta2),
+                                 .eps = (float)c->adam_eps,
+                                 .step = (float)(lr / bc1),
+                                 .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
+                                 .lrf = (float)lr},
+                           .params = params,
+                           .m = m,
+                           .v = v,
+                           .grads = grads,
+                           .decay = (float)(lr * c->weight_decay),
+                           .upd_norm = upd_norm,
+                           .w_norm = w_norm};
+    for_chunks(pool, tab, count, optim_chunk, optim_done, (void *)&job);
 }
 
 /* ---- spikes ---- */

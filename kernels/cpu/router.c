@@ -12,24 +12,33 @@ void kiln_router_forward(float *probs, float *lse, int32_t *idx, float *gates, c
                                  gates + (size_t)t * K, logits + (size_t)t * E, E, K);
 }
 
-void kiln_router_loss_forward(float *load, double *losses, const float *probs, const float *lse,
-                              const int32_t *idx, int N, int E, int K) {
-    double lb = 0.0, z = 0.0;
-    for (int e = 0; e < E; e++) {
-        size_t count = 0;
-        for (size_t c = 0; c < (size_t)N * K; c++)
-            count += idx[c] == e;
-        double P = 0.0;
-        for (int t = 0; t < N; t++)
-            P += probs[(size_t)t * E + e];
-        double f = (double)count / ((double)N * K);
-        load[e] = (float)f;
-        lb += f * (P / N);
-    }
+double kiln_router_load_expert(float *load_e, const float *probs, const int32_t *idx, int N, int E,
+                               int K, int e) {
+    size_t count = 0;
+    for (size_t c = 0; c < (size_t)N * K; c++)
+        count += idx[c] == e;
+    double P = 0.0;
+    for (int t = 0; t < N; t++)
+        P += probs[(size_t)t * E + e];
+    double f = (double)count / ((double)N * K);
+    *load_e = (float)f;
+    return f * (P / N);
+}
+
+double kiln_router_z_sum(const float *lse, int N) {
+    double z = 0.0;
     for (int t = 0; t < N; t++)
         z += (double)lse[t] * lse[t];
+    return z;
+}
+
+void kiln_router_loss_forward(float *load, double *losses, const float *probs, const float *lse,
+                              const int32_t *idx, int N, int E, int K) {
+    double lb = 0.0;
+    for (int e = 0; e < E; e++)
+        lb += kiln_router_load_expert(&load[e], probs, idx, N, E, K, e);
     losses[0] = E * lb;
-    losses[1] = z / N;
+    losses[1] = kiln_router_z_sum(lse, N) / N;
 }
 
 void kiln_router_backward(float *dlogits, const float *dgates, const float *probs, const float *lse,
