@@ -583,7 +583,7 @@ static void attend_by_head(const kiln_model *m, float *o, float *scores, const f
         for (int r = 0, j = 0; r < nruns; r++)
             for (int i = 0; i < runs[r].n; i++, j++) {
                 const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
-                float s = kiln_rt_dot(q + h * Dh, kh, Dh) * m->attn_scale -
+                float s = kiln_row_dot(q + h * Dh, kh, Dh) * m->attn_scale -
                           m->slopes[h] * (float)(nk - 1 - j);
                 scores[j] = s;
                 mx = s > mx ? s : mx;
@@ -604,7 +604,7 @@ static void attend_by_head(const kiln_model *m, float *o, float *scores, const f
 
 /* kiln_rt_attend walks the keys row by row (a ring is read once, not a column per head);
  * every head must still get the head-by-head loop's numbers, bit for bit: runs of a ring's
- * two halves and the new row, Dh = 13 (a tail for kiln_rt_dot), 1 to W keys. */
+ * two halves and the new row, Dh = 13 (a tail for kiln_row_dot), 1 to W keys. */
 KILN_TEST(runtime_attend_rows_equal_heads) {
     enum { H = 3, Dh = 13, D = H * Dh, W = 9 };
     float slopes[H], kv[2][W][D], q[D], o1[D], o2[D], scores[H * W + 2 * H];

@@ -35,6 +35,20 @@ void kiln_rmsnorm_forward(float *out, float *rstd, const float *inp, const float
     }
 }
 
+void kiln_rmsnorm_f64_forward(float *out, const float *inp, const float *weight, float eps, int N,
+                              int D) {
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * D;
+        float *y = out + (size_t)n * D;
+        double ss = 0;
+        for (int d = 0; d < D; d++)
+            ss += (double)x[d] * x[d];
+        float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+        for (int d = 0; d < D; d++)
+            y[d] = x[d] * r * weight[d];
+    }
+}
+
 /* y = x r g with r = (mean(x^2) + eps)^-1/2:
  * dx_i = r g_i dy_i - x_i r^3 / D * sum_j dy_j g_j x_j. */
 void kiln_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
