@@ -93,8 +93,8 @@ static inline const void *kiln_rt_wat(const kiln_model *m, const void *w, size_t
 
 /* ---- shared math: attention over runs of keys ----
  * (The batch and the stream share the rest through kernels/: kiln_standardize_forward,
- * kiln_rmsnorm_f64_forward, kiln_gelu_forward, kiln_residual_forward and row.h's dot and
- * axpy.) */
+ * kiln_gelu_forward, the RMSNorm kiln_rmsnorm_f64_forward and the residual add
+ * kiln_residual_forward, whose rows the tick inlines from row.h, and row.h's dot and axpy.) */
 
 /* Keys and values of one attention, oldest first, in up to three runs (a ring buffer's
  * two halves and the rows being computed); row r of a run is at k + r*stride. */
