@@ -61,6 +61,16 @@ void kiln_rmsnorm_backward(float *dinp,         /* [N,D] */
                            const float *rstd,   /* [N] */
                            int N, int D);
 
+/* The runtime's rmsnorm (no backward): out = inp / sqrt(mean(inp^2) + eps) * weight with the
+ * sum of squares in double, so that the batch and the stream (and D up to thousands) round
+ * alike; out may be inp. The CPU twin of kiln_cuda_tick_rmsnorm; each row is row.h's
+ * kiln_row_rmsnorm_f64, which the streaming tick inlines. (kiln_rmsnorm_forward sums in float,
+ * as the trainer always has: the two are pinned bit for bit by their own tests.) */
+void kiln_rmsnorm_f64_forward(float *out,          /* [N,D] */
+                              const float *inp,    /* [N,D] */
+                              const float *weight, /* [D] */
+                              float eps, int N, int D);
+
 /* gelu, tanh form (docs/model.md), elementwise. */
 void kiln_gelu_forward(float *out, const float *inp, size_t n); /* [n], [n] */
 void kiln_gelu_backward(float *dinp,                            /* [n] */

@@ -5,15 +5,16 @@
  * sequence longer than a block is cut into chunks in time order, and each layer carries
  * the keys and values of the previous chunk's last W-1 rows into the next, which is
  * exact (attention sees at most W-1 rows back) and recomputes nothing. Matrix products
- * are OpenBLAS sgemm calls; bf16 matrices are widened into a scratch buffer first. The
- * per-row math (norms, attention, routing) is runtime_int.h's, shared with the stream.
+ * are OpenBLAS sgemm calls (kiln_linear_forward); bf16 matrices are widened into a scratch
+ * buffer first. The per-row math is shared with the stream: the CPU kernels' (kernels.h:
+ * standardisation, RMSNorm, GELU, the residual add; route.h: routing) and runtime_int.h's
+ * attention over runs of keys.
  *
  * Every sgemm call has GEMM_ROWS rows (the last piece of a product is padded with zero
  * rows): OpenBLAS picks its kernel, and with it the order in which a dot product is
  * summed, by the product's size (0.3.21 on AVX-512 takes a small-matrix kernel below a
  * size), so products of varying height would give a row bits that depend on how many rows
  * were beside it: in a batch or alone, or on how many tokens chose the same expert. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,17 +101,8 @@ typedef struct gemm_buf {
     float *w, *x, *y;
 } gemm_buf;
 
-/* y[GEMM_ROWS,rows] = x[GEMM_ROWS,cols] @ Wf^T + b (b may be NULL). */
-static void gemm_piece(float *y, const float *x, const float *Wf, const float *b, int rows,
-                       int cols) {
-    if (b)
-        for (int i = 0; i < GEMM_ROWS; i++)
-            memcpy(y + (size_t)i * rows, b, (size_t)rows * sizeof *y);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GEMM_ROWS, rows, cols, 1.0f, x, cols, Wf,
-                cols, b ? 1.0f : 0.0f, y, rows);
-}
-
-/* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL), GEMM_ROWS rows per sgemm call. */
+/* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL), GEMM_ROWS rows per sgemm call (each a
+ * kiln_linear_forward). */
 static void linear(const kiln_model *m, float *y, const float *x, int n, const void *W,
                    const float *b, int rows, int cols, const gemm_buf *g) {
     if (n == 0) return;
@@ -121,12 +113,13 @@ static void linear(const kiln_model *m, float *y, const float *x, int n, const v
     }
     int r0 = 0;
     for (; r0 + GEMM_ROWS <= n; r0 += GEMM_ROWS)
-        gemm_piece(y + (size_t)r0 * rows, x + (size_t)r0 * cols, Wf, b, rows, cols);
+        kiln_linear_forward(y + (size_t)r0 * rows, x + (size_t)r0 * cols, Wf, b, GEMM_ROWS, cols,
+                            rows);
     const int left = n - r0;
     if (!left) return;
     memcpy(g->x, x + (size_t)r0 * cols, (size_t)left * cols * sizeof *x);
     memset(g->x + (size_t)left * cols, 0, (size_t)(GEMM_ROWS - left) * cols * sizeof *x);
-    gemm_piece(g->y, g->x, Wf, b, rows, cols);
+    kiln_linear_forward(g->y, g->x, Wf, b, GEMM_ROWS, cols, rows);
     memcpy(y + (size_t)r0 * rows, g->y, (size_t)left * rows * sizeof *y);
 }
 
@@ -219,8 +212,7 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
         linear(m, ff, u, n, L->fc_w, L->fc_b, Fh, D, &g);
         kiln_gelu_forward(ff, ff, (size_t)n * Fh);
         linear(m, out, ff, n, L->proj_w, L->proj_b, D, Fh, &g);
-        for (size_t i = 0; i < (size_t)n * D; i++)
-            h[i] += out[i];
+        kiln_residual_forward(h, h, out, (size_t)n * D);
         return;
     }
     float *logits = ws + p->logits, *gates = ws + p->gates, *acc = ws + p->acc,
@@ -255,8 +247,7 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
             for (int i = 0; i < D; i++)
                 acc[(size_t)tok[j] * D + i] += gsel[j] * out[(size_t)j * D + i];
     }
-    for (size_t i = 0; i < (size_t)n * D; i++)
-        h[i] += acc[i];
+    kiln_residual_forward(h, h, acc, (size_t)n * D);
 }
 
 /* margin: NULL, or the block's first row's margins ([rows, L], runtime.h). */
@@ -266,25 +257,19 @@ static void run_block(const kiln_model *m, const plan *p, float *ws, const block
     const int F = c->n_features, D = c->d_model, n = bk->nseq * bk->T;
     float *xn = ws + p->xn, *h = ws + p->h, *u = ws + p->u;
     const gemm_buf g = {ws + p->wbuf, ws + p->padx, ws + p->pady};
-    for (int t = 0; t < n; t++)
-        for (int f = 0; f < F; f++)
-            xn[(size_t)t * F + f] = (x[(size_t)t * F + f] - m->in_mean[f]) / m->in_std[f];
+    kiln_standardize_forward(xn, x, m->in_mean, m->in_std, n, F);
     linear(m, h, xn, n, m->embed_w, m->embed_b, D, F, &g);
     for (int l = 0; l < c->n_layers; l++) {
         const kiln_rt_layer *L = &m->layers[l];
-        for (int t = 0; t < n; t++)
-            kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, L->attn_norm, D, c->norm_eps);
+        kiln_rmsnorm_f64_forward(u, h, L->attn_norm, c->norm_eps, n, D);
         linear(m, ws + p->qkv, u, n, L->qkv_w, L->qkv_b, 3 * D, D, &g);
         attention(m, p, ws, bk, l);
         linear(m, u, ws + p->att, n, L->out_w, L->out_b, D, D, &g);
-        for (size_t i = 0; i < (size_t)n * D; i++)
-            h[i] += u[i];
-        for (int t = 0; t < n; t++)
-            kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, L->ffn_norm, D, c->norm_eps);
+        kiln_residual_forward(h, h, u, (size_t)n * D);
+        kiln_rmsnorm_f64_forward(u, h, L->ffn_norm, c->norm_eps, n, D);
         ffn(m, p, ws, L, n, margin ? margin + l : NULL, (size_t)c->n_layers);
     }
-    for (int t = 0; t < n; t++)
-        kiln_rt_rmsnorm(u + (size_t)t * D, h + (size_t)t * D, m->final_norm, D, c->norm_eps);
+    kiln_rmsnorm_f64_forward(u, h, m->final_norm, c->norm_eps, n, D);
     linear(m, y, u, n, m->head_w, m->head_b, c->n_outputs, D, &g);
 }
 

@@ -14,6 +14,7 @@
 #include "core.h"
 #include "kiln.h"
 #include "route.h" /* kiln_route_stream: MoE routing for one token */
+#include "row.h"   /* kiln_row_dot, kiln_row_axpy: attention's inner loops */
 
 /* One block's weights. Matrices (void *) are f32 or bf16 (kiln_model.bf16); vectors
  * (biases, gains) are always f32. */
@@ -90,32 +91,10 @@ static inline const void *kiln_rt_wat(const kiln_model *m, const void *w, size_t
     return (const char *)w + i * m->wsize;
 }
 
-/* ---- shared math (candidates for kernels/ once it has row helpers) ---- */
-
-/* out[n] = x / sqrt(mean(x*x) + eps) * g; out may be x. The sum runs in double so that
- * the batch and the stream (and D up to thousands) round alike. */
-static inline void kiln_rt_rmsnorm(float *out, const float *x, const float *g, int n, float eps) {
-    double ss = 0;
-    for (int i = 0; i < n; i++)
-        ss += (double)x[i] * x[i];
-    float r = (float)(1.0 / sqrt(ss / n + (double)eps));
-    for (int i = 0; i < n; i++)
-        out[i] = x[i] * r * g[i];
-}
-
-/* q . k with eight partial sums, which the compiler turns into vector code without
- * being allowed to reorder float additions itself. */
-static inline float kiln_rt_dot(const float *restrict a, const float *restrict b, int n) {
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int d = 0;
-    for (; d + 8 <= n; d += 8)
-        for (int j = 0; j < 8; j++)
-            acc[j] += a[d + j] * b[d + j];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; d < n; d++)
-        s += a[d] * b[d];
-    return s;
-}
+/* ---- shared math: attention over runs of keys ----
+ * (The batch and the stream share the rest through kernels/: kiln_standardize_forward,
+ * kiln_gelu_forward, the RMSNorm kiln_rmsnorm_f64_forward and the residual add
+ * kiln_residual_forward, whose rows the tick inlines from row.h, and row.h's dot and axpy.) */
 
 /* Keys and values of one attention, oldest first, in up to three runs (a ring buffer's
  * two halves and the rows being computed); row r of a run is at k + r*stride. */
@@ -145,7 +124,7 @@ static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, c
         for (int i = 0; i < runs[r].n; i++, j++) {
             const float *k = runs[r].k + (size_t)i * runs[r].stride;
             for (int h = 0; h < H; h++) {
-                float dot = kiln_rt_dot(q + h * Dh, k + h * Dh, Dh);
+                float dot = kiln_row_dot(q + h * Dh, k + h * Dh, Dh);
                 float s = dot * m->attn_scale - m->slopes[h] * (float)(nk - 1 - j);
                 scores[(size_t)h * nk + j] = s;
                 mx[h] = s > mx[h] ? s : mx[h];
@@ -163,21 +142,10 @@ static inline int kiln_rt_attend(const kiln_model *m, float *o, float *scores, c
     for (int r = 0; r < nruns; r++)
         for (int i = 0; i < runs[r].n; i++, j++) {
             const float *v = runs[r].v + (size_t)i * runs[r].stride;
-            for (int h = 0; h < H; h++) {
-                float a = scores[(size_t)h * nk + j] * inv[h];
-                float *restrict oh = o + h * Dh;
-                const float *restrict vh = v + h * Dh;
-                for (int d = 0; d < Dh; d++)
-                    oh[d] += a * vh[d];
-            }
+            for (int h = 0; h < H; h++)
+                kiln_row_axpy(o + h * Dh, scores[(size_t)h * nk + j] * inv[h], v + h * Dh, Dh);
         }
     return nk;
-}
-
-/* y[n] += a * x[n] (a = 1 for a residual add); restrict lets it vectorise. */
-static inline void kiln_rt_axpy(float *restrict y, float a, const float *restrict x, int n) {
-    for (int i = 0; i < n; i++)
-        y[i] += a * x[i];
 }
 
 /* ---- per-tick kernels (matvec.c) ---- */

@@ -293,7 +293,7 @@ static void ffn(kiln_stream *const *ss, size_t n, const kiln_rt_layer *L) {
             kiln_gelu_forward(ss[i]->ff, ss[i]->ff, (size_t)Fh);
         mv(ss, n, TMP, NULL, FF, L->proj_w, L->proj_b, D, Fh);
         for (size_t i = 0; i < n; i++)
-            kiln_rt_axpy(ss[i]->h, 1.0f, ss[i]->tmp, D);
+            kiln_row_axpy(ss[i]->h, 1.0f, ss[i]->tmp, D);
         return;
     }
     mv(ss, n, PROBS, NULL, U, L->router_w, NULL, E, D);
@@ -323,8 +323,8 @@ static void ffn(kiln_stream *const *ss, size_t n, const kiln_rt_layer *L) {
         kiln_stream *s = ss[i];
         memset(s->acc, 0, (size_t)D * sizeof *s->acc);
         for (int k = 0; k < K; k++)
-            kiln_rt_axpy(s->acc, s->gates[k], slot_out(s, k), D);
-        kiln_rt_axpy(s->h, 1.0f, s->acc, D);
+            kiln_row_axpy(s->acc, s->gates[k], slot_out(s, k), D);
+        kiln_row_axpy(s->h, 1.0f, s->acc, D);
     }
 }
 
@@ -338,21 +338,20 @@ static void tick(kiln_stream *const *ss, size_t n, const float *features, float 
         kiln_stream *s = ss[i];
         const float *x = features + i * (size_t)F;
         s->cost = (kiln_rt_cost){0, 0, 0};
-        for (int f = 0; f < F; f++)
-            s->xn[f] = (x[f] - m->in_mean[f]) / m->in_std[f];
+        kiln_standardize_forward(s->xn, x, m->in_mean, m->in_std, 1, F);
     }
     mv(ss, n, H, NULL, XN, m->embed_w, m->embed_b, D, F);
     for (int l = 0; l < c->n_layers; l++) {
         const kiln_rt_layer *L = &m->layers[l];
         for (size_t i = 0; i < n; i++)
-            kiln_rt_rmsnorm(ss[i]->u, ss[i]->h, L->attn_norm, D, c->norm_eps);
+            kiln_row_rmsnorm_f64(ss[i]->u, ss[i]->h, L->attn_norm, D, c->norm_eps);
         mv(ss, n, QKV, NULL, U, L->qkv_w, L->qkv_b, 3 * D, D);
         for (size_t i = 0; i < n; i++)
             attend(ss[i], l);
         mv(ss, n, TMP, NULL, ATT, L->out_w, L->out_b, D, D);
         for (size_t i = 0; i < n; i++) {
-            kiln_rt_axpy(ss[i]->h, 1.0f, ss[i]->tmp, D);
-            kiln_rt_rmsnorm(ss[i]->u, ss[i]->h, L->ffn_norm, D, c->norm_eps);
+            kiln_row_axpy(ss[i]->h, 1.0f, ss[i]->tmp, D);
+            kiln_row_rmsnorm_f64(ss[i]->u, ss[i]->h, L->ffn_norm, D, c->norm_eps);
         }
         ffn(ss, n, L);
     }
@@ -362,7 +361,7 @@ static void tick(kiln_stream *const *ss, size_t n, const float *features, float 
             s->ring_pos = (s->ring_pos + 1) % R;
             if (s->ring_n < R) s->ring_n++;
         }
-        kiln_rt_rmsnorm(s->u, s->h, m->final_norm, D, c->norm_eps);
+        kiln_row_rmsnorm_f64(s->u, s->h, m->final_norm, D, c->norm_eps);
     }
     mv(ss, n, OUTPUTS, outputs, U, m->head_w, m->head_b, c->n_outputs, D);
     for (size_t i = 0; i < n; i++)

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels.h"
 #include "route.h"
 #include "runtime.h"
 #include "runtime_int.h"
@@ -583,7 +584,7 @@ static void attend_by_head(const kiln_model *m, float *o, float *scores, const f
         for (int r = 0, j = 0; r < nruns; r++)
             for (int i = 0; i < runs[r].n; i++, j++) {
                 const float *kh = runs[r].k + (size_t)i * runs[r].stride + h * Dh;
-                float s = kiln_rt_dot(q + h * Dh, kh, Dh) * m->attn_scale -
+                float s = kiln_row_dot(q + h * Dh, kh, Dh) * m->attn_scale -
                           m->slopes[h] * (float)(nk - 1 - j);
                 scores[j] = s;
                 mx = s > mx ? s : mx;
@@ -604,7 +605,7 @@ static void attend_by_head(const kiln_model *m, float *o, float *scores, const f
 
 /* kiln_rt_attend walks the keys row by row (a ring is read once, not a column per head);
  * every head must still get the head-by-head loop's numbers, bit for bit: runs of a ring's
- * two halves and the new row, Dh = 13 (a tail for kiln_rt_dot), 1 to W keys. */
+ * two halves and the new row, Dh = 13 (a tail for kiln_row_dot), 1 to W keys. */
 KILN_TEST(runtime_attend_rows_equal_heads) {
     enum { H = 3, Dh = 13, D = H * Dh, W = 9 };
     float slopes[H], kv[2][W][D], q[D], o1[D], o2[D], scores[H * W + 2 * H];
@@ -631,6 +632,38 @@ KILN_TEST(runtime_attend_rows_equal_heads) {
         same &= kiln_rt_attend(&m, o2, scores, q, runs, 3) == nk && !memcmp(o1, o2, sizeof o1);
     }
     CHECK("row-by-row attention == head-by-head attention, bit for bit", same);
+}
+
+/* The runtime's RMSNorm (kiln_rmsnorm_f64_forward, which the batch and the stream share) sums
+ * the squares in double: on a row where a float sum loses the small terms beside a large one
+ * (and on an ordinary row) its output is the double sum's, bit for bit. */
+KILN_TEST(runtime_rmsnorm_sums_in_double) {
+    enum { D = 4096 };
+    static float x[2 * D], g[D], y[2 * D];
+    const float eps = 1e-5f;
+    for (int i = 0; i < D; i++) {
+        x[i] = i == 0 ? 1000.0f : 0.1f;
+        x[D + i] = (float)kiln_rt_normal(3, (uint64_t)i);
+        g[i] = 1.0f + 0.01f * (float)(i % 7);
+    }
+    kiln_rmsnorm_f64_forward(y, x, g, eps, 2, D);
+    bool same = true, float_differs = false;
+    for (int n = 0; n < 2; n++) {
+        const float *xr = x + (size_t)n * D;
+        double ss = 0;
+        float fs = 0;
+        for (int i = 0; i < D; i++) {
+            ss += (double)xr[i] * xr[i];
+            fs += xr[i] * xr[i];
+        }
+        float r = (float)(1.0 / sqrt(ss / D + (double)eps));
+        float_differs |= n == 0 && r != (float)(1.0 / sqrt((double)fs / D + (double)eps));
+        for (int i = 0; i < D; i++)
+            same &= y[(size_t)n * D + i] == xr[i] * r * g[i];
+    }
+    CHECK("a float sum of squares would give the first row another scale", float_differs);
+    CHECK("kiln_rmsnorm_f64_forward == x / sqrt(double sum of squares / D + eps) * g, bitwise",
+          same);
 }
 
 /* ---- threads: one model, a stream per thread ---- */

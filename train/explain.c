@@ -434,153 +434,166 @@ static void explain_layers(json_t *f, bool *oom, const track *layers, size_t n_l
     }
 }
 
-kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **out) {
-    *out = NULL;
-    if (window < 1) window = KILN_EXPLAIN_WINDOW;
-    json_t *run = NULL, *doc = NULL;
-    kiln_metrics *mx = NULL;
-    track *steps = NULL, *tens = NULL, *lays = NULL, *early = NULL;
-    size_t n_steps = 0, n_tens = 0, n_lays = 0, n_early = 0;
-    tensor_row *rows = NULL;
-    double *scratch = NULL;
-    bool oom = false;
-    kiln_err rc = kiln_run_open_metrics(run_dir, &run, &mx);
-    if (rc) return rc;
-    sqlite3 *db = kiln_metrics_db(mx);
-    const json_t *cfg = json_object_get(run, "config");
-    const long L = (long)json_integer_value(json_object_get(cfg, "n_layers"));
-    const long E = (long)json_integer_value(json_object_get(cfg, "n_experts"));
-    const long total = (long)json_integer_value(json_object_get(cfg, "steps"));
-    /* One read transaction: a trainer writing meanwhile cannot mix two moments. */
-    KILN_CHECK_IF(rc, out, sqlite3_exec(db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK, KILN_ERR_IO,
-                  "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
-    long n_trouble = 0, first_logged = 0, last_logged = 0;
-    const bool asked = step > 0;
+/* What kiln_run_explain reads and builds, handed from each of its steps to the next. */
+typedef struct explain {
+    sqlite3 *db;
+    const char *run_dir;
+    long step, window; /* the step explained (0: none) and how many steps before it */
+    long L, E;         /* the run's n_layers and n_experts */
+    track *steps, *tens, *lays, *early;
+    size_t n_steps, n_tens, n_lays, n_early;
+    tensor_row *rows; /* [n_tens], the trained tensors' first n_rows, sorted */
+    size_t n_rows;
+    double *scratch;
+    json_t *doc;                     /* the answer */
+    json_t *findings, *layers, *tjs; /* arrays of doc */
+    bool oom;                        /* a finding or a figure was left out for want of memory */
+} explain;
+
+/* The step to explain (the one asked, else the run's first spike or non-finite step, else
+ * none: x->step 0), checked to have been logged; x->doc begun with the run's figures. */
+static kiln_err choose_step(explain *x, bool asked, long total, long *first_logged) {
+    long n_trouble = 0, last_logged = 0;
     json_t *trouble = json_array();
-    KILN_CHECK_IF(rc, out, !trouble, KILN_ERR_NOMEM, "out of memory");
-    rc = trouble_steps(db, run_dir, trouble, &n_trouble);
-    if (!rc && !asked) step = (long)json_integer_value(json_array_get(trouble, 0));
-    if (!rc) rc = check_step(db, run_dir, step, &first_logged, &last_logged);
-    if (!rc)
-        doc = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o}", "format", "kiln-runs-explain/1", "run",
-                        run_dir, "steps", (json_int_t)total, "last_logged", (json_int_t)last_logged,
-                        "trouble_steps", (json_int_t)n_trouble, "window", (json_int_t)window,
-                        "trouble", trouble);
-    else
+    KILN_FAIL_IF(!trouble, KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = trouble_steps(x->db, x->run_dir, trouble, &n_trouble);
+    if (!rc && !asked) x->step = (long)json_integer_value(json_array_get(trouble, 0));
+    if (!rc) rc = check_step(x->db, x->run_dir, x->step, first_logged, &last_logged);
+    if (rc) {
         json_decref(trouble);
-    if (rc) goto out;
-    KILN_CHECK_IF(rc, out, !doc, KILN_ERR_NOMEM, "out of memory");
-    if (!step) { /* a run without a spike or a non-finite step, and none asked */
-        KILN_CHECK_IF(rc, out, json_object_set_new(doc, "step", json_null()), KILN_ERR_NOMEM,
-                      "out of memory");
-        goto done;
+        return rc;
     }
-    const long from = step > window ? step - window : 0;
+    x->doc = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o}", "format", "kiln-runs-explain/1", "run",
+                       x->run_dir, "steps", (json_int_t)total, "last_logged",
+                       (json_int_t)last_logged, "trouble_steps", (json_int_t)n_trouble, "window",
+                       (json_int_t)x->window, "trouble", trouble);
+    KILN_FAIL_IF(!x->doc, KILN_ERR_NOMEM, "out of memory");
+    return KILN_OK;
+}
+
+/* The step's events and the tracks of the window before it (and of the run's first steps,
+ * when the window starts after them), in the caller's read transaction, which ends here. */
+static kiln_err read_step(explain *x, bool asked, long first_logged) {
+    const long step = x->step, from = step > x->window ? step - x->window : 0;
     json_t *events = json_array();
-    KILN_CHECK_IF(rc, out,
-                  !events || json_object_set_new(doc, "events", events) ||
-                      json_object_set_new(doc, "step", json_integer(step)) ||
-                      json_object_set_new(doc, "chosen",
-                                          json_string(asked ? "asked"
-                                                            : "the run's first spike or "
-                                                              "non-finite step")),
-                  KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, step_events(db, run_dir, step, events));
-    KILN_CHECK(rc, out,
-               read_tracks(db, run_dir,
-                           "SELECT 0, step, loss, grad_norm, lr, max_abs_output, mse, applied "
-                           "FROM steps WHERE step BETWEEN ?1 AND ?2 ORDER BY step",
-                           from, step, S_NCOL, false, &steps, &n_steps));
-    KILN_CHECK(rc, out,
-               read_tracks(db, run_dir,
-                           "SELECT name, step, grad_norm, update_ratio FROM tensors WHERE step "
-                           "BETWEEN ?1 AND ?2 ORDER BY name, step",
-                           from, step, T_NCOL, true, &tens, &n_tens));
+    KILN_FAIL_IF(!events || json_object_set_new(x->doc, "events", events) ||
+                     json_object_set_new(x->doc, "step", json_integer(step)) ||
+                     json_object_set_new(x->doc, "chosen",
+                                         json_string(asked ? "asked"
+                                                           : "the run's first spike or "
+                                                             "non-finite step")),
+                 KILN_ERR_NOMEM, "out of memory");
+    KILN_TRY(step_events(x->db, x->run_dir, step, events));
+    KILN_TRY(read_tracks(x->db, x->run_dir,
+                         "SELECT 0, step, loss, grad_norm, lr, max_abs_output, mse, applied "
+                         "FROM steps WHERE step BETWEEN ?1 AND ?2 ORDER BY step",
+                         from, step, S_NCOL, false, &x->steps, &x->n_steps));
+    KILN_TRY(read_tracks(x->db, x->run_dir,
+                         "SELECT name, step, grad_norm, update_ratio FROM tensors WHERE step "
+                         "BETWEEN ?1 AND ?2 ORDER BY name, step",
+                         from, step, T_NCOL, true, &x->tens, &x->n_tens));
     static const char layers_sql[] =
         "SELECT layer, step, attn_entropy, router_entropy, load_imbalance, dead_experts, "
         "overflow, act_rms FROM layers WHERE step BETWEEN ?1 AND ?2 ORDER BY layer, step";
-    KILN_CHECK(rc, out,
-               read_tracks(db, run_dir, layers_sql, from, step, L_NCOL, false, &lays, &n_lays));
+    KILN_TRY(read_tracks(x->db, x->run_dir, layers_sql, from, step, L_NCOL, false, &x->lays,
+                         &x->n_lays));
     /* The run's first steps, when the baseline starts after them. */
     if (first_logged + EARLY <= from)
-        KILN_CHECK(rc, out,
-                   read_tracks(db, run_dir, layers_sql, first_logged, first_logged + EARLY - 1,
-                               L_NCOL, false, &early, &n_early));
-    sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    scratch = kiln_calloc((size_t)(window > EARLY ? window : EARLY) + 2, sizeof *scratch);
-    rows = kiln_calloc(n_tens ? n_tens : 1, sizeof *rows);
-    KILN_CHECK_IF(rc, out, !scratch || !rows, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(rc, out, !n_steps, KILN_ERR_IO, "'%s/metrics.db': step %ld vanished while read",
-                  run_dir, step);
+        KILN_TRY(read_tracks(x->db, x->run_dir, layers_sql, first_logged, first_logged + EARLY - 1,
+                             L_NCOL, false, &x->early, &x->n_early));
+    sqlite3_exec(x->db, "COMMIT", NULL, NULL, NULL);
+    return KILN_OK;
+}
 
-    /* The step's own figures against the steps before it. */
-    const track *st = &steps[0];
-    col_stat loss = stat_of(st, S_NCOL, S_LOSS, step, scratch),
-             gn = stat_of(st, S_NCOL, S_GNORM, step, scratch),
-             lr = stat_of(st, S_NCOL, S_LR, step, scratch),
+/* The step's own figures against the steps before it, into the doc (with its empty arrays of
+ * findings, layers and tensors); the loss and the gradient norm's into *loss and *gn. */
+static kiln_err step_figures(explain *x, col_stat *loss, col_stat *gn) {
+    const track *st = &x->steps[0];
+    const long step = x->step;
+    double *scratch = x->scratch;
+    *loss = stat_of(st, S_NCOL, S_LOSS, step, scratch);
+    *gn = stat_of(st, S_NCOL, S_GNORM, step, scratch);
+    col_stat lr = stat_of(st, S_NCOL, S_LR, step, scratch),
              mo = stat_of(st, S_NCOL, S_MAXOUT, step, scratch),
              mse = stat_of(st, S_NCOL, S_MSE, step, scratch),
              ap = stat_of(st, S_NCOL, S_APPLIED, step, scratch);
     json_t *f = json_array(), *layers = json_array(), *tj = json_array();
-    json_t *sm = json_pack("{s:o,s:o,s:o,s:o,s:o}", "loss", stat_json(loss, true), "grad_norm",
-                           stat_json(gn, true), "lr", stat_json(lr, false), "max_abs_output",
+    json_t *sm = json_pack("{s:o,s:o,s:o,s:o,s:o}", "loss", stat_json(*loss, true), "grad_norm",
+                           stat_json(*gn, true), "lr", stat_json(lr, false), "max_abs_output",
                            stat_json(mo, false), "mse", stat_json(mse, false));
-    KILN_CHECK_IF(
-        rc, out,
+    json_t *doc = x->doc;
+    KILN_FAIL_IF(
         !f || !layers || !tj || !sm || json_object_set_new(doc, "findings", f) ||
             json_object_set_new(doc, "layers", layers) || json_object_set_new(doc, "tensors", tj) ||
             json_object_set_new(doc, "step_metrics", sm) ||
             json_object_set_new(doc, "applied", json_boolean(ap.value != 0)) ||
-            json_object_set_new(doc, "baseline_steps", json_integer((json_int_t)loss.n_before)) ||
-            json_object_set_new(doc, "n_experts", json_integer(E)),
+            json_object_set_new(doc, "baseline_steps", json_integer((json_int_t)loss->n_before)) ||
+            json_object_set_new(doc, "n_experts", json_integer(x->E)),
         KILN_ERR_NOMEM, "out of memory");
+    x->findings = f, x->layers = layers, x->tjs = tj;
+    return KILN_OK;
+}
 
-    /* Tensors: how far each gradient rose, since when, and the updates before. */
-    size_t n_rows = 0;
-    for (size_t i = 0; i < n_tens; i++) {
+/* A trained tensor's row: how far its gradient rose, since when, and its largest update in
+ * the UPDATE_LOOK steps before the one explained against the median of the updates applied
+ * before those (0: skipped). */
+static void tensor_row_of(tensor_row *r, const track *t, long step, long L, double *scratch) {
+    r->t = t;
+    r->g = stat_of(t, T_NCOL, T_GNORM, step, scratch);
+    r->depth = depth_of(t->name, L);
+    r->upd_max = NAN;
+    for (size_t k = 0; k < t->n; k++) {
+        double u = t->v[k * T_NCOL + T_UPDATE];
+        if (t->step[k] >= step - UPDATE_LOOK && t->step[k] < step && isfinite(u) &&
+            !(u <= r->upd_max)) {
+            r->upd_max = u;
+            r->upd_step = t->step[k];
+        }
+    }
+    size_t m = 0;
+    for (size_t k = 0; k < t->n; k++) {
+        double u = t->v[k * T_NCOL + T_UPDATE];
+        if (t->step[k] < step - UPDATE_LOOK && isfinite(u) && u > 0) scratch[m++] = u;
+    }
+    r->upd_median = median(scratch, m);
+}
+
+/* Every trained tensor's row, not finite first, then by how far each rose. */
+static void tensor_rows(explain *x) {
+    for (size_t i = 0; i < x->n_tens; i++) {
         /* A tensor the optimizer does not train (norm.in_*) has a gradient norm of 0 always. */
         bool trained = false;
-        for (size_t k = 0; k < tens[i].n && !trained; k++)
-            trained = tens[i].v[k * T_NCOL + T_GNORM] != 0;
-        if (!trained) continue;
-        tensor_row *r = &rows[n_rows++];
-        r->t = &tens[i];
-        r->g = stat_of(r->t, T_NCOL, T_GNORM, step, scratch);
-        r->depth = depth_of(r->t->name, L);
-        r->upd_max = NAN;
-        for (size_t k = 0; k < r->t->n; k++) {
-            double u = r->t->v[k * T_NCOL + T_UPDATE];
-            if (r->t->step[k] >= step - UPDATE_LOOK && r->t->step[k] < step && isfinite(u) &&
-                !(u <= r->upd_max)) {
-                r->upd_max = u;
-                r->upd_step = r->t->step[k];
-            }
-        }
-        /* The median of the updates applied before the ones looked at (0: skipped). */
-        size_t m = 0;
-        for (size_t k = 0; k < r->t->n; k++) {
-            double u = r->t->v[k * T_NCOL + T_UPDATE];
-            if (r->t->step[k] < step - UPDATE_LOOK && isfinite(u) && u > 0) scratch[m++] = u;
-        }
-        r->upd_median = median(scratch, m);
+        for (size_t k = 0; k < x->tens[i].n && !trained; k++)
+            trained = x->tens[i].v[k * T_NCOL + T_GNORM] != 0;
+        if (trained) tensor_row_of(&x->rows[x->n_rows++], &x->tens[i], x->step, x->L, x->scratch);
     }
-    if (n_rows) qsort(rows, n_rows, sizeof *rows, cmp_tensor_row);
-    size_t nonfinite = 0, risen = 0;
-    const tensor_row *lead = NULL, *upd = NULL;
-    for (size_t i = 0; i < n_rows; i++) {
-        const tensor_row *r = &rows[i];
-        if (r->g.logged && !isfinite(r->g.value)) nonfinite++;
+    if (x->n_rows) qsort(x->rows, x->n_rows, sizeof *x->rows, cmp_tensor_row);
+}
+
+/* What the tensor rows say together: how many gradients were not finite, how many had risen
+ * (and the one that rose first), and the weight whose update jumped most. */
+typedef struct tally {
+    size_t nonfinite, risen;
+    const tensor_row *lead, *upd;
+} tally;
+
+/* The rows into the doc's "tensors" (and "nonfinite_tensors"), tallied. */
+static tally tensors_json(explain *x) {
+    tally tt = {0};
+    for (size_t i = 0; i < x->n_rows; i++) {
+        const tensor_row *r = &x->rows[i];
+        if (r->g.logged && !isfinite(r->g.value)) tt.nonfinite++;
         if (r->g.since) {
-            risen++;
-            if (!lead || r->g.since < lead->g.since) lead = r;
+            tt.risen++;
+            if (!tt.lead || r->g.since < tt.lead->g.since) tt.lead = r;
         }
         /* A bias's norm can pass near 0, and its update ratio with it: weights only. */
         const size_t nl = strlen(r->t->name);
         const bool bias = nl >= 5 && !strcmp(r->t->name + nl - 5, ".bias");
         double jump = r->upd_max / r->upd_median;
         if (!bias && isfinite(jump) && jump > UPDATE_JUMP &&
-            (!upd || jump > upd->upd_max / upd->upd_median))
-            upd = r;
+            (!tt.upd || jump > tt.upd->upd_max / tt.upd->upd_median))
+            tt.upd = r;
         json_t *o = stat_json(r->g, true);
         if (!o || json_object_set_new(o, "name", json_string(r->t->name)) ||
             json_object_set_new(o, "update_max", num(r->upd_max)) ||
@@ -588,69 +601,127 @@ kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **
                                 isfinite(r->upd_max) ? json_integer(r->upd_step) : json_null()) ||
             json_object_set_new(o, "update_median", num(r->upd_median))) {
             json_decref(o);
-            oom = true;
-        } else if (json_array_append_new(tj, o)) { /* o is the array's, freed with it */
-            oom = true;
+            x->oom = true;
+        } else if (json_array_append_new(x->tjs, o)) { /* o is the array's, freed with it */
+            x->oom = true;
         }
     }
-    if (json_object_set_new(doc, "nonfinite_tensors", json_integer((json_int_t)nonfinite)))
-        oom = true;
+    if (json_object_set_new(x->doc, "nonfinite_tensors", json_integer((json_int_t)tt.nonfinite)))
+        x->oom = true;
+    return tt;
+}
 
-    /* Findings, most telling first. */
-    explain_nonfinite(f, &oom, loss, lays, n_lays, step, rows, n_rows, L, scratch);
+/* The tensor that rose first, or how many rose at the step itself. */
+static void say_rose_first(explain *x, const tally *tt) {
+    const tensor_row *lead = tt->lead;
+    const long step = x->step;
+    if (lead->g.since < step)
+        say(x->findings, &x->oom, "rose_first",
+            "%s rose first: its gradient norm over %gx its median since step %ld (%ld step%s "
+            "before), %.1fx at step %ld; %zu of %zu tensors over %gx at step %ld",
+            lead->t->name, ELEVATED, lead->g.since, step - lead->g.since,
+            step - lead->g.since == 1 ? "" : "s", ratio(lead->g), step, tt->risen, x->n_rows,
+            ELEVATED, step);
+    else
+        say(x->findings, &x->oom, "rose_first",
+            "%zu of %zu tensors' gradient norms over %gx their median at step %ld, none "
+            "before it; the most: %s, %.1fx",
+            tt->risen, x->n_rows, ELEVATED, step, x->rows[tt->nonfinite].t->name,
+            ratio(x->rows[tt->nonfinite].g));
+}
+
+/* Findings, most telling first. */
+static void findings(explain *x, col_stat loss, col_stat gn, const tally *tt) {
+    json_t *f = x->findings;
+    bool *oom = &x->oom;
+    const long step = x->step;
+    explain_nonfinite(f, oom, loss, x->lays, x->n_lays, step, x->rows, x->n_rows, x->L, x->scratch);
     if (isfinite(ratio(loss)) && ratio(loss) > 1.5)
-        say(f, &oom, "loss", "the loss was %.4g, %.1fx its median %.4g over the %zu steps before",
+        say(f, oom, "loss", "the loss was %.4g, %.1fx its median %.4g over the %zu steps before",
             loss.value, ratio(loss), loss.median, loss.n_before);
     if (isfinite(ratio(gn)) && ratio(gn) > 1.5) {
         if (gn.since && gn.since < step)
-            say(f, &oom, "grad_norm",
+            say(f, oom, "grad_norm",
                 "the gradient norm was %.4g, %.1fx its median %.4g, and over %gx it since "
                 "step %ld (%ld step%s before)",
                 gn.value, ratio(gn), gn.median, ELEVATED, gn.since, step - gn.since,
                 step - gn.since == 1 ? "" : "s");
         else
-            say(f, &oom, "grad_norm", "the gradient norm was %.4g, %.1fx its median %.4g", gn.value,
+            say(f, oom, "grad_norm", "the gradient norm was %.4g, %.1fx its median %.4g", gn.value,
                 ratio(gn), gn.median);
     }
-    if (lead) {
-        if (lead->g.since < step)
-            say(f, &oom, "rose_first",
-                "%s rose first: its gradient norm over %gx its median since step %ld (%ld step%s "
-                "before), %.1fx at step %ld; %zu of %zu tensors over %gx at step %ld",
-                lead->t->name, ELEVATED, lead->g.since, step - lead->g.since,
-                step - lead->g.since == 1 ? "" : "s", ratio(lead->g), step, risen, n_rows, ELEVATED,
-                step);
-        else
-            say(f, &oom, "rose_first",
-                "%zu of %zu tensors' gradient norms over %gx their median at step %ld, none "
-                "before it; the most: %s, %.1fx",
-                risen, n_rows, ELEVATED, step, rows[nonfinite].t->name, ratio(rows[nonfinite].g));
-    }
-    explain_layers(f, &oom, lays, n_lays, early, n_early, step, E, scratch, layers);
+    if (tt->lead) say_rose_first(x, tt);
+    explain_layers(f, oom, x->lays, x->n_lays, x->early, x->n_early, step, x->E, x->scratch,
+                   x->layers);
+    const tensor_row *upd = tt->upd;
     if (upd)
-        say(f, &oom, "update",
+        say(f, oom, "update",
             "the largest update before it: %s moved %.3g of its norm at step %ld, %.0fx its "
             "median %.3g",
             upd->t->name, upd->upd_max, upd->upd_step, upd->upd_max / upd->upd_median,
             upd->upd_median);
     if (!json_array_size(f))
-        say(f, &oom, "calm",
+        say(f, oom, "calm",
             "nothing stands out against the %zu steps before: no gradient over %gx its median, "
             "no router, attention or activation change past the thresholds",
             loss.n_before, ELEVATED);
-done:
-    KILN_CHECK_IF(rc, out, oom, KILN_ERR_NOMEM, "out of memory");
-    *out = doc;
-    doc = NULL;
+}
+
+/* A step that was logged: its events and tracks read, its figures, tensors and findings into
+ * the doc. */
+static kiln_err explain_step(explain *x, bool asked, long first_logged) {
+    KILN_TRY(read_step(x, asked, first_logged));
+    x->scratch =
+        kiln_calloc((size_t)(x->window > EARLY ? x->window : EARLY) + 2, sizeof *x->scratch);
+    x->rows = kiln_calloc(x->n_tens ? x->n_tens : 1, sizeof *x->rows);
+    KILN_FAIL_IF(!x->scratch || !x->rows, KILN_ERR_NOMEM, "out of memory");
+    KILN_FAIL_IF(!x->n_steps, KILN_ERR_IO, "'%s/metrics.db': step %ld vanished while read",
+                 x->run_dir, x->step);
+    col_stat loss, gn;
+    KILN_TRY(step_figures(x, &loss, &gn));
+    tensor_rows(x);
+    const tally tt = tensors_json(x);
+    findings(x, loss, gn, &tt);
+    return KILN_OK;
+}
+
+kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **out) {
+    *out = NULL;
+    json_t *run = NULL;
+    kiln_metrics *mx = NULL;
+    kiln_err rc = kiln_run_open_metrics(run_dir, &run, &mx);
+    if (rc) return rc;
+    const json_t *cfg = json_object_get(run, "config");
+    explain x = {.db = kiln_metrics_db(mx),
+                 .run_dir = run_dir,
+                 .step = step,
+                 .window = window < 1 ? KILN_EXPLAIN_WINDOW : window,
+                 .L = (long)json_integer_value(json_object_get(cfg, "n_layers")),
+                 .E = (long)json_integer_value(json_object_get(cfg, "n_experts"))};
+    const long total = (long)json_integer_value(json_object_get(cfg, "steps"));
+    const bool asked = step > 0;
+    long first_logged = 0;
+    /* One read transaction: a trainer writing meanwhile cannot mix two moments. */
+    KILN_CHECK_IF(rc, out, sqlite3_exec(x.db, "BEGIN", NULL, NULL, NULL) != SQLITE_OK, KILN_ERR_IO,
+                  "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(x.db));
+    KILN_CHECK(rc, out, choose_step(&x, asked, total, &first_logged));
+    if (x.step)
+        KILN_CHECK(rc, out, explain_step(&x, asked, first_logged));
+    else /* a run without a spike or a non-finite step, and none asked */
+        KILN_CHECK_IF(rc, out, json_object_set_new(x.doc, "step", json_null()), KILN_ERR_NOMEM,
+                      "out of memory");
+    KILN_CHECK_IF(rc, out, x.oom, KILN_ERR_NOMEM, "out of memory");
+    *out = x.doc;
+    x.doc = NULL;
 out:
-    if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    free(rows);
-    free(scratch);
-    tracks_free(steps, n_steps);
-    tracks_free(tens, n_tens);
-    tracks_free(lays, n_lays);
-    tracks_free(early, n_early);
-    json_decref(doc);
+    if (!sqlite3_get_autocommit(x.db)) sqlite3_exec(x.db, "COMMIT", NULL, NULL, NULL);
+    free(x.rows);
+    free(x.scratch);
+    tracks_free(x.steps, x.n_steps);
+    tracks_free(x.tens, x.n_tens);
+    tracks_free(x.lays, x.n_lays);
+    tracks_free(x.early, x.n_early);
+    json_decref(x.doc);
     json_decref(run);
     kiln_metrics_close(mx);
     return rc;

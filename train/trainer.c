@@ -490,193 +490,281 @@ static void state_digest(const trainer *t, double *d) {
     memcpy(d, h, sizeof h);
 }
 
-static kiln_err loop(trainer *t) {
+/* ---- one training step, in the order the loop runs them ---- */
+
+/* Before the first step on a GPU: the parameters up, the gradient reduction set, and where
+ * the ranks run noted in the events. */
+static kiln_err devices_start(trainer *t) {
+    if (!t->dev) return KILN_OK;
+    KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
+    if (t->dcomm || t->k > 1)
+        KILN_TRY(kiln_dev_train_dist(t->dev, t->dcomm, t->k, t->opts->bucket_bytes));
+    if (t->gpu_note[0] && t->mx && kiln_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
+        kiln_warn("%s", kiln_errmsg());
+    if (strstr(t->gpu_note, "GPUs are shared")) kiln_warn("%s", t->gpu_note);
+    return KILN_OK;
+}
+
+/* A stop was asked for: rank 0 writes a checkpoint of the last step, every rank agrees, and
+ * the run ends with KILN_ERR_INTERRUPTED. */
+static kiln_err interrupt(trainer *t) {
+    kiln_comm *cm = t->comm;
+    KILN_TRY(kiln_dist_agree(cm, cm->rank == 0 ? checkpoint(t, t->opts->run_dir) : KILN_OK, t->end,
+                             5, t->end_all));
+    return kiln_fail(KILN_ERR_INTERRUPTED, "'%s': interrupted at step %ld (checkpoint written)",
+                     t->opts->run_dir, t->st.step);
+}
+
+/* This rank's k micro-batches of step i + 1 (0-based i), forward and backward, each
+ * gradient into its own shard and its losses into t->info. The error is not returned at
+ * once: the ranks agree on it first (sum_micro_batches). */
+static kiln_err micro_batches(trainer *t, long i, const kiln_loss_opts *lo) {
+    const kiln_train_config *c = &t->cfg;
+    const int B = c->batch_size, S = c->model.seq_len, A = c->accum_steps, slots = B * A;
+    kiln_err rc = KILN_OK;
+    for (int j = 0; j < t->k && !rc; j++) {
+        const int a = t->comm->rank * t->k + j;
+        if (!t->dev)
+            kiln_tsmoe_zero_grads(t->m);
+        else
+            rc = kiln_dev_train_micro_begin(t->dev, j);
+        for (int b = 0; b < B; b++)
+            t->starts[b] = kiln_train_window_split(c->seed, i, slots, a * B + b, &t->split, S);
+        kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
+        kiln_loss l;
+        if (t->dev) {
+            if (!rc) rc = kiln_tsmoe_cuda_forward(t->gnet, t->x, t->y, B, lo, &l);
+            if (!rc) rc = kiln_tsmoe_cuda_backward(t->gnet, 1.0f / (float)A);
+            if (!rc) rc = kiln_dev_train_micro_end(t->dev, j);
+        } else {
+            rc = kiln_tsmoe_forward(t->m, t->x, t->y, B, lo, &l);
+            if (!rc) rc = kiln_tsmoe_backward(t->m, 1.0f / (float)A);
+        }
+        if (rc) break;
+        double *q = t->info + 1 + 4 * j;
+        q[0] = l.loss, q[1] = l.mse, q[2] = l.load_balance, q[3] = l.z;
+        if (!t->direct) memcpy(t->shards[j], t->grads, t->numel * sizeof(float));
+    }
+    return rc;
+}
+
+/* The ranks agree on the micro-batches' outcome (rc), the step's losses are their mean over
+ * all accum_steps micro-batches, and the shards are summed into the step's gradient. */
+static kiln_err sum_micro_batches(trainer *t, kiln_err rc, kiln_train_progress *p) {
+    const int A = t->cfg.accum_steps, k = t->k;
+    const size_t rec = 1 + 4 * (size_t)k;
+    KILN_TRY(kiln_dist_agree(t->comm, rc, t->info, rec - 1, t->info_all));
+    for (int a = 0; a < A; a++) {
+        const double *q = t->info_all + (size_t)(a / k) * rec + 1 + 4 * (a % k);
+        p->loss += q[0] / A;
+        p->mse += q[1] / A;
+        p->load_balance += q[2] / A;
+        p->z += q[3] / A;
+    }
+    if (!t->direct)
+        KILN_TRY(kiln_dist_sum_shards(t->comm, t->shards, k, t->numel, t->grads, t->red_work));
+    return KILN_OK;
+}
+
+/* Where the reduction overlaps the backward pass, noted once per run (or resume). */
+static void note_buckets(trainer *t, long s) {
+    size_t nb, early, bytes;
+    kiln_dev_train_buckets(t->dev, &nb, &early, &bytes);
+    char msg[192];
+    snprintf(msg, sizeof msg,
+             "%zu gradient bucket%s of at most %zu bytes; %zu queued during the backward "
+             "pass, %zu after it",
+             nb, nb == 1 ? "" : "s", bytes, early, nb - early);
+    if (kiln_metrics_event(t->mx, s, "buckets", msg)) kiln_warn("%s", kiln_errmsg());
+}
+
+/* The diagnostics are the last micro-batch's: the last rank's, sent to every rank. */
+static kiln_err share_stats(trainer *t) {
+    kiln_comm *cm = t->comm;
+    copy_stats(t);
+    if (cm->size > 1) {
+        KILN_TRY(cm->bcast(cm, t->stats_buf, t->n_stats * sizeof(float), cm->size - 1));
+        t->stats.max_abs_output = t->stats_buf[t->n_stats - 1];
+    }
+    return KILN_OK;
+}
+
+/* Tests (opts->poison_steps): the first trained tensor's first gradient made NaN. */
+static kiln_err poison_gradient(trainer *t) {
+    for (size_t q = 0; q < t->np; q++)
+        if (t->tab[q].flags & KILN_PARAM_TRAINED) {
+            if (t->dev)
+                KILN_TRY(kiln_dev_train_poison(t->dev, t->tab[q].offset));
+            else
+                t->grads[t->tab[q].offset] = NAN;
+            break;
+        }
+    return KILN_OK;
+}
+
+/* The optimizer step with the gradient clipped to cfg.grad_clip; per-tensor update and
+ * weight norms into t->un and t->wn. */
+static kiln_err apply_update(trainer *t, kiln_train_progress *p) {
+    const kiln_train_config *c = &t->cfg;
+    const bool clip = c->grad_clip > 0 && p->grad_norm > c->grad_clip;
+    const float scale = clip ? (float)(c->grad_clip / p->grad_norm) : 1.0f;
+    t->st.updates++;
+    if (t->dev) {
+        KILN_TRY(kiln_dev_train_step(t->dev, c, t->tab, t->st.updates, p->lr, scale, t->un, t->wn));
+    } else {
+        if (clip) kiln_train_grad_scale_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads, scale);
+        kiln_train_optim_run(kiln_tsmoe_pool(t->m), c, t->tab, t->np, t->params, t->grads, t->mom,
+                             t->mom ? t->mom + t->numel : NULL, t->st.updates, p->lr, t->un, t->wn);
+    }
+    p->applied = true;
+    return KILN_OK;
+}
+
+/* The gradient norm, then the update unless the step is not finite (skipped and counted in
+ * the bad streak) or a spike that cfg.skip_spikes skips; both are events. */
+static kiln_err update(trainer *t, long s, kiln_train_progress *p) {
+    const kiln_train_config *c = &t->cfg;
+    if (t->dev)
+        KILN_TRY(kiln_dev_train_grad_norm(t->dev, t->tab, t->gn, &p->grad_norm));
+    else
+        p->grad_norm =
+            kiln_train_grad_norm_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads, t->gn);
+    memset(t->un, 0, t->np * sizeof *t->un);
+    if (!isfinite(p->loss) || !isfinite(p->grad_norm)) {
+        t->st.bad_streak++;
+        event(t, s, "nonfinite",
+              "step %ld: loss %g, gradient norm %g: update skipped (%d in a row)", s, p->loss,
+              p->grad_norm, t->st.bad_streak);
+        return KILN_OK;
+    }
+    t->st.bad_streak = 0;
+    double zl = kiln_spike_z(&t->st.loss_spike, p->loss),
+           zg = kiln_spike_z(&t->st.gnorm_spike, p->grad_norm);
+    bool spike = zl > KILN_SPIKE_Z || zg > KILN_SPIKE_Z;
+    if (spike)
+        event(t, s, "spike", "step %ld: loss %g (z %.1f), gradient norm %g (z %.1f)%s", s, p->loss,
+              zl, p->grad_norm, zg, c->skip_spikes ? ": update skipped" : "");
+    kiln_spike_push(&t->st.loss_spike, p->loss);
+    kiln_spike_push(&t->st.gnorm_spike, p->grad_norm);
+    if (spike && c->skip_spikes) return KILN_OK;
+    return apply_update(t, p);
+}
+
+/* Wall-clock figures of step s: since the loop began (t0), since the step before (*prev). */
+static void timing(const trainer *t, long s, long first, uint64_t t0, uint64_t *prev,
+                   kiln_train_progress *p) {
+    const kiln_train_config *c = &t->cfg;
+    uint64_t now = kiln_now_ns();
+    p->elapsed_s = (double)(now - t0) * 1e-9;
+    double dt = (double)(now - *prev) * 1e-9;
+    *prev = now;
+    const int slots = c->batch_size * c->accum_steps;
+    p->tokens_per_s = dt > 0 ? (double)slots * c->model.seq_len / dt : 0;
+    p->eta_s = p->elapsed_s / (double)(s - first + 1) * (double)(c->steps - s);
+}
+
+/* Rank 0 writes the step's metrics (and the validation's per target) and reports progress;
+ * a failure is returned for every rank to learn of at the end of the step. */
+static kiln_err log_step(trainer *t, long s, const kiln_train_progress *p) {
+    for (size_t q = 0; q < t->np; q++) {
+        t->mt[q].name = t->tab[q].name;
+        t->mt[q].grad_norm = t->gn[q];
+        t->mt[q].update_ratio = t->wn[q] > 0 && p->applied ? t->un[q] / t->wn[q] : 0;
+    }
+    if (t->comm->rank != 0) return KILN_OK;
+    kiln_err rc = kiln_metrics_step(t->mx, p, t->mt, t->np);
+    if (!rc && p->has_val) rc = kiln_metrics_val_targets(t->mx, s, t->ds, t->val_r2_each);
+    if (!rc && t->opts->progress) t->opts->progress(t->opts->progress_ctx, p);
+    return rc;
+}
+
+/* The error that ends a run after cfg.max_bad_steps non-finite steps in a row, naming the
+ * last checkpoint (which rank 0 lists). */
+static kiln_err too_many_bad(trainer *t, long s) {
+    const kiln_train_config *c = &t->cfg;
+    long last = 0;
+    long *steps;
+    size_t n = 0;
+    if (t->comm->rank == 0 && kiln_ckpt_list(t->opts->run_dir, &steps, &n) == KILN_OK && n) {
+        last = steps[n - 1];
+        free(steps);
+    }
+    return kiln_fail(KILN_ERR_NUMERIC,
+                     "step %ld: %d non-finite steps in a row (max_bad_steps %d); the run stopped, "
+                     "its last checkpoint is step %ld",
+                     s, t->st.bad_streak, c->max_bad_steps, last);
+}
+
+/* The end of step s: too many bad steps, or a checkpoint when one is due (with the state's
+ * digest, to compare across ranks); then every rank agrees on rc, on a stop request and, after
+ * a checkpoint, on the parameters. */
+static kiln_err end_step(trainer *t, long s, kiln_err rc) {
     const kiln_train_config *c = &t->cfg;
     const kiln_train_opts *o = t->opts;
     kiln_comm *cm = t->comm;
     const bool root = cm->rank == 0;
-    const int B = c->batch_size, S = c->model.seq_len, A = c->accum_steps, slots = B * A, k = t->k;
-    const size_t rec = 1 + 4 * (size_t)k;
+    const bool ckpt_due = s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0);
+    memset(t->end + 1, 0, 5 * sizeof *t->end);
+    if (!rc && t->st.bad_streak >= c->max_bad_steps) {
+        rc = too_many_bad(t, s);
+    } else if (!rc && ckpt_due) {
+        if (root) rc = checkpoint(t, o->run_dir);
+        /* The other ranks' host mirrors of a GPU run are brought up to date to compare. */
+        if (!rc && !root && t->dev) rc = kiln_dev_train_download(t->dev, t->params, t->mom);
+        if (cm->size > 1) state_digest(t, t->end + 2);
+    }
+    t->end[1] = o->stop && *o->stop;
+    KILN_TRY(kiln_dist_agree(cm, rc, t->end, 5, t->end_all));
+    for (int r = 0; r < cm->size; r++) {
+        const double *e = t->end_all + (size_t)r * 6;
+        if (e[1] != 0) t->stop_agreed = true;
+        KILN_FAIL_IF(ckpt_due && memcmp(e + 2, t->end_all + 2, 4 * sizeof *e), KILN_ERR_INTERNAL,
+                     "step %ld: rank %d's parameters differ from rank 0's (the ranks "
+                     "diverged; the checkpoint holds rank 0's)",
+                     s, r);
+    }
+    return KILN_OK;
+}
+
+/* The loop's clock: when it began and when the last step ended. */
+typedef struct step_clock {
+    uint64_t t0, prev;
+} step_clock;
+
+/* Step s of the run (the first this process runs is `first`): micro-batches, gradient,
+ * update, validation when due, metrics, checkpoint when due. */
+static kiln_err step(trainer *t, long s, long first, step_clock *ck) {
+    const kiln_train_config *c = &t->cfg;
     const kiln_loss_opts lo = {(float)c->aux_loss_coef, (float)c->z_loss_coef,
                                (float)c->capacity_factor};
-    const long first = t->st.step + 1;
-    if (t->dev) {
-        KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
-        if (t->dcomm || k > 1) KILN_TRY(kiln_dev_train_dist(t->dev, t->dcomm, k, o->bucket_bytes));
-        if (t->gpu_note[0] && t->mx &&
-            kiln_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
-            kiln_warn("%s", kiln_errmsg());
-        if (strstr(t->gpu_note, "GPUs are shared")) kiln_warn("%s", t->gpu_note);
+    const long i = s - 1;
+    kiln_train_progress p = {.step = s, .steps = c->steps, .first_step = first};
+    p.lr = kiln_train_lr(c, i);
+    KILN_TRY(sum_micro_batches(t, micro_batches(t, i, &lo), &p));
+    if (s == first && t->dcomm && t->comm->rank == 0 && t->mx) note_buckets(t, s);
+    KILN_TRY(share_stats(t));
+    p.stats = &t->stats;
+    if (poisoned(t->opts, s)) KILN_TRY(poison_gradient(t));
+    KILN_TRY(update(t, s, &p));
+    t->st.step = s;
+    if (t->n_val && (s == c->steps || (c->eval_every > 0 && s % c->eval_every == 0))) {
+        KILN_TRY(validate(t, &p.val_loss, &p.val_r2));
+        p.has_val = true;
+        p.val_r2_each = t->val_r2_each;
     }
-    const uint64_t t0 = kiln_now_ns();
-    uint64_t prev = t0;
-    for (long s = first; s <= c->steps; s++) {
-        if (t->stop_agreed || (cm->size == 1 && o->stop && *o->stop)) {
-            KILN_TRY(kiln_dist_agree(cm, root ? checkpoint(t, o->run_dir) : KILN_OK, t->end, 5,
-                                     t->end_all));
-            return kiln_fail(KILN_ERR_INTERRUPTED,
-                             "'%s': interrupted at step %ld (checkpoint written)", o->run_dir,
-                             t->st.step);
-        }
-        const long i = s - 1;
-        kiln_train_progress p = {.step = s, .steps = c->steps, .first_step = first};
-        p.lr = kiln_train_lr(c, i);
-        /* This rank's micro-batches, each gradient into its own shard. */
-        kiln_err rc = KILN_OK;
-        for (int j = 0; j < k && !rc; j++) {
-            const int a = cm->rank * k + j;
-            if (!t->dev)
-                kiln_tsmoe_zero_grads(t->m);
-            else
-                rc = kiln_dev_train_micro_begin(t->dev, j);
-            for (int b = 0; b < B; b++)
-                t->starts[b] = kiln_train_window_split(c->seed, i, slots, a * B + b, &t->split, S);
-            kiln_train_gather(t->ds, t->starts, (size_t)B, S, t->x, t->y);
-            kiln_loss l;
-            if (t->dev) {
-                if (!rc) rc = kiln_tsmoe_cuda_forward(t->gnet, t->x, t->y, B, &lo, &l);
-                if (!rc) rc = kiln_tsmoe_cuda_backward(t->gnet, 1.0f / (float)A);
-                if (!rc) rc = kiln_dev_train_micro_end(t->dev, j);
-            } else {
-                rc = kiln_tsmoe_forward(t->m, t->x, t->y, B, &lo, &l);
-                if (!rc) rc = kiln_tsmoe_backward(t->m, 1.0f / (float)A);
-            }
-            if (rc) break;
-            double *q = t->info + 1 + 4 * j;
-            q[0] = l.loss, q[1] = l.mse, q[2] = l.load_balance, q[3] = l.z;
-            if (!t->direct) memcpy(t->shards[j], t->grads, t->numel * sizeof(float));
-        }
-        KILN_TRY(kiln_dist_agree(cm, rc, t->info, rec - 1, t->info_all));
-        for (int a = 0; a < A; a++) {
-            const double *q = t->info_all + (size_t)(a / k) * rec + 1 + 4 * (a % k);
-            p.loss += q[0] / A;
-            p.mse += q[1] / A;
-            p.load_balance += q[2] / A;
-            p.z += q[3] / A;
-        }
-        if (!t->direct)
-            KILN_TRY(kiln_dist_sum_shards(cm, t->shards, k, t->numel, t->grads, t->red_work));
-        if (s == first && t->dcomm && root && t->mx) {
-            /* Where the reduction overlaps the backward pass, once per run (or resume). */
-            size_t nb, early, bytes;
-            kiln_dev_train_buckets(t->dev, &nb, &early, &bytes);
-            char msg[192];
-            snprintf(msg, sizeof msg,
-                     "%zu gradient bucket%s of at most %zu bytes; %zu queued during the backward "
-                     "pass, %zu after it",
-                     nb, nb == 1 ? "" : "s", bytes, early, nb - early);
-            if (kiln_metrics_event(t->mx, s, "buckets", msg)) kiln_warn("%s", kiln_errmsg());
-        }
-        /* The diagnostics are the last micro-batch's: the last rank's. */
-        copy_stats(t);
-        if (cm->size > 1) {
-            KILN_TRY(cm->bcast(cm, t->stats_buf, t->n_stats * sizeof(float), cm->size - 1));
-            t->stats.max_abs_output = t->stats_buf[t->n_stats - 1];
-        }
-        p.stats = &t->stats;
-        if (poisoned(o, s)) {
-            for (size_t q = 0; q < t->np; q++)
-                if (t->tab[q].flags & KILN_PARAM_TRAINED) {
-                    if (t->dev)
-                        KILN_TRY(kiln_dev_train_poison(t->dev, t->tab[q].offset));
-                    else
-                        t->grads[t->tab[q].offset] = NAN;
-                    break;
-                }
-        }
-        if (t->dev)
-            KILN_TRY(kiln_dev_train_grad_norm(t->dev, t->tab, t->gn, &p.grad_norm));
-        else
-            p.grad_norm =
-                kiln_train_grad_norm_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads, t->gn);
-        memset(t->un, 0, t->np * sizeof *t->un);
-        if (!isfinite(p.loss) || !isfinite(p.grad_norm)) {
-            t->st.bad_streak++;
-            event(t, s, "nonfinite",
-                  "step %ld: loss %g, gradient norm %g: update skipped (%d in a row)", s, p.loss,
-                  p.grad_norm, t->st.bad_streak);
-        } else {
-            t->st.bad_streak = 0;
-            double zl = kiln_spike_z(&t->st.loss_spike, p.loss),
-                   zg = kiln_spike_z(&t->st.gnorm_spike, p.grad_norm);
-            bool spike = zl > KILN_SPIKE_Z || zg > KILN_SPIKE_Z;
-            if (spike)
-                event(t, s, "spike", "step %ld: loss %g (z %.1f), gradient norm %g (z %.1f)%s", s,
-                      p.loss, zl, p.grad_norm, zg, c->skip_spikes ? ": update skipped" : "");
-            kiln_spike_push(&t->st.loss_spike, p.loss);
-            kiln_spike_push(&t->st.gnorm_spike, p.grad_norm);
-            if (!(spike && c->skip_spikes)) {
-                const bool clip = c->grad_clip > 0 && p.grad_norm > c->grad_clip;
-                const float scale = clip ? (float)(c->grad_clip / p.grad_norm) : 1.0f;
-                t->st.updates++;
-                if (t->dev) {
-                    KILN_TRY(kiln_dev_train_step(t->dev, c, t->tab, t->st.updates, p.lr, scale,
-                                                 t->un, t->wn));
-                } else {
-                    if (clip)
-                        kiln_train_grad_scale_run(kiln_tsmoe_pool(t->m), t->tab, t->np, t->grads,
-                                                  scale);
-                    kiln_train_optim_run(kiln_tsmoe_pool(t->m), c, t->tab, t->np, t->params,
-                                         t->grads, t->mom, t->mom ? t->mom + t->numel : NULL,
-                                         t->st.updates, p.lr, t->un, t->wn);
-                }
-                p.applied = true;
-            }
-        }
-        t->st.step = s;
-        if (t->n_val && (s == c->steps || (c->eval_every > 0 && s % c->eval_every == 0))) {
-            KILN_TRY(validate(t, &p.val_loss, &p.val_r2));
-            p.has_val = true;
-            p.val_r2_each = t->val_r2_each;
-        }
-        uint64_t now = kiln_now_ns();
-        p.elapsed_s = (double)(now - t0) * 1e-9;
-        double dt = (double)(now - prev) * 1e-9;
-        prev = now;
-        p.tokens_per_s = dt > 0 ? (double)slots * S / dt : 0;
-        p.eta_s = p.elapsed_s / (double)(s - first + 1) * (double)(c->steps - s);
-        for (size_t q = 0; q < t->np; q++) {
-            t->mt[q].name = t->tab[q].name;
-            t->mt[q].grad_norm = t->gn[q];
-            t->mt[q].update_ratio = t->wn[q] > 0 && p.applied ? t->un[q] / t->wn[q] : 0;
-        }
-        /* Rank 0 writes; every rank learns of its failure (and of a stop request) below. */
-        if (root) {
-            rc = kiln_metrics_step(t->mx, &p, t->mt, t->np);
-            if (!rc && p.has_val) rc = kiln_metrics_val_targets(t->mx, s, t->ds, t->val_r2_each);
-            if (!rc && o->progress) o->progress(o->progress_ctx, &p);
-        }
-        const bool ckpt_due = s == c->steps || (c->ckpt_every > 0 && s % c->ckpt_every == 0);
-        memset(t->end + 1, 0, 5 * sizeof *t->end);
-        if (!rc && t->st.bad_streak >= c->max_bad_steps) {
-            long last = 0;
-            long *steps;
-            size_t n = 0;
-            if (root && kiln_ckpt_list(o->run_dir, &steps, &n) == KILN_OK && n) {
-                last = steps[n - 1];
-                free(steps);
-            }
-            rc = kiln_fail(KILN_ERR_NUMERIC,
-                           "step %ld: %d non-finite steps in a row (max_bad_steps %d); the run "
-                           "stopped, its last checkpoint is step %ld",
-                           s, t->st.bad_streak, c->max_bad_steps, last);
-        } else if (!rc && ckpt_due) {
-            if (root) rc = checkpoint(t, o->run_dir);
-            /* The other ranks' host mirrors of a GPU run are brought up to date to compare. */
-            if (!rc && !root && t->dev) rc = kiln_dev_train_download(t->dev, t->params, t->mom);
-            if (cm->size > 1) state_digest(t, t->end + 2);
-        }
-        t->end[1] = o->stop && *o->stop;
-        KILN_TRY(kiln_dist_agree(cm, rc, t->end, 5, t->end_all));
-        for (int r = 0; r < cm->size; r++) {
-            const double *e = t->end_all + (size_t)r * 6;
-            if (e[1] != 0) t->stop_agreed = true;
-            KILN_FAIL_IF(ckpt_due && memcmp(e + 2, t->end_all + 2, 4 * sizeof *e),
-                         KILN_ERR_INTERNAL,
-                         "step %ld: rank %d's parameters differ from rank 0's (the ranks "
-                         "diverged; the checkpoint holds rank 0's)",
-                         s, r);
-        }
+    timing(t, s, first, ck->t0, &ck->prev, &p);
+    return end_step(t, s, log_step(t, s, &p));
+}
+
+static kiln_err loop(trainer *t) {
+    const kiln_train_opts *o = t->opts;
+    const long first = t->st.step + 1;
+    KILN_TRY(devices_start(t));
+    step_clock ck = {kiln_now_ns(), 0};
+    ck.prev = ck.t0;
+    for (long s = first; s <= t->cfg.steps; s++) {
+        if (t->stop_agreed || (t->comm->size == 1 && o->stop && *o->stop)) return interrupt(t);
+        KILN_TRY(step(t, s, first, &ck));
     }
     return KILN_OK;
 }

@@ -3,28 +3,10 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "row.h" /* kiln_row_dot, kiln_row_axpy */
 
 static float alibi_slope(int h, int H) {
     return exp2f(-8.0f * (float)(h + 1) / (float)H);
-}
-
-/* A dot product with eight partial sums, so that the compiler can keep them in one vector
- * register; the order is fixed, so the result is the same on every run. */
-static inline float dot(const float *restrict a, const float *restrict b, int n) {
-    float acc[8] = {0};
-    int d = 0;
-    for (; d + 8 <= n; d += 8)
-        for (int r = 0; r < 8; r++)
-            acc[r] += a[d + r] * b[d + r];
-    float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; d < n; d++)
-        s += a[d] * b[d];
-    return s;
-}
-
-static inline void axpy(float *restrict y, float a, const float *restrict x, int n) {
-    for (int d = 0; d < n; d++)
-        y[d] += a * x[d];
 }
 
 void kiln_attention_forward(float *out, float *att, const float *qkv, int B, int S, int D, int H,
@@ -42,7 +24,7 @@ void kiln_attention_forward(float *out, float *att, const float *qkv, int B, int
                 float mx = -INFINITY;
                 for (int w = 0; w < nw; w++) {
                     const float *k = qkv + ((size_t)b * S + (i - w)) * C + D + (size_t)h * Dh;
-                    float s = dot(q, k, Dh) * scale - m * (float)w;
+                    float s = kiln_row_dot(q, k, Dh) * scale - m * (float)w;
                     a[w] = s;
                     if (s > mx) mx = s;
                 }
@@ -60,8 +42,9 @@ void kiln_attention_forward(float *out, float *att, const float *qkv, int B, int
                 for (int d = 0; d < Dh; d++)
                     o[d] = 0.0f;
                 for (int w = 0; w < nw; w++)
-                    axpy(o, a[w],
-                         qkv + ((size_t)b * S + (i - w)) * C + 2 * (size_t)D + (size_t)h * Dh, Dh);
+                    kiln_row_axpy(
+                        o, a[w],
+                        qkv + ((size_t)b * S + (i - w)) * C + 2 * (size_t)D + (size_t)h * Dh, Dh);
             }
         }
 }
@@ -86,15 +69,15 @@ void kiln_attention_backward(float *dqkv, float *scratch, const float *dout, con
                 float sum = 0.0f;
                 for (int w = 0; w < nw; w++) {
                     size_t j = (size_t)b * S + (i - w);
-                    da[w] = dot(dy, qkv + j * C + 2 * (size_t)D + (size_t)h * Dh, Dh);
-                    axpy(dqkv + j * C + 2 * (size_t)D + (size_t)h * Dh, a[w], dy, Dh);
+                    da[w] = kiln_row_dot(dy, qkv + j * C + 2 * (size_t)D + (size_t)h * Dh, Dh);
+                    kiln_row_axpy(dqkv + j * C + 2 * (size_t)D + (size_t)h * Dh, a[w], dy, Dh);
                     sum += a[w] * da[w];
                 }
                 for (int w = 0; w < nw; w++) {
                     size_t j = (size_t)b * S + (i - w);
                     float ds = a[w] * (da[w] - sum) * scale;
-                    axpy(dq, ds, qkv + j * C + D + (size_t)h * Dh, Dh);
-                    axpy(dqkv + j * C + D + (size_t)h * Dh, ds, q, Dh);
+                    kiln_row_axpy(dq, ds, qkv + j * C + D + (size_t)h * Dh, Dh);
+                    kiln_row_axpy(dqkv + j * C + D + (size_t)h * Dh, ds, q, Dh);
                 }
             }
 }

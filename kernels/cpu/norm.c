@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "kernels.h"
+#include "row.h" /* kiln_row_rmsnorm_f64 */
 
 void kiln_standardize_forward(float *out, const float *x, const float *mean, const float *std,
                               int N, int F) {
@@ -33,6 +34,12 @@ void kiln_rmsnorm_forward(float *out, float *rstd, const float *inp, const float
             y[d] = x[d] * r * weight[d];
         rstd[n] = r;
     }
+}
+
+void kiln_rmsnorm_f64_forward(float *out, const float *inp, const float *weight, float eps, int N,
+                              int D) {
+    for (int n = 0; n < N; n++)
+        kiln_row_rmsnorm_f64(out + (size_t)n * D, inp + (size_t)n * D, weight, D, eps);
 }
 
 /* y = x r g with r = (mean(x^2) + eps)^-1/2:
