@@ -9,9 +9,6 @@
 set -u
 root=${2:-$(cd "$(dirname "$0")/.." && pwd)}
 obj=${1:-$root/build/obj}
-# Circles that other branches of the same step remove (issue #18), allowed until they merge:
-# drop each line once its circle is gone. The files of a circle, sorted, one circle a line.
-allow='export/files.c export/manifest.c'
 [ -d "$obj" ] || { echo "filecycles: no object folder '$obj'" >&2; exit 2; }
 syms=$(mktemp) && list=$(mktemp) && trap 'rm -f "$syms" "$list"' EXIT
 # OBJECT SOURCE, for each object of a source
@@ -30,7 +27,7 @@ if [ -s "$list" ]; then
          print ($1 ~ /:$/ ? "U" : "D"), src[o], $NF}' >"$syms"
 fi
 [ -s "$syms" ] || { echo "filecycles: no object of a source of '$root' in '$obj'" >&2; exit 2; }
-printf '%s\n' "$allow" | awk -v syms="$syms" '
+awk -v syms="$syms" '
 # Tarjan: the strongly connected parts of the uses graph; a part of two files or more is a
 # circle.
 function visit(v,    k, w) {
@@ -53,11 +50,9 @@ function report(    i, j, t, s) {
             t = part[j]; part[j] = part[j - 1]; part[j - 1] = t
         }
     s = part[1]; for (i = 2; i <= n; i++) s = s " " part[i]
-    if (s in allowed) { print "filecycles: allowed circle (tests/filecycles.sh): " s; return }
     print "filecycles: circle of files: " s; bad = 1
 }
-{ allowed[$0] = 1 }
-END {
+BEGIN {
     while ((getline line < syms) > 0) {
         split(line, a, " ")
         files[a[2]] = 1

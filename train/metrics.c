@@ -74,6 +74,10 @@ void kiln_metrics_close(kiln_metrics *mx) {
     free(mx);
 }
 
+double kiln_run_col_num(sqlite3_stmt *s, int i) {
+    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
+}
+
 void *kiln_metrics_db(kiln_metrics *mx) {
     return mx->db;
 }

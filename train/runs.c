@@ -66,10 +66,6 @@ kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics *
     return rc;
 }
 
-double kiln_run_col_num(sqlite3_stmt *s, int i) {
-    return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
-}
-
 static char *col_dup(sqlite3_stmt *s, int i) {
     const char *t = (const char *)sqlite3_column_text(s, i);
     return kiln_strdup(t ? t : "");

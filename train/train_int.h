@@ -313,7 +313,7 @@ kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_datase
  * metrics.db (kiln_metrics_close). */
 kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics **mx);
 /* A column of a metrics.db row as a number; NAN for NULL (a value that was not finite when
- * logged). (runs.c) */
+ * logged). (metrics.c, which writes them so) */
 struct sqlite3_stmt;
 double kiln_run_col_num(struct sqlite3_stmt *s, int i);
 /* A step_sums row's columns from `at` on (minx .. bady) as the span [x0, x0 + width).
