@@ -208,6 +208,16 @@ void kiln_stats_maxabs(float *out, const float *x, size_t n); /* [1], [n] */
  *
  * One argument list differs from the CPU op: kiln_cuda_moe_gather_backward takes the plan's
  * pos [N,K] instead of rows [M] (see there). */
+/* The optimizer's constants for one step, made once (train/optim.c's kiln_train_optim_consts)
+ * and read by both updates, the CPU's (train/optim.c) and the GPU's (kiln_cuda_optim_update):
+ * the same floats, so the same bits. */
+typedef struct kiln_optim_consts {
+    int adam;                      /* 1 AdamW, 0 SGD */
+    float b1, b2, omb1, omb2, eps; /* beta1, beta2, 1 - beta1, 1 - beta2, adam_eps */
+    float step, rsq_bc2;           /* lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t) */
+    float lr, decay, gscale;       /* SGD's step, lr * weight_decay (or 0), gradient scale */
+} kiln_optim_consts;
+
 #ifdef KILN_HAVE_CUDA
 /* Open cuBLAS (once per process; kiln_cuda_init does it before its first handle): the
  * library is loaded on use, not linked (kernels/cuda/blas_dl.c). KILN_ERR_DEVICE naming the
@@ -331,19 +341,13 @@ kiln_err kiln_cuda_stats_entropy(float *out, const float *p, size_t rows, size_t
 kiln_err kiln_cuda_stats_maxabs(float *out, const float *x, size_t n);
 
 /* The optimizer step of one tensor (train/optim.c's kiln_train_optim_step, element for
- * element): g *= gscale (clipping; 1 = none), then AdamW (m, v the moments) or SGD (m, v
- * unused, may be NULL), with decay = lr * weight_decay on decayed tensors and 0 elsewhere.
+ * element, with the same kiln_optim_consts): g *= gscale (clipping; 1 = none), then AdamW
+ * (m, v the moments) or SGD (m, v unused, may be NULL), with decay = lr * weight_decay on decayed tensors and 0 elsewhere.
  * Afterwards g holds each element's update p_new - p_old (for the update norm). Every float
  * operation rounds to nearest in the CPU loop's order with no contraction, so the same
  * inputs give the CPU's bits. */
-typedef struct kiln_cuda_optim {
-    int adam;                      /* 1 AdamW, 0 SGD */
-    float b1, b2, omb1, omb2, eps; /* beta1, beta2, 1 - beta1, 1 - beta2, adam_eps */
-    float step, rsq_bc2;           /* lr / (1 - beta1^t), 1 / sqrt(1 - beta2^t) */
-    float lr, decay, gscale;       /* SGD's step, lr * weight_decay (or 0), gradient scale */
-} kiln_cuda_optim;
 kiln_err kiln_cuda_optim_update(float *p, float *g, float *m, float *v, size_t n,
-                                const kiln_cuda_optim *o); /* all [n] */
+                                const kiln_optim_consts *o); /* all [n] */
 /* Many tensors of one block in one launch (the trainer's step: every trained tensor):
  * segment i is elements off..off+n of p, g, m and v, updated as kiln_cuda_optim_update with
  * o->decay where decay is set and 0 where not; the same bits as one call per segment.
@@ -357,7 +361,7 @@ typedef struct kiln_cuda_seg {
 size_t kiln_cuda_seg_plan(kiln_cuda_seg *segs, int nsegs);
 kiln_err kiln_cuda_optim_update_multi(float *p, float *g, float *m, float *v,
                                       const kiln_cuda_seg *segs, int nsegs, size_t nchunks,
-                                      const kiln_cuda_optim *o); /* segs on the device */
+                                      const kiln_optim_consts *o); /* segs on the device */
 /* *out (device) = sum of x[i]^2 in double, over a partition that depends only on n. */
 kiln_err kiln_cuda_sumsq(double *out, const float *x, size_t n);
 

@@ -113,7 +113,7 @@ static void optimizer_bits(void) {
         kiln_cuda_upload(dg, hg, numel * 4);
         kiln_train_grad_scale(tab, np, hg, 0.37f);
         kiln_train_optim_step(&c, tab, np, hp, hg, hm, hv, 5, 0.003, NULL, NULL);
-        kiln_cuda_optim o = {.adam = !opt,
+        kiln_optim_consts o = {.adam = !opt,
                              .b1 = (float)c.beta1,
                              .b2 = (float)c.beta2,
                              .omb1 = (float)(1.0 - c.beta1),

@@ -149,12 +149,26 @@ void kiln_train_grad_scale_run(kiln_pool *pool, const kiln_param *tab, size_t co
 
 /* AdamW or SGD over elements k0..k1-1 of one tensor; the squared update and weight norms of
  * those elements into un and wn. */
-typedef struct optim_args {
-    bool adam;
-    float b1, b2, omb1, omb2, eps, step, rsq_bc2, lrf;
-} optim_args;
+void kiln_train_optim_consts(const kiln_train_config *c, long t, double lr, kiln_optim_consts *o) {
+    const bool adam = c->optimizer == KILN_OPTIM_ADAMW;
+    /* Bias corrections folded into the step size: lr_t = lr / (1 - b1^t), and
+     * sqrt(vhat) = sqrt(v) / sqrt(1 - b2^t). */
+    const double bc1 = adam ? 1.0 - pow(c->beta1, (double)t) : 1.0;
+    const double bc2 = adam ? 1.0 - pow(c->beta2, (double)t) : 1.0;
+    *o = (kiln_optim_consts){.adam = adam,
+                             .b1 = (float)c->beta1,
+                             .b2 = (float)c->beta2,
+                             .omb1 = (float)(1.0 - c->beta1),
+                             .omb2 = (float)(1.0 - c->beta2),
+                             .eps = (float)c->adam_eps,
+                             .step = (float)(lr / bc1),
+                             .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
+                             .lr = (float)lr,
+                             .decay = (float)(lr * c->weight_decay),
+                             .gscale = 1.0f};
+}
 
-static void optim_range(const optim_args *a, float *p, const float *g, float *mm, float *vv,
+static void optim_range(const kiln_optim_consts *a, float *p, const float *g, float *mm, float *vv,
                         float decay, size_t k0, size_t k1, double *un_out, double *wn_out) {
     double un = 0, wn = 0;
     if (a->adam) {
@@ -172,7 +186,7 @@ static void optim_range(const optim_args *a, float *p, const float *g, float *mm
     } else {
         for (size_t k = k0; k < k1; k++) {
             float old = p[k];
-            float np = old - decay * old - a->lrf * g[k];
+            float np = old - decay * old - a->lr * g[k];
             p[k] = np;
             double d = (double)np - old;
             un += d * d;
@@ -186,10 +200,9 @@ static void optim_range(const optim_args *a, float *p, const float *g, float *mm
 /* A tensor is updated in chunk_of's chunks, the update and weight norms summed per chunk and
  * added in chunk order. Each element's update is the same arithmetic wherever it runs. */
 typedef struct optim_job {
-    optim_args a;
+    kiln_optim_consts a; /* a.decay for KILN_PARAM_DECAY tensors, 0 for the others */
     float *params, *m, *v;
     const float *grads;
-    float decay; /* lr times weight_decay, for KILN_PARAM_DECAY tensors */
     double *upd_norm, *w_norm;
 } optim_job;
 
@@ -197,7 +210,7 @@ static void optim_chunk(void *arg, const kiln_param *t, size_t k0, size_t k1, do
     const optim_job *o = arg;
     const size_t off = t->offset;
     optim_range(&o->a, o->params + off, o->grads + off, o->a.adam ? o->m + off : NULL,
-                o->a.adam ? o->v + off : NULL, (t->flags & KILN_PARAM_DECAY) ? o->decay : 0.0f, k0,
+                o->a.adam ? o->v + off : NULL, (t->flags & KILN_PARAM_DECAY) ? o->a.decay : 0.0f, k0,
                 k1, &out[0], &out[1]);
 }
 
@@ -216,27 +229,13 @@ void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, si
 void kiln_train_optim_run(kiln_pool *pool, const kiln_train_config *c, const kiln_param *tab,
                           size_t count, float *params, const float *grads, float *m, float *v,
                           long t, double lr, double *upd_norm, double *w_norm) {
-    const bool adam = c->optimizer == KILN_OPTIM_ADAMW;
-    /* Bias corrections folded into the step size: lr_t = lr / (1 - b1^t), and
-     * sqrt(vhat) = sqrt(v) / sqrt(1 - b2^t). */
-    const double bc1 = adam ? 1.0 - pow(c->beta1, (double)t) : 1.0;
-    const double bc2 = adam ? 1.0 - pow(c->beta2, (double)t) : 1.0;
-    const optim_job job = {.a = {.adam = adam,
-                                 .b1 = (float)c->beta1,
-                                 .b2 = (float)c->beta2,
-                                 .omb1 = (float)(1.0 - c->beta1),
-                                 .omb2 = (float)(1.0 - c->beta2),
-                                 .eps = (float)c->adam_eps,
-                                 .step = (float)(lr / bc1),
-                                 .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
-                                 .lrf = (float)lr},
-                           .params = params,
-                           .m = m,
-                           .v = v,
-                           .grads = grads,
-                           .decay = (float)(lr * c->weight_decay),
-                           .upd_norm = upd_norm,
-                           .w_norm = w_norm};
+    optim_job job = {.params = params,
+                     .m = m,
+                     .v = v,
+                     .grads = grads,
+                     .upd_norm = upd_norm,
+                     .w_norm = w_norm};
+    kiln_train_optim_consts(c, t, lr, &job.a);
     for_chunks(pool, tab, count, optim_chunk, optim_done, (void *)&job);
 }
 

@@ -3,6 +3,7 @@
 #ifndef KILN_TRAIN_INT_H
 #define KILN_TRAIN_INT_H
 
+#include "kernels.h"
 #include "train.h"
 
 /* ---- config (config.c) ---- */
@@ -114,6 +115,9 @@ void kiln_pool_run(kiln_pool *p, int count, kiln_pool_fn fn, void *ctx);
 /* The model's pool (NULL on one thread), for the optimizer step. */
 kiln_pool *kiln_tsmoe_pool(kiln_tsmoe *m);
 
+/* Step t's optimizer constants at learning rate lr (bias corrections folded in; decay =
+ * lr * weight_decay; gscale 1), the same for the CPU's update and the GPU's. */
+void kiln_train_optim_consts(const kiln_train_config *c, long t, double lr, kiln_optim_consts *o);
 void kiln_train_optim_step(const kiln_train_config *c, const kiln_param *tab, size_t count,
                            float *params, const float *grads, float *m, float *v, long t, double lr,
                            double *upd_norm, double *w_norm);

@@ -280,23 +280,12 @@ kiln_err kiln_dev_train_grad_norm(kiln_dev_train *d, const kiln_param *tab, doub
 
 kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, const kiln_param *tab,
                              long t, double lr, float gscale, double *upd_norm, double *w_norm) {
-    const bool adam = c->optimizer == KILN_OPTIM_ADAMW;
-    /* The constants exactly as kiln_train_optim_step makes them. */
-    const double bc1 = adam ? 1.0 - pow(c->beta1, (double)t) : 1.0;
-    const double bc2 = adam ? 1.0 - pow(c->beta2, (double)t) : 1.0;
-    kiln_cuda_optim o = {.adam = adam,
-                         .b1 = (float)c->beta1,
-                         .b2 = (float)c->beta2,
-                         .omb1 = (float)(1.0 - c->beta1),
-                         .omb2 = (float)(1.0 - c->beta2),
-                         .eps = (float)c->adam_eps,
-                         .step = (float)(lr / bc1),
-                         .rsq_bc2 = (float)(1.0 / sqrt(bc2)),
-                         .lr = (float)lr,
-                         .gscale = gscale};
-    /* Every trained tensor in one launch (the segments made at create from the same table;
-     * the same bits as one kiln_cuda_optim_update per tensor). */
-    o.decay = (float)(lr * c->weight_decay);
+    /* The constants kiln_train_optim_step uses. Every trained tensor in one launch (the
+     * segments made at create from the same table; the same bits as one
+     * kiln_cuda_optim_update per tensor). */
+    kiln_optim_consts o;
+    kiln_train_optim_consts(c, t, lr, &o);
+    o.gscale = gscale;
     KILN_TRY(kiln_cuda_optim_update_multi(d->params, d->grads, d->mom,
                                           d->mom ? d->mom + d->numel : NULL, d->segs, d->nsegs,
                                           d->nchunks, &o));

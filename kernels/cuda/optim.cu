@@ -13,7 +13,7 @@ struct sq {
 } // namespace
 
 __device__ __forceinline__ static void adamw_one(float *p, float *g, float *m, float *v, size_t i,
-                                                 const kiln_cuda_optim &o) {
+                                                 const kiln_optim_consts &o) {
     {
         const float gi = __fmul_rn(g[i], o.gscale);
         const float mm = __fadd_rn(__fmul_rn(o.b1, m[i]), __fmul_rn(o.omb1, gi));
@@ -30,7 +30,7 @@ __device__ __forceinline__ static void adamw_one(float *p, float *g, float *m, f
 }
 
 __device__ __forceinline__ static void sgd_one(float *p, float *g, size_t i,
-                                               const kiln_cuda_optim &o) {
+                                               const kiln_optim_consts &o) {
     const float gi = __fmul_rn(g[i], o.gscale);
     const float old = p[i];
     const float np = __fsub_rn(__fsub_rn(old, __fmul_rn(o.decay, old)), __fmul_rn(o.lr, gi));
@@ -39,13 +39,13 @@ __device__ __forceinline__ static void sgd_one(float *p, float *g, size_t i,
 }
 
 __global__ static void adamw_update(float *p, float *g, float *m, float *v, size_t n,
-                                    kiln_cuda_optim o) {
+                                    kiln_optim_consts o) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         adamw_one(p, g, m, v, i, o);
 }
 
-__global__ static void sgd_update(float *p, float *g, size_t n, kiln_cuda_optim o) {
+__global__ static void sgd_update(float *p, float *g, size_t n, kiln_optim_consts o) {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x)
         sgd_one(p, g, i, o);
@@ -58,7 +58,7 @@ __global__ static void sgd_update(float *p, float *g, size_t n, kiln_cuda_optim 
 // bisection; its elements are updated by the block's threads, strided.
 __global__ static void multi_update(float *p, float *g, float *m, float *v,
                                     const kiln_cuda_seg *segs, int nsegs, size_t nchunks,
-                                    kiln_cuda_optim o) {
+                                    kiln_optim_consts o) {
     for (size_t w = blockIdx.x; w < nchunks; w += gridDim.x) {
         int lo = 0, hi = nsegs - 1;
         while (lo < hi) {
@@ -69,7 +69,7 @@ __global__ static void multi_update(float *p, float *g, float *m, float *v,
                 hi = mid - 1;
         }
         const kiln_cuda_seg s = segs[lo];
-        kiln_cuda_optim os = o;
+        kiln_optim_consts os = o;
         if (!s.decay) os.decay = 0.0f;
         const size_t i0 = s.off + (w - s.chunk0) * SEG_CHUNK;
         const size_t i1 = s.off + s.n < i0 + SEG_CHUNK ? s.off + s.n : i0 + SEG_CHUNK;
@@ -93,7 +93,7 @@ extern "C" size_t kiln_cuda_seg_plan(kiln_cuda_seg *segs, int nsegs) {
 
 extern "C" kiln_err kiln_cuda_optim_update_multi(float *p, float *g, float *m, float *v,
                                                  const kiln_cuda_seg *segs, int nsegs,
-                                                 size_t nchunks, const kiln_cuda_optim *o) {
+                                                 size_t nchunks, const kiln_optim_consts *o) {
     if (!nchunks || nsegs <= 0) return KILN_OK;
     multi_update<<<kiln_blocks(nchunks * 256, 256), 256>>>(p, g, m, v, segs, nsegs, nchunks, *o);
     CU_LAUNCHED("optim_update_multi", "multi_update");
@@ -101,7 +101,7 @@ extern "C" kiln_err kiln_cuda_optim_update_multi(float *p, float *g, float *m, f
 }
 
 extern "C" kiln_err kiln_cuda_optim_update(float *p, float *g, float *m, float *v, size_t n,
-                                           const kiln_cuda_optim *o) {
+                                           const kiln_optim_consts *o) {
     if (!n) return KILN_OK;
     if (o->adam) {
         adamw_update<<<kiln_blocks(n, 256), 256>>>(p, g, m, v, n, *o);

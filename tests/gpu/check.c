@@ -416,7 +416,7 @@ static void check_optim_multi(bool adam) {
         dm[r] = dput(mo, numel);
         dv[r] = dput(vo, numel);
     }
-    kiln_cuda_optim o = {.adam = adam,
+    kiln_optim_consts o = {.adam = adam,
                          .b1 = 0.9f,
                          .b2 = 0.95f,
                          .omb1 = 0.1f,
@@ -433,7 +433,7 @@ static void check_optim_multi(bool adam) {
     TRY(name, kiln_cuda_optim_update_multi(dp[0], dg[0], adam ? dm[0] : NULL, adam ? dv[0] : NULL,
                                            dseg, ns, nchunks, &o));
     for (int i = 0; i < ns; i++) {
-        kiln_cuda_optim os = o;
+        kiln_optim_consts os = o;
         if (!seg[i].decay) os.decay = 0.0f;
         const size_t off = seg[i].off;
         TRY(name, kiln_cuda_optim_update(dp[1] + off, dg[1] + off, adam ? dm[1] + off : NULL,
