@@ -1164,23 +1164,33 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     return send_published(c, r, existed ? 200 : 201, digest, r->declared);
 }
 
-static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
-                                    sqlite3 *db) {
+/* The start of an upload of a small signed document (body: a channel record or a trust
+ * version, one the registry checks against its trust policy): the registry has a policy, the
+ * Content-Length is at most max, and a buffer holds the whole body. what names one in
+ * answers ("a channel record"), them several ("channel records"). */
+static enum MHD_Result signed_doc_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                        body_kind body, const char *what, const char *them,
+                                        unsigned max) {
     if (!has_trust(s))
-        return send_error(
-            c, r, 422,
-            "this registry has no trust policy (serve --trust); it accepts no channel records");
+        return send_error(c, r, 422,
+                          "this registry has no trust policy (serve --trust); it accepts no %s",
+                          them);
     const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
     uint64_t n;
-    if (!cl) return send_error(c, r, 411, "a channel record needs a Content-Length");
+    if (!cl) return send_error(c, r, 411, "%s needs a Content-Length", what);
     if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
-    if (n > REG_RECORD_MAX)
-        return send_error(c, r, 413, "a channel record is at most %u bytes", REG_RECORD_MAX);
-    r->rec = kiln_malloc(REG_RECORD_MAX + 1);
+    if (n > max) return send_error(c, r, 413, "%s is at most %u bytes", what, max);
+    r->rec = kiln_malloc((size_t)n + 1);
     if (!r->rec) return MHD_NO;
-    r->rec_cap = REG_RECORD_MAX;
-    r->body = BODY_RECORD;
+    r->rec_cap = (size_t)n;
+    r->body = body;
     return MHD_YES;
+}
+
+static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db) {
+    return signed_doc_start(s, c, r, BODY_RECORD, "a channel record", "channel records",
+                            REG_RECORD_MAX);
 }
 
 static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
@@ -1231,21 +1241,8 @@ static enum MHD_Result do_trust(kiln_registry_server *s, struct MHD_Connection *
 
 static enum MHD_Result trust_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                    sqlite3 *db) {
-    if (!has_trust(s))
-        return send_error(
-            c, r, 422,
-            "this registry has no trust policy (serve --trust); it accepts no trust versions");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    uint64_t n;
-    if (!cl) return send_error(c, r, 411, "a trust version needs a Content-Length");
-    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
-    if (n > REG_TRUST_MAX)
-        return send_error(c, r, 413, "a trust version is at most %u bytes", REG_TRUST_MAX);
-    r->rec = kiln_malloc((size_t)n + 1);
-    if (!r->rec) return MHD_NO;
-    r->rec_cap = (size_t)n;
-    r->body = BODY_TRUST;
-    return MHD_YES;
+    return signed_doc_start(s, c, r, BODY_TRUST, "a trust version", "trust versions",
+                            REG_TRUST_MAX);
 }
 
 /* PUT /v1/trust/{v}: the body must be the signed policy of version v, the successor of the
@@ -1615,9 +1612,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
             if (rc) body_fail(r, rc);
         } else if (r->body == BODY_RECORD || r->body == BODY_TRUST) {
             if (r->rec_len + n > r->rec_cap)
-                body_fail(r, kiln_fail(KILN_ERR_LIMIT, "%s is longer than %s",
-                                       r->body == BODY_RECORD ? "channel record" : "trust version",
-                                       r->body == BODY_RECORD ? "its limit" : "its Content-Length"));
+                body_fail(r, kiln_fail(KILN_ERR_LIMIT, "%s is longer than its Content-Length",
+                                       r->body == BODY_RECORD ? "channel record" : "trust version"));
             else {
                 memcpy(r->rec + r->rec_len, upload_data, n);
                 r->rec_len += n;
