@@ -207,7 +207,8 @@ int main(int argc, char **argv) {
         "INSERT INTO channel_records VALUES('bench', ?1, ?2, ?3, ?4, ?5, ?6, ?7, "
         "'release-manager', ?8)");
     int64_t t0 = kiln_unix_time() - 365 * 86400;
-    static char digests[VERSIONS][72], versions[VERSIONS][16];
+    static kiln_digest digests[VERSIONS];
+    static char versions[VERSIONS][16];
     uint8_t raw[VERSIONS][32];
     for (int i = 0; i < VERSIONS; i++) {
         snprintf(versions[i], sizeof versions[i], "1.%d.0", i);

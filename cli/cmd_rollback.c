@@ -40,7 +40,7 @@ int cmd_rollback(int argc, char **argv) {
     if (kiln_registry_check_name("model", model) || kiln_registry_check_channel(a.channel))
         return cli_fail(KILN_ERR_USAGE);
     if (state && !trust) return cli_usage_error("--state goes with --trust");
-    char digest[72] = "";
+    kiln_digest digest = "";
     if (to && !trust) {
         snprintf(target, sizeof target, "%s", to);
     } else {

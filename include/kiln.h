@@ -216,9 +216,14 @@ typedef struct kiln_pull_opts {
     unsigned deadline_ms;
 } kiln_pull_opts;
 
+/* An archive's digest as the registry writes it, "sha256:" and 64 lowercase hex digits and the
+ * NUL (72 bytes): one type for every buffer that holds one, so that its size is written once.
+ * An array type: a field of it is read and written as a string. */
+typedef char kiln_digest[72];
+
 typedef struct kiln_pull_result {
     char model[65], version[65], channel[65]; /* channel "" when pulled by version */
-    char digest[72];                          /* "sha256:<hex>" of the archive */
+    kiln_digest digest;                       /* "sha256:<hex>" of the archive */
     uint64_t size;
     int64_t seq; /* the channel record's; 0 when pulled by version */
 } kiln_pull_result;

@@ -27,11 +27,6 @@ extern "C" {
 
 #define KILN_REGISTRY_NAME_MAX 64
 
-/* An archive's digest as the registry writes it, "sha256:" and 64 lowercase hex digits and the
- * NUL (72 bytes): one type for every buffer that holds one, so that its size is written once.
- * An array type: a field of it is read and written as a string. */
-typedef char kiln_registry_digest[72];
-
 /* Model, channel and token names: 1..64 of [a-z0-9._-], beginning with [a-z0-9], no "..".
  * what ("model", "channel", "token") names the value in the message. For a channel this is
  * the character set only, what a store may hold (a channel made before the naming rule below
@@ -235,7 +230,7 @@ typedef struct kiln_registry_client_opts {
 #define KILN_REGISTRY_FAILOVER_STALL_MS 10000u
 
 typedef struct kiln_registry_published {
-    kiln_registry_digest digest; /* "sha256:<hex>" */
+    kiln_digest digest; /* "sha256:<hex>" */
     uint64_t size;
     bool existed; /* the same bytes were there already (200, not 201) */
 } kiln_registry_published;
@@ -287,7 +282,7 @@ typedef struct kiln_registry_pulled {
     char model[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
     char channel[KILN_REGISTRY_NAME_MAX + 1]; /* "" when pulled by version */
-    kiln_registry_digest digest;
+    kiln_digest digest;
     uint64_t size;
     int64_t seq; /* the channel record's, 0 when pulled by version */
     /* The release keys whose signatures verified, the threshold and the validation verdict:
@@ -313,7 +308,7 @@ kiln_err kiln_registry_pull(const kiln_registry_client_opts *c, const kiln_regis
 typedef struct kiln_registry_installed {
     char model[KILN_REGISTRY_NAME_MAX + 1], channel[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
-    kiln_registry_digest digest; /* the archive's, as the record names it */
+    kiln_digest digest; /* the archive's, as the record names it */
     int64_t seq, expires;        /* the record's */
     uint64_t trust_version;      /* of the policy it was checked under */
     char signed_by[256];         /* the release signers, as a pull says them */
@@ -523,7 +518,7 @@ typedef struct kiln_registry_promote_opts {
 } kiln_registry_promote_opts;
 
 typedef struct kiln_registry_promoted {
-    kiln_registry_digest digest; /* the version's, as the registry holds it */
+    kiln_digest digest; /* the version's, as the registry holds it */
     uint64_t seq;                /* the new record's */
     size_t nsigs;
     bool put; /* the registry accepted it (false with save_to) */
@@ -573,7 +568,7 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
                                                  const char *want, const char *trust,
                                                  const char *state,
                                                  char out[KILN_REGISTRY_NAME_MAX + 1],
-                                                 kiln_registry_digest digest);
+                                                 kiln_digest digest);
 
 #ifdef __cplusplus
 }

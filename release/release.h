@@ -76,8 +76,8 @@ typedef struct kiln_release_result {
     long step;                                 /* the checkpoint exported */
     char baseline[KILN_REGISTRY_NAME_MAX + 1]; /* the baseline's version; "" for none */
     int64_t baseline_seq;
-    char baseline_digest[72]; /* its archive's "sha256:<hex>" (also in validation.json) */
-    char digest[72];          /* the published archive's "sha256:<hex>" */
+    kiln_digest baseline_digest; /* its archive's "sha256:<hex>" (also in validation.json) */
+    kiln_digest digest;          /* the published archive's "sha256:<hex>" */
     uint64_t size;
     bool existed;
     uint64_t promoted_seq; /* 0 when not promoted */

@@ -216,7 +216,8 @@ kiln_err kiln_sign_record_set(kiln_sign_record *r, const char *model, const char
 }
 
 static json_t *body_json(const kiln_sign_record *r) {
-    char hex[KILN_SHA256_HEX], digest[80], exp[21];
+    char hex[KILN_SHA256_HEX], exp[21];
+    kiln_digest digest;
     kiln_hex(r->digest, 32, hex);
     snprintf(digest, sizeof digest, "sha256:%s", hex);
     kiln_format_time(r->expires, exp);

@@ -1143,7 +1143,8 @@ KILN_TEST(registry_previous_version_verified) {
          *r2 = rfx_record("staging", "3.0.0", h3, 2, later, "promote", ks),
          *r3 = rfx_record("staging", "2.0.0", h2, 3, later, "promote", k1),
          *r4 = rfx_record("staging", "3.0.0", h3, 4, later, "promote", ks);
-    char v[KILN_REGISTRY_NAME_MAX + 1], d[72], want[80];
+    char v[KILN_REGISTRY_NAME_MAX + 1], want[80];
+    kiln_digest d;
     if (!CHECK("published; 1.0.0 promoted, then a stranger's record of 3.0.0 stored as a "
                "compromised server would, then 2.0.0 promoted",
                a1 && a2 && a3 && r1 && r2 && r3 && r4 &&

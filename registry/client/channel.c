@@ -199,7 +199,7 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
                                                  const char *want, const char *trust,
                                                  const char *state,
                                                  char out[KILN_REGISTRY_NAME_MAX + 1],
-                                                 kiln_registry_digest digest) {
+                                                 kiln_digest digest) {
     out[0] = 0;
     digest[0] = 0;
     KILN_TRY(kiln_registry_check_name("model", model));
@@ -254,7 +254,7 @@ kiln_err kiln_registry_previous_version_verified(const kiln_registry_client_opts
                 break;
             }
             snprintf(out, KILN_REGISTRY_NAME_MAX + 1, "%s", rec.version);
-            snprintf(digest, sizeof(kiln_registry_digest), "%s", rec.digest);
+            snprintf(digest, sizeof(kiln_digest), "%s", rec.digest);
             break;
         }
     }

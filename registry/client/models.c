@@ -106,7 +106,7 @@ typedef struct row {
     char how[1536];
     bool from_record; /* the fields are the signed record's (its signatures verified) */
     char version[KILN_SIGN_NAME_MAX + 1], reason[KILN_SIGN_REASON_MAX + 1];
-    kiln_registry_digest digest;
+    kiln_digest digest;
     int64_t seq, expires;
     json_t *signed_by; /* the promote keys whose signatures verified, by name */
     int threshold;

@@ -76,7 +76,7 @@ typedef struct reg_record {
     char model[KILN_REGISTRY_NAME_MAX + 1];
     char channel[KILN_REGISTRY_NAME_MAX + 1];
     char version[KILN_REGISTRY_NAME_MAX + 1];
-    kiln_registry_digest digest;
+    kiln_digest digest;
     int64_t seq;
     int64_t expires; /* unix seconds */
     char reason[256];

@@ -261,7 +261,7 @@ out:
 }
 
 static bool referenced(sqlite3_stmt *st, const char *hex) {
-    kiln_registry_digest digest;
+    kiln_digest digest;
     snprintf(digest, sizeof digest, "sha256:%s", hex);
     sqlite3_reset(st);
     sqlite3_bind_text(st, 1, digest, -1, SQLITE_TRANSIENT);

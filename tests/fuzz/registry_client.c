@@ -310,7 +310,8 @@ static void run_op(int op, const char *url, const char *root, bool verbose) {
         break;
     }
     case 6: {
-        char version[KILN_REGISTRY_NAME_MAX + 1], digest[72];
+        char version[KILN_REGISTRY_NAME_MAX + 1];
+        kiln_digest digest;
         rc = kiln_registry_previous_version_verified(c, "demo", "production", NULL, trust, state, version,
                                                      digest);
         if (rc == KILN_OK && (kiln_registry_check_version(version) != KILN_OK ||
