@@ -209,7 +209,7 @@ typedef struct cli_chan_args {
  * (--expires, default 30 d) and the promote key. -1 when both are in hand, else the exit
  * status (the error said). */
 int cli_chan_signing(const cli_chan_args *a, int64_t *secs, struct kiln_sign_seckey **sk);
-/* Sign the next record for version (registry/channel.c) and put it, or write it to a->out
+/* Sign the next record for version (registry/client/channel.c) and put it, or write it to a->out
  * for more signatures; the exit status. */
 int cli_next_record(const cli_chan_args *a, const char *model, const char *version,
                     const char *reason);

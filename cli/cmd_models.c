@@ -1,5 +1,5 @@
-/* cmd_models.c - kiln models: registry/models.c's answer as text (a line per model, a row per
- * channel, with NAME the model's versions too) or as the JSON itself; --expiring keeps the
+/* cmd_models.c - kiln models: registry/client/models.c's answer as text (a line per model, a
+ * row per channel, with NAME the model's versions too) or as the JSON itself; --expiring keeps the
  * channels whose record expires soon and fails when there is one, for cron and monitoring. */
 #include <stdio.h>
 #include <stdlib.h>

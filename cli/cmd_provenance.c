@@ -1,4 +1,4 @@
-/* cmd_provenance.c - kiln provenance: registry/provenance.c's answer as text (a line per
+/* cmd_provenance.c - kiln provenance: registry/client/provenance.c's answer as text (a line per
  * fact, each with where it came from and whether it verified) or as the JSON itself. */
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* cmd_registry_mirror.c - kiln registry mirror: keep a verified copy of a registry in a store of
- * its own, once or every --interval (registry/mirror.c; docs/registry.md, "Mirrors"). */
+ * its own, once or every --interval (registry/server/mirror.c; docs/registry.md, "Mirrors"). */
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

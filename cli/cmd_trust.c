@@ -1,6 +1,7 @@
 /* cmd_trust.c - kiln trust sign | verify | put | update: versions of the trust policy signed
  * by root keys (sign/rotate.c), stored by a registry and walked by clients
- * (registry/trustchain.c). Options and messages follow kiln channel sign / verify / put. */
+ * (registry/server/trustchain.c, registry/client/trustwalk.c). Options and messages follow
+ * kiln channel sign / verify / put. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
