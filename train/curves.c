@@ -231,6 +231,14 @@ static kiln_err series_update(sqlite3 *db, const char *run_dir, long to, series_
         s->ino = sb.st_ino;
         s->resume_id = resume;
     }
+    /* The table's own last step (the layers table may end before the steps table), so
+     * that the level read fits the rollup's width at the end. */
+    if (sqlite3_prepare_v2(db, s->kind->last, -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW)
+        DB_FAIL(rc, out);
+    newest = (long)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
     /* A long stretch not read yet comes out of the summary, where the run has it. */
     long upto[KILN_METRICS_SUM_LEVELS], last = newest < to ? newest : to;
     bool any;

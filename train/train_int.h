@@ -322,6 +322,7 @@ typedef struct kiln_metrics_sums {
     const char *ins;  /* a row: ?1 level, ?2 bucket, ?3 col, ?4 .. ?13 minx .. bady, ?14 layer */
     const char *done; /* level, upto */
     const char *set;  /* ?1 level, ?2 upto */
+    const char *last; /* the table's last step (0: none) */
     int per;          /* columns per row */
     int val;          /* the validation column (counted only where it is not NULL), or -1 */
     bool layered;     /* rows carry their layer after the step */
