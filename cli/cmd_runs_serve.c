@@ -383,12 +383,13 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
         chart_of(&b, &cv, "lr", "learning rate", lrn, 1, KILN_WEB_SCALE_LINEAR, &m);
         chart_of(&b, &cv, "grad_norm", "gradient norm", gnn, 1, KILN_WEB_SCALE_AUTO, &m);
         kiln_web_section_end(&b);
+        /* What a long run's sampled curves say (the layers' own: a run before layer_sums). */
+        const char *sampled = cv.sampled ? "; read at 1000 evenly spaced steps and every spike's "
+                                           "and non-finite step's"
+                                         : "";
         if (cv.n_layers) {
-            snprintf(t, sizeof t,
-                     "%d layers, a series each%s", cv.n_layers,
-                     cv.sampled ? "; read at 1000 evenly spaced steps and every spike's and "
-                                  "non-finite step's"
-                                : "");
+            snprintf(t, sizeof t, "%d layers, a series each%s", cv.n_layers,
+                     cv.layers_summed ? "" : sampled);
             kiln_web_section_begin(&b, "Layers", t);
             layer_chart(&b, &cv, "router_entropy", "router entropy", &m);
             layer_chart(&b, &cv, "load_imbalance", "load imbalance (max / mean expert load)", &m);
@@ -399,8 +400,11 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
             kiln_web_section_end(&b);
         }
         if (cv.n_layers && cv.n_experts) {
-            kiln_web_section_begin(&b, "Expert load", "expert x step; a cell is the largest "
-                                                      "share of tokens the expert took there");
+            snprintf(t, sizeof t,
+                     "expert x step; a cell is the largest share of tokens the expert took "
+                     "there%s",
+                     sampled);
+            kiln_web_section_begin(&b, "Expert load", t);
             for (int l = 0; l < cv.n_layers && l < 16; l++) {
                 kiln_web_series rows[64];
                 char names[64][24];
@@ -438,8 +442,8 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
                 gn[i] = gbuf[i];
                 ur[i] = ubuf[i];
             }
-            kiln_web_section_begin(&b, "Tensors: the top movers",
-                                   "the tensors whose update/weight ratio rose highest");
+            snprintf(t, sizeof t, "the tensors whose update/weight ratio rose highest%s", sampled);
+            kiln_web_section_begin(&b, "Tensors: the top movers", t);
             chart_of(&b, &cv, "tensor_update_ratio", "update / weight ratio", ur, k,
                      KILN_WEB_SCALE_AUTO, &m);
             chart_of(&b, &cv, "tensor_grad_norm", "gradient norm per tensor", gn, k,

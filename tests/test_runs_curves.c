@@ -2,7 +2,8 @@
  * and the run page's curves read through it (train/curves.c): the same points as reading
  * every row, spikes and non-finite steps kept, across a resume, through the cache and up to
  * an exported step; a run logged before step_sums read row by row; the best validation
- * found through its index. */
+ * found through its index. The layers table's scalar columns the same through layer_sums
+ * (a collapse between the sampled steps kept), an older run's layers sampled. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,9 @@
 
 #define SPIKE 31337
 #define DIP 27001
+#define COLLAPSE 23456 /* layer 1's router entropy collapses: no loss spike, not sampled */
+#define LAYERS 3
+#define EXPERTS 4
 
 /* The loss at step s of a run's phase (the phase after a resume logs other values):
  * falling with noise, a spike, a dip, NaN and infinities. */
@@ -28,10 +32,29 @@ static double loss_at(long s, int phase) {
     return 2 * exp(-3.0 * (double)s / 40000) + (phase ? 0.5 : 0) + (h >> 20) / 4096.0 * 0.01;
 }
 
-/* Steps [from, to] of a phase logged as the trainer logs them. */
+/* Steps [from, to] of a phase logged as the trainer logs them, with LAYERS layers'
+ * diagnostics: noise, a router entropy collapse, a NaN attention entropy. */
 static kiln_err log_steps(kiln_metrics *mx, long from, long to, int phase) {
     for (long s = from; s <= to; s++) {
         double l = loss_at(s, phase);
+        float ae[LAYERS], re[LAYERS], ov[LAYERS], rms[LAYERS], load[LAYERS * EXPERTS];
+        for (int k = 0; k < LAYERS; k++) {
+            unsigned h = (unsigned)(s * LAYERS + k) * 2654435761u;
+            ae[k] = s % 3001 == 0 && k == 2 ? NAN : 2.0f + (float)(h >> 24) / 256.0f;
+            re[k] = s == COLLAPSE && k == 1 ? 0.001f : 1.2f + (float)phase + (float)(h >> 20 & 255) / 1024.0f;
+            ov[k] = (float)(h & 15) / 64.0f;
+            rms[k] = 1.0f + (float)k + (float)(s % 97) / 97.0f;
+            for (int e = 0; e < EXPERTS; e++)
+                load[k * EXPERTS + e] = e == (int)(h >> 28) % EXPERTS ? 0.4f : 0.2f;
+        }
+        kiln_tsmoe_stats stats = {.n_layers = LAYERS,
+                                  .n_experts = EXPERTS,
+                                  .attn_entropy = ae,
+                                  .router_entropy = re,
+                                  .expert_load = load,
+                                  .overflow = ov,
+                                  .act_rms = rms,
+                                  .max_abs_output = 3};
         kiln_train_progress p = {.step = s,
                                  .loss = l,
                                  .mse = s % 7 == 0 ? 2 : 1, /* ties: the first one stays */
@@ -43,7 +66,8 @@ static kiln_err log_steps(kiln_metrics *mx, long from, long to, int phase) {
                                  /* a non-finite validation loss: the step counts as not
                                     evaluated; a non-finite R^2 is a mark */
                                  .val_loss = s % (97 * 41) == 0 ? NAN : 1 + 1.0 / (double)s,
-                                 .val_r2 = s % (97 * 13) == 0 ? NAN : 0.5};
+                                 .val_r2 = s % (97 * 13) == 0 ? NAN : 0.5,
+                                 .stats = &stats};
         KILN_TRY(kiln_metrics_step(mx, &p, NULL, 0));
     }
     return KILN_OK;
@@ -63,6 +87,23 @@ static bool same_step_curves(const kiln_run_curves *a, const kiln_run_curves *b)
         for (size_t i = 0; i < x->n; i++)
             if (x->x[i] != y->x[i] || !same_num(x->y[i], y->y[i])) return false;
     }
+    return true;
+}
+
+/* The layers' scalar curves of a and b hold the same points. */
+static bool same_layer_curves(const kiln_run_curves *a, const kiln_run_curves *b) {
+    static const char *const cols[] = {"attn_entropy", "router_entropy", "load_imbalance",
+                                       "dead_experts", "overflow",       "act_rms"};
+    if (a->n_layers != LAYERS || b->n_layers != LAYERS) return false;
+    for (int l = 0; l < LAYERS; l++)
+        for (int k = 0; k < 6; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s@%d", cols[k], l);
+            const kiln_run_curve *x = kiln_run_curve_find(a, name), *y = kiln_run_curve_find(b, name);
+            if (!x || !y || x->n != y->n || !x->n) return false;
+            for (size_t i = 0; i < x->n; i++)
+                if (x->x[i] != y->x[i] || !same_num(x->y[i], y->y[i])) return false;
+        }
     return true;
 }
 
@@ -103,7 +144,8 @@ static bool new_run(const char *name, char **dir, char **db, kiln_metrics **mx) 
 KILN_TEST(runs_curves_summary_equals_full_read) {
     char *dir, *db;
     kiln_run_cache *cache = NULL;
-    kiln_run_curves live = {0}, cached = {0}, sums = {0}, full = {0}, upto = {0}, upto_full = {0};
+    kiln_run_curves live = {0}, cached = {0}, sums = {0}, full = {0}, upto = {0}, upto_full = {0},
+                    old = {0};
     kiln_metrics *mx = NULL;
     CHECK("cache", kiln_run_cache_create(&cache) == KILN_OK);
     /* 30000 steps, a resume from 21234 (the trainer truncates and logs again), 40000. */
@@ -128,11 +170,18 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
     CHECK("summed, cached", kiln_run_curves_load_cached(cache, dir, 512, 8, &cached) == KILN_OK);
     CHECK("summed", kiln_run_curves_load(dir, 512, 8, 0, &sums) == KILN_OK);
     CHECK("summed, up to a step", kiln_run_curves_load(dir, 332, 8, 33333, &upto) == KILN_OK);
-    /* The same run as one logged before step_sums: read row by row. */
-    sql(db, "DROP TABLE step_sums_done; DROP TABLE step_sums");
+    CHECK("layer_sums level 10 done",
+          sql_long(db, "SELECT upto FROM layer_sums_done WHERE level = 10") ==
+              40000 / 16384 * 16384);
+    /* The same run as one logged before step_sums: read row by row; its layers too (a
+     * layer_sums_done with nothing done: a run read whole). */
+    sql(db, "DROP TABLE step_sums_done; DROP TABLE step_sums; UPDATE layer_sums_done SET upto = 0");
     CHECK("every row", kiln_run_curves_load(dir, 512, 8, 0, &full) == KILN_OK);
     CHECK("every row, up to a step",
           kiln_run_curves_load(dir, 332, 8, 33333, &upto_full) == KILN_OK);
+    /* A run logged before layer_sums: its layers sampled. */
+    sql(db, "DROP TABLE layer_sums_done");
+    CHECK("sampled", kiln_run_curves_load(dir, 512, 8, 0, &old) == KILN_OK);
     CHECK("the summary's curves are the full read's", same_step_curves(&sums, &full));
     CHECK("and the cache's after a resume", same_step_curves(&cached, &full));
     CHECK("and up to a step", upto.last == 33333 && same_step_curves(&upto, &upto_full));
@@ -142,6 +191,29 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
     CHECK("a NaN step kept", has_point(&sums, "loss", 4099, NAN));
     CHECK("an infinity kept (as SQLite keeps it: NULL)", has_point(&sums, "loss", 25015, NAN));
     CHECK("the last step", has_point(&sums, "loss", 40000, loss_at(40000, 1)));
+    /* The layers: through layer_sums as read whole, the collapse there (at a step not
+     * sampled), which sampling misses. */
+    CHECK("the layers summed up", sums.sampled && sums.layers_summed && upto.layers_summed &&
+                                      cached.layers_summed && full.layers_summed);
+    CHECK("the layers' curves through layer_sums are the full read's",
+          same_layer_curves(&sums, &full));
+    CHECK("and through the cache after a resume", same_layer_curves(&cached, &full));
+    CHECK("and up to a step", same_layer_curves(&upto, &upto_full));
+    bool at_sample = false;
+    for (long k = 0; k < KILN_RUN_CURVE_SAMPLES; k++)
+        at_sample |= 1 + (long)(39999.0 * (double)k / (KILN_RUN_CURVE_SAMPLES - 1)) == COLLAPSE;
+    CHECK("the collapse is at no sampled step", !at_sample);
+    CHECK("the collapse kept", has_point(&sums, "router_entropy@1", COLLAPSE, 0.001f) &&
+                                   has_point(&upto, "router_entropy@1", COLLAPSE, 0.001f));
+    CHECK("a NaN attention entropy kept", has_point(&sums, "attn_entropy@2", 3001, NAN));
+    CHECK("an old run's layers sampled (and the collapse missed)",
+          old.sampled && !old.layers_summed && old.n_layers == LAYERS &&
+              kiln_run_curve_find(&old, "router_entropy@1") &&
+              !has_point(&old, "router_entropy@1", COLLAPSE, 0.001f) &&
+              kiln_run_curve_find(&old, "expert_load@2/3"));
+    CHECK("expert load stays sampled", kiln_run_curve_find(&sums, "expert_load@2/3") &&
+                                           kiln_run_curve_find(&sums, "expert_load@2/3")->n ==
+                                               kiln_run_curve_find(&old, "expert_load@2/3")->n);
     const kiln_run_curve *v = kiln_run_curve_find(&sums, "val_loss");
     CHECK("validation only where evaluated",
           v && v->n > 2 && v->x[0] == 97 && v->y[0] == 1 + 1.0 / 97);
@@ -151,6 +223,7 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
     kiln_run_curves_release(&full);
     kiln_run_curves_release(&upto);
     kiln_run_curves_release(&upto_full);
+    kiln_run_curves_release(&old);
     kiln_run_cache_free(cache);
     free(db);
     free(dir);
@@ -164,23 +237,30 @@ KILN_TEST(runs_curves_summarize_afterwards) {
     CHECK("open", new_run("sums-after", &dir, &db, &mx));
     CHECK("log", log_steps(mx, 1, 5000, 0) == KILN_OK);
     kiln_metrics_close(mx);
-    sql(db, "CREATE TABLE kept AS SELECT * FROM step_sums;"
-            "DELETE FROM step_sums; DROP TABLE step_sums_done");
+    sql(db, "CREATE TABLE kept AS SELECT * FROM step_sums; CREATE TABLE kept_l AS SELECT * FROM "
+            "layer_sums; DELETE FROM step_sums; DROP TABLE step_sums_done; DELETE FROM "
+            "layer_sums; DROP TABLE layer_sums_done");
     CHECK("reopen", kiln_metrics_open(db, false, &mx) == KILN_OK);
     CHECK("summarize", kiln_metrics_summarize(mx) == KILN_OK);
     kiln_metrics_close(mx);
     const char *same = "SELECT (SELECT count(*) FROM (SELECT * FROM kept EXCEPT SELECT * FROM "
                        "step_sums)) + (SELECT count(*) FROM (SELECT * FROM step_sums EXCEPT "
                        "SELECT * FROM kept))";
+    const char *same_l = "SELECT (SELECT count(*) FROM (SELECT * FROM kept_l EXCEPT SELECT * FROM "
+                         "layer_sums)) + (SELECT count(*) FROM (SELECT * FROM layer_sums EXCEPT "
+                         "SELECT * FROM kept_l))";
     CHECK("the same rows",
           sql_long(db, "SELECT count(*) FROM kept") > 300 && sql_long(db, same) == 0);
+    CHECK("the same layer rows",
+          sql_long(db, "SELECT count(*) FROM kept_l") > 300 && sql_long(db, same_l) == 0);
     /* A trainer resuming a run logged before step_sums sums the old rows up at its first step
      * (5001 closes no bucket that 5000 did not). */
-    sql(db, "DELETE FROM step_sums; DROP TABLE step_sums_done");
+    sql(db, "DELETE FROM step_sums; DROP TABLE step_sums_done; DELETE FROM layer_sums; DROP TABLE "
+            "layer_sums_done");
     CHECK("reopen for a step", kiln_metrics_open(db, false, &mx) == KILN_OK);
     CHECK("a step", log_steps(mx, 5001, 5001, 0) == KILN_OK);
     kiln_metrics_close(mx);
-    CHECK("the same rows after a step", sql_long(db, same) == 0);
+    CHECK("the same rows after a step", sql_long(db, same) == 0 && sql_long(db, same_l) == 0);
     free(db);
     free(dir);
 }

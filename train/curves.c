@@ -19,6 +19,7 @@
 static const char *const layer_cols[] = {"attn_entropy", "router_entropy", "load_imbalance",
                                          "dead_experts", "overflow",       "act_rms"};
 #define N_LAYER_COLS (sizeof layer_cols / sizeof *layer_cols)
+_Static_assert(N_LAYER_COLS == KILN_METRICS_LAYER_COLS, "layer_sums sums the layer columns up");
 #define MAX_TENSORS 4096
 
 typedef struct grow {
@@ -92,19 +93,22 @@ static kiln_run_curve *add(kiln_run_curves *cs, size_t *cap, char *name) {
         goto label;                                                                                \
     } while (0)
 
-/* What has been read of a run's steps table: a rollup per column (core.h), the newest step
- * read, and what would make it stale (another metrics.db, a resume: the trainer truncates
- * the steps after its checkpoint and logs them again). */
-typedef struct steps_state {
-    kiln_rollup r[N_STEP_COLS];
+/* What has been read of a summed-up table (the steps table; the layers table's scalar
+ * columns): a rollup per series (core.h; kiln_metrics_sums: layer * per + col), the newest
+ * step read, and what would make it stale (another metrics.db, a resume: the trainer
+ * truncates the steps after its checkpoint and logs them again). */
+typedef struct series_state {
+    const kiln_metrics_sums *kind;
+    kiln_rollup *r; /* [n] */
+    size_t n;
     long last;
     long long resume_id;
     dev_t dev;
     ino_t ino;
-} steps_state;
+} series_state;
 
-static void steps_reset(steps_state *s) {
-    for (size_t k = 0; k < N_STEP_COLS; k++)
+static void series_reset(series_state *s) {
+    for (size_t k = 0; k < s->n; k++)
         kiln_rollup_init(&s->r[k]);
     s->last = 0;
     s->resume_id = 0;
@@ -112,27 +116,35 @@ static void steps_reset(steps_state *s) {
     s->ino = 0;
 }
 
-/* The steps table's rows after s->last up to step `to` into s. */
-static kiln_err steps_rows(sqlite3 *db, const char *run_dir, long to, steps_state *s) {
+/* s empty, for n series of the summary `which` (series_free). */
+static kiln_err series_init(series_state *s, int which, size_t n) {
+    memset(s, 0, sizeof *s);
+    s->kind = kiln_metrics_sums_of(which);
+    s->r = kiln_malloc((n ? n : 1) * sizeof *s->r);
+    if (!s->r) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    s->n = n;
+    series_reset(s);
+    return KILN_OK;
+}
+
+static void series_free(series_state *s) {
+    if (s) free(s->r);
+}
+
+/* The table's rows after s->last up to step `to` into s. */
+static kiln_err series_rows(sqlite3 *db, const char *run_dir, long to, series_state *s) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db,
-                           "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, "
-                           "val_r2, tokens_per_s, max_abs_output FROM steps WHERE step > ?1 AND "
-                           "step <= ?2 ORDER BY step",
-                           -1, &st, NULL) != SQLITE_OK)
-        DB_FAIL(rc, out);
-    sqlite3_bind_int64(st, 1, s->last);
-    sqlite3_bind_int64(st, 2, to);
+    if (sqlite3_prepare_v2(db, s->kind->rows, -1, &st, NULL) != SQLITE_OK) DB_FAIL(rc, out);
+    sqlite3_bind_int64(st, 1, s->last + 1);
+    sqlite3_bind_int64(st, 2, to < LONG_MAX ? to + 1 : LONG_MAX);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         long step = (long)sqlite3_column_int64(st, 0);
-        double x = (double)step;
-        bool val = sqlite3_column_type(st, 1 + KILN_METRICS_SUM_VAL) != SQLITE_NULL;
-        for (size_t k = 0; k < N_STEP_COLS; k++) {
-            /* Validation only at the steps that were evaluated. */
-            if ((k == KILN_METRICS_SUM_VAL || k == KILN_METRICS_SUM_VAL + 1) && !val) continue;
-            kiln_rollup_push(&s->r[k], x, kiln_run_col_num(st, (int)k + 1));
+        for (int k = 0; k < s->kind->per; k++) {
+            double y;
+            long c = kiln_metrics_sum_value(s->kind, st, k, &y);
+            if (c >= 0 && c < (long)s->n) kiln_rollup_push(&s->r[c], (double)step, y);
         }
         s->last = step;
     }
@@ -142,19 +154,20 @@ out:
     return rc;
 }
 
-/* The level of step_sums to read for a run whose last step is `last` (upto: each level's
- * step_sums_done): the widest whose buckets are no wider than the rollup's will be (so
- * that adding them equals pushing their rows, core.h), or -1 (a short run; or a metrics.db
- * logged before step_sums, which is then read row by row). */
-static int sums_level(sqlite3 *db, long last, long *upto) {
+/* The level of the summary to read for a run whose last step is `last` (upto: each level's
+ * _done): the widest whose buckets are no wider than the rollup's will be (so that adding
+ * them equals pushing their rows, core.h), or -1 (a short run; or a metrics.db logged
+ * before the summary, which is then read row by row). *any: whether its _done has a row. */
+static int sums_level(sqlite3 *db, const kiln_metrics_sums *kind, long last, long *upto,
+                      bool *any) {
     memset(upto, 0, KILN_METRICS_SUM_LEVELS * sizeof *upto);
+    *any = false;
     sqlite3_stmt *st = NULL;
-    if (sqlite3_prepare_v2(db, "SELECT level, upto FROM step_sums_done", -1, &st, NULL) !=
-        SQLITE_OK)
-        return -1;
+    if (sqlite3_prepare_v2(db, kind->done, -1, &st, NULL) != SQLITE_OK) return -1;
     while (sqlite3_step(st) == SQLITE_ROW) {
         long k = (long)sqlite3_column_int64(st, 0);
         if (k >= 0 && k < KILN_METRICS_SUM_LEVELS) upto[k] = (long)sqlite3_column_int64(st, 1);
+        *any = true;
     }
     sqlite3_finalize(st);
     double width = 1;
@@ -166,25 +179,20 @@ static int sums_level(sqlite3 *db, long last, long *upto) {
     return lv;
 }
 
-/* Level lv's buckets [b0, b1) of step_sums into s, in order. */
-static kiln_err steps_sums(sqlite3 *db, const char *run_dir, int lv, long b0, long b1,
-                           steps_state *s) {
+/* Level lv's buckets [b0, b1) of the summary into s, in order. */
+static kiln_err series_sums(sqlite3 *db, const char *run_dir, int lv, long b0, long b1,
+                            series_state *s) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
     double w = (double)KILN_METRICS_SUM_WIDTH(lv);
-    if (sqlite3_prepare_v2(db,
-                           "SELECT bucket, col, minx, miny, maxx, maxy, firstx, firsty, lastx, "
-                           "lasty, badx, bady FROM step_sums WHERE level = ?1 AND bucket >= ?2 "
-                           "AND bucket < ?3 ORDER BY bucket, col",
-                           -1, &st, NULL) != SQLITE_OK)
-        DB_FAIL(rc, out);
+    if (sqlite3_prepare_v2(db, s->kind->sums, -1, &st, NULL) != SQLITE_OK) DB_FAIL(rc, out);
     sqlite3_bind_int(st, 1, lv);
     sqlite3_bind_int64(st, 2, b0);
     sqlite3_bind_int64(st, 3, b1);
     int r;
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         long c = (long)sqlite3_column_int64(st, 1);
-        if (c < 0 || c >= (long)N_STEP_COLS) continue;
+        if (c < 0 || c >= (long)s->n) continue;
         kiln_rollup_span sp;
         kiln_metrics_sum_span(st, 2, (double)sqlite3_column_int64(st, 0) * w, w, &sp);
         kiln_rollup_add(&s->r[c], &sp);
@@ -197,7 +205,7 @@ out:
 
 /* Bring s up to the rows logged now (up to step to): only the rows after s->last are read,
  * unless s is stale, when it starts over. */
-static kiln_err steps_update(sqlite3 *db, const char *run_dir, long to, steps_state *s) {
+static kiln_err series_update(sqlite3 *db, const char *run_dir, long to, series_state *s) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
     char *path = kiln_path_join(run_dir, "metrics.db");
@@ -218,55 +226,79 @@ static kiln_err steps_update(sqlite3 *db, const char *run_dir, long to, steps_st
     sqlite3_finalize(st);
     st = NULL;
     if (!same || resume != s->resume_id || newest < s->last) {
-        steps_reset(s);
+        series_reset(s);
         s->dev = sb.st_dev;
         s->ino = sb.st_ino;
         s->resume_id = resume;
     }
-    /* A long stretch not read yet comes out of step_sums, where the run has it. */
+    /* The table's own last step (the layers table may end before the steps table), so
+     * that the level read fits the rollup's width at the end. */
+    if (sqlite3_prepare_v2(db, s->kind->last, -1, &st, NULL) != SQLITE_OK ||
+        sqlite3_step(st) != SQLITE_ROW)
+        DB_FAIL(rc, out);
+    newest = (long)sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    st = NULL;
+    /* A long stretch not read yet comes out of the summary, where the run has it. */
     long upto[KILN_METRICS_SUM_LEVELS], last = newest < to ? newest : to;
-    int lv = sums_level(db, last, upto);
+    bool any;
+    int lv = sums_level(db, s->kind, last, upto, &any);
     if (lv >= 0) {
         long w = KILN_METRICS_SUM_WIDTH(lv), a = (s->last + w) / w * w;
         long b = to < upto[lv] ? (to + 1) / w * w : upto[lv];
         if (b > a) {
-            KILN_CHECK(rc, out, steps_rows(db, run_dir, a - 1, s));
-            KILN_CHECK(rc, out, steps_sums(db, run_dir, lv, a / w, b / w, s));
+            KILN_CHECK(rc, out, series_rows(db, run_dir, a - 1, s));
+            KILN_CHECK(rc, out, series_sums(db, run_dir, lv, a / w, b / w, s));
             s->last = b - 1;
         }
     }
-    rc = steps_rows(db, run_dir, to, s);
+    rc = series_rows(db, run_dir, to, s);
 out:
     sqlite3_finalize(st);
     return rc;
 }
 
-/* The steps table's curves out of s, each cut to `buckets` buckets of the steps logged. */
-static kiln_err steps_curves(const steps_state *s, size_t buckets, kiln_run_curves *cs,
-                             size_t *cap) {
+/* c: r's points cut to `buckets` buckets of the steps logged (x, y: KILN_ROLLUP_MAX each,
+ * scratch). */
+static kiln_err curve_fill(const kiln_rollup *r, size_t buckets, kiln_run_curve *c, double *x,
+                           double *y) {
+    size_t n = kiln_rollup_points(r, x, y);
+    size_t m = n > KILN_DOWNSAMPLE_MAX(buckets) ? KILN_DOWNSAMPLE_MAX(buckets) : n;
+    c->x = kiln_malloc((m ? m : 1) * sizeof(double));
+    c->y = kiln_malloc((m ? m : 1) * sizeof(double));
+    if (!c->x || !c->y) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    if (n > m) {
+        c->n = kiln_downsample_array(x, y, n, buckets, c->x, c->y);
+    } else {
+        memcpy(c->x, x, n * sizeof *x);
+        memcpy(c->y, y, n * sizeof *y);
+        c->n = n;
+    }
+    return KILN_OK;
+}
+
+/* Curves cs->c[at + i * stride + k] (k < per, i * per + k < s->n) out of s's rollups. */
+static kiln_err series_curves(const series_state *s, size_t buckets, kiln_run_curves *cs,
+                              size_t at, size_t stride) {
     double *x = kiln_malloc(KILN_ROLLUP_MAX * sizeof *x), *y = kiln_malloc(KILN_ROLLUP_MAX * sizeof *y);
     kiln_err rc = KILN_OK;
+    size_t per = (size_t)s->kind->per;
     KILN_CHECK_IF(rc, out, !x || !y, KILN_ERR_NOMEM, "out of memory");
-    for (size_t k = 0; k < N_STEP_COLS; k++) {
-        size_t n = kiln_rollup_points(&s->r[k], x, y);
-        size_t m = n > KILN_DOWNSAMPLE_MAX(buckets) ? KILN_DOWNSAMPLE_MAX(buckets) : n;
-        kiln_run_curve *c = add(cs, cap, kiln_strdup(step_cols[k]));
-        KILN_CHECK_IF(rc, out, !c, KILN_ERR_NOMEM, "out of memory");
-        c->x = kiln_malloc((m ? m : 1) * sizeof(double));
-        c->y = kiln_malloc((m ? m : 1) * sizeof(double));
-        KILN_CHECK_IF(rc, out, !c->x || !c->y, KILN_ERR_NOMEM, "out of memory");
-        if (n > m) {
-            c->n = kiln_downsample_array(x, y, n, buckets, c->x, c->y);
-        } else {
-            memcpy(c->x, x, n * sizeof *x);
-            memcpy(c->y, y, n * sizeof *y);
-            c->n = n;
-        }
-    }
+    for (size_t i = 0; i < s->n; i++)
+        KILN_CHECK(rc, out, curve_fill(&s->r[i], buckets, &cs->c[at + i / per * stride + i % per], x, y));
 out:
     free(x);
     free(y);
     return rc;
+}
+
+/* The steps table's curves out of s, each cut to `buckets` buckets of the steps logged. */
+static kiln_err steps_curves(const series_state *s, size_t buckets, kiln_run_curves *cs,
+                             size_t *cap) {
+    size_t at = cs->n;
+    for (size_t k = 0; k < N_STEP_COLS; k++)
+        if (!add(cs, cap, kiln_strdup(step_cols[k]))) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    return series_curves(s, buckets, cs, at, N_STEP_COLS);
 }
 
 /* ---- the cache kiln runs serve keeps ---- */
@@ -277,7 +309,7 @@ struct kiln_run_cache {
     pthread_mutex_t mu;
     struct {
         char *dir;
-        steps_state *st;
+        series_state *st; /* the steps table's */
         unsigned long long used;
     } e[CACHE_RUNS];
     unsigned long long tick;
@@ -294,6 +326,7 @@ void kiln_run_cache_free(kiln_run_cache *c) {
     if (!c) return;
     for (size_t i = 0; i < CACHE_RUNS; i++) {
         free(c->e[i].dir);
+        series_free(c->e[i].st);
         free(c->e[i].st);
     }
     pthread_mutex_destroy(&c->mu);
@@ -302,7 +335,7 @@ void kiln_run_cache_free(kiln_run_cache *c) {
 
 /* The cache's state for run_dir (the least recently used one given over when full), or NULL
  * when out of memory. Called with the lock held. */
-static steps_state *cache_entry(kiln_run_cache *c, const char *run_dir) {
+static series_state *cache_entry(kiln_run_cache *c, const char *run_dir) {
     size_t lru = 0;
     for (size_t i = 0; i < CACHE_RUNS; i++) {
         if (c->e[i].dir && !strcmp(c->e[i].dir, run_dir)) {
@@ -312,13 +345,21 @@ static steps_state *cache_entry(kiln_run_cache *c, const char *run_dir) {
         if (c->e[i].used < c->e[lru].used) lru = i;
     }
     char *dir = kiln_strdup(run_dir);
-    steps_state *st = c->e[lru].st ? c->e[lru].st : kiln_malloc(sizeof *st);
+    series_state *st = c->e[lru].st;
+    if (!st && (st = kiln_malloc(sizeof *st)) &&
+        series_init(st, KILN_METRICS_STEP_SUMS, N_STEP_COLS) != KILN_OK) {
+        free(st);
+        st = NULL;
+    }
     if (!dir || !st) {
         free(dir);
-        if (st != c->e[lru].st) free(st);
+        if (st != c->e[lru].st) {
+            series_free(st);
+            free(st);
+        }
         return NULL;
     }
-    steps_reset(st);
+    series_reset(st);
     free(c->e[lru].dir);
     c->e[lru].dir = dir;
     c->e[lru].st = st;
@@ -406,7 +447,8 @@ out:
 
 typedef struct layer_ctx {
     int L, E;
-    grow *g; /* [L * (N_LAYER_COLS + E)] */
+    bool scalars; /* push the scalar columns too (else they come from layer_sums) */
+    grow *g;      /* [L * (N_LAYER_COLS + E)] */
 } layer_ctx;
 
 static kiln_err layer_row(sqlite3_stmt *st, void *p) {
@@ -415,7 +457,7 @@ static kiln_err layer_row(sqlite3_stmt *st, void *p) {
     if (layer < 0 || layer >= c->L) return KILN_OK;
     double x = (double)sqlite3_column_int64(st, 0);
     grow *g = &c->g[(size_t)layer * (N_LAYER_COLS + (size_t)c->E)];
-    for (size_t k = 0; k < N_LAYER_COLS; k++)
+    for (size_t k = 0; c->scalars && k < N_LAYER_COLS; k++)
         KILN_TRY(push(&g[k], x, kiln_run_col_num(st, (int)k + 2)));
     /* expert_load: "[0.25,0.125,...]" as the trainer writes it. */
     const char *t = (const char *)sqlite3_column_text(st, 8);
@@ -438,8 +480,11 @@ static kiln_err layer_row(sqlite3_stmt *st, void *p) {
     return KILN_OK;
 }
 
+/* The layers table's curves: read whole (steps NULL) or at the sampled steps; but for a
+ * sampled run with layer_sums, the scalar columns exact out of the summary as the steps
+ * table's, cut to `buckets` (only expert_load sampled). */
 static kiln_err read_layers(sqlite3 *db, const char *run_dir, const long *steps, size_t n_steps,
-                            long to, kiln_run_curves *cs, size_t *cap) {
+                            long to, size_t buckets, kiln_run_curves *cs, size_t *cap) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
     layer_ctx c = {0};
@@ -472,6 +517,20 @@ static kiln_err read_layers(sqlite3 *db, const char *run_dir, const long *steps,
     if (!c.g) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < (size_t)c.L * per; i++)
         c.g[i].c = &cs->c[base + i];
+    long upto[KILN_METRICS_SUM_LEVELS];
+    bool summed = false;
+    if (steps) sums_level(db, kiln_metrics_sums_of(KILN_METRICS_LAYER_SUMS), 0, upto, &summed);
+    c.scalars = !summed;
+    if (summed) {
+        series_state ls;
+        size_t n = (size_t)(c.L < KILN_METRICS_SUM_LAYERS ? c.L : KILN_METRICS_SUM_LAYERS);
+        KILN_CHECK(rc, out, series_init(&ls, KILN_METRICS_LAYER_SUMS, n * N_LAYER_COLS));
+        rc = series_update(db, run_dir, to, &ls);
+        if (!rc) rc = series_curves(&ls, buckets, cs, base, per);
+        series_free(&ls);
+        if (rc) goto out;
+        cs->layers_summed = true;
+    }
     rc = each_row(db, run_dir,
                   "SELECT step, layer, attn_entropy, router_entropy, load_imbalance, "
                   "dead_experts, overflow, act_rms, expert_load FROM layers WHERE step <= ?1 "
@@ -586,7 +645,7 @@ static kiln_err curves_load(kiln_run_cache *cache, const char *run_dir, size_t b
     sqlite3_stmt *st = NULL;
     long *steps = NULL;
     size_t n_steps = 0, cap = 0;
-    steps_state *own = NULL;
+    series_state *own = NULL;
     bool locked = false;
     kiln_err rc = KILN_OK;
     /* One read transaction: the curves are of one moment of a run that trains meanwhile. */
@@ -603,28 +662,32 @@ static kiln_err curves_load(kiln_run_cache *cache, const char *run_dir, size_t b
     out->last = (long)sqlite3_column_int64(st, 1);
     sqlite3_finalize(st);
     st = NULL;
-    steps_state *ss;
+    series_state *ss;
     if (cache) {
         pthread_mutex_lock(&cache->mu);
         locked = true;
         ss = cache_entry(cache, run_dir);
     } else {
         ss = own = kiln_malloc(sizeof *own);
-        if (own) steps_reset(own);
+        if (own && series_init(own, KILN_METRICS_STEP_SUMS, N_STEP_COLS) != KILN_OK) {
+            free(own);
+            ss = own = NULL;
+        }
     }
     KILN_CHECK_IF(rc, out, !ss, KILN_ERR_NOMEM, "out of memory");
-    rc = steps_update(db, run_dir, to, ss);
+    rc = series_update(db, run_dir, to, ss);
     if (!rc) rc = steps_curves(ss, buckets, out, &cap);
-    if (rc && cache) steps_reset(ss); /* half read: start over next time */
+    if (rc && cache) series_reset(ss); /* half read: start over next time */
     if (locked) pthread_mutex_unlock(&cache->mu);
     locked = false;
     if (rc) goto out;
     KILN_CHECK(rc, out, sample_steps(db, run_dir, out, &steps, &n_steps));
     out->sampled = steps != NULL;
-    KILN_CHECK(rc, out, read_layers(db, run_dir, steps, n_steps, to, out, &cap));
+    KILN_CHECK(rc, out, read_layers(db, run_dir, steps, n_steps, to, buckets, out, &cap));
     KILN_CHECK(rc, out, read_tensors(db, run_dir, steps, n_steps, to, max_movers, out, &cap));
 out:
     if (locked) pthread_mutex_unlock(&cache->mu);
+    series_free(own);
     free(own);
     sqlite3_finalize(st);
     free(steps);

@@ -13,10 +13,16 @@
 struct kiln_metrics {
     sqlite3 *db;
     sqlite3_stmt *ins_step, *ins_layer, *ins_tensor, *ins_event;
-    /* step_sums: its statements (prepared on first use) and step_sums_done as read */
-    sqlite3_stmt *sum_steps, *sum_sums, *sum_ins, *sum_done, *sum_set;
-    bool sums_loaded;
-    long sums_upto[KILN_METRICS_SUM_LEVELS];
+    /* step_sums and layer_sums (kiln_metrics_sums_of): each one's statements (prepared on
+       first use), its _done table as read and the spans of the bucket being summed up */
+    struct sums {
+        sqlite3_stmt *rows, *sums, *ins, *done, *set;
+        bool loaded;
+        long upto[KILN_METRICS_SUM_LEVELS];
+        kiln_rollup_span *sp;
+        bool *seen;
+        size_t cap;
+    } sums[KILN_METRICS_SUMS];
     char *path;
 };
 
@@ -46,6 +52,12 @@ static const char schema[] =
     " firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL, bady REAL,"
     " PRIMARY KEY(level, bucket, col)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS step_sums_done(level INTEGER PRIMARY KEY, upto INTEGER);"
+    /* The layers table's scalar columns summed up the same way, per layer. */
+    "CREATE TABLE IF NOT EXISTS layer_sums("
+    " level INTEGER, bucket INTEGER, layer INTEGER, col INTEGER, minx REAL, miny REAL,"
+    " maxx REAL, maxy REAL, firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL,"
+    " bady REAL, PRIMARY KEY(level, bucket, layer, col)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS layer_sums_done(level INTEGER PRIMARY KEY, upto INTEGER);"
     /* The best validation (kiln runs list, the sweep page) without reading every step. */
     "CREATE INDEX IF NOT EXISTS steps_val ON steps(val_loss) WHERE val_loss IS NOT NULL;";
 
@@ -64,11 +76,16 @@ void kiln_metrics_close(kiln_metrics *mx) {
     sqlite3_finalize(mx->ins_layer);
     sqlite3_finalize(mx->ins_tensor);
     sqlite3_finalize(mx->ins_event);
-    sqlite3_finalize(mx->sum_steps);
-    sqlite3_finalize(mx->sum_sums);
-    sqlite3_finalize(mx->sum_ins);
-    sqlite3_finalize(mx->sum_done);
-    sqlite3_finalize(mx->sum_set);
+    for (int i = 0; i < KILN_METRICS_SUMS; i++) {
+        struct sums *u = &mx->sums[i];
+        sqlite3_finalize(u->rows);
+        sqlite3_finalize(u->sums);
+        sqlite3_finalize(u->ins);
+        sqlite3_finalize(u->done);
+        sqlite3_finalize(u->set);
+        free(u->sp);
+        free(u->seen);
+    }
     sqlite3_close(mx->db);
     free(mx->path);
     free(mx);
@@ -125,8 +142,14 @@ fail:
     return rc;
 }
 
+/* The summaries' state to be read again (after a rollback or a truncate). */
+static void sums_unload(kiln_metrics *mx) {
+    for (int i = 0; i < KILN_METRICS_SUMS; i++)
+        mx->sums[i].loaded = false;
+}
+
 kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
-    char sql[768];
+    char sql[1024];
     snprintf(
         sql, sizeof sql,
         "BEGIN; DELETE FROM steps WHERE step > %ld; DELETE FROM layers WHERE step > %ld;"
@@ -134,9 +157,11 @@ kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
         " DELETE FROM val_targets WHERE step > %ld;"
         " DELETE FROM step_sums WHERE (bucket + 1) * (16 << level) > %ld + 1;"
         " UPDATE step_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
+        " DELETE FROM layer_sums WHERE (bucket + 1) * (16 << level) > %ld + 1;"
+        " UPDATE layer_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
         " COMMIT;",
-        step, step, step, step, step, step, step);
-    mx->sums_loaded = false;
+        step, step, step, step, step, step, step, step, step);
+    sums_unload(mx);
     kiln_err rc = exec(mx, sql);
     if (rc) sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
     return rc;
@@ -246,18 +271,65 @@ static kiln_err prep(kiln_metrics *mx, sqlite3_stmt **st, const char *sql) {
     return KILN_OK;
 }
 
-static kiln_err sums_load(kiln_metrics *mx) {
-    memset(mx->sums_upto, 0, sizeof mx->sums_upto);
-    KILN_TRY(prep(mx, &mx->sum_done, "SELECT level, upto FROM step_sums_done"));
+/* The two summaries: what each sums up and the SQL that reads and writes it. A series is
+ * layer * per + col (a layer-less table's rows are layer 0). */
+static const kiln_metrics_sums sums_of[KILN_METRICS_SUMS] = {
+    {.rows = "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, val_r2, "
+             "tokens_per_s, max_abs_output FROM steps WHERE step >= ?1 AND step < ?2 ORDER BY step",
+     .sums = "SELECT bucket, col, minx, miny, maxx, maxy, firstx, firsty, lastx, lasty, badx, "
+             "bady FROM step_sums WHERE level = ?1 AND bucket >= ?2 AND bucket < ?3 ORDER BY "
+             "bucket, col",
+     .ins = "INSERT OR REPLACE INTO step_sums VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13)",
+     .done = "SELECT level, upto FROM step_sums_done",
+     .set = "INSERT OR REPLACE INTO step_sums_done VALUES(?1, ?2)",
+     .last = "SELECT coalesce(max(step), 0) FROM steps",
+     .per = KILN_METRICS_SUM_COLS,
+     .val = KILN_METRICS_SUM_VAL,
+     .layered = false},
+    {.rows = "SELECT step, layer, attn_entropy, router_entropy, load_imbalance, dead_experts, "
+             "overflow, act_rms FROM layers WHERE step >= ?1 AND step < ?2 ORDER BY step, layer",
+     .sums = "SELECT bucket, layer * 6 + col, minx, miny, maxx, maxy, firstx, firsty, lastx, "
+             "lasty, badx, bady FROM layer_sums WHERE level = ?1 AND bucket >= ?2 AND bucket < "
+             "?3 ORDER BY bucket, layer, col",
+     .ins = "INSERT OR REPLACE INTO layer_sums VALUES(?1,?2,?14,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
+            "?13)",
+     .done = "SELECT level, upto FROM layer_sums_done",
+     .set = "INSERT OR REPLACE INTO layer_sums_done VALUES(?1, ?2)",
+     .last = "SELECT coalesce(max(step), 0) FROM layers",
+     .per = KILN_METRICS_LAYER_COLS,
+     .val = -1,
+     .layered = true},
+};
+
+const kiln_metrics_sums *kiln_metrics_sums_of(int which) {
+    return &sums_of[which];
+}
+
+long kiln_metrics_sum_value(const kiln_metrics_sums *k, sqlite3_stmt *st, int c, double *y) {
+    int at = k->layered ? 2 : 1;
+    /* Validation only at the steps that were evaluated. */
+    if (k->val >= 0 && (c == k->val || c == k->val + 1) &&
+        sqlite3_column_type(st, at + k->val) == SQLITE_NULL)
+        return -1;
+    long layer = k->layered ? (long)sqlite3_column_int64(st, 1) : 0;
+    if (layer < 0 || layer >= KILN_METRICS_SUM_LAYERS) return -1;
+    *y = kiln_run_col_num(st, at + c);
+    return layer * k->per + c;
+}
+
+static kiln_err sums_load(kiln_metrics *mx, int which) {
+    struct sums *u = &mx->sums[which];
+    memset(u->upto, 0, sizeof u->upto);
+    KILN_TRY(prep(mx, &u->done, sums_of[which].done));
     int r;
-    while ((r = sqlite3_step(mx->sum_done)) == SQLITE_ROW) {
-        long k = (long)sqlite3_column_int64(mx->sum_done, 0);
+    while ((r = sqlite3_step(u->done)) == SQLITE_ROW) {
+        long k = (long)sqlite3_column_int64(u->done, 0);
         if (k >= 0 && k < KILN_METRICS_SUM_LEVELS)
-            mx->sums_upto[k] = (long)sqlite3_column_int64(mx->sum_done, 1);
+            u->upto[k] = (long)sqlite3_column_int64(u->done, 1);
     }
-    sqlite3_reset(mx->sum_done);
-    if (r != SQLITE_DONE) return db_fail(mx, "cannot read step_sums_done");
-    mx->sums_loaded = true;
+    sqlite3_reset(u->done);
+    if (r != SQLITE_DONE) return db_fail(mx, "cannot read a summary's _done table");
+    u->loaded = true;
     return KILN_OK;
 }
 
@@ -270,34 +342,35 @@ static void bind_x(sqlite3_stmt *s, int i, bool have, double x) {
         sqlite3_bind_null(s, i);
 }
 
-/* The bucket's rows: a column's only when a value of it was seen there. */
-static kiln_err sums_write(kiln_metrics *mx, int level, long bucket, const kiln_rollup_span *sp,
-                           const bool *seen) {
-    for (int c = 0; c < KILN_METRICS_SUM_COLS; c++) {
-        if (!seen[c]) continue;
-        const kiln_rollup_bucket *b = &sp[c].b;
-        KILN_TRY(prep(mx, &mx->sum_ins,
-                      "INSERT OR REPLACE INTO step_sums VALUES(?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,"
-                      "?12,?13)"));
-        sqlite3_stmt *s = mx->sum_ins;
+/* The bucket's rows: a series' only when a value of it was seen there (n: the series). */
+static kiln_err sums_write(kiln_metrics *mx, int which, int level, long bucket, size_t n) {
+    struct sums *u = &mx->sums[which];
+    const kiln_metrics_sums *kind = &sums_of[which];
+    for (size_t c = 0; c < n; c++) {
+        if (!u->seen[c]) continue;
+        const kiln_rollup_span *sp = &u->sp[c];
+        const kiln_rollup_bucket *b = &sp->b;
+        KILN_TRY(prep(mx, &u->ins, kind->ins));
+        sqlite3_stmt *s = u->ins;
         sqlite3_bind_int(s, 1, level);
         sqlite3_bind_int64(s, 2, bucket);
-        sqlite3_bind_int(s, 3, c);
+        sqlite3_bind_int(s, 3, (int)(c % (size_t)kind->per));
+        if (kind->layered) sqlite3_bind_int(s, 14, (int)(c / (size_t)kind->per));
         bind_x(s, 4, b->finite, b->minx);
         bind_num(s, 5, b->finite ? b->miny : NAN);
         bind_x(s, 6, b->finite, b->maxx);
         bind_num(s, 7, b->finite ? b->maxy : NAN);
-        bind_x(s, 8, b->finite, sp[c].firstx);
-        bind_num(s, 9, b->finite ? sp[c].firsty : NAN);
-        bind_x(s, 10, b->finite, sp[c].lastx);
-        bind_num(s, 11, b->finite ? sp[c].lasty : NAN);
+        bind_x(s, 8, b->finite, sp->firstx);
+        bind_num(s, 9, b->finite ? sp->firsty : NAN);
+        bind_x(s, 10, b->finite, sp->lastx);
+        bind_num(s, 11, b->finite ? sp->lasty : NAN);
         bind_x(s, 12, b->bad, b->badx);
         /* An infinity is kept as SQLite keeps it; NaN is NULL, which reads back as NaN. */
         if (b->bad && isinf(b->bady))
             sqlite3_bind_double(s, 13, b->bady);
         else
             sqlite3_bind_null(s, 13);
-        if (sqlite3_step(s) != SQLITE_DONE) return db_fail(mx, "cannot write step_sums");
+        if (sqlite3_step(s) != SQLITE_DONE) return db_fail(mx, "cannot write a summary");
     }
     return KILN_OK;
 }
@@ -317,81 +390,110 @@ void kiln_metrics_sum_span(sqlite3_stmt *st, int at, double x0, double width,
     if (b->bad) b->badx = sqlite3_column_double(st, at + 8), b->bady = kiln_run_col_num(st, at + 9);
 }
 
-/* Level k's buckets from upto[k] up to `end` (a multiple of its width), out of the steps
- * table (k 0) or level k - 1. */
-static kiln_err sums_level(kiln_metrics *mx, int k, long end) {
-    long w = KILN_METRICS_SUM_WIDTH(k), from = mx->sums_upto[k];
-    kiln_rollup_span sp[KILN_METRICS_SUM_COLS];
-    bool seen[KILN_METRICS_SUM_COLS] = {0};
+/* Series c's span of the bucket being summed up (fresh when first seen there), or NULL when
+ * out of memory. *n: the series in use. */
+static kiln_rollup_span *sums_span(struct sums *u, size_t c, size_t *n, double x0, double w) {
+    if (c >= u->cap) {
+        size_t cap = u->cap ? u->cap : 16;
+        while (cap <= c)
+            cap *= 2;
+        kiln_rollup_span *sp = realloc(u->sp, cap * sizeof *sp);
+        if (sp) u->sp = sp;
+        bool *seen = sp ? realloc(u->seen, cap * sizeof *seen) : NULL;
+        if (!seen) return NULL;
+        u->seen = seen;
+        memset(seen + u->cap, 0, (cap - u->cap) * sizeof *seen);
+        u->cap = cap;
+    }
+    while (*n <= c)
+        u->seen[(*n)++] = false;
+    if (!u->seen[c]) kiln_rollup_span_init(&u->sp[c], x0, w);
+    u->seen[c] = true;
+    return &u->sp[c];
+}
+
+/* Level k's buckets from upto[k] up to `end` (a multiple of its width), out of the table it
+ * sums up (k 0) or level k - 1. */
+static kiln_err sums_level(kiln_metrics *mx, int which, int k, long end) {
+    struct sums *u = &mx->sums[which];
+    const kiln_metrics_sums *kind = &sums_of[which];
+    long w = KILN_METRICS_SUM_WIDTH(k), from = u->upto[k];
     sqlite3_stmt *st;
     if (k == 0) {
-        KILN_TRY(prep(mx, &mx->sum_steps,
-                      "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, val_r2, "
-                      "tokens_per_s, max_abs_output FROM steps WHERE step >= ?1 AND step < ?2 "
-                      "ORDER BY step"));
-        st = mx->sum_steps;
+        KILN_TRY(prep(mx, &u->rows, kind->rows));
+        st = u->rows;
         sqlite3_bind_int64(st, 1, from);
         sqlite3_bind_int64(st, 2, end);
     } else {
-        KILN_TRY(prep(mx, &mx->sum_sums,
-                      "SELECT bucket, col, minx, miny, maxx, maxy, firstx, firsty, lastx, lasty, "
-                      "badx, bady FROM step_sums WHERE level = ?1 AND bucket >= ?2 AND bucket < ?3 "
-                      "ORDER BY bucket, col"));
-        st = mx->sum_sums;
+        KILN_TRY(prep(mx, &u->sums, kind->sums));
+        st = u->sums;
         sqlite3_bind_int(st, 1, k - 1);
         sqlite3_bind_int64(st, 2, from / (w / 2));
         sqlite3_bind_int64(st, 3, end / (w / 2));
     }
     kiln_err rc = KILN_OK;
     long cur = -1;
+    size_t n = 0;
     int r;
     while (!rc && (r = sqlite3_step(st)) == SQLITE_ROW) {
         long v = (long)sqlite3_column_int64(st, 0);
         long b = k == 0 ? v / w : v / 2;
         if (b != cur) {
-            if (cur >= 0) rc = sums_write(mx, k, cur, sp, seen);
-            for (int c = 0; c < KILN_METRICS_SUM_COLS; c++)
-                kiln_rollup_span_init(&sp[c], (double)b * w, (double)w), seen[c] = false;
+            if (cur >= 0) rc = sums_write(mx, which, k, cur, n);
+            n = 0;
             cur = b;
         }
         if (k == 0) {
-            bool val = sqlite3_column_type(st, 1 + KILN_METRICS_SUM_VAL) != SQLITE_NULL;
-            for (int c = 0; c < KILN_METRICS_SUM_COLS; c++) {
-                if ((c == KILN_METRICS_SUM_VAL || c == KILN_METRICS_SUM_VAL + 1) && !val) continue;
-                kiln_rollup_span_push(&sp[c], (double)v, kiln_run_col_num(st, c + 1));
-                seen[c] = true;
+            for (int c = 0; !rc && c < kind->per; c++) {
+                double y;
+                long s = kiln_metrics_sum_value(kind, st, c, &y);
+                kiln_rollup_span *sp = s < 0 ? NULL : sums_span(u, (size_t)s, &n, (double)b * w, (double)w);
+                if (s >= 0 && !sp) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+                if (sp) kiln_rollup_span_push(sp, (double)v, y);
             }
         } else {
             long c = (long)sqlite3_column_int64(st, 1);
-            if (c < 0 || c >= KILN_METRICS_SUM_COLS) continue;
-            kiln_rollup_span child;
+            if (c < 0 || c >= (long)KILN_METRICS_SUM_LAYERS * kind->per) continue;
+            kiln_rollup_span child, *sp = sums_span(u, (size_t)c, &n, (double)b * w, (double)w);
+            if (!sp) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
             kiln_metrics_sum_span(st, 2, (double)v * (w / 2), (double)(w / 2), &child);
-            kiln_rollup_span_merge(&sp[c], &child);
-            seen[c] = true;
+            if (sp) kiln_rollup_span_merge(sp, &child);
         }
     }
-    if (!rc && r != SQLITE_DONE) rc = db_fail(mx, "cannot read for step_sums");
+    if (!rc && r != SQLITE_DONE) rc = db_fail(mx, "cannot read for a summary");
     sqlite3_reset(st);
-    if (!rc && cur >= 0) rc = sums_write(mx, k, cur, sp, seen);
+    if (!rc && cur >= 0) rc = sums_write(mx, which, k, cur, n);
     if (rc) return rc;
-    KILN_TRY(prep(mx, &mx->sum_set, "INSERT OR REPLACE INTO step_sums_done VALUES(?1, ?2)"));
-    sqlite3_bind_int(mx->sum_set, 1, k);
-    sqlite3_bind_int64(mx->sum_set, 2, end);
-    if (sqlite3_step(mx->sum_set) != SQLITE_DONE) return db_fail(mx, "cannot write step_sums_done");
-    mx->sums_upto[k] = end;
+    KILN_TRY(prep(mx, &u->set, kind->set));
+    sqlite3_bind_int(u->set, 1, k);
+    sqlite3_bind_int64(u->set, 2, end);
+    if (sqlite3_step(u->set) != SQLITE_DONE) return db_fail(mx, "cannot write a summary's _done");
+    u->upto[k] = end;
     return KILN_OK;
 }
 
-/* Every bucket a step up to `newest` closed, at every level (in the caller's transaction). */
+/* Every bucket a step up to `newest` closed, at every level of both summaries (in the
+ * caller's transaction). */
 static kiln_err sums_update(kiln_metrics *mx, long newest) {
-    if (!mx->sums_loaded) KILN_TRY(sums_load(mx));
-    for (int k = 0; k < KILN_METRICS_SUM_LEVELS; k++) {
-        long w = KILN_METRICS_SUM_WIDTH(k);
-        long end = k ? mx->sums_upto[k - 1] / w * w : (newest > 0 ? newest / w * w : 0);
-        if (end <= mx->sums_upto[k]) break; /* nothing new here, so nothing above */
-        KILN_TRY(sums_level(mx, k, end));
+    for (int i = 0; i < KILN_METRICS_SUMS; i++) {
+        struct sums *u = &mx->sums[i];
+        if (!u->loaded) KILN_TRY(sums_load(mx, i));
+        for (int k = 0; k < KILN_METRICS_SUM_LEVELS; k++) {
+            long w = KILN_METRICS_SUM_WIDTH(k);
+            long end = k ? u->upto[k - 1] / w * w : (newest > 0 ? newest / w * w : 0);
+            if (end <= u->upto[k]) break; /* nothing new here, so nothing above */
+            KILN_TRY(sums_level(mx, i, k, end));
+        }
     }
     return KILN_OK;
+}
+
+/* Whether step closes a bucket of either summary (or they are not read yet). */
+static bool sums_due(const kiln_metrics *mx, long step) {
+    for (int i = 0; i < KILN_METRICS_SUMS; i++)
+        if (!mx->sums[i].loaded || step >= mx->sums[i].upto[0] + KILN_METRICS_SUM_WIDTH(0))
+            return true;
+    return false;
 }
 
 kiln_err kiln_metrics_summarize(kiln_metrics *mx) {
@@ -408,7 +510,7 @@ kiln_err kiln_metrics_summarize(kiln_metrics *mx) {
     if (!rc) rc = sums_update(mx, newest);
     if (!rc) return exec(mx, "COMMIT");
     sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
-    mx->sums_loaded = false;
+    sums_unload(mx);
     return rc;
 }
 
@@ -451,12 +553,12 @@ kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
                       sqlite3_errmsg(mx->db));
     }
     /* Once in 16 steps at most: the buckets this step closed. */
-    if (!mx->sums_loaded || p->step >= mx->sums_upto[0] + KILN_METRICS_SUM_WIDTH(0))
+    if (sums_due(mx, p->step))
         KILN_CHECK(rc, fail, sums_update(mx, p->step));
     return exec(mx, "COMMIT");
 fail:
     sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
-    mx->sums_loaded = false;
+    sums_unload(mx);
     return rc;
 }
 

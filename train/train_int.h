@@ -306,6 +306,31 @@ void *kiln_metrics_db(kiln_metrics *mx);
 #define KILN_METRICS_SUM_COLS 10
 #define KILN_METRICS_SUM_VAL 6 /* val_loss; val_r2 the next */
 extern const char *const kiln_metrics_sum_cols[KILN_METRICS_SUM_COLS];
+/* The layers table's scalar columns (attn_entropy, router_entropy, load_imbalance,
+ * dead_experts, overflow, act_rms) summed up the same way per layer: layer_sums(level,
+ * bucket, layer, col, minx .. bady) and layer_sums_done, written with step_sums (same levels,
+ * same transaction, truncated with it). A metrics.db logged before has no layer_sums_done
+ * rows: readers sample its layers table. */
+#define KILN_METRICS_LAYER_COLS 6
+#define KILN_METRICS_SUM_LAYERS 4096 /* layers past this are not summed up */
+enum { KILN_METRICS_STEP_SUMS, KILN_METRICS_LAYER_SUMS, KILN_METRICS_SUMS };
+/* A summary's SQL, shared by its writer (metrics.c) and its reader (curves.c). A series is
+ * layer * per + col. */
+typedef struct kiln_metrics_sums {
+    const char *rows; /* the table's rows, step in [?1, ?2): step[, layer], the per columns */
+    const char *sums; /* level ?1's buckets in [?2, ?3): bucket, series, minx .. bady */
+    const char *ins;  /* a row: ?1 level, ?2 bucket, ?3 col, ?4 .. ?13 minx .. bady, ?14 layer */
+    const char *done; /* level, upto */
+    const char *set;  /* ?1 level, ?2 upto */
+    const char *last; /* the table's last step (0: none) */
+    int per;          /* columns per row */
+    int val;          /* the validation column (counted only where it is not NULL), or -1 */
+    bool layered;     /* rows carry their layer after the step */
+} kiln_metrics_sums;
+const kiln_metrics_sums *kiln_metrics_sums_of(int which);
+/* Column c of a row of k->rows: its series (*y its value), or -1 when it does not count. */
+struct sqlite3_stmt;
+long kiln_metrics_sum_value(const kiln_metrics_sums *k, struct sqlite3_stmt *st, int c, double *y);
 /* Bring step_sums up to the steps logged (kiln_metrics_step does it after each step; this
  * is for rows written by other means, as tests/e2e/gen-run.sh writes them). */
 kiln_err kiln_metrics_summarize(kiln_metrics *mx);
