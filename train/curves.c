@@ -610,14 +610,27 @@ static kiln_err tensor_sums(sqlite3 *db, const char *run_dir, long to, size_t bu
     x = kiln_malloc(KILN_ROLLUP_MAX * sizeof *x);
     y = kiln_malloc(KILN_ROLLUP_MAX * sizeof *y);
     KILN_CHECK_IF(rc, out, !x || !y, KILN_ERR_NOMEM, "out of memory");
+    size_t n = 0; /* (a tensor without rows up to `to` is left out, as a sampled read has it) */
     for (size_t i = 0; i < c->n; i++) {
         const kiln_rollup *rr = &ts.r[(size_t)id[i] * KILN_METRICS_TENSOR_COLS];
-        KILN_CHECK(rc, out, curve_fill(&rr[0], buckets, &c->gn[i], x, y));
-        KILN_CHECK(rc, out, curve_fill(&rr[1], buckets, &c->ur[i], x, y));
-        c->top[i] = -INFINITY;
-        for (size_t k = 0; k < c->ur[i].n; k++) /* the bucket maxima are kept */
-            if (isfinite(c->ur[i].y[k]) && c->ur[i].y[k] > c->top[i]) c->top[i] = c->ur[i].y[k];
+        KILN_CHECK(rc, out, curve_fill(&rr[0], buckets, &c->gn[n], x, y));
+        KILN_CHECK(rc, out, curve_fill(&rr[1], buckets, &c->ur[n], x, y));
+        char *name = c->names[i];
+        c->names[i] = NULL;
+        c->names[n] = name;
+        if (!c->gn[n].n && !c->ur[n].n) {
+            free(name);
+            c->names[n] = NULL;
+            curve_free(&c->gn[n]);
+            curve_free(&c->ur[n]);
+            continue;
+        }
+        c->top[n] = -INFINITY;
+        for (size_t k = 0; k < c->ur[n].n; k++) /* the bucket maxima are kept */
+            if (isfinite(c->ur[n].y[k]) && c->ur[n].y[k] > c->top[n]) c->top[n] = c->ur[n].y[k];
+        n++;
     }
+    c->n = n;
 out:
     free(x);
     free(y);
