@@ -383,7 +383,8 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
         chart_of(&b, &cv, "lr", "learning rate", lrn, 1, KILN_WEB_SCALE_LINEAR, &m);
         chart_of(&b, &cv, "grad_norm", "gradient norm", gnn, 1, KILN_WEB_SCALE_AUTO, &m);
         kiln_web_section_end(&b);
-        /* What a long run's sampled curves say (the layers' own: a run before layer_sums). */
+        /* What a long run's sampled curves say (the layers' and tensors' own: a run before
+           layer_sums, tensor_sums). */
         const char *sampled = cv.sampled ? "; read at 1000 evenly spaced steps and every spike's "
                                            "and non-finite step's"
                                          : "";
@@ -442,7 +443,8 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
                 gn[i] = gbuf[i];
                 ur[i] = ubuf[i];
             }
-            snprintf(t, sizeof t, "the tensors whose update/weight ratio rose highest%s", sampled);
+            snprintf(t, sizeof t, "the tensors whose update/weight ratio rose highest%s",
+                     cv.tensors_summed ? "" : sampled);
             kiln_web_section_begin(&b, "Tensors: the top movers", t);
             chart_of(&b, &cv, "tensor_update_ratio", "update / weight ratio", ur, k,
                      KILN_WEB_SCALE_AUTO, &m);

@@ -3,7 +3,9 @@
  * every row, spikes and non-finite steps kept, across a resume, through the cache and up to
  * an exported step; a run logged before step_sums read row by row; the best validation
  * found through its index. The layers table's scalar columns the same through layer_sums
- * (a collapse between the sampled steps kept), an older run's layers sampled. */
+ * (a collapse between the sampled steps kept), an older run's layers sampled; and the
+ * tensors table's through tensor_sums (a tensor's update-ratio peak between the sampled steps
+ * kept, and the movers ranked by it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +22,9 @@
 #define COLLAPSE 23456 /* layer 1's router entropy collapses: no loss spike, not sampled */
 #define LAYERS 3
 #define EXPERTS 4
+#define PEAK 27777 /* b.weight's update ratio peaks: no spike, not sampled */
+#define TENSORS 3
+static const char *const tensor_names[TENSORS] = {"a.weight", "b.weight", "c.weight"};
 
 /* The loss at step s of a run's phase (the phase after a resume logs other values):
  * falling with noise, a spike, a dip, NaN and infinities. */
@@ -68,7 +73,18 @@ static kiln_err log_steps(kiln_metrics *mx, long from, long to, int phase) {
                                  .val_loss = s % (97 * 41) == 0 ? NAN : 1 + 1.0 / (double)s,
                                  .val_r2 = s % (97 * 13) == 0 ? NAN : 0.5,
                                  .stats = &stats};
-        KILN_TRY(kiln_metrics_step(mx, &p, NULL, 0));
+        /* a.weight moves most but for b.weight's peak; a NaN gradient norm now and then */
+        kiln_metrics_tensor t[TENSORS];
+        for (int k = 0; k < TENSORS; k++) {
+            unsigned h = (unsigned)(s * TENSORS + k) * 2654435761u;
+            t[k] = (kiln_metrics_tensor){
+                .name = tensor_names[k],
+                .grad_norm = s % 2999 == 0 && k == 0 ? NAN : 0.1 * (k + 1) + (h >> 24) / 4096.0,
+                .update_ratio = s == PEAK && k == 1 ? 0.5
+                                                    : (0.01 - 0.004 * k) * (1 + phase) +
+                                                          (double)(h >> 20 & 255) / 1e6};
+        }
+        KILN_TRY(kiln_metrics_step(mx, &p, t, TENSORS));
     }
     return KILN_OK;
 }
@@ -105,6 +121,26 @@ static bool same_layer_curves(const kiln_run_curves *a, const kiln_run_curves *b
                 if (x->x[i] != y->x[i] || !same_num(x->y[i], y->y[i])) return false;
         }
     return true;
+}
+
+/* The tensors' curves of a and b hold the same points. */
+static bool same_tensor_curves(const kiln_run_curves *a, const kiln_run_curves *b) {
+    for (int t = 0; t < TENSORS; t++)
+        for (int k = 0; k < 2; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "%s@%s", k ? "update_ratio" : "grad_norm", tensor_names[t]);
+            const kiln_run_curve *x = kiln_run_curve_find(a, name), *y = kiln_run_curve_find(b, name);
+            if (!x || !y || x->n != y->n || !x->n) return false;
+            for (size_t i = 0; i < x->n; i++)
+                if (x->x[i] != y->x[i] || !same_num(x->y[i], y->y[i])) return false;
+        }
+    return true;
+}
+
+/* The movers of cs in order, as names. */
+static bool movers_are(const kiln_run_curves *cs, const char *m0, const char *m1, const char *m2) {
+    return cs->n_movers == 3 && !strcmp(cs->movers[0], m0) && !strcmp(cs->movers[1], m1) &&
+           !strcmp(cs->movers[2], m2);
 }
 
 static bool has_point(const kiln_run_curves *cs, const char *name, double x, double y) {
@@ -175,12 +211,16 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
               40000 / 16384 * 16384);
     /* The same run as one logged before step_sums: read row by row; its layers too (a
      * layer_sums_done with nothing done: a run read whole). */
-    sql(db, "DROP TABLE step_sums_done; DROP TABLE step_sums; UPDATE layer_sums_done SET upto = 0");
+    CHECK("tensor_sums level 10 done",
+          sql_long(db, "SELECT upto FROM tensor_sums_done WHERE level = 10") ==
+              40000 / 16384 * 16384);
+    sql(db, "DROP TABLE step_sums_done; DROP TABLE step_sums; UPDATE layer_sums_done SET upto = 0; "
+            "UPDATE tensor_sums_done SET upto = 0");
     CHECK("every row", kiln_run_curves_load(dir, 512, 8, 0, &full) == KILN_OK);
     CHECK("every row, up to a step",
           kiln_run_curves_load(dir, 332, 8, 33333, &upto_full) == KILN_OK);
-    /* A run logged before layer_sums: its layers sampled. */
-    sql(db, "DROP TABLE layer_sums_done");
+    /* A run logged before layer_sums and tensor_sums: its layers and tensors sampled. */
+    sql(db, "DROP TABLE layer_sums_done; DROP TABLE tensor_sums_done");
     CHECK("sampled", kiln_run_curves_load(dir, 512, 8, 0, &old) == KILN_OK);
     CHECK("the summary's curves are the full read's", same_step_curves(&sums, &full));
     CHECK("and the cache's after a resume", same_step_curves(&cached, &full));
@@ -199,9 +239,12 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
           same_layer_curves(&sums, &full));
     CHECK("and through the cache after a resume", same_layer_curves(&cached, &full));
     CHECK("and up to a step", same_layer_curves(&upto, &upto_full));
-    bool at_sample = false;
-    for (long k = 0; k < KILN_RUN_CURVE_SAMPLES; k++)
-        at_sample |= 1 + (long)(39999.0 * (double)k / (KILN_RUN_CURVE_SAMPLES - 1)) == COLLAPSE;
+    bool at_sample = false, peak_sampled = false;
+    for (long k = 0; k < KILN_RUN_CURVE_SAMPLES; k++) {
+        long at = 1 + (long)(39999.0 * (double)k / (KILN_RUN_CURVE_SAMPLES - 1));
+        at_sample |= at == COLLAPSE;
+        peak_sampled |= at == PEAK;
+    }
     CHECK("the collapse is at no sampled step", !at_sample);
     CHECK("the collapse kept", has_point(&sums, "router_entropy@1", COLLAPSE, 0.001f) &&
                                    has_point(&upto, "router_entropy@1", COLLAPSE, 0.001f));
@@ -214,6 +257,26 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
     CHECK("expert load stays sampled", kiln_run_curve_find(&sums, "expert_load@2/3") &&
                                            kiln_run_curve_find(&sums, "expert_load@2/3")->n ==
                                                kiln_run_curve_find(&old, "expert_load@2/3")->n);
+    /* The tensors: through tensor_sums as read whole, b.weight's peak there (not at a
+     * sampled step, nor a spike's), and the movers ranked by it; sampling misses both. */
+    CHECK("the peak is at no sampled step nor a spike's",
+          !peak_sampled && sql_long(db, "SELECT count(*) FROM events WHERE step = 27777") == 0);
+    CHECK("the tensors summed up", sums.tensors_summed && upto.tensors_summed &&
+                                       cached.tensors_summed && full.tensors_summed);
+    CHECK("the tensors' curves through tensor_sums are the full read's",
+          same_tensor_curves(&sums, &full));
+    CHECK("and through the cache after a resume", same_tensor_curves(&cached, &full));
+    CHECK("and up to a step", same_tensor_curves(&upto, &upto_full));
+    CHECK("the peak kept", has_point(&sums, "update_ratio@b.weight", PEAK, 0.5) &&
+                               has_point(&upto, "update_ratio@b.weight", PEAK, 0.5));
+    CHECK("a NaN gradient norm kept", has_point(&sums, "grad_norm@a.weight", 2999, NAN));
+    CHECK("the movers ranked by the peak",
+          movers_are(&sums, "b.weight", "a.weight", "c.weight") &&
+              movers_are(&full, "b.weight", "a.weight", "c.weight") &&
+              movers_are(&upto, "b.weight", "a.weight", "c.weight"));
+    CHECK("an old run's tensors sampled (the peak and its ranking missed)",
+          !old.tensors_summed && movers_are(&old, "a.weight", "b.weight", "c.weight") &&
+              !has_point(&old, "update_ratio@b.weight", PEAK, 0.5));
     const kiln_run_curve *v = kiln_run_curve_find(&sums, "val_loss");
     CHECK("validation only where evaluated",
           v && v->n > 2 && v->x[0] == 97 && v->y[0] == 1 + 1.0 / 97);
@@ -239,7 +302,9 @@ KILN_TEST(runs_curves_summarize_afterwards) {
     kiln_metrics_close(mx);
     sql(db, "CREATE TABLE kept AS SELECT * FROM step_sums; CREATE TABLE kept_l AS SELECT * FROM "
             "layer_sums; DELETE FROM step_sums; DROP TABLE step_sums_done; DELETE FROM "
-            "layer_sums; DROP TABLE layer_sums_done");
+            "layer_sums; DROP TABLE layer_sums_done; CREATE TABLE kept_t AS SELECT s.*, n.name "
+            "FROM tensor_sums s JOIN tensor_names n ON n.id = s.tensor; DROP TABLE tensor_sums; "
+            "DROP TABLE tensor_sums_done; DROP TABLE tensor_names");
     CHECK("reopen", kiln_metrics_open(db, false, &mx) == KILN_OK);
     CHECK("summarize", kiln_metrics_summarize(mx) == KILN_OK);
     kiln_metrics_close(mx);
@@ -249,6 +314,13 @@ KILN_TEST(runs_curves_summarize_afterwards) {
     const char *same_l = "SELECT (SELECT count(*) FROM (SELECT * FROM kept_l EXCEPT SELECT * FROM "
                          "layer_sums)) + (SELECT count(*) FROM (SELECT * FROM layer_sums EXCEPT "
                          "SELECT * FROM kept_l))";
+    /* (the tensors by name: ids are given as the names are first summed up) */
+    const char *same_t = "SELECT (SELECT count(*) FROM (SELECT * FROM kept_t EXCEPT SELECT s.*, "
+                         "n.name FROM tensor_sums s JOIN tensor_names n ON n.id = s.tensor)) + "
+                         "(SELECT count(*) FROM (SELECT s.*, n.name FROM tensor_sums s JOIN "
+                         "tensor_names n ON n.id = s.tensor EXCEPT SELECT * FROM kept_t))";
+    CHECK("the same tensor rows",
+          sql_long(db, "SELECT count(*) FROM kept_t") > 300 && sql_long(db, same_t) == 0);
     CHECK("the same rows",
           sql_long(db, "SELECT count(*) FROM kept") > 300 && sql_long(db, same) == 0);
     CHECK("the same layer rows",
@@ -256,11 +328,13 @@ KILN_TEST(runs_curves_summarize_afterwards) {
     /* A trainer resuming a run logged before step_sums sums the old rows up at its first step
      * (5001 closes no bucket that 5000 did not). */
     sql(db, "DELETE FROM step_sums; DROP TABLE step_sums_done; DELETE FROM layer_sums; DROP TABLE "
-            "layer_sums_done");
+            "layer_sums_done; DROP TABLE tensor_sums; DROP TABLE tensor_sums_done; DROP TABLE "
+            "tensor_names");
     CHECK("reopen for a step", kiln_metrics_open(db, false, &mx) == KILN_OK);
     CHECK("a step", log_steps(mx, 5001, 5001, 0) == KILN_OK);
     kiln_metrics_close(mx);
-    CHECK("the same rows after a step", sql_long(db, same) == 0 && sql_long(db, same_l) == 0);
+    CHECK("the same rows after a step", sql_long(db, same) == 0 && sql_long(db, same_l) == 0 &&
+                                            sql_long(db, same_t) == 0);
     free(db);
     free(dir);
 }

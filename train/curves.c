@@ -1,6 +1,7 @@
 /* curves.c - every curve of a run's page in one read of metrics.db (train.h, "a run's curves
  * for a picture"): the steps table streamed through kiln_downsample, the layers and tensors
- * tables read whole for a short run and at sampled steps (by their keys) for a long one. */
+ * tables read whole for a short run and at sampled steps (by their keys) for a long one, or
+ * for a long one that has them, out of layer_sums and tensor_sums (only expert_load sampled). */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -581,15 +582,84 @@ static kiln_err tensor_row(sqlite3_stmt *st, void *p) {
     return push(&c->gur[i], x, u);
 }
 
+/* Every named tensor's curves into c exact out of tensor_sums (as the steps table's out of
+ * step_sums), cut to `buckets`; its top the true highest update ratio. */
+static kiln_err tensor_sums(sqlite3 *db, const char *run_dir, long to, size_t buckets,
+                            tensor_ctx *c) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    series_state ts = {0};
+    double *x = NULL, *y = NULL;
+    long id[MAX_TENSORS], top = -1;
+    if (sqlite3_prepare_v2(db, "SELECT id, name FROM tensor_names WHERE id >= 0 AND id < ?1 "
+                               "AND name IS NOT NULL ORDER BY id", -1, &st, NULL) != SQLITE_OK)
+        DB_FAIL(rc, out);
+    sqlite3_bind_int64(st, 1, KILN_METRICS_SUM_LAYERS);
+    int r = SQLITE_DONE;
+    while (c->n < MAX_TENSORS && (r = sqlite3_step(st)) == SQLITE_ROW) {
+        id[c->n] = top = (long)sqlite3_column_int64(st, 0);
+        KILN_CHECK_IF(rc, out,
+                      !(c->names[c->n] = kiln_strdup((const char *)sqlite3_column_text(st, 1))),
+                      KILN_ERR_NOMEM, "out of memory");
+        c->n++;
+    }
+    if (c->n < MAX_TENSORS && r != SQLITE_DONE) DB_FAIL(rc, out);
+    KILN_CHECK(rc, out,
+               series_init(&ts, KILN_METRICS_TENSOR_SUMS, (size_t)(top + 1) * KILN_METRICS_TENSOR_COLS));
+    KILN_CHECK(rc, out, series_update(db, run_dir, to, &ts));
+    x = kiln_malloc(KILN_ROLLUP_MAX * sizeof *x);
+    y = kiln_malloc(KILN_ROLLUP_MAX * sizeof *y);
+    KILN_CHECK_IF(rc, out, !x || !y, KILN_ERR_NOMEM, "out of memory");
+    size_t n = 0; /* (a tensor without rows up to `to` is left out, as a sampled read has it) */
+    for (size_t i = 0; i < c->n; i++) {
+        const kiln_rollup *rr = &ts.r[(size_t)id[i] * KILN_METRICS_TENSOR_COLS];
+        KILN_CHECK(rc, out, curve_fill(&rr[0], buckets, &c->gn[n], x, y));
+        KILN_CHECK(rc, out, curve_fill(&rr[1], buckets, &c->ur[n], x, y));
+        char *name = c->names[i];
+        c->names[i] = NULL;
+        c->names[n] = name;
+        if (!c->gn[n].n && !c->ur[n].n) {
+            free(name);
+            c->names[n] = NULL;
+            curve_free(&c->gn[n]);
+            curve_free(&c->ur[n]);
+            continue;
+        }
+        c->top[n] = -INFINITY;
+        for (size_t k = 0; k < c->ur[n].n; k++) /* the bucket maxima are kept */
+            if (isfinite(c->ur[n].y[k]) && c->ur[n].y[k] > c->top[n]) c->top[n] = c->ur[n].y[k];
+        n++;
+    }
+    c->n = n;
+out:
+    free(x);
+    free(y);
+    series_free(&ts);
+    sqlite3_finalize(st);
+    return rc;
+}
+
+/* The tensors table's curves: read whole (steps NULL) or at the sampled steps; but for a
+ * sampled run with tensor_sums, exact out of the summary, the movers by their true maxima. */
 static kiln_err read_tensors(sqlite3 *db, const char *run_dir, const long *steps, size_t n_steps,
-                             long to, size_t max_movers, kiln_run_curves *cs, size_t *cap) {
+                             long to, size_t buckets, size_t max_movers, kiln_run_curves *cs,
+                             size_t *cap) {
     tensor_ctx *c = kiln_calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    kiln_err rc = each_row(
-        db, run_dir,
-        "SELECT step, name, grad_norm, update_ratio FROM tensors WHERE step <= ?1 ORDER BY step",
-        "SELECT step, name, grad_norm, update_ratio FROM tensors WHERE step = ?1", steps, n_steps,
-        to, tensor_row, c);
+    long upto[KILN_METRICS_SUM_LEVELS];
+    bool summed = false;
+    if (steps) sums_level(db, kiln_metrics_sums_of(KILN_METRICS_TENSOR_SUMS), 0, upto, &summed);
+    kiln_err rc;
+    if (summed) {
+        rc = tensor_sums(db, run_dir, to, buckets, c);
+        cs->tensors_summed = !rc;
+    } else {
+        rc = each_row(
+            db, run_dir,
+            "SELECT step, name, grad_norm, update_ratio FROM tensors WHERE step <= ?1 ORDER BY step",
+            "SELECT step, name, grad_norm, update_ratio FROM tensors WHERE step = ?1", steps,
+            n_steps, to, tensor_row, c);
+    }
     /* The movers: the highest update ratios, ties by name. */
     size_t want = max_movers < c->n ? max_movers : c->n;
     if (!rc && want) {
@@ -684,7 +754,8 @@ static kiln_err curves_load(kiln_run_cache *cache, const char *run_dir, size_t b
     KILN_CHECK(rc, out, sample_steps(db, run_dir, out, &steps, &n_steps));
     out->sampled = steps != NULL;
     KILN_CHECK(rc, out, read_layers(db, run_dir, steps, n_steps, to, buckets, out, &cap));
-    KILN_CHECK(rc, out, read_tensors(db, run_dir, steps, n_steps, to, max_movers, out, &cap));
+    KILN_CHECK(rc, out,
+               read_tensors(db, run_dir, steps, n_steps, to, buckets, max_movers, out, &cap));
 out:
     if (locked) pthread_mutex_unlock(&cache->mu);
     series_free(own);

@@ -16,7 +16,7 @@ struct kiln_metrics {
     /* step_sums and layer_sums (kiln_metrics_sums_of): each one's statements (prepared on
        first use), its _done table as read and the spans of the bucket being summed up */
     struct sums {
-        sqlite3_stmt *rows, *sums, *ins, *done, *set;
+        sqlite3_stmt *names, *rows, *sums, *ins, *done, *set;
         bool loaded;
         long upto[KILN_METRICS_SUM_LEVELS];
         kiln_rollup_span *sp;
@@ -58,6 +58,14 @@ static const char schema[] =
     " maxx REAL, maxy REAL, firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL,"
     " bady REAL, PRIMARY KEY(level, bucket, layer, col)) WITHOUT ROWID;"
     "CREATE TABLE IF NOT EXISTS layer_sums_done(level INTEGER PRIMARY KEY, upto INTEGER);"
+    /* The tensors table's columns summed up per tensor, by an id given to each name as it is
+       first summed up (never truncated, so a resume keeps the ids). */
+    "CREATE TABLE IF NOT EXISTS tensor_names(id INTEGER PRIMARY KEY, name TEXT UNIQUE);"
+    "CREATE TABLE IF NOT EXISTS tensor_sums("
+    " level INTEGER, bucket INTEGER, tensor INTEGER, col INTEGER, minx REAL, miny REAL,"
+    " maxx REAL, maxy REAL, firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL,"
+    " bady REAL, PRIMARY KEY(level, bucket, tensor, col)) WITHOUT ROWID;"
+    "CREATE TABLE IF NOT EXISTS tensor_sums_done(level INTEGER PRIMARY KEY, upto INTEGER);"
     /* The best validation (kiln runs list, the sweep page) without reading every step. */
     "CREATE INDEX IF NOT EXISTS steps_val ON steps(val_loss) WHERE val_loss IS NOT NULL;";
 
@@ -78,6 +86,7 @@ void kiln_metrics_close(kiln_metrics *mx) {
     sqlite3_finalize(mx->ins_event);
     for (int i = 0; i < KILN_METRICS_SUMS; i++) {
         struct sums *u = &mx->sums[i];
+        sqlite3_finalize(u->names);
         sqlite3_finalize(u->rows);
         sqlite3_finalize(u->sums);
         sqlite3_finalize(u->ins);
@@ -149,7 +158,7 @@ static void sums_unload(kiln_metrics *mx) {
 }
 
 kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
-    char sql[1024];
+    char sql[1536];
     snprintf(
         sql, sizeof sql,
         "BEGIN; DELETE FROM steps WHERE step > %ld; DELETE FROM layers WHERE step > %ld;"
@@ -159,8 +168,10 @@ kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
         " UPDATE step_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
         " DELETE FROM layer_sums WHERE (bucket + 1) * (16 << level) > %ld + 1;"
         " UPDATE layer_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
+        " DELETE FROM tensor_sums WHERE (bucket + 1) * (16 << level) > %ld + 1;"
+        " UPDATE tensor_sums_done SET upto = min(upto, (%ld + 1) / (16 << level) * (16 << level));"
         " COMMIT;",
-        step, step, step, step, step, step, step, step, step);
+        step, step, step, step, step, step, step, step, step, step, step);
     sums_unload(mx);
     kiln_err rc = exec(mx, sql);
     if (rc) sqlite3_exec(mx->db, "ROLLBACK", NULL, NULL, NULL);
@@ -271,7 +282,7 @@ static kiln_err prep(kiln_metrics *mx, sqlite3_stmt **st, const char *sql) {
     return KILN_OK;
 }
 
-/* The two summaries: what each sums up and the SQL that reads and writes it. A series is
+/* The summaries: what each sums up and the SQL that reads and writes it. A series is
  * layer * per + col (a layer-less table's rows are layer 0). */
 static const kiln_metrics_sums sums_of[KILN_METRICS_SUMS] = {
     {.rows = "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, val_r2, "
@@ -297,6 +308,21 @@ static const kiln_metrics_sums sums_of[KILN_METRICS_SUMS] = {
      .set = "INSERT OR REPLACE INTO layer_sums_done VALUES(?1, ?2)",
      .last = "SELECT coalesce(max(step), 0) FROM layers",
      .per = KILN_METRICS_LAYER_COLS,
+     .val = -1,
+     .layered = true},
+    {.names = "INSERT OR IGNORE INTO tensor_names(name) SELECT DISTINCT name FROM tensors WHERE "
+              "step >= ?1 AND step < ?2",
+     .rows = "SELECT t.step, n.id, t.grad_norm, t.update_ratio FROM tensors t JOIN tensor_names n "
+             "ON n.name = t.name WHERE t.step >= ?1 AND t.step < ?2 ORDER BY t.step",
+     .sums = "SELECT bucket, tensor * 2 + col, minx, miny, maxx, maxy, firstx, firsty, lastx, "
+             "lasty, badx, bady FROM tensor_sums WHERE level = ?1 AND bucket >= ?2 AND bucket < "
+             "?3 ORDER BY bucket, tensor, col",
+     .ins = "INSERT OR REPLACE INTO tensor_sums VALUES(?1,?2,?14,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,"
+            "?13)",
+     .done = "SELECT level, upto FROM tensor_sums_done",
+     .set = "INSERT OR REPLACE INTO tensor_sums_done VALUES(?1, ?2)",
+     .last = "SELECT coalesce(max(step), 0) FROM tensors",
+     .per = KILN_METRICS_TENSOR_COLS,
      .val = -1,
      .layered = true},
 };
@@ -419,6 +445,14 @@ static kiln_err sums_level(kiln_metrics *mx, int which, int k, long end) {
     const kiln_metrics_sums *kind = &sums_of[which];
     long w = KILN_METRICS_SUM_WIDTH(k), from = u->upto[k];
     sqlite3_stmt *st;
+    if (k == 0 && kind->names) { /* the names first seen here get their ids */
+        KILN_TRY(prep(mx, &u->names, kind->names));
+        sqlite3_bind_int64(u->names, 1, from);
+        sqlite3_bind_int64(u->names, 2, end);
+        int r = sqlite3_step(u->names);
+        sqlite3_reset(u->names);
+        if (r != SQLITE_DONE) return db_fail(mx, "cannot name a summary's series");
+    }
     if (k == 0) {
         KILN_TRY(prep(mx, &u->rows, kind->rows));
         st = u->rows;
@@ -472,7 +506,7 @@ static kiln_err sums_level(kiln_metrics *mx, int which, int k, long end) {
     return KILN_OK;
 }
 
-/* Every bucket a step up to `newest` closed, at every level of both summaries (in the
+/* Every bucket a step up to `newest` closed, at every level of every summary (in the
  * caller's transaction). */
 static kiln_err sums_update(kiln_metrics *mx, long newest) {
     for (int i = 0; i < KILN_METRICS_SUMS; i++) {
@@ -488,7 +522,7 @@ static kiln_err sums_update(kiln_metrics *mx, long newest) {
     return KILN_OK;
 }
 
-/* Whether step closes a bucket of either summary (or they are not read yet). */
+/* Whether step closes a bucket of any summary (or they are not read yet). */
 static bool sums_due(const kiln_metrics *mx, long step) {
     for (int i = 0; i < KILN_METRICS_SUMS; i++)
         if (!mx->sums[i].loaded || step >= mx->sums[i].upto[0] + KILN_METRICS_SUM_WIDTH(0))

@@ -568,6 +568,8 @@ typedef struct kiln_run_curves {
     bool sampled; /* layers and tensors were read at sampled steps */
     bool layers_summed; /* but the layers' scalar curves (not expert_load) came whole from
                            metrics.db's layer_sums, as the steps table's from step_sums */
+    bool tensors_summed; /* and the tensors' curves (the movers by their true highest update
+                            ratio) from tensor_sums */
 } kiln_run_curves;
 
 /* Every curve a run's page draws, in one read transaction (a trainer writing meanwhile is

@@ -313,10 +313,21 @@ extern const char *const kiln_metrics_sum_cols[KILN_METRICS_SUM_COLS];
  * rows: readers sample its layers table. */
 #define KILN_METRICS_LAYER_COLS 6
 #define KILN_METRICS_SUM_LAYERS 4096 /* layers past this are not summed up */
-enum { KILN_METRICS_STEP_SUMS, KILN_METRICS_LAYER_SUMS, KILN_METRICS_SUMS };
+/* The tensors table's grad_norm and update_ratio summed up the same way per tensor:
+ * tensor_sums(level, bucket, tensor, col, minx .. bady) and tensor_sums_done, a tensor being
+ * tensor_names' id of its name (given when its rows are first summed up, kept on a resume).
+ * A metrics.db logged before has no tensor_sums_done rows: readers sample its tensors. */
+#define KILN_METRICS_TENSOR_COLS 2
+enum {
+    KILN_METRICS_STEP_SUMS,
+    KILN_METRICS_LAYER_SUMS,
+    KILN_METRICS_TENSOR_SUMS,
+    KILN_METRICS_SUMS
+};
 /* A summary's SQL, shared by its writer (metrics.c) and its reader (curves.c). A series is
  * layer * per + col. */
 typedef struct kiln_metrics_sums {
+    const char *names; /* NULL, or run first on step in [?1, ?2) to give the rows' series ids */
     const char *rows; /* the table's rows, step in [?1, ?2): step[, layer], the per columns */
     const char *sums; /* level ?1's buckets in [?2, ?3): bucket, series, minx .. bady */
     const char *ins;  /* a row: ?1 level, ?2 bucket, ?3 col, ?4 .. ?13 minx .. bady, ?14 layer */
@@ -325,7 +336,7 @@ typedef struct kiln_metrics_sums {
     const char *last; /* the table's last step (0: none) */
     int per;          /* columns per row */
     int val;          /* the validation column (counted only where it is not NULL), or -1 */
-    bool layered;     /* rows carry their layer after the step */
+    bool layered;     /* rows carry their layer (tensor id) after the step */
 } kiln_metrics_sums;
 const kiln_metrics_sums *kiln_metrics_sums_of(int which);
 /* Column c of a row of k->rows: its series (*y its value), or -1 when it does not count. */

@@ -124,6 +124,8 @@ GEN_SUMMARIZE="$SUMTOOL" sh "$GEN" "$T/long/run" 40000 0.001 || fail "gen-run, s
     fail "the summary is not there"
 [ "$(sqlite3 "$T/long/run/metrics.db" "SELECT upto FROM layer_sums_done WHERE level = 1")" = 40000 ] ||
     fail "the layers' summary is not there"
+[ "$(sqlite3 "$T/long/run/metrics.db" "SELECT upto FROM tensor_sums_done WHERE level = 1")" = 40000 ] ||
+    fail "the tensors' summary is not there"
 long_page() { # the long run's page from a server just started, without its footer's time
     $KILN runs serve "$T/long" >"$T/long.out" 2>"$T/long.err" &
     PID=$!
@@ -134,17 +136,20 @@ long_page() { # the long run's page from a server just started, without its foot
 long_page "$T/long.sums"
 grep -q 'id="chart-loss"' "$T/long.sums" && grep -q 'class="mark spike"' "$T/long.sums" ||
     fail "the long run's page: no loss chart or spike mark"
-# (its layers read whole too, as a layer_sums_done with nothing done has them read)
+# (its layers and tensors read whole too, as a _sums_done with nothing done has them read)
 sqlite3 "$T/long/run/metrics.db" "ALTER TABLE step_sums_done RENAME TO kept;
-  CREATE TABLE kept_l AS SELECT * FROM layer_sums_done; UPDATE layer_sums_done SET upto = 0"
+  CREATE TABLE kept_l AS SELECT * FROM layer_sums_done; UPDATE layer_sums_done SET upto = 0;
+  CREATE TABLE kept_t AS SELECT * FROM tensor_sums_done; UPDATE tensor_sums_done SET upto = 0"
 long_page "$T/long.rows"
 cmp -s "$T/long.sums" "$T/long.rows" || { diff "$T/long.sums" "$T/long.rows" | cut -c1-160 | head -5 >&2; fail "the summary's page is not the rows' page"; }
 sqlite3 "$T/long/run/metrics.db" "ALTER TABLE kept RENAME TO step_sums_done; DELETE FROM
   layer_sums_done; INSERT INTO layer_sums_done SELECT * FROM kept_l; DROP TABLE kept_l;
+  DELETE FROM tensor_sums_done; INSERT INTO tensor_sums_done SELECT * FROM kept_t; DROP TABLE kept_t;
   INSERT INTO steps(step, time, loss, grad_norm) VALUES (40001, 1.8e9, 90, 9.5), (40050, 1.8e9, 0.5, 0.5)"
 "$SUMTOOL" summarize "$T/long/run/metrics.db" || fail "summarize"
 long_page "$T/long.sums2"
-sqlite3 "$T/long/run/metrics.db" "DROP TABLE step_sums_done; UPDATE layer_sums_done SET upto = 0"
+sqlite3 "$T/long/run/metrics.db" "DROP TABLE step_sums_done; UPDATE layer_sums_done SET upto = 0;
+  UPDATE tensor_sums_done SET upto = 0"
 long_page "$T/long.rows2"
 cmp -s "$T/long.sums2" "$T/long.rows2" || fail "after new steps the summary's page is not the rows' page"
 cmp -s "$T/long.sums" "$T/long.sums2" && fail "the new steps do not show"
