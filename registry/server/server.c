@@ -1187,6 +1187,22 @@ static enum MHD_Result signed_doc_start(kiln_registry_server *s, struct MHD_Conn
     return MHD_YES;
 }
 
+/* The body signed_doc_start took, NUL-terminated: false once an answer is queued into *ret (a
+ * body that failed, bad its fallback message; or a NUL byte in it, named by what). */
+static bool signed_doc_text(struct MHD_Connection *c, req *r, const char *bad, const char *what,
+                            enum MHD_Result *ret) {
+    if (r->body_failed) {
+        *ret = send_error(c, r, status_of(r->body_rc), "%s", r->body_msg ? r->body_msg : bad);
+        return false;
+    }
+    r->rec[r->rec_len] = 0;
+    if (memchr(r->rec, 0, r->rec_len)) {
+        *ret = send_error(c, r, 400, "%s holds a NUL byte", what);
+        return false;
+    }
+    return true;
+}
+
 static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                     sqlite3 *db) {
     return signed_doc_start(s, c, r, BODY_RECORD, "a channel record", "channel records",
@@ -1195,12 +1211,8 @@ static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connecti
 
 static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                      sqlite3 *db) {
-    if (r->body_failed)
-        return send_error(c, r, status_of(r->body_rc), "%s",
-                          r->body_msg ? r->body_msg : "bad record");
-    r->rec[r->rec_len] = 0;
-    if (memchr(r->rec, 0, r->rec_len))
-        return send_error(c, r, 400, "channel record holds a NUL byte");
+    enum MHD_Result ret;
+    if (!signed_doc_text(c, r, "bad record", "channel record", &ret)) return ret;
     reg_record rec;
     char label[200];
     snprintf(label, sizeof label, "channel record for %s/%s", r->seg[0], r->seg[1]);
@@ -1250,12 +1262,8 @@ static enum MHD_Result trust_start(kiln_registry_server *s, struct MHD_Connectio
  * check. One at a time, so that two PUTs of the same version cannot both pass. */
 static enum MHD_Result trust_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                     sqlite3 *db) {
-    if (r->body_failed)
-        return send_error(c, r, status_of(r->body_rc), "%s",
-                          r->body_msg ? r->body_msg : "bad trust version");
-    r->rec[r->rec_len] = 0;
-    if (memchr(r->rec, 0, r->rec_len))
-        return send_error(c, r, 400, "the trust version holds a NUL byte");
+    enum MHD_Result ret;
+    if (!signed_doc_text(c, r, "bad trust version", "the trust version", &ret)) return ret;
     uint64_t v = r->trust_v; /* checked in first_call */
     char label[96];
     snprintf(label, sizeof label, "trust version %llu", (unsigned long long)v);
