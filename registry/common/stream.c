@@ -34,6 +34,7 @@ struct reg_follow {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     uint64_t avail; /* bytes of the partial written and valid, from its start */
+    uint64_t need;  /* the avail its reader waits for: no wake-up before (0: any growth) */
     unsigned gen;   /* resets so far */
     bool ended, complete;
 };
@@ -60,7 +61,9 @@ void reg_follow_grow(reg_follow *f, uint64_t have) {
     pthread_mutex_lock(&f->mu);
     if (have > f->avail) {
         f->avail = have;
-        pthread_cond_broadcast(&f->cv);
+        /* The download writes what each recv() gave (16-64 KiB on loopback); the reader reads
+         * a whole chunk at a time, so it is woken once a chunk, not once a write. */
+        if (have >= f->need) pthread_cond_broadcast(&f->cv);
     }
     pthread_mutex_unlock(&f->mu);
 }
@@ -109,9 +112,16 @@ static kiln_err follow_read(void *ctx, const void **buf, size_t *n) {
     *n = 0;
     *buf = NULL;
     reg_follow *f = s->f;
+    /* A whole chunk, or the rest of the archive: fewer, larger reads and posts to the hashers
+     * (a wake-up per write of the download cost more CPU than the hashing of small archives). */
+    uint64_t want = s->size > s->off && s->size - s->off < KILN_HASHPIPE_CHUNK
+                        ? s->size - s->off
+                        : KILN_HASHPIPE_CHUNK;
     pthread_mutex_lock(&f->mu);
-    while (s->off >= f->avail && !f->ended && f->gen == s->gen)
+    f->need = s->off + want;
+    while ((f->avail <= s->off || f->avail - s->off < want) && !f->ended && f->gen == s->gen)
         pthread_cond_wait(&f->cv, &f->mu);
+    f->need = 0;
     bool reset = f->gen != s->gen, ended = f->ended, complete = f->complete;
     uint64_t avail = f->avail;
     pthread_mutex_unlock(&f->mu);
@@ -127,11 +137,11 @@ static kiln_err follow_read(void *ctx, const void **buf, size_t *n) {
         if (s->fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", s->partial);
     }
     uint8_t *slot = kiln_hashpipe_slot(s->pipe);
-    size_t want =
+    size_t len =
         avail - s->off < KILN_HASHPIPE_CHUNK ? (size_t)(avail - s->off) : KILN_HASHPIPE_CHUNK;
     ssize_t got;
     do
-        got = pread(s->fd, slot, want, (off_t)s->off);
+        got = pread(s->fd, slot, len, (off_t)s->off);
     while (got < 0 && errno == EINTR);
     if (got < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", s->partial);
     if (got == 0) return kiln_fail(KILN_ERR_IO, "'%s': shorter than written", s->partial);
