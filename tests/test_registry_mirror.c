@@ -285,6 +285,131 @@ out:
     mfree(&f);
 }
 
+/* Every line a sync says, copied or problem, in the order it said them. */
+typedef struct said {
+    char text[4096];
+} said;
+
+static void said_line(said *s, const char *kind, const char *line) {
+    const char *at = strchr(line, '@'); /* "demo@2.0.0 ..." -> "kind 2.0.0" */
+    size_t n = strlen(s->text), v = at ? strcspn(at + 1, " :") : 0;
+    snprintf(s->text + n, sizeof s->text - n, "%s%s %.*s", n ? "," : "", kind, (int)v,
+             at ? at + 1 : "");
+}
+
+static void said_copied(void *ctx, const char *line) {
+    if (strstr(line, "@")) said_line(ctx, "copied", line);
+}
+
+static void said_problem(void *ctx, const char *line) {
+    said_line(ctx, "problem", line);
+}
+
+/* Versions are fetched two at a time (mirror.c, "versions, two in flight"): what the sync
+ * says still comes in the primary's order, each version's verdict its own. */
+KILN_TEST(registry_mirror_says_it_in_the_listings_order) {
+    mfx f;
+    if (!CHECK("fixture", minit(&f))) goto out;
+    static const char *v[] = {"1.0.0", "2.0.0", "3.0.0", "4.0.0", "5.0.0", "6.0.0", "7.0.0"};
+    bool ok = true;
+    for (int i = 0; i < 7 && ok; i++) {
+        char w[8];
+        snprintf(w, sizeof w, "w%d", i);
+        ok = mpublish(&f, v[i], w, strlen(w));
+    }
+    if (!CHECK("a primary with seven versions", ok)) goto out;
+    /* 3.0.0 carries 1.0.0's signature; 5.0.0's blob is other bytes of its size; 6.0.0 is
+     * listed without a size. */
+    char *d5 = mquery(f.primary.root, "SELECT substr(digest, 8) FROM versions WHERE "
+                                      "version = '5.0.0'"),
+         *b5 = d5 ? reg_blob_path(f.primary.root, d5) : NULL;
+    struct stat sb;
+    bool tampered =
+        b5 && stat(b5, &sb) == 0 &&
+        rfx_sql(f.primary.root, RFX_CONNECT,
+                "UPDATE versions SET signature = (SELECT signature FROM versions WHERE "
+                "version = '1.0.0') WHERE version = '3.0.0'",
+                NULL) &&
+        rfx_sql(f.primary.root, RFX_CONNECT,
+                "UPDATE versions SET size = -1 WHERE version = '6.0.0'", NULL);
+    if (tampered) {
+        char *junk = kiln_calloc(1, (size_t)sb.st_size);
+        tampered = junk && kiln_write_file_atomic(b5, junk, (size_t)sb.st_size) == KILN_OK;
+        free(junk);
+    }
+    free(d5);
+    free(b5);
+    if (!CHECK("tampered", tampered)) goto out;
+    said s = {.text = ""};
+    kiln_registry_client_opts c = mclient(f.primary.url, f.primary.admin);
+    kiln_registry_mirror_opts o = {.root = f.mirror,
+                                   .from = &c,
+                                   .trust = f.primary.trust,
+                                   .on_copied = said_copied,
+                                   .on_problem = said_problem,
+                                   .ctx = &s};
+    kiln_registry_mirror_result res;
+    kiln_err rc = kiln_registry_mirror_sync(&o, &res);
+    CHECK("three problems, four copied",
+          rc == KILN_ERR_VERIFY && res.problems == 3 && res.versions == 4);
+    CHECK("said in the listing's order",
+          !strcmp(s.text, "copied 1.0.0,copied 2.0.0,problem 3.0.0,copied 4.0.0,problem 5.0.0,"
+                          "problem 6.0.0,copied 7.0.0"));
+    if (strcmp(s.text, "copied 1.0.0,copied 2.0.0,problem 3.0.0,copied 4.0.0,problem 5.0.0,"
+                       "problem 6.0.0,copied 7.0.0"))
+        fprintf(stderr, "    said: %s\n", s.text);
+    char *order = mquery(f.mirror, "SELECT group_concat(version, ',') FROM (SELECT version FROM "
+                                   "versions ORDER BY rowid)");
+    CHECK("the rows went in in that order", order && !strcmp(order, "1.0.0,2.0.0,4.0.0,7.0.0"));
+    free(order);
+out:
+    mfree(&f);
+}
+
+/* A primary that lists one archive's digest for two versions: the second is checked against
+ * the blob the first committed, not downloaded again (nor into the same file at the same time,
+ * where a registry that ignored Range would truncate it under the first), and refused (its
+ * signature is of other bytes); the blob is the archive's, byte for byte. */
+KILN_TEST(registry_mirror_one_digest_listed_twice) {
+    mfx f;
+    if (!CHECK("fixture", minit(&f))) goto out;
+    /* Archives of some size, so that two downloads of one would overlap. */
+    size_t wlen = 8u << 20;
+    uint8_t *w = kiln_malloc(wlen);
+    for (size_t i = 0; w && i < wlen; i++)
+        w[i] = (uint8_t)((i * 2654435761u) >> 13);
+    bool published = w && mpublish(&f, "1.0.0", w, wlen) && (w[0] ^= 1, true) &&
+                     mpublish(&f, "2.0.0", w, wlen);
+    free(w);
+    if (!CHECK("a primary with two versions, the second listed with the first's digest",
+               published &&
+                   rfx_sql(f.primary.root, RFX_CONNECT,
+                           "UPDATE versions SET (digest, size) = (SELECT digest, size FROM "
+                           "versions WHERE version = '1.0.0') WHERE version = '2.0.0'",
+                           NULL)))
+        goto out;
+    kiln_registry_mirror_result res;
+    CHECK("1.0.0 copied, 2.0.0 refused for its signature",
+          msync(&f, &res) == KILN_ERR_VERIFY && res.versions == 1 && res.problems == 1 &&
+              mproblem_has(&f, "demo@2.0.0", "signature"));
+    char *hex = mquery(f.mirror, "SELECT substr(digest, 8) FROM versions"),
+         *blob = hex ? reg_blob_path(f.mirror, hex) : NULL;
+    uint8_t h[KILN_SHA256_BYTES];
+    char got[KILN_SHA256_HEX] = "";
+    if (blob && kiln_sha256_file(blob, h) == KILN_OK) kiln_hex(h, sizeof h, got);
+    CHECK("the blob held is the archive", hex && !strcmp(got, hex));
+    char *size = mquery(f.mirror, "SELECT size FROM versions");
+    CHECK("downloaded once", size && res.bytes == strtoull(size, NULL, 10));
+    free(size);
+    char *p = hex ? kiln_asprintf("%s/tmp/mirror-%s.partial", f.mirror, hex) : NULL;
+    CHECK("no partial left", p && !kiln_path_exists(p));
+    free(p);
+    free(hex);
+    free(blob);
+out:
+    mfree(&f);
+}
+
 KILN_TEST(registry_mirror_refuses_what_is_not_a_mirror) {
     mfx f;
     if (!CHECK("fixture", minit(&f))) goto out;

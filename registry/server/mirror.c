@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +215,9 @@ typedef struct mirror_run {
     reg_trust_chain chain; /* the mirror's policy walked through the trust versions copied */
     kiln_registry_mirror_result *res;
     char reason[600]; /* the audit rows' "from URL" */
+    pthread_mutex_t mu;         /* for what the versions in flight share: */
+    struct mirror_job *oldest;  /* the one whose progress is reported */
+    bool cancel;                /* the caller cancelled, or the sync stopped */
 } mirror_run;
 
 static void say(mirror_run *m, bool problem, const char *fmt, ...) KILN_PRINTF(3, 4);
@@ -329,30 +333,76 @@ static void stream_result_release(reg_stream_result *sr) {
     memset(sr, 0, sizeof *sr);
 }
 
+/* ---- versions, two in flight ----
+ *
+ * A version is fetched and checked (its record, the download with both digests as the bytes
+ * land, the signatures, the manifest) on a thread of its own, and committed (the blob's fsync
+ * and link, the row) by the sync's thread, in the primary's order. While one version is
+ * committed or its last bytes hashed, the next one downloads: a new mirror's many archives
+ * keep both cores busy instead of waiting on each archive's hashing, fsync and commit in
+ * turn. What the sync says (copied, problems) comes in the listing's order, as one at a time. */
+enum { MIRROR_IN_FLIGHT = 2 };
+
+typedef struct mirror_job {
+    mirror_run *m;
+    kiln_registry_client_opts c; /* the primary, progress through job_progress */
+    const char *model, *version, *digest; /* the listing's */
+    char hex[KILN_SHA256_HEX];
+    uint64_t size;
+    char label[200];
+    /* what the fetch found */
+    kiln_err rc;
+    char msg[1024];
+    size_t requests;
+    uint64_t bytes;
+    json_t *ver; /* the primary's record of the version */
+    const char *sig, *publisher, *created;
+    char *blob, *partial;
+    bool have_blob;
+    reg_archive_meta meta;
+    pthread_t th;
+    bool threaded;
+} mirror_job;
+
+/* Progress goes to the caller's callback from the oldest version in flight only (one bar, one
+ * archive at a time); a cancel it asks for, or a sync that stopped, ends every download. */
+static int job_progress(void *ctx, uint64_t done, uint64_t total) {
+    mirror_job *j = ctx;
+    mirror_run *m = j->m;
+    pthread_mutex_lock(&m->mu);
+    if (!m->cancel && j == m->oldest && m->c.progress &&
+        m->c.progress(m->c.progress_ctx, done, total) != 0)
+        m->cancel = true;
+    bool cancel = m->cancel;
+    pthread_mutex_unlock(&m->mu);
+    return cancel;
+}
+
 /* Download blob hex into partial (resuming what is there) and check its digest; a resumed
  * file that does not hash right is fetched once more from the start, as kiln pull does. The
  * SHA-256 and the signatures' BLAKE2b-512 come from the bytes as they land (stream.c), and
  * with expect (the signed manifest) the archive's metadata too: *sr says which did (the
  * caller releases it). */
-static kiln_err fetch_blob(mirror_run *m, const char *hex, uint64_t size, const char *partial,
-                           const char *label, const kiln_manifest *expect, bool report,
+static kiln_err fetch_blob(mirror_job *j, const kiln_manifest *expect, bool report,
                            reg_stream_result *sr) {
+    const char *hex = j->hex, *partial = j->partial, *label = j->label;
+    uint64_t size = j->size;
     memset(sr, 0, sizeof *sr);
     for (int pass = 0;; pass++) {
         struct stat sb;
         uint64_t have = stat(partial, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-        m->res->requests++;
+        j->requests++;
         reg_follow *f = NULL;
         reg_stream *st = NULL;
         stream_result_release(sr);
         /* The stream names the archive by its file, as reg_archive_meta_read would. */
         kiln_err rc = reg_follow_new(&f);
         if (!rc) rc = reg_stream_start_meta(f, partial, size, partial, expect, report, &st);
-        if (!rc) rc = reg_download_follow(&m->c, hex, size, partial, f);
+        if (!rc) rc = reg_download_follow(&j->c, hex, size, partial, f);
         reg_stream_join(st, sr);
         reg_follow_free(f);
         KILN_TRY(rc);
-        m->res->bytes += have <= size ? size - have : size;
+        j->bytes += have <= size ? size - have : size;
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
         if (sr->hashed)
@@ -407,58 +457,34 @@ static kiln_err read_held(const char *blob, uint64_t size, const kiln_manifest *
     return rc;
 }
 
-/* One version the primary lists: nothing to do when the mirror holds it with the same digest;
- * a loud problem with another (versions are immutable: the primary changed history, and the
- * mirror keeps what it verified); otherwise its archive is downloaded, hashed, its
- * signatures verified and the archive read as the server does on upload, the blob committed
- * and the row inserted. */
-static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
-    const char *version = json_string_value(json_object_get(entry, "version")),
-               *digest = json_string_value(json_object_get(entry, "digest"));
-    json_t *jsize = json_object_get(entry, "size");
-    char hex[KILN_SHA256_HEX];
-    if (!version || reg_check_version_chars(version) || !reg_digest_hex(digest, hex) ||
-        !json_is_integer(jsize) || json_integer_value(jsize) < 0) {
-        say(m, true, "%s@%s: the primary lists it without a valid version, digest or size", model,
-            version && strlen(version) <= KILN_REGISTRY_NAME_MAX ? version : "?");
-        return KILN_OK;
-    }
-    uint64_t size = (uint64_t)json_integer_value(jsize);
-    kiln_err rc;
-    char *have = reg_version_digest(m->db, model, version, &rc);
-    KILN_TRY(rc);
-    if (have) {
-        if (strcmp(have, digest) != 0)
-            say(m, true,
-                "%s@%s: the primary now gives it %s, but it was published as %s (held here): "
-                "a published version changed on the primary; not overwritten",
-                model, version, digest, have);
-        free(have);
-        return KILN_OK;
-    }
-    char label[200], path[300];
-    snprintf(label, sizeof label, "%s@%s (%s)", model, version, digest);
+/* One version the primary lists, on its own thread (job_main): its record, its archive
+ * downloaded, hashed, its signatures verified and the archive read as the server does on
+ * upload. Touches nothing of the mirror's but its tmp/ partial (the store's rows and blobs
+ * are the sync thread's: job_commit). */
+static kiln_err job_fetch(mirror_job *j) {
+    mirror_run *m = j->m;
+    const char *model = j->model, *version = j->version, *label = j->label;
+    char path[300];
     snprintf(path, sizeof path, "/v1/models/%s/versions/%s", model, version);
-    json_t *ver = NULL;
-    char *blob = NULL, *partial = NULL;
-    reg_archive_meta meta;
-    memset(&meta, 0, sizeof meta);
     kiln_manifest *signed_m = NULL;
     char *report = NULL;
     size_t report_len = 0;
     bool have_report = false;
     reg_stream_result sr;
     memset(&sr, 0, sizeof sr);
-    rc = get_json(m, path, &ver);
+    j->requests++;
+    kiln_err rc = kiln_registry_get_json(&j->c, path, &j->ver);
     if (rc) goto out;
+    json_t *ver = j->ver;
     const char *sig = json_string_value(json_object_get(ver, "signature")),
-               *vd = json_string_value(json_object_get(ver, "digest")),
-               *publisher = json_string_value(json_object_get(ver, "publisher")),
-               *created = json_string_value(json_object_get(ver, "created"));
+               *vd = json_string_value(json_object_get(ver, "digest"));
+    j->sig = sig;
+    j->publisher = json_string_value(json_object_get(ver, "publisher"));
+    j->created = json_string_value(json_object_get(ver, "created"));
     json_t *vs = json_object_get(ver, "size");
     KILN_CHECK_IF(rc, out,
-                  !sig || !vd || strcmp(vd, digest) || !json_is_integer(vs) ||
-                      (uint64_t)json_integer_value(vs) != size,
+                  !sig || !vd || strcmp(vd, j->digest) || !json_is_integer(vs) ||
+                      (uint64_t)json_integer_value(vs) != j->size,
                   KILN_ERR_VERIFY,
                   "%s: the primary's record of the version lacks a signature or gives another "
                   "digest or size than its listing",
@@ -471,34 +497,34 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
      * it). That manifest is also what the archive is read against as it lands. */
     for (size_t i = m->chain.n; i-- > 0 && !signed_m;)
         signed_m = reg_signed_manifest(ver, sig, m->chain.v[i], model, version);
-    KILN_CHECK(
-        rc, out,
-        reg_size_accept(&m->c, size, signed_m ? reg_archive_bound(signed_m) : UINT64_MAX, label));
+    KILN_CHECK(rc, out,
+               reg_size_accept(&j->c, j->size,
+                               signed_m ? reg_archive_bound(signed_m) : UINT64_MAX, label));
     /* The validation report comes after the weights in the archive: its bytes are taken from
      * the primary's record of the version when they are the ones the signed manifest lists,
      * so that the archive is decompressed no further than its card. */
     have_report = signed_m && report_of(ver, signed_m, &report, &report_len);
-    blob = reg_blob_path(m->root, hex);
-    partial = kiln_asprintf("%s/tmp/mirror-%s.partial", m->root, hex);
-    KILN_CHECK_IF(rc, out, !blob || !partial, KILN_ERR_NOMEM, "out of memory");
+    j->blob = reg_blob_path(m->root, j->hex);
+    j->partial = kiln_asprintf("%s/tmp/mirror-%s.partial", m->root, j->hex);
+    KILN_CHECK_IF(rc, out, !j->blob || !j->partial, KILN_ERR_NOMEM, "out of memory");
     /* A blob the store has (another version's, or one linked by a sync that stopped before
      * its row) is checked as a download is, read once as one is. */
-    bool have_blob = kiln_path_exists(blob);
-    const char *file = have_blob ? blob : partial;
-    if (have_blob) {
+    j->have_blob = kiln_path_exists(j->blob);
+    const char *file = j->have_blob ? j->blob : j->partial;
+    if (j->have_blob) {
         uint8_t h[KILN_SHA256_BYTES];
         char got[KILN_SHA256_HEX];
-        KILN_CHECK(rc, out, read_held(blob, size, signed_m, !have_report, &sr));
+        KILN_CHECK(rc, out, read_held(j->blob, j->size, signed_m, !have_report, &sr));
         if (sr.hashed)
             memcpy(h, sr.sha256, sizeof h);
         else
-            KILN_CHECK(rc, out, kiln_sha256_file(blob, h));
+            KILN_CHECK(rc, out, kiln_sha256_file(j->blob, h));
         kiln_hex(h, sizeof h, got);
-        KILN_CHECK_IF(rc, out, strcmp(got, hex), KILN_ERR_VERIFY,
-                      "%s: the blob held here '%s' hashes to sha256:%s", label, blob, got);
-        unlink(partial); /* a sync stopped between the link and the partial's removal */
+        KILN_CHECK_IF(rc, out, strcmp(got, j->hex), KILN_ERR_VERIFY,
+                      "%s: the blob held here '%s' hashes to sha256:%s", label, j->blob, got);
+        unlink(j->partial); /* a sync stopped between the link and the partial's removal */
     } else {
-        KILN_CHECK(rc, out, fetch_blob(m, hex, size, partial, label, signed_m, !have_report, &sr));
+        KILN_CHECK(rc, out, fetch_blob(j, signed_m, !have_report, &sr));
     }
     /* As the server on upload: every signature block under the policy, then the archive's
      * manifest (the one the signatures name) and its name and version. The manifest, card
@@ -515,69 +541,221 @@ static kiln_err sync_version(mirror_run *m, const char *model, json_t *entry) {
         rc = reg_relabel(rc, file, "the primary's archive");
         goto out;
     }
+    reg_archive_meta *meta = &j->meta;
     if (sr.inspected) {
-        meta = sr.meta;
+        *meta = sr.meta;
         memset(&sr.meta, 0, sizeof sr.meta);
         if (have_report && report && !memchr(report, 0, report_len)) {
-            meta.validation_text = report; /* as reg_archive_meta_take keeps it */
-            meta.validation_len = report_len;
+            meta->validation_text = report; /* as reg_archive_meta_take keeps it */
+            meta->validation_len = report_len;
             report = NULL;
         }
     } else {
-        rc = reg_archive_meta_read(file, &meta);
+        rc = reg_archive_meta_read(file, meta);
     }
     if (rc) {
         rc = kiln_errprefix(rc == KILN_ERR_FORMAT ? KILN_ERR_VERIFY : rc, "%s: ", label);
         goto out;
     }
     KILN_CHECK_IF(
-        rc, out, memcmp(meta.manifest_sha256, rep.info.manifest_sha256, KILN_SHA256_BYTES) != 0,
+        rc, out, memcmp(meta->manifest_sha256, rep.info.manifest_sha256, KILN_SHA256_BYTES) != 0,
         KILN_ERR_VERIFY, "%s: the manifest read is not the one the signatures name", label);
-    KILN_CHECK_IF(rc, out, strcmp(meta.name, model) || strcmp(meta.version, version),
-                  KILN_ERR_VERIFY, "%s: the archive's manifest names '%s@%s'", label, meta.name,
-                  meta.version);
-    if (!have_blob) {
+    KILN_CHECK_IF(rc, out, strcmp(meta->name, model) || strcmp(meta->version, version),
+                  KILN_ERR_VERIFY, "%s: the archive's manifest names '%s@%s'", label, meta->name,
+                  meta->version);
+out:
+    stream_result_release(&sr);
+    kiln_manifest_free(signed_m);
+    free(report);
+    return rc;
+}
+
+static void *job_main(void *arg) {
+    mirror_job *j = arg;
+    j->rc = job_fetch(j);
+    if (j->rc) snprintf(j->msg, sizeof j->msg, "%s", kiln_errmsg());
+    return NULL;
+}
+
+static void job_free(mirror_job *j) {
+    if (!j) return;
+    reg_archive_meta_release(&j->meta);
+    json_decref(j->ver);
+    free(j->blob);
+    free(j->partial);
+    free(j);
+}
+
+/* The version's listing checked against the store, on the sync's thread; *j the fetch to
+ * start (NULL: nothing to fetch). Problems are said by the caller once the versions before
+ * this one are done, in *problem. */
+static kiln_err job_new(mirror_run *m, const char *model, json_t *entry, mirror_job **j,
+                        char *problem, size_t cap) {
+    *j = NULL;
+    problem[0] = 0;
+    const char *version = json_string_value(json_object_get(entry, "version")),
+               *digest = json_string_value(json_object_get(entry, "digest"));
+    json_t *jsize = json_object_get(entry, "size");
+    char hex[KILN_SHA256_HEX];
+    if (!version || reg_check_version_chars(version) || !reg_digest_hex(digest, hex) ||
+        !json_is_integer(jsize) || json_integer_value(jsize) < 0) {
+        snprintf(problem, cap, "%s@%s: the primary lists it without a valid version, digest or size",
+                 model, version && strlen(version) <= KILN_REGISTRY_NAME_MAX ? version : "?");
+        return KILN_OK;
+    }
+    kiln_err rc;
+    char *have = reg_version_digest(m->db, model, version, &rc);
+    KILN_TRY(rc);
+    if (have) {
+        if (strcmp(have, digest) != 0)
+            snprintf(problem, cap,
+                     "%s@%s: the primary now gives it %s, but it was published as %s (held here): "
+                     "a published version changed on the primary; not overwritten",
+                     model, version, digest, have);
+        free(have);
+        return KILN_OK;
+    }
+    mirror_job *n = kiln_calloc(1, sizeof *n);
+    if (!n) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    n->m = m;
+    n->c = m->c;
+    n->c.progress = job_progress;
+    n->c.progress_ctx = n;
+    n->model = model;
+    n->version = version;
+    n->digest = digest;
+    memcpy(n->hex, hex, sizeof hex);
+    n->size = (uint64_t)json_integer_value(jsize);
+    snprintf(n->label, sizeof n->label, "%s@%s (%s)", model, version, digest);
+    *j = n;
+    return KILN_OK;
+}
+
+/* The blob committed (fsync, link) and the row inserted, on the sync's thread. */
+static kiln_err job_commit(mirror_job *j) {
+    mirror_run *m = j->m;
+    if (!j->have_blob) {
         reg_upload u;
-        KILN_CHECK(rc, out, reg_upload_adopt(&u, m->root, partial));
-        rc = reg_upload_commit(&u, hex);
+        KILN_TRY(reg_upload_adopt(&u, m->root, j->partial));
+        kiln_err rc = reg_upload_commit(&u, j->hex);
         reg_upload_abort(&u);
-        if (rc) goto out;
+        KILN_TRY(rc);
     }
     int64_t when = 0;
-    if (!created || kiln_sign_parse_time(created, "created", &when) != KILN_OK) when = 0;
+    if (!j->created || kiln_sign_parse_time(j->created, "created", &when) != KILN_OK) when = 0;
     kiln_errclear();
-    reg_version_row row = {.model = model,
-                           .version = version,
-                           .digest = digest,
-                           .size = size,
-                           .meta = &meta,
-                           .sig = sig,
-                           .sig_len = strlen(sig),
-                           .publisher = publisher ? publisher : "",
+    reg_version_row row = {.model = j->model,
+                           .version = j->version,
+                           .digest = j->digest,
+                           .size = j->size,
+                           .meta = &j->meta,
+                           .sig = j->sig,
+                           .sig_len = strlen(j->sig),
+                           .publisher = j->publisher ? j->publisher : "",
                            .created = when ? when : kiln_unix_time()};
     bool existed;
-    KILN_CHECK(rc, out, reg_version_insert(m->db, &row, NULL, "mirror.sync", m->reason, &existed));
+    KILN_TRY(reg_version_insert(m->db, &row, NULL, "mirror.sync", m->reason, &existed));
     if (!existed) {
         m->res->versions++;
-        say(m, false, "copied %s@%s %s (%llu bytes)", model, version, digest,
-            (unsigned long long)size);
+        say(m, false, "copied %s@%s %s (%llu bytes)", j->model, j->version, j->digest,
+            (unsigned long long)j->size);
     }
-out:
-    /* A download whose bytes hash right stays even when its signature or manifest does not
-     * verify (the next sync checks it again without fetching it); bytes that hash wrong were
-     * removed by fetch_blob. */
+    return KILN_OK;
+}
+
+/* The oldest version in flight: waited for, then committed or its problem said. A download
+ * whose bytes hash right stays even when its signature or manifest does not verify (the next
+ * sync checks it again without fetching it); bytes that hash wrong were removed by
+ * fetch_blob. */
+static kiln_err job_finish(mirror_job *j) {
+    mirror_run *m = j->m;
+    if (j->threaded) pthread_join(j->th, NULL);
+    m->res->requests += j->requests;
+    m->res->bytes += j->bytes;
+    kiln_err rc = j->rc ? kiln_fail(j->rc, "%s", j->msg) : job_commit(j);
     if (rc && item_failure(rc)) {
         say(m, true, "%s", kiln_errmsg());
         rc = KILN_OK;
     }
-    reg_archive_meta_release(&meta);
-    stream_result_release(&sr);
-    kiln_manifest_free(signed_m);
-    free(report);
-    json_decref(ver);
-    free(blob);
-    free(partial);
     return rc;
+}
+
+typedef struct job_queue {
+    mirror_job *v[MIRROR_IN_FLIGHT];
+    size_t first, n;
+} job_queue;
+
+static void queue_oldest(mirror_run *m, job_queue *q) {
+    pthread_mutex_lock(&m->mu);
+    m->oldest = q->n ? q->v[q->first] : NULL;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* The oldest in flight finished and freed. */
+static kiln_err queue_pop(mirror_run *m, job_queue *q) {
+    mirror_job *j = q->v[q->first];
+    q->first = (q->first + 1) % MIRROR_IN_FLIGHT;
+    q->n--;
+    kiln_err rc = job_finish(j);
+    job_free(j);
+    queue_oldest(m, q);
+    return rc;
+}
+
+/* Every version in flight finished, in order; after a failure the rest only waited for
+ * (their downloads cancelled) and freed. */
+static kiln_err queue_drain(mirror_run *m, job_queue *q, kiln_err rc) {
+    while (q->n) {
+        if (rc) {
+            pthread_mutex_lock(&m->mu);
+            m->cancel = true;
+            pthread_mutex_unlock(&m->mu);
+            mirror_job *j = q->v[q->first];
+            q->first = (q->first + 1) % MIRROR_IN_FLIGHT;
+            q->n--;
+            if (j->threaded) pthread_join(j->th, NULL);
+            job_free(j);
+        } else {
+            rc = queue_pop(m, q);
+        }
+    }
+    queue_oldest(m, q);
+    return rc;
+}
+
+/* A model's versions, in the primary's order (so that publication order is kept), up to
+ * MIRROR_IN_FLIGHT fetched at once. Two listings of one digest never are: the second is
+ * checked against the blob the first committed, as one at a time. */
+static kiln_err sync_versions(mirror_run *m, const char *model, json_t *versions) {
+    job_queue q = {.n = 0};
+    kiln_err rc = KILN_OK;
+    for (size_t i = 0; !rc && i < json_array_size(versions); i++) {
+        mirror_job *j = NULL;
+        char problem[1024];
+        rc = job_new(m, model, json_array_get(versions, i), &j, problem, sizeof problem);
+        if (rc) break;
+        if (problem[0]) {
+            rc = queue_drain(m, &q, KILN_OK);
+            if (!rc) say(m, true, "%s", problem);
+        }
+        if (!j) continue;
+        bool same = false;
+        for (size_t k = 0; k < q.n; k++)
+            same = same || !strcmp(q.v[(q.first + k) % MIRROR_IN_FLIGHT]->hex, j->hex);
+        if (!rc && same) rc = queue_drain(m, &q, KILN_OK);
+        if (!rc && q.n == MIRROR_IN_FLIGHT) rc = queue_pop(m, &q);
+        if (rc) {
+            job_free(j);
+            break;
+        }
+        q.v[(q.first + q.n) % MIRROR_IN_FLIGHT] = j;
+        q.n++;
+        queue_oldest(m, &q);
+        /* No thread to be had: fetched here, as one at a time. */
+        j->threaded = pthread_create(&j->th, NULL, job_main, j) == 0;
+        if (!j->threaded) job_main(j);
+    }
+    return queue_drain(m, &q, rc);
 }
 
 static int64_t held_seq(mirror_run *m, const char *model, const char *channel, kiln_err *rc) {
@@ -724,8 +902,7 @@ static kiln_err sync_model(mirror_run *m, const char *model) {
         return KILN_OK;
     }
     json_t *versions = json_object_get(j, "versions"), *channels = json_object_get(j, "channels");
-    for (size_t i = 0; !rc && i < json_array_size(versions); i++)
-        rc = sync_version(m, model, json_array_get(versions, i));
+    rc = sync_versions(m, model, versions);
     const char *name;
     json_t *c;
     json_object_foreach(channels, name, c) {
@@ -758,6 +935,7 @@ kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
     mirror_run m = {.o = o, .root = o->root, .res = res, .c = *o->from};
     char *url = url_key(o->from->url);
     if (!url) return KILN_ERR_NOMEM;
+    pthread_mutex_init(&m.mu, NULL);
     m.c.url = url;
     reg_deadline_start(&m.c, 1); /* the whole sync */
     snprintf(m.reason, sizeof m.reason, "from %s", url);
@@ -817,6 +995,7 @@ out:
     reg_trust_chain_release(&m.chain);
     reg_db_close(m.db);
     reg_unlock(lock);
+    pthread_mutex_destroy(&m.mu);
     free(url);
     return rc;
 }
