@@ -5,7 +5,7 @@
 
 #include "cli.h"
 #include "core.h"
-#include "kernels.h"
+#include "train.h"
 
 /* What the dispatcher does for a command besides calling it, a row's flags. */
 enum {

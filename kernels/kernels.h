@@ -32,13 +32,6 @@ void kiln_standardize_backward(float *dx,         /* [N,F] */
                                const float *std,  /* [F] */
                                int N, int F);
 
-/* OpenBLAS's worker threads stopped and joined (as OpenBLAS itself does before a fork); its
- * next multi-threaded call starts them again. OpenBLAS starts them as it loads and each spins
- * on sched_yield for about 2^28 cycles before it sleeps: in a short process that does no
- * threaded BLAS (a pull, a mirror's sync, a sign) that is a core taken from its work. The
- * command line calls it first thing. A no-op with a BLAS that lacks the entry point. */
-void kiln_blas_threads_release(void);
-
 /* linear: out = inp @ weight^T + bias (bias may be NULL), one sgemm. */
 void kiln_linear_forward(float *out,          /* [N,OC] */
                          const float *inp,    /* [N,IC] */

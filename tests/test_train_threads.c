@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels.h"
 #include "test.h"
 #include "testutil.h"
 #include "train_int.h"

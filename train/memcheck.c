@@ -18,6 +18,14 @@
  * it (it does in 0.3.x); 0 when it does not. */
 extern int blas_num_threads __attribute__((weak));
 
+/* OpenBLAS's own (driver/others/blas_server.c; the trailing underscore is its Fortran-style
+ * name); weak, so that another CBLAS links too. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
+void kiln_blas_threads_release(void) {
+    if (blas_thread_shutdown_) (void)blas_thread_shutdown_();
+}
+
 /* "VmSize:" or "VmData:" of /proc/self/status in bytes; 0 if unknown. */
 static uint64_t proc_status_kb(const char *key) {
     FILE *f = fopen("/proc/self/status", "re");

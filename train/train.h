@@ -63,6 +63,13 @@ size_t kiln_tsmoe_bytes(const kiln_tsmoe *m);
  * a step touches a part of it (the packed panels; 32 MiB is generous for kiln's shapes). */
 #define KILN_OPENBLAS_BUFFER_BYTES (128ull << 20)
 #define KILN_OPENBLAS_TOUCH_BYTES (32ull << 20)
+/* OpenBLAS's worker threads stopped and joined (as OpenBLAS itself does before a fork); its
+ * next multi-threaded call starts them again. OpenBLAS starts them as it loads and each spins
+ * on sched_yield for about 2^28 cycles before it sleeps: in a short process that does no
+ * threaded BLAS (a pull, a mirror's sync, a sign) that is a core taken from its work. The
+ * command line calls it first thing. A no-op with a BLAS that lacks the entry point. */
+void kiln_blas_threads_release(void);
+
 /* Room kept for what a run allocates after setup (metrics, checkpoint writes, stdio). */
 #define KILN_TRAIN_SPARE_BYTES (64ull << 20)
 /* Refuse (KILN_ERR_LIMIT, naming the need and the limit) work whose sgemms cannot fit this

@@ -5,14 +5,6 @@
 
 #include "kernels.h"
 
-/* OpenBLAS's own (driver/others/blas_server.c; the trailing underscore is its Fortran-style
- * name); weak, so that another CBLAS links too. */
-extern int blas_thread_shutdown_(void) __attribute__((weak));
-
-void kiln_blas_threads_release(void) {
-    if (blas_thread_shutdown_) (void)blas_thread_shutdown_();
-}
-
 void kiln_linear_forward(float *out, const float *inp, const float *weight, const float *bias,
                          int N, int IC, int OC) {
     if (N <= 0) return;
