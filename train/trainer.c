@@ -1042,17 +1042,134 @@ out:
     return rc;
 }
 
+/* A resume's checkpoints: the steps on disk, oldest first; the newest that verifies in ck
+ * (have; it is steps[n - 1] when it is the newest of all); each newer one skipped, and why, in
+ * skipped[] (resume_ckpts_release frees them all). */
+typedef struct resume_ckpts {
+    long *steps;
+    size_t n;
+    char **skipped;
+    size_t n_skipped;
+    kiln_ckpt ck;
+    bool have;
+} resume_ckpts;
+
+static void resume_ckpts_release(resume_ckpts *r) {
+    kiln_ckpt_release(&r->ck);
+    for (size_t k = 0; k < r->n_skipped; k++)
+        free(r->skipped[k]);
+    free(r->skipped);
+    free(r->steps);
+}
+
+static kiln_err newest_checkpoint(const char *run_dir, resume_ckpts *r) {
+    KILN_TRY(kiln_ckpt_list(run_dir, &r->steps, &r->n));
+    r->skipped = kiln_calloc(r->n + 1, sizeof *r->skipped);
+    if (!r->skipped) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    for (size_t k = r->n; k-- > 0;) {
+        char *p = kiln_ckpt_path(run_dir, r->steps[k]);
+        if (!p) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        kiln_err e = kiln_ckpt_open(p, &r->ck);
+        if (!e && r->ck.state.step != r->steps[k])
+            e = kiln_fail(KILN_ERR_VERIFY, "'%s': holds step %ld, not %ld", p, r->ck.state.step,
+                          r->steps[k]);
+        free(p);
+        if (!e) {
+            r->have = true;
+            return KILN_OK;
+        }
+        kiln_ckpt_release(&r->ck);
+        r->skipped[r->n_skipped] = kiln_strdup(kiln_errmsg());
+        if (!r->skipped[r->n_skipped]) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        kiln_warn("skipping checkpoint: %s", r->skipped[r->n_skipped++]);
+    }
+    return KILN_OK;
+}
+
+/* The --set keys against the run's config (base): only the resumable ones may change. */
+static kiln_err check_resumable(const char *run_dir, const kiln_train_config *base,
+                                const kiln_train_config *cfg) {
+    json_t *a = kiln_train_config_json(base), *b = kiln_train_config_json(cfg);
+    kiln_err rc = !a || !b ? kiln_fail(KILN_ERR_NOMEM, "out of memory") : KILN_OK;
+    const char *key;
+    json_t *v;
+    json_object_foreach(b, key, v) {
+        if (rc) break;
+        json_t *old = json_object_get(a, key);
+        if ((old && json_equal(old, v)) || kiln_train_config_resumable(key)) continue;
+        char *ov = old ? json_dumps(old, JSON_ENCODE_ANY) : NULL,
+             *nv = json_dumps(v, JSON_ENCODE_ANY);
+        rc = kiln_fail(KILN_ERR_CONFIG,
+                       "'%s': config key '%s' cannot change on resume (the run has %s, asked %s)",
+                       run_dir, key, ov ? ov : "none", nv ? nv : "?");
+        free(ov);
+        free(nv);
+    }
+    json_decref(a);
+    json_decref(b);
+    return rc;
+}
+
+/* The model's state: the checkpoint's, or from scratch as the start did (an --init model
+ * cannot be replayed: refused). */
+static kiln_err resume_state(trainer *t, resume_ckpts *r, const json_t *run) {
+    if (r->have) {
+        KILN_TRY(kiln_ckpt_load(&r->ck, t->tab, t->np, t->params, t->mom,
+                                t->mom ? t->mom + t->numel : NULL));
+        /* What the checkpoint was trained on: mean 0, std 1 when it predates the record. */
+        memcpy(t->tmean, r->ck.target_mean, (size_t)t->cfg.model.n_outputs * sizeof(float));
+        memcpy(t->tstd, r->ck.target_std, (size_t)t->cfg.model.n_outputs * sizeof(float));
+        return KILN_OK;
+    }
+    KILN_FAIL_IF(json_object_get(run, "init"), KILN_ERR_NOTFOUND,
+                 "'%s': no checkpoint verifies and the run started from an --init model",
+                 t->opts->run_dir);
+    kiln_tsmoe_init(t->m, t->cfg.seed);
+    set_input_norm(t);
+    set_target_norm(t);
+    return KILN_OK;
+}
+
+/* metrics.db and run.json brought to the resume: rows after the step resumed from gone, the
+ * events said, the config with its --set keys written. */
+static kiln_err resume_record(trainer *t, const resume_ckpts *r, const kiln_train_config *base,
+                              json_t *run) {
+    const kiln_train_opts *opts = t->opts;
+    KILN_TRY(open_metrics(t, opts->run_dir));
+    KILN_TRY(kiln_metrics_truncate(t->mx, t->st.step));
+    /* A run killed between a checkpoint's rename and the prune after it keeps one checkpoint
+     * too many, and if that was the last step no later checkpoint prunes again (found by the
+     * trainer soak): prune when the checkpoint resumed from is the newest. Not otherwise:
+     * with a newer one skipped as corrupt, pruning by step could delete the one resumed from. */
+    if (r->have && r->steps[r->n - 1] == t->st.step) KILN_TRY(prune(t, opts->run_dir));
+    for (size_t k = 0; k < r->n_skipped; k++)
+        KILN_TRY(kiln_metrics_event(t->mx, t->st.step, "ckpt_skipped", r->skipped[k]));
+    char msg[128], where[32];
+    snprintf(msg, sizeof msg, "resumed from step %ld", t->st.step);
+    if (t->comm->size > 1)
+        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " on %d ranks%s%s", t->comm->size,
+                 t->dev ? " of " : "", t->dev ? device_label(&t->cfg, where) : "");
+    KILN_TRY(kiln_metrics_event(t->mx, t->st.step, "resume", msg));
+    char was[32], now[32];
+    device_label(base, was);
+    device_label(&t->cfg, now);
+    if (r->have && strcmp(was, now)) {
+        snprintf(msg, sizeof msg, "resumed on %s from a checkpoint written on %s", now, was);
+        KILN_TRY(kiln_metrics_event(t->mx, t->st.step, "device_change", msg));
+    }
+    if (t->cfg.steps == base->steps && !opts->n_sets) return KILN_OK;
+    json_t *cj = kiln_train_config_json(&t->cfg);
+    KILN_FAIL_IF(!cj, KILN_ERR_NOMEM, "out of memory");
+    json_object_set_new(run, "config", cj);
+    return write_run_json(opts->run_dir, run);
+}
+
 /* Rank 0's part of a resume: everything up to the first step. */
 static kiln_err prepare_resume(trainer *t) {
     const kiln_train_opts *opts = t->opts;
     kiln_err rc = KILN_OK;
     json_t *run = NULL;
-    kiln_ckpt ck = {0};
-    long *steps = NULL;
-    size_t n = 0;
-    char **skipped = NULL;
-    size_t n_skipped = 0;
-    bool have = false;
+    resume_ckpts r = {0};
     char *rp = kiln_path_join(opts->run_dir, "run.json");
     KILN_CHECK_IF(rc, out, !rp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !kiln_path_exists(rp), KILN_ERR_NOTFOUND,
@@ -1065,36 +1182,15 @@ static kiln_err prepare_resume(trainer *t) {
     KILN_CHECK_IF(rc, out, !run_sha || !run_data || !rid || strlen(rid) >= sizeof t->run_id,
                   KILN_ERR_FORMAT, "'%s': incomplete run.json", rp);
     snprintf(t->run_id, sizeof t->run_id, "%s", rid);
-
-    /* The newest checkpoint that verifies. */
-    KILN_CHECK(rc, out, kiln_ckpt_list(opts->run_dir, &steps, &n));
-    skipped = kiln_calloc(n + 1, sizeof *skipped);
-    KILN_CHECK_IF(rc, out, !skipped, KILN_ERR_NOMEM, "out of memory");
-    for (size_t k = n; k-- > 0 && !have;) {
-        char *p = kiln_ckpt_path(opts->run_dir, steps[k]);
-        KILN_CHECK_IF(rc, out, !p, KILN_ERR_NOMEM, "out of memory");
-        kiln_err e = kiln_ckpt_open(p, &ck);
-        if (!e && ck.state.step != steps[k])
-            e = kiln_fail(KILN_ERR_VERIFY, "'%s': holds step %ld, not %ld", p, ck.state.step,
-                          steps[k]);
-        free(p);
-        if (!e) {
-            have = true;
-            break;
-        }
-        kiln_ckpt_release(&ck);
-        skipped[n_skipped] = kiln_strdup(kiln_errmsg());
-        if (!skipped[n_skipped]) KILN_CHECK_IF(rc, out, true, KILN_ERR_NOMEM, "out of memory");
-        kiln_warn("skipping checkpoint: %s", skipped[n_skipped++]);
-    }
+    KILN_CHECK(rc, out, newest_checkpoint(opts->run_dir, &r));
     kiln_train_config base;
-    if (have) {
-        base = ck.cfg;
-        t->st = ck.state;
-        KILN_CHECK_IF(rc, out, strcmp(ck.dataset_sha256, run_sha) || strcmp(ck.run_id, rid),
+    if (r.have) {
+        base = r.ck.cfg;
+        t->st = r.ck.state;
+        KILN_CHECK_IF(rc, out, strcmp(r.ck.dataset_sha256, run_sha) || strcmp(r.ck.run_id, rid),
                       KILN_ERR_VERIFY,
                       "'%s': checkpoint step %ld belongs to another run or dataset", opts->run_dir,
-                      ck.state.step);
+                      r.ck.state.step);
     } else {
         kiln_train_config_default(&base);
         KILN_CHECK(rc, out, kiln_train_config_apply(&base, json_object_get(run, "config"), rp));
@@ -1103,31 +1199,7 @@ static kiln_err prepare_resume(trainer *t) {
     t->cfg = base;
     for (int k = 0; k < opts->n_sets; k++)
         KILN_CHECK(rc, out, kiln_train_config_set(&t->cfg, opts->sets[k]));
-    {
-        json_t *a = kiln_train_config_json(&base), *b = kiln_train_config_json(&t->cfg);
-        const char *key;
-        json_t *v;
-        KILN_CHECK_IF(rc, cmp_out, !a || !b, KILN_ERR_NOMEM, "out of memory");
-        json_object_foreach(b, key, v) {
-            json_t *old = json_object_get(a, key);
-            if (old && json_equal(old, v)) continue;
-            if (!kiln_train_config_resumable(key)) {
-                char *ov = old ? json_dumps(old, JSON_ENCODE_ANY) : NULL,
-                     *nv = json_dumps(v, JSON_ENCODE_ANY);
-                rc = kiln_fail(
-                    KILN_ERR_CONFIG,
-                    "'%s': config key '%s' cannot change on resume (the run has %s, asked %s)",
-                    opts->run_dir, key, ov ? ov : "none", nv ? nv : "?");
-                free(ov);
-                free(nv);
-                break;
-            }
-        }
-    cmp_out:
-        json_decref(a);
-        json_decref(b);
-        if (rc) goto out;
-    }
+    KILN_CHECK(rc, out, check_resumable(opts->run_dir, &base, &t->cfg));
     KILN_CHECK(rc, out, kiln_train_config_check(&t->cfg, "config"));
     KILN_CHECK_IF(rc, out, t->cfg.steps < t->st.step, KILN_ERR_CONFIG,
                   "'%s': config key 'steps' (%ld) is below the checkpoint's step %ld",
@@ -1140,60 +1212,12 @@ static kiln_err prepare_resume(trainer *t) {
                   data, t->ds->sha256, opts->run_dir, run_sha);
     KILN_CHECK(rc, out, resolve_shapes(&t->cfg, t->ds, "config"));
     KILN_CHECK(rc, out, setup(t));
-    if (have) {
-        KILN_CHECK(rc, out,
-                   kiln_ckpt_load(&ck, t->tab, t->np, t->params, t->mom,
-                                  t->mom ? t->mom + t->numel : NULL));
-        /* What the checkpoint was trained on: mean 0, std 1 when it predates the record. */
-        memcpy(t->tmean, ck.target_mean, (size_t)t->cfg.model.n_outputs * sizeof(float));
-        memcpy(t->tstd, ck.target_std, (size_t)t->cfg.model.n_outputs * sizeof(float));
-    } else {
-        /* From scratch, as the start did (an --init model cannot be replayed: refuse). */
-        KILN_CHECK_IF(rc, out, json_object_get(run, "init"), KILN_ERR_NOTFOUND,
-                      "'%s': no checkpoint verifies and the run started from an --init model",
-                      opts->run_dir);
-        kiln_tsmoe_init(t->m, t->cfg.seed);
-        set_input_norm(t);
-        set_target_norm(t);
-    }
-    kiln_ckpt_release(&ck);
+    KILN_CHECK(rc, out, resume_state(t, &r, run));
+    kiln_ckpt_release(&r.ck);
     sweep_temps(opts->run_dir);
-    /* A run killed between a checkpoint's rename and the prune after it keeps one checkpoint
-     * too many, and if that was the last step no later checkpoint prunes again (found by the
-     * trainer soak): prune when the checkpoint resumed from is the newest. Not otherwise:
-     * with a newer one skipped as corrupt, pruning by step could delete the one resumed from. */
-    KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
-    KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, t->st.step));
-    if (have && steps[n - 1] == t->st.step) KILN_CHECK(rc, out, prune(t, opts->run_dir));
-    for (size_t k = 0; k < n_skipped; k++)
-        KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "ckpt_skipped", skipped[k]));
-    char msg[128], where[32];
-    snprintf(msg, sizeof msg, "resumed from step %ld", t->st.step);
-    if (t->comm->size > 1)
-        snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " on %d ranks%s%s", t->comm->size,
-                 t->dev ? " of " : "", t->dev ? device_label(&t->cfg, where) : "");
-    KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "resume", msg));
-    {
-        char was[32], now[32];
-        device_label(&base, was);
-        device_label(&t->cfg, now);
-        if (have && strcmp(was, now)) {
-            snprintf(msg, sizeof msg, "resumed on %s from a checkpoint written on %s", now, was);
-            KILN_CHECK(rc, out, kiln_metrics_event(t->mx, t->st.step, "device_change", msg));
-        }
-    }
-    if (t->cfg.steps != base.steps || opts->n_sets) {
-        json_t *cj = kiln_train_config_json(&t->cfg);
-        KILN_CHECK_IF(rc, out, !cj, KILN_ERR_NOMEM, "out of memory");
-        json_object_set_new(run, "config", cj);
-        KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
-    }
+    rc = resume_record(t, &r, &base, run);
 out:
-    kiln_ckpt_release(&ck);
-    for (size_t k = 0; k < n_skipped; k++)
-        free(skipped[k]);
-    free(skipped);
-    free(steps);
+    resume_ckpts_release(&r);
     free(rp);
     json_decref(run);
     return rc;
