@@ -386,13 +386,13 @@ lane() { # N: run every JOBS-th case
             n=$((n + 1))
             eval "set -- $args"
             [ -z "${KILN_SWEEP_TIMES:-}" ] || t0=$(date +%s%N)
-            timeout 20 "$KILN" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+            timeout 60 "$KILN" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
             rc=$?
             [ -z "${KILN_SWEEP_TIMES:-}" ] || echo "$((($(date +%s%N) - t0) / 1000000)) ms $kind/$label kiln $*" >>"$KILN_SWEEP_TIMES"
             why=
             case $rc in
             0) why="exited 0" ;;
-            124) why="hung (killed after 20 s)" ;;
+            124) why="hung (killed after 60 s)" ;;
             *) if [ $rc -ge 128 ]; then why="killed by signal $((rc - 128))"
                else case $st in *$rc*) ;; *) why="exited $rc, not $st" ;; esac; fi ;;
             esac
