@@ -38,11 +38,32 @@ def parse_device(device):
     raise usage(f"device must be cpu, cuda or cuda:N, not {device!r}")
 
 
-class Model:
+class _Handle:
+    """An object over a C handle (self._h): a context manager that closes it, and freed by
+    _FREE at garbage collection when close() was never called (not at interpreter exit, when
+    the library may be gone)."""
+
+    _FREE = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if getattr(self, "_h", None) is not None and _lib is not None and _lib._lib is not None:
+            getattr(_lib._lib, self._FREE)(self._h)
+            self._h = None
+
+
+class Model(_Handle):
     """A frozen kiln-tsmoe/1 model: kiln_model_open_opts on a model directory (or its
     model.safetensors), with every check it makes. Read-only once open: forward and
     stream() may be called from several threads at once. Close with close() or a with
     block (also done when it is collected); its streams are closed with it."""
+
+    _FREE = "kiln_model_free"
 
     def __init__(self, path, device="cpu"):
         self._h = None
@@ -119,26 +140,18 @@ class Model:
             s.close()
         lib().kiln_model_free(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        if getattr(self, "_h", None) is not None and _lib is not None and _lib._lib is not None:
-            _lib._lib.kiln_model_free(self._h)
-            self._h = None
 
     def __repr__(self):
         state = "closed" if self._h is None else self.device
         return f"kiln.Model({self.path!r}, {state}, F={self.n_features}, O={self.n_outputs})"
 
 
-class Stream:
+class Stream(_Handle):
     """One sequence fed tick by tick (kiln_stream_*): push(features [F]) -> outputs [O], row t
     of the batch forward over every tick pushed since open or reset. One thread at a time per
     stream (a second one is refused, not waited for); any number of streams per model."""
+
+    _FREE = "kiln_stream_free"  # at collection: the stream holds its model, still open then
 
     def __init__(self, model):
         self._h = None
@@ -223,17 +236,6 @@ class Stream:
         if h is not None:
             lib().kiln_stream_free(h)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        # The stream holds its model, so the model is still open here.
-        if getattr(self, "_h", None) is not None and _lib is not None and _lib._lib is not None:
-            _lib._lib.kiln_stream_free(self._h)
-            self._h = None
 
 
 def push_many(streams, features, out=None):
