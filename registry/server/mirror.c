@@ -691,11 +691,17 @@ static void queue_oldest(mirror_run *m, job_queue *q) {
     pthread_mutex_unlock(&m->mu);
 }
 
-/* The oldest in flight finished and freed. */
-static kiln_err queue_pop(mirror_run *m, job_queue *q) {
+/* The oldest in flight, out of the queue. */
+static mirror_job *queue_take(job_queue *q) {
     mirror_job *j = q->v[q->first];
     q->first = (q->first + 1) % MIRROR_IN_FLIGHT;
     q->n--;
+    return j;
+}
+
+/* The oldest in flight finished and freed. */
+static kiln_err queue_pop(mirror_run *m, job_queue *q) {
+    mirror_job *j = queue_take(q);
     kiln_err rc = job_finish(j);
     job_free(j);
     queue_oldest(m, q);
@@ -705,19 +711,17 @@ static kiln_err queue_pop(mirror_run *m, job_queue *q) {
 /* Every version in flight finished, in order; after a failure the rest only waited for
  * (their downloads cancelled) and freed. */
 static kiln_err queue_drain(mirror_run *m, job_queue *q, kiln_err rc) {
+    while (q->n && !rc)
+        rc = queue_pop(m, q);
+    if (q->n) {
+        pthread_mutex_lock(&m->mu);
+        m->cancel = true;
+        pthread_mutex_unlock(&m->mu);
+    }
     while (q->n) {
-        if (rc) {
-            pthread_mutex_lock(&m->mu);
-            m->cancel = true;
-            pthread_mutex_unlock(&m->mu);
-            mirror_job *j = q->v[q->first];
-            q->first = (q->first + 1) % MIRROR_IN_FLIGHT;
-            q->n--;
-            if (j->threaded) pthread_join(j->th, NULL);
-            job_free(j);
-        } else {
-            rc = queue_pop(m, q);
-        }
+        mirror_job *j = queue_take(q);
+        if (j->threaded) pthread_join(j->th, NULL);
+        job_free(j);
     }
     queue_oldest(m, q);
     return rc;
