@@ -119,7 +119,7 @@ static kiln_err follow_read(void *ctx, const void **buf, size_t *n) {
                         : KILN_HASHPIPE_CHUNK;
     pthread_mutex_lock(&f->mu);
     f->need = s->off + want;
-    while ((f->avail <= s->off || f->avail - s->off < want) && !f->ended && f->gen == s->gen)
+    while (f->avail < f->need && !f->ended && f->gen == s->gen)
         pthread_cond_wait(&f->cv, &f->mu);
     f->need = 0;
     bool reset = f->gen != s->gen, ended = f->ended, complete = f->complete;
