@@ -7,6 +7,7 @@
 #ifndef KILN_KERNELS_H
 #define KILN_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,7 +33,28 @@ void kiln_standardize_backward(float *dx,         /* [N,F] */
                                const float *std,  /* [F] */
                                int N, int F);
 
-/* linear: out = inp @ weight^T + bias (bias may be NULL), one sgemm. */
+/* kiln's matrix product (kernels/cpu/gemm.c): C[M,N] = (accumulate ? C : 0) + A[M,K] B[K,N],
+ * with A[i,k] at A[i*rsa + k*csa], B[k,j] at B[k*rsb + j*csb], C[i,j] at C[i*ldc + j]. Each
+ * element is one fmaf chain in k order from its start value, whatever the CPU's vector width,
+ * the call's shape or the thread: the same bits on every x86-64 host (docs/runtime.md). */
+void kiln_gemm(int M, int N, int K, const float *A, size_t rsa, size_t csa, const float *B,
+               size_t rsb, size_t csb, float *C, size_t ldc, bool accumulate);
+/* Which kernel kiln_gemm runs: the widest this CPU has (they give the same bits; the name
+ * goes into checkpoints and cards as what the bits were computed with). */
+typedef enum {
+    KILN_GEMM_NONE = -1,
+    KILN_GEMM_SCALAR = 0,
+    KILN_GEMM_AVX2 = 1,
+    KILN_GEMM_AVX512 = 2
+} kiln_gemm_isa;
+kiln_gemm_isa kiln_gemm_isa_used(void);
+const char *kiln_gemm_isa_name(kiln_gemm_isa isa);
+/* Tests: run isa's kernel from now on (KILN_GEMM_NONE: the CPU's own again); false where the
+ * CPU lacks it. Not thread-safe: set it between calls. */
+bool kiln_gemm_force_isa(kiln_gemm_isa isa);
+
+/* linear: out = inp @ weight^T + bias (bias may be NULL), through kiln_gemm: each output is
+ * bias (or 0) then one FMA per input column, in column order. */
 void kiln_linear_forward(float *out,          /* [N,OC] */
                          const float *inp,    /* [N,IC] */
                          const float *weight, /* [OC,IC] */

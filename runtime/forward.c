@@ -5,16 +5,16 @@
  * sequence longer than a block is cut into chunks in time order, and each layer carries
  * the keys and values of the previous chunk's last W-1 rows into the next, which is
  * exact (attention sees at most W-1 rows back) and recomputes nothing. Matrix products
- * are OpenBLAS sgemm calls (kiln_linear_forward); bf16 matrices are widened into a scratch
+ * are kiln_gemm calls (kiln_linear_forward); bf16 matrices are widened into a scratch
  * buffer first. The per-row math is shared with the stream: the CPU kernels' (kernels.h:
  * standardisation, RMSNorm, GELU, the residual add; route.h: routing) and runtime_int.h's
  * attention over runs of keys.
  *
- * Every sgemm call has GEMM_ROWS rows (the last piece of a product is padded with zero
- * rows): OpenBLAS picks its kernel, and with it the order in which a dot product is
- * summed, by the product's size (0.3.21 on AVX-512 takes a small-matrix kernel below a
- * size), so products of varying height would give a row bits that depend on how many rows
- * were beside it: in a batch or alone, or on how many tokens chose the same expert. */
+ * kiln_gemm computes each output element in one fixed order, whatever the product's height
+ * or the CPU (kernels/cpu/gemm.c): a row has the same bits alone, in a batch, or beside any
+ * number of tokens that chose the same expert, on every host. (With OpenBLAS each product
+ * was once padded to 64 rows, because its kernel, and with it the order of a sum, changed
+ * with the product's size; it changed with the host's CPU too, which no padding cures.) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,13 +24,12 @@
 #include "runtime_int.h"
 
 #define BLOCK_ROWS 1024
-#define GEMM_ROWS 64
 
 /* Where each buffer sits in the workspace, in floats (ints are float-sized). */
 typedef struct plan {
     int nmax;     /* rows per block */
     bool chunked; /* S > BLOCK_ROWS: one sequence per block, with a carried cache */
-    size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, padx, pady, logits, gates, chosen,
+    size_t xn, h, u, qkv, att, ff, acc, gath, scores, wbuf, logits, gates, chosen,
         tok, gsel, kc, vc;
     size_t cache_rows; /* rows each layer's carried cache holds: min(W-1, S) */
     size_t total;      /* floats */
@@ -63,13 +62,6 @@ static bool make_plan(const kiln_model *m, int B, int S, plan *p) {
     const size_t keys = (size_t)c->attn_window < (size_t)S ? (size_t)c->attn_window : (size_t)S;
     p->scores = take(&at, (size_t)c->n_heads * (keys + 2));
     p->wbuf = take(&at, m->bf16 ? m->max_matrix : 0);
-    /* The padded last piece of a product: its inputs and outputs are at most this wide. */
-    size_t wide = (size_t)c->n_features;
-    const size_t dims[] = {3 * D, (size_t)c->d_ff, (size_t)c->n_outputs, E};
-    for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++)
-        wide = dims[i] > wide ? dims[i] : wide;
-    p->padx = take(&at, GEMM_ROWS * wide);
-    p->pady = take(&at, GEMM_ROWS * wide);
     if (E) {
         p->acc = take(&at, n * D);
         p->gath = take(&at, n * D);
@@ -96,13 +88,12 @@ KILN_API size_t kiln_model_workspace_size(const kiln_model *m, int B, int S) {
     return p.total * sizeof(float) + 64; /* + room to align the caller's pointer */
 }
 
-/* Scratch of a product: the widened matrix (bf16 models) and the padded last piece. */
+/* Scratch of a product: the widened matrix (bf16 models). */
 typedef struct gemm_buf {
-    float *w, *x, *y;
+    float *w;
 } gemm_buf;
 
-/* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL), GEMM_ROWS rows per sgemm call (each a
- * kiln_linear_forward). */
+/* y[n,rows] = x[n,cols] @ W^T + b (b may be NULL). */
 static void linear(const kiln_model *m, float *y, const float *x, int n, const void *W,
                    const float *b, int rows, int cols, const gemm_buf *g) {
     if (n == 0) return;
@@ -111,16 +102,7 @@ static void linear(const kiln_model *m, float *y, const float *x, int n, const v
         kiln_rt_widen(m, g->w, W, (size_t)rows * cols);
         Wf = g->w;
     }
-    int r0 = 0;
-    for (; r0 + GEMM_ROWS <= n; r0 += GEMM_ROWS)
-        kiln_linear_forward(y + (size_t)r0 * rows, x + (size_t)r0 * cols, Wf, b, GEMM_ROWS, cols,
-                            rows);
-    const int left = n - r0;
-    if (!left) return;
-    memcpy(g->x, x + (size_t)r0 * cols, (size_t)left * cols * sizeof *x);
-    memset(g->x + (size_t)left * cols, 0, (size_t)(GEMM_ROWS - left) * cols * sizeof *x);
-    kiln_linear_forward(g->y, g->x, Wf, b, GEMM_ROWS, cols, rows);
-    memcpy(y + (size_t)r0 * rows, g->y, (size_t)left * rows * sizeof *y);
+    kiln_linear_forward(y, x, Wf, b, n, cols, rows);
 }
 
 typedef struct block {
@@ -207,7 +189,7 @@ static void ffn(const kiln_model *m, const plan *p, float *ws, const kiln_rt_lay
                 float *margin, size_t stride) {
     const int D = m->cfg.d_model, Fh = m->cfg.d_ff, E = m->cfg.n_experts, K = m->cfg.top_k;
     float *h = ws + p->h, *u = ws + p->u, *ff = ws + p->ff, *out = ws + p->att;
-    const gemm_buf g = {ws + p->wbuf, ws + p->padx, ws + p->pady};
+    const gemm_buf g = {ws + p->wbuf};
     if (E == 0) {
         linear(m, ff, u, n, L->fc_w, L->fc_b, Fh, D, &g);
         kiln_gelu_forward(ff, ff, (size_t)n * Fh);
@@ -256,7 +238,7 @@ static void run_block(const kiln_model *m, const plan *p, float *ws, const block
     const kiln_model_config *c = &m->cfg;
     const int F = c->n_features, D = c->d_model, n = bk->nseq * bk->T;
     float *xn = ws + p->xn, *h = ws + p->h, *u = ws + p->u;
-    const gemm_buf g = {ws + p->wbuf, ws + p->padx, ws + p->pady};
+    const gemm_buf g = {ws + p->wbuf};
     kiln_standardize_forward(xn, x, m->in_mean, m->in_std, n, F);
     linear(m, h, xn, n, m->embed_w, m->embed_b, D, F, &g);
     for (int l = 0; l < c->n_layers; l++) {

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "kernels.h"
 #include "route.h"
@@ -44,12 +43,12 @@ struct kiln_tsmoe {
 /* ---- work items ----
  * Every op of a step is cut into items whose bounds depend on the sizes only: PIECE rows of
  * tokens (or of an expert's gathered rows), WBLOCK output channels of a weight gradient (its
- * sum over the tokens is one sgemm), or one sequence of the batch (attention). An item writes
+ * sum over the tokens is one kiln_gemm), or one sequence of the batch (attention). An item writes
  * outputs no other item of its loop writes, and a sum over items (a norm's weight gradient, a
  * statistic) is added up in item order after the loop. So the thread count decides which
  * thread computes an item, never an item's bits: a step gives the same result on 1 or 64
- * threads. OpenBLAS runs single-threaded inside an item (kiln_tsmoe_create sets it), and every
- * sgemm of a piece has the piece's shape, so its kernel and summation order are fixed too.
+ * threads. kiln_gemm sums each element in one fixed order whatever the call's shape or the
+ * CPU (kernels/cpu/gemm.c), so neither the thread count nor the host changes a bit either.
  * Items go to the threads of m->pool (train/pool.c) as they come free: any order is as good
  * as any other, and it evens out items of unequal cost (experts' unequal row counts). */
 #define PIECE 64
@@ -87,8 +86,7 @@ static double sum_in_order(const double *part, int n) {
 
 /* dinp[n,IC] += dout[n,OC] @ weight[OC,IC]: the input gradient of n rows. */
 static void dinp_rows(float *dinp, const float *dout, const float *weight, int n, int IC, int OC) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, IC, OC, 1.0f, dout, OC, weight, IC,
-                1.0f, dinp, IC);
+    kiln_gemm(n, IC, OC, dout, (size_t)OC, 1, weight, (size_t)IC, 1, dinp, (size_t)IC, true);
 }
 
 /* Output channels o0..o0+oc-1 of a weight gradient over N rows: dweight += dout^T @ inp and
@@ -96,8 +94,8 @@ static void dinp_rows(float *dinp, const float *dout, const float *weight, int n
 static void dweight_block(float *dweight, float *dbias, const float *dout, const float *inp, int N,
                           int IC, int OC, int o0, int oc) {
     if (N <= 0) return;
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, oc, IC, N, 1.0f, dout + o0, OC, inp, IC,
-                1.0f, dweight + (size_t)o0 * IC, IC);
+    kiln_gemm(oc, IC, N, dout + o0, 1, (size_t)OC, inp, (size_t)IC, 1, dweight + (size_t)o0 * IC,
+              (size_t)IC, true);
     if (dbias)
         for (int n = 0; n < N; n++) {
             const float *row = dout + (size_t)n * OC + o0;
@@ -266,9 +264,6 @@ kiln_err kiln_tsmoe_create(const kiln_model_config *cfg, int max_batch, kiln_tsm
     m->stats.expert_load = m->st_load;
     m->stats.overflow = m->st_overflow;
     m->stats.act_rms = m->st_rms;
-    /* Each sgemm runs on the thread of its work item (kiln_tsmoe_set_threads); OpenBLAS
-     * would otherwise start a pool of its own, and its split depends on its thread count. */
-    openblas_set_num_threads(1);
     *out = m;
     return KILN_OK;
 fail:
