@@ -5,7 +5,11 @@
 BUILD ?= build
 SAN ?=
 CC ?= cc
-PKGS := libsodium jansson sqlite3 openblas libarchive libzstd libmicrohttpd libcurl libcrypto
+PKGS := libsodium jansson sqlite3 libarchive libzstd libmicrohttpd libcurl libcrypto
+# OpenBLAS is no library dependency: kiln's GEMM is its own (kernels/cpu/gemm.c, so the bits do
+# not follow the BLAS kernel a host picks; docs/runtime.md). It stays the baseline the
+# benchmarks measure kiln's GEMM against (bench_train, bench_stream).
+BLAS_PKG := openblas
 # Debian packages that provide the pkg-config names above, and the tools the tests use
 # (TOOLS: probed by name; minisign checks interoperability of kiln's signatures, curl fetches
 # the registry's web page in tests/e2e/62-web.sh, openssl makes the test CA of 68-tls.sh).
@@ -56,6 +60,8 @@ INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
 
 PKG_CFLAGS = $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS = $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+BLAS_CFLAGS = $(shell pkg-config --cflags $(BLAS_PKG) 2>/dev/null)
+BLAS_LIBS = $(shell pkg-config --libs $(BLAS_PKG) 2>/dev/null)
 MPI_CFLAGS = $(shell pkg-config --cflags $(MPI_PKG) 2>/dev/null)
 
 CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -Wno-unused-parameter \
@@ -130,7 +136,7 @@ $(DEPS_STAMP):
 	@missing=; for t in pkg-config $(TOOLS); do command -v $$t >/dev/null || missing=1; done; \
 	echo '#include <csv.h>' | $(CC) -E - >/dev/null 2>&1 || missing=1; \
 	$(PY_PROBE) >/dev/null 2>&1 || missing=1; \
-	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(MPI_PKG); then \
+	if [ -n "$$missing" ] || ! pkg-config --exists $(PKGS) $(BLAS_PKG) $(MPI_PKG); then \
 	  echo "kiln: installing build dependencies: $(DEB_PKGS)"; \
 	  if [ "$$(id -u)" != 0 ]; then echo "kiln: missing packages and not root; install: $(DEB_PKGS)" >&2; exit 2; fi; \
 	  export DEBIAN_FRONTEND=noninteractive; \
@@ -222,12 +228,13 @@ $(BUILD)/stream_service: examples/stream_service.c include/kiln.h $(BUILD)/libki
 	$(CC) $(CFLAGS) -Iinclude -o $@ examples/stream_service.c $(BUILD)/libkiln.a $(ALL_LIBS)
 
 # Streaming latency against an OpenBLAS sgemv baseline measured in the same run.
+$(BUILD)/obj/bench/bench_stream.o $(BUILD)/obj/bench/bench_train.o: PKG_CFLAGS += $(BLAS_CFLAGS)
 $(BUILD)/bench_stream: $(BUILD)/obj/bench/bench_stream.o $(BUILD)/libkiln.a
-	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(BLAS_LIBS) $(ALL_LIBS)
 
 # CPU training throughput against an OpenBLAS sgemm baseline measured in the same run.
 $(BUILD)/bench_train: $(BUILD)/obj/bench/bench_train.o $(BUILD)/libkiln.a
-	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(BLAS_LIBS) $(ALL_LIBS)
 
 # The registry's web page (200 versions, 1000 channel records) against the JSON API's answers
 # with the same rows, in the same run.

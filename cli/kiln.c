@@ -105,10 +105,6 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-    /* No command wants OpenBLAS's threads spinning from the start: the trainer runs each
-     * sgemm on its own work item's thread, and a batch forward that wants OpenBLAS's pool
-     * gets it back at its first threaded call. */
-    kiln_blas_threads_release();
     const char *lvl = getenv("KILN_LOG");
     if (lvl) {
         if (!strcmp(lvl, "debug")) kiln_log_set_level(KILN_LOG_DEBUG);

@@ -6,8 +6,6 @@
  * = a weight-gradient block of 64 and one of 32) and that OpenBLAS itself would run on
  * several threads (more than 4 x 65536 multiply-adds per product), which is what made the
  * bits depend on the thread count before. */
-#include <cblas.h>
-#include <dirent.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -234,56 +232,3 @@ out:
     free(tab), free(f), free(norms);
 }
 
-/* Threads of this process, from /proc/self/task; -1 when it cannot be read. */
-static int task_count(void) {
-    DIR *d = opendir("/proc/self/task");
-    if (!d) return -1;
-    int n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)))
-        n += e->d_name[0] != '.';
-    closedir(d);
-    return n;
-}
-
-extern int blas_num_threads __attribute__((weak)); /* OpenBLAS's count, the caller's included */
-
-/* kiln_blas_threads_release (what the command line calls first): OpenBLAS's spinning workers
- * are gone, and a threaded sgemm after it starts them again and is right. */
-KILN_TEST(blas_threads_release_and_return) {
-    if (!&blas_num_threads || blas_num_threads < 2) {
-        CHECK("OpenBLAS has no worker threads here: nothing to release", true);
-        return;
-    }
-    openblas_set_num_threads(blas_num_threads); /* the pool up, whatever ran before */
-    int workers = blas_num_threads - 1, before = task_count();
-    kiln_blas_threads_release();
-    int after = task_count();
-    CHECK("the workers are gone", before > 0 && after == before - workers);
-    if (after != before - workers) fprintf(stderr, "    tasks %d -> %d (%d workers)\n", before, after, workers);
-    enum { N = 256 };
-    float *a = kiln_malloc(sizeof(float) * N * N), *b = kiln_malloc(sizeof(float) * N * N),
-          *c = kiln_calloc(N * N, sizeof(float));
-    bool right = a && b && c;
-    for (int i = 0; right && i < N * N; i++) {
-        a[i] = (float)(i % 7) - 3.0f;
-        b[i] = (float)(i % 5) - 2.0f;
-    }
-    if (right) {
-        openblas_set_num_threads(workers + 1);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, N, N, 1.0f, a, N, b, N, 0.0f, c,
-                    N);
-        for (int i = 0; right && i < N; i += 37)
-            for (int j = 0; right && j < N; j += 41) {
-                double s = 0;
-                for (int k = 0; k < N; k++)
-                    s += (double)a[i * N + k] * b[k * N + j];
-                right = fabs(s - c[i * N + j]) < 1e-3;
-            }
-    }
-    CHECK("a threaded sgemm after it: right, its workers back",
-          right && task_count() == before);
-    free(a);
-    free(b);
-    free(c);
-}

@@ -58,26 +58,13 @@ size_t kiln_tsmoe_numel(const kiln_tsmoe *m); /* floats in the parameter block *
 /* Bytes in the CPU network's blocks (parameters, gradients, activations). */
 size_t kiln_tsmoe_bytes(const kiln_tsmoe *m);
 
-/* OpenBLAS 0.3.x maps one work buffer of BUFFER_SIZE per thread that runs a level-3 call
- * (128 MiB on x86-64: common_x86_64.h, 32 << 22) and retries forever when that mmap fails;
- * a step touches a part of it (the packed panels; 32 MiB is generous for kiln's shapes). */
-#define KILN_OPENBLAS_BUFFER_BYTES (128ull << 20)
-#define KILN_OPENBLAS_TOUCH_BYTES (32ull << 20)
-/* OpenBLAS's worker threads stopped and joined (as OpenBLAS itself does before a fork); its
- * next multi-threaded call starts them again. OpenBLAS starts them as it loads and each spins
- * on sched_yield for about 2^28 cycles before it sleeps: in a short process that does no
- * threaded BLAS (a pull, a mirror's sync, a sign) that is a core taken from its work. The
- * command line calls it first thing. A no-op with a BLAS that lacks the entry point. */
-void kiln_blas_threads_release(void);
-
 /* Room kept for what a run allocates after setup (metrics, checkpoint writes, stdio). */
 #define KILN_TRAIN_SPARE_BYTES (64ull << 20)
 /* Refuse (KILN_ERR_LIMIT, naming the need and the limit) work whose sgemms cannot fit this
  * process's RLIMIT_AS, RLIMIT_DATA or cgroup v2 memory.max: called once kiln_bytes of
  * buffers for what ("batch_size 20000") are allocated for task ("this run"), whose message
- * ends with remedy ("lower batch_size or threads, or raise the limit"), and before OpenBLAS gets threads
- * (openblas_set_num_threads(threads)) or runs a level-3 call (the trainer's steps, the
- * validation networks). */
+ * ends with remedy ("lower batch_size or threads, or raise the limit"), and before the step's
+ * threads start (the trainer's steps, the validation networks). */
 kiln_err kiln_train_check_memory(uint64_t kiln_bytes, int threads, const char *task,
                                  const char *what, const char *remedy);
 

@@ -216,7 +216,7 @@ static kiln_err setup(trainer *t) {
     t->n_val = kiln_train_val_windows(&t->split, S, VAL_WINDOWS_MAX, t->val_starts);
     KILN_TRY(setup_dist(t));
     if (!t->dev) {
-        /* Before OpenBLAS starts threads or maps a buffer: where it cannot, it spins. */
+        /* Before the step's threads start: a run that cannot fit is refused, not failed later. */
         uint64_t shards =
             t->shard_block
                 ? (uint64_t)t->k * kiln_dist_padded(t->comm->size, t->numel) * sizeof(float)
@@ -228,7 +228,7 @@ static kiln_err setup(trainer *t) {
         KILN_TRY(kiln_train_check_memory(bytes, kiln_train_threads(c), "this run", what,
                                          "lower batch_size or threads, or raise the limit"));
     }
-    /* The step's work items run on `threads` threads, OpenBLAS single-threaded inside each
+    /* The step's work items run on `threads` threads, each GEMM on its item's thread
      * (kiln_tsmoe_create): the checkpoints do not depend on the count (docs/train.md). A
      * run on a GPU never steps its host model, which stays on one thread. */
     return t->dev ? KILN_OK : kiln_tsmoe_set_threads(t->m, kiln_train_threads(c));

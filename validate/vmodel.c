@@ -104,8 +104,8 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
     KILN_CHECK(rc, fail, kiln_model_open(m->file, &m->rt));
     KILN_CHECK_IF(rc, fail, !!kiln_model_is_bf16(m->rt) != m->bf16, KILN_ERR_INTERNAL,
                   "'%s': the runtime and the trainer disagree on whether it is bf16", m->file);
-    /* Before the first sgemm: OpenBLAS spins forever where it cannot map its work buffer
-     * (issue 16), so work that cannot fit this process's memory limits is refused here.
+    /* Work that cannot fit this process's memory limits is refused here, before the first
+     * forward, naming the need and the limit (issue 16).
      * The runtime's forwards run in slices of 64 windows (kiln_vmodel_forward). */
     {
         char what[64];

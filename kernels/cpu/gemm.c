@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core.h"
 #include "kernels.h"
 
 #define MR 6
@@ -48,13 +49,17 @@ static kiln_gemm_isa isa_of_cpu(void) {
 }
 
 /* $KILN_GEMM=scalar|avx2|avx512 runs that kernel where the CPU has it (to show, as
- * tests/e2e/12-same-bits.sh does, that they agree); anything else, the widest. */
+ * tests/e2e/12-same-bits.sh does, that they agree); anything else, the widest, with a
+ * warning (the bits are the same whichever runs: only the speed differs). */
 static kiln_gemm_isa isa_of_env(void) {
     const kiln_gemm_isa cpu = isa_of_cpu();
     const char *e = getenv("KILN_GEMM");
-    if (!e) return cpu;
+    if (!e || !*e) return cpu;
     for (kiln_gemm_isa i = KILN_GEMM_SCALAR; i <= cpu; i++)
         if (!strcmp(e, kiln_gemm_isa_name(i))) return i;
+    kiln_warn("KILN_GEMM=%s is not a GEMM kernel this CPU runs (it runs scalar%s%s): using %s", e,
+              cpu >= KILN_GEMM_AVX2 ? ", avx2" : "", cpu >= KILN_GEMM_AVX512 ? ", avx512" : "",
+              kiln_gemm_isa_name(cpu));
     return cpu;
 }
 

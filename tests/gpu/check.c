@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
 
 #include "kernels.h"
 #include "runtime.h"
@@ -1966,7 +1965,6 @@ int main(int argc, char **argv) {
         return 2;
     }
     free(dir);
-    openblas_set_num_threads(1);
     if (kiln_cuda_init(0) != KILN_OK) {
         say("gpu-check: %s\n", kiln_errmsg());
         fclose(out);

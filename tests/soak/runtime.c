@@ -27,7 +27,6 @@
  * 2 on usage or setup errors. Seeded (SOAK_SEED, default 1): the same seed pushes the same
  * ticks and checks at the same ticks.
  */
-#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -595,7 +594,6 @@ int main(int argc, char **argv) {
     const char *seed_s = getenv("SOAK_SEED");
     uint64_t seed = seed_s && *seed_s ? strtoull(seed_s, NULL, 10) : 1;
     rng_state = seed;
-    openblas_set_num_threads(1); /* the batch checks stay on this thread */
     kiln_thresholds_default(&thr);
 
     /* The trainer's default (tiny) config with the demo's 8 features and 2 outputs, as in
