@@ -341,10 +341,10 @@ test: all $(BENCH_BINS)
 	@echo "demo passed"
 	@echo "== Python (python/kiln over $(BUILD)/libkiln.so)"
 	KILN=$(abspath $(BUILD)/kiln) KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 tests/python/run.py
-	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer"
+	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer, in a shuffled order"
 	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-	  KILN_BUILD=$(BUILD)/asan KILN_SLOW=0 $(BUILD)/asan/run-tests
+	  KILN_BUILD=$(BUILD)/asan KILN_SLOW=0 $(BUILD)/asan/run-tests --shuffle$(if $(SHUFFLE),=$(SHUFFLE))
 	@echo "== bad-input sweep under AddressSanitizer and UndefinedBehaviorSanitizer (error paths)"
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KILN=$(abspath $(BUILD)/asan/kiln) sh tests/e2e/70-bad-input.sh

@@ -75,6 +75,64 @@ static double sgemm_gflops(int M, int N, int K, int threads) {
     return isfinite(best) ? 2.0 * M * N * K / best / 1e9 : NAN;
 }
 
+/* kiln_gemm alone at C[M,N] = A[M,K] B[K,N] on `threads` threads: the rows cut into
+ * `threads` equal pieces, one a pool item, as the trainer cuts its products (the bits do not
+ * depend on the cut); GFLOP/s of the best of several calls, as sgemm_gflops. */
+typedef struct {
+    int M, N, K, pieces;
+    const float *a, *b;
+    float *c;
+} gemm_job;
+
+static void gemm_piece(void *ctx, int item) {
+    const gemm_job *j = ctx;
+    int r0 = (int)((long)j->M * item / j->pieces), r1 = (int)((long)j->M * (item + 1) / j->pieces);
+    kiln_gemm(r1 - r0, j->N, j->K, j->a + (size_t)r0 * j->K, (size_t)j->K, 1, j->b, (size_t)j->N, 1,
+              j->c + (size_t)r0 * j->N, (size_t)j->N, false);
+}
+
+static double kiln_gemm_gflops(int M, int N, int K, int threads) {
+    float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b),
+          *c = malloc((size_t)M * N * sizeof *c);
+    kiln_pool *pool = NULL;
+    double best = INFINITY;
+    if (a && b && c && kiln_pool_create(threads, &pool) == KILN_OK) {
+        fill(a, (size_t)M * K, 7);
+        fill(b, (size_t)K * N, 8);
+        gemm_job j = {M, N, K, threads, a, b, c};
+        for (int r = 0; r < 12; r++) {
+            double t0 = now_s();
+            kiln_pool_run(pool, threads, gemm_piece, &j);
+            double t = now_s() - t0;
+            if (r > 1 && t < best) best = t;
+        }
+    }
+    kiln_pool_free(pool);
+    free(a), free(b), free(c);
+    return isfinite(best) ? 2.0 * M * N * K / best / 1e9 : NAN;
+}
+
+/* The GEMM table: kiln_gemm against OpenBLAS sgemm at the step's products of a model. */
+static void gemm_rows(const char *name, const kiln_model_config *m, int batch) {
+    const int N = batch * m->seq_len;
+    const struct {
+        const char *what;
+        int M, N, K;
+    } shapes[] = {
+        {"ffn up", N, m->d_ff, m->d_model},
+        {"ffn down", N, m->d_model, m->d_ff},
+        {"qkv", N, 3 * m->d_model, m->d_model},
+        {"dW ffn up", m->d_ff, m->d_model, N},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        for (int t = 1; t <= 2; t++) {
+            double k = kiln_gemm_gflops(shapes[i].M, shapes[i].N, shapes[i].K, t),
+                   o = sgemm_gflops(shapes[i].M, shapes[i].N, shapes[i].K, t);
+            printf("%-11s %-10s %6d %6d %6d %7d %10.2f %10.2f %7.3f\n", name, shapes[i].what,
+                   shapes[i].M, shapes[i].N, shapes[i].K, t, k, o, k / o);
+        }
+}
+
 /* One case on `threads` threads; *mean1 and *best1 are the 1-thread mean and best step (set
  * by the 1-thread run). */
 static int run(const bench_case *bc, int threads, double *mean1, double *best1) {
@@ -162,6 +220,19 @@ int main(int argc, char **argv) {
     /* The dataset sets these in a run; the demo's market data has 8 features, 2 targets. */
     c0.cfg.n_features = 8;
     c0.cfg.n_outputs = 2;
+    const char *steps = getenv("KILN_BENCH_STEPS"), *only = getenv("KILN_BENCH_THREADS");
+    int rc = 0;
+    printf("# kiln_gemm (kernel %s; one fmaf chain per output, the same bits on every CPU) "
+           "against OpenBLAS sgemm on as many threads, C[M,N] = A[M,K] B[K,N], best of 10.\n",
+           kiln_gemm_isa_name(kiln_gemm_isa_used()));
+    printf("%-11s %-10s %6s %6s %6s %7s %10s %10s %7s\n", "model", "product", "M", "N", "K",
+           "threads", "kiln_GF/s", "sgemm_GF/s", "ratio");
+    for (size_t i = 0; !only && !steps && i < sizeof cases / sizeof *cases; i++) {
+        bench_case bc = i ? cases[i] : c0;
+        if (wanted(bc.name, argc, argv) && strcmp(bc.name, "d128 dense"))
+            gemm_rows(bc.name, &bc.cfg, bc.batch);
+    }
+    printf("\n");
     printf("# kiln CPU training step (zero grads, forward + loss, backward, AdamW) on `threads`\n"
            "# threads, against OpenBLAS sgemm on as many threads at [tokens x d_model] x "
            "[d_model x d_ff] in the same run.\n"
@@ -171,8 +242,7 @@ int main(int argc, char **argv) {
            "threads", "params", "active", "tokens", "steps", "mean_ms", "best_ms", "cpu_ms",
            "tokens/s", "GFLOP/s", "sgemm", "ratio", "speedup", "best_ratio", "best_speedup",
            "loss");
-    const char *steps = getenv("KILN_BENCH_STEPS"), *only = getenv("KILN_BENCH_THREADS");
-    int rc = 0;
+
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bench_case bc = i ? cases[i] : c0;
         if (!wanted(bc.name, argc, argv)) continue;

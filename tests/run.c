@@ -1,5 +1,9 @@
-/* run.c - the test runner: tests/run [name...] runs all tests, or those named
- * (a name matches by prefix). Prints "N passed, N failed" last; exits 1 on failure. */
+/* run.c - the test runner: tests/run [--shuffle[=SEED]] [name...] runs all tests, or those
+ * named (a name matches by prefix). Prints "N passed, N failed" last; exits 1 on failure.
+ * --shuffle runs them in an order drawn from SEED (from the clock when none is given; the
+ * seed is printed first, so a failing order can be run again): a test whose numbers depend
+ * on what an earlier test left behind (a library's state, a cached choice) fails in some
+ * order (issue 28). */
 #include <dirent.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -76,10 +80,37 @@ int main(int argc, char **argv) {
         perror("mkdtemp");
         return 2;
     }
+    enum { N_TESTS = sizeof tests / sizeof tests[0] };
+    size_t order[N_TESTS];
+    for (size_t i = 0; i < N_TESTS; i++)
+        order[i] = i;
+    int names = 0;
+    for (int a = 1; a < argc; a++) {
+        if (strncmp(argv[a], "--shuffle", 9) != 0) {
+            argv[++names] = argv[a]; /* the names, moved to the front */
+            continue;
+        }
+        uint64_t seed = kiln_now_ns() % 1000000;
+        char *end = NULL;
+        if (argv[a][9] == '=') seed = strtoull(argv[a] + 10, &end, 10);
+        if ((argv[a][9] && argv[a][9] != '=') || (end && (*end || end == argv[a] + 10))) {
+            fprintf(stderr, "run-tests: '%s': expected --shuffle or --shuffle=SEED (a number)\n",
+                    argv[a]);
+            return 2;
+        }
+        fprintf(stderr, "run-tests: shuffled with --shuffle=%llu\n", (unsigned long long)seed);
+        uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1; /* xorshift64*, Fisher-Yates */
+        for (size_t i = N_TESTS - 1; i > 0; i--) {
+            x ^= x >> 12, x ^= x << 25, x ^= x >> 27;
+            size_t j = (size_t)((x * 0x2545F4914F6CDD1Dull) >> 33) % (i + 1), t = order[i];
+            order[i] = order[j], order[j] = t;
+        }
+    }
     int passed = 0, failed = 0;
-    for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
-        bool want = argc < 2;
-        for (int a = 1; a < argc; a++)
+    for (size_t o = 0; o < N_TESTS; o++) {
+        size_t i = order[o];
+        bool want = names == 0;
+        for (int a = 1; a <= names; a++)
             if (strncmp(tests[i].name, argv[a], strlen(argv[a])) == 0) want = true;
         if (!want) continue;
         snprintf(dir, sizeof dir, "%s/%s", root, tests[i].name);
