@@ -419,6 +419,12 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
                   "checkpoint", ck, "config", tc ? tc : json_null(), "dataset_sha256",
                   str_or_null(ds), "code_version", str_or_null(kiln_st_meta(c->st, "kiln.version")),
                   "metrics", metrics ? metrics : json_null());
+    /* What the bits depend on (kernels.h); absent from a checkpoint made before it. */
+    if (lin && kiln_st_meta(c->st, "kiln.numerics"))
+        KILN_CHECK_IF(rc, out,
+                      json_object_set_new(lin, "numerics",
+                                          json_string(kiln_st_meta(c->st, "kiln.numerics"))),
+                      KILN_ERR_NOMEM, "out of memory");
     ck = tc = metrics = NULL; /* stolen by json_pack, even on failure */
     KILN_CHECK_IF(rc, out, !lin, KILN_ERR_NOMEM, "out of memory");
     /* How the run split its rows (in rows, and in time when the data has times). */

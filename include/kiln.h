@@ -124,8 +124,9 @@ KILN_API int kiln_model_is_bf16(const kiln_model *m);
  * inputs are refused (KILN_ERR_NUMERIC, naming the position).
  * Workspace: allocated for the call and freed before it returns (kiln_model_forward),
  * or passed by the caller (kiln_model_forward_ws, ws of at least
- * kiln_model_workspace_size(m, B, S) bytes, any alignment). GEMMs run in OpenBLAS,
- * which uses its own thread pool unless OPENBLAS_NUM_THREADS=1.
+ * kiln_model_workspace_size(m, B, S) bytes, any alignment). It runs on the calling
+ * thread (no thread pool), whose stack must have 256 KiB to spare (the GEMM packs its
+ * panels there), and gives the same bits on every x86-64 CPU with AVX2 and FMA.
  * Thread-safe: concurrent calls on one model are fine (with distinct ws). */
 KILN_API kiln_err kiln_model_forward(const kiln_model *m, const float *x, int B, int S,
                                      float *y) KILN_MUST_CHECK;

@@ -52,6 +52,13 @@ const char *kiln_gemm_isa_name(kiln_gemm_isa isa);
 /* Tests: run isa's kernel from now on (KILN_GEMM_NONE: the CPU's own again); false where the
  * CPU lacks it. Not thread-safe: set it between calls. */
 bool kiln_gemm_force_isa(kiln_gemm_isa isa);
+/* What a CPU result's bits depend on, as checkpoints (kiln.numerics), cards (lineage.numerics)
+ * and golden sets record it: the GEMM's contract (one fmaf chain per output in k order), not
+ * the kernel that ran it, which cannot change a bit; so any x86-64 CPU with AVX2 and FMA
+ * computes what another did. A result made before kiln-gemm/1 (no field) followed the host's
+ * OpenBLAS kernel. The CUDA trainer's results are the GPU's own (cuBLAS, fixed algorithms). */
+#define KILN_NUMERICS_CPU "cpu kiln-gemm/1"
+#define KILN_NUMERICS_CUDA "cuda cublas"
 
 /* linear: out = inp @ weight^T + bias (bias may be NULL), through kiln_gemm: each output is
  * bias (or 0) then one FMA per input column, in column order. */

@@ -92,6 +92,10 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.dataset_sha256", meta->dataset_sha256));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.run_id", meta->run_id));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.version", kiln_version()));
+    KILN_CHECK(rc, out,
+               kiln_st_writer_meta(w, "kiln.numerics",
+                                   meta->cfg->device == KILN_TRAIN_CUDA ? KILN_NUMERICS_CUDA
+                                                                        : KILN_NUMERICS_CPU));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.data_sha256", hex));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.optimizer", m ? "adamw" : "sgd"));
     if (meta->target_mean) {

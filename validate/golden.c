@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "validate_int.h"
 
 /* Draw n window starts in [sp->val_begin, sp->val_end - S]: distinct while the split has
@@ -120,6 +121,10 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
                    "val_begin", (json_int_t)sp.val_begin, "val_end", (json_int_t)sp.val_end,
                    "starts", js, "windows", (json_int_t)N, "loss_mean", mean, "engine",
                    KILN_VMODEL_ENGINE);
+    if (gj && json_object_set_new(gj, "numerics", json_string(KILN_NUMERICS_CPU))) {
+        json_decref(gj);
+        gj = NULL;
+    }
     js = NULL;
     KILN_CHECK_IF(rc, done, !gj, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, kiln_json_write_file(jtmp, gj));

@@ -244,7 +244,30 @@ static kiln_err check_golden(run *r, const char *name, vmodel *m, const kiln_dat
     char what[128];
     snprintf(what, sizeof what, "%s (%s model vs its stored outputs)", name,
              m->bf16 ? "bf16" : "f32");
+    const char *gnum = json_string_value(json_object_get(gj, "numerics"));
+    if (json_object_set_new(extra, "numerics", gnum ? json_string(gnum) : json_null()) ||
+        json_object_set_new(extra, "numerics_here", json_string(KILN_NUMERICS_CPU))) {
+        json_decref(extra);
+        KILN_CHECK_IF(rc, out, true, KILN_ERR_NOMEM, "out of memory");
+    }
     rc = add_compare(r, name, what, y, want, ny, S, O, tol, extra, &tz, th);
+    /* Golden outputs computed with other numerics (before kiln-gemm/1, the host's OpenBLAS
+     * kernel) may differ from this build's in the last bits on any host: say so beside the
+     * result, so that a difference is read as what it is. */
+    if (!rc && (!gnum || strcmp(gnum, KILN_NUMERICS_CPU))) {
+        json_t *ck = json_object_get(r->checks, name);
+        const char *prev = json_string_value(json_object_get(ck, "note"));
+        char *note = kiln_asprintf(
+            "%s%sthe golden outputs were computed with %s%s, this build with %s: the two can "
+            "differ in the last bits on any host (results with the same numerics are the "
+            "same bits on every x86-64 CPU with AVX2 and FMA)",
+            prev ? prev : "", prev ? "; " : "", gnum ? "numerics " : "",
+            gnum ? gnum : "the host's OpenBLAS kernel (made before kiln-gemm/1)",
+            KILN_NUMERICS_CPU);
+        KILN_CHECK_IF(rc, out, !note || json_object_set_new(ck, "note", json_string(note)),
+                      KILN_ERR_NOMEM, "out of memory");
+        free(note);
+    }
 out:
     if (rc && rc != KILN_ERR_NOMEM) kiln_errprefix(rc, "%s: ", name);
     ties_free(&tz);

@@ -76,6 +76,22 @@ KILN_GEMM=sse9 $KILN infer --model "$T/ref/m" --input "$T/d.st" --out "$T/x.st" 
 grep -q "KILN_GEMM=sse9 is not a GEMM kernel this CPU runs" "$T/x.err" || fail "KILN_GEMM=sse9 said nothing: $(cat "$T/x.err")"
 [ "$(data_sha "$T/x.st")" = "$(echo "$ref" | cut -d' ' -f6)" ] || fail "KILN_GEMM=sse9 changed the outputs"
 
+# What the bits depend on is recorded: the checkpoint, the card's lineage and the golden set
+# name the numerics (the GEMM's contract, not the kernel that ran it: the bytes above are the
+# same for every kernel), and validate says so when golden outputs were made with others.
+grep -q 'kiln.numerics.\{1,3\}cpu kiln-gemm/1' "$T/ref/run/ckpt/step-00000010.safetensors" || fail "no kiln.numerics in the checkpoint"
+grep -q '"numerics": "cpu kiln-gemm/1"' "$T/ref/m/card.json" || fail "no lineage.numerics in the card"
+$KILN golden make --model "$T/ref/m" --data "$T/d.st" --windows 8 >/dev/null 2>&1 || fail "golden make"
+grep -q '"numerics": "cpu kiln-gemm/1"' "$T/ref/m/golden/golden.json" || fail "no numerics in golden.json"
+note() {
+    $KILN validate --model "$T/ref/m" --data "$T/d.st" --report "$T/v.json" >/dev/null 2>&1 || fail "validate"
+    /usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1]))["checks"]["golden"]; print(c["status"], c.get("note") or "")' "$T/v.json"
+}
+[ "$(note)" = "passed " ] || fail "validate with the same numerics: $(note)"
+sed -i '/"numerics"/d' "$T/ref/m/golden/golden.json"
+note | grep -q "^passed the golden outputs were computed with the host's OpenBLAS kernel (made before kiln-gemm/1), this build with cpu kiln-gemm/1" ||
+    fail "validate of a golden set without numerics: $(note)"
+
 # The pinned digests (computed on an Intel AVX-512 host, 2026-12-06).
 want="ckpt a5b4315d365fae09013aa17b1863c57862400d6d04feed22de103a324b1de716 \
 model 5f82580d914e61a1489ae0f8e91b9369aa3dc9ad230c91d54107e3fb34e22c17 \

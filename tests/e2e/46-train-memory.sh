@@ -1,15 +1,15 @@
 #!/bin/sh
 # A run whose steps cannot fit the process's memory limits is refused before anything is
-# written, naming the need and the limit (issue 16, defect 6): OpenBLAS retries a failed mmap
-# of its per-thread work buffer forever, so under `ulimit -v` just above kiln's own buffers
-# a run used to hang in its first step with run.json written. A limit comfortably above the
-# need trains. (OPENBLAS_NUM_THREADS=1: no worker threads, so the figures do not depend on
-# the machine's cores; `timeout`: a hang fails the script instead of stalling it.)
+# written, naming the need and the limit (issue 16, defect 6): OpenBLAS, which kiln used
+# before its own GEMM, retried a failed mmap of its per-thread work buffer forever, so under
+# `ulimit -v` just above kiln's own buffers a run used to hang in its first step with run.json
+# written. A limit comfortably above the need trains. (threads=1: no worker threads, so the
+# figures do not depend on the machine's cores; `timeout`: a hang fails the script instead of
+# stalling it.)
 . "$(dirname "$0")/lib.sh"
 command -v prlimit >/dev/null || fail "prlimit (util-linux) is missing"
-export OPENBLAS_NUM_THREADS=1
 $KILN data synth --seed 1 --rows 4000 --features 8 --outputs 2 --out "$T/d.st" >/dev/null 2>&1 || fail "synth"
-RUN="train --data $T/d.st --set batch_size=2000 --set steps=2"
+RUN="train --data $T/d.st --set batch_size=2000 --set steps=2 --set threads=1"
 
 # The figures the check works from, as the trainer logs them (KILN_LOG=debug).
 KILN_LOG=debug timeout -s KILL 120 $KILN $RUN --run-dir "$T/r0" >/dev/null 2>"$T/r0.log" || { cat "$T/r0.log" >&2; fail "unlimited run"; }
@@ -20,7 +20,7 @@ more=$(echo "$line" | sed -n 's/.* needs \([0-9]*\) MiB more.*/\1/p')
 [ -n "$as" ] && [ -n "$data" ] && [ -n "$more" ] || fail "cannot read '$line'"
 MIB=1048576
 
-# Room for kiln's buffers but not for OpenBLAS's: refused at once, no run directory.
+# Room for kiln's buffers but not for the spare: refused at once, no run directory.
 for lim in "as $as" "data $data"; do
     set -- $lim
     set +e
@@ -35,7 +35,7 @@ for lim in "as $as" "data $data"; do
     [ ! -e "$T/r-$1" ] || fail "--$1: a run directory was left: $(ls -A "$T/r-$1")"
 done
 
-# Validation runs sgemms too: a model checked under a limit just above what it has mapped is
+# Validation runs the network too: a model checked under a limit just above what it has mapped is
 # refused the same way, with no report written.
 $KILN export "$T/r0" --out "$T/m" >/dev/null 2>&1 || fail "export"
 $KILN golden make --model "$T/m" --data "$T/d.st" --windows 8 >/dev/null 2>&1 || fail "golden make"

@@ -35,7 +35,7 @@ for f in $(for m in $MODS; do ls $m/*.c; done | grep -v -e comm_mpi -e comm_nccl
     gcc $CFLAGS $INC -c "$f" -o "$o"
     objs="$objs $o"
 done
-LIBS="$(pkg-config --libs $PKGS) -lm -lpthread"
+LIBS="$(pkg-config --libs $PKGS openblas) -lm -lpthread" # openblas: the emulated cuBLAS
 # The transports: MPI, and NCCL through the emulator's nccl.h (tests/gpu/emu/nccl.cc: over MPI
 # on host memory, which is what emulated device memory is).
 MPI_CFLAGS=$(pkg-config --cflags ompi-c)
