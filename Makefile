@@ -175,8 +175,14 @@ $(BUILD)/libkiln.map: include/kiln.h
 	@{ echo '{ global:'; grep -o 'KILN_API[^(]*(' $< | grep -v __attribute__ | \
 	   sed 's/ *($$//; s/.*[ *]//; s/$$/;/'; echo 'local: *; };'; } > $@.tmp && mv $@.tmp $@
 
+# The shared library's version from KILN_VERSION (include/kiln.h): libkiln.so.MAJOR.MINOR,
+# soname libkiln.so.MAJOR (a new MAJOR is a new ABI).
+KILN_VER := $(shell sed -n 's/^\#define KILN_VERSION "\(.*\)"/\1/p' include/kiln.h)
+SO_MAJOR := $(word 1,$(subst ., ,$(KILN_VER)))
+SO_MINOR := $(word 2,$(subst ., ,$(KILN_VER)))
 $(BUILD)/libkiln.so: $(LIB_OBJ) $(BUILD)/libkiln.map
-	$(CC) -shared $(LDFLAGS) -Wl,--version-script=$(BUILD)/libkiln.map -o $@ $(LIB_OBJ) $(ALL_LIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkiln.so.$(SO_MAJOR) \
+	  -Wl,--version-script=$(BUILD)/libkiln.map -o $@ $(LIB_OBJ) $(ALL_LIBS)
 
 $(BUILD)/libkiln_dist.a: $(DIST_OBJ)
 	@rm -f $@
@@ -417,6 +423,40 @@ soak: $(if $(SOAK_SAN),,all)
 
 demo: all
 	KILN=$(abspath $(BUILD)/kiln) examples/demo.sh
+
+# `make install PREFIX=/usr/local DESTDIR=`: the command, the library (shared, with its soname
+# and links, and static), the header and a pkg-config file, so that a service builds with
+# `cc svc.c $$(pkg-config --cflags --libs kiln)` (docs/architecture.md, "Installed").
+# `make uninstall` removes exactly those files. Neither builds: run `make` first.
+PREFIX ?= /usr/local
+LIBDIR ?= $(PREFIX)/lib
+INSTALLED := bin/kiln include/kiln.h lib/libkiln.so.$(SO_MAJOR).$(SO_MINOR) \
+             lib/libkiln.so.$(SO_MAJOR) lib/libkiln.so lib/libkiln.a lib/pkgconfig/kiln.pc
+.PHONY: install uninstall
+$(BUILD)/kiln.pc: Makefile include/kiln.h
+	@mkdir -p $(BUILD)
+	@printf '%s\n' 'prefix=$(PREFIX)' 'exec_prefix=$${prefix}' 'libdir=$(LIBDIR)' \
+	  'includedir=$${prefix}/include' '' 'Name: kiln' \
+	  'Description: kiln models: pull, verify and run them (streams, batches), train, sign, publish' \
+	  'Version: $(KILN_VER)' 'Requires.private: $(PKGS)' 'Cflags: -I$${includedir}' \
+	  'Libs: -L$${libdir} -lkiln' 'Libs.private: $(strip $(CU_LIBS) $(LDLIBS))' > $@.tmp
+	@mv $@.tmp $@
+install: $(BUILD)/kiln.pc
+	@for f in $(BUILD)/kiln $(BUILD)/libkiln.so $(BUILD)/libkiln.a; do \
+	  [ -f $$f ] || { echo "make install: $$f is not built: run make first" >&2; exit 2; }; done
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 755 $(BUILD)/kiln $(DESTDIR)$(PREFIX)/bin/kiln
+	install -m 644 include/kiln.h $(DESTDIR)$(PREFIX)/include/kiln.h
+	install -m 755 $(BUILD)/libkiln.so $(DESTDIR)$(LIBDIR)/libkiln.so.$(SO_MAJOR).$(SO_MINOR)
+	ln -sf libkiln.so.$(SO_MAJOR).$(SO_MINOR) $(DESTDIR)$(LIBDIR)/libkiln.so.$(SO_MAJOR)
+	ln -sf libkiln.so.$(SO_MAJOR) $(DESTDIR)$(LIBDIR)/libkiln.so
+	install -m 644 $(BUILD)/libkiln.a $(DESTDIR)$(LIBDIR)/libkiln.a
+	install -m 644 $(BUILD)/kiln.pc $(DESTDIR)$(LIBDIR)/pkgconfig/kiln.pc
+	@if [ -z "$(DESTDIR)" ] && command -v ldconfig >/dev/null; then ldconfig; fi
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/kiln $(DESTDIR)$(PREFIX)/include/kiln.h \
+	  $(DESTDIR)$(LIBDIR)/libkiln.so.$(SO_MAJOR).$(SO_MINOR) $(DESTDIR)$(LIBDIR)/libkiln.so.$(SO_MAJOR) \
+	  $(DESTDIR)$(LIBDIR)/libkiln.so $(DESTDIR)$(LIBDIR)/libkiln.a $(DESTDIR)$(LIBDIR)/pkgconfig/kiln.pc
 
 clean:
 	rm -rf $(BUILD)

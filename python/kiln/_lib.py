@@ -9,6 +9,7 @@ thread that made the failing call."""
 import ctypes
 import ctypes.util
 import os
+import subprocess
 import threading
 
 from ._error import Error
@@ -103,9 +104,28 @@ _lib = None
 _lock = threading.Lock()
 
 
+def _pkg_config_library():
+    """libkiln.so.MAJOR where `make install` put it, as pkg-config names its libdir (the
+    installed kiln.pc; PKG_CONFIG_PATH finds one under a PREFIX of its own); None without."""
+    try:
+        out = subprocess.run(["pkg-config", "--variable=libdir", "kiln"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    libdir = out.stdout.strip() if out.returncode == 0 else ""
+    sysroot = os.environ.get("PKG_CONFIG_SYSROOT_DIR", "")
+    for root in ("", sysroot) if libdir else ():
+        for name in ("libkiln.so.0", "libkiln.so"):
+            path = root + os.path.join(libdir, name)
+            if os.path.exists(path):
+                return path
+    return None
+
+
 def library_path():
     """Where libkiln.so is looked for: $KILN_LIB, else build/libkiln.so of the repository this
-    package sits in (python/kiln/ -> ../../build), else the system's (ldconfig's `kiln`)."""
+    package sits in (python/kiln/ -> ../../build), else the system's (ldconfig's `kiln`), else
+    the one pkg-config's kiln.pc names (`make install PREFIX=...`)."""
     env = os.environ.get("KILN_LIB")
     if env:
         return env
@@ -113,7 +133,7 @@ def library_path():
     repo = os.path.join(os.path.dirname(os.path.dirname(here)), "build", "libkiln.so")
     if os.path.exists(repo):
         return repo
-    return ctypes.util.find_library("kiln")
+    return ctypes.util.find_library("kiln") or _pkg_config_library()
 
 
 def lib():
