@@ -254,9 +254,6 @@ typedef struct kiln_optim_consts {
 kiln_err kiln_cuda_blas_load(void);
 /* Number of visible CUDA devices; 0 when there is no driver or GPU. */
 int kiln_cuda_device_count(void);
-/* n blocks of four Philox words for counters first..first+n-1, computed on the device. */
-kiln_err kiln_cuda_philox(uint32_t *host_out, uint64_t seed, uint64_t stream, uint64_t first,
-                          size_t n);
 
 /* Open (or count another use of) this thread's context on a device; KILN_ERR_DEVICE with the
  * reason when there is no such device or the driver cannot start. */

@@ -155,11 +155,9 @@ bool reg_trust_version_parse(const char *s, uint64_t *v);
 /* The stored document of version v (0: the newest), byte for byte; caller frees.
  * KILN_ERR_NOTFOUND when there is none. */
 kiln_err reg_trust_get(sqlite3 *db, uint64_t v, char **doc, size_t *len);
-/* Store version v's document with one audit row ("trust.put"), in one BEGIN IMMEDIATE
- * transaction; a version stored already is KILN_ERR_CONFLICT. */
-kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
-                          const char *token);
-/* The same with the audit row's action and reason (a mirror's sync: "mirror.sync"). */
+/* Store version v's document with one audit row of action ("trust.put"; a mirror's sync:
+ * "mirror.sync") and reason, in one BEGIN IMMEDIATE transaction; a version stored already is
+ * KILN_ERR_CONFLICT. */
 kiln_err reg_trust_store(sqlite3 *db, uint64_t v, const char *doc, size_t len, const char *token,
                          const char *action, const char *reason);
 

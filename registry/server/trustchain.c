@@ -54,11 +54,6 @@ kiln_err reg_trust_get(sqlite3 *db, uint64_t v, char **doc, size_t *len) {
     return rc;
 }
 
-kiln_err reg_trust_insert(sqlite3 *db, uint64_t v, const char *doc, size_t len,
-                          const char *token) {
-    return reg_trust_store(db, v, doc, len, token, "trust.put", NULL);
-}
-
 kiln_err reg_trust_store(sqlite3 *db, uint64_t v, const char *doc, size_t len, const char *token,
                          const char *action, const char *reason) {
     sqlite3_stmt *st = NULL;
