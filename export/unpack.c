@@ -51,18 +51,28 @@ static kiln_err ar_err(struct archive *a, kiln_err code, const char *path, const
     return kiln_fail(code, "'%s': %s: %s", path, what, s ? s : "libarchive failed");
 }
 
-static kiln_err reader_open(const char *path, struct archive **out) {
+/* A reader of label that decodes only what kiln writes (zstd tar, and the uncompressed form):
+ * no other decoder of libarchive's is reachable from an archive's bytes. The one place the
+ * rule is written; both readers below start here. */
+static kiln_err reader_new(const char *label, struct archive **out) {
     *out = NULL;
     struct archive *a = archive_read_new();
-    if (!a) return kiln_fail(KILN_ERR_NOMEM, "out of memory opening '%s'", path);
-    /* Only what kiln writes (and the uncompressed form): no other decoders are reachable. */
+    if (!a) return kiln_fail(KILN_ERR_NOMEM, "out of memory opening '%s'", label);
     if (archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
         archive_read_support_filter_none(a) != ARCHIVE_OK ||
         archive_read_support_format_tar(a) != ARCHIVE_OK) {
-        kiln_err rc = ar_err(a, KILN_ERR_UNSUPPORTED, path, "cannot set up the reader");
+        kiln_err rc = ar_err(a, KILN_ERR_UNSUPPORTED, label, "cannot set up the reader");
         archive_read_free(a);
         return rc;
     }
+    *out = a;
+    return KILN_OK;
+}
+
+static kiln_err reader_open(const char *path, struct archive **out) {
+    *out = NULL;
+    struct archive *a;
+    KILN_TRY(reader_new(path, &a));
     struct stat sb;
     if (stat(path, &sb) != 0) {
         archive_read_free(a);
@@ -490,15 +500,8 @@ static la_ssize_t src_read(struct archive *a, void *ctx, const void **buf) {
 
 static kiln_err source_open(src_reader *r, const char *label, struct archive **out) {
     *out = NULL;
-    struct archive *a = archive_read_new();
-    if (!a) return kiln_fail(KILN_ERR_NOMEM, "out of memory opening '%s'", label);
-    if (archive_read_support_filter_zstd(a) != ARCHIVE_OK ||
-        archive_read_support_filter_none(a) != ARCHIVE_OK ||
-        archive_read_support_format_tar(a) != ARCHIVE_OK) {
-        kiln_err rc = ar_err(a, KILN_ERR_UNSUPPORTED, label, "cannot set up the reader");
-        archive_read_free(a);
-        return rc;
-    }
+    struct archive *a;
+    KILN_TRY(reader_new(label, &a));
     if (archive_read_open(a, r, NULL, src_read, NULL) != ARCHIVE_OK) {
         kiln_err rc = r->rc ? kiln_fail(r->rc, "%s", r->msg)
                             : ar_err(a, KILN_ERR_FORMAT, label, "not a .kiln archive");
