@@ -5,7 +5,6 @@
 
 #include "cli.h"
 #include "core.h"
-#include "train.h"
 
 /* What the dispatcher does for a command besides calling it, a row's flags. */
 enum {
