@@ -96,6 +96,11 @@ kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, 
                kiln_st_writer_meta(w, "kiln.numerics",
                                    meta->cfg->device == KILN_TRAIN_CUDA ? KILN_NUMERICS_CUDA
                                                                         : KILN_NUMERICS_CPU));
+    /* The instruction set this host's products ran on: informational (it cannot change a
+     * bit), so it stays here and out of the card, whose bytes must not depend on the host. */
+    if (meta->cfg->device != KILN_TRAIN_CUDA)
+        KILN_CHECK(rc, out,
+                   kiln_st_writer_meta(w, "kiln.gemm_isa", kiln_gemm_isa_name(kiln_gemm_isa_used())));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.data_sha256", hex));
     KILN_CHECK(rc, out, kiln_st_writer_meta(w, "kiln.optimizer", m ? "adamw" : "sgd"));
     if (meta->target_mean) {

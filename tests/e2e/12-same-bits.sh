@@ -81,6 +81,12 @@ grep -q "KILN_GEMM=sse9 is not a GEMM kernel this CPU runs" "$T/x.err" || fail "
 # same for every kernel), and validate says so when golden outputs were made with others.
 grep -q 'kiln.numerics.\{1,3\}cpu kiln-gemm/1' "$T/ref/run/ckpt/step-00000010.safetensors" || fail "no kiln.numerics in the checkpoint"
 grep -q '"numerics": "cpu kiln-gemm/1"' "$T/ref/m/card.json" || fail "no lineage.numerics in the card"
+# The instruction set that ran the products, in the checkpoint only (informational): b1 ran
+# KILN_GEMM=scalar.
+grep -q 'kiln.gemm_isa.\{1,3\}scalar' "$T/b1/run/ckpt/step-00000010.safetensors" || fail "no kiln.gemm_isa scalar in b1's checkpoint"
+grep -q "kiln.gemm_isa.\\{1,3\\}$(echo $kernels | awk '{print $NF}')" "$T/ref/run/ckpt/step-00000010.safetensors" ||
+    fail "the checkpoint does not name the widest kernel"
+! grep -q 'gemm_isa' "$T/ref/m/card.json" || fail "the card names the host's instruction set"
 $KILN golden make --model "$T/ref/m" --data "$T/d.st" --windows 8 >/dev/null 2>&1 || fail "golden make"
 grep -q '"numerics": "cpu kiln-gemm/1"' "$T/ref/m/golden/golden.json" || fail "no numerics in golden.json"
 note() {
