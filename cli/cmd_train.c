@@ -181,7 +181,7 @@ int cmd_train(int argc, char **argv) {
             if ((err = kiln_train_config_set(&cfg, sets.v[i]))) goto fail;
         if ((err = kiln_train_config_check(&cfg, config ? config : "config"))) goto fail;
         if (print_config) {
-            char *s = kiln_train_config_text(&cfg, true);
+            char *s = kiln_train_config_print_text(&cfg);
             if (!s) goto fail;
             fputs(s, stdout);
             free(s);

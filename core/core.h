@@ -109,6 +109,10 @@ static inline int32_t *kiln_carve_i32(kiln_carver *c, size_t n) {
 }
 /* Formatted string into a new buffer; caller frees. NULL (and NOMEM set) on failure. */
 char *kiln_asprintf(const char *fmt, ...) KILN_PRINTF(1, 2);
+/* Of names[0..n), the one a mistyped word most likely meant (an edit distance of 1 for a
+ * word under 6 bytes, a third of its length for a longer one); NULL when none is that close
+ * (core/suggest.c). */
+const char *kiln_suggest(const char *word, const char *const *names, size_t n);
 
 /* ---- hashing (libsodium) --------------------------------------------------- */
 

@@ -125,8 +125,25 @@ void kiln_train_config_default(kiln_train_config *c) {
     c->precision = KILN_PRECISION_F32;
 }
 
+/* The keys whose unset value means something (the dataset's width, no time split, no purge):
+ * kiln train --print-config shows them as null, and null sets them back to unset. */
+static bool unsettable(const key *k) {
+    return k->type == K_TIME || k->type == K_DUR || k->off == OFF(purge_rows) ||
+           (k->type == K_INT &&
+            (k->off == OFF(model.n_features) || k->off == OFF(model.n_outputs)));
+}
+
 static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, const char *label) {
     char *base = (char *)c + k->off;
+    if (json_is_null(v) && unsettable(k)) {
+        if (k->type == K_TIME || k->type == K_DUR)
+            *base = 0;
+        else if (k->type == K_INT)
+            *(int *)base = 0;
+        else
+            *(long *)base = 0;
+        return KILN_OK;
+    }
     switch (k->type) {
     case K_FORMAT:
         KILN_FAIL_IF(!json_is_string(v) || strcmp(json_string_value(v), KILN_MODEL_FORMAT),
@@ -232,13 +249,32 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
     return kiln_fail(KILN_ERR_INTERNAL, "bad key type");
 }
 
+/* "unknown config key 'lrr' (did you mean 'lr'?); the keys: accum_steps, adam_eps, ..." */
+static kiln_err unknown_key(const char *label, const char *name) {
+    const char *names[KILN_ARRAY_LEN(keys)];
+    size_t len = 0;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+        len += strlen(names[i] = keys[i].name) + 2;
+    char *list = kiln_malloc(len + 1);
+    if (!list) return KILN_ERR_NOMEM;
+    list[0] = 0;
+    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
+        strcat(strcat(list, i ? ", " : ""), names[i]);
+    const char *near = kiln_suggest(name, names, KILN_ARRAY_LEN(keys));
+    kiln_err rc = kiln_fail(KILN_ERR_CONFIG, "%s: unknown config key '%s'%s%s%s; the keys: %s",
+                            label, name, near ? " (did you mean '" : "", near ? near : "",
+                            near ? "'?)" : "", list);
+    free(list);
+    return rc;
+}
+
 kiln_err kiln_train_config_apply(kiln_train_config *c, const json_t *j, const char *label) {
     KILN_FAIL_IF(!json_is_object(j), KILN_ERR_CONFIG, "%s: the config is not a JSON object", label);
     const char *name;
     json_t *v;
     json_object_foreach((json_t *)j, name, v) {
         const key *k = find_key(name);
-        KILN_FAIL_IF(!k, KILN_ERR_CONFIG, "%s: unknown config key '%s'", label, name);
+        if (!k) return unknown_key(label, name);
         KILN_TRY(set_key(c, k, v, label));
     }
     return KILN_OK;
@@ -254,7 +290,12 @@ kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
     memcpy(name, assignment, n);
     name[n] = 0;
     const key *k = find_key(name);
-    KILN_FAIL_IF(!k, KILN_ERR_CONFIG, "--set '%s': unknown config key '%s'", assignment, name);
+    if (!k) {
+        char *label = kiln_asprintf("--set '%s'", assignment);
+        kiln_err rc = label ? unknown_key(label, name) : KILN_ERR_NOMEM;
+        free(label);
+        return rc;
+    }
     const char *text = eq + 1;
     json_error_t je;
     json_t *v = json_loads(text, JSON_DECODE_ANY, &je);
@@ -414,6 +455,17 @@ kiln_err kiln_train_split_opts(const kiln_train_config *c, kiln_split_opts *o) {
 
 char *kiln_train_config_text(const kiln_train_config *c, bool pretty) {
     return config_text(kiln_train_config_json(c), pretty);
+}
+
+char *kiln_train_config_print_text(const kiln_train_config *c) {
+    json_t *j = kiln_train_config_json(c);
+    for (size_t i = 0; j && i < KILN_ARRAY_LEN(keys); i++)
+        if (!json_object_get(j, keys[i].name) && unsettable(&keys[i]) &&
+            json_object_set_new(j, keys[i].name, json_null())) {
+            json_decref(j);
+            j = NULL;
+        }
+    return config_text(j, true);
 }
 
 char *kiln_train_config_run_text(const kiln_train_config *c) {

@@ -242,6 +242,10 @@ kiln_err kiln_train_config_check(const kiln_train_config *c, const char *label);
 /* Every key as a new JSON object (n_features/n_outputs left out while 0); NULL on
  * allocation failure. */
 json_t *kiln_train_config_json(const kiln_train_config *c);
+/* kiln train --print-config: the config's text (pretty) with every accepted key, those
+ * unset shown as null (n_features and n_outputs: the dataset's; val_from, purge_time,
+ * purge_rows: no time split, no purge), which --config reads back. */
+char *kiln_train_config_print_text(const kiln_train_config *c);
 /* Text of the config: sorted keys, every number exact and as short as reads back the same.
  * pretty: 2-space indent and a trailing newline. Caller frees; NULL on failure. */
 char *kiln_train_config_text(const kiln_train_config *c, bool pretty);
