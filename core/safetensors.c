@@ -160,10 +160,41 @@ static kiln_err parse_meta(kiln_st *st, const json_t *m) {
     return KILN_OK;
 }
 
+/* Whether the file's first bytes are text (a CSV, a JSON file, a script): printable ASCII,
+ * tabs and line ends, where a safetensors file starts with a little-endian length whose high
+ * bytes are zero. */
+static bool looks_like_text(const unsigned char *b, size_t len) {
+    size_t n = len < 64 ? len : 64;
+    for (size_t i = 0; i < n; i++)
+        if (!(b[i] >= 0x20 && b[i] < 0x7f) && b[i] != '\t' && b[i] != '\n' && b[i] != '\r')
+            return false;
+    return n >= 8;
+}
+
 /* Validate st->base[0..len) and fill the tables. */
 static kiln_err parse(kiln_st *st) {
     const char *p = st->path;
     KILN_FAIL_IF(st->len < 8, KILN_ERR_FORMAT, "'%s': %zu bytes, too short for a safetensors header", p, st->len);
+    /* A text file where a tensor file goes is a mistake with a name, not a header length
+     * of 8317701201201488228: a CSV wants `kiln data import` first. */
+    if (looks_like_text(st->base, st->len)) {
+        const unsigned char *nl = memchr(st->base, '\n', st->len < 4096 ? st->len : 4096);
+        size_t i = 0;
+        while (i < st->len && (st->base[i] == ' ' || st->base[i] == '\t' ||
+                               st->base[i] == '\r' || st->base[i] == '\n'))
+            i++;
+        bool json = i < st->len && (st->base[i] == '{' || st->base[i] == '[');
+        bool csv = !json && nl && memchr(st->base, ',', (size_t)(nl - st->base));
+        KILN_FAIL_IF(csv, KILN_ERR_FORMAT,
+                     "'%s' is a CSV file, not a safetensors file: import it first (kiln data "
+                     "import --csv '%s' --features ... --targets ... --out DATA.safetensors; "
+                     "see kiln data import --help)",
+                     p, p);
+        KILN_FAIL_IF(true, KILN_ERR_FORMAT,
+                     "'%s' is a %s file, not a safetensors file (which starts with an 8-byte "
+                     "header length)",
+                     p, json ? "JSON" : "text");
+    }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | st->base[i];
     KILN_FAIL_IF(hlen > KILN_ST_MAX_HEADER, KILN_ERR_FORMAT,

@@ -159,3 +159,24 @@ KILN_TEST(safetensors_alloc_failures) {
     CHECK("some allocations were failed", failures_seen > 0);
     free(p);
 }
+
+/* A CSV, a JSON file or other text where a tensor file goes is named for what it is, with
+ * what to do about a CSV, instead of "header length 8317701201201488228" (issue 30). */
+KILN_TEST(safetensors_names_text_files) {
+    static const struct {
+        const char *name, *text, *want;
+    } cases[] = {
+        {"prices.csv", "time,price,volume\n1,2,3\n", "is a CSV file, not a safetensors file: "
+                                                     "import it first (kiln data import --csv"},
+        {"cfg.json", "{\"steps\": 10, \"lr\": 0.1}\n", "is a JSON file, not a safetensors file"},
+        {"notes.txt", "these are my notes on the run\n", "is a text file, not a safetensors file"},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char *p = kiln_test_write(cases[i].name, cases[i].text, strlen(cases[i].text));
+        kiln_st *st = NULL;
+        CHECK(cases[i].name, kiln_st_open(p, &st) == KILN_ERR_FORMAT && !st &&
+                                 strstr(kiln_errmsg(), cases[i].want));
+        kiln_st_close(st);
+        free(p);
+    }
+}
