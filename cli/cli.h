@@ -256,6 +256,7 @@ int cmd_sweep(int argc, char **argv); /* cmd_sweep.c */
 int cmd_sweep_job(int argc, char **argv);
 int cmd_sweep_status(int argc, char **argv);
 int cmd_train(int argc, char **argv);
+int cmd_trust_init(int argc, char **argv); /* cmd_trust_init.c */
 int cmd_trust_put(int argc, char **argv); /* cmd_trust.c */
 int cmd_trust_sign(int argc, char **argv);
 int cmd_trust_update(int argc, char **argv);

@@ -81,6 +81,8 @@ static const command commands[] = {
     {"sweep", cmd_sweep, 0,
      "train a spec's grid of runs as Slurm jobs or a local pool (resumable)"},
     {"train", cmd_train, 0, "train a model, or resume a run"},
+    {"trust init", cmd_trust_init, 0,
+     "write a trust policy from public key files and channel thresholds"},
     {"trust put", cmd_trust_put, KILN_CMD_REGISTRY,
      "give a registry the next signed version of its trust policy"},
     {"trust sign", cmd_trust_sign, KILN_CMD_GUARDED,

@@ -80,22 +80,8 @@ run "$KILN" runs diff run1 run1b
 
 say "keys and a trust policy: two root keys (sign the policy's next versions), one release key, two promote keys; production needs both"
 for k in root-a root-b release alice bob; do run "$KILN" keygen --out "$k" --no-password >/dev/null; done
-pub() { tail -1 "$1.pub"; }
-cat >trust.json <<JSON
-{
-  "format": "kiln-trust/1",
-  "version": 1,
-  "root_threshold": 2,
-  "keys": [
-    {"name": "root-a", "pubkey": "$(pub root-a)", "roles": ["root"]},
-    {"name": "root-b", "pubkey": "$(pub root-b)", "roles": ["root"]},
-    {"name": "release", "pubkey": "$(pub release)", "roles": ["release"]},
-    {"name": "alice", "pubkey": "$(pub alice)", "roles": ["promote"]},
-    {"name": "bob", "pubkey": "$(pub bob)", "roles": ["promote"]}
-  ],
-  "channels": {"staging": {"threshold": 1}, "production": {"threshold": 2}}
-}
-JSON
+run "$KILN" trust init --out trust.json --root-key root-a.pub --root-key root-b.pub --release-key release.pub \
+    --promote-key alice.pub --promote-key bob.pub --channel staging:1 --channel production:2
 run cat trust.json
 
 say "a registry on loopback: a fresh root, tokens, kiln registry serve on a free port"
@@ -187,8 +173,15 @@ fi
 
 say "alice's key is stolen: trust version 2 drops it (carol takes her place), signed by both root keys"
 run "$KILN" keygen --out carol --no-password >/dev/null
-sed -e 's/"version": 1/"version": 2/' -e "s|\"name\": \"alice\", \"pubkey\": \"[^\"]*\"|\"name\": \"carol\", \"pubkey\": \"$(pub carol)\"|" \
-    trust.json >trust-v2.json
+/usr/bin/python3 - "$(tail -1 carol.pub)" <<'PY'
+import json, sys
+p = json.load(open("trust.json"))
+p["version"] = 2
+for k in p["keys"]:
+    if k["name"] == "alice":
+        k["name"], k["pubkey"] = "carol", sys.argv[1]
+json.dump(p, open("trust-v2.json", "w"), indent=2, sort_keys=True)
+PY
 run "$KILN" trust sign trust-v2.json --key root-a.key --out trust-v2.signed.json
 run "$KILN" trust sign --add trust-v2.signed.json --key root-b.key
 run "$KILN" trust verify trust-v2.signed.json --trust trust.json
