@@ -36,6 +36,7 @@ two a.json a.json "$T/one"
 [ $rc1 = 0 ] && [ $rc2 = 0 ] || { cat "$T/1.out" "$T/2.out" >&2; fail "two submitters of one spec: exit $rc1 and $rc2"; }
 [ "$(sbatched "$T/one")" = 2 ] || { cat "$T/1.out" "$T/2.out" "$FAKE_SLURM_DIR/submitted" >&2; fail "two submitters of one spec: $(sbatched "$T/one") jobs for 2 points"; }
 grep -q '^submitted 2 points to Slurm; 0 finished, 0 queued or running before$' "$T/1.out" &&
+    grep -q "^waiting for another kiln sweep (pid $p1) submitting to '$T/one'$" "$T/2.out" &&
     grep -q '^nothing to submit: 0 of 2 points finished, 2 queued or running$' "$T/2.out" ||
     { cat "$T/1.out" "$T/2.out" >&2; fail "two submitters of one spec: the second did not see the first's jobs"; }
 [ "$(grep -c '"job":' "$T/one/jobs.json")" = 2 ] || fail "two submitters: jobs.json does not hold 2 jobs"
@@ -48,6 +49,21 @@ grep -q "holds the runs of another spec" "$T/2.out" || { cat "$T/2.out" >&2; fai
 [ "$(sbatched "$T/two")" = 2 ] || fail "two specs into one root: $(sbatched "$T/two") jobs for 2 points"
 grep -q '"steps": 20' "$T/two/sweep.json" && ! grep -q '"steps": 30' "$T/two/sweep.json" ||
     fail "two specs into one root: sweep.json is not the first spec's"
+
+# ---- a local pool holds the root while it runs: a submission is refused at once ----
+printf '%s\n' '{"data": "d.st", "config": {"steps": 100000, "eval_every": 0, "ckpt_every": 0}}' >"$T/pool.json"
+$KILN sweep "$T/pool.json" --root "$T/pool" --scheduler local >"$T/pool.out" 2>&1 &
+pool=$!
+trap 'kill $pool 2>/dev/null; wait $pool 2>/dev/null; rm -rf "$T"' EXIT
+i=0
+until grep -q "^$pool local$" "$T/pool/.sweep.lock" 2>/dev/null; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "the local pool did not take the root's lock"; sleep 0.1
+done
+start=$(date +%s)
+expect_fail 2 $KILN sweep "$T/pool.json" --root "$T/pool"
+grep -q "'$T/pool': another kiln sweep (pid $pool) is running its local pool" "$T/err" || { cat "$T/err" >&2; fail "a root held by a local pool: no clear error"; }
+[ $(($(date +%s) - start)) -lt 10 ] || fail "a root held by a local pool: the submission waited"
+kill $pool; wait $pool 2>/dev/null || true
 
 # The rest needs no slow controller.
 FAKE_SLURM_DELAY="0 0.1"
