@@ -28,6 +28,23 @@ void kiln_sweep_spec_release(kiln_sweep_spec *s) {
     memset(s, 0, sizeof *s);
 }
 
+int sweep_digits(double x, int at_least) {
+    char buf[40];
+    int lo = at_least < 1 ? 1 : at_least, hi = 17;
+    snprintf(buf, sizeof buf, "%.*g", lo, x);
+    if (lo >= 17 || strtod(buf, NULL) == x) return lo;
+    /* A binary search over the rest (whatever it returns reads back: hi always does). */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        snprintf(buf, sizeof buf, "%.*g", mid, x);
+        if (strtod(buf, NULL) == x)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 /* A value as it appears in a point's name: numbers as short as read back the same, strings
  * with anything but [A-Za-z0-9._-] as '_'. */
 static void value_text(const json_t *v, char *out, size_t n) {
@@ -35,6 +52,8 @@ static void value_text(const json_t *v, char *out, size_t n) {
         snprintf(out, n, "%lld", (long long)json_integer_value(v));
     } else if (json_is_real(v)) {
         double x = json_real_value(v);
+        /* The fewest digits found by counting up (names must not change from release to
+         * release: a root's point is found by its name). */
         for (int p = 1; p <= 17; p++) {
             snprintf(out, n, "%.*g", p, x);
             if (strtod(out, NULL) == x) break;

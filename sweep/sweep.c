@@ -88,56 +88,57 @@ static kiln_err load_jobs(const char *root, json_t **out) {
 
 /* The significant digits that make every real in j (nested too) read back exactly: the
  * fewest that do for all, so 0.003 stays 0.003 and 0.0010000000000000002 keeps its digits. */
-static int exact_digits(const json_t *j) {
-    int need = 1;
-    if (json_is_real(j)) {
-        double x = json_real_value(j);
-        char buf[40];
-        for (need = 1; need < 17; need++) {
-            snprintf(buf, sizeof buf, "%.*g", need, x);
-            if (strtod(buf, NULL) == x) break;
-        }
-    } else if (json_is_object(j)) {
-        const char *k;
-        json_t *v;
-        json_object_foreach((json_t *)j, k, v) {
-            int d = exact_digits(v);
-            if (d > need) need = d;
-        }
-    } else if (json_is_array(j)) {
-        size_t i;
-        json_t *v;
-        json_array_foreach(j, i, v) {
-            int d = exact_digits(v);
-            if (d > need) need = d;
-        }
-    }
+static int exact_digits(const json_t *j, int need) {
+    if (json_is_real(j)) return sweep_digits(json_real_value(j), need);
+    const char *k;
+    json_t *v;
+    size_t i;
+    if (json_is_object(j))
+        json_object_foreach((json_t *)j, k, v) if (need < 17) need = exact_digits(v, need);
+    if (json_is_array(j))
+        json_array_foreach(j, i, v) if (need < 17) need = exact_digits(v, need);
     return need;
 }
 
-/* ROOT/NAME written atomically, pretty, with every value exact (kiln_json_write_file keeps 15
- * digits, for documents people read; a sweep's records are read back and compared). */
-static kiln_err save_json(const char *root, const char *name, const json_t *j) {
-    char *p = root_file(root, name);
-    if (!p) return KILN_ERR_NOMEM;
-    char *t = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(exact_digits(j)));
-    kiln_err rc = KILN_OK;
-    if (!t) {
-        rc = kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", p);
-    } else {
-        size_t n = strlen(t);
-        char *u = realloc(t, n + 2);
-        if (!u) {
-            rc = kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON for '%s'", p);
-        } else {
-            t = u;
-            t[n] = '\n';
-            t[n + 1] = 0;
-            rc = kiln_write_file_atomic(p, t, n + 1);
-        }
+/* kiln_json_load_file reads no more (core/json.c): a record must not be written larger. */
+#define RECORD_LIMIT (64u << 20)
+
+/* j's text for ROOT/NAME into *out (caller frees), *len bytes: pretty, with every value
+ * exact (kiln_json_write_file keeps 15 digits, for documents people read; a sweep's records
+ * are read back and compared), and no larger than RECORD_LIMIT. */
+static kiln_err record_text(const char *root, const char *name, const json_t *j, char **out,
+                            size_t *len) {
+    *out = NULL;
+    char *t = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(exact_digits(j, 1)));
+    char *u = t ? realloc(t, strlen(t) + 2) : NULL;
+    if (!u) {
+        free(t);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding '%s/%s'", root, name);
     }
-    free(t);
+    size_t n = strlen(u);
+    u[n] = '\n';
+    u[n + 1] = 0;
+    *len = n + 1;
+    if (*len > RECORD_LIMIT) {
+        free(u);
+        return kiln_fail(KILN_ERR_LIMIT,
+                         "'%s/%s' would be %zu bytes, more than kiln reads back (%u MiB): a "
+                         "spec of fewer points, or shorter values",
+                         root, name, *len, RECORD_LIMIT >> 20);
+    }
+    *out = u;
+    return KILN_OK;
+}
+
+/* ROOT/NAME written atomically (record_text). */
+static kiln_err save_json(const char *root, const char *name, const json_t *j) {
+    size_t n;
+    char *t;
+    KILN_TRY(record_text(root, name, j, &t, &n));
+    char *p = root_file(root, name);
+    kiln_err rc = p ? kiln_write_file_atomic(p, t, n) : KILN_ERR_NOMEM;
     free(p);
+    free(t);
     return rc;
 }
 
@@ -898,6 +899,8 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
     sched_view view = {0};
     sweep_index jx = {0}, vx = {0};
     bool *todo = NULL, wrote = false;
+    char *rec_text = NULL;
+    size_t rec_len = 0;
     root_lock lock = {.fd = -1};
     kiln_err rc = KILN_OK;
     /* Before anything is made: every point's paths, and a root that holds something else or
@@ -977,14 +980,15 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
                       ? json_object_get(old, "extends")
                       : NULL;
     if (was) json_object_set(rec, "extends", was);
+    KILN_CHECK(rc, out, record_text(o->root, "sweep.json", rec, &rec_text, &rec_len));
     /* From here the root is written: a failure leaves what was written. */
     wrote = true;
-    char *jd = kiln_path_join(o->root, "jobs");
-    KILN_CHECK_IF(rc, out, !jd, KILN_ERR_NOMEM, "out of memory");
-    rc = kiln_mkdir_p(jd);
+    char *jd = kiln_path_join(o->root, "jobs"), *rp = kiln_path_join(o->root, "sweep.json");
+    rc = !jd || !rp ? kiln_fail(KILN_ERR_NOMEM, "out of memory") : kiln_mkdir_p(jd);
+    if (!rc) rc = kiln_write_file_atomic(rp, rec_text, rec_len);
     free(jd);
+    free(rp);
     if (rc) goto out;
-    KILN_CHECK(rc, out, save_json(o->root, "sweep.json", rec));
     if (!n_todo) goto out;
     for (size_t i = 0; i < spec->n_points; i++)
         if (todo[i]) KILN_CHECK(rc, out, write_point_files(spec, o, i));
@@ -994,6 +998,7 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
         rc = run_local(spec, o, jobs, todo, res);
 out:
     unlock_root(&lock, rc && !wrote);
+    free(rec_text);
     sweep_index_release(&jx);
     sweep_index_release(&vx);
     free(todo);

@@ -28,6 +28,11 @@ kiln_err sweep_index_put(sweep_index *x, const char *key, size_t val);
 /* key's val, or SIZE_MAX when it has none. */
 size_t sweep_index_get(const sweep_index *x, const char *key);
 
+/* Significant digits, at least at_least, with which "%.*g" of x reads back as x: at_least
+ * itself when it does, else few more (a binary search; 17 always do). For records, where
+ * any exact text serves; point names count up from 1. */
+int sweep_digits(double x, int at_least);
+
 /* Run argv (PATH searched) to its end, its stdout into *out and its stderr into *err (both
  * NUL-terminated, caller frees; either pointer may be NULL to discard), *status waitpid's.
  * A program that cannot be started is KILN_ERR_NOTFOUND naming it. */
