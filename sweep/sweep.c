@@ -383,10 +383,11 @@ static json_t *config_value(const json_t *j) {
 }
 
 /* The root must be new, empty, or hold this spec's sweep (or, with extend, one whose points
- * this spec all has, unchanged), on the same dataset bytes. Called with the root's lock held
- * (and once before, to refuse a foreign root without making anything in it). *old: the
- * record found (NULL: none). */
-static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o, json_t **old) {
+ * this spec all has, unchanged: checked when points), on the same dataset bytes. Called with
+ * the root's lock held (and once before, without points, to refuse a foreign root without
+ * making anything in it). *old: the record found (NULL: none). */
+static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o, bool points,
+                           json_t **old) {
     *old = NULL;
     kiln_dir_state ds = root_state(o->root);
     KILN_FAIL_IF(ds == KILN_DIR_OTHER, KILN_ERR_USAGE, "--root '%s' is not a directory", o->root);
@@ -426,6 +427,7 @@ static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
                        data, spec->data);
         goto fail;
     }
+    if (!points) return KILN_OK;
     KILN_CHECK(rc, fail, sweep_index_init(&names, spec->n_points));
     for (size_t k = 0; k < spec->n_points; k++)
         KILN_CHECK(rc, fail, sweep_index_put(&names, spec->points[k].name, k));
@@ -831,10 +833,19 @@ static void unlock_root(root_lock *l, bool undo) {
     l->fd = -1;
 }
 
+/* "PID WHAT" into the lock file held: what a waiter reads. */
+static kiln_err holder_line(root_lock *l, const char *what) {
+    char line[64];
+    int n = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), what);
+    if (ftruncate(l->fd, 0) || pwrite(l->fd, line, (size_t)n, 0) != n)
+        return kiln_fail_errno(KILN_ERR_IO, "'%s'", l->path);
+    return KILN_OK;
+}
+
 /* Take the root's lock (ROOT/.sweep.lock, made with the root when absent). Another submitter
- * to Slurm holds it for seconds: wait for it (LOCK_WAIT_SECONDS at most), so that a second
- * submission of a spec sees the first one's jobs and submits none; a local pool holds it
- * while it runs: refused at once. The holder writes "PID slurm|local" into the file. */
+ * holds it for seconds: wait for it (LOCK_WAIT_SECONDS at most), so that a second submission
+ * of a spec sees the first one's jobs and submits none; a local pool holds it while it runs:
+ * refused at once. The holder writes "PID submitting", then "PID local" while its pool runs. */
 static kiln_err lock_root(const kiln_sweep_opts *o, root_lock *l) {
     memset(l, 0, sizeof *l);
     l->fd = -1;
@@ -884,12 +895,7 @@ static kiln_err lock_root(const kiln_sweep_opts *o, root_lock *l) {
         l->fd = -1;
         l->made_file = false;
     }
-    char line[64];
-    int n = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(),
-                     o->scheduler == KILN_SWEEP_SLURM ? "slurm" : "local");
-    if (ftruncate(l->fd, 0) || pwrite(l->fd, line, (size_t)n, 0) != n)
-        return kiln_fail_errno(KILN_ERR_IO, "'%s'", l->path);
-    return KILN_OK;
+    return holder_line(l, "submitting");
 }
 
 kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
@@ -906,14 +912,14 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
     /* Before anything is made: every point's paths, and a root that holds something else or
      * another spec (checked again under the lock, which decides). */
     KILN_CHECK(rc, out, check_paths(spec, o));
-    KILN_CHECK(rc, out, check_root(spec, o, &old));
+    KILN_CHECK(rc, out, check_root(spec, o, false, &old));
     json_decref(old);
     old = NULL;
     /* One submitter at a time per root, from before the root's records and the scheduler's
      * view are read until the jobs are recorded: two submissions of one spec then submit
      * each point once, and two specs cannot both take an empty root. */
     KILN_CHECK(rc, out, lock_root(o, &lock));
-    KILN_CHECK(rc, out, check_root(spec, o, &old));
+    KILN_CHECK(rc, out, check_root(spec, o, true, &old));
     KILN_CHECK(rc, out, load_jobs(o->root, &jobs));
     /* The scheduler before anything is written: an unreachable one leaves the root as it was.
      * A local run of a sweep that went to Slurm before asks Slurm too: its jobs may still be
@@ -994,7 +1000,7 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
         if (todo[i]) KILN_CHECK(rc, out, write_point_files(spec, o, i));
     if (o->scheduler == KILN_SWEEP_SLURM)
         rc = submit_slurm(spec, o, jobs, todo, res);
-    else
+    else if (!(rc = holder_line(&lock, "local")))
         rc = run_local(spec, o, jobs, todo, res);
 out:
     unlock_root(&lock, rc && !wrote);
