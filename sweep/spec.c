@@ -120,8 +120,8 @@ typedef struct expand {
     const char *path;
     kiln_train_config base; /* the defaults with the spec's config applied */
     int base_ranks;
-    size_t cap;          /* of s->points */
-    sweep_index names;   /* name -> its point's index */
+    size_t cap;        /* of s->points */
+    sweep_index names; /* name -> its point's index */
 } expand;
 
 /* A point from the spec's config and the overrides: checked, its whole config, its name. */

@@ -86,17 +86,25 @@ static kiln_err load_jobs(const char *root, json_t **out) {
     return rc;
 }
 
-/* The significant digits that make every real in j (nested too) read back exactly: the
- * fewest that do for all, so 0.003 stays 0.003 and 0.0010000000000000002 keeps its digits. */
+/* The significant digits that make every real in j (nested too) read back exactly, at least
+ * need (what the values before needed): few, so 0.003 stays 0.003, and enough that
+ * 0.0010000000000000002 keeps its digits. */
 static int exact_digits(const json_t *j, int need) {
     if (json_is_real(j)) return sweep_digits(json_real_value(j), need);
     const char *k;
     json_t *v;
     size_t i;
-    if (json_is_object(j))
-        json_object_foreach((json_t *)j, k, v) if (need < 17) need = exact_digits(v, need);
-    if (json_is_array(j))
-        json_array_foreach(j, i, v) if (need < 17) need = exact_digits(v, need);
+    if (json_is_object(j)) {
+        json_object_foreach((json_t *)j, k, v) {
+            if (need == 17) break;
+            need = exact_digits(v, need);
+        }
+    } else if (json_is_array(j)) {
+        json_array_foreach(j, i, v) {
+            if (need == 17) break;
+            need = exact_digits(v, need);
+        }
+    }
     return need;
 }
 
@@ -109,7 +117,8 @@ static int exact_digits(const json_t *j, int need) {
 static kiln_err record_text(const char *root, const char *name, const json_t *j, char **out,
                             size_t *len) {
     *out = NULL;
-    char *t = json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(exact_digits(j, 1)));
+    char *t =
+        json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(exact_digits(j, 1)));
     char *u = t ? realloc(t, strlen(t) + 2) : NULL;
     if (!u) {
         free(t);
@@ -377,7 +386,8 @@ static kiln_dir_state root_state(const char *root) {
 static json_t *config_value(const json_t *j) {
     kiln_train_config c;
     kiln_train_config_default(&c);
-    json_t *v = kiln_train_config_apply(&c, j, "recorded config") ? NULL : kiln_train_config_json(&c);
+    json_t *v =
+        kiln_train_config_apply(&c, j, "recorded config") ? NULL : kiln_train_config_json(&c);
     kiln_errclear();
     return v;
 }
@@ -771,10 +781,10 @@ static kiln_err check_paths(const kiln_sweep_spec *spec, const kiln_sweep_opts *
  * writing anything. */
 typedef struct root_lock {
     int fd;
-    bool held;       /* fd is flock'd */
-    char *path;      /* ROOT/.sweep.lock */
-    bool made_file;  /* this call created it */
-    char **made;     /* the directories this call made, the root last */
+    bool held;      /* fd is flock'd */
+    char *path;     /* ROOT/.sweep.lock */
+    bool made_file; /* this call created it */
+    char **made;    /* the directories this call made, the root last */
     size_t n_made;
 } root_lock;
 
@@ -857,8 +867,7 @@ static kiln_err lock_root(const kiln_sweep_opts *o, root_lock *l) {
         KILN_TRY(make_root(o->root, l));
         l->fd = open(l->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
         l->made_file = l->fd >= 0;
-        if (l->fd < 0 && errno == EEXIST)
-            l->fd = open(l->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (l->fd < 0 && errno == EEXIST) l->fd = open(l->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
         if (l->fd < 0) {
             if (errno == ENOENT) continue; /* removed by a holder that failed: again */
             return kiln_fail_errno(KILN_ERR_IO, "'%s'", l->path);
@@ -876,8 +885,8 @@ static kiln_err lock_root(const kiln_sweep_opts *o, root_lock *l) {
             KILN_FAIL_IF(pool, KILN_ERR_CONFLICT,
                          "'%s': another kiln sweep%s is running its local pool", o->root, by);
             KILN_FAIL_IF(time(NULL) - start >= LOCK_WAIT_SECONDS, KILN_ERR_CONFLICT,
-                         "'%s': another kiln sweep%s is still submitting to it after %d s",
-                         o->root, by, LOCK_WAIT_SECONDS);
+                         "'%s': another kiln sweep%s is still submitting to it after %d s", o->root,
+                         by, LOCK_WAIT_SECONDS);
             if (!said) note(o, "waiting for another kiln sweep%s submitting to '%s'", by, o->root);
             said = true;
             struct timespec ts = {0, 100 * 1000 * 1000};
@@ -887,8 +896,7 @@ static kiln_err lock_root(const kiln_sweep_opts *o, root_lock *l) {
          * and the root it made, and a waiter then holds a lock nobody else sees. */
         struct stat a, b;
         l->held = true;
-        if (!fstat(l->fd, &a) && !stat(l->path, &b) && a.st_dev == b.st_dev &&
-            a.st_ino == b.st_ino)
+        if (!fstat(l->fd, &a) && !stat(l->path, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
             break;
         l->held = false;
         close(l->fd);

@@ -35,7 +35,7 @@ typedef struct kiln_sweep_point {
     char *name;        /* its run directory's name under the root: what it overrides */
     json_t *overrides; /* the keys the point sets over the spec's config (grid, point, seed) */
     kiln_train_config config; /* the whole run config: jobs/NAME.json is its text */
-    int ranks;         /* processes that train it (srun tasks, or mpirun -np locally) */
+    int ranks;                /* processes that train it (srun tasks, or mpirun -np locally) */
 } kiln_sweep_point;
 
 /* The spec's "slurm" object. */

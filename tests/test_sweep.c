@@ -142,8 +142,8 @@ KILN_TEST(sweep_spec_size_bound) {
     for (int i = 0; pts && i < 100; i++)
         k += (size_t)sprintf(pts + k, "%s{\"warmup_steps\": %d}", i ? "," : "", i + 1);
     body = pts ? kiln_asprintf("\"points\": [%s], \"seeds\": [%s,1000]", pts, seeds) : NULL;
-    CHECK("points x seeds: LIMIT", body && load(body, &s) == KILN_ERR_LIMIT &&
-                                       strstr(kiln_errmsg(), "100100 points"));
+    CHECK("points x seeds: LIMIT",
+          body && load(body, &s) == KILN_ERR_LIMIT && strstr(kiln_errmsg(), "100100 points"));
     kiln_errclear();
     free(body);
     free(pts);
@@ -215,8 +215,8 @@ KILN_TEST(sweep_spec_long_names) {
     /* The dataset's content digest is what kiln data inspect prints. */
     if (CHECK("loads", load("", &s) == KILN_OK)) {
         kiln_dataset *ds = NULL;
-        CHECK("data_sha256 is the dataset's", !kiln_dataset_open(s.data, &ds) &&
-                                                  !strcmp(s.data_sha256, ds->sha256));
+        CHECK("data_sha256 is the dataset's",
+              !kiln_dataset_open(s.data, &ds) && !strcmp(s.data_sha256, ds->sha256));
         kiln_dataset_free(ds);
     }
     kiln_sweep_spec_release(&s);
