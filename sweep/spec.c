@@ -72,8 +72,9 @@ static void value_text(const json_t *v, char *out, size_t n) {
 }
 
 /* "d_model-16,lr-0.001,seed-2": the overrides in key order; "base" when there are none. A
- * name longer than KILN_SWEEP_NAME_MAX is cut and given a digest of the whole name
- * ("...,lr-0.0~3f2a...": stable, and '~' is in no whole name). Caller frees. */
+ * name longer than KILN_SWEEP_NAME_MAX keeps the whole pairs that fit and ends in '~' and a
+ * digest of the whole name ("adam_eps-1e-08,...,grad_clip-1.5~3f2a09c1d4b7e5a6": stable, and
+ * '~' is in no whole name). Caller frees. */
 static char *point_name(const json_t *over) {
     size_t n;
     const char **keys = kiln_json_sorted_keys(over, &n);
@@ -96,7 +97,11 @@ static char *point_name(const json_t *over) {
             char hex[KILN_SHA256_HEX];
             kiln_sha256(s, strlen(s), h);
             kiln_hex(h, sizeof h, hex);
+            /* The whole KEY-VALUE pairs that fit (a value cut short would read as another
+             * value), then the digest. */
             size_t keep = KILN_SWEEP_NAME_MAX - 1 - SWEEP_NAME_DIGEST;
+            while (keep > 0 && s[keep] != ',')
+                keep--;
             snprintf(s + keep, cap - keep, "~%.*s", SWEEP_NAME_DIGEST, hex);
         }
     }
