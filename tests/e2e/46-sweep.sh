@@ -2,8 +2,9 @@
 # kiln sweep on a single-node Slurm cluster started for the test (tests/slurm/cluster.sh,
 # stopped however the script ends) and on the local pool: a 4-point sweep, one job preempted
 # mid-run with SIGTERM, requeued, resumed, and its last checkpoint the same bytes as an
-# uninterrupted run's; a second submission submits nothing; 2 ranks through srun give one
-# process's bytes; bad specs, roots and schedulers are refused with nothing written.
+# uninterrupted run's; a second submission submits nothing, also two started at once; of two
+# specs started into one empty root one is refused; 2 ranks through srun give one process's
+# bytes; bad specs, roots and schedulers are refused with nothing written.
 . "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
