@@ -875,7 +875,7 @@ static kiln_err lock_root(const kiln_sweep_opts *o, root_lock *l) {
         while (flock(l->fd, LOCK_EX | LOCK_NB)) {
             if (errno == EINTR) continue;
             if (errno != EWOULDBLOCK) return kiln_fail_errno(KILN_ERR_IO, "'%s': flock", l->path);
-            /* The holder's line: "PID slurm" or "PID local". */
+            /* The holder's line: "PID submitting" or "PID local". */
             char who[64] = "", by[80] = "";
             ssize_t n = pread(l->fd, who, sizeof who - 1, 0);
             who[n > 0 ? n : 0] = 0;
