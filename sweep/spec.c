@@ -11,12 +11,14 @@
 #include "sweep_int.h"
 #include "train.h"
 
+/* Hex digits of the whole name's digest that end a cut point name. */
+#define SWEEP_NAME_DIGEST 16
+
 void kiln_sweep_spec_release(kiln_sweep_spec *s) {
     if (!s) return;
     for (size_t i = 0; i < s->n_points; i++) {
         free(s->points[i].name);
         json_decref(s->points[i].overrides);
-        json_decref(s->points[i].config);
     }
     free(s->points);
     json_decref(s->spec);
@@ -26,6 +28,23 @@ void kiln_sweep_spec_release(kiln_sweep_spec *s) {
     memset(s, 0, sizeof *s);
 }
 
+int sweep_digits(double x, int at_least) {
+    char buf[40];
+    int lo = at_least < 1 ? 1 : at_least, hi = 17;
+    snprintf(buf, sizeof buf, "%.*g", lo, x);
+    if (lo >= 17 || strtod(buf, NULL) == x) return lo;
+    /* A binary search over the rest (whatever it returns reads back: hi always does). */
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        snprintf(buf, sizeof buf, "%.*g", mid, x);
+        if (strtod(buf, NULL) == x)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
 /* A value as it appears in a point's name: numbers as short as read back the same, strings
  * with anything but [A-Za-z0-9._-] as '_'. */
 static void value_text(const json_t *v, char *out, size_t n) {
@@ -33,6 +52,8 @@ static void value_text(const json_t *v, char *out, size_t n) {
         snprintf(out, n, "%lld", (long long)json_integer_value(v));
     } else if (json_is_real(v)) {
         double x = json_real_value(v);
+        /* The fewest digits found by counting up (names must not change from release to
+         * release: a root's point is found by its name). */
         for (int p = 1; p <= 17; p++) {
             snprintf(out, n, "%.*g", p, x);
             if (strtod(out, NULL) == x) break;
@@ -50,7 +71,10 @@ static void value_text(const json_t *v, char *out, size_t n) {
     }
 }
 
-/* "d_model-16,lr-0.001,seed-2": the overrides in key order; "base" when there are none. */
+/* "d_model-16,lr-0.001,seed-2": the overrides in key order; "base" when there are none. A
+ * name longer than KILN_SWEEP_NAME_MAX keeps the whole pairs that fit and ends in '~' and a
+ * digest of the whole name ("adam_eps-1e-08,...,grad_clip-1.5~3f2a09c1d4b7e5a6": stable, and
+ * '~' is in no whole name). Caller frees. */
 static char *point_name(const json_t *over) {
     size_t n;
     const char **keys = kiln_json_sorted_keys(over, &n);
@@ -68,6 +92,18 @@ static char *point_name(const json_t *over) {
             len += (size_t)snprintf(s + len, cap - len, "%s%s-%s", i ? "," : "", keys[i], v);
         }
         if (!n) snprintf(s, cap, "base");
+        if (strlen(s) > KILN_SWEEP_NAME_MAX) {
+            uint8_t h[KILN_SHA256_BYTES];
+            char hex[KILN_SHA256_HEX];
+            kiln_sha256(s, strlen(s), h);
+            kiln_hex(h, sizeof h, hex);
+            /* The whole KEY-VALUE pairs that fit (a value cut short would read as another
+             * value), then the digest. */
+            size_t keep = KILN_SWEEP_NAME_MAX - 1 - SWEEP_NAME_DIGEST;
+            while (keep > 0 && s[keep] != ',')
+                keep--;
+            snprintf(s + keep, cap - keep, "~%.*s", SWEEP_NAME_DIGEST, hex);
+        }
     }
     free(keys);
     return s;
@@ -84,9 +120,17 @@ static kiln_err take_ranks(json_t *o, const char *label, int *ranks) {
     return KILN_OK;
 }
 
+/* What expansion carries from point to point. */
+typedef struct expand {
+    const char *path;
+    kiln_train_config base; /* the defaults with the spec's config applied */
+    int base_ranks;
+    size_t cap;        /* of s->points */
+    sweep_index names; /* name -> its point's index */
+} expand;
+
 /* A point from the spec's config and the overrides: checked, its whole config, its name. */
-static kiln_err add_point(kiln_sweep_spec *s, const char *path, const json_t *base, int base_ranks,
-                          json_t *over, size_t *cap) {
+static kiln_err add_point(kiln_sweep_spec *s, expand *x, json_t *over) {
     kiln_err rc = KILN_OK;
     char *name = point_name(over);
     json_t *keys = json_deep_copy(over);
@@ -96,34 +140,31 @@ static kiln_err add_point(kiln_sweep_spec *s, const char *path, const json_t *ba
         return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     }
     char label[1024];
-    snprintf(label, sizeof label, "'%s' point '%s'", path, name);
-    int ranks = base_ranks;
-    kiln_train_config cfg;
-    kiln_train_config_default(&cfg);
+    snprintf(label, sizeof label, "'%s' point '%s'", x->path, name);
+    int ranks = x->base_ranks;
+    kiln_train_config cfg = x->base;
     KILN_CHECK(rc, fail, take_ranks(keys, label, &ranks));
-    KILN_CHECK(rc, fail, kiln_train_config_apply(&cfg, base, label));
     KILN_CHECK(rc, fail, kiln_train_config_apply(&cfg, keys, label));
     KILN_CHECK(rc, fail, kiln_train_config_check(&cfg, label));
     KILN_CHECK_IF(rc, fail, cfg.accum_steps % ranks, KILN_ERR_CONFIG,
                   "%s: config key 'accum_steps' (%d) is not a multiple of the %d ranks", label,
                   cfg.accum_steps, ranks);
-    for (size_t i = 0; i < s->n_points; i++)
-        KILN_CHECK_IF(rc, fail, !strcmp(s->points[i].name, name), KILN_ERR_CONFIG,
-                      "'%s': points %zu and %zu would both be named '%s' (each point is a run "
-                      "directory named after what it sets)",
-                      path, i + 1, s->n_points + 1, name);
-    if (s->n_points == *cap) {
-        size_t nc = *cap ? *cap * 2 : 8;
+    size_t dup = sweep_index_get(&x->names, name);
+    KILN_CHECK_IF(rc, fail, dup != SIZE_MAX, KILN_ERR_CONFIG,
+                  "'%s': points %zu and %zu would both be named '%s' (each point is a run "
+                  "directory named after what it sets)",
+                  x->path, dup + 1, s->n_points + 1, name);
+    if (s->n_points == x->cap) {
+        size_t nc = x->cap ? x->cap * 2 : 8;
         kiln_sweep_point *p = realloc(s->points, nc * sizeof *p);
         KILN_CHECK_IF(rc, fail, !p, KILN_ERR_NOMEM, "out of memory");
         s->points = p;
-        *cap = nc;
+        x->cap = nc;
     }
-    json_t *full = kiln_train_config_json(&cfg);
-    KILN_CHECK_IF(rc, fail, !full, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, fail, sweep_index_put(&x->names, name, s->n_points));
     json_decref(keys);
     s->points[s->n_points++] = (kiln_sweep_point){
-        .name = name, .overrides = json_incref(over), .config = full, .ranks = ranks};
+        .name = name, .overrides = json_incref(over), .config = cfg, .ranks = ranks};
     return KILN_OK;
 fail:
     free(name);
@@ -132,9 +173,8 @@ fail:
 }
 
 /* Each point of the list times each seed. */
-static kiln_err add_seeded(kiln_sweep_spec *s, const char *path, const json_t *base, int base_ranks,
-                           const json_t *seeds, json_t *over, size_t *cap) {
-    if (!seeds) return add_point(s, path, base, base_ranks, over, cap);
+static kiln_err add_seeded(kiln_sweep_spec *s, expand *x, const json_t *seeds, json_t *over) {
+    if (!seeds) return add_point(s, x, over);
     size_t i;
     json_t *seed;
     json_array_foreach(seeds, i, seed) {
@@ -143,30 +183,23 @@ static kiln_err add_seeded(kiln_sweep_spec *s, const char *path, const json_t *b
             json_decref(o);
             return kiln_fail(KILN_ERR_NOMEM, "out of memory");
         }
-        kiln_err rc = add_point(s, path, base, base_ranks, o, cap);
+        kiln_err rc = add_point(s, x, o);
         json_decref(o);
         KILN_TRY(rc);
     }
     return KILN_OK;
 }
 
-/* The grid's product, the last key (in sorted order) varying fastest. */
-static kiln_err add_grid(kiln_sweep_spec *s, const char *path, const json_t *base, int base_ranks,
-                         const json_t *grid, const json_t *seeds, size_t *cap) {
+/* The grid's product (its size checked by points_total), the last key (in sorted order)
+ * varying fastest. */
+static kiln_err add_grid(kiln_sweep_spec *s, expand *x, const json_t *grid, const json_t *seeds) {
     size_t n;
     const char **keys = kiln_json_sorted_keys(grid, &n);
-    if (!keys) return KILN_ERR_NOMEM;
+    if (!keys) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     kiln_err rc = KILN_OK;
     size_t total = 1;
-    for (size_t k = 0; k < n && !rc; k++) {
-        const json_t *vals = json_object_get(grid, keys[k]);
-        if (!json_is_array(vals) || !json_array_size(vals))
-            rc =
-                kiln_fail(KILN_ERR_CONFIG,
-                          "'%s': grid key '%s' must be a non-empty array of values", path, keys[k]);
-        else if (!kiln_mul_ok(total, json_array_size(vals), &total) || total > 100000)
-            rc = kiln_fail(KILN_ERR_LIMIT, "'%s': the grid has more than 100000 points", path);
-    }
+    for (size_t k = 0; k < n; k++)
+        total *= json_array_size(json_object_get(grid, keys[k]));
     for (size_t idx = 0; idx < total && !rc; idx++) {
         json_t *over = json_object();
         if (!over) {
@@ -182,11 +215,46 @@ static kiln_err add_grid(kiln_sweep_spec *s, const char *path, const json_t *bas
                 rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
             r /= m;
         }
-        if (!rc) rc = add_seeded(s, path, base, base_ranks, seeds, over, cap);
+        if (!rc) rc = add_seeded(s, x, seeds, over);
         json_decref(over);
     }
     free(keys);
     return rc;
+}
+
+/* How many points the spec makes, (grid product + explicit points, or 1) x seeds, refused
+ * above KILN_SWEEP_MAX_POINTS before any is made: the grid's product alone is no bound when
+ * seeds and points multiply it. */
+static kiln_err points_total(const char *path, const json_t *grid, const json_t *points,
+                             const json_t *seeds, size_t *total) {
+    size_t g = 0;
+    bool over = false; /* past SIZE_MAX */
+    if (grid) {
+        g = 1;
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)grid, k, v) {
+            KILN_FAIL_IF(!json_is_array(v) || !json_array_size(v), KILN_ERR_CONFIG,
+                         "'%s': grid key '%s' must be a non-empty array of values", path, k);
+            over |= !kiln_mul_ok(g, json_array_size(v), &g);
+        }
+    }
+    size_t p = points ? json_array_size(points) : 0, k = seeds ? json_array_size(seeds) : 1;
+    size_t base = grid || points ? g + p : 1, n = 0;
+    over |= base < g || !kiln_mul_ok(base, k, &n);
+    if (over || n > KILN_SWEEP_MAX_POINTS) {
+        char gs[32] = "2^64 or more", ns[32] = "2^64 or more";
+        if (!over) {
+            snprintf(gs, sizeof gs, "%zu", g);
+            snprintf(ns, sizeof ns, "%zu", n);
+        }
+        return kiln_fail(KILN_ERR_LIMIT,
+                         "'%s': the sweep would have %s points ((grid %s + %zu points) x %zu "
+                         "seeds), more than %d",
+                         path, ns, over ? "?" : gs, p, k, KILN_SWEEP_MAX_POINTS);
+    }
+    *total = n;
+    return KILN_OK;
 }
 
 static kiln_err load_slurm(kiln_sweep_slurm *sl, const json_t *j, const char *path) {
@@ -236,7 +304,7 @@ kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out) {
     kiln_err rc = KILN_OK;
     json_t *j = NULL, *base = NULL;
     char *dir = NULL, *data = NULL;
-    size_t cap = 0;
+    expand x = {0};
     KILN_CHECK(rc, fail, kiln_json_load_file(path, &j));
     KILN_CHECK_IF(rc, fail, !json_is_object(j), KILN_ERR_CONFIG,
                   "'%s': a sweep spec is a JSON object", path);
@@ -276,30 +344,34 @@ kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out) {
     KILN_CHECK(rc, fail, load_slurm(&out->slurm, json_object_get(j, "slurm"), path));
 
     /* The base config: checked on its own, so that its errors name it. */
+    size_t total = 0;
+    KILN_CHECK(rc, fail, points_total(path, grid, points, seeds, &total));
     char label[1024];
     snprintf(label, sizeof label, "'%s' config", path);
     base = cfg ? json_deep_copy(cfg) : json_object();
     KILN_CHECK_IF(rc, fail, !base, KILN_ERR_NOMEM, "out of memory");
-    int ranks = 1;
-    KILN_CHECK(rc, fail, take_ranks(base, label, &ranks));
-    {
-        kiln_train_config c;
-        kiln_train_config_default(&c);
-        KILN_CHECK(rc, fail, kiln_train_config_apply(&c, base, label));
-    }
-    if (grid) KILN_CHECK(rc, fail, add_grid(out, path, base, ranks, grid, seeds, &cap));
+    x.path = path;
+    x.base_ranks = 1;
+    KILN_CHECK(rc, fail, take_ranks(base, label, &x.base_ranks));
+    kiln_train_config_default(&x.base);
+    KILN_CHECK(rc, fail, kiln_train_config_apply(&x.base, base, label));
+    KILN_CHECK(rc, fail, sweep_index_init(&x.names, total));
+    out->points = kiln_calloc(total, sizeof *out->points);
+    KILN_CHECK_IF(rc, fail, !out->points, KILN_ERR_NOMEM, "out of memory");
+    x.cap = total;
+    if (grid) KILN_CHECK(rc, fail, add_grid(out, &x, grid, seeds));
     if (points) {
         size_t i;
         json_array_foreach(points, i, v) {
             KILN_CHECK_IF(rc, fail, !json_is_object(v) || !json_object_size(v), KILN_ERR_CONFIG,
                           "'%s': point %zu must be a non-empty object of config keys", path, i + 1);
-            KILN_CHECK(rc, fail, add_seeded(out, path, base, ranks, seeds, v, &cap));
+            KILN_CHECK(rc, fail, add_seeded(out, &x, seeds, v));
         }
     }
     if (!grid && !points) {
         json_t *none = json_object();
         KILN_CHECK_IF(rc, fail, !none, KILN_ERR_NOMEM, "out of memory");
-        rc = add_seeded(out, path, base, ranks, seeds, none, &cap);
+        rc = add_seeded(out, &x, seeds, none);
         json_decref(none);
         if (rc) goto fail;
     }
@@ -315,11 +387,14 @@ kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out) {
                   strerror(errno));
     kiln_dataset *ds = NULL;
     rc = kiln_dataset_open(abs, &ds);
-    kiln_dataset_free(ds);
     if (rc) {
         kiln_errprefix(rc, "'%s': ", path);
         goto fail;
     }
+    /* Its content's digest (kiln data inspect's sha256): a root records it, so that a sweep
+     * whose dataset was replaced under the same path is not extended on other bytes. */
+    memcpy(out->data_sha256, ds->sha256, sizeof out->data_sha256);
+    kiln_dataset_free(ds);
     out->data = kiln_strdup(abs);
     KILN_CHECK_IF(rc, fail, !out->data, KILN_ERR_NOMEM, "out of memory");
 
@@ -334,6 +409,7 @@ kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out) {
 fail:
     json_decref(j);
     json_decref(base);
+    sweep_index_release(&x.names);
     free(dir);
     free(data);
     if (rc) kiln_sweep_spec_release(out);

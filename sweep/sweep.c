@@ -1,5 +1,6 @@
 /* sweep.c - a sweep's root (its records), submission to Slurm or the local pool, the job
  * that trains one point, and the status of every point. docs/orchestration.md. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -85,11 +86,68 @@ static kiln_err load_jobs(const char *root, json_t **out) {
     return rc;
 }
 
+/* The significant digits that make every real in j (nested too) read back exactly, at least
+ * need (what the values before needed): few, so 0.003 stays 0.003, and enough that
+ * 0.0010000000000000002 keeps its digits. */
+static int exact_digits(const json_t *j, int need) {
+    if (json_is_real(j)) return sweep_digits(json_real_value(j), need);
+    const char *k;
+    json_t *v;
+    size_t i;
+    if (json_is_object(j)) {
+        json_object_foreach((json_t *)j, k, v) {
+            if (need == 17) break;
+            need = exact_digits(v, need);
+        }
+    } else if (json_is_array(j)) {
+        json_array_foreach(j, i, v) {
+            if (need == 17) break;
+            need = exact_digits(v, need);
+        }
+    }
+    return need;
+}
+
+/* kiln_json_load_file reads no more (core/json.c): a record must not be written larger. */
+#define RECORD_LIMIT (64u << 20)
+
+/* j's text for ROOT/NAME into *out (caller frees), *len bytes: pretty, with every value
+ * exact (kiln_json_write_file keeps 15 digits, for documents people read; a sweep's records
+ * are read back and compared), and no larger than RECORD_LIMIT. */
+static kiln_err record_text(const char *root, const char *name, const json_t *j, char **out,
+                            size_t *len) {
+    *out = NULL;
+    char *t =
+        json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS | JSON_REAL_PRECISION(exact_digits(j, 1)));
+    char *u = t ? realloc(t, strlen(t) + 2) : NULL;
+    if (!u) {
+        free(t);
+        return kiln_fail(KILN_ERR_NOMEM, "out of memory encoding '%s/%s'", root, name);
+    }
+    size_t n = strlen(u);
+    u[n] = '\n';
+    u[n + 1] = 0;
+    *len = n + 1;
+    if (*len > RECORD_LIMIT) {
+        free(u);
+        return kiln_fail(KILN_ERR_LIMIT,
+                         "'%s/%s' would be %zu bytes, more than kiln reads back (%u MiB): a "
+                         "spec of fewer points, or shorter values",
+                         root, name, *len, RECORD_LIMIT >> 20);
+    }
+    *out = u;
+    return KILN_OK;
+}
+
+/* ROOT/NAME written atomically (record_text). */
 static kiln_err save_json(const char *root, const char *name, const json_t *j) {
+    size_t n;
+    char *t;
+    KILN_TRY(record_text(root, name, j, &t, &n));
     char *p = root_file(root, name);
-    if (!p) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_json_write_file(p, j);
+    kiln_err rc = p ? kiln_write_file_atomic(p, t, n) : KILN_ERR_NOMEM;
     free(p);
+    free(t);
     return rc;
 }
 
@@ -105,15 +163,23 @@ static kiln_err record_job(const char *root, json_t *jobs, const char *point, co
     return save_json(root, "jobs.json", jobs);
 }
 
-/* The newest job recorded for a point, or NULL. */
-static const json_t *last_job(const json_t *jobs, const char *point) {
-    const json_t *arr = json_object_get(jobs, "jobs"), *found = NULL;
+/* *x: each point of jobs.json -> the index of its newest job (keys borrowed from jobs). */
+static kiln_err index_jobs(const json_t *jobs, sweep_index *x) {
+    const json_t *arr = json_object_get(jobs, "jobs");
+    KILN_TRY(sweep_index_init(x, json_array_size(arr)));
     size_t i;
     json_t *e;
-    json_array_foreach(
-        arr, i, e) if (!strcmp(sweep_or(json_string_value(json_object_get(e, "point")), ""), point))
-        found = e;
-    return found;
+    json_array_foreach(arr, i, e) {
+        const char *pt = json_string_value(json_object_get(e, "point"));
+        if (pt) KILN_TRY(sweep_index_put(x, pt, i));
+    }
+    return KILN_OK;
+}
+
+/* The newest job recorded for a point, or NULL. */
+static const json_t *last_job(const json_t *jobs, const sweep_index *x, const char *point) {
+    size_t i = sweep_index_get(x, point);
+    return i == SIZE_MAX ? NULL : json_array_get(json_object_get(jobs, "jobs"), i);
 }
 
 /* ---- what Slurm says ---- */
@@ -184,10 +250,17 @@ out:
     return rc;
 }
 
-static const sched_job *view_find(const sched_view *v, const char *id) {
+/* *x: each job id of v -> its index (keys borrowed from v). */
+static kiln_err index_view(const sched_view *v, sweep_index *x) {
+    KILN_TRY(sweep_index_init(x, v->n));
     for (size_t i = 0; i < v->n; i++)
-        if (!strcmp(v->jobs[i].id, id)) return &v->jobs[i];
-    return NULL;
+        KILN_TRY(sweep_index_put(x, v->jobs[i].id, i));
+    return KILN_OK;
+}
+
+static const sched_job *view_find(const sched_view *v, const sweep_index *x, const char *id) {
+    size_t i = sweep_index_get(x, id);
+    return i == SIZE_MAX ? NULL : &v->jobs[i];
 }
 
 /* Queued or running in Slurm's eyes (a job being requeued counts: it comes back). */
@@ -261,11 +334,13 @@ static kiln_err load_run(const char *dir, run_view *r) {
 
 /* ---- submission ---- */
 
-/* The record for spec: {format, digest, data, spec, points: [{name, ranks, overrides}]}. */
+/* The record for spec: {format, digest, data, data_sha256, spec, points: [{name, ranks,
+ * overrides}]}. */
 static json_t *make_record(const kiln_sweep_spec *spec, const json_t *old) {
     json_t *pts = json_array();
-    json_t *r = json_pack("{s:s, s:s, s:s, s:O, s:o}", "format", SWEEP_FORMAT, "digest",
-                          spec->digest, "data", spec->data, "spec", spec->spec, "points", pts);
+    json_t *r = json_pack("{s:s, s:s, s:s, s:s, s:O, s:o}", "format", SWEEP_FORMAT, "digest",
+                          spec->digest, "data", spec->data, "data_sha256", spec->data_sha256,
+                          "spec", spec->spec, "points", pts);
     if (!r) return NULL;
     for (size_t i = 0; i < spec->n_points; i++) {
         const kiln_sweep_point *p = &spec->points[i];
@@ -291,11 +366,40 @@ static json_t *make_record(const kiln_sweep_spec *spec, const json_t *old) {
     return r;
 }
 
+/* What a root holds: absent, empty (but for the lock file), or more. */
+static kiln_dir_state root_state(const char *root) {
+    struct stat sb;
+    if (stat(root, &sb)) return KILN_DIR_ABSENT;
+    if (!S_ISDIR(sb.st_mode)) return KILN_DIR_OTHER;
+    DIR *d = opendir(root);
+    if (!d) return KILN_DIR_OTHER;
+    kiln_dir_state st = KILN_DIR_EMPTY;
+    for (struct dirent *e; st == KILN_DIR_EMPTY && (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, ".sweep.lock"))
+            st = KILN_DIR_FULL;
+    closedir(d);
+    return st;
+}
+
+/* A config as the trainer reads it, as JSON: a recorded jobs/NAME.json and a spec's point
+ * compare by value (an integer and the same real, any digits that read back the same). */
+static json_t *config_value(const json_t *j) {
+    kiln_train_config c;
+    kiln_train_config_default(&c);
+    json_t *v =
+        kiln_train_config_apply(&c, j, "recorded config") ? NULL : kiln_train_config_json(&c);
+    kiln_errclear();
+    return v;
+}
+
 /* The root must be new, empty, or hold this spec's sweep (or, with extend, one whose points
- * this spec all has, unchanged). *old: the record found (NULL: none). */
-static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o, json_t **old) {
+ * this spec all has, unchanged: checked when points), on the same dataset bytes. Called with
+ * the root's lock held (and once before, without points, to refuse a foreign root without
+ * making anything in it). *old: the record found (NULL: none). */
+static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o, bool points,
+                           json_t **old) {
     *old = NULL;
-    kiln_dir_state ds = kiln_path_dir_state(o->root);
+    kiln_dir_state ds = root_state(o->root);
     KILN_FAIL_IF(ds == KILN_DIR_OTHER, KILN_ERR_USAGE, "--root '%s' is not a directory", o->root);
     if (ds == KILN_DIR_ABSENT || ds == KILN_DIR_EMPTY) return KILN_OK;
     KILN_TRY(load_record(o->root, old));
@@ -303,9 +407,22 @@ static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
                  "--root '%s' is not empty and holds no sweep (no sweep.json): give a new or "
                  "empty directory",
                  o->root);
+    kiln_err rc = KILN_OK;
+    sweep_index names = {0};
+    json_t *want = NULL;
+    /* The dataset's bytes (recorded since kiln-sweep/1 roots carry data_sha256; an older
+     * root's is taken as it is now). */
+    const char *was_sha = json_string_value(json_object_get(*old, "data_sha256"));
+    if (was_sha && strcmp(was_sha, spec->data_sha256)) {
+        rc = kiln_fail(KILN_ERR_CONFLICT,
+                       "the sweep in '%s' trained on other bytes of its dataset '%s' (sha256 "
+                       "%.16s..., now %.16s...): its points would mix datasets; restore the "
+                       "file, or use another root",
+                       o->root, spec->data, was_sha, spec->data_sha256);
+        goto fail;
+    }
     const char *digest = sweep_or(json_string_value(json_object_get(*old, "digest")), "?");
     if (!strcmp(digest, spec->digest)) return KILN_OK;
-    kiln_err rc = KILN_OK;
     if (!o->extend) {
         rc = kiln_fail(KILN_ERR_CONFLICT,
                        "--root '%s' holds the runs of another spec (sha256 %.16s..., this one "
@@ -320,31 +437,41 @@ static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
                        data, spec->data);
         goto fail;
     }
+    if (!points) return KILN_OK;
+    KILN_CHECK(rc, fail, sweep_index_init(&names, spec->n_points));
+    for (size_t k = 0; k < spec->n_points; k++)
+        KILN_CHECK(rc, fail, sweep_index_put(&names, spec->points[k].name, k));
     size_t i;
     json_t *p;
     json_array_foreach(json_object_get(*old, "points"), i, p) {
         const char *name = sweep_or(json_string_value(json_object_get(p, "name")), "?");
-        const kiln_sweep_point *np = NULL;
-        for (size_t k = 0; k < spec->n_points && !np; k++)
-            if (!strcmp(spec->points[k].name, name)) np = &spec->points[k];
-        if (!np) {
+        size_t k = sweep_index_get(&names, name);
+        if (k == SIZE_MAX) {
             rc = kiln_fail(KILN_ERR_CONFLICT,
                            "--extend: point '%s' of the sweep in '%s' is not in the new spec (it "
                            "may only add points)",
                            name, o->root);
             goto fail;
         }
+        const kiln_sweep_point *np = &spec->points[k];
         /* The point's whole config as recorded in jobs/NAME.json must not change either. */
         char *cp = kiln_asprintf("%s/jobs/%s.json", o->root, name);
-        json_t *was = NULL;
-        if (!cp) {
-            rc = KILN_ERR_NOMEM;
+        json_t *was = NULL, *had = NULL;
+        KILN_CHECK_IF(rc, fail, !cp, KILN_ERR_NOMEM, "out of memory");
+        want = kiln_train_config_json(&np->config);
+        if (!want) {
+            free(cp);
+            rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
             goto fail;
         }
-        bool same = !kiln_json_load_file(cp, &was) && json_equal(was, np->config) &&
+        bool same = !kiln_json_load_file(cp, &was) && (had = config_value(was)) &&
+                    json_equal(had, want) &&
                     json_integer_value(json_object_get(p, "ranks")) == np->ranks;
         kiln_errclear();
         json_decref(was);
+        json_decref(had);
+        json_decref(want);
+        want = NULL;
         free(cp);
         if (!same) {
             rc = kiln_fail(KILN_ERR_CONFLICT,
@@ -354,8 +481,11 @@ static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
             goto fail;
         }
     }
+    sweep_index_release(&names);
     return KILN_OK;
 fail:
+    sweep_index_release(&names);
+    json_decref(want);
     json_decref(*old);
     *old = NULL;
     return rc;
@@ -371,10 +501,13 @@ static kiln_err write_point_files(const kiln_sweep_spec *spec, const kiln_sweep_
     char *log = kiln_asprintf("%s/jobs/%s.log", o->root, p->name);
     char *qk = sweep_shell_quote(o->kiln), *qr = sweep_shell_quote(o->root),
          *qp = sweep_shell_quote(p->name);
-    char *text = NULL;
-    KILN_CHECK_IF(rc, out, !cfg || !sh || !log || !qk || !qr || !qp, KILN_ERR_NOMEM,
+    char *text = kiln_train_config_text(&p->config, true);
+    KILN_CHECK_IF(rc, out, !cfg || !sh || !log || !qk || !qr || !qp || !text, KILN_ERR_NOMEM,
                   "out of memory");
-    KILN_CHECK(rc, out, kiln_json_write_file(cfg, p->config));
+    /* The trainer's own text of the config: every number exact. */
+    KILN_CHECK(rc, out, kiln_write_file_atomic(cfg, text, strlen(text)));
+    free(text);
+    text = NULL;
     if (o->scheduler != KILN_SWEEP_SLURM) goto out;
     char extra[512] = "";
     size_t n = 0;
@@ -395,12 +528,6 @@ static kiln_err write_point_files(const kiln_sweep_spec *spec, const kiln_sweep_
     } else {
         snprintf(name, sizeof name, "kiln-%.12s", spec->digest);
     }
-    /* sbatch reads #SBATCH lines without a shell: the log path cannot be quoted, so a root
-     * whose path holds white space or a quote is refused (the spec's words are checked). */
-    KILN_CHECK_IF(rc, out, strpbrk(log, " \t\n'\"\\%"), KILN_ERR_USAGE,
-                  "--root '%s': a Slurm sweep's root path must have no white space, quotes, '\\' "
-                  "or '%%' (sbatch's --output takes it as it is)",
-                  o->root);
     text = kiln_asprintf(
         "#!/bin/sh\n"
         "#SBATCH --job-name=%s\n"
@@ -488,14 +615,18 @@ static kiln_err submit_slurm(const kiln_sweep_spec *spec, const kiln_sweep_opts 
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", kiln_errmsg());
         cancel_jobs(ids, n_ids);
-        json_t *arr = json_object_get(jobs, "jobs");
-        for (size_t k = 0; k < n_ids; k++) {
-            size_t i;
-            json_t *e;
-            json_array_foreach(
-                arr, i, e) if (!strcmp(sweep_or(json_string_value(json_object_get(e, "job")), ""),
-                                       ids[k])) json_object_set_new(e, "cancelled", json_true());
+        sweep_index mine = {0};
+        bool indexed = !sweep_index_init(&mine, n_ids);
+        for (size_t k = 0; k < n_ids && indexed; k++)
+            indexed = !sweep_index_put(&mine, ids[k], k);
+        size_t i;
+        json_t *e;
+        json_array_foreach(json_object_get(jobs, "jobs"), i, e) {
+            const char *id = sweep_or(json_string_value(json_object_get(e, "job")), "");
+            if (indexed && sweep_index_get(&mine, id) != SIZE_MAX)
+                json_object_set_new(e, "cancelled", json_true());
         }
+        sweep_index_release(&mine);
         save_json(o->root, "jobs.json", jobs);
         rc = kiln_fail(keep, "%s; the %zu job%s submitted before it were cancelled", msg, n_ids,
                        n_ids == 1 ? "" : "s");
@@ -620,28 +751,192 @@ static kiln_err run_local(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
     return rc;
 }
 
+/* Every path the points' files will have, checked before anything is written. */
+static kiln_err check_paths(const kiln_sweep_spec *spec, const kiln_sweep_opts *o) {
+    /* sbatch reads #SBATCH lines without a shell: the log path cannot be quoted, so a root
+     * whose path holds white space or a quote is refused (the spec's words are checked, and
+     * point names hold none). */
+    KILN_FAIL_IF(o->scheduler == KILN_SWEEP_SLURM && strpbrk(o->root, " \t\n'\"\\%"),
+                 KILN_ERR_USAGE,
+                 "--root '%s': a Slurm sweep's root path must have no white space, quotes, '\\' "
+                 "or '%%' (sbatch's --output takes it as it is)",
+                 o->root);
+    size_t rl = strlen(o->root);
+    for (size_t i = 0; i < spec->n_points; i++) {
+        const char *name = spec->points[i].name;
+        /* ROOT/jobs/NAME.json and ROOT/NAME/ckpt/step-NNNNNNNN.safetensors and the like. */
+        KILN_FAIL_IF(rl + strlen(name) + 64 >= PATH_MAX, KILN_ERR_USAGE,
+                     "--root '%s': the files of point '%s' would have paths longer than %d "
+                     "bytes: give a shorter root",
+                     o->root, name, PATH_MAX);
+    }
+    return KILN_OK;
+}
+
+/* How long a submitter waits for another one of the same root to finish. */
+#define LOCK_WAIT_SECONDS 300
+
+/* The root's lock, held from before anything of the root is read until the submission (or the
+ * local pool) ended, and what this call made to take it, taken back when it fails before
+ * writing anything. */
+typedef struct root_lock {
+    int fd;
+    bool held;      /* fd is flock'd */
+    char *path;     /* ROOT/.sweep.lock */
+    bool made_file; /* this call created it */
+    char **made;    /* the directories this call made, the root last */
+    size_t n_made;
+} root_lock;
+
+/* The root and the directories above it that do not exist, made (and recorded in l). */
+static kiln_err make_root(const char *root, root_lock *l) {
+    size_t depth = 1;
+    for (const char *c = root; *c; c++)
+        depth += *c == '/';
+    char **made = realloc(l->made, (l->n_made + depth) * sizeof *made);
+    if (!made) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    l->made = made;
+    char *p = kiln_strdup(root);
+    if (!p) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = KILN_OK;
+    for (char *c = p + 1;; c++) {
+        if (*c && *c != '/') continue;
+        char keep = *c;
+        *c = 0;
+        if (!mkdir(p, 0755)) {
+            l->made[l->n_made] = kiln_strdup(p);
+            if (!l->made[l->n_made]) {
+                rmdir(p);
+                rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
+                break;
+            }
+            l->n_made++;
+        } else if (errno != EEXIST) {
+            rc = kiln_fail_errno(KILN_ERR_IO, "cannot make directory '%s'", p);
+            break;
+        }
+        *c = keep;
+        if (!keep) break;
+    }
+    free(p);
+    return rc;
+}
+
+/* Release l; undo: remove the lock file and directories this call made (they hold nothing
+ * else: nothing was written). The lock file goes while still held, so that a submitter
+ * waiting on it sees it gone and takes a new one. */
+static void unlock_root(root_lock *l, bool undo) {
+    if (l->fd >= 0) {
+        if (l->held && undo && l->made_file) unlink(l->path);
+        /* The holder's line goes with the hold (best effort: it only guides waiters). */
+        if (l->held && ftruncate(l->fd, 0)) {
+        }
+        close(l->fd);
+    }
+    for (size_t i = l->n_made; i-- > 0;) {
+        if (undo) rmdir(l->made[i]);
+        free(l->made[i]);
+    }
+    free(l->made);
+    free(l->path);
+    memset(l, 0, sizeof *l);
+    l->fd = -1;
+}
+
+/* "PID WHAT" into the lock file held: what a waiter reads. */
+static kiln_err holder_line(root_lock *l, const char *what) {
+    char line[64];
+    int n = snprintf(line, sizeof line, "%ld %s\n", (long)getpid(), what);
+    if (ftruncate(l->fd, 0) || pwrite(l->fd, line, (size_t)n, 0) != n)
+        return kiln_fail_errno(KILN_ERR_IO, "'%s'", l->path);
+    return KILN_OK;
+}
+
+/* Take the root's lock (ROOT/.sweep.lock, made with the root when absent). Another submitter
+ * holds it for seconds: wait for it (LOCK_WAIT_SECONDS at most), so that a second submission
+ * of a spec sees the first one's jobs and submits none; a local pool holds it while it runs:
+ * refused at once. The holder writes "PID submitting", then "PID local" while its pool runs. */
+static kiln_err lock_root(const kiln_sweep_opts *o, root_lock *l) {
+    memset(l, 0, sizeof *l);
+    l->fd = -1;
+    l->path = kiln_path_join(o->root, ".sweep.lock");
+    if (!l->path) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    time_t start = time(NULL);
+    bool said = false;
+    for (;;) {
+        KILN_TRY(make_root(o->root, l));
+        l->fd = open(l->path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+        l->made_file = l->fd >= 0;
+        if (l->fd < 0 && errno == EEXIST) l->fd = open(l->path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+        if (l->fd < 0) {
+            if (errno == ENOENT) continue; /* removed by a holder that failed: again */
+            return kiln_fail_errno(KILN_ERR_IO, "'%s'", l->path);
+        }
+        while (flock(l->fd, LOCK_EX | LOCK_NB)) {
+            if (errno == EINTR) continue;
+            if (errno != EWOULDBLOCK) return kiln_fail_errno(KILN_ERR_IO, "'%s': flock", l->path);
+            /* The holder's line: "PID submitting" or "PID local". */
+            char who[64] = "", by[80] = "";
+            ssize_t n = pread(l->fd, who, sizeof who - 1, 0);
+            who[n > 0 ? n : 0] = 0;
+            bool pool = strstr(who, " local") != NULL;
+            who[strcspn(who, " \n")] = 0;
+            if (*who) snprintf(by, sizeof by, " (pid %s)", who);
+            KILN_FAIL_IF(pool, KILN_ERR_CONFLICT,
+                         "'%s': another kiln sweep%s is running its local pool", o->root, by);
+            KILN_FAIL_IF(time(NULL) - start >= LOCK_WAIT_SECONDS, KILN_ERR_CONFLICT,
+                         "'%s': another kiln sweep%s is still submitting to it after %d s", o->root,
+                         by, LOCK_WAIT_SECONDS);
+            if (!said) note(o, "waiting for another kiln sweep%s submitting to '%s'", by, o->root);
+            said = true;
+            struct timespec ts = {0, 100 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        /* The file held must still be the root's: a holder that failed removes the lock file
+         * and the root it made, and a waiter then holds a lock nobody else sees. */
+        struct stat a, b;
+        l->held = true;
+        if (!fstat(l->fd, &a) && !stat(l->path, &b) && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            break;
+        l->held = false;
+        close(l->fd);
+        l->fd = -1;
+        l->made_file = false;
+    }
+    return holder_line(l, "submitting");
+}
+
 kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o,
                            kiln_sweep_result *res) {
     memset(res, 0, sizeof *res);
     json_t *old = NULL, *jobs = NULL, *rec = NULL;
     sched_view view = {0};
-    bool *todo = NULL;
-    int lock = -1;
+    sweep_index jx = {0}, vx = {0};
+    bool *todo = NULL, wrote = false;
+    char *rec_text = NULL;
+    size_t rec_len = 0;
+    root_lock lock = {.fd = -1};
     kiln_err rc = KILN_OK;
-    KILN_CHECK(rc, out, check_root(spec, o, &old));
+    /* Before anything is made: every point's paths, and a root that holds something else or
+     * another spec (checked again under the lock, which decides). */
+    KILN_CHECK(rc, out, check_paths(spec, o));
+    KILN_CHECK(rc, out, check_root(spec, o, false, &old));
+    json_decref(old);
+    old = NULL;
+    /* One submitter at a time per root, from before the root's records and the scheduler's
+     * view are read until the jobs are recorded: two submissions of one spec then submit
+     * each point once, and two specs cannot both take an empty root. */
+    KILN_CHECK(rc, out, lock_root(o, &lock));
+    KILN_CHECK(rc, out, check_root(spec, o, true, &old));
+    KILN_CHECK(rc, out, load_jobs(o->root, &jobs));
     /* The scheduler before anything is written: an unreachable one leaves the root as it was.
      * A local run of a sweep that went to Slurm before asks Slurm too: its jobs may still be
      * queued or running there. */
     bool slurm_jobs = false;
-    if (old) {
-        KILN_CHECK(rc, out, load_jobs(o->root, &jobs));
-        size_t i;
-        json_t *e;
-        json_array_foreach(json_object_get(jobs, "jobs"), i, e) slurm_jobs |=
-            !strcmp(sweep_or(json_string_value(json_object_get(e, "scheduler")), ""), "slurm");
-        json_decref(jobs);
-        jobs = NULL;
-    }
+    size_t ji;
+    json_t *je;
+    json_array_foreach(json_object_get(jobs, "jobs"), ji, je) slurm_jobs |=
+        !strcmp(sweep_or(json_string_value(json_object_get(je, "scheduler")), ""), "slurm");
     if (o->scheduler == KILN_SWEEP_LOCAL && slurm_jobs && slurm_view(&view)) {
         rc = kiln_errprefix(KILN_ERR_NETWORK,
                             "the sweep in '%s' has Slurm jobs, which may still run: ", o->root);
@@ -657,27 +952,8 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
                                "slurm-client)");
         if (rc) goto out;
     }
-    char *jd = kiln_path_join(o->root, "jobs");
-    KILN_CHECK_IF(rc, out, !jd, KILN_ERR_NOMEM, "out of memory");
-    rc = kiln_mkdir_p(jd);
-    free(jd);
-    if (rc) goto out;
-    /* One submitter at a time per root. */
-    char *lp = kiln_path_join(o->root, ".sweep.lock");
-    KILN_CHECK_IF(rc, out, !lp, KILN_ERR_NOMEM, "out of memory");
-    lock = open(lp, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB)) {
-        rc = lock < 0
-                 ? kiln_fail_errno(KILN_ERR_IO, "'%s'", lp)
-                 : kiln_fail(
-                       KILN_ERR_CONFLICT,
-                       "'%s': another kiln sweep is submitting to it or running its local pool",
-                       o->root);
-        free(lp);
-        goto out;
-    }
-    free(lp);
-    KILN_CHECK(rc, out, load_jobs(o->root, &jobs));
+    KILN_CHECK(rc, out, index_jobs(jobs, &jx));
+    KILN_CHECK(rc, out, index_view(&view, &vx));
     todo = kiln_calloc(spec->n_points + 1, sizeof *todo);
     KILN_CHECK_IF(rc, out, !todo, KILN_ERR_NOMEM, "out of memory");
     size_t n_todo = 0;
@@ -691,12 +967,12 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
         if (rc) goto out;
         bool done = rv.exists && rv.state == KILN_RUN_FINISHED, active = rv.exists && rv.live;
         run_view_release(&rv);
-        const json_t *lj = last_job(jobs, p->name);
+        const json_t *lj = last_job(jobs, &jx, p->name);
         if (!done && !active && lj &&
             !strcmp(sweep_or(json_string_value(json_object_get(lj, "scheduler")), ""), "slurm") &&
             !json_is_true(json_object_get(lj, "cancelled"))) {
             const sched_job *sj =
-                view_find(&view, sweep_or(json_string_value(json_object_get(lj, "job")), ""));
+                view_find(&view, &vx, sweep_or(json_string_value(json_object_get(lj, "job")), ""));
             active = sj && slurm_active(sj->state);
         }
         if (done)
@@ -718,16 +994,27 @@ kiln_err kiln_sweep_submit(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
                       ? json_object_get(old, "extends")
                       : NULL;
     if (was) json_object_set(rec, "extends", was);
-    KILN_CHECK(rc, out, save_json(o->root, "sweep.json", rec));
+    KILN_CHECK(rc, out, record_text(o->root, "sweep.json", rec, &rec_text, &rec_len));
+    /* From here the root is written: a failure leaves what was written. */
+    wrote = true;
+    char *jd = kiln_path_join(o->root, "jobs"), *rp = kiln_path_join(o->root, "sweep.json");
+    rc = !jd || !rp ? kiln_fail(KILN_ERR_NOMEM, "out of memory") : kiln_mkdir_p(jd);
+    if (!rc) rc = kiln_write_file_atomic(rp, rec_text, rec_len);
+    free(jd);
+    free(rp);
+    if (rc) goto out;
     if (!n_todo) goto out;
     for (size_t i = 0; i < spec->n_points; i++)
         if (todo[i]) KILN_CHECK(rc, out, write_point_files(spec, o, i));
     if (o->scheduler == KILN_SWEEP_SLURM)
         rc = submit_slurm(spec, o, jobs, todo, res);
-    else
+    else if (!(rc = holder_line(&lock, "local")))
         rc = run_local(spec, o, jobs, todo, res);
 out:
-    if (lock >= 0) close(lock);
+    unlock_root(&lock, rc && !wrote);
+    free(rec_text);
+    sweep_index_release(&jx);
+    sweep_index_release(&vx);
     free(todo);
     free(view.jobs);
     json_decref(old);
@@ -777,6 +1064,19 @@ kiln_err kiln_sweep_job(const kiln_sweep_job_env *env, kiln_sweep_job_end *end, 
         rc = kiln_run_event_add(dir, rv.ckpt, "requeued", msg);
         if (rc == KILN_ERR_NOTFOUND) rc = KILN_OK, kiln_errclear();
         if (rc) goto out;
+    }
+    /* The dataset's bytes must be those the sweep was submitted on: a job queued before the
+     * file was replaced would otherwise train a point of the sweep on others. */
+    const char *want = json_string_value(json_object_get(rec, "data_sha256"));
+    if (want) {
+        uint8_t h[KILN_SHA256_BYTES];
+        char hex[KILN_SHA256_HEX];
+        KILN_CHECK(rc, out, kiln_sha256_file(data, h));
+        kiln_hex(h, sizeof h, hex);
+        KILN_CHECK_IF(rc, out, strcmp(hex, want), KILN_ERR_CONFLICT,
+                      "the sweep in '%s' trained on other bytes of its dataset '%s' (sha256 "
+                      "%.16s..., now %.16s...): point '%s' not started",
+                      env->root, data, want, hex, env->point);
     }
     bool resume = kiln_path_exists(runjson);
     /* The trainer's command: srun tasks under Slurm (so that scancel --signal and --signal's
@@ -889,6 +1189,7 @@ kiln_err kiln_sweep_status(const char *root, json_t **out) {
     *out = NULL;
     json_t *rec = NULL, *jobs = NULL, *doc = NULL;
     sched_view view = {0};
+    sweep_index jx = {0}, vx = {0};
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, fail, load_record(root, &rec));
     KILN_CHECK_IF(rc, fail, !rec, KILN_ERR_NOTFOUND, "'%s' holds no sweep (no sweep.json)", root);
@@ -904,6 +1205,8 @@ kiln_err kiln_sweep_status(const char *root, json_t **out) {
         snprintf(sched_err, sizeof sched_err, "%s", kiln_errmsg());
         kiln_errclear();
     }
+    KILN_CHECK(rc, fail, index_jobs(jobs, &jx));
+    KILN_CHECK(rc, fail, index_view(&view, &vx));
     json_t *pts = json_array();
     doc = json_pack("{s:s, s:s, s:O, s:o}", "format", "kiln-sweep-status/1", "root", root, "digest",
                     json_object_get(rec, "digest"), "points", pts);
@@ -929,11 +1232,11 @@ kiln_err kiln_sweep_status(const char *root, json_t **out) {
             kiln_errclear();
             memset(&rv, 0, sizeof rv);
         }
-        const json_t *lj = last_job(jobs, name);
+        const json_t *lj = last_job(jobs, &jx, name);
         const char *sched =
             lj ? sweep_or(json_string_value(json_object_get(lj, "scheduler")), "") : "";
         const char *job = lj ? sweep_or(json_string_value(json_object_get(lj, "job")), "") : NULL;
-        const sched_job *sj = lj && !strcmp(sched, "slurm") ? view_find(&view, job) : NULL;
+        const sched_job *sj = lj && !strcmp(sched, "slurm") ? view_find(&view, &vx, job) : NULL;
         const char *state, *node = NULL;
         char why[1024] = "";
         if (*run_err) {
@@ -1001,6 +1304,8 @@ fail:
     json_decref(doc);
     json_decref(rec);
     json_decref(jobs);
+    sweep_index_release(&jx);
+    sweep_index_release(&vx);
     free(view.jobs);
     return rc;
 }

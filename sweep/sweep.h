@@ -17,17 +17,25 @@
 #include <jansson.h>
 
 #include "kiln.h"
+#include "train.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
+/* The most points one spec may make: (grid product + explicit points) x seeds, checked
+ * before expanding. */
+#define KILN_SWEEP_MAX_POINTS 100000
+/* The longest point name (a run directory's, and jobs/NAME.json's stem): a longer one is cut
+ * and ends in '~' and 16 hex digits of the SHA-256 of the whole name. */
+#define KILN_SWEEP_NAME_MAX 120
+
 /* One point of a sweep. */
 typedef struct kiln_sweep_point {
     char *name;        /* its run directory's name under the root: what it overrides */
     json_t *overrides; /* the keys the point sets over the spec's config (grid, point, seed) */
-    json_t *config;    /* the whole run config (kiln_train_config_json) */
-    int ranks;         /* processes that train it (srun tasks, or mpirun -np locally) */
+    kiln_train_config config; /* the whole run config: jobs/NAME.json is its text */
+    int ranks;                /* processes that train it (srun tasks, or mpirun -np locally) */
 } kiln_sweep_point;
 
 /* The spec's "slurm" object. */
@@ -42,14 +50,16 @@ typedef struct kiln_sweep_spec {
     json_t *spec;    /* the document as read */
     char digest[65]; /* hex SHA-256 of its canonical text (sorted keys, no white space) */
     char *data;      /* the dataset's absolute path (a relative one is the spec file's dir's) */
+    char data_sha256[65]; /* hex SHA-256 of the dataset's bytes (kiln data inspect's) */
     kiln_sweep_point *points;
     size_t n_points;
     kiln_sweep_slurm slurm;
 } kiln_sweep_spec;
 
-/* Read and check a spec: every config key as `kiln train --set` checks it (the point and the
- * key named), "ranks" a positive divisor of accum_steps, two points with one name refused,
- * the dataset opened. KILN_ERR_CONFIG / KILN_ERR_FORMAT / KILN_ERR_IO naming the file.
+/* Read and check a spec: its size (KILN_SWEEP_MAX_POINTS, KILN_ERR_LIMIT) before expanding,
+ * every config key as `kiln train --set` checks it (the point and the key named), "ranks" a
+ * positive divisor of accum_steps, two points with one name refused, the dataset opened and
+ * its bytes hashed. KILN_ERR_CONFIG / KILN_ERR_FORMAT / KILN_ERR_IO naming the file.
  * Release with kiln_sweep_spec_release (a zeroed one too). */
 kiln_err kiln_sweep_spec_load(const char *path, kiln_sweep_spec *out);
 void kiln_sweep_spec_release(kiln_sweep_spec *s);

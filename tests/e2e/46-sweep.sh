@@ -2,8 +2,9 @@
 # kiln sweep on a single-node Slurm cluster started for the test (tests/slurm/cluster.sh,
 # stopped however the script ends) and on the local pool: a 4-point sweep, one job preempted
 # mid-run with SIGTERM, requeued, resumed, and its last checkpoint the same bytes as an
-# uninterrupted run's; a second submission submits nothing; 2 ranks through srun give one
-# process's bytes; bad specs, roots and schedulers are refused with nothing written.
+# uninterrupted run's; a second submission submits nothing, also two started at once; of two
+# specs started into one empty root one is refused; 2 ranks through srun give one process's
+# bytes; bad specs, roots and schedulers are refused with nothing written.
 . "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 
@@ -170,6 +171,36 @@ if [ -n "$slurm" ]; then
         sleep 0.2
     done
     same_ranks "$T/mpi"
+
+    # Two submitters at once (cron and a person): each point submitted once, the second
+    # waiting for the first's lock and then seeing its jobs; two specs into one empty root:
+    # one takes it, the other is refused. (tests/e2e/46-sweep-fake.sh: with a slow squeue.)
+    # jobs_of ROOT: the jobs Slurm holds under the name of ROOT's sweep (kiln-DIGEST12).
+    jobs_of() { squeue -h --states=all -n "kiln-$(sed -n 's/^  "digest": "\(.\{12\}\).*/\1/p' "$1/sweep.json")" -o %i | wc -l; }
+    race() { # race SPEC_A SPEC_B ROOT: both at once; rc1, rc2, $T/r1.out, $T/r2.out
+        $KILN sweep "$T/$1" --root "$3" >"$T/r1.out" 2>&1 &
+        r1=$!
+        $KILN sweep "$T/$2" --root "$3" >"$T/r2.out" 2>&1 &
+        r2=$!
+        set +e; wait $r1; rc1=$?; wait $r2; rc2=$?; set -e
+    }
+    printf '%s\n' '{"data": "d.st", "config": {"steps": 20, "d_model": 16, "d_ff": 32, "seq_len": 16, "attn_window": 8}, "grid": {"lr": [0.001, 0.003]}}' >"$T/race.json"
+    # (The second race's specs are others: Slurm's job name is the spec's digest.)
+    sed 's/"steps": 20/"steps": 30/' "$T/race.json" >"$T/race2.json"
+    sed 's/"steps": 20/"steps": 40/' "$T/race.json" >"$T/race3.json"
+    race race.json race.json "$T/race"
+    [ $rc1 = 0 ] && [ $rc2 = 0 ] || { cat "$T/r1.out" "$T/r2.out" >&2; fail "two submitters of one spec: exit $rc1 and $rc2"; }
+    [ "$(jobs_of "$T/race")" = 2 ] || { cat "$T/r1.out" "$T/r2.out" >&2; fail "two submitters of one spec: $(jobs_of "$T/race") jobs for 2 points"; }
+    cat "$T/r1.out" "$T/r2.out" | grep -q '^nothing to submit: 0 of 2 points finished, 2 queued or running$' ||
+        { cat "$T/r1.out" "$T/r2.out" >&2; fail "two submitters of one spec: neither saw the other's jobs"; }
+    mkdir "$T/race2"
+    race race2.json race3.json "$T/race2"
+    [ $((rc1 + rc2)) = 2 ] && [ $((rc1 * rc2)) = 0 ] || { cat "$T/r1.out" "$T/r2.out" >&2; fail "two specs into one root: exit $rc1 and $rc2"; }
+    cat "$T/r1.out" "$T/r2.out" | grep -q "holds the runs of another spec" || { cat "$T/r1.out" "$T/r2.out" >&2; fail "two specs into one root: no clear error"; }
+    won=race2.json; [ $rc1 = 0 ] || won=race3.json
+    grep -qE "\"steps\": $(sed 's/.*"steps": \([0-9]*\).*/\1/' "$T/$won"),?$" "$T/race2/sweep.json" || fail "two specs into one root: sweep.json is not the accepted spec's"
+    [ "$(jobs_of "$T/race2")" = 2 ] || fail "two specs into one root: $(jobs_of "$T/race2") jobs of the accepted spec for 2 points"
+    [ "$(grep -c '"job":' "$T/race2/jobs.json")" = 2 ] || fail "two specs into one root: jobs.json does not hold 2 jobs"
 
     # A controller that does not answer (its port closed): a clear error, nothing written.
     sed 's/^SlurmctldPort=.*/SlurmctldPort=1/' "$C/slurm.conf" >"$T/down.conf"
