@@ -54,7 +54,7 @@ grep -q '"steps": 20' "$T/two/sweep.json" && ! grep -q '"steps": 30' "$T/two/swe
 printf '%s\n' '{"data": "d.st", "config": {"steps": 100000, "eval_every": 0, "ckpt_every": 0}}' >"$T/pool.json"
 $KILN sweep "$T/pool.json" --root "$T/pool" --scheduler local >"$T/pool.out" 2>&1 &
 pool=$!
-trap 'kill $pool 2>/dev/null; wait $pool 2>/dev/null; rm -rf "$T"' EXIT
+trap 'kill $pool 2>/dev/null || true; wait $pool 2>/dev/null || true; rm -rf "$T"' EXIT
 i=0
 until grep -q "^$pool local$" "$T/pool/.sweep.lock" 2>/dev/null; do
     i=$((i + 1)); [ $i -lt 100 ] || fail "the local pool did not take the root's lock"; sleep 0.1
