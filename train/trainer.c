@@ -1007,6 +1007,14 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     free(ck);
     if (rc) goto out;
     KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
+    /* Again under the lock: the check above ran before it, and another start of the same
+     * directory may have taken the lock, written its run and finished since (while this one
+     * hashed its dataset). Nothing of that run may be touched. */
+    KILN_CHECK(rc, out, run_exists(opts->run_dir, &exists));
+    KILN_CHECK_IF(rc, out, exists, KILN_ERR_CONFLICT,
+                  "'%s' holds a run already (another kiln train started it while this one set "
+                  "up; resume it with --resume, or choose another --run-dir)",
+                  opts->run_dir);
     t->made_files = true; /* under the lock: never another process's files */
     sweep_temps(opts->run_dir); /* a start killed while writing run.json */
     abs_data = realpath(opts->data_path, NULL);
