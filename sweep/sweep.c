@@ -403,6 +403,14 @@ static kiln_err check_root(const kiln_sweep_spec *spec, const kiln_sweep_opts *o
     KILN_FAIL_IF(ds == KILN_DIR_OTHER, KILN_ERR_USAGE, "--root '%s' is not a directory", o->root);
     if (ds == KILN_DIR_ABSENT || ds == KILN_DIR_EMPTY) return KILN_OK;
     KILN_TRY(load_record(o->root, old));
+    if (!*old && !points) {
+        /* Before the lock: a root another submitter is filling (its lock file is there, its
+         * sweep.json not yet) is for the check under the lock to judge, once it is done. */
+        char *lock = kiln_path_join(o->root, ".sweep.lock");
+        bool filling = lock && kiln_path_exists(lock);
+        free(lock);
+        if (filling) return KILN_OK;
+    }
     KILN_FAIL_IF(!*old, KILN_ERR_CONFLICT,
                  "--root '%s' is not empty and holds no sweep (no sweep.json): give a new or "
                  "empty directory",
