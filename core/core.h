@@ -366,6 +366,8 @@ uint64_t kiln_now_ns(void);   /* monotonic */
 int64_t kiln_unix_time(void); /* wall clock, seconds */
 /* RFC 3339 UTC ("2026-11-29T21:03:00Z") into out[21]. */
 void kiln_format_time(int64_t unix_secs, char out[21]);
+/* The same as a JSON string (a new reference; NULL when out of memory). */
+json_t *kiln_time_json(int64_t unix_secs);
 
 /* ---- safetensors ------------------------------------------------------------- */
 

@@ -73,3 +73,9 @@ const char **kiln_json_sorted_keys(const json_t *o, size_t *n) {
     qsort(k, *n, sizeof *k, cmp_str);
     return k;
 }
+
+json_t *kiln_time_json(int64_t unix_secs) {
+    char s[21];
+    kiln_format_time(unix_secs, s);
+    return json_string(s);
+}

@@ -45,12 +45,6 @@ static void push(lister *l, json_t *arr, json_t *v) {
     if (!v || !arr || json_array_append_new(arr, v)) l->oom = true;
 }
 
-static json_t *time_json(int64_t t) {
-    char s[21];
-    kiln_format_time(t, s);
-    return json_string(s);
-}
-
 static json_t *str_or_null(const char *s) {
     return s ? json_string(s) : json_null();
 }
@@ -289,7 +283,7 @@ static kiln_err channel_json(lister *l, const char *url, const char *model, cons
     set(l, j, "version", json_string(r.version));
     set(l, j, "digest", json_string(r.digest));
     set(l, j, "seq", json_integer(r.seq));
-    set(l, j, "expires", time_json(r.expires));
+    set(l, j, "expires", kiln_time_json(r.expires));
     set(l, j, "expires_in", json_integer(r.expires - l->now));
     set(l, j, "expiry", json_string(kiln_web_expiry_name(e)));
     set(l, j, "expiring", json_boolean(expiring));
@@ -299,7 +293,7 @@ static kiln_err channel_json(lister *l, const char *url, const char *model, cons
     set(l, j, "signed_by", r.signed_by ? r.signed_by : json_null());
     set(l, j, "threshold", r.from_record ? json_integer(r.threshold) : json_null());
     set(l, j, "put_by", str_or_null(cl.put_by));
-    set(l, j, "put_at", cl.put_at ? time_json(cl.put_at) : json_null());
+    set(l, j, "put_at", cl.put_at ? kiln_time_json(cl.put_at) : json_null());
     set(l, j, "check", json_pack("{s:s,s:s}", "status", r.status, "how", r.how));
     if (!strcmp(r.status, "failed")) {
         char *p = kiln_asprintf("%s/%s: %s", model, name, r.how);
@@ -385,7 +379,7 @@ static kiln_err model_json(lister *l, const char *model, json_t *models) {
         KILN_CHECK(rc, out,
                    channel_json(l, url, model, names[k], json_object_get(chans, names[k]), versions,
                                 from, cs, &changed));
-    set(l, j, "updated", changed ? time_json(changed) : json_null());
+    set(l, j, "updated", changed ? kiln_time_json(changed) : json_null());
 out:
     free(names);
     json_decref(mj);
@@ -474,7 +468,7 @@ kiln_err kiln_registry_models(const kiln_registry_client_opts *cs, size_t n,
                        (json_int_t)kiln_sign_trust_version(l.t), "state", l.state);
     }
     root = json_pack("{s:s,s:o,s:s,s:O,s:O,s:o,s:o,s:n,s:O,s:o,s:O,s:O}", "format", MODELS_FORMAT,
-                     "checked_at", time_json(l.now), "registry", cs[0].url, "registries", urls,
+                     "checked_at", kiln_time_json(l.now), "registry", cs[0].url, "registries", urls,
                      "failover", l.notes, "model", str_or_null(o->model), "trust", tj, "verified",
                      "problems", l.problems, "expiring_within",
                      o->expiring ? json_integer(o->expiring) : json_null(), "expiring", l.expiring,

@@ -77,12 +77,6 @@ static json_t *copy(const json_t *v) {
     return v ? json_incref((json_t *)v) : json_null();
 }
 
-static json_t *time_json(int64_t t) {
-    char s[21];
-    kiln_format_time(t, s);
-    return json_string(s);
-}
-
 /* A check: {"status", "how"}. status is "verified", "failed", "registry" (the registry's word:
  * nothing signed says it) or "not checked" (would need what is not at hand, said in how). A
  * failed one is also a problem, named by what. */
@@ -375,7 +369,7 @@ static kiln_err history(prov *p, json_t *cj) {
         set(p, e, "reason", json_string(r.reason ? r.reason : ""));
         set(p, e, "change", json_string(change));
         set(p, e, "from", str_or_null(!strcmp(change, "first") ? NULL : prev));
-        set(p, e, "expires", time_json(r.expires));
+        set(p, e, "expires", kiln_time_json(r.expires));
         set(p, e, "signatures", sigs);
         set(p, e, "put_by", str_or_null(put_by));
         set(p, e, "put_at", str_or_null(put_at));
@@ -452,7 +446,7 @@ static kiln_err channel_section(prov *p, const char *text, size_t len) {
     set(p, cj, "seq", json_integer((json_int_t)r.seq));
     set(p, cj, "version", json_string(r.version));
     set(p, cj, "digest", json_string(p->rec.digest));
-    set(p, cj, "expires", time_json(r.expires));
+    set(p, cj, "expires", kiln_time_json(r.expires));
     set(p, cj, "expired", json_boolean(r.expires <= p->now));
     set(p, cj, "reason", json_string(p->rec.reason));
     /* Filled from the history below; here so that the keys keep one order. */
@@ -1148,7 +1142,7 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
     p.problems = json_array();
     p.root = json_pack("{s:s,s:s,s:s,s:O,s:O,s:o,s:s,s:n,s:b,s:O}", "format", PROV_FORMAT, "ref",
                        o->ref, "registry", cs[0].url, "registries", urls, "failover", p.notes,
-                       "checked_at", time_json(p.now), "model", p.model, "version", "verified", 0,
+                       "checked_at", kiln_time_json(p.now), "model", p.model, "version", "verified", 0,
                        "problems", p.problems);
     KILN_CHECK_IF(rc, done, !p.root || !p.problems, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, trust_section(&p));

@@ -507,12 +507,8 @@ static enum MHD_Result do_metrics(kiln_registry_server *s, struct MHD_Connection
 
 /* ---- reads ---- */
 
-static const char *col(sqlite3_stmt *st, int i) {
-    return (const char *)sqlite3_column_text(st, i);
-}
-
 static json_t *col_json(sqlite3_stmt *st, int i) {
-    const char *t = col(st, i);
+    const char *t = reg_col(st, i);
     if (!t) return json_null();
     json_t *j = json_loads(t, JSON_REJECT_DUPLICATES, NULL);
     return j ? j : json_null();
@@ -520,21 +516,15 @@ static json_t *col_json(sqlite3_stmt *st, int i) {
 
 /* A column's exact bytes as a JSON string; null when NULL or not UTF-8 text. */
 static json_t *col_string(sqlite3_stmt *st, int i) {
-    const char *t = col(st, i);
+    const char *t = reg_col(st, i);
     json_t *j = t ? json_stringn(t, (size_t)sqlite3_column_bytes(st, i)) : NULL;
     return j ? j : json_null();
-}
-
-static json_t *time_json(int64_t t) {
-    char s[21];
-    kiln_format_time(t, s);
-    return json_string(s);
 }
 
 /* The verdict of a version's validation summary column ({"passed": bool, "sha256"}):
  * "passed", "failed", or "none" when the archive has no report. */
 static const char *validation_verdict(sqlite3_stmt *st, int i) {
-    const char *t = col(st, i);
+    const char *t = reg_col(st, i);
     json_t *v = t ? json_loads(t, JSON_REJECT_DUPLICATES, NULL) : NULL;
     json_t *p = json_object_get(v, "passed");
     const char *verdict = json_is_boolean(p) ? (json_is_true(p) ? "passed" : "failed") : "none";
@@ -551,9 +541,9 @@ static enum MHD_Result do_models(kiln_registry_server *s, struct MHD_Connection 
         return send_kiln_error(c, r, reg_db_fail(db, "listing models"));
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(arr, json_pack("{s:s, s:I, s:o}", "name", col(st, 0), "versions",
+        json_array_append_new(arr, json_pack("{s:s, s:I, s:o}", "name", reg_col(st, 0), "versions",
                                              (json_int_t)sqlite3_column_int64(st, 1), "updated",
-                                             time_json(sqlite3_column_int64(st, 2))));
+                                             kiln_time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
     return send_json(c, r, 200, json_pack("{s:o}", "models", arr));
 }
@@ -571,10 +561,10 @@ static enum MHD_Result do_model(kiln_registry_server *s, struct MHD_Connection *
     json_t *versions = json_array(), *channels = json_object();
     while (sqlite3_step(st) == SQLITE_ROW)
         json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o, s:s}", "version",
-                                                  col(st, 0), "digest", col(st, 1), "size",
+                                                  reg_col(st, 0), "digest", reg_col(st, 1), "size",
                                                   (json_int_t)sqlite3_column_int64(st, 2),
-                                                  "publisher", col(st, 3), "created",
-                                                  time_json(sqlite3_column_int64(st, 4)),
+                                                  "publisher", reg_col(st, 3), "created",
+                                                  kiln_time_json(sqlite3_column_int64(st, 4)),
                                                   "validation", validation_verdict(st, 5)));
     sqlite3_finalize(st);
     st = NULL;
@@ -587,13 +577,13 @@ static enum MHD_Result do_model(kiln_registry_server *s, struct MHD_Connection *
             -1, &st, NULL) == SQLITE_OK) {
         sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
         while (sqlite3_step(st) == SQLITE_ROW)
-            json_object_set_new(channels, col(st, 0),
+            json_object_set_new(channels, reg_col(st, 0),
                                 json_pack("{s:I, s:s, s:s, s:o, s:o, s:s, s:o}", "seq",
                                           (json_int_t)sqlite3_column_int64(st, 1), "version",
-                                          col(st, 2), "digest", col(st, 3), "expires",
-                                          time_json(sqlite3_column_int64(st, 4)), "reason",
-                                          col_string(st, 5), "put_by", col(st, 6), "put_at",
-                                          time_json(sqlite3_column_int64(st, 7))));
+                                          reg_col(st, 2), "digest", reg_col(st, 3), "expires",
+                                          kiln_time_json(sqlite3_column_int64(st, 4)), "reason",
+                                          col_string(st, 5), "put_by", reg_col(st, 6), "put_at",
+                                          kiln_time_json(sqlite3_column_int64(st, 7))));
     }
     sqlite3_finalize(st);
     if (!json_array_size(versions) && !json_object_size(channels)) {
@@ -622,11 +612,11 @@ static enum MHD_Result do_version(kiln_registry_server *s, struct MHD_Connection
         return send_error(c, r, 404, "version '%s@%s' not found", r->seg[0], r->seg[1]);
     }
     json_t *j = json_pack("{s:s, s:s, s:s, s:I, s:o, s:s, s:o, s:o, s:o, s:s, s:o}", "name",
-                          r->seg[0], "version", r->seg[1], "digest", col(st, 0), "size",
+                          r->seg[0], "version", r->seg[1], "digest", reg_col(st, 0), "size",
                           (json_int_t)sqlite3_column_int64(st, 1), "manifest", col_json(st, 2),
-                          "signature", col(st, 3), "card", col_json(st, 4), "validation",
+                          "signature", reg_col(st, 3), "card", col_json(st, 4), "validation",
                           col_json(st, 5), "validation_text", col_string(st, 8), "publisher",
-                          col(st, 6), "created", time_json(sqlite3_column_int64(st, 7)));
+                          reg_col(st, 6), "created", kiln_time_json(sqlite3_column_int64(st, 7)));
     sqlite3_finalize(st);
     return send_json(c, r, 200, j);
 }
@@ -646,7 +636,7 @@ static enum MHD_Result do_channel(kiln_registry_server *s, struct MHD_Connection
         return send_error(c, r, 404, "channel '%s' of model '%s' not found", r->seg[1], r->seg[0]);
     }
     /* The record goes out byte for byte as it was signed and stored. */
-    char *text = kiln_strdup(col(st, 0));
+    char *text = kiln_strdup(reg_col(st, 0));
     sqlite3_finalize(st);
     if (!text) return MHD_NO;
     return send_buf(c, r, 200, text, strlen(text), "application/json");
@@ -677,8 +667,8 @@ static enum MHD_Result do_history(kiln_registry_server *s, struct MHD_Connection
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW)
         json_array_append_new(arr, json_pack("{s:o, s:s, s:s, s:o}", "record", col_json(st, 0),
-                                             "text", col(st, 0), "publisher", col(st, 1), "created",
-                                             time_json(sqlite3_column_int64(st, 2))));
+                                             "text", reg_col(st, 0), "publisher", reg_col(st, 1), "created",
+                                             kiln_time_json(sqlite3_column_int64(st, 2))));
     sqlite3_finalize(st);
     if (!json_array_size(arr) && after == 0) {
         json_decref(arr);
@@ -717,13 +707,13 @@ static enum MHD_Result do_audit(kiln_registry_server *s, struct MHD_Connection *
     json_t *arr = json_array();
     while (sqlite3_step(st) == SQLITE_ROW) {
         json_t *e = json_pack("{s:I, s:o, s:s}", "id", (json_int_t)sqlite3_column_int64(st, 0),
-                              "time", time_json(sqlite3_column_int64(st, 1)), "action", col(st, 3));
+                              "time", kiln_time_json(sqlite3_column_int64(st, 1)), "action", reg_col(st, 3));
         /* By column: id, time and action are set above. */
         static const char *const keys[] = {NULL,      NULL,      "token",  NULL,    "model",
                                            "version", "channel", "digest", "reason"};
         for (int k = 0; k < (int)KILN_ARRAY_LEN(keys); k++)
             if (keys[k])
-                json_object_set_new(e, keys[k], col(st, k) ? json_string(col(st, k)) : json_null());
+                json_object_set_new(e, keys[k], reg_col(st, k) ? json_string(reg_col(st, k)) : json_null());
         json_array_append_new(arr, e);
     }
     sqlite3_finalize(st);

@@ -26,6 +26,10 @@ void reg_db_close(sqlite3 *db);
 kiln_err reg_db_exec(sqlite3 *db, const char *sql);
 /* sqlite failure as a kiln_err naming what was being done. */
 kiln_err reg_db_fail(sqlite3 *db, const char *what);
+/* Column i of a row as text (NULL for SQL NULL): sqlite3_column_text without the cast. */
+static inline const char *reg_col(sqlite3_stmt *st, int i) {
+    return (const char *)sqlite3_column_text(st, i);
+}
 /* One audit row, inside the caller's transaction. NULL fields are stored as NULL. */
 kiln_err reg_audit(sqlite3 *db, const char *token, const char *action, const char *model,
                    const char *version, const char *channel, const char *digest);

@@ -17,10 +17,6 @@
 #define UI_HISTORY_PAGE 200
 #define UI_TRUST_PAGE 50
 
-static const char *col(sqlite3_stmt *st, int i) {
-    return (const char *)sqlite3_column_text(st, i);
-}
-
 static kiln_err prepare(sqlite3 *db, const char *sql, sqlite3_stmt **st, const char *what) {
     *st = NULL;
     if (sqlite3_prepare_v2(db, sql, -1, st, NULL) != SQLITE_OK) return reg_db_fail(db, what);
@@ -85,14 +81,14 @@ static size_t record_signers(const kiln_sign_trust *t, const char *text,
 static void record_row(const kiln_sign_trust *t, sqlite3_stmt *st, int at,
                        kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS], kiln_web_record *rec) {
     *rec = (kiln_web_record){.seq = sqlite3_column_int64(st, at),
-                             .version = col(st, at + 1),
-                             .digest = col(st, at + 2),
+                             .version = reg_col(st, at + 1),
+                             .digest = reg_col(st, at + 2),
                              .expires = sqlite3_column_int64(st, at + 3),
-                             .reason = col(st, at + 4),
-                             .publisher = col(st, at + 6),
+                             .reason = reg_col(st, at + 4),
+                             .publisher = reg_col(st, at + 6),
                              .created = sqlite3_column_int64(st, at + 7),
                              .signers = signers};
-    rec->nsigners = record_signers(t, col(st, at + 5), signers);
+    rec->nsigners = record_signers(t, reg_col(st, at + 5), signers);
 }
 
 /* The current record of each of a model's channels: ?1 is the model. */
@@ -179,18 +175,18 @@ kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_we
         int64_t updated = sqlite3_column_int64(st, 2);
         if (sqlite3_column_type(st, 4) != SQLITE_NULL && sqlite3_column_int64(st, 4) > updated)
             updated = sqlite3_column_int64(st, 4);
-        kiln_web_model m = {.name = col(st, 0),
+        kiln_web_model m = {.name = reg_col(st, 0),
                             .versions = sqlite3_column_int64(st, 1),
-                            .latest = col(st, 3),
+                            .latest = reg_col(st, 3),
                             .updated = updated};
         kiln_web_models_row(b, &m);
         sqlite3_reset(ch);
         sqlite3_bind_text(ch, 1, m.name, -1, SQLITE_TRANSIENT);
         int q;
         while ((q = sqlite3_step(ch)) == SQLITE_ROW) {
-            kiln_web_record rec = {.channel = col(ch, 0),
+            kiln_web_record rec = {.channel = reg_col(ch, 0),
                                    .seq = sqlite3_column_int64(ch, 1),
-                                   .version = col(ch, 2),
+                                   .version = reg_col(ch, 2),
                                    .expires = sqlite3_column_int64(ch, 3)};
             kiln_web_models_channel(b, m.name, &rec, now);
         }
@@ -228,7 +224,7 @@ static kiln_err model_channels(sqlite3 *db, const kiln_sign_trust *t, const char
         kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
         kiln_web_record rec;
         record_row(t, st, 1, signers, &rec);
-        rec.channel = col(st, 0);
+        rec.channel = reg_col(st, 0);
         rec.records = (size_t)sqlite3_column_int64(st, 9);
         kiln_web_channels_row(b, model, &rec, now);
         /* Remembered to tag the versions the channels point at. */
@@ -268,17 +264,17 @@ static kiln_err model_versions(sqlite3 *db, const kiln_sign_trust *t, const char
         kiln_web_signer signers[KILN_SIGN_ARCHIVE_MAX_SIGS];
         kiln_sign_sig *sigs;
         size_t nsigs;
-        kiln_web_version v = {.version = col(st, 0),
-                              .digest = col(st, 1),
+        kiln_web_version v = {.version = reg_col(st, 0),
+                              .digest = reg_col(st, 1),
                               .size = (uint64_t)sqlite3_column_int64(st, 2),
-                              .publisher = col(st, 6),
+                              .publisher = reg_col(st, 6),
                               .created = sqlite3_column_int64(st, 7),
                               .signers = signers,
                               .channels = chans};
-        v.nsigners = archive_signers(t, col(st, 3), &sigs, &nsigs, signers);
+        v.nsigners = archive_signers(t, reg_col(st, 3), &sigs, &nsigs, signers);
         /* Stored canonical by the server; whatever does not parse is shown as no lineage. */
-        json_t *card = col(st, 4) ? json_loads(col(st, 4), JSON_REJECT_DUPLICATES, NULL) : NULL;
-        json_t *val = col(st, 5) ? json_loads(col(st, 5), JSON_REJECT_DUPLICATES, NULL) : NULL;
+        json_t *card = reg_col(st, 4) ? json_loads(reg_col(st, 4), JSON_REJECT_DUPLICATES, NULL) : NULL;
+        json_t *val = reg_col(st, 5) ? json_loads(reg_col(st, 5), JSON_REJECT_DUPLICATES, NULL) : NULL;
         json_t *passed = json_object_get(val, "passed");
         v.validation =
             json_is_boolean(passed) ? (json_is_true(passed) ? "passed" : "failed") : "absent";
@@ -368,7 +364,7 @@ kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model
         kiln_web_record rec;
         record_row(t, st, 0, signers, &rec);
         rec.channel = channel;
-        rec.previous = col(st, 8);
+        rec.previous = reg_col(st, 8);
         rec.older = sqlite3_column_int(st, 9) != 0;
         rec.current = rec.seq == current;
         kiln_web_history_row(b, model, &rec, now);
@@ -416,13 +412,13 @@ kiln_err reg_ui_audit(sqlite3 *db, int64_t after, int64_t now, kiln_web_buf *b) 
     while ((r = sqlite3_step(st)) == SQLITE_ROW && n < UI_AUDIT_PAGE) {
         kiln_web_audit e = {.id = sqlite3_column_int64(st, 0),
                             .time = sqlite3_column_int64(st, 1),
-                            .token = col(st, 2),
-                            .action = col(st, 3),
-                            .model = col(st, 4),
-                            .version = col(st, 5),
-                            .channel = col(st, 6),
-                            .digest = col(st, 7),
-                            .reason = col(st, 8)};
+                            .token = reg_col(st, 2),
+                            .action = reg_col(st, 3),
+                            .model = reg_col(st, 4),
+                            .version = reg_col(st, 5),
+                            .channel = reg_col(st, 6),
+                            .digest = reg_col(st, 7),
+                            .reason = reg_col(st, 8)};
         kiln_web_audit_row(b, &e);
         last = e.id;
         n++;
@@ -610,8 +606,8 @@ kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_s
         KILN_CHECK(rc, out, walk_row(&w, (uint64_t)v, doc ? doc : "", len, row));
         if (row) {
             row->created = sqlite3_column_int64(st, 3);
-            row->publisher = col(st, 2) ? kiln_strdup(col(st, 2)) : NULL;
-            KILN_CHECK_IF(rc, out, col(st, 2) && !row->publisher, KILN_ERR_NOMEM, "out of memory");
+            row->publisher = reg_col(st, 2) ? kiln_strdup(reg_col(st, 2)) : NULL;
+            KILN_CHECK_IF(rc, out, reg_col(st, 2) && !row->publisher, KILN_ERR_NOMEM, "out of memory");
         }
     }
     KILN_CHECK(rc, out, step_done(db, r, "reading trust versions"));
@@ -764,15 +760,15 @@ kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root,
     kiln_web_signer signers[KILN_SIGN_ARCHIVE_MAX_SIGS];
     kiln_sign_sig *sigs = NULL;
     size_t nsigs = 0;
-    kiln_web_version v = {.version = col(st, 0),
-                          .digest = col(st, 1),
+    kiln_web_version v = {.version = reg_col(st, 0),
+                          .digest = reg_col(st, 1),
                           .size = (uint64_t)sqlite3_column_int64(st, 2),
-                          .publisher = col(st, 6),
+                          .publisher = reg_col(st, 6),
                           .created = sqlite3_column_int64(st, 7),
                           .signers = signers};
-    v.nsigners = archive_signers(t, col(st, 3), &sigs, &nsigs, signers);
-    json_t *card = col(st, 4) ? json_loads(col(st, 4), JSON_REJECT_DUPLICATES, NULL) : NULL;
-    json_t *val = col(st, 5) ? json_loads(col(st, 5), JSON_REJECT_DUPLICATES, NULL) : NULL;
+    v.nsigners = archive_signers(t, reg_col(st, 3), &sigs, &nsigs, signers);
+    json_t *card = reg_col(st, 4) ? json_loads(reg_col(st, 4), JSON_REJECT_DUPLICATES, NULL) : NULL;
+    json_t *val = reg_col(st, 5) ? json_loads(reg_col(st, 5), JSON_REJECT_DUPLICATES, NULL) : NULL;
     json_t *passed = json_object_get(val, "passed");
     v.validation = json_is_boolean(passed) ? (json_is_true(passed) ? "passed" : "failed") : "absent";
     v.card = card;
@@ -783,7 +779,7 @@ kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root,
     kiln_web_versions_row(b, model, &v);
     kiln_web_table_end(b, NULL);
     /* The whole report (validation.json's bytes, as kiln provenance reads it). */
-    json_t *report = col(st, 8) ? json_loads(col(st, 8), JSON_REJECT_DUPLICATES, NULL) : NULL;
+    json_t *report = reg_col(st, 8) ? json_loads(reg_col(st, 8), JSON_REJECT_DUPLICATES, NULL) : NULL;
     kiln_web_validation_report(b, report ? report : val);
     json_decref(report);
     if (src) {
