@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "data.h"
 
@@ -512,8 +513,14 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
             KILN_CHECK_IF(rc, out, !strcmp(r.names[i], r.names[j]), KILN_ERR_USAGE,
                           "'%s': column '%s' is chosen twice", csv, r.names[i]);
     }
-    f = fopen(csv, "r");
-    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s': %s", csv, strerror(errno));
+    int fd;
+    KILN_CHECK(rc, out, kiln_open_input(csv, &fd, NULL));
+    f = fdopen(fd, "r");
+    if (!f) {
+        rc = kiln_fail_errno(KILN_ERR_NOMEM, "cannot read '%s'", csv);
+        close(fd);
+        goto out;
+    }
     KILN_CHECK_IF(rc, out, csv_init(&p, CSV_STRICT | CSV_STRICT_FINI) != 0, KILN_ERR_NOMEM,
                   "out of memory importing '%s'", csv);
     parser = true;

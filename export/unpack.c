@@ -63,12 +63,20 @@ static kiln_err reader_open(const char *path, struct archive **out) {
         archive_read_free(a);
         return rc;
     }
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
+    /* Opened as an input (a regular file, refused at once when it is a FIFO or a device),
+     * then handed to libarchive as that same open file: /proc/self/fd reopens the inode the
+     * check saw, not whatever the path names by then. */
+    int fd;
+    kiln_err orc = kiln_open_input(path, &fd, NULL);
+    if (orc) {
         archive_read_free(a);
-        return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+        return orc;
     }
-    if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int arc = archive_read_open_filename(a, self, 1 << 16);
+    close(fd);
+    if (arc != ARCHIVE_OK) {
         /* The file is there: what libarchive refuses is its content. */
         kiln_err rc = ar_err(a, KILN_ERR_FORMAT, path, "not a .kiln archive");
         archive_read_free(a);
