@@ -218,6 +218,10 @@ void kiln_rmtree(const char *path);
  * source in messages. *out is a new reference. */
 kiln_err kiln_json_parse(const char *buf, size_t len, const char *label, json_t **out);
 kiln_err kiln_json_load_file(const char *path, json_t **out);
+/* The length of the longest valid UTF-8 prefix of s[0..len): len when all of it is valid
+ * (the UTF-8 jansson takes into a JSON string: no overlong forms, surrogates or code points
+ * past U+10FFFF), else the offset of the first bad byte. */
+size_t kiln_utf8_valid_prefix(const char *s, size_t len);
 /* Canonical text: sorted keys, no insignificant white space; caller frees. */
 char *kiln_json_canonical(const json_t *j);
 /* Pretty (2-space indent, sorted keys, 15 significant digits for reals, trailing newline),
