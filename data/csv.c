@@ -663,3 +663,22 @@ kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, i
                          .n_outputs = n_outputs};
     return kiln_dataset_import_csv_ex(&o, NULL);
 }
+
+char *kiln_csv_header_field(const char *name) {
+    bool formula = name[0] && strchr("=+-@", name[0]);
+    bool quote = strpbrk(name, ",\"\r\n") != NULL;
+    size_t n = strlen(name), extra = formula + (quote ? 2 : 0);
+    for (const char *q = name; quote && (q = strchr(q, '"')); q++)
+        extra++;
+    char *out = kiln_malloc(n + extra + 1), *o = out;
+    if (!out) return NULL;
+    if (quote) *o++ = '"';
+    if (formula) *o++ = '\'';
+    for (const char *q = name; *q; q++) {
+        if (*q == '"') *o++ = '"';
+        *o++ = *q;
+    }
+    if (quote) *o++ = '"';
+    *o = 0;
+    return out;
+}

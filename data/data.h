@@ -187,6 +187,11 @@ typedef struct kiln_csv_report {
  * output is written atomically: on any error an existing file there is left as it was.
  * report may be NULL. */
 kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *report);
+/* A column name as a CSV header field, for kiln data export: quoted as RFC 4180 says when
+ * it holds a comma, a quote (doubled inside), CR or LF, and with a ' before a name that
+ * begins with =, +, - or @, so that a spreadsheet opening the file reads a name, not a
+ * formula (OWASP's advice for CSV injection). NULL: out of memory. Caller frees. */
+char *kiln_csv_header_field(const char *name);
 /* kiln_dataset_import_csv_ex with missing values refused. */
 kiln_err kiln_dataset_import_csv(const char *csv_path, const char *const *features, int n_features,
                                  const char *const *targets, int n_outputs, const char *out_path);

@@ -1091,3 +1091,27 @@ KILN_TEST(data_import_hostile_csv) {
     }
     free(csv), free(o), free(keep);
 }
+
+/* kiln data export's header: RFC 4180 quoting, and never a formula in a spreadsheet. */
+KILN_TEST(data_csv_header_field) {
+    static const char *const cases[][2] = {
+        {"ret", "ret"},
+        {"a,b", "\"a,b\""},
+        {"say \"hi\"", "\"say \"\"hi\"\"\""},
+        {"two\nlines", "\"two\nlines\""},
+        {"cr\rhere", "\"cr\rhere\""},
+        {"=SUM(A1:A9)", "'=SUM(A1:A9)"},
+        {"+1", "'+1"},
+        {"-x", "'-x"},
+        {"@cmd", "'@cmd"},
+        {"=a,\"b\"", "\"'=a,\"\"b\"\"\""},
+        {"a=b", "a=b"},
+        {"", ""},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        char *got = kiln_csv_header_field(cases[i][0]), d[128];
+        snprintf(d, sizeof d, "header field of '%s' is '%s'", cases[i][0], got ? got : "(null)");
+        CHECK(d, got && !strcmp(got, cases[i][1]));
+        free(got);
+    }
+}
