@@ -95,6 +95,20 @@ static kiln_err by_archive(const char *p) { /* kiln inspect, unpack, publish */
     return rc;
 }
 
+static kiln_err by_metrics(const char *p) { /* a run's metrics.db: runs show, list, export */
+    kiln_metrics *mx = NULL;
+    kiln_err rc = kiln_metrics_open(p, true, &mx);
+    kiln_metrics_close(mx);
+    return rc;
+}
+
+static kiln_err by_metrics_rw(const char *p) { /* train --resume: the run's own log */
+    kiln_metrics *mx = NULL;
+    kiln_err rc = kiln_metrics_open(p, false, &mx);
+    kiln_metrics_close(mx);
+    return rc;
+}
+
 static const struct {
     const char *name;
     kiln_err (*fn)(const char *);
@@ -104,7 +118,8 @@ static const struct {
     {"kiln_sha256_file", by_sha256},    {"kiln_blake2b_file", by_blake2b},
     {"kiln_dataset_open", by_dataset},  {"kiln_data_open", by_data_api},
     {"kiln_model_open", by_model},      {"kiln_dataset_import_csv", by_csv},
-    {"kiln_archive_inspect", by_archive},
+    {"kiln_archive_inspect", by_archive}, {"kiln_metrics_open", by_metrics},
+    {"kiln_metrics_open (read-write)", by_metrics_rw},
 };
 
 /* Run fn(path) in a child that an alarm kills after 5 s. 0: refused within a second with a
@@ -168,6 +183,31 @@ KILN_TEST(inputs_fifo_and_device_refused_by_every_opener) {
                 CHECK("the device is named as such", strstr(msg, "(a character device)"));
         }
     free(fifo);
+}
+
+/* A run directory's .lock is opened to test the trainer's lock (runs show, runs list): a FIFO
+ * there hung both in the open. */
+static kiln_err run_live_of(const char *fifo) {
+    char *dir = kiln_dirname(fifo);
+    bool live;
+    kiln_err rc = dir ? kiln_run_live(dir, &live) : KILN_ERR_NOMEM;
+    free(dir);
+    return rc;
+}
+
+KILN_TEST(inputs_run_lock_fifo_refused) {
+    char *run = kiln_test_path("run"), *lock = kiln_test_path("run/.lock");
+    mkdir(run, 0755);
+    bool live = true;
+    CHECK("a run without .lock is not live",
+          kiln_run_live(run, &live) == KILN_OK && !live && !*kiln_errmsg());
+    if (CHECK("mkfifo", mkfifo(lock, 0600) == 0)) {
+        char msg[1024];
+        const char *why = refused(run_live_of, lock, msg, sizeof msg);
+        if (why) fprintf(stderr, "    kiln_run_live: %s [%s]\n", why, msg);
+        CHECK("a FIFO as .lock is refused at once, named", !why);
+    }
+    free(lock), free(run);
 }
 
 KILN_TEST(inputs_regular_file_reads_blocking) {

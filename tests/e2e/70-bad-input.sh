@@ -140,9 +140,9 @@ file_kind() {
     fi
 }
 # dir_kind KIND OTHER MEMBER=PATH[:KEY...]...: the variants of a directory slot: missing, a
-# file, empty, another kind of directory, and each member gone, empty, random, cut in half
-# (and for JSON members invalid, a duplicate of the first KEY, each KEY of the wrong type:
-# label wrongtype-KEY), one at a time.
+# file, empty, a FIFO, /dev/zero, another kind of directory, and each member gone, empty,
+# random, cut in half, a FIFO (and for JSON members invalid, a duplicate of the first KEY, each
+# KEY of the wrong type: label wrongtype-KEY), one at a time.
 dir_kind() {
     kind=$1 other=$2; shift 2
     src=$(fixture_of "$kind") d=$B/$kind list=$B/$kind.list base=${src##*/}
@@ -156,7 +156,7 @@ dir_kind() {
     for mem; do
         label=${mem%%=*} p=${mem#*=} keys=
         case $p in *:*) keys=$(echo "${p#*:}" | tr : ' ') p=${p%%:*} ;; esac
-        cs="gone empty random cuthalf"
+        cs="gone empty random cuthalf fifo"
         [ -z "$keys" ] || cs="$cs invalid dupkey"
         for k in $keys; do cs="$cs wrongtype-$k"; done
         for c in $cs; do
@@ -164,6 +164,7 @@ dir_kind() {
             cp -R "$src" "$v"
             case $c in
             gone) rm "$v/$p" ;; empty) : >"$v/$p" ;; random) cp "$T/random" "$v/$p" ;;
+            fifo) rm "$v/$p"; mkfifo "$v/$p" ;;
             cuthalf) cut_file "$src/$p" "$v/$p" half ;;
             invalid | dupkey) json_bad "$src/$p" "$v/$p" $c ${keys%% *} ;;
             wrongtype-*) json_bad "$src/$p" "$v/$p" wrongtype "${c#wrongtype-}" ;;
@@ -395,13 +396,16 @@ lane() { # N: run every JOBS-th case
             n=$((n + 1))
             eval "set -- $args"
             [ -z "${KILN_SWEEP_TIMES:-}" ] || t0=$(date +%s%N)
-            timeout "$LIMIT" "$KILN" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+            # -k: a kiln stuck in the kernel (a FIFO's open) has its SIGTERM handler run and
+            # goes on waiting, so a hang is killed outright 5 s after the TERM.
+            timeout -k 5 "$LIMIT" "$KILN" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
             rc=$?
             [ -z "${KILN_SWEEP_TIMES:-}" ] || echo "$((($(date +%s%N) - t0) / 1000000)) ms $kind/$label kiln $*" >>"$KILN_SWEEP_TIMES"
             why=
             case $rc in
             0) why="exited 0" ;;
-            124) why="hung (killed after $LIMIT s)" ;;
+            124) why="hung (stopped by SIGTERM after $LIMIT s)" ;;
+            137) why="hung (SIGTERM ignored, SIGKILL after $((LIMIT + 5)) s)" ;;
             *) if [ $rc -ge 128 ]; then why="killed by signal $((rc - 128))"
                else case $st in *$rc*) ;; *) why="exited $rc, not $st" ;; esac; fi ;;
             esac
