@@ -532,9 +532,9 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
     KILN_CHECK_IF(rc, out, !r.names || !r.row, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
     const char *named[2] = {o->time_column, o->group_column};
     for (int i = 0; i < r.nsel + 2; i++) {
-        const char *nm = i < r.nsel ? (i < o->n_features ? o->features[i]
-                                                         : o->targets[i - o->n_features])
-                                    : named[i - r.nsel];
+        const char *nm = i < r.nsel
+                             ? (i < o->n_features ? o->features[i] : o->targets[i - o->n_features])
+                             : named[i - r.nsel];
         KILN_CHECK_IF(rc, out, nm && kiln_utf8_valid_prefix(nm, strlen(nm)) != strlen(nm),
                       KILN_ERR_USAGE, "'%s': column name '%s' is not valid UTF-8", csv, nm);
     }

@@ -186,8 +186,8 @@ static kiln_err open_extra(const kiln_st *st, kiln_dataset *ds) {
         for (size_t r = 0; r < ds->rows; r++)
             KILN_FAIL_IF(ds->time[r] < KILN_TIME_MIN || ds->time[r] > KILN_TIME_MAX,
                          KILN_ERR_FORMAT,
-                         "'%s': tensor 'time' row %zu is %lld, outside the years 0000 to 9999", path,
-                         r, (long long)ds->time[r]);
+                         "'%s': tensor 'time' row %zu is %lld, outside the years 0000 to 9999",
+                         path, r, (long long)ds->time[r]);
     if (ds->time)
         for (size_t r = 1; r < ds->rows; r++) {
             if (ds->group && ds->group[r] != ds->group[r - 1]) continue;

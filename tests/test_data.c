@@ -920,11 +920,11 @@ KILN_TEST(data_time_bounds) {
     CHECK("the first second of year 0", kiln_time_parse("0000-01-01", &t) && t == KILN_TIME_MIN);
     CHECK("the last second of 9999",
           kiln_time_parse("9999-12-31T23:59:59Z", &t) && t == KILN_TIME_MAX);
-    CHECK("epoch seconds at the bounds", kiln_time_parse("-62167219200", &t) &&
-                                             t == KILN_TIME_MIN &&
-                                             kiln_time_parse("253402300799", &t) && t == KILN_TIME_MAX);
-    static const char *const out[] = {"-62167219201",        "253402300800",
-                                      "9223372036854775807", "-9223372036854775808",
+    CHECK("epoch seconds at the bounds",
+          kiln_time_parse("-62167219200", &t) && t == KILN_TIME_MIN &&
+              kiln_time_parse("253402300799", &t) && t == KILN_TIME_MAX);
+    static const char *const out[] = {"-62167219201",           "253402300800",
+                                      "9223372036854775807",    "-9223372036854775808",
                                       "0000-01-01T00:00+01:00", "9999-12-31T23:59:60Z"};
     for (size_t i = 0; i < KILN_ARRAY_LEN(out); i++) {
         char d[96];
@@ -942,18 +942,23 @@ KILN_TEST(data_time_bounds) {
     CHECK("format never overflows (max)", !strcmp(buf, "epoch 9223372036854775807"));
     int64_t d;
     CHECK("a duration of the whole span", kiln_duration_parse("3652424d", &d));
-    CHECK("longer durations refused", !kiln_duration_parse("3652425d", &d) &&
-                                          !kiln_duration_parse("9223372036854775807", &d));
+    CHECK("longer durations refused",
+          !kiln_duration_parse("3652425d", &d) && !kiln_duration_parse("9223372036854775807", &d));
 
     /* Import: the extremes refused naming the line; the bounds taken. */
     const char *ext = "t,a,y\n0,1,2\n9223372036854775807,3,4\n";
     char *csv = kiln_test_write("ext.csv", ext, strlen(ext)), *o = kiln_test_path("ext.st");
     const char *f[1] = {"a"}, *tg[1] = {"y"};
-    kiln_csv_import im = {.csv_path = csv, .out_path = o, .features = f, .n_features = 1,
-                          .targets = tg, .n_outputs = 1, .time_column = "t"};
+    kiln_csv_import im = {.csv_path = csv,
+                          .out_path = o,
+                          .features = f,
+                          .n_features = 1,
+                          .targets = tg,
+                          .n_outputs = 1,
+                          .time_column = "t"};
     CHECK("int64's end refused at import",
-          kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_FORMAT &&
-              has("line 3, column 't'") && has("years 0000 to 9999") && !kiln_path_exists(o));
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_ERR_FORMAT && has("line 3, column 't'") &&
+              has("years 0000 to 9999") && !kiln_path_exists(o));
     const char *bounds = "t,a,y\n-62167219200,1,2\n253402300799,3,4\n";
     free(csv);
     csv = kiln_test_write("ext.csv", bounds, strlen(bounds));
@@ -982,9 +987,9 @@ KILN_TEST(data_time_bounds) {
         if (!rc) rc = kiln_st_writer_write(sw, w);
         kiln_st_writer_free(sw);
         CHECK("written raw", rc == KILN_OK);
-        CHECK("open refuses them, naming the row",
-              kiln_dataset_open(w, &ds) == KILN_ERR_FORMAT && has("tensor 'time' row 0") &&
-                  has("outside the years 0000 to 9999"));
+        CHECK("open refuses them, naming the row", kiln_dataset_open(w, &ds) == KILN_ERR_FORMAT &&
+                                                       has("tensor 'time' row 0") &&
+                                                       has("outside the years 0000 to 9999"));
         kiln_dataset_free(ds);
     }
     free(w), free(csv), free(o);
@@ -998,8 +1003,8 @@ KILN_TEST(data_import_hostile_csv) {
     float fx[1] = {7}, ty[1] = {8};
     CHECK("an existing output", kiln_dataset_write(o, 1, 1, 1, fx, ty, NULL) == KILN_OK &&
                                     kiln_dataset_write(keep, 1, 1, 1, fx, ty, NULL) == KILN_OK);
-    kiln_csv_import im = {.out_path = o, .features = f, .n_features = 1, .targets = tg,
-                          .n_outputs = 1};
+    kiln_csv_import im = {
+        .out_path = o, .features = f, .n_features = 1, .targets = tg, .n_outputs = 1};
     const char *latin1 = "g,a,y\nSPX,1,2\nCAC\xe9,3,4\n";
     char *csv = kiln_test_write("h.csv", latin1, strlen(latin1));
     im.csv_path = csv;
@@ -1019,8 +1024,8 @@ KILN_TEST(data_import_hostile_csv) {
     im.csv_path = csv;
     kiln_dataset *ds = NULL;
     CHECK("a UTF-8 group name taken, and the file opens",
-          kiln_dataset_import_csv_ex(&im, NULL) == KILN_OK && kiln_dataset_open(o, &ds) == KILN_OK &&
-              ds->n_groups == 2);
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_OK &&
+              kiln_dataset_open(o, &ds) == KILN_OK && ds->n_groups == 2);
     kiln_dataset_free(ds);
     ds = NULL;
     const char *badname = "g\xff";
@@ -1057,11 +1062,10 @@ KILN_TEST(data_import_hostile_csv) {
     free(csv);
     csv = kiln_test_write("h.csv", big, strlen(big));
     im.csv_path = csv;
-    CHECK("FLT_MAX as export writes it", kiln_dataset_import_csv_ex(&im, NULL) == KILN_OK &&
-                                             kiln_dataset_open(o, &ds) == KILN_OK &&
-                                             ds->features[0] == FLT_MAX &&
-                                             ds->targets[0] == -FLT_MAX &&
-                                             ds->features[1] == FLT_MAX);
+    CHECK("FLT_MAX as export writes it",
+          kiln_dataset_import_csv_ex(&im, NULL) == KILN_OK &&
+              kiln_dataset_open(o, &ds) == KILN_OK && ds->features[0] == FLT_MAX &&
+              ds->targets[0] == -FLT_MAX && ds->features[1] == FLT_MAX);
     kiln_dataset_free(ds);
     ds = NULL;
     const char *over = "a,y\n3.4028236e38,1\n";

@@ -113,19 +113,24 @@ static const struct {
     const char *name;
     kiln_err (*fn)(const char *);
 } openers[] = {
-    {"kiln_open_input", by_open_input}, {"kiln_read_file", by_read_file},
-    {"kiln_json_load_file", by_json},   {"kiln_st_open", by_st_open},
-    {"kiln_sha256_file", by_sha256},    {"kiln_blake2b_file", by_blake2b},
-    {"kiln_dataset_open", by_dataset},  {"kiln_data_open", by_data_api},
-    {"kiln_model_open", by_model},      {"kiln_dataset_import_csv", by_csv},
-    {"kiln_archive_inspect", by_archive}, {"kiln_metrics_open", by_metrics},
+    {"kiln_open_input", by_open_input},
+    {"kiln_read_file", by_read_file},
+    {"kiln_json_load_file", by_json},
+    {"kiln_st_open", by_st_open},
+    {"kiln_sha256_file", by_sha256},
+    {"kiln_blake2b_file", by_blake2b},
+    {"kiln_dataset_open", by_dataset},
+    {"kiln_data_open", by_data_api},
+    {"kiln_model_open", by_model},
+    {"kiln_dataset_import_csv", by_csv},
+    {"kiln_archive_inspect", by_archive},
+    {"kiln_metrics_open", by_metrics},
     {"kiln_metrics_open (read-write)", by_metrics_rw},
 };
 
 /* Run fn(path) in a child that an alarm kills after 5 s. 0: refused within a second with a
  * message naming the path and "not a regular file"; else what went wrong. */
-static const char *refused(kiln_err (*fn)(const char *), const char *path, char *msg,
-                           size_t cap) {
+static const char *refused(kiln_err (*fn)(const char *), const char *path, char *msg, size_t cap) {
     int pfd[2];
     if (pipe(pfd) != 0) return "pipe failed";
     pid_t pid = fork();
@@ -157,10 +162,14 @@ static const char *refused(kiln_err (*fn)(const char *), const char *path, char 
     }
     if (WIFSIGNALED(st)) return WTERMSIG(st) == SIGALRM ? "hung (killed after 5 s)" : "crashed";
     switch (WEXITSTATUS(st)) {
-    case 0: return NULL;
-    case 2: return "accepted it";
-    case 3: return "took more than a second";
-    default: return "the message does not name the path and say 'not a regular file'";
+    case 0:
+        return NULL;
+    case 2:
+        return "accepted it";
+    case 3:
+        return "took more than a second";
+    default:
+        return "the message does not name the path and say 'not a regular file'";
     }
 }
 
