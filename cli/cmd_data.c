@@ -363,7 +363,15 @@ int cmd_data_export(int argc, char **argv) {
     int nt = features_only ? 0 : ds->n_outputs;
     for (int c = 0; c < ds->n_features + nt; c++) {
         bool t = c >= ds->n_features;
-        printf("%s%s", c ? "," : "", kiln_dataset_column(ds, t, t ? c - ds->n_features : c, name, sizeof name));
+        /* Quoted as RFC 4180 says, and never a spreadsheet formula (kiln_csv_header_field). */
+        char *field = kiln_csv_header_field(
+            kiln_dataset_column(ds, t, t ? c - ds->n_features : c, name, sizeof name));
+        if (!field) {
+            kiln_dataset_free(ds);
+            return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory exporting '%s'", path));
+        }
+        printf("%s%s", c ? "," : "", field);
+        free(field);
     }
     putchar('\n');
     for (size_t r = (size_t)from; r < end; r++) {

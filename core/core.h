@@ -172,6 +172,15 @@ bool kiln_unhex(const char *hex, uint8_t *bytes, size_t len);
 
 /* ---- files ------------------------------------------------------------------- */
 
+/* Open a file the user named for reading: *fd (O_CLOEXEC, blocking) and, when size is not
+ * NULL, its size. Anything but a regular file is refused on the opened descriptor with
+ * "'PATH': not a regular file (a FIFO)" and the like, so that a FIFO, a device (/dev/zero)
+ * or a socket in an input's place fails at once instead of hanging or reading for ever:
+ * the open itself is O_NONBLOCK (a FIFO's open would wait for a writer), cleared once the
+ * descriptor is known to be a regular file. Every reader of an input opens through this.
+ * The caller closes *fd (-1 on failure). */
+kiln_err kiln_open_input(const char *path, int *fd, uint64_t *size);
+
 /* Read a whole file (at most limit bytes, else KILN_ERR_LIMIT). *buf is NUL-terminated
  * past len; caller frees. */
 kiln_err kiln_read_file(const char *path, size_t limit, char **buf, size_t *len);
@@ -213,6 +222,10 @@ void kiln_rmtree(const char *path);
  * source in messages. *out is a new reference. */
 kiln_err kiln_json_parse(const char *buf, size_t len, const char *label, json_t **out);
 kiln_err kiln_json_load_file(const char *path, json_t **out);
+/* The length of the longest valid UTF-8 prefix of s[0..len): len when all of it is valid
+ * (the UTF-8 jansson takes into a JSON string: no overlong forms, surrogates or code points
+ * past U+10FFFF), else the offset of the first bad byte. */
+size_t kiln_utf8_valid_prefix(const char *s, size_t len);
 /* Canonical text: sorted keys, no insignificant white space; caller frees. */
 char *kiln_json_canonical(const json_t *j);
 /* Pretty (2-space indent, sorted keys, 15 significant digits for reals, trailing newline),

@@ -11,23 +11,55 @@
 
 #include "core.h"
 
+/* What a file that is not a regular one is, for the message that refuses it. */
+static const char *file_kind(mode_t m) {
+    if (S_ISFIFO(m)) return "a FIFO";
+    if (S_ISCHR(m)) return "a character device";
+    if (S_ISBLK(m)) return "a block device";
+    if (S_ISSOCK(m)) return "a socket";
+    if (S_ISDIR(m)) return "a directory";
+    return "not a file";
+}
+
+kiln_err kiln_open_input(const char *path, int *fd_out, uint64_t *size) {
+    *fd_out = -1;
+    if (size) *size = 0;
+    /* O_NONBLOCK: a FIFO's open would wait for a writer (for ever, and SIGTERM would find
+     * kiln in the kernel); with it the open returns and the FIFO is refused below. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+    struct stat sb;
+    kiln_err rc = KILN_OK;
+    int fl;
+    /* The descriptor's own type, not the path's: a file swapped for a FIFO between a stat()
+     * and the open is caught here. */
+    if (fstat(fd, &sb) != 0)
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot stat '%s'", path);
+    else if (!S_ISREG(sb.st_mode))
+        rc = kiln_fail(KILN_ERR_IO, "'%s': not a regular file (%s)", path, file_kind(sb.st_mode));
+    else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+        rc = kiln_fail_errno(KILN_ERR_IO, "cannot set up reading '%s'", path);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    *fd_out = fd;
+    if (size) *size = (uint64_t)sb.st_size;
+    return KILN_OK;
+}
+
 kiln_err kiln_read_file(const char *path, size_t limit, char **buf, size_t *len) {
     *buf = NULL;
     *len = 0;
-    /* O_NONBLOCK: a FIFO in the path's place (a state or config directory others can write)
-     * would block open until a writer came; it is refused below as not a regular file, and
-     * the flag does nothing to a regular file's reads. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+    int fd;
+    uint64_t size;
+    KILN_TRY(kiln_open_input(path, &fd, &size));
     kiln_err rc = KILN_OK;
     char *p = NULL;
-    struct stat sb;
-    KILN_CHECK_IF(rc, out, fstat(fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", path);
-    KILN_CHECK_IF(rc, out, !S_ISREG(sb.st_mode), KILN_ERR_IO, "'%s' is not a regular file", path);
-    KILN_CHECK_IF(rc, out, (uint64_t)sb.st_size > limit, KILN_ERR_LIMIT,
-                  "'%s' is %lld bytes, more than the limit of %zu", path, (long long)sb.st_size,
+    KILN_CHECK_IF(rc, out, size > limit, KILN_ERR_LIMIT,
+                  "'%s' is %llu bytes, more than the limit of %zu", path, (unsigned long long)size,
                   limit);
-    size_t want = (size_t)sb.st_size, got = 0;
+    size_t want = (size_t)size, got = 0;
     p = kiln_malloc(want + 1);
     KILN_CHECK_IF(rc, out, !p, KILN_ERR_NOMEM, "out of memory reading '%s'", path);
     while (got < want) {

@@ -8,7 +8,6 @@
  * a plain state struct keeps every caller free of error paths. */
 #define OPENSSL_SUPPRESS_DEPRECATED
 #include <errno.h>
-#include <fcntl.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 #include <sodium.h>
@@ -39,8 +38,8 @@ void kiln_sha256(const void *data, size_t len, uint8_t out[KILN_SHA256_BYTES]) {
 
 /* Feed a file through update() in 64 KiB reads. */
 static kiln_err hash_file(const char *path, void (*update)(void *st, const uint8_t *p, size_t n), void *st) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+    int fd;
+    KILN_TRY(kiln_open_input(path, &fd, NULL)); /* a FIFO or /dev/zero never ends */
     static _Thread_local uint8_t buf[1 << 16];
     for (;;) {
         ssize_t n = read(fd, buf, sizeof buf);

@@ -25,6 +25,36 @@ kiln_err kiln_json_load_file(const char *path, json_t **out) {
     return rc;
 }
 
+size_t kiln_utf8_valid_prefix(const char *s, size_t len) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = u[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t n;
+        uint32_t cp, min;
+        if ((c & 0xE0) == 0xC0)
+            n = 1, cp = c & 0x1F, min = 0x80;
+        else if ((c & 0xF0) == 0xE0)
+            n = 2, cp = c & 0x0F, min = 0x800;
+        else if ((c & 0xF8) == 0xF0)
+            n = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return i; /* a continuation byte first, or 0xF8..0xFF */
+        if (len - i <= n) return i; /* cut short */
+        for (size_t k = 1; k <= n; k++) {
+            if ((u[i + k] & 0xC0) != 0x80) return i;
+            cp = cp << 6 | (u[i + k] & 0x3F);
+        }
+        if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+        i += n + 1;
+    }
+    return len;
+}
+
 char *kiln_json_canonical(const json_t *j) {
     char *s = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS | JSON_ENCODE_ANY);
     if (!s) kiln_fail(KILN_ERR_NOMEM, "out of memory encoding JSON");

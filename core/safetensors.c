@@ -270,12 +270,11 @@ kiln_err kiln_st_open(const char *path, kiln_st **out) {
         return KILN_ERR_NOMEM;
     }
     kiln_err rc = KILN_OK;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    KILN_CHECK_IF(rc, fail, fd < 0, KILN_ERR_IO, "cannot open '%s': %s", path, strerror(errno));
-    struct stat sb;
-    KILN_CHECK_IF(rc, fail, fstat(fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s': %s", path, strerror(errno));
-    KILN_CHECK_IF(rc, fail, !S_ISREG(sb.st_mode), KILN_ERR_IO, "'%s' is not a regular file", path);
-    st->len = (size_t)sb.st_size;
+    int fd = -1;
+    uint64_t size;
+    KILN_CHECK(rc, fail, kiln_open_input(path, &fd, &size));
+    KILN_CHECK_IF(rc, fail, size > SIZE_MAX, KILN_ERR_LIMIT, "'%s' is too large to map", path);
+    st->len = (size_t)size;
     if (st->len > 0) {
         void *m = mmap(NULL, st->len, PROT_READ, MAP_PRIVATE, fd, 0);
         KILN_CHECK_IF(rc, fail, m == MAP_FAILED, KILN_ERR_IO, "cannot map '%s': %s", path, strerror(errno));

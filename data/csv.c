@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "data.h"
 
@@ -190,6 +191,12 @@ static char *field_text(reader *r, const char *s, size_t len) {
     return r->scratch;
 }
 
+/* The least magnitude that rounds to infinity in f32: FLT_MAX and half its last step (2^104;
+ * a tie rounds to the even neighbour, 2^128). What is below rounds to at most FLT_MAX, so
+ * that 3.40282347e+38, which kiln data export writes for FLT_MAX, reads back as FLT_MAX:
+ * comparing the double with FLT_MAX before rounding refused it. */
+#define F32_OVERFLOW ((double)FLT_MAX + 0x1p103)
+
 /* What R, pandas and spreadsheets write for a value that is not there. */
 static bool is_missing(const char *s) {
     return !*s || !strcmp(s, "NA") || !strcasecmp(s, "nan");
@@ -215,11 +222,11 @@ static void value(reader *r, int i, const char *s) {
     else if (!isfinite(d))
         fail(r, KILN_ERR_NUMERIC, "'%s' line %zu, column '%s': '%s' is not finite", r->path,
              r->line, col, s);
-    else if (fabs(d) > FLT_MAX)
+    else if (fabs(d) >= F32_OVERFLOW)
         fail(r, KILN_ERR_NUMERIC, "'%s' line %zu, column '%s': '%s' is out of range for f32",
              r->path, r->line, col, s);
-    else
-        r->row[i] = (float)d;
+    else /* rounded to f32 as the conversion would: FLT_MAX past it, up to half a step */
+        r->row[i] = fabs(d) <= FLT_MAX ? (float)d : d > 0 ? FLT_MAX : -FLT_MAX;
 }
 
 static void on_field(void *s, size_t len, void *data) {
@@ -261,7 +268,7 @@ static void on_field(void *s, size_t len, void *data) {
         else if (!kiln_time_parse(t, &r->row_time))
             fail(r, KILN_ERR_FORMAT,
                  "'%s' line %zu, column '%s': '%s' is not a time (an ISO 8601 date or date-time, "
-                 "or epoch seconds)",
+                 "or epoch seconds, in the years 0000 to 9999)",
                  r->path, r->line, r->o->time_column, t);
         r->have_time = true;
         return;
@@ -269,6 +276,16 @@ static void on_field(void *s, size_t len, void *data) {
     if (c == r->group_col) {
         char *t = field_text(r, s, len);
         if (!t) return;
+        size_t n = strlen(t), ok = kiln_utf8_valid_prefix(t, n);
+        if (ok != n) {
+            /* The names go into the dataset's JSON metadata, which holds UTF-8 only: taken,
+             * the file written did not open ("tensor 'group' row 2 is 2"). */
+            fail(r, KILN_ERR_FORMAT,
+                 "'%s' line %zu, column '%s': the group name is not valid UTF-8 (byte %zu of "
+                 "the field is 0x%02X)",
+                 r->path, r->line, r->o->group_column, ok + 1, (unsigned char)t[ok]);
+            return;
+        }
         free(r->row_group);
         if (!(r->row_group = kiln_strdup(t)))
             fail(r, KILN_ERR_NOMEM, "out of memory importing '%s'", r->path);
@@ -312,8 +329,16 @@ static void header_done(reader *r) {
     for (int k = 0; k < 2; k++) {
         *col[k] = -1;
         if (!extra[k]) continue;
-        for (int c = 0; c < r->ncols; c++)
-            if (!strcmp(r->hdr[c], extra[k])) *col[k] = c;
+        for (int c = 0; c < r->ncols; c++) {
+            if (strcmp(r->hdr[c], extra[k])) continue;
+            if (*col[k] >= 0) { /* not the last one silently: as for the chosen features */
+                fail(r, KILN_ERR_FORMAT,
+                     "'%s' line 1: column '%s' appears twice in the header (columns %d and %d)",
+                     r->path, extra[k], *col[k] + 1, c + 1);
+                return;
+            }
+            *col[k] = c;
+        }
         if (*col[k] < 0) {
             fail(r, KILN_ERR_NOTFOUND, "'%s' line 1: no column '%s' in the header", r->path,
                  extra[k]);
@@ -505,6 +530,14 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
     r.names = kiln_calloc((size_t)r.nsel, sizeof *r.names);
     r.row = kiln_malloc((size_t)r.nsel * sizeof *r.row);
     KILN_CHECK_IF(rc, out, !r.names || !r.row, KILN_ERR_NOMEM, "out of memory importing '%s'", csv);
+    const char *named[2] = {o->time_column, o->group_column};
+    for (int i = 0; i < r.nsel + 2; i++) {
+        const char *nm = i < r.nsel
+                             ? (i < o->n_features ? o->features[i] : o->targets[i - o->n_features])
+                             : named[i - r.nsel];
+        KILN_CHECK_IF(rc, out, nm && kiln_utf8_valid_prefix(nm, strlen(nm)) != strlen(nm),
+                      KILN_ERR_USAGE, "'%s': column name '%s' is not valid UTF-8", csv, nm);
+    }
     for (int i = 0; i < r.nsel; i++) {
         r.names[i] = i < o->n_features ? o->features[i] : o->targets[i - o->n_features];
         r.row[i] = NAN;
@@ -512,8 +545,14 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
             KILN_CHECK_IF(rc, out, !strcmp(r.names[i], r.names[j]), KILN_ERR_USAGE,
                           "'%s': column '%s' is chosen twice", csv, r.names[i]);
     }
-    f = fopen(csv, "r");
-    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s': %s", csv, strerror(errno));
+    int fd;
+    KILN_CHECK(rc, out, kiln_open_input(csv, &fd, NULL));
+    f = fdopen(fd, "r");
+    if (!f) {
+        rc = kiln_fail_errno(KILN_ERR_NOMEM, "cannot read '%s'", csv);
+        close(fd);
+        goto out;
+    }
     KILN_CHECK_IF(rc, out, csv_init(&p, CSV_STRICT | CSV_STRICT_FINI) != 0, KILN_ERR_NOMEM,
                   "out of memory importing '%s'", csv);
     parser = true;
@@ -528,6 +567,12 @@ kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *r
         size_t n = (size_t)len, skip = 0;
         if (r.line == 1 && n >= 3 && !memcmp(s, "\xEF\xBB\xBF", 3)) skip = 3;
         bool was_quoted = p.quoted;
+        /* libcsv grows its field buffer by blk_size at a time (128 bytes unless told): a
+         * 200 MiB field took 1.6 million reallocs of a growing block, 130 s. A step of at least
+         * this line and at least the buffer so far makes one growth per line and doubling
+         * across lines: linear. */
+        size_t have = csv_get_buffer_size(&p), step = n > have ? n : have;
+        csv_set_blk_size(&p, step > 128 ? step : 128);
         size_t used = csv_parse(&p, s + skip, n - skip, on_field, on_row, &r);
         if (r.rc) break;
         if (used < n - skip) {
@@ -617,4 +662,23 @@ kiln_err kiln_dataset_import_csv(const char *csv, const char *const *features, i
                          .targets = targets,
                          .n_outputs = n_outputs};
     return kiln_dataset_import_csv_ex(&o, NULL);
+}
+
+char *kiln_csv_header_field(const char *name) {
+    bool formula = name[0] && strchr("=+-@", name[0]);
+    bool quote = strpbrk(name, ",\"\r\n") != NULL;
+    size_t n = strlen(name), extra = formula + (quote ? 2 : 0);
+    for (const char *q = name; quote && (q = strchr(q, '"')); q++)
+        extra++;
+    char *out = kiln_malloc(n + extra + 1), *o = out;
+    if (!out) return NULL;
+    if (quote) *o++ = '"';
+    if (formula) *o++ = '\'';
+    for (const char *q = name; *q; q++) {
+        if (*q == '"') *o++ = '"';
+        *o++ = *q;
+    }
+    if (quote) *o++ = '"';
+    *o = 0;
+    return out;
 }

@@ -117,13 +117,23 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
                                   const float *features, const float *targets,
                                   const json_t *columns, const json_t *meta,
                                   const kiln_dataset_extra *x);
+/* The times kiln takes, in epoch seconds: the years 0000 to 9999, 0000-01-01T00:00:00Z to
+ * 9999-12-31T23:59:59Z. Bounded so that the difference of any two, and a purge gap taken
+ * from one, stay far inside int64 (epoch seconds at int64's ends made inspect print year
+ * 292277026596 and a negative step). Import and kiln_dataset_open refuse times outside. */
+#define KILN_TIME_MIN (-62167219200LL)
+#define KILN_TIME_MAX 253402300799LL
+
 /* A time as kiln data import reads it: an ISO 8601 date (1985-01-02) or date-time
  * (1985-01-02T15:30:00Z, with an optional fraction, Z or offset; a space may stand for T),
- * or epoch seconds (an integer). false when it is none of those. */
+ * or epoch seconds (an integer), in [KILN_TIME_MIN, KILN_TIME_MAX]. false when it is none
+ * of those. */
 bool kiln_time_parse(const char *s, int64_t *out);
-/* "1985-01-02" at midnight UTC, else "1985-01-02T15:30:00Z". */
+/* "1985-01-02" at midnight UTC, else "1985-01-02T15:30:00Z"; a t outside [KILN_TIME_MIN,
+ * KILN_TIME_MAX] as "epoch T" (a dataset refuses such times; the format never overflows). */
 void kiln_time_format(int64_t t, char out[32]);
-/* A duration: an integer and d, h, m or s (no unit: seconds). */
+/* A duration: an integer and d, h, m or s (no unit: seconds), at most the span of the times
+ * kiln takes (KILN_TIME_MAX - KILN_TIME_MIN). */
 bool kiln_duration_parse(const char *s, int64_t *out);
 /* The largest whole unit: "3d", "36h", "90s". */
 void kiln_duration_format(int64_t secs, char out[32]);
@@ -177,6 +187,11 @@ typedef struct kiln_csv_report {
  * output is written atomically: on any error an existing file there is left as it was.
  * report may be NULL. */
 kiln_err kiln_dataset_import_csv_ex(const kiln_csv_import *o, kiln_csv_report *report);
+/* A column name as a CSV header field, for kiln data export: quoted as RFC 4180 says when
+ * it holds a comma, a quote (doubled inside), CR or LF, and with a ' before a name that
+ * begins with =, +, - or @, so that a spreadsheet opening the file reads a name, not a
+ * formula (OWASP's advice for CSV injection). NULL: out of memory. Caller frees. */
+char *kiln_csv_header_field(const char *name);
 /* kiln_dataset_import_csv_ex with missing values refused. */
 kiln_err kiln_dataset_import_csv(const char *csv_path, const char *const *features, int n_features,
                                  const char *const *targets, int n_outputs, const char *out_path);

@@ -183,6 +183,12 @@ static kiln_err open_extra(const kiln_st *st, kiln_dataset *ds) {
                      ds->n_groups, (int)ds->group[ds->rows - 1] + 1);
     }
     if (ds->time)
+        for (size_t r = 0; r < ds->rows; r++)
+            KILN_FAIL_IF(ds->time[r] < KILN_TIME_MIN || ds->time[r] > KILN_TIME_MAX,
+                         KILN_ERR_FORMAT,
+                         "'%s': tensor 'time' row %zu is %lld, outside the years 0000 to 9999",
+                         path, r, (long long)ds->time[r]);
+    if (ds->time)
         for (size_t r = 1; r < ds->rows; r++) {
             if (ds->group && ds->group[r] != ds->group[r - 1]) continue;
             if (ds->time[r] >= ds->time[r - 1]) continue;
@@ -296,6 +302,10 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
                      "'%s': targets row %zu column %zu is not finite", path, i / (size_t)n_outputs,
                      i % (size_t)n_outputs);
     if (columns) KILN_TRY(check_columns(columns, n_features, n_outputs, path));
+    for (size_t r = 0; x && x->time && r < rows; r++)
+        KILN_FAIL_IF(x->time[r] < KILN_TIME_MIN || x->time[r] > KILN_TIME_MAX, KILN_ERR_USAGE,
+                     "'%s': time row %zu is %lld, outside the years 0000 to 9999", path, r,
+                     (long long)x->time[r]);
     KILN_FAIL_IF(meta && !json_is_object(meta), KILN_ERR_USAGE,
                  "'%s': metadata is not a JSON object", path);
     kiln_st_writer *w;
@@ -318,8 +328,18 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
             rc, out,
             kiln_st_writer_add(w, "group", KILN_I32, 1, (int64_t[]){(int64_t)rows}, x->group));
         json_t *names = json_array();
-        for (int g = 0; names && g < x->n_groups; g++)
-            json_array_append_new(names, json_string(x->group_names[g]));
+        for (int g = 0; names && g < x->n_groups; g++) {
+            const char *gn = x->group_names[g];
+            if (kiln_utf8_valid_prefix(gn, strlen(gn)) != strlen(gn)) {
+                json_decref(names);
+                rc = kiln_fail(KILN_ERR_USAGE, "'%s': group %d's name is not valid UTF-8", path, g);
+                goto out;
+            }
+            if (json_array_append_new(names, json_string(gn)) != 0) {
+                json_decref(names);
+                names = NULL;
+            }
+        }
         xj = names ? json_pack("{s:s,s:o}", "column", x->group_column ? x->group_column : "group",
                                "names", names)
                    : NULL;

@@ -181,6 +181,15 @@ static kiln_err add_skipped(kiln_export_info *info, const char *path) {
 /* Of the checkpoint steps[0..n), the one whose step logged the lowest validation loss in
  * RUN/metrics.db (ties: the later), as the trainer's prune keeps it; KILN_ERR_NOTFOUND when
  * none logged one. */
+/* A run's metrics.db, before SQLite opens it: a regular file (SQLite opens without
+ * O_NONBLOCK and never asks what it opened, so a FIFO there hung export for ever). */
+static kiln_err db_input_ok(const char *path) {
+    int fd;
+    KILN_TRY(kiln_open_input(path, &fd, NULL));
+    close(fd);
+    return KILN_OK;
+}
+
 static kiln_err best_step(const char *run_dir, const long *steps, size_t n, long *best) {
     char *path = kiln_path_join(run_dir, "metrics.db");
     json_t *arr = json_array();
@@ -195,6 +204,7 @@ static kiln_err best_step(const char *run_dir, const long *steps, size_t n, long
     KILN_CHECK_IF(rc, out, !list, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !kiln_path_exists(path), KILN_ERR_NOTFOUND,
                   "'%s' does not exist: --best needs the run's validation losses", path);
+    KILN_CHECK(rc, out, db_input_ok(path));
     KILN_CHECK_IF(rc, out, sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK,
                   KILN_ERR_IO, "'%s': %s", path, db ? sqlite3_errmsg(db) : "cannot open");
     sqlite3_busy_timeout(db, 5000);
@@ -292,6 +302,7 @@ static kiln_err read_metrics(const char *run_dir, long step, json_t **metrics, d
     kiln_err rc = KILN_OK;
     json_t *m = json_object();
     KILN_CHECK_IF(rc, out, !m, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, db_input_ok(path));
     KILN_CHECK_IF(rc, out, sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK,
                   KILN_ERR_IO, "'%s': %s", path, db ? sqlite3_errmsg(db) : "cannot open");
     sqlite3_busy_timeout(db, 5000);

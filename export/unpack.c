@@ -51,6 +51,36 @@ static kiln_err ar_err(struct archive *a, kiln_err code, const char *path, const
     return kiln_fail(code, "'%s': %s: %s", path, what, s ? s : "libarchive failed");
 }
 
+/* An archive file for libarchive: the descriptor kiln_open_input checked (a regular file), so
+ * that what is read is what was checked, not whatever the path names a moment later. Freed by
+ * libarchive's close callback, which it calls once, from archive_read_free, on every path (as
+ * for archive_read_open_filename's own descriptor). */
+typedef struct fd_source {
+    int fd;
+    unsigned char buf[1 << 16];
+} fd_source;
+
+static la_ssize_t fd_read(struct archive *a, void *ctx, const void **buf) {
+    fd_source *s = ctx;
+    *buf = s->buf;
+    for (;;) {
+        ssize_t n = read(s->fd, s->buf, sizeof s->buf);
+        if (n >= 0) return (la_ssize_t)n;
+        if (errno != EINTR) {
+            archive_set_error(a, errno, "read failed: %s", strerror(errno));
+            return -1;
+        }
+    }
+}
+
+static int fd_close(struct archive *a, void *ctx) {
+    (void)a;
+    fd_source *s = ctx;
+    close(s->fd);
+    free(s);
+    return ARCHIVE_OK;
+}
+
 /* A reader of label that decodes only what kiln writes (zstd tar, and the uncompressed form):
  * no other decoder of libarchive's is reachable from an archive's bytes. The one place the
  * rule is written; both readers below start here. */
@@ -73,12 +103,16 @@ static kiln_err reader_open(const char *path, struct archive **out) {
     *out = NULL;
     struct archive *a;
     KILN_TRY(reader_new(path, &a));
-    struct stat sb;
-    if (stat(path, &sb) != 0) {
+    /* A regular file, refused at once when it is a FIFO or a device. */
+    fd_source *src = kiln_malloc(sizeof *src);
+    kiln_err orc = src ? kiln_open_input(path, &src->fd, NULL)
+                       : kiln_fail(KILN_ERR_NOMEM, "out of memory opening '%s'", path);
+    if (orc) {
+        free(src);
         archive_read_free(a);
-        return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", path);
+        return orc;
     }
-    if (archive_read_open_filename(a, path, 1 << 16) != ARCHIVE_OK) {
+    if (archive_read_open(a, src, NULL, fd_read, fd_close) != ARCHIVE_OK) {
         /* The file is there: what libarchive refuses is its content. */
         kiln_err rc = ar_err(a, KILN_ERR_FORMAT, path, "not a .kiln archive");
         archive_read_free(a);

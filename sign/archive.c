@@ -407,9 +407,7 @@ static kiln_err verify_archive(const char *archive_path, const uint8_t *prehash,
         uint8_t h[crypto_generichash_BYTES_MAX];
         KILN_CHECK(rc, out, kiln_hashpipe_new(KILN_HASH_BLAKE2B, true, &pipe));
         fs.pipe = pipe;
-        fs.fd = open(archive_path, O_RDONLY | O_CLOEXEC);
-        KILN_CHECK_IF(rc, out, fs.fd < 0, KILN_ERR_IO, "cannot open '%s': %s", archive_path,
-                      strerror(errno));
+        KILN_CHECK(rc, out, kiln_open_input(archive_path, &fs.fd, NULL));
         kiln_archive_source src = {file_read, &fs};
         urc = kiln_archive_unpack_source(&src, archive_path, inner, NULL, NULL, &m);
         if (urc) snprintf(umsg, sizeof umsg, "%s", kiln_errmsg());

@@ -199,8 +199,8 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
         KILN_FAIL_IF(!ok || strlen(buf) >= (size_t)k->hi, KILN_ERR_CONFIG,
                      "%s: config key '%s' must be %s, not '%s'", label, k->name,
                      k->type == K_TIME ? "a time (1985-01-01, 1985-01-01T09:30:00Z or epoch "
-                                         "seconds)"
-                                       : "a duration (30d, 12h, 90m, 3600s)",
+                                         "seconds, in the years 0000 to 9999)"
+                                       : "a duration (30d, 12h, 90m, 3600s; under 10000 years)",
                      buf);
         snprintf(base, (size_t)k->hi, "%s", buf);
         return KILN_OK;

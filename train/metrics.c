@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -116,6 +117,13 @@ kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out)
     mx->path = kiln_strdup(path);
     KILN_CHECK_IF(rc, fail, !mx->path, KILN_ERR_NOMEM, "out of memory");
     int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    /* SQLite opens without O_NONBLOCK and never asks what it opened: a FIFO in metrics.db's
+     * place hung runs show, list, plot, explain, diff and export for ever. */
+    if (kiln_path_exists(path)) {
+        int fd;
+        KILN_CHECK(rc, fail, kiln_open_input(path, &fd, NULL));
+        close(fd);
+    }
     if (sqlite3_open_v2(path, &mx->db, flags, NULL) != SQLITE_OK) {
         rc = mx->db ? db_fail(mx, "cannot open") : kiln_fail(KILN_ERR_NOMEM, "out of memory");
         goto fail;

@@ -831,10 +831,14 @@ kiln_err kiln_run_live(const char *run_dir, bool *live) {
     *live = false;
     char *p = kiln_path_join(run_dir, ".lock");
     if (!p) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        if (errno != ENOENT) rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
+    /* As an input: a FIFO in .lock's place hung runs show and runs list in the open. */
+    int fd;
+    kiln_err rc = kiln_open_input(p, &fd, NULL);
+    if (rc) {
+        if (kiln_err_errno() == ENOENT) {
+            kiln_errclear();
+            rc = KILN_OK;
+        }
     } else {
         struct flock q = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
         if (fcntl(fd, F_OFD_GETLK, &q) != 0)

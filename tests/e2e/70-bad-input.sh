@@ -2,14 +2,17 @@
 # Bad input, swept: every kiln command that reads a file or directory the user names gets, in
 # each such slot and one at a time with everything else valid, a missing path, a directory
 # where a file goes (a file where a directory goes), an empty file, random bytes, a valid file
-# of another kind, the valid file cut at 1 byte, at half and short of its last byte, and for
-# JSON invalid JSON, a duplicate key and a wrong type; a directory slot gets each of its
-# members damaged in turn. Each case must exit 1 or 2 (as its row says; never 0, a signal or a
+# of another kind, the valid file cut at 1 byte, at half and short of its last byte, a FIFO
+# and a link to /dev/zero (which every row takes: nothing may wait on a FIFO's writer or read
+# a device for ever), and for JSON invalid JSON, a duplicate key and a wrong type; a directory
+# slot gets each of its members damaged in turn, and a FIFO and /dev/zero in its place. Each case must exit 1 or 2 (as its row says; never 0, a signal or a
 # hang), print one 'kiln: error:' line that names the offending path and says what is wrong,
 # and leave every file as it was: nothing the command was told to write appears, no input
 # changes. Adding a command is one row in the table below (docs/architecture.md, "Bad input").
 . "$(dirname "$0")/lib.sh"
 JOBS=${KILN_SWEEP_JOBS:-2} # lanes of cases run side by side, each in its own copy of the files
+LIMIT=${KILN_SWEEP_LIMIT:-60} # seconds after which a case is hung (a shorter one to hunt hangs)
+# KILN_SWEEP_LABELS=fifo,zero runs only the variants of those labels (a quicker look).
 
 # ---- valid fixtures (in $T/pristine, which each lane copies) -------------------------------
 L0=$T/pristine
@@ -128,6 +131,8 @@ file_kind() {
     mkdir "$d/dir-$base"; add dir "$d/dir-$base"
     : >"$d/empty-$base"; add empty "$d/empty-$base"
     cp "$T/random" "$d/random-$base"; add random "$d/random-$base"
+    mkfifo "$d/fifo-$base"; add fifo "$d/fifo-$base"
+    ln -s /dev/zero "$d/zero-$base"; add zero "$d/zero-$base"
     for o; do cp -R "$(fixture_of "$o")" "$d/kind-$o-$base"; add "kind-$o" "$d/kind-$o-$base"; done
     for c in 1 half last; do cut_file "$src" "$d/cut$c-$base" $c; add "cut$c" "$d/cut$c-$base"; done
     if [ "$key" != - ]; then
@@ -135,9 +140,9 @@ file_kind() {
     fi
 }
 # dir_kind KIND OTHER MEMBER=PATH[:KEY...]...: the variants of a directory slot: missing, a
-# file, empty, another kind of directory, and each member gone, empty, random, cut in half
-# (and for JSON members invalid, a duplicate of the first KEY, each KEY of the wrong type:
-# label wrongtype-KEY), one at a time.
+# file, empty, a FIFO, /dev/zero, another kind of directory, and each member gone, empty,
+# random, cut in half, a FIFO (and for JSON members invalid, a duplicate of the first KEY, each
+# KEY of the wrong type: label wrongtype-KEY), one at a time.
 dir_kind() {
     kind=$1 other=$2; shift 2
     src=$(fixture_of "$kind") d=$B/$kind list=$B/$kind.list base=${src##*/}
@@ -145,11 +150,13 @@ dir_kind() {
     add missing "$d/missing-$base"
     cp "$F/file.bin" "$d/file-$base"; add file "$d/file-$base"
     mkdir "$d/empty-$base"; add empty "$d/empty-$base"
+    mkfifo "$d/fifo-$base"; add fifo "$d/fifo-$base"
+    ln -s /dev/zero "$d/zero-$base"; add zero "$d/zero-$base"
     cp -R "$(fixture_of "$other")" "$d/kind-$other-$base"; add "kind-$other" "$d/kind-$other-$base"
     for mem; do
         label=${mem%%=*} p=${mem#*=} keys=
         case $p in *:*) keys=$(echo "${p#*:}" | tr : ' ') p=${p%%:*} ;; esac
-        cs="gone empty random cuthalf"
+        cs="gone empty random cuthalf fifo"
         [ -z "$keys" ] || cs="$cs invalid dupkey"
         for k in $keys; do cs="$cs wrongtype-$k"; done
         for c in $cs; do
@@ -157,6 +164,7 @@ dir_kind() {
             cp -R "$src" "$v"
             case $c in
             gone) rm "$v/$p" ;; empty) : >"$v/$p" ;; random) cp "$T/random" "$v/$p" ;;
+            fifo) rm "$v/$p"; mkfifo "$v/$p" ;;
             cuthalf) cut_file "$src/$p" "$v/$p" half ;;
             invalid | dupkey) json_bad "$src/$p" "$v/$p" $c ${keys%% *} ;;
             wrongtype-*) json_bad "$src/$p" "$v/$p" wrongtype "${c#wrongtype-}" ;;
@@ -254,9 +262,9 @@ row 2 run "$STORED,run.json/invalid,run.json/wrongtype-*,metrics.db/cuthalf" - '
 row 2 run 'missing,file,metrics.db/*' - 'runs plot $S'
 row 2 run 'missing,file,metrics.db/*,run.json/*' - 'runs explain $S'
 # runs list: a path that is no run and holds none exits 2; a broken run is a row of its own
-# with its error line on stderr, and exit 1 (docs/train.md).
+# with its error line on stderr, and exit 1 (docs/train.md); a FIFO or /dev/zero is no run (2).
 row 2 run "$STORED" - 'runs list $S'
-row 1 run 'run.json/*,metrics.db/empty,metrics.db/random,metrics.db/cuthalf' - 'runs list $S'
+row 1 run 'run.json/*,metrics.db/empty,metrics.db/random,metrics.db/cuthalf,!fifo,!zero' - 'runs list $S'
 row 12 run "$STORED,run.json/invalid,run.json/wrongtype-*,ckpt/*" "$CKPT" 'export $S --out $O/m'
 row 12 run "$STORED,run.json/wrongtype-*,ckpt/random" "$CKPT" "release \$S --key \$F/rel.key --trust \$F/trust.json $REL"
 # model directories and files: a model without card.json holds out 0.2 of the data
@@ -359,8 +367,9 @@ snap() {
     find "$L" \( -name '*.db-wal' -o -name '*.db-shm' \) -prune -o \
         -type d -printf 'd %p %m\n' -o -printf 'f %p %s %m %T@ %C@ %i %n\n'
 }
-admits() { # LABEL ONLY
+admits() { # LABEL ONLY: every row takes fifo and zero unless it says !fifo or !zero
     ok=1 rest=$2,
+    case $1 in fifo | zero) ok=0 ;; esac
     while [ -n "$rest" ]; do
         p=${rest%%,*} rest=${rest#*,}
         case $p in
@@ -381,18 +390,22 @@ lane() { # N: run every JOBS-th case
         while read -r label rel needle; do
             S=$L/$rel
             admits "$label" "$only" || continue
+            case ,${KILN_SWEEP_LABELS:-$label}, in *,"$label",*) ;; *) continue ;; esac
             c=$((c + 1))
             [ $((c % JOBS)) -eq "$me" ] || continue
             n=$((n + 1))
             eval "set -- $args"
             [ -z "${KILN_SWEEP_TIMES:-}" ] || t0=$(date +%s%N)
-            timeout 60 "$KILN" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
+            # -k: a kiln stuck in the kernel (a FIFO's open) has its SIGTERM handler run and
+            # goes on waiting, so a hang is killed outright 5 s after the TERM.
+            timeout -k 5 "$LIMIT" "$KILN" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
             rc=$?
             [ -z "${KILN_SWEEP_TIMES:-}" ] || echo "$((($(date +%s%N) - t0) / 1000000)) ms $kind/$label kiln $*" >>"$KILN_SWEEP_TIMES"
             why=
             case $rc in
             0) why="exited 0" ;;
-            124) why="hung (killed after 60 s)" ;;
+            124) why="hung (stopped by SIGTERM after $LIMIT s)" ;;
+            137) why="hung (SIGTERM ignored, SIGKILL after $((LIMIT + 5)) s)" ;;
             *) if [ $rc -ge 128 ]; then why="killed by signal $((rc - 128))"
                else case $st in *$rc*) ;; *) why="exited $rc, not $st" ;; esac; fi ;;
             esac
