@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <microhttpd.h>
 
@@ -66,13 +67,21 @@ static enum MHD_Result send_error(struct MHD_Connection *c, const server *s, uns
 
 /* ---- finding a run by the name its link carries ---- */
 
-/* "." is the directory served; a name is one of its direct children, no path in it. The
- * caller frees the path. NULL: no such name (nothing outside the directory is reachable). */
+/* "." is the directory served; a name is one of its direct children, no path in it, and a
+ * directory itself, not a symlink to one (kiln runs list does not list such a link either).
+ * The caller frees the path. NULL: no such name (nothing outside the directory is reachable:
+ * the readers open a run's files without following links, train/runs.c). */
 static char *run_path(const server *s, const char *name) {
     if (!name || !*name) return NULL;
     if (!strcmp(name, ".")) return kiln_strdup(s->root);
     if (name[0] == '.' || strchr(name, '/') || strlen(name) > 255) return NULL;
-    return kiln_path_join(s->root, name);
+    char *p = kiln_path_join(s->root, name);
+    struct stat sb;
+    if (p && (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        free(p);
+        return NULL;
+    }
+    return p;
 }
 
 /* The name a run's links carry: "." for the directory served itself, else its child's name. */

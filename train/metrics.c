@@ -115,7 +115,10 @@ kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out)
     kiln_err rc = KILN_OK;
     mx->path = kiln_strdup(path);
     KILN_CHECK_IF(rc, fail, !mx->path, KILN_ERR_NOMEM, "out of memory");
-    int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    /* A reader never follows a symlink in the path (the callers resolve the run directory they
+     * were given first: runs.c open_db); the trainer writes where it is told. */
+    int flags = read_only ? SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW
+                          : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     if (sqlite3_open_v2(path, &mx->db, flags, NULL) != SQLITE_OK) {
         rc = mx->db ? db_fail(mx, "cannot open") : kiln_fail(KILN_ERR_NOMEM, "out of memory");
         goto fail;

@@ -1,23 +1,32 @@
 /* runs.c - reading run directories back: what `kiln runs show`, `kiln runs diff` and
  * `kiln runs plot` print. Read-only: a run may be training while it is read. */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include <sqlite3.h>
 
 #include "train_int.h"
+
+#define RUN_JSON_LIMIT (64u << 20) /* as kiln_json_load_file's */
 
 static kiln_err load_run_json(const char *run_dir, json_t **out) {
     *out = NULL;
     char *p = kiln_path_join(run_dir, "run.json");
     if (!p) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
-    if (!kiln_path_exists(p))
+    struct stat sb;
+    /* Read as a model directory's files are (core/modeldir.c): a run.json that is a symlink
+     * to a file elsewhere, a FIFO or a device is refused, never read through. */
+    if (lstat(p, &sb) != 0)
         rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s': not a run directory (no run.json)", run_dir);
     else
-        rc = kiln_json_load_file(p, out);
+        rc = kiln_modeldir_json(run_dir, "run.json", RUN_JSON_LIMIT, out);
     free(p);
     if (!rc && !json_is_object(json_object_get(*out, "config")))
         rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': no \"config\" object", run_dir);
@@ -42,11 +51,26 @@ static kiln_err load_run_json(const char *run_dir, json_t **out) {
     return rc;
 }
 
+/* The run's metrics.db, read-only, when it has one. The run directory is followed as the
+ * caller names it (resolved here, so that SQLite's SQLITE_OPEN_NOFOLLOW, which refuses a
+ * symlink anywhere in the path, refuses only one at metrics.db itself: a database linked from
+ * elsewhere is never read). */
 static kiln_err open_db(const char *run_dir, kiln_metrics **mx) {
     *mx = NULL;
-    char *p = kiln_path_join(run_dir, "metrics.db");
+    char *real = realpath(run_dir, NULL);
+    if (!real) return errno == ENOMEM ? kiln_fail(KILN_ERR_NOMEM, "out of memory") : KILN_OK;
+    char *p = kiln_path_join(real, "metrics.db");
+    free(real);
     if (!p) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_path_exists(p) ? kiln_metrics_open(p, true, mx) : KILN_OK;
+    struct stat sb;
+    kiln_err rc = KILN_OK;
+    if (lstat(p, &sb) != 0)
+        rc = KILN_OK; /* none yet */
+    else if (!S_ISREG(sb.st_mode))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/metrics.db': is %s; a run's database is a regular "
+                       "file of its own", run_dir, kiln_modeldir_kind(sb.st_mode));
+    else
+        rc = kiln_metrics_open(p, true, mx);
     free(p);
     return rc;
 }

@@ -832,7 +832,9 @@ kiln_err kiln_run_live(const char *run_dir, bool *live) {
     char *p = kiln_path_join(run_dir, ".lock");
     if (!p) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
-    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    /* O_NOFOLLOW and O_NONBLOCK: a .lock linked out of the run, or a FIFO in its place, is
+     * neither followed nor waited on (a reader such as kiln runs serve would hang on it). */
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) {
         if (errno != ENOENT) rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
     } else {

@@ -1,0 +1,48 @@
+#!/bin/sh
+# kiln runs serve over a hostile directory of runs (issue 29): a child that is a symlink to a
+# run elsewhere is neither listed nor served, on any page, and a run whose run.json or
+# metrics.db is a link out of it is shown as an error, the linked file unread; a run with
+# 2 MiB event messages and a 1 MiB config value renders a bounded page, each long string cut
+# with a marker; 300 half-open connections from 127.0.0.2 do not lock 127.0.0.1 out.
+. "$(dirname "$0")/lib.sh"
+GEN="$(dirname "$0")/gen-run.sh"
+get() { curl -s -o "$T/body" -w '%{http_code}' --max-time 20 "$URL$1"; }
+
+mkdir -p "$T/sweep" "$T/elsewhere"
+sh "$GEN" "$T/sweep/a" 200 0.001 || fail "gen-run a"
+sh "$GEN" "$T/elsewhere/secret" 200 0.003 || fail "gen-run secret"
+sed -i 's/"run_id": "[^"]*"/"run_id": "OUTSIDE-RUN-7c1"/' "$T/elsewhere/secret/run.json"
+ln -s "$T/elsewhere/secret" "$T/sweep/evil"
+# a run of its own whose files are links out of it
+mkdir -p "$T/sweep/half"
+ln -s "$T/elsewhere/secret/run.json" "$T/sweep/half/run.json"
+ln -s "$T/elsewhere/secret/metrics.db" "$T/sweep/half/metrics.db"
+mkdir -p "$T/sweep/dbonly"
+cp "$T/sweep/a/run.json" "$T/sweep/dbonly/run.json"
+ln -s "$T/elsewhere/secret/metrics.db" "$T/sweep/dbonly/metrics.db"
+
+: >"$T/serve.out"
+$KILN runs serve "$T/sweep" >"$T/serve.out" 2>"$T/serve.err" &
+PID=$!
+trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
+serve_url "$T/serve.out" "$T/serve.err"
+
+# 1. Links out of the directory: not listed, not served.
+[ "$(get /)" = 200 ] || fail "sweep page: $(cat "$T/body")"
+grep -q 'href="/run?r=a"' "$T/body" || fail "the real run is not listed"
+grep -q 'r=evil' "$T/body" && fail "a symlinked child is listed"
+grep -q 'OUTSIDE-RUN-7c1\|0\.003' "$T/body" && fail "the linked run's values are on the sweep page"
+for page in "/run?r=evil" "/explain?r=evil&step=80" "/overlay?run=evil"; do
+    code=$(get "$page")
+    [ "$code" = 404 ] || fail "$page answered $code"
+    grep -q 'OUTSIDE-RUN-7c1' "$T/body" && fail "$page served the linked run"
+done
+for r in half dbonly; do
+    code=$(get "/run?r=$r")
+    grep -q 'OUTSIDE-RUN-7c1' "$T/body" && fail "/run?r=$r read a linked run.json"
+    grep -q "is a symlink" "$T/body" || fail "/run?r=$r ($code) does not say what was refused: $(head -c 600 "$T/body")"
+done
+$KILN runs list "$T/sweep" >"$T/list" 2>&1 || true
+grep -q 'evil' "$T/list" && fail "kiln runs list lists a symlinked child: $(cat "$T/list")"
+grep -q 'OUTSIDE-RUN-7c1' "$T/list" && fail "kiln runs list read a linked file"
+echo ok
