@@ -23,6 +23,7 @@
 #define EVENT_ROWS 200   /* the newest shown in the table */
 #define MAX_OVERLAY 10   /* runs on one overlay */
 #define CURVE_BUCKETS 500
+#define MAX_VARIED 64    /* config keys the sweep's table has a column for */
 
 typedef struct server {
     const char *root;
@@ -35,9 +36,16 @@ static double now_s(void) {
 
 /* ---- answering ---- */
 
-static enum MHD_Result send_page(struct MHD_Connection *c, unsigned status, kiln_web_buf *b) {
+static enum MHD_Result send_error(struct MHD_Connection *c, const server *s, unsigned status,
+                                  const char *msg);
+
+static enum MHD_Result send_page(struct MHD_Connection *c, const server *s, unsigned status,
+                                 kiln_web_buf *b) {
     size_t len;
+    bool over = b->over;
     char *html = kiln_web_buf_take(b, &len);
+    /* A page past KILN_WEB_PAGE_MAX: a 500 that says so (the error page itself is small). */
+    if (!html && over && status != 500) return send_error(c, s, 500, kiln_errmsg());
     if (!html) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(len, html, MHD_RESPMEM_MUST_FREE);
     if (!r) {
@@ -56,13 +64,13 @@ static enum MHD_Result send_page(struct MHD_Connection *c, unsigned status, kiln
 
 static enum MHD_Result send_error(struct MHD_Connection *c, const server *s, unsigned status,
                                   const char *msg) {
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[32];
     snprintf(title, sizeof title, "%u", status);
     kiln_web_runs_begin(&b, title);
     kiln_web_para(&b, msg);
     kiln_web_runs_end(&b, s->root, now_s());
-    return send_page(c, status, &b);
+    return send_page(c, s, status, &b);
 }
 
 /* ---- finding a run by the name its link carries ---- */
@@ -110,7 +118,7 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
     const char *paths[1] = {s->root};
     kiln_err e = kiln_run_list_load(paths, 1, NULL, &l);
     if (e) return send_error(c, s, 500, kiln_errmsg());
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[300];
     snprintf(title, sizeof title, "%zu run%s in %s", l.n, l.n == 1 ? "" : "s", s->root);
     kiln_web_runs_begin(&b, title);
@@ -128,7 +136,9 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
         }
         fclose(f);
     }
-    size_t nv = json_array_size(l.varied);
+    /* At most MAX_VARIED columns: a run with thousands of config keys of its own must not
+     * make the sweep's page too large to show (KILN_WEB_PAGE_MAX). */
+    size_t nv_all = json_array_size(l.varied), nv = nv_all < MAX_VARIED ? nv_all : MAX_VARIED;
     const char **varied = calloc(nv + 1, sizeof *varied);
     for (size_t k = 0; varied && k < nv; k++)
         varied[k] = json_string_value(json_array_get(l.varied, k));
@@ -159,13 +169,19 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
         }
     }
     kiln_web_sweep_end(&b);
+    if (nv < nv_all) {
+        char more[128];
+        snprintf(more, sizeof more, "%zu more config keys differ between the runs; kiln runs "
+                 "list shows them", nv_all - nv);
+        kiln_web_para(&b, more);
+    }
     if (!varied || !vals) b.nomem = true;
     free(vals);
     free(varied);
     free(same);
     kiln_web_runs_end(&b, s->root, now_s());
     kiln_run_list_release(&l);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- a run's marks: events and checkpoints ---- */
@@ -333,7 +349,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     else
         snprintf(curves_err, sizeof curves_err, "%s", kiln_errmsg());
     marks m = {0};
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     if (!marks_of(&ri, name, &m)) b.nomem = true;
     const char *shown = display_name(s, name);
     kiln_web_runs_begin(&b, shown);
@@ -485,7 +501,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     if (have_curves) kiln_run_curves_release(&cv);
     kiln_run_info_release(&ri);
     free(dir);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- /overlay?run=A&run=B ---- */
@@ -529,7 +545,7 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
         }
         n++;
     }
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[64];
     snprintf(title, sizeof title, "%zu runs overlaid", n);
     kiln_web_runs_begin(&b, title);
@@ -576,7 +592,7 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
     kiln_web_runs_end(&b, s->root, now_s());
     for (size_t i = 0; i < n; i++)
         kiln_run_curves_release(&cv[i]);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- /explain?r=NAME&step=N ---- */
@@ -609,7 +625,7 @@ static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, c
     free(dir);
     if (e) return send_error(c, s, e == KILN_ERR_USAGE || e == KILN_ERR_NOTFOUND ? 404 : 500,
                              kiln_errmsg());
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[300];
     snprintf(title, sizeof title, "%s, step %ld: why", display_name(s, name), step);
     kiln_web_runs_begin(&b, title);
@@ -656,7 +672,7 @@ static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, c
     kiln_web_kv_end(&b);
     kiln_web_runs_end(&b, s->root, now_s());
     json_decref(d);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- the server ---- */

@@ -50,11 +50,22 @@ typedef struct kiln_web_buf {
     size_t len, cap;
     size_t rows; /* rows of the table being written */
     bool nomem;  /* an append failed: the page is incomplete */
+    size_t limit; /* 0: none; else the most bytes the page may hold */
+    bool over;    /* an append would have passed limit: kiln_web_buf_take refuses the page */
 } kiln_web_buf;
+
+/* The bound kiln runs serve puts on a page (limit): beyond it the request is answered 500
+ * with a message saying so, not hundreds of MiB of HTML. */
+#define KILN_WEB_PAGE_MAX (8u << 20)
+/* The most bytes of one string from a run (an event's message, a config value, a run id) a
+ * runs page shows; longer ones are cut where a character begins, with a marker
+ * (kiln_web_text_cut), as the registry's pages cut theirs. */
+#define KILN_WEB_TEXT_MAX 1024u
 
 void kiln_web_buf_release(kiln_web_buf *b);
 /* The page's bytes, NUL-terminated (caller frees), *len their length; the buffer is left
- * empty. NULL when an append failed (KILN_ERR_NOMEM set), the buffer released. */
+ * empty. NULL when an append failed (KILN_ERR_NOMEM set) or the page passed its limit
+ * (KILN_ERR_LIMIT, the message saying so), the buffer released. */
 char *kiln_web_buf_take(kiln_web_buf *b, size_t *len);
 
 /* Append s as HTML text, safe inside elements and quoted attribute values alike: & < > " '
@@ -62,6 +73,9 @@ char *kiln_web_buf_take(kiln_web_buf *b, size_t *len);
  * surrogates, past U+10FFFF, cut short) as well as control characters other than tab and
  * newline become U+FFFD. NULL appends nothing. */
 void kiln_web_text(kiln_web_buf *b, const char *s);
+/* kiln_web_text of at most max bytes of s (cut where a character begins), then "…" when
+ * anything was cut. */
+void kiln_web_text_cut(kiln_web_buf *b, const char *s, size_t max);
 /* Append printf's text (numbers, and other text made here from numbers; at most 511 bytes). */
 void kiln_web_printf(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
 /* Append s percent-encoded for a URL's query value or path segment: the unreserved bytes

@@ -45,4 +45,32 @@ done
 $KILN runs list "$T/sweep" >"$T/list" 2>&1 || true
 grep -q 'evil' "$T/list" && fail "kiln runs list lists a symlinked child: $(cat "$T/list")"
 grep -q 'OUTSIDE-RUN-7c1' "$T/list" && fail "kiln runs list read a linked file"
+
+# 2. A run with two 2 MiB event messages (a spike's: marked on every chart) and a 1 MiB config
+# value: each is cut to 1 KiB with a marker, the page stays small; and a run whose config
+# alone would make a page past 8 MiB (12,000 keys of 1 KiB values) is answered 500 saying so.
+sh "$GEN" "$T/sweep/big" 200 0.001 || fail "gen-run big"
+sqlite3 "$T/sweep/big/metrics.db" "INSERT INTO events(step, time, kind, message) VALUES
+ (90, 1.7e9, 'spike', 'BIGMSG-' || hex(zeroblob(1048576))),
+ (95, 1.7e9, 'note', 'BIGMSG-' || hex(zeroblob(1048576)));" || fail "big events"
+{ printf '%s' "$(sed 's/"seed": 1}}$/"seed": 1, "note": "/' "$T/sweep/big/run.json")"; head -c 1048576 /dev/zero | tr '\0' y
+  printf '"}}\n'; } >"$T/big.json" && mv "$T/big.json" "$T/sweep/big/run.json"
+[ "$(wc -c <"$T/sweep/big/run.json")" -gt 1048576 ] || fail "the 1 MiB config value was not written"
+code=$(get "/run?r=big")
+[ "$code" = 200 ] || fail "/run?r=big answered $code: $(sed -n "s/.*<p>\\(.*\\)<\\/p>.*/\\1/p" "$T/body" | head -c 600)"
+size=$(wc -c <"$T/body")
+echo "page of a run with two 2 MiB messages and a 1 MiB config value: $size bytes"
+[ "$size" -lt 1048576 ] || fail "the page of a run with 2 MiB messages is $size bytes"
+grep -q 'BIGMSG-0000' "$T/body" || fail "the long message is not shown at all"
+grep -q 'yyyy…' "$T/body" || fail "the long config value is not cut with a marker"
+grep -q '0000…' "$T/body" || fail "the long message is not cut with a marker"
+mkdir -p "$T/sweep/wide"
+sh "$GEN" "$T/sweep/wide" 50 0.001 || fail "gen-run wide"
+k1=$(head -c 1000 /dev/zero | tr '\0' k)
+awk -v v="$k1" 'BEGIN {printf "{\"format\": \"kiln-run/1\", \"config\": {\"steps\": 50"
+    for (i = 0; i < 12000; i++) printf ", \"k%05d\": \"%s\"", i, v; print "}}"}' >"$T/sweep/wide/run.json"
+code=$(get "/run?r=wide")
+[ "$code" = 500 ] || fail "/run?r=wide (a 12 MB page) answered $code with $(wc -c <"$T/body") bytes"
+grep -q 'more than 8 MiB' "$T/body" || fail "the 500 does not say why: $(head -c 600 "$T/body")"
+[ "$(get /)" = 200 ] || fail "the sweep page after the big runs: $(head -c 600 "$T/body")"
 echo ok
