@@ -4,12 +4,12 @@
  * reload, and a reader never holds a lock the trainer would wait on (SQLite WAL). web/ draws
  * the pages from the plain values handed to it; no JavaScript, the registry page's content
  * security policy (with the overlay form allowed to this server). */
-#include <arpa/inet.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #include <microhttpd.h>
@@ -697,40 +697,6 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     return send_error(c, s, 404, "no such page");
 }
 
-/* HOST:PORT, an IPv4 address or [IPv6]:PORT. */
-static bool parse_listen(const char *a, struct sockaddr_storage *ss, bool *v6) {
-    memset(ss, 0, sizeof *ss);
-    const char *colon = strrchr(a, ':');
-    if (!colon || !colon[1]) return false;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 0 || port > 65535) return false;
-    char host[64];
-    size_t hl = (size_t)(colon - a);
-    if (hl >= sizeof host) return false;
-    memcpy(host, a, hl);
-    host[hl] = 0;
-    if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-        host[hl - 1] = 0;
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        *v6 = true;
-        return inet_pton(AF_INET6, host + 1, &s6->sin6_addr) == 1;
-    }
-    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)port);
-    *v6 = false;
-    return inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &s4->sin_addr) == 1;
-}
-
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    (void)fmt;
-    (void)ap; /* the server's own complaints (a client gone): nothing a user acts on */
-}
-
 int cmd_runs_serve(int argc, char **argv) {
     const char *listen = NULL;
     const cli_opt opts[] = {
@@ -748,15 +714,15 @@ int cmd_runs_serve(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
     if (!listen) listen = "127.0.0.1:0";
+    /* The registry's rule (web/http.c), checked before the directory is read. */
     struct sockaddr_storage ss;
     bool v6 = false;
-    if (!parse_listen(listen, &ss, &v6))
-        return cli_usage_error("--listen '%s': expected HOST:PORT (127.0.0.1:8080, [::1]:0)",
-                               listen);
+    kiln_err e = kiln_web_listen_parse(listen, &ss, &v6);
+    if (e) return cli_usage_error("--listen: %s", kiln_errmsg());
     /* The directory must hold runs now: a typo is said at once, not as an empty page. */
     kiln_run_list l;
     const char *paths[1] = {dir};
-    kiln_err e = kiln_run_list_load(paths, 1, NULL, &l);
+    e = kiln_run_list_load(paths, 1, NULL, &l);
     if (e) return cli_fail(e);
     kiln_run_list_release(&l);
     char *root = kiln_strdup(dir);
@@ -775,27 +741,26 @@ int cmd_runs_serve(int argc, char **argv) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0), 0, NULL,
-        NULL, handler, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, 4u, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
-        MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_END);
-    if (!d) {
+    /* The registry's daemon (web/http.c): the same threads, per-address connection limit and
+     * header and idle timeouts, so that one address holding connections half-open cannot
+     * lock every other client out. */
+    kiln_web_http_opts ho = {.listen = listen, .handler = handler, .handler_cls = &s,
+                             .what = "kiln runs serve"};
+    kiln_web_http *http = NULL;
+    e = kiln_web_http_start(&ho, &http);
+    if (e) {
         free(root);
         kiln_run_cache_free(s.cache);
-        return cli_fail(kiln_fail(KILN_ERR_NETWORK,
-                                  "cannot listen on '%s' (address in use or not local?)", listen));
+        return cli_fail(e);
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    unsigned port = info ? info->port : 0;
+    unsigned port = kiln_web_http_port(http);
     const char *colon = strrchr(listen, ':');
     printf("kiln runs: serving '%s' on http://%.*s:%u/\n", root, (int)(colon - listen), listen,
            port);
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
-    MHD_stop_daemon(d);
+    kiln_web_http_stop(http);
     kiln_run_cache_free(s.cache);
     free(root);
     return 0;
