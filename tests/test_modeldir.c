@@ -29,17 +29,17 @@ KILN_TEST(modeldir_refuses_links_and_fifos) {
                                     json_integer_value(json_object_get(j, "a")) == 1);
     json_decref(j);
     j = NULL;
-    CHECK("a linked card is refused", kiln_modeldir_json(md, "card.json", 1 << 20, &j) ==
-                                          KILN_ERR_FORMAT);
+    CHECK("a linked card is refused",
+          kiln_modeldir_json(md, "card.json", 1 << 20, &j) == KILN_ERR_FORMAT);
     CHECK("... named as a symlink", kiln_test_msg_has("m/card.json': is a symlink", NULL));
     CHECK("... and nothing read", j == NULL);
     uint64_t t0 = kiln_now_ns();
     char *buf = NULL;
     size_t len = 0;
-    CHECK("a fifo is refused", kiln_modeldir_read(md, "fifo.json", 1 << 20, &buf, &len) ==
-                                   KILN_ERR_FORMAT);
-    CHECK("... at once, named", kiln_now_ns() - t0 < 2000000000ull &&
-                                    kiln_test_msg_has("fifo.json': is a fifo", NULL));
+    CHECK("a fifo is refused",
+          kiln_modeldir_read(md, "fifo.json", 1 << 20, &buf, &len) == KILN_ERR_FORMAT);
+    CHECK("... at once, named",
+          kiln_now_ns() - t0 < 2000000000ull && kiln_test_msg_has("fifo.json': is a fifo", NULL));
     CHECK("a missing file is not found",
           kiln_modeldir_read(md, "none.json", 1 << 20, &buf, &len) == KILN_ERR_NOTFOUND);
     kiln_model *m = NULL;
@@ -47,8 +47,8 @@ KILN_TEST(modeldir_refuses_links_and_fifos) {
           kiln_model_open(md, &m) == KILN_ERR_FORMAT && !m &&
               kiln_test_msg_has("model.safetensors': is a symlink", NULL));
     kiln_st *s = NULL;
-    CHECK("kiln_modeldir_st too", kiln_modeldir_st(md, "model.safetensors", &s) ==
-                                      KILN_ERR_FORMAT && !s);
+    CHECK("kiln_modeldir_st too",
+          kiln_modeldir_st(md, "model.safetensors", &s) == KILN_ERR_FORMAT && !s);
     /* A hard link to a file elsewhere reaches it as surely as a symlink. */
     char *hard = kiln_test_path("m/hard.json");
     CHECK("hard link made", link(out, hard) == 0);

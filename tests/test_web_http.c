@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include "test.h"
+
 #include "registry.h"
 #include "testutil.h"
 #include "web.h"
@@ -30,10 +31,26 @@ KILN_TEST(web_listen_address_rule) {
     CHECK("[IPv6]:PORT", kiln_web_listen_parse("[::1]:443", &ss, &v6) == KILN_OK && v6 &&
                              ntohs(((struct sockaddr_in6 *)&ss)->sin6_port) == 443);
     static const char *const bad[] = {
-        "",           ":80",          "127.0.0.1",       "127.0.0.1:",     "127.0.0.1:65536",
-        "127.0.0.1:-1", "127.0.0.1: 80", "127.0.0.1:+80", "127.0.0.1:0x50", "127.0.0.1:80 ",
-        "example.com:80", "localhost",  "[::1]",           "[::1]80",        "::1:80",
-        "[127.0.0.1]:80", "[::1]:",     "127.1:80",        "1.2.3.4.5:80",   "localhost.:80",
+        "",
+        ":80",
+        "127.0.0.1",
+        "127.0.0.1:",
+        "127.0.0.1:65536",
+        "127.0.0.1:-1",
+        "127.0.0.1: 80",
+        "127.0.0.1:+80",
+        "127.0.0.1:0x50",
+        "127.0.0.1:80 ",
+        "example.com:80",
+        "localhost",
+        "[::1]",
+        "[::1]80",
+        "::1:80",
+        "[127.0.0.1]:80",
+        "[::1]:",
+        "127.1:80",
+        "1.2.3.4.5:80",
+        "localhost.:80",
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
         char what[96];

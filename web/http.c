@@ -119,8 +119,8 @@ kiln_err kiln_web_http_start(const kiln_web_http_opts *o, kiln_web_http **out) {
     if (!q->header_timeout_s) q->header_timeout_s = KILN_WEB_HTTP_HEADER_TIMEOUT_S;
     if (!q->idle_timeout_s) q->idle_timeout_s = KILN_WEB_HTTP_IDLE_TIMEOUT_S;
     unsigned per_ip = q->per_ip_connections == KILN_WEB_HTTP_NO_LIMIT ? 0u
-                      : q->per_ip_connections                          ? q->per_ip_connections
-                                                                       : KILN_WEB_HTTP_PER_IP;
+                      : q->per_ip_connections                         ? q->per_ip_connections
+                                                                      : KILN_WEB_HTTP_PER_IP;
     /* Every connection holds a descriptor; the caller's files and the threads want some too.
      * More connections than the descriptor limit allows would fail at accept(). */
     unsigned max_conn = q->max_connections ? q->max_connections : KILN_WEB_HTTP_MAX_CONNECTIONS;
@@ -134,8 +134,7 @@ kiln_err kiln_web_http_start(const kiln_web_http_opts *o, kiln_web_http **out) {
         if (q->max_connections)
             kiln_warn("%s: the file descriptor limit (%llu) leaves room for %u connections, not "
                       "%u (raise it with ulimit -n)",
-                      q->what ? q->what : "server", (unsigned long long)rl.rlim_cur, fit,
-                      max_conn);
+                      q->what ? q->what : "server", (unsigned long long)rl.rlim_cur, fit, max_conn);
         max_conn = fit;
     }
     q->max_connections = max_conn;
@@ -162,11 +161,10 @@ kiln_err kiln_web_http_start(const kiln_web_http_opts *o, kiln_web_http **out) {
     }
     OPT(MHD_OPTION_END, 0, NULL);
 #undef OPT
-    h->d = MHD_start_daemon(MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-                                MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0) |
-                                (q->tls_cert ? MHD_USE_TLS : 0),
-                            0, q->accept, q->accept_cls, handler, h, MHD_OPTION_ARRAY, opt,
-                            MHD_OPTION_END);
+    h->d = MHD_start_daemon(
+        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+            (v6 ? MHD_USE_IPv6 : 0) | (q->tls_cert ? MHD_USE_TLS : 0),
+        0, q->accept, q->accept_cls, handler, h, MHD_OPTION_ARRAY, opt, MHD_OPTION_END);
     if (!h->d) {
         free(h);
         return kiln_fail(KILN_ERR_NETWORK, "cannot listen on '%s' (address in use or not local?)",
