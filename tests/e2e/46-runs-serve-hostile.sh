@@ -1,7 +1,8 @@
 #!/bin/sh
 # kiln runs serve over a hostile directory of runs (issue 29): a child that is a symlink to a
 # run elsewhere is neither listed nor served, on any page, and a run whose run.json or
-# metrics.db is a link out of it is shown as an error, the linked file unread; a run with
+# metrics.db is a link out of it is shown as an error, the linked file unread (a FIFO as a
+# run's .lock hangs neither the start nor a page); a run with
 # 2 MiB event messages and a 1 MiB config value renders a bounded page, each long string cut
 # with a marker; 300 half-open connections from 127.0.0.2 do not lock 127.0.0.1 out.
 . "$(dirname "$0")/lib.sh"
@@ -20,6 +21,9 @@ ln -s "$T/elsewhere/secret/metrics.db" "$T/sweep/half/metrics.db"
 mkdir -p "$T/sweep/dbonly"
 cp "$T/sweep/a/run.json" "$T/sweep/dbonly/run.json"
 ln -s "$T/elsewhere/secret/metrics.db" "$T/sweep/dbonly/metrics.db"
+# a run whose .lock (the trainer's liveness lock) is a FIFO: opened without waiting for a writer
+sh "$GEN" "$T/sweep/fifo" 100 0.001 || fail "gen-run fifo"
+mkfifo "$T/sweep/fifo/.lock"
 
 : >"$T/serve.out"
 $KILN runs serve "$T/sweep" >"$T/serve.out" 2>"$T/serve.err" &
@@ -27,9 +31,10 @@ PID=$!
 trap 'kill $PID 2>/dev/null || true; rm -rf "$T"' EXIT
 serve_url "$T/serve.out" "$T/serve.err"
 
-# 1. Links out of the directory: not listed, not served.
-[ "$(get /)" = 200 ] || fail "sweep page: $(cat "$T/body")"
+# 1. Links out of the directory: not listed, not served. (A FIFO .lock does not hang the page.)
+[ "$(get /)" = 200 ] || fail "sweep page (hung on a FIFO .lock?): $(cat "$T/body")"
 grep -q 'href="/run?r=a"' "$T/body" || fail "the real run is not listed"
+grep -q 'href="/run?r=fifo"' "$T/body" || fail "the run with a FIFO .lock is not listed"
 grep -q 'r=evil' "$T/body" && fail "a symlinked child is listed"
 grep -q 'OUTSIDE-RUN-7c1\|0\.003' "$T/body" && fail "the linked run's values are on the sweep page"
 for page in "/run?r=evil" "/explain?r=evil&step=80" "/overlay?run=evil"; do
