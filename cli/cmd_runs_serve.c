@@ -4,12 +4,13 @@
  * reload, and a reader never holds a lock the trainer would wait on (SQLite WAL). web/ draws
  * the pages from the plain values handed to it; no JavaScript, the registry page's content
  * security policy (with the overlay form allowed to this server). */
-#include <arpa/inet.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 
 #include <microhttpd.h>
 
@@ -22,6 +23,7 @@
 #define EVENT_ROWS 200   /* the newest shown in the table */
 #define MAX_OVERLAY 10   /* runs on one overlay */
 #define CURVE_BUCKETS 500
+#define MAX_VARIED 64    /* config keys the sweep's table has a column for */
 
 typedef struct server {
     const char *root;
@@ -34,9 +36,16 @@ static double now_s(void) {
 
 /* ---- answering ---- */
 
-static enum MHD_Result send_page(struct MHD_Connection *c, unsigned status, kiln_web_buf *b) {
+static enum MHD_Result send_error(struct MHD_Connection *c, const server *s, unsigned status,
+                                  const char *msg);
+
+static enum MHD_Result send_page(struct MHD_Connection *c, const server *s, unsigned status,
+                                 kiln_web_buf *b) {
     size_t len;
+    bool over = b->over;
     char *html = kiln_web_buf_take(b, &len);
+    /* A page past KILN_WEB_PAGE_MAX: a 500 that says so (the error page itself is small). */
+    if (!html && over && status != 500) return send_error(c, s, 500, kiln_errmsg());
     if (!html) return MHD_NO;
     struct MHD_Response *r = MHD_create_response_from_buffer(len, html, MHD_RESPMEM_MUST_FREE);
     if (!r) {
@@ -55,24 +64,32 @@ static enum MHD_Result send_page(struct MHD_Connection *c, unsigned status, kiln
 
 static enum MHD_Result send_error(struct MHD_Connection *c, const server *s, unsigned status,
                                   const char *msg) {
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[32];
     snprintf(title, sizeof title, "%u", status);
     kiln_web_runs_begin(&b, title);
     kiln_web_para(&b, msg);
     kiln_web_runs_end(&b, s->root, now_s());
-    return send_page(c, status, &b);
+    return send_page(c, s, status, &b);
 }
 
 /* ---- finding a run by the name its link carries ---- */
 
-/* "." is the directory served; a name is one of its direct children, no path in it. The
- * caller frees the path. NULL: no such name (nothing outside the directory is reachable). */
+/* "." is the directory served; a name is one of its direct children, no path in it, and a
+ * directory itself, not a symlink to one (kiln runs list does not list such a link either).
+ * The caller frees the path. NULL: no such name (nothing outside the directory is reachable:
+ * the readers open a run's files without following links, train/runs.c). */
 static char *run_path(const server *s, const char *name) {
     if (!name || !*name) return NULL;
     if (!strcmp(name, ".")) return kiln_strdup(s->root);
     if (name[0] == '.' || strchr(name, '/') || strlen(name) > 255) return NULL;
-    return kiln_path_join(s->root, name);
+    char *p = kiln_path_join(s->root, name);
+    struct stat sb;
+    if (p && (lstat(p, &sb) != 0 || !S_ISDIR(sb.st_mode))) {
+        free(p);
+        return NULL;
+    }
+    return p;
 }
 
 /* The name a run's links carry: "." for the directory served itself, else its child's name. */
@@ -101,7 +118,7 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
     const char *paths[1] = {s->root};
     kiln_err e = kiln_run_list_load(paths, 1, NULL, &l);
     if (e) return send_error(c, s, 500, kiln_errmsg());
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[300];
     snprintf(title, sizeof title, "%zu run%s in %s", l.n, l.n == 1 ? "" : "s", s->root);
     kiln_web_runs_begin(&b, title);
@@ -119,7 +136,9 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
         }
         fclose(f);
     }
-    size_t nv = json_array_size(l.varied);
+    /* At most MAX_VARIED columns: a run with thousands of config keys of its own must not
+     * make the sweep's page too large to show (KILN_WEB_PAGE_MAX). */
+    size_t nv_all = json_array_size(l.varied), nv = nv_all < MAX_VARIED ? nv_all : MAX_VARIED;
     const char **varied = calloc(nv + 1, sizeof *varied);
     for (size_t k = 0; varied && k < nv; k++)
         varied[k] = json_string_value(json_array_get(l.varied, k));
@@ -150,13 +169,19 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
         }
     }
     kiln_web_sweep_end(&b);
+    if (nv < nv_all) {
+        char more[128];
+        snprintf(more, sizeof more, "%zu more config keys differ between the runs; kiln runs "
+                 "list shows them", nv_all - nv);
+        kiln_web_para(&b, more);
+    }
     if (!varied || !vals) b.nomem = true;
     free(vals);
     free(varied);
     free(same);
     kiln_web_runs_end(&b, s->root, now_s());
     kiln_run_list_release(&l);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- a run's marks: events and checkpoints ---- */
@@ -324,7 +349,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     else
         snprintf(curves_err, sizeof curves_err, "%s", kiln_errmsg());
     marks m = {0};
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     if (!marks_of(&ri, name, &m)) b.nomem = true;
     const char *shown = display_name(s, name);
     kiln_web_runs_begin(&b, shown);
@@ -476,7 +501,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     if (have_curves) kiln_run_curves_release(&cv);
     kiln_run_info_release(&ri);
     free(dir);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- /overlay?run=A&run=B ---- */
@@ -520,7 +545,7 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
         }
         n++;
     }
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[64];
     snprintf(title, sizeof title, "%zu runs overlaid", n);
     kiln_web_runs_begin(&b, title);
@@ -567,7 +592,7 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
     kiln_web_runs_end(&b, s->root, now_s());
     for (size_t i = 0; i < n; i++)
         kiln_run_curves_release(&cv[i]);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- /explain?r=NAME&step=N ---- */
@@ -600,7 +625,7 @@ static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, c
     free(dir);
     if (e) return send_error(c, s, e == KILN_ERR_USAGE || e == KILN_ERR_NOTFOUND ? 404 : 500,
                              kiln_errmsg());
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[300];
     snprintf(title, sizeof title, "%s, step %ld: why", display_name(s, name), step);
     kiln_web_runs_begin(&b, title);
@@ -647,7 +672,7 @@ static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, c
     kiln_web_kv_end(&b);
     kiln_web_runs_end(&b, s->root, now_s());
     json_decref(d);
-    return send_page(c, 200, &b);
+    return send_page(c, s, 200, &b);
 }
 
 /* ---- the server ---- */
@@ -672,40 +697,6 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     return send_error(c, s, 404, "no such page");
 }
 
-/* HOST:PORT, an IPv4 address or [IPv6]:PORT. */
-static bool parse_listen(const char *a, struct sockaddr_storage *ss, bool *v6) {
-    memset(ss, 0, sizeof *ss);
-    const char *colon = strrchr(a, ':');
-    if (!colon || !colon[1]) return false;
-    char *end;
-    long port = strtol(colon + 1, &end, 10);
-    if (*end || port < 0 || port > 65535) return false;
-    char host[64];
-    size_t hl = (size_t)(colon - a);
-    if (hl >= sizeof host) return false;
-    memcpy(host, a, hl);
-    host[hl] = 0;
-    if (hl > 2 && host[0] == '[' && host[hl - 1] == ']') {
-        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
-        host[hl - 1] = 0;
-        s6->sin6_family = AF_INET6;
-        s6->sin6_port = htons((uint16_t)port);
-        *v6 = true;
-        return inet_pton(AF_INET6, host + 1, &s6->sin6_addr) == 1;
-    }
-    struct sockaddr_in *s4 = (struct sockaddr_in *)ss;
-    s4->sin_family = AF_INET;
-    s4->sin_port = htons((uint16_t)port);
-    *v6 = false;
-    return inet_pton(AF_INET, strcmp(host, "localhost") ? host : "127.0.0.1", &s4->sin_addr) == 1;
-}
-
-static void mhd_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    (void)fmt;
-    (void)ap; /* the server's own complaints (a client gone): nothing a user acts on */
-}
-
 int cmd_runs_serve(int argc, char **argv) {
     const char *listen = NULL;
     const cli_opt opts[] = {
@@ -723,15 +714,15 @@ int cmd_runs_serve(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
     if (!listen) listen = "127.0.0.1:0";
+    /* The registry's rule (web/http.c), checked before the directory is read. */
     struct sockaddr_storage ss;
     bool v6 = false;
-    if (!parse_listen(listen, &ss, &v6))
-        return cli_usage_error("--listen '%s': expected HOST:PORT (127.0.0.1:8080, [::1]:0)",
-                               listen);
+    kiln_err e = kiln_web_listen_parse(listen, &ss, &v6);
+    if (e) return cli_usage_error("--listen: %s", kiln_errmsg());
     /* The directory must hold runs now: a typo is said at once, not as an empty page. */
     kiln_run_list l;
     const char *paths[1] = {dir};
-    kiln_err e = kiln_run_list_load(paths, 1, NULL, &l);
+    e = kiln_run_list_load(paths, 1, NULL, &l);
     if (e) return cli_fail(e);
     kiln_run_list_release(&l);
     char *root = kiln_strdup(dir);
@@ -750,27 +741,26 @@ int cmd_runs_serve(int argc, char **argv) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    struct MHD_Daemon *d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG | (v6 ? MHD_USE_IPv6 : 0), 0, NULL,
-        NULL, handler, &s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, 4u, MHD_OPTION_CONNECTION_TIMEOUT, 60u,
-        MHD_OPTION_CONNECTION_LIMIT, 256u, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, NULL,
-        MHD_OPTION_END);
-    if (!d) {
+    /* The registry's daemon (web/http.c): the same threads, per-address connection limit and
+     * header and idle timeouts, so that one address holding connections half-open cannot
+     * lock every other client out. */
+    kiln_web_http_opts ho = {.listen = listen, .handler = handler, .handler_cls = &s,
+                             .what = "kiln runs serve"};
+    kiln_web_http *http = NULL;
+    e = kiln_web_http_start(&ho, &http);
+    if (e) {
         free(root);
         kiln_run_cache_free(s.cache);
-        return cli_fail(kiln_fail(KILN_ERR_NETWORK,
-                                  "cannot listen on '%s' (address in use or not local?)", listen));
+        return cli_fail(e);
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    unsigned port = info ? info->port : 0;
+    unsigned port = kiln_web_http_port(http);
     const char *colon = strrchr(listen, ':');
     printf("kiln runs: serving '%s' on http://%.*s:%u/\n", root, (int)(colon - listen), listen,
            port);
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);
-    MHD_stop_daemon(d);
+    kiln_web_http_stop(http);
     kiln_run_cache_free(s.cache);
     free(root);
     return 0;

@@ -437,6 +437,39 @@ const char *kiln_st_meta(const kiln_st *st, const char *key);
 size_t kiln_st_meta_count(const kiln_st *st);
 void kiln_st_meta_at(const kiln_st *st, size_t i, const char **key, const char **value);
 const char *kiln_st_path(const kiln_st *st);
+/* kiln_st_open over a descriptor open for reading (the caller keeps and closes it; the
+ * mapping does not need it after); label names the file in messages. */
+kiln_err kiln_st_open_fd(int fd, const char *label, kiln_st **out);
+/* SHA-256 of the whole file as it was mapped and checked (not read again by its path). */
+void kiln_st_sha256(const kiln_st *st, uint8_t out[KILN_SHA256_BYTES]);
+
+/* ---- model directories (core/modeldir.c) -------------------------------------------- */
+
+/* One rule for what a model directory may hold, for every reader of one (pack, release,
+ * kiln_model_open and validate of a directory): regular files with one link each, reached
+ * without a symlink at any component below the directory named (which may itself be named
+ * through one: that is the caller's choice). Each is opened with O_NOFOLLOW and checked on
+ * the descriptor it is then read through. A file that breaks the rule is KILN_ERR_FORMAT
+ * naming it and what it is ("'m/card.json': is a symlink; ..."); a missing one
+ * KILN_ERR_NOTFOUND. */
+struct stat;
+/* "a symlink", "a fifo", ... of a st_mode. */
+const char *kiln_modeldir_kind(unsigned mode);
+/* The rule on a file's lstat/fstat (label names it). */
+kiln_err kiln_modeldir_file_ok(const struct stat *sb, const char *label);
+/* rel (components without "." or "..") beneath dirfd, opened for reading; *fd_out the
+ * caller closes; *size (may be NULL) its size. */
+kiln_err kiln_modeldir_openat(int dirfd, const char *rel, const char *label, int *fd_out,
+                              uint64_t *size);
+/* The same beneath the directory dir. */
+kiln_err kiln_modeldir_open(const char *dir, const char *rel, int *fd_out, uint64_t *size);
+/* A whole file of dir (at most limit bytes), NUL-terminated past *len; caller frees. */
+kiln_err kiln_modeldir_read(const char *dir, const char *rel, size_t limit, char **buf,
+                            size_t *len);
+/* A JSON file of dir (at most limit bytes), parsed strictly; *out a new reference. */
+kiln_err kiln_modeldir_json(const char *dir, const char *rel, size_t limit, json_t **out);
+/* A safetensors file of dir, opened as kiln_st_open does; free with kiln_st_close. */
+kiln_err kiln_modeldir_st(const char *dir, const char *rel, kiln_st **out);
 /* Whether a command may write a safetensors file of its kind at path: nothing is there, or a
  * regular file that opens as safetensors holding each of tensors (NULL-terminated), i.e. an
  * earlier output of that kind, which the new one replaces. Anything else (the input being

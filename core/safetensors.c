@@ -566,3 +566,35 @@ kiln_err kiln_st_out_ok(const char *path, const char *const *tensors, const char
                  path, what);
     return KILN_OK;
 }
+
+kiln_err kiln_st_open_fd(int fd, const char *label, kiln_st **out) {
+    *out = NULL;
+    kiln_st *st = kiln_calloc(1, sizeof *st);
+    if (!st) return KILN_ERR_NOMEM;
+    kiln_err rc = KILN_OK;
+    st->path = kiln_strdup(label);
+    KILN_CHECK_IF(rc, fail, !st->path, KILN_ERR_NOMEM, "out of memory");
+    struct stat sb;
+    KILN_CHECK_IF(rc, fail, fstat(fd, &sb) != 0, KILN_ERR_IO, "cannot stat '%s': %s", label,
+                  strerror(errno));
+    KILN_CHECK_IF(rc, fail, !S_ISREG(sb.st_mode), KILN_ERR_IO, "'%s' is not a regular file",
+                  label);
+    st->len = (size_t)sb.st_size;
+    if (st->len > 0) {
+        void *m = mmap(NULL, st->len, PROT_READ, MAP_PRIVATE, fd, 0);
+        KILN_CHECK_IF(rc, fail, m == MAP_FAILED, KILN_ERR_IO, "cannot map '%s': %s", label,
+                      strerror(errno));
+        st->base = m;
+        st->mapped = true;
+    }
+    KILN_CHECK(rc, fail, parse(st));
+    *out = st;
+    return KILN_OK;
+fail:
+    kiln_st_close(st);
+    return rc;
+}
+
+void kiln_st_sha256(const kiln_st *st, uint8_t out[KILN_SHA256_BYTES]) {
+    kiln_sha256(st->base, st->len, out);
+}

@@ -19,15 +19,6 @@ typedef struct walk {
     size_t n, cap;
 } walk;
 
-static const char *type_name(mode_t m) {
-    if (S_ISLNK(m)) return "a symlink";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISFIFO(m)) return "a fifo";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a regular file or directory";
-}
-
 static kiln_err walk_add(walk *w, char *path, uint64_t size) {
     if (w->n == w->cap) {
         size_t cap = w->cap ? 2 * w->cap : 16;
@@ -99,10 +90,11 @@ static kiln_err walk_dir(walk *w, int dfd, const char *prefix, int depth) {
             free(rel);
             if (rc) break;
         } else if (S_ISREG(sb.st_mode)) {
-            if (sb.st_nlink > 1) {
-                rc = kiln_fail(KILN_ERR_FORMAT,
-                               "'%s/%s': has %ju hard links; only files with one link are packed",
-                               w->dir, rel, (uintmax_t)sb.st_nlink);
+            /* The rule of every model directory's reader (core/modeldir.c). */
+            char *label = kiln_path_join(w->dir, rel);
+            rc = label ? kiln_modeldir_file_ok(&sb, label) : KILN_ERR_NOMEM;
+            free(label);
+            if (rc) {
                 free(rel);
                 break;
             }
@@ -110,7 +102,7 @@ static kiln_err walk_dir(walk *w, int dfd, const char *prefix, int depth) {
         } else {
             rc = kiln_fail(KILN_ERR_FORMAT,
                            "'%s/%s': is %s; only regular files and directories are packed", w->dir,
-                           rel, type_name(sb.st_mode));
+                           rel, kiln_modeldir_kind(sb.st_mode));
             free(rel);
             break;
         }
@@ -177,27 +169,17 @@ out:;
 
 kiln_err kiln_export_open_regular(int rootfd, const char *rel, const char *label,
                                   uint64_t want_size, int *fd_out) {
-    *fd_out = -1;
-    /* O_NONBLOCK: a fifo swapped in after the walk must not hang the open. */
-    int fd = kiln_export_openat(rootfd, rel, O_RDONLY | O_NONBLOCK, 0);
-    if (fd < 0) return kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", label);
-    struct stat sb;
-    kiln_err rc = KILN_OK;
-    if (fstat(fd, &sb) != 0)
-        rc = kiln_fail_errno(KILN_ERR_IO, "cannot stat '%s'", label);
-    else if (!S_ISREG(sb.st_mode))
-        rc = kiln_fail(KILN_ERR_FORMAT, "'%s': is %s", label, type_name(sb.st_mode));
-    else if (sb.st_nlink > 1)
-        rc = kiln_fail(KILN_ERR_FORMAT, "'%s': has %ju hard links", label, (uintmax_t)sb.st_nlink);
-    else if ((uint64_t)sb.st_size != want_size)
-        rc =
-            kiln_fail(KILN_ERR_CONFLICT, "'%s': changed while being read (%jd bytes, expected %ju)",
-                      label, (intmax_t)sb.st_size, (uintmax_t)want_size);
-    if (rc) {
-        close(fd);
-        return rc;
+    /* The rule of every model directory's reader (core/modeldir.c), on the descriptor: a file
+     * swapped for a link or a fifo after the walk is refused, not read through. */
+    uint64_t size;
+    KILN_TRY(kiln_modeldir_openat(rootfd, rel, label, fd_out, &size));
+    if (size != want_size) {
+        close(*fd_out);
+        *fd_out = -1;
+        return kiln_fail(KILN_ERR_CONFLICT,
+                         "'%s': changed while being read (%ju bytes, expected %ju)", label,
+                         (uintmax_t)size, (uintmax_t)want_size);
     }
-    *fd_out = fd;
     return KILN_OK;
 }
 

@@ -51,38 +51,40 @@ static void done(rel *r, kiln_release_stage s) {
 }
 
 /* A model directory to release: model.safetensors and a card that kiln pack will take
- * (an object with an object "lineage" and a string "created"), checked before any work. The
- * model itself is checked by every later stage (golden make and validate open it as the
- * runtime does). */
+ * (an object with an object "lineage" and a string "created"), checked before any work, each
+ * under the rule every reader of a model directory follows (core/modeldir.c: a regular file,
+ * not a symlink to one elsewhere). The model itself is checked by every later stage (golden
+ * make and validate open it as the runtime does). */
 static kiln_err model_dir_check(rel *r) {
     const char *d = r->o->model_dir;
     KILN_FAIL_IF(kiln_path_dir_state(d) == KILN_DIR_ABSENT, KILN_ERR_NOTFOUND,
                  "model directory '%s' does not exist", d);
     KILN_FAIL_IF(kiln_path_dir_state(d) == KILN_DIR_OTHER, KILN_ERR_USAGE,
                  "'%s' is not a model directory", d);
-    char *mp = kiln_path_join(d, "model.safetensors"), *cp = kiln_path_join(d, "card.json");
     json_t *card = NULL;
     kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out, !mp || !cp, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(rc, out, !kiln_path_exists(mp), KILN_ERR_NOTFOUND,
-                  "'%s' does not exist: '%s' is not a model directory", mp, d);
-    KILN_CHECK_IF(rc, out, !kiln_path_exists(cp), KILN_ERR_NOTFOUND,
-                  "'%s' does not exist: a released model needs a card saying where it came from",
-                  cp);
-    KILN_CHECK(rc, out, kiln_json_load_file(cp, &card));
+    int fd = -1;
+    rc = kiln_modeldir_open(d, "model.safetensors", &fd, NULL);
+    if (fd >= 0) close(fd);
+    if (rc == KILN_ERR_NOTFOUND)
+        kiln_errprefix(rc, "'%s' is not a model directory: ", d);
+    if (rc) return rc;
+    rc = kiln_modeldir_json(d, "card.json", KILN_CARD_MAX_BYTES, &card);
+    if (rc == KILN_ERR_NOTFOUND)
+        kiln_errprefix(rc, "a released model needs a card saying where it came from: ");
+    if (rc) return rc;
     KILN_CHECK_IF(rc, out,
                   !json_is_object(card) || !json_is_object(json_object_get(card, "lineage")) ||
                       !json_is_string(json_object_get(card, "created")),
                   KILN_ERR_FORMAT,
-                  "'%s': must be an object with an object \"lineage\" and a string \"created\"",
-                  cp);
+                  "'%s/card.json': must be an object with an object \"lineage\" and a string "
+                  "\"created\"",
+                  d);
     const char *dp =
         json_string_value(json_object_get(json_object_get(card, "lineage"), "dataset_path"));
     if (dp) KILN_CHECK_IF(rc, out, !(r->card_data = kiln_strdup(dp)), KILN_ERR_NOMEM, "out of memory");
 out:
     json_decref(card);
-    free(mp);
-    free(cp);
     return rc;
 }
 
@@ -102,15 +104,14 @@ static kiln_err stage_copy_model(rel *r) {
     kiln_err rc = chmod(tmp, 0755) ? kiln_fail_errno(KILN_ERR_IO, "'%s': cannot chmod", tmp)
                                    : KILN_OK;
     for (size_t i = 0; !rc && i < KILN_ARRAY_LEN(files); i++) {
-        char *src = kiln_path_join(r->o->model_dir, files[i]);
         char *dst = kiln_path_join(tmp, files[i]);
         char *buf = NULL;
         size_t len = 0;
-        rc = src && dst ? kiln_read_file(src, (size_t)1 << 40, &buf, &len)
-                        : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        /* Through the model directory's rule again: what was checked is what is copied. */
+        rc = dst ? kiln_modeldir_read(r->o->model_dir, files[i], (size_t)1 << 40, &buf, &len)
+                 : kiln_fail(KILN_ERR_NOMEM, "out of memory");
         if (!rc) rc = kiln_write_file_atomic(dst, buf, len);
         free(buf);
-        free(src);
         free(dst);
     }
     if (!rc && rename(tmp, r->model))

@@ -224,7 +224,10 @@ KILN_API kiln_err kiln_model_open_opts(const char *path, const kiln_model_opts *
         return KILN_ERR_NOMEM;
     }
     kiln_st *st = NULL;
-    kiln_err rc = kiln_st_open(m->path, &st);
+    /* A directory's model.safetensors under the rule of every model directory's reader (no
+     * symlink to a file elsewhere); a file named outright is what the caller named. */
+    kiln_err rc =
+        dir ? kiln_modeldir_st(path, "model.safetensors", &st) : kiln_st_open(m->path, &st);
     if (rc == KILN_OK) rc = load(m, st);
     kiln_st_close(st);
     m->device = KILN_DEVICE_CPU;

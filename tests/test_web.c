@@ -557,3 +557,28 @@ out:
     rfx_resp_free(&p);
     wfx_free(&f);
 }
+
+/* A bounded page (kiln runs serve's KILN_WEB_PAGE_MAX) stops growing at its limit and is
+ * refused whole with KILN_ERR_LIMIT saying so; a long string is cut where a character
+ * begins, with the marker. */
+KILN_TEST(web_page_bound_and_cut) {
+    kiln_web_buf b = {.limit = 4096};
+    for (int i = 0; i < 100; i++)
+        kiln_web_text(&b, "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef");
+    CHECK("the buffer never passed its limit", b.len <= 4096 && b.over);
+    size_t len = 1;
+    char *p = kiln_web_buf_take(&b, &len);
+    CHECK("an over-long page is refused", !p && len == 0);
+    CHECK("... saying why", kiln_test_msg_has("more than", "MiB"));
+    free(p);
+    kiln_web_buf c = {0};
+    char s[3000];
+    memset(s, 'a', sizeof s);
+    memcpy(s + 1022, "\xC3\xA9", 2); /* an é across the cut */
+    s[sizeof s - 1] = 0;
+    kiln_web_text_cut(&c, s, 1023);
+    p = kiln_web_buf_take(&c, &len);
+    CHECK("cut before the character that would not fit, with the marker",
+          p && len == 1022 + 3 && !memcmp(p + 1022, "\xE2\x80\xA6", 3));
+    free(p);
+}

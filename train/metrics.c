@@ -116,7 +116,10 @@ kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out)
     kiln_err rc = KILN_OK;
     mx->path = kiln_strdup(path);
     KILN_CHECK_IF(rc, fail, !mx->path, KILN_ERR_NOMEM, "out of memory");
-    int flags = read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
+    /* A reader never follows a symlink in the path (the callers resolve the run directory they
+     * were given first: runs.c open_db); the trainer writes where it is told. */
+    int flags = read_only ? SQLITE_OPEN_READONLY | SQLITE_OPEN_NOFOLLOW
+                          : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE;
     /* SQLite opens without O_NONBLOCK and never asks what it opened: a FIFO in metrics.db's
      * place hung runs show, list, plot, explain, diff and export for ever. */
     if (kiln_path_exists(path)) {

@@ -129,9 +129,11 @@ static void row_release(kiln_run_row *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* lstat: a run's member is looked at, never followed out of the run. */
 static bool has_member(const char *dir, const char *name) {
     char *p = kiln_path_join(dir, name);
-    bool yes = p && kiln_path_exists(p);
+    struct stat sb;
+    bool yes = p && lstat(p, &sb) == 0;
     free(p);
     return yes;
 }
@@ -141,9 +143,12 @@ static bool looks_like_run(const char *dir) {
     return has_member(dir, "run.json") || has_member(dir, "metrics.db") || has_member(dir, "ckpt");
 }
 
+/* A directory itself, not a symlink to one: a directory of runs holds its runs, and a link in
+ * it to a run elsewhere (or to /) is no run of it (kiln runs serve reaches nothing outside the
+ * directory it serves). The paths a user names are followed (add_path): that is their choice. */
 static bool is_dir(const char *path) {
     struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+    return lstat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
 }
 
 /* config's keys into dst as "outer.inner" for nested objects. */

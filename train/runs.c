@@ -1,23 +1,32 @@
 /* runs.c - reading run directories back: what `kiln runs show`, `kiln runs diff` and
  * `kiln runs plot` print. Read-only: a run may be training while it is read. */
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include <sqlite3.h>
 
 #include "train_int.h"
+
+#define RUN_JSON_LIMIT (64u << 20) /* as kiln_json_load_file's */
 
 static kiln_err load_run_json(const char *run_dir, json_t **out) {
     *out = NULL;
     char *p = kiln_path_join(run_dir, "run.json");
     if (!p) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
-    if (!kiln_path_exists(p))
+    struct stat sb;
+    /* Read as a model directory's files are (core/modeldir.c): a run.json that is a symlink
+     * to a file elsewhere, a FIFO or a device is refused, never read through. */
+    if (lstat(p, &sb) != 0)
         rc = kiln_fail(KILN_ERR_NOTFOUND, "'%s': not a run directory (no run.json)", run_dir);
     else
-        rc = kiln_json_load_file(p, out);
+        rc = kiln_modeldir_json(run_dir, "run.json", RUN_JSON_LIMIT, out);
     free(p);
     if (!rc && !json_is_object(json_object_get(*out, "config")))
         rc = kiln_fail(KILN_ERR_FORMAT, "'%s/run.json': no \"config\" object", run_dir);
@@ -42,11 +51,26 @@ static kiln_err load_run_json(const char *run_dir, json_t **out) {
     return rc;
 }
 
+/* The run's metrics.db, read-only, when it has one. The run directory is followed as the
+ * caller names it (resolved here, so that SQLite's SQLITE_OPEN_NOFOLLOW, which refuses a
+ * symlink anywhere in the path, refuses only one at metrics.db itself: a database linked from
+ * elsewhere is never read). */
 static kiln_err open_db(const char *run_dir, kiln_metrics **mx) {
     *mx = NULL;
-    char *p = kiln_path_join(run_dir, "metrics.db");
+    char *real = realpath(run_dir, NULL);
+    if (!real) return errno == ENOMEM ? kiln_fail(KILN_ERR_NOMEM, "out of memory") : KILN_OK;
+    char *p = kiln_path_join(real, "metrics.db");
+    free(real);
     if (!p) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_path_exists(p) ? kiln_metrics_open(p, true, mx) : KILN_OK;
+    struct stat sb;
+    kiln_err rc = KILN_OK;
+    if (lstat(p, &sb) != 0)
+        rc = KILN_OK; /* none yet */
+    else if (!S_ISREG(sb.st_mode))
+        rc = kiln_fail(KILN_ERR_FORMAT, "'%s/metrics.db': is %s; a run's database is a regular "
+                       "file of its own", run_dir, kiln_modeldir_kind(sb.st_mode));
+    else
+        rc = kiln_metrics_open(p, true, mx);
     free(p);
     return rc;
 }
@@ -69,6 +93,21 @@ kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics *
 static char *col_dup(sqlite3_stmt *s, int i) {
     const char *t = (const char *)sqlite3_column_text(s, i);
     return kiln_strdup(t ? t : "");
+}
+
+/* An event's kind or message as read: SQL's substr(x, 1, RUN_TEXT_SQL) and cut here to
+ * RUN_TEXT_MAX bytes where a character begins, "…" marking a cut. A run's metrics.db is not
+ * the reader's: 2000 events of 2 MiB each would otherwise be 4 GiB held for one page. */
+#define RUN_TEXT_MAX 4096
+#define RUN_TEXT_SQL "4097"
+static char *col_cut(sqlite3_stmt *s, int i) {
+    const char *t = (const char *)sqlite3_column_text(s, i);
+    size_t n = t ? strlen(t) : 0;
+    if (n <= RUN_TEXT_MAX) return kiln_strdup(t ? t : "");
+    n = RUN_TEXT_MAX;
+    while (n && ((unsigned char)t[n] & 0xC0) == 0x80)
+        n--;
+    return kiln_asprintf("%.*s\xE2\x80\xA6", (int)n, t);
 }
 
 static void events_free(kiln_run_event *e, size_t n) {
@@ -128,13 +167,13 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
     }
     /* A resume truncates the events after its checkpoint, and a stop recorded at the
      * checkpoint's step itself is superseded by the resume event that follows it. */
-    PREP("SELECT kind, message FROM events WHERE kind IN ('start', 'resume', 'diverged', "
-         "'failed') ORDER BY id DESC LIMIT 1");
+    PREP("SELECT kind, substr(message, 1, " RUN_TEXT_SQL ") FROM events WHERE kind IN "
+         "('start', 'resume', 'diverged', 'failed') ORDER BY id DESC LIMIT 1");
     if (sqlite3_step(s) == SQLITE_ROW) {
         const char *kind = (const char *)sqlite3_column_text(s, 0);
         if (kind && (!strcmp(kind, "diverged") || !strcmp(kind, "failed"))) {
             o->stop_kind = col_dup(s, 0);
-            o->stop_message = col_dup(s, 1);
+            o->stop_message = col_cut(s, 1);
             KILN_CHECK_IF(rc, out, !o->stop_kind || !o->stop_message, KILN_ERR_NOMEM,
                           "out of memory");
         }
@@ -198,15 +237,16 @@ static kiln_err read_metrics(sqlite3 *db, const char *run_dir, size_t max_events
     if (n) {
         o->events = kiln_calloc(n, sizeof *o->events);
         KILN_CHECK_IF(rc, out, !o->events, KILN_ERR_NOMEM, "out of memory");
-        PREP("SELECT step, time, kind, message FROM events ORDER BY id DESC LIMIT ?1");
+        PREP("SELECT step, time, substr(kind, 1, " RUN_TEXT_SQL "), substr(message, 1, "
+             RUN_TEXT_SQL ") FROM events ORDER BY id DESC LIMIT ?1");
         sqlite3_bind_int64(s, 1, (sqlite3_int64)n);
         size_t k = n;
         while (k > 0 && sqlite3_step(s) == SQLITE_ROW) {
             kiln_run_event *e = &o->events[--k];
             e->step = sqlite3_column_int64(s, 0);
             e->time = sqlite3_column_double(s, 1);
-            e->kind = col_dup(s, 2);
-            e->message = col_dup(s, 3);
+            e->kind = col_cut(s, 2);
+            e->message = col_cut(s, 3);
             o->n_events++;
             KILN_CHECK_IF(rc, out, !e->kind || !e->message, KILN_ERR_NOMEM, "out of memory");
         }
@@ -345,8 +385,9 @@ static kiln_err follow_events(sqlite3 *db, const char *run_dir, const kiln_run_c
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out,
                   sqlite3_prepare_v2(db,
-                                     "SELECT id, time, step, kind, message FROM events ORDER BY "
-                                     "id DESC",
+                                     "SELECT id, time, step, substr(kind, 1, " RUN_TEXT_SQL
+                                     "), substr(message, 1, " RUN_TEXT_SQL
+                                     ") FROM events ORDER BY id DESC",
                                      -1, &s, NULL) != SQLITE_OK,
                   KILN_ERR_IO, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
     size_t cap = 0;
@@ -364,8 +405,8 @@ static kiln_err follow_events(sqlite3 *db, const char *run_dir, const kiln_run_c
         kiln_run_event *e = &n->events[n->n_events++];
         *e = (kiln_run_event){.step = (long)sqlite3_column_int64(s, 2),
                               .time = t,
-                              .kind = col_dup(s, 3),
-                              .message = col_dup(s, 4)};
+                              .kind = col_cut(s, 3),
+                              .message = col_cut(s, 4)};
         KILN_CHECK_IF(rc, out, !e->kind || !e->message, KILN_ERR_NOMEM, "out of memory");
         if (n->n_events == 1) *newest_id = id;
         if (t > *newest) *newest = t;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "train_int.h"
@@ -831,14 +832,17 @@ kiln_err kiln_run_live(const char *run_dir, bool *live) {
     *live = false;
     char *p = kiln_path_join(run_dir, ".lock");
     if (!p) return KILN_ERR_NOMEM;
-    /* As an input: a FIFO in .lock's place hung runs show and runs list in the open. */
-    int fd;
-    kiln_err rc = kiln_open_input(p, &fd, NULL);
-    if (rc) {
-        if (kiln_err_errno() == ENOENT) {
-            kiln_errclear();
-            rc = KILN_OK;
-        }
+    kiln_err rc = KILN_OK;
+    /* O_NOFOLLOW and O_NONBLOCK: a .lock linked out of the run, or a FIFO in its place, is
+     * neither followed nor waited on (a reader such as kiln runs serve would hang on it); and
+     * anything but a regular file is refused, named. */
+    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    struct stat sb;
+    if (fd < 0) {
+        if (errno != ENOENT) rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
+    } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        rc = kiln_fail(KILN_ERR_IO, "'%s': not a regular file", p);
+        close(fd);
     } else {
         struct flock q = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
         if (fcntl(fd, F_OFD_GETLK, &q) != 0)

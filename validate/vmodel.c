@@ -97,11 +97,15 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
         m->file = kiln_strdup(path);
     }
     KILN_CHECK_IF(rc, fail, !m->dir || !m->file, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, fail, kiln_st_open(m->file, &st));
+    /* A directory's files under the rule of every model directory's reader (core/modeldir.c):
+     * the weights, the runtime's copy of them and the card, none through a symlink. */
+    KILN_CHECK(rc, fail,
+               S_ISDIR(sb.st_mode) ? kiln_modeldir_st(m->dir, "model.safetensors", &st)
+                                   : kiln_st_open(m->file, &st));
     KILN_CHECK(rc, fail, kiln_model_config_from_st(st, &m->cfg));
     KILN_CHECK(rc, fail, kiln_tsmoe_create(&m->cfg, VBATCH, &m->net));
     KILN_CHECK(rc, fail, load_weights(m, st));
-    KILN_CHECK(rc, fail, kiln_model_open(m->file, &m->rt));
+    KILN_CHECK(rc, fail, kiln_model_open(S_ISDIR(sb.st_mode) ? m->dir : m->file, &m->rt));
     KILN_CHECK_IF(rc, fail, !!kiln_model_is_bf16(m->rt) != m->bf16, KILN_ERR_INTERNAL,
                   "'%s': the runtime and the trainer disagree on whether it is bf16", m->file);
     /* Work that cannot fit this process's memory limits is refused here, before the first
@@ -119,11 +123,12 @@ kiln_err kiln_vmodel_open(const char *path, vmodel *m) {
         if (rc) goto fail;
     }
     uint8_t d[KILN_SHA256_BYTES];
-    KILN_CHECK(rc, fail, kiln_sha256_file(m->file, d));
+    kiln_st_sha256(st, d); /* the bytes checked above, not the path read again */
     kiln_hex(d, sizeof d, m->sha256);
     char *card = kiln_path_join(m->dir, "card.json");
     KILN_CHECK_IF(rc, fail, !card, KILN_ERR_NOMEM, "out of memory");
-    if (kiln_path_exists(card)) rc = kiln_json_load_file(card, &m->card);
+    struct stat cb;
+    if (lstat(card, &cb) == 0) rc = kiln_modeldir_json(m->dir, "card.json", 64u << 20, &m->card);
     if (!rc && m->card) {
         /* The card's val_fraction places the held-out split: one that is there but not a
          * fraction is refused, never replaced by the default. */

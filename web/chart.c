@@ -252,7 +252,7 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         lit(b, "<g class=\"mark ");
         kiln_web_text(b, kiln_web_mark_name(m[i].kind));
         lit(b, "\"><title>");
-        kiln_web_text(b, m[i].text);
+        kiln_web_text_cut(b, m[i].text, KILN_WEB_TEXT_MAX);
         if (more) kiln_web_printf(b, " (and %zu more here)", more);
         lit(b, "</title>");
         bool named = m[i].kind == KILN_WEB_MARK_BEST || m[i].kind == KILN_WEB_MARK_EXPORTED;
@@ -329,7 +329,7 @@ static void legend(kiln_web_buf *b, const kiln_web_series *s, size_t n, int w, d
             "<g class=\"item\"><rect x=\"%.1f\" y=\"%.1f\" width=\"16\" height=\"4\" "
             "fill=\"%s\"/><text x=\"%.1f\" y=\"%.1f\">",
             x, y - 4, palette[k % N_PALETTE], x + 20, y);
-        kiln_web_text(b, s[k].name);
+        kiln_web_text_cut(b, s[k].name, KILN_WEB_TEXT_MAX);
         lit(b, "</text></g>");
         x += iw;
     }
@@ -389,7 +389,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         size_t n = kiln_downsample_end(&ds);
         const char *col = palette[k % N_PALETTE];
         lit(b, "<g class=\"series\" data-name=\"");
-        kiln_web_text(b, s->name);
+        kiln_web_text_cut(b, s->name, KILN_WEB_TEXT_MAX);
         kiln_web_printf(b, "\" data-points=\"%zu\">", s->n);
         kiln_web_printf(b, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" "
                "stroke-linejoin=\"round\" points=\"", col);
@@ -403,7 +403,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
             kiln_web_printf(b, "%s%.1f,%.1f", drawn++ ? " " : "", at(&ax, dx[i]), at(&ay, dy[i]));
         }
         lit(b, "\"><title>");
-        kiln_web_text(b, s->name);
+        kiln_web_text_cut(b, s->name, KILN_WEB_TEXT_MAX);
         lit(b, "</title></polyline>");
         /* A single point would draw nothing: a dot. */
         for (size_t i = 0; i < n && drawn == 1; i++)
@@ -415,7 +415,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
             if (isfinite(dy[i])) continue;
             double x = at(&ax, dx[i]), y = f.t + 14;
             lit(b, "<g class=\"mark nonfinite-point\"><title>");
-            kiln_web_text(b, s->name);
+            kiln_web_text_cut(b, s->name, KILN_WEB_TEXT_MAX);
             kiln_web_printf(b, ": step %.0f: %s</title>", dx[i],
                 isnan(dy[i]) ? "not a number" : dy[i] > 0 ? "+infinity" : "-infinity");
             kiln_web_printf(b,
@@ -478,7 +478,7 @@ void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h) {
         double y = f.t + rh * (double)r;
         kiln_web_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", f.l - 5,
             y + rh / 2 + 4);
-        kiln_web_text(b, h->rows[r].name);
+        kiln_web_text_cut(b, h->rows[r].name, KILN_WEB_TEXT_MAX);
         lit(b, "</text>");
         for (size_t col = 0; col < HEAT_COLS; col++) {
             double v = cell[r * HEAT_COLS + col];
@@ -491,7 +491,7 @@ void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h) {
                 "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\">"
                 "<title>",
                 f.l + cw * (double)col, y, cw + 0.2, rh + 0.2, fill);
-            kiln_web_text(b, h->rows[r].name);
+            kiln_web_text_cut(b, h->rows[r].name, KILN_WEB_TEXT_MAX);
             kiln_web_printf(b, ", steps %.0f-%.0f: max %.3g</title></rect>", ceil(s0), floor(s1), v);
         }
     }

@@ -18,7 +18,13 @@
 /* ---- the buffer ---- */
 
 static bool reserve(kiln_web_buf *b, size_t more) {
-    if (b->nomem) return false;
+    if (b->nomem || b->over) return false;
+    /* A bounded page stops growing at its limit (kiln_web_buf_take then refuses it): a page
+     * of a hostile run costs the server that much memory at most. */
+    if (b->limit && b->len + more > b->limit) {
+        b->over = true;
+        return false;
+    }
     if (b->len + more + 1 <= b->cap) return true;
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + more + 1)
@@ -54,6 +60,14 @@ void kiln_web_buf_release(kiln_web_buf *b) {
 
 char *kiln_web_buf_take(kiln_web_buf *b, size_t *len) {
     *len = 0;
+    if (b->over) {
+        size_t limit = b->limit;
+        kiln_web_buf_release(b);
+        kiln_fail(KILN_ERR_LIMIT, "the page would be more than %zu MiB (its data is too large to "
+                  "show); the limit keeps what one request costs the server bounded",
+                  limit >> 20);
+        return NULL;
+    }
     if (!reserve(b, 0)) {
         kiln_web_buf_release(b);
         kiln_fail(KILN_ERR_NOMEM, "out of memory while rendering a page");
@@ -132,8 +146,7 @@ void kiln_web_text(kiln_web_buf *b, const char *s) {
     put(b, (const char *)run, (size_t)(p - run));
 }
 
-/* At most max bytes of s (cut where a character begins), then "…" if anything was cut. */
-static void text_cut(kiln_web_buf *b, const char *s, size_t max) {
+void kiln_web_text_cut(kiln_web_buf *b, const char *s, size_t max) {
     if (!s) return;
     size_t n = strlen(s);
     if (n <= max) {
@@ -335,7 +348,7 @@ static void put_digest(kiln_web_buf *b, const char *d) {
     lit(b, "<code title=\"");
     kiln_web_text(b, d);
     lit(b, "\">");
-    text_cut(b, d, 19);
+    kiln_web_text_cut(b, d, 19);
     lit(b, "</code>");
 }
 
@@ -706,7 +719,7 @@ static void put_metric(kiln_web_buf *b, const json_t *v) {
     else if (json_is_real(v))
         kiln_web_printf(b, "%.6g", json_real_value(v));
     else if (json_is_string(v))
-        text_cut(b, json_string_value(v), 60);
+        kiln_web_text_cut(b, json_string_value(v), 60);
     else if (json_is_true(v))
         lit(b, "true");
     else if (json_is_false(v))
@@ -731,7 +744,7 @@ static void put_lineage(kiln_web_buf *b, const json_t *card) {
     bool any = false;
     if (json_is_string(run)) {
         lit(b, "run <code>");
-        text_cut(b, json_string_value(run), 80);
+        kiln_web_text_cut(b, json_string_value(run), 80);
         lit(b, "</code>");
         any = true;
     }
@@ -743,16 +756,16 @@ static void put_lineage(kiln_web_buf *b, const json_t *card) {
     if (json_is_string(ds)) {
         if (any) lit(b, " \xC2\xB7 ");
         lit(b, "dataset <code title=\"");
-        text_cut(b, json_string_value(ds), 80);
+        kiln_web_text_cut(b, json_string_value(ds), 80);
         lit(b, "\">");
-        text_cut(b, json_string_value(ds), 12);
+        kiln_web_text_cut(b, json_string_value(ds), 12);
         lit(b, "</code>");
         any = true;
     }
     if (json_is_string(code)) {
         if (any) lit(b, " \xC2\xB7 ");
         lit(b, "code ");
-        text_cut(b, json_string_value(code), 40);
+        kiln_web_text_cut(b, json_string_value(code), 40);
         any = true;
     }
     if (json_is_object(metrics) && json_object_size(metrics)) {
@@ -766,7 +779,7 @@ static void put_lineage(kiln_web_buf *b, const json_t *card) {
                 break;
             }
             if (i++) lit(b, " \xC2\xB7 ");
-            text_cut(b, k, 40);
+            kiln_web_text_cut(b, k, 40);
             lit(b, " ");
             put_metric(b, v);
         }

@@ -13,15 +13,22 @@
 
 #define lit(b, s) kiln_web_raw((b), "" s, sizeof(s) - 1)
 
+/* Every string from a run, cut to KILN_WEB_TEXT_MAX bytes with a marker: a run's files are
+ * not the server's, and one 2 MiB event message repeated in every chart's marks made a page
+ * of hundreds of MiB. */
+static void txt(kiln_web_buf *b, const char *s) {
+    kiln_web_text_cut(b, s, KILN_WEB_TEXT_MAX);
+}
+
 void kiln_web_runs_begin(kiln_web_buf *b, const char *title) {
     lit(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width\"><title>");
-    kiln_web_text(b, title);
+    txt(b, title);
     lit(b, " - kiln runs</title><style>");
     const char *css = kiln_web_stylesheet();
     kiln_web_raw(b, css, strlen(css));
     lit(b, "</style></head>\n<body><header><a href=\"/\">kiln runs</a></header>\n<main>\n<h1>");
-    kiln_web_text(b, title);
+    txt(b, title);
     lit(b, "</h1>\n");
 }
 
@@ -29,11 +36,11 @@ void kiln_web_runs_end(kiln_web_buf *b, const char *root, double now) {
     char t[21];
     kiln_format_time((int64_t)now, t);
     lit(b, "</main>\n<footer>");
-    kiln_web_text(b, root);
+    txt(b, root);
     lit(b, " read at <time>");
-    kiln_web_text(b, t);
+    txt(b, t);
     lit(b, "</time> by kiln ");
-    kiln_web_text(b, kiln_version());
+    txt(b, kiln_version());
     lit(b, "; reload for what was logged since</footer>\n</body></html>\n");
 }
 
@@ -47,7 +54,7 @@ void kiln_web_sweep_begin(kiln_web_buf *b, const char *same, const char *const *
                           size_t n_varied) {
     if (same && *same) {
         lit(b, "<p><small>every run: ");
-        kiln_web_text(b, same);
+        txt(b, same);
         lit(b, "</small></p>\n");
     }
     lit(b, "<form method=\"get\" action=\"/overlay\">\n<table class=\"sweep\">\n<thead><tr>"
@@ -55,7 +62,7 @@ void kiln_web_sweep_begin(kiln_web_buf *b, const char *same, const char *const *
            "<th>val_r2</th><th>at</th><th>spikes</th><th>nonfin</th>");
     for (size_t k = 0; k < n_varied; k++) {
         lit(b, "<th>");
-        kiln_web_text(b, varied[k]);
+        txt(b, varied[k]);
         lit(b, "</th>");
     }
     lit(b, "</tr></thead>\n<tbody>\n");
@@ -65,11 +72,11 @@ void kiln_web_sweep_begin(kiln_web_buf *b, const char *same, const char *const *
 void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_varied) {
     b->rows++;
     lit(b, "<tr class=\"run\"><td><input type=\"checkbox\" name=\"run\" value=\"");
-    kiln_web_text(b, r->name);
+    txt(b, r->name);
     lit(b, "\" checked></td><td><a href=\"/run?r=");
     kiln_web_pct(b, r->name, NULL);
     lit(b, "\">");
-    kiln_web_text(b, r->name);
+    txt(b, r->name);
     lit(b, "</a></td><td><span class=\"tag");
     if (!strcmp(r->state, "finished")) lit(b, " ok");
     if (!strcmp(r->state, "diverged") || !strcmp(r->state, "failed") ||
@@ -77,11 +84,11 @@ void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_var
         lit(b, " bad");
     if (!strcmp(r->state, "interrupted")) lit(b, " warn");
     lit(b, "\">");
-    kiln_web_text(b, r->state);
+    txt(b, r->state);
     lit(b, "</span>");
     if (r->message) {
         lit(b, " <small>");
-        kiln_web_text(b, r->message);
+        txt(b, r->message);
         lit(b, "</small>");
     }
     lit(b, "</td><td class=\"n\">");
@@ -96,7 +103,7 @@ void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_var
     kiln_web_printf(b, "</td><td class=\"n\">%ld</td><td class=\"n\">%ld</td>", r->spikes, r->nonfinite);
     for (size_t k = 0; k < n_varied; k++) {
         lit(b, "<td>");
-        if (r->varied) kiln_web_text(b, r->varied[k]);
+        if (r->varied) txt(b, r->varied[k]);
         lit(b, "</td>");
     }
     lit(b, "</tr>\n");
@@ -113,15 +120,15 @@ void kiln_web_sweep_end(kiln_web_buf *b) {
 
 void kiln_web_kv_begin(kiln_web_buf *b, const char *heading) {
     lit(b, "<h2>");
-    kiln_web_text(b, heading);
+    txt(b, heading);
     lit(b, "</h2>\n<table class=\"kv\">\n<tbody>\n");
 }
 
 void kiln_web_kv_row(kiln_web_buf *b, const char *key, const char *value) {
     lit(b, "<tr><th>");
-    kiln_web_text(b, key);
+    txt(b, key);
     lit(b, "</th><td><code>");
-    kiln_web_text(b, value);
+    txt(b, value);
     lit(b, "</code></td></tr>\n");
 }
 
@@ -131,11 +138,11 @@ void kiln_web_kv_end(kiln_web_buf *b) {
 
 void kiln_web_section_begin(kiln_web_buf *b, const char *heading, const char *note) {
     lit(b, "<h2>");
-    kiln_web_text(b, heading);
+    txt(b, heading);
     lit(b, "</h2>\n");
     if (note) {
         lit(b, "<p><small>");
-        kiln_web_text(b, note);
+        txt(b, note);
         lit(b, "</small></p>\n");
     }
     lit(b, "<div class=\"charts\">\n");
@@ -155,7 +162,7 @@ void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const cha
                          const char *href) {
     b->rows++;
     lit(b, "<tr class=\"event ");
-    kiln_web_text(b, kind);
+    txt(b, kind);
     lit(b, "\"><td class=\"n\">");
     if (href) {
         lit(b, "<a href=\"");
@@ -165,9 +172,9 @@ void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const cha
     kiln_web_printf(b, "%ld", step);
     if (href) lit(b, "</a>");
     lit(b, "</td><td>");
-    kiln_web_text(b, kind);
+    txt(b, kind);
     lit(b, "</td><td>");
-    kiln_web_text(b, message);
+    txt(b, message);
     if (href) {
         lit(b, " <a href=\"");
         kiln_web_text(b, href);
@@ -178,7 +185,7 @@ void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const cha
 
 void kiln_web_para(kiln_web_buf *b, const char *text) {
     lit(b, "<p>");
-    kiln_web_text(b, text);
+    txt(b, text);
     lit(b, "</p>\n");
 }
 
@@ -186,6 +193,6 @@ void kiln_web_link(kiln_web_buf *b, const char *href, const char *text) {
     lit(b, "<a href=\"");
     kiln_web_text(b, href);
     lit(b, "\">");
-    kiln_web_text(b, text);
+    txt(b, text);
     lit(b, "</a>");
 }

@@ -21,6 +21,8 @@
 
 #include <jansson.h>
 
+#include "kiln.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -50,11 +52,22 @@ typedef struct kiln_web_buf {
     size_t len, cap;
     size_t rows; /* rows of the table being written */
     bool nomem;  /* an append failed: the page is incomplete */
+    size_t limit; /* 0: none; else the most bytes the page may hold */
+    bool over;    /* an append would have passed limit: kiln_web_buf_take refuses the page */
 } kiln_web_buf;
+
+/* The bound kiln runs serve puts on a page (limit): beyond it the request is answered 500
+ * with a message saying so, not hundreds of MiB of HTML. */
+#define KILN_WEB_PAGE_MAX (8u << 20)
+/* The most bytes of one string from a run (an event's message, a config value, a run id) a
+ * runs page shows; longer ones are cut where a character begins, with a marker
+ * (kiln_web_text_cut), as the registry's pages cut theirs. */
+#define KILN_WEB_TEXT_MAX 1024u
 
 void kiln_web_buf_release(kiln_web_buf *b);
 /* The page's bytes, NUL-terminated (caller frees), *len their length; the buffer is left
- * empty. NULL when an append failed (KILN_ERR_NOMEM set), the buffer released. */
+ * empty. NULL when an append failed (KILN_ERR_NOMEM set) or the page passed its limit
+ * (KILN_ERR_LIMIT, the message saying so), the buffer released. */
 char *kiln_web_buf_take(kiln_web_buf *b, size_t *len);
 
 /* Append s as HTML text, safe inside elements and quoted attribute values alike: & < > " '
@@ -62,6 +75,9 @@ char *kiln_web_buf_take(kiln_web_buf *b, size_t *len);
  * surrogates, past U+10FFFF, cut short) as well as control characters other than tab and
  * newline become U+FFFD. NULL appends nothing. */
 void kiln_web_text(kiln_web_buf *b, const char *s);
+/* kiln_web_text of at most max bytes of s (cut where a character begins), then "…" when
+ * anything was cut. */
+void kiln_web_text_cut(kiln_web_buf *b, const char *s, size_t max);
 /* Append printf's text (numbers, and other text made here from numbers; at most 511 bytes). */
 void kiln_web_printf(kiln_web_buf *b, const char *fmt, ...) KILN_PRINTF(2, 3);
 /* Append s percent-encoded for a URL's query value or path segment: the unreserved bytes
@@ -255,6 +271,68 @@ typedef struct kiln_web_trust_version {
 void kiln_web_trust_history_begin(kiln_web_buf *b, int64_t total, uint64_t before);
 void kiln_web_trust_history_row(kiln_web_buf *b, const kiln_web_trust_version *v);
 void kiln_web_trust_history_end(kiln_web_buf *b, uint64_t last, bool more);
+
+/* ---- HTTP plumbing (web/http.c): one for kiln registry serve and kiln runs serve ---- */
+
+struct sockaddr_storage;
+
+/* The listen address, one rule for both servers: HOST:PORT with HOST an IPv4 address or
+ * "localhost" (127.0.0.1: loopback, never a name looked up), or [IPv6]:PORT; PORT decimal,
+ * 0..65535 (0: a free one). *ss is filled for bind(); *v6 says which family. Anything else
+ * is KILN_ERR_USAGE naming the address and what is wrong with it. */
+kiln_err kiln_web_listen_parse(const char *listen, struct sockaddr_storage *ss, bool *v6);
+
+/* What both servers give every client. A connection that has not finished a request head
+ * in KILN_WEB_HTTP_HEADER_TIMEOUT_S is closed (a slow-loris or a vanished client holds its
+ * slot no longer); once it has sent one it may stay silent KILN_WEB_HTTP_IDLE_TIMEOUT_S
+ * (during a request and kept alive between requests). One client address holds at most
+ * KILN_WEB_HTTP_PER_IP connections, so that one address cannot take every slot. */
+#define KILN_WEB_HTTP_HEADER_TIMEOUT_S 10u
+#define KILN_WEB_HTTP_IDLE_TIMEOUT_S 120u
+#define KILN_WEB_HTTP_PER_IP 64u
+#define KILN_WEB_HTTP_NO_LIMIT 0xffffffffu
+/* Connections at most, and the file descriptors a server wants besides them: fewer where
+ * RLIMIT_NOFILE leaves no room (a warning says so when the caller asked for more). */
+#define KILN_WEB_HTTP_MAX_CONNECTIONS 4096u
+#define KILN_WEB_HTTP_SPARE_FDS 64u
+
+/* The server itself is for the two that include <microhttpd.h> before this header (the rest
+ * of the project sees none of libmicrohttpd's names). */
+#ifdef MHD_VERSION
+typedef struct kiln_web_http_opts {
+    const char *listen;           /* kiln_web_listen_parse's rule */
+    unsigned threads;             /* 0: 4 */
+    unsigned max_connections;     /* 0: KILN_WEB_HTTP_MAX_CONNECTIONS */
+    unsigned per_ip_connections;  /* 0: KILN_WEB_HTTP_PER_IP; KILN_WEB_HTTP_NO_LIMIT: none */
+    unsigned header_timeout_s;    /* 0: KILN_WEB_HTTP_HEADER_TIMEOUT_S */
+    unsigned idle_timeout_s;      /* 0: KILN_WEB_HTTP_IDLE_TIMEOUT_S */
+    size_t memory_limit;          /* per connection; 0: libmicrohttpd's */
+    const char *tls_cert, *tls_key; /* PEM text (not paths), both or neither: HTTPS */
+    /* The request handler, as libmicrohttpd calls it, and its closure. */
+    MHD_AccessHandlerCallback handler;
+    void *handler_cls;
+    /* Optional: the accept policy, the end of each request, a connection opened (true) or
+     * closed (false), paths left as sent, libmicrohttpd's complaints. */
+    MHD_AcceptPolicyCallback accept;
+    void *accept_cls;
+    MHD_RequestCompletedCallback completed;
+    void *completed_cls;
+    void (*on_connection)(void *cls, bool opened);
+    void *connection_cls;
+    size_t (*unescape)(void *cls, struct MHD_Connection *c, char *s);
+    MHD_LogCallback log;
+    const char *what; /* names the server in messages ("cannot listen on ..."): "registry" */
+} kiln_web_http_opts;
+
+typedef struct kiln_web_http kiln_web_http;
+/* Bind and serve on threads of libmicrohttpd's own; *out freed with kiln_web_http_stop.
+ * KILN_ERR_USAGE for a bad address, KILN_ERR_NETWORK when it cannot listen. */
+kiln_err kiln_web_http_start(const kiln_web_http_opts *o, kiln_web_http **out);
+/* The port it listens on (the chosen one when asked for 0). */
+uint16_t kiln_web_http_port(const kiln_web_http *h);
+/* Stop: close the listening socket and every connection, join the threads, free. NULL ok. */
+void kiln_web_http_stop(kiln_web_http *h);
+#endif /* MHD_VERSION */
 
 #ifdef __cplusplus
 }

@@ -49,8 +49,15 @@ typedef struct trust_ref {
     int refs; /* under the server's trust_mu */
 } trust_ref;
 
+/* The registry's defaults are the ones both servers have (web/http.c). */
+_Static_assert(KILN_REGISTRY_HEADER_TIMEOUT_S == KILN_WEB_HTTP_HEADER_TIMEOUT_S &&
+                   KILN_REGISTRY_IDLE_TIMEOUT_S == KILN_WEB_HTTP_IDLE_TIMEOUT_S &&
+                   KILN_REGISTRY_MAX_CONNECTIONS == KILN_WEB_HTTP_MAX_CONNECTIONS &&
+                   KILN_REGISTRY_SPARE_FDS == KILN_WEB_HTTP_SPARE_FDS,
+               "registry.h's server defaults differ from web.h's");
+
 struct kiln_registry_server {
-    struct MHD_Daemon *d;
+    kiln_web_http *http; /* web/http.c: the daemon, as kiln runs serve has it */
     char *root;
     pthread_mutex_t trust_mu;     /* guards trust and each trust_ref's refs */
     pthread_mutex_t trust_put_mu; /* one trust PUT at a time: verify, store, swap */
@@ -59,7 +66,6 @@ struct kiln_registry_server {
     bool read_required;
     char *mirror_of; /* a mirror store's primary (mirror.c): every write is refused */
     uint64_t max_upload;
-    unsigned header_timeout_s, idle_timeout_s;
     int lock_fd;
     uint16_t port;
     char *tls_cert, *tls_key; /* PEM text, held while the daemon runs (the key wiped after) */
@@ -1573,12 +1579,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                  strlen(method) < sizeof r->method ? method : "OTHER");
         *con_cls = r;
         atomic_fetch_add(&s->in_flight, 1);
-        /* A whole request head is in: from here the connection has the idle timeout (during
-         * the request and kept alive after it), no longer the short one for a head. */
-        const union MHD_ConnectionInfo *to =
-            MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_TIMEOUT);
-        if (!to || to->connection_timeout != s->idle_timeout_s)
-            MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->idle_timeout_s);
+        /* (From here the connection has the idle timeout, no longer the header one: web/http.c
+         * switches it on every handler call.) */
         /* A response queued on this first call is an "early" one to libmicrohttpd 0.9.75,
          * which then closes the connection after it (it cannot know the body was read): a
          * GET or HEAD without a body is answered on the next call, once the request is
@@ -1649,17 +1651,10 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     atomic_fetch_sub(&s->in_flight, 1);
 }
 
-static void conn_notify(void *cls, struct MHD_Connection *c, void **socket_context,
-                        enum MHD_ConnectionNotificationCode toe) {
+/* A connection opened or closed (the timeouts of a connection are web/http.c's). */
+static void conn_notify(void *cls, bool opened) {
     kiln_registry_server *s = cls;
-    (void)socket_context;
-    atomic_fetch_add(&s->connections, toe == MHD_CONNECTION_NOTIFY_STARTED ? 1 : -1);
-    /* Until its first request head is complete a connection has the short header timeout
-     * (the daemon's own is the idle one): a silent one frees its slot (and its client
-     * address's share) in seconds, not minutes. Set here, where the connection is already
-     * on its worker's timeout lists, as libmicrohttpd requires. */
-    if (toe == MHD_CONNECTION_NOTIFY_STARTED && s->header_timeout_s != s->idle_timeout_s)
-        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, s->header_timeout_s);
+    atomic_fetch_add(&s->connections, opened ? 1 : -1);
 }
 
 /* Paths stay as sent: the router decodes each segment itself, so an encoded '/' or ".."
@@ -1677,47 +1672,6 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     while (n && line[n - 1] == '\n')
         line[--n] = 0;
     kiln_debug("registry: microhttpd: %s", line);
-}
-
-static kiln_err parse_listen(const char *listen, struct sockaddr_storage *ss, bool *v6) {
-    memset(ss, 0, sizeof *ss);
-    char host[128];
-    const char *colon;
-    *v6 = false;
-    if (listen[0] == '[') {
-        const char *close = strchr(listen, ']');
-        KILN_FAIL_IF(!close || close[1] != ':' || (size_t)(close - listen - 1) >= sizeof host,
-                     KILN_ERR_USAGE, "listen address '%s' is not [HOST]:PORT", listen);
-        memcpy(host, listen + 1, (size_t)(close - listen - 1));
-        host[close - listen - 1] = 0;
-        colon = close + 1;
-        *v6 = true;
-    } else {
-        colon = strrchr(listen, ':');
-        KILN_FAIL_IF(!colon || (size_t)(colon - listen) >= sizeof host, KILN_ERR_USAGE,
-                     "listen address '%s' is not HOST:PORT", listen);
-        memcpy(host, listen, (size_t)(colon - listen));
-        host[colon - listen] = 0;
-    }
-    char *e;
-    errno = 0;
-    long port = strtol(colon + 1, &e, 10);
-    KILN_FAIL_IF(errno || e == colon + 1 || *e || port < 0 || port > 65535, KILN_ERR_USAGE,
-                 "listen address '%s' has a bad port", listen);
-    if (*v6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        KILN_FAIL_IF(inet_pton(AF_INET6, host, &a->sin6_addr) != 1, KILN_ERR_USAGE,
-                     "listen address '%s': '%s' is not an IPv6 address", listen, host);
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)ss;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        KILN_FAIL_IF(inet_pton(AF_INET, host, &a->sin_addr) != 1, KILN_ERR_USAGE,
-                     "listen address '%s': '%s' is not an IPv4 address", listen, host);
-    }
-    return KILN_OK;
 }
 
 /* Bind the listen address once and let it go, before the store is touched: an address in
@@ -1813,7 +1767,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_FAIL_IF(sodium_init() < 0, KILN_ERR_INTERNAL, "libsodium failed to initialise");
     struct sockaddr_storage ss;
     bool v6;
-    KILN_TRY(parse_listen(o->listen, &ss, &v6));
+    KILN_TRY(kiln_web_listen_parse(o->listen, &ss, &v6));
     kiln_registry_server *s = kiln_calloc(1, sizeof *s);
     if (!s) return KILN_ERR_NOMEM;
     s->lock_fd = -1;
@@ -1829,9 +1783,6 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     KILN_CHECK_IF(rc, fail, !s->root, KILN_ERR_NOMEM, "out of memory");
     s->read_required = o->read_token_required;
     s->max_upload = o->max_upload ? o->max_upload : 16ull << 30;
-    s->header_timeout_s =
-        o->header_timeout_s ? o->header_timeout_s : KILN_REGISTRY_HEADER_TIMEOUT_S;
-    s->idle_timeout_s = o->idle_timeout_s ? o->idle_timeout_s : KILN_REGISTRY_IDLE_TIMEOUT_S;
     /* The policy before the store: a bad --trust must not leave a new store behind. */
     if (o->trust) {
         /* Read once, parsed twice: the policy walked to the one in force, and the one the
@@ -1909,45 +1860,34 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     }
     reg_db_close(db);
     clear_tmp(o->root);
-    unsigned threads = o->threads ? o->threads : 4;
-    /* Every connection holds a descriptor; the store, the log and the threads want some
-     * too (64 spare). More connections than the limit allows would fail at accept(). */
-    unsigned max_conn = o->max_connections ? o->max_connections : KILN_REGISTRY_MAX_CONNECTIONS,
-             per_ip = o->per_ip_connections == KILN_REGISTRY_NO_LIMIT ? 0u
-                      : o->per_ip_connections                          ? o->per_ip_connections
-                                                                       : 64u;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        rl.rlim_cur < (rlim_t)max_conn + KILN_REGISTRY_SPARE_FDS) {
-        unsigned fit = rl.rlim_cur > 2 * KILN_REGISTRY_SPARE_FDS
-                           ? (unsigned)(rl.rlim_cur - KILN_REGISTRY_SPARE_FDS)
-                           : KILN_REGISTRY_SPARE_FDS;
-        /* Said when the caller asked for that many; the default just fits itself. */
-        if (o->max_connections)
-            kiln_warn("registry: the file descriptor limit (%llu) leaves room for %u "
-                      "connections, not %u (raise it with ulimit -n)",
-                      (unsigned long long)rl.rlim_cur, fit, max_conn);
-        max_conn = fit;
-    }
-    const char *no_pem = "";
-    s->d = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-            (v6 ? MHD_USE_IPv6 : 0) | (s->tls_cert ? MHD_USE_TLS : 0),
-        0, accept_policy, s, handler, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, threads, MHD_OPTION_NOTIFY_COMPLETED, completed, s,
-        MHD_OPTION_NOTIFY_CONNECTION, conn_notify, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape,
-        NULL, MHD_OPTION_CONNECTION_TIMEOUT, s->idle_timeout_s, MHD_OPTION_CONNECTION_LIMIT,
-        max_conn, MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip,
+    /* The daemon as kiln runs serve has it (web/http.c): the listen rule, the connection
+     * limits and the header and idle timeouts are the same for both servers. */
+    kiln_web_http_opts ho = {
+        .listen = o->listen,
+        .threads = o->threads,
+        .max_connections = o->max_connections,
+        .per_ip_connections = o->per_ip_connections == KILN_REGISTRY_NO_LIMIT
+                                  ? KILN_WEB_HTTP_NO_LIMIT
+                                  : o->per_ip_connections,
+        .header_timeout_s = o->header_timeout_s,
+        .idle_timeout_s = o->idle_timeout_s,
         /* room for X-Kiln-Signature: several signers' blocks, base64 */
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(4 * REG_SIG_MAX), MHD_OPTION_EXTERNAL_LOGGER,
-        mhd_log, NULL,
-        /* (ignored without MHD_USE_TLS) */
-        MHD_OPTION_HTTPS_MEM_CERT, s->tls_cert ? s->tls_cert : no_pem, MHD_OPTION_HTTPS_MEM_KEY,
-        s->tls_key ? s->tls_key : no_pem, MHD_OPTION_END);
-    KILN_CHECK_IF(rc, fail, !s->d, KILN_ERR_NETWORK,
-                  "cannot listen on '%s' (address in use or not local?)", o->listen);
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = info ? info->port : 0;
+        .memory_limit = (size_t)(4 * REG_SIG_MAX),
+        .tls_cert = s->tls_cert,
+        .tls_key = s->tls_key,
+        .handler = handler,
+        .handler_cls = s,
+        .accept = accept_policy,
+        .accept_cls = s,
+        .completed = completed,
+        .completed_cls = s,
+        .on_connection = conn_notify,
+        .connection_cls = s,
+        .unescape = no_unescape,
+        .log = mhd_log,
+        .what = "registry"};
+    KILN_CHECK(rc, fail, kiln_web_http_start(&ho, &s->http));
+    s->port = kiln_web_http_port(s->http);
     free(lock_path);
     *out = s;
     return KILN_OK;
@@ -1965,14 +1905,14 @@ uint16_t kiln_registry_server_port(const kiln_registry_server *s) {
 
 void kiln_registry_server_stop(kiln_registry_server *s, unsigned grace_ms) {
     if (!s) return;
-    if (s->d) {
+    if (s->http) {
         atomic_store(&s->stopping, 1);
         uint64_t deadline = kiln_now_ns() + (uint64_t)grace_ms * 1000000ull;
         while (atomic_load(&s->in_flight) > 0 && kiln_now_ns() < deadline) {
             struct timespec ts = {0, 10 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        MHD_stop_daemon(s->d); /* closes the listen socket */
+        kiln_web_http_stop(s->http); /* closes the listen socket */
     }
     trust_release(s, s->trust);
     kiln_sign_trust_free(s->trust_start);

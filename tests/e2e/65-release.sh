@@ -49,6 +49,27 @@ ls -a r2 | grep -q '^\.baseline' && fail "the baseline's temporary directory was
 $KILN pull market@production --registry "$URL" --trust trust.json --state st --out prod | grep -q 'market@2.0.0 (channel production, seq 2)' ||
     fail "production is not v2"
 
+# A model directory whose card.json or model.safetensors is a symlink to a file elsewhere:
+# refused at the check stage (as kiln pack refuses it), nothing copied, packed or published,
+# the secret the link reached in no file the release made. (r1/model is a good one: a copy
+# of it with the links put in.)
+printf 'SECRET-9f3a outside the model directory\n' >outside-secret
+for f in card.json model.safetensors; do
+    rm -rf lm && cp -r r1/model lm
+    sed 's/"lineage"/"secret": "SECRET-9f3a", "lineage"/' r1/model/card.json >outside-card.json
+    cp r1/model/model.safetensors outside.safetensors
+    case $f in card.json) ln -sf "$T/outside-card.json" lm/card.json ;;
+        *) ln -sf "$T/outside.safetensors" lm/model.safetensors ;; esac
+    expect_fail 2 $KILN release --model lm --data d.st --version 6.0.0 $R --baseline-channel '' \
+        --out-dir r-link
+    grep -q "release stopped at stage 'check': 'lm/$f': is a symlink" err ||
+        fail "a linked $f was not refused at the check: $(cat err)"
+    [ ! -e r-link ] || fail "a refused release ($f linked) left '$(ls -R r-link)'"
+    expect_fail 2 $KILN pull market@6.0.0 --registry "$URL" --trust trust.json --state st --out x6
+    grep -q 'HTTP 404' err || fail "6.0.0 reached the registry with $f linked: $(cat err)"
+done
+grep -rl 'SECRET-9f3a' r1 r2 reg 2>/dev/null && fail "the linked card's secret reached a file"
+
 # A worse model (step 4) against v2: validation fails, nothing is packed or published.
 expect_fail 1 $KILN release run --step 4 --version 3.0.0 $R $P --out-dir r3
 grep -q "release stopped at stage 'validate'" err || fail "validate failure: $(cat err)"
