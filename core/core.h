@@ -181,6 +181,10 @@ bool kiln_unhex(const char *hex, uint8_t *bytes, size_t len);
  * The caller closes *fd (-1 on failure). */
 kiln_err kiln_open_input(const char *path, int *fd, uint64_t *size);
 
+/* Read the rest of fd (size bytes as fstat gave them, at most limit) into a new buffer,
+ * NUL-terminated, *len bytes; label names the file in messages. Closes fd, always. */
+kiln_err kiln_read_fd(int fd, uint64_t size, size_t limit, const char *label, char **buf,
+                      size_t *len);
 /* Read a whole file (at most limit bytes, else KILN_ERR_LIMIT). *buf is NUL-terminated
  * past len; caller frees. */
 kiln_err kiln_read_file(const char *path, size_t limit, char **buf, size_t *len);
@@ -453,8 +457,8 @@ void kiln_st_sha256(const kiln_st *st, uint8_t out[KILN_SHA256_BYTES]);
  * naming it and what it is ("'m/card.json': is a symlink; ..."); a missing one
  * KILN_ERR_NOTFOUND. */
 struct stat;
-/* "a symlink", "a fifo", ... of a st_mode. */
-const char *kiln_modeldir_kind(unsigned mode);
+/* "a symlink", "a FIFO", ... of a st_mode (core/file.c). */
+const char *kiln_file_kind(unsigned mode);
 /* The rule on a file's lstat/fstat (label names it). */
 kiln_err kiln_modeldir_file_ok(const struct stat *sb, const char *label);
 /* rel (components without "." or "..") beneath dirfd, opened for reading; *fd_out the

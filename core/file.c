@@ -11,14 +11,16 @@
 
 #include "core.h"
 
-/* What a file that is not a regular one is, for the message that refuses it. */
-static const char *file_kind(mode_t m) {
-    if (S_ISFIFO(m)) return "a FIFO";
+const char *kiln_file_kind(unsigned mode) {
+    mode_t m = (mode_t)mode;
+    if (S_ISREG(m)) return "a regular file";
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISLNK(m)) return "a symlink";
     if (S_ISCHR(m)) return "a character device";
     if (S_ISBLK(m)) return "a block device";
+    if (S_ISFIFO(m)) return "a FIFO";
     if (S_ISSOCK(m)) return "a socket";
-    if (S_ISDIR(m)) return "a directory";
-    return "not a file";
+    return "not a regular file or directory";
 }
 
 kiln_err kiln_open_input(const char *path, int *fd_out, uint64_t *size) {
@@ -36,7 +38,7 @@ kiln_err kiln_open_input(const char *path, int *fd_out, uint64_t *size) {
     if (fstat(fd, &sb) != 0)
         rc = kiln_fail_errno(KILN_ERR_IO, "cannot stat '%s'", path);
     else if (!S_ISREG(sb.st_mode))
-        rc = kiln_fail(KILN_ERR_IO, "'%s': not a regular file (%s)", path, file_kind(sb.st_mode));
+        rc = kiln_fail(KILN_ERR_IO, "'%s': not a regular file (%s)", path, kiln_file_kind(sb.st_mode));
     else if ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
         rc = kiln_fail_errno(KILN_ERR_IO, "cannot set up reading '%s'", path);
     if (rc) {
@@ -48,25 +50,23 @@ kiln_err kiln_open_input(const char *path, int *fd_out, uint64_t *size) {
     return KILN_OK;
 }
 
-kiln_err kiln_read_file(const char *path, size_t limit, char **buf, size_t *len) {
+kiln_err kiln_read_fd(int fd, uint64_t size, size_t limit, const char *label, char **buf,
+                      size_t *len) {
     *buf = NULL;
     *len = 0;
-    int fd;
-    uint64_t size;
-    KILN_TRY(kiln_open_input(path, &fd, &size));
     kiln_err rc = KILN_OK;
     char *p = NULL;
     KILN_CHECK_IF(rc, out, size > limit, KILN_ERR_LIMIT,
-                  "'%s' is %llu bytes, more than the limit of %zu", path, (unsigned long long)size,
-                  limit);
+                  "'%s' is %llu bytes, more than the limit of %zu", label,
+                  (unsigned long long)size, limit);
     size_t want = (size_t)size, got = 0;
     p = kiln_malloc(want + 1);
-    KILN_CHECK_IF(rc, out, !p, KILN_ERR_NOMEM, "out of memory reading '%s'", path);
+    KILN_CHECK_IF(rc, out, !p, KILN_ERR_NOMEM, "out of memory reading '%s'", label);
     while (got < want) {
         ssize_t n = read(fd, p + got, want - got);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0) {
-            rc = kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", path);
+            rc = kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", label);
             goto out;
         }
         if (n == 0) break; /* shrank under us: take what is there */
@@ -80,6 +80,15 @@ out:
     free(p);
     close(fd);
     return rc;
+}
+
+kiln_err kiln_read_file(const char *path, size_t limit, char **buf, size_t *len) {
+    *buf = NULL;
+    *len = 0;
+    int fd;
+    uint64_t size;
+    KILN_TRY(kiln_open_input(path, &fd, &size));
+    return kiln_read_fd(fd, size, limit, path, buf, len);
 }
 
 char *kiln_dirname(const char *path) {

@@ -14,22 +14,10 @@
 
 #include "core.h"
 
-const char *kiln_modeldir_kind(unsigned mode) {
-    mode_t m = (mode_t)mode;
-    if (S_ISREG(m)) return "a regular file";
-    if (S_ISDIR(m)) return "a directory";
-    if (S_ISLNK(m)) return "a symlink";
-    if (S_ISCHR(m)) return "a character device";
-    if (S_ISBLK(m)) return "a block device";
-    if (S_ISFIFO(m)) return "a fifo";
-    if (S_ISSOCK(m)) return "a socket";
-    return "not a regular file or directory";
-}
-
 kiln_err kiln_modeldir_file_ok(const struct stat *sb, const char *label) {
     KILN_FAIL_IF(!S_ISREG(sb->st_mode), KILN_ERR_FORMAT,
                  "'%s': is %s; a model directory holds regular files only", label,
-                 kiln_modeldir_kind(sb->st_mode));
+                 kiln_file_kind(sb->st_mode));
     KILN_FAIL_IF(sb->st_nlink > 1, KILN_ERR_FORMAT,
                  "'%s': has %ju hard links; a model directory holds files with one link only",
                  label, (uintmax_t)sb->st_nlink);
@@ -115,32 +103,13 @@ kiln_err kiln_modeldir_read(const char *dir, const char *rel, size_t limit, char
     int fd;
     uint64_t size;
     KILN_TRY(kiln_modeldir_open(dir, rel, &fd, &size));
-    char *label = kiln_path_join(dir, rel), *p = NULL;
-    kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out, !label, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(rc, out, size > limit, KILN_ERR_LIMIT,
-                  "'%s' is %ju bytes, more than the limit of %zu", label, (uintmax_t)size, limit);
-    p = kiln_malloc((size_t)size + 1);
-    KILN_CHECK_IF(rc, out, !p, KILN_ERR_NOMEM, "out of memory reading '%s'", label);
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, p + got, (size_t)size - got);
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            rc = kiln_fail_errno(KILN_ERR_IO, "cannot read '%s'", label);
-            goto out;
-        }
-        if (n == 0) break; /* shrank under us: take what is there */
-        got += (size_t)n;
+    char *label = kiln_path_join(dir, rel);
+    if (!label) {
+        close(fd);
+        return KILN_ERR_NOMEM;
     }
-    p[got] = 0;
-    *buf = p;
-    *len = got;
-    p = NULL;
-out:
-    free(p);
+    kiln_err rc = kiln_read_fd(fd, size, limit, label, buf, len);
     free(label);
-    close(fd);
     return rc;
 }
 

@@ -102,7 +102,7 @@ static kiln_err walk_dir(walk *w, int dfd, const char *prefix, int depth) {
         } else {
             rc = kiln_fail(KILN_ERR_FORMAT,
                            "'%s/%s': is %s; only regular files and directories are packed", w->dir,
-                           rel, kiln_modeldir_kind(sb.st_mode));
+                           rel, kiln_file_kind(sb.st_mode));
             free(rel);
             break;
         }

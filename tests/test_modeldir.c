@@ -39,7 +39,7 @@ KILN_TEST(modeldir_refuses_links_and_fifos) {
     CHECK("a fifo is refused",
           kiln_modeldir_read(md, "fifo.json", 1 << 20, &buf, &len) == KILN_ERR_FORMAT);
     CHECK("... at once, named",
-          kiln_now_ns() - t0 < 2000000000ull && kiln_test_msg_has("fifo.json': is a fifo", NULL));
+          kiln_now_ns() - t0 < 2000000000ull && kiln_test_msg_has("fifo.json': is a FIFO", NULL));
     CHECK("a missing file is not found",
           kiln_modeldir_read(md, "none.json", 1 << 20, &buf, &len) == KILN_ERR_NOTFOUND);
     kiln_model *m = NULL;

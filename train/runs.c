@@ -68,7 +68,7 @@ static kiln_err open_db(const char *run_dir, kiln_metrics **mx) {
         rc = KILN_OK; /* none yet */
     else if (!S_ISREG(sb.st_mode))
         rc = kiln_fail(KILN_ERR_FORMAT, "'%s/metrics.db': is %s; a run's database is a regular "
-                       "file of its own", run_dir, kiln_modeldir_kind(sb.st_mode));
+                       "file of its own", run_dir, kiln_file_kind(sb.st_mode));
     else
         rc = kiln_metrics_open(p, true, mx);
     free(p);
