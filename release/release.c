@@ -297,7 +297,7 @@ static kiln_err stage_validate(rel *r) {
                              .data = r->data,
                              .baseline = r->baseline,
                              .baseline_ref = r->baseline ? &ref : NULL,
-                             .make_bf16 = !r->o->no_bf16,
+                             .no_bf16 = r->o->no_bf16,
                              .thresholds = r->o->thresholds,
                              .val_fraction = -1,
                              .reference = r->o->reference};

@@ -348,9 +348,7 @@ static bool same_config(const kiln_model_config *a, const kiln_model_config *b) 
 static kiln_err check_bf16(run *r, const kiln_validate_opts *o, vmodel *m, const heldout *h,
                            const kiln_thresholds *th) {
     const char *name = "parity_f32_bf16";
-    if (!o->bf16 && !o->make_bf16)
-        return add_check(r, name, "not run", "no bf16 export asked for (--bf16 M or --make-bf16)",
-                         NULL, NULL);
+    if (o->no_bf16) return add_check(r, name, "not run", "skipped by --no-bf16", NULL, NULL);
     if (m->bf16) return add_check(r, name, "not run", "the model is bf16 already", NULL, NULL);
     vmodel b;
     char *path = NULL;

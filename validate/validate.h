@@ -124,8 +124,12 @@ typedef struct kiln_validate_opts {
      * pulled or unpacked model has one), when that manifest lists the very model.safetensors
      * measured. Only read with baseline. */
     const kiln_validate_baseline_ref *baseline_ref;
-    const char *bf16;   /* NULL, or the candidate's bf16 export to compare against */
-    bool make_bf16;     /* compare against a bf16 rounding of the candidate made here */
+    /* parity_f32_bf16: the candidate against bf16, by default a bf16 rounding of it made
+     * here (as kiln release always did); bf16 names an export to compare against instead;
+     * no_bf16 skips the check ("not run: skipped by --no-bf16"). One default for kiln
+     * validate and kiln release, so that a model that validates also releases. */
+    const char *bf16; /* NULL, or the candidate's bf16 export to compare against */
+    bool no_bf16;     /* skip the check */
     const char *report; /* NULL: <model>/validation.json; "" = write none */
     const kiln_thresholds *thresholds; /* NULL: defaults */
     double val_fraction;               /* < 0: from the card, else the default */

@@ -95,8 +95,13 @@ for s in g["starts"]:
 # every instrument's validation rows start at val_from: the same count in each
 assert len({ve - vb for _, _, vb, ve in ranges}) == 1, ranges
 EOF
-$KILN validate --model "$T/model" --data "$T/m.st" --report "$T/val.json" >/dev/null 2>"$T/val.err" ||
-    fail "validate on grouped data: $(cat "$T/val.err")"
+$KILN validate --model "$T/model" --data "$T/m.st" --report "$T/val.json" >"$T/val.out" 2>"$T/val.err" ||
+    fail "validate on grouped data: $(cat "$T/val.out" "$T/val.err")"
+# bf16 parity by default, as release runs it; --no-bf16 skips it and says so.
+grep -q '^parity_f32_bf16  *passed$' "$T/val.out" || fail "validate's default bf16 check: $(cat "$T/val.out")"
+$KILN validate --model "$T/model" --data "$T/m.st" --report '' --no-bf16 >"$T/val.out" ||
+    fail "validate --no-bf16"
+grep -q '^parity_f32_bf16  *not run: skipped by --no-bf16$' "$T/val.out" || fail "--no-bf16: $(cat "$T/val.out")"
 cd "$T"
 for k in rel prom; do $KILN keygen --out $k --no-password >/dev/null; done
 cat >trust.json <<JSON
