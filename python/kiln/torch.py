@@ -391,15 +391,14 @@ class _Block(nn.Module):
 
 
 
-def fold_target_norm(tensors, meta, n_outputs, path):
-    """A checkpoint's head trained on standardised targets (kiln.target_norm: the training
-    split's mean and std of each target) with the standardisation folded in, W' = std W and
-    b' = std b + mean, in float32 as kiln export folds it: the model then predicts in the
-    data's own units, bit for bit the exported model's head. A checkpoint without the key
-    (written before targets were standardised) is returned as it is."""
+def target_norm_of(meta, n_outputs, path):
+    """(mean, std) as float32 arrays [O] from a checkpoint's kiln.target_norm (the training
+    split's mean and population std of each target, which the trainer fitted the head to), or
+    None when the key is absent (a checkpoint written before targets were standardised).
+    Raises kiln.Error naming the file when it is malformed."""
     text = meta.get("kiln.target_norm")
     if text is None:
-        return tensors
+        return None
     try:
         tn = json.loads(text)
         mean = np.asarray(tn["mean"], dtype=np.float64)
@@ -409,12 +408,33 @@ def fold_target_norm(tensors, meta, n_outputs, path):
     if mean.shape != (n_outputs,) or std.shape != (n_outputs,) or not np.all(np.isfinite(mean)) \
             or not np.all(std > 0) or not np.all(np.isfinite(std)):
         raise Error(f"'{path}': kiln.target_norm needs {n_outputs} finite means and positive stds")
-    mean32, std32 = mean.astype(np.float32), std.astype(np.float32)
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def fold_head(weight, bias, mean, std):
+    """head.weight [O,D] and head.bias [O] trained on standardised targets, (y - mean) / std,
+    with the standardisation folded in: W' = std W, b' = std b + mean, in float32 as kiln
+    export folds them (export/freeze.c): the head then predicts in the data's own units."""
+    mean32 = np.asarray(mean, dtype=np.float32)
+    std32 = np.asarray(std, dtype=np.float32)
+    w = np.asarray(weight, dtype=np.float32)
+    b = np.asarray(bias, dtype=np.float32)
+    return (w * std32[:, None]).astype(np.float32), (b * std32 + mean32).astype(np.float32)
+
+
+def fold_target_norm(tensors, meta, n_outputs, path):
+    """A checkpoint's tensors (name -> numpy array) with its target standardisation
+    (``meta["kiln.target_norm"]``, target_norm_of) folded into head.weight and head.bias
+    (fold_head): bit for bit the head ``kiln export`` writes, so the model predicts in the
+    data's units. Tensors without the key are returned as they are; ``path`` names the file
+    in errors. TSMoE.from_checkpoint uses it; save_model_dir folds a model's own
+    set_target_norm the same way."""
+    tn = target_norm_of(meta, n_outputs, path)
+    if tn is None:
+        return tensors
     out = dict(tensors)
-    w = np.asarray(tensors["head.weight"], dtype=np.float32)
-    b = np.asarray(tensors["head.bias"], dtype=np.float32)
-    out["head.weight"] = (w * std32[:, None]).astype(np.float32)
-    out["head.bias"] = (b * std32 + mean32).astype(np.float32)
+    out["head.weight"], out["head.bias"] = fold_head(tensors["head.weight"], tensors["head.bias"],
+                                                     *tn)
     return out
 
 class TSMoE(nn.Module):
@@ -425,6 +445,16 @@ class TSMoE(nn.Module):
     ``.double()`` makes a float64 twin. ``forward(x, targets=None)`` returns ``(y, loss)``:
     ``y`` [B,S,O] and, with targets, a dict of the loss and its terms (``loss``, ``mse``,
     ``load_balance`` = sum of lb_l, ``z`` = sum of z_l), else None.
+
+    Targets at any scale, as ``kiln train`` fits them (docs/train.md): ``set_target_norm``
+    takes the training rows' targets and the head then fits (y - mean) / std, so ``mse`` is
+    about 1 whatever the data's units (daily returns, std ~0.01, would otherwise leave an MSE
+    of ~1e-4 under a load-balance term of ~0.02, and the model would learn nothing). ``y`` is
+    always in the data's units (the head's output times std plus mean); ``mse`` and ``loss``
+    are in standardised units, as kiln's metrics. ``save_model_dir`` folds the
+    standardisation into the head as ``kiln export`` does. The mean and std are buffers
+    outside ``state_dict()`` (not tensors of kiln's files); without ``set_target_norm`` they
+    are 0 and 1, which change no bit.
 
     The pieces a variant might change are overridable methods (``gelu``, ``alibi_slopes``,
     ``top_k_gates``), so that a researcher's change (or a deliberate mistake, in the tests) is
@@ -442,6 +472,9 @@ class TSMoE(nn.Module):
         self.blocks = nn.ModuleList(_Block(c) for _ in range(c["n_layers"]))
         self.final_norm = _Gain(c["d_model"])
         self.head = _Linear(c["n_outputs"], c["d_model"])
+        # The targets' standardisation the head fits (set_target_norm): not kiln tensors.
+        self.register_buffer("target_mean", torch.zeros(c["n_outputs"]), persistent=False)
+        self.register_buffer("target_std", torch.ones(c["n_outputs"]), persistent=False)
         if seed is not None:
             self.load_arrays(init_params(c, seed))
 
@@ -529,7 +562,8 @@ class TSMoE(nn.Module):
             else:
                 a = self.gelu(u @ blk.ffn.fc.weight.T + blk.ffn.fc.bias)
                 h = h + a @ blk.ffn.proj.weight.T + blk.ffn.proj.bias
-        y = rmsnorm(h, self.final_norm.weight, eps) @ self.head.weight.T + self.head.bias
+        ys = rmsnorm(h, self.final_norm.weight, eps) @ self.head.weight.T + self.head.bias
+        y = ys * self.target_std + self.target_mean  # the data's units
         if targets is None:
             return y, None
         try:
@@ -538,7 +572,7 @@ class TSMoE(nn.Module):
             raise Error(f"targets are not numbers: {e}") from None
         if t.shape != y.shape:
             raise Error(f"targets have shape {list(t.shape)}, expected {list(y.shape)}")
-        mse = ((y - t) ** 2).mean()
+        mse = ((ys - (t - self.target_mean) / self.target_std) ** 2).mean()
         loss = mse + self.aux_loss_coef * lb_sum + self.z_loss_coef * z_sum
         return y, {"loss": loss, "mse": mse, "load_balance": lb_sum, "z": z_sum}
 
@@ -580,6 +614,44 @@ class TSMoE(nn.Module):
             self.norm.in_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
             self.norm.in_std.copy_(torch.from_numpy(np.maximum(sd, 1e-6).astype(np.float32)))
 
+    def set_target_norm(self, targets):
+        """The targets' standardisation from the training rows [N, O] as the trainer sets it
+        (train/trainer.c set_target_norm): mean and population standard deviation in double,
+        stored as float32; a constant target keeps std 1. The head then fits standardised
+        targets; outputs stay in the data's units (see the class)."""
+        t = np.asarray(targets, dtype=np.float32).astype(np.float64)
+        O = self.config["n_outputs"]
+        if t.ndim != 2 or t.shape[1] != O or t.shape[0] < 1:
+            raise Error(f"targets have shape {list(t.shape)}, expected [N, {O}] with N >= 1")
+        if not np.all(np.isfinite(t)):
+            raise Error("targets hold a non-finite value")
+        mu = t.mean(axis=0)
+        sd = np.sqrt(((t - mu) ** 2).mean(axis=0))
+        sd32 = sd.astype(np.float32)
+        sd32 = np.where((sd > 0) & (sd32 > 0), sd32, np.float32(1))
+        with torch.no_grad():
+            self.target_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
+            self.target_std.copy_(torch.from_numpy(sd32.astype(np.float32)))
+
+    def target_norm(self):
+        """(mean, std), float32 numpy arrays [O]: what set_target_norm set (0 and 1 unset)."""
+        return (self.target_mean.detach().cpu().to(torch.float32).numpy().copy(),
+                self.target_std.detach().cpu().to(torch.float32).numpy().copy())
+
+    def _has_target_norm(self):
+        mean, std = self.target_norm()
+        return bool(np.any(mean != 0) or np.any(std != 1))
+
+    def folded_arrays(self):
+        """arrays() with the target standardisation folded into head.weight and head.bias
+        (fold_head), what save_model_dir writes: kiln's runtime then predicts what this model
+        predicts, in the data's units."""
+        a = self.arrays()
+        if self._has_target_norm():
+            a["head.weight"], a["head.bias"] = fold_head(a["head.weight"], a["head.bias"],
+                                                         *self.target_norm())
+        return a
+
     # -- kiln's files --
     @classmethod
     def from_model_dir(cls, path):
@@ -594,7 +666,9 @@ class TSMoE(nn.Module):
         kiln export checks it; the AdamW moments (m.*, v.*) are left behind; ``step`` is
         kiln.step. The trainer's target standardisation (kiln.target_norm) is folded into the
         head as kiln export folds it, so the model predicts in the data's units;
-        ``fold_targets=False`` keeps the head as trained (on standardised targets)."""
+        ``fold_targets=False`` keeps the head as trained (on standardised targets) and sets the
+        model's target standardisation from the checkpoint instead (set_target_norm), so that
+        it predicts in the data's units and trains on as the trainer would."""
         return cls._from_file(path, checkpoint=True, fold_targets=fold_targets)
 
     @classmethod
@@ -621,10 +695,15 @@ class TSMoE(nn.Module):
                 raise Error(f"'{path}': tensor data digest mismatch (corrupted checkpoint)")
             tensors = {k: v for k, v in tensors.items()
                        if not k.startswith("m.") and not k.startswith("v.")}
+            tn = target_norm_of(meta, cfg["n_outputs"], path)
             if fold_targets:
                 tensors = fold_target_norm(tensors, meta, cfg["n_outputs"], path)
         m = cls(cfg, seed=None)
         m.load_arrays(tensors, source=path)
+        if checkpoint and not fold_targets and tn is not None:
+            with torch.no_grad():
+                m.target_mean.copy_(torch.from_numpy(tn[0]))
+                m.target_std.copy_(torch.from_numpy(tn[1]))
         try:
             m.step = int(meta.get("kiln.step", 0))
         except ValueError:
@@ -639,9 +718,12 @@ class TSMoE(nn.Module):
         and its version, ``code_version`` (the researcher's, e.g. a git commit), the dataset's
         sha256 (``dataset``: the kiln dataset file trained on), the step, ``train_config``
         (its ``val_fraction`` places the held-out split for golden make and validate) and
-        ``metrics``; ``lineage`` (a dict) adds or overrides keys. Written into a temporary
-        directory beside ``path`` and renamed into place; an existing non-empty directory is
-        refused unless ``force``."""
+        ``metrics``; ``lineage`` (a dict) adds or overrides keys. The target standardisation
+        (set_target_norm) is folded into the head (folded_arrays), as kiln export folds it,
+        and recorded as ``lineage.target_norm`` {mean, std, folded_into}, so the saved model
+        predicts in the data's units and validate reports its loss in the units ``metrics``
+        are in. Written into a temporary directory beside ``path`` and renamed into place; an
+        existing non-empty directory is refused unless ``force``."""
         if os.path.lexists(path) and not (os.path.isdir(path) and not os.listdir(path)):
             if not force or not os.path.isdir(path):
                 raise Error(f"'{path}' exists and is not an empty directory")
@@ -659,6 +741,11 @@ class TSMoE(nn.Module):
         if dataset is not None:
             lin["dataset_sha256"] = sha256_file(dataset)
             lin["dataset_path"] = os.path.abspath(dataset)
+        if self._has_target_norm():
+            mean, std = self.target_norm()
+            lin["target_norm"] = {"mean": [float(v) for v in mean],
+                                  "std": [float(v) for v in std],
+                                  "folded_into": "head.weight, head.bias"}
         if lineage:
             lin.update(lineage)
         if created is None:
@@ -670,7 +757,7 @@ class TSMoE(nn.Module):
                                dir=parent)
         try:
             os.chmod(tmp, 0o755)
-            write_safetensors(os.path.join(tmp, "model.safetensors"), self.arrays(),
+            write_safetensors(os.path.join(tmp, "model.safetensors"), self.folded_arrays(),
                               {"kiln.config": config_text(self.config),
                                "kiln.step": str(int(self.step)),
                                "kiln.source": "kiln.torch (torch " + torch.__version__ + ")"})
