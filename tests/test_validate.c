@@ -482,15 +482,13 @@ KILN_TEST(validate_passes_fresh_model) {
     fixture f = {0};
     if (!CHECK("fixture", fixture_make(&f, 20, 10))) goto out;
     json_t *rep = NULL;
-    kiln_validate_opts o = {
-        .model = f.model, .data = f.data, .val_fraction = -1};
+    kiln_validate_opts o = {.model = f.model, .data = f.data, .val_fraction = -1};
     kiln_err rc = kiln_validate_run(&o, &rep);
     CHECK("passes", rc == KILN_OK);
     CHECK("report passed", json_is_true(json_object_get(rep, "passed")));
     CHECK("golden passed", !strcmp(status(rep, "golden"), "passed"));
     /* By default, as kiln release runs it (issue 30: validate ran it only when asked). */
-    CHECK("bf16 in memory passed, by default",
-          !strcmp(status(rep, "parity_f32_bf16"), "passed"));
+    CHECK("bf16 in memory passed, by default", !strcmp(status(rep, "parity_f32_bf16"), "passed"));
     CHECK("no baseline: not run", !strcmp(status(rep, "baseline_loss"), "not run"));
     CHECK("cuda: passed (a GPU), or not run with a reason",
           !strcmp(status(rep, "parity_cpu_cuda"), "passed") ||
