@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import struct
 import tempfile
 
@@ -40,14 +41,39 @@ STREAM_INIT = 1  # core/philox.h: KILN_STREAM_INIT
 _DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
 
 
+def _read_file(path):
+    """The bytes of a regular file. A path with a NUL byte, a directory, a FIFO or a device
+    (which would block or never end: /dev/zero) is refused naming it, checked on the opened
+    descriptor (opened without blocking, so a FIFO with no writer does not hang the open)."""
+    spath = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+    if "\0" in spath:
+        raise Error(f"'{spath}': a path with a NUL byte, which no file name can hold")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError, TypeError) as e:
+        raise Error(f"'{spath}': {getattr(e, 'strerror', None) or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Error(f"'{spath}': not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read()
+    except OSError as e:
+        raise Error(f"'{spath}': {e.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def read_safetensors(path):
     """(tensors, metadata) of a safetensors file: a dict name -> numpy array (BF16 widened to
-    float32 exactly) and the __metadata__ dict of strings. Raises kiln.Error naming the file."""
-    try:
-        with open(path, "rb") as f:
-            blob = f.read()
-    except OSError as e:
-        raise Error(f"'{path}': {e.strerror}") from None
+    float32 exactly) and the __metadata__ dict of strings. Raises kiln.Error naming the file
+    and the problem for anything else: a header that is not what kiln writes (wrong types,
+    shapes that are not lists of non-negative integers, offsets outside the data, byte counts
+    that do not match the shape) is refused before any array is made."""
+    blob = _read_file(path)
     if len(blob) < 8:
         raise Error(f"'{path}': too short for a safetensors header")
     (hlen,) = struct.unpack("<Q", blob[:8])
@@ -55,22 +81,28 @@ def read_safetensors(path):
         raise Error(f"'{path}': header length {hlen} runs past the end of the file")
     try:
         header = json.loads(blob[8:8 + hlen])
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise Error(f"'{path}': header is not JSON: {e}") from None
     if not isinstance(header, dict):
         raise Error(f"'{path}': header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise Error(f"'{path}': __metadata__ is not an object of strings")
     data = memoryview(blob)[8 + hlen:]
     tensors = {}
     for name, t in header.items():
-        try:
-            dtype, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise Error(f"'{path}': tensor '{name}' has a malformed header entry") from None
-        if not 0 <= lo <= hi <= len(data):
+        ok = isinstance(t, dict) and isinstance(t.get("dtype"), str) \
+            and isinstance(t.get("shape"), list) and isinstance(t.get("data_offsets"), list) \
+            and len(t["data_offsets"]) == 2 \
+            and all(type(v) is int and v >= 0 for v in t["shape"] + t["data_offsets"])
+        if not ok:
+            raise Error(f"'{path}': tensor '{name}' has a malformed header entry (dtype a "
+                        f"string, shape and data_offsets lists of non-negative integers)")
+        dtype, shape, (lo, hi) = t["dtype"], t["shape"], t["data_offsets"]
+        if not lo <= hi <= len(data):
             raise Error(f"'{path}': tensor '{name}' lies outside the data section")
         raw = data[lo:hi]
-        n = int(np.prod(shape)) if shape else 1
+        n = math.prod(shape)  # Python integers: no overflow
         if dtype == "BF16":
             if len(raw) != 2 * n:
                 raise Error(f"'{path}': tensor '{name}' has {len(raw)} bytes for {n} BF16 values")
@@ -160,12 +192,13 @@ def check_config(config):
             if v != FORMAT:
                 raise Error(f"model format must be \"{FORMAT}\"")
         elif k == "norm_eps":
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
+                    or not v <= float(np.finfo(np.float32).max):
                 raise Error("norm_eps must be a positive number")
             c[k] = float(v)
         elif k in MODEL_KEYS:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise Error(f"{k} must be a non-negative integer")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 30:
+                raise Error(f"{k} must be a non-negative integer (at most 2^30)")
             c[k] = v
         else:
             raise Error(f"unknown model config key '{k}'")
@@ -185,6 +218,14 @@ def check_config(config):
         raise Error(f"top_k must be between 1 and n_experts {c['n_experts']} (is {c['top_k']})")
     if c["attn_window"] > c["seq_len"]:
         raise Error(f"attn_window {c['attn_window']} is larger than seq_len {c['seq_len']}")
+    # kiln's own bound (core/model_format.c kiln_model_config_check): every tensor and count
+    # well inside 32 bits of elements, so that no config asks for terabytes.
+    if max(c["n_experts"], 1) * c["d_ff"] * c["d_model"] > 1e9 \
+            or 3 * c["d_model"] * c["d_model"] > 1e9 or c["n_layers"] > 4096 \
+            or c["n_experts"] > 4096 or c["seq_len"] > 1 << 20:
+        raise Error("model sizes are too large (kiln's limits: experts x d_ff x d_model and 3 "
+                    "d_model^2 at most 1e9 elements, n_layers and n_experts at most 4096, "
+                    "seq_len at most 2^20)")
     return c
 
 
@@ -403,7 +444,7 @@ def target_norm_of(meta, n_outputs, path):
         tn = json.loads(text)
         mean = np.asarray(tn["mean"], dtype=np.float64)
         std = np.asarray(tn["std"], dtype=np.float64)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise Error(f"'{path}': kiln.target_norm is not {{\"mean\": [...], \"std\": [...]}}") from None
     if mean.shape != (n_outputs,) or std.shape != (n_outputs,) or not np.all(np.isfinite(mean)) \
             or not np.all(std > 0) or not np.all(np.isfinite(std)):
@@ -657,6 +698,8 @@ class TSMoE(nn.Module):
     def from_model_dir(cls, path):
         """A model directory (or its model.safetensors) as kiln export writes it; bf16
         weights are widened exactly."""
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise Error(f"model directory: expected a path, not {type(path).__name__}")
         f = os.path.join(path, "model.safetensors") if os.path.isdir(path) else path
         return cls._from_file(f, checkpoint=False)
 
@@ -669,6 +712,8 @@ class TSMoE(nn.Module):
         ``fold_targets=False`` keeps the head as trained (on standardised targets) and sets the
         model's target standardisation from the checkpoint instead (set_target_norm), so that
         it predicts in the data's units and trains on as the trainer would."""
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise Error(f"checkpoint: expected a path, not {type(path).__name__}")
         return cls._from_file(path, checkpoint=True, fold_targets=fold_targets)
 
     @classmethod
@@ -678,18 +723,26 @@ class TSMoE(nn.Module):
             raise Error(f"'{path}': no kiln.config in __metadata__")
         try:
             cfg = json.loads(meta["kiln.config"])
-        except ValueError:
+        except (ValueError, RecursionError):
             raise Error(f"'{path}': kiln.config is not JSON") from None
         try:
             cfg = check_config(cfg)
         except Error as e:
             raise Error(f"'{path}': {e.message}") from None
+        # Every parameter of the config, with its shape, before the module is made: a config
+        # of sizes the file does not hold must not allocate them first.
+        for pname, shape, _ in param_table(cfg):
+            t = tensors.get(pname)
+            if t is None:
+                raise Error(f"'{path}': tensor '{pname}' is missing")
+            if tuple(t.shape) != tuple(shape):
+                raise Error(f"'{path}': tensor '{pname}' has shape {list(t.shape)}, expected "
+                            f"{list(shape)} (kiln.config)")
         if checkpoint:
             want = meta.get("kiln.data_sha256")
             if want is None:
                 raise Error(f"'{path}': no kiln.data_sha256 in __metadata__ (not a checkpoint)")
-            with open(path, "rb") as fh:
-                blob = fh.read()
+            blob = _read_file(path)
             (hlen,) = struct.unpack("<Q", blob[:8])
             if hashlib.sha256(blob[8 + hlen:]).hexdigest() != want:
                 raise Error(f"'{path}': tensor data digest mismatch (corrupted checkpoint)")
@@ -780,10 +833,20 @@ class TSMoE(nn.Module):
     def predict(self, x):
         """Outputs for raw inputs [B,S,F] or [S,F] as a numpy array (float32 for a float32
         model), in eval mode, without gradients."""
-        a = np.asarray(x)
+        try:
+            a = np.asarray(x)
+        except (ValueError, TypeError, OverflowError, MemoryError) as e:
+            raise Error(f"inputs are not an array of numbers: {e}") from None
         if a.dtype.kind not in "biuf":
             raise Error(f"inputs have dtype {a.dtype}, not numbers")
-        y, _ = self.forward(torch.from_numpy(np.ascontiguousarray(a[None] if a.ndim == 2 else a)))
+        if a.ndim not in (2, 3) or a.shape[-1] != self.config["n_features"]:
+            raise Error(f"inputs have shape {list(a.shape)}, expected [S, "
+                        f"{self.config['n_features']}] or [B, S, {self.config['n_features']}]")
+        try:
+            y, _ = self.forward(torch.from_numpy(np.ascontiguousarray(a[None] if a.ndim == 2
+                                                                      else a)))
+        except (MemoryError, RuntimeError) as e:
+            raise Error(f"inputs of shape {list(a.shape)}: {e}") from None
         y = y.cpu().numpy()
         return y[0] if a.ndim == 2 else y
 
