@@ -41,13 +41,32 @@ STREAM_INIT = 1  # core/philox.h: KILN_STREAM_INIT
 _DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
 
 
+def _path(path, what="path"):
+    """path (str, bytes or os.PathLike) as a str for messages, refusing a NUL byte (no file
+    name holds one; the os module would raise ValueError) and anything that is not a path."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise Error(f"{what}: expected a path, not {type(path).__name__}")
+    p = os.fspath(path)
+    s = os.fsdecode(p) if isinstance(p, bytes) else p
+    if "\0" in s:
+        raise Error(f"{s!r}: a path with a NUL byte, which no file name can hold")
+    return s
+
+
+def _array(x, what, dtype=None):
+    """np.asarray(x, dtype) with numpy's refusals (a ragged list, strings as numbers) as
+    kiln.Error naming what."""
+    try:
+        return np.asarray(x, dtype=dtype)
+    except (ValueError, TypeError, OverflowError, MemoryError) as e:
+        raise Error(f"{what}: not an array of numbers ({e})") from None
+
+
 def _read_file(path):
     """The bytes of a regular file. A path with a NUL byte, a directory, a FIFO or a device
     (which would block or never end: /dev/zero) is refused naming it, checked on the opened
     descriptor (opened without blocking, so a FIFO with no writer does not hang the open)."""
-    spath = os.fsdecode(path) if isinstance(path, bytes) else str(path)
-    if "\0" in spath:
-        raise Error(f"'{spath}': a path with a NUL byte, which no file name can hold")
+    spath = _path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except (OSError, ValueError, TypeError) as e:
@@ -125,12 +144,13 @@ def write_safetensors(path, tensors, metadata=None):
     """Write tensors (name -> numpy array, float32 stored F32) the way kiln writes them:
     tensors in name order, metadata keys sorted, compact JSON, the header padded with spaces to
     8 bytes. Written to a temporary file beside path and renamed into place."""
+    path = _path(path)
     names = sorted(tensors)
     arrays = []
     header = {}
     off = 0
     for name in names:
-        a = np.ascontiguousarray(tensors[name])
+        a = np.ascontiguousarray(_array(tensors[name], f"'{path}': tensor '{name}'"))
         code = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
                 np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}.get(a.dtype)
         if code is None:
@@ -170,6 +190,7 @@ def _atomic_write(path, chunks):
 
 def sha256_file(path):
     h = hashlib.sha256()
+    path = _path(path)
     try:
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -635,7 +656,7 @@ class TSMoE(nn.Module):
             raise Error(f"'{source}': unexpected tensor '{sorted(have - want)[0]}'")
         with torch.no_grad():
             for k, v in sd.items():
-                a = np.asarray(arrays[k])
+                a = _array(arrays[k], f"'{source}': tensor '{k}'")
                 if tuple(a.shape) != tuple(v.shape):
                     raise Error(f"'{source}': tensor '{k}' has shape {list(a.shape)}, expected "
                                 f"{list(v.shape)}")
@@ -648,7 +669,7 @@ class TSMoE(nn.Module):
     def set_input_norm(self, features):
         """norm.in_mean / norm.in_std from the training rows [N, F] as the trainer sets them:
         mean and population standard deviation in double, floored at 1e-6."""
-        f = np.asarray(features, dtype=np.float32).astype(np.float64)
+        f = _array(features, "features", np.float32).astype(np.float64)
         mu = f.mean(axis=0)
         sd = np.sqrt(((f - mu) ** 2).mean(axis=0))
         with torch.no_grad():
@@ -660,7 +681,7 @@ class TSMoE(nn.Module):
         (train/trainer.c set_target_norm): mean and population standard deviation in double,
         stored as float32; a constant target keeps std 1. The head then fits standardised
         targets; outputs stay in the data's units (see the class)."""
-        t = np.asarray(targets, dtype=np.float32).astype(np.float64)
+        t = _array(targets, "targets", np.float32).astype(np.float64)
         O = self.config["n_outputs"]
         if t.ndim != 2 or t.shape[1] != O or t.shape[0] < 1:
             raise Error(f"targets have shape {list(t.shape)}, expected [N, {O}] with N >= 1")
@@ -777,6 +798,9 @@ class TSMoE(nn.Module):
         predicts in the data's units and validate reports its loss in the units ``metrics``
         are in. Written into a temporary directory beside ``path`` and renamed into place; an
         existing non-empty directory is refused unless ``force``."""
+        path = _path(path, "model directory")
+        if dataset is not None:
+            dataset = _path(dataset, "dataset")
         if os.path.lexists(path) and not (os.path.isdir(path) and not os.listdir(path)):
             if not force or not os.path.isdir(path):
                 raise Error(f"'{path}' exists and is not an empty directory")
@@ -876,8 +900,8 @@ def compare(a, b, rtol=1e-4, atol=1e-5):
     max(atol M, rtol |b|). Returns compared, max_abs_err, max_rel_err (|a - b| / max(|b|,
     atol M / rtol)), scale M, outside (elements that disagree), nonfinite and passed (no
     element outside, none non-finite). No router near-tie is excused here."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a = _array(a, "compare: a", np.float64)
+    b = _array(b, "compare: b", np.float64)
     if a.shape != b.shape and a.size == b.size:
         a, b = a.reshape(-1), b.reshape(-1)
     if a.shape != b.shape:

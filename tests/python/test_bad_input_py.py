@@ -59,6 +59,14 @@ def test_bad_input_py_nul_in_paths(tmp):
     assert not os.path.exists(out), "the prefix of a path with a NUL was written"
     expect_error(lambda: kt.TSMoE.from_model_dir(model + "\0x"), "NUL")
     expect_error(lambda: kt.read_safetensors(data + "\0x"), "NUL")
+    # kiln.torch's writers: the os module raised ValueError.
+    expect_error(lambda: kt.write_safetensors(out + "\0x", {"a": np.zeros(2, np.float32)}),
+                 "NUL")
+    expect_error(lambda: kt.sha256_file(data + "\0x"), "NUL")
+    m = kt.TSMoE.from_model_dir(model)
+    expect_error(lambda: m.save_model_dir(os.path.join(tmp, "m\0x")), "NUL")
+    expect_error(lambda: m.save_model_dir(os.path.join(tmp, "m"), dataset=data + "\0"), "NUL")
+    assert not os.path.exists(out) and not os.path.exists(os.path.join(tmp, "m"))
 
 
 def test_bad_input_py_nul_in_names(tmp):
@@ -91,6 +99,14 @@ def test_bad_input_py_forward_numpy_errors(tmp):
             expect_error(lambda: kiln.push_many([s], [[0.0] * F, [0.0]]), "features")
         # A good call after the refusals.
         assert m.forward(np.zeros((3, F))).shape == (3, m.n_outputs)
+    # kiln.torch's array arguments alike.
+    t = kt.TSMoE.from_model_dir(fx.model())
+    ragged = [[0.0] * 6, [0.0]]
+    expect_error(lambda: t.predict(ragged), "inputs")
+    expect_error(lambda: t.set_input_norm(ragged), "features")
+    expect_error(lambda: t.set_target_norm(ragged), "targets")
+    expect_error(lambda: kt.compare(ragged, ragged), "compare")
+    expect_error(lambda: kt.write_safetensors(os.path.join(tmp, "w.st"), {"a": ragged}), "'a'")
 
 
 def test_bad_input_py_forward_huge_view(tmp):
