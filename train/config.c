@@ -238,7 +238,12 @@ kiln_err kiln_train_config_apply(kiln_train_config *c, const json_t *j, const ch
     json_t *v;
     json_object_foreach((json_t *)j, name, v) {
         const key *k = find_key(name);
-        KILN_FAIL_IF(!k, KILN_ERR_CONFIG, "%s: unknown config key '%s'", label, name);
+        if (!k) {
+            char hint[700];
+            kiln_name_hint(name, keys, KILN_ARRAY_LEN(keys), sizeof keys[0], "config keys", hint,
+                           sizeof hint);
+            return kiln_fail(KILN_ERR_CONFIG, "%s: unknown config key '%s'%s", label, name, hint);
+        }
         KILN_TRY(set_key(c, k, v, label));
     }
     return KILN_OK;
@@ -254,7 +259,13 @@ kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
     memcpy(name, assignment, n);
     name[n] = 0;
     const key *k = find_key(name);
-    KILN_FAIL_IF(!k, KILN_ERR_CONFIG, "--set '%s': unknown config key '%s'", assignment, name);
+    if (!k) {
+        char hint[700];
+        kiln_name_hint(name, keys, KILN_ARRAY_LEN(keys), sizeof keys[0], "config keys", hint,
+                       sizeof hint);
+        return kiln_fail(KILN_ERR_CONFIG, "--set '%s': unknown config key '%s'%s", assignment, name,
+                         hint);
+    }
     const char *text = eq + 1;
     json_error_t je;
     json_t *v = json_loads(text, JSON_DECODE_ANY, &je);
