@@ -160,12 +160,45 @@ static kiln_err parse_meta(kiln_st *st, const json_t *m) {
     return KILN_OK;
 }
 
+/* A file that begins with a line of text (its first 8 bytes, which a safetensors file holds as
+ * a header length, printable) is named for what it is: a CSV passed where a dataset goes
+ * said "header length 8317701201201488228 exceeds ..." (issue 30). KILN_ERR_FORMAT with that
+ * message; KILN_OK when the file does not begin with a line of text. */
+static kiln_err text_file(const kiln_st *st) {
+    const unsigned char *b = st->base;
+    size_t n = 0;
+    while (n < st->len && n < 4096 && b[n] != '\n' && b[n] != '\r') {
+        if (b[n] < 0x20 && b[n] != '\t') return KILN_OK;
+        if (b[n] == 0x7f) return KILN_OK;
+        n++;
+    }
+    if (n < 8) return KILN_OK;
+    const size_t line = n;
+    bool csv = memchr(b, ',', line) || memchr(b, ';', line) || memchr(b, '\t', line);
+    char head[48];
+    size_t k = 0;
+    for (size_t i = 0; i < line && k + 4 < sizeof head; i++)
+        head[k++] = b[i] == '\t' ? ' ' : (char)b[i];
+    if (line > k) head[k - 3] = head[k - 2] = head[k - 1] = '.';
+    head[k] = 0;
+    if (csv)
+        return kiln_fail(KILN_ERR_FORMAT,
+                         "'%s' is a CSV file, not a dataset or model (safetensors)\nit begins "
+                         "\"%s\"; a CSV becomes a dataset with kiln data import --csv '%s' "
+                         "--features ... --targets ... --out DATA (docs/data.md)",
+                         st->path, head, st->path);
+    return kiln_fail(KILN_ERR_FORMAT,
+                     "'%s' is a text file, not a dataset or model (safetensors)\nit begins \"%s\"",
+                     st->path, head);
+}
+
 /* Validate st->base[0..len) and fill the tables. */
 static kiln_err parse(kiln_st *st) {
     const char *p = st->path;
     KILN_FAIL_IF(st->len < 8, KILN_ERR_FORMAT, "'%s': %zu bytes, too short for a safetensors header", p, st->len);
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | st->base[i];
+    if (hlen > KILN_ST_MAX_HEADER) KILN_TRY(text_file(st));
     KILN_FAIL_IF(hlen > KILN_ST_MAX_HEADER, KILN_ERR_FORMAT,
                  "'%s': header length %llu exceeds the %u-byte limit", p, (unsigned long long)hlen,
                  KILN_ST_MAX_HEADER);

@@ -125,6 +125,16 @@ cmp -s prod/model.safetensors r1/model/model.safetensors || fail "the pulled mod
 $KILN infer --model prod --input m.st --out pulled.st >/dev/null || fail "infer with the pulled model"
 cd - >/dev/null
 
+# The CSV itself where a dataset goes: named for what it is, with the import to run (issue 30:
+# it said "header length 8317701201201488228 exceeds the 100000000-byte limit").
+expect_fail 2 $KILN train --data "$T/market.csv" --run-dir "$T/run-csv"
+head -1 "$T/err" | grep -q "^kiln: error: '$T/market.csv' is a CSV file, not a dataset or model (safetensors)$" ||
+    fail "a CSV as --data: $(cat "$T/err")"
+grep -q "kiln data import --csv '$T/market.csv'" "$T/err" || fail "a CSV as --data, no import named: $(cat "$T/err")"
+[ ! -e "$T/run-csv" ] || fail "a refused train made its run directory"
+expect_fail 2 $KILN data inspect "$T/market.csv"
+grep -q "is a CSV file" "$T/err" || fail "inspect of a CSV: $(cat "$T/err")"
+
 # Refusals: times going backwards within an instrument, and a split by time without times.
 printf 'date,instrument,a,y\n1985-01-02,SPX,1,2\n1985-01-03,SPX,1,2\n1985-01-02,SPX,1,2\n' >"$T/back.csv"
 expect_fail 2 $KILN data import --csv "$T/back.csv" --features a --targets y --time date --group instrument --out "$T/b.st"
