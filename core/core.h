@@ -113,7 +113,8 @@ char *kiln_asprintf(const char *fmt, ...) KILN_PRINTF(1, 2);
  * the n names is a likely typo of word (edit distance, a swap of neighbours counting one: 1
  * for words under 6 characters, else a third of the length; the closest, the first of
  * equals), then a new line and "<what>: a, b, c" listing every
- * name, so that the error's first line says what failed and the detail follows. The names
+ * name (what NULL: no list, for lists too long to print), so that the error's first line says
+ * what failed and the detail follows. The names
  * are the first member (a const char *) of n structs stride bytes apart: a table's rows. */
 void kiln_name_hint(const char *word, const void *table, size_t n, size_t stride,
                     const char *what, char *buf, size_t len);

@@ -211,6 +211,7 @@ void kiln_name_hint(const char *word, const void *table, size_t n, size_t stride
     }
     size_t at = 0;
     if (best) at = (size_t)snprintf(buf, len, " (did you mean '%s'?)", best);
+    if (!what) return;
     if (at < len) at += (size_t)snprintf(buf + at, len - at, "\n%s: ", what);
     for (size_t i = 0; i < n && at < len; i++) {
         const char *name = *(const char *const *)((const char *)table + i * stride);

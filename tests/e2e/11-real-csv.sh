@@ -122,6 +122,13 @@ $KILN pull market@production --registry "$URL" --trust trust.json --state st --o
     fail "pull: $(cat pull.out)"
 grep -q 'pulled market@1.0.0 (channel production, seq 1)' pull.out || fail "pulled: $(cat pull.out)"
 cmp -s prod/model.safetensors r1/model/model.safetensors || fail "the pulled model is not the released one"
+# A misspelt model is named as missing, with the likely one (issue 30: it explained version
+# naming, as for a missing channel of a model the registry has).
+expect_fail 2 $KILN pull markte@production --registry "$URL" --trust trust.json --state st --out typo
+grep -q "^kiln: error: the registry has no model 'markte' (did you mean 'market'?) (kiln models lists the models)$" err ||
+    fail "a misspelt model: $(cat err)"
+expect_fail 2 $KILN pull market@canary --registry "$URL" --trust trust.json --state st --out typo
+grep -q "the registry has no channel 'canary' of 'market'" err || fail "a missing channel: $(cat err)"
 $KILN infer --model prod --input m.st --out pulled.st >/dev/null || fail "infer with the pulled model"
 cd - >/dev/null
 
