@@ -129,6 +129,11 @@ grep -q "^kiln: error: the registry has no model 'markte' (did you mean 'market'
     fail "a misspelt model: $(cat err)"
 expect_fail 2 $KILN pull market@canary --registry "$URL" --trust trust.json --state st --out typo
 grep -q "the registry has no channel 'canary' of 'market'" err || fail "a missing channel: $(cat err)"
+# A 401 says where a token goes, or that the one given was refused (issue 30).
+expect_fail 2 env -u KILN_REGISTRY_TOKEN $KILN publish r1/market-1.0.0.kiln --registry "$URL"
+grep -q "^no token was sent: give one with --token T or \$KILN_REGISTRY_TOKEN" err || fail "401 without a token: $(cat err)"
+expect_fail 2 $KILN publish r1/market-1.0.0.kiln --registry "$URL" --token kiln_0000
+grep -q "^the token given (--token, or \$KILN_REGISTRY_TOKEN) was refused" err || fail "401 with a bad token: $(cat err)"
 $KILN infer --model prod --input m.st --out pulled.st >/dev/null || fail "infer with the pulled model"
 cd - >/dev/null
 
