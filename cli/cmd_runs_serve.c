@@ -216,9 +216,10 @@ static char *explain_href(const char *name, long step) {
 }
 
 /* Events worth a mark (spikes, non-finite steps, resumes, device changes, skipped
- * checkpoints; not the start, which is every run's), then the checkpoints, the best named. */
+ * checkpoints; not the start, which is every run's), then the checkpoints, the best named;
+ * room for one more, the best validation (page_run adds it from the curve). */
 static bool marks_of(const kiln_run_info *ri, const char *name, marks *m) {
-    size_t cap = ri->n_events + ri->n_ckpts + 1;
+    size_t cap = ri->n_events + ri->n_ckpts + 2;
     m->m = calloc(cap, sizeof *m->m);
     m->owned = calloc(2 * cap, sizeof *m->owned);
     if (!m->m || !m->owned) return false;
@@ -357,6 +358,11 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
         int o2 = snprintf(t, sizeof t, "val_loss %.6g at step %.0f", vl->y[bi], vl->x[bi]);
         if (isfinite(r2) && o2 > 0) snprintf(t + o2, sizeof t - (size_t)o2, ", val_r2 %.4f", r2);
         kiln_web_kv_row(&b, "best validation", t);
+        /* Marked and named on the charts beside the best checkpoint, which may be another
+         * step (the best of those on disk): the header and the charts then agree (issue 30). */
+        char *text =
+            m.m && m.owned ? own(&m, kiln_asprintf("best validation: %s", t)) : NULL;
+        if (text) m.m[m.n++] = (kiln_web_mark){vl->x[bi], KILN_WEB_MARK_BEST_VAL, text, NULL};
     }
     size_t o = 0;
     t[0] = 0;
@@ -376,7 +382,10 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
         static const char *const valn[] = {"val_loss"}, *const r2n[] = {"val_r2"};
         static const char *const lrn[] = {"lr"}, *const gnn[] = {"grad_norm"};
         kiln_web_section_begin(&b, "Training", NULL);
-        chart_of(&b, &cv, "loss", "loss and its terms (mse, load_balance, z)", lossn, 4,
+        /* The loss on an axis of its own: beside z (6-9) it was flattened at the bottom and
+         * hidden under mse (issue 30). */
+        chart_of(&b, &cv, "loss", "loss", lossn, 1, KILN_WEB_SCALE_AUTO, &m);
+        chart_of(&b, &cv, "loss_terms", "loss terms (mse, load_balance, z)", lossn + 1, 3,
                  KILN_WEB_SCALE_AUTO, &m);
         chart_of(&b, &cv, "val_loss", "validation loss", valn, 1, KILN_WEB_SCALE_AUTO, &m);
         chart_of(&b, &cv, "val_r2", "validation R\xC2\xB2", r2n, 1, KILN_WEB_SCALE_LINEAR, &m);

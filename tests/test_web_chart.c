@@ -117,12 +117,13 @@ KILN_TEST(web_chart_svg) {
     loss[2500] = 40;  /* a spike */
     loss[3000] = NAN; /* a non-finite step */
     kiln_web_series s[2] = {{"loss", x, loss, N}, {HOSTILE, x, other, N}};
-    kiln_web_mark m[4] = {{2501, KILN_WEB_MARK_SPIKE, "step 2501: " HOSTILE, "/explain?s=2501"},
+    kiln_web_mark m[5] = {{2501, KILN_WEB_MARK_SPIKE, "step 2501: " HOSTILE, "/explain?s=2501"},
                           {3001, KILN_WEB_MARK_NONFINITE, "step 3001: nonfinite", NULL},
                           {4000, KILN_WEB_MARK_RESUME, "resumed at 4000", NULL},
-                          {4500, KILN_WEB_MARK_BEST, "best checkpoint: step 4500", NULL}};
+                          {4500, KILN_WEB_MARK_BEST, "best checkpoint: step 4500", NULL},
+                          {4500, KILN_WEB_MARK_BEST_VAL, "best validation: step 4500", NULL}};
     kiln_web_chart c = {.id = "loss", .title = "Loss " HOSTILE, .series = s, .n_series = 2,
-                        .marks = m, .n_marks = 4};
+                        .marks = m, .n_marks = 5};
     char *svg = render(&c);
     if (!CHECK("renders", svg)) return;
     CHECK("one figure and one svg", count(svg, "<figure class=\"chart\" id=\"chart-loss\">") == 1 &&
@@ -139,7 +140,10 @@ KILN_TEST(web_chart_svg) {
           strstr(svg, "<a href=\"/explain?s=2501\"><g class=\"mark spike\"><title>step 2501: "));
     CHECK("the non-finite, resume and best marks",
           strstr(svg, "<g class=\"mark nonfinite\">") && strstr(svg, "<g class=\"mark resume\">") &&
-              strstr(svg, "<g class=\"mark best\">") && strstr(svg, ">best</text>"));
+              strstr(svg, "<g class=\"mark best\">") && strstr(svg, ">best ckpt</text>"));
+    CHECK("the best validation named too, a row below the best checkpoint at the same step",
+          strstr(svg, "<g class=\"mark best-val\"><title>best validation: step 4500</title>") &&
+              strstr(svg, ">best val</text>"));
     CHECK("each mark whole: its line and its shape",
           strstr(svg, "l5 8h-10z\" fill=\"#dc2626\"/></g>") &&
               strstr(svg, "l5 8h-10z\" fill=\"#2563eb\"/></g>"));

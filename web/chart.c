@@ -21,14 +21,25 @@ static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"
                                       "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 #define N_PALETTE (sizeof palette / sizeof *palette)
 
+/* Each kind's class, colour and, for the kinds named on the chart, the label drawn. */
 static const struct {
-    const char *name, *colour;
+    const char *name, *colour, *label;
 } mark_kinds[] = {
-    [KILN_WEB_MARK_SPIKE] = {"spike", "#d97706"},  [KILN_WEB_MARK_NONFINITE] = {"nonfinite", "#dc2626"},
-    [KILN_WEB_MARK_RESUME] = {"resume", "#2563eb"}, [KILN_WEB_MARK_DEVICE] = {"device", "#7c3aed"},
-    [KILN_WEB_MARK_EVENT] = {"event", "#6b7280"},  [KILN_WEB_MARK_CKPT] = {"ckpt", "#6b7280"},
-    [KILN_WEB_MARK_BEST] = {"best", "#ca8a04"},    [KILN_WEB_MARK_EXPORTED] = {"exported", "#0f766e"},
+    [KILN_WEB_MARK_SPIKE] = {"spike", "#d97706", NULL},
+    [KILN_WEB_MARK_NONFINITE] = {"nonfinite", "#dc2626", NULL},
+    [KILN_WEB_MARK_RESUME] = {"resume", "#2563eb", NULL},
+    [KILN_WEB_MARK_DEVICE] = {"device", "#7c3aed", NULL},
+    [KILN_WEB_MARK_EVENT] = {"event", "#6b7280", NULL},
+    [KILN_WEB_MARK_CKPT] = {"ckpt", "#6b7280", NULL},
+    [KILN_WEB_MARK_BEST] = {"best", "#ca8a04", "best ckpt"},
+    [KILN_WEB_MARK_EXPORTED] = {"exported", "#0f766e", "exported"},
+    [KILN_WEB_MARK_BEST_VAL] = {"best-val", "#15803d", "best val"},
 };
+
+/* The label a mark of kind k is named by on the chart, or NULL. */
+static const char *mark_label(kiln_web_mark_kind k) {
+    return (unsigned)k < KILN_ARRAY_LEN(mark_kinds) ? mark_kinds[k].label : NULL;
+}
 
 const char *kiln_web_mark_name(kiln_web_mark_kind k) {
     return (unsigned)k < KILN_ARRAY_LEN(mark_kinds) ? mark_kinds[k].name : "event";
@@ -238,8 +249,7 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         /* The run of marks after i of its kind in the same column. */
         size_t j = i + 1, more = 0;
         while (j < n && m[j].kind == m[i].kind && fabs(at(&ax, m[j].x) - x) < 1 &&
-               !m[j].href == !m[i].href && m[i].kind != KILN_WEB_MARK_BEST &&
-               m[i].kind != KILN_WEB_MARK_EXPORTED) {
+               !m[j].href == !m[i].href && !mark_label(m[i].kind)) {
             j++;
             more++;
         }
@@ -255,9 +265,12 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         kiln_web_text(b, m[i].text);
         if (more) kiln_web_printf(b, " (and %zu more here)", more);
         lit(b, "</title>");
-        bool named = m[i].kind == KILN_WEB_MARK_BEST || m[i].kind == KILN_WEB_MARK_EXPORTED;
+        const char *label = mark_label(m[i].kind);
+        bool named = label != NULL;
         if (named || m[i].kind == KILN_WEB_MARK_CKPT) {
-            double r = named ? 5 : 3.5, y = f->t + 5;
+            /* best val a row below the others: it is often the best checkpoint's step */
+            double r = named ? 5 : 3.5,
+                   y = f->t + 5 + (m[i].kind == KILN_WEB_MARK_BEST_VAL ? 14 : 0);
             kiln_web_printf(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                 "stroke-opacity=\".35\" stroke-dasharray=\"1 3\"/>"
@@ -268,7 +281,7 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
                     "<text class=\"%s\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" "
                     "fill=\"%s\">%s</text>",
                     kiln_web_mark_name(m[i].kind), x + (x > f->r - 60 ? -8 : 8), y + 4,
-                    x > f->r - 60 ? "end" : "start", c, kiln_web_mark_name(m[i].kind));
+                    x > f->r - 60 ? "end" : "start", c, label);
         } else {
             kiln_web_printf(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "

@@ -42,11 +42,13 @@ typedef enum kiln_web_mark_kind {
     KILN_WEB_MARK_DEVICE, /* a device change */
     KILN_WEB_MARK_EVENT,  /* any other event */
     KILN_WEB_MARK_CKPT,   /* a checkpoint on disk */
-    KILN_WEB_MARK_BEST,   /* the best checkpoint: named on the chart */
-    KILN_WEB_MARK_EXPORTED /* the checkpoint a registry version was exported from: named */
+    KILN_WEB_MARK_BEST,   /* the best checkpoint: named on the chart ("best ckpt") */
+    KILN_WEB_MARK_EXPORTED, /* the checkpoint a registry version was exported from: named */
+    KILN_WEB_MARK_BEST_VAL  /* the step of the lowest validation loss: named ("best val"), a
+                               row below "best ckpt", which may be another step (issue 30) */
 } kiln_web_mark_kind;
-/* "spike", "nonfinite", "resume", "device", "event", "ckpt", "best", "exported": the mark's
- * class. */
+/* "spike", "nonfinite", "resume", "device", "event", "ckpt", "best", "exported", "best-val":
+ * the mark's class. */
 const char *kiln_web_mark_name(kiln_web_mark_kind k);
 
 typedef struct kiln_web_mark {

@@ -34,16 +34,22 @@ grep -q 'finished' "$d" || fail "sweep: state"
 # 2. A run: every chart, the marks of a spike, a non-finite step, a resume; the best named.
 browse "$URL/run?r=lr0.001" runs-web-run 2600
 d="$T/runs-web-run.dom"
-for id in loss val_loss val_r2 lr grad_norm router_entropy load_imbalance dead_experts overflow \
+for id in loss loss_terms val_loss val_r2 lr grad_norm router_entropy load_imbalance dead_experts overflow \
           attn_entropy act_rms expert_load-0 expert_load-1 tensor_update_ratio tensor_grad_norm; do
     grep -q "id=\"chart-$id\"" "$d" || fail "run page: no chart $id"
 done
-[ "$(count '<svg class="chart"' "$d")" = 15 ] || fail "run page: not 15 charts"
-for k in spike nonfinite resume device best ckpt; do
-    [ "$(count "<g class=\"mark $k\">" "$d")" -ge 15 ] || fail "run page: mark $k not on every chart"
+[ "$(count '<svg class="chart"' "$d")" = 16 ] || fail "run page: not 16 charts"
+for k in spike nonfinite resume device best ckpt best-val; do
+    [ "$(count "<g class=\"mark $k\">" "$d")" -ge 16 ] || fail "run page: mark $k not on every chart"
 done
+# The loss alone on its chart, its terms on the next; the best validation named beside the
+# best checkpoint (issue 30).
+sed -n '/id="chart-loss"/,/<\/figure>/p' "$d" >"$T/run-loss"
+[ "$(count '<g class="series"' "$T/run-loss")" = 1 ] || fail "run page: the loss chart is not the loss alone"
+grep -q '<title>best validation: val_loss [0-9.e-]* at step [0-9]*' "$d" && grep -q '>best val</text>' "$d" ||
+    fail "best validation not named"
 grep -q '<title>spike at step 800: step 800: loss 40' "$d" || fail "run page: the spike's hover text"
-grep -q '<title>best checkpoint: step 2000' "$d" && grep -q '>best</text>' "$d" || fail "best not named"
+grep -q '<title>best checkpoint: step 2000' "$d" && grep -q '>best ckpt</text>' "$d" || fail "best not named"
 grep -q '<a href="/explain?r=lr0.001&amp;step=800"><g class="mark spike">' "$d" ||
     fail "run page: the spike's mark does not link its explanation"
 grep -q 'class="mark nonfinite-point"><title>loss: step 1200: not a number' "$d" ||
