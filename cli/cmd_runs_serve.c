@@ -26,6 +26,7 @@
 typedef struct server {
     const char *root;
     kiln_run_cache *cache; /* the steps read so far of each run: a reload reads what is new */
+    bool single;           /* root is itself a run: / is its page (issue 30), not a list of one */
 } server;
 
 static double now_s(void) {
@@ -249,7 +250,21 @@ static bool marks_of(const kiln_run_info *ri, const char *name, marks *m) {
 
 /* ---- a run's page ---- */
 
-/* A chart of the named curves that the run has (a series each). */
+/* Whether every finite value of the k series is 0 (and there is one). */
+static bool all_zero(const kiln_web_series *s, size_t k) {
+    bool any = false;
+    for (size_t i = 0; i < k; i++)
+        for (size_t j = 0; j < s[i].n; j++) {
+            if (!isfinite(s[i].y[j])) continue;
+            if (s[i].y[j] != 0) return false;
+            any = true;
+        }
+    return any;
+}
+
+/* A chart of the named curves that the run has (a series each). One whose every value is 0
+ * (no overflow, no dead expert) is folded into a line saying so: a flat chart is a screen of
+ * nothing (issue 30). */
 static void chart_of(kiln_web_buf *b, const kiln_run_curves *cv, const char *id, const char *title,
                      const char *const *names, size_t n, kiln_web_scale scale, const marks *m) {
     kiln_web_series s[16];
@@ -259,6 +274,14 @@ static void chart_of(kiln_web_buf *b, const kiln_run_curves *cv, const char *id,
         if (c) s[k++] = (kiln_web_series){c->name, c->x, c->y, c->n};
     }
     if (!k) return;
+    if (all_zero(s, k)) {
+        kiln_web_printf(b, "<p class=\"folded\" id=\"folded-");
+        kiln_web_text(b, id);
+        kiln_web_printf(b, "\">");
+        kiln_web_text(b, title);
+        kiln_web_printf(b, ": 0 at every step logged (chart folded)</p>\n");
+        return;
+    }
     kiln_web_chart ch = {.id = id,
                          .title = title,
                          .series = s,
@@ -673,7 +696,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return send_error(c, s, 405, "kiln runs serve reads only: GET or HEAD");
     if (*upload_size) return send_error(c, s, 400, "no request body expected");
     const char *r = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "r");
-    if (!strcmp(url, "/")) return page_sweep(c, s);
+    if (!strcmp(url, "/")) return s->single ? page_run(c, s, ".") : page_sweep(c, s);
     if (!strcmp(url, "/run")) return page_run(c, s, r);
     if (!strcmp(url, "/overlay")) return page_overlay(c, s);
     if (!strcmp(url, "/explain"))
@@ -742,13 +765,17 @@ int cmd_runs_serve(int argc, char **argv) {
     const char *paths[1] = {dir};
     kiln_err e = kiln_run_list_load(paths, 1, NULL, &l);
     if (e) return cli_fail(e);
-    kiln_run_list_release(&l);
     char *root = kiln_strdup(dir);
-    if (!root) return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+    if (!root) {
+        kiln_run_list_release(&l);
+        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+    }
     size_t rl = strlen(root);
     while (rl > 1 && root[rl - 1] == '/')
         root[--rl] = 0;
-    server s = {root, NULL};
+    server s = {root, NULL, false};
+    s.single = l.n == 1 && !strcmp(link_name(&s, &l.rows[0]), ".");
+    kiln_run_list_release(&l);
     e = kiln_run_cache_create(&s.cache);
     if (e) {
         free(root);

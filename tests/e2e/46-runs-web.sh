@@ -108,8 +108,22 @@ kill $PID; wait $PID 2>/dev/null || true
 $KILN runs serve "$T/sweep/lr0.01" --listen 127.0.0.1:0 >"$T/serve.out" 2>"$T/serve.err" &
 PID=$!
 serve_url "$T/serve.out" "$T/serve.err"
-curl -sf "$URL/" | grep -q '<a href="/run?r=.">' || fail "one run: no link to it"
+# (its page at once, not a list of one run to click through: issue 30)
+curl -sf "$URL/" | grep -q 'id="chart-loss"' || fail "one run: / is not its page"
 curl -sf "$URL/run?r=." | grep -q 'id="chart-loss"' || fail "one run: its page"
+kill $PID; wait $PID 2>/dev/null || true
+# A chart whose every value is 0 is folded into a line saying so (issue 30): a short real run
+# has no overflow and no dead expert.
+$KILN data synth --seed 1 --rows 800 --features 4 --outputs 1 --out "$T/tiny.st" >/dev/null 2>&1 || fail "synth"
+$KILN train --data "$T/tiny.st" --run-dir "$T/tiny" --set steps=4 --set d_model=8 --set d_ff=8 --set seq_len=8 \
+    --set attn_window=8 --set n_heads=2 >/dev/null 2>&1 || fail "train a tiny run"
+$KILN runs serve "$T/tiny" --listen 127.0.0.1:0 >"$T/serve.out" 2>"$T/serve.err" &
+PID=$!
+serve_url "$T/serve.out" "$T/serve.err"
+curl -sf "$URL/" >"$T/tiny.html" || fail "the tiny run's page"
+grep -q '<p class="folded" id="folded-overflow">overflow (tokens past capacity): 0 at every step logged (chart folded)</p>' "$T/tiny.html" &&
+    ! grep -q 'id="chart-overflow"' "$T/tiny.html" || fail "an all-zero chart not folded"
+grep -q 'id="chart-loss"' "$T/tiny.html" || fail "the tiny run's loss chart"
 kill $PID; wait $PID 2>/dev/null || true
 expect_fail 2 $KILN runs serve "$T/none"
 grep -q "$T/none" "$T/err" || fail "a missing directory not named"
