@@ -531,6 +531,61 @@ static enum MHD_Result collect_runs(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
+/* The overlay's table of what differs: the config keys the n runs do not share (kiln runs
+ * list's "varied", over those runs alone), a row per run linked to its page. Four overlaid
+ * curves say little until one knows which lr each is (issue 30). */
+static void differs(kiln_web_buf *b, const server *s, const overlay_args *a, size_t n) {
+    char *dirs[MAX_OVERLAY];
+    const char *paths[MAX_OVERLAY];
+    size_t nd = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((dirs[nd] = run_path(s, a->names[i]))) paths[nd] = dirs[nd], nd++;
+    kiln_run_list l;
+    bool have = nd == n && kiln_run_list_load(paths, nd, NULL, &l) == KILN_OK;
+    if (!have) kiln_errclear();
+    size_t nv = have ? json_array_size(l.varied) : 0;
+    const char *keys[64], *vals[64];
+    char *owned[64];
+    if (nv > 64) nv = 64;
+    for (size_t k = 0; k < nv; k++)
+        keys[k] = json_string_value(json_array_get(l.varied, k));
+    char *same = NULL;
+    size_t same_len = 0;
+    FILE *f = have ? open_memstream(&same, &same_len) : NULL;
+    if (f) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(l.same, key, v) {
+            char *t = value_text(v);
+            fprintf(f, "%s=%s ", key, t ? t : "?");
+            free(t);
+        }
+        fclose(f);
+    }
+    kiln_web_differs_begin(b, same, keys, nv);
+    for (size_t i = 0; i < n; i++) {
+        /* the row of run i (the list is sorted by its own key): the one of its directory */
+        const json_t *cfg = NULL;
+        for (size_t j = 0; have && nd == n && j < l.n && !cfg; j++)
+            if (l.rows[j].dir && !strcmp(l.rows[j].dir, dirs[i])) cfg = l.rows[j].config;
+        for (size_t k = 0; k < nv; k++) {
+            const json_t *x = cfg ? json_object_get(cfg, keys[k]) : NULL;
+            owned[k] = x ? value_text(x) : NULL;
+            vals[k] = owned[k];
+        }
+        char *href = run_href("run", a->names[i], 0);
+        kiln_web_differs_row(b, display_name(s, a->names[i]), href, vals, nv);
+        free(href);
+        for (size_t k = 0; k < nv; k++)
+            free(owned[k]);
+    }
+    kiln_web_differs_end(b);
+    free(same);
+    if (have) kiln_run_list_release(&l);
+    for (size_t i = 0; i < nd; i++)
+        free(dirs[i]);
+}
+
 static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
     overlay_args a = {0};
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_runs, &a);
@@ -589,13 +644,7 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
         kiln_web_chart_svg(&b, &ch);
     }
     kiln_web_section_end(&b);
-    kiln_web_para(&b, "The runs:");
-    for (size_t i = 0; i < n; i++) {
-        char *href = run_href("run", a.names[i], 0);
-        if (href) kiln_web_link(&b, href, display_name(s, a.names[i]));
-        free(href);
-        kiln_web_para(&b, "");
-    }
+    differs(&b, s, &a, n);
     kiln_web_runs_end(&b, s->root, now_s());
     for (size_t i = 0; i < n; i++)
         kiln_run_curves_release(&cv[i]);

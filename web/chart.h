@@ -136,6 +136,15 @@ void kiln_web_sweep_begin(kiln_web_buf *b, const char *same, const char *const *
 void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_varied);
 void kiln_web_sweep_end(kiln_web_buf *b);
 
+/* The overlay's table of what differs between the runs it draws (issue 30): what they all
+ * share in a line, then a row per run (its name linked to href) with its value of each key
+ * they differ in (values[k] NULL: the run has none). */
+void kiln_web_differs_begin(kiln_web_buf *b, const char *same, const char *const *keys,
+                            size_t n_keys);
+void kiln_web_differs_row(kiln_web_buf *b, const char *name, const char *href,
+                          const char *const *values, size_t n_keys);
+void kiln_web_differs_end(kiln_web_buf *b);
+
 /* A two-column table of key and value (a run's config, the explain page's figures). */
 void kiln_web_kv_begin(kiln_web_buf *b, const char *heading);
 void kiln_web_kv_row(kiln_web_buf *b, const char *key, const char *value);

@@ -66,6 +66,12 @@ sed -n '/id="chart-loss"/,/<\/figure>/p' "$d" >"$T/ov-loss"
 [ "$(count '<g class="series"' "$T/ov-loss")" = 3 ] || fail "overlay: not 3 series on the loss chart"
 [ "$(count '<g class="item">' "$T/ov-loss")" = 3 ] || fail "overlay: no legend of 3"
 for lr in 0.001 0.003 0.01; do grep -q "data-name=\"lr$lr\"" "$T/ov-loss" || fail "overlay: lr$lr"; done
+# What differs between them, a row each (issue 30).
+grep -q '<h2>What differs</h2>' "$d" && grep -q '<table class="sweep differs">' "$d" || fail "overlay: no table of what differs"
+for lr in 0.001 0.003 0.01; do
+    grep -q "<tr class=\"run\"><td><a href=\"/run?r=lr$lr\">lr$lr</a></td><td><code>$lr</code></td></tr>" "$d" ||
+        fail "overlay: lr$lr's row of what differs"
+done
 
 # 4. A spike explained.
 browse "$URL/explain?r=lr0.001&step=800" runs-explain 900
