@@ -607,24 +607,47 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
         }
         n++;
     }
+    /* smooth=W: the moving average's weight (0 draws the curves as they are); 0.9 by default,
+     * each curve then drawn faint beneath its average (issue 30: four noisy curves on each
+     * other were unreadable). */
+    double smooth = 0.9;
+    const char *sa = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "smooth");
+    if (sa) {
+        char *end = NULL;
+        smooth = strtod(sa, &end);
+        if (!*sa || *end || !(smooth >= 0 && smooth < 1)) {
+            for (size_t k = 0; k < n; k++)
+                kiln_run_curves_release(&cv[k]);
+            return send_error(c, s, 400, "smooth: a weight in [0, 1) (0: no smoothing)");
+        }
+    }
     kiln_web_buf b = {0};
     char title[64];
     snprintf(title, sizeof title, "%zu runs overlaid", n);
     kiln_web_runs_begin(&b, title);
+    /* noisy: a value every step, smoothed; the validation's few points and the schedule's
+     * exact ones are drawn as they are (a moving average of 20 points only lags) */
     static const struct {
         const char *metric, *title;
         kiln_web_scale scale;
-    } charts[] = {{"loss", "loss", KILN_WEB_SCALE_AUTO},
-                  {"val_loss", "validation loss", KILN_WEB_SCALE_AUTO},
-                  {"val_r2", "validation R\xC2\xB2", KILN_WEB_SCALE_LINEAR},
-                  {"lr", "learning rate", KILN_WEB_SCALE_LINEAR},
-                  {"grad_norm", "gradient norm", KILN_WEB_SCALE_AUTO}};
+        bool noisy;
+    } charts[] = {{"loss", "loss", KILN_WEB_SCALE_AUTO, true},
+                  {"val_loss", "validation loss", KILN_WEB_SCALE_AUTO, false},
+                  {"val_r2", "validation R\xC2\xB2", KILN_WEB_SCALE_LINEAR, false},
+                  {"lr", "learning rate", KILN_WEB_SCALE_LINEAR, false},
+                  {"grad_norm", "gradient norm", KILN_WEB_SCALE_AUTO, true}};
     long first = cv[0].first, last = cv[0].last;
     for (size_t i = 1; i < n; i++) {
         if (cv[i].first < first) first = cv[i].first;
         if (cv[i].last > last) last = cv[i].last;
     }
-    kiln_web_section_begin(&b, "Runs on the same axes", NULL);
+    char note[256];
+    if (smooth > 0)
+        snprintf(note, sizeof note,
+                 "loss and gradient norm smoothed (a moving average of weight %g, as TensorBoard "
+                 "smooths), the raw curve faint beneath; smooth=0 in the address draws them raw",
+                 smooth);
+    kiln_web_section_begin(&b, "Runs on the same axes", smooth > 0 ? note : NULL);
     for (size_t k = 0; k < KILN_ARRAY_LEN(charts); k++) {
         kiln_web_series ser[MAX_OVERLAY];
         size_t ns = 0;
@@ -640,7 +663,8 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
                              .width = 720,
                              .height = 260,
                              .x_lo = (double)first,
-                             .x_hi = (double)last};
+                             .x_hi = (double)last,
+                             .smooth = charts[k].noisy ? smooth : 0};
         kiln_web_chart_svg(&b, &ch);
     }
     kiln_web_section_end(&b);

@@ -215,3 +215,32 @@ KILN_TEST(web_chart_heatmap) {
     CHECK("names escaped", !strstr(svg, "<script") && strstr(svg, HOSTILE_ESCAPED));
     free(svg);
 }
+
+/* Overlays smoothed as TensorBoard smooths (issue 30): each series faint as it is and its
+ * debiased moving average over it. */
+KILN_TEST(web_chart_smoothed) {
+    enum { N = 400 };
+    double x[N], noisy[N], flat[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = i + 1;
+        noisy[i] = 1.0 + (i % 2 ? 0.5 : -0.5); /* a saw: raw spans [0.5, 1.5] */
+        flat[i] = 0.25;
+    }
+    kiln_web_series s[2] = {{"noisy", x, noisy, N}, {"flat", x, flat, N}};
+    kiln_web_chart c = {.id = "ov", .title = "overlay", .series = s, .n_series = 2,
+                        .scale = KILN_WEB_SCALE_LINEAR, .smooth = 0.9};
+    char *svg = render(&c);
+    if (!CHECK("renders", svg)) return;
+    CHECK("a faint raw line and a smoothed one per series",
+          count(svg, "<polyline class=\"series raw\"") == 2 &&
+              count(svg, "stroke-opacity=\".25\"") == 2 &&
+              count(svg, "<polyline class=\"series smoothed\"") == 2);
+    CHECK("the smoothed line says so",
+          strstr(svg, "<title>noisy (smoothed: moving average, weight 0.9)</title>"));
+    free(svg);
+    c.smooth = 0;
+    svg = render(&c);
+    CHECK("smooth 0: as before, one line each",
+          svg && count(svg, "<polyline class=\"series\"") == 2 && !strstr(svg, "smoothed"));
+    free(svg);
+}

@@ -349,6 +349,43 @@ static void legend(kiln_web_buf *b, const kiln_web_series *s, size_t n, int w, d
     lit(b, "</g>\n");
 }
 
+/* The series' exponential moving average (weight w, debiased: TensorBoard's smoothing) over
+ * its finite points in [lo, hi], downsampled as the series is, as a full-strength polyline
+ * ("series smoothed") whose <title> says so. */
+static void smoothed(kiln_web_buf *b, const kiln_web_series *s, double w, double lo, double hi,
+                     size_t buckets, const axis *ax, const axis *ay, bool log, const char *col) {
+    double *dx = kiln_malloc(KILN_DOWNSAMPLE_MAX(buckets) * sizeof *dx);
+    double *dy = kiln_malloc(KILN_DOWNSAMPLE_MAX(buckets) * sizeof *dy);
+    if (!dx || !dy) {
+        b->nomem = true;
+        free(dx);
+        free(dy);
+        return;
+    }
+    kiln_downsample ds;
+    kiln_downsample_init(&ds, lo, hi, buckets, dx, dy);
+    double last = 0, wn = 1;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!(s->x[i] >= lo && s->x[i] <= hi) || !isfinite(s->y[i])) continue;
+        last = last * w + (1 - w) * s->y[i];
+        wn *= w;
+        kiln_downsample_push(&ds, s->x[i], last / (1 - wn));
+    }
+    size_t n = kiln_downsample_end(&ds), drawn = 0;
+    kiln_web_printf(b,
+                    "<polyline class=\"series smoothed\" fill=\"none\" stroke=\"%s\" "
+                    "stroke-width=\"1.6\" stroke-linejoin=\"round\" points=\"",
+                    col);
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(dy[i]) && !(log && dy[i] <= 0))
+            kiln_web_printf(b, "%s%.1f,%.1f", drawn++ ? " " : "", at(ax, dx[i]), at(ay, dy[i]));
+    lit(b, "\"><title>");
+    kiln_web_text(b, s->name);
+    kiln_web_printf(b, " (smoothed: moving average, weight %g)</title></polyline>", w);
+    free(dx);
+    free(dy);
+}
+
 void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
     frame f = frame_of(c->width, c->height);
     int lrows = legend_rows(c->series, c->n_series, f.w);
@@ -393,6 +430,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         free(dy);
         return;
     }
+    const bool smooth = c->smooth > 0 && c->smooth < 1;
     for (size_t k = 0; k < c->n_series && finite; k++) {
         const kiln_web_series *s = &c->series[k];
         kiln_downsample ds;
@@ -404,8 +442,9 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         lit(b, "<g class=\"series\" data-name=\"");
         kiln_web_text(b, s->name);
         kiln_web_printf(b, "\" data-points=\"%zu\">", s->n);
-        kiln_web_printf(b, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" "
-               "stroke-linejoin=\"round\" points=\"", col);
+        kiln_web_printf(b, "<polyline class=\"series%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" "
+               "stroke-linejoin=\"round\"%s points=\"", smooth ? " raw" : "", col,
+               smooth ? " stroke-opacity=\".25\"" : "");
         size_t drawn = 0, bad = 0;
         for (size_t i = 0; i < n; i++) {
             if (!isfinite(dy[i])) {
@@ -418,6 +457,8 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         lit(b, "\"><title>");
         kiln_web_text(b, s->name);
         lit(b, "</title></polyline>");
+        /* over the faint raw line */
+        if (smooth) smoothed(b, s, c->smooth, lo, hi, buckets, &ax, &ay, log, col);
         /* A single point would draw nothing: a dot. */
         for (size_t i = 0; i < n && drawn == 1; i++)
             if (isfinite(dy[i]) && !(log && dy[i] <= 0))

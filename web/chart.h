@@ -79,6 +79,11 @@ typedef struct kiln_web_chart {
     int width, height; /* pixels; 0: KILN_WEB_CHART_WIDTH x KILN_WEB_CHART_HEIGHT */
     /* The x range drawn; both 0: the series' own (and the marks'). */
     double x_lo, x_hi;
+    /* 0: each series as it is. In (0, 1): each series drawn faint as it is and, over it, its
+     * exponential moving average with that weight, debiased as TensorBoard smooths
+     * (s = w s + (1 - w) y over the finite points, divided by 1 - w^n): noisy curves laid
+     * over each other stay apart (issue 30). */
+    double smooth;
 } kiln_web_chart;
 
 /* A <figure class="chart"> holding the caption and an <svg class="chart">: the axes with

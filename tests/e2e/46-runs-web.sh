@@ -65,6 +65,11 @@ d="$T/runs-overlay.dom"
 sed -n '/id="chart-loss"/,/<\/figure>/p' "$d" >"$T/ov-loss"
 [ "$(count '<g class="series"' "$T/ov-loss")" = 3 ] || fail "overlay: not 3 series on the loss chart"
 [ "$(count '<g class="item">' "$T/ov-loss")" = 3 ] || fail "overlay: no legend of 3"
+# each smoothed, the raw curve faint beneath (issue 30); smooth=0 draws them raw
+[ "$(count '<polyline class="series smoothed"' "$T/ov-loss")" = 3 ] &&
+    [ "$(count '<polyline class="series raw"' "$T/ov-loss")" = 3 ] || fail "overlay: not smoothed"
+curl -sf "$URL/overlay?run=lr0.001&run=lr0.003&smooth=0" | grep -q 'series smoothed' && fail "overlay: smooth=0 smoothed"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/overlay?run=lr0.001&smooth=1")" = 400 ] || fail "overlay: smooth=1 taken"
 for lr in 0.001 0.003 0.01; do grep -q "data-name=\"lr$lr\"" "$T/ov-loss" || fail "overlay: lr$lr"; done
 # What differs between them, a row each (issue 30).
 grep -q '<h2>What differs</h2>' "$d" && grep -q '<table class="sweep differs">' "$d" || fail "overlay: no table of what differs"
