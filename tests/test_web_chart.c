@@ -213,6 +213,10 @@ KILN_TEST(web_chart_heatmap) {
     CHECK("the overloaded step's cell keeps its maximum", strstr(svg, ": max 0.9</title>"));
     CHECK("the darkest cell is that one", count(svg, "fill=\"#08306b\"><title>") == 1);
     CHECK("names escaped", !strstr(svg, "<script") && strstr(svg, HOSTILE_ESCAPED));
+    CHECK("a row's tick is its number under the axis label, its cells' titles the whole name "
+          "(issue 30: 'expert 3' ran into the label)",
+          strstr(svg, "text-anchor=\"end\">3</text>") && !strstr(svg, "\">expert 3</text>") &&
+              strstr(svg, "<title>expert 3"));
     free(svg);
 }
 

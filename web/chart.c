@@ -532,7 +532,13 @@ void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h) {
         double y = f.t + rh * (double)r;
         kiln_web_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", f.l - 5,
             y + rh / 2 + 4);
-        kiln_web_text(b, h->rows[r].name);
+        /* "expert 3" under the axis label "expert" is "3": the full name ran into the
+         * label (issue 30); the cells' titles keep it whole. */
+        const char *tick = h->rows[r].name;
+        size_t pl = h->row_label ? strlen(h->row_label) : 0;
+        if (pl && !strncmp(tick, h->row_label, pl) && tick[pl] == ' ' && tick[pl + 1])
+            tick += pl + 1;
+        kiln_web_text(b, tick);
         lit(b, "</text>");
         for (size_t col = 0; col < HEAT_COLS; col++) {
             double v = cell[r * HEAT_COLS + col];
