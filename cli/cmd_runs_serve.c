@@ -664,7 +664,8 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
                              .height = 260,
                              .x_lo = (double)first,
                              .x_hi = (double)last,
-                             .smooth = charts[k].noisy ? smooth : 0};
+                             .smooth = charts[k].noisy ? smooth : 0,
+                             .hover_cols = 48};
         kiln_web_chart_svg(&b, &ch);
     }
     kiln_web_section_end(&b);

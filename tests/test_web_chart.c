@@ -248,3 +248,21 @@ KILN_TEST(web_chart_smoothed) {
           svg && count(svg, "<polyline class=\"series\"") == 2 && !strstr(svg, "smoothed"));
     free(svg);
 }
+
+/* Values on hover without JavaScript (issue 30): columns of transparent rects, each titled with
+ * its steps and every series' last value in it. */
+KILN_TEST(web_chart_hover) {
+    double x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, a[8] = {1, 2, 3, 4, 5, 6, 7, 8},
+           c2[4] = {10, 20, 30, 40}, x2[4] = {1, 2, 3, 4};
+    kiln_web_series s[2] = {{"a", x, a, 8}, {"b", x2, c2, 4}};
+    kiln_web_chart c = {.id = "h", .title = "hover", .series = s, .n_series = 2,
+                        .scale = KILN_WEB_SCALE_LINEAR, .x_lo = 1, .x_hi = 9, .hover_cols = 2};
+    char *svg = render(&c);
+    if (!CHECK("renders", svg)) return;
+    CHECK("two columns", count(svg, "<rect class=\"hover\"") == 2);
+    CHECK("the first column: steps 1 to 4, both series' last values there",
+          strstr(svg, "<title>steps 1 to 4\na: 4 at step 4\nb: 40 at step 4</title>"));
+    CHECK("the second: b has nothing there",
+          strstr(svg, "<title>steps 5 to 9\na: 8 at step 8</title>"));
+    free(svg);
+}

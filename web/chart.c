@@ -386,6 +386,44 @@ static void smoothed(kiln_web_buf *b, const kiln_web_series *s, double w, double
     free(dy);
 }
 
+/* The last index of s with x < end (s->x ascending), or s->n when none. */
+static size_t last_before(const kiln_web_series *s, double end) {
+    size_t a = 0, z = s->n;
+    while (a < z) {
+        size_t m = a + (z - a) / 2;
+        if (s->x[m] < end)
+            a = m + 1;
+        else
+            z = m;
+    }
+    return a ? a - 1 : s->n;
+}
+
+/* The hover columns (kiln_web_chart.hover_cols): under the marks, over the series. */
+static void hover(kiln_web_buf *b, const kiln_web_chart *c, const frame *f, double lo, double hi) {
+    const int n = c->hover_cols > 200 ? 200 : c->hover_cols;
+    const double w = (f->r - f->l) / n, span = (hi - lo) / n;
+    lit(b, "<g class=\"hover\">");
+    for (int k = 0; k < n; k++) {
+        double a = lo + span * k, z = k == n - 1 ? hi + 1 : lo + span * (k + 1);
+        kiln_web_printf(b,
+                        "<rect class=\"hover\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                        "height=\"%.1f\" fill=\"#000\" fill-opacity=\"0\"><title>steps %.0f to "
+                        "%.0f",
+                        f->l + w * k, f->t, w, f->bot - f->t, ceil(a), ceil(z) - 1);
+        for (size_t s = 0; s < c->n_series; s++) {
+            const kiln_web_series *se = &c->series[s];
+            size_t i = last_before(se, z);
+            if (i == se->n || se->x[i] < a) continue;
+            lit(b, "\n");
+            kiln_web_text(b, se->name);
+            kiln_web_printf(b, ": %.6g at step %.0f", se->y[i], se->x[i]);
+        }
+        lit(b, "</title></rect>");
+    }
+    lit(b, "</g>\n");
+}
+
 void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
     frame f = frame_of(c->width, c->height);
     int lrows = legend_rows(c->series, c->n_series, f.w);
@@ -481,6 +519,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
     }
     free(dx);
     free(dy);
+    if (finite && c->hover_cols > 0) hover(b, c, &f, lo, hi);
     marks(b, &f, lo, hi, c->marks, c->n_marks);
     legend(b, c->series, c->n_series, f.w, f.h + LEGEND_ROW - 4);
     lit(b, "</svg></figure>\n");

@@ -84,6 +84,10 @@ typedef struct kiln_web_chart {
      * (s = w s + (1 - w) y over the finite points, divided by 1 - w^n): noisy curves laid
      * over each other stay apart (issue 30). */
     double smooth;
+    /* 0: none. Else the plot cut into this many columns, each a transparent <rect
+     * class="hover"> whose <title> gives its steps and each series' last value there, so
+     * that hovering reads values without JavaScript (issue 30). */
+    int hover_cols;
 } kiln_web_chart;
 
 /* A <figure class="chart"> holding the caption and an <svg class="chart">: the axes with

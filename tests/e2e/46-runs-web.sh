@@ -70,6 +70,10 @@ sed -n '/id="chart-loss"/,/<\/figure>/p' "$d" >"$T/ov-loss"
     [ "$(count '<polyline class="series raw"' "$T/ov-loss")" = 3 ] || fail "overlay: not smoothed"
 curl -sf "$URL/overlay?run=lr0.001&run=lr0.003&smooth=0" | grep -q 'series smoothed' && fail "overlay: smooth=0 smoothed"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/overlay?run=lr0.001&smooth=1")" = 400 ] || fail "overlay: smooth=1 taken"
+# values on hover: 48 columns, each titled with its steps and every run's value there
+[ "$(count '<rect class="hover"' "$T/ov-loss")" = 48 ] || fail "overlay: no hover columns"
+grep -q '<title>steps 1 to [0-9]*' "$T/ov-loss" && grep -q 'lr0.01: [0-9.e+-]* at step [0-9]*' "$T/ov-loss" ||
+    fail "overlay: the hover titles"
 for lr in 0.001 0.003 0.01; do grep -q "data-name=\"lr$lr\"" "$T/ov-loss" || fail "overlay: lr$lr"; done
 # What differs between them, a row each (issue 30).
 grep -q '<h2>What differs</h2>' "$d" && grep -q '<table class="sweep differs">' "$d" || fail "overlay: no table of what differs"
