@@ -74,6 +74,10 @@ curl -sf "$URL/overlay?run=lr0.001&run=lr0.003&smooth=0" | grep -q 'series smoot
 [ "$(count '<rect class="hover"' "$T/ov-loss")" = 48 ] || fail "overlay: no hover columns"
 grep -q '<title>steps 1 to [0-9]*' "$T/ov-loss" && grep -q 'lr0.01: [0-9.e+-]* at step [0-9]*' "$T/ov-loss" ||
     fail "overlay: the hover titles"
+# log=1 puts the validation loss (linear by itself: it spans less than two decades) on a log axis
+ov_val() { curl -sf "$URL/overlay?run=lr0.001&run=lr0.003$1" | sed -n '/id="chart-val_loss"/,/<\/figure>/p'; }
+ov_val "&log=1" | grep -q '>log</text>' && ! ov_val "" | grep -q '>log</text>' || fail "overlay: log=1"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/overlay?run=lr0.001&log=2")" = 400 ] || fail "overlay: log=2 taken"
 for lr in 0.001 0.003 0.01; do grep -q "data-name=\"lr$lr\"" "$T/ov-loss" || fail "overlay: lr$lr"; done
 # What differs between them, a row each (issue 30).
 grep -q '<h2>What differs</h2>' "$d" && grep -q '<table class="sweep differs">' "$d" || fail "overlay: no table of what differs"
