@@ -159,61 +159,48 @@ static json_t *num(double v) {
     return isfinite(v) ? json_real(v) : json_null();
 }
 
-static int cmp_i64(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+/* Seconds as JSON: a step longer than int64 (between the times' extremes) is clamped. */
+static json_t *secs_json(uint64_t s) {
+    return json_integer(s > INT64_MAX ? INT64_MAX : (json_int_t)s);
 }
 
-#define N_GAPS 5
+static void dur_format(uint64_t s, char out[32]) {
+    kiln_duration_format(s > INT64_MAX ? INT64_MAX : (int64_t)s, out);
+}
 
-/* The time column: first, last, median step and the largest gaps, steps taken between rows
- * of the same group. NULL when out of memory (or no time column). */
+/* kiln_time_step_is_gap in words, around the usual step. */
+#define GAP_RULE_A "a gap is a step over 5/4 of the usual "
+#define GAP_RULE_B " (the 99th percentile) and at least twice the median"
+
+/* The time column: first, last, median and usual step and the largest gaps (data.h,
+ * kiln_time_steps), steps taken between rows of the same group. NULL when out of memory
+ * (or no time column). */
 static json_t *time_json(const kiln_dataset *ds) {
-    if (!ds->time) return NULL;
-    size_t n = 0, top[N_GAPS], ntop = 0;
-    int64_t *d = malloc((ds->rows ? ds->rows : 1) * sizeof *d);
-    if (!d) return NULL;
-    int64_t lo = ds->time[0], hi = ds->time[0];
-    for (size_t r = 0; r < ds->rows; r++) {
-        if (ds->time[r] < lo) lo = ds->time[r];
-        if (ds->time[r] > hi) hi = ds->time[r];
-        if (!r || (ds->group && ds->group[r] != ds->group[r - 1])) continue;
-        int64_t g = ds->time[r] - ds->time[r - 1];
-        d[n++] = g;
-        /* keep the N_GAPS largest (row r ends each), largest first; ties: the earlier row */
-        size_t k = ntop < N_GAPS ? ntop++ : N_GAPS;
-        while (k > 0 && ds->time[top[k - 1]] - ds->time[top[k - 1] - 1] < g) {
-            if (k < N_GAPS) top[k] = top[k - 1];
-            k--;
-        }
-        if (k < N_GAPS) top[k] = r;
-    }
-    char a[32], b[32], c[32];
+    kiln_time_steps ts;
+    if (!ds->time || kiln_time_steps_of(ds, &ts)) return NULL;
+    char a[32], b[32], c[32], u[32];
     json_t *gaps = json_array();
-    for (size_t k = 0; gaps && k < ntop; k++) {
-        size_t r = top[k];
+    for (size_t k = 0; gaps && k < ts.n_top; k++) {
+        size_t r = ts.top[k];
         kiln_time_format(ds->time[r - 1], a);
         kiln_time_format(ds->time[r], b);
         json_t *gname = ds->group ? json_array_get(json_object_get(ds->group_meta, "names"),
                                                    (size_t)ds->group[r])
                                   : NULL;
-        json_array_append_new(gaps,
-                              json_pack("{s:s,s:s,s:I,s:I,s:O}", "from", a, "to", b, "seconds",
-                                        (json_int_t)(ds->time[r] - ds->time[r - 1]), "row",
-                                        (json_int_t)r, "group", gname ? gname : json_null()));
+        json_array_append_new(
+            gaps, json_pack("{s:s,s:s,s:o,s:I,s:O}", "from", a, "to", b, "seconds",
+                            secs_json((uint64_t)ds->time[r] - (uint64_t)ds->time[r - 1]), "row",
+                            (json_int_t)r, "group", gname ? gname : json_null()));
     }
-    int64_t med = 0;
-    if (n) {
-        qsort(d, n, sizeof *d, cmp_i64);
-        med = d[(n - 1) / 2]; /* the lower median: a step that occurs */
-    }
-    free(d);
-    kiln_time_format(lo, a);
-    kiln_time_format(hi, b);
-    kiln_duration_format(med, c);
-    return gaps ? json_pack("{s:O,s:s,s:s,s:I,s:s,s:o}", "column",
+    kiln_time_format(ts.first, a);
+    kiln_time_format(ts.last, b);
+    dur_format(ts.median, c);
+    dur_format(ts.usual, u);
+    return gaps ? json_pack("{s:O,s:s,s:s,s:o,s:s,s:o,s:s,s:I,s:o}", "column",
                             json_object_get(ds->time_meta, "column"), "first", a, "last", b,
-                            "median_step_seconds", (json_int_t)med, "median_step", c, "gaps", gaps)
+                            "median_step_seconds", secs_json(ts.median), "median_step", c,
+                            "usual_step_seconds", secs_json(ts.usual), "usual_step", u,
+                            "gaps_total", (json_int_t)ts.n_gaps, "gaps", gaps)
                 : NULL;
 }
 
@@ -290,6 +277,10 @@ int cmd_data_inspect(int argc, char **argv) {
                    json_string_value(json_object_get(tj, "median_step")));
             size_t i;
             json_t *g;
+            const json_int_t ngaps = json_integer_value(json_object_get(tj, "gaps_total"));
+            const char *usual = json_string_value(json_object_get(tj, "usual_step"));
+            if (!ngaps)
+                printf("gaps      none (%s%s%s)\n", GAP_RULE_A, usual, GAP_RULE_B);
             json_array_foreach(json_object_get(tj, "gaps"), i, g) {
                 char dur[32];
                 kiln_duration_format(json_integer_value(json_object_get(g, "seconds")), dur);
@@ -300,6 +291,9 @@ int cmd_data_inspect(int argc, char **argv) {
                        (long long)json_integer_value(json_object_get(g, "row")), gn ? ", " : "",
                        gn ? gn : "");
             }
+            if (ngaps)
+                printf("          %lld in all (%s%s%s)\n", (long long)ngaps, GAP_RULE_A, usual,
+                       GAP_RULE_B);
         }
         if (gj) {
             printf("groups    %d in column '%s':", ds->n_groups,

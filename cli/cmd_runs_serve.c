@@ -28,6 +28,7 @@
 typedef struct server {
     const char *root;
     kiln_run_cache *cache; /* the steps read so far of each run: a reload reads what is new */
+    bool single;           /* root is itself a run: / is its page (issue 30), not a list of one */
 } server;
 
 static double now_s(void) {
@@ -241,9 +242,10 @@ static char *explain_href(const char *name, long step) {
 }
 
 /* Events worth a mark (spikes, non-finite steps, resumes, device changes, skipped
- * checkpoints; not the start, which is every run's), then the checkpoints, the best named. */
+ * checkpoints; not the start, which is every run's), then the checkpoints, the best named;
+ * room for one more, the best validation (page_run adds it from the curve). */
 static bool marks_of(const kiln_run_info *ri, const char *name, marks *m) {
-    size_t cap = ri->n_events + ri->n_ckpts + 1;
+    size_t cap = ri->n_events + ri->n_ckpts + 2;
     m->m = calloc(cap, sizeof *m->m);
     m->owned = calloc(2 * cap, sizeof *m->owned);
     if (!m->m || !m->owned) return false;
@@ -273,7 +275,21 @@ static bool marks_of(const kiln_run_info *ri, const char *name, marks *m) {
 
 /* ---- a run's page ---- */
 
-/* A chart of the named curves that the run has (a series each). */
+/* Whether every finite value of the k series is 0 (and there is one). */
+static bool all_zero(const kiln_web_series *s, size_t k) {
+    bool any = false;
+    for (size_t i = 0; i < k; i++)
+        for (size_t j = 0; j < s[i].n; j++) {
+            if (!isfinite(s[i].y[j])) continue;
+            if (s[i].y[j] != 0) return false;
+            any = true;
+        }
+    return any;
+}
+
+/* A chart of the named curves that the run has (a series each). One whose every value is 0
+ * (no overflow, no dead expert) is folded into a line saying so: a flat chart is a screen of
+ * nothing (issue 30). */
 static void chart_of(kiln_web_buf *b, const kiln_run_curves *cv, const char *id, const char *title,
                      const char *const *names, size_t n, kiln_web_scale scale, const marks *m) {
     kiln_web_series s[16];
@@ -283,6 +299,14 @@ static void chart_of(kiln_web_buf *b, const kiln_run_curves *cv, const char *id,
         if (c) s[k++] = (kiln_web_series){c->name, c->x, c->y, c->n};
     }
     if (!k) return;
+    if (all_zero(s, k)) {
+        kiln_web_printf(b, "<p class=\"folded\" id=\"folded-");
+        kiln_web_text(b, id);
+        kiln_web_printf(b, "\">");
+        kiln_web_text(b, title);
+        kiln_web_printf(b, ": 0 at every step logged (chart folded)</p>\n");
+        return;
+    }
     kiln_web_chart ch = {.id = id,
                          .title = title,
                          .series = s,
@@ -382,6 +406,11 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
         int o2 = snprintf(t, sizeof t, "val_loss %.6g at step %.0f", vl->y[bi], vl->x[bi]);
         if (isfinite(r2) && o2 > 0) snprintf(t + o2, sizeof t - (size_t)o2, ", val_r2 %.4f", r2);
         kiln_web_kv_row(&b, "best validation", t);
+        /* Marked and named on the charts beside the best checkpoint, which may be another
+         * step (the best of those on disk): the header and the charts then agree (issue 30). */
+        char *text =
+            m.m && m.owned ? own(&m, kiln_asprintf("best validation: %s", t)) : NULL;
+        if (text) m.m[m.n++] = (kiln_web_mark){vl->x[bi], KILN_WEB_MARK_BEST_VAL, text, NULL};
     }
     size_t o = 0;
     t[0] = 0;
@@ -401,7 +430,10 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
         static const char *const valn[] = {"val_loss"}, *const r2n[] = {"val_r2"};
         static const char *const lrn[] = {"lr"}, *const gnn[] = {"grad_norm"};
         kiln_web_section_begin(&b, "Training", NULL);
-        chart_of(&b, &cv, "loss", "loss and its terms (mse, load_balance, z)", lossn, 4,
+        /* The loss on an axis of its own: beside z (6-9) it was flattened at the bottom and
+         * hidden under mse (issue 30). */
+        chart_of(&b, &cv, "loss", "loss", lossn, 1, KILN_WEB_SCALE_AUTO, &m);
+        chart_of(&b, &cv, "loss_terms", "loss terms (mse, load_balance, z)", lossn + 1, 3,
                  KILN_WEB_SCALE_AUTO, &m);
         chart_of(&b, &cv, "val_loss", "validation loss", valn, 1, KILN_WEB_SCALE_AUTO, &m);
         chart_of(&b, &cv, "val_r2", "validation R\xC2\xB2", r2n, 1, KILN_WEB_SCALE_LINEAR, &m);
@@ -524,6 +556,61 @@ static enum MHD_Result collect_runs(void *cls, enum MHD_ValueKind kind, const ch
     return MHD_YES;
 }
 
+/* The overlay's table of what differs: the config keys the n runs do not share (kiln runs
+ * list's "varied", over those runs alone), a row per run linked to its page. Four overlaid
+ * curves say little until one knows which lr each is (issue 30). */
+static void differs(kiln_web_buf *b, const server *s, const overlay_args *a, size_t n) {
+    char *dirs[MAX_OVERLAY];
+    const char *paths[MAX_OVERLAY];
+    size_t nd = 0;
+    for (size_t i = 0; i < n; i++)
+        if ((dirs[nd] = run_path(s, a->names[i]))) paths[nd] = dirs[nd], nd++;
+    kiln_run_list l;
+    bool have = nd == n && kiln_run_list_load(paths, nd, NULL, &l) == KILN_OK;
+    if (!have) kiln_errclear();
+    size_t nv = have ? json_array_size(l.varied) : 0;
+    const char *keys[64], *vals[64];
+    char *owned[64];
+    if (nv > 64) nv = 64;
+    for (size_t k = 0; k < nv; k++)
+        keys[k] = json_string_value(json_array_get(l.varied, k));
+    char *same = NULL;
+    size_t same_len = 0;
+    FILE *f = have ? open_memstream(&same, &same_len) : NULL;
+    if (f) {
+        const char *key;
+        json_t *v;
+        json_object_foreach(l.same, key, v) {
+            char *t = value_text(v);
+            fprintf(f, "%s=%s ", key, t ? t : "?");
+            free(t);
+        }
+        fclose(f);
+    }
+    kiln_web_differs_begin(b, same, keys, nv);
+    for (size_t i = 0; i < n; i++) {
+        /* the row of run i (the list is sorted by its own key): the one of its directory */
+        const json_t *cfg = NULL;
+        for (size_t j = 0; have && nd == n && j < l.n && !cfg; j++)
+            if (l.rows[j].dir && !strcmp(l.rows[j].dir, dirs[i])) cfg = l.rows[j].config;
+        for (size_t k = 0; k < nv; k++) {
+            const json_t *x = cfg ? json_object_get(cfg, keys[k]) : NULL;
+            owned[k] = x ? value_text(x) : NULL;
+            vals[k] = owned[k];
+        }
+        char *href = run_href("run", a->names[i], 0);
+        kiln_web_differs_row(b, display_name(s, a->names[i]), href, vals, nv);
+        free(href);
+        for (size_t k = 0; k < nv; k++)
+            free(owned[k]);
+    }
+    kiln_web_differs_end(b);
+    free(same);
+    if (have) kiln_run_list_release(&l);
+    for (size_t i = 0; i < nd; i++)
+        free(dirs[i]);
+}
+
 static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
     overlay_args a = {0};
     MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, collect_runs, &a);
@@ -545,24 +632,58 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
         }
         n++;
     }
+    /* smooth=W: the moving average's weight (0 draws the curves as they are); 0.9 by default,
+     * each curve then drawn faint beneath its average (issue 30: four noisy curves on each
+     * other were unreadable). */
+    double smooth = 0.9;
+    const char *sa = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "smooth");
+    if (sa) {
+        char *end = NULL;
+        smooth = strtod(sa, &end);
+        if (!*sa || *end || !(smooth >= 0 && smooth < 1)) {
+            for (size_t k = 0; k < n; k++)
+                kiln_run_curves_release(&cv[k]);
+            return send_error(c, s, 400, "smooth: a weight in [0, 1) (0: no smoothing)");
+        }
+    }
+    /* log=1: the loss, validation loss and gradient norm on log axes; log=0: linear; absent:
+     * log where the values span two decades (issue 30 asked for a log scale to choose). */
+    const char *la = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "log");
+    if (la && strcmp(la, "0") && strcmp(la, "1")) {
+        for (size_t k = 0; k < n; k++)
+            kiln_run_curves_release(&cv[k]);
+        return send_error(c, s, 400, "log: 1 (log axes) or 0 (linear ones)");
+    }
+    const kiln_web_scale loss_scale = !la                ? KILN_WEB_SCALE_AUTO
+                                      : !strcmp(la, "1") ? KILN_WEB_SCALE_LOG
+                                                         : KILN_WEB_SCALE_LINEAR;
     kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     char title[64];
     snprintf(title, sizeof title, "%zu runs overlaid", n);
     kiln_web_runs_begin(&b, title);
+    /* noisy: a value every step, smoothed; the validation's few points and the schedule's
+     * exact ones are drawn as they are (a moving average of 20 points only lags) */
     static const struct {
         const char *metric, *title;
         kiln_web_scale scale;
-    } charts[] = {{"loss", "loss", KILN_WEB_SCALE_AUTO},
-                  {"val_loss", "validation loss", KILN_WEB_SCALE_AUTO},
-                  {"val_r2", "validation R\xC2\xB2", KILN_WEB_SCALE_LINEAR},
-                  {"lr", "learning rate", KILN_WEB_SCALE_LINEAR},
-                  {"grad_norm", "gradient norm", KILN_WEB_SCALE_AUTO}};
+        bool noisy;
+    } charts[] = {{"loss", "loss", KILN_WEB_SCALE_AUTO, true},
+                  {"val_loss", "validation loss", KILN_WEB_SCALE_AUTO, false},
+                  {"val_r2", "validation R\xC2\xB2", KILN_WEB_SCALE_LINEAR, false},
+                  {"lr", "learning rate", KILN_WEB_SCALE_LINEAR, false},
+                  {"grad_norm", "gradient norm", KILN_WEB_SCALE_AUTO, true}};
     long first = cv[0].first, last = cv[0].last;
     for (size_t i = 1; i < n; i++) {
         if (cv[i].first < first) first = cv[i].first;
         if (cv[i].last > last) last = cv[i].last;
     }
-    kiln_web_section_begin(&b, "Runs on the same axes", NULL);
+    char note[256];
+    if (smooth > 0)
+        snprintf(note, sizeof note,
+                 "loss and gradient norm smoothed (a moving average of weight %g, as TensorBoard "
+                 "smooths), the raw curve faint beneath; smooth=0 in the address draws them raw",
+                 smooth);
+    kiln_web_section_begin(&b, "Runs on the same axes", smooth > 0 ? note : NULL);
     for (size_t k = 0; k < KILN_ARRAY_LEN(charts); k++) {
         kiln_web_series ser[MAX_OVERLAY];
         size_t ns = 0;
@@ -574,21 +695,18 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
                              .title = charts[k].title,
                              .series = ser,
                              .n_series = ns,
-                             .scale = charts[k].scale,
+                             .scale = charts[k].scale == KILN_WEB_SCALE_AUTO ? loss_scale
+                                                                              : charts[k].scale,
                              .width = 720,
                              .height = 260,
                              .x_lo = (double)first,
-                             .x_hi = (double)last};
+                             .x_hi = (double)last,
+                             .smooth = charts[k].noisy ? smooth : 0,
+                             .hover_cols = 48};
         kiln_web_chart_svg(&b, &ch);
     }
     kiln_web_section_end(&b);
-    kiln_web_para(&b, "The runs:");
-    for (size_t i = 0; i < n; i++) {
-        char *href = run_href("run", a.names[i], 0);
-        if (href) kiln_web_link(&b, href, display_name(s, a.names[i]));
-        free(href);
-        kiln_web_para(&b, "");
-    }
+    differs(&b, s, &a, n);
     kiln_web_runs_end(&b, s->root, now_s());
     for (size_t i = 0; i < n; i++)
         kiln_run_curves_release(&cv[i]);
@@ -689,7 +807,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         return send_error(c, s, 405, "kiln runs serve reads only: GET or HEAD");
     if (*upload_size) return send_error(c, s, 400, "no request body expected");
     const char *r = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "r");
-    if (!strcmp(url, "/")) return page_sweep(c, s);
+    if (!strcmp(url, "/")) return s->single ? page_run(c, s, ".") : page_sweep(c, s);
     if (!strcmp(url, "/run")) return page_run(c, s, r);
     if (!strcmp(url, "/overlay")) return page_overlay(c, s);
     if (!strcmp(url, "/explain"))
@@ -724,13 +842,17 @@ int cmd_runs_serve(int argc, char **argv) {
     const char *paths[1] = {dir};
     e = kiln_run_list_load(paths, 1, NULL, &l);
     if (e) return cli_fail(e);
-    kiln_run_list_release(&l);
     char *root = kiln_strdup(dir);
-    if (!root) return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+    if (!root) {
+        kiln_run_list_release(&l);
+        return cli_fail(kiln_fail(KILN_ERR_NOMEM, "out of memory"));
+    }
     size_t rl = strlen(root);
     while (rl > 1 && root[rl - 1] == '/')
         root[--rl] = 0;
-    server s = {root, NULL};
+    server s = {root, NULL, false};
+    s.single = l.n == 1 && !strcmp(link_name(&s, &l.rows[0]), ".");
+    kiln_run_list_release(&l);
     e = kiln_run_cache_create(&s.cache);
     if (e) {
         free(root);

@@ -18,7 +18,7 @@ static void print_keys(void) {
 int cmd_validate(int argc, char **argv) {
     const char *model = NULL, *data = NULL, *baseline = NULL, *report = NULL, *bf16 = NULL,
                *reference = NULL;
-    bool make_bf16 = false, help = false;
+    bool make_bf16 = false, no_bf16 = false, help = false;
     double vf = -1;
     cli_list sets = {0};
     for (int i = 1; i < argc; i++)
@@ -29,8 +29,9 @@ int cmd_validate(int argc, char **argv) {
         {"baseline", CLI_STR, &baseline, "M0", "the model in production (with golden/)", false},
         {"report", CLI_STR, &report, "FILE", "report to write (default M/validation.json)", false},
         {"bf16", CLI_STR, &bf16, "M_BF16", "compare with this bf16 export of the model", false},
-        {"make-bf16", CLI_FLAG, &make_bf16, NULL, "compare with a bf16 rounding made in memory",
-         false},
+        {"make-bf16", CLI_FLAG, &make_bf16, NULL,
+         "compare with a bf16 rounding made in memory (the default, as kiln release)", false},
+        {"no-bf16", CLI_FLAG, &no_bf16, NULL, "skip the f32-vs-bf16 parity check", false},
         {"val-fraction", CLI_DBL, &vf, "F",
          "held-out fraction (default: the card's run config, else 0.2)", false},
         {"set", CLI_MULTI, &sets, "KEY=VALUE", "override a threshold (repeatable)", false},
@@ -42,7 +43,7 @@ int cmd_validate(int argc, char **argv) {
     };
     const cli_spec spec = {
         "kiln validate --model M --data DATA [--baseline M0] [--report FILE] [--bf16 M_BF16 | "
-        "--make-bf16] [--reference REF] [--set KEY=VALUE ...]",
+        "--no-bf16] [--reference REF] [--set KEY=VALUE ...]",
         "Run the golden regression and inference parity checks and write one report; exit 0 "
         "only if every check that ran passed.",
         opts, 0, 0};
@@ -63,12 +64,15 @@ int cmd_validate(int argc, char **argv) {
     }
     free(sets.v);
     if (bf16 && make_bf16) return cli_usage_error("--bf16 and --make-bf16 exclude each other");
+    if (no_bf16 && (bf16 || make_bf16))
+        return cli_usage_error(bf16 ? "--bf16 and --no-bf16 exclude each other"
+                                    : "--make-bf16 and --no-bf16 exclude each other");
     if (vf != -1 && !(vf > 0 && vf < 1)) return cli_usage_error("--val-fraction must be in (0, 1)");
     kiln_validate_opts o = {.model = model,
                             .data = data,
                             .baseline = baseline,
                             .bf16 = bf16,
-                            .make_bf16 = make_bf16,
+                            .no_bf16 = no_bf16,
                             .report = report,
                             .thresholds = &th,
                             .val_fraction = vf,

@@ -109,10 +109,15 @@ static inline int32_t *kiln_carve_i32(kiln_carver *c, size_t n) {
 }
 /* Formatted string into a new buffer; caller frees. NULL (and NOMEM set) on failure. */
 char *kiln_asprintf(const char *fmt, ...) KILN_PRINTF(1, 2);
-/* Of names[0..n), the one a mistyped word most likely meant (an edit distance of 1 for a
- * word under 6 bytes, a third of its length for a longer one); NULL when none is that close
- * (core/suggest.c). */
-const char *kiln_suggest(const char *word, const char *const *names, size_t n);
+/* What an error about an unknown name adds, into buf: " (did you mean 'steps'?)" when one of
+ * the n names is a likely typo of word (edit distance, a swap of neighbours counting one: 1
+ * for words under 6 characters, else a third of the length; the closest, the first of
+ * equals), then a new line and "<what>: a, b, c" listing every
+ * name (what NULL: no list, for lists too long to print), so that the error's first line says
+ * what failed and the detail follows. The names
+ * are the first member (a const char *) of n structs stride bytes apart: a table's rows. */
+void kiln_name_hint(const char *word, const void *table, size_t n, size_t stride,
+                    const char *what, char *buf, size_t len);
 
 /* ---- hashing (libsodium) --------------------------------------------------- */
 

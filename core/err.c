@@ -1,5 +1,6 @@
 /* err.c - error codes and messages, logging, checked allocation. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -168,4 +169,52 @@ void kiln_format_time(int64_t unix_secs, char out[21]) {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(out, 21, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* The edit distance of a and b (insertions, deletions, substitutions and transpositions of two
+ * neighbours: "stpes" is one from "steps"), or limit + 1 for names too long to be keys. */
+static size_t edit_distance(const char *a, const char *b, size_t limit) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return limit + 1;
+    unsigned char d[64][64];
+    for (size_t i = 0; i <= la; i++)
+        d[i][0] = (unsigned char)i;
+    for (size_t j = 0; j <= lb; j++)
+        d[0][j] = (unsigned char)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            unsigned v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            if (d[i - 1][j] + 1u < v) v = d[i - 1][j] + 1u;
+            if (d[i][j - 1] + 1u < v) v = d[i][j - 1] + 1u;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+                d[i - 2][j - 2] + 1u < v)
+                v = d[i - 2][j - 2] + 1u;
+            d[i][j] = (unsigned char)v;
+        }
+    return d[la][lb];
+}
+
+void kiln_name_hint(const char *word, const void *table, size_t n, size_t stride,
+                    const char *what, char *buf, size_t len) {
+    if (!len) return;
+    buf[0] = 0;
+    const size_t wl = strlen(word), limit = wl < 6 ? 1 : wl / 3;
+    const char *best = NULL;
+    size_t best_d = limit + 1;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = *(const char *const *)((const char *)table + i * stride);
+        size_t d = edit_distance(word, name, limit);
+        if (d < best_d) {
+            best_d = d;
+            best = name;
+        }
+    }
+    size_t at = 0;
+    if (best) at = (size_t)snprintf(buf, len, " (did you mean '%s'?)", best);
+    if (!what) return;
+    if (at < len) at += (size_t)snprintf(buf + at, len - at, "\n%s: ", what);
+    for (size_t i = 0; i < n && at < len; i++) {
+        const char *name = *(const char *const *)((const char *)table + i * stride);
+        at += (size_t)snprintf(buf + at, len - at, "%s%s", i ? ", " : "", name);
+    }
 }

@@ -160,43 +160,45 @@ static kiln_err parse_meta(kiln_st *st, const json_t *m) {
     return KILN_OK;
 }
 
-/* Whether the file's first bytes are text (a CSV, a JSON file, a script): printable ASCII,
- * tabs and line ends, where a safetensors file starts with a little-endian length whose high
- * bytes are zero. */
-static bool looks_like_text(const unsigned char *b, size_t len) {
-    size_t n = len < 64 ? len : 64;
-    for (size_t i = 0; i < n; i++)
-        if (!(b[i] >= 0x20 && b[i] < 0x7f) && b[i] != '\t' && b[i] != '\n' && b[i] != '\r')
-            return false;
-    return n >= 8;
+/* A file that begins with a line of text (its first 8 bytes, which a safetensors file holds as
+ * a header length, printable) is named for what it is: a CSV passed where a dataset goes
+ * said "header length 8317701201201488228 exceeds ..." (issue 30). KILN_ERR_FORMAT with that
+ * message; KILN_OK when the file does not begin with a line of text. */
+static kiln_err text_file(const kiln_st *st) {
+    const unsigned char *b = st->base;
+    size_t n = 0;
+    while (n < st->len && n < 4096 && b[n] != '\n' && b[n] != '\r') {
+        if (b[n] < 0x20 && b[n] != '\t') return KILN_OK;
+        if (b[n] == 0x7f) return KILN_OK;
+        n++;
+    }
+    if (n < 8) return KILN_OK;
+    const size_t line = n;
+    bool csv = memchr(b, ',', line) || memchr(b, ';', line) || memchr(b, '\t', line);
+    char head[48];
+    size_t k = 0;
+    for (size_t i = 0; i < line && k + 4 < sizeof head; i++)
+        head[k++] = b[i] == '\t' ? ' ' : (char)b[i];
+    if (line > k) head[k - 3] = head[k - 2] = head[k - 1] = '.';
+    head[k] = 0;
+    if (csv)
+        return kiln_fail(KILN_ERR_FORMAT,
+                         "'%s' is a CSV file, not a dataset or model (safetensors)\nit begins "
+                         "\"%s\"; a CSV becomes a dataset with kiln data import --csv '%s' "
+                         "--features ... --targets ... --out DATA (docs/data.md)",
+                         st->path, head, st->path);
+    return kiln_fail(KILN_ERR_FORMAT,
+                     "'%s' is a text file, not a dataset or model (safetensors)\nit begins \"%s\"",
+                     st->path, head);
 }
 
 /* Validate st->base[0..len) and fill the tables. */
 static kiln_err parse(kiln_st *st) {
     const char *p = st->path;
     KILN_FAIL_IF(st->len < 8, KILN_ERR_FORMAT, "'%s': %zu bytes, too short for a safetensors header", p, st->len);
-    /* A text file where a tensor file goes is a mistake with a name, not a header length
-     * of 8317701201201488228: a CSV wants `kiln data import` first. */
-    if (looks_like_text(st->base, st->len)) {
-        const unsigned char *nl = memchr(st->base, '\n', st->len < 4096 ? st->len : 4096);
-        size_t i = 0;
-        while (i < st->len && (st->base[i] == ' ' || st->base[i] == '\t' ||
-                               st->base[i] == '\r' || st->base[i] == '\n'))
-            i++;
-        bool json = i < st->len && (st->base[i] == '{' || st->base[i] == '[');
-        bool csv = !json && nl && memchr(st->base, ',', (size_t)(nl - st->base));
-        KILN_FAIL_IF(csv, KILN_ERR_FORMAT,
-                     "'%s' is a CSV file, not a safetensors file: import it first (kiln data "
-                     "import --csv '%s' --features ... --targets ... --out DATA.safetensors; "
-                     "see kiln data import --help)",
-                     p, p);
-        KILN_FAIL_IF(true, KILN_ERR_FORMAT,
-                     "'%s' is a %s file, not a safetensors file (which starts with an 8-byte "
-                     "header length)",
-                     p, json ? "JSON" : "text");
-    }
     uint64_t hlen = 0;
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | st->base[i];
+    if (hlen > KILN_ST_MAX_HEADER) KILN_TRY(text_file(st));
     KILN_FAIL_IF(hlen > KILN_ST_MAX_HEADER, KILN_ERR_FORMAT,
                  "'%s': header length %llu exceeds the %u-byte limit", p, (unsigned long long)hlen,
                  KILN_ST_MAX_HEADER);

@@ -138,6 +138,30 @@ bool kiln_duration_parse(const char *s, int64_t *out);
 /* The largest whole unit: "3d", "36h", "90s". */
 void kiln_duration_format(int64_t secs, char out[32]);
 
+/* The steps of a dataset's time column, as kiln data inspect shows them (docs/data.md): a
+ * step is the time from one row to the next of the same group. A gap is a step clearly
+ * longer than the usual one: longer than 5/4 of the usual step (the 99th percentile of the
+ * steps, so that a pattern that recurs, a business week's weekend or a market's night, is
+ * usual) and at least twice the median (room for one missing row). So a calendar-daily or
+ * 24/7 hourly series has no gaps until a row is missing, business-daily data none at its
+ * weekends, and an irregular series none in its spread. Steps are unsigned: the times'
+ * extremes do not overflow them. */
+#define KILN_TIME_TOP_GAPS 5
+typedef struct kiln_time_steps {
+    int64_t first, last;            /* the earliest and the latest time */
+    size_t n;                       /* steps (0: no two rows of a group) */
+    uint64_t median;                /* the lower median (a step that occurs) */
+    uint64_t usual;                 /* the 99th percentile (a step that occurs) */
+    size_t n_gaps;                  /* steps that are gaps */
+    size_t top[KILN_TIME_TOP_GAPS]; /* the rows that end the largest gaps, largest first,
+                                       ties the earlier row */
+    size_t n_top;
+} kiln_time_steps;
+/* Whether step is a gap among steps of that median and usual length. */
+bool kiln_time_step_is_gap(uint64_t step, uint64_t median, uint64_t usual);
+/* The steps of ds (which must have a time column). KILN_ERR_NOMEM, else KILN_OK. */
+kiln_err kiln_time_steps_of(const kiln_dataset *ds, kiln_time_steps *out);
+
 /* The name of feature (target false) or target (target true) column i: from kiln.columns,
  * else "feature[i]" / "target[i]" formatted into buf. Returns a pointer valid while ds
  * and buf are. */

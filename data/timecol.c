@@ -146,3 +146,56 @@ bool kiln_duration_parse(const char *s, int64_t *out) {
     *out = v * unit;
     return true;
 }
+
+/* The step that ends row r (r > 0, of r - 1's group): times are non-decreasing within a
+ * group, so the unsigned difference is the step even across the int64 extremes. */
+static uint64_t step_at(const kiln_dataset *ds, size_t r) {
+    return (uint64_t)ds->time[r] - (uint64_t)ds->time[r - 1];
+}
+
+static bool same_group(const kiln_dataset *ds, size_t r) {
+    return r && (!ds->group || ds->group[r] == ds->group[r - 1]);
+}
+
+static int cmp_u64(const void *a, const void *b) {
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+bool kiln_time_step_is_gap(uint64_t step, uint64_t median, uint64_t usual) {
+    /* step > usual * 5/4 and step >= 2 * median, without overflow */
+    return step > usual && step - usual > usual / 4 && step >= median && step - median >= median;
+}
+
+kiln_err kiln_time_steps_of(const kiln_dataset *ds, kiln_time_steps *out) {
+    memset(out, 0, sizeof *out);
+    if (!ds->time || !ds->rows) return KILN_OK;
+    uint64_t *d = malloc(ds->rows * sizeof *d);
+    if (!d) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    out->first = out->last = ds->time[0];
+    for (size_t r = 0; r < ds->rows; r++) {
+        if (ds->time[r] < out->first) out->first = ds->time[r];
+        if (ds->time[r] > out->last) out->last = ds->time[r];
+        if (same_group(ds, r)) d[out->n++] = step_at(ds, r);
+    }
+    if (out->n) {
+        qsort(d, out->n, sizeof *d, cmp_u64);
+        out->median = d[(out->n - 1) / 2];
+        out->usual = d[(size_t)(0.99 * (double)(out->n - 1))];
+    }
+    free(d);
+    for (size_t r = 1; r < ds->rows; r++) {
+        if (!same_group(ds, r)) continue;
+        const uint64_t g = step_at(ds, r);
+        if (!kiln_time_step_is_gap(g, out->median, out->usual)) continue;
+        out->n_gaps++;
+        /* keep the largest (row r ends each), largest first; ties: the earlier row */
+        size_t k = out->n_top < KILN_TIME_TOP_GAPS ? out->n_top++ : KILN_TIME_TOP_GAPS;
+        while (k > 0 && step_at(ds, out->top[k - 1]) < g) {
+            if (k < KILN_TIME_TOP_GAPS) out->top[k] = out->top[k - 1];
+            k--;
+        }
+        if (k < KILN_TIME_TOP_GAPS) out->top[k] = r;
+    }
+    return KILN_OK;
+}

@@ -85,6 +85,10 @@ def train(args):
     train_end, val_begin, val_end = kt.split(f.shape[0], args.val_fraction, S)
     model = kt.TSMoE(cfg, seed=args.seed)  # kiln train's initial weights for this seed
     model.set_input_norm(f[:train_end])
+    # The head fits standardised targets, as kiln train's: on daily returns (std ~0.01) the
+    # MSE would otherwise be ~1e-4 beside a load-balance term of ~0.02, and drive nothing.
+    # save_model_dir folds the standardisation back into the head.
+    model.set_target_norm(y[:train_end])
     decay = [p for n, p in model.named_parameters()
              if n.endswith(".weight") and p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if not (n.endswith(".weight") and p.dim() >= 2)]
@@ -108,8 +112,8 @@ def train(args):
         model.step += 1
         if (i + 1) % 100 == 0 or i + 1 == args.steps:
             with torch.no_grad():
-                pv, _ = model(xv)
-                val = ((pv - yv) ** 2).mean().item()
+                pv, lv = model(xv, yv)
+                val = lv["mse"].item()  # standardised units, as kiln train's val_loss
                 sst = ((yv - yv.mean(dim=(0, 1))) ** 2).sum(dim=(0, 1))
                 r2 = (1 - ((pv - yv) ** 2).sum(dim=(0, 1)) / sst).mean().item()
             print(f"step {i + 1}/{args.steps} loss {loss['loss'].item():.6f} "

@@ -298,7 +298,7 @@ static kiln_err stage_validate(rel *r) {
                              .data = r->data,
                              .baseline = r->baseline,
                              .baseline_ref = r->baseline ? &ref : NULL,
-                             .make_bf16 = !r->o->no_bf16,
+                             .no_bf16 = r->o->no_bf16,
                              .thresholds = r->o->thresholds,
                              .val_fraction = -1,
                              .reference = r->o->reference};
@@ -307,20 +307,27 @@ static kiln_err stage_validate(rel *r) {
     const json_t *checks = json_object_get(rep, "checks");
     const char *path = json_string_value(json_object_get(rep, "report"));
     if (rc == KILN_ERR_VERIFY && rep) {
-        /* The reason of each failed check, which the report keeps. */
-        char why[900];
-        size_t n = 0;
+        /* The failed checks' names on the first line, what failed; each one's reason (which
+         * the report keeps) on a line of its own after it: one line of 500 characters was
+         * hard to read (issue 30). */
+        char names[300], why[700];
+        size_t n = 0, nn = 0;
+        int failed = 0;
         const char *k;
         json_t *c;
-        why[0] = 0;
+        why[0] = names[0] = 0;
         json_object_foreach((json_t *)checks, k, c) {
             const char *st = json_string_value(json_object_get(c, "status")),
                        *re = json_string_value(json_object_get(c, "reason"));
-            if (st && !strcmp(st, "failed") && n < sizeof why)
-                n += (size_t)snprintf(why + n, sizeof why - n, "%s%s", n ? "; " : "", re ? re : k);
+            if (!st || strcmp(st, "failed")) continue;
+            failed++;
+            if (nn < sizeof names)
+                nn += (size_t)snprintf(names + nn, sizeof names - nn, "%s%s", nn ? ", " : "", k);
+            if (n < sizeof why)
+                n += (size_t)snprintf(why + n, sizeof why - n, "\n%s", re ? re : k);
         }
-        rc = kiln_fail(KILN_ERR_VERIFY, "validation failed: %s (report '%s')", why,
-                       path ? path : r->model);
+        rc = kiln_fail(KILN_ERR_VERIFY, "validation failed: %d check%s failed: %s (report '%s')%s",
+                       failed, failed == 1 ? "" : "s", names, path ? path : r->model, why);
     } else if (rc == KILN_OK) {
         char passed[400], not_run[200];
         checks_with(rep, "passed", passed, sizeof passed);

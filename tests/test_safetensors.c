@@ -166,10 +166,11 @@ KILN_TEST(safetensors_names_text_files) {
     static const struct {
         const char *name, *text, *want;
     } cases[] = {
-        {"prices.csv", "time,price,volume\n1,2,3\n", "is a CSV file, not a safetensors file: "
-                                                     "import it first (kiln data import --csv"},
-        {"cfg.json", "{\"steps\": 10, \"lr\": 0.1}\n", "is a JSON file, not a safetensors file"},
-        {"notes.txt", "these are my notes on the run\n", "is a text file, not a safetensors file"},
+        {"prices.csv", "time,price,volume\n1,2,3\n",
+         "is a CSV file, not a dataset or model (safetensors)\nit begins \"time,price,volume\"; a "
+         "CSV becomes a dataset with kiln data import --csv"},
+        {"notes.txt", "these are my notes on the run\n",
+         "is a text file, not a dataset or model (safetensors)"},
     };
     for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
         char *p = kiln_test_write(cases[i].name, cases[i].text, strlen(cases[i].text));

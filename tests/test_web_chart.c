@@ -117,12 +117,13 @@ KILN_TEST(web_chart_svg) {
     loss[2500] = 40;  /* a spike */
     loss[3000] = NAN; /* a non-finite step */
     kiln_web_series s[2] = {{"loss", x, loss, N}, {HOSTILE, x, other, N}};
-    kiln_web_mark m[4] = {{2501, KILN_WEB_MARK_SPIKE, "step 2501: " HOSTILE, "/explain?s=2501"},
+    kiln_web_mark m[5] = {{2501, KILN_WEB_MARK_SPIKE, "step 2501: " HOSTILE, "/explain?s=2501"},
                           {3001, KILN_WEB_MARK_NONFINITE, "step 3001: nonfinite", NULL},
                           {4000, KILN_WEB_MARK_RESUME, "resumed at 4000", NULL},
-                          {4500, KILN_WEB_MARK_BEST, "best checkpoint: step 4500", NULL}};
+                          {4500, KILN_WEB_MARK_BEST, "best checkpoint: step 4500", NULL},
+                          {4500, KILN_WEB_MARK_BEST_VAL, "best validation: step 4500", NULL}};
     kiln_web_chart c = {.id = "loss", .title = "Loss " HOSTILE, .series = s, .n_series = 2,
-                        .marks = m, .n_marks = 4};
+                        .marks = m, .n_marks = 5};
     char *svg = render(&c);
     if (!CHECK("renders", svg)) return;
     CHECK("one figure and one svg", count(svg, "<figure class=\"chart\" id=\"chart-loss\">") == 1 &&
@@ -139,7 +140,10 @@ KILN_TEST(web_chart_svg) {
           strstr(svg, "<a href=\"/explain?s=2501\"><g class=\"mark spike\"><title>step 2501: "));
     CHECK("the non-finite, resume and best marks",
           strstr(svg, "<g class=\"mark nonfinite\">") && strstr(svg, "<g class=\"mark resume\">") &&
-              strstr(svg, "<g class=\"mark best\">") && strstr(svg, ">best</text>"));
+              strstr(svg, "<g class=\"mark best\">") && strstr(svg, ">best ckpt</text>"));
+    CHECK("the best validation named too, a row below the best checkpoint at the same step",
+          strstr(svg, "<g class=\"mark best-val\"><title>best validation: step 4500</title>") &&
+              strstr(svg, ">best val</text>"));
     CHECK("each mark whole: its line and its shape",
           strstr(svg, "l5 8h-10z\" fill=\"#dc2626\"/></g>") &&
               strstr(svg, "l5 8h-10z\" fill=\"#2563eb\"/></g>"));
@@ -209,5 +213,56 @@ KILN_TEST(web_chart_heatmap) {
     CHECK("the overloaded step's cell keeps its maximum", strstr(svg, ": max 0.9</title>"));
     CHECK("the darkest cell is that one", count(svg, "fill=\"#08306b\"><title>") == 1);
     CHECK("names escaped", !strstr(svg, "<script") && strstr(svg, HOSTILE_ESCAPED));
+    CHECK("a row's tick is its number under the axis label, its cells' titles the whole name "
+          "(issue 30: 'expert 3' ran into the label)",
+          strstr(svg, "text-anchor=\"end\">3</text>") && !strstr(svg, "\">expert 3</text>") &&
+              strstr(svg, "<title>expert 3"));
+    free(svg);
+}
+
+/* Overlays smoothed as TensorBoard smooths (issue 30): each series faint as it is and its
+ * debiased moving average over it. */
+KILN_TEST(web_chart_smoothed) {
+    enum { N = 400 };
+    double x[N], noisy[N], flat[N];
+    for (int i = 0; i < N; i++) {
+        x[i] = i + 1;
+        noisy[i] = 1.0 + (i % 2 ? 0.5 : -0.5); /* a saw: raw spans [0.5, 1.5] */
+        flat[i] = 0.25;
+    }
+    kiln_web_series s[2] = {{"noisy", x, noisy, N}, {"flat", x, flat, N}};
+    kiln_web_chart c = {.id = "ov", .title = "overlay", .series = s, .n_series = 2,
+                        .scale = KILN_WEB_SCALE_LINEAR, .smooth = 0.9};
+    char *svg = render(&c);
+    if (!CHECK("renders", svg)) return;
+    CHECK("a faint raw line and a smoothed one per series",
+          count(svg, "<polyline class=\"series raw\"") == 2 &&
+              count(svg, "stroke-opacity=\".25\"") == 2 &&
+              count(svg, "<polyline class=\"series smoothed\"") == 2);
+    CHECK("the smoothed line says so",
+          strstr(svg, "<title>noisy (smoothed: moving average, weight 0.9)</title>"));
+    free(svg);
+    c.smooth = 0;
+    svg = render(&c);
+    CHECK("smooth 0: as before, one line each",
+          svg && count(svg, "<polyline class=\"series\"") == 2 && !strstr(svg, "smoothed"));
+    free(svg);
+}
+
+/* Values on hover without JavaScript (issue 30): columns of transparent rects, each titled with
+ * its steps and every series' last value in it. */
+KILN_TEST(web_chart_hover) {
+    double x[8] = {1, 2, 3, 4, 5, 6, 7, 8}, a[8] = {1, 2, 3, 4, 5, 6, 7, 8},
+           c2[4] = {10, 20, 30, 40}, x2[4] = {1, 2, 3, 4};
+    kiln_web_series s[2] = {{"a", x, a, 8}, {"b", x2, c2, 4}};
+    kiln_web_chart c = {.id = "h", .title = "hover", .series = s, .n_series = 2,
+                        .scale = KILN_WEB_SCALE_LINEAR, .x_lo = 1, .x_hi = 9, .hover_cols = 2};
+    char *svg = render(&c);
+    if (!CHECK("renders", svg)) return;
+    CHECK("two columns", count(svg, "<rect class=\"hover\"") == 2);
+    CHECK("the first column: steps 1 to 4, both series' last values there",
+          strstr(svg, "<title>steps 1 to 4\na: 4 at step 4\nb: 40 at step 4</title>"));
+    CHECK("the second: b has nothing there",
+          strstr(svg, "<title>steps 5 to 9\na: 8 at step 8</title>"));
     free(svg);
 }

@@ -249,32 +249,18 @@ static kiln_err set_key(kiln_train_config *c, const key *k, const json_t *v, con
     return kiln_fail(KILN_ERR_INTERNAL, "bad key type");
 }
 
-/* "unknown config key 'lrr' (did you mean 'lr'?); the keys: accum_steps, adam_eps, ..." */
-static kiln_err unknown_key(const char *label, const char *name) {
-    const char *names[KILN_ARRAY_LEN(keys)];
-    size_t len = 0;
-    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
-        len += strlen(names[i] = keys[i].name) + 2;
-    char *list = kiln_malloc(len + 1);
-    if (!list) return KILN_ERR_NOMEM;
-    list[0] = 0;
-    for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
-        strcat(strcat(list, i ? ", " : ""), names[i]);
-    const char *near = kiln_suggest(name, names, KILN_ARRAY_LEN(keys));
-    kiln_err rc = kiln_fail(KILN_ERR_CONFIG, "%s: unknown config key '%s'%s%s%s; the keys: %s",
-                            label, name, near ? " (did you mean '" : "", near ? near : "",
-                            near ? "'?)" : "", list);
-    free(list);
-    return rc;
-}
-
 kiln_err kiln_train_config_apply(kiln_train_config *c, const json_t *j, const char *label) {
     KILN_FAIL_IF(!json_is_object(j), KILN_ERR_CONFIG, "%s: the config is not a JSON object", label);
     const char *name;
     json_t *v;
     json_object_foreach((json_t *)j, name, v) {
         const key *k = find_key(name);
-        if (!k) return unknown_key(label, name);
+        if (!k) {
+            char hint[700];
+            kiln_name_hint(name, keys, KILN_ARRAY_LEN(keys), sizeof keys[0], "config keys", hint,
+                           sizeof hint);
+            return kiln_fail(KILN_ERR_CONFIG, "%s: unknown config key '%s'%s", label, name, hint);
+        }
         KILN_TRY(set_key(c, k, v, label));
     }
     return KILN_OK;
@@ -291,10 +277,11 @@ kiln_err kiln_train_config_set(kiln_train_config *c, const char *assignment) {
     name[n] = 0;
     const key *k = find_key(name);
     if (!k) {
-        char *label = kiln_asprintf("--set '%s'", assignment);
-        kiln_err rc = label ? unknown_key(label, name) : KILN_ERR_NOMEM;
-        free(label);
-        return rc;
+        char hint[700];
+        kiln_name_hint(name, keys, KILN_ARRAY_LEN(keys), sizeof keys[0], "config keys", hint,
+                       sizeof hint);
+        return kiln_fail(KILN_ERR_CONFIG, "--set '%s': unknown config key '%s'%s", assignment, name,
+                         hint);
     }
     const char *text = eq + 1;
     json_error_t je;

@@ -1,8 +1,9 @@
 /*
  * golden.c - kiln golden make: a model's outputs on windows of held-out data, stored so
  * that a later build, machine or export can be held to them. The windows come from the
- * split the trainer validated on (kiln_dataset_split with the run's val_fraction and
- * seq_len), chosen by Philox (KILN_STREAM_GOLDEN) so that the seed alone reproduces them.
+ * split the trainer validated on (kiln_vmodel_split: the run's val_fraction, val_from and
+ * purge, every instrument of grouped data split alike), chosen by Philox
+ * (KILN_STREAM_GOLDEN) so that the seed alone reproduces them.
  * The outputs are the runtime's (what a service computes); validate holds the trainer's
  * forward and the stream to them separately (parity).
  */
@@ -15,17 +16,33 @@
 #include "kernels.h"
 #include "validate_int.h"
 
-/* Draw n window starts in [sp->val_begin, sp->val_end - S]: distinct while the split has
- * enough of them, else with repeats. starts [n]. */
+/* Windows of S rows that start and end inside r's validation rows. */
+static uint64_t windows_in(const kiln_split_range *r, int S) {
+    size_t len = r->val_end - r->val_begin;
+    return len >= (size_t)S ? len - (size_t)S + 1 : 0;
+}
+
+/* Draw n window starts from the validation ranges of sp, windows of S rows that stay inside
+ * one range (one instrument): distinct while the split has enough of them, else with
+ * repeats. The windows that fit are counted range after range, so that with one range a
+ * draw x is the start val_begin + x. starts [n]; fit, the windows that fit, is at least 1. */
 static void draw_starts(const kiln_split *sp, int S, uint64_t seed, size_t n, size_t *starts) {
-    const uint64_t fit = sp->val_end - sp->val_begin - (uint64_t)S + 1;
+    kiln_split_range one;
+    size_t nr;
+    const kiln_split_range *rg = kiln_split_ranges(sp, &one, &nr);
+    uint64_t fit = 0;
+    for (size_t g = 0; g < nr; g++)
+        fit += windows_in(&rg[g], S);
     const bool distinct = n <= fit;
     uint64_t c = 0;
     for (size_t w = 0; w < n;) {
         uint32_t r[4];
         kiln_philox(seed, KILN_STREAM_GOLDEN, c++, r);
         uint64_t x = ((uint64_t)r[1] << 32 | r[0]) % fit;
-        size_t s = sp->val_begin + (size_t)x;
+        size_t g = 0;
+        while (x >= windows_in(&rg[g], S))
+            x -= windows_in(&rg[g++], S);
+        size_t s = rg[g].val_begin + (size_t)x;
         bool dup = false;
         for (size_t k = 0; distinct && !dup && k < w; k++)
             dup = starts[k] == s;
@@ -46,7 +63,8 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     size_t *starts = NULL;
     char *out = NULL, *stpath = NULL, *jpath = NULL, *sttmp = NULL, *jtmp = NULL;
     bool made_out = false;
-    json_t *gj = NULL, *js = NULL;
+    json_t *gj = NULL, *js = NULL, *spj = NULL;
+    kiln_split sp = {0};
 
     out = o->out_dir ? kiln_strdup(o->out_dir) : kiln_vmodel_path(&m, "golden");
     KILN_CHECK_IF(rc, done, !out, KILN_ERR_NOMEM, "out of memory");
@@ -59,11 +77,8 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
     KILN_CHECK(rc, done, kiln_dataset_open(o->data, &ds));
     KILN_CHECK(rc, done, kiln_vmodel_check_data(&m, ds));
     const double vf = o->val_fraction >= 0 ? o->val_fraction : kiln_vmodel_val_fraction(&m);
-    KILN_CHECK_IF(rc, done, vf <= 0, KILN_ERR_USAGE,
-                  "validation fraction %g leaves no held-out rows for a golden set", vf);
-    kiln_split sp;
     const int S = m.cfg.seq_len, F = m.cfg.n_features, O = m.cfg.n_outputs;
-    KILN_CHECK(rc, done, kiln_dataset_split(ds, vf, S, &sp));
+    KILN_CHECK(rc, done, kiln_vmodel_split(&m, ds, vf, &sp));
     const size_t N = (size_t)o->windows, nx = N * S * F, ny = N * S * O;
     starts = kiln_calloc(N, sizeof *starts);
     x = kiln_malloc(nx * sizeof *x);
@@ -112,20 +127,21 @@ kiln_err kiln_golden_make(const kiln_golden_opts *o) {
             json_decref(js);
             js = NULL;
         }
-    KILN_CHECK_IF(rc, done, !js, KILN_ERR_NOMEM, "out of memory");
-    gj = json_pack("{s:s,s:s,s:s,s:s,s:s,s:{s:I,s:s,s:f,s:i,s:{s:I,s:I,s:I},s:o},s:I,s:f,s:s}",
-                   "format", KILN_GOLDEN_FORMAT, "kiln_version", kiln_version(), "model_sha256",
-                   m.sha256, "data_sha256", ds->sha256, "golden_sha256", gh, "windows_chosen",
-                   "seed", (json_int_t)o->seed, "rng", "philox4x32-10, stream 4 (golden)",
-                   "val_fraction", vf, "seq_len", S, "split", "train_end", (json_int_t)sp.train_end,
-                   "val_begin", (json_int_t)sp.val_begin, "val_end", (json_int_t)sp.val_end,
-                   "starts", js, "windows", (json_int_t)N, "loss_mean", mean, "engine",
-                   KILN_VMODEL_ENGINE);
+    spj = kiln_vsplit_json(&sp);
+    KILN_CHECK_IF(rc, done, !js || !spj, KILN_ERR_NOMEM, "out of memory");
+    gj = json_pack("{s:s,s:s,s:s,s:s,s:s,s:{s:I,s:s,s:f,s:i,s:o,s:o},s:I,s:f,s:s}", "format",
+                   KILN_GOLDEN_FORMAT, "kiln_version", kiln_version(), "model_sha256", m.sha256,
+                   "data_sha256", ds->sha256, "golden_sha256", gh, "windows_chosen", "seed",
+                   (json_int_t)o->seed, "rng", "philox4x32-10, stream 4 (golden)", "val_fraction",
+                   vf, "seq_len", S, "split", spj, "starts", js, "windows", (json_int_t)N,
+                   "loss_mean", mean, "engine", KILN_VMODEL_ENGINE);
+    js = spj = NULL;
+    /* What the outputs' bits rest on (kernels.h); validate notes a golden set made with other
+     * numerics. */
     if (gj && json_object_set_new(gj, "numerics", json_string(KILN_NUMERICS_CPU))) {
         json_decref(gj);
         gj = NULL;
     }
-    js = NULL;
     KILN_CHECK_IF(rc, done, !gj, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, kiln_json_write_file(jtmp, gj));
     /* The description first: a set whose golden.json names another file's digest is refused
@@ -141,7 +157,9 @@ done:
     free(sttmp);
     free(jtmp);
     json_decref(js);
+    json_decref(spj);
     json_decref(gj);
+    kiln_split_release(&sp);
     kiln_st_writer_free(w);
     free(stpath);
     free(jpath);

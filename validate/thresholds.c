@@ -106,8 +106,13 @@ kiln_err kiln_thresholds_set(kiln_thresholds *t, const char *a) {
     const key *k = NULL;
     for (size_t i = 0; i < KILN_ARRAY_LEN(keys); i++)
         if (strlen(keys[i].name) == len && !strncmp(keys[i].name, a, len)) k = &keys[i];
-    KILN_FAIL_IF(!k, KILN_ERR_USAGE, "unknown threshold '%.*s' (kiln validate --help lists them)",
-                 (int)len, a);
+    if (!k) {
+        char word[64], hint[900];
+        snprintf(word, sizeof word, "%.*s", (int)(len < 63 ? len : 63), a);
+        kiln_name_hint(word, keys, KILN_ARRAY_LEN(keys), sizeof keys[0], "thresholds", hint,
+                       sizeof hint);
+        return kiln_fail(KILN_ERR_USAGE, "unknown threshold '%.*s'%s", (int)len, a, hint);
+    }
     char *end;
     errno = 0;
     double v = strtod(eq + 1, &end);

@@ -371,9 +371,7 @@ static bool same_config(const kiln_model_config *a, const kiln_model_config *b) 
 static kiln_err check_bf16(run *r, const kiln_validate_opts *o, vmodel *m, const heldout *h,
                            const kiln_thresholds *th) {
     const char *name = "parity_f32_bf16";
-    if (!o->bf16 && !o->make_bf16)
-        return add_check(r, name, "not run", "no bf16 export asked for (--bf16 M or --make-bf16)",
-                         NULL, NULL);
+    if (o->no_bf16) return add_check(r, name, "not run", "skipped by --no-bf16", NULL, NULL);
     if (m->bf16) return add_check(r, name, "not run", "the model is bf16 already", NULL, NULL);
     vmodel b;
     char *path = NULL;
@@ -699,25 +697,7 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
     KILN_CHECK(rc, out, kiln_vmodel_check_data(&m, ds));
     const int S = m.cfg.seq_len, F = m.cfg.n_features, O = m.cfg.n_outputs;
     const double vf = o->val_fraction >= 0 ? o->val_fraction : kiln_vmodel_val_fraction(&m);
-    KILN_CHECK_IF(rc, out, vf <= 0, KILN_ERR_USAGE,
-                  "validation fraction %g leaves no held-out rows to validate on", vf);
-    /* The run's split: val_fraction, and val_from, purge_rows, purge_time when it had them. */
-    const json_t *rc_cfg = json_object_get(json_object_get(m.card, "lineage"), "config");
-    kiln_train_config tc;
-    kiln_train_config_default(&tc);
-    tc.model.seq_len = S;
-    tc.val_fraction = vf;
-    static const char *const split_keys[] = {"val_from", "purge_rows", "purge_time"};
-    for (size_t k = 0; k < 3; k++) {
-        const json_t *v = json_object_get(rc_cfg, split_keys[k]);
-        json_t *one = v ? json_pack("{s:O}", split_keys[k], v) : NULL;
-        if (one) rc = kiln_train_config_apply(&tc, one, "the model card's config");
-        json_decref(one);
-        if (rc) goto out;
-    }
-    kiln_split_opts so;
-    KILN_CHECK(rc, out, kiln_train_split_opts(&tc, &so));
-    KILN_CHECK(rc, out, kiln_dataset_split_ex(ds, &so, &sp));
+    KILN_CHECK(rc, out, kiln_vmodel_split(&m, ds, vf, &sp));
     KILN_CHECK(rc, out, heldout_make(ds, &sp, S, F, O, (size_t)th->heldout_windows, &h));
     KILN_CHECK(rc, out, forward_ties(&m, h.x, h.n, S, th, h.y, &h.tz));
     h.loss = kiln_vmse(h.y, h.t, h.n * S * O);
@@ -748,18 +728,23 @@ kiln_err kiln_validate_run(const kiln_validate_opts *o, json_t **report_out) {
         }
         loss_std = sum / (double)(h.n * (size_t)S * (size_t)O);
     }
+    json_t *spj = kiln_vsplit_json(&sp);
+    if (spj && json_object_set_new(spj, "val_fraction", json_real(vf))) {
+        json_decref(spj);
+        spj = NULL;
+    }
+    KILN_CHECK_IF(rc, out, !spj, KILN_ERR_NOMEM, "out of memory");
     json_t *golden = json_object_get(r.checks, "golden");
     const bool passed = r.failed == 0 && golden &&
                         !strcmp(json_string_value(json_object_get(golden, "status")), "passed");
     rep = json_pack(
-        "{s:s,s:s,s:{s:s,s:s,s:s,s:O},s:{s:s,s:s,s:I},s:{s:f,s:I,s:I,s:I},"
+        "{s:s,s:s,s:{s:s,s:s,s:s,s:O},s:{s:s,s:s,s:I},s:o,"
         "s:{s:I,s:f,s:O},s:o,s:O,s:O,s:b}",
         "format", KILN_VALIDATION_FORMAT, "kiln_version", kiln_version(), "model", "path", m.file,
         "sha256", m.sha256, "dtype", m.bf16 ? "bf16" : "f32", "config",
         json_object_get(m.card, "config") ? json_object_get(m.card, "config") : json_null(), "data",
-        "path", ds->path, "sha256", ds->sha256, "rows", (json_int_t)ds->rows, "split",
-        "val_fraction", vf, "train_end", (json_int_t)sp.train_end, "val_begin",
-        (json_int_t)sp.val_begin, "val_end", (json_int_t)sp.val_end, "heldout", "windows",
+        "path", ds->path, "sha256", ds->sha256, "rows", (json_int_t)ds->rows, "split", spj,
+        "heldout", "windows",
         (json_int_t)h.n, "loss", h.loss, "card_val_loss", card_val ? card_val : json_null(),
         "thresholds", kiln_thresholds_json(th), "checks", r.checks, "baseline",
         r.baseline ? r.baseline : json_null(), "passed", passed);

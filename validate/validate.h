@@ -94,12 +94,14 @@ typedef struct kiln_golden_opts {
 } kiln_golden_opts;
 
 /* Draw N windows of seq_len rows from the held-out split of the data (the split the
- * trainer used: kiln_dataset_split with the run's val_fraction and seq_len), run the model
- * (the runtime's batch forward) and write <out>/golden.safetensors (inputs [N,S,F],
- * targets [N,S,O], outputs [N,S,O], loss [N]: each window's MSE) and <out>/golden.json
- * (data digest, model digest, seed, split, window starts). Window w starts at
- * val_begin + (first 64 bits of Philox(seed, KILN_STREAM_GOLDEN, c)) mod (windows that
- * fit), c counting up from 0, a start already drawn skipped while distinct ones remain.
+ * trainer used, as validate takes it: the run's val_fraction, val_from, purge and seq_len,
+ * every instrument of grouped data split alike), run the model (the runtime's batch
+ * forward) and write <out>/golden.safetensors (inputs [N,S,F], targets [N,S,O], outputs
+ * [N,S,O], loss [N]: each window's MSE) and <out>/golden.json (data digest, model digest,
+ * seed, split, window starts). Window w is number (first 64 bits of Philox(seed,
+ * KILN_STREAM_GOLDEN, c)) mod (windows that fit) among the windows inside one instrument's
+ * validation rows, counted range after range (without instruments: val_begin + that), c
+ * counting up from 0, a start already drawn skipped while distinct ones remain.
  * The same model, data and options give the same bytes. */
 kiln_err kiln_golden_make(const kiln_golden_opts *opts);
 
@@ -122,8 +124,12 @@ typedef struct kiln_validate_opts {
      * pulled or unpacked model has one), when that manifest lists the very model.safetensors
      * measured. Only read with baseline. */
     const kiln_validate_baseline_ref *baseline_ref;
-    const char *bf16;   /* NULL, or the candidate's bf16 export to compare against */
-    bool make_bf16;     /* compare against a bf16 rounding of the candidate made here */
+    /* parity_f32_bf16: the candidate against bf16, by default a bf16 rounding of it made
+     * here (as kiln release always did); bf16 names an export to compare against instead;
+     * no_bf16 skips the check ("not run: skipped by --no-bf16"). One default for kiln
+     * validate and kiln release, so that a model that validates also releases. */
+    const char *bf16; /* NULL, or the candidate's bf16 export to compare against */
+    bool no_bf16;     /* skip the check */
     const char *report; /* NULL: <model>/validation.json; "" = write none */
     const kiln_thresholds *thresholds; /* NULL: defaults */
     double val_fraction;               /* < 0: from the card, else the default */

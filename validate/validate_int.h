@@ -40,6 +40,17 @@ kiln_err kiln_vmodel_stream_forward(vmodel *m, const float *x, size_t n, int S, 
 kiln_err kiln_vmodel_trainer_forward(vmodel *m, const float *x, size_t n, float *y);
 /* The validation fraction: the card's lineage.config.val_fraction, else the default. */
 double kiln_vmodel_val_fraction(const vmodel *m);
+/* The split the model's run trained and validated on, of ds: val_fraction (val_fraction >= 0
+ * overrides the card's), and the card's val_from, purge_rows and purge_time where it has
+ * them; with groups every instrument is split alike (kiln_dataset_split_ex, as the trainer
+ * splits). The one split of golden make and validate. Release *sp with kiln_split_release. */
+kiln_err kiln_vmodel_split(const vmodel *m, const kiln_dataset *ds, double val_fraction,
+                           kiln_split *sp);
+/* A split as golden.json and the validation report give it: train_end, val_begin and
+ * val_end (0 with groups, as kiln_split has them), and with groups "ranges": each
+ * instrument's [train_begin, train_end, val_begin, val_end]. New reference; NULL when out
+ * of memory. */
+json_t *kiln_vsplit_json(const kiln_split *sp);
 /* A file of the model's directory ("golden/golden.json"); caller frees. */
 char *kiln_vmodel_path(const vmodel *m, const char *rel);
 

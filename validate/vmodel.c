@@ -207,6 +207,54 @@ double kiln_vmodel_val_fraction(const vmodel *m) {
     return KILN_VALIDATE_DEFAULT_VAL_FRACTION;
 }
 
+kiln_err kiln_vmodel_split(const vmodel *m, const kiln_dataset *ds, double val_fraction,
+                           kiln_split *sp) {
+    memset(sp, 0, sizeof *sp);
+    const double vf = val_fraction >= 0 ? val_fraction : kiln_vmodel_val_fraction(m);
+    KILN_FAIL_IF(vf <= 0, KILN_ERR_USAGE,
+                 "validation fraction %g leaves no held-out rows of '%s' to validate on", vf,
+                 ds->path);
+    const json_t *cfg = json_object_get(json_object_get(m->card, "lineage"), "config");
+    kiln_train_config tc;
+    kiln_train_config_default(&tc);
+    tc.model.seq_len = m->cfg.seq_len;
+    tc.val_fraction = vf;
+    static const char *const keys[] = {"val_from", "purge_rows", "purge_time"};
+    for (size_t k = 0; k < KILN_ARRAY_LEN(keys); k++) {
+        const json_t *v = json_object_get(cfg, keys[k]);
+        if (!v) continue;
+        json_t *one = json_pack("{s:O}", keys[k], v);
+        kiln_err rc = one ? kiln_train_config_apply(&tc, one, "the model card's config")
+                          : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+        json_decref(one);
+        KILN_TRY(rc);
+    }
+    kiln_split_opts so;
+    KILN_TRY(kiln_train_split_opts(&tc, &so));
+    return kiln_dataset_split_ex(ds, &so, sp);
+}
+
+json_t *kiln_vsplit_json(const kiln_split *sp) {
+    json_t *j = json_pack("{s:I,s:I,s:I}", "train_end", (json_int_t)sp->train_end, "val_begin",
+                          (json_int_t)sp->val_begin, "val_end", (json_int_t)sp->val_end);
+    if (!j || !sp->n_ranges) return j;
+    json_t *a = json_array();
+    for (size_t g = 0; a && g < sp->n_ranges; g++) {
+        const kiln_split_range *r = &sp->ranges[g];
+        if (json_array_append_new(a, json_pack("[I,I,I,I]", (json_int_t)r->train_begin,
+                                               (json_int_t)r->train_end, (json_int_t)r->val_begin,
+                                               (json_int_t)r->val_end))) {
+            json_decref(a);
+            a = NULL;
+        }
+    }
+    if (!a || json_object_set_new(j, "ranges", a)) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
 kiln_err kiln_vmodel_check_data(const vmodel *m, const kiln_dataset *ds) {
     KILN_FAIL_IF(
         ds->n_features != m->cfg.n_features || ds->n_outputs != m->cfg.n_outputs, KILN_ERR_CONFIG,

@@ -21,14 +21,25 @@ static const char *const palette[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"
                                       "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 #define N_PALETTE (sizeof palette / sizeof *palette)
 
+/* Each kind's class, colour and, for the kinds named on the chart, the label drawn. */
 static const struct {
-    const char *name, *colour;
+    const char *name, *colour, *label;
 } mark_kinds[] = {
-    [KILN_WEB_MARK_SPIKE] = {"spike", "#d97706"},  [KILN_WEB_MARK_NONFINITE] = {"nonfinite", "#dc2626"},
-    [KILN_WEB_MARK_RESUME] = {"resume", "#2563eb"}, [KILN_WEB_MARK_DEVICE] = {"device", "#7c3aed"},
-    [KILN_WEB_MARK_EVENT] = {"event", "#6b7280"},  [KILN_WEB_MARK_CKPT] = {"ckpt", "#6b7280"},
-    [KILN_WEB_MARK_BEST] = {"best", "#ca8a04"},    [KILN_WEB_MARK_EXPORTED] = {"exported", "#0f766e"},
+    [KILN_WEB_MARK_SPIKE] = {"spike", "#d97706", NULL},
+    [KILN_WEB_MARK_NONFINITE] = {"nonfinite", "#dc2626", NULL},
+    [KILN_WEB_MARK_RESUME] = {"resume", "#2563eb", NULL},
+    [KILN_WEB_MARK_DEVICE] = {"device", "#7c3aed", NULL},
+    [KILN_WEB_MARK_EVENT] = {"event", "#6b7280", NULL},
+    [KILN_WEB_MARK_CKPT] = {"ckpt", "#6b7280", NULL},
+    [KILN_WEB_MARK_BEST] = {"best", "#ca8a04", "best ckpt"},
+    [KILN_WEB_MARK_EXPORTED] = {"exported", "#0f766e", "exported"},
+    [KILN_WEB_MARK_BEST_VAL] = {"best-val", "#15803d", "best val"},
 };
+
+/* The label a mark of kind k is named by on the chart, or NULL. */
+static const char *mark_label(kiln_web_mark_kind k) {
+    return (unsigned)k < KILN_ARRAY_LEN(mark_kinds) ? mark_kinds[k].label : NULL;
+}
 
 const char *kiln_web_mark_name(kiln_web_mark_kind k) {
     return (unsigned)k < KILN_ARRAY_LEN(mark_kinds) ? mark_kinds[k].name : "event";
@@ -238,8 +249,7 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         /* The run of marks after i of its kind in the same column. */
         size_t j = i + 1, more = 0;
         while (j < n && m[j].kind == m[i].kind && fabs(at(&ax, m[j].x) - x) < 1 &&
-               !m[j].href == !m[i].href && m[i].kind != KILN_WEB_MARK_BEST &&
-               m[i].kind != KILN_WEB_MARK_EXPORTED) {
+               !m[j].href == !m[i].href && !mark_label(m[i].kind)) {
             j++;
             more++;
         }
@@ -255,9 +265,12 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
         kiln_web_text_cut(b, m[i].text, KILN_WEB_TEXT_MAX);
         if (more) kiln_web_printf(b, " (and %zu more here)", more);
         lit(b, "</title>");
-        bool named = m[i].kind == KILN_WEB_MARK_BEST || m[i].kind == KILN_WEB_MARK_EXPORTED;
+        const char *label = mark_label(m[i].kind);
+        bool named = label != NULL;
         if (named || m[i].kind == KILN_WEB_MARK_CKPT) {
-            double r = named ? 5 : 3.5, y = f->t + 5;
+            /* best val a row below the others: it is often the best checkpoint's step */
+            double r = named ? 5 : 3.5,
+                   y = f->t + 5 + (m[i].kind == KILN_WEB_MARK_BEST_VAL ? 14 : 0);
             kiln_web_printf(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
                 "stroke-opacity=\".35\" stroke-dasharray=\"1 3\"/>"
@@ -268,7 +281,7 @@ static void marks(kiln_web_buf *b, const frame *f, double lo, double hi, const k
                     "<text class=\"%s\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"%s\" "
                     "fill=\"%s\">%s</text>",
                     kiln_web_mark_name(m[i].kind), x + (x > f->r - 60 ? -8 : 8), y + 4,
-                    x > f->r - 60 ? "end" : "start", c, kiln_web_mark_name(m[i].kind));
+                    x > f->r - 60 ? "end" : "start", c, label);
         } else {
             kiln_web_printf(b,
                 "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" "
@@ -336,6 +349,81 @@ static void legend(kiln_web_buf *b, const kiln_web_series *s, size_t n, int w, d
     lit(b, "</g>\n");
 }
 
+/* The series' exponential moving average (weight w, debiased: TensorBoard's smoothing) over
+ * its finite points in [lo, hi], downsampled as the series is, as a full-strength polyline
+ * ("series smoothed") whose <title> says so. */
+static void smoothed(kiln_web_buf *b, const kiln_web_series *s, double w, double lo, double hi,
+                     size_t buckets, const axis *ax, const axis *ay, bool log, const char *col) {
+    double *dx = kiln_malloc(KILN_DOWNSAMPLE_MAX(buckets) * sizeof *dx);
+    double *dy = kiln_malloc(KILN_DOWNSAMPLE_MAX(buckets) * sizeof *dy);
+    if (!dx || !dy) {
+        b->nomem = true;
+        free(dx);
+        free(dy);
+        return;
+    }
+    kiln_downsample ds;
+    kiln_downsample_init(&ds, lo, hi, buckets, dx, dy);
+    double last = 0, wn = 1;
+    for (size_t i = 0; i < s->n; i++) {
+        if (!(s->x[i] >= lo && s->x[i] <= hi) || !isfinite(s->y[i])) continue;
+        last = last * w + (1 - w) * s->y[i];
+        wn *= w;
+        kiln_downsample_push(&ds, s->x[i], last / (1 - wn));
+    }
+    size_t n = kiln_downsample_end(&ds), drawn = 0;
+    kiln_web_printf(b,
+                    "<polyline class=\"series smoothed\" fill=\"none\" stroke=\"%s\" "
+                    "stroke-width=\"1.6\" stroke-linejoin=\"round\" points=\"",
+                    col);
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(dy[i]) && !(log && dy[i] <= 0))
+            kiln_web_printf(b, "%s%.1f,%.1f", drawn++ ? " " : "", at(ax, dx[i]), at(ay, dy[i]));
+    lit(b, "\"><title>");
+    kiln_web_text(b, s->name);
+    kiln_web_printf(b, " (smoothed: moving average, weight %g)</title></polyline>", w);
+    free(dx);
+    free(dy);
+}
+
+/* The last index of s with x < end (s->x ascending), or s->n when none. */
+static size_t last_before(const kiln_web_series *s, double end) {
+    size_t a = 0, z = s->n;
+    while (a < z) {
+        size_t m = a + (z - a) / 2;
+        if (s->x[m] < end)
+            a = m + 1;
+        else
+            z = m;
+    }
+    return a ? a - 1 : s->n;
+}
+
+/* The hover columns (kiln_web_chart.hover_cols): under the marks, over the series. */
+static void hover(kiln_web_buf *b, const kiln_web_chart *c, const frame *f, double lo, double hi) {
+    const int n = c->hover_cols > 200 ? 200 : c->hover_cols;
+    const double w = (f->r - f->l) / n, span = (hi - lo) / n;
+    lit(b, "<g class=\"hover\">");
+    for (int k = 0; k < n; k++) {
+        double a = lo + span * k, z = k == n - 1 ? hi + 1 : lo + span * (k + 1);
+        kiln_web_printf(b,
+                        "<rect class=\"hover\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                        "height=\"%.1f\" fill=\"#000\" fill-opacity=\"0\"><title>steps %.0f to "
+                        "%.0f",
+                        f->l + w * k, f->t, w, f->bot - f->t, ceil(a), ceil(z) - 1);
+        for (size_t s = 0; s < c->n_series; s++) {
+            const kiln_web_series *se = &c->series[s];
+            size_t i = last_before(se, z);
+            if (i == se->n || se->x[i] < a) continue;
+            lit(b, "\n");
+            kiln_web_text(b, se->name);
+            kiln_web_printf(b, ": %.6g at step %.0f", se->y[i], se->x[i]);
+        }
+        lit(b, "</title></rect>");
+    }
+    lit(b, "</g>\n");
+}
+
 void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
     frame f = frame_of(c->width, c->height);
     int lrows = legend_rows(c->series, c->n_series, f.w);
@@ -380,6 +468,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         free(dy);
         return;
     }
+    const bool smooth = c->smooth > 0 && c->smooth < 1;
     for (size_t k = 0; k < c->n_series && finite; k++) {
         const kiln_web_series *s = &c->series[k];
         kiln_downsample ds;
@@ -391,8 +480,9 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         lit(b, "<g class=\"series\" data-name=\"");
         kiln_web_text_cut(b, s->name, KILN_WEB_TEXT_MAX);
         kiln_web_printf(b, "\" data-points=\"%zu\">", s->n);
-        kiln_web_printf(b, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" "
-               "stroke-linejoin=\"round\" points=\"", col);
+        kiln_web_printf(b, "<polyline class=\"series%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" "
+               "stroke-linejoin=\"round\"%s points=\"", smooth ? " raw" : "", col,
+               smooth ? " stroke-opacity=\".25\"" : "");
         size_t drawn = 0, bad = 0;
         for (size_t i = 0; i < n; i++) {
             if (!isfinite(dy[i])) {
@@ -405,6 +495,8 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
         lit(b, "\"><title>");
         kiln_web_text_cut(b, s->name, KILN_WEB_TEXT_MAX);
         lit(b, "</title></polyline>");
+        /* over the faint raw line */
+        if (smooth) smoothed(b, s, c->smooth, lo, hi, buckets, &ax, &ay, log, col);
         /* A single point would draw nothing: a dot. */
         for (size_t i = 0; i < n && drawn == 1; i++)
             if (isfinite(dy[i]) && !(log && dy[i] <= 0))
@@ -427,6 +519,7 @@ void kiln_web_chart_svg(kiln_web_buf *b, const kiln_web_chart *c) {
     }
     free(dx);
     free(dy);
+    if (finite && c->hover_cols > 0) hover(b, c, &f, lo, hi);
     marks(b, &f, lo, hi, c->marks, c->n_marks);
     legend(b, c->series, c->n_series, f.w, f.h + LEGEND_ROW - 4);
     lit(b, "</svg></figure>\n");
@@ -478,7 +571,13 @@ void kiln_web_heatmap_svg(kiln_web_buf *b, const kiln_web_heatmap *h) {
         double y = f.t + rh * (double)r;
         kiln_web_printf(b, "<text class=\"tick\" x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", f.l - 5,
             y + rh / 2 + 4);
-        kiln_web_text_cut(b, h->rows[r].name, KILN_WEB_TEXT_MAX);
+        /* "expert 3" under the axis label "expert" is "3": the full name ran into the
+         * label (issue 30); the cells' titles keep it whole. */
+        const char *tick = h->rows[r].name;
+        size_t pl = h->row_label ? strlen(h->row_label) : 0;
+        if (pl && !strncmp(tick, h->row_label, pl) && tick[pl] == ' ' && tick[pl + 1])
+            tick += pl + 1;
+        kiln_web_text_cut(b, tick, KILN_WEB_TEXT_MAX);
         lit(b, "</text>");
         for (size_t col = 0; col < HEAT_COLS; col++) {
             double v = cell[r * HEAT_COLS + col];

@@ -42,11 +42,13 @@ typedef enum kiln_web_mark_kind {
     KILN_WEB_MARK_DEVICE, /* a device change */
     KILN_WEB_MARK_EVENT,  /* any other event */
     KILN_WEB_MARK_CKPT,   /* a checkpoint on disk */
-    KILN_WEB_MARK_BEST,   /* the best checkpoint: named on the chart */
-    KILN_WEB_MARK_EXPORTED /* the checkpoint a registry version was exported from: named */
+    KILN_WEB_MARK_BEST,   /* the best checkpoint: named on the chart ("best ckpt") */
+    KILN_WEB_MARK_EXPORTED, /* the checkpoint a registry version was exported from: named */
+    KILN_WEB_MARK_BEST_VAL  /* the step of the lowest validation loss: named ("best val"), a
+                               row below "best ckpt", which may be another step (issue 30) */
 } kiln_web_mark_kind;
-/* "spike", "nonfinite", "resume", "device", "event", "ckpt", "best", "exported": the mark's
- * class. */
+/* "spike", "nonfinite", "resume", "device", "event", "ckpt", "best", "exported", "best-val":
+ * the mark's class. */
 const char *kiln_web_mark_name(kiln_web_mark_kind k);
 
 typedef struct kiln_web_mark {
@@ -77,6 +79,15 @@ typedef struct kiln_web_chart {
     int width, height; /* pixels; 0: KILN_WEB_CHART_WIDTH x KILN_WEB_CHART_HEIGHT */
     /* The x range drawn; both 0: the series' own (and the marks'). */
     double x_lo, x_hi;
+    /* 0: each series as it is. In (0, 1): each series drawn faint as it is and, over it, its
+     * exponential moving average with that weight, debiased as TensorBoard smooths
+     * (s = w s + (1 - w) y over the finite points, divided by 1 - w^n): noisy curves laid
+     * over each other stay apart (issue 30). */
+    double smooth;
+    /* 0: none. Else the plot cut into this many columns, each a transparent <rect
+     * class="hover"> whose <title> gives its steps and each series' last value there, so
+     * that hovering reads values without JavaScript (issue 30). */
+    int hover_cols;
 } kiln_web_chart;
 
 /* A <figure class="chart"> holding the caption and an <svg class="chart">: the axes with
@@ -133,6 +144,15 @@ void kiln_web_sweep_begin(kiln_web_buf *b, const char *same, const char *const *
                           size_t n_varied);
 void kiln_web_sweep_row(kiln_web_buf *b, const kiln_web_run_row *r, size_t n_varied);
 void kiln_web_sweep_end(kiln_web_buf *b);
+
+/* The overlay's table of what differs between the runs it draws (issue 30): what they all
+ * share in a line, then a row per run (its name linked to href) with its value of each key
+ * they differ in (values[k] NULL: the run has none). */
+void kiln_web_differs_begin(kiln_web_buf *b, const char *same, const char *const *keys,
+                            size_t n_keys);
+void kiln_web_differs_row(kiln_web_buf *b, const char *name, const char *href,
+                          const char *const *values, size_t n_keys);
+void kiln_web_differs_end(kiln_web_buf *b);
 
 /* A two-column table of key and value (a run's config, the explain page's figures). */
 void kiln_web_kv_begin(kiln_web_buf *b, const char *heading);

@@ -118,6 +118,48 @@ void kiln_web_sweep_end(kiln_web_buf *b) {
     lit(b, "</form>\n");
 }
 
+void kiln_web_differs_begin(kiln_web_buf *b, const char *same, const char *const *keys,
+                            size_t n_keys) {
+    lit(b, "<h2>What differs</h2>\n");
+    if (same && *same) {
+        lit(b, "<p><small>every run: ");
+        kiln_web_text(b, same);
+        lit(b, "</small></p>\n");
+    }
+    lit(b, "<table class=\"sweep differs\">\n<thead><tr><th>run</th>");
+    for (size_t k = 0; k < n_keys; k++) {
+        lit(b, "<th>");
+        kiln_web_text(b, keys[k]);
+        lit(b, "</th>");
+    }
+    if (!n_keys) lit(b, "<th>config</th>");
+    lit(b, "</tr></thead>\n<tbody>\n");
+}
+
+void kiln_web_differs_row(kiln_web_buf *b, const char *name, const char *href,
+                          const char *const *values, size_t n_keys) {
+    lit(b, "<tr class=\"run\"><td>");
+    if (href) {
+        lit(b, "<a href=\"");
+        kiln_web_text(b, href);
+        lit(b, "\">");
+    }
+    kiln_web_text(b, name);
+    if (href) lit(b, "</a>");
+    lit(b, "</td>");
+    for (size_t k = 0; k < n_keys; k++) {
+        lit(b, "<td><code>");
+        kiln_web_text(b, values[k] ? values[k] : "-");
+        lit(b, "</code></td>");
+    }
+    if (!n_keys) lit(b, "<td>the same as the others</td>");
+    lit(b, "</tr>\n");
+}
+
+void kiln_web_differs_end(kiln_web_buf *b) {
+    lit(b, "</tbody>\n</table>\n");
+}
+
 void kiln_web_kv_begin(kiln_web_buf *b, const char *heading) {
     lit(b, "<h2>");
     txt(b, heading);

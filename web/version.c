@@ -237,7 +237,10 @@ void kiln_web_run_summary(kiln_web_buf *b, const json_t *s) {
     static const char *const valn[] = {"val_loss"}, *const r2n[] = {"val_r2"};
     static const char *const lrn[] = {"lr"}, *const gnn[] = {"grad_norm"};
     lit(b, "<div class=\"charts\">\n");
-    chart(b, c, n, "loss", "loss and its terms", lossn, 4, KILN_WEB_SCALE_AUTO, m, nm, lo, hi);
+    /* The loss on an axis of its own, its terms beside it (issue 30). */
+    chart(b, c, n, "loss", "loss", lossn, 1, KILN_WEB_SCALE_AUTO, m, nm, lo, hi);
+    chart(b, c, n, "loss_terms", "loss terms (mse, load_balance, z)", lossn + 1, 3,
+          KILN_WEB_SCALE_AUTO, m, nm, lo, hi);
     chart(b, c, n, "val_loss", "validation loss", valn, 1, KILN_WEB_SCALE_AUTO, m, nm, lo, hi);
     chart(b, c, n, "val_r2", "validation R\xC2\xB2", r2n, 1, KILN_WEB_SCALE_LINEAR, m, nm, lo, hi);
     chart(b, c, n, "lr", "learning rate", lrn, 1, KILN_WEB_SCALE_LINEAR, m, nm, lo, hi);

@@ -10,6 +10,7 @@ import numpy as np
 from . import _lib
 from ._error import Error
 from ._lib import check, lib, usage
+from ._runtime import as_real_array, to_f32
 
 _F32 = np.dtype(np.float32)
 _F32_MAX = float(np.finfo(np.float32).max)
@@ -35,21 +36,22 @@ def _columns(x, what, path):
     elif _is_series(x):
         names = None if x.name is None else [str(x.name)]
         x = x.to_numpy()
-    a = x if isinstance(x, np.ndarray) else np.asarray(x)
-    if a.dtype.kind not in "fiu":
-        raise usage(f"'{path}': {what}: dtype {a.dtype} is not a real number type (give float32 "
-                    "or float64)")
+    a = as_real_array(x, f"'{path}': {what}")
     if a.ndim == 1:
         a = a.reshape(-1, 1)
     if a.ndim != 2:
         raise usage(f"'{path}': {what}: shape {tuple(a.shape)}, expected [rows, columns]")
     if a.dtype.kind == "f" and a.dtype.itemsize > 4:
-        big = np.isfinite(a) & (np.abs(a) > _F32_MAX)
+        try:
+            big = np.isfinite(a) & (np.abs(a) > _F32_MAX)
+        except MemoryError:
+            raise Error(f"'{path}': {what}: out of memory checking {a.size} values",
+                        _lib.ERR_NOMEM) from None
         if big.any():
             r, c = (int(i) for i in np.argwhere(big)[0])
             raise Error(f"'{path}': {what} row {r} column {c}: {a[r, c]!r} is out of range for "
                         "f32", _lib.ERR_NUMERIC)
-    return np.ascontiguousarray(a, dtype=_F32), names
+    return to_f32(a, f"'{path}': {what}"), names
 
 
 def _names(given, found, n, what, path):
@@ -92,13 +94,14 @@ def write_dataset(path, features, targets=None, feature_names=None, target_names
     if (fn is None) != (tn is None):
         raise usage(f"'{spath}': give the names of both the features and the targets, or neither")
 
-    def cnames(names):
+    def cnames(names, what):
         if names is None:
             return None
-        return (ctypes.c_char_p * len(names))(*[s.encode("utf-8") for s in names])
+        return (ctypes.c_char_p * len(names))(*[_lib.text_bytes(s, f"'{spath}': {what} name")
+                                                for s in names])
 
     check(lib().kiln_data_write(p, x.shape[0], x.shape[1], y.shape[1], x.ctypes.data,
-                                y.ctypes.data, cnames(fn), cnames(tn)))
+                                y.ctypes.data, cnames(fn, "feature"), cnames(tn, "target")))
     h = hashlib.sha256()
     with open(p, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

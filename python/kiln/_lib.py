@@ -185,11 +185,29 @@ def usage(message):
 
 
 def path_bytes(path, what="path"):
+    """path as the bytes a kiln call takes. A NUL byte is refused: C would read the path only
+    up to it, and open the file the prefix names."""
     try:
-        return os.fsencode(path)
+        b = os.fsencode(path)
     except TypeError:
         raise usage(f"{what}: expected a path (str, bytes or os.PathLike), not "
                     f"{type(path).__name__}") from None
+    if b"\0" in b:
+        raise usage(f"{what} {os.fsdecode(b)!r} holds a NUL byte, which no file name can hold")
+    return b
+
+
+def text_bytes(s, what):
+    """s as the UTF-8 a kiln call takes: a NUL byte (C would cut the text there) and what is
+    not text in UTF-8 (a lone surrogate) are refused, naming what it was."""
+    s = str(s)
+    try:
+        b = s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise usage(f"{what} {s!r} is not text in UTF-8") from None
+    if b"\0" in b:
+        raise usage(f"{what} {s!r} holds a NUL byte")
+    return b
 
 
 def take_text(p):

@@ -23,9 +23,15 @@ Checkpoint.__doc__ = "A checkpoint of a run: its step and the path of its safete
 
 # metrics.db (train/metrics.c) is read by its own schema, so that a table or column the trainer
 # adds comes through without a change here: each column by its declared type, INTEGER as int64
-# (NULL read as -1), REAL as float64 (NULL read as NaN), TEXT as a unicode field, and
-# layers.expert_load (a JSON array of reals in TEXT) as float64 [E]; rows in primary-key order.
+# (NULL read as -1), REAL as float64 (NULL read as NaN), TEXT as Python str objects (a
+# fixed-width unicode field would make every row as wide as the longest: one 100 KB event
+# message asked for 7.45 GiB), and layers.expert_load (a JSON array of reals in TEXT) as
+# float64 [E]; rows in primary-key order. A value that is not of its column's declared type (a
+# file not written by kiln) is kiln.Error naming the table, column and row.
 _KINDS = {"INTEGER": "i", "REAL": "f", "TEXT": "s"}
+_KIND_NAMES = {"i": "an INTEGER", "f": "a REAL", "s": "TEXT", "j": "a JSON array of numbers"}
+# expert_load holds one value per expert: kiln's n_experts is at most 4096.
+_MAX_EXPERTS = 4096
 
 
 def _schema(con):
@@ -57,21 +63,53 @@ class Table(np.ndarray):
         return pd.DataFrame(cols)
 
 
-def _select(con, table, order, cols):
+def _bad(db, table, name, row, kind, v):
+    shown = repr(v)
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return _lib.Error(f"'{db}': table '{table}' column '{name}' row {row}: {shown} is not "
+                      f"{_KIND_NAMES[kind]}", _lib.ERR_FORMAT)
+
+
+def _expert_load(db, table, name, r, v):
+    if v is None or v == "":
+        return []
+    if not isinstance(v, str):
+        raise _bad(db, table, name, r, "j", v)
+    try:
+        a = json.loads(v)
+    except (ValueError, RecursionError):
+        raise _bad(db, table, name, r, "j", v) from None
+    if not isinstance(a, list) or len(a) > _MAX_EXPERTS or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in a):
+        raise _bad(db, table, name, r, "j", v)
+    return a
+
+
+def _select(con, db, table, order, cols):
     sql = ", ".join(f'coalesce("{n}", -1)' if k == "i" else f'"{n}"' for n, k in cols)
     rows = con.execute(f'SELECT {sql} FROM "{table}" ORDER BY {order}').fetchall()
     fields, data = [], []
     for i, (name, kind) in enumerate(cols):
         col = [r[i] for r in rows]
         if kind == "i":
+            for r, v in enumerate(col):
+                if type(v) is not int or not -(1 << 63) <= v < (1 << 63):
+                    raise _bad(db, table, name, r, kind, v)
             a = np.array(col, dtype=np.int64)
         elif kind == "f":
-            a = np.array(col, dtype=np.float64)  # NULL (None) becomes NaN
+            for r, v in enumerate(col):
+                if v is not None and type(v) not in (int, float):
+                    raise _bad(db, table, name, r, kind, v)
+            a = np.array([np.nan if v is None else float(v) for v in col], dtype=np.float64)
         elif kind == "s":
-            col = ["" if v is None else str(v) for v in col]
-            a = np.array(col, dtype=f"U{max([1] + [len(v) for v in col])}")
+            for r, v in enumerate(col):
+                if isinstance(v, bytes):
+                    raise _bad(db, table, name, r, kind, v)
+            a = np.empty(len(col), dtype=object)
+            a[:] = ["" if v is None else str(v) for v in col]
         else:
-            lists = [json.loads(v) if v else [] for v in col]
+            lists = [_expert_load(db, table, name, r, v) for r, v in enumerate(col)]
             width = max([0] + [len(v) for v in lists])
             a = np.full((len(rows), width), np.nan)
             for r, v in enumerate(lists):
@@ -143,7 +181,8 @@ class Run:
                 if t not in schema:
                     raise usage(f"no metrics table {t!r} in '{self.dir}/metrics.db' (tables: "
                                 f"{', '.join(schema)})")
-            out = {t: _select(con, t, *schema[t]) for t in (tables or schema)}
+            db = os.path.join(self.dir, "metrics.db")
+            out = {t: _select(con, db, t, *schema[t]) for t in (tables or schema)}
             con.execute("COMMIT")
             return out
         except sqlite3.Error as e:
@@ -190,9 +229,9 @@ def runs(*paths, where=(), sort=None, top=0):
     if not isinstance(top, int) or top < 0:
         raise usage(f"runs: top must be a non-negative int, not {top!r}")
     cp = (ctypes.c_char_p * len(paths))(*[_lib.path_bytes(p, "runs path") for p in paths])
-    cw = (ctypes.c_char_p * max(1, len(where)))(*[str(w).encode() for w in where])
+    cw = (ctypes.c_char_p * max(1, len(where)))(*[_lib.text_bytes(w, "runs: where") for w in where])
     out = ctypes.c_void_p()
     check(lib().kiln_runs_list(cp, len(paths), cw, len(where),
-                               None if sort is None else str(sort).encode(), top,
+                               None if sort is None else _lib.text_bytes(sort, "runs: sort"), top,
                                ctypes.byref(out)))
     return json.loads(_lib.take_text(out.value))

@@ -16,14 +16,39 @@ from ._lib import check, fail, lib, usage
 _F32 = np.dtype(np.float32)
 
 
-def as_f32(x, what):
-    """x as a C-contiguous float32 array: no copy when it is one already. Real numbers only
-    (float, int); anything else (strings, objects, complex, bool) is refused by name."""
-    a = x if isinstance(x, np.ndarray) else np.asarray(x)
+def as_real_array(x, what):
+    """x as a numpy array of real numbers (float, int), without a copy where it is one: what
+    numpy cannot make an array of (a ragged list, an object that refuses) and anything but
+    real numbers (strings, objects, complex, bool) are refused by kiln.Error naming it, never
+    numpy's own exceptions."""
+    if isinstance(x, np.ndarray):
+        a = x
+    else:
+        try:
+            a = np.asarray(x)
+        except (ValueError, TypeError, OverflowError, MemoryError) as e:
+            raise usage(f"{what}: not an array of numbers ({e})") from None
     if a.dtype.kind not in "fiu":
         raise usage(f"{what}: dtype {a.dtype} is not a real number type (give float32 or "
                     "float64)")
-    return np.ascontiguousarray(a, dtype=_F32)
+    return a
+
+
+def to_f32(a, what):
+    """a (checked by as_real_array, and its shape by the caller) as a C-contiguous float32
+    array, not copied where it is one already; a copy that cannot be made (a broadcast view
+    of 2^31 rows asks for gigabytes) is kiln.Error, never numpy's MemoryError."""
+    try:
+        return np.ascontiguousarray(a, dtype=np.float32)
+    except MemoryError:
+        raise Error(f"{what}: out of memory for a float32 copy of shape {tuple(a.shape)} "
+                    f"({a.size * 4} bytes)", _lib.ERR_NOMEM) from None
+
+
+def as_f32(x, what):
+    """x as a C-contiguous float32 array: no copy when it is one already. Real numbers only
+    (float, int); anything else (strings, objects, complex, bool) is refused by name."""
+    return to_f32(as_real_array(x, what), what)
 
 
 def parse_device(device):
@@ -106,7 +131,9 @@ class Model(_Handle):
         gives a row the same bits whatever rows share its batch (docs/runtime.md), so each
         sequence's outputs are bit for bit what `kiln infer` writes for a file of its rows.
         Non-finite inputs are refused naming the position."""
-        x = as_f32(features, "features")
+        # Shape and size first, on the array as given: a broadcast view of 2^31 rows is
+        # refused here, before a float32 copy of it asks for gigabytes.
+        x = as_real_array(features, "features")
         F, O = self.n_features, self.n_outputs
         if x.ndim not in (2, 3) or x.shape[-1] != F or 0 in x.shape:
             raise usage(f"features: shape {tuple(x.shape)}, expected [S, {F}] or [B, S, {F}] "
@@ -114,10 +141,15 @@ class Model(_Handle):
         B, S = (1, x.shape[0]) if x.ndim == 2 else x.shape[:2]
         if S > 1 << 30:
             raise Error(f"features: {S} rows is more than one sequence may hold", _lib.ERR_USAGE)
-        y = np.empty((B, S, O), dtype=_F32)
         if B * S > 1 << 30:
             raise Error(f"features: {B} x {S} rows is more than one call may hold",
                         _lib.ERR_USAGE)
+        x = to_f32(x, "features")
+        try:
+            y = np.empty((B, S, O), dtype=_F32)
+        except MemoryError:
+            raise Error(f"outputs: out of memory for [{B}, {S}, {O}] float32",
+                        _lib.ERR_NOMEM) from None
         with self._use() as h:
             check(lib().kiln_model_forward(h, x.ctypes.data, B, S, y.ctypes.data))
         return y[0] if x.ndim == 2 else y
@@ -176,21 +208,22 @@ class Stream(_Handle):
 
     def push(self, features, out=None):
         """Feed one tick: features [F] in (any real dtype), outputs float32 [O] returned (a new
-        array; or written into out, an [O] array, and out returned). A non-finite feature is
+        array; or written into out, a writable float32 [O] array, and out returned). A non-finite feature is
         refused and leaves the stream as it was. The features are copied (and rounded to f32)
         into a buffer the stream owns and the outputs copied out of another, which costs less
         than asking numpy for an array's address."""
         x = features
-        if type(x) is not np.ndarray:
-            x = np.asarray(x)
-        if x.dtype.kind not in "fiu":
-            raise usage(f"features: dtype {x.dtype} is not a real number type (give float32 or "
-                        "float64)")
+        if type(x) is not np.ndarray or x.dtype.kind not in "fiu":
+            x = as_real_array(x, "features")
         if x.shape != self._xshape:
             raise usage(f"features: shape {tuple(x.shape)}, expected [{self._F}] (the model's "
                         "n_features)")
-        if out is not None and (type(out) is not np.ndarray or out.shape != self._yshape):
-            raise usage(f"out: expected an array of shape [{self._O}]")
+        # float32 only: an int32 out would take the outputs truncated to integers, silently.
+        if out is not None and (type(out) is not np.ndarray or out.shape != self._yshape
+                                or out.dtype != _F32 or not out.flags.writeable):
+            raise usage(f"out: expected a writable float32 array of shape [{self._O}], not "
+                        + (f"{out.dtype} {tuple(out.shape)}" if isinstance(out, np.ndarray)
+                           else type(out).__name__))
         if not self._lock.acquire(False):
             raise self._busy()
         try:
@@ -251,10 +284,11 @@ def push_many(streams, features, out=None):
             raise usage(f"push_many: streams[{i}] is a {type(s).__name__}, not a kiln.Stream")
     F = streams[0]._F if n else 0
     O = streams[0]._O if n else 0
-    x = as_f32(features, "features")
+    x = as_real_array(features, "features")
     if x.shape != (n, F) and not (n == 0 and x.ndim == 2 and x.shape[0] == 0):
         raise usage(f"features: shape {tuple(x.shape)}, expected [{n}, {F}] (one row per "
                     "stream, the model's n_features)")
+    x = to_f32(x, "features")
     if out is None:
         y = np.empty((n, O), dtype=_F32)
     else:

@@ -18,6 +18,7 @@ import json
 import math
 import os
 import shutil
+import stat
 import struct
 import tempfile
 
@@ -40,14 +41,58 @@ STREAM_INIT = 1  # core/philox.h: KILN_STREAM_INIT
 _DTYPES = {"F32": np.float32, "F64": np.float64, "I32": np.int32, "I64": np.int64}
 
 
+def _path(path, what="path"):
+    """path (str, bytes or os.PathLike) as a str for messages, refusing a NUL byte (no file
+    name holds one; the os module would raise ValueError) and anything that is not a path."""
+    if not isinstance(path, (str, bytes, os.PathLike)):
+        raise Error(f"{what}: expected a path, not {type(path).__name__}")
+    p = os.fspath(path)
+    s = os.fsdecode(p) if isinstance(p, bytes) else p
+    if "\0" in s:
+        raise Error(f"{s!r}: a path with a NUL byte, which no file name can hold")
+    return s
+
+
+def _array(x, what, dtype=None):
+    """np.asarray(x, dtype) with numpy's refusals (a ragged list, strings as numbers) as
+    kiln.Error naming what."""
+    try:
+        return np.asarray(x, dtype=dtype)
+    except (ValueError, TypeError, OverflowError, MemoryError) as e:
+        raise Error(f"{what}: not an array of numbers ({e})") from None
+
+
+def _read_file(path):
+    """The bytes of a regular file. A path with a NUL byte, a directory, a FIFO or a device
+    (which would block or never end: /dev/zero) is refused naming it, checked on the opened
+    descriptor (opened without blocking, so a FIFO with no writer does not hang the open)."""
+    spath = _path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError, TypeError) as e:
+        raise Error(f"'{spath}': {getattr(e, 'strerror', None) or e}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise Error(f"'{spath}': not a regular file")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            return f.read()
+    except OSError as e:
+        raise Error(f"'{spath}': {e.strerror}") from None
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 def read_safetensors(path):
     """(tensors, metadata) of a safetensors file: a dict name -> numpy array (BF16 widened to
-    float32 exactly) and the __metadata__ dict of strings. Raises kiln.Error naming the file."""
-    try:
-        with open(path, "rb") as f:
-            blob = f.read()
-    except OSError as e:
-        raise Error(f"'{path}': {e.strerror}") from None
+    float32 exactly) and the __metadata__ dict of strings. Raises kiln.Error naming the file
+    and the problem for anything else: a header that is not what kiln writes (wrong types,
+    shapes that are not lists of non-negative integers, offsets outside the data, byte counts
+    that do not match the shape) is refused before any array is made."""
+    blob = _read_file(path)
     if len(blob) < 8:
         raise Error(f"'{path}': too short for a safetensors header")
     (hlen,) = struct.unpack("<Q", blob[:8])
@@ -55,22 +100,28 @@ def read_safetensors(path):
         raise Error(f"'{path}': header length {hlen} runs past the end of the file")
     try:
         header = json.loads(blob[8:8 + hlen])
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise Error(f"'{path}': header is not JSON: {e}") from None
     if not isinstance(header, dict):
         raise Error(f"'{path}': header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise Error(f"'{path}': __metadata__ is not an object of strings")
     data = memoryview(blob)[8 + hlen:]
     tensors = {}
     for name, t in header.items():
-        try:
-            dtype, shape, (lo, hi) = t["dtype"], [int(s) for s in t["shape"]], t["data_offsets"]
-        except (KeyError, TypeError, ValueError):
-            raise Error(f"'{path}': tensor '{name}' has a malformed header entry") from None
-        if not 0 <= lo <= hi <= len(data):
+        ok = isinstance(t, dict) and isinstance(t.get("dtype"), str) \
+            and isinstance(t.get("shape"), list) and isinstance(t.get("data_offsets"), list) \
+            and len(t["data_offsets"]) == 2 \
+            and all(type(v) is int and v >= 0 for v in t["shape"] + t["data_offsets"])
+        if not ok:
+            raise Error(f"'{path}': tensor '{name}' has a malformed header entry (dtype a "
+                        f"string, shape and data_offsets lists of non-negative integers)")
+        dtype, shape, (lo, hi) = t["dtype"], t["shape"], t["data_offsets"]
+        if not lo <= hi <= len(data):
             raise Error(f"'{path}': tensor '{name}' lies outside the data section")
         raw = data[lo:hi]
-        n = int(np.prod(shape)) if shape else 1
+        n = math.prod(shape)  # Python integers: no overflow
         if dtype == "BF16":
             if len(raw) != 2 * n:
                 raise Error(f"'{path}': tensor '{name}' has {len(raw)} bytes for {n} BF16 values")
@@ -93,12 +144,13 @@ def write_safetensors(path, tensors, metadata=None):
     """Write tensors (name -> numpy array, float32 stored F32) the way kiln writes them:
     tensors in name order, metadata keys sorted, compact JSON, the header padded with spaces to
     8 bytes. Written to a temporary file beside path and renamed into place."""
+    path = _path(path)
     names = sorted(tensors)
     arrays = []
     header = {}
     off = 0
     for name in names:
-        a = np.ascontiguousarray(tensors[name])
+        a = np.ascontiguousarray(_array(tensors[name], f"'{path}': tensor '{name}'"))
         code = {np.dtype(np.float32): "F32", np.dtype(np.float64): "F64",
                 np.dtype(np.int32): "I32", np.dtype(np.int64): "I64"}.get(a.dtype)
         if code is None:
@@ -138,6 +190,7 @@ def _atomic_write(path, chunks):
 
 def sha256_file(path):
     h = hashlib.sha256()
+    path = _path(path)
     try:
         with open(path, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -160,12 +213,13 @@ def check_config(config):
             if v != FORMAT:
                 raise Error(f"model format must be \"{FORMAT}\"")
         elif k == "norm_eps":
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 \
+                    or not v <= float(np.finfo(np.float32).max):
                 raise Error("norm_eps must be a positive number")
             c[k] = float(v)
         elif k in MODEL_KEYS:
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-                raise Error(f"{k} must be a non-negative integer")
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 1 << 30:
+                raise Error(f"{k} must be a non-negative integer (at most 2^30)")
             c[k] = v
         else:
             raise Error(f"unknown model config key '{k}'")
@@ -185,6 +239,14 @@ def check_config(config):
         raise Error(f"top_k must be between 1 and n_experts {c['n_experts']} (is {c['top_k']})")
     if c["attn_window"] > c["seq_len"]:
         raise Error(f"attn_window {c['attn_window']} is larger than seq_len {c['seq_len']}")
+    # kiln's own bound (core/model_format.c kiln_model_config_check): every tensor and count
+    # well inside 32 bits of elements, so that no config asks for terabytes.
+    if max(c["n_experts"], 1) * c["d_ff"] * c["d_model"] > 1e9 \
+            or 3 * c["d_model"] * c["d_model"] > 1e9 or c["n_layers"] > 4096 \
+            or c["n_experts"] > 4096 or c["seq_len"] > 1 << 20:
+        raise Error("model sizes are too large (kiln's limits: experts x d_ff x d_model and 3 "
+                    "d_model^2 at most 1e9 elements, n_layers and n_experts at most 4096, "
+                    "seq_len at most 2^20)")
     return c
 
 
@@ -391,30 +453,50 @@ class _Block(nn.Module):
 
 
 
-def fold_target_norm(tensors, meta, n_outputs, path):
-    """A checkpoint's head trained on standardised targets (kiln.target_norm: the training
-    split's mean and std of each target) with the standardisation folded in, W' = std W and
-    b' = std b + mean, in float32 as kiln export folds it: the model then predicts in the
-    data's own units, bit for bit the exported model's head. A checkpoint without the key
-    (written before targets were standardised) is returned as it is."""
+def target_norm_of(meta, n_outputs, path):
+    """(mean, std) as float32 arrays [O] from a checkpoint's kiln.target_norm (the training
+    split's mean and population std of each target, which the trainer fitted the head to), or
+    None when the key is absent (a checkpoint written before targets were standardised).
+    Raises kiln.Error naming the file when it is malformed."""
     text = meta.get("kiln.target_norm")
     if text is None:
-        return tensors
+        return None
     try:
         tn = json.loads(text)
         mean = np.asarray(tn["mean"], dtype=np.float64)
         std = np.asarray(tn["std"], dtype=np.float64)
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         raise Error(f"'{path}': kiln.target_norm is not {{\"mean\": [...], \"std\": [...]}}") from None
     if mean.shape != (n_outputs,) or std.shape != (n_outputs,) or not np.all(np.isfinite(mean)) \
             or not np.all(std > 0) or not np.all(np.isfinite(std)):
         raise Error(f"'{path}': kiln.target_norm needs {n_outputs} finite means and positive stds")
-    mean32, std32 = mean.astype(np.float32), std.astype(np.float32)
+    return mean.astype(np.float32), std.astype(np.float32)
+
+
+def fold_head(weight, bias, mean, std):
+    """head.weight [O,D] and head.bias [O] trained on standardised targets, (y - mean) / std,
+    with the standardisation folded in: W' = std W, b' = std b + mean, in float32 as kiln
+    export folds them (export/freeze.c): the head then predicts in the data's own units."""
+    mean32 = np.asarray(mean, dtype=np.float32)
+    std32 = np.asarray(std, dtype=np.float32)
+    w = np.asarray(weight, dtype=np.float32)
+    b = np.asarray(bias, dtype=np.float32)
+    return (w * std32[:, None]).astype(np.float32), (b * std32 + mean32).astype(np.float32)
+
+
+def fold_target_norm(tensors, meta, n_outputs, path):
+    """A checkpoint's tensors (name -> numpy array) with its target standardisation
+    (``meta["kiln.target_norm"]``, target_norm_of) folded into head.weight and head.bias
+    (fold_head): bit for bit the head ``kiln export`` writes, so the model predicts in the
+    data's units. Tensors without the key are returned as they are; ``path`` names the file
+    in errors. TSMoE.from_checkpoint uses it; save_model_dir folds a model's own
+    set_target_norm the same way."""
+    tn = target_norm_of(meta, n_outputs, path)
+    if tn is None:
+        return tensors
     out = dict(tensors)
-    w = np.asarray(tensors["head.weight"], dtype=np.float32)
-    b = np.asarray(tensors["head.bias"], dtype=np.float32)
-    out["head.weight"] = (w * std32[:, None]).astype(np.float32)
-    out["head.bias"] = (b * std32 + mean32).astype(np.float32)
+    out["head.weight"], out["head.bias"] = fold_head(tensors["head.weight"], tensors["head.bias"],
+                                                     *tn)
     return out
 
 class TSMoE(nn.Module):
@@ -425,6 +507,16 @@ class TSMoE(nn.Module):
     ``.double()`` makes a float64 twin. ``forward(x, targets=None)`` returns ``(y, loss)``:
     ``y`` [B,S,O] and, with targets, a dict of the loss and its terms (``loss``, ``mse``,
     ``load_balance`` = sum of lb_l, ``z`` = sum of z_l), else None.
+
+    Targets at any scale, as ``kiln train`` fits them (docs/train.md): ``set_target_norm``
+    takes the training rows' targets and the head then fits (y - mean) / std, so ``mse`` is
+    about 1 whatever the data's units (daily returns, std ~0.01, would otherwise leave an MSE
+    of ~1e-4 under a load-balance term of ~0.02, and the model would learn nothing). ``y`` is
+    always in the data's units (the head's output times std plus mean); ``mse`` and ``loss``
+    are in standardised units, as kiln's metrics. ``save_model_dir`` folds the
+    standardisation into the head as ``kiln export`` does. The mean and std are buffers
+    outside ``state_dict()`` (not tensors of kiln's files); without ``set_target_norm`` they
+    are 0 and 1, which change no bit.
 
     The pieces a variant might change are overridable methods (``gelu``, ``alibi_slopes``,
     ``top_k_gates``), so that a researcher's change (or a deliberate mistake, in the tests) is
@@ -442,6 +534,9 @@ class TSMoE(nn.Module):
         self.blocks = nn.ModuleList(_Block(c) for _ in range(c["n_layers"]))
         self.final_norm = _Gain(c["d_model"])
         self.head = _Linear(c["n_outputs"], c["d_model"])
+        # The targets' standardisation the head fits (set_target_norm): not kiln tensors.
+        self.register_buffer("target_mean", torch.zeros(c["n_outputs"]), persistent=False)
+        self.register_buffer("target_std", torch.ones(c["n_outputs"]), persistent=False)
         if seed is not None:
             self.load_arrays(init_params(c, seed))
 
@@ -529,7 +624,8 @@ class TSMoE(nn.Module):
             else:
                 a = self.gelu(u @ blk.ffn.fc.weight.T + blk.ffn.fc.bias)
                 h = h + a @ blk.ffn.proj.weight.T + blk.ffn.proj.bias
-        y = rmsnorm(h, self.final_norm.weight, eps) @ self.head.weight.T + self.head.bias
+        ys = rmsnorm(h, self.final_norm.weight, eps) @ self.head.weight.T + self.head.bias
+        y = ys * self.target_std + self.target_mean  # the data's units
         if targets is None:
             return y, None
         try:
@@ -538,7 +634,7 @@ class TSMoE(nn.Module):
             raise Error(f"targets are not numbers: {e}") from None
         if t.shape != y.shape:
             raise Error(f"targets have shape {list(t.shape)}, expected {list(y.shape)}")
-        mse = ((y - t) ** 2).mean()
+        mse = ((ys - (t - self.target_mean) / self.target_std) ** 2).mean()
         loss = mse + self.aux_loss_coef * lb_sum + self.z_loss_coef * z_sum
         return y, {"loss": loss, "mse": mse, "load_balance": lb_sum, "z": z_sum}
 
@@ -560,7 +656,7 @@ class TSMoE(nn.Module):
             raise Error(f"'{source}': unexpected tensor '{sorted(have - want)[0]}'")
         with torch.no_grad():
             for k, v in sd.items():
-                a = np.asarray(arrays[k])
+                a = _array(arrays[k], f"'{source}': tensor '{k}'")
                 if tuple(a.shape) != tuple(v.shape):
                     raise Error(f"'{source}': tensor '{k}' has shape {list(a.shape)}, expected "
                                 f"{list(v.shape)}")
@@ -573,18 +669,58 @@ class TSMoE(nn.Module):
     def set_input_norm(self, features):
         """norm.in_mean / norm.in_std from the training rows [N, F] as the trainer sets them:
         mean and population standard deviation in double, floored at 1e-6."""
-        f = np.asarray(features, dtype=np.float32).astype(np.float64)
+        f = _array(features, "features", np.float32).astype(np.float64)
         mu = f.mean(axis=0)
         sd = np.sqrt(((f - mu) ** 2).mean(axis=0))
         with torch.no_grad():
             self.norm.in_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
             self.norm.in_std.copy_(torch.from_numpy(np.maximum(sd, 1e-6).astype(np.float32)))
 
+    def set_target_norm(self, targets):
+        """The targets' standardisation from the training rows [N, O] as the trainer sets it
+        (train/trainer.c set_target_norm): mean and population standard deviation in double,
+        stored as float32; a constant target keeps std 1. The head then fits standardised
+        targets; outputs stay in the data's units (see the class)."""
+        t = _array(targets, "targets", np.float32).astype(np.float64)
+        O = self.config["n_outputs"]
+        if t.ndim != 2 or t.shape[1] != O or t.shape[0] < 1:
+            raise Error(f"targets have shape {list(t.shape)}, expected [N, {O}] with N >= 1")
+        if not np.all(np.isfinite(t)):
+            raise Error("targets hold a non-finite value")
+        mu = t.mean(axis=0)
+        sd = np.sqrt(((t - mu) ** 2).mean(axis=0))
+        sd32 = sd.astype(np.float32)
+        sd32 = np.where((sd > 0) & (sd32 > 0), sd32, np.float32(1))
+        with torch.no_grad():
+            self.target_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
+            self.target_std.copy_(torch.from_numpy(sd32.astype(np.float32)))
+
+    def target_norm(self):
+        """(mean, std), float32 numpy arrays [O]: what set_target_norm set (0 and 1 unset)."""
+        return (self.target_mean.detach().cpu().to(torch.float32).numpy().copy(),
+                self.target_std.detach().cpu().to(torch.float32).numpy().copy())
+
+    def _has_target_norm(self):
+        mean, std = self.target_norm()
+        return bool(np.any(mean != 0) or np.any(std != 1))
+
+    def folded_arrays(self):
+        """arrays() with the target standardisation folded into head.weight and head.bias
+        (fold_head), what save_model_dir writes: kiln's runtime then predicts what this model
+        predicts, in the data's units."""
+        a = self.arrays()
+        if self._has_target_norm():
+            a["head.weight"], a["head.bias"] = fold_head(a["head.weight"], a["head.bias"],
+                                                         *self.target_norm())
+        return a
+
     # -- kiln's files --
     @classmethod
     def from_model_dir(cls, path):
         """A model directory (or its model.safetensors) as kiln export writes it; bf16
         weights are widened exactly."""
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise Error(f"model directory: expected a path, not {type(path).__name__}")
         f = os.path.join(path, "model.safetensors") if os.path.isdir(path) else path
         return cls._from_file(f, checkpoint=False)
 
@@ -594,7 +730,11 @@ class TSMoE(nn.Module):
         kiln export checks it; the AdamW moments (m.*, v.*) are left behind; ``step`` is
         kiln.step. The trainer's target standardisation (kiln.target_norm) is folded into the
         head as kiln export folds it, so the model predicts in the data's units;
-        ``fold_targets=False`` keeps the head as trained (on standardised targets)."""
+        ``fold_targets=False`` keeps the head as trained (on standardised targets) and sets the
+        model's target standardisation from the checkpoint instead (set_target_norm), so that
+        it predicts in the data's units and trains on as the trainer would."""
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            raise Error(f"checkpoint: expected a path, not {type(path).__name__}")
         return cls._from_file(path, checkpoint=True, fold_targets=fold_targets)
 
     @classmethod
@@ -604,27 +744,40 @@ class TSMoE(nn.Module):
             raise Error(f"'{path}': no kiln.config in __metadata__")
         try:
             cfg = json.loads(meta["kiln.config"])
-        except ValueError:
+        except (ValueError, RecursionError):
             raise Error(f"'{path}': kiln.config is not JSON") from None
         try:
             cfg = check_config(cfg)
         except Error as e:
             raise Error(f"'{path}': {e.message}") from None
+        # Every parameter of the config, with its shape, before the module is made: a config
+        # of sizes the file does not hold must not allocate them first.
+        for pname, shape, _ in param_table(cfg):
+            t = tensors.get(pname)
+            if t is None:
+                raise Error(f"'{path}': tensor '{pname}' is missing")
+            if tuple(t.shape) != tuple(shape):
+                raise Error(f"'{path}': tensor '{pname}' has shape {list(t.shape)}, expected "
+                            f"{list(shape)} (kiln.config)")
         if checkpoint:
             want = meta.get("kiln.data_sha256")
             if want is None:
                 raise Error(f"'{path}': no kiln.data_sha256 in __metadata__ (not a checkpoint)")
-            with open(path, "rb") as fh:
-                blob = fh.read()
+            blob = _read_file(path)
             (hlen,) = struct.unpack("<Q", blob[:8])
             if hashlib.sha256(blob[8 + hlen:]).hexdigest() != want:
                 raise Error(f"'{path}': tensor data digest mismatch (corrupted checkpoint)")
             tensors = {k: v for k, v in tensors.items()
                        if not k.startswith("m.") and not k.startswith("v.")}
+            tn = target_norm_of(meta, cfg["n_outputs"], path)
             if fold_targets:
                 tensors = fold_target_norm(tensors, meta, cfg["n_outputs"], path)
         m = cls(cfg, seed=None)
         m.load_arrays(tensors, source=path)
+        if checkpoint and not fold_targets and tn is not None:
+            with torch.no_grad():
+                m.target_mean.copy_(torch.from_numpy(tn[0]))
+                m.target_std.copy_(torch.from_numpy(tn[1]))
         try:
             m.step = int(meta.get("kiln.step", 0))
         except ValueError:
@@ -639,9 +792,15 @@ class TSMoE(nn.Module):
         and its version, ``code_version`` (the researcher's, e.g. a git commit), the dataset's
         sha256 (``dataset``: the kiln dataset file trained on), the step, ``train_config``
         (its ``val_fraction`` places the held-out split for golden make and validate) and
-        ``metrics``; ``lineage`` (a dict) adds or overrides keys. Written into a temporary
-        directory beside ``path`` and renamed into place; an existing non-empty directory is
-        refused unless ``force``."""
+        ``metrics``; ``lineage`` (a dict) adds or overrides keys. The target standardisation
+        (set_target_norm) is folded into the head (folded_arrays), as kiln export folds it,
+        and recorded as ``lineage.target_norm`` {mean, std, folded_into}, so the saved model
+        predicts in the data's units and validate reports its loss in the units ``metrics``
+        are in. Written into a temporary directory beside ``path`` and renamed into place; an
+        existing non-empty directory is refused unless ``force``."""
+        path = _path(path, "model directory")
+        if dataset is not None:
+            dataset = _path(dataset, "dataset")
         if os.path.lexists(path) and not (os.path.isdir(path) and not os.listdir(path)):
             if not force or not os.path.isdir(path):
                 raise Error(f"'{path}' exists and is not an empty directory")
@@ -659,6 +818,11 @@ class TSMoE(nn.Module):
         if dataset is not None:
             lin["dataset_sha256"] = sha256_file(dataset)
             lin["dataset_path"] = os.path.abspath(dataset)
+        if self._has_target_norm():
+            mean, std = self.target_norm()
+            lin["target_norm"] = {"mean": [float(v) for v in mean],
+                                  "std": [float(v) for v in std],
+                                  "folded_into": "head.weight, head.bias"}
         if lineage:
             lin.update(lineage)
         if created is None:
@@ -670,7 +834,7 @@ class TSMoE(nn.Module):
                                dir=parent)
         try:
             os.chmod(tmp, 0o755)
-            write_safetensors(os.path.join(tmp, "model.safetensors"), self.arrays(),
+            write_safetensors(os.path.join(tmp, "model.safetensors"), self.folded_arrays(),
                               {"kiln.config": config_text(self.config),
                                "kiln.step": str(int(self.step)),
                                "kiln.source": "kiln.torch (torch " + torch.__version__ + ")"})
@@ -693,10 +857,20 @@ class TSMoE(nn.Module):
     def predict(self, x):
         """Outputs for raw inputs [B,S,F] or [S,F] as a numpy array (float32 for a float32
         model), in eval mode, without gradients."""
-        a = np.asarray(x)
+        try:
+            a = np.asarray(x)
+        except (ValueError, TypeError, OverflowError, MemoryError) as e:
+            raise Error(f"inputs are not an array of numbers: {e}") from None
         if a.dtype.kind not in "biuf":
             raise Error(f"inputs have dtype {a.dtype}, not numbers")
-        y, _ = self.forward(torch.from_numpy(np.ascontiguousarray(a[None] if a.ndim == 2 else a)))
+        if a.ndim not in (2, 3) or a.shape[-1] != self.config["n_features"]:
+            raise Error(f"inputs have shape {list(a.shape)}, expected [S, "
+                        f"{self.config['n_features']}] or [B, S, {self.config['n_features']}]")
+        try:
+            y, _ = self.forward(torch.from_numpy(np.ascontiguousarray(a[None] if a.ndim == 2
+                                                                      else a)))
+        except (MemoryError, RuntimeError) as e:
+            raise Error(f"inputs of shape {list(a.shape)}: {e}") from None
         y = y.cpu().numpy()
         return y[0] if a.ndim == 2 else y
 
@@ -726,8 +900,8 @@ def compare(a, b, rtol=1e-4, atol=1e-5):
     max(atol M, rtol |b|). Returns compared, max_abs_err, max_rel_err (|a - b| / max(|b|,
     atol M / rtol)), scale M, outside (elements that disagree), nonfinite and passed (no
     element outside, none non-finite). No router near-tie is excused here."""
-    a = np.asarray(a, dtype=np.float64)
-    b = np.asarray(b, dtype=np.float64)
+    a = _array(a, "compare: a", np.float64)
+    b = _array(b, "compare: b", np.float64)
     if a.shape != b.shape and a.size == b.size:
         a, b = a.reshape(-1), b.reshape(-1)
     if a.shape != b.shape:

@@ -241,7 +241,7 @@ static kiln_err pull_record(pull *u) {
     } else {
         rc = kiln_registry_get_channel(u->c, res->model, u->what, &u->record, &u->record_len);
     }
-    if (rc == KILN_ERR_NOTFOUND) return reg_channel_missing(u->state, res->model, u->what, false);
+    if (rc == KILN_ERR_NOTFOUND) return reg_channel_missing(u->c, 1, u->state, res->model, u->what);
     KILN_TRY(rc);
     u->by_channel = true;
     KILN_TRY(reg_record_accept(u->trust, u->record, u->record_len, res->model, u->what, last, known,

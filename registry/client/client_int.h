@@ -20,12 +20,14 @@ kiln_err reg_state_settle(const char *state, const char *model, const char *chan
  * state NULL: the default); 0 and *known false when none. */
 kiln_err reg_channel_state(const char *state, const char *model, const char *channel, int64_t *seq,
                            bool *known);
-/* A channel that no registry has (several: more than one was asked): KILN_ERR_VERIFY when
- * this client accepted a record of it before (a registry that no longer has it is refused as
- * a rollback would be), else KILN_ERR_NOTFOUND saying so. Never a reason to read the name as
- * a version (kiln_registry_looks_like_version). Always a failure. */
-kiln_err reg_channel_missing(const char *state, const char *model, const char *channel,
-                             bool several);
+/* A channel that none of the n registries c has: KILN_ERR_VERIFY when this client accepted a
+ * record of it before (a registry that no longer has it is refused as a rollback would be),
+ * else KILN_ERR_NOTFOUND saying so; when no registry has the model at all, that is what it
+ * says, with the registry's model the name was likely meant to be (issue 30: it explained
+ * version naming for a misspelt model). Never a reason to read the name as a version
+ * (kiln_registry_looks_like_version). Always a failure. */
+kiln_err reg_channel_missing(const kiln_registry_client_opts *c, size_t n, const char *state,
+                             const char *model, const char *channel);
 /* A model directory a pull of model@channel installed (dir), checked without a registry
  * against what that pull kept in state (STATE/channels/MODEL/CHANNEL.json; state NULL: the
  * default): the kept record's signatures reach trust's threshold, it names model@channel, it

@@ -374,7 +374,7 @@ kiln_err reg_pull_regs(reg_registries *r, const kiln_registry_pull_opts *p,
         if (rc == KILN_ERR_NOTFOUND) {
             /* No registry has the channel: a failure (a refusal when this client accepted a
              * record of it before), never a reason to read the name as a version. */
-            return reg_channel_missing(p->state, model, what, true);
+            return reg_channel_missing(r->c, r->n, p->state, model, what);
         } else if (rc) {
             return rc;
         } else {

@@ -1172,7 +1172,7 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
             p.by_channel = true;
             p.c = &p.regs.c[from];
         } else if (rc == KILN_ERR_NOTFOUND) {
-            rc = reg_channel_missing(p.state, p.model, p.what, n > 1);
+            rc = reg_channel_missing(p.regs.c, p.regs.n, p.state, p.model, p.what);
             goto done;
         } else {
             goto done;

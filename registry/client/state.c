@@ -44,8 +44,48 @@ kiln_err reg_channel_state(const char *state, const char *model, const char *cha
     return rc;
 }
 
-kiln_err reg_channel_missing(const char *state, const char *model, const char *channel,
-                             bool several) {
+/* Whether some registry of c[0..n) may have the model: false only when every one answers that
+ * it has no such model (GET /v1/models/MODEL: 404) and the first one's list of models (GET
+ * /v1/models) answers without it; a registry that cannot be asked leaves the channel's message
+ * standing. When false, *hint is what kiln_name_hint says of the models listed. */
+static bool model_exists(const kiln_registry_client_opts *c, size_t n, const char *model,
+                         char *hint, size_t len) {
+    char path[KILN_REGISTRY_NAME_MAX + 16];
+    snprintf(path, sizeof path, "/v1/models/%s", model);
+    hint[0] = 0;
+    for (size_t i = 0; i < n; i++) {
+        json_t *j = NULL;
+        kiln_err rc = kiln_registry_get_json(&c[i], path, &j);
+        json_decref(j);
+        if (rc != KILN_ERR_NOTFOUND) {
+            kiln_errclear();
+            return true;
+        }
+    }
+    json_t *list = NULL;
+    bool exists = true;
+    if (!kiln_registry_get_json(&c[0], "/v1/models", &list) &&
+        json_is_array(json_object_get(list, "models"))) {
+        const json_t *arr = json_object_get(list, "models");
+        size_t k = json_array_size(arr), m = 0;
+        const char **names = kiln_calloc(k + 1, sizeof *names);
+        exists = !names;
+        for (size_t i = 0; names && i < k; i++) {
+            const char *s = json_string_value(json_object_get(json_array_get(arr, i), "name"));
+            if (s && !strcmp(s, model)) exists = true;
+            if (s) names[m++] = s;
+        }
+        if (!exists && m) kiln_name_hint(model, names, m, sizeof *names, NULL, hint, len);
+        free(names);
+    }
+    json_decref(list);
+    kiln_errclear();
+    return exists;
+}
+
+kiln_err reg_channel_missing(const kiln_registry_client_opts *c, size_t n, const char *state,
+                             const char *model, const char *channel) {
+    const bool several = n > 1;
     int64_t last;
     bool known;
     KILN_TRY(reg_channel_state(state, model, channel, &last, &known));
@@ -53,6 +93,10 @@ kiln_err reg_channel_missing(const char *state, const char *model, const char *c
                  "channel '%s' of '%s' was accepted at seq %lld before, but %s; refusing", channel,
                  model, (long long)last,
                  several ? "no registry has it now" : "the registry no longer has it");
+    char hint[400];
+    if (!model_exists(c, n, model, hint, sizeof hint))
+        return kiln_fail(KILN_ERR_NOTFOUND, "%s model '%s'%s (kiln models lists the models)",
+                         several ? "no registry has a" : "the registry has no", model, hint);
     return kiln_fail(KILN_ERR_NOTFOUND,
                      "%s channel '%s' of '%s' (%s@%s names a channel: a version begins with a "
                      "digit or with 'v' and a digit, and a channel is never read as a version)",

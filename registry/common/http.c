@@ -180,9 +180,20 @@ static void server_message(const buf *b, char *out, size_t cap) {
     json_decref(j);
 }
 
-static kiln_err http_error(const char *url, long status, const buf *body) {
+static kiln_err http_error(const kiln_registry_client_opts *c, const char *url, long status,
+                           const buf *body) {
     char msg[512];
     server_message(body, msg, sizeof msg);
+    /* What to do about a 401 (issue 30: it said only "HTTP 401: ..."): without a token,
+     * where one goes; with one, that it was the one refused. */
+    if (status == 401)
+        return kiln_fail(KILN_ERR_AUTH, "registry '%s': HTTP 401%s%s\n%s", url, *msg ? ": " : "",
+                         msg,
+                         c && c->token && *c->token
+                             ? "the token given (--token, or $KILN_REGISTRY_TOKEN) was refused: "
+                               "it may be unknown, revoked or expired (kiln registry token list)"
+                             : "no token was sent: give one with --token T or "
+                               "$KILN_REGISTRY_TOKEN (kiln registry token create makes one)");
     kiln_err code = status == 401 || status == 403 ? KILN_ERR_AUTH
                     : status == 404                ? KILN_ERR_NOTFOUND
                     : status == 409                ? KILN_ERR_CONFLICT
@@ -371,7 +382,7 @@ static kiln_err request_run(const request *rq, long *status) {
             (e != CURLE_OK && !transient_curl(e) && !x.stalled && !x.slow))
             return e != CURLE_OK ? kiln_fail(KILN_ERR_NETWORK, "%s: %s", rq->what,
                                              xfer_error(&x, e, why, sizeof why))
-                                 : http_error(rq->url, *status, rq->body);
+                                 : http_error(c, rq->url, *status, rq->body);
         kiln_debug("%s: %s, retrying", rq->what,
                    e != CURLE_OK ? curl_easy_strerror(e) : "server error");
         backoff(c, attempt);
@@ -452,7 +463,7 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
                       .ctx = &q};
         rc = request_run(&rq, status);
     }
-    if (!rc && (*status < 200 || *status >= 300)) rc = http_error(url, *status, out);
+    if (!rc && (*status < 200 || *status >= 300)) rc = http_error(c, url, *status, out);
     curl_slist_free_all(q.hdr);
     if (rc) {
         free(out->p);
@@ -640,7 +651,7 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
         .c = c, .url = url, .what = what, .setup = upload_setup, .body = &body, .ctx = &up};
     KILN_CHECK(rc, out, request_run(&rq, &status));
     if (status != 200 && status != 201) {
-        rc = http_error(url, status, &body);
+        rc = http_error(c, url, status, &body);
         goto out;
     }
     json_t *j = json_loadb(body.p ? body.p : "", body.len, 0, NULL);
@@ -818,7 +829,7 @@ kiln_err reg_download_follow(const kiln_registry_client_opts *c, const char *hex
             d.have = size;
         }
     }
-    if (!rc && status != 200 && status != 206) rc = http_error(url, status, &d.err);
+    if (!rc && status != 200 && status != 206) rc = http_error(c, url, status, &d.err);
     if (!rc && d.have != size) {
         d.bad = true;
         rc = kiln_fail(KILN_ERR_VERIFY,

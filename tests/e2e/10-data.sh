@@ -92,3 +92,53 @@ expect_fail 2 timeout 10 $KILN data import --csv "$T/in.fifo" --features a --tar
 grep -q "in.fifo': not a regular file (a FIFO)" "$T/err" || fail "FIFO csv: $(cat "$T/err")"
 expect_fail 2 timeout 10 $KILN data inspect /dev/zero
 grep -q "'/dev/zero': not a regular file (a character device)" "$T/err" || fail "/dev/zero: $(cat "$T/err")"
+
+# ---- inspect's gaps (issue 30): a gap is a step clearly longer than the usual one --------
+# Every step of a regular series was listed as a gap. Series of each kind, each as a CSV with
+# a time column: none, then the same with rows taken out, which must be listed and no more.
+/usr/bin/python3 - "$T" <<'EOF' || fail "writing the gap series"
+import random, sys
+from datetime import datetime, timedelta, timezone
+out = sys.argv[1]
+t0 = datetime(2020, 1, 1, tzinfo=timezone.utc)
+def write(name, times, drop=()):
+    with open(f"{out}/{name}.csv", "w") as f:
+        f.write("time,a,y\n")
+        for i, t in enumerate(times):
+            if t not in drop:
+                f.write(f"{t.strftime('%Y-%m-%dT%H:%M:%SZ')},{i % 7},{i % 5}\n")
+days = [t0 + timedelta(days=i) for i in range(400)]
+write("daily", days)
+write("daily-hole", days, {days[69]})                      # 2020-03-10 missing
+bdays = [d for d in days if d.weekday() < 5]
+write("bdaily", bdays)
+write("bdaily-hole", bdays, set(bdays[100:105]))           # a week missing
+hours = [t0 + timedelta(hours=i) for i in range(2000)]
+write("hourly", hours)
+write("hourly-hole", hours, {hours[500]})
+r, t, irr = random.Random(1), t0, []
+for i in range(2000):
+    irr.append(t)
+    t += timedelta(seconds=r.randint(60, 600))
+write("irregular", irr)
+write("irregular-hole", irr[:1000] + [x + timedelta(hours=2) for x in irr[1000:]])
+EOF
+for s in daily bdaily hourly irregular; do
+    for v in $s $s-hole; do
+        $KILN data import --csv "$T/$v.csv" --features a --targets y --time time --out "$T/$v.st" 2>/dev/null ||
+            fail "import $v"
+        $KILN data inspect "$T/$v.st" >"$T/$v.ins" || fail "inspect $v"
+    done
+    grep -q '^gaps      none (a gap is a step over 5/4 of the usual ' "$T/$s.ins" || fail "$s: steps listed as gaps: $(cat "$T/$s.ins")"
+    [ "$(grep -c ' to .*(.*row [0-9]*)$' "$T/$s-hole.ins")" = 1 ] || fail "$s-hole: not one gap: $(cat "$T/$s-hole.ins")"
+    grep -q '^          1 in all (' "$T/$s-hole.ins" || fail "$s-hole: count: $(cat "$T/$s-hole.ins")"
+done
+grep -q 'median step 1d$' "$T/daily.ins" || fail "daily median: $(cat "$T/daily.ins")"
+grep -q '^gaps      2020-03-09 to 2020-03-11 (2d, row 69)$' "$T/daily-hole.ins" || fail "daily hole: $(cat "$T/daily-hole.ins")"
+grep -q '(the 99th percentile)' "$T/bdaily.ins" && grep -q 'usual 3d ' "$T/bdaily.ins" || fail "bdaily: $(cat "$T/bdaily.ins")"
+grep -q '^gaps      2020-05-19 to 2020-05-27 (8d, row 100)$' "$T/bdaily-hole.ins" || fail "bdaily hole: $(cat "$T/bdaily-hole.ins")"
+grep -q '^gaps      2020-01-21T19:00:00Z to 2020-01-21T21:00:00Z (2h, row 500)$' "$T/hourly-hole.ins" ||
+    fail "hourly hole: $(cat "$T/hourly-hole.ins")"
+grep -q '^gaps      .* row 1000)$' "$T/irregular-hole.ins" || fail "irregular hole: $(cat "$T/irregular-hole.ins")"
+$KILN data inspect --json "$T/bdaily.st" >"$T/bd.json" || fail "inspect --json"
+grep -q '"gaps_total": 0' "$T/bd.json" && grep -q '"usual_step_seconds": 259200' "$T/bd.json" || fail "json: $(cat "$T/bd.json")"

@@ -34,16 +34,22 @@ grep -q 'finished' "$d" || fail "sweep: state"
 # 2. A run: every chart, the marks of a spike, a non-finite step, a resume; the best named.
 browse "$URL/run?r=lr0.001" runs-web-run 2600
 d="$T/runs-web-run.dom"
-for id in loss val_loss val_r2 lr grad_norm router_entropy load_imbalance dead_experts overflow \
+for id in loss loss_terms val_loss val_r2 lr grad_norm router_entropy load_imbalance dead_experts overflow \
           attn_entropy act_rms expert_load-0 expert_load-1 tensor_update_ratio tensor_grad_norm; do
     grep -q "id=\"chart-$id\"" "$d" || fail "run page: no chart $id"
 done
-[ "$(count '<svg class="chart"' "$d")" = 15 ] || fail "run page: not 15 charts"
-for k in spike nonfinite resume device best ckpt; do
-    [ "$(count "<g class=\"mark $k\">" "$d")" -ge 15 ] || fail "run page: mark $k not on every chart"
+[ "$(count '<svg class="chart"' "$d")" = 16 ] || fail "run page: not 16 charts"
+for k in spike nonfinite resume device best ckpt best-val; do
+    [ "$(count "<g class=\"mark $k\">" "$d")" -ge 16 ] || fail "run page: mark $k not on every chart"
 done
+# The loss alone on its chart, its terms on the next; the best validation named beside the
+# best checkpoint (issue 30).
+sed -n '/id="chart-loss"/,/<\/figure>/p' "$d" >"$T/run-loss"
+[ "$(count '<g class="series"' "$T/run-loss")" = 1 ] || fail "run page: the loss chart is not the loss alone"
+grep -q '<title>best validation: val_loss [0-9.e-]* at step [0-9]*' "$d" && grep -q '>best val</text>' "$d" ||
+    fail "best validation not named"
 grep -q '<title>spike at step 800: step 800: loss 40' "$d" || fail "run page: the spike's hover text"
-grep -q '<title>best checkpoint: step 2000' "$d" && grep -q '>best</text>' "$d" || fail "best not named"
+grep -q '<title>best checkpoint: step 2000' "$d" && grep -q '>best ckpt</text>' "$d" || fail "best not named"
 grep -q '<a href="/explain?r=lr0.001&amp;step=800"><g class="mark spike">' "$d" ||
     fail "run page: the spike's mark does not link its explanation"
 grep -q 'class="mark nonfinite-point"><title>loss: step 1200: not a number' "$d" ||
@@ -59,7 +65,26 @@ d="$T/runs-overlay.dom"
 sed -n '/id="chart-loss"/,/<\/figure>/p' "$d" >"$T/ov-loss"
 [ "$(count '<g class="series"' "$T/ov-loss")" = 3 ] || fail "overlay: not 3 series on the loss chart"
 [ "$(count '<g class="item">' "$T/ov-loss")" = 3 ] || fail "overlay: no legend of 3"
+# each smoothed, the raw curve faint beneath (issue 30); smooth=0 draws them raw
+[ "$(count '<polyline class="series smoothed"' "$T/ov-loss")" = 3 ] &&
+    [ "$(count '<polyline class="series raw"' "$T/ov-loss")" = 3 ] || fail "overlay: not smoothed"
+curl -sf "$URL/overlay?run=lr0.001&run=lr0.003&smooth=0" | grep -q 'series smoothed' && fail "overlay: smooth=0 smoothed"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/overlay?run=lr0.001&smooth=1")" = 400 ] || fail "overlay: smooth=1 taken"
+# values on hover: 48 columns, each titled with its steps and every run's value there
+[ "$(count '<rect class="hover"' "$T/ov-loss")" = 48 ] || fail "overlay: no hover columns"
+grep -q '<title>steps 1 to [0-9]*' "$T/ov-loss" && grep -q 'lr0.01: [0-9.e+-]* at step [0-9]*' "$T/ov-loss" ||
+    fail "overlay: the hover titles"
+# log=1 puts the validation loss (linear by itself: it spans less than two decades) on a log axis
+ov_val() { curl -sf "$URL/overlay?run=lr0.001&run=lr0.003$1" | sed -n '/id="chart-val_loss"/,/<\/figure>/p'; }
+ov_val "&log=1" | grep -q '>log</text>' && ! ov_val "" | grep -q '>log</text>' || fail "overlay: log=1"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$URL/overlay?run=lr0.001&log=2")" = 400 ] || fail "overlay: log=2 taken"
 for lr in 0.001 0.003 0.01; do grep -q "data-name=\"lr$lr\"" "$T/ov-loss" || fail "overlay: lr$lr"; done
+# What differs between them, a row each (issue 30).
+grep -q '<h2>What differs</h2>' "$d" && grep -q '<table class="sweep differs">' "$d" || fail "overlay: no table of what differs"
+for lr in 0.001 0.003 0.01; do
+    grep -q "<tr class=\"run\"><td><a href=\"/run?r=lr$lr\">lr$lr</a></td><td><code>$lr</code></td></tr>" "$d" ||
+        fail "overlay: lr$lr's row of what differs"
+done
 
 # 4. A spike explained.
 browse "$URL/explain?r=lr0.001&step=800" runs-explain 900
@@ -102,8 +127,22 @@ kill $PID; wait $PID 2>/dev/null || true
 $KILN runs serve "$T/sweep/lr0.01" --listen 127.0.0.1:0 >"$T/serve.out" 2>"$T/serve.err" &
 PID=$!
 serve_url "$T/serve.out" "$T/serve.err"
-curl -sf "$URL/" | grep -q '<a href="/run?r=.">' || fail "one run: no link to it"
+# (its page at once, not a list of one run to click through: issue 30)
+curl -sf "$URL/" | grep -q 'id="chart-loss"' || fail "one run: / is not its page"
 curl -sf "$URL/run?r=." | grep -q 'id="chart-loss"' || fail "one run: its page"
+kill $PID; wait $PID 2>/dev/null || true
+# A chart whose every value is 0 is folded into a line saying so (issue 30): a short real run
+# has no overflow and no dead expert.
+$KILN data synth --seed 1 --rows 800 --features 4 --outputs 1 --out "$T/tiny.st" >/dev/null 2>&1 || fail "synth"
+$KILN train --data "$T/tiny.st" --run-dir "$T/tiny" --set steps=4 --set d_model=8 --set d_ff=8 --set seq_len=8 \
+    --set attn_window=8 --set n_heads=2 >/dev/null 2>&1 || fail "train a tiny run"
+$KILN runs serve "$T/tiny" --listen 127.0.0.1:0 >"$T/serve.out" 2>"$T/serve.err" &
+PID=$!
+serve_url "$T/serve.out" "$T/serve.err"
+curl -sf "$URL/" >"$T/tiny.html" || fail "the tiny run's page"
+grep -q '<p class="folded" id="folded-overflow">overflow (tokens past capacity): 0 at every step logged (chart folded)</p>' "$T/tiny.html" &&
+    ! grep -q 'id="chart-overflow"' "$T/tiny.html" || fail "an all-zero chart not folded"
+grep -q 'id="chart-loss"' "$T/tiny.html" || fail "the tiny run's loss chart"
 kill $PID; wait $PID 2>/dev/null || true
 expect_fail 2 $KILN runs serve "$T/none"
 grep -q "$T/none" "$T/err" || fail "a missing directory not named"

@@ -74,6 +74,9 @@ grep -rl 'SECRET-9f3a' r1 r2 reg 2>/dev/null && fail "the linked card's secret r
 expect_fail 1 $KILN release run --step 4 --version 3.0.0 $R $P --out-dir r3
 grep -q "release stopped at stage 'validate'" err || fail "validate failure: $(cat err)"
 grep -q "baseline" err || fail "the failure does not name the baseline check: $(cat err)"
+# What failed on the first line, each reason on its own after it (issue 30).
+head -1 err | grep -q "validation failed: 1 check failed: baseline_loss (report 'r3/model/validation.json')$" &&
+    sed -n 2p err | grep -q "^baseline_loss: held-out loss" || fail "failure lines: $(cat err)"
 grep -q "nothing was published" err || fail "no word on publishing: $(cat err)"
 grep -q "^\[4/9\] baseline  market@2.0.0" out || fail "bad release's baseline: $(cat out)"
 grep -q "pack\|publish" out && fail "stages after validate ran: $(cat out)"
