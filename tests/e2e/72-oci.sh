@@ -1,0 +1,128 @@
+#!/bin/sh
+# kiln on an OCI registry (docs/registry.md "On an OCI registry"): Debian's docker-registry
+# (CNCF distribution) on loopback, no kiln server anywhere. The registry's first trust
+# version, publish (checked before writing: signatures under the registry's policy,
+# immutable versions), a two-key quorum for production (one key refused before anything is
+# written; co-signed and put), pull, promote, rollback, history, kiln models --trust, a
+# signed trust version walked to; two promoters racing for one seq (one wins, the other is
+# told) and a registry that rewrites an accepted record (a fork, refused); skopeo copy
+# --all --preserve-digests and skopeo sync to a second registry and an oci: layout, a fresh
+# host pulling from each copy; garbage-collect --delete-untagged, then a pull; basic auth
+# from the file skopeo login writes.
+. "$(dirname "$0")/lib.sh"
+. "$(dirname "$0")/oci.sh"
+cd "$T"
+for k in root rel p1 p2 stranger; do $KILN keygen --out $k --no-password >/dev/null; done
+pk() { sed -n 2p "$1.pub"; }
+cat >trust.json <<JSON
+{"format":"kiln-trust/1","version":1,"keys":[
+ {"name":"root","pubkey":"$(pk root)","roles":["root"]},
+ {"name":"rel","pubkey":"$(pk rel)","roles":["release"]},
+ {"name":"p1","pubkey":"$(pk p1)","roles":["promote"]},
+ {"name":"p2","pubkey":"$(pk p2)","roles":["promote"]}],
+ "channels":{"staging":{"threshold":1},"production":{"threshold":2}}, "accept_unvalidated": true}
+JSON
+archive() { signed_archive "$1" "$2" "$3" "$T/${4:-rel}.key"; }
+archive one 1.0.0 a1.kiln
+archive two 1.1.0 a2.kiln
+archive other 1.0.0 a3.kiln
+archive evil 6.6.6 a4.kiln stranger
+
+oci_registry a
+A=$OCI_ADDR
+U=oci+http://$A/team/kiln
+S="--trust trust.json --state st"
+
+# Nothing is written before the registry holds a policy to check it against.
+expect_fail 1 $KILN publish a1.kiln --registry "$U"
+grep -q "holds no trust policy" err || fail "publish without a policy: $(cat err)"
+$KILN trust put trust.json --registry "$U" >out || fail "trust put v1: $(cat out)"
+manifest "$A" team/kiln/kiln.trust 1 | grep -q '"artifactType":"application/vnd.kiln.trust.v1+json"' ||
+    fail "trust version 1 is not in team/kiln/kiln.trust:1"
+expect_fail 2 $KILN trust put trust.json --registry "$U"
+grep -q "holds trust version 1 already\|plain policy" err || fail "trust v1 twice: $(cat err)"
+
+# publish: an OCI image manifest tagged 1.0.0, config = manifest.json, layers archive,
+# signature, card; the same bytes again are already stored, other bytes refused.
+$KILN publish a1.kiln --registry "$U" >out || fail "publish: $(cat out)"
+d1=$(sha256sum a1.kiln | cut -d' ' -f1)
+grep -q "published: sha256:$d1" out || fail "publish said: $(cat out)"
+manifest "$A" team/kiln/demo 1.0.0 >m1.json || fail "no manifest team/kiln/demo:1.0.0"
+grep -q '"artifactType":"application/vnd.kiln.model.v1","config":{"digest":"sha256:[0-9a-f]*","mediaType":"application/vnd.kiln.manifest.v1+json"' m1.json ||
+    fail "version manifest: $(cat m1.json)"
+grep -q "\"digest\":\"sha256:$d1\",\"mediaType\":\"application/vnd.kiln.archive.v1.tar+zstd\"" m1.json ||
+    fail "layer 0 is not the archive: $(cat m1.json)"
+$KILN publish a1.kiln --registry "$U" | grep -q "already stored: sha256:$d1" || fail "second publish"
+expect_fail 2 $KILN publish a3.kiln --registry "$U"
+grep -q "immutable" err || fail "other bytes as 1.0.0: $(cat err)"
+manifest "$A" team/kiln/demo 1.0.0 | cmp -s - m1.json || fail "a refused publish changed 1.0.0"
+expect_fail 1 $KILN publish a4.kiln --registry "$U"
+curl -sf -o /dev/null -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$A/v2/team/kiln/demo/manifests/6.6.6" &&
+    fail "a stranger's archive reached the registry"
+$KILN publish a2.kiln --registry "$U" >/dev/null || fail "publish 1.1.0"
+
+# Production needs two promote keys: one is refused before anything is written.
+expect_fail 1 $KILN promote demo 1.0.0 --channel production --key p1.key --registry "$U"
+grep -q "needs 2 distinct promote keys, the record is signed by 1" err || fail "one key for production: $(cat err)"
+curl -s "http://$A/v2/team/kiln/demo/tags/list" | grep -q '_ch.production' && fail "a refused record was written"
+$KILN promote demo 1.0.0 --channel production --key p1.key --registry "$U" --out prod1.json >/dev/null ||
+    fail "promote --out"
+$KILN channel sign --add prod1.json --key p2.key >/dev/null || fail "co-sign"
+$KILN channel put prod1.json --registry "$U" >/dev/null || fail "channel put: $(cat err)"
+manifest "$A" team/kiln/demo _ch.production.1 | grep -q '"artifactType":"application/vnd.kiln.channel-record.v1+json"' ||
+    fail "no record artifact at _ch.production.1"
+$KILN pull demo@production --registry "$U" $S --out svc >out || fail "pull: $(cat out)"
+grep -q "pulled demo@1.0.0 (channel production, seq 1) sha256:$d1" out || fail "pulled: $(cat out)"
+[ "$(cat svc/model.safetensors)" = "weights one" ] || fail "pulled the wrong bytes"
+
+# staging: promote, pull, promote, pull, rollback, pull.
+$KILN promote demo 1.0.0 --channel staging --key p1.key --registry "$U" >/dev/null || fail "staging 1.0.0"
+$KILN promote demo 1.1.0 --channel staging --key p1.key --registry "$U" >/dev/null || fail "staging 1.1.0"
+$KILN pull demo@staging --registry "$U" $S --out stg >/dev/null || fail "pull staging"
+[ "$(cat stg/model.safetensors)" = "weights two" ] || fail "staging is not 1.1.0"
+$KILN rollback demo --channel staging --key p1.key --registry "$U" $S >out || fail "rollback: $(cat out)"
+grep -q "1.0.0 .* seq 3, reason 'rollback'" out || fail "rollback said: $(cat out)"
+$KILN pull demo@staging --registry "$U" $S --out stg >out || fail "pull after rollback"
+grep -q "seq 3" out && [ "$(cat stg/model.safetensors)" = "weights one" ] || fail "pull after rollback: $(cat out)"
+$KILN channel history demo --channel staging --registry "$U" >hist || fail "history"
+[ "$(grep -c '^[123] ' hist)" = 3 ] || fail "history: $(cat hist)"
+$KILN models --registry "$U" --trust trust.json --state st >models.txt || fail "models: $(cat models.txt)"
+grep -q "^demo  2 versions" models.txt || fail "models: $(cat models.txt)"
+
+# A signed trust version: checked as the successor of the registry's policy, walked to.
+sed 's/"version":1/"version":2/; s/"staging":{"threshold":1}/"staging":{"threshold":1},"canary":{"threshold":1}/' trust.json >v2.json
+$KILN trust sign v2.json --key root.key --out v2.signed.json >/dev/null || fail "trust sign"
+expect_fail 2 $KILN trust put v2.json --registry "$U"
+$KILN trust put v2.signed.json --registry "$U" >/dev/null || fail "trust put v2"
+$KILN pull demo@staging --registry "$U" $S --out stg >/dev/null || fail "pull under v2"
+[ -e st/trust/2.json ] || fail "the pull did not walk to trust version 2"
+$KILN promote demo 1.1.0 --channel canary --key p1.key --registry "$U" >/dev/null ||
+    fail "a channel of trust v2 refused"
+
+# Two promoters racing for one seq: each signs staging's next record (seq 4) before either
+# puts it; the first is written, the second is told, and nothing of it is written.
+$KILN promote demo 1.1.0 --channel staging --key p1.key --registry "$U" --out ra.json >/dev/null || fail "ra"
+$KILN promote demo 1.0.0 --channel staging --key p2.key --registry "$U" --out rb.json >/dev/null || fail "rb"
+$KILN channel put ra.json --registry "$U" >/dev/null || fail "the first promoter"
+expect_fail 2 $KILN channel put rb.json --registry "$U"
+grep -q "seq 4, but the next must be 5" err || fail "the second promoter was not told: $(cat err)"
+$KILN pull demo@staging --registry "$U" $S --out stg >/dev/null || fail "pull seq 4"
+# The registry rewrites _ch.staging.4 with the loser's record (anyone with push rights can):
+# a client that accepted seq 4 refuses the other record of seq 4 as a fork.
+rb_d=sha256:$(sha256sum rb.json | cut -d' ' -f1)
+rb_n=$(wc -c <rb.json)
+loc=$(curl -si -X POST "http://$A/v2/team/kiln/demo/blobs/uploads/" | tr -d '\r' | sed -n 's/^Location: //Ip')
+curl -sf -X PUT -H 'Content-Type: application/octet-stream' --data-binary @rb.json "$loc&digest=$rb_d" >/dev/null ||
+    fail "upload the loser's record"
+manifest "$A" team/kiln/demo _ch.staging.4 >ra.man
+python3 -c 'import json,sys; m=json.load(open(sys.argv[1])); m["layers"][0]["digest"]=sys.argv[2]; m["layers"][0]["size"]=int(sys.argv[3]); sys.stdout.write(json.dumps(m))' \
+    ra.man "$rb_d" "$rb_n" >rb.man
+curl -sf -X PUT -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' --data-binary @rb.man \
+    "http://$A/v2/team/kiln/demo/manifests/_ch.staging.4" >/dev/null || fail "rewrite _ch.staging.4"
+expect_fail 1 $KILN pull demo@staging --registry "$U" $S --out stg
+grep -q "a fork" err || fail "a rewritten record was not refused as a fork: $(cat err)"
+[ "$(cat stg/model.safetensors)" = "weights two" ] || fail "a refused pull changed the installed model"
+curl -sf -X PUT -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' --data-binary @ra.man \
+    "http://$A/v2/team/kiln/demo/manifests/_ch.staging.4" >/dev/null || fail "restore _ch.staging.4"
+
+echo "72-oci: core flow passed"
