@@ -125,4 +125,72 @@ grep -q "a fork" err || fail "a rewritten record was not refused as a fork: $(ca
 curl -sf -X PUT -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' --data-binary @ra.man \
     "http://$A/v2/team/kiln/demo/manifests/_ch.staging.4" >/dev/null || fail "restore _ch.staging.4"
 
-echo "72-oci: core flow passed"
+
+# Copies made by the registries' own tools: skopeo copy --all --preserve-digests of each tag
+# to a second registry, skopeo sync of the whole repositories to a third path there; a fresh
+# host pulls from each with every check passing (nothing was trusted to the copier).
+oci_registry b
+B=$OCI_ADDR
+SK="--src-tls-verify=false --dest-tls-verify=false"
+for tag in $(curl -s "http://$A/v2/team/kiln/demo/tags/list" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["tags"]))'); do
+    skopeo copy --all --preserve-digests $SK "docker://$A/team/kiln/demo:$tag" "docker://$B/eu/kiln/demo:$tag" >/dev/null 2>sk.err ||
+        fail "skopeo copy demo:$tag: $(cat sk.err)"
+done
+skopeo copy --all --preserve-digests $SK "docker://$A/team/kiln/kiln.trust:1" "docker://$B/eu/kiln/kiln.trust:1" >/dev/null 2>sk.err &&
+    skopeo copy --all --preserve-digests $SK "docker://$A/team/kiln/kiln.trust:2" "docker://$B/eu/kiln/kiln.trust:2" >/dev/null 2>>sk.err ||
+    fail "skopeo copy kiln.trust: $(cat sk.err)"
+manifest "$B" eu/kiln/demo 1.0.0 | cmp -s - m1.json || fail "the copy's manifest digest differs"
+$KILN pull demo@production --registry "oci+http://$B/eu/kiln" --trust trust.json --state fresh1 --out h1 >out ||
+    fail "pull from the skopeo copy: $(cat out)"
+grep -q "pulled demo@1.0.0 (channel production, seq 1) sha256:$d1" out || fail "copy pulled: $(cat out)"
+for repo in demo kiln.trust; do
+    skopeo sync --all --preserve-digests --src docker --dest docker $SK "$A/team/kiln/$repo" "$B/us/kiln" >/dev/null 2>sk.err ||
+        fail "skopeo sync $repo: $(cat sk.err)"
+done
+$KILN pull demo@staging --registry "oci+http://$B/us/kiln" --trust trust.json --state fresh2 --out h2 >out ||
+    fail "pull from the skopeo sync: $(cat out)"
+grep -q "pulled demo@1.1.0 (channel staging, seq 4)" out || fail "sync pulled: $(cat out)"
+
+# A round trip through an oci: layout directory (an air gap), back into registry a (a
+# layout's reference cannot begin with "_": each tag goes in as k+TAG).
+for repo in demo kiln.trust; do
+    for tag in $(curl -s "http://$A/v2/team/kiln/$repo/tags/list" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["tags"]))'); do
+        skopeo copy --all --preserve-digests --src-tls-verify=false "docker://$A/team/kiln/$repo:$tag" "oci:layout-$repo:k$tag" >/dev/null 2>sk.err &&
+            skopeo copy --all --preserve-digests --dest-tls-verify=false "oci:layout-$repo:k$tag" "docker://$A/airgap/$repo:$tag" >/dev/null 2>>sk.err ||
+            fail "oci: layout round trip of $repo:$tag: $(cat sk.err)"
+    done
+done
+$KILN pull demo@production --registry "oci+http://$A/airgap" --trust trust.json --state fresh3 --out h3 >/dev/null ||
+    fail "pull after an oci: layout round trip: $(cat err 2>/dev/null)"
+cmp -s h3/model.safetensors svc/model.safetensors || fail "the air-gapped copy differs"
+
+# The registry's garbage collection (untagged manifests deleted): everything kiln wrote is
+# tagged, so a pull still works after it.
+A_PORT=${A#127.0.0.1:}
+oci_stop a
+docker-registry garbage-collect --delete-untagged "$T/a/config.yml" >gc.out 2>&1 || fail "garbage-collect: $(tail -3 gc.out)"
+oci_start a "$A_PORT"
+$KILN pull demo@production --registry "$U" --trust trust.json --state fresh4 --out h4 >/dev/null ||
+    fail "pull after garbage-collect --delete-untagged"
+$KILN pull demo@staging --registry "$U" $S --out stg >/dev/null || fail "pull staging after gc"
+
+# Basic auth (htpasswd): without credentials the error says how to log in; with the file
+# skopeo login writes ($REGISTRY_AUTH_FILE) everything works; the password is never shown.
+htpasswd -Bbn kilnci 's3cret-pw' >htpasswd 2>/dev/null || fail "htpasswd"
+oci_registry c "$(printf '  htpasswd:\n    realm: kiln-test\n    path: %s/htpasswd' "$T")"
+C=$OCI_ADDR
+UC=oci+http://$C/secure
+expect_fail 2 $KILN trust put trust.json --registry "$UC"
+grep -q "asks for credentials and no auth file names '$C' (skopeo login $C" err || fail "no credentials: $(cat err)"
+skopeo login --tls-verify=false --authfile "$T/auth.json" -u kilnci -p 's3cret-pw' "$C" >/dev/null 2>sk.err ||
+    fail "skopeo login: $(cat sk.err)"
+export REGISTRY_AUTH_FILE="$T/auth.json"
+{
+    $KILN trust put trust.json --registry "$UC" &&
+        $KILN publish a1.kiln --registry "$UC" &&
+        $KILN promote demo 1.0.0 --channel staging --key p1.key --registry "$UC" &&
+        $KILN pull demo@staging --registry "$UC" --trust trust.json --state fresh5 --out h5
+} >auth.out 2>&1 || fail "with basic auth: $(cat auth.out)"
+grep -q 's3cret-pw\|a2lsbmNp' auth.out && fail "a credential was printed"
+unset REGISTRY_AUTH_FILE
+echo "72-oci: passed"
