@@ -235,6 +235,11 @@ static kiln_err route_version(reg_oci *o, const char *model, const char *version
     KILN_FAIL_IF(!repo, KILN_ERR_NOMEM, "out of memory");
     version_info v;
     kiln_err rc = version_read(o, repo, version, &v);
+    if (rc == KILN_ERR_NOTFOUND) {
+        kiln_errclear();
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "registry '%s': version '%s@%s' not found", o->c->url,
+                       model, version);
+    }
     char *cfg = NULL, *sig = NULL, *card = NULL, *vtext = NULL;
     size_t cfg_len = 0, sig_len = 0, card_len = 0, vlen = 0;
     json_t *manifest = NULL, *cardj = NULL, *summary = NULL;
