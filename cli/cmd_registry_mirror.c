@@ -61,7 +61,8 @@ int cmd_registry_mirror(int argc, char **argv) {
     bool once = false;
     const cli_opt opts[] = {
         {"root", CLI_STR, &root, "DIR",
-         "the mirror's store (a new or empty directory, or a mirror of --from)", true},
+         "the mirror's store (a new or empty directory, or a mirror of --from), or an OCI "
+         "registry (oci://HOST/PREFIX) to copy into", true},
         {"from", CLI_STR, &from, "URL", "the primary registry", true},
         {"token", CLI_STR, &token, "T",
          "a read token for the primary (default $KILN_REGISTRY_TOKEN)", false},

@@ -634,14 +634,14 @@ static json_t *descriptor(const char *mt, const char *digest, uint64_t size) {
 /* Put the manifest at repo:tag and read it back: another writer's bytes there (two promoters
  * racing: an OCI registry has no compare-and-swap on tags) is KILN_ERR_CONFLICT. */
 static kiln_err put_and_confirm(reg_oci *o, const char *repo, const char *tag, const char *body,
-                                const char *what) {
+                                bool settle, const char *what) {
     char want[REG_OCI_DIGEST], got[REG_OCI_DIGEST];
     bool exists;
     reg_oci_sha256(body, strlen(body), want);
     KILN_TRY(reg_oci_manifest_put(o, repo, tag, body, strlen(body), MT_IMAGE));
-    /* Read back now and once more a moment later, so that a writer just behind this one is
-     * seen by one of the two. */
-    for (int i = 0; i < 2; i++) {
+    /* Read back now and (settle: a channel record, where promoters race) once more a moment
+     * later, so that a writer just behind this one is seen by one of the two. */
+    for (int i = 0; i < (settle ? 2 : 1); i++) {
         if (i) {
             struct timespec ts = {0, 300 * 1000000L};
             nanosleep(&ts, NULL);
@@ -665,7 +665,7 @@ static kiln_err put_empty_config(reg_oci *o, const char *repo) {
  * record's digest), then _ch.C.SEQ written once (absent before, the same bytes after) and the
  * moving tag C. */
 static kiln_err put_channel(reg_oci *o, const char *model, const char *channel, const char *text,
-                            size_t len, char **answer, size_t *alen) {
+                            size_t len, bool mirror, char **answer, size_t *alen) {
     kiln_sign_trust *t = NULL;
     char *repo = reg_oci_repo(o, model), *body = NULL, label[300], rdigest[REG_OCI_DIGEST];
     KILN_FAIL_IF(!repo, KILN_ERR_NOMEM, "out of memory");
@@ -685,8 +685,9 @@ static kiln_err put_channel(reg_oci *o, const char *model, const char *channel, 
     KILN_CHECK(rc, out, rc);
     KILN_CHECK_IF(rc, out, strcmp(rec.model, model) || strcmp(rec.channel, channel),
                   KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
-    KILN_CHECK_IF(rc, out, rec.expires <= kiln_unix_time(), KILN_ERR_VERIFY, "%s has expired",
-                  label);
+    /* A mirror copies a channel's history, whose old records may have expired. */
+    KILN_CHECK_IF(rc, out, !mirror && rec.expires <= kiln_unix_time(), KILN_ERR_VERIFY,
+                  "%s has expired", label);
     rc = tags_of(o, repo, &tags);
     if (rc == KILN_ERR_NOTFOUND) kiln_errclear();
     KILN_CHECK(rc, out, rc == KILN_ERR_NOTFOUND ? KILN_OK : rc);
@@ -718,7 +719,7 @@ static kiln_err put_channel(reg_oci *o, const char *model, const char *channel, 
     body = image_manifest(AT_RECORD, descriptor(MT_EMPTY, EMPTY_DIGEST, 2),
                           json_pack("[o]", descriptor(AT_RECORD, rdigest, len)));
     KILN_CHECK_IF(rc, out, !body, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, put_and_confirm(o, repo, tag, body, label));
+    KILN_CHECK(rc, out, put_and_confirm(o, repo, tag, body, true, label));
     /* The moving tag: a hint for people and tools, never what a client reads. */
     KILN_CHECK(rc, out, reg_oci_manifest_put(o, repo, channel, body, strlen(body), MT_IMAGE));
     json_t *a = json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel", rec.channel,
@@ -780,7 +781,7 @@ static kiln_err put_trust(reg_oci *o, uint64_t v, const char *doc, size_t len, c
     body = image_manifest(AT_TRUST, descriptor(MT_EMPTY, EMPTY_DIGEST, 2),
                           json_pack("[o]", descriptor(AT_TRUST, digest, len)));
     KILN_CHECK_IF(rc, out, !body, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, put_and_confirm(o, repo, tag, body, label));
+    KILN_CHECK(rc, out, put_and_confirm(o, repo, tag, body, false, label));
     *answer = kiln_asprintf("{\"version\":%llu}", (unsigned long long)v);
     KILN_CHECK_IF(rc, out, !*answer, KILN_ERR_NOMEM, "out of memory");
     *alen = strlen(*answer);
@@ -842,7 +843,9 @@ kiln_err reg_oci_route(const kiln_registry_client_opts *c, const char *method, c
         if (!rc) rc = json_text(j, text, len);
     } else if (n == 5 && !strcmp(seg[1], "models") && !strcmp(seg[3], "channels")) {
         if (get) rc = route_channel(&o, seg[2], seg[4], text, len);
-        else if (put) rc = put_channel(&o, seg[2], seg[4], body, body_len, text, len);
+        else if (put)
+            rc = put_channel(&o, seg[2], seg[4], body, body_len, !strcmp(query, "mirror=1"), text,
+                             len);
     } else if (get && n == 6 && !strcmp(seg[1], "models") && !strcmp(seg[3], "channels") &&
                !strcmp(seg[5], "history")) {
         int64_t after = 0;
@@ -974,7 +977,7 @@ kiln_err reg_oci_publish(const kiln_registry_client_opts *c_in, const char *arch
     KILN_CHECK_IF(rc, out, !body, KILN_ERR_NOMEM, "out of memory");
     char what[200];
     snprintf(what, sizeof what, "publishing %s@%s", m.name, m.version);
-    KILN_CHECK(rc, out, put_and_confirm(&o, repo, m.version, body, what));
+    KILN_CHECK(rc, out, put_and_confirm(&o, repo, m.version, body, false, what));
     snprintf(out->digest, sizeof out->digest, "%s", adigest);
     out->size = (uint64_t)sb.st_size;
     out->existed = false;

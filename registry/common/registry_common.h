@@ -165,6 +165,8 @@ kiln_err reg_oci_route(const kiln_registry_client_opts *c, const char *method, c
                        const char *body, size_t body_len, size_t limit, char **text, size_t *len);
 kiln_err reg_oci_publish(const kiln_registry_client_opts *c, const char *archive,
                          const char *sig_path, kiln_registry_published *out);
+/* kiln_registry_mirror_sync into an OCI registry (o->root an oci:// URL; oci_mirror.c). */
+kiln_err reg_oci_mirror_push(const kiln_registry_mirror_opts *o, kiln_registry_mirror_result *res);
 kiln_err reg_oci_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                           const char *partial, struct reg_follow *follow);
 

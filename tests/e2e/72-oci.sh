@@ -164,6 +164,24 @@ $KILN pull demo@production --registry "oci+http://$A/airgap" --trust trust.json 
     fail "pull after an oci: layout round trip: $(cat err 2>/dev/null)"
 cmp -s h3/model.safetensors svc/model.safetensors || fail "the air-gapped copy differs"
 
+# kiln registry mirror both ways: the OCI registry as the primary of a kiln store (served by
+# kiln registry serve), then that kiln server as the primary of an OCI registry (--root
+# oci://...): each copy verified on the way, a fresh host pulling from the last one.
+$KILN registry mirror --root kstore --from "$U" --trust trust.json --once >mir1.out 2>&1 || fail "mirror OCI -> kiln: $(cat mir1.out)"
+grep -q "copied demo@1.0.0 sha256:$d1" mir1.out || fail "mirror OCI -> kiln: $(cat mir1.out)"
+$KILN registry serve --root kstore --listen 127.0.0.1:0 >kserve.out 2>kserve.err &
+OCI_PIDS="$OCI_PIDS $!"
+serve_url kserve.out kserve.err
+$KILN registry mirror --root "oci+http://$B/from-kiln" --from "$URL" --trust trust.json --once >mir2.out 2>&1 ||
+    fail "mirror kiln -> OCI: $(cat mir2.out)"
+grep -q "copied demo/production seq 1" mir2.out || fail "mirror kiln -> OCI: $(cat mir2.out)"
+$KILN pull demo@staging --registry "oci+http://$B/from-kiln" --trust trust.json --state fresh6 --out h6 >out ||
+    fail "pull from the OCI mirror of the kiln mirror: $(cat out)"
+grep -q "pulled demo@1.1.0 (channel staging, seq 4)" out || fail "mirrored pull: $(cat out)"
+$KILN registry mirror --root "oci+http://$B/from-kiln" --from "$URL" --trust trust.json --once >mir3.out 2>&1 ||
+    fail "second mirror sync: $(cat mir3.out)"
+grep -q "copied 0 trust versions, 0 versions .*, 0 channel records; 0 problems" mir3.out || fail "a second sync copied again: $(cat mir3.out)"
+
 # The registry's garbage collection (untagged manifests deleted): everything kiln wrote is
 # tagged, so a pull still works after it.
 A_PORT=${A#127.0.0.1:}
