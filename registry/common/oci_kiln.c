@@ -720,8 +720,13 @@ static kiln_err put_channel(reg_oci *o, const char *model, const char *channel, 
                           json_pack("[o]", descriptor(AT_RECORD, rdigest, len)));
     KILN_CHECK_IF(rc, out, !body, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, put_and_confirm(o, repo, tag, body, true, label));
-    /* The moving tag: a hint for people and tools, never what a client reads. */
-    KILN_CHECK(rc, out, reg_oci_manifest_put(o, repo, channel, body, strlen(body), MT_IMAGE));
+    /* The moving tag: a hint for people and tools, never what a client reads; a registry
+     * whose tags are all immutable refuses it, and the record is in force all the same. */
+    if (reg_oci_manifest_put(o, repo, channel, body, strlen(body), MT_IMAGE) != KILN_OK) {
+        kiln_warn("%s is in force, but the moving tag %s:%s was not updated: %s", label, repo,
+                  channel, kiln_errmsg());
+        kiln_errclear();
+    }
     json_t *a = json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel", rec.channel,
                           "seq", (json_int_t)rec.seq, "version", rec.version, "digest",
                           rec.digest);
