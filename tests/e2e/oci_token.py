@@ -3,8 +3,10 @@
 registry auth (distribution's "token" auth). GET /token?service=S&scope=SCOPE with HTTP basic
 credentials USER:PASSWORD answers {"token": JWT, "access_token": JWT, "expires_in": N}, the JWT
 RS256-signed (by `openssl dgst`, no Python crypto library) with the certificate in its x5c
-header, granting every action asked of every scope. Anything else is 401. Each grant is
-appended to LOG ("scope"), so the test can count how often a client asked.
+header, granting every action asked of every scope, its "exp" TTL seconds from now
+(distribution allows 60 s of clock skew past it: a TTL of -55 makes a token the registry takes
+for about 5 s). Anything else is 401. Each grant is appended to LOG ("scope"), so the test can
+count how often a client asked.
 
 usage: oci_token.py PORTFILE CERT KEY ISSUER SERVICE USER PASSWORD LOG TTL
 """
@@ -56,7 +58,7 @@ class H(BaseHTTPRequestHandler):
         with open(log, "a") as f:
             f.write(" ".join(scopes) + "\n")
         t = jwt(scopes)
-        body = json.dumps({"token": t, "access_token": t, "expires_in": ttl}).encode()
+        body = json.dumps({"token": t, "access_token": t, "expires_in": max(ttl, 60)}).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
