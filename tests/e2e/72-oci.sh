@@ -5,12 +5,15 @@
 # immutable versions), a two-key quorum for production (one key refused before anything is
 # written; co-signed and put), pull, promote, rollback, history, kiln models --trust, a
 # signed trust version walked to; two promoters racing for one seq (one wins, the other is
-# told) and a registry that rewrites an accepted record (a fork, refused); skopeo copy
+# told) and a registry that rewrites an accepted record (a fork, refused); a lying registry
+# (swapped blobs, a rolled-back and a withheld channel, a huge declared size, a trickle, a
+# redirect to another host) and injected records (under threshold, expired); skopeo copy
 # --all --preserve-digests and skopeo sync to a second registry and an oci: layout, a fresh
 # host pulling from each copy; garbage-collect --delete-untagged, then a pull; basic auth
 # from the file skopeo login writes.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/oci.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
 cd "$T"
 for k in root rel p1 p2 stranger; do $KILN keygen --out $k --no-password >/dev/null; done
 pk() { sed -n 2p "$1.pub"; }
@@ -163,6 +166,67 @@ done
 $KILN pull demo@production --registry "oci+http://$A/airgap" --trust trust.json --state fresh3 --out h3 >/dev/null ||
     fail "pull after an oci: layout round trip: $(cat err 2>/dev/null)"
 cmp -s h3/model.safetensors svc/model.safetensors || fail "the air-gapped copy differs"
+
+# A lying registry (oci_liar.py, a proxy in front of registry a that lies as MODE says) and
+# records injected by anyone with push rights: each refused by the client, nothing installed.
+python3 "$HERE/oci_liar.py" lport "$A" mode seen 2>liar.err &
+OCI_PIDS="$OCI_PIDS $!"
+i=0
+until [ -s lport ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "liar: $(cat liar.err)"; sleep 0.05; done
+L=oci+http://127.0.0.1:$(cat lport)/team/kiln
+d2=$(sha256sum a2.kiln | cut -d' ' -f1)
+lie() { echo "$*" >mode; }
+lie swap "sha256:$d1" "sha256:$d2"
+expect_fail 1 $KILN pull demo@production --registry "$L" --trust trust.json --state lie1 --out x1
+grep -q "hashes to sha256:$d2, not sha256:$d1; refusing" err && [ ! -e x1 ] || fail "swapped blob: $(cat err)"
+lie hide '_ch\.staging\.4'
+expect_fail 1 $KILN pull demo@staging --registry "$L" $S --out x2
+grep -q "has seq 3, lower than 4 accepted before (a replayed or rolled-back record)" err || fail "rolled back: $(cat err)"
+lie hide '_ch\.staging\..*'
+expect_fail 1 $KILN pull demo@staging --registry "$L" $S --out x3
+grep -q "was accepted at seq 4 before, but the registry no longer has it" err || fail "withheld: $(cat err)"
+lie huge 1.0.0
+set +e; $KILN pull demo@production --registry "$L" --trust trust.json --state lie4 --out x4 >out 2>err; rc=$?; set -e
+[ $rc -ne 0 ] && grep -q "declares demo@1.0.0 at 1099511627776 bytes.*not downloaded" err && [ ! -e x4 ] ||
+    fail "huge declared size: $(cat err)"
+expect_fail 1 $KILN pull demo@production --registry "$L" --trust trust.json --state lie4 --out x4 --max-size 2T
+grep -q "more than an archive of its signed manifest can be .*not downloaded" err || fail "over the signed bound: $(cat err)"
+lie trickle "sha256:$d1"
+t0=$(date +%s)
+set +e; $KILN pull demo@production --registry "$L" --trust trust.json --state lie5 --out x5 --timeout 1s >out 2>err; rc=$?; set -e
+[ $rc -ne 0 ] && grep -q "too slow" err && [ ! -e x5 ] || fail "trickle: $(cat err)"
+[ $(($(date +%s) - t0)) -lt 30 ] || fail "a trickle held the pull $(($(date +%s) - t0)) s"
+lie redirect "sha256:$d1"
+$KILN pull demo@production --registry "$L" --trust trust.json --state lie6 --out x6 --token registry-bearer-secret >out 2>err ||
+    fail "redirected download: $(cat err)"
+grep -q . seen && ! grep -qv '^none$' seen || fail "the registry's credentials went to the other host: $(cat seen)"
+lie
+# Injected records: under the channel's threshold, and expired, each at production's next seq.
+inject() { # inject RECORD.json TAG: the record as an artifact at TAG of team/kiln/demo
+    rd=sha256:$(sha256sum "$1" | cut -d' ' -f1)
+    loc=$(curl -si -X POST "http://$A/v2/team/kiln/demo/blobs/uploads/" | tr -d '\r' | sed -n 's/^Location: //Ip')
+    curl -sf -X PUT -H 'Content-Type: application/octet-stream' --data-binary @"$1" "$loc&digest=$rd" >/dev/null
+    manifest "$A" team/kiln/demo _ch.production.1 |
+        python3 -c 'import json,sys; m=json.load(sys.stdin); m["layers"][0]["digest"]=sys.argv[1]; m["layers"][0]["size"]=int(sys.argv[2]); sys.stdout.write(json.dumps(m))' \
+            "$rd" "$(wc -c <"$1")" >inj.man
+    curl -sf -X PUT -H 'Content-Type: application/vnd.oci.image.manifest.v1+json' --data-binary @inj.man \
+        "http://$A/v2/team/kiln/demo/manifests/$2" >/dev/null || fail "inject $2"
+}
+uninject() { curl -sf -X DELETE "http://$A/v2/team/kiln/demo/manifests/sha256:$(sha256sum inj.man | cut -d' ' -f1)" >/dev/null; }
+$KILN promote demo 1.1.0 --channel production --key p1.key --registry "$U" --out under.json >/dev/null || fail "under.json"
+inject under.json _ch.production.2
+expect_fail 1 $KILN pull demo@production --registry "$U" $S --out svc
+grep -q "needs 2 distinct promote keys" err || fail "under threshold: $(cat err)"
+uninject
+$KILN promote demo 1.1.0 --channel production --key p1.key --registry "$U" --expires 1s --out old.json >/dev/null || fail "old.json"
+$KILN channel sign --add old.json --key p2.key >/dev/null
+sleep 2
+inject old.json _ch.production.2
+expect_fail 1 $KILN pull demo@production --registry "$U" $S --out svc
+grep -q "expired" err || fail "expired: $(cat err)"
+uninject
+[ "$(cat svc/model.safetensors)" = "weights one" ] || fail "a refused record changed the installed model"
+$KILN pull demo@production --registry "$U" $S --out svc >/dev/null || fail "pull once the lies stopped"
 
 # kiln registry mirror both ways: the OCI registry as the primary of a kiln store (served by
 # kiln registry serve), then that kiln server as the primary of an OCI registry (--root
