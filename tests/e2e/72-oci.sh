@@ -200,7 +200,29 @@ lie redirect "sha256:$d1"
 $KILN pull demo@production --registry "$L" --trust trust.json --state lie6 --out x6 --token registry-bearer-secret >out 2>err ||
     fail "redirected download: $(cat err)"
 grep -q . seen && ! grep -qv '^none$' seen || fail "the registry's credentials went to the other host: $(cat seen)"
+# Uploads: in 100-byte chunks (KILN_OCI_CHUNK) through the proxy, then a registry that refuses
+# PATCH (one monolithic PUT instead), then one whose first PUT fails (started again from zero).
 lie
+rm -f seen
+archive three 2.0.0 a5.kiln
+archive four 2.1.0 a6.kiln
+archive five 2.2.0 a7.kiln
+KILN_OCI_CHUNK=100 $KILN publish a5.kiln --registry "$L" >out 2>err || fail "chunked publish: $(cat err)"
+[ "$(grep -c '^PATCH [0-9]*-[0-9]*$' seen)" -ge 4 ] || fail "no chunked PATCHes: $(cat seen)"
+lie nopatch
+rm -f seen
+KILN_OCI_CHUNK=100 $KILN publish a6.kiln --registry "$L" >out 2>err || fail "publish without PATCH: $(cat err)"
+grep -q "PATCH refused" seen && grep -q '^PUT -$' seen || fail "no monolithic PUT after a refused PATCH: $(cat seen)"
+lie failput
+rm -f seen seen.failed
+$KILN publish a7.kiln --registry "$L" >out 2>err || fail "publish after a failed PUT: $(cat err)"
+grep -q "PUT failed" seen || fail "the PUT did not fail: $(cat seen)"
+lie
+for v in 2.0.0 2.1.0 2.2.0; do
+    $KILN pull demo@$v --registry "$U" --trust trust.json --state lie7 --out "x-$v" >/dev/null || fail "pull $v after its upload"
+done
+[ "$(cat x-2.0.0/model.safetensors)" = "weights three" ] && [ "$(cat x-2.2.0/model.safetensors)" = "weights five" ] ||
+    fail "an upload's bytes differ"
 # Injected records: under the channel's threshold, and expired, each at production's next seq.
 inject() { # inject RECORD.json TAG: the record as an artifact at TAG of team/kiln/demo
     rd=sha256:$(sha256sum "$1" | cut -d' ' -f1)

@@ -7,6 +7,9 @@ without a restart; empty: tell the truth). Lies:
   hide REGEX               tags/list leaves out the tags that match REGEX
   huge TAG                 manifest TAG answers with its archive layer declaring 1 TiB
   trickle DIGEST           GET of blob DIGEST sends a byte every half second
+  nopatch                  every PATCH (a chunk of an upload) answers 405
+  failput                  the first PUT that ends a blob upload answers 500 (an upload
+                           interrupted: the client starts it again from zero), then the truth
   redirect DIGEST          GET of blob DIGEST answers 307 to the second port ("object
                            storage" on another host), which serves the blob and writes each
                            request's Authorization header (or "none") to SEEN
@@ -28,7 +31,8 @@ def mode():
 
 def fetch(method, path, headers, body=None):
     c = http.client.HTTPConnection(upstream, timeout=30)
-    h = {k: v for k, v in headers.items() if k.lower() not in ("host", "content-length")}
+    # The client's Host goes on: the registry's Location headers then name the proxy.
+    h = {k: v for k, v in headers.items() if k.lower() != "content-length"}
     c.request(method, path, body=body, headers=h)
     r = c.getresponse()
     data = r.read()
@@ -80,6 +84,19 @@ class Proxy(BaseHTTPRequestHandler):
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
+        if m and m[0] == "nopatch" and self.command == "PATCH":
+            with open(seen, "a") as f:
+                f.write("PATCH refused\n")
+            return self.send(405, [], b'{"errors":[{"code":"UNSUPPORTED"}]}')
+        if m and m[0] == "failput" and self.command == "PUT" and "/blobs/uploads/" in p \
+                and not os.path.exists(seen + ".failed"):
+            open(seen + ".failed", "w").close()
+            with open(seen, "a") as f:
+                f.write("PUT failed\n")
+            return self.send(500, [], b'{"errors":[{"code":"UNKNOWN"}]}')
+        if self.command in ("PATCH", "PUT") and "/blobs/uploads/" in p:
+            with open(seen, "a") as f:
+                f.write(self.command + " " + (self.headers.get("Content-Range") or "-") + "\n")
         st, hd, data = fetch(self.command, p, dict(self.headers), body)
         if m and m[0] == "hide" and "/tags/list" in p and st == 200:
             j = json.loads(data)
@@ -106,7 +123,9 @@ class Store(BaseHTTPRequestHandler):
     def do_GET(self):
         with open(seen, "a") as f:
             f.write((self.headers.get("Authorization") or "none") + "\n")
-        h = {"Range": self.headers["Range"]} if self.headers.get("Range") else {}
+        h = {"Host": upstream}
+        if self.headers.get("Range"):
+            h["Range"] = self.headers["Range"]
         st, hd, data = fetch("GET", self.path, h)
         Proxy.send(self, st, hd, data)
 
