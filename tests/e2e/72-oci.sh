@@ -101,6 +101,15 @@ $KILN pull demo@staging --registry "$U" $S --out stg >/dev/null || fail "pull un
 [ -e st/trust/2.json ] || fail "the pull did not walk to trust version 2"
 $KILN promote demo 1.1.0 --channel canary --key p1.key --registry "$U" >/dev/null ||
     fail "a channel of trust v2 refused"
+$KILN trust update --registry "$U" --trust trust.json --state tu >out || fail "trust update: $(cat out)"
+[ -e tu/trust/2.json ] || fail "trust update did not walk to version 2: $(cat out)"
+$KILN renew demo --channel canary --key p1.key --registry "$U" --trust trust.json --state st >out ||
+    fail "renew: $(cat out)"
+grep -q "seq 2" out || fail "renew said: $(cat out)"
+$KILN pull demo@canary --registry "$U" $S --out can >out || fail "pull a renewed channel: $(cat out)"
+grep -q "channel canary, seq 2" out || fail "renewed pull: $(cat out)"
+expect_fail 2 $KILN registry audit --registry "$U"
+grep -q "an OCI registry keeps no audit log" err || fail "audit on OCI: $(cat err)"
 
 # Two promoters racing for one seq: each signs staging's next record (seq 4) before either
 # puts it; the first is written, the second is told, and nothing of it is written.
