@@ -1,7 +1,8 @@
 /* oci.c - the OCI distribution protocol from the calling side, as docker, podman and skopeo
  * speak it: manifests and blobs by tag or digest, blob uploads (POST, then chunked PATCH
  * with a fallback to one monolithic PUT, restarted from zero when interrupted; a HEAD first
- * so nothing is pushed twice; a cross-repository mount when the blob is elsewhere), tag and
+ * so nothing is pushed twice; a cross-repository mount for a caller that names where the blob
+ * is, none of kiln's today: its repositories share no blob but the 2-byte empty config), tag and
  * catalog listings with their pagination, and authentication: HTTP basic and the bearer-token
  * flow (WWW-Authenticate: Bearer realm=...,service=...,scope=...; tokens cached per scope and
  * fetched again on 401), the credentials from the file `skopeo login`, `podman login` or

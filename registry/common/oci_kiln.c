@@ -283,11 +283,11 @@ static kiln_err route_version(reg_oci *o, const char *model, const char *version
         }
         json_decref(probe);
     }
-    json_t *vtext_j = vtext ? json_stringn(vtext, vlen) : json_null();
-    json_t *created = man && man->created ? json_string(man->created) : json_null();
     json_t *sig_j = json_stringn(sig, sig_len);
     KILN_CHECK_IF(rc, out, !sig_j, KILN_ERR_FORMAT,
                   "registry '%s': the signature of %s:%s is not text", o->c->url, repo, version);
+    json_t *vtext_j = vtext ? json_stringn(vtext, vlen) : json_null();
+    json_t *created = man && man->created ? json_string(man->created) : json_null();
     *out = json_pack("{s:s, s:s, s:s, s:I, s:O, s:o, s:O, s:O, s:o, s:n, s:o, s:s}", "name", model,
                      "version", version, "digest", v.archive_digest, "size",
                      (json_int_t)v.archive_size, "manifest", manifest, "signature", sig_j, "card",
