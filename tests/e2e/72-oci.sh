@@ -184,7 +184,7 @@ i=0
 until [ -s lport ]; do i=$((i + 1)); [ $i -lt 100 ] || fail "liar: $(cat liar.err)"; sleep 0.05; done
 L=oci+http://127.0.0.1:$(cat lport)/team/kiln
 d2=$(sha256sum a2.kiln | cut -d' ' -f1)
-lie() { echo "$*" >mode; }
+lie() { printf '%s\n' "$*" >mode; }
 lie swap "sha256:$d1" "sha256:$d2"
 expect_fail 1 $KILN pull demo@production --registry "$L" --trust trust.json --state lie1 --out x1
 grep -q "hashes to sha256:$d2, not sha256:$d1; refusing" err && [ ! -e x1 ] || fail "swapped blob: $(cat err)"
