@@ -16,11 +16,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "http_int.h"
 #include "oci_int.h"
-
-bool reg_oci_url(const char *url) {
-    return url && (!strncmp(url, "oci://", 6) || !strncmp(url, "oci+http://", 11));
-}
 
 /* A repository name's component as distribution accepts it: [a-z0-9]+ separated by '.', '_',
  * '__' or '-'s. */

@@ -35,6 +35,16 @@ static void said(push *p, bool problem, const char *fmt, ...) {
     if (problem) p->res->problems++;
 }
 
+/* PUT /v1/trust/V into the OCI registry (its gate checks the succession). */
+static kiln_err put_trust(push *p, uint64_t v, const char *doc, size_t len) {
+    char path[64], *ans = NULL;
+    size_t alen = 0;
+    snprintf(path, sizeof path, "/v1/trust/%llu", (unsigned long long)v);
+    kiln_err rc = reg_oci_route(&p->to, "PUT", path, doc, len, REG_JSON_MAX, &ans, &alen);
+    free(ans);
+    return rc;
+}
+
 static kiln_err trust_versions(push *p) {
     const kiln_registry_client_opts *from = p->o->from;
     char *doc = NULL;
@@ -46,7 +56,11 @@ static kiln_err trust_versions(push *p) {
         /* The OCI registry's first version: the policy the copy is verified under. */
         kiln_errclear();
         KILN_TRY(kiln_read_file(p->o->trust, REG_TRUST_MAX, &doc, &len));
-        rc = kiln_registry_trust_put(&p->to, doc, len, p->o->trust, &have);
+        kiln_sign_trust *first = NULL;
+        rc = kiln_sign_trust_parse(doc, len, p->o->trust, &first);
+        if (!rc) have = kiln_sign_trust_version(first);
+        kiln_sign_trust_free(first);
+        if (!rc) rc = put_trust(p, have, doc, len);
         if (!rc) {
             p->res->trust_versions++;
             said(p, false, "copied trust version %llu ('%s', the mirror's policy)",
@@ -68,7 +82,7 @@ static kiln_err trust_versions(push *p) {
             return KILN_OK;
         }
         KILN_TRY(rc);
-        rc = kiln_registry_trust_put(&p->to, doc, len, path, NULL);
+        rc = put_trust(p, v, doc, len);
         free(doc);
         if (rc == KILN_ERR_VERIFY || rc == KILN_ERR_CONFLICT || rc == KILN_ERR_USAGE) {
             said(p, true, "trust version %llu: %s", (unsigned long long)v, kiln_errmsg());

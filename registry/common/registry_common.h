@@ -1,7 +1,8 @@
 /* registry_common.h - what both sides of the registry share (registry/common/): the naming
  * rule and digests (names.c), the archive metadata and channel record checks around sign/'s
  * verification (verify.c), the HTTP API as its callers use it, a client pulling and a mirror
- * syncing from its primary (http.c), and a download read as it lands (stream.c). The server
+ * syncing from its primary (http.c, its transfers transfer.c), OCI registries (oci.c, oci_kiln.c,
+ * oci_mirror.c), and a download read as it lands (stream.c). The server
  * (server_int.h) and the client (client_int.h) each include this and never each other. */
 #ifndef KILN_REGISTRY_COMMON_H
 #define KILN_REGISTRY_COMMON_H
@@ -99,7 +100,8 @@ kiln_err reg_trust_same_version(const kiln_sign_trust *have, const char *have_la
 
 /* ---- the HTTP API from the calling side (http.c): a client's and a mirror's ---- */
 
-/* libcurl initialised (once per process) and c's URL http:// or https:// (KILN_ERR_USAGE). */
+/* libcurl initialised (once per process) and c's URL http://, https://, oci:// or oci+http://
+ * (KILN_ERR_USAGE). */
 kiln_err reg_client_init(const kiln_registry_client_opts *c);
 
 /* Fetch blob hex, size bytes declared, into partial, resuming what is there with Range;
@@ -170,7 +172,7 @@ kiln_err reg_oci_mirror_push(const kiln_registry_mirror_opts *o, kiln_registry_m
 kiln_err reg_oci_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                           const char *partial, struct reg_follow *follow);
 
-/* ---- limits (http.c) ---- */
+/* ---- limits (transfer.c) ---- */
 
 /* An operation starts (a pull, a watch's poll, a mirror's sync): each of c[0..n) gets until_ns
  * from its deadline_ms (0: the default), now. */
