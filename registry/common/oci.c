@@ -172,8 +172,7 @@ static void secret_free(char *s) {
     free(s);
 }
 
-/* One parameter of a challenge: name="value" (or name=value). */
-static bool challenge_param(const char *ch, const char *name, char *out, size_t cap) {
+bool reg_oci_challenge_param(const char *ch, const char *name, char *out, size_t cap) {
     size_t k = strlen(name);
     for (const char *p = ch; (p = strcasestr(p, name)) != NULL; p += k) {
         if (p != ch && p[-1] != ' ' && p[-1] != ',') continue;
@@ -215,10 +214,10 @@ static char *url_escape(const char *s) {
  * there are some), the answer's "token" (or "access_token") cached for host and scope. */
 static kiln_err fetch_token(reg_oci *o, const char *challenge, const char *scope) {
     char realm[1024], service[256] = "", chscope[512] = "";
-    KILN_FAIL_IF(!challenge_param(challenge, "realm", realm, sizeof realm), KILN_ERR_AUTH,
+    KILN_FAIL_IF(!reg_oci_challenge_param(challenge, "realm", realm, sizeof realm), KILN_ERR_AUTH,
                  "registry '%s' asks for a bearer token without naming its realm", o->c->url);
-    challenge_param(challenge, "service", service, sizeof service);
-    challenge_param(challenge, "scope", chscope, sizeof chscope);
+    reg_oci_challenge_param(challenge, "service", service, sizeof service);
+    reg_oci_challenge_param(challenge, "scope", chscope, sizeof chscope);
     KILN_FAIL_IF(strncmp(realm, "https://", 8) && strncmp(realm, "http://", 7), KILN_ERR_AUTH,
                  "registry '%s' names a token realm that is not http(s)", o->c->url);
     const char *sc = *chscope ? chscope : scope;
@@ -288,14 +287,19 @@ kiln_err reg_oci_do(reg_oci *o, const char *scope, reg_http_req *q, const char *
     r.url = url;
     r.headers = extra;
     kiln_err rc = KILN_OK;
+    /* A URL the registry named (an upload's Location, a listing's next page) on another host
+     * gets no credentials: they are the registry's only. */
+    size_t bl = strlen(o->base);
+    bool ours = strncmp(url, o->base, bl) == 0 && (url[bl] == '/' || url[bl] == 0);
     for (int attempt = 0; attempt < 2; attempt++) {
-        char *auth = cred_get(o->host, scope);
-        if (!auth && o->c->token) auth = kiln_asprintf("Authorization: Bearer %s", o->c->token);
+        char *auth = ours ? cred_get(o->host, scope) : NULL;
+        if (ours && !auth && o->c->token)
+            auth = kiln_asprintf("Authorization: Bearer %s", o->c->token);
         extra[nextra] = auth;
         r.nheaders = nextra + (auth ? 1 : 0);
         rc = reg_http_do(o->c, &r, a);
         secret_free(auth);
-        if (rc || a->status != 401 || attempt) break;
+        if (rc || a->status != 401 || attempt || !ours) break;
         char challenge[sizeof a->www_auth];
         snprintf(challenge, sizeof challenge, "%s", a->www_auth);
         reg_http_ans_release(a);
@@ -621,8 +625,7 @@ kiln_err reg_oci_blob_push(reg_oci *o, const char *repo, const char *mem, const 
 
 /* ---- listings ---- */
 
-/* The next page a Link header names ("</v2/...>; rel=\"next\""), or NULL. */
-static char *link_next(const char *link) {
+char *reg_oci_link_next(const char *link) {
     const char *lt = strchr(link, '<'), *gt = lt ? strchr(lt, '>') : NULL;
     if (!lt || !gt || !strstr(gt, "next")) return NULL;
     return kiln_asprintf("%.*s", (int)(gt - lt - 1), lt + 1);
@@ -652,7 +655,7 @@ static kiln_err list_pages(reg_oci *o, const char *scope, const char *first, con
             json_array_foreach(arr, i, v) {
                 if (json_is_string(v)) json_array_append(*out, v);
             }
-            if (a.link[0]) path = link_next(a.link);
+            if (a.link[0]) path = reg_oci_link_next(a.link);
         }
         json_decref(j);
         reg_http_ans_release(&a);

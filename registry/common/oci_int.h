@@ -52,4 +52,15 @@ kiln_err reg_oci_blob_push(reg_oci *o, const char *repo, const char *mem, const 
 kiln_err reg_oci_tags(reg_oci *o, const char *repo, json_t **out);
 kiln_err reg_oci_catalog(reg_oci *o, json_t **out);
 
+/* ---- what a registry says, parsed (untrusted: tests/fuzz/oci.c) ---- */
+
+/* One parameter of a WWW-Authenticate challenge (name="value" or name=value) into out (cap
+ * bytes, NUL-terminated); false when absent or longer than cap - 1. */
+bool reg_oci_challenge_param(const char *ch, const char *name, char *out, size_t cap);
+/* The next page a Link header names ("</v2/...>; rel=\"next\""), or NULL (caller frees). */
+char *reg_oci_link_next(const char *link);
+/* A channel record's tag _ch.CHANNEL.SEQ: CHANNEL (1..64 bytes) and SEQ (>= 1, no leading
+ * zero); false for any other tag (oci_kiln.c). */
+bool reg_oci_record_tag(const char *tag, char ch[KILN_REGISTRY_NAME_MAX + 1], int64_t *seq);
+
 #endif

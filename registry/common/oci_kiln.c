@@ -144,9 +144,8 @@ static kiln_err tags_of(reg_oci *o, const char *repo, json_t **out) {
     return reg_oci_tags(o, repo, out);
 }
 
-/* _ch.CHANNEL.SEQ: CHANNEL and SEQ; false for another tag. */
-static bool record_tag(const char *tag, char ch[KILN_REGISTRY_NAME_MAX + 1], int64_t *seq) {
-    if (strncmp(tag, "_ch.", 4)) return false;
+bool reg_oci_record_tag(const char *tag, char ch[KILN_REGISTRY_NAME_MAX + 1], int64_t *seq) {
+    if (!tag || strncmp(tag, "_ch.", 4)) return false;
     const char *c = tag + 4, *dot = strrchr(c, '.');
     if (!dot || dot == c || (size_t)(dot - c) > KILN_REGISTRY_NAME_MAX || !dot[1]) return false;
     int64_t v = 0;
@@ -171,7 +170,7 @@ static kiln_err channel_seqs(const json_t *tags, const char *channel, int64_t **
     json_array_foreach(tags, i, t) {
         char ch[KILN_REGISTRY_NAME_MAX + 1];
         int64_t s;
-        if (record_tag(json_string_value(t), ch, &s) && !strcmp(ch, channel)) (*seqs)[(*n)++] = s;
+        if (reg_oci_record_tag(json_string_value(t), ch, &s) && !strcmp(ch, channel)) (*seqs)[(*n)++] = s;
     }
     for (size_t a = 1; a < *n; a++) /* a few dozen: insertion sort */
         for (size_t b = a; b > 0 && (*seqs)[b - 1] > (*seqs)[b]; b--) {
@@ -348,7 +347,7 @@ static kiln_err route_model(reg_oci *o, const char *model, json_t **out) {
         const char *tag = json_string_value(t);
         char ch[KILN_REGISTRY_NAME_MAX + 1];
         int64_t seq;
-        if (record_tag(tag, ch, &seq)) {
+        if (reg_oci_record_tag(tag, ch, &seq)) {
             json_t *have = json_object_get(channels, ch);
             if (have && json_integer_value(json_object_get(have, "seq")) >= seq) continue;
             json_object_set_new(channels, ch, json_pack("{s:I}", "seq", (json_int_t)seq));
