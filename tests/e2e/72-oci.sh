@@ -4,8 +4,8 @@
 # version, publish (checked before writing: signatures under the registry's policy,
 # immutable versions), a two-key quorum for production (one key refused before anything is
 # written; co-signed and put), pull, promote, rollback, history, kiln models --trust, a
-# signed trust version walked to; two promoters racing for one seq (one wins, the other is
-# told) and a registry that rewrites an accepted record (a fork, refused); a lying registry
+# signed trust version walked to; two promoters racing for one seq, prepared and at the same
+# moment (one wins, the other is told) and a registry that rewrites an accepted record (a fork, refused); a lying registry
 # (swapped blobs, a rolled-back and a withheld channel, a huge declared size, a trickle, a
 # redirect to another host) and injected records (under threshold, expired); skopeo copy
 # --all --preserve-digests and skopeo sync to a second registry and an oci: layout, a fresh
@@ -119,6 +119,27 @@ $KILN channel put ra.json --registry "$U" >/dev/null || fail "the first promoter
 expect_fail 2 $KILN channel put rb.json --registry "$U"
 grep -q "seq 4, but the next must be 5" err || fail "the second promoter was not told: $(cat err)"
 $KILN pull demo@staging --registry "$U" $S --out stg >/dev/null || fail "pull seq 4"
+# Two promoters at the same moment, three times over (on canary): whatever the interleaving,
+# each either wins or is told, and there is one record per winner, each verifying.
+ncan() { curl -s "http://$A/v2/team/kiln/demo/tags/list" | grep -o '"_ch\.canary\.[0-9]*"' | wc -l; }
+for r in 1 2 3; do
+    before=$(ncan)
+    $KILN promote demo 1.0.0 --channel canary --key p1.key --registry "$U" >ra.out 2>ra.err &
+    pa=$!
+    $KILN promote demo 1.1.0 --channel canary --key p2.key --registry "$U" >rb.out 2>rb.err &
+    pb=$!
+    set +e; wait $pa; ea=$?; wait $pb; eb=$?; set -e
+    [ $ea -eq 0 ] || [ $eb -eq 0 ] || fail "neither racing promoter won: $(cat ra.err rb.err)"
+    for e in "$ea:ra.err" "$eb:rb.err"; do
+        [ "${e%%:*}" -eq 0 ] || grep -q "lost race\|written meanwhile by another promoter\|but the next must be" "${e#*:}" ||
+            fail "a racing promoter lost without being told: $(cat "${e#*:}")"
+    done
+    w=$(( (ea == 0) + (eb == 0) ))
+    [ $(($(ncan) - before)) -eq "$w" ] || fail "race $r: $w promoters said they won, $(($(ncan) - before)) records came"
+    $KILN pull demo@canary --registry "$U" --trust trust.json --state race-st --out race >/dev/null 2>err ||
+        fail "race $r: the channel does not verify: $(cat err)"
+done
+
 # The registry rewrites _ch.staging.4 with the loser's record (anyone with push rights can):
 # a client that accepted seq 4 refuses the other record of seq 4 as a fork.
 rb_d=sha256:$(sha256sum rb.json | cut -d' ' -f1)
