@@ -1,15 +1,17 @@
 #!/bin/sh
 # kiln on an OCI registry (docs/registry.md "On an OCI registry"): Debian's docker-registry
-# (CNCF distribution) on loopback, no kiln server anywhere. The registry's first trust
-# version, publish (checked before writing: signatures under the registry's policy,
-# immutable versions), a two-key quorum for production (one key refused before anything is
-# written; co-signed and put), pull, promote, rollback, history, kiln models --trust, a
-# signed trust version walked to; two promoters racing for one seq, prepared and at the same
-# moment (one wins, the other is told) and a registry that rewrites an accepted record (a fork, refused); a lying registry
+# (CNCF distribution) on loopback, no kiln server but where one is mirrored. The registry's
+# first trust version; publish (checked before writing: signatures under the registry's
+# policy, immutable versions); a two-key quorum for production (one key refused before
+# anything is written; co-signed and put); pull, promote, rollback, history, kiln models
+# --trust, a signed trust version walked to, trust update, renew, audit refused; two
+# promoters racing for one seq, prepared and at the same moment (one wins, the other is
+# told), and a registry that rewrites an accepted record (a fork, refused); a lying registry
 # (swapped blobs, a rolled-back and a withheld channel, a huge declared size, a trickle, a
-# redirect to another host) and injected records (under threshold, expired); skopeo copy
-# --all --preserve-digests and skopeo sync to a second registry and an oci: layout, a fresh
-# host pulling from each copy; garbage-collect --delete-untagged, then a pull; basic auth
+# redirect to another host), chunked uploads, a refused PATCH, an interrupted upload, and
+# injected records (under threshold, expired); skopeo copy --all --preserve-digests and
+# skopeo sync to a second registry and an oci: layout, a fresh host pulling from each copy;
+# kiln registry mirror both ways; garbage-collect --delete-untagged, then a pull; basic auth
 # from the file skopeo login writes.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/oci.sh"
