@@ -49,7 +49,8 @@ KILN_TEST(registry_oci_fork_rule) {
     CHECK("state dir", dir && kiln_mkdir_p(dir) == KILN_OK);
     free(dir);
     const char *kept = "{\"record\":\"A\"}";
-    json_t *st = json_pack("{s:I, s:s, s:s}", "seq", (json_int_t)4, "record", kept, "signature", "");
+    json_t *st =
+        json_pack("{s:I, s:s, s:s}", "seq", (json_int_t)4, "record", kept, "signature", "");
     char *path = kiln_test_path("state/channels/demo/staging.json"), *text = json_dumps(st, 0);
     CHECK("state written", text && kiln_write_file_atomic(path, text, strlen(text)) == KILN_OK);
     free(text);
@@ -59,8 +60,8 @@ KILN_TEST(registry_oci_fork_rule) {
     reg_record rec;
     memset(&rec, 0, sizeof rec);
     rec.seq = 4;
-    CHECK("the kept record at its seq", reg_record_fork_check(state, "demo", "staging", &rec, kept,
-                                                              strlen(kept)) == KILN_OK);
+    CHECK("the kept record at its seq",
+          reg_record_fork_check(state, "demo", "staging", &rec, kept, strlen(kept)) == KILN_OK);
     const char *other = "{\"record\":\"B\"}";
     CHECK("another record of the accepted seq is a fork",
           reg_record_fork_check(state, "demo", "staging", &rec, other, strlen(other)) ==

@@ -103,12 +103,12 @@ static kiln_err simple_request(const kiln_registry_client_opts *c, const char *m
     }
     if (!rc) {
         reg_request rq = {.c = c,
-                      .url = url,
-                      .what = what,
-                      .setup = small_setup,
-                      .check = small_check,
-                      .body = out,
-                      .ctx = &q};
+                          .url = url,
+                          .what = what,
+                          .setup = small_setup,
+                          .check = small_check,
+                          .body = out,
+                          .ctx = &q};
         rc = reg_request_run(&rq, status);
     }
     if (!rc && (*status < 200 || *status >= 300)) rc = reg_http_error(url, *status, out);

@@ -95,8 +95,10 @@ static char *auth_file_basic(const char *host) {
         json_t *v;
         json_object_foreach(auths, key, v) {
             const char *k = key;
-            if (!strncmp(k, "https://", 8)) k += 8;
-            else if (!strncmp(k, "http://", 7)) k += 7;
+            if (!strncmp(k, "https://", 8))
+                k += 8;
+            else if (!strncmp(k, "http://", 7))
+                k += 7;
             size_t hl = strlen(host);
             if (strncmp(k, host, hl) || (k[hl] && k[hl] != '/')) continue;
             const char *a = json_string_value(json_object_get(v, "auth"));
@@ -222,9 +224,10 @@ static kiln_err fetch_token(reg_oci *o, const char *challenge, const char *scope
                  "registry '%s' names a token realm that is not http(s)", o->c->url);
     const char *sc = *chscope ? chscope : scope;
     char *es = url_escape(service), *esc = url_escape(sc);
-    char *url = es && esc ? kiln_asprintf("%s%s%s%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?",
-                                          *service ? "service=" : "", es, esc)
-                          : NULL;
+    char *url = es && esc
+                    ? kiln_asprintf("%s%s%s%s&scope=%s", realm, strchr(realm, '?') ? "&" : "?",
+                                    *service ? "service=" : "", es, esc)
+                    : NULL;
     free(es);
     free(esc);
     KILN_FAIL_IF(!url, KILN_ERR_NOMEM, "out of memory");
@@ -232,8 +235,8 @@ static kiln_err fetch_token(reg_oci *o, const char *challenge, const char *scope
     if (basic) line = kiln_asprintf("Authorization: Basic %s", basic);
     secret_free(basic);
     const char *hdrs[1] = {line};
-    reg_http_req q = {.method = "GET", .url = url, .headers = hdrs, .nheaders = line ? 1 : 0,
-                      .limit = 1u << 20};
+    reg_http_req q = {
+        .method = "GET", .url = url, .headers = hdrs, .nheaders = line ? 1 : 0, .limit = 1u << 20};
     reg_http_ans a;
     kiln_err rc = reg_http_do(o->c, &q, &a);
     secret_free(line);
@@ -246,13 +249,15 @@ static kiln_err fetch_token(reg_oci *o, const char *challenge, const char *scope
         const char *t = json_string_value(json_object_get(j, "token"));
         if (!t) t = json_string_value(json_object_get(j, "access_token"));
         if (!t || !*t) {
-            rc = kiln_fail(KILN_ERR_AUTH,
-                           "the token service of registry '%s' answered without a token",
-                           o->c->url);
+            rc =
+                kiln_fail(KILN_ERR_AUTH,
+                          "the token service of registry '%s' answered without a token", o->c->url);
         } else {
             char *h = kiln_asprintf("Authorization: Bearer %s", t);
-            if (!h) rc = KILN_ERR_NOMEM;
-            else cred_put(o->host, scope, h);
+            if (!h)
+                rc = KILN_ERR_NOMEM;
+            else
+                cred_put(o->host, scope, h);
             secret_free(h);
         }
         if (json_is_string(json_object_get(j, "token"))) {
@@ -316,14 +321,16 @@ kiln_err reg_oci_do(reg_oci *o, const char *scope, reg_http_req *q, const char *
                                o->c->url, o->host, o->host);
             } else {
                 char *h = kiln_asprintf("Authorization: Basic %s", basic);
-                if (h) cred_put(o->host, "*", h);
-                else rc = KILN_ERR_NOMEM;
+                if (h)
+                    cred_put(o->host, "*", h);
+                else
+                    rc = KILN_ERR_NOMEM;
                 secret_free(h);
                 secret_free(basic);
             }
         } else {
-            rc = kiln_fail(KILN_ERR_AUTH, "registry '%s' refused the request (HTTP 401)",
-                           o->c->url);
+            rc =
+                kiln_fail(KILN_ERR_AUTH, "registry '%s' refused the request (HTTP 401)", o->c->url);
         }
         if (rc) break;
     }
@@ -411,8 +418,7 @@ kiln_err reg_oci_manifest_put(reg_oci *o, const char *repo, const char *ref, con
          *ct = kiln_asprintf("Content-Type: %s", media_type),
          *what = kiln_asprintf("putting manifest %s:%s", repo, ref);
     const char *h[1] = {ct};
-    reg_http_req q = {.method = "PUT", .headers = h, .nheaders = 1, .body = body,
-                      .body_len = len};
+    reg_http_req q = {.method = "PUT", .headers = h, .nheaders = 1, .body = body, .body_len = len};
     reg_http_ans a = {0};
     kiln_err rc = scope && path && ct && what ? reg_oci_do(o, scope, &q, path, &a) : KILN_ERR_NOMEM;
     if (!rc && a.status != 201 && a.status != 200) rc = status_fail(o, what, &a);
@@ -447,8 +453,9 @@ kiln_err reg_oci_blob_get(reg_oci *o, const char *repo, const char *digest, size
         char got[REG_OCI_DIGEST];
         reg_oci_sha256(a.body ? a.body : "", a.len, got);
         if (strcmp(got, digest))
-            rc = kiln_fail(KILN_ERR_VERIFY, "registry '%s' served %s with the bytes of %s; refusing",
-                           o->c->url, what, got);
+            rc =
+                kiln_fail(KILN_ERR_VERIFY, "registry '%s' served %s with the bytes of %s; refusing",
+                          o->c->url, what, got);
     }
     if (!rc) {
         *body = a.body ? a.body : kiln_strdup("");
@@ -499,8 +506,7 @@ static uint64_t chunk_size(void) {
  * small) one PUT. *refused: the registry mis-answered a PATCH (the caller tries monolithic). */
 static kiln_err upload_once(reg_oci *o, const char *repo, const char *scope, const char *mem,
                             const char *file, uint64_t size, const char *digest,
-                            const char *mount_from, bool monolithic, bool *refused,
-                            bool *mounted) {
+                            const char *mount_from, bool monolithic, bool *refused, bool *mounted) {
     *refused = false;
     *mounted = false;
     char *path = mount_from ? kiln_asprintf("/v2/%s/blobs/uploads/?mount=%s&from=%s", repo, digest,
@@ -533,15 +539,21 @@ static kiln_err upload_once(reg_oci *o, const char *repo, const char *scope, con
             snprintf(cr, sizeof cr, "Content-Range: %" PRIu64 "-%" PRIu64, off, off + n - 1);
             snprintf(cl, sizeof cl, "Content-Type: application/octet-stream");
             const char *h[2] = {cr, cl};
-            reg_http_req p = {.method = "PATCH", .headers = h, .nheaders = 2, .file = file,
-                              .file_off = off, .file_len = n, .once = true};
+            reg_http_req p = {.method = "PATCH",
+                              .headers = h,
+                              .nheaders = 2,
+                              .file = file,
+                              .file_off = off,
+                              .file_len = n,
+                              .once = true};
             rc = reg_oci_do(o, scope, &p, loc, &a);
             if (rc) break;
             /* 202 with the range it holds, or a registry that cannot take chunks. */
             char want[64];
             snprintf(want, sizeof want, "0-%" PRIu64, off + n - 1);
-            if (a.status != 202 || !a.location[0] || (a.range[0] && strcmp(a.range, want) &&
-                                                      strcmp(a.range + (a.range[0] == 'b' ? 6 : 0), want))) {
+            if (a.status != 202 || !a.location[0] ||
+                (a.range[0] && strcmp(a.range, want) &&
+                 strcmp(a.range + (a.range[0] == 'b' ? 6 : 0), want))) {
                 kiln_debug("registry '%s' answered a PATCH with HTTP %ld (range '%s'): "
                            "uploading in one PUT",
                            o->c->url, a.status, a.range);
@@ -588,9 +600,9 @@ kiln_err reg_oci_blob_push(reg_oci *o, const char *repo, const char *mem, const 
     bool exists;
     KILN_TRY(reg_oci_blob_exists(o, repo, digest, &exists));
     if (exists) return KILN_OK; /* nothing pushed twice */
-    char *scope = mount_from ? kiln_asprintf("repository:%s:pull,push repository:%s:pull", repo,
-                                             mount_from)
-                             : scope_of(repo, true);
+    char *scope =
+        mount_from ? kiln_asprintf("repository:%s:pull,push repository:%s:pull", repo, mount_from)
+                   : scope_of(repo, true);
     KILN_FAIL_IF(!scope, KILN_ERR_NOMEM, "out of memory");
     kiln_err rc = KILN_OK;
     bool monolithic = false, refused, mounted;
@@ -607,8 +619,7 @@ kiln_err reg_oci_blob_push(reg_oci *o, const char *repo, const char *mem, const 
             from = NULL;
             continue;
         }
-        if (attempt >= 2 || rc == KILN_ERR_NOMEM || rc == KILN_ERR_AUTH || rc == KILN_ERR_IO)
-            break;
+        if (attempt >= 2 || rc == KILN_ERR_NOMEM || rc == KILN_ERR_AUTH || rc == KILN_ERR_IO) break;
         kiln_debug("%s; uploading %s again from the start", kiln_errmsg(), digest);
         kiln_errclear();
         from = NULL;
@@ -671,8 +682,8 @@ static kiln_err list_pages(reg_oci *o, const char *scope, const char *first, con
 kiln_err reg_oci_tags(reg_oci *o, const char *repo, json_t **out) {
     char *scope = scope_of(repo, false), *path = kiln_asprintf("/v2/%s/tags/list?n=1000", repo),
          *what = kiln_asprintf("the tags of %s", repo);
-    kiln_err rc = scope && path && what ? list_pages(o, scope, path, "tags", what, out)
-                                        : KILN_ERR_NOMEM;
+    kiln_err rc =
+        scope && path && what ? list_pages(o, scope, path, "tags", what, out) : KILN_ERR_NOMEM;
     /* distribution answers 404 NAME_UNKNOWN for a repository nothing was pushed to */
     free(scope);
     free(path);

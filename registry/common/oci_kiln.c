@@ -130,9 +130,9 @@ static kiln_err artifact_read(reg_oci *o, const char *repo, const char *tag, con
         rc = kiln_fail(KILN_ERR_FORMAT, "registry '%s': %s:%s has no %s layer", o->c->url, repo,
                        tag, mt);
     else if (size > limit)
-        rc = kiln_fail(KILN_ERR_LIMIT, "registry '%s': %s:%s declares %" PRIu64
-                                       " bytes, more than %zu",
-                       o->c->url, repo, tag, size, limit);
+        rc = kiln_fail(KILN_ERR_LIMIT,
+                       "registry '%s': %s:%s declares %" PRIu64 " bytes, more than %zu", o->c->url,
+                       repo, tag, size, limit);
     else
         rc = reg_oci_blob_get(o, repo, dg, limit, text, len);
     json_decref(m);
@@ -170,7 +170,8 @@ static kiln_err channel_seqs(const json_t *tags, const char *channel, int64_t **
     json_array_foreach(tags, i, t) {
         char ch[KILN_REGISTRY_NAME_MAX + 1];
         int64_t s;
-        if (reg_oci_record_tag(json_string_value(t), ch, &s) && !strcmp(ch, channel)) (*seqs)[(*n)++] = s;
+        if (reg_oci_record_tag(json_string_value(t), ch, &s) && !strcmp(ch, channel))
+            (*seqs)[(*n)++] = s;
     }
     for (size_t a = 1; a < *n; a++) /* a few dozen: insertion sort */
         for (size_t b = a; b > 0 && (*seqs)[b - 1] > (*seqs)[b]; b--) {
@@ -197,7 +198,7 @@ static json_t *time_json(int64_t t) {
 /* ---- the routes ---- */
 
 typedef struct version_info {
-    json_t *m;        /* the OCI manifest */
+    json_t *m; /* the OCI manifest */
     char mdigest[REG_OCI_DIGEST];
     const char *archive_digest, *sig_digest;
     uint64_t archive_size, sig_size;
@@ -321,8 +322,8 @@ static json_t *record_entry(const char *text, size_t len, int64_t seq) {
                       r.version, "digest", dg, "expires", time_json(r.expires), "reason",
                       r.reason ? r.reason : "", "put_by", "put_at");
     } else {
-        e = json_pack("{s:I, s:s, s:s, s:n, s:s, s:n, s:n}", "seq", (json_int_t)seq, "version",
-                      "", "digest", "", "expires", "reason", "", "put_by", "put_at");
+        e = json_pack("{s:I, s:s, s:s, s:n, s:s, s:n, s:n}", "seq", (json_int_t)seq, "version", "",
+                      "digest", "", "expires", "reason", "", "put_by", "put_at");
     }
     kiln_errclear();
     kiln_sign_record_release(&r);
@@ -364,11 +365,10 @@ static kiln_err route_model(reg_oci *o, const char *model, json_t **out) {
         KILN_CHECK(rc, out, rc);
         json_t *summary = json_object_get(vj, "validation");
         json_t *p = json_object_get(summary, "passed");
-        const char *verdict =
-            json_is_boolean(p) ? (json_is_true(p) ? "passed" : "failed") : "none";
+        const char *verdict = json_is_boolean(p) ? (json_is_true(p) ? "passed" : "failed") : "none";
         json_array_append_new(versions,
-                              json_pack("{s:s, s:O, s:O, s:n, s:O, s:s}", "version", tag,
-                                        "digest", json_object_get(vj, "digest"), "size",
+                              json_pack("{s:s, s:O, s:O, s:n, s:O, s:s}", "version", tag, "digest",
+                                        json_object_get(vj, "digest"), "size",
                                         json_object_get(vj, "size"), "publisher", "created",
                                         json_object_get(vj, "created"), "validation", verdict));
         json_decref(vj);
@@ -432,8 +432,10 @@ static kiln_err route_models(reg_oci *o, json_t **out) {
                                                  (json_int_t)nv, "updated"));
     }
     json_decref(repos);
-    if (!rc) *out = json_pack("{s:o}", "models", arr);
-    else json_decref(arr);
+    if (!rc)
+        *out = json_pack("{s:o}", "models", arr);
+    else
+        json_decref(arr);
     if (!rc && !*out) rc = KILN_ERR_NOMEM;
     return rc;
 }
@@ -492,7 +494,8 @@ static kiln_err route_history(reg_oci *o, const char *model, const char *channel
         json_array_append_new(arr, json_pack("{s:o, s:o, s:n, s:n}", "record", rec, "text", tj,
                                              "publisher", "created"));
     }
-    if (!rc) *out = json_pack("{s:s, s:s, s:O}", "model", model, "channel", channel, "records", arr);
+    if (!rc)
+        *out = json_pack("{s:s, s:s, s:O}", "model", model, "channel", channel, "records", arr);
     if (!rc && !*out) rc = KILN_ERR_NOMEM;
     json_decref(arr);
     json_decref(tags);
@@ -727,8 +730,7 @@ static kiln_err put_channel(reg_oci *o, const char *model, const char *channel, 
         kiln_errclear();
     }
     json_t *a = json_pack("{s:s, s:s, s:I, s:s, s:s}", "model", rec.model, "channel", rec.channel,
-                          "seq", (json_int_t)rec.seq, "version", rec.version, "digest",
-                          rec.digest);
+                          "seq", (json_int_t)rec.seq, "version", rec.version, "digest", rec.digest);
     *answer = a ? json_dumps(a, JSON_COMPACT) : NULL;
     json_decref(a);
     KILN_CHECK_IF(rc, out, !*answer, KILN_ERR_NOMEM, "out of memory");
@@ -846,7 +848,8 @@ kiln_err reg_oci_route(const kiln_registry_client_opts *c, const char *method, c
         rc = route_version(&o, seg[2], seg[4], &j);
         if (!rc) rc = json_text(j, text, len);
     } else if (n == 5 && !strcmp(seg[1], "models") && !strcmp(seg[3], "channels")) {
-        if (get) rc = route_channel(&o, seg[2], seg[4], text, len);
+        if (get)
+            rc = route_channel(&o, seg[2], seg[4], text, len);
         else if (put)
             rc = put_channel(&o, seg[2], seg[4], body, body_len, !strcmp(query, "mirror=1"), text,
                              len);
@@ -862,8 +865,10 @@ kiln_err reg_oci_route(const kiln_registry_client_opts *c, const char *method, c
         char *end;
         uint64_t v = strtoull(seg[2], &end, 10);
         if (*end || !v) return kiln_fail(KILN_ERR_USAGE, "'%s' is not a trust version", seg[2]);
-        if (get) rc = route_trust(&o, v, text, len);
-        else if (put) rc = put_trust(&o, v, body, body_len, text, len);
+        if (get)
+            rc = route_trust(&o, v, text, len);
+        else if (put)
+            rc = put_trust(&o, v, body, body_len, text, len);
     } else {
         return kiln_fail(KILN_ERR_UNSUPPORTED,
                          "registry '%s' is an OCI registry: it has no %s %s (kiln's own server "
@@ -874,8 +879,8 @@ kiln_err reg_oci_route(const kiln_registry_client_opts *c, const char *method, c
         free(*text);
         *text = NULL;
         *len = 0;
-        rc = kiln_fail(KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes", c->url,
-                       limit);
+        rc =
+            kiln_fail(KILN_ERR_LIMIT, "registry '%s': answer larger than %zu bytes", c->url, limit);
     }
     return rc;
 }
@@ -928,8 +933,8 @@ kiln_err reg_oci_publish(const kiln_registry_client_opts *c_in, const char *arch
         kiln_sign_archive_report rep;
         memset(&rep, 0, sizeof rep);
         KILN_CHECK(rc, out,
-                   kiln_sign_verify_manifest_sigs(mtext, strlen(mtext), archive, sig, sig_len,
-                                                  sigp, t, &rep));
+                   kiln_sign_verify_manifest_sigs(mtext, strlen(mtext), archive, sig, sig_len, sigp,
+                                                  t, &rep));
     }
     KILN_CHECK(rc, out, kiln_sha256_file(archive, d));
     kiln_hex(d, sizeof d, hex);
@@ -972,8 +977,9 @@ kiln_err reg_oci_publish(const kiln_registry_client_opts *c_in, const char *arch
     }
     if (m.validation_text) {
         reg_oci_sha256(m.validation_text, m.validation_len, vdigest);
-        KILN_CHECK(rc, out, reg_oci_blob_push(&o, repo, m.validation_text, NULL,
-                                              m.validation_len, vdigest, NULL));
+        KILN_CHECK(
+            rc, out,
+            reg_oci_blob_push(&o, repo, m.validation_text, NULL, m.validation_len, vdigest, NULL));
         json_array_append_new(layers, descriptor(MT_VALIDATION, vdigest, m.validation_len));
     }
     body = image_manifest(AT_MODEL, descriptor(MT_KMANIFEST, mdigest, strlen(mtext)), layers);

@@ -272,7 +272,8 @@ kiln_err reg_oci_mirror_push(const kiln_registry_mirror_opts *o, kiln_registry_m
     json_decref(models);
     reg_rmtree(p.tmp);
     free(p.tmp);
-    if (!rc && res->problems) rc = kiln_fail(KILN_ERR_VERIFY, "%zu item%s did not verify",
-                                             res->problems, res->problems == 1 ? "" : "s");
+    if (!rc && res->problems)
+        rc = kiln_fail(KILN_ERR_VERIFY, "%zu item%s did not verify", res->problems,
+                       res->problems == 1 ? "" : "s");
     return rc;
 }

@@ -34,7 +34,6 @@ kiln_err reg_client_init(const kiln_registry_client_opts *c) {
     return KILN_OK;
 }
 
-
 size_t reg_buf_write(char *data, size_t size, size_t n, void *ctx) {
     reg_buf *b = ctx;
     size_t add = size * n;
@@ -68,7 +67,6 @@ static void header_value(const char *line, size_t n, const char *name, char *out
     memcpy(out, v, m);
     out[m] = 0;
 }
-
 
 static unsigned stall_ms(const kiln_registry_client_opts *c) {
     return c->stall_ms ? c->stall_ms : 60000;
@@ -133,8 +131,8 @@ static void common_opts(CURL *h, const kiln_registry_client_opts *c, reg_xfer *x
  * more than curl_easy_strerror: "Operation timed out after 5001 milliseconds ..."). */
 static const char *xfer_error(const reg_xfer *x, CURLcode e, char *out, size_t cap) {
     if (x->stalled)
-        snprintf(out, cap, "stalled: not a byte moved in %u ms (%lld bytes moved before)",
-                 x->stall, (long long)x->bytes);
+        snprintf(out, cap, "stalled: not a byte moved in %u ms (%lld bytes moved before)", x->stall,
+                 (long long)x->bytes);
     else if (x->slow)
         snprintf(out, cap,
                  "too slow: %lld bytes in %u ms, under the minimum of %u bytes a second "
@@ -302,7 +300,6 @@ kiln_err reg_size_accept(const kiln_registry_client_opts *c, uint64_t size, uint
 
 /* ---- one request, with its retries: the loop every transfer runs ---- */
 
-
 /* Run rq's transfers until one gets an answer that is not a transient failure (*status its
  * HTTP status, for the caller to judge), retrying connection errors, stalls, transfers too
  * slow and 5xx (but 501 and 507) with backoff, max_retries times, within the operation's
@@ -465,12 +462,12 @@ kiln_err reg_http_do(const kiln_registry_client_opts *c, const reg_http_req *q, 
     kiln_registry_client_opts once = *c;
     if (q->once) once.retries = 0;
     reg_request rq = {.c = &once,
-                  .url = q->url,
-                  .what = what,
-                  .setup = any_setup,
-                  .check = any_check,
-                  .body = &r.body,
-                  .ctx = &k};
+                      .url = q->url,
+                      .what = what,
+                      .setup = any_setup,
+                      .check = any_check,
+                      .body = &r.body,
+                      .ctx = &k};
     long status = 0;
     KILN_CHECK(rc, out, reg_request_run(&rq, &status));
     a->status = status;
@@ -512,7 +509,7 @@ typedef struct dl {
     kiln_err werr;
     const char *url, *partial;
     struct curl_slist *hdr;
-    reg_follow *follow; /* a reader of the partial as it grows (stream.c), or NULL */
+    reg_follow *follow;  /* a reader of the partial as it grows (stream.c), or NULL */
     char location[4096]; /* a redirect's target (an OCI registry's object storage) */
 } dl;
 
@@ -626,9 +623,8 @@ static bool redirect_status(long s) {
     return s == 301 || s == 302 || s == 303 || s == 307 || s == 308;
 }
 
-kiln_err reg_download_url(const kiln_registry_client_opts *c, const char *reg_url,
-                          const char *auth, const char *hex, uint64_t size, const char *partial,
-                          reg_follow *follow) {
+kiln_err reg_download_url(const kiln_registry_client_opts *c, const char *reg_url, const char *auth,
+                          const char *hex, uint64_t size, const char *partial, reg_follow *follow) {
     char *url = kiln_strdup(reg_url), *what = url ? kiln_asprintf("downloading '%s'", url) : NULL;
     if (!what) {
         free(url);
@@ -656,12 +652,12 @@ kiln_err reg_download_url(const kiln_registry_client_opts *c, const char *reg_ur
     int redirects = 0, expiries = 0;
     while (!rc) {
         reg_request rq = {.c = c,
-                      .url = d.url,
-                      .what = what,
-                      .setup = dl_setup,
-                      .check = dl_check,
-                      .body = &d.err,
-                      .ctx = &d};
+                          .url = d.url,
+                          .what = what,
+                          .setup = dl_setup,
+                          .check = dl_check,
+                          .body = &d.err,
+                          .ctx = &d};
         rc = reg_request_run(&rq, &status);
         if (rc == KILN_ERR_INTERRUPTED && d.complete) { /* the partial holds it all */
             kiln_errclear();
