@@ -13,6 +13,10 @@ without a restart; empty: tell the truth). Lies:
   redirect DIGEST          GET of blob DIGEST answers 307 to the second port ("object
                            storage" on another host), which serves the blob and writes each
                            request's Authorization header (or "none") to SEEN
+  redirect-cut DIGEST      the same, but the other host sends half the blob and drops the
+                           connection, then answers the resumed request (Range) 403 as an
+                           expired signed URL would, then serves the rest to the next (after
+                           the registry redirected again); each request's Range goes to SEEN
 
 usage: oci_liar.py PORTFILE UPSTREAM MODE SEEN
 """
@@ -78,7 +82,8 @@ class Proxy(BaseHTTPRequestHandler):
             except OSError:
                 pass
             return
-        if m and m[0] == "redirect" and self.command == "GET" and p.endswith("/blobs/" + m[1]):
+        if m and m[0] in ("redirect", "redirect-cut") and self.command == "GET" and \
+                p.endswith("/blobs/" + m[1]):
             self.send_response(307)
             self.send_header("Location", "http://localhost:%d%s" % (store.server_address[1], p))
             self.send_header("Content-Length", "0")
@@ -121,12 +126,26 @@ class Store(BaseHTTPRequestHandler):
         pass
 
     def do_GET(self):
+        rng = self.headers.get("Range")
         with open(seen, "a") as f:
             f.write((self.headers.get("Authorization") or "none") + "\n")
+            f.write("range " + (rng or "-") + "\n")
         h = {"Host": upstream}
-        if self.headers.get("Range"):
-            h["Range"] = self.headers["Range"]
+        if rng:
+            h["Range"] = rng
         st, hd, data = fetch("GET", self.path, h)
+        if mode()[:1] == ["redirect-cut"]:
+            n = len(open(seen).read().split("range ")) - 1  # this request's number
+            if n == 1:  # half, then the connection drops
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: len(data) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            if n == 2:  # the signed URL expired
+                return Proxy.send(self, 403, [], b"<Error><Code>AccessDenied</Code></Error>")
         Proxy.send(self, st, hd, data)
 
 
