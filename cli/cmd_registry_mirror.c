@@ -81,10 +81,13 @@ int cmd_registry_mirror(int argc, char **argv) {
         {0},
     };
     const cli_spec spec = {
-        "kiln registry mirror --root DIR --from URL --trust FILE [--token T] [--once | "
-        "--interval 30s] [--timeout 60s] [--max-size 16G] [--min-rate 16K] [--deadline 1h]",
+        "kiln registry mirror --root DIR|oci://HOST/PREFIX --from URL --trust FILE [--token T] "
+        "[--once | --interval 30s] [--timeout 60s] [--max-size 16G] [--min-rate 16K] "
+        "[--deadline 1h]",
         "Copy a registry into a mirror store, verifying every trust version, archive and "
-        "channel record;\nserve the copy read-only with 'kiln registry serve --root DIR'.",
+        "channel record;\nserve the copy read-only with 'kiln registry serve --root DIR'. "
+        "Or copy it into an OCI registry\n(--root oci://...), through the checks a publish and "
+        "a promote pass there.",
         opts, 0, 0};
     int rc;
     if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;
