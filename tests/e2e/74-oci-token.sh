@@ -1,10 +1,11 @@
 #!/bin/sh
 # An OCI registry behind the bearer-token flow, as Harbor, GHCR and ECR-style registries run
-# it: Debian's docker-registry with token auth, and a small token server (oci_token.py,
-# RS256 tokens by openssl) that grants to kilnci:PASSWORD only, each token good for about 5 s. Without
-# credentials kiln says how to log in; with the file `skopeo login` writes, publish, promote
-# and pull work; tokens are cached per scope (a pull asks the token server for few of its
-# requests) and fetched again once they expire (a mirror syncing past a token's life); no credential is ever printed.
+# it: Debian's docker-registry with token auth, and a small token server (oci_token.py, RS256
+# tokens by openssl) that grants to kilnci:PASSWORD only, each token good for about 5 s.
+# Without credentials kiln says how to log in; with the file `skopeo login` writes, publish,
+# promote and pull work; tokens are cached per scope (a pull asks the token server for few of
+# its requests) and fetched again once they expire (a mirror syncing past a token's life);
+# oci:// over HTTPS with a private CA; no credential is ever printed.
 . "$(dirname "$0")/lib.sh"
 . "$(dirname "$0")/oci.sh"
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -70,5 +71,38 @@ until grep -q 'copied demo/production seq 2' mir.out; do
 done
 kill -TERM $mpid; wait $mpid 2>/dev/null || true
 grep -q 'error' mir.err && fail "the mirror failed on the way: $(cat mir.err)"
+# oci:// is HTTPS: a registry with a certificate from a private CA, trusted through
+# $KILN_REGISTRY_CA (as kiln's own server is); without it the certificate is refused.
+unset REGISTRY_AUTH_FILE
+printf 'subjectAltName=IP:127.0.0.1\n' >tls.ext
+{
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout ca.key -out ca.pem \
+        -days 2 -subj '/CN=kiln test CA' &&
+        openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout srv.key -out srv.csr \
+            -subj '/CN=127.0.0.1' &&
+        openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 \
+            -extfile tls.ext
+} >tls.log 2>&1 || fail "openssl: $(cat tls.log)"
+oci_registry s
+S_PORT=${OCI_ADDR#127.0.0.1:}
+oci_stop s
+printf '  tls:\n    certificate: %s/srv.pem\n    key: %s/srv.key\n' "$T" "$T" >tls.yml
+sed -i "/^  addr: /r tls.yml" "$T/s/config.yml"
+docker-registry serve "$T/s/config.yml" >"$T/s/log" 2>&1 &
+OCI_PIDS="$OCI_PIDS $!"
+i=0
+until curl -s -o /dev/null --cacert ca.pem "https://127.0.0.1:$S_PORT/v2/"; do
+    i=$((i + 1)); [ $i -lt 100 ] || fail "the TLS registry did not start: $(cat "$T/s/log")"; sleep 0.05
+done
+US=oci://127.0.0.1:$S_PORT/secure
+expect_fail 2 $KILN trust put trust.json --registry "$US"
+grep -qi "certificate" err || fail "an unknown CA was not refused: $(cat err)"
+{
+    KILN_REGISTRY_CA=ca.pem $KILN trust put trust.json --registry "$US" &&
+        KILN_REGISTRY_CA=ca.pem $KILN publish a1.kiln --registry "$US" &&
+        KILN_REGISTRY_CA=ca.pem $KILN promote demo 1.0.0 --channel production --key prom.key --registry "$US" &&
+        KILN_REGISTRY_CA=ca.pem $KILN pull demo@production --registry "$US" --trust trust.json --state tls-st --out tls-svc
+} >tls.out 2>&1 || fail "over HTTPS: $(cat tls.out)"
+[ "$(cat tls-svc/model.safetensors)" = "weights one" ] || fail "pulled over HTTPS: the wrong bytes"
 grep -rq 'tok3n-pw\|a2lsbmNpOnRvazNuLXB3' run.out pull.out mir.out mir.err err && fail "a credential was printed"
 echo "74-oci-token: passed"
