@@ -30,6 +30,11 @@ PY_DEB_PKGS := python3 python3-numpy python3-torch python3-pandas python3-pip py
                python3-venv
 DEB_PKGS += $(PY_DEB_PKGS)
 PY_PROBE := /usr/bin/python3 -c 'import setuptools, pip, ensurepip, numpy, pandas, torch'
+# kiln on OCI registries (tests/e2e/72-74, make demo-oci): Debian's docker-registry (CNCF
+# distribution) started on loopback by the tests, skopeo to copy between registries and log
+# in, htpasswd (apache2-utils) for the basic-auth registry.
+DEB_PKGS += docker-registry skopeo apache2-utils
+TOOLS += docker-registry skopeo htpasswd
 # Headless Chromium loads the runs and registry web pages in the tests (tests/e2e/browser.sh).
 DEB_PKGS += chromium
 TOOLS += chromium
@@ -124,7 +129,7 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 
 DEPS_STAMP := $(BUILD)/.deps-ok
 
-.PHONY: FORCE all deps test test-c test-e2e test-asan demo clean bench bench-registry bench-web fuzz soak
+.PHONY: FORCE all deps test test-c test-e2e test-asan demo demo-oci clean bench bench-registry bench-web fuzz soak
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
      $(BUILD)/stream_service
 
@@ -427,6 +432,11 @@ soak: $(if $(SOAK_SAN),,all)
 
 demo: all
 	KILN=$(abspath $(BUILD)/kiln) examples/demo.sh
+
+# The same walk against an OCI registry: Debian's docker-registry on loopback instead of
+# kiln registry serve (README, "On your OCI registry").
+demo-oci: all
+	KILN=$(abspath $(BUILD)/kiln) examples/demo-oci.sh
 
 # `make install PREFIX=/usr/local DESTDIR=`: the command, the library (shared, with its soname
 # and links, and static), the header and a pkg-config file, so that a service builds with

@@ -4,6 +4,9 @@
 #   kiln pull NAME@CHANNEL        vs  curl -o of the same archive from nginx-light (sendfile)
 #   kiln verify ARCHIVE --trust   vs  b2sum ARCHIVE and sha256sum ARCHIVE
 #   kiln installed (the pulled directory checked again, as a restarted service does) vs the pull
+#   kiln pull from an OCI registry (Debian's docker-registry, oci+http://) vs curl of the same
+#     blob from it, and vs kiln pull from kiln's server (the OCI rows; skipped, and said so,
+#     without docker-registry)
 # Every figure is the median of KILN_BENCH_REPS runs (default 5). The archive is a real
 # `kiln pack` of a model directory whose model.safetensors holds KILN_BENCH_MB MiB (default
 # 1024) of random f32 weights, signed with a fresh key, published to `kiln registry serve`
@@ -27,11 +30,13 @@ REG_PID=
 PRIM2_PID=
 MIR_PID=
 NGINX_PID=
+OCI_PID=
 cleanup() {
     local rc=$?
     if [ -n "$REG_PID" ]; then kill -TERM "$REG_PID" 2>/dev/null && wait "$REG_PID" 2>/dev/null || true; fi
     if [ -n "$PRIM2_PID" ]; then kill -TERM "$PRIM2_PID" 2>/dev/null && wait "$PRIM2_PID" 2>/dev/null || true; fi
     if [ -n "$MIR_PID" ]; then kill -TERM "$MIR_PID" 2>/dev/null && wait "$MIR_PID" 2>/dev/null || true; fi
+    if [ -n "$OCI_PID" ]; then kill -TERM "$OCI_PID" 2>/dev/null && wait "$OCI_PID" 2>/dev/null || true; fi
     if [ -n "$NGINX_PID" ]; then
         kill -QUIT "$NGINX_PID" 2>/dev/null || true
         for _ in $(seq 50); do kill -0 "$NGINX_PID" 2>/dev/null || break; sleep 0.1; done
@@ -133,6 +138,27 @@ PUBLISH_S=$(secs "$t0" "$(now_ns)")
 "$KILN" promote bench 1.0.0 --channel production --key "$T/prom.key" --registry "$URL" \
     --token "$PROM" >/dev/null
 
+# ---- an OCI registry: Debian's docker-registry on another loopback port, the same archive ----
+OCI_URL=
+if command -v docker-registry >/dev/null; then
+    OCI_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$T/oci"
+    printf 'version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: 127.0.0.1:%s\nlog:\n  level: error\n' \
+        "$T/oci/data" "$OCI_PORT" >"$T/oci/config.yml"
+    docker-registry serve "$T/oci/config.yml" >"$T/oci/log" 2>&1 &
+    OCI_PID=$!
+    for i in $(seq 200); do curl -s -o /dev/null "http://127.0.0.1:$OCI_PORT/v2/" && break; sleep 0.05; done
+    OCI_URL=oci+http://127.0.0.1:$OCI_PORT/bench
+    "$KILN" trust put "$T/trust.json" --registry "$OCI_URL" >/dev/null
+    t0=$(now_ns)
+    "$KILN" publish "$A" --registry "$OCI_URL" >/dev/null
+    OCI_PUBLISH_S=$(secs "$t0" "$(now_ns)")
+    "$KILN" promote bench 1.0.0 --channel production --key "$T/prom.key" --registry "$OCI_URL" >/dev/null
+    say "OCI registry on $OCI_URL"
+else
+    say "docker-registry is not installed: no OCI rows"
+fi
+
 # ---- a certificate for 127.0.0.1 (self-signed), for the HTTPS rows ----
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -keyout "$T/tls.key" \
     -out "$T/tls.pem" -days 30 -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 \
@@ -213,6 +239,25 @@ for r in $(seq "$REPS"); do
         v=$(sed -n "s/^kiln: debug: pull phase: $ph: \([0-9.]*\) s.*/\1/p" "$T/pull.err" | tail -1)
         [ -n "$v" ] && add "phase:$ph" "$v"
     done
+    if [ -n "$OCI_URL" ]; then
+        rm -rf "$T/pulled" "$T/state"
+        sync
+        t0=$(now_ns)
+        cpu curl_oci curl -sS -f -o "$T/dl" "http://127.0.0.1:$OCI_PORT/v2/bench/bench/blobs/sha256:$ADIGEST"
+        add curl_oci "$(secs "$t0" "$(now_ns)")"
+        [ "$(stat -c %s "$T/dl")" = "$ABYTES" ] || { say "curl from docker-registry got a different size"; exit 2; }
+        rm -f "$T/dl"
+        sync
+        t0=$(now_ns)
+        cpu pull_oci "$KILN" pull bench@production --registry "$OCI_URL" --trust "$T/trust.json" \
+            --state "$T/state" --out "$T/pulled" >/dev/null 2>"$T/pull-oci.err"
+        add pull_oci "$(secs "$t0" "$(now_ns)")"
+        [ -s "$T/pulled/model.safetensors" ] || { say "pull from the OCI registry left no model"; exit 2; }
+        # The kiln-server pull's directory again, for kiln installed below.
+        rm -rf "$T/pulled" "$T/state"
+        "$KILN" pull bench@production --registry "$URL" --trust "$T/trust.json" --state "$T/state" \
+            --out "$T/pulled" >/dev/null 2>&1
+    fi
     # What a restarted service checks instead of pulling again (its kept model; no registry).
     sync
     t0=$(now_ns)
@@ -265,6 +310,10 @@ D=$(med "phase:download")
             row "  $ph" "$v" "$(mbs "$v")"
         fi
     done
+    if [ -n "$OCI_URL" ]; then
+        row "curl -o from docker-registry (OCI)" "$(med curl_oci)" "$(mbs "$(med curl_oci)")" "$(cpus curl_oci)"
+        row "kiln pull NAME@CHANNEL from docker-registry" "$(med pull_oci)" "$(mbs "$(med pull_oci)")" "$(cpus pull_oci)"
+    fi
     row "kiln installed (the pulled dir, re-checked)" "$I" "$(mbs "$I")"
     row "kiln verify ARCHIVE --trust" "$V" "$(mbs "$V")" "$(cpus verify)"
     row "b2sum ARCHIVE (baseline)" "$B" "$(mbs "$B")" "$(cpus b2sum)"
@@ -273,6 +322,11 @@ D=$(med "phase:download")
     echo "kiln pull / curl from nginx:            $(ratio "$P" "$C")"
     [ "$D" != nan ] && echo "kiln pull's download / curl from nginx:  $(ratio "$D" "$C")"
     echo "curl from registry / curl from nginx:   $(ratio "$CR" "$C")"
+    if [ -n "$OCI_URL" ]; then
+        echo "kiln pull from OCI / kiln pull from kiln's server: $(ratio "$(med pull_oci)" "$P")  (the aim: at most 1.15)"
+        echo "kiln pull from OCI / curl from docker-registry:    $(ratio "$(med pull_oci)" "$(med curl_oci)")"
+        echo "OCI: docker-registry $(dpkg-query -W -f '${Version}' docker-registry 2>/dev/null); publish to it $OCI_PUBLISH_S s (trust put, then the blobs and the manifest)"
+    fi
     echo "kiln verify / b2sum:                    $(ratio "$V" "$B")"
     echo "kiln verify / sha256sum:                $(ratio "$V" "$S")"
     echo "kiln installed / kiln pull:             $(ratio "$I" "$P")  (a service's restart on its kept model, against pulling it again)"

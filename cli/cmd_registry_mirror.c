@@ -61,7 +61,8 @@ int cmd_registry_mirror(int argc, char **argv) {
     bool once = false;
     const cli_opt opts[] = {
         {"root", CLI_STR, &root, "DIR",
-         "the mirror's store (a new or empty directory, or a mirror of --from)", true},
+         "the mirror's store (a new or empty directory, or a mirror of --from), or an OCI "
+         "registry (oci://HOST/PREFIX) to copy into", true},
         {"from", CLI_STR, &from, "URL", "the primary registry", true},
         {"token", CLI_STR, &token, "T",
          "a read token for the primary (default $KILN_REGISTRY_TOKEN)", false},
@@ -80,10 +81,13 @@ int cmd_registry_mirror(int argc, char **argv) {
         {0},
     };
     const cli_spec spec = {
-        "kiln registry mirror --root DIR --from URL --trust FILE [--token T] [--once | "
-        "--interval 30s] [--timeout 60s] [--max-size 16G] [--min-rate 16K] [--deadline 1h]",
+        "kiln registry mirror --root DIR|oci://HOST/PREFIX --from URL --trust FILE [--token T] "
+        "[--once | --interval 30s] [--timeout 60s] [--max-size 16G] [--min-rate 16K] "
+        "[--deadline 1h]",
         "Copy a registry into a mirror store, verifying every trust version, archive and "
-        "channel record;\nserve the copy read-only with 'kiln registry serve --root DIR'.",
+        "channel record;\nserve the copy read-only with 'kiln registry serve --root DIR'. "
+        "Or copy it into an OCI registry\n(--root oci://...), through the checks a publish and "
+        "a promote pass there.",
         opts, 0, 0};
     int rc;
     if (!cli_parse_args(&spec, argc, argv, NULL, &rc)) return rc;

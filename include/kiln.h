@@ -177,8 +177,10 @@ KILN_API void kiln_stream_free(kiln_stream *s);
 /* ---- pulling a model from a registry (registry/, docs/registry.md) ---- */
 
 typedef struct kiln_pull_opts {
-    const char *registry; /* "http://127.0.0.1:8080" */
-    const char *token;    /* bearer token, or NULL where reads are open */
+    /* "http://127.0.0.1:8080" (kiln's server), or an OCI registry: "oci://HOST/PREFIX",
+     * "oci+http://127.0.0.1:5000/PREFIX" (docs/registry.md, "On an OCI registry") */
+    const char *registry;
+    const char *token; /* bearer token, or NULL where reads are open */
     /* "NAME@CHANNEL" or "NAME@VERSION", read by the name alone: a version begins with a
      * digit or with 'v' and a digit, anything else is a channel, and a channel the registry
      * lacks is an error, never a version of that name (docs/registry.md, "Names"). */

@@ -246,6 +246,8 @@ static kiln_err pull_record(pull *u) {
     u->by_channel = true;
     KILN_TRY(reg_record_accept(u->trust, u->record, u->record_len, res->model, u->what, last, known,
                                &u->rec, NULL));
+    KILN_TRY(reg_record_fork_check(u->state, res->model, u->what, &u->rec, u->record,
+                                   u->record_len));
     snprintf(res->channel, sizeof res->channel, "%s", u->what);
     snprintf(res->version, sizeof res->version, "%s", u->rec.version);
     res->seq = u->rec.seq;

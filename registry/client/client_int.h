@@ -52,6 +52,13 @@ kiln_err reg_installed_verify(const kiln_sign_trust *trust, const char *state, c
 kiln_err reg_record_accept(const kiln_sign_trust *trust, const char *record, size_t len,
                            const char *model, const char *channel, int64_t last, bool known,
                            reg_record *rec, bool *stale) KILN_MUST_CHECK;
+/* The fork rule: a record at the seq this client accepted last (state's
+ * STATE/channels/MODEL/CHANNEL.json) must be byte for byte the record kept there; another is
+ * KILN_ERR_VERIFY. An OCI registry has no compare-and-swap on tags, so two promoters can
+ * each write a record of one seq: whichever a client accepted first stays the only one. */
+kiln_err reg_record_fork_check(const char *state, const char *model, const char *channel,
+                               const reg_record *rec, const char *text, size_t len)
+    KILN_MUST_CHECK;
 /* kiln_registry_pull under a policy the caller walked already (kiln_watch walks it once per
  * poll). */
 kiln_err reg_pull_with_trust(const kiln_registry_client_opts *c, const kiln_registry_pull_opts *p,

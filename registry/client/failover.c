@@ -255,6 +255,7 @@ kiln_err reg_newest_record(reg_registries *r, const kiln_sign_trust *trust, cons
         reg_record rec;
         bool stale;
         rc = reg_record_accept(trust, t, tl, model, channel, last, known, &rec, &stale);
+        if (!rc) rc = reg_record_fork_check(state, model, channel, &rec, t, tl);
         if (rc == KILN_ERR_NOMEM) {
             free(t);
             break;

@@ -44,6 +44,29 @@ kiln_err reg_channel_state(const char *state, const char *model, const char *cha
     return rc;
 }
 
+kiln_err reg_record_fork_check(const char *state, const char *model, const char *channel,
+                               const reg_record *rec, const char *text, size_t len) {
+    char *st = state ? kiln_strdup(state) : reg_default_state(),
+         *file = st ? kiln_asprintf("%s/channels/%s/%s.json", st, model, channel) : NULL;
+    kiln_err rc = file ? KILN_OK : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    json_t *j = NULL;
+    if (!rc && kiln_path_exists(file)) rc = kiln_json_load_file(file, &j);
+    json_t *seq = json_object_get(j, "seq"), *kept = json_object_get(j, "record");
+    if (!rc && json_is_integer(seq) && json_integer_value(seq) == rec->seq &&
+        json_is_string(kept) &&
+        (json_string_length(kept) != len || memcmp(json_string_value(kept), text, len)))
+        rc = kiln_fail(KILN_ERR_VERIFY,
+                       "channel record %s@%s seq %lld is not the record this client accepted at "
+                       "that seq (two records of one seq: a fork, as two promoters racing on a "
+                       "registry without compare-and-swap, or a registry that rewrote it, make); "
+                       "refusing",
+                       model, channel, (long long)rec->seq);
+    json_decref(j);
+    free(st);
+    free(file);
+    return rc;
+}
+
 /* Whether some registry of c[0..n) may have the model: false only when every one answers that
  * it has no such model (GET /v1/models/MODEL: 404) and the first one's list of models (GET
  * /v1/models) answers without it; a registry that cannot be asked leaves the channel's message

@@ -227,7 +227,9 @@ kiln_err kiln_registry_trust_put(const kiln_registry_client_opts *c, const char 
     uint64_t v = kiln_sign_trust_version(t);
     bool is_signed = kiln_sign_trust_signatures(t) > 0;
     kiln_sign_trust_free(t);
-    KILN_FAIL_IF(!is_signed, KILN_ERR_USAGE,
+    /* An OCI registry's first trust version is its policy as given (what `kiln registry
+     * serve --trust` is to kiln's server): plain there, refused after (oci_kiln.c). */
+    KILN_FAIL_IF(!is_signed && !reg_oci_url(c->url), KILN_ERR_USAGE,
                  "'%s' is a plain trust policy: a registry takes signed versions only (kiln trust "
                  "sign)",
                  label);

@@ -98,3 +98,7 @@ bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]) {
     memcpy(hex, digest + 7, 65);
     return true;
 }
+
+bool reg_oci_url(const char *url) {
+    return url && (!strncmp(url, "oci://", 6) || !strncmp(url, "oci+http://", 11));
+}

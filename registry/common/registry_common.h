@@ -1,7 +1,8 @@
 /* registry_common.h - what both sides of the registry share (registry/common/): the naming
  * rule and digests (names.c), the archive metadata and channel record checks around sign/'s
  * verification (verify.c), the HTTP API as its callers use it, a client pulling and a mirror
- * syncing from its primary (http.c), and a download read as it lands (stream.c). The server
+ * syncing from its primary (http.c, its transfers transfer.c), OCI registries (oci.c, oci_kiln.c,
+ * oci_mirror.c), and a download read as it lands (stream.c). The server
  * (server_int.h) and the client (client_int.h) each include this and never each other. */
 #ifndef KILN_REGISTRY_COMMON_H
 #define KILN_REGISTRY_COMMON_H
@@ -99,7 +100,8 @@ kiln_err reg_trust_same_version(const kiln_sign_trust *have, const char *have_la
 
 /* ---- the HTTP API from the calling side (http.c): a client's and a mirror's ---- */
 
-/* libcurl initialised (once per process) and c's URL http:// or https:// (KILN_ERR_USAGE). */
+/* libcurl initialised (once per process) and c's URL http://, https://, oci:// or oci+http://
+ * (KILN_ERR_USAGE). */
 kiln_err reg_client_init(const kiln_registry_client_opts *c);
 
 /* Fetch blob hex, size bytes declared, into partial, resuming what is there with Range;
@@ -115,7 +117,62 @@ kiln_err reg_get_text(const kiln_registry_client_opts *c, const char *path, size
 kiln_err reg_put_text(const kiln_registry_client_opts *c, const char *path, const char *body,
                       size_t len, json_t **answer);
 
-/* ---- limits (http.c) ---- */
+struct reg_follow;
+/* A download from an absolute URL (reg_url, with the header line auth, may be NULL), as
+ * reg_download_follow does it; a redirect is followed without auth (another host never gets
+ * the registry's credentials) and resumed there with Range; a redirected URL that answers 4xx
+ * (expired) is resolved again through reg_url. hex names the blob in messages. */
+kiln_err reg_download_url(const kiln_registry_client_opts *c, const char *reg_url,
+                          const char *auth, const char *hex, uint64_t size, const char *partial,
+                          struct reg_follow *follow);
+
+/* One request of any method (the OCI client's, oci.c), with the retries, deadline and stall
+ * and rate watches of every other: a small body (body, body_len) or a part of a file (file,
+ * from file_off, file_len bytes), the answer's body at most limit bytes (0: REG_JSON_MAX).
+ * KILN_OK with any HTTP status once one came (the caller judges it; 5xx but 501 and 507
+ * retried); a transfer failure otherwise. */
+typedef struct reg_http_req {
+    const char *method, *url;
+    const char *const *headers; /* full header lines */
+    size_t nheaders;
+    const char *body;
+    size_t body_len;
+    const char *file;
+    uint64_t file_off, file_len;
+    size_t limit;
+    long timeout_ms; /* 0: the client's timeout_ms (small) or none (a file's) */
+    bool once;       /* no retries */
+} reg_http_req;
+typedef struct reg_http_ans {
+    long status;
+    char *body; /* NUL-terminated; reg_http_ans_release */
+    size_t len;
+    long long content_length; /* -1 when not sent */
+    char location[4096], www_auth[1024], digest[96], content_type[128], range[64], link[1024];
+} reg_http_ans;
+kiln_err reg_http_do(const kiln_registry_client_opts *c, const reg_http_req *q, reg_http_ans *a);
+void reg_http_ans_release(reg_http_ans *a);
+/* The kiln_err and message of an HTTP failure status, as every other request maps it. */
+kiln_err reg_http_fail(const char *url, long status, const char *body, size_t len);
+
+/* ---- OCI registries (oci.c: the distribution protocol and its authentication; oci_kiln.c:
+ * kiln's objects mapped onto it, docs/registry.md "On an OCI registry") ---- */
+
+/* url is oci://HOST[:PORT]/PREFIX or oci+http://HOST[:PORT]/PREFIX. */
+bool reg_oci_url(const char *url);
+/* kiln's HTTP routes (GET and PUT of the paths http.c's callers use) answered from an OCI
+ * registry: the same bodies the kiln server sends, so every check above stays the caller's.
+ * *text: caller frees. */
+kiln_err reg_oci_route(const kiln_registry_client_opts *c, const char *method, const char *path,
+                       const char *body, size_t body_len, size_t limit, char **text, size_t *len);
+kiln_err reg_oci_publish(const kiln_registry_client_opts *c, const char *archive,
+                         const char *sig_path, kiln_registry_published *out);
+/* kiln_registry_mirror_sync into an OCI registry (o->root an oci:// URL; oci_mirror.c). */
+kiln_err reg_oci_mirror_push(const kiln_registry_mirror_opts *o, kiln_registry_mirror_result *res);
+kiln_err reg_oci_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
+                          const char *partial, struct reg_follow *follow);
+
+/* ---- limits (transfer.c) ---- */
 
 /* An operation starts (a pull, a watch's poll, a mirror's sync): each of c[0..n) gets until_ns
  * from its deadline_ms (0: the default), now. */

@@ -934,8 +934,13 @@ kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
     memset(res, 0, sizeof *res);
     KILN_FAIL_IF(!o || !o->root || !o->from || !o->from->url || !o->trust, KILN_ERR_USAGE,
                  "a mirror needs a store directory, the primary's URL and a trust policy");
-    KILN_FAIL_IF(strncmp(o->from->url, "http://", 7) && strncmp(o->from->url, "https://", 8),
-                 KILN_ERR_USAGE, "registry URL '%s' is not http:// or https://", o->from->url);
+    /* Into an OCI registry: through the gate a publish and a promote pass there. */
+    if (reg_oci_url(o->root)) return reg_oci_mirror_push(o, res);
+    /* An OCI registry's objects are read through the same routes (oci_kiln.c). */
+    KILN_FAIL_IF(strncmp(o->from->url, "http://", 7) && strncmp(o->from->url, "https://", 8) &&
+                     !reg_oci_url(o->from->url),
+                 KILN_ERR_USAGE, "registry URL '%s' is not http://, https://, oci:// or oci+http://",
+                 o->from->url);
     mirror_run m = {.o = o, .root = o->root, .res = res, .c = *o->from};
     char *url = url_key(o->from->url);
     if (!url) return KILN_ERR_NOMEM;
