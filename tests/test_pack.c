@@ -300,7 +300,7 @@ KILN_TEST(pack_refuses) {
     pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "golden/link", "symlink", "symlink");
     unlink(p);
     mkfifo(p, 0644);
-    pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "golden/link", "fifo", "fifo");
+    pack_refused(dir, "x", "1", KILN_ERR_FORMAT, "golden/link", "FIFO", "fifo");
     unlink(p);
     char *q = kiln_path_join(dir, "model.safetensors");
     link(q, p);
