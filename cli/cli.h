@@ -244,6 +244,7 @@ int cmd_registry_serve(int argc, char **argv);  /* cmd_registry.c */
 int cmd_registry_token(int argc, char **argv);  /* cmd_registry.c */
 int cmd_release(int argc, char **argv);
 int cmd_renew(int argc, char **argv);
+int cmd_reproduce(int argc, char **argv);
 int cmd_rollback(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);    /* cmd_runs.c */
 int cmd_runs_explain(int argc, char **argv); /* cmd_runs.c */

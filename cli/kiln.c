@@ -65,6 +65,8 @@ static const command commands[] = {
      "export, validate, pack, sign, publish and promote a run in one go"},
     {"renew", cmd_renew, KILN_CMD_REGISTRY,
      "re-sign a channel's current version with a new expiry (verified first)"},
+    {"reproduce", cmd_reproduce, KILN_CMD_REGISTRY,
+     "train a published model again from its signed lineage and compare the bytes"},
     {"rollback", cmd_rollback, KILN_CMD_REGISTRY,
      "point a registry channel back at an older version"},
     {"runs diff", cmd_runs_diff, 0, "compare two runs: config and the first differing loss"},

@@ -1,0 +1,102 @@
+#!/bin/sh
+# kiln reproduce as a model-risk reviewer runs it (issue 32): a tiny model trained on 2 threads,
+# stopped by SIGTERM and by SIGKILL and resumed, released to a registry on a loopback port, then
+# rebuilt from its signed lineage on 1 thread in a fresh directory: byte-identical, exit 0. And
+# a release of an earlier step (the trainer stopped short of the config's steps); a dataset with
+# one changed byte refused by digest before any training; a card whose config was altered and
+# re-signed rebuilt to another model (exit 1, naming the first differing tensor, the run id the
+# config does not give, the first step whose loss differs); a model kiln.torch trained and a
+# GPU-trained one on a host without a GPU refused in one line (exit 2).
+. "$(dirname "$0")/lib.sh"
+cd "$T"
+rel_prom_trust
+$KILN data synth --seed 5 --rows 3000 --features 6 --outputs 2 --out d.st >/dev/null 2>&1 || fail "synth"
+CFG="--set steps=400 --set ckpt_every=4 --set eval_every=8 --set keep=0 --set d_model=16
+     --set d_ff=32 --set seq_len=16 --set attn_window=8 --set threads=2"
+# wait_ckpt N: until the run has written step N's checkpoint (20 s at most).
+wait_ckpt() {
+    _w=0
+    while [ ! -e "run/ckpt/step-$(printf %08d "$1").safetensors" ]; do
+        _w=$((_w + 1)); [ $_w -lt 400 ] || fail "no checkpoint of step $1"; sleep 0.05
+    done
+}
+$KILN train --data d.st --run-dir run $CFG >/dev/null 2>train1.log &
+tp=$!
+wait_ckpt 40
+kill -TERM $tp; wait $tp || true
+n=$(ls run/ckpt | sed -n 's/^step-0*\([0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
+$KILN train --resume run >/dev/null 2>train2.log &
+tp=$!
+wait_ckpt $((n + 40))
+kill -KILL $tp; wait $tp 2>/dev/null || true
+$KILN train --resume run >/dev/null 2>train3.log || { cat train3.log >&2; fail "last resume"; }
+
+PUB=$($KILN registry token create --root reg --name ci --scope publish)
+serve_registry reg --trust trust.json
+R="--name market --registry $URL --key rel.key --trust trust.json --token $PUB --state st --windows 8"
+$KILN release run $R --version 1.0.0 --out-dir r1 >rel1.out || fail "release 1.0.0: $(cat rel1.out)"
+[ "$(grep -o '"kind":"resume"' r1/model/run_summary.json | wc -l)" -ge 2 ] ||
+    fail "the released run was not resumed twice: $(grep -o '"events":\[[^]]*' r1/model/run_summary.json)"
+d1=$(sha256sum r1/market-1.0.0.kiln | cut -d' ' -f1)
+Q="--registry $URL --trust trust.json --state st"
+
+# Rebuilt on 1 thread in a fresh directory: the same bytes.
+set +e; $KILN reproduce market@1.0.0 $Q --data d.st --threads 1 --workdir w1 >out 2>err; rc=$?; set -e
+[ $rc -eq 0 ] || { cat out err >&2; fail "reproduce 1.0.0 exited $rc"; }
+grep -qx "reproduced market@1.0.0: model.safetensors and the archive are byte-identical (sha256:$d1)" out ||
+    fail "reproduce 1.0.0 said: $(cat out)"
+cmp -s w1/model/model.safetensors r1/model/model.safetensors || fail "model.safetensors differs from the release's"
+cmp -s w1/market-1.0.0.kiln r1/market-1.0.0.kiln || fail "the archive differs from the release's"
+grep -q "training step .*ETA" err || fail "no progress with an ETA: $(cat err)"
+grep -q "trained 400 steps from scratch in 'w1/run' (cpu, 1 thread)" err || fail "training line: $(cat err)"
+
+# An earlier checkpoint: the trainer stops at the card's step, short of the config's 400.
+$KILN release run $R --version 1.1.0 --step 40 --out-dir r11 >rel11.out || fail "release 1.1.0: $(cat rel11.out)"
+$KILN reproduce market@1.1.0 $Q --data d.st >out 2>err || { cat err >&2; fail "reproduce 1.1.0"; }
+grep -q "^reproduced market@1.1.0: .* byte-identical (sha256:$(sha256sum r11/market-1.1.0.kiln | cut -d' ' -f1))" out ||
+    fail "reproduce 1.1.0 said: $(cat out)"
+
+# One changed byte of the dataset: refused by its digest, nothing trained.
+cp d.st bad.st
+printf '\001' | dd of=bad.st bs=1 seek=$(($(stat -c %s bad.st) - 5)) conv=notrunc 2>/dev/null
+expect_fail 2 $KILN reproduce market@1.0.0 $Q --data bad.st --workdir w2
+grep -q "'bad.st' is sha256:[0-9a-f]\{64\}, but market@1.0.0 was trained on sha256:[0-9a-f]\{64\}: not its dataset" err ||
+    fail "tampered dataset: $(cat err)"
+[ ! -e w2/run ] || fail "a refused dataset was trained on"
+
+# A card whose config says another seed, re-signed by the release key: it is rebuilt, and
+# the rebuilt model is another one.
+mkdir alt && cp -r r1/model/. alt/
+sed -i 's/"seed": 1,/"seed": 2,/' alt/card.json
+grep -q '"seed": 2,' alt/card.json || fail "could not alter the card"
+$KILN pack alt --name market --version 2.0.0 --out alt.kiln >/dev/null && $KILN sign alt.kiln --key rel.key >/dev/null &&
+    $KILN publish alt.kiln --registry "$URL" --token "$PUB" >/dev/null || fail "publish the altered card"
+set +e; $KILN reproduce market@2.0.0 $Q --data d.st --workdir w3 >out 2>err; rc=$?; set -e
+[ $rc -eq 1 ] || { cat err >&2; fail "an altered config exited $rc, not 1"; }
+grep -q "^not reproduced market@2.0.0: model.safetensors differs" out || fail "verdict: $(cat out)"
+grep -q "^  model     tensor '[a-z0-9._]*' first differs at index [0-9]*: released [-0-9.e]*, rebuilt [-0-9.e]*" out ||
+    fail "no first differing tensor: $(cat out)"
+grep -q "do not give its run id" out || fail "the run id is not named: $(cat out)"
+grep -q "^  training  the loss first differs at step 1: released" out || fail "no first differing loss: $(cat out)"
+[ -d w3/model ] || fail "the work directory of a different model was not kept"
+
+# A model kiln.torch trained: one line, exit 2.
+mkdir torch && cp -r r1/model/. torch/
+sed -i 's/"lineage": {/"lineage": {"source": "kiln.torch", "framework": "torch 2.1",/' torch/card.json
+$KILN pack torch --name market --version 3.0.0 --out torch.kiln >/dev/null && $KILN sign torch.kiln --key rel.key >/dev/null &&
+    $KILN publish torch.kiln --registry "$URL" --token "$PUB" >/dev/null || fail "publish the torch card"
+expect_fail 2 $KILN reproduce market@3.0.0 $Q --data d.st
+grep -q "market@3.0.0 was trained outside kiln (lineage.source 'kiln.torch', framework torch 2.1): kiln reproduce rebuilds only models kiln's trainer made" err ||
+    fail "torch model: $(cat err)"
+
+# A GPU-trained model on a host without a GPU: refused before any training.
+if ! ls /dev/nvidia0 >/dev/null 2>&1; then
+    mkdir gpu && cp -r r1/model/. gpu/
+    sed -i 's/"numerics": "cpu kiln-gemm\/1"/"numerics": "cuda cublas"/' gpu/card.json
+    $KILN pack gpu --name market --version 4.0.0 --out gpu.kiln >/dev/null && $KILN sign gpu.kiln --key rel.key >/dev/null &&
+        $KILN publish gpu.kiln --registry "$URL" --token "$PUB" >/dev/null || fail "publish the gpu card"
+    expect_fail 2 $KILN reproduce market@4.0.0 $Q --data d.st
+    grep -q "was trained on a GPU (lineage.numerics 'cuda cublas') and this host has no usable CUDA device" err ||
+        fail "gpu model: $(cat err)"
+fi
+echo "75-reproduce: ok"
