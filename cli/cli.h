@@ -224,6 +224,8 @@ int cmd_data_export(int argc, char **argv); /* cmd_data.c */
 int cmd_data_import(int argc, char **argv);
 int cmd_data_inspect(int argc, char **argv);
 int cmd_data_synth(int argc, char **argv);
+int cmd_data_publish(int argc, char **argv); /* cmd_data_registry.c */
+int cmd_data_pull(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_golden_make(int argc, char **argv); /* cmd_golden.c */
 int cmd_infer(int argc, char **argv);

@@ -65,7 +65,9 @@ int cmd_reproduce(int argc, char **argv) {
         {"token", CLI_STR, &r.token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
         {"trust", CLI_STR, &trust, "FILE", "trust policy (trust.json) the model must meet", true},
         {"data", CLI_STR, &data, "DATA",
-         "the dataset the model was trained on (its digest must be the card's)", false},
+         "the dataset the model was trained on, its digest the card's (default: pulled from "
+         "the registry by that digest and verified)",
+         false},
         {"init", CLI_STR, &init, "MODEL",
          "the model the run started from, for a card whose lineage names one (by digest)",
          false},
@@ -80,7 +82,7 @@ int cmd_reproduce(int argc, char **argv) {
         {0},
     };
     cli_spec spec = {
-        "kiln reproduce NAME@VERSION|NAME@CHANNEL --registry URL --trust FILE --data DATA "
+        "kiln reproduce NAME@VERSION|NAME@CHANNEL --registry URL --trust FILE [--data DATA] "
         "[--workdir DIR] [--threads N] [--init MODEL]",
         "Pull and verify a model, train it again from scratch from its signed lineage (config, "
         "seed, step, dataset digest), export and pack it, and compare: exit 0 when "

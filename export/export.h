@@ -209,6 +209,9 @@ typedef struct kiln_export_opts {
     /* NULL, or the card's "created" (RFC 3339) instead of the checkpoint's time: kiln
      * reproduce makes a released card again, with the time the release recorded. */
     const char *created;
+    /* The card's lineage says "dataset_withheld": true: the dataset was kept off the
+     * registry (kiln release --no-data), so a reproduction needs it from its owner. */
+    bool data_withheld;
 } kiln_export_opts;
 
 /* What an export did; release with kiln_export_info_release. */

@@ -358,7 +358,7 @@ static json_t *str_or_null(const char *s) {
 /* The card (without name) from the checkpoint, run.json and metrics.db. */
 static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt *c,
                           kiln_export_dtype dtype, const char *name, const char *created_at,
-                          json_t **out) {
+                          bool withheld, json_t **out) {
     kiln_err rc = KILN_OK;
     json_t *run = NULL, *metrics = NULL, *card = NULL, *lin = NULL, *tc = NULL, *ck = NULL;
     char *run_path = kiln_path_join(run_dir, "run.json");
@@ -446,6 +446,9 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
     if (init_sha)
         KILN_CHECK_IF(rc, out,
                       json_object_set_new(lin, "init", json_pack("{s:s}", "sha256", init_sha)),
+                      KILN_ERR_NOMEM, "out of memory");
+    if (withheld)
+        KILN_CHECK_IF(rc, out, json_object_set_new(lin, "dataset_withheld", json_true()),
                       KILN_ERR_NOMEM, "out of memory");
     if (c->has_norm) {
         /* What the trainer's losses were measured in, and what export folded into the head. */
@@ -690,7 +693,7 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     const char *name = o->name ? o->name : defname;
     KILN_CHECK_IF(rc, out, !kiln_export_name_ok(name), KILN_ERR_FORMAT,
                   "'%s': the run id gives no valid model name; pass --name", ckpt_path);
-    KILN_CHECK(rc, out, make_card(o->run_dir, ckpt_path, &c, o->dtype, name, o->created, &card));
+    KILN_CHECK(rc, out, make_card(o->run_dir, ckpt_path, &c, o->dtype, name, o->created, o->data_withheld, &card));
 
     if (!(tmp = sibling_tmpdir(o->out_dir, "export"))) {
         rc = KILN_ERR_IO; /* the message is set */

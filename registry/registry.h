@@ -240,6 +240,35 @@ typedef struct kiln_registry_published {
 kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive,
                                const char *sig_path, kiln_registry_published *out);
 
+/* ---- datasets (docs/registry.md, "Datasets") ---- */
+
+/* Upload the dataset file at path as name, content-addressed by the sha256 of its bytes (what
+ * kiln data inspect prints and cards record), with sig (a .minisig text of sig_len bytes whose
+ * trusted comment is the dataset's: kiln_registry_data_comment). The server verifies the
+ * signature under its policy (a release key) and the digest. Streams from the file. */
+kiln_err kiln_registry_data_publish(const kiln_registry_client_opts *c, const char *path,
+                                    const char *name, const char *sig, size_t sig_len,
+                                    kiln_registry_published *out);
+/* The trusted comment a dataset's signature must carry: "kiln-dataset/1\tname:NAME\tsha256:HEX"
+ * (caller frees; NULL when out of memory). */
+char *kiln_registry_data_comment(const char *name, const char *hex);
+
+typedef struct kiln_registry_data_pulled {
+    char name[KILN_REGISTRY_NAME_MAX + 1];
+    kiln_digest digest;
+    uint64_t size;
+    char signed_by[KILN_SIGN_NAME_MAX + 1];
+} kiln_registry_data_pulled;
+/* Download dataset name (NULL: any dataset the registry holds with this digest) of digest hex
+ * (64 hex digits), verify it (its sha256 is hex, its signature is a release key's of the
+ * trust policy at trust, the comment names name and hex) and only then rename it to out (a
+ * new file, or one kiln can replace: an existing file is left as it was on any failure).
+ * KILN_ERR_VERIFY when a check fails, KILN_ERR_NOTFOUND when the registry holds no such
+ * dataset. */
+kiln_err kiln_registry_data_pull(const kiln_registry_client_opts *c, const char *name,
+                                 const char *hex, const char *trust, const char *out,
+                                 kiln_registry_data_pulled *res) KILN_MUST_CHECK;
+
 /* GET a path under the registry ("/v1/models") and parse the JSON body (new reference).
  * HTTP errors map to kiln_errs (404 NOTFOUND, 401/403 AUTH, 409 CONFLICT) with the
  * server's message. */

@@ -69,6 +69,11 @@ typedef struct kiln_release_opts {
     /* NULL, or a research framework's outputs on the golden inputs: validation runs
      * parity_reference against it (kiln validate --reference). */
     const char *reference;
+    /* Do not publish the training dataset (it must not leave this machine): the card's
+     * lineage then says "dataset_withheld": true. Without it the publish stage first publishes
+     * the dataset the run was trained on (signed by the first release key, named as the
+     * model), unless the registry holds its digest already. */
+    bool no_data;
 } kiln_release_opts;
 
 typedef struct kiln_release_result {
@@ -81,6 +86,10 @@ typedef struct kiln_release_result {
     uint64_t size;
     bool existed;
     uint64_t promoted_seq; /* 0 when not promoted */
+    /* The training dataset: "published", "held" (the registry had its digest), "withheld"
+     * (no_data) or "not published: why"; its "sha256:<hex>". */
+    char data[256];
+    kiln_digest data_digest;
 } kiln_release_result;
 
 /* Run the stages in order and stop at the first failure: the error's message begins
@@ -102,7 +111,8 @@ typedef struct kiln_reproduce_opts {
     const char *ref;                         /* NAME@VERSION or NAME@CHANNEL */
     const char *trust;                       /* the policy the model must meet to be pulled */
     const char *state;                       /* pull state; NULL: the default */
-    const char *data;    /* the dataset; its digest must be the card's dataset_sha256 */
+    const char *data;    /* the dataset, its digest the card's dataset_sha256; NULL: pulled from
+                            the registry by that digest (kiln_registry_data_pull) */
     const char *init;    /* the --init model, for a card whose lineage names one; else NULL */
     const char *workdir; /* absent or empty: released/, run/, model/, the archive go here */
     int threads;         /* 0: the trainer's default (every CPU this process may run on) */

@@ -25,6 +25,8 @@ typedef struct repro {
     const kiln_reproduce_opts *o;
     kiln_reproduce_result *res;
     char *released, *run, *model, *archive, *summary;
+    char *data;         /* --data, or the dataset pulled by its digest */
+    char data_from[KILN_SIGN_NAME_MAX + KILN_REGISTRY_NAME_MAX + 64]; /* how it was got */
     json_t *card;       /* the released card */
     kiln_manifest *man; /* the released manifest */
     long target;        /* the step to train to */
@@ -97,11 +99,31 @@ static kiln_err check_lineage(repro *r, const json_t *lin, const char **ds_sha) 
 static kiln_err check_inputs(repro *r, const json_t *lin, const char *ds_sha) {
     const kiln_reproduce_opts *o = r->o;
     const char *who = r->res->model, *ver = r->res->version;
-    KILN_FAIL_IF(!o->data, KILN_ERR_USAGE,
-                 "%s@%s was trained on the dataset sha256:%s: give it with --data", who, ver,
-                 ds_sha);
+    if (o->data) {
+        r->data = kiln_strdup(o->data);
+        KILN_FAIL_IF(!r->data, KILN_ERR_NOMEM, "out of memory");
+    } else {
+        KILN_FAIL_IF(json_is_true(json_object_get(lin, "dataset_withheld")), KILN_ERR_USAGE,
+                     "%s@%s was released with its dataset withheld (kiln release --no-data): "
+                     "give the dataset of sha256:%s with --data",
+                     who, ver, ds_sha);
+        /* Fetched by its digest, verified (a release key signed it) before it is read. */
+        r->data = kiln_asprintf("%s/dataset-%.12s.st", o->workdir, ds_sha);
+        KILN_FAIL_IF(!r->data, KILN_ERR_NOMEM, "out of memory");
+        kiln_registry_data_pulled dp;
+        kiln_err rc = kiln_registry_data_pull(o->client, NULL, ds_sha, o->trust, r->data, &dp);
+        if (rc == KILN_ERR_NOTFOUND)
+            return kiln_fail(KILN_ERR_NOTFOUND,
+                             "%s@%s was trained on the dataset sha256:%s, which registry '%s' "
+                             "does not hold (published with --no-data, or before kiln release "
+                             "published datasets): give it with --data",
+                             who, ver, ds_sha, o->client->url);
+        KILN_TRY(rc);
+        snprintf(r->data_from, sizeof r->data_from, "pulled as %s, signed by %s", dp.name,
+                 dp.signed_by);
+    }
     kiln_dataset *ds = NULL;
-    KILN_TRY(kiln_dataset_open(o->data, &ds));
+    KILN_TRY(kiln_dataset_open(r->data, &ds));
     bool same = !strcmp(ds->sha256, ds_sha);
     char got[KILN_SHA256_HEX];
     snprintf(got, sizeof got, "%s", ds->sha256);
@@ -109,7 +131,7 @@ static kiln_err check_inputs(repro *r, const json_t *lin, const char *ds_sha) {
     KILN_FAIL_IF(!same, KILN_ERR_VERIFY,
                  "'%s' is sha256:%s, but %s@%s was trained on sha256:%s: not its dataset "
                  "(refused before any training)",
-                 o->data, got, who, ver, ds_sha);
+                 r->data, got, who, ver, ds_sha);
     const char *init = json_string_value(json_object_get(json_object_get(lin, "init"), "sha256"));
     KILN_FAIL_IF(init && !o->init, KILN_ERR_USAGE,
                  "%s@%s started from a model (kiln train --init) of sha256:%s: give that model "
@@ -154,7 +176,7 @@ static kiln_err train(repro *r, const json_t *lin) {
                  "%s@%s: lineage.step %ld is past the config's %ld steps", r->res->model,
                  r->res->version, r->target, cfg.steps);
     kiln_train_opts to = {.run_dir = r->run,
-                          .data_path = o->data,
+                          .data_path = r->data,
                           .init_path = o->init,
                           .progress = on_step,
                           .progress_ctx = r,
@@ -208,7 +230,9 @@ static kiln_err export_pack(repro *r) {
         .name = json_string_value(json_object_get(c, "name")),
         .created = json_string_value(json_object_get(c, "created")),
         .add_files = carry_files,
-        .add_files_ctx = r};
+        .add_files_ctx = r,
+        .data_withheld = json_is_true(
+            json_object_get(json_object_get(c, "lineage"), "dataset_withheld"))};
     KILN_TRY(kiln_export_model(&eo, NULL));
     /* The rebuilt run's own summary, for the losses (not packed: it holds tokens/s). */
     KILN_TRY(kiln_run_summary_write(r->run, r->target, r->summary));
@@ -428,8 +452,12 @@ kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result 
     const char *ds_sha = NULL;
     KILN_CHECK(rc, out, check_lineage(&r, lin, &ds_sha));
     KILN_CHECK(rc, out, check_inputs(&r, lin, ds_sha));
-    snprintf(r.line, sizeof r.line, "dataset '%s' is sha256:%s, as the lineage records", o->data,
-             ds_sha);
+    if (r.data_from[0])
+        snprintf(r.line, sizeof r.line, "dataset sha256:%s %s, into '%s'", ds_sha, r.data_from,
+                 r.data);
+    else
+        snprintf(r.line, sizeof r.line, "dataset '%s' is sha256:%s, as the lineage records",
+                 r.data, ds_sha);
     done(&r);
     r.archive = kiln_asprintf("%s/%s-%s.kiln", o->workdir, res->model, res->version);
     KILN_CHECK_IF(rc, out, !r.archive, KILN_ERR_NOMEM, "out of memory");
@@ -441,6 +469,6 @@ kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result 
 out:
     json_decref(r.card);
     kiln_manifest_free(r.man);
-    free(r.released), free(r.run), free(r.model), free(r.archive), free(r.summary);
+    free(r.released), free(r.run), free(r.model), free(r.archive), free(r.summary), free(r.data);
     return rc;
 }

@@ -673,6 +673,79 @@ out:
     return rc;
 }
 
+char *kiln_registry_data_comment(const char *name, const char *hex) {
+    return reg_dataset_comment(name, hex);
+}
+
+kiln_err kiln_registry_data_publish(const kiln_registry_client_opts *c_in, const char *path,
+                                    const char *name, const char *sig, size_t sig_len,
+                                    kiln_registry_published *out) {
+    memset(out, 0, sizeof *out);
+    KILN_TRY(kiln_registry_check_name("dataset", name));
+    KILN_TRY(reg_client_init(c_in));
+    kiln_registry_client_opts one = *c_in;
+    if (!one.until_ns) reg_deadline_start(&one, 1);
+    const kiln_registry_client_opts *c = &one;
+    kiln_err rc = KILN_OK;
+    char *b64 = NULL, *upath = NULL, *url = NULL, *hs = NULL, *what = NULL;
+    FILE *f = NULL;
+    struct curl_slist *hdr = NULL;
+    buf body = {0};
+    uint8_t digest[KILN_SHA256_BYTES];
+    char hex[KILN_SHA256_HEX];
+    KILN_CHECK(rc, out, kiln_sha256_file(path, digest));
+    kiln_hex(digest, sizeof digest, hex);
+    f = fopen(path, "rb");
+    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s'", path);
+    struct stat sb;
+    KILN_CHECK_IF(rc, out, fstat(fileno(f), &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", path);
+    size_t b64_len = sodium_base64_ENCODED_LEN(sig_len, sodium_base64_VARIANT_ORIGINAL);
+    b64 = kiln_malloc(b64_len);
+    KILN_CHECK_IF(rc, out, !b64, KILN_ERR_NOMEM, "out of memory");
+    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len,
+                      sodium_base64_VARIANT_ORIGINAL);
+    upath = kiln_asprintf("/v1/datasets/%s/sha256/%s", name, hex);
+    url = upath ? url_for(c, upath) : NULL;
+    hs = kiln_asprintf("X-Kiln-Signature: %s", b64);
+    KILN_CHECK_IF(rc, out, !url || !hs, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, auth_header(c, &hdr));
+    const char *extra[] = {hs, "Content-Type: application/octet-stream"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(extra); i++) {
+        struct curl_slist *n = curl_slist_append(hdr, extra[i]);
+        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
+        hdr = n;
+    }
+    long status = 0;
+    upload up = {.f = f,
+                 .archive = path,
+                 .url = url,
+                 .hdr = hdr,
+                 .size = (curl_off_t)sb.st_size,
+                 .body = &body};
+    what = kiln_asprintf("publishing dataset '%s' to '%s'", path, url);
+    KILN_CHECK_IF(rc, out, !what, KILN_ERR_NOMEM, "out of memory");
+    request rq = {
+        .c = c, .url = url, .what = what, .setup = upload_setup, .body = &body, .ctx = &up};
+    KILN_CHECK(rc, out, request_run(&rq, &status));
+    if (status != 200 && status != 201) {
+        rc = http_error(url, status, &body);
+        goto out;
+    }
+    snprintf(out->digest, sizeof out->digest, "sha256:%s", hex);
+    out->size = (uint64_t)sb.st_size;
+    out->existed = status == 200;
+out:
+    curl_slist_free_all(hdr);
+    if (f) fclose(f);
+    free(body.p);
+    free(b64);
+    free(upath);
+    free(url);
+    free(hs);
+    free(what);
+    return rc;
+}
+
 /* ---- download ---- */
 
 typedef struct dl {

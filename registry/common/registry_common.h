@@ -91,6 +91,18 @@ kiln_err reg_withdrawn(const kiln_sign_trust *t, const char *digest, const char 
 kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
                            const char *label, reg_record *out) KILN_MUST_CHECK;
 
+/* Datasets (kiln data publish, docs/registry.md "Datasets"): signed like a file with kiln sign,
+ * by a release key, the trusted comment binding the name and the digest of the bytes:
+ * "kiln-dataset/1\tname:NAME\tsha256:HEX" (caller frees; NULL when out of memory). */
+char *reg_dataset_comment(const char *name, const char *hex);
+/* The dataset at path against its signature file (sig, sig_len; sig_label names it): one
+ * signature by a key of t with the release role over the file's bytes, its trusted comment
+ * reg_dataset_comment(name, hex), and the file's sha256 hex. KILN_ERR_VERIFY naming what
+ * failed; the signer's name into who (who_len bytes). */
+kiln_err reg_dataset_verify(const kiln_sign_trust *t, const char *sig, size_t sig_len,
+                            const char *sig_label, const char *path, const char *name,
+                            const char *hex, char *who, size_t who_len) KILN_MUST_CHECK;
+
 /* A policy that claims the version of one this side trusts: the same policy (its meaning:
  * layout and signatures may differ), or two versions of one number exist, a fork. Returns
  * KILN_ERR_VERIFY with the message naming both labels and the first difference. */

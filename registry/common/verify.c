@@ -8,6 +8,7 @@
  * manifest and validation verdict, the policy's release_threshold and accept_unvalidated,
  * and (pull) every file while unpacking securely; kiln_sign_record_verify the records.
  * A pulled directory checked again without a registry is the client's (client/installed.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,5 +152,41 @@ kiln_err reg_trust_same_version(const kiln_sign_trust *have, const char *have_la
                        (int)strcspn(diff, "\n"), diff,
                        (unsigned long long)kiln_sign_trust_version(other));
     free(diff);
+    return rc;
+}
+
+char *reg_dataset_comment(const char *name, const char *hex) {
+    return kiln_asprintf("kiln-dataset/1\tname:%s\tsha256:%s", name, hex);
+}
+
+kiln_err reg_dataset_verify(const kiln_sign_trust *t, const char *sig, size_t sig_len,
+                            const char *sig_label, const char *path, const char *name,
+                            const char *hex, char *who, size_t who_len) {
+    kiln_sign_sig s;
+    kiln_sign_sig_init(&s);
+    char *want = reg_dataset_comment(name, hex);
+    const kiln_sign_trust_key *signer = NULL;
+    uint8_t d[KILN_SHA256_BYTES];
+    char got[KILN_SHA256_HEX];
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !want, KILN_ERR_NOMEM, "out of memory");
+    rc = kiln_sign_sig_parse(sig, sig_len, sig_label, &s);
+    if (rc) {
+        rc = kiln_errprefix(KILN_ERR_VERIFY, "dataset signature: ");
+        goto out;
+    }
+    KILN_CHECK_IF(rc, out, strcmp(s.trusted_comment, want), KILN_ERR_VERIFY,
+                  "%s: its trusted comment does not name dataset '%s' sha256:%s (a dataset's "
+                  "signature says \"kiln-dataset/1\", its name and its digest)",
+                  sig_label, name, hex);
+    KILN_CHECK(rc, out, kiln_sha256_file(path, d));
+    kiln_hex(d, sizeof d, got);
+    KILN_CHECK_IF(rc, out, strcmp(got, hex), KILN_ERR_VERIFY,
+                  "dataset '%s': its bytes are sha256:%s, not sha256:%s", name, got, hex);
+    KILN_CHECK(rc, out, kiln_sign_trust_verify_file(t, &s, path, KILN_SIGN_ROLE_RELEASE, &signer));
+    if (who) snprintf(who, who_len, "%s", signer && signer->name ? signer->name : "?");
+out:
+    kiln_sign_sig_release(&s);
+    free(want);
     return rc;
 }

@@ -73,7 +73,7 @@ struct kiln_registry_server {
     uint64_t auth_refused[REG_AUTH_NREASONS];
 };
 
-typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST } body_kind;
+typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST, BODY_DATASET } body_kind;
 
 /* One request, from its headers to its completion. */
 typedef struct req {
@@ -1164,6 +1164,157 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     return send_published(c, r, existed ? 200 : 201, digest, r->declared);
 }
 
+/* ---- datasets (docs/registry.md, "Datasets") ---- */
+
+static enum MHD_Result do_datasets(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                   sqlite3 *db) {
+    (void)s;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT name, digest, size, publisher, created FROM datasets ORDER BY "
+                           "name, created, digest",
+                           -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "listing datasets"));
+    json_t *arr = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:I, s:s, s:o}", "name", col(st, 0),
+                                             "digest", col(st, 1), "size",
+                                             (json_int_t)sqlite3_column_int64(st, 2), "publisher",
+                                             col(st, 3), "created",
+                                             time_json(sqlite3_column_int64(st, 4))));
+    sqlite3_finalize(st);
+    return send_json(c, r, 200, json_pack("{s:o}", "datasets", arr));
+}
+
+/* {digest} of a dataset's route: 64 lowercase hex digits. */
+static bool dataset_hex(struct MHD_Connection *c, req *r, enum MHD_Result *res) {
+    size_t n = strlen(r->seg[2]);
+    bool ok = n == 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (r->seg[2][i] >= '0' && r->seg[2][i] <= '9') || (r->seg[2][i] >= 'a' && r->seg[2][i] <= 'f');
+    if (!ok)
+        *res = send_error(c, r, 400, "a dataset's digest is 64 lowercase hex digits, not '%s'",
+                          r->seg[2]);
+    else
+        memcpy(r->hex, r->seg[2], 65);
+    return ok;
+}
+
+static enum MHD_Result do_dataset(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  sqlite3 *db) {
+    (void)s;
+    enum MHD_Result res;
+    if (!dataset_hex(c, r, &res)) return res;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT size, signature, publisher, created FROM datasets WHERE name = "
+                           "?1 AND digest = ?2",
+                           -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a dataset"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return send_error(c, r, 404, "dataset '%s@%s' not found", r->seg[0], digest);
+    }
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o}", "name", r->seg[0], "digest", digest,
+                          "size", (json_int_t)sqlite3_column_int64(st, 0), "signature",
+                          col(st, 1), "publisher", col(st, 2), "created",
+                          time_json(sqlite3_column_int64(st, 3)));
+    sqlite3_finalize(st);
+    return send_json(c, r, 200, j);
+}
+
+/* The first call of a PUT of a dataset: refused before the body as an archive's upload is
+ * (no policy, no or a bad length, over the limit, no signature); the same name and digest
+ * held already is 200 with nothing read. */
+static enum MHD_Result dataset_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                     sqlite3 *db) {
+    enum MHD_Result res;
+    if (!dataset_hex(c, r, &res)) return res;
+    if (!has_trust(s))
+        return send_error(
+            c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!cl) return send_error(c, r, 411, "an upload needs a Content-Length");
+    uint64_t n;
+    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
+    if (n > s->max_upload)
+        return send_error(c, r, 413,
+                          "dataset of %" PRIu64 " bytes is larger than this registry's limit of %" PRIu64,
+                          n, s->max_upload);
+    const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
+    size_t slen = sig ? strlen(sig) : 0;
+    if (!slen || slen > REG_SIG_MAX * 2)
+        return send_error(c, r, 400,
+                          "a dataset upload needs X-Kiln-Signature: its .minisig, base64");
+    kiln_err drc = reg_sig_decode(sig, &r->sig, &r->sig_len);
+    if (drc == KILN_ERR_NOMEM) return MHD_NO;
+    if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
+    r->declared = n;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT size FROM datasets WHERE name = ?1 AND digest = ?2", -1,
+                           &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a dataset"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        json_int_t size = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        return send_json(c, r, 200,
+                         json_pack("{s:s, s:s, s:I}", "name", r->seg[0], "digest", digest, "size",
+                                   size));
+    }
+    sqlite3_finalize(st);
+    kiln_err rc;
+    if ((rc = reg_upload_begin(&r->up, s->root)) != KILN_OK) return send_kiln_error(c, r, rc);
+    r->body = BODY_DATASET;
+    return MHD_YES;
+}
+
+static enum MHD_Result dataset_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                      sqlite3 *db) {
+    if (r->body_failed)
+        return send_error(c, r, status_of(r->body_rc), "%s",
+                          r->body_msg ? r->body_msg : "upload failed");
+    kiln_err rc;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
+    if ((rc = reg_upload_check(&r->up, r->hex, r->declared)) != KILN_OK)
+        return send_kiln_error(c, r, rc);
+    char *path = reg_upload_path(&r->up);
+    if (!path) return MHD_NO;
+    char who[KILN_SIGN_NAME_MAX + 1];
+    trust_ref *tr = trust_acquire(s);
+    rc = tr ? reg_dataset_verify(tr->t, r->sig, r->sig_len, "X-Kiln-Signature", path, r->seg[0],
+                                 r->hex, who, sizeof who)
+            : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
+    trust_release(s, tr);
+    if (rc) rc = kiln_errprefix(rc, "upload of dataset '%s': ", r->seg[0]);
+    rc = reg_relabel(rc, path, "the uploaded dataset");
+    free(path);
+    if (!rc) rc = reg_upload_commit(&r->up, r->hex);
+    bool existed = false;
+    if (!rc) {
+        reg_dataset_row row = {.name = r->seg[0],
+                               .digest = digest,
+                               .size = r->declared,
+                               .sig = r->sig,
+                               .sig_len = r->sig_len,
+                               .publisher = r->token_name ? r->token_name : "?",
+                               .created = kiln_unix_time()};
+        rc = reg_dataset_insert(db, &row, &existed);
+    }
+    if (rc) return send_kiln_error(c, r, rc);
+    return send_json(c, r, existed ? 200 : 201,
+                     json_pack("{s:s, s:s, s:I, s:s}", "name", r->seg[0], "digest", digest, "size",
+                               (json_int_t)r->declared, "signed_by", who));
+}
+
 /* The start of an upload of a small signed document (body: a channel record or a trust
  * version, one the registry checks against its trust policy): the registry has a policy, the
  * Content-Length is at most max, and a buffer holds the whole body. what names one in
@@ -1362,6 +1513,12 @@ static const route_row routes[] = {
      R_TRUST_N},
     {"PUT", "/v1/trust/{version}", REG_R_TRUST_VERSION, KILN_SCOPE_ADMIN, trust_start, NULL,
      "trust.put", R_WRITE | R_TRUST_N},
+    {"GET", "/v1/datasets", REG_R_DATASETS, KILN_SCOPE_READ, do_datasets, NULL, NULL, 0},
+    {"GET", "/v1/datasets/{model}/sha256/{digest}", REG_R_DATASET, KILN_SCOPE_READ, do_dataset,
+     NULL, NULL, 0},
+    /* The audit row ("data.publish") is written with the dataset's insert. */
+    {"PUT", "/v1/datasets/{model}/sha256/{digest}", REG_R_DATASET, KILN_SCOPE_PUBLISH,
+     dataset_start, NULL, "data.publish", R_WRITE},
     {"GET", "/", REG_R_UI_HOME, KILN_SCOPE_READ, NULL, page_home, NULL, R_PAGE},
     {"GET", "/ui/models/{model}", REG_R_UI_MODEL, KILN_SCOPE_READ, NULL, page_model, NULL, R_PAGE},
     {"GET", "/ui/models/{model}/versions/{version}", REG_R_UI_VERSION, KILN_SCOPE_READ, NULL,
@@ -1612,7 +1769,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         if (r->body_failed) return MHD_YES; /* drain: answered once the body is in */
-        if (r->body == BODY_ARCHIVE) {
+        if (r->body == BODY_ARCHIVE || r->body == BODY_DATASET) {
             kiln_err rc =
                 r->up.size + n > r->declared
                     ? kiln_fail(KILN_ERR_VERIFY, "upload is longer than its Content-Length")
@@ -1635,6 +1792,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     enum MHD_Result res = r->body == BODY_ARCHIVE  ? upload_finish(s, c, r, db)
                           : r->body == BODY_RECORD ? record_finish(s, c, r, db)
                           : r->body == BODY_TRUST  ? trust_finish(s, c, r, db)
+                          : r->body == BODY_DATASET ? dataset_finish(s, c, r, db)
                                                    : send_error(c, r, 500, "no response");
     reg_db_close(db);
     return res;

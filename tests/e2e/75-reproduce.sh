@@ -1,9 +1,12 @@
 #!/bin/sh
 # kiln reproduce as a model-risk reviewer runs it (issue 32): a tiny model trained on 2 threads,
-# stopped by SIGTERM and by SIGKILL and resumed, released to a registry on a loopback port, then
-# rebuilt from its signed lineage on 1 thread in a fresh directory: byte-identical, exit 0. And
-# a release of an earlier step (the trainer stopped short of the config's steps); a dataset with
-# one changed byte refused by digest before any training; a card whose config was altered and
+# stopped by SIGTERM and by SIGKILL and resumed, released to a registry on a loopback port (its
+# dataset published beside it, signed and named by its digest), then rebuilt from its signed
+# lineage on 1 thread in a fresh directory: byte-identical, exit 0. And a release of an earlier
+# step reproduced with the dataset deleted here (pulled by digest; the trainer stopped short of
+# the config's steps); a dataset whose stored bytes changed refused by the pull; one signed by a
+# key that is no release key refused by the registry; --no-data (the card says so); a dataset
+# with one changed byte refused by digest before any training; a card whose config was altered and
 # re-signed rebuilt to another model (exit 1, naming the first differing tensor, the run id the
 # config does not give, the first step whose loss differs); a model kiln.torch trained and a
 # GPU-trained one on a host without a GPU refused in one line (exit 2).
@@ -13,18 +16,22 @@ rel_prom_trust
 $KILN data synth --seed 5 --rows 3000 --features 6 --outputs 2 --out d.st >/dev/null 2>&1 || fail "synth"
 CFG="--set steps=400 --set ckpt_every=4 --set eval_every=8 --set keep=0 --set d_model=16
      --set d_ff=32 --set seq_len=16 --set attn_window=8 --set threads=2"
-# wait_ckpt N: until the run has written step N's checkpoint (20 s at most).
+# newest: the step of the run's newest checkpoint (0 for none).
+newest() {
+    ls run/ckpt 2>/dev/null | sed -n 's/^step-0*\([0-9][0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1 | grep . || echo 0
+}
+# wait_ckpt N: until the run has written a checkpoint of step N or later (20 s at most).
 wait_ckpt() {
     _w=0
-    while [ ! -e "run/ckpt/step-$(printf %08d "$1").safetensors" ]; do
-        _w=$((_w + 1)); [ $_w -lt 400 ] || fail "no checkpoint of step $1"; sleep 0.05
+    while [ "$(newest)" -lt "$1" ]; do
+        _w=$((_w + 1)); [ $_w -lt 400 ] || fail "no checkpoint of step $1 or later"; sleep 0.05
     done
 }
 $KILN train --data d.st --run-dir run $CFG >/dev/null 2>train1.log &
 tp=$!
 wait_ckpt 40
 kill -TERM $tp; wait $tp || true
-n=$(ls run/ckpt | sed -n 's/^step-0*\([0-9]*\)\.safetensors$/\1/p' | sort -n | tail -1)
+n=$(newest)
 $KILN train --resume run >/dev/null 2>train2.log &
 tp=$!
 wait_ckpt $((n + 40))
@@ -50,11 +57,48 @@ cmp -s w1/market-1.0.0.kiln r1/market-1.0.0.kiln || fail "the archive differs fr
 grep -q "training step .*ETA" err || fail "no progress with an ETA: $(cat err)"
 grep -q "trained 400 steps from scratch in 'w1/run' (cpu, 1 thread)" err || fail "training line: $(cat err)"
 
-# An earlier checkpoint: the trainer stops at the card's step, short of the config's 400.
+# The release published the training dataset, signed, named by its digest.
+h=$($KILN data inspect d.st | sed -n 's/^sha256 *//p')
+grep -q "^\[8/9\] publish .*; dataset sha256:$h published as market\$" rel1.out || fail "dataset not published: $(cat rel1.out)"
+$KILN models --registry "$URL" >models.out || fail "kiln models"
+grep -q "^  market  *sha256:$h  [0-9]* bytes  published by ci at " models.out || fail "kiln models lists no dataset: $(cat models.out)"
+$KILN data pull "market@sha256:$h" --registry "$URL" --trust trust.json --out pulled.st >out || fail "data pull"
+cmp -s pulled.st d.st || fail "the pulled dataset is not the published one"
+grep -q "^signed by rel\$" out || fail "data pull: $(cat out)"
+
+# An earlier checkpoint, its dataset deleted here: pulled by digest, and the trainer stops at
+# the card's step, short of the config's 400. The registry holds the dataset: not sent again.
 $KILN release run $R --version 1.1.0 --step 40 --out-dir r11 >rel11.out || fail "release 1.1.0: $(cat rel11.out)"
-$KILN reproduce market@1.1.0 $Q --data d.st >out 2>err || { cat err >&2; fail "reproduce 1.1.0"; }
+grep -q "; dataset sha256:$h held by the registry already\$" rel11.out || fail "dataset sent again: $(cat rel11.out)"
+mv d.st away.st
+$KILN reproduce market@1.1.0 $Q >out 2>err || { cat err >&2; fail "reproduce 1.1.0"; }
 grep -q "^reproduced market@1.1.0: .* byte-identical (sha256:$(sha256sum r11/market-1.1.0.kiln | cut -d' ' -f1))" out ||
     fail "reproduce 1.1.0 said: $(cat out)"
+grep -q "dataset sha256:$h pulled as market, signed by rel" err || fail "the dataset was not pulled: $(cat err)"
+mv away.st d.st
+
+# A dataset whose stored bytes were changed: the pull refuses it and writes nothing.
+blob=reg/blobs/sha256/$(echo "$h" | cut -c1-2)/$h
+cp "$blob" blob.keep && chmod u+w "$blob"
+printf '\001' | dd of="$blob" bs=1 seek=100 conv=notrunc 2>/dev/null
+expect_fail 1 $KILN data pull "market@sha256:$h" --registry "$URL" --trust trust.json --out tampered.st
+grep -q "dataset 'market': its bytes are sha256:[0-9a-f]*, not sha256:$h" err || fail "tampered blob: $(cat err)"
+[ ! -e tampered.st ] && [ ! -e tampered.st.partial ] || fail "a refused dataset was left behind"
+cp blob.keep "$blob"
+# Signed by a key without the release role: the registry refuses it.
+cp d.st other.st && printf '\002' | dd of=other.st bs=1 seek=$(($(stat -c %s other.st) - 9)) conv=notrunc 2>/dev/null
+set +e; $KILN data publish other.st --name other --registry "$URL" --key prom.key --token "$PUB" >out 2>err; rc=$?; set -e
+[ $rc -ne 0 ] && grep -q "HTTP 422" err || fail "a dataset signed by a promote key was accepted ($rc): $(cat out err)"
+
+# --no-data: nothing of the dataset leaves, the card says so, and a reproduction needs --data.
+$KILN release run $R --version 1.2.0 --step 20 --no-data --out-dir r12 >rel12.out || fail "release 1.2.0: $(cat rel12.out)"
+grep -q "; dataset  withheld (--no-data)\$" rel12.out || fail "--no-data: $(cat rel12.out)"
+grep -q '"dataset_withheld": true' r12/model/card.json || fail "the card does not say the dataset was withheld"
+expect_fail 2 $KILN reproduce market@1.2.0 $Q
+grep -q "released with its dataset withheld (kiln release --no-data): give the dataset of sha256:$h with --data" err ||
+    fail "withheld: $(cat err)"
+$KILN reproduce market@1.2.0 $Q --data d.st >out 2>/dev/null || fail "reproduce 1.2.0 with --data: $(cat out)"
+grep -q "^reproduced market@1.2.0: " out || fail "reproduce 1.2.0: $(cat out)"
 
 # One changed byte of the dataset: refused by its digest, nothing trained.
 cp d.st bad.st
