@@ -101,6 +101,8 @@ int cmd_reproduce(int argc, char **argv) {
         return cli_usage_error("--threads must be between 1 and 1024");
     }
     char tmp[PATH_MAX] = "";
+    /* What a run that could not run leaves: a work directory it made is removed. */
+    kiln_dir_state was = workdir ? kiln_path_dir_state(workdir) : KILN_DIR_ABSENT;
     if (!workdir) {
         const char *t = getenv("TMPDIR");
         snprintf(tmp, sizeof tmp, "%s/kiln-reproduce-XXXXXX", t && *t ? t : "/tmp");
@@ -135,8 +137,11 @@ int cmd_reproduce(int argc, char **argv) {
     if (ui.tty) fprintf(stderr, "\r%79s\r", "");
     if (e) {
         fprintf(stderr, "kiln: error: %s\n", kiln_errmsg());
-        if (tmp[0]) kiln_rmtree(tmp);
-        else fprintf(stderr, "kiln: work directory '%s' kept\n", workdir);
+        if (tmp[0] || was == KILN_DIR_ABSENT) kiln_rmtree(workdir);
+        else if (was == KILN_DIR_EMPTY && kiln_path_dir_state(workdir) == KILN_DIR_FULL) {
+            kiln_rmtree(workdir);
+            (void)kiln_mkdir_p(workdir);
+        }
         return 2;
     }
     if (res.identical) {

@@ -26,6 +26,7 @@ typedef struct repro {
     kiln_reproduce_result *res;
     char *released, *run, *model, *archive, *summary;
     char *data;         /* --data, or the dataset pulled by its digest */
+    char data_sha[KILN_SHA256_HEX]; /* its sha256 */
     char data_from[KILN_SIGN_NAME_MAX + KILN_REGISTRY_NAME_MAX + 64]; /* how it was got */
     json_t *card;       /* the released card */
     kiln_manifest *man; /* the released manifest */
@@ -99,10 +100,7 @@ static kiln_err check_lineage(repro *r, const json_t *lin, const char **ds_sha) 
 static kiln_err check_inputs(repro *r, const json_t *lin, const char *ds_sha) {
     const kiln_reproduce_opts *o = r->o;
     const char *who = r->res->model, *ver = r->res->version;
-    if (o->data) {
-        r->data = kiln_strdup(o->data);
-        KILN_FAIL_IF(!r->data, KILN_ERR_NOMEM, "out of memory");
-    } else {
+    if (!o->data) {
         KILN_FAIL_IF(json_is_true(json_object_get(lin, "dataset_withheld")), KILN_ERR_USAGE,
                      "%s@%s was released with its dataset withheld (kiln release --no-data): "
                      "give the dataset of sha256:%s with --data",
@@ -121,14 +119,13 @@ static kiln_err check_inputs(repro *r, const json_t *lin, const char *ds_sha) {
         KILN_TRY(rc);
         snprintf(r->data_from, sizeof r->data_from, "pulled as %s, signed by %s", dp.name,
                  dp.signed_by);
+        kiln_dataset *ds = NULL;
+        KILN_TRY(kiln_dataset_open(r->data, &ds));
+        snprintf(r->data_sha, sizeof r->data_sha, "%s", ds->sha256);
+        kiln_dataset_free(ds);
     }
-    kiln_dataset *ds = NULL;
-    KILN_TRY(kiln_dataset_open(r->data, &ds));
-    bool same = !strcmp(ds->sha256, ds_sha);
-    char got[KILN_SHA256_HEX];
-    snprintf(got, sizeof got, "%s", ds->sha256);
-    kiln_dataset_free(ds);
-    KILN_FAIL_IF(!same, KILN_ERR_VERIFY,
+    const char *got = r->data_sha;
+    KILN_FAIL_IF(strcmp(got, ds_sha), KILN_ERR_VERIFY,
                  "'%s' is sha256:%s, but %s@%s was trained on sha256:%s: not its dataset "
                  "(refused before any training)",
                  r->data, got, who, ver, ds_sha);
@@ -436,6 +433,19 @@ kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result 
     r.summary = kiln_path_join(o->workdir, "rebuilt_run_summary.json");
     KILN_CHECK_IF(rc, out, !r.released || !r.run || !r.model || !r.summary, KILN_ERR_NOMEM,
                   "out of memory");
+    if (o->data) {
+        /* --data is read (every check of the trainer's loader, its digest) before anything is
+         * pulled or written: a bad file is refused naming it, and leaves nothing. */
+        kiln_dataset *ds = NULL;
+        KILN_CHECK(rc, out, kiln_dataset_open(o->data, &ds));
+        snprintf(r.data_sha, sizeof r.data_sha, "%s", ds->sha256);
+        kiln_dataset_free(ds);
+        KILN_CHECK_IF(rc, out, !(r.data = kiln_strdup(o->data)), KILN_ERR_NOMEM, "out of memory");
+    }
+    if (o->init) {
+        uint8_t d[KILN_SHA256_BYTES];
+        KILN_CHECK(rc, out, kiln_sha256_file(o->init, d));
+    }
     KILN_CHECK(rc, out, kiln_mkdir_p(o->workdir));
 
     kiln_registry_pull_opts p = {.ref = o->ref, .trust = o->trust, .out = r.released,
