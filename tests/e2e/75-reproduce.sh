@@ -124,6 +124,21 @@ grep -q "do not give its run id" out || fail "the run id is not named: $(cat out
 grep -q "^  training  the loss first differs at step 1: released" out || fail "no first differing loss: $(cat out)"
 [ -d w3/model ] || fail "the work directory of a different model was not kept"
 
+# A run started from a model (kiln train --init): the card names that model by digest, and a
+# reproduction needs it, refused without it.
+$KILN export run --step 40 --out init-model >/dev/null 2>&1 || fail "export the init model"
+$KILN train --data d.st --run-dir run2 --init init-model/model.safetensors $CFG --set steps=24 >/dev/null 2>train4.log ||
+    { cat train4.log >&2; fail "train --init"; }
+$KILN release run2 $R --version 5.0.0 --out-dir r5 >rel5.out || fail "release 5.0.0: $(cat rel5.out)"
+ih=$(sha256sum init-model/model.safetensors | cut -d' ' -f1)
+grep -A1 '"init"' r5/model/card.json | grep -q "\"sha256\": \"$ih\"" || fail "the card does not name the init model: $(grep -A2 init r5/model/card.json)"
+expect_fail 2 $KILN reproduce market@5.0.0 $Q --data d.st
+grep -q "market@5.0.0 started from a model (kiln train --init) of sha256:$ih: give that model with --init" err ||
+    fail "no --init: $(cat err)"
+$KILN reproduce market@5.0.0 $Q --data d.st --init init-model/model.safetensors >out 2>err ||
+    { cat err >&2; fail "reproduce 5.0.0 with --init: $(cat out)"; }
+grep -q "^reproduced market@5.0.0: .* byte-identical" out || fail "reproduce 5.0.0: $(cat out)"
+
 # A model kiln.torch trained: one line, exit 2.
 mkdir torch && cp -r r1/model/. torch/
 sed -i 's/"lineage": {/"lineage": {"source": "kiln.torch", "framework": "torch 2.1",/' torch/card.json
