@@ -59,8 +59,7 @@ int cmd_data_pull(int argc, char **argv) {
     const char *url = NULL, *token = NULL, *trust = NULL, *out = NULL;
     const cli_opt opts[] = {
         {"registry", CLI_STR, &url, "URL", "the registry", true},
-        {"trust", CLI_STR, &trust, "FILE", "trust policy: a release key must have signed it",
-         true},
+        {"trust", CLI_STR, &trust, "FILE", "trust policy: a release key must have signed it", true},
         {"out", CLI_STR, &out, "FILE", "where the verified dataset goes (a new file)", true},
         {"token", CLI_STR, &token, "TOKEN", "a read token (default $KILN_REGISTRY_TOKEN)", false},
         {0},

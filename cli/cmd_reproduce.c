@@ -69,8 +69,7 @@ int cmd_reproduce(int argc, char **argv) {
          "the registry by that digest and verified)",
          false},
         {"init", CLI_STR, &init, "MODEL",
-         "the model the run started from, for a card whose lineage names one (by digest)",
-         false},
+         "the model the run started from, for a card whose lineage names one (by digest)", false},
         {"workdir", CLI_STR, &workdir, "DIR",
          "a new directory for the pull, the run, the model and the archive (default: a "
          "temporary one, removed when the bytes are the same)",
@@ -137,7 +136,8 @@ int cmd_reproduce(int argc, char **argv) {
     if (ui.tty) fprintf(stderr, "\r%79s\r", "");
     if (e) {
         fprintf(stderr, "kiln: error: %s\n", kiln_errmsg());
-        if (tmp[0] || was == KILN_DIR_ABSENT) kiln_rmtree(workdir);
+        if (tmp[0] || was == KILN_DIR_ABSENT)
+            kiln_rmtree(workdir);
         else if (was == KILN_DIR_EMPTY && kiln_path_dir_state(workdir) == KILN_DIR_FULL) {
             kiln_rmtree(workdir);
             (void)kiln_mkdir_p(workdir);

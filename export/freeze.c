@@ -693,7 +693,9 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     const char *name = o->name ? o->name : defname;
     KILN_CHECK_IF(rc, out, !kiln_export_name_ok(name), KILN_ERR_FORMAT,
                   "'%s': the run id gives no valid model name; pass --name", ckpt_path);
-    KILN_CHECK(rc, out, make_card(o->run_dir, ckpt_path, &c, o->dtype, name, o->created, o->data_withheld, &card));
+    KILN_CHECK(rc, out,
+               make_card(o->run_dir, ckpt_path, &c, o->dtype, name, o->created, o->data_withheld,
+                         &card));
 
     if (!(tmp = sibling_tmpdir(o->out_dir, "export"))) {
         rc = KILN_ERR_IO; /* the message is set */

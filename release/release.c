@@ -434,7 +434,8 @@ static kiln_err publish_data(rel *r) {
     KILN_CHECK_IF(rc, out, !comment, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out, kiln_sign_file(o->release_keys[0], r->data, comment, &sig));
     kiln_registry_published pub;
-    KILN_CHECK(rc, out, kiln_registry_data_publish(o->client, r->data, o->name, sig, strlen(sig), &pub));
+    KILN_CHECK(rc, out,
+               kiln_registry_data_publish(o->client, r->data, o->name, sig, strlen(sig), &pub));
     snprintf(r->res->data, sizeof r->res->data, "published as %s", o->name);
 out:
     if (ds) kiln_dataset_free(ds);

@@ -25,14 +25,14 @@ typedef struct repro {
     const kiln_reproduce_opts *o;
     kiln_reproduce_result *res;
     char *released, *run, *model, *archive, *summary;
-    char *data;         /* --data, or the dataset pulled by its digest */
+    char *data;                     /* --data, or the dataset pulled by its digest */
     char data_sha[KILN_SHA256_HEX]; /* its sha256 */
     char data_from[KILN_SIGN_NAME_MAX + KILN_REGISTRY_NAME_MAX + 64]; /* how it was got */
-    json_t *card;       /* the released card */
-    kiln_manifest *man; /* the released manifest */
-    long target;        /* the step to train to */
-    volatile int stop;  /* set at the target step, or when the caller's stop is */
-    bool stopped_here;  /* the stop was ours */
+    json_t *card;                                                     /* the released card */
+    kiln_manifest *man;                                               /* the released manifest */
+    long target;                                                      /* the step to train to */
+    volatile int stop; /* set at the target step, or when the caller's stop is */
+    bool stopped_here; /* the stop was ours */
     char line[1024];
 } repro;
 
@@ -72,14 +72,12 @@ static kiln_err check_lineage(repro *r, const json_t *lin, const char **ds_sha) 
                      ? json_string_value(json_object_get(lin, "framework"))
                      : "");
     const char *num = json_string_value(json_object_get(lin, "numerics"));
-    KILN_FAIL_IF(num && !strncmp(num, "cuda", 4) && kiln_train_cuda_devices() <= 0,
-                 KILN_ERR_DEVICE,
+    KILN_FAIL_IF(num && !strncmp(num, "cuda", 4) && kiln_train_cuda_devices() <= 0, KILN_ERR_DEVICE,
                  "%s@%s was trained on a GPU (lineage.numerics '%s') and this host has no usable "
                  "CUDA device: reproduce it on a host with one",
                  who, ver, num);
     KILN_FAIL_IF(!json_is_object(json_object_get(lin, "config")), KILN_ERR_FORMAT,
-                 "%s@%s: the card's lineage has no config object: nothing to train with", who,
-                 ver);
+                 "%s@%s: the card's lineage has no config object: nothing to train with", who, ver);
     json_t *st = json_object_get(lin, "step");
     KILN_FAIL_IF(!json_is_integer(st) || json_integer_value(st) < 1, KILN_ERR_FORMAT,
                  "%s@%s: the card's lineage.step is missing or not a positive step", who, ver);
@@ -228,8 +226,8 @@ static kiln_err export_pack(repro *r) {
         .created = json_string_value(json_object_get(c, "created")),
         .add_files = carry_files,
         .add_files_ctx = r,
-        .data_withheld = json_is_true(
-            json_object_get(json_object_get(c, "lineage"), "dataset_withheld"))};
+        .data_withheld =
+            json_is_true(json_object_get(json_object_get(c, "lineage"), "dataset_withheld"))};
     KILN_TRY(kiln_export_model(&eo, NULL));
     /* The rebuilt run's own summary, for the losses (not packed: it holds tokens/s). */
     KILN_TRY(kiln_run_summary_write(r->run, r->target, r->summary));
@@ -278,7 +276,8 @@ static kiln_err tensor_diff(repro *r, const char *want_path, const char *got_pat
         size_t w = x->numel ? x->nbytes / x->numel : 1;
         for (size_t k = 0; k < x->numel; k++)
             if (memcmp((const char *)x->data + w * k, (const char *)y->data + w * k, w)) {
-                snprintf(out, n, "tensor '%s' first differs at index %zu: released %.9g, rebuilt %.9g",
+                snprintf(out, n,
+                         "tensor '%s' first differs at index %zu: released %.9g, rebuilt %.9g",
                          x->name, k, elem(x, k), elem(y, k));
                 goto done;
             }
@@ -319,8 +318,9 @@ static void member_diff(const json_t *want, const json_t *got, const char *prefi
             *len += (size_t)snprintf(out + *len, size - *len, "%s%s%s differs", *len ? "; " : "",
                                      prefix, k);
         else if (*len < size)
-            *len += (size_t)snprintf(out + *len, size - *len, "%s%s%s released %.80s, rebuilt %.80s",
-                                     *len ? "; " : "", prefix, k, a ? a : "?", b ? b : "absent");
+            *len +=
+                (size_t)snprintf(out + *len, size - *len, "%s%s%s released %.80s, rebuilt %.80s",
+                                 *len ? "; " : "", prefix, k, a ? a : "?", b ? b : "absent");
         free(a);
         free(b);
     }
@@ -338,8 +338,10 @@ static kiln_err card_diff(repro *r) {
     free(p);
     KILN_TRY(rc);
     size_t len = 0;
-    const char *want_id = json_string_value(json_object_get(json_object_get(r->card, "lineage"), "run_id")),
-               *got_id = json_string_value(json_object_get(json_object_get(got, "lineage"), "run_id"));
+    const char *want_id = json_string_value(
+                   json_object_get(json_object_get(r->card, "lineage"), "run_id")),
+               *got_id =
+                   json_string_value(json_object_get(json_object_get(got, "lineage"), "run_id"));
     /* The run id is the digest of the config, the dataset and the --init model (docs/train.md):
      * when the recorded ones do not give the recorded id, the card is not what was trained. */
     if (want_id && got_id && strcmp(want_id, got_id))
@@ -366,10 +368,14 @@ static kiln_err loss_diff(repro *r) {
     }
     KILN_CHECK(rc, out, kiln_json_load_file(p, &want));
     KILN_CHECK(rc, out, kiln_json_load_file(r->summary, &got));
-    const json_t *ws = json_object_get(json_object_get(json_object_get(want, "series"), "loss"), "step"),
-                 *wv = json_object_get(json_object_get(json_object_get(want, "series"), "loss"), "value"),
-                 *gs = json_object_get(json_object_get(json_object_get(got, "series"), "loss"), "step"),
-                 *gv = json_object_get(json_object_get(json_object_get(got, "series"), "loss"), "value");
+    const json_t *ws = json_object_get(json_object_get(json_object_get(want, "series"), "loss"),
+                                       "step"),
+                 *wv = json_object_get(json_object_get(json_object_get(want, "series"), "loss"),
+                                       "value"),
+                 *gs = json_object_get(json_object_get(json_object_get(got, "series"), "loss"),
+                                       "step"),
+                 *gv = json_object_get(json_object_get(json_object_get(got, "series"), "loss"),
+                                       "value");
     size_t j = 0;
     for (size_t i = 0; i < json_array_size(ws); i++) {
         json_int_t s = json_integer_value(json_array_get(ws, i));
@@ -379,12 +385,12 @@ static kiln_err loss_diff(repro *r) {
         if (json_equal(json_array_get(wv, i), json_array_get(gv, j))) continue;
         snprintf(r->res->loss, sizeof r->res->loss,
                  "the loss first differs at step %lld: released %.9g, rebuilt %.9g", (long long)s,
-                 json_number_value(json_array_get(wv, i)), json_number_value(json_array_get(gv, j)));
+                 json_number_value(json_array_get(wv, i)),
+                 json_number_value(json_array_get(gv, j)));
         goto out;
     }
     snprintf(r->res->loss, sizeof r->res->loss,
-             "the loss of every step the run summary keeps (%zu) is the same",
-             json_array_size(ws));
+             "the loss of every step the run summary keeps (%zu) is the same", json_array_size(ws));
 out:
     json_decref(want);
     json_decref(got);
@@ -448,8 +454,8 @@ kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result 
     }
     KILN_CHECK(rc, out, kiln_mkdir_p(o->workdir));
 
-    kiln_registry_pull_opts p = {.ref = o->ref, .trust = o->trust, .out = r.released,
-                                 .state = o->state};
+    kiln_registry_pull_opts p = {
+        .ref = o->ref, .trust = o->trust, .out = r.released, .state = o->state};
     kiln_registry_pulled got;
     KILN_CHECK(rc, out, kiln_registry_pull(o->client, &p, &got));
     snprintf(res->version, sizeof res->version, "%s", got.version);
@@ -466,8 +472,8 @@ kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result 
         snprintf(r.line, sizeof r.line, "dataset sha256:%s %s, into '%s'", ds_sha, r.data_from,
                  r.data);
     else
-        snprintf(r.line, sizeof r.line, "dataset '%s' is sha256:%s, as the lineage records",
-                 r.data, ds_sha);
+        snprintf(r.line, sizeof r.line, "dataset '%s' is sha256:%s, as the lineage records", r.data,
+                 ds_sha);
     done(&r);
     r.archive = kiln_asprintf("%s/%s-%s.kiln", o->workdir, res->model, res->version);
     KILN_CHECK_IF(rc, out, !r.archive, KILN_ERR_NOMEM, "out of memory");

@@ -81,8 +81,8 @@ kiln_err kiln_registry_data_pull(const kiln_registry_client_opts *c, const char 
     KILN_CHECK_IF(rc, done, !label, KILN_ERR_NOMEM, "out of memory");
     if (!kiln_path_exists(out)) {
         KILN_CHECK(rc, done, reg_download(c, hex, (uint64_t)size, partial));
-        rc = reg_dataset_verify(t, sig, strlen(sig), label, partial, res->name, hex,
-                                res->signed_by, sizeof res->signed_by);
+        rc = reg_dataset_verify(t, sig, strlen(sig), label, partial, res->name, hex, res->signed_by,
+                                sizeof res->signed_by);
         if (rc) {
             unlink(partial);
             goto done;
@@ -92,8 +92,9 @@ kiln_err kiln_registry_data_pull(const kiln_registry_client_opts *c, const char 
         dir = kiln_dirname(out);
         if (dir) KILN_CHECK(rc, done, kiln_fsync_dir(dir));
     } else {
-        KILN_CHECK(rc, done, reg_dataset_verify(t, sig, strlen(sig), label, out, res->name, hex,
-                                                res->signed_by, sizeof res->signed_by));
+        KILN_CHECK(rc, done,
+                   reg_dataset_verify(t, sig, strlen(sig), label, out, res->name, hex,
+                                      res->signed_by, sizeof res->signed_by));
     }
     res->size = (uint64_t)size;
 done:

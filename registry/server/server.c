@@ -1191,7 +1191,8 @@ static bool dataset_hex(struct MHD_Connection *c, req *r, enum MHD_Result *res) 
     size_t n = strlen(r->seg[2]);
     bool ok = n == 64;
     for (size_t i = 0; ok && i < n; i++)
-        ok = (r->seg[2][i] >= '0' && r->seg[2][i] <= '9') || (r->seg[2][i] >= 'a' && r->seg[2][i] <= 'f');
+        ok = (r->seg[2][i] >= '0' && r->seg[2][i] <= '9') ||
+             (r->seg[2][i] >= 'a' && r->seg[2][i] <= 'f');
     if (!ok)
         *res = send_error(c, r, 400, "a dataset's digest is 64 lowercase hex digits, not '%s'",
                           r->seg[2]);
@@ -1243,7 +1244,8 @@ static enum MHD_Result dataset_start(kiln_registry_server *s, struct MHD_Connect
     if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
     if (n > s->max_upload)
         return send_error(c, r, 413,
-                          "dataset of %" PRIu64 " bytes is larger than this registry's limit of %" PRIu64,
+                          "dataset of %" PRIu64
+                          " bytes is larger than this registry's limit of %" PRIu64,
                           n, s->max_upload);
     const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
     size_t slen = sig ? strlen(sig) : 0;
