@@ -1175,13 +1175,32 @@ static enum MHD_Result do_datasets(kiln_registry_server *s, struct MHD_Connectio
                            "name, created, digest",
                            -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "listing datasets"));
+    /* The versions trained on each: their cards' lineage.dataset_sha256 (the stored card is the
+     * archive's, whose digest the release keys signed through the manifest). */
+    sqlite3_stmt *tr = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT model || '@' || version FROM versions WHERE "
+                           "json_valid(card) AND 'sha256:' || json_extract(card, "
+                           "'$.lineage.dataset_sha256') = ?1 ORDER BY model, created, version",
+                           -1, &tr, NULL) != SQLITE_OK) {
+        sqlite3_finalize(st);
+        return send_kiln_error(c, r, reg_db_fail(db, "listing datasets"));
+    }
     json_t *arr = json_array();
-    while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(arr, json_pack("{s:s, s:s, s:I, s:s, s:o}", "name", col(st, 0),
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *trained = json_array();
+        sqlite3_reset(tr);
+        sqlite3_bind_text(tr, 1, col(st, 1), -1, SQLITE_TRANSIENT);
+        while (sqlite3_step(tr) == SQLITE_ROW)
+            json_array_append_new(trained, json_string(col(tr, 0)));
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "name", col(st, 0),
                                              "digest", col(st, 1), "size",
                                              (json_int_t)sqlite3_column_int64(st, 2), "publisher",
                                              col(st, 3), "created",
-                                             time_json(sqlite3_column_int64(st, 4))));
+                                             time_json(sqlite3_column_int64(st, 4)),
+                                             "trained", trained));
+    }
+    sqlite3_finalize(tr);
     sqlite3_finalize(st);
     return send_json(c, r, 200, json_pack("{s:o}", "datasets", arr));
 }

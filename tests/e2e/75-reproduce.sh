@@ -62,6 +62,7 @@ h=$($KILN data inspect d.st | sed -n 's/^sha256 *//p')
 grep -q "^\[8/9\] publish .*; dataset sha256:$h published as market\$" rel1.out || fail "dataset not published: $(cat rel1.out)"
 $KILN models --registry "$URL" >models.out || fail "kiln models"
 grep -q "^  market  *sha256:$h  [0-9]* bytes  published by ci at " models.out || fail "kiln models lists no dataset: $(cat models.out)"
+grep -q "^    trained on it: market@1.0.0\$" models.out || fail "kiln models does not name the version trained on it: $(cat models.out)"
 $KILN data pull "market@sha256:$h" --registry "$URL" --trust trust.json --out pulled.st >out || fail "data pull"
 cmp -s pulled.st d.st || fail "the pulled dataset is not the published one"
 grep -q "^signed by rel\$" out || fail "data pull: $(cat out)"
