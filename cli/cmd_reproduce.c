@@ -57,7 +57,8 @@ static void on_progress(void *ctx, const kiln_train_progress *p) {
 }
 
 int cmd_reproduce(int argc, char **argv) {
-    const char *trust = NULL, *state = NULL, *data = NULL, *init = NULL, *workdir = NULL;
+    const char *trust = NULL, *state = NULL, *data = NULL, *init = NULL, *workdir = NULL,
+               *sign = NULL;
     long threads = 0;
     cli_registries r = {0};
     const cli_opt opts[] = {
@@ -77,12 +78,16 @@ int cmd_reproduce(int argc, char **argv) {
         {"threads", CLI_INT, &threads, "N", "training threads (the bits do not depend on it)",
          false},
         {"state", CLI_STR, &state, "DIR", "pull state (default ~/.local/state/kiln)", false},
+        {"sign", CLI_STR, &sign, "KEY",
+         "sign a reproduction record of the verdict with this key (the reproduce role) and put "
+         "it to the registry (--token: publish scope)",
+         false},
         CLI_TIMEOUT_OPT(&r.timeout),
         {0},
     };
     cli_spec spec = {
         "kiln reproduce NAME@VERSION|NAME@CHANNEL --registry URL --trust FILE [--data DATA] "
-        "[--workdir DIR] [--threads N] [--init MODEL]",
+        "[--workdir DIR] [--threads N] [--init MODEL] [--sign KEY --token T]",
         "Pull and verify a model, train it again from scratch from its signed lineage (config, "
         "seed, step, dataset digest), export and pack it, and compare: exit 0 when "
         "model.safetensors and the archive are byte-identical, 1 when they differ, 2 when it "
@@ -99,6 +104,16 @@ int cmd_reproduce(int argc, char **argv) {
         cli_registries_release(&r);
         return cli_usage_error("--threads must be between 1 and 1024");
     }
+    kiln_sign_seckey *sk = NULL;
+    if (sign) {
+        kiln_err ke = cli_load_seckey(sign, &sk);
+        if (ke) {
+            cli_registries_release(&r);
+            return cli_fail(ke);
+        }
+    }
+    char host[256] = "?";
+    if (gethostname(host, sizeof host - 1)) snprintf(host, sizeof host, "?");
     char tmp[PATH_MAX] = "";
     /* What a run that could not run leaves: a work directory it made is removed. */
     kiln_dir_state was = workdir ? kiln_path_dir_state(workdir) : KILN_DIR_ABSENT;
@@ -107,6 +122,7 @@ int cmd_reproduce(int argc, char **argv) {
         snprintf(tmp, sizeof tmp, "%s/kiln-reproduce-XXXXXX", t && *t ? t : "/tmp");
         if (!mkdtemp(tmp)) {
             cli_registries_release(&r);
+            kiln_sign_seckey_free(sk);
             fprintf(stderr, "kiln: error: cannot create a work directory '%s'\n", tmp);
             return 2;
         }
@@ -127,12 +143,19 @@ int cmd_reproduce(int argc, char **argv) {
                              .workdir = workdir,
                              .threads = (int)threads,
                              .stop = &repro_stop,
+                             .sign_key = sk,
+                             .host = host,
                              .on_stage = on_stage,
                              .progress = on_progress,
                              .ctx = &ui};
     kiln_reproduce_result res;
     kiln_err e = kiln_reproduce_run(&o, &res);
     cli_registries_release(&r);
+    kiln_sign_seckey_free(sk);
+    if (e && sign && res.rebuilt[0])
+        /* Compared, then the record failed: the verdict still said. */
+        printf("%s %s@%s (its reproduction record was not stored)\n",
+               res.identical ? "reproduced" : "not reproduced", res.model, res.version);
     if (ui.tty) fprintf(stderr, "\r%79s\r", "");
     if (e) {
         fprintf(stderr, "kiln: error: %s\n", kiln_errmsg());
@@ -147,6 +170,8 @@ int cmd_reproduce(int argc, char **argv) {
     if (res.identical) {
         printf("reproduced %s@%s: model.safetensors and the archive are byte-identical (%s)\n",
                res.model, res.version, res.digest);
+        if (res.recorded)
+            printf("reproduction record (identical) signed by '%s' put to the registry\n", sign);
         if (tmp[0]) kiln_rmtree(tmp);
         return 0;
     }
@@ -158,5 +183,7 @@ int cmd_reproduce(int argc, char **argv) {
     if (res.card[0]) printf("  card      %s\n", res.card);
     if (res.loss[0]) printf("  training  %s\n", res.loss);
     printf("  this build %s; work directory '%s' kept\n", kiln_version(), workdir);
+    if (res.recorded)
+        printf("reproduction record (different) signed by '%s' put to the registry\n", sign);
     return 1;
 }

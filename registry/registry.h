@@ -269,6 +269,25 @@ kiln_err kiln_registry_data_pull(const kiln_registry_client_opts *c, const char 
                                  const char *hex, const char *trust, const char *out,
                                  kiln_registry_data_pulled *res) KILN_MUST_CHECK;
 
+/* ---- reproduction records (kiln reproduce --sign; docs/reproduce.md) ---- */
+
+/* The record of a reproduction of model@version (digest the archive's "sha256:<hex>"): the
+ * canonical JSON text {"format": "kiln-reproduction/1", "model", "version", "digest",
+ * "dataset_sha256", "code_version", "host", "time", "verdict": "identical" | "different"}
+ * (*text, caller frees) and its signature by sk (*sig, a .minisig text, caller frees) with the
+ * trusted comment "kiln-reproduction/1\tdigest:DIGEST\tverdict:V". */
+kiln_err kiln_registry_repro_sign(const kiln_sign_seckey *sk, const char *model,
+                                  const char *version, const char *digest,
+                                  const char *dataset_sha256, const char *host, int64_t when,
+                                  bool identical, char **text, char **sig);
+/* The document {"record": text, "signature": sig} as the registry stores and serves it
+ * (caller frees; NULL when out of memory). */
+char *kiln_registry_repro_doc(const char *text, const char *sig);
+/* PUT it to model@version's reproduction records (a publish token); the registry verifies it
+ * under its policy (a key with the reproduce role, this version's digest). */
+kiln_err kiln_registry_repro_put(const kiln_registry_client_opts *c, const char *model,
+                                 const char *version, const char *doc);
+
 /* GET a path under the registry ("/v1/models") and parse the JSON body (new reference).
  * HTTP errors map to kiln_errs (404 NOTFOUND, 401/403 AUTH, 409 CONFLICT) with the
  * server's message. */

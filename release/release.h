@@ -117,6 +117,11 @@ typedef struct kiln_reproduce_opts {
     const char *workdir; /* absent or empty: released/, run/, model/, the archive go here */
     int threads;         /* 0: the trainer's default (every CPU this process may run on) */
     volatile int *stop;  /* NULL, or set non-zero to stop (KILN_ERR_INTERRUPTED) */
+    /* NULL, or a key (the reproduce role) that signs a reproduction record of the verdict,
+     * written to WORKDIR/reproduction.json and put to the registry (client's token: publish
+     * scope), host naming this machine in it. */
+    const kiln_sign_seckey *sign_key;
+    const char *host;
     /* Called once a stage is done with one line saying what it did (may be NULL). */
     void (*on_stage)(void *ctx, const char *line);
     /* Each training step (may be NULL): for a progress bar and an ETA. */
@@ -136,6 +141,7 @@ typedef struct kiln_reproduce_result {
      * numerics, ...: released, then this build's); the first step whose loss differs from the
      * released run summary's. */
     char tensor[512], card[1024], loss[256];
+    bool recorded; /* a signed reproduction record was put to the registry */
 } kiln_reproduce_result;
 
 /* Run a reproduction. KILN_OK with res->identical saying the verdict; an error (no such model,

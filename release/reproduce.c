@@ -420,6 +420,29 @@ out:
     return rc;
 }
 
+/* The signed record of the verdict: WORKDIR/reproduction.json, then put to the registry. */
+static kiln_err record(repro *r, const char *ds_sha) {
+    char *text = NULL, *sig = NULL, *doc = NULL, *path = kiln_path_join(r->o->workdir,
+                                                                          "reproduction.json");
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !path, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out,
+               kiln_registry_repro_sign(r->o->sign_key, r->res->model, r->res->version,
+                                        r->res->digest, ds_sha, r->o->host ? r->o->host : "?",
+                                        kiln_unix_time(), r->res->identical, &text, &sig));
+    doc = kiln_registry_repro_doc(text, sig);
+    KILN_CHECK_IF(rc, out, !doc, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_write_file_atomic(path, doc, strlen(doc)));
+    KILN_CHECK(rc, out, kiln_registry_repro_put(r->o->client, r->res->model, r->res->version, doc));
+    r->res->recorded = true;
+out:
+    free(text);
+    free(sig);
+    free(doc);
+    free(path);
+    return rc;
+}
+
 kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result *res) {
     memset(res, 0, sizeof *res);
     KILN_FAIL_IF(!o || !o->client || !o->ref || !o->trust || !o->workdir, KILN_ERR_USAGE,
@@ -482,6 +505,7 @@ kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result 
     KILN_CHECK(rc, out, export_pack(&r));
     done(&r);
     KILN_CHECK(rc, out, compare(&r));
+    if (o->sign_key) KILN_CHECK(rc, out, record(&r, ds_sha));
 out:
     json_decref(r.card);
     kiln_manifest_free(r.man);

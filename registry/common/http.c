@@ -746,6 +746,50 @@ out:
     return rc;
 }
 
+kiln_err kiln_registry_repro_sign(const kiln_sign_seckey *sk, const char *model,
+                                  const char *version, const char *digest,
+                                  const char *dataset_sha256, const char *host, int64_t when,
+                                  bool identical, char **text, char **sig) {
+    *text = *sig = NULL;
+    char t[21];
+    kiln_format_time(when, t);
+    const char *verdict = identical ? "identical" : "different";
+    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "format", REG_REPRO_FORMAT,
+                          "model", model, "version", version, "digest", digest, "dataset_sha256",
+                          dataset_sha256, "code_version", kiln_version(), "host", host, "time", t,
+                          "verdict", verdict);
+    char *canon = j ? kiln_json_canonical(j) : NULL;
+    json_decref(j);
+    char *tc = kiln_asprintf("%s\tdigest:%s\tverdict:%s", REG_REPRO_FORMAT, digest, verdict);
+    kiln_err rc = canon && tc ? kiln_sign_buffer(sk, canon, strlen(canon), tc, KILN_SIGN_PREHASHED,
+                                                 sig)
+                              : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    free(tc);
+    if (rc) {
+        free(canon);
+        return rc;
+    }
+    *text = canon;
+    return KILN_OK;
+}
+
+char *kiln_registry_repro_doc(const char *text, const char *sig) {
+    json_t *j = json_pack("{s:s,s:s}", "record", text, "signature", sig);
+    char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return s;
+}
+
+kiln_err kiln_registry_repro_put(const kiln_registry_client_opts *c, const char *model,
+                                 const char *version, const char *doc) {
+    KILN_TRY(reg_client_init(c));
+    char *path = kiln_asprintf("/v1/models/%s/versions/%s/reproductions", model, version);
+    KILN_FAIL_IF(!path, KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = reg_put_text(c, path, doc, strlen(doc), NULL);
+    free(path);
+    return rc;
+}
+
 /* ---- download ---- */
 
 typedef struct dl {

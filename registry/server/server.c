@@ -73,7 +73,14 @@ struct kiln_registry_server {
     uint64_t auth_refused[REG_AUTH_NREASONS];
 };
 
-typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST, BODY_DATASET } body_kind;
+typedef enum {
+    BODY_NONE,
+    BODY_ARCHIVE,
+    BODY_RECORD,
+    BODY_TRUST,
+    BODY_DATASET,
+    BODY_REPRO
+} body_kind;
 
 /* One request, from its headers to its completion. */
 typedef struct req {
@@ -1375,6 +1382,141 @@ static bool signed_doc_text(struct MHD_Connection *c, req *r, const char *bad, c
     return true;
 }
 
+/* ---- reproduction records (docs/reproduce.md) ---- */
+
+/* model@version's records as [{"record", "signature", "signer", "verdict", "publisher",
+ * "created"}], oldest first, into *out (new). */
+static kiln_err load_repros(sqlite3 *db, const char *model, const char *version, json_t **out) {
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT record, signature, signer, verdict, publisher, created FROM "
+                           "reproductions WHERE model = ?1 AND version = ?2 ORDER BY created, "
+                           "rowid",
+                           -1, &st, NULL) != SQLITE_OK)
+        return reg_db_fail(db, "reading reproduction records");
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+    json_t *arr = json_array();
+    while (arr && sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "record",
+                                             col(st, 0), "signature", col(st, 1), "signer",
+                                             col(st, 2), "verdict", col(st, 3), "publisher",
+                                             col(st, 4), "created",
+                                             time_json(sqlite3_column_int64(st, 5))));
+    sqlite3_finalize(st);
+    if (!arr) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    *out = arr;
+    return KILN_OK;
+}
+
+static enum MHD_Result do_repros(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                 sqlite3 *db) {
+    (void)s;
+    json_t *arr;
+    kiln_err rc = load_repros(db, r->seg[0], r->seg[1], &arr);
+    if (rc) return send_kiln_error(c, r, rc);
+    return send_json(c, r, 200,
+                     json_pack("{s:s, s:s, s:o}", "name", r->seg[0], "version", r->seg[1],
+                               "reproductions", arr));
+}
+
+static enum MHD_Result repro_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                   sqlite3 *db) {
+    (void)db;
+    return signed_doc_start(s, c, r, BODY_REPRO, "a reproduction record",
+                            "reproduction records", REG_REPRO_MAX);
+}
+
+/* The body {"record": text, "signature": text}: the record verified under the server's policy
+ * (a key with the reproduce role, naming this version's stored digest), then stored. */
+static enum MHD_Result repro_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db) {
+    enum MHD_Result ret;
+    if (!signed_doc_text(c, r, "bad reproduction record", "reproduction record", &ret))
+        return ret;
+    char label[200];
+    snprintf(label, sizeof label, "reproduction record for %s@%s", r->seg[0], r->seg[1]);
+    json_t *doc = NULL;
+    kiln_err rc = kiln_json_parse(r->rec, r->rec_len, label, &doc);
+    const char *text = json_string_value(json_object_get(doc, "record")),
+               *sig = json_string_value(json_object_get(doc, "signature"));
+    if (!rc && (!text || !sig))
+        rc = kiln_fail(KILN_ERR_FORMAT, "%s: the body must be {\"record\": TEXT, \"signature\": "
+                       "TEXT}", label);
+    uint64_t size = 0;
+    char *digest = NULL;
+    if (!rc) digest = reg_version_digest_size(db, r->seg[0], r->seg[1], &size, &rc);
+    if (!rc && !digest)
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "version '%s@%s' not found", r->seg[0], r->seg[1]);
+    const kiln_sign_trust_key *k = NULL;
+    bool identical = false;
+    char signer[KILN_SIGN_NAME_MAX + 1] = "";
+    if (!rc) {
+        trust_ref *tr = trust_acquire(s);
+        rc = tr ? reg_repro_verify(tr->t, text, sig, label, r->seg[0], r->seg[1], digest, &k,
+                                   &identical)
+                : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
+        if (!rc) snprintf(signer, sizeof signer, "%s", k->name);
+        trust_release(s, tr);
+    }
+    sqlite3_stmt *st = NULL;
+    if (!rc && (rc = reg_db_exec(db, "BEGIN IMMEDIATE")) == KILN_OK) {
+        if (sqlite3_prepare_v2(db,
+                               "INSERT OR IGNORE INTO reproductions(model, version, digest, signer,"
+                               " verdict, record, signature, publisher, created) VALUES(?1, ?2, "
+                               "?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                               -1, &st, NULL) != SQLITE_OK)
+            rc = reg_db_fail(db, "storing a reproduction record");
+        if (!rc) {
+            sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 4, signer, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 5, identical ? "identical" : "different", -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 7, sig, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 8, r->token_name ? r->token_name : "?", -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 9, kiln_unix_time());
+            if (sqlite3_step(st) != SQLITE_DONE) rc = reg_db_fail(db, "storing a reproduction record");
+        }
+        if (st) sqlite3_finalize(st);
+        if (!rc) rc = reg_audit(db, r->token_name, "reproduce", r->seg[0], r->seg[1], NULL, digest);
+        if (!rc) rc = reg_db_exec(db, "COMMIT");
+        if (rc) (void)reg_db_exec(db, "ROLLBACK");
+    }
+    json_decref(doc);
+    if (rc) {
+        free(digest);
+        return send_kiln_error(c, r, rc);
+    }
+    ret = send_json(c, r, 201,
+                    json_pack("{s:s, s:s, s:s, s:s, s:s}", "name", r->seg[0], "version", r->seg[1],
+                              "digest", digest, "signer", signer, "verdict",
+                              identical ? "identical" : "different"));
+    free(digest);
+    return ret;
+}
+
+/* A channel whose policy asks for reproduction records (reproduced_by) takes a record only for
+ * a version that has them, verified here under the server's policy. */
+static kiln_err repro_gate(kiln_registry_server *s, sqlite3 *db, const reg_record *rec) {
+    trust_ref *tr = trust_acquire(s);
+    const char *const *keys;
+    size_t nkeys;
+    kiln_err rc = KILN_OK;
+    if (tr && kiln_sign_trust_reproduced_by(tr->t, rec->channel, &keys, &nkeys)) {
+        json_t *docs = NULL;
+        rc = load_repros(db, rec->model, rec->version, &docs);
+        if (!rc)
+            rc = reg_repro_required(tr->t, rec->channel, docs, rec->model, rec->version,
+                                    rec->digest, "the channel record");
+        json_decref(docs);
+    }
+    trust_release(s, tr);
+    return rc;
+}
+
 static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                     sqlite3 *db) {
     return signed_doc_start(s, c, r, BODY_RECORD, "a channel record", "channel records",
@@ -1400,6 +1542,7 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
         rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
     if (!rc && rec.expires <= kiln_unix_time())
         rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
+    if (!rc) rc = repro_gate(s, db, &rec);
     if (!rc)
         rc = reg_record_insert(db, &rec, r->rec, r->token_name, kiln_unix_time(), r->token_name,
                                r->audit, NULL);
@@ -1534,6 +1677,11 @@ static const route_row routes[] = {
      R_TRUST_N},
     {"PUT", "/v1/trust/{version}", REG_R_TRUST_VERSION, KILN_SCOPE_ADMIN, trust_start, NULL,
      "trust.put", R_WRITE | R_TRUST_N},
+    {"GET", "/v1/models/{model}/versions/{version}/reproductions", REG_R_REPRODUCTIONS,
+     KILN_SCOPE_READ, do_repros, NULL, NULL, 0},
+    /* The audit row ("reproduce") is written with the record's insert. */
+    {"PUT", "/v1/models/{model}/versions/{version}/reproductions", REG_R_REPRODUCTIONS,
+     KILN_SCOPE_PUBLISH, repro_start, NULL, "reproduce", R_WRITE},
     {"GET", "/v1/datasets", REG_R_DATASETS, KILN_SCOPE_READ, do_datasets, NULL, NULL, 0},
     {"GET", "/v1/datasets/{model}/sha256/{digest}", REG_R_DATASET, KILN_SCOPE_READ, do_dataset,
      NULL, NULL, 0},
@@ -1796,10 +1944,12 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                     ? kiln_fail(KILN_ERR_VERIFY, "upload is longer than its Content-Length")
                     : reg_upload_write(&r->up, upload_data, n);
             if (rc) body_fail(r, rc);
-        } else if (r->body == BODY_RECORD || r->body == BODY_TRUST) {
+        } else if (r->body == BODY_RECORD || r->body == BODY_TRUST || r->body == BODY_REPRO) {
             if (r->rec_len + n > r->rec_cap)
                 body_fail(r, kiln_fail(KILN_ERR_LIMIT, "%s is longer than its Content-Length",
-                                       r->body == BODY_RECORD ? "channel record" : "trust version"));
+                                       r->body == BODY_RECORD  ? "channel record"
+                                       : r->body == BODY_TRUST ? "trust version"
+                                                               : "reproduction record"));
             else {
                 memcpy(r->rec + r->rec_len, upload_data, n);
                 r->rec_len += n;
@@ -1814,6 +1964,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                           : r->body == BODY_RECORD ? record_finish(s, c, r, db)
                           : r->body == BODY_TRUST  ? trust_finish(s, c, r, db)
                           : r->body == BODY_DATASET ? dataset_finish(s, c, r, db)
+                          : r->body == BODY_REPRO   ? repro_finish(s, c, r, db)
                                                    : send_error(c, r, 500, "no response");
     reg_db_close(db);
     return res;

@@ -238,6 +238,7 @@ enum reg_route {
     REG_R_UI_VERSION,    /* "/ui/models/{model}/versions/{version}" */
     REG_R_DATASETS,      /* "/v1/datasets" */
     REG_R_DATASET,       /* "/v1/datasets/{model}/sha256/{digest}": name in seg[0] */
+    REG_R_REPRODUCTIONS, /* "/v1/models/{model}/versions/{version}/reproductions" */
     REG_R_COUNT
 };
 

@@ -41,7 +41,13 @@ static const char *const schema =
      * archives'; stores made before it get it at their next open. */
     "CREATE TABLE IF NOT EXISTS datasets("
     " name TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL, signature TEXT NOT NULL,"
-    " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(name, digest));";
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(name, digest));"
+    /* Reproduction records (kiln reproduce --sign): the record's text and its signature as
+     * verified on upload, and again by whoever reads them. */
+    "CREATE TABLE IF NOT EXISTS reproductions("
+    " model TEXT NOT NULL, version TEXT NOT NULL, digest TEXT NOT NULL, signer TEXT NOT NULL,"
+    " verdict TEXT NOT NULL, record TEXT NOT NULL, signature TEXT NOT NULL,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, UNIQUE(model, version, record, signature));";
 
 /* Schema versions, kept in PRAGMA user_version. 0 is the store as the first kiln made it
  * (the tables above, no version recorded); step N brings a store from version N-1 to N. A

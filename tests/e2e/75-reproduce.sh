@@ -159,4 +159,43 @@ if ! ls /dev/nvidia0 >/dev/null 2>&1; then
     grep -q "was trained on a GPU (lineage.numerics 'cuda cublas') and this host has no usable CUDA device" err ||
         fail "gpu model: $(cat err)"
 fi
+# A channel that requires an independent reproduction: the policy's production channel names
+# the auditor's key (role reproduce) in reproduced_by. A promote is refused until a valid
+# record exists, one signed by a key outside the policy is refused by the registry, and a
+# client pulling the channel refuses the version once its record is gone.
+for k in auditor outsider; do $KILN keygen --out $k --no-password >/dev/null; done
+cat >trust-r.json <<JSON
+{"format":"kiln-trust/1","keys":[
+ {"name":"rel","pubkey":"$(sed -n 2p rel.pub)","roles":["release"]},
+ {"name":"prom","pubkey":"$(sed -n 2p prom.pub)","roles":["promote"]},
+ {"name":"auditor","pubkey":"$(sed -n 2p auditor.pub)","roles":["reproduce"]}],
+ "channels":{"production":{"threshold":1,"reproduced_by":{"keys":["auditor"],"threshold":1}}},
+ "accept_unvalidated": true}
+JSON
+kill "$PID"; wait "$PID" 2>/dev/null || true
+PUB2=$($KILN registry token create --root reg2 --name ci --scope publish)
+PROM2=$($KILN registry token create --root reg2 --name rm --scope promote)
+serve_registry reg2 --trust trust-r.json
+$KILN release run --name market --registry "$URL" --key rel.key --trust trust-r.json --token "$PUB2" \
+    --state st2 --windows 8 --version 1.0.0 --step 40 --out-dir q1 >q1.out || fail "release to reg2: $(cat q1.out)"
+P2="market 1.0.0 --channel production --key prom.key --registry $URL --token $PROM2"
+expect_fail 1 $KILN promote $P2
+grep -q "channel 'production' requires 1 reproduction record of market@1.0.0 (sha256:[0-9a-f]*) with the verdict identical, signed by 'auditor'; 0 valid" err ||
+    fail "promote without a reproduction: $(cat err)"
+RQ="market@1.0.0 --registry $URL --trust trust-r.json --state st2 --data d.st --token $PUB2"
+set +e; $KILN reproduce $RQ --sign outsider.key >out 2>err; rc=$?; set -e
+[ $rc -eq 2 ] || fail "a record by a key outside the policy: exit $rc"
+grep -q "^reproduced market@1.0.0 (its reproduction record was not stored)" out || fail "outsider: $(cat out)"
+grep -q "which the trust policy does not hold with the reproduce role" err || fail "outsider: $(cat err)"
+expect_fail 1 $KILN promote $P2
+$KILN reproduce $RQ --sign auditor.key >out 2>err || { cat err >&2; fail "reproduce --sign auditor.key"; }
+grep -q "^reproduction record (identical) signed by 'auditor.key' put to the registry\$" out || fail "auditor: $(cat out)"
+$KILN promote $P2 >out 2>err || fail "promote after the reproduction: $(cat err)"
+$KILN pull market@production --registry "$URL" --trust trust-r.json --state st3 --out svc >out 2>err ||
+    fail "pull of a reproduced version: $(cat err)"
+sqlite3 reg2/registry.db "DELETE FROM reproductions" || fail "sqlite3"
+expect_fail 1 $KILN pull market@production --registry "$URL" --trust trust-r.json --state st4 --out svc2
+grep -q "refusing the pull: channel 'production' requires 1 reproduction record" err || fail "pull without the record: $(cat err)"
+[ ! -e svc2 ] || fail "a refused pull installed the model"
+
 echo "75-reproduce: ok"
