@@ -152,8 +152,7 @@ int cmd_reproduce(int argc, char **argv) {
     kiln_err e = kiln_reproduce_run(&o, &res);
     cli_registries_release(&r);
     kiln_sign_seckey_free(sk);
-    if (e && sign && res.rebuilt[0])
-        /* Compared, then the record failed: the verdict still said. */
+    if (e && sign && res.rebuilt[0]) /* Compared, then the record failed: the verdict still said. */
         printf("%s %s@%s (its reproduction record was not stored)\n",
                res.identical ? "reproduced" : "not reproduced", res.model, res.version);
     if (ui.tty) fprintf(stderr, "\r%79s\r", "");

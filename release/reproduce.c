@@ -422,8 +422,8 @@ out:
 
 /* The signed record of the verdict: WORKDIR/reproduction.json, then put to the registry. */
 static kiln_err record(repro *r, const char *ds_sha) {
-    char *text = NULL, *sig = NULL, *doc = NULL, *path = kiln_path_join(r->o->workdir,
-                                                                          "reproduction.json");
+    char *text = NULL, *sig = NULL, *doc = NULL,
+         *path = kiln_path_join(r->o->workdir, "reproduction.json");
     kiln_err rc = KILN_OK;
     KILN_CHECK_IF(rc, out, !path, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, out,
