@@ -191,11 +191,17 @@ expect_fail 1 $KILN promote $P2
 $KILN reproduce $RQ --sign auditor.key >out 2>err || { cat err >&2; fail "reproduce --sign auditor.key"; }
 grep -q "^reproduction record (identical) signed by 'auditor.key' put to the registry\$" out || fail "auditor: $(cat out)"
 $KILN promote $P2 >out 2>err || fail "promote after the reproduction: $(cat err)"
+$KILN provenance market@production --registry "$URL" --trust trust-r.json --state st5 >prov.out 2>&1 || fail "provenance: $(cat prov.out)"
+grep -q "^reproduced  identical by auditor on .* at 20[0-9-]*T[0-9:]*Z, kiln 0\.1\.0 .*\[verified\]\$" prov.out ||
+    fail "provenance does not list the reproduction: $(cat prov.out)"
 $KILN pull market@production --registry "$URL" --trust trust-r.json --state st3 --out svc >out 2>err ||
     fail "pull of a reproduced version: $(cat err)"
 sqlite3 reg2/registry.db "DELETE FROM reproductions" || fail "sqlite3"
 expect_fail 1 $KILN pull market@production --registry "$URL" --trust trust-r.json --state st4 --out svc2
 grep -q "refusing the pull: channel 'production' requires 1 reproduction record" err || fail "pull without the record: $(cat err)"
 [ ! -e svc2 ] || fail "a refused pull installed the model"
+set +e; $KILN provenance market@production --registry "$URL" --trust trust-r.json --state st5 >prov.out 2>&1; rc=$?; set -e
+[ $rc -eq 1 ] && grep -q "^reproduced  \[FAILED: reproduced_by: channel 'production' requires 1 reproduction record" prov.out ||
+    fail "provenance without the record ($rc): $(cat prov.out)"
 
 echo "75-reproduce: ok"
