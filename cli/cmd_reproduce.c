@@ -158,7 +158,10 @@ int cmd_reproduce(int argc, char **argv) {
     if (ui.tty) fprintf(stderr, "\r%79s\r", "");
     if (e) {
         fprintf(stderr, "kiln: error: %s\n", kiln_errmsg());
-        if (tmp[0] || was == KILN_DIR_ABSENT)
+        /* Compared already (the record failed): the rebuilt run is kept to be looked at. */
+        if (res.rebuilt[0] && !tmp[0])
+            fprintf(stderr, "kiln: work directory '%s' kept\n", workdir);
+        else if (tmp[0] || was == KILN_DIR_ABSENT)
             kiln_rmtree(workdir);
         else if (was == KILN_DIR_EMPTY && kiln_path_dir_state(workdir) == KILN_DIR_FULL) {
             kiln_rmtree(workdir);
