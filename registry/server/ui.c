@@ -743,6 +743,50 @@ static kiln_err version_summary(const char *root, const char *digest, json_t **o
     return rc;
 }
 
+/* The version's reproduction records (kiln reproduce --sign), one line each as verified here
+ * under the server's policy (docs/reproduce.md). */
+static void reproductions(sqlite3 *db, const kiln_sign_trust *t, const char *model,
+                          const char *version, const char *digest, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL;
+    kiln_web_printf(b, "<h2>Reproductions</h2>\n");
+    if (prepare(db,
+                "SELECT record, signature FROM reproductions WHERE model = ?1 AND version = ?2 "
+                "ORDER BY created, rowid",
+                &st, "reading reproduction records")) {
+        kiln_web_para(b, kiln_errmsg());
+        kiln_errclear();
+        return;
+    }
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        char line[1024];
+        const kiln_sign_trust_key *k = NULL;
+        bool same = false;
+        json_t *rec = NULL;
+        n++;
+        if (!t) {
+            snprintf(line, sizeof line, "a record, not verified: this registry has no trust policy");
+        } else if (reg_repro_verify(t, col(st, 0), col(st, 1), "reproduction record", model,
+                                    version, digest, &k, &same) != KILN_OK) {
+            snprintf(line, sizeof line, "a record that does not verify: %s", kiln_errmsg());
+            kiln_errclear();
+        } else {
+            rec = json_loads(col(st, 0), JSON_REJECT_DUPLICATES, NULL);
+            snprintf(line, sizeof line, "%s by %s on %s at %s, kiln %s (verified)",
+                     same ? "identical" : "different", k->name,
+                     json_string_value(json_object_get(rec, "host")) ?: "?",
+                     json_string_value(json_object_get(rec, "time")) ?: "?",
+                     json_string_value(json_object_get(rec, "code_version")) ?: "?");
+        }
+        json_decref(rec);
+        kiln_web_para(b, line);
+    }
+    sqlite3_finalize(st);
+    if (!n) kiln_web_para(b, "No reproduction records (kiln reproduce --sign puts one).");
+}
+
 kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root, const char *model,
                         const char *version, int64_t now, kiln_web_buf *b) {
     sqlite3_stmt *st = NULL;
@@ -793,6 +837,7 @@ kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root,
     } else {
         kiln_web_run_summary(b, summary);
     }
+    reproductions(db, t, model, version, v.digest, b);
     kiln_web_end(b, KILN_WEB_VERSION, model, version, now);
     json_decref(summary);
     json_decref(card);

@@ -196,6 +196,9 @@ grep -q "^reproduced  identical by auditor on .* at 20[0-9-]*T[0-9:]*Z, kiln 0\.
     fail "provenance does not list the reproduction: $(cat prov.out)"
 $KILN pull market@production --registry "$URL" --trust trust-r.json --state st3 --out svc >out 2>err ||
     fail "pull of a reproduced version: $(cat err)"
+curl -sf "$URL/ui/models/market/versions/1.0.0" >page.html || fail "the version's web page"
+grep -q "<h2>Reproductions</h2>" page.html && grep -q "<p>identical by auditor on .* (verified)</p>" page.html ||
+    fail "the version's web page does not list the reproduction: $(grep -A3 Reproductions page.html)"
 sqlite3 reg2/registry.db "DELETE FROM reproductions" || fail "sqlite3"
 expect_fail 1 $KILN pull market@production --registry "$URL" --trust trust-r.json --state st4 --out svc2
 grep -q "refusing the pull: channel 'production' requires 1 reproduction record" err || fail "pull without the record: $(cat err)"
