@@ -570,19 +570,22 @@ static enum MHD_Result do_model(kiln_registry_server *s, struct MHD_Connection *
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT version, digest, size, publisher, created, validation FROM versions"
+            "SELECT version, digest, size, publisher, created, validation, (SELECT count(*) FROM"
+            " reproductions p WHERE p.model = v.model AND p.version = v.version) FROM versions v"
             " WHERE model = ?1 ORDER BY created, version",
             -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a model"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     json_t *versions = json_array(), *channels = json_object();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o, s:s}", "version",
-                                                  col(st, 0), "digest", col(st, 1), "size",
-                                                  (json_int_t)sqlite3_column_int64(st, 2),
+        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o, s:s, s:I}",
+                                                  "version", col(st, 0), "digest", col(st, 1),
+                                                  "size", (json_int_t)sqlite3_column_int64(st, 2),
                                                   "publisher", col(st, 3), "created",
                                                   time_json(sqlite3_column_int64(st, 4)),
-                                                  "validation", validation_verdict(st, 5)));
+                                                  "validation", validation_verdict(st, 5),
+                                                  "reproductions",
+                                                  (json_int_t)sqlite3_column_int64(st, 6)));
     sqlite3_finalize(st);
     st = NULL;
     if (sqlite3_prepare_v2(

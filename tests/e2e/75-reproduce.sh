@@ -196,6 +196,20 @@ grep -q "^reproduced  identical by auditor on .* at 20[0-9-]*T[0-9:]*Z, kiln 0\.
     fail "provenance does not list the reproduction: $(cat prov.out)"
 $KILN pull market@production --registry "$URL" --trust trust-r.json --state st3 --out svc >out 2>err ||
     fail "pull of a reproduced version: $(cat err)"
+# A mirror copies the records (verified under its policy), so a client with this policy can
+# pull through it.
+$KILN registry mirror --root mir --from "$URL" --trust trust-r.json --once >mir.out 2>&1 || fail "mirror: $(cat mir.out)"
+grep -q "market@1.0.0: reproduction record by auditor" mir.out || fail "the mirror copied no record: $(cat mir.out)"
+PURL=$URL
+: >mserve.out
+$KILN registry serve --root mir --listen 127.0.0.1:0 >mserve.out 2>mserve.err &
+MPID=$!
+trap 'kill $PID $MPID 2>/dev/null || true; rm -rf "$T"' EXIT
+serve_url mserve.out mserve.err
+MURL=$URL
+URL=$PURL
+$KILN pull market@production --registry "$MURL" --trust trust-r.json --state st6 --out svc3 >out 2>err ||
+    fail "pull through the mirror: $(cat err)"
 curl -sf "$URL/ui/models/market/versions/1.0.0" >page.html || fail "the version's web page"
 grep -q "<h2>Reproductions</h2>" page.html && grep -q "<p>identical by auditor on .* (verified)</p>" page.html ||
     fail "the version's web page does not list the reproduction: $(grep -A3 Reproductions page.html)"
