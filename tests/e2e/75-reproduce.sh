@@ -8,8 +8,12 @@
 # key that is no release key refused by the registry; --no-data (the card says so); a dataset
 # with one changed byte refused by digest before any training; a card whose config was altered and
 # re-signed rebuilt to another model (exit 1, naming the first differing tensor, the run id the
-# config does not give, the first step whose loss differs); a model kiln.torch trained and a
-# GPU-trained one on a host without a GPU refused in one line (exit 2).
+# config does not give, the first step whose loss differs); a run started from --init; a model
+# kiln.torch trained and a GPU-trained one on a host without a GPU refused in one line (exit
+# 2). Then a channel that requires an independent reproduction (the policy's reproduced_by): a
+# promote refused until a signed record exists, a record by a key outside the policy refused,
+# provenance, the version's web page and a mirror showing and carrying the record, and a pull
+# refused once the record is gone.
 . "$(dirname "$0")/lib.sh"
 cd "$T"
 rel_prom_trust
