@@ -149,6 +149,45 @@ static kiln_err ui_policy_of(const kiln_sign_trust *t, ui_policy *u) {
     return KILN_OK;
 }
 
+/* The datasets (kiln data publish), each with the versions whose card names its digest; no
+ * section when there are none. */
+static kiln_err datasets(sqlite3 *db, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL, *tr = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT name, digest, size, publisher, created FROM datasets ORDER BY "
+                       "name, created, digest",
+                       &st, "listing datasets"));
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT model || '@' || version FROM versions WHERE json_valid(card) AND "
+                       "'sha256:' || json_extract(card, '$.lineage.dataset_sha256') = ?1 ORDER "
+                       "BY model, created, version",
+                       &tr, "listing datasets"));
+    int r, n = 0;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!n++) kiln_web_printf(b, "<h2>Datasets</h2>\n");
+        char line[2048], when[21];
+        kiln_format_time(sqlite3_column_int64(st, 4), when);
+        size_t len =
+            (size_t)snprintf(line, sizeof line, "%s %s, %lld bytes, published by %s at %s",
+                             col(st, 0), col(st, 1), (long long)sqlite3_column_int64(st, 2),
+                             col(st, 3), when);
+        sqlite3_reset(tr);
+        sqlite3_bind_text(tr, 1, col(st, 1), -1, SQLITE_TRANSIENT);
+        for (int k = 0; sqlite3_step(tr) == SQLITE_ROW && len < sizeof line; k++)
+            len += (size_t)snprintf(line + len, sizeof line - len, "%s%s",
+                                    k ? ", " : "; trained on it: ", col(tr, 0));
+        kiln_web_para(b, line);
+    }
+    KILN_CHECK(rc, out, step_done(db, r, "listing datasets"));
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(tr);
+    return rc;
+}
+
 kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
     sqlite3_stmt *st = NULL, *ch = NULL;
     kiln_err rc = KILN_OK;
@@ -199,6 +238,7 @@ kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_we
     }
     KILN_CHECK(rc, out, step_done(db, r, "listing models"));
     kiln_web_table_end(b, "Nothing has been published yet.");
+    KILN_CHECK(rc, out, datasets(db, b));
     kiln_web_end(b, KILN_WEB_HOME, NULL, NULL, now);
 out:
     sqlite3_finalize(st);

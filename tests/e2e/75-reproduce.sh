@@ -67,6 +67,9 @@ grep -q "^\[8/9\] publish .*; dataset sha256:$h published as market\$" rel1.out 
 $KILN models --registry "$URL" >models.out || fail "kiln models"
 grep -q "^  market  *sha256:$h  [0-9]* bytes  published by ci at " models.out || fail "kiln models lists no dataset: $(cat models.out)"
 grep -q "^    trained on it: market@1.0.0\$" models.out || fail "kiln models does not name the version trained on it: $(cat models.out)"
+curl -sf "$URL/" >home.html || fail "the registry's home page"
+grep -q "<h2>Datasets</h2>" home.html && grep -q "<p>market sha256:$h, [0-9]* bytes, published by ci at [0-9TZ:-]*; trained on it: market@1.0.0</p>" home.html ||
+    fail "the home page does not list the dataset: $(grep -A2 Datasets home.html)"
 $KILN data pull "market@sha256:$h" --registry "$URL" --trust trust.json --out pulled.st >out || fail "data pull"
 cmp -s pulled.st d.st || fail "the pulled dataset is not the published one"
 grep -q "^signed by rel\$" out || fail "data pull: $(cat out)"
