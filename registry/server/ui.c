@@ -170,10 +170,9 @@ static kiln_err datasets(sqlite3 *db, kiln_web_buf *b) {
         if (!n++) kiln_web_printf(b, "<h2>Datasets</h2>\n");
         char line[2048], when[21];
         kiln_format_time(sqlite3_column_int64(st, 4), when);
-        size_t len =
-            (size_t)snprintf(line, sizeof line, "%s %s, %lld bytes, published by %s at %s",
-                             col(st, 0), col(st, 1), (long long)sqlite3_column_int64(st, 2),
-                             col(st, 3), when);
+        size_t len = (size_t)snprintf(line, sizeof line, "%s %s, %lld bytes, published by %s at %s",
+                                      col(st, 0), col(st, 1),
+                                      (long long)sqlite3_column_int64(st, 2), col(st, 3), when);
         sqlite3_reset(tr);
         sqlite3_bind_text(tr, 1, col(st, 1), -1, SQLITE_TRANSIENT);
         for (int k = 0; sqlite3_step(tr) == SQLITE_ROW && len < sizeof line; k++)
@@ -807,7 +806,8 @@ static void reproductions(sqlite3 *db, const kiln_sign_trust *t, const char *mod
         json_t *rec = NULL;
         n++;
         if (!t) {
-            snprintf(line, sizeof line, "a record, not verified: this registry has no trust policy");
+            snprintf(line, sizeof line,
+                     "a record, not verified: this registry has no trust policy");
         } else if (reg_repro_verify(t, col(st, 0), col(st, 1), "reproduction record", model,
                                     version, digest, &k, &same) != KILN_OK) {
             snprintf(line, sizeof line, "a record that does not verify: %s", kiln_errmsg());
