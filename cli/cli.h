@@ -224,6 +224,8 @@ int cmd_data_export(int argc, char **argv); /* cmd_data.c */
 int cmd_data_import(int argc, char **argv);
 int cmd_data_inspect(int argc, char **argv);
 int cmd_data_synth(int argc, char **argv);
+int cmd_data_publish(int argc, char **argv); /* cmd_data_registry.c */
+int cmd_data_pull(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_golden_make(int argc, char **argv); /* cmd_golden.c */
 int cmd_infer(int argc, char **argv);
@@ -244,6 +246,7 @@ int cmd_registry_serve(int argc, char **argv);  /* cmd_registry.c */
 int cmd_registry_token(int argc, char **argv);  /* cmd_registry.c */
 int cmd_release(int argc, char **argv);
 int cmd_renew(int argc, char **argv);
+int cmd_reproduce(int argc, char **argv);
 int cmd_rollback(int argc, char **argv);
 int cmd_runs_diff(int argc, char **argv);    /* cmd_runs.c */
 int cmd_runs_explain(int argc, char **argv); /* cmd_runs.c */

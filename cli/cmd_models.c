@@ -158,6 +158,20 @@ static void print_text(const json_t *j) {
         }
         print_channels(json_object_get(m, "channels"), checked);
     }
+    const json_t *ds = json_object_get(j, "datasets");
+    if (json_array_size(ds)) printf("\ndatasets (kiln data pull NAME@sha256:... fetches one)\n");
+    json_array_foreach(ds, i, m) {
+        char n[80];
+        cli_clean(cli_jstr(m, "name"), 64, n, sizeof n);
+        printf("  %-20s %s  %lld bytes  published by %s at %s\n", n, cli_jstr(m, "digest"),
+               cli_jint(m, "size"), cli_jstr(m, "publisher"), cli_jstr(m, "created"));
+        const json_t *tr = json_object_get(m, "trained");
+        size_t k;
+        json_t *v;
+        json_array_foreach(tr, k, v) printf("%s%s", k ? ", " : "    trained on it: ",
+                                            json_string_value(v) ? json_string_value(v) : "?");
+        if (json_array_size(tr)) putchar('\n');
+    }
 }
 
 /* --expiring: only the channels it found, one line each. */

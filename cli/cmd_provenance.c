@@ -209,6 +209,28 @@ static void print_lineage(const json_t *l) {
     line_end(json_object_get(l, "config_check"));
 }
 
+/* The version's reproduction records (kiln reproduce --sign), each as verified here. */
+static void print_reproductions(const json_t *j) {
+    const json_t *rs = json_object_get(j, "reproductions"),
+                 *need = json_object_get(j, "reproduced_by");
+    size_t i;
+    json_t *r;
+    json_array_foreach(rs, i, r) {
+        const json_t *c = json_object_get(r, "check");
+        if (!strcmp(cli_jstr(c, "status"), "verified"))
+            printf("%s%s by %s on %s at %s, kiln %s  [verified]\n",
+                   i ? "            " : "reproduced  ", cli_jstr(r, "verdict"),
+                   cli_jstr(r, "signer"), cli_jstr(r, "host"), cli_jstr(r, "time"),
+                   cli_jstr(r, "code_version"));
+        else
+            printf("%srecord [not verified: %s]\n", i ? "            " : "reproduced  ",
+                   cli_jstr(c, "how"));
+    }
+    if (json_is_object(need))
+        printf("%s[FAILED: %s]\n", json_array_size(rs) ? "            " : "reproduced  ",
+               cli_jstr(need, "how"));
+}
+
 static void print_validation(const json_t *v) {
     printf("validation  %s", cli_jstr(v, "verdict"));
     line_end(json_object_get(v, "verdict_check"));
@@ -293,6 +315,7 @@ static void print_text(const json_t *j) {
     if (json_object_get(j, "archive")) print_archive(json_object_get(j, "archive"));
     if (json_object_get(j, "lineage")) print_lineage(json_object_get(j, "lineage"));
     if (json_object_get(j, "validation")) print_validation(json_object_get(j, "validation"));
+    print_reproductions(j);
     const json_t *probs = json_object_get(j, "problems");
     if (!json_array_size(probs)) {
         printf("result      verified: every check passed (lines marked registry's word or not "

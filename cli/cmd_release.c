@@ -48,7 +48,7 @@ int cmd_release(int argc, char **argv) {
     cli_list keys = {0}, pkeys = {0}, sets = {0};
     long step = 0, windows = 64;
     bool best = false;
-    bool no_bf16 = false;
+    bool no_bf16 = false, no_data = false;
     const cli_opt opts[] = {
         {"name", CLI_STR, &name, "N", "the model's name in the registry", true},
         {"version", CLI_STR, &version, "V", "the new version (versions are immutable)", true},
@@ -75,6 +75,8 @@ int cmd_release(int argc, char **argv) {
          false},
         {"windows", CLI_INT, &windows, "N", "golden windows (default 64)", false},
         {"no-bf16", CLI_FLAG, &no_bf16, NULL, "skip the f32-vs-bf16 parity check", false},
+        {"no-data", CLI_FLAG, &no_data, NULL,
+         "do not publish the training dataset (the card then says it was withheld)", false},
         {"set", CLI_MULTI, &sets, "KEY=VALUE", "override a validation threshold (repeatable)",
          false},
         {"state", CLI_STR, &state, "DIR",
@@ -155,6 +157,7 @@ int cmd_release(int argc, char **argv) {
         .windows = (int)windows,
         .thresholds = &th,
         .no_bf16 = no_bf16,
+        .no_data = no_data,
         .on_stage = on_stage,
         .model_dir = model,
         .reference = reference,

@@ -206,6 +206,12 @@ typedef struct kiln_export_opts {
      * train/). A failure stops the export and leaves nothing. NULL: none. */
     kiln_err (*add_files)(void *ctx, long step, const char *dir);
     void *add_files_ctx;
+    /* NULL, or the card's "created" (RFC 3339) instead of the checkpoint's time: kiln
+     * reproduce makes a released card again, with the time the release recorded. */
+    const char *created;
+    /* The card's lineage says "dataset_withheld": true: the dataset was kept off the
+     * registry (kiln release --no-data), so a reproduction needs it from its owner. */
+    bool data_withheld;
 } kiln_export_opts;
 
 /* What an export did; release with kiln_export_info_release. */
@@ -220,8 +226,8 @@ KILN_API void kiln_export_info_release(kiln_export_info *info);
 /* Freeze one checkpoint of a run into a model directory (docs/export.md): model.safetensors
  * with the trained parameters and norm.in_* (no optimizer state), config in kiln.config,
  * and card.json (format, name, dtype, config, created, lineage: run id, step, checkpoint
- * and its digests, run config, dataset digest, code version, the run's last validation
- * metrics from metrics.db). `created` comes from the checkpoint (kiln.created in its
+ * and its digests, run config, dataset digest, code version, the digest of the --init model
+ * when the run started from one, the run's last validation metrics from metrics.db). `created` comes from the checkpoint (kiln.created in its
  * metadata, else the time metrics.db logged for its step, else the file's modification
  * time), never the clock, so the same checkpoint gives the same bytes. The directory is
  * built beside out_dir and renamed into place: on any failure nothing is left. An existing

@@ -368,7 +368,8 @@ static json_t *str_or_null(const char *s) {
 
 /* The card (without name) from the checkpoint, run.json and metrics.db. */
 static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt *c,
-                          kiln_export_dtype dtype, const char *name, json_t **out) {
+                          kiln_export_dtype dtype, const char *name, const char *created_at,
+                          bool withheld, json_t **out) {
     kiln_err rc = KILN_OK;
     json_t *run = NULL, *metrics = NULL, *card = NULL, *lin = NULL, *tc = NULL, *ck = NULL;
     char *run_path = kiln_path_join(run_dir, "run.json");
@@ -400,7 +401,13 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
     double mtime = 0;
     bool mtime_ok = false;
     KILN_CHECK(rc, out, read_metrics(run_dir, c->step, &metrics, &mtime, &mtime_ok));
-    if (kc) {
+    if (created_at) {
+        /* A card made again (kiln reproduce): the time the first one recorded. */
+        if ((rc = kiln_export_parse_time(created_at, &secs))) {
+            kiln_errprefix(rc, "created time '%s': ", created_at);
+            goto out;
+        }
+    } else if (kc) {
         if ((rc = kiln_export_parse_time(kc, &secs))) {
             kiln_errprefix(rc, "'%s': kiln.created: ", ckpt_path);
             goto out;
@@ -442,6 +449,17 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
     const json_t *split = run ? json_object_get(run, "split") : NULL;
     if (json_is_object(split))
         KILN_CHECK_IF(rc, out, json_object_set_new(lin, "split", json_deep_copy(split)),
+                      KILN_ERR_NOMEM, "out of memory");
+    /* The model the run started from (--init), by digest: what a reproduction needs besides
+     * the dataset. Its path stays out, as every path does. */
+    const char *init_sha =
+        run ? json_string_value(json_object_get(json_object_get(run, "init"), "sha256")) : NULL;
+    if (init_sha)
+        KILN_CHECK_IF(rc, out,
+                      json_object_set_new(lin, "init", json_pack("{s:s}", "sha256", init_sha)),
+                      KILN_ERR_NOMEM, "out of memory");
+    if (withheld)
+        KILN_CHECK_IF(rc, out, json_object_set_new(lin, "dataset_withheld", json_true()),
                       KILN_ERR_NOMEM, "out of memory");
     if (c->has_norm) {
         /* What the trainer's losses were measured in, and what export folded into the head. */
@@ -686,7 +704,9 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     const char *name = o->name ? o->name : defname;
     KILN_CHECK_IF(rc, out, !kiln_export_name_ok(name), KILN_ERR_FORMAT,
                   "'%s': the run id gives no valid model name; pass --name", ckpt_path);
-    KILN_CHECK(rc, out, make_card(o->run_dir, ckpt_path, &c, o->dtype, name, &card));
+    KILN_CHECK(rc, out,
+               make_card(o->run_dir, ckpt_path, &c, o->dtype, name, o->created, o->data_withheld,
+                         &card));
 
     if (!(tmp = sibling_tmpdir(o->out_dir, "export"))) {
         rc = KILN_ERR_IO; /* the message is set */

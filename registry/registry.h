@@ -240,6 +240,54 @@ typedef struct kiln_registry_published {
 kiln_err kiln_registry_publish(const kiln_registry_client_opts *c, const char *archive,
                                const char *sig_path, kiln_registry_published *out);
 
+/* ---- datasets (docs/registry.md, "Datasets") ---- */
+
+/* Upload the dataset file at path as name, content-addressed by the sha256 of its bytes (what
+ * kiln data inspect prints and cards record), with sig (a .minisig text of sig_len bytes whose
+ * trusted comment is the dataset's: kiln_registry_data_comment). The server verifies the
+ * signature under its policy (a release key) and the digest. Streams from the file. */
+kiln_err kiln_registry_data_publish(const kiln_registry_client_opts *c, const char *path,
+                                    const char *name, const char *sig, size_t sig_len,
+                                    kiln_registry_published *out);
+/* The trusted comment a dataset's signature must carry: "kiln-dataset/1\tname:NAME\tsha256:HEX"
+ * (caller frees; NULL when out of memory). */
+char *kiln_registry_data_comment(const char *name, const char *hex);
+
+typedef struct kiln_registry_data_pulled {
+    char name[KILN_REGISTRY_NAME_MAX + 1];
+    kiln_digest digest;
+    uint64_t size;
+    char signed_by[KILN_SIGN_NAME_MAX + 1];
+} kiln_registry_data_pulled;
+/* Download dataset name (NULL: any dataset the registry holds with this digest) of digest hex
+ * (64 hex digits), verify it (its sha256 is hex, its signature is a release key's of the
+ * trust policy at trust, the comment names name and hex) and only then rename it to out (a
+ * new file, or one kiln can replace: an existing file is left as it was on any failure).
+ * KILN_ERR_VERIFY when a check fails, KILN_ERR_NOTFOUND when the registry holds no such
+ * dataset. */
+kiln_err kiln_registry_data_pull(const kiln_registry_client_opts *c, const char *name,
+                                 const char *hex, const char *trust, const char *out,
+                                 kiln_registry_data_pulled *res) KILN_MUST_CHECK;
+
+/* ---- reproduction records (kiln reproduce --sign; docs/reproduce.md) ---- */
+
+/* The record of a reproduction of model@version (digest the archive's "sha256:<hex>"): the
+ * canonical JSON text {"format": "kiln-reproduction/1", "model", "version", "digest",
+ * "dataset_sha256", "code_version", "host", "time", "verdict": "identical" | "different"}
+ * (*text, caller frees) and its signature by sk (*sig, a .minisig text, caller frees) with the
+ * trusted comment "kiln-reproduction/1\tdigest:DIGEST\tverdict:V". */
+kiln_err kiln_registry_repro_sign(const kiln_sign_seckey *sk, const char *model,
+                                  const char *version, const char *digest,
+                                  const char *dataset_sha256, const char *host, int64_t when,
+                                  bool identical, char **text, char **sig);
+/* The document {"record": text, "signature": sig} as the registry stores and serves it
+ * (caller frees; NULL when out of memory). */
+char *kiln_registry_repro_doc(const char *text, const char *sig);
+/* PUT it to model@version's reproduction records (a publish token); the registry verifies it
+ * under its policy (a key with the reproduce role, this version's digest). */
+kiln_err kiln_registry_repro_put(const kiln_registry_client_opts *c, const char *model,
+                                 const char *version, const char *doc);
+
 /* GET a path under the registry ("/v1/models") and parse the JSON body (new reference).
  * HTTP errors map to kiln_errs (404 NOTFOUND, 401/403 AUTH, 409 CONFLICT) with the
  * server's message. */

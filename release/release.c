@@ -207,6 +207,7 @@ static kiln_err stage_export(rel *r) {
                            .step = r->o->step,
                            .out_dir = r->model,
                            .name = r->o->name,
+                           .data_withheld = r->o->no_data,
                            /* the curves of the run, signed with the rest (train.h) */
                            .add_files = kiln_run_summary_add,
                            .add_files_ctx = (void *)r->o->run_dir};
@@ -391,14 +392,79 @@ out:
     return rc;
 }
 
+/* Whether the registry lists a dataset of digest ("sha256:<hex>"). */
+static kiln_err data_held(const kiln_registry_client_opts *c, const char *digest, bool *held) {
+    json_t *j = NULL;
+    *held = false;
+    kiln_err rc = kiln_registry_get_json(c, "/v1/datasets", &j);
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(j, "datasets"), i, d) {
+        const char *g = json_string_value(json_object_get(d, "digest"));
+        if (g && !strcmp(g, digest)) *held = true;
+    }
+    json_decref(j);
+    return rc;
+}
+
+/* The dataset the card names by digest, published before the archive (signed by the first
+ * release key, named as the model) unless the registry holds it or no_data; r->res->data says
+ * which. A --data whose digest is not the card's is not the training dataset: nothing is
+ * published, and the line says so. */
+static kiln_err publish_data(rel *r) {
+    const kiln_release_opts *o = r->o;
+    char *cp = kiln_path_join(r->model, "card.json"), *comment = NULL, *sig = NULL;
+    json_t *card = NULL;
+    kiln_dataset *ds = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !cp, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_json_load_file(cp, &card));
+    const char *want =
+        json_string_value(json_object_get(json_object_get(card, "lineage"), "dataset_sha256"));
+    if (o->no_data) {
+        snprintf(r->res->data, sizeof r->res->data, "withheld (--no-data)");
+        goto out;
+    }
+    KILN_CHECK(rc, out, kiln_dataset_open(r->data, &ds));
+    snprintf(r->res->data_digest, sizeof r->res->data_digest, "sha256:%s", ds->sha256);
+    if (!want || strcmp(want, ds->sha256)) {
+        snprintf(r->res->data, sizeof r->res->data,
+                 "not published: '%s' is not the dataset the card names", r->data);
+        goto out;
+    }
+    bool held;
+    KILN_CHECK(rc, out, data_held(o->client, r->res->data_digest, &held));
+    if (held) {
+        snprintf(r->res->data, sizeof r->res->data, "held by the registry already");
+        goto out;
+    }
+    comment = kiln_registry_data_comment(o->name, ds->sha256);
+    KILN_CHECK_IF(rc, out, !comment, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, kiln_sign_file(o->release_keys[0], r->data, comment, &sig));
+    kiln_registry_published pub;
+    KILN_CHECK(rc, out,
+               kiln_registry_data_publish(o->client, r->data, o->name, sig, strlen(sig), &pub));
+    snprintf(r->res->data, sizeof r->res->data, "published as %s", o->name);
+out:
+    if (ds) kiln_dataset_free(ds);
+    json_decref(card);
+    free(cp);
+    free(comment);
+    free(sig);
+    return rc;
+}
+
 static kiln_err stage_publish(rel *r) {
+    KILN_TRY(publish_data(r));
     kiln_registry_published pub;
     KILN_TRY(kiln_registry_publish(r->o->client, r->archive, r->sigpath, &pub));
     snprintf(r->res->digest, sizeof r->res->digest, "%s", pub.digest);
     r->res->size = pub.size;
     r->res->existed = pub.existed;
-    snprintf(r->line, sizeof r->line, "%s@%s %s (%llu bytes)%s", r->o->name, r->o->version,
-             pub.digest, (unsigned long long)pub.size, pub.existed ? ", already stored" : "");
+    snprintf(r->line, sizeof r->line, "%s@%s %s (%llu bytes)%s; dataset %s %s", r->o->name,
+             r->o->version, pub.digest, (unsigned long long)pub.size,
+             pub.existed ? ", already stored" : "",
+             r->res->data_digest[0] ? r->res->data_digest : "", r->res->data);
     return KILN_OK;
 }
 

@@ -69,6 +69,11 @@ typedef struct kiln_release_opts {
     /* NULL, or a research framework's outputs on the golden inputs: validation runs
      * parity_reference against it (kiln validate --reference). */
     const char *reference;
+    /* Do not publish the training dataset (it must not leave this machine): the card's
+     * lineage then says "dataset_withheld": true. Without it the publish stage first publishes
+     * the dataset the run was trained on (signed by the first release key, named as the
+     * model), unless the registry holds its digest already. */
+    bool no_data;
 } kiln_release_opts;
 
 typedef struct kiln_release_result {
@@ -81,12 +86,69 @@ typedef struct kiln_release_result {
     uint64_t size;
     bool existed;
     uint64_t promoted_seq; /* 0 when not promoted */
+    /* The training dataset: "published", "held" (the registry had its digest), "withheld"
+     * (no_data) or "not published: why"; its "sha256:<hex>". */
+    char data[256];
+    kiln_digest data_digest;
 } kiln_release_result;
 
 /* Run the stages in order and stop at the first failure: the error's message begins
  * "release stopped at stage 'S': " and res->stage says which. A failed validation is
  * KILN_ERR_VERIFY and publishes nothing (OUT/model/validation.json says why). */
 kiln_err kiln_release_run(const kiln_release_opts *o, kiln_release_result *res);
+
+/* ---- kiln reproduce (release/reproduce.c, docs/reproduce.md) ----
+ * A published model rebuilt from its signed lineage: pull and verify it, train from scratch
+ * on the dataset its card names by digest with the recorded config and seed to the recorded
+ * step, export with the recorded name, dtype and creation time, pack with the released
+ * archive's other files (run summary, golden set, validation report: records of the release,
+ * carried across as signed), and compare model.safetensors and the archive byte for byte. */
+
+struct kiln_train_progress;
+
+typedef struct kiln_reproduce_opts {
+    const kiln_registry_client_opts *client; /* the registry (a read token) */
+    const char *ref;                         /* NAME@VERSION or NAME@CHANNEL */
+    const char *trust;                       /* the policy the model must meet to be pulled */
+    const char *state;                       /* pull state; NULL: the default */
+    const char *data;    /* the dataset, its digest the card's dataset_sha256; NULL: pulled from
+                            the registry by that digest (kiln_registry_data_pull) */
+    const char *init;    /* the --init model, for a card whose lineage names one; else NULL */
+    const char *workdir; /* absent or empty: released/, run/, model/, the archive go here */
+    int threads;         /* 0: the trainer's default (every CPU this process may run on) */
+    volatile int *stop;  /* NULL, or set non-zero to stop (KILN_ERR_INTERRUPTED) */
+    /* NULL, or a key (the reproduce role) that signs a reproduction record of the verdict,
+     * written to WORKDIR/reproduction.json and put to the registry (client's token: publish
+     * scope), host naming this machine in it. */
+    const kiln_sign_seckey *sign_key;
+    const char *host;
+    /* Called once a stage is done with one line saying what it did (may be NULL). */
+    void (*on_stage)(void *ctx, const char *line);
+    /* Each training step (may be NULL): for a progress bar and an ETA. */
+    void (*progress)(void *ctx, const struct kiln_train_progress *p);
+    void *ctx;
+} kiln_reproduce_opts;
+
+typedef struct kiln_reproduce_result {
+    bool identical;      /* model.safetensors and the archive are byte-identical */
+    bool model_same;     /* model.safetensors is */
+    char model[KILN_REGISTRY_NAME_MAX + 1], version[KILN_REGISTRY_NAME_MAX + 1];
+    kiln_digest digest;  /* the released archive's */
+    kiln_digest rebuilt; /* the rebuilt archive's */
+    long step;           /* the step trained to */
+    /* Where they part, one line each ("" when nothing to say): the first tensor that differs
+     * (name, index, both values); the card's fields that differ (lineage.code_version,
+     * numerics, ...: released, then this build's); the first step whose loss differs from the
+     * released run summary's. */
+    char tensor[512], card[1024], loss[256];
+    bool recorded; /* a signed reproduction record was put to the registry */
+} kiln_reproduce_result;
+
+/* Run a reproduction. KILN_OK with res->identical saying the verdict; an error (no such model,
+ * a model kiln did not train, a dataset whose digest is not the card's, a GPU-trained model
+ * without a GPU, an --init model missing or another) when it could not run: then nothing
+ * was compared. */
+kiln_err kiln_reproduce_run(const kiln_reproduce_opts *o, kiln_reproduce_result *res);
 
 #ifdef __cplusplus
 }

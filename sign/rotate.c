@@ -375,6 +375,22 @@ char *kiln_sign_trust_diff(const kiln_sign_trust *a, const kiln_sign_trust *b) {
         const char *c = sign_trust_channel_at(b, i, &th);
         if (!channel_threshold(a, c)) line(&l, "channel '%s' added (threshold %d)", c, th);
     }
+    /* A channel's reproduced_by, wherever it is in both or asked by either. */
+    for (int side = 0; side < 2; side++)
+        for (size_t i = 0; i < sign_trust_channel_count(side ? b : a); i++) {
+            const char *c = sign_trust_channel_at(side ? b : a, i, &th);
+            if (side && channel_threshold(a, c)) continue; /* seen from a's side */
+            const char *const *ka, *const *kb;
+            size_t na, nb;
+            int ta = kiln_sign_trust_reproduced_by(a, c, &ka, &na),
+                tb = kiln_sign_trust_reproduced_by(b, c, &kb, &nb);
+            bool same = ta == tb && na == nb;
+            for (size_t k = 0; same && k < na; k++)
+                same = !strcmp(ka[k], kb[k]);
+            if (!same)
+                line(&l, "channel '%s': reproduced_by %d of %zu key%s -> %d of %zu key%s", c, ta,
+                     na, na == 1 ? "" : "s", tb, nb, nb == 1 ? "" : "s");
+        }
     for (size_t i = 0; i < kiln_sign_trust_withdrawn_count(b); i++) {
         const char *why, *d = kiln_sign_trust_withdrawn_at(b, i, &why);
         if (!kiln_sign_trust_withdrawn(a, d)) line(&l, "withdraws %s: %s", d, why);

@@ -144,7 +144,12 @@ KILN_API KILN_MUST_CHECK kiln_err kiln_sign_verify_file(const kiln_sign_pubkey *
 
 /* ---- the trust policy (trust.json, docs/formats.md) ----------------------------- */
 
-enum { KILN_SIGN_ROLE_RELEASE = 1, KILN_SIGN_ROLE_PROMOTE = 2, KILN_SIGN_ROLE_ROOT = 4 };
+enum {
+    KILN_SIGN_ROLE_RELEASE = 1,
+    KILN_SIGN_ROLE_PROMOTE = 2,
+    KILN_SIGN_ROLE_ROOT = 4,
+    KILN_SIGN_ROLE_REPRODUCE = 8 /* signs reproduction records (kiln reproduce --sign) */
+};
 
 /* The longest name (keys, models, versions, channels): kiln_sign_name_ok. */
 #define KILN_SIGN_NAME_MAX 128
@@ -181,6 +186,12 @@ KILN_API const kiln_sign_trust_key *
 kiln_sign_trust_find(const kiln_sign_trust *t, const uint8_t keyid[KILN_SIGN_KEYID_BYTES]);
 /* How many distinct promote keys must sign a record for the channel; KILN_ERR_NOTFOUND
  * when the policy does not name the channel. */
+/* A channel's "reproduced_by" (docs/formats.md): the reproduction records a version needs
+ * before a record may point the channel at it, from distinct keys of *keys[0..*nkeys) (names
+ * of keys holding the reproduce role). Returns the threshold; 0 (and *nkeys 0) when the channel
+ * asks for none or is not in the policy. */
+KILN_API int kiln_sign_trust_reproduced_by(const kiln_sign_trust *t, const char *channel,
+                                           const char *const **keys, size_t *nkeys);
 KILN_API kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char *channel,
                                             int *out);
 /* Archives: how many distinct release keys must sign one ("release_threshold", default 1),

@@ -20,6 +20,9 @@
 typedef struct trust_channel {
     char *name;
     int threshold;
+    char **repro_keys; /* "reproduced_by": names of keys with the reproduce role */
+    size_t nrepro;
+    int repro_threshold; /* 0: none asked */
 } trust_channel;
 
 typedef struct trust_withdrawn {
@@ -50,7 +53,8 @@ static const struct {
     int bit;
 } ROLES_TABLE[] = {{"release", KILN_SIGN_ROLE_RELEASE},
              {"promote", KILN_SIGN_ROLE_PROMOTE},
-             {"root", KILN_SIGN_ROLE_ROOT}};
+             {"root", KILN_SIGN_ROLE_ROOT},
+             {"reproduce", KILN_SIGN_ROLE_REPRODUCE}};
 
 const char *sign_trust_role_names(int roles, char *buf, size_t cap) {
     size_t n = 0;
@@ -128,8 +132,12 @@ void kiln_sign_trust_free(kiln_sign_trust *t) {
     if (!t) return;
     for (size_t i = 0; i < t->nkeys; i++)
         free((char *)t->keys[i].name);
-    for (size_t i = 0; i < t->nchans; i++)
+    for (size_t i = 0; i < t->nchans; i++) {
         free(t->chans[i].name);
+        for (size_t k = 0; k < t->chans[i].nrepro; k++)
+            free(t->chans[i].repro_keys[k]);
+        free(t->chans[i].repro_keys);
+    }
     for (size_t i = 0; i < t->nwithdrawn; i++)
         free(t->withdrawn[i].reason);
     free(t->keys);
@@ -159,7 +167,8 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
     snprintf(sub, sizeof sub, "%s: %s: pubkey", label, where);
     KILN_TRY(kiln_sign_pubkey_from_base64(pub, sub, &key->pub));
     KILN_FAIL_IF(!json_is_array(rl) || json_array_size(rl) == 0, KILN_ERR_FORMAT,
-                 "'%s': %s: 'roles' must be a non-empty array of \"release\", \"promote\" and \"root\"",
+                 "'%s': %s: 'roles' must be a non-empty array of \"release\", \"promote\", \"root\" "
+                 "and \"reproduce\"",
                  label, where);
     key->roles = 0;
     for (size_t r = 0; r < json_array_size(rl); r++) {
@@ -168,7 +177,8 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
         for (size_t j = 0; s && j < KILN_ARRAY_LEN(ROLES_TABLE); j++)
             if (!strcmp(s, ROLES_TABLE[j].name)) bit = ROLES_TABLE[j].bit;
         KILN_FAIL_IF(!bit, KILN_ERR_FORMAT,
-                     "'%s': %s: unknown role %s%s%s (want \"release\", \"promote\" or \"root\")",
+                     "'%s': %s: unknown role %s%s%s (want \"release\", \"promote\", \"root\" or "
+                     "\"reproduce\")",
                      label, where, s ? "'" : "", s ? s : "(not a string)", s ? "'" : "");
         KILN_FAIL_IF(key->roles & bit, KILN_ERR_FORMAT, "'%s': %s: role '%s' listed twice", label,
                      where, s);
@@ -197,8 +207,48 @@ static kiln_err parse_key(kiln_sign_trust *t, const json_t *k, size_t i, const c
     return KILN_OK;
 }
 
+/* A channel's "reproduced_by": {"keys": [names of keys with the reproduce role, each once],
+ * "threshold": 1..len(keys)}. */
+static kiln_err parse_reproduced_by(kiln_sign_trust *t, trust_channel *c, const json_t *v,
+                                    const char *label, const char *where) {
+    static const char *const fields[] = {"keys", "threshold", NULL};
+    char sub[KILN_SIGN_NAME_MAX + 64];
+    snprintf(sub, sizeof sub, "%s: reproduced_by", where);
+    KILN_FAIL_IF(!json_is_object(v), KILN_ERR_FORMAT,
+                 "'%s': %s must be {\"keys\": [names], \"threshold\": N}", label, sub);
+    KILN_TRY(sign_only_fields(v, fields, label, sub));
+    const json_t *ks = json_object_get(v, "keys"), *th = json_object_get(v, "threshold");
+    KILN_FAIL_IF(!json_is_array(ks) || !json_array_size(ks) || json_array_size(ks) > TRUST_MAX_KEYS,
+                 KILN_ERR_FORMAT, "'%s': %s: 'keys' must be a non-empty array of key names",
+                 label, sub);
+    c->repro_keys = kiln_calloc(json_array_size(ks), sizeof *c->repro_keys);
+    if (!c->repro_keys) return KILN_ERR_NOMEM;
+    for (size_t i = 0; i < json_array_size(ks); i++) {
+        const char *n = sign_json_str(json_array_get(ks, i));
+        const kiln_sign_trust_key *k = NULL;
+        for (size_t j = 0; n && j < t->nkeys; j++)
+            if (!strcmp(t->keys[j].name, n)) k = &t->keys[j];
+        KILN_FAIL_IF(!k || !(k->roles & KILN_SIGN_ROLE_REPRODUCE), KILN_ERR_FORMAT,
+                     "'%s': %s: '%.64s' is not a key of the policy with the reproduce role", label,
+                     sub, n ? n : "(not a string)");
+        for (size_t j = 0; j < c->nrepro; j++)
+            KILN_FAIL_IF(!strcmp(c->repro_keys[j], n), KILN_ERR_FORMAT,
+                         "'%s': %s: key '%s' listed twice", label, sub, n);
+        if (!(c->repro_keys[c->nrepro] = kiln_strdup(n))) return KILN_ERR_NOMEM;
+        c->nrepro++;
+    }
+    KILN_FAIL_IF(!json_is_integer(th), KILN_ERR_FORMAT, "'%s': %s: 'threshold' must be an integer",
+                 label, sub);
+    json_int_t x = json_integer_value(th);
+    KILN_FAIL_IF(x < 1 || (size_t)x > c->nrepro, KILN_ERR_FORMAT,
+                 "'%s': %s: threshold %lld must be 1 to the %zu keys listed", label, sub,
+                 (long long)x, c->nrepro);
+    c->repro_threshold = (int)x;
+    return KILN_OK;
+}
+
 static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char *label) {
-    static const char *const fields[] = {"threshold", NULL};
+    static const char *const fields[] = {"threshold", "reproduced_by", NULL};
     KILN_FAIL_IF(!json_is_object(ch), KILN_ERR_FORMAT,
                  "'%s': 'channels' must be an object of channel name to {\"threshold\": N}", label);
     size_t n = json_object_size(ch);
@@ -226,9 +276,11 @@ static kiln_err parse_channels(kiln_sign_trust *t, const json_t *ch, const char 
         KILN_FAIL_IF(x > t->npromote, KILN_ERR_FORMAT,
                      "'%s': %s: threshold %lld can never be met: the policy has %d promote key%s",
                      label, where, (long long)x, t->npromote, t->npromote == 1 ? "" : "s");
-        t->chans[t->nchans].name = kiln_strdup(name);
-        if (!t->chans[t->nchans].name) return KILN_ERR_NOMEM;
-        t->chans[t->nchans++].threshold = (int)x;
+        trust_channel *c = &t->chans[t->nchans++];
+        c->threshold = (int)x;
+        if (!(c->name = kiln_strdup(name))) return KILN_ERR_NOMEM;
+        const json_t *rb = json_object_get(v, "reproduced_by");
+        if (rb) KILN_TRY(parse_reproduced_by(t, c, rb, label, where));
     }
     return KILN_OK;
 }
@@ -499,6 +551,19 @@ const kiln_sign_trust_key *kiln_sign_trust_find(const kiln_sign_trust *t,
     for (size_t i = 0; i < t->nkeys; i++)
         if (!sodium_memcmp(t->keys[i].pub.keyid, keyid, KILN_SIGN_KEYID_BYTES)) return &t->keys[i];
     return NULL;
+}
+
+int kiln_sign_trust_reproduced_by(const kiln_sign_trust *t, const char *channel,
+                                  const char *const **keys, size_t *nkeys) {
+    *keys = NULL;
+    *nkeys = 0;
+    for (size_t i = 0; channel && i < t->nchans; i++)
+        if (!strcmp(t->chans[i].name, channel)) {
+            *keys = (const char *const *)t->chans[i].repro_keys;
+            *nkeys = t->chans[i].nrepro;
+            return t->chans[i].repro_threshold;
+        }
+    return 0;
 }
 
 kiln_err kiln_sign_trust_threshold(const kiln_sign_trust *t, const char *channel, int *out) {

@@ -221,6 +221,34 @@ KILN_TEST(registry_blob_store) {
     free(path);
 }
 
+/* A dataset's blob (kiln data publish) is referenced by its row in datasets, not by any
+ * version: gc keeps it, and removes an orphan beside it. */
+KILN_TEST(registry_gc_keeps_datasets) {
+    const char *root = kiln_test_dir();
+    char hex[KILN_SHA256_HEX], orphan[KILN_SHA256_HEX];
+    if (!CHECK("blobs", put_blob(root, "dataset bytes", 13, hex) &&
+                            put_blob(root, "orphan", 6, orphan)))
+        return;
+    sqlite3 *db;
+    if (!CHECK("db", reg_db_open(root, &db) == KILN_OK)) return;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", hex);
+    reg_dataset_row row = {.name = "market", .digest = digest, .size = 13, .sig = "sig",
+                           .sig_len = 3, .publisher = "ci", .created = 1};
+    bool existed = true;
+    CHECK("dataset row", reg_dataset_insert(db, &row, &existed) == KILN_OK && !existed);
+    CHECK("the same row again is held", reg_dataset_insert(db, &row, &existed) == KILN_OK && existed);
+    reg_db_close(db);
+    size_t removed = 0;
+    uint64_t bytes = 0;
+    CHECK("gc runs", kiln_registry_gc(root, &removed, &bytes) == KILN_OK);
+    char *p = reg_blob_path(root, hex), *q = reg_blob_path(root, orphan);
+    CHECK("gc kept the dataset's blob", p && kiln_path_exists(p));
+    CHECK("gc removed the orphan", removed == 1 && q && !kiln_path_exists(q));
+    free(p);
+    free(q);
+}
+
 /* fsck and gc only look at a store: a path that is not one (a typo, an empty directory, a
  * database that is not the registry's) is refused by name and left exactly as it was. */
 KILN_TEST(registry_fsck_gc_refuse_what_is_not_a_store) {

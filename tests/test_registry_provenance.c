@@ -197,13 +197,13 @@ KILN_TEST(registry_provenance_channel_and_version) {
     static const char *const order[] = {"format",   "ref",        "registry",  "registries",
                                         "failover", "checked_at", "model",     "version",
                                         "verified", "problems",   "trust",     "channel",
-                                        "archive",  "lineage",    "validation"};
+                                        "archive",  "lineage",    "validation", "reproductions"};
     const char *k;
     json_t *v;
     size_t n = 0;
     bool ordered = true;
-    json_object_foreach(j, k, v) ordered = ordered && n < 15 && !strcmp(k, order[n++]);
-    CHECK("the JSON's keys in their documented order", ordered && n == 15);
+    json_object_foreach(j, k, v) ordered = ordered && n < 16 && !strcmp(k, order[n++]);
+    CHECK("the JSON's keys in their documented order", ordered && n == 16);
     CHECK("one registry, which answered, nothing to fail over",
           is(j, "registry", f.reg.url) && json_array_size(at(j, "registries")) == 1 &&
               is(j, "registries.0", f.reg.url) && json_array_size(at(j, "failover")) == 0);

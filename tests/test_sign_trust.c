@@ -197,6 +197,63 @@ out:
     fx_free(&f);
 }
 
+/* A channel's reproduced_by: keys holding the reproduce role, each once, and a threshold they
+ * can meet; the accessor gives them back, and the diff names a change. */
+KILN_TEST(sign_trust_reproduced_by) {
+    fx f;
+    if (!CHECK("keys", fx_init(&f))) goto out;
+    /* a: promote; x: reproduce; b: promote only */
+#define POL(rb)                                                                                    \
+    kiln_asprintf("{\"format\":\"kiln-trust/1\",\"keys\":[{\"name\":\"a\",\"pubkey\":\"%s\","          \
+                  "\"roles\":[\"promote\"]},{\"name\":\"x\",\"pubkey\":\"%s\",\"roles\":["            \
+                  "\"reproduce\"]},{\"name\":\"b\",\"pubkey\":\"%s\",\"roles\":[\"promote\"]}],"       \
+                  "\"channels\":{\"production\":{\"threshold\":1%s},\"staging\":{\"threshold\":1}}}", \
+                  f.b64[PA], f.b64[X], f.b64[PB], rb)
+    char *p = POL(",\"reproduced_by\":{\"keys\":[\"x\"],\"threshold\":1}");
+    kiln_sign_trust *t = parse(p, "p.json");
+    const char *const *keys = NULL;
+    size_t n = 9;
+    CHECK("a policy with reproduced_by parses", t);
+    CHECK("production asks for 1 of [x]", t && kiln_sign_trust_reproduced_by(t, "production", &keys, &n) == 1 &&
+                                              n == 1 && !strcmp(keys[0], "x"));
+    CHECK("staging asks for none", t && kiln_sign_trust_reproduced_by(t, "staging", &keys, &n) == 0 && n == 0);
+    char *p0 = POL("");
+    kiln_sign_trust *t0 = parse(p0, "p0.json");
+    char *d = t && t0 ? kiln_sign_trust_diff(t0, t) : NULL;
+    CHECK("the diff names the change", d && strstr(d, "channel 'production': reproduced_by 0 of 0 keys -> 1 of 1 key"));
+    free(d);
+    kiln_sign_trust_free(t);
+    kiln_sign_trust_free(t0);
+    free(p);
+    free(p0);
+    struct {
+        char *text;
+        const char *want;
+    } bad[] = {
+        {POL(",\"reproduced_by\":{\"keys\":[\"b\"],\"threshold\":1}"), "'b' is not a key of the policy with the reproduce role"},
+        {POL(",\"reproduced_by\":{\"keys\":[\"nobody\"],\"threshold\":1}"), "'nobody' is not a key of the policy"},
+        {POL(",\"reproduced_by\":{\"keys\":[\"x\",\"x\"],\"threshold\":1}"), "key 'x' listed twice"},
+        {POL(",\"reproduced_by\":{\"keys\":[\"x\"],\"threshold\":2}"), "threshold 2 must be 1 to the 1 keys listed"},
+        {POL(",\"reproduced_by\":{\"keys\":[],\"threshold\":1}"), "'keys' must be a non-empty array"},
+        {POL(",\"reproduced_by\":{\"keys\":[\"x\"],\"threshold\":1,\"by\":2}"), "by"},
+    };
+#undef POL
+    for (size_t i = 0; i < KILN_ARRAY_LEN(bad); i++) {
+        kiln_sign_trust *b = NULL;
+        kiln_err rc = bad[i].text ? kiln_sign_trust_parse(bad[i].text, strlen(bad[i].text),
+                                                          "pol.json", &b)
+                                  : KILN_OK;
+        CHECK("refused", rc == KILN_ERR_FORMAT && !b);
+        if (!CHECK("the message names the file and the problem",
+                   kiln_test_msg_has("'pol.json'", bad[i].want)))
+            fprintf(stderr, "    case %zu: %s\n", i, kiln_errmsg());
+        kiln_sign_trust_free(b);
+        free(bad[i].text);
+    }
+out:
+    fx_free(&f);
+}
+
 /* A policy from before versions (no version, no root keys) reads as it always did, and its
  * signed form reads as the same policy. */
 KILN_TEST(sign_trust_plain_policy_unchanged) {

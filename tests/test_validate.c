@@ -280,6 +280,33 @@ out:
     free(run);
 }
 
+/* kiln reproduce makes a released card again: the card's created is the one given (not the
+ * checkpoint's time), "dataset_withheld" is there when asked, and a created that is no time is
+ * refused naming it, with nothing written. */
+KILN_TEST(validate_export_created_and_withheld) {
+    char *data = kiln_test_path("d.safetensors"), *run = kiln_test_path("run"),
+         *a = kiln_test_path("a"), *b = kiln_test_path("b"), *ca = join(a, "card.json");
+    json_t *card = NULL;
+    if (!CHECK("trains a run", make_run(data, run, 4, 4))) goto out;
+    kiln_export_opts o = {.run_dir = run, .out_dir = a, .created = "2030-01-02T03:04:05Z",
+                          .data_withheld = true};
+    if (!CHECK("exports", kiln_export_model(&o, NULL) == KILN_OK)) goto out;
+    if (!CHECK("card parses", kiln_json_load_file(ca, &card) == KILN_OK)) goto out;
+    CHECK("created is the one given",
+          !strcmp(json_string_value(json_object_get(card, "created")), "2030-01-02T03:04:05Z"));
+    CHECK("the lineage says the dataset was withheld",
+          json_is_true(json_object_get(json_object_get(card, "lineage"), "dataset_withheld")));
+    o.out_dir = b;
+    o.created = "yesterday";
+    CHECK("a created that is no time is refused",
+          kiln_export_model(&o, NULL) == KILN_ERR_FORMAT &&
+              kiln_test_msg_has("created time 'yesterday'", NULL));
+    CHECK("nothing written", !kiln_path_exists(b));
+out:
+    json_decref(card);
+    free(data), free(run), free(a), free(b), free(ca);
+}
+
 KILN_TEST(validate_export_refusals) {
     char *data = kiln_test_path("d.safetensors"), *run = kiln_test_path("run");
     if (!CHECK("trains a run", make_run(data, run, 8, 4))) goto out;

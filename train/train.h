@@ -260,6 +260,9 @@ int kiln_train_threads(const kiln_train_config *c);
 /* Whether a key may change when a run is resumed (steps, eval_every, ckpt_every, keep,
  * max_bad_steps, skip_spikes, threads, device, precision); false for unknown keys. */
 bool kiln_train_config_resumable(const char *key);
+/* The CUDA devices a run with device "cuda" could train on: 0 without a driver or a GPU (and in
+ * a build without CUDA). kiln reproduce asks before it pulls a GPU-trained model. */
+int kiln_train_cuda_devices(void);
 /* "cpu" or "cuda". */
 const char *kiln_train_device_name(kiln_train_device d);
 /* The split a config asks for (its strings stay c's). */

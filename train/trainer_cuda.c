@@ -42,6 +42,10 @@ struct kiln_dev_train {
     size_t nchunks;
 };
 
+int kiln_train_cuda_devices(void) {
+    return kiln_cuda_device_count();
+}
+
 kiln_err kiln_dev_train_pick(int local_rank, int *device, int *visible) {
     *visible = kiln_cuda_device_count();
     *device = *visible > 0 && local_rank > 0 ? local_rank % *visible : 0;

@@ -254,6 +254,29 @@ static kiln_err pull_record(pull *u) {
     return KILN_OK;
 }
 
+/* A channel whose policy asks for reproduction records (reproduced_by): the version's, from the
+ * registry, verified here under this client's policy; too few is a refusal. */
+static kiln_err pull_repro(pull *u) {
+    const char *const *keys;
+    size_t nkeys;
+    if (!kiln_sign_trust_reproduced_by(u->trust, u->what, &keys, &nkeys)) return KILN_OK;
+    char *path = kiln_asprintf("/v1/models/%s/versions/%s/reproductions", u->res->model,
+                               u->res->version);
+    KILN_FAIL_IF(!path, KILN_ERR_NOMEM, "out of memory");
+    json_t *j = NULL;
+    kiln_err rc = kiln_registry_get_json(u->c, path, &j);
+    free(path);
+    if (rc == KILN_ERR_NOTFOUND) { /* a registry from before reproduction records: none */
+        kiln_errclear();
+        rc = KILN_OK;
+    }
+    if (!rc)
+        rc = reg_repro_required(u->trust, u->what, json_object_get(j, "reproductions"),
+                                u->res->model, u->res->version, u->digest, "refusing the pull");
+    json_decref(j);
+    return rc;
+}
+
 /* The registry's record of the version: digest, size and signature, the digest the one the
  * channel record names (or, by version, not one the policy withdrew). */
 static kiln_err pull_version(pull *u) {
@@ -285,6 +308,7 @@ static kiln_err pull_version(pull *u) {
     snprintf(name, sizeof name, "%s@%s", res->model, res->version);
     /* a channel's record was checked for it in reg_record_accept */
     if (!u->by_channel) KILN_TRY(reg_withdrawn(u->trust, u->digest, name));
+    if (u->by_channel) KILN_TRY(pull_repro(u));
     u->size = (uint64_t)json_integer_value(jsize);
     snprintf(res->digest, sizeof res->digest, "%s", u->digest);
     res->size = u->size;

@@ -475,6 +475,21 @@ kiln_err kiln_registry_models(const kiln_registry_client_opts *cs, size_t n,
                      "models", models);
     KILN_CHECK_IF(rc, done, !root, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK(rc, done, list_models(&l, models));
+    if (!o->model) {
+        /* The datasets (kiln data publish), from the first registry that lists them; a registry
+         * from before datasets answers 404: none. */
+        json_t *dl = NULL, *ds = NULL;
+        for (size_t i = 0; i < n && !ds; i++) {
+            if (kiln_registry_get_json(&cs[i], "/v1/datasets", &dl) == KILN_OK)
+                ds = json_incref(json_object_get(dl, "datasets"));
+            else
+                kiln_errclear();
+            json_decref(dl);
+            dl = NULL;
+        }
+        set(&l, root, "datasets", json_is_array(ds) ? json_incref(ds) : json_array());
+        json_decref(ds);
+    }
     /* The registry that answered the listing: the first model's (or the first asked). */
     const json_t *first = json_array_get(models, 0);
     if (first) set(&l, root, "registry", json_incref(json_object_get(first, "registry")));

@@ -931,6 +931,69 @@ static void lineage_section(prov *p) {
               p->card_how[0] ? p->card_how : "no card"));
 }
 
+/* The version's reproduction records (kiln reproduce --sign), each verified under the policy:
+ * who signed, the verdict, where and when, and with which kiln. One that does not verify is
+ * shown "not verified" with why; the channel's reproduced_by, when it has one, is checked as a
+ * pull checks it (a failed check). */
+static kiln_err reproductions_section(prov *p) {
+    const char *digest =
+        json_string_value(json_object_get(json_object_get(p->root, "archive"), "digest"));
+    if (!digest) return KILN_OK;
+    char *path = kiln_asprintf("/v1/models/%s/versions/%s/reproductions", p->model, p->version);
+    if (!path) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    json_t *j = NULL;
+    kiln_err rc = kiln_registry_get_json(p->c, path, &j);
+    free(path);
+    if (rc == KILN_ERR_NOTFOUND) { /* a registry from before the records */
+        kiln_errclear();
+        rc = KILN_OK;
+    }
+    if (rc) return rc;
+    json_t *arr = json_array();
+    set(p, p->root, "reproductions", arr);
+    size_t i;
+    json_t *doc;
+    json_array_foreach(json_object_get(j, "reproductions"), i, doc) {
+        const char *text = json_string_value(json_object_get(doc, "record")),
+                   *sig = json_string_value(json_object_get(doc, "signature"));
+        const kiln_sign_trust_key *k = NULL;
+        bool same = false;
+        json_t *e = json_object(), *rec = NULL;
+        push(p, arr, e);
+        if (!text || !sig ||
+            reg_repro_verify(p->t, text, sig, "reproduction record", p->model, p->version,
+                             digest, &k, &same) != KILN_OK) {
+            set(p, e, "check",
+                check(p, "not verified", "reproduction record", "%s",
+                      text && sig ? kiln_errmsg() : "the registry's entry has no record"));
+            kiln_errclear();
+            continue;
+        }
+        if (kiln_json_parse(text, strlen(text), "reproduction record", &rec) != KILN_OK) {
+            kiln_errclear();
+            continue;
+        }
+        set(p, e, "signer", json_string(k->name));
+        set(p, e, "verdict", copy(json_object_get(rec, "verdict")));
+        set(p, e, "host", copy(json_object_get(rec, "host")));
+        set(p, e, "time", copy(json_object_get(rec, "time")));
+        set(p, e, "code_version", copy(json_object_get(rec, "code_version")));
+        set(p, e, "check", check(p, "verified", "reproduction record", "signed by %s", k->name));
+        json_decref(rec);
+    }
+    if (p->by_channel) {
+        kiln_err need = reg_repro_required(p->t, p->what, json_object_get(j, "reproductions"),
+                                           p->model, p->version, digest, "reproduced_by");
+        if (need) {
+            set(p, p->root, "reproduced_by",
+                check(p, "failed", "reproduced_by", "%s", kiln_errmsg()));
+            kiln_errclear();
+        }
+    }
+    json_decref(j);
+    return KILN_OK;
+}
+
 /* One check of a report in short, what was measured against which threshold as the report
  * has it (docs/validation.md): a comparison's share of outputs outside tolerance against
  * max_outside, with its max relative error and rtol; baseline_loss's held-out loss against
@@ -1200,6 +1263,7 @@ kiln_err kiln_registry_provenance_any(const kiln_registry_client_opts *cs, size_
         if (p.manifest_status) {
             lineage_section(&p);
             validation_section(&p, json_object_get(p.root, "archive"));
+            KILN_CHECK(rc, done, reproductions_section(&p));
         }
     }
     /* The registry that answered: the record's, or the version's. */

@@ -333,6 +333,127 @@ out:
     return rc;
 }
 
+char *kiln_registry_data_comment(const char *name, const char *hex) {
+    return reg_dataset_comment(name, hex);
+}
+
+kiln_err kiln_registry_data_publish(const kiln_registry_client_opts *c_in, const char *path,
+                                    const char *name, const char *sig, size_t sig_len,
+                                    kiln_registry_published *out) {
+    memset(out, 0, sizeof *out);
+    KILN_TRY(kiln_registry_check_name("dataset", name));
+    KILN_TRY(reg_client_init(c_in));
+    KILN_FAIL_IF(reg_oci_url(c_in->url), KILN_ERR_UNSUPPORTED,
+                 "registry '%s': datasets are stored on kiln's registry server only, not yet on "
+                 "an OCI registry (publish it to a kiln registry, or give kiln reproduce --data)",
+                 c_in->url);
+    kiln_registry_client_opts one = *c_in;
+    if (!one.until_ns) reg_deadline_start(&one, 1);
+    const kiln_registry_client_opts *c = &one;
+    kiln_err rc = KILN_OK;
+    char *b64 = NULL, *upath = NULL, *url = NULL, *hs = NULL, *what = NULL;
+    FILE *f = NULL;
+    struct curl_slist *hdr = NULL;
+    reg_buf body = {0};
+    uint8_t digest[KILN_SHA256_BYTES];
+    char hex[KILN_SHA256_HEX];
+    KILN_CHECK(rc, out, kiln_sha256_file(path, digest));
+    kiln_hex(digest, sizeof digest, hex);
+    f = fopen(path, "rb");
+    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s'", path);
+    struct stat sb;
+    KILN_CHECK_IF(rc, out, fstat(fileno(f), &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", path);
+    size_t b64_len = sodium_base64_ENCODED_LEN(sig_len, sodium_base64_VARIANT_ORIGINAL);
+    b64 = kiln_malloc(b64_len);
+    KILN_CHECK_IF(rc, out, !b64, KILN_ERR_NOMEM, "out of memory");
+    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len,
+                      sodium_base64_VARIANT_ORIGINAL);
+    upath = kiln_asprintf("/v1/datasets/%s/sha256/%s", name, hex);
+    url = upath ? url_for(c, upath) : NULL;
+    hs = kiln_asprintf("X-Kiln-Signature: %s", b64);
+    KILN_CHECK_IF(rc, out, !url || !hs, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, auth_header(c, &hdr));
+    const char *extra[] = {hs, "Content-Type: application/octet-stream"};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(extra); i++) {
+        struct curl_slist *n = curl_slist_append(hdr, extra[i]);
+        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
+        hdr = n;
+    }
+    long status = 0;
+    upload up = {.f = f,
+                 .archive = path,
+                 .url = url,
+                 .hdr = hdr,
+                 .size = (curl_off_t)sb.st_size,
+                 .body = &body};
+    what = kiln_asprintf("publishing dataset '%s' to '%s'", path, url);
+    KILN_CHECK_IF(rc, out, !what, KILN_ERR_NOMEM, "out of memory");
+    reg_request rq = {
+        .c = c, .url = url, .what = what, .setup = upload_setup, .body = &body, .ctx = &up};
+    KILN_CHECK(rc, out, reg_request_run(&rq, &status));
+    if (status != 200 && status != 201) {
+        rc = reg_http_error(c, url, status, &body);
+        goto out;
+    }
+    snprintf(out->digest, sizeof out->digest, "sha256:%s", hex);
+    out->size = (uint64_t)sb.st_size;
+    out->existed = status == 200;
+out:
+    curl_slist_free_all(hdr);
+    if (f) fclose(f);
+    free(body.p);
+    free(b64);
+    free(upath);
+    free(url);
+    free(hs);
+    free(what);
+    return rc;
+}
+
+kiln_err kiln_registry_repro_sign(const kiln_sign_seckey *sk, const char *model,
+                                  const char *version, const char *digest,
+                                  const char *dataset_sha256, const char *host, int64_t when,
+                                  bool identical, char **text, char **sig) {
+    *text = *sig = NULL;
+    char t[21];
+    kiln_format_time(when, t);
+    const char *verdict = identical ? "identical" : "different";
+    json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s,s:s}", "format", REG_REPRO_FORMAT,
+                          "model", model, "version", version, "digest", digest, "dataset_sha256",
+                          dataset_sha256, "code_version", kiln_version(), "host", host, "time", t,
+                          "verdict", verdict);
+    char *canon = j ? kiln_json_canonical(j) : NULL;
+    json_decref(j);
+    char *tc = kiln_asprintf("%s\tdigest:%s\tverdict:%s", REG_REPRO_FORMAT, digest, verdict);
+    kiln_err rc = canon && tc ? kiln_sign_buffer(sk, canon, strlen(canon), tc, KILN_SIGN_PREHASHED,
+                                                 sig)
+                              : kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    free(tc);
+    if (rc) {
+        free(canon);
+        return rc;
+    }
+    *text = canon;
+    return KILN_OK;
+}
+
+char *kiln_registry_repro_doc(const char *text, const char *sig) {
+    json_t *j = json_pack("{s:s,s:s}", "record", text, "signature", sig);
+    char *s = j ? json_dumps(j, JSON_INDENT(2) | JSON_SORT_KEYS) : NULL;
+    json_decref(j);
+    return s;
+}
+
+kiln_err kiln_registry_repro_put(const kiln_registry_client_opts *c, const char *model,
+                                 const char *version, const char *doc) {
+    KILN_TRY(reg_client_init(c));
+    char *path = kiln_asprintf("/v1/models/%s/versions/%s/reproductions", model, version);
+    KILN_FAIL_IF(!path, KILN_ERR_NOMEM, "out of memory");
+    kiln_err rc = reg_put_text(c, path, doc, strlen(doc), NULL);
+    free(path);
+    return rc;
+}
+
 kiln_err reg_download(const kiln_registry_client_opts *c, const char *hex, uint64_t size,
                       const char *partial) {
     return reg_download_follow(c, hex, size, partial, NULL);

@@ -189,12 +189,6 @@ static kiln_err record_at(reg_oci *o, const char *repo, const char *channel, int
     return artifact_read(o, repo, tag, AT_RECORD, REG_RECORD_MAX, text, len);
 }
 
-static json_t *time_json(int64_t t) {
-    char s[21];
-    kiln_format_time(t, s);
-    return json_string(s);
-}
-
 /* ---- the routes ---- */
 
 typedef struct version_info {
@@ -319,7 +313,7 @@ static json_t *record_entry(const char *text, size_t len, int64_t seq) {
         kiln_hex(r.digest, 32, hex);
         snprintf(dg, sizeof dg, "sha256:%s", hex);
         e = json_pack("{s:I, s:s, s:s, s:o, s:s, s:n, s:n}", "seq", (json_int_t)r.seq, "version",
-                      r.version, "digest", dg, "expires", time_json(r.expires), "reason",
+                      r.version, "digest", dg, "expires", kiln_time_json(r.expires), "reason",
                       r.reason ? r.reason : "", "put_by", "put_at");
     } else {
         e = json_pack("{s:I, s:s, s:s, s:n, s:s, s:n, s:n}", "seq", (json_int_t)seq, "version", "",

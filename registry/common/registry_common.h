@@ -92,6 +92,43 @@ kiln_err reg_withdrawn(const kiln_sign_trust *t, const char *digest, const char 
 kiln_err reg_record_verify(const kiln_sign_trust *t, const char *text, size_t len,
                            const char *label, reg_record *out) KILN_MUST_CHECK;
 
+/* Datasets (kiln data publish, docs/registry.md "Datasets"): signed like a file with kiln sign,
+ * by a release key, the trusted comment binding the name and the digest of the bytes:
+ * "kiln-dataset/1\tname:NAME\tsha256:HEX" (caller frees; NULL when out of memory). */
+char *reg_dataset_comment(const char *name, const char *hex);
+/* The dataset at path against its signature file (sig, sig_len; sig_label names it): one
+ * signature by a key of t with the release role over the file's bytes, its trusted comment
+ * reg_dataset_comment(name, hex), and the file's sha256 hex. KILN_ERR_VERIFY naming what
+ * failed; the signer's name into who (who_len bytes). */
+kiln_err reg_dataset_verify(const kiln_sign_trust *t, const char *sig, size_t sig_len,
+                            const char *sig_label, const char *path, const char *name,
+                            const char *hex, char *who, size_t who_len) KILN_MUST_CHECK;
+
+/* Reproduction records (kiln reproduce --sign; docs/formats.md "reproduction record"): the
+ * record's canonical JSON text, signed (minisign, ED) by a key with the reproduce role, the
+ * trusted comment "kiln-reproduction/1\tdigest:sha256:HEX\tverdict:V". */
+#define REG_REPRO_FORMAT "kiln-reproduction/1"
+#define REG_REPRO_MAX (16u * 1024u) /* a record document's bytes ({"record", "signature"}) */
+/* One record against t: the signature by a key of t holding the reproduce role, over text;
+ * text canonical JSON of the format, naming model, version and digest; the comment naming
+ * the digest and the record's verdict. *signer the key, *identical the verdict. */
+kiln_err reg_repro_verify(const kiln_sign_trust *t, const char *text, const char *sig,
+                          const char *label, const char *model, const char *version,
+                          const char *digest, const kiln_sign_trust_key **signer,
+                          bool *identical) KILN_MUST_CHECK;
+/* Of docs (a JSON array of {"record": text, "signature": text}), how many distinct keys among
+ * keys[0..nkeys) signed a record that verifies (reg_repro_verify) with the verdict
+ * identical. */
+int reg_repro_count(const kiln_sign_trust *t, const char *const *keys, size_t nkeys,
+                    const json_t *docs, const char *model, const char *version,
+                    const char *digest);
+/* KILN_ERR_VERIFY when channel of t requires reproduction records (reproduced_by) and docs
+ * hold fewer than its threshold for model@version (digest); what names who asks ("a promote",
+ * "the pull"). */
+kiln_err reg_repro_required(const kiln_sign_trust *t, const char *channel, const json_t *docs,
+                            const char *model, const char *version, const char *digest,
+                            const char *what);
+
 /* A policy that claims the version of one this side trusts: the same policy (its meaning:
  * layout and signatures may differ), or two versions of one number exist, a fork. Returns
  * KILN_ERR_VERIFY with the message naming both labels and the first difference. */

@@ -8,6 +8,7 @@
  * manifest and validation verdict, the policy's release_threshold and accept_unvalidated,
  * and (pull) every file while unpacking securely; kiln_sign_record_verify the records.
  * A pulled directory checked again without a registry is the client's (client/installed.c). */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -152,4 +153,143 @@ kiln_err reg_trust_same_version(const kiln_sign_trust *have, const char *have_la
                        (unsigned long long)kiln_sign_trust_version(other));
     free(diff);
     return rc;
+}
+
+char *reg_dataset_comment(const char *name, const char *hex) {
+    return kiln_asprintf("kiln-dataset/1\tname:%s\tsha256:%s", name, hex);
+}
+
+kiln_err reg_dataset_verify(const kiln_sign_trust *t, const char *sig, size_t sig_len,
+                            const char *sig_label, const char *path, const char *name,
+                            const char *hex, char *who, size_t who_len) {
+    kiln_sign_sig s;
+    kiln_sign_sig_init(&s);
+    char *want = reg_dataset_comment(name, hex);
+    const kiln_sign_trust_key *signer = NULL;
+    uint8_t d[KILN_SHA256_BYTES];
+    char got[KILN_SHA256_HEX];
+    kiln_err rc = KILN_OK;
+    KILN_CHECK_IF(rc, out, !want, KILN_ERR_NOMEM, "out of memory");
+    rc = kiln_sign_sig_parse(sig, sig_len, sig_label, &s);
+    if (rc) {
+        rc = kiln_errprefix(KILN_ERR_VERIFY, "dataset signature: ");
+        goto out;
+    }
+    KILN_CHECK_IF(rc, out, strcmp(s.trusted_comment, want), KILN_ERR_VERIFY,
+                  "%s: its trusted comment does not name dataset '%s' sha256:%s (a dataset's "
+                  "signature says \"kiln-dataset/1\", its name and its digest)",
+                  sig_label, name, hex);
+    KILN_CHECK(rc, out, kiln_sha256_file(path, d));
+    kiln_hex(d, sizeof d, got);
+    KILN_CHECK_IF(rc, out, strcmp(got, hex), KILN_ERR_VERIFY,
+                  "dataset '%s': its bytes are sha256:%s, not sha256:%s", name, got, hex);
+    KILN_CHECK(rc, out, kiln_sign_trust_verify_file(t, &s, path, KILN_SIGN_ROLE_RELEASE, &signer));
+    if (who) snprintf(who, who_len, "%s", signer && signer->name ? signer->name : "?");
+out:
+    kiln_sign_sig_release(&s);
+    free(want);
+    return rc;
+}
+
+kiln_err reg_repro_verify(const kiln_sign_trust *t, const char *text, const char *sig,
+                          const char *label, const char *model, const char *version,
+                          const char *digest, const kiln_sign_trust_key **signer,
+                          bool *identical) {
+    *signer = NULL;
+    *identical = false;
+    kiln_sign_sig s;
+    kiln_sign_sig_init(&s);
+    json_t *j = NULL;
+    char *canon = NULL, *want = NULL;
+    kiln_err rc = kiln_sign_sig_parse(sig, strlen(sig), label, &s);
+    if (rc) {
+        rc = kiln_errprefix(KILN_ERR_VERIFY, "reproduction record: ");
+        goto out;
+    }
+    const kiln_sign_trust_key *k = kiln_sign_trust_find(t, s.keyid);
+    char id[KILN_SIGN_KEYID_HEX];
+    kiln_sign_keyid_hex(s.keyid, id);
+    KILN_CHECK_IF(rc, out, !k || !(k->roles & KILN_SIGN_ROLE_REPRODUCE), KILN_ERR_VERIFY,
+                  "%s: signed by key %s, which the trust policy does not hold with the reproduce "
+                  "role",
+                  label, id);
+    KILN_CHECK(rc, out, kiln_sign_verify_buffer(&k->pub, &s, text, strlen(text), label));
+    KILN_CHECK(rc, out, kiln_json_parse(text, strlen(text), label, &j));
+    canon = kiln_json_canonical(j);
+    KILN_CHECK_IF(rc, out, !canon, KILN_ERR_NOMEM, "out of memory");
+    const char *f = json_string_value(json_object_get(j, "format")),
+               *m = json_string_value(json_object_get(j, "model")),
+               *v = json_string_value(json_object_get(j, "version")),
+               *d = json_string_value(json_object_get(j, "digest")),
+               *verdict = json_string_value(json_object_get(j, "verdict"));
+    KILN_CHECK_IF(rc, out,
+                  strcmp(canon, text) || !f || strcmp(f, REG_REPRO_FORMAT) || !m || !v || !d ||
+                      !verdict || (strcmp(verdict, "identical") && strcmp(verdict, "different")),
+                  KILN_ERR_VERIFY,
+                  "%s: not a %s record (canonical JSON with format, model, version, digest and "
+                  "verdict)",
+                  label, REG_REPRO_FORMAT);
+    KILN_CHECK_IF(rc, out, strcmp(m, model) || strcmp(v, version) || strcmp(d, digest),
+                  KILN_ERR_VERIFY, "%s names %s@%s %s, not %s@%s %s", label, m, v, d, model,
+                  version, digest);
+    want = kiln_asprintf("%s\tdigest:%s\tverdict:%s", REG_REPRO_FORMAT, d, verdict);
+    KILN_CHECK_IF(rc, out, !want, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out, strcmp(s.trusted_comment, want), KILN_ERR_VERIFY,
+                  "%s: its trusted comment is not '%s'", label, want);
+    *signer = k;
+    *identical = !strcmp(verdict, "identical");
+out:
+    kiln_sign_sig_release(&s);
+    json_decref(j);
+    free(canon);
+    free(want);
+    return rc;
+}
+
+int reg_repro_count(const kiln_sign_trust *t, const char *const *keys, size_t nkeys,
+                    const json_t *docs, const char *model, const char *version,
+                    const char *digest) {
+    bool seen[256] = {false};
+    int n = 0;
+    size_t i;
+    json_t *doc;
+    json_array_foreach((json_t *)docs, i, doc) {
+        const char *text = json_string_value(json_object_get(doc, "record")),
+                   *sig = json_string_value(json_object_get(doc, "signature"));
+        const kiln_sign_trust_key *k = NULL;
+        bool same = false;
+        if (!text || !sig ||
+            reg_repro_verify(t, text, sig, "reproduction record", model, version, digest, &k,
+                             &same) != KILN_OK) {
+            kiln_errclear();
+            continue;
+        }
+        for (size_t j = 0; same && j < nkeys && j < 256; j++)
+            if (!strcmp(keys[j], k->name) && !seen[j]) {
+                seen[j] = true;
+                n++;
+            }
+    }
+    return n;
+}
+
+kiln_err reg_repro_required(const kiln_sign_trust *t, const char *channel, const json_t *docs,
+                            const char *model, const char *version, const char *digest,
+                            const char *what) {
+    const char *const *keys;
+    size_t nkeys;
+    int need = t ? kiln_sign_trust_reproduced_by(t, channel, &keys, &nkeys) : 0;
+    if (!need) return KILN_OK;
+    int have = reg_repro_count(t, keys, nkeys, docs, model, version, digest);
+    if (have >= need) return KILN_OK;
+    char names[512];
+    size_t len = 0;
+    names[0] = 0;
+    for (size_t i = 0; i < nkeys && len < sizeof names; i++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s'%s'", i ? ", " : "", keys[i]);
+    return kiln_fail(KILN_ERR_VERIFY,
+                     "%s: channel '%s' requires %d reproduction record%s of %s@%s (%s) with the "
+                     "verdict identical, signed by %s; %d valid",
+                     what, channel, need, need == 1 ? "" : "s", model, version, digest, names,
+                     have);
 }

@@ -294,8 +294,10 @@ kiln_err kiln_registry_gc(const char *root, size_t *removed, uint64_t *bytes) {
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out, reg_db_open(root, &db));
     KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db, "SELECT 1 FROM versions WHERE digest = ?1 LIMIT 1", -1,
-                                     &st, NULL) != SQLITE_OK,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT 1 FROM versions WHERE digest = ?1 UNION ALL "
+                                     "SELECT 1 FROM datasets WHERE digest = ?1 LIMIT 1",
+                                     -1, &st, NULL) != SQLITE_OK,
                   KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
     top = kiln_path_join(root, "blobs/sha256");
     KILN_CHECK_IF(rc, out, !top, KILN_ERR_NOMEM, "out of memory");

@@ -895,6 +895,109 @@ static kiln_err sync_channel(mirror_run *m, const char *model, const char *chann
 
 /* One model: its versions (in the primary's order, so that publication order is kept), then
  * its channels. */
+/* The reproduction records of the versions the mirror holds (kiln reproduce --sign), each
+ * verified under the mirror's newest policy before it is stored: a client whose policy asks
+ * for them (reproduced_by) can then pull through the mirror. */
+static kiln_err sync_repros(mirror_run *m, const char *model, json_t *versions) {
+    const kiln_sign_trust *t = m->chain.n ? m->chain.v[m->chain.n - 1] : NULL;
+    kiln_err rc = KILN_OK;
+    for (size_t i = 0; t && !rc && i < json_array_size(versions); i++) {
+        const json_t *entry = json_array_get(versions, i);
+        const char *version = json_string_value(json_object_get(entry, "version"));
+        /* Asked only when the primary lists more than the mirror holds (the listing says how
+         * many; a primary from before the records says nothing): an idle sync asks nothing. */
+        json_int_t theirs = json_integer_value(json_object_get(entry, "reproductions")), ours = 0;
+        sqlite3_stmt *cnt = NULL;
+        if (version && theirs > 0 &&
+            sqlite3_prepare_v2(m->db,
+                               "SELECT count(*) FROM reproductions WHERE model = ?1 AND "
+                               "version = ?2",
+                               -1, &cnt, NULL) == SQLITE_OK) {
+            sqlite3_bind_text(cnt, 1, model, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(cnt, 2, version, -1, SQLITE_TRANSIENT);
+            if (sqlite3_step(cnt) == SQLITE_ROW) ours = sqlite3_column_int64(cnt, 0);
+        }
+        sqlite3_finalize(cnt);
+        if (theirs <= ours) continue;
+        uint64_t size = 0;
+        char *digest = version ? reg_version_digest_size(m->db, model, version, &size, &rc) : NULL;
+        if (rc || !digest) {
+            free(digest);
+            continue;
+        }
+        char path[256];
+        snprintf(path, sizeof path, "/v1/models/%s/versions/%s/reproductions", model, version);
+        json_t *j = NULL;
+        rc = get_json(m, path, &j);
+        if (rc) {
+            free(digest);
+            json_decref(j);
+            if (rc == KILN_ERR_NOTFOUND) { /* a primary from before the records */
+                kiln_errclear();
+                rc = KILN_OK;
+                continue;
+            }
+            if (!item_failure(rc)) return rc;
+            say(m, true, "%s@%s: reproduction records: %s", model, version, kiln_errmsg());
+            rc = KILN_OK;
+            continue;
+        }
+        size_t k;
+        json_t *doc;
+        json_array_foreach(json_object_get(j, "reproductions"), k, doc) {
+            const char *text = json_string_value(json_object_get(doc, "record")),
+                       *sig = json_string_value(json_object_get(doc, "signature"));
+            const kiln_sign_trust_key *key = NULL;
+            bool same = false;
+            if (!text || !sig ||
+                reg_repro_verify(t, text, sig, "reproduction record", model, version, digest, &key,
+                                 &same) != KILN_OK) {
+                say(m, true, "%s@%s: a reproduction record not copied: %s", model, version,
+                    text && sig ? kiln_errmsg() : "malformed");
+                kiln_errclear();
+                continue;
+            }
+            sqlite3_stmt *st = NULL;
+            if ((rc = reg_db_exec(m->db, "BEGIN IMMEDIATE"))) break;
+            if (sqlite3_prepare_v2(m->db,
+                                   "INSERT OR IGNORE INTO reproductions(model, version, digest, "
+                                   "signer, verdict, record, signature, publisher, created) "
+                                   "VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                                   -1, &st, NULL) != SQLITE_OK)
+                rc = reg_db_fail(m->db, "storing a reproduction record");
+            if (!rc) {
+                const char *pub = json_string_value(json_object_get(doc, "publisher"));
+                sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 4, key->name, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 5, same ? "identical" : "different", -1, SQLITE_STATIC);
+                sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 7, sig, -1, SQLITE_TRANSIENT);
+                sqlite3_bind_text(st, 8, pub ? pub : "?", -1, SQLITE_TRANSIENT);
+                sqlite3_bind_int64(st, 9, kiln_unix_time());
+                if (sqlite3_step(st) != SQLITE_DONE)
+                    rc = reg_db_fail(m->db, "storing a reproduction record");
+            }
+            bool added = !rc && sqlite3_changes(m->db) > 0;
+            if (st) sqlite3_finalize(st);
+            if (added)
+                rc = reg_audit_full(m->db, NULL, "reproduce", model, version, NULL, digest,
+                                    m->reason);
+            if (!rc) rc = reg_db_exec(m->db, "COMMIT");
+            if (rc) {
+                (void)reg_db_exec(m->db, "ROLLBACK");
+                break;
+            }
+            if (added)
+                say(m, false, "copied %s@%s: reproduction record by %s", model, version, key->name);
+        }
+        json_decref(j);
+        free(digest);
+    }
+    return rc;
+}
+
 static kiln_err sync_model(mirror_run *m, const char *model) {
     char path[128];
     snprintf(path, sizeof path, "/v1/models/%s", model);
@@ -907,6 +1010,7 @@ static kiln_err sync_model(mirror_run *m, const char *model) {
     }
     json_t *versions = json_object_get(j, "versions"), *channels = json_object_get(j, "channels");
     rc = sync_versions(m, model, versions);
+    if (!rc) rc = sync_repros(m, model, versions);
     const char *name;
     json_t *c;
     json_object_foreach(channels, name, c) {

@@ -79,7 +79,14 @@ struct kiln_registry_server {
     uint64_t auth_refused[REG_AUTH_NREASONS];
 };
 
-typedef enum { BODY_NONE, BODY_ARCHIVE, BODY_RECORD, BODY_TRUST } body_kind;
+typedef enum {
+    BODY_NONE,
+    BODY_ARCHIVE,
+    BODY_RECORD,
+    BODY_TRUST,
+    BODY_DATASET,
+    BODY_REPRO
+} body_kind;
 
 /* One request, from its headers to its completion. */
 typedef struct req {
@@ -559,19 +566,22 @@ static enum MHD_Result do_model(kiln_registry_server *s, struct MHD_Connection *
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(
             db,
-            "SELECT version, digest, size, publisher, created, validation FROM versions"
+            "SELECT version, digest, size, publisher, created, validation, (SELECT count(*) FROM"
+            " reproductions p WHERE p.model = v.model AND p.version = v.version) FROM versions v"
             " WHERE model = ?1 ORDER BY created, version",
             -1, &st, NULL) != SQLITE_OK)
         return send_kiln_error(c, r, reg_db_fail(db, "reading a model"));
     sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
     json_t *versions = json_array(), *channels = json_object();
     while (sqlite3_step(st) == SQLITE_ROW)
-        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o, s:s}", "version",
-                                                  reg_col(st, 0), "digest", reg_col(st, 1), "size",
-                                                  (json_int_t)sqlite3_column_int64(st, 2),
+        json_array_append_new(versions, json_pack("{s:s, s:s, s:I, s:s, s:o, s:s, s:I}",
+                                                  "version", reg_col(st, 0), "digest", reg_col(st, 1),
+                                                  "size", (json_int_t)sqlite3_column_int64(st, 2),
                                                   "publisher", reg_col(st, 3), "created",
                                                   kiln_time_json(sqlite3_column_int64(st, 4)),
-                                                  "validation", validation_verdict(st, 5)));
+                                                  "validation", validation_verdict(st, 5),
+                                                  "reproductions",
+                                                  (json_int_t)sqlite3_column_int64(st, 6)));
     sqlite3_finalize(st);
     st = NULL;
     if (sqlite3_prepare_v2(
@@ -1160,6 +1170,178 @@ static enum MHD_Result upload_finish(kiln_registry_server *s, struct MHD_Connect
     return send_published(c, r, existed ? 200 : 201, digest, r->declared);
 }
 
+/* ---- datasets (docs/registry.md, "Datasets") ---- */
+
+static enum MHD_Result do_datasets(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                   sqlite3 *db) {
+    (void)s;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT name, digest, size, publisher, created FROM datasets ORDER BY "
+                           "name, created, digest",
+                           -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "listing datasets"));
+    /* The versions trained on each: their cards' lineage.dataset_sha256 (the stored card is the
+     * archive's, whose digest the release keys signed through the manifest). */
+    sqlite3_stmt *tr = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT model || '@' || version FROM versions WHERE "
+                           "json_valid(card) AND 'sha256:' || json_extract(card, "
+                           "'$.lineage.dataset_sha256') = ?1 ORDER BY model, created, version",
+                           -1, &tr, NULL) != SQLITE_OK) {
+        sqlite3_finalize(st);
+        return send_kiln_error(c, r, reg_db_fail(db, "listing datasets"));
+    }
+    json_t *arr = json_array();
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        json_t *trained = json_array();
+        sqlite3_reset(tr);
+        sqlite3_bind_text(tr, 1, reg_col(st, 1), -1, SQLITE_TRANSIENT);
+        while (sqlite3_step(tr) == SQLITE_ROW)
+            json_array_append_new(trained, json_string(reg_col(tr, 0)));
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "name", reg_col(st, 0),
+                                             "digest", reg_col(st, 1), "size",
+                                             (json_int_t)sqlite3_column_int64(st, 2), "publisher",
+                                             reg_col(st, 3), "created",
+                                             kiln_time_json(sqlite3_column_int64(st, 4)),
+                                             "trained", trained));
+    }
+    sqlite3_finalize(tr);
+    sqlite3_finalize(st);
+    return send_json(c, r, 200, json_pack("{s:o}", "datasets", arr));
+}
+
+/* {digest} of a dataset's route: 64 lowercase hex digits. */
+static bool dataset_hex(struct MHD_Connection *c, req *r, enum MHD_Result *res) {
+    size_t n = strlen(r->seg[2]);
+    bool ok = n == 64;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (r->seg[2][i] >= '0' && r->seg[2][i] <= '9') ||
+             (r->seg[2][i] >= 'a' && r->seg[2][i] <= 'f');
+    if (!ok)
+        *res = send_error(c, r, 400, "a dataset's digest is 64 lowercase hex digits, not '%s'",
+                          r->seg[2]);
+    else
+        memcpy(r->hex, r->seg[2], 65);
+    return ok;
+}
+
+static enum MHD_Result do_dataset(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                  sqlite3 *db) {
+    (void)s;
+    enum MHD_Result res;
+    if (!dataset_hex(c, r, &res)) return res;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT size, signature, publisher, created FROM datasets WHERE name = "
+                           "?1 AND digest = ?2",
+                           -1, &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a dataset"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_ROW) {
+        sqlite3_finalize(st);
+        return send_error(c, r, 404, "dataset '%s@%s' not found", r->seg[0], digest);
+    }
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o}", "name", r->seg[0], "digest", digest,
+                          "size", (json_int_t)sqlite3_column_int64(st, 0), "signature",
+                          reg_col(st, 1), "publisher", reg_col(st, 2), "created",
+                          kiln_time_json(sqlite3_column_int64(st, 3)));
+    sqlite3_finalize(st);
+    return send_json(c, r, 200, j);
+}
+
+/* The first call of a PUT of a dataset: refused before the body as an archive's upload is
+ * (no policy, no or a bad length, over the limit, no signature); the same name and digest
+ * held already is 200 with nothing read. */
+static enum MHD_Result dataset_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                     sqlite3 *db) {
+    enum MHD_Result res;
+    if (!dataset_hex(c, r, &res)) return res;
+    if (!has_trust(s))
+        return send_error(
+            c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!cl) return send_error(c, r, 411, "an upload needs a Content-Length");
+    uint64_t n;
+    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
+    if (n > s->max_upload)
+        return send_error(c, r, 413,
+                          "dataset of %" PRIu64
+                          " bytes is larger than this registry's limit of %" PRIu64,
+                          n, s->max_upload);
+    const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
+    size_t slen = sig ? strlen(sig) : 0;
+    if (!slen || slen > REG_SIG_MAX * 2)
+        return send_error(c, r, 400,
+                          "a dataset upload needs X-Kiln-Signature: its .minisig, base64");
+    kiln_err drc = reg_sig_decode(sig, &r->sig, &r->sig_len);
+    if (drc == KILN_ERR_NOMEM) return MHD_NO;
+    if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
+    r->declared = n;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_prepare_v2(db, "SELECT size FROM datasets WHERE name = ?1 AND digest = ?2", -1,
+                           &st, NULL) != SQLITE_OK)
+        return send_kiln_error(c, r, reg_db_fail(db, "reading a dataset"));
+    sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) == SQLITE_ROW) {
+        json_int_t size = sqlite3_column_int64(st, 0);
+        sqlite3_finalize(st);
+        return send_json(c, r, 200,
+                         json_pack("{s:s, s:s, s:I}", "name", r->seg[0], "digest", digest, "size",
+                                   size));
+    }
+    sqlite3_finalize(st);
+    kiln_err rc;
+    if ((rc = reg_upload_begin(&r->up, s->root)) != KILN_OK) return send_kiln_error(c, r, rc);
+    r->body = BODY_DATASET;
+    return MHD_YES;
+}
+
+static enum MHD_Result dataset_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                      sqlite3 *db) {
+    if (r->body_failed)
+        return send_error(c, r, status_of(r->body_rc), "%s",
+                          r->body_msg ? r->body_msg : "upload failed");
+    kiln_err rc;
+    char digest[80];
+    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
+    if ((rc = reg_upload_check(&r->up, r->hex, r->declared)) != KILN_OK)
+        return send_kiln_error(c, r, rc);
+    char *path = reg_upload_path(&r->up);
+    if (!path) return MHD_NO;
+    char who[KILN_SIGN_NAME_MAX + 1];
+    trust_ref *tr = trust_acquire(s);
+    rc = tr ? reg_dataset_verify(tr->t, r->sig, r->sig_len, "X-Kiln-Signature", path, r->seg[0],
+                                 r->hex, who, sizeof who)
+            : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
+    trust_release(s, tr);
+    if (rc) rc = kiln_errprefix(rc, "upload of dataset '%s': ", r->seg[0]);
+    rc = reg_relabel(rc, path, "the uploaded dataset");
+    free(path);
+    if (!rc) rc = reg_upload_commit(&r->up, r->hex);
+    bool existed = false;
+    if (!rc) {
+        reg_dataset_row row = {.name = r->seg[0],
+                               .digest = digest,
+                               .size = r->declared,
+                               .sig = r->sig,
+                               .sig_len = r->sig_len,
+                               .publisher = r->token_name ? r->token_name : "?",
+                               .created = kiln_unix_time()};
+        rc = reg_dataset_insert(db, &row, &existed);
+    }
+    if (rc) return send_kiln_error(c, r, rc);
+    return send_json(c, r, existed ? 200 : 201,
+                     json_pack("{s:s, s:s, s:I, s:s}", "name", r->seg[0], "digest", digest, "size",
+                               (json_int_t)r->declared, "signed_by", who));
+}
+
 /* The start of an upload of a small signed document (body: a channel record or a trust
  * version, one the registry checks against its trust policy): the registry has a policy, the
  * Content-Length is at most max, and a buffer holds the whole body. what names one in
@@ -1199,6 +1381,141 @@ static bool signed_doc_text(struct MHD_Connection *c, req *r, const char *bad, c
     return true;
 }
 
+/* ---- reproduction records (docs/reproduce.md) ---- */
+
+/* model@version's records as [{"record", "signature", "signer", "verdict", "publisher",
+ * "created"}], oldest first, into *out (new). */
+static kiln_err load_repros(sqlite3 *db, const char *model, const char *version, json_t **out) {
+    sqlite3_stmt *st = NULL;
+    *out = NULL;
+    if (sqlite3_prepare_v2(db,
+                           "SELECT record, signature, signer, verdict, publisher, created FROM "
+                           "reproductions WHERE model = ?1 AND version = ?2 ORDER BY created, "
+                           "rowid",
+                           -1, &st, NULL) != SQLITE_OK)
+        return reg_db_fail(db, "reading reproduction records");
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+    json_t *arr = json_array();
+    while (arr && sqlite3_step(st) == SQLITE_ROW)
+        json_array_append_new(arr, json_pack("{s:s, s:s, s:s, s:s, s:s, s:o}", "record",
+                                             reg_col(st, 0), "signature", reg_col(st, 1), "signer",
+                                             reg_col(st, 2), "verdict", reg_col(st, 3), "publisher",
+                                             reg_col(st, 4), "created",
+                                             kiln_time_json(sqlite3_column_int64(st, 5))));
+    sqlite3_finalize(st);
+    if (!arr) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
+    *out = arr;
+    return KILN_OK;
+}
+
+static enum MHD_Result do_repros(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                 sqlite3 *db) {
+    (void)s;
+    json_t *arr;
+    kiln_err rc = load_repros(db, r->seg[0], r->seg[1], &arr);
+    if (rc) return send_kiln_error(c, r, rc);
+    return send_json(c, r, 200,
+                     json_pack("{s:s, s:s, s:o}", "name", r->seg[0], "version", r->seg[1],
+                               "reproductions", arr));
+}
+
+static enum MHD_Result repro_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                   sqlite3 *db) {
+    (void)db;
+    return signed_doc_start(s, c, r, BODY_REPRO, "a reproduction record",
+                            "reproduction records", REG_REPRO_MAX);
+}
+
+/* The body {"record": text, "signature": text}: the record verified under the server's policy
+ * (a key with the reproduce role, naming this version's stored digest), then stored. */
+static enum MHD_Result repro_finish(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                                    sqlite3 *db) {
+    enum MHD_Result ret;
+    if (!signed_doc_text(c, r, "bad reproduction record", "reproduction record", &ret))
+        return ret;
+    char label[200];
+    snprintf(label, sizeof label, "reproduction record for %s@%s", r->seg[0], r->seg[1]);
+    json_t *doc = NULL;
+    kiln_err rc = kiln_json_parse(r->rec, r->rec_len, label, &doc);
+    const char *text = json_string_value(json_object_get(doc, "record")),
+               *sig = json_string_value(json_object_get(doc, "signature"));
+    if (!rc && (!text || !sig))
+        rc = kiln_fail(KILN_ERR_FORMAT, "%s: the body must be {\"record\": TEXT, \"signature\": "
+                       "TEXT}", label);
+    uint64_t size = 0;
+    char *digest = NULL;
+    if (!rc) digest = reg_version_digest_size(db, r->seg[0], r->seg[1], &size, &rc);
+    if (!rc && !digest)
+        rc = kiln_fail(KILN_ERR_NOTFOUND, "version '%s@%s' not found", r->seg[0], r->seg[1]);
+    const kiln_sign_trust_key *k = NULL;
+    bool identical = false;
+    char signer[KILN_SIGN_NAME_MAX + 1] = "";
+    if (!rc) {
+        trust_ref *tr = trust_acquire(s);
+        rc = tr ? reg_repro_verify(tr->t, text, sig, label, r->seg[0], r->seg[1], digest, &k,
+                                   &identical)
+                : kiln_fail(KILN_ERR_VERIFY, "this registry has no trust policy");
+        if (!rc) snprintf(signer, sizeof signer, "%s", k->name);
+        trust_release(s, tr);
+    }
+    sqlite3_stmt *st = NULL;
+    if (!rc && (rc = reg_db_exec(db, "BEGIN IMMEDIATE")) == KILN_OK) {
+        if (sqlite3_prepare_v2(db,
+                               "INSERT OR IGNORE INTO reproductions(model, version, digest, signer,"
+                               " verdict, record, signature, publisher, created) VALUES(?1, ?2, "
+                               "?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+                               -1, &st, NULL) != SQLITE_OK)
+            rc = reg_db_fail(db, "storing a reproduction record");
+        if (!rc) {
+            sqlite3_bind_text(st, 1, r->seg[0], -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 2, r->seg[1], -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 3, digest, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 4, signer, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 5, identical ? "identical" : "different", -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 6, text, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 7, sig, -1, SQLITE_TRANSIENT);
+            sqlite3_bind_text(st, 8, r->token_name ? r->token_name : "?", -1, SQLITE_TRANSIENT);
+            sqlite3_bind_int64(st, 9, kiln_unix_time());
+            if (sqlite3_step(st) != SQLITE_DONE) rc = reg_db_fail(db, "storing a reproduction record");
+        }
+        if (st) sqlite3_finalize(st);
+        if (!rc) rc = reg_audit(db, r->token_name, "reproduce", r->seg[0], r->seg[1], NULL, digest);
+        if (!rc) rc = reg_db_exec(db, "COMMIT");
+        if (rc) (void)reg_db_exec(db, "ROLLBACK");
+    }
+    json_decref(doc);
+    if (rc) {
+        free(digest);
+        return send_kiln_error(c, r, rc);
+    }
+    ret = send_json(c, r, 201,
+                    json_pack("{s:s, s:s, s:s, s:s, s:s}", "name", r->seg[0], "version", r->seg[1],
+                              "digest", digest, "signer", signer, "verdict",
+                              identical ? "identical" : "different"));
+    free(digest);
+    return ret;
+}
+
+/* A channel whose policy asks for reproduction records (reproduced_by) takes a record only for
+ * a version that has them, verified here under the server's policy. */
+static kiln_err repro_gate(kiln_registry_server *s, sqlite3 *db, const reg_record *rec) {
+    trust_ref *tr = trust_acquire(s);
+    const char *const *keys;
+    size_t nkeys;
+    kiln_err rc = KILN_OK;
+    if (tr && kiln_sign_trust_reproduced_by(tr->t, rec->channel, &keys, &nkeys)) {
+        json_t *docs = NULL;
+        rc = load_repros(db, rec->model, rec->version, &docs);
+        if (!rc)
+            rc = reg_repro_required(tr->t, rec->channel, docs, rec->model, rec->version,
+                                    rec->digest, "the channel record");
+        json_decref(docs);
+    }
+    trust_release(s, tr);
+    return rc;
+}
+
 static enum MHD_Result record_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                     sqlite3 *db) {
     return signed_doc_start(s, c, r, BODY_RECORD, "a channel record", "channel records",
@@ -1224,6 +1541,7 @@ static enum MHD_Result record_finish(kiln_registry_server *s, struct MHD_Connect
         rc = kiln_fail(KILN_ERR_VERIFY, "%s names %s/%s instead", label, rec.model, rec.channel);
     if (!rc && rec.expires <= kiln_unix_time())
         rc = kiln_fail(KILN_ERR_VERIFY, "%s has expired", label);
+    if (!rc) rc = repro_gate(s, db, &rec);
     if (!rc)
         rc = reg_record_insert(db, &rec, r->rec, r->token_name, kiln_unix_time(), r->token_name,
                                r->audit, NULL);
@@ -1358,6 +1676,17 @@ static const route_row routes[] = {
      R_TRUST_N},
     {"PUT", "/v1/trust/{version}", REG_R_TRUST_VERSION, KILN_SCOPE_ADMIN, trust_start, NULL,
      "trust.put", R_WRITE | R_TRUST_N},
+    {"GET", "/v1/models/{model}/versions/{version}/reproductions", REG_R_REPRODUCTIONS,
+     KILN_SCOPE_READ, do_repros, NULL, NULL, 0},
+    /* The audit row ("reproduce") is written with the record's insert. */
+    {"PUT", "/v1/models/{model}/versions/{version}/reproductions", REG_R_REPRODUCTIONS,
+     KILN_SCOPE_PUBLISH, repro_start, NULL, "reproduce", R_WRITE},
+    {"GET", "/v1/datasets", REG_R_DATASETS, KILN_SCOPE_READ, do_datasets, NULL, NULL, 0},
+    {"GET", "/v1/datasets/{model}/sha256/{digest}", REG_R_DATASET, KILN_SCOPE_READ, do_dataset,
+     NULL, NULL, 0},
+    /* The audit row ("data.publish") is written with the dataset's insert. */
+    {"PUT", "/v1/datasets/{model}/sha256/{digest}", REG_R_DATASET, KILN_SCOPE_PUBLISH,
+     dataset_start, NULL, "data.publish", R_WRITE},
     {"GET", "/", REG_R_UI_HOME, KILN_SCOPE_READ, NULL, page_home, NULL, R_PAGE},
     {"GET", "/ui/models/{model}", REG_R_UI_MODEL, KILN_SCOPE_READ, NULL, page_model, NULL, R_PAGE},
     {"GET", "/ui/models/{model}/versions/{version}", REG_R_UI_VERSION, KILN_SCOPE_READ, NULL,
@@ -1604,16 +1933,18 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
         size_t n = *upload_data_size;
         *upload_data_size = 0;
         if (r->body_failed) return MHD_YES; /* drain: answered once the body is in */
-        if (r->body == BODY_ARCHIVE) {
+        if (r->body == BODY_ARCHIVE || r->body == BODY_DATASET) {
             kiln_err rc =
                 r->up.size + n > r->declared
                     ? kiln_fail(KILN_ERR_VERIFY, "upload is longer than its Content-Length")
                     : reg_upload_write(&r->up, upload_data, n);
             if (rc) body_fail(r, rc);
-        } else if (r->body == BODY_RECORD || r->body == BODY_TRUST) {
+        } else if (r->body == BODY_RECORD || r->body == BODY_TRUST || r->body == BODY_REPRO) {
             if (r->rec_len + n > r->rec_cap)
                 body_fail(r, kiln_fail(KILN_ERR_LIMIT, "%s is longer than its Content-Length",
-                                       r->body == BODY_RECORD ? "channel record" : "trust version"));
+                                       r->body == BODY_RECORD  ? "channel record"
+                                       : r->body == BODY_TRUST ? "trust version"
+                                                               : "reproduction record"));
             else {
                 memcpy(r->rec + r->rec_len, upload_data, n);
                 r->rec_len += n;
@@ -1627,6 +1958,8 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
     enum MHD_Result res = r->body == BODY_ARCHIVE  ? upload_finish(s, c, r, db)
                           : r->body == BODY_RECORD ? record_finish(s, c, r, db)
                           : r->body == BODY_TRUST  ? trust_finish(s, c, r, db)
+                          : r->body == BODY_DATASET ? dataset_finish(s, c, r, db)
+                          : r->body == BODY_REPRO   ? repro_finish(s, c, r, db)
                                                    : send_error(c, r, 500, "no response");
     reg_db_close(db);
     return res;

@@ -73,6 +73,20 @@ typedef struct reg_version_row {
 kiln_err reg_version_insert(sqlite3 *db, const reg_version_row *v, const char *audit_token,
                             const char *action, const char *reason, bool *existed);
 
+/* A dataset (kiln data publish): its name, "sha256:<hex>" of its bytes, size, the .minisig
+ * text whose trusted comment names both (verified before), the token that published it. */
+typedef struct reg_dataset_row {
+    const char *name, *digest;
+    uint64_t size;
+    const char *sig;
+    size_t sig_len;
+    const char *publisher;
+    int64_t created;
+} reg_dataset_row;
+/* Insert it with one audit row ("data.publish") in one BEGIN IMMEDIATE transaction; held
+ * already (the same name and digest): *existed, nothing written. The blob must be in place. */
+kiln_err reg_dataset_insert(sqlite3 *db, const reg_dataset_row *d, bool *existed);
+
 /* Insert a channel record whose signatures were verified (text: its bytes, stored and served
  * unchanged) and one audit row, in one BEGIN IMMEDIATE transaction: its seq must be the
  * channel's next (KILN_ERR_CONFLICT), its version held with its digest (KILN_ERR_NOTFOUND,
@@ -224,6 +238,9 @@ enum reg_route {
     REG_R_TRUST_VERSION, /* "/v1/trust/{N}": N in seg[1] */
     REG_R_UI_TRUST,      /* "/ui/trust" */
     REG_R_UI_VERSION,    /* "/ui/models/{model}/versions/{version}" */
+    REG_R_DATASETS,      /* "/v1/datasets" */
+    REG_R_DATASET,       /* "/v1/datasets/{model}/sha256/{digest}": name in seg[0] */
+    REG_R_REPRODUCTIONS, /* "/v1/models/{model}/versions/{version}/reproductions" */
     REG_R_COUNT
 };
 

@@ -36,7 +36,18 @@ static const char *const schema =
     " created INTEGER NOT NULL);"
     /* The store's own facts (mirror.c): a mirror's mirror_of (the primary's URL) and how its
      * syncs went. A primary has no rows. */
-    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);";
+    "CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+    /* Datasets by the sha256 of their bytes (kiln data publish), their blobs beside the
+     * archives'; stores made before it get it at their next open. */
+    "CREATE TABLE IF NOT EXISTS datasets("
+    " name TEXT NOT NULL, digest TEXT NOT NULL, size INTEGER NOT NULL, signature TEXT NOT NULL,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, PRIMARY KEY(name, digest));"
+    /* Reproduction records (kiln reproduce --sign): the record's text and its signature as
+     * verified on upload, and again by whoever reads them. */
+    "CREATE TABLE IF NOT EXISTS reproductions("
+    " model TEXT NOT NULL, version TEXT NOT NULL, digest TEXT NOT NULL, signer TEXT NOT NULL,"
+    " verdict TEXT NOT NULL, record TEXT NOT NULL, signature TEXT NOT NULL,"
+    " publisher TEXT NOT NULL, created INTEGER NOT NULL, UNIQUE(model, version, record, signature));";
 
 /* Schema versions, kept in PRAGMA user_version. 0 is the store as the first kiln made it
  * (the tables above, no version recorded); step N brings a store from version N-1 to N. A
@@ -370,6 +381,38 @@ out:
     free(card);
     free(validation);
     free(have);
+    return rc;
+}
+
+kiln_err reg_dataset_insert(sqlite3 *db, const reg_dataset_row *d, bool *existed) {
+    kiln_err rc = KILN_OK;
+    sqlite3_stmt *st = NULL;
+    *existed = false;
+    KILN_TRY(reg_db_exec(db, "BEGIN IMMEDIATE"));
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "INSERT INTO datasets(name, digest, size, signature, "
+                                     "publisher, created) VALUES(?1, ?2, ?3, ?4, ?5, ?6) ON "
+                                     "CONFLICT(name, digest) DO NOTHING",
+                                     -1, &st, NULL) != SQLITE_OK,
+                  KILN_ERR_IO, "registry database: %s", sqlite3_errmsg(db));
+    sqlite3_bind_text(st, 1, d->name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, d->digest, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 3, (sqlite3_int64)d->size);
+    sqlite3_bind_text(st, 4, d->sig, (int)d->sig_len, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 5, d->publisher, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_int64(st, 6, d->created);
+    KILN_CHECK_IF(rc, out, sqlite3_step(st) != SQLITE_DONE, KILN_ERR_IO, "registry database: %s",
+                  sqlite3_errmsg(db));
+    *existed = sqlite3_changes(db) == 0;
+    if (!*existed)
+        KILN_CHECK(rc, out,
+                   audit_row(db, d->publisher, "data.publish", d->name, NULL, NULL, d->digest,
+                             NULL));
+out:
+    if (st) sqlite3_finalize(st);
+    if (!rc) rc = reg_db_exec(db, "COMMIT");
+    if (rc) (void)reg_db_exec(db, "ROLLBACK");
     return rc;
 }
 

@@ -145,6 +145,44 @@ static kiln_err ui_policy_of(const kiln_sign_trust *t, ui_policy *u) {
     return KILN_OK;
 }
 
+/* The datasets (kiln data publish), each with the versions whose card names its digest; no
+ * section when there are none. */
+static kiln_err datasets(sqlite3 *db, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL, *tr = NULL;
+    kiln_err rc = KILN_OK;
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT name, digest, size, publisher, created FROM datasets ORDER BY "
+                       "name, created, digest",
+                       &st, "listing datasets"));
+    KILN_CHECK(rc, out,
+               prepare(db,
+                       "SELECT model || '@' || version FROM versions WHERE json_valid(card) AND "
+                       "'sha256:' || json_extract(card, '$.lineage.dataset_sha256') = ?1 ORDER "
+                       "BY model, created, version",
+                       &tr, "listing datasets"));
+    int r, n = 0;
+    while ((r = sqlite3_step(st)) == SQLITE_ROW) {
+        if (!n++) kiln_web_printf(b, "<h2>Datasets</h2>\n");
+        char line[2048], when[21];
+        kiln_format_time(sqlite3_column_int64(st, 4), when);
+        size_t len = (size_t)snprintf(line, sizeof line, "%s %s, %lld bytes, published by %s at %s",
+                                      reg_col(st, 0), reg_col(st, 1),
+                                      (long long)sqlite3_column_int64(st, 2), reg_col(st, 3), when);
+        sqlite3_reset(tr);
+        sqlite3_bind_text(tr, 1, reg_col(st, 1), -1, SQLITE_TRANSIENT);
+        for (int k = 0; sqlite3_step(tr) == SQLITE_ROW && len < sizeof line; k++)
+            len += (size_t)snprintf(line + len, sizeof line - len, "%s%s",
+                                    k ? ", " : "; trained on it: ", reg_col(tr, 0));
+        kiln_web_para(b, line);
+    }
+    KILN_CHECK(rc, out, step_done(db, r, "listing datasets"));
+out:
+    sqlite3_finalize(st);
+    sqlite3_finalize(tr);
+    return rc;
+}
+
 kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_web_buf *b) {
     sqlite3_stmt *st = NULL, *ch = NULL;
     kiln_err rc = KILN_OK;
@@ -195,6 +233,7 @@ kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_we
     }
     KILN_CHECK(rc, out, step_done(db, r, "listing models"));
     kiln_web_table_end(b, "Nothing has been published yet.");
+    KILN_CHECK(rc, out, datasets(db, b));
     kiln_web_end(b, KILN_WEB_HOME, NULL, NULL, now);
 out:
     sqlite3_finalize(st);
@@ -739,6 +778,51 @@ static kiln_err version_summary(const char *root, const char *digest, json_t **o
     return rc;
 }
 
+/* The version's reproduction records (kiln reproduce --sign), one line each as verified here
+ * under the server's policy (docs/reproduce.md). */
+static void reproductions(sqlite3 *db, const kiln_sign_trust *t, const char *model,
+                          const char *version, const char *digest, kiln_web_buf *b) {
+    sqlite3_stmt *st = NULL;
+    kiln_web_printf(b, "<h2>Reproductions</h2>\n");
+    if (prepare(db,
+                "SELECT record, signature FROM reproductions WHERE model = ?1 AND version = ?2 "
+                "ORDER BY created, rowid",
+                &st, "reading reproduction records")) {
+        kiln_web_para(b, kiln_errmsg());
+        kiln_errclear();
+        return;
+    }
+    sqlite3_bind_text(st, 1, model, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, version, -1, SQLITE_TRANSIENT);
+    int n = 0;
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        char line[1024];
+        const kiln_sign_trust_key *k = NULL;
+        bool same = false;
+        json_t *rec = NULL;
+        n++;
+        if (!t) {
+            snprintf(line, sizeof line,
+                     "a record, not verified: this registry has no trust policy");
+        } else if (reg_repro_verify(t, reg_col(st, 0), reg_col(st, 1), "reproduction record", model,
+                                    version, digest, &k, &same) != KILN_OK) {
+            snprintf(line, sizeof line, "a record that does not verify: %s", kiln_errmsg());
+            kiln_errclear();
+        } else {
+            rec = json_loads(reg_col(st, 0), JSON_REJECT_DUPLICATES, NULL);
+            snprintf(line, sizeof line, "%s by %s on %s at %s, kiln %s (verified)",
+                     same ? "identical" : "different", k->name,
+                     json_string_value(json_object_get(rec, "host")) ?: "?",
+                     json_string_value(json_object_get(rec, "time")) ?: "?",
+                     json_string_value(json_object_get(rec, "code_version")) ?: "?");
+        }
+        json_decref(rec);
+        kiln_web_para(b, line);
+    }
+    sqlite3_finalize(st);
+    if (!n) kiln_web_para(b, "No reproduction records (kiln reproduce --sign puts one).");
+}
+
 kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root, const char *model,
                         const char *version, int64_t now, kiln_web_buf *b) {
     sqlite3_stmt *st = NULL;
@@ -789,6 +873,7 @@ kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root,
     } else {
         kiln_web_run_summary(b, summary);
     }
+    reproductions(db, t, model, version, v.digest, b);
     kiln_web_end(b, KILN_WEB_VERSION, model, version, now);
     json_decref(summary);
     json_decref(card);

@@ -73,6 +73,9 @@ PROM=$($KILN registry token create --root "$T/srv" --name rm --scope promote)
 ADM=$($KILN registry token create --root "$T/srv" --name ops --scope admin)
 serve_registry "$T/srv" --trust "$F/trust.json"
 q $KILN publish "$F/m.kiln" --registry "$URL" --token "$PUB"
+# A dataset in the registry (kiln data pull), and its digest.
+q $KILN data publish "$F/d.st" --name ds --registry "$URL" --key "$F/rel.key" --token "$PUB"
+DH=$(sha256sum "$F/d.st" | cut -c1-64)
 # A model a pull installed, and the state that pull left (kiln installed).
 q $KILN channel put "$F/rec.json" --registry "$URL" --token "$PROM"
 q $KILN pull demo@staging --registry "$URL" --trust "$F/trust.json" --state "$F/istate" --out "$F/inst"
@@ -317,6 +320,11 @@ row 2 archive "$Q" - 'publish $S --sig $F/m2.kiln.minisig --registry $URL --toke
 row 12 asig "$Q" - 'publish $F/m2.kiln --sig $S --registry $URL --token $PUB'
 row 2 trust 'missing,dir,invalid,wrongtype' - 'pull demo@1.0.0 --registry $URL --trust $S --out $O/p --state $O/state'
 row 2 trust 'missing,dir,empty,invalid,wrongtype' - 'provenance demo@1.0.0 --registry $URL --trust $S --state $O/state'
+row 2 dataset "$Q" - 'data publish $S --name ds$c --registry $URL --key $F/rel.key --token $PUB'
+row 2 key "$Q" - 'data publish $F/d.st --name ds$c --registry $URL --key $S --token $PUB'
+row 2 trust 'missing,dir,invalid,wrongtype' - "data pull ds@sha256:$DH --registry \$URL --trust \$S --out \$O/d.st"
+row 2 dataset "$Q" - 'reproduce demo@1.0.0 --registry $URL --trust $F/trust.json --state $O/state --workdir $O/w --data $S'
+row 2 trust 'missing,dir,invalid,wrongtype' - 'reproduce demo@1.0.0 --registry $URL --trust $S --state $O/state --workdir $O/w --data $F/d.st'
 row 2 outdir 'isfile' - 'provenance demo@1.0.0 --registry $URL --trust $F/trust.json --state $S'
 row 2 outdir 'isfile,parentfile' - 'provenance demo@1.0.0 --registry $URL --trust $F/trust.json --state $S --download'
 row 2 trust 'missing,dir,empty,invalid,wrongtype' - 'models --registry $URL --trust $S --state $O/state'
