@@ -52,8 +52,14 @@ static double cpu_s(void) {
            ru.ru_stime.tv_usec / 1e6;
 }
 
+/* OpenBLAS's own (driver/others/blas_server.c): stops and joins its worker threads, which
+ * otherwise spin on sched_yield for a while after each threaded call and take the second core
+ * from whatever is timed next (kiln's 2-thread rows measured after a 2-thread sgemm did not
+ * scale at all). Weak: another CBLAS links too. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+
 /* GFLOP/s of sgemm C[M,N] = A[M,K] B[K,N] on OpenBLAS's `threads` threads: the best of
- * several timed calls. OpenBLAS goes back to one thread after, as the trainer wants it. */
+ * several timed calls. OpenBLAS goes back to one thread after, its workers stopped. */
 static double sgemm_gflops(int M, int N, int K, int threads) {
     float *a = malloc((size_t)M * K * sizeof *a), *b = malloc((size_t)K * N * sizeof *b),
           *c = malloc((size_t)M * N * sizeof *c);
@@ -70,6 +76,7 @@ static double sgemm_gflops(int M, int N, int K, int threads) {
             if (r > 1 && t < best) best = t;
         }
         openblas_set_num_threads(1);
+        if (blas_thread_shutdown_) (void)blas_thread_shutdown_();
     }
     free(a), free(b), free(c);
     return isfinite(best) ? 2.0 * M * N * K / best / 1e9 : NAN;
