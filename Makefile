@@ -18,7 +18,7 @@ DEB_PKGS := pkg-config libsodium-dev libjansson-dev libsqlite3-dev libopenblas-d
             libopenmpi-dev openmpi-bin libssl-dev curl openssl slurm-wlm munge \
             libcsv-dev
 TOOLS := sqlite3 minisign mpirun curl openssl sbatch slurmctld slurmd munged
-# slurm-wlm and munge: tests/e2e/46-sweep.sh starts a single-node Slurm cluster of its own
+# slurm-wlm and munge: tests/e2e/52-sweep.sh starts a single-node Slurm cluster of its own
 # (tests/slurm/cluster.sh) to run kiln sweep on; kiln itself only runs sbatch, squeue,
 # scontrol and srun as commands.
 # The Python package (python/kiln, tests/python) and the model's float64 reference (tests/ref):

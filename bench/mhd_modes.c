@@ -1,4 +1,4 @@
-/* mhd_modes.c MODE (bench/bench_mhd_modes.sh): libmicrohttpd 0.9.75 set up as web/http.c sets it
+/* mhd_modes.c MODE (bench/bench_mhd_modes.sh): libmicrohttpd 0.9.75 set up as web/httpd.c sets it
  * up (a pool of 4, 64 connections an address, a 10 s header timeout set on connect, 120 s idle)
  * in one of its threading modes: epoll (kiln's) | poll | select | tpc (a thread per connection,
  * poll). Prints the port; answers "ok\n". For the CLOSE-WAIT question of issue 29 item 9. */

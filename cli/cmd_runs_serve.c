@@ -832,7 +832,7 @@ int cmd_runs_serve(int argc, char **argv) {
     int rc;
     if (!cli_parse_args(&spec, argc, argv, &dir, &rc)) return rc;
     if (!listen) listen = "127.0.0.1:0";
-    /* The registry's rule (web/http.c), checked before the directory is read. */
+    /* The registry's rule (web/httpd.c), checked before the directory is read. */
     struct sockaddr_storage ss;
     bool v6 = false;
     kiln_err e = kiln_web_listen_parse(listen, &ss, &v6);
@@ -863,7 +863,7 @@ int cmd_runs_serve(int argc, char **argv) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    /* The registry's daemon (web/http.c): the same threads, per-address connection limit and
+    /* The registry's daemon (web/httpd.c): the same threads, per-address connection limit and
      * header and idle timeouts, so that one address holding connections half-open cannot
      * lock every other client out. */
     kiln_web_http_opts ho = {.listen = listen, .handler = handler, .handler_cls = &s,

@@ -247,7 +247,7 @@ char *kiln_json_document(const json_t *j, size_t *len);
  * caller frees the array, not the strings. NULL when out of memory. */
 const char **kiln_json_sorted_keys(const json_t *o, size_t *n);
 
-/* ---- text charts (core/chart.c) ------------------------------------------------ */
+/* ---- text charts (core/textchart.c) ------------------------------------------------ */
 
 /* Line charts for a terminal or a log (`kiln runs plot`): ASCII only, so that they read the
  * same in a pager, a CI log and a commit message. Each column of the plot covers a range of

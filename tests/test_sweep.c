@@ -1,5 +1,5 @@
 /* test_sweep.c - sweep specs: expansion, names, checks, digest (sweep/spec.c); the local pool
- * and Slurm are driven by tests/e2e/46-sweep.sh. */
+ * and Slurm are driven by tests/e2e/52-sweep.sh. */
 #include <stdlib.h>
 #include <string.h>
 

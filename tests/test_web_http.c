@@ -1,4 +1,4 @@
-/* test_web_http.c - the HTTP plumbing both servers share (web/http.c): one rule for a listen
+/* test_web_http.c - the HTTP plumbing both servers share (web/httpd.c): one rule for a listen
  * address, which kiln registry serve and kiln runs serve both apply (localhost is 127.0.0.1
  * for both: the registry refused it before, while kiln runs serve took it). */
 #include <arpa/inet.h>

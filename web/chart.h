@@ -1,6 +1,6 @@
 /*
  * chart.h - web/'s charts: SVG line charts and heat maps rendered by the server, and the
- * pages of `kiln runs serve` that hold them (web/chart.c, web/runs.c). Part of web.h, which
+ * pages of `kiln runs serve` that hold them (web/chart.c, web/runs_pages.c). Part of web.h, which
  * includes it; split out so the registry's pages and the charts read apart.
  *
  * No JavaScript: hover text is SVG's <title>, links are <a>, colours are presentation
@@ -119,7 +119,7 @@ size_t kiln_web_nice_ticks(double lo, double hi, int want, double *t, size_t max
 /* A tick's label: at most 7 characters, "1.5M", "250k", "0.002", "1e-05". */
 void kiln_web_tick_label(double v, double step, char out[16]);
 
-/* ---- the pages of kiln runs serve (web/runs.c) ---- */
+/* ---- the pages of kiln runs serve (web/runs_pages.c) ---- */
 
 /* The document's head with the stylesheet, a header linking to "/" and the heading h1. */
 void kiln_web_runs_begin(kiln_web_buf *b, const char *title);

@@ -272,7 +272,7 @@ void kiln_web_trust_history_begin(kiln_web_buf *b, int64_t total, uint64_t befor
 void kiln_web_trust_history_row(kiln_web_buf *b, const kiln_web_trust_version *v);
 void kiln_web_trust_history_end(kiln_web_buf *b, uint64_t last, bool more);
 
-/* ---- HTTP plumbing (web/http.c): one for kiln registry serve and kiln runs serve ---- */
+/* ---- HTTP plumbing (web/httpd.c): one for kiln registry serve and kiln runs serve ---- */
 
 struct sockaddr_storage;
 

@@ -355,7 +355,7 @@ static kiln_err pull_stage(pull *u) {
 }
 
 /* Step 4: the archive's size and digest, reading no more than declared; its SHA-256 and the
- * signatures' BLAKE2b-512 from the bytes as they land (stream.c), and, with the signed
+ * signatures' BLAKE2b-512 from the bytes as they land (pullstream.c), and, with the signed
  * manifest, the unpack too, each file checked against it as it is written. A download that
  * resumed a bad prefix is run once more from the start. */
 static kiln_err pull_download(pull *u) {

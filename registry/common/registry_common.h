@@ -2,7 +2,7 @@
  * rule and digests (names.c), the archive metadata and channel record checks around sign/'s
  * verification (verify.c), the HTTP API as its callers use it, a client pulling and a mirror
  * syncing from its primary (http.c, its transfers transfer.c), OCI registries (oci.c, oci_kiln.c,
- * oci_mirror.c), and a download read as it lands (stream.c). The server
+ * oci_mirror.c), and a download read as it lands (pullstream.c). The server
  * (server_int.h) and the client (client_int.h) each include this and never each other. */
 #ifndef KILN_REGISTRY_COMMON_H
 #define KILN_REGISTRY_COMMON_H
@@ -237,7 +237,7 @@ struct kiln_manifest *reg_signed_manifest(const json_t *ver, const char *sig,
                                           const kiln_sign_trust *t, const char *model,
                                           const char *version);
 
-/* ---- a download read as it lands (stream.c) ---- */
+/* ---- a download read as it lands (pullstream.c) ---- */
 
 /* How far a partial download is written, for a thread that reads it meanwhile. */
 typedef struct reg_follow reg_follow;

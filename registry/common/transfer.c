@@ -521,7 +521,7 @@ typedef struct dl {
     kiln_err werr;
     const char *url, *partial;
     struct curl_slist *hdr;
-    reg_follow *follow;  /* a reader of the partial as it grows (stream.c), or NULL */
+    reg_follow *follow;  /* a reader of the partial as it grows (pullstream.c), or NULL */
     char location[4096]; /* a redirect's target (an OCI registry's object storage) */
 } dl;
 

@@ -380,7 +380,7 @@ static int job_progress(void *ctx, uint64_t done, uint64_t total) {
 
 /* Download blob hex into partial (resuming what is there) and check its digest; a resumed
  * file that does not hash right is fetched once more from the start, as kiln pull does. The
- * SHA-256 and the signatures' BLAKE2b-512 come from the bytes as they land (stream.c), and
+ * SHA-256 and the signatures' BLAKE2b-512 come from the bytes as they land (pullstream.c), and
  * with expect (the signed manifest) the archive's metadata too: *sr says which did (the
  * caller releases it). */
 static kiln_err fetch_blob(mirror_job *j, const kiln_manifest *expect, bool report,
@@ -438,7 +438,7 @@ static bool report_of(const json_t *ver, const kiln_manifest *m, char **text, si
     return true;
 }
 
-/* A blob the store holds, read once as a download is (stream.c): its digests and, with expect,
+/* A blob the store holds, read once as a download is (pullstream.c): its digests and, with expect,
  * its metadata in *sr (the caller releases it). Not hashed (sr->hashed false) when it is not
  * size bytes long: the caller then hashes the file for the message. */
 static kiln_err read_held(const char *blob, uint64_t size, const kiln_manifest *expect, bool report,

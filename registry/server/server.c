@@ -49,7 +49,7 @@ typedef struct trust_ref {
     int refs; /* under the server's trust_mu */
 } trust_ref;
 
-/* The registry's defaults are the ones both servers have (web/http.c). */
+/* The registry's defaults are the ones both servers have (web/httpd.c). */
 _Static_assert(KILN_REGISTRY_HEADER_TIMEOUT_S == KILN_WEB_HTTP_HEADER_TIMEOUT_S &&
                    KILN_REGISTRY_IDLE_TIMEOUT_S == KILN_WEB_HTTP_IDLE_TIMEOUT_S &&
                    KILN_REGISTRY_MAX_CONNECTIONS == KILN_WEB_HTTP_MAX_CONNECTIONS &&
@@ -57,7 +57,7 @@ _Static_assert(KILN_REGISTRY_HEADER_TIMEOUT_S == KILN_WEB_HTTP_HEADER_TIMEOUT_S 
                "registry.h's server defaults differ from web.h's");
 
 struct kiln_registry_server {
-    kiln_web_http *http; /* web/http.c: the daemon, as kiln runs serve has it */
+    kiln_web_http *http; /* web/httpd.c: the daemon, as kiln runs serve has it */
     char *root;
     pthread_mutex_t trust_mu;     /* guards trust and each trust_ref's refs */
     pthread_mutex_t trust_put_mu; /* one trust PUT at a time: verify, store, swap */
@@ -1908,7 +1908,7 @@ static enum MHD_Result handler(void *cls, struct MHD_Connection *c, const char *
                  strlen(method) < sizeof r->method ? method : "OTHER");
         *con_cls = r;
         atomic_fetch_add(&s->in_flight, 1);
-        /* (From here the connection has the idle timeout, no longer the header one: web/http.c
+        /* (From here the connection has the idle timeout, no longer the header one: web/httpd.c
          * switches it on every handler call.) */
         /* A response queued on this first call is an "early" one to libmicrohttpd 0.9.75,
          * which then closes the connection after it (it cannot know the body was read): a
@@ -1984,7 +1984,7 @@ static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
     atomic_fetch_sub(&s->in_flight, 1);
 }
 
-/* A connection opened or closed (the timeouts of a connection are web/http.c's). */
+/* A connection opened or closed (the timeouts of a connection are web/httpd.c's). */
 static void conn_notify(void *cls, bool opened) {
     kiln_registry_server *s = cls;
     atomic_fetch_add(&s->connections, opened ? 1 : -1);
@@ -2193,7 +2193,7 @@ kiln_err kiln_registry_server_start(const kiln_registry_server_opts *o,
     }
     reg_db_close(db);
     clear_tmp(o->root);
-    /* The daemon as kiln runs serve has it (web/http.c): the listen rule, the connection
+    /* The daemon as kiln runs serve has it (web/httpd.c): the listen rule, the connection
      * limits and the header and idle timeouts are the same for both servers. */
     kiln_web_http_opts ho = {
         .listen = o->listen,

@@ -36,4 +36,17 @@ done
 sed 's/^| `web` |/| `webx` |/' "$T/tree/docs/architecture.md" >"$T/a.md" && mv "$T/a.md" "$T/tree/docs/architecture.md"
 set +e; sh "$T/tree/tests/layering.sh" "$T/tree" >"$T/out" 2>&1; got=$?; set -e
 [ "$got" -eq 2 ] && grep -q "webx" "$T/out" || fail "a table naming no folder: exit $got, $(cat "$T/out")"
-echo "layering check: passes on the tree, fails on forbidden includes"
+
+# One name, one file (issue 33): no two source files of the product share a base name (the
+# fuzz targets are named after what they fuzz), and no two end-to-end scripts share a number.
+same_names() { # the base names that appear twice among the paths on stdin
+    sed 's|.*/||' | sort | uniq -d
+}
+srcs() { (cd "$root" && { git ls-files '*.c' '*.h' '*.cu' 2>/dev/null ||
+    find . -path ./build -prune -o \( -name '*.[ch]' -o -name '*.cu' \) -print | sed 's|^\./||'; }); }
+dup=$(srcs | grep -v '^tests/' | same_names)
+[ -z "$dup" ] || fail "source files share a name: $(for n in $dup; do (cd "$root" && git ls-files "*/$n" "$n" | tr '\n' ' '); done)"
+printf 'core/x.c\nweb/x.c\nweb/y.c\n' | same_names | grep -qx x.c || fail "the name check misses a shared name"
+nums=$(cd "$root/tests/e2e" && ls [0-9]*.sh | sed 's/-.*//' | sort | uniq -d)
+[ -z "$nums" ] || fail "end-to-end scripts share a number: $nums"
+echo "layering check: passes on the tree, fails on forbidden includes; names and numbers unique"

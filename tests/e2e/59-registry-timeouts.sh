@@ -39,4 +39,4 @@ t = closed_after(kept, 15)
 assert t is not None and t > 2, "kept-alive connection closed after %r s, before its 3 s" % t
 print("silent closed, kept-alive outlived the header timeout and closed after %.1f s idle" % t)
 PY
-echo "60-registry-timeouts: ok"
+echo "59-registry-timeouts: ok"

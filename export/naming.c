@@ -1,4 +1,4 @@
-/* names.c - the export module's rules for names, versions and archive paths, and its
+/* naming.c - the export module's rules for names, versions and archive paths, and its
  * RFC 3339 time parser: what the manifest, the walk of a model directory and the unpacker
  * all check, kept apart from each of them so that none of them needs another for it. */
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* runs.c - the pages of kiln runs serve around the charts (chart.h): the sweep's table with
+/* runs_pages.c - the pages of kiln runs serve around the charts (chart.h): the sweep's table with
  * its overlay form, a run's config, its events. Data is handed in as plain values; every
  * string goes through kiln_web_text. */
 #include <math.h>

@@ -1,4 +1,4 @@
-/* stream.c - a download read as it lands: the partial file followed by a thread of its own
+/* pullstream.c - a download read as it lands: the partial file followed by a thread of its own
  * that feeds every byte to the hash pipe (SHA-256 and BLAKE2b-512 for the record's digest and
  * the release signatures' prehash) and, when the pull has a signed manifest to hold it to, to
  * the secure unpack into the pull's private directory (a mirror's sync, which stores the archive

@@ -105,4 +105,4 @@ grep -q "removed '.*/host/\.svc\.pull-[A-Za-z0-9]*', left by a pull that was kil
     fail "the killed pull's directory was not said to be removed: $(cat "$T/err")"
 [ "$(ls -A "$T/host")" = svc ] || fail "left beside --out: $(ls -A "$T/host")"
 [ -z "$(ls -A "$T/st/downloads")" ] || fail "left in downloads: $(ls -A "$T/st/downloads")"
-echo "66-pull-killed: ok"
+echo "76-pull-killed: ok"

@@ -11,7 +11,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 C="$T/cluster"
 slurm=yes
 if [ "$(id -u)" != 0 ]; then
-    slurm=; echo "46-sweep: not root: the Slurm cluster cannot start (its daemons run as root); local only"
+    slurm=; echo "52-sweep: not root: the Slurm cluster cannot start (its daemons run as root); local only"
 else
     for b in munged slurmctld slurmd sbatch; do
         command -v $b >/dev/null || fail "$b not found (the Makefile installs slurm-wlm and munge)"
@@ -174,7 +174,7 @@ if [ -n "$slurm" ]; then
 
     # Two submitters at once (cron and a person): each point submitted once, the second
     # waiting for the first's lock and then seeing its jobs; two specs into one empty root:
-    # one takes it, the other is refused. (tests/e2e/46-sweep-fake.sh: with a slow squeue.)
+    # one takes it, the other is refused. (tests/e2e/53-sweep-fake.sh: with a slow squeue.)
     # jobs_of ROOT: the jobs Slurm holds under the name of ROOT's sweep (kiln-DIGEST12).
     jobs_of() { squeue -h --states=all -n "kiln-$(sed -n 's/^  "digest": "\(.\{12\}\).*/\1/p' "$1/sweep.json")" -o %i | wc -l; }
     race() { # race SPEC_A SPEC_B ROOT: both at once; rc1, rc2, $T/r1.out, $T/r2.out
@@ -234,4 +234,4 @@ set +e; KILN_TEST_POISON_STEPS=3 $KILN sweep "$T/div.json" --root "$T/div" --sch
 [ $rc = 1 ] && grep -q "^kiln: error: 1 point failed" "$T/div.err" || { cat "$T/div.out" "$T/div.err" >&2; fail "a diverged point: exit $rc"; }
 $KILN sweep status "$T/div" >"$T/div.st" || fail "status of a failed sweep"
 grep -q '^base  *failed  *local-[0-9]*  *-  *3/20 .*step 3: 1 non-finite steps in a row' "$T/div.st" || { cat "$T/div.st" >&2; fail "status of a diverged point"; }
-echo "46-sweep: ok${slurm:+ (slurm and local)}"
+echo "52-sweep: ok${slurm:+ (slurm and local)}"

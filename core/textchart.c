@@ -1,4 +1,4 @@
-/* chart.c - ASCII line charts of series over x (kiln runs plot). Every column of the plot
+/* textchart.c - ASCII line charts of series over x (kiln runs plot). Every column of the plot
  * covers an equal range of x; a series draws its mean there with its glyph, over a band of
  * '.' from its minimum to its maximum: downsampling 100000 steps into 64 columns keeps the
  * trend readable and a single-step spike visible, which is what someone reading a loss

@@ -1,4 +1,4 @@
-/* http.c - the HTTP plumbing both of kiln's servers stand on (kiln registry serve and kiln runs
+/* httpd.c - the HTTP plumbing both of kiln's servers stand on (kiln registry serve and kiln runs
  * serve): one rule for the listen address, and one libmicrohttpd daemon set up the same way for
  * both: its threads, a connection limit that fits the descriptors the process may open, a
  * per-address limit, and two timeouts (a short one until a connection's first request head is

@@ -1,4 +1,4 @@
-/* model.c - open a frozen kiln-tsmoe/1 model: find the file, check its config and every
+/* load.c - open a frozen kiln-tsmoe/1 model: find the file, check its config and every
  * tensor against docs/model.md's table, and copy the weights into two aligned blocks
  * (matrices as stored, f32 or bf16; vectors as f32) so that the file can be closed. */
 #include <math.h>

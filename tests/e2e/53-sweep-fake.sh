@@ -5,7 +5,7 @@
 # whose name would pass 255 bytes gets a short stable one; a root sbatch cannot take is
 # refused with nothing made; a value keeps every digit in the point's config and --extend
 # accepts it; a dataset replaced under its path is refused. The same races on a real cluster:
-# 46-sweep.sh.
+# 52-sweep.sh.
 . "$(dirname "$0")/lib.sh"
 here=$(cd "$(dirname "$0")" && pwd)
 PATH="$here/../slurm/fake:$PATH"
@@ -121,4 +121,4 @@ mv "$T/d.keep" "$T/d.st"
 $KILN sweep "$T/y2.json" --root "$T/y" --extend >"$T/out" 2>&1 || { cat "$T/out" >&2; fail "--extend, the dataset restored"; }
 grep -q '^submitted lr-0.004 as Slurm job' "$T/out" || { cat "$T/out" >&2; fail "--extend, the dataset restored: lr-0.004 not submitted"; }
 grep -q '"data_sha256": "' "$T/y/sweep.json" || fail "sweep.json records no data_sha256"
-echo "46-sweep-fake: ok"
+echo "53-sweep-fake: ok"

@@ -80,7 +80,7 @@ grep -q 'more than 8 MiB' "$T/body" || fail "the 500 does not say why: $(head -c
 [ "$(get /)" = 200 ] || fail "the sweep page after the big runs: $(head -c 600 "$T/body")"
 
 # 3. 300 half-open connections from 127.0.0.2 (a request head begun, never finished): the
-# address holds 64 (the per-address limit both servers have, web/http.c), so 127.0.0.1 is
+# address holds 64 (the per-address limit both servers have, web/httpd.c), so 127.0.0.1 is
 # served every time while they last; and each is closed by the 10 s header timeout.
 port=${URL##*:}
 /usr/bin/python3 - "$port" <<'PY' || fail "half-open connections locked 127.0.0.1 out"
