@@ -350,6 +350,34 @@ static kiln_err card_diff(repro *r) {
                                "(they give %s): the card's config is not the one the run trained "
                                "with",
                                want_id, got_id);
+    /* The run summary (signed with the archive) holds the config the run trained with: the
+     * keys where the card's differs are named, with both values. */
+    char *sp = kiln_path_join(r->released, KILN_RUN_SUMMARY_NAME);
+    json_t *sum = NULL;
+    if (sp && kiln_path_exists(sp) && kiln_json_load_file(sp, &sum) == KILN_OK) {
+        const json_t *ran = json_object_get(sum, "config"),
+                     *card = json_object_get(json_object_get(r->card, "lineage"), "config");
+        const char *k;
+        const json_t *v;
+        if (json_is_object(ran) && json_is_object(card))
+            json_object_foreach((json_t *)card, k, v) {
+                const json_t *was = json_object_get(ran, k);
+                if (!was || json_equal((json_t *)was, (json_t *)v) || len >= sizeof r->res->card)
+                    continue;
+                char *a = json_dumps(v, JSON_ENCODE_ANY | JSON_COMPACT),
+                     *b = json_dumps(was, JSON_ENCODE_ANY | JSON_COMPACT);
+                len += (size_t)snprintf(r->res->card + len, sizeof r->res->card - len,
+                                        "%sconfig key '%s' is %s in the card, %s in the run it "
+                                        "claims (run_summary.json)",
+                                        len ? "; " : "", k, a ? a : "?", b ? b : "?");
+                free(a);
+                free(b);
+                if (len >= sizeof r->res->card) len = sizeof r->res->card - 1;
+            }
+    }
+    kiln_errclear();
+    json_decref(sum);
+    free(sp);
     member_diff(r->card, got, "", r->res->card, sizeof r->res->card, &len);
     json_decref(got);
     return KILN_OK;

@@ -829,6 +829,13 @@ kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path
             json_object_set(doc, "series", series) || json_object_set(doc, "events", events) ||
             json_object_set(doc, "movers", movers),
         KILN_ERR_NOMEM, "out of memory");
+    /* The config the run trained with, as run.json holds it: signed with the archive beside
+     * the card's, so that kiln reproduce can name the key where a card's config was altered
+     * (the run id, a digest, can only say that it was). */
+    const json_t *cfg = json_object_get(run, "config");
+    if (json_is_object(cfg))
+        KILN_CHECK_IF(rc, out, json_object_set_new(doc, "config", json_deep_copy(cfg)),
+                      KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < cv.n; i++) {
         json_t *c = cv.c[i].n ? summary_curve(&cv.c[i]) : NULL;
         KILN_CHECK_IF(rc, out, cv.c[i].n && (!c || json_object_set_new(series, cv.c[i].name, c)),

@@ -129,6 +129,8 @@ grep -q "^not reproduced market@2.0.0: model.safetensors differs" out || fail "v
 grep -q "^  model     tensor '[a-z0-9._]*' first differs at index [0-9]*: released [-0-9.e]*, rebuilt [-0-9.e]*" out ||
     fail "no first differing tensor: $(cat out)"
 grep -q "do not give its run id" out || fail "the run id is not named: $(cat out)"
+grep -q "config key 'seed' is 2 in the card, 1 in the run it claims (run_summary.json)" out ||
+    fail "the altered config key is not named: $(cat out)"
 grep -q "^  training  the loss first differs at step 1: released" out || fail "no first differing loss: $(cat out)"
 [ -d w3/model ] || fail "the work directory of a different model was not kept"
 
