@@ -36,7 +36,8 @@ int cmd_export(int argc, char **argv) {
     if (!cli_parse_args(&spec, argc, argv, &run_dir, &rc)) return rc;
     kiln_export_opts o = {
         .run_dir = run_dir, .step = step, .out_dir = out, .name = name, .force = force,
-        .add_files = kiln_run_summary_add, .add_files_ctx = (void *)run_dir};
+        .add_files = kiln_run_summary_add, .add_files_ctx = (void *)run_dir,
+        .best_step = kiln_run_best_ckpt};
     if (!strcmp(dtype, "bf16")) {
         o.dtype = KILN_EXPORT_BF16;
     } else if (strcmp(dtype, "f32")) {

@@ -195,8 +195,7 @@ typedef enum kiln_export_dtype { KILN_EXPORT_F32 = 0, KILN_EXPORT_BF16 = 1 } kil
 typedef struct kiln_export_opts {
     const char *run_dir;     /* a run directory: run.json, metrics.db, ckpt/ */
     long step;               /* 0: the newest checkpoint whose data digest verifies;
-                                KILN_EXPORT_BEST: the one whose step logged the lowest
-                                validation loss in metrics.db (the trainer keeps it) */
+                                KILN_EXPORT_BEST: the one best_step picks */
     const char *out_dir;     /* the model directory to create */
     kiln_export_dtype dtype; /* weight matrices, vectors and biases; norm.in_* stay F32 */
     const char *name;        /* the card's name; NULL: "run-" and the run id's first 12 digits */
@@ -206,6 +205,13 @@ typedef struct kiln_export_opts {
      * train/). A failure stops the export and leaves nothing. NULL: none. */
     kiln_err (*add_files)(void *ctx, long step, const char *dir);
     void *add_files_ctx;
+    /* With KILN_EXPORT_BEST: of the checkpoint steps[0..n) of run_dir, the one whose step
+     * logged the lowest validation loss; KILN_ERR_NOTFOUND when none did. The run's metrics
+     * are train/'s to read (kiln_run_best_ckpt: the rule kiln runs show and the trainer's
+     * pruning use, non-finite losses skipped), so export asks its caller rather than reading
+     * metrics.db with SQL of its own, which ranked a -inf loss best. Required with
+     * KILN_EXPORT_BEST. */
+    kiln_err (*best_step)(const char *run_dir, const long *steps, size_t n, long *best);
     /* NULL, or the card's "created" (RFC 3339) instead of the checkpoint's time: kiln
      * reproduce makes a released card again, with the time the release recorded. */
     const char *created;

@@ -178,65 +178,11 @@ static kiln_err add_skipped(kiln_export_info *info, const char *path) {
     return KILN_OK;
 }
 
-/* Of the checkpoint steps[0..n), the one whose step logged the lowest validation loss in
- * RUN/metrics.db (ties: the later), as the trainer's prune keeps it; KILN_ERR_NOTFOUND when
- * none logged one. */
-/* A run's metrics.db, before SQLite opens it: a regular file (SQLite opens without
- * O_NONBLOCK and never asks what it opened, so a FIFO there hung export for ever). */
-static kiln_err db_input_ok(const char *path) {
-    int fd;
-    KILN_TRY(kiln_open_input(path, &fd, NULL));
-    close(fd);
-    return KILN_OK;
-}
-
-static kiln_err best_step(const char *run_dir, const long *steps, size_t n, long *best) {
-    char *path = kiln_path_join(run_dir, "metrics.db");
-    json_t *arr = json_array();
-    char *list = NULL;
-    sqlite3 *db = NULL;
-    sqlite3_stmt *q = NULL;
-    kiln_err rc = KILN_OK;
-    KILN_CHECK_IF(rc, out, !path || !arr, KILN_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, json_integer(steps[i]));
-    list = json_dumps(arr, JSON_COMPACT);
-    KILN_CHECK_IF(rc, out, !list, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK_IF(rc, out, !kiln_path_exists(path), KILN_ERR_NOTFOUND,
-                  "'%s' does not exist: --best needs the run's validation losses", path);
-    KILN_CHECK(rc, out, db_input_ok(path));
-    KILN_CHECK_IF(rc, out, sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "'%s': %s", path, db ? sqlite3_errmsg(db) : "cannot open");
-    sqlite3_busy_timeout(db, 5000);
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db,
-                                     "SELECT step FROM steps WHERE val_loss IS NOT NULL AND step "
-                                     "IN (SELECT value FROM json_each(?1)) ORDER BY val_loss, "
-                                     "step DESC LIMIT 1",
-                                     -1, &q, NULL) != SQLITE_OK,
-                  KILN_ERR_FORMAT, "'%s': %s", path, sqlite3_errmsg(db));
-    sqlite3_bind_text(q, 1, list, -1, SQLITE_STATIC);
-    int r = sqlite3_step(q);
-    KILN_CHECK_IF(rc, out, r != SQLITE_ROW && r != SQLITE_DONE, KILN_ERR_IO, "'%s': %s", path,
-                  sqlite3_errmsg(db));
-    KILN_CHECK_IF(rc, out, r == SQLITE_DONE, KILN_ERR_NOTFOUND,
-                  "'%s': none of the %zu checkpoints' steps logged a validation loss (validation "
-                  "runs every eval_every steps; a checkpoint at such a step has one)",
-                  path, n);
-    *best = (long)sqlite3_column_int64(q, 0);
-out:
-    sqlite3_finalize(q);
-    sqlite3_close(db);
-    free(list);
-    json_decref(arr);
-    free(path);
-    return rc;
-}
-
 /* Open the asked step's checkpoint, the best (KILN_EXPORT_BEST), or the newest that
  * verifies. */
-static kiln_err pick_ckpt(const char *run_dir, long want, ckpt *c, char **path_out,
+static kiln_err pick_ckpt(const kiln_export_opts *o, long want, ckpt *c, char **path_out,
                           kiln_export_info *info) {
+    const char *run_dir = o->run_dir;
     char *dir = kiln_path_join(run_dir, "ckpt");
     if (!dir) return KILN_ERR_NOMEM;
     long *steps = NULL;
@@ -247,7 +193,11 @@ static kiln_err pick_ckpt(const char *run_dir, long want, ckpt *c, char **path_o
         return rc;
     }
     KILN_CHECK_IF(rc, out, n == 0, KILN_ERR_NOTFOUND, "'%s': no checkpoints", dir);
-    if (want == KILN_EXPORT_BEST) KILN_CHECK(rc, out, best_step(run_dir, steps, n, &want));
+    if (want == KILN_EXPORT_BEST) {
+        KILN_CHECK_IF(rc, out, !o->best_step, KILN_ERR_USAGE,
+                      "'%s': the best checkpoint asked for, with no way to rank them", run_dir);
+        KILN_CHECK(rc, out, o->best_step(run_dir, steps, n, &want));
+    }
     rc = KILN_ERR_NOTFOUND;
     for (size_t i = 0; i < n; i++) {
         if (want > 0 && steps[i] != want) continue;
@@ -287,6 +237,15 @@ out:
 
 /* The last validation figures at or before step, the step's own loss and time, from
  * metrics.db (absent: *metrics stays NULL and *time_ok false). */
+/* metrics.db as an input: a regular file, refused at once as a FIFO (SQLite would wait on it
+ * for ever). */
+static kiln_err db_input_ok(const char *path) {
+    int fd;
+    KILN_TRY(kiln_open_input(path, &fd, NULL));
+    close(fd);
+    return KILN_OK;
+}
+
 static kiln_err read_metrics(const char *run_dir, long step, json_t **metrics, double *time,
                              bool *time_ok) {
     *metrics = NULL;
@@ -696,7 +655,7 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     ckpt c = {0};
     char *ckpt_path = NULL, *tmp = NULL, *mpath = NULL, *cpath = NULL;
     json_t *card = NULL;
-    kiln_err rc = pick_ckpt(o->run_dir, o->step, &c, &ckpt_path, info);
+    kiln_err rc = pick_ckpt(o, o->step, &c, &ckpt_path, info);
     if (rc) goto out;
     char defname[32];
     const char *rid = kiln_st_meta(c.st, "kiln.run_id");

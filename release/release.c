@@ -210,7 +210,8 @@ static kiln_err stage_export(rel *r) {
                            .data_withheld = r->o->no_data,
                            /* the curves of the run, signed with the rest (train.h) */
                            .add_files = kiln_run_summary_add,
-                           .add_files_ctx = (void *)r->o->run_dir};
+                           .add_files_ctx = (void *)r->o->run_dir,
+                           .best_step = kiln_run_best_ckpt};
     kiln_export_info info;
     KILN_TRY(kiln_export_model(&eo, &info));
     r->res->step = info.step;

@@ -785,3 +785,17 @@ out:
     kiln_metrics_close(mx);
     return rc;
 }
+
+kiln_err kiln_run_best_ckpt(const char *run_dir, const long *steps, size_t n, long *best) {
+    *best = -1;
+    kiln_metrics *mx = NULL;
+    KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
+    kiln_err rc = kiln_metrics_best_val_step(mx, steps, n, best);
+    kiln_metrics_close(mx);
+    KILN_TRY(rc);
+    KILN_FAIL_IF(*best < 0, KILN_ERR_NOTFOUND,
+                 "'%s': none of the %zu checkpoints' steps logged a finite validation loss "
+                 "(validation runs every eval_every steps; a checkpoint at such a step has one)",
+                 run_dir, n);
+    return KILN_OK;
+}

@@ -615,6 +615,11 @@ kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path
 /* As a kiln_export_opts.add_files callback: ctx is the run directory (const char *); writes
  * dir/run_summary.json, or nothing when the run has no metrics.db (nothing was logged). */
 kiln_err kiln_run_summary_add(void *run_dir, long step, const char *dir);
+/* Of the checkpoint steps[0..n) of run_dir, the one whose step logged the lowest finite
+ * validation loss (ties: the later), the rule the trainer's pruning keeps and kiln runs show
+ * names as the best checkpoint; KILN_ERR_NOTFOUND when none logged one. What kiln export
+ * --best and kiln release --best freeze (kiln_export_opts.best_step). */
+kiln_err kiln_run_best_ckpt(const char *run_dir, const long *steps, size_t n, long *best);
 
 /* ==== the network on a CUDA device (train/model_cuda.c, kernels/cuda) ================
  * The same function as kiln_tsmoe (docs/model.md), with parameters, gradients and activations

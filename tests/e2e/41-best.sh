@@ -27,9 +27,18 @@ grep -q "step-00000036.safetensors' (step 36, f32)" "$T/ex" || fail "export --be
 grep -q '"step": 36' "$T/m/card.json" || fail "the card's lineage step"
 expect_fail 2 $KILN export "$T/r" --best --step 60 --out "$T/m2"
 
+# A loss that is not finite is never the best (issue 33: export ranked a -inf loss first with
+# SQL of its own while runs show skipped it; one function decides for both now): step 56's
+# validation loss made -inf, and export --best still takes 36, as runs show says.
+sqlite3 "$T/r/metrics.db" "UPDATE steps SET val_loss = -1e999 WHERE step = 56"
+[ "$(sqlite3 "$T/r/metrics.db" "SELECT val_loss < -1e308 FROM steps WHERE step = 56")" = 1 ] || fail "could not store -inf"
+$KILN runs show "$T/r" | grep -q '(best validation loss: 36, which kiln export --best takes)$' || fail "runs show after -inf"
+$KILN export "$T/r" --best --out "$T/m-inf" >"$T/ex" || fail "export --best with a -inf loss"
+grep -q "(step 36, f32)" "$T/ex" || fail "export --best took a non-finite loss: $(cat "$T/ex")"
+
 # No validation loss at any checkpoint (eval_every 0): refused, nothing written.
 $KILN train --data "$T/d.st" --run-dir "$T/nv" --set steps=8 $S --set eval_every=0 --set val_fraction=0 >/dev/null 2>"$T/nv.log" ||
     { cat "$T/nv.log" >&2; fail "train without validation"; }
 expect_fail 2 $KILN export "$T/nv" --best --out "$T/m3"
-grep -q "none of the [0-9]* checkpoints' steps logged a validation loss" "$T/err" || fail "no validation: $(cat "$T/err")"
+grep -q "none of the [0-9]* checkpoints' steps logged a finite validation loss" "$T/err" || fail "no validation: $(cat "$T/err")"
 [ ! -e "$T/m3" ] || fail "a refused export wrote a model"
