@@ -830,6 +830,12 @@ class TSMoE(nn.Module):
         card = {"format": CARD_FORMAT, "name": name, "created": created, "dtype": "f32",
                 "config": json.loads(config_text(self.config)), "lineage": lin}
         parent = os.path.dirname(os.path.abspath(path))
+        # The directories above it, as kiln export makes them ("nb/model" in a fresh notebook).
+        try:
+            os.makedirs(parent, exist_ok=True)
+        except OSError as e:
+            raise Error(f"'{parent}': cannot make the directory for '{path}': "
+                        f"{e.strerror or e}") from None
         tmp = tempfile.mkdtemp(prefix="." + os.path.basename(os.path.abspath(path)) + ".save-",
                                dir=parent)
         try:
