@@ -255,7 +255,8 @@ typedef struct kiln_watch_opts {
                              empty, or one a watch used (any other entry is refused) */
     unsigned interval_ms; /* how often the channel is polled; 0: 30000 */
     /* Called from the watcher's thread after each attempted update: KILN_OK and the new
-     * version when one was swapped in, else the failure (the old model stays in service);
+     * version when one was swapped in (message "serving NAME@VERSION (channel C, seq N)
+     * sha256:..."), else the failure (the old model stays in service);
      * and once from kiln_watch_start when the start served the kept model offline, refused
      * it, or kept it because the channel's current version was refused (r NULL, below).
      * Also what the watch hears of the trust policy (each poll walks it forward first,

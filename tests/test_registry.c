@@ -1118,7 +1118,7 @@ out:
 typedef struct updates {
     pthread_mutex_t mu;
     int ok, failed;
-    char last_error[512];
+    char last_error[512], last_ok[512];
 } updates;
 
 static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_result *r) {
@@ -1130,6 +1130,7 @@ static void on_update(void *ctx, kiln_err rc, const char *msg, const kiln_pull_r
         snprintf(u->last_error, sizeof u->last_error, "%s", msg);
     } else {
         u->ok++;
+        snprintf(u->last_ok, sizeof u->last_ok, "%s", msg);
     }
     pthread_mutex_unlock(&u->mu);
 }
@@ -1343,6 +1344,8 @@ KILN_TEST(registry_watch_swaps_verified_models) {
     pthread_mutex_lock(&u.mu);
     CHECK("the failed load is reported",
           u.failed >= 1 && u.ok == 1 && strstr(u.last_error, "model.safetensors"));
+    CHECK("the swap was said in words (issue 30: an empty message)",
+          !strncmp(u.last_ok, "serving demo@2.0.0 (channel staging, seq 2) sha256:", 51));
     pthread_mutex_unlock(&u.mu);
     const kiln_model *m3 = kiln_watch_acquire(w, &g);
     CHECK("the old model stays in service", g == 2 && m3 == m2);

@@ -429,8 +429,16 @@ static kiln_err poll_once(kiln_watch *w, bool *swapped) {
         }
     }
     /* A stop's cancelled transfers are no failure to report. */
-    if (w->o.on_update && !(rc && cancelled(w)))
-        w->o.on_update(w->o.ctx, rc, rc ? kiln_errmsg() : "", rc ? NULL : &res);
+    if (w->o.on_update && !(rc && cancelled(w))) {
+        /* A swap is said in words too (issue 30: a success came with an empty message). */
+        char said[512] = "";
+        if (!rc && res.channel[0])
+            snprintf(said, sizeof said, "serving %s@%s (channel %s, seq %lld) %s", res.model,
+                     res.version, res.channel, (long long)res.seq, res.digest);
+        else if (!rc)
+            snprintf(said, sizeof said, "serving %s@%s %s", res.model, res.version, res.digest);
+        w->o.on_update(w->o.ctx, rc, rc ? kiln_errmsg() : said, rc ? NULL : &res);
+    }
     free(text);
     kiln_sign_trust_free(t);
     return rc;
