@@ -35,13 +35,13 @@ for lim in "as $as" "data $data"; do
     [ ! -e "$T/r-$1" ] || fail "--$1: a run directory was left: $(ls -A "$T/r-$1")"
 done
 
-# Validation runs the network too: a model checked under a limit just above what it has mapped is
+# Validation runs the network too (each model it checks, the first one first): a model checked under a limit just above what it has mapped is
 # refused the same way, with no report written.
 $KILN export "$T/r0" --out "$T/m" >/dev/null 2>&1 || fail "export"
 $KILN golden make --model "$T/m" --data "$T/d.st" --windows 8 >/dev/null 2>&1 || fail "golden make"
 KILN_LOG=debug $KILN validate --model "$T/m" --data "$T/d.st" --report "$T/v0.json" >/dev/null 2>"$T/v0.log" ||
     { cat "$T/v0.log" >&2; fail "unlimited validate"; }
-vas=$(sed -n 's/.*train: memory: \([0-9]*\) MiB of address space.*/\1/p' "$T/v0.log")
+vas=$(sed -n 's/.*train: memory: \([0-9]*\) MiB of address space.*/\1/p' "$T/v0.log" | head -n 1)
 [ -n "$vas" ] || fail "no memory line in validate's debug log"
 set +e
 timeout -s KILL 60 prlimit --as=$((($vas + 40) * MIB)) $KILN validate --model "$T/m" --data "$T/d.st" >"$T/out" 2>"$T/err"
