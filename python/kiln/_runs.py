@@ -34,6 +34,13 @@ _KIND_NAMES = {"i": "an INTEGER", "f": "a REAL", "s": "TEXT", "j": "a JSON array
 _MAX_EXPERTS = 4096
 
 
+def _internal(table):
+    """A table the trainer keeps for its readers' speed, not a metric: the per-bucket sums of
+    the curves (step_sums, layer_sums, tensor_sums, and how far each is done) and the index
+    of tensor names."""
+    return table.endswith("_sums") or table.endswith("_sums_done") or table == "tensor_names"
+
+
 def _schema(con):
     """{table: (order, [(column, kind)])} for every table of the database."""
     out = {}
@@ -171,18 +178,22 @@ class Run:
             raise _lib.Error(f"'{db}': cannot open: {e}", _lib.ERR_IO) from None
 
     def metrics(self, tables=None):
-        """The metrics tables named (None: every table metrics.db holds, at least steps,
-        layers, tensors and events), as a dict of Table, read in one read transaction."""
+        """The metrics tables named (None: the metrics a run logs: steps, layers, tensors,
+        events, val_targets where present, and any table a later trainer adds; not the
+        trainer's own summary and index tables, *_sums, *_sums_done and tensor_names, which
+        hold nothing a step did not log), as a dict of Table, read in one read transaction."""
         con = self._connect()
         try:
             con.execute("BEGIN")
             schema = _schema(con)
+            if tables is None:
+                tables = [t for t in schema if not _internal(t)]
             for t in tables or ():
                 if t not in schema:
                     raise usage(f"no metrics table {t!r} in '{self.dir}/metrics.db' (tables: "
                                 f"{', '.join(schema)})")
             db = os.path.join(self.dir, "metrics.db")
-            out = {t: _select(con, db, t, *schema[t]) for t in (tables or schema)}
+            out = {t: _select(con, db, t, *schema[t]) for t in tables}
             con.execute("COMMIT")
             return out
         except sqlite3.Error as e:
@@ -207,7 +218,8 @@ class Run:
         return self.metrics(("events",))["events"]
 
     def to_pandas(self):
-        """The four metrics tables as a dict of pandas DataFrames (one read transaction)."""
+        """The metrics tables (metrics(): steps, layers, tensors, events, val_targets) as a
+        dict of pandas DataFrames, read in one read transaction; not the summary tables."""
         return {k: v.to_pandas() for k, v in self.metrics().items()}
 
     def __repr__(self):

@@ -47,9 +47,16 @@ def sqlite_tables(db):
 def test_runs_metrics_equal_sqlite3(tmp):
     run = kiln.Run(fx.run())
     db = os.path.join(fx.run(), "metrics.db")
-    tables = run.metrics()
     schema = sqlite_tables(db)
-    assert {"steps", "layers", "tensors", "events"} <= set(schema) and set(tables) == set(schema)
+    # By default the metrics a run logs; the trainer's summary and index tables only by name
+    # (issue 30: to_pandas() handed a researcher step_sums and tensor_names too).
+    logged = set(run.metrics())
+    assert {"steps", "layers", "tensors", "events"} <= logged, logged
+    assert not {t for t in logged if t.endswith("_sums") or t.endswith("_sums_done")}, logged
+    assert "step_sums" in schema and "tensor_names" not in logged, logged
+    assert set(run.to_pandas()) == logged
+    tables = run.metrics(list(schema))
+    assert set(tables) == set(schema)
     for name, (order, cols) in schema.items():
         want = sqlite_rows(db, name, cols, order)
         got = tables[name]
