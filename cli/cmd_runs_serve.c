@@ -697,8 +697,11 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
                              .n_series = ns,
                              .scale = charts[k].scale == KILN_WEB_SCALE_AUTO ? loss_scale
                                                                               : charts[k].scale,
-                             .width = 720,
-                             .height = 260,
+                             /* full width, one a row (issue 30: four noisy runs side by
+                              * side in 720 pixels were unreadable); svg.chart shrinks to a
+                              * narrower window (web/page.c) */
+                             .width = 1200,
+                             .height = 300,
                              .x_lo = (double)first,
                              .x_hi = (double)last,
                              .smooth = charts[k].noisy ? smooth : 0,

@@ -200,7 +200,8 @@ static const char style[] =
     ".ok{background:#d8f0dd;color:#14532d}.warn{background:#fdf0c8;color:#6b4d00}"
     ".bad{background:#fbd9d9;color:#7f1d1d}.ch{display:inline-block;margin:0 1em .2em 0}"
     /* charts (web/chart.c): SVG drawn with presentation attributes, laid out here */
-    ".charts{display:flex;flex-wrap:wrap;gap:.6em 1.2em}figure.chart{margin:.4em 0}"
+    ".charts{display:flex;flex-wrap:wrap;gap:.6em 1.2em}figure.chart{margin:.4em 0;max-width:100%}"
+    "svg.chart{max-width:100%;height:auto}"
     "figcaption{font-weight:600;font-size:13px}svg.chart{display:block;background:#fff}"
     "svg.chart text{font:11px system-ui,sans-serif;fill:#445}"
     "svg.chart text.title{font-weight:600;fill:#1d2330}svg.chart a:hover{opacity:.7}";
