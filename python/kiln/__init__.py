@@ -1,9 +1,15 @@
 """kiln from Python: models, streams, datasets and runs over libkiln.so (ctypes), and
 kiln.torch, a PyTorch twin of kiln-tsmoe/1 (docs/python.md)."""
 
-from ._error import Error
+from ._error import (AuthError, ConfigError, ConflictError, DeviceError, Error, FormatError,
+                     InternalError, Interrupted, IoError, LimitError, NetworkError, NotFoundError,
+                     NumericError, OutOfMemory, UnsupportedError, UsageError, VerifyError)
 
-__all__ = ["Error", "Model", "Stream", "push_many", "write_dataset", "read_dataset", "Dataset",
+_ERRORS = ["Error", "IoError", "OutOfMemory", "FormatError", "ConfigError", "UsageError",
+           "VerifyError", "NumericError", "NotFoundError", "UnsupportedError", "ConflictError",
+           "AuthError", "NetworkError", "DeviceError", "InternalError", "LimitError",
+           "Interrupted"]
+__all__ = _ERRORS + ["Model", "Stream", "push_many", "write_dataset", "read_dataset", "Dataset",
            "Run", "runs", "Checkpoint", "version", "library_path"]
 
 try:  # the bindings need numpy; kiln.Error (and kiln.torch) do not

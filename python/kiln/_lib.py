@@ -12,19 +12,13 @@ import os
 import subprocess
 import threading
 
-from ._error import Error
+from ._error import CODES, Error
 
-# kiln_err (include/kiln.h): appended, never renumbered.
+# kiln_err (include/kiln.h, through _error.CODES): ERR_IO = 1, ... ERR_INTERRUPTED = 16.
 OK = 0
-ERR_IO = 1
-ERR_NOMEM = 2
-ERR_FORMAT = 3
-ERR_CONFIG = 4
-ERR_USAGE = 5
-ERR_VERIFY = 6
-ERR_NUMERIC = 7
-ERR_NOTFOUND = 8
-ERR_UNSUPPORTED = 9
+for _code, (_name, _cls) in CODES.items():
+    globals()["ERR_" + _name] = _code
+del _code, _name, _cls
 
 DEVICE_CPU = -1
 
