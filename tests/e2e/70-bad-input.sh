@@ -418,12 +418,15 @@ lane() { # N: run every JOBS-th case
                else case $st in *$rc*) ;; *) why="exited $rc, not $st" ;; esac; fi ;;
             esac
             # One error line; lines of the row's documented form may precede it, and the path
-            # may be named in either.
+            # may be named in either. Lines after the error line that are no line of kiln's
+            # own ("kiln: ...") are its detail: an error's first line says what failed and the
+            # detail follows (issue 30).
             nerr=0 msg= other= named=
             while IFS= read -r line; do
                 case $line in
                 "kiln: error: "*) nerr=$((nerr + 1)) msg=$line ;;
-                *) [ "$extra" != - ] && case $line in $extra) true ;; *) false ;; esac || other=$line ;;
+                "kiln: "*) [ "$extra" != - ] && case $line in $extra) true ;; *) false ;; esac || other=$line ;;
+                *) [ $nerr -eq 1 ] || { [ "$extra" != - ] && case $line in $extra) true ;; *) false ;; esac; } || other=$line ;;
                 esac
                 case $line in *"$needle"*) named=1 ;; esac
             done <"$tmp/err"
