@@ -33,6 +33,9 @@ extern "C" {
  * is still read as stored); a new channel, and a channel in NAME@REF, is
  * kiln_registry_check_channel's. */
 kiln_err kiln_registry_check_name(const char *what, const char *s) KILN_MUST_CHECK;
+/* Whether url names an OCI registry (oci://, oci+http://) rather than kiln's own server:
+ * what only kiln's server holds (datasets, reproduction records, the audit log) is not there. */
+bool kiln_registry_is_oci(const char *url);
 
 /* The naming rule that keeps NAME@REF unambiguous (docs/registry.md, "Names"): a version
  * begins with a digit, or with 'v' or 'V' followed by a digit (1.2.0, v2, 2026-01-05); a

@@ -201,13 +201,19 @@ static kiln_err stage_check(rel *r) {
     return KILN_OK;
 }
 
+/* The dataset stays off the registry: --no-data, or an OCI registry, which stores models
+ * but no datasets yet (the card then says dataset_withheld, as with --no-data). */
+static bool data_off(const rel *r) {
+    return r->o->no_data || kiln_registry_is_oci(r->o->client->url);
+}
+
 static kiln_err stage_export(rel *r) {
     if (r->o->model_dir) return stage_copy_model(r);
     kiln_export_opts eo = {.run_dir = r->o->run_dir,
                            .step = r->o->step,
                            .out_dir = r->model,
                            .name = r->o->name,
-                           .data_withheld = r->o->no_data,
+                           .data_withheld = data_off(r),
                            /* the curves of the run, signed with the rest (train.h) */
                            .add_files = kiln_run_summary_add,
                            .add_files_ctx = (void *)r->o->run_dir,
@@ -422,8 +428,11 @@ static kiln_err publish_data(rel *r) {
     KILN_CHECK(rc, out, kiln_json_load_file(cp, &card));
     const char *want =
         json_string_value(json_object_get(json_object_get(card, "lineage"), "dataset_sha256"));
-    if (o->no_data) {
-        snprintf(r->res->data, sizeof r->res->data, "withheld (--no-data)");
+    if (data_off(r)) {
+        snprintf(r->res->data, sizeof r->res->data, "%s",
+                 o->no_data ? "withheld (--no-data)"
+                            : "not published: an OCI registry stores no datasets (kiln's "
+                              "registry server does; kiln reproduce then needs --data)");
         goto out;
     }
     KILN_CHECK(rc, out, kiln_dataset_open(r->data, &ds));

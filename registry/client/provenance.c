@@ -944,7 +944,9 @@ static kiln_err reproductions_section(prov *p) {
     json_t *j = NULL;
     kiln_err rc = kiln_registry_get_json(p->c, path, &j);
     free(path);
-    if (rc == KILN_ERR_NOTFOUND) { /* a registry from before the records */
+    /* A registry from before the records, or an OCI registry, which keeps none (a channel
+     * that requires them then fails below, as a pull through it does). */
+    if (rc == KILN_ERR_NOTFOUND || (rc == KILN_ERR_UNSUPPORTED && reg_oci_url(p->c->url))) {
         kiln_errclear();
         rc = KILN_OK;
     }

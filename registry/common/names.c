@@ -102,3 +102,7 @@ bool reg_digest_hex(const char *digest, char hex[KILN_SHA256_HEX]) {
 bool reg_oci_url(const char *url) {
     return url && (!strncmp(url, "oci://", 6) || !strncmp(url, "oci+http://", 11));
 }
+
+bool kiln_registry_is_oci(const char *url) {
+    return reg_oci_url(url);
+}

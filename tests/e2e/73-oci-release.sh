@@ -25,6 +25,10 @@ R="--name market --registry $U --key rel.key --trust trust.json --state st --win
 P="--promote production --promote-key prom.key"
 
 $KILN release run --step 20 --version 1.0.0 $R $P --out-dir r1 >out1 || fail "release v1: $(cat out1)"
+# An OCI registry stores no datasets: the release says so and the card says the dataset was
+# withheld (kiln reproduce then needs --data), as with --no-data.
+grep -q "dataset .*not published: an OCI registry stores no datasets" out1 || fail "release v1's dataset line: $(cat out1)"
+grep -q '"dataset_withheld": true' r1/model/card.json || fail "the card does not say the dataset was withheld"
 grep -q "channel 'production' of 'market' is empty: no baseline" out1 || fail "baseline v1: $(cat out1)"
 grep -q "^\[9/9\] promote .*market/production -> 1.0.0 seq 1" out1 || fail "promote v1: $(cat out1)"
 d1=$(sha256sum r1/market-1.0.0.kiln | cut -d' ' -f1)
