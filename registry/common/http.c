@@ -229,6 +229,70 @@ static kiln_err upload_setup(void *ctx, CURL *h, reg_xfer *x, long left) {
     return KILN_OK;
 }
 
+/* PUT file to the registry at rpath with its signature (X-Kiln-Signature: sig in base64) and,
+ * where digest_header, X-Kiln-Digest: sha256:hex: an archive and a dataset go up the same way.
+ * *status is the answer's (200: stored already, 201: stored; any other is an error, returned),
+ * body its bytes (the caller frees body->p), *url the URL (the caller frees), *size the bytes
+ * sent. what names the upload in messages ("publishing" / "publishing dataset"). */
+static kiln_err put_signed(const kiln_registry_client_opts *c, const char *file,
+                           const char *rpath, const char *hex, bool digest_header,
+                           const char *sig, size_t sig_len, const char *what, long *status,
+                           reg_buf *body, char **url_out, uint64_t *size) {
+    *url_out = NULL;
+    kiln_err rc = KILN_OK;
+    char *b64 = NULL, *url = NULL, *hd = NULL, *hs = NULL, *label = NULL;
+    FILE *f = NULL;
+    struct curl_slist *hdr = NULL;
+    f = fopen(file, "rb");
+    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s'", file);
+    struct stat sb;
+    KILN_CHECK_IF(rc, out, fstat(fileno(f), &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", file);
+    size_t b64_len = sodium_base64_ENCODED_LEN(sig_len, sodium_base64_VARIANT_ORIGINAL);
+    b64 = kiln_malloc(b64_len);
+    KILN_CHECK_IF(rc, out, !b64, KILN_ERR_NOMEM, "out of memory");
+    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len,
+                      sodium_base64_VARIANT_ORIGINAL);
+    url = url_for(c, rpath);
+    hd = digest_header ? kiln_asprintf("X-Kiln-Digest: sha256:%s", hex) : NULL;
+    hs = kiln_asprintf("X-Kiln-Signature: %s", b64);
+    KILN_CHECK_IF(rc, out, !url || (digest_header && !hd) || !hs, KILN_ERR_NOMEM,
+                  "out of memory");
+    KILN_CHECK(rc, out, auth_header(c, &hdr));
+    const char *extra[] = {hs, "Content-Type: application/octet-stream", hd};
+    for (size_t i = 0; i < KILN_ARRAY_LEN(extra) && extra[i]; i++) {
+        struct curl_slist *n = curl_slist_append(hdr, extra[i]);
+        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
+        hdr = n;
+    }
+    upload up = {.f = f,
+                 .archive = file,
+                 .url = url,
+                 .hdr = hdr,
+                 .size = (curl_off_t)sb.st_size,
+                 .body = body};
+    label = kiln_asprintf("%s '%s' to '%s'", what, file, url);
+    KILN_CHECK_IF(rc, out, !label, KILN_ERR_NOMEM, "out of memory");
+    reg_request rq = {
+        .c = c, .url = url, .what = label, .setup = upload_setup, .body = body, .ctx = &up};
+    KILN_CHECK(rc, out, reg_request_run(&rq, status));
+    if (*status != 200 && *status != 201) {
+        rc = reg_http_error(c, url, *status, body);
+        goto out;
+    }
+    *size = (uint64_t)sb.st_size;
+    *url_out = url;
+    url = NULL;
+out:
+    curl_slist_free_all(hdr);
+    if (f) fclose(f);
+    free(b64);
+    free(url);
+    free(hd);
+    free(hs);
+    free(label);
+    return rc;
+}
+
 kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char *archive,
                                const char *sig_path, kiln_registry_published *out) {
     memset(out, 0, sizeof *out);
@@ -241,16 +305,15 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
     if (!one.until_ns) reg_deadline_start(&one, 1);
     const kiln_registry_client_opts *c = &one;
     kiln_err rc = KILN_OK;
-    char *sigp = NULL, *sig = NULL, *b64 = NULL, *path = NULL, *url = NULL, *hd = NULL, *hs = NULL,
-         *what = NULL;
+    char *sigp = NULL, *sig = NULL, *path = NULL, *url = NULL;
     size_t sig_len = 0;
-    FILE *f = NULL;
-    struct curl_slist *hdr = NULL;
     reg_buf body = {0};
     reg_archive_meta m;
     memset(&m, 0, sizeof m);
     uint8_t digest[KILN_SHA256_BYTES];
     char hex[KILN_SHA256_HEX];
+    long status = 0;
+    uint64_t size = 0;
 
     sigp = sig_path ? kiln_strdup(sig_path) : kiln_asprintf("%s.minisig", archive);
     KILN_CHECK_IF(rc, out, !sigp, KILN_ERR_NOMEM, "out of memory");
@@ -266,43 +329,10 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
     KILN_CHECK(rc, out, reg_archive_meta_read(archive, &m));
     KILN_CHECK(rc, out, kiln_sha256_file(archive, digest));
     kiln_hex(digest, sizeof digest, hex);
-    f = fopen(archive, "rb");
-    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s'", archive);
-    struct stat sb;
-    KILN_CHECK_IF(rc, out, fstat(fileno(f), &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", archive);
-    size_t b64_len = sodium_base64_ENCODED_LEN(sig_len, sodium_base64_VARIANT_ORIGINAL);
-    b64 = kiln_malloc(b64_len);
-    KILN_CHECK_IF(rc, out, !b64, KILN_ERR_NOMEM, "out of memory");
-    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len,
-                      sodium_base64_VARIANT_ORIGINAL);
     path = kiln_asprintf("/v1/models/%s/versions/%s", m.name, m.version);
-    url = path ? url_for(c, path) : NULL;
-    hd = kiln_asprintf("X-Kiln-Digest: sha256:%s", hex);
-    hs = kiln_asprintf("X-Kiln-Signature: %s", b64);
-    KILN_CHECK_IF(rc, out, !url || !hd || !hs, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, auth_header(c, &hdr));
-    const char *extra[] = {hd, hs, "Content-Type: application/octet-stream"};
-    for (size_t i = 0; i < KILN_ARRAY_LEN(extra); i++) {
-        struct curl_slist *n = curl_slist_append(hdr, extra[i]);
-        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
-        hdr = n;
-    }
-    long status = 0;
-    upload up = {.f = f,
-                 .archive = archive,
-                 .url = url,
-                 .hdr = hdr,
-                 .size = (curl_off_t)sb.st_size,
-                 .body = &body};
-    what = kiln_asprintf("publishing '%s' to '%s'", archive, url);
-    KILN_CHECK_IF(rc, out, !what, KILN_ERR_NOMEM, "out of memory");
-    reg_request rq = {
-        .c = c, .url = url, .what = what, .setup = upload_setup, .body = &body, .ctx = &up};
-    KILN_CHECK(rc, out, reg_request_run(&rq, &status));
-    if (status != 200 && status != 201) {
-        rc = reg_http_error(c, url, status, &body);
-        goto out;
-    }
+    KILN_CHECK_IF(rc, out, !path, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, put_signed(c, archive, path, hex, true, sig, sig_len, "publishing",
+                                   &status, &body, &url, &size));
     json_t *j = json_loadb(body.p ? body.p : "", body.len, 0, NULL);
     const char *d = json_string_value(json_object_get(j, "digest"));
     char want[80];
@@ -315,21 +345,15 @@ kiln_err kiln_registry_publish(const kiln_registry_client_opts *c_in, const char
     }
     json_decref(j);
     snprintf(out->digest, sizeof out->digest, "sha256:%s", hex);
-    out->size = (uint64_t)sb.st_size;
+    out->size = size;
     out->existed = status == 200;
 out:
-    curl_slist_free_all(hdr);
-    if (f) fclose(f);
     reg_archive_meta_release(&m);
     free(body.p);
     free(sigp);
     free(sig);
-    free(b64);
     free(path);
     free(url);
-    free(hd);
-    free(hs);
-    free(what);
     return rc;
 }
 
@@ -351,62 +375,25 @@ kiln_err kiln_registry_data_publish(const kiln_registry_client_opts *c_in, const
     if (!one.until_ns) reg_deadline_start(&one, 1);
     const kiln_registry_client_opts *c = &one;
     kiln_err rc = KILN_OK;
-    char *b64 = NULL, *upath = NULL, *url = NULL, *hs = NULL, *what = NULL;
-    FILE *f = NULL;
-    struct curl_slist *hdr = NULL;
+    char *upath = NULL, *url = NULL;
     reg_buf body = {0};
     uint8_t digest[KILN_SHA256_BYTES];
     char hex[KILN_SHA256_HEX];
+    long status = 0;
+    uint64_t size = 0;
     KILN_CHECK(rc, out, kiln_sha256_file(path, digest));
     kiln_hex(digest, sizeof digest, hex);
-    f = fopen(path, "rb");
-    KILN_CHECK_IF(rc, out, !f, KILN_ERR_IO, "cannot open '%s'", path);
-    struct stat sb;
-    KILN_CHECK_IF(rc, out, fstat(fileno(f), &sb) != 0, KILN_ERR_IO, "cannot stat '%s'", path);
-    size_t b64_len = sodium_base64_ENCODED_LEN(sig_len, sodium_base64_VARIANT_ORIGINAL);
-    b64 = kiln_malloc(b64_len);
-    KILN_CHECK_IF(rc, out, !b64, KILN_ERR_NOMEM, "out of memory");
-    sodium_bin2base64(b64, b64_len, (const unsigned char *)sig, sig_len,
-                      sodium_base64_VARIANT_ORIGINAL);
     upath = kiln_asprintf("/v1/datasets/%s/sha256/%s", name, hex);
-    url = upath ? url_for(c, upath) : NULL;
-    hs = kiln_asprintf("X-Kiln-Signature: %s", b64);
-    KILN_CHECK_IF(rc, out, !url || !hs, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, auth_header(c, &hdr));
-    const char *extra[] = {hs, "Content-Type: application/octet-stream"};
-    for (size_t i = 0; i < KILN_ARRAY_LEN(extra); i++) {
-        struct curl_slist *n = curl_slist_append(hdr, extra[i]);
-        KILN_CHECK_IF(rc, out, !n, KILN_ERR_NOMEM, "out of memory");
-        hdr = n;
-    }
-    long status = 0;
-    upload up = {.f = f,
-                 .archive = path,
-                 .url = url,
-                 .hdr = hdr,
-                 .size = (curl_off_t)sb.st_size,
-                 .body = &body};
-    what = kiln_asprintf("publishing dataset '%s' to '%s'", path, url);
-    KILN_CHECK_IF(rc, out, !what, KILN_ERR_NOMEM, "out of memory");
-    reg_request rq = {
-        .c = c, .url = url, .what = what, .setup = upload_setup, .body = &body, .ctx = &up};
-    KILN_CHECK(rc, out, reg_request_run(&rq, &status));
-    if (status != 200 && status != 201) {
-        rc = reg_http_error(c, url, status, &body);
-        goto out;
-    }
+    KILN_CHECK_IF(rc, out, !upath, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, put_signed(c, path, upath, hex, false, sig, sig_len,
+                                   "publishing dataset", &status, &body, &url, &size));
     snprintf(out->digest, sizeof out->digest, "sha256:%s", hex);
-    out->size = (uint64_t)sb.st_size;
+    out->size = size;
     out->existed = status == 200;
 out:
-    curl_slist_free_all(hdr);
-    if (f) fclose(f);
     free(body.p);
-    free(b64);
     free(upath);
     free(url);
-    free(hs);
-    free(what);
     return rc;
 }
 
