@@ -309,6 +309,10 @@ kiln_err kiln_dev_train_step(kiln_dev_train *d, const kiln_train_config *c, cons
     kiln_fail(KILN_ERR_UNSUPPORTED,                                                                \
               "this build of kiln has no CUDA (nvcc was not found when it was built)")
 
+int kiln_train_cuda_devices(void) {
+    return 0;
+}
+
 kiln_err kiln_dev_train_pick(int local_rank, int *device, int *visible) {
     (void)local_rank;
     *device = *visible = 0;

@@ -12,11 +12,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "kernels.h"
 #include "runtime.h"
 #include "validate_int.h"
-#ifdef KILN_HAVE_CUDA
-#include "kernels.h"
-#endif
 
 /* ---- report helpers ------------------------------------------------------------ */
 
