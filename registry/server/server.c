@@ -203,11 +203,18 @@ char *reg_error_body(const char *msg) {
     return s;
 }
 
+static enum MHD_Result send_page_error(struct MHD_Connection *c, req *r, unsigned status,
+                                       const char *msg);
+
 /* A page (taken from b) with the headers web/ asks for. */
 static enum MHD_Result send_page(struct MHD_Connection *c, req *r, unsigned status,
                                  kiln_web_buf *b) {
     size_t len, n;
+    bool over = b->over;
     char *html = kiln_web_buf_take(b, &len);
+    /* A page past KILN_WEB_PAGE_MAX is refused, as kiln runs serve refuses one (issue 29,
+     * item 3: a bound on what a page renders): an error page in its place. */
+    if (!html && over && status != 500) return send_page_error(c, r, 500, kiln_errmsg());
     if (!html) return MHD_NO;
     struct MHD_Response *resp = MHD_create_response_from_buffer(len, html, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
@@ -232,7 +239,7 @@ static enum MHD_Result send_page(struct MHD_Connection *c, req *r, unsigned stat
 
 static enum MHD_Result send_page_error(struct MHD_Connection *c, req *r, unsigned status,
                                        const char *msg) {
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     kiln_web_error(&b, status, msg, kiln_unix_time());
     return send_page(c, r, status, &b);
 }
@@ -792,7 +799,7 @@ typedef kiln_err (*page_fn)(PAGE_ARGS);
 /* A page row's answer: its page under the policy in force. */
 static enum MHD_Result do_page(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                sqlite3 *db, page_fn page) {
-    kiln_web_buf b = {0};
+    kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX};
     trust_ref *tr = trust_acquire(s);
     kiln_err rc = page(s, c, r, db, tr ? tr->t : NULL, kiln_unix_time(), &b);
     trust_release(s, tr);
