@@ -255,8 +255,8 @@ int cmd_runs_diff(int argc, char **argv) {
         const char *k;
         json_t *v;
         json_object_foreach(d.config, k, v) {
-            char *a = json_dumps(json_array_get(v, 0), JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
-            char *b = json_dumps(json_array_get(v, 1), JSON_ENCODE_ANY | JSON_REAL_PRECISION(15));
+            char *a = kiln_run_config_value_text(json_array_get(v, 0)),
+                 *b = kiln_run_config_value_text(json_array_get(v, 1));
             printf("  %-16s %s  vs  %s\n", k, a ? a : "?", b ? b : "?");
             free(a);
             free(b);

@@ -104,14 +104,6 @@ static const char *display_name(const server *s, const char *name) {
     return strcmp(name, ".") ? name : s->root;
 }
 
-/* A config value as text: a string as it is, a real as %.10g (0.003, not 0.0030000000000000001),
- * anything else as compact JSON. Caller frees; NULL when out of memory. */
-static char *value_text(const json_t *v) {
-    if (json_is_string(v)) return kiln_strdup(json_string_value(v));
-    if (json_is_real(v)) return kiln_asprintf("%.10g", json_real_value(v));
-    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-}
-
 /* ---- / ---- */
 
 static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
@@ -131,7 +123,7 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
     json_t *v;
     if (f) {
         json_object_foreach(l.same, key, v) {
-            char *t = value_text(v);
+            char *t = kiln_run_config_value_text(v);
             fprintf(f, "%s=%s ", key, t ? t : "?");
             free(t);
         }
@@ -149,7 +141,7 @@ static enum MHD_Result page_sweep(struct MHD_Connection *c, const server *s) {
         const kiln_run_row *r = &l.rows[i];
         for (size_t k = 0; k < nv; k++) {
             json_t *x = r->config ? json_object_get(r->config, varied[k]) : NULL;
-            vals[k] = x ? value_text(x) : NULL;
+            vals[k] = x ? kiln_run_config_value_text(x) : NULL;
         }
         kiln_web_run_row row = {.name = link_name(s, r),
                                 .state = kiln_run_state_name(r->state),
@@ -344,7 +336,7 @@ static void config_rows(kiln_web_buf *b, const char *prefix, const json_t *o) {
         if (json_is_object(v)) {
             config_rows(b, k, v);
         } else {
-            char *t = value_text(v);
+            char *t = kiln_run_config_value_text(v);
             if (!t) b->nomem = true;
             kiln_web_kv_row(b, k, t);
             free(t);
@@ -581,7 +573,7 @@ static void differs(kiln_web_buf *b, const server *s, const overlay_args *a, siz
         const char *key;
         json_t *v;
         json_object_foreach(l.same, key, v) {
-            char *t = value_text(v);
+            char *t = kiln_run_config_value_text(v);
             fprintf(f, "%s=%s ", key, t ? t : "?");
             free(t);
         }
@@ -595,7 +587,7 @@ static void differs(kiln_web_buf *b, const server *s, const overlay_args *a, siz
             if (l.rows[j].dir && !strcmp(l.rows[j].dir, dirs[i])) cfg = l.rows[j].config;
         for (size_t k = 0; k < nv; k++) {
             const json_t *x = cfg ? json_object_get(cfg, keys[k]) : NULL;
-            owned[k] = x ? value_text(x) : NULL;
+            owned[k] = x ? kiln_run_config_value_text(x) : NULL;
             vals[k] = owned[k];
         }
         char *href = run_href("run", a->names[i], 0);

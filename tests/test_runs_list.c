@@ -586,3 +586,30 @@ out:
     free(db);
     free(dir);
 }
+
+/* One text for a config value, whoever shows it (runs list, show, diff, serve; issue 33):
+ * as people type it, and exactly (the serve page's %.10g showed two learning rates that
+ * differ in the 17th digit as one). */
+KILN_TEST(runs_config_value_text_one_rule) {
+    static const struct {
+        const char *json, *want;
+    } cases[] = {
+        {"0.003", "0.003"},
+        {"1e-05", "1e-5"},
+        {"0.0010000000000000002", "0.0010000000000000002"},
+        {"600", "600"},
+        {"\"adamw\"", "adamw"},
+        {"true", "true"},
+        {"null", "null"},
+    };
+    for (size_t i = 0; i < KILN_ARRAY_LEN(cases); i++) {
+        json_error_t je;
+        json_t *v = json_loads(cases[i].json, JSON_DECODE_ANY, &je);
+        char *t = v ? kiln_run_config_value_text(v) : NULL;
+        if (!CHECK(cases[i].json, t && !strcmp(t, cases[i].want)))
+            fprintf(stderr, "    %s -> '%s', want '%s'\n", cases[i].json, t ? t : "(null)",
+                    cases[i].want);
+        free(t);
+        json_decref(v);
+    }
+}

@@ -100,8 +100,7 @@ static void fmt_exact(char *buf, size_t n, double x) {
         memmove(d, d + 1, strlen(d));
 }
 
-/* A config value as people type it (--set): 0.003, 1e-5, adamw, true. Caller frees. */
-static char *value_text(const json_t *v) {
+char *kiln_run_config_value_text(const json_t *v) {
     char buf[40];
     if (json_is_string(v)) return kiln_strdup(json_string_value(v));
     if (json_is_integer(v)) return kiln_asprintf("%lld", (long long)json_integer_value(v));
@@ -420,7 +419,7 @@ static kiln_err sort_rows(rows *rs, const char *spec) {
             it[i].num = json_is_number(v) ? json_number_value(v) : json_is_true(v);
         } else if (v) {
             it[i].kind = 1;
-            if (!(it[i].text = value_text(v))) rc = KILN_ERR_NOMEM;
+            if (!(it[i].text = kiln_run_config_value_text(v))) rc = KILN_ERR_NOMEM;
         }
         json_decref(v);
     }
@@ -661,7 +660,7 @@ static kiln_err same_line(FILE *f, const kiln_run_list *l, int width) {
     int at = ulen(lead);
     kiln_err rc = KILN_OK;
     for (size_t i = 0; i < n; i++) {
-        char *v = value_text(json_object_get(l->same, keys[i]));
+        char *v = kiln_run_config_value_text(json_object_get(l->same, keys[i]));
         char *sv = v ? shorten(v, 16) : NULL;
         char *item = sv ? kiln_asprintf(" %s=%s", keys[i], sv) : NULL;
         free(v);
@@ -780,7 +779,7 @@ kiln_err kiln_run_list_table(const kiln_run_list *l, int width, double now, char
         for (size_t j = C_FIXED; !rc && j < nc; j++) {
             json_t *v = r->state == KILN_RUN_ERROR ? NULL : json_object_get(r->config, c[j].head);
             c[j].cell[i] = r->state == KILN_RUN_ERROR ? kiln_strdup("")
-                           : v                        ? value_text(v)
+                           : v                        ? kiln_run_config_value_text(v)
                                                       : kiln_strdup("-");
             if (!c[j].cell[i]) rc = KILN_ERR_NOMEM;
             if (!rc && json_is_number(v)) c[j].right = true;
@@ -984,7 +983,7 @@ kiln_err kiln_run_list_csv(const kiln_run_list *l, char **out) {
         csv_field(f, r->message ? r->message : "", false);
         for (size_t j = 0; j < json_array_size(l->varied); j++) {
             json_t *v = json_object_get(r->config, json_string_value(json_array_get(l->varied, j)));
-            char *s = v ? value_text(v) : kiln_strdup("");
+            char *s = v ? kiln_run_config_value_text(v) : kiln_strdup("");
             if (!s) {
                 rc = nomem();
                 break;

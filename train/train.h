@@ -246,6 +246,10 @@ json_t *kiln_train_config_json(const kiln_train_config *c);
  * unset shown as null (n_features and n_outputs: the dataset's; val_from, purge_time,
  * purge_rows: no time split, no purge), which --config reads back. */
 char *kiln_train_config_print_text(const kiln_train_config *c);
+/* A config value as people type it (--set) and as every reader of runs shows it (kiln runs
+ * list, show, diff and serve): 0.003, 1e-5 (the shortest text that reads back as the same
+ * double), adamw, true; other JSON compact. Caller frees; NULL when out of memory. */
+char *kiln_run_config_value_text(const json_t *v);
 /* Text of the config: sorted keys, every number exact and as short as reads back the same.
  * pretty: 2-space indent and a trailing newline. Caller frees; NULL on failure. */
 char *kiln_train_config_text(const kiln_train_config *c, bool pretty);
