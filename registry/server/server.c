@@ -1052,21 +1052,62 @@ static enum MHD_Result send_published(struct MHD_Connection *c, req *r, unsigned
                                "digest", digest, "size", (json_int_t)size));
 }
 
+/* What an upload of what ("archive", "dataset") must have before its body: a trust policy to
+ * check it under, a Content-Length within the registry's limit (into *n). false with the
+ * answer queued in *res when it has not. */
+static bool upload_length(kiln_registry_server *s, struct MHD_Connection *c, req *r,
+                          const char *what, uint64_t *n, enum MHD_Result *res) {
+    if (!has_trust(s)) {
+        *res = send_error(
+            c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
+        return false;
+    }
+    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+    if (!cl) {
+        *res = send_error(c, r, 411, "an upload needs a Content-Length");
+        return false;
+    }
+    if (!reg_length_parse(cl, n)) {
+        *res = send_error(c, r, 400, "bad Content-Length '%s'", cl);
+        return false;
+    }
+    if (*n > s->max_upload) {
+        *res = send_error(c, r, 413,
+                          "%s of %" PRIu64 " bytes is larger than this registry's limit of %" PRIu64,
+                          what, *n, s->max_upload);
+        return false;
+    }
+    return true;
+}
+
+/* The upload's X-Kiln-Signature, decoded into r->sig; missing names what the header must
+ * hold. false with the answer queued in *res (MHD_NO when out of memory). */
+static bool upload_signature(struct MHD_Connection *c, req *r, const char *missing,
+                             enum MHD_Result *res) {
+    const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
+    size_t slen = sig ? strlen(sig) : 0;
+    if (!slen || slen > REG_SIG_MAX * 2) {
+        *res = send_error(c, r, 400, "%s", missing);
+        return false;
+    }
+    kiln_err drc = reg_sig_decode(sig, &r->sig, &r->sig_len);
+    if (drc == KILN_ERR_NOMEM) {
+        *res = MHD_NO;
+        return false;
+    }
+    if (drc) {
+        *res = send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
+        return false;
+    }
+    return true;
+}
+
 /* The first call of a PUT of an archive: everything that can be refused before the body. */
 static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connection *c, req *r,
                                     sqlite3 *db) {
-    if (!has_trust(s))
-        return send_error(
-            c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (!cl) return send_error(c, r, 411, "an upload needs a Content-Length");
+    enum MHD_Result res;
     uint64_t n;
-    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
-    if (n > s->max_upload)
-        return send_error(c, r, 413,
-                          "archive of %" PRIu64
-                          " bytes is larger than this registry's limit of %" PRIu64,
-                          n, s->max_upload);
+    if (!upload_length(s, c, r, "archive", &n, &res)) return res;
     const char *digest = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Digest");
     if (!digest || !reg_digest_hex(digest, r->hex))
         return send_error(c, r, 400,
@@ -1077,14 +1118,9 @@ static enum MHD_Result upload_start(kiln_registry_server *s, struct MHD_Connecti
     kiln_err wrc = tr ? reg_withdrawn(tr->t, digest, "the archive") : KILN_OK;
     trust_release(s, tr);
     if (wrc) return send_kiln_error(c, r, wrc);
-    const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
-    size_t slen = sig ? strlen(sig) : 0;
-    if (!slen || slen > REG_SIG_MAX * 2)
-        return send_error(c, r, 400,
-                          "an upload needs X-Kiln-Signature: the archive's .minisig, base64");
-    kiln_err drc = reg_sig_decode(sig, &r->sig, &r->sig_len);
-    if (drc == KILN_ERR_NOMEM) return MHD_NO;
-    if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
+    if (!upload_signature(c, r, "an upload needs X-Kiln-Signature: the archive's .minisig, base64",
+                          &res))
+        return res;
     r->declared = n;
     kiln_err rc;
     uint64_t stored = 0;
@@ -1267,26 +1303,11 @@ static enum MHD_Result dataset_start(kiln_registry_server *s, struct MHD_Connect
                                      sqlite3 *db) {
     enum MHD_Result res;
     if (!dataset_hex(c, r, &res)) return res;
-    if (!has_trust(s))
-        return send_error(
-            c, r, 422, "this registry has no trust policy (serve --trust); it accepts no uploads");
-    const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-    if (!cl) return send_error(c, r, 411, "an upload needs a Content-Length");
     uint64_t n;
-    if (!reg_length_parse(cl, &n)) return send_error(c, r, 400, "bad Content-Length '%s'", cl);
-    if (n > s->max_upload)
-        return send_error(c, r, 413,
-                          "dataset of %" PRIu64
-                          " bytes is larger than this registry's limit of %" PRIu64,
-                          n, s->max_upload);
-    const char *sig = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Kiln-Signature");
-    size_t slen = sig ? strlen(sig) : 0;
-    if (!slen || slen > REG_SIG_MAX * 2)
-        return send_error(c, r, 400,
-                          "a dataset upload needs X-Kiln-Signature: its .minisig, base64");
-    kiln_err drc = reg_sig_decode(sig, &r->sig, &r->sig_len);
-    if (drc == KILN_ERR_NOMEM) return MHD_NO;
-    if (drc) return send_error(c, r, 400, "X-Kiln-Signature is not base64 of a .minisig text");
+    if (!upload_length(s, c, r, "dataset", &n, &res)) return res;
+    if (!upload_signature(c, r, "a dataset upload needs X-Kiln-Signature: its .minisig, base64",
+                          &res))
+        return res;
     r->declared = n;
     char digest[80];
     snprintf(digest, sizeof digest, "sha256:%s", r->hex);
