@@ -151,7 +151,8 @@ $(DEPS_STAMP):
 
 # The test vectors (tests/vectors/tsmoe-*) from the float64 reference of docs/model.md;
 # `make test` recomputes them and fails where the committed files disagree with what it computes.
-# SHARED_VECTORS: an independently made set, checked against the same reference when present.
+# SHARED_VECTORS: an independently made set, checked against the same reference only when it is
+# there (an optional agreement check: a clone with nothing beside it builds and tests without it).
 REF := /usr/bin/python3 tests/ref/tsmoe_ref.py
 SHARED_VECTORS ?= ../shared/vectors
 .PHONY: vectors
