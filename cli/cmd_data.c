@@ -168,9 +168,18 @@ static void dur_format(uint64_t s, char out[32]) {
     kiln_duration_format(s > INT64_MAX ? INT64_MAX : (int64_t)s, out);
 }
 
-/* kiln_time_step_is_gap in words, around the usual step. */
-#define GAP_RULE_A "a gap is a step over 5/4 of the usual "
-#define GAP_RULE_B " (the 99th percentile) and at least twice the median"
+/* The gap rule of time_json's object in words (kiln_time_steps, data.h). */
+static void gap_rule(const json_t *tj, char out[160]) {
+    if (!strcmp(json_string_value(json_object_get(tj, "gap_rule")), "weekdays"))
+        snprintf(out, 160,
+                 "business-daily, no row on a weekend: a gap is a step that skips a "
+                 "weekday");
+    else
+        snprintf(out, 160,
+                 "a gap is a step over 5/4 of the usual %s (the 99th percentile) and at least "
+                 "twice the median",
+                 json_string_value(json_object_get(tj, "usual_step")));
+}
 
 /* The time column: first, last, median and usual step and the largest gaps (data.h,
  * kiln_time_steps), steps taken between rows of the same group. NULL when out of memory
@@ -196,11 +205,12 @@ static json_t *time_json(const kiln_dataset *ds) {
     kiln_time_format(ts.last, b);
     dur_format(ts.median, c);
     dur_format(ts.usual, u);
-    return gaps ? json_pack("{s:O,s:s,s:s,s:o,s:s,s:o,s:s,s:I,s:o}", "column",
+    return gaps ? json_pack("{s:O,s:s,s:s,s:o,s:s,s:o,s:s,s:s,s:I,s:o}", "column",
                             json_object_get(ds->time_meta, "column"), "first", a, "last", b,
                             "median_step_seconds", secs_json(ts.median), "median_step", c,
-                            "usual_step_seconds", secs_json(ts.usual), "usual_step", u,
-                            "gaps_total", (json_int_t)ts.n_gaps, "gaps", gaps)
+                            "usual_step_seconds", secs_json(ts.usual), "usual_step", u, "gap_rule",
+                            ts.business ? "weekdays" : "steps", "gaps_total", (json_int_t)ts.n_gaps,
+                            "gaps", gaps)
                 : NULL;
 }
 
@@ -278,9 +288,9 @@ int cmd_data_inspect(int argc, char **argv) {
             size_t i;
             json_t *g;
             const json_int_t ngaps = json_integer_value(json_object_get(tj, "gaps_total"));
-            const char *usual = json_string_value(json_object_get(tj, "usual_step"));
-            if (!ngaps)
-                printf("gaps      none (%s%s%s)\n", GAP_RULE_A, usual, GAP_RULE_B);
+            char rule[160];
+            gap_rule(tj, rule);
+            if (!ngaps) printf("gaps      none (%s)\n", rule);
             json_array_foreach(json_object_get(tj, "gaps"), i, g) {
                 char dur[32];
                 kiln_duration_format(json_integer_value(json_object_get(g, "seconds")), dur);
@@ -291,9 +301,7 @@ int cmd_data_inspect(int argc, char **argv) {
                        (long long)json_integer_value(json_object_get(g, "row")), gn ? ", " : "",
                        gn ? gn : "");
             }
-            if (ngaps)
-                printf("          %lld in all (%s%s%s)\n", (long long)ngaps, GAP_RULE_A, usual,
-                       GAP_RULE_B);
+            if (ngaps) printf("          %lld in all (%s)\n", (long long)ngaps, rule);
         }
         if (gj) {
             printf("groups    %d in column '%s':", ds->n_groups,
@@ -370,8 +378,10 @@ int cmd_data_export(int argc, char **argv) {
     putchar('\n');
     for (size_t r = (size_t)from; r < end; r++) {
         for (int c = 0; c < ds->n_features; c++)
-            printf("%s%.9g", c ? "," : "", (double)ds->features[r * (size_t)ds->n_features + (size_t)c]);
-        for (int c = 0; c < nt; c++) printf(",%.9g", (double)ds->targets[r * (size_t)ds->n_outputs + (size_t)c]);
+            printf("%s%.9g", c ? "," : "",
+                   (double)ds->features[r * (size_t)ds->n_features + (size_t)c]);
+        for (int c = 0; c < nt; c++)
+            printf(",%.9g", (double)ds->targets[r * (size_t)ds->n_outputs + (size_t)c]);
         putchar('\n');
     }
     kiln_dataset_free(ds);

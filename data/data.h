@@ -144,8 +144,11 @@ void kiln_duration_format(int64_t secs, char out[32]);
  * steps, so that a pattern that recurs, a business week's weekend or a market's night, is
  * usual) and at least twice the median (room for one missing row). So a calendar-daily or
  * 24/7 hourly series has no gaps until a row is missing, business-daily data none at its
- * weekends, and an irregular series none in its spread. Steps are unsigned: the times'
- * extremes do not overflow them. */
+ * weekends, and an irregular series none in its spread. Business-daily data (a median step
+ * of one day and no row on a Saturday or a Sunday, UTC) is measured in weekdays instead: a
+ * step that skips a weekday is a gap, a midweek holiday (2d, shorter than the weekends) as
+ * much as a closure beside a weekend. Steps are unsigned: the times' extremes do not
+ * overflow them. */
 #define KILN_TIME_TOP_GAPS 5
 typedef struct kiln_time_steps {
     int64_t first, last;            /* the earliest and the latest time */
@@ -156,9 +159,12 @@ typedef struct kiln_time_steps {
     size_t top[KILN_TIME_TOP_GAPS]; /* the rows that end the largest gaps, largest first,
                                        ties the earlier row */
     size_t n_top;
+    bool business; /* business-daily: a gap is a step that skips a weekday */
 } kiln_time_steps;
 /* Whether step is a gap among steps of that median and usual length. */
 bool kiln_time_step_is_gap(uint64_t step, uint64_t median, uint64_t usual);
+/* Whether the step ending row r (r > 0) of ds is a gap under ts's rule. */
+bool kiln_time_row_is_gap(const kiln_dataset *ds, const kiln_time_steps *ts, size_t r);
 /* The steps of ds (which must have a time column). KILN_ERR_NOMEM, else KILN_OK. */
 kiln_err kiln_time_steps_of(const kiln_dataset *ds, kiln_time_steps *out);
 

@@ -167,6 +167,43 @@ bool kiln_time_step_is_gap(uint64_t step, uint64_t median, uint64_t usual) {
     return step > usual && step - usual > usual / 4 && step >= median && step - median >= median;
 }
 
+/* The day (since 1970-01-01, floored) and weekday (0 Sunday .. 6 Saturday) of t. */
+static int64_t day_of(int64_t t) {
+    return t / 86400 - (t % 86400 < 0);
+}
+static int weekday_of(int64_t t) {
+    return (int)(((day_of(t) + 4) % 7 + 7) % 7);
+}
+
+/* Weekdays in (day of a, day of b]: a step of business-daily data that skips none is 1. */
+static uint64_t weekdays_between(int64_t a, int64_t b) {
+    const int64_t da = day_of(a), db = day_of(b);
+    const uint64_t days = (uint64_t)db - (uint64_t)da;
+    uint64_t n = days / 7 * 5;
+    for (int64_t d = da + 1 + (int64_t)(days / 7 * 7); d <= db; d++) {
+        const int w = (int)(((d + 4) % 7 + 7) % 7);
+        n += w != 0 && w != 6;
+    }
+    return n;
+}
+
+/* Business-daily data: a median step of one day and not one row on a Saturday or a Sunday
+ * (UTC). Its steps are then counted in weekdays. */
+static bool is_business_daily(const kiln_dataset *ds, uint64_t median) {
+    if (median != 86400) return false;
+    for (size_t r = 0; r < ds->rows; r++) {
+        const int w = weekday_of(ds->time[r]);
+        if (w == 0 || w == 6) return false;
+    }
+    return true;
+}
+
+bool kiln_time_row_is_gap(const kiln_dataset *ds, const kiln_time_steps *ts, size_t r) {
+    if (!same_group(ds, r)) return false;
+    if (ts->business) return weekdays_between(ds->time[r - 1], ds->time[r]) >= 2;
+    return kiln_time_step_is_gap(step_at(ds, r), ts->median, ts->usual);
+}
+
 kiln_err kiln_time_steps_of(const kiln_dataset *ds, kiln_time_steps *out) {
     memset(out, 0, sizeof *out);
     if (!ds->time || !ds->rows) return KILN_OK;
@@ -184,10 +221,10 @@ kiln_err kiln_time_steps_of(const kiln_dataset *ds, kiln_time_steps *out) {
         out->usual = d[(size_t)(0.99 * (double)(out->n - 1))];
     }
     free(d);
+    out->business = out->n && is_business_daily(ds, out->median);
     for (size_t r = 1; r < ds->rows; r++) {
-        if (!same_group(ds, r)) continue;
+        if (!kiln_time_row_is_gap(ds, out, r)) continue;
         const uint64_t g = step_at(ds, r);
-        if (!kiln_time_step_is_gap(g, out->median, out->usual)) continue;
         out->n_gaps++;
         /* keep the largest (row r ends each), largest first; ties: the earlier row */
         size_t k = out->n_top < KILN_TIME_TOP_GAPS ? out->n_top++ : KILN_TIME_TOP_GAPS;

@@ -43,6 +43,23 @@ KILN_TEST(data_gaps_regular_series_have_none) {
     CHECK("business-daily, a Friday missing: one gap",
           kiln_time_steps_of(&ds, &s) == KILN_OK && s.usual == 3 * 86400 && s.n_gaps == 1 &&
               s.top[0] == 504 && t[504] - t[503] == 4 * 86400);
+    /* a Wednesday (day 502) missing: Tuesday to Thursday, 2 days, shorter than the weekend,
+     * is a gap in weekdays; the same series with one Saturday row is measured in steps again */
+    for (size_t i = 0, j = 0; i < N - 1; j++)
+        if (j != 502) t[i++] = (int64_t)(4 + j / 5 * 7 + j % 5) * 86400;
+    CHECK("business-daily, a Wednesday missing: one gap",
+          kiln_time_steps_of(&ds, &s) == KILN_OK && s.business && s.n_gaps == 1 &&
+              s.top[0] == 502 && t[502] - t[501] == 2 * 86400);
+    t[504] = t[503] + 86400; /* row 503 is day 504, a Friday: row 504 the Saturday after */
+    ds.rows = 505;
+    CHECK("a Saturday row: steps, no gap for the Wednesday",
+          kiln_time_steps_of(&ds, &s) == KILN_OK && !s.business && s.n_gaps == 0);
+    /* times before 1970 floor to their day: 1969-12-29 (Monday) to 1970-01-01 (Thursday) */
+    int64_t pre[3] = {-3 * 86400 + 3600, -2 * 86400 + 3600, 3600};
+    kiln_dataset dp = with_times(pre, 3);
+    dp.rows = 3;
+    CHECK("before 1970: weekdays floor",
+          kiln_time_steps_of(&dp, &s) == KILN_OK && s.business && s.n_gaps == 1 && s.top[0] == 2);
     /* the times' extremes: the step is 2^64 - 1 seconds, not a negative number */
     int64_t ext[3] = {INT64_MIN, INT64_MIN + 1, INT64_MAX};
     kiln_dataset dx = with_times(ext, 3);

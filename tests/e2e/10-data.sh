@@ -113,6 +113,7 @@ write("daily-hole", days, {days[69]})                      # 2020-03-10 missing
 bdays = [d for d in days if d.weekday() < 5]
 write("bdaily", bdays)
 write("bdaily-hole", bdays, set(bdays[100:105]))           # a week missing
+write("bdaily-midweek", bdays, {bdays[55]})                # 2020-03-18, a Wednesday
 hours = [t0 + timedelta(hours=i) for i in range(2000)]
 write("hourly", hours)
 write("hourly-hole", hours, {hours[500]})
@@ -129,16 +130,25 @@ for s in daily bdaily hourly irregular; do
             fail "import $v"
         $KILN data inspect "$T/$v.st" >"$T/$v.ins" || fail "inspect $v"
     done
-    grep -q '^gaps      none (a gap is a step over 5/4 of the usual ' "$T/$s.ins" || fail "$s: steps listed as gaps: $(cat "$T/$s.ins")"
+    grep -q '^gaps      none (\(a gap is a step over 5/4 of the usual \|business-daily\)' "$T/$s.ins" ||
+        fail "$s: steps listed as gaps: $(cat "$T/$s.ins")"
     [ "$(grep -c ' to .*(.*row [0-9]*)$' "$T/$s-hole.ins")" = 1 ] || fail "$s-hole: not one gap: $(cat "$T/$s-hole.ins")"
     grep -q '^          1 in all (' "$T/$s-hole.ins" || fail "$s-hole: count: $(cat "$T/$s-hole.ins")"
 done
 grep -q 'median step 1d$' "$T/daily.ins" || fail "daily median: $(cat "$T/daily.ins")"
 grep -q '^gaps      2020-03-09 to 2020-03-11 (2d, row 69)$' "$T/daily-hole.ins" || fail "daily hole: $(cat "$T/daily-hole.ins")"
-grep -q '(the 99th percentile)' "$T/bdaily.ins" && grep -q 'usual 3d ' "$T/bdaily.ins" || fail "bdaily: $(cat "$T/bdaily.ins")"
+grep -q '^gaps      none (business-daily, no row on a weekend: a gap is a step that skips a weekday)$' "$T/bdaily.ins" ||
+    fail "bdaily: $(cat "$T/bdaily.ins")"
+# a midweek holiday (2d) is shorter than every weekend: only counting weekdays sees it
+$KILN data import --csv "$T/bdaily-midweek.csv" --features a --targets y --time time --out "$T/bdm.st" 2>/dev/null ||
+    fail "import bdaily-midweek"
+$KILN data inspect "$T/bdm.st" >"$T/bdm.ins" || fail "inspect bdaily-midweek"
+grep -q '^gaps      2020-03-17 to 2020-03-19 (2d, row 55)$' "$T/bdm.ins" && grep -q '^          1 in all (business-daily' "$T/bdm.ins" ||
+    fail "bdaily midweek: $(cat "$T/bdm.ins")"
 grep -q '^gaps      2020-05-19 to 2020-05-27 (8d, row 100)$' "$T/bdaily-hole.ins" || fail "bdaily hole: $(cat "$T/bdaily-hole.ins")"
 grep -q '^gaps      2020-01-21T19:00:00Z to 2020-01-21T21:00:00Z (2h, row 500)$' "$T/hourly-hole.ins" ||
     fail "hourly hole: $(cat "$T/hourly-hole.ins")"
 grep -q '^gaps      .* row 1000)$' "$T/irregular-hole.ins" || fail "irregular hole: $(cat "$T/irregular-hole.ins")"
 $KILN data inspect --json "$T/bdaily.st" >"$T/bd.json" || fail "inspect --json"
-grep -q '"gaps_total": 0' "$T/bd.json" && grep -q '"usual_step_seconds": 259200' "$T/bd.json" || fail "json: $(cat "$T/bd.json")"
+grep -q '"gaps_total": 0' "$T/bd.json" && grep -q '"usual_step_seconds": 259200' "$T/bd.json" &&
+    grep -q '"gap_rule": "weekdays"' "$T/bd.json" || fail "json: $(cat "$T/bd.json")"
