@@ -8,14 +8,13 @@
 #include "cli.h"
 #include "core.h"
 #include "registry.h"
-#include "web.h"
 
 /* "2026-12-30T10:17:45Z in 29 d", "... expires soon, in 23 h", "... expired 2 h ago": the web
- * page's rule and wording (web/'s kiln_web_expiry_at decided "expiry"). */
+ * page's rule and wording (sign/'s kiln_record_expiry_at decided "expiry"). */
 static void expiry_text(const json_t *c, char *out, size_t size) {
-    char span[KILN_WEB_SPAN_MAX];
+    char span[KILN_SPAN_MAX];
     long long in = cli_jint(c, "expires_in");
-    kiln_web_span(in, span);
+    kiln_format_span(in, span);
     const char *state = cli_jstr(c, "expiry");
     if (!strcmp(state, "expired"))
         snprintf(out, size, "%s expired %s ago", cli_jstr(c, "expires"), span);

@@ -390,6 +390,10 @@ int64_t kiln_unix_time(void); /* wall clock, seconds */
 void kiln_format_time(int64_t unix_secs, char out[21]);
 /* The same as a JSON string (a new reference; NULL when out of memory). */
 json_t *kiln_time_json(int64_t unix_secs);
+/* A duration (of |secs|) as people read it, on the pages and in kiln models: "3 d", "5 h",
+ * "12 min", "40 s". */
+#define KILN_SPAN_MAX 32
+void kiln_format_span(int64_t secs, char out[KILN_SPAN_MAX]);
 
 /* ---- safetensors ------------------------------------------------------------- */
 

@@ -1,5 +1,6 @@
 /* err.c - error codes and messages, logging, checked allocation. */
 #include <errno.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -169,6 +170,18 @@ void kiln_format_time(int64_t unix_secs, char out[21]) {
     struct tm tm;
     gmtime_r(&t, &tm);
     strftime(out, 21, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+void kiln_format_span(int64_t secs, char out[KILN_SPAN_MAX]) {
+    if (secs < 0) secs = -secs;
+    if (secs >= 2 * 86400)
+        snprintf(out, KILN_SPAN_MAX, "%" PRId64 " d", secs / 86400);
+    else if (secs >= 2 * 3600)
+        snprintf(out, KILN_SPAN_MAX, "%" PRId64 " h", secs / 3600);
+    else if (secs >= 120)
+        snprintf(out, KILN_SPAN_MAX, "%" PRId64 " min", secs / 60);
+    else
+        snprintf(out, KILN_SPAN_MAX, "%" PRId64 " s", secs);
 }
 
 /* The edit distance of a and b (insertions, deletions, substitutions and transpositions of two

@@ -453,3 +453,14 @@ out:
     free(body);
     return rc;
 }
+
+kiln_record_expiry kiln_record_expiry_at(int64_t expires, int64_t now) {
+    if (expires <= now) return KILN_RECORD_EXPIRY_EXPIRED;
+    return expires - now < KILN_RECORD_SOON_SECS ? KILN_RECORD_EXPIRY_SOON : KILN_RECORD_EXPIRY_OK;
+}
+
+const char *kiln_record_expiry_name(kiln_record_expiry e) {
+    return e == KILN_RECORD_EXPIRY_EXPIRED ? "expired"
+           : e == KILN_RECORD_EXPIRY_SOON  ? "expires soon"
+                                           : "ok";
+}

@@ -474,6 +474,19 @@ typedef struct kiln_sign_record_result {
     const kiln_sign_trust_key *signers[KILN_SIGN_RECORD_MAX_SIGS]; /* into the policy */
 } kiln_sign_record_result;
 
+/* How a channel record's expiry reads at now, the one rule `kiln models` prints it by and the
+ * registry's pages flag it by: EXPIRED when expires <= now, SOON when less than
+ * KILN_RECORD_SOON_SECS is left (time to renew), OK otherwise. */
+#define KILN_RECORD_SOON_SECS (7 * 86400)
+typedef enum kiln_record_expiry {
+    KILN_RECORD_EXPIRY_OK,
+    KILN_RECORD_EXPIRY_SOON,
+    KILN_RECORD_EXPIRY_EXPIRED
+} kiln_record_expiry;
+kiln_record_expiry kiln_record_expiry_at(int64_t expires, int64_t now);
+/* "ok", "expires soon", "expired". */
+const char *kiln_record_expiry_name(kiln_record_expiry e);
+
 /* Verify a record against a policy at time now (unix seconds): the channel is in the
  * policy, every signature verifies over the canonical body and is by a promote key of
  * the policy (a key id counts once however often it signs), the distinct signers reach

@@ -299,39 +299,17 @@ static void put_time(kiln_web_buf *b, int64_t t) {
     lit(b, "</time>");
 }
 
-void kiln_web_span(int64_t secs, char out[KILN_WEB_SPAN_MAX]) {
-    if (secs < 0) secs = -secs;
-    if (secs >= 2 * 86400)
-        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " d", secs / 86400);
-    else if (secs >= 2 * 3600)
-        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " h", secs / 3600);
-    else if (secs >= 120)
-        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " min", secs / 60);
-    else
-        snprintf(out, KILN_WEB_SPAN_MAX, "%" PRId64 " s", secs);
-}
-
-kiln_web_expiry kiln_web_expiry_at(int64_t expires, int64_t now) {
-    if (expires <= now) return KILN_WEB_EXPIRY_EXPIRED;
-    return expires - now < KILN_WEB_SOON_SECS ? KILN_WEB_EXPIRY_SOON : KILN_WEB_EXPIRY_OK;
-}
-
-const char *kiln_web_expiry_name(kiln_web_expiry e) {
-    return e == KILN_WEB_EXPIRY_EXPIRED ? "expired"
-           : e == KILN_WEB_EXPIRY_SOON  ? "expires soon"
-                                        : "ok";
-}
-
 /* A duration as people read it: "3 d", "5 h", "12 min", "40 s". */
 static void put_span(kiln_web_buf *b, int64_t secs) {
-    char s[KILN_WEB_SPAN_MAX];
-    kiln_web_span(secs, s);
+    char s[KILN_SPAN_MAX];
+    kiln_format_span(secs, s);
     put(b, s, strlen(s));
 }
 
-static void put_expiry(kiln_web_buf *b, int64_t expires, int64_t now) {
+static void put_expiry(kiln_web_buf *b, const kiln_web_record *r, int64_t now) {
+    const int64_t expires = r->expires;
     put_time(b, expires);
-    kiln_web_expiry e = kiln_web_expiry_at(expires, now);
+    kiln_web_expiry e = r->expiry;
     if (e == KILN_WEB_EXPIRY_EXPIRED) {
         lit(b, " <span class=\"tag bad\">expired</span> <small>");
         put_span(b, now - expires);
@@ -673,7 +651,7 @@ void kiln_web_models_channel(kiln_web_buf *b, const char *model, const kiln_web_
     lit(b, " \xE2\x86\x92 ");
     kiln_web_text(b, r->version);
     kiln_web_printf(b, " <small>seq %" PRId64 "</small>", r->seq);
-    kiln_web_expiry e = kiln_web_expiry_at(r->expires, now);
+    kiln_web_expiry e = r->expiry;
     if (e == KILN_WEB_EXPIRY_EXPIRED)
         lit(b, " <span class=\"tag bad\">expired</span>");
     else if (e == KILN_WEB_EXPIRY_SOON)
@@ -700,7 +678,7 @@ void kiln_web_channels_row(kiln_web_buf *b, const char *model, const kiln_web_re
     lit(b, "</td><td>");
     record_version(b, model, r);
     kiln_web_printf(b, "</td><td class=\"n\">%" PRId64 "</td><td>", r->seq);
-    put_expiry(b, r->expires, now);
+    put_expiry(b, r, now);
     record_cells(b, r);
     lit(b, "</td><td><a href=\"");
     href_channel(b, model, r->channel);
@@ -874,7 +852,7 @@ void kiln_web_history_row(kiln_web_buf *b, const char *model, const kiln_web_rec
     lit(b, "</td><td>");
     /* Only the current record's expiry matters to a service; older ones are history. */
     if (r->current)
-        put_expiry(b, r->expires, now);
+        put_expiry(b, r, now);
     else
         put_time(b, r->expires);
     record_cells(b, r);

@@ -27,24 +27,13 @@
 extern "C" {
 #endif
 
-/* A channel whose record expires within this many seconds is flagged as expiring soon. */
-#define KILN_WEB_SOON_SECS (7 * 86400)
-
-/* How a channel record's expiry reads at now, the one rule the pages flag it by (and `kiln
- * models` prints it by): EXPIRED when expires <= now, SOON when less than KILN_WEB_SOON_SECS
- * is left, OK otherwise. */
+/* How a channel record's expiry is flagged on a page. The rule that decides it is sign/'s
+ * (kiln_record_expiry_at, which `kiln models` prints by too); the caller fills it in. */
 typedef enum kiln_web_expiry {
     KILN_WEB_EXPIRY_OK,
     KILN_WEB_EXPIRY_SOON,
     KILN_WEB_EXPIRY_EXPIRED
 } kiln_web_expiry;
-kiln_web_expiry kiln_web_expiry_at(int64_t expires, int64_t now);
-/* "ok", "expires soon", "expired". */
-const char *kiln_web_expiry_name(kiln_web_expiry e);
-
-/* A duration (of |secs|) as the pages write it: "3 d", "5 h", "12 min", "40 s". */
-#define KILN_WEB_SPAN_MAX 32
-void kiln_web_span(int64_t secs, char out[KILN_WEB_SPAN_MAX]);
 
 /* A page being written. Zero it (or = {0}) before use; kiln_web_buf_release after. */
 typedef struct kiln_web_buf {
@@ -138,6 +127,7 @@ typedef struct kiln_web_record {
     const char *channel, *version, *digest, *reason;
     const char *publisher; /* the token that put it */
     int64_t seq, expires, created;
+    kiln_web_expiry expiry; /* at the page's now */
     const kiln_web_signer *signers;
     size_t nsigners;
     size_t records; /* the channel's records in all (the model page) */

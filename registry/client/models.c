@@ -8,7 +8,7 @@
  * the policy walked as kiln pull walks it, then against what the summary claims (model,
  * channel, seq, version, digest, expiry, the version's digest in the model's list) and the
  * seq this client accepted last: what is shown is the signed record's, never the summary's,
- * once its signatures verify. Expiry reads by web/'s rule (kiln_web_expiry_at), the web
+ * once its signatures verify. Expiry reads by sign/'s rule (kiln_record_expiry_at), the web
  * page's. Over several registries everything goes through failover.c, as kiln pull and kiln
  * provenance do: the trust walk through each that answers, the list and each model from the
  * first that holds it, each channel's record the highest seq that verifies. */
@@ -18,7 +18,6 @@
 
 #include "client_int.h"
 #include "sign.h"
-#include "web.h"
 
 #define MODELS_FORMAT "kiln-models/1"
 
@@ -275,7 +274,7 @@ static kiln_err channel_json(lister *l, const char *url, const char *model, cons
         r.expires = cl.expires;
     }
     if (cl.put_at > *changed) *changed = cl.put_at;
-    kiln_web_expiry e = kiln_web_expiry_at(r.expires, l->now);
+    kiln_record_expiry e = kiln_record_expiry_at(r.expires, l->now);
     bool expiring = l->o->expiring > 0 && r.expires - l->now < l->o->expiring;
     json_t *j = json_object();
     push(l, arr, j);
@@ -285,7 +284,7 @@ static kiln_err channel_json(lister *l, const char *url, const char *model, cons
     set(l, j, "seq", json_integer(r.seq));
     set(l, j, "expires", kiln_time_json(r.expires));
     set(l, j, "expires_in", json_integer(r.expires - l->now));
-    set(l, j, "expiry", json_string(kiln_web_expiry_name(e)));
+    set(l, j, "expiry", json_string(kiln_record_expiry_name(e)));
     set(l, j, "expiring", json_boolean(expiring));
     set(l, j, "reason", r.from_record || cl.reason ? json_string(r.reason) : json_null());
     set(l, j, "source", json_string(r.from_record ? "record" : "registry"));

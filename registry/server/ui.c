@@ -75,10 +75,18 @@ static size_t record_signers(const kiln_sign_trust *t, const char *text,
     return n;
 }
 
+/* A record's expiry at now by sign/'s rule, as the page flags it. */
+static kiln_web_expiry web_expiry(int64_t expires, int64_t now) {
+    const kiln_record_expiry e = kiln_record_expiry_at(expires, now);
+    return e == KILN_RECORD_EXPIRY_EXPIRED ? KILN_WEB_EXPIRY_EXPIRED
+           : e == KILN_RECORD_EXPIRY_SOON  ? KILN_WEB_EXPIRY_SOON
+                                           : KILN_WEB_EXPIRY_OK;
+}
+
 /* A stored channel record as the page shows it, from the row's columns at + 0 .. at + 7:
  * seq, version, digest, expires, reason, record (the signed JSON, whose signers go into
  * signers[]), publisher, created. The rest of *rec is zero for the caller to fill. */
-static void record_row(const kiln_sign_trust *t, sqlite3_stmt *st, int at,
+static void record_row(const kiln_sign_trust *t, sqlite3_stmt *st, int at, int64_t now,
                        kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS], kiln_web_record *rec) {
     *rec = (kiln_web_record){.seq = sqlite3_column_int64(st, at),
                              .version = reg_col(st, at + 1),
@@ -87,6 +95,7 @@ static void record_row(const kiln_sign_trust *t, sqlite3_stmt *st, int at,
                              .reason = reg_col(st, at + 4),
                              .publisher = reg_col(st, at + 6),
                              .created = sqlite3_column_int64(st, at + 7),
+                             .expiry = web_expiry(sqlite3_column_int64(st, at + 3), now),
                              .signers = signers};
     rec->nsigners = record_signers(t, reg_col(st, at + 5), signers);
 }
@@ -225,7 +234,8 @@ kiln_err reg_ui_home(sqlite3 *db, const kiln_sign_trust *t, int64_t now, kiln_we
             kiln_web_record rec = {.channel = reg_col(ch, 0),
                                    .seq = sqlite3_column_int64(ch, 1),
                                    .version = reg_col(ch, 2),
-                                   .expires = sqlite3_column_int64(ch, 3)};
+                                   .expires = sqlite3_column_int64(ch, 3),
+                                   .expiry = web_expiry(sqlite3_column_int64(ch, 3), now)};
             kiln_web_models_channel(b, m.name, &rec, now);
         }
         KILN_CHECK(rc, out, step_done(db, q, "listing channels"));
@@ -262,7 +272,7 @@ static kiln_err model_channels(sqlite3 *db, const kiln_sign_trust *t, const char
     while ((r = sqlite3_step(st)) == SQLITE_ROW) {
         kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
         kiln_web_record rec;
-        record_row(t, st, 1, signers, &rec);
+        record_row(t, st, 1, now, signers, &rec);
         rec.channel = reg_col(st, 0);
         rec.records = (size_t)sqlite3_column_int64(st, 9);
         kiln_web_channels_row(b, model, &rec, now);
@@ -401,7 +411,7 @@ kiln_err reg_ui_channel(sqlite3 *db, const kiln_sign_trust *t, const char *model
     while ((r = sqlite3_step(st)) == SQLITE_ROW && n < UI_HISTORY_PAGE) {
         kiln_web_signer signers[KILN_SIGN_RECORD_MAX_SIGS];
         kiln_web_record rec;
-        record_row(t, st, 0, signers, &rec);
+        record_row(t, st, 0, now, signers, &rec);
         rec.channel = channel;
         rec.previous = reg_col(st, 8);
         rec.older = sqlite3_column_int(st, 9) != 0;
