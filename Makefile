@@ -437,7 +437,7 @@ demo: all
 # The same walk against an OCI registry: Debian's docker-registry on loopback instead of
 # kiln registry serve (README, "On your OCI registry").
 demo-oci: all
-	KILN=$(abspath $(BUILD)/kiln) examples/demo-oci.sh
+	KILN=$(abspath $(BUILD)/kiln) KILN_DEMO_REGISTRY=oci examples/demo.sh
 
 # `make install PREFIX=/usr/local DESTDIR=`: the command, the library (shared, with its soname
 # and links, and static), the header and a pkg-config file, so that a service builds with
