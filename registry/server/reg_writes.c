@@ -108,18 +108,38 @@ enum MHD_Result reg_put_version_start(kiln_registry_server *s, struct MHD_Connec
     return MHD_YES;
 }
 
+/* The body of an upload (an archive, a dataset) once it is all in: it came in whole and
+ * hashes to the declared digest and size; digest is then "sha256:<hex>" and *path where its
+ * bytes can be read (the caller frees). false with the answer queued in *res when not (MHD_NO
+ * when out of memory). */
+static bool upload_received(struct MHD_Connection *c, reg_req *r, char digest[80], char **path,
+                            enum MHD_Result *res) {
+    *path = NULL;
+    if (r->body_failed) {
+        *res = reg_send_error(c, r, reg_status_of(r->body_rc), "%s",
+                              r->body_msg ? r->body_msg : "upload failed");
+        return false;
+    }
+    snprintf(digest, 80, "sha256:%s", r->hex);
+    kiln_err rc = reg_upload_check(&r->up, r->hex, r->declared);
+    if (rc) {
+        *res = reg_send_kiln_error(c, r, rc);
+        return false;
+    }
+    *path = reg_upload_path(&r->up);
+    if (!*path) {
+        *res = MHD_NO;
+        return false;
+    }
+    return true;
+}
+
 enum MHD_Result reg_put_version_finish(kiln_registry_server *s, struct MHD_Connection *c,
                                        reg_req *r, sqlite3 *db) {
-    if (r->body_failed)
-        return reg_send_error(c, r, reg_status_of(r->body_rc), "%s",
-                              r->body_msg ? r->body_msg : "upload failed");
+    char digest[80], *path;
+    enum MHD_Result res;
+    if (!upload_received(c, r, digest, &path, &res)) return res;
     kiln_err rc;
-    char digest[80];
-    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
-    if ((rc = reg_upload_check(&r->up, r->hex, r->declared)) != KILN_OK)
-        return reg_send_kiln_error(c, r, rc);
-    char *path = reg_upload_path(&r->up);
-    if (!path) return MHD_NO;
     char label[200];
     snprintf(label, sizeof label, "upload of %s@%s", r->seg[0], r->seg[1]);
     /* sign/ checks every signature block against this server's policy (release keys, the
@@ -209,16 +229,10 @@ enum MHD_Result reg_put_dataset_start(kiln_registry_server *s, struct MHD_Connec
 
 enum MHD_Result reg_put_dataset_finish(kiln_registry_server *s, struct MHD_Connection *c,
                                        reg_req *r, sqlite3 *db) {
-    if (r->body_failed)
-        return reg_send_error(c, r, reg_status_of(r->body_rc), "%s",
-                              r->body_msg ? r->body_msg : "upload failed");
+    char digest[80], *path;
+    enum MHD_Result res;
+    if (!upload_received(c, r, digest, &path, &res)) return res;
     kiln_err rc;
-    char digest[80];
-    snprintf(digest, sizeof digest, "sha256:%s", r->hex);
-    if ((rc = reg_upload_check(&r->up, r->hex, r->declared)) != KILN_OK)
-        return reg_send_kiln_error(c, r, rc);
-    char *path = reg_upload_path(&r->up);
-    if (!path) return MHD_NO;
     char who[KILN_SIGN_NAME_MAX + 1];
     reg_trust_ref *tr = reg_trust_acquire(s);
     rc = tr ? reg_dataset_verify(tr->t, r->sig, r->sig_len, "X-Kiln-Signature", path, r->seg[0],
