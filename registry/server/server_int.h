@@ -218,8 +218,8 @@ void reg_mirror_status_release(reg_mirror_status *s);
  * primary's. */
 void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b);
 
-/* ---- request parsing (server.c): every piece that reads request bytes, exposed for
- * tests/fuzz/http.c ---- */
+/* ---- request parsing (server.c; the router and its table: reg_routes.c): every piece that
+ * reads request bytes, exposed for tests/fuzz/http.c ---- */
 
 enum reg_route {
     REG_R_NONE,
