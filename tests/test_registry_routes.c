@@ -1,4 +1,4 @@
-/* test_registry_routes.c - the registry server's route table (registry/server/server.c): every row
+/* test_registry_routes.c - the registry server's route table (reg_routes.c): every row
  * is whole (one handler, a scope, a pattern whose captures are known), no two rows answer
  * the same method and pattern, no two patterns match one path, every route is reachable by
  * its pattern; and a live server answers from the table: a method no row has is 405 with

@@ -4,7 +4,10 @@
 #ifndef KILN_REGISTRY_SERVER_INT_H
 #define KILN_REGISTRY_SERVER_INT_H
 
+#include <microhttpd.h>
+#include <pthread.h>
 #include <sqlite3.h>
+#include <stdatomic.h>
 
 #include "registry_common.h"
 #include "web.h"
@@ -215,8 +218,8 @@ void reg_mirror_status_release(reg_mirror_status *s);
  * primary's. */
 void reg_ui_mirror_line(sqlite3 *db, int64_t now, kiln_web_buf *b);
 
-/* ---- request parsing (server.c): every piece that reads request bytes, exposed for
- * tests/fuzz/http.c ---- */
+/* ---- request parsing (server.c; the router and its table: reg_routes.c): every piece that
+ * reads request bytes, exposed for tests/fuzz/http.c ---- */
 
 enum reg_route {
     REG_R_NONE,
@@ -229,11 +232,11 @@ enum reg_route {
     REG_R_HISTORY,
     REG_R_BLOB,
     REG_R_AUDIT,
-    REG_R_TOKENS,     /* "/v1/tokens" */
-    REG_R_UI_HOME,    /* "/" */
-    REG_R_UI_MODEL,   /* "/ui/models/{model}" */
-    REG_R_UI_CHANNEL, /* "/ui/models/{model}/channels/{channel}" */
-    REG_R_UI_AUDIT,   /* "/ui/audit" */
+    REG_R_TOKENS,        /* "/v1/tokens" */
+    REG_R_UI_HOME,       /* "/" */
+    REG_R_UI_MODEL,      /* "/ui/models/{model}" */
+    REG_R_UI_CHANNEL,    /* "/ui/models/{model}/channels/{channel}" */
+    REG_R_UI_AUDIT,      /* "/ui/audit" */
     REG_R_TRUST,         /* "/v1/trust": the newest stored trust version */
     REG_R_TRUST_VERSION, /* "/v1/trust/{N}": N in seg[1] */
     REG_R_UI_TRUST,      /* "/ui/trust" */
@@ -313,5 +316,188 @@ kiln_err reg_ui_trust(sqlite3 *db, const kiln_sign_trust *in_force, const kiln_s
  * in root and checked against the archive's manifest). */
 kiln_err reg_ui_version(sqlite3 *db, const kiln_sign_trust *t, const char *root, const char *model,
                         const char *version, int64_t now, kiln_web_buf *b);
+
+/* ---- the HTTP server: server.c (the policy in force, answers, request parsing),
+ * reg_routes.c (the route table, the handler), reg_reads.c and reg_writes.c (the routes'
+ * answers), reg_metrics.c (/metrics), reg_listen.c (start, TLS, stop) ---- */
+
+#define REG_HIST_BUCKETS 8
+typedef struct reg_histogram {
+    uint64_t count, bucket[REG_HIST_BUCKETS];
+    double sum;
+} reg_histogram;
+
+/* Requests answered of one route, method and status. */
+typedef struct reg_counter_row {
+    int route;
+    const char *label; /* the route's pattern, or "other" (static) */
+    char method[8];
+    unsigned status;
+    uint64_t n;
+} reg_counter_row;
+
+/* The policy in force, shared by the requests that use it: a PUT of the next trust version
+ * swaps in a new one while others still verify under the old, which goes when the last of
+ * them lets go. */
+typedef struct reg_trust_ref {
+    kiln_sign_trust *t;
+    int refs; /* under the server's trust_mu */
+} reg_trust_ref;
+
+struct kiln_registry_server {
+    kiln_web_http *http; /* web/httpd.c: the daemon, as kiln runs serve has it */
+    char *root;
+    pthread_mutex_t trust_mu;     /* guards trust and each reg_trust_ref's refs */
+    pthread_mutex_t trust_put_mu; /* one trust PUT at a time: verify, store, swap */
+    reg_trust_ref *trust;         /* NULL: no policy (serve without --trust) */
+    kiln_sign_trust *trust_start; /* --trust as read at start (the web page walks from it) */
+    bool read_required;
+    char *mirror_of; /* a mirror store's primary (mirror.c): every write is refused */
+    uint64_t max_upload;
+    int lock_fd;
+    uint16_t port;
+    char *tls_cert, *tls_key; /* PEM text, held while the daemon runs (the key wiped after) */
+    atomic_int in_flight, connections;
+    atomic_int stopping; /* kiln_registry_server_stop began: new connections are refused */
+    pthread_mutex_t mu;  /* guards the metrics below */
+    reg_counter_row *rows;
+    size_t nrows, caprows;
+    uint64_t bytes_served;
+    reg_histogram upload, download;
+    uint64_t auth_refused[REG_AUTH_NREASONS];
+};
+
+typedef enum {
+    REG_BODY_NONE,
+    REG_BODY_ARCHIVE,
+    REG_BODY_RECORD,
+    REG_BODY_TRUST,
+    REG_BODY_DATASET,
+    REG_BODY_REPRO
+} reg_body_kind;
+
+/* One request, from its headers to its completion. */
+typedef struct reg_req {
+    int route;
+    const char *audit; /* the audit action of the route table's row answering it */
+    char allow[32];    /* a 405's Allow header: the methods the route takes here */
+    uint64_t trust_v;  /* /v1/trust/{version}: the version */
+    bool deferred;     /* a request without a body: routed once its head is all in */
+    bool html;         /* a page: errors are answered as pages too */
+    char method[8];
+    unsigned status;
+    uint64_t t0, body_bytes;
+    char *token_name;
+    unsigned scopes;
+    char seg[3][KILN_REGISTRY_NAME_MAX + 1]; /* model, version or channel, digest */
+    /* a body being received */
+    reg_body_kind body;
+    bool body_failed;
+    kiln_err body_rc;
+    char *body_msg;
+    reg_upload up;
+    char hex[KILN_SHA256_HEX];
+    uint64_t declared;
+    char *sig;
+    size_t sig_len;
+    char *rec; /* a channel record's or a trust version's text */
+    size_t rec_len, rec_cap;
+} reg_req;
+
+/* The policy in force (NULL: none), held until reg_trust_release (NULL: nothing); a trust PUT
+ * may swap in a newer one meanwhile. */
+reg_trust_ref *reg_trust_acquire(kiln_registry_server *s);
+void reg_trust_release(kiln_registry_server *s, reg_trust_ref *t);
+/* Make t (owned from here on, also on failure) the policy in force. */
+kiln_err reg_trust_swap(kiln_registry_server *s, kiln_sign_trust *t);
+bool reg_has_trust(kiln_registry_server *s);
+
+/* The answers: each queues one on c and sets r->status; MHD_NO when it cannot. A request for
+ * a page (r->html) is answered with error pages in place of JSON. */
+/* buf (taken, freed also on failure) as the body, of Content-Type type. */
+enum MHD_Result reg_send_buf(struct MHD_Connection *c, reg_req *r, unsigned status, char *buf,
+                             size_t len, const char *type);
+/* j (taken) as the body. */
+enum MHD_Result reg_send_json(struct MHD_Connection *c, reg_req *r, unsigned status, json_t *j);
+/* A page (taken from b) with the headers web/ asks for; one past KILN_WEB_PAGE_MAX is a 500. */
+enum MHD_Result reg_send_page(struct MHD_Connection *c, reg_req *r, unsigned status,
+                              kiln_web_buf *b);
+/* {"error": the message}, or an error page. */
+enum MHD_Result reg_send_error(struct MHD_Connection *c, reg_req *r, unsigned status,
+                               const char *fmt, ...) KILN_PRINTF(4, 5);
+/* The HTTP status of a kiln_err (an I/O error on a full disk: 507). */
+unsigned reg_status_of(kiln_err e);
+/* e with the message set (kiln_errmsg), or kiln_strerror's. */
+enum MHD_Result reg_send_kiln_error(struct MHD_Connection *c, reg_req *r, kiln_err e);
+/* s is digits only, at most max, into *out. */
+bool reg_audit_number(const char *s, int64_t max, int64_t *out);
+
+/* The route table's answers (reg_routes.c calls them): each answers r on c with db the
+ * store's connection, NULL for /healthz, which needs none. A PUT's start is called on the
+ * request's head and sets r->body to take a body; its finish once the body is in. */
+#define REG_ROUTE_ARGS kiln_registry_server *s, struct MHD_Connection *c, reg_req *r, sqlite3 *db
+/* reg_reads.c */
+enum MHD_Result reg_do_health(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_models(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_model(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_version(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_channel(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_history(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_blob(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_audit(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_tokens(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_trust(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_repros(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_datasets(REG_ROUTE_ARGS);
+enum MHD_Result reg_do_dataset(REG_ROUTE_ARGS);
+/* reg_writes.c */
+enum MHD_Result reg_put_version_start(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_version_finish(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_record_start(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_record_finish(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_trust_start(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_trust_finish(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_repro_start(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_repro_finish(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_dataset_start(REG_ROUTE_ARGS);
+enum MHD_Result reg_put_dataset_finish(REG_ROUTE_ARGS);
+/* reg_metrics.c: GET /metrics */
+enum MHD_Result reg_do_metrics(REG_ROUTE_ARGS);
+
+/* The pages of the web UI (reg_reads.c; ui.c reads the store, web/ writes the HTML): each
+ * renders into b under t, the policy in force (NULL: none). */
+#define REG_PAGE_ARGS                                                                              \
+    kiln_registry_server *s, struct MHD_Connection *c, const reg_req *r, sqlite3 *db,              \
+        const kiln_sign_trust *t, int64_t now, kiln_web_buf *b
+typedef kiln_err (*reg_page_fn)(REG_PAGE_ARGS);
+kiln_err reg_page_home(REG_PAGE_ARGS);
+kiln_err reg_page_model(REG_PAGE_ARGS);
+kiln_err reg_page_version(REG_PAGE_ARGS);
+kiln_err reg_page_channel(REG_PAGE_ARGS);
+kiln_err reg_page_trust(REG_PAGE_ARGS);
+kiln_err reg_page_audit(REG_PAGE_ARGS);
+/* A page row's answer: its page under the policy in force. */
+enum MHD_Result reg_do_page(kiln_registry_server *s, struct MHD_Connection *c, reg_req *r,
+                            sqlite3 *db, reg_page_fn page);
+
+/* Shared by a dataset's read and its PUT (reg_reads.c): {digest} of the route is 64 lowercase
+ * hex digits, copied into r->hex; false with a 400 queued in *res otherwise. */
+bool reg_dataset_hex(struct MHD_Connection *c, reg_req *r, enum MHD_Result *res);
+/* model@version's reproduction records as [{"record", "signature", "signer", "verdict",
+ * "publisher", "created"}], oldest first, into *out (new; the caller frees). */
+kiln_err reg_load_repros(sqlite3 *db, const char *model, const char *version, json_t **out);
+
+/* reg_metrics.c: a request counted once it completes, under label (its route's pattern,
+ * static); a token refused, by why. */
+void reg_count_request(kiln_registry_server *s, reg_req *r, const char *label);
+void reg_count_refusal(kiln_registry_server *s, reg_auth_refusal why);
+
+/* reg_routes.c: libmicrohttpd's callbacks (cls: the server), for reg_listen.c to start the
+ * daemon with. */
+enum MHD_Result reg_http_handler(void *cls, struct MHD_Connection *c, const char *url,
+                                 const char *method, const char *version, const char *upload_data,
+                                 size_t *upload_data_size, void **con_cls);
+void reg_http_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                        enum MHD_RequestTerminationCode toe);
 
 #endif
