@@ -19,7 +19,7 @@
 #include "train.h"
 #include "web.h"
 
-#define MAX_EVENTS 2000  /* the newest events read for the marks */
+#define MAX_EVENTS 2000 /* the newest events read for the marks */
 #define CURVE_BUCKETS 500
 
 typedef struct server {
@@ -169,8 +169,8 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
         dirs[i] = run_path(s, a.names[i]);
     }
     runs_overlay_view v;
-    kiln_err e = runs_overlay_view_load(a.names, titles, (const char *const *)dirs, a.n,
-                                        CURVE_BUCKETS, &v);
+    kiln_err e =
+        runs_overlay_view_load(a.names, titles, (const char *const *)dirs, a.n, CURVE_BUCKETS, &v);
     if (e) snprintf(msg, sizeof msg, "%s", kiln_errmsg());
     const char *bad = e ? NULL : overlay_query(c, &v.o.smooth, &v.o.loss_scale);
     kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX, .nomem = v.nomem};
@@ -198,8 +198,9 @@ static enum MHD_Result page_explain(struct MHD_Connection *c, const server *s, c
     kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX, .nomem = v.nomem};
     if (!e && !b.nomem) kiln_web_explain_page(&b, &v.x, s->root, now_s());
     runs_explain_view_release(&v);
-    if (e) return send_error(c, s, e == KILN_ERR_USAGE || e == KILN_ERR_NOTFOUND ? 404 : 500,
-                             kiln_errmsg());
+    if (e)
+        return send_error(c, s, e == KILN_ERR_USAGE || e == KILN_ERR_NOTFOUND ? 404 : 500,
+                          kiln_errmsg());
     return send_page(c, s, 200, &b);
 }
 
@@ -257,14 +258,14 @@ static kiln_err serve(server *s, const char *listen) {
     sigaddset(&set, SIGINT);
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
-    kiln_web_http_opts ho = {.listen = listen, .handler = handler, .handler_cls = s,
-                             .what = "kiln runs serve"};
+    kiln_web_http_opts ho = {
+        .listen = listen, .handler = handler, .handler_cls = s, .what = "kiln runs serve"};
     kiln_web_http *http = NULL;
     KILN_TRY(kiln_web_http_start(&ho, &http));
     unsigned port = kiln_web_http_port(http);
     const char *colon = strrchr(listen, ':');
-    printf("kiln runs: serving '%s' on http://%.*s:%u/\n", s->root, (int)(colon - listen),
-           listen, port);
+    printf("kiln runs: serving '%s' on http://%.*s:%u/\n", s->root, (int)(colon - listen), listen,
+           port);
     fflush(stdout);
     int sig = 0;
     sigwait(&set, &sig);

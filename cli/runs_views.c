@@ -73,10 +73,18 @@ kiln_err runs_sweep_view_load(const char *root, runs_sweep_view *v) {
     for (size_t i = 0; !v->nomem && i < l->n; i++) {
         const kiln_run_row *r = &l->rows[i];
         values_of(r->config, v->varied, nv, v->vals + i * nv);
-        v->rows[i] = (kiln_web_run_row){runs_link_name(root, r), kiln_run_state_name(r->state),
-                                        r->message, r->step, r->steps, r->loss, r->val_loss,
-                                        r->val_r2, r->val_step, r->spikes, r->nonfinite,
-                                        (const char *const *)v->vals + i * nv};
+        v->rows[i] = (kiln_web_run_row){.name = runs_link_name(root, r),
+                                        .state = kiln_run_state_name(r->state),
+                                        .message = r->message,
+                                        .step = r->step,
+                                        .steps = r->steps,
+                                        .loss = r->loss,
+                                        .val_loss = r->val_loss,
+                                        .val_r2 = r->val_r2,
+                                        .val_step = r->val_step,
+                                        .spikes = r->spikes,
+                                        .nonfinite = r->nonfinite,
+                                        .varied = (const char *const *)v->vals + i * nv};
     }
     return KILN_OK;
 }
@@ -130,28 +138,49 @@ static bool run_view_of(runs_run_view *v, const kiln_run_info *ri, bool live,
     const json_t *cfg = json_object_get(ri->run, "config");
     v->events = calloc(ri->n_events + 1, sizeof *v->events);
     for (size_t i = 0; v->events && i < ri->n_events; i++)
-        v->events[i] = (kiln_web_event){ri->events[i].step, ri->events[i].kind,
-                                        ri->events[i].message};
+        v->events[i] =
+            (kiln_web_event){ri->events[i].step, ri->events[i].kind, ri->events[i].message};
     v->curves = cv ? series_of(cv) : NULL;
     bool ok = v->events && (!cv || v->curves) && (!cfg || flatten(v, NULL, cfg));
     static const kiln_run_curves none = {0};
     if (!cv) cv = &none;
-    v->v = (kiln_web_run_view){
-        name, title, run_str(ri, "run_id"), run_str(ri, "created"), run_str(ri, "dataset_path"),
-        run_str(ri, "dataset_sha256"), ri->last_step,
-        (long)json_integer_value(json_object_get(cfg, "steps")),
-        kiln_run_state_name(kiln_run_state_of(ri, live)), ri->stop_message, ri->ckpts,
-        ri->n_ckpts, ri->best_ckpt, ri->n_spikes, ri->n_nonfinite, ri->total_events, v->events,
-        ri->n_events, v->config, v->n_config, cv == &none ? v->curves_error : NULL, v->curves,
-        cv->n, cv->first, cv->last, cv->n_layers, cv->n_experts,
-        (const char *const *)cv->movers, cv->n_movers, cv->sampled, cv->layers_summed,
-        cv->tensors_summed};
+    v->v = (kiln_web_run_view){.name = name,
+                               .title = title,
+                               .run_id = run_str(ri, "run_id"),
+                               .created = run_str(ri, "created"),
+                               .dataset = run_str(ri, "dataset_path"),
+                               .dataset_sha256 = run_str(ri, "dataset_sha256"),
+                               .step = ri->last_step,
+                               .steps = (long)json_integer_value(json_object_get(cfg, "steps")),
+                               .state = kiln_run_state_name(kiln_run_state_of(ri, live)),
+                               .stop_message = ri->stop_message,
+                               .ckpts = ri->ckpts,
+                               .n_ckpts = ri->n_ckpts,
+                               .best_ckpt = ri->best_ckpt,
+                               .n_spikes = ri->n_spikes,
+                               .n_nonfinite = ri->n_nonfinite,
+                               .total_events = ri->total_events,
+                               .events = v->events,
+                               .n_events = ri->n_events,
+                               .config = v->config,
+                               .n_config = v->n_config,
+                               .curves_error = cv == &none ? v->curves_error : NULL,
+                               .curves = v->curves,
+                               .n_curves = cv->n,
+                               .first = cv->first,
+                               .last = cv->last,
+                               .n_layers = cv->n_layers,
+                               .n_experts = cv->n_experts,
+                               .movers = (const char *const *)cv->movers,
+                               .n_movers = cv->n_movers,
+                               .sampled = cv->sampled,
+                               .layers_summed = cv->layers_summed,
+                               .tensors_summed = cv->tensors_summed};
     return ok;
 }
 
 kiln_err runs_run_view_load(kiln_run_cache *cache, const char *dir, size_t max_events,
-                            size_t buckets, const char *name, const char *title,
-                            runs_run_view *v) {
+                            size_t buckets, const char *name, const char *title, runs_run_view *v) {
     memset(v, 0, sizeof *v);
     KILN_TRY(kiln_run_info_load_quick(dir, max_events, &v->ri));
     v->have_info = true;
@@ -208,8 +237,12 @@ kiln_err runs_overlay_view_load(const char *const *names, const char *const *tit
         if (!dirs[i]) return kiln_fail(KILN_ERR_NOTFOUND, "run '%s': no such run here", names[i]);
         kiln_err e = kiln_run_curves_load(dirs[i], buckets, 1, 0, &v->cv[i]);
         if (e) return kiln_errprefix(e, "run '%s': ", names[i]);
-        v->runs[i] = (kiln_web_overlay_run){names[i], titles[i], series_of(&v->cv[i]),
-                                            v->cv[i].n, v->cv[i].first, v->cv[i].last, NULL};
+        v->runs[i] = (kiln_web_overlay_run){.name = names[i],
+                                            .title = titles[i],
+                                            .curves = series_of(&v->cv[i]),
+                                            .n_curves = v->cv[i].n,
+                                            .first = v->cv[i].first,
+                                            .last = v->cv[i].last};
         v->nomem |= !v->runs[i].curves;
     }
     v->o.runs = v->runs, v->o.n_runs = n;

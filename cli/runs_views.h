@@ -45,8 +45,7 @@ typedef struct runs_run_view {
  * its curves (buckets of them) need not be: the page then says why not. Release v either
  * way. */
 kiln_err runs_run_view_load(kiln_run_cache *cache, const char *dir, size_t max_events,
-                            size_t buckets, const char *name, const char *title,
-                            runs_run_view *v);
+                            size_t buckets, const char *name, const char *title, runs_run_view *v);
 void runs_run_view_release(runs_run_view *v);
 
 /* The overlay of n runs: their curves, and what differs between them read from their

@@ -10,19 +10,13 @@
 
 #include "core.h"
 #include "test.h"
+#include "testutil.h"
 #include "web.h"
 
 #define HOSTILE "<script>alert(1)</script>&\"'"
 #define HOSTILE_ESCAPED "&lt;script&gt;alert(1)&lt;/script&gt;&amp;&quot;&#39;"
 /* HOSTILE percent-encoded as a query value, then escaped in an attribute */
 #define HOSTILE_PCT "%3Cscript%3Ealert%281%29%3C%2Fscript%3E%26%22%27"
-
-static size_t count(const char *hay, const char *needle) {
-    size_t n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-        n++;
-    return n;
-}
 
 static char *take(kiln_web_buf *b) {
     size_t len;
@@ -42,8 +36,8 @@ static const double ZERO[] = {0, 0, 0, 0, 0, 0, 0, 0};
 static const double ENT[] = {1.3, 1.3, 1.2, 1.2, 1.1, 1.1, 1.0, 1.0};
 
 static const kiln_web_series CURVES[] = {
-    {"loss", X, LOSS, 8},         {"val_loss", X, VAL, 8},      {"val_r2", X, R2, 8},
-    {"overflow@0", X, ZERO, 8},   {"router_entropy@0", X, ENT, 8},
+    {"loss", X, LOSS, 8},       {"val_loss", X, VAL, 8},         {"val_r2", X, R2, 8},
+    {"overflow@0", X, ZERO, 8}, {"router_entropy@0", X, ENT, 8},
 };
 static const long CKPTS[] = {4, 8};
 static const kiln_web_event EVENTS[] = {
@@ -90,23 +84,26 @@ KILN_TEST(web_runs_run_page) {
           strstr(html, "<th>opt.name</th><td><code>" HOSTILE_ESCAPED "</code>"));
     CHECK("the progress row", strstr(html, "step 8 of 10, running</code>"));
     /* both best marks, on every chart drawn (loss, val_loss, val_r2, router entropy) */
-    CHECK("the best checkpoint is marked on each chart", count(html, "<g class=\"mark best\">") == 4);
+    CHECK("the best checkpoint is marked on each chart",
+          kiln_test_count(html, "<g class=\"mark best\">") == 4);
     CHECK("the best validation is marked on each chart",
-          count(html, "<g class=\"mark best-val\">") == 4);
+          kiln_test_count(html, "<g class=\"mark best-val\">") == 4);
     CHECK("both are named", strstr(html, ">best ckpt</text>") && strstr(html, ">best val</text>"));
     CHECK("the best validation is read off the curve (the lowest, with its R2)",
           strstr(html, "<th>best validation</th><td><code>val_loss 0.9 at step 6, val_r2 0.6000"));
     CHECK("the checkpoints row names the best", strstr(html, "<code>4 (best) 8</code>"));
     CHECK("the start is no mark", !strstr(html, "start at step 0"));
-    CHECK("a spike's mark links its explanation, the name percent-encoded",
-          strstr(html, "<a href=\"/explain?r=" HOSTILE_PCT "&amp;step=5\"><g class=\"mark spike\">"));
+    CHECK(
+        "a spike's mark links its explanation, the name percent-encoded",
+        strstr(html, "<a href=\"/explain?r=" HOSTILE_PCT "&amp;step=5\"><g class=\"mark spike\">"));
     CHECK("a resume is marked without a link", strstr(html, "<g class=\"mark resume\">"));
     CHECK("a chart of zeros is folded",
           strstr(html, "<p class=\"folded\" id=\"folded-overflow\">overflow (tokens past "
                        "capacity): 0 at every step logged (chart folded)</p>") &&
               !strstr(html, "id=\"chart-overflow\""));
-    CHECK("the events table has a row each", count(html, "<tr class=\"event ") == 4);
-    CHECK("the footer names the directory, escaped", strstr(html, "/runs/" HOSTILE_ESCAPED " read at"));
+    CHECK("the events table has a row each", kiln_test_count(html, "<tr class=\"event ") == 4);
+    CHECK("the footer names the directory, escaped",
+          strstr(html, "/runs/" HOSTILE_ESCAPED " read at"));
     free(html);
 
     /* Curves that could not be read: the reason, no chart; the table and config still. */
@@ -118,8 +115,9 @@ KILN_TEST(web_runs_run_page) {
     html = take(&b);
     if (!CHECK("the page without curves renders", html)) return;
     CHECK("it says why", strstr(html, "<p>no metrics.db: " HOSTILE_ESCAPED "</p>") && no_raw(html));
-    CHECK("no chart and no best validation", !strstr(html, "<svg") && !strstr(html, "best validation"));
-    CHECK("the events are still listed", count(html, "<tr class=\"event ") == 4);
+    CHECK("no chart and no best validation",
+          !strstr(html, "<svg") && !strstr(html, "best validation"));
+    CHECK("the events are still listed", kiln_test_count(html, "<tr class=\"event ") == 4);
     free(html);
 }
 
@@ -136,8 +134,9 @@ KILN_TEST(web_runs_overlay_page) {
     if (!CHECK("the overlay renders", html)) return;
     CHECK("a hostile run's name is text", no_raw(html));
     CHECK("the title counts the runs", strstr(html, "<h1>2 runs overlaid</h1>"));
-    CHECK("five charts, full width", count(html, "<svg class=\"chart\"") == 5);
-    CHECK("the loss smoothed for both", count(html, "<polyline class=\"series smoothed\"") >= 2);
+    CHECK("five charts, full width", kiln_test_count(html, "<svg class=\"chart\"") == 5);
+    CHECK("the loss smoothed for both",
+          kiln_test_count(html, "<polyline class=\"series smoothed\"") >= 2);
     CHECK("what differs: a row each, linked",
           strstr(html, "<a href=\"/run?r=" HOSTILE_PCT "\">" HOSTILE_ESCAPED "</a></td><td><code>"
                        "0.001</code>") &&
@@ -159,16 +158,23 @@ KILN_TEST(web_runs_explain_and_sweep_pages) {
     if (!CHECK("the explain page renders", html)) return;
     CHECK("hostile text is text", no_raw(html));
     CHECK("titled with the step", strstr(html, "<h1>" HOSTILE_ESCAPED ", step 5: why</h1>"));
-    CHECK("linked back to the run", strstr(html, "<a href=\"/run?r=" HOSTILE_PCT "\">back to the run</a>"));
+    CHECK("linked back to the run",
+          strstr(html, "<a href=\"/run?r=" HOSTILE_PCT "\">back to the run</a>"));
     CHECK("a figure as kiln runs explain prints it",
           strstr(html, "<th>loss</th><td><code>9 (median 1.2, 7.5x)</code>"));
-    CHECK("no figure is a dash", strstr(html, "<th>grad_norm</th><td><code>- (median -, -x)</code>"));
-    CHECK("at most 12 tensors", count(html, "<th>t</th><td><code>gradient norm 1 (median 1, 1x)") == 12);
+    CHECK("no figure is a dash",
+          strstr(html, "<th>grad_norm</th><td><code>- (median -, -x)</code>"));
+    CHECK("at most 12 tensors",
+          kiln_test_count(html, "<th>t</th><td><code>gradient norm 1 (median 1, 1x)") == 12);
     free(html);
 
     const char *vals[] = {HOSTILE};
-    kiln_web_run_row rows[] = {{.name = "a", .state = "finished", .loss = NAN, .val_loss = NAN,
-                                .val_r2 = NAN, .varied = vals}};
+    kiln_web_run_row rows[] = {{.name = "a",
+                                .state = "finished",
+                                .loss = NAN,
+                                .val_loss = NAN,
+                                .val_r2 = NAN,
+                                .varied = vals}};
     const char *varied[] = {"lr"};
     kiln_web_sweep sw = {"seed=1 ", varied, 1, 70, rows, 1};
     b = (kiln_web_buf){0};

@@ -194,12 +194,12 @@ typedef struct kiln_web_run_view {
     const char *name;  /* as its links carry it: "." (the directory served) or a child's name */
     const char *title; /* the heading: the name, or the directory served for "." */
     const char *run_id, *created, *dataset, *dataset_sha256;
-    long step, steps;          /* the newest step logged, the steps configured */
-    const char *state;         /* kiln_run_state_name's */
-    const char *stop_message;  /* why it stopped, or NULL */
-    const long *ckpts;         /* the checkpoints on disk, ascending */
+    long step, steps;         /* the newest step logged, the steps configured */
+    const char *state;        /* kiln_run_state_name's */
+    const char *stop_message; /* why it stopped, or NULL */
+    const long *ckpts;        /* the checkpoints on disk, ascending */
     size_t n_ckpts;
-    long best_ckpt;            /* -1: none */
+    long best_ckpt; /* -1: none */
     size_t n_spikes, n_nonfinite, total_events;
     const kiln_web_event *events; /* the newest events, oldest first */
     size_t n_events;
@@ -211,8 +211,8 @@ typedef struct kiln_web_run_view {
     const char *curves_error;
     const kiln_web_series *curves;
     size_t n_curves;
-    long first, last;        /* the steps logged */
-    int n_layers, n_experts; /* 0: no layers logged */
+    long first, last;          /* the steps logged */
+    int n_layers, n_experts;   /* 0: no layers logged */
     const char *const *movers; /* the tensors whose update ratio rose highest, highest first */
     size_t n_movers;
     bool sampled, layers_summed, tensors_summed; /* kiln_run_curves' */
@@ -223,8 +223,7 @@ typedef struct kiln_web_run_view {
  * a non-finite step's mark linked to /explain), a chart whose every value is 0 folded into a
  * line, the expert load's heat maps, the top movers, the events table, the config. root and
  * now are the footer's. */
-void kiln_web_run_page(kiln_web_buf *b, const kiln_web_run_view *r, const char *root,
-                       double now);
+void kiln_web_run_page(kiln_web_buf *b, const kiln_web_run_view *r, const char *root, double now);
 
 /* A run on the overlay. */
 typedef struct kiln_web_overlay_run {
@@ -240,10 +239,10 @@ typedef struct kiln_web_overlay_run {
 typedef struct kiln_web_overlay {
     const kiln_web_overlay_run *runs;
     size_t n_runs;
-    double smooth;            /* the moving average's weight on the noisy curves; 0: raw */
+    double smooth;             /* the moving average's weight on the noisy curves; 0: raw */
     kiln_web_scale loss_scale; /* of the loss, validation loss and gradient norm */
-    const char *same;         /* what every run shares, "key=value " words; may be NULL */
-    const char *const *keys;  /* the config keys they differ in */
+    const char *same;          /* what every run shares, "key=value " words; may be NULL */
+    const char *const *keys;   /* the config keys they differ in */
     size_t n_keys;
 } kiln_web_overlay;
 

@@ -12,8 +12,7 @@
 #include "web.h"
 #include "web_int.h"
 
-const kiln_web_series *kiln_web_series_find(const kiln_web_series *s, size_t n,
-                                            const char *name) {
+const kiln_web_series *kiln_web_series_find(const kiln_web_series *s, size_t n, const char *name) {
     for (size_t i = 0; i < n; i++)
         if (s[i].name && !strcmp(s[i].name, name)) return &s[i];
     return NULL;
@@ -111,9 +110,8 @@ static bool all_zero(const kiln_web_series *s, size_t k) {
 /* A chart of the named curves that the run has (a series each). One whose every value is 0
  * (no overflow, no dead expert) is folded into a line saying so: a flat chart is a screen of
  * nothing (issue 30). */
-static void chart_of(kiln_web_buf *b, const kiln_web_run_view *r, const char *id,
-                     const char *title, const char *const *names, size_t n, kiln_web_scale scale,
-                     const marks *m) {
+static void chart_of(kiln_web_buf *b, const kiln_web_run_view *r, const char *id, const char *title,
+                     const char *const *names, size_t n, kiln_web_scale scale, const marks *m) {
     kiln_web_series s[16];
     size_t k = 0;
     for (size_t i = 0; i < n && k < 16; i++) {
@@ -310,8 +308,7 @@ static void events(kiln_web_buf *b, const kiln_web_run_view *r) {
     kiln_web_table_end(b, "no events");
 }
 
-void kiln_web_run_page(kiln_web_buf *b, const kiln_web_run_view *r, const char *root,
-                       double now) {
+void kiln_web_run_page(kiln_web_buf *b, const kiln_web_run_view *r, const char *root, double now) {
     marks m = {0};
     if (!marks_of(r, &m)) b->nomem = true;
     kiln_web_runs_begin(b, r->title);

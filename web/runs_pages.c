@@ -260,8 +260,10 @@ void kiln_web_sweep_page(kiln_web_buf *b, const kiln_web_sweep *s, const char *r
     kiln_web_sweep_end(b);
     if (s->n_varied < s->n_varied_all) {
         char more[128];
-        snprintf(more, sizeof more, "%zu more config keys differ between the runs; kiln runs "
-                 "list shows them", s->n_varied_all - s->n_varied);
+        snprintf(more, sizeof more,
+                 "%zu more config keys differ between the runs; kiln runs "
+                 "list shows them",
+                 s->n_varied_all - s->n_varied);
         kiln_web_para(b, more);
     }
     kiln_web_runs_end(b, root, now);
@@ -314,8 +316,8 @@ void kiln_web_overlay_page(kiln_web_buf *b, const kiln_web_overlay *o, const cha
         size_t ns = 0;
         for (size_t i = 0; i < o->n_runs && ns < 16; i++) {
             const kiln_web_overlay_run *r = &o->runs[i];
-            const kiln_web_series *c = kiln_web_series_find(r->curves, r->n_curves,
-                                                            charts[k].metric);
+            const kiln_web_series *c =
+                kiln_web_series_find(r->curves, r->n_curves, charts[k].metric);
             if (c) ser[ns++] = (kiln_web_series){r->title, c->x, c->y, c->n};
         }
         kiln_web_chart ch = {.id = charts[k].metric,
@@ -323,7 +325,7 @@ void kiln_web_overlay_page(kiln_web_buf *b, const kiln_web_overlay *o, const cha
                              .series = ser,
                              .n_series = ns,
                              .scale = charts[k].scale == KILN_WEB_SCALE_AUTO ? o->loss_scale
-                                                                              : charts[k].scale,
+                                                                             : charts[k].scale,
                              /* full width, one a row (issue 30: four noisy runs side by
                               * side in 720 pixels were unreadable); svg.chart shrinks to a
                               * narrower window (web/page.c) */

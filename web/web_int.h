@@ -8,8 +8,7 @@
 void kiln_web_raw(kiln_web_buf *b, const char *s, size_t n);
 
 /* The series named name of the n, or NULL. */
-const kiln_web_series *kiln_web_series_find(const kiln_web_series *s, size_t n,
-                                            const char *name);
+const kiln_web_series *kiln_web_series_find(const kiln_web_series *s, size_t n, const char *name);
 /* A page of kiln runs serve about the run linked as name: "/PAGE?r=NAME" (percent-encoded),
  * with step >= 1 "&step=N" after it. Caller frees; NULL when out of memory. */
 char *kiln_web_run_href(const char *page, const char *name, long step);
