@@ -19,9 +19,6 @@
 #include "train.h"
 #include "web.h"
 
-#define MAX_EVENTS 2000 /* the newest events read for the marks */
-#define CURVE_BUCKETS 500
-
 typedef struct server {
     char *root;
     kiln_run_cache *cache; /* the steps read so far of each run: a reload reads what is new */
@@ -107,8 +104,7 @@ static enum MHD_Result page_run(struct MHD_Connection *c, const server *s, const
     char *dir = run_path(s, name);
     if (!dir) return send_error(c, s, 404, "no such run here");
     runs_run_view v;
-    kiln_err e = runs_run_view_load(s->cache, dir, MAX_EVENTS, CURVE_BUCKETS, name,
-                                    display_name(s, name), &v);
+    kiln_err e = runs_run_view_load(s->cache, dir, name, display_name(s, name), &v);
     free(dir);
     kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX, .nomem = v.nomem};
     if (!e && !b.nomem) kiln_web_run_page(&b, &v.v, s->root, now_s());
@@ -169,8 +165,7 @@ static enum MHD_Result page_overlay(struct MHD_Connection *c, const server *s) {
         dirs[i] = run_path(s, a.names[i]);
     }
     runs_overlay_view v;
-    kiln_err e =
-        runs_overlay_view_load(a.names, titles, (const char *const *)dirs, a.n, CURVE_BUCKETS, &v);
+    kiln_err e = runs_overlay_view_load(a.names, titles, (const char *const *)dirs, a.n, &v);
     if (e) snprintf(msg, sizeof msg, "%s", kiln_errmsg());
     const char *bad = e ? NULL : overlay_query(c, &v.o.smooth, &v.o.loss_scale);
     kiln_web_buf b = {.limit = KILN_WEB_PAGE_MAX, .nomem = v.nomem};

@@ -179,14 +179,14 @@ static bool run_view_of(runs_run_view *v, const kiln_run_info *ri, bool live,
     return ok;
 }
 
-kiln_err runs_run_view_load(kiln_run_cache *cache, const char *dir, size_t max_events,
-                            size_t buckets, const char *name, const char *title, runs_run_view *v) {
+kiln_err runs_run_view_load(kiln_run_cache *cache, const char *dir, const char *name,
+                            const char *title, runs_run_view *v) {
     memset(v, 0, sizeof *v);
-    KILN_TRY(kiln_run_info_load_quick(dir, max_events, &v->ri));
+    KILN_TRY(kiln_run_info_load_quick(dir, RUNS_MAX_EVENTS, &v->ri));
     v->have_info = true;
     bool live = false;
     if (kiln_run_live(dir, &live)) live = false;
-    v->have_curves = !kiln_run_curves_load_cached(cache, dir, buckets, 8, &v->cv);
+    v->have_curves = !kiln_run_curves_load_cached(cache, dir, RUNS_CURVE_BUCKETS, 8, &v->cv);
     if (!v->have_curves) snprintf(v->curves_error, sizeof v->curves_error, "%s", kiln_errmsg());
     v->nomem = !run_view_of(v, &v->ri, live, v->have_curves ? &v->cv : NULL, name, title);
     return KILN_OK;
@@ -229,13 +229,12 @@ static void differs_of(const char *const *dirs, size_t n, runs_overlay_view *v) 
 }
 
 kiln_err runs_overlay_view_load(const char *const *names, const char *const *titles,
-                                const char *const *dirs, size_t n, size_t buckets,
-                                runs_overlay_view *v) {
+                                const char *const *dirs, size_t n, runs_overlay_view *v) {
     memset(v, 0, sizeof *v);
     for (; v->loaded < n; v->loaded++) {
         size_t i = v->loaded;
         if (!dirs[i]) return kiln_fail(KILN_ERR_NOTFOUND, "run '%s': no such run here", names[i]);
-        kiln_err e = kiln_run_curves_load(dirs[i], buckets, 1, 0, &v->cv[i]);
+        kiln_err e = kiln_run_curves_load(dirs[i], RUNS_CURVE_BUCKETS, 1, 0, &v->cv[i]);
         if (e) return kiln_errprefix(e, "run '%s': ", names[i]);
         v->runs[i] = (kiln_web_overlay_run){.name = names[i],
                                             .title = titles[i],

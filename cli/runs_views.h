@@ -10,6 +10,8 @@
 
 #define RUNS_MAX_OVERLAY 10 /* runs on one overlay */
 #define RUNS_MAX_VARIED 64  /* config keys the sweep's table has a column for */
+#define RUNS_MAX_EVENTS 2000   /* the newest events of a run read for its marks */
+#define RUNS_CURVE_BUCKETS 500 /* a curve's buckets (kiln_run_curves_load) */
 
 /* The name a run's links carry: "." for the directory served (root) itself, else its
  * child's name. */
@@ -41,11 +43,10 @@ typedef struct runs_run_view {
     kiln_web_kv *config;
     size_t n_config, cap_config;
 } runs_run_view;
-/* The run's info and max_events newest events must be read (KILN_ERR_NOTFOUND: it is no run);
- * its curves (buckets of them) need not be: the page then says why not. Release v either
- * way. */
-kiln_err runs_run_view_load(kiln_run_cache *cache, const char *dir, size_t max_events,
-                            size_t buckets, const char *name, const char *title, runs_run_view *v);
+/* The run's info and RUNS_MAX_EVENTS newest events must be read (KILN_ERR_NOTFOUND: it is
+ * no run); its curves need not be: the page then says why not. Release v either way. */
+kiln_err runs_run_view_load(kiln_run_cache *cache, const char *dir, const char *name,
+                            const char *title, runs_run_view *v);
 void runs_run_view_release(runs_run_view *v);
 
 /* The overlay of n runs: their curves, and what differs between them read from their
@@ -63,11 +64,9 @@ typedef struct runs_overlay_view {
     char *vals[RUNS_MAX_OVERLAY][64];
 } runs_overlay_view;
 /* Run i is linked as names[i], shown as titles[i], its directory dirs[i] (NULL: there is
- * no such run), its curves cut to buckets; an error names the run that could not be read.
- * Release v either way. */
+ * no such run); an error names the run that could not be read. Release v either way. */
 kiln_err runs_overlay_view_load(const char *const *names, const char *const *titles,
-                                const char *const *dirs, size_t n, size_t buckets,
-                                runs_overlay_view *v);
+                                const char *const *dirs, size_t n, runs_overlay_view *v);
 void runs_overlay_view_release(runs_overlay_view *v);
 
 /* The explain page of the run in dir at step (kiln runs explain's answer), linked as name,
