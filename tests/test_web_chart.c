@@ -8,17 +8,11 @@
 
 #include "core.h"
 #include "test.h"
+#include "testutil.h"
 #include "web.h"
 
 #define HOSTILE "<script>alert(1)</script>&\"'"
 #define HOSTILE_ESCAPED "&lt;script&gt;alert(1)&lt;/script&gt;&amp;&quot;&#39;"
-
-static size_t count(const char *hay, const char *needle) {
-    size_t n = 0;
-    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
-        n++;
-    return n;
-}
 
 static char *render(const kiln_web_chart *c) {
     kiln_web_buf b = {0};
@@ -126,14 +120,15 @@ KILN_TEST(web_chart_svg) {
                         .marks = m, .n_marks = 5};
     char *svg = render(&c);
     if (!CHECK("renders", svg)) return;
-    CHECK("one figure and one svg", count(svg, "<figure class=\"chart\" id=\"chart-loss\">") == 1 &&
-                                        count(svg, "<svg class=\"chart\"") == 1);
+    CHECK("one figure and one svg",
+          kiln_test_count(svg, "<figure class=\"chart\" id=\"chart-loss\">") == 1 &&
+              kiln_test_count(svg, "<svg class=\"chart\"") == 1);
     CHECK("both axes", strstr(svg, "<g class=\"axis x\">") && strstr(svg, "<g class=\"axis y\">"));
     CHECK("x ticks 1k to 5k", strstr(svg, ">1k</text>") && strstr(svg, ">5k</text>"));
     CHECK("a log axis for a loss over decades", strstr(svg, ">log</text>") &&
                                                     strstr(svg, ">0.001</text>") &&
                                                     strstr(svg, ">100</text>"));
-    CHECK("two series, one polyline each", count(svg, "<polyline class=\"series\"") == 2);
+    CHECK("two series, one polyline each", kiln_test_count(svg, "<polyline class=\"series\"") == 2);
     CHECK("a colour each", strstr(svg, "stroke=\"#1f77b4\"") && strstr(svg, "stroke=\"#ff7f0e\""));
     CHECK("a legend", strstr(svg, "<g class=\"legend\">"));
     CHECK("the spike's mark links to its explanation",
@@ -148,7 +143,8 @@ KILN_TEST(web_chart_svg) {
           strstr(svg, "l5 8h-10z\" fill=\"#dc2626\"/></g>") &&
               strstr(svg, "l5 8h-10z\" fill=\"#2563eb\"/></g>"));
     CHECK("the NaN point is a mark, not a line",
-          count(svg, "<g class=\"mark nonfinite-point\"><title>loss: step 3001: not a number") == 1);
+          kiln_test_count(
+              svg, "<g class=\"mark nonfinite-point\"><title>loss: step 3001: not a number") == 1);
     CHECK("nothing hostile unescaped", !strstr(svg, "<script") && strstr(svg, HOSTILE_ESCAPED));
     CHECK("the spike survives downsampling: the log axis reaches 100",
           strstr(svg, "data-points=\"5000\""));
@@ -209,9 +205,9 @@ KILN_TEST(web_chart_heatmap) {
     char *svg = kiln_web_buf_take(&b, &len);
     if (!CHECK("renders", svg)) return;
     CHECK("a heat map figure", strstr(svg, "class=\"chart heatmap\" id=\"chart-load-0\""));
-    CHECK("80 cells a row", count(svg, "<rect x=") == E * 80 + 10);
+    CHECK("80 cells a row", kiln_test_count(svg, "<rect x=") == E * 80 + 10);
     CHECK("the overloaded step's cell keeps its maximum", strstr(svg, ": max 0.9</title>"));
-    CHECK("the darkest cell is that one", count(svg, "fill=\"#08306b\"><title>") == 1);
+    CHECK("the darkest cell is that one", kiln_test_count(svg, "fill=\"#08306b\"><title>") == 1);
     CHECK("names escaped", !strstr(svg, "<script") && strstr(svg, HOSTILE_ESCAPED));
     CHECK("a row's tick is its number under the axis label, its cells' titles the whole name "
           "(issue 30: 'expert 3' ran into the label)",
@@ -236,16 +232,17 @@ KILN_TEST(web_chart_smoothed) {
     char *svg = render(&c);
     if (!CHECK("renders", svg)) return;
     CHECK("a faint raw line and a smoothed one per series",
-          count(svg, "<polyline class=\"series raw\"") == 2 &&
-              count(svg, "stroke-opacity=\".25\"") == 2 &&
-              count(svg, "<polyline class=\"series smoothed\"") == 2);
+          kiln_test_count(svg, "<polyline class=\"series raw\"") == 2 &&
+              kiln_test_count(svg, "stroke-opacity=\".25\"") == 2 &&
+              kiln_test_count(svg, "<polyline class=\"series smoothed\"") == 2);
     CHECK("the smoothed line says so",
           strstr(svg, "<title>noisy (smoothed: moving average, weight 0.9)</title>"));
     free(svg);
     c.smooth = 0;
     svg = render(&c);
     CHECK("smooth 0: as before, one line each",
-          svg && count(svg, "<polyline class=\"series\"") == 2 && !strstr(svg, "smoothed"));
+          svg && kiln_test_count(svg, "<polyline class=\"series\"") == 2 &&
+              !strstr(svg, "smoothed"));
     free(svg);
 }
 
@@ -259,7 +256,7 @@ KILN_TEST(web_chart_hover) {
                         .scale = KILN_WEB_SCALE_LINEAR, .x_lo = 1, .x_hi = 9, .hover_cols = 2};
     char *svg = render(&c);
     if (!CHECK("renders", svg)) return;
-    CHECK("two columns", count(svg, "<rect class=\"hover\"") == 2);
+    CHECK("two columns", kiln_test_count(svg, "<rect class=\"hover\"") == 2);
     CHECK("the first column: steps 1 to 4, both series' last values there",
           strstr(svg, "<title>steps 1 to 4\na: 4 at step 4\nb: 40 at step 4</title>"));
     CHECK("the second: b has nothing there",

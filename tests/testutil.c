@@ -61,6 +61,13 @@ bool kiln_test_msg_has(const char *a, const char *b) {
     return strstr(kiln_errmsg(), a) != NULL && (!b || strstr(kiln_errmsg(), b) != NULL);
 }
 
+size_t kiln_test_count(const char *hay, const char *needle) {
+    size_t n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        n++;
+    return n;
+}
+
 bool kiln_test_keypair(kiln_sign_seckey **sk, char b64[KILN_SIGN_PUBKEY_B64]) {
     kiln_sign_pubkey pk;
     if (kiln_sign_seckey_generate(sk) != KILN_OK || kiln_sign_seckey_pubkey(*sk, &pk) != KILN_OK)

@@ -28,6 +28,9 @@ bool kiln_test_flip(const char *path, long off);
 /* True when the last error message holds a, and b too when b is not NULL. */
 bool kiln_test_msg_has(const char *a, const char *b);
 
+/* How many times needle stands in hay, not overlapping (markup counted in a page). */
+size_t kiln_test_count(const char *hay, const char *needle);
+
 /* A fresh key pair: the secret key (kiln_sign_seckey_free it) and the public key in base64,
  * as a trust policy names it. */
 bool kiln_test_keypair(kiln_sign_seckey **sk, char b64[KILN_SIGN_PUBKEY_B64]);

@@ -172,6 +172,120 @@ void kiln_web_events_row(kiln_web_buf *b, long step, const char *kind, const cha
 void kiln_web_para(kiln_web_buf *b, const char *text);
 void kiln_web_link(kiln_web_buf *b, const char *href, const char *text);
 
+/* ---- whole pages of kiln runs serve, from plain values (cli/cmd_runs_serve.c hands them) ---- */
+
+/* A key and its value: a config key flattened ("opt.beta1") and its text, a finding's kind
+ * and text, an event's kind and message. */
+typedef struct kiln_web_kv {
+    const char *key, *value;
+} kiln_web_kv;
+
+/* An event of a run. */
+typedef struct kiln_web_event {
+    long step;
+    const char *kind, *message;
+} kiln_web_event;
+
+/* The newest events a run's page lists in its table (all of them are marked on its charts). */
+#define KILN_WEB_EVENT_ROWS 200
+
+/* A run as its page shows it. Strings may be NULL (shown empty). */
+typedef struct kiln_web_run_view {
+    const char *name;  /* as its links carry it: "." (the directory served) or a child's name */
+    const char *title; /* the heading: the name, or the directory served for "." */
+    const char *run_id, *created, *dataset, *dataset_sha256;
+    long step, steps;         /* the newest step logged, the steps configured */
+    const char *state;        /* kiln_run_state_name's */
+    const char *stop_message; /* why it stopped, or NULL */
+    const long *ckpts;        /* the checkpoints on disk, ascending */
+    size_t n_ckpts;
+    long best_ckpt; /* -1: none */
+    size_t n_spikes, n_nonfinite, total_events;
+    const kiln_web_event *events; /* the newest events, oldest first */
+    size_t n_events;
+    const kiln_web_kv *config; /* flattened, in order */
+    size_t n_config;
+    /* The curves, each named as kiln_run_series names it ("loss", "router_entropy@1",
+     * "expert_load@0/3", "update_ratio@NAME"); curves_error non-NULL: none could be read,
+     * and this says why. */
+    const char *curves_error;
+    const kiln_web_series *curves;
+    size_t n_curves;
+    long first, last;          /* the steps logged */
+    int n_layers, n_experts;   /* 0: no layers logged */
+    const char *const *movers; /* the tensors whose update ratio rose highest, highest first */
+    size_t n_movers;
+    bool sampled, layers_summed, tensors_summed; /* kiln_run_curves' */
+} kiln_web_run_view;
+
+/* A run's page: what kiln runs show says first (the best validation read off the val_loss
+ * curve), the charts with the events, checkpoints and best validation marked (a spike's and
+ * a non-finite step's mark linked to /explain), a chart whose every value is 0 folded into a
+ * line, the expert load's heat maps, the top movers, the events table, the config. root and
+ * now are the footer's. */
+void kiln_web_run_page(kiln_web_buf *b, const kiln_web_run_view *r, const char *root, double now);
+
+/* A run on the overlay. */
+typedef struct kiln_web_overlay_run {
+    const char *name;  /* as its link carries it */
+    const char *title; /* as shown */
+    const kiln_web_series *curves;
+    size_t n_curves;
+    long first, last;
+    const char *const *values; /* its value of each key the runs differ in (values[k] NULL:
+                                  none) */
+} kiln_web_overlay_run;
+
+typedef struct kiln_web_overlay {
+    const kiln_web_overlay_run *runs;
+    size_t n_runs;
+    double smooth;             /* the moving average's weight on the noisy curves; 0: raw */
+    kiln_web_scale loss_scale; /* of the loss, validation loss and gradient norm */
+    const char *same;          /* what every run shares, "key=value " words; may be NULL */
+    const char *const *keys;   /* the config keys they differ in */
+    size_t n_keys;
+} kiln_web_overlay;
+
+/* The runs on the same axes, a chart per curve, full width, then the table of what differs. */
+void kiln_web_overlay_page(kiln_web_buf *b, const kiln_web_overlay *o, const char *root,
+                           double now);
+
+/* A figure of the explain page: the step's value against the median of the steps before;
+ * NAN: none. */
+typedef struct kiln_web_explain_figure {
+    const char *name;
+    double value, median, ratio;
+} kiln_web_explain_figure;
+
+/* kiln runs explain's answer for a step (the first 12 tensors shown). */
+typedef struct kiln_web_explain {
+    const char *name, *title; /* the run, as linked and as shown */
+    long step;
+    const kiln_web_kv *findings; /* kind and text */
+    size_t n_findings;
+    const kiln_web_explain_figure *metrics, *tensors;
+    size_t n_metrics, n_tensors;
+    const kiln_web_kv *events; /* kind and message */
+    size_t n_events;
+} kiln_web_explain;
+void kiln_web_explain_page(kiln_web_buf *b, const kiln_web_explain *e, const char *root,
+                           double now);
+
+/* The sweep: n_rows runs, each row's varied holding its value of the n_varied keys shown
+ * (of n_varied_all that differ); same as for the overlay. */
+typedef struct kiln_web_sweep {
+    const char *same;
+    const char *const *varied;
+    size_t n_varied, n_varied_all;
+    const kiln_web_run_row *rows;
+    size_t n_rows;
+} kiln_web_sweep;
+void kiln_web_sweep_page(kiln_web_buf *b, const kiln_web_sweep *s, const char *root, double now);
+
+/* An error page: the status as its title, the message. */
+void kiln_web_runs_error(kiln_web_buf *b, unsigned status, const char *msg, const char *root,
+                         double now);
+
 /* ---- a registry version's page (web/version.c; registry/server/ui.c hands the documents) ---- */
 
 /* The validation report (validation.json as the registry stores it) check by check: the

@@ -238,3 +238,145 @@ void kiln_web_link(kiln_web_buf *b, const char *href, const char *text) {
     txt(b, text);
     lit(b, "</a>");
 }
+
+/* ---- whole pages ---- */
+
+void kiln_web_runs_error(kiln_web_buf *b, unsigned status, const char *msg, const char *root,
+                         double now) {
+    char title[32];
+    snprintf(title, sizeof title, "%u", status);
+    kiln_web_runs_begin(b, title);
+    kiln_web_para(b, msg);
+    kiln_web_runs_end(b, root, now);
+}
+
+void kiln_web_sweep_page(kiln_web_buf *b, const kiln_web_sweep *s, const char *root, double now) {
+    char title[300];
+    snprintf(title, sizeof title, "%zu run%s in %s", s->n_rows, s->n_rows == 1 ? "" : "s", root);
+    kiln_web_runs_begin(b, title);
+    kiln_web_sweep_begin(b, s->same, s->varied, s->n_varied);
+    for (size_t i = 0; i < s->n_rows; i++)
+        kiln_web_sweep_row(b, &s->rows[i], s->n_varied);
+    kiln_web_sweep_end(b);
+    if (s->n_varied < s->n_varied_all) {
+        char more[128];
+        snprintf(more, sizeof more,
+                 "%zu more config keys differ between the runs; kiln runs "
+                 "list shows them",
+                 s->n_varied_all - s->n_varied);
+        kiln_web_para(b, more);
+    }
+    kiln_web_runs_end(b, root, now);
+}
+
+/* The overlay's table of what differs: the config keys the runs do not share, a row per run
+ * linked to its page. Four overlaid curves say little until one knows which lr each is
+ * (issue 30). */
+static void differs(kiln_web_buf *b, const kiln_web_overlay *o) {
+    kiln_web_differs_begin(b, o->same, o->keys, o->n_keys);
+    for (size_t i = 0; i < o->n_runs; i++) {
+        const kiln_web_overlay_run *r = &o->runs[i];
+        char *href = kiln_web_run_href("run", r->name, 0);
+        kiln_web_differs_row(b, r->title, href, r->values, o->n_keys);
+        free(href);
+    }
+    kiln_web_differs_end(b);
+}
+
+void kiln_web_overlay_page(kiln_web_buf *b, const kiln_web_overlay *o, const char *root,
+                           double now) {
+    char title[64];
+    snprintf(title, sizeof title, "%zu runs overlaid", o->n_runs);
+    kiln_web_runs_begin(b, title);
+    /* noisy: a value every step, smoothed; the validation's few points and the schedule's
+     * exact ones are drawn as they are (a moving average of 20 points only lags) */
+    static const struct {
+        const char *metric, *title;
+        kiln_web_scale scale;
+        bool noisy;
+    } charts[] = {{"loss", "loss", KILN_WEB_SCALE_AUTO, true},
+                  {"val_loss", "validation loss", KILN_WEB_SCALE_AUTO, false},
+                  {"val_r2", "validation R\xC2\xB2", KILN_WEB_SCALE_LINEAR, false},
+                  {"lr", "learning rate", KILN_WEB_SCALE_LINEAR, false},
+                  {"grad_norm", "gradient norm", KILN_WEB_SCALE_AUTO, true}};
+    long first = o->n_runs ? o->runs[0].first : 0, last = o->n_runs ? o->runs[0].last : 0;
+    for (size_t i = 1; i < o->n_runs; i++) {
+        if (o->runs[i].first < first) first = o->runs[i].first;
+        if (o->runs[i].last > last) last = o->runs[i].last;
+    }
+    char note[256];
+    if (o->smooth > 0)
+        snprintf(note, sizeof note,
+                 "loss and gradient norm smoothed (a moving average of weight %g, as TensorBoard "
+                 "smooths), the raw curve faint beneath; smooth=0 in the address draws them raw",
+                 o->smooth);
+    kiln_web_section_begin(b, "Runs on the same axes", o->smooth > 0 ? note : NULL);
+    kiln_web_series ser[16];
+    for (size_t k = 0; k < KILN_ARRAY_LEN(charts); k++) {
+        size_t ns = 0;
+        for (size_t i = 0; i < o->n_runs && ns < 16; i++) {
+            const kiln_web_overlay_run *r = &o->runs[i];
+            const kiln_web_series *c =
+                kiln_web_series_find(r->curves, r->n_curves, charts[k].metric);
+            if (c) ser[ns++] = (kiln_web_series){r->title, c->x, c->y, c->n};
+        }
+        kiln_web_chart ch = {.id = charts[k].metric,
+                             .title = charts[k].title,
+                             .series = ser,
+                             .n_series = ns,
+                             .scale = charts[k].scale == KILN_WEB_SCALE_AUTO ? o->loss_scale
+                                                                             : charts[k].scale,
+                             /* full width, one a row (issue 30: four noisy runs side by
+                              * side in 720 pixels were unreadable); svg.chart shrinks to a
+                              * narrower window (web/page.c) */
+                             .width = 1200,
+                             .height = 300,
+                             .x_lo = (double)first,
+                             .x_hi = (double)last,
+                             .smooth = charts[k].noisy ? o->smooth : 0,
+                             .hover_cols = 48};
+        kiln_web_chart_svg(b, &ch);
+    }
+    kiln_web_section_end(b);
+    differs(b, o);
+    kiln_web_runs_end(b, root, now);
+}
+
+/* A figure as kiln runs explain prints it: "0.0123 (median 0.0101, 1.218x)", the value and
+ * the median to 6 significant digits, the ratio to 4; "-" for none. */
+static void explain_figure(kiln_web_buf *b, const kiln_web_explain_figure *f, const char *what) {
+    char a[32] = "-", m[32] = "-", r[32] = "-", line[128];
+    if (!isnan(f->value)) snprintf(a, sizeof a, "%.6g", f->value);
+    if (!isnan(f->median)) snprintf(m, sizeof m, "%.6g", f->median);
+    if (!isnan(f->ratio)) snprintf(r, sizeof r, "%.4g", f->ratio);
+    snprintf(line, sizeof line, "%s%s (median %s, %sx)", what, a, m, r);
+    kiln_web_kv_row(b, f->name, line);
+}
+
+void kiln_web_explain_page(kiln_web_buf *b, const kiln_web_explain *e, const char *root,
+                           double now) {
+    char title[300];
+    snprintf(title, sizeof title, "%s, step %ld: why", e->title, e->step);
+    kiln_web_runs_begin(b, title);
+    char *back = kiln_web_run_href("run", e->name, 0);
+    if (back) kiln_web_link(b, back, "back to the run");
+    free(back);
+    kiln_web_kv_begin(b, "Findings");
+    for (size_t i = 0; i < e->n_findings; i++)
+        kiln_web_kv_row(b, e->findings[i].key, e->findings[i].value);
+    if (!e->n_findings) kiln_web_kv_row(b, "-", "nothing stands out against the steps before");
+    kiln_web_kv_end(b);
+    kiln_web_kv_begin(b, "The step against the median of the steps before");
+    for (size_t i = 0; i < e->n_metrics; i++)
+        explain_figure(b, &e->metrics[i], "");
+    kiln_web_kv_end(b);
+    kiln_web_kv_begin(b, "Tensors, the most changed first");
+    for (size_t i = 0; i < e->n_tensors && i < 12; i++)
+        explain_figure(b, &e->tensors[i], "gradient norm ");
+    kiln_web_kv_end(b);
+    kiln_web_kv_begin(b, "Events at this step");
+    for (size_t i = 0; i < e->n_events; i++)
+        kiln_web_kv_row(b, e->events[i].key, e->events[i].value);
+    kiln_web_kv_end(b);
+    kiln_web_runs_end(b, root, now);
+}
