@@ -16,6 +16,8 @@
  *   3 models (as stated)        7 mirror sync into a new store
  *                               8 pull over two registries (both this server)
  *                               9 a service's watch started, stopped, started again
+ *  10, 11, 12: 0, 2 and 9 against an OCI registry (oci+http://HOST/fz: the server answers as
+ *              docker-registry did when the seeds were recorded)
  *
  * Checked beyond "no crash, leak or UB": a pull that succeeds installed a directory that
  * the offline check (kiln_registry_installed_verify, from the evidence the pull kept) accepts,
@@ -26,7 +28,8 @@
  *
  * Seeds (tests/fuzz/corpus/registry_client/) are recorded from a real registry by
  * tests/fuzz/registry_client_seeds.sh: with KILN_FUZZ_UPSTREAM=URL the server passes each
- * GET on to that registry and KILN_FUZZ_RECORD=FILE writes the input that replays it. With
+ * GET (or HEAD) on to that registry (its Accept header with it; the answer's Content-Range, Content-Type
+ * and Docker-Content-Digest kept) and KILN_FUZZ_RECORD=FILE writes the input that replays it. With
  * KILN_FUZZ_VERBOSE set each request and the operation's result go to stderr. */
 #include <curl/curl.h>
 #include <errno.h>
@@ -45,7 +48,10 @@
 int kiln_fuzz_registry_client(const uint8_t *data, size_t size);
 
 #define SEP "\n@@kiln@@\n"
-#define NOPS 10
+#define NOPS 13
+/* The OCI operations: the kiln operation each runs, against oci+http://HOST/fz. */
+#define OCI_OP0 10
+static const int oci_ops[NOPS - OCI_OP0] = {0, 2, 9};
 
 /* The policy every operation runs under (KILN_FUZZ_PUBKEY's secret key is
  * tests/vectors/minisign/test.key). */
@@ -103,14 +109,26 @@ static size_t curl_body(char *p, size_t size, size_t n, void *ctx) {
     return size * n;
 }
 
-/* A 206's Content-Range, kept as the answer's header block "H:Content-Range: ...\n\n". */
+/* The headers a client reads beyond the body (a 206's Content-Range, an OCI manifest's type
+ * and digest), kept as the answer's header block "H:Name: value\n...\n". */
 static size_t curl_header(char *p, size_t size, size_t n, void *ctx) {
-    char **range = ctx;
+    static const char *const keep[] = {"Content-Range:", "Content-Type:", "Docker-Content-Digest:"};
+    char **hdrs = ctx;
     size_t len = size * n;
     while (len && (p[len - 1] == '\r' || p[len - 1] == '\n'))
         len--;
-    if (len > 14 && !strncasecmp(p, "Content-Range:", 14) && !*range)
-        *range = kiln_asprintf("H:%.*s\n\n", (int)len, p);
+    if (len >= 5 && !strncmp(p, "HTTP/", 5)) { /* a new answer (after a redirect): none yet */
+        free(*hdrs);
+        *hdrs = NULL;
+    }
+    for (size_t k = 0; k < sizeof keep / sizeof *keep; k++) {
+        size_t kl = strlen(keep[k]);
+        if (len <= kl || strncasecmp(p, keep[k], kl)) continue;
+        char *h = kiln_asprintf("%s%.*s\n", *hdrs ? *hdrs : "H:", (int)len, p);
+        if (!h) abort();
+        free(*hdrs);
+        *hdrs = h;
+    }
     return size * n;
 }
 
@@ -147,8 +165,10 @@ static void send_answer(int fd, span a, int status) {
 }
 
 /* Record mode: GET the path from the upstream registry, record the answer, send it on. */
-static void proxy(server *s, int fd, const char *path, const char *range) {
+static void proxy(server *s, int fd, bool head, const char *path, const char *range,
+                  const char *accept) {
     char *url = kiln_asprintf("%s%s", s->upstream, path), *crange = NULL;
+    struct curl_slist *hl = accept ? curl_slist_append(NULL, accept) : NULL;
     CURL *h = curl_easy_init();
     if (!url || !h) abort();
     if (s->nans++) rec_add(s, SEP, strlen(SEP));
@@ -159,6 +179,8 @@ static void proxy(server *s, int fd, const char *path, const char *range) {
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, curl_header);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &crange);
     if (range) curl_easy_setopt(h, CURLOPT_RANGE, range);
+    if (hl) curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    if (head) curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
     if (curl_easy_perform(h) != CURLE_OK) abort();
     long code = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &code);
@@ -169,12 +191,16 @@ static void proxy(server *s, int fd, const char *path, const char *range) {
     s->rec_len = at;
     snprintf(status, sizeof status, "%03ld ", code % 1000);
     rec_add(s, status, 4);
-    if (crange) rec_add(s, crange, strlen(crange));
+    if (crange) { /* the header block ends with an empty line */
+        rec_add(s, crange, strlen(crange));
+        rec_add(s, "\n", 1);
+    }
     rec_add(s, body, blen);
     send_answer(fd, (span){(const uint8_t *)s->rec + at, s->rec_len - at}, 200);
     free(body);
     free(crange);
     free(url);
+    curl_slist_free_all(hl);
     curl_easy_cleanup(h);
 }
 
@@ -202,10 +228,13 @@ static void handle(server *s, int fd) {
     if (sscanf(req, "%15s %8191s", method, path) != 2) return;
     if (s->verbose) fprintf(stderr, "  fuzz registry: %s %s\n", method, path);
     if (s->upstream) {
-        char range[64] = "", *r = strcasestr(req, "\r\nRange: bytes=");
+        char range[64] = "", accept[512] = "", *r = strcasestr(req, "\r\nRange: bytes="),
+             *acc = strcasestr(req, "\r\nAccept: ");
         if (r) sscanf(r + 15, "%63[0-9-]", range);
-        if (strcmp(method, "GET")) abort(); /* the seeds' operations only read */
-        proxy(s, fd, path, *range ? range : NULL);
+        if (acc) snprintf(accept, sizeof accept, "%.*s", (int)strcspn(acc + 2, "\r\n"), acc + 2);
+        const bool head = !strcmp(method, "HEAD"); /* an OCI blob's, before its download */
+        if (!head && strcmp(method, "GET")) abort(); /* the seeds' operations only read */
+        proxy(s, fd, head, path, *range ? range : NULL, *accept ? accept : NULL);
     } else {
         reply(s, fd);
     }
@@ -397,9 +426,11 @@ int kiln_fuzz_registry_client(const uint8_t *data, size_t size) {
     pthread_t th;
     if (pthread_create(&th, NULL, serve, &s)) abort();
     char url[64];
-    snprintf(url, sizeof url, "http://127.0.0.1:%u", (unsigned)ntohs(a.sin_port));
+    const int op = data[0] % NOPS;
+    snprintf(url, sizeof url, "%s://127.0.0.1:%u%s", op >= OCI_OP0 ? "oci+http" : "http",
+             (unsigned)ntohs(a.sin_port), op >= OCI_OP0 ? "/fz" : "");
 
-    run_op(data[0] % NOPS, url, root, s.verbose);
+    run_op(op >= OCI_OP0 ? oci_ops[op - OCI_OP0] : op, url, root, s.verbose);
 
     if (write(s.wake[1], "x", 1) != 1) abort();
     pthread_join(th, NULL);
