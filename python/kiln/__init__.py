@@ -10,11 +10,12 @@ _ERRORS = ["Error", "IoError", "OutOfMemory", "FormatError", "ConfigError", "Usa
            "AuthError", "NetworkError", "DeviceError", "InternalError", "LimitError",
            "Interrupted"]
 __all__ = _ERRORS + ["Model", "Stream", "push_many", "write_dataset", "read_dataset", "Dataset",
+           "split", "Split",
            "Run", "runs", "Checkpoint", "version", "library_path"]
 
 try:  # the bindings need numpy; kiln.Error (and kiln.torch) do not
     from ._runtime import Model, Stream, push_many
-    from ._dataset import Dataset, read_dataset, write_dataset
+    from ._dataset import Dataset, Split, read_dataset, split, write_dataset
     from ._runs import Checkpoint, Run, runs
 except ImportError as _e:  # pragma: no cover - a Python without numpy
     _missing = _e

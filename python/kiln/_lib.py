@@ -50,6 +50,51 @@ class ModelOpts(ctypes.Structure):
     _fields_ = [("device", ctypes.c_int)]
 
 
+class DataExtra(ctypes.Structure):
+    """kiln_data_extra."""
+
+    _fields_ = [
+        ("time", ctypes.c_void_p),
+        ("time_column", ctypes.c_char_p),
+        ("group", ctypes.c_void_p),
+        ("n_groups", ctypes.c_int),
+        ("group_names", c_char_pp),
+        ("group_column", ctypes.c_char_p),
+    ]
+
+
+class SplitOpts(ctypes.Structure):
+    """kiln_data_split_opts."""
+
+    _fields_ = [
+        ("val_fraction", ctypes.c_double),
+        ("seq_len", ctypes.c_int),
+        ("val_from", ctypes.c_char_p),
+        ("purge_rows", ctypes.c_long),
+        ("purge_time", ctypes.c_char_p),
+    ]
+
+
+class SplitRange(ctypes.Structure):
+    """kiln_data_range."""
+
+    _fields_ = [(n, ctypes.c_size_t) for n in ("train_begin", "train_end", "val_begin", "val_end")]
+
+
+class SplitInfo(ctypes.Structure):
+    """kiln_data_split_info."""
+
+    _fields_ = [
+        ("n_ranges", ctypes.c_size_t),
+        ("train_rows", ctypes.c_size_t),
+        ("val_rows", ctypes.c_size_t),
+        ("gap_rows", ctypes.c_size_t),
+        ("by_time", ctypes.c_int),
+        ("val_from", ctypes.c_int64),
+        ("n_val", ctypes.c_size_t),
+    ]
+
+
 # name: (restype, argtypes). A restype of ctypes.c_int for a kiln_err.
 _ERR = ctypes.c_int
 _VP = ctypes.c_void_p
@@ -85,6 +130,20 @@ _PROTOS = {
     "kiln_data_targets": (_VP, [_VP]),
     "kiln_data_column": (ctypes.c_char_p, [_VP, ctypes.c_int, ctypes.c_int]),
     "kiln_data_sha256": (ctypes.c_char_p, [_VP]),
+    "kiln_data_write_extra": (
+        _ERR,
+        [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _VP, _VP, c_char_pp, c_char_pp,
+         ctypes.POINTER(DataExtra)],
+    ),
+    "kiln_data_time": (_VP, [_VP, ctypes.POINTER(ctypes.c_char_p)]),
+    "kiln_data_groups": (_VP, [_VP, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_char_p)]),
+    "kiln_data_group_name": (ctypes.c_char_p, [_VP, ctypes.c_int]),
+    "kiln_data_split": (
+        _ERR,
+        [ctypes.c_char_p, ctypes.c_size_t, _VP, _VP, ctypes.c_int, ctypes.POINTER(SplitOpts),
+         ctypes.POINTER(SplitRange), ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,
+         ctypes.POINTER(SplitInfo)],
+    ),
     "kiln_run_read": (_ERR, [ctypes.c_char_p, ctypes.POINTER(_VP)]),
     "kiln_runs_list": (
         _ERR,

@@ -8,8 +8,9 @@ directories and checkpoints and writes model directories that `kiln golden make`
 validate`, `kiln pack`, `kiln sign` and `kiln release --model` take, and the reference outputs
 that `kiln validate --reference` holds the C runtime to (docs/python.md, "kiln.torch").
 
-Nothing here calls libkiln: safetensors is read and written in Python (8-byte little-endian
-header length, a JSON header, the raw data).
+Nothing here calls libkiln but split, which is the trainer's own split (kiln.split): safetensors
+is read and written in Python (8-byte little-endian header length, a JSON header, the raw
+data).
 """
 
 import datetime
@@ -342,20 +343,16 @@ def init_params(config, seed):
     return out
 
 
-def split(rows, val_fraction, seq_len):
-    """The trainer's split (data/dataset.c kiln_dataset_split): (train_end, val_begin,
-    val_end). Validation rows are the last fraction (at least one window), after a purge gap
-    of seq_len rows that neither side uses."""
-    S = seq_len
-    if val_fraction == 0:
-        return rows, rows, rows
-    if rows // 3 < S:
-        raise Error(f"{rows} rows, too few for a training window, a purge gap and a validation "
-                    f"window of {S} rows each")
-    n_val = max(int(math.floor(val_fraction * rows + 0.5)), S)
-    if n_val > rows - 2 * S:
-        raise Error(f"validation fraction {val_fraction} leaves too few rows for training")
-    return rows - n_val - S, rows - n_val, rows
+def split(data, val_fraction, seq_len, **kw):
+    """The trainer's split with its purge gap, by the trainer's own code: kiln.split (the one
+    call into libkiln here; docs/python.md). data is a kiln.Dataset (its time and group
+    columns are used: every instrument split at the same moment, windows inside one
+    instrument), a dataset's path, or a number of rows; kw are kiln.split's (val_from,
+    purge_rows, purge_time, time, groups, val_windows). Returns a kiln.Split, which without
+    groups unpacks as (train_end, val_begin, val_end)."""
+    from ._dataset import split as kiln_split
+
+    return kiln_split(data, val_fraction, seq_len, **kw)
 
 
 # ---- the network ----------------------------------------------------------------------------
