@@ -20,7 +20,7 @@ try:  # the bindings need numpy; kiln.Error (and kiln.torch) do not
 except ImportError as _e:  # pragma: no cover - a Python without numpy
     _missing = _e
 
-    def __getattr__(name):
+    def __getattr__(name: str) -> object:
         if name in __all__:
             raise ImportError(f"kiln.{name} needs numpy ({_missing})")
         raise AttributeError(name)
@@ -28,7 +28,7 @@ except ImportError as _e:  # pragma: no cover - a Python without numpy
 from ._lib import library_path
 
 
-def version():
+def version() -> str:
     """libkiln's version string (kiln_version(): KILN_VERSION and the git revision)."""
     from ._lib import lib
 

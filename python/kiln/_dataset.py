@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _lib
 from ._error import Error
-from ._lib import check, lib, usage
+from ._lib import PathLike, check, lib, usage
 from ._runtime import as_real_array, to_f32
 
 _F32 = np.dtype(np.float32)
@@ -21,19 +21,18 @@ _F32_MAX = float(np.finfo(np.float32).max)
 # The validation windows kiln train evaluates on at most (train/trainer.c VAL_WINDOWS_MAX).
 TRAIN_VAL_WINDOWS = 256
 
-PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 Names = Union[str, Sequence[str], None]
 
 
-def _is_frame(x):
+def _is_frame(x: Any) -> bool:
     return type(x).__module__.startswith("pandas") and hasattr(x, "columns")
 
 
-def _is_series(x):
+def _is_series(x: Any) -> bool:
     return type(x).__module__.startswith("pandas") and hasattr(x, "name") and x.ndim == 1
 
 
-def _columns(x, what, path):
+def _columns(x: Any, what: str, path: str) -> Tuple[np.ndarray, Optional[List[str]]]:
     """x ([N, C], or [N] as one column; numpy or pandas) as a float32 C-contiguous [N, C] array,
     and the names pandas gave it (None for numpy). Values are rounded to f32 as `kiln data
     import` rounds the numbers it parses; a finite value beyond f32's range is refused, as
@@ -63,7 +62,8 @@ def _columns(x, what, path):
     return to_f32(a, f"'{path}': {what}"), names
 
 
-def _names(given, found, n, what, path):
+def _names(given: Names, found: Optional[List[str]], n: int, what: str,
+           path: str) -> Optional[List[str]]:
     names = given if given is not None else found
     if names is None:
         return None
@@ -218,7 +218,7 @@ def write_dataset(path: PathLike, features: Any, targets: Any = None, feature_na
                             f"{np.datetime64(int(t[i - 1]), 's')} on row {q}, group "
                             f"'{gnames[g[i]]}')")
 
-    def cnames(names, what):
+    def cnames(names: Optional[List[str]], what: str) -> Optional[ctypes.Array]:
         if names is None:
             return None
         return (ctypes.c_char_p * len(names))(*[_lib.text_bytes(s, f"'{spath}': {what} name")
