@@ -223,8 +223,8 @@ class Stream(_Handle):
 
     def push(self, features: Any, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Feed one tick: features [F] in (any real dtype), outputs float32 [O] returned (a new
-        array; or written into out, a writable float32 [O] array, and out returned). A non-finite feature is
-        refused and leaves the stream as it was. The features are copied (and rounded to f32)
+        array; or written into out, a writable float32 [O] array, and out returned). A
+        non-finite feature is refused and leaves the stream as it was. The features are copied (and rounded to f32)
         into a buffer the stream owns and the outputs copied out of another, which costs less
         than asking numpy for an array's address."""
         x = features
