@@ -76,9 +76,10 @@ def _names(given: Names, found: Optional[List[str]], n: int, what: str,
 
 
 def _times(t: Any, rows: int, spath: str) -> np.ndarray:
-    """t (epoch seconds as integers, numpy datetime64, or a pandas datetime Series / index,
-    naive as UTC) as int64 [rows] seconds since 1970, a fraction of a second dropped as `kiln
-    data import` drops it (to the second at or before the time)."""
+    """t (epoch seconds as integers, numpy datetime64, ISO 8601 strings or datetime objects
+    read as UTC, or a pandas datetime Series / index, naive as UTC) as int64 [rows] seconds
+    since 1970, a fraction of a second dropped as `kiln data import` drops it (to the second
+    at or before the time)."""
     if type(t).__module__.startswith("pandas"):
         import pandas as pd
 
@@ -89,7 +90,7 @@ def _times(t: Any, rows: int, spath: str) -> np.ndarray:
         t = t.to_numpy()
     try:
         a = t if isinstance(t, np.ndarray) else np.asarray(t)
-        if a.dtype.kind in "US":
+        if a.dtype.kind in "USO":
             a = a.astype("datetime64[s]")
     except (ValueError, TypeError, OverflowError) as e:
         raise usage(f"'{spath}': time: not times ({e})") from None
@@ -463,13 +464,11 @@ def split(data: Union[int, Dataset, PathLike], val_fraction: float, seq_len: int
     if S < 1 or cap < 0 or pr < 0:
         raise usage(f"split: seq_len {S} must be at least 1, purge_rows {pr} and val_windows "
                     f"{cap} at least 0")
-    t = None if time is None else np.ascontiguousarray(as_real_array(time, "split: time"),
-                                                        dtype=np.int64)
+    t = None if time is None else _times(time, rows, label or "split")
     g = None if groups is None else np.ascontiguousarray(as_real_array(groups, "split: groups"),
                                                           dtype=np.int32)
-    for a, what in ((t, "time"), (g, "groups")):
-        if a is not None and a.shape != (rows,):
-            raise usage(f"split: {what} has shape {tuple(a.shape)}, expected [{rows}]")
+    if g is not None and g.shape != (rows,):
+        raise usage(f"split: groups has shape {tuple(g.shape)}, expected [{rows}]")
     n_groups = int(g[-1]) + 1 if g is not None and rows else 0
     opts = _lib.SplitOpts(vf, S, None if not val_from else _lib.text_bytes(val_from, "val_from"),
                           pr, None if not purge_time else _lib.text_bytes(purge_time,

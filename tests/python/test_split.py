@@ -52,6 +52,7 @@ def test_split_dataset_time_groups_bytes_equal_import(tmp):
     variants = {
         "datetime64": dict(time=dates, groups=syms),
         "epoch seconds, numpy labels": dict(time=secs, groups=np.array(syms)),
+        "ISO strings": dict(time=[str(d) for d in dates], groups=tuple(syms)),
     }
     for what, kw in variants.items():
         got = os.path.join(tmp, f"py-{len(what)}.safetensors")
@@ -193,6 +194,9 @@ def test_split_matches_kiln_train(tmp):
         assert got == want, (name, got, want)
         by_construction(sp, ds, purge)
         assert splitter(data, vf, S, **kw).ranges == sp.ranges  # a path: the same
+        arrays = kiln.split(ds.rows, vf, S, time=ds.time.astype("datetime64[s]"),
+                            groups=ds.groups, **kw)  # the columns as arrays: the same
+        assert arrays.ranges == sp.ranges and arrays.val_starts.tolist() == sp.val_starts.tolist()
     # The test can fail: the split of the rows alone (what kiln.torch did before, blind to
     # the instruments) puts every validation row in the last instrument, and run.json says
     # otherwise.
