@@ -189,16 +189,16 @@ kiln_err kiln_dataset_check_extra(const char *path, size_t rows, const int64_t *
                  (int)group[rows - 1] + 1);
     for (size_t r = 0; time && r < rows; r++)
         KILN_FAIL_IF(time[r] < KILN_TIME_MIN || time[r] > KILN_TIME_MAX, code,
-                     "'%s': tensor 'time' row %zu is %lld, outside the years 0000 to 9999", path,
-                     r, (long long)time[r]);
+                     "'%s': tensor 'time' row %zu is %lld, outside the years 0000 to 9999", path, r,
+                     (long long)time[r]);
     for (size_t r = 1; time && r < rows; r++) {
         if (group && group[r] != group[r - 1]) continue;
         if (time[r] >= time[r - 1]) continue;
         char a[32], b[32];
         kiln_time_format(time[r], a);
         kiln_time_format(time[r - 1], b);
-        return kiln_fail(code, "'%s': tensor 'time' goes back at row %zu (%s after %s)", path, r,
-                         a, b);
+        return kiln_fail(code, "'%s': tensor 'time' goes back at row %zu (%s after %s)", path, r, a,
+                         b);
     }
     return KILN_OK;
 }
@@ -305,9 +305,11 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
     if (columns) KILN_TRY(check_columns(columns, n_features, n_outputs, path));
     KILN_FAIL_IF(x && x->group && (x->n_groups < 1 || !x->group_names), KILN_ERR_USAGE,
                  "'%s': a group column needs at least one group and its names", path);
+    for (int g = 0; x && x->group && g < x->n_groups; g++)
+        KILN_FAIL_IF(!x->group_names[g], KILN_ERR_USAGE, "'%s': group %d has no name", path, g);
     if (x) /* what kiln_dataset_open will check, so that no file is written it refuses */
-        KILN_TRY(kiln_dataset_check_extra(path, rows, x->time, x->group, x->n_groups,
-                                          KILN_ERR_USAGE));
+        KILN_TRY(
+            kiln_dataset_check_extra(path, rows, x->time, x->group, x->n_groups, KILN_ERR_USAGE));
     KILN_FAIL_IF(meta && !json_is_object(meta), KILN_ERR_USAGE,
                  "'%s': metadata is not a JSON object", path);
     kiln_st_writer *w;

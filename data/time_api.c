@@ -22,8 +22,7 @@ static kiln_err name_array(const char *path, const char *what, const char *const
         if (!s && names[i]) {
             json_decref(a);
             *out = NULL;
-            return kiln_fail(KILN_ERR_USAGE, "'%s': %s name %d is not valid UTF-8", path, what,
-                             i);
+            return kiln_fail(KILN_ERR_USAGE, "'%s': %s name %d is not valid UTF-8", path, what, i);
         }
         if (json_array_append_new(a, s)) break;
     }
@@ -34,10 +33,9 @@ static kiln_err name_array(const char *path, const char *what, const char *const
 }
 
 KILN_API kiln_err kiln_data_write_extra(const char *path, size_t rows, int n_features,
-                                        int n_outputs, const float *features,
-                                        const float *targets, const char *const *feature_names,
-                                        const char *const *target_names,
-                                        const kiln_data_extra *x) {
+                                        int n_outputs, const float *features, const float *targets,
+                                        const char *const *feature_names,
+                                        const char *const *target_names, const kiln_data_extra *x) {
     KILN_FAIL_IF(!path || !features || !targets, KILN_ERR_USAGE,
                  "kiln_data_write_extra: a null path or array");
     KILN_FAIL_IF(!feature_names != !target_names, KILN_ERR_USAGE,
@@ -55,19 +53,13 @@ KILN_API kiln_err kiln_data_write_extra(const char *path, size_t rows, int n_fea
         if (!cols) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     }
     kiln_dataset_extra ex = {0};
-    if (x) {
-        KILN_FAIL_IF(x->group && (x->n_groups < 1 || !x->group_names), KILN_ERR_USAGE,
-                     "'%s': a group column needs at least one group and its names", path);
-        for (int g = 0; x->group && g < x->n_groups; g++)
-            KILN_FAIL_IF(!x->group_names[g], KILN_ERR_USAGE, "'%s': group %d has no name", path,
-                         g);
+    if (x)
         ex = (kiln_dataset_extra){.time = x->time,
                                   .time_column = x->time_column,
                                   .group = x->group,
                                   .n_groups = x->n_groups,
                                   .group_names = x->group_names,
                                   .group_column = x->group_column};
-    }
     kiln_err rc = kiln_dataset_write_extra(path, rows, n_features, n_outputs, features, targets,
                                            cols, NULL, ex.time || ex.group ? &ex : NULL);
     json_decref(cols);
@@ -76,16 +68,16 @@ KILN_API kiln_err kiln_data_write_extra(const char *path, size_t rows, int n_fea
 
 KILN_API const int64_t *kiln_data_time(const kiln_data *d, const char **column) {
     if (column)
-        *column = d->ds->time ? json_string_value(json_object_get(d->ds->time_meta, "column"))
-                              : NULL;
+        *column =
+            d->ds->time ? json_string_value(json_object_get(d->ds->time_meta, "column")) : NULL;
     return d->ds->time;
 }
 
 KILN_API const int32_t *kiln_data_groups(const kiln_data *d, int *n_groups, const char **column) {
     if (n_groups) *n_groups = d->ds->n_groups;
     if (column)
-        *column = d->ds->group ? json_string_value(json_object_get(d->ds->group_meta, "column"))
-                               : NULL;
+        *column =
+            d->ds->group ? json_string_value(json_object_get(d->ds->group_meta, "column")) : NULL;
     return d->ds->group;
 }
 
@@ -96,9 +88,9 @@ KILN_API const char *kiln_data_group_name(const kiln_data *d, int g) {
 }
 
 KILN_API kiln_err kiln_data_split(const char *path, size_t rows, const int64_t *time,
-                                  const int32_t *group, int n_groups,
-                                  const kiln_data_split_opts *o, kiln_data_range *ranges,
-                                  size_t *val_starts, size_t val_cap, kiln_data_split_info *info) {
+                                  const int32_t *group, int n_groups, const kiln_data_split_opts *o,
+                                  kiln_data_range *ranges, size_t *val_starts, size_t val_cap,
+                                  kiln_data_split_info *info) {
     KILN_FAIL_IF(!o || !ranges || !info || (val_cap && !val_starts), KILN_ERR_USAGE,
                  "kiln_data_split: a null argument");
     memset(info, 0, sizeof *info);
@@ -111,10 +103,9 @@ KILN_API kiln_err kiln_data_split(const char *path, size_t rows, const int64_t *
                           .seq_len = o->seq_len,
                           .val_from = o->val_from,
                           .purge_rows = o->purge_rows};
-    KILN_FAIL_IF(o->purge_time && *o->purge_time && !kiln_duration_parse(o->purge_time,
-                                                                         &so.purge_secs),
-                 KILN_ERR_USAGE, "purge_time '%s' is not a duration (10d, 12h, 90m, 3600s)",
-                 o->purge_time);
+    KILN_FAIL_IF(
+        o->purge_time && *o->purge_time && !kiln_duration_parse(o->purge_time, &so.purge_secs),
+        KILN_ERR_USAGE, "purge_time '%s' is not a duration (10d, 12h, 90m, 3600s)", o->purge_time);
     /* The split reads the rows, the two columns and the path (for its messages) only. */
     kiln_dataset ds = {.rows = rows,
                        .path = (char *)label,
@@ -127,8 +118,8 @@ KILN_API kiln_err kiln_data_split(const char *path, size_t rows, const int64_t *
     size_t n;
     const kiln_split_range *r = kiln_split_ranges(&sp, &one, &n);
     for (size_t g = 0; g < n; g++)
-        ranges[g] = (kiln_data_range){r[g].train_begin, r[g].train_end, r[g].val_begin,
-                                      r[g].val_end};
+        ranges[g] =
+            (kiln_data_range){r[g].train_begin, r[g].train_end, r[g].val_begin, r[g].val_end};
     *info = (kiln_data_split_info){.n_ranges = n,
                                    .train_rows = sp.train_rows,
                                    .val_rows = sp.val_rows,

@@ -352,11 +352,11 @@ KILN_API const char *kiln_data_sha256(const kiln_data *d);
 /* A dataset's time and group columns (docs/data.md; data/time_api.c), as `kiln data import
  * --time COLUMN --group COLUMN` writes them. */
 typedef struct kiln_data_extra {
-    const int64_t *time;     /* [rows] seconds since 1970 (UTC), or NULL: no time column;
-                                0000-01-01 to 9999-12-31, non-decreasing within each group */
-    const char *time_column; /* the name kiln.time records (NULL: "time") */
-    const int32_t *group;    /* [rows] 0, 1, ... in contiguous runs of rows, or NULL */
-    int n_groups;            /* with group: the last row's group + 1 */
+    const int64_t *time;            /* [rows] seconds since 1970 (UTC), or NULL: no time column;
+                                       0000-01-01 to 9999-12-31, non-decreasing within each group */
+    const char *time_column;        /* the name kiln.time records (NULL: "time") */
+    const int32_t *group;           /* [rows] 0, 1, ... in contiguous runs of rows, or NULL */
+    int n_groups;                   /* with group: the last row's group + 1 */
     const char *const *group_names; /* [n_groups], with group */
     const char *group_column;       /* the name kiln.groups records (NULL: "group") */
 } kiln_data_extra;
@@ -365,8 +365,8 @@ typedef struct kiln_data_extra {
  * `kiln data import --time --group` writes. Times and groups that kiln_data_open would refuse
  * are refused before anything is written (KILN_ERR_USAGE naming the row). */
 KILN_API kiln_err kiln_data_write_extra(const char *path, size_t rows, int n_features,
-                                        int n_outputs, const float *features,
-                                        const float *targets, const char *const *feature_names,
+                                        int n_outputs, const float *features, const float *targets,
+                                        const char *const *feature_names,
                                         const char *const *target_names,
                                         const kiln_data_extra *x) KILN_MUST_CHECK;
 /* The time column [rows] (NULL without one), and in *column (may be NULL) its name. Owned
@@ -407,9 +407,8 @@ typedef struct kiln_data_split_info {
  * path names the dataset in messages (NULL: "the dataset"). A split that leaves no training
  * or validation window, or columns kiln_data_open would refuse, is KILN_ERR_USAGE. */
 KILN_API kiln_err kiln_data_split(const char *path, size_t rows, const int64_t *time,
-                                  const int32_t *group, int n_groups,
-                                  const kiln_data_split_opts *o, kiln_data_range *ranges,
-                                  size_t *val_starts, size_t val_cap,
+                                  const int32_t *group, int n_groups, const kiln_data_split_opts *o,
+                                  kiln_data_range *ranges, size_t *val_starts, size_t val_cap,
                                   kiln_data_split_info *info) KILN_MUST_CHECK;
 
 /* One run directory as JSON text (caller frees with kiln_free): {"dir", "run": run.json,

@@ -24,8 +24,12 @@ KILN_TEST(api_time_groups_and_split) {
         tm[r] = (r < 180 ? r : 40 + (r - 180)) * 86400LL;
     }
     const char *names[2] = {"A", "B"}, *fn[1] = {"f"}, *tn[1] = {"t"};
-    kiln_data_extra ex = {.time = tm, .time_column = "date", .group = gp, .n_groups = 2,
-                          .group_names = names, .group_column = "sym"};
+    kiln_data_extra ex = {.time = tm,
+                          .time_column = "date",
+                          .group = gp,
+                          .n_groups = 2,
+                          .group_names = names,
+                          .group_column = "sym"};
     char *p = kiln_test_path("g.safetensors");
     kiln_data *d = NULL;
     kiln_dataset *ds = NULL;
@@ -39,8 +43,8 @@ KILN_TEST(api_time_groups_and_split) {
     const int32_t *g = kiln_data_groups(d, &ng, &gc);
     CHECK("time", t && !memcmp(t, tm, sizeof tm) && !strcmp(tc, "date"));
     CHECK("groups", g && !memcmp(g, gp, sizeof gp) && ng == 2 && !strcmp(gc, "sym"));
-    CHECK("group names", !strcmp(kiln_data_group_name(d, 1), "B") &&
-                             !kiln_data_group_name(d, 2) && !kiln_data_group_name(d, -1));
+    CHECK("group names", !strcmp(kiln_data_group_name(d, 1), "B") && !kiln_data_group_name(d, 2) &&
+                             !kiln_data_group_name(d, -1));
     CHECK("names kept", !strcmp(kiln_data_column(d, 1, 0), "t"));
 
     kiln_data_split_opts o = {.val_fraction = 0.25, .seq_len = 10, .purge_time = "5d"};

@@ -138,8 +138,8 @@ _PROTOS = {
     "kiln_data_sha256": (ctypes.c_char_p, [_VP]),
     "kiln_data_write_extra": (
         _ERR,
-        [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _VP, _VP, c_char_pp, c_char_pp,
-         ctypes.POINTER(DataExtra)],
+        [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _VP, _VP, c_char_pp,
+         c_char_pp, ctypes.POINTER(DataExtra)],
     ),
     "kiln_data_time": (_VP, [_VP, ctypes.POINTER(ctypes.c_char_p)]),
     "kiln_data_groups": (_VP, [_VP, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_char_p)]),

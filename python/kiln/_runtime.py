@@ -116,7 +116,8 @@ class Model(_Handle):
         check(lib().kiln_model_open_opts(p, ctypes.byref(_lib.ModelOpts(dev)), ctypes.byref(h)))
         self._h = h.value
         c = lib().kiln_model_config_get(self._h).contents
-        self.config: Dict[str, Any] = {name: getattr(c, name) for name, _ in _lib.ModelConfig._fields_}
+        self.config: Dict[str, Any] = {name: getattr(c, name)
+                                       for name, _ in _lib.ModelConfig._fields_}
         self.n_features = c.n_features
         self.n_outputs = c.n_outputs
         self.device = "cpu" if dev == _lib.DEVICE_CPU else f"cuda:{dev}"
@@ -224,9 +225,9 @@ class Stream(_Handle):
     def push(self, features: Any, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Feed one tick: features [F] in (any real dtype), outputs float32 [O] returned (a new
         array; or written into out, a writable float32 [O] array, and out returned). A
-        non-finite feature is refused and leaves the stream as it was. The features are copied (and rounded to f32)
-        into a buffer the stream owns and the outputs copied out of another, which costs less
-        than asking numpy for an array's address."""
+        non-finite feature is refused and leaves the stream as it was. The features are copied
+        (and rounded to f32) into a buffer the stream owns and the outputs copied out of
+        another, which costs less than asking numpy for an array's address."""
         x = features
         if type(x) is not np.ndarray or x.dtype.kind not in "fiu":
             x = as_real_array(x, "features")

@@ -103,4 +103,5 @@ def test_api_typed_help_shows_docstrings():
     assert "def forward" not in text and "forward(self, features: 'Any') -> 'np.ndarray'" in text
     assert inspect.getdoc(kiln.Model.forward).splitlines()[0] in text
     for obj in (kiln.Dataset, kiln.Split, kiln.Run, kiln.Stream, kiln.Error):
-        assert inspect.getdoc(obj).splitlines()[0] in pydoc.render_doc(obj, renderer=pydoc.plaintext)
+        text = pydoc.render_doc(obj, renderer=pydoc.plaintext)
+        assert inspect.getdoc(obj).splitlines()[0] in text, obj
