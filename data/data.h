@@ -117,6 +117,12 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
                                   const float *features, const float *targets,
                                   const json_t *columns, const json_t *meta,
                                   const kiln_dataset_extra *x);
+/* The time and group tensors' rules, as kiln_dataset_open checks them and the writer before
+ * it writes: group (NULL: none) 0, 1, ... in contiguous runs of rows, the last n_groups - 1;
+ * time (NULL: none) in [KILN_TIME_MIN, KILN_TIME_MAX] and non-decreasing within each group.
+ * The first row that breaks one is an error of code naming path and the row. */
+kiln_err kiln_dataset_check_extra(const char *path, size_t rows, const int64_t *time,
+                                  const int32_t *group, int n_groups, kiln_err code);
 /* The times kiln takes, in epoch seconds: the years 0000 to 9999, 0000-01-01T00:00:00Z to
  * 9999-12-31T23:59:59Z. Bounded so that the difference of any two, and a purge gap taken
  * from one, stay far inside int64 (epoch seconds at int64's ends made inspect print year

@@ -170,35 +170,36 @@ static kiln_err open_extra(const kiln_st *st, kiln_dataset *ds) {
                 json_array_size(names) < 1 || json_array_size(names) > (1u << 30),
             KILN_ERR_FORMAT, "'%s': kiln.groups is not {\"column\": name, \"names\": [...]}", path);
         ds->n_groups = (int)json_array_size(names);
-        for (size_t r = 0; r < ds->rows; r++) {
-            int32_t g = ds->group[r], prev = r ? ds->group[r - 1] : 0;
-            KILN_FAIL_IF(g < 0 || g >= ds->n_groups || g < prev || g > prev + 1 || (!r && g),
-                         KILN_ERR_FORMAT,
-                         "'%s': tensor 'group' row %zu is %d: groups must be 0, 1, ... in "
-                         "contiguous runs of rows, below %d",
-                         path, r, (int)g, ds->n_groups);
-        }
-        KILN_FAIL_IF(ds->group[ds->rows - 1] != ds->n_groups - 1, KILN_ERR_FORMAT,
-                     "'%s': kiln.groups names %d groups but tensor 'group' has %d", path,
-                     ds->n_groups, (int)ds->group[ds->rows - 1] + 1);
     }
-    if (ds->time)
-        for (size_t r = 0; r < ds->rows; r++)
-            KILN_FAIL_IF(ds->time[r] < KILN_TIME_MIN || ds->time[r] > KILN_TIME_MAX,
-                         KILN_ERR_FORMAT,
-                         "'%s': tensor 'time' row %zu is %lld, outside the years 0000 to 9999",
-                         path, r, (long long)ds->time[r]);
-    if (ds->time)
-        for (size_t r = 1; r < ds->rows; r++) {
-            if (ds->group && ds->group[r] != ds->group[r - 1]) continue;
-            if (ds->time[r] >= ds->time[r - 1]) continue;
-            char a[32], b[32];
-            kiln_time_format(ds->time[r], a);
-            kiln_time_format(ds->time[r - 1], b);
-            return kiln_fail(KILN_ERR_FORMAT,
-                             "'%s': tensor 'time' goes back at row %zu (%s after %s)", path, r, a,
-                             b);
-        }
+    return kiln_dataset_check_extra(path, ds->rows, ds->time, ds->group, ds->n_groups,
+                                    KILN_ERR_FORMAT);
+}
+
+kiln_err kiln_dataset_check_extra(const char *path, size_t rows, const int64_t *time,
+                                  const int32_t *group, int n_groups, kiln_err code) {
+    for (size_t r = 0; group && r < rows; r++) {
+        int32_t g = group[r], prev = r ? group[r - 1] : 0;
+        KILN_FAIL_IF(g < 0 || g >= n_groups || g < prev || g > prev + 1 || (!r && g), code,
+                     "'%s': tensor 'group' row %zu is %d: groups must be 0, 1, ... in "
+                     "contiguous runs of rows, below %d",
+                     path, r, (int)g, n_groups);
+    }
+    KILN_FAIL_IF(group && rows && group[rows - 1] != n_groups - 1, code,
+                 "'%s': kiln.groups names %d groups but tensor 'group' has %d", path, n_groups,
+                 (int)group[rows - 1] + 1);
+    for (size_t r = 0; time && r < rows; r++)
+        KILN_FAIL_IF(time[r] < KILN_TIME_MIN || time[r] > KILN_TIME_MAX, code,
+                     "'%s': tensor 'time' row %zu is %lld, outside the years 0000 to 9999", path, r,
+                     (long long)time[r]);
+    for (size_t r = 1; time && r < rows; r++) {
+        if (group && group[r] != group[r - 1]) continue;
+        if (time[r] >= time[r - 1]) continue;
+        char a[32], b[32];
+        kiln_time_format(time[r], a);
+        kiln_time_format(time[r - 1], b);
+        return kiln_fail(code, "'%s': tensor 'time' goes back at row %zu (%s after %s)", path, r, a,
+                         b);
+    }
     return KILN_OK;
 }
 
@@ -302,10 +303,13 @@ kiln_err kiln_dataset_write_extra(const char *path, size_t rows, int n_features,
                      "'%s': targets row %zu column %zu is not finite", path, i / (size_t)n_outputs,
                      i % (size_t)n_outputs);
     if (columns) KILN_TRY(check_columns(columns, n_features, n_outputs, path));
-    for (size_t r = 0; x && x->time && r < rows; r++)
-        KILN_FAIL_IF(x->time[r] < KILN_TIME_MIN || x->time[r] > KILN_TIME_MAX, KILN_ERR_USAGE,
-                     "'%s': time row %zu is %lld, outside the years 0000 to 9999", path, r,
-                     (long long)x->time[r]);
+    KILN_FAIL_IF(x && x->group && (x->n_groups < 1 || !x->group_names), KILN_ERR_USAGE,
+                 "'%s': a group column needs at least one group and its names", path);
+    for (int g = 0; x && x->group && g < x->n_groups; g++)
+        KILN_FAIL_IF(!x->group_names[g], KILN_ERR_USAGE, "'%s': group %d has no name", path, g);
+    if (x) /* what kiln_dataset_open will check, so that no file is written it refuses */
+        KILN_TRY(
+            kiln_dataset_check_extra(path, rows, x->time, x->group, x->n_groups, KILN_ERR_USAGE));
     KILN_FAIL_IF(meta && !json_is_object(meta), KILN_ERR_USAGE,
                  "'%s': metadata is not a JSON object", path);
     kiln_st_writer *w;

@@ -66,29 +66,22 @@ def lr_at(i, steps, lr, min_lr, warmup):
     return min_lr + 0.5 * (lr - min_lr) * (1 + math.cos(math.pi * min(1.0, t)))
 
 
-def heldout_windows(f, y, begin, end, S, cap=256):
-    """kiln's validation windows: up to cap non-overlapping windows spread evenly."""
-    n = min((end - begin) // S, cap)
-    stride = (end - begin) // n
-    starts = [begin + k * stride for k in range(n)]
-    return (torch.from_numpy(np.stack([f[s:s + S] for s in starts])),
-            torch.from_numpy(np.stack([y[s:s + S] for s in starts])))
-
-
 def train(args):
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
-    data, _ = kt.read_safetensors(args.data)
-    f, y = data["features"].astype(np.float32), data["targets"].astype(np.float32)
+    data = kiln.read_dataset(args.data)  # with its time and group columns, if it has them
+    f, y = data.features, data.targets
     cfg = dict(CONFIG, n_features=f.shape[1], n_outputs=y.shape[1])
     S = cfg["seq_len"]
-    train_end, val_begin, val_end = kt.split(f.shape[0], args.val_fraction, S)
+    # kiln train's split, by its own code: with instruments (kiln data import --group) each
+    # is split at the same moment, and no window holds rows of two of them.
+    sp = kt.split(data, args.val_fraction, S)
     model = kt.TSMoE(cfg, seed=args.seed)  # kiln train's initial weights for this seed
-    model.set_input_norm(f[:train_end])
+    model.set_input_norm(f[sp.train_index()])
     # The head fits standardised targets, as kiln train's: on daily returns (std ~0.01) the
     # MSE would otherwise be ~1e-4 beside a load-balance term of ~0.02, and drive nothing.
     # save_model_dir folds the standardisation back into the head.
-    model.set_target_norm(y[:train_end])
+    model.set_target_norm(y[sp.train_index()])
     decay = [p for n, p in model.named_parameters()
              if n.endswith(".weight") and p.dim() >= 2]
     other = [p for n, p in model.named_parameters() if not (n.endswith(".weight") and p.dim() >= 2)]
@@ -96,14 +89,15 @@ def train(args):
                              {"params": other, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.99), eps=1e-8)
     rng = np.random.default_rng(args.seed)
-    xv, yv = heldout_windows(f, y, val_begin, val_end, S)
+    # kiln's validation windows: up to 256 non-overlapping windows spread over the held-out rows
+    xv = torch.from_numpy(sp.windows(f, sp.val_starts))
+    yv = torch.from_numpy(sp.windows(y, sp.val_starts))
     t0 = time.monotonic()
     for i in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(i, args.steps, args.lr, args.lr / 10, 30)
-        starts = rng.integers(0, train_end - S + 1, size=args.batch)
-        xb = torch.from_numpy(np.stack([f[s:s + S] for s in starts]))
-        yb = torch.from_numpy(np.stack([y[s:s + S] for s in starts]))
+        starts = sp.train_starts[rng.integers(0, len(sp.train_starts), size=args.batch)]
+        xb, yb = torch.from_numpy(sp.windows(f, starts)), torch.from_numpy(sp.windows(y, starts))
         _, loss = model(xb, yb)
         opt.zero_grad()
         loss["loss"].backward()
@@ -120,8 +114,7 @@ def train(args):
                   f"mse {loss['mse'].item():.6f} lb {loss['load_balance'].item():.3f} "
                   f"z {loss['z'].item():.3f} val_loss {val:.6f} val_r2 {r2:.4f} "
                   f"({time.monotonic() - t0:.1f} s)", flush=True)
-    return model, f, y, (train_end, val_begin, val_end), {"val_loss": val, "val_r2": r2,
-                                                          "loss": loss["loss"].item()}
+    return model, f, y, sp, {"val_loss": val, "val_r2": r2, "loss": loss["loss"].item()}
 
 
 def main(argv):
@@ -146,7 +139,8 @@ def main(argv):
         print(f"research.py: error: '{args.out}' exists already", file=sys.stderr)
         return 2
     try:
-        model, f, y, (_, val_begin, val_end), metrics = train(args)
+        model, f, y, sp, metrics = train(args)
+        _, _, val_begin, val_end = sp.ranges[-1]  # with instruments, the last one's
         os.makedirs(args.out)
         mdir = os.path.join(args.out, "model")
         model.save_model_dir(mdir, dataset=args.data, name=args.name,
@@ -162,8 +156,9 @@ def main(argv):
             raise kiln.Error(p.stderr.strip() or f"kiln golden make exited {p.returncode}")
         ref = os.path.join(args.out, "reference.safetensors")
         model.reference_outputs(mdir, ref)
-        # The held-out rows as a kiln dataset, and the notebook's predictions on them (one
-        # sequence from the first row, as kiln infer runs a file).
+        # The held-out rows as a kiln dataset (of the last instrument, with several), and the
+        # notebook's predictions on them (one sequence from the first row, as kiln infer runs
+        # a file).
         held = os.path.join(args.out, "heldout.safetensors")
         kt.write_safetensors(held, {"features": f[val_begin:val_end],
                                     "targets": y[val_begin:val_end]})

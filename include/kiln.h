@@ -349,6 +349,68 @@ KILN_API const char *kiln_data_column(const kiln_data *d, int target, int i);
 /* SHA-256 of the file's bytes, lowercase hex (what sha256sum prints); owned by d. */
 KILN_API const char *kiln_data_sha256(const kiln_data *d);
 
+/* A dataset's time and group columns (docs/data.md; data/time_api.c), as `kiln data import
+ * --time COLUMN --group COLUMN` writes them. */
+typedef struct kiln_data_extra {
+    const int64_t *time;            /* [rows] seconds since 1970 (UTC), or NULL: no time column;
+                                       0000-01-01 to 9999-12-31, non-decreasing within each group */
+    const char *time_column;        /* the name kiln.time records (NULL: "time") */
+    const int32_t *group;           /* [rows] 0, 1, ... in contiguous runs of rows, or NULL */
+    int n_groups;                   /* with group: the last row's group + 1 */
+    const char *const *group_names; /* [n_groups], with group */
+    const char *group_column;       /* the name kiln.groups records (NULL: "group") */
+} kiln_data_extra;
+/* kiln_data_write with the time and group columns of x (NULL, or both fields NULL: none, and
+ * the bytes are kiln_data_write's). The same numbers, names, times and groups give the bytes
+ * `kiln data import --time --group` writes. Times and groups that kiln_data_open would refuse
+ * are refused before anything is written (KILN_ERR_USAGE naming the row). */
+KILN_API kiln_err kiln_data_write_extra(const char *path, size_t rows, int n_features,
+                                        int n_outputs, const float *features, const float *targets,
+                                        const char *const *feature_names,
+                                        const char *const *target_names,
+                                        const kiln_data_extra *x) KILN_MUST_CHECK;
+/* The time column [rows] (NULL without one), and in *column (may be NULL) its name. Owned
+ * by d. */
+KILN_API const int64_t *kiln_data_time(const kiln_data *d, const char **column);
+/* The group column [rows] (NULL without one), *n_groups (0 without) and *column its name
+ * (each may be NULL). Owned by d. */
+KILN_API const int32_t *kiln_data_groups(const kiln_data *d, int *n_groups, const char **column);
+/* The name of group g; NULL without groups or when g is out of range. Owned by d. */
+KILN_API const char *kiln_data_group_name(const kiln_data *d, int g);
+
+/* How to split, as kiln train's config keys of the same names say (docs/data.md, "Train and
+ * validation split"). */
+typedef struct kiln_data_split_opts {
+    double val_fraction;
+    int seq_len;
+    const char *val_from;   /* NULL or "": by val_fraction; else a time (needs time) */
+    long purge_rows;        /* the gap in rows, at least seq_len (0: seq_len) */
+    const char *purge_time; /* NULL or "": none; else a duration such as "10d" (needs time) */
+} kiln_data_split_opts;
+/* One group's rows (the whole dataset's without groups): training rows [train_begin,
+ * train_end), validation rows [val_begin, val_end). A window of seq_len rows starting at s
+ * trains when train_begin <= s and s + seq_len <= train_end. */
+typedef struct kiln_data_range {
+    size_t train_begin, train_end, val_begin, val_end;
+} kiln_data_range;
+typedef struct kiln_data_split_info {
+    size_t n_ranges;                       /* ranges filled: n_groups, or 1 without groups */
+    size_t train_rows, val_rows, gap_rows; /* totals over the ranges; gap_rows per range */
+    int by_time;                           /* the validation starts at a time, val_from */
+    int64_t val_from;                      /* (by_time) seconds since 1970 */
+    size_t n_val;                          /* val_starts filled */
+} kiln_data_split_info;
+/* The train/validation split `kiln train` makes (kiln_dataset_split_ex) of a dataset of rows
+ * with these time and group columns (each NULL: none; as kiln_data_time and kiln_data_groups
+ * give them), into ranges [n_groups, or 1 without groups], and the fixed validation windows
+ * the trainer evaluates on (up to val_cap; kiln train takes 256) into val_starts [val_cap].
+ * path names the dataset in messages (NULL: "the dataset"). A split that leaves no training
+ * or validation window, or columns kiln_data_open would refuse, is KILN_ERR_USAGE. */
+KILN_API kiln_err kiln_data_split(const char *path, size_t rows, const int64_t *time,
+                                  const int32_t *group, int n_groups, const kiln_data_split_opts *o,
+                                  kiln_data_range *ranges, size_t *val_starts, size_t val_cap,
+                                  kiln_data_split_info *info) KILN_MUST_CHECK;
+
 /* One run directory as JSON text (caller frees with kiln_free): {"dir", "run": run.json,
  * "state": "finished" | "running" | "interrupted" | "diverged" | "failed", "message" (the
  * trainer's, for diverged and failed; else null), "step" (the newest logged; 0 none),

@@ -977,7 +977,7 @@ KILN_TEST(data_time_bounds) {
     char *w = kiln_test_path("w.st");
     CHECK("the writer refuses them",
           kiln_dataset_write_extra(w, 2, 1, 1, fx, ty, NULL, NULL, &x) == KILN_ERR_USAGE &&
-              has("time row 0") && !kiln_path_exists(w));
+              has("tensor 'time' row 0") && !kiln_path_exists(w));
     kiln_st_writer *sw;
     if (CHECK("raw writer", kiln_st_writer_new(&sw) == KILN_OK)) {
         kiln_err rc = kiln_st_writer_add(sw, "features", KILN_F32, 2, (int64_t[]){2, 1}, fx);

@@ -10,16 +10,17 @@ _ERRORS = ["Error", "IoError", "OutOfMemory", "FormatError", "ConfigError", "Usa
            "AuthError", "NetworkError", "DeviceError", "InternalError", "LimitError",
            "Interrupted"]
 __all__ = _ERRORS + ["Model", "Stream", "push_many", "write_dataset", "read_dataset", "Dataset",
+           "split", "Split",
            "Run", "runs", "Checkpoint", "version", "library_path"]
 
 try:  # the bindings need numpy; kiln.Error (and kiln.torch) do not
     from ._runtime import Model, Stream, push_many
-    from ._dataset import Dataset, read_dataset, write_dataset
+    from ._dataset import Dataset, Split, read_dataset, split, write_dataset
     from ._runs import Checkpoint, Run, runs
 except ImportError as _e:  # pragma: no cover - a Python without numpy
     _missing = _e
 
-    def __getattr__(name):
+    def __getattr__(name: str) -> object:
         if name in __all__:
             raise ImportError(f"kiln.{name} needs numpy ({_missing})")
         raise AttributeError(name)
@@ -27,7 +28,7 @@ except ImportError as _e:  # pragma: no cover - a Python without numpy
 from ._lib import library_path
 
 
-def version():
+def version() -> str:
     """libkiln's version string (kiln_version(): KILN_VERSION and the git revision)."""
     from ._lib import lib
 

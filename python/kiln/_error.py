@@ -7,7 +7,7 @@ still catches them all.
 The table below is kiln.h's enum, in its order (appended, never renumbered);
 tests/python/test_errors.py reads kiln.h and fails where the two differ."""
 
-from typing import Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type
 
 
 class Error(Exception):
@@ -18,14 +18,15 @@ class Error(Exception):
 
     code: int
     message: str
+    kiln_code: int = 0  # each kind's own code (set below from CODES)
 
-    def __new__(cls, message: str = "", code: int = 0, *args, **kwargs):
+    def __new__(cls, message: str = "", code: int = 0, *args: Any, **kwargs: Any) -> "Error":
         kind = (_KINDS.get(code) if cls is Error else None) or cls
         # The built-in base after Error in the kind's order (OSError.__new__ for the OSError
         # kinds, which refuse Exception.__new__).
         return super(Error, kind).__new__(kind, message)
 
-    def __init__(self, message: str = "", code: int = 0):
+    def __init__(self, message: str = "", code: int = 0) -> None:
         Exception.__init__(self, message)
         self.message = message
         self.code = code or getattr(type(self), "kiln_code", 0)
@@ -33,7 +34,7 @@ class Error(Exception):
     def __str__(self) -> str:
         return self.message
 
-    def __reduce__(self):
+    def __reduce__(self) -> Tuple[Type["Error"], Tuple[str, int]]:
         return (Error, (self.message, self.code))
 
 

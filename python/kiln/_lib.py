@@ -6,11 +6,14 @@ ctypes releases the GIL for the length of every call into a CDLL, so a long forw
 while other Python threads do; kiln_errmsg() is per thread, and check() reads it on the
 thread that made the failing call."""
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import os
 import subprocess
 import threading
+from typing import Optional, Union
 
 from ._error import CODES, Error
 
@@ -21,6 +24,9 @@ for _code, (_name, _cls) in CODES.items():
 del _code, _name, _cls
 
 DEVICE_CPU = -1
+
+# What a path argument may be (str, bytes or os.PathLike, as open() takes).
+PathLike = Union[str, bytes, "os.PathLike[str]", "os.PathLike[bytes]"]
 
 c_float_p = ctypes.POINTER(ctypes.c_float)
 c_char_pp = ctypes.POINTER(ctypes.c_char_p)
@@ -48,6 +54,51 @@ class ModelOpts(ctypes.Structure):
     """kiln_model_opts."""
 
     _fields_ = [("device", ctypes.c_int)]
+
+
+class DataExtra(ctypes.Structure):
+    """kiln_data_extra."""
+
+    _fields_ = [
+        ("time", ctypes.c_void_p),
+        ("time_column", ctypes.c_char_p),
+        ("group", ctypes.c_void_p),
+        ("n_groups", ctypes.c_int),
+        ("group_names", c_char_pp),
+        ("group_column", ctypes.c_char_p),
+    ]
+
+
+class SplitOpts(ctypes.Structure):
+    """kiln_data_split_opts."""
+
+    _fields_ = [
+        ("val_fraction", ctypes.c_double),
+        ("seq_len", ctypes.c_int),
+        ("val_from", ctypes.c_char_p),
+        ("purge_rows", ctypes.c_long),
+        ("purge_time", ctypes.c_char_p),
+    ]
+
+
+class SplitRange(ctypes.Structure):
+    """kiln_data_range."""
+
+    _fields_ = [(n, ctypes.c_size_t) for n in ("train_begin", "train_end", "val_begin", "val_end")]
+
+
+class SplitInfo(ctypes.Structure):
+    """kiln_data_split_info."""
+
+    _fields_ = [
+        ("n_ranges", ctypes.c_size_t),
+        ("train_rows", ctypes.c_size_t),
+        ("val_rows", ctypes.c_size_t),
+        ("gap_rows", ctypes.c_size_t),
+        ("by_time", ctypes.c_int),
+        ("val_from", ctypes.c_int64),
+        ("n_val", ctypes.c_size_t),
+    ]
 
 
 # name: (restype, argtypes). A restype of ctypes.c_int for a kiln_err.
@@ -85,6 +136,20 @@ _PROTOS = {
     "kiln_data_targets": (_VP, [_VP]),
     "kiln_data_column": (ctypes.c_char_p, [_VP, ctypes.c_int, ctypes.c_int]),
     "kiln_data_sha256": (ctypes.c_char_p, [_VP]),
+    "kiln_data_write_extra": (
+        _ERR,
+        [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, _VP, _VP, c_char_pp,
+         c_char_pp, ctypes.POINTER(DataExtra)],
+    ),
+    "kiln_data_time": (_VP, [_VP, ctypes.POINTER(ctypes.c_char_p)]),
+    "kiln_data_groups": (_VP, [_VP, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_char_p)]),
+    "kiln_data_group_name": (ctypes.c_char_p, [_VP, ctypes.c_int]),
+    "kiln_data_split": (
+        _ERR,
+        [ctypes.c_char_p, ctypes.c_size_t, _VP, _VP, ctypes.c_int, ctypes.POINTER(SplitOpts),
+         ctypes.POINTER(SplitRange), ctypes.POINTER(ctypes.c_size_t), ctypes.c_size_t,
+         ctypes.POINTER(SplitInfo)],
+    ),
     "kiln_run_read": (_ERR, [ctypes.c_char_p, ctypes.POINTER(_VP)]),
     "kiln_runs_list": (
         _ERR,
@@ -98,7 +163,7 @@ _lib = None
 _lock = threading.Lock()
 
 
-def _pkg_config_library():
+def _pkg_config_library() -> Optional[str]:
     """libkiln.so.MAJOR where `make install` put it, as pkg-config names its libdir (the
     installed kiln.pc; PKG_CONFIG_PATH finds one under a PREFIX of its own); None without."""
     try:
@@ -116,7 +181,7 @@ def _pkg_config_library():
     return None
 
 
-def library_path():
+def library_path() -> Optional[str]:
     """Where libkiln.so is looked for: $KILN_LIB, else build/libkiln.so of the repository this
     package sits in (python/kiln/ -> ../../build), else the system's (ldconfig's `kiln`), else
     the one pkg-config's kiln.pc names (`make install PREFIX=...`)."""
@@ -130,7 +195,7 @@ def library_path():
     return ctypes.util.find_library("kiln") or _pkg_config_library()
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """The loaded library, every prototype declared; loaded on first use, so that `import kiln`
     works (kiln.Error, kiln.torch) on a machine without it."""
     global _lib
@@ -158,7 +223,7 @@ def lib():
     return _lib
 
 
-def fail(code):
+def fail(code: int) -> Error:
     """kiln.Error for a kiln_err just returned on this thread."""
     msg = lib().kiln_errmsg()
     text = msg.decode("utf-8", "replace") if msg else ""
@@ -168,17 +233,18 @@ def fail(code):
     return Error(text, code)
 
 
-def check(code):
+def check(code: int) -> None:
+    """Raise kiln.Error for a kiln_err that is not KILN_OK (0)."""
     if code:
         raise fail(code)
 
 
-def usage(message):
+def usage(message: str) -> Error:
     """kiln.Error for arguments refused in Python before any C call."""
     return Error(message, ERR_USAGE)
 
 
-def path_bytes(path, what="path"):
+def path_bytes(path: object, what: str = "path") -> bytes:
     """path as the bytes a kiln call takes. A NUL byte is refused: C would read the path only
     up to it, and open the file the prefix names."""
     try:
@@ -191,7 +257,7 @@ def path_bytes(path, what="path"):
     return b
 
 
-def text_bytes(s, what):
+def text_bytes(s: object, what: str) -> bytes:
     """s as the UTF-8 a kiln call takes: a NUL byte (C would cut the text there) and what is
     not text in UTF-8 (a lone surrogate) are refused, naming what it was."""
     s = str(s)
@@ -204,7 +270,7 @@ def text_bytes(s, what):
     return b
 
 
-def take_text(p):
+def take_text(p: int) -> str:
     """The text a kiln call returned in memory the caller frees, freed."""
     try:
         return ctypes.string_at(p).decode("utf-8")

@@ -6,20 +6,27 @@ tables are read with Python's sqlite3 from metrics.db opened read-only (a `mode=
 four in one read transaction, as kiln's own readers do: a run being trained (SQLite in WAL
 mode) can be read at any moment, and never sees half of a step."""
 
-import collections
+from __future__ import annotations
+
 import ctypes
 import json
 import os
 import sqlite3
 import urllib.parse
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib
-from ._lib import check, lib, usage
+from ._lib import PathLike, check, lib, usage
 
-Checkpoint = collections.namedtuple("Checkpoint", "step path")
-Checkpoint.__doc__ = "A checkpoint of a run: its step and the path of its safetensors file."
+
+class Checkpoint(NamedTuple):
+    """A checkpoint of a run: its step and the path of its safetensors file."""
+
+    step: int
+    path: str
+
 
 # metrics.db (train/metrics.c) is read by its own schema, so that a table or column the trainer
 # adds comes through without a change here: each column by its declared type, INTEGER as int64
@@ -34,14 +41,14 @@ _KIND_NAMES = {"i": "an INTEGER", "f": "a REAL", "s": "TEXT", "j": "a JSON array
 _MAX_EXPERTS = 4096
 
 
-def _internal(table):
+def _internal(table: str) -> bool:
     """A table the trainer keeps for its readers' speed, not a metric: the per-bucket sums of
     the curves (step_sums, layer_sums, tensor_sums, and how far each is done) and the index
     of tensor names."""
     return table.endswith("_sums") or table.endswith("_sums_done") or table == "tensor_names"
 
 
-def _schema(con):
+def _schema(con: sqlite3.Connection) -> Dict[str, Tuple[str, List[Tuple[str, str]]]]:
     """{table: (order, [(column, kind)])} for every table of the database."""
     out = {}
     names = [r[0] for r in con.execute(
@@ -60,7 +67,8 @@ class Table(np.ndarray):
     """A metrics table: a numpy structured array (one field per column, rows in key order),
     with to_pandas()."""
 
-    def to_pandas(self):
+    def to_pandas(self) -> Any:
+        """The table as a pandas DataFrame, one column per field (expert_load as lists)."""
         import pandas as pd
 
         cols = {}
@@ -70,7 +78,7 @@ class Table(np.ndarray):
         return pd.DataFrame(cols)
 
 
-def _bad(db, table, name, row, kind, v):
+def _bad(db: str, table: str, name: str, row: int, kind: str, v: object) -> _lib.Error:
     shown = repr(v)
     if len(shown) > 60:
         shown = shown[:57] + "..."
@@ -78,7 +86,7 @@ def _bad(db, table, name, row, kind, v):
                       f"{_KIND_NAMES[kind]}", _lib.ERR_FORMAT)
 
 
-def _expert_load(db, table, name, r, v):
+def _expert_load(db: str, table: str, name: str, r: int, v: object) -> List[float]:
     if v is None or v == "":
         return []
     if not isinstance(v, str):
@@ -93,7 +101,8 @@ def _expert_load(db, table, name, r, v):
     return a
 
 
-def _select(con, db, table, order, cols):
+def _select(con: sqlite3.Connection, db: str, table: str, order: str,
+            cols: List[Tuple[str, str]]) -> Table:
     sql = ", ".join(f'coalesce("{n}", -1)' if k == "i" else f'"{n}"' for n, k in cols)
     rows = con.execute(f'SELECT {sql} FROM "{table}" ORDER BY {order}').fetchall()
     fields, data = [], []
@@ -136,14 +145,24 @@ class Run:
     Checkpoint, ascending) and best_checkpoint (the one `kiln export --best` takes, or None),
     read when the Run is made and again by refresh(). The metrics tables steps, layers,
     tensors and events are read from metrics.db on each access (a run being trained grows);
-    metrics() reads all four in one transaction."""
+    metrics() reads all four in one transaction.
 
-    def __init__(self, path):
+    Run(path): path is the run directory (`kiln train --run-dir`)."""
+
+    run: Dict[str, Any]
+    config: Dict[str, Any]
+    state: str
+    message: Optional[str]
+    step: int
+    checkpoints: List[Checkpoint]
+    best_checkpoint: Optional[Checkpoint]
+
+    def __init__(self, path: PathLike) -> None:
         self.dir = os.fsdecode(_lib.path_bytes(path, "run directory"))
         self.refresh()
 
-    def refresh(self):
-        """Read run.json, the state and the checkpoints again."""
+    def refresh(self) -> "Run":
+        """Read run.json, the state and the checkpoints again; returns the Run."""
         out = ctypes.c_void_p()
         check(lib().kiln_run_read(os.fsencode(self.dir), ctypes.byref(out)))
         doc = json.loads(_lib.take_text(out.value))
@@ -158,14 +177,16 @@ class Run:
         return self
 
     @property
-    def run_id(self):
+    def run_id(self) -> Optional[str]:
+        """run.json's run_id."""
         return self.run.get("run_id")
 
     @property
-    def dataset_sha256(self):
+    def dataset_sha256(self) -> Optional[str]:
+        """run.json's dataset_sha256: the digest of the dataset the run trained on."""
         return self.run.get("dataset_sha256")
 
-    def _connect(self):
+    def _connect(self) -> sqlite3.Connection:
         db = os.path.join(self.dir, "metrics.db")
         if not os.path.exists(db):
             raise _lib.Error(f"'{self.dir}': no metrics.db: the run has logged no step yet",
@@ -177,7 +198,7 @@ class Run:
         except sqlite3.Error as e:
             raise _lib.Error(f"'{db}': cannot open: {e}", _lib.ERR_IO) from None
 
-    def metrics(self, tables=None):
+    def metrics(self, tables: Optional[Iterable[str]] = None) -> Dict[str, Table]:
         """The metrics tables named (None: the metrics a run logs: steps, layers, tensors,
         events, val_targets where present, and any table a later trainer adds; not the
         trainer's own summary and index tables, *_sums, *_sums_done and tensor_names, which
@@ -202,31 +223,36 @@ class Run:
             con.close()
 
     @property
-    def steps(self):
+    def steps(self) -> Table:
+        """metrics.db's steps table: one row per logged step (loss, lr, val_loss, ...)."""
         return self.metrics(("steps",))["steps"]
 
     @property
-    def layers(self):
+    def layers(self) -> Table:
+        """metrics.db's layers table: one row per logged step and layer."""
         return self.metrics(("layers",))["layers"]
 
     @property
-    def tensors(self):
+    def tensors(self) -> Table:
+        """metrics.db's tensors table: one row per logged step and tensor."""
         return self.metrics(("tensors",))["tensors"]
 
     @property
-    def events(self):
+    def events(self) -> Table:
+        """metrics.db's events table: the run's events (start, resume, preemption, ...)."""
         return self.metrics(("events",))["events"]
 
-    def to_pandas(self):
+    def to_pandas(self) -> Dict[str, Any]:
         """The metrics tables (metrics(): steps, layers, tensors, events, val_targets) as a
         dict of pandas DataFrames, read in one read transaction; not the summary tables."""
         return {k: v.to_pandas() for k, v in self.metrics().items()}
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"kiln.Run({self.dir!r}, {self.state}, step {self.step})"
 
 
-def runs(*paths, where=(), sort=None, top=0):
+def runs(*paths: Union[PathLike, Sequence[PathLike]], where: Union[str, Sequence[str]] = (),
+         sort: Optional[str] = None, top: int = 0) -> Dict[str, Any]:
     """`kiln runs list --json PATH...` as a dict (format "kiln-runs-list/1"): each path a run
     directory or a directory of runs (a sweep); where: "KEY=VALUE" filters (a str or a list),
     sort: a column or config key ("-KEY" descending; default val_loss), top: the first N. A

@@ -1,22 +1,26 @@
 """kiln.Model, kiln.Stream and kiln.push_many: the runtime of include/kiln.h (kiln_model_*,
 kiln_stream_*) from numpy."""
 
+from __future__ import annotations
+
 import contextlib
 import ctypes
 import os
 import threading
 import weakref
+from typing import Any, Dict, Iterable, Iterator, Optional, TypeVar
 
 import numpy as np
 
 from . import _lib
 from ._error import Error
-from ._lib import check, fail, lib, usage
+from ._lib import PathLike, check, fail, lib, usage
 
 _F32 = np.dtype(np.float32)
+_H = TypeVar("_H", bound="_Handle")
 
 
-def as_real_array(x, what):
+def as_real_array(x: Any, what: str) -> np.ndarray:
     """x as a numpy array of real numbers (float, int), without a copy where it is one: what
     numpy cannot make an array of (a ragged list, an object that refuses) and anything but
     real numbers (strings, objects, complex, bool) are refused by kiln.Error naming it, never
@@ -34,7 +38,7 @@ def as_real_array(x, what):
     return a
 
 
-def to_f32(a, what):
+def to_f32(a: np.ndarray, what: str) -> np.ndarray:
     """a (checked by as_real_array, and its shape by the caller) as a C-contiguous float32
     array, not copied where it is one already; a copy that cannot be made (a broadcast view
     of 2^31 rows asks for gigabytes) is kiln.Error, never numpy's MemoryError."""
@@ -45,13 +49,13 @@ def to_f32(a, what):
                     f"({a.size * 4} bytes)", _lib.ERR_NOMEM) from None
 
 
-def as_f32(x, what):
+def as_f32(x: Any, what: str) -> np.ndarray:
     """x as a C-contiguous float32 array: no copy when it is one already. Real numbers only
     (float, int); anything else (strings, objects, complex, bool) is refused by name."""
     return to_f32(as_real_array(x, what), what)
 
 
-def parse_device(device):
+def parse_device(device: str) -> int:
     """"cpu", "cuda" (device 0) or "cuda:N", as `kiln infer --device` takes it."""
     if device == "cpu":
         return _lib.DEVICE_CPU
@@ -70,13 +74,19 @@ class _Handle:
 
     _FREE = None
 
-    def __enter__(self):
+    _h: Optional[int]
+
+    def close(self) -> None:
+        """Free the handle (the subclass says how)."""
+        raise NotImplementedError
+
+    def __enter__(self: _H) -> _H:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self):
+    def __del__(self) -> None:
         if getattr(self, "_h", None) is not None and _lib is not None and _lib._lib is not None:
             getattr(_lib._lib, self._FREE)(self._h)
             self._h = None
@@ -86,15 +96,19 @@ class Model(_Handle):
     """A frozen kiln-tsmoe/1 model: kiln_model_open_opts on a model directory (or its
     model.safetensors), with every check it makes. Read-only once open: forward and
     stream() may be called from several threads at once. Close with close() or a with
-    block (also done when it is collected); its streams are closed with it."""
+    block (also done when it is collected); its streams are closed with it.
+
+    Model(path, device="cpu"): device "cpu", "cuda" or "cuda:N" as `kiln infer --device`
+    takes it. Attributes: config (dict: n_features, n_outputs, d_model, ...), n_features,
+    n_outputs, device, is_bf16, path. model(x) is model.forward(x)."""
 
     _FREE = "kiln_model_free"
 
-    def __init__(self, path, device="cpu"):
+    def __init__(self, path: PathLike, device: str = "cpu") -> None:
         self._h = None
         self._cv = threading.Condition()
         self._busy = 0
-        self._streams = weakref.WeakSet()
+        self._streams: "weakref.WeakSet[Stream]" = weakref.WeakSet()
         dev = parse_device(device)
         self.path = os.fspath(path) if isinstance(path, (str, bytes, os.PathLike)) else path
         p = _lib.path_bytes(path, "model path")
@@ -102,14 +116,15 @@ class Model(_Handle):
         check(lib().kiln_model_open_opts(p, ctypes.byref(_lib.ModelOpts(dev)), ctypes.byref(h)))
         self._h = h.value
         c = lib().kiln_model_config_get(self._h).contents
-        self.config = {name: getattr(c, name) for name, _ in _lib.ModelConfig._fields_}
+        self.config: Dict[str, Any] = {name: getattr(c, name)
+                                       for name, _ in _lib.ModelConfig._fields_}
         self.n_features = c.n_features
         self.n_outputs = c.n_outputs
         self.device = "cpu" if dev == _lib.DEVICE_CPU else f"cuda:{dev}"
         self.is_bf16 = bool(lib().kiln_model_is_bf16(self._h))
 
     @contextlib.contextmanager
-    def _use(self):
+    def _use(self) -> Iterator[int]:
         """The handle for one call; close() waits for every call in flight."""
         with self._cv:
             if self._h is None:
@@ -124,7 +139,7 @@ class Model(_Handle):
                 if not self._busy:
                     self._cv.notify_all()
 
-    def forward(self, features):
+    def forward(self, features: Any) -> np.ndarray:
         """Outputs float32 [S, O] for features [S, F], or [B, S, O] for [B, S, F] (any real
         dtype, contiguous or not; float32 C-contiguous input is not copied). Each sequence
         starts from its first row. One kiln_model_forward call over all B sequences: the runtime
@@ -156,11 +171,11 @@ class Model(_Handle):
 
     __call__ = forward
 
-    def stream(self):
+    def stream(self) -> Stream:
         """A new Stream on this model (kiln_stream_open)."""
         return Stream(self)
 
-    def close(self):
+    def close(self) -> None:
         """Free the model (after its streams); waits for forward calls in flight. Idempotent."""
         with self._cv:
             if self._h is None:
@@ -172,8 +187,7 @@ class Model(_Handle):
             s.close()
         lib().kiln_model_free(h)
 
-
-    def __repr__(self):
+    def __repr__(self) -> str:
         state = "closed" if self._h is None else self.device
         return f"kiln.Model({self.path!r}, {state}, F={self.n_features}, O={self.n_outputs})"
 
@@ -181,11 +195,13 @@ class Model(_Handle):
 class Stream(_Handle):
     """One sequence fed tick by tick (kiln_stream_*): push(features [F]) -> outputs [O], row t
     of the batch forward over every tick pushed since open or reset. One thread at a time per
-    stream (a second one is refused, not waited for); any number of streams per model."""
+    stream (a second one is refused, not waited for); any number of streams per model.
+
+    Stream(model), or model.stream(). Attributes: model, ticks."""
 
     _FREE = "kiln_stream_free"  # at collection: the stream holds its model, still open then
 
-    def __init__(self, model):
+    def __init__(self, model: Model) -> None:
         self._h = None
         self._lock = threading.Lock()
         if not isinstance(model, Model):
@@ -202,16 +218,16 @@ class Stream(_Handle):
         self._xb, self._yb = np.zeros(self._F, _F32), np.zeros(self._O, _F32)
         self._xp, self._yp = self._xb.ctypes.data, self._yb.ctypes.data
 
-    def _busy(self):
+    def _busy(self) -> Error:
         return Error("stream: in use by another thread (one thread at a time per stream)",
                      _lib.ERR_USAGE)
 
-    def push(self, features, out=None):
+    def push(self, features: Any, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Feed one tick: features [F] in (any real dtype), outputs float32 [O] returned (a new
-        array; or written into out, a writable float32 [O] array, and out returned). A non-finite feature is
-        refused and leaves the stream as it was. The features are copied (and rounded to f32)
-        into a buffer the stream owns and the outputs copied out of another, which costs less
-        than asking numpy for an array's address."""
+        array; or written into out, a writable float32 [O] array, and out returned). A
+        non-finite feature is refused and leaves the stream as it was. The features are copied
+        (and rounded to f32) into a buffer the stream owns and the outputs copied out of
+        another, which costs less than asking numpy for an array's address."""
         x = features
         if type(x) is not np.ndarray or x.dtype.kind not in "fiu":
             x = as_real_array(x, "features")
@@ -240,19 +256,19 @@ class Stream(_Handle):
         finally:
             self._lock.release()
 
-    def reset(self):
+    def reset(self) -> None:
         """Forget every tick: the next push is a sequence's first row again."""
         with self._held() as h:
             lib().kiln_stream_reset(h)
 
     @property
-    def ticks(self):
+    def ticks(self) -> int:
         """Ticks pushed since open or reset."""
         with self._held() as h:
             return int(lib().kiln_stream_ticks(h))
 
     @contextlib.contextmanager
-    def _held(self):
+    def _held(self) -> Iterator[int]:
         if not self._lock.acquire(False):
             raise self._busy()
         try:
@@ -262,7 +278,7 @@ class Stream(_Handle):
         finally:
             self._lock.release()
 
-    def close(self):
+    def close(self) -> None:
         """Free the stream (waits for a push in flight). Idempotent."""
         with self._lock:
             h, self._h = self._h, None
@@ -270,8 +286,8 @@ class Stream(_Handle):
             lib().kiln_stream_free(h)
 
 
-
-def push_many(streams, features, out=None):
+def push_many(streams: Iterable[Stream], features: Any,
+              out: Optional[np.ndarray] = None) -> np.ndarray:
     """One tick for each of n streams of one model (kiln_stream_push_many): streams[i] takes
     features[i] ([n, F]) and gives outputs[i] ([n, O], float32, returned). Bit for bit what
     pushing each stream in turn gives, with each weight matrix read from memory once per call.

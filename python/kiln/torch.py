@@ -8,9 +8,12 @@ directories and checkpoints and writes model directories that `kiln golden make`
 validate`, `kiln pack`, `kiln sign` and `kiln release --model` take, and the reference outputs
 that `kiln validate --reference` holds the C runtime to (docs/python.md, "kiln.torch").
 
-Nothing here calls libkiln: safetensors is read and written in Python (8-byte little-endian
-header length, a JSON header, the raw data).
+Nothing here calls libkiln but split, which is the trainer's own split (kiln.split): safetensors
+is read and written in Python (8-byte little-endian header length, a JSON header, the raw
+data).
 """
+
+from __future__ import annotations
 
 import datetime
 import hashlib
@@ -21,12 +24,18 @@ import shutil
 import stat
 import struct
 import tempfile
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import torch
 from torch import nn
 
+from ._dataset import Split
+from ._dataset import split as _kiln_split
 from ._error import Error
+from ._lib import PathLike
+
+Arrays = Dict[str, np.ndarray]
 
 FORMAT = "kiln-tsmoe/1"
 CARD_FORMAT = "kiln-card/1"
@@ -86,7 +95,7 @@ def _read_file(path):
             os.close(fd)
 
 
-def read_safetensors(path):
+def read_safetensors(path: PathLike) -> Tuple[Arrays, Dict[str, str]]:
     """(tensors, metadata) of a safetensors file: a dict name -> numpy array (BF16 widened to
     float32 exactly) and the __metadata__ dict of strings. Raises kiln.Error naming the file
     and the problem for anything else: a header that is not what kiln writes (wrong types,
@@ -140,7 +149,8 @@ def read_safetensors(path):
     return tensors, meta
 
 
-def write_safetensors(path, tensors, metadata=None):
+def write_safetensors(path: PathLike, tensors: Mapping[str, Any],
+                      metadata: Optional[Mapping[str, str]] = None) -> None:
     """Write tensors (name -> numpy array, float32 stored F32) the way kiln writes them:
     tensors in name order, metadata keys sorted, compact JSON, the header padded with spaces to
     8 bytes. Written to a temporary file beside path and renamed into place."""
@@ -188,7 +198,8 @@ def _atomic_write(path, chunks):
         raise
 
 
-def sha256_file(path):
+def sha256_file(path: PathLike) -> str:
+    """The SHA-256 of a file's bytes, lowercase hex (what sha256sum prints)."""
     h = hashlib.sha256()
     path = _path(path)
     try:
@@ -202,7 +213,7 @@ def sha256_file(path):
 
 # ---- config ---------------------------------------------------------------------------------
 
-def check_config(config):
+def check_config(config: Mapping[str, Any]) -> Dict[str, Any]:
     """The model config as kiln checks it (core/model_format.c): a dict of MODEL_KEYS,
     optional norm_eps and format. Returns a clean copy; raises kiln.Error naming the key."""
     if not isinstance(config, dict):
@@ -250,7 +261,7 @@ def check_config(config):
     return c
 
 
-def config_text(config):
+def config_text(config: Mapping[str, Any]) -> str:
     """The config as kiln's canonical JSON (keys sorted, compact; norm_eps as jansson prints a
     real: 17 significant digits)."""
     c = dict(check_config(config), format=FORMAT)
@@ -268,7 +279,7 @@ def config_text(config):
     return "{" + ",".join(f'"{k}":{v}' for k, v in sorted(items)) + "}"
 
 
-def param_table(config):
+def param_table(config: Mapping[str, Any]) -> List[Tuple[str, Tuple[int, ...], bool]]:
     """[(name, shape, trained)] in kiln's order (core/model_format.c kiln_param_table), the
     order in which parameters sit in kiln's one parameter block: the init generator's counter
     is the element's index in that block."""
@@ -298,7 +309,7 @@ def param_table(config):
 _M32 = np.uint64(0xFFFFFFFF)
 
 
-def philox(seed, stream, counters):
+def philox(seed: int, stream: int, counters: Any) -> np.ndarray:
     """Philox4x32-10 (core/philox.h): four uint32 words per counter, as an array [n, 4]."""
     ctr = np.asarray(counters, dtype=np.uint64)
     c0, c1 = ctr & _M32, ctr >> np.uint64(32)
@@ -315,7 +326,7 @@ def philox(seed, stream, counters):
     return np.stack([c0, c1, c2, c3], axis=-1).astype(np.uint32)
 
 
-def init_params(config, seed):
+def init_params(config: Mapping[str, Any], seed: int) -> Arrays:
     """kiln's initialisation (train/model.c kiln_tsmoe_init) as numpy float32 arrays by name:
     N(0, 0.02) from Philox(seed, KILN_STREAM_INIT, element index) by Box-Muller in double on
     words 0 and 1; attn.out.weight and proj.weight N(0, 0.02/sqrt(2L)); biases 0; gains 1;
@@ -342,39 +353,34 @@ def init_params(config, seed):
     return out
 
 
-def split(rows, val_fraction, seq_len):
-    """The trainer's split (data/dataset.c kiln_dataset_split): (train_end, val_begin,
-    val_end). Validation rows are the last fraction (at least one window), after a purge gap
-    of seq_len rows that neither side uses."""
-    S = seq_len
-    if val_fraction == 0:
-        return rows, rows, rows
-    if rows // 3 < S:
-        raise Error(f"{rows} rows, too few for a training window, a purge gap and a validation "
-                    f"window of {S} rows each")
-    n_val = max(int(math.floor(val_fraction * rows + 0.5)), S)
-    if n_val > rows - 2 * S:
-        raise Error(f"validation fraction {val_fraction} leaves too few rows for training")
-    return rows - n_val - S, rows - n_val, rows
+def split(data: Any, val_fraction: float, seq_len: int, **kw: Any) -> Split:
+    """The trainer's split with its purge gap, by the trainer's own code: kiln.split (the one
+    call into libkiln here; docs/python.md). data is a kiln.Dataset (its time and group
+    columns are used: every instrument split at the same moment, windows inside one
+    instrument), a dataset's path, or a number of rows; kw are kiln.split's (val_from,
+    purge_rows, purge_time, time, groups, val_windows). Returns a kiln.Split, which without
+    groups unpacks as (train_end, val_begin, val_end)."""
+    return _kiln_split(data, val_fraction, seq_len, **kw)
 
 
 # ---- the network ----------------------------------------------------------------------------
 
-def rmsnorm(u, g, eps):
+def rmsnorm(u: torch.Tensor, g: torch.Tensor, eps: float) -> torch.Tensor:
+    """docs/model.md's RMSNorm: u / sqrt(mean(u^2) + eps) * g over the last dimension."""
     return u / torch.sqrt((u * u).mean(dim=-1, keepdim=True) + eps) * g
 
 
-def gelu(u):
+def gelu(u: torch.Tensor) -> torch.Tensor:
     """docs/model.md's GELU: the tanh form."""
     return 0.5 * u * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (u + 0.044715 * u * u * u)))
 
 
-def alibi_slopes(n_heads):
+def alibi_slopes(n_heads: int) -> List[float]:
     """m_h = 2^(-8 hh / H) for hh = h + 1."""
     return [2.0 ** (-8.0 * (h + 1) / n_heads) for h in range(n_heads)]
 
 
-def top_k_gates(p, k):
+def top_k_gates(p: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
     """The K largest probabilities of each row (equal values: the lower expert first) and
     their gates, renormalised over the K chosen: (idx [N,K], gates [N,K])."""
     order = torch.sort(p, dim=-1, descending=True, stable=True).indices[:, :k]
@@ -453,7 +459,8 @@ class _Block(nn.Module):
 
 
 
-def target_norm_of(meta, n_outputs, path):
+def target_norm_of(meta: Mapping[str, str], n_outputs: int,
+                   path: str) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """(mean, std) as float32 arrays [O] from a checkpoint's kiln.target_norm (the training
     split's mean and population std of each target, which the trainer fitted the head to), or
     None when the key is absent (a checkpoint written before targets were standardised).
@@ -473,7 +480,8 @@ def target_norm_of(meta, n_outputs, path):
     return mean.astype(np.float32), std.astype(np.float32)
 
 
-def fold_head(weight, bias, mean, std):
+def fold_head(weight: np.ndarray, bias: np.ndarray, mean: np.ndarray,
+              std: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     """head.weight [O,D] and head.bias [O] trained on standardised targets, (y - mean) / std,
     with the standardisation folded in: W' = std W, b' = std b + mean, in float32 as kiln
     export folds them (export/freeze.c): the head then predicts in the data's own units."""
@@ -484,7 +492,8 @@ def fold_head(weight, bias, mean, std):
     return (w * std32[:, None]).astype(np.float32), (b * std32 + mean32).astype(np.float32)
 
 
-def fold_target_norm(tensors, meta, n_outputs, path):
+def fold_target_norm(tensors: Arrays, meta: Mapping[str, str], n_outputs: int,
+                     path: str) -> Arrays:
     """A checkpoint's tensors (name -> numpy array) with its target standardisation
     (``meta["kiln.target_norm"]``, target_norm_of) folded into head.weight and head.bias
     (fold_head): bit for bit the head ``kiln export`` writes, so the model predicts in the
@@ -522,7 +531,8 @@ class TSMoE(nn.Module):
     ``top_k_gates``), so that a researcher's change (or a deliberate mistake, in the tests) is
     one method of a subclass."""
 
-    def __init__(self, config, seed=1, aux_loss_coef=0.01, z_loss_coef=0.001):
+    def __init__(self, config: Mapping[str, Any], seed: Optional[int] = 1,
+                 aux_loss_coef: float = 0.01, z_loss_coef: float = 0.001) -> None:
         super().__init__()
         self.config = check_config(config)
         c = self.config
@@ -541,17 +551,22 @@ class TSMoE(nn.Module):
             self.load_arrays(init_params(c, seed))
 
     # -- the pieces of docs/model.md a variant may change --
-    def gelu(self, u):
+    def gelu(self, u: torch.Tensor) -> torch.Tensor:
+        """The GELU the model uses (module gelu); a variant overrides it."""
         return gelu(u)
 
-    def alibi_slopes(self, n_heads):
+    def alibi_slopes(self, n_heads: int) -> List[float]:
+        """The ALiBi slopes the model uses (module alibi_slopes); a variant overrides it."""
         return alibi_slopes(n_heads)
 
-    def top_k_gates(self, p, k):
+    def top_k_gates(self, p: torch.Tensor, k: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The routing the model uses (module top_k_gates); a variant overrides it."""
         return top_k_gates(p, k)
 
     # -- forward --
-    def attention(self, blk, u):
+    def attention(self, blk: nn.Module, u: torch.Tensor) -> torch.Tensor:
+        """Block blk's windowed multi-head attention with ALiBi over u [B,S,D] (docs/model.md,
+        "Attention"): [B,S,D]."""
         c = self.config
         B, S, D = u.shape
         H, W = c["n_heads"], c["attn_window"]
@@ -575,7 +590,8 @@ class TSMoE(nn.Module):
         o = torch.cat(blocks, dim=2).transpose(1, 2).reshape(B, S, D)
         return o @ blk.attn.out.weight.T + blk.attn.out.bias
 
-    def mixture(self, blk, u):
+    def mixture(self, blk: nn.Module,
+                u: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The mixture branch for rows u [N,D]: (output [N,D], lb_l, z_l)."""
         c = self.config
         E, K = c["n_experts"], c["top_k"]
@@ -599,7 +615,11 @@ class TSMoE(nn.Module):
         z = (torch.logsumexp(r, dim=-1) ** 2).mean()
         return out, lb, z
 
-    def forward(self, x, targets=None):
+    def forward(self, x: Any, targets: Any = None
+                ) -> Tuple[torch.Tensor, Optional[Dict[str, torch.Tensor]]]:
+        """(y [B,S,O], loss) for inputs x [B,S,F] (numpy or torch): y in the data's units;
+        loss None without targets [B,S,O], else a dict of tensors loss, mse, load_balance and
+        z (docs/model.md "Loss"), in standardised units once set_target_norm was called."""
         c = self.config
         dt = self.embed.weight.dtype
         try:
@@ -639,12 +659,12 @@ class TSMoE(nn.Module):
         return y, {"loss": loss, "mse": mse, "load_balance": lb_sum, "z": z_sum}
 
     # -- parameters by kiln's names --
-    def arrays(self):
+    def arrays(self) -> Arrays:
         """Every parameter and norm.in_* as float32 numpy arrays by kiln's names."""
         return {k: v.detach().cpu().to(torch.float32).numpy().copy()
                 for k, v in self.state_dict().items()}
 
-    def load_arrays(self, arrays, source="arrays"):
+    def load_arrays(self, arrays: Mapping[str, Any], source: str = "arrays") -> None:
         """Set every parameter from numpy arrays by kiln's names (each must be there, with
         its shape; extra names are refused)."""
         sd = self.state_dict()
@@ -666,7 +686,7 @@ class TSMoE(nn.Module):
         if not torch.all(self.norm.in_std > 0):
             raise Error(f"'{source}': norm.in_std must be positive")
 
-    def set_input_norm(self, features):
+    def set_input_norm(self, features: Any) -> None:
         """norm.in_mean / norm.in_std from the training rows [N, F] as the trainer sets them:
         mean and population standard deviation in double, floored at 1e-6."""
         f = _array(features, "features", np.float32).astype(np.float64)
@@ -676,7 +696,7 @@ class TSMoE(nn.Module):
             self.norm.in_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
             self.norm.in_std.copy_(torch.from_numpy(np.maximum(sd, 1e-6).astype(np.float32)))
 
-    def set_target_norm(self, targets):
+    def set_target_norm(self, targets: Any) -> None:
         """The targets' standardisation from the training rows [N, O] as the trainer sets it
         (train/trainer.c set_target_norm): mean and population standard deviation in double,
         stored as float32; a constant target keeps std 1. The head then fits standardised
@@ -695,16 +715,16 @@ class TSMoE(nn.Module):
             self.target_mean.copy_(torch.from_numpy(mu.astype(np.float32)))
             self.target_std.copy_(torch.from_numpy(sd32.astype(np.float32)))
 
-    def target_norm(self):
+    def target_norm(self) -> Tuple[np.ndarray, np.ndarray]:
         """(mean, std), float32 numpy arrays [O]: what set_target_norm set (0 and 1 unset)."""
         return (self.target_mean.detach().cpu().to(torch.float32).numpy().copy(),
                 self.target_std.detach().cpu().to(torch.float32).numpy().copy())
 
-    def _has_target_norm(self):
+    def _has_target_norm(self) -> bool:
         mean, std = self.target_norm()
         return bool(np.any(mean != 0) or np.any(std != 1))
 
-    def folded_arrays(self):
+    def folded_arrays(self) -> Arrays:
         """arrays() with the target standardisation folded into head.weight and head.bias
         (fold_head), what save_model_dir writes: kiln's runtime then predicts what this model
         predicts, in the data's units."""
@@ -716,7 +736,7 @@ class TSMoE(nn.Module):
 
     # -- kiln's files --
     @classmethod
-    def from_model_dir(cls, path):
+    def from_model_dir(cls, path: PathLike) -> "TSMoE":
         """A model directory (or its model.safetensors) as kiln export writes it; bf16
         weights are widened exactly."""
         if not isinstance(path, (str, bytes, os.PathLike)):
@@ -725,7 +745,7 @@ class TSMoE(nn.Module):
         return cls._from_file(f, checkpoint=False)
 
     @classmethod
-    def from_checkpoint(cls, path, fold_targets=True):
+    def from_checkpoint(cls, path: PathLike, fold_targets: bool = True) -> "TSMoE":
         """A training checkpoint (RUN/ckpt/step-N.safetensors): its data digest is checked as
         kiln export checks it; the AdamW moments (m.*, v.*) are left behind; ``step`` is
         kiln.step. The trainer's target standardisation (kiln.target_norm) is folded into the
@@ -738,7 +758,7 @@ class TSMoE(nn.Module):
         return cls._from_file(path, checkpoint=True, fold_targets=fold_targets)
 
     @classmethod
-    def _from_file(cls, path, checkpoint, fold_targets=True):
+    def _from_file(cls, path: PathLike, checkpoint: bool, fold_targets: bool = True) -> "TSMoE":
         tensors, meta = read_safetensors(path)
         if "kiln.config" not in meta:
             raise Error(f"'{path}': no kiln.config in __metadata__")
@@ -785,8 +805,12 @@ class TSMoE(nn.Module):
         m.meta = meta
         return m
 
-    def save_model_dir(self, path, dataset=None, lineage=None, name=None, code_version=None,
-                       train_config=None, metrics=None, created=None, force=False):
+    def save_model_dir(self, path: PathLike, dataset: Optional[PathLike] = None,
+                       lineage: Optional[Mapping[str, Any]] = None, name: Optional[str] = None,
+                       code_version: Optional[str] = None,
+                       train_config: Optional[Mapping[str, Any]] = None,
+                       metrics: Optional[Mapping[str, Any]] = None,
+                       created: Optional[str] = None, force: bool = False) -> None:
         """Write a model directory: model.safetensors (F32, kiln.config, kiln.step) and
         card.json (kiln-card/1) whose lineage says where the model came from: the framework
         and its version, ``code_version`` (the researcher's, e.g. a git commit), the dataset's
@@ -860,7 +884,7 @@ class TSMoE(nn.Module):
             raise
 
     @torch.no_grad()
-    def predict(self, x):
+    def predict(self, x: Any) -> np.ndarray:
         """Outputs for raw inputs [B,S,F] or [S,F] as a numpy array (float32 for a float32
         model), in eval mode, without gradients."""
         try:
@@ -880,7 +904,7 @@ class TSMoE(nn.Module):
         y = y.cpu().numpy()
         return y[0] if a.ndim == 2 else y
 
-    def reference_outputs(self, model_dir, out):
+    def reference_outputs(self, model_dir: PathLike, out: PathLike) -> np.ndarray:
         """Write REF for ``kiln validate --reference``: this model's outputs [W,S,O] on the
         inputs of ``model_dir/golden/golden.safetensors`` (made by ``kiln golden make``),
         stored as F32 ``outputs``, with the digest of the inputs used (kiln.inputs_sha256)
@@ -900,7 +924,7 @@ class TSMoE(nn.Module):
         return y
 
 
-def compare(a, b, rtol=1e-4, atol=1e-5):
+def compare(a: Any, b: Any, rtol: float = 1e-4, atol: float = 1e-5) -> Dict[str, Any]:
     """kiln's comparison rule (validate/thresholds.c kiln_compare_f32), a candidate a against a
     reference b of the same shape: with M = max |b|, an element agrees when |a - b| <=
     max(atol M, rtol |b|). Returns compared, max_abs_err, max_rel_err (|a - b| / max(|b|,
