@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "core.h"
 #include "export.h"
-#include "train.h"
+#include "runs.h"
 
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *dtype = "f32", *name = NULL;

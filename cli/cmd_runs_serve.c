@@ -16,7 +16,7 @@
 
 #include "cli.h"
 #include "kiln.h"
-#include "train.h"
+#include "runs.h"
 #include "web.h"
 
 #define MAX_EVENTS 2000  /* the newest events read for the marks */

@@ -18,8 +18,8 @@
 #include "export.h"
 #include "registry.h"
 #include "release.h"
+#include "runs.h"
 #include "sign.h"
-#include "train.h"
 #include "validate.h"
 
 static const char *const stage_names[] = {

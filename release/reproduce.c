@@ -19,6 +19,7 @@
 #include "export.h"
 #include "registry.h"
 #include "release.h"
+#include "runs.h"
 #include "train.h"
 
 typedef struct repro {

@@ -17,6 +17,7 @@
 
 #include "core.h"
 #include "sweep_int.h"
+#include "runs.h"
 #include "train.h"
 
 #define SWEEP_FORMAT "kiln-sweep/1"

@@ -330,7 +330,7 @@ static char *write_ckpt(const char *dir_name, long step, float **params_out, kil
     char *dir = kiln_test_path(dir_name);
     char *ckdir = kiln_path_join(dir, "ckpt");
     kiln_mkdir_p(ckdir);
-    char *path = kiln_ckpt_path(dir, step);
+    char *path = kiln_run_ckpt_path(dir, step);
     kiln_err rc = kiln_ckpt_write(path, tab, n, p, p + numel, p + 2 * numel, &meta);
     free(dir);
     free(ckdir);
@@ -451,19 +451,19 @@ KILN_TEST(train_ckpt_list_and_prune) {
     long *steps;
     size_t k;
     CHECK("list",
-          kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 4 && steps[0] == 10 && steps[3] == 40);
+          kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 4 && steps[0] == 10 && steps[3] == 40);
     free(steps);
     CHECK("prune, keeping step 10 too (the best)", kiln_ckpt_prune(dir, 2, 10) == KILN_OK);
-    CHECK("newest and the best kept", kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 3 &&
+    CHECK("newest and the best kept", kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 3 &&
                                           steps[0] == 10 && steps[1] == 30 && steps[2] == 40);
     free(steps);
     CHECK("prune", kiln_ckpt_prune(dir, 2, -1) == KILN_OK);
     CHECK("newest kept",
-          kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 2 && steps[0] == 30 && steps[1] == 40);
+          kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 2 && steps[0] == 30 && steps[1] == 40);
     free(steps);
     char *none = kiln_test_path("nothing");
     CHECK("no ckpt dir is no checkpoints",
-          kiln_ckpt_list(none, &steps, &k) == KILN_OK && k == 0 && !steps);
+          kiln_run_ckpt_list(none, &steps, &k) == KILN_OK && k == 0 && !steps);
     free(none), free(stray), free(dir);
 }
 
@@ -474,11 +474,11 @@ static void fake_run(const char *name, const double *losses, int n) {
     const char *text =
         "{\"run_id\":\"x\",\"dataset_sha256\":\"ab\",\"config\":{\"steps\":10,\"lr\":0.5}}";
     kiln_write_file_atomic(rj, text, strlen(text));
-    kiln_metrics *mx;
-    if (kiln_metrics_open(db, false, &mx) == KILN_OK) {
+    kiln_run_metrics *mx;
+    if (kiln_run_metrics_open(db, false, &mx) == KILN_OK) {
         float ent[1] = {0.5f}, load[2] = {1.0f, 0.0f}, ov[1] = {0}, rms[1] = {1};
         kiln_tsmoe_stats st = {1, 2, ent, ent, load, ov, rms, 3.0f};
-        kiln_metrics_tensor t[1] = {{"head.weight", 0.25, 0.001}};
+        kiln_run_metrics_tensor t[1] = {{"head.weight", 0.25, 0.001}};
         for (int i = 0; i < n; i++) {
             kiln_train_progress p = {.step = i + 1,
                                      .steps = 10,
@@ -489,10 +489,10 @@ static void fake_run(const char *name, const double *losses, int n) {
                                      .has_val = i == 1,
                                      .val_loss = 0.75,
                                      .val_r2 = 0.25};
-            kiln_metrics_step(mx, &p, t, 1);
+            kiln_run_metrics_step(mx, &p, t, 1);
         }
-        kiln_metrics_event(mx, 2, "spike", "step 2: loss spike");
-        kiln_metrics_close(mx);
+        kiln_run_metrics_event(mx, 2, "spike", "step 2: loss spike");
+        kiln_run_metrics_close(mx);
     }
     free(rj), free(db), free(dir);
 }
@@ -525,10 +525,10 @@ KILN_TEST(train_metrics_and_runs) {
     }
     /* A resume truncates: rows after the checkpoint go, the rest stay. */
     char *db = kiln_path_join(a, "metrics.db");
-    kiln_metrics *mx;
-    if (CHECK("reopen", kiln_metrics_open(db, false, &mx) == KILN_OK)) {
-        CHECK("truncate", kiln_metrics_truncate(mx, 2) == KILN_OK);
-        kiln_metrics_close(mx);
+    kiln_run_metrics *mx;
+    if (CHECK("reopen", kiln_run_metrics_open(db, false, &mx) == KILN_OK)) {
+        CHECK("truncate", kiln_run_metrics_truncate(mx, 2) == KILN_OK);
+        kiln_run_metrics_close(mx);
     }
     if (CHECK("info after truncate", kiln_run_info_load(a, 10, &ri) == KILN_OK)) {
         CHECK("rows after step 2 gone", ri.last_step == 2 && ri.n_events == 1);
@@ -675,7 +675,7 @@ KILN_TEST(train_run_refusals) {
     free(lockp);
     kiln_train_opts r3 = {.run_dir = dir, .sets = sets, .n_sets = 1};
     CHECK("longer run resumes", kiln_train_resume(&r3) == KILN_OK);
-    char *p8 = kiln_ckpt_path(dir, 8);
+    char *p8 = kiln_run_ckpt_path(dir, 8);
     CHECK("reached step 8", kiln_path_exists(p8));
     free(p8);
     /* A dataset with NaN is refused before a run directory appears. */
@@ -724,8 +724,8 @@ KILN_TEST(train_run_killed_start_restarts) {
           kiln_train_resume(&r) == KILN_ERR_NOTFOUND && has("no run.json") && has(dir));
     CHECK("a new start takes the directory", kiln_train_start(&c, &o) == KILN_OK);
     CHECK("run.json's temporary is swept", !kiln_path_exists(tmp) && kiln_path_exists(rj));
-    last = kiln_ckpt_path(dir, c.steps);
-    last_clean = kiln_ckpt_path(clean, c.steps);
+    last = kiln_run_ckpt_path(dir, c.steps);
+    last_clean = kiln_run_ckpt_path(clean, c.steps);
     CHECK("same bytes as a clean start",
           kiln_train_start(&c, &oc) == KILN_OK && file_bytes(last, &a, &la) &&
               file_bytes(last_clean, &b, &lb) && la == lb && !memcmp(a, b, la));
@@ -751,9 +751,9 @@ KILN_TEST(train_run_resume_prunes) {
     c.keep = 2;
     kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
     if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
-    last = kiln_ckpt_path(dir, c.steps);
-    prev = kiln_ckpt_path(dir, c.steps - c.ckpt_every);
-    extra = kiln_ckpt_path(dir, c.steps - 2 * c.ckpt_every);
+    last = kiln_run_ckpt_path(dir, c.steps);
+    prev = kiln_run_ckpt_path(dir, c.steps - c.ckpt_every);
+    extra = kiln_run_ckpt_path(dir, c.steps - 2 * c.ckpt_every);
     CHECK("keep 2", last && prev && extra && kiln_path_exists(last) && kiln_path_exists(prev) &&
                         !kiln_path_exists(extra));
     /* The state a kill before the last prune leaves: one checkpoint more. */
@@ -772,7 +772,7 @@ out:
 KILN_TEST(train_run_corrupt_ckpt_skipped) {
     kiln_log_set_level(KILN_LOG_ERROR);
     char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");
-    char *p4 = kiln_ckpt_path(dir, 4), *p6 = kiln_ckpt_path(dir, 6);
+    char *p4 = kiln_run_ckpt_path(dir, 4), *p6 = kiln_run_ckpt_path(dir, 6);
     char *orig = NULL, *again = NULL;
     size_t lo = 0, la = 0;
     kiln_train_config c;
@@ -812,7 +812,7 @@ KILN_TEST(train_run_nonfinite_steps) {
         goto out;
     CHECK("logged as an event", has_event(dir, "nonfinite"));
     kiln_ckpt ck;
-    char *p6 = kiln_ckpt_path(dir, 6);
+    char *p6 = kiln_run_ckpt_path(dir, 6);
     CHECK("not applied", kiln_ckpt_open(p6, &ck) == KILN_OK && ck.state.updates == 5 &&
                              ck.state.bad_streak == 0 && ck.state.loss_spike.n == 5);
     kiln_ckpt_release(&ck);
@@ -821,7 +821,7 @@ KILN_TEST(train_run_nonfinite_steps) {
     kiln_train_opts o2 = {.run_dir = dir2, .data_path = data, .poison_steps = two, .n_poison = 2};
     CHECK("max_bad_steps in a row stop the run",
           kiln_train_start(&c, &o2) == KILN_ERR_NUMERIC && has("step 4") && has("max_bad_steps"));
-    char *p2 = kiln_ckpt_path(dir2, 2), *p4 = kiln_ckpt_path(dir2, 4);
+    char *p2 = kiln_run_ckpt_path(dir2, 2), *p4 = kiln_run_ckpt_path(dir2, 4);
     CHECK("last good checkpoint intact",
           kiln_ckpt_open(p2, &ck) == KILN_OK && !kiln_path_exists(p4));
     kiln_ckpt_release(&ck);
@@ -939,7 +939,7 @@ KILN_TEST(train_target_scale) {
     /* The export against the trainer's forward on the last checkpoint, unstandardised. */
     kiln_export_opts eo = {.run_dir = r2, .out_dir = md};
     if (!CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK)) goto out;
-    ckp = kiln_ckpt_path(r2, c.steps);
+    ckp = kiln_run_ckpt_path(r2, c.steps);
     if (!CHECK("checkpoint", ckp && kiln_ckpt_open(ckp, &ck) == KILN_OK)) goto out;
     CHECK("checkpoint records the scaling",
           ck.has_target_norm && ck.target_std[0] > 0.005 && ck.target_std[0] < 0.02);
@@ -1001,8 +1001,8 @@ KILN_TEST(train_old_ckpt_without_target_norm) {
     small_config(&c);
     kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
     if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
-    mid = kiln_ckpt_path(dir, 4);
-    last = kiln_ckpt_path(dir, c.steps);
+    mid = kiln_run_ckpt_path(dir, 4);
+    last = kiln_run_ckpt_path(dir, c.steps);
     if (!CHECK("open", kiln_st_open(mid, &st) == KILN_OK && kiln_st_meta(st, "kiln.target_norm")))
         goto out;
     /* Rewrite step 4 without kiln.target_norm: the tensors (and so their digest) unchanged. */
@@ -1037,7 +1037,7 @@ KILN_TEST(train_old_ckpt_without_target_norm) {
     }
     /* Resume from it (the later ones gone): trained on, recording mean 0 and std 1. */
     for (long s = 6; s <= c.steps; s += 2) {
-        char *p = kiln_ckpt_path(dir, s);
+        char *p = kiln_run_ckpt_path(dir, s);
         unlink(p);
         free(p);
     }

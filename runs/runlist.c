@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "train_int.h"
+#include "runs_int.h"
 
 static const char *const state_names[] = {"finished", "running", "interrupted",
                                           "diverged", "failed",  "error"};
