@@ -122,9 +122,10 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/bench-metrics-log.db", argv[2]);
     double *us = malloc((size_t)steps * sizeof *us);
     if (!us) return 2;
-    printf("kiln_run_metrics_step: %ld steps of %d layers x %d experts, %d tensors, validation every "
-           "100 steps\n",
-           steps, L, E, T);
+    printf(
+        "kiln_run_metrics_step: %ld steps of %d layers x %d experts, %d tensors, validation every "
+        "100 steps\n",
+        steps, L, E, T);
     for (int k = 0; k < 3; k++) {
         double c0 = cpu_us();
         kiln_err rc = round_once(path, steps, us);

@@ -520,7 +520,8 @@ static kiln_err read_layers(sqlite3 *db, const char *run_dir, const long *steps,
         c.g[i].c = &cs->c[base + i];
     long upto[KILN_RUN_METRICS_SUM_LEVELS];
     bool summed = false;
-    if (steps) sums_level(db, kiln_run_metrics_sums_of(KILN_RUN_METRICS_LAYER_SUMS), 0, upto, &summed);
+    if (steps)
+        sums_level(db, kiln_run_metrics_sums_of(KILN_RUN_METRICS_LAYER_SUMS), 0, upto, &summed);
     c.scalars = !summed;
     if (summed) {
         series_state ls;
@@ -605,7 +606,8 @@ static kiln_err tensor_sums(sqlite3 *db, const char *run_dir, long to, size_t bu
     }
     if (c->n < MAX_TENSORS && r != SQLITE_DONE) DB_FAIL(rc, out);
     KILN_CHECK(rc, out,
-               series_init(&ts, KILN_RUN_METRICS_TENSOR_SUMS, (size_t)(top + 1) * KILN_RUN_METRICS_TENSOR_COLS));
+               series_init(&ts, KILN_RUN_METRICS_TENSOR_SUMS,
+                           (size_t)(top + 1) * KILN_RUN_METRICS_TENSOR_COLS));
     KILN_CHECK(rc, out, series_update(db, run_dir, to, &ts));
     x = kiln_malloc(KILN_ROLLUP_MAX * sizeof *x);
     y = kiln_malloc(KILN_ROLLUP_MAX * sizeof *y);
@@ -648,7 +650,8 @@ static kiln_err read_tensors(sqlite3 *db, const char *run_dir, const long *steps
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     long upto[KILN_RUN_METRICS_SUM_LEVELS];
     bool summed = false;
-    if (steps) sums_level(db, kiln_run_metrics_sums_of(KILN_RUN_METRICS_TENSOR_SUMS), 0, upto, &summed);
+    if (steps)
+        sums_level(db, kiln_run_metrics_sums_of(KILN_RUN_METRICS_TENSOR_SUMS), 0, upto, &summed);
     kiln_err rc;
     if (summed) {
         rc = tensor_sums(db, run_dir, to, buckets, c);

@@ -189,7 +189,8 @@ kiln_err kiln_run_metrics_truncate(kiln_run_metrics *mx, long step) {
     return rc;
 }
 
-kiln_err kiln_run_metrics_best_val_step(kiln_run_metrics *mx, const long *steps, size_t n, long *best) {
+kiln_err kiln_run_metrics_best_val_step(kiln_run_metrics *mx, const long *steps, size_t n,
+                                        long *best) {
     *best = -1;
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(mx->db,
@@ -222,7 +223,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-kiln_err kiln_run_metrics_event(kiln_run_metrics *mx, long step, const char *kind, const char *message) {
+kiln_err kiln_run_metrics_event(kiln_run_metrics *mx, long step, const char *kind,
+                                const char *message) {
     sqlite3_stmt *s = mx->ins_event;
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, step);
@@ -342,7 +344,8 @@ const kiln_run_metrics_sums *kiln_run_metrics_sums_of(int which) {
     return &sums_of[which];
 }
 
-long kiln_run_metrics_sum_value(const kiln_run_metrics_sums *k, sqlite3_stmt *st, int c, double *y) {
+long kiln_run_metrics_sum_value(const kiln_run_metrics_sums *k, sqlite3_stmt *st, int c,
+                                double *y) {
     int at = k->layered ? 2 : 1;
     /* Validation only at the steps that were evaluated. */
     if (k->val >= 0 && (c == k->val || c == k->val + 1) &&
@@ -413,7 +416,7 @@ static kiln_err sums_write(kiln_run_metrics *mx, int which, int level, long buck
 }
 
 void kiln_run_metrics_sum_span(sqlite3_stmt *st, int at, double x0, double width,
-                           kiln_rollup_span *sp) {
+                               kiln_rollup_span *sp) {
     kiln_rollup_span_init(sp, x0, width);
     kiln_rollup_bucket *b = &sp->b;
     b->finite = sqlite3_column_type(st, at) != SQLITE_NULL;
@@ -560,7 +563,7 @@ kiln_err kiln_run_metrics_summarize(kiln_run_metrics *mx) {
 }
 
 kiln_err kiln_run_metrics_step(kiln_run_metrics *mx, const kiln_train_progress *p,
-                           const kiln_run_metrics_tensor *tensors, size_t n_tensors) {
+                               const kiln_run_metrics_tensor *tensors, size_t n_tensors) {
     KILN_TRY(exec(mx, "BEGIN"));
     kiln_err rc = KILN_OK;
     sqlite3_stmt *s = mx->ins_step;
@@ -624,7 +627,7 @@ kiln_err kiln_run_event_add(const char *run_dir, long step, const char *kind, co
 }
 
 kiln_err kiln_run_metrics_val_targets(kiln_run_metrics *mx, long step, const kiln_dataset *ds,
-                                  const double *r2) {
+                                      const double *r2) {
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO val_targets VALUES(?1,?2,?3,?4)", -1, &q,
                            NULL) != SQLITE_OK)

@@ -28,22 +28,20 @@ KILN_API kiln_err kiln_run_read(const char *run_dir, char **json) {
         free(p);
         bad = !c || json_array_append_new(ckpts, c);
     }
-    json_t *doc = bad ? NULL
-                      : json_pack("{s:s,s:O,s:s,s:o,s:I,s:o,s:o}", "dir", run_dir, "run", ri.run,
-                                  "state", kiln_run_state_name(st), "message",
-                                  ri.stop_kind && !live ? json_string(ri.stop_message)
-                                                        : json_null(),
-                                  "step", (json_int_t)ri.last_step, "checkpoints", ckpts,
-                                  "best_checkpoint",
-                                  ri.best_ckpt >= 0 ? json_integer(ri.best_ckpt) : json_null());
+    json_t *doc =
+        bad ? NULL
+            : json_pack("{s:s,s:O,s:s,s:o,s:I,s:o,s:o}", "dir", run_dir, "run", ri.run, "state",
+                        kiln_run_state_name(st), "message",
+                        ri.stop_kind && !live ? json_string(ri.stop_message) : json_null(), "step",
+                        (json_int_t)ri.last_step, "checkpoints", ckpts, "best_checkpoint",
+                        ri.best_ckpt >= 0 ? json_integer(ri.best_ckpt) : json_null());
     if (bad) json_decref(ckpts);
     kiln_run_info_release(&ri);
     return dump(doc, JSON_COMPACT, json);
 }
 
-KILN_API kiln_err kiln_runs_list(const char *const *paths, size_t n_paths,
-                                 const char *const *where, size_t n_where, const char *sort,
-                                 size_t top, char **json) {
+KILN_API kiln_err kiln_runs_list(const char *const *paths, size_t n_paths, const char *const *where,
+                                 size_t n_where, const char *sort, size_t top, char **json) {
     *json = NULL;
     KILN_FAIL_IF(!paths || !n_paths || (n_where && !where), KILN_ERR_USAGE,
                  "kiln_runs_list: no paths, or a null filter array");

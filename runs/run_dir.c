@@ -122,4 +122,3 @@ kiln_err kiln_run_live(const char *run_dir, bool *live) {
     free(p);
     return rc;
 }
-

@@ -272,7 +272,8 @@ static kiln_err info_load(const char *run_dir, size_t max_events, bool best_val,
     if (!rc && mx) rc = read_metrics(kiln_run_metrics_db(mx), run_dir, max_events, best_val, out);
     if (!rc) rc = kiln_run_ckpt_list(run_dir, &out->ckpts, &out->n_ckpts);
     /* The one the trainer keeps and kiln export --best takes (the trainer's own rule). */
-    if (!rc && mx) rc = kiln_run_metrics_best_val_step(mx, out->ckpts, out->n_ckpts, &out->best_ckpt);
+    if (!rc && mx)
+        rc = kiln_run_metrics_best_val_step(mx, out->ckpts, out->n_ckpts, &out->best_ckpt);
     kiln_run_metrics_close(mx);
     if (rc) kiln_run_info_release(out);
     return rc;
@@ -798,4 +799,69 @@ kiln_err kiln_run_best_ckpt(const char *run_dir, const long *steps, size_t n, lo
                  "(validation runs every eval_every steps; a checkpoint at such a step has one)",
                  run_dir, n);
     return KILN_OK;
+}
+
+/* A real for a card: NULL (json null) where it is not finite, as jansson holds no inf. */
+static json_t *finite_real(double x) {
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+kiln_err kiln_run_step_metrics(const char *run_dir, long step, json_t **metrics, double *time) {
+    *metrics = NULL;
+    *time = NAN;
+    kiln_run_metrics *mx = NULL;
+    KILN_TRY(open_db(run_dir, &mx));
+    if (!mx) return KILN_OK;
+    sqlite3 *db = kiln_run_metrics_db(mx);
+    sqlite3_stmt *q = NULL;
+    kiln_err rc = KILN_OK;
+    json_t *m = json_object();
+    KILN_CHECK_IF(rc, out, !m, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db, "SELECT time, loss FROM steps WHERE step = ?1", -1, &q,
+                                     NULL) != SQLITE_OK,
+                  KILN_ERR_FORMAT, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    sqlite3_bind_int64(q, 1, step);
+    int r = sqlite3_step(q);
+    if (r == SQLITE_ROW) {
+        *time = kiln_run_col_num(q, 0);
+        double loss = kiln_run_col_num(q, 1);
+        if (isfinite(loss))
+            KILN_CHECK_IF(rc, out, json_object_set_new(m, "loss", json_real(loss)), KILN_ERR_NOMEM,
+                          "out of memory");
+    }
+    KILN_CHECK_IF(rc, out, r != SQLITE_ROW && r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s",
+                  run_dir, sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    q = NULL;
+    /* The newest validation at or before step whose loss is finite: the rule
+     * kiln_run_metrics_best_val_step ranks checkpoints by (SQLite keeps NaN as NULL; an
+     * infinity is kept and skipped here). */
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT step, val_loss, val_r2 FROM steps WHERE step <= ?1 "
+                                     "AND val_loss IS NOT NULL ORDER BY step DESC",
+                                     -1, &q, NULL) != SQLITE_OK,
+                  KILN_ERR_FORMAT, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    sqlite3_bind_int64(q, 1, step);
+    while ((r = sqlite3_step(q)) == SQLITE_ROW) {
+        double v = kiln_run_col_num(q, 1);
+        if (!isfinite(v)) continue;
+        json_t *val = json_pack("{s:I,s:f,s:o}", "val_step", (json_int_t)sqlite3_column_int64(q, 0),
+                                "val_loss", v, "val_r2", finite_real(kiln_run_col_num(q, 2)));
+        bool bad = !val || json_object_update(m, val);
+        json_decref(val);
+        KILN_CHECK_IF(rc, out, bad, KILN_ERR_NOMEM, "out of memory");
+        r = SQLITE_DONE;
+        break;
+    }
+    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s", run_dir,
+                  sqlite3_errmsg(db));
+    *metrics = m;
+    m = NULL;
+out:
+    sqlite3_finalize(q);
+    kiln_run_metrics_close(mx);
+    json_decref(m);
+    return rc;
 }

@@ -37,7 +37,7 @@ typedef struct kiln_train_progress {
     double loss, mse, load_balance, z, lr, grad_norm;
     bool applied; /* false: the update was skipped (non-finite or spike) */
     double tokens_per_s, elapsed_s, eta_s;
-    bool has_val; /* validation ran after this step */
+    bool has_val;              /* validation ran after this step */
     double val_loss, val_r2;   /* on the standardised targets (R^2 does not change with it) */
     const double *val_r2_each; /* [O] R^2 per target when has_val, else NULL */
     const kiln_tsmoe_stats *stats;
@@ -57,8 +57,10 @@ void kiln_run_metrics_close(kiln_run_metrics *mx);
 kiln_err kiln_run_metrics_truncate(kiln_run_metrics *mx, long step);
 /* Of the steps[0..n), the one whose row holds the lowest validation loss (ties: the later
  * step); -1 when none holds one (no validation ran at any of them, or it was not finite). */
-kiln_err kiln_run_metrics_best_val_step(kiln_run_metrics *mx, const long *steps, size_t n, long *best);
-kiln_err kiln_run_metrics_event(kiln_run_metrics *mx, long step, const char *kind, const char *message);
+kiln_err kiln_run_metrics_best_val_step(kiln_run_metrics *mx, const long *steps, size_t n,
+                                        long *best);
+kiln_err kiln_run_metrics_event(kiln_run_metrics *mx, long step, const char *kind,
+                                const char *message);
 
 typedef struct kiln_run_metrics_tensor {
     const char *name;
@@ -68,13 +70,13 @@ typedef struct kiln_run_metrics_tensor {
 /* One step's row in `steps`, plus `layers` rows from p->stats and `tensors` rows, in one
  * transaction. */
 kiln_err kiln_run_metrics_step(kiln_run_metrics *mx, const kiln_train_progress *p,
-                           const kiln_run_metrics_tensor *tensors, size_t n_tensors);
+                               const kiln_run_metrics_tensor *tensors, size_t n_tensors);
 /* Bring step_sums up to the steps logged (kiln_run_metrics_step does it after each step; this
  * is for rows written by other means, as tests/e2e/gen-run.sh writes them). */
 kiln_err kiln_run_metrics_summarize(kiln_run_metrics *mx);
 /* The validation R^2 of each target at step (r2 [O]), named from ds's columns. */
 kiln_err kiln_run_metrics_val_targets(kiln_run_metrics *mx, long step, const kiln_dataset *ds,
-                                  const double *r2);
+                                      const double *r2);
 
 /* ==== the run directory (runs/run_dir.c) =============================================== */
 
@@ -341,9 +343,9 @@ typedef struct kiln_run_curves {
      * first: their grad_norm@ and update_ratio@ curves are in c. */
     char **movers;
     size_t n_movers;
-    bool sampled; /* layers and tensors were read at sampled steps */
-    bool layers_summed; /* but the layers' scalar curves (not expert_load) came whole from
-                           metrics.db's layer_sums, as the steps table's from step_sums */
+    bool sampled;        /* layers and tensors were read at sampled steps */
+    bool layers_summed;  /* but the layers' scalar curves (not expert_load) came whole from
+                            metrics.db's layer_sums, as the steps table's from step_sums */
     bool tensors_summed; /* and the tensors' curves (the movers by their true highest update
                             ratio) from tensor_sums */
 } kiln_run_curves;
@@ -395,5 +397,12 @@ kiln_err kiln_run_summary_add(void *run_dir, long step, const char *dir);
  * names as the best checkpoint; KILN_ERR_NOTFOUND when none logged one. What kiln export
  * --best and kiln release --best freeze (kiln_export_opts.best_step). */
 kiln_err kiln_run_best_ckpt(const char *run_dir, const long *steps, size_t n, long *best);
+/* What a model's card records of the step it was frozen from (kiln_export_opts.step_metrics,
+ * export having no SQL of its own): *metrics {"loss": the step's, "val_step", "val_loss",
+ * "val_r2": the newest validation at or before step whose loss is finite (the rule
+ * kiln_run_best_ckpt ranks by; val_r2 null where it was not)}, a key left out when there is
+ * none, and *time the unix time the step was logged (NAN: none). A run without metrics.db gives
+ * *metrics NULL. json_decref *metrics. */
+kiln_err kiln_run_step_metrics(const char *run_dir, long step, json_t **metrics, double *time);
 
 #endif

@@ -44,20 +44,21 @@ enum {
  * layer * per + col. */
 typedef struct kiln_run_metrics_sums {
     const char *names; /* NULL, or run first on step in [?1, ?2) to give the rows' series ids */
-    const char *rows; /* the table's rows, step in [?1, ?2): step[, layer], the per columns */
-    const char *sums; /* level ?1's buckets in [?2, ?3): bucket, series, minx .. bady */
-    const char *ins;  /* a row: ?1 level, ?2 bucket, ?3 col, ?4 .. ?13 minx .. bady, ?14 layer */
-    const char *done; /* level, upto */
-    const char *set;  /* ?1 level, ?2 upto */
-    const char *last; /* the table's last step (0: none) */
-    int per;          /* columns per row */
-    int val;          /* the validation column (counted only where it is not NULL), or -1 */
-    bool layered;     /* rows carry their layer (tensor id) after the step */
+    const char *rows;  /* the table's rows, step in [?1, ?2): step[, layer], the per columns */
+    const char *sums;  /* level ?1's buckets in [?2, ?3): bucket, series, minx .. bady */
+    const char *ins;   /* a row: ?1 level, ?2 bucket, ?3 col, ?4 .. ?13 minx .. bady, ?14 layer */
+    const char *done;  /* level, upto */
+    const char *set;   /* ?1 level, ?2 upto */
+    const char *last;  /* the table's last step (0: none) */
+    int per;           /* columns per row */
+    int val;           /* the validation column (counted only where it is not NULL), or -1 */
+    bool layered;      /* rows carry their layer (tensor id) after the step */
 } kiln_run_metrics_sums;
 const kiln_run_metrics_sums *kiln_run_metrics_sums_of(int which);
 /* Column c of a row of k->rows: its series (*y its value), or -1 when it does not count. */
 struct sqlite3_stmt;
-long kiln_run_metrics_sum_value(const kiln_run_metrics_sums *k, struct sqlite3_stmt *st, int c, double *y);
+long kiln_run_metrics_sum_value(const kiln_run_metrics_sums *k, struct sqlite3_stmt *st, int c,
+                                double *y);
 /* A run's metrics for reading (runs.c): run_dir must hold a readable run.json (so that a
  * directory that is no run says so; *run gets it when run is not NULL, json_decref) and a
  * metrics.db (kiln_run_metrics_close). */
@@ -69,6 +70,6 @@ double kiln_run_col_num(struct sqlite3_stmt *s, int i);
 /* A step_sums row's columns from `at` on (minx .. bady) as the span [x0, x0 + width).
  * (metrics.c) */
 void kiln_run_metrics_sum_span(struct sqlite3_stmt *st, int at, double x0, double width,
-                           kiln_rollup_span *sp);
+                               kiln_rollup_span *sp);
 
 #endif

@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "core.h"
-#include "sweep_int.h"
 #include "runs.h"
+#include "sweep_int.h"
 #include "train.h"
 
 #define SWEEP_FORMAT "kiln-sweep/1"

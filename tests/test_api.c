@@ -9,9 +9,9 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "runs_int.h"
 #include "train_int.h"
 
 KILN_TEST(api_data_roundtrip) {

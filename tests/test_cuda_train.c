@@ -164,8 +164,9 @@ static void on_progress(void *ctx, const kiln_train_progress *p) {
 static void on_device(const char *data) {
     char *a = kiln_test_path("a"), *b = kiln_test_path("b"), *r = kiln_test_path("r"),
          *cpu = kiln_test_path("cpu"), *x = kiln_test_path("x");
-    char *a6 = kiln_run_ckpt_path(a, 6), *b6 = kiln_run_ckpt_path(b, 6), *r6 = kiln_run_ckpt_path(r, 6),
-         *x6 = kiln_run_ckpt_path(x, 6), *cpu6 = kiln_run_ckpt_path(cpu, 6);
+    char *a6 = kiln_run_ckpt_path(a, 6), *b6 = kiln_run_ckpt_path(b, 6),
+         *r6 = kiln_run_ckpt_path(r, 6), *x6 = kiln_run_ckpt_path(x, 6),
+         *cpu6 = kiln_run_ckpt_path(cpu, 6);
     kiln_train_config c;
     tiny_run(&c);
     stopper sa = {0, 0, {0}}, sc = {0, 0, {0}}, sr = {0, 3, {0}}, sx = {0, 2, {0}};
@@ -357,7 +358,7 @@ KILN_TEST(cuda_validate_parity) {
     c.device = KILN_TRAIN_CPU;
     kiln_train_opts o = {.run_dir = run, .data_path = data};
     if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
-    kiln_export_opts eo = {.run_dir = run, .out_dir = model};
+    kiln_export_opts eo = {.run_dir = run, .step_metrics = kiln_run_step_metrics, .out_dir = model};
     kiln_golden_opts go = {
         .model = model, .data = data, .windows = 2, .seed = 3, .val_fraction = -1};
     if (!CHECK("export and golden",

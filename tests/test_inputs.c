@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "export.h"
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "runs_int.h"
 #include "train_int.h"
 
 static kiln_err by_open_input(const char *p) {

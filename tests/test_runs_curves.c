@@ -13,9 +13,9 @@
 
 #include <sqlite3.h>
 
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "runs_int.h"
 #include "train_int.h"
 
 #define SPIKE 31337

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "runs_int.h"
 #include "train_int.h"
 
 #define N_STEPS 120
@@ -106,7 +106,8 @@ static char *make_run(const char *name, kind k) {
                                  .tokens_per_s = 1000,
                                  .stats = &st};
         CHECK("log a step", kiln_run_metrics_step(mx, &p, t, N_TENSORS) == KILN_OK);
-        if (k == TROUBLED && s == SPIKE) kiln_run_metrics_event(mx, s, "spike", "step 100: a spike");
+        if (k == TROUBLED && s == SPIKE)
+            kiln_run_metrics_event(mx, s, "spike", "step 100: a spike");
         if (k == TROUBLED && (s == BACKWARD_NAN || s == FORWARD_NAN))
             kiln_run_metrics_event(mx, s, "nonfinite", "a non-finite step");
     }

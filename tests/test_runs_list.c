@@ -8,9 +8,9 @@
 
 #include <sqlite3.h>
 
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "runs_int.h"
 #include "train_int.h"
 
 /* A run directory under the test directory: run.json with this config (JSON object text)

@@ -450,16 +450,16 @@ KILN_TEST(train_ckpt_list_and_prune) {
     if (f) fclose(f);
     long *steps;
     size_t k;
-    CHECK("list",
-          kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 4 && steps[0] == 10 && steps[3] == 40);
+    CHECK("list", kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 4 && steps[0] == 10 &&
+                      steps[3] == 40);
     free(steps);
     CHECK("prune, keeping step 10 too (the best)", kiln_ckpt_prune(dir, 2, 10) == KILN_OK);
     CHECK("newest and the best kept", kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 3 &&
                                           steps[0] == 10 && steps[1] == 30 && steps[2] == 40);
     free(steps);
     CHECK("prune", kiln_ckpt_prune(dir, 2, -1) == KILN_OK);
-    CHECK("newest kept",
-          kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 2 && steps[0] == 30 && steps[1] == 40);
+    CHECK("newest kept", kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 2 &&
+                             steps[0] == 30 && steps[1] == 40);
     free(steps);
     char *none = kiln_test_path("nothing");
     CHECK("no ckpt dir is no checkpoints",
@@ -937,7 +937,7 @@ KILN_TEST(train_target_scale) {
                   "fwd_ret_2"));
 
     /* The export against the trainer's forward on the last checkpoint, unstandardised. */
-    kiln_export_opts eo = {.run_dir = r2, .out_dir = md};
+    kiln_export_opts eo = {.run_dir = r2, .step_metrics = kiln_run_step_metrics, .out_dir = md};
     if (!CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK)) goto out;
     ckp = kiln_run_ckpt_path(r2, c.steps);
     if (!CHECK("checkpoint", ckp && kiln_ckpt_open(ckp, &ck) == KILN_OK)) goto out;
@@ -1029,7 +1029,8 @@ KILN_TEST(train_old_ckpt_without_target_norm) {
         goto out;
     kiln_ckpt_release(&ck);
     /* Export of the old checkpoint: the head as it is. */
-    kiln_export_opts eo = {.run_dir = dir, .out_dir = md, .step = 4};
+    kiln_export_opts eo = {
+        .run_dir = dir, .step_metrics = kiln_run_step_metrics, .out_dir = md, .step = 4};
     if (CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK) &&
         CHECK("open both", kiln_st_open(mf, &ms) == KILN_OK && kiln_st_open(mid, &cs) == KILN_OK)) {
         const kiln_tensor *a = kiln_st_find(ms, "head.bias"), *b = kiln_st_find(cs, "head.bias");

@@ -31,7 +31,6 @@ typedef struct kiln_loss {
     double loss, mse, load_balance, z; /* load_balance = sum_l lb_l, z = sum_l z_l */
 } kiln_loss;
 
-
 /* The network being trained (the public kiln_model is the runtime's frozen model): one
  * block of parameters, one of gradients (same layout, kiln_param_table order) and one of
  * activations sized for up to max_batch sequences of seq_len. */

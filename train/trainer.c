@@ -499,7 +499,8 @@ static kiln_err devices_start(trainer *t) {
     KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
     if (t->dcomm || t->k > 1)
         KILN_TRY(kiln_dev_train_dist(t->dev, t->dcomm, t->k, t->opts->bucket_bytes));
-    if (t->gpu_note[0] && t->mx && kiln_run_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
+    if (t->gpu_note[0] && t->mx &&
+        kiln_run_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
         kiln_warn("%s", kiln_errmsg());
     if (strstr(t->gpu_note, "GPUs are shared")) kiln_warn("%s", t->gpu_note);
     return KILN_OK;
