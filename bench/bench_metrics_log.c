@@ -20,8 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train.h"
-#include "train_int.h"
+#include "runs.h"
 
 #define L 4
 #define E 8

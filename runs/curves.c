@@ -1,4 +1,4 @@
-/* curves.c - every curve of a run's page in one read of metrics.db (train.h, "a run's curves
+/* curves.c - every curve of a run's page in one read of metrics.db (runs.h, "a run's curves
  * for a picture"): the steps table streamed through kiln_downsample, the layers and tensors
  * tables read whole for a short run and at sampled steps (by their keys) for a long one, or
  * for a long one that has them, out of layer_sums and tensor_sums (only expert_load sampled). */

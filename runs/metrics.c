@@ -47,7 +47,7 @@ static const char schema[] =
     /* Validation R^2 per target (steps.val_r2 is their mean); added to older files on open. */
     "CREATE TABLE IF NOT EXISTS val_targets("
     " step INTEGER, target INTEGER, name TEXT, r2 REAL, PRIMARY KEY(step, target));"
-    /* The steps table summed up per bucket (train_int.h, kiln_run_metrics_sum_cols). */
+    /* The steps table summed up per bucket (runs_int.h, kiln_run_metrics_sum_cols). */
     "CREATE TABLE IF NOT EXISTS step_sums("
     " level INTEGER, bucket INTEGER, col INTEGER, minx REAL, miny REAL, maxx REAL, maxy REAL,"
     " firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL, bady REAL,"

@@ -16,7 +16,6 @@
 #include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "train_int.h"
 
 #define SPIKE 31337
 #define DIP 27001

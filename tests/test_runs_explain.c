@@ -11,7 +11,6 @@
 #include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "train_int.h"
 
 #define N_STEPS 120
 #define SPIKE 100

@@ -11,7 +11,6 @@
 #include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "train_int.h"
 
 /* A run directory under the test directory: run.json with this config (JSON object text)
  * and digest, and metrics.db with steps 1..n of these losses (NAN: a non-finite step, as
