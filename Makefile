@@ -58,7 +58,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 NCCL_H := $(if $(NVCC),$(wildcard $(CUDA_HOME)/include/nccl.h))
 
 GIT_REV := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
-MODULES := core kernels kernels/cpu train runtime export validate sign registry web sweep release data
+MODULES := core kernels kernels/cpu train runs runtime export validate sign registry web sweep release data
 # registry/'s sides (docs/registry.md): each a module of the layering check.
 MODULES += registry/common registry/server registry/client
 INCLUDES := -Iinclude $(addprefix -I,$(wildcard $(MODULES)))
@@ -91,7 +91,7 @@ endif
 DIST_SRC := train/comm_mpi.c $(if $(NCCL_H),train/comm_nccl.c train/nccl_dl.c)
 # kernels/cuda/*.c: host code against the toolkit's headers (cuBLAS opened on first use).
 LIB_SRC := $(filter-out train/comm_mpi.c train/comm_nccl.c train/nccl_dl.c, \
-             $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runtime/*.c export/*.c \
+             $(sort $(wildcard core/*.c kernels/cpu/*.c kernels/*.c train/*.c runs/*.c runtime/*.c export/*.c \
                               validate/*.c sign/*.c registry/*.c web/*.c sweep/*.c release/*.c data/*.c) \
                     $(if $(NVCC),$(wildcard kernels/cuda/*.c))))
 LIB_SRC += $(sort $(wildcard registry/*/*.c))
@@ -253,7 +253,7 @@ $(BUILD)/bench_train: $(BUILD)/obj/bench/bench_train.o $(BUILD)/libkiln.a
 $(BUILD)/bench_web: $(BUILD)/obj/bench/bench_web.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 
-# What the trainer's metrics logging costs a step (kiln_metrics_step, train/metrics.c).
+# What the trainer's metrics logging costs a step (kiln_run_metrics_step, runs/metrics.c).
 $(BUILD)/bench_metrics_log: $(BUILD)/obj/bench/bench_metrics_log.o $(BUILD)/libkiln.a
 	$(CC) $(LDFLAGS) -o $@ $< $(BUILD)/libkiln.a $(ALL_LIBS)
 

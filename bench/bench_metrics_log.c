@@ -1,6 +1,6 @@
 /*
- * bench_metrics_log.c - what the trainer's metrics logging costs a step: kiln_metrics_step
- * (train/metrics.c) as the trainer calls it after every step, with a model of 4 layers of 8
+ * bench_metrics_log.c - what the trainer's metrics logging costs a step: kiln_run_metrics_step
+ * (runs/metrics.c) as the trainer calls it after every step, with a model of 4 layers of 8
  * experts and 40 tensors (a steps row, 4 layers rows, 40 tensors rows, one transaction),
  * validation every 100 steps. Usage:
  *   bench_metrics_log time DIR [STEPS]   STEPS steps (default 20000) into a new
@@ -20,8 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "train.h"
-#include "train_int.h"
+#include "runs.h"
 
 #define L 4
 #define E 8
@@ -52,11 +51,11 @@ static kiln_err round_once(const char *path, long steps, double *us) {
     snprintf(wal, sizeof wal, "%s-wal", path);
     snprintf(shm, sizeof shm, "%s-shm", path);
     unlink(path), unlink(wal), unlink(shm);
-    kiln_metrics *mx = NULL;
-    KILN_TRY(kiln_metrics_open(path, false, &mx));
+    kiln_run_metrics *mx = NULL;
+    KILN_TRY(kiln_run_metrics_open(path, false, &mx));
     float ae[L], re[L], load[L * E], of[L], rms[L];
     char names[T][48];
-    kiln_metrics_tensor ts[T];
+    kiln_run_metrics_tensor ts[T];
     for (int t = 0; t < T; t++) {
         snprintf(names[t], sizeof names[t], "blocks.%d.tensor%d.weight", t / 10, t % 10);
         ts[t].name = names[t];
@@ -96,19 +95,19 @@ static kiln_err round_once(const char *path, long steps, double *us) {
                                  .val_loss = 1 + u,
                                  .val_r2 = 0.5};
         double t0 = now_us();
-        rc = kiln_metrics_step(mx, &p, ts, T);
+        rc = kiln_run_metrics_step(mx, &p, ts, T);
         us[s - 1] = now_us() - t0;
     }
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }
 
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "summarize")) {
-        kiln_metrics *mx = NULL;
-        kiln_err rc = kiln_metrics_open(argv[2], false, &mx);
-        if (!rc) rc = kiln_metrics_summarize(mx);
-        kiln_metrics_close(mx);
+        kiln_run_metrics *mx = NULL;
+        kiln_err rc = kiln_run_metrics_open(argv[2], false, &mx);
+        if (!rc) rc = kiln_run_metrics_summarize(mx);
+        kiln_run_metrics_close(mx);
         if (rc) fprintf(stderr, "bench_metrics_log: %s\n", kiln_errmsg());
         return rc ? 2 : 0;
     }
@@ -122,9 +121,10 @@ int main(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/bench-metrics-log.db", argv[2]);
     double *us = malloc((size_t)steps * sizeof *us);
     if (!us) return 2;
-    printf("kiln_metrics_step: %ld steps of %d layers x %d experts, %d tensors, validation every "
-           "100 steps\n",
-           steps, L, E, T);
+    printf(
+        "kiln_run_metrics_step: %ld steps of %d layers x %d experts, %d tensors, validation every "
+        "100 steps\n",
+        steps, L, E, T);
     for (int k = 0; k < 3; k++) {
         double c0 = cpu_us();
         kiln_err rc = round_once(path, steps, us);

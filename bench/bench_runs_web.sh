@@ -2,7 +2,7 @@
 # bench_runs_web.sh KILN OUTDIR: kiln runs serve's run page for a run of 1,000,000 steps
 # (metrics.db written by tests/e2e/gen-run.sh, not by training: 1M step rows, 2M layer rows,
 # 6M tensor rows, about 750 MB; made once and kept in OUTDIR/runs-web), its steps table
-# summed up by the trainer's code (kiln_metrics_summarize, through bench_metrics_log beside
+# summed up by the trainer's code (kiln_run_metrics_summarize, through bench_metrics_log beside
 # KILN), against the same page for 1,000 steps, and against sqlite3 reading the same series
 # (the steps table's columns the charts draw) from the same file in the same run. The first
 # view (a server just started) reads step_sums and the rows after them; a reload reads only

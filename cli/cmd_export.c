@@ -6,7 +6,7 @@
 #include "cli.h"
 #include "core.h"
 #include "export.h"
-#include "train.h"
+#include "runs.h"
 
 int cmd_export(int argc, char **argv) {
     const char *out = NULL, *dtype = "f32", *name = NULL;
@@ -37,7 +37,7 @@ int cmd_export(int argc, char **argv) {
     kiln_export_opts o = {
         .run_dir = run_dir, .step = step, .out_dir = out, .name = name, .force = force,
         .add_files = kiln_run_summary_add, .add_files_ctx = (void *)run_dir,
-        .best_step = kiln_run_best_ckpt};
+        .best_step = kiln_run_best_ckpt, .step_metrics = kiln_run_step_metrics};
     if (!strcmp(dtype, "bf16")) {
         o.dtype = KILN_EXPORT_BF16;
     } else if (strcmp(dtype, "f32")) {

@@ -11,7 +11,7 @@
 #include "core.h"
 #include "registry.h"
 #include "release.h"
-#include "train.h"
+#include "runs.h"
 
 static volatile int repro_stop;
 

@@ -10,7 +10,7 @@
 
 #include "cli.h"
 #include "core.h"
-#include "train.h"
+#include "runs.h"
 
 static void print_event(const kiln_run_event *e) {
     char when[21];

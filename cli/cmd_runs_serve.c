@@ -15,8 +15,8 @@
 
 #include "cli.h"
 #include "kiln.h"
+#include "runs.h"
 #include "runs_views.h"
-#include "train.h"
 #include "web.h"
 
 typedef struct server {
@@ -69,7 +69,7 @@ static enum MHD_Result send_error(struct MHD_Connection *c, const server *s, uns
 /* "." is the directory served; a name is one of its direct children, no path in it, and a
  * directory itself, not a symlink to one (kiln runs list does not list such a link either).
  * The caller frees the path. NULL: no such name (nothing outside the directory is reachable:
- * the readers open a run's files without following links, train/runs.c). */
+ * the readers open a run's files without following links, runs/runs.c). */
 static char *run_path(const server *s, const char *name) {
     if (!name || !*name) return NULL;
     if (!strcmp(name, ".")) return kiln_strdup(s->root);

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "core.h"
+#include "runs.h"
 #include "train.h"
 
 static volatile int stop_flag;

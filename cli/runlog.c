@@ -3,7 +3,7 @@
 
 #include "cli.h"
 #include "core.h"
-#include "train.h"
+#include "runs.h"
 
 void cli_fmt_eta(double s, char *out, size_t n) {
     long t = (long)(s + 0.5);

@@ -5,7 +5,7 @@
 #ifndef KILN_CLI_RUNS_VIEWS_H
 #define KILN_CLI_RUNS_VIEWS_H
 
-#include "train.h"
+#include "runs.h"
 #include "web.h"
 
 #define RUNS_MAX_OVERLAY 10 /* runs on one overlay */

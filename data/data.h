@@ -255,4 +255,16 @@ typedef struct kiln_synth_r2 {
  * r2 may be NULL. The same options give the same bytes. */
 kiln_err kiln_synth_write(const kiln_synth_opts *opts, const char *path, kiln_synth_r2 *r2);
 
+/* ---- kiln.h's datasets for bindings (data/data_api.c, data/time_api.c) ---- */
+
+/* kiln.h's kiln_data handle: one loaded dataset. */
+struct kiln_data {
+    kiln_dataset *ds;
+};
+/* {"features": [F names], "targets": [O names]} for kiln_dataset_write in *out, NULL when
+ * neither fn nor tn is given; one without the other, or a name not UTF-8, is refused naming
+ * path. */
+kiln_err kiln_data_names_json(const char *path, int F, int O, const char *const *fn,
+                              const char *const *tn, json_t **out);
+
 #endif /* KILN_DATA_H */

@@ -8,30 +8,6 @@
 
 #include "data.h"
 
-/* kiln_data is train/api.c's handle: one loaded dataset. Both files define it alike. */
-struct kiln_data {
-    kiln_dataset *ds;
-};
-
-/* names [n] as a JSON array of strings in *out (a name not UTF-8 is refused, naming it). */
-static kiln_err name_array(const char *path, const char *what, const char *const *names, int n,
-                           json_t **out) {
-    json_t *a = *out = json_array();
-    for (int i = 0; a && i < n; i++) {
-        json_t *s = json_string(names[i] ? names[i] : "");
-        if (!s && names[i]) {
-            json_decref(a);
-            *out = NULL;
-            return kiln_fail(KILN_ERR_USAGE, "'%s': %s name %d is not valid UTF-8", path, what, i);
-        }
-        if (json_array_append_new(a, s)) break;
-    }
-    if (a && json_array_size(a) == (size_t)n) return KILN_OK;
-    json_decref(a);
-    *out = NULL;
-    return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-}
-
 KILN_API kiln_err kiln_data_write_extra(const char *path, size_t rows, int n_features,
                                         int n_outputs, const float *features, const float *targets,
                                         const char *const *feature_names,
@@ -43,15 +19,8 @@ KILN_API kiln_err kiln_data_write_extra(const char *path, size_t rows, int n_fea
     KILN_FAIL_IF(n_features < 1 || n_outputs < 1 || n_features > 1 << 20 || n_outputs > 1 << 20,
                  KILN_ERR_USAGE, "'%s': %d features and %d targets: each must be 1 to %d", path,
                  n_features, n_outputs, 1 << 20);
-    json_t *cols = NULL, *f = NULL, *t = NULL;
-    if (feature_names) {
-        KILN_TRY(name_array(path, "feature", feature_names, n_features, &f));
-        kiln_err rc = name_array(path, "target", target_names, n_outputs, &t);
-        cols = rc ? NULL : json_pack("{s:o,s:o}", "features", f, "targets", t);
-        if (rc) json_decref(f);
-        if (rc) return rc;
-        if (!cols) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    }
+    json_t *cols = NULL;
+    KILN_TRY(kiln_data_names_json(path, n_features, n_outputs, feature_names, target_names, &cols));
     kiln_dataset_extra ex = {0};
     if (x)
         ex = (kiln_dataset_extra){.time = x->time,

@@ -202,16 +202,22 @@ typedef struct kiln_export_opts {
     bool force;              /* replace an existing non-empty out_dir */
     /* Called with the step frozen and the directory being made, before it is put in place:
      * the caller adds files there (kiln export and kiln release: run_summary.json, from
-     * train/). A failure stops the export and leaves nothing. NULL: none. */
+     * runs/). A failure stops the export and leaves nothing. NULL: none. */
     kiln_err (*add_files)(void *ctx, long step, const char *dir);
     void *add_files_ctx;
     /* With KILN_EXPORT_BEST: of the checkpoint steps[0..n) of run_dir, the one whose step
      * logged the lowest validation loss; KILN_ERR_NOTFOUND when none did. The run's metrics
-     * are train/'s to read (kiln_run_best_ckpt: the rule kiln runs show and the trainer's
+     * are runs/'s to read (kiln_run_best_ckpt: the rule kiln runs show and the trainer's
      * pruning use, non-finite losses skipped), so export asks its caller rather than reading
      * metrics.db with SQL of its own, which ranked a -inf loss best. Required with
      * KILN_EXPORT_BEST. */
     kiln_err (*best_step)(const char *run_dir, const long *steps, size_t n, long *best);
+    /* The card's lineage.metrics for the step frozen and the time it was logged (the card's
+     * "created" when the checkpoint has no kiln.created), read by the caller for the same
+     * reason (kiln_run_step_metrics: the step's loss, the newest finite validation at or
+     * before it; *metrics NULL and *time NAN when the run logged none). NULL: the lineage's
+     * metrics are null. */
+    kiln_err (*step_metrics)(const char *run_dir, long step, json_t **metrics, double *time);
     /* NULL, or the card's "created" (RFC 3339) instead of the checkpoint's time: kiln
      * reproduce makes a released card again, with the time the release recorded. */
     const char *created;

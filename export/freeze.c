@@ -5,8 +5,9 @@
  * checks it on resume (the SHA-256 of its data section against kiln.data_sha256), so a
  * torn or corrupted file is never frozen. Only the parameters of docs/model.md's table are
  * kept; the AdamW moments stay behind. Everything written is a function of the
- * checkpoint, run.json and metrics.db: no clock, no host, no path, so freezing the same
- * checkpoint twice gives the same bytes.
+ * checkpoint, run.json and the step's metrics (read by the caller's step_metrics, runs/'s: export
+ * has no SQL): no clock, no host, no path, so freezing the same checkpoint twice gives the same
+ * bytes.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -17,8 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <sqlite3.h>
 
 #include "export_int.h"
 
@@ -235,82 +234,6 @@ out:
 
 /* ---- lineage ------------------------------------------------------------------ */
 
-/* The last validation figures at or before step, the step's own loss and time, from
- * metrics.db (absent: *metrics stays NULL and *time_ok false). */
-/* metrics.db as an input: a regular file, refused at once as a FIFO (SQLite would wait on it
- * for ever). */
-static kiln_err db_input_ok(const char *path) {
-    int fd;
-    KILN_TRY(kiln_open_input(path, &fd, NULL));
-    close(fd);
-    return KILN_OK;
-}
-
-static kiln_err read_metrics(const char *run_dir, long step, json_t **metrics, double *time,
-                             bool *time_ok) {
-    *metrics = NULL;
-    *time_ok = false;
-    char *path = kiln_path_join(run_dir, "metrics.db");
-    if (!path) return KILN_ERR_NOMEM;
-    if (!kiln_path_exists(path)) {
-        free(path);
-        return KILN_OK;
-    }
-    sqlite3 *db = NULL;
-    sqlite3_stmt *q = NULL;
-    kiln_err rc = KILN_OK;
-    json_t *m = json_object();
-    KILN_CHECK_IF(rc, out, !m, KILN_ERR_NOMEM, "out of memory");
-    KILN_CHECK(rc, out, db_input_ok(path));
-    KILN_CHECK_IF(rc, out, sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK,
-                  KILN_ERR_IO, "'%s': %s", path, db ? sqlite3_errmsg(db) : "cannot open");
-    sqlite3_busy_timeout(db, 5000);
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db, "SELECT time, loss FROM steps WHERE step = ?1", -1, &q,
-                                     NULL) != SQLITE_OK,
-                  KILN_ERR_FORMAT, "'%s': %s", path, sqlite3_errmsg(db));
-    sqlite3_bind_int64(q, 1, step);
-    int r = sqlite3_step(q);
-    if (r == SQLITE_ROW) {
-        if (sqlite3_column_type(q, 0) != SQLITE_NULL) {
-            *time = sqlite3_column_double(q, 0);
-            *time_ok = isfinite(*time);
-        }
-        if (sqlite3_column_type(q, 1) != SQLITE_NULL)
-            json_object_set_new(m, "loss", json_real(sqlite3_column_double(q, 1)));
-    }
-    KILN_CHECK_IF(rc, out, r != SQLITE_ROW && r != SQLITE_DONE, KILN_ERR_IO, "'%s': %s", path,
-                  sqlite3_errmsg(db));
-    sqlite3_finalize(q);
-    q = NULL;
-    KILN_CHECK_IF(rc, out,
-                  sqlite3_prepare_v2(db,
-                                     "SELECT step, val_loss, val_r2 FROM steps WHERE step <= ?1 "
-                                     "AND val_loss IS NOT NULL ORDER BY step DESC LIMIT 1",
-                                     -1, &q, NULL) != SQLITE_OK,
-                  KILN_ERR_FORMAT, "'%s': %s", path, sqlite3_errmsg(db));
-    sqlite3_bind_int64(q, 1, step);
-    r = sqlite3_step(q);
-    if (r == SQLITE_ROW) {
-        json_object_set_new(m, "val_step", json_integer(sqlite3_column_int64(q, 0)));
-        json_object_set_new(m, "val_loss", json_real(sqlite3_column_double(q, 1)));
-        json_object_set_new(m, "val_r2",
-                            sqlite3_column_type(q, 2) == SQLITE_NULL
-                                ? json_null()
-                                : json_real(sqlite3_column_double(q, 2)));
-    }
-    KILN_CHECK_IF(rc, out, r != SQLITE_ROW && r != SQLITE_DONE, KILN_ERR_IO, "'%s': %s", path,
-                  sqlite3_errmsg(db));
-    *metrics = m;
-    m = NULL;
-out:
-    sqlite3_finalize(q);
-    sqlite3_close(db);
-    json_decref(m);
-    free(path);
-    return rc;
-}
-
 static json_t *meta_json(const kiln_st *st, const char *key) {
     const char *s = kiln_st_meta(st, key);
     json_t *j = NULL;
@@ -326,9 +249,9 @@ static json_t *str_or_null(const char *s) {
 }
 
 /* The card (without name) from the checkpoint, run.json and metrics.db. */
-static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt *c,
-                          kiln_export_dtype dtype, const char *name, const char *created_at,
-                          bool withheld, json_t **out) {
+static kiln_err make_card(const kiln_export_opts *o, const char *ckpt_path, const ckpt *c,
+                          const char *name, json_t **out) {
+    const char *run_dir = o->run_dir, *created_at = o->created;
     kiln_err rc = KILN_OK;
     json_t *run = NULL, *metrics = NULL, *card = NULL, *lin = NULL, *tc = NULL, *ck = NULL;
     char *run_path = kiln_path_join(run_dir, "run.json");
@@ -357,9 +280,8 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
     /* created: the checkpoint's own time, never the clock. */
     int64_t secs = 0;
     const char *kc = kiln_st_meta(c->st, "kiln.created");
-    double mtime = 0;
-    bool mtime_ok = false;
-    KILN_CHECK(rc, out, read_metrics(run_dir, c->step, &metrics, &mtime, &mtime_ok));
+    double mtime = NAN;
+    if (o->step_metrics) KILN_CHECK(rc, out, o->step_metrics(run_dir, c->step, &metrics, &mtime));
     if (created_at) {
         /* A card made again (kiln reproduce): the time the first one recorded. */
         if ((rc = kiln_export_parse_time(created_at, &secs))) {
@@ -371,7 +293,7 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
             kiln_errprefix(rc, "'%s': kiln.created: ", ckpt_path);
             goto out;
         }
-    } else if (mtime_ok && mtime >= 0 && mtime < 8e9) {
+    } else if (isfinite(mtime) && mtime >= 0 && mtime < 8e9) {
         secs = (int64_t)floor(mtime);
     } else {
         struct stat sb;
@@ -417,7 +339,7 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
         KILN_CHECK_IF(rc, out,
                       json_object_set_new(lin, "init", json_pack("{s:s}", "sha256", init_sha)),
                       KILN_ERR_NOMEM, "out of memory");
-    if (withheld)
+    if (o->data_withheld)
         KILN_CHECK_IF(rc, out, json_object_set_new(lin, "dataset_withheld", json_true()),
                       KILN_ERR_NOMEM, "out of memory");
     if (c->has_norm) {
@@ -437,7 +359,7 @@ static kiln_err make_card(const char *run_dir, const char *ckpt_path, const ckpt
     }
     card = json_pack("{s:s,s:s,s:s,s:o,s:s,s:O}", "format", KILN_CARD_FORMAT, "name", name,
                      "created", created, "config", kiln_model_config_json(&c->cfg), "dtype",
-                     dtype == KILN_EXPORT_BF16 ? "bf16" : "f32", "lineage", lin);
+                     o->dtype == KILN_EXPORT_BF16 ? "bf16" : "f32", "lineage", lin);
     KILN_CHECK_IF(rc, out, !card, KILN_ERR_NOMEM, "out of memory");
     *out = card;
 out:
@@ -663,9 +585,7 @@ kiln_err kiln_export_model(const kiln_export_opts *o, kiln_export_info *info) {
     const char *name = o->name ? o->name : defname;
     KILN_CHECK_IF(rc, out, !kiln_export_name_ok(name), KILN_ERR_FORMAT,
                   "'%s': the run id gives no valid model name; pass --name", ckpt_path);
-    KILN_CHECK(rc, out,
-               make_card(o->run_dir, ckpt_path, &c, o->dtype, name, o->created, o->data_withheld,
-                         &card));
+    KILN_CHECK(rc, out, make_card(o, ckpt_path, &c, name, &card));
 
     if (!(tmp = sibling_tmpdir(o->out_dir, "export"))) {
         rc = KILN_ERR_IO; /* the message is set */

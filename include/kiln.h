@@ -316,7 +316,7 @@ KILN_API void kiln_watch_stop(kiln_watch *w);
  * "A service's metrics"). Takes the watch's lock briefly; no I/O. */
 KILN_API char *kiln_watch_metrics(kiln_watch *w);
 
-/* ---- datasets and runs, for bindings (train/api.c; docs/python.md) ----
+/* ---- datasets and runs, for bindings (data/data_api.c, runs/run_api.c; docs/python.md) ----
  *
  * What a notebook reads and writes, through the code the CLI runs: a dataset written here is
  * byte for byte what `kiln data import` writes for the same numbers and names, and the runs

@@ -18,8 +18,8 @@
 #include "export.h"
 #include "registry.h"
 #include "release.h"
+#include "runs.h"
 #include "sign.h"
-#include "train.h"
 #include "validate.h"
 
 static const char *const stage_names[] = {
@@ -214,10 +214,11 @@ static kiln_err stage_export(rel *r) {
                            .out_dir = r->model,
                            .name = r->o->name,
                            .data_withheld = data_off(r),
-                           /* the curves of the run, signed with the rest (train.h) */
+                           /* the curves of the run, signed with the rest (runs.h) */
                            .add_files = kiln_run_summary_add,
                            .add_files_ctx = (void *)r->o->run_dir,
-                           .best_step = kiln_run_best_ckpt};
+                           .best_step = kiln_run_best_ckpt,
+                           .step_metrics = kiln_run_step_metrics};
     kiln_export_info info;
     KILN_TRY(kiln_export_model(&eo, &info));
     r->res->step = info.step;

@@ -19,6 +19,7 @@
 #include "export.h"
 #include "registry.h"
 #include "release.h"
+#include "runs.h"
 #include "train.h"
 
 typedef struct repro {
@@ -226,6 +227,7 @@ static kiln_err export_pack(repro *r) {
         .created = json_string_value(json_object_get(c, "created")),
         .add_files = carry_files,
         .add_files_ctx = r,
+        .step_metrics = kiln_run_step_metrics,
         .data_withheld =
             json_is_true(json_object_get(json_object_get(c, "lineage"), "dataset_withheld"))};
     KILN_TRY(kiln_export_model(&eo, NULL));

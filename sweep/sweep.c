@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "core.h"
+#include "runs.h"
 #include "sweep_int.h"
 #include "train.h"
 

@@ -1,6 +1,7 @@
-/* test_api.c - kiln.h's datasets-and-runs section (train/api.c), what python/kiln calls: the
- * dataset round trip with and without names, refusals that keep the file, a run read back with
- * its state, checkpoints and best one, and the runs list as `kiln runs list --json` prints it.
+/* test_api.c - kiln.h's datasets-and-runs section (data/data_api.c, runs/run_api.c), what
+ * python/kiln calls: the dataset round trip with and without names, refusals that keep the
+ * file, a run read back with its state, checkpoints and best one, and the runs list as
+ * `kiln runs list --json` prints it.
  * (tests/python/ holds them against the CLI on real runs; this is for ASan.) */
 #include <math.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 
 #include "kiln.h"
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
 #include "train_int.h"
@@ -78,16 +80,16 @@ static char *fake_run(const char *name) {
     kiln_test_put(dir, "ckpt/step-00000002.safetensors", "");
     kiln_test_put(dir, "ckpt/step-00000004.safetensors", "");
     char *db = kiln_path_join(dir, "metrics.db");
-    kiln_metrics *mx;
-    if (kiln_metrics_open(db, false, &mx) == KILN_OK) {
-        kiln_metrics_event(mx, 0, "start", "run started");
+    kiln_run_metrics *mx;
+    if (kiln_run_metrics_open(db, false, &mx) == KILN_OK) {
+        kiln_run_metrics_event(mx, 0, "start", "run started");
         for (int i = 1; i <= 4; i++) {
             kiln_train_progress pr = {.step = i, .loss = 1.0 / i, .grad_norm = 1, .applied = true,
                                       .tokens_per_s = 1000, .has_val = i % 2 == 0,
                                       .val_loss = i == 2 ? 0.5 : 0.75, .val_r2 = 0.125};
-            kiln_metrics_step(mx, &pr, NULL, 0);
+            kiln_run_metrics_step(mx, &pr, NULL, 0);
         }
-        kiln_metrics_close(mx);
+        kiln_run_metrics_close(mx);
     }
     free(db);
     return dir;

@@ -58,7 +58,7 @@ static void refused(const char *data) {
     CHECK("nothing written", !kiln_path_exists(dir));
     c.device = KILN_TRAIN_CPU;
     if (!CHECK("the same run on the cpu", kiln_train_start(&c, &o) == KILN_OK)) goto out;
-    p6 = kiln_ckpt_path(dir, 6);
+    p6 = kiln_run_ckpt_path(dir, 6);
     char *before = NULL;
     size_t n = 0;
     CHECK("read", bytes(p6, &before, &n));
@@ -164,8 +164,9 @@ static void on_progress(void *ctx, const kiln_train_progress *p) {
 static void on_device(const char *data) {
     char *a = kiln_test_path("a"), *b = kiln_test_path("b"), *r = kiln_test_path("r"),
          *cpu = kiln_test_path("cpu"), *x = kiln_test_path("x");
-    char *a6 = kiln_ckpt_path(a, 6), *b6 = kiln_ckpt_path(b, 6), *r6 = kiln_ckpt_path(r, 6),
-         *x6 = kiln_ckpt_path(x, 6), *cpu6 = kiln_ckpt_path(cpu, 6);
+    char *a6 = kiln_run_ckpt_path(a, 6), *b6 = kiln_run_ckpt_path(b, 6),
+         *r6 = kiln_run_ckpt_path(r, 6), *x6 = kiln_run_ckpt_path(x, 6),
+         *cpu6 = kiln_run_ckpt_path(cpu, 6);
     kiln_train_config c;
     tiny_run(&c);
     stopper sa = {0, 0, {0}}, sc = {0, 0, {0}}, sr = {0, 3, {0}}, sx = {0, 2, {0}};
@@ -218,11 +219,11 @@ static void on_device(const char *data) {
                                                ck.state.updates == 6);
     kiln_ckpt_release(&ck);
     /* cuda -> cpu: the cuda run's step-3 checkpoint continued on the cpu. */
-    char *r3 = kiln_ckpt_path(r, 3);
+    char *r3 = kiln_run_ckpt_path(r, 3);
     kiln_ckpt_release(&ck);
     if (kiln_ckpt_open(r3, &ck) == KILN_OK) {
         kiln_ckpt_release(&ck);
-        char *p6 = kiln_ckpt_path(r, 6);
+        char *p6 = kiln_run_ckpt_path(r, 6);
         unlink(p6);
         free(p6);
         const char *to_cpu[] = {"device=cpu"};
@@ -299,7 +300,7 @@ static void through_buckets(const char *data) {
         snprintf(na, sizeof na, "plain%d", accum);
         snprintf(nb, sizeof nb, "buckets%d", accum);
         char *a = kiln_test_path(na), *b = kiln_test_path(nb);
-        char *a6 = kiln_ckpt_path(a, 6), *b6 = kiln_ckpt_path(b, 6);
+        char *a6 = kiln_run_ckpt_path(a, 6), *b6 = kiln_run_ckpt_path(b, 6);
         kiln_train_config c;
         tiny_run(&c);
         c.accum_steps = accum;
@@ -357,7 +358,7 @@ KILN_TEST(cuda_validate_parity) {
     c.device = KILN_TRAIN_CPU;
     kiln_train_opts o = {.run_dir = run, .data_path = data};
     if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
-    kiln_export_opts eo = {.run_dir = run, .out_dir = model};
+    kiln_export_opts eo = {.run_dir = run, .step_metrics = kiln_run_step_metrics, .out_dir = model};
     kiln_golden_opts go = {
         .model = model, .data = data, .windows = 2, .seed = 3, .val_fraction = -1};
     if (!CHECK("export and golden",

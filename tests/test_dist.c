@@ -292,8 +292,8 @@ KILN_TEST(dist_train_ranks_match_one_process) {
     CHECK("four ranks", train_on(4, &c, data, four, false, msg) == KILN_OK);
     bool same = true;
     for (long s = c.ckpt_every; s <= c.steps; s += c.ckpt_every) {
-        char *p1 = kiln_ckpt_path(one, s), *p2 = kiln_ckpt_path(two, s),
-             *p4 = kiln_ckpt_path(four, s);
+        char *p1 = kiln_run_ckpt_path(one, s), *p2 = kiln_run_ckpt_path(two, s),
+             *p4 = kiln_run_ckpt_path(four, s);
         same &= kiln_path_exists(p1) && same_file(p1, p2) && same_file(p1, p4);
         free(p1), free(p2), free(p4);
     }
@@ -305,12 +305,12 @@ KILN_TEST(dist_train_ranks_match_one_process) {
      * crash after step 4 would leave it.) */
     CHECK("two ranks again", train_on(2, &c, data, mix, false, msg) == KILN_OK);
     for (long s = 6; s <= c.steps; s += c.ckpt_every) {
-        char *p = kiln_ckpt_path(mix, s);
+        char *p = kiln_run_ckpt_path(mix, s);
         unlink(p);
         free(p);
     }
     CHECK("resumed on one process", train_on(1, &c, data, mix, true, msg) == KILN_OK);
-    char *pa = kiln_ckpt_path(one, c.steps), *pb = kiln_ckpt_path(mix, c.steps);
+    char *pa = kiln_run_ckpt_path(one, c.steps), *pb = kiln_run_ckpt_path(mix, c.steps);
     CHECK("2 ranks then 1 process ends with the same bytes", same_file(pa, pb));
     CHECK("and the same losses", same_losses(one, mix));
     free(pa), free(pb);

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "export.h"
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
 #include "train_int.h"
@@ -96,16 +97,16 @@ static kiln_err by_archive(const char *p) { /* kiln inspect, unpack, publish */
 }
 
 static kiln_err by_metrics(const char *p) { /* a run's metrics.db: runs show, list, export */
-    kiln_metrics *mx = NULL;
-    kiln_err rc = kiln_metrics_open(p, true, &mx);
-    kiln_metrics_close(mx);
+    kiln_run_metrics *mx = NULL;
+    kiln_err rc = kiln_run_metrics_open(p, true, &mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }
 
 static kiln_err by_metrics_rw(const char *p) { /* train --resume: the run's own log */
-    kiln_metrics *mx = NULL;
-    kiln_err rc = kiln_metrics_open(p, false, &mx);
-    kiln_metrics_close(mx);
+    kiln_run_metrics *mx = NULL;
+    kiln_err rc = kiln_run_metrics_open(p, false, &mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }
 
@@ -124,8 +125,8 @@ static const struct {
     {"kiln_model_open", by_model},
     {"kiln_dataset_import_csv", by_csv},
     {"kiln_archive_inspect", by_archive},
-    {"kiln_metrics_open", by_metrics},
-    {"kiln_metrics_open (read-write)", by_metrics_rw},
+    {"kiln_run_metrics_open", by_metrics},
+    {"kiln_run_metrics_open (read-write)", by_metrics_rw},
 };
 
 /* Run fn(path) in a child that an alarm kills after 5 s. 0: refused within a second with a

@@ -1699,7 +1699,8 @@ static char *fx_real_archive(const char *version, bool validated) {
         kiln_train_opts o = {.run_dir = run, .data_path = data};
         ok = kiln_train_start(&c, &o) == KILN_OK;
     }
-    kiln_export_opts eo = {.run_dir = run, .out_dir = model, .name = "demo"};
+    kiln_export_opts eo = {
+        .run_dir = run, .step_metrics = kiln_run_step_metrics, .out_dir = model, .name = "demo"};
     kiln_golden_opts go = {
         .model = model, .data = data, .windows = 4, .seed = 3, .val_fraction = -1};
     kiln_validate_opts vo = {.model = model, .data = data, .val_fraction = -1};

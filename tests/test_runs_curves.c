@@ -1,5 +1,5 @@
-/* test_runs_curves.c - metrics.db's summary of the steps table (step_sums, train/metrics.c)
- * and the run page's curves read through it (train/curves.c): the same points as reading
+/* test_runs_curves.c - metrics.db's summary of the steps table (step_sums, runs/metrics.c)
+ * and the run page's curves read through it (runs/curves.c): the same points as reading
  * every row, spikes and non-finite steps kept, across a resume, through the cache and up to
  * an exported step; a run logged before step_sums read row by row; the best validation
  * found through its index. The layers table's scalar columns the same through layer_sums
@@ -13,9 +13,9 @@
 
 #include <sqlite3.h>
 
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "train_int.h"
 
 #define SPIKE 31337
 #define DIP 27001
@@ -39,7 +39,7 @@ static double loss_at(long s, int phase) {
 
 /* Steps [from, to] of a phase logged as the trainer logs them, with LAYERS layers'
  * diagnostics: noise, a router entropy collapse, a NaN attention entropy. */
-static kiln_err log_steps(kiln_metrics *mx, long from, long to, int phase) {
+static kiln_err log_steps(kiln_run_metrics *mx, long from, long to, int phase) {
     for (long s = from; s <= to; s++) {
         double l = loss_at(s, phase);
         float ae[LAYERS], re[LAYERS], ov[LAYERS], rms[LAYERS], load[LAYERS * EXPERTS];
@@ -74,17 +74,17 @@ static kiln_err log_steps(kiln_metrics *mx, long from, long to, int phase) {
                                  .val_r2 = s % (97 * 13) == 0 ? NAN : 0.5,
                                  .stats = &stats};
         /* a.weight moves most but for b.weight's peak; a NaN gradient norm now and then */
-        kiln_metrics_tensor t[TENSORS];
+        kiln_run_metrics_tensor t[TENSORS];
         for (int k = 0; k < TENSORS; k++) {
             unsigned h = (unsigned)(s * TENSORS + k) * 2654435761u;
-            t[k] = (kiln_metrics_tensor){
+            t[k] = (kiln_run_metrics_tensor){
                 .name = tensor_names[k],
                 .grad_norm = s % 2999 == 0 && k == 0 ? NAN : 0.1 * (k + 1) + (h >> 24) / 4096.0,
                 .update_ratio = s == PEAK && k == 1 ? 0.5
                                                     : (0.01 - 0.004 * k) * (1 + phase) +
                                                           (double)(h >> 20 & 255) / 1e6};
         }
-        KILN_TRY(kiln_metrics_step(mx, &p, t, TENSORS));
+        KILN_TRY(kiln_run_metrics_step(mx, &p, t, TENSORS));
     }
     return KILN_OK;
 }
@@ -96,9 +96,9 @@ static bool same_num(double a, double b) {
 /* The steps table's curves of a and b hold the same points. */
 static bool same_step_curves(const kiln_run_curves *a, const kiln_run_curves *b) {
     if (a->first != b->first || a->last != b->last) return false;
-    for (int k = 0; k < KILN_METRICS_SUM_COLS; k++) {
-        const kiln_run_curve *x = kiln_run_curve_find(a, kiln_metrics_sum_cols[k]),
-                             *y = kiln_run_curve_find(b, kiln_metrics_sum_cols[k]);
+    for (int k = 0; k < KILN_RUN_METRICS_SUM_COLS; k++) {
+        const kiln_run_curve *x = kiln_run_curve_find(a, kiln_run_metrics_sum_cols[k]),
+                             *y = kiln_run_curve_find(b, kiln_run_metrics_sum_cols[k]);
         if (!x || !y || x->n != y->n || !x->n) return false;
         for (size_t i = 0; i < x->n; i++)
             if (x->x[i] != y->x[i] || !same_num(x->y[i], y->y[i])) return false;
@@ -170,11 +170,11 @@ static long sql_long(const char *db, const char *q) {
 
 /* A run directory named name under the test's (its path in *dir, its metrics.db's in *db;
  * both freed by the caller): run.json and metrics.db opened for writing into *mx. */
-static bool new_run(const char *name, char **dir, char **db, kiln_metrics **mx) {
+static bool new_run(const char *name, char **dir, char **db, kiln_run_metrics **mx) {
     *dir = kiln_test_path(name);
     *db = kiln_path_join(*dir, "metrics.db");
     kiln_test_put(*dir, "run.json", "{\"format\":\"kiln-run/1\",\"run_id\":\"r\",\"config\":{}}");
-    return kiln_metrics_open(*db, false, mx) == KILN_OK;
+    return kiln_run_metrics_open(*db, false, mx) == KILN_OK;
 }
 
 KILN_TEST(runs_curves_summary_equals_full_read) {
@@ -182,19 +182,19 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
     kiln_run_cache *cache = NULL;
     kiln_run_curves live = {0}, cached = {0}, sums = {0}, full = {0}, upto = {0}, upto_full = {0},
                     old = {0};
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     CHECK("cache", kiln_run_cache_create(&cache) == KILN_OK);
     /* 30000 steps, a resume from 21234 (the trainer truncates and logs again), 40000. */
     CHECK("open", new_run("sums", &dir, &db, &mx));
     CHECK("phase 1", log_steps(mx, 1, 30000, 0) == KILN_OK);
     CHECK("cached, before the resume",
           kiln_run_curves_load_cached(cache, dir, 512, 8, &live) == KILN_OK && live.last == 30000);
-    CHECK("truncate", kiln_metrics_truncate(mx, 21234) == KILN_OK);
-    CHECK("resume event", kiln_metrics_event(mx, 21234, "resume", "resumed") == KILN_OK);
-    kiln_metrics_close(mx);
-    CHECK("reopen", kiln_metrics_open(db, false, &mx) == KILN_OK);
+    CHECK("truncate", kiln_run_metrics_truncate(mx, 21234) == KILN_OK);
+    CHECK("resume event", kiln_run_metrics_event(mx, 21234, "resume", "resumed") == KILN_OK);
+    kiln_run_metrics_close(mx);
+    CHECK("reopen", kiln_run_metrics_open(db, false, &mx) == KILN_OK);
     CHECK("phase 2", log_steps(mx, 21235, 40000, 1) == KILN_OK);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     /* Every bucket a later step closed is summed up, at every level up to what they allow. */
     CHECK("level 0 done",
           sql_long(db, "SELECT upto FROM step_sums_done WHERE level = 0") == 40000 / 16 * 16);
@@ -296,18 +296,18 @@ KILN_TEST(runs_curves_summary_equals_full_read) {
  * one a newer trainer logs a step to, get the summary the trainer writes step by step. */
 KILN_TEST(runs_curves_summarize_afterwards) {
     char *dir, *db;
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     CHECK("open", new_run("sums-after", &dir, &db, &mx));
     CHECK("log", log_steps(mx, 1, 5000, 0) == KILN_OK);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     sql(db, "CREATE TABLE kept AS SELECT * FROM step_sums; CREATE TABLE kept_l AS SELECT * FROM "
             "layer_sums; DELETE FROM step_sums; DROP TABLE step_sums_done; DELETE FROM "
             "layer_sums; DROP TABLE layer_sums_done; CREATE TABLE kept_t AS SELECT s.*, n.name "
             "FROM tensor_sums s JOIN tensor_names n ON n.id = s.tensor; DROP TABLE tensor_sums; "
             "DROP TABLE tensor_sums_done; DROP TABLE tensor_names");
-    CHECK("reopen", kiln_metrics_open(db, false, &mx) == KILN_OK);
-    CHECK("summarize", kiln_metrics_summarize(mx) == KILN_OK);
-    kiln_metrics_close(mx);
+    CHECK("reopen", kiln_run_metrics_open(db, false, &mx) == KILN_OK);
+    CHECK("summarize", kiln_run_metrics_summarize(mx) == KILN_OK);
+    kiln_run_metrics_close(mx);
     const char *same = "SELECT (SELECT count(*) FROM (SELECT * FROM kept EXCEPT SELECT * FROM "
                        "step_sums)) + (SELECT count(*) FROM (SELECT * FROM step_sums EXCEPT "
                        "SELECT * FROM kept))";
@@ -330,9 +330,9 @@ KILN_TEST(runs_curves_summarize_afterwards) {
     sql(db, "DELETE FROM step_sums; DROP TABLE step_sums_done; DELETE FROM layer_sums; DROP TABLE "
             "layer_sums_done; DROP TABLE tensor_sums; DROP TABLE tensor_sums_done; DROP TABLE "
             "tensor_names");
-    CHECK("reopen for a step", kiln_metrics_open(db, false, &mx) == KILN_OK);
+    CHECK("reopen for a step", kiln_run_metrics_open(db, false, &mx) == KILN_OK);
     CHECK("a step", log_steps(mx, 5001, 5001, 0) == KILN_OK);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     CHECK("the same rows after a step", sql_long(db, same) == 0 && sql_long(db, same_l) == 0 &&
                                             sql_long(db, same_t) == 0);
     free(db);
@@ -342,9 +342,9 @@ KILN_TEST(runs_curves_summarize_afterwards) {
 /* kiln runs list's and the sweep page's best validation: by its index, not every step. */
 KILN_TEST(runs_curves_best_val_index) {
     char *dir, *db;
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     CHECK("open", new_run("sums-val", &dir, &db, &mx));
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     sqlite3 *h = NULL;
     sqlite3_stmt *st = NULL;
     bool indexed = false, sorted = false;

@@ -8,9 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "train_int.h"
 
 #define N_STEPS 120
 #define SPIKE 100
@@ -40,11 +40,11 @@ static char *make_run(const char *name, kind k) {
                   "{\"format\":\"kiln-run/1\",\"run_id\":\"x\",\"config\":{\"n_layers\":2,"
                   "\"n_experts\":4,\"steps\":120}}");
     char *db = kiln_path_join(dir, "metrics.db");
-    kiln_metrics *mx = NULL;
-    CHECK("open metrics.db", kiln_metrics_open(db, false, &mx) == KILN_OK);
+    kiln_run_metrics *mx = NULL;
+    CHECK("open metrics.db", kiln_run_metrics_open(db, false, &mx) == KILN_OK);
     free(db);
     if (!mx) return dir;
-    kiln_metrics_event(mx, 0, "start", "run started");
+    kiln_run_metrics_event(mx, 0, "start", "run started");
     for (int s = 1; s <= N_STEPS; s++) {
         float attn[2], router[2], load[8], overflow[2] = {0, 0}, act[2];
         for (int l = 0; l < 2; l++) {
@@ -54,7 +54,7 @@ static char *make_run(const char *name, kind k) {
             for (int e = 0; e < 4; e++)
                 load[l * 4 + e] = 0.25f;
         }
-        kiln_metrics_tensor t[N_TENSORS];
+        kiln_run_metrics_tensor t[N_TENSORS];
         double loss = 0.9 * wob(s, 7), gn = 0.5 * wob(s, 8);
         for (int i = 0; i < N_TENSORS; i++) {
             t[i].name = tensor_names[i];
@@ -104,12 +104,13 @@ static char *make_run(const char *name, kind k) {
                                  .applied = isfinite(gn) && s != SPIKE,
                                  .tokens_per_s = 1000,
                                  .stats = &st};
-        CHECK("log a step", kiln_metrics_step(mx, &p, t, N_TENSORS) == KILN_OK);
-        if (k == TROUBLED && s == SPIKE) kiln_metrics_event(mx, s, "spike", "step 100: a spike");
+        CHECK("log a step", kiln_run_metrics_step(mx, &p, t, N_TENSORS) == KILN_OK);
+        if (k == TROUBLED && s == SPIKE)
+            kiln_run_metrics_event(mx, s, "spike", "step 100: a spike");
         if (k == TROUBLED && (s == BACKWARD_NAN || s == FORWARD_NAN))
-            kiln_metrics_event(mx, s, "nonfinite", "a non-finite step");
+            kiln_run_metrics_event(mx, s, "nonfinite", "a non-finite step");
     }
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     return dir;
 }
 

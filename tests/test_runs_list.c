@@ -8,9 +8,9 @@
 
 #include <sqlite3.h>
 
+#include "runs_int.h"
 #include "test.h"
 #include "testutil.h"
-#include "train_int.h"
 
 /* A run directory under the test directory: run.json with this config (JSON object text)
  * and digest, and metrics.db with steps 1..n of these losses (NAN: a non-finite step, as
@@ -32,9 +32,9 @@ static char *make_run(const fake *f) {
     kiln_test_put(dir, "run.json", text);
     free(text);
     char *db = kiln_path_join(dir, "metrics.db");
-    kiln_metrics *mx;
-    if (f->n && kiln_metrics_open(db, false, &mx) == KILN_OK) {
-        kiln_metrics_event(mx, 0, "start", "run started");
+    kiln_run_metrics *mx;
+    if (f->n && kiln_run_metrics_open(db, false, &mx) == KILN_OK) {
+        kiln_run_metrics_event(mx, 0, "start", "run started");
         for (int i = 0; i < f->n; i++) {
             kiln_train_progress p = {.step = i + 1,
                                      .loss = f->loss[i],
@@ -44,11 +44,11 @@ static char *make_run(const fake *f) {
                                      .has_val = i + 1 == f->val_at,
                                      .val_loss = f->val_loss,
                                      .val_r2 = 0.125};
-            kiln_metrics_step(mx, &p, NULL, 0);
+            kiln_run_metrics_step(mx, &p, NULL, 0);
         }
         for (const char *const *e = f->events; e && *e; e++)
-            kiln_metrics_event(mx, f->n, *e, "what happened");
-        kiln_metrics_close(mx);
+            kiln_run_metrics_event(mx, f->n, *e, "what happened");
+        kiln_run_metrics_close(mx);
     }
     free(db);
     return dir;
@@ -496,7 +496,7 @@ out:
 
 /* ---- kiln runs show --follow ---- */
 
-static kiln_err log_steps(kiln_metrics *mx, long from, long to, long of) {
+static kiln_err log_steps(kiln_run_metrics *mx, long from, long to, long of) {
     for (long s = from; s <= to; s++) {
         kiln_train_progress p = {.step = s,
                                  .steps = of,
@@ -505,7 +505,7 @@ static kiln_err log_steps(kiln_metrics *mx, long from, long to, long of) {
                                  .applied = s != 3,
                                  .has_val = s % 4 == 0,
                                  .val_loss = 0.5};
-        KILN_TRY(kiln_metrics_step(mx, &p, NULL, 0));
+        KILN_TRY(kiln_run_metrics_step(mx, &p, NULL, 0));
     }
     return KILN_OK;
 }
@@ -525,15 +525,15 @@ static const char *news_steps(const kiln_run_news *n, char *buf, size_t cap) {
 KILN_TEST(runs_follow_reads_what_is_new) {
     char *dir = kiln_test_path("follow"), *db = kiln_path_join(dir, "metrics.db");
     kiln_test_put(dir, "run.json", "{\"format\":\"kiln-run/1\",\"config\":{\"steps\":12}}");
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     kiln_run_cursor cur;
     kiln_run_news n;
     char got[256];
     CHECK("no metrics.db yet: a zero cursor and no news",
           kiln_run_cursor_end(dir, &cur) == KILN_OK && cur.step == 0 && cur.time == 0 &&
               kiln_run_follow(dir, &cur, 100, &n) == KILN_OK && n.n_steps == 0 && n.n_events == 0);
-    if (!CHECK("metrics", kiln_metrics_open(db, false, &mx) == KILN_OK &&
-                              kiln_metrics_event(mx, 0, "start", "run started") == KILN_OK &&
+    if (!CHECK("metrics", kiln_run_metrics_open(db, false, &mx) == KILN_OK &&
+                              kiln_run_metrics_event(mx, 0, "start", "run started") == KILN_OK &&
                               log_steps(mx, 1, 5, 12) == KILN_OK))
         goto out;
     CHECK("everything from a zero cursor, oldest first, each row as logged",
@@ -553,8 +553,8 @@ KILN_TEST(runs_follow_reads_what_is_new) {
     kiln_run_news_release(&n);
     /* A resume from the checkpoint at step 4: the rows after it go, and come again. */
     CHECK("a resume: its event, then steps 5.. again",
-          kiln_metrics_truncate(mx, 4) == KILN_OK &&
-              kiln_metrics_event(mx, 4, "resume", "resumed from step 4") == KILN_OK &&
+          kiln_run_metrics_truncate(mx, 4) == KILN_OK &&
+              kiln_run_metrics_event(mx, 4, "resume", "resumed from step 4") == KILN_OK &&
               log_steps(mx, 5, 6, 12) == KILN_OK &&
               kiln_run_follow(dir, &cur, 100, &n) == KILN_OK &&
               !strcmp(news_steps(&n, got, sizeof got), "5 6") && n.n_events == 1 &&
@@ -566,7 +566,7 @@ KILN_TEST(runs_follow_reads_what_is_new) {
               kiln_run_follow(dir, &end, 100, &n) == KILN_OK && n.n_steps == 0 && n.n_events == 0);
     kiln_run_news_release(&n);
     /* The clock stepped back: a later step logged with an older time is still new. */
-    sqlite3_exec(kiln_metrics_db(mx),
+    sqlite3_exec(kiln_run_metrics_db(mx),
                  "INSERT INTO steps(step, time, loss, applied) VALUES(7, 1000.0, 0.1, 1)", NULL,
                  NULL, NULL);
     CHECK("a step past the cursor's with an older time",
@@ -582,7 +582,7 @@ KILN_TEST(runs_follow_reads_what_is_new) {
           kiln_run_follow(dir, &cur, 100, &n) == KILN_ERR_FORMAT &&
               kiln_test_msg_has("run.json", NULL) && n.n_steps == 0);
 out:
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     free(db);
     free(dir);
 }

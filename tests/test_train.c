@@ -1,5 +1,5 @@
-/* test_train.c - the trainer's parts: config, schedule, optimizer, sampler, checkpoints,
- * metrics and reading runs back. */
+/* test_train.c - the trainer's parts: config, schedule, optimizer, sampler, checkpoints, and
+ * the loop. (Its metrics log and reading runs back are runs/'s: tests/test_runs_*.c.) */
 #include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
@@ -330,7 +330,7 @@ static char *write_ckpt(const char *dir_name, long step, float **params_out, kil
     char *dir = kiln_test_path(dir_name);
     char *ckdir = kiln_path_join(dir, "ckpt");
     kiln_mkdir_p(ckdir);
-    char *path = kiln_ckpt_path(dir, step);
+    char *path = kiln_run_ckpt_path(dir, step);
     kiln_err rc = kiln_ckpt_write(path, tab, n, p, p + numel, p + 2 * numel, &meta);
     free(dir);
     free(ckdir);
@@ -450,173 +450,21 @@ KILN_TEST(train_ckpt_list_and_prune) {
     if (f) fclose(f);
     long *steps;
     size_t k;
-    CHECK("list",
-          kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 4 && steps[0] == 10 && steps[3] == 40);
+    CHECK("list", kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 4 && steps[0] == 10 &&
+                      steps[3] == 40);
     free(steps);
     CHECK("prune, keeping step 10 too (the best)", kiln_ckpt_prune(dir, 2, 10) == KILN_OK);
-    CHECK("newest and the best kept", kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 3 &&
+    CHECK("newest and the best kept", kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 3 &&
                                           steps[0] == 10 && steps[1] == 30 && steps[2] == 40);
     free(steps);
     CHECK("prune", kiln_ckpt_prune(dir, 2, -1) == KILN_OK);
-    CHECK("newest kept",
-          kiln_ckpt_list(dir, &steps, &k) == KILN_OK && k == 2 && steps[0] == 30 && steps[1] == 40);
+    CHECK("newest kept", kiln_run_ckpt_list(dir, &steps, &k) == KILN_OK && k == 2 &&
+                             steps[0] == 30 && steps[1] == 40);
     free(steps);
     char *none = kiln_test_path("nothing");
     CHECK("no ckpt dir is no checkpoints",
-          kiln_ckpt_list(none, &steps, &k) == KILN_OK && k == 0 && !steps);
+          kiln_run_ckpt_list(none, &steps, &k) == KILN_OK && k == 0 && !steps);
     free(none), free(stray), free(dir);
-}
-
-static void fake_run(const char *name, const double *losses, int n) {
-    char *dir = kiln_test_path(name);
-    kiln_mkdir_p(dir);
-    char *rj = kiln_path_join(dir, "run.json"), *db = kiln_path_join(dir, "metrics.db");
-    const char *text =
-        "{\"run_id\":\"x\",\"dataset_sha256\":\"ab\",\"config\":{\"steps\":10,\"lr\":0.5}}";
-    kiln_write_file_atomic(rj, text, strlen(text));
-    kiln_metrics *mx;
-    if (kiln_metrics_open(db, false, &mx) == KILN_OK) {
-        float ent[1] = {0.5f}, load[2] = {1.0f, 0.0f}, ov[1] = {0}, rms[1] = {1};
-        kiln_tsmoe_stats st = {1, 2, ent, ent, load, ov, rms, 3.0f};
-        kiln_metrics_tensor t[1] = {{"head.weight", 0.25, 0.001}};
-        for (int i = 0; i < n; i++) {
-            kiln_train_progress p = {.step = i + 1,
-                                     .steps = 10,
-                                     .loss = losses[i],
-                                     .lr = 0.5,
-                                     .applied = true,
-                                     .stats = &st,
-                                     .has_val = i == 1,
-                                     .val_loss = 0.75,
-                                     .val_r2 = 0.25};
-            kiln_metrics_step(mx, &p, t, 1);
-        }
-        kiln_metrics_event(mx, 2, "spike", "step 2: loss spike");
-        kiln_metrics_close(mx);
-    }
-    free(rj), free(db), free(dir);
-}
-
-KILN_TEST(train_metrics_and_runs) {
-    double la[] = {1.0, 0.5, 0.25, 0.125}, lb[] = {1.0, 0.5, nextafter(0.25, 1), 0.125};
-    fake_run("a", la, 4);
-    fake_run("b", la, 4);
-    fake_run("c", lb, 4);
-    char *a = kiln_test_path("a"), *b = kiln_test_path("b"), *c = kiln_test_path("c");
-    kiln_run_info ri;
-    if (CHECK("info", kiln_run_info_load(a, 10, &ri) == KILN_OK)) {
-        CHECK("last step", ri.last_step == 4 && ri.last_loss == 0.125);
-        CHECK("validation",
-              ri.best_val_step == 2 && ri.best_val_r2 == 0.25 && ri.last_val_step == 2);
-        CHECK("events",
-              ri.n_events == 1 && ri.total_events == 1 && !strcmp(ri.events[0].kind, "spike"));
-        kiln_run_info_release(&ri);
-    }
-    kiln_run_diff d;
-    if (CHECK("diff a b", kiln_run_diff_load(a, b, &d) == KILN_OK)) {
-        CHECK("identical",
-              d.first_diff == 0 && d.common_steps == 4 && json_object_size(d.config) == 0);
-        kiln_run_diff_release(&d);
-    }
-    if (CHECK("diff a c", kiln_run_diff_load(a, c, &d) == KILN_OK)) {
-        CHECK("one ulp found",
-              d.first_diff == 3 && d.a_loss == 0.25 && d.b_loss == nextafter(0.25, 1));
-        kiln_run_diff_release(&d);
-    }
-    /* A resume truncates: rows after the checkpoint go, the rest stay. */
-    char *db = kiln_path_join(a, "metrics.db");
-    kiln_metrics *mx;
-    if (CHECK("reopen", kiln_metrics_open(db, false, &mx) == KILN_OK)) {
-        CHECK("truncate", kiln_metrics_truncate(mx, 2) == KILN_OK);
-        kiln_metrics_close(mx);
-    }
-    if (CHECK("info after truncate", kiln_run_info_load(a, 10, &ri) == KILN_OK)) {
-        CHECK("rows after step 2 gone", ri.last_step == 2 && ri.n_events == 1);
-        kiln_run_info_release(&ri);
-    }
-    if (CHECK("diff after truncate", kiln_run_diff_load(a, b, &d) == KILN_OK)) {
-        CHECK("common prefix identical",
-              d.first_diff == 0 && d.common_steps == 2 && d.a_steps == 2 && d.b_steps == 4);
-        kiln_run_diff_release(&d);
-    }
-    char *none = kiln_test_path("none");
-    CHECK("not a run",
-          kiln_run_info_load(none, 10, &ri) == KILN_ERR_NOTFOUND && has("run.json") && has(none));
-    /* A field of another type is a damaged run.json, not a "?" to show (and a differing one
-     * to diff): refused by name, the run left as it was. */
-    char *rj = kiln_path_join(c, "run.json"), *text = NULL;
-    size_t len = 0;
-    const char *bad = "{\"run_id\":[true],\"dataset_sha256\":\"ab\",\"config\":{\"steps\":10}}";
-    if (CHECK("damage run.json", rj && kiln_write_file_atomic(rj, bad, strlen(bad)) == KILN_OK)) {
-        CHECK("runs show refuses a run_id of the wrong type",
-              kiln_run_info_load(c, 10, &ri) == KILN_ERR_FORMAT && has(rj) && has("run_id"));
-        CHECK("runs diff too", kiln_run_diff_load(a, c, &d) == KILN_ERR_FORMAT && has(rj));
-        CHECK("run.json unchanged", kiln_read_file(rj, 1 << 10, &text, &len) == KILN_OK &&
-                                        len == strlen(bad) && !memcmp(text, bad, len));
-    }
-    free(text), free(rj);
-    free(none), free(db), free(a), free(b), free(c);
-}
-
-/* kiln runs plot's series: every kind of metric, a non-finite step, the step range, and
- * the refusals that name the run and the metric. */
-KILN_TEST(train_run_series) {
-    double la[] = {1.0, NAN, 0.25, 0.125};
-    fake_run("s", la, 4);
-    char *dir = kiln_test_path("s");
-    kiln_run_series *s = NULL;
-    size_t n = 0;
-    if (CHECK("loss", kiln_run_series_load(dir, "loss", 0, 100, &s, &n) == KILN_OK && n == 1)) {
-        CHECK("every step, the non-finite one as NAN",
-              s->n == 4 && s->step[0] == 1 && s->value[0] == 1.0 && isnan(s->value[1]) &&
-                  s->step[3] == 4 && s->value[3] == 0.125 && !strcmp(s->name, "loss"));
-        kiln_run_series_free(s, n);
-    }
-    if (CHECK("range", kiln_run_series_load(dir, "loss", 2, 3, &s, &n) == KILN_OK && n == 1)) {
-        CHECK("steps 2 and 3 only", s->n == 2 && s->step[0] == 2 && s->step[1] == 3);
-        kiln_run_series_free(s, n);
-    }
-    if (CHECK("val_r2", kiln_run_series_load(dir, "val_r2", 0, 100, &s, &n) == KILN_OK)) {
-        CHECK("only evaluated steps", s->n == 1 && s->step[0] == 2 && s->value[0] == 0.25);
-        kiln_run_series_free(s, n);
-    }
-    if (CHECK("layer", kiln_run_series_load(dir, "router_entropy@0", 0, 100, &s, &n) == KILN_OK)) {
-        CHECK("a value per step", s->n == 4 && s->value[2] == 0.5);
-        kiln_run_series_free(s, n);
-    }
-    if (CHECK("experts", kiln_run_series_load(dir, "expert_load@0", 0, 100, &s, &n) == KILN_OK)) {
-        CHECK("one series per expert", n == 2 && s[0].n == 4 && s[0].value[3] == 1.0 &&
-                                           s[1].value[3] == 0.0 &&
-                                           !strcmp(s[1].name, "expert_load@0/1"));
-        kiln_run_series_free(s, n);
-    }
-    if (CHECK("tensor",
-              kiln_run_series_load(dir, "update_ratio@head.weight", 0, 100, &s, &n) == KILN_OK)) {
-        CHECK("its values", s->n == 4 && s->value[0] == 0.001);
-        kiln_run_series_free(s, n);
-    }
-    CHECK("unknown metric", kiln_run_series_load(dir, "lossy", 0, 100, &s, &n) == KILN_ERR_USAGE &&
-                                has(dir) && has("'lossy'") && !s && !n);
-    CHECK("a step column is not a layer metric",
-          kiln_run_series_load(dir, "loss@0", 0, 100, &s, &n) == KILN_ERR_USAGE);
-    CHECK("bad layer", kiln_run_series_load(dir, "act_rms@x", 0, 100, &s, &n) == KILN_ERR_USAGE &&
-                           has("a layer is a number"));
-    CHECK("layer not logged",
-          kiln_run_series_load(dir, "act_rms@3", 0, 100, &s, &n) == KILN_ERR_NOTFOUND &&
-              has("no layer '3'"));
-    CHECK("tensor not logged",
-          kiln_run_series_load(dir, "grad_norm@nope", 0, 100, &s, &n) == KILN_ERR_NOTFOUND &&
-              has("no tensor 'nope'"));
-    char *list = NULL;
-    if (CHECK("list", kiln_run_metrics_list(dir, &list) == KILN_OK)) {
-        CHECK("names the layers and tensors",
-              strstr(list, "layers 0 to 0") && strstr(list, "\n  head.weight"));
-        free(list);
-    }
-    char *none = kiln_test_path("none");
-    CHECK("not a run", kiln_run_series_load(none, "loss", 0, 100, &s, &n) == KILN_ERR_NOTFOUND &&
-                           has("run.json") && has(none));
-    free(none), free(dir);
 }
 
 /* ---- the loop, on a very small model and synthetic data ---- */
@@ -675,7 +523,7 @@ KILN_TEST(train_run_refusals) {
     free(lockp);
     kiln_train_opts r3 = {.run_dir = dir, .sets = sets, .n_sets = 1};
     CHECK("longer run resumes", kiln_train_resume(&r3) == KILN_OK);
-    char *p8 = kiln_ckpt_path(dir, 8);
+    char *p8 = kiln_run_ckpt_path(dir, 8);
     CHECK("reached step 8", kiln_path_exists(p8));
     free(p8);
     /* A dataset with NaN is refused before a run directory appears. */
@@ -724,8 +572,8 @@ KILN_TEST(train_run_killed_start_restarts) {
           kiln_train_resume(&r) == KILN_ERR_NOTFOUND && has("no run.json") && has(dir));
     CHECK("a new start takes the directory", kiln_train_start(&c, &o) == KILN_OK);
     CHECK("run.json's temporary is swept", !kiln_path_exists(tmp) && kiln_path_exists(rj));
-    last = kiln_ckpt_path(dir, c.steps);
-    last_clean = kiln_ckpt_path(clean, c.steps);
+    last = kiln_run_ckpt_path(dir, c.steps);
+    last_clean = kiln_run_ckpt_path(clean, c.steps);
     CHECK("same bytes as a clean start",
           kiln_train_start(&c, &oc) == KILN_OK && file_bytes(last, &a, &la) &&
               file_bytes(last_clean, &b, &lb) && la == lb && !memcmp(a, b, la));
@@ -751,9 +599,9 @@ KILN_TEST(train_run_resume_prunes) {
     c.keep = 2;
     kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
     if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
-    last = kiln_ckpt_path(dir, c.steps);
-    prev = kiln_ckpt_path(dir, c.steps - c.ckpt_every);
-    extra = kiln_ckpt_path(dir, c.steps - 2 * c.ckpt_every);
+    last = kiln_run_ckpt_path(dir, c.steps);
+    prev = kiln_run_ckpt_path(dir, c.steps - c.ckpt_every);
+    extra = kiln_run_ckpt_path(dir, c.steps - 2 * c.ckpt_every);
     CHECK("keep 2", last && prev && extra && kiln_path_exists(last) && kiln_path_exists(prev) &&
                         !kiln_path_exists(extra));
     /* The state a kill before the last prune leaves: one checkpoint more. */
@@ -772,7 +620,7 @@ out:
 KILN_TEST(train_run_corrupt_ckpt_skipped) {
     kiln_log_set_level(KILN_LOG_ERROR);
     char *data = synth("d.safetensors", 1), *dir = kiln_test_path("run");
-    char *p4 = kiln_ckpt_path(dir, 4), *p6 = kiln_ckpt_path(dir, 6);
+    char *p4 = kiln_run_ckpt_path(dir, 4), *p6 = kiln_run_ckpt_path(dir, 6);
     char *orig = NULL, *again = NULL;
     size_t lo = 0, la = 0;
     kiln_train_config c;
@@ -812,7 +660,7 @@ KILN_TEST(train_run_nonfinite_steps) {
         goto out;
     CHECK("logged as an event", has_event(dir, "nonfinite"));
     kiln_ckpt ck;
-    char *p6 = kiln_ckpt_path(dir, 6);
+    char *p6 = kiln_run_ckpt_path(dir, 6);
     CHECK("not applied", kiln_ckpt_open(p6, &ck) == KILN_OK && ck.state.updates == 5 &&
                              ck.state.bad_streak == 0 && ck.state.loss_spike.n == 5);
     kiln_ckpt_release(&ck);
@@ -821,7 +669,7 @@ KILN_TEST(train_run_nonfinite_steps) {
     kiln_train_opts o2 = {.run_dir = dir2, .data_path = data, .poison_steps = two, .n_poison = 2};
     CHECK("max_bad_steps in a row stop the run",
           kiln_train_start(&c, &o2) == KILN_ERR_NUMERIC && has("step 4") && has("max_bad_steps"));
-    char *p2 = kiln_ckpt_path(dir2, 2), *p4 = kiln_ckpt_path(dir2, 4);
+    char *p2 = kiln_run_ckpt_path(dir2, 2), *p4 = kiln_run_ckpt_path(dir2, 4);
     CHECK("last good checkpoint intact",
           kiln_ckpt_open(p2, &ck) == KILN_OK && !kiln_path_exists(p4));
     kiln_ckpt_release(&ck);
@@ -937,9 +785,9 @@ KILN_TEST(train_target_scale) {
                   "fwd_ret_2"));
 
     /* The export against the trainer's forward on the last checkpoint, unstandardised. */
-    kiln_export_opts eo = {.run_dir = r2, .out_dir = md};
+    kiln_export_opts eo = {.run_dir = r2, .step_metrics = kiln_run_step_metrics, .out_dir = md};
     if (!CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK)) goto out;
-    ckp = kiln_ckpt_path(r2, c.steps);
+    ckp = kiln_run_ckpt_path(r2, c.steps);
     if (!CHECK("checkpoint", ckp && kiln_ckpt_open(ckp, &ck) == KILN_OK)) goto out;
     CHECK("checkpoint records the scaling",
           ck.has_target_norm && ck.target_std[0] > 0.005 && ck.target_std[0] < 0.02);
@@ -1001,8 +849,8 @@ KILN_TEST(train_old_ckpt_without_target_norm) {
     small_config(&c);
     kiln_train_opts o = {.run_dir = dir, .data_path = data}, r = {.run_dir = dir};
     if (!CHECK("train", data && kiln_train_start(&c, &o) == KILN_OK)) goto out;
-    mid = kiln_ckpt_path(dir, 4);
-    last = kiln_ckpt_path(dir, c.steps);
+    mid = kiln_run_ckpt_path(dir, 4);
+    last = kiln_run_ckpt_path(dir, c.steps);
     if (!CHECK("open", kiln_st_open(mid, &st) == KILN_OK && kiln_st_meta(st, "kiln.target_norm")))
         goto out;
     /* Rewrite step 4 without kiln.target_norm: the tensors (and so their digest) unchanged. */
@@ -1029,7 +877,8 @@ KILN_TEST(train_old_ckpt_without_target_norm) {
         goto out;
     kiln_ckpt_release(&ck);
     /* Export of the old checkpoint: the head as it is. */
-    kiln_export_opts eo = {.run_dir = dir, .out_dir = md, .step = 4};
+    kiln_export_opts eo = {
+        .run_dir = dir, .step_metrics = kiln_run_step_metrics, .out_dir = md, .step = 4};
     if (CHECK("export", kiln_export_model(&eo, NULL) == KILN_OK) &&
         CHECK("open both", kiln_st_open(mf, &ms) == KILN_OK && kiln_st_open(mid, &cs) == KILN_OK)) {
         const kiln_tensor *a = kiln_st_find(ms, "head.bias"), *b = kiln_st_find(cs, "head.bias");
@@ -1037,7 +886,7 @@ KILN_TEST(train_old_ckpt_without_target_norm) {
     }
     /* Resume from it (the later ones gone): trained on, recording mean 0 and std 1. */
     for (long s = 6; s <= c.steps; s += 2) {
-        char *p = kiln_ckpt_path(dir, s);
+        char *p = kiln_run_ckpt_path(dir, s);
         unlink(p);
         free(p);
     }

@@ -45,7 +45,7 @@ static bool train_bytes(const kiln_train_config *cfg, const char *data, const ch
                         int threads, char **buf, size_t *len) {
     kiln_train_config c = *cfg;
     c.threads = threads;
-    char *dir = kiln_test_path(name), *last = kiln_ckpt_path(dir, c.steps);
+    char *dir = kiln_test_path(name), *last = kiln_run_ckpt_path(dir, c.steps);
     kiln_train_opts o = {.run_dir = dir, .data_path = data};
     bool ok = dir && last && kiln_train_start(&c, &o) == KILN_OK && file_bytes(last, buf, len);
     free(dir), free(last);
@@ -98,7 +98,7 @@ static void stop_at_2(void *ctx, const kiln_train_progress *p) {
 KILN_TEST(train_threads_resume_changes_threads) {
     kiln_log_set_level(KILN_LOG_ERROR);
     char *data = kiln_test_synth("d.safetensors", 1, 600), *dir = kiln_test_path("cut");
-    char *last = kiln_ckpt_path(dir, 4), *whole = NULL, *cut = NULL;
+    char *last = kiln_run_ckpt_path(dir, 4), *whole = NULL, *cut = NULL;
     size_t lw = 0, lc = 0;
     volatile int stop = 0;
     kiln_train_config c;

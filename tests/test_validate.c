@@ -78,7 +78,8 @@ static bool fixture_make(fixture *f, long steps, long every) {
     f->run = kiln_test_path("run");
     f->model = kiln_test_path("model");
     if (!make_run(f->data, f->run, steps, every)) return false;
-    kiln_export_opts eo = {.run_dir = f->run, .out_dir = f->model};
+    kiln_export_opts eo = {
+        .run_dir = f->run, .step_metrics = kiln_run_step_metrics, .out_dir = f->model};
     if (kiln_export_model(&eo, NULL)) return false;
     kiln_golden_opts go = {
         .model = f->model, .data = f->data, .windows = 6, .seed = 3, .val_fraction = -1};
@@ -183,7 +184,7 @@ KILN_TEST(validate_export_deterministic) {
     char *data = kiln_test_path("d.safetensors"), *run = kiln_test_path("run");
     if (!CHECK("trains a run", make_run(data, run, 8, 4))) goto out;
     char *a = kiln_test_path("a"), *b = kiln_test_path("b"), *c = kiln_test_path("c");
-    kiln_export_opts o = {.run_dir = run, .out_dir = a};
+    kiln_export_opts o = {.run_dir = run, .step_metrics = kiln_run_step_metrics, .out_dir = a};
     kiln_export_info info;
     CHECK("exports", kiln_export_model(&o, &info) == KILN_OK);
     CHECK("the newest checkpoint", info.step == 8 && info.n_skipped == 0);
@@ -288,7 +289,10 @@ KILN_TEST(validate_export_created_and_withheld) {
          *a = kiln_test_path("a"), *b = kiln_test_path("b"), *ca = join(a, "card.json");
     json_t *card = NULL;
     if (!CHECK("trains a run", make_run(data, run, 4, 4))) goto out;
-    kiln_export_opts o = {.run_dir = run, .out_dir = a, .created = "2030-01-02T03:04:05Z",
+    kiln_export_opts o = {.run_dir = run,
+                          .step_metrics = kiln_run_step_metrics,
+                          .out_dir = a,
+                          .created = "2030-01-02T03:04:05Z",
                           .data_withheld = true};
     if (!CHECK("exports", kiln_export_model(&o, NULL) == KILN_OK)) goto out;
     if (!CHECK("card parses", kiln_json_load_file(ca, &card) == KILN_OK)) goto out;
@@ -319,7 +323,8 @@ KILN_TEST(validate_export_refusals) {
     CHECK("writes it back", kiln_write_file_atomic(ck, buf, n) == KILN_OK);
     free(buf);
 
-    kiln_export_opts o = {.run_dir = run, .out_dir = out, .step = 8};
+    kiln_export_opts o = {
+        .run_dir = run, .step_metrics = kiln_run_step_metrics, .out_dir = out, .step = 8};
     kiln_err rc = kiln_export_model(&o, NULL);
     CHECK("the corrupt step is refused", rc == KILN_ERR_VERIFY);
     CHECK("the message names the file and the problem",
@@ -539,7 +544,10 @@ KILN_TEST(validate_passes_fresh_model) {
 
     /* The real bf16 export of the same checkpoint passes too; pack reads the verdict. */
     char *mb = kiln_test_path("model-bf16");
-    kiln_export_opts eo = {.run_dir = f.run, .out_dir = mb, .dtype = KILN_EXPORT_BF16};
+    kiln_export_opts eo = {.run_dir = f.run,
+                           .step_metrics = kiln_run_step_metrics,
+                           .out_dir = mb,
+                           .dtype = KILN_EXPORT_BF16};
     CHECK("bf16 export", kiln_export_model(&eo, NULL) == KILN_OK);
     CHECK("--bf16 with the export passes", validate(f.model, f.data, NULL, mb, &rep) == KILN_OK &&
                                                !strcmp(status(rep, "parity_f32_bf16"), "passed"));
@@ -618,7 +626,8 @@ KILN_TEST(validate_fails_better_baseline) {
     if (!CHECK("fixture", fixture_make(&f, 40, 4))) goto out;
     /* The candidate: an early checkpoint of the same run (step 4 of 40, still warming up). */
     char *early = kiln_test_path("early");
-    kiln_export_opts eo = {.run_dir = f.run, .out_dir = early, .step = 4};
+    kiln_export_opts eo = {
+        .run_dir = f.run, .step_metrics = kiln_run_step_metrics, .out_dir = early, .step = 4};
     CHECK("exports step 4", kiln_export_model(&eo, NULL) == KILN_OK);
     kiln_golden_opts go = {
         .model = early, .data = f.data, .windows = 4, .seed = 1, .val_fraction = -1};
@@ -701,7 +710,11 @@ KILN_TEST(validate_fails_bf16_off) {
     if (!CHECK("fixture", fixture_make(&f, 10, 5))) goto out;
     /* A bf16 export of another checkpoint of the run stands in for a broken conversion. */
     char *mb = kiln_test_path("bf16");
-    kiln_export_opts eo = {.run_dir = f.run, .out_dir = mb, .dtype = KILN_EXPORT_BF16, .step = 5};
+    kiln_export_opts eo = {.run_dir = f.run,
+                           .step_metrics = kiln_run_step_metrics,
+                           .out_dir = mb,
+                           .dtype = KILN_EXPORT_BF16,
+                           .step = 5};
     CHECK("exports", kiln_export_model(&eo, NULL) == KILN_OK);
     json_t *rep = NULL;
     CHECK("fails", validate(f.model, f.data, NULL, mb, &rep) == KILN_ERR_VERIFY);

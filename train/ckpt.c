@@ -1,7 +1,6 @@
 /* ckpt.c - checkpoints: parameters, AdamW moments and everything a continuation needs,
  * in one safetensors file written atomically, with a digest of the tensor data so that a
  * torn or corrupted file is recognised and skipped on resume. */
-#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,11 +10,6 @@
 #include <sodium.h>
 
 #include "train_int.h"
-
-char *kiln_ckpt_path(const char *run_dir, long step) {
-    return kiln_asprintf("%s%sckpt/step-%08ld.safetensors", run_dir,
-                         run_dir[0] && run_dir[strlen(run_dir) - 1] == '/' ? "" : "/", step);
-}
 
 typedef struct {
     char name[72];
@@ -223,66 +217,15 @@ kiln_err kiln_ckpt_load(const kiln_ckpt *ck, const kiln_param *tab, size_t count
     return KILN_OK;
 }
 
-static int cmp_long(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x > y) - (x < y);
-}
-
-kiln_err kiln_ckpt_list(const char *run_dir, long **steps, size_t *n) {
-    *steps = NULL;
-    *n = 0;
-    char *dir = kiln_path_join(run_dir, "ckpt");
-    if (!dir) return KILN_ERR_NOMEM;
-    DIR *d = opendir(dir);
-    if (!d) {
-        kiln_err rc = errno == ENOENT
-                          ? KILN_OK
-                          : kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s'", dir);
-        free(dir);
-        return rc;
-    }
-    kiln_err rc = KILN_OK;
-    size_t cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        long step;
-        int len = 0;
-        if (strlen(de->d_name) != strlen("step-00000000.safetensors") ||
-            sscanf(de->d_name, "step-%8ld.safetensors%n", &step, &len) != 1 ||
-            len != (int)strlen(de->d_name))
-            continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            long *s = realloc(*steps, cap * sizeof *s);
-            if (!s) {
-                rc = kiln_fail(KILN_ERR_NOMEM, "out of memory listing '%s'", dir);
-                break;
-            }
-            *steps = s;
-        }
-        (*steps)[(*n)++] = step;
-    }
-    closedir(d);
-    free(dir);
-    if (rc) {
-        free(*steps);
-        *steps = NULL;
-        *n = 0;
-        return rc;
-    }
-    if (*n) qsort(*steps, *n, sizeof **steps, cmp_long);
-    return KILN_OK;
-}
-
 kiln_err kiln_ckpt_prune(const char *run_dir, int keep, long also) {
     if (keep <= 0) return KILN_OK;
     long *steps;
     size_t n;
-    KILN_TRY(kiln_ckpt_list(run_dir, &steps, &n));
+    KILN_TRY(kiln_run_ckpt_list(run_dir, &steps, &n));
     kiln_err rc = KILN_OK;
     for (size_t i = 0; i + (size_t)keep < n && !rc; i++) {
         if (steps[i] == also) continue;
-        char *p = kiln_ckpt_path(run_dir, steps[i]);
+        char *p = kiln_run_ckpt_path(run_dir, steps[i]);
         if (!p)
             rc = KILN_ERR_NOMEM;
         else if (unlink(p) != 0 && errno != ENOENT)

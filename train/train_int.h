@@ -1,5 +1,5 @@
 /* train_int.h - the trainer's parts, shared inside train/ and with its tests: schedule,
- * optimizer, sampler, spike detector, checkpoints, metrics database. */
+ * optimizer, sampler, spike detector, checkpoints. (The metrics database is runs/'s.) */
 #ifndef KILN_TRAIN_INT_H
 #define KILN_TRAIN_INT_H
 
@@ -232,8 +232,6 @@ typedef struct kiln_ckpt_meta {
     const float *target_mean, *target_std;
 } kiln_ckpt_meta;
 
-/* RUN_DIR/ckpt/step-NNNNNNNN.safetensors; caller frees. */
-char *kiln_ckpt_path(const char *run_dir, long step);
 /* Write a checkpoint atomically: every parameter under its docs/model.md name, "m.<name>" and
  * "v.<name>" for the trained ones when m is not NULL, and __metadata__ (docs/train.md). */
 kiln_err kiln_ckpt_write(const char *path, const kiln_param *tab, size_t count, const float *params,
@@ -259,107 +257,9 @@ kiln_err kiln_ckpt_open(const char *path, kiln_ckpt *ck) KILN_MUST_CHECK;
 kiln_err kiln_ckpt_load(const kiln_ckpt *ck, const kiln_param *tab, size_t count, float *params,
                         float *m, float *v);
 void kiln_ckpt_release(kiln_ckpt *ck);
-/* Steps of the checkpoints in RUN_DIR/ckpt, ascending (*steps NULL when none; caller
- * frees). A missing ckpt directory is no checkpoints. */
-kiln_err kiln_ckpt_list(const char *run_dir, long **steps, size_t *n);
 /* Delete all but the newest keep checkpoints (keep 0: none deleted) and the checkpoint of
  * step also (-1: none), which the trainer keeps as the one with the best validation loss. */
 kiln_err kiln_ckpt_prune(const char *run_dir, int keep, long also);
-
-/* ---- metrics database (metrics.c) ---- */
-
-typedef struct kiln_metrics kiln_metrics;
-
-/* Open (creating the schema) RUN_DIR/metrics.db in WAL mode. read_only: no schema, no
- * writes. Free with kiln_metrics_close. */
-kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out);
-void kiln_metrics_close(kiln_metrics *mx);
-/* Delete every row of a step after `step` (a resume replaces them). */
-kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step);
-/* Of the steps[0..n), the one whose row holds the lowest validation loss (ties: the later
- * step); -1 when none holds one (no validation ran at any of them, or it was not finite). */
-kiln_err kiln_metrics_best_val_step(kiln_metrics *mx, const long *steps, size_t n, long *best);
-kiln_err kiln_metrics_event(kiln_metrics *mx, long step, const char *kind, const char *message);
-
-typedef struct kiln_metrics_tensor {
-    const char *name;
-    double grad_norm, update_ratio; /* update_ratio: |update| / |weight| */
-} kiln_metrics_tensor;
-
-/* One step's row in `steps`, plus `layers` rows from p->stats and `tensors` rows, in one
- * transaction. */
-kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
-                           const kiln_metrics_tensor *tensors, size_t n_tensors);
-/* The underlying handle for readers in train/ (sqlite3 *). */
-void *kiln_metrics_db(kiln_metrics *mx);
-/* The steps table summed up as it is logged (step_sums), so that a picture of a long run
- * reads a few thousand rows, not every step: level k holds, per bucket b of
- * KILN_METRICS_SUM_WIDTH(k) steps ([b * width, (b + 1) * width)) and per column of
- * kiln_metrics_sum_cols (col: its index), what kiln_rollup_span keeps (the smallest and
- * largest finite value, the first non-finite one, the first and last finite ones; never a
- * mean). A bucket is written once a later step is logged; step_sums_done(level, upto) says
- * every bucket below upto is there. val_loss and val_r2 count only at steps whose val_loss
- * is not NULL (those evaluated). A metrics.db logged before has no step_sums_done: readers
- * read its steps table. */
-#define KILN_METRICS_SUM_LEVELS 14
-#define KILN_METRICS_SUM_WIDTH(k) (16L << (k))
-#define KILN_METRICS_SUM_COLS 10
-#define KILN_METRICS_SUM_VAL 6 /* val_loss; val_r2 the next */
-extern const char *const kiln_metrics_sum_cols[KILN_METRICS_SUM_COLS];
-/* The layers table's scalar columns (attn_entropy, router_entropy, load_imbalance,
- * dead_experts, overflow, act_rms) summed up the same way per layer: layer_sums(level,
- * bucket, layer, col, minx .. bady) and layer_sums_done, written with step_sums (same levels,
- * same transaction, truncated with it). A metrics.db logged before has no layer_sums_done
- * rows: readers sample its layers table. */
-#define KILN_METRICS_LAYER_COLS 6
-#define KILN_METRICS_SUM_LAYERS 4096 /* layers past this are not summed up */
-/* The tensors table's grad_norm and update_ratio summed up the same way per tensor:
- * tensor_sums(level, bucket, tensor, col, minx .. bady) and tensor_sums_done, a tensor being
- * tensor_names' id of its name (given when its rows are first summed up, kept on a resume).
- * A metrics.db logged before has no tensor_sums_done rows: readers sample its tensors. */
-#define KILN_METRICS_TENSOR_COLS 2
-enum {
-    KILN_METRICS_STEP_SUMS,
-    KILN_METRICS_LAYER_SUMS,
-    KILN_METRICS_TENSOR_SUMS,
-    KILN_METRICS_SUMS
-};
-/* A summary's SQL, shared by its writer (metrics.c) and its reader (curves.c). A series is
- * layer * per + col. */
-typedef struct kiln_metrics_sums {
-    const char *names; /* NULL, or run first on step in [?1, ?2) to give the rows' series ids */
-    const char *rows; /* the table's rows, step in [?1, ?2): step[, layer], the per columns */
-    const char *sums; /* level ?1's buckets in [?2, ?3): bucket, series, minx .. bady */
-    const char *ins;  /* a row: ?1 level, ?2 bucket, ?3 col, ?4 .. ?13 minx .. bady, ?14 layer */
-    const char *done; /* level, upto */
-    const char *set;  /* ?1 level, ?2 upto */
-    const char *last; /* the table's last step (0: none) */
-    int per;          /* columns per row */
-    int val;          /* the validation column (counted only where it is not NULL), or -1 */
-    bool layered;     /* rows carry their layer (tensor id) after the step */
-} kiln_metrics_sums;
-const kiln_metrics_sums *kiln_metrics_sums_of(int which);
-/* Column c of a row of k->rows: its series (*y its value), or -1 when it does not count. */
-struct sqlite3_stmt;
-long kiln_metrics_sum_value(const kiln_metrics_sums *k, struct sqlite3_stmt *st, int c, double *y);
-/* Bring step_sums up to the steps logged (kiln_metrics_step does it after each step; this
- * is for rows written by other means, as tests/e2e/gen-run.sh writes them). */
-kiln_err kiln_metrics_summarize(kiln_metrics *mx);
-/* The validation R^2 of each target at step (r2 [O]), named from ds's columns. */
-kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_dataset *ds,
-                                  const double *r2);
-/* A run's metrics for reading (runs.c): run_dir must hold a readable run.json (so that a
- * directory that is no run says so; *run gets it when run is not NULL, json_decref) and a
- * metrics.db (kiln_metrics_close). */
-kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics **mx);
-/* A column of a metrics.db row as a number; NAN for NULL (a value that was not finite when
- * logged). (metrics.c, which writes them so) */
-struct sqlite3_stmt;
-double kiln_run_col_num(struct sqlite3_stmt *s, int i);
-/* A step_sums row's columns from `at` on (minx .. bady) as the span [x0, x0 + width).
- * (metrics.c) */
-void kiln_metrics_sum_span(struct sqlite3_stmt *st, int at, double x0, double width,
-                           kiln_rollup_span *sp);
 
 /* Open NCCL (once per process; kiln_comm_nccl_create does it first): the library is loaded
  * on use, not linked (train/nccl_dl.c), so kiln runs where it is absent until data

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -38,11 +37,11 @@ typedef struct trainer {
     float *tmean, *tstd;     /* [O] */
     double *val_r2_each;     /* [O] the last validation's R^2 per target */
     double *gn, *un, *wn;    /* [np] per-tensor gradient, update and weight norms */
-    kiln_metrics_tensor *mt; /* [np] */
+    kiln_run_metrics_tensor *mt; /* [np] */
     /* A copy of the last training forward's diagnostics (validation overwrites the model's). */
     kiln_tsmoe_stats stats;
     float *stats_buf;
-    kiln_metrics *mx;
+    kiln_run_metrics *mx;
     kiln_train_state st;
     char run_id[64];
     int lock_fd; /* flock on RUN_DIR/.lock: one process per run; -1 = none */
@@ -79,7 +78,7 @@ typedef struct trainer {
 
 static void trainer_free(trainer *t) {
     if (t->lock_fd >= 0) close(t->lock_fd);
-    kiln_metrics_close(t->mx);
+    kiln_run_metrics_close(t->mx);
     kiln_comm_free(t->dcomm); /* before the device's context goes */
     kiln_dev_train_free(t->dev);
     free(t->yval);
@@ -451,7 +450,7 @@ static void event(trainer *t, long step, const char *kind, const char *fmt, ...)
     va_end(ap);
     if (t->comm->rank != 0) return; /* every rank saw it; rank 0 reports it */
     kiln_warn("%s", msg);
-    if (t->mx && kiln_metrics_event(t->mx, step, kind, msg)) kiln_warn("%s", kiln_errmsg());
+    if (t->mx && kiln_run_metrics_event(t->mx, step, kind, msg)) kiln_warn("%s", kiln_errmsg());
 }
 
 /* Keep the newest cfg.keep checkpoints and the one whose step logged the best validation
@@ -460,14 +459,14 @@ static kiln_err prune(trainer *t, const char *run_dir) {
     if (t->cfg.keep <= 0) return KILN_OK;
     long *steps = NULL, best = -1;
     size_t n = 0;
-    KILN_TRY(kiln_ckpt_list(run_dir, &steps, &n));
-    kiln_err rc = t->mx ? kiln_metrics_best_val_step(t->mx, steps, n, &best) : KILN_OK;
+    KILN_TRY(kiln_run_ckpt_list(run_dir, &steps, &n));
+    kiln_err rc = t->mx ? kiln_run_metrics_best_val_step(t->mx, steps, n, &best) : KILN_OK;
     free(steps);
     return rc ? rc : kiln_ckpt_prune(run_dir, t->cfg.keep, best);
 }
 
 static kiln_err checkpoint(trainer *t, const char *run_dir) {
-    char *path = kiln_ckpt_path(run_dir, t->st.step);
+    char *path = kiln_run_ckpt_path(run_dir, t->st.step);
     if (!path) return KILN_ERR_NOMEM;
     kiln_ckpt_meta meta = {&t->cfg, t->ds->sha256, t->run_id, &t->st, t->tmean, t->tstd};
     kiln_err rc = t->dev ? kiln_dev_train_download(t->dev, t->params, t->mom) : KILN_OK;
@@ -500,7 +499,8 @@ static kiln_err devices_start(trainer *t) {
     KILN_TRY(kiln_dev_train_upload(t->dev, t->params, t->mom));
     if (t->dcomm || t->k > 1)
         KILN_TRY(kiln_dev_train_dist(t->dev, t->dcomm, t->k, t->opts->bucket_bytes));
-    if (t->gpu_note[0] && t->mx && kiln_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
+    if (t->gpu_note[0] && t->mx &&
+        kiln_run_metrics_event(t->mx, t->st.step, "devices", t->gpu_note))
         kiln_warn("%s", kiln_errmsg());
     if (strstr(t->gpu_note, "GPUs are shared")) kiln_warn("%s", t->gpu_note);
     return KILN_OK;
@@ -576,7 +576,7 @@ static void note_buckets(trainer *t, long s) {
              "%zu gradient bucket%s of at most %zu bytes; %zu queued during the backward "
              "pass, %zu after it",
              nb, nb == 1 ? "" : "s", bytes, early, nb - early);
-    if (kiln_metrics_event(t->mx, s, "buckets", msg)) kiln_warn("%s", kiln_errmsg());
+    if (kiln_run_metrics_event(t->mx, s, "buckets", msg)) kiln_warn("%s", kiln_errmsg());
 }
 
 /* The diagnostics are the last micro-batch's: the last rank's, sent to every rank. */
@@ -673,8 +673,8 @@ static kiln_err log_step(trainer *t, long s, const kiln_train_progress *p) {
         t->mt[q].update_ratio = t->wn[q] > 0 && p->applied ? t->un[q] / t->wn[q] : 0;
     }
     if (t->comm->rank != 0) return KILN_OK;
-    kiln_err rc = kiln_metrics_step(t->mx, p, t->mt, t->np);
-    if (!rc && p->has_val) rc = kiln_metrics_val_targets(t->mx, s, t->ds, t->val_r2_each);
+    kiln_err rc = kiln_run_metrics_step(t->mx, p, t->mt, t->np);
+    if (!rc && p->has_val) rc = kiln_run_metrics_val_targets(t->mx, s, t->ds, t->val_r2_each);
     if (!rc && t->opts->progress) t->opts->progress(t->opts->progress_ctx, p);
     return rc;
 }
@@ -686,7 +686,7 @@ static kiln_err too_many_bad(trainer *t, long s) {
     long last = 0;
     long *steps;
     size_t n = 0;
-    if (t->comm->rank == 0 && kiln_ckpt_list(t->opts->run_dir, &steps, &n) == KILN_OK && n) {
+    if (t->comm->rank == 0 && kiln_run_ckpt_list(t->opts->run_dir, &steps, &n) == KILN_OK && n) {
         last = steps[n - 1];
         free(steps);
     }
@@ -801,60 +801,6 @@ static void make_run_id(const char *cfg_text, const char *data_sha, const char *
     kiln_hex(d, 16, out);
 }
 
-/* One process per run directory: an exclusive flock on RUN_DIR/.lock, released by the
- * kernel however the process ends (SIGKILL included), so a stale lock cannot block.
- * The same open file also carries an OFD write lock over the whole file, the sign that the
- * run is live for readers (kiln_run_live): F_OFD_GETLK tests it without taking anything,
- * where a reader probing the flock would hold it for a moment and could make a trainer
- * starting then fail with "another kiln process". On Linux the two kinds of lock do not
- * interact. */
-static kiln_err lock_run(const char *run_dir, int *fd) {
-    char *p = kiln_path_join(run_dir, ".lock");
-    if (!p) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
-    *fd = open(p, O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-    if (*fd < 0)
-        rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
-    else if (flock(*fd, LOCK_EX | LOCK_NB) != 0)
-        rc = errno == EWOULDBLOCK
-                 ? kiln_fail(KILN_ERR_CONFLICT, "'%s': another kiln process is training this run",
-                             run_dir)
-                 : kiln_fail_errno(KILN_ERR_IO, "cannot lock '%s'", p);
-    struct flock live = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
-    if (!rc && fcntl(*fd, F_OFD_SETLK, &live) != 0)
-        kiln_warn("cannot mark '%s' live (%s): kiln runs list will show the run as interrupted", p,
-                  strerror(errno));
-    free(p);
-    return rc;
-}
-
-kiln_err kiln_run_live(const char *run_dir, bool *live) {
-    *live = false;
-    char *p = kiln_path_join(run_dir, ".lock");
-    if (!p) return KILN_ERR_NOMEM;
-    kiln_err rc = KILN_OK;
-    /* O_NOFOLLOW and O_NONBLOCK: a .lock linked out of the run, or a FIFO in its place, is
-     * neither followed nor waited on (a reader such as kiln runs serve would hang on it); and
-     * anything but a regular file is refused, named. */
-    int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
-    struct stat sb;
-    if (fd < 0) {
-        if (errno != ENOENT) rc = kiln_fail_errno(KILN_ERR_IO, "cannot open '%s'", p);
-    } else if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        rc = kiln_fail(KILN_ERR_IO, "'%s': not a regular file", p);
-        close(fd);
-    } else {
-        struct flock q = {.l_type = F_RDLCK, .l_whence = SEEK_SET};
-        if (fcntl(fd, F_OFD_GETLK, &q) != 0)
-            rc = kiln_fail_errno(KILN_ERR_IO, "cannot test the lock on '%s'", p);
-        else
-            *live = q.l_type != F_UNLCK;
-        close(fd);
-    }
-    free(p);
-    return rc;
-}
-
 /* How a run's last attempt ended, when the loop failed: an event readers show (kiln runs
  * list's diverged or failed; an interrupt, which leaves the run to resume, for the history
  * and a follower). The caller's message is kept whatever happens here. */
@@ -865,7 +811,7 @@ static void record_stop(trainer *t, kiln_err rc) {
     const char *kind = rc == KILN_ERR_INTERRUPTED ? "interrupted"
                        : rc == KILN_ERR_NUMERIC   ? "diverged"
                                                   : "failed";
-    if (kiln_metrics_event(t->mx, t->st.step, kind, msg)) kiln_warn("%s", kiln_errmsg());
+    if (kiln_run_metrics_event(t->mx, t->st.step, kind, msg)) kiln_warn("%s", kiln_errmsg());
     kiln_fail(rc, "%s", msg);
 }
 
@@ -882,7 +828,7 @@ static kiln_err run_exists(const char *run_dir, bool *exists) {
     if (*exists) return KILN_OK;
     long *steps;
     size_t n;
-    KILN_TRY(kiln_ckpt_list(run_dir, &steps, &n));
+    KILN_TRY(kiln_run_ckpt_list(run_dir, &steps, &n));
     free(steps);
     *exists = n > 0;
     return KILN_OK;
@@ -891,7 +837,7 @@ static kiln_err run_exists(const char *run_dir, bool *exists) {
 static kiln_err open_metrics(trainer *t, const char *run_dir) {
     char *p = kiln_path_join(run_dir, "metrics.db");
     if (!p) return KILN_ERR_NOMEM;
-    kiln_err rc = kiln_metrics_open(p, false, &t->mx);
+    kiln_err rc = kiln_run_metrics_open(p, false, &t->mx);
     free(p);
     return rc;
 }
@@ -1014,7 +960,7 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
     rc = kiln_mkdir_p(ck);
     free(ck);
     if (rc) goto out;
-    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
+    KILN_CHECK(rc, out, kiln_run_lock(opts->run_dir, &t->lock_fd));
     /* Again under the lock: the check above ran before it, and another start of the same
      * directory may have taken the lock, written its run and finished since (while this one
      * hashed its dataset). Nothing of that run may be touched. */
@@ -1042,14 +988,14 @@ static kiln_err prepare_start(trainer *t, const kiln_train_config *cfg) {
                   "out of memory");
     KILN_CHECK(rc, out, write_run_json(opts->run_dir, run));
     KILN_CHECK(rc, out, open_metrics(t, opts->run_dir));
-    KILN_CHECK(rc, out, kiln_metrics_truncate(t->mx, 0));
+    KILN_CHECK(rc, out, kiln_run_metrics_truncate(t->mx, 0));
     char msg[64] = "run started", where[32];
     if (t->comm->size > 1) snprintf(msg, sizeof msg, "run started on %d ranks", t->comm->size);
     if (t->dev) snprintf(msg, sizeof msg, "run started on %s", device_label(&t->cfg, where));
     if (t->dev && t->comm->size > 1)
         snprintf(msg, sizeof msg, "run started on %d ranks of %s", t->comm->size,
                  device_label(&t->cfg, where));
-    KILN_CHECK(rc, out, kiln_metrics_event(t->mx, 0, "start", msg));
+    KILN_CHECK(rc, out, kiln_run_metrics_event(t->mx, 0, "start", msg));
 out:
     json_decref(run);
     json_decref(cj);
@@ -1079,11 +1025,11 @@ static void resume_ckpts_release(resume_ckpts *r) {
 }
 
 static kiln_err newest_checkpoint(const char *run_dir, resume_ckpts *r) {
-    KILN_TRY(kiln_ckpt_list(run_dir, &r->steps, &r->n));
+    KILN_TRY(kiln_run_ckpt_list(run_dir, &r->steps, &r->n));
     r->skipped = kiln_calloc(r->n + 1, sizeof *r->skipped);
     if (!r->skipped) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     for (size_t k = r->n; k-- > 0;) {
-        char *p = kiln_ckpt_path(run_dir, r->steps[k]);
+        char *p = kiln_run_ckpt_path(run_dir, r->steps[k]);
         if (!p) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
         kiln_err e = kiln_ckpt_open(p, &r->ck);
         if (!e && r->ck.state.step != r->steps[k])
@@ -1152,26 +1098,26 @@ static kiln_err resume_record(trainer *t, const resume_ckpts *r, const kiln_trai
                               json_t *run) {
     const kiln_train_opts *opts = t->opts;
     KILN_TRY(open_metrics(t, opts->run_dir));
-    KILN_TRY(kiln_metrics_truncate(t->mx, t->st.step));
+    KILN_TRY(kiln_run_metrics_truncate(t->mx, t->st.step));
     /* A run killed between a checkpoint's rename and the prune after it keeps one checkpoint
      * too many, and if that was the last step no later checkpoint prunes again (found by the
      * trainer soak): prune when the checkpoint resumed from is the newest. Not otherwise:
      * with a newer one skipped as corrupt, pruning by step could delete the one resumed from. */
     if (r->have && r->steps[r->n - 1] == t->st.step) KILN_TRY(prune(t, opts->run_dir));
     for (size_t k = 0; k < r->n_skipped; k++)
-        KILN_TRY(kiln_metrics_event(t->mx, t->st.step, "ckpt_skipped", r->skipped[k]));
+        KILN_TRY(kiln_run_metrics_event(t->mx, t->st.step, "ckpt_skipped", r->skipped[k]));
     char msg[128], where[32];
     snprintf(msg, sizeof msg, "resumed from step %ld", t->st.step);
     if (t->comm->size > 1)
         snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " on %d ranks%s%s", t->comm->size,
                  t->dev ? " of " : "", t->dev ? device_label(&t->cfg, where) : "");
-    KILN_TRY(kiln_metrics_event(t->mx, t->st.step, "resume", msg));
+    KILN_TRY(kiln_run_metrics_event(t->mx, t->st.step, "resume", msg));
     char was[32], now[32];
     device_label(base, was);
     device_label(&t->cfg, now);
     if (r->have && strcmp(was, now)) {
         snprintf(msg, sizeof msg, "resumed on %s from a checkpoint written on %s", now, was);
-        KILN_TRY(kiln_metrics_event(t->mx, t->st.step, "device_change", msg));
+        KILN_TRY(kiln_run_metrics_event(t->mx, t->st.step, "device_change", msg));
     }
     if (t->cfg.steps == base->steps && !opts->n_sets) return KILN_OK;
     json_t *cj = kiln_train_config_json(&t->cfg);
@@ -1190,7 +1136,7 @@ static kiln_err prepare_resume(trainer *t) {
     KILN_CHECK_IF(rc, out, !rp, KILN_ERR_NOMEM, "out of memory");
     KILN_CHECK_IF(rc, out, !kiln_path_exists(rp), KILN_ERR_NOTFOUND,
                   "'%s': not a run directory (no run.json)", opts->run_dir);
-    KILN_CHECK(rc, out, lock_run(opts->run_dir, &t->lock_fd));
+    KILN_CHECK(rc, out, kiln_run_lock(opts->run_dir, &t->lock_fd));
     KILN_CHECK(rc, out, kiln_json_load_file(rp, &run));
     const char *run_sha = json_string_value(json_object_get(run, "dataset_sha256"));
     const char *run_data = json_string_value(json_object_get(run, "dataset_path"));
@@ -1339,7 +1285,7 @@ static kiln_err open_dcomm(trainer *t, bool cuda) {
  * names; the directory itself only when the start made it and it is empty again. */
 static void unmake_run(trainer *t) {
     const char *dir = t->opts->run_dir;
-    kiln_metrics_close(t->mx);
+    kiln_run_metrics_close(t->mx);
     t->mx = NULL;
     sweep_temps(dir);
     static const char *const files[] = {"run.json", "metrics.db", "metrics.db-wal",

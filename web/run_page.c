@@ -1,5 +1,5 @@
 /* run_page.c - a run's page of kiln runs serve, composed from the plain values of a
- * kiln_web_run_view (cli/cmd_runs_serve.c reads the run and hands them): the run's summary,
+ * kiln_web_run_view (cli/runs_views.c reads the run and hands them): the run's summary,
  * its charts with the events and checkpoints marked, the expert load, the top movers, the
  * events and the config. Every string goes out through kiln_web_text (runs_pages.c's tables,
  * chart.c's charts). */
@@ -11,21 +11,6 @@
 #include "core.h"
 #include "web.h"
 #include "web_int.h"
-
-const kiln_web_series *kiln_web_series_find(const kiln_web_series *s, size_t n, const char *name) {
-    for (size_t i = 0; i < n; i++)
-        if (s[i].name && !strcmp(s[i].name, name)) return &s[i];
-    return NULL;
-}
-
-char *kiln_web_run_href(const char *page, const char *name, long step) {
-    kiln_web_buf b = {0};
-    kiln_web_printf(&b, "/%s?r=", page);
-    kiln_web_pct(&b, name, NULL);
-    if (step >= 1) kiln_web_printf(&b, "&step=%ld", step);
-    size_t len;
-    return kiln_web_buf_take(&b, &len);
-}
 
 /* ---- the marks: events and checkpoints ---- */
 

@@ -20,6 +20,23 @@ static void txt(kiln_web_buf *b, const char *s) {
     kiln_web_text_cut(b, s, KILN_WEB_TEXT_MAX);
 }
 
+/* Here rather than in run_page.c, which uses this file's tables: the sweep, overlay and explain
+ * pages need them too, and the two files must not use each other (tests/filecycles.sh). */
+const kiln_web_series *kiln_web_series_find(const kiln_web_series *s, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (s[i].name && !strcmp(s[i].name, name)) return &s[i];
+    return NULL;
+}
+
+char *kiln_web_run_href(const char *page, const char *name, long step) {
+    kiln_web_buf b = {0};
+    kiln_web_printf(&b, "/%s?r=", page);
+    kiln_web_pct(&b, name, NULL);
+    if (step >= 1) kiln_web_printf(&b, "&step=%ld", step);
+    size_t len;
+    return kiln_web_buf_take(&b, &len);
+}
+
 void kiln_web_runs_begin(kiln_web_buf *b, const char *title) {
     lit(b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
            "<meta name=\"viewport\" content=\"width=device-width\"><title>");

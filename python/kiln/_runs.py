@@ -28,8 +28,9 @@ class Checkpoint(NamedTuple):
     path: str
 
 
-# metrics.db (train/metrics.c) is read by its own schema, so that a table or column the trainer
-# adds comes through without a change here: each column by its declared type, INTEGER as int64
+# metrics.db (runs/metrics.c; its schema is a contract in docs/formats.md, which
+# tests/python/test_runs_schema.py checks this reader against) is read by its own schema, so
+# that a table or column the trainer adds comes through without a change here: each column by its declared type, INTEGER as int64
 # (NULL read as -1), REAL as float64 (NULL read as NaN), TEXT as Python str objects (a
 # fixed-width unicode field would make every row as wide as the longest: one 100 KB event
 # message asked for 7.45 GiB), and layers.expert_load (a JSON array of reals in TEXT) as
@@ -193,7 +194,7 @@ class Run:
                              _lib.ERR_NOTFOUND)
         uri = "file:" + urllib.parse.quote(os.path.abspath(db)) + "?mode=ro"
         try:
-            # 5 s for a writer's lock, as kiln's readers wait (train/metrics.c).
+            # 5 s for a writer's lock, as kiln's readers wait (runs/metrics.c).
             return sqlite3.connect(uri, uri=True, timeout=5.0, isolation_level=None)
         except sqlite3.Error as e:
             raise _lib.Error(f"'{db}': cannot open: {e}", _lib.ERR_IO) from None

@@ -36,6 +36,23 @@ $KILN runs show "$T/r" | grep -q '(best validation loss: 36, which kiln export -
 $KILN export "$T/r" --best --out "$T/m-inf" >"$T/ex" || fail "export --best with a -inf loss"
 grep -q "(step 36, f32)" "$T/ex" || fail "export --best took a non-finite loss: $(cat "$T/ex")"
 
+# A NaN validation loss at the lowest checkpoint step, the best until now (inf - inf: SQLite
+# keeps a NaN as NULL, as the trainer's NaN is logged): with 56's -inf, 60 is the best, and
+# runs show, export --best and the card's lineage agree (one rule, runs/: kiln_run_best_ckpt;
+# the lineage's validation is the newest finite one at or before the step frozen).
+sqlite3 "$T/r/metrics.db" "UPDATE steps SET val_loss = 1e999 - 1e999 WHERE step = 36"
+[ "$(sqlite3 "$T/r/metrics.db" "SELECT val_loss IS NULL FROM steps WHERE step = 36")" = 1 ] || fail "a NaN is not kept as NULL"
+$KILN runs show "$T/r" >"$T/show" || fail "runs show after NaN"
+grep -q '^checkpoints 36 56 60 (best validation loss: 60, which kiln export --best takes)$' "$T/show" ||
+    fail "runs show after NaN: $(grep checkpoints "$T/show")"
+$KILN export "$T/r" --best --out "$T/m-nan" >"$T/ex" || fail "export --best with a NaN loss"
+grep -q "(step 60, f32)" "$T/ex" || fail "export --best disagrees with runs show: $(cat "$T/ex")"
+grep -q '"val_step": 60' "$T/m-nan/card.json" || fail "the card's lineage: $(grep val_ "$T/m-nan/card.json")"
+# Frozen at 56 (-inf): the card's validation is 52's, the newest finite one, not the -inf.
+$KILN export "$T/r" --step 56 --out "$T/m-56" >/dev/null || fail "export --step 56"
+grep -q '"val_step": 52' "$T/m-56/card.json" || fail "the card at 56: $(grep val_ "$T/m-56/card.json")"
+grep -q '"val_loss": [0-9]' "$T/m-56/card.json" || fail "the card at 56 has no finite val_loss"
+
 # No validation loss at any checkpoint (eval_every 0): refused, nothing written.
 $KILN train --data "$T/d.st" --run-dir "$T/nv" --set steps=8 $S --set eval_every=0 --set val_fraction=0 >/dev/null 2>"$T/nv.log" ||
     { cat "$T/nv.log" >&2; fail "train without validation"; }

@@ -7,7 +7,7 @@
 # checkpoints at each tenth. Rows come from SQLite itself (recursive CTEs): a million steps
 # take seconds. The file is as a run logged before metrics.db had step_sums, unless
 # GEN_SUMMARIZE names build/bench_metrics_log: it then sums the steps table up as the trainer
-# does after each step (kiln_metrics_summarize, train/metrics.c).
+# does after each step (kiln_run_metrics_summarize, runs/metrics.c).
 set -eu
 D=$1 N=$2 LR=$3 NT=${4:-6}
 mkdir -p "$D/ckpt"

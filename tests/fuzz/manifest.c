@@ -1,6 +1,6 @@
 /* manifest.c - fuzz entry point for the .kiln manifest parser (untrusted bytes: the first
  * entry of any archive). A libFuzzer driver calls it from LLVMFuzzerTestOneInput; the C
- * suite replays tests/fuzz/corpus/manifest through it (tests/test_pack.c). */
+ * suite replays tests/fuzz/corpus/manifest through it (tests/test_export_pack.c). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

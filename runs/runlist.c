@@ -1,7 +1,7 @@
 /* runlist.c - kiln runs list: the runs under some paths side by side, with the config keys
  * a sweep varied found by comparing the runs, filtered and sorted, as a table for a
  * terminal, JSON or CSV. Each run is read with kiln_run_info_load (runs.c) and
- * kiln_run_live (trainer.c): nothing here opens a run's files itself. */
+ * kiln_run_live (run_dir.c): nothing here opens a run's files itself. */
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "train_int.h"
+#include "runs_int.h"
 
 static const char *const state_names[] = {"finished", "running", "interrupted",
                                           "diverged", "failed",  "error"};

@@ -11,7 +11,7 @@
 
 #include <sqlite3.h>
 
-#include "train_int.h"
+#include "runs_int.h"
 
 #define RUN_JSON_LIMIT (64u << 20) /* as kiln_json_load_file's */
 
@@ -55,7 +55,7 @@ static kiln_err load_run_json(const char *run_dir, json_t **out) {
  * caller names it (resolved here, so that SQLite's SQLITE_OPEN_NOFOLLOW, which refuses a
  * symlink anywhere in the path, refuses only one at metrics.db itself: a database linked from
  * elsewhere is never read). */
-static kiln_err open_db(const char *run_dir, kiln_metrics **mx) {
+static kiln_err open_db(const char *run_dir, kiln_run_metrics **mx) {
     *mx = NULL;
     char *real = realpath(run_dir, NULL);
     if (!real) return errno == ENOMEM ? kiln_fail(KILN_ERR_NOMEM, "out of memory") : KILN_OK;
@@ -70,12 +70,12 @@ static kiln_err open_db(const char *run_dir, kiln_metrics **mx) {
         rc = kiln_fail(KILN_ERR_FORMAT, "'%s/metrics.db': is %s; a run's database is a regular "
                        "file of its own", run_dir, kiln_file_kind(sb.st_mode));
     else
-        rc = kiln_metrics_open(p, true, mx);
+        rc = kiln_run_metrics_open(p, true, mx);
     free(p);
     return rc;
 }
 
-kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_metrics **mx) {
+kiln_err kiln_run_open_metrics(const char *run_dir, json_t **run, kiln_run_metrics **mx) {
     *mx = NULL;
     json_t *j = NULL;
     KILN_TRY(load_run_json(run_dir, &j));
@@ -266,14 +266,15 @@ static kiln_err info_load(const char *run_dir, size_t max_events, bool best_val,
     memset(out, 0, sizeof *out);
     out->tokens_per_s = out->updated = NAN;
     KILN_TRY(load_run_json(run_dir, &out->run));
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     out->best_ckpt = -1;
     kiln_err rc = open_db(run_dir, &mx);
-    if (!rc && mx) rc = read_metrics(kiln_metrics_db(mx), run_dir, max_events, best_val, out);
-    if (!rc) rc = kiln_ckpt_list(run_dir, &out->ckpts, &out->n_ckpts);
+    if (!rc && mx) rc = read_metrics(kiln_run_metrics_db(mx), run_dir, max_events, best_val, out);
+    if (!rc) rc = kiln_run_ckpt_list(run_dir, &out->ckpts, &out->n_ckpts);
     /* The one the trainer keeps and kiln export --best takes (the trainer's own rule). */
-    if (!rc && mx) rc = kiln_metrics_best_val_step(mx, out->ckpts, out->n_ckpts, &out->best_ckpt);
-    kiln_metrics_close(mx);
+    if (!rc && mx)
+        rc = kiln_run_metrics_best_val_step(mx, out->ckpts, out->n_ckpts, &out->best_ckpt);
+    kiln_run_metrics_close(mx);
     if (rc) kiln_run_info_release(out);
     return rc;
 }
@@ -304,10 +305,10 @@ static bool seen(long key, double time, long cur_key, double cur_time) {
 
 kiln_err kiln_run_cursor_end(const char *run_dir, kiln_run_cursor *cur) {
     memset(cur, 0, sizeof *cur);
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     KILN_TRY(open_db(run_dir, &mx));
     if (!mx) return KILN_OK;
-    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3 *db = kiln_run_metrics_db(mx);
     kiln_err rc = KILN_OK;
     static const char *const q[] = {"SELECT step, time FROM steps ORDER BY step DESC LIMIT 1",
                                     "SELECT id, time FROM events ORDER BY id DESC LIMIT 1"};
@@ -326,7 +327,7 @@ kiln_err kiln_run_cursor_end(const char *run_dir, kiln_run_cursor *cur) {
     }
 out:
     if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }
 
@@ -424,10 +425,10 @@ kiln_err kiln_run_follow(const char *run_dir, kiln_run_cursor *cur, size_t max,
     json_t *steps = json_object_get(json_object_get(run, "config"), "steps");
     long total = json_is_integer(steps) ? (long)json_integer_value(steps) : 0;
     json_decref(run);
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     KILN_TRY(open_db(run_dir, &mx));
     if (!mx) return KILN_OK;
-    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3 *db = kiln_run_metrics_db(mx);
     kiln_err rc = KILN_OK;
     kiln_run_cursor next = *cur;
     /* One read transaction: the steps and the events of one moment. */
@@ -453,7 +454,7 @@ kiln_err kiln_run_follow(const char *run_dir, kiln_run_cursor *cur, size_t max,
     *cur = next;
 done:
     if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     if (rc) kiln_run_news_release(out);
     return rc;
 }
@@ -474,7 +475,7 @@ static kiln_err diff_key(json_t *diff, const char *key, json_t *a, json_t *b) {
 kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff *out) {
     memset(out, 0, sizeof *out);
     json_t *ra = NULL, *rb = NULL;
-    kiln_metrics *ma = NULL, *mb = NULL;
+    kiln_run_metrics *ma = NULL, *mb = NULL;
     sqlite3_stmt *sa = NULL, *sb = NULL;
     kiln_err rc = KILN_OK;
     KILN_CHECK(rc, out, load_run_json(a_dir, &ra));
@@ -495,7 +496,7 @@ kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff 
     KILN_CHECK(rc, out, open_db(b_dir, &mb));
     if (!ma || !mb) goto out;
     const char *sql = "SELECT step, loss FROM steps ORDER BY step";
-    sqlite3 *da = kiln_metrics_db(ma), *db = kiln_metrics_db(mb);
+    sqlite3 *da = kiln_run_metrics_db(ma), *db = kiln_run_metrics_db(mb);
     KILN_CHECK_IF(rc, out, sqlite3_prepare_v2(da, sql, -1, &sa, NULL) != SQLITE_OK, KILN_ERR_IO,
                   "'%s/metrics.db': %s", a_dir, sqlite3_errmsg(da));
     KILN_CHECK_IF(rc, out, sqlite3_prepare_v2(db, sql, -1, &sb, NULL) != SQLITE_OK, KILN_ERR_IO,
@@ -529,8 +530,8 @@ kiln_err kiln_run_diff_load(const char *a_dir, const char *b_dir, kiln_run_diff 
 out:
     sqlite3_finalize(sa);
     sqlite3_finalize(sb);
-    kiln_metrics_close(ma);
-    kiln_metrics_close(mb);
+    kiln_run_metrics_close(ma);
+    kiln_run_metrics_close(mb);
     json_decref(ra);
     json_decref(rb);
     if (rc) kiln_run_diff_release(out);
@@ -663,9 +664,9 @@ kiln_err kiln_run_series_load(const char *run_dir, const char *metric, long from
     if (tensor && !at[1])
         return kiln_fail(KILN_ERR_USAGE, "'%s': metric '%s': no tensor name after '@'", run_dir,
                          metric);
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
-    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3 *db = kiln_run_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     kiln_run_series *s = NULL;
     kiln_err rc = KILN_OK;
@@ -732,15 +733,15 @@ kiln_err kiln_run_series_load(const char *run_dir, const char *metric, long from
 out:
     kiln_run_series_free(s, 1);
     sqlite3_finalize(st);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }
 
 kiln_err kiln_run_metrics_list(const char *run_dir, char **out) {
     *out = NULL;
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
-    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3 *db = kiln_run_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     char *buf = NULL;
     size_t len = 0;
@@ -782,20 +783,85 @@ out:
     else
         free(buf);
     sqlite3_finalize(st);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }
 
 kiln_err kiln_run_best_ckpt(const char *run_dir, const long *steps, size_t n, long *best) {
     *best = -1;
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
-    kiln_err rc = kiln_metrics_best_val_step(mx, steps, n, best);
-    kiln_metrics_close(mx);
+    kiln_err rc = kiln_run_metrics_best_val_step(mx, steps, n, best);
+    kiln_run_metrics_close(mx);
     KILN_TRY(rc);
     KILN_FAIL_IF(*best < 0, KILN_ERR_NOTFOUND,
                  "'%s': none of the %zu checkpoints' steps logged a finite validation loss "
                  "(validation runs every eval_every steps; a checkpoint at such a step has one)",
                  run_dir, n);
     return KILN_OK;
+}
+
+/* A real for a card: NULL (json null) where it is not finite, as jansson holds no inf. */
+static json_t *finite_real(double x) {
+    return isfinite(x) ? json_real(x) : json_null();
+}
+
+kiln_err kiln_run_step_metrics(const char *run_dir, long step, json_t **metrics, double *time) {
+    *metrics = NULL;
+    *time = NAN;
+    kiln_run_metrics *mx = NULL;
+    KILN_TRY(open_db(run_dir, &mx));
+    if (!mx) return KILN_OK;
+    sqlite3 *db = kiln_run_metrics_db(mx);
+    sqlite3_stmt *q = NULL;
+    kiln_err rc = KILN_OK;
+    json_t *m = json_object();
+    KILN_CHECK_IF(rc, out, !m, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db, "SELECT time, loss FROM steps WHERE step = ?1", -1, &q,
+                                     NULL) != SQLITE_OK,
+                  KILN_ERR_FORMAT, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    sqlite3_bind_int64(q, 1, step);
+    int r = sqlite3_step(q);
+    if (r == SQLITE_ROW) {
+        *time = kiln_run_col_num(q, 0);
+        double loss = kiln_run_col_num(q, 1);
+        if (isfinite(loss))
+            KILN_CHECK_IF(rc, out, json_object_set_new(m, "loss", json_real(loss)), KILN_ERR_NOMEM,
+                          "out of memory");
+    }
+    KILN_CHECK_IF(rc, out, r != SQLITE_ROW && r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s",
+                  run_dir, sqlite3_errmsg(db));
+    sqlite3_finalize(q);
+    q = NULL;
+    /* The newest validation at or before step whose loss is finite: the rule
+     * kiln_run_metrics_best_val_step ranks checkpoints by (SQLite keeps NaN as NULL; an
+     * infinity is kept and skipped here). */
+    KILN_CHECK_IF(rc, out,
+                  sqlite3_prepare_v2(db,
+                                     "SELECT step, val_loss, val_r2 FROM steps WHERE step <= ?1 "
+                                     "AND val_loss IS NOT NULL ORDER BY step DESC",
+                                     -1, &q, NULL) != SQLITE_OK,
+                  KILN_ERR_FORMAT, "'%s/metrics.db': %s", run_dir, sqlite3_errmsg(db));
+    sqlite3_bind_int64(q, 1, step);
+    while ((r = sqlite3_step(q)) == SQLITE_ROW) {
+        double v = kiln_run_col_num(q, 1);
+        if (!isfinite(v)) continue;
+        json_t *val = json_pack("{s:I,s:f,s:o}", "val_step", (json_int_t)sqlite3_column_int64(q, 0),
+                                "val_loss", v, "val_r2", finite_real(kiln_run_col_num(q, 2)));
+        bool bad = !val || json_object_update(m, val);
+        json_decref(val);
+        KILN_CHECK_IF(rc, out, bad, KILN_ERR_NOMEM, "out of memory");
+        r = SQLITE_DONE;
+        break;
+    }
+    KILN_CHECK_IF(rc, out, r != SQLITE_DONE, KILN_ERR_IO, "'%s/metrics.db': %s", run_dir,
+                  sqlite3_errmsg(db));
+    *metrics = m;
+    m = NULL;
+out:
+    sqlite3_finalize(q);
+    kiln_run_metrics_close(mx);
+    json_decref(m);
+    return rc;
 }

@@ -10,7 +10,7 @@
 
 #include <sqlite3.h>
 
-#include "train_int.h"
+#include "runs_int.h"
 
 #define ELEVATED 3.0     /* a gradient norm over this many times its median has risen */
 #define UPDATE_LOOK 8    /* the steps before the one explained whose updates are looked at */
@@ -688,11 +688,11 @@ static kiln_err explain_step(explain *x, bool asked, long first_logged) {
 kiln_err kiln_run_explain(const char *run_dir, long step, long window, json_t **out) {
     *out = NULL;
     json_t *run = NULL;
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     kiln_err rc = kiln_run_open_metrics(run_dir, &run, &mx);
     if (rc) return rc;
     const json_t *cfg = json_object_get(run, "config");
-    explain x = {.db = kiln_metrics_db(mx),
+    explain x = {.db = kiln_run_metrics_db(mx),
                  .run_dir = run_dir,
                  .step = step,
                  .window = window < 1 ? KILN_EXPLAIN_WINDOW : window,
@@ -723,6 +723,6 @@ out:
     tracks_free(x.early, x.n_early);
     json_decref(x.doc);
     json_decref(run);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }

@@ -9,25 +9,25 @@
 
 #include <sqlite3.h>
 
-#include "train_int.h"
+#include "runs_int.h"
 
-struct kiln_metrics {
+struct kiln_run_metrics {
     sqlite3 *db;
     sqlite3_stmt *ins_step, *ins_layer, *ins_tensor, *ins_event;
-    /* step_sums and layer_sums (kiln_metrics_sums_of): each one's statements (prepared on
+    /* step_sums and layer_sums (kiln_run_metrics_sums_of): each one's statements (prepared on
        first use), its _done table as read and the spans of the bucket being summed up */
     struct sums {
         sqlite3_stmt *names, *rows, *sums, *ins, *done, *set;
         bool loaded;
-        long upto[KILN_METRICS_SUM_LEVELS];
+        long upto[KILN_RUN_METRICS_SUM_LEVELS];
         kiln_rollup_span *sp;
         bool *seen;
         size_t cap;
-    } sums[KILN_METRICS_SUMS];
+    } sums[KILN_RUN_METRICS_SUMS];
     char *path;
 };
 
-const char *const kiln_metrics_sum_cols[KILN_METRICS_SUM_COLS] = {
+const char *const kiln_run_metrics_sum_cols[KILN_RUN_METRICS_SUM_COLS] = {
     "loss",   "mse",          "load_balance",  "z", "lr", "grad_norm", "val_loss",
     "val_r2", "tokens_per_s", "max_abs_output"};
 
@@ -47,7 +47,7 @@ static const char schema[] =
     /* Validation R^2 per target (steps.val_r2 is their mean); added to older files on open. */
     "CREATE TABLE IF NOT EXISTS val_targets("
     " step INTEGER, target INTEGER, name TEXT, r2 REAL, PRIMARY KEY(step, target));"
-    /* The steps table summed up per bucket (train_int.h, kiln_metrics_sum_cols). */
+    /* The steps table summed up per bucket (runs_int.h, kiln_run_metrics_sum_cols). */
     "CREATE TABLE IF NOT EXISTS step_sums("
     " level INTEGER, bucket INTEGER, col INTEGER, minx REAL, miny REAL, maxx REAL, maxy REAL,"
     " firstx REAL, firsty REAL, lastx REAL, lasty REAL, badx REAL, bady REAL,"
@@ -70,22 +70,22 @@ static const char schema[] =
     /* The best validation (kiln runs list, the sweep page) without reading every step. */
     "CREATE INDEX IF NOT EXISTS steps_val ON steps(val_loss) WHERE val_loss IS NOT NULL;";
 
-static kiln_err db_fail(kiln_metrics *mx, const char *what) {
+static kiln_err db_fail(kiln_run_metrics *mx, const char *what) {
     return kiln_fail(KILN_ERR_IO, "'%s': %s: %s", mx->path, what, sqlite3_errmsg(mx->db));
 }
 
-static kiln_err exec(kiln_metrics *mx, const char *sql) {
+static kiln_err exec(kiln_run_metrics *mx, const char *sql) {
     if (sqlite3_exec(mx->db, sql, NULL, NULL, NULL) != SQLITE_OK) return db_fail(mx, "sqlite");
     return KILN_OK;
 }
 
-void kiln_metrics_close(kiln_metrics *mx) {
+void kiln_run_metrics_close(kiln_run_metrics *mx) {
     if (!mx) return;
     sqlite3_finalize(mx->ins_step);
     sqlite3_finalize(mx->ins_layer);
     sqlite3_finalize(mx->ins_tensor);
     sqlite3_finalize(mx->ins_event);
-    for (int i = 0; i < KILN_METRICS_SUMS; i++) {
+    for (int i = 0; i < KILN_RUN_METRICS_SUMS; i++) {
         struct sums *u = &mx->sums[i];
         sqlite3_finalize(u->names);
         sqlite3_finalize(u->rows);
@@ -105,13 +105,13 @@ double kiln_run_col_num(sqlite3_stmt *s, int i) {
     return sqlite3_column_type(s, i) == SQLITE_NULL ? NAN : sqlite3_column_double(s, i);
 }
 
-void *kiln_metrics_db(kiln_metrics *mx) {
+void *kiln_run_metrics_db(kiln_run_metrics *mx) {
     return mx->db;
 }
 
-kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out) {
+kiln_err kiln_run_metrics_open(const char *path, bool read_only, kiln_run_metrics **out) {
     *out = NULL;
-    kiln_metrics *mx = kiln_calloc(1, sizeof *mx);
+    kiln_run_metrics *mx = kiln_calloc(1, sizeof *mx);
     if (!mx) return KILN_ERR_NOMEM;
     kiln_err rc = KILN_OK;
     mx->path = kiln_strdup(path);
@@ -158,17 +158,17 @@ kiln_err kiln_metrics_open(const char *path, bool read_only, kiln_metrics **out)
     *out = mx;
     return KILN_OK;
 fail:
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     return rc;
 }
 
 /* The summaries' state to be read again (after a rollback or a truncate). */
-static void sums_unload(kiln_metrics *mx) {
-    for (int i = 0; i < KILN_METRICS_SUMS; i++)
+static void sums_unload(kiln_run_metrics *mx) {
+    for (int i = 0; i < KILN_RUN_METRICS_SUMS; i++)
         mx->sums[i].loaded = false;
 }
 
-kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
+kiln_err kiln_run_metrics_truncate(kiln_run_metrics *mx, long step) {
     char sql[1536];
     snprintf(
         sql, sizeof sql,
@@ -189,7 +189,8 @@ kiln_err kiln_metrics_truncate(kiln_metrics *mx, long step) {
     return rc;
 }
 
-kiln_err kiln_metrics_best_val_step(kiln_metrics *mx, const long *steps, size_t n, long *best) {
+kiln_err kiln_run_metrics_best_val_step(kiln_run_metrics *mx, const long *steps, size_t n,
+                                        long *best) {
     *best = -1;
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(mx->db,
@@ -222,7 +223,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-kiln_err kiln_metrics_event(kiln_metrics *mx, long step, const char *kind, const char *message) {
+kiln_err kiln_run_metrics_event(kiln_run_metrics *mx, long step, const char *kind,
+                                const char *message) {
     sqlite3_stmt *s = mx->ins_event;
     sqlite3_reset(s);
     sqlite3_bind_int64(s, 1, step);
@@ -241,7 +243,7 @@ static void bind_num(sqlite3_stmt *s, int i, double x) {
         sqlite3_bind_null(s, i);
 }
 
-static kiln_err insert_layers(kiln_metrics *mx, long step, const kiln_tsmoe_stats *st) {
+static kiln_err insert_layers(kiln_run_metrics *mx, long step, const kiln_tsmoe_stats *st) {
     int E = st->n_experts;
     for (int l = 0; l < st->n_layers; l++) {
         double mx_load = 0, sum = 0;
@@ -283,7 +285,7 @@ static kiln_err insert_layers(kiln_metrics *mx, long step, const kiln_tsmoe_stat
 
 /* ---- the summary: step_sums ---- */
 
-static kiln_err prep(kiln_metrics *mx, sqlite3_stmt **st, const char *sql) {
+static kiln_err prep(kiln_run_metrics *mx, sqlite3_stmt **st, const char *sql) {
     if (*st) {
         sqlite3_reset(*st);
         return KILN_OK;
@@ -295,7 +297,7 @@ static kiln_err prep(kiln_metrics *mx, sqlite3_stmt **st, const char *sql) {
 
 /* The summaries: what each sums up and the SQL that reads and writes it. A series is
  * layer * per + col (a layer-less table's rows are layer 0). */
-static const kiln_metrics_sums sums_of[KILN_METRICS_SUMS] = {
+static const kiln_run_metrics_sums sums_of[KILN_RUN_METRICS_SUMS] = {
     {.rows = "SELECT step, loss, mse, load_balance, z, lr, grad_norm, val_loss, val_r2, "
              "tokens_per_s, max_abs_output FROM steps WHERE step >= ?1 AND step < ?2 ORDER BY step",
      .sums = "SELECT bucket, col, minx, miny, maxx, maxy, firstx, firsty, lastx, lasty, badx, "
@@ -305,8 +307,8 @@ static const kiln_metrics_sums sums_of[KILN_METRICS_SUMS] = {
      .done = "SELECT level, upto FROM step_sums_done",
      .set = "INSERT OR REPLACE INTO step_sums_done VALUES(?1, ?2)",
      .last = "SELECT coalesce(max(step), 0) FROM steps",
-     .per = KILN_METRICS_SUM_COLS,
-     .val = KILN_METRICS_SUM_VAL,
+     .per = KILN_RUN_METRICS_SUM_COLS,
+     .val = KILN_RUN_METRICS_SUM_VAL,
      .layered = false},
     {.rows = "SELECT step, layer, attn_entropy, router_entropy, load_imbalance, dead_experts, "
              "overflow, act_rms FROM layers WHERE step >= ?1 AND step < ?2 ORDER BY step, layer",
@@ -318,7 +320,7 @@ static const kiln_metrics_sums sums_of[KILN_METRICS_SUMS] = {
      .done = "SELECT level, upto FROM layer_sums_done",
      .set = "INSERT OR REPLACE INTO layer_sums_done VALUES(?1, ?2)",
      .last = "SELECT coalesce(max(step), 0) FROM layers",
-     .per = KILN_METRICS_LAYER_COLS,
+     .per = KILN_RUN_METRICS_LAYER_COLS,
      .val = -1,
      .layered = true},
     {.names = "INSERT OR IGNORE INTO tensor_names(name) SELECT DISTINCT name FROM tensors WHERE "
@@ -333,35 +335,36 @@ static const kiln_metrics_sums sums_of[KILN_METRICS_SUMS] = {
      .done = "SELECT level, upto FROM tensor_sums_done",
      .set = "INSERT OR REPLACE INTO tensor_sums_done VALUES(?1, ?2)",
      .last = "SELECT coalesce(max(step), 0) FROM tensors",
-     .per = KILN_METRICS_TENSOR_COLS,
+     .per = KILN_RUN_METRICS_TENSOR_COLS,
      .val = -1,
      .layered = true},
 };
 
-const kiln_metrics_sums *kiln_metrics_sums_of(int which) {
+const kiln_run_metrics_sums *kiln_run_metrics_sums_of(int which) {
     return &sums_of[which];
 }
 
-long kiln_metrics_sum_value(const kiln_metrics_sums *k, sqlite3_stmt *st, int c, double *y) {
+long kiln_run_metrics_sum_value(const kiln_run_metrics_sums *k, sqlite3_stmt *st, int c,
+                                double *y) {
     int at = k->layered ? 2 : 1;
     /* Validation only at the steps that were evaluated. */
     if (k->val >= 0 && (c == k->val || c == k->val + 1) &&
         sqlite3_column_type(st, at + k->val) == SQLITE_NULL)
         return -1;
     long layer = k->layered ? (long)sqlite3_column_int64(st, 1) : 0;
-    if (layer < 0 || layer >= KILN_METRICS_SUM_LAYERS) return -1;
+    if (layer < 0 || layer >= KILN_RUN_METRICS_SUM_LAYERS) return -1;
     *y = kiln_run_col_num(st, at + c);
     return layer * k->per + c;
 }
 
-static kiln_err sums_load(kiln_metrics *mx, int which) {
+static kiln_err sums_load(kiln_run_metrics *mx, int which) {
     struct sums *u = &mx->sums[which];
     memset(u->upto, 0, sizeof u->upto);
     KILN_TRY(prep(mx, &u->done, sums_of[which].done));
     int r;
     while ((r = sqlite3_step(u->done)) == SQLITE_ROW) {
         long k = (long)sqlite3_column_int64(u->done, 0);
-        if (k >= 0 && k < KILN_METRICS_SUM_LEVELS)
+        if (k >= 0 && k < KILN_RUN_METRICS_SUM_LEVELS)
             u->upto[k] = (long)sqlite3_column_int64(u->done, 1);
     }
     sqlite3_reset(u->done);
@@ -380,9 +383,9 @@ static void bind_x(sqlite3_stmt *s, int i, bool have, double x) {
 }
 
 /* The bucket's rows: a series' only when a value of it was seen there (n: the series). */
-static kiln_err sums_write(kiln_metrics *mx, int which, int level, long bucket, size_t n) {
+static kiln_err sums_write(kiln_run_metrics *mx, int which, int level, long bucket, size_t n) {
     struct sums *u = &mx->sums[which];
-    const kiln_metrics_sums *kind = &sums_of[which];
+    const kiln_run_metrics_sums *kind = &sums_of[which];
     for (size_t c = 0; c < n; c++) {
         if (!u->seen[c]) continue;
         const kiln_rollup_span *sp = &u->sp[c];
@@ -412,8 +415,8 @@ static kiln_err sums_write(kiln_metrics *mx, int which, int level, long bucket, 
     return KILN_OK;
 }
 
-void kiln_metrics_sum_span(sqlite3_stmt *st, int at, double x0, double width,
-                           kiln_rollup_span *sp) {
+void kiln_run_metrics_sum_span(sqlite3_stmt *st, int at, double x0, double width,
+                               kiln_rollup_span *sp) {
     kiln_rollup_span_init(sp, x0, width);
     kiln_rollup_bucket *b = &sp->b;
     b->finite = sqlite3_column_type(st, at) != SQLITE_NULL;
@@ -451,10 +454,10 @@ static kiln_rollup_span *sums_span(struct sums *u, size_t c, size_t *n, double x
 
 /* Level k's buckets from upto[k] up to `end` (a multiple of its width), out of the table it
  * sums up (k 0) or level k - 1. */
-static kiln_err sums_level(kiln_metrics *mx, int which, int k, long end) {
+static kiln_err sums_level(kiln_run_metrics *mx, int which, int k, long end) {
     struct sums *u = &mx->sums[which];
-    const kiln_metrics_sums *kind = &sums_of[which];
-    long w = KILN_METRICS_SUM_WIDTH(k), from = u->upto[k];
+    const kiln_run_metrics_sums *kind = &sums_of[which];
+    long w = KILN_RUN_METRICS_SUM_WIDTH(k), from = u->upto[k];
     sqlite3_stmt *st;
     if (k == 0 && kind->names) { /* the names first seen here get their ids */
         KILN_TRY(prep(mx, &u->names, kind->names));
@@ -491,17 +494,17 @@ static kiln_err sums_level(kiln_metrics *mx, int which, int k, long end) {
         if (k == 0) {
             for (int c = 0; !rc && c < kind->per; c++) {
                 double y;
-                long s = kiln_metrics_sum_value(kind, st, c, &y);
+                long s = kiln_run_metrics_sum_value(kind, st, c, &y);
                 kiln_rollup_span *sp = s < 0 ? NULL : sums_span(u, (size_t)s, &n, (double)b * w, (double)w);
                 if (s >= 0 && !sp) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
                 if (sp) kiln_rollup_span_push(sp, (double)v, y);
             }
         } else {
             long c = (long)sqlite3_column_int64(st, 1);
-            if (c < 0 || c >= (long)KILN_METRICS_SUM_LAYERS * kind->per) continue;
+            if (c < 0 || c >= (long)KILN_RUN_METRICS_SUM_LAYERS * kind->per) continue;
             kiln_rollup_span child, *sp = sums_span(u, (size_t)c, &n, (double)b * w, (double)w);
             if (!sp) rc = kiln_fail(KILN_ERR_NOMEM, "out of memory");
-            kiln_metrics_sum_span(st, 2, (double)v * (w / 2), (double)(w / 2), &child);
+            kiln_run_metrics_sum_span(st, 2, (double)v * (w / 2), (double)(w / 2), &child);
             if (sp) kiln_rollup_span_merge(sp, &child);
         }
     }
@@ -519,12 +522,12 @@ static kiln_err sums_level(kiln_metrics *mx, int which, int k, long end) {
 
 /* Every bucket a step up to `newest` closed, at every level of every summary (in the
  * caller's transaction). */
-static kiln_err sums_update(kiln_metrics *mx, long newest) {
-    for (int i = 0; i < KILN_METRICS_SUMS; i++) {
+static kiln_err sums_update(kiln_run_metrics *mx, long newest) {
+    for (int i = 0; i < KILN_RUN_METRICS_SUMS; i++) {
         struct sums *u = &mx->sums[i];
         if (!u->loaded) KILN_TRY(sums_load(mx, i));
-        for (int k = 0; k < KILN_METRICS_SUM_LEVELS; k++) {
-            long w = KILN_METRICS_SUM_WIDTH(k);
+        for (int k = 0; k < KILN_RUN_METRICS_SUM_LEVELS; k++) {
+            long w = KILN_RUN_METRICS_SUM_WIDTH(k);
             long end = k ? u->upto[k - 1] / w * w : (newest > 0 ? newest / w * w : 0);
             if (end <= u->upto[k]) break; /* nothing new here, so nothing above */
             KILN_TRY(sums_level(mx, i, k, end));
@@ -534,14 +537,14 @@ static kiln_err sums_update(kiln_metrics *mx, long newest) {
 }
 
 /* Whether step closes a bucket of any summary (or they are not read yet). */
-static bool sums_due(const kiln_metrics *mx, long step) {
-    for (int i = 0; i < KILN_METRICS_SUMS; i++)
-        if (!mx->sums[i].loaded || step >= mx->sums[i].upto[0] + KILN_METRICS_SUM_WIDTH(0))
+static bool sums_due(const kiln_run_metrics *mx, long step) {
+    for (int i = 0; i < KILN_RUN_METRICS_SUMS; i++)
+        if (!mx->sums[i].loaded || step >= mx->sums[i].upto[0] + KILN_RUN_METRICS_SUM_WIDTH(0))
             return true;
     return false;
 }
 
-kiln_err kiln_metrics_summarize(kiln_metrics *mx) {
+kiln_err kiln_run_metrics_summarize(kiln_run_metrics *mx) {
     KILN_TRY(exec(mx, "BEGIN"));
     sqlite3_stmt *st = NULL;
     kiln_err rc = KILN_OK;
@@ -559,8 +562,8 @@ kiln_err kiln_metrics_summarize(kiln_metrics *mx) {
     return rc;
 }
 
-kiln_err kiln_metrics_step(kiln_metrics *mx, const kiln_train_progress *p,
-                           const kiln_metrics_tensor *tensors, size_t n_tensors) {
+kiln_err kiln_run_metrics_step(kiln_run_metrics *mx, const kiln_train_progress *p,
+                               const kiln_run_metrics_tensor *tensors, size_t n_tensors) {
     KILN_TRY(exec(mx, "BEGIN"));
     kiln_err rc = KILN_OK;
     sqlite3_stmt *s = mx->ins_step;
@@ -615,16 +618,16 @@ kiln_err kiln_run_event_add(const char *run_dir, long step, const char *kind, co
                       ? KILN_OK
                       : kiln_fail(KILN_ERR_NOTFOUND, "'%s': no metrics.db to record an event in",
                                   run_dir);
-    kiln_metrics *mx = NULL;
-    if (!rc) rc = kiln_metrics_open(path, false, &mx);
-    if (!rc) rc = kiln_metrics_event(mx, step, kind, message);
-    kiln_metrics_close(mx);
+    kiln_run_metrics *mx = NULL;
+    if (!rc) rc = kiln_run_metrics_open(path, false, &mx);
+    if (!rc) rc = kiln_run_metrics_event(mx, step, kind, message);
+    kiln_run_metrics_close(mx);
     free(path);
     return rc;
 }
 
-kiln_err kiln_metrics_val_targets(kiln_metrics *mx, long step, const kiln_dataset *ds,
-                                  const double *r2) {
+kiln_err kiln_run_metrics_val_targets(kiln_run_metrics *mx, long step, const kiln_dataset *ds,
+                                      const double *r2) {
     sqlite3_stmt *q = NULL;
     if (sqlite3_prepare_v2(mx->db, "INSERT OR REPLACE INTO val_targets VALUES(?1,?2,?3,?4)", -1, &q,
                            NULL) != SQLITE_OK)

@@ -1,4 +1,4 @@
-/* curves.c - every curve of a run's page in one read of metrics.db (train.h, "a run's curves
+/* curves.c - every curve of a run's page in one read of metrics.db (runs.h, "a run's curves
  * for a picture"): the steps table streamed through kiln_downsample, the layers and tensors
  * tables read whole for a short run and at sampled steps (by their keys) for a long one, or
  * for a long one that has them, out of layer_sums and tensor_sums (only expert_load sampled). */
@@ -12,15 +12,15 @@
 
 #include <sqlite3.h>
 
-#include "train_int.h"
+#include "runs_int.h"
 
 /* The steps table's columns as step_sums numbers them (metrics.c). */
-#define step_cols kiln_metrics_sum_cols
-#define N_STEP_COLS KILN_METRICS_SUM_COLS
+#define step_cols kiln_run_metrics_sum_cols
+#define N_STEP_COLS KILN_RUN_METRICS_SUM_COLS
 static const char *const layer_cols[] = {"attn_entropy", "router_entropy", "load_imbalance",
                                          "dead_experts", "overflow",       "act_rms"};
 #define N_LAYER_COLS (sizeof layer_cols / sizeof *layer_cols)
-_Static_assert(N_LAYER_COLS == KILN_METRICS_LAYER_COLS, "layer_sums sums the layer columns up");
+_Static_assert(N_LAYER_COLS == KILN_RUN_METRICS_LAYER_COLS, "layer_sums sums the layer columns up");
 #define MAX_TENSORS 4096
 
 typedef struct grow {
@@ -95,11 +95,11 @@ static kiln_run_curve *add(kiln_run_curves *cs, size_t *cap, char *name) {
     } while (0)
 
 /* What has been read of a summed-up table (the steps table; the layers table's scalar
- * columns): a rollup per series (core.h; kiln_metrics_sums: layer * per + col), the newest
+ * columns): a rollup per series (core.h; kiln_run_metrics_sums: layer * per + col), the newest
  * step read, and what would make it stale (another metrics.db, a resume: the trainer
  * truncates the steps after its checkpoint and logs them again). */
 typedef struct series_state {
-    const kiln_metrics_sums *kind;
+    const kiln_run_metrics_sums *kind;
     kiln_rollup *r; /* [n] */
     size_t n;
     long last;
@@ -120,7 +120,7 @@ static void series_reset(series_state *s) {
 /* s empty, for n series of the summary `which` (series_free). */
 static kiln_err series_init(series_state *s, int which, size_t n) {
     memset(s, 0, sizeof *s);
-    s->kind = kiln_metrics_sums_of(which);
+    s->kind = kiln_run_metrics_sums_of(which);
     s->r = kiln_malloc((n ? n : 1) * sizeof *s->r);
     if (!s->r) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     s->n = n;
@@ -144,7 +144,7 @@ static kiln_err series_rows(sqlite3 *db, const char *run_dir, long to, series_st
         long step = (long)sqlite3_column_int64(st, 0);
         for (int k = 0; k < s->kind->per; k++) {
             double y;
-            long c = kiln_metrics_sum_value(s->kind, st, k, &y);
+            long c = kiln_run_metrics_sum_value(s->kind, st, k, &y);
             if (c >= 0 && c < (long)s->n) kiln_rollup_push(&s->r[c], (double)step, y);
         }
         s->last = step;
@@ -159,15 +159,15 @@ out:
  * _done): the widest whose buckets are no wider than the rollup's will be (so that adding
  * them equals pushing their rows, core.h), or -1 (a short run; or a metrics.db logged
  * before the summary, which is then read row by row). *any: whether its _done has a row. */
-static int sums_level(sqlite3 *db, const kiln_metrics_sums *kind, long last, long *upto,
+static int sums_level(sqlite3 *db, const kiln_run_metrics_sums *kind, long last, long *upto,
                       bool *any) {
-    memset(upto, 0, KILN_METRICS_SUM_LEVELS * sizeof *upto);
+    memset(upto, 0, KILN_RUN_METRICS_SUM_LEVELS * sizeof *upto);
     *any = false;
     sqlite3_stmt *st = NULL;
     if (sqlite3_prepare_v2(db, kind->done, -1, &st, NULL) != SQLITE_OK) return -1;
     while (sqlite3_step(st) == SQLITE_ROW) {
         long k = (long)sqlite3_column_int64(st, 0);
-        if (k >= 0 && k < KILN_METRICS_SUM_LEVELS) upto[k] = (long)sqlite3_column_int64(st, 1);
+        if (k >= 0 && k < KILN_RUN_METRICS_SUM_LEVELS) upto[k] = (long)sqlite3_column_int64(st, 1);
         *any = true;
     }
     sqlite3_finalize(st);
@@ -175,7 +175,7 @@ static int sums_level(sqlite3 *db, const kiln_metrics_sums *kind, long last, lon
     while (floor((double)last / width) >= KILN_ROLLUP_BUCKETS)
         width *= 2;
     int lv = -1;
-    for (int k = 0; k < KILN_METRICS_SUM_LEVELS && KILN_METRICS_SUM_WIDTH(k) <= width; k++)
+    for (int k = 0; k < KILN_RUN_METRICS_SUM_LEVELS && KILN_RUN_METRICS_SUM_WIDTH(k) <= width; k++)
         if (upto[k] > 0) lv = k;
     return lv;
 }
@@ -185,7 +185,7 @@ static kiln_err series_sums(sqlite3 *db, const char *run_dir, int lv, long b0, l
                             series_state *s) {
     kiln_err rc = KILN_OK;
     sqlite3_stmt *st = NULL;
-    double w = (double)KILN_METRICS_SUM_WIDTH(lv);
+    double w = (double)KILN_RUN_METRICS_SUM_WIDTH(lv);
     if (sqlite3_prepare_v2(db, s->kind->sums, -1, &st, NULL) != SQLITE_OK) DB_FAIL(rc, out);
     sqlite3_bind_int(st, 1, lv);
     sqlite3_bind_int64(st, 2, b0);
@@ -195,7 +195,7 @@ static kiln_err series_sums(sqlite3 *db, const char *run_dir, int lv, long b0, l
         long c = (long)sqlite3_column_int64(st, 1);
         if (c < 0 || c >= (long)s->n) continue;
         kiln_rollup_span sp;
-        kiln_metrics_sum_span(st, 2, (double)sqlite3_column_int64(st, 0) * w, w, &sp);
+        kiln_run_metrics_sum_span(st, 2, (double)sqlite3_column_int64(st, 0) * w, w, &sp);
         kiln_rollup_add(&s->r[c], &sp);
     }
     if (r != SQLITE_DONE) DB_FAIL(rc, out);
@@ -241,11 +241,11 @@ static kiln_err series_update(sqlite3 *db, const char *run_dir, long to, series_
     sqlite3_finalize(st);
     st = NULL;
     /* A long stretch not read yet comes out of the summary, where the run has it. */
-    long upto[KILN_METRICS_SUM_LEVELS], last = newest < to ? newest : to;
+    long upto[KILN_RUN_METRICS_SUM_LEVELS], last = newest < to ? newest : to;
     bool any;
     int lv = sums_level(db, s->kind, last, upto, &any);
     if (lv >= 0) {
-        long w = KILN_METRICS_SUM_WIDTH(lv), a = (s->last + w) / w * w;
+        long w = KILN_RUN_METRICS_SUM_WIDTH(lv), a = (s->last + w) / w * w;
         long b = to < upto[lv] ? (to + 1) / w * w : upto[lv];
         if (b > a) {
             KILN_CHECK(rc, out, series_rows(db, run_dir, a - 1, s));
@@ -348,7 +348,7 @@ static series_state *cache_entry(kiln_run_cache *c, const char *run_dir) {
     char *dir = kiln_strdup(run_dir);
     series_state *st = c->e[lru].st;
     if (!st && (st = kiln_malloc(sizeof *st)) &&
-        series_init(st, KILN_METRICS_STEP_SUMS, N_STEP_COLS) != KILN_OK) {
+        series_init(st, KILN_RUN_METRICS_STEP_SUMS, N_STEP_COLS) != KILN_OK) {
         free(st);
         st = NULL;
     }
@@ -518,14 +518,15 @@ static kiln_err read_layers(sqlite3 *db, const char *run_dir, const long *steps,
     if (!c.g) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < (size_t)c.L * per; i++)
         c.g[i].c = &cs->c[base + i];
-    long upto[KILN_METRICS_SUM_LEVELS];
+    long upto[KILN_RUN_METRICS_SUM_LEVELS];
     bool summed = false;
-    if (steps) sums_level(db, kiln_metrics_sums_of(KILN_METRICS_LAYER_SUMS), 0, upto, &summed);
+    if (steps)
+        sums_level(db, kiln_run_metrics_sums_of(KILN_RUN_METRICS_LAYER_SUMS), 0, upto, &summed);
     c.scalars = !summed;
     if (summed) {
         series_state ls;
-        size_t n = (size_t)(c.L < KILN_METRICS_SUM_LAYERS ? c.L : KILN_METRICS_SUM_LAYERS);
-        KILN_CHECK(rc, out, series_init(&ls, KILN_METRICS_LAYER_SUMS, n * N_LAYER_COLS));
+        size_t n = (size_t)(c.L < KILN_RUN_METRICS_SUM_LAYERS ? c.L : KILN_RUN_METRICS_SUM_LAYERS);
+        KILN_CHECK(rc, out, series_init(&ls, KILN_RUN_METRICS_LAYER_SUMS, n * N_LAYER_COLS));
         rc = series_update(db, run_dir, to, &ls);
         if (!rc) rc = series_curves(&ls, buckets, cs, base, per);
         series_free(&ls);
@@ -594,7 +595,7 @@ static kiln_err tensor_sums(sqlite3 *db, const char *run_dir, long to, size_t bu
     if (sqlite3_prepare_v2(db, "SELECT id, name FROM tensor_names WHERE id >= 0 AND id < ?1 "
                                "AND name IS NOT NULL ORDER BY id", -1, &st, NULL) != SQLITE_OK)
         DB_FAIL(rc, out);
-    sqlite3_bind_int64(st, 1, KILN_METRICS_SUM_LAYERS);
+    sqlite3_bind_int64(st, 1, KILN_RUN_METRICS_SUM_LAYERS);
     int r = SQLITE_DONE;
     while (c->n < MAX_TENSORS && (r = sqlite3_step(st)) == SQLITE_ROW) {
         id[c->n] = top = (long)sqlite3_column_int64(st, 0);
@@ -605,14 +606,15 @@ static kiln_err tensor_sums(sqlite3 *db, const char *run_dir, long to, size_t bu
     }
     if (c->n < MAX_TENSORS && r != SQLITE_DONE) DB_FAIL(rc, out);
     KILN_CHECK(rc, out,
-               series_init(&ts, KILN_METRICS_TENSOR_SUMS, (size_t)(top + 1) * KILN_METRICS_TENSOR_COLS));
+               series_init(&ts, KILN_RUN_METRICS_TENSOR_SUMS,
+                           (size_t)(top + 1) * KILN_RUN_METRICS_TENSOR_COLS));
     KILN_CHECK(rc, out, series_update(db, run_dir, to, &ts));
     x = kiln_malloc(KILN_ROLLUP_MAX * sizeof *x);
     y = kiln_malloc(KILN_ROLLUP_MAX * sizeof *y);
     KILN_CHECK_IF(rc, out, !x || !y, KILN_ERR_NOMEM, "out of memory");
     size_t n = 0; /* (a tensor without rows up to `to` is left out, as a sampled read has it) */
     for (size_t i = 0; i < c->n; i++) {
-        const kiln_rollup *rr = &ts.r[(size_t)id[i] * KILN_METRICS_TENSOR_COLS];
+        const kiln_rollup *rr = &ts.r[(size_t)id[i] * KILN_RUN_METRICS_TENSOR_COLS];
         KILN_CHECK(rc, out, curve_fill(&rr[0], buckets, &c->gn[n], x, y));
         KILN_CHECK(rc, out, curve_fill(&rr[1], buckets, &c->ur[n], x, y));
         char *name = c->names[i];
@@ -646,9 +648,10 @@ static kiln_err read_tensors(sqlite3 *db, const char *run_dir, const long *steps
                              size_t *cap) {
     tensor_ctx *c = kiln_calloc(1, sizeof *c);
     if (!c) return kiln_fail(KILN_ERR_NOMEM, "out of memory");
-    long upto[KILN_METRICS_SUM_LEVELS];
+    long upto[KILN_RUN_METRICS_SUM_LEVELS];
     bool summed = false;
-    if (steps) sums_level(db, kiln_metrics_sums_of(KILN_METRICS_TENSOR_SUMS), 0, upto, &summed);
+    if (steps)
+        sums_level(db, kiln_run_metrics_sums_of(KILN_RUN_METRICS_TENSOR_SUMS), 0, upto, &summed);
     kiln_err rc;
     if (summed) {
         rc = tensor_sums(db, run_dir, to, buckets, c);
@@ -709,9 +712,9 @@ static kiln_err curves_load(kiln_run_cache *cache, const char *run_dir, size_t b
     if (!buckets) buckets = 1;
     if (!max_movers) max_movers = 8;
     if (to <= 0) to = LONG_MAX;
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     KILN_TRY(kiln_run_open_metrics(run_dir, NULL, &mx));
-    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3 *db = kiln_run_metrics_db(mx);
     sqlite3_stmt *st = NULL;
     long *steps = NULL;
     size_t n_steps = 0, cap = 0;
@@ -739,7 +742,7 @@ static kiln_err curves_load(kiln_run_cache *cache, const char *run_dir, size_t b
         ss = cache_entry(cache, run_dir);
     } else {
         ss = own = kiln_malloc(sizeof *own);
-        if (own && series_init(own, KILN_METRICS_STEP_SUMS, N_STEP_COLS) != KILN_OK) {
+        if (own && series_init(own, KILN_RUN_METRICS_STEP_SUMS, N_STEP_COLS) != KILN_OK) {
             free(own);
             ss = own = NULL;
         }
@@ -763,7 +766,7 @@ out:
     sqlite3_finalize(st);
     free(steps);
     if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     if (rc) kiln_run_curves_release(out);
     return rc;
 }
@@ -802,7 +805,7 @@ static json_t *summary_curve(const kiln_run_curve *c) {
 
 kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path) {
     json_t *run = NULL;
-    kiln_metrics *mx = NULL;
+    kiln_run_metrics *mx = NULL;
     KILN_TRY(kiln_run_open_metrics(run_dir, &run, &mx));
     kiln_run_curves cv;
     kiln_err rc = kiln_run_curves_load(run_dir, KILN_RUN_SUMMARY_POINTS, 8, step, &cv);
@@ -845,7 +848,7 @@ kiln_err kiln_run_summary_write(const char *run_dir, long step, const char *path
         KILN_CHECK_IF(rc, out, json_array_append_new(movers, json_string(cv.movers[i])),
                       KILN_ERR_NOMEM, "out of memory");
     /* The events a chart marks, in the order logged; never their times. */
-    sqlite3 *db = kiln_metrics_db(mx);
+    sqlite3 *db = kiln_run_metrics_db(mx);
     KILN_CHECK_IF(rc, out,
                   sqlite3_prepare_v2(db,
                                      "SELECT step, kind, message FROM events WHERE step <= ?1 AND "
@@ -873,7 +876,7 @@ out:
     json_decref(movers);
     json_decref(doc);
     kiln_run_curves_release(&cv);
-    kiln_metrics_close(mx);
+    kiln_run_metrics_close(mx);
     json_decref(run);
     return rc;
 }

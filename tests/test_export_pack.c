@@ -1,6 +1,8 @@
-/* test_pack.c - .kiln archives: the manifest's known answer, reproducible bytes, refusals
- * when packing, tamper detection, hostile archives built here with libarchive's writer,
- * limits, inspect, and the manifest fuzz corpus replayed. */
+/* test_export_pack.c - export/'s .kiln archives: the manifest's known answer, reproducible
+ * bytes, refusals when packing, tamper detection, hostile archives built here with
+ * libarchive's writer, limits, inspect, and the manifest fuzz corpus replayed. (Freezing a
+ * checkpoint, export/freeze.c, is tested with validate's fixture: validate_export_* in
+ * tests/test_validate.c.) */
 #include <archive.h>
 #include <archive_entry.h>
 #include <dirent.h>
@@ -139,7 +141,7 @@ static void refused(const char *archive, kiln_err want, const char *what, const 
 
 /* ---- names, times ---------------------------------------------------------------- */
 
-KILN_TEST(pack_names_and_times) {
+KILN_TEST(export_pack_names_and_times) {
     CHECK("plain name", kiln_export_name_ok("tsmoe-small.v2_x"));
     CHECK("name: no capitals", !kiln_export_name_ok("Tsmoe"));
     CHECK("name: no leading dot", !kiln_export_name_ok(".x"));
@@ -180,7 +182,7 @@ KILN_TEST(pack_names_and_times) {
 
 /* ---- pack ------------------------------------------------------------------------ */
 
-KILN_TEST(pack_manifest_known_answer) {
+KILN_TEST(export_pack_manifest_known_answer) {
     char *dir = model_dir("m", true);
     kiln_manifest *m = NULL;
     if (!CHECK("builds", kiln_manifest_build(dir, "kat", "2.0.0-rc.1+b7", &m) == KILN_OK)) goto out;
@@ -248,7 +250,7 @@ static void check_headers(const char *archive, int64_t mtime) {
     archive_read_free(a);
 }
 
-KILN_TEST(pack_reproducible) {
+KILN_TEST(export_pack_reproducible) {
     char *dir = model_dir("m", true), *a1 = kiln_test_path("a.kiln"),
          *a2 = kiln_test_path("b.kiln");
     uint8_t d1[KILN_SHA256_BYTES], d2[KILN_SHA256_BYTES], df[KILN_SHA256_BYTES];
@@ -293,7 +295,7 @@ static void pack_refused(const char *dir, const char *name, const char *version,
     free(out);
 }
 
-KILN_TEST(pack_refuses) {
+KILN_TEST(export_pack_refuses) {
     char *dir = model_dir("m", false);
     char *p = kiln_path_join(dir, "golden/link");
     symlink("/etc/passwd", p);
@@ -365,7 +367,7 @@ KILN_TEST(pack_refuses) {
 
 /* ---- unpack, verify, tamper -------------------------------------------------------- */
 
-KILN_TEST(pack_unpack_roundtrip_and_tamper) {
+KILN_TEST(export_pack_unpack_roundtrip_and_tamper) {
     char *dir = model_dir("m", true), *ar = kiln_test_path("a.kiln"), *out = kiln_test_path("u");
     kiln_manifest *pm = NULL, *um = NULL, *rm = NULL;
     if (!CHECK("packs", kiln_archive_pack(dir, "kat", "1.0", ar, NULL, &pm) == KILN_OK)) goto out;
@@ -431,7 +433,7 @@ out:
     free(out);
 }
 
-KILN_TEST(pack_inspect) {
+KILN_TEST(export_pack_inspect) {
     char *dir = model_dir("m", false), *ar = kiln_test_path("a.kiln");
     kiln_manifest *m = NULL;
     json_t *card = NULL;
@@ -463,7 +465,7 @@ KILN_TEST(pack_inspect) {
     free(ar);
 }
 
-KILN_TEST(pack_hostile_archives) {
+KILN_TEST(export_pack_hostile_archives) {
     char *dir = model_dir("m", false), *ar = kiln_test_path("h.kiln");
     kiln_manifest *m = NULL;
     if (!CHECK("builds", kiln_manifest_build(dir, "kat", "1.0", &m) == KILN_OK)) goto out;
@@ -588,7 +590,7 @@ out:
     free(ar);
 }
 
-KILN_TEST(pack_unpack_limits) {
+KILN_TEST(export_pack_unpack_limits) {
     char *dir = model_dir("m", true), *ar = kiln_test_path("a.kiln"), *out = kiln_test_path("u");
     CHECK("packs", kiln_archive_pack(dir, "kat", "1.0", ar, NULL, NULL) == KILN_OK);
     kiln_archive_limits lim;
@@ -618,7 +620,7 @@ KILN_TEST(pack_unpack_limits) {
 }
 
 /* Every allocation failing in turn: a clean error each time, no leaks (ASan checks). */
-KILN_TEST(pack_alloc_failures) {
+KILN_TEST(export_pack_alloc_failures) {
     char *dir = model_dir("m", true), *ar = kiln_test_path("a.kiln"), *out = kiln_test_path("u");
     bool clean = true;
     int n;
@@ -647,7 +649,7 @@ KILN_TEST(pack_alloc_failures) {
 
 /* ---- the manifest parser -------------------------------------------------------- */
 
-KILN_TEST(pack_manifest_parse_strict) {
+KILN_TEST(export_pack_manifest_parse_strict) {
     char *dir = model_dir("m", false);
     kiln_manifest *m = NULL, *x = NULL;
     if (!CHECK("builds", kiln_manifest_build(dir, "kat", "1.0", &m) == KILN_OK)) goto out;
@@ -689,7 +691,7 @@ out:
 }
 
 /* Replay the seed corpus through the fuzz entry point; ok-* seeds must parse, the rest not. */
-KILN_TEST(pack_fuzz_corpus_replay) {
+KILN_TEST(export_pack_fuzz_corpus_replay) {
     const char *cdir = "tests/fuzz/corpus/manifest";
     struct dirent **list;
     int n = scandir(cdir, &list, NULL, alphasort), ok = 0, bad = 0;
