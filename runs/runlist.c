@@ -741,6 +741,124 @@ static void put_cell(FILE *f, const char *s, int w, bool right, bool last) {
         fprintf(f, "%s%*s", s, last || pad <= 0 ? 0 : pad, "");
 }
 
+/* The table's cells: c[j].cell[i] for each of the n rows (the fixed columns, then the config
+ * keys that differ). */
+static kiln_err table_cells(const kiln_run_list *l, double now, tcol *c, size_t nc) {
+    const size_t n = l->n;
+    char **fixed = kiln_calloc(C_FIXED, sizeof *fixed);
+    kiln_err rc = fixed ? KILN_OK : KILN_ERR_NOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        const kiln_run_row *r = &l->rows[i];
+        rc = fixed_cells(r, now, fixed);
+        for (int j = 0; j < C_FIXED; j++) {
+            c[j].cell[i] = fixed[j];
+            fixed[j] = NULL;
+        }
+        for (size_t j = C_FIXED; !rc && j < nc; j++) {
+            json_t *v = r->state == KILN_RUN_ERROR ? NULL : json_object_get(r->config, c[j].head);
+            c[j].cell[i] = r->state == KILN_RUN_ERROR ? kiln_strdup("")
+                           : v                        ? kiln_run_config_value_text(v)
+                                                      : kiln_strdup("-");
+            if (!c[j].cell[i]) rc = KILN_ERR_NOMEM;
+            if (!rc && json_is_number(v)) c[j].right = true;
+        }
+    }
+    free(fixed);
+    return rc;
+}
+
+/* Widths from content; the metrics no row has are left out. */
+static void table_widths(const kiln_run_list *l, tcol *c, size_t nc) {
+    for (size_t j = 0; j < nc; j++) {
+        bool any = j < C_LOSS || j >= C_NF;
+        for (size_t i = 0; i < l->n; i++) {
+            if (l->rows[i].state == KILN_RUN_ERROR && j != C_NAME) continue;
+            int w = ulen(c[j].cell[i]);
+            if (w > c[j].width) c[j].width = w;
+            any |= w > 0;
+        }
+        c[j].gone = !any;
+    }
+}
+
+/* Too wide for width: the names, then long config values, shortened in the middle; then the
+ * columns least needed to compare runs dropped; then the names shortened further. */
+static void table_fit(const kiln_run_list *l, tcol *c, size_t nc, int width) {
+    const size_t n = l->n;
+    int over = table_width(c, nc) - width;
+    int name_min = c[C_NAME].width < 16 ? c[C_NAME].width : 16;
+    if (over > 0) {
+        int cut = c[C_NAME].width - name_min < over ? c[C_NAME].width - name_min : over;
+        c[C_NAME].width -= cut;
+        over -= cut;
+    }
+    for (size_t j = C_FIXED; j < nc && over > 0; j++) {
+        int w = ulen(c[j].head);
+        for (size_t i = 0; i < n; i++)
+            if (json_is_number(json_object_get(l->rows[i].config, c[j].head)) ||
+                ulen(c[j].cell[i]) <= 10)
+                w = ulen(c[j].cell[i]) > w ? ulen(c[j].cell[i]) : w;
+        if (w < 10 && c[j].width > 10) w = 10;
+        int cut = c[j].width - w < over ? c[j].width - w : over;
+        if (cut > 0) {
+            c[j].width -= cut;
+            over -= cut;
+        }
+    }
+    for (int d = 1; d <= 6 && over > 0; d++)
+        for (size_t j = 0; j < C_FIXED; j++) {
+            if (c[j].drop != d || c[j].gone) continue;
+            if (j == C_NF || j == C_SPK) {
+                bool zero = true;
+                for (size_t i = 0; i < n; i++)
+                    zero &= !strcmp(c[j].cell[i], "0") || !*c[j].cell[i];
+                if (!zero && d < 6) continue;
+            }
+            c[j].gone = true;
+            over = table_width(c, nc) - width;
+        }
+    if (over > 0) c[C_NAME].width -= over < c[C_NAME].width - 8 ? over : c[C_NAME].width - 8;
+    if (c[C_NAME].width < ulen(c[C_NAME].head)) c[C_NAME].width = ulen(c[C_NAME].head);
+}
+
+/* The header, then the rows; an ERROR row's message runs on from its state column. */
+static kiln_err table_print(FILE *f, const kiln_run_list *l, const tcol *c, size_t nc,
+                            int width) {
+    size_t last = 0;
+    for (size_t j = 0; j < nc; j++)
+        if (!c[j].gone) last = j;
+    for (size_t j = 0, k = 0; j < nc; j++) {
+        if (c[j].gone) continue;
+        char *h = shorten(c[j].head, c[j].width);
+        if (!h) return nomem();
+        if (k++) fputs("  ", f);
+        put_cell(f, h, c[j].width, c[j].right, j == last);
+        free(h);
+    }
+    fputc('\n', f);
+    for (size_t i = 0; i < l->n; i++) {
+        const kiln_run_row *r = &l->rows[i];
+        for (size_t j = 0, k = 0; j < nc; j++) {
+            if (c[j].gone) continue;
+            if (k++) fputs("  ", f);
+            if (r->state == KILN_RUN_ERROR && j == C_STATE) {
+                char *m = error_cell(r, width > 0 ? width - table_width(c, C_NAME + 1) - 2 : 0);
+                if (!m) return nomem();
+                fputs(m, f);
+                free(m);
+                break;
+            }
+            char *s = shorten(c[j].cell[i], c[j].width);
+            if (!s) return nomem();
+            put_cell(f, s, c[j].width, c[j].right, j == last);
+            free(s);
+        }
+        fputc('\n', f);
+    }
+    if (l->n < l->found) fprintf(f, "%zu of %zu runs shown\n", l->n, l->found);
+    return KILN_OK;
+}
+
 kiln_err kiln_run_list_table(const kiln_run_list *l, int width, double now, char **out) {
     *out = NULL;
     char *buf = NULL;
@@ -763,119 +881,13 @@ kiln_err kiln_run_list_table(const kiln_run_list *l, int width, double now, char
         if (!(c[j].cell = kiln_calloc(n ? n : 1, sizeof *c[j].cell))) rc = KILN_ERR_NOMEM;
     }
     if (!rc && l->compared) rc = same_line(f, l, width);
-    if (rc || !n) {
-        if (!rc && !n) fprintf(f, "no run matches (%zu found)\n", l->found);
-        goto out;
+    if (!rc && !n) fprintf(f, "no run matches (%zu found)\n", l->found);
+    if (!rc && n) rc = table_cells(l, now, c, nc);
+    if (!rc && n) {
+        table_widths(l, c, nc);
+        if (width > 0) table_fit(l, c, nc, width);
+        rc = table_print(f, l, c, nc, width);
     }
-    char **fixed = kiln_calloc(C_FIXED, sizeof *fixed);
-    if (!fixed) rc = KILN_ERR_NOMEM;
-    for (size_t i = 0; !rc && i < n; i++) {
-        const kiln_run_row *r = &l->rows[i];
-        rc = fixed_cells(r, now, fixed);
-        for (int j = 0; j < C_FIXED; j++) {
-            c[j].cell[i] = fixed[j];
-            fixed[j] = NULL;
-        }
-        for (size_t j = C_FIXED; !rc && j < nc; j++) {
-            json_t *v = r->state == KILN_RUN_ERROR ? NULL : json_object_get(r->config, c[j].head);
-            c[j].cell[i] = r->state == KILN_RUN_ERROR ? kiln_strdup("")
-                           : v                        ? kiln_run_config_value_text(v)
-                                                      : kiln_strdup("-");
-            if (!c[j].cell[i]) rc = KILN_ERR_NOMEM;
-            if (!rc && json_is_number(v)) c[j].right = true;
-        }
-    }
-    free(fixed);
-    if (rc) goto out;
-    /* Widths from content; the metrics no row has are left out. */
-    for (size_t j = 0; j < nc; j++) {
-        bool any = j < C_LOSS || j >= C_NF;
-        for (size_t i = 0; i < n; i++) {
-            if (l->rows[i].state == KILN_RUN_ERROR && j != C_NAME) continue;
-            int w = ulen(c[j].cell[i]);
-            if (w > c[j].width) c[j].width = w;
-            any |= w > 0;
-        }
-        c[j].gone = !any;
-    }
-    if (width > 0) {
-        /* Too wide: the names, then long config values, shortened in the middle; then the
-         * columns least needed to compare runs dropped; then the names shortened further. */
-        int over = table_width(c, nc) - width;
-        int name_min = c[C_NAME].width < 16 ? c[C_NAME].width : 16;
-        if (over > 0) {
-            int cut = c[C_NAME].width - name_min < over ? c[C_NAME].width - name_min : over;
-            c[C_NAME].width -= cut;
-            over -= cut;
-        }
-        for (size_t j = C_FIXED; j < nc && over > 0; j++) {
-            int w = ulen(c[j].head);
-            for (size_t i = 0; i < n; i++)
-                if (json_is_number(json_object_get(l->rows[i].config, c[j].head)) ||
-                    ulen(c[j].cell[i]) <= 10)
-                    w = ulen(c[j].cell[i]) > w ? ulen(c[j].cell[i]) : w;
-            if (w < 10 && c[j].width > 10) w = 10;
-            int cut = c[j].width - w < over ? c[j].width - w : over;
-            if (cut > 0) {
-                c[j].width -= cut;
-                over -= cut;
-            }
-        }
-        for (int d = 1; d <= 6 && over > 0; d++)
-            for (size_t j = 0; j < C_FIXED; j++) {
-                if (c[j].drop != d || c[j].gone) continue;
-                if (j == C_NF || j == C_SPK) {
-                    bool zero = true;
-                    for (size_t i = 0; i < n; i++)
-                        zero &= !strcmp(c[j].cell[i], "0") || !*c[j].cell[i];
-                    if (!zero && d < 6) continue;
-                }
-                c[j].gone = true;
-                over = table_width(c, nc) - width;
-            }
-        if (over > 0) c[C_NAME].width -= over < c[C_NAME].width - 8 ? over : c[C_NAME].width - 8;
-        if (c[C_NAME].width < ulen(c[C_NAME].head)) c[C_NAME].width = ulen(c[C_NAME].head);
-    }
-    /* The header, then the rows; an ERROR row's message runs on from its state column. */
-    size_t last = 0;
-    for (size_t j = 0; j < nc; j++)
-        if (!c[j].gone) last = j;
-    for (size_t j = 0, k = 0; j < nc; j++) {
-        if (c[j].gone) continue;
-        char *h = shorten(c[j].head, c[j].width);
-        if (!h) {
-            rc = nomem();
-            goto out;
-        }
-        if (k++) fputs("  ", f);
-        put_cell(f, h, c[j].width, c[j].right, j == last);
-        free(h);
-    }
-    fputc('\n', f);
-    for (size_t i = 0; i < n; i++) {
-        const kiln_run_row *r = &l->rows[i];
-        for (size_t j = 0, k = 0; j < nc; j++) {
-            if (c[j].gone) continue;
-            if (k++) fputs("  ", f);
-            if (r->state == KILN_RUN_ERROR && j == C_STATE) {
-                char *m = error_cell(r, width > 0 ? width - table_width(c, C_NAME + 1) - 2 : 0);
-                if (m) fputs(m, f);
-                free(m);
-                if (!m) rc = nomem();
-                break;
-            }
-            char *s = shorten(c[j].cell[i], c[j].width);
-            if (!s) {
-                rc = nomem();
-                goto out;
-            }
-            put_cell(f, s, c[j].width, c[j].right, j == last);
-            free(s);
-        }
-        fputc('\n', f);
-    }
-    if (l->n < l->found) fprintf(f, "%zu of %zu runs shown\n", l->n, l->found);
-out:
     for (size_t j = 0; c && j < nc; j++) {
         for (size_t i = 0; c[j].cell && i < n; i++)
             free(c[j].cell[i]);
