@@ -512,7 +512,7 @@ static int plot_width(long asked) {
 }
 
 /* --csv: one row per step any series has, a column per series, empty where one has none. */
-static void print_csv(const kiln_chart_series *s, size_t n) {
+static void print_csv(const kiln_run_chart_series *s, size_t n) {
     printf("step");
     for (size_t k = 0; k < n; k++)
         printf(",%s", s[k].label);
@@ -562,7 +562,7 @@ static int plot_draw(const plot_args *a) {
     char **dirs = a->dirs;
     plot_run *runs = calloc((size_t)ndirs, sizeof *runs);
     kiln_run_info *info = calloc((size_t)ndirs, sizeof *info);
-    kiln_chart_mark *marks = NULL;
+    kiln_run_chart_mark *marks = NULL;
     size_t n_marks = 0;
     bool any_marks = false;
     kiln_err err = KILN_OK;
@@ -588,7 +588,7 @@ static int plot_draw(const plot_args *a) {
     for (int d = 0; d < ndirs; d++)
         for (size_t e = 0; e < info[d].n_events; e++) {
             char g = event_glyph(info[d].events[e].kind);
-            if (g) marks[n_marks++] = (kiln_chart_mark){(double)info[d].events[e].step, g};
+            if (g) marks[n_marks++] = (kiln_run_chart_mark){(double)info[d].events[e].step, g};
         }
     const long last = a->to ? a->to : (long)(((unsigned long)-1) >> 1);
     for (size_t m = 0; m < a->n_names && !rc; m++) {
@@ -605,7 +605,7 @@ static int plot_draw(const plot_args *a) {
             }
             total += runs[d].n;
         }
-        kiln_chart_series *cs = calloc(total, sizeof *cs);
+        kiln_run_chart_series *cs = calloc(total, sizeof *cs);
         char **owned = calloc(total, sizeof *owned);
         if (!cs || !owned) {
             free(cs);
@@ -620,7 +620,7 @@ static int plot_draw(const plot_args *a) {
                 owned[k] =
                     ndirs > 1 && runs[d].n > 1 ? kiln_asprintf("%s %s", dirs[d], s->name) : NULL;
                 cs[k] =
-                    (kiln_chart_series){owned[k]    ? owned[k]
+                    (kiln_run_chart_series){owned[k]    ? owned[k]
                                         : ndirs > 1 ? dirs[d]
                                                     : s->name,
                                         s->step, s->value, s->n, glyphs[k % (sizeof glyphs - 1)]};
@@ -629,11 +629,11 @@ static int plot_draw(const plot_args *a) {
             if (m) printf("\n");
             print_csv(cs, total);
         } else {
-            kiln_chart ch = {
+            kiln_run_chart ch = {
                 a->names[m],    cs,      total, marks, n_marks, "step", plot_width(a->width),
                 (int)a->height, a->log_y};
             char *text = NULL;
-            if ((err = kiln_chart_render(&ch, &text))) {
+            if ((err = kiln_run_chart_render(&ch, &text))) {
                 rc = cli_fail(err);
             } else {
                 printf("%s%s", m ? "\n" : "", text);

@@ -405,4 +405,40 @@ kiln_err kiln_run_best_ckpt(const char *run_dir, const long *steps, size_t n, lo
  * *metrics NULL. json_decref *metrics. */
 kiln_err kiln_run_step_metrics(const char *run_dir, long step, json_t **metrics, double *time);
 
+/* ---- text charts (runs/textchart.c) ---------------------------------------------- */
+
+/* Line charts for a terminal or a log (`kiln runs plot`): ASCII only, so that they read the
+ * same in a pager, a CI log and a commit message. Each column of the plot covers a range of
+ * x; a series draws its mean there with its glyph over a band of '.' from its minimum to its
+ * maximum, so the trend reads through the noise and a one-step spike survives any amount of
+ * downsampling (a mean alone would hide it). Two series' means in one cell show '#'. */
+typedef struct kiln_run_chart_series {
+    const char *label;
+    const double *x, *y; /* n points, x ascending; a non-finite y is a gap, counted */
+    size_t n;
+    char glyph;
+} kiln_run_chart_series;
+
+typedef struct kiln_run_chart_mark {
+    double x;
+    char glyph; /* drawn on the line under the x axis, at x's column */
+} kiln_run_chart_mark;
+
+typedef struct kiln_run_chart {
+    const char *title;
+    const kiln_run_chart_series *series;
+    size_t n_series;
+    const kiln_run_chart_mark *marks;
+    size_t n_marks;
+    const char *x_name; /* what x is, for the legend ("step") */
+    int width, height;  /* of the plot area, in characters: 10..1000 and 3..200 */
+    bool log_y;         /* log10 scale; values <= 0 are then gaps */
+} kiln_run_chart;
+
+/* Render into a new NUL-terminated string (caller frees): the title, the plot with the y
+ * axis labelled at its top, middle and bottom rows, the x axis labelled at both ends and
+ * the middle, the marks line (when there are marks or gaps: a column with a non-finite
+ * value gets '!'), and a legend line per series (points, last value, minimum and where). */
+kiln_err kiln_run_chart_render(const kiln_run_chart *chart, char **out);
+
 #endif

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core.h"
+#include "runs.h"
 
 #define LABEL_W 11 /* "%11.5g" */
 
@@ -17,15 +17,15 @@ typedef struct span {
     size_t n;
 } span;
 
-static bool usable(const kiln_chart *c, double y) {
+static bool usable(const kiln_run_chart *c, double y) {
     return isfinite(y) && (!c->log_y || y > 0);
 }
 
-static double scale_y(const kiln_chart *c, double y) {
+static double scale_y(const kiln_run_chart *c, double y) {
     return c->log_y ? log10(y) : y;
 }
 
-static double unscale_y(const kiln_chart *c, double v) {
+static double unscale_y(const kiln_run_chart *c, double v) {
     return c->log_y ? pow(10.0, v) : v;
 }
 
@@ -42,14 +42,14 @@ static int row(double v, double lo, double hi, int height) {
     return r < 0 ? 0 : r >= height ? height - 1 : r;
 }
 
-static kiln_err check(const kiln_chart *c) {
+static kiln_err check(const kiln_run_chart *c) {
     if (c->width < 10 || c->width > 1000)
         return kiln_fail(KILN_ERR_USAGE, "chart width %d: must be 10 to 1000 columns", c->width);
     if (c->height < 3 || c->height > 200)
         return kiln_fail(KILN_ERR_USAGE, "chart height %d: must be 3 to 200 rows", c->height);
     if (!c->n_series) return kiln_fail(KILN_ERR_USAGE, "chart: no series to draw");
     for (size_t s = 0; s < c->n_series; s++) {
-        const kiln_chart_series *se = &c->series[s];
+        const kiln_run_chart_series *se = &c->series[s];
         if (se->glyph <= ' ' || se->glyph > '~' || se->glyph == '#' || se->glyph == '!' ||
             se->glyph == '.')
             return kiln_fail(KILN_ERR_USAGE,
@@ -67,7 +67,7 @@ static kiln_err check(const kiln_chart *c) {
 }
 
 /* The legend's line for one series: points, gaps, last, minimum and maximum with their x. */
-static void legend(FILE *f, const kiln_chart *c, const kiln_chart_series *se) {
+static void legend(FILE *f, const kiln_run_chart *c, const kiln_run_chart_series *se) {
     const char *xn = c->x_name ? c->x_name : "x";
     size_t gaps = 0, last = SIZE_MAX, lo = SIZE_MAX, hi = SIZE_MAX;
     double first_gap = NAN;
@@ -90,14 +90,14 @@ static void legend(FILE *f, const kiln_chart *c, const kiln_chart_series *se) {
     fputc('\n', f);
 }
 
-kiln_err kiln_chart_render(const kiln_chart *c, char **out) {
+kiln_err kiln_run_chart_render(const kiln_run_chart *c, char **out) {
     *out = NULL;
     KILN_TRY(check(c));
     const int W = c->width, H = c->height;
     /* The ranges of x (every point) and of the scaled y (usable points). */
     double x0 = INFINITY, x1 = -INFINITY, lo = INFINITY, hi = -INFINITY;
     for (size_t s = 0; s < c->n_series; s++) {
-        const kiln_chart_series *se = &c->series[s];
+        const kiln_run_chart_series *se = &c->series[s];
         for (size_t i = 0; i < se->n; i++) {
             x0 = fmin(x0, se->x[i]);
             x1 = fmax(x1, se->x[i]);
@@ -127,7 +127,7 @@ kiln_err kiln_chart_render(const kiln_chart *c, char **out) {
      * top, so the curves stay readable over the noise band and a spike still shows. */
     for (int pass = 0; pass < 2; pass++)
         for (size_t s = 0; s < c->n_series; s++) {
-            const kiln_chart_series *se = &c->series[s];
+            const kiln_run_chart_series *se = &c->series[s];
             for (int k = 0; k < W; k++)
                 sp[k] = (span){INFINITY, -INFINITY, 0, 0};
             for (size_t i = 0; i < se->n; i++) {
