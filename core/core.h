@@ -247,6 +247,16 @@ char *kiln_json_document(const json_t *j, size_t *len);
  * caller frees the array, not the strings. NULL when out of memory. */
 const char **kiln_json_sorted_keys(const json_t *o, size_t *n);
 
+/* ---- a run's checkpoints (core/ckptdir.c) ------------------------------------------ */
+
+/* The checkpoint of a step in a run's ckpt/ folder: step-NNNNNNNN.safetensors, the step in at
+ * least 8 decimal digits. The trainer writes by this name, runs/ and export/ read by it. */
+#define KILN_CKPT_NAME_MAX 48
+void kiln_ckpt_name(long step, char out[KILN_CKPT_NAME_MAX]);
+/* The steps of the checkpoints in the folder dir, ascending (*steps NULL when none; caller
+ * frees); a missing folder holds none. KILN_ERR_IO when it cannot be read. */
+kiln_err kiln_ckpt_steps(const char *dir, long **steps, size_t *n);
+
 /* ---- downsampling a series for a picture (core/downsample.c) ------------------------ */
 
 /* A series of any length cut to a fixed number of points that still shows every spike: the

@@ -32,55 +32,6 @@ void kiln_export_info_release(kiln_export_info *info) {
 
 /* ---- checkpoints -------------------------------------------------------------- */
 
-/* "step-NNNNNNNN.safetensors" (at least 8 digits) -> step, else -1. */
-static long ckpt_step(const char *name) {
-    if (strncmp(name, "step-", 5)) return -1;
-    const char *p = name + 5, *q = p;
-    while (*q >= '0' && *q <= '9')
-        q++;
-    if (q - p < 8 || q - p > 18 || strcmp(q, ".safetensors")) return -1;
-    return strtol(p, NULL, 10);
-}
-
-static int cmp_long_desc(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x < y) - (x > y);
-}
-
-/* Checkpoint steps in ckpt_dir, newest first. *steps is new (free). */
-static kiln_err list_ckpts(const char *ckpt_dir, long **steps, size_t *n) {
-    *steps = NULL;
-    *n = 0;
-    DIR *d = opendir(ckpt_dir);
-    if (!d) return kiln_fail_errno(KILN_ERR_NOTFOUND, "'%s': cannot list checkpoints", ckpt_dir);
-    size_t cap = 0;
-    kiln_err rc = KILN_OK;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        long s = ckpt_step(e->d_name);
-        if (s < 0) continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            long *t = realloc(*steps, cap * sizeof *t);
-            if (!t) {
-                rc = kiln_fail(KILN_ERR_NOMEM, "out of memory listing '%s'", ckpt_dir);
-                break;
-            }
-            *steps = t;
-        }
-        (*steps)[(*n)++] = s;
-    }
-    closedir(d);
-    if (rc) {
-        free(*steps);
-        *steps = NULL;
-        *n = 0;
-        return rc;
-    }
-    if (*n) qsort(*steps, *n, sizeof **steps, cmp_long_desc);
-    return KILN_OK;
-}
-
 /* An open checkpoint whose digest verified and whose parameters are all there. */
 typedef struct ckpt {
     kiln_st *st;
@@ -186,7 +137,7 @@ static kiln_err pick_ckpt(const kiln_export_opts *o, long want, ckpt *c, char **
     if (!dir) return KILN_ERR_NOMEM;
     long *steps = NULL;
     size_t n = 0;
-    kiln_err rc = list_ckpts(dir, &steps, &n);
+    kiln_err rc = kiln_ckpt_steps(dir, &steps, &n);
     if (rc) {
         free(dir);
         return rc;
@@ -198,10 +149,10 @@ static kiln_err pick_ckpt(const kiln_export_opts *o, long want, ckpt *c, char **
         KILN_CHECK(rc, out, o->best_step(run_dir, steps, n, &want));
     }
     rc = KILN_ERR_NOTFOUND;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = n; i-- > 0;) { /* newest first */
         if (want > 0 && steps[i] != want) continue;
-        char name[64];
-        snprintf(name, sizeof name, "step-%08ld.safetensors", steps[i]);
+        char name[KILN_CKPT_NAME_MAX];
+        kiln_ckpt_name(steps[i], name);
         char *path = kiln_path_join(dir, name);
         KILN_CHECK_IF(rc, out, !path, KILN_ERR_NOMEM, "out of memory");
         rc = ckpt_open(path, c);
@@ -307,10 +258,11 @@ static kiln_err make_card(const kiln_export_opts *o, const char *ckpt_path, cons
     kiln_format_time(secs, created);
 
     uint8_t fsha[KILN_SHA256_BYTES];
-    char fhex[KILN_SHA256_HEX], file[64];
+    char fhex[KILN_SHA256_HEX], cname[KILN_CKPT_NAME_MAX], file[KILN_CKPT_NAME_MAX + 8];
     KILN_CHECK(rc, out, kiln_sha256_file(ckpt_path, fsha));
     kiln_hex(fsha, sizeof fsha, fhex);
-    snprintf(file, sizeof file, "ckpt/step-%08ld.safetensors", c->step);
+    kiln_ckpt_name(c->step, cname);
+    snprintf(file, sizeof file, "ckpt/%s", cname);
     ck = json_pack("{s:s,s:s,s:s}", "file", file, "sha256", fhex, "data_sha256",
                    kiln_st_meta(c->st, "kiln.data_sha256"));
     lin =

@@ -14,13 +14,10 @@
 #include "runs_int.h"
 
 char *kiln_run_ckpt_path(const char *run_dir, long step) {
-    return kiln_asprintf("%s%sckpt/step-%08ld.safetensors", run_dir,
-                         run_dir[0] && run_dir[strlen(run_dir) - 1] == '/' ? "" : "/", step);
-}
-
-static int cmp_long(const void *a, const void *b) {
-    long x = *(const long *)a, y = *(const long *)b;
-    return (x > y) - (x < y);
+    char name[KILN_CKPT_NAME_MAX];
+    kiln_ckpt_name(step, name);
+    return kiln_asprintf("%s%sckpt/%s", run_dir,
+                         run_dir[0] && run_dir[strlen(run_dir) - 1] == '/' ? "" : "/", name);
 }
 
 kiln_err kiln_run_ckpt_list(const char *run_dir, long **steps, size_t *n) {
@@ -28,45 +25,9 @@ kiln_err kiln_run_ckpt_list(const char *run_dir, long **steps, size_t *n) {
     *n = 0;
     char *dir = kiln_path_join(run_dir, "ckpt");
     if (!dir) return KILN_ERR_NOMEM;
-    DIR *d = opendir(dir);
-    if (!d) {
-        kiln_err rc = errno == ENOENT
-                          ? KILN_OK
-                          : kiln_fail_errno(KILN_ERR_IO, "cannot read directory '%s'", dir);
-        free(dir);
-        return rc;
-    }
-    kiln_err rc = KILN_OK;
-    size_t cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        long step;
-        int len = 0;
-        if (strlen(de->d_name) != strlen("step-00000000.safetensors") ||
-            sscanf(de->d_name, "step-%8ld.safetensors%n", &step, &len) != 1 ||
-            len != (int)strlen(de->d_name))
-            continue;
-        if (*n == cap) {
-            cap = cap ? 2 * cap : 16;
-            long *s = realloc(*steps, cap * sizeof *s);
-            if (!s) {
-                rc = kiln_fail(KILN_ERR_NOMEM, "out of memory listing '%s'", dir);
-                break;
-            }
-            *steps = s;
-        }
-        (*steps)[(*n)++] = step;
-    }
-    closedir(d);
+    kiln_err rc = kiln_ckpt_steps(dir, steps, n);
     free(dir);
-    if (rc) {
-        free(*steps);
-        *steps = NULL;
-        *n = 0;
-        return rc;
-    }
-    if (*n) qsort(*steps, *n, sizeof **steps, cmp_long);
-    return KILN_OK;
+    return rc;
 }
 
 /* One process per run directory: an exclusive flock on RUN_DIR/.lock, released by the

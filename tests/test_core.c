@@ -234,3 +234,34 @@ KILN_TEST(core_path_dir_state) {
     CHECK("a file is other", kiln_path_dir_state(f) == KILN_DIR_OTHER);
     free(d), free(f), free(none);
 }
+
+KILN_TEST(core_ckpt_names) {
+    /* One rule for the trainer, runs/ and export/: at least 8 digits, more past 99999999 (runs/
+     * once read exactly 8 and missed such a checkpoint that export/ froze). */
+    char name[KILN_CKPT_NAME_MAX];
+    kiln_ckpt_name(42, name);
+    CHECK("8 digits", !strcmp(name, "step-00000042.safetensors"));
+    kiln_ckpt_name(123456789, name);
+    CHECK("more past 99999999", !strcmp(name, "step-123456789.safetensors"));
+    char *dir = kiln_test_path("ckpt");
+    CHECK("mkdir", kiln_mkdir_p(dir) == KILN_OK);
+    const char *files[] = {"step-123456789.safetensors", "step-00000005.safetensors",
+                           "step-5.safetensors", "step-00000007.safetensors.tmp",
+                           "step-0000000x.safetensors", "run.json"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
+        char *p = kiln_path_join(dir, files[i]);
+        CHECK(files[i], p && kiln_write_file_atomic(p, "x", 1) == KILN_OK);
+        free(p);
+    }
+    long *steps = NULL;
+    size_t n = 0;
+    CHECK("listed ascending, only checkpoints", kiln_ckpt_steps(dir, &steps, &n) == KILN_OK &&
+                                                    n == 2 && steps[0] == 5 &&
+                                                    steps[1] == 123456789);
+    free(steps);
+    char *none = kiln_test_path("no-such-ckpt");
+    CHECK("a missing folder holds none",
+          kiln_ckpt_steps(none, &steps, &n) == KILN_OK && n == 0 && !steps);
+    free(none);
+    free(dir);
+}
