@@ -337,6 +337,11 @@ bench-python: $(BUILD)/kiln $(BUILD)/libkiln.so $(BUILD)/bench_push
 	KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 bench/bench_python.py $(BUILD) > $(BUILD)/bench/python.txt.tmp && mv $(BUILD)/bench/python.txt.tmp $(BUILD)/bench/python.txt
 	@cat $(BUILD)/bench/python.txt
 
+# The sanitizer build inside make test compiles on every core even when make test was started
+# without -j (as CI and the README run it), instead of one file at a time on one core of
+# two. Under a -j of the caller's, the jobserver already shares the cores.
+SUBMAKE_JOBS = $(if $(findstring jobserver,$(MAKEFLAGS)),,-j$(shell nproc 2>/dev/null || echo 2))
+
 test: all $(BENCH_BINS)
 	@echo "== the reference vectors (tests/ref) against docs/model.md's float64 reference"
 	$(REF) --check tests/vectors
@@ -358,7 +363,7 @@ test: all $(BENCH_BINS)
 	@echo "== Python (python/kiln over $(BUILD)/libkiln.so)"
 	KILN=$(abspath $(BUILD)/kiln) KILN_LIB=$(abspath $(BUILD)/libkiln.so) /usr/bin/python3 tests/python/run.py
 	@echo "== C suite under AddressSanitizer and UndefinedBehaviorSanitizer, in a shuffled order"
-	$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
+	$(MAKE) --no-print-directory $(SUBMAKE_JOBS) BUILD=$(BUILD)/asan SAN=1 $(BUILD)/asan/run-tests $(BUILD)/asan/kiln
 	ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
 	  KILN_BUILD=$(BUILD)/asan KILN_SLOW=0 $(BUILD)/asan/run-tests --shuffle$(if $(SHUFFLE),=$(SHUFFLE))
 	@echo "== bad-input sweep under AddressSanitizer and UndefinedBehaviorSanitizer (error paths)"

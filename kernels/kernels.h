@@ -276,6 +276,12 @@ size_t kiln_cuda_scratch_bytes(size_t N, size_t C);
 
 kiln_err kiln_cuda_standardize_forward(float *out, const float *x, const float *mean,
                                        const float *std, int N, int F);
+/* Neither trainer calls this or kiln_cuda_residual_backward, nor their kernels/cpu twins (the
+ * input's standardisation has nothing trained below it; a residual's gradient is summed in
+ * place by the ops around it): only tests/gpu does, checking them against the CPU ops. They
+ * stay as the backward halves of forward ops both trainers run, so that the op set has every
+ * op's gradient, checked on both devices; moving them into tests/gpu would keep two CUDA
+ * builds instead of one. */
 kiln_err kiln_cuda_standardize_backward(float *dx, const float *dout, const float *std, int N,
                                         int F);
 kiln_err kiln_cuda_linear_forward(float *out, const float *inp, const float *weight,
@@ -371,7 +377,8 @@ kiln_err kiln_cuda_stats_maxabs(float *out, const float *x, size_t n);
  * (m, v the moments) or SGD (m, v unused, may be NULL), with decay = lr * weight_decay on decayed tensors and 0 elsewhere.
  * Afterwards g holds each element's update p_new - p_old (for the update norm). Every float
  * operation rounds to nearest in the CPU loop's order with no contraction, so the same
- * inputs give the CPU's bits. */
+ * inputs give the CPU's bits. The trainer runs the multi-tensor form below; this one is the
+ * reference tests/gpu and test_cuda_train check it against, segment for segment. */
 kiln_err kiln_cuda_optim_update(float *p, float *g, float *m, float *v, size_t n,
                                 const kiln_optim_consts *o); /* all [n] */
 /* Many tensors of one block in one launch (the trainer's step: every trained tensor):
