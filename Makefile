@@ -130,8 +130,10 @@ ALL_LIBS = $(PKG_LIBS) $(CU_LIBS) $(LDLIBS)
 DEPS_STAMP := $(BUILD)/.deps-ok
 
 .PHONY: FORCE all deps test test-c test-e2e test-asan demo demo-oci clean bench bench-registry bench-web fuzz soak
+# With nvcc, the GPU checker (tests/gpu/check.c) too: every CUDA path compiles in CI, which has
+# no GPU to run it on.
 all: $(BUILD)/libkiln.a $(BUILD)/libkiln.so $(BUILD)/libkiln_dist.a $(BUILD)/kiln $(BUILD)/run-tests \
-     $(BUILD)/stream_service
+     $(BUILD)/stream_service $(if $(CU_SRC),$(BUILD)/gpu-check)
 
 # Install what is missing, once per build directory. pkg-config answers for the
 # libraries; the tools are probed by name.
