@@ -128,14 +128,20 @@ int cmd_registry_mirror(int argc, char **argv) {
             return 2;
         }
         if (stop_signal) break;
-        bool news = res.trust_versions || res.versions || res.records || res.problems;
+        bool news =
+            res.trust_versions || res.versions || res.records || res.datasets || res.problems;
         if (!e || e == KILN_ERR_VERIFY) {
+            char data[48] = ""; /* said only when there were some */
+            if (res.datasets)
+                snprintf(data, sizeof data, ", %zu dataset%s", res.datasets, plural(res.datasets));
             if (once || news)
                 printf("mirror of %s: copied %zu trust version%s, %zu version%s (%llu bytes "
-                       "downloaded), %zu channel record%s; %zu problem%s (%zu requests, %.2f s)\n",
+                       "downloaded), %zu channel record%s%s; %zu problem%s (%zu requests, %.2f "
+                       "s)\n",
                        from, res.trust_versions, plural(res.trust_versions), res.versions,
                        plural(res.versions), (unsigned long long)res.bytes, res.records,
-                       plural(res.records), res.problems, plural(res.problems), res.requests, secs);
+                       plural(res.records), data, res.problems, plural(res.problems), res.requests,
+                       secs);
             fflush(stdout);
         }
         if (once) return e ? cli_fail(e) : 0;

@@ -534,6 +534,7 @@ typedef struct kiln_registry_mirror_opts {
 
 typedef struct kiln_registry_mirror_result {
     size_t trust_versions, versions, records; /* copied by this sync */
+    size_t datasets;                          /* copied by this sync */
     size_t problems;                          /* items not copied: they did not verify */
     uint64_t bytes;                           /* archive bytes downloaded */
     size_t requests;                          /* HTTP requests made to the primary */
@@ -545,7 +546,8 @@ typedef struct kiln_registry_mirror_result {
  * policy as the server does on upload, then written as an upload is: temporary file, fsync,
  * link, fsync of the directory, then the row) and every channel's records in seq order (the
  * bytes the primary stored, each verified as the server verifies a record put to it; an old
- * one may have expired). Each item copied writes one audit row, action "mirror.sync". An
+ * one may have expired), and every dataset (its bytes' sha256 and a release key's signature
+ * naming it, checked as kiln data pull checks them, then stored as an upload is). Each item copied writes one audit row, action "mirror.sync". An
  * item that does not verify is passed to on_problem, not copied, and the rest is copied:
  * the result is then KILN_ERR_VERIFY. A version the mirror holds with another digest than
  * the primary now lists is such a problem, never overwritten. Safe beside a running

@@ -998,6 +998,116 @@ static kiln_err sync_repros(mirror_run *m, const char *model, json_t *versions) 
     return rc;
 }
 
+/* Whether the mirror holds dataset name with digest. */
+static bool dataset_held(sqlite3 *db, const char *name, const char *digest, kiln_err *rc) {
+    sqlite3_stmt *st = NULL;
+    *rc = KILN_OK;
+    if (sqlite3_prepare_v2(db, "SELECT 1 FROM datasets WHERE name = ?1 AND digest = ?2", -1, &st,
+                           NULL) != SQLITE_OK) {
+        *rc = reg_db_fail(db, "reading datasets");
+        return false;
+    }
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_text(st, 2, digest, -1, SQLITE_TRANSIENT);
+    const int r = sqlite3_step(st);
+    if (r != SQLITE_ROW && r != SQLITE_DONE) *rc = reg_db_fail(db, "reading datasets");
+    sqlite3_finalize(st);
+    return r == SQLITE_ROW;
+}
+
+/* One dataset the primary lists and the mirror lacks: its signature fetched, its bytes
+ * downloaded into tmp/, checked as kiln data pull checks them (the sha256, one release key's
+ * signature under the mirror's policy, the comment naming it), then stored as an upload is. */
+static kiln_err copy_dataset(mirror_run *m, const kiln_sign_trust *t, const json_t *d) {
+    const char *name = json_string_value(json_object_get(d, "name")),
+               *digest = json_string_value(json_object_get(d, "digest")),
+               *publisher = json_string_value(json_object_get(d, "publisher")),
+               *created = json_string_value(json_object_get(d, "created"));
+    char hex[KILN_SHA256_HEX];
+    if (!name || kiln_registry_check_name("dataset", name) || !reg_digest_hex(digest, hex)) {
+        kiln_errclear();
+        say(m, true, "the primary lists a dataset without a valid name or digest");
+        return KILN_OK;
+    }
+    kiln_err rc;
+    if (dataset_held(m->db, name, digest, &rc) || rc) return rc;
+    char path[64 + KILN_REGISTRY_NAME_MAX + KILN_SHA256_HEX];
+    snprintf(path, sizeof path, "/v1/datasets/%s/sha256/%s", name, hex);
+    json_t *j = NULL;
+    char *partial = kiln_asprintf("%s/tmp/mirror-data-%s.partial", m->root, hex), *label = NULL;
+    KILN_CHECK_IF(rc, out, !partial, KILN_ERR_NOMEM, "out of memory");
+    KILN_CHECK(rc, out, get_json(m, path, &j));
+    const char *sig = json_string_value(json_object_get(j, "signature"));
+    const json_t *jsize = json_object_get(j, "size");
+    KILN_CHECK_IF(rc, out, !sig || !json_is_integer(jsize) || json_integer_value(jsize) < 0,
+                  KILN_ERR_FORMAT, "dataset %s@%s: the primary's answer has no signature or size",
+                  name, digest);
+    const uint64_t size = (uint64_t)json_integer_value(jsize);
+    label = kiln_asprintf("the signature of dataset %s@%s", name, digest);
+    KILN_CHECK_IF(rc, out, !label, KILN_ERR_NOMEM, "out of memory");
+    m->res->requests++;
+    KILN_CHECK(rc, out, reg_download(&m->c, hex, size, partial));
+    m->res->bytes += size;
+    char who[KILN_SIGN_NAME_MAX + 1];
+    KILN_CHECK(rc, out,
+               reg_dataset_verify(t, sig, strlen(sig), label, partial, name, hex, who, sizeof who));
+    reg_upload u;
+    KILN_CHECK(rc, out, reg_upload_adopt(&u, m->root, partial));
+    rc = reg_upload_commit(&u, hex);
+    reg_upload_abort(&u);
+    KILN_CHECK(rc, out, rc);
+    int64_t when = 0;
+    if (!created || kiln_sign_parse_time(created, "created", &when) != KILN_OK) when = 0;
+    kiln_errclear();
+    reg_dataset_row row = {.name = name,
+                           .digest = digest,
+                           .size = size,
+                           .sig = sig,
+                           .sig_len = strlen(sig),
+                           .publisher = publisher ? publisher : "",
+                           .created = when ? when : kiln_unix_time()};
+    bool existed;
+    KILN_CHECK(rc, out, reg_dataset_insert(m->db, &row, &existed));
+    if (!existed) {
+        m->res->datasets++;
+        say(m, false, "copied dataset %s@%s (%llu bytes, signed by %s)", name, digest,
+            (unsigned long long)size, who);
+    }
+out:
+    if (rc && partial) unlink(partial);
+    if (rc && item_failure(rc)) {
+        say(m, true, "dataset %s@%s: %s", name, digest, kiln_errmsg());
+        kiln_errclear();
+        rc = KILN_OK;
+    }
+    json_decref(j);
+    free(partial);
+    free(label);
+    return rc;
+}
+
+/* The datasets (kiln data publish; kiln release publishes the one a version was trained on),
+ * so that kiln reproduce against the mirror finds them. A primary from before datasets, and an
+ * OCI registry (which holds none), list none. */
+static kiln_err sync_datasets(mirror_run *m) {
+    const kiln_sign_trust *t = m->chain.n ? m->chain.v[m->chain.n - 1] : NULL;
+    if (!t || reg_oci_url(m->c.url)) return KILN_OK;
+    json_t *list = NULL;
+    kiln_err rc = get_json(m, "/v1/datasets", &list);
+    if (rc == KILN_ERR_NOTFOUND) {
+        kiln_errclear();
+        return KILN_OK;
+    }
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(list, "datasets"), i, d) {
+        if (rc) break;
+        rc = copy_dataset(m, t, d);
+    }
+    json_decref(list);
+    return rc;
+}
+
 static kiln_err sync_model(mirror_run *m, const char *model) {
     char path[128];
     snprintf(path, sizeof path, "/v1/models/%s", model);
@@ -1091,6 +1201,7 @@ kiln_err kiln_registry_mirror_sync(const kiln_registry_mirror_opts *o,
         }
         KILN_CHECK(rc, out, sync_model(&m, name));
     }
+    KILN_CHECK(rc, out, sync_datasets(&m));
     record_attempt(&m, "mirror_last_sync", kiln_unix_time());
     record_attempt(&m, "mirror_last_problems", (int64_t)res->problems);
     if (res->problems)

@@ -125,3 +125,34 @@ serve "$T/primary" primary "${P#http://}"
 $KILN registry mirror --root "$M" --from "$P" --trust "$T/trust.json" --once >/dev/null ||
     fail "sync after a SIGKILL"
 $KILN registry fsck --root "$M" --trust "$T/trust.json" >/dev/null || fail "fsck of the mirror"
+
+# Datasets (kiln data publish; kiln release publishes a version's): copied, each checked as
+# kiln data pull checks it (sha256, a release key's signature naming it), so that kiln
+# reproduce against the mirror finds the data; a second sync copies none. Bytes the primary
+# serves wrong are a problem said, not copied.
+$KILN data synth --seed 3 --rows 300 --features 4 --outputs 1 --out "$T/d1.st" >/dev/null 2>&1
+$KILN data synth --seed 4 --rows 300 --features 4 --outputs 1 --out "$T/d2.st" >/dev/null 2>&1
+D1=$($KILN data inspect --json "$T/d1.st" | sed -n 's/.*"sha256": "\([0-9a-f]*\)".*/\1/p' | head -1)
+D2=$($KILN data inspect --json "$T/d2.st" | sed -n 's/.*"sha256": "\([0-9a-f]*\)".*/\1/p' | head -1)
+[ ${#D1} = 64 ] && [ ${#D2} = 64 ] || fail "dataset digests: '$D1' '$D2'"
+$KILN data publish "$T/d1.st" --name market --registry "$P" --key "$T/rel.key" --token "$PUB" >/dev/null ||
+    fail "data publish"
+$KILN data publish "$T/d2.st" --name bad --registry "$P" --key "$T/rel.key" --token "$PUB" >/dev/null ||
+    fail "data publish 2"
+B2=$T/primary/blobs/sha256/$(echo "$D2" | cut -c1-2)/$D2
+[ -f "$B2" ] || fail "no blob at $B2"
+chmod u+w "$B2"
+printf 'X' | dd of="$B2" bs=1 seek=100 conv=notrunc 2>/dev/null
+$KILN registry mirror --root "$M" --from "$P" --trust "$T/trust.json" --once >"$T/sync5.out" 2>"$T/sync5.err" &&
+    fail "a dataset served wrong was not a problem: $(cat "$T/sync5.out")"
+grep -q "^copied dataset market@sha256:$D1 ([0-9]* bytes, signed by rel)\$" "$T/sync5.out" ||
+    fail "dataset sync: $(cat "$T/sync5.out") $(cat "$T/sync5.err")"
+grep -q "copied 0 trust versions, 0 versions ([0-9]* bytes downloaded), 0 channel records, 1 dataset; 1 problem" \
+    "$T/sync5.out" || fail "dataset sync summary: $(cat "$T/sync5.out")"
+grep -q "^problem: dataset bad@sha256:$D2: .*sha256" "$T/sync5.out" || fail "dataset served wrong: $(cat "$T/sync5.out")"
+$KILN data pull "market@sha256:$D1" --registry "$MU" --trust "$T/trust.json" --out "$T/d1-pulled.st" >/dev/null ||
+    fail "data pull from the mirror"
+cmp -s "$T/d1.st" "$T/d1-pulled.st" || fail "the mirror's dataset differs"
+expect_fail 2 $KILN data pull "bad@sha256:$D2" --registry "$MU" --trust "$T/trust.json" --out "$T/d2-pulled.st"
+grep -q "HTTP 404: dataset .bad@sha256:$D2. not found" "$T/err" && [ ! -e "$T/d2-pulled.st" ] || fail "a dataset not copied was pulled: $(cat "$T/err")"
+$KILN registry fsck --root "$M" --trust "$T/trust.json" >/dev/null || fail "fsck of the mirror with a dataset"
