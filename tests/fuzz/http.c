@@ -57,7 +57,8 @@ static void fuzz_path(const char *url) {
     if (route == REG_R_NONE) return;
     /* The checks first_call makes before anything reads the names. */
     bool two = route == REG_R_VERSION || route == REG_R_CHANNEL || route == REG_R_HISTORY ||
-               route == REG_R_UI_CHANNEL || route == REG_R_UI_VERSION;
+               route == REG_R_UI_CHANNEL || route == REG_R_UI_VERSION ||
+               route == REG_R_REPRODUCTIONS;
     bool named = route == REG_R_MODEL || route == REG_R_UI_MODEL || two;
     if (named && (seg[0][0] || route == REG_R_UI_MODEL || route == REG_R_UI_CHANNEL ||
                   route == REG_R_UI_VERSION)) {
@@ -68,7 +69,8 @@ static void fuzz_path(const char *url) {
         }
     }
     if (two) {
-        kiln_err rc = route == REG_R_VERSION || route == REG_R_UI_VERSION
+        kiln_err rc = route == REG_R_VERSION || route == REG_R_UI_VERSION ||
+                              route == REG_R_REPRODUCTIONS
                           ? kiln_registry_check_version(seg[1])
                                              : kiln_registry_check_name("channel", seg[1]);
         if (rc == KILN_OK && !name_safe(seg[1])) abort();
@@ -88,7 +90,7 @@ static void fuzz_path(const char *url) {
     /* Re-encoding the decoded segments routes the same way to the same names. */
     char a[3 * KILN_REGISTRY_NAME_MAX + 1], b[3 * KILN_REGISTRY_NAME_MAX + 1], again[512];
     encode(a, sizeof a, route == REG_R_BLOB ? seg[2] : seg[0]);
-    encode(b, sizeof b, seg[1]);
+    encode(b, sizeof b, route == REG_R_DATASET ? seg[2] : seg[1]);
     static const char *const fmt[REG_R_COUNT] = {
         [REG_R_HEALTH] = "/healthz",
         [REG_R_METRICS] = "/metrics",
@@ -108,12 +110,20 @@ static void fuzz_path(const char *url) {
         [REG_R_TRUST_VERSION] = "/v1/trust%.0s/%s",
         [REG_R_UI_TRUST] = "/ui/trust",
         [REG_R_UI_VERSION] = "/ui/models/%s/versions/%s",
+        [REG_R_DATASETS] = "/v1/datasets",
+        [REG_R_DATASET] = "/v1/datasets/%s/sha256/%s",
+        [REG_R_REPRODUCTIONS] = "/v1/models/%s/versions/%s/reproductions",
     };
+    if (!fmt[route]) { /* a route added to the server and not here: say so, not a NULL format */
+        fprintf(stderr, "fuzz http: route %d has no path format in tests/fuzz/http.c\n", route);
+        abort();
+    }
     snprintf(again, sizeof again, fmt[route], a, b);
     char seg2[3][KILN_REGISTRY_NAME_MAX + 1];
     memset(seg2, 0, sizeof seg2);
     if (reg_route_match(again, seg2, &bad) != route || bad) abort();
-    if (route == REG_R_BLOB ? strcmp(seg[2], seg2[2])
+    if (route == REG_R_DATASET ? strcmp(seg[0], seg2[0]) || strcmp(seg[2], seg2[2])
+        : route == REG_R_BLOB  ? strcmp(seg[2], seg2[2])
                             : (named && (strcmp(seg[0], seg2[0]) || (two && strcmp(seg[1], seg2[1])))) ||
                                   (route == REG_R_TRUST_VERSION && strcmp(seg[1], seg2[1])))
         abort();
