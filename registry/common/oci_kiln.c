@@ -634,7 +634,26 @@ static kiln_err put_and_confirm(reg_oci *o, const char *repo, const char *tag, c
     char want[REG_OCI_DIGEST], got[REG_OCI_DIGEST];
     bool exists;
     reg_oci_sha256(body, strlen(body), want);
-    KILN_TRY(reg_oci_manifest_put(o, repo, tag, body, strlen(body), MT_IMAGE));
+    kiln_err rc = reg_oci_manifest_put(o, repo, tag, body, strlen(body), MT_IMAGE);
+    if (rc && settle && rc != KILN_ERR_NOMEM) {
+        /* A registry may fail a write that raced another to the same tag (docker-registry
+         * answers 500 when two writers link one tag at once): what the tag holds decides. This
+         * manifest there: it landed. Another: a lost race, said as one. None: the error. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", kiln_errmsg());
+        if (reg_oci_manifest_head(o, repo, tag, &exists, got) == KILN_OK && exists) {
+            KILN_FAIL_IF(strcmp(got, want), KILN_ERR_CONFLICT,
+                         "%s: another writer's manifest %s is at %s:%s on registry '%s', where "
+                         "writing this one failed (%s): a lost race, nothing of this one is in "
+                         "force",
+                         what, got, repo, tag, o->c->url, msg);
+            kiln_errclear();
+            rc = KILN_OK;
+        } else {
+            return kiln_fail(rc, "%s", msg);
+        }
+    }
+    KILN_TRY(rc);
     /* Read back now and (settle: a channel record, where promoters race) once more a moment
      * later, so that a writer just behind this one is seen by one of the two. */
     for (int i = 0; i < (settle ? 2 : 1); i++) {

@@ -242,6 +242,15 @@ $KILN pull demo@production --registry "$L" --trust trust.json --state lie8 --out
 [ "$(grep -c '^range bytes=[1-9][0-9]*-$' seen)" -eq 2 ] || fail "not resumed twice with Range: $(cat seen)"
 ! grep -v '^range ' seen | grep -qv '^none$' || fail "credentials to the other host: $(cat seen)"
 cmp -s x8/model.safetensors svc/model.safetensors || fail "the resumed download differs"
+# A record's write that lands but is answered 500 (docker-registry answers so when two writers
+# link one tag at once): the promoter reads the tag back and knows it is in force.
+n=$(ncan)
+lie put500 "_ch\\.canary\\.$((n + 1))"
+$KILN promote demo 1.0.0 --channel canary --key p1.key --registry "$L" >out 2>err ||
+    fail "a record that landed, answered 500: $(cat err)"
+lie
+$KILN pull demo@canary --registry "$U" --trust trust.json --state put500 --out x9 >out 2>err &&
+    grep -q "(channel canary, seq $((n + 1)))" out || fail "the record answered 500: $(cat out err)"
 # Uploads: in 100-byte chunks (KILN_OCI_CHUNK) through the proxy, then a registry that refuses
 # PATCH (one monolithic PUT instead), then one whose first PUT fails (started again from zero).
 lie

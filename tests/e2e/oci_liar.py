@@ -99,6 +99,10 @@ class Proxy(BaseHTTPRequestHandler):
             with open(seen, "a") as f:
                 f.write("PUT failed\n")
             return self.send(500, [], b'{"errors":[{"code":"UNKNOWN"}]}')
+        if m and m[0] == "put500" and self.command == "PUT" and \
+                re.search("/manifests/" + m[1] + "$", p):
+            fetch("PUT", p, dict(self.headers), body)  # written, then answered as failed
+            return self.send(500, [], b'{"errors":[{"code":"UNKNOWN"}]}')
         if self.command in ("PATCH", "PUT") and "/blobs/uploads/" in p:
             with open(seen, "a") as f:
                 f.write(self.command + " " + (self.headers.get("Content-Range") or "-") + "\n")
