@@ -167,12 +167,13 @@ bool kiln_time_step_is_gap(uint64_t step, uint64_t median, uint64_t usual) {
     return step > usual && step - usual > usual / 4 && step >= median && step - median >= median;
 }
 
-/* The day (since 1970-01-01, floored) and weekday (0 Sunday .. 6 Saturday) of t. */
+/* The day of t since 1970-01-01, floored. */
 static int64_t day_of(int64_t t) {
     return t / 86400 - (t % 86400 < 0);
 }
-static int weekday_of(int64_t t) {
-    return (int)(((day_of(t) + 4) % 7 + 7) % 7);
+/* The weekday of day d, 0 Sunday .. 6 Saturday (day 0, 1970-01-01, was a Thursday). */
+static int weekday_of_day(int64_t d) {
+    return (int)(((d + 4) % 7 + 7) % 7);
 }
 
 /* Weekdays in (day of a, day of b]: a step of business-daily data that skips none is 1. */
@@ -181,7 +182,7 @@ static uint64_t weekdays_between(int64_t a, int64_t b) {
     const uint64_t days = (uint64_t)db - (uint64_t)da;
     uint64_t n = days / 7 * 5;
     for (int64_t d = da + 1 + (int64_t)(days / 7 * 7); d <= db; d++) {
-        const int w = (int)(((d + 4) % 7 + 7) % 7);
+        const int w = weekday_of_day(d);
         n += w != 0 && w != 6;
     }
     return n;
@@ -192,7 +193,7 @@ static uint64_t weekdays_between(int64_t a, int64_t b) {
 static bool is_business_daily(const kiln_dataset *ds, uint64_t median) {
     if (median != 86400) return false;
     for (size_t r = 0; r < ds->rows; r++) {
-        const int w = weekday_of(ds->time[r]);
+        const int w = weekday_of_day(day_of(ds->time[r]));
         if (w == 0 || w == 6) return false;
     }
     return true;

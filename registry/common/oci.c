@@ -358,6 +358,14 @@ static kiln_err status_fail(const reg_oci *o, const char *what, const reg_http_a
     return kiln_errprefix(reg_http_fail(o->c->url, a->status, a->body, a->len), "%s: ", what);
 }
 
+/* The answer's body handed to the caller (*body, *len; an empty one as ""), a->body emptied. */
+static kiln_err take_body(reg_http_ans *a, char **body, size_t *len) {
+    *body = a->body ? a->body : kiln_strdup("");
+    *len = a->len;
+    a->body = NULL;
+    return *body ? KILN_OK : KILN_ERR_NOMEM;
+}
+
 #define OCI_ACCEPT                                                                                 \
     "Accept: application/vnd.oci.image.manifest.v1+json, "                                         \
     "application/vnd.oci.image.index.v1+json, "                                                    \
@@ -381,12 +389,7 @@ kiln_err reg_oci_manifest_get(reg_oci *o, const char *repo, const char *ref, siz
             rc = kiln_fail(KILN_ERR_VERIFY, "registry '%s' served %s with digest %s; refusing",
                            o->c->url, what, digest);
     }
-    if (!rc) {
-        *body = a.body ? a.body : kiln_strdup("");
-        *len = a.len;
-        a.body = NULL;
-        if (!*body) rc = KILN_ERR_NOMEM;
-    }
+    if (!rc) rc = take_body(&a, body, len);
     reg_http_ans_release(&a);
     free(scope);
     free(path);
@@ -457,12 +460,7 @@ kiln_err reg_oci_blob_get(reg_oci *o, const char *repo, const char *digest, size
                 kiln_fail(KILN_ERR_VERIFY, "registry '%s' served %s with the bytes of %s; refusing",
                           o->c->url, what, got);
     }
-    if (!rc) {
-        *body = a.body ? a.body : kiln_strdup("");
-        *len = a.len;
-        a.body = NULL;
-        if (!*body) rc = KILN_ERR_NOMEM;
-    }
+    if (!rc) rc = take_body(&a, body, len);
     reg_http_ans_release(&a);
     free(scope);
     free(path);

@@ -1055,7 +1055,7 @@ static kiln_err copy_dataset(mirror_run *m, const kiln_sign_trust *t, const json
     KILN_CHECK(rc, out, reg_upload_adopt(&u, m->root, partial));
     rc = reg_upload_commit(&u, hex);
     reg_upload_abort(&u);
-    KILN_CHECK(rc, out, rc);
+    if (rc) goto out;
     int64_t when = 0;
     if (!created || kiln_sign_parse_time(created, "created", &when) != KILN_OK) when = 0;
     kiln_errclear();
